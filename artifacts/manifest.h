@@ -1,0 +1,123 @@
+/* The bundle manifest (manifest.json): a typed view, a deterministic serializer and a
+ * bounds-checked parser that validates internal consistency. Schema 1.0:
+ *
+ * {
+ *   "format": "ditc-bundle",
+ *   "schema": {"major": 1, "minor": 0},
+ *   "identity": "<32 hex>",                  XXH3-128 of canonical(inputs), see identity.h
+ *   "inputs": {...},                          the normalized compile inputs (object)
+ *   "model": {"family": "wan", "class": "WanTransformer3DModel", "variant": "wan2.1"},
+ *   "target": {"arch": "cpu" | "sm_90" | ..., "min_driver": 0},
+ *   "topology": {"world": 1, "tp": 1, "cp": 1, "cfg": 1, "cp_mode": "none"},
+ *   "shape": {"batch": B, "frames": F, "height": H, "width": W, "text_len": L,
+ *             "latent": [C, f, h, w]},
+ *   "dtype": "f32" | "bf16",
+ *   "io": {"inputs": [{"name", "dtype", "shape": [..]}], "outputs": [...]},
+ *   "blobs": [{"role": "plan" | "weights" | "kernels", "hash": "<32 hex>", "size": N}],
+ *   "weights": [{"blob": "<hash>", "tp_rank": 0, "tp_size": 1,
+ *                "tensors": [{"name", "dtype", "shape": [..], "offset": N, "nbytes": N}]}],
+ *   "ranks": [{"rank": 0, "plan": "<hash>", "weights": "<hash>"}],
+ *   "memory": {"arena_bytes": N, "weight_bytes": N, "peak_bytes": N},
+ *   "summary": {...}                          free-form plan summaries (flops, op counts)
+ * }
+ *
+ * Blob files live at blobs/<hash> inside the bundle directory.
+ */
+#ifndef DIT_ARTIFACTS_MANIFEST_H
+#define DIT_ARTIFACTS_MANIFEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+#define DIT_SCHEMA_MAJOR 1
+#define DIT_SCHEMA_MINOR 0
+#define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
+#define DIT_WEIGHT_ALIGN 4096
+
+typedef struct dit_manifest_blob {
+  char role[16];
+  char hash[DIT_HASH_HEX];
+  uint64_t size;
+} dit_manifest_blob_t;
+
+typedef struct dit_manifest_tensor {
+  char *name;
+  dit_dtype_t dtype;
+  int rank;
+  int64_t dims[DIT_MAX_RANK];
+  uint64_t offset, nbytes;
+} dit_manifest_tensor_t;
+
+typedef struct dit_manifest_weights {
+  char blob[DIT_HASH_HEX];
+  int tp_rank, tp_size;
+  size_t n_tensors;
+  dit_manifest_tensor_t *tensors;
+} dit_manifest_weights_t;
+
+typedef struct dit_manifest_rank {
+  int rank;
+  char plan[DIT_HASH_HEX];
+  char weights[DIT_HASH_HEX];
+} dit_manifest_rank_t;
+
+typedef struct dit_manifest_io {
+  char name[64];
+  dit_dtype_t dtype;
+  int rank;
+  int64_t dims[DIT_MAX_RANK];
+} dit_manifest_io_t;
+
+typedef struct dit_manifest {
+  int schema_major, schema_minor;
+  char identity[DIT_HASH_HEX];
+  cJSON *inputs;             /* owned */
+  char family[32], model_class[64], variant[32];
+  char arch[16];
+  int64_t min_driver;
+  struct {
+    int world, tp, cp, cfg;
+    char cp_mode[16];
+  } topology;
+  struct {
+    int64_t batch, frames, height, width, text_len;
+    int64_t latent[4]; /* C, f, h, w */
+  } shape;
+  dit_dtype_t dtype;
+  size_t n_inputs, n_outputs;
+  dit_manifest_io_t *io_inputs, *io_outputs;
+  size_t n_blobs;
+  dit_manifest_blob_t *blobs;
+  size_t n_weights;
+  dit_manifest_weights_t *weights;
+  size_t n_ranks;
+  dit_manifest_rank_t *ranks;
+  uint64_t arena_bytes, weight_bytes, peak_bytes;
+  cJSON *summary;            /* owned, may be NULL */
+} dit_manifest_t;
+
+/* Serializes deterministically (fixed key order, two-space indentation, trailing newline).
+ * Caller frees *out_text with free(). */
+dit_status_t dit_manifest_to_json(const dit_manifest_t *m, char **out_text);
+
+/* Parses and validates: required fields and types, schema major == ours and minor not newer,
+ * hex hashes, every count/offset/length in bounds, weights layouts (4 KiB-aligned offsets,
+ * nbytes == product(shape) * dtype size, inside the blob's size, no overlaps, unique names),
+ * ranks 0..world-1 each once, every referenced blob listed with the right role, topology
+ * world == tp*cp*cfg. `what` names the source in errors. Caller owns *out. */
+dit_status_t dit_manifest_parse(const char *text, size_t len, const char *what,
+                                dit_manifest_t **out);
+
+void dit_manifest_free(dit_manifest_t *m);
+
+/* Lookups; NULL if absent. */
+const dit_manifest_blob_t *dit_manifest_find_blob(const dit_manifest_t *m, const char *hash);
+const dit_manifest_weights_t *dit_manifest_find_weights(const dit_manifest_t *m,
+                                                        const char *blob);
+
+#endif

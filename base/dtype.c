@@ -1,0 +1,93 @@
+/* dtype table and the half-precision conversions. */
+#include "base/dtype.h"
+
+#include <math.h>
+
+static const struct {
+  const char *name;
+  size_t size;
+} kDtypes[DIT_DTYPE_COUNT] = {
+    [DIT_F32] = {"f32", 4}, [DIT_BF16] = {"bf16", 2}, [DIT_F16] = {"f16", 2},
+    [DIT_I64] = {"i64", 8}, [DIT_I32] = {"i32", 4},
+};
+
+size_t dit_dtype_size(dit_dtype_t t) {
+  return (unsigned)t < DIT_DTYPE_COUNT ? kDtypes[t].size : 0;
+}
+
+const char *dit_dtype_name(dit_dtype_t t) {
+  return (unsigned)t < DIT_DTYPE_COUNT ? kDtypes[t].name : "?";
+}
+
+int dit_dtype_parse(const char *name, dit_dtype_t *out) {
+  for (int i = 0; i < DIT_DTYPE_COUNT; i++) {
+    if (strcmp(name, kDtypes[i].name) == 0) {
+      *out = (dit_dtype_t)i;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+float dit_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else { /* subnormal: renormalize */
+      float f = ldexpf((float)man, -24);
+      memcpy(&u, &f, 4);
+      u |= sign;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t dit_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
+  if (a < 0x38800000u) {                                  /* subnormal or zero */
+    float af;
+    memcpy(&af, &a, 4);
+    /* Scale so the subnormal unit (2^-24) becomes 1, then round to nearest even. */
+    float r = nearbyintf(af * 16777216.0f);
+    return (uint16_t)(sign | (uint32_t)r);
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n) {
+  if (dt > DIT_F16 || st > DIT_F16) return -1;
+  if (dt == st) {
+    memmove(dst, src, n * dit_dtype_size(dt));
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    switch (st) {
+      case DIT_F32: v = ((const float *)src)[i]; break;
+      case DIT_BF16: v = dit_bf16_to_f32(((const uint16_t *)src)[i]); break;
+      default: v = dit_f16_to_f32(((const uint16_t *)src)[i]); break;
+    }
+    switch (dt) {
+      case DIT_F32: ((float *)dst)[i] = v; break;
+      case DIT_BF16: ((uint16_t *)dst)[i] = dit_f32_to_bf16(v); break;
+      default: ((uint16_t *)dst)[i] = dit_f32_to_f16(v); break;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,51 @@
+/* Element types shared by every module, with exact fp32 <-> bf16/f16 conversions. */
+#ifndef DIT_BASE_DTYPE_H
+#define DIT_BASE_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define DIT_MAX_RANK 8
+
+/* Values are stored on disk: only grow at the end. */
+typedef enum dit_dtype {
+  DIT_F32 = 0,
+  DIT_BF16 = 1,
+  DIT_F16 = 2,
+  DIT_I64 = 3,
+  DIT_I32 = 4,
+  DIT_DTYPE_COUNT
+} dit_dtype_t;
+
+/* 0 for an unknown dtype. */
+size_t dit_dtype_size(dit_dtype_t t);
+/* Our short names: "f32", "bf16", "f16", "i64", "i32". */
+const char *dit_dtype_name(dit_dtype_t t);
+/* Accepts our short names; returns 0 on success, -1 if unknown. */
+int dit_dtype_parse(const char *name, dit_dtype_t *out);
+
+static inline float dit_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Round to nearest even; NaN stays a quiet NaN. */
+static inline uint16_t dit_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float dit_f16_to_f32(uint16_t h);
+uint16_t dit_f32_to_f16(float f);
+
+/* Converts n elements between any two float dtypes (f32, bf16, f16). Returns -1 if either
+ * dtype is not a float type. src and dst must not overlap unless the dtypes are equal. */
+int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n);
+
+#endif

@@ -1,0 +1,78 @@
+/* The op catalog table and attribute helpers. */
+#include "base/ops.h"
+
+#include <string.h>
+
+static const dit_op_info_t kOps[DIT_OP_COUNT] = {
+#define DIT_OP(E, name, a, b, c, d) [DIT_OP_##E] = {name, a, b, c, d},
+#include "base/ops.def"
+#undef DIT_OP
+};
+
+const dit_op_info_t *dit_op_info(dit_op_kind_t kind) {
+  return (unsigned)kind < DIT_OP_COUNT ? &kOps[kind] : NULL;
+}
+
+int dit_op_kind_parse(const char *name, dit_op_kind_t *out) {
+  for (int i = 0; i < DIT_OP_COUNT; i++) {
+    if (strcmp(kOps[i].name, name) == 0) {
+      *out = (dit_op_kind_t)i;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static dit_attr_t *slot(dit_attrs_t *a, const char *key) {
+  if (strlen(key) >= DIT_ATTR_KEY_MAX) return NULL;
+  for (int i = 0; i < a->count; i++)
+    if (strcmp(a->items[i].key, key) == 0) return &a->items[i];
+  if (a->count >= DIT_MAX_ATTRS) return NULL;
+  dit_attr_t *s = &a->items[a->count++];
+  memset(s, 0, sizeof *s);
+  strcpy(s->key, key);
+  return s;
+}
+
+int dit_attrs_set_int(dit_attrs_t *a, const char *key, int64_t v) {
+  dit_attr_t *s = slot(a, key);
+  if (!s) return -1;
+  s->is_float = 0;
+  s->i = v;
+  s->f = (double)v;
+  return 0;
+}
+
+int dit_attrs_set_float(dit_attrs_t *a, const char *key, double v) {
+  dit_attr_t *s = slot(a, key);
+  if (!s) return -1;
+  s->is_float = 1;
+  s->f = v;
+  s->i = 0;
+  return 0;
+}
+
+const dit_attr_t *dit_attrs_find(const dit_attrs_t *a, const char *key) {
+  for (int i = 0; i < a->count; i++)
+    if (strcmp(a->items[i].key, key) == 0) return &a->items[i];
+  return NULL;
+}
+
+dit_status_t dit_attrs_get_int(const dit_attrs_t *a, const char *op, const char *key,
+                               int64_t *out) {
+  const dit_attr_t *s = dit_attrs_find(a, key);
+  if (!s) return DIT_ERR(INVALID_ARGUMENT, "op %s: missing integer attribute '%s'", op, key);
+  if (s->is_float)
+    return DIT_ERR(INVALID_ARGUMENT, "op %s: attribute '%s': expected an integer, found %g", op,
+                   key, s->f);
+  *out = s->i;
+  return DIT_OK;
+}
+
+dit_status_t dit_attrs_get_float(const dit_attrs_t *a, const char *op, const char *key,
+                                 double *out) {
+  const dit_attr_t *s = dit_attrs_find(a, key);
+  if (!s) return DIT_ERR(INVALID_ARGUMENT, "op %s: missing float attribute '%s'", op, key);
+  *out = s->f; /* an integer literal is a valid float */
+  return DIT_OK;
+}

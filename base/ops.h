@@ -1,0 +1,55 @@
+/* Op kinds and attributes: the backend-neutral op surface shared by ir/, the plan format
+ * and the backends. */
+#ifndef DIT_BASE_OPS_H
+#define DIT_BASE_OPS_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef enum dit_op_kind {
+#define DIT_OP(E, name, a, b, c, d) DIT_OP_##E,
+#include "base/ops.def"
+#undef DIT_OP
+  DIT_OP_COUNT
+} dit_op_kind_t;
+
+typedef struct dit_op_info {
+  const char *name;
+  int min_inputs, max_inputs, min_outputs, max_outputs;
+} dit_op_info_t;
+
+/* NULL for an unknown kind. */
+const dit_op_info_t *dit_op_info(dit_op_kind_t kind);
+/* Returns 0 and sets *out if name is known, -1 otherwise. */
+int dit_op_kind_parse(const char *name, dit_op_kind_t *out);
+
+#define DIT_MAX_ATTRS 10
+#define DIT_ATTR_KEY_MAX 16
+
+typedef struct dit_attr {
+  char key[DIT_ATTR_KEY_MAX];
+  int is_float;
+  int64_t i;
+  double f;
+} dit_attr_t;
+
+typedef struct dit_attrs {
+  int count;
+  dit_attr_t items[DIT_MAX_ATTRS];
+} dit_attrs_t;
+
+/* Setters keep insertion order; setting a key twice replaces it. Return -1 when full or the
+ * key is too long (a programming error in a frontend, reported by the verifier). */
+int dit_attrs_set_int(dit_attrs_t *a, const char *key, int64_t v);
+int dit_attrs_set_float(dit_attrs_t *a, const char *key, double v);
+const dit_attr_t *dit_attrs_find(const dit_attrs_t *a, const char *key);
+
+/* Typed getters for consumers: a missing key or the wrong kind is an error that names the
+ * op and the key. */
+dit_status_t dit_attrs_get_int(const dit_attrs_t *a, const char *op, const char *key,
+                               int64_t *out);
+dit_status_t dit_attrs_get_float(const dit_attrs_t *a, const char *op, const char *key,
+                                 double *out);
+
+#endif

@@ -1,0 +1,44 @@
+# Finds the project's dependencies; a missing one stops the configure with the Debian package
+# that provides it (scripts/setup.sh installs them all).
+find_package(Threads REQUIRED)
+
+function(dit_require_lib target header lib package)
+  find_path(${target}_INC ${header} PATHS ${ARGN} NO_CACHE)
+  find_library(${target}_LIB ${lib} PATHS ${ARGN} NO_CACHE)
+  if(NOT ${target}_INC OR NOT ${target}_LIB)
+    message(FATAL_ERROR "missing dependency: ${header} / lib${lib} not found; install the Debian package '${package}' (scripts/setup.sh installs every dependency)")
+  endif()
+  add_library(dit::${target} UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(dit::${target} PROPERTIES IMPORTED_LOCATION ${${target}_LIB}
+                        INTERFACE_INCLUDE_DIRECTORIES ${${target}_INC})
+endfunction()
+
+dit_require_lib(xxhash xxhash.h xxhash libxxhash-dev)
+dit_require_lib(zstd zstd.h zstd libzstd-dev)
+dit_require_lib(cjson cjson/cJSON.h cjson libcjson-dev)
+get_target_property(DIT_CJSON_INCLUDE dit::cjson INTERFACE_INCLUDE_DIRECTORIES)
+
+if(DIT_MLIR)
+  set(DIT_LLVM_ROOT /usr/lib/llvm-19 CACHE PATH "LLVM/MLIR 19 installation")
+  find_path(MLIR_C_INC mlir-c/IR.h PATHS ${DIT_LLVM_ROOT}/include NO_DEFAULT_PATH NO_CACHE)
+  find_library(MLIR_LIB MLIR PATHS ${DIT_LLVM_ROOT}/lib NO_DEFAULT_PATH NO_CACHE)
+  if(NOT MLIR_C_INC OR NOT MLIR_LIB)
+    message(FATAL_ERROR "missing dependency: MLIR 19 C API (mlir-c/IR.h, libMLIR) not found under ${DIT_LLVM_ROOT}; install the Debian packages 'libmlir-19-dev' and 'llvm-19-dev', or configure with -DDIT_MLIR=OFF")
+  endif()
+  add_library(dit::mlir UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(dit::mlir PROPERTIES IMPORTED_LOCATION ${MLIR_LIB}
+                        INTERFACE_INCLUDE_DIRECTORIES ${MLIR_C_INC})
+endif()
+
+if(DIT_CUDA)
+  set(DIT_CUDA_ROOT /usr/local/cuda CACHE PATH "CUDA toolkit root")
+  find_path(NVRTC_INC nvrtc.h PATHS ${DIT_CUDA_ROOT}/include NO_DEFAULT_PATH NO_CACHE)
+  find_library(NVRTC_LIB nvrtc PATHS ${DIT_CUDA_ROOT}/lib64 NO_DEFAULT_PATH NO_CACHE)
+  find_library(NVJITLINK_LIB nvJitLink PATHS ${DIT_CUDA_ROOT}/lib64 NO_DEFAULT_PATH NO_CACHE)
+  if(NOT NVRTC_INC OR NOT NVRTC_LIB OR NOT NVJITLINK_LIB)
+    message(FATAL_ERROR "missing dependency: NVRTC / nvJitLink not found under ${DIT_CUDA_ROOT}; install the CUDA toolkit (12.x or 13.x) there, or configure with -DDIT_CUDA=OFF")
+  endif()
+  add_library(dit::nvrtc INTERFACE IMPORTED GLOBAL)
+  set_target_properties(dit::nvrtc PROPERTIES INTERFACE_LINK_LIBRARIES "${NVRTC_LIB};${NVJITLINK_LIB}"
+                        INTERFACE_INCLUDE_DIRECTORIES ${NVRTC_INC})
+endif()

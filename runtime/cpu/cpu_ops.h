@@ -1,0 +1,62 @@
+/* The CPU reference backend's kernels: fp32 arithmetic (reductions in double), any of
+ * f32/bf16/f16 storage for inputs and outputs, multi-threaded over a pool. Each kernel checks
+ * the shapes and dtypes it is given and returns INVALID_ARGUMENT naming the op, the operand
+ * and expected/found dims; outputs never alias inputs. Semantics are those of base/ops.def. */
+#ifndef DIT_RUNTIME_CPU_CPU_OPS_H
+#define DIT_RUNTIME_CPU_CPU_OPS_H
+
+#include "base/status.h"
+#include "runtime/cpu/threadpool.h"
+#include "runtime/tensor.h"
+
+typedef struct dit_cpu {
+  dit_pool_t *pool;
+} dit_cpu_t;
+
+/* y[..., N] = x[..., K] @ w[N, K]^T + bias[N]; w any rank with dims[0] = N and the rest
+ * multiplying to K; bias may be NULL. */
+dit_status_t dit_cpu_linear(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                            const dit_tensor_t *bias, dit_tensor_t *y);
+/* x [B, C, F, H, W] -> y [B, (F/pt)(H/ph)(W/pw), C*pt*ph*pw]; row order (c, it, ih, iw). */
+dit_status_t dit_cpu_patchify(dit_cpu_t *c, const dit_tensor_t *x, int pt, int ph, int pw,
+                              dit_tensor_t *y);
+/* y [B, f*h*w, C*pt*ph*pw] with row order (it, ih, iw, c) -> out [B, C, f*pt, h*ph, w*pw]. */
+dit_status_t dit_cpu_unpatchify(dit_cpu_t *c, const dit_tensor_t *y, int pt, int ph, int pw,
+                                int f, int h, int w, dit_tensor_t *out);
+/* t [B] (any numeric dtype, converted to float) -> out [B, dim]:
+ * half = dim/2, freq_j = exp(-ln(max_period) * j / (half - shift)), arg = scale * t * freq_j,
+ * out = [sin(arg), cos(arg)] or [cos, sin] when flip; computed as diffusers does in fp32. */
+dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int flip, double shift,
+                                    double max_period, double scale, dit_tensor_t *out);
+dit_status_t dit_cpu_silu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
+                         dit_tensor_t *y);
+/* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]. */
+dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const dit_tensor_t *e,
+                               dit_tensor_t *out);
+/* LayerNorm over the last dim; w and b may be NULL (both or neither). */
+dit_status_t dit_cpu_layernorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                               const dit_tensor_t *b, double eps, dit_tensor_t *y);
+/* x [B, T, D]; mod [B, n, D]: y = LN(x) * (1 + mod[:, scale]) + mod[:, shift]. */
+dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
+                           double eps, int shift, int scale, dit_tensor_t *y);
+/* y = x * rsqrt(mean(x^2) + eps) * w over the last dim. */
+dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                             double eps, dit_tensor_t *y);
+/* Wan's 3-D RoPE on x [B, f*h*w, heads*Dh], Dh = t_dim + h_dim + w_dim, token index
+ * (it*h + ih)*w + iw. For head-dim pair p (channels 2p, 2p+1) in part P (t, h or w) with
+ * local pair index q and part dim d: freq = 1 / theta^(2q/d) (computed in double), angle =
+ * pos_P * freq, cos/sin in double rounded to float; out[2p] = x0*cos - x1*sin,
+ * out[2p+1] = x0*sin + x1*cos. */
+dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
+                          int t_dim, int h_dim, int w_dim, double theta, dit_tensor_t *y);
+/* q [B, S, H*Dh], k and v [B, L, H*Dh] -> out [B, S, H*Dh]; lse [B, H, S] may be NULL. */
+dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                               const dit_tensor_t *v, int heads, double scale, dit_tensor_t *out,
+                               dit_tensor_t *lse);
+/* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D]. */
+dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
+                               const dit_tensor_t *mod, int gate, dit_tensor_t *out);
+
+#endif

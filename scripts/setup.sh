@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build and tests need, when they are missing.
+set -euo pipefail
+pkgs=(build-essential cmake clang libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+if [ ! -f /usr/local/cuda/include/nvrtc.h ]; then
+  echo "setup: the CUDA toolkit is expected at /usr/local/cuda (NVRTC, nvJitLink); configure with -DDIT_CUDA=OFF to build without GPU codegen" >&2
+fi
