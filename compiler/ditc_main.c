@@ -1,2 +1,171 @@
+/* ditc: the command line of the compiler (compile, inspect). */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
-int main(void) { puts("ditc"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifacts/bundle.h"
+#include "compiler/compile.h"
+#include "dit_sources_hash.h"
+
+static const char kUsage[] =
+    "usage: ditc <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile MODEL_DIR --frames F --height H --width W [options]\n"
+    "      Compile a diffusers transformer directory (config.json + safetensors) for one shape\n"
+    "      into a content-addressed bundle. Options:\n"
+    "        --batch B           batch size (default 1)\n"
+    "        --text-len L        text tokens (default 512)\n"
+    "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
+    "        --target cpu        code generation target (default cpu)\n"
+    "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
+    "        -o DIR              parent directory of bundles (default ./bundles)\n"
+    "        --dump-ir           print the final graph to stdout\n"
+    "        --dump-after=PASS   print the graph after PASS (verify, dce, memplan, all) to stderr\n"
+    "        -q, --quiet         no progress on stderr\n"
+    "      The last line on stdout is: bundle <identity> <path>\n"
+    "  inspect BUNDLE\n"
+    "      Summarize a bundle's manifest (blob hashes are not checked: use ditrun verify).\n"
+    "  --version, --help\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "ditc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see ditc --help)\n");
+  return 2;
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t *out) {
+  if (!s) return usage_error("%s needs a value", flag);
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < 0) {
+    fprintf(stderr, "ditc: error: %s %s: expected a non-negative integer\n", flag, s);
+    return 2;
+  }
+  *out = v;
+  return 0;
+}
+
+static int cmd_compile(int argc, char **argv) {
+  dit_compile_options_t o;
+  memset(&o, 0, sizeof o);
+  o.shape.batch = 1;
+  o.shape.text_len = 512;
+  o.shape.frames = o.shape.height = o.shape.width = -1;
+  o.shape.dtype = DIT_F32;
+  o.target = "cpu";
+  o.out_dir = "bundles";
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    int rc = 0;
+    if (!strcmp(a, "--frames")) rc = parse_i64(a, val, &o.shape.frames), i++;
+    else if (!strcmp(a, "--height")) rc = parse_i64(a, val, &o.shape.height), i++;
+    else if (!strcmp(a, "--width")) rc = parse_i64(a, val, &o.shape.width), i++;
+    else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
+    else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
+    else if (!strcmp(a, "--dtype")) {
+      if (!val) return usage_error("%s needs a value", a);
+      if (!strcmp(val, "fp32") || !strcmp(val, "f32")) o.shape.dtype = DIT_F32;
+      else if (!strcmp(val, "bf16")) o.shape.dtype = DIT_BF16;
+      else return usage_error("--dtype %s: expected fp32 or bf16", val);
+      i++;
+    } else if (!strcmp(a, "--target")) {
+      if (!val) return usage_error("%s needs a value", a);
+      o.target = val, i++;
+    } else if (!strcmp(a, "--variant")) {
+      if (!val) return usage_error("%s needs a value", a);
+      o.variant = val, i++;
+    } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+      if (!val) return usage_error("%s needs a value", a);
+      o.out_dir = val, i++;
+    } else if (!strcmp(a, "--dump-ir")) o.dump_ir = 1;
+    else if (!strncmp(a, "--dump-after=", 13)) o.dump_after = a + 13;
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.quiet = 1;
+    else if (a[0] == '-') return usage_error("unknown option %s", a);
+    else if (!o.model_dir) o.model_dir = a;
+    else return usage_error("unexpected argument %s", a);
+    if (rc) return rc;
+  }
+  if (!o.model_dir) return usage_error("%s", "compile needs a MODEL_DIR");
+  if (o.shape.frames < 0) return usage_error("%s", "compile needs --frames");
+  if (o.shape.height < 0) return usage_error("%s", "compile needs --height");
+  if (o.shape.width < 0) return usage_error("%s", "compile needs --width");
+  o.dump = o.dump_after ? stderr : stdout;
+  dit_compile_result_t r;
+  dit_status_t s = dit_compile(&o, &r);
+  if (s) return dit_status_report(s, "ditc");
+  printf("bundle %s %s\n", r.identity, r.path);
+  free(r.path);
+  return 0;
+}
+
+static void print_dims(const int64_t *d, int rank) {
+  putchar('[');
+  for (int i = 0; i < rank; i++) printf("%s%" PRId64, i ? "," : "", d[i]);
+  putchar(']');
+}
+
+static int cmd_inspect(int argc, char **argv) {
+  if (argc != 1) return usage_error("%s", "inspect needs exactly one BUNDLE directory");
+  dit_bundle_t *b;
+  dit_status_t s = dit_bundle_open(argv[0], 0, &b);
+  if (s) return dit_status_report(s, "ditc");
+  const dit_manifest_t *m = dit_bundle_manifest(b);
+  printf("bundle     %s\n", m->identity);
+  printf("schema     %d.%d\n", m->schema_major, m->schema_minor);
+  printf("model      %s (%s, family %s)\n", m->model_class, m->variant, m->family);
+  printf("target     %s\n", m->arch);
+  printf("topology   world %d = tp %d x cp %d (%s) x cfg %d\n", m->topology.world, m->topology.tp, m->topology.cp,
+         m->topology.cp_mode, m->topology.cfg);
+  printf("shape      batch %" PRId64 ", %" PRId64 " frames %" PRId64 "x%" PRId64 ", text %" PRId64 "; latent ",
+         m->shape.batch, m->shape.frames, m->shape.height, m->shape.width, m->shape.text_len);
+  print_dims(m->shape.latent, 4);
+  printf("\ndtype      %s\n", dit_dtype_name(m->dtype));
+  for (size_t i = 0; i < m->n_inputs; i++) {
+    printf("input      %-22s %s", m->io_inputs[i].name, dit_dtype_name(m->io_inputs[i].dtype));
+    print_dims(m->io_inputs[i].dims, m->io_inputs[i].rank);
+    putchar('\n');
+  }
+  for (size_t i = 0; i < m->n_outputs; i++) {
+    printf("output     %-22s %s", m->io_outputs[i].name, dit_dtype_name(m->io_outputs[i].dtype));
+    print_dims(m->io_outputs[i].dims, m->io_outputs[i].rank);
+    putchar('\n');
+  }
+  for (size_t i = 0; i < m->n_blobs; i++)
+    printf("blob       %-8s %s %12" PRIu64 " bytes\n", m->blobs[i].role, m->blobs[i].hash, m->blobs[i].size);
+  for (size_t i = 0; i < m->n_weights; i++)
+    printf("weights    %s: tp rank %d/%d, %zu tensors\n", m->weights[i].blob, m->weights[i].tp_rank, m->weights[i].tp_size,
+           m->weights[i].n_tensors);
+  printf("memory     arena %.2f MiB, weights %.2f MiB, predicted peak %.2f MiB\n", (double)m->arena_bytes / (1 << 20),
+         (double)m->weight_bytes / (1 << 20), (double)m->peak_bytes / (1 << 20));
+  if (m->summary) {
+    const cJSON *f = cJSON_GetObjectItem(m->summary, "flops");
+    const cJSON *fb = cJSON_GetObjectItem(m->summary, "flops_per_block");
+    const cJSON *st = cJSON_GetObjectItem(m->summary, "steps");
+    const cJSON *tk = cJSON_GetObjectItem(m->summary, "tokens");
+    if (cJSON_IsNumber(f) && cJSON_IsNumber(fb) && cJSON_IsNumber(st))
+      printf("plan       %.0f steps, %.4g GFLOP per forward, %.4g GFLOP per block, %.0f tokens\n", st->valuedouble,
+             f->valuedouble / 1e9, fb->valuedouble / 1e9, cJSON_IsNumber(tk) ? tk->valuedouble : 0.0);
+  }
+  dit_bundle_close(b);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("ditc 0.1.0 (sources %s, bundle schema %d.%d)\n", DIT_SOURCES_HASH, DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
+    return 0;
+  }
+  if (!strcmp(argv[1], "compile")) return cmd_compile(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 2, argv + 2);
+  return usage_error("unknown command '%s'", argv[1]);
+}

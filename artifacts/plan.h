@@ -1,0 +1,79 @@
+/* The execution plan (one "plan" blob per rank): values bound to storage and the ordered
+ * steps over them. JSON, version 1:
+ *
+ * {"format": "ditc-plan", "version": 1, "arena_bytes": N,
+ *  "values": [{"name", "storage": "arena"|"weight"|"input"|"output", "ref" (weight key or io
+ *              name; absent for arena), "dtype", "shape": [..], "offset" (arena only)}],
+ *  "steps": [{"op": "<catalog name>", "in": [value indices], "out": [..],
+ *             "ints": {"key": n}, "floats": {"key": x}, "block": n}]}
+ *
+ * The parser validates everything a runtime relies on for memory safety: op names and arity,
+ * value indices, arena ranges inside arena_bytes, every temp written by exactly one step
+ * before it is read, inputs and weights never written, unique io names. */
+#ifndef DIT_ARTIFACTS_PLAN_H
+#define DIT_ARTIFACTS_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "artifacts/manifest.h"
+#include "base/dtype.h"
+#include "base/ops.h"
+#include "base/status.h"
+
+#define DIT_PLAN_VERSION 1
+#define DIT_PLAN_MAX_IN 4
+#define DIT_PLAN_MAX_OUT 2
+
+typedef enum dit_storage {
+  DIT_STORAGE_ARENA = 0,
+  DIT_STORAGE_WEIGHT = 1,
+  DIT_STORAGE_INPUT = 2,
+  DIT_STORAGE_OUTPUT = 3,
+} dit_storage_t;
+
+typedef struct dit_plan_value {
+  char *name;
+  char *ref; /* NULL for arena values */
+  dit_storage_t storage;
+  dit_dtype_t dtype;
+  int rank;
+  int64_t dims[DIT_MAX_RANK];
+  uint64_t offset; /* arena values only */
+  uint64_t nbytes; /* derived: product(dims) * dtype size */
+} dit_plan_value_t;
+
+typedef struct dit_plan_step {
+  dit_op_kind_t kind;
+  int n_in, n_out;
+  int32_t in[DIT_PLAN_MAX_IN];
+  int32_t out[DIT_PLAN_MAX_OUT];
+  dit_attrs_t attrs;
+  int32_t block;
+} dit_plan_step_t;
+
+typedef struct dit_plan {
+  uint64_t arena_bytes;
+  size_t n_values;
+  dit_plan_value_t *values;
+  size_t n_steps;
+  dit_plan_step_t *steps;
+} dit_plan_t;
+
+/* Deterministic JSON (caller frees). */
+dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text);
+/* Parses and validates (see above); `what` names the source in errors. Caller owns *out. */
+dit_status_t dit_plan_parse(const char *text, size_t len, const char *what, dit_plan_t **out);
+void dit_plan_free(dit_plan_t *p);
+
+/* Checks the plan against the manifest: every weight value names a tensor of `weights` with
+ * the same dtype and shape, every input/output value matches the manifest's io entry of that
+ * name, and every io entry is used. */
+dit_status_t dit_plan_check_bindings(const dit_plan_t *p, const dit_manifest_t *m,
+                                     const dit_manifest_weights_t *weights, const char *what);
+
+/* Parses a storage name; -1 if unknown. */
+int dit_storage_parse(const char *name, dit_storage_t *out);
+const char *dit_storage_name(dit_storage_t s);
+
+#endif

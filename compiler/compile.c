@@ -1,0 +1,410 @@
+/* The compile driver: load and validate the model, build and plan the graph, lower it to an
+ * execution plan, lay the weights out in execution order, write and publish the bundle. */
+#include "compiler/compile.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "artifacts/bundle.h"
+#include "artifacts/identity.h"
+#include "artifacts/plan.h"
+#include "dit_sources_hash.h"
+#include "passes/passes.h"
+
+typedef struct progress {
+  int quiet, step, total;
+  struct timespec t0, last;
+} progress_t;
+
+static double secs(struct timespec a, struct timespec b) {
+  return (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+}
+
+static void progress(progress_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress(progress_t *p, const char *fmt, ...) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  p->last = now;
+  if (p->quiet) return;
+  fprintf(stderr, "ditc: [%d/%d %6.2fs] ", ++p->step, p->total, secs(p->t0, now));
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+dit_status_t dit_toolchain_identity(const char *target, cJSON **out) {
+  cJSON *t = cJSON_CreateObject();
+  if (!t) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  cJSON_AddStringToObject(t, "ditc_sources", DIT_SOURCES_HASH);
+  /* The CPU backend executes the plan with the runtime's reference kernels: no code generator
+   * touches the output, so no generator version belongs in its identity. */
+  (void)target;
+  *out = t;
+  return DIT_OK;
+}
+
+/* ---- lowering ---- */
+
+static dit_status_t lower_to_plan(dit_graph_t *g, uint64_t arena_bytes, dit_plan_t **out) {
+  dit_plan_t *p = calloc(1, sizeof *p);
+  int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
+  if (p) {
+    p->values = calloc((size_t)nv + 1, sizeof *p->values);
+    p->steps = calloc((size_t)no + 1, sizeof *p->steps);
+  }
+  if (!p || !p->values || !p->steps) {
+    dit_plan_free(p);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
+  }
+  p->arena_bytes = arena_bytes;
+  for (dit_vid_t v = 0; v < nv; v++) {
+    const dit_value_t *val = dit_graph_cvalue(g, v);
+    dit_plan_value_t *pv = &p->values[p->n_values++];
+    pv->name = strdup(val->name ? val->name : "");
+    pv->dtype = val->dtype;
+    pv->rank = val->rank;
+    memcpy(pv->dims, val->dims, sizeof pv->dims);
+    pv->nbytes = dit_value_nbytes(val);
+    if (val->kind == DIT_VALUE_INPUT) pv->storage = DIT_STORAGE_INPUT;
+    else if (val->kind == DIT_VALUE_WEIGHT) pv->storage = DIT_STORAGE_WEIGHT;
+    else if (val->is_output) pv->storage = DIT_STORAGE_OUTPUT;
+    else pv->storage = DIT_STORAGE_ARENA;
+    if (pv->storage == DIT_STORAGE_ARENA) {
+      if (val->offset < 0) {
+        dit_plan_free(p);
+        return DIT_ERR(INTERNAL, "lowering: value '%s' has no arena offset", val->name);
+      }
+      pv->offset = (uint64_t)val->offset;
+    } else {
+      pv->ref = strdup(val->ref);
+    }
+    if (!pv->name || (pv->storage != DIT_STORAGE_ARENA && !pv->ref)) {
+      dit_plan_free(p);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
+    }
+  }
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    dit_plan_step_t *s = &p->steps[p->n_steps++];
+    s->kind = op->kind;
+    s->n_in = op->n_in;
+    s->n_out = op->n_out;
+    memcpy(s->in, op->in, sizeof(int32_t) * (size_t)op->n_in);
+    memcpy(s->out, op->out, sizeof(int32_t) * (size_t)op->n_out);
+    s->attrs = op->attrs;
+    s->block = op->block;
+  }
+  *out = p;
+  return DIT_OK;
+}
+
+/* ---- weights blob ---- */
+
+static uint64_t align_up(uint64_t x) { return (x + DIT_WEIGHT_ALIGN - 1) / DIT_WEIGHT_ALIGN * DIT_WEIGHT_ALIGN; }
+
+/* Streams the weights the plan uses, in order of first use, each converted to the plan's
+ * dtype and aligned to DIT_WEIGHT_ALIGN, and fills the layout entry. */
+static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, const dit_plan_t *p,
+                                  dit_manifest_weights_t *layout, progress_t *pr) {
+  size_t n = 0;
+  for (size_t i = 0; i < p->n_values; i++) n += p->values[i].storage == DIT_STORAGE_WEIGHT;
+  layout->tensors = calloc(n + 1, sizeof *layout->tensors);
+  if (!layout->tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
+  static const uint8_t zeros[DIT_WEIGHT_ALIGN];
+  uint64_t off = 0, total = 0;
+  void *src = NULL, *dst = NULL;
+  size_t cap = 0;
+  dit_status_t s = dit_bundle_writer_blob_begin(w);
+  for (size_t st = 0; !s && st < p->n_steps; st++) {
+    for (int k = 0; !s && k < p->steps[st].n_in; k++) {
+      const dit_plan_value_t *v = &p->values[p->steps[st].in[k]];
+      if (v->storage != DIT_STORAGE_WEIGHT) continue;
+      int seen = 0;
+      for (size_t j = 0; j < layout->n_tensors && !seen; j++) seen = !strcmp(layout->tensors[j].name, v->ref);
+      if (seen) continue;
+      const dit_st_tensor_t *t = dit_safetensors_find(m->weights, v->ref);
+      if (!t) {
+        s = DIT_ERR(INTERNAL, "weights: '%s' vanished from the checkpoint", v->ref);
+        break;
+      }
+      size_t numel = (size_t)(t->nbytes / dit_dtype_size(t->dtype));
+      size_t need = numel * 4 + 16;
+      if (need > cap) {
+        free(src);
+        free(dst);
+        cap = need;
+        src = malloc(cap);
+        dst = malloc(cap);
+        if (!src || !dst) {
+          s = DIT_ERR(RESOURCE_EXHAUSTED, "weights: cannot allocate %zu bytes for '%s'", cap, v->ref);
+          break;
+        }
+      }
+      /* Tensors inside a safetensors file need not be aligned: copy before converting. */
+      memcpy(src, t->data, t->nbytes);
+      if (dit_convert(dst, v->dtype, src, t->dtype, numel)) {
+        s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref,
+                    dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
+        break;
+      }
+      uint64_t start = align_up(off);
+      if (start > off) s = dit_bundle_writer_blob_append(w, zeros, start - off);
+      if (!s) s = dit_bundle_writer_blob_append(w, dst, v->nbytes);
+      if (s) break;
+      dit_manifest_tensor_t *e = &layout->tensors[layout->n_tensors++];
+      e->name = strdup(v->ref);
+      if (!e->name) {
+        s = DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
+        break;
+      }
+      e->dtype = v->dtype;
+      e->rank = v->rank;
+      memcpy(e->dims, v->dims, sizeof e->dims);
+      e->offset = start;
+      e->nbytes = v->nbytes;
+      off = start + v->nbytes;
+      total += v->nbytes;
+    }
+  }
+  free(src);
+  free(dst);
+  uint64_t size = 0;
+  if (!s) s = dit_bundle_writer_blob_end(w, layout->blob, &size);
+  if (!s) progress(pr, "weights: %zu tensors, %.1f MiB in execution order (blob %.12s)", layout->n_tensors,
+                   (double)size / (1 << 20), layout->blob);
+  (void)total;
+  return s;
+}
+
+/* ---- manifest ---- */
+
+static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_t *ls) {
+  cJSON *s = cJSON_CreateObject();
+  cJSON_AddNumberToObject(s, "batch", (double)o->shape.batch);
+  cJSON_AddNumberToObject(s, "frames", (double)o->shape.frames);
+  cJSON_AddNumberToObject(s, "height", (double)o->shape.height);
+  cJSON_AddNumberToObject(s, "width", (double)o->shape.width);
+  cJSON_AddNumberToObject(s, "text_len", (double)o->shape.text_len);
+  cJSON *l = cJSON_AddArrayToObject(s, "latent");
+  double lat[4] = {(double)ls->channels, (double)ls->frames, (double)ls->height, (double)ls->width};
+  for (int i = 0; i < 4; i++) cJSON_AddItemToArray(l, cJSON_CreateNumber(lat[i]));
+  return s;
+}
+
+static cJSON *topology_json(void) {
+  cJSON *t = cJSON_CreateObject();
+  cJSON_AddNumberToObject(t, "world", 1);
+  cJSON_AddNumberToObject(t, "tp", 1);
+  cJSON_AddNumberToObject(t, "cp", 1);
+  cJSON_AddNumberToObject(t, "cfg", 1);
+  cJSON_AddStringToObject(t, "cp_mode", "none");
+  return t;
+}
+
+static dit_status_t fill_io(const dit_plan_t *p, dit_storage_t which, dit_manifest_io_t **out, size_t *n_out) {
+  size_t n = 0;
+  for (size_t i = 0; i < p->n_values; i++) n += p->values[i].storage == which;
+  *out = calloc(n + 1, sizeof **out);
+  if (!*out) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  *n_out = 0;
+  for (size_t i = 0; i < p->n_values; i++) {
+    const dit_plan_value_t *v = &p->values[i];
+    if (v->storage != which) continue;
+    dit_manifest_io_t *io = &(*out)[(*n_out)++];
+    snprintf(io->name, sizeof io->name, "%s", v->ref);
+    io->dtype = v->dtype;
+    io->rank = v->rank;
+    memcpy(io->dims, v->dims, sizeof io->dims);
+  }
+  return DIT_OK;
+}
+
+static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
+  cJSON *d = cJSON_CreateObject();
+  char host[256] = "", cwd[PATH_MAX] = "", model[PATH_MAX] = "";
+  gethostname(host, sizeof host - 1);
+  if (!realpath(o->model_dir, model)) snprintf(model, sizeof model, "%s", o->model_dir);
+  if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+  struct passwd *pw = getpwuid(getuid());
+  time_t now = time(NULL);
+  char when[64];
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  cJSON_AddStringToObject(d, "model_dir", model);
+  cJSON_AddStringToObject(d, "cwd", cwd);
+  cJSON_AddStringToObject(d, "host", host);
+  cJSON_AddStringToObject(d, "user", pw ? pw->pw_name : "");
+  cJSON_AddStringToObject(d, "created", when);
+  cJSON_AddNumberToObject(d, "compile_seconds", seconds);
+  char *text = cJSON_Print(d);
+  cJSON_Delete(d);
+  return text;
+}
+
+/* ---- driver ---- */
+
+dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *out) {
+  memset(out, 0, sizeof *out);
+  if (strcmp(o->target, "cpu") != 0)
+    return DIT_ERR(UNIMPLEMENTED, "--target %s: this build generates code for the CPU reference backend only (target cpu)", o->target);
+  progress_t pr = {.quiet = o->quiet, .total = 7};
+  clock_gettime(CLOCK_MONOTONIC, &pr.t0);
+
+  dit_model_t *m = NULL;
+  dit_graph_t *g = NULL;
+  dit_plan_t *plan = NULL;
+  dit_bundle_writer_t *w = NULL;
+  char *plan_text = NULL;
+  dit_manifest_t man;
+  memset(&man, 0, sizeof man);
+  dit_manifest_weights_t layout;
+  memset(&layout, 0, sizeof layout);
+  dit_manifest_blob_t blobs[2];
+  dit_manifest_rank_t rank0;
+  memset(&rank0, 0, sizeof rank0);
+  dit_latent_shape_t ls;
+  char weights_hash[33];
+  dit_pass_result_t pres;
+
+  dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
+  if (!s) progress(&pr, "loaded %s (%s, %zu tensors) from %s", m->model_class, m->variant,
+                   dit_safetensors_count(m->weights), o->model_dir);
+  if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
+  if (!s) s = dit_model_weights_hash(m, weights_hash);
+  if (!s) progress(&pr, "weights content hash %s", weights_hash);
+  if (!s) s = dit_model_build_graph(m, &o->shape, &g);
+  if (!s) progress(&pr, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64,
+                   dit_graph_num_ops(g), dit_graph_num_values(g), ls.channels, ls.frames, ls.height, ls.width);
+  dit_pass_options_t popt = {o->dump_after, o->dump};
+  if (!s) s = dit_passes_run(g, &popt, &pres);
+  if (!s) progress(&pr, "passes verify,dce,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed",
+                   (double)pres.arena_bytes / (1 << 20), (double)pres.naive_bytes / (1 << 20), pres.removed_ops);
+  if (!s && o->dump_ir) dit_graph_print(g, o->dump ? o->dump : stdout);
+  if (!s) s = lower_to_plan(g, pres.arena_bytes, &plan);
+  if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
+  if (!s) s = write_weights(w, m, plan, &layout, &pr);
+  if (!s) s = dit_plan_to_json(plan, &plan_text);
+  if (!s) s = dit_bundle_writer_add_blob(w, plan_text, strlen(plan_text), rank0.plan);
+  if (!s) {
+    /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
+    cJSON *in = cJSON_CreateObject();
+    cJSON *model = cJSON_AddObjectToObject(in, "model");
+    cJSON_AddStringToObject(model, "class", m->model_class);
+    cJSON_AddStringToObject(model, "variant", m->variant);
+    cJSON_AddItemToObject(model, "config", cJSON_Duplicate(m->config, 1));
+    cJSON_AddStringToObject(in, "weights", weights_hash);
+    cJSON_AddItemToObject(in, "shape", shape_json(o, &ls));
+    cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
+    cJSON_AddItemToObject(in, "topology", topology_json());
+    cJSON_AddStringToObject(in, "target", o->target);
+    cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
+    char schema[16];
+    snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
+    cJSON_AddStringToObject(in, "schema", schema);
+    cJSON *tc = NULL;
+    s = dit_toolchain_identity(o->target, &tc);
+    if (!s) cJSON_AddItemToObject(in, "toolchain", tc);
+    man.inputs = in;
+  }
+  if (!s) {
+    man.schema_major = DIT_SCHEMA_MAJOR;
+    man.schema_minor = DIT_SCHEMA_MINOR;
+    snprintf(man.family, sizeof man.family, "%s", m->family);
+    snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
+    snprintf(man.variant, sizeof man.variant, "%s", m->variant);
+    snprintf(man.arch, sizeof man.arch, "%s", o->target);
+    man.topology.world = man.topology.tp = man.topology.cp = man.topology.cfg = 1;
+    snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "none");
+    man.shape.batch = o->shape.batch;
+    man.shape.frames = o->shape.frames;
+    man.shape.height = o->shape.height;
+    man.shape.width = o->shape.width;
+    man.shape.text_len = o->shape.text_len;
+    man.shape.latent[0] = ls.channels;
+    man.shape.latent[1] = ls.frames;
+    man.shape.latent[2] = ls.height;
+    man.shape.latent[3] = ls.width;
+    man.dtype = o->shape.dtype;
+    s = fill_io(plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
+    if (!s) s = fill_io(plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
+  }
+  if (!s) {
+    layout.tp_rank = 0;
+    layout.tp_size = 1;
+    memcpy(rank0.weights, layout.blob, DIT_HASH_HEX);
+    rank0.rank = 0;
+    uint64_t wsize = 0;
+    for (size_t i = 0; i < layout.n_tensors; i++)
+      if (layout.tensors[i].offset + layout.tensors[i].nbytes > wsize) wsize = layout.tensors[i].offset + layout.tensors[i].nbytes;
+    snprintf(blobs[0].role, sizeof blobs[0].role, "weights");
+    memcpy(blobs[0].hash, layout.blob, DIT_HASH_HEX);
+    blobs[0].size = wsize;
+    snprintf(blobs[1].role, sizeof blobs[1].role, "plan");
+    memcpy(blobs[1].hash, rank0.plan, DIT_HASH_HEX);
+    blobs[1].size = strlen(plan_text);
+    man.blobs = blobs;
+    man.n_blobs = 2;
+    man.weights = &layout;
+    man.n_weights = 1;
+    man.ranks = &rank0;
+    man.n_ranks = 1;
+    uint64_t io_bytes = 0;
+    for (size_t i = 0; i < plan->n_values; i++)
+      if (plan->values[i].storage == DIT_STORAGE_INPUT || plan->values[i].storage == DIT_STORAGE_OUTPUT)
+        io_bytes += plan->values[i].nbytes;
+    man.arena_bytes = pres.arena_bytes;
+    man.weight_bytes = wsize;
+    man.peak_bytes = pres.arena_bytes + wsize + io_bytes;
+    int n_blocks = (int)m->wan.layers;
+    dit_cost_t *pb = calloc((size_t)n_blocks + 1, sizeof *pb);
+    dit_cost_t tot = dit_graph_cost(g, pb, n_blocks);
+    cJSON *sum = cJSON_CreateObject();
+    cJSON *passes = cJSON_AddArrayToObject(sum, "passes");
+    for (const char *const *pn = dit_pass_names(); *pn; pn++) cJSON_AddItemToArray(passes, cJSON_CreateString(*pn));
+    cJSON_AddNumberToObject(sum, "steps", (double)plan->n_steps);
+    cJSON_AddNumberToObject(sum, "flops", tot.flops);
+    cJSON_AddNumberToObject(sum, "bytes", tot.bytes);
+    cJSON_AddNumberToObject(sum, "blocks", n_blocks);
+    cJSON_AddNumberToObject(sum, "flops_per_block", pb && n_blocks ? pb[0].flops : 0);
+    cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)pres.naive_bytes);
+    cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
+                                               (double)(ls.width / m->wan.patch[2]));
+    free(pb);
+    man.summary = sum;
+    /* Check the plan against the manifest we are about to publish, as the runtime will. */
+    s = dit_plan_check_bindings(plan, &man, &layout, "plan");
+  }
+  if (!s) progress(&pr, "plan: %zu steps, %.3g GFLOP per forward, predicted peak %.2f MiB", plan->n_steps,
+                   cJSON_GetObjectItem(man.summary, "flops")->valuedouble / 1e9, (double)man.peak_bytes / (1 << 20));
+  char *diag = NULL;
+  if (!s) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    diag = diagnostics_json(o, secs(pr.t0, now));
+    s = dit_bundle_writer_publish(w, &man, diag, &out->path, &out->existed);
+  }
+  if (!s) {
+    memcpy(out->identity, man.identity, DIT_HASH_HEX);
+    progress(&pr, "%s bundle %s", out->existed ? "found identical" : "published", out->path);
+  }
+  free(diag);
+  dit_bundle_writer_destroy(w);
+  cJSON_Delete(man.inputs);
+  cJSON_Delete(man.summary);
+  free(man.io_inputs);
+  free(man.io_outputs);
+  for (size_t i = 0; i < layout.n_tensors; i++) free(layout.tensors[i].name);
+  free(layout.tensors);
+  free(plan_text);
+  dit_plan_free(plan);
+  dit_graph_destroy(g);
+  dit_model_free(m);
+  return s;
+}

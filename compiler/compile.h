@@ -1,0 +1,34 @@
+/* The compile driver: model dir + shape + topology + target -> a published bundle. */
+#ifndef DIT_COMPILER_COMPILE_H
+#define DIT_COMPILER_COMPILE_H
+
+#include <stdio.h>
+
+#include "base/status.h"
+#include "compiler/frontend.h"
+
+typedef struct dit_compile_options {
+  const char *model_dir;
+  const char *variant;     /* NULL: from the config */
+  dit_shape_request_t shape;
+  const char *target;      /* "cpu" */
+  const char *out_dir;     /* parent directory of bundles */
+  const char *dump_after;  /* pass name or "all"; NULL for none */
+  int dump_ir;             /* print the final graph */
+  FILE *dump;              /* where dumps go */
+  int quiet;               /* no progress on stderr */
+} dit_compile_options_t;
+
+typedef struct dit_compile_result {
+  char identity[33];
+  char *path;              /* caller frees */
+  int existed;             /* an identical bundle was already published there */
+} dit_compile_result_t;
+
+dit_status_t dit_compile(const dit_compile_options_t *opts, dit_compile_result_t *out);
+
+/* The toolchain part of the identity for a target: our codegen-relevant source hash plus
+ * the versions of the code generators the target uses. Caller owns the object. */
+dit_status_t dit_toolchain_identity(const char *target, cJSON **out);
+
+#endif

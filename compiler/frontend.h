@@ -1,0 +1,66 @@
+/* Model frontends: read a diffusers model directory (config.json + safetensors), validate it,
+ * and build the DiT graph for one shape. One frontend per family; `_class_name` picks it. */
+#ifndef DIT_COMPILER_FRONTEND_H
+#define DIT_COMPILER_FRONTEND_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "artifacts/safetensors.h"
+#include "base/dtype.h"
+#include "base/status.h"
+#include "ir/graph.h"
+
+/* What the user asked for, in pixel units. */
+typedef struct dit_shape_request {
+  int64_t batch;
+  int64_t frames, height, width; /* pixels */
+  int64_t text_len;
+  dit_dtype_t dtype;             /* compute/storage policy: f32 or bf16 */
+} dit_shape_request_t;
+
+typedef struct dit_model {
+  char family[32];       /* "wan" */
+  char model_class[64];  /* config _class_name */
+  char variant[32];      /* e.g. "wan2.1"; decides VAE factors */
+  int vae_temporal, vae_spatial;
+  cJSON *config;         /* normalized config: every field the frontend reads, defaults filled */
+  dit_safetensors_t *weights;
+  char model_dir[4096];
+  /* Family-specific parsed config. */
+  struct {
+    int64_t patch[3], heads, head_dim, in_channels, out_channels, text_dim, freq_dim, ffn_dim,
+        layers, rope_max_seq_len;
+    int cross_attn_norm;
+    double eps;
+  } wan;
+} dit_model_t;
+
+/* The latent shape a request maps to, [C, f, h, w] before patching. */
+typedef struct dit_latent_shape {
+  int64_t channels, frames, height, width;
+} dit_latent_shape_t;
+
+/* Loads config.json and the checkpoint of model_dir and validates both against the family's
+ * definition (unsupported options refused naming the field; every expected tensor present
+ * with its shape; no unexpected tensors). variant may be NULL (chosen from the config).
+ * Caller owns *out. */
+dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_model_t **out);
+void dit_model_free(dit_model_t *m);
+
+/* Turns pixel sizes into latent sizes with the variant's VAE factors, refusing sizes that
+ * do not map exactly (names the flag, expected and found). */
+dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *req,
+                                    dit_latent_shape_t *out);
+
+/* Builds the forward graph: inputs hidden_states [B,C,f,h,w], timestep [B] (f32),
+ * encoder_hidden_states [B,L,text_dim]; output sample [B,C_out,f,h,w]. */
+dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request_t *req,
+                                   dit_graph_t **out);
+
+/* Content hash of the checkpoint: XXH3-128 over every tensor's name, dtype, shape and bytes,
+ * in name order (independent of file names, sharding and header order). */
+dit_status_t dit_model_weights_hash(const dit_model_t *m, char out_hex[33]);
+
+#endif

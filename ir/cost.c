@@ -1,0 +1,63 @@
+/* FLOP and byte counts per op: matrix products and attention exactly (2 per multiply-add),
+ * elementwise and row ops by a small per-element constant; bytes are each operand read once
+ * and each result written once. */
+#include "ir/graph.h"
+
+static double elem_flops(dit_op_kind_t k) {
+  switch (k) {
+    case DIT_OP_SILU: return 4;      /* exp, add, div, mul */
+    case DIT_OP_GELU_TANH: return 8;
+    case DIT_OP_LAYERNORM: return 7;
+    case DIT_OP_ADALN: return 9;
+    case DIT_OP_RMSNORM: return 4;
+    case DIT_OP_ROPE: return 3;
+    case DIT_OP_GATED_ADD: return 2;
+    case DIT_OP_ADD:
+    case DIT_OP_MOD_TABLE: return 1;
+    case DIT_OP_TIMESTEP_EMBED: return 4;
+    default: return 0;
+  }
+}
+
+dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
+  dit_cost_t c = {0, 0};
+  for (int i = 0; i < op->n_in; i++) c.bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->in[i]));
+  for (int i = 0; i < op->n_out; i++) c.bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->out[i]));
+  const dit_value_t *x = dit_graph_cvalue(g, op->in[0]);
+  const dit_value_t *y = dit_graph_cvalue(g, op->out[0]);
+  switch (op->kind) {
+    case DIT_OP_LINEAR: {
+      const dit_value_t *w = dit_graph_cvalue(g, op->in[1]);
+      double m = (double)dit_value_numel(x) / (double)x->dims[x->rank - 1];
+      double k = (double)x->dims[x->rank - 1], n = (double)w->dims[0];
+      c.flops = 2 * m * n * k + (op->n_in == 3 ? m * n : 0);
+      break;
+    }
+    case DIT_OP_ATTENTION: {
+      const dit_value_t *k = dit_graph_cvalue(g, op->in[1]);
+      /* QK^T and PV: 2 * (2 * B * S * L * H * Dh) = 4 * B * S * L * C */
+      c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
+      break;
+    }
+    default:
+      c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);
+      break;
+  }
+  return c;
+}
+
+dit_cost_t dit_graph_cost(const dit_graph_t *g, dit_cost_t *per_block, int n_blocks) {
+  dit_cost_t total = {0, 0};
+  for (int b = 0; per_block && b < n_blocks; b++) per_block[b] = total;
+  for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    dit_cost_t c = dit_op_cost(g, op);
+    total.flops += c.flops;
+    total.bytes += c.bytes;
+    if (per_block && op->block >= 0 && op->block < n_blocks) {
+      per_block[op->block].flops += c.flops;
+      per_block[op->block].bytes += c.bytes;
+    }
+  }
+  return total;
+}

@@ -1,0 +1,107 @@
+/* The DiT graph IR: SSA values with shape and dtype, ops from the catalog in base/ops.def,
+ * a builder that infers output shapes, a verifier, a textual printer and cost counts. */
+#ifndef DIT_IR_GRAPH_H
+#define DIT_IR_GRAPH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/dtype.h"
+#include "base/ops.h"
+#include "base/status.h"
+
+typedef int32_t dit_vid_t; /* value index; -1 = none */
+
+typedef enum dit_value_kind {
+  DIT_VALUE_TEMP = 0,   /* produced by an op */
+  DIT_VALUE_INPUT = 1,  /* supplied by the caller at run time */
+  DIT_VALUE_WEIGHT = 2, /* a checkpoint tensor */
+} dit_value_kind_t;
+
+typedef struct dit_value {
+  char *name;        /* diagnostic name, e.g. "blocks.3.attn1.q" */
+  char *ref;         /* checkpoint key (weights) or io name (inputs, outputs); may be NULL */
+  dit_value_kind_t kind;
+  int is_output;     /* returned to the caller under `ref` */
+  dit_dtype_t dtype;
+  int rank;
+  int64_t dims[DIT_MAX_RANK];
+  int32_t producer;  /* op index, -1 for inputs and weights */
+  int64_t offset;    /* arena offset once memory-planned, else -1 */
+} dit_value_t;
+
+#define DIT_OP_MAX_IN 4
+#define DIT_OP_MAX_OUT 2
+
+typedef struct dit_op {
+  dit_op_kind_t kind;
+  int n_in, n_out;
+  dit_vid_t in[DIT_OP_MAX_IN];
+  dit_vid_t out[DIT_OP_MAX_OUT];
+  dit_attrs_t attrs;
+  int32_t block; /* transformer block index, -1 outside the blocks */
+} dit_op_t;
+
+typedef struct dit_graph dit_graph_t;
+
+dit_status_t dit_graph_create(dit_graph_t **out);
+void dit_graph_destroy(dit_graph_t *g);
+
+/* Builder. Functions return the new value id, or -1 after recording a sticky error (bad
+ * operands, out of memory) that dit_graph_status reports; building may continue, so a
+ * frontend checks once at the end. */
+dit_vid_t dit_graph_input(dit_graph_t *g, const char *name, dit_dtype_t dtype, int rank,
+                          const int64_t *dims);
+dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
+                           const int64_t *dims);
+/* Appends an op with one output whose shape is inferred from the operands and attrs. */
+dit_vid_t dit_graph_op(dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_in,
+                       const dit_attrs_t *attrs, dit_dtype_t out_dtype, const char *name);
+/* Ops with two outputs (attention with lse): both ids through out_ids. */
+dit_status_t dit_graph_op2(dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_in,
+                           const dit_attrs_t *attrs, const dit_dtype_t out_dtypes[2],
+                           const char *name, dit_vid_t out_ids[2]);
+void dit_graph_mark_output(dit_graph_t *g, dit_vid_t v, const char *name);
+/* Ops appended from now on are tagged with this block index (-1 to clear). */
+void dit_graph_set_block(dit_graph_t *g, int32_t block);
+/* The first recorded builder error (borrowed), or OK. */
+dit_status_t dit_graph_status(const dit_graph_t *g);
+
+/* Inspection. Pointers stay valid until the graph is modified. */
+int32_t dit_graph_num_values(const dit_graph_t *g);
+int32_t dit_graph_num_ops(const dit_graph_t *g);
+dit_value_t *dit_graph_value(dit_graph_t *g, dit_vid_t v);
+const dit_value_t *dit_graph_cvalue(const dit_graph_t *g, dit_vid_t v);
+dit_op_t *dit_graph_op_at(dit_graph_t *g, int32_t i);
+const dit_op_t *dit_graph_cop_at(const dit_graph_t *g, int32_t i);
+
+/* Keeps only ops for which keep[i] != 0 and the values still referenced (inputs and outputs
+ * always stay); value ids are renumbered. */
+dit_status_t dit_graph_compact(dit_graph_t *g, const uint8_t *keep_ops);
+
+/* Infers an op's output shapes; shared by the builder and the verifier. */
+dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins,
+                              int n_in, const dit_attrs_t *attrs, int n_out,
+                              int out_rank[DIT_OP_MAX_OUT],
+                              int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]);
+
+/* Checks arity, value ids, SSA order (every operand defined before use, every temp produced
+ * exactly once), inferred shapes equal to recorded ones, and that outputs exist. */
+dit_status_t dit_graph_verify(const dit_graph_t *g);
+
+/* Textual form, one line per value/op, stable across runs. */
+void dit_graph_print(const dit_graph_t *g, FILE *f);
+
+int64_t dit_value_numel(const dit_value_t *v);
+uint64_t dit_value_nbytes(const dit_value_t *v);
+
+/* Arithmetic (multiply-add = 2) and memory traffic (operand and result bytes, each once). */
+typedef struct dit_cost {
+  double flops;
+  double bytes;
+} dit_cost_t;
+dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op);
+/* Totals over the graph; per_block (optional, n_blocks entries) gets each block's share. */
+dit_cost_t dit_graph_cost(const dit_graph_t *g, dit_cost_t *per_block, int n_blocks);
+
+#endif

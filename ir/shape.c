@@ -1,0 +1,225 @@
+/* Shape inference: one rule per op kind of base/ops.def; used by the builder and verifier. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "ir/graph.h"
+
+#define FAIL(...) return dit_status_make(DIT_CODE_INVALID_ARGUMENT, __VA_ARGS__)
+
+static const dit_value_t *operand(const dit_graph_t *g, const dit_vid_t *ins, int i) {
+  return dit_graph_cvalue(g, ins[i]);
+}
+
+static dit_status_t need_rank(const char *op, const char *what, const dit_value_t *v, int rank) {
+  if (v->rank != rank)
+    FAIL("%s: operand %s '%s' has rank %d, expected %d", op, what, v->name, v->rank, rank);
+  return DIT_OK;
+}
+
+static int same_shape(const dit_value_t *a, const dit_value_t *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+static void copy_shape(const dit_value_t *v, int *rank, int64_t *dims) {
+  *rank = v->rank;
+  memcpy(dims, v->dims, sizeof(int64_t) * DIT_MAX_RANK);
+}
+
+static dit_status_t get_i(const dit_attrs_t *a, const char *op, const char *key, int64_t *out,
+                          int64_t min) {
+  DIT_RETURN_IF(dit_attrs_get_int(a, op, key, out));
+  if (*out < min) FAIL("%s: attribute %s = %" PRId64 ", expected >= %" PRId64, op, key, *out, min);
+  return DIT_OK;
+}
+
+/* Checks that mod is [B, n, D] with the row index `idx_key` inside n. */
+static dit_status_t check_mod(const char *op, const dit_value_t *x, const dit_value_t *mod,
+                              const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
+  DIT_RETURN_IF(need_rank(op, "mod", mod, 3));
+  if (mod->dims[0] != x->dims[0] || mod->dims[2] != x->dims[x->rank - 1])
+    FAIL("%s: mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",n,%" PRId64 "]",
+         op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], x->dims[0], x->dims[x->rank - 1]);
+  for (int k = 0; k < n_keys; k++) {
+    int64_t idx;
+    DIT_RETURN_IF(get_i(attrs, op, keys[k], &idx, 0));
+    if (idx >= mod->dims[1])
+      FAIL("%s: attribute %s = %" PRId64 " outside mod rows 0..%" PRId64, op, keys[k], idx, mod->dims[1] - 1);
+  }
+  return DIT_OK;
+}
+
+dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins,
+                              int n_in, const dit_attrs_t *attrs, int n_out,
+                              int out_rank[DIT_OP_MAX_OUT],
+                              int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]) {
+  const dit_op_info_t *info = dit_op_info(kind);
+  if (!info) FAIL("unknown op kind %d", (int)kind);
+  const char *op = info->name;
+  for (int i = 0; i < n_in; i++)
+    if (!operand(g, ins, i)) FAIL("%s: operand %d is not a value", op, i);
+  const dit_value_t *x = operand(g, ins, 0);
+  memset(out_dims, 0, sizeof(int64_t) * DIT_OP_MAX_OUT * DIT_MAX_RANK);
+  switch (kind) {
+    case DIT_OP_PATCHIFY: {
+      int64_t pt, ph, pw;
+      DIT_RETURN_IF(need_rank(op, "x", x, 5));
+      DIT_RETURN_IF(get_i(attrs, op, "pt", &pt, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "ph", &ph, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "pw", &pw, 1));
+      if (x->dims[2] % pt || x->dims[3] % ph || x->dims[4] % pw)
+        FAIL("%s: grid %" PRId64 "x%" PRId64 "x%" PRId64 " not divisible by patch %" PRId64
+             "x%" PRId64 "x%" PRId64, op, x->dims[2], x->dims[3], x->dims[4], pt, ph, pw);
+      out_rank[0] = 3;
+      out_dims[0][0] = x->dims[0];
+      out_dims[0][1] = (x->dims[2] / pt) * (x->dims[3] / ph) * (x->dims[4] / pw);
+      out_dims[0][2] = x->dims[1] * pt * ph * pw;
+      break;
+    }
+    case DIT_OP_UNPATCHIFY: {
+      int64_t pt, ph, pw, f, h, w;
+      DIT_RETURN_IF(need_rank(op, "y", x, 3));
+      DIT_RETURN_IF(get_i(attrs, op, "pt", &pt, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "ph", &ph, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "pw", &pw, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "f", &f, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "h", &h, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "w", &w, 1));
+      if (x->dims[1] != f * h * w || x->dims[2] % (pt * ph * pw))
+        FAIL("%s: y [%" PRId64 ",%" PRId64 ",%" PRId64 "] does not fit grid %" PRId64 "x%" PRId64
+             "x%" PRId64 " with patch volume %" PRId64, op, x->dims[0], x->dims[1], x->dims[2], f,
+             h, w, pt * ph * pw);
+      out_rank[0] = 5;
+      out_dims[0][0] = x->dims[0];
+      out_dims[0][1] = x->dims[2] / (pt * ph * pw);
+      out_dims[0][2] = f * pt;
+      out_dims[0][3] = h * ph;
+      out_dims[0][4] = w * pw;
+      break;
+    }
+    case DIT_OP_LINEAR: {
+      const dit_value_t *w = operand(g, ins, 1);
+      if (x->rank < 1 || w->rank < 2) FAIL("%s: x rank %d, w rank %d; expected >= 1 and >= 2", op, x->rank, w->rank);
+      int64_t k = 1;
+      for (int i = 1; i < w->rank; i++) k *= w->dims[i];
+      if (k != x->dims[x->rank - 1])
+        FAIL("%s: weight '%s' has K = %" PRId64 ", input '%s' has %" PRId64, op, w->name, k,
+             x->name, x->dims[x->rank - 1]);
+      if (n_in == 3) {
+        const dit_value_t *b = operand(g, ins, 2);
+        if (b->rank != 1 || b->dims[0] != w->dims[0])
+          FAIL("%s: bias '%s' must be [%" PRId64 "]", op, b->name, w->dims[0]);
+      }
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][x->rank - 1] = w->dims[0];
+      break;
+    }
+    case DIT_OP_TIMESTEP_EMBED: {
+      int64_t dim;
+      DIT_RETURN_IF(need_rank(op, "t", x, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "dim", &dim, 2));
+      out_rank[0] = 2;
+      out_dims[0][0] = x->dims[0];
+      out_dims[0][1] = dim;
+      break;
+    }
+    case DIT_OP_SILU:
+    case DIT_OP_GELU_TANH:
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    case DIT_OP_ADD:
+      if (!same_shape(x, operand(g, ins, 1)))
+        FAIL("%s: operands '%s' and '%s' differ in shape", op, x->name, operand(g, ins, 1)->name);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    case DIT_OP_MOD_TABLE: {
+      const dit_value_t *e = operand(g, ins, 1);
+      DIT_RETURN_IF(need_rank(op, "table", x, 3));
+      if (x->dims[0] != 1) FAIL("%s: table '%s' dims[0] = %" PRId64 ", expected 1", op, x->name, x->dims[0]);
+      if (e->rank < 1) FAIL("%s: e '%s' has rank 0", op, e->name);
+      int64_t n = x->dims[1], d = x->dims[2], b = e->dims[0];
+      int64_t per = dit_value_numel(e) / (b ? b : 1);
+      if (per != d && per != n * d)
+        FAIL("%s: e '%s' has %" PRId64 " elements per batch item, expected %" PRId64 " or %" PRId64,
+             op, e->name, per, d, n * d);
+      out_rank[0] = 3;
+      out_dims[0][0] = b;
+      out_dims[0][1] = n;
+      out_dims[0][2] = d;
+      break;
+    }
+    case DIT_OP_LAYERNORM:
+      if (n_in == 2) FAIL("%s: weight without bias", op);
+      if (n_in == 3) {
+        const dit_value_t *w = operand(g, ins, 1), *b = operand(g, ins, 2);
+        if (w->rank != 1 || b->rank != 1 || w->dims[0] != x->dims[x->rank - 1] || b->dims[0] != w->dims[0])
+          FAIL("%s: affine parameters must be [%" PRId64 "]", op, x->dims[x->rank - 1]);
+      }
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    case DIT_OP_ADALN: {
+      static const char *const keys[] = {"shift", "scale"};
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(check_mod(op, x, operand(g, ins, 1), attrs, keys, 2));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_RMSNORM: {
+      const dit_value_t *w = operand(g, ins, 1);
+      if (w->rank != 1 || w->dims[0] != x->dims[x->rank - 1])
+        FAIL("%s: weight '%s' must be [%" PRId64 "]", op, w->name, x->dims[x->rank - 1]);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_ROPE: {
+      int64_t heads, f, h, w, td, hd, wd;
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "f", &f, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "h", &h, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "w", &w, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "t_dim", &td, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "h_dim", &hd, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "w_dim", &wd, 0));
+      if (x->dims[1] != f * h * w) FAIL("%s: %" PRId64 " tokens, grid has %" PRId64, op, x->dims[1], f * h * w);
+      if ((td | hd | wd) & 1) FAIL("%s: rope parts %" PRId64 "/%" PRId64 "/%" PRId64 " must be even", op, td, hd, wd);
+      if (x->dims[2] != heads * (td + hd + wd))
+        FAIL("%s: channels %" PRId64 " != heads %" PRId64 " x head dim %" PRId64, op, x->dims[2], heads, td + hd + wd);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_ATTENTION: {
+      const dit_value_t *k = operand(g, ins, 1), *v = operand(g, ins, 2);
+      int64_t heads;
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      DIT_RETURN_IF(need_rank(op, "q", x, 3));
+      DIT_RETURN_IF(need_rank(op, "k", k, 3));
+      DIT_RETURN_IF(need_rank(op, "v", v, 3));
+      if (!same_shape(k, v) || k->dims[0] != x->dims[0] || k->dims[2] != x->dims[2])
+        FAIL("%s: q [%" PRId64 ",%" PRId64 ",%" PRId64 "], k/v [%" PRId64 ",%" PRId64 ",%" PRId64
+             "] do not match", op, x->dims[0], x->dims[1], x->dims[2], k->dims[0], k->dims[1], k->dims[2]);
+      if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels not divisible by %" PRId64 " heads", op, x->dims[2], heads);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      if (n_out == 2) {
+        out_rank[1] = 3;
+        out_dims[1][0] = x->dims[0];
+        out_dims[1][1] = heads;
+        out_dims[1][2] = x->dims[1];
+      }
+      break;
+    }
+    case DIT_OP_GATED_ADD: {
+      static const char *const keys[] = {"gate"};
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      if (!same_shape(x, operand(g, ins, 1))) FAIL("%s: x and y differ in shape", op);
+      DIT_RETURN_IF(check_mod(op, x, operand(g, ins, 2), attrs, keys, 1));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_COUNT:
+      FAIL("unknown op kind");
+  }
+  return DIT_OK;
+}
