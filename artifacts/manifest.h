@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cjson/cJSON.h>
 
@@ -119,5 +120,9 @@ void dit_manifest_free(dit_manifest_t *m);
 const dit_manifest_blob_t *dit_manifest_find_blob(const dit_manifest_t *m, const char *hash);
 const dit_manifest_weights_t *dit_manifest_find_weights(const dit_manifest_t *m,
                                                         const char *blob);
+
+/* Prints a human-readable summary (identity, model, target, topology, shape, io, blobs,
+ * memory, plan figures). */
+void dit_manifest_print(const dit_manifest_t *m, FILE *f);
 
 #endif

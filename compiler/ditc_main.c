@@ -104,54 +104,12 @@ static int cmd_compile(int argc, char **argv) {
   return 0;
 }
 
-static void print_dims(const int64_t *d, int rank) {
-  putchar('[');
-  for (int i = 0; i < rank; i++) printf("%s%" PRId64, i ? "," : "", d[i]);
-  putchar(']');
-}
-
 static int cmd_inspect(int argc, char **argv) {
   if (argc != 1) return usage_error("%s", "inspect needs exactly one BUNDLE directory");
   dit_bundle_t *b;
   dit_status_t s = dit_bundle_open(argv[0], 0, &b);
   if (s) return dit_status_report(s, "ditc");
-  const dit_manifest_t *m = dit_bundle_manifest(b);
-  printf("bundle     %s\n", m->identity);
-  printf("schema     %d.%d\n", m->schema_major, m->schema_minor);
-  printf("model      %s (%s, family %s)\n", m->model_class, m->variant, m->family);
-  printf("target     %s\n", m->arch);
-  printf("topology   world %d = tp %d x cp %d (%s) x cfg %d\n", m->topology.world, m->topology.tp, m->topology.cp,
-         m->topology.cp_mode, m->topology.cfg);
-  printf("shape      batch %" PRId64 ", %" PRId64 " frames %" PRId64 "x%" PRId64 ", text %" PRId64 "; latent ",
-         m->shape.batch, m->shape.frames, m->shape.height, m->shape.width, m->shape.text_len);
-  print_dims(m->shape.latent, 4);
-  printf("\ndtype      %s\n", dit_dtype_name(m->dtype));
-  for (size_t i = 0; i < m->n_inputs; i++) {
-    printf("input      %-22s %s", m->io_inputs[i].name, dit_dtype_name(m->io_inputs[i].dtype));
-    print_dims(m->io_inputs[i].dims, m->io_inputs[i].rank);
-    putchar('\n');
-  }
-  for (size_t i = 0; i < m->n_outputs; i++) {
-    printf("output     %-22s %s", m->io_outputs[i].name, dit_dtype_name(m->io_outputs[i].dtype));
-    print_dims(m->io_outputs[i].dims, m->io_outputs[i].rank);
-    putchar('\n');
-  }
-  for (size_t i = 0; i < m->n_blobs; i++)
-    printf("blob       %-8s %s %12" PRIu64 " bytes\n", m->blobs[i].role, m->blobs[i].hash, m->blobs[i].size);
-  for (size_t i = 0; i < m->n_weights; i++)
-    printf("weights    %s: tp rank %d/%d, %zu tensors\n", m->weights[i].blob, m->weights[i].tp_rank, m->weights[i].tp_size,
-           m->weights[i].n_tensors);
-  printf("memory     arena %.2f MiB, weights %.2f MiB, predicted peak %.2f MiB\n", (double)m->arena_bytes / (1 << 20),
-         (double)m->weight_bytes / (1 << 20), (double)m->peak_bytes / (1 << 20));
-  if (m->summary) {
-    const cJSON *f = cJSON_GetObjectItem(m->summary, "flops");
-    const cJSON *fb = cJSON_GetObjectItem(m->summary, "flops_per_block");
-    const cJSON *st = cJSON_GetObjectItem(m->summary, "steps");
-    const cJSON *tk = cJSON_GetObjectItem(m->summary, "tokens");
-    if (cJSON_IsNumber(f) && cJSON_IsNumber(fb) && cJSON_IsNumber(st))
-      printf("plan       %.0f steps, %.4g GFLOP per forward, %.4g GFLOP per block, %.0f tokens\n", st->valuedouble,
-             f->valuedouble / 1e9, fb->valuedouble / 1e9, cJSON_IsNumber(tk) ? tk->valuedouble : 0.0);
-  }
+  dit_manifest_print(dit_bundle_manifest(b), stdout);
   dit_bundle_close(b);
   return 0;
 }

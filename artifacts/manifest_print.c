@@ -1,0 +1,50 @@
+/* A human-readable summary of a manifest, shared by `ditc inspect` and `ditrun info`. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "artifacts/manifest.h"
+
+static void print_dims(FILE *f, const int64_t *d, int rank) {
+  fputc('[', f);
+  for (int i = 0; i < rank; i++) fprintf(f, "%s%" PRId64, i ? "," : "", d[i]);
+  fputc(']', f);
+}
+
+void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
+  fprintf(f, "bundle     %s\n", m->identity);
+  fprintf(f, "schema     %d.%d\n", m->schema_major, m->schema_minor);
+  fprintf(f, "model      %s (%s, family %s)\n", m->model_class, m->variant, m->family);
+  fprintf(f, "target     %s\n", m->arch);
+  fprintf(f, "topology   world %d = tp %d x cp %d (%s) x cfg %d\n", m->topology.world, m->topology.tp, m->topology.cp,
+         m->topology.cp_mode, m->topology.cfg);
+  fprintf(f, "shape      batch %" PRId64 ", %" PRId64 " frames %" PRId64 "x%" PRId64 ", text %" PRId64 "; latent ",
+         m->shape.batch, m->shape.frames, m->shape.height, m->shape.width, m->shape.text_len);
+  print_dims(f, m->shape.latent, 4);
+  fprintf(f, "\ndtype      %s\n", dit_dtype_name(m->dtype));
+  for (size_t i = 0; i < m->n_inputs; i++) {
+    fprintf(f, "input      %-22s %s", m->io_inputs[i].name, dit_dtype_name(m->io_inputs[i].dtype));
+    print_dims(f, m->io_inputs[i].dims, m->io_inputs[i].rank);
+    fputc('\n', f);
+  }
+  for (size_t i = 0; i < m->n_outputs; i++) {
+    fprintf(f, "output     %-22s %s", m->io_outputs[i].name, dit_dtype_name(m->io_outputs[i].dtype));
+    print_dims(f, m->io_outputs[i].dims, m->io_outputs[i].rank);
+    fputc('\n', f);
+  }
+  for (size_t i = 0; i < m->n_blobs; i++)
+    fprintf(f, "blob       %-8s %s %12" PRIu64 " bytes\n", m->blobs[i].role, m->blobs[i].hash, m->blobs[i].size);
+  for (size_t i = 0; i < m->n_weights; i++)
+    fprintf(f, "weights    %s: tp rank %d/%d, %zu tensors\n", m->weights[i].blob, m->weights[i].tp_rank, m->weights[i].tp_size,
+           m->weights[i].n_tensors);
+  fprintf(f, "memory     arena %.2f MiB, weights %.2f MiB, predicted peak %.2f MiB\n", (double)m->arena_bytes / (1 << 20),
+         (double)m->weight_bytes / (1 << 20), (double)m->peak_bytes / (1 << 20));
+  if (m->summary) {
+    const cJSON *fl = cJSON_GetObjectItem(m->summary, "flops");
+    const cJSON *fb = cJSON_GetObjectItem(m->summary, "flops_per_block");
+    const cJSON *st = cJSON_GetObjectItem(m->summary, "steps");
+    const cJSON *tk = cJSON_GetObjectItem(m->summary, "tokens");
+    if (cJSON_IsNumber(fl) && cJSON_IsNumber(fb) && cJSON_IsNumber(st))
+      fprintf(f, "plan       %.0f steps, %.4g GFLOP per forward, %.4g GFLOP per block, %.0f tokens\n", st->valuedouble,
+             fl->valuedouble / 1e9, fb->valuedouble / 1e9, cJSON_IsNumber(tk) ? tk->valuedouble : 0.0);
+  }
+}

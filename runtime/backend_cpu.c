@@ -1,0 +1,164 @@
+/* The CPU backend: host memory, and plan steps dispatched to the reference kernels. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+#include "runtime/cpu/cpu_ops.h"
+
+typedef struct cpu_state {
+  dit_cpu_t cpu;
+} cpu_state_t;
+
+static dit_status_t cpu_create(const dit_backend_config_t *cfg, void **out) {
+  cpu_state_t *st = calloc(1, sizeof *st);
+  if (!st) return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: out of memory");
+  dit_status_t s = dit_pool_create(cfg ? cfg->threads : 0, &st->cpu.pool);
+  if (s) {
+    free(st);
+    return s;
+  }
+  *out = st;
+  return DIT_OK;
+}
+
+static void cpu_destroy(void *state) {
+  cpu_state_t *st = state;
+  if (!st) return;
+  dit_pool_destroy(st->cpu.pool);
+  free(st);
+}
+
+static dit_status_t cpu_alloc(void *state, size_t bytes, const char *what, void **out) {
+  (void)state;
+  /* 64-byte alignment keeps every row load of the kernels on cache-line boundaries. */
+  size_t n = (bytes + 63) / 64 * 64;
+  void *p = aligned_alloc(64, n ? n : 64);
+  if (!p) return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: cannot allocate %zu bytes for %s", bytes, what);
+  *out = p;
+  return DIT_OK;
+}
+
+static void cpu_release(void *state, void *p) {
+  (void)state;
+  free(p);
+}
+
+static dit_status_t cpu_copy(void *state, void *dst, const void *src, size_t bytes) {
+  (void)state;
+  memcpy(dst, src, bytes);
+  return DIT_OK;
+}
+
+static dit_status_t cpu_sync(void *state) {
+  (void)state;
+  return DIT_OK;
+}
+
+#define GETI(key, var)                                                        \
+  do {                                                                        \
+    int64_t v_;                                                               \
+    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, key, &v_));             \
+    var = (int)v_;                                                            \
+  } while (0)
+#define GETF(key, var) DIT_RETURN_IF(dit_attrs_get_float(&st->attrs, name, key, &var))
+
+static dit_status_t cpu_run_step(void *state, const dit_plan_step_t *st, const dit_tensor_t *in,
+                                 dit_tensor_t *out) {
+  dit_cpu_t *c = &((cpu_state_t *)state)->cpu;
+  const char *name = dit_op_info(st->kind)->name;
+  switch (st->kind) {
+    case DIT_OP_PATCHIFY: {
+      int pt, ph, pw;
+      GETI("pt", pt);
+      GETI("ph", ph);
+      GETI("pw", pw);
+      return dit_cpu_patchify(c, &in[0], pt, ph, pw, &out[0]);
+    }
+    case DIT_OP_UNPATCHIFY: {
+      int pt, ph, pw, f, h, w;
+      GETI("pt", pt);
+      GETI("ph", ph);
+      GETI("pw", pw);
+      GETI("f", f);
+      GETI("h", h);
+      GETI("w", w);
+      return dit_cpu_unpatchify(c, &in[0], pt, ph, pw, f, h, w, &out[0]);
+    }
+    case DIT_OP_LINEAR:
+      return dit_cpu_linear(c, &in[0], &in[1], st->n_in > 2 ? &in[2] : NULL, &out[0]);
+    case DIT_OP_TIMESTEP_EMBED: {
+      int flip;
+      double shift, max_period, scale;
+      GETI("flip", flip);
+      GETF("shift", shift);
+      GETF("max_period", max_period);
+      GETF("scale", scale);
+      return dit_cpu_timestep_embed(c, &in[0], flip, shift, max_period, scale, &out[0]);
+    }
+    case DIT_OP_SILU: return dit_cpu_silu(c, &in[0], &out[0]);
+    case DIT_OP_GELU_TANH: return dit_cpu_gelu_tanh(c, &in[0], &out[0]);
+    case DIT_OP_ADD: return dit_cpu_add(c, &in[0], &in[1], &out[0]);
+    case DIT_OP_MOD_TABLE: return dit_cpu_mod_table(c, &in[0], &in[1], &out[0]);
+    case DIT_OP_LAYERNORM: {
+      double eps;
+      GETF("eps", eps);
+      return dit_cpu_layernorm(c, &in[0], st->n_in > 1 ? &in[1] : NULL, st->n_in > 2 ? &in[2] : NULL, eps, &out[0]);
+    }
+    case DIT_OP_ADALN: {
+      double eps;
+      int shift, scale;
+      GETF("eps", eps);
+      GETI("shift", shift);
+      GETI("scale", scale);
+      return dit_cpu_adaln(c, &in[0], &in[1], eps, shift, scale, &out[0]);
+    }
+    case DIT_OP_RMSNORM: {
+      double eps;
+      GETF("eps", eps);
+      return dit_cpu_rmsnorm(c, &in[0], &in[1], eps, &out[0]);
+    }
+    case DIT_OP_ROPE: {
+      int heads, f, h, w, td, hd, wd;
+      double theta;
+      GETI("heads", heads);
+      GETI("f", f);
+      GETI("h", h);
+      GETI("w", w);
+      GETI("t_dim", td);
+      GETI("h_dim", hd);
+      GETI("w_dim", wd);
+      GETF("theta", theta);
+      return dit_cpu_rope(c, &in[0], heads, f, h, w, td, hd, wd, theta, &out[0]);
+    }
+    case DIT_OP_ATTENTION: {
+      int heads;
+      double scale;
+      GETI("heads", heads);
+      GETF("scale", scale);
+      return dit_cpu_attention(c, &in[0], &in[1], &in[2], heads, scale, &out[0], st->n_out > 1 ? &out[1] : NULL);
+    }
+    case DIT_OP_GATED_ADD: {
+      int gate;
+      GETI("gate", gate);
+      return dit_cpu_gated_add(c, &in[0], &in[1], &in[2], gate, &out[0]);
+    }
+    case DIT_OP_COUNT: break;
+  }
+  return DIT_ERR(UNIMPLEMENTED, "cpu backend: op %s has no kernel", name);
+}
+
+static const dit_backend_vtable_t kCpuBackend = {
+    .abi_version = DIT_BACKEND_ABI_VERSION,
+    .name = "cpu",
+    .host_memory = 1,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .run_step = cpu_run_step,
+    .synchronize = cpu_sync,
+};
+
+const dit_backend_vtable_t *dit_backend_cpu(void) { return &kCpuBackend; }

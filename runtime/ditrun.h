@@ -1,0 +1,55 @@
+/* libditrun: load a validated bundle and run forward passes and denoising loops. */
+#ifndef DIT_RUNTIME_DITRUN_H
+#define DIT_RUNTIME_DITRUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "artifacts/manifest.h"
+#include "base/status.h"
+#include "runtime/sampler.h"
+#include "runtime/tensor.h"
+
+typedef struct dit_runtime dit_runtime_t;
+
+typedef struct dit_runtime_options {
+  const char *backend; /* "cpu" or NULL for the bundle's target */
+  int threads;         /* CPU threads, <= 0: all online CPUs */
+} dit_runtime_options_t;
+
+/* Opens the bundle with full integrity checks (manifest, identity, every blob's size and
+ * hash), checks fitness for this process (target runnable here, world size, predicted memory),
+ * parses and cross-checks the plan, and binds memory. Caller owns *out. */
+dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *opts,
+                              dit_runtime_t **out);
+void dit_runtime_destroy(dit_runtime_t *rt);
+
+const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt);
+
+/* Copies (and converts, between float dtypes; integer timesteps become floats) a caller
+ * tensor into the named input. Shapes must equal the manifest's: the error names the input
+ * with the expected and found shapes. */
+dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src);
+/* One forward pass over the current inputs. */
+dit_status_t dit_runtime_forward(dit_runtime_t *rt);
+/* A view of the named output in the runtime's memory, valid until the next forward. */
+dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view);
+
+typedef struct dit_generate_options {
+  dit_sampler_kind_t sampler;
+  int steps;
+  double guidance; /* classifier-free guidance applies when > 1 and negatives are given */
+  double shift;
+  /* Called after each step (may be NULL). */
+  void (*on_step)(void *ctx, int step, int steps, double timestep, double seconds);
+  void *ctx;
+} dit_generate_options_t;
+
+/* The denoising loop as diffusers' WanPipeline runs it. latents: fp32 [B, C, f, h, w], the
+ * initial noise in, the final latents out. prompt and negative (may be NULL) are encoder
+ * states [B, L, text_dim] of any float dtype. */
+dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *opts,
+                                  const dit_tensor_t *prompt, const dit_tensor_t *negative,
+                                  float *latents);
+
+#endif

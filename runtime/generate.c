@@ -1,0 +1,70 @@
+/* The denoising loop, as diffusers' WanPipeline runs it: per step the transformer sees the
+ * latents in its dtype and the scheduler's timestep; with guidance the conditional and
+ * unconditional predictions are combined in fp32; the sampler advances fp32 latents. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/ditrun.h"
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static dit_status_t predict(dit_runtime_t *rt, const dit_tensor_t *ctx, float *out, size_t n) {
+  DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states", ctx));
+  DIT_RETURN_IF(dit_runtime_forward(rt));
+  dit_tensor_t y;
+  DIT_RETURN_IF(dit_runtime_output(rt, "sample", &y));
+  if ((size_t)dit_tensor_numel(&y) != n)
+    return DIT_ERR(INTERNAL, "output 'sample' has %lld elements, latents %zu", (long long)dit_tensor_numel(&y), n);
+  if (dit_convert(out, DIT_F32, y.data, y.dtype, n)) return DIT_ERR(INTERNAL, "output 'sample': not a float tensor");
+  return DIT_OK;
+}
+
+dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
+                                  const dit_tensor_t *prompt, const dit_tensor_t *negative,
+                                  float *latents) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  const dit_manifest_io_t *hs = NULL;
+  for (size_t i = 0; i < m->n_inputs; i++)
+    if (!strcmp(m->io_inputs[i].name, "hidden_states")) hs = &m->io_inputs[i];
+  if (!hs) return DIT_ERR(NOT_FOUND, "the bundle has no 'hidden_states' input");
+  int cfg = o->guidance > 1.0;
+  if (cfg && !negative)
+    return DIT_ERR(INVALID_ARGUMENT, "--guidance %g: classifier-free guidance needs negative prompt embeddings", o->guidance);
+  dit_tensor_t lat = {latents, DIT_F32, hs->rank, {0}};
+  memcpy(lat.dims, hs->dims, sizeof lat.dims);
+  size_t n = (size_t)dit_tensor_numel(&lat);
+  int64_t batch = hs->dims[0];
+
+  dit_sampler_t *smp;
+  DIT_RETURN_IF(dit_sampler_create(o->sampler, o->steps, o->shift, n, &smp));
+  float *cond = malloc(n * sizeof *cond), *uncond = cfg ? malloc(n * sizeof *uncond) : NULL;
+  float *tvec = malloc((size_t)batch * sizeof *tvec);
+  dit_status_t s = (!cond || !tvec || (cfg && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  for (int i = 0; !s && i < o->steps; i++) {
+    double t0 = now_s();
+    double t = dit_sampler_timestep(smp, i);
+    for (int64_t b = 0; b < batch; b++) tvec[b] = (float)t;
+    dit_tensor_t tt = {tvec, DIT_F32, 1, {batch}};
+    s = dit_runtime_set_input(rt, "hidden_states", &lat);
+    if (!s) s = dit_runtime_set_input(rt, "timestep", &tt);
+    if (!s) s = predict(rt, prompt, cond, n);
+    if (!s && cfg) {
+      s = predict(rt, negative, uncond, n);
+      float g = (float)o->guidance;
+      for (size_t j = 0; !s && j < n; j++) cond[j] = uncond[j] + g * (cond[j] - uncond[j]);
+    }
+    if (!s) s = dit_sampler_step(smp, cond, latents);
+    if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
+    else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, now_s() - t0);
+  }
+  free(cond);
+  free(uncond);
+  free(tvec);
+  dit_sampler_destroy(smp);
+  return s;
+}
