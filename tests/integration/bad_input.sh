@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Bad input to the command lines: each is refused with a precise message naming the file or
+# field, a non-zero exit status, no crash (sanitizer builds fail on any report) and no
+# partial output.
+set -uo pipefail
+BIN=$1/bin
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+# expect_fail "message substring" command...
+expect_fail() {
+  local needle=$1; shift
+  "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  if [ $rc -eq 0 ]; then echo "FAIL (exit 0): $*"; fails=$((fails+1)); return; fi
+  if [ $rc -gt 2 ]; then echo "FAIL (exit $rc, crash?): $*"; cat "$T/err"; fails=$((fails+1)); return; fi
+  if ! grep -qF -- "$needle" "$T/err"; then
+    echo "FAIL (message lacks '$needle'): $*"; cat "$T/err"; fails=$((fails+1)); return
+  fi
+  echo "ok: refused: $(head -c 220 "$T/err" | head -n 1)"
+}
+
+M=tests/data/wan_tiny_a/model
+line=$("$BIN/ditc" compile "$M" --frames 9 --height 32 --width 48 --text-len 7 -o "$T/b" -q | tail -n 1)
+B=${line##* }
+ID=$(basename "$B")
+IN=tests/data/wan_tiny_a/forward_inputs.safetensors
+
+# --- ditc: arguments and shapes
+expect_fail "compile needs --frames" "$BIN/ditc" compile "$M" --height 32 --width 48
+expect_fail "--frames 10" "$BIN/ditc" compile "$M" --frames 10 --height 32 --width 48 -o "$T/x"
+expect_fail "--height 30" "$BIN/ditc" compile "$M" --frames 9 --height 30 --width 48 -o "$T/x"
+expect_fail "rope_max_seq_len" "$BIN/ditc" compile "$M" --frames 9 --height 32 --width 4096 -o "$T/x"
+expect_fail "--dtype fp8" "$BIN/ditc" compile "$M" --frames 9 --height 32 --width 48 --dtype fp8
+expect_fail "unknown option --frobnicate" "$BIN/ditc" compile "$M" --frobnicate
+expect_fail "--dump-after=nope: unknown pass" "$BIN/ditc" compile "$M" --frames 9 --height 32 --width 48 --dump-after=nope -o "$T/x"
+expect_fail "nonexistent: not a model directory" "$BIN/ditc" compile "$T/nonexistent" --frames 9 --height 32 --width 48 -o "$T/x"
+
+# --- ditc: bad configs and checkpoints
+mkcfg() { rm -rf "$T/m"; cp -r "$M" "$T/m"; python3 - "$T/m/config.json" "$@" <<'PY'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p))
+for kv in sys.argv[2:]:
+    k, v = kv.split("=", 1)
+    if v == "DELETE": c.pop(k, None)
+    else: c[k] = json.loads(v)
+json.dump(c, open(p, "w"))
+PY
+}
+mkcfg image_dim=1280;                expect_fail "field 'image_dim'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg added_kv_proj_dim=64;          expect_fail "field 'added_kv_proj_dim'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'qk_norm="rms_norm"';          expect_fail "field 'qk_norm'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'wibble=3';                    expect_fail "field 'wibble'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'num_layers="two"';            expect_fail "field 'num_layers'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'num_layers=3';                expect_fail "no tensor 'blocks.2." "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'ffn_dim=65';                  expect_fail "expected [65] from config.json" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'num_layers=1';                expect_fail "unexpected tensor 'blocks.1." "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg '_class_name="FluxTransformer2DModel"'; expect_fail "field '_class_name'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg; printf '{"_class_name": "WanTransformer3DModel", ' > "$T/m/config.json"
+expect_fail "not valid JSON" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg; head -c 100 "$M/diffusion_pytorch_model.safetensors" > "$T/m/diffusion_pytorch_model.safetensors"
+expect_fail "diffusion_pytorch_model.safetensors" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+[ -z "$(ls -A "$T/x" 2>/dev/null | grep -v '^\.' )" ] || { echo "FAIL: a refused compile left a bundle behind"; fails=$((fails+1)); }
+
+# --- ditrun: inputs
+expect_fail "missing --out" "$BIN/ditrun" forward "$B" --inputs "$IN"
+expect_fail "input 'hidden_states': shape [2,6,2,6,4], the bundle expects [1,4,3,4,6]" \
+  "$BIN/ditrun" forward "$B" --inputs tests/data/wan_tiny_b/forward_inputs.safetensors --out "$T/o.safetensors"
+expect_fail "no tensor named 'prompt_embeds'" "$BIN/ditrun" generate "$B" --prompt-embeds "$IN" --seed 1 --steps 2 --out "$T/o.safetensors"
+expect_fail "needs exactly one of --init-latents and --seed" "$BIN/ditrun" generate "$B" --prompt-embeds "$IN" --out "$T/o.safetensors"
+expect_fail "--sampler ddim" "$BIN/ditrun" generate "$B" --prompt-embeds tests/data/wan_tiny_a/generate_inputs.safetensors --seed 1 --sampler ddim --out "$T/o.safetensors"
+expect_fail "negative prompt embeddings" "$BIN/ditrun" generate "$B" --prompt-embeds tests/data/wan_tiny_a/generate_inputs.safetensors --seed 1 --steps 2 --guidance 5 --out "$T/o.safetensors"
+[ ! -e "$T/o.safetensors" ] || { echo "FAIL: a refused run wrote output"; fails=$((fails+1)); }
+
+# --- ditrun: damaged bundles (each on a fresh copy)
+fresh() { rm -rf "$T/c"; mkdir -p "$T/c"; cp -r "$B" "$T/c/$ID"; C="$T/c/$ID"; }
+for blob in "$B"/blobs/*; do
+  h=$(basename "$blob")
+  for pos in first middle last; do
+    fresh
+    size=$(stat -c %s "$C/blobs/$h")
+    case $pos in first) off=0;; middle) off=$((size / 2));; last) off=$((size - 1));; esac
+    python3 -c "import sys; p=sys.argv[1]; o=int(sys.argv[2]); b=bytearray(open(p,'rb').read()); b[o]^=0x40; open(p,'wb').write(b)" "$C/blobs/$h" "$off"
+    expect_fail "blobs/$h" "$BIN/ditrun" verify "$C"
+    expect_fail "blobs/$h" "$BIN/ditrun" forward "$C" --inputs "$IN" --out "$T/o.safetensors"
+  done
+done
+fresh; rm "$C"/blobs/$(ls "$C/blobs" | head -n 1); expect_fail "NOT_FOUND" "$BIN/ditrun" verify "$C"
+fresh; sed -i 's/"major": 1/"major": 2/; s/"major":1/"major":2/' "$C/manifest.json"; expect_fail "newer" "$BIN/ditrun" verify "$C"
+fresh; sed -i 's/"text_len": 7/"text_len": 8/; s/"text_len":7/"text_len":8/' "$C/manifest.json"; expect_fail "identity" "$BIN/ditrun" forward "$C" --inputs "$IN" --out "$T/o.safetensors"
+fresh; mv "$C" "$T/c/0123456789abcdef0123456789abcdef"; expect_fail "0123456789abcdef0123456789abcdef" "$BIN/ditrun" verify "$T/c/0123456789abcdef0123456789abcdef"
+fresh; : > "$C/manifest.json"; expect_fail "manifest.json" "$BIN/ditrun" info "$C"
+expect_fail "cannot open" "$BIN/ditrun" verify "$T/does-not-exist"
+[ ! -e "$T/o.safetensors" ] || { echo "FAIL: a refused run wrote output"; fails=$((fails+1)); }
+
+echo "bad_input: $fails failures"
+[ "$fails" -eq 0 ]
