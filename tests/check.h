@@ -87,7 +87,7 @@ static inline const char *check_tmpdir(const char *name) {
   static char buf[4096];
   const char *root = getenv("DIT_TEST_TMP");
   snprintf(buf, sizeof buf, "%s/%s", root ? root : "/tmp/dit-test", name);
-  char cmd[4200];
+  char cmd[8400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", buf, buf);
   if (system(cmd) != 0) {
     fprintf(stderr, "cannot create %s\n", buf);

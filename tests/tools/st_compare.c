@@ -1,5 +1,6 @@
 /* Compares one tensor of two safetensors files: max relative error = max|a - b| / max|b|,
- * plus cosine similarity; exits 1 when shapes differ or the error exceeds the limit. */
+ * plus cosine similarity; exits 1 when shapes differ, the error exceeds the limit or the
+ * cosine falls below the optional minimum. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,11 +30,12 @@ static int load(const char *path, const char *name, dit_safetensors_t **st, cons
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4 && argc != 5) {
-    fprintf(stderr, "usage: st_compare OURS.safetensors REF.safetensors TENSOR [MAX_REL_ERR]\n");
+  if (argc < 4 || argc > 6) {
+    fprintf(stderr, "usage: st_compare OURS.safetensors REF.safetensors TENSOR [MAX_REL_ERR [MIN_COSINE]]\n");
     return 2;
   }
-  double limit = argc == 5 ? atof(argv[4]) : 1e-4;
+  double limit = argc >= 5 ? atof(argv[4]) : 1e-4;
+  double min_cos = argc == 6 ? atof(argv[5]) : -1;
   dit_safetensors_t *sa = NULL, *sb = NULL;
   const dit_st_tensor_t *ta, *tb;
   float *a = NULL, *b = NULL;
@@ -58,7 +60,7 @@ int main(int argc, char **argv) {
   }
   double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
   double cos = na > 0 && nb > 0 ? dot / sqrt(na * nb) : 0;
-  int ok = !bad && rel <= limit;
+  int ok = !bad && rel <= limit && cos >= min_cos;
   printf("%s: %s max_rel_err=%.3e cosine=%.9f elements=%zu limit=%.1e %s\n", argv[1], argv[3], rel, cos, n, limit,
          ok ? "ok" : "FAIL");
   free(a);

@@ -1,0 +1,90 @@
+/* passes/: dead-code elimination and the memory plan's invariants on a real graph. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "compiler/frontend.h"
+#include "passes/passes.h"
+
+static void test_dce(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int64_t xs[2] = {4, 8};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 2, xs);
+  dit_vid_t a = dit_graph_op(g, DIT_OP_SILU, &x, 1, NULL, DIT_F32, "a");
+  dit_vid_t dead = dit_graph_op(g, DIT_OP_GELU_TANH, &x, 1, NULL, DIT_F32, "dead");
+  dit_vid_t dead2 = dit_graph_op(g, DIT_OP_SILU, &dead, 1, NULL, DIT_F32, "dead2");
+  (void)dead2;
+  dit_vid_t b = dit_graph_op(g, DIT_OP_GELU_TANH, &a, 1, NULL, DIT_F32, "b");
+  dit_graph_mark_output(g, b, "out");
+  dit_pass_result_t r = {0};
+  CHECK_OK(dit_pass_dce(g, &r));
+  CHECK_EQ_INT(r.removed_ops, 2);
+  CHECK_EQ_INT(dit_graph_num_ops(g), 2);
+  CHECK_EQ_INT(dit_graph_num_values(g), 3);
+  CHECK_OK(dit_graph_verify(g));
+  dit_graph_destroy(g);
+}
+
+/* Every pair of arena values whose lifetimes overlap must occupy disjoint bytes. */
+static void check_memplan(dit_graph_t *g, uint64_t arena) {
+  int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
+  int32_t *first = malloc(sizeof(int32_t) * (size_t)nv), *last = malloc(sizeof(int32_t) * (size_t)nv);
+  for (int32_t v = 0; v < nv; v++) first[v] = last[v] = dit_graph_cvalue(g, v)->producer;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    for (int k = 0; k < op->n_in; k++) last[op->in[k]] = i;
+  }
+  int violations = 0, checked = 0;
+  for (int32_t a = 0; a < nv; a++) {
+    const dit_value_t *va = dit_graph_cvalue(g, a);
+    if (va->offset < 0) continue;
+    if ((uint64_t)va->offset + dit_value_nbytes(va) > arena) violations++;
+    for (int32_t b = a + 1; b < nv; b++) {
+      const dit_value_t *vb = dit_graph_cvalue(g, b);
+      if (vb->offset < 0) continue;
+      int live_together = first[a] <= last[b] && first[b] <= last[a];
+      int overlap = va->offset < vb->offset + (int64_t)dit_value_nbytes(vb) && vb->offset < va->offset + (int64_t)dit_value_nbytes(va);
+      checked++;
+      if (live_together && overlap) violations++;
+    }
+  }
+  CHECK(checked > 100);
+  CHECK_EQ_INT(violations, 0);
+  free(first);
+  free(last);
+}
+
+static void test_memplan_on_wan(void) {
+  const char *data = getenv("DIT_TEST_DATA");
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/wan_tiny_b/model", data ? data : "data");
+  dit_model_t *m;
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (!m) return;
+  dit_shape_request_t req = {2, 5, 48, 32, 5, DIT_F32};
+  dit_graph_t *g;
+  CHECK_OK(dit_model_build_graph(m, &req, &g));
+  dit_pass_options_t po = {0};
+  dit_pass_result_t r;
+  CHECK_OK(dit_passes_run(g, &po, &r));
+  CHECK(r.arena_bytes > 0);
+  CHECK(r.arena_bytes * 3 < r.naive_bytes); /* reuse across blocks */
+  check_memplan(g, r.arena_bytes);
+  /* Graph outputs, inputs and weights are not placed in the arena. */
+  for (int32_t v = 0; v < dit_graph_num_values(g); v++) {
+    const dit_value_t *val = dit_graph_cvalue(g, v);
+    if (val->kind != DIT_VALUE_TEMP || val->is_output) CHECK(val->offset == -1);
+    else CHECK(val->offset >= 0 && val->offset % DIT_ARENA_ALIGN == 0);
+  }
+  po.dump_after = "nope";
+  CHECK_ERR(dit_passes_run(g, &po, &r), INVALID_ARGUMENT, "unknown pass");
+  dit_graph_destroy(g);
+  dit_model_free(m);
+}
+
+int main(void) {
+  test_dce();
+  test_memplan_on_wan();
+  return check_summary("test_passes");
+}
