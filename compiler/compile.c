@@ -248,6 +248,51 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
   return text;
 }
 
+/* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
+static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_model_t *m,
+                                    const dit_latent_shape_t *ls, const char *weights_hash, cJSON **out) {
+  cJSON *in = cJSON_CreateObject();
+  if (!in) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  cJSON *model = cJSON_AddObjectToObject(in, "model");
+  cJSON_AddStringToObject(model, "class", m->model_class);
+  cJSON_AddStringToObject(model, "variant", m->variant);
+  cJSON_AddItemToObject(model, "config", cJSON_Duplicate(m->config, 1));
+  cJSON_AddStringToObject(in, "weights", weights_hash);
+  cJSON_AddItemToObject(in, "shape", shape_json(o, ls));
+  cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
+  cJSON_AddItemToObject(in, "topology", topology_json());
+  cJSON_AddStringToObject(in, "target", o->target);
+  cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
+  char schema[16];
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
+  cJSON_AddStringToObject(in, "schema", schema);
+  cJSON *tc = NULL;
+  dit_status_t s = dit_toolchain_identity(o->target, &tc);
+  if (s) {
+    cJSON_Delete(in);
+    return s;
+  }
+  cJSON_AddItemToObject(in, "toolchain", tc);
+  *out = in;
+  return DIT_OK;
+}
+
+/* A bundle already published under the identity: reuse it if it opens and validates. */
+static int already_published(const char *out_dir, const char *identity, char **out_path) {
+  char path[4200];
+  if (dit_path_join(path, sizeof path, out_dir, identity)) return 0;
+  if (!dit_is_dir(path)) return 0;
+  dit_bundle_t *b = NULL;
+  dit_status_t s = dit_bundle_open(path, 0, &b);
+  dit_bundle_close(b);
+  if (s) {
+    dit_status_free(s);
+    return 0;
+  }
+  *out_path = strdup(path);
+  return *out_path != NULL;
+}
+
 /* ---- driver ---- */
 
 dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *out) {
@@ -279,6 +324,16 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
   if (!s) s = dit_model_weights_hash(m, weights_hash);
   if (!s) progress(&pr, "weights content hash %s", weights_hash);
+  if (!s) s = identity_inputs(o, m, &ls, weights_hash, &man.inputs);
+  if (!s) s = dit_identity_compute(man.inputs, out->identity);
+  if (!s && already_published(o->out_dir, out->identity, &out->path)) {
+    /* The identity covers every input that decides the bytes: nothing to do. */
+    out->existed = 1;
+    progress(&pr, "found identical bundle %s: nothing to compile", out->path);
+    cJSON_Delete(man.inputs);
+    dit_model_free(m);
+    return DIT_OK;
+  }
   if (!s) s = dit_model_build_graph(m, &o->shape, &g);
   if (!s) progress(&pr, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64,
                    dit_graph_num_ops(g), dit_graph_num_values(g), ls.channels, ls.frames, ls.height, ls.width);
@@ -292,27 +347,6 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) s = write_weights(w, m, plan, &layout, &pr);
   if (!s) s = dit_plan_to_json(plan, &plan_text);
   if (!s) s = dit_bundle_writer_add_blob(w, plan_text, strlen(plan_text), rank0.plan);
-  if (!s) {
-    /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
-    cJSON *in = cJSON_CreateObject();
-    cJSON *model = cJSON_AddObjectToObject(in, "model");
-    cJSON_AddStringToObject(model, "class", m->model_class);
-    cJSON_AddStringToObject(model, "variant", m->variant);
-    cJSON_AddItemToObject(model, "config", cJSON_Duplicate(m->config, 1));
-    cJSON_AddStringToObject(in, "weights", weights_hash);
-    cJSON_AddItemToObject(in, "shape", shape_json(o, &ls));
-    cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
-    cJSON_AddItemToObject(in, "topology", topology_json());
-    cJSON_AddStringToObject(in, "target", o->target);
-    cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
-    char schema[16];
-    snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
-    cJSON_AddStringToObject(in, "schema", schema);
-    cJSON *tc = NULL;
-    s = dit_toolchain_identity(o->target, &tc);
-    if (!s) cJSON_AddItemToObject(in, "toolchain", tc);
-    man.inputs = in;
-  }
   if (!s) {
     man.schema_major = DIT_SCHEMA_MAJOR;
     man.schema_minor = DIT_SCHEMA_MINOR;
