@@ -1,0 +1,590 @@
+/* The CPU backend's row and elementwise kernels: patchify/unpatchify, timestep embedding,
+ * activations, residual adds, modulation tables, LayerNorm/AdaLN/RMSNorm and 3-D RoPE.
+ * Rows are widened to fp32 and rounded once on store; norm statistics are taken in double. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "runtime/cpu/cpu_internal.h"
+
+/* Elementwise work is handed out in chunks of this many elements and converted through a
+ * stack buffer of the same size, so no scratch allocation is needed. */
+#define DIT_EW_CHUNK 1024
+#define DIT_EW_GRAIN (16 * DIT_EW_CHUNK)
+
+/* ---- patchify / unpatchify ---------------------------------------------------------------- */
+
+typedef struct patch_job {
+  const dit_tensor_t *src;
+  dit_tensor_t *dst;
+  int64_t C, F, H, W; /* full-resolution sizes */
+  int64_t f, h, w;    /* patch-grid sizes */
+  int pt, ph, pw;
+} patch_job_t;
+
+/* One token row per item: gathers the (c, it, ih, iw) patch of x into y[b, token, :]. */
+static void patchify_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  patch_job_t *j = ctx;
+  const int64_t ntok = j->f * j->h * j->w;
+  const int64_t rowlen = j->C * j->pt * j->ph * j->pw;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t b = r / ntok, tok = r % ntok;
+    const int64_t ft = tok / (j->h * j->w), hi = (tok / j->w) % j->h, wi = tok % j->w;
+    int64_t o = r * rowlen;
+    for (int64_t c = 0; c < j->C; c++)
+      for (int it = 0; it < j->pt; it++)
+        for (int ih = 0; ih < j->ph; ih++) {
+          const int64_t base =
+              (((b * j->C + c) * j->F + ft * j->pt + it) * j->H + hi * j->ph + ih) * j->W + wi * j->pw;
+          for (int iw = 0; iw < j->pw; iw++, o++)
+            dit_cpu_store1(j->dst->data, j->dst->dtype, o,
+                           dit_cpu_load1(j->src->data, j->src->dtype, base + iw));
+        }
+  }
+}
+
+dit_status_t dit_cpu_patchify(dit_cpu_t *c, const dit_tensor_t *x, int pt, int ph, int pw,
+                              dit_tensor_t *y) {
+  static const char *op = "patchify";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  if (pt < 1 || ph < 1 || pw < 1)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: patch (%d, %d, %d) must be positive", op, pt, ph, pw);
+  if (x->rank != 5)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, C, F, H, W]", op,
+                   dit_cpu_dims_str(x, b1));
+  if (x->dims[2] % pt || x->dims[3] % ph || x->dims[4] % pw)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, F, H, W not divisible by patch (%d, %d, %d)",
+                   op, dit_cpu_dims_str(x, b1), pt, ph, pw);
+  patch_job_t j = {.src = x, .dst = y, .C = x->dims[1], .F = x->dims[2], .H = x->dims[3],
+                   .W = x->dims[4], .pt = pt, .ph = ph, .pw = pw};
+  j.f = j.F / pt, j.h = j.H / ph, j.w = j.W / pw;
+  const int64_t want[3] = {x->dims[0], j.f * j.h * j.w, j.C * pt * ph * pw};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "y", y, 3, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  dit_pool_parallel_for(dit_cpu_pool(c), want[0] * want[1], 64, patchify_rows, &j);
+  return DIT_OK;
+}
+
+/* One output row (b, c, frame, row) per item: each element comes from token (ft, hi, wi) at
+ * position ((it*ph + ih)*pw + iw)*C + c of its row. */
+static void unpatchify_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  patch_job_t *j = ctx;
+  const int64_t rowlen = j->C * j->pt * j->ph * j->pw;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t y_ = r % j->H, fr = (r / j->H) % j->F, c = (r / (j->H * j->F)) % j->C;
+    const int64_t b = r / (j->H * j->F * j->C);
+    const int64_t ft = fr / j->pt, it = fr % j->pt, hi = y_ / j->ph, ih = y_ % j->ph;
+    for (int64_t x_ = 0; x_ < j->W; x_++) {
+      const int64_t wi = x_ / j->pw, iw = x_ % j->pw;
+      const int64_t tok = (ft * j->h + hi) * j->w + wi;
+      const int64_t src = (b * j->f * j->h * j->w + tok) * rowlen + ((it * j->ph + ih) * j->pw + iw) * j->C + c;
+      dit_cpu_store1(j->dst->data, j->dst->dtype, r * j->W + x_,
+                     dit_cpu_load1(j->src->data, j->src->dtype, src));
+    }
+  }
+}
+
+dit_status_t dit_cpu_unpatchify(dit_cpu_t *c, const dit_tensor_t *y, int pt, int ph, int pw,
+                                int f, int h, int w, dit_tensor_t *out) {
+  static const char *op = "unpatchify";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
+  if (pt < 1 || ph < 1 || pw < 1 || f < 0 || h < 0 || w < 0)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: patch (%d, %d, %d) must be positive and grid (%d, %d, %d) non-negative",
+                   op, pt, ph, pw, f, h, w);
+  if (y->rank != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: y has dims %s, expected [B, f*h*w, C*pt*ph*pw]", op,
+                   dit_cpu_dims_str(y, b1));
+  const int64_t ntok = (int64_t)f * h * w, pvol = (int64_t)pt * ph * pw;
+  if (y->dims[1] != ntok)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: y has dims %s, expected %lld tokens (f*h*w = %d*%d*%d)", op,
+                   dit_cpu_dims_str(y, b1), (long long)ntok, f, h, w);
+  if (y->dims[2] % pvol)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: y has dims %s, last dim not a multiple of pt*ph*pw = %lld",
+                   op, dit_cpu_dims_str(y, b1), (long long)pvol);
+  patch_job_t j = {.src = y, .dst = out, .C = y->dims[2] / pvol, .F = (int64_t)f * pt,
+                   .H = (int64_t)h * ph, .W = (int64_t)w * pw, .f = f, .h = h, .w = w,
+                   .pt = pt, .ph = ph, .pw = pw};
+  const int64_t want[5] = {y->dims[0], j.C, j.F, j.H, j.W};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, 5, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "y", y));
+  dit_pool_parallel_for(dit_cpu_pool(c), want[0] * j.C * j.F * j.H, 16, unpatchify_rows, &j);
+  return DIT_OK;
+}
+
+/* ---- timestep embedding ------------------------------------------------------------------- */
+
+dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int flip, double shift,
+                                    double max_period, double scale, dit_tensor_t *out) {
+  static const char *op = "timestep_embed";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, "t", t));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
+  if (t->rank != 1)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: t has dims %s, expected [B]", op, dit_cpu_dims_str(t, b1));
+  const int64_t want[2] = {t->dims[0], -1};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, 2, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "t", t));
+  if (!(max_period > 0))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: max_period %g must be positive", op, max_period);
+  const int64_t B = t->dims[0], dim = out->dims[1], half = dim / 2;
+  if (half > 0 && (double)half - shift == 0.0)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: half dim %lld - shift %g is zero", op, (long long)half, shift);
+  if (B == 0 || dim == 0) return DIT_OK;
+  float *freq = malloc(sizeof(float) * (size_t)(half + 1));
+  float *row = malloc(sizeof(float) * (size_t)dim);
+  if (!freq || !row) {
+    free(freq);
+    free(row);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %lld floats", op, (long long)dim);
+  }
+  /* The reference forms the exponent in fp32, one rounding per step: (-ln P as float) * j,
+   * then / (half - shift) as float. exp itself is taken in double and rounded once. */
+  const float neg_log_p = (float)-log(max_period);
+  const float denom = (float)((double)half - shift);
+  for (int64_t i = 0; i < half; i++) {
+    const float e = (neg_log_p * (float)i) / denom;
+    freq[i] = (float)exp((double)e);
+  }
+  const float fscale = (float)scale;
+  for (int64_t b = 0; b < B; b++) {
+    const float tv = dit_cpu_load1(t->data, t->dtype, b);
+    for (int64_t i = 0; i < half; i++) {
+      const float arg = fscale * (tv * freq[i]);
+      const float sn = (float)sin((double)arg), cs = (float)cos((double)arg);
+      row[flip ? half + i : i] = sn;
+      row[flip ? i : half + i] = cs;
+    }
+    if (dim % 2) row[dim - 1] = 0.0f;
+    dit_cpu_row_store(out->data, out->dtype, b * dim, row, dim);
+  }
+  free(freq);
+  free(row);
+  return DIT_OK;
+}
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD } ew_kind_t;
+
+typedef struct ew_job {
+  ew_kind_t kind;
+  const dit_tensor_t *a, *b;
+  dit_tensor_t *y;
+} ew_job_t;
+
+static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
+  ew_job_t *j = ctx;
+  float ta[DIT_EW_CHUNK], tb[DIT_EW_CHUNK], out[DIT_EW_CHUNK];
+  for (int64_t s = begin; s < end; s += DIT_EW_CHUNK) {
+    const int64_t n = end - s < DIT_EW_CHUNK ? end - s : DIT_EW_CHUNK;
+    const float *a = dit_cpu_row_load(j->a->data, j->a->dtype, s, n, ta);
+    switch (j->kind) {
+      case EW_SILU:
+        for (int64_t i = 0; i < n; i++) out[i] = a[i] / (1.0f + expf(-a[i]));
+        break;
+      case EW_GELU_TANH: {
+        /* 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)): the same function, without the
+         * cancellation of 1 + tanh u that flushes the negative tail to zero in fp32. */
+        const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
+        for (int64_t i = 0; i < n; i++) {
+          const float x = a[i];
+          const float u = k0 * (x + 0.044715f * x * x * x);
+          out[i] = x / (1.0f + expf(-2.0f * u));
+        }
+        break;
+      }
+      case EW_ADD: {
+        const float *b = dit_cpu_row_load(j->b->data, j->b->dtype, s, n, tb);
+        for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+        break;
+      }
+    }
+    dit_cpu_row_store(j->y->data, j->y->dtype, s, out, n);
+  }
+}
+
+static dit_status_t unary(dit_cpu_t *c, const char *op, ew_kind_t kind, const dit_tensor_t *x,
+                          dit_tensor_t *y) {
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  ew_job_t j = {.kind = kind, .a = x, .y = y};
+  dit_pool_parallel_for(dit_cpu_pool(c), dit_tensor_numel(x), DIT_EW_GRAIN, ew_range, &j);
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_silu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
+  return unary(c, "silu", EW_SILU, x, y);
+}
+
+dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
+  return unary(c, "gelu_tanh", EW_GELU_TANH, x, y);
+}
+
+dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
+                         dit_tensor_t *y) {
+  static const char *op = "add";
+  DIT_RETURN_IF(dit_cpu_check_float(op, "a", a));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "b", b));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "b", b, "a", a));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "a", a));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "a", a));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "b", b));
+  ew_job_t j = {.kind = EW_ADD, .a = a, .b = b, .y = y};
+  dit_pool_parallel_for(dit_cpu_pool(c), dit_tensor_numel(a), DIT_EW_GRAIN, ew_range, &j);
+  return DIT_OK;
+}
+
+/* ---- modulation table ---------------------------------------------------------------------- */
+
+dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const dit_tensor_t *e,
+                               dit_tensor_t *out) {
+  static const char *op = "mod_table";
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "table", table));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "e", e));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
+  if (table->rank != 3 || table->dims[0] != 1)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: table has dims %s, expected [1, n, D]", op,
+                   dit_cpu_dims_str(table, b1));
+  const int64_t n = table->dims[1], D = table->dims[2];
+  const int64_t want[3] = {-1, n, D};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, 3, want));
+  const int64_t B = out->dims[0];
+  const int64_t ne = dit_tensor_numel(e);
+  if (e->rank < 1 || e->dims[0] != B || (ne != B * D && ne != B * n * D))
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "%s: e has dims %s, expected [B = %lld, ...] with %lld (r = 1) or %lld (r = n = %lld) "
+                   "elements for out %s",
+                   op, dit_cpu_dims_str(e, b1), (long long)B, (long long)(B * D),
+                   (long long)(B * n * D), (long long)n, dit_cpu_dims_str(out, b2));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "table", table));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "e", e));
+  if (B == 0 || n == 0 || D == 0) return DIT_OK;
+  const int64_t r = ne == B * n * D ? n : 1;
+  /* Small (B * n rows of D): one thread, rows converted element by element. */
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t d = 0; d < D; d++) {
+        const float tv = dit_cpu_load1(table->data, table->dtype, i * D + d);
+        const float ev = dit_cpu_load1(e->data, e->dtype, (b * r + (r == 1 ? 0 : i)) * D + d);
+        dit_cpu_store1(out->data, out->dtype, (b * n + i) * D + d, tv + ev);
+      }
+  return DIT_OK;
+}
+
+/* ---- norms --------------------------------------------------------------------------------- */
+
+typedef enum norm_kind { NORM_LAYER, NORM_ADALN, NORM_RMS } norm_kind_t;
+
+typedef struct norm_job {
+  norm_kind_t kind;
+  const dit_tensor_t *x, *w, *b, *mod;
+  dit_tensor_t *y;
+  int64_t D, T, n_mod;
+  int shift, scale;
+  double eps;
+  float *w_f32, *b_f32; /* affine parameters widened once, or NULL */
+  dit_cpu_scratch_t scratch;
+} norm_job_t;
+
+static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  norm_job_t *j = ctx;
+  const int64_t D = j->D;
+  float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
+  float *out = tmp + D;
+  float *t1 = out + D, *t2 = t1 + D;
+  for (int64_t r = begin; r < end; r++) {
+    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * D, D, tmp);
+    if (j->kind == NORM_RMS) {
+      double ss = 0.0;
+      for (int64_t d = 0; d < D; d++) ss += (double)x[d] * x[d];
+      const double inv = 1.0 / sqrt(ss / (double)D + j->eps);
+      for (int64_t d = 0; d < D; d++) out[d] = (float)(x[d] * inv) * j->w_f32[d];
+    } else {
+      double sum = 0.0;
+      for (int64_t d = 0; d < D; d++) sum += x[d];
+      const double mean = sum / (double)D;
+      double var = 0.0;
+      for (int64_t d = 0; d < D; d++) {
+        const double dv = x[d] - mean;
+        var += dv * dv;
+      }
+      const double rstd = 1.0 / sqrt(var / (double)D + j->eps);
+      for (int64_t d = 0; d < D; d++) out[d] = (float)((x[d] - mean) * rstd);
+      if (j->kind == NORM_LAYER && j->w_f32) {
+        for (int64_t d = 0; d < D; d++) out[d] = out[d] * j->w_f32[d] + j->b_f32[d];
+      } else if (j->kind == NORM_ADALN) {
+        const int64_t b = r / j->T, base = b * j->n_mod * D;
+        const float *scale = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->scale * D, D, t1);
+        const float *shift = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->shift * D, D, t2);
+        for (int64_t d = 0; d < D; d++) out[d] = out[d] * (1.0f + scale[d]) + shift[d];
+      }
+    }
+    dit_cpu_row_store(j->y->data, j->y->dtype, r * D, out, D);
+  }
+}
+
+/* Widens a [D] parameter vector to a fresh fp32 array. */
+static dit_status_t widen(const char *op, const char *name, const dit_tensor_t *t, int64_t D,
+                          float **out) {
+  *out = malloc(sizeof(float) * (size_t)(D > 0 ? D : 1));
+  if (!*out)
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %lld floats for %s", op, (long long)D, name);
+  const float *p = dit_cpu_row_load(t->data, t->dtype, 0, D, *out);
+  if (p != *out) memcpy(*out, p, sizeof(float) * (size_t)D);
+  return DIT_OK;
+}
+
+static dit_status_t run_norm(dit_cpu_t *c, const char *op, norm_job_t *j) {
+  const int64_t rows = j->D > 0 ? dit_tensor_numel(j->x) / j->D : 0;
+  dit_status_t s = DIT_OK;
+  if (rows > 0) {
+    s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(4 * j->D), &j->scratch);
+    if (!s) {
+      dit_pool_parallel_for(dit_cpu_pool(c), rows, 8, norm_rows, j);
+      dit_cpu_scratch_free(&j->scratch);
+    }
+  }
+  free(j->w_f32);
+  free(j->b_f32);
+  return s;
+}
+
+static dit_status_t check_eps(const char *op, double eps) {
+  if (!(eps >= 0) || !isfinite(eps))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: eps %g must be finite and non-negative", op, eps);
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_layernorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                               const dit_tensor_t *b, double eps, dit_tensor_t *y) {
+  static const char *op = "layernorm";
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(check_eps(op, eps));
+  if (x->rank < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: x has rank 0, expected [..., D]", op);
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  if ((w == NULL) != (b == NULL))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: w and b must be given together (w %s, b %s)", op,
+                   w ? "given" : "NULL", b ? "given" : "NULL");
+  const int64_t D = x->dims[x->rank - 1];
+  if (w) {
+    const int64_t want[1] = {D};
+    DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
+    DIT_RETURN_IF(dit_cpu_check_float(op, "b", b));
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "b", b, 1, want));
+  }
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "b", b));
+  norm_job_t j = {.kind = NORM_LAYER, .x = x, .w = w, .b = b, .y = y, .D = D, .eps = eps};
+  if (w) {
+    DIT_RETURN_IF(widen(op, "w", w, D, &j.w_f32));
+    dit_status_t s = widen(op, "b", b, D, &j.b_f32);
+    if (s) {
+      free(j.w_f32);
+      return s;
+    }
+  }
+  return run_norm(c, op, &j);
+}
+
+dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
+                           double eps, int shift, int scale, dit_tensor_t *y) {
+  static const char *op = "adaln";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(check_eps(op, eps));
+  if (x->rank != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  const int64_t want[3] = {x->dims[0], -1, x->dims[2]};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, 3, want));
+  const int64_t n = mod->dims[1];
+  if (shift < 0 || shift >= n || scale < 0 || scale >= n)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: shift %d / scale %d out of range for mod %s (n = %lld)", op,
+                   shift, scale, dit_cpu_dims_str(mod, b1), (long long)n);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "mod", mod));
+  norm_job_t j = {.kind = NORM_ADALN, .x = x, .mod = mod, .y = y, .D = x->dims[2],
+                  .T = x->dims[1], .n_mod = n, .shift = shift, .scale = scale, .eps = eps};
+  return run_norm(c, op, &j);
+}
+
+dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                             double eps, dit_tensor_t *y) {
+  static const char *op = "rmsnorm";
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(check_eps(op, eps));
+  if (x->rank < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: x has rank 0, expected [..., D]", op);
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  const int64_t D = x->dims[x->rank - 1];
+  const int64_t want[1] = {D};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
+  norm_job_t j = {.kind = NORM_RMS, .x = x, .w = w, .y = y, .D = D, .eps = eps};
+  DIT_RETURN_IF(widen(op, "w", w, D, &j.w_f32));
+  return run_norm(c, op, &j);
+}
+
+/* ---- gated residual ------------------------------------------------------------------------ */
+
+typedef struct gated_job {
+  const dit_tensor_t *x, *y, *mod;
+  dit_tensor_t *out;
+  int64_t T, D, n;
+  int gate;
+} gated_job_t;
+
+static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  gated_job_t *j = ctx;
+  float tx[DIT_EW_CHUNK], ty[DIT_EW_CHUNK], tg[DIT_EW_CHUNK], o[DIT_EW_CHUNK];
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t b = r / j->T;
+    for (int64_t s = 0; s < j->D; s += DIT_EW_CHUNK) {
+      const int64_t n = j->D - s < DIT_EW_CHUNK ? j->D - s : DIT_EW_CHUNK;
+      const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * j->D + s, n, tx);
+      const float *y = dit_cpu_row_load(j->y->data, j->y->dtype, r * j->D + s, n, ty);
+      const float *g = dit_cpu_row_load(j->mod->data, j->mod->dtype, (b * j->n + j->gate) * j->D + s, n, tg);
+      for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i] * g[i];
+      dit_cpu_row_store(j->out->data, j->out->dtype, r * j->D + s, o, n);
+    }
+  }
+}
+
+dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
+                               const dit_tensor_t *mod, int gate, dit_tensor_t *out) {
+  static const char *op = "gated_add";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
+  if (x->rank != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "x", x));
+  const int64_t want[3] = {x->dims[0], -1, x->dims[2]};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, 3, want));
+  if (gate < 0 || gate >= mod->dims[1])
+    return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for mod %s (n = %lld)", op, gate,
+                   dit_cpu_dims_str(mod, b1), (long long)mod->dims[1]);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "mod", mod));
+  gated_job_t j = {.x = x, .y = y, .mod = mod, .out = out, .T = x->dims[1], .D = x->dims[2],
+                   .n = mod->dims[1], .gate = gate};
+  const int64_t grain = j.D > 0 ? (DIT_EW_GRAIN + j.D - 1) / j.D : 1;
+  dit_pool_parallel_for(dit_cpu_pool(c), x->dims[0] * j.T, grain, gated_rows, &j);
+  return DIT_OK;
+}
+
+/* ---- rope ---------------------------------------------------------------------------------- */
+
+typedef struct rope_job {
+  const dit_tensor_t *x;
+  dit_tensor_t *y;
+  int64_t ntok, heads, Dh;
+  int f, h, w, pairs[3];
+  const float *cs[3]; /* per part: [positions][pairs][2] = (cos, sin) */
+  dit_cpu_scratch_t scratch;
+} rope_job_t;
+
+static void rope_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  rope_job_t *j = ctx;
+  const int64_t HD = j->heads * j->Dh;
+  float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
+  float *out = tmp + HD;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t tok = r % j->ntok;
+    const int64_t pos[3] = {tok / ((int64_t)j->h * j->w), (tok / j->w) % j->h, tok % j->w};
+    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp);
+    for (int64_t hd = 0; hd < j->heads; hd++) {
+      const float *xh = x + hd * j->Dh;
+      float *oh = out + hd * j->Dh;
+      int64_t p = 0;
+      for (int part = 0; part < 3; part++) {
+        const float *cs = j->cs[part] + pos[part] * j->pairs[part] * 2;
+        for (int q = 0; q < j->pairs[part]; q++, p++) {
+          const float x0 = xh[2 * p], x1 = xh[2 * p + 1], cv = cs[2 * q], sv = cs[2 * q + 1];
+          oh[2 * p] = x0 * cv - x1 * sv;
+          oh[2 * p + 1] = x0 * sv + x1 * cv;
+        }
+      }
+    }
+    dit_cpu_row_store(j->y->data, j->y->dtype, r * HD, out, HD);
+  }
+}
+
+dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
+                          int t_dim, int h_dim, int w_dim, double theta, dit_tensor_t *y) {
+  static const char *op = "rope";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  if (heads < 1 || f < 0 || h < 0 || w < 0)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: heads %d must be positive and grid (%d, %d, %d) non-negative",
+                   op, heads, f, h, w);
+  if (t_dim < 0 || h_dim < 0 || w_dim < 0 || t_dim % 2 || h_dim % 2 || w_dim % 2)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: part dims (t %d, h %d, w %d) must be even and non-negative",
+                   op, t_dim, h_dim, w_dim);
+  if (!(theta > 0) || !isfinite(theta))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: theta %g must be positive and finite", op, theta);
+  if (x->rank != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, f*h*w, heads*Dh]", op,
+                   dit_cpu_dims_str(x, b1));
+  const int64_t Dh = (int64_t)t_dim + h_dim + w_dim, ntok = (int64_t)f * h * w;
+  if (x->dims[1] != ntok || x->dims[2] != heads * Dh)
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "%s: x has dims %s, expected [B, %lld (f*h*w = %d*%d*%d), %lld (heads %d * Dh %lld = %d+%d+%d)]",
+                   op, dit_cpu_dims_str(x, b1), (long long)ntok, f, h, w, (long long)(heads * Dh),
+                   heads, (long long)Dh, t_dim, h_dim, w_dim);
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  const int64_t rows = x->dims[0] * ntok;
+  if (rows == 0 || Dh == 0) {
+    /* Nothing rotates: a zero-width head dim leaves an empty row. */
+    return DIT_OK;
+  }
+
+  rope_job_t j = {.x = x, .y = y, .ntok = ntok, .heads = heads, .Dh = Dh, .f = f, .h = h, .w = w,
+                  .pairs = {t_dim / 2, h_dim / 2, w_dim / 2}};
+  const int extent[3] = {f, h, w};
+  size_t total = 0;
+  for (int p = 0; p < 3; p++) total += (size_t)extent[p] * (size_t)j.pairs[p] * 2;
+  float *tab = malloc(sizeof(float) * (total ? total : 1));
+  if (!tab) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu floats of tables", op, total);
+  /* Frequencies, angles and cos/sin in double, each rounded once to float at the end. */
+  float *dst = tab;
+  const int dims[3] = {t_dim, h_dim, w_dim};
+  for (int p = 0; p < 3; p++) {
+    j.cs[p] = dst;
+    for (int pos = 0; pos < extent[p]; pos++)
+      for (int q = 0; q < j.pairs[p]; q++) {
+        const double freq = 1.0 / pow(theta, (double)(2 * q) / (double)dims[p]);
+        const double ang = (double)pos * freq;
+        *dst++ = (float)cos(ang);
+        *dst++ = (float)sin(ang);
+      }
+  }
+  dit_status_t s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * heads * Dh), &j.scratch);
+  if (!s) {
+    dit_pool_parallel_for(dit_cpu_pool(c), rows, 16, rope_rows, &j);
+    dit_cpu_scratch_free(&j.scratch);
+  }
+  free(tab);
+  return s;
+}

@@ -1,0 +1,1065 @@
+/* Pins the CPU reference kernels against naive double-precision references written here, at
+ * odd and tail shapes, for f32, bf16 and f16 storage; checks every output element is written
+ * (outputs are NaN-poisoned first), the argument errors, a torch/diffusers cross-check from
+ * tests/data/cpu_ops, and prints GEMM and attention throughput (never fails on speed). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "check.h"
+#include "runtime/cpu/cpu_ops.h"
+
+/* Error bounds, as max|ours - ref| / max|ref| over a tensor. The reference sees exactly the
+ * stored (rounded) inputs, so storage only adds the rounding of the output: half an ulp, which
+ * for a value in [2^e, 2^(e+1)) is 2^(e-8) in bf16 and 2^(e-11) in f16, so at most 2^-8 resp.
+ * 2^-11 of max|ref|; the margin covers the fp32 arithmetic. */
+#define TOL_F32 1e-5
+#define TOL_BF16 (0.00390625 + 2e-4)
+#define TOL_F16 (0.00048828125 + 5e-5)
+
+static double tol_for(dit_dtype_t out) {
+  return out == DIT_BF16 ? TOL_BF16 : out == DIT_F16 ? TOL_F16 : TOL_F32;
+}
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static double rnd_unit(void) { /* splitmix64 -> [0, 1) */
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Uniform in [lo, hi], pushed away from zero so no input is trivially 0. */
+static double rnd(double lo, double hi) {
+  double v = lo + (hi - lo) * rnd_unit();
+  if (fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;
+  return v;
+}
+
+typedef struct tt {
+  dit_tensor_t t;
+  double *v; /* the values as stored, widened to double */
+} tt_t;
+
+static int64_t numel_of(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+static dit_tensor_t tensor_alloc(dit_dtype_t dt, int rank, const int64_t *dims) {
+  dit_tensor_t t = {.dtype = dt, .rank = rank};
+  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+  size_t bytes = dit_tensor_nbytes(&t);
+  t.data = malloc(bytes ? bytes : 1);
+  return t;
+}
+
+static double get_elem(const dit_tensor_t *t, int64_t i) {
+  switch (t->dtype) {
+    case DIT_F32: return ((const float *)t->data)[i];
+    case DIT_BF16: return dit_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case DIT_F16: return dit_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case DIT_I64: return (double)((const int64_t *)t->data)[i];
+    case DIT_I32: return (double)((const int32_t *)t->data)[i];
+    default: return NAN;
+  }
+}
+
+static void set_elem(dit_tensor_t *t, int64_t i, double v) {
+  switch (t->dtype) {
+    case DIT_F32: ((float *)t->data)[i] = (float)v; break;
+    case DIT_BF16: ((uint16_t *)t->data)[i] = dit_f32_to_bf16((float)v); break;
+    case DIT_F16: ((uint16_t *)t->data)[i] = dit_f32_to_f16((float)v); break;
+    case DIT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+    case DIT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    default: break;
+  }
+}
+
+static tt_t tt_rand(dit_dtype_t dt, int rank, const int64_t *dims, double lo, double hi) {
+  tt_t r = {.t = tensor_alloc(dt, rank, dims)};
+  int64_t n = numel_of(rank, dims);
+  r.v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    set_elem(&r.t, i, rnd(lo, hi));
+    r.v[i] = get_elem(&r.t, i);
+  }
+  return r;
+}
+
+static void tt_free(tt_t *t) {
+  free(t->t.data);
+  free(t->v);
+}
+
+/* An output filled with NaN, so an element the kernel skips cannot pass. */
+static dit_tensor_t out_poisoned(dit_dtype_t dt, int rank, const int64_t *dims) {
+  dit_tensor_t t = tensor_alloc(dt, rank, dims);
+  int64_t n = numel_of(rank, dims);
+  for (int64_t i = 0; i < n; i++) set_elem(&t, i, NAN);
+  return t;
+}
+
+static int g_verbose; /* print every comparison's error, not just failures */
+
+/* max|out - ref| / max|ref| <= tol and every element written (finite). */
+static int compare(const char *what, const dit_tensor_t *out, const double *ref, double tol) {
+  int64_t n = dit_tensor_numel(out), unwritten = 0, worst = -1;
+  double maxref = 0, maxerr = 0;
+  for (int64_t i = 0; i < n; i++) maxref = fmax(maxref, fabs(ref[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double o = get_elem(out, i);
+    if (!isfinite(o)) {
+      unwritten++;
+      continue;
+    }
+    double e = fabs(o - ref[i]);
+    if (e > maxerr) maxerr = e, worst = i;
+  }
+  double rel = maxref > 0 ? maxerr / maxref : maxerr;
+  int ok = unwritten == 0 && rel <= tol;
+  if (ok && g_verbose)
+    printf("  %s: max rel err %.3g (tol %.3g)\n", what, rel, tol);
+  if (!ok)
+    fprintf(stderr, "  %s [%s]: %lld of %lld elements not written/finite, max rel err %.3g (tol %.3g)"
+            " at %lld: got %.9g want %.9g\n", what, dit_dtype_name(out->dtype),
+            (long long)unwritten, (long long)n, rel, tol, (long long)worst,
+            worst >= 0 ? get_elem(out, worst) : 0.0, worst >= 0 ? ref[worst] : 0.0);
+  return ok;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static dit_cpu_t g_cpu[2]; /* a 1-thread and a 3-thread pool: results must not depend on it */
+
+/* ---- linear ----------------------------------------------------------------------------- */
+
+static void check_linear(int xr, const int64_t *xdims, int wr, const int64_t *wdims, int with_bias,
+                         dit_dtype_t xt, dit_dtype_t wt, dit_dtype_t yt) {
+  const int64_t K = xdims[xr - 1], N = wdims[0], M = numel_of(xr - 1, xdims);
+  tt_t x = tt_rand(xt, xr, xdims, -1, 1), w = tt_rand(wt, wr, wdims, -1, 1);
+  const int64_t bd[1] = {N};
+  tt_t b = tt_rand(wt, 1, bd, -1, 1);
+  int64_t ydims[DIT_MAX_RANK];
+  memcpy(ydims, xdims, sizeof(int64_t) * (size_t)xr);
+  ydims[xr - 1] = N;
+  double *ref = malloc(sizeof(double) * (size_t)(M * N + 1));
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      double s = with_bias ? b.v[n] : 0.0;
+      for (int64_t k = 0; k < K; k++) s += x.v[m * K + k] * w.v[n * K + k];
+      ref[m * N + n] = s;
+    }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(yt, xr, ydims);
+    CHECK_OK(dit_cpu_linear(&g_cpu[pi], &x.t, &w.t, with_bias ? &b.t : NULL, &y));
+    char what[160];
+    snprintf(what, sizeof what, "linear M=%lld N=%lld K=%lld bias=%d x %s w %s pool %d", (long long)M,
+             (long long)N, (long long)K, with_bias, dit_dtype_name(xt), dit_dtype_name(wt), pi);
+    CHECK(compare(what, &y, ref, tol_for(yt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&w), tt_free(&b);
+}
+
+static void test_linear(void) {
+  static const int64_t mnk[][3] = {{1, 1, 1},    {7, 13, 5},   {6, 8, 256},  {97, 65, 300},
+                                   {5, 300, 33}, {200, 17, 1}, {13, 9, 257}, {130, 270, 520},
+                                   {2, 1000, 40}};
+  for (size_t i = 0; i < sizeof mnk / sizeof *mnk; i++) {
+    const int64_t xd[2] = {mnk[i][0], mnk[i][2]}, wd[2] = {mnk[i][1], mnk[i][2]};
+    check_linear(2, xd, 2, wd, (int)(i % 2), DIT_F32, DIT_F32, DIT_F32);
+    check_linear(2, xd, 2, wd, 1, DIT_BF16, DIT_BF16, DIT_BF16);
+  }
+  /* Activations [B, T, K]; a Conv3d-shaped weight [N, C, pt, ph, pw] read as [N, K]. */
+  const int64_t x3[3] = {2, 37, 16}, w5[5] = {24, 4, 1, 2, 2};
+  check_linear(3, x3, 5, w5, 1, DIT_F32, DIT_F32, DIT_F32);
+  check_linear(3, x3, 5, w5, 1, DIT_F32, DIT_BF16, DIT_F32);  /* bf16 weights, f32 activations */
+  check_linear(3, x3, 5, w5, 0, DIT_F16, DIT_F16, DIT_F16);
+  const int64_t x1[1] = {70}, w1[2] = {11, 70};
+  check_linear(1, x1, 2, w1, 1, DIT_F32, DIT_F32, DIT_BF16);
+  /* No pool at all (a NULL backend or pool runs on the calling thread). */
+  {
+    const int64_t xd[2] = {9, 20}, wd[2] = {11, 20}, yd[2] = {9, 11};
+    tt_t x = tt_rand(DIT_F32, 2, xd, -1, 1), w = tt_rand(DIT_F32, 2, wd, -1, 1);
+    double ref[99];
+    for (int m = 0; m < 9; m++)
+      for (int n = 0; n < 11; n++) {
+        ref[m * 11 + n] = 0;
+        for (int k = 0; k < 20; k++) ref[m * 11 + n] += x.v[m * 20 + k] * w.v[n * 20 + k];
+      }
+    dit_cpu_t nopool = {NULL};
+    dit_tensor_t y = out_poisoned(DIT_F32, 2, yd);
+    CHECK_OK(dit_cpu_linear(NULL, &x.t, &w.t, NULL, &y));
+    CHECK(compare("linear, NULL backend", &y, ref, TOL_F32));
+    free(y.data);
+    y = out_poisoned(DIT_F32, 2, yd);
+    CHECK_OK(dit_cpu_linear(&nopool, &x.t, &w.t, NULL, &y));
+    CHECK(compare("linear, NULL pool", &y, ref, TOL_F32));
+    free(y.data);
+    tt_free(&x), tt_free(&w);
+  }
+  /* K = 0: the product is empty and y is the bias. */
+  const int64_t x0[2] = {3, 0}, w0[2] = {5, 0};
+  check_linear(2, x0, 2, w0, 1, DIT_F32, DIT_F32, DIT_F32);
+}
+
+/* ---- attention -------------------------------------------------------------------------- */
+
+static void attention_ref(const tt_t *q, const tt_t *k, const tt_t *v, int64_t B, int64_t S,
+                          int64_t L, int64_t H, int64_t Dh, double scale, double *out, double *lse) {
+  double *sc = malloc(sizeof(double) * (size_t)L);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t s = 0; s < S; s++) {
+        const double *qr = q->v + ((b * S + s) * H + h) * Dh;
+        double mx = -INFINITY;
+        for (int64_t l = 0; l < L; l++) {
+          const double *kr = k->v + ((b * L + l) * H + h) * Dh;
+          double d = 0;
+          for (int64_t e = 0; e < Dh; e++) d += qr[e] * kr[e];
+          sc[l] = d * scale;
+          mx = fmax(mx, sc[l]);
+        }
+        double sum = 0;
+        for (int64_t l = 0; l < L; l++) sum += (sc[l] = exp(sc[l] - mx));
+        double *o = out + ((b * S + s) * H + h) * Dh;
+        for (int64_t e = 0; e < Dh; e++) {
+          double a = 0;
+          for (int64_t l = 0; l < L; l++) a += sc[l] * v->v[((b * L + l) * H + h) * Dh + e];
+          o[e] = a / sum;
+        }
+        lse[(b * H + h) * S + s] = mx + log(sum);
+      }
+  free(sc);
+}
+
+static void check_attention(int64_t B, int64_t S, int64_t L, int64_t H, int64_t Dh, double amp,
+                            double scale, int with_lse, dit_dtype_t dt) {
+  const int64_t qd[3] = {B, S, H * Dh}, kd[3] = {B, L, H * Dh}, ld[3] = {B, H, S};
+  tt_t q = tt_rand(dt, 3, qd, -amp, amp), k = tt_rand(dt, 3, kd, -amp, amp);
+  tt_t v = tt_rand(dt, 3, kd, -1, 1);
+  /* Later keys score higher on average, so the running max moves from block to block. */
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t l = 0; l < L; l++)
+      for (int64_t e = 0; e < H * Dh; e++) {
+        int64_t i = (b * L + l) * H * Dh + e;
+        double bumped = k.v[i] + 0.5 * amp * (double)l / (double)L * (q.v[(b * S) * H * Dh + e] > 0 ? 1 : -1);
+        set_elem(&k.t, i, bumped);
+        k.v[i] = get_elem(&k.t, i);
+      }
+  double *ref = malloc(sizeof(double) * (size_t)(B * S * H * Dh + 1));
+  double *lref = malloc(sizeof(double) * (size_t)(B * H * S + 1));
+  attention_ref(&q, &k, &v, B, S, L, H, Dh, scale, ref, lref);
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t o = out_poisoned(dt, 3, qd);
+    dit_tensor_t lse = out_poisoned(DIT_F32, 3, ld);
+    CHECK_OK(dit_cpu_attention(&g_cpu[pi], &q.t, &k.t, &v.t, (int)H, scale, &o, with_lse ? &lse : NULL));
+    char what[160];
+    snprintf(what, sizeof what, "attention B=%lld S=%lld L=%lld H=%lld Dh=%lld scale=%g pool %d",
+             (long long)B, (long long)S, (long long)L, (long long)H, (long long)Dh, scale, pi);
+    CHECK(compare(what, &o, ref, tol_for(dt)));
+    if (with_lse) {
+      strncat(what, " (lse)", sizeof what - strlen(what) - 1);
+      CHECK(compare(what, &lse, lref, TOL_F32));
+    }
+    free(o.data);
+    free(lse.data);
+  }
+  free(ref);
+  free(lref);
+  tt_free(&q), tt_free(&k), tt_free(&v);
+}
+
+static void test_attention(void) {
+  check_attention(1, 1, 1, 1, 8, 1, 1 / sqrt(8.0), 1, DIT_F32);
+  check_attention(2, 5, 1, 3, 16, 1, 0.25, 1, DIT_F32);
+  check_attention(1, 49, 130, 2, 24, 1, 1 / sqrt(24.0), 1, DIT_F32);
+  check_attention(1, 100, 257, 2, 64, 1, 0.125, 0, DIT_F32);
+  check_attention(2, 3, 300, 1, 12, 2, 1.0, 1, DIT_F32); /* large scores: online max matters */
+  check_attention(1, 97, 129, 1, 6, 1.5, 0.7, 1, DIT_F32);
+  check_attention(1, 48, 128, 4, 128, 1, 1 / sqrt(128.0), 1, DIT_F32);
+  check_attention(1, 50, 140, 2, 40, 1, 1 / sqrt(40.0), 1, DIT_BF16);
+  check_attention(1, 7, 33, 3, 8, 1, 0.5, 1, DIT_F16);
+}
+
+/* ---- norms ------------------------------------------------------------------------------ */
+
+static void layernorm_row(const double *x, int64_t D, double eps, double *y) {
+  double mean = 0, var = 0;
+  for (int64_t d = 0; d < D; d++) mean += x[d];
+  mean /= (double)D;
+  for (int64_t d = 0; d < D; d++) var += (x[d] - mean) * (x[d] - mean);
+  var /= (double)D;
+  for (int64_t d = 0; d < D; d++) y[d] = (x[d] - mean) / sqrt(var + eps);
+}
+
+static void check_layernorm(int rank, const int64_t *dims, int affine, double eps, double lo,
+                            double hi, dit_dtype_t dt) {
+  const int64_t D = dims[rank - 1], rows = numel_of(rank, dims) / D;
+  const int64_t wd[1] = {D};
+  tt_t x = tt_rand(dt, rank, dims, lo, hi);
+  tt_t w = tt_rand(dt, 1, wd, -2, 2), b = tt_rand(dt, 1, wd, -1, 1);
+  double *ref = malloc(sizeof(double) * (size_t)(rows * D));
+  for (int64_t r = 0; r < rows; r++) {
+    layernorm_row(x.v + r * D, D, eps, ref + r * D);
+    if (affine)
+      for (int64_t d = 0; d < D; d++) ref[r * D + d] = ref[r * D + d] * w.v[d] + b.v[d];
+  }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, rank, dims);
+    CHECK_OK(dit_cpu_layernorm(&g_cpu[pi], &x.t, affine ? &w.t : NULL, affine ? &b.t : NULL, eps, &y));
+    char what[128];
+    snprintf(what, sizeof what, "layernorm rows=%lld D=%lld affine=%d", (long long)rows, (long long)D, affine);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&w), tt_free(&b);
+}
+
+static void check_adaln(int64_t B, int64_t T, int64_t D, int64_t n, int shift, int scale,
+                        dit_dtype_t dt, dit_dtype_t mt) {
+  const int64_t xd[3] = {B, T, D}, md[3] = {B, n, D};
+  tt_t x = tt_rand(dt, 3, xd, -3, 4), mod = tt_rand(mt, 3, md, -1, 1);
+  double *ref = malloc(sizeof(double) * (size_t)(B * T * D));
+  for (int64_t r = 0; r < B * T; r++) {
+    const int64_t b = r / T;
+    layernorm_row(x.v + r * D, D, 1e-6, ref + r * D);
+    for (int64_t d = 0; d < D; d++)
+      ref[r * D + d] = ref[r * D + d] * (1 + mod.v[(b * n + scale) * D + d]) + mod.v[(b * n + shift) * D + d];
+  }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, 3, xd);
+    CHECK_OK(dit_cpu_adaln(&g_cpu[pi], &x.t, &mod.t, 1e-6, shift, scale, &y));
+    char what[128];
+    snprintf(what, sizeof what, "adaln B=%lld T=%lld D=%lld shift=%d scale=%d", (long long)B, (long long)T,
+             (long long)D, shift, scale);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&mod);
+}
+
+static void check_rmsnorm(int rank, const int64_t *dims, double eps, double amp, dit_dtype_t dt) {
+  const int64_t D = dims[rank - 1], rows = numel_of(rank, dims) / D;
+  const int64_t wd[1] = {D};
+  tt_t x = tt_rand(dt, rank, dims, -amp, amp), w = tt_rand(dt, 1, wd, -2, 2);
+  double *ref = malloc(sizeof(double) * (size_t)(rows * D));
+  for (int64_t r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int64_t d = 0; d < D; d++) ss += x.v[r * D + d] * x.v[r * D + d];
+    const double inv = 1 / sqrt(ss / (double)D + eps);
+    for (int64_t d = 0; d < D; d++) ref[r * D + d] = x.v[r * D + d] * inv * w.v[d];
+  }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, rank, dims);
+    CHECK_OK(dit_cpu_rmsnorm(&g_cpu[pi], &x.t, &w.t, eps, &y));
+    char what[128];
+    snprintf(what, sizeof what, "rmsnorm rows=%lld D=%lld", (long long)rows, (long long)D);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&w);
+}
+
+static void test_norms(void) {
+  static const dit_dtype_t dts[3] = {DIT_F32, DIT_BF16, DIT_F16};
+  for (int i = 0; i < 3; i++) {
+    const int64_t a[2] = {1, 1}, b3[3] = {3, 7, 33}, c2[2] = {5, 1027};
+    /* An offset mean (variance must not cancel), and a spread so small that eps matters. */
+    check_layernorm(2, a, 0, 1e-6, 2, 5, dts[i]);
+    check_layernorm(3, b3, 1, 1e-5, 2, 5, dts[i]);
+    check_layernorm(2, c2, 0, 1e-6, 2, 5, dts[i]);
+    check_layernorm(2, c2, 1, 1e-6, -3, 3, dts[i]);
+    check_layernorm(3, b3, 1, 1e-5, 3, 3.004, dts[i]);
+    check_adaln(2, 9, 40, 6, 0, 1, dts[i], DIT_F32);
+    check_adaln(1, 33, 130, 6, 3, 4, dts[i], dts[i]);
+    const int64_t r1[3] = {2, 11, 96}, r2[2] = {1, 5}, r3[1] = {1500};
+    check_rmsnorm(3, r1, 1e-6, 3, dts[i]);
+    check_rmsnorm(2, r2, 1e-5, 3, dts[i]);
+    check_rmsnorm(1, r3, 1e-6, 3, dts[i]);
+    check_rmsnorm(3, r1, 1e-5, 4e-3, dts[i]);
+  }
+}
+
+/* ---- elementwise ------------------------------------------------------------------------ */
+
+static double silu_d(double x) { return x / (1 + exp(-x)); }
+static double gelu_d(double x) {
+  return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void check_unary(int which, int rank, const int64_t *dims, dit_dtype_t xt, dit_dtype_t yt) {
+  const int64_t n = numel_of(rank, dims);
+  tt_t x = tt_rand(xt, rank, dims, -8, 8);
+  double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) ref[i] = which ? gelu_d(x.v[i]) : silu_d(x.v[i]);
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(yt, rank, dims);
+    CHECK_OK(which ? dit_cpu_gelu_tanh(&g_cpu[pi], &x.t, &y) : dit_cpu_silu(&g_cpu[pi], &x.t, &y));
+    char what[96];
+    snprintf(what, sizeof what, "%s n=%lld", which ? "gelu_tanh" : "silu", (long long)n);
+    CHECK(compare(what, &y, ref, tol_for(yt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x);
+}
+
+static void check_add(int rank, const int64_t *dims, dit_dtype_t at, dit_dtype_t bt, dit_dtype_t yt) {
+  const int64_t n = numel_of(rank, dims);
+  tt_t a = tt_rand(at, rank, dims, -4, 4), b = tt_rand(bt, rank, dims, -4, 4);
+  double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) ref[i] = a.v[i] + b.v[i];
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(yt, rank, dims);
+    CHECK_OK(dit_cpu_add(&g_cpu[pi], &a.t, &b.t, &y));
+    char what[96];
+    snprintf(what, sizeof what, "add n=%lld", (long long)n);
+    CHECK(compare(what, &y, ref, tol_for(yt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&a), tt_free(&b);
+}
+
+static void check_gated_add(int64_t B, int64_t T, int64_t D, int64_t n, int gate, dit_dtype_t dt) {
+  const int64_t xd[3] = {B, T, D}, md[3] = {B, n, D};
+  tt_t x = tt_rand(dt, 3, xd, -4, 4), y = tt_rand(dt, 3, xd, -4, 4), mod = tt_rand(DIT_F32, 3, md, -1, 1);
+  double *ref = malloc(sizeof(double) * (size_t)(B * T * D));
+  for (int64_t r = 0; r < B * T; r++)
+    for (int64_t d = 0; d < D; d++)
+      ref[r * D + d] = x.v[r * D + d] + y.v[r * D + d] * mod.v[((r / T) * n + gate) * D + d];
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t o = out_poisoned(dt, 3, xd);
+    CHECK_OK(dit_cpu_gated_add(&g_cpu[pi], &x.t, &y.t, &mod.t, gate, &o));
+    char what[96];
+    snprintf(what, sizeof what, "gated_add B=%lld T=%lld D=%lld", (long long)B, (long long)T, (long long)D);
+    CHECK(compare(what, &o, ref, tol_for(dt)));
+    free(o.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&y), tt_free(&mod);
+}
+
+static void check_mod_table(int64_t B, int64_t n, int64_t D, int er, const int64_t *edims,
+                            dit_dtype_t dt) {
+  const int64_t td[3] = {1, n, D}, od[3] = {B, n, D};
+  tt_t tab = tt_rand(dt, 3, td, -1, 1), e = tt_rand(dt, er, edims, -1, 1);
+  const int64_t r = numel_of(er, edims) / (B * D);
+  double *ref = malloc(sizeof(double) * (size_t)(B * n * D));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t d = 0; d < D; d++)
+        ref[(b * n + i) * D + d] = tab.v[i * D + d] + e.v[(b * r + (r == 1 ? 0 : i)) * D + d];
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t o = out_poisoned(dt, 3, od);
+    CHECK_OK(dit_cpu_mod_table(&g_cpu[pi], &tab.t, &e.t, &o));
+    char what[96];
+    snprintf(what, sizeof what, "mod_table B=%lld n=%lld D=%lld r=%lld", (long long)B, (long long)n,
+             (long long)D, (long long)r);
+    CHECK(compare(what, &o, ref, tol_for(dt)));
+    free(o.data);
+  }
+  free(ref);
+  tt_free(&tab), tt_free(&e);
+}
+
+static void test_elementwise(void) {
+  const int64_t s1[1] = {1}, s2[2] = {3, 333}, s3[3] = {2, 7, 5001}, s4[4] = {1, 2, 3, 4};
+  for (int which = 0; which < 2; which++) {
+    check_unary(which, 1, s1, DIT_F32, DIT_F32);
+    check_unary(which, 2, s2, DIT_F32, DIT_F32);
+    check_unary(which, 3, s3, DIT_F32, DIT_F32);
+    check_unary(which, 3, s3, DIT_BF16, DIT_BF16);
+    check_unary(which, 4, s4, DIT_F16, DIT_F16);
+    check_unary(which, 2, s2, DIT_BF16, DIT_F32);
+  }
+  check_add(1, s1, DIT_F32, DIT_F32, DIT_F32);
+  check_add(3, s3, DIT_F32, DIT_F32, DIT_F32);
+  check_add(3, s3, DIT_BF16, DIT_F32, DIT_BF16);
+  check_add(4, s4, DIT_F16, DIT_F16, DIT_F16);
+  check_gated_add(2, 9, 40, 6, 2, DIT_F32);
+  check_gated_add(1, 3, 2500, 6, 5, DIT_BF16);
+  check_gated_add(3, 1, 7, 1, 0, DIT_F16);
+  const int64_t e1[2] = {2, 240}, e2[2] = {2, 40}, e3[3] = {2, 6, 40}, e4[3] = {3, 1, 9};
+  check_mod_table(2, 6, 40, 2, e1, DIT_F32);
+  check_mod_table(2, 6, 40, 2, e2, DIT_F32);
+  check_mod_table(2, 6, 40, 3, e3, DIT_BF16);
+  check_mod_table(3, 2, 9, 3, e4, DIT_F32);
+  const int64_t e5[2] = {2, 11};
+  check_mod_table(2, 1, 11, 2, e5, DIT_F16);
+}
+
+/* ---- patchify / unpatchify -------------------------------------------------------------- */
+
+/* Patchify followed by linear with the flattened weight must equal a strided Conv3d
+ * (kernel = stride = patch) computed directly. */
+static void check_patchify(int64_t B, int64_t C, int64_t F, int64_t H, int64_t W, int pt, int ph,
+                           int pw, int64_t D, dit_dtype_t dt) {
+  const int64_t xd[5] = {B, C, F, H, W};
+  const int64_t f = F / pt, h = H / ph, w = W / pw, K = C * pt * ph * pw;
+  const int64_t wd[5] = {D, C, pt, ph, pw}, yd[3] = {B, f * h * w, K}, od[3] = {B, f * h * w, D};
+  tt_t x = tt_rand(dt, 5, xd, -1, 1), wt = tt_rand(DIT_F32, 5, wd, -1, 1);
+  double *conv = malloc(sizeof(double) * (size_t)(B * f * h * w * D));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t o = 0; o < D; o++)
+      for (int64_t ft = 0; ft < f; ft++)
+        for (int64_t hi = 0; hi < h; hi++)
+          for (int64_t wi = 0; wi < w; wi++) {
+            double s = 0;
+            for (int64_t c = 0; c < C; c++)
+              for (int it = 0; it < pt; it++)
+                for (int ih = 0; ih < ph; ih++)
+                  for (int iw = 0; iw < pw; iw++)
+                    s += wt.v[(((o * C + c) * pt + it) * ph + ih) * pw + iw] *
+                         x.v[(((b * C + c) * F + ft * pt + it) * H + hi * ph + ih) * W + wi * pw + iw];
+            conv[((b * f * h * w) + (ft * h + hi) * w + wi) * D + o] = s;
+          }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, 3, yd);
+    CHECK_OK(dit_cpu_patchify(&g_cpu[pi], &x.t, pt, ph, pw, &y));
+    /* Every element is a plain copy of an input element. */
+    int64_t n = dit_tensor_numel(&y), copies_ok = 0;
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t row = i / K, col = i % K, b = row / (f * h * w), tok = row % (f * h * w);
+      const int64_t c = col / (pt * ph * pw), it = (col / (ph * pw)) % pt, ih = (col / pw) % ph, iw = col % pw;
+      const int64_t ft = tok / (h * w), hi = (tok / w) % h, wi = tok % w;
+      copies_ok += get_elem(&y, i) ==
+                   x.v[(((b * C + c) * F + ft * pt + it) * H + hi * ph + ih) * W + wi * pw + iw];
+    }
+    CHECK_EQ_INT(copies_ok, n);
+    dit_tensor_t out = out_poisoned(DIT_F32, 3, od);
+    CHECK_OK(dit_cpu_linear(&g_cpu[pi], &y, &wt.t, NULL, &out));
+    CHECK(compare("patchify + linear vs conv3d", &out, conv, TOL_F32));
+    free(out.data);
+    free(y.data);
+  }
+  free(conv);
+  tt_free(&x), tt_free(&wt);
+}
+
+/* The reference applies the specification literally: view y as [B, f, h, w, pt, ph, pw, C],
+ * permute to (0, 7, 1, 4, 2, 5, 3, 6), then read the result in row-major order. */
+static void check_unpatchify(int64_t B, int64_t C, int f, int h, int w, int pt, int ph, int pw,
+                             dit_dtype_t dt) {
+  const int64_t yd[3] = {B, (int64_t)f * h * w, C * pt * ph * pw};
+  const int64_t od[5] = {B, C, (int64_t)f * pt, (int64_t)h * ph, (int64_t)w * pw};
+  tt_t y = tt_rand(dt, 3, yd, -1, 1);
+  const int64_t v8[8] = {B, f, h, w, pt, ph, pw, C};
+  static const int perm[8] = {0, 7, 1, 4, 2, 5, 3, 6};
+  int64_t pd[8], vstride[8];
+  vstride[7] = 1;
+  for (int i = 6; i >= 0; i--) vstride[i] = vstride[i + 1] * v8[i + 1];
+  for (int i = 0; i < 8; i++) pd[i] = v8[perm[i]];
+  const int64_t n = numel_of(3, yd);
+  double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t o = 0; o < n; o++) {
+    int64_t rem = o, src = 0;
+    for (int i = 7; i >= 0; i--) {
+      const int64_t idx = rem % pd[i];
+      rem /= pd[i];
+      src += idx * vstride[perm[i]];
+    }
+    ref[o] = y.v[src];
+  }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t out = out_poisoned(dt, 5, od);
+    CHECK_OK(dit_cpu_unpatchify(&g_cpu[pi], &y.t, pt, ph, pw, f, h, w, &out));
+    CHECK(compare("unpatchify", &out, ref, 0.0));
+    free(out.data);
+  }
+  free(ref);
+  tt_free(&y);
+}
+
+static void test_patch(void) {
+  check_patchify(2, 3, 4, 6, 8, 1, 2, 2, 5, DIT_F32);
+  check_patchify(1, 2, 4, 9, 4, 2, 3, 2, 7, DIT_F32);
+  check_patchify(1, 16, 1, 4, 6, 1, 2, 2, 12, DIT_BF16);
+  check_unpatchify(2, 3, 2, 3, 4, 1, 2, 2, DIT_F32);
+  check_unpatchify(1, 5, 3, 2, 2, 2, 3, 2, DIT_F32);
+  check_unpatchify(1, 16, 1, 1, 1, 1, 2, 2, DIT_BF16);
+}
+
+/* ---- timestep embedding ----------------------------------------------------------------- */
+
+/* ideal: frequencies in double. fp32: the exponent rounded step by step in fp32 as the
+ * specification does, so the kernel must agree closely with this one. */
+static void timestep_ref(const tt_t *t, int64_t dim, int flip, double shift, double maxp,
+                         double scale, int fp32_exponent, double *out) {
+  const int64_t B = t->t.dims[0], half = dim / 2;
+  for (int64_t b = 0; b < B; b++) {
+    const double tv = (double)(float)t->v[b];
+    for (int64_t i = 0; i < half; i++) {
+      double fr;
+      if (fp32_exponent) {
+        const float e = ((float)-log(maxp) * (float)i) / (float)((double)half - shift);
+        fr = (double)(float)exp((double)e);
+      } else {
+        fr = exp(-log(maxp) * (double)i / ((double)half - shift));
+      }
+      const double arg = fp32_exponent ? (double)((float)scale * ((float)tv * (float)fr)) : scale * tv * fr;
+      out[b * dim + (flip ? half + i : i)] = sin(arg);
+      out[b * dim + (flip ? i : half + i)] = cos(arg);
+    }
+    if (dim % 2) out[b * dim + dim - 1] = 0;
+  }
+}
+
+static void check_timestep(dit_dtype_t tt, const double *tv, int64_t B, int64_t dim, int flip,
+                           double shift, double maxp, double scale, dit_dtype_t ot) {
+  const int64_t td[1] = {B}, od[2] = {B, dim};
+  tt_t t = {.t = tensor_alloc(tt, 1, td), .v = malloc(sizeof(double) * (size_t)B)};
+  for (int64_t b = 0; b < B; b++) {
+    set_elem(&t.t, b, tv[b]);
+    t.v[b] = get_elem(&t.t, b);
+  }
+  double *ideal = malloc(sizeof(double) * (size_t)(B * dim)), *spec = malloc(sizeof(double) * (size_t)(B * dim));
+  timestep_ref(&t, dim, flip, shift, maxp, scale, 0, ideal);
+  timestep_ref(&t, dim, flip, shift, maxp, scale, 1, spec);
+  dit_tensor_t out = out_poisoned(ot, 2, od);
+  CHECK_OK(dit_cpu_timestep_embed(&g_cpu[1], &t.t, flip, shift, maxp, scale, &out));
+  char what[128];
+  snprintf(what, sizeof what, "timestep_embed t %s dim %lld flip %d shift %g (fp32 exponent)",
+           dit_dtype_name(tt), (long long)dim, flip, shift);
+  CHECK(compare(what, &out, spec, ot == DIT_F32 ? 1e-6 : tol_for(ot)));
+  /* Against double frequencies the fp32 exponent costs up to ~t * 2^-24 * a few in the angle. */
+  snprintf(what, sizeof what, "timestep_embed t %s dim %lld (double exponent)", dit_dtype_name(tt), (long long)dim);
+  CHECK(compare(what, &out, ideal, ot == DIT_F32 ? 3e-4 : tol_for(ot) + 3e-4));
+  free(out.data);
+  free(ideal);
+  free(spec);
+  tt_free(&t);
+}
+
+static void test_timestep(void) {
+  const double ti[5] = {0, 1, 500, 999, 17};
+  const double tf[3] = {999.5, 0.25, 321.125};
+  check_timestep(DIT_I64, ti, 5, 256, 1, 0, 10000, 1, DIT_F32);
+  check_timestep(DIT_I32, ti, 4, 256, 0, 1, 10000, 1, DIT_F32);
+  check_timestep(DIT_F32, tf, 3, 7, 0, 1, 10000, 2, DIT_F32);
+  check_timestep(DIT_F32, tf, 3, 64, 1, 0, 100, 1, DIT_BF16);
+  check_timestep(DIT_I64, ti, 2, 1, 1, 0, 10000, 1, DIT_F32);
+}
+
+/* ---- rope ------------------------------------------------------------------------------- */
+
+static void check_rope(int64_t B, int heads, int f, int h, int w, int td, int hd, int wd,
+                       double theta, dit_dtype_t dt) {
+  const int64_t Dh = td + hd + wd, T = (int64_t)f * h * w;
+  const int64_t xd[3] = {B, T, heads * Dh};
+  tt_t x = tt_rand(dt, 3, xd, -2, 2);
+  const int64_t n = numel_of(3, xd);
+  double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+  const int part_dim[3] = {td, hd, wd};
+  for (int64_t r = 0; r < B * T; r++) {
+    const int64_t tok = r % T;
+    const int64_t pos[3] = {tok / (h * w), (tok / w) % h, tok % w};
+    for (int hh = 0; hh < heads; hh++) {
+      int64_t c0 = (r * heads + hh) * Dh;
+      for (int part = 0; part < 3; part++) {
+        for (int q = 0; q < part_dim[part] / 2; q++, c0 += 2) {
+          const double freq = 1.0 / pow(theta, (double)(2 * q) / part_dim[part]);
+          const double cs = (float)cos(pos[part] * freq), sn = (float)sin(pos[part] * freq);
+          ref[c0] = x.v[c0] * cs - x.v[c0 + 1] * sn;
+          ref[c0 + 1] = x.v[c0] * sn + x.v[c0 + 1] * cs;
+        }
+      }
+    }
+  }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, 3, xd);
+    CHECK_OK(dit_cpu_rope(&g_cpu[pi], &x.t, heads, f, h, w, td, hd, wd, theta, &y));
+    char what[128];
+    snprintf(what, sizeof what, "rope grid %dx%dx%d heads %d dims %d/%d/%d", f, h, w, heads, td, hd, wd);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x);
+}
+
+static void test_rope(void) {
+  check_rope(2, 2, 2, 3, 4, 8, 4, 4, 10000, DIT_F32);
+  check_rope(1, 3, 5, 4, 6, 8, 8, 8, 10000, DIT_F32); /* Wan's split for Dh = 24 */
+  check_rope(1, 1, 1, 7, 9, 0, 6, 4, 500, DIT_F32);   /* an empty t part */
+  check_rope(2, 2, 3, 2, 2, 8, 8, 8, 10000, DIT_BF16);
+  check_rope(1, 2, 2, 2, 3, 4, 2, 2, 10000, DIT_F16);
+}
+
+/* ---- argument errors --------------------------------------------------------------------- */
+
+static void test_errors(void) {
+  dit_cpu_t *c = &g_cpu[0];
+  float buf[4096];
+  for (int i = 0; i < 4096; i++) buf[i] = 1.0f;
+  float obuf[4096];
+#define T(name, dt, r, ...) dit_tensor_t name = {buf, dt, r, {__VA_ARGS__}}
+#define O(name, dt, r, ...) dit_tensor_t name = {obuf, dt, r, {__VA_ARGS__}}
+  {
+    T(x, DIT_F32, 2, 4, 64);
+    T(w, DIT_F32, 3, 8, 4, 12);
+    O(y, DIT_F32, 2, 4, 8);
+    CHECK_ERR(dit_cpu_linear(c, &x, &w, NULL, &y), INVALID_ARGUMENT,
+              "linear: w dims[1..] multiply to 48, expected K = 64 from x");
+    T(w2, DIT_F32, 2, 8, 64);
+    T(bias, DIT_F32, 1, 9);
+    CHECK_ERR(dit_cpu_linear(c, &x, &w2, &bias, &y), INVALID_ARGUMENT, "linear: bias has dims [9], expected [8]");
+    O(y2, DIT_F32, 2, 4, 9);
+    CHECK_ERR(dit_cpu_linear(c, &x, &w2, NULL, &y2), INVALID_ARGUMENT, "linear: y has dims [4, 9]");
+    T(xi, DIT_I32, 2, 4, 64);
+    CHECK_ERR(dit_cpu_linear(c, &xi, &w2, NULL, &y), INVALID_ARGUMENT, "linear: x has dtype i32");
+    dit_tensor_t ya = {buf, DIT_F32, 2, {4, 8}};
+    CHECK_ERR(dit_cpu_linear(c, &x, &w2, NULL, &ya), INVALID_ARGUMENT, "linear: output y overlaps input x");
+    CHECK_ERR(dit_cpu_linear(c, NULL, &w2, NULL, &y), INVALID_ARGUMENT, "linear: x is missing");
+  }
+  {
+    T(q, DIT_F32, 3, 1, 4, 32);
+    T(k, DIT_F32, 3, 1, 5, 16);
+    O(o, DIT_F32, 3, 1, 4, 32);
+    CHECK_ERR(dit_cpu_attention(c, &q, &k, &k, 2, 0.25, &o, NULL), INVALID_ARGUMENT,
+              "attention: k has dims [1, 5, 16], expected [1, *, 32]");
+    T(k2, DIT_F32, 3, 1, 5, 32);
+    T(v2, DIT_F32, 3, 1, 6, 32);
+    CHECK_ERR(dit_cpu_attention(c, &q, &k2, &v2, 2, 0.25, &o, NULL), INVALID_ARGUMENT,
+              "attention: v has dims [1, 6, 32], expected [1, 5, 32] as k");
+    CHECK_ERR(dit_cpu_attention(c, &q, &k2, &k2, 3, 0.25, &o, NULL), INVALID_ARGUMENT,
+              "not a positive multiple of heads = 3");
+    dit_tensor_t lse = {obuf + 1024, DIT_F32, 3, {1, 4, 2}};
+    CHECK_ERR(dit_cpu_attention(c, &q, &k2, &k2, 2, 0.25, &o, &lse), INVALID_ARGUMENT,
+              "attention: lse has dims [1, 4, 2], expected [1, 2, 4]");
+    T(k0, DIT_F32, 3, 1, 0, 32);
+    CHECK_ERR(dit_cpu_attention(c, &q, &k0, &k0, 2, 0.25, &o, NULL), INVALID_ARGUMENT, "no keys");
+  }
+  {
+    T(x, DIT_F32, 2, 3, 10);
+    T(w, DIT_F32, 1, 10);
+    T(w9, DIT_F32, 1, 9);
+    O(y, DIT_F32, 2, 3, 10);
+    CHECK_ERR(dit_cpu_layernorm(c, &x, &w, NULL, 1e-6, &y), INVALID_ARGUMENT,
+              "layernorm: w and b must be given together");
+    CHECK_ERR(dit_cpu_layernorm(c, &x, &w9, &w9, 1e-6, &y), INVALID_ARGUMENT,
+              "layernorm: w has dims [9], expected [10]");
+    CHECK_ERR(dit_cpu_rmsnorm(c, &x, &w9, 1e-6, &y), INVALID_ARGUMENT, "rmsnorm: w has dims [9], expected [10]");
+    O(y2, DIT_F32, 2, 3, 11);
+    CHECK_ERR(dit_cpu_silu(c, &x, &y2), INVALID_ARGUMENT, "silu: y has dims [3, 11], expected [3, 10] as x");
+    CHECK_ERR(dit_cpu_gelu_tanh(c, &x, &y2), INVALID_ARGUMENT, "gelu_tanh: y has dims [3, 11]");
+    T(b2, DIT_F32, 2, 10, 3);
+    CHECK_ERR(dit_cpu_add(c, &x, &b2, &y), INVALID_ARGUMENT, "add: b has dims [10, 3], expected [3, 10] as a");
+  }
+  {
+    T(x, DIT_F32, 3, 2, 5, 8);
+    T(mod, DIT_F32, 3, 2, 6, 8);
+    T(modbad, DIT_F32, 3, 1, 6, 8);
+    O(y, DIT_F32, 3, 2, 5, 8);
+    CHECK_ERR(dit_cpu_adaln(c, &x, &mod, 1e-6, 0, 6, &y), INVALID_ARGUMENT,
+              "adaln: shift 0 / scale 6 out of range for mod [2, 6, 8]");
+    CHECK_ERR(dit_cpu_adaln(c, &x, &modbad, 1e-6, 0, 1, &y), INVALID_ARGUMENT,
+              "adaln: mod has dims [1, 6, 8], expected [2, *, 8]");
+    CHECK_ERR(dit_cpu_gated_add(c, &x, &x, &mod, 7, &y), INVALID_ARGUMENT, "gated_add: gate 7 out of range");
+    T(tab, DIT_F32, 3, 1, 6, 8);
+    T(e, DIT_F32, 2, 2, 40);
+    O(o, DIT_F32, 3, 2, 6, 8);
+    CHECK_ERR(dit_cpu_mod_table(c, &tab, &e, &o), INVALID_ARGUMENT, "mod_table: e has dims [2, 40]");
+    T(tab2, DIT_F32, 2, 6, 8);
+    CHECK_ERR(dit_cpu_mod_table(c, &tab2, &e, &o), INVALID_ARGUMENT, "mod_table: table has dims [6, 8], expected [1, n, D]");
+  }
+  {
+    T(x, DIT_F32, 5, 1, 2, 3, 4, 4);
+    O(y, DIT_F32, 3, 1, 12, 16);
+    CHECK_ERR(dit_cpu_patchify(c, &x, 2, 2, 2, &y), INVALID_ARGUMENT, "not divisible by patch (2, 2, 2)");
+    O(y2, DIT_F32, 3, 1, 12, 15);
+    CHECK_ERR(dit_cpu_patchify(c, &x, 1, 2, 2, &y2), INVALID_ARGUMENT,
+              "patchify: y has dims [1, 12, 15], expected [1, 12, 8]");
+    T(yy, DIT_F32, 3, 1, 12, 8);
+    O(out, DIT_F32, 5, 1, 2, 3, 4, 4);
+    CHECK_ERR(dit_cpu_unpatchify(c, &yy, 1, 2, 2, 3, 2, 3, &out), INVALID_ARGUMENT,
+              "unpatchify: y has dims [1, 12, 8], expected 18 tokens");
+    O(out2, DIT_F32, 5, 1, 2, 3, 4, 5);
+    CHECK_ERR(dit_cpu_unpatchify(c, &yy, 1, 2, 2, 3, 2, 2, &out2), INVALID_ARGUMENT,
+              "unpatchify: out has dims [1, 2, 3, 4, 5], expected [1, 2, 3, 4, 4]");
+  }
+  {
+    T(t, DIT_I64, 2, 2, 1);
+    O(o, DIT_F32, 2, 2, 16);
+    CHECK_ERR(dit_cpu_timestep_embed(c, &t, 1, 0, 10000, 1, &o), INVALID_ARGUMENT,
+              "timestep_embed: t has dims [2, 1], expected [B]");
+    T(t1, DIT_I64, 1, 3);
+    CHECK_ERR(dit_cpu_timestep_embed(c, &t1, 1, 0, 10000, 1, &o), INVALID_ARGUMENT,
+              "timestep_embed: out has dims [2, 16], expected [3, *]");
+  }
+  {
+    T(x, DIT_F32, 3, 1, 6, 32);
+    O(y, DIT_F32, 3, 1, 6, 32);
+    CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 3, 6, 5, 5, 10000, &y), INVALID_ARGUMENT,
+              "rope: part dims (t 6, h 5, w 5) must be even");
+    CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 2, 8, 4, 4, 10000, &y), INVALID_ARGUMENT,
+              "rope: x has dims [1, 6, 32], expected [B, 4 (f*h*w = 1*2*2)");
+  }
+#undef T
+#undef O
+}
+
+/* ---- torch / diffusers cross-check ------------------------------------------------------- */
+
+/* tests/data/cpu_ops/ref.bin, written by make_ref.py: records of
+ * u32 name_len, name, u32 rank, i64 dims[rank], f32 data[numel], all little-endian. */
+typedef struct ref_rec {
+  char name[64];
+  dit_tensor_t t;
+} ref_rec_t;
+
+static ref_rec_t g_ref[64];
+static int g_nref;
+
+static int load_refs(void) {
+  const char *root = getenv("DIT_TEST_DATA");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/cpu_ops/ref.bin", root ? root : "data");
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cannot open %s\n", path);
+    return 0;
+  }
+  for (;;) {
+    uint32_t nl, rank;
+    if (fread(&nl, 4, 1, f) != 1) break;
+    ref_rec_t *r = &g_ref[g_nref];
+    if (g_nref >= 64 || nl >= sizeof r->name || fread(r->name, 1, nl, f) != nl) goto bad;
+    r->name[nl] = 0;
+    if (fread(&rank, 4, 1, f) != 1 || rank > DIT_MAX_RANK) goto bad;
+    r->t.rank = (int)rank;
+    r->t.dtype = DIT_F32;
+    if (rank && fread(r->t.dims, 8, rank, f) != rank) goto bad;
+    int64_t n = dit_tensor_numel(&r->t);
+    if (n < 0 || n > (1 << 22)) goto bad;
+    r->t.data = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if ((int64_t)fread(r->t.data, 4, (size_t)n, f) != n) goto bad;
+    g_nref++;
+  }
+  fclose(f);
+  return 1;
+bad:
+  fprintf(stderr, "%s: malformed record %d\n", path, g_nref);
+  fclose(f);
+  return 0;
+}
+
+static dit_tensor_t *ref_get(const char *name) {
+  for (int i = 0; i < g_nref; i++)
+    if (strcmp(g_ref[i].name, name) == 0) return &g_ref[i].t;
+  fprintf(stderr, "reference tensor %s missing\n", name);
+  return NULL;
+}
+
+static double *as_double(const dit_tensor_t *t) {
+  int64_t n = dit_tensor_numel(t);
+  double *d = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) d[i] = get_elem(t, i);
+  return d;
+}
+
+/* Compares a kernel's output to a torch tensor: same dims, within tol. */
+static void check_vs_torch(const char *what, const dit_tensor_t *out, const char *ref_name, double tol) {
+  dit_tensor_t *r = ref_get(ref_name);
+  CHECK(r != NULL);
+  if (!r) return;
+  CHECK_EQ_INT(dit_tensor_numel(r), dit_tensor_numel(out));
+  if (dit_tensor_numel(r) != dit_tensor_numel(out)) return;
+  double *d = as_double(r);
+  CHECK(compare(what, out, d, tol));
+  free(d);
+}
+
+static dit_tensor_t out_like(const dit_tensor_t *t) { return out_poisoned(DIT_F32, t->rank, t->dims); }
+
+static void test_torch(void) {
+  CHECK(load_refs());
+  if (!g_nref) return;
+  printf("cross-check against torch/diffusers (tests/data/cpu_ops/ref.bin):\n");
+  g_verbose = 1;
+  dit_cpu_t *c = &g_cpu[1];
+  dit_tensor_t *x, *w, *b, *t, *q, *k, *v, *mod;
+  /* Tolerances: torch's fp32 kernels round differently (its own exp/sin/tanh, summation
+   * order), so these are 1e-5 except where noted. */
+  if ((x = ref_get("ln.x")) && (w = ref_get("ln.w")) && (b = ref_get("ln.b"))) {
+    dit_tensor_t y = out_like(x);
+    CHECK_OK(dit_cpu_layernorm(c, x, w, b, 1e-6, &y));
+    check_vs_torch("torch layer_norm", &y, "ln.y", TOL_F32);
+    CHECK_OK(dit_cpu_layernorm(c, x, NULL, NULL, 1e-6, &y));
+    check_vs_torch("torch layer_norm (no affine)", &y, "ln.y_noaffine", TOL_F32);
+    CHECK_OK(dit_cpu_rmsnorm(c, x, w, 1e-6, &y));
+    check_vs_torch("torch nn.RMSNorm", &y, "rms.y", TOL_F32);
+    CHECK_OK(dit_cpu_gelu_tanh(c, x, &y));
+    check_vs_torch("torch gelu tanh", &y, "gelu.y", TOL_F32);
+    CHECK_OK(dit_cpu_silu(c, x, &y));
+    check_vs_torch("torch silu", &y, "silu.y", TOL_F32);
+    if ((mod = ref_get("adaln.mod"))) {
+      CHECK_OK(dit_cpu_adaln(c, x, mod, 1e-6, 0, 1, &y));
+      check_vs_torch("diffusers-style adaln", &y, "adaln.y", TOL_F32);
+    }
+    free(y.data);
+  }
+  if ((t = ref_get("temb.t"))) {
+    /* t is stored as float; the kernel converts any dtype with a plain cast. */
+    dit_tensor_t o = out_poisoned(DIT_F32, 2, (int64_t[]){t->dims[0], 256});
+    CHECK_OK(dit_cpu_timestep_embed(c, t, 1, 0, 10000, 1, &o));
+    /* torch's exp/sin/cos are within an ulp or so of ours; at t ~ 1000 an ulp of the angle
+     * is 6e-5. */
+    check_vs_torch("diffusers get_timestep_embedding (Wan: flip, shift 0)", &o, "temb.y", 1.5e-4);
+    free(o.data);
+    dit_tensor_t o2 = out_poisoned(DIT_F32, 2, (int64_t[]){t->dims[0], 33});
+    CHECK_OK(dit_cpu_timestep_embed(c, t, 0, 1, 10000, 2, &o2));
+    check_vs_torch("diffusers get_timestep_embedding (odd dim, shift 1, scale 2)", &o2, "temb.y2", 3e-4);
+    free(o2.data);
+  }
+  if ((x = ref_get("rope.x"))) {
+    dit_tensor_t y = out_like(x);
+    /* Wan with head dim 24 (t/h/w = 8/8/8), 2 heads, grid 2x3x4. */
+    CHECK_OK(dit_cpu_rope(c, x, 2, 2, 3, 4, 8, 8, 8, 10000, &y));
+    check_vs_torch("diffusers WanRotaryPosEmbed + rotation", &y, "rope.y", TOL_F32);
+    free(y.data);
+  }
+  if ((q = ref_get("attn.q")) && (k = ref_get("attn.k")) && (v = ref_get("attn.v"))) {
+    dit_tensor_t o = out_like(q);
+    dit_tensor_t lse = out_poisoned(DIT_F32, 3, (int64_t[]){q->dims[0], 2, q->dims[1]});
+    CHECK_OK(dit_cpu_attention(c, q, k, v, 2, 1 / sqrt((double)q->dims[2] / 2), &o, &lse));
+    check_vs_torch("torch scaled_dot_product_attention", &o, "attn.o", TOL_F32);
+    check_vs_torch("torch logsumexp of scores", &lse, "attn.lse", TOL_F32);
+    free(o.data);
+    free(lse.data);
+  }
+  if ((x = ref_get("patch.x")) && (w = ref_get("patch.w")) && (b = ref_get("patch.b"))) {
+    /* x [1, 4, 2, 6, 4], Conv3d patch (1, 2, 2) -> [1, 2*3*2, 16] -> linear to 8. */
+    dit_tensor_t p = out_poisoned(DIT_F32, 3, (int64_t[]){1, 12, 16});
+    dit_tensor_t y = out_poisoned(DIT_F32, 3, (int64_t[]){1, 12, 8});
+    CHECK_OK(dit_cpu_patchify(c, x, 1, 2, 2, &p));
+    CHECK_OK(dit_cpu_linear(c, &p, w, b, &y));
+    check_vs_torch("torch Conv3d patch embedding", &y, "patch.y", TOL_F32);
+    free(p.data);
+    free(y.data);
+  }
+  if ((x = ref_get("unpatch.y"))) {
+    /* [1, 2*3*2, 4*1*2*2] -> [1, 4, 2, 6, 4] */
+    dit_tensor_t o = out_poisoned(DIT_F32, 5, (int64_t[]){1, 4, 2, 6, 4});
+    CHECK_OK(dit_cpu_unpatchify(c, x, 1, 2, 2, 2, 3, 2, &o));
+    check_vs_torch("diffusers Wan unpatchify", &o, "unpatch.out", 0.0);
+    free(o.data);
+  }
+  g_verbose = 0;
+  for (int i = 0; i < g_nref; i++) free(g_ref[i].t.data);
+}
+
+/* ---- throughput -------------------------------------------------------------------------- */
+
+static double time_best(int reps, dit_status_t (*fn)(void *), void *arg) {
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    const double t0 = now_s();
+    dit_status_t s = fn(arg);
+    const double dt = now_s() - t0;
+    if (s) {
+      dit_status_free(s);
+      return -1;
+    }
+    best = dt < best ? dt : best;
+  }
+  return best;
+}
+
+typedef struct bench_lin {
+  dit_cpu_t *c;
+  dit_tensor_t x, w, y;
+} bench_lin_t;
+
+static dit_status_t run_lin(void *a) {
+  bench_lin_t *b = a;
+  return dit_cpu_linear(b->c, &b->x, &b->w, NULL, &b->y);
+}
+
+typedef struct bench_attn {
+  dit_cpu_t *c;
+  dit_tensor_t q, k, v, o;
+  int heads;
+} bench_attn_t;
+
+static dit_status_t run_attn(void *a) {
+  bench_attn_t *b = a;
+  return dit_cpu_attention(b->c, &b->q, &b->k, &b->v, b->heads, 0.125, &b->o, NULL);
+}
+
+static void bench(void) {
+  const int64_t n = 512;
+  const int64_t d2[2] = {n, n};
+  tt_t x = tt_rand(DIT_F32, 2, d2, -1, 1), w = tt_rand(DIT_F32, 2, d2, -1, 1);
+  tt_t wb = tt_rand(DIT_BF16, 2, d2, -1, 1);
+  dit_tensor_t y = tensor_alloc(DIT_F32, 2, d2);
+  dit_pool_t *p1 = NULL, *pn = NULL;
+  CHECK_OK(dit_pool_create(1, &p1));
+  CHECK_OK(dit_pool_create(0, &pn));
+  dit_cpu_t c1 = {p1}, cn = {pn};
+  bench_lin_t bl = {&c1, x.t, w.t, y};
+  const double flop = 2.0 * n * n * n;
+  double t1 = time_best(5, run_lin, &bl);
+  bl.c = &cn;
+  double tn = time_best(5, run_lin, &bl);
+  bl.w = wb.t;
+  double tb = time_best(5, run_lin, &bl);
+  printf("bench linear 512x512x512 f32: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads;"
+         " bf16 weights %.1f GFLOP/s\n", flop / t1 * 1e-9, flop / tn * 1e-9, dit_pool_threads(pn),
+         flop / tb * 1e-9);
+
+  const int64_t S = 1024, H = 4, Dh = 64;
+  const int64_t ad[3] = {1, S, H * Dh};
+  tt_t q = tt_rand(DIT_F32, 3, ad, -1, 1), k = tt_rand(DIT_F32, 3, ad, -1, 1), v = tt_rand(DIT_F32, 3, ad, -1, 1);
+  dit_tensor_t o = tensor_alloc(DIT_F32, 3, ad);
+  bench_attn_t ba = {&c1, q.t, k.t, v.t, o, (int)H};
+  const double aflop = 4.0 * S * S * Dh * H;
+  double a1 = time_best(3, run_attn, &ba);
+  ba.c = &cn;
+  double an = time_best(3, run_attn, &ba);
+  printf("bench attention S=L=%lld H=%lld Dh=%lld f32: %.1f GFLOP/s (%.1f Mscores/s) on 1 thread,"
+         " %.1f GFLOP/s on %d threads\n", (long long)S, (long long)H, (long long)Dh, aflop / a1 * 1e-9,
+         (double)S * S * H / a1 * 1e-6, aflop / an * 1e-9, dit_pool_threads(pn));
+  free(y.data);
+  free(o.data);
+  tt_free(&x), tt_free(&w), tt_free(&wb), tt_free(&q), tt_free(&k), tt_free(&v);
+  dit_pool_destroy(p1);
+  dit_pool_destroy(pn);
+}
+
+int main(void) {
+  dit_pool_t *p1 = NULL, *p3 = NULL;
+  CHECK_OK(dit_pool_create(1, &p1));
+  CHECK_OK(dit_pool_create(3, &p3));
+  g_cpu[0].pool = p1;
+  g_cpu[1].pool = p3;
+  test_linear();
+  test_attention();
+  test_norms();
+  test_elementwise();
+  test_patch();
+  test_timestep();
+  test_rope();
+  test_errors();
+  test_torch();
+  bench();
+  dit_pool_destroy(p1);
+  dit_pool_destroy(p3);
+  return check_summary("test_cpu_ops");
+}
