@@ -11,41 +11,6 @@
 #define DIT_GEMM_MC 96
 #define DIT_GEMM_NC 256
 
-void dit_gemm_pack_a(dit_v4_t *dst, const float *a, int64_t lda, int mr, int64_t kc) {
-  for (int i = 0; i < DIT_GEMM_MR; i++) {
-    if (i < mr) {
-      const float *row = a + (int64_t)i * lda;
-      for (int64_t k = 0; k < kc; k++) {
-        float v = row[k];
-        dst[k * DIT_GEMM_MR + i] = (dit_v4_t){v, v, v, v};
-      }
-    } else {
-      for (int64_t k = 0; k < kc; k++) dst[k * DIT_GEMM_MR + i] = (dit_v4_t){0, 0, 0, 0};
-    }
-  }
-}
-
-void dit_gemm_pack_b(float *dst, const float *w, int64_t ldw, int nr, int64_t kc) {
-  for (int j = 0; j < DIT_GEMM_NR; j++) {
-    if (j < nr) {
-      const float *row = w + (int64_t)j * ldw;
-      for (int64_t k = 0; k < kc; k++) dst[k * DIT_GEMM_NR + j] = row[k];
-    } else {
-      for (int64_t k = 0; k < kc; k++) dst[k * DIT_GEMM_NR + j] = 0.0f;
-    }
-  }
-}
-
-void dit_gemm_pack_b_kmajor(float *dst, const float *src, int64_t lds, int nr, int64_t kc) {
-  for (int64_t k = 0; k < kc; k++) {
-    const float *s = src + k * lds;
-    float *d = dst + k * DIT_GEMM_NR;
-    int j = 0;
-    for (; j < nr; j++) d[j] = s[j];
-    for (; j < DIT_GEMM_NR; j++) d[j] = 0.0f;
-  }
-}
-
 static inline dit_v4_t loadu4(const float *p) {
   dit_v4_t v;
   memcpy(&v, p, sizeof v);

@@ -87,14 +87,10 @@ static inline dit_pool_t *dit_cpu_pool(dit_cpu_t *c) { return c ? c->pool : NULL
 #define DIT_GEMM_NR 8
 typedef float dit_v4_t __attribute__((vector_size(16)));
 
-/* A panel: rows [0, mr) of a (row-major, lda) over kc columns -> dst[k*MR + i] = splat(a[i][k]),
- * rows mr..MR-1 zero. `a` is fp32. */
-void dit_gemm_pack_a(dit_v4_t *dst, const float *a, int64_t lda, int mr, int64_t kc);
-/* B panel from W rows (k contiguous): dst[k*NR + j] = w[j][k] for j < nr, zero beyond. */
-void dit_gemm_pack_b(float *dst, const float *w, int64_t ldw, int nr, int64_t kc);
-/* B panel from a k-major source (n contiguous): dst[k*NR + j] = src[k][j] for j < nr. */
-void dit_gemm_pack_b_kmajor(float *dst, const float *src, int64_t lds, int nr, int64_t kc);
-/* c[MR][NR] (row stride ldc, fp32) = (accumulate ? c : 0) + A panel * B panel over kc. */
+/* Operands are packed by the callers (they also widen dtypes while packing):
+ * A panel: a[k*MR + i] = splat(A[i][k]) for the MR rows, zero rows past the edge;
+ * B panel: b[k*NR + j] = B[k][j] for the NR columns, zero columns past the edge (16-byte
+ * aligned). c[MR][NR] (row stride ldc, fp32) = (accumulate ? c : 0) + A * B over kc. */
 void dit_gemm_micro(int64_t kc, const dit_v4_t *a, const float *b, float *c, int64_t ldc,
                     int accumulate);
 
