@@ -79,6 +79,17 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
       else cJSON_AddNumberToObject(ints, at->key, (double)at->i);
     }
     cJSON_AddNumberToObject(o, "block", s->block);
+    if (s->has_kernel) {
+      const dit_plan_kernel_t *k = &s->kernel;
+      cJSON *ko = cJSON_AddObjectToObject(o, "kernel");
+      cJSON_AddStringToObject(ko, "cubin", k->cubin);
+      cJSON_AddStringToObject(ko, "ptx", k->ptx);
+      cJSON_AddStringToObject(ko, "entry", k->entry);
+      int64_t g[3] = {k->grid[0], k->grid[1], k->grid[2]}, b[3] = {k->block[0], k->block[1], k->block[2]};
+      cJSON_AddItemToObject(ko, "grid", int_array(g, 3));
+      cJSON_AddItemToObject(ko, "block", int_array(b, 3));
+      cJSON_AddNumberToObject(ko, "smem", k->smem);
+    }
   }
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
@@ -229,6 +240,56 @@ static dit_status_t parse_attrs(const cJSON *o, const char *what, const char *ct
   return parse_attr_group(o, "floats", 1, what, ctx, a);
 }
 
+static int is_hex32(const char *s) {
+  if (strlen(s) != 32) return 0;
+  for (int i = 0; i < 32; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return 1;
+}
+
+static dit_status_t parse_dim3(const cJSON *o, const char *key, const char *what, const char *ctx,
+                               const uint64_t max[3], uint32_t out[3]) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel '%s' must be an array of 3 integers", what, ctx, key);
+  for (int i = 0; i < 3; i++) {
+    const cJSON *d = cJSON_GetArrayItem(a, i);
+    if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > (double)max[i] || d->valuedouble != floor(d->valuedouble))
+      return DIT_ERR(OUT_OF_RANGE, "%s: %s: kernel %s[%d] outside 1..%" PRIu64, what, ctx, key, i, max[i]);
+    out[i] = (uint32_t)d->valuedouble;
+  }
+  return DIT_OK;
+}
+
+/* Launch limits of every CUDA device: bounds on what a bundle may ask for. */
+static dit_status_t parse_kernel(const cJSON *o, const char *what, const char *ctx, dit_plan_step_t *s) {
+  const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kernel");
+  if (!k) return DIT_OK;
+  if (!cJSON_IsObject(k)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s: 'kernel' is not an object", what, ctx);
+  const char *cubin = NULL, *ptx = NULL, *entry = NULL;
+  DIT_RETURN_IF(get_str(k, "cubin", what, ctx, &cubin));
+  DIT_RETURN_IF(get_str(k, "ptx", what, ctx, &ptx));
+  DIT_RETURN_IF(get_str(k, "entry", what, ctx, &entry));
+  if (!is_hex32(cubin) || (ptx[0] && !is_hex32(ptx)))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel module hashes must be 32 lowercase hex digits", what, ctx);
+  size_t n = strlen(entry);
+  if (n == 0 || n >= sizeof s->kernel.entry)
+    return DIT_ERR(OUT_OF_RANGE, "%s: %s: kernel entry name of %zu bytes, expected 1..%zu", what, ctx, n, sizeof s->kernel.entry - 1);
+  static const uint64_t gmax[3] = {2147483647ull, 65535, 65535}, bmax[3] = {1024, 1024, 64};
+  DIT_RETURN_IF(parse_dim3(k, "grid", what, ctx, gmax, s->kernel.grid));
+  DIT_RETURN_IF(parse_dim3(k, "block", what, ctx, bmax, s->kernel.block));
+  if ((uint64_t)s->kernel.block[0] * s->kernel.block[1] * s->kernel.block[2] > 1024)
+    return DIT_ERR(OUT_OF_RANGE, "%s: %s: kernel block of more than 1024 threads", what, ctx);
+  uint64_t smem;
+  DIT_RETURN_IF(get_uint(k, "smem", what, ctx, 232448, &smem));
+  snprintf(s->kernel.cubin, sizeof s->kernel.cubin, "%s", cubin);
+  snprintf(s->kernel.ptx, sizeof s->kernel.ptx, "%s", ptx);
+  snprintf(s->kernel.entry, sizeof s->kernel.entry, "%s", entry);
+  s->kernel.smem = (uint32_t)smem;
+  s->has_kernel = 1;
+  return DIT_OK;
+}
+
 static dit_status_t parse_steps(const cJSON *arr, const char *what, dit_plan_t *p) {
   int n = cJSON_GetArraySize(arr);
   if (n > MAX_STEPS) return DIT_ERR(OUT_OF_RANGE, "%s: %d steps, at most %d", what, n, MAX_STEPS);
@@ -253,6 +314,7 @@ static dit_status_t parse_steps(const cJSON *arr, const char *what, dit_plan_t *
                      what, ctx, info->name, s->n_in, s->n_out, info->min_inputs, info->max_inputs,
                      info->min_outputs, info->max_outputs);
     DIT_RETURN_IF(parse_attrs(o, what, ctx, &s->attrs));
+    DIT_RETURN_IF(parse_kernel(o, what, ctx, s));
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "block");
     s->block = -1;
     if (b) {
@@ -379,6 +441,17 @@ dit_status_t dit_plan_check_bindings(const dit_plan_t *p, const dit_manifest_t *
                        what, i, dit_storage_name(v->storage), v->ref);
       if (is_in) used_in++;
       else used_out++;
+    }
+  }
+  for (size_t i = 0; i < p->n_steps; i++) {
+    const dit_plan_step_t *st = &p->steps[i];
+    if (!st->has_kernel) continue;
+    const char *mods[2] = {st->kernel.cubin, st->kernel.ptx};
+    for (int k = 0; k < 2; k++) {
+      if (!mods[k][0]) continue;
+      const dit_manifest_blob_t *b = dit_manifest_find_blob(m, mods[k]);
+      if (!b || strcmp(b->role, "kernels"))
+        return DIT_ERR(NOT_FOUND, "%s: steps[%zu]: kernel module %s is not a \"kernels\" blob of the manifest", what, i, mods[k]);
     }
   }
   if (used_in != m->n_inputs || used_out != m->n_outputs)

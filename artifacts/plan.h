@@ -5,7 +5,8 @@
  *  "values": [{"name", "storage": "arena"|"weight"|"input"|"output", "ref" (weight key or io
  *              name; absent for arena), "dtype", "shape": [..], "offset" (arena only)}],
  *  "steps": [{"op": "<catalog name>", "in": [value indices], "out": [..],
- *             "ints": {"key": n}, "floats": {"key": x}, "block": n}]}
+ *             "ints": {"key": n}, "floats": {"key": x}, "block": n,
+ *             "kernel": {"cubin", "ptx", "entry", "grid": [3], "block": [3], "smem"}}]}
  *
  * The parser validates everything a runtime relies on for memory safety: op names and arity,
  * value indices, arena ranges inside arena_bytes, every temp written by exactly one step
@@ -43,6 +44,17 @@ typedef struct dit_plan_value {
   uint64_t nbytes; /* derived: product(dims) * dtype size */
 } dit_plan_value_t;
 
+/* A generated kernel for a step (GPU targets): its modules are "kernels" blobs of the bundle,
+ * cubin for the target arch and PTX for later ones; arguments are the step's output pointers
+ * then its input pointers. */
+typedef struct dit_plan_kernel {
+  char cubin[DIT_HASH_HEX];
+  char ptx[DIT_HASH_HEX]; /* "" when the module has no portable PTX */
+  char entry[32];
+  uint32_t grid[3], block[3];
+  uint32_t smem;          /* dynamic shared memory bytes */
+} dit_plan_kernel_t;
+
 typedef struct dit_plan_step {
   dit_op_kind_t kind;
   int n_in, n_out;
@@ -50,6 +62,8 @@ typedef struct dit_plan_step {
   int32_t out[DIT_PLAN_MAX_OUT];
   dit_attrs_t attrs;
   int32_t block;
+  int has_kernel;           /* else the backend runs the op itself (e.g. a library GEMM) */
+  dit_plan_kernel_t kernel;
 } dit_plan_step_t;
 
 typedef struct dit_plan {
@@ -68,7 +82,7 @@ void dit_plan_free(dit_plan_t *p);
 
 /* Checks the plan against the manifest: every weight value names a tensor of `weights` with
  * the same dtype and shape, every input/output value matches the manifest's io entry of that
- * name, and every io entry is used. */
+ * name, every io entry is used, and every kernel module is a "kernels" blob. */
 dit_status_t dit_plan_check_bindings(const dit_plan_t *p, const dit_manifest_t *m,
                                      const dit_manifest_weights_t *weights, const char *what);
 

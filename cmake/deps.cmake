@@ -32,7 +32,7 @@ endif()
 
 if(DIT_CUDA)
   set(DIT_CUDA_ROOT /usr/local/cuda CACHE PATH "CUDA toolkit root")
-  find_path(NVRTC_INC nvrtc.h PATHS ${DIT_CUDA_ROOT}/include NO_DEFAULT_PATH NO_CACHE)
+  find_path(NVRTC_INC nvrtc.h PATHS ${DIT_CUDA_ROOT}/include NO_DEFAULT_PATH)
   find_library(NVRTC_LIB nvrtc PATHS ${DIT_CUDA_ROOT}/lib64 NO_DEFAULT_PATH NO_CACHE)
   find_library(NVJITLINK_LIB nvJitLink PATHS ${DIT_CUDA_ROOT}/lib64 NO_DEFAULT_PATH NO_CACHE)
   if(NOT NVRTC_INC OR NOT NVRTC_LIB OR NOT NVJITLINK_LIB)

@@ -14,6 +14,7 @@
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
+#include "compiler/codegen_cuda.h"
 #include "dit_sources_hash.h"
 #include "passes/passes.h"
 
@@ -45,8 +46,14 @@ dit_status_t dit_toolchain_identity(const char *target, cJSON **out) {
   if (!t) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON_AddStringToObject(t, "ditc_sources", DIT_SOURCES_HASH);
   /* The CPU backend executes the plan with the runtime's reference kernels: no code generator
-   * touches the output, so no generator version belongs in its identity. */
-  (void)target;
+   * touches the output, so only GPU targets record generator versions. */
+  if (strcmp(target, "cpu") != 0) {
+    dit_status_t s = dit_cuda_toolchain(t);
+    if (s) {
+      cJSON_Delete(t);
+      return s;
+    }
+  }
   *out = t;
   return DIT_OK;
 }
@@ -293,13 +300,60 @@ static int already_published(const char *out_dir, const char *identity, char **o
   return *out_path != NULL;
 }
 
+/* ---- kernels ---- */
+
+static void add_blob_entry(dit_manifest_blob_t *blobs, size_t *n, const char *role, const char *hash, uint64_t size) {
+  for (size_t i = 0; i < *n; i++)
+    if (!strcmp(blobs[i].hash, hash)) return; /* identical modules are stored once */
+  snprintf(blobs[*n].role, sizeof blobs[*n].role, "%s", role);
+  memcpy(blobs[*n].hash, hash, DIT_HASH_HEX);
+  blobs[*n].size = size;
+  (*n)++;
+}
+
+/* Generates every step's kernel for a GPU target and adds the modules to the bundle. */
+static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, dit_plan_t *plan,
+                                     dit_bundle_writer_t *w, dit_manifest_blob_t *blobs, size_t *n_blobs,
+                                     progress_t *pr) {
+  dit_cuda_codegen_t *cg;
+  DIT_RETURN_IF(dit_cuda_codegen_create(target, NULL, &cg));
+  dit_status_t s = DIT_OK;
+  int kernels = 0, library = 0;
+  for (size_t i = 0; !s && i < plan->n_steps; i++) {
+    dit_plan_step_t *st = &plan->steps[i];
+    dit_cuda_module_t mod;
+    s = dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, (int32_t)i), &st->has_kernel, &st->kernel, &mod);
+    if (s || !st->has_kernel) {
+      library += !s;
+      continue;
+    }
+    kernels++;
+    s = dit_bundle_writer_add_blob(w, mod.cubin, mod.cubin_size, st->kernel.cubin);
+    if (!s) s = dit_bundle_writer_add_blob(w, mod.ptx, mod.ptx_size, st->kernel.ptx);
+    if (!s) {
+      add_blob_entry(blobs, n_blobs, "kernels", st->kernel.cubin, mod.cubin_size);
+      add_blob_entry(blobs, n_blobs, "kernels", st->kernel.ptx, mod.ptx_size);
+    }
+  }
+  dit_cuda_codegen_stats_t cs = dit_cuda_codegen_stats(cg);
+  if (!s)
+    progress(pr, "codegen %s: %d generated-kernel steps, %d library GEMM steps; %d modules compiled (%.2fs), %d from the cache",
+             target, kernels, library, cs.compiled, cs.compile_seconds, cs.cache_hits);
+  dit_cuda_codegen_destroy(cg);
+  return s;
+}
+
 /* ---- driver ---- */
 
 dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *out) {
   memset(out, 0, sizeof *out);
-  if (strcmp(o->target, "cpu") != 0)
-    return DIT_ERR(UNIMPLEMENTED, "--target %s: this build generates code for the CPU reference backend only (target cpu)", o->target);
-  progress_t pr = {.quiet = o->quiet, .total = 7};
+  int gpu = strcmp(o->target, "cpu") != 0;
+  if (gpu && !dit_cuda_target_supported(o->target))
+    return DIT_ERR(INVALID_ARGUMENT, "--target %s: supported targets: cpu, sm_80, sm_86, sm_89, sm_90", o->target);
+  if (gpu && o->shape.dtype != DIT_BF16)
+    return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
+                   o->target, dit_dtype_name(o->shape.dtype));
+  progress_t pr = {.quiet = o->quiet, .total = gpu ? 8 : 7};
   clock_gettime(CLOCK_MONOTONIC, &pr.t0);
 
   dit_model_t *m = NULL;
@@ -311,7 +365,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   memset(&man, 0, sizeof man);
   dit_manifest_weights_t layout;
   memset(&layout, 0, sizeof layout);
-  dit_manifest_blob_t blobs[2];
+  dit_manifest_blob_t *blobs = NULL;
+  size_t n_blobs = 0;
   dit_manifest_rank_t rank0;
   memset(&rank0, 0, sizeof rank0);
   dit_latent_shape_t ls;
@@ -345,6 +400,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) s = lower_to_plan(g, pres.arena_bytes, &plan);
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
   if (!s) s = write_weights(w, m, plan, &layout, &pr);
+  if (!s && !(blobs = calloc(2 + 2 * plan->n_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s && gpu) s = generate_kernels(o->target, g, plan, w, blobs, &n_blobs, &pr);
   if (!s) s = dit_plan_to_json(plan, &plan_text);
   if (!s) s = dit_bundle_writer_add_blob(w, plan_text, strlen(plan_text), rank0.plan);
   if (!s) {
@@ -377,14 +434,11 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     uint64_t wsize = 0;
     for (size_t i = 0; i < layout.n_tensors; i++)
       if (layout.tensors[i].offset + layout.tensors[i].nbytes > wsize) wsize = layout.tensors[i].offset + layout.tensors[i].nbytes;
-    snprintf(blobs[0].role, sizeof blobs[0].role, "weights");
-    memcpy(blobs[0].hash, layout.blob, DIT_HASH_HEX);
-    blobs[0].size = wsize;
-    snprintf(blobs[1].role, sizeof blobs[1].role, "plan");
-    memcpy(blobs[1].hash, rank0.plan, DIT_HASH_HEX);
-    blobs[1].size = strlen(plan_text);
+    add_blob_entry(blobs, &n_blobs, "weights", layout.blob, wsize);
+    add_blob_entry(blobs, &n_blobs, "plan", rank0.plan, strlen(plan_text));
     man.blobs = blobs;
-    man.n_blobs = 2;
+    man.n_blobs = n_blobs;
+    man.min_driver = gpu ? dit_cuda_min_driver() : 0;
     man.weights = &layout;
     man.n_weights = 1;
     man.ranks = &rank0;
@@ -437,6 +491,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   for (size_t i = 0; i < layout.n_tensors; i++) free(layout.tensors[i].name);
   free(layout.tensors);
   free(plan_text);
+  free(blobs);
   dit_plan_free(plan);
   dit_graph_destroy(g);
   dit_model_free(m);

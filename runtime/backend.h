@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "artifacts/plan.h"
+#include "base/fileio.h"
 #include "base/status.h"
 #include "runtime/tensor.h"
 
@@ -13,7 +14,13 @@
 
 typedef struct dit_backend_config {
   int threads; /* CPU worker threads; <= 0: all online CPUs */
+  int device;  /* GPU ordinal */
+  const char *arch;     /* the bundle's target arch, e.g. "sm_90" */
+  int64_t min_driver;   /* the bundle's minimum driver version */
 } dit_backend_config_t;
+
+/* Maps a verified bundle blob by hash (the executor's bundle does the checking). */
+typedef dit_status_t (*dit_blob_loader_fn)(void *ctx, const char *hash, dit_mapping_t *out);
 
 typedef struct dit_backend_vtable {
   int abi_version;
@@ -28,11 +35,22 @@ typedef struct dit_backend_vtable {
   void (*release)(void *state, void *ptr);
   dit_status_t (*upload)(void *state, void *dst, const void *src, size_t bytes);
   dit_status_t (*download)(void *state, void *dst, const void *src, size_t bytes);
-  dit_status_t (*run_step)(void *state, const dit_plan_step_t *step, const dit_tensor_t *ins,
-                           dit_tensor_t *outs);
+  /* Runs step `index` of the plan given to prepare (or of any plan, for backends without
+   * prepare) on bound tensors. */
+  dit_status_t (*run_step)(void *state, size_t index, const dit_plan_step_t *step,
+                           const dit_tensor_t *ins, dit_tensor_t *outs);
   dit_status_t (*synchronize)(void *state);
+  /* Optional (may be NULL): called once after every plan value is bound to memory, to load
+   * generated code and plan library calls. bound has plan->n_values entries. */
+  dit_status_t (*prepare)(void *state, const dit_plan_t *plan, const dit_tensor_t *bound,
+                          dit_blob_loader_fn load_blob, void *loader_ctx);
+  /* Optional: device memory (free, total) in bytes, for the load-time memory check. */
+  dit_status_t (*memory_info)(void *state, size_t *free_bytes, size_t *total_bytes);
 } dit_backend_vtable_t;
 
 const dit_backend_vtable_t *dit_backend_cpu(void);
+/* The CUDA backend: the driver API and cuBLASLt are loaded with dlopen on first use, so the
+ * same binary runs (CPU only) where they are absent. */
+const dit_backend_vtable_t *dit_backend_cuda(void);
 
 #endif

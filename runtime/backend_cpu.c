@@ -62,8 +62,9 @@ static dit_status_t cpu_sync(void *state) {
   } while (0)
 #define GETF(key, var) DIT_RETURN_IF(dit_attrs_get_float(&st->attrs, name, key, &var))
 
-static dit_status_t cpu_run_step(void *state, const dit_plan_step_t *st, const dit_tensor_t *in,
-                                 dit_tensor_t *out) {
+static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_t *st,
+                                 const dit_tensor_t *in, dit_tensor_t *out) {
+  (void)index;
   dit_cpu_t *c = &((cpu_state_t *)state)->cpu;
   const char *name = dit_op_info(st->kind)->name;
   switch (st->kind) {

@@ -13,8 +13,9 @@
 typedef struct dit_runtime dit_runtime_t;
 
 typedef struct dit_runtime_options {
-  const char *backend; /* "cpu" or NULL for the bundle's target */
+  const char *backend; /* "cpu", "cuda", or NULL for the bundle's target */
   int threads;         /* CPU threads, <= 0: all online CPUs */
+  int device;          /* GPU ordinal */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and
@@ -34,6 +35,14 @@ dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const di
 dit_status_t dit_runtime_forward(dit_runtime_t *rt);
 /* A view of the named output in the runtime's memory, valid until the next forward. */
 dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view);
+
+/* Step-level access, for cross-backend parity checks: the plan, one step at a time (then
+ * synchronized), and any value's bytes copied out or in (weights cannot be written). */
+struct dit_plan;
+const struct dit_plan *dit_runtime_plan(const dit_runtime_t *rt);
+dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i);
+dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host);
+dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host);
 
 typedef struct dit_generate_options {
   dit_sampler_kind_t sampler;

@@ -9,6 +9,7 @@
 #include "artifacts/bundle.h"
 #include "artifacts/plan.h"
 #include "artifacts/safetensors.h"
+#include "runtime/compare.h"
 #include "runtime/ditrun.h"
 #include "runtime/rng.h"
 
@@ -29,9 +30,19 @@ static const char kUsage[] =
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
     "\n"
-    "options for forward and generate:\n"
+    "  compare BUNDLE --inputs IN.safetensors [--reference cpu] [--accumulate]\n"
+    "                  [--max-rel X] [-v]\n"
+    "                     run the plan step by step on the bundle's backend and on the\n"
+    "                     reference backend; report each op's max relative error and cosine\n"
+    "                     (each step on the reference's inputs unless --accumulate)\n"
+    "\n"
+    "  bench BUNDLE --inputs IN.safetensors [--steps ITERS]\n"
+    "                     median forward time, and the time split by op class\n"
+    "\n"
+    "options for forward, generate, compare and bench:\n"
     "  --threads N        CPU threads (default: all)\n"
-    "  --backend cpu      run on this backend (default: the bundle's target)\n";
+    "  --backend NAME     cpu or cuda (default: the bundle's target)\n"
+    "  --device N         GPU ordinal (default 0)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "ditrun: error: ");
@@ -126,10 +137,10 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 /* ---- forward / generate ---- */
 
 typedef struct run_args {
-  const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend;
-  int64_t steps, seed, threads;
-  double guidance, shift;
-  int have_seed;
+  const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
+  int64_t steps, seed, threads, device;
+  double guidance, shift, max_rel;
+  int have_seed, accumulate, verbose, need_out;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -157,12 +168,15 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
   return 0;
 }
 
-static int parse_run_args(int argc, char **argv, run_args_t *a) {
+static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
   memset(a, 0, sizeof *a);
+  a->need_out = need_out;
   a->steps = 50;
   a->guidance = 5.0;
   a->shift = 3.0;
   a->sampler = "unipc";
+  a->reference = "cpu";
+  a->max_rel = -1;
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **str = NULL;
@@ -174,6 +188,11 @@ static int parse_run_args(int argc, char **argv, run_args_t *a) {
     else if (!strcmp(f, "--init-latents")) str = &a->init;
     else if (!strcmp(f, "--sampler")) str = &a->sampler;
     else if (!strcmp(f, "--backend")) str = &a->backend;
+    else if (!strcmp(f, "--reference")) str = &a->reference;
+    else if (!strcmp(f, "--device")) rc = parse_int(f, v, &a->device), i++;
+    else if (!strcmp(f, "--max-rel")) rc = parse_num(f, v, &a->max_rel), i++;
+    else if (!strcmp(f, "--accumulate")) a->accumulate = 1;
+    else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
     else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
     else if (!strcmp(f, "--seed")) rc = parse_int(f, v, &a->seed), a->have_seed = 1, i++;
     else if (!strcmp(f, "--threads")) rc = parse_int(f, v, &a->threads), i++;
@@ -190,32 +209,39 @@ static int parse_run_args(int argc, char **argv, run_args_t *a) {
     }
   }
   if (!a->bundle) return usage_error("%s", "missing BUNDLE");
-  if (!a->out) return usage_error("%s", "missing --out");
+  if (a->need_out && !a->out) return usage_error("%s", "missing --out");
   return 0;
 }
 
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
-  dit_runtime_options_t o = {a->backend, (int)a->threads};
+  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device};
   double t0 = now_s();
   DIT_RETURN_IF(dit_runtime_load(a->bundle, &o, rt));
   fprintf(stderr, "ditrun: loaded and verified %s in %.2fs\n", dit_runtime_manifest(*rt)->identity, now_s() - t0);
   return DIT_OK;
 }
 
+static dit_status_t set_inputs_from(dit_runtime_t *rt, const char *path) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  dit_status_t s = DIT_OK;
+  for (size_t i = 0; !s && i < m->n_inputs; i++) {
+    dit_tensor_t t = {0};
+    s = read_tensor(path, m->io_inputs[i].name, "--inputs", &t);
+    if (!s) s = dit_status_annotate(dit_runtime_set_input(rt, m->io_inputs[i].name, &t), "--inputs %s", path);
+    free(t.data);
+  }
+  return s;
+}
+
 static int cmd_forward(int argc, char **argv) {
   run_args_t a;
-  int rc = parse_run_args(argc, argv, &a);
+  int rc = parse_run_args(argc, argv, &a, 1);
   if (rc) return rc;
   if (!a.inputs) return usage_error("%s", "forward needs --inputs IN.safetensors");
   dit_runtime_t *rt = NULL;
   dit_status_t s = load(&a, &rt);
   const dit_manifest_t *m = rt ? dit_runtime_manifest(rt) : NULL;
-  for (size_t i = 0; !s && i < m->n_inputs; i++) {
-    dit_tensor_t t = {0};
-    s = read_tensor(a.inputs, m->io_inputs[i].name, "--inputs", &t);
-    if (!s) s = dit_status_annotate(dit_runtime_set_input(rt, m->io_inputs[i].name, &t), "--inputs %s", a.inputs);
-    free(t.data);
-  }
+  if (!s) s = set_inputs_from(rt, a.inputs);
   double t0 = now_s();
   if (!s) s = dit_runtime_forward(rt);
   if (!s) fprintf(stderr, "ditrun: forward %.3fs\n", now_s() - t0);
@@ -236,7 +262,7 @@ static void on_step(void *ctx, int step, int steps, double t, double seconds) {
 
 static int cmd_generate(int argc, char **argv) {
   run_args_t a;
-  int rc = parse_run_args(argc, argv, &a);
+  int rc = parse_run_args(argc, argv, &a, 1);
   if (rc) return rc;
   if (!a.prompt) return usage_error("%s", "generate needs --prompt-embeds P.safetensors");
   if (!!a.init == !!a.have_seed) return usage_error("%s", "generate needs exactly one of --init-latents and --seed");
@@ -299,6 +325,118 @@ static int cmd_generate(int argc, char **argv) {
   return dit_status_report(s, "ditrun");
 }
 
+typedef struct cmp_summary {
+  int verbose;
+  double limit;
+  int failures;
+  struct {
+    const char *op;
+    double worst, min_cos;
+    size_t count;
+  } ops[DIT_OP_COUNT];
+  int n_ops;
+} cmp_summary_t;
+
+static void on_diff(void *ctx, const dit_step_diff_t *d) {
+  cmp_summary_t *c = ctx;
+  int bad = c->limit >= 0 && !(d->max_rel <= c->limit);
+  c->failures += bad;
+  if (c->verbose || bad)
+    printf("step %4zu %-15s %-32s max_rel_err %.3e cosine %.8f%s\n", d->step, d->op, d->value, d->max_rel, d->cosine,
+           bad ? "  FAIL" : "");
+  int k = 0;
+  while (k < c->n_ops && strcmp(c->ops[k].op, d->op)) k++;
+  if (k == c->n_ops) {
+    c->ops[k].op = d->op, c->ops[k].worst = 0, c->ops[k].min_cos = 1, c->ops[k].count = 0;
+    c->n_ops++;
+  }
+  if (!(d->max_rel <= c->ops[k].worst)) c->ops[k].worst = d->max_rel;
+  if (d->cosine < c->ops[k].min_cos) c->ops[k].min_cos = d->cosine;
+  c->ops[k].count++;
+}
+
+static int cmd_compare(int argc, char **argv) {
+  run_args_t a;
+  int rc = parse_run_args(argc, argv, &a, 0);
+  if (rc) return rc;
+  if (!a.inputs) return usage_error("%s", "compare needs --inputs IN.safetensors");
+  dit_runtime_t *test = NULL, *ref = NULL;
+  dit_status_t s = load(&a, &test);
+  if (!s) {
+    run_args_t r = a;
+    r.backend = a.reference;
+    s = load(&r, &ref);
+  }
+  if (!s) s = set_inputs_from(test, a.inputs);
+  if (!s) s = set_inputs_from(ref, a.inputs);
+  cmp_summary_t c;
+  memset(&c, 0, sizeof c);
+  c.verbose = a.verbose;
+  c.limit = a.max_rel;
+  if (!s) s = dit_runtime_compare(test, ref, a.accumulate, on_diff, &c);
+  if (!s) {
+    printf("%-16s %6s %14s %14s   (%s vs %s, %s)\n", "op", "steps", "max_rel_err", "min_cosine", a.backend ? a.backend : "bundle target",
+           a.reference, a.accumulate ? "errors accumulate" : "each step on reference inputs");
+    for (int k = 0; k < c.n_ops; k++)
+      printf("%-16s %6zu %14.3e %14.8f\n", c.ops[k].op, c.ops[k].count, c.ops[k].worst, c.ops[k].min_cos);
+    if (c.failures) s = DIT_ERR(DATA_LOSS, "%d step outputs exceed --max-rel %g", c.failures, a.max_rel);
+  }
+  dit_runtime_destroy(test);
+  dit_runtime_destroy(ref);
+  return dit_status_report(s, "ditrun");
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Times whole forwards (median of --iters after two warm-ups), then one forward step by step
+ * with a synchronization after each step for the time split by op (GEMM, attention, other). */
+static int cmd_bench(int argc, char **argv) {
+  run_args_t a;
+  int rc = parse_run_args(argc, argv, &a, 0);
+  if (rc) return rc;
+  if (!a.inputs) return usage_error("%s", "bench needs --inputs IN.safetensors");
+  int iters = a.steps == 50 ? 10 : (int)a.steps; /* --steps doubles as the iteration count */
+  if (iters < 1) iters = 1;
+  dit_runtime_t *rt = NULL;
+  dit_status_t s = load(&a, &rt);
+  if (!s) s = set_inputs_from(rt, a.inputs);
+  double *t = calloc((size_t)iters, sizeof *t);
+  for (int i = 0; !s && i < 2; i++) s = dit_runtime_forward(rt);
+  for (int i = 0; !s && i < iters; i++) {
+    double t0 = now_s();
+    s = dit_runtime_forward(rt);
+    t[i] = now_s() - t0;
+  }
+  double split[3] = {0, 0, 0}, total = 0;
+  if (!s) {
+    const dit_plan_t *p = dit_runtime_plan(rt);
+    for (size_t i = 0; !s && i < p->n_steps; i++) {
+      double t0 = now_s();
+      s = dit_runtime_step(rt, i);
+      double dt = now_s() - t0;
+      int k = p->steps[i].kind == DIT_OP_LINEAR ? 0 : p->steps[i].kind == DIT_OP_ATTENTION ? 1 : 2;
+      split[k] += dt;
+      total += dt;
+    }
+  }
+  if (!s) {
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    const dit_manifest_t *m = dit_runtime_manifest(rt);
+    const cJSON *fl = m->summary ? cJSON_GetObjectItem(m->summary, "flops") : NULL;
+    double flops = cJSON_IsNumber(fl) ? fl->valuedouble : 0;
+    printf("forward_ms_median %.3f\nforward_ms_min %.3f\niters %d\ntflops_effective %.1f\n", 1e3 * t[iters / 2], 1e3 * t[0],
+           iters, flops / t[iters / 2] / 1e12);
+    printf("split_ms gemm %.3f attention %.3f other %.3f (step-synchronized total %.3f)\n", 1e3 * split[0], 1e3 * split[1],
+           1e3 * split[2], 1e3 * total);
+  }
+  free(t);
+  dit_runtime_destroy(rt);
+  return dit_status_report(s, "ditrun");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -311,5 +449,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "forward")) return cmd_forward(argc - 2, argv + 2);
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+  if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   return usage_error("unknown command '%s'", cmd);
 }

@@ -60,9 +60,12 @@ int main(int argc, char **argv) {
   }
   double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
   double cos = na > 0 && nb > 0 ? dot / sqrt(na * nb) : 0;
+  double l2 = 0;
+  for (size_t i = 0; i < n; i++) l2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+  l2 = nb > 0 ? sqrt(l2 / nb) : sqrt(l2);
   int ok = !bad && rel <= limit && cos >= min_cos;
-  printf("%s: %s max_rel_err=%.3e cosine=%.9f elements=%zu limit=%.1e %s\n", argv[1], argv[3], rel, cos, n, limit,
-         ok ? "ok" : "FAIL");
+  printf("%s: %s max_rel_err=%.3e rel_l2=%.3e cosine=%.9f elements=%zu limit=%.1e %s\n", argv[1], argv[3], rel, l2, cos, n,
+         limit, ok ? "ok" : "FAIL");
   free(a);
   free(b);
   dit_safetensors_close(sa);

@@ -1,0 +1,417 @@
+/* CUDA code generation through NVRTC and nvJitLink, with a content-keyed kernel cache. */
+#include "compiler/codegen_cuda.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "artifacts/identity.h"
+#include "base/fileio.h"
+#include "dit_kernel_sources.h"
+
+#if DIT_HAVE_NVRTC
+#include <cuda.h> /* CUDA_VERSION only: ditc never calls the driver */
+#include <nvJitLink.h>
+#include <nvrtc.h>
+#endif
+
+struct dit_cuda_codegen {
+  char arch[16];      /* "90" */
+  char cache[PATH_MAX];
+  char *cubin, *ptx;  /* last module */
+  size_t cubin_size, ptx_size;
+  dit_cuda_codegen_stats_t stats;
+};
+
+int dit_cuda_target_supported(const char *t) {
+  static const char *const ok[] = {"sm_80", "sm_86", "sm_89", "sm_90"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    if (!strcmp(t, ok[i])) return 1;
+  return 0;
+}
+
+dit_status_t dit_cuda_codegen_create(const char *target, const char *cache_dir, dit_cuda_codegen_t **out) {
+  *out = NULL;
+#if !DIT_HAVE_NVRTC
+  (void)cache_dir;
+  return DIT_ERR(UNAVAILABLE, "--target %s: this ditc was built without NVRTC (DIT_CUDA=OFF)", target);
+#else
+  if (!dit_cuda_target_supported(target))
+    return DIT_ERR(INVALID_ARGUMENT, "--target %s: supported targets: cpu, sm_80, sm_86, sm_89, sm_90", target);
+  dit_cuda_codegen_t *cg = calloc(1, sizeof *cg);
+  if (!cg) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  snprintf(cg->arch, sizeof cg->arch, "%s", target + 3);
+  const char *env = getenv("DITC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (cache_dir) snprintf(cg->cache, sizeof cg->cache, "%s/kernels", cache_dir);
+  else if (env && *env) snprintf(cg->cache, sizeof cg->cache, "%s/kernels", env);
+  else if (xdg && *xdg) snprintf(cg->cache, sizeof cg->cache, "%s/ditc/kernels", xdg);
+  else snprintf(cg->cache, sizeof cg->cache, "%s/.cache/ditc/kernels", home && *home ? home : "/tmp");
+  dit_status_t s = dit_mkdirs(cg->cache, 0755);
+  if (s) {
+    free(cg);
+    return dit_status_annotate(s, "kernel cache");
+  }
+  *out = cg;
+  return DIT_OK;
+#endif
+}
+
+void dit_cuda_codegen_destroy(dit_cuda_codegen_t *cg) {
+  if (!cg) return;
+  free(cg->cubin);
+  free(cg->ptx);
+  free(cg);
+}
+
+dit_cuda_codegen_stats_t dit_cuda_codegen_stats(const dit_cuda_codegen_t *cg) { return cg->stats; }
+
+/* ---- specialization ---- */
+
+typedef struct spec {
+  char text[2048];
+  size_t len;
+} spec_t;
+
+static void def(spec_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void def(spec_t *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(s->text + s->len, sizeof s->text - s->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) s->len += (size_t)n;
+  if (s->len >= sizeof s->text) s->len = sizeof s->text - 1;
+}
+
+static int dt_code(dit_dtype_t t) { return t == DIT_BF16 ? 1 : 0; }
+
+static const dit_value_t *V(const dit_graph_t *g, dit_vid_t v) { return dit_graph_cvalue(g, v); }
+
+static int64_t geti(const dit_op_t *op, const char *k) {
+  const dit_attr_t *a = dit_attrs_find(&op->attrs, k);
+  return a ? (a->is_float ? (int64_t)a->f : a->i) : 0;
+}
+static double getf(const dit_op_t *op, const char *k) {
+  const dit_attr_t *a = dit_attrs_find(&op->attrs, k);
+  return a ? a->f : 0;
+}
+
+static void set_launch(dit_plan_kernel_t *k, uint64_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem) {
+  k->grid[0] = (uint32_t)(gx ? gx : 1);
+  k->grid[1] = gy;
+  k->grid[2] = gz;
+  k->block[0] = block;
+  k->block[1] = k->block[2] = 1;
+  k->smem = smem;
+  snprintf(k->entry, sizeof k->entry, "dit_kernel");
+}
+
+static uint64_t blocks_of(uint64_t n) { return (n + 255) / 256; }
+
+/* Fills the specialization defines and launch shape; 0 in *has when the runtime runs it. */
+static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t *s, int *has,
+                               dit_plan_kernel_t *k) {
+  const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
+  const char *name = dit_op_info(op->kind)->name;
+  *has = 1;
+  def(s, "#define T_OUT %d\n", dt_code(y->dtype));
+  for (int i = 0; i < op->n_in; i++)
+    if (V(g, op->in[i])->dtype != DIT_F32 && V(g, op->in[i])->dtype != DIT_BF16)
+      return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
+                     dit_dtype_name(V(g, op->in[i])->dtype));
+  uint64_t n = (uint64_t)dit_value_numel(y);
+  switch (op->kind) {
+    case DIT_OP_SILU:
+    case DIT_OP_GELU_TANH:
+    case DIT_OP_ADD:
+      def(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n",
+          op->kind == DIT_OP_SILU ? 1 : op->kind == DIT_OP_GELU_TANH ? 2 : 3, n, dt_code(x->dtype));
+      if (op->kind == DIT_OP_ADD) def(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    case DIT_OP_GATED_ADD: {
+      const dit_value_t *mod = V(g, op->in[2]);
+      def(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
+          dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
+      def(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
+             "\n#define GATE %" PRId64 "\n", x->dims[0], x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"));
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_MOD_TABLE: {
+      const dit_value_t *e = V(g, op->in[1]);
+      int64_t rows_e = dit_value_numel(e) / e->dims[0] / y->dims[2];
+      def(s, "#define DIT_K_MOD_TABLE 1\n#define T_TABLE %d\n#define T_E %d\n#define BATCH %" PRId64 "\n#define NROWS %" PRId64
+             "\n#define D %" PRId64 "\n#define ROWS_E %" PRId64 "\n",
+          dt_code(x->dtype), dt_code(e->dtype), y->dims[0], y->dims[1], y->dims[2], rows_e);
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_TIMESTEP_EMBED:
+      def(s, "#define DIT_K_TIMESTEP_EMBED 1\n#define T_T %d\n#define BATCH %" PRId64 "\n#define DIM %" PRId64
+             "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n",
+          dt_code(x->dtype), y->dims[0], y->dims[1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
+          getf(op, "scale"));
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    case DIT_OP_PATCHIFY:
+      def(s, "#define DIT_K_PATCHIFY 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define F %" PRId64
+             "\n#define H %" PRId64 "\n#define W %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
+          dt_code(x->dtype), x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], geti(op, "pt"), geti(op, "ph"),
+          geti(op, "pw"));
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    case DIT_OP_UNPATCHIFY:
+      def(s, "#define DIT_K_UNPATCHIFY 1\n#define T_Y %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define GF %" PRId64
+             "\n#define GH %" PRId64 "\n#define GW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
+          dt_code(x->dtype), y->dims[0], y->dims[1], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "pt"),
+          geti(op, "ph"), geti(op, "pw"));
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    case DIT_OP_LAYERNORM:
+    case DIT_OP_ADALN:
+    case DIT_OP_RMSNORM: {
+      int64_t D = x->dims[x->rank - 1], rows = dit_value_numel(x) / D;
+      int mode = op->kind == DIT_OP_LAYERNORM ? 1 : op->kind == DIT_OP_ADALN ? 2 : 3;
+      def(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n", mode,
+          dt_code(x->dtype), D, getf(op, "eps"));
+      if (mode == 1) {
+        def(s, "#define AFFINE %d\n", op->n_in == 3);
+        if (op->n_in == 3)
+          def(s, "#define T_W %d\n#define T_BIAS %d\n", dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype));
+      } else if (mode == 2) {
+        const dit_value_t *mod = V(g, op->in[1]);
+        def(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
+               "\n#define SCALE_ROW %" PRId64 "\n",
+            dt_code(mod->dtype), x->dims[1], mod->dims[1], geti(op, "shift"), geti(op, "scale"));
+      } else {
+        def(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
+      }
+      if (D > 256 * 64) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': rows of %" PRId64 " exceed the GPU kernel's 16384", name, y->name, D);
+      set_launch(k, (uint64_t)rows, 1, 1, 256, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_ROPE: {
+      int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
+      def(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
+             "\n#define GW %" PRId64 "\n#define HEADS %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
+             "\n#define WD %" PRId64 "\n#define THETA %.17g\n",
+          dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd,
+          getf(op, "theta"));
+      set_launch(k, blocks_of(n / 2), 1, 1, 256, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_LINEAR: {
+      const dit_value_t *w = V(g, op->in[1]);
+      int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
+      int lib = M >= 64 && x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && y->dtype == DIT_BF16 &&
+                (op->n_in < 3 || V(g, op->in[2])->dtype == DIT_BF16);
+      if (lib) {
+        *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
+        return DIT_OK;
+      }
+      def(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
+             "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n",
+          dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3);
+      if (op->n_in == 3) def(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
+      set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, 256, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_ATTENTION: {
+      const dit_value_t *kk = V(g, op->in[1]);
+      int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
+      if (x->dtype != DIT_BF16 || kk->dtype != DIT_BF16 || V(g, op->in[2])->dtype != DIT_BF16 || y->dtype != DIT_BF16)
+        return DIT_ERR(UNIMPLEMENTED, "op attention '%s': the GPU kernel takes bf16 q, k, v and output", y->name);
+      if (hd > 256) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " > 256", y->name, hd);
+      int64_t dp = (hd + 15) / 16 * 16;
+      uint32_t smem = (uint32_t)((64 * (dp + 8) * 2 + dp * (64 + 8)) * 2);
+      def(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
+             "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
+          hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
+      if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
+      set_launch(k, (uint64_t)((x->dims[1] + 63) / 64), (uint32_t)heads, (uint32_t)x->dims[0], 128, smem);
+      return DIT_OK;
+    }
+    case DIT_OP_COUNT: break;
+  }
+  return DIT_ERR(UNIMPLEMENTED, "op %s has no GPU kernel", name);
+}
+
+/* ---- compile with cache ---- */
+
+#if DIT_HAVE_NVRTC
+static dit_status_t nvrtc_error(nvrtcResult r, const char *what) {
+  return DIT_ERR(INTERNAL, "%s: %s", what, nvrtcGetErrorString(r));
+}
+
+static dit_status_t compile_ptx(dit_cuda_codegen_t *cg, const char *src, char **out_ptx, size_t *out_size) {
+  nvrtcProgram prog;
+  nvrtcResult r = nvrtcCreateProgram(&prog, src, "dit_kernels.cu", 0, NULL, NULL);
+  if (r != NVRTC_SUCCESS) return nvrtc_error(r, "nvrtcCreateProgram");
+  char arch[64];
+  snprintf(arch, sizeof arch, "--gpu-architecture=compute_%s", cg->arch);
+  const char *opts[] = {arch, "--std=c++17", "-default-device"};
+  r = nvrtcCompileProgram(prog, 3, opts);
+  if (r != NVRTC_SUCCESS) {
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    char *log = malloc(n + 1);
+    if (log) {
+      nvrtcGetProgramLog(prog, log);
+      log[n] = 0;
+    }
+    dit_status_t s = DIT_ERR(INTERNAL, "NVRTC failed to compile a kernel:\n%s\n--- specialization ---\n%.1500s", log ? log : "",
+                             src);
+    free(log);
+    nvrtcDestroyProgram(&prog);
+    return s;
+  }
+  size_t n = 0;
+  nvrtcGetPTXSize(prog, &n);
+  char *ptx = malloc(n + 1);
+  if (!ptx) {
+    nvrtcDestroyProgram(&prog);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  nvrtcGetPTX(prog, ptx);
+  nvrtcDestroyProgram(&prog);
+  *out_ptx = ptx;
+  *out_size = strlen(ptx);
+  return DIT_OK;
+}
+
+static dit_status_t link_cubin(dit_cuda_codegen_t *cg, const char *ptx, size_t ptx_size, char **out, size_t *out_size) {
+  nvJitLinkHandle h;
+  char arch[64];
+  snprintf(arch, sizeof arch, "-arch=sm_%s", cg->arch);
+  const char *opts[] = {arch, "-O3"};
+  nvJitLinkResult r = nvJitLinkCreate(&h, 2, opts);
+  if (r != NVJITLINK_SUCCESS) return DIT_ERR(INTERNAL, "nvJitLinkCreate failed (%d)", (int)r);
+  r = nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx, ptx_size, "dit_kernels.ptx");
+  if (r == NVJITLINK_SUCCESS) r = nvJitLinkComplete(h);
+  if (r != NVJITLINK_SUCCESS) {
+    size_t n = 0;
+    nvJitLinkGetErrorLogSize(h, &n);
+    char *log = malloc(n + 1);
+    if (log) nvJitLinkGetErrorLog(h, log), log[n] = 0;
+    dit_status_t s = DIT_ERR(INTERNAL, "nvJitLink failed (%d): %s", (int)r, log ? log : "");
+    free(log);
+    nvJitLinkDestroy(&h);
+    return s;
+  }
+  size_t n = 0;
+  nvJitLinkGetLinkedCubinSize(h, &n);
+  char *cubin = malloc(n + 1);
+  if (!cubin) {
+    nvJitLinkDestroy(&h);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  nvJitLinkGetLinkedCubin(h, cubin);
+  nvJitLinkDestroy(&h);
+  *out = cubin;
+  *out_size = n;
+  return DIT_OK;
+}
+#endif
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, const dit_op_t *op,
+                                 int *out_has_kernel, dit_plan_kernel_t *launch, dit_cuda_module_t *module) {
+  spec_t s;
+  memset(&s, 0, sizeof s);
+  memset(launch, 0, sizeof *launch);
+  DIT_RETURN_IF(specialize(g, op, &s, out_has_kernel, launch));
+  if (!*out_has_kernel) return DIT_OK;
+#if !DIT_HAVE_NVRTC
+  (void)module;
+  return DIT_ERR(UNAVAILABLE, "this ditc was built without NVRTC");
+#else
+  size_t src_len = s.len + sizeof dit_kernel_source;
+  char *src = malloc(src_len + 1);
+  if (!src) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(src, s.text, s.len);
+  memcpy(src + s.len, dit_kernel_source, sizeof dit_kernel_source);
+  /* Cache key: the full source, the target and the code generators' versions. */
+  int maj = 0, min = 0;
+  nvrtcVersion(&maj, &min);
+  char tag[96], key[33];
+  snprintf(tag, sizeof tag, "\n//sm_%s nvrtc %d.%d nvjitlink %d", cg->arch, maj, min, CUDA_VERSION);
+  dit_hasher_t *h;
+  dit_status_t st = dit_hasher_create(&h);
+  if (st) {
+    free(src);
+    return st;
+  }
+  dit_hasher_update(h, src, strlen(src));
+  dit_hasher_update(h, tag, strlen(tag));
+  dit_hasher_hex(h, key);
+  dit_hasher_destroy(h);
+  char cpath[PATH_MAX + 64], ppath[PATH_MAX + 64];
+  snprintf(cpath, sizeof cpath, "%s/%s.cubin", cg->cache, key);
+  snprintf(ppath, sizeof ppath, "%s/%s.ptx", cg->cache, key);
+  free(cg->cubin);
+  free(cg->ptx);
+  cg->cubin = cg->ptx = NULL;
+  if (!dit_file_read(cpath, 64u << 20, &cg->cubin, &cg->cubin_size) &&
+      !dit_file_read(ppath, 64u << 20, &cg->ptx, &cg->ptx_size)) {
+    cg->stats.cache_hits++;
+  } else {
+    free(cg->cubin);
+    free(cg->ptx);
+    cg->cubin = cg->ptx = NULL;
+    double t0 = now_s();
+    st = compile_ptx(cg, src, &cg->ptx, &cg->ptx_size);
+    if (!st) st = link_cubin(cg, cg->ptx, cg->ptx_size, &cg->cubin, &cg->cubin_size);
+    /* The cache is an optimization: a failed write only costs a recompile next time. */
+    if (!st) {
+      dit_status_free(dit_file_write_atomic(ppath, cg->ptx, cg->ptx_size));
+      dit_status_free(dit_file_write_atomic(cpath, cg->cubin, cg->cubin_size));
+    }
+    cg->stats.compiled++;
+    cg->stats.compile_seconds += now_s() - t0;
+  }
+  free(src);
+  if (st) return dit_status_annotate(st, "op %s '%s'", dit_op_info(op->kind)->name, V(g, op->out[0])->name);
+  module->cubin = cg->cubin;
+  module->cubin_size = cg->cubin_size;
+  module->ptx = cg->ptx;
+  module->ptx_size = cg->ptx_size;
+  return DIT_OK;
+#endif
+}
+
+dit_status_t dit_cuda_toolchain(cJSON *tc) {
+#if DIT_HAVE_NVRTC
+  int maj = 0, min = 0;
+  nvrtcVersion(&maj, &min);
+  char v[32];
+  snprintf(v, sizeof v, "%d.%d", maj, min);
+  cJSON_AddStringToObject(tc, "nvrtc", v);
+  snprintf(v, sizeof v, "%d", CUDA_VERSION);
+  cJSON_AddStringToObject(tc, "nvjitlink", v);
+  return DIT_OK;
+#else
+  (void)tc;
+  return DIT_ERR(UNAVAILABLE, "this ditc was built without NVRTC");
+#endif
+}
+
+int dit_cuda_min_driver(void) {
+#if DIT_HAVE_NVRTC
+  /* PTX and cubin from this toolkit need a driver of at least its version. */
+  int maj = 0, min = 0;
+  nvrtcVersion(&maj, &min);
+  return maj * 1000 + min * 10;
+#else
+  return 0;
+#endif
+}

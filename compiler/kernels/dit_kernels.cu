@@ -1,0 +1,420 @@
+// CUDA C kernel templates for the GPU targets. ditc prepends a specialization (the op as
+// DIT_K_<OP>, shapes and dtypes as constants) and compiles the result with NVRTC, one module
+// per distinct specialization. Every kernel is `extern "C" __global__ void dit_kernel(...)`
+// taking output pointers first, then input pointers, in plan order.
+//
+// Storage types: DT_F32 = 0, DT_BF16 = 1; T_<NAME> macros pick one per operand. bf16 is
+// converted with round-to-nearest-even, bit-identical to the CPU reference's conversion.
+
+#define INFINITY __int_as_float(0x7f800000)
+
+typedef unsigned short bf16_t;
+typedef unsigned int u32;
+
+__device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float(((u32)h) << 16); }
+__device__ __forceinline__ bf16_t f2bf(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (bf16_t)(u >> 16);
+}
+
+
+__device__ __forceinline__ float ld(const float *p, long long i) { return p[i]; }
+__device__ __forceinline__ float ld(const bf16_t *p, long long i) { return bf2f(p[i]); }
+__device__ __forceinline__ void st(float *p, long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(bf16_t *p, long long i, float v) { p[i] = f2bf(v); }
+
+template <int DT> struct storage;
+template <> struct storage<0> { typedef float t; };
+template <> struct storage<1> { typedef bf16_t t; };
+#define TY(name) typename storage<T_##name>::t
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x == BLOCK, a multiple of 32); every thread gets the result.
+template <int BLOCK>
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = 0.f;
+#pragma unroll
+  for (int i = 0; i < BLOCK / 32; i++) r += scratch[i];
+  __syncthreads();
+  return r;
+}
+
+#if defined(DIT_K_ELEMENTWISE)
+// Unary and binary elementwise ops over N elements: OPCODE 1 silu, 2 gelu_tanh, 3 add.
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(A) *a
+#if OPCODE == 3
+                                                             , const TY(B) *b
+#endif
+) {
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= N) return;
+  float x = ld(a, i);
+#if OPCODE == 1
+  x = x / (1.f + expf(-x));
+#elif OPCODE == 2
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  x = 0.5f * x * (1.f + tanhf(k0 * (x + k1 * x * x * x)));
+#elif OPCODE == 3
+  x = x + ld(b, i);
+#endif
+  st(y, i, x);
+}
+#endif
+
+#if defined(DIT_K_GATED_ADD)
+// out[b, t, d] = x + y * mod[b, GATE, d]
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(X) *x, const TY(Y) *y,
+                                                             const TY(MOD) *mod) {
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= (long long)BATCH * TOKENS * D) return;
+  const int d = (int)(i % D);
+  const long long b = i / ((long long)TOKENS * D);
+  st(out, i, ld(x, i) + ld(y, i) * ld(mod, (b * NROWS + GATE) * D + d));
+}
+#endif
+
+#if defined(DIT_K_MOD_TABLE)
+// out[b, j, d] = table[j, d] + e[b, (ROWS_E == 1 ? 0 : j), d]
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(TABLE) *table, const TY(E) *e) {
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= (long long)BATCH * NROWS * D) return;
+  const int d = (int)(i % D), j = (int)((i / D) % NROWS);
+  const long long b = i / ((long long)NROWS * D);
+  const int je = ROWS_E == 1 ? 0 : j;
+  st(out, i, ld(table, (long long)j * D + d) + ld(e, (b * ROWS_E + je) * D + d));
+}
+#endif
+
+#if defined(DIT_K_TIMESTEP_EMBED)
+// diffusers' sinusoidal embedding in fp32: freq_j = exp(-ln(max_period) * j / (half - shift)).
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(T) *t) {
+  int i = blockIdx.x * 256 + threadIdx.x;
+  if (i >= BATCH * DIM) return;
+  const int b = i / DIM, c = i % DIM, half = DIM / 2;
+  const int j = c < half ? c : c - half;
+  float expo = -logf(MAX_PERIOD) * (float)j;
+  expo = expo / ((float)half - SHIFT);
+  float arg = SCALE * (ld(t, b) * expf(expo));
+  float v;
+  if (FLIP) v = c < half ? cosf(arg) : sinf(arg);
+  else v = c < half ? sinf(arg) : cosf(arg);
+  st(out, i, v);
+}
+#endif
+
+#if defined(DIT_K_PATCHIFY)
+// x [B, C, F, H, W] -> y [B, f*h*w, C*PT*PH*PW], row order (c, it, ih, iw)
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+  const long long ROW = (long long)C * PT * PH * PW, NT = (long long)(F / PT) * (H / PH) * (W / PW);
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= BATCH * NT * ROW) return;
+  long long r = i % ROW, tok = (i / ROW) % NT, b = i / (ROW * NT);
+  const int iw = (int)(r % PW), ih = (int)((r / PW) % PH), it = (int)((r / (PW * PH)) % PT), c = (int)(r / (PW * PH * PT));
+  const int w_ = (int)(tok % (W / PW)), h_ = (int)((tok / (W / PW)) % (H / PH)), f_ = (int)(tok / ((W / PW) * (H / PH)));
+  long long src = ((((b * C + c) * F + f_ * PT + it) * H + h_ * PH + ih) * (long long)W) + w_ * PW + iw;
+  st(y, i, ld(x, src));
+}
+#endif
+
+#if defined(DIT_K_UNPATCHIFY)
+// y [B, f*h*w, C*PT*PH*PW] with row order (it, ih, iw, c) -> out [B, C, f*PT, h*PH, w*PW]
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(Y) *y) {
+  const long long FF = GF * PT, HH = GH * PH, WW = GW * PW;
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= BATCH * C * FF * HH * WW) return;
+  const int xw = (int)(i % WW), yh = (int)((i / WW) % HH), fr = (int)((i / (WW * HH)) % FF);
+  const int c = (int)((i / (WW * HH * FF)) % C);
+  const long long b = i / (WW * HH * FF * C);
+  const int ft = fr / PT, it = fr % PT, hi = yh / PH, ih = yh % PH, wi = xw / PW, iw = xw % PW;
+  const long long tok = ((long long)ft * GH + hi) * GW + wi;
+  const long long col = ((long long)(it * PH + ih) * PW + iw) * C + c;
+  st(out, i, ld(y, (b * GF * GH * GW + tok) * ((long long)C * PT * PH * PW) + col));
+}
+#endif
+
+#if defined(DIT_K_ROWNORM)
+// One block per row of D elements, held in registers. MODE 1 layernorm (AFFINE 0/1),
+// MODE 2 adaln (layernorm, then *(1 + mod[b, SCALE_ROW]) + mod[b, SHIFT_ROW]), MODE 3 rmsnorm.
+#define VPT ((D + 255) / 256)
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x
+#if MODE == 1 && AFFINE
+                                                             , const TY(W) *w, const TY(BIAS) *bias
+#elif MODE == 2
+                                                             , const TY(MOD) *mod
+#elif MODE == 3
+                                                             , const TY(W) *w
+#endif
+) {
+  __shared__ float scratch[8];
+  const long long row = blockIdx.x;
+  const TY(X) *xr = x + row * D;
+  float v[VPT];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; k++) {
+    int d = threadIdx.x + k * 256;
+    v[k] = d < D ? ld(xr, d) : 0.f;
+    s += v[k];
+  }
+#if MODE == 3
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; k++) ss += v[k] * v[k];
+  const float r = rsqrtf(block_sum<256>(ss, scratch) / (float)D + EPS);
+  (void)s;
+#else
+  const float mean = block_sum<256>(s, scratch) / (float)D;
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; k++) {
+    int d = threadIdx.x + k * 256;
+    float c = d < D ? v[k] - mean : 0.f;
+    ss += c * c;
+  }
+  const float r = rsqrtf(block_sum<256>(ss, scratch) / (float)D + EPS);
+#endif
+#if MODE == 2
+  const long long b = row / TOKENS;
+  const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
+#endif
+#pragma unroll
+  for (int k = 0; k < VPT; k++) {
+    int d = threadIdx.x + k * 256;
+    if (d >= D) continue;
+#if MODE == 3
+    float o = v[k] * r * ld(w, d);
+#else
+    float o = (v[k] - mean) * r;
+#if MODE == 1 && AFFINE
+    o = o * ld(w, d) + ld(bias, d);
+#elif MODE == 2
+    o = o * (1.f + ld(sc, d)) + ld(sh, d);
+#endif
+#endif
+    st(y + row * D, d, o);
+  }
+}
+#endif
+
+#if defined(DIT_K_ROPE)
+// Wan's 3-D rotary embedding; frequencies, angles and cos/sin in double, rounded to float.
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+  const int HD = TD + HDIM + WD, PAIRS = HD / 2;
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x; // one rotated pair per thread
+  const long long total = (long long)BATCH * GF * GH * GW * HEADS * PAIRS;
+  if (i >= total) return;
+  const int p = (int)(i % PAIRS);
+  const long long tok = (i / ((long long)PAIRS * HEADS)) % ((long long)GF * GH * GW);
+  const int it = (int)(tok / (GH * GW)), ih = (int)((tok / GW) % GH), iw = (int)(tok % GW);
+  int pos, q, dim;
+  if (p < TD / 2) { pos = it; q = p; dim = TD; }
+  else if (p < (TD + HDIM) / 2) { pos = ih; q = p - TD / 2; dim = HDIM; }
+  else { pos = iw; q = p - (TD + HDIM) / 2; dim = WD; }
+  const double freq = 1.0 / pow((double)THETA, (double)(2 * q) / (double)dim);
+  const double ang = (double)pos * freq;
+  const float c = (float)cos(ang), s = (float)sin(ang);
+  const long long e = (i / PAIRS) * HD + 2 * p;
+  const float x0 = ld(x, e), x1 = ld(x, e + 1);
+  st(y, e, x0 * c - x1 * s);
+  st(y, e + 1, x0 * s + x1 * c);
+}
+#endif
+
+#if defined(DIT_K_LINEAR_SMALL)
+// y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]): one warp per output, for tiny M or dtype mixes
+// the matrix library does not take.
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
+#if HAS_BIAS
+                                                             , const TY(BIAS) *bias
+#endif
+) {
+  const long long o = ((long long)blockIdx.x * 256 + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (o >= (long long)M * N) return;
+  const long long m = o / N, n = o % N;
+  float acc = 0.f;
+  for (int k = lane; k < K; k += 32) acc += ld(x, m * K + k) * ld(w, n * K + k);
+  acc = warp_sum(acc);
+#if HAS_BIAS
+  acc += ld(bias, n);
+#endif
+  if (lane == 0) st(y, o, acc);
+}
+#endif
+
+#if defined(DIT_K_ATTENTION)
+// Flash attention forward, bf16 in and out, fp32 accumulation, online softmax, optional LSE.
+// A block of 4 warps takes 64 query rows of one (batch, head); each warp owns 16 rows and runs
+// mma.sync m16n8k16 for S = Q K^T and O += P V, keeping P in registers between the two.
+// Head dims are padded to DP (a multiple of 16) with zeros in shared memory; key tiles past L
+// are masked. Q [B, S, H*HD], K/V [B, L, H*HD].
+#define DP (((HD) + 15) / 16 * 16)
+#define BQ 64
+#define BK 64
+#define KS (DP + 8)  // shared row stride (bf16 elements) that spreads rows over banks
+#define VS (BK + 8)
+
+__device__ __forceinline__ void mma16816(float *c, const u32 *a, const u32 *b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16); }
+
+extern "C" __global__ void __launch_bounds__(128) dit_kernel(bf16_t *out,
+#if HAS_LSE
+                                                            float *lse,
+#endif
+                                                            const bf16_t *q, const bf16_t *k, const bf16_t *v) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16_t *sQ = (bf16_t *)smem_raw;        // [BQ][KS]
+  bf16_t *sK = sQ + BQ * KS;              // [BK][KS]
+  bf16_t *sVt = sK + BK * KS;             // [DP][VS], V transposed
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+  const long long CH = (long long)HEADS * HD;
+  const bf16_t *qb = q + ((long long)b * SQ) * CH + (long long)h * HD;
+  const bf16_t *kb = k + ((long long)b * LK) * CH + (long long)h * HD;
+  const bf16_t *vb = v + ((long long)b * LK) * CH + (long long)h * HD;
+
+  for (int e = tid; e < BQ * DP; e += 128) {
+    int r = e / DP, d = e % DP;
+    sQ[r * KS + d] = (q0 + r < SQ && d < HD) ? qb[(long long)(q0 + r) * CH + d] : (bf16_t)0;
+  }
+  __syncthreads();
+  // Q fragments of this warp's 16 rows, for every 16-wide k step of the head dim.
+  u32 qa[DP / 16][4];
+  const int r0 = warp * 16 + g;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ks++) {
+    const int c0 = ks * 16 + t4 * 2;
+    qa[ks][0] = *(const u32 *)&sQ[r0 * KS + c0];
+    qa[ks][1] = *(const u32 *)&sQ[(r0 + 8) * KS + c0];
+    qa[ks][2] = *(const u32 *)&sQ[r0 * KS + c0 + 8];
+    qa[ks][3] = *(const u32 *)&sQ[(r0 + 8) * KS + c0 + 8];
+  }
+  float o[DP / 8][4];
+#pragma unroll
+  for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f; // rows g and g+8
+  const float sl2 = SCALE * 1.4426950408889634f;                // scale * log2(e)
+
+  for (int k0 = 0; k0 < LK; k0 += BK) {
+    __syncthreads();
+    for (int e = tid; e < BK * DP; e += 128) {
+      int r = e / DP, d = e % DP;
+      bool in = k0 + r < LK && d < HD;
+      sK[r * KS + d] = in ? kb[(long long)(k0 + r) * CH + d] : (bf16_t)0;
+      sVt[d * VS + r] = in ? vb[(long long)(k0 + r) * CH + d] : (bf16_t)0;
+    }
+    __syncthreads();
+    float s[BK / 8][4];
+#pragma unroll
+    for (int n = 0; n < BK / 8; n++) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < DP / 16; ks++) {
+        u32 bb[2];
+        const int key = n * 8 + g, c0 = ks * 16 + t4 * 2;
+        bb[0] = *(const u32 *)&sK[key * KS + c0];
+        bb[1] = *(const u32 *)&sK[key * KS + c0 + 8];
+        mma16816(s[n], qa[ks], bb);
+      }
+    }
+    // Online softmax over this tile (in log2 units); masked keys get -inf.
+    float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+    for (int n = 0; n < BK / 8; n++) {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int key = k0 + n * 8 + t4 * 2 + (j & 1);
+        s[n][j] = key < LK ? s[n][j] * sl2 : -INFINITY;
+      }
+      mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
+      mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float al_a = exp2f(m_a - mx_a), al_b = exp2f(m_b - mx_b);
+    m_a = mx_a;
+    m_b = mx_b;
+    float ps_a = 0.f, ps_b = 0.f;
+#pragma unroll
+    for (int n = 0; n < BK / 8; n++) {
+      s[n][0] = exp2f(s[n][0] - m_a);
+      s[n][1] = exp2f(s[n][1] - m_a);
+      s[n][2] = exp2f(s[n][2] - m_b);
+      s[n][3] = exp2f(s[n][3] - m_b);
+      ps_a += s[n][0] + s[n][1];
+      ps_b += s[n][2] + s[n][3];
+    }
+    l_a = l_a * al_a + ps_a;
+    l_b = l_b * al_b + ps_b;
+#pragma unroll
+    for (int n = 0; n < DP / 8; n++) {
+      o[n][0] *= al_a;
+      o[n][1] *= al_a;
+      o[n][2] *= al_b;
+      o[n][3] *= al_b;
+    }
+    // O += P V: the S accumulators of key columns 16j..16j+15 are exactly the A fragment.
+#pragma unroll
+    for (int j = 0; j < BK / 16; j++) {
+      u32 pa[4];
+      pa[0] = pack2(s[2 * j][0], s[2 * j][1]);
+      pa[1] = pack2(s[2 * j][2], s[2 * j][3]);
+      pa[2] = pack2(s[2 * j + 1][0], s[2 * j + 1][1]);
+      pa[3] = pack2(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+      for (int n = 0; n < DP / 8; n++) {
+        u32 bb[2];
+        const int d = n * 8 + g, c0 = j * 16 + t4 * 2;
+        bb[0] = *(const u32 *)&sVt[d * VS + c0];
+        bb[1] = *(const u32 *)&sVt[d * VS + c0 + 8];
+        mma16816(o[n], pa, bb);
+      }
+    }
+  }
+  // Row sums are spread over the 4 lanes of a row group.
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  const int ra = q0 + warp * 16 + g, rb = ra + 8;
+  const float inv_a = 1.f / l_a, inv_b = 1.f / l_b;
+  bf16_t *ob = out + ((long long)b * SQ) * CH + (long long)h * HD;
+#pragma unroll
+  for (int n = 0; n < DP / 8; n++) {
+    const int d = n * 8 + t4 * 2;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      if (d + j >= HD) continue;
+      if (ra < SQ) ob[(long long)ra * CH + d + j] = f2bf(o[n][j] * inv_a);
+      if (rb < SQ) ob[(long long)rb * CH + d + j] = f2bf(o[n][2 + j] * inv_b);
+    }
+  }
+#if HAS_LSE
+  if (t4 == 0) {
+    const float ln2 = 0.6931471805599453f;
+    if (ra < SQ) lse[((long long)b * HEADS + h) * SQ + ra] = (m_a + log2f(l_a)) * ln2;
+    if (rb < SQ) lse[((long long)b * HEADS + h) * SQ + rb] = (m_b + log2f(l_b)) * ln2;
+  }
+#endif
+}
+#endif

@@ -1,0 +1,62 @@
+/* Cross-backend parity, step by step: the same plan runs on a test and a reference backend;
+ * each step's outputs are compared, and (unless accumulating) the reference's outputs are
+ * copied into the test run so every op is judged on identical inputs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifacts/plan.h"
+#include "runtime/compare.h"
+
+static dit_status_t to_f32(const void *src, dit_dtype_t t, size_t n, float *dst) {
+  if (dit_convert(dst, DIT_F32, src, t, n)) return DIT_ERR(INTERNAL, "compare: %s is not a float dtype", dit_dtype_name(t));
+  return DIT_OK;
+}
+
+dit_status_t dit_runtime_compare(dit_runtime_t *test, dit_runtime_t *ref, int accumulate,
+                                 void (*report)(void *ctx, const dit_step_diff_t *d), void *ctx) {
+  const dit_plan_t *p = dit_runtime_plan(test), *q = dit_runtime_plan(ref);
+  if (p->n_steps != q->n_steps || p->n_values != q->n_values)
+    return DIT_ERR(INVALID_ARGUMENT, "compare: the two runtimes hold different plans");
+  size_t cap = 0;
+  for (size_t v = 0; v < p->n_values; v++)
+    if (p->values[v].nbytes > cap) cap = p->values[v].nbytes;
+  void *ra = malloc(cap + 16), *rb = malloc(cap + 16);
+  float *fa = malloc((cap / 2 + 4) * sizeof(float)), *fb = malloc((cap / 2 + 4) * sizeof(float));
+  dit_status_t s = (ra && rb && fa && fb) ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "compare: out of memory");
+  for (size_t i = 0; !s && i < p->n_steps; i++) {
+    s = dit_runtime_step(ref, i);
+    if (!s) s = dit_runtime_step(test, i);
+    const dit_plan_step_t *st = &p->steps[i];
+    for (int k = 0; !s && k < st->n_out; k++) {
+      size_t v = (size_t)st->out[k];
+      const dit_plan_value_t *val = &p->values[v];
+      size_t n = val->nbytes / dit_dtype_size(val->dtype);
+      s = dit_runtime_read_value(test, v, ra);
+      if (!s) s = dit_runtime_read_value(ref, v, rb);
+      if (!s) s = to_f32(ra, val->dtype, n, fa);
+      if (!s) s = to_f32(rb, val->dtype, n, fb);
+      if (s) break;
+      double md = 0, mr = 0, dot = 0, na = 0, nb = 0;
+      int finite = 1;
+      for (size_t j = 0; j < n; j++) {
+        if (!isfinite(fa[j])) finite = 0;
+        double d = fabs((double)fa[j] - fb[j]);
+        if (d > md) md = d;
+        if (fabs(fb[j]) > mr) mr = fabs(fb[j]);
+        dot += (double)fa[j] * fb[j];
+        na += (double)fa[j] * fa[j];
+        nb += (double)fb[j] * fb[j];
+      }
+      dit_step_diff_t d = {i, dit_op_info(st->kind)->name, val->name, finite ? (mr > 0 ? md / mr : md) : INFINITY,
+                           na > 0 && nb > 0 ? dot / sqrt(na * nb) : (na == nb ? 1.0 : 0.0), n};
+      if (report) report(ctx, &d);
+      if (!accumulate) s = dit_runtime_write_value(test, v, rb);
+    }
+  }
+  free(ra);
+  free(rb);
+  free(fa);
+  free(fb);
+  return s;
+}

@@ -1,0 +1,22 @@
+/* Cross-backend parity of one plan, step by step (see compare.c). */
+#ifndef DIT_RUNTIME_COMPARE_H
+#define DIT_RUNTIME_COMPARE_H
+
+#include <stddef.h>
+
+#include "runtime/ditrun.h"
+
+typedef struct dit_step_diff {
+  size_t step;
+  const char *op, *value;
+  double max_rel;  /* max|test - ref| / max|ref|; infinity if test has a non-finite value */
+  double cosine;
+  size_t elements;
+} dit_step_diff_t;
+
+/* Both runtimes must hold the same plan with the same inputs set. With accumulate = 0 each
+ * step's reference outputs replace the test's before the next step. */
+dit_status_t dit_runtime_compare(dit_runtime_t *test, dit_runtime_t *ref, int accumulate,
+                                 void (*report)(void *ctx, const dit_step_diff_t *d), void *ctx);
+
+#endif

@@ -1,0 +1,443 @@
+/* The CUDA backend: device memory, generated kernels launched through the driver API, GEMMs
+ * through cuBLASLt (algorithm chosen once at load). Both libraries are opened with dlopen and
+ * reached through symbol tables, so ditrun starts on machines without them and says so. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+
+#if DIT_HAVE_CUDA_HEADERS
+#include <cublasLt.h>
+#include <cuda.h>
+
+/* ---- symbol tables ---- */
+
+typedef struct cu_api {
+  void *lib;
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetInfo)(size_t *, size_t *);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+} cu_api_t;
+
+typedef struct lt_api {
+  void *lib;
+  cublasStatus_t (*create)(cublasLtHandle_t *);
+  cublasStatus_t (*destroy)(cublasLtHandle_t);
+  cublasStatus_t (*desc_create)(cublasLtMatmulDesc_t *, cublasComputeType_t, cudaDataType_t);
+  cublasStatus_t (*desc_destroy)(cublasLtMatmulDesc_t);
+  cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *, size_t);
+  cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t, int64_t);
+  cublasStatus_t (*layout_destroy)(cublasLtMatrixLayout_t);
+  cublasStatus_t (*pref_create)(cublasLtMatmulPreference_t *);
+  cublasStatus_t (*pref_destroy)(cublasLtMatmulPreference_t);
+  cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t);
+  cublasStatus_t (*heuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
+                              cublasLtMatmulHeuristicResult_t *, int *);
+  cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t,
+                           const void *, cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t, void *,
+                           cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t);
+} lt_api_t;
+
+static void *open_first(const char *const *names) {
+  for (int i = 0; names[i]; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) return h;
+  }
+  return NULL;
+}
+
+#define LOAD(api, field, sym)                                                                      \
+  do {                                                                                             \
+    *(void **)&(api)->field = dlsym((api)->lib, sym);                                              \
+    if (!(api)->field) return DIT_ERR(UNAVAILABLE, "%s: symbol %s not found", libname, sym);       \
+  } while (0)
+
+static dit_status_t load_cu(cu_api_t *a) {
+  static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
+  const char *libname = "libcuda.so.1";
+  a->lib = open_first(names);
+  if (!a->lib)
+    return DIT_ERR(UNAVAILABLE, "CUDA backend unavailable: cannot load the NVIDIA driver library libcuda.so.1 (%s)", dlerror());
+  LOAD(a, cuInit, "cuInit");
+  LOAD(a, cuDriverGetVersion, "cuDriverGetVersion");
+  LOAD(a, cuDeviceGet, "cuDeviceGet");
+  LOAD(a, cuDeviceGetCount, "cuDeviceGetCount");
+  LOAD(a, cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  LOAD(a, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  LOAD(a, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+  LOAD(a, cuCtxSetCurrent, "cuCtxSetCurrent");
+  LOAD(a, cuStreamCreate, "cuStreamCreate");
+  LOAD(a, cuStreamDestroy, "cuStreamDestroy_v2");
+  LOAD(a, cuStreamSynchronize, "cuStreamSynchronize");
+  LOAD(a, cuMemAlloc, "cuMemAlloc_v2");
+  LOAD(a, cuMemFree, "cuMemFree_v2");
+  LOAD(a, cuMemGetInfo, "cuMemGetInfo_v2");
+  LOAD(a, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  LOAD(a, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  LOAD(a, cuModuleLoadData, "cuModuleLoadData");
+  LOAD(a, cuModuleUnload, "cuModuleUnload");
+  LOAD(a, cuModuleGetFunction, "cuModuleGetFunction");
+  LOAD(a, cuFuncSetAttribute, "cuFuncSetAttribute");
+  LOAD(a, cuLaunchKernel, "cuLaunchKernel");
+  LOAD(a, cuGetErrorString, "cuGetErrorString");
+  LOAD(a, cuGetErrorName, "cuGetErrorName");
+  return DIT_OK;
+}
+
+static dit_status_t load_lt(lt_api_t *a) {
+  static const char *const names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so", NULL};
+  const char *libname = "libcublasLt";
+  a->lib = open_first(names);
+  if (!a->lib) return DIT_ERR(UNAVAILABLE, "cuBLASLt unavailable: cannot load libcublasLt.so (%s)", dlerror());
+  LOAD(a, create, "cublasLtCreate");
+  LOAD(a, destroy, "cublasLtDestroy");
+  LOAD(a, desc_create, "cublasLtMatmulDescCreate");
+  LOAD(a, desc_destroy, "cublasLtMatmulDescDestroy");
+  LOAD(a, desc_set, "cublasLtMatmulDescSetAttribute");
+  LOAD(a, layout_create, "cublasLtMatrixLayoutCreate");
+  LOAD(a, layout_destroy, "cublasLtMatrixLayoutDestroy");
+  LOAD(a, pref_create, "cublasLtMatmulPreferenceCreate");
+  LOAD(a, pref_destroy, "cublasLtMatmulPreferenceDestroy");
+  LOAD(a, pref_set, "cublasLtMatmulPreferenceSetAttribute");
+  LOAD(a, heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  LOAD(a, matmul, "cublasLtMatmul");
+  return DIT_OK;
+}
+
+/* ---- state ---- */
+
+typedef struct gemm {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+} gemm_t;
+
+typedef struct loaded_module {
+  char hash[DIT_HASH_HEX];
+  CUmodule mod;
+} loaded_module_t;
+
+typedef struct cuda_state {
+  cu_api_t cu;
+  lt_api_t lt;
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream stream;
+  int cc_major, cc_minor;
+  cublasLtHandle_t lt_handle;
+  CUdeviceptr workspace;
+  size_t workspace_size;
+  loaded_module_t *mods;
+  size_t n_mods;
+  CUfunction *funcs; /* per step */
+  gemm_t *gemms;     /* per step */
+  size_t n_steps;
+} cuda_state_t;
+
+static dit_status_t cu_check(cuda_state_t *st, CUresult r, const char *what) {
+  if (r == CUDA_SUCCESS) return DIT_OK;
+  const char *name = "?", *msg = "?";
+  st->cu.cuGetErrorName(r, &name);
+  st->cu.cuGetErrorString(r, &msg);
+  return dit_status_make(r == CUDA_ERROR_OUT_OF_MEMORY ? DIT_CODE_RESOURCE_EXHAUSTED : DIT_CODE_INTERNAL, "%s: %s (%s)", what,
+                         name, msg);
+}
+
+static dit_status_t lt_check(cublasStatus_t r, const char *what) {
+  if (r == CUBLAS_STATUS_SUCCESS) return DIT_OK;
+  return DIT_ERR(INTERNAL, "%s: cuBLASLt status %d", what, (int)r);
+}
+
+static void cuda_destroy(void *p) {
+  cuda_state_t *st = p;
+  if (!st) return;
+  if (st->ctx) {
+    st->cu.cuCtxSetCurrent(st->ctx);
+    for (size_t i = 0; st->gemms && i < st->n_steps; i++) {
+      gemm_t *g = &st->gemms[i];
+      if (g->desc) st->lt.desc_destroy(g->desc);
+      if (g->a) st->lt.layout_destroy(g->a);
+      if (g->b) st->lt.layout_destroy(g->b);
+      if (g->c) st->lt.layout_destroy(g->c);
+    }
+    for (size_t i = 0; i < st->n_mods; i++) st->cu.cuModuleUnload(st->mods[i].mod);
+    if (st->workspace) st->cu.cuMemFree(st->workspace);
+    if (st->lt_handle) st->lt.destroy(st->lt_handle);
+    if (st->stream) st->cu.cuStreamDestroy(st->stream);
+    st->cu.cuDevicePrimaryCtxRelease(st->dev);
+  }
+  free(st->gemms);
+  free(st->funcs);
+  free(st->mods);
+  if (st->lt.lib) dlclose(st->lt.lib);
+  if (st->cu.lib) dlclose(st->cu.lib);
+  free(st);
+}
+
+static dit_status_t cuda_create(const dit_backend_config_t *cfg, void **out) {
+  cuda_state_t *st = calloc(1, sizeof *st);
+  if (!st) return DIT_ERR(RESOURCE_EXHAUSTED, "cuda backend: out of memory");
+  dit_status_t s = load_cu(&st->cu);
+  if (!s) s = cu_check(st, st->cu.cuInit(0), "cuInit");
+  int ndev = 0, drv = 0;
+  if (!s) s = cu_check(st, st->cu.cuDeviceGetCount(&ndev), "cuDeviceGetCount");
+  if (!s && (cfg->device < 0 || cfg->device >= ndev))
+    s = DIT_ERR(UNAVAILABLE, "CUDA device %d requested, %d present", cfg->device, ndev);
+  if (!s) s = cu_check(st, st->cu.cuDriverGetVersion(&drv), "cuDriverGetVersion");
+  if (!s && drv < cfg->min_driver)
+    s = DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'target.min_driver': the bundle needs CUDA driver API %lld, this driver provides %d",
+                (long long)cfg->min_driver, drv);
+  if (!s) s = cu_check(st, st->cu.cuDeviceGet(&st->dev, cfg->device), "cuDeviceGet");
+  if (!s) s = cu_check(st, st->cu.cuDeviceGetAttribute(&st->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, st->dev), "cuDeviceGetAttribute");
+  if (!s) s = cu_check(st, st->cu.cuDeviceGetAttribute(&st->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, st->dev), "cuDeviceGetAttribute");
+  if (!s && cfg->arch && !strncmp(cfg->arch, "sm_", 3)) {
+    int want = atoi(cfg->arch + 3), have = st->cc_major * 10 + st->cc_minor;
+    if (have < want)
+      s = DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'target.arch' = \"%s\": device %d is sm_%d", cfg->arch, cfg->device, have);
+  }
+  if (!s) s = cu_check(st, st->cu.cuDevicePrimaryCtxRetain(&st->ctx, st->dev), "cuDevicePrimaryCtxRetain");
+  if (!s) s = cu_check(st, st->cu.cuCtxSetCurrent(st->ctx), "cuCtxSetCurrent");
+  if (!s) s = cu_check(st, st->cu.cuStreamCreate(&st->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  if (s) {
+    cuda_destroy(st);
+    return s;
+  }
+  *out = st;
+  return DIT_OK;
+}
+
+static dit_status_t cuda_alloc(void *p, size_t bytes, const char *what, void **out) {
+  cuda_state_t *st = p;
+  CUdeviceptr d = 0;
+  CUresult r = st->cu.cuMemAlloc(&d, bytes ? bytes : 1);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    size_t fr = 0, tot = 0;
+    st->cu.cuMemGetInfo(&fr, &tot);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "device out of memory allocating %.2f MiB for %s (%.2f MiB free of %.2f MiB)",
+                   (double)bytes / (1 << 20), what, (double)fr / (1 << 20), (double)tot / (1 << 20));
+  }
+  DIT_RETURN_IF_ERROR(cu_check(st, r, "cuMemAlloc"), "allocating %s", what);
+  *out = (void *)(uintptr_t)d;
+  return DIT_OK;
+}
+
+static void cuda_release(void *p, void *ptr) {
+  cuda_state_t *st = p;
+  if (ptr) st->cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+}
+
+static dit_status_t cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
+  cuda_state_t *st = p;
+  return cu_check(st, st->cu.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD");
+}
+
+static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t bytes) {
+  cuda_state_t *st = p;
+  DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize"));
+  return cu_check(st, st->cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes), "cuMemcpyDtoH");
+}
+
+static dit_status_t cuda_sync(void *p) {
+  cuda_state_t *st = p;
+  return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (a kernel or GEMM of this forward failed)");
+}
+
+static dit_status_t cuda_memory_info(void *p, size_t *fr, size_t *tot) {
+  cuda_state_t *st = p;
+  return cu_check(st, st->cu.cuMemGetInfo(fr, tot), "cuMemGetInfo");
+}
+
+static dit_status_t get_module(cuda_state_t *st, const dit_plan_kernel_t *k, dit_blob_loader_fn load, void *ctx, CUmodule *out) {
+  /* The cubin runs on exactly its architecture; newer devices JIT the PTX. */
+  char arch_hash[DIT_HASH_HEX];
+  memcpy(arch_hash, k->cubin, DIT_HASH_HEX);
+  for (size_t i = 0; i < st->n_mods; i++)
+    if (!strcmp(st->mods[i].hash, arch_hash)) {
+      *out = st->mods[i].mod;
+      return DIT_OK;
+    }
+  dit_mapping_t m;
+  DIT_RETURN_IF(load(ctx, k->cubin, &m));
+  /* cuModuleLoadData wants a NUL-terminated image for PTX and an aligned one for cubin. */
+  char *img = malloc(m.size + 1);
+  if (!img) {
+    dit_file_unmap(&m);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(img, m.data, m.size);
+  img[m.size] = 0;
+  dit_file_unmap(&m);
+  CUmodule mod;
+  dit_status_t s = cu_check(st, st->cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+  free(img);
+  if (s && k->ptx[0]) {
+    dit_status_free(s);
+    DIT_RETURN_IF(load(ctx, k->ptx, &m));
+    img = malloc(m.size + 1);
+    if (!img) {
+      dit_file_unmap(&m);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    }
+    memcpy(img, m.data, m.size);
+    img[m.size] = 0;
+    dit_file_unmap(&m);
+    s = cu_check(st, st->cu.cuModuleLoadData(&mod, img), "cuModuleLoadData (PTX)");
+    free(img);
+  }
+  DIT_RETURN_IF_ERROR(s, "kernel module %s", k->cubin);
+  loaded_module_t *n = realloc(st->mods, (st->n_mods + 1) * sizeof *n);
+  if (!n) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  st->mods = n;
+  memcpy(st->mods[st->n_mods].hash, arch_hash, DIT_HASH_HEX);
+  st->mods[st->n_mods++].mod = mod;
+  *out = mod;
+  return DIT_OK;
+}
+
+static cudaDataType_t lt_type(dit_dtype_t t) { return t == DIT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+/* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M). */
+static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                              const dit_tensor_t *y, gemm_t *g) {
+  int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
+  DIT_RETURN_IF(lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA"));
+  DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB"));
+  if (bias) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    const void *bp = bias->data;
+    cudaDataType_t bt = lt_type(bias->dtype);
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"));
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS_POINTER"));
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "BIAS_DATA_TYPE"));
+  }
+  DIT_RETURN_IF(lt_check(st->lt.layout_create(&g->a, lt_type(w->dtype), (uint64_t)K, (uint64_t)N, K), "layout A"));
+  DIT_RETURN_IF(lt_check(st->lt.layout_create(&g->b, lt_type(x->dtype), (uint64_t)K, (uint64_t)M, K), "layout B"));
+  DIT_RETURN_IF(lt_check(st->lt.layout_create(&g->c, lt_type(y->dtype), (uint64_t)N, (uint64_t)M, N), "layout C"));
+  cublasLtMatmulPreference_t pref;
+  DIT_RETURN_IF(lt_check(st->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate"));
+  uint64_t ws = st->workspace_size;
+  st->lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t r = st->lt.heuristic(st->lt_handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &res, &found);
+  st->lt.pref_destroy(pref);
+  if (r != CUBLAS_STATUS_SUCCESS || found < 1)
+    return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (status %d)", (long long)M, (long long)N,
+                   (long long)K, (int)r);
+  g->algo = res.algo;
+  return DIT_OK;
+}
+
+static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tensor_t *bound, dit_blob_loader_fn load,
+                                 void *ctx) {
+  cuda_state_t *st = p;
+  st->n_steps = plan->n_steps;
+  st->funcs = calloc(plan->n_steps + 1, sizeof *st->funcs);
+  st->gemms = calloc(plan->n_steps + 1, sizeof *st->gemms);
+  if (!st->funcs || !st->gemms) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  int need_lt = 0;
+  for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel;
+  if (need_lt) {
+    DIT_RETURN_IF(load_lt(&st->lt));
+    DIT_RETURN_IF(lt_check(st->lt.create(&st->lt_handle), "cublasLtCreate"));
+    st->workspace_size = 32u << 20;
+    void *wsp;
+    DIT_RETURN_IF(cuda_alloc(st, st->workspace_size, "cuBLASLt workspace", &wsp));
+    st->workspace = (CUdeviceptr)(uintptr_t)wsp;
+  }
+  for (size_t i = 0; i < plan->n_steps; i++) {
+    const dit_plan_step_t *s = &plan->steps[i];
+    if (s->has_kernel) {
+      CUmodule mod = NULL;
+      DIT_RETURN_IF_ERROR(get_module(st, &s->kernel, load, ctx, &mod), "step %zu", i);
+      DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuModuleGetFunction(&st->funcs[i], mod, s->kernel.entry), "cuModuleGetFunction"),
+                          "step %zu entry '%s'", i, s->kernel.entry);
+      if (s->kernel.smem > 48 * 1024)
+        DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuFuncSetAttribute(st->funcs[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                                    (int)s->kernel.smem),
+                                     "cuFuncSetAttribute"),
+                            "step %zu asks for %u bytes of shared memory", i, s->kernel.smem);
+    } else if (s->kind == DIT_OP_LINEAR) {
+      DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,
+                                    &bound[s->out[0]], &st->gemms[i]),
+                          "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
+    } else {
+      return DIT_ERR(UNIMPLEMENTED, "step %zu (%s): no kernel in the bundle and no library implementation", i,
+                     dit_op_info(s->kind)->name);
+    }
+  }
+  return DIT_OK;
+}
+
+static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s, const dit_tensor_t *in,
+                                  dit_tensor_t *out) {
+  cuda_state_t *st = p;
+  if (idx >= st->n_steps) return DIT_ERR(INTERNAL, "cuda backend: step %zu of a plan of %zu", idx, st->n_steps);
+  if (s->has_kernel) {
+    CUdeviceptr ptrs[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
+    void *args[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
+    int n = 0;
+    for (int k = 0; k < s->n_out; k++, n++) ptrs[n] = (CUdeviceptr)(uintptr_t)out[k].data, args[n] = &ptrs[n];
+    for (int k = 0; k < s->n_in; k++, n++) ptrs[n] = (CUdeviceptr)(uintptr_t)in[k].data, args[n] = &ptrs[n];
+    const dit_plan_kernel_t *k = &s->kernel;
+    return cu_check(st, st->cu.cuLaunchKernel(st->funcs[idx], k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+                                              k->block[2], k->smem, st->stream, args, NULL),
+                    "cuLaunchKernel");
+  }
+  const gemm_t *g = &st->gemms[idx];
+  const float one = 1.f, zero = 0.f;
+  return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, in[1].data, g->a, in[0].data, g->b, &zero, out[0].data, g->c,
+                                out[0].data, g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size,
+                                (cudaStream_t)st->stream),
+                  "cublasLtMatmul");
+}
+
+static const dit_backend_vtable_t kCuda = {
+    .abi_version = DIT_BACKEND_ABI_VERSION,
+    .name = "cuda",
+    .host_memory = 0,
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .run_step = cuda_run_step,
+    .synchronize = cuda_sync,
+    .prepare = cuda_prepare,
+    .memory_info = cuda_memory_info,
+};
+
+const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }
+
+#else
+
+const dit_backend_vtable_t *dit_backend_cuda(void) { return NULL; }
+
+#endif
