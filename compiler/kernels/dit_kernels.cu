@@ -255,15 +255,18 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 
 #if defined(DIT_K_ATTENTION)
 // Flash attention forward, bf16 in and out, fp32 accumulation, online softmax, optional LSE.
-// A block of 4 warps takes 64 query rows of one (batch, head); each warp owns 16 rows and runs
-// mma.sync m16n8k16 for S = Q K^T and O += P V, keeping P in registers between the two.
-// Head dims are padded to DP (a multiple of 16) with zeros in shared memory; key tiles past L
-// are masked. Q [B, S, H*HD], K/V [B, L, H*HD].
+// A block of NW warps takes 16*NW query rows of one (batch, head); each warp owns 16 rows and
+// runs mma.sync m16n8k16 for S = Q K^T and O += P V, keeping P in registers between the two.
+// K/V tiles of BK keys stream through two shared-memory buffers with cp.async (the next tile
+// loads while this one computes); fragments come from shared memory through ldmatrix (.trans
+// for V). Head dims are padded to DP (a multiple of 16) with zeros; keys past LK are masked.
+// Q [B, SQ, H*HD], K/V [B, LK, H*HD]; VEC (16-byte copies) needs HD and H*HD multiples of 8.
 #define DP (((HD) + 15) / 16 * 16)
-#define BQ 64
+#define NW 8
+#define BQ (16 * NW)
 #define BK 64
-#define KS (DP + 8)  // shared row stride (bf16 elements) that spreads rows over banks
-#define VS (BK + 8)
+#define KS (DP + 8)  // row stride in bf16: 16-byte aligned rows that fall on distinct banks
+#define VEC ((HD % 8) == 0 && ((HEADS * HD) % 8) == 0)
 
 __device__ __forceinline__ void mma16816(float *c, const u32 *a, const u32 *b) {
   asm volatile(
@@ -273,55 +276,90 @@ __device__ __forceinline__ void mma16816(float *c, const u32 *a, const u32 *b) {
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+__device__ __forceinline__ u32 smem_addr(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(u32 *r, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2(u32 *r, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2_t(u32 *r, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+// 16-byte global -> shared copy; src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 __device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16); }
 
-extern "C" __global__ void __launch_bounds__(128) dit_kernel(bf16_t *out,
-#if HAS_LSE
-                                                            float *lse,
+// Copies rows [r0, r0 + ROWS) of a [rows_total, CH] head slice into a [ROWS][KS] tile.
+template <int ROWS>
+__device__ __forceinline__ void load_rows(bf16_t *dst, const bf16_t *src, int r0, int rows_total, long long CH) {
+#if VEC
+  for (int c = threadIdx.x; c < ROWS * (DP / 8); c += 32 * NW) {
+    const int r = c / (DP / 8), d = (c % (DP / 8)) * 8;
+    const bool in = r0 + r < rows_total && d < HD;
+    cp16(&dst[r * KS + d], in ? (const void *)&src[(long long)(r0 + r) * CH + d] : (const void *)src, in ? 16 : 0);
+  }
+#else
+  for (int e = threadIdx.x; e < ROWS * DP; e += 32 * NW) {
+    const int r = e / DP, d = e % DP;
+    dst[r * KS + d] = (r0 + r < rows_total && d < HD) ? src[(long long)(r0 + r) * CH + d] : (bf16_t)0;
+  }
 #endif
-                                                            const bf16_t *q, const bf16_t *k, const bf16_t *v) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16_t *sQ = (bf16_t *)smem_raw;        // [BQ][KS]
-  bf16_t *sK = sQ + BQ * KS;              // [BK][KS]
-  bf16_t *sVt = sK + BK * KS;             // [DP][VS], V transposed
+}
+
+extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
+#if HAS_LSE
+                                                                 float *lse,
+#endif
+                                                                 const bf16_t *q, const bf16_t *k, const bf16_t *v) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16_t *sQ = (bf16_t *)smem_raw;  // [BQ][KS]
+  bf16_t *sK = sQ + BQ * KS;        // [2][BK][KS]
+  bf16_t *sV = sK + 2 * BK * KS;    // [2][BK][KS]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
   const long long CH = (long long)HEADS * HD;
   const bf16_t *qb = q + ((long long)b * SQ) * CH + (long long)h * HD;
   const bf16_t *kb = k + ((long long)b * LK) * CH + (long long)h * HD;
   const bf16_t *vb = v + ((long long)b * LK) * CH + (long long)h * HD;
+  const int ntiles = (LK + BK - 1) / BK;
 
-  for (int e = tid; e < BQ * DP; e += 128) {
-    int r = e / DP, d = e % DP;
-    sQ[r * KS + d] = (q0 + r < SQ && d < HD) ? qb[(long long)(q0 + r) * CH + d] : (bf16_t)0;
-  }
-  __syncthreads();
-  // Q fragments of this warp's 16 rows, for every 16-wide k step of the head dim.
+  load_rows<BQ>(sQ, qb, q0, SQ, CH);
+  load_rows<BK>(sK, kb, 0, LK, CH);
+  load_rows<BK>(sV, vb, 0, LK, CH);
+  cp_commit();
+
   u32 qa[DP / 16][4];
-  const int r0 = warp * 16 + g;
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ks++) {
-    const int c0 = ks * 16 + t4 * 2;
-    qa[ks][0] = *(const u32 *)&sQ[r0 * KS + c0];
-    qa[ks][1] = *(const u32 *)&sQ[(r0 + 8) * KS + c0];
-    qa[ks][2] = *(const u32 *)&sQ[r0 * KS + c0 + 8];
-    qa[ks][3] = *(const u32 *)&sQ[(r0 + 8) * KS + c0 + 8];
-  }
   float o[DP / 8][4];
 #pragma unroll
   for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f; // rows g and g+8
-  const float sl2 = SCALE * 1.4426950408889634f;                // scale * log2(e)
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;  // rows g and g+8
+  const float sl2 = SCALE * 1.4426950408889634f;                 // scale * log2(e)
 
-  for (int k0 = 0; k0 < LK; k0 += BK) {
-    __syncthreads();
-    for (int e = tid; e < BK * DP; e += 128) {
-      int r = e / DP, d = e % DP;
-      bool in = k0 + r < LK && d < HD;
-      sK[r * KS + d] = in ? kb[(long long)(k0 + r) * CH + d] : (bf16_t)0;
-      sVt[d * VS + r] = in ? vb[(long long)(k0 + r) * CH + d] : (bf16_t)0;
+  for (int j = 0; j < ntiles; j++) {
+    const int buf = j & 1, k0 = j * BK;
+    if (j + 1 < ntiles) {
+      load_rows<BK>(sK + (buf ^ 1) * BK * KS, kb, k0 + BK, LK, CH);
+      load_rows<BK>(sV + (buf ^ 1) * BK * KS, vb, k0 + BK, LK, CH);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
     }
     __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int ks = 0; ks < DP / 16; ks++)
+        ldsm_x4(qa[ks], &sQ[(warp * 16 + (lane & 15)) * KS + ks * 16 + (lane >> 4) * 8]);
+    }
+    const bf16_t *tK = sK + buf * BK * KS, *tV = sV + buf * BK * KS;
     float s[BK / 8][4];
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
@@ -329,9 +367,7 @@ extern "C" __global__ void __launch_bounds__(128) dit_kernel(bf16_t *out,
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++) {
         u32 bb[2];
-        const int key = n * 8 + g, c0 = ks * 16 + t4 * 2;
-        bb[0] = *(const u32 *)&sK[key * KS + c0];
-        bb[1] = *(const u32 *)&sK[key * KS + c0 + 8];
+        ldsm_x2(bb, &tK[(n * 8 + (lane & 7)) * KS + ks * 16 + ((lane >> 3) & 1) * 8]);
         mma16816(s[n], qa[ks], bb);
       }
     }
@@ -340,9 +376,9 @@ extern "C" __global__ void __launch_bounds__(128) dit_kernel(bf16_t *out,
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int key = k0 + n * 8 + t4 * 2 + (j & 1);
-        s[n][j] = key < LK ? s[n][j] * sl2 : -INFINITY;
+      for (int e = 0; e < 4; e++) {
+        const int key = k0 + n * 8 + t4 * 2 + (e & 1);
+        s[n][e] = (LK % BK == 0 || key < LK) ? s[n][e] * sl2 : -INFINITY;
       }
       mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
@@ -373,23 +409,22 @@ extern "C" __global__ void __launch_bounds__(128) dit_kernel(bf16_t *out,
       o[n][2] *= al_b;
       o[n][3] *= al_b;
     }
-    // O += P V: the S accumulators of key columns 16j..16j+15 are exactly the A fragment.
+    // O += P V: the S accumulators of key columns 16kk..16kk+15 are exactly the A fragment.
 #pragma unroll
-    for (int j = 0; j < BK / 16; j++) {
+    for (int kk = 0; kk < BK / 16; kk++) {
       u32 pa[4];
-      pa[0] = pack2(s[2 * j][0], s[2 * j][1]);
-      pa[1] = pack2(s[2 * j][2], s[2 * j][3]);
-      pa[2] = pack2(s[2 * j + 1][0], s[2 * j + 1][1]);
-      pa[3] = pack2(s[2 * j + 1][2], s[2 * j + 1][3]);
+      pa[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
       for (int n = 0; n < DP / 8; n++) {
         u32 bb[2];
-        const int d = n * 8 + g, c0 = j * 16 + t4 * 2;
-        bb[0] = *(const u32 *)&sVt[d * VS + c0];
-        bb[1] = *(const u32 *)&sVt[d * VS + c0 + 8];
+        ldsm_x2_t(bb, &tV[(kk * 16 + (lane & 15)) * KS + n * 8]);
         mma16816(o[n], pa, bb);
       }
     }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
   }
   // Row sums are spread over the 4 lanes of a row group.
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
@@ -402,11 +437,17 @@ extern "C" __global__ void __launch_bounds__(128) dit_kernel(bf16_t *out,
 #pragma unroll
   for (int n = 0; n < DP / 8; n++) {
     const int d = n * 8 + t4 * 2;
+    if (d >= HD) continue;
+    if (VEC) {
+      if (ra < SQ) *(u32 *)&ob[(long long)ra * CH + d] = pack2(o[n][0] * inv_a, o[n][1] * inv_a);
+      if (rb < SQ) *(u32 *)&ob[(long long)rb * CH + d] = pack2(o[n][2] * inv_b, o[n][3] * inv_b);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-      if (d + j >= HD) continue;
-      if (ra < SQ) ob[(long long)ra * CH + d + j] = f2bf(o[n][j] * inv_a);
-      if (rb < SQ) ob[(long long)rb * CH + d + j] = f2bf(o[n][2 + j] * inv_b);
+      for (int e = 0; e < 2; e++) {
+        if (d + e >= HD) continue;
+        if (ra < SQ) ob[(long long)ra * CH + d + e] = f2bf(o[n][e] * inv_a);
+        if (rb < SQ) ob[(long long)rb * CH + d + e] = f2bf(o[n][2 + e] * inv_b);
+      }
     }
   }
 #if HAS_LSE

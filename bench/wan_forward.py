@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""One Wan transformer forward, every contender in one run: ditrun, diffusers eager and
+diffusers under torch.compile, on the same config, shape, weights and inputs.
+
+Prints the median of device-synchronized runs after warm-up, the ratios, each contender's peak
+device memory, ditrun's time split, and parity of ditrun's output against diffusers' (cosine,
+relative L2). Needs torch with CUDA and the pinned diffusers source on PYTHONPATH.
+
+usage: bench/wan_forward.py --model DIR --bundle BUNDLE --ditrun BIN --out RESULTS_DIR
+           --frames 81 --height 480 --width 832 [--text-len 512] [--iters 5] [--no-compile]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def timed(fn, iters, warmup=2):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+class GpuMemPoll(threading.Thread):
+    """Peak used device memory of the whole GPU while another process runs (nvidia-smi)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.stop = 0, False
+
+    def run(self):
+        while not self.stop:
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout
+                self.peak = max(self.peak, int(out.split()[0]))
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--bundle", required=True)
+    ap.add_argument("--ditrun", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--frames", type=int, required=True)
+    ap.add_argument("--height", type=int, required=True)
+    ap.add_argument("--width", type=int, required=True)
+    ap.add_argument("--text-len", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    from diffusers import WanTransformer3DModel
+
+    dev = torch.device("cuda")
+    model = WanTransformer3DModel.from_pretrained(a.model, torch_dtype=torch.bfloat16).to(dev).eval()
+    cfg = model.config
+    f, h, w = (a.frames - 1) // 4 + 1, a.height // 8, a.width // 8
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, cfg.in_channels, f, h, w, generator=g)
+    t = torch.tensor([500], dtype=torch.int64)
+    e = torch.randn(1, a.text_len, cfg.text_dim, generator=g)
+    inputs = os.path.join(a.out, "inputs.safetensors")
+    save_file({"hidden_states": x, "timestep": t, "encoder_hidden_states": e}, inputs)
+    xd, td, ed = x.to(dev, torch.bfloat16), t.to(dev), e.to(dev, torch.bfloat16)
+    results = {"shape": [1, cfg.in_channels, f, h, w], "text_len": a.text_len}
+
+    with torch.no_grad():
+        def eager():
+            return model(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False)[0]
+        torch.cuda.reset_peak_memory_stats()
+        ref = eager().float()
+        results["eager_ms"] = 1e3 * timed(eager, a.iters)
+        results["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        save_file({"sample": ref.cpu().contiguous()}, os.path.join(a.out, "diffusers_output.safetensors"))
+        print(f"diffusers eager: {results['eager_ms']:.1f} ms, peak {results['eager_peak_gib']:.2f} GiB", flush=True)
+        if not a.no_compile:
+            cmodel = torch.compile(model)
+            t0 = time.perf_counter()
+            cmodel(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False)
+            torch.cuda.synchronize()
+            results["compile_s"] = time.perf_counter() - t0
+            torch.cuda.reset_peak_memory_stats()
+            results["compiled_ms"] = 1e3 * timed(
+                lambda: cmodel(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False), a.iters)
+            results["compiled_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            print(f"torch.compile: {results['compiled_ms']:.1f} ms (compile {results['compile_s']:.0f} s)", flush=True)
+    del model, xd, ed
+    torch.cuda.empty_cache()
+    base = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True).stdout.split()[0])
+
+    poll = GpuMemPoll()
+    poll.start()
+    out = os.path.join(a.out, "ditrun_output.safetensors")
+    t0 = time.perf_counter()
+    fw = subprocess.run([a.ditrun, "forward", a.bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
+    results["ditrun_first_forward_s"] = time.perf_counter() - t0
+    bench = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters)],
+                           capture_output=True, text=True)
+    poll.stop = True
+    poll.join()
+    print(fw.stderr.strip(), bench.stderr.strip(), sep="\n", flush=True)
+    if fw.returncode or bench.returncode:
+        print(fw.stdout, bench.stdout)
+        sys.exit("ditrun failed")
+    for line in bench.stdout.splitlines():
+        k, *v = line.split()
+        if k == "forward_ms_median":
+            results["ditrun_ms"] = float(v[0])
+        elif k == "split_ms":
+            results["split_ms"] = {v[0]: float(v[1]), v[2]: float(v[3]), v[4]: float(v[5])}
+    results["ditrun_peak_gib"] = (poll.peak - base) / 1024
+    ours = load_file(out)["sample"].float()
+    ref = ref.cpu()
+    cos = torch.nn.functional.cosine_similarity(ours.flatten(), ref.flatten(), dim=0).item()
+    rel_l2 = ((ours - ref).norm() / ref.norm()).item()
+    results["parity"] = {"cosine": cos, "rel_l2": rel_l2}
+
+    print("\n| contender | forward ms | vs ditrun | peak GiB |\n| --- | --- | --- | --- |")
+    print(f"| ditrun | {results['ditrun_ms']:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |")
+    print(f"| diffusers eager | {results['eager_ms']:.1f} | {results['eager_ms'] / results['ditrun_ms']:.2f}x | "
+          f"{results['eager_peak_gib']:.2f} |")
+    if "compiled_ms" in results:
+        print(f"| torch.compile | {results['compiled_ms']:.1f} | {results['compiled_ms'] / results['ditrun_ms']:.2f}x | "
+              f"{results['compiled_peak_gib']:.2f} |")
+    print(f"\nditrun split (step-synchronized): {results.get('split_ms')}")
+    print(f"parity vs diffusers: cosine {cos:.6f}, relative L2 {rel_l2:.3e}")
+    with open(os.path.join(a.out, "forward_results.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

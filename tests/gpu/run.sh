@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# GPU checks and timings in one run, on a machine with an NVIDIA GPU, given a build made with
+# -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
+#   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG),
+#   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
+#      at an odd token count,
+#   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
+#      against diffusers eager and torch.compile (bench/wan_forward.py).
+# usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
+set -uo pipefail
+OUT=${1:?results dir}
+BUILD=${2:-build-gpu}
+QUICK=${3:-}
+BIN=$BUILD/bin
+export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PYTHONPATH="$PWD/.ref/src:${PYTHONPATH:-}"
+export DITC_CACHE_DIR=$OUT/cache
+mkdir -p "$OUT"
+W=$(mktemp -d)
+fails=0
+step() { echo; echo "=== $*"; }
+check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$BIN/ditc" --version && "$BIN/ditrun" --help >/dev/null || { echo "binaries do not start"; exit 1; }
+
+step "1. tiny goldens on the GPU (bf16 tolerances as tests/integration/bf16.sh)"
+for d in tests/data/wan_tiny_*/; do
+  d=${d%/}
+  read -r F H Wd B L STEPS G S < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['steps'], m['guidance'], m['shift'])")
+  bundle=$("$BIN/ditc" compile "$d/model" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  check "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
+  check "$BIN/st_compare" "$W/f.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+  gi="$d/generate_inputs.safetensors"
+  check "$BIN/ditrun" generate "$bundle" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --shift "$S" --out "$W/g.safetensors"
+  check "$BIN/st_compare" "$W/g.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
+  check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
+done
+
+step "2. Wan2.1-1.3B config: every op on the GPU against the CPU reference, 126 tokens"
+t0=$(date +%s)
+"$BIN/make_tiny_wan" --preset wan2.1-1.3b --dtype bf16 --out "$W/wan13" --text-len 512 > /dev/null 2>&1 || fails=$((fails+1))
+echo "model maker: $(( $(date +%s) - t0 )) s"
+small=$("$BIN/ditc" compile "$W/wan13/model" --frames 5 --height 112 --width 144 --text-len 77 --dtype bf16 --target sm_90 -o "$W/b" | tail -n1 | cut -d' ' -f3)
+python3 - "$W/in_small.safetensors" <<'PY'
+import sys, torch
+from safetensors.torch import save_file
+g = torch.Generator().manual_seed(1)
+save_file({"hidden_states": torch.randn(1, 16, 2, 14, 18, generator=g), "timestep": torch.tensor([700]),
+           "encoder_hidden_states": torch.randn(1, 77, 4096, generator=g)}, sys.argv[1])
+PY
+check "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --max-rel 3e-2 -v > "$OUT/compare_1.3b.txt"
+tail -n 16 "$OUT/compare_1.3b.txt"
+"$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --accumulate | tail -n 16 | tee "$OUT/compare_1.3b_accumulated.txt"
+
+[ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
+
+step "3. Wan2.1-1.3B 480x832 81 frames: compile, parity against diffusers, benchmark"
+t0=$(date +%s%N)
+big=$("$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b" | tail -n1 | cut -d' ' -f3)
+echo "ditc compile (cold codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+rm -rf "$W/b2"; t0=$(date +%s%N)
+"$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b2" -q >/dev/null
+echo "ditc compile (warm codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+"$BIN/ditc" inspect "$big" | tee "$OUT/inspect_1.3b_480p.txt"
+python3 bench/wan_forward.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/bench" \
+  --frames 81 --height 480 --width 832 --iters 5 ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_forward.txt"
+cp "$W/bench/forward_results.json" "$OUT/" 2>/dev/null
+echo; echo "gpu checks: $fails failures"
+rm -rf "$W"
+exit $((fails > 0))
