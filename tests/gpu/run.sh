@@ -14,7 +14,7 @@ QUICK=${3:-}
 BIN=$BUILD/bin
 export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PYTHONPATH="$PWD/.ref/src:${PYTHONPATH:-}"
-export DITC_CACHE_DIR=$OUT/cache
+W0=$(mktemp -d); export DITC_CACHE_DIR=$W0/cache
 mkdir -p "$OUT"
 W=$(mktemp -d)
 fails=0
