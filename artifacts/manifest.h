@@ -13,7 +13,9 @@
  *             "latent": [C, f, h, w]},
  *   "dtype": "f32" | "bf16",
  *   "io": {"inputs": [{"name", "dtype", "shape": [..]}], "outputs": [...]},
- *   "blobs": [{"role": "plan" | "weights" | "kernels", "hash": "<32 hex>", "size": N}],
+ *   "blobs": [{"role": "plan" | "weights" | "kernels", "hash": "<32 hex>", "size": N,
+ *              "sha256": "<64 hex>"}],     sha256 optional (the store adds it, remote pulls
+ *                                           check it)
  *   "weights": [{"blob": "<hash>", "tp_rank": 0, "tp_size": 1,
  *                "tensors": [{"name", "dtype", "shape": [..], "offset": N, "nbytes": N}]}],
  *   "ranks": [{"rank": 0, "plan": "<hash>", "weights": "<hash>"}],
@@ -38,12 +40,14 @@
 #define DIT_SCHEMA_MAJOR 1
 #define DIT_SCHEMA_MINOR 0
 #define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
+#define DIT_SHA256_HEX 65 /* 64 hex digits + NUL */
 #define DIT_WEIGHT_ALIGN 4096
 
 typedef struct dit_manifest_blob {
   char role[16];
   char hash[DIT_HASH_HEX];
   uint64_t size;
+  char sha256[DIT_SHA256_HEX]; /* lowercase hex SHA-256 of the blob; "" when not listed */
 } dit_manifest_blob_t;
 
 typedef struct dit_manifest_tensor {

@@ -17,6 +17,9 @@ dit_require_lib(xxhash xxhash.h xxhash libxxhash-dev)
 dit_require_lib(zstd zstd.h zstd libzstd-dev)
 dit_require_lib(cjson cjson/cJSON.h cjson libcjson-dev)
 get_target_property(DIT_CJSON_INCLUDE dit::cjson INTERFACE_INCLUDE_DIRECTORIES)
+# The store's remote backend (HTTP client) and manifest signatures / SHA-256 (libcrypto).
+dit_require_lib(curl curl/curl.h curl libcurl4-openssl-dev)
+dit_require_lib(crypto openssl/evp.h crypto libssl-dev)
 
 if(DIT_MLIR)
   set(DIT_LLVM_ROOT /usr/lib/llvm-19 CACHE PATH "LLVM/MLIR 19 installation")

@@ -14,6 +14,7 @@
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
+#include "compiler/compile_store.h"
 #include "compiler/codegen_cuda.h"
 #include "dit_sources_hash.h"
 #include "passes/passes.h"
@@ -353,7 +354,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (gpu && o->shape.dtype != DIT_BF16)
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
-  progress_t pr = {.quiet = o->quiet, .total = gpu ? 8 : 7};
+  progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
   clock_gettime(CLOCK_MONOTONIC, &pr.t0);
 
   dit_model_t *m = NULL;
@@ -377,18 +378,31 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) progress(&pr, "loaded %s (%s, %zu tensors) from %s", m->model_class, m->variant,
                    dit_safetensors_count(m->weights), o->model_dir);
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
-  if (!s) s = dit_model_weights_hash(m, weights_hash);
-  if (!s) progress(&pr, "weights content hash %s", weights_hash);
+  dit_store_t *store = NULL;
+  int memo = 0;
+  if (!s && o->store_dir) s = dit_store_open(o->store_dir, &store);
+  if (!s) s = dit_compile_weights_hash(store, m, o->rehash, weights_hash, &memo);
+  if (!s) progress(&pr, "weights content hash %s%s", weights_hash, memo ? " (memo: checkpoint files unchanged, not rehashed)" : "");
   if (!s) s = identity_inputs(o, m, &ls, weights_hash, &man.inputs);
   if (!s) s = dit_identity_compute(man.inputs, out->identity);
-  if (!s && already_published(o->out_dir, out->identity, &out->path)) {
-    /* The identity covers every input that decides the bytes: nothing to do. */
+  if (!s && store && !already_published(o->out_dir, out->identity, &out->path)) {
+    s = dit_compile_store_lookup(store, out->identity, o->out_dir, &out->path);
+    out->from_store = out->path != NULL;
+  }
+  if (!s && (out->path || already_published(o->out_dir, out->identity, &out->path))) {
+    /* The identity covers every input that decides the bytes: nothing to do, except entering
+     * a bundle found only in the directory into the store. */
+    if (store && !out->from_store && !dit_store_has_entry(store, out->identity))
+      s = dit_store_import_bundle(store, out->path, NULL);
     out->existed = 1;
-    progress(&pr, "found identical bundle %s: nothing to compile", out->path);
+    progress(&pr, "found identical bundle %s%s%s: nothing to compile", out->path, out->from_store ? " in store " : "",
+             out->from_store ? o->store_dir : "");
     cJSON_Delete(man.inputs);
     dit_model_free(m);
-    return DIT_OK;
+    dit_store_close(store);
+    return s;
   }
+  if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
   if (!s) s = dit_model_build_graph(m, &o->shape, &g);
   if (!s) progress(&pr, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64,
                    dit_graph_num_ops(g), dit_graph_num_values(g), ls.channels, ls.frames, ls.height, ls.width);
@@ -482,6 +496,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     memcpy(out->identity, man.identity, DIT_HASH_HEX);
     progress(&pr, "%s bundle %s", out->existed ? "found identical" : "published", out->path);
   }
+  if (!s && store) s = dit_store_import_bundle(store, out->path, NULL);
+  if (!s && store) progress(&pr, "entered %s into store %s", out->identity, o->store_dir);
+  dit_store_close(store);
   free(diag);
   dit_bundle_writer_destroy(w);
   cJSON_Delete(man.inputs);
@@ -494,6 +511,28 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   free(blobs);
   dit_plan_free(plan);
   dit_graph_destroy(g);
+  dit_model_free(m);
+  return s;
+}
+
+dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_inputs, char out_identity[33]) {
+  *out_inputs = NULL;
+  dit_model_t *m = NULL;
+  dit_store_t *store = NULL;
+  dit_latent_shape_t ls;
+  char weights_hash[33];
+  int memo = 0;
+  dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
+  if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
+  if (!s && o->store_dir) s = dit_store_open(o->store_dir, &store);
+  if (!s) s = dit_compile_weights_hash(store, m, o->rehash, weights_hash, &memo);
+  if (!s) s = identity_inputs(o, m, &ls, weights_hash, out_inputs);
+  if (!s) s = dit_identity_compute(*out_inputs, out_identity);
+  if (s) {
+    cJSON_Delete(*out_inputs);
+    *out_inputs = NULL;
+  }
+  dit_store_close(store);
   dit_model_free(m);
   return s;
 }

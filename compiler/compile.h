@@ -17,15 +17,27 @@ typedef struct dit_compile_options {
   int dump_ir;             /* print the final graph */
   FILE *dump;              /* where dumps go */
   int quiet;               /* no progress on stderr */
+  /* The content-addressed store (artifacts/store.h): looked in first, a fresh bundle is
+   * entered into it, and it keeps the checkpoint-hash memo. NULL: none. */
+  const char *store_dir;
+  int explain;             /* on a miss, print which identity inputs differ from stored ones */
+  int rehash;              /* hash the checkpoint even when the memo says it is unchanged */
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {
   char identity[33];
   char *path;              /* caller frees */
   int existed;             /* an identical bundle was already published there */
+  int from_store;          /* it came from the store: nothing was compiled */
 } dit_compile_result_t;
 
 dit_status_t dit_compile(const dit_compile_options_t *opts, dit_compile_result_t *out);
+
+/* Only the identity: loads and validates the model, hashes the checkpoint (through the
+ * store's memo when opts->store_dir) and builds the identity inputs, compiling nothing.
+ * The caller owns *out_inputs. */
+dit_status_t dit_compile_identity(const dit_compile_options_t *opts, cJSON **out_inputs,
+                                  char out_identity[33]);
 
 /* The toolchain part of the identity for a target: our codegen-relevant source hash plus
  * the versions of the code generators the target uses. Caller owns the object. */

@@ -1,4 +1,5 @@
-/* ditc: the command line of the compiler (compile, inspect). */
+/* ditc: the command line of the compiler (compile, inspect; cache, keygen and pack live in
+ * cache_cmd.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 
 #include "artifacts/bundle.h"
+#include "compiler/cache_cmd.h"
 #include "compiler/compile.h"
 #include "dit_sources_hash.h"
 
@@ -21,13 +23,20 @@ static const char kUsage[] =
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
     "        --target cpu        code generation target (default cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
-    "        -o DIR              parent directory of bundles (default ./bundles)\n"
+    "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
+    "                            with a store)\n"
+    "        --store DIR         content-addressed store to look in first and enter the bundle\n"
+    "                            into (default: $DITC_STORE; none if unset)\n"
+    "        --explain           on a cache miss, name the identity inputs that differ from the\n"
+    "                            nearest stored entries\n"
+    "        --rehash            hash the checkpoint even if the store's memo says it is unchanged\n"
     "        --dump-ir           print the final graph to stdout\n"
     "        --dump-after=PASS   print the graph after PASS (verify, dce, memplan, all) to stderr\n"
     "        -q, --quiet         no progress on stderr\n"
     "      The last line on stdout is: bundle <identity> <path>\n"
     "  inspect BUNDLE\n"
     "      Summarize a bundle's manifest (blob hashes are not checked: use ditrun verify).\n"
+    DIT_CACHE_USAGE
     "  --version, --help\n";
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -50,9 +59,13 @@ static int parse_i64(const char *flag, const char *s, int64_t *out) {
   return 0;
 }
 
-static int cmd_compile(int argc, char **argv) {
+/* compile, or with `why` set, `cache why` (the same flags, nothing compiled). */
+static int cmd_compile(int argc, char **argv, int why) {
   dit_compile_options_t o;
   memset(&o, 0, sizeof o);
+  const char *env_store = getenv("DITC_STORE");
+  o.store_dir = env_store && env_store[0] ? env_store : NULL;
+  int out_given = 0;
   o.shape.batch = 1;
   o.shape.text_len = 512;
   o.shape.frames = o.shape.height = o.shape.width = -1;
@@ -82,8 +95,13 @@ static int cmd_compile(int argc, char **argv) {
       o.variant = val, i++;
     } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       if (!val) return usage_error("%s needs a value", a);
-      o.out_dir = val, i++;
-    } else if (!strcmp(a, "--dump-ir")) o.dump_ir = 1;
+      o.out_dir = val, i++, out_given = 1;
+    } else if (!strcmp(a, "--store")) {
+      if (!val) return usage_error("%s needs a value", a);
+      o.store_dir = val, i++;
+    } else if (!strcmp(a, "--explain")) o.explain = 1;
+    else if (!strcmp(a, "--rehash")) o.rehash = 1;
+    else if (!strcmp(a, "--dump-ir")) o.dump_ir = 1;
     else if (!strncmp(a, "--dump-after=", 13)) o.dump_after = a + 13;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) o.quiet = 1;
     else if (a[0] == '-') return usage_error("unknown option %s", a);
@@ -96,6 +114,12 @@ static int cmd_compile(int argc, char **argv) {
   if (o.shape.height < 0) return usage_error("%s", "compile needs --height");
   if (o.shape.width < 0) return usage_error("%s", "compile needs --width");
   o.dump = o.dump_after ? stderr : stdout;
+  char store_bundles[4200];
+  if (o.store_dir && !out_given) {
+    snprintf(store_bundles, sizeof store_bundles, "%s/bundles", o.store_dir);
+    o.out_dir = store_bundles;
+  }
+  if (why) return dit_cache_why(&o);
   dit_compile_result_t r;
   dit_status_t s = dit_compile(&o, &r);
   if (s) return dit_status_report(s, "ditc");
@@ -123,7 +147,11 @@ int main(int argc, char **argv) {
     printf("ditc 0.1.0 (sources %s, bundle schema %d.%d)\n", DIT_SOURCES_HASH, DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
     return 0;
   }
-  if (!strcmp(argv[1], "compile")) return cmd_compile(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "compile")) return cmd_compile(argc - 2, argv + 2, 0);
+  if (!strcmp(argv[1], "cache") && argc > 2 && !strcmp(argv[2], "why")) return cmd_compile(argc - 3, argv + 3, 1);
+  if (!strcmp(argv[1], "cache")) return dit_cache_main(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "keygen")) return dit_keygen_main(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "pack")) return dit_pack_main(argc - 2, argv + 2);
   if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 2, argv + 2);
   return usage_error("unknown command '%s'", argv[1]);
 }

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "artifacts/bundle.h"
+#include "artifacts/fetch.h"
 #include "artifacts/plan.h"
 #include "artifacts/safetensors.h"
 #include "runtime/compare.h"
@@ -42,7 +43,19 @@ static const char kUsage[] =
     "options for forward, generate, compare and bench:\n"
     "  --threads N        CPU threads (default: all)\n"
     "  --backend NAME     cpu or cuda (default: the bundle's target)\n"
-    "  --device N         GPU ordinal (default 0)\n";
+    "  --device N         GPU ordinal (default 0)\n"
+    "\n"
+    "BUNDLE is a bundle directory, a .ditb archive (ditc pack), or with --store an identity.\n"
+    "options for every command, anywhere on the line:\n"
+    "  --store URL|DIR    fetch the identity from a remote store (http://...; only the blobs\n"
+    "                     the local store lacks) or take it from a local store directory\n"
+    "  --cache DIR        local store receiving pulls and archives (default: $DITC_STORE, else\n"
+    "                     ~/.cache/ditc/store for pulls, a temporary store for archives)\n"
+    "  --trusted-key KEY  refuse a bundle whose manifest is not signed by this ed25519 public\n"
+    "                     key (PEM; ditc keygen)\n"
+    "  --token-file FILE  bearer token for the remote (default: $DITC_REMOTE_TOKEN)\n"
+    "  --timeout S        remote: connect timeout and longest stall (default 30)\n"
+    "  --retries N        remote: further attempts after a transient failure (default 3)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "ditrun: error: ");
@@ -57,12 +70,67 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* ---- where the bundle comes from (fetch.h) ---- */
+
+static dit_fetch_options_t g_fetch = {.timeout_s = 30, .retries = 3, .verbose = 1};
+static dit_fetched_t *g_fetched;
+static char *g_token;
+
+/* The bundle directory for what the user named; kept until the process ends. */
+static dit_status_t resolve_bundle(const char *what, const char **out_dir) {
+  if (!g_fetched) DIT_RETURN_IF(dit_fetch_bundle(what, &g_fetch, &g_fetched));
+  *out_dir = dit_fetched_dir(g_fetched);
+  return DIT_OK;
+}
+
+/* Takes the bundle-source options out of argv wherever they stand; returns 0 or an exit
+ * status. */
+static int take_fetch_options(int *argc, char **argv) {
+  const char *token_file = NULL;
+  int o = 1;
+  for (int i = 1; i < *argc; i++) {
+    const char *f = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+    const char **dst = !strcmp(f, "--store") ? &g_fetch.store : !strcmp(f, "--cache") ? &g_fetch.cache_dir
+                       : !strcmp(f, "--trusted-key") ? &g_fetch.trusted_key : !strcmp(f, "--token-file") ? &token_file : NULL;
+    int is_num = !strcmp(f, "--timeout") || !strcmp(f, "--retries");
+    if (!dst && !is_num) {
+      argv[o++] = argv[i];
+      continue;
+    }
+    if (!v) return usage_error("%s needs a value", f);
+    if (dst) *dst = v;
+    if (is_num) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (*end || end == v || n < 0 || n > 100000) return usage_error("%s: expected a non-negative integer", f);
+      if (!strcmp(f, "--timeout")) g_fetch.timeout_s = (int)n;
+      else g_fetch.retries = (int)n;
+    }
+    i++;
+  }
+  *argc = o;
+  argv[o] = NULL;
+  const char *env = getenv("DITC_REMOTE_TOKEN");
+  if (token_file) {
+    size_t n = 0;
+    dit_status_t s = dit_file_read(token_file, 64 << 10, &g_token, &n);
+    if (s) return dit_status_report(dit_status_annotate(s, "--token-file"), "ditrun");
+    while (n && (g_token[n - 1] == '\n' || g_token[n - 1] == '\r')) g_token[--n] = 0;
+    g_fetch.token = g_token;
+  } else if (env && env[0]) {
+    g_fetch.token = env;
+  }
+  return 0;
+}
+
 /* ---- verify / info ---- */
 
 static int cmd_verify(const char *dir) {
   double t0 = now_s();
   dit_bundle_t *b;
-  dit_status_t s = dit_bundle_open(dir, DIT_BUNDLE_HASH_BLOBS, &b);
+  dit_status_t s = resolve_bundle(dir, &dir);
+  if (s) return dit_status_report(s, "ditrun");
+  s = dit_bundle_open(dir, DIT_BUNDLE_HASH_BLOBS, &b);
   if (s) return dit_status_report(s, "ditrun");
   const dit_manifest_t *m = dit_bundle_manifest(b);
   uint64_t bytes = 0;
@@ -94,7 +162,8 @@ static int cmd_verify(const char *dir) {
 
 static int cmd_info(const char *dir) {
   dit_bundle_t *b;
-  dit_status_t s = dit_bundle_open(dir, 0, &b);
+  dit_status_t s = resolve_bundle(dir, &dir);
+  if (!s) s = dit_bundle_open(dir, 0, &b);
   if (s) return dit_status_report(s, "ditrun");
   dit_manifest_print(dit_bundle_manifest(b), stdout);
   dit_bundle_close(b);
@@ -216,7 +285,9 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device};
   double t0 = now_s();
-  DIT_RETURN_IF(dit_runtime_load(a->bundle, &o, rt));
+  const char *dir = NULL;
+  DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
+  DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
   fprintf(stderr, "ditrun: loaded and verified %s in %.2fs\n", dit_runtime_manifest(*rt)->identity, now_s() - t0);
   return DIT_OK;
 }
@@ -437,7 +508,18 @@ static int cmd_bench(int argc, char **argv) {
   return dit_status_report(s, "ditrun");
 }
 
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  int rc = take_fetch_options(&argc, argv);
+  if (!rc) rc = run_command(argc, argv);
+  /* After the runtime is gone: this may remove a temporary store it had mapped. */
+  dit_fetched_destroy(g_fetched);
+  free(g_token);
+  return rc;
+}
+
+static int run_command(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build and tests need, when they are missing.
 set -euo pipefail
-pkgs=(build-essential cmake clang libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev)
+pkgs=(build-essential cmake clang libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
+      libcurl4-openssl-dev libssl-dev nginx)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
