@@ -1,6 +1,8 @@
 /* Bundles on disk: the writer (blobs, then an atomic publish of the whole directory) and the
  * reader/validator. Layout of a bundle directory named by its identity:
  *   manifest.json        the manifest (manifest.h)
+ *   manifest.xxh128      XXH3-128 hex of manifest.json's bytes and a newline (the identity
+ *                        covers only `inputs`; this covers every other field)
  *   blobs/<hash>         every blob, named by its XXH3-128
  *   diagnostics.json     paths, host, user, times: outside the hashed set, never validated
  */

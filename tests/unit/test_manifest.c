@@ -1,0 +1,622 @@
+/* manifest.json: a round trip through the serializer and parser keeps every field and gives
+ * identical bytes, and every validation rule rejects its violation with the right code and a
+ * message naming the field. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifacts/identity.h"
+#include "artifacts/manifest.h"
+#include "check.h"
+
+static void fake_hash(const char *seed, char out[DIT_HASH_HEX]) {
+  dit_hash128_hex(seed, strlen(seed), out);
+}
+
+static void set_tensor(dit_manifest_tensor_t *t, const char *name, dit_dtype_t dt, int rank,
+                       const int64_t *dims, uint64_t offset) {
+  t->name = strdup(name);
+  t->dtype = dt;
+  t->rank = rank;
+  uint64_t n = dit_dtype_size(dt);
+  for (int i = 0; i < rank; i++) {
+    t->dims[i] = dims[i];
+    n *= (uint64_t)dims[i];
+  }
+  t->offset = offset;
+  t->nbytes = n;
+}
+
+/* A small but complete manifest: tp 2 x cp 2 with shared weight shards, a rank-0 tensor, an
+ * empty tensor and a name that needs escaping. Owned by the caller (dit_manifest_free). */
+static dit_manifest_t *make_manifest(void) {
+  dit_manifest_t *m = calloc(1, sizeof *m);
+  m->schema_major = DIT_SCHEMA_MAJOR;
+  m->schema_minor = DIT_SCHEMA_MINOR;
+  m->inputs = cJSON_Parse(
+      "{\"model\":{\"num_layers\":2,\"eps\":1e-6,\"_class_name\":\"WanTransformer3DModel\"},"
+      "\"weights\":\"00112233445566778899aabbccddeeff\",\"dtype\":\"bf16\",\"ratio\":0.1}");
+  strcpy(m->family, "wan");
+  strcpy(m->model_class, "WanTransformer3DModel");
+  strcpy(m->variant, "wan2.1");
+  strcpy(m->arch, "sm_90");
+  m->min_driver = 12040;
+  m->topology.world = 4;
+  m->topology.tp = 2;
+  m->topology.cp = 2;
+  m->topology.cfg = 1;
+  strcpy(m->topology.cp_mode, "ring");
+  m->shape.batch = 1;
+  m->shape.frames = 5;
+  m->shape.height = 64;
+  m->shape.width = 96;
+  m->shape.text_len = 16;
+  int64_t lat[4] = {16, 2, 8, 12};
+  memcpy(m->shape.latent, lat, sizeof lat);
+  m->dtype = DIT_BF16;
+
+  m->n_inputs = 2;
+  m->io_inputs = calloc(2, sizeof *m->io_inputs);
+  strcpy(m->io_inputs[0].name, "latent");
+  m->io_inputs[0].dtype = DIT_F32;
+  m->io_inputs[0].rank = 5;
+  int64_t ld[5] = {1, 16, 2, 8, 12};
+  memcpy(m->io_inputs[0].dims, ld, sizeof ld);
+  strcpy(m->io_inputs[1].name, "timestep");
+  m->io_inputs[1].dtype = DIT_I64;
+  m->io_inputs[1].rank = 1;
+  m->io_inputs[1].dims[0] = 1;
+  m->n_outputs = 1;
+  m->io_outputs = calloc(1, sizeof *m->io_outputs);
+  m->io_outputs[0] = m->io_inputs[0];
+  strcpy(m->io_outputs[0].name, "velocity");
+
+  m->n_blobs = 4;
+  m->blobs = calloc(4, sizeof *m->blobs);
+  const char *roles[4] = {"plan", "weights", "weights", "kernels"};
+  const uint64_t sizes[4] = {100, 12288, 4096, 0};
+  for (int i = 0; i < 4; i++) {
+    char seed[16];
+    snprintf(seed, sizeof seed, "blob%d", i);
+    strcpy(m->blobs[i].role, roles[i]);
+    fake_hash(seed, m->blobs[i].hash);
+    m->blobs[i].size = sizes[i];
+  }
+
+  strcpy(m->blobs[1].sha256, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+  m->n_weights = 2;
+  m->weights = calloc(2, sizeof *m->weights);
+  dit_manifest_weights_t *w0 = &m->weights[0], *w1 = &m->weights[1];
+  strcpy(w0->blob, m->blobs[1].hash);
+  w0->tp_rank = 0;
+  w0->tp_size = 2;
+  w0->n_tensors = 3;
+  w0->tensors = calloc(3, sizeof *w0->tensors);
+  set_tensor(&w0->tensors[0], "blocks.0.attn1.to_q.weight", DIT_BF16, 2, (int64_t[]){64, 32}, 0);
+  set_tensor(&w0->tensors[1], "blocks.0.attn1.to_q.bias", DIT_BF16, 1, (int64_t[]){64}, 4096);
+  set_tensor(&w0->tensors[2], "scale", DIT_F32, 0, NULL, 8192);
+  strcpy(w1->blob, m->blobs[2].hash);
+  w1->tp_rank = 1;
+  w1->tp_size = 2;
+  w1->n_tensors = 2;
+  w1->tensors = calloc(2, sizeof *w1->tensors);
+  set_tensor(&w1->tensors[0], "we\"ird\\name\n\x01\xc3\xa9", DIT_F16, 2, (int64_t[]){0, 5}, 0);
+  set_tensor(&w1->tensors[1], "blocks.0.attn1.to_q.weight", DIT_BF16, 2, (int64_t[]){32, 32}, 0);
+
+  m->n_ranks = 4;
+  m->ranks = calloc(4, sizeof *m->ranks);
+  for (int r = 0; r < 4; r++) {
+    m->ranks[r].rank = r;
+    strcpy(m->ranks[r].plan, m->blobs[0].hash);
+    strcpy(m->ranks[r].weights, m->blobs[1 + r % 2].hash);
+  }
+  m->arena_bytes = 1u << 20;
+  m->weight_bytes = 16384;
+  m->peak_bytes = (1u << 20) + 16384;
+  m->summary = cJSON_Parse("{\"ops\":{\"matmul\":4,\"attention\":1},\"flops\":1.5e12}");
+  return m;
+}
+
+static void check_same(const dit_manifest_t *a, const dit_manifest_t *b) {
+  CHECK_EQ_INT(a->schema_major, b->schema_major);
+  CHECK_EQ_INT(a->schema_minor, b->schema_minor);
+  CHECK(strcmp(a->identity, b->identity) == 0);
+  char *ia = NULL, *ib = NULL;
+  CHECK_OK(dit_json_canonical(a->inputs, &ia));
+  CHECK_OK(dit_json_canonical(b->inputs, &ib));
+  CHECK(ia && ib && strcmp(ia, ib) == 0);
+  free(ia);
+  free(ib);
+  CHECK(strcmp(a->family, b->family) == 0);
+  CHECK(strcmp(a->model_class, b->model_class) == 0);
+  CHECK(strcmp(a->variant, b->variant) == 0);
+  CHECK(strcmp(a->arch, b->arch) == 0);
+  CHECK_EQ_INT(a->min_driver, b->min_driver);
+  CHECK_EQ_INT(a->topology.world, b->topology.world);
+  CHECK_EQ_INT(a->topology.tp, b->topology.tp);
+  CHECK_EQ_INT(a->topology.cp, b->topology.cp);
+  CHECK_EQ_INT(a->topology.cfg, b->topology.cfg);
+  CHECK(strcmp(a->topology.cp_mode, b->topology.cp_mode) == 0);
+  CHECK_EQ_INT(a->shape.batch, b->shape.batch);
+  CHECK_EQ_INT(a->shape.frames, b->shape.frames);
+  CHECK_EQ_INT(a->shape.height, b->shape.height);
+  CHECK_EQ_INT(a->shape.width, b->shape.width);
+  CHECK_EQ_INT(a->shape.text_len, b->shape.text_len);
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(a->shape.latent[i], b->shape.latent[i]);
+  CHECK_EQ_INT(a->dtype, b->dtype);
+  CHECK_EQ_INT(a->n_inputs, b->n_inputs);
+  CHECK_EQ_INT(a->n_outputs, b->n_outputs);
+  for (size_t i = 0; i < a->n_inputs && i < b->n_inputs; i++) {
+    CHECK(strcmp(a->io_inputs[i].name, b->io_inputs[i].name) == 0);
+    CHECK_EQ_INT(a->io_inputs[i].dtype, b->io_inputs[i].dtype);
+    CHECK_EQ_INT(a->io_inputs[i].rank, b->io_inputs[i].rank);
+    for (int d = 0; d < a->io_inputs[i].rank; d++)
+      CHECK_EQ_INT(a->io_inputs[i].dims[d], b->io_inputs[i].dims[d]);
+  }
+  for (size_t i = 0; i < a->n_outputs && i < b->n_outputs; i++)
+    CHECK(strcmp(a->io_outputs[i].name, b->io_outputs[i].name) == 0);
+  CHECK_EQ_INT(a->n_blobs, b->n_blobs);
+  for (size_t i = 0; i < a->n_blobs && i < b->n_blobs; i++) {
+    CHECK(strcmp(a->blobs[i].role, b->blobs[i].role) == 0);
+    CHECK(strcmp(a->blobs[i].hash, b->blobs[i].hash) == 0);
+    CHECK_EQ_INT(a->blobs[i].size, b->blobs[i].size);
+    CHECK(strcmp(a->blobs[i].sha256, b->blobs[i].sha256) == 0);
+  }
+  CHECK_EQ_INT(a->n_weights, b->n_weights);
+  for (size_t i = 0; i < a->n_weights && i < b->n_weights; i++) {
+    const dit_manifest_weights_t *x = &a->weights[i], *y = &b->weights[i];
+    CHECK(strcmp(x->blob, y->blob) == 0);
+    CHECK_EQ_INT(x->tp_rank, y->tp_rank);
+    CHECK_EQ_INT(x->tp_size, y->tp_size);
+    CHECK_EQ_INT(x->n_tensors, y->n_tensors);
+    for (size_t j = 0; j < x->n_tensors && j < y->n_tensors; j++) {
+      const dit_manifest_tensor_t *s = &x->tensors[j], *t = &y->tensors[j];
+      CHECK(strcmp(s->name, t->name) == 0);
+      CHECK_EQ_INT(s->dtype, t->dtype);
+      CHECK_EQ_INT(s->rank, t->rank);
+      for (int d = 0; d < s->rank; d++) CHECK_EQ_INT(s->dims[d], t->dims[d]);
+      CHECK_EQ_INT(s->offset, t->offset);
+      CHECK_EQ_INT(s->nbytes, t->nbytes);
+    }
+  }
+  CHECK_EQ_INT(a->n_ranks, b->n_ranks);
+  for (size_t i = 0; i < a->n_ranks && i < b->n_ranks; i++) {
+    CHECK_EQ_INT(a->ranks[i].rank, b->ranks[i].rank);
+    CHECK(strcmp(a->ranks[i].plan, b->ranks[i].plan) == 0);
+    CHECK(strcmp(a->ranks[i].weights, b->ranks[i].weights) == 0);
+  }
+  CHECK_EQ_INT(a->arena_bytes, b->arena_bytes);
+  CHECK_EQ_INT(a->weight_bytes, b->weight_bytes);
+  CHECK_EQ_INT(a->peak_bytes, b->peak_bytes);
+  CHECK((a->summary == NULL) == (b->summary == NULL));
+}
+
+static dit_status_t parse_text(const char *text) {
+  dit_manifest_t *m = NULL;
+  dit_status_t s = dit_manifest_parse(text, strlen(text), "manifest.json", &m);
+  if (!s) CHECK(m != NULL);
+  if (s) CHECK(m == NULL);
+  dit_manifest_free(m);
+  return s;
+}
+
+static char *g_base; /* the serialized make_manifest() */
+
+/* Resolves "a.b[2].c" to its node. */
+static cJSON *at(cJSON *root, const char *path) {
+  cJSON *cur = root;
+  const char *p = path;
+  while (*p && cur) {
+    if (*p == '.') p++;
+    if (*p == '[') {
+      int idx = atoi(p + 1);
+      cur = cJSON_GetArrayItem(cur, idx);
+      p = strchr(p, ']') + 1;
+    } else {
+      size_t n = strcspn(p, ".[");
+      char key[128];
+      snprintf(key, sizeof key, "%.*s", (int)n, p);
+      cur = cJSON_GetObjectItemCaseSensitive(cur, key);
+      p += n;
+    }
+  }
+  return cur;
+}
+
+/* Applies edits (path, JSON text of the new value or NULL to delete; NULL path ends) to the
+ * base manifest and returns the new text. An index past the end of an array appends. */
+static char *edited(const char *path, ...) {
+  cJSON *root = cJSON_Parse(g_base);
+  va_list ap;
+  va_start(ap, path);
+  for (; path; path = va_arg(ap, const char *)) {
+    const char *val = va_arg(ap, const char *);
+    const char *cut = strrchr(path, '.');
+    const char *br = strrchr(path, '[');
+    if (br && (!cut || br > cut)) cut = br;
+    char parent_path[128];
+    size_t pl = cut ? (size_t)(cut - path) : 0;
+    snprintf(parent_path, sizeof parent_path, "%.*s", (int)pl, path);
+    cJSON *parent = pl ? at(root, parent_path) : root;
+    if (!parent) {
+      fprintf(stderr, "edited: no parent for %s\n", path);
+      abort();
+    }
+    /* Raw items print verbatim: cJSON's own number printing is lossy near 2^53 and turns
+     * infinity into null, which would hide exactly the values these tests are about. */
+    cJSON *v = val ? cJSON_CreateRaw(val) : NULL;
+    if (cut && *cut == '[') {
+      int idx = atoi(cut + 1);
+      if (v && idx >= cJSON_GetArraySize(parent))
+        cJSON_AddItemToArray(parent, v);
+      else if (v)
+        cJSON_ReplaceItemInArray(parent, idx, v);
+      else
+        cJSON_DeleteItemFromArray(parent, idx);
+    } else {
+      const char *key = cut ? cut + 1 : path;
+      if (!v)
+        cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+      else if (cJSON_GetObjectItemCaseSensitive(parent, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(parent, key, v);
+      else
+        cJSON_AddItemToObject(parent, key, v);
+    }
+  }
+  va_end(ap);
+  char *t = cJSON_Print(root);
+  cJSON_Delete(root);
+  return t;
+}
+
+#define EXPECT(CODE, needle, ...)                   \
+  do {                                              \
+    char *t_ = edited(__VA_ARGS__, NULL);           \
+    CHECK_ERR(parse_text(t_), CODE, needle);        \
+    cJSON_free(t_);                                 \
+  } while (0)
+
+static void test_round_trip(void) {
+  dit_manifest_t *m = make_manifest();
+  CHECK_OK(dit_identity_compute(m->inputs, m->identity));
+  char *t1 = NULL, *t2 = NULL, *t3 = NULL;
+  CHECK_OK(dit_manifest_to_json(m, &t1));
+  CHECK_OK(dit_manifest_to_json(m, &t3));
+  CHECK(t1 && t3 && strcmp(t1, t3) == 0);
+  free(t3);
+  /* Shape of the text: fixed key order, two-space indentation, trailing newline, inputs in
+   * canonical form. */
+  CHECK(strncmp(t1, "{\n  \"format\": \"ditc-bundle\",\n  \"schema\": {\n    \"major\": 1,", 54) == 0);
+  size_t n = strlen(t1);
+  CHECK(n > 2 && t1[n - 1] == '\n' && t1[n - 2] == '}');
+  CHECK(strstr(t1, "\"latent\": [16, 2, 8, 12]") != NULL);
+  CHECK(strstr(t1, "\"sha256\": \"0123456789abcdef") != NULL);
+  {
+    const char *first = strstr(t1, "\"sha256\"");
+    CHECK(first && !strstr(first + 1, "\"sha256\"")); /* only the blob that has one */
+  }
+  char *canon = NULL;
+  CHECK_OK(dit_json_canonical(m->inputs, &canon));
+  CHECK(strstr(t1, canon) != NULL);
+  free(canon);
+  const char *order[] = {"\"format\"", "\"schema\"", "\"identity\"", "\"inputs\"",
+                         "\"model\"", "\"target\"", "\"topology\"", "\"shape\"",
+                         "\"dtype\": \"bf16\"", "\"io\"", "\"blobs\"", "\"weights\": [",
+                         "\"ranks\"", "\"memory\"", "\"summary\""};
+  const char *prev = t1;
+  for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+    const char *f = strstr(t1, order[i]);
+    CHECK(f != NULL && f >= prev);
+    if (f) prev = f;
+  }
+
+  dit_manifest_t *m2 = NULL;
+  CHECK_OK(dit_manifest_parse(t1, n, "manifest.json", &m2));
+  if (m2) {
+    check_same(m, m2);
+    CHECK_OK(dit_manifest_to_json(m2, &t2));
+    CHECK(t2 && strcmp(t1, t2) == 0);
+    /* Lookups. */
+    CHECK(dit_manifest_find_blob(m2, m->blobs[2].hash) == &m2->blobs[2]);
+    CHECK(dit_manifest_find_blob(m2, "ffffffffffffffffffffffffffffffff") == NULL);
+    CHECK(dit_manifest_find_weights(m2, m->blobs[2].hash) == &m2->weights[1]);
+    CHECK(dit_manifest_find_weights(m2, m->blobs[0].hash) == NULL);
+    CHECK(strcmp(m2->weights[1].tensors[0].name, "we\"ird\\name\n\x01\xc3\xa9") == 0);
+  }
+  free(t2);
+  dit_manifest_free(m2);
+
+  /* Without a summary the key is left out and the result still round-trips. */
+  cJSON_Delete(m->summary);
+  m->summary = NULL;
+  char *t4 = NULL, *t5 = NULL;
+  CHECK_OK(dit_manifest_to_json(m, &t4));
+  CHECK(t4 && !strstr(t4, "summary"));
+  m2 = NULL;
+  CHECK_OK(dit_manifest_parse(t4, strlen(t4), "manifest.json", &m2));
+  if (m2) {
+    CHECK(m2->summary == NULL);
+    CHECK_OK(dit_manifest_to_json(m2, &t5));
+    CHECK(t5 && strcmp(t4, t5) == 0);
+  }
+  free(t4);
+  free(t5);
+  dit_manifest_free(m2);
+
+  /* Text parsed from any layout (tabs, other key order) serializes to the same bytes. */
+  cJSON *j = cJSON_Parse(t1);
+  char *tabbed = cJSON_Print(j);
+  cJSON_Delete(j);
+  m2 = NULL;
+  CHECK_OK(dit_manifest_parse(tabbed, strlen(tabbed), "manifest.json", &m2));
+  t2 = NULL;
+  if (m2) CHECK_OK(dit_manifest_to_json(m2, &t2));
+  CHECK(t2 && strcmp(t1, t2) == 0);
+  free(t2);
+  cJSON_free(tabbed);
+  dit_manifest_free(m2);
+
+  g_base = t1;
+  dit_manifest_free(m);
+}
+
+static void test_serializer_errors(void) {
+  dit_manifest_t *m = make_manifest();
+  char *t = NULL;
+  cJSON *in = m->inputs;
+  m->inputs = NULL;
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "inputs must be a JSON object");
+  m->inputs = cJSON_CreateArray();
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "inputs must be a JSON object");
+  cJSON_Delete(m->inputs);
+  m->inputs = in;
+  cJSON *sum = m->summary;
+  m->summary = cJSON_CreateNumber(1);
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "summary");
+  cJSON_Delete(m->summary);
+  m->summary = sum;
+  char *name = m->weights[0].tensors[1].name;
+  m->weights[0].tensors[1].name = NULL;
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "weights[0].tensors[1]: no name");
+  m->weights[0].tensors[1].name = name;
+  m->io_inputs[0].rank = 9;
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "rank 9");
+  m->io_inputs[0].rank = 5;
+  memset(m->arch, 'x', sizeof m->arch);
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "not terminated");
+  strcpy(m->arch, "cpu");
+  cJSON_AddNumberToObject(m->inputs, "bad", 1.0 / 0.0);
+  CHECK_ERR(dit_manifest_to_json(m, &t), INVALID_ARGUMENT, "non-finite");
+  CHECK(t == NULL);
+  CHECK_ERR(dit_manifest_to_json(NULL, &t), INVALID_ARGUMENT, "no manifest");
+  dit_manifest_free(m);
+}
+
+static void test_syntax(void) {
+  dit_manifest_t *m = NULL;
+  CHECK_ERR(dit_manifest_parse("", 0, "manifest.json", &m), INVALID_ARGUMENT, "not valid JSON");
+  CHECK_ERR(dit_manifest_parse(NULL, 0, "manifest.json", &m), INVALID_ARGUMENT, "not valid JSON");
+  CHECK_ERR(parse_text("{"), INVALID_ARGUMENT, "manifest.json: not valid JSON");
+  CHECK_ERR(parse_text("{\n\"a\": 1,\n  ]"), INVALID_ARGUMENT, "syntax error at line 3");
+  CHECK_ERR(parse_text("{} trailing"), INVALID_ARGUMENT, "not valid JSON");
+  CHECK_ERR(parse_text("[]"), INVALID_ARGUMENT, "expected a JSON object at the top level, found an array");
+  CHECK_ERR(parse_text("\"x\""), INVALID_ARGUMENT, "found a string");
+  CHECK_ERR(dit_manifest_parse("{}\0{}", 5, "manifest.json", &m), INVALID_ARGUMENT,
+            "NUL byte at offset 2");
+  CHECK_ERR(parse_text("{}"), NOT_FOUND, "manifest.json: field 'format': missing");
+  /* The caller's buffer need not be terminated. */
+  char *copy = malloc(strlen(g_base));
+  memcpy(copy, g_base, strlen(g_base));
+  CHECK_OK(dit_manifest_parse(copy, strlen(g_base), NULL, &m));
+  dit_manifest_free(m);
+  m = NULL;
+  CHECK_ERR(dit_manifest_parse(copy, strlen(g_base) - 3, "cut.json", &m), INVALID_ARGUMENT,
+            "cut.json: not valid JSON");
+  free(copy);
+  /* Duplicate keys anywhere, even inside free-form sections. */
+  char *dup = strdup(g_base);
+  char *p = strstr(dup, "\"frames\"");
+  memcpy(p, "\"height\"", 8);
+  CHECK_ERR(parse_text(dup), INVALID_ARGUMENT, "field 'shape': duplicate key \"height\"");
+  free(dup);
+  EXPECT(INVALID_ARGUMENT, "field 'summary.ops': duplicate key",
+         "summary.ops", "{\"a\":1,\"a\":2}");
+  EXPECT(INVALID_ARGUMENT, "duplicate key", "inputs.model", "{\"a\":1,\"b\":{\"a\":1,\"a\":1}}");
+  EXPECT(OUT_OF_RANGE, "field 'summary.flops': number outside the range", "summary.flops", "1e999");
+  EXPECT(OUT_OF_RANGE, "field 'inputs.x[1]': number outside the range", "inputs.x", "[1, -1e400]");
+}
+
+static void test_schema(void) {
+  EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
+  EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
+  EXPECT(FAILED_PRECONDITION, "schema 1.1 is newer than this build's 1.0", "schema.minor", "1");
+  /* A newer major is reported even when the rest no longer looks like schema 1. */
+  EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
+         "{\"new\":1}", "surprise", "1");
+  EXPECT(NOT_FOUND, "field 'schema.minor': missing", "schema.minor", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'schema.major': expected an integer, found a string",
+         "schema.major", "\"1\"");
+  EXPECT(INVALID_ARGUMENT, "field 'schema.major': expected an integer, found 1.5",
+         "schema.major", "1.5");
+  EXPECT(OUT_OF_RANGE, "field 'schema.major'", "schema.major", "-1");
+  EXPECT(INVALID_ARGUMENT, "field 'schema': unknown member \"patch\"", "schema.patch", "0");
+  EXPECT(INVALID_ARGUMENT, "field 'schema': expected an object, found an array", "schema", "[1,0]");
+  EXPECT(INVALID_ARGUMENT, "field 'format': expected \"ditc-bundle\", found \"ggml\"", "format",
+         "\"ggml\"");
+}
+
+static void test_fields(void) {
+  EXPECT(INVALID_ARGUMENT, "field '(top level)': unknown member \"extra\"", "extra", "1");
+  EXPECT(NOT_FOUND, "field 'identity': missing", "identity", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'identity': expected 32 lowercase hex digits, found \"ABC",
+         "identity", "\"ABCDEF0123456789ABCDEF0123456789\"");
+  EXPECT(INVALID_ARGUMENT, "field 'identity': expected a string, found a number", "identity", "5");
+  EXPECT(INVALID_ARGUMENT, "field 'inputs': expected an object, found an array", "inputs", "[]");
+  EXPECT(NOT_FOUND, "field 'inputs': missing", "inputs", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'model.family': must not be empty", "model.family", "\"\"");
+  EXPECT(OUT_OF_RANGE, "field 'model.class': expected at most 63 bytes, found 70", "model.class",
+         "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"");
+  EXPECT(INVALID_ARGUMENT, "field 'model': unknown member \"Class\"", "model.Class", "\"x\"");
+  EXPECT(NOT_FOUND, "field 'target.arch': missing", "target.arch", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'target.arch': must not be empty", "target.arch", "\"\"");
+  EXPECT(OUT_OF_RANGE, "field 'target.min_driver': expected an integer in [0, 9007199254740991], found -1",
+         "target.min_driver", "-1");
+  EXPECT(INVALID_ARGUMENT, "field 'topology.world': expected tp*cp*cfg = 4 (tp 2, cp 2, cfg 1), found 8",
+         "topology.world", "8");
+  EXPECT(OUT_OF_RANGE, "field 'topology.tp': expected an integer in [1, 65536], found 0",
+         "topology.tp", "0");
+  EXPECT(OUT_OF_RANGE, "field 'topology.cfg'", "topology.cfg", "100000");
+  EXPECT(INVALID_ARGUMENT, "field 'topology.cp_mode': expected one of none, gather, ring, ulysses, usp, found \"spiral\"",
+         "topology.cp_mode", "\"spiral\"");
+  EXPECT(INVALID_ARGUMENT, "field 'topology.cp_mode': cp 2 needs a context-parallel mode",
+         "topology.cp_mode", "\"none\"");
+  EXPECT(INVALID_ARGUMENT, "field 'shape.latent': expected 4 entries [C, f, h, w], found 3",
+         "shape.latent", "[1,2,3]");
+  EXPECT(OUT_OF_RANGE, "field 'shape.latent[2]'", "shape.latent[2]", "-8");
+  EXPECT(INVALID_ARGUMENT, "field 'shape.height': expected an integer, found 1.5", "shape.height", "1.5");
+  EXPECT(INVALID_ARGUMENT, "field 'shape.width': expected an integer, found a string",
+         "shape.width", "\"96\"");
+  EXPECT(INVALID_ARGUMENT, "field 'shape.batch': expected an integer, found a boolean", "shape.batch", "true");
+  EXPECT(INVALID_ARGUMENT, "field 'dtype': expected one of f32, bf16, f16, i64, i32, found \"fp32\"",
+         "dtype", "\"fp32\"");
+  EXPECT(NOT_FOUND, "field 'io.outputs': missing", "io.outputs", NULL);
+  EXPECT(OUT_OF_RANGE, "field 'io.inputs[0].shape': rank 9 exceeds the maximum 8",
+         "io.inputs[0].shape", "[1,1,1,1,1,1,1,1,1]");
+  EXPECT(OUT_OF_RANGE, "field 'io.inputs[1].shape[0]'", "io.inputs[1].shape[0]", "-1");
+  EXPECT(OUT_OF_RANGE, "field 'io.inputs[1].shape[0]'", "io.inputs[1].shape[0]", "9007199254740992");
+  EXPECT(INVALID_ARGUMENT, "field 'io.inputs[1].name': duplicate name \"latent\" (also io.inputs[0])",
+         "io.inputs[1].name", "\"latent\"");
+  EXPECT(INVALID_ARGUMENT, "field 'io.outputs[0]': expected an object, found null", "io.outputs[0]", "null");
+  EXPECT(NOT_FOUND, "field 'memory.peak_bytes': missing", "memory.peak_bytes", NULL);
+  EXPECT(OUT_OF_RANGE, "field 'memory.arena_bytes'", "memory.arena_bytes", "1e300");
+  EXPECT(INVALID_ARGUMENT, "field 'summary': expected an object, found an array", "summary", "[]");
+
+  /* The io cap keeps a hostile list from growing without bound. */
+  char big[1100 * 48 + 16], *p = big;
+  p += sprintf(p, "[");
+  for (int i = 0; i < 1025; i++)
+    p += sprintf(p, "%s{\"name\":\"x%d\",\"dtype\":\"f32\",\"shape\":[]}", i ? "," : "", i);
+  sprintf(p, "]");
+  EXPECT(OUT_OF_RANGE, "field 'io.inputs': more than 1024 entries", "io.inputs", big);
+}
+
+static void test_blobs_and_layout(void) {
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(g_base, strlen(g_base), "manifest.json", &m));
+  char h0[40], h1[40], h2[40], h3[40];
+  snprintf(h0, sizeof h0, "\"%s\"", m->blobs[0].hash); /* plan */
+  snprintf(h1, sizeof h1, "\"%s\"", m->blobs[1].hash); /* weights, tp rank 0 */
+  snprintf(h2, sizeof h2, "\"%s\"", m->blobs[2].hash); /* weights, tp rank 1 */
+  snprintf(h3, sizeof h3, "\"%s\"", m->blobs[3].hash); /* kernels */
+  dit_manifest_free(m);
+  const char *unlisted = "\"ffffffffffffffffffffffffffffffff\"";
+
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[1].sha256': expected 64 lowercase hex digits, found \"0123",
+         "blobs[1].sha256", "\"0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef\"");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[1].sha256': expected 64 lowercase hex digits",
+         "blobs[1].sha256", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\"");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[1].sha256': expected 64 lowercase hex digits",
+         "blobs[1].sha256", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0\"");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].sha256': expected a string, found a number",
+         "blobs[0].sha256", "5");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].role': expected one of plan, weights, kernels, found \"data\"",
+         "blobs[0].role", "\"data\"");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[1].hash': expected 32 lowercase hex digits", "blobs[1].hash",
+         "\"0123\"");
+  EXPECT(OUT_OF_RANGE, "field 'blobs[3].size'", "blobs[3].size", "9007199254740992");
+  EXPECT(OUT_OF_RANGE, "field 'blobs[3].size'", "blobs[3].size", "-1");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[3].hash': duplicate of blobs[0]", "blobs[3].hash", h0);
+  EXPECT(INVALID_ARGUMENT, "field 'blobs': expected an array, found an object", "blobs", "{}");
+  EXPECT(NOT_FOUND, "field 'blobs[2].size': missing", "blobs[2].size", NULL);
+
+  EXPECT(NOT_FOUND, "field 'weights[0].blob': blob ffffffffffffffffffffffffffffffff is not listed in blobs[]",
+         "weights[0].blob", unlisted);
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].blob': blob", "weights[0].blob", h0);
+  EXPECT(INVALID_ARGUMENT, "with role 'plan', expected role 'weights'", "weights[0].blob", h0);
+  EXPECT(INVALID_ARGUMENT, "field 'weights[1].blob': blob", "weights[1].blob", h1);
+  EXPECT(INVALID_ARGUMENT, "already has a layout in weights[0]", "weights[1].blob", h1,
+         "weights[1].tensors", "[]");
+  EXPECT(OUT_OF_RANGE, "field 'weights[0].tp_rank': expected an integer in [0, 1], found 2",
+         "weights[0].tp_rank", "2");
+  EXPECT(OUT_OF_RANGE, "field 'weights[0].tp_size'", "weights[0].tp_size", "0");
+
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[1].offset': expected a multiple of 4096, found 12345",
+         "weights[0].tensors[1].offset", "12345");
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[1].nbytes': expected 128 (shape elements x 2-byte bf16), found 129",
+         "weights[0].tensors[1].nbytes", "129");
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[2].nbytes': expected 4 ", "weights[0].tensors[2].nbytes", "8");
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[1]': bytes [0, 128) overlap tensors[0] at [0, 4096)",
+         "weights[0].tensors[1].offset", "0");
+  /* A long tensor covering two later ones is caught even though its neighbour is not. */
+  EXPECT(INVALID_ARGUMENT, "overlap tensors[0]", "weights[0].tensors[0].shape", "[128, 32]",
+         "weights[0].tensors[0].nbytes", "8192");
+  EXPECT(OUT_OF_RANGE, "field 'weights[0].tensors[2]': bytes [12288, 12292) extend past the end of blob",
+         "weights[0].tensors[2].offset", "12288");
+  EXPECT(OUT_OF_RANGE, "extend past the end", "weights[0].tensors[2].offset", "8192",
+         "weights[0].tensors[2].shape", "[2000]", "weights[0].tensors[2].nbytes", "8000");
+  EXPECT(OUT_OF_RANGE, "field 'weights[0].tensors[2].offset'", "weights[0].tensors[2].offset",
+         "9007199254740992");
+  EXPECT(OUT_OF_RANGE, "field 'weights[0].tensors[2].shape': the tensor would exceed 2^53 bytes",
+         "weights[0].tensors[2].shape", "[4503599627370496, 4503599627370496]");
+  EXPECT(OUT_OF_RANGE, "field 'weights[0].tensors[2].shape': the tensor would exceed 2^53 bytes",
+         "weights[0].tensors[2].shape", "[4503599627370496, 2]");
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[1].name': duplicate name \"blocks.0.attn1.to_q.weight\" (also tensors[0])",
+         "weights[0].tensors[1].name", "\"blocks.0.attn1.to_q.weight\"");
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[0].dtype': expected one of", "weights[0].tensors[0].dtype",
+         "\"bfloat16\"");
+  EXPECT(NOT_FOUND, "field 'weights[0].tensors[0].name': missing", "weights[0].tensors[0].name", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'weights[0].tensors[0].name': must not be empty",
+         "weights[0].tensors[0].name", "\"\"");
+  EXPECT(INVALID_ARGUMENT, "field 'weights[1].tensors[0]': unknown member \"stride\"",
+         "weights[1].tensors[0].stride", "[5, 1]");
+  /* Empty tensors take no bytes, so they overlap nothing, and the same name may appear in
+   * two shards. */
+  EXPECT(INVALID_ARGUMENT, "overlap", "weights[1].tensors[1].offset", "0",
+         "weights[1].tensors[0].shape", "[4, 5]", "weights[1].tensors[0].nbytes", "40");
+}
+
+static void test_ranks(void) {
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(g_base, strlen(g_base), "manifest.json", &m));
+  char h0[40], h1[40], h3[40];
+  snprintf(h0, sizeof h0, "\"%s\"", m->blobs[0].hash);
+  snprintf(h1, sizeof h1, "\"%s\"", m->blobs[1].hash);
+  snprintf(h3, sizeof h3, "\"%s\"", m->blobs[3].hash);
+  dit_manifest_free(m);
+
+  EXPECT(OUT_OF_RANGE, "field 'ranks[2].rank': expected an integer in [0, 3], found 4", "ranks[2].rank", "4");
+  EXPECT(INVALID_ARGUMENT, "field 'ranks[2].rank': rank 1 is listed twice (also ranks[1])", "ranks[2].rank", "1");
+  EXPECT(NOT_FOUND, "field 'ranks': rank 3 of world size 4 is missing", "ranks[3]", NULL);
+  EXPECT(OUT_OF_RANGE, "field 'ranks': 5 entries for world size 4", "ranks[4]",
+         "{\"rank\":0,\"plan\":\"x\",\"weights\":\"y\"}");
+  EXPECT(NOT_FOUND, "field 'ranks[0].plan': blob ffffffffffffffffffffffffffffffff is not listed in blobs[]",
+         "ranks[0].plan", "\"ffffffffffffffffffffffffffffffff\"");
+  EXPECT(INVALID_ARGUMENT, "field 'ranks[0].plan': blob", "ranks[0].plan", h1);
+  EXPECT(INVALID_ARGUMENT, "with role 'weights', expected role 'plan'", "ranks[0].plan", h1);
+  EXPECT(INVALID_ARGUMENT, "field 'ranks[1].weights': blob", "ranks[1].weights", h0);
+  EXPECT(INVALID_ARGUMENT, "with role 'kernels', expected role 'weights'", "ranks[1].weights", h3);
+  /* A weights blob that no weights[] entry lays out cannot be loaded. */
+  EXPECT(NOT_FOUND, "field 'ranks[1].weights': blob", "weights[1]", NULL);
+  EXPECT(NOT_FOUND, "has no tensor layout in weights[]", "weights[1]", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'ranks[0].weights': expected 32 lowercase hex digits",
+         "ranks[0].weights", "\"\"");
+  /* The order of ranks[] is free; each rank once is what matters. */
+  char *t = edited("ranks[0].rank", "3", "ranks[3].rank", "0", "ranks[0].weights", h1,
+                   "ranks[3].weights", h1, "ranks[1].weights", h1, "ranks[2].weights", h1,
+                   "weights[1]", NULL, "blobs[2].role", "\"kernels\"", NULL);
+  CHECK_OK(parse_text(t));
+  cJSON_free(t);
+}
+
+int main(void) {
+  test_round_trip();
+  test_serializer_errors();
+  test_syntax();
+  test_schema();
+  test_fields();
+  test_blobs_and_layout();
+  test_ranks();
+  free(g_base);
+  return check_summary("test_manifest");
+}
