@@ -285,6 +285,10 @@ __device__ __forceinline__ void ldsm_x4(u32 *r, const void *p) {
 __device__ __forceinline__ void ldsm_x2(u32 *r, const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
 }
+__device__ __forceinline__ void ldsm_x4_t(u32 *r, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
 __device__ __forceinline__ void ldsm_x2_t(u32 *r, const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
 }
@@ -295,7 +299,18 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) 
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-__device__ __forceinline__ u32 pack2(float lo, float hi) { return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16); }
+// Two floats to packed bf16 (round to nearest even) in one instruction.
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// 2^x on the special-function unit (relative error ~2^-22; inputs here are <= 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
 
 // Copies rows [r0, r0 + ROWS) of a [rows_total, CH] head slice into a [ROWS][KS] tile.
 template <int ROWS>
@@ -365,20 +380,27 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     for (int n = 0; n < BK / 8; n++) {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-      for (int ks = 0; ks < DP / 16; ks++) {
-        u32 bb[2];
-        ldsm_x2(bb, &tK[(n * 8 + (lane & 7)) * KS + ks * 16 + ((lane >> 3) & 1) * 8]);
+      for (int ks = 0; ks + 1 < DP / 16; ks += 2) {
+        u32 bb[4];  // k steps ks and ks + 1: lanes 0-7, 8-15, 16-23, 24-31 address d + 0, 8, 16, 24
+        ldsm_x4(bb, &tK[(n * 8 + (lane & 7)) * KS + ks * 16 + (lane >> 3) * 8]);
         mma16816(s[n], qa[ks], bb);
+        mma16816(s[n], qa[ks + 1], bb + 2);
+      }
+      if ((DP / 16) & 1) {
+        u32 bb[2];
+        ldsm_x2(bb, &tK[(n * 8 + (lane & 7)) * KS + (DP / 16 - 1) * 16 + ((lane >> 3) & 1) * 8]);
+        mma16816(s[n], qa[DP / 16 - 1], bb);
       }
     }
     // Online softmax over this tile (in log2 units); masked keys get -inf.
     float mx_a = m_a, mx_b = m_b;
+    const bool tail = LK % BK != 0 && k0 + BK > LK;  // only the last tile has keys to mask
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int key = k0 + n * 8 + t4 * 2 + (e & 1);
-        s[n][e] = (LK % BK == 0 || key < LK) ? s[n][e] * sl2 : -INFINITY;
+        s[n][e] = (!tail || key < LK) ? s[n][e] * sl2 : -INFINITY;
       }
       mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
@@ -387,16 +409,16 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float al_a = exp2f(m_a - mx_a), al_b = exp2f(m_b - mx_b);
+    const float al_a = fast_exp2(m_a - mx_a), al_b = fast_exp2(m_b - mx_b);
     m_a = mx_a;
     m_b = mx_b;
     float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
-      s[n][0] = exp2f(s[n][0] - m_a);
-      s[n][1] = exp2f(s[n][1] - m_a);
-      s[n][2] = exp2f(s[n][2] - m_b);
-      s[n][3] = exp2f(s[n][3] - m_b);
+      s[n][0] = fast_exp2(s[n][0] - m_a);
+      s[n][1] = fast_exp2(s[n][1] - m_a);
+      s[n][2] = fast_exp2(s[n][2] - m_b);
+      s[n][3] = fast_exp2(s[n][3] - m_b);
       ps_a += s[n][0] + s[n][1];
       ps_b += s[n][2] + s[n][3];
     }
@@ -418,10 +440,11 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
       pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-      for (int n = 0; n < DP / 8; n++) {
-        u32 bb[2];
-        ldsm_x2_t(bb, &tV[(kk * 16 + (lane & 15)) * KS + n * 8]);
+      for (int n = 0; n < DP / 8; n += 2) {
+        u32 bb[4];  // n tiles n and n + 1: lanes 16-31 address the columns 8 further on
+        ldsm_x4_t(bb, &tV[(kk * 16 + (lane & 15)) * KS + n * 8 + (lane >> 4) * 8]);
         mma16816(o[n], pa, bb);
+        mma16816(o[n + 1], pa, bb + 2);
       }
     }
     __syncthreads();  // every warp is done with this buffer before it is refilled
