@@ -158,8 +158,9 @@ dit_status_t dit_ditb_write(dit_store_t *st, const char *identity, const char *o
   size_t n = strlen(out_path) + 16;
   char *tmp = malloc(n);
   out_t o = {-1, out_path, 0};
-  if (!s && !tmp) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", out_path);
-  if (!s) {
+  if (!tmp) {
+    if (!s) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", out_path);
+  } else if (!s) {
     snprintf(tmp, n, "%s.tmpXXXXXX", out_path);
     o.fd = mkstemp(tmp);
     if (o.fd < 0) s = DIT_ERR(IO, "%s: cannot create a temporary file: %s", out_path, strerror(errno));

@@ -248,7 +248,7 @@ static dit_status_t request(dit_remote_t *r, method_t m, const char *path, sink_
     }
     if (!transient) return last;
     if (r->verbose && attempt < r->retries)
-      fprintf(stderr, "ditc: remote: attempt %d of %d failed, retrying: %s\n", attempt + 1, r->retries + 1, dit_status_message(last));
+      fprintf(stderr, "remote: attempt %d of %d failed, retrying: %s\n", attempt + 1, r->retries + 1, dit_status_message(last));
   }
   return dit_status_annotate(last, "after %d attempt%s", r->retries + 1, r->retries ? "s" : "");
 }
@@ -494,7 +494,7 @@ dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *ident
       char a[32], c[32];
       dit_format_bytes(b->size, a);
       dit_format_bytes(wire, c);
-      fprintf(stderr, "ditc: push: blob %s (%s, %s) sent as %s in %.2fs\n", b->hash, b->role, a, c, now_s() - tb);
+      fprintf(stderr, "push: blob %s (%s, %s) sent as %s in %.2fs\n", b->hash, b->role, a, c, now_s() - tb);
     }
   }
   char rel[64];
@@ -563,7 +563,7 @@ static dit_status_t pull_blob(dit_remote_t *r, dit_store_t *st, const dit_manife
                   what, dit_store_blob_writer_received(k.w), b->size);
     if (!s) s = dit_store_blob_writer_commit(k.w);
     if (!s || dit_status_code(s) != DIT_CODE_DATA_LOSS || attempt >= r->retries) break;
-    if (r->verbose) fprintf(stderr, "ditc: remote: attempt %d of %d refused, retrying: %s\n", attempt + 1, r->retries + 1, dit_status_message(s));
+    if (r->verbose) fprintf(stderr, "remote: attempt %d of %d refused, retrying: %s\n", attempt + 1, r->retries + 1, dit_status_message(s));
     dit_status_free(s);
     s = dit_store_blob_writer_reset(k.w);
     if (!s) backoff(attempt);
@@ -654,7 +654,7 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
         dit_format_bytes(b->size, a);
         dit_format_bytes(wire, c);
         double dt = now_s() - tb;
-        fprintf(stderr, "ditc: pull: blob %s (%s, %s) fetched as %s in %.2fs (%.0f MiB/s), XXH3-128 and SHA-256 verified\n", b->hash,
+        fprintf(stderr, "pull: blob %s (%s, %s) fetched as %s in %.2fs (%.0f MiB/s), XXH3-128 and SHA-256 verified\n", b->hash,
                 b->role, a, c, dt, dt > 0 ? (double)b->size / (1 << 20) / dt : 0.0);
       }
     }

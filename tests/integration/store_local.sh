@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The local store through the command lines: 8 concurrent compiles of one identity leave one
+# valid entry and no temporary file; a warm compile is a hit that hashes nothing (the memo)
+# unless --rehash; misses are explained (compile --explain, cache why); ditrun runs an identity
+# from the store and a .ditb archive, matching diffusers' golden output, and refuses a damaged
+# archive; verify, rm and gc keep the store consistent.
+set -euo pipefail
+BIN=$(cd "$1/bin" && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+D=tests/data/wan_tiny_a
+M=$D/model
+S=$T/store
+read -r F H W L < <(python3 -c "import json; m=json.load(open('$D/meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'])")
+SHAPE=(--frames "$F" --height "$H" --width "$W" --text-len "$L")
+fail() { echo "FAIL: $*"; exit 1; }
+
+# --- 8 processes compile the same identity into one empty store at once.
+for i in 1 2 3 4 5 6 7 8; do
+  "$BIN/ditc" compile "$M" "${SHAPE[@]}" --store "$S" -q > "$T/c$i.out" 2> "$T/c$i.err" &
+done
+wait
+ids=$(for i in 1 2 3 4 5 6 7 8; do tail -n 1 "$T/c$i.out" | cut -d' ' -f2; done | sort -u)
+[ "$(echo "$ids" | wc -l)" = 1 ] || fail "concurrent compiles disagree: $ids"
+ID=$ids
+[ "$(ls "$S/ac" | grep -c -E '^[0-9a-f]{32}$')" = 1 ] || fail "expected one entry: $(ls "$S/ac")"
+[ -z "$(ls -A "$S/tmp")" ] || fail "temporaries left in $S/tmp: $(ls -A "$S/tmp")"
+[ -z "$(find "$S" -name '.tmp*')" ] || fail "temporaries left: $(find "$S" -name '.tmp*')"
+"$BIN/ditc" cache verify --store "$S" | grep -q '^ok: 2 blobs' || fail "verify after concurrent compiles"
+"$BIN/ditc" cache ls --store "$S" | grep -q "^$ID .* unsigned wan2.1" || fail "ls"
+
+# --- A warm compile is a hit that reads no weights; --rehash hashes them again.
+"$BIN/ditc" compile "$M" "${SHAPE[@]}" --store "$S" > "$T/hit.out" 2> "$T/hit.err"
+grep -q "found identical bundle" "$T/hit.err" || fail "warm compile was not a hit"
+grep -q "memo: checkpoint files unchanged" "$T/hit.err" || fail "warm compile rehashed the weights"
+"$BIN/ditc" compile "$M" "${SHAPE[@]}" --store "$S" --rehash 2> "$T/re.err" > /dev/null
+grep -q "memo:" "$T/re.err" && fail "--rehash used the memo"
+# A hit into another output directory materializes the bundle there from the store.
+DITC_STORE="$S" "$BIN/ditc" compile "$M" "${SHAPE[@]}" -o "$T/elsewhere" 2> "$T/else.err" > /dev/null
+grep -q "in store $S: nothing to compile" "$T/else.err" || fail "DITC_STORE hit into -o"
+"$BIN/ditrun" verify "$T/elsewhere/$ID" > /dev/null
+
+# --- Misses are explained.
+F2=$((F + 4))
+"$BIN/ditc" cache why "$M" --frames "$F2" --height "$H" --width "$W" --text-len "$L" --store "$S" > "$T/why.out"
+grep -q "shape.frames: $F2 vs $F" "$T/why.out" || { cat "$T/why.out"; fail "cache why"; }
+"$BIN/ditc" compile "$M" --frames "$F2" --height "$H" --width "$W" --text-len "$L" --store "$S" --explain -q 2> "$T/explain.err" > "$T/c2.out"
+grep -q "shape.frames: $F2 vs $F" "$T/explain.err" || { cat "$T/explain.err"; fail "--explain"; }
+ID2=$(tail -n 1 "$T/c2.out" | cut -d' ' -f2)
+"$BIN/ditc" cache why "$M" --frames "$F2" --height "$H" --width "$W" --text-len "$L" --store "$S" | grep -q "^hit: identity $ID2" || fail "why after compile"
+"$BIN/ditc" cache why "$M" "${SHAPE[@]}" --dtype bf16 --store "$S" | grep -q 'dtype: "bf16" vs "f32"' || fail "why dtype"
+
+# --- ditrun from the store, by identity, and from an archive.
+"$BIN/ditrun" forward --store "$S" "$ID" --inputs "$D/forward_inputs.safetensors" --out "$T/fwd.safetensors" 2> /dev/null
+"$BIN/st_compare" "$T/fwd.safetensors" "$D/forward_output.safetensors" sample 1e-4
+"$BIN/ditc" pack "$ID" --store "$S" -o "$T/tiny.ditb" | grep -q "^packed $ID" || fail pack
+"$BIN/ditrun" forward "$T/tiny.ditb" --inputs "$D/forward_inputs.safetensors" --out "$T/fwd2.safetensors" 2> /dev/null
+cmp "$T/fwd.safetensors" "$T/fwd2.safetensors"
+"$BIN/ditrun" verify "$T/tiny.ditb" | grep -q "^ok: bundle $ID verified" || fail "verify archive"
+python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=1; open(sys.argv[2],'wb').write(b)" "$T/tiny.ditb" "$T/bad.ditb"
+if "$BIN/ditrun" forward "$T/bad.ditb" --inputs "$D/forward_inputs.safetensors" --out "$T/bad.safetensors" 2> "$T/bad.err"; then fail "a damaged archive ran"; fi
+grep -q "bad.ditb" "$T/bad.err" || { cat "$T/bad.err"; fail "damaged archive message"; }
+[ ! -e "$T/bad.safetensors" ] || fail "a refused run wrote output"
+head -c 1000 "$T/tiny.ditb" > "$T/short.ditb"
+if "$BIN/ditrun" verify "$T/short.ditb" 2> "$T/short.err"; then fail "a truncated archive verified"; fi
+grep -q "truncated" "$T/short.err" || { cat "$T/short.err"; fail "truncated archive message"; }
+
+# --- A damaged blob: verify finds it and removes it; compiling again repairs the entry.
+W_BLOB=$(python3 -c "import json; m=json.load(open('$S/ac/$ID')); print([b['hash'] for b in m['blobs'] if b['role']=='weights'][0])")
+chmod u+w "$S/cas/${W_BLOB:0:2}/$W_BLOB"
+python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(100); c=f.read(1); f.seek(100); f.write(bytes([c[0]^1]))" "$S/cas/${W_BLOB:0:2}/$W_BLOB"
+if "$BIN/ditc" cache verify --store "$S" > "$T/v.out" 2> "$T/v.err"; then fail "verify missed a damaged blob"; fi
+grep -q "content hash mismatch" "$T/v.err" || { cat "$T/v.err"; fail "verify message"; }
+"$BIN/ditc" compile "$M" "${SHAPE[@]}" --store "$S" -q > /dev/null
+"$BIN/ditc" cache verify --store "$S" > /dev/null || fail "compile did not repair the entry"
+
+# --- rm and gc.
+"$BIN/ditc" cache rm "$ID2" --store "$S" | grep -q "removed 1 entry and 1 blob" || fail "rm"
+if "$BIN/ditc" cache rm "$ID2" --store "$S" 2> /dev/null; then fail "rm of a missing entry succeeded"; fi
+"$BIN/ditc" cache gc --store "$S" --max-age 1d | grep -q "removed 0 entries" || fail "gc --max-age 1d"
+"$BIN/ditc" cache gc --store "$S" --max-size 1K | grep -q "0 entries, 0 blobs" || fail "gc --max-size"
+if "$BIN/ditc" cache gc --store "$S" --max-size lots 2> /dev/null; then fail "bad size accepted"; fi
+if "$BIN/ditc" cache ls 2> "$T/nostore.err"; then fail "ls without a store"; fi
+grep -q "DITC_STORE" "$T/nostore.err" || fail "no-store message"
+echo "store_local: ok"
