@@ -128,6 +128,8 @@ def main():
             results["ditrun_ms"] = float(v[0])
         elif k == "split_ms":
             results["split_ms"] = {v[0]: float(v[1]), v[2]: float(v[3]), v[4]: float(v[5])}
+        elif k == "by_op_ms":
+            results["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
     results["ditrun_peak_gib"] = (poll.peak - base) / 1024
     ours = load_file(out)["sample"].float()
     ref = ref.cpu()
@@ -143,6 +145,7 @@ def main():
         print(f"| torch.compile | {results['compiled_ms']:.1f} | {results['compiled_ms'] / results['ditrun_ms']:.2f}x | "
               f"{results['compiled_peak_gib']:.2f} |")
     print(f"\nditrun split (step-synchronized): {results.get('split_ms')}")
+    print(f"ditrun by op (step-synchronized): {results.get('by_op_ms')}")
     print(f"parity vs diffusers: cosine {cos:.6f}, relative L2 {rel_l2:.3e}")
     with open(os.path.join(a.out, "forward_results.json"), "w") as fh:
         json.dump(results, fh, indent=1)

@@ -128,18 +128,19 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
     case DIT_OP_SILU:
     case DIT_OP_GELU_TANH:
     case DIT_OP_ADD:
-      def(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n",
-          op->kind == DIT_OP_SILU ? 1 : op->kind == DIT_OP_GELU_TANH ? 2 : 3, n, dt_code(x->dtype));
+      def(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
+          op->kind == DIT_OP_SILU ? 1 : op->kind == DIT_OP_GELU_TANH ? 2 : 3, n, dt_code(x->dtype), n % 8 == 0);
       if (op->kind == DIT_OP_ADD) def(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n % 8 == 0 ? n / 8 : n), 1, 1, 256, 0);
       return DIT_OK;
     case DIT_OP_GATED_ADD: {
       const dit_value_t *mod = V(g, op->in[2]);
       def(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
+      int vec = x->dims[2] % 8 == 0;
       def(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
-             "\n#define GATE %" PRId64 "\n", x->dims[0], x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"));
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+             "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", x->dims[0], x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"), vec);
+      set_launch(k, blocks_of(vec ? n / 8 : n), 1, 1, 256, 0);
       return DIT_OK;
     }
     case DIT_OP_MOD_TABLE: {
@@ -177,8 +178,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
     case DIT_OP_RMSNORM: {
       int64_t D = x->dims[x->rank - 1], rows = dit_value_numel(x) / D;
       int mode = op->kind == DIT_OP_LAYERNORM ? 1 : op->kind == DIT_OP_ADALN ? 2 : 3;
-      def(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n", mode,
-          dt_code(x->dtype), D, getf(op, "eps"));
+      def(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
+             "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % 8 == 0);
       if (mode == 1) {
         def(s, "#define AFFINE %d\n", op->n_in == 3);
         if (op->n_in == 3)
@@ -215,8 +216,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
         return DIT_OK;
       }
       def(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
-             "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n",
-          dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3);
+             "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n#define ACT %d\n",
+          dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3, (int)geti(op, "act"));
       if (op->n_in == 3) def(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
       set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, 256, 0);
       return DIT_OK;

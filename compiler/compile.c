@@ -408,8 +408,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
                    dit_graph_num_ops(g), dit_graph_num_values(g), ls.channels, ls.frames, ls.height, ls.width);
   dit_pass_options_t popt = {o->dump_after, o->dump};
   if (!s) s = dit_passes_run(g, &popt, &pres);
-  if (!s) progress(&pr, "passes verify,dce,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed",
-                   (double)pres.arena_bytes / (1 << 20), (double)pres.naive_bytes / (1 << 20), pres.removed_ops);
+  if (!s) progress(&pr, "passes verify,dce,fuse,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed, %d fused",
+                   (double)pres.arena_bytes / (1 << 20), (double)pres.naive_bytes / (1 << 20), pres.removed_ops, pres.fused_ops);
   if (!s && o->dump_ir) dit_graph_print(g, o->dump ? o->dump : stdout);
   if (!s) s = lower_to_plan(g, pres.arena_bytes, &plan);
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);

@@ -31,7 +31,7 @@ static const char kUsage[] =
     "                            nearest stored entries\n"
     "        --rehash            hash the checkpoint even if the store's memo says it is unchanged\n"
     "        --dump-ir           print the final graph to stdout\n"
-    "        --dump-after=PASS   print the graph after PASS (verify, dce, memplan, all) to stderr\n"
+    "        --dump-after=PASS   print the graph after PASS (verify, dce, fuse, memplan, all) to stderr\n"
     "        -q, --quiet         no progress on stderr\n"
     "      The last line on stdout is: bundle <identity> <path>\n"
     "  inspect BUNDLE\n"

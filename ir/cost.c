@@ -31,6 +31,7 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       double m = (double)dit_value_numel(x) / (double)x->dims[x->rank - 1];
       double k = (double)x->dims[x->rank - 1], n = (double)w->dims[0];
       c.flops = 2 * m * n * k + (op->n_in == 3 ? m * n : 0);
+      if (dit_attrs_find(&op->attrs, "act")) c.flops += elem_flops(DIT_OP_GELU_TANH) * m * n;
       break;
     }
     case DIT_OP_ATTENTION: {

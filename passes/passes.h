@@ -20,18 +20,22 @@ typedef struct dit_pass_result {
   uint64_t arena_bytes;   /* activation arena size from the memory plan */
   uint64_t naive_bytes;   /* sum of all planned values: what no reuse would take */
   int32_t removed_ops;    /* by dead-code elimination */
+  int32_t fused_ops;      /* ops folded into their producers */
 } dit_pass_result_t;
 
 /* Pass names in pipeline order, NULL-terminated. */
 const char *const *dit_pass_names(void);
 
-/* Runs verify -> dce -> memplan -> verify. An unknown dump_after name is an error listing the
+/* Runs verify -> dce -> fuse -> memplan -> verify. An unknown dump_after name is an error listing the
  * known ones. */
 dit_status_t dit_passes_run(dit_graph_t *g, const dit_pass_options_t *opts,
                             dit_pass_result_t *out);
 
 /* Individual passes (also used by tests). */
 dit_status_t dit_pass_dce(dit_graph_t *g, dit_pass_result_t *r);
+/* Folds an activation into the matrix product that feeds it (linear -> gelu_tanh becomes one
+ * linear with act = 1) when nothing else reads the product. */
+dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r);
 /* Assigns every temp that is not a graph output an offset in one arena so that values live
  * at the same time never overlap and no op's output overlaps its inputs. */
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r);

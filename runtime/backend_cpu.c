@@ -7,6 +7,8 @@
 
 typedef struct cpu_state {
   dit_cpu_t cpu;
+  float *scratch; /* fp32 product of a linear with a fused activation */
+  size_t scratch_n;
 } cpu_state_t;
 
 static dit_status_t cpu_create(const dit_backend_config_t *cfg, void **out) {
@@ -25,6 +27,7 @@ static void cpu_destroy(void *state) {
   cpu_state_t *st = state;
   if (!st) return;
   dit_pool_destroy(st->cpu.pool);
+  free(st->scratch);
   free(st);
 }
 
@@ -85,8 +88,27 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETI("w", w);
       return dit_cpu_unpatchify(c, &in[0], pt, ph, pw, f, h, w, &out[0]);
     }
-    case DIT_OP_LINEAR:
-      return dit_cpu_linear(c, &in[0], &in[1], st->n_in > 2 ? &in[2] : NULL, &out[0]);
+    case DIT_OP_LINEAR: {
+      const dit_tensor_t *bias = st->n_in > 2 ? &in[2] : NULL;
+      if (!dit_attrs_find(&st->attrs, "act")) return dit_cpu_linear(c, &in[0], &in[1], bias, &out[0]);
+      int act;
+      GETI("act", act);
+      if (act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d (known: 1 = gelu_tanh)", act);
+      /* Activate the fp32 product and round once, as a GEMM epilogue does. */
+      cpu_state_t *cs = state;
+      size_t n = (size_t)dit_tensor_numel(&out[0]);
+      if (n > cs->scratch_n) {
+        free(cs->scratch);
+        cs->scratch_n = 0;
+        if (!(cs->scratch = malloc(n * sizeof(float)))) return DIT_ERR(RESOURCE_EXHAUSTED, "linear: out of memory");
+        cs->scratch_n = n;
+      }
+      dit_tensor_t tmp = out[0];
+      tmp.data = cs->scratch;
+      tmp.dtype = DIT_F32;
+      DIT_RETURN_IF(dit_cpu_linear(c, &in[0], &in[1], bias, &tmp));
+      return dit_cpu_gelu_tanh(c, &tmp, &out[0]);
+    }
     case DIT_OP_TIMESTEP_EMBED: {
       int flip;
       double shift, max_period, scale;

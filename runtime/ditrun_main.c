@@ -481,7 +481,7 @@ static int cmd_bench(int argc, char **argv) {
     s = dit_runtime_forward(rt);
     t[i] = now_s() - t0;
   }
-  double split[3] = {0, 0, 0}, total = 0;
+  double split[3] = {0, 0, 0}, total = 0, per_kind[DIT_OP_COUNT] = {0};
   if (!s) {
     const dit_plan_t *p = dit_runtime_plan(rt);
     for (size_t i = 0; !s && i < p->n_steps; i++) {
@@ -490,6 +490,7 @@ static int cmd_bench(int argc, char **argv) {
       double dt = now_s() - t0;
       int k = p->steps[i].kind == DIT_OP_LINEAR ? 0 : p->steps[i].kind == DIT_OP_ATTENTION ? 1 : 2;
       split[k] += dt;
+      per_kind[p->steps[i].kind] += dt;
       total += dt;
     }
   }
@@ -502,6 +503,10 @@ static int cmd_bench(int argc, char **argv) {
            iters, flops / t[iters / 2] / 1e12);
     printf("split_ms gemm %.3f attention %.3f other %.3f (step-synchronized total %.3f)\n", 1e3 * split[0], 1e3 * split[1],
            1e3 * split[2], 1e3 * total);
+    printf("by_op_ms");
+    for (int k = 0; k < DIT_OP_COUNT; k++)
+      if (per_kind[k] > 0) printf(" %s=%.3f", dit_op_info((dit_op_kind_t)k)->name, 1e3 * per_kind[k]);
+    printf("\n");
   }
   free(t);
   dit_runtime_destroy(rt);

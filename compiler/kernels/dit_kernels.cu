@@ -25,10 +25,42 @@ __device__ __forceinline__ float ld(const bf16_t *p, long long i) { return bf2f(
 __device__ __forceinline__ void st(float *p, long long i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(bf16_t *p, long long i, float v) { p[i] = f2bf(v); }
 
+// Eight contiguous elements through one or two 16-byte accesses (i a multiple of 8).
+__device__ __forceinline__ void ld8(const bf16_t *p, long long i, float *v) {
+  uint4 u = *(const uint4 *)(p + i);
+  const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    v[2 * k] = __uint_as_float(w[k] << 16);
+    v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void ld8(const float *p, long long i, float *v) {
+  float4 a = *(const float4 *)(p + i), b = *(const float4 *)(p + i + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void st8(bf16_t *p, long long i, const float *v) {
+  uint4 u;
+  u.x = (u32)f2bf(v[0]) | ((u32)f2bf(v[1]) << 16);
+  u.y = (u32)f2bf(v[2]) | ((u32)f2bf(v[3]) << 16);
+  u.z = (u32)f2bf(v[4]) | ((u32)f2bf(v[5]) << 16);
+  u.w = (u32)f2bf(v[6]) | ((u32)f2bf(v[7]) << 16);
+  *(uint4 *)(p + i) = u;
+}
+__device__ __forceinline__ void st8(float *p, long long i, const float *v) {
+  *(float4 *)(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+  *(float4 *)(p + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
 template <int DT> struct storage;
 template <> struct storage<0> { typedef float t; };
 template <> struct storage<1> { typedef bf16_t t; };
 #define TY(name) typename storage<T_##name>::t
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  return 0.5f * x * (1.f + tanhf(k0 * (x + k1 * x * x * x)));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -52,23 +84,40 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 
 #if defined(DIT_K_ELEMENTWISE)
 // Unary and binary elementwise ops over N elements: OPCODE 1 silu, 2 gelu_tanh, 3 add.
+// With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
+__device__ __forceinline__ float ew_apply(float x, float y) {
+#if OPCODE == 1
+  return x / (1.f + expf(-x));
+#elif OPCODE == 2
+  return gelu_tanh(x);
+#else
+  return x + y;
+#endif
+}
 extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(A) *a
 #if OPCODE == 3
                                                              , const TY(B) *b
 #endif
 ) {
   long long i = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (i >= N) return;
-  float x = ld(a, i);
-#if OPCODE == 1
-  x = x / (1.f + expf(-x));
-#elif OPCODE == 2
-  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
-  x = 0.5f * x * (1.f + tanhf(k0 * (x + k1 * x * x * x)));
-#elif OPCODE == 3
-  x = x + ld(b, i);
+#if VEC8
+  if (i >= N / 8) return;
+  float va[8], vb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  ld8(a, i * 8, va);
+#if OPCODE == 3
+  ld8(b, i * 8, vb);
 #endif
-  st(y, i, x);
+#pragma unroll
+  for (int k = 0; k < 8; k++) va[k] = ew_apply(va[k], vb[k]);
+  st8(y, i * 8, va);
+#else
+  if (i >= N) return;
+#if OPCODE == 3
+  st(y, i, ew_apply(ld(a, i), ld(b, i)));
+#else
+  st(y, i, ew_apply(ld(a, i), 0.f));
+#endif
+#endif
 }
 #endif
 
@@ -77,10 +126,24 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(X) *x, const TY(Y) *y,
                                                              const TY(MOD) *mod) {
   long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+#if VEC8  // D a multiple of 8: 8 contiguous elements share one batch row of the gate
+  if (i >= (long long)BATCH * TOKENS * D / 8) return;
+  i *= 8;
+  const int d = (int)(i % D);
+  const long long b = i / ((long long)TOKENS * D);
+  float vx[8], vy[8], vg[8];
+  ld8(x, i, vx);
+  ld8(y, i, vy);
+  ld8(mod, (b * NROWS + GATE) * D + d, vg);
+#pragma unroll
+  for (int k = 0; k < 8; k++) vx[k] = vx[k] + vy[k] * vg[k];
+  st8(out, i, vx);
+#else
   if (i >= (long long)BATCH * TOKENS * D) return;
   const int d = (int)(i % D);
   const long long b = i / ((long long)TOKENS * D);
   st(out, i, ld(x, i) + ld(y, i) * ld(mod, (b * NROWS + GATE) * D + d));
+#endif
 }
 #endif
 
@@ -144,9 +207,43 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const
 #endif
 
 #if defined(DIT_K_ROWNORM)
-// One block per row of D elements, held in registers. MODE 1 layernorm (AFFINE 0/1),
-// MODE 2 adaln (layernorm, then *(1 + mod[b, SCALE_ROW]) + mod[b, SHIFT_ROW]), MODE 3 rmsnorm.
-#define VPT ((D + 255) / 256)
+// One block per row of D elements, held in registers (8 contiguous per chunk with VEC8).
+// MODE 1 layernorm (AFFINE 0/1), MODE 2 adaln (layernorm, then *(1 + mod[b, SCALE_ROW]) +
+// mod[b, SHIFT_ROW]), MODE 3 rmsnorm.
+#if VEC8
+#define CW 8
+#else
+#define CW 1
+#endif
+#define CHUNKS ((D / CW + 255) / 256)
+__device__ __forceinline__ void ldc(const float *p, long long i, float *v) {
+#if VEC8
+  ld8(p, i, v);
+#else
+  v[0] = p[i];
+#endif
+}
+__device__ __forceinline__ void ldc(const bf16_t *p, long long i, float *v) {
+#if VEC8
+  ld8(p, i, v);
+#else
+  v[0] = bf2f(p[i]);
+#endif
+}
+__device__ __forceinline__ void stc(float *p, long long i, const float *v) {
+#if VEC8
+  st8(p, i, v);
+#else
+  p[i] = v[0];
+#endif
+}
+__device__ __forceinline__ void stc(bf16_t *p, long long i, const float *v) {
+#if VEC8
+  st8(p, i, v);
+#else
+  p[i] = f2bf(v[0]);
+#endif
+}
 extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x
 #if MODE == 1 && AFFINE
                                                              , const TY(W) *w, const TY(BIAS) *bias
@@ -159,28 +256,38 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
   __shared__ float scratch[8];
   const long long row = blockIdx.x;
   const TY(X) *xr = x + row * D;
-  float v[VPT];
+  float v[CHUNKS][CW];
   float s = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; k++) {
-    int d = threadIdx.x + k * 256;
-    v[k] = d < D ? ld(xr, d) : 0.f;
-    s += v[k];
+  for (int k = 0; k < CHUNKS; k++) {
+    const int d = (threadIdx.x + k * 256) * CW;
+    if (d < D) ldc(xr, d, v[k]);
+    else
+#pragma unroll
+      for (int e = 0; e < CW; e++) v[k][e] = 0.f;
+#pragma unroll
+    for (int e = 0; e < CW; e++) s += v[k][e];
   }
 #if MODE == 3
   float ss = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; k++) ss += v[k] * v[k];
+  for (int k = 0; k < CHUNKS; k++)
+#pragma unroll
+    for (int e = 0; e < CW; e++) ss += v[k][e] * v[k][e];
   const float r = rsqrtf(block_sum<256>(ss, scratch) / (float)D + EPS);
+  const float mean = 0.f;
   (void)s;
 #else
   const float mean = block_sum<256>(s, scratch) / (float)D;
   float ss = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; k++) {
-    int d = threadIdx.x + k * 256;
-    float c = d < D ? v[k] - mean : 0.f;
-    ss += c * c;
+  for (int k = 0; k < CHUNKS; k++) {
+    const int d = (threadIdx.x + k * 256) * CW;
+#pragma unroll
+    for (int e = 0; e < CW; e++) {
+      float c = d < D ? v[k][e] - mean : 0.f;
+      ss += c * c;
+    }
   }
   const float r = rsqrtf(block_sum<256>(ss, scratch) / (float)D + EPS);
 #endif
@@ -189,20 +296,33 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
   const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
 #endif
 #pragma unroll
-  for (int k = 0; k < VPT; k++) {
-    int d = threadIdx.x + k * 256;
+  for (int k = 0; k < CHUNKS; k++) {
+    const int d = (threadIdx.x + k * 256) * CW;
     if (d >= D) continue;
+    float o[CW];
 #if MODE == 3
-    float o = v[k] * r * ld(w, d);
+    float wv[CW];
+    ldc(w, d, wv);
+#pragma unroll
+    for (int e = 0; e < CW; e++) o[e] = v[k][e] * r * wv[e];
 #else
-    float o = (v[k] - mean) * r;
+#pragma unroll
+    for (int e = 0; e < CW; e++) o[e] = (v[k][e] - mean) * r;
 #if MODE == 1 && AFFINE
-    o = o * ld(w, d) + ld(bias, d);
+    float wv[CW], bv[CW];
+    ldc(w, d, wv);
+    ldc(bias, d, bv);
+#pragma unroll
+    for (int e = 0; e < CW; e++) o[e] = o[e] * wv[e] + bv[e];
 #elif MODE == 2
-    o = o * (1.f + ld(sc, d)) + ld(sh, d);
+    float shv[CW], scv[CW];
+    ldc(sh, d, shv);
+    ldc(sc, d, scv);
+#pragma unroll
+    for (int e = 0; e < CW; e++) o[e] = o[e] * (1.f + scv[e]) + shv[e];
 #endif
 #endif
-    st(y + row * D, d, o);
+    stc(y + row * D, d, o);
   }
 }
 #endif
@@ -248,6 +368,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
   acc = warp_sum(acc);
 #if HAS_BIAS
   acc += ld(bias, n);
+#endif
+#if ACT == 1
+  acc = gelu_tanh(acc);
 #endif
   if (lane == 0) st(y, o, acc);
 }

@@ -322,14 +322,20 @@ static cudaDataType_t lt_type(dit_dtype_t t) { return t == DIT_BF16 ? CUDA_R_16B
 
 /* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M). */
 static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                              const dit_tensor_t *y, gemm_t *g) {
+                              const dit_tensor_t *y, int act, gemm_t *g) {
   int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
   DIT_RETURN_IF(lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA"));
   DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB"));
+  if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
+  if (act && !bias) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_GELU;
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"));
+  }
   if (bias) {
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    /* cuBLASLt's GELU epilogue is the tanh approximation, as our gelu_tanh op. */
+    cublasLtEpilogue_t ep = act ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     const void *bp = bias->data;
     cudaDataType_t bt = lt_type(bias->dtype);
     DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"));
@@ -384,8 +390,9 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
                                      "cuFuncSetAttribute"),
                             "step %zu asks for %u bytes of shared memory", i, s->kernel.smem);
     } else if (s->kind == DIT_OP_LINEAR) {
+      const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,
-                                    &bound[s->out[0]], &st->gemms[i]),
+                                    &bound[s->out[0]], act ? (int)act->i : 0, &st->gemms[i]),
                           "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
     } else {
       return DIT_ERR(UNIMPLEMENTED, "step %zu (%s): no kernel in the bundle and no library implementation", i,

@@ -69,6 +69,16 @@ static void test_memplan_on_wan(void) {
   dit_pass_result_t r;
   CHECK_OK(dit_passes_run(g, &po, &r));
   CHECK(r.arena_bytes > 0);
+  /* Every GELU (3 FFNs and the text embedder) is folded into the linear that feeds it. */
+  CHECK_EQ_INT(r.fused_ops, 4);
+  int gelus = 0, acts = 0;
+  for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    gelus += op->kind == DIT_OP_GELU_TANH;
+    acts += op->kind == DIT_OP_LINEAR && dit_attrs_find(&op->attrs, "act") != NULL;
+  }
+  CHECK_EQ_INT(gelus, 0);
+  CHECK_EQ_INT(acts, 4);
   CHECK(r.arena_bytes * 3 < r.naive_bytes); /* reuse across blocks */
   check_memplan(g, r.arena_bytes);
   /* Graph outputs, inputs and weights are not placed in the arena. */
