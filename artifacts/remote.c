@@ -195,6 +195,8 @@ static dit_status_t request(dit_remote_t *r, method_t m, const char *path, sink_
       if (src->size >= 0) curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)src->size);
     }
     if (sink) {
+      /* Fewer, larger callbacks: each one runs the decompressor and both hashes. */
+      curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
       curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
     }
