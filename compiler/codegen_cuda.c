@@ -73,18 +73,47 @@ dit_cuda_codegen_stats_t dit_cuda_codegen_stats(const dit_cuda_codegen_t *cg) { 
 /* ---- specialization ---- */
 
 typedef struct spec {
-  char text[2048];
-  size_t len;
+  char *text;
+  size_t len, cap;
+  int oom;
 } spec_t;
 
 static void def(spec_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void def(spec_t *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(s->text + s->len, sizeof s->text - s->len, fmt, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (n > 0) s->len += (size_t)n;
-  if (s->len >= sizeof s->text) s->len = sizeof s->text - 1;
+  if (n < 0 || s->oom) return;
+  if (s->len + (size_t)n + 1 > s->cap) {
+    size_t cap = (s->cap ? s->cap * 2 : 4096) + (size_t)n;
+    char *t = realloc(s->text, cap);
+    if (!t) {
+      s->oom = 1;
+      return;
+    }
+    s->text = t;
+    s->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(s->text + s->len, s->cap - s->len, fmt, ap);
+  va_end(ap);
+  s->len += (size_t)n;
+}
+
+/* The rotary (cos, sin) table of a ROPE op, computed exactly as the CPU reference does:
+ * frequencies, angles, cos and sin in double, each rounded once to float. */
+static void rope_table(spec_t *s, int64_t f, int64_t h, int64_t w, int64_t td, int64_t hd, int64_t wd, double theta) {
+  const int64_t count[3] = {f, h, w}, dims[3] = {td, hd, wd};
+  def(s, "#define ROPE_TABLE ");
+  for (int part = 0; part < 3; part++)
+    for (int64_t pos = 0; pos < count[part]; pos++)
+      for (int64_t q = 0; q < dims[part] / 2; q++) {
+        const double freq = 1.0 / pow(theta, (double)(2 * q) / (double)dims[part]);
+        const double ang = (double)pos * freq;
+        def(s, "{%a,%a},", (double)(float)cos(ang), (double)(float)sin(ang));
+      }
+  def(s, "\n");
 }
 
 static int dt_code(dit_dtype_t t) { return t == DIT_BF16 ? 1 : 0; }
@@ -200,9 +229,9 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
       int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
       def(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
              "\n#define GW %" PRId64 "\n#define HEADS %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
-             "\n#define WD %" PRId64 "\n#define THETA %.17g\n",
-          dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd,
-          getf(op, "theta"));
+             "\n#define WD %" PRId64 "\n",
+          dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd);
+      rope_table(s, geti(op, "f"), geti(op, "h"), geti(op, "w"), td, hd, wd, getf(op, "theta"));
       set_launch(k, blocks_of(n / 2), 1, 1, 256, 0);
       return DIT_OK;
     }
@@ -331,16 +360,25 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   spec_t s;
   memset(&s, 0, sizeof s);
   memset(launch, 0, sizeof *launch);
-  DIT_RETURN_IF(specialize(g, op, &s, out_has_kernel, launch));
-  if (!*out_has_kernel) return DIT_OK;
+  dit_status_t sp = specialize(g, op, &s, out_has_kernel, launch);
+  if (!sp && s.oom) sp = DIT_ERR(RESOURCE_EXHAUSTED, "codegen: out of memory");
+  if (sp || !*out_has_kernel) {
+    free(s.text);
+    return sp;
+  }
 #if !DIT_HAVE_NVRTC
   (void)module;
+  free(s.text);
   return DIT_ERR(UNAVAILABLE, "this ditc was built without NVRTC");
 #else
   size_t src_len = s.len + sizeof dit_kernel_source;
   char *src = malloc(src_len + 1);
-  if (!src) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!src) {
+    free(s.text);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
   memcpy(src, s.text, s.len);
+  free(s.text);
   memcpy(src + s.len, dit_kernel_source, sizeof dit_kernel_source);
   /* Cache key: the full source, the target and the code generators' versions. */
   int maj = 0, min = 0;

@@ -328,26 +328,28 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 #endif
 
 #if defined(DIT_K_ROPE)
-// Wan's 3-D rotary embedding; frequencies, angles and cos/sin in double, rounded to float.
+// Wan's 3-D rotary embedding. ditc computes the (cos, sin) of every (part, position, pair) in
+// double, rounded to float as the CPU reference does, into ROPE_TABLE: t part first (GF
+// positions x TD/2 pairs), then h (GH x HDIM/2), then w (GW x WD/2). One thread rotates one
+// pair; consecutive threads take consecutive pairs of a head, so loads and stores coalesce.
+__device__ const float2 rope_tab[] = {ROPE_TABLE};
 extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
   const int HD = TD + HDIM + WD, PAIRS = HD / 2;
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x; // one rotated pair per thread
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
   const long long total = (long long)BATCH * GF * GH * GW * HEADS * PAIRS;
   if (i >= total) return;
   const int p = (int)(i % PAIRS);
   const long long tok = (i / ((long long)PAIRS * HEADS)) % ((long long)GF * GH * GW);
   const int it = (int)(tok / (GH * GW)), ih = (int)((tok / GW) % GH), iw = (int)(tok % GW);
-  int pos, q, dim;
-  if (p < TD / 2) { pos = it; q = p; dim = TD; }
-  else if (p < (TD + HDIM) / 2) { pos = ih; q = p - TD / 2; dim = HDIM; }
-  else { pos = iw; q = p - (TD + HDIM) / 2; dim = WD; }
-  const double freq = 1.0 / pow((double)THETA, (double)(2 * q) / (double)dim);
-  const double ang = (double)pos * freq;
-  const float c = (float)cos(ang), s = (float)sin(ang);
+  int t;
+  if (p < TD / 2) t = it * (TD / 2) + p;
+  else if (p < (TD + HDIM) / 2) t = GF * (TD / 2) + ih * (HDIM / 2) + (p - TD / 2);
+  else t = GF * (TD / 2) + GH * (HDIM / 2) + iw * (WD / 2) + (p - (TD + HDIM) / 2);
+  const float2 cs = rope_tab[t];
   const long long e = (i / PAIRS) * HD + 2 * p;
   const float x0 = ld(x, e), x1 = ld(x, e + 1);
-  st(y, e, x0 * c - x1 * s);
-  st(y, e + 1, x0 * s + x1 * c);
+  st(y, e, x0 * cs.x - x1 * cs.y);
+  st(y, e + 1, x0 * cs.y + x1 * cs.x);
 }
 #endif
 
