@@ -78,7 +78,9 @@ dit_status_t dit_fetch_bundle(const char *what, const dit_fetch_options_t *o, di
   dit_remote_t *r = NULL;
   dit_status_t s = DIT_OK;
   char root[4200];
-  if (dit_is_dir(what) || !(dit_ditb_is_archive(what) || (o->store && dit_is_hash_hex(what)))) {
+  if (!o->store && dit_is_hash_hex(what) && !dit_path_exists(what)) {
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: no such bundle directory; to run an identity, name its store with --store URL|DIR", what);
+  } else if (dit_is_dir(what) || !(dit_ditb_is_archive(what) || (o->store && dit_is_hash_hex(what)))) {
     /* A directory, or anything else: the bundle reader names what is wrong with it. */
     f->dir = strdup(what);
     if (!f->dir) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");

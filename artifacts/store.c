@@ -151,6 +151,8 @@ dit_status_t dit_store_open(const char *root, dit_store_t **out) {
     }
   }
   st->lock_fd = open(st->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  /* A store mounted read-only still serves: flock works on a read-only descriptor. */
+  if (st->lock_fd < 0 && (errno == EACCES || errno == EROFS)) st->lock_fd = open(st->lock_path, O_RDONLY | O_CLOEXEC);
   if (st->lock_fd < 0) {
     dit_status_t s = DIT_ERR(IO, "store %s: cannot open %s: %s", root, st->lock_path, strerror(errno));
     dit_store_close(st);
