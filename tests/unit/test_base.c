@@ -1,0 +1,109 @@
+/* base/: status objects, dtype conversions, the op catalog and attributes, file helpers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/fileio.h"
+#include "base/ops.h"
+#include "check.h"
+
+static void test_status(void) {
+  CHECK(dit_status_code(DIT_OK) == DIT_CODE_OK);
+  CHECK(strcmp(dit_status_message(DIT_OK), "OK") == 0);
+  dit_status_t s = dit_status_make(DIT_CODE_NOT_FOUND, "tensor '%s' missing", "w");
+  s = dit_status_annotate(s, "file %s", "a.safetensors");
+  CHECK(dit_status_code(s) == DIT_CODE_NOT_FOUND);
+  CHECK(strcmp(dit_status_message(s), "file a.safetensors: tensor 'w' missing") == 0);
+  CHECK(strcmp(dit_code_name(DIT_CODE_DATA_LOSS), "DATA_LOSS") == 0);
+  dit_status_free(s);
+  CHECK(dit_status_make(DIT_CODE_OK, "x") == DIT_OK);
+  CHECK(dit_status_annotate(DIT_OK, "ctx") == DIT_OK);
+}
+
+static void test_dtype(void) {
+  CHECK_EQ_INT(dit_dtype_size(DIT_BF16), 2);
+  CHECK_EQ_INT(dit_dtype_size(DIT_I64), 8);
+  CHECK_EQ_INT(dit_dtype_size((dit_dtype_t)99), 0);
+  dit_dtype_t t;
+  CHECK(dit_dtype_parse("bf16", &t) == 0 && t == DIT_BF16);
+  CHECK(dit_dtype_parse("f64", &t) == -1);
+  /* bf16: exact values survive, ties round to even, NaN stays NaN */
+  CHECK(dit_bf16_to_f32(dit_f32_to_bf16(1.5f)) == 1.5f);
+  CHECK_EQ_INT(dit_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);        /* tie -> even (down) */
+  CHECK_EQ_INT(dit_f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);        /* tie -> even (up) */
+  CHECK(isnan(dit_bf16_to_f32(dit_f32_to_bf16(NAN))));
+  CHECK(isinf(dit_bf16_to_f32(dit_f32_to_bf16(INFINITY))));
+  /* f16: every finite half round-trips exactly through f32 */
+  int bad = 0;
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    if (dit_f32_to_f16(dit_f16_to_f32((uint16_t)h)) != h) bad++;
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(dit_f16_to_f32(dit_f32_to_f16(65520.0f)) == INFINITY);
+  CHECK(dit_f16_to_f32(dit_f32_to_f16(5.9604645e-08f)) == 5.9604645e-08f); /* smallest subnormal */
+  float src[3] = {1.0f, -2.5f, 3.25f}, back[3];
+  uint16_t mid[3];
+  CHECK(dit_convert(mid, DIT_BF16, src, DIT_F32, 3) == 0);
+  CHECK(dit_convert(back, DIT_F32, mid, DIT_BF16, 3) == 0);
+  CHECK(memcmp(src, back, sizeof src) == 0);
+  CHECK(dit_convert(back, DIT_F32, mid, DIT_I64, 3) == -1);
+}
+
+static void test_ops(void) {
+  dit_op_kind_t k;
+  CHECK(dit_op_kind_parse("attention", &k) == 0 && k == DIT_OP_ATTENTION);
+  CHECK(dit_op_kind_parse("conv", &k) == -1);
+  CHECK(dit_op_info(DIT_OP_LINEAR)->min_inputs == 2 && dit_op_info(DIT_OP_LINEAR)->max_inputs == 3);
+  CHECK(dit_op_info(DIT_OP_COUNT) == NULL);
+  dit_attrs_t a = {0};
+  CHECK(dit_attrs_set_int(&a, "heads", 12) == 0);
+  CHECK(dit_attrs_set_float(&a, "eps", 1e-6) == 0);
+  CHECK(dit_attrs_set_int(&a, "heads", 16) == 0); /* replaces */
+  CHECK_EQ_INT(a.count, 2);
+  CHECK(dit_attrs_set_int(&a, "a_key_that_is_far_too_long", 1) == -1);
+  int64_t v;
+  double f;
+  CHECK_OK(dit_attrs_get_int(&a, "rope", "heads", &v));
+  CHECK_EQ_INT(v, 16);
+  CHECK_OK(dit_attrs_get_float(&a, "rope", "heads", &f)); /* integers read as floats */
+  CHECK_ERR(dit_attrs_get_int(&a, "rmsnorm", "eps", &v), INVALID_ARGUMENT, "attribute 'eps': expected an integer");
+  CHECK_ERR(dit_attrs_get_float(&a, "rmsnorm", "theta", &f), INVALID_ARGUMENT, "op rmsnorm: missing float attribute 'theta'");
+}
+
+static void test_fileio(void) {
+  const char *dir = check_tmpdir("base_fileio");
+  char p[8192], q[8192];
+  snprintf(p, sizeof p, "%s/a/b/c", dir);
+  CHECK_OK(dit_mkdirs(p, 0755));
+  CHECK(dit_is_dir(p));
+  snprintf(q, sizeof q, "%s/file.txt", p);
+  CHECK_OK(dit_file_write_atomic(q, "hello", 5));
+  CHECK_ERR(dit_file_write_new(q, "x", 1), ALREADY_EXISTS, "file.txt");
+  char *data = NULL;
+  size_t n = 0;
+  CHECK_OK(dit_file_read(q, 100, &data, &n));
+  CHECK(n == 5 && data && strcmp(data, "hello") == 0);
+  free(data);
+  CHECK_ERR(dit_file_read(q, 4, &data, &n), OUT_OF_RANGE, "more than the 4 allowed");
+  dit_mapping_t m;
+  CHECK_OK(dit_file_map(q, &m));
+  CHECK(m.size == 5 && memcmp(m.data, "hello", 5) == 0);
+  dit_file_unmap(&m);
+  snprintf(q, sizeof q, "%s/missing", dir);
+  CHECK_ERR(dit_file_read(q, 100, &data, &n), NOT_FOUND, "missing: cannot open");
+  snprintf(q, sizeof q, "%s/a", dir);
+  CHECK_OK(dit_remove_tree(q));
+  CHECK(!dit_path_exists(q));
+  char small[8];
+  CHECK_ERR(dit_path_join(small, sizeof small, "abc", "defgh"), OUT_OF_RANGE, "path too long");
+}
+
+int main(void) {
+  test_status();
+  test_dtype();
+  test_ops();
+  test_fileio();
+  return check_summary("test_base");
+}
