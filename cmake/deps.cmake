@@ -28,8 +28,21 @@ if(DIT_MLIR)
   if(NOT MLIR_C_INC OR NOT MLIR_LIB)
     message(FATAL_ERROR "missing dependency: MLIR 19 C API (mlir-c/IR.h, libMLIR) not found under ${DIT_LLVM_ROOT}; install the Debian packages 'libmlir-19-dev' and 'llvm-19-dev', or configure with -DDIT_MLIR=OFF")
   endif()
-  add_library(dit::mlir UNKNOWN IMPORTED GLOBAL)
-  set_target_properties(dit::mlir PROPERTIES IMPORTED_LOCATION ${MLIR_LIB}
+  # Debian's libMLIR.so exports MLIR's C++ API but not its C API: the C API comes from the
+  # static libMLIRCAPI*.a archives, linked against libMLIR.so and libLLVM.so (whose C++
+  # symbols they call) and the C++ runtime.
+  find_library(LLVM_SHLIB LLVM PATHS ${DIT_LLVM_ROOT}/lib NO_DEFAULT_PATH NO_CACHE)
+  set(DIT_MLIR_CAPI_LIBS)
+  foreach(part RegisterEverything GPU IR)
+    find_library(MLIR_CAPI_${part} libMLIRCAPI${part}.a PATHS ${DIT_LLVM_ROOT}/lib NO_DEFAULT_PATH NO_CACHE)
+    if(NOT MLIR_CAPI_${part} OR NOT LLVM_SHLIB)
+      message(FATAL_ERROR "missing dependency: libMLIRCAPI${part}.a / libLLVM.so not found under ${DIT_LLVM_ROOT}/lib; install the Debian packages 'libmlir-19-dev' and 'llvm-19-dev', or configure with -DDIT_MLIR=OFF")
+    endif()
+    list(APPEND DIT_MLIR_CAPI_LIBS ${MLIR_CAPI_${part}})
+  endforeach()
+  add_library(dit::mlir INTERFACE IMPORTED GLOBAL)
+  set_target_properties(dit::mlir PROPERTIES
+                        INTERFACE_LINK_LIBRARIES "${DIT_MLIR_CAPI_LIBS};${MLIR_LIB};${LLVM_SHLIB};stdc++"
                         INTERFACE_INCLUDE_DIRECTORIES ${MLIR_C_INC})
 endif()
 
