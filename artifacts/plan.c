@@ -89,6 +89,7 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
       cJSON_AddItemToObject(ko, "grid", int_array(g, 3));
       cJSON_AddItemToObject(ko, "block", int_array(b, 3));
       cJSON_AddNumberToObject(ko, "smem", k->smem);
+      if (k->source[0]) cJSON_AddStringToObject(ko, "source", k->source);
     }
   }
   char *text = cJSON_PrintUnformatted(root);
@@ -286,6 +287,10 @@ static dit_status_t parse_kernel(const cJSON *o, const char *what, const char *c
   snprintf(s->kernel.ptx, sizeof s->kernel.ptx, "%s", ptx);
   snprintf(s->kernel.entry, sizeof s->kernel.entry, "%s", entry);
   s->kernel.smem = (uint32_t)smem;
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(k, "source");
+  if (src && (!cJSON_IsString(src) || strlen(src->valuestring) >= sizeof s->kernel.source))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel 'source' must be a short string", what, ctx);
+  if (src) snprintf(s->kernel.source, sizeof s->kernel.source, "%s", src->valuestring);
   s->has_kernel = 1;
   return DIT_OK;
 }

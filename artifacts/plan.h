@@ -53,6 +53,7 @@ typedef struct dit_plan_kernel {
   char entry[32];
   uint32_t grid[3], block[3];
   uint32_t smem;          /* dynamic shared memory bytes */
+  char source[8];         /* the generator: "nvrtc" or "mlir" (diagnostic) */
 } dit_plan_kernel_t;
 
 typedef struct dit_plan_step {

@@ -315,7 +315,7 @@ static void add_blob_entry(dit_manifest_blob_t *blobs, size_t *n, const char *ro
 /* Generates every step's kernel for a GPU target and adds the modules to the bundle. */
 static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, dit_plan_t *plan,
                                      dit_bundle_writer_t *w, dit_manifest_blob_t *blobs, size_t *n_blobs,
-                                     progress_t *pr) {
+                                     cJSON *summary, progress_t *pr) {
   dit_cuda_codegen_t *cg;
   DIT_RETURN_IF(dit_cuda_codegen_create(target, NULL, &cg));
   dit_status_t s = DIT_OK;
@@ -338,8 +338,16 @@ static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, d
   }
   dit_cuda_codegen_stats_t cs = dit_cuda_codegen_stats(cg);
   if (!s)
-    progress(pr, "codegen %s: %d generated-kernel steps, %d library GEMM steps; %d modules compiled (%.2fs), %d from the cache",
-             target, kernels, library, cs.compiled, cs.compile_seconds, cs.cache_hits);
+    progress(pr, "codegen %s: %d kernel steps (%d MLIR, %d NVRTC), %d library GEMM steps; %d modules compiled (%.2fs), %d from the cache",
+             target, kernels, cs.mlir, cs.nvrtc, library, cs.compiled, cs.compile_seconds, cs.cache_hits);
+  if (!s && summary) {
+    cJSON *c = cJSON_AddObjectToObject(summary, "codegen");
+    cJSON_AddNumberToObject(c, "mlir_kernel_steps", cs.mlir);
+    cJSON_AddNumberToObject(c, "nvrtc_kernel_steps", cs.nvrtc);
+    cJSON_AddNumberToObject(c, "library_gemm_steps", library);
+    const cJSON *why = dit_cuda_codegen_nvrtc_because(cg);
+    if (why) cJSON_AddItemToObject(c, "nvrtc_because", cJSON_Duplicate(why, 1));
+  }
   dit_cuda_codegen_destroy(cg);
   return s;
 }
@@ -415,7 +423,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
   if (!s) s = write_weights(w, m, plan, &layout, &pr);
   if (!s && !(blobs = calloc(2 + 2 * plan->n_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (!s && gpu) s = generate_kernels(o->target, g, plan, w, blobs, &n_blobs, &pr);
+  cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
+  if (!s && gpu) s = generate_kernels(o->target, g, plan, w, blobs, &n_blobs, codegen_summary, &pr);
   if (!s) s = dit_plan_to_json(plan, &plan_text);
   if (!s) s = dit_bundle_writer_add_blob(w, plan_text, strlen(plan_text), rank0.plan);
   if (!s) {
@@ -479,6 +488,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
                                                (double)(ls.width / m->wan.patch[2]));
     free(pb);
+    if (codegen_summary && cJSON_GetObjectItem(codegen_summary, "codegen"))
+      cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));
     man.summary = sum;
     /* Check the plan against the manifest we are about to publish, as the runtime will. */
     s = dit_plan_check_bindings(plan, &man, &layout, "plan");
@@ -503,6 +514,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   dit_bundle_writer_destroy(w);
   cJSON_Delete(man.inputs);
   cJSON_Delete(man.summary);
+  cJSON_Delete(codegen_summary);
   free(man.io_inputs);
   free(man.io_outputs);
   for (size_t i = 0; i < layout.n_tensors; i++) free(layout.tensors[i].name);
