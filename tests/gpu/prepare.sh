@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds build-gpu here for a GPU machine that has the CUDA toolkit and driver but none of our
-# other dependencies: no MLIR (not needed by the CUDA codegen), cJSON/xxHash/zstd shipped in
-# bin/ beside the binaries (they find them through their $ORIGIN run path).
+# other dependencies: no MLIR (its kernels come from .kcache, filled here by build/bin/ditc when
+# WAN13 names a Wan2.1-1.3B model directory), cJSON/xxHash/zstd shipped in bin/ beside the
+# binaries (they find them through their $ORIGIN run path).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDIT_MLIR=OFF >/dev/null
@@ -9,4 +10,17 @@ cmake --build build-gpu -j"$(nproc)" --target ditc ditrun make_tiny_wan st_compa
 for lib in libcjson.so.1 libxxhash.so.0 libzstd.so.1; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" build-gpu/bin/
 done
+# MLIR-path kernels for the shapes tests/gpu/run.sh compiles, made here where MLIR is.
+if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
+  export DITC_CACHE_DIR=$PWD/.kcache
+  k=$(mktemp -d)
+  for d in tests/data/wan_tiny_*/; do
+    read -r F H W B L < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'])")
+    build/bin/ditc compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  done
+  build/bin/ditc compile "$WAN13" --frames 5 --height 112 --width 144 --text-len 77 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  build/bin/ditc compile "$WAN13" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  rm -rf "$k"
+  echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
+fi
 du -sh build-gpu/bin

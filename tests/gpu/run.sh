@@ -15,6 +15,14 @@ BIN=$BUILD/bin
 export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PYTHONPATH="$PWD/.ref/src:${PYTHONPATH:-}"
 W0=$(mktemp -d); export DITC_CACHE_DIR=$W0/cache
+# This host has no MLIR: its MLIR-path kernels come from a codegen cache made where MLIR is
+# (.kcache, carried with the call: tests/gpu/prepare.sh fills it for the shapes used here).
+seed_mlir_cache() {
+  mkdir -p "$1/kernels"
+  for l in .kcache/kernels/*.launch; do [ -e "$l" ] && cp "${l%.launch}".* "$1/kernels/"; done
+  return 0
+}
+seed_mlir_cache "$DITC_CACHE_DIR"
 mkdir -p "$OUT"
 W=$(mktemp -d)
 fails=0
@@ -58,8 +66,9 @@ tail -n 16 "$OUT/compare_1.3b.txt"
 
 step "3. Wan2.1-1.3B 480x832 81 frames: compile, parity against diffusers, benchmark"
 t0=$(date +%s%N)
+seed_mlir_cache "$W/cold"
 big=$(DITC_CACHE_DIR=$W/cold "$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b" | tail -n1 | cut -d' ' -f3)
-echo "ditc compile (cold codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+echo "ditc compile (cold codegen cache, MLIR kernels from the carried cache): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 rm -rf "$W/b2"; t0=$(date +%s%N)
 DITC_CACHE_DIR=$W/cold "$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b2" -q >/dev/null
 echo "ditc compile (warm codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) ms"
