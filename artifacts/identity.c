@@ -1,5 +1,6 @@
 /* Content hashes (XXH3-128 as canonical hex) and the compile identity over canonical JSON. */
 #include "artifacts/identity.h"
+#include "base/strbuf.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -73,77 +74,12 @@ int dit_is_hash_hex(const char *s) {
 
 /* ---- canonical JSON ---- */
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-  int oom;
-} sbuf_t;
 
-static void sb_put(sbuf_t *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) {
-      if (cap > SIZE_MAX / 2) {
-        b->oom = 1;
-        return;
-      }
-      cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
 
-static void sb_puts(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* The same escapes cJSON's printer uses, so canonical text equals what cJSON would print for
- * the same string: quote, backslash, the five short control escapes, \u00XX for the other
- * control bytes, every other byte (including UTF-8) verbatim. */
-static void put_string(sbuf_t *b, const char *s) {
-  sb_put(b, "\"", 1);
-  const unsigned char *u = (const unsigned char *)s;
-  size_t run = 0;
-  for (size_t i = 0;; i++) {
-    unsigned char c = u[i];
-    const char *esc = NULL;
-    char tmp[8];
-    if (c == 0) break;
-    switch (c) {
-      case '"': esc = "\\\""; break;
-      case '\\': esc = "\\\\"; break;
-      case '\b': esc = "\\b"; break;
-      case '\f': esc = "\\f"; break;
-      case '\n': esc = "\\n"; break;
-      case '\r': esc = "\\r"; break;
-      case '\t': esc = "\\t"; break;
-      default:
-        if (c < 32) {
-          snprintf(tmp, sizeof tmp, "\\u%04x", c);
-          esc = tmp;
-        }
-    }
-    if (esc) {
-      sb_put(b, (const char *)u + run, i - run);
-      sb_puts(b, esc);
-      run = i + 1;
-    }
-  }
-  sb_puts(b, (const char *)u + run);
-  sb_put(b, "\"", 1);
-}
 
 /* Integers print as integers; every other finite double as %.17g, which round-trips exactly
  * and is the same on every IEEE host. */
-static dit_status_t put_number(sbuf_t *b, double v) {
+static dit_status_t put_number(dit_strbuf_t *b, double v) {
   char tmp[64];
   if (!isfinite(v)) return DIT_ERR(INVALID_ARGUMENT, "canonical JSON: non-finite number");
   if (v == trunc(v) && fabs(v) < 9007199254740992.0) {
@@ -154,7 +90,7 @@ static dit_status_t put_number(sbuf_t *b, double v) {
     for (char *c = tmp; *c; c++)
       if (!((*c >= '0' && *c <= '9') || *c == '-' || *c == '+' || *c == 'e')) *c = '.';
   }
-  sb_puts(b, tmp);
+  dit_strbuf_puts(b, tmp);
   return DIT_OK;
 }
 
@@ -165,27 +101,27 @@ static int cmp_keys(const void *a, const void *b) {
 
 #define CANON_MAX_DEPTH 1000
 
-static dit_status_t put_value(sbuf_t *b, const cJSON *v, int depth) {
+static dit_status_t put_value(dit_strbuf_t *b, const cJSON *v, int depth) {
   if (depth > CANON_MAX_DEPTH)
     return DIT_ERR(OUT_OF_RANGE, "canonical JSON: nesting deeper than %d", CANON_MAX_DEPTH);
   switch (v->type & 0xff) {
-    case cJSON_NULL: sb_puts(b, "null"); return DIT_OK;
-    case cJSON_False: sb_puts(b, "false"); return DIT_OK;
-    case cJSON_True: sb_puts(b, "true"); return DIT_OK;
+    case cJSON_NULL: dit_strbuf_puts(b, "null"); return DIT_OK;
+    case cJSON_False: dit_strbuf_puts(b, "false"); return DIT_OK;
+    case cJSON_True: dit_strbuf_puts(b, "true"); return DIT_OK;
     case cJSON_Number: return put_number(b, v->valuedouble);
     case cJSON_String:
       if (!v->valuestring) return DIT_ERR(INVALID_ARGUMENT, "canonical JSON: string without a value");
-      put_string(b, v->valuestring);
+      dit_strbuf_json_string(b, v->valuestring);
       return DIT_OK;
     case cJSON_Array: {
-      sb_put(b, "[", 1);
+      dit_strbuf_put(b, "[", 1);
       int first = 1;
       for (const cJSON *c = v->child; c; c = c->next) {
-        if (!first) sb_put(b, ",", 1);
+        if (!first) dit_strbuf_put(b, ",", 1);
         first = 0;
         DIT_RETURN_IF(put_value(b, c, depth + 1));
       }
-      sb_put(b, "]", 1);
+      dit_strbuf_put(b, "]", 1);
       return DIT_OK;
     }
     case cJSON_Object: {
@@ -207,21 +143,21 @@ static dit_status_t put_value(sbuf_t *b, const cJSON *v, int depth) {
        * picks, so they are an error rather than a silent choice. */
       for (i = 1; i < n && !s; i++) {
         if (strcmp(kids[i - 1]->string, kids[i]->string) == 0) {
-          sbuf_t kb = {0};
-          put_string(&kb, kids[i]->string);
+          dit_strbuf_t kb = {0};
+          dit_strbuf_json_string(&kb, kids[i]->string);
           s = DIT_ERR(INVALID_ARGUMENT, "canonical JSON: duplicate key %s",
                       kb.p ? kb.p : "(out of memory)");
           free(kb.p);
         }
       }
-      sb_put(b, "{", 1);
+      dit_strbuf_put(b, "{", 1);
       for (i = 0; i < n && !s; i++) {
-        if (i) sb_put(b, ",", 1);
-        put_string(b, kids[i]->string);
-        sb_put(b, ":", 1);
+        if (i) dit_strbuf_put(b, ",", 1);
+        dit_strbuf_json_string(b, kids[i]->string);
+        dit_strbuf_put(b, ":", 1);
         s = put_value(b, kids[i], depth + 1);
       }
-      sb_put(b, "}", 1);
+      dit_strbuf_put(b, "}", 1);
       free(kids);
       return s;
     }
@@ -234,7 +170,7 @@ static dit_status_t put_value(sbuf_t *b, const cJSON *v, int depth) {
 dit_status_t dit_json_canonical(const cJSON *v, char **out_text) {
   *out_text = NULL;
   if (!v) return DIT_ERR(INVALID_ARGUMENT, "canonical JSON: no value");
-  sbuf_t b = {0};
+  dit_strbuf_t b = {0};
   dit_status_t s = put_value(&b, v, 0);
   if (!s && b.oom) s = DIT_ERR(RESOURCE_EXHAUSTED, "canonical JSON: out of memory");
   if (s) {

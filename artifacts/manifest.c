@@ -2,6 +2,7 @@
  * the text as hostile: every count is capped before anything is allocated for it, every
  * number is range-checked before it is converted, and every cross-reference is resolved. */
 #include "artifacts/manifest.h"
+#include "base/strbuf.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -24,75 +25,6 @@
 #define MF_PATH 192
 
 /* ------------------------------------------------------------------------------------ */
-/* Text buffer and JSON string escaping (the same escapes as cJSON and identity.c). */
-
-typedef struct {
-  char *p;
-  size_t len, cap;
-  int oom;
-} sbuf_t;
-
-static void sb_put(sbuf_t *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n + 1) {
-      if (cap > SIZE_MAX / 2) {
-        b->oom = 1;
-        return;
-      }
-      cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
-
-static void sb_puts(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-  char tmp[64];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof tmp) {
-    b->oom = 1; /* only used for numbers; never longer than the buffer */
-    return;
-  }
-  sb_put(b, tmp, (size_t)n);
-}
-
-static void sb_string(sbuf_t *b, const char *s) {
-  sb_put(b, "\"", 1);
-  for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
-    unsigned char c = *u;
-    switch (c) {
-      case '"': sb_puts(b, "\\\""); break;
-      case '\\': sb_puts(b, "\\\\"); break;
-      case '\b': sb_puts(b, "\\b"); break;
-      case '\f': sb_puts(b, "\\f"); break;
-      case '\n': sb_puts(b, "\\n"); break;
-      case '\r': sb_puts(b, "\\r"); break;
-      case '\t': sb_puts(b, "\\t"); break;
-      default:
-        if (c < 32)
-          sb_printf(b, "\\u%04x", c);
-        else
-          sb_put(b, (const char *)u, 1);
-    }
-  }
-  sb_put(b, "\"", 1);
-}
 
 /* ------------------------------------------------------------------------------------ */
 /* Serializer: a pretty printer with two-space indentation; arrays of scalars stay on one
@@ -101,7 +33,7 @@ static void sb_string(sbuf_t *b, const char *s) {
 #define JW_MAX_DEPTH 16
 
 typedef struct {
-  sbuf_t b;
+  dit_strbuf_t b;
   int depth;
   int pending; /* a key was just written; the next value belongs to it */
   unsigned char first[JW_MAX_DEPTH], inl[JW_MAX_DEPTH];
@@ -113,17 +45,17 @@ static void jw_sep(jw_t *w) {
     return;
   }
   if (w->depth == 0) return;
-  if (!w->first[w->depth]) sb_puts(&w->b, w->inl[w->depth] ? ", " : ",");
+  if (!w->first[w->depth]) dit_strbuf_puts(&w->b, w->inl[w->depth] ? ", " : ",");
   if (!w->inl[w->depth]) {
-    sb_put(&w->b, "\n", 1);
-    for (int i = 0; i < w->depth; i++) sb_put(&w->b, "  ", 2);
+    dit_strbuf_put(&w->b, "\n", 1);
+    for (int i = 0; i < w->depth; i++) dit_strbuf_put(&w->b, "  ", 2);
   }
   w->first[w->depth] = 0;
 }
 
 static void jw_open(jw_t *w, char c, int inl) {
   jw_sep(w);
-  sb_put(&w->b, &c, 1);
+  dit_strbuf_put(&w->b, &c, 1);
   if (w->depth + 1 >= JW_MAX_DEPTH) {
     w->b.oom = 1;
     return;
@@ -139,38 +71,38 @@ static void jw_close(jw_t *w, char c) {
     return;
   }
   if (!w->first[w->depth] && !w->inl[w->depth]) {
-    sb_put(&w->b, "\n", 1);
-    for (int i = 0; i < w->depth - 1; i++) sb_put(&w->b, "  ", 2);
+    dit_strbuf_put(&w->b, "\n", 1);
+    for (int i = 0; i < w->depth - 1; i++) dit_strbuf_put(&w->b, "  ", 2);
   }
-  sb_put(&w->b, &c, 1);
+  dit_strbuf_put(&w->b, &c, 1);
   w->depth--;
 }
 
 static void jw_key(jw_t *w, const char *k) {
   jw_sep(w);
-  sb_string(&w->b, k);
-  sb_puts(&w->b, ": ");
+  dit_strbuf_json_string(&w->b, k);
+  dit_strbuf_puts(&w->b, ": ");
   w->pending = 1;
 }
 
 static void jw_str(jw_t *w, const char *s) {
   jw_sep(w);
-  sb_string(&w->b, s);
+  dit_strbuf_json_string(&w->b, s);
 }
 
 static void jw_u64(jw_t *w, uint64_t v) {
   jw_sep(w);
-  sb_printf(&w->b, "%" PRIu64, v);
+  dit_strbuf_printf(&w->b, "%" PRIu64, v);
 }
 
 static void jw_i64(jw_t *w, int64_t v) {
   jw_sep(w);
-  sb_printf(&w->b, "%" PRId64, v);
+  dit_strbuf_printf(&w->b, "%" PRId64, v);
 }
 
 static void jw_raw(jw_t *w, const char *text) {
   jw_sep(w);
-  sb_puts(&w->b, text);
+  dit_strbuf_puts(&w->b, text);
 }
 
 static void jw_kstr(jw_t *w, const char *k, const char *v) {
@@ -369,7 +301,7 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
     free(canon);
   }
   jw_close(w, '}');
-  sb_put(&w->b, "\n", 1);
+  dit_strbuf_put(&w->b, "\n", 1);
   return DIT_OK;
 }
 

@@ -1,6 +1,7 @@
 /* safetensors: header validation over borrowed images, sharded checkpoints through an index
  * (or a diffusers directory), and a deterministic writer. Every header is untrusted input. */
 #include "artifacts/safetensors.h"
+#include "base/strbuf.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -934,58 +935,7 @@ dit_status_t dit_st_writer_set_metadata(dit_st_writer_t *w, const char *key, con
   return DIT_OK;
 }
 
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int oom;
-} st_buf_t;
-
-static void buf_put(st_buf_t *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1)) {
-    b->oom = 1;
-    return;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-}
-
-static void buf_str(st_buf_t *b, const char *s) { buf_put(b, s, strlen(s)); }
-
-static void buf_u64(st_buf_t *b, uint64_t v) {
-  char tmp[24];
-  int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-  buf_put(b, tmp, (size_t)n);
-}
-
-/* The same escapes as serde_json, so headers match the Python package's byte for byte. */
-static void buf_json_string(st_buf_t *b, const char *s) {
-  buf_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    const char *esc = NULL;
-    char tmp[8];
-    switch (c) {
-      case '"': esc = "\\\""; break;
-      case '\\': esc = "\\\\"; break;
-      case '\b': esc = "\\b"; break;
-      case '\f': esc = "\\f"; break;
-      case '\n': esc = "\\n"; break;
-      case '\r': esc = "\\r"; break;
-      case '\t': esc = "\\t"; break;
-      default:
-        if (c < 0x20) {
-          snprintf(tmp, sizeof tmp, "\\u%04x", c);
-          esc = tmp;
-        }
-    }
-    if (esc)
-      buf_str(b, esc);
-    else
-      buf_put(b, (const char *)&c, 1);
-  }
-  buf_put(b, "\"", 1);
-}
+static void buf_u64(dit_strbuf_t *b, uint64_t v) { dit_strbuf_printf(b, "%" PRIu64, v); }
 
 static int cmp_wtensor(const void *a, const void *b) {
   return strcmp(((const st_wtensor_t *)a)->name, ((const st_wtensor_t *)b)->name);
@@ -1003,37 +953,37 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
     if (!strcmp(w->t[i - 1].name, w->t[i].name))
       return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s' was added twice", path, w->t[i].name);
 
-  st_buf_t b = {0};
-  buf_put(&b, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
-  buf_put(&b, "{", 1);
+  dit_strbuf_t b = {0};
+  dit_strbuf_put(&b, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
+  dit_strbuf_put(&b, "{", 1);
   int first = 1;
   if (w->nmeta) {
-    buf_str(&b, "\"__metadata__\":{");
+    dit_strbuf_puts(&b, "\"__metadata__\":{");
     for (size_t i = 0; i < w->nmeta; i++) {
-      if (i) buf_put(&b, ",", 1);
-      buf_json_string(&b, w->meta[i].key);
-      buf_put(&b, ":", 1);
-      buf_json_string(&b, w->meta[i].value);
+      if (i) dit_strbuf_put(&b, ",", 1);
+      dit_strbuf_json_string(&b, w->meta[i].key);
+      dit_strbuf_put(&b, ":", 1);
+      dit_strbuf_json_string(&b, w->meta[i].value);
     }
-    buf_put(&b, "}", 1);
+    dit_strbuf_put(&b, "}", 1);
     first = 0;
   }
   uint64_t offset = 0;
   for (size_t i = 0; i < w->n; i++) {
     const st_wtensor_t *t = &w->t[i];
-    if (!first) buf_put(&b, ",", 1);
+    if (!first) dit_strbuf_put(&b, ",", 1);
     first = 0;
-    buf_json_string(&b, t->name);
-    buf_str(&b, ":{\"dtype\":");
-    buf_json_string(&b, dit_st_dtype_name(t->dtype));
-    buf_str(&b, ",\"shape\":[");
+    dit_strbuf_json_string(&b, t->name);
+    dit_strbuf_puts(&b, ":{\"dtype\":");
+    dit_strbuf_json_string(&b, dit_st_dtype_name(t->dtype));
+    dit_strbuf_puts(&b, ",\"shape\":[");
     for (int d = 0; d < t->rank; d++) {
-      if (d) buf_put(&b, ",", 1);
+      if (d) dit_strbuf_put(&b, ",", 1);
       buf_u64(&b, (uint64_t)t->dims[d]);
     }
-    buf_str(&b, "],\"data_offsets\":[");
+    dit_strbuf_puts(&b, "],\"data_offsets\":[");
     buf_u64(&b, offset);
-    buf_put(&b, ",", 1);
+    dit_strbuf_put(&b, ",", 1);
     if (__builtin_add_overflow(offset, (uint64_t)t->nbytes, &offset) ||
         (double)offset > DIT_ST_MAX_JSON_INT) {
       free(b.p);
@@ -1041,23 +991,23 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
                      t->name);
     }
     buf_u64(&b, offset);
-    buf_str(&b, "]}");
+    dit_strbuf_puts(&b, "]}");
   }
-  buf_put(&b, "}", 1);
+  dit_strbuf_put(&b, "}", 1);
   /* Readers may map the data buffer and cast: padding the header keeps it 8-aligned. */
-  while (!b.oom && b.n % 8) buf_put(&b, " ", 1);
-  uint64_t header_len = b.n - 8;
+  while (!b.oom && b.len % 8) dit_strbuf_put(&b, " ", 1);
+  uint64_t header_len = b.len - 8;
   if (!b.oom && header_len > DIT_ST_MAX_HEADER) {
     free(b.p);
     return DIT_ERR(OUT_OF_RANGE, "%s: header of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                    path, header_len, DIT_ST_MAX_HEADER);
   }
-  size_t total = b.n;
-  if (!b.oom && grow((void **)&b.p, &b.cap, b.n + (size_t)offset + 1, 1)) b.oom = 1;
+  size_t total = b.len;
+  if (!b.oom && grow((void **)&b.p, &b.cap, b.len + (size_t)offset + 1, 1)) b.oom = 1;
   if (b.oom) {
     free(b.p);
     return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory building %zu + %" PRIu64 " bytes", path,
-                   b.n, offset);
+                   b.len, offset);
   }
   for (int i = 0; i < 8; i++) b.p[i] = (char)(header_len >> (8 * i));
   for (size_t i = 0; i < w->n; i++) {

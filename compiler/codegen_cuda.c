@@ -13,6 +13,7 @@
 #include "artifacts/identity.h"
 #include "base/fileio.h"
 #include "compiler/codegen_mlir.h"
+#include "base/strbuf.h"
 #include "dit_kernel_sources.h"
 #include "dit_sources_hash.h"
 
@@ -91,48 +92,19 @@ dit_cuda_codegen_stats_t dit_cuda_codegen_stats(const dit_cuda_codegen_t *cg) { 
 
 /* ---- specialization ---- */
 
-typedef struct spec {
-  char *text;
-  size_t len, cap;
-  int oom;
-} spec_t;
-
-static void def(spec_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void def(spec_t *s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0 || s->oom) return;
-  if (s->len + (size_t)n + 1 > s->cap) {
-    size_t cap = (s->cap ? s->cap * 2 : 4096) + (size_t)n;
-    char *t = realloc(s->text, cap);
-    if (!t) {
-      s->oom = 1;
-      return;
-    }
-    s->text = t;
-    s->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(s->text + s->len, s->cap - s->len, fmt, ap);
-  va_end(ap);
-  s->len += (size_t)n;
-}
-
 /* The rotary (cos, sin) table of a ROPE op, computed exactly as the CPU reference does:
  * frequencies, angles, cos and sin in double, each rounded once to float. */
-static void rope_table(spec_t *s, int64_t f, int64_t h, int64_t w, int64_t td, int64_t hd, int64_t wd, double theta) {
+static void rope_table(dit_strbuf_t *s, int64_t f, int64_t h, int64_t w, int64_t td, int64_t hd, int64_t wd, double theta) {
   const int64_t count[3] = {f, h, w}, dims[3] = {td, hd, wd};
-  def(s, "#define ROPE_TABLE ");
+  dit_strbuf_printf(s, "#define ROPE_TABLE ");
   for (int part = 0; part < 3; part++)
     for (int64_t pos = 0; pos < count[part]; pos++)
       for (int64_t q = 0; q < dims[part] / 2; q++) {
         const double freq = 1.0 / pow(theta, (double)(2 * q) / (double)dims[part]);
         const double ang = (double)pos * freq;
-        def(s, "{%a,%a},", (double)(float)cos(ang), (double)(float)sin(ang));
+        dit_strbuf_printf(s, "{%a,%a},", (double)(float)cos(ang), (double)(float)sin(ang));
       }
-  def(s, "\n");
+  dit_strbuf_printf(s, "\n");
 }
 
 static int dt_code(dit_dtype_t t) { return t == DIT_BF16 ? 1 : 0; }
@@ -161,12 +133,12 @@ static void set_launch(dit_plan_kernel_t *k, uint64_t gx, uint32_t gy, uint32_t 
 static uint64_t blocks_of(uint64_t n) { return (n + 255) / 256; }
 
 /* Fills the specialization defines and launch shape; 0 in *has when the runtime runs it. */
-static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t *s, int *has,
+static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_strbuf_t *s, int *has,
                                dit_plan_kernel_t *k) {
   const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
   const char *name = dit_op_info(op->kind)->name;
   *has = 1;
-  def(s, "#define T_OUT %d\n", dt_code(y->dtype));
+  dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(y->dtype));
   for (int i = 0; i < op->n_in; i++)
     if (V(g, op->in[i])->dtype != DIT_F32 && V(g, op->in[i])->dtype != DIT_BF16)
       return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
@@ -176,17 +148,17 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
     case DIT_OP_SILU:
     case DIT_OP_GELU_TANH:
     case DIT_OP_ADD:
-      def(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
+      dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
           op->kind == DIT_OP_SILU ? 1 : op->kind == DIT_OP_GELU_TANH ? 2 : 3, n, dt_code(x->dtype), n % 8 == 0);
-      if (op->kind == DIT_OP_ADD) def(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
+      if (op->kind == DIT_OP_ADD) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
       set_launch(k, blocks_of(n % 8 == 0 ? n / 8 : n), 1, 1, 256, 0);
       return DIT_OK;
     case DIT_OP_GATED_ADD: {
       const dit_value_t *mod = V(g, op->in[2]);
-      def(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
+      dit_strbuf_printf(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
       int vec = x->dims[2] % 8 == 0;
-      def(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
+      dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
              "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", x->dims[0], x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"), vec);
       set_launch(k, blocks_of(vec ? n / 8 : n), 1, 1, 256, 0);
       return DIT_OK;
@@ -194,28 +166,28 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
     case DIT_OP_MOD_TABLE: {
       const dit_value_t *e = V(g, op->in[1]);
       int64_t rows_e = dit_value_numel(e) / e->dims[0] / y->dims[2];
-      def(s, "#define DIT_K_MOD_TABLE 1\n#define T_TABLE %d\n#define T_E %d\n#define BATCH %" PRId64 "\n#define NROWS %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_MOD_TABLE 1\n#define T_TABLE %d\n#define T_E %d\n#define BATCH %" PRId64 "\n#define NROWS %" PRId64
              "\n#define D %" PRId64 "\n#define ROWS_E %" PRId64 "\n",
           dt_code(x->dtype), dt_code(e->dtype), y->dims[0], y->dims[1], y->dims[2], rows_e);
       set_launch(k, blocks_of(n), 1, 1, 256, 0);
       return DIT_OK;
     }
     case DIT_OP_TIMESTEP_EMBED:
-      def(s, "#define DIT_K_TIMESTEP_EMBED 1\n#define T_T %d\n#define BATCH %" PRId64 "\n#define DIM %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_TIMESTEP_EMBED 1\n#define T_T %d\n#define BATCH %" PRId64 "\n#define DIM %" PRId64
              "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n",
           dt_code(x->dtype), y->dims[0], y->dims[1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
           getf(op, "scale"));
       set_launch(k, blocks_of(n), 1, 1, 256, 0);
       return DIT_OK;
     case DIT_OP_PATCHIFY:
-      def(s, "#define DIT_K_PATCHIFY 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define F %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_PATCHIFY 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define F %" PRId64
              "\n#define H %" PRId64 "\n#define W %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
           dt_code(x->dtype), x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], geti(op, "pt"), geti(op, "ph"),
           geti(op, "pw"));
       set_launch(k, blocks_of(n), 1, 1, 256, 0);
       return DIT_OK;
     case DIT_OP_UNPATCHIFY:
-      def(s, "#define DIT_K_UNPATCHIFY 1\n#define T_Y %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define GF %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_UNPATCHIFY 1\n#define T_Y %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define GF %" PRId64
              "\n#define GH %" PRId64 "\n#define GW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
           dt_code(x->dtype), y->dims[0], y->dims[1], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "pt"),
           geti(op, "ph"), geti(op, "pw"));
@@ -226,19 +198,19 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
     case DIT_OP_RMSNORM: {
       int64_t D = x->dims[x->rank - 1], rows = dit_value_numel(x) / D;
       int mode = op->kind == DIT_OP_LAYERNORM ? 1 : op->kind == DIT_OP_ADALN ? 2 : 3;
-      def(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
+      dit_strbuf_printf(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
              "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % 8 == 0);
       if (mode == 1) {
-        def(s, "#define AFFINE %d\n", op->n_in == 3);
+        dit_strbuf_printf(s, "#define AFFINE %d\n", op->n_in == 3);
         if (op->n_in == 3)
-          def(s, "#define T_W %d\n#define T_BIAS %d\n", dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype));
+          dit_strbuf_printf(s, "#define T_W %d\n#define T_BIAS %d\n", dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype));
       } else if (mode == 2) {
         const dit_value_t *mod = V(g, op->in[1]);
-        def(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
+        dit_strbuf_printf(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
                "\n#define SCALE_ROW %" PRId64 "\n",
             dt_code(mod->dtype), x->dims[1], mod->dims[1], geti(op, "shift"), geti(op, "scale"));
       } else {
-        def(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
+        dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
       }
       if (D > 256 * 64) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': rows of %" PRId64 " exceed the GPU kernel's 16384", name, y->name, D);
       set_launch(k, (uint64_t)rows, 1, 1, 256, 0);
@@ -246,7 +218,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
     }
     case DIT_OP_ROPE: {
       int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
-      def(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
              "\n#define GW %" PRId64 "\n#define HEADS %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
              "\n#define WD %" PRId64 "\n",
           dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd);
@@ -263,10 +235,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
         *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
         return DIT_OK;
       }
-      def(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
              "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n#define ACT %d\n",
           dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3, (int)geti(op, "act"));
-      if (op->n_in == 3) def(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
+      if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
       set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, 256, 0);
       return DIT_OK;
     }
@@ -279,7 +251,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, spec_t 
       int64_t dp = (hd + 15) / 16 * 16;
       /* Q tile of 128 rows, and two buffers each of K and V tiles of 64 keys (see the kernel). */
       uint32_t smem = (uint32_t)((128 + 4 * 64) * (dp + 8) * 2);
-      def(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
+      dit_strbuf_printf(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
       if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
@@ -525,27 +497,27 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
     if (cg->nvrtc_because && !cJSON_GetObjectItem(cg->nvrtc_because, dit_op_info(op->kind)->name))
       cJSON_AddStringToObject(cg->nvrtc_because, dit_op_info(op->kind)->name, reason);
   }
-  spec_t s;
+  dit_strbuf_t s;
   memset(&s, 0, sizeof s);
   dit_status_t sp = specialize(g, op, &s, out_has_kernel, launch);
   if (!sp && s.oom) sp = DIT_ERR(RESOURCE_EXHAUSTED, "codegen: out of memory");
   if (sp || !*out_has_kernel) {
-    free(s.text);
+    free(s.p);
     return sp;
   }
 #if !DIT_HAVE_NVRTC
   (void)module;
-  free(s.text);
+  free(s.p);
   return DIT_ERR(UNAVAILABLE, "this ditc was built without NVRTC");
 #else
   size_t src_len = s.len + sizeof dit_kernel_source;
   char *src = malloc(src_len + 1);
   if (!src) {
-    free(s.text);
+    free(s.p);
     return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
-  memcpy(src, s.text, s.len);
-  free(s.text);
+  memcpy(src, s.p, s.len);
+  free(s.p);
   memcpy(src + s.len, dit_kernel_source, sizeof dit_kernel_source);
   /* Cache key: the full source, the target and the code generators' versions. */
   int maj = 0, min = 0;

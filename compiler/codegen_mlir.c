@@ -1,6 +1,7 @@
 /* Elementwise chains to PTX through the MLIR C API: writes the chain as a linalg.generic over
  * vectors, runs the GPU lowering in three phases and takes the PTX out of the gpu.binary. */
 #include "compiler/codegen_mlir.h"
+#include "base/strbuf.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -37,55 +38,6 @@
 #define DIAG_CAP 6000
 
 #if DIT_HAVE_MLIR
-/* ---- text buffer ---- */
-
-typedef struct buf {
-  char *p;
-  size_t len, cap;
-  int oom;
-} buf_t;
-
-static void buf_add(buf_t *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
-
-static void bprintf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(buf_t *b, const char *fmt, ...) {
-  char small[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(small, sizeof small, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n < sizeof small) {
-    buf_add(b, small, (size_t)n);
-    return;
-  }
-  char *big = malloc((size_t)n + 1);
-  if (!big) {
-    b->oom = 1;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  buf_add(b, big, (size_t)n);
-  free(big);
-}
 
 /* ---- the spec ---- */
 
@@ -190,21 +142,21 @@ static dit_status_t arch_ptx_feature(const char *arch, const char **out) {
 
 static const char *elem_ir(dit_dtype_t t) { return t == DIT_BF16 ? "i16" : "f32"; }
 
-static void memref_ir(buf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g, int k) {
+static void memref_ir(dit_strbuf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g, int k) {
   dit_dtype_t t = k < 0 ? s->out_dtype : s->in[k].dtype;
   dit_mlir_ew_bcast_t bc = k < 0 ? DIT_MLIR_EW_ELEMENT : s->in[k].bcast;
-  if (bc == DIT_MLIR_EW_ROW) bprintf(b, "memref<%" PRId64 "x", g->dv);
-  else if (bc == DIT_MLIR_EW_MOD) bprintf(b, "memref<%" PRId64 "x%" PRId64 "x%" PRId64 "x", g->batch, s->rows, g->dv);
-  else bprintf(b, "memref<%" PRId64 "x", g->nv);
-  bprintf(b, "vector<%dx%s>>", g->v, elem_ir(t));
+  if (bc == DIT_MLIR_EW_ROW) dit_strbuf_printf(b, "memref<%" PRId64 "x", g->dv);
+  else if (bc == DIT_MLIR_EW_MOD) dit_strbuf_printf(b, "memref<%" PRId64 "x%" PRId64 "x%" PRId64 "x", g->batch, s->rows, g->dv);
+  else dit_strbuf_printf(b, "memref<%" PRId64 "x", g->nv);
+  dit_strbuf_printf(b, "vector<%dx%s>>", g->v, elem_ir(t));
 }
 
-static void map_ir(buf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g, int k) {
+static void map_ir(dit_strbuf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g, int k) {
   dit_mlir_ew_bcast_t bc = k < 0 ? DIT_MLIR_EW_ELEMENT : s->in[k].bcast;
-  if (bc == DIT_MLIR_EW_ROW) bprintf(b, "affine_map<(i) -> (i mod %" PRId64 ")>", g->dv);
+  if (bc == DIT_MLIR_EW_ROW) dit_strbuf_printf(b, "affine_map<(i) -> (i mod %" PRId64 ")>", g->dv);
   else if (bc == DIT_MLIR_EW_MOD)
-    bprintf(b, "affine_map<(i) -> (i floordiv %" PRId64 ", %" PRId64 ", i mod %" PRId64 ")>", s->t * g->dv, s->row, g->dv);
-  else bprintf(b, "affine_map<(i) -> (i)>");
+    dit_strbuf_printf(b, "affine_map<(i) -> (i floordiv %" PRId64 ", %" PRId64 ", i mod %" PRId64 ")>", s->t * g->dv, s->row, g->dv);
+  else dit_strbuf_printf(b, "affine_map<(i) -> (i)>");
 }
 
 static uint32_t f32_bits(float f) {
@@ -220,7 +172,7 @@ typedef struct name {
 } name_t;
 
 typedef struct body {
-  buf_t *b;
+  dit_strbuf_t *b;
   int v, next;
 } body_t;
 
@@ -233,19 +185,19 @@ static name_t fresh(body_t *y) {
 static name_t fconst(body_t *y, float f) {
   name_t r = fresh(y);
   /* The bit pattern, not a decimal: the constant must be the float the C kernels use. */
-  bprintf(y->b, "    %s = arith.constant dense<0x%08" PRIX32 "> : vector<%dxf32>\n", r.s, f32_bits(f), y->v);
+  dit_strbuf_printf(y->b, "    %s = arith.constant dense<0x%08" PRIX32 "> : vector<%dxf32>\n", r.s, f32_bits(f), y->v);
   return r;
 }
 
 static name_t iconst(body_t *y, uint32_t u) {
   name_t r = fresh(y);
-  bprintf(y->b, "    %s = arith.constant dense<%" PRIu32 "> : vector<%dxi32>\n", r.s, u, y->v);
+  dit_strbuf_printf(y->b, "    %s = arith.constant dense<%" PRIu32 "> : vector<%dxi32>\n", r.s, u, y->v);
   return r;
 }
 
 static name_t op1(body_t *y, const char *op, name_t a) {
   name_t r = fresh(y);
-  bprintf(y->b, "    %s = %s %s : vector<%dxf32>\n", r.s, op, a.s, y->v);
+  dit_strbuf_printf(y->b, "    %s = %s %s : vector<%dxf32>\n", r.s, op, a.s, y->v);
   return r;
 }
 
@@ -254,13 +206,13 @@ static name_t op2(body_t *y, const char *op, name_t a, name_t c, const char *ty)
   /* NVRTC contracts a multiply feeding an add into one fma (its default --fmad=true); the
    * same permission here gives the same roundings as the NVRTC kernels. */
   int contract = !strcmp(op, "arith.addf") || !strcmp(op, "arith.mulf");
-  bprintf(y->b, "    %s = %s %s, %s%s : vector<%dx%s>\n", r.s, op, a.s, c.s, contract ? " fastmath<contract>" : "", y->v, ty);
+  dit_strbuf_printf(y->b, "    %s = %s %s, %s%s : vector<%dx%s>\n", r.s, op, a.s, c.s, contract ? " fastmath<contract>" : "", y->v, ty);
   return r;
 }
 
 static name_t cast(body_t *y, const char *op, name_t a, const char *from, const char *to) {
   name_t r = fresh(y);
-  bprintf(y->b, "    %s = %s %s : vector<%dx%s> to vector<%dx%s>\n", r.s, op, a.s, y->v, from, y->v, to);
+  dit_strbuf_printf(y->b, "    %s = %s %s : vector<%dx%s> to vector<%dx%s>\n", r.s, op, a.s, y->v, from, y->v, to);
   return r;
 }
 
@@ -275,43 +227,43 @@ static name_t to_bf16(body_t *y, name_t f, name_t c16) {
   name_t mag = op2(y, "arith.andi", u, iconst(y, 0x7fffffffu), "i32");
   name_t nan = fresh(y);
   name_t inf = iconst(y, 0x7f800000u);
-  bprintf(y->b, "    %s = arith.cmpi ugt, %s, %s : vector<%dxi32>\n", nan.s, mag.s, inf.s, y->v);
+  dit_strbuf_printf(y->b, "    %s = arith.cmpi ugt, %s, %s : vector<%dxi32>\n", nan.s, mag.s, inf.s, y->v);
   name_t hi = op2(y, "arith.shrui", u, c16, "i32");
   name_t lsb = op2(y, "arith.andi", hi, iconst(y, 1), "i32");
   name_t r = op2(y, "arith.addi", op2(y, "arith.addi", u, iconst(y, 0x7fffu), "i32"), lsb, "i32");
   r = op2(y, "arith.shrui", r, c16, "i32");
   name_t quiet = op2(y, "arith.ori", hi, iconst(y, 0x40u), "i32");
   name_t sel = fresh(y);
-  bprintf(y->b, "    %s = arith.select %s, %s, %s : vector<%dxi1>, vector<%dxi32>\n", sel.s, nan.s, quiet.s, r.s, y->v,
+  dit_strbuf_printf(y->b, "    %s = arith.select %s, %s, %s : vector<%dxi1>, vector<%dxi32>\n", sel.s, nan.s, quiet.s, r.s, y->v,
           y->v);
   return cast(y, "arith.trunci", sel, "i32", "i16");
 }
 
-static void emit_module(buf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g) {
-  bprintf(b, "func.func @dit(%%out: ");
+static void emit_module(dit_strbuf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g) {
+  dit_strbuf_printf(b, "func.func @dit(%%out: ");
   memref_ir(b, s, g, -1);
   for (int k = 0; k < s->n_in; k++) {
-    bprintf(b, ", %%in%d: ", k);
+    dit_strbuf_printf(b, ", %%in%d: ", k);
     memref_ir(b, s, g, k);
   }
-  bprintf(b, ") {\n  linalg.generic {indexing_maps = [");
+  dit_strbuf_printf(b, ") {\n  linalg.generic {indexing_maps = [");
   for (int k = 0; k < s->n_in; k++) {
     map_ir(b, s, g, k);
-    bprintf(b, ", ");
+    dit_strbuf_printf(b, ", ");
   }
   map_ir(b, s, g, -1);
-  bprintf(b, "], iterator_types = [\"parallel\"]}\n      ins(");
-  for (int k = 0; k < s->n_in; k++) bprintf(b, "%s%%in%d", k ? ", " : "", k);
-  bprintf(b, " : ");
+  dit_strbuf_printf(b, "], iterator_types = [\"parallel\"]}\n      ins(");
+  for (int k = 0; k < s->n_in; k++) dit_strbuf_printf(b, "%s%%in%d", k ? ", " : "", k);
+  dit_strbuf_printf(b, " : ");
   for (int k = 0; k < s->n_in; k++) {
-    if (k) bprintf(b, ", ");
+    if (k) dit_strbuf_printf(b, ", ");
     memref_ir(b, s, g, k);
   }
-  bprintf(b, ") outs(%%out : ");
+  dit_strbuf_printf(b, ") outs(%%out : ");
   memref_ir(b, s, g, -1);
-  bprintf(b, ") {\n  ^bb0(");
-  for (int k = 0; k < s->n_in; k++) bprintf(b, "%%a%d: vector<%dx%s>, ", k, g->v, elem_ir(s->in[k].dtype));
-  bprintf(b, "%%o: vector<%dx%s>):\n", g->v, elem_ir(s->out_dtype));
+  dit_strbuf_printf(b, ") {\n  ^bb0(");
+  for (int k = 0; k < s->n_in; k++) dit_strbuf_printf(b, "%%a%d: vector<%dx%s>, ", k, g->v, elem_ir(s->in[k].dtype));
+  dit_strbuf_printf(b, "%%o: vector<%dx%s>):\n", g->v, elem_ir(s->out_dtype));
 
   body_t y = {b, g->v, 0};
   name_t c16 = {{0}};
@@ -346,7 +298,7 @@ static void emit_module(buf_t *b, const dit_mlir_ew_spec_t *s, const geom_t *g) 
     }
   }
   if (s->out_dtype == DIT_BF16) acc = to_bf16(&y, acc, c16);
-  bprintf(b, "    linalg.yield %s : vector<%dx%s>\n  }\n  return\n}\n", acc.s, g->v, elem_ir(s->out_dtype));
+  dit_strbuf_printf(b, "    linalg.yield %s : vector<%dx%s>\n  }\n  return\n}\n", acc.s, g->v, elem_ir(s->out_dtype));
 }
 
 static const char *cuda_root(void) {
@@ -375,7 +327,7 @@ static const char PHASE_C_FMT[] =
 static pthread_once_t passes_once = PTHREAD_ONCE_INIT;
 static void register_passes(void) { mlirRegisterAllPasses(); }
 
-static void to_buf(MlirStringRef s, void *user) { buf_add(user, s.data, s.length); }
+static void to_buf(MlirStringRef s, void *user) { dit_strbuf_put(user, s.data, s.length); }
 
 static MlirStringRef sref(const char *s) { return mlirStringRefCreateFromCString(s); }
 
@@ -385,14 +337,14 @@ static int op_is(MlirOperation op, const char *name) {
   return n.length == strlen(name) && !memcmp(n.data, name, n.length);
 }
 
-static void diag_append(buf_t *b, MlirDiagnostic d, int depth) {
+static void diag_append(dit_strbuf_t *b, MlirDiagnostic d, int depth) {
   static const char *const sev[] = {"error", "warning", "note", "remark"};
   if (b->len > DIAG_CAP) return;
   unsigned k = (unsigned)mlirDiagnosticGetSeverity(d);
-  bprintf(b, "\n%*s%s: ", 2 * depth, "", k < 4 ? sev[k] : "diagnostic");
-  buf_t loc = {0};
+  dit_strbuf_printf(b, "\n%*s%s: ", 2 * depth, "", k < 4 ? sev[k] : "diagnostic");
+  dit_strbuf_t loc = {0};
   mlirLocationPrint(mlirDiagnosticGetLocation(d), to_buf, &loc);
-  if (loc.p && strcmp(loc.p, "loc(unknown)")) bprintf(b, "%s: ", loc.p);
+  if (loc.p && strcmp(loc.p, "loc(unknown)")) dit_strbuf_printf(b, "%s: ", loc.p);
   free(loc.p);
   mlirDiagnosticPrint(d, to_buf, b);
   for (intptr_t i = 0; i < mlirDiagnosticGetNumNotes(d); i++) diag_append(b, mlirDiagnosticGetNote(d, i), depth + 1);
@@ -404,9 +356,9 @@ static MlirLogicalResult on_diag(MlirDiagnostic d, void *user) {
   return mlirLogicalResultSuccess();
 }
 
-static dit_status_t run_phase(MlirContext ctx, MlirModule m, const char *pipeline, const char *what, buf_t *diag) {
+static dit_status_t run_phase(MlirContext ctx, MlirModule m, const char *pipeline, const char *what, dit_strbuf_t *diag) {
   MlirPassManager pm = mlirPassManagerCreateOnOperation(ctx, sref("builtin.module"));
-  buf_t perr = {0};
+  dit_strbuf_t perr = {0};
   dit_status_t s = DIT_OK;
   diag->len = 0;
   if (diag->p) diag->p[0] = 0;
@@ -585,9 +537,9 @@ dit_status_t dit_mlir_elementwise_ptx(const dit_mlir_ew_spec_t *spec, const char
   if (!dit_path_exists(libdevice))
     return DIT_ERR(UNAVAILABLE, "elementwise kernel: %s not found: MLIR codegen needs the CUDA toolkit's libdevice (set DITC_CUDA_ROOT)",
                    libdevice);
-  buf_t text = {0}, diag = {0}, phase_c = {0}, dump = {0};
+  dit_strbuf_t text = {0}, diag = {0}, phase_c = {0}, dump = {0};
   emit_module(&text, spec, &g);
-  bprintf(&phase_c, PHASE_C_FMT, sm_arch, feature, root);
+  dit_strbuf_printf(&phase_c, PHASE_C_FMT, sm_arch, feature, root);
   if (text.oom || phase_c.oom) {
     free(text.p);
     free(phase_c.p);
@@ -621,9 +573,9 @@ dit_status_t dit_mlir_elementwise_ptx(const dit_mlir_ew_spec_t *spec, const char
   mlirContextDestroy(ctx);
 
   if (!s && out_mlir_text) {
-    bprintf(&dump, "// ditc elementwise kernel, %s\n// phase 1: %s\n", sm_arch, PHASE_A);
-    bprintf(&dump, "// then memref.assume_alignment of out, in... first in the launch body (parameter order)\n");
-    bprintf(&dump, "// phase 2: %s\n// phase 3: %s\n%s", PHASE_B, phase_c.p, text.p);
+    dit_strbuf_printf(&dump, "// ditc elementwise kernel, %s\n// phase 1: %s\n", sm_arch, PHASE_A);
+    dit_strbuf_printf(&dump, "// then memref.assume_alignment of out, in... first in the launch body (parameter order)\n");
+    dit_strbuf_printf(&dump, "// phase 2: %s\n// phase 3: %s\n%s", PHASE_B, phase_c.p, text.p);
     if (dump.oom) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
   free(text.p);
