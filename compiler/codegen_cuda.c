@@ -399,6 +399,14 @@ static int mlir_spec(const dit_graph_t *g, const dit_op_t *op, dit_mlir_ew_spec_
   }
 }
 
+/* A cache read: 1 on a hit. A miss is not an error (the kernel is generated instead). */
+static int cache_read(const char *path, size_t max, char **data, size_t *size) {
+  dit_status_t s = dit_file_read(path, max, data, size);
+  if (!s) return 1;
+  dit_status_free(s);
+  return 0;
+}
+
 static void spec_key_text(const dit_mlir_ew_spec_t *e, char *buf, size_t cap) {
   size_t n = (size_t)snprintf(buf, cap, "mlir-ew n=%lld d=%lld t=%lld rows=%lld row=%lld out=%d in=", (long long)e->n,
                               (long long)e->d, (long long)e->t, (long long)e->rows, (long long)e->row, (int)e->out_dtype);
@@ -440,8 +448,8 @@ static dit_status_t codegen_mlir(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   char *launch = NULL;
   size_t llen = 0;
   dit_status_t s = DIT_OK;
-  if (!dit_file_read(cpath, 64u << 20, &cg->cubin, &cg->cubin_size) && !dit_file_read(ppath, 64u << 20, &cg->ptx, &cg->ptx_size) &&
-      !dit_file_read(lpath, 4096, &launch, &llen) &&
+  if (cache_read(cpath, 64u << 20, &cg->cubin, &cg->cubin_size) && cache_read(ppath, 64u << 20, &cg->ptx, &cg->ptx_size) &&
+      cache_read(lpath, 4096, &launch, &llen) &&
       sscanf(launch, "%31s %u %u %u %u %u %u %u", k->entry, &k->grid[0], &k->grid[1], &k->grid[2], &k->block[0], &k->block[1],
              &k->block[2], &k->smem) == 8) {
     cg->stats.cache_hits++;
@@ -540,8 +548,7 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   free(cg->cubin);
   free(cg->ptx);
   cg->cubin = cg->ptx = NULL;
-  if (!dit_file_read(cpath, 64u << 20, &cg->cubin, &cg->cubin_size) &&
-      !dit_file_read(ppath, 64u << 20, &cg->ptx, &cg->ptx_size)) {
+  if (cache_read(cpath, 64u << 20, &cg->cubin, &cg->cubin_size) && cache_read(ppath, 64u << 20, &cg->ptx, &cg->ptx_size)) {
     cg->stats.cache_hits++;
   } else {
     free(cg->cubin);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU bundles compile without a GPU: kernels from NVRTC and the MLIR path, the same bytes from a
+# cold and a warm kernel cache, a plan that the CPU reference still runs (the bf16 goldens
+# match), and a ditrun on a machine without a driver that says so instead of running.
+set -euo pipefail
+BIN=$1/bin
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+d=tests/data/wan_tiny_b
+args=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90)
+a=$(DITC_CACHE_DIR=$T/cache1 "$BIN/ditc" "${args[@]}" -o "$T/one" -q | tail -n 1)
+b=$(DITC_CACHE_DIR=$T/cache2 "$BIN/ditc" "${args[@]}" -o "$T/two" -q | tail -n 1)
+c=$(DITC_CACHE_DIR=$T/cache1 "$BIN/ditc" "${args[@]}" -o "$T/three" -q | tail -n 1)
+ida=${a#bundle }; ida=${ida%% *}
+[ "$ida" = "$(echo "$b" | cut -d' ' -f2)" ] && [ "$ida" = "$(echo "$c" | cut -d' ' -f2)" ] || { echo "identities differ"; exit 1; }
+diff -r -x diagnostics.json "$T/one/$ida" "$T/two/$ida"
+diff -r -x diagnostics.json "$T/one/$ida" "$T/three/$ida"
+B=$T/one/$ida
+"$BIN/ditrun" verify "$B"
+python3 - "$B" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+assert m["target"]["arch"] == "sm_90", m["target"]
+assert m["target"]["min_driver"] > 0
+kernels = [b for b in m["blobs"] if b["role"] == "kernels"]
+assert len(kernels) >= 10, len(kernels)
+cg = m["summary"]["codegen"]
+assert cg["mlir_kernel_steps"] > 0 and cg["nvrtc_kernel_steps"] > 0, cg
+tc = m["inputs"]["toolchain"]
+assert "nvrtc" in tc and "nvjitlink" in tc and "mlir" in tc, tc
+plan = [b["hash"] for b in m["blobs"] if b["role"] == "plan"][0]
+steps = json.load(open(sys.argv[1] + "/blobs/" + plan))["steps"]
+src = {s["kernel"]["source"] for s in steps if "kernel" in s}
+assert src == {"mlir", "nvrtc"}, src
+print("gpu bundle: %d kernel modules, %d MLIR and %d NVRTC kernel steps" % (len(kernels), cg["mlir_kernel_steps"], cg["nvrtc_kernel_steps"]))
+PY
+"$BIN/ditrun" forward "$B" --backend cpu --inputs "$d/forward_inputs.safetensors" --out "$T/f.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/f.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+if ! ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 >/dev/null 2>&1; then
+  if "$BIN/ditrun" forward "$B" --inputs "$d/forward_inputs.safetensors" --out "$T/g.safetensors" 2>"$T/err"; then
+    echo "ditrun ran a GPU bundle without a driver"; exit 1
+  fi
+  grep -q "CUDA backend unavailable" "$T/err" || { cat "$T/err"; exit 1; }
+  [ ! -e "$T/g.safetensors" ] || { echo "partial output"; exit 1; }
+  echo "no driver here: refused with: $(head -c 160 "$T/err")"
+fi
