@@ -16,7 +16,10 @@ typedef struct dit_comm dit_comm_t;
 
 /* In-process communicator for `world` ranks (threads). timeout_ms bounds every wait (a rank
  * that never arrives makes the others fail with DEADLINE_EXCEEDED naming the group and the
- * missing ranks); 0 = no limit. The caller owns *out. */
+ * missing ranks); 0 = no limit. A group that timed out fails every later call at once (its
+ * missing rank may still come); other groups are unaffected. Members that disagree (collective,
+ * sizes, dtype, root) or whose buffers overlap one another's all get INVALID_ARGUMENT, and no
+ * buffer changes. The caller owns *out. */
 dit_status_t dit_comm_create_local(int world, int timeout_ms, dit_comm_t **out);
 void dit_comm_destroy(dit_comm_t *c);
 int dit_comm_world(const dit_comm_t *c);
