@@ -120,7 +120,7 @@ static uint64_t align_up(uint64_t x) { return (x + DIT_WEIGHT_ALIGN - 1) / DIT_W
 
 /* Streams the weights the plan uses, in order of first use, each converted to the plan's
  * dtype and aligned to DIT_WEIGHT_ALIGN, and fills the layout entry. */
-static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, const dit_plan_t *p,
+static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, const dit_graph_t *g, const dit_plan_t *p,
                                   dit_manifest_weights_t *layout, progress_t *pr) {
   size_t n = 0;
   for (size_t i = 0; i < p->n_values; i++) n += p->values[i].storage == DIT_STORAGE_WEIGHT;
@@ -134,6 +134,7 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
   for (size_t st = 0; !s && st < p->n_steps; st++) {
     for (int k = 0; !s && k < p->steps[st].n_in; k++) {
       const dit_plan_value_t *v = &p->values[p->steps[st].in[k]];
+      const dit_value_t *gv = dit_graph_cvalue(g, p->steps[st].in[k]); /* lowering keeps value ids */
       if (v->storage != DIT_STORAGE_WEIGHT) continue;
       int seen = 0;
       for (size_t j = 0; j < layout->n_tensors && !seen; j++) seen = !strcmp(layout->tensors[j].name, v->ref);
@@ -143,8 +144,9 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
         s = DIT_ERR(INTERNAL, "weights: '%s' vanished from the checkpoint", v->ref);
         break;
       }
-      size_t numel = (size_t)(t->nbytes / dit_dtype_size(t->dtype));
-      size_t need = numel * 4 + 16;
+      size_t esize = dit_dtype_size(t->dtype);
+      size_t numel = (size_t)(v->nbytes / dit_dtype_size(v->dtype)); /* of the (sliced) value */
+      size_t need = (size_t)(t->nbytes / esize) * 4 + 16;
       if (need > cap) {
         free(src);
         free(dst);
@@ -156,8 +158,19 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
           break;
         }
       }
-      /* Tensors inside a safetensors file need not be aligned: copy before converting. */
-      memcpy(src, t->data, t->nbytes);
+      /* Tensors inside a safetensors file need not be aligned: copy before converting. A
+       * tensor-parallel shard gathers its slice along slice_dim. */
+      if (gv->slice_dim < 0) {
+        memcpy(src, t->data, t->nbytes);
+      } else {
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < gv->slice_dim; d++) outer *= t->dims[d];
+        for (int d = gv->slice_dim + 1; d < t->rank; d++) inner *= t->dims[d];
+        const size_t run = (size_t)(v->dims[gv->slice_dim] * inner) * esize;
+        for (int64_t i = 0; i < outer; i++)
+          memcpy((char *)src + (size_t)i * run,
+                 (const char *)t->data + ((size_t)(i * t->dims[gv->slice_dim] + gv->slice_start) * (size_t)inner) * esize, run);
+      }
       if (dit_convert(dst, v->dtype, src, t->dtype, numel)) {
         s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref,
                     dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
@@ -207,10 +220,12 @@ static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_
   return s;
 }
 
-static cJSON *topology_json(void) {
+static int tp_of(const dit_compile_options_t *o) { return o->shape.tp > 1 ? o->shape.tp : 1; }
+
+static cJSON *topology_json(int tp) {
   cJSON *t = cJSON_CreateObject();
-  cJSON_AddNumberToObject(t, "world", 1);
-  cJSON_AddNumberToObject(t, "tp", 1);
+  cJSON_AddNumberToObject(t, "world", tp);
+  cJSON_AddNumberToObject(t, "tp", tp);
   cJSON_AddNumberToObject(t, "cp", 1);
   cJSON_AddNumberToObject(t, "cfg", 1);
   cJSON_AddStringToObject(t, "cp_mode", "none");
@@ -268,7 +283,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   cJSON_AddStringToObject(in, "weights", weights_hash);
   cJSON_AddItemToObject(in, "shape", shape_json(o, ls));
   cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
-  cJSON_AddItemToObject(in, "topology", topology_json());
+  cJSON_AddItemToObject(in, "topology", topology_json(tp_of(o)));
   cJSON_AddStringToObject(in, "target", o->target);
   cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
   char schema[16];
@@ -314,8 +329,7 @@ static void add_blob_entry(dit_manifest_blob_t *blobs, size_t *n, const char *ro
 
 /* Generates every step's kernel for a GPU target and adds the modules to the bundle. */
 static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, dit_plan_t *plan,
-                                     dit_bundle_writer_t *w, dit_manifest_blob_t *blobs, size_t *n_blobs,
-                                     cJSON *summary, progress_t *pr) {
+                                     dit_bundle_writer_t *w, uint64_t *module_sizes, cJSON *summary, progress_t *pr) {
   dit_cuda_codegen_t *cg;
   DIT_RETURN_IF(dit_cuda_codegen_create(target, NULL, &cg));
   dit_status_t s = DIT_OK;
@@ -332,15 +346,15 @@ static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, d
     s = dit_bundle_writer_add_blob(w, mod.cubin, mod.cubin_size, st->kernel.cubin);
     if (!s) s = dit_bundle_writer_add_blob(w, mod.ptx, mod.ptx_size, st->kernel.ptx);
     if (!s) {
-      add_blob_entry(blobs, n_blobs, "kernels", st->kernel.cubin, mod.cubin_size);
-      add_blob_entry(blobs, n_blobs, "kernels", st->kernel.ptx, mod.ptx_size);
+      module_sizes[2 * i] = mod.cubin_size;
+      module_sizes[2 * i + 1] = mod.ptx_size;
     }
   }
   dit_cuda_codegen_stats_t cs = dit_cuda_codegen_stats(cg);
   if (!s)
     progress(pr, "codegen %s: %d kernel steps (%d MLIR, %d NVRTC), %d library GEMM steps; %d modules compiled (%.2fs), %d from the cache",
              target, kernels, cs.mlir, cs.nvrtc, library, cs.compiled, cs.compile_seconds, cs.cache_hits);
-  if (!s && summary) {
+  if (!s && summary && !cJSON_GetObjectItem(summary, "codegen")) {
     cJSON *c = cJSON_AddObjectToObject(summary, "codegen");
     cJSON_AddNumberToObject(c, "mlir_kernel_steps", cs.mlir);
     cJSON_AddNumberToObject(c, "nvrtc_kernel_steps", cs.nvrtc);
@@ -349,6 +363,57 @@ static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, d
     if (why) cJSON_AddItemToObject(c, "nvrtc_because", cJSON_Duplicate(why, 1));
   }
   dit_cuda_codegen_destroy(cg);
+  return s;
+}
+
+/* ---- one rank ---- */
+
+typedef struct rank_build {
+  dit_graph_t *g;
+  dit_plan_t *plan;
+  dit_pass_result_t pres;
+  uint64_t *module_sizes; /* per step: cubin and PTX sizes of its kernel */
+  uint64_t weights_size, plan_size;
+  char plan_hash[DIT_HASH_HEX];
+} rank_build_t;
+
+static void rank_build_free(rank_build_t *r) {
+  dit_graph_destroy(r->g);
+  dit_plan_free(r->plan);
+  free(r->module_sizes);
+}
+
+/* Graph, passes, plan, weights shard and kernels of one tensor-parallel rank. Rank 0 reports
+ * progress and takes the dumps. */
+static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t *m, const dit_latent_shape_t *ls,
+                               const dit_shape_request_t *req, dit_bundle_writer_t *w, rank_build_t *rb,
+                               dit_manifest_weights_t *layout, cJSON *codegen_summary, progress_t *pr) {
+  const int first = req->tp_rank == 0;
+  progress_t quiet = *pr;
+  quiet.quiet = 1;
+  progress_t *p = first ? pr : &quiet;
+  DIT_RETURN_IF(dit_model_build_graph(m, req, &rb->g));
+  progress(p, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64 "%s", dit_graph_num_ops(rb->g),
+           dit_graph_num_values(rb->g), ls->channels, ls->frames, ls->height, ls->width, req->tp > 1 ? " (tensor-parallel rank 0)" : "");
+  dit_pass_options_t popt = {first ? o->dump_after : NULL, o->dump};
+  DIT_RETURN_IF(dit_passes_run(rb->g, &popt, &rb->pres));
+  progress(p, "passes verify,dce,fuse,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed, %d fused",
+           (double)rb->pres.arena_bytes / (1 << 20), (double)rb->pres.naive_bytes / (1 << 20), rb->pres.removed_ops,
+           rb->pres.fused_ops);
+  if (first && o->dump_ir) dit_graph_print(rb->g, o->dump ? o->dump : stdout);
+  DIT_RETURN_IF(lower_to_plan(rb->g, rb->pres.arena_bytes, &rb->plan));
+  DIT_RETURN_IF(write_weights(w, m, rb->g, rb->plan, layout, p));
+  for (size_t i = 0; i < layout->n_tensors; i++)
+    if (layout->tensors[i].offset + layout->tensors[i].nbytes > rb->weights_size)
+      rb->weights_size = layout->tensors[i].offset + layout->tensors[i].nbytes;
+  if (!(rb->module_sizes = calloc(2 * rb->plan->n_steps + 1, sizeof *rb->module_sizes)))
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (codegen_summary) DIT_RETURN_IF(generate_kernels(o->target, rb->g, rb->plan, w, rb->module_sizes, codegen_summary, p));
+  char *text = NULL;
+  DIT_RETURN_IF(dit_plan_to_json(rb->plan, &text));
+  rb->plan_size = strlen(text);
+  dit_status_t s = dit_bundle_writer_add_blob(w, text, rb->plan_size, rb->plan_hash);
+  free(text);
   return s;
 }
 
@@ -363,24 +428,19 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
   progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
+  if (o->shape.tp > 1 && gpu)
+    return DIT_ERR(UNIMPLEMENTED, "--tp %d with --target %s: tensor parallelism runs on the CPU backend only in this build", o->shape.tp,
+                   o->target);
   clock_gettime(CLOCK_MONOTONIC, &pr.t0);
 
   dit_model_t *m = NULL;
-  dit_graph_t *g = NULL;
-  dit_plan_t *plan = NULL;
   dit_bundle_writer_t *w = NULL;
-  char *plan_text = NULL;
   dit_manifest_t man;
   memset(&man, 0, sizeof man);
-  dit_manifest_weights_t layout;
-  memset(&layout, 0, sizeof layout);
   dit_manifest_blob_t *blobs = NULL;
   size_t n_blobs = 0;
-  dit_manifest_rank_t rank0;
-  memset(&rank0, 0, sizeof rank0);
   dit_latent_shape_t ls;
   char weights_hash[33];
-  dit_pass_result_t pres;
 
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
   if (!s) progress(&pr, "loaded %s (%s, %zu tensors) from %s", m->model_class, m->variant,
@@ -411,22 +471,31 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return s;
   }
   if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
-  if (!s) s = dit_model_build_graph(m, &o->shape, &g);
-  if (!s) progress(&pr, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64,
-                   dit_graph_num_ops(g), dit_graph_num_values(g), ls.channels, ls.frames, ls.height, ls.width);
-  dit_pass_options_t popt = {o->dump_after, o->dump};
-  if (!s) s = dit_passes_run(g, &popt, &pres);
-  if (!s) progress(&pr, "passes verify,dce,fuse,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed, %d fused",
-                   (double)pres.arena_bytes / (1 << 20), (double)pres.naive_bytes / (1 << 20), pres.removed_ops, pres.fused_ops);
-  if (!s && o->dump_ir) dit_graph_print(g, o->dump ? o->dump : stdout);
-  if (!s) s = lower_to_plan(g, pres.arena_bytes, &plan);
-  if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
-  if (!s) s = write_weights(w, m, plan, &layout, &pr);
-  if (!s && !(blobs = calloc(2 + 2 * plan->n_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  /* One graph, plan and weights shard per tensor-parallel rank. */
+  const int tp = tp_of(o);
+  rank_build_t *rb = calloc((size_t)tp, sizeof *rb);
+  dit_manifest_weights_t *layouts = calloc((size_t)tp, sizeof *layouts);
+  dit_manifest_rank_t *ranks = calloc((size_t)tp, sizeof *ranks);
+  if (!s && (!rb || !layouts || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
-  if (!s && gpu) s = generate_kernels(o->target, g, plan, w, blobs, &n_blobs, codegen_summary, &pr);
-  if (!s) s = dit_plan_to_json(plan, &plan_text);
-  if (!s) s = dit_bundle_writer_add_blob(w, plan_text, strlen(plan_text), rank0.plan);
+  if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
+  for (int r = 0; !s && r < tp; r++) {
+    dit_shape_request_t req = o->shape;
+    req.tp = tp;
+    req.tp_rank = r;
+    s = build_rank(o, m, &ls, &req, w, &rb[r], &layouts[r], gpu ? codegen_summary : NULL, &pr);
+    if (s && tp > 1) s = dit_status_annotate(s, "tensor-parallel rank %d", r);
+  }
+  size_t max_steps = 0;
+  for (int r = 0; !s && r < tp; r++) max_steps += rb[r].plan->n_steps;
+  if (!s && !(blobs = calloc(2 * (size_t)tp + 2 * max_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (int r = 0; !s && r < tp; r++)
+    for (size_t i = 0; i < rb[r].plan->n_steps; i++) {
+      const dit_plan_step_t *st = &rb[r].plan->steps[i];
+      if (!st->has_kernel) continue;
+      add_blob_entry(blobs, &n_blobs, "kernels", st->kernel.cubin, rb[r].module_sizes[i * 2]);
+      add_blob_entry(blobs, &n_blobs, "kernels", st->kernel.ptx, rb[r].module_sizes[i * 2 + 1]);
+    }
   if (!s) {
     man.schema_major = DIT_SCHEMA_MAJOR;
     man.schema_minor = DIT_SCHEMA_MINOR;
@@ -434,7 +503,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
     snprintf(man.arch, sizeof man.arch, "%s", o->target);
-    man.topology.world = man.topology.tp = man.topology.cp = man.topology.cfg = 1;
+    man.topology.world = man.topology.tp = tp;
+    man.topology.cp = man.topology.cfg = 1;
     snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "none");
     man.shape.batch = o->shape.batch;
     man.shape.frames = o->shape.frames;
@@ -446,56 +516,60 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.shape.latent[2] = ls.height;
     man.shape.latent[3] = ls.width;
     man.dtype = o->shape.dtype;
-    s = fill_io(plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
-    if (!s) s = fill_io(plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
+    s = fill_io(rb[0].plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
+    if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
   }
   if (!s) {
-    layout.tp_rank = 0;
-    layout.tp_size = 1;
-    memcpy(rank0.weights, layout.blob, DIT_HASH_HEX);
-    rank0.rank = 0;
-    uint64_t wsize = 0;
-    for (size_t i = 0; i < layout.n_tensors; i++)
-      if (layout.tensors[i].offset + layout.tensors[i].nbytes > wsize) wsize = layout.tensors[i].offset + layout.tensors[i].nbytes;
-    add_blob_entry(blobs, &n_blobs, "weights", layout.blob, wsize);
-    add_blob_entry(blobs, &n_blobs, "plan", rank0.plan, strlen(plan_text));
+    uint64_t io_bytes = 0;
+    for (size_t i = 0; i < rb[0].plan->n_values; i++)
+      if (rb[0].plan->values[i].storage == DIT_STORAGE_INPUT || rb[0].plan->values[i].storage == DIT_STORAGE_OUTPUT)
+        io_bytes += rb[0].plan->values[i].nbytes;
+    for (int r = 0; r < tp; r++) {
+      layouts[r].tp_rank = r;
+      layouts[r].tp_size = tp;
+      ranks[r].rank = r;
+      memcpy(ranks[r].weights, layouts[r].blob, DIT_HASH_HEX);
+      memcpy(ranks[r].plan, rb[r].plan_hash, DIT_HASH_HEX);
+      add_blob_entry(blobs, &n_blobs, "weights", layouts[r].blob, rb[r].weights_size);
+      add_blob_entry(blobs, &n_blobs, "plan", rb[r].plan_hash, rb[r].plan_size);
+      /* Each rank's process holds its own arena, shard and io: the peak is the largest rank's. */
+      uint64_t peak = rb[r].pres.arena_bytes + rb[r].weights_size + io_bytes;
+      if (rb[r].pres.arena_bytes > man.arena_bytes) man.arena_bytes = rb[r].pres.arena_bytes;
+      if (rb[r].weights_size > man.weight_bytes) man.weight_bytes = rb[r].weights_size;
+      if (peak > man.peak_bytes) man.peak_bytes = peak;
+    }
     man.blobs = blobs;
     man.n_blobs = n_blobs;
     man.min_driver = gpu ? dit_cuda_min_driver() : 0;
-    man.weights = &layout;
-    man.n_weights = 1;
-    man.ranks = &rank0;
-    man.n_ranks = 1;
-    uint64_t io_bytes = 0;
-    for (size_t i = 0; i < plan->n_values; i++)
-      if (plan->values[i].storage == DIT_STORAGE_INPUT || plan->values[i].storage == DIT_STORAGE_OUTPUT)
-        io_bytes += plan->values[i].nbytes;
-    man.arena_bytes = pres.arena_bytes;
-    man.weight_bytes = wsize;
-    man.peak_bytes = pres.arena_bytes + wsize + io_bytes;
+    man.weights = layouts;
+    man.n_weights = (size_t)tp;
+    man.ranks = ranks;
+    man.n_ranks = (size_t)tp;
     int n_blocks = (int)m->wan.layers;
     dit_cost_t *pb = calloc((size_t)n_blocks + 1, sizeof *pb);
-    dit_cost_t tot = dit_graph_cost(g, pb, n_blocks);
+    dit_cost_t tot = dit_graph_cost(rb[0].g, pb, n_blocks);
     cJSON *sum = cJSON_CreateObject();
     cJSON *passes = cJSON_AddArrayToObject(sum, "passes");
     for (const char *const *pn = dit_pass_names(); *pn; pn++) cJSON_AddItemToArray(passes, cJSON_CreateString(*pn));
-    cJSON_AddNumberToObject(sum, "steps", (double)plan->n_steps);
+    /* Per rank (rank 0's plan; tensor-parallel ranks do equal work). */
+    cJSON_AddNumberToObject(sum, "steps", (double)rb[0].plan->n_steps);
     cJSON_AddNumberToObject(sum, "flops", tot.flops);
     cJSON_AddNumberToObject(sum, "bytes", tot.bytes);
     cJSON_AddNumberToObject(sum, "blocks", n_blocks);
     cJSON_AddNumberToObject(sum, "flops_per_block", pb && n_blocks ? pb[0].flops : 0);
-    cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)pres.naive_bytes);
+    cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)rb[0].pres.naive_bytes);
     cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
                                                (double)(ls.width / m->wan.patch[2]));
     free(pb);
     if (codegen_summary && cJSON_GetObjectItem(codegen_summary, "codegen"))
       cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));
     man.summary = sum;
-    /* Check the plan against the manifest we are about to publish, as the runtime will. */
-    s = dit_plan_check_bindings(plan, &man, &layout, "plan");
+    /* Check every plan against the manifest we are about to publish, as the runtime will. */
+    for (int r = 0; !s && r < tp; r++) s = dit_plan_check_bindings(rb[r].plan, &man, &layouts[r], "plan");
   }
-  if (!s) progress(&pr, "plan: %zu steps, %.3g GFLOP per forward, predicted peak %.2f MiB", plan->n_steps,
-                   cJSON_GetObjectItem(man.summary, "flops")->valuedouble / 1e9, (double)man.peak_bytes / (1 << 20));
+  if (!s) progress(&pr, "plan: %zu steps, %.3g GFLOP per forward%s, predicted peak %.2f MiB%s", rb[0].plan->n_steps,
+                   cJSON_GetObjectItem(man.summary, "flops")->valuedouble / 1e9, tp > 1 ? " per rank" : "",
+                   (double)man.peak_bytes / (1 << 20), tp > 1 ? " per rank" : "");
   char *diag = NULL;
   if (!s) {
     struct timespec now;
@@ -517,12 +591,15 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   cJSON_Delete(codegen_summary);
   free(man.io_inputs);
   free(man.io_outputs);
-  for (size_t i = 0; i < layout.n_tensors; i++) free(layout.tensors[i].name);
-  free(layout.tensors);
-  free(plan_text);
+  for (int r = 0; r < tp && layouts; r++) {
+    for (size_t i = 0; i < layouts[r].n_tensors; i++) free(layouts[r].tensors[i].name);
+    free(layouts[r].tensors);
+  }
+  for (int r = 0; r < tp && rb; r++) rank_build_free(&rb[r]);
+  free(layouts);
+  free(ranks);
+  free(rb);
   free(blobs);
-  dit_plan_free(plan);
-  dit_graph_destroy(g);
   dit_model_free(m);
   return s;
 }

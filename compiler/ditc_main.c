@@ -21,7 +21,8 @@ static const char kUsage[] =
     "        --batch B           batch size (default 1)\n"
     "        --text-len L        text tokens (default 512)\n"
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
-    "        --target cpu        code generation target (default cpu)\n"
+    "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
+    "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
     "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
     "                            with a store)\n"
@@ -81,6 +82,12 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--width")) rc = parse_i64(a, val, &o.shape.width), i++;
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
+    else if (!strcmp(a, "--tp")) {
+      int64_t tp = 0;
+      rc = parse_i64(a, val, &tp), i++;
+      if (!rc && (tp < 1 || tp > 64)) return usage_error("--tp %s: expected 1..64", val);
+      o.shape.tp = (int)tp;
+    }
     else if (!strcmp(a, "--dtype")) {
       if (!val) return usage_error("%s needs a value", a);
       if (!strcmp(val, "fp32") || !strcmp(val, "f32")) o.shape.dtype = DIT_F32;

@@ -18,6 +18,7 @@ typedef struct dit_shape_request {
   int64_t frames, height, width; /* pixels */
   int64_t text_len;
   dit_dtype_t dtype;             /* compute/storage policy: f32 or bf16 */
+  int tp, tp_rank;               /* tensor-parallel degree (0 or 1: none) and this graph's rank */
 } dit_shape_request_t;
 
 typedef struct dit_model {
@@ -55,7 +56,10 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
                                     dit_latent_shape_t *out);
 
 /* Builds the forward graph: inputs hidden_states [B,C,f,h,w], timestep [B] (f32),
- * encoder_hidden_states [B,L,text_dim]; output sample [B,C_out,f,h,w]. */
+ * encoder_hidden_states [B,L,text_dim]; output sample [B,C_out,f,h,w]. With req->tp > 1 it is
+ * the graph of tensor-parallel rank req->tp_rank: q/k/v and FFN-up column-parallel, attention
+ * out and FFN-down row-parallel (an all-reduce after each), heads divided, the QK RMSNorm over
+ * all heads through an all-reduce of the rows' sums of squares; the rest replicated. */
 dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request_t *req,
                                    dit_graph_t **out);
 

@@ -373,6 +373,7 @@ typedef struct wan_builder {
   dit_graph_t *g;
   const dit_model_t *m;
   dit_dtype_t dt; /* activation storage dtype */
+  int tp, rank;   /* tensor-parallel degree and rank */
 } wan_builder_t;
 
 /* diffusers keeps these modules in fp32 when the model is cast to half precision. */
@@ -402,6 +403,42 @@ static dit_vid_t linear(wan_builder_t *b, dit_vid_t x, const char *prefix, dit_d
   return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out, name);
 }
 
+/* This rank's 1/tp of a checkpoint tensor along dim. */
+static dit_vid_t Wshard(wan_builder_t *b, const char *key, int dim) {
+  const dit_st_tensor_t *t = dit_safetensors_find(b->m->weights, key);
+  if (!t) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+  int64_t part = t->dims[dim] / b->tp;
+  return dit_graph_weight_slice(b->g, key, weight_dtype(b, key), t->rank, t->dims, dim, b->rank * part, part);
+}
+
+static dit_vid_t allreduce(wan_builder_t *b, dit_vid_t x, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  return dit_graph_op(b->g, DIT_OP_ALLREDUCE, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+}
+
+/* Column-parallel: this rank's rows of the weight and bias (output features). */
+static dit_vid_t linear_col(wan_builder_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out, const char *name) {
+  if (b->tp == 1) return linear(b, x, prefix, out, name);
+  char kw[160], kb[160];
+  snprintf(kw, sizeof kw, "%s.weight", prefix);
+  snprintf(kb, sizeof kb, "%s.bias", prefix);
+  dit_vid_t ins[3] = {x, Wshard(b, kw, 0), Wshard(b, kb, 0)};
+  return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out, name);
+}
+
+/* Row-parallel: this rank's columns of the weight (input features); partial products in
+ * fp32 summed over the group, the bias added once (by rank 0). */
+static dit_vid_t linear_row(wan_builder_t *b, dit_vid_t x, const char *prefix, const char *name) {
+  if (b->tp == 1) return linear(b, x, prefix, b->dt, name);
+  char kw[160], partial[192];
+  snprintf(kw, sizeof kw, "%s.weight", prefix);
+  snprintf(partial, sizeof partial, "%s.partial", name);
+  dit_vid_t ins[3] = {x, Wshard(b, kw, 1), b->rank == 0 ? W(b, "%s.bias", prefix) : -1};
+  dit_vid_t p = dit_graph_op(b->g, DIT_OP_LINEAR, ins, b->rank == 0 ? 3 : 2, NULL, DIT_F32, partial);
+  return allreduce(b, p, name);
+}
+
 static dit_vid_t unary(wan_builder_t *b, dit_op_kind_t k, dit_vid_t x, dit_dtype_t out, const char *name) {
   return dit_graph_op(b->g, k, &x, 1, NULL, out, name);
 }
@@ -422,16 +459,28 @@ static dit_vid_t gated(wan_builder_t *b, dit_vid_t x, dit_vid_t y, dit_vid_t mod
   return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, 3, &a, b->dt, name);
 }
 
+/* RMSNorm over all heads. Split across tensor-parallel ranks, the rows' sums of squares are
+ * all-reduced first so the scale is the whole row's, as the single-rank model computes it. */
 static dit_vid_t rmsnorm(wan_builder_t *b, dit_vid_t x, const char *wkey, const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_float(&a, "eps", b->m->wan.eps);
-  dit_vid_t ins[2] = {x, W(b, "%s", wkey)};
-  return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->dt, name);
+  if (b->tp == 1) {
+    dit_vid_t ins[2] = {x, W(b, "%s", wkey)};
+    return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->dt, name);
+  }
+  char n1[192], n2[192];
+  snprintf(n1, sizeof n1, "%s.sumsq", name);
+  snprintf(n2, sizeof n2, "%s.sumsq_all", name);
+  dit_vid_t ss = dit_graph_op(b->g, DIT_OP_ROWSUMSQ, &x, 1, NULL, DIT_F32, n1);
+  ss = allreduce(b, ss, n2);
+  dit_attrs_set_int(&a, "dim", b->m->wan.heads * b->m->wan.head_dim);
+  dit_vid_t ins[3] = {x, ss, Wshard(b, wkey, 0)};
+  return dit_graph_op(b->g, DIT_OP_RMSNORM_SLICE, ins, 3, &a, b->dt, name);
 }
 
 static dit_vid_t attention(wan_builder_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name) {
   dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "heads", b->m->wan.heads);
+  dit_attrs_set_int(&a, "heads", b->m->wan.heads / b->tp);
   dit_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->m->wan.head_dim));
   dit_vid_t ins[3] = {q, k, v};
   return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 3, &a, b->dt, name);
@@ -444,9 +493,17 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     return DIT_ERR(UNIMPLEMENTED, "--dtype %s: supported: f32, bf16", dit_dtype_name(req->dtype));
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
+  int tp = req->tp > 1 ? req->tp : 1;
+  if (req->tp_rank < 0 || req->tp_rank >= tp)
+    return DIT_ERR(INVALID_ARGUMENT, "tensor-parallel rank %d outside 0..%d", req->tp_rank, tp - 1);
+  if (m->wan.heads % tp)
+    return DIT_ERR(INVALID_ARGUMENT, "--tp %d: config.json num_attention_heads = %" PRId64 " is not divisible by %d", tp,
+                   m->wan.heads, tp);
+  if (m->wan.ffn_dim % tp)
+    return DIT_ERR(INVALID_ARGUMENT, "--tp %d: config.json ffn_dim = %" PRId64 " is not divisible by %d", tp, m->wan.ffn_dim, tp);
   dit_graph_t *g;
   DIT_RETURN_IF(dit_graph_create(&g));
-  wan_builder_t bb = {g, m, req->dtype}, *b = &bb;
+  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank}, *b = &bb;
   const int64_t B = req->batch, L = req->text_len;
   const int64_t pt = m->wan.patch[0], ph = m->wan.patch[1], pw = m->wan.patch[2];
   const int64_t f = ls.frames / pt, h = ls.height / ph, w = ls.width / pw;
@@ -484,7 +541,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
 
   dit_attrs_t ra = {0};
   int64_t hw = 2 * (m->wan.head_dim / 6);
-  dit_attrs_set_int(&ra, "heads", m->wan.heads);
+  dit_attrs_set_int(&ra, "heads", m->wan.heads / tp);
   dit_attrs_set_int(&ra, "f", f);
   dit_attrs_set_int(&ra, "h", h);
   dit_attrs_set_int(&ra, "w", w);
@@ -502,15 +559,15 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, NULL, DIT_F32, NAME("mod"));
 
     dit_vid_t n1 = adaln(b, hs, mod, 0, 1, NAME("norm1"));
-    dit_vid_t q = linear(b, n1, KEY("attn1.to_q"), dt, NAME("attn1.q"));
-    dit_vid_t kk = linear(b, n1, KEY("attn1.to_k"), dt, NAME("attn1.k"));
-    dit_vid_t v = linear(b, n1, KEY("attn1.to_v"), dt, NAME("attn1.v"));
+    dit_vid_t q = linear_col(b, n1, KEY("attn1.to_q"), dt, NAME("attn1.q"));
+    dit_vid_t kk = linear_col(b, n1, KEY("attn1.to_k"), dt, NAME("attn1.k"));
+    dit_vid_t v = linear_col(b, n1, KEY("attn1.to_v"), dt, NAME("attn1.v"));
     q = rmsnorm(b, q, KEY("attn1.norm_q.weight"), NAME("attn1.norm_q"));
     kk = rmsnorm(b, kk, KEY("attn1.norm_k.weight"), NAME("attn1.norm_k"));
     q = dit_graph_op(g, DIT_OP_ROPE, &q, 1, &ra, dt, NAME("attn1.rope_q"));
     kk = dit_graph_op(g, DIT_OP_ROPE, &kk, 1, &ra, dt, NAME("attn1.rope_k"));
     dit_vid_t a = attention(b, q, kk, v, NAME("attn1.sdpa"));
-    a = linear(b, a, KEY("attn1.to_out.0"), dt, NAME("attn1.out"));
+    a = linear_row(b, a, KEY("attn1.to_out.0"), NAME("attn1.out"));
     hs = gated(b, hs, a, mod, 2, NAME("attn1.residual"));
 
     dit_vid_t n2 = hs; /* norm2 is an identity without cross_attn_norm */
@@ -520,20 +577,20 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
       dit_vid_t ln_in[3] = {hs, W(b, "%s", KEY("norm2.weight")), W(b, "%s", KEY("norm2.bias"))};
       n2 = dit_graph_op(g, DIT_OP_LAYERNORM, ln_in, 3, &la, dt, NAME("norm2"));
     }
-    dit_vid_t q2 = linear(b, n2, KEY("attn2.to_q"), dt, NAME("attn2.q"));
-    dit_vid_t k2 = linear(b, ctx, KEY("attn2.to_k"), dt, NAME("attn2.k"));
-    dit_vid_t v2 = linear(b, ctx, KEY("attn2.to_v"), dt, NAME("attn2.v"));
+    dit_vid_t q2 = linear_col(b, n2, KEY("attn2.to_q"), dt, NAME("attn2.q"));
+    dit_vid_t k2 = linear_col(b, ctx, KEY("attn2.to_k"), dt, NAME("attn2.k"));
+    dit_vid_t v2 = linear_col(b, ctx, KEY("attn2.to_v"), dt, NAME("attn2.v"));
     q2 = rmsnorm(b, q2, KEY("attn2.norm_q.weight"), NAME("attn2.norm_q"));
     k2 = rmsnorm(b, k2, KEY("attn2.norm_k.weight"), NAME("attn2.norm_k"));
     dit_vid_t a2 = attention(b, q2, k2, v2, NAME("attn2.sdpa"));
-    a2 = linear(b, a2, KEY("attn2.to_out.0"), dt, NAME("attn2.out"));
+    a2 = linear_row(b, a2, KEY("attn2.to_out.0"), NAME("attn2.out"));
     dit_vid_t add_in[2] = {hs, a2};
     hs = dit_graph_op(g, DIT_OP_ADD, add_in, 2, NULL, dt, NAME("attn2.residual"));
 
     dit_vid_t n3 = adaln(b, hs, mod, 3, 4, NAME("norm3"));
-    dit_vid_t f1 = linear(b, n3, KEY("ffn.net.0.proj"), dt, NAME("ffn.up"));
+    dit_vid_t f1 = linear_col(b, n3, KEY("ffn.net.0.proj"), dt, NAME("ffn.up"));
     f1 = unary(b, DIT_OP_GELU_TANH, f1, dt, NAME("ffn.gelu"));
-    f1 = linear(b, f1, KEY("ffn.net.2"), dt, NAME("ffn.down"));
+    f1 = linear_row(b, f1, KEY("ffn.net.2"), NAME("ffn.down"));
     hs = gated(b, hs, f1, mod, 5, NAME("ffn.residual"));
 #undef NAME
 #undef KEY

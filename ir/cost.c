@@ -15,6 +15,8 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_ADD:
     case DIT_OP_MOD_TABLE: return 1;
     case DIT_OP_TIMESTEP_EMBED: return 4;
+    case DIT_OP_RMSNORM_SLICE: return 3;
+    case DIT_OP_ALLREDUCE: return 1;
     default: return 0;
   }
 }
@@ -40,6 +42,9 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
       break;
     }
+    case DIT_OP_ROWSUMSQ:
+      c.flops = 2.0 * (double)dit_value_numel(x);
+      break;
     default:
       c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);
       break;

@@ -76,6 +76,7 @@ static dit_vid_t new_value(dit_graph_t *g, const char *name, const char *ref,
   for (int i = 0; i < rank; i++) v->dims[i] = dims[i];
   v->producer = -1;
   v->offset = -1;
+  v->slice_dim = -1;
   return g->n_values++;
 }
 
@@ -87,6 +88,24 @@ dit_vid_t dit_graph_input(dit_graph_t *g, const char *name, dit_dtype_t dtype, i
 dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
                            const int64_t *dims) {
   return new_value(g, key, key, DIT_VALUE_WEIGHT, dtype, rank, dims);
+}
+
+dit_vid_t dit_graph_weight_slice(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
+                                 const int64_t *full_dims, int dim, int64_t start, int64_t count) {
+  if (dim < 0 || dim >= rank || start < 0 || count < 1 || start + count > full_dims[dim]) {
+    set_error(g, DIT_ERR(INVALID_ARGUMENT, "weight '%s': slice [%lld, %lld) of dim %d outside the tensor", key,
+                         (long long)start, (long long)(start + count), dim));
+    return -1;
+  }
+  int64_t dims[DIT_MAX_RANK];
+  for (int i = 0; i < rank; i++) dims[i] = full_dims[i];
+  dims[dim] = count;
+  dit_vid_t v = new_value(g, key, key, DIT_VALUE_WEIGHT, dtype, rank, dims);
+  if (v >= 0 && count != full_dims[dim]) {
+    g->values[v].slice_dim = dim;
+    g->values[v].slice_start = start;
+  }
+  return v;
 }
 
 void dit_graph_set_block(dit_graph_t *g, int32_t block) { g->block = block; }

@@ -28,6 +28,10 @@ typedef struct dit_value {
   int64_t dims[DIT_MAX_RANK];
   int32_t producer;  /* op index, -1 for inputs and weights */
   int64_t offset;    /* arena offset once memory-planned, else -1 */
+  /* Weights of one tensor-parallel shard: dims[slice_dim] elements of the checkpoint tensor
+   * starting at slice_start along that dim; slice_dim -1 for the whole tensor. */
+  int slice_dim;
+  int64_t slice_start;
 } dit_value_t;
 
 #define DIT_OP_MAX_IN 4
@@ -54,6 +58,10 @@ dit_vid_t dit_graph_input(dit_graph_t *g, const char *name, dit_dtype_t dtype, i
                           const int64_t *dims);
 dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
                            const int64_t *dims);
+/* A slice of a checkpoint tensor whose full shape is full_dims: count elements along dim from
+ * start (a tensor-parallel shard). */
+dit_vid_t dit_graph_weight_slice(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
+                                 const int64_t *full_dims, int dim, int64_t start, int64_t count);
 /* Appends an op with one output whose shape is inferred from the operands and attrs. */
 dit_vid_t dit_graph_op(dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_in,
                        const dit_attrs_t *attrs, dit_dtype_t out_dtype, const char *name);

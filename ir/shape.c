@@ -218,6 +218,29 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
+    case DIT_OP_ROWSUMSQ:
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][x->rank - 1] = 1;
+      break;
+    case DIT_OP_RMSNORM_SLICE: {
+      const dit_value_t *ss = operand(g, ins, 1), *w = operand(g, ins, 2);
+      int64_t dim;
+      DIT_RETURN_IF(get_i(attrs, op, "dim", &dim, 1));
+      if (ss->rank != x->rank || ss->dims[x->rank - 1] != 1 || dit_value_numel(ss) * x->dims[x->rank - 1] != dit_value_numel(x))
+        FAIL("%s: sumsq '%s' must hold one value per row of '%s'", op, ss->name, x->name);
+      if (w->rank != 1 || w->dims[0] != x->dims[x->rank - 1])
+        FAIL("%s: weight '%s' must be [%" PRId64 "]", op, w->name, x->dims[x->rank - 1]);
+      if (dim < x->dims[x->rank - 1]) FAIL("%s: dim %" PRId64 " is less than the slice's %" PRId64, op, dim, x->dims[x->rank - 1]);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_ALLREDUCE: {
+      int64_t group;
+      DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));
+      if (group > 2) FAIL("%s: group %" PRId64 " (0 tp, 1 cp, 2 cfg)", op, group);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
     case DIT_OP_COUNT:
       FAIL("unknown op kind");
   }

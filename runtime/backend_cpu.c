@@ -165,6 +165,15 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETI("gate", gate);
       return dit_cpu_gated_add(c, &in[0], &in[1], &in[2], gate, &out[0]);
     }
+    case DIT_OP_ROWSUMSQ: return dit_cpu_rowsumsq(c, &in[0], &out[0]);
+    case DIT_OP_RMSNORM_SLICE: {
+      double eps;
+      int64_t dim;
+      GETF("eps", eps);
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "dim", &dim));
+      return dit_cpu_rmsnorm_slice(c, &in[0], &in[1], &in[2], eps, dim, &out[0]);
+    }
+    case DIT_OP_ALLREDUCE: /* collectives are the executor's, between steps */
     case DIT_OP_COUNT: break;
   }
   return DIT_ERR(UNIMPLEMENTED, "cpu backend: op %s has no kernel", name);

@@ -1,6 +1,9 @@
 /* The loader and plan executor: validates a bundle for this process, binds every plan value
- * to backend memory (arena, weights, io staging) and runs the steps in order. */
+ * to backend memory (arena, weights, io staging) and runs the steps in order. A multi-rank
+ * bundle on the CPU backend runs all its ranks here, one thread each, with in-process
+ * collectives. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,11 +11,13 @@
 #include "artifacts/bundle.h"
 #include "artifacts/plan.h"
 #include "runtime/backend.h"
+#include "runtime/comm/comm.h"
 #include "runtime/ditrun.h"
 
-struct dit_runtime {
-  dit_bundle_t *bundle;
-  const dit_manifest_t *m;
+typedef struct rank_rt {
+  int rank;
+  dit_bundle_t *bundle;      /* borrowed from the runtime */
+  const dit_manifest_t *m;   /* borrowed */
   const dit_manifest_weights_t *layout;
   dit_plan_t *plan;
   dit_mapping_t weights_map;
@@ -24,11 +29,21 @@ struct dit_runtime {
   void **host_out;           /* per plan value: host copy of outputs (device backends) */
   dit_tensor_t *bound;       /* per plan value */
   dit_tensor_t *step_tensors;/* scratch for one step's operands */
+  int tp_group[64];          /* world ranks of this rank's tensor-parallel group */
+  int tp;
+} rank_rt_t;
+
+struct dit_runtime {
+  dit_bundle_t *bundle;
+  const dit_manifest_t *m;
+  int n_ranks;
+  rank_rt_t *ranks;
+  dit_comm_t *comm;          /* NULL for one rank */
 };
 
 const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt) { return rt->m; }
 
-void dit_runtime_destroy(dit_runtime_t *rt) {
+static void rank_destroy(rank_rt_t *rt) {
   if (!rt) return;
   if (rt->be_state) {
     if (rt->io_buf)
@@ -46,6 +61,13 @@ void dit_runtime_destroy(dit_runtime_t *rt) {
   free(rt->step_tensors);
   dit_file_unmap(&rt->weights_map);
   dit_plan_free(rt->plan);
+}
+
+void dit_runtime_destroy(dit_runtime_t *rt) {
+  if (!rt) return;
+  for (int r = 0; rt->ranks && r < rt->n_ranks; r++) rank_destroy(&rt->ranks[r]);
+  free(rt->ranks);
+  dit_comm_destroy(rt->comm);
   dit_bundle_close(rt->bundle);
   free(rt);
 }
@@ -74,20 +96,20 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
   if (!strcmp(want, "cuda") && strncmp(m->arch, "sm_", 3))
     return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'target.arch' = \"%s\": the bundle has no GPU code; compile it with --target sm_90",
                    m->arch);
-  if (m->topology.world != 1)
-    return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'topology.world': the bundle needs %d ranks, this launch has 1",
-                   m->topology.world);
+  if (m->topology.world != 1 && strcmp(want, "cpu") != 0)
+    return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'topology.world': the bundle needs %d ranks, this launch has 1 "
+                   "(on GPUs, one process per rank; the CPU backend runs every rank in one process)", m->topology.world);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (!strcmp(want, "cpu") && pages > 0 && page > 0) {
     double avail = (double)pages * (double)page;
-    if ((double)m->peak_bytes > avail)
+    if ((double)m->peak_bytes * m->topology.world > avail)
       return DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field 'memory.peak_bytes': the bundle needs %.2f GiB, this machine has %.2f GiB",
-                     (double)m->peak_bytes / (1 << 30), avail / (1 << 30));
+                     (double)m->peak_bytes * m->topology.world / (1 << 30), avail / (1 << 30));
   }
   return DIT_OK;
 }
 
-static dit_status_t bind_values(dit_runtime_t *rt) {
+static dit_status_t bind_values(rank_rt_t *rt) {
   dit_plan_t *p = rt->plan;
   const dit_manifest_weights_t *lay = rt->layout;
   uint8_t *wbase = rt->be->host_memory ? (uint8_t *)rt->weights_map.data : (uint8_t *)rt->weights_dev;
@@ -132,6 +154,55 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
   return dit_bundle_map_blob((dit_bundle_t *)ctx, hash, out);
 }
 
+/* Loads rank `rank` of an opened bundle: its plan, weights shard and backend memory. */
+static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads) {
+  const dit_manifest_rank_t *r0 = NULL;
+  for (size_t i = 0; i < rt->m->n_ranks && !r0; i++)
+    if (rt->m->ranks[i].rank == rt->rank) r0 = &rt->m->ranks[i];
+  if (!r0) return DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank %d", rt->rank);
+  rt->layout = dit_manifest_find_weights(rt->m, r0->weights);
+  if (!rt->layout) return DIT_ERR(NOT_FOUND, "manifest.json: rank %d weights blob %s has no layout in 'weights'", rt->rank, r0->weights);
+  dit_mapping_t pm;
+  DIT_RETURN_IF(dit_bundle_map_blob(rt->bundle, r0->plan, &pm));
+  char what[80];
+  snprintf(what, sizeof what, "blobs/%.32s (plan of rank %d)", r0->plan, rt->rank);
+  dit_status_t s = dit_plan_parse((const char *)pm.data, pm.size, what, &rt->plan);
+  if (!s) s = dit_plan_check_bindings(rt->plan, rt->m, rt->layout, what);
+  dit_file_unmap(&pm);
+  DIT_RETURN_IF(s);
+  DIT_RETURN_IF(dit_bundle_map_blob(rt->bundle, r0->weights, &rt->weights_map));
+  rt->be = pick_backend(backend_name(rt->m, o));
+  if (!rt->be || rt->be->abi_version != DIT_BACKEND_ABI_VERSION) return DIT_ERR(INTERNAL, "backend table version mismatch");
+  dit_backend_config_t cfg = {threads, o ? o->device : 0, rt->m->arch, rt->m->min_driver};
+  DIT_RETURN_IF(rt->be->create(&cfg, &rt->be_state));
+  if (rt->be->memory_info) {
+    /* Predicted peak against what the device has free, before the big allocations. */
+    size_t fr = 0, tot = 0;
+    DIT_RETURN_IF(rt->be->memory_info(rt->be_state, &fr, &tot));
+    if (rt->m->peak_bytes > fr)
+      return DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field 'memory.peak_bytes': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
+                     (double)rt->m->peak_bytes / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
+  }
+  rt->bound = calloc(rt->plan->n_values + 1, sizeof *rt->bound);
+  rt->io_buf = calloc(rt->plan->n_values + 1, sizeof *rt->io_buf);
+  rt->host_out = calloc(rt->plan->n_values + 1, sizeof *rt->host_out);
+  rt->step_tensors = calloc(DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT, sizeof *rt->step_tensors);
+  if (!rt->bound || !rt->io_buf || !rt->host_out || !rt->step_tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->plan->arena_bytes ? rt->plan->arena_bytes : 1, "activation arena", &rt->arena));
+  if (!rt->be->host_memory) {
+    DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev));
+    DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
+  }
+  DIT_RETURN_IF(bind_values(rt));
+  if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
+  /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
+   * consecutive ranks. */
+  rt->tp = rt->m->topology.tp;
+  if (rt->tp < 1 || rt->tp > 64) return DIT_ERR(UNIMPLEMENTED, "manifest.json: topology.tp = %d: at most 64 supported", rt->tp);
+  for (int i = 0; i < rt->tp; i++) rt->tp_group[i] = rt->rank - rt->rank % rt->tp + i;
+  return DIT_OK;
+}
+
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *o,
                               dit_runtime_t **out) {
   *out = NULL;
@@ -142,59 +213,21 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     rt->m = dit_bundle_manifest(rt->bundle);
     s = check_fitness(rt, o);
   }
-  const dit_manifest_rank_t *r0 = NULL;
   if (!s) {
-    for (size_t i = 0; i < rt->m->n_ranks && !r0; i++)
-      if (rt->m->ranks[i].rank == 0) r0 = &rt->m->ranks[i];
-    if (!r0) s = DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank 0");
+    rt->n_ranks = rt->m->topology.world;
+    rt->ranks = calloc((size_t)rt->n_ranks, sizeof *rt->ranks);
+    if (!rt->ranks) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (!s) {
-    rt->layout = dit_manifest_find_weights(rt->m, r0->weights);
-    if (!rt->layout) s = DIT_ERR(NOT_FOUND, "manifest.json: rank 0 weights blob %s has no layout in 'weights'", r0->weights);
+  if (!s && rt->n_ranks > 1) s = dit_comm_create_local(rt->n_ranks, 600000, &rt->comm);
+  /* The CPU threads are shared out between the ranks. */
+  int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int per_rank = rt->n_ranks > 0 && threads / rt->n_ranks > 0 ? threads / rt->n_ranks : 1;
+  for (int r = 0; !s && r < rt->n_ranks; r++) {
+    rt->ranks[r].rank = r;
+    rt->ranks[r].bundle = rt->bundle;
+    rt->ranks[r].m = rt->m;
+    s = rank_load(&rt->ranks[r], o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0));
   }
-  if (!s) {
-    dit_mapping_t pm;
-    s = dit_bundle_map_blob(rt->bundle, r0->plan, &pm);
-    if (!s) {
-      char what[64];
-      snprintf(what, sizeof what, "blobs/%.32s (plan)", r0->plan);
-      s = dit_plan_parse((const char *)pm.data, pm.size, what, &rt->plan);
-      if (!s) s = dit_plan_check_bindings(rt->plan, rt->m, rt->layout, what);
-      dit_file_unmap(&pm);
-    }
-  }
-  if (!s) s = dit_bundle_map_blob(rt->bundle, r0->weights, &rt->weights_map);
-  if (!s) {
-    rt->be = pick_backend(backend_name(rt->m, o));
-    if (!rt->be || rt->be->abi_version != DIT_BACKEND_ABI_VERSION)
-      s = DIT_ERR(INTERNAL, "backend table version mismatch");
-  }
-  if (!s) {
-    dit_backend_config_t cfg = {o ? o->threads : 0, o ? o->device : 0, rt->m->arch, rt->m->min_driver};
-    s = rt->be->create(&cfg, &rt->be_state);
-  }
-  if (!s && rt->be->memory_info) {
-    /* Predicted peak against what the device has free, before the big allocations. */
-    size_t fr = 0, tot = 0;
-    s = rt->be->memory_info(rt->be_state, &fr, &tot);
-    if (!s && rt->m->peak_bytes > fr)
-      s = DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field 'memory.peak_bytes': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
-                  (double)rt->m->peak_bytes / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
-  }
-  if (!s) {
-    rt->bound = calloc(rt->plan->n_values + 1, sizeof *rt->bound);
-    rt->io_buf = calloc(rt->plan->n_values + 1, sizeof *rt->io_buf);
-    rt->host_out = calloc(rt->plan->n_values + 1, sizeof *rt->host_out);
-    rt->step_tensors = calloc(DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT, sizeof *rt->step_tensors);
-    if (!rt->bound || !rt->io_buf || !rt->host_out || !rt->step_tensors) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  }
-  if (!s) s = rt->be->alloc(rt->be_state, rt->plan->arena_bytes ? rt->plan->arena_bytes : 1, "activation arena", &rt->arena);
-  if (!s && !rt->be->host_memory) {
-    s = rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev);
-    if (!s) s = rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size);
-  }
-  if (!s) s = bind_values(rt);
-  if (!s && rt->be->prepare) s = rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle);
   if (s) {
     dit_runtime_destroy(rt);
     return dit_status_annotate(s, "%s", bundle_dir);
@@ -203,7 +236,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   return DIT_OK;
 }
 
-static const dit_plan_value_t *find_io(const dit_runtime_t *rt, dit_storage_t kind, const char *name, size_t *index) {
+static const dit_plan_value_t *find_io(const rank_rt_t *rt, dit_storage_t kind, const char *name, size_t *index) {
   for (size_t i = 0; i < rt->plan->n_values; i++) {
     const dit_plan_value_t *v = &rt->plan->values[i];
     if (v->storage == kind && !strcmp(v->ref, name)) {
@@ -221,7 +254,7 @@ static void format_dims(char *buf, size_t cap, const int64_t *d, int rank) {
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src) {
+static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_tensor_t *src) {
   size_t idx;
   const dit_plan_value_t *v = find_io(rt, DIT_STORAGE_INPUT, name, &idx);
   if (!v) return DIT_ERR(NOT_FOUND, "input '%s': the bundle has no such input", name);
@@ -263,63 +296,144 @@ dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const di
   return s;
 }
 
-dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
-  const dit_plan_t *p = rt->plan;
+/* A collective step: the output receives the input, then the group's sum. */
+static dit_status_t run_allreduce(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
+  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+  if (x->dtype != y->dtype || dit_tensor_numel(x) != dit_tensor_numel(y))
+    return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in dtype or size");
+  memcpy(y->data, x->data, dit_tensor_nbytes(x));
+  if (!comm) return DIT_OK;
+  int64_t group = 0;
+  DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, "allreduce", "group", &group));
+  if (group != 0) return DIT_ERR(UNIMPLEMENTED, "allreduce over group %lld: only tensor-parallel groups so far", (long long)group);
+  return dit_comm_allreduce_sum(comm, rt->rank, rt->tp_group, rt->tp, y->data, (size_t)dit_tensor_numel(y), y->dtype);
+}
+
+static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
+  const dit_plan_step_t *st = &rt->plan->steps[i];
+  if (st->kind == DIT_OP_ALLREDUCE) {
+    if (!rt->be->host_memory) return DIT_ERR(UNIMPLEMENTED, "allreduce on device memory needs NCCL");
+    return run_allreduce(rt, comm, st);
+  }
   dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
+  for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];
+  for (int k = 0; k < st->n_out; k++) outs[k] = rt->bound[st->out[k]];
+  return rt->be->run_step(rt->be_state, i, st, ins, outs);
+}
+
+static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
+  const dit_plan_t *p = rt->plan;
   for (size_t i = 0; i < p->n_steps; i++) {
-    const dit_plan_step_t *st = &p->steps[i];
-    for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];
-    for (int k = 0; k < st->n_out; k++) outs[k] = rt->bound[st->out[k]];
-    dit_status_t s = rt->be->run_step(rt->be_state, i, st, ins, outs);
-    if (s)
-      return dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(st->kind)->name, st->block,
-                                 p->values[st->out[0]].name);
+    dit_status_t s = rank_step(rt, comm, i);
+    if (s) {
+      s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
+                              p->values[p->steps[i].out[0]].name);
+      if (comm && dit_status_code(s) != DIT_CODE_ABORTED) dit_comm_abort(comm, rt->rank, dit_status_message(s));
+      return s;
+    }
   }
   return rt->be->synchronize(rt->be_state);
 }
 
+dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src) {
+  /* Every rank sees the whole input; each takes the part its plan reads. */
+  for (int r = 0; r < rt->n_ranks; r++) DIT_RETURN_IF(rank_set_input(&rt->ranks[r], name, src));
+  return DIT_OK;
+}
+
+typedef struct rank_job {
+  dit_runtime_t *rt;
+  int rank;
+  dit_status_t status;
+} rank_job_t;
+
+static void *rank_thread(void *arg) {
+  rank_job_t *j = arg;
+  j->status = rank_forward(&j->rt->ranks[j->rank], j->rt->comm);
+  return NULL;
+}
+
+dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
+  if (rt->n_ranks == 1) return rank_forward(&rt->ranks[0], NULL);
+  rank_job_t *jobs = calloc((size_t)rt->n_ranks, sizeof *jobs);
+  pthread_t *th = calloc((size_t)rt->n_ranks, sizeof *th);
+  if (!jobs || !th) {
+    free(jobs);
+    free(th);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  int started = 0;
+  dit_status_t s = DIT_OK;
+  for (int r = 0; r < rt->n_ranks; r++) {
+    jobs[r] = (rank_job_t){rt, r, DIT_OK};
+    if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "cannot start the thread of rank %d", r);
+      dit_comm_abort(rt->comm, r, "a rank thread could not start");
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  /* The first rank that failed for its own reason, not because another aborted. */
+  for (int r = 0; r < started; r++) {
+    if (!s && jobs[r].status && dit_status_code(jobs[r].status) != DIT_CODE_ABORTED) {
+      s = dit_status_annotate(jobs[r].status, "rank %d", r);
+      jobs[r].status = DIT_OK;
+    }
+  }
+  for (int r = 0; r < started; r++) {
+    if (!s && jobs[r].status) s = dit_status_annotate(jobs[r].status, "rank %d", r);
+    else dit_status_free(jobs[r].status);
+  }
+  free(jobs);
+  free(th);
+  return s;
+}
+
 dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view) {
+  /* After the last collective every rank holds the whole output; rank 0 answers. */
+  rank_rt_t *r0 = &rt->ranks[0];
   size_t idx;
-  const dit_plan_value_t *v = find_io(rt, DIT_STORAGE_OUTPUT, name, &idx);
+  const dit_plan_value_t *v = find_io(r0, DIT_STORAGE_OUTPUT, name, &idx);
   if (!v) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);
-  *out_view = rt->bound[idx];
-  if (!rt->be->host_memory) {
-    DIT_RETURN_IF(rt->be->download(rt->be_state, rt->host_out[idx], rt->bound[idx].data, v->nbytes));
-    out_view->data = rt->host_out[idx];
+  *out_view = r0->bound[idx];
+  if (!r0->be->host_memory) {
+    DIT_RETURN_IF(r0->be->download(r0->be_state, r0->host_out[idx], r0->bound[idx].data, v->nbytes));
+    out_view->data = r0->host_out[idx];
   }
   return DIT_OK;
 }
 
-const dit_plan_t *dit_runtime_plan(const dit_runtime_t *rt) { return rt->plan; }
+/* Step-level access works on single-rank runs (cross-backend parity of one plan). */
+const dit_plan_t *dit_runtime_plan(const dit_runtime_t *rt) { return rt->ranks[0].plan; }
 
 dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i) {
-  const dit_plan_t *p = rt->plan;
-  if (i >= p->n_steps) return DIT_ERR(OUT_OF_RANGE, "step %zu of %zu", i, p->n_steps);
-  const dit_plan_step_t *st = &p->steps[i];
-  dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
-  for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];
-  for (int k = 0; k < st->n_out; k++) outs[k] = rt->bound[st->out[k]];
-  DIT_RETURN_IF_ERROR(rt->be->run_step(rt->be_state, i, st, ins, outs), "step %zu (%s)", i, dit_op_info(st->kind)->name);
-  return rt->be->synchronize(rt->be_state);
+  if (rt->n_ranks != 1) return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take single-rank bundles (this one has %d ranks)", rt->n_ranks);
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (i >= r0->plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "step %zu of %zu", i, r0->plan->n_steps);
+  DIT_RETURN_IF_ERROR(rank_step(r0, NULL, i), "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
+  return r0->be->synchronize(r0->be_state);
 }
 
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host) {
-  if (v >= rt->plan->n_values) return DIT_ERR(OUT_OF_RANGE, "value %zu of %zu", v, rt->plan->n_values);
-  size_t n = rt->plan->values[v].nbytes;
-  if (rt->be->host_memory) {
-    memcpy(host, rt->bound[v].data, n);
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (v >= r0->plan->n_values) return DIT_ERR(OUT_OF_RANGE, "value %zu of %zu", v, r0->plan->n_values);
+  size_t n = r0->plan->values[v].nbytes;
+  if (r0->be->host_memory) {
+    memcpy(host, r0->bound[v].data, n);
     return DIT_OK;
   }
-  return rt->be->download(rt->be_state, host, rt->bound[v].data, n);
+  return r0->be->download(r0->be_state, host, r0->bound[v].data, n);
 }
 
 dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host) {
-  if (v >= rt->plan->n_values) return DIT_ERR(OUT_OF_RANGE, "value %zu of %zu", v, rt->plan->n_values);
-  if (rt->plan->values[v].storage == DIT_STORAGE_WEIGHT) return DIT_ERR(INVALID_ARGUMENT, "value %zu is a weight", v);
-  size_t n = rt->plan->values[v].nbytes;
-  if (rt->be->host_memory) {
-    memcpy(rt->bound[v].data, host, n);
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (v >= r0->plan->n_values) return DIT_ERR(OUT_OF_RANGE, "value %zu of %zu", v, r0->plan->n_values);
+  if (r0->plan->values[v].storage == DIT_STORAGE_WEIGHT) return DIT_ERR(INVALID_ARGUMENT, "value %zu is a weight", v);
+  size_t n = r0->plan->values[v].nbytes;
+  if (r0->be->host_memory) {
+    memcpy(r0->bound[v].data, host, n);
     return DIT_OK;
   }
-  return rt->be->upload(rt->be_state, rt->bound[v].data, host, n);
+  return r0->be->upload(r0->be_state, r0->bound[v].data, host, n);
 }

@@ -59,4 +59,11 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
                                const dit_tensor_t *mod, int gate, dit_tensor_t *out);
 
+/* Tensor-parallel row pieces (cpu_shard.c): y [..., 1] = sum of x^2 over the last dim (fp32
+ * out); y = x * rsqrt(sumsq / dim + eps) * w for a row slice x [..., C] whose whole row of dim
+ * elements has sum of squares sumsq [..., 1]. */
+dit_status_t dit_cpu_rowsumsq(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+dit_status_t dit_cpu_rmsnorm_slice(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *sumsq,
+                                   const dit_tensor_t *w, double eps, int64_t dim, dit_tensor_t *y);
+
 #endif
