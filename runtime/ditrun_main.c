@@ -12,6 +12,7 @@
 #include "artifacts/safetensors.h"
 #include "runtime/compare.h"
 #include "runtime/ditrun.h"
+#include "runtime/launch/launch_cmd.h"
 #include "runtime/rng.h"
 
 static const char kUsage[] =
@@ -39,6 +40,11 @@ static const char kUsage[] =
     "\n"
     "  bench BUNDLE --inputs IN.safetensors [--steps ITERS]\n"
     "                     median forward time, and the time split by op class\n"
+    "\n"
+    "  launch -n N [--port P] [--grace-ms MS] -- COMMAND [ARGS...]\n"
+    "                     run N ranks of `ditrun COMMAND ARGS...` on this host (torchrun's\n"
+    "                     variables set; stderr lines prefixed [rank i]); one failing rank\n"
+    "                     stops the others\n"
     "\n"
     "options for forward, generate, compare and bench:\n"
     "  --threads N        CPU threads (default: all)\n"
@@ -516,6 +522,8 @@ static int cmd_bench(int argc, char **argv) {
 static int run_command(int argc, char **argv);
 
 int main(int argc, char **argv) {
+  /* Before the fetch options are taken: everything after "launch" belongs to the ranks. */
+  if (argc > 1 && !strcmp(argv[1], "launch")) return dit_launch_main(argc - 2, argv + 2);
   int rc = take_fetch_options(&argc, argv);
   if (!rc) rc = run_command(argc, argv);
   /* After the runtime is gone: this may remove a temporary store it had mapped. */
@@ -538,5 +546,6 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
   if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+  if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s'", cmd);
 }

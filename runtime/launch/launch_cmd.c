@@ -1,0 +1,406 @@
+/* `ditrun launch` spawns and supervises the ranks of one host; `ditrun rendezvous-selftest`
+ * is what the launch tests run in each rank. */
+#include "runtime/launch/launch_cmd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "runtime/launch/launch_env.h"
+#include "runtime/launch/rendezvous.h"
+
+extern char **environ;
+
+#define MAX_LOCAL_RANKS 1024
+#define LINE_MAX_BYTES 4096
+
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int launch_usage(const char *what) {
+  fprintf(stderr, "ditrun launch: error: %s\nusage: ditrun launch -n N [--port P] [--grace-ms MS] -- COMMAND [ARGS...]\n", what);
+  return 2;
+}
+
+static int parse_count(const char *v, long lo, long hi, long *out) {
+  if (!v || !v[0]) return -1;
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || *end || n < lo || n > hi) return -1;
+  *out = n;
+  return 0;
+}
+
+/* A port nobody listens on now. Another process could take it before rank 0 does; the
+ * rendezvous then fails with "address in use" rather than meeting the wrong job. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len)) port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+/* ---- signals: the loop wakes on a child's exit or a request to stop ---- */
+
+static int g_sig_pipe[2] = {-1, -1};
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) {
+  int saved = errno;
+  if (sig != SIGCHLD) g_stop_signal = sig;
+  if (write(g_sig_pipe[1], "", 1) < 0) { /* full: the loop is awake anyway */
+  }
+  errno = saved;
+}
+
+typedef struct child {
+  pid_t pid;
+  int err_fd; /* read end of its stderr; -1 at end of stream */
+  int status, reaped;
+  int ended_after_stop; /* reaped after the launch began stopping the ranks */
+  size_t n_line;
+  char line[LINE_MAX_BYTES];
+} child_t;
+
+static void emit_line(int rank, const char *s, size_t n) {
+  fprintf(stderr, "[rank %d] %.*s\n", rank, (int)n, s);
+}
+
+/* Passes on whatever the child wrote, one prefixed line at a time. */
+static void pump(child_t *c, int rank) {
+  char buf[4096];
+  for (;;) {
+    ssize_t r = read(c->err_fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (r <= 0) {
+      if (c->n_line) emit_line(rank, c->line, c->n_line);
+      c->n_line = 0;
+      close(c->err_fd);
+      c->err_fd = -1;
+      break;
+    }
+    for (ssize_t i = 0; i < r; i++) {
+      if (buf[i] == '\n' || c->n_line == sizeof c->line) {
+        emit_line(rank, c->line, c->n_line);
+        c->n_line = 0;
+        if (buf[i] == '\n') continue;
+      }
+      c->line[c->n_line++] = buf[i];
+    }
+  }
+  fflush(stderr);
+}
+
+static void describe(int status, char *buf, size_t n) {
+  if (WIFEXITED(status)) snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status)) snprintf(buf, n, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  else snprintf(buf, n, "ended with wait status %d", status);
+}
+
+static int failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+/* environ without the variables the launch sets, then those, for rank i (their text lives
+ * in tmp, which must outlive the exec). */
+static char **child_env(int rank, int n, int master_port, int rdzv_port, char tmp[7][64]) {
+  static const char *const kSet[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+                                     "MASTER_PORT=", "DIT_RDZV_PORT="};
+  size_t n_env = 0;
+  while (environ[n_env]) n_env++;
+  char **env = calloc(n_env + 8, sizeof *env);
+  if (!env) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n_env; i++) {
+    int ours = 0;
+    for (size_t k = 0; k < sizeof kSet / sizeof kSet[0]; k++)
+      ours |= !strncmp(environ[i], kSet[k], strlen(kSet[k])) && (k != 6 || rdzv_port > 0);
+    if (!ours) env[o++] = environ[i];
+  }
+  snprintf(tmp[0], 64, "RANK=%d", rank);
+  snprintf(tmp[1], 64, "WORLD_SIZE=%d", n);
+  snprintf(tmp[2], 64, "LOCAL_RANK=%d", rank);
+  snprintf(tmp[3], 64, "LOCAL_WORLD_SIZE=%d", n);
+  snprintf(tmp[4], 64, "MASTER_ADDR=127.0.0.1");
+  snprintf(tmp[5], 64, "MASTER_PORT=%d", master_port);
+  snprintf(tmp[6], 64, "DIT_RDZV_PORT=%d", rdzv_port);
+  for (int k = 0; k < 7; k++) {
+    if (k == 6 && rdzv_port <= 0) break;
+    env[o++] = tmp[k];
+  }
+  return env;
+}
+
+int dit_launch_main(int argc, char **argv) {
+  long n = 0, port = 0, grace_ms = 3000;
+  int i = 0;
+  for (; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(f, "--")) {
+      i++;
+      break;
+    }
+    if (!strcmp(f, "-n") || !strcmp(f, "--nproc")) {
+      if (parse_count(v, 1, MAX_LOCAL_RANKS, &n)) return launch_usage("-n: expected a number of ranks in 1..1024");
+    } else if (!strcmp(f, "--port")) {
+      if (parse_count(v, 1, 65534, &port)) return launch_usage("--port: expected a port in 1..65534");
+    } else if (!strcmp(f, "--grace-ms")) {
+      if (parse_count(v, 0, 3600000, &grace_ms)) return launch_usage("--grace-ms: expected milliseconds");
+    } else if (f[0] == '-') {
+      fprintf(stderr, "ditrun launch: error: unknown option %s\n", f);
+      return 2;
+    } else {
+      break; /* the command starts here even without "--" */
+    }
+    i++;
+  }
+  if (n == 0) return launch_usage("missing -n N");
+  if (i >= argc) return launch_usage("missing the command to run in each rank");
+  char **cmd = argv + i;
+  int n_cmd = argc - i;
+
+  /* Without --port nothing else of ours uses the port, so the store port and ours coincide. */
+  int master_port = (int)port, rdzv_port = 0;
+  if (!port) {
+    master_port = rdzv_port = free_port();
+    if (master_port <= 0) {
+      fprintf(stderr, "ditrun launch: error: cannot find a free port on 127.0.0.1: %s\n", strerror(errno));
+      return 1;
+    }
+  }
+
+  char **child_argv = calloc((size_t)n_cmd + 2, sizeof *child_argv);
+  child_t *kids = calloc((size_t)n, sizeof *kids);
+  if (!child_argv || !kids || pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
+    fprintf(stderr, "ditrun launch: error: out of resources: %s\n", strerror(errno));
+    return 1;
+  }
+  child_argv[0] = "ditrun";
+  for (int k = 0; k < n_cmd; k++) child_argv[1 + k] = cmd[k];
+
+  struct sigaction sa = {0}, old_chld, old_int, old_term;
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, &old_chld);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  pid_t parent = getpid();
+  int first_failed = -1, stopping = 0, live = 0;
+  int64_t kill_at = 0;
+  for (int r = 0; r < n; r++) kids[r].err_fd = -1;
+  for (int r = 0; r < n && !stopping; r++) {
+    int errp[2];
+    char vars[7][64];
+    char **env = child_env(r, (int)n, master_port, rdzv_port, vars);
+    if (!env || pipe2(errp, O_CLOEXEC)) {
+      fprintf(stderr, "ditrun launch: error: rank %d: %s\n", r, strerror(errno ? errno : ENOMEM));
+      stopping = 1;
+      free(env);
+      break;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+#ifdef __linux__
+      /* A launcher killed outright (SIGKILL) must not leave its ranks behind. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+#endif
+      signal(SIGCHLD, SIG_DFL);
+      dup2(errp[1], 2);
+      execve("/proc/self/exe", child_argv, env);
+      dprintf(2, "ditrun launch: cannot run /proc/self/exe: %s\n", strerror(errno));
+      _exit(127);
+    }
+    int saved = errno;
+    close(errp[1]);
+    free(env);
+    if (pid < 0) {
+      fprintf(stderr, "ditrun launch: error: cannot start rank %d: %s\n", r, strerror(saved));
+      close(errp[0]);
+      stopping = 1;
+      break;
+    }
+    fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
+    kids[r].pid = pid;
+    kids[r].err_fd = errp[0];
+    live++;
+  }
+  if (stopping) kill_at = mono_ms() + grace_ms, first_failed = -2;
+  if (stopping)
+    for (int r = 0; r < n; r++)
+      if (kids[r].pid > 0) kill(kids[r].pid, SIGTERM);
+
+  struct pollfd *p = calloc((size_t)n + 1, sizeof *p);
+  int *who = calloc((size_t)n + 1, sizeof *who);
+  while (live > 0 && p && who) {
+    int np = 0;
+    p[np++] = (struct pollfd){g_sig_pipe[0], POLLIN, 0};
+    for (int r = 0; r < n; r++)
+      if (kids[r].err_fd >= 0) who[np] = r, p[np++] = (struct pollfd){kids[r].err_fd, POLLIN, 0};
+    /* A signal landing between the checks and poll is caught by the pipe; the cap only
+     * bounds how late SIGKILL can be. */
+    int wait_ms = stopping ? (int)(kill_at - mono_ms() > 0 ? kill_at - mono_ms() : 0) : 1000;
+    poll(p, (nfds_t)np, wait_ms > 1000 ? 1000 : wait_ms);
+    char drain[64];
+    while (read(g_sig_pipe[0], drain, sizeof drain) > 0) {
+    }
+    for (int k = 1; k < np; k++)
+      if (p[k].revents) pump(&kids[who[k]], who[k]);
+    for (int r = 0; r < n; r++) {
+      if (kids[r].pid <= 0 || kids[r].reaped) continue;
+      int st;
+      pid_t w = waitpid(kids[r].pid, &st, WNOHANG);
+      if (w != kids[r].pid) continue;
+      kids[r].reaped = 1, kids[r].status = st, kids[r].ended_after_stop = stopping;
+      live--;
+      if (failed(st) && !stopping) {
+        char how[96];
+        describe(st, how, sizeof how);
+        first_failed = r;
+        fprintf(stderr, "ditrun launch: rank %d (pid %d) %s; stopping the other ranks\n", r, (int)kids[r].pid, how);
+      }
+      if (failed(st) && !stopping) stopping = 1, kill_at = mono_ms() + grace_ms;
+      if (stopping && first_failed == r)
+        for (int o = 0; o < n; o++)
+          if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
+    }
+    if (g_stop_signal && !stopping) {
+      fprintf(stderr, "ditrun launch: %s; stopping the ranks\n", strsignal(g_stop_signal));
+      stopping = 1, kill_at = mono_ms() + grace_ms, first_failed = -2;
+      for (int o = 0; o < n; o++)
+        if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
+    }
+    if (stopping && mono_ms() >= kill_at)
+      for (int o = 0; o < n; o++)
+        if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGKILL);
+  }
+  /* What the ranks wrote just before exiting; a grandchild holding the pipe open is not
+   * waited for (the descriptors are non-blocking). */
+  for (int r = 0; r < n; r++)
+    if (kids[r].err_fd >= 0) {
+      pump(&kids[r], r);
+      if (kids[r].err_fd >= 0) close(kids[r].err_fd);
+    }
+  free(p);
+  free(who);
+
+  sigaction(SIGCHLD, &old_chld, NULL);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  close(g_sig_pipe[0]);
+  close(g_sig_pipe[1]);
+
+  /* A rank that stopped because of another is no cause; neither is one the launch ended. */
+  for (int r = 0; first_failed >= 0 && r < n; r++) {
+    int st = kids[first_failed].status;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != DIT_EXIT_PEER_FAILED) break;
+    st = kids[r].status;
+    int stopped_by_us = kids[r].ended_after_stop && WIFSIGNALED(st) &&
+                        (WTERMSIG(st) == SIGTERM || WTERMSIG(st) == SIGKILL);
+    if (kids[r].pid > 0 && failed(st) && !stopped_by_us && !(WIFEXITED(st) && WEXITSTATUS(st) == DIT_EXIT_PEER_FAILED))
+      first_failed = r;
+  }
+  int rc = 0;
+  if (first_failed >= 0 || first_failed == -2) {
+    char msg[2048], how[96];
+    size_t o = 0;
+    if (first_failed >= 0) {
+      describe(kids[first_failed].status, how, sizeof how);
+      o += (size_t)snprintf(msg, sizeof msg, "rank %d of %ld failed: %s", first_failed, n, how);
+    } else {
+      o += (size_t)snprintf(msg, sizeof msg, "the launch of %ld ranks was stopped", n);
+    }
+    const char *sep = "; the others: ";
+    for (int r = 0; r < n && o < sizeof msg; r++) {
+      if (r == first_failed || kids[r].pid <= 0) continue;
+      describe(kids[r].status, how, sizeof how);
+      o += (size_t)snprintf(msg + o, sizeof msg - o, "%srank %d %s", sep, r, how);
+      sep = ", ";
+    }
+    fprintf(stderr, "ditrun launch: error: %s\n", msg);
+    rc = 1;
+  }
+  free(kids);
+  free(child_argv);
+  return rc;
+}
+
+/* ---- rendezvous-selftest ---- */
+
+static atomic_int g_heard_failure;
+
+static void selftest_on_failure(void *ctx, int failed_rank, const char *why) {
+  (void)ctx, (void)failed_rank, (void)why;
+  atomic_store(&g_heard_failure, 1);
+}
+
+int dit_rendezvous_selftest_main(int argc, char **argv) {
+  long fail_rank = -1, hold_ms = -1, timeout_ms = 10000;
+  int die = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (!strcmp(f, "--fail-rank")) bad = parse_count(v, 0, 1 << 20, &fail_rank);
+    else if (!strcmp(f, "--hold-ms")) bad = parse_count(v, 0, 3600000, &hold_ms);
+    else if (!strcmp(f, "--timeout-ms")) bad = parse_count(v, 1, 3600000, &timeout_ms);
+    else if (!strcmp(f, "--fail-how")) {
+      bad = !v || (strcmp(v, "report") && strcmp(v, "exit"));
+      die = v && !strcmp(v, "exit");
+    } else if (!strcmp(f, "--tag")) bad = !v;
+    else bad = 1, v = f;
+    if (bad) {
+      fprintf(stderr, "ditrun rendezvous-selftest: error: bad argument %s %s\n", f, v ? v : "");
+      return 2;
+    }
+    i++;
+  }
+  if (hold_ms < 0) hold_ms = fail_rank >= 0 ? 10000 : 0;
+
+  dit_launch_env_t e;
+  dit_status_t s = dit_launch_env_read(&e);
+  if (s) return dit_status_report(s, "ditrun");
+  char payload[128] = {0}, got[128] = {0};
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  snprintf(payload, sizeof payload, "selftest-%d-%ld", (int)getpid(), (long)t.tv_nsec);
+  dit_rendezvous_t *r;
+  s = dit_rendezvous(&e, payload, sizeof payload, (int)timeout_ms, selftest_on_failure, NULL, &r, got);
+  if (s) return dit_status_report(s, "ditrun");
+  printf("rank %d of %d: payload %s\n", e.rank, e.world, got);
+  fflush(stdout);
+  fprintf(stderr, "rendezvous-selftest: rank %d met %d ranks\n", e.rank, e.world);
+  if (e.rank == fail_rank) {
+    fprintf(stderr, "rendezvous-selftest: rank %d fails on purpose\n", e.rank);
+    if (!die) dit_rendezvous_report_failure(r, "rendezvous-selftest: failing on purpose");
+    _exit(3); /* no clean close: a crash, as far as the other ranks can tell */
+  }
+  for (int64_t end = mono_ms() + hold_ms; !atomic_load(&g_heard_failure) && mono_ms() < end;) poll(NULL, 0, 10);
+  s = dit_rendezvous_status(r);
+  dit_rendezvous_close(r);
+  return s ? (dit_status_report(s, "ditrun"), DIT_EXIT_PEER_FAILED) : 0;
+}
