@@ -222,12 +222,14 @@ static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_
 
 static int tp_of(const dit_compile_options_t *o) { return o->shape.tp > 1 ? o->shape.tp : 1; }
 
-static cJSON *topology_json(int tp) {
+static int cfg_of(const dit_compile_options_t *o) { return o->cfg_parallel ? 2 : 1; }
+
+static cJSON *topology_json(int tp, int cfg) {
   cJSON *t = cJSON_CreateObject();
-  cJSON_AddNumberToObject(t, "world", tp);
+  cJSON_AddNumberToObject(t, "world", tp * cfg);
   cJSON_AddNumberToObject(t, "tp", tp);
   cJSON_AddNumberToObject(t, "cp", 1);
-  cJSON_AddNumberToObject(t, "cfg", 1);
+  cJSON_AddNumberToObject(t, "cfg", cfg);
   cJSON_AddStringToObject(t, "cp_mode", "none");
   return t;
 }
@@ -283,7 +285,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   cJSON_AddStringToObject(in, "weights", weights_hash);
   cJSON_AddItemToObject(in, "shape", shape_json(o, ls));
   cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
-  cJSON_AddItemToObject(in, "topology", topology_json(tp_of(o)));
+  cJSON_AddItemToObject(in, "topology", topology_json(tp_of(o), cfg_of(o)));
   cJSON_AddStringToObject(in, "target", o->target);
   cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
   char schema[16];
@@ -428,9 +430,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
   progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
-  if (o->shape.tp > 1 && gpu)
-    return DIT_ERR(UNIMPLEMENTED, "--tp %d with --target %s: tensor parallelism runs on the CPU backend only in this build", o->shape.tp,
-                   o->target);
+  if ((o->shape.tp > 1 || o->cfg_parallel) && gpu)
+    return DIT_ERR(UNIMPLEMENTED, "--tp %d%s with --target %s: parallel topologies run on the CPU backend only in this build",
+                   tp_of(o), o->cfg_parallel ? " --cfg-parallel" : "", o->target);
   clock_gettime(CLOCK_MONOTONIC, &pr.t0);
 
   dit_model_t *m = NULL;
@@ -472,10 +474,10 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   }
   if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
   /* One graph, plan and weights shard per tensor-parallel rank. */
-  const int tp = tp_of(o);
+  const int tp = tp_of(o), world = tp * cfg_of(o);
   rank_build_t *rb = calloc((size_t)tp, sizeof *rb);
   dit_manifest_weights_t *layouts = calloc((size_t)tp, sizeof *layouts);
-  dit_manifest_rank_t *ranks = calloc((size_t)tp, sizeof *ranks);
+  dit_manifest_rank_t *ranks = calloc((size_t)world, sizeof *ranks);
   if (!s && (!rb || !layouts || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
@@ -503,8 +505,10 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
     snprintf(man.arch, sizeof man.arch, "%s", o->target);
-    man.topology.world = man.topology.tp = tp;
-    man.topology.cp = man.topology.cfg = 1;
+    man.topology.world = world;
+    man.topology.tp = tp;
+    man.topology.cp = 1;
+    man.topology.cfg = cfg_of(o);
     snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "none");
     man.shape.batch = o->shape.batch;
     man.shape.frames = o->shape.frames;
@@ -524,12 +528,16 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     for (size_t i = 0; i < rb[0].plan->n_values; i++)
       if (rb[0].plan->values[i].storage == DIT_STORAGE_INPUT || rb[0].plan->values[i].storage == DIT_STORAGE_OUTPUT)
         io_bytes += rb[0].plan->values[i].nbytes;
+    /* Ranks ((cfg lane * cp) + cp rank) * tp + tp rank: every lane runs the same shards, so
+     * ranks holding the same shard share its plan and weights blobs. */
+    for (int r = 0; r < world; r++) {
+      ranks[r].rank = r;
+      memcpy(ranks[r].weights, layouts[r % tp].blob, DIT_HASH_HEX);
+      memcpy(ranks[r].plan, rb[r % tp].plan_hash, DIT_HASH_HEX);
+    }
     for (int r = 0; r < tp; r++) {
       layouts[r].tp_rank = r;
       layouts[r].tp_size = tp;
-      ranks[r].rank = r;
-      memcpy(ranks[r].weights, layouts[r].blob, DIT_HASH_HEX);
-      memcpy(ranks[r].plan, rb[r].plan_hash, DIT_HASH_HEX);
       add_blob_entry(blobs, &n_blobs, "weights", layouts[r].blob, rb[r].weights_size);
       add_blob_entry(blobs, &n_blobs, "plan", rb[r].plan_hash, rb[r].plan_size);
       /* Each rank's process holds its own arena, shard and io: the peak is the largest rank's. */
@@ -544,7 +552,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.weights = layouts;
     man.n_weights = (size_t)tp;
     man.ranks = ranks;
-    man.n_ranks = (size_t)tp;
+    man.n_ranks = (size_t)world;
     int n_blocks = (int)m->wan.layers;
     dit_cost_t *pb = calloc((size_t)n_blocks + 1, sizeof *pb);
     dit_cost_t tot = dit_graph_cost(rb[0].g, pb, n_blocks);

@@ -22,6 +22,7 @@ typedef struct dit_compile_options {
   const char *store_dir;
   int explain;             /* on a miss, print which identity inputs differ from stored ones */
   int rehash;              /* hash the checkpoint even when the memo says it is unchanged */
+  int cfg_parallel;        /* two lanes of ranks: the conditional and unconditional branches */
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

@@ -23,6 +23,8 @@ static const char kUsage[] =
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
+    "        --cfg-parallel      two lanes of ranks run the conditional and unconditional\n"
+    "                            branches of classifier-free guidance at once (cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
     "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
     "                            with a store)\n"
@@ -82,6 +84,7 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--width")) rc = parse_i64(a, val, &o.shape.width), i++;
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
+    else if (!strcmp(a, "--cfg-parallel")) o.cfg_parallel = 1;
     else if (!strcmp(a, "--tp")) {
       int64_t tp = 0;
       rc = parse_i64(a, val, &tp), i++;

@@ -31,6 +31,12 @@ const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt);
  * tensor into the named input. Shapes must equal the manifest's: the error names the input
  * with the expected and found shapes. */
 dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src);
+/* With a cfg-parallel bundle (topology.cfg == 2) each lane of ranks has its own inputs:
+ * lane 0 runs the conditional branch, lane 1 the unconditional one, in the same forward.
+ * dit_runtime_set_input sets every lane; these set or read one. */
+int dit_runtime_cfg_lanes(const dit_runtime_t *rt);
+dit_status_t dit_runtime_set_input_lane(dit_runtime_t *rt, int lane, const char *name, const dit_tensor_t *src);
+dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *name, dit_tensor_t *out_view);
 /* One forward pass over the current inputs. */
 dit_status_t dit_runtime_forward(dit_runtime_t *rt);
 /* A view of the named output in the runtime's memory, valid until the next forward. */

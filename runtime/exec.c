@@ -335,6 +335,19 @@ static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
   return rt->be->synchronize(rt->be_state);
 }
 
+int dit_runtime_cfg_lanes(const dit_runtime_t *rt) { return rt->m->topology.cfg; }
+
+/* Ranks are ordered ((cfg lane * cp) + cp rank) * tp + tp rank. */
+static int lane_size(const dit_runtime_t *rt) { return rt->m->topology.cp * rt->m->topology.tp; }
+
+dit_status_t dit_runtime_set_input_lane(dit_runtime_t *rt, int lane, const char *name, const dit_tensor_t *src) {
+  if (lane < 0 || lane >= rt->m->topology.cfg)
+    return DIT_ERR(OUT_OF_RANGE, "cfg lane %d: the bundle has %d", lane, rt->m->topology.cfg);
+  int per = lane_size(rt);
+  for (int r = lane * per; r < (lane + 1) * per; r++) DIT_RETURN_IF(rank_set_input(&rt->ranks[r], name, src));
+  return DIT_OK;
+}
+
 dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src) {
   /* Every rank sees the whole input; each takes the part its plan reads. */
   for (int r = 0; r < rt->n_ranks; r++) DIT_RETURN_IF(rank_set_input(&rt->ranks[r], name, src));
@@ -391,8 +404,15 @@ dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
 }
 
 dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view) {
-  /* After the last collective every rank holds the whole output; rank 0 answers. */
-  rank_rt_t *r0 = &rt->ranks[0];
+  return dit_runtime_output_lane(rt, 0, name, out_view);
+}
+
+dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *name, dit_tensor_t *out_view) {
+  if (lane < 0 || lane >= rt->m->topology.cfg)
+    return DIT_ERR(OUT_OF_RANGE, "cfg lane %d: the bundle has %d", lane, rt->m->topology.cfg);
+  /* After the last collective every rank of a lane holds its whole output; the lane's first
+   * rank answers. */
+  rank_rt_t *r0 = &rt->ranks[lane * lane_size(rt)];
   size_t idx;
   const dit_plan_value_t *v = find_io(r0, DIT_STORAGE_OUTPUT, name, &idx);
   if (!v) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);

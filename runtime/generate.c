@@ -13,15 +13,29 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static dit_status_t predict(dit_runtime_t *rt, const dit_tensor_t *ctx, float *out, size_t n) {
-  DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states", ctx));
-  DIT_RETURN_IF(dit_runtime_forward(rt));
+static dit_status_t read_sample(dit_runtime_t *rt, int lane, float *out, size_t n) {
   dit_tensor_t y;
-  DIT_RETURN_IF(dit_runtime_output(rt, "sample", &y));
+  DIT_RETURN_IF(dit_runtime_output_lane(rt, lane, "sample", &y));
   if ((size_t)dit_tensor_numel(&y) != n)
     return DIT_ERR(INTERNAL, "output 'sample' has %lld elements, latents %zu", (long long)dit_tensor_numel(&y), n);
   if (dit_convert(out, DIT_F32, y.data, y.dtype, n)) return DIT_ERR(INTERNAL, "output 'sample': not a float tensor");
   return DIT_OK;
+}
+
+static dit_status_t predict(dit_runtime_t *rt, const dit_tensor_t *ctx, float *out, size_t n) {
+  DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states", ctx));
+  DIT_RETURN_IF(dit_runtime_forward(rt));
+  return read_sample(rt, 0, out, n);
+}
+
+/* Both branches in one forward: lane 0 conditional, lane 1 unconditional. */
+static dit_status_t predict_lanes(dit_runtime_t *rt, const dit_tensor_t *cond, const dit_tensor_t *uncond, float *out_c,
+                                  float *out_u, size_t n) {
+  DIT_RETURN_IF(dit_runtime_set_input_lane(rt, 0, "encoder_hidden_states", cond));
+  DIT_RETURN_IF(dit_runtime_set_input_lane(rt, 1, "encoder_hidden_states", uncond));
+  DIT_RETURN_IF(dit_runtime_forward(rt));
+  DIT_RETURN_IF(read_sample(rt, 0, out_c, n));
+  return read_sample(rt, 1, out_u, n);
 }
 
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
@@ -52,9 +66,10 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     dit_tensor_t tt = {tvec, DIT_F32, 1, {batch}};
     s = dit_runtime_set_input(rt, "hidden_states", &lat);
     if (!s) s = dit_runtime_set_input(rt, "timestep", &tt);
-    if (!s) s = predict(rt, prompt, cond, n);
+    int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
+    if (!s) s = lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n);
     if (!s && cfg) {
-      s = predict(rt, negative, uncond, n);
+      if (!lanes) s = predict(rt, negative, uncond, n);
       float g = (float)o->guidance;
       for (size_t j = 0; !s && j < n; j++) cond[j] = uncond[j] + g * (cond[j] - uncond[j]);
     }

@@ -21,11 +21,16 @@ run_case() { # config, extra compile flags...
   "$BIN/st_compare" "$T/f_par.safetensors" "$T/f_one.safetensors" sample 1e-5
   "$BIN/st_compare" "$T/g_par.safetensors" "$T/g_one.safetensors" latents 1e-5
   "$BIN/st_compare" "$T/f_par.safetensors" "$d/forward_output.safetensors" sample 1e-4
-  "$BIN/ditc" inspect "$par" | grep -q "world $(echo "$@" | awk '{print $2}') = tp"
+  local tp=1 cfg=1
+  [[ " $* " == *" --tp "* ]] && tp=$(echo "$@" | sed 's/.*--tp \([0-9]*\).*/\1/')
+  [[ " $* " == *" --cfg-parallel "* ]] && cfg=2
+  "$BIN/ditc" inspect "$par" | grep -q "world $((tp * cfg)) = tp $tp x cp 1 (none) x cfg $cfg"
 }
 run_case wan_tiny_a --tp 2
 run_case wan_tiny_b --tp 2
 run_case wan_tiny_b --tp 4
+run_case wan_tiny_a --cfg-parallel
+run_case wan_tiny_b --cfg-parallel --tp 2
 # Splits the model does not allow are refused at compile time, naming the field.
 for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" "wan_tiny_b --tp 3:num_attention_heads = 4 is not divisible by 3"; do
   args=${bad%%:*}; msg=${bad#*:}
