@@ -218,6 +218,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     }
     case DIT_OP_ROPE: {
       int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
+      if (geti(op, "t0") != 0) return DIT_ERR(UNIMPLEMENTED, "op rope '%s': token offsets (context parallelism) not on GPUs yet", y->name);
       dit_strbuf_printf(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
              "\n#define GW %" PRId64 "\n#define HEADS %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
              "\n#define WD %" PRId64 "\n",

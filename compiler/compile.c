@@ -223,14 +223,19 @@ static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_
 static int tp_of(const dit_compile_options_t *o) { return o->shape.tp > 1 ? o->shape.tp : 1; }
 
 static int cfg_of(const dit_compile_options_t *o) { return o->cfg_parallel ? 2 : 1; }
+static int cp_of(const dit_compile_options_t *o) { return o->shape.cp > 1 ? o->shape.cp : 1; }
+static const char *cp_mode_name(const dit_compile_options_t *o) {
+  if (cp_of(o) == 1) return "none";
+  return o->shape.cp_mode == DIT_CP_ULYSSES ? "ulysses" : "gather";
+}
 
-static cJSON *topology_json(int tp, int cfg) {
+static cJSON *topology_json(const dit_compile_options_t *o) {
   cJSON *t = cJSON_CreateObject();
-  cJSON_AddNumberToObject(t, "world", tp * cfg);
-  cJSON_AddNumberToObject(t, "tp", tp);
-  cJSON_AddNumberToObject(t, "cp", 1);
-  cJSON_AddNumberToObject(t, "cfg", cfg);
-  cJSON_AddStringToObject(t, "cp_mode", "none");
+  cJSON_AddNumberToObject(t, "world", tp_of(o) * cp_of(o) * cfg_of(o));
+  cJSON_AddNumberToObject(t, "tp", tp_of(o));
+  cJSON_AddNumberToObject(t, "cp", cp_of(o));
+  cJSON_AddNumberToObject(t, "cfg", cfg_of(o));
+  cJSON_AddStringToObject(t, "cp_mode", cp_mode_name(o));
   return t;
 }
 
@@ -285,7 +290,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   cJSON_AddStringToObject(in, "weights", weights_hash);
   cJSON_AddItemToObject(in, "shape", shape_json(o, ls));
   cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
-  cJSON_AddItemToObject(in, "topology", topology_json(tp_of(o), cfg_of(o)));
+  cJSON_AddItemToObject(in, "topology", topology_json(o));
   cJSON_AddStringToObject(in, "target", o->target);
   cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
   char schema[16];
@@ -390,7 +395,7 @@ static void rank_build_free(rank_build_t *r) {
 static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t *m, const dit_latent_shape_t *ls,
                                const dit_shape_request_t *req, dit_bundle_writer_t *w, rank_build_t *rb,
                                dit_manifest_weights_t *layout, cJSON *codegen_summary, progress_t *pr) {
-  const int first = req->tp_rank == 0;
+  const int first = req->tp_rank == 0 && req->cp_rank == 0;
   progress_t quiet = *pr;
   quiet.quiet = 1;
   progress_t *p = first ? pr : &quiet;
@@ -404,7 +409,8 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
            rb->pres.fused_ops);
   if (first && o->dump_ir) dit_graph_print(rb->g, o->dump ? o->dump : stdout);
   DIT_RETURN_IF(lower_to_plan(rb->g, rb->pres.arena_bytes, &rb->plan));
-  DIT_RETURN_IF(write_weights(w, m, rb->g, rb->plan, layout, p));
+  /* Context-parallel ranks of one tensor-parallel shard use the same weights: written once. */
+  if (req->cp_rank == 0) DIT_RETURN_IF(write_weights(w, m, rb->g, rb->plan, layout, p));
   for (size_t i = 0; i < layout->n_tensors; i++)
     if (layout->tensors[i].offset + layout->tensors[i].nbytes > rb->weights_size)
       rb->weights_size = layout->tensors[i].offset + layout->tensors[i].nbytes;
@@ -430,7 +436,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
   progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
-  if ((o->shape.tp > 1 || o->cfg_parallel) && gpu)
+  if ((o->shape.tp > 1 || o->shape.cp > 1 || o->cfg_parallel) && gpu)
     return DIT_ERR(UNIMPLEMENTED, "--tp %d%s with --target %s: parallel topologies run on the CPU backend only in this build",
                    tp_of(o), o->cfg_parallel ? " --cfg-parallel" : "", o->target);
   clock_gettime(CLOCK_MONOTONIC, &pr.t0);
@@ -474,24 +480,27 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   }
   if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
   /* One graph, plan and weights shard per tensor-parallel rank. */
-  const int tp = tp_of(o), world = tp * cfg_of(o);
-  rank_build_t *rb = calloc((size_t)tp, sizeof *rb);
+  const int tp = tp_of(o), cp = cp_of(o), world = tp * cp * cfg_of(o), nb = tp * cp;
+  rank_build_t *rb = calloc((size_t)nb, sizeof *rb);
   dit_manifest_weights_t *layouts = calloc((size_t)tp, sizeof *layouts);
   dit_manifest_rank_t *ranks = calloc((size_t)world, sizeof *ranks);
   if (!s && (!rb || !layouts || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
-  for (int r = 0; !s && r < tp; r++) {
+  /* Build index cp_rank * tp + tp_rank; every cfg lane runs the same builds. */
+  for (int r = 0; !s && r < nb; r++) {
     dit_shape_request_t req = o->shape;
     req.tp = tp;
-    req.tp_rank = r;
-    s = build_rank(o, m, &ls, &req, w, &rb[r], &layouts[r], gpu ? codegen_summary : NULL, &pr);
-    if (s && tp > 1) s = dit_status_annotate(s, "tensor-parallel rank %d", r);
+    req.tp_rank = r % tp;
+    req.cp = cp;
+    req.cp_rank = r / tp;
+    s = build_rank(o, m, &ls, &req, w, &rb[r], &layouts[r % tp], gpu ? codegen_summary : NULL, &pr);
+    if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
   }
   size_t max_steps = 0;
-  for (int r = 0; !s && r < tp; r++) max_steps += rb[r].plan->n_steps;
-  if (!s && !(blobs = calloc(2 * (size_t)tp + 2 * max_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  for (int r = 0; !s && r < tp; r++)
+  for (int r = 0; !s && r < nb; r++) max_steps += rb[r].plan->n_steps;
+  if (!s && !(blobs = calloc(2 * (size_t)nb + 2 * max_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (int r = 0; !s && r < nb; r++)
     for (size_t i = 0; i < rb[r].plan->n_steps; i++) {
       const dit_plan_step_t *st = &rb[r].plan->steps[i];
       if (!st->has_kernel) continue;
@@ -507,9 +516,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     snprintf(man.arch, sizeof man.arch, "%s", o->target);
     man.topology.world = world;
     man.topology.tp = tp;
-    man.topology.cp = 1;
+    man.topology.cp = cp;
     man.topology.cfg = cfg_of(o);
-    snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "none");
+    snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "%s", cp_mode_name(o));
     man.shape.batch = o->shape.batch;
     man.shape.frames = o->shape.frames;
     man.shape.height = o->shape.height;
@@ -533,12 +542,14 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     for (int r = 0; r < world; r++) {
       ranks[r].rank = r;
       memcpy(ranks[r].weights, layouts[r % tp].blob, DIT_HASH_HEX);
-      memcpy(ranks[r].plan, rb[r % tp].plan_hash, DIT_HASH_HEX);
+      memcpy(ranks[r].plan, rb[r % nb].plan_hash, DIT_HASH_HEX);
     }
     for (int r = 0; r < tp; r++) {
       layouts[r].tp_rank = r;
       layouts[r].tp_size = tp;
       add_blob_entry(blobs, &n_blobs, "weights", layouts[r].blob, rb[r].weights_size);
+    }
+    for (int r = 0; r < nb; r++) {
       add_blob_entry(blobs, &n_blobs, "plan", rb[r].plan_hash, rb[r].plan_size);
       /* Each rank's process holds its own arena, shard and io: the peak is the largest rank's. */
       uint64_t peak = rb[r].pres.arena_bytes + rb[r].weights_size + io_bytes;
@@ -573,7 +584,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
       cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));
     man.summary = sum;
     /* Check every plan against the manifest we are about to publish, as the runtime will. */
-    for (int r = 0; !s && r < tp; r++) s = dit_plan_check_bindings(rb[r].plan, &man, &layouts[r], "plan");
+    for (int r = 0; !s && r < nb; r++) s = dit_plan_check_bindings(rb[r].plan, &man, &layouts[r % tp], "plan");
   }
   if (!s) progress(&pr, "plan: %zu steps, %.3g GFLOP per forward%s, predicted peak %.2f MiB%s", rb[0].plan->n_steps,
                    cJSON_GetObjectItem(man.summary, "flops")->valuedouble / 1e9, tp > 1 ? " per rank" : "",
@@ -603,7 +614,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     for (size_t i = 0; i < layouts[r].n_tensors; i++) free(layouts[r].tensors[i].name);
     free(layouts[r].tensors);
   }
-  for (int r = 0; r < tp && rb; r++) rank_build_free(&rb[r]);
+  for (int r = 0; r < nb && rb; r++) rank_build_free(&rb[r]);
   free(layouts);
   free(ranks);
   free(rb);

@@ -23,6 +23,9 @@ static const char kUsage[] =
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
+    "        --cp N              context-parallel degree: each rank takes 1/N of the tokens (cpu)\n"
+    "        --cp-mode M         gather (all-gather K/V) or ulysses (all-to-all tokens<->heads);\n"
+    "                            default gather\n"
     "        --cfg-parallel      two lanes of ranks run the conditional and unconditional\n"
     "                            branches of classifier-free guidance at once (cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
@@ -85,6 +88,18 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
     else if (!strcmp(a, "--cfg-parallel")) o.cfg_parallel = 1;
+    else if (!strcmp(a, "--cp")) {
+      int64_t cp = 0;
+      rc = parse_i64(a, val, &cp), i++;
+      if (!rc && (cp < 1 || cp > 64)) return usage_error("--cp %s: expected 1..64", val);
+      o.shape.cp = (int)cp;
+    } else if (!strcmp(a, "--cp-mode")) {
+      if (!val) return usage_error("%s needs a value", a);
+      if (!strcmp(val, "gather")) o.shape.cp_mode = DIT_CP_GATHER;
+      else if (!strcmp(val, "ulysses")) o.shape.cp_mode = DIT_CP_ULYSSES;
+      else return usage_error("--cp-mode %s: expected gather or ulysses (ring and usp are not built yet)", val);
+      i++;
+    }
     else if (!strcmp(a, "--tp")) {
       int64_t tp = 0;
       rc = parse_i64(a, val, &tp), i++;
@@ -120,6 +135,8 @@ static int cmd_compile(int argc, char **argv, int why) {
     if (rc) return rc;
   }
   if (!o.model_dir) return usage_error("%s", "compile needs a MODEL_DIR");
+  if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
+  if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");
   if (o.shape.frames < 0) return usage_error("%s", "compile needs --frames");
   if (o.shape.height < 0) return usage_error("%s", "compile needs --height");
   if (o.shape.width < 0) return usage_error("%s", "compile needs --width");

@@ -374,6 +374,7 @@ typedef struct wan_builder {
   const dit_model_t *m;
   dit_dtype_t dt; /* activation storage dtype */
   int tp, rank;   /* tensor-parallel degree and rank */
+  int cp, cp_rank, cp_mode;
 } wan_builder_t;
 
 /* diffusers keeps these modules in fp32 when the model is cast to half precision. */
@@ -409,6 +410,18 @@ static dit_vid_t Wshard(wan_builder_t *b, const char *key, int dim) {
   if (!t) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
   int64_t part = t->dims[dim] / b->tp;
   return dit_graph_weight_slice(b->g, key, weight_dtype(b, key), t->rank, t->dims, dim, b->rank * part, part);
+}
+
+/* Context-parallel collectives over the cp group (group 1). */
+static dit_vid_t cp_collective(wan_builder_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 1);
+  dit_attrs_set_int(&a, "n", b->cp);
+  if (kind == DIT_OP_ALLTOALL) {
+    dit_attrs_set_int(&a, "heads", heads);
+    dit_attrs_set_int(&a, "reverse", reverse);
+  }
+  return dit_graph_op(b->g, kind, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
 }
 
 static dit_vid_t allreduce(wan_builder_t *b, dit_vid_t x, const char *name) {
@@ -501,9 +514,23 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
                    m->wan.heads, tp);
   if (m->wan.ffn_dim % tp)
     return DIT_ERR(INVALID_ARGUMENT, "--tp %d: config.json ffn_dim = %" PRId64 " is not divisible by %d", tp, m->wan.ffn_dim, tp);
+  int cp = req->cp > 1 ? req->cp : 1;
+  const int64_t ntok = (ls.frames / m->wan.patch[0]) * (ls.height / m->wan.patch[1]) * (ls.width / m->wan.patch[2]);
+  if (cp > 1) {
+    if (req->cp_rank < 0 || req->cp_rank >= cp)
+      return DIT_ERR(INVALID_ARGUMENT, "context-parallel rank %d outside 0..%d", req->cp_rank, cp - 1);
+    if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES)
+      return DIT_ERR(UNIMPLEMENTED, "--cp %d: context-parallel mode %d (gather and ulysses are built)", cp, req->cp_mode);
+    if (ntok % cp)
+      return DIT_ERR(INVALID_ARGUMENT, "--cp %d: the shape has %" PRId64 " tokens, which do not split into %d equal parts", cp, ntok, cp);
+    if (req->cp_mode == DIT_CP_ULYSSES && (m->wan.heads / tp) % cp)
+      return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d",
+                     cp, m->wan.heads / tp, cp);
+  }
   dit_graph_t *g;
   DIT_RETURN_IF(dit_graph_create(&g));
-  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank}, *b = &bb;
+  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank, cp, cp > 1 ? req->cp_rank : 0, cp > 1 ? req->cp_mode : 0}, *b = &bb;
+  const int64_t tl = ntok / cp, t0 = b->cp_rank * tl;
   const int64_t B = req->batch, L = req->text_len;
   const int64_t pt = m->wan.patch[0], ph = m->wan.patch[1], pw = m->wan.patch[2];
   const int64_t f = ls.frames / pt, h = ls.height / ph, w = ls.width / pw;
@@ -520,6 +547,13 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_int(&pa, "pw", pw);
   dit_vid_t xp = dit_graph_op(g, DIT_OP_PATCHIFY, &x, 1, &pa, dt, "patchify");
   dit_vid_t hs = linear(b, xp, "patch_embedding", dt, "patch_embedding");
+  if (cp > 1) {
+    /* This rank's contiguous share of the tokens (in frame order) from here to the output. */
+    dit_attrs_t sa = {0};
+    dit_attrs_set_int(&sa, "t0", t0);
+    dit_attrs_set_int(&sa, "count", tl);
+    hs = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &hs, 1, &sa, dt, "tokens");
+  }
 
   /* Time embedding in fp32 (time_embedder is kept in fp32), cast like encoder states. */
   dit_attrs_t ta = {0};
@@ -549,6 +583,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_int(&ra, "h_dim", hw);
   dit_attrs_set_int(&ra, "w_dim", hw);
   dit_attrs_set_float(&ra, "theta", 10000.0);
+  if (cp > 1) dit_attrs_set_int(&ra, "t0", t0);
 
   char n[160], k[160];
   for (int64_t i = 0; i < m->wan.layers; i++) {
@@ -566,7 +601,26 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     kk = rmsnorm(b, kk, KEY("attn1.norm_k.weight"), NAME("attn1.norm_k"));
     q = dit_graph_op(g, DIT_OP_ROPE, &q, 1, &ra, dt, NAME("attn1.rope_q"));
     kk = dit_graph_op(g, DIT_OP_ROPE, &kk, 1, &ra, dt, NAME("attn1.rope_k"));
-    dit_vid_t a = attention(b, q, kk, v, NAME("attn1.sdpa"));
+    dit_vid_t a;
+    if (b->cp_mode == DIT_CP_GATHER) {
+      kk = cp_collective(b, DIT_OP_ALLGATHER, kk, 0, 0, NAME("attn1.k_all"));
+      v = cp_collective(b, DIT_OP_ALLGATHER, v, 0, 0, NAME("attn1.v_all"));
+      a = attention(b, q, kk, v, NAME("attn1.sdpa"));
+    } else if (b->cp_mode == DIT_CP_ULYSSES) {
+      /* Tokens to heads: each rank attends over every token with heads/cp of its heads. */
+      const int64_t hl = m->wan.heads / tp;
+      q = cp_collective(b, DIT_OP_ALLTOALL, q, hl, 0, NAME("attn1.q_heads"));
+      kk = cp_collective(b, DIT_OP_ALLTOALL, kk, hl, 0, NAME("attn1.k_heads"));
+      v = cp_collective(b, DIT_OP_ALLTOALL, v, hl, 0, NAME("attn1.v_heads"));
+      dit_attrs_t aa = {0};
+      dit_attrs_set_int(&aa, "heads", hl / cp);
+      dit_attrs_set_float(&aa, "scale", 1.0 / sqrt((double)m->wan.head_dim));
+      dit_vid_t ins[3] = {q, kk, v};
+      a = dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &aa, dt, NAME("attn1.sdpa"));
+      a = cp_collective(b, DIT_OP_ALLTOALL, a, hl, 1, NAME("attn1.sdpa_tokens"));
+    } else {
+      a = attention(b, q, kk, v, NAME("attn1.sdpa"));
+    }
     a = linear_row(b, a, KEY("attn1.to_out.0"), NAME("attn1.out"));
     hs = gated(b, hs, a, mod, 2, NAME("attn1.residual"));
 
@@ -600,6 +654,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, NULL, DIT_F32, "out.mod");
   dit_vid_t no = adaln(b, hs, mod, 0, 1, "norm_out");
   dit_vid_t y = linear(b, no, "proj_out", dt, "proj_out");
+  if (cp > 1) y = cp_collective(b, DIT_OP_ALLGATHER, y, 0, 0, "proj_out.all_tokens");
   dit_attrs_t ua = pa;
   dit_attrs_set_int(&ua, "f", f);
   dit_attrs_set_int(&ua, "h", h);

@@ -183,7 +183,10 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       DIT_RETURN_IF(get_i(attrs, op, "t_dim", &td, 0));
       DIT_RETURN_IF(get_i(attrs, op, "h_dim", &hd, 0));
       DIT_RETURN_IF(get_i(attrs, op, "w_dim", &wd, 0));
-      if (x->dims[1] != f * h * w) FAIL("%s: %" PRId64 " tokens, grid has %" PRId64, op, x->dims[1], f * h * w);
+      const dit_attr_t *t0a = dit_attrs_find(attrs, "t0");
+      int64_t t0 = t0a ? t0a->i : 0;
+      if (t0 < 0 || x->dims[1] + t0 > f * h * w || (!t0a && x->dims[1] != f * h * w))
+        FAIL("%s: %" PRId64 " tokens from %" PRId64 ", grid has %" PRId64, op, x->dims[1], t0, f * h * w);
       if ((td | hd | wd) & 1) FAIL("%s: rope parts %" PRId64 "/%" PRId64 "/%" PRId64 " must be even", op, td, hd, wd);
       if (x->dims[2] != heads * (td + hd + wd))
         FAIL("%s: channels %" PRId64 " != heads %" PRId64 " x head dim %" PRId64, op, x->dims[2], heads, td + hd + wd);
@@ -239,6 +242,44 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));
       if (group > 2) FAIL("%s: group %" PRId64 " (0 tp, 1 cp, 2 cfg)", op, group);
       copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_SLICE_TOKENS: {
+      int64_t t0, count;
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(get_i(attrs, op, "t0", &t0, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "count", &count, 1));
+      if (t0 + count > x->dims[1]) FAIL("%s: tokens [%" PRId64 ", %" PRId64 ") outside %" PRId64, op, t0, t0 + count, x->dims[1]);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][1] = count;
+      break;
+    }
+    case DIT_OP_ALLGATHER:
+    case DIT_OP_ALLTOALL: {
+      int64_t group, n;
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "n", &n, 1));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      if (kind == DIT_OP_ALLGATHER) {
+        out_dims[0][1] = x->dims[1] * n;
+        break;
+      }
+      int64_t heads, reverse = 0;
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      const dit_attr_t *rv = dit_attrs_find(attrs, "reverse");
+      if (rv) reverse = rv->i;
+      if (heads % n) FAIL("%s: %" PRId64 " heads not divisible by the group of %" PRId64, op, heads, n);
+      int64_t dh = (reverse ? x->dims[2] * n : x->dims[2]) / heads;
+      if (dh * heads != (reverse ? x->dims[2] * n : x->dims[2])) FAIL("%s: channels do not split into %" PRId64 " heads", op, heads);
+      if (!reverse) {
+        out_dims[0][1] = x->dims[1] * n;
+        out_dims[0][2] = x->dims[2] / n;
+      } else {
+        if (x->dims[1] % n) FAIL("%s: %" PRId64 " tokens not divisible by %" PRId64, op, x->dims[1], n);
+        out_dims[0][1] = x->dims[1] / n;
+        out_dims[0][2] = x->dims[2] * n;
+      }
       break;
     }
     case DIT_OP_COUNT:

@@ -151,7 +151,8 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETI("h_dim", hd);
       GETI("w_dim", wd);
       GETF("theta", theta);
-      return dit_cpu_rope(c, &in[0], heads, f, h, w, td, hd, wd, theta, &out[0]);
+      const dit_attr_t *t0 = dit_attrs_find(&st->attrs, "t0");
+      return dit_cpu_rope(c, &in[0], heads, f, h, w, td, hd, wd, theta, t0 ? t0->i : 0, &out[0]);
     }
     case DIT_OP_ATTENTION: {
       int heads;
@@ -173,7 +174,25 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "dim", &dim));
       return dit_cpu_rmsnorm_slice(c, &in[0], &in[1], &in[2], eps, dim, &out[0]);
     }
+    case DIT_OP_SLICE_TOKENS: {
+      int64_t t0, count;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "t0", &t0));
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "count", &count));
+      const dit_tensor_t *x = &in[0];
+      dit_tensor_t *y = &out[0];
+      if (x->rank != 3 || y->rank != 3 || x->dtype != y->dtype || t0 < 0 || count != y->dims[1] || t0 + count > x->dims[1] ||
+          y->dims[0] != x->dims[0] || y->dims[2] != x->dims[2])
+        return DIT_ERR(INVALID_ARGUMENT, "slice_tokens: operands do not match tokens [%lld, %lld)", (long long)t0,
+                       (long long)(t0 + count));
+      size_t row = (size_t)x->dims[2] * dit_dtype_size(x->dtype);
+      for (int64_t b = 0; b < x->dims[0]; b++)
+        memcpy((char *)y->data + (size_t)(b * count) * row, (const char *)x->data + (size_t)(b * x->dims[1] + t0) * row,
+               (size_t)count * row);
+      return DIT_OK;
+    }
     case DIT_OP_ALLREDUCE: /* collectives are the executor's, between steps */
+    case DIT_OP_ALLGATHER:
+    case DIT_OP_ALLTOALL:
     case DIT_OP_COUNT: break;
   }
   return DIT_ERR(UNIMPLEMENTED, "cpu backend: op %s has no kernel", name);

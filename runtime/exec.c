@@ -31,6 +31,8 @@ typedef struct rank_rt {
   dit_tensor_t *step_tensors;/* scratch for one step's operands */
   int tp_group[64];          /* world ranks of this rank's tensor-parallel group */
   int tp;
+  int cp_group[64];          /* world ranks of this rank's context-parallel group */
+  int cp;
 } rank_rt_t;
 
 struct dit_runtime {
@@ -200,6 +202,10 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   rt->tp = rt->m->topology.tp;
   if (rt->tp < 1 || rt->tp > 64) return DIT_ERR(UNIMPLEMENTED, "manifest.json: topology.tp = %d: at most 64 supported", rt->tp);
   for (int i = 0; i < rt->tp; i++) rt->tp_group[i] = rt->rank - rt->rank % rt->tp + i;
+  rt->cp = rt->m->topology.cp;
+  if (rt->cp < 1 || rt->cp > 64) return DIT_ERR(UNIMPLEMENTED, "manifest.json: topology.cp = %d: at most 64 supported", rt->cp);
+  const int lane_base = rt->rank / (rt->cp * rt->tp) * rt->cp * rt->tp, tp_rank = rt->rank % rt->tp;
+  for (int i = 0; i < rt->cp; i++) rt->cp_group[i] = lane_base + i * rt->tp + tp_rank;
   return DIT_OK;
 }
 
@@ -309,11 +315,72 @@ static dit_status_t run_allreduce(rank_rt_t *rt, dit_comm_t *comm, const dit_pla
   return dit_comm_allreduce_sum(comm, rt->rank, rt->tp_group, rt->tp, y->data, (size_t)dit_tensor_numel(y), y->dtype);
 }
 
+/* Context-parallel collectives along the tokens of [B, T, C] tensors. The communicator moves
+ * contiguous per-member blocks; these lay them out by batch row. */
+static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
+  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+  const char *name = dit_op_info(st->kind)->name;
+  int64_t group = 0, n = 0, heads = 0, reverse = 0;
+  DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
+  DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "n", &n));
+  if (group != 1 || n != rt->cp)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld, this rank's context-parallel group has %d", name, (long long)group,
+                   (long long)n, rt->cp);
+  if (x->dtype != y->dtype || x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands differ", name);
+  const size_t es = dit_dtype_size(x->dtype);
+  const int64_t B = x->dims[0];
+  size_t bytes = dit_tensor_nbytes(x);
+  char *send = NULL, *recv = malloc((size_t)n * bytes + 1);
+  if (!recv) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
+  dit_status_t s = DIT_OK;
+  if (st->kind == DIT_OP_ALLGATHER) {
+    /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
+    const int64_t T = x->dims[1];
+    const size_t row = (size_t)x->dims[2] * es;
+    s = comm ? dit_comm_allgather(comm, rt->rank, rt->cp_group, (int)n, x->data, bytes, recv) : DIT_OK;
+    if (!comm) memcpy(recv, x->data, bytes);
+    for (int64_t p = 0; !s && p < n; p++)
+      for (int64_t b = 0; b < B; b++)
+        memcpy((char *)y->data + ((size_t)(b * n + p) * (size_t)T) * row, recv + (size_t)p * bytes + (size_t)(b * T) * row,
+               (size_t)T * row);
+  } else {
+    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "heads", &heads));
+    const dit_attr_t *rv = dit_attrs_find(&st->attrs, "reverse");
+    reverse = rv ? rv->i : 0;
+    /* Chunks exchanged: [B][T_local][heads/n * Dh] per member. */
+    const int64_t Tl = reverse ? x->dims[1] / n : x->dims[1], hc = (reverse ? x->dims[2] : x->dims[2] / n);
+    const size_t chunk = (size_t)(B * Tl * hc) * es, seg = (size_t)hc * es;
+    send = malloc((size_t)n * chunk + 1);
+    if (!send) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
+    for (int64_t p = 0; !s && p < n; p++)
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < Tl; t++) {
+          /* forward: member p gets head group p of my tokens; reverse: member p gets my heads of its tokens */
+          const char *src = reverse ? (const char *)x->data + ((size_t)(b * x->dims[1] + p * Tl + t) * (size_t)hc) * es
+                                    : (const char *)x->data + ((size_t)(b * Tl + t) * (size_t)x->dims[2] + (size_t)(p * hc)) * es;
+          memcpy(send + (size_t)p * chunk + ((size_t)(b * Tl + t)) * seg, src, seg);
+        }
+    if (!s) s = comm ? dit_comm_alltoall(comm, rt->rank, rt->cp_group, (int)n, send, recv, chunk) : DIT_OK;
+    if (!s && !comm) memcpy(recv, send, chunk);
+    for (int64_t p = 0; !s && p < n; p++)
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < Tl; t++) {
+          const char *src = recv + (size_t)p * chunk + ((size_t)(b * Tl + t)) * seg;
+          char *dst = reverse ? (char *)y->data + ((size_t)(b * Tl + t) * (size_t)y->dims[2] + (size_t)(p * hc)) * es
+                              : (char *)y->data + ((size_t)(b * y->dims[1] + p * Tl + t) * (size_t)hc) * es;
+          memcpy(dst, src, seg);
+        }
+  }
+  free(send);
+  free(recv);
+  return s;
+}
+
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
-  if (st->kind == DIT_OP_ALLREDUCE) {
-    if (!rt->be->host_memory) return DIT_ERR(UNIMPLEMENTED, "allreduce on device memory needs NCCL");
-    return run_allreduce(rt, comm, st);
+  if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL) {
+    if (!rt->be->host_memory) return DIT_ERR(UNIMPLEMENTED, "%s on device memory needs NCCL", dit_op_info(st->kind)->name);
+    return st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st) : run_token_collective(rt, comm, st);
   }
   dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
   for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];

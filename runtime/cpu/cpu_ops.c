@@ -498,6 +498,7 @@ typedef struct rope_job {
   const dit_tensor_t *x;
   dit_tensor_t *y;
   int64_t ntok, heads, Dh;
+  int64_t t0, count; /* this tensor holds tokens [t0, t0 + count) of the f*h*w grid */
   int f, h, w, pairs[3];
   const float *cs[3]; /* per part: [positions][pairs][2] = (cos, sin) */
   dit_cpu_scratch_t scratch;
@@ -509,7 +510,7 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
   float *out = tmp + HD;
   for (int64_t r = begin; r < end; r++) {
-    const int64_t tok = r % j->ntok;
+    const int64_t tok = j->t0 + r % j->count;
     const int64_t pos[3] = {tok / ((int64_t)j->h * j->w), (tok / j->w) % j->h, tok % j->w};
     const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp);
     for (int64_t hd = 0; hd < j->heads; hd++) {
@@ -530,7 +531,7 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int worker) {
 }
 
 dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
-                          int t_dim, int h_dim, int w_dim, double theta, dit_tensor_t *y) {
+                          int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y) {
   static const char *op = "rope";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
@@ -547,20 +548,20 @@ dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f,
     return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, f*h*w, heads*Dh]", op,
                    dit_cpu_dims_str(x, b1));
   const int64_t Dh = (int64_t)t_dim + h_dim + w_dim, ntok = (int64_t)f * h * w;
-  if (x->dims[1] != ntok || x->dims[2] != heads * Dh)
+  if (t0 < 0 || x->dims[1] + t0 > ntok || x->dims[2] != heads * Dh)
     return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: x has dims %s, expected [B, %lld (f*h*w = %d*%d*%d), %lld (heads %d * Dh %lld = %d+%d+%d)]",
-                   op, dit_cpu_dims_str(x, b1), (long long)ntok, f, h, w, (long long)(heads * Dh),
+                   "%s: x has dims %s from token %lld, expected [B, %lld (f*h*w = %d*%d*%d), %lld (heads %d * Dh %lld = %d+%d+%d)]",
+                   op, dit_cpu_dims_str(x, b1), (long long)t0, (long long)ntok, f, h, w, (long long)(heads * Dh),
                    heads, (long long)Dh, t_dim, h_dim, w_dim);
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
-  const int64_t rows = x->dims[0] * ntok;
+  const int64_t rows = x->dims[0] * x->dims[1];
   if (rows == 0 || Dh == 0) {
     /* Nothing rotates: a zero-width head dim leaves an empty row. */
     return DIT_OK;
   }
 
-  rope_job_t j = {.x = x, .y = y, .ntok = ntok, .heads = heads, .Dh = Dh, .f = f, .h = h, .w = w,
+  rope_job_t j = {.x = x, .y = y, .ntok = ntok, .heads = heads, .Dh = Dh, .t0 = t0, .count = x->dims[1], .f = f, .h = h, .w = w,
                   .pairs = {t_dim / 2, h_dim / 2, w_dim / 2}};
   const int extent[3] = {f, h, w};
   size_t total = 0;

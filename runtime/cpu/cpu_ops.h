@@ -50,7 +50,7 @@ dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tens
  * pos_P * freq, cos/sin in double rounded to float; out[2p] = x0*cos - x1*sin,
  * out[2p+1] = x0*sin + x1*cos. */
 dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
-                          int t_dim, int h_dim, int w_dim, double theta, dit_tensor_t *y);
+                          int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y);
 /* q [B, S, H*Dh], k and v [B, L, H*Dh] -> out [B, S, H*Dh]; lse [B, H, S] may be NULL. */
 dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                const dit_tensor_t *v, int heads, double scale, dit_tensor_t *out,

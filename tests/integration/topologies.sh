@@ -21,21 +21,33 @@ run_case() { # config, extra compile flags...
   "$BIN/st_compare" "$T/f_par.safetensors" "$T/f_one.safetensors" sample 1e-5
   "$BIN/st_compare" "$T/g_par.safetensors" "$T/g_one.safetensors" latents 1e-5
   "$BIN/st_compare" "$T/f_par.safetensors" "$d/forward_output.safetensors" sample 1e-4
-  local tp=1 cfg=1
+  local tp=1 cfg=1 cp=1 mode=none
   [[ " $* " == *" --tp "* ]] && tp=$(echo "$@" | sed 's/.*--tp \([0-9]*\).*/\1/')
+  [[ " $* " == *" --cp "* ]] && cp=$(echo "$@" | sed 's/.*--cp \([0-9]*\).*/\1/') && mode=$(echo "$@" | sed 's/.*--cp-mode \([a-z]*\).*/\1/')
   [[ " $* " == *" --cfg-parallel "* ]] && cfg=2
-  "$BIN/ditc" inspect "$par" | grep -q "world $((tp * cfg)) = tp $tp x cp 1 (none) x cfg $cfg"
+  "$BIN/ditc" inspect "$par" | grep -q "world $((tp * cp * cfg)) = tp $tp x cp $cp ($mode) x cfg $cfg"
 }
 run_case wan_tiny_a --tp 2
 run_case wan_tiny_b --tp 2
 run_case wan_tiny_b --tp 4
 run_case wan_tiny_a --cfg-parallel
 run_case wan_tiny_b --cfg-parallel --tp 2
+run_case wan_tiny_a --cp 2 --cp-mode gather
+run_case wan_tiny_a --cp 3 --cp-mode gather
+run_case wan_tiny_b --cp 4 --cp-mode gather
+run_case wan_tiny_b --cp 2 --cp-mode ulysses
+run_case wan_tiny_b --cp 4 --cp-mode ulysses
+run_case wan_tiny_b --cp 2 --cp-mode ulysses --tp 2
+run_case wan_tiny_b --cp 2 --cp-mode gather --tp 2 --cfg-parallel
 # Splits the model does not allow are refused at compile time, naming the field.
-for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" "wan_tiny_b --tp 3:num_attention_heads = 4 is not divisible by 3"; do
+for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
+           "wan_tiny_b --tp 3:num_attention_heads = 4 is not divisible by 3" \
+           "wan_tiny_a --cp 4:18 tokens, which do not split into 4 equal parts" \
+           "wan_tiny_a --cp 2 --cp-mode ulysses --tp 2:1 heads per tensor-parallel rank are not divisible by 2"; do
   args=${bad%%:*}; msg=${bad#*:}
   set -- $args
-  if "$BIN/ditc" compile "tests/data/$1/model" --frames 9 --height 32 --width 48 "$2" "$3" -o "$T/x" 2>"$T/err"; then echo "accepted $args"; exit 1; fi
+  name=$1; shift
+  if "$BIN/ditc" compile "tests/data/$name/model" --frames 9 --height 32 --width 48 "$@" -o "$T/x" 2>"$T/err"; then echo "accepted $args"; exit 1; fi
   grep -qF "$msg" "$T/err" || { cat "$T/err"; exit 1; }
   echo "refused: $(cat "$T/err")"
 done

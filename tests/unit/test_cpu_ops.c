@@ -684,7 +684,7 @@ static void check_rope(int64_t B, int heads, int f, int h, int w, int td, int hd
   }
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t y = out_poisoned(dt, 3, xd);
-    CHECK_OK(dit_cpu_rope(&g_cpu[pi], &x.t, heads, f, h, w, td, hd, wd, theta, &y));
+    CHECK_OK(dit_cpu_rope(&g_cpu[pi], &x.t, heads, f, h, w, td, hd, wd, theta, 0, &y));
     char what[128];
     snprintf(what, sizeof what, "rope grid %dx%dx%d heads %d dims %d/%d/%d", f, h, w, heads, td, hd, wd);
     CHECK(compare(what, &y, ref, tol_for(dt)));
@@ -806,10 +806,10 @@ static void test_errors(void) {
   {
     T(x, DIT_F32, 3, 1, 6, 32);
     O(y, DIT_F32, 3, 1, 6, 32);
-    CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 3, 6, 5, 5, 10000, &y), INVALID_ARGUMENT,
+    CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 3, 6, 5, 5, 10000, 0, &y), INVALID_ARGUMENT,
               "rope: part dims (t 6, h 5, w 5) must be even");
-    CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 2, 8, 4, 4, 10000, &y), INVALID_ARGUMENT,
-              "rope: x has dims [1, 6, 32], expected [B, 4 (f*h*w = 1*2*2)");
+    CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 2, 8, 4, 4, 10000, 0, &y), INVALID_ARGUMENT,
+              "rope: x has dims [1, 6, 32] from token 0, expected [B, 4 (f*h*w = 1*2*2)");
   }
 #undef T
 #undef O
@@ -931,7 +931,7 @@ static void test_torch(void) {
   if ((x = ref_get("rope.x"))) {
     dit_tensor_t y = out_like(x);
     /* Wan with head dim 24 (t/h/w = 8/8/8), 2 heads, grid 2x3x4. */
-    CHECK_OK(dit_cpu_rope(c, x, 2, 2, 3, 4, 8, 8, 8, 10000, &y));
+    CHECK_OK(dit_cpu_rope(c, x, 2, 2, 3, 4, 8, 8, 8, 10000, 0, &y));
     check_vs_torch("diffusers WanRotaryPosEmbed + rotation", &y, "rope.y", TOL_F32);
     free(y.data);
   }

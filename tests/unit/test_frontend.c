@@ -21,7 +21,7 @@ static void test_load_and_latent(void) {
   /* The normalized config carries every field, defaults filled, bookkeeping dropped. */
   CHECK(cJSON_GetObjectItem(m->config, "pos_embed_seq_len") != NULL);
   CHECK(cJSON_GetObjectItem(m->config, "_diffusers_version") == NULL);
-  dit_shape_request_t r = {1, 9, 32, 48, 7, DIT_F32, 1, 0};
+  dit_shape_request_t r = {.batch = 1, .frames = 9, .height = 32, .width = 48, .text_len = 7, .dtype = DIT_F32};
   dit_latent_shape_t ls;
   CHECK_OK(dit_model_latent_shape(m, &r, &ls));
   CHECK_EQ_INT(ls.frames, 3);
@@ -104,7 +104,7 @@ static void test_bf16_policy(void) {
   dit_model_t *m = NULL;
   CHECK_OK(dit_model_load(g_model, NULL, &m));
   if (!m) return;
-  dit_shape_request_t r = {1, 9, 32, 48, 7, DIT_BF16, 1, 0};
+  dit_shape_request_t r = {.batch = 1, .frames = 9, .height = 32, .width = 48, .text_len = 7, .dtype = DIT_BF16};
   dit_graph_t *g = NULL;
   CHECK_OK(dit_model_build_graph(m, &r, &g));
   if (!g) return;

@@ -68,7 +68,7 @@ static void test_shape_errors(void) {
   dit_attrs_set_float(&ra, "theta", 10000);
   int rank[2];
   int64_t dims[2][DIT_MAX_RANK];
-  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE, &x, 1, &ra, 1, rank, dims), INVALID_ARGUMENT, "10 tokens, grid has 9");
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE, &x, 1, &ra, 1, rank, dims), INVALID_ARGUMENT, "10 tokens from 0, grid has 9");
   /* missing attribute */
   dit_attrs_t none = {0};
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE, &x, 1, &none, 1, rank, dims), INVALID_ARGUMENT, "missing integer attribute 'heads'");

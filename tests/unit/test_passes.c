@@ -62,7 +62,7 @@ static void test_memplan_on_wan(void) {
   dit_model_t *m;
   CHECK_OK(dit_model_load(dir, NULL, &m));
   if (!m) return;
-  dit_shape_request_t req = {2, 5, 48, 32, 5, DIT_F32, 1, 0};
+  dit_shape_request_t req = {.batch = 2, .frames = 5, .height = 48, .width = 32, .text_len = 5, .dtype = DIT_F32};
   dit_graph_t *g;
   CHECK_OK(dit_model_build_graph(m, &req, &g));
   dit_pass_options_t po = {0};

@@ -496,7 +496,7 @@ static void test_explain(void) {
   dit_compile_options_t o;
   memset(&o, 0, sizeof o);
   o.model_dir = g_model;
-  o.shape = (dit_shape_request_t){1, 17, 32, 48, 7, DIT_F32, 1, 0};
+  o.shape = (dit_shape_request_t){.batch = 1, .frames = 17, .height = 32, .width = 48, .text_len = 7, .dtype = DIT_F32};
   o.target = "cpu";
   o.store_dir = root;
   cJSON *inputs = NULL;
