@@ -226,7 +226,7 @@ static int cfg_of(const dit_compile_options_t *o) { return o->cfg_parallel ? 2 :
 static int cp_of(const dit_compile_options_t *o) { return o->shape.cp > 1 ? o->shape.cp : 1; }
 static const char *cp_mode_name(const dit_compile_options_t *o) {
   if (cp_of(o) == 1) return "none";
-  return o->shape.cp_mode == DIT_CP_ULYSSES ? "ulysses" : "gather";
+  return o->shape.cp_mode == DIT_CP_ULYSSES ? "ulysses" : o->shape.cp_mode == DIT_CP_RING ? "ring" : "gather";
 }
 
 static cJSON *topology_json(const dit_compile_options_t *o) {

@@ -24,8 +24,8 @@ static const char kUsage[] =
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
     "        --cp N              context-parallel degree: each rank takes 1/N of the tokens (cpu)\n"
-    "        --cp-mode M         gather (all-gather K/V) or ulysses (all-to-all tokens<->heads);\n"
-    "                            default gather\n"
+    "        --cp-mode M         gather (all-gather K/V), ulysses (all-to-all tokens<->heads) or\n"
+    "                            ring (rotate K/V, merge partial states by LSE); default gather\n"
     "        --cfg-parallel      two lanes of ranks run the conditional and unconditional\n"
     "                            branches of classifier-free guidance at once (cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
@@ -97,7 +97,8 @@ static int cmd_compile(int argc, char **argv, int why) {
       if (!val) return usage_error("%s needs a value", a);
       if (!strcmp(val, "gather")) o.shape.cp_mode = DIT_CP_GATHER;
       else if (!strcmp(val, "ulysses")) o.shape.cp_mode = DIT_CP_ULYSSES;
-      else return usage_error("--cp-mode %s: expected gather or ulysses (ring and usp are not built yet)", val);
+      else if (!strcmp(val, "ring")) o.shape.cp_mode = DIT_CP_RING;
+      else return usage_error("--cp-mode %s: expected gather, ulysses or ring (usp is not built yet)", val);
       i++;
     }
     else if (!strcmp(a, "--tp")) {

@@ -23,7 +23,7 @@ typedef struct dit_shape_request {
   int cp_mode;                   /* DIT_CP_GATHER or DIT_CP_ULYSSES when cp > 1 */
 } dit_shape_request_t;
 
-enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2 };
+enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3 };
 
 typedef struct dit_model {
   char family[32];       /* "wan" */

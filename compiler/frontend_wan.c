@@ -375,7 +375,16 @@ typedef struct wan_builder {
   dit_dtype_t dt; /* activation storage dtype */
   int tp, rank;   /* tensor-parallel degree and rank */
   int cp, cp_rank, cp_mode;
+  dit_status_t err; /* first error of a two-output op (the graph records single-output ones) */
 } wan_builder_t;
+
+static void op2(wan_builder_t *b, dit_op_kind_t kind, const dit_vid_t *ins, int n_in, const dit_attrs_t *a,
+                const dit_dtype_t dts[2], const char *name, dit_vid_t out[2]) {
+  out[0] = out[1] = -1;
+  dit_status_t s = dit_graph_op2(b->g, kind, ins, n_in, a, dts, name, out);
+  if (s && !b->err) b->err = s;
+  else dit_status_free(s);
+}
 
 /* diffusers keeps these modules in fp32 when the model is cast to half precision. */
 static dit_dtype_t weight_dtype(const wan_builder_t *b, const char *key) {
@@ -519,8 +528,8 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   if (cp > 1) {
     if (req->cp_rank < 0 || req->cp_rank >= cp)
       return DIT_ERR(INVALID_ARGUMENT, "context-parallel rank %d outside 0..%d", req->cp_rank, cp - 1);
-    if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES)
-      return DIT_ERR(UNIMPLEMENTED, "--cp %d: context-parallel mode %d (gather and ulysses are built)", cp, req->cp_mode);
+    if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES && req->cp_mode != DIT_CP_RING)
+      return DIT_ERR(UNIMPLEMENTED, "--cp %d: context-parallel mode %d (gather, ulysses and ring are built)", cp, req->cp_mode);
     if (ntok % cp)
       return DIT_ERR(INVALID_ARGUMENT, "--cp %d: the shape has %" PRId64 " tokens, which do not split into %d equal parts", cp, ntok, cp);
     if (req->cp_mode == DIT_CP_ULYSSES && (m->wan.heads / tp) % cp)
@@ -529,7 +538,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   }
   dit_graph_t *g;
   DIT_RETURN_IF(dit_graph_create(&g));
-  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank, cp, cp > 1 ? req->cp_rank : 0, cp > 1 ? req->cp_mode : 0}, *b = &bb;
+  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank, cp, cp > 1 ? req->cp_rank : 0, cp > 1 ? req->cp_mode : 0, DIT_OK}, *b = &bb;
   const int64_t tl = ntok / cp, t0 = b->cp_rank * tl;
   const int64_t B = req->batch, L = req->text_len;
   const int64_t pt = m->wan.patch[0], ph = m->wan.patch[1], pw = m->wan.patch[2];
@@ -618,6 +627,28 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
       dit_vid_t ins[3] = {q, kk, v};
       a = dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &aa, dt, NAME("attn1.sdpa"));
       a = cp_collective(b, DIT_OP_ALLTOALL, a, hl, 1, NAME("attn1.sdpa_tokens"));
+    } else if (b->cp_mode == DIT_CP_RING) {
+      /* Ring: K/V travel around the group; each hop's partial state (OUT, LSE) over one
+       * partition of the keys is merged into the running one by LSE. */
+      dit_attrs_t aa = {0}, ma = {0};
+      dit_attrs_set_int(&aa, "heads", m->wan.heads / tp);
+      dit_attrs_set_float(&aa, "scale", 1.0 / sqrt((double)m->wan.head_dim));
+      dit_attrs_set_int(&ma, "heads", m->wan.heads / tp);
+      const dit_dtype_t dts[2] = {dt, DIT_F32};
+      dit_vid_t state[2], ins[3] = {q, kk, v};
+      op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, NAME("attn1.ring0"), state);
+      for (int hop = 1; hop < cp; hop++) {
+        char hn[64];
+        snprintf(hn, sizeof hn, "attn1.ring%d", hop);
+        ins[1] = cp_collective(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, NAME("attn1.k_ring"));
+        ins[2] = cp_collective(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, NAME("attn1.v_ring"));
+        dit_vid_t part[2], mi[4];
+        op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, NAME(hn), part);
+        mi[0] = state[0], mi[1] = state[1], mi[2] = part[0], mi[3] = part[1];
+        snprintf(hn, sizeof hn, "attn1.ring_merge%d", hop);
+        op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, NAME(hn), state);
+      }
+      a = state[0];
     } else {
       a = attention(b, q, kk, v, NAME("attn1.sdpa"));
     }
@@ -662,9 +693,10 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_vid_t sample = dit_graph_op(g, DIT_OP_UNPATCHIFY, &y, 1, &ua, dt, "unpatchify");
   dit_graph_mark_output(g, sample, "sample");
 
-  dit_status_t s = dit_graph_status(g);
+  dit_status_t s = b->err ? b->err : dit_graph_status(g);
   if (s) {
     s = dit_status_make(dit_status_code(s), "building the Wan graph: %s", dit_status_message(s));
+    dit_status_free(b->err);
     dit_graph_destroy(g);
     return s;
   }

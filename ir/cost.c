@@ -17,6 +17,7 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_TIMESTEP_EMBED: return 4;
     case DIT_OP_RMSNORM_SLICE: return 3;
     case DIT_OP_ALLREDUCE: return 1;
+    case DIT_OP_ATTN_MERGE: return 4;
     default: return 0;
   }
 }

@@ -254,6 +254,25 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       out_dims[0][1] = count;
       break;
     }
+    case DIT_OP_RING_SHIFT: {
+      int64_t group, n;
+      DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "n", &n, 1));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_ATTN_MERGE: {
+      int64_t heads;
+      const dit_value_t *la = operand(g, ins, 1), *ob = operand(g, ins, 2), *lb = operand(g, ins, 3);
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      DIT_RETURN_IF(need_rank(op, "o_a", x, 3));
+      if (!same_shape(x, ob) || !same_shape(la, lb) || la->rank != 3 || la->dims[0] != x->dims[0] || la->dims[1] != heads ||
+          la->dims[2] != x->dims[1] || x->dims[2] % heads)
+        FAIL("%s: states [B, S, H*Dh] and [B, H, S] of '%s' and '%s' do not match", op, x->name, ob->name);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      copy_shape(la, &out_rank[1], out_dims[1]);
+      break;
+    }
     case DIT_OP_ALLGATHER:
     case DIT_OP_ALLTOALL: {
       int64_t group, n;

@@ -190,6 +190,12 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
                (size_t)count * row);
       return DIT_OK;
     }
+    case DIT_OP_ATTN_MERGE: {
+      int heads;
+      GETI("heads", heads);
+      return dit_cpu_attn_merge(c, &in[0], &in[1], &in[2], &in[3], heads, &out[0], &out[1]);
+    }
+    case DIT_OP_RING_SHIFT:
     case DIT_OP_ALLREDUCE: /* collectives are the executor's, between steps */
     case DIT_OP_ALLGATHER:
     case DIT_OP_ALLTOALL:

@@ -333,7 +333,15 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
   char *send = NULL, *recv = malloc((size_t)n * bytes + 1);
   if (!recv) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
   dit_status_t s = DIT_OK;
-  if (st->kind == DIT_OP_ALLGATHER) {
+  if (st->kind == DIT_OP_RING_SHIFT) {
+    /* Every member's block, then the previous member's (an all-gather: simple, and the ring's
+     * order of arrival does not change the result). */
+    int me = 0;
+    while (me < n && rt->cp_group[me] != rt->rank) me++;
+    s = comm ? dit_comm_allgather(comm, rt->rank, rt->cp_group, (int)n, x->data, bytes, recv) : DIT_OK;
+    if (!comm) memcpy(recv, x->data, bytes);
+    if (!s) memcpy(y->data, recv + (size_t)((me + n - 1) % n) * bytes, bytes);
+  } else if (st->kind == DIT_OP_ALLGATHER) {
     /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
     const int64_t T = x->dims[1];
     const size_t row = (size_t)x->dims[2] * es;
@@ -378,7 +386,7 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
 
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
-  if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL) {
+  if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL || st->kind == DIT_OP_RING_SHIFT) {
     if (!rt->be->host_memory) return DIT_ERR(UNIMPLEMENTED, "%s on device memory needs NCCL", dit_op_info(st->kind)->name);
     return st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st) : run_token_collective(rt, comm, st);
   }

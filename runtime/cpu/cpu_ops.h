@@ -63,6 +63,10 @@ dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
  * out); y = x * rsqrt(sumsq / dim + eps) * w for a row slice x [..., C] whose whole row of dim
  * elements has sum of squares sumsq [..., 1]. */
 dit_status_t dit_cpu_rowsumsq(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+/* Two attention states of the same queries over disjoint keys merged by their LSE (cpu_shard.c):
+ * o [B, S, H*Dh], lse [B, H, S] fp32. */
+dit_status_t dit_cpu_attn_merge(dit_cpu_t *c, const dit_tensor_t *oa, const dit_tensor_t *la, const dit_tensor_t *ob,
+                                const dit_tensor_t *lb, int heads, dit_tensor_t *o, dit_tensor_t *lse);
 dit_status_t dit_cpu_rmsnorm_slice(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *sumsq,
                                    const dit_tensor_t *w, double eps, int64_t dim, dit_tensor_t *y);
 

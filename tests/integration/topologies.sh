@@ -39,6 +39,10 @@ run_case wan_tiny_b --cp 2 --cp-mode ulysses
 run_case wan_tiny_b --cp 4 --cp-mode ulysses
 run_case wan_tiny_b --cp 2 --cp-mode ulysses --tp 2
 run_case wan_tiny_b --cp 2 --cp-mode gather --tp 2 --cfg-parallel
+run_case wan_tiny_a --cp 3 --cp-mode ring
+run_case wan_tiny_b --cp 2 --cp-mode ring
+run_case wan_tiny_b --cp 4 --cp-mode ring
+run_case wan_tiny_b --cp 2 --cp-mode ring --tp 2 --cfg-parallel
 # Splits the model does not allow are refused at compile time, naming the field.
 for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
            "wan_tiny_b --tp 3:num_attention_heads = 4 is not divisible by 3" \
