@@ -226,7 +226,12 @@ static int cfg_of(const dit_compile_options_t *o) { return o->cfg_parallel ? 2 :
 static int cp_of(const dit_compile_options_t *o) { return o->shape.cp > 1 ? o->shape.cp : 1; }
 static const char *cp_mode_name(const dit_compile_options_t *o) {
   if (cp_of(o) == 1) return "none";
-  return o->shape.cp_mode == DIT_CP_ULYSSES ? "ulysses" : o->shape.cp_mode == DIT_CP_RING ? "ring" : "gather";
+  switch (o->shape.cp_mode) {
+    case DIT_CP_ULYSSES: return "ulysses";
+    case DIT_CP_RING: return "ring";
+    case DIT_CP_USP: return "usp";
+    default: return "gather";
+  }
 }
 
 static cJSON *topology_json(const dit_compile_options_t *o) {
@@ -236,6 +241,9 @@ static cJSON *topology_json(const dit_compile_options_t *o) {
   cJSON_AddNumberToObject(t, "cp", cp_of(o));
   cJSON_AddNumberToObject(t, "cfg", cfg_of(o));
   cJSON_AddStringToObject(t, "cp_mode", cp_mode_name(o));
+  if (o->shape.cp_mode == DIT_CP_USP) cJSON_AddNumberToObject(t, "ulysses", o->shape.ulysses);
+  int world = tp_of(o) * cp_of(o) * cfg_of(o);
+  cJSON_AddNumberToObject(t, "ranks_per_node", o->ranks_per_node > 0 && o->ranks_per_node < world ? o->ranks_per_node : world);
   return t;
 }
 
@@ -436,6 +444,20 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
   progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
+  {
+    /* Rank groups follow the nodes: the groups that talk most (tensor-parallel, then each
+     * Ulysses subgroup) must not straddle a node, so ranks are numbered tp-fastest. */
+    int world = tp_of(o) * cp_of(o) * cfg_of(o), k = o->ranks_per_node;
+    if (k > 0 && k < world) {
+      if (world % k)
+        return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: the world of %d ranks does not fill whole nodes", k, world);
+      if (k % tp_of(o))
+        return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: a tensor-parallel group of %d would straddle nodes", k, tp_of(o));
+      if (o->shape.cp_mode == DIT_CP_USP && k % (tp_of(o) * o->shape.ulysses))
+        return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: a Ulysses group of %d (x tp %d) would straddle nodes", k, o->shape.ulysses,
+                       tp_of(o));
+    }
+  }
   if ((o->shape.tp > 1 || o->shape.cp > 1 || o->cfg_parallel) && gpu)
     return DIT_ERR(UNIMPLEMENTED, "--tp %d%s with --target %s: parallel topologies run on the CPU backend only in this build",
                    tp_of(o), o->cfg_parallel ? " --cfg-parallel" : "", o->target);

@@ -23,6 +23,7 @@ typedef struct dit_compile_options {
   int explain;             /* on a miss, print which identity inputs differ from stored ones */
   int rehash;              /* hash the checkpoint even when the memo says it is unchanged */
   int cfg_parallel;        /* two lanes of ranks: the conditional and unconditional branches */
+  int ranks_per_node;      /* ranks sharing a node (fast links); 0: all of them */
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

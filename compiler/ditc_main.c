@@ -25,7 +25,11 @@ static const char kUsage[] =
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
     "        --cp N              context-parallel degree: each rank takes 1/N of the tokens (cpu)\n"
     "        --cp-mode M         gather (all-gather K/V), ulysses (all-to-all tokens<->heads) or\n"
-    "                            ring (rotate K/V, merge partial states by LSE); default gather\n"
+    "                            ring (rotate K/V, merge partial states by LSE) or usp (Ulysses\n"
+    "                            of degree U inside groups, ring between them); default gather\n"
+    "        --ulysses U         the Ulysses degree of --cp-mode usp\n"
+    "        --ranks-per-node K  ranks per node: tensor-parallel and Ulysses groups stay inside one\n"
+    "                            (ranks are numbered tensor-parallel fastest, then cp, then cfg)\n"
     "        --cfg-parallel      two lanes of ranks run the conditional and unconditional\n"
     "                            branches of classifier-free guidance at once (cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
@@ -88,6 +92,12 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
     else if (!strcmp(a, "--cfg-parallel")) o.cfg_parallel = 1;
+    else if (!strcmp(a, "--ranks-per-node")) {
+      int64_t k = 0;
+      rc = parse_i64(a, val, &k), i++;
+      if (!rc && (k < 1 || k > 4096)) return usage_error("--ranks-per-node %s: expected 1..4096", val);
+      o.ranks_per_node = (int)k;
+    }
     else if (!strcmp(a, "--cp")) {
       int64_t cp = 0;
       rc = parse_i64(a, val, &cp), i++;
@@ -98,8 +108,14 @@ static int cmd_compile(int argc, char **argv, int why) {
       if (!strcmp(val, "gather")) o.shape.cp_mode = DIT_CP_GATHER;
       else if (!strcmp(val, "ulysses")) o.shape.cp_mode = DIT_CP_ULYSSES;
       else if (!strcmp(val, "ring")) o.shape.cp_mode = DIT_CP_RING;
-      else return usage_error("--cp-mode %s: expected gather, ulysses or ring (usp is not built yet)", val);
+      else if (!strcmp(val, "usp")) o.shape.cp_mode = DIT_CP_USP;
+      else return usage_error("--cp-mode %s: expected gather, ulysses, ring or usp", val);
       i++;
+    } else if (!strcmp(a, "--ulysses")) {
+      int64_t u = 0;
+      rc = parse_i64(a, val, &u), i++;
+      if (!rc && (u < 1 || u > 64)) return usage_error("--ulysses %s: expected 1..64", val);
+      o.shape.ulysses = (int)u;
     }
     else if (!strcmp(a, "--tp")) {
       int64_t tp = 0;
@@ -138,6 +154,7 @@ static int cmd_compile(int argc, char **argv, int why) {
   if (!o.model_dir) return usage_error("%s", "compile needs a MODEL_DIR");
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");
+  if (o.shape.ulysses && o.shape.cp_mode != DIT_CP_USP) return usage_error("%s", "--ulysses needs --cp-mode usp");
   if (o.shape.frames < 0) return usage_error("%s", "compile needs --frames");
   if (o.shape.height < 0) return usage_error("%s", "compile needs --height");
   if (o.shape.width < 0) return usage_error("%s", "compile needs --width");

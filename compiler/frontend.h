@@ -20,10 +20,11 @@ typedef struct dit_shape_request {
   dit_dtype_t dtype;             /* compute/storage policy: f32 or bf16 */
   int tp, tp_rank;               /* tensor-parallel degree (0 or 1: none) and this graph's rank */
   int cp, cp_rank;               /* context-parallel degree (0 or 1: none) and this graph's rank */
-  int cp_mode;                   /* DIT_CP_GATHER or DIT_CP_ULYSSES when cp > 1 */
+  int cp_mode;                   /* DIT_CP_* when cp > 1 */
+  int ulysses;                   /* DIT_CP_USP: the Ulysses degree U (ring degree cp / U) */
 } dit_shape_request_t;
 
-enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3 };
+enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };
 
 typedef struct dit_model {
   char family[32];       /* "wan" */

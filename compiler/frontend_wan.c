@@ -421,16 +421,22 @@ static dit_vid_t Wshard(wan_builder_t *b, const char *key, int dim) {
   return dit_graph_weight_slice(b->g, key, weight_dtype(b, key), t->rank, t->dims, dim, b->rank * part, part);
 }
 
-/* Context-parallel collectives over the cp group (group 1). */
-static dit_vid_t cp_collective(wan_builder_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, const char *name) {
+/* Context-parallel collectives: group 1 = the cp group (n = cp); with USP, 3 = the Ulysses
+ * subgroup (n = U) and 4 = the ring subgroup (n = cp / U). */
+static dit_vid_t cp_collective_in(wan_builder_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, int group,
+                                  int n, const char *name) {
   dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "group", 1);
-  dit_attrs_set_int(&a, "n", b->cp);
+  dit_attrs_set_int(&a, "group", group);
+  dit_attrs_set_int(&a, "n", n);
   if (kind == DIT_OP_ALLTOALL) {
     dit_attrs_set_int(&a, "heads", heads);
     dit_attrs_set_int(&a, "reverse", reverse);
   }
   return dit_graph_op(b->g, kind, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+}
+
+static dit_vid_t cp_collective(wan_builder_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, const char *name) {
+  return cp_collective_in(b, kind, x, heads, reverse, 1, b->cp, name);
 }
 
 static dit_vid_t allreduce(wan_builder_t *b, dit_vid_t x, const char *name) {
@@ -528,8 +534,14 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   if (cp > 1) {
     if (req->cp_rank < 0 || req->cp_rank >= cp)
       return DIT_ERR(INVALID_ARGUMENT, "context-parallel rank %d outside 0..%d", req->cp_rank, cp - 1);
-    if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES && req->cp_mode != DIT_CP_RING)
-      return DIT_ERR(UNIMPLEMENTED, "--cp %d: context-parallel mode %d (gather, ulysses and ring are built)", cp, req->cp_mode);
+    if (req->cp_mode < DIT_CP_GATHER || req->cp_mode > DIT_CP_USP)
+      return DIT_ERR(UNIMPLEMENTED, "--cp %d: context-parallel mode %d (gather, ulysses, ring, usp)", cp, req->cp_mode);
+    if (req->cp_mode == DIT_CP_USP && (req->ulysses < 2 || cp % req->ulysses || cp / req->ulysses < 2))
+      return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode usp --ulysses %d: U must be >= 2 and divide cp into a ring of >= 2", cp,
+                     req->ulysses);
+    if (req->cp_mode == DIT_CP_USP && (m->wan.heads / tp) % req->ulysses)
+      return DIT_ERR(INVALID_ARGUMENT, "--cp-mode usp --ulysses %d: %" PRId64 " heads per tensor-parallel rank are not divisible by %d",
+                     req->ulysses, m->wan.heads / tp, req->ulysses);
     if (ntok % cp)
       return DIT_ERR(INVALID_ARGUMENT, "--cp %d: the shape has %" PRId64 " tokens, which do not split into %d equal parts", cp, ntok, cp);
     if (req->cp_mode == DIT_CP_ULYSSES && (m->wan.heads / tp) % cp)
@@ -627,21 +639,29 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
       dit_vid_t ins[3] = {q, kk, v};
       a = dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &aa, dt, NAME("attn1.sdpa"));
       a = cp_collective(b, DIT_OP_ALLTOALL, a, hl, 1, NAME("attn1.sdpa_tokens"));
-    } else if (b->cp_mode == DIT_CP_RING) {
+    } else if (b->cp_mode == DIT_CP_RING || b->cp_mode == DIT_CP_USP) {
       /* Ring: K/V travel around the group; each hop's partial state (OUT, LSE) over one
-       * partition of the keys is merged into the running one by LSE. */
+       * partition of the keys is merged into the running one by LSE. USP first moves tokens
+       * to heads inside each Ulysses subgroup of U ranks, then rings between the subgroups. */
+      const int usp = b->cp_mode == DIT_CP_USP, u = usp ? req->ulysses : 1, ring = cp / u;
+      const int64_t hl = m->wan.heads / tp;
+      if (usp) {
+        q = cp_collective_in(b, DIT_OP_ALLTOALL, q, hl, 0, 3, u, NAME("attn1.q_heads"));
+        kk = cp_collective_in(b, DIT_OP_ALLTOALL, kk, hl, 0, 3, u, NAME("attn1.k_heads"));
+        v = cp_collective_in(b, DIT_OP_ALLTOALL, v, hl, 0, 3, u, NAME("attn1.v_heads"));
+      }
       dit_attrs_t aa = {0}, ma = {0};
-      dit_attrs_set_int(&aa, "heads", m->wan.heads / tp);
+      dit_attrs_set_int(&aa, "heads", hl / u);
       dit_attrs_set_float(&aa, "scale", 1.0 / sqrt((double)m->wan.head_dim));
-      dit_attrs_set_int(&ma, "heads", m->wan.heads / tp);
+      dit_attrs_set_int(&ma, "heads", hl / u);
       const dit_dtype_t dts[2] = {dt, DIT_F32};
       dit_vid_t state[2], ins[3] = {q, kk, v};
       op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, NAME("attn1.ring0"), state);
-      for (int hop = 1; hop < cp; hop++) {
+      for (int hop = 1; hop < ring; hop++) {
         char hn[64];
         snprintf(hn, sizeof hn, "attn1.ring%d", hop);
-        ins[1] = cp_collective(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, NAME("attn1.k_ring"));
-        ins[2] = cp_collective(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, NAME("attn1.v_ring"));
+        ins[1] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, usp ? 4 : 1, ring, NAME("attn1.k_ring"));
+        ins[2] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, usp ? 4 : 1, ring, NAME("attn1.v_ring"));
         dit_vid_t part[2], mi[4];
         op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, NAME(hn), part);
         mi[0] = state[0], mi[1] = state[1], mi[2] = part[0], mi[3] = part[1];
@@ -649,6 +669,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
         op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, NAME(hn), state);
       }
       a = state[0];
+      if (usp) a = cp_collective_in(b, DIT_OP_ALLTOALL, a, hl, 1, 3, u, NAME("attn1.sdpa_tokens"));
     } else {
       a = attention(b, q, kk, v, NAME("attn1.sdpa"));
     }

@@ -323,9 +323,19 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
   int64_t group = 0, n = 0, heads = 0, reverse = 0;
   DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
   DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "n", &n));
-  if (group != 1 || n != rt->cp)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld, this rank's context-parallel group has %d", name, (long long)group,
-                   (long long)n, rt->cp);
+  /* Group 1 is the whole cp group; with USP, group 3 is this rank's Ulysses subgroup (n
+   * consecutive cp ranks) and group 4 its ring subgroup (the ranks at the same place in every
+   * Ulysses subgroup). */
+  int members[64], me_cp = 0;
+  while (me_cp < rt->cp && rt->cp_group[me_cp] != rt->rank) me_cp++;
+  if (n < 1 || n > rt->cp || rt->cp % n || (group != 1 && group != 3 && group != 4) || (group == 1 && n != rt->cp))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld does not fit this rank's context-parallel group of %d", name,
+                   (long long)group, (long long)n, rt->cp);
+  for (int64_t k = 0; k < n; k++) {
+    const int64_t u = group == 4 ? rt->cp / n : n; /* the Ulysses degree */
+    const int64_t c = group == 1 ? k : group == 3 ? me_cp / u * u + k : k * u + me_cp % u;
+    members[k] = rt->cp_group[c];
+  }
   if (x->dtype != y->dtype || x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands differ", name);
   const size_t es = dit_dtype_size(x->dtype);
   const int64_t B = x->dims[0];
@@ -337,15 +347,15 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
     /* Every member's block, then the previous member's (an all-gather: simple, and the ring's
      * order of arrival does not change the result). */
     int me = 0;
-    while (me < n && rt->cp_group[me] != rt->rank) me++;
-    s = comm ? dit_comm_allgather(comm, rt->rank, rt->cp_group, (int)n, x->data, bytes, recv) : DIT_OK;
+    while (me < n && members[me] != rt->rank) me++;
+    s = comm ? dit_comm_allgather(comm, rt->rank, members, (int)n, x->data, bytes, recv) : DIT_OK;
     if (!comm) memcpy(recv, x->data, bytes);
     if (!s) memcpy(y->data, recv + (size_t)((me + n - 1) % n) * bytes, bytes);
   } else if (st->kind == DIT_OP_ALLGATHER) {
     /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
     const int64_t T = x->dims[1];
     const size_t row = (size_t)x->dims[2] * es;
-    s = comm ? dit_comm_allgather(comm, rt->rank, rt->cp_group, (int)n, x->data, bytes, recv) : DIT_OK;
+    s = comm ? dit_comm_allgather(comm, rt->rank, members, (int)n, x->data, bytes, recv) : DIT_OK;
     if (!comm) memcpy(recv, x->data, bytes);
     for (int64_t p = 0; !s && p < n; p++)
       for (int64_t b = 0; b < B; b++)
@@ -368,7 +378,7 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
                                     : (const char *)x->data + ((size_t)(b * Tl + t) * (size_t)x->dims[2] + (size_t)(p * hc)) * es;
           memcpy(send + (size_t)p * chunk + ((size_t)(b * Tl + t)) * seg, src, seg);
         }
-    if (!s) s = comm ? dit_comm_alltoall(comm, rt->rank, rt->cp_group, (int)n, send, recv, chunk) : DIT_OK;
+    if (!s) s = comm ? dit_comm_alltoall(comm, rt->rank, members, (int)n, send, recv, chunk) : DIT_OK;
     if (!s && !comm) memcpy(recv, send, chunk);
     for (int64_t p = 0; !s && p < n; p++)
       for (int64_t b = 0; b < B; b++)

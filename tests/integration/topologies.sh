@@ -25,7 +25,7 @@ run_case() { # config, extra compile flags...
   [[ " $* " == *" --tp "* ]] && tp=$(echo "$@" | sed 's/.*--tp \([0-9]*\).*/\1/')
   [[ " $* " == *" --cp "* ]] && cp=$(echo "$@" | sed 's/.*--cp \([0-9]*\).*/\1/') && mode=$(echo "$@" | sed 's/.*--cp-mode \([a-z]*\).*/\1/')
   [[ " $* " == *" --cfg-parallel "* ]] && cfg=2
-  "$BIN/ditc" inspect "$par" | grep -q "world $((tp * cp * cfg)) = tp $tp x cp $cp ($mode) x cfg $cfg"
+  "$BIN/ditc" inspect "$par" | grep -q "world $((tp * cp * cfg)) = tp $tp x cp $cp ($mode) x cfg $cfg" || { echo "topology not in the manifest"; exit 1; }
 }
 run_case wan_tiny_a --tp 2
 run_case wan_tiny_b --tp 2
@@ -43,11 +43,16 @@ run_case wan_tiny_a --cp 3 --cp-mode ring
 run_case wan_tiny_b --cp 2 --cp-mode ring
 run_case wan_tiny_b --cp 4 --cp-mode ring
 run_case wan_tiny_b --cp 2 --cp-mode ring --tp 2 --cfg-parallel
+run_case wan_tiny_b --cp 4 --cp-mode usp --ulysses 2
+run_case wan_tiny_b --cp 4 --cp-mode usp --ulysses 2 --cfg-parallel --ranks-per-node 4
 # Splits the model does not allow are refused at compile time, naming the field.
 for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
            "wan_tiny_b --tp 3:num_attention_heads = 4 is not divisible by 3" \
            "wan_tiny_a --cp 4:18 tokens, which do not split into 4 equal parts" \
-           "wan_tiny_a --cp 2 --cp-mode ulysses --tp 2:1 heads per tensor-parallel rank are not divisible by 2"; do
+           "wan_tiny_a --cp 2 --cp-mode ulysses --tp 2:1 heads per tensor-parallel rank are not divisible by 2" \
+           "wan_tiny_b --cp 4 --cp-mode usp --ulysses 4:U must be >= 2 and divide cp into a ring of >= 2" \
+           "wan_tiny_b --tp 2 --cp 2 --ranks-per-node 3:the world of 4 ranks does not fill whole nodes" \
+           "wan_tiny_b --tp 4 --ranks-per-node 2:a tensor-parallel group of 4 would straddle nodes"; do
   args=${bad%%:*}; msg=${bad#*:}
   set -- $args
   name=$1; shift
