@@ -241,6 +241,7 @@ static cJSON *topology_json(const dit_compile_options_t *o) {
   cJSON_AddNumberToObject(t, "cp", cp_of(o));
   cJSON_AddNumberToObject(t, "cfg", cfg_of(o));
   cJSON_AddStringToObject(t, "cp_mode", cp_mode_name(o));
+  cJSON_AddBoolToObject(t, "sp", o->shape.sp != 0);
   if (o->shape.cp_mode == DIT_CP_USP) cJSON_AddNumberToObject(t, "ulysses", o->shape.ulysses);
   int world = tp_of(o) * cp_of(o) * cfg_of(o);
   cJSON_AddNumberToObject(t, "ranks_per_node", o->ranks_per_node > 0 && o->ranks_per_node < world ? o->ranks_per_node : world);

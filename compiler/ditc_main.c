@@ -23,6 +23,8 @@ static const char kUsage[] =
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
+    "        --sp                sequence parallelism inside the tensor-parallel group: norms,\n"
+    "                            modulation and residuals on 1/tp of the tokens (needs --tp)\n"
     "        --cp N              context-parallel degree: each rank takes 1/N of the tokens (cpu)\n"
     "        --cp-mode M         gather (all-gather K/V), ulysses (all-to-all tokens<->heads) or\n"
     "                            ring (rotate K/V, merge partial states by LSE) or usp (Ulysses\n"
@@ -92,6 +94,7 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
     else if (!strcmp(a, "--cfg-parallel")) o.cfg_parallel = 1;
+    else if (!strcmp(a, "--sp")) o.shape.sp = 1;
     else if (!strcmp(a, "--ranks-per-node")) {
       int64_t k = 0;
       rc = parse_i64(a, val, &k), i++;

@@ -22,6 +22,7 @@ typedef struct dit_shape_request {
   int cp, cp_rank;               /* context-parallel degree (0 or 1: none) and this graph's rank */
   int cp_mode;                   /* DIT_CP_* when cp > 1 */
   int ulysses;                   /* DIT_CP_USP: the Ulysses degree U (ring degree cp / U) */
+  int sp;                        /* sequence parallelism inside the tensor-parallel group */
 } dit_shape_request_t;
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };

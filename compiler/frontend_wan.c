@@ -375,6 +375,7 @@ typedef struct wan_builder {
   dit_dtype_t dt; /* activation storage dtype */
   int tp, rank;   /* tensor-parallel degree and rank */
   int cp, cp_rank, cp_mode;
+  int sp; /* norms, modulation and residuals on 1/tp of the tokens; gather before, reduce-scatter after */
   dit_status_t err; /* first error of a two-output op (the graph records single-output ones) */
 } wan_builder_t;
 
@@ -464,7 +465,21 @@ static dit_vid_t linear_row(wan_builder_t *b, dit_vid_t x, const char *prefix, c
   snprintf(partial, sizeof partial, "%s.partial", name);
   dit_vid_t ins[3] = {x, Wshard(b, kw, 1), b->rank == 0 ? W(b, "%s.bias", prefix) : -1};
   dit_vid_t p = dit_graph_op(b->g, DIT_OP_LINEAR, ins, b->rank == 0 ? 3 : 2, NULL, DIT_F32, partial);
-  return allreduce(b, p, name);
+  if (!b->sp) return allreduce(b, p, name);
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  dit_attrs_set_int(&a, "n", b->tp);
+  return dit_graph_op(b->g, DIT_OP_REDUCE_SCATTER, &p, 1, &a, DIT_F32, name);
+}
+
+/* Sequence parallelism: a token-sharded activation gathered over the tensor-parallel group
+ * before a column-parallel product. */
+static dit_vid_t sp_gather(wan_builder_t *b, dit_vid_t x, const char *name) {
+  if (!b->sp) return x;
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  dit_attrs_set_int(&a, "n", b->tp);
+  return dit_graph_op(b->g, DIT_OP_ALLGATHER, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
 }
 
 static dit_vid_t unary(wan_builder_t *b, dit_op_kind_t k, dit_vid_t x, dit_dtype_t out, const char *name) {
@@ -550,7 +565,11 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   }
   dit_graph_t *g;
   DIT_RETURN_IF(dit_graph_create(&g));
-  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank, cp, cp > 1 ? req->cp_rank : 0, cp > 1 ? req->cp_mode : 0, DIT_OK}, *b = &bb;
+  if (req->sp && (tp < 2 || (ntok / cp) % tp))
+    return DIT_ERR(INVALID_ARGUMENT, "--sp: needs --tp >= 2 and each context-parallel share of %" PRId64 " tokens divisible by tp %d",
+                   ntok / cp, tp);
+  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank, cp, cp > 1 ? req->cp_rank : 0, cp > 1 ? req->cp_mode : 0,
+                      req->sp ? 1 : 0, DIT_OK}, *b = &bb;
   const int64_t tl = ntok / cp, t0 = b->cp_rank * tl;
   const int64_t B = req->batch, L = req->text_len;
   const int64_t pt = m->wan.patch[0], ph = m->wan.patch[1], pw = m->wan.patch[2];
@@ -568,11 +587,12 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_int(&pa, "pw", pw);
   dit_vid_t xp = dit_graph_op(g, DIT_OP_PATCHIFY, &x, 1, &pa, dt, "patchify");
   dit_vid_t hs = linear(b, xp, "patch_embedding", dt, "patch_embedding");
-  if (cp > 1) {
-    /* This rank's contiguous share of the tokens (in frame order) from here to the output. */
+  if (cp > 1 || b->sp) {
+    /* This rank's contiguous share of the tokens (in frame order) from here to the output:
+     * its cp share, and with sequence parallelism its tp part of that. */
     dit_attrs_t sa = {0};
-    dit_attrs_set_int(&sa, "t0", t0);
-    dit_attrs_set_int(&sa, "count", tl);
+    dit_attrs_set_int(&sa, "t0", t0 + (b->sp ? req->tp_rank * (tl / tp) : 0));
+    dit_attrs_set_int(&sa, "count", b->sp ? tl / tp : tl);
     hs = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &hs, 1, &sa, dt, "tokens");
   }
 
@@ -614,7 +634,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     dit_vid_t sst_in[2] = {W(b, "%s", KEY("scale_shift_table")), tproj};
     dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, NULL, DIT_F32, NAME("mod"));
 
-    dit_vid_t n1 = adaln(b, hs, mod, 0, 1, NAME("norm1"));
+    dit_vid_t n1 = sp_gather(b, adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
     dit_vid_t q = linear_col(b, n1, KEY("attn1.to_q"), dt, NAME("attn1.q"));
     dit_vid_t kk = linear_col(b, n1, KEY("attn1.to_k"), dt, NAME("attn1.k"));
     dit_vid_t v = linear_col(b, n1, KEY("attn1.to_v"), dt, NAME("attn1.v"));
@@ -683,6 +703,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
       dit_vid_t ln_in[3] = {hs, W(b, "%s", KEY("norm2.weight")), W(b, "%s", KEY("norm2.bias"))};
       n2 = dit_graph_op(g, DIT_OP_LAYERNORM, ln_in, 3, &la, dt, NAME("norm2"));
     }
+    n2 = sp_gather(b, n2, NAME("norm2.all_tokens"));
     dit_vid_t q2 = linear_col(b, n2, KEY("attn2.to_q"), dt, NAME("attn2.q"));
     dit_vid_t k2 = linear_col(b, ctx, KEY("attn2.to_k"), dt, NAME("attn2.k"));
     dit_vid_t v2 = linear_col(b, ctx, KEY("attn2.to_v"), dt, NAME("attn2.v"));
@@ -693,7 +714,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     dit_vid_t add_in[2] = {hs, a2};
     hs = dit_graph_op(g, DIT_OP_ADD, add_in, 2, NULL, dt, NAME("attn2.residual"));
 
-    dit_vid_t n3 = adaln(b, hs, mod, 3, 4, NAME("norm3"));
+    dit_vid_t n3 = sp_gather(b, adaln(b, hs, mod, 3, 4, NAME("norm3")), NAME("norm3.all_tokens"));
     dit_vid_t f1 = linear_col(b, n3, KEY("ffn.net.0.proj"), dt, NAME("ffn.up"));
     f1 = unary(b, DIT_OP_GELU_TANH, f1, dt, NAME("ffn.gelu"));
     f1 = linear_row(b, f1, KEY("ffn.net.2"), NAME("ffn.down"));
@@ -706,6 +727,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, NULL, DIT_F32, "out.mod");
   dit_vid_t no = adaln(b, hs, mod, 0, 1, "norm_out");
   dit_vid_t y = linear(b, no, "proj_out", dt, "proj_out");
+  y = sp_gather(b, y, "proj_out.tp_tokens");
   if (cp > 1) y = cp_collective(b, DIT_OP_ALLGATHER, y, 0, 0, "proj_out.all_tokens");
   dit_attrs_t ua = pa;
   dit_attrs_set_int(&ua, "f", f);

@@ -254,6 +254,16 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       out_dims[0][1] = count;
       break;
     }
+    case DIT_OP_REDUCE_SCATTER: {
+      int64_t group, n;
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "n", &n, 1));
+      if (x->dims[1] % n) FAIL("%s: %" PRId64 " tokens not divisible by %" PRId64, op, x->dims[1], n);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][1] = x->dims[1] / n;
+      break;
+    }
     case DIT_OP_RING_SHIFT: {
       int64_t group, n;
       DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));

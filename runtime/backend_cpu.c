@@ -196,6 +196,7 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       return dit_cpu_attn_merge(c, &in[0], &in[1], &in[2], &in[3], heads, &out[0], &out[1]);
     }
     case DIT_OP_RING_SHIFT:
+    case DIT_OP_REDUCE_SCATTER:
     case DIT_OP_ALLREDUCE: /* collectives are the executor's, between steps */
     case DIT_OP_ALLGATHER:
     case DIT_OP_ALLTOALL:

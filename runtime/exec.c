@@ -328,13 +328,18 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
    * Ulysses subgroup). */
   int members[64], me_cp = 0;
   while (me_cp < rt->cp && rt->cp_group[me_cp] != rt->rank) me_cp++;
-  if (n < 1 || n > rt->cp || rt->cp % n || (group != 1 && group != 3 && group != 4) || (group == 1 && n != rt->cp))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld does not fit this rank's context-parallel group of %d", name,
-                   (long long)group, (long long)n, rt->cp);
-  for (int64_t k = 0; k < n; k++) {
-    const int64_t u = group == 4 ? rt->cp / n : n; /* the Ulysses degree */
-    const int64_t c = group == 1 ? k : group == 3 ? me_cp / u * u + k : k * u + me_cp % u;
-    members[k] = rt->cp_group[c];
+  if (group == 0) { /* sequence parallelism inside the tensor-parallel group */
+    if (n != rt->tp) return DIT_ERR(INVALID_ARGUMENT, "%s: group 0 of %lld, this rank's tensor-parallel group has %d", name, (long long)n, rt->tp);
+    memcpy(members, rt->tp_group, sizeof(int) * (size_t)n);
+  } else {
+    if (n < 1 || n > rt->cp || rt->cp % n || (group != 1 && group != 3 && group != 4) || (group == 1 && n != rt->cp))
+      return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld does not fit this rank's context-parallel group of %d", name,
+                     (long long)group, (long long)n, rt->cp);
+    for (int64_t k = 0; k < n; k++) {
+      const int64_t u = group == 4 ? rt->cp / n : n; /* the Ulysses degree */
+      const int64_t c = group == 1 ? k : group == 3 ? me_cp / u * u + k : k * u + me_cp % u;
+      members[k] = rt->cp_group[c];
+    }
   }
   if (x->dtype != y->dtype || x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands differ", name);
   const size_t es = dit_dtype_size(x->dtype);
@@ -343,7 +348,17 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
   char *send = NULL, *recv = malloc((size_t)n * bytes + 1);
   if (!recv) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
   dit_status_t s = DIT_OK;
-  if (st->kind == DIT_OP_RING_SHIFT) {
+  if (st->kind == DIT_OP_REDUCE_SCATTER) {
+    /* The group's sum (in fp32, group order), then this member's token share. */
+    int me = 0;
+    while (me < n && members[me] != rt->rank) me++;
+    memcpy(recv, x->data, bytes);
+    s = comm ? dit_comm_allreduce_sum(comm, rt->rank, members, (int)n, recv, (size_t)dit_tensor_numel(x), x->dtype) : DIT_OK;
+    const int64_t T = x->dims[1], Tl = T / n;
+    const size_t row = (size_t)x->dims[2] * es;
+    for (int64_t b = 0; !s && b < B; b++)
+      memcpy((char *)y->data + (size_t)(b * Tl) * row, recv + (size_t)(b * T + me * Tl) * row, (size_t)Tl * row);
+  } else if (st->kind == DIT_OP_RING_SHIFT) {
     /* Every member's block, then the previous member's (an all-gather: simple, and the ring's
      * order of arrival does not change the result). */
     int me = 0;
@@ -396,7 +411,8 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
 
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
-  if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL || st->kind == DIT_OP_RING_SHIFT) {
+  if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL || st->kind == DIT_OP_RING_SHIFT ||
+      st->kind == DIT_OP_REDUCE_SCATTER) {
     if (!rt->be->host_memory) return DIT_ERR(UNIMPLEMENTED, "%s on device memory needs NCCL", dit_op_info(st->kind)->name);
     return st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st) : run_token_collective(rt, comm, st);
   }

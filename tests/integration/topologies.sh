@@ -45,6 +45,9 @@ run_case wan_tiny_b --cp 4 --cp-mode ring
 run_case wan_tiny_b --cp 2 --cp-mode ring --tp 2 --cfg-parallel
 run_case wan_tiny_b --cp 4 --cp-mode usp --ulysses 2
 run_case wan_tiny_b --cp 4 --cp-mode usp --ulysses 2 --cfg-parallel --ranks-per-node 4
+run_case wan_tiny_a --tp 2 --sp
+run_case wan_tiny_b --tp 2 --sp --cp 2 --cp-mode ring
+run_case wan_tiny_b --tp 4 --sp --cfg-parallel
 # Splits the model does not allow are refused at compile time, naming the field.
 for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
            "wan_tiny_b --tp 3:num_attention_heads = 4 is not divisible by 3" \
@@ -52,11 +55,12 @@ for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
            "wan_tiny_a --cp 2 --cp-mode ulysses --tp 2:1 heads per tensor-parallel rank are not divisible by 2" \
            "wan_tiny_b --cp 4 --cp-mode usp --ulysses 4:U must be >= 2 and divide cp into a ring of >= 2" \
            "wan_tiny_b --tp 2 --cp 2 --ranks-per-node 3:the world of 4 ranks does not fill whole nodes" \
-           "wan_tiny_b --tp 4 --ranks-per-node 2:a tensor-parallel group of 4 would straddle nodes"; do
+           "wan_tiny_b --tp 4 --ranks-per-node 2:a tensor-parallel group of 4 would straddle nodes" \
+           "wan_tiny_a --sp:--sp: needs --tp >= 2"; do
   args=${bad%%:*}; msg=${bad#*:}
   set -- $args
   name=$1; shift
   if "$BIN/ditc" compile "tests/data/$name/model" --frames 9 --height 32 --width 48 "$@" -o "$T/x" 2>"$T/err"; then echo "accepted $args"; exit 1; fi
-  grep -qF "$msg" "$T/err" || { cat "$T/err"; exit 1; }
+  grep -qF -- "$msg" "$T/err" || { cat "$T/err"; exit 1; }
   echo "refused: $(cat "$T/err")"
 done
