@@ -38,6 +38,33 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
            m->weights[i].n_tensors);
   fprintf(f, "memory     arena %.2f MiB, weights %.2f MiB, predicted peak %.2f MiB\n", (double)m->arena_bytes / (1 << 20),
          (double)m->weight_bytes / (1 << 20), (double)m->peak_bytes / (1 << 20));
+  const cJSON *of = m->summary ? cJSON_GetObjectItem(m->summary, "offload") : NULL;
+  if (cJSON_IsObject(of)) {
+    const cJSON *mode = cJSON_GetObjectItem(of, "mode"), *step = cJSON_GetObjectItem(of, "predicted_step_ms"),
+                *rstep = cJSON_GetObjectItem(of, "resident_step_ms"), *peak = cJSON_GetObjectItem(of, "predicted_peak_bytes"),
+                *rpeak = cJSON_GetObjectItem(of, "resident_peak_bytes"), *chunk = cJSON_GetObjectItem(of, "chunk_bytes"),
+                *blocks = cJSON_GetObjectItem(of, "blocks");
+    if (cJSON_IsString(mode) && cJSON_IsNumber(step) && cJSON_IsNumber(rstep) && cJSON_IsNumber(peak) && cJSON_IsNumber(rpeak) &&
+        cJSON_IsNumber(chunk)) {
+      fprintf(f, "offload    %s, chunks of %.0f MiB: predicted step %.3f ms (%.3f resident), peak %.2f MiB (%.2f resident)\n",
+              mode->valuestring, chunk->valuedouble / (1 << 20), step->valuedouble, rstep->valuedouble,
+              peak->valuedouble / (1 << 20), rpeak->valuedouble / (1 << 20));
+      fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks\n");
+      int i = 0;
+      const cJSON *b;
+      cJSON_ArrayForEach(b, blocks) {
+        const cJSON *fl = cJSON_GetObjectItem(b, "flops"), *fs = cJSON_GetObjectItem(b, "f_star"),
+                    *tc = cJSON_GetObjectItem(b, "t_comp_ms"), *tp = cJSON_GetObjectItem(b, "t_pref_ms"),
+                    *rs = cJSON_GetObjectItem(b, "resident"), *ch = cJSON_GetObjectItem(b, "chunks"),
+                    *rc = cJSON_GetObjectItem(b, "resident_chunks");
+        if (cJSON_IsNumber(fl) && cJSON_IsNumber(fs) && cJSON_IsNumber(tc) && cJSON_IsNumber(tp) && cJSON_IsNumber(rs) &&
+            cJSON_IsNumber(ch) && cJSON_IsNumber(rc))
+          fprintf(f, "           %5d %7.3g %10.3g %10.4f %10.4f %8.2f  %.0f/%.0f\n", i, fl->valuedouble / 1e9, fs->valuedouble / 1e9,
+                  tc->valuedouble, tp->valuedouble, rs->valuedouble, rc->valuedouble, ch->valuedouble);
+        i++;
+      }
+    }
+  }
   if (m->summary) {
     const cJSON *fl = cJSON_GetObjectItem(m->summary, "flops");
     const cJSON *fb = cJSON_GetObjectItem(m->summary, "flops_per_block");

@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "compiler/compile_store.h"
 #include "compiler/codegen_cuda.h"
 #include "dit_sources_hash.h"
+#include "passes/offload.h"
 #include "passes/passes.h"
 
 typedef struct progress {
@@ -301,7 +303,17 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
   cJSON_AddItemToObject(in, "topology", topology_json(o));
   cJSON_AddStringToObject(in, "target", o->target);
-  cJSON_AddItemToObject(in, "options", cJSON_CreateObject());
+  cJSON *opts = cJSON_AddObjectToObject(in, "options");
+  if (o->offload && strcmp(o->offload, "none")) {
+    /* Only what changes the plan: the mode, the chunk size, the residency request and the
+     * profile's values (3 significant digits, so equivalent hosts share bundles). */
+    cJSON *of = cJSON_AddObjectToObject(opts, "offload");
+    cJSON_AddStringToObject(of, "mode", o->offload);
+    cJSON_AddNumberToObject(of, "chunk_mb", o->chunk_mb);
+    if (o->residency >= 0) cJSON_AddNumberToObject(of, "residency", o->residency);
+    if (o->memory_budget_gib > 0) cJSON_AddNumberToObject(of, "memory_budget_gib", o->memory_budget_gib);
+    if (o->latency_target_ms > 0) cJSON_AddNumberToObject(of, "latency_target_ms", o->latency_target_ms);
+  }
   char schema[16];
   snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
   cJSON_AddStringToObject(in, "schema", schema);
@@ -431,6 +443,124 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
   rb->plan_size = strlen(text);
   dit_status_t s = dit_bundle_writer_add_blob(w, text, rb->plan_size, rb->plan_hash);
   free(text);
+  return s;
+}
+
+/* ---- the offload plan ---- */
+
+static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out) {
+  const char *name = spec ? spec : "h200-sxm";
+  const dit_hw_profile_t *pre = dit_hw_profile_preset(name);
+  if (pre) {
+    *out = *pre;
+  } else {
+    char *text = NULL;
+    size_t len = 0;
+    DIT_RETURN_IF_ERROR(dit_file_read(name, 1 << 20, &text, &len),
+                        "--profile %s: not a preset (h100-pcie, h100-sxm, h200-sxm) nor a readable profile file", name);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+      cJSON_Delete(j);
+      return DIT_ERR(INVALID_ARGUMENT, "%s: not a JSON object", name);
+    }
+    static const char *const keys[] = {"p_peak_tflops", "bw_h2d_gbs", "eta_comp", "eta_pref"};
+    double *dst[] = {&out->p_peak_tflops, &out->bw_h2d_gbs, &out->eta_comp, &out->eta_pref};
+    for (int i = 0; i < 4; i++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+      if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
+        cJSON_Delete(j);
+        return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a positive number", name, keys[i]);
+      }
+      *dst[i] = v->valuedouble;
+    }
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name");
+    snprintf(out->name, sizeof out->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "file");
+    cJSON_Delete(j);
+  }
+  dit_hw_profile_normalize(out);
+  return DIT_OK;
+}
+
+/* Per block: FLOPs from the graph, the byte range of its weights in the blob (execution order
+ * keeps a block's tensors together), collective steps as yield points; then the F* plan. */
+static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model_t *m, const rank_build_t *rb,
+                                 const dit_manifest_weights_t *layout, uint64_t io_bytes, cJSON *summary) {
+  dit_offload_request_t req = {0};
+  if (!strcmp(o->offload, "layerwise")) req.mode = DIT_OFFLOAD_LAYERWISE;
+  else if (!strcmp(o->offload, "chunked")) req.mode = DIT_OFFLOAD_CHUNKED;
+  else if (strcmp(o->offload, "none")) return DIT_ERR(INVALID_ARGUMENT, "--offload %s: expected none, layerwise or chunked", o->offload);
+  req.chunk_bytes = (uint64_t)(o->chunk_mb * (1 << 20));
+  req.residency = o->residency;
+  req.memory_budget_bytes = o->memory_budget_gib * (double)(1u << 30);
+  req.latency_target_ms = o->latency_target_ms;
+  dit_hw_profile_t hw;
+  DIT_RETURN_IF(load_profile(o->profile, &hw));
+  const int n = (int)m->wan.layers;
+  dit_offload_block_t *bl = calloc((size_t)n + 1, sizeof *bl);
+  dit_cost_t *pb = calloc((size_t)n + 1, sizeof *pb);
+  uint64_t *lo = calloc((size_t)n + 1, sizeof *lo), *hi = calloc((size_t)n + 1, sizeof *hi);
+  if (!bl || !pb || !lo || !hi) {
+    free(bl), free(pb), free(lo), free(hi);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  dit_graph_cost(rb->g, pb, n);
+  uint64_t block_total = 0, all = 0;
+  for (int i = 0; i < n; i++) lo[i] = UINT64_MAX;
+  for (size_t t = 0; t < layout->n_tensors; t++) {
+    const dit_manifest_tensor_t *e = &layout->tensors[t];
+    all += e->nbytes;
+    int blk = -1;
+    if (sscanf(e->name, "blocks.%d.", &blk) != 1 || blk < 0 || blk >= n) continue;
+    bl[blk].bytes += e->nbytes;
+    block_total += e->nbytes;
+    if (e->offset < lo[blk]) lo[blk] = e->offset;
+    if (e->offset + e->nbytes > hi[blk]) hi[blk] = e->offset + e->nbytes;
+  }
+  for (int i = 0; i < n; i++) bl[i].flops = pb[i].flops;
+  req.other_bytes = (all - block_total) + rb->pres.arena_bytes + io_bytes;
+  dit_offload_result_t res;
+  dit_status_t s = dit_offload_plan(&hw, &req, bl, n, &res);
+  if (!s) {
+    cJSON *of = cJSON_AddObjectToObject(summary, "offload");
+    cJSON_AddStringToObject(of, "mode", o->offload);
+    cJSON_AddNumberToObject(of, "chunk_bytes", (double)req.chunk_bytes);
+    cJSON *hp = cJSON_AddObjectToObject(of, "profile");
+    cJSON_AddStringToObject(hp, "name", hw.name);
+    cJSON_AddNumberToObject(hp, "p_peak_tflops", hw.p_peak_tflops);
+    cJSON_AddNumberToObject(hp, "bw_h2d_gbs", hw.bw_h2d_gbs);
+    cJSON_AddNumberToObject(hp, "eta_comp", hw.eta_comp);
+    cJSON_AddNumberToObject(hp, "eta_pref", hw.eta_pref);
+    cJSON_AddNumberToObject(of, "predicted_step_ms", res.step_ms);
+    cJSON_AddNumberToObject(of, "resident_step_ms", res.none_step_ms);
+    cJSON_AddNumberToObject(of, "predicted_peak_bytes", (double)res.peak_bytes);
+    cJSON_AddNumberToObject(of, "resident_peak_bytes", (double)res.none_peak_bytes);
+    cJSON *blocks = cJSON_AddArrayToObject(of, "blocks");
+    for (int i = 0; i < n; i++) {
+      cJSON *b = cJSON_CreateObject();
+      cJSON_AddItemToArray(blocks, b);
+      cJSON *rg = cJSON_AddArrayToObject(b, "range");
+      cJSON_AddItemToArray(rg, cJSON_CreateNumber((double)(lo[i] == UINT64_MAX ? 0 : lo[i])));
+      cJSON_AddItemToArray(rg, cJSON_CreateNumber((double)hi[i]));
+      cJSON_AddNumberToObject(b, "flops", bl[i].flops);
+      cJSON_AddNumberToObject(b, "bytes", (double)bl[i].bytes);
+      cJSON_AddNumberToObject(b, "f_star", bl[i].f_star);
+      cJSON_AddNumberToObject(b, "t_comp_ms", bl[i].t_comp_ms);
+      cJSON_AddNumberToObject(b, "t_pref_ms", bl[i].t_pref_ms);
+      cJSON_AddNumberToObject(b, "resident", bl[i].resident);
+      cJSON_AddNumberToObject(b, "chunks", bl[i].chunks);
+      cJSON_AddNumberToObject(b, "resident_chunks", bl[i].resident_chunks);
+      /* Chunks scheduled after a collective wait for it (yield points). */
+      cJSON *y = cJSON_AddArrayToObject(b, "yield_steps");
+      for (size_t k = 0; k < rb->plan->n_steps; k++) {
+        const dit_plan_step_t *st = &rb->plan->steps[k];
+        if (st->block == i && (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL ||
+                               st->kind == DIT_OP_RING_SHIFT || st->kind == DIT_OP_REDUCE_SCATTER))
+          cJSON_AddItemToArray(y, cJSON_CreateNumber((double)k));
+      }
+    }
+  }
+  free(bl), free(pb), free(lo), free(hi);
   return s;
 }
 
@@ -603,6 +733,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
                                                (double)(ls.width / m->wan.patch[2]));
     free(pb);
+    if (o->offload && strcmp(o->offload, "none")) s = plan_offload(o, m, &rb[0], &layouts[0], io_bytes, sum);
     if (codegen_summary && cJSON_GetObjectItem(codegen_summary, "codegen"))
       cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));
     man.summary = sum;

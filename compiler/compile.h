@@ -24,6 +24,12 @@ typedef struct dit_compile_options {
   int rehash;              /* hash the checkpoint even when the memo says it is unchanged */
   int cfg_parallel;        /* two lanes of ranks: the conditional and unconditional branches */
   int ranks_per_node;      /* ranks sharing a node (fast links); 0: all of them */
+  /* Weight offload (the F* plan): mode none|layerwise|chunked, the chunk size, and at most one
+   * of a resident fraction, a memory budget and a latency target; the hardware profile is a
+   * preset name or a JSON file (default h200-sxm). */
+  const char *offload;
+  double chunk_mb, residency, memory_budget_gib, latency_target_ms;
+  const char *profile;
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

@@ -2,6 +2,7 @@
  * cache_cmd.c). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,13 @@ static const char kUsage[] =
     "                            ring (rotate K/V, merge partial states by LSE) or usp (Ulysses\n"
     "                            of degree U inside groups, ring between them); default gather\n"
     "        --ulysses U         the Ulysses degree of --cp-mode usp\n"
+    "        --offload M         weight offload plan: none (default), layerwise or chunked\n"
+    "        --chunk-mb C        copy unit of chunked offload (default 16)\n"
+    "        --residency R | --memory-budget GIB | --latency-target MS\n"
+    "                            resident fraction of each block's weights, or chosen to fit\n"
+    "                            a device-memory budget or meet a step-time target\n"
+    "        --profile P         hardware profile: h100-pcie, h100-sxm, h200-sxm (default) or a\n"
+    "                            JSON file {p_peak_tflops, bw_h2d_gbs, eta_comp, eta_pref}\n"
     "        --ranks-per-node K  ranks per node: tensor-parallel and Ulysses groups stay inside one\n"
     "                            (ranks are numbered tensor-parallel fastest, then cp, then cfg)\n"
     "        --cfg-parallel      two lanes of ranks run the conditional and unconditional\n"
@@ -84,6 +92,8 @@ static int cmd_compile(int argc, char **argv, int why) {
   o.shape.dtype = DIT_F32;
   o.target = "cpu";
   o.out_dir = "bundles";
+  o.chunk_mb = 16;
+  o.residency = -1;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -95,6 +105,25 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
     else if (!strcmp(a, "--cfg-parallel")) o.cfg_parallel = 1;
     else if (!strcmp(a, "--sp")) o.shape.sp = 1;
+    else if (!strcmp(a, "--offload")) {
+      if (!val || (strcmp(val, "none") && strcmp(val, "layerwise") && strcmp(val, "chunked")))
+        return usage_error("--offload %s: expected none, layerwise or chunked", val ? val : "(missing)");
+      o.offload = val, i++;
+    } else if (!strcmp(a, "--profile")) {
+      if (!val) return usage_error("%s needs a value", a);
+      o.profile = val, i++;
+    } else if (!strcmp(a, "--chunk-mb") || !strcmp(a, "--residency") || !strcmp(a, "--memory-budget") ||
+               !strcmp(a, "--latency-target")) {
+      char *end = NULL;
+      double d = val ? strtod(val, &end) : -1;
+      if (!val || end == val || *end || !(d >= 0) || !isfinite(d)) return usage_error("%s needs a non-negative number", a);
+      if (!strcmp(a, "--residency") && d > 1) return usage_error("--residency %s: expected a fraction in 0..1", val);
+      if (!strcmp(a, "--chunk-mb")) o.chunk_mb = d;
+      else if (!strcmp(a, "--residency")) o.residency = d;
+      else if (!strcmp(a, "--memory-budget")) o.memory_budget_gib = d;
+      else o.latency_target_ms = d;
+      i++;
+    }
     else if (!strcmp(a, "--ranks-per-node")) {
       int64_t k = 0;
       rc = parse_i64(a, val, &k), i++;
@@ -158,6 +187,10 @@ static int cmd_compile(int argc, char **argv, int why) {
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");
   if (o.shape.ulysses && o.shape.cp_mode != DIT_CP_USP) return usage_error("%s", "--ulysses needs --cp-mode usp");
+  int offloading = o.offload && strcmp(o.offload, "none");
+  if (!offloading && (o.residency >= 0 || o.memory_budget_gib > 0 || o.latency_target_ms > 0 || o.profile))
+    return usage_error("%s", "--residency, --memory-budget, --latency-target and --profile need --offload layerwise|chunked");
+  if (offloading && !(o.chunk_mb > 0)) return usage_error("%s", "--chunk-mb must be positive");
   if (o.shape.frames < 0) return usage_error("%s", "compile needs --frames");
   if (o.shape.height < 0) return usage_error("%s", "compile needs --height");
   if (o.shape.width < 0) return usage_error("%s", "compile needs --width");

@@ -1,0 +1,62 @@
+/* The F* overlap model and the weight-offload planner (the ChunkFlow seed, §3): per block,
+ * whether streaming its weights from host memory hides behind its compute, and which fraction
+ * of each block's weights to keep resident for a memory budget or a latency target. Pure
+ * arithmetic over per-block FLOPs and bytes, so it can be checked exactly. */
+#ifndef DIT_PASSES_OFFLOAD_H
+#define DIT_PASSES_OFFLOAD_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+/* A hardware profile: peak matrix rate, host-to-device bandwidth and the efficiencies that
+ * turn them into achieved rates. */
+typedef struct dit_hw_profile {
+  char name[32];
+  double p_peak_tflops; /* dense bf16 */
+  double bw_h2d_gbs;    /* pinned host-to-device, GB/s */
+  double eta_comp, eta_pref;
+} dit_hw_profile_t;
+
+/* Built-in presets by name (h100-pcie, h100-sxm, h200-sxm); NULL if unknown. */
+const dit_hw_profile_t *dit_hw_profile_preset(const char *name);
+/* Rounds every value to 3 significant digits, so two calibrations of equivalent hosts agree. */
+void dit_hw_profile_normalize(dit_hw_profile_t *p);
+
+typedef enum dit_offload_mode { DIT_OFFLOAD_NONE = 0, DIT_OFFLOAD_LAYERWISE = 1, DIT_OFFLOAD_CHUNKED = 2 } dit_offload_mode_t;
+
+typedef struct dit_offload_block {
+  double flops;          /* per GPU, after sharding */
+  uint64_t bytes;        /* the block's weights (B_pref with nothing resident) */
+  /* outputs */
+  double f_star;         /* FLOPs above which the whole block's prefetch hides */
+  double t_comp_ms, t_pref_ms; /* t_pref for the streamed part */
+  double resident;       /* fraction kept on the device, in whole chunks */
+  uint32_t chunks, resident_chunks;
+} dit_offload_block_t;
+
+typedef struct dit_offload_request {
+  dit_offload_mode_t mode;
+  uint64_t chunk_bytes;       /* the copy unit (chunked; layerwise uses whole blocks) */
+  double residency;           /* < 0: not given */
+  double memory_budget_bytes; /* <= 0: not given */
+  double latency_target_ms;   /* <= 0: not given */
+  uint64_t other_bytes;       /* weights outside the blocks (always resident) plus activations */
+} dit_offload_request_t;
+
+typedef struct dit_offload_result {
+  double step_ms;         /* predicted forward time */
+  double none_step_ms;    /* the same with every weight resident */
+  uint64_t peak_bytes;    /* predicted device memory */
+  uint64_t none_peak_bytes;
+} dit_offload_result_t;
+
+/* Fills every block's outputs and the totals. Blocks run in order; block i+1's streamed part
+ * loads while block i computes; the first block's cannot hide. Memory: resident parts, plus
+ * two staging slots the size of the largest streamed part, plus other_bytes. A budget picks the
+ * largest uniform resident fraction that fits (an error naming both numbers when even none
+ * fits); a latency target the smallest per-block fractions that meet it. */
+dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_request_t *req, dit_offload_block_t *blocks,
+                              int n_blocks, dit_offload_result_t *out);
+
+#endif

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The offload plan in the bundle: ditc --offload writes per-block F*, T_comp, T_pref, resident
+# chunks and the predicted step time and peak into the manifest, ditc inspect shows them, the
+# options and the profile are part of the identity, and bad requests are refused.
+set -euo pipefail
+BIN=$1/bin
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+M=tests/data/wan_tiny_b/model
+c=(compile "$M" --frames 5 --height 48 --width 32 --text-len 5 --batch 2 -o "$T/b" -q)
+plain=$("$BIN/ditc" "${c[@]}" | cut -d' ' -f2)
+cat > "$T/slow.json" <<'JSON'
+{"name": "slow-link", "p_peak_tflops": 0.001, "bw_h2d_gbs": 0.01, "eta_comp": 0.5, "eta_pref": 0.5}
+JSON
+a=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --profile "$T/slow.json" | cut -d' ' -f2)
+b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.6 --profile "$T/slow.json" | cut -d' ' -f2)
+[ "$plain" != "$a" ] && [ "$a" != "$b" ] || { echo "offload options must change the identity"; exit 1; }
+"$BIN/ditc" inspect "$T/b/$a" > "$T/inspect"
+grep -q "^offload    chunked, chunks of 0 MiB: predicted step" "$T/inspect"
+[ "$(grep -cE '^ +[0-9]+ ' "$T/inspect")" = 3 ] || { cat "$T/inspect"; echo "expected 3 block rows"; exit 1; }
+python3 - "$T/b/$a/manifest.json" "$T/b/$b/manifest.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["summary"]["offload"] for p in sys.argv[1:3])
+assert a["profile"]["name"] == "slow-link" and a["profile"]["bw_h2d_gbs"] == 0.01, a["profile"]
+for blk in a["blocks"]:
+    assert 0.4 <= blk["resident"] < 0.6 and blk["chunks"] > 1, blk
+    assert blk["range"][1] > blk["range"][0]
+# More resident: more memory, no more time.
+assert b["predicted_peak_bytes"] > a["predicted_peak_bytes"] and b["predicted_step_ms"] <= a["predicted_step_ms"]
+print("offload plans:", a["predicted_step_ms"], "ms /", a["predicted_peak_bytes"], "B vs", b["predicted_step_ms"], "ms /", b["predicted_peak_bytes"], "B")
+PY
+fail() { if "$BIN/ditc" "${c[@]}" "$@" 2>"$T/err"; then echo "accepted: $*"; exit 1; fi; grep -qF -- "$MSG" "$T/err" || { cat "$T/err"; exit 1; }; }
+MSG="need --offload layerwise|chunked" fail --residency 0.5
+MSG="--offload sideways" fail --offload sideways
+MSG="at most one of" fail --offload chunked --residency 0.5 --memory-budget 1
+MSG="even with every block streamed" fail --offload chunked --memory-budget 0.000001
+MSG="not a preset" fail --offload chunked --profile "$T/missing.json"
+echo "offload plan: ok"

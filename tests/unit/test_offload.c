@@ -1,0 +1,94 @@
+/* passes/offload: the F* model, predictions, and residency chosen from a budget or a target. */
+#include <string.h>
+
+#include "check.h"
+#include "passes/offload.h"
+
+#define NB 6
+
+static void blocks(dit_offload_block_t *b, double flops, uint64_t bytes) {
+  memset(b, 0, sizeof(*b) * NB);
+  for (int i = 0; i < NB; i++) b[i].flops = flops, b[i].bytes = bytes;
+}
+
+int main(void) {
+  const dit_hw_profile_t *h200 = dit_hw_profile_preset("h200-sxm");
+  CHECK(h200 != NULL);
+  CHECK(dit_hw_profile_preset("tpu") == NULL);
+  dit_hw_profile_t hw = *h200;
+  dit_hw_profile_normalize(&hw);
+  CHECK_NEAR(hw.bw_h2d_gbs, 55.3, 1e-12);
+  dit_hw_profile_t odd = {"x", 988.77, 55.34, 0.6049, 0.9};
+  dit_hw_profile_normalize(&odd);
+  CHECK_NEAR(odd.p_peak_tflops, 989, 1e-9);
+  CHECK_NEAR(odd.bw_h2d_gbs, 55.3, 1e-9);
+  CHECK_NEAR(odd.eta_comp, 0.605, 1e-12);
+
+  /* A Wan2.1-1.3B block: 92.9 MB of weights; F* = 0.6 * 989e12 * 92.9e6 / (0.9 * 55.3e9). */
+  const uint64_t B = 92900000;
+  const double fstar = 0.6 * 989e12 * (double)B / (0.9 * 55.3e9);
+  dit_offload_block_t b[NB];
+  dit_offload_result_t r, r_none;
+  dit_offload_request_t req = {DIT_OFFLOAD_NONE, 16u << 20, -1, 0, 0, 1000};
+  blocks(b, 9.43e12, B);
+  CHECK_OK(dit_offload_plan(&hw, &req, b, NB, &r_none));
+  CHECK_NEAR(b[0].f_star, fstar, fstar * 1e-12);
+  CHECK_NEAR(r_none.step_ms, NB * 1e3 * 9.43e12 / (0.6 * 989e12), 1e-9);
+  CHECK_EQ_INT(r_none.peak_bytes, NB * B + 1000);
+
+  /* Far above F*: streaming everything costs only the first block's load. */
+  req.mode = DIT_OFFLOAD_CHUNKED;
+  req.residency = 0;
+  CHECK_OK(dit_offload_plan(&hw, &req, b, NB, &r));
+  CHECK_NEAR(r.step_ms, r_none.step_ms + b[0].t_pref_ms, 1e-9);
+  CHECK_EQ_INT(r.peak_bytes, 2 * B + 1000);
+  CHECK(r.step_ms <= 1.03 * r.none_step_ms);
+
+  /* Below F* (a short clip): resident fraction trades memory for time monotonically. */
+  blocks(b, 0.2e12, B);
+  double last_ms = 1e30;
+  uint64_t last_peak = 0;
+  const double fracs[] = {0, 0.2, 0.4, 0.6, 1.0};
+  for (int k = 0; k < 5; k++) {
+    req.residency = fracs[k];
+    CHECK_OK(dit_offload_plan(&hw, &req, b, NB, &r));
+    CHECK(r.step_ms <= last_ms + 1e-12);
+    CHECK(r.peak_bytes >= last_peak);
+    CHECK(b[0].resident >= fracs[k] - 1e-12);
+    last_ms = r.step_ms;
+    last_peak = r.peak_bytes;
+  }
+  CHECK_NEAR(last_ms, r.none_step_ms, 1e-9);
+
+  /* A budget: the largest uniform fraction that fits. */
+  req.residency = -1;
+  req.memory_budget_bytes = 4.0 * B + 1000;
+  CHECK_OK(dit_offload_plan(&hw, &req, b, NB, &r));
+  CHECK(r.peak_bytes <= req.memory_budget_bytes);
+  CHECK(b[0].resident > 0 && b[0].resident < 1);
+  req.memory_budget_bytes = 1.0 * B;
+  CHECK_ERR(dit_offload_plan(&hw, &req, b, NB, &r), RESOURCE_EXHAUSTED, "even with every block streamed");
+
+  /* A latency target: met, with as little resident as that allows. */
+  req.memory_budget_bytes = 0;
+  req.latency_target_ms = 1.10 * r_none.step_ms * 0.2 / 9.43;
+  CHECK_OK(dit_offload_plan(&hw, &req, b, NB, &r));
+  CHECK(r.step_ms <= req.latency_target_ms + 1e-9);
+  CHECK(r.peak_bytes < r.none_peak_bytes);
+
+  /* Layerwise moves whole blocks. */
+  req.mode = DIT_OFFLOAD_LAYERWISE;
+  req.latency_target_ms = 0;
+  req.residency = 0.5;
+  CHECK_OK(dit_offload_plan(&hw, &req, b, NB, &r));
+  CHECK_EQ_INT(b[0].chunks, 1);
+  CHECK(b[0].resident == 0 || b[0].resident == 1);
+
+  req.memory_budget_bytes = 10.0 * B;
+  CHECK_ERR(dit_offload_plan(&hw, &req, b, NB, &r), INVALID_ARGUMENT, "at most one of");
+  dit_hw_profile_t bad = hw;
+  bad.bw_h2d_gbs = 0;
+  req.memory_budget_bytes = 0;
+  CHECK_ERR(dit_offload_plan(&bad, &req, b, NB, &r), INVALID_ARGUMENT, "must be positive");
+  return check_summary("test_offload");
+}
