@@ -4,6 +4,7 @@
 #define DIT_TESTS_CHECK_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,16 @@ static int check_count_ = 0;
 static inline int check_summary(const char *name) {
   printf("%s: %d checks, %d failed\n", name, check_count_, check_failures_);
   return check_failures_ ? 1 : 0;
+}
+
+/* Scratch paths: formatted into buffers of CHECK_PATH_MAX bytes (cut to fit). */
+#define CHECK_PATH_MAX 8192
+static inline void check_pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void check_pathf(char *out, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out, CHECK_PATH_MAX, fmt, ap);
+  va_end(ap);
 }
 
 /* A per-test scratch directory under DIT_TEST_TMP (or /tmp), created fresh. */

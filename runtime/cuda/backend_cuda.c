@@ -271,6 +271,25 @@ static dit_status_t cuda_memory_info(void *p, size_t *fr, size_t *tot) {
   return cu_check(st, st->cu.cuMemGetInfo(fr, tot), "cuMemGetInfo");
 }
 
+/* One module image from the bundle: cuModuleLoadData wants a NUL-terminated image for PTX and an
+ * aligned one for cubin, so the mapped blob is copied first. */
+static dit_status_t load_module(cuda_state_t *st, dit_blob_loader_fn load, void *ctx, const char *hash, const char *what,
+                                CUmodule *out) {
+  dit_mapping_t m;
+  DIT_RETURN_IF(load(ctx, hash, &m));
+  char *img = malloc(m.size + 1);
+  if (!img) {
+    dit_file_unmap(&m);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(img, m.data, m.size);
+  img[m.size] = 0;
+  dit_file_unmap(&m);
+  dit_status_t s = cu_check(st, st->cu.cuModuleLoadData(out, img), what);
+  free(img);
+  return s;
+}
+
 static dit_status_t get_module(cuda_state_t *st, const dit_plan_kernel_t *k, dit_blob_loader_fn load, void *ctx, CUmodule *out) {
   /* The cubin runs on exactly its architecture; newer devices JIT the PTX. */
   char arch_hash[DIT_HASH_HEX];
@@ -280,33 +299,11 @@ static dit_status_t get_module(cuda_state_t *st, const dit_plan_kernel_t *k, dit
       *out = st->mods[i].mod;
       return DIT_OK;
     }
-  dit_mapping_t m;
-  DIT_RETURN_IF(load(ctx, k->cubin, &m));
-  /* cuModuleLoadData wants a NUL-terminated image for PTX and an aligned one for cubin. */
-  char *img = malloc(m.size + 1);
-  if (!img) {
-    dit_file_unmap(&m);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  }
-  memcpy(img, m.data, m.size);
-  img[m.size] = 0;
-  dit_file_unmap(&m);
   CUmodule mod;
-  dit_status_t s = cu_check(st, st->cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
-  free(img);
+  dit_status_t s = load_module(st, load, ctx, k->cubin, "cuModuleLoadData", &mod);
   if (s && k->ptx[0]) {
     dit_status_free(s);
-    DIT_RETURN_IF(load(ctx, k->ptx, &m));
-    img = malloc(m.size + 1);
-    if (!img) {
-      dit_file_unmap(&m);
-      return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    }
-    memcpy(img, m.data, m.size);
-    img[m.size] = 0;
-    dit_file_unmap(&m);
-    s = cu_check(st, st->cu.cuModuleLoadData(&mod, img), "cuModuleLoadData (PTX)");
-    free(img);
+    s = load_module(st, load, ctx, k->ptx, "cuModuleLoadData (PTX)", &mod);
   }
   DIT_RETURN_IF_ERROR(s, "kernel module %s", k->cubin);
   loaded_module_t *n = realloc(st->mods, (st->n_mods + 1) * sizeof *n);

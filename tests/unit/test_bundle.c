@@ -15,28 +15,9 @@
 
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
-/* check_tmpdir's snprintf of two 4 KiB paths into one buffer warns once inlined with
- * optimization; the paths used here are short. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
 #include "check.h"
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
-/* Every path and message buffer here has this size; pathf cuts to it. */
-#define PCAP 8192
-static char g_root[PCAP];
-
-static void pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pathf(char *out, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(out, PCAP, fmt, ap);
-  va_end(ap);
-}
+static char g_root[CHECK_PATH_MAX];
 
 static char *read_all(const char *path, size_t *n) {
   char *t = NULL;
@@ -73,7 +54,7 @@ static void xor_byte(const char *path, size_t pos, unsigned char x) {
 
 static void sh(const char *fmt, const char *a, const char *b) {
   char cmd[9000];
-  pathf(cmd, fmt, a, b);
+  check_pathf(cmd, fmt, a, b);
   if (system(cmd) != 0) {
     fprintf(stderr, "command failed: %s\n", cmd);
     exit(2);
@@ -229,39 +210,39 @@ static void check_mapped(dit_bundle_t *b, const char *hash, const void *want, si
   dit_file_unmap(&map);
 }
 
-static char g_bundle[PCAP]; /* the published bundle */
+static char g_bundle[CHECK_PATH_MAX]; /* the published bundle */
 static contents_t g_c;
 
 static void test_write_and_open(void) {
-  char store[PCAP];
-  pathf(store, "%s/store", g_root);
+  char store[CHECK_PATH_MAX];
+  check_pathf(store, "%s/store", g_root);
   char *path = NULL;
   int existed = -1;
   CHECK_OK(write_bundle(store, &g_c, 1, &path, &existed));
   CHECK(path != NULL);
   CHECK_EQ_INT(existed, 0);
   if (!path) exit(1);
-  pathf(g_bundle, "%s", path);
+  check_pathf(g_bundle, "%s", path);
 
   /* Named by the identity of its inputs, containing exactly the listed blobs. */
   dit_manifest_t *m = make_manifest(&g_c, 1);
   char id[33];
   CHECK_OK(dit_identity_compute(m->inputs, id));
   dit_manifest_free(m);
-  char want[PCAP];
-  pathf(want, "%s/%s", store, id);
+  char want[CHECK_PATH_MAX];
+  check_pathf(want, "%s/%s", store, id);
   CHECK(strcmp(path, want) == 0);
   int bundles, temps;
   count_entries(store, &bundles, &temps);
   CHECK_EQ_INT(bundles, 1);
   CHECK_EQ_INT(temps, 0);
-  char blobs[PCAP];
-  pathf(blobs, "%s/blobs", path);
+  char blobs[CHECK_PATH_MAX];
+  check_pathf(blobs, "%s/blobs", path);
   count_entries(blobs, &bundles, &temps);
   CHECK_EQ_INT(bundles, 4);
   CHECK_EQ_INT(temps, 0);
-  char diag[PCAP];
-  pathf(diag, "%s/diagnostics.json", path);
+  char diag[CHECK_PATH_MAX];
+  check_pathf(diag, "%s/diagnostics.json", path);
   CHECK(dit_path_exists(diag));
   free(path);
 
@@ -289,12 +270,12 @@ static void test_write_and_open(void) {
   }
 
   /* A trailing slash and a non-hash directory name are both fine. */
-  char slash[PCAP], alias[PCAP];
-  pathf(slash, "%s/", g_bundle);
+  char slash[CHECK_PATH_MAX], alias[CHECK_PATH_MAX];
+  check_pathf(slash, "%s/", g_bundle);
   dit_bundle_t *b = NULL;
   CHECK_OK(dit_bundle_open(slash, 0, &b));
   dit_bundle_close(b);
-  pathf(alias, "%s/latest", g_root);
+  check_pathf(alias, "%s/latest", g_root);
   sh("cp -a '%s' '%s'", g_bundle, alias);
   b = NULL;
   CHECK_OK(dit_bundle_open(alias, DIT_BUNDLE_HASH_BLOBS, &b));
@@ -327,8 +308,8 @@ static void test_write_and_open(void) {
 }
 
 static void test_writer_errors(void) {
-  char store[PCAP];
-  pathf(store, "%s/werr", g_root);
+  char store[CHECK_PATH_MAX];
+  check_pathf(store, "%s/werr", g_root);
   dit_bundle_writer_t *w = NULL;
   char h[DIT_HASH_HEX];
   uint64_t size;
@@ -403,8 +384,8 @@ static void test_writer_errors(void) {
   dit_bundle_writer_destroy(NULL);
 
   /* A parent that is a file. */
-  char file[PCAP];
-  pathf(file, "%s/plainfile", g_root);
+  char file[CHECK_PATH_MAX];
+  check_pathf(file, "%s/plainfile", g_root);
   write_all(file, "x", 1);
   w = (dit_bundle_writer_t *)1;
   CHECK_ERR(dit_bundle_writer_create(file, &w), IO, "plainfile");
@@ -414,9 +395,9 @@ static void test_writer_errors(void) {
 
 /* ---- damage ---- */
 
-static char g_work[PCAP]; /* a copy of the bundle under its own name, damaged and repaired */
+static char g_work[CHECK_PATH_MAX]; /* a copy of the bundle under its own name, damaged and repaired */
 
-static void blob_path(char *out, const char *hash) { pathf(out, "%s/blobs/%s", g_work, hash); }
+static void blob_path(char *out, const char *hash) { check_pathf(out, "%s/blobs/%s", g_work, hash); }
 
 static void test_flipped_blobs(void) {
   struct {
@@ -428,10 +409,10 @@ static void test_flipped_blobs(void) {
   for (size_t i = 0; i < 3; i++) {
     size_t pos[] = {0, 1, blobs[i].size / 2, 4096 % blobs[i].size, blobs[i].size - 1};
     for (size_t k = 0; k < sizeof pos / sizeof *pos; k++) {
-      char p[PCAP], needle[PCAP];
+      char p[CHECK_PATH_MAX], needle[CHECK_PATH_MAX];
       blob_path(p, blobs[i].hash);
       xor_byte(p, pos[k], 0x01);
-      pathf(needle, "blobs/%s (role %s): content hash mismatch: expected %s, found ",
+      check_pathf(needle, "blobs/%s (role %s): content hash mismatch: expected %s, found ",
                blobs[i].hash, blobs[i].role, blobs[i].hash);
       dit_bundle_t *b = (dit_bundle_t *)1;
       CHECK_ERR(dit_bundle_open(g_work, DIT_BUNDLE_HASH_BLOBS, &b), DATA_LOSS, needle);
@@ -463,13 +444,13 @@ static void test_flipped_blobs(void) {
 }
 
 static void test_sizes_and_missing(void) {
-  char p[PCAP], tmp[PCAP], needle[PCAP];
+  char p[CHECK_PATH_MAX], tmp[CHECK_PATH_MAX], needle[CHECK_PATH_MAX];
   size_t n;
   blob_path(p, g_c.weights_hash);
   char *orig = read_all(p, &n);
   /* Truncated. */
   write_all(p, orig, n - 1);
-  pathf(needle,
+  check_pathf(needle,
            "blobs/%s (role weights): size mismatch: expected 12288 bytes, found 12287", g_c.weights_hash);
   dit_bundle_t *b = NULL;
   CHECK_ERR(dit_bundle_open(g_work, 0, &b), DATA_LOSS, needle);
@@ -494,9 +475,9 @@ static void test_sizes_and_missing(void) {
   const char *roles[] = {"plan", "kernels", "weights", "kernels"};
   for (int i = 0; i < 4; i++) {
     blob_path(p, hashes[i]);
-    pathf(tmp, "%s/moved", g_root);
+    check_pathf(tmp, "%s/moved", g_root);
     CHECK(rename(p, tmp) == 0);
-    pathf(needle, "blobs/%s (role %s): missing", hashes[i], roles[i]);
+    check_pathf(needle, "blobs/%s (role %s): missing", hashes[i], roles[i]);
     b = (dit_bundle_t *)1;
     CHECK_ERR(dit_bundle_open(g_work, 0, &b), NOT_FOUND, needle);
     CHECK(b == NULL);
@@ -522,14 +503,14 @@ static void test_sizes_and_missing(void) {
 
 /* Replaces manifest.json and, if `digest`, its recorded hash, as a writer would. */
 static void put_manifest(const char *text, int digest) {
-  char p[PCAP];
-  pathf(p, "%s/manifest.json", g_work);
+  char p[CHECK_PATH_MAX];
+  check_pathf(p, "%s/manifest.json", g_work);
   write_all(p, text, strlen(text));
   if (digest) {
     char d[34];
     dit_hash128_hex(text, strlen(text), d);
     d[32] = '\n';
-    pathf(p, "%s/manifest.xxh128", g_work);
+    check_pathf(p, "%s/manifest.xxh128", g_work);
     write_all(p, d, 33);
   }
 }
@@ -547,9 +528,9 @@ static char *replace(const char *text, const char *from, const char *to) {
 }
 
 static void test_manifest_damage(void) {
-  char mp[PCAP], dp[PCAP];
-  pathf(mp, "%s/manifest.json", g_work);
-  pathf(dp, "%s/manifest.xxh128", g_work);
+  char mp[CHECK_PATH_MAX], dp[CHECK_PATH_MAX];
+  check_pathf(mp, "%s/manifest.json", g_work);
+  check_pathf(dp, "%s/manifest.xxh128", g_work);
   size_t n, dn;
   char *orig = read_all(mp, &n);
   char *orig_digest = read_all(dp, &dn);
@@ -574,11 +555,11 @@ static void test_manifest_damage(void) {
   t = replace(orig, "\"variant\":1", "\"variant\":7");
   put_manifest(t, 1);
   dit_manifest_t *m = make_manifest(&g_c, 7);
-  char recomputed[33], needle[PCAP];
+  char recomputed[33], needle[CHECK_PATH_MAX];
   CHECK_OK(dit_identity_compute(m->inputs, recomputed));
   dit_manifest_free(m);
   const char *base = strrchr(g_work, '/') + 1;
-  pathf(needle, "manifest.json: identity mismatch: recorded %s, recomputed from inputs %s",
+  check_pathf(needle, "manifest.json: identity mismatch: recorded %s, recomputed from inputs %s",
            base, recomputed);
   CHECK_ERR(dit_bundle_open(g_work, 0, &b), DATA_LOSS, needle);
   put_manifest(orig, 1);
@@ -594,7 +575,7 @@ static void test_manifest_damage(void) {
   put_manifest(orig, 1);
   t = replace(orig, "\"arena_bytes\": 65536", "\"arena_bytes\": 65537");
   put_manifest(t, 0);
-  pathf(needle, "manifest.json: content hash mismatch: expected %.32s (from manifest.xxh128), found ",
+  check_pathf(needle, "manifest.json: content hash mismatch: expected %.32s (from manifest.xxh128), found ",
            orig_digest);
   CHECK_ERR(dit_bundle_open(g_work, 0, &b), DATA_LOSS, needle);
   free(t);
@@ -682,31 +663,31 @@ static void test_manifest_damage(void) {
 }
 
 static void test_renamed(void) {
-  char other[PCAP], ren[PCAP];
-  pathf(other, "%s/ren", g_root);
+  char other[CHECK_PATH_MAX], ren[CHECK_PATH_MAX];
+  check_pathf(other, "%s/ren", g_root);
   CHECK(mkdir(other, 0755) == 0);
   /* Another 32-hex name: that name promises another bundle. */
-  pathf(ren, "%s/0123456789abcdef0123456789abcdef", other);
+  check_pathf(ren, "%s/0123456789abcdef0123456789abcdef", other);
   sh("cp -a '%s' '%s'", g_work, ren);
   dit_bundle_t *b = NULL;
   CHECK_ERR(dit_bundle_open(ren, 0, &b), DATA_LOSS,
             "identity mismatch: directory name 0123456789abcdef0123456789abcdef, manifest identity");
   /* Names that are not hashes say nothing. */
-  pathf(ren, "%s/0123456789ABCDEF0123456789ABCDEF", other);
+  check_pathf(ren, "%s/0123456789ABCDEF0123456789ABCDEF", other);
   sh("cp -a '%s' '%s'", g_work, ren);
   CHECK_OK(dit_bundle_open(ren, 0, &b));
   dit_bundle_close(b);
 
   /* A FIFO planted as manifest.json is refused, not opened (which would block forever). */
-  char mp[PCAP], moved[PCAP];
-  pathf(mp, "%s/manifest.json", ren);
-  pathf(moved, "%s/manifest.moved", ren);
+  char mp[CHECK_PATH_MAX], moved[CHECK_PATH_MAX];
+  check_pathf(mp, "%s/manifest.json", ren);
+  check_pathf(moved, "%s/manifest.moved", ren);
   CHECK(rename(mp, moved) == 0);
   CHECK(mkfifo(mp, 0644) == 0);
   CHECK_ERR(dit_bundle_open(ren, 0, &b), DATA_LOSS, "manifest.json: not a regular file");
   CHECK(unlink(mp) == 0);
   CHECK(rename(moved, mp) == 0);
-  pathf(mp, "%s/manifest.xxh128", ren);
+  check_pathf(mp, "%s/manifest.xxh128", ren);
   CHECK(unlink(mp) == 0);
   CHECK(mkfifo(mp, 0644) == 0);
   CHECK_ERR(dit_bundle_open(ren, 0, &b), DATA_LOSS, "manifest.xxh128: not a regular file");
@@ -720,8 +701,8 @@ static void test_renamed(void) {
 
 static void test_concurrent_publish(void) {
   enum { N = 8 };
-  char store[PCAP];
-  pathf(store, "%s/race", g_root);
+  char store[CHECK_PATH_MAX];
+  check_pathf(store, "%s/race", g_root);
   CHECK_OK(dit_mkdirs(store, 0755));
   int gate[2];
   CHECK(pipe(gate) == 0);
@@ -765,15 +746,15 @@ static void test_concurrent_publish(void) {
   CHECK_EQ_INT(bundles, 1);
   CHECK_EQ_INT(temps, 0);
   dit_manifest_t *m = make_manifest(&g_c, 5);
-  char id[33], dir[PCAP];
+  char id[33], dir[CHECK_PATH_MAX];
   CHECK_OK(dit_identity_compute(m->inputs, id));
   dit_manifest_free(m);
-  pathf(dir, "%s/%s", store, id);
+  check_pathf(dir, "%s/%s", store, id);
   dit_bundle_t *b = NULL;
   CHECK_OK(dit_bundle_open(dir, DIT_BUNDLE_HASH_BLOBS, &b));
   dit_bundle_close(b);
-  char blobs[PCAP];
-  pathf(blobs, "%s/blobs", dir);
+  char blobs[CHECK_PATH_MAX];
+  check_pathf(blobs, "%s/blobs", dir);
   count_entries(blobs, &bundles, &temps);
   CHECK_EQ_INT(bundles, 4);
 }
@@ -781,8 +762,8 @@ static void test_concurrent_publish(void) {
 /* A writer that dies at any point before its rename leaves only a .tmp-* directory, which
  * no reader looks at; the final name never exists half-written. */
 static void test_crash(void) {
-  char store[PCAP];
-  pathf(store, "%s/crash", g_root);
+  char store[CHECK_PATH_MAX];
+  check_pathf(store, "%s/crash", g_root);
   for (int stage = 0; stage < 4; stage++) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -822,16 +803,16 @@ static void test_crash(void) {
 }
 
 int main(void) {
-  pathf(g_root, "%s", check_tmpdir("test_bundle"));
+  check_pathf(g_root, "%s", check_tmpdir("test_bundle"));
   make_contents(&g_c);
   test_write_and_open();
   test_writer_errors();
 
   const char *id = strrchr(g_bundle, '/') + 1;
-  char wdir[PCAP];
-  pathf(wdir, "%s/work", g_root);
+  char wdir[CHECK_PATH_MAX];
+  check_pathf(wdir, "%s/work", g_root);
   CHECK(mkdir(wdir, 0755) == 0);
-  pathf(g_work, "%s/%s", wdir, id);
+  check_pathf(g_work, "%s/%s", wdir, id);
   sh("cp -a '%s' '%s'", g_bundle, g_work);
   test_flipped_blobs();
   test_sizes_and_missing();

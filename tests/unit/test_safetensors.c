@@ -7,16 +7,7 @@
 
 #include "artifacts/safetensors.h"
 #include "base/fileio.h"
-/* GCC flags check_tmpdir's own snprintf into a fixed buffer as possibly truncated; the
- * scratch paths here are short. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-#endif
 #include "check.h"
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 

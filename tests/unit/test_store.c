@@ -21,22 +21,10 @@
 #include "artifacts/store.h"
 #include "compiler/compile.h"
 #include "compiler/compile_store.h"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 #include "check.h"
-#pragma GCC diagnostic pop
 
-#define PCAP 8192
-static char g_root[PCAP];
-static char g_model[PCAP];
-
-static void pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pathf(char *out, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(out, PCAP, fmt, ap);
-  va_end(ap);
-}
+static char g_root[CHECK_PATH_MAX];
+static char g_model[CHECK_PATH_MAX];
 
 /* Number of directory entries other than . and .. (-1 if it cannot be opened). */
 static int count_entries(const char *dir) {
@@ -61,8 +49,8 @@ static char *compile_tiny(const char *parent, int frames, const char *store) {
   o.shape.text_len = 7;
   o.shape.dtype = DIT_F32;
   o.target = "cpu";
-  char bundles[PCAP];
-  pathf(bundles, "%s/bundles", store ? store : ".");
+  char bundles[CHECK_PATH_MAX];
+  check_pathf(bundles, "%s/bundles", store ? store : ".");
   o.out_dir = parent ? parent : bundles;
   o.quiet = 1;
   o.store_dir = store;
@@ -75,8 +63,8 @@ static char *compile_tiny(const char *parent, int frames, const char *store) {
 static const char *id_of(const char *bundle_path) { return strrchr(bundle_path, '/') + 1; }
 
 static void test_import_and_views(const char *bundle) {
-  char root[PCAP], view_parent[PCAP], p[PCAP];
-  pathf(root, "%s/s1", g_root);
+  char root[CHECK_PATH_MAX], view_parent[CHECK_PATH_MAX], p[CHECK_PATH_MAX];
+  check_pathf(root, "%s/s1", g_root);
   dit_store_t *st = NULL;
   CHECK_OK(dit_store_open(root, &st));
   if (!st) return;
@@ -103,19 +91,19 @@ static void test_import_and_views(const char *bundle) {
     CHECK_EQ_INT(size, m->blobs[i].size);
     /* A bundle outside the store is copied in, never linked: editing it cannot reach cas. */
     struct stat a, b;
-    pathf(p, "%s/blobs/%s", bundle, m->blobs[i].hash);
+    check_pathf(p, "%s/blobs/%s", bundle, m->blobs[i].hash);
     CHECK(stat(bp, &a) == 0 && stat(p, &b) == 0 && a.st_ino != b.st_ino);
     CHECK((a.st_mode & 0222) == 0);
     free(bp);
   }
   /* A view elsewhere: valid as any bundle directory, blobs linked to cas. */
-  pathf(view_parent, "%s/views", g_root);
+  check_pathf(view_parent, "%s/views", g_root);
   char *view = NULL;
   CHECK_OK(dit_store_materialize(st, id, view_parent, &view));
   dit_bundle_t *b = NULL;
   CHECK_OK(dit_bundle_open(view, DIT_BUNDLE_HASH_BLOBS, &b));
   dit_bundle_close(b);
-  pathf(p, "%s/manifest.json", view);
+  check_pathf(p, "%s/manifest.json", view);
   char *vtext = NULL;
   size_t vlen = 0;
   CHECK_OK(dit_file_read(p, 1 << 26, &vtext, &vlen));
@@ -125,7 +113,7 @@ static void test_import_and_views(const char *bundle) {
     char *bp = NULL;
     struct stat a, c;
     CHECK_OK(dit_store_blob_path(st, m->blobs[0].hash, &bp));
-    pathf(p, "%s/blobs/%s", view, m->blobs[0].hash);
+    check_pathf(p, "%s/blobs/%s", view, m->blobs[0].hash);
     CHECK(stat(bp, &a) == 0 && stat(p, &c) == 0 && a.st_ino == c.st_ino);
     free(bp);
   }
@@ -134,7 +122,7 @@ static void test_import_and_views(const char *bundle) {
   CHECK_OK(dit_store_materialize(st, id, view_parent, &again));
   CHECK(again && view && !strcmp(again, view));
   free(again);
-  pathf(p, "%s/manifest.xxh128", view);
+  check_pathf(p, "%s/manifest.xxh128", view);
   unlink(p);
   CHECK_OK(dit_store_materialize(st, id, view_parent, &again));
   CHECK_OK(dit_bundle_open(view, 0, &b));
@@ -145,12 +133,12 @@ static void test_import_and_views(const char *bundle) {
   if (m && m->n_blobs) {
     char *bp = NULL;
     CHECK_OK(dit_store_blob_path(st, m->blobs[0].hash, &bp));
-    char saved[PCAP];
-    pathf(saved, "%s.saved", bp);
+    char saved[CHECK_PATH_MAX];
+    check_pathf(saved, "%s.saved", bp);
     CHECK(rename(bp, saved) == 0);
     CHECK(!dit_store_has_entry(st, id));
-    char other[PCAP];
-    pathf(other, "%s/views2", g_root);
+    char other[CHECK_PATH_MAX];
+    check_pathf(other, "%s/views2", g_root);
     CHECK_ERR(dit_store_materialize(st, id, other, &again), NOT_FOUND, m->blobs[0].hash);
     CHECK(count_entries(other) <= 0);
     CHECK(rename(saved, bp) == 0);
@@ -163,9 +151,9 @@ static void test_import_and_views(const char *bundle) {
 }
 
 static void test_blob_writer(void) {
-  char root[PCAP], tmp[PCAP];
-  pathf(root, "%s/s2", g_root);
-  pathf(tmp, "%s/tmp", root);
+  char root[CHECK_PATH_MAX], tmp[CHECK_PATH_MAX];
+  check_pathf(root, "%s/s2", g_root);
+  check_pathf(tmp, "%s/tmp", root);
   dit_store_t *st = NULL;
   CHECK_OK(dit_store_open(root, &st));
   if (!st) return;
@@ -175,8 +163,8 @@ static void test_blob_writer(void) {
   dit_hash128_hex(data, n, h);
   dit_hash128_hex("other", 5, wrong);
   /* SHA-256 of the data, through a file. */
-  char f[PCAP];
-  pathf(f, "%s/data", g_root);
+  char f[CHECK_PATH_MAX];
+  check_pathf(f, "%s/data", g_root);
   CHECK_OK(dit_file_write_atomic(f, data, n));
   CHECK_OK(dit_file_hashes(f, wrong /* scratch */, sha, NULL));
   dit_hash128_hex("other", 5, wrong);
@@ -228,13 +216,13 @@ static void test_blob_writer(void) {
 }
 
 static void test_manifest_order(const char *bundle) {
-  char root[PCAP], p[PCAP];
-  pathf(root, "%s/s3", g_root);
+  char root[CHECK_PATH_MAX], p[CHECK_PATH_MAX];
+  check_pathf(root, "%s/s3", g_root);
   dit_store_t *st = NULL;
   CHECK_OK(dit_store_open(root, &st));
   dit_store_t *src = NULL;
-  char sroot[PCAP];
-  pathf(sroot, "%s/s1", g_root);
+  char sroot[CHECK_PATH_MAX];
+  check_pathf(sroot, "%s/s1", g_root);
   CHECK_OK(dit_store_open(sroot, &src));
   if (!st || !src) return;
   const char *id = id_of(bundle);
@@ -243,15 +231,15 @@ static void test_manifest_order(const char *bundle) {
   CHECK_OK(dit_store_get_manifest(src, id, NULL, &text, &len));
   /* The blobs are not there yet: the manifest may not enter. */
   CHECK_ERR(dit_store_put_manifest(st, id, text, len, NULL, NULL), FAILED_PRECONDITION, "blobs go in before their manifest");
-  pathf(p, "%s/ac/%s", root, id);
+  check_pathf(p, "%s/ac/%s", root, id);
   CHECK(!dit_path_exists(p));
   /* Under a different name: refused. */
   char other[DIT_HASH_HEX];
   dit_hash128_hex("x", 1, other);
   CHECK_ERR(dit_store_put_manifest(st, other, text, len, NULL, NULL), DATA_LOSS, "identity mismatch");
   /* Without sha256 fields (a bundle directory's own manifest): refused. */
-  char mp[PCAP];
-  pathf(mp, "%s/manifest.json", bundle);
+  char mp[CHECK_PATH_MAX];
+  check_pathf(mp, "%s/manifest.json", bundle);
   char *raw = NULL;
   size_t rlen = 0;
   CHECK_OK(dit_file_read(mp, 1 << 26, &raw, &rlen));
@@ -265,9 +253,9 @@ static void test_manifest_order(const char *bundle) {
 /* 8 processes import the same bundle into one store, and materialize it into one directory,
  * released together. */
 static void test_concurrent(const char *bundle) {
-  char root[PCAP], views[PCAP], p[PCAP];
-  pathf(root, "%s/s4", g_root);
-  pathf(views, "%s/cviews", g_root);
+  char root[CHECK_PATH_MAX], views[CHECK_PATH_MAX], p[CHECK_PATH_MAX];
+  check_pathf(root, "%s/s4", g_root);
+  check_pathf(views, "%s/cviews", g_root);
   const char *id = id_of(bundle);
   int go[2];
   CHECK(pipe(go) == 0);
@@ -305,14 +293,14 @@ static void test_concurrent(const char *bundle) {
   CHECK_OK(dit_store_open(root, &st));
   if (!st) return;
   CHECK(dit_store_has_entry(st, id));
-  pathf(p, "%s/ac", root);
+  check_pathf(p, "%s/ac", root);
   CHECK_EQ_INT(count_entries(p), 2); /* the manifest and its digest */
-  pathf(p, "%s/tmp", root);
+  check_pathf(p, "%s/tmp", root);
   CHECK_EQ_INT(count_entries(p), 0);
   CHECK_EQ_INT(count_entries(views), 1);
-  pathf(p, "%s/bundles", root);
+  check_pathf(p, "%s/bundles", root);
   CHECK_EQ_INT(count_entries(p), 1);
-  pathf(p, "%s/%s", views, id);
+  check_pathf(p, "%s/%s", views, id);
   dit_bundle_t *b = NULL;
   CHECK_OK(dit_bundle_open(p, DIT_BUNDLE_HASH_BLOBS, &b));
   dit_bundle_close(b);
@@ -325,15 +313,15 @@ static void test_concurrent(const char *bundle) {
 }
 
 static void set_last_used(const char *root, const char *id, time_t t) {
-  char p[PCAP];
-  pathf(p, "%s/ac/%s", root, id);
+  char p[CHECK_PATH_MAX];
+  check_pathf(p, "%s/ac/%s", root, id);
   struct timespec ts[2] = {{t, 0}, {t, 0}};
   CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
 }
 
 static void test_verify_and_gc(void) {
-  char root[PCAP], p[PCAP];
-  pathf(root, "%s/s5", g_root);
+  char root[CHECK_PATH_MAX], p[CHECK_PATH_MAX];
+  check_pathf(root, "%s/s5", g_root);
   /* Two shapes: the weights blob is shared, each has its own plan. */
   char *a = compile_tiny(NULL, 9, root), *b = NULL;
   (void)a;
@@ -400,7 +388,7 @@ static void test_verify_and_gc(void) {
   CHECK_EQ_INT(g.entries, 1);
   CHECK(dit_store_has_entry(st, ida));
   CHECK(!dit_store_has_entry(st, idb));
-  pathf(p, "%s/bundles/%s", root, idb);
+  check_pathf(p, "%s/bundles/%s", root, idb);
   CHECK(!dit_path_exists(p));
   /* Age: a was used 10 s ago; 1 h keeps it, 5 s drops it and every blob. */
   CHECK_OK(dit_store_gc(st, 0, 3600, &g));
@@ -409,21 +397,21 @@ static void test_verify_and_gc(void) {
   CHECK_EQ_INT(g.entries_removed, 1);
   CHECK_EQ_INT(g.entries, 0);
   CHECK_EQ_INT(g.blobs, 0);
-  pathf(p, "%s/cas", root);
+  check_pathf(p, "%s/cas", root);
   CHECK_OK(dit_store_verify(st, NULL, &v));
   CHECK_EQ_INT(v.blobs, 0);
   /* Stale temporaries go; an entry that no longer validates goes. */
-  pathf(p, "%s/tmp/blob-leftover", root);
+  check_pathf(p, "%s/tmp/blob-leftover", root);
   CHECK_OK(dit_file_write_atomic(p, "x", 1));
   char fake[DIT_HASH_HEX];
   dit_hash128_hex("fake", 4, fake);
-  pathf(p, "%s/ac/%s", root, fake);
+  check_pathf(p, "%s/ac/%s", root, fake);
   CHECK_OK(dit_file_write_atomic(p, "{}", 2));
   CHECK_OK(dit_store_gc(st, 0, -1, &g));
   CHECK_EQ_INT(g.entries_removed, 1);
-  pathf(p, "%s/tmp", root);
+  check_pathf(p, "%s/tmp", root);
   CHECK_EQ_INT(count_entries(p), 0);
-  pathf(p, "%s/ac", root);
+  check_pathf(p, "%s/ac", root);
   CHECK_EQ_INT(count_entries(p), 0);
   CHECK_ERR(dit_store_remove(st, ida, &g), NOT_FOUND, ida);
   dit_manifest_free(m);
@@ -434,14 +422,14 @@ static void test_verify_and_gc(void) {
 }
 
 static void test_memo(void) {
-  char root[PCAP], model[PCAP], cmd[3 * PCAP];
-  pathf(root, "%s/s6", g_root);
-  pathf(model, "%s/model", g_root);
+  char root[CHECK_PATH_MAX], model[CHECK_PATH_MAX], cmd[3 * CHECK_PATH_MAX];
+  check_pathf(root, "%s/s6", g_root);
+  check_pathf(model, "%s/model", g_root);
   snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", g_model, model);
   CHECK(system(cmd) == 0);
   /* A checkpoint written a moment ago is not trusted to the memo yet (see RACY_NS). */
-  char st_path[PCAP];
-  pathf(st_path, "%s/diffusion_pytorch_model.safetensors", model);
+  char st_path[CHECK_PATH_MAX];
+  check_pathf(st_path, "%s/diffusion_pytorch_model.safetensors", model);
   struct timespec old[2] = {{time(NULL) - 100, 0}, {time(NULL) - 100, 0}};
   CHECK(utimensat(AT_FDCWD, st_path, old, 0) == 0);
   dit_store_t *st = NULL;
@@ -487,8 +475,8 @@ static void test_memo(void) {
 }
 
 static void test_explain(void) {
-  char root[PCAP];
-  pathf(root, "%s/s7", g_root);
+  char root[CHECK_PATH_MAX];
+  check_pathf(root, "%s/s7", g_root);
   free(compile_tiny(NULL, 9, root));
   dit_store_t *st = NULL;
   CHECK_OK(dit_store_open(root, &st));
@@ -519,10 +507,10 @@ static void test_explain(void) {
 
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
-  pathf(g_model, "%s/wan_tiny_a/model", data ? data : "tests/data");
+  check_pathf(g_model, "%s/wan_tiny_a/model", data ? data : "tests/data");
   snprintf(g_root, sizeof g_root, "%s", check_tmpdir("test_store"));
-  char plain[PCAP];
-  pathf(plain, "%s/plain", g_root);
+  char plain[CHECK_PATH_MAX];
+  check_pathf(plain, "%s/plain", g_root);
   char *bundle = compile_tiny(plain, 9, NULL);
   if (!bundle) return check_summary("test_store");
   test_import_and_views(bundle);

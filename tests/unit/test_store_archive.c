@@ -18,21 +18,9 @@
 #include "artifacts/identity.h"
 #include "artifacts/sign.h"
 #include "artifacts/store.h"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
 #include "check.h"
-#pragma GCC diagnostic pop
 
-#define PCAP 8192
-static char g_root[PCAP];
-
-static void pathf(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pathf(char *out, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(out, PCAP, fmt, ap);
-  va_end(ap);
-}
+static char g_root[CHECK_PATH_MAX];
 
 static int count_entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -129,8 +117,8 @@ static void write_file(const char *path, const void *p, size_t n) {
 }
 
 static dit_store_t *fresh_store(const char *name) {
-  char root[PCAP];
-  pathf(root, "%s/%s", g_root, name);
+  char root[CHECK_PATH_MAX];
+  check_pathf(root, "%s/%s", g_root, name);
   dit_store_t *st = NULL;
   CHECK_OK(dit_store_open(root, &st));
   return st;
@@ -147,10 +135,10 @@ static void expect_refused(const uint8_t *p, size_t n, const char *name) {
   s = dit_ditb_import(st, p, n, name, NULL, id);
   CHECK(s != DIT_OK);
   dit_status_free(s);
-  char ac[PCAP];
-  pathf(ac, "%s/%s/ac", g_root, name);
+  char ac[CHECK_PATH_MAX];
+  check_pathf(ac, "%s/%s/ac", g_root, name);
   CHECK_EQ_INT(count_entries(ac), 0);
-  pathf(ac, "%s/%s/tmp", g_root, name);
+  check_pathf(ac, "%s/%s/tmp", g_root, name);
   CHECK_EQ_INT(count_entries(ac), 0);
   dit_store_close(st);
 }
@@ -176,18 +164,18 @@ static void test_signatures(const char *key, const char *pub, const char *other_
 
 int main(void) {
   snprintf(g_root, sizeof g_root, "%s", check_tmpdir("test_store_archive"));
-  char key[PCAP], pub[PCAP], key2[PCAP], pub2[PCAP], p[PCAP];
-  pathf(key, "%s/key", g_root);
-  pathf(pub, "%s/key.pub", g_root);
-  pathf(key2, "%s/key2", g_root);
-  pathf(pub2, "%s/key2.pub", g_root);
+  char key[CHECK_PATH_MAX], pub[CHECK_PATH_MAX], key2[CHECK_PATH_MAX], pub2[CHECK_PATH_MAX], p[CHECK_PATH_MAX];
+  check_pathf(key, "%s/key", g_root);
+  check_pathf(pub, "%s/key.pub", g_root);
+  check_pathf(key2, "%s/key2", g_root);
+  check_pathf(pub2, "%s/key2.pub", g_root);
   CHECK_OK(dit_sign_keygen(key, pub));
   CHECK_OK(dit_sign_keygen(key2, pub2));
   struct stat sb;
   CHECK(stat(key, &sb) == 0 && (sb.st_mode & 077) == 0);
   test_signatures(key, pub, pub2);
 
-  pathf(p, "%s/plain", g_root);
+  check_pathf(p, "%s/plain", g_root);
   char *bundle = make_bundle(p, 1), *bundle2 = make_bundle(p, 2);
   if (!bundle || !bundle2) return check_summary("test_store_archive");
   dit_store_t *a = fresh_store("a");
@@ -202,9 +190,9 @@ int main(void) {
   free(text);
   free(sig);
 
-  char signed_path[PCAP], unsigned_path[PCAP];
-  pathf(signed_path, "%s/signed.ditb", g_root);
-  pathf(unsigned_path, "%s/unsigned.ditb", g_root);
+  char signed_path[CHECK_PATH_MAX], unsigned_path[CHECK_PATH_MAX];
+  check_pathf(signed_path, "%s/signed.ditb", g_root);
+  check_pathf(unsigned_path, "%s/unsigned.ditb", g_root);
   dit_ditb_stats_t ps;
   CHECK_OK(dit_ditb_write(a, id, signed_path, &ps));
   CHECK_EQ_INT(ps.blobs, 2);
@@ -236,11 +224,11 @@ int main(void) {
   fo.trusted_key = pub;
   dit_fetched_t *f = NULL;
   CHECK_OK(dit_fetch_bundle(signed_path, &fo, &f));
-  char tmp_root[PCAP] = "";
+  char tmp_root[CHECK_PATH_MAX] = "";
   if (f) {
     CHECK_OK(dit_bundle_open(dit_fetched_dir(f), DIT_BUNDLE_HASH_BLOBS, &bb));
     dit_bundle_close(bb);
-    pathf(tmp_root, "%s", dit_fetched_dir(f));
+    check_pathf(tmp_root, "%s", dit_fetched_dir(f));
   }
   dit_fetched_destroy(f);
   CHECK(tmp_root[0] && !dit_path_exists(tmp_root));
@@ -249,9 +237,9 @@ int main(void) {
   dit_store_t *c = fresh_store("c");
   CHECK_ERR(dit_ditb_import(c, img, n, "signed.ditb", pub2, got), FAILED_PRECONDITION, "not by the trusted key");
   CHECK_ERR(dit_ditb_import(c, img2, n2, "unsigned.ditb", pub, got), FAILED_PRECONDITION, "unsigned");
-  pathf(p, "%s/c/cas", g_root);
+  check_pathf(p, "%s/c/cas", g_root);
   CHECK_EQ_INT(count_entries(p), 0);
-  pathf(p, "%s/c/ac", g_root);
+  check_pathf(p, "%s/c/ac", g_root);
   CHECK_EQ_INT(count_entries(p), 0);
   memset(&fo, 0, sizeof fo);
   fo.trusted_key = pub;
@@ -293,15 +281,15 @@ int main(void) {
 
   const char *corpus = getenv("DIT_WRITE_CORPUS");
   if (corpus) {
-    pathf(p, "%s/signed.ditb", corpus);
+    check_pathf(p, "%s/signed.ditb", corpus);
     write_file(p, img, n);
-    pathf(p, "%s/unsigned.ditb", corpus);
+    check_pathf(p, "%s/unsigned.ditb", corpus);
     write_file(p, img2, n2);
-    pathf(p, "%s/truncated.ditb", corpus);
+    check_pathf(p, "%s/truncated.ditb", corpus);
     write_file(p, img, n / 2);
     memcpy(buf, img, n);
     buf[n - 40] ^= 1;
-    pathf(p, "%s/flipped_blob.ditb", corpus);
+    check_pathf(p, "%s/flipped_blob.ditb", corpus);
     write_file(p, buf, n);
   }
   free(buf);
