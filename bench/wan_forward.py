@@ -137,6 +137,36 @@ def main():
     rel_l2 = ((ours - ref).norm() / ref.norm()).item()
     results["parity"] = {"cosine": cos, "rel_l2": rel_l2}
 
+    # Our GEMMs against cuBLAS through torch on the same shapes, same call: every linear of the
+    # plan that the bundle runs through cuBLASLt (the others are tiny generated kernels).
+    man = json.load(open(os.path.join(a.bundle, "manifest.json")))
+    plan_hash = [b["hash"] for b in man["blobs"] if b["role"] == "plan"][0]
+    plan = json.load(open(os.path.join(a.bundle, "blobs", plan_hash)))
+    shapes = {}
+    for st in plan["steps"]:
+        if st["op"] != "linear" or "kernel" in st:
+            continue
+        x, w = plan["values"][st["in"][0]], plan["values"][st["in"][1]]
+        k = x["shape"][-1]
+        m = 1
+        for d in x["shape"][:-1]:
+            m *= d
+        key = (m, w["shape"][0], k, len(st["in"]) == 3, st.get("ints", {}).get("act", 0))
+        shapes[key] = shapes.get(key, 0) + 1
+    ref_ms = 0.0
+    with torch.no_grad():
+        for (m, n, k, bias, act), count in sorted(shapes.items()):
+            xx = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            ww = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
+            bb = torch.randn(n, device=dev, dtype=torch.bfloat16) if bias else None
+            fn = (lambda: torch.nn.functional.gelu(torch.nn.functional.linear(xx, ww, bb), approximate="tanh")) if act else \
+                 (lambda: torch.nn.functional.linear(xx, ww, bb))
+            t = timed(fn, 10)
+            ref_ms += 1e3 * t * count
+            print(f"cuBLAS (torch) {m}x{n}x{k}{' +bias' if bias else ''}{' +gelu' if act else ''}: {1e3 * t:.3f} ms x {count}", flush=True)
+    results["cublas_gemm_ms"] = ref_ms
+    results["ditrun_gemm_ms"] = results.get("split_ms", {}).get("gemm")
+
     print("\n| contender | forward ms | vs ditrun | peak GiB |\n| --- | --- | --- | --- |")
     print(f"| ditrun | {results['ditrun_ms']:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |")
     print(f"| diffusers eager | {results['eager_ms']:.1f} | {results['eager_ms'] / results['ditrun_ms']:.2f}x | "
@@ -146,6 +176,9 @@ def main():
               f"{results['compiled_peak_gib']:.2f} |")
     print(f"\nditrun split (step-synchronized): {results.get('split_ms')}")
     print(f"ditrun by op (step-synchronized): {results.get('by_op_ms')}")
+    if results.get("ditrun_gemm_ms"):
+        print(f"GEMMs: ditrun {results['ditrun_gemm_ms']:.1f} ms vs cuBLAS through torch {ref_ms:.1f} ms on the same shapes "
+              f"(ratio {results['ditrun_gemm_ms'] / ref_ms:.3f})")
     print(f"parity vs diffusers: cosine {cos:.6f}, relative L2 {rel_l2:.3e}")
     with open(os.path.join(a.out, "forward_results.json"), "w") as fh:
         json.dump(results, fh, indent=1)

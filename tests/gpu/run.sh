@@ -5,7 +5,8 @@
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
-#      against diffusers eager and torch.compile (bench/wan_forward.py).
+#      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
+#   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py).
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
 set -uo pipefail
 OUT=${1:?results dir}
@@ -76,6 +77,12 @@ echo "ditc compile (warm codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) m
 python3 bench/wan_forward.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/bench" \
   --frames 81 --height 480 --width 832 --iters 5 ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_forward.txt"
 cp "$W/bench/forward_results.json" "$OUT/" 2>/dev/null
+if [ -n "${GENERATE:-}" ]; then
+  step "4. 50-step generate with CFG against the same loop in diffusers"
+  python3 bench/wan_generate.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/gen" \
+    --frames 81 --height 480 --width 832 --steps 50 2>&1 | grep -v Warning | tee "$OUT/bench_generate.txt"
+  cp "$W/gen/generate_results.json" "$OUT/" 2>/dev/null
+fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
 exit $((fails > 0))
