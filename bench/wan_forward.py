@@ -116,8 +116,15 @@ def main():
     results["ditrun_first_forward_s"] = time.perf_counter() - t0
     bench = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters)],
                            capture_output=True, text=True)
+    graph = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters), "--cuda-graph"],
+                           capture_output=True, text=True)
     poll.stop = True
     poll.join()
+    for line in graph.stdout.splitlines():
+        if line.startswith("forward_ms_median"):
+            results["ditrun_graph_ms"] = float(line.split()[1])
+    if graph.returncode:
+        print("ditrun --cuda-graph failed:", graph.stderr.strip()[-400:], flush=True)
     print(fw.stderr.strip(), bench.stderr.strip(), sep="\n", flush=True)
     if fw.returncode or bench.returncode:
         print(fw.stdout, bench.stdout)
@@ -169,6 +176,8 @@ def main():
 
     print("\n| contender | forward ms | vs ditrun | peak GiB |\n| --- | --- | --- | --- |")
     print(f"| ditrun | {results['ditrun_ms']:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |")
+    if "ditrun_graph_ms" in results:
+        print(f"| ditrun, CUDA graph | {results['ditrun_graph_ms']:.1f} | {results['ditrun_graph_ms'] / results['ditrun_ms']:.2f}x | |")
     print(f"| diffusers eager | {results['eager_ms']:.1f} | {results['eager_ms'] / results['ditrun_ms']:.2f}x | "
           f"{results['eager_peak_gib']:.2f} |")
     if "compiled_ms" in results:

@@ -46,6 +46,11 @@ typedef struct dit_backend_vtable {
                           dit_blob_loader_fn load_blob, void *loader_ctx);
   /* Optional: device memory (free, total) in bytes, for the load-time memory check. */
   dit_status_t (*memory_info)(void *state, size_t *free_bytes, size_t *total_bytes);
+  /* Optional: the steps run between capture_begin and capture_end are recorded (not run) as
+   * one graph; replay runs it again, with the same memory bindings. */
+  dit_status_t (*capture_begin)(void *state);
+  dit_status_t (*capture_end)(void *state);
+  dit_status_t (*replay)(void *state);
 } dit_backend_vtable_t;
 
 const dit_backend_vtable_t *dit_backend_cpu(void);

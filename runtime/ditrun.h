@@ -16,6 +16,7 @@ typedef struct dit_runtime_options {
   const char *backend; /* "cpu", "cuda", or NULL for the bundle's target */
   int threads;         /* CPU threads, <= 0: all online CPUs */
   int device;          /* GPU ordinal */
+  int graph;           /* capture the forward once as a device graph and replay it (CUDA) */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and

@@ -215,7 +215,7 @@ typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
   int64_t steps, seed, threads, device;
   double guidance, shift, max_rel;
-  int have_seed, accumulate, verbose, need_out;
+  int have_seed, accumulate, verbose, need_out, graph;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -267,6 +267,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--device")) rc = parse_int(f, v, &a->device), i++;
     else if (!strcmp(f, "--max-rel")) rc = parse_num(f, v, &a->max_rel), i++;
     else if (!strcmp(f, "--accumulate")) a->accumulate = 1;
+    else if (!strcmp(f, "--cuda-graph")) a->graph = 1;
     else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
     else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
     else if (!strcmp(f, "--seed")) rc = parse_int(f, v, &a->seed), a->have_seed = 1, i++;
@@ -289,7 +290,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
 }
 
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
-  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device};
+  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph};
   double t0 = now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));

@@ -33,6 +33,7 @@ typedef struct rank_rt {
   int tp;
   int cp_group[64];          /* world ranks of this rank's context-parallel group */
   int cp;
+  int graph;                 /* 1: capture the forward as a graph; 2: captured */
 } rank_rt_t;
 
 struct dit_runtime {
@@ -225,6 +226,8 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     if (!rt->ranks) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
   if (!s && rt->n_ranks > 1) s = dit_comm_create_local(rt->n_ranks, 600000, &rt->comm);
+  if (!s && o && o->graph && rt->n_ranks > 1)
+    s = DIT_ERR(UNIMPLEMENTED, "--cuda-graph: graphs of multi-rank runs are not built (collectives run between steps)");
   /* The CPU threads are shared out between the ranks. */
   int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int per_rank = rt->n_ranks > 0 && threads / rt->n_ranks > 0 ? threads / rt->n_ranks : 1;
@@ -233,6 +236,12 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     rt->ranks[r].bundle = rt->bundle;
     rt->ranks[r].m = rt->m;
     s = rank_load(&rt->ranks[r], o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0));
+    if (!s && o && o->graph) {
+      rank_rt_t *k = &rt->ranks[r];
+      if (!k->be->capture_begin || !k->be->capture_end || !k->be->replay)
+        s = DIT_ERR(UNAVAILABLE, "--cuda-graph: the %s backend has no graphs", k->be->name);
+      else k->graph = 1;
+    }
   }
   if (s) {
     dit_runtime_destroy(rt);
@@ -422,7 +431,29 @@ static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   return rt->be->run_step(rt->be_state, i, st, ins, outs);
 }
 
+static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm);
+
 static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
+  if (rt->graph == 1) {
+    /* Record once; every forward, the first too, replays the graph. */
+    DIT_RETURN_IF(rt->be->capture_begin(rt->be_state));
+    dit_status_t s = rank_forward_steps(rt, comm);
+    dit_status_t e = rt->be->capture_end(rt->be_state);
+    if (s) {
+      dit_status_free(e);
+      return dit_status_annotate(s, "capturing the forward");
+    }
+    DIT_RETURN_IF(e);
+    rt->graph = 2;
+  }
+  if (rt->graph == 2) {
+    DIT_RETURN_IF(rt->be->replay(rt->be_state));
+    return rt->be->synchronize(rt->be_state);
+  }
+  return rank_forward_steps(rt, comm);
+}
+
+static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   const dit_plan_t *p = rt->plan;
   for (size_t i = 0; i < p->n_steps; i++) {
     dit_status_t s = rank_step(rt, comm, i);
@@ -433,7 +464,7 @@ static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
       return s;
     }
   }
-  return rt->be->synchronize(rt->be_state);
+  return rt->graph == 1 ? DIT_OK : rt->be->synchronize(rt->be_state); /* nothing runs while capturing */
 }
 
 int dit_runtime_cfg_lanes(const dit_runtime_t *rt) { return rt->m->topology.cfg; }

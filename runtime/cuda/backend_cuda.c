@@ -40,6 +40,12 @@ typedef struct cu_api {
                              void **, void **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+  CUresult (*cuGraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
 } cu_api_t;
 
 typedef struct lt_api {
@@ -105,6 +111,12 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuLaunchKernel, "cuLaunchKernel");
   LOAD(a, cuGetErrorString, "cuGetErrorString");
   LOAD(a, cuGetErrorName, "cuGetErrorName");
+  LOAD(a, cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  LOAD(a, cuStreamEndCapture, "cuStreamEndCapture");
+  LOAD(a, cuGraphInstantiate, "cuGraphInstantiateWithFlags");
+  LOAD(a, cuGraphLaunch, "cuGraphLaunch");
+  LOAD(a, cuGraphExecDestroy, "cuGraphExecDestroy");
+  LOAD(a, cuGraphDestroy, "cuGraphDestroy");
   return DIT_OK;
 }
 
@@ -153,6 +165,8 @@ typedef struct cuda_state {
   size_t workspace_size;
   loaded_module_t *mods;
   size_t n_mods;
+  CUgraph graph;     /* a captured forward, and its executable */
+  CUgraphExec graph_exec;
   CUfunction *funcs; /* per step */
   gemm_t *gemms;     /* per step */
   size_t n_steps;
@@ -184,6 +198,8 @@ static void cuda_destroy(void *p) {
       if (g->b) st->lt.layout_destroy(g->b);
       if (g->c) st->lt.layout_destroy(g->c);
     }
+    if (st->graph_exec) st->cu.cuGraphExecDestroy(st->graph_exec);
+    if (st->graph) st->cu.cuGraphDestroy(st->graph);
     for (size_t i = 0; i < st->n_mods; i++) st->cu.cuModuleUnload(st->mods[i].mod);
     if (st->workspace) st->cu.cuMemFree(st->workspace);
     if (st->lt_handle) st->lt.destroy(st->lt_handle);
@@ -422,6 +438,27 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
                   "cublasLtMatmul");
 }
 
+/* A whole forward as one CUDA graph: kernel launches and cuBLASLt calls recorded from the
+ * stream, replayed without per-launch host overhead. Inputs are uploaded before replay into the
+ * same buffers, so the recorded pointers stay valid. */
+static dit_status_t cuda_capture_begin(void *p) {
+  cuda_state_t *st = p;
+  if (st->graph_exec) return DIT_ERR(FAILED_PRECONDITION, "a forward is already captured");
+  return cu_check(st, st->cu.cuStreamBeginCapture(st->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+}
+
+static dit_status_t cuda_capture_end(void *p) {
+  cuda_state_t *st = p;
+  DIT_RETURN_IF(cu_check(st, st->cu.cuStreamEndCapture(st->stream, &st->graph), "cuStreamEndCapture"));
+  return cu_check(st, st->cu.cuGraphInstantiate(&st->graph_exec, st->graph, 0), "cuGraphInstantiate");
+}
+
+static dit_status_t cuda_replay(void *p) {
+  cuda_state_t *st = p;
+  if (!st->graph_exec) return DIT_ERR(FAILED_PRECONDITION, "no captured forward to replay");
+  return cu_check(st, st->cu.cuGraphLaunch(st->graph_exec, st->stream), "cuGraphLaunch");
+}
+
 static const dit_backend_vtable_t kCuda = {
     .abi_version = DIT_BACKEND_ABI_VERSION,
     .name = "cuda",
@@ -436,6 +473,9 @@ static const dit_backend_vtable_t kCuda = {
     .synchronize = cuda_sync,
     .prepare = cuda_prepare,
     .memory_info = cuda_memory_info,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }
