@@ -195,9 +195,12 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       return DIT_OK;
     case DIT_OP_LAYERNORM:
     case DIT_OP_ADALN:
-    case DIT_OP_RMSNORM: {
+    case DIT_OP_RMSNORM:
+    case DIT_OP_ROWSUMSQ:
+    case DIT_OP_RMSNORM_SLICE: {
       int64_t D = x->dims[x->rank - 1], rows = dit_value_numel(x) / D;
-      int mode = op->kind == DIT_OP_LAYERNORM ? 1 : op->kind == DIT_OP_ADALN ? 2 : 3;
+      int mode = op->kind == DIT_OP_LAYERNORM ? 1 : op->kind == DIT_OP_ADALN ? 2 : op->kind == DIT_OP_RMSNORM ? 3
+                 : op->kind == DIT_OP_ROWSUMSQ ? 4 : 5;
       dit_strbuf_printf(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
              "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % 8 == 0);
       if (mode == 1) {
@@ -209,8 +212,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         dit_strbuf_printf(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
                "\n#define SCALE_ROW %" PRId64 "\n",
             dt_code(mod->dtype), x->dims[1], mod->dims[1], geti(op, "shift"), geti(op, "scale"));
-      } else {
+      } else if (mode == 3) {
         dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
+      } else if (mode == 5) {
+        dit_strbuf_printf(s, "#define T_SS %d\n#define T_W %d\n#define DIM %" PRId64 "\n", dt_code(V(g, op->in[1])->dtype),
+                          dt_code(V(g, op->in[2])->dtype), geti(op, "dim"));
       }
       if (D > 256 * 64) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': rows of %" PRId64 " exceed the GPU kernel's 16384", name, y->name, D);
       set_launch(k, (uint64_t)rows, 1, 1, 256, 0);
@@ -218,11 +224,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     }
     case DIT_OP_ROPE: {
       int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
-      if (geti(op, "t0") != 0) return DIT_ERR(UNIMPLEMENTED, "op rope '%s': token offsets (context parallelism) not on GPUs yet", y->name);
       dit_strbuf_printf(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
              "\n#define GW %" PRId64 "\n#define HEADS %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
-             "\n#define WD %" PRId64 "\n",
-          dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd);
+             "\n#define WD %" PRId64 "\n#define T0 %" PRId64 "LL\n#define COUNT %" PRId64 "LL\n",
+          dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd, geti(op, "t0"),
+          x->dims[1]);
       rope_table(s, geti(op, "f"), geti(op, "h"), geti(op, "w"), td, hd, wd, getf(op, "theta"));
       set_launch(k, blocks_of(n / 2), 1, 1, 256, 0);
       return DIT_OK;
@@ -230,8 +236,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_LINEAR: {
       const dit_value_t *w = V(g, op->in[1]);
       int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
-      int lib = M >= 64 && x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && y->dtype == DIT_BF16 &&
-                (op->n_in < 3 || V(g, op->in[2])->dtype == DIT_BF16);
+      /* bf16 products through cuBLASLt: bf16 out with a bf16 bias, or fp32 out without one
+       * (the partial sums of row-parallel layers, all-reduced in fp32). */
+      int lib = M >= 64 && x->dtype == DIT_BF16 && w->dtype == DIT_BF16 &&
+                ((y->dtype == DIT_BF16 && (op->n_in < 3 || V(g, op->in[2])->dtype == DIT_BF16)) ||
+                 (y->dtype == DIT_F32 && op->n_in < 3));
       if (lib) {
         *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
         return DIT_OK;
@@ -259,7 +268,31 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, (uint64_t)((x->dims[1] + 127) / 128), (uint32_t)heads, (uint32_t)x->dims[0], 256, smem);
       return DIT_OK;
     }
-    default: break; /* tensor-parallel pieces and collectives: not on GPUs yet */
+    case DIT_OP_SLICE_TOKENS:
+      dit_strbuf_printf(s, "#define DIT_K_SLICE_TOKENS 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define TOKENS %" PRId64
+             "LL\n#define C %" PRId64 "LL\n#define T0 %" PRId64 "LL\n#define COUNT %" PRId64 "LL\n",
+          dt_code(x->dtype), x->dims[0], x->dims[1], x->dims[2], geti(op, "t0"), y->dims[1]);
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    case DIT_OP_ATTN_MERGE: {
+      int64_t heads = geti(op, "heads");
+      const dit_value_t *la = V(g, op->in[1]), *lse = V(g, op->out[1]);
+      if (V(g, op->in[2])->dtype != x->dtype || V(g, op->in[3])->dtype != la->dtype)
+        return DIT_ERR(UNIMPLEMENTED, "op attn_merge '%s': the two partial states differ in dtype", y->name);
+      dit_strbuf_printf(s, "#define DIT_K_ATTN_MERGE 1\n#define T_OA %d\n#define T_LA %d\n#define T_LSE %d\n#define BATCH %" PRId64
+             "LL\n#define SQ %" PRId64 "LL\n#define HEADS %" PRId64 "LL\n#define HD %" PRId64 "LL\n",
+          dt_code(x->dtype), dt_code(la->dtype), dt_code(lse->dtype), x->dims[0], x->dims[1], heads, x->dims[2] / heads);
+      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_ALLREDUCE:
+    case DIT_OP_ALLGATHER:
+    case DIT_OP_ALLTOALL:
+    case DIT_OP_RING_SHIFT:
+    case DIT_OP_REDUCE_SCATTER:
+      *has = 0; /* collectives: the runtime's communicator */
+      return DIT_OK;
+    default: break;
   }
   return DIT_ERR(UNIMPLEMENTED, "op %s has no GPU kernel yet", name);
 }

@@ -589,9 +589,6 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
                        tp_of(o));
     }
   }
-  if ((o->shape.tp > 1 || o->shape.cp > 1 || o->cfg_parallel) && gpu)
-    return DIT_ERR(UNIMPLEMENTED, "--tp %d%s with --target %s: parallel topologies run on the CPU backend only in this build",
-                   tp_of(o), o->cfg_parallel ? " --cfg-parallel" : "", o->target);
   clock_gettime(CLOCK_MONOTONIC, &pr.t0);
 
   dit_model_t *m = NULL;

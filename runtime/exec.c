@@ -101,7 +101,7 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
                    m->arch);
   if (m->topology.world != 1 && strcmp(want, "cpu") != 0)
     return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'topology.world': the bundle needs %d ranks, this launch has 1 "
-                   "(on GPUs, one process per rank; the CPU backend runs every rank in one process)", m->topology.world);
+                   "(the CPU backend, --backend cpu, runs every rank in one process; GPU collectives are not in this build)", m->topology.world);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (!strcmp(want, "cpu") && pages > 0 && page > 0) {
     double avail = (double)pages * (double)page;

@@ -209,7 +209,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const
 #if defined(DIT_K_ROWNORM)
 // One block per row of D elements, held in registers (8 contiguous per chunk with VEC8).
 // MODE 1 layernorm (AFFINE 0/1), MODE 2 adaln (layernorm, then *(1 + mod[b, SCALE_ROW]) +
-// mod[b, SHIFT_ROW]), MODE 3 rmsnorm.
+// mod[b, SHIFT_ROW]), MODE 3 rmsnorm; for rows split across tensor-parallel ranks, MODE 4 the
+// row's sum of squares (y has one value per row) and MODE 5 RMSNorm of a row slice given the
+// whole row's (all-reduced) sum of squares ss over DIM elements.
 #if VEC8
 #define CW 8
 #else
@@ -251,6 +253,8 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
                                                              , const TY(MOD) *mod
 #elif MODE == 3
                                                              , const TY(W) *w
+#elif MODE == 5
+                                                             , const TY(SS) *ss, const TY(W) *w
 #endif
 ) {
   __shared__ float scratch[8];
@@ -268,13 +272,23 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 #pragma unroll
     for (int e = 0; e < CW; e++) s += v[k][e];
   }
-#if MODE == 3
+#if MODE == 3 || MODE == 4
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++)
 #pragma unroll
     for (int e = 0; e < CW; e++) ss += v[k][e] * v[k][e];
-  const float r = rsqrtf(block_sum<256>(ss, scratch) / (float)D + EPS);
+  ss = block_sum<256>(ss, scratch);
+#if MODE == 4
+  if (threadIdx.x == 0) st(y, row, ss);
+  (void)s;
+  return;
+#endif
+  const float r = rsqrtf(ss / (float)D + EPS);
+  const float mean = 0.f;
+  (void)s;
+#elif MODE == 5
+  const float r = rsqrtf(ld(ss, row) / (float)DIM + EPS);
   const float mean = 0.f;
   (void)s;
 #else
@@ -300,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
     const int d = (threadIdx.x + k * 256) * CW;
     if (d >= D) continue;
     float o[CW];
-#if MODE == 3
+#if MODE == 3 || MODE == 5
     float wv[CW];
     ldc(w, d, wv);
 #pragma unroll
@@ -330,16 +344,18 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 #if defined(DIT_K_ROPE)
 // Wan's 3-D rotary embedding. ditc computes the (cos, sin) of every (part, position, pair) in
 // double, rounded to float as the CPU reference does, into ROPE_TABLE: t part first (GF
-// positions x TD/2 pairs), then h (GH x HDIM/2), then w (GW x WD/2). One thread rotates one
-// pair; consecutive threads take consecutive pairs of a head, so loads and stores coalesce.
+// positions x TD/2 pairs), then h (GH x HDIM/2), then w (GW x WD/2). x holds COUNT tokens
+// starting at token T0 of the grid (a context-parallel rank's share; all of them otherwise).
+// One thread rotates one pair; consecutive threads take consecutive pairs of a head, so loads
+// and stores coalesce.
 __device__ const float2 rope_tab[] = {ROPE_TABLE};
 extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
   const int HD = TD + HDIM + WD, PAIRS = HD / 2;
   long long i = (long long)blockIdx.x * 256 + threadIdx.x;
-  const long long total = (long long)BATCH * GF * GH * GW * HEADS * PAIRS;
+  const long long total = (long long)BATCH * COUNT * HEADS * PAIRS;
   if (i >= total) return;
   const int p = (int)(i % PAIRS);
-  const long long tok = (i / ((long long)PAIRS * HEADS)) % ((long long)GF * GH * GW);
+  const long long tok = T0 + (i / ((long long)PAIRS * HEADS)) % COUNT;
   const int it = (int)(tok / (GH * GW)), ih = (int)((tok / GW) % GH), iw = (int)(tok % GW);
   int t;
   if (p < TD / 2) t = it * (TD / 2) + p;
@@ -350,6 +366,33 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
   const float x0 = ld(x, e), x1 = ld(x, e + 1);
   st(y, e, x0 * cs.x - x1 * cs.y);
   st(y, e + 1, x0 * cs.y + x1 * cs.x);
+}
+#endif
+
+#if defined(DIT_K_SLICE_TOKENS)
+// Tokens [T0, T0 + COUNT) of x [BATCH, TOKENS, C]: a context-parallel rank's share.
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= (long long)BATCH * COUNT * C) return;
+  const long long c = i % C, t = (i / C) % COUNT, b = i / ((long long)C * COUNT);
+  st(y, i, ld(x, (b * TOKENS + T0 + t) * C + c));
+}
+#endif
+
+#if defined(DIT_K_ATTN_MERGE)
+// Two attention states of the same queries over disjoint keys: o [BATCH, SQ, HEADS*HD],
+// lse [BATCH, HEADS, SQ] (natural log). Each output element weighs its two partials by
+// e^(lse - max); the thread holding a head's first element also writes the merged lse.
+extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *o, TY(LSE) *lse, const TY(OA) *oa, const TY(LA) *la,
+                                                             const TY(OA) *ob, const TY(LA) *lb) {
+  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i >= (long long)BATCH * SQ * HEADS * HD) return;
+  const long long d = i % HD, h = (i / HD) % HEADS, s = (i / ((long long)HD * HEADS)) % SQ, b = i / ((long long)HD * HEADS * SQ);
+  const long long li = (b * HEADS + h) * SQ + s;
+  const float a = ld(la, li), c = ld(lb, li), m = fmaxf(a, c);
+  const float wa = expf(a - m), wb = expf(c - m), sum = wa + wb;
+  st(o, i, (wa * ld(oa, i) + wb * ld(ob, i)) / sum);
+  if (d == 0) st(lse, li, m + logf(sum));
 }
 #endif
 

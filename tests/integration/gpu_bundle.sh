@@ -44,3 +44,31 @@ if ! ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 >/dev/nul
   [ ! -e "$T/g.safetensors" ] || { echo "partial output"; exit 1; }
   echo "no driver here: refused with: $(head -c 160 "$T/err")"
 fi
+
+# Parallel topologies compile for GPUs too: every step is a generated kernel, a cuBLASLt
+# product or a collective; the CPU reference runs the same plans to the bf16 goldens.
+for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2" "--tp 2 --cp 2 --cp-mode ulysses --cfg-parallel"; do
+  # shellcheck disable=SC2086
+  line=$(DITC_CACHE_DIR=$T/cache1 "$BIN/ditc" "${args[@]}" $top -o "$T/top" -q | tail -n 1)
+  P=${line##* }
+  python3 - "$P" "$top" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+lib = {"linear", "allreduce", "allgather", "alltoall", "ring_shift", "reduce_scatter"}
+seen = set()
+for h in {b["hash"] for b in m["blobs"] if b["role"] == "plan"}:
+    for s in json.load(open(sys.argv[1] + "/blobs/" + h))["steps"]:
+        seen.add(s["op"])
+        assert "kernel" in s or s["op"] in lib, (sys.argv[2], s["op"])
+want = {"rowsumsq", "rmsnorm_slice", "slice_tokens", "attn_merge"} if "ring" in sys.argv[2] else {"slice_tokens"}
+assert want <= seen, (sys.argv[2], want - seen)
+print("gpu topology %s: world %d, %d kernel modules" % (sys.argv[2], m["topology"]["world"], sum(b["role"] == "kernels" for b in m["blobs"])))
+PY
+  "$BIN/ditrun" forward "$P" --backend cpu --inputs "$d/forward_inputs.safetensors" --out "$T/ft.safetensors" 2>/dev/null
+  "$BIN/st_compare" "$T/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+  if "$BIN/ditrun" forward "$P" --inputs "$d/forward_inputs.safetensors" --out "$T/gt.safetensors" 2>"$T/err"; then
+    echo "a multi-rank GPU bundle ran in one process"; exit 1
+  fi
+  grep -q "field 'topology.world'\|CUDA backend unavailable" "$T/err" || { cat "$T/err"; exit 1; }
+  [ ! -e "$T/gt.safetensors" ] || { echo "partial output"; exit 1; }
+done
