@@ -17,6 +17,10 @@ typedef struct dit_runtime_options {
   int threads;         /* CPU threads, <= 0: all online CPUs */
   int device;          /* GPU ordinal */
   int graph;           /* capture the forward once as a device graph and replay it (CUDA) */
+  int devices;         /* ranks of a multi-rank bundle round-robin over GPUs device ..
+                          device + devices - 1 (<= 1: all on device) */
+  int stage_collectives; /* collectives through host copies even on host-memory backends (a
+                            check of the path that device ranks of one process take) */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and

@@ -50,6 +50,10 @@ static const char kUsage[] =
     "  --threads N        CPU threads (default: all)\n"
     "  --backend NAME     cpu or cuda (default: the bundle's target)\n"
     "  --device N         GPU ordinal (default 0)\n"
+    "  --devices K        a multi-rank bundle in one process: its ranks round-robin over\n"
+    "                     GPUs device .. device+K-1 (default 1: all on --device)\n"
+    "  --stage-collectives  collectives through host copies on any backend (GPU ranks of\n"
+    "                     one process always use them)\n"
     "\n"
     "BUNDLE is a bundle directory, a .ditb archive (ditc pack), or with --store an identity.\n"
     "options for every command, anywhere on the line:\n"
@@ -213,9 +217,9 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
-  int64_t steps, seed, threads, device;
+  int64_t steps, seed, threads, device, devices;
   double guidance, shift, max_rel;
-  int have_seed, accumulate, verbose, need_out, graph;
+  int have_seed, accumulate, verbose, need_out, graph, stage;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -267,7 +271,9 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--device")) rc = parse_int(f, v, &a->device), i++;
     else if (!strcmp(f, "--max-rel")) rc = parse_num(f, v, &a->max_rel), i++;
     else if (!strcmp(f, "--accumulate")) a->accumulate = 1;
+    else if (!strcmp(f, "--devices")) rc = parse_int(f, v, &a->devices), i++;
     else if (!strcmp(f, "--cuda-graph")) a->graph = 1;
+    else if (!strcmp(f, "--stage-collectives")) a->stage = 1;
     else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
     else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
     else if (!strcmp(f, "--seed")) rc = parse_int(f, v, &a->seed), a->have_seed = 1, i++;
@@ -290,7 +296,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
 }
 
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
-  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph};
+  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage};
   double t0 = now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));

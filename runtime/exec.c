@@ -34,6 +34,9 @@ typedef struct rank_rt {
   int cp_group[64];          /* world ranks of this rank's context-parallel group */
   int cp;
   int graph;                 /* 1: capture the forward as a graph; 2: captured */
+  int stage;                 /* collectives through host copies (always on device memory) */
+  char *stage_buf;           /* their host staging */
+  size_t stage_cap;
 } rank_rt_t;
 
 struct dit_runtime {
@@ -56,6 +59,7 @@ static void rank_destroy(rank_rt_t *rt) {
     if (rt->weights_dev) rt->be->release(rt->be_state, rt->weights_dev);
     rt->be->destroy(rt->be_state);
   }
+  free(rt->stage_buf);
   if (rt->host_out)
     for (size_t i = 0; i < rt->plan->n_values; i++) free(rt->host_out[i]);
   free(rt->host_out);
@@ -99,9 +103,6 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
   if (!strcmp(want, "cuda") && strncmp(m->arch, "sm_", 3))
     return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'target.arch' = \"%s\": the bundle has no GPU code; compile it with --target sm_90",
                    m->arch);
-  if (m->topology.world != 1 && strcmp(want, "cpu") != 0)
-    return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'topology.world': the bundle needs %d ranks, this launch has 1 "
-                   "(the CPU backend, --backend cpu, runs every rank in one process; GPU collectives are not in this build)", m->topology.world);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (!strcmp(want, "cpu") && pages > 0 && page > 0) {
     double avail = (double)pages * (double)page;
@@ -176,7 +177,8 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   DIT_RETURN_IF(dit_bundle_map_blob(rt->bundle, r0->weights, &rt->weights_map));
   rt->be = pick_backend(backend_name(rt->m, o));
   if (!rt->be || rt->be->abi_version != DIT_BACKEND_ABI_VERSION) return DIT_ERR(INTERNAL, "backend table version mismatch");
-  dit_backend_config_t cfg = {threads, o ? o->device : 0, rt->m->arch, rt->m->min_driver};
+  const int spread = o && o->devices > 1 ? o->devices : 1;
+  dit_backend_config_t cfg = {threads, (o ? o->device : 0) + rt->rank % spread, rt->m->arch, rt->m->min_driver};
   DIT_RETURN_IF(rt->be->create(&cfg, &rt->be_state));
   if (rt->be->memory_info) {
     /* Predicted peak against what the device has free, before the big allocations. */
@@ -233,6 +235,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   int per_rank = rt->n_ranks > 0 && threads / rt->n_ranks > 0 ? threads / rt->n_ranks : 1;
   for (int r = 0; !s && r < rt->n_ranks; r++) {
     rt->ranks[r].rank = r;
+    rt->ranks[r].stage = o && o->stage_collectives;
     rt->ranks[r].bundle = rt->bundle;
     rt->ranks[r].m = rt->m;
     s = rank_load(&rt->ranks[r], o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0));
@@ -312,8 +315,8 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
 }
 
 /* A collective step: the output receives the input, then the group's sum. */
-static dit_status_t run_allreduce(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
-  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+static dit_status_t run_allreduce(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st, const dit_tensor_t *x,
+                                  const dit_tensor_t *y) {
   if (x->dtype != y->dtype || dit_tensor_numel(x) != dit_tensor_numel(y))
     return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in dtype or size");
   memcpy(y->data, x->data, dit_tensor_nbytes(x));
@@ -326,8 +329,8 @@ static dit_status_t run_allreduce(rank_rt_t *rt, dit_comm_t *comm, const dit_pla
 
 /* Context-parallel collectives along the tokens of [B, T, C] tensors. The communicator moves
  * contiguous per-member blocks; these lay them out by batch row. */
-static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
-  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st, const dit_tensor_t *x,
+                                         const dit_tensor_t *y) {
   const char *name = dit_op_info(st->kind)->name;
   int64_t group = 0, n = 0, heads = 0, reverse = 0;
   DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
@@ -418,12 +421,36 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
   return s;
 }
 
+/* A collective of a rank whose tensors live in device memory, through host memory: the input
+ * comes down (after the rank's queued work), the host collective runs on host copies, and the
+ * result goes back up. Correct on any backend, and as slow as its copies: GPUs of one process
+ * without a device communicator use it. */
+static dit_status_t run_staged_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
+  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+  const size_t xb = dit_tensor_nbytes(x), yb = dit_tensor_nbytes(y);
+  if (rt->stage_cap < xb + yb) {
+    char *n = realloc(rt->stage_buf, xb + yb);
+    if (!n) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory staging %zu bytes", dit_op_info(st->kind)->name, xb + yb);
+    rt->stage_buf = n;
+    rt->stage_cap = xb + yb;
+  }
+  dit_tensor_t hx = *x, hy = *y;
+  hx.data = rt->stage_buf;
+  hy.data = rt->stage_buf + xb;
+  DIT_RETURN_IF(rt->be->download(rt->be_state, hx.data, x->data, xb));
+  DIT_RETURN_IF(st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st, &hx, &hy) : run_token_collective(rt, comm, st, &hx, &hy));
+  return rt->be->upload(rt->be_state, y->data, hy.data, yb);
+}
+
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
   if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL || st->kind == DIT_OP_RING_SHIFT ||
       st->kind == DIT_OP_REDUCE_SCATTER) {
-    if (!rt->be->host_memory) return DIT_ERR(UNIMPLEMENTED, "%s on device memory needs NCCL", dit_op_info(st->kind)->name);
-    return st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st) : run_token_collective(rt, comm, st);
+    if (rt->be->host_memory && !rt->stage) {
+      const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+      return st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st, x, y) : run_token_collective(rt, comm, st, x, y);
+    }
+    return run_staged_collective(rt, comm, st);
   }
   dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
   for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];

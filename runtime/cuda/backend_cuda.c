@@ -186,6 +186,12 @@ static dit_status_t lt_check(cublasStatus_t r, const char *what) {
   return DIT_ERR(INTERNAL, "%s: cuBLASLt status %d", what, (int)r);
 }
 
+/* Ranks of one process run on threads of their own: every entry point makes the rank's
+ * context current on the calling thread first (a thread-local pointer; cheap). */
+static void bind(cuda_state_t *st) {
+  if (st->ctx) st->cu.cuCtxSetCurrent(st->ctx);
+}
+
 static void cuda_destroy(void *p) {
   cuda_state_t *st = p;
   if (!st) return;
@@ -248,6 +254,7 @@ static dit_status_t cuda_create(const dit_backend_config_t *cfg, void **out) {
 
 static dit_status_t cuda_alloc(void *p, size_t bytes, const char *what, void **out) {
   cuda_state_t *st = p;
+  bind(st);
   CUdeviceptr d = 0;
   CUresult r = st->cu.cuMemAlloc(&d, bytes ? bytes : 1);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -263,27 +270,32 @@ static dit_status_t cuda_alloc(void *p, size_t bytes, const char *what, void **o
 
 static void cuda_release(void *p, void *ptr) {
   cuda_state_t *st = p;
+  bind(st);
   if (ptr) st->cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
 }
 
 static dit_status_t cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
   cuda_state_t *st = p;
+  bind(st);
   return cu_check(st, st->cu.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD");
 }
 
 static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t bytes) {
   cuda_state_t *st = p;
+  bind(st);
   DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize"));
   return cu_check(st, st->cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes), "cuMemcpyDtoH");
 }
 
 static dit_status_t cuda_sync(void *p) {
   cuda_state_t *st = p;
+  bind(st);
   return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (a kernel or GEMM of this forward failed)");
 }
 
 static dit_status_t cuda_memory_info(void *p, size_t *fr, size_t *tot) {
   cuda_state_t *st = p;
+  bind(st);
   return cu_check(st, st->cu.cuMemGetInfo(fr, tot), "cuMemGetInfo");
 }
 
@@ -376,6 +388,7 @@ static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit
 static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tensor_t *bound, dit_blob_loader_fn load,
                                  void *ctx) {
   cuda_state_t *st = p;
+  bind(st);
   st->n_steps = plan->n_steps;
   st->funcs = calloc(plan->n_steps + 1, sizeof *st->funcs);
   st->gemms = calloc(plan->n_steps + 1, sizeof *st->gemms);
@@ -418,6 +431,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
 static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s, const dit_tensor_t *in,
                                   dit_tensor_t *out) {
   cuda_state_t *st = p;
+  bind(st);
   if (idx >= st->n_steps) return DIT_ERR(INTERNAL, "cuda backend: step %zu of a plan of %zu", idx, st->n_steps);
   if (s->has_kernel) {
     CUdeviceptr ptrs[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
@@ -443,18 +457,21 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
  * same buffers, so the recorded pointers stay valid. */
 static dit_status_t cuda_capture_begin(void *p) {
   cuda_state_t *st = p;
+  bind(st);
   if (st->graph_exec) return DIT_ERR(FAILED_PRECONDITION, "a forward is already captured");
   return cu_check(st, st->cu.cuStreamBeginCapture(st->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
 }
 
 static dit_status_t cuda_capture_end(void *p) {
   cuda_state_t *st = p;
+  bind(st);
   DIT_RETURN_IF(cu_check(st, st->cu.cuStreamEndCapture(st->stream, &st->graph), "cuStreamEndCapture"));
   return cu_check(st, st->cu.cuGraphInstantiate(&st->graph_exec, st->graph, 0), "cuGraphInstantiate");
 }
 
 static dit_status_t cuda_replay(void *p) {
   cuda_state_t *st = p;
+  bind(st);
   if (!st->graph_exec) return DIT_ERR(FAILED_PRECONDITION, "no captured forward to replay");
   return cu_check(st, st->cu.cuGraphLaunch(st->graph_exec, st->stream), "cuGraphLaunch");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one run, on a machine with an NVIDIA GPU, given a build made with
 # -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
-#   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG),
+#   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), and
+#      through multi-rank GPU bundles (ranks as threads, collectives staged through host memory),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
@@ -45,6 +46,18 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" generate "$bundle" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --shift "$S" --out "$W/g.safetensors"
   check "$BIN/st_compare" "$W/g.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
   check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
+done
+
+step "1b. parallel topologies on the GPU: ranks as threads of one process, collectives staged through host memory"
+d=tests/data/wan_tiny_b
+ngpu=$(nvidia-smi -L | wc -l)
+for top in "--tp 2" "--tp 2 --sp" "--cfg-parallel" "--cp 2 --cp-mode ulysses" "--cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2" \
+           "--tp 2 --sp --cp 2 --cp-mode ring --cfg-parallel"; do
+  # shellcheck disable=SC2086
+  bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 $top -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  echo "-- $top"
+  check "$BIN/ditrun" forward "$bundle" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
+  check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
 done
 
 step "2. Wan2.1-1.3B config: every op on the GPU against the CPU reference, 126 tokens"

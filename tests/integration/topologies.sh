@@ -64,3 +64,18 @@ for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
   grep -qF -- "$msg" "$T/err" || { cat "$T/err"; exit 1; }
   echo "refused: $(cat "$T/err")"
 done
+# Collectives staged through host copies (the path GPU ranks of one process take): the same
+# bytes as in place, for forward and generate.
+d=tests/data/wan_tiny_b
+for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2 --cfg-parallel" "--tp 2 --cp 2 --cp-mode ulysses"; do
+  # shellcheck disable=SC2086
+  P=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 $top -o "$T/s" -q | tail -n1 | cut -d' ' -f3)
+  gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
+  for mode in plain staged; do
+    flag=(); [ $mode = staged ] && flag=(--stage-collectives)
+    "$BIN/ditrun" forward "$P" "${flag[@]}" --inputs "$d/forward_inputs.safetensors" --out "$T/f_$mode.safetensors" 2>/dev/null
+    "$BIN/ditrun" generate "$P" "${flag[@]}" "${gen[@]}" --out "$T/g_$mode.safetensors" 2>/dev/null
+  done
+  cmp "$T/f_plain.safetensors" "$T/f_staged.safetensors" && cmp "$T/g_plain.safetensors" "$T/g_staged.safetensors"
+  echo "staged collectives, $top: identical forward and generate"
+done
