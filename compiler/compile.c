@@ -517,7 +517,11 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
     if (e->offset < lo[blk]) lo[blk] = e->offset;
     if (e->offset + e->nbytes > hi[blk]) hi[blk] = e->offset + e->nbytes;
   }
-  for (int i = 0; i < n; i++) bl[i].flops = pb[i].flops;
+  /* What a block streams is its whole byte range (alignment padding included). */
+  for (int i = 0; i < n; i++) {
+    bl[i].flops = pb[i].flops;
+    if (lo[i] != UINT64_MAX && hi[i] > lo[i]) bl[i].bytes = hi[i] - lo[i];
+  }
   req.other_bytes = (all - block_total) + rb->pres.arena_bytes + io_bytes;
   dit_offload_result_t res;
   dit_status_t s = dit_offload_plan(&hw, &req, bl, n, &res);

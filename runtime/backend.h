@@ -51,7 +51,22 @@ typedef struct dit_backend_vtable {
   dit_status_t (*capture_begin)(void *state);
   dit_status_t (*capture_end)(void *state);
   dit_status_t (*replay)(void *state);
+
+  /* Optional, all or none: a second in-order queue for weight streaming, beside the compute
+   * queue that runs the steps (queue 0 = compute, 1 = copy). copy_enqueue appends a copy to
+   * the copy queue (src in host memory, or in backend memory with src_on_device); mark
+   * records event `ev` (0 .. DIT_BACKEND_MAX_EVENTS-1) at the current end of a queue; wait
+   * makes a queue's later work wait for the event's most recent mark, as of the call. Events
+   * are reused: a wait refers to the mark made before it. synchronize drains both queues.
+   * pin_host page-locks host memory for asynchronous copies where it can, and otherwise gives
+   * a page-locked copy of it (owned by the backend until destroy) in *pinned. */
+  dit_status_t (*copy_enqueue)(void *state, void *dst, const void *src, size_t bytes, int src_on_device);
+  dit_status_t (*mark)(void *state, int queue, int ev);
+  dit_status_t (*wait)(void *state, int queue, int ev);
+  dit_status_t (*pin_host)(void *state, const void *ptr, size_t bytes, const void **pinned);
 } dit_backend_vtable_t;
+
+#define DIT_BACKEND_MAX_EVENTS 1024
 
 const dit_backend_vtable_t *dit_backend_cpu(void);
 /* The CUDA backend: the driver API and cuBLASLt are loaded with dlopen on first use, so the

@@ -7,6 +7,7 @@
 
 #include "artifacts/manifest.h"
 #include "base/status.h"
+#include "runtime/offload_engine.h"
 #include "runtime/sampler.h"
 #include "runtime/tensor.h"
 
@@ -51,6 +52,8 @@ dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_
  * synchronized), and any value's bytes copied out or in (weights cannot be written). */
 struct dit_plan;
 const struct dit_plan *dit_runtime_plan(const dit_runtime_t *rt);
+/* 1 and *out filled when the bundle streams its weights (rank 0's engine); 0 otherwise. */
+int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out);
 dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i);
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host);
 dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host);

@@ -302,6 +302,13 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
   DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
   fprintf(stderr, "ditrun: loaded and verified %s in %.2fs\n", dit_runtime_manifest(*rt)->identity, now_s() - t0);
+  dit_offload_stats_t os;
+  if (dit_runtime_offload_stats(*rt, &os)) {
+    const double mib = 1 << 20;
+    fprintf(stderr, "ditrun: offload %s: %d blocks, %.2f MiB resident + %.2f MiB in 2 slots of %.2f MiB of weights; %.2f MiB streamed per forward"
+            " (predicted peak %.2f MiB)\n", os.mode, os.blocks, os.resident_bytes / mib, os.slot_bytes / mib, os.total_weight_bytes / mib,
+            os.streamed_bytes / mib, os.predicted_peak_bytes / mib);
+  }
   return DIT_OK;
 }
 

@@ -12,6 +12,7 @@
 #include "artifacts/plan.h"
 #include "runtime/backend.h"
 #include "runtime/comm/comm.h"
+#include "runtime/offload_engine.h"
 #include "runtime/ditrun.h"
 
 typedef struct rank_rt {
@@ -34,6 +35,7 @@ typedef struct rank_rt {
   int cp_group[64];          /* world ranks of this rank's context-parallel group */
   int cp;
   int graph;                 /* 1: capture the forward as a graph; 2: captured */
+  dit_offload_engine_t *offload; /* streams block weights when the bundle plans it */
   int stage;                 /* collectives through host copies (always on device memory) */
   char *stage_buf;           /* their host staging */
   size_t stage_cap;
@@ -52,6 +54,7 @@ const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt) { return rt-
 static void rank_destroy(rank_rt_t *rt) {
   if (!rt) return;
   if (rt->be_state) {
+    dit_offload_engine_destroy(rt->offload);
     if (rt->io_buf)
       for (size_t i = 0; i < rt->plan->n_values; i++)
         if (rt->io_buf[i]) rt->be->release(rt->be_state, rt->io_buf[i]);
@@ -116,7 +119,8 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
 static dit_status_t bind_values(rank_rt_t *rt) {
   dit_plan_t *p = rt->plan;
   const dit_manifest_weights_t *lay = rt->layout;
-  uint8_t *wbase = rt->be->host_memory ? (uint8_t *)rt->weights_map.data : (uint8_t *)rt->weights_dev;
+  /* Offloaded weights are rebound by the engine afterwards. */
+  uint8_t *wbase = rt->weights_dev ? (uint8_t *)rt->weights_dev : (uint8_t *)rt->weights_map.data;
   for (size_t i = 0; i < p->n_values; i++) {
     const dit_plan_value_t *v = &p->values[i];
     dit_tensor_t *t = &rt->bound[i];
@@ -180,13 +184,16 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   const int spread = o && o->devices > 1 ? o->devices : 1;
   dit_backend_config_t cfg = {threads, (o ? o->device : 0) + rt->rank % spread, rt->m->arch, rt->m->min_driver};
   DIT_RETURN_IF(rt->be->create(&cfg, &rt->be_state));
+  const int offload = dit_offload_planned(rt->m);
   if (rt->be->memory_info) {
     /* Predicted peak against what the device has free, before the big allocations. */
     size_t fr = 0, tot = 0;
     DIT_RETURN_IF(rt->be->memory_info(rt->be_state, &fr, &tot));
-    if (rt->m->peak_bytes > fr)
-      return DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field 'memory.peak_bytes': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
-                     (double)rt->m->peak_bytes / (1 << 30), (double)fr / (1 << 30), (double)tot / (1 << 30));
+    const uint64_t need = offload ? dit_offload_predicted_peak(rt->m) : rt->m->peak_bytes;
+    if (need > fr)
+      return DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field '%s': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
+                     offload ? "summary.offload.predicted_peak_bytes" : "memory.peak_bytes", (double)need / (1 << 30), (double)fr / (1 << 30),
+                     (double)tot / (1 << 30));
   }
   rt->bound = calloc(rt->plan->n_values + 1, sizeof *rt->bound);
   rt->io_buf = calloc(rt->plan->n_values + 1, sizeof *rt->io_buf);
@@ -194,11 +201,14 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   rt->step_tensors = calloc(DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT, sizeof *rt->step_tensors);
   if (!rt->bound || !rt->io_buf || !rt->host_out || !rt->step_tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->plan->arena_bytes ? rt->plan->arena_bytes : 1, "activation arena", &rt->arena));
-  if (!rt->be->host_memory) {
+  if (!rt->be->host_memory && !offload) {
     DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev));
     DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
   }
   DIT_RETURN_IF(bind_values(rt));
+  if (offload)
+    DIT_RETURN_IF(dit_offload_engine_create(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data, rt->weights_map.size,
+                                            rt->bound, &rt->offload));
   if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
    * consecutive ranks. */
@@ -483,7 +493,9 @@ static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   const dit_plan_t *p = rt->plan;
   for (size_t i = 0; i < p->n_steps; i++) {
-    dit_status_t s = rank_step(rt, comm, i);
+    dit_status_t s = rt->offload ? dit_offload_before_step(rt->offload, i) : DIT_OK;
+    if (!s) s = rank_step(rt, comm, i);
+    if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i);
     if (s) {
       s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
                               p->values[p->steps[i].out[0]].name);
@@ -581,6 +593,12 @@ dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *na
     out_view->data = r0->host_out[idx];
   }
   return DIT_OK;
+}
+
+int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out) {
+  if (!rt->ranks[0].offload) return 0;
+  *out = dit_offload_engine_stats(rt->ranks[0].offload);
+  return 1;
 }
 
 /* Step-level access works on single-rank runs (cross-backend parity of one plan). */

@@ -46,6 +46,16 @@ typedef struct cu_api {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
+  CUresult (*cuMemHostUnregister)(void *);
+  CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+  CUresult (*cuMemFreeHost)(void *);
 } cu_api_t;
 
 typedef struct lt_api {
@@ -117,6 +127,16 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuGraphLaunch, "cuGraphLaunch");
   LOAD(a, cuGraphExecDestroy, "cuGraphExecDestroy");
   LOAD(a, cuGraphDestroy, "cuGraphDestroy");
+  LOAD(a, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  LOAD(a, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  LOAD(a, cuEventCreate, "cuEventCreate");
+  LOAD(a, cuEventDestroy, "cuEventDestroy_v2");
+  LOAD(a, cuEventRecord, "cuEventRecord");
+  LOAD(a, cuStreamWaitEvent, "cuStreamWaitEvent");
+  LOAD(a, cuMemHostRegister, "cuMemHostRegister_v2");
+  LOAD(a, cuMemHostUnregister, "cuMemHostUnregister");
+  LOAD(a, cuMemHostAlloc, "cuMemHostAlloc");
+  LOAD(a, cuMemFreeHost, "cuMemFreeHost");
   return DIT_OK;
 }
 
@@ -170,6 +190,11 @@ typedef struct cuda_state {
   CUfunction *funcs; /* per step */
   gemm_t *gemms;     /* per step */
   size_t n_steps;
+  CUstream copy_stream;                 /* weight streaming, created on first use */
+  CUevent events[DIT_BACKEND_MAX_EVENTS]; /* created on first use */
+  void *registered;                     /* host memory page-locked in place */
+  void *pinned_copy;                    /* or a page-locked copy of it */
+  const void *pinned_src;
 } cuda_state_t;
 
 static dit_status_t cu_check(cuda_state_t *st, CUresult r, const char *what) {
@@ -210,6 +235,11 @@ static void cuda_destroy(void *p) {
     if (st->workspace) st->cu.cuMemFree(st->workspace);
     if (st->lt_handle) st->lt.destroy(st->lt_handle);
     if (st->stream) st->cu.cuStreamDestroy(st->stream);
+    if (st->copy_stream) st->cu.cuStreamDestroy(st->copy_stream);
+    for (int i = 0; i < DIT_BACKEND_MAX_EVENTS; i++)
+      if (st->events[i]) st->cu.cuEventDestroy(st->events[i]);
+    if (st->registered) st->cu.cuMemHostUnregister(st->registered);
+    if (st->pinned_copy) st->cu.cuMemFreeHost(st->pinned_copy);
     st->cu.cuDevicePrimaryCtxRelease(st->dev);
   }
   free(st->gemms);
@@ -290,7 +320,77 @@ static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t by
 static dit_status_t cuda_sync(void *p) {
   cuda_state_t *st = p;
   bind(st);
+  if (st->copy_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->copy_stream), "cuStreamSynchronize (weight copies)"));
   return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (a kernel or GEMM of this forward failed)");
+}
+
+/* ---- the copy queue: a second stream, and events between the two ---- */
+
+static dit_status_t copy_stream(cuda_state_t *st, CUstream *out) {
+  if (!st->copy_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamCreate(&st->copy_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate (copies)"));
+  *out = st->copy_stream;
+  return DIT_OK;
+}
+
+static dit_status_t cuda_copy_enqueue(void *p, void *dst, const void *src, size_t bytes, int src_on_device) {
+  cuda_state_t *st = p;
+  bind(st);
+  CUstream cs;
+  DIT_RETURN_IF(copy_stream(st, &cs));
+  if (src_on_device)
+    return cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, cs), "cuMemcpyDtoDAsync");
+  return cu_check(st, st->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, cs), "cuMemcpyHtoDAsync");
+}
+
+static dit_status_t queue_event(cuda_state_t *st, int queue, int ev, CUstream *s, CUevent *e) {
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || (queue != 0 && queue != 1))
+    return DIT_ERR(INVALID_ARGUMENT, "cuda backend: event %d on queue %d", ev, queue);
+  if (!st->events[ev]) DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->events[ev], CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+  *e = st->events[ev];
+  if (queue == 0) *s = st->stream;
+  else DIT_RETURN_IF(copy_stream(st, s));
+  return DIT_OK;
+}
+
+static dit_status_t cuda_mark(void *p, int queue, int ev) {
+  cuda_state_t *st = p;
+  bind(st);
+  CUstream s = NULL;
+  CUevent e = NULL;
+  DIT_RETURN_IF(queue_event(st, queue, ev, &s, &e));
+  return cu_check(st, st->cu.cuEventRecord(e, s), "cuEventRecord");
+}
+
+static dit_status_t cuda_wait(void *p, int queue, int ev) {
+  cuda_state_t *st = p;
+  bind(st);
+  CUstream s = NULL;
+  CUevent e = NULL;
+  DIT_RETURN_IF(queue_event(st, queue, ev, &s, &e));
+  return cu_check(st, st->cu.cuStreamWaitEvent(s, e, 0), "cuStreamWaitEvent");
+}
+
+/* The weight blob is a read-only file mapping: registered in place where the driver allows
+ * it, else copied once into page-locked memory. */
+static dit_status_t cuda_pin_host(void *p, const void *ptr, size_t bytes, const void **pinned) {
+  cuda_state_t *st = p;
+  bind(st);
+  if (st->registered || st->pinned_copy) {
+    if (ptr != st->pinned_src) return DIT_ERR(FAILED_PRECONDITION, "cuda backend: one host region per rank can be pinned");
+    *pinned = st->registered ? st->registered : st->pinned_copy;
+    return DIT_OK;
+  }
+  st->pinned_src = ptr;
+  if (st->cu.cuMemHostRegister((void *)ptr, bytes, CU_MEMHOSTREGISTER_READ_ONLY) == CUDA_SUCCESS) {
+    st->registered = (void *)ptr;
+    *pinned = ptr;
+    return DIT_OK;
+  }
+  DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuMemHostAlloc(&st->pinned_copy, bytes ? bytes : 1, 0), "cuMemHostAlloc"),
+                      "page-locking %.2f MiB of weights", (double)bytes / (1 << 20));
+  memcpy(st->pinned_copy, ptr, bytes);
+  *pinned = st->pinned_copy;
+  return DIT_OK;
 }
 
 static dit_status_t cuda_memory_info(void *p, size_t *fr, size_t *tot) {
@@ -493,6 +593,10 @@ static const dit_backend_vtable_t kCuda = {
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .replay = cuda_replay,
+    .copy_enqueue = cuda_copy_enqueue,
+    .mark = cuda_mark,
+    .wait = cuda_wait,
+    .pin_host = cuda_pin_host,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }

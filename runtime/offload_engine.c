@@ -1,0 +1,366 @@
+#include "runtime/offload_engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Events: the fork and join of the copy queue, the yield point, then per block "slot full"
+ * (READY) and "block finished" (DONE). */
+enum { EV_FORK = 0, EV_JOIN = 1, EV_YIELD = 2, EV_BLOCKS = 3 };
+
+typedef struct eng_block {
+  uint64_t lo, hi;         /* the block's byte range in the weight blob */
+  uint64_t split;          /* [lo, split) resident, [split, hi) streamed */
+  uint32_t chunks, resident_chunks; /* the plan's, of the whole range */
+  uint32_t streamed;       /* chunks of [split, hi) */
+  size_t first, last;      /* its steps */
+  size_t *yields;          /* its collective steps, ascending */
+  int n_yields;
+  uint8_t *resident;       /* backend memory holding [lo, split) */
+} eng_block_t;
+
+struct dit_offload_engine {
+  const dit_backend_vtable_t *be;
+  void *st;
+  const uint8_t *host;
+  int chunked, n;
+  uint64_t chunk;
+  eng_block_t *b;
+  uint8_t *slot[2];
+  uint8_t *head, *tail;    /* weights before the first block and after the last */
+  uint64_t head_bytes, tail_lo, tail_bytes;
+  int *step_block;         /* per step: the block it belongs to, or -1 */
+  /* the prefetch in flight: block pf, groups issued so far of pf_groups */
+  int pf, pf_group, pf_groups;
+  dit_offload_stats_t stats;
+};
+
+static const char *kWhat = "manifest.json: field 'summary.offload";
+
+int dit_offload_planned(const dit_manifest_t *m) {
+  const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
+  const cJSON *mode = of ? cJSON_GetObjectItemCaseSensitive(of, "mode") : NULL;
+  return cJSON_IsString(mode) && strcmp(mode->valuestring, "none") != 0;
+}
+
+uint64_t dit_offload_predicted_peak(const dit_manifest_t *m) {
+  const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
+  const cJSON *pk = of ? cJSON_GetObjectItemCaseSensitive(of, "predicted_peak_bytes") : NULL;
+  return cJSON_IsNumber(pk) && pk->valuedouble > 0 && pk->valuedouble < 1e18 ? (uint64_t)pk->valuedouble : m->peak_bytes;
+}
+
+static dit_status_t get_num(const cJSON *o, const char *key, const char *where, double lo, double hi, double *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) || v->valuedouble != floor(v->valuedouble))
+    return DIT_ERR(INVALID_ARGUMENT, "%s%s.%s': expected an integer in [%.0f, %.0f]", kWhat, where, key, lo, hi);
+  *out = v->valuedouble;
+  return DIT_OK;
+}
+
+void dit_offload_engine_destroy(dit_offload_engine_t *e) {
+  if (!e) return;
+  for (int i = 0; e->b && i < e->n; i++) {
+    free(e->b[i].yields);
+    if (e->b[i].resident) e->be->release(e->st, e->b[i].resident);
+  }
+  for (int k = 0; k < 2; k++)
+    if (e->slot[k]) e->be->release(e->st, e->slot[k]);
+  if (e->head) e->be->release(e->st, e->head);
+  if (e->tail) e->be->release(e->st, e->tail);
+  free(e->b);
+  free(e->step_block);
+  free(e);
+}
+
+/* Block ranges from the layout: tensors named blocks.<i>.*, each block's tensors contiguous
+ * in the blob and the blocks in order, every other tensor before or after them all. */
+static dit_status_t block_ranges(dit_offload_engine_t *e, const dit_manifest_weights_t *lay) {
+  for (int i = 0; i < e->n; i++) e->b[i].lo = UINT64_MAX, e->b[i].hi = 0;
+  for (size_t t = 0; t < lay->n_tensors; t++) {
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    int blk = -1;
+    if (sscanf(x->name, "blocks.%d.", &blk) != 1 || blk < 0 || blk >= e->n) continue;
+    if (x->offset < e->b[blk].lo) e->b[blk].lo = x->offset;
+    if (x->offset + x->nbytes > e->b[blk].hi) e->b[blk].hi = x->offset + x->nbytes;
+  }
+  for (int i = 0; i < e->n; i++) {
+    if (e->b[i].lo == UINT64_MAX) return DIT_ERR(INVALID_ARGUMENT, "%s.blocks': block %d has no weights in this rank's layout", kWhat, i);
+    if (i && e->b[i].lo < e->b[i - 1].hi)
+      return DIT_ERR(INVALID_ARGUMENT, "weights layout: block %d starts at byte %llu, inside block %d (ends at %llu)", i,
+                     (unsigned long long)e->b[i].lo, i - 1, (unsigned long long)e->b[i - 1].hi);
+  }
+  const uint64_t first = e->b[0].lo, last = e->b[e->n - 1].hi;
+  e->head_bytes = 0, e->tail_lo = UINT64_MAX, e->tail_bytes = 0;
+  for (size_t t = 0; t < lay->n_tensors; t++) { /* the tail starts at its first tensor: alignment kept */
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    if (x->offset >= last && x->offset < e->tail_lo) e->tail_lo = x->offset;
+  }
+  if (e->tail_lo == UINT64_MAX) e->tail_lo = last;
+  for (size_t t = 0; t < lay->n_tensors; t++) {
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    int blk = -1;
+    const int in_block = sscanf(x->name, "blocks.%d.", &blk) == 1 && blk >= 0 && blk < e->n;
+    if (!in_block && x->offset + x->nbytes > first && x->offset < last)
+      return DIT_ERR(INVALID_ARGUMENT, "weights layout: '%s' lies between the blocks' weights; offload needs them contiguous",
+                     x->name);
+    if (in_block && (x->offset < e->b[blk].lo || x->offset + x->nbytes > e->b[blk].hi))
+      return DIT_ERR(INTERNAL, "weights layout: '%s' outside its block's range", x->name);
+    if (!in_block && x->offset < first && x->offset + x->nbytes > e->head_bytes) e->head_bytes = x->offset + x->nbytes;
+    if (!in_block && x->offset >= last && x->offset + x->nbytes - e->tail_lo > e->tail_bytes) e->tail_bytes = x->offset + x->nbytes - e->tail_lo;
+  }
+  return DIT_OK;
+}
+
+/* Which block a weight byte offset belongs to, or -1 (resident). */
+static int block_of(const dit_offload_engine_t *e, uint64_t off) {
+  for (int i = 0; i < e->n; i++)
+    if (off >= e->b[i].lo && off < e->b[i].hi) return i;
+  return -1;
+}
+
+/* Steps of a block are contiguous, and a block's weights are read only by its own steps. */
+static dit_status_t check_steps(dit_offload_engine_t *e, const dit_plan_t *plan, const dit_manifest_weights_t *lay) {
+  e->step_block = malloc((plan->n_steps + 1) * sizeof *e->step_block);
+  if (!e->step_block) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < e->n; i++) e->b[i].first = SIZE_MAX, e->b[i].last = 0;
+  for (size_t k = 0; k < plan->n_steps; k++) {
+    const dit_plan_step_t *s = &plan->steps[k];
+    int blk = s->block >= 0 && s->block < e->n ? s->block : -1;
+    e->step_block[k] = blk;
+    if (blk >= 0) {
+      if (e->b[blk].first != SIZE_MAX && e->b[blk].last + 1 != k)
+        return DIT_ERR(INVALID_ARGUMENT, "plan: the steps of block %d are not contiguous (step %zu); offload needs them so", blk, k);
+      if (e->b[blk].first == SIZE_MAX) e->b[blk].first = k;
+      e->b[blk].last = k;
+    }
+    for (int j = 0; j < s->n_in; j++) {
+      const dit_plan_value_t *v = &plan->values[s->in[j]];
+      if (v->storage != DIT_STORAGE_WEIGHT) continue;
+      for (size_t t = 0; t < lay->n_tensors; t++)
+        if (!strcmp(lay->tensors[t].name, v->ref)) {
+          int wb = block_of(e, lay->tensors[t].offset);
+          if (wb >= 0 && wb != blk)
+            return DIT_ERR(INVALID_ARGUMENT, "plan: step %zu (block %d) reads '%s' of block %d; offload needs block-local weights", k,
+                           blk, v->ref, wb);
+          break;
+        }
+    }
+  }
+  for (int i = 0; i < e->n; i++)
+    if (e->b[i].first == SIZE_MAX) return DIT_ERR(INVALID_ARGUMENT, "plan: block %d has no steps", i);
+  return DIT_OK;
+}
+
+static dit_status_t parse_plan(dit_offload_engine_t *e, const cJSON *of, const dit_plan_t *plan) {
+  const cJSON *mode = cJSON_GetObjectItemCaseSensitive(of, "mode");
+  if (!strcmp(mode->valuestring, "chunked")) e->chunked = 1, e->stats.mode = "chunked";
+  else if (!strcmp(mode->valuestring, "layerwise")) e->stats.mode = "layerwise";
+  else return DIT_ERR(INVALID_ARGUMENT, "%s.mode' = \"%s\": expected none, layerwise or chunked", kWhat, mode->valuestring);
+  double d = 0;
+  DIT_RETURN_IF(get_num(of, "chunk_bytes", "", 4096, 1099511627776.0, &d));
+  e->chunk = (uint64_t)d;
+  const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(of, "blocks");
+  if (!cJSON_IsArray(blocks) || cJSON_GetArraySize(blocks) != e->n)
+    return DIT_ERR(INVALID_ARGUMENT, "%s.blocks': expected an array of %d blocks, found %d", kWhat, e->n,
+                   cJSON_IsArray(blocks) ? cJSON_GetArraySize(blocks) : -1);
+  for (int i = 0; i < e->n; i++) {
+    const cJSON *b = cJSON_GetArrayItem(blocks, i);
+    eng_block_t *x = &e->b[i];
+    char where[48];
+    snprintf(where, sizeof where, ".blocks[%d]", i);
+    const uint64_t range = x->hi - x->lo, unit = e->chunked ? e->chunk : range;
+    const uint32_t chunks = (uint32_t)((range + unit - 1) / unit);
+    /* The plan counts rank 0's shard; another tensor-parallel shard may differ by a few
+     * tensors (biases added once), so its own range is cut into chunks here. */
+    DIT_RETURN_IF(get_num(b, "chunks", where, 1, 4294967295.0, &d));
+    DIT_RETURN_IF(get_num(b, "resident_chunks", where, 0, d, &d));
+    x->chunks = chunks;
+    x->resident_chunks = (uint32_t)d > chunks ? chunks : (uint32_t)d;
+    const cJSON *ys = cJSON_GetObjectItemCaseSensitive(b, "yield_steps");
+    if (!cJSON_IsArray(ys)) return DIT_ERR(INVALID_ARGUMENT, "%s%s.yield_steps': expected an array", kWhat, where);
+    x->yields = calloc((size_t)cJSON_GetArraySize(ys) + 1, sizeof *x->yields);
+    if (!x->yields) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    const cJSON *y;
+    cJSON_ArrayForEach(y, ys) {
+      if (!cJSON_IsNumber(y) || y->valuedouble < (double)x->first || y->valuedouble > (double)x->last ||
+          (x->n_yields && y->valuedouble <= (double)x->yields[x->n_yields - 1]))
+        return DIT_ERR(INVALID_ARGUMENT, "%s%s.yield_steps': expected ascending steps of block %d (%zu..%zu)", kWhat, where, i, x->first,
+                       x->last);
+      x->yields[x->n_yields++] = (size_t)y->valuedouble;
+    }
+  }
+  (void)plan;
+  return DIT_OK;
+}
+
+static dit_status_t alloc_up(dit_offload_engine_t *e, uint64_t bytes, const char *what, const void *src, uint8_t **out) {
+  void *p = NULL;
+  DIT_RETURN_IF(e->be->alloc(e->st, bytes ? bytes : 1, what, &p));
+  *out = p;
+  return bytes ? e->be->upload(e->st, p, src, bytes) : DIT_OK;
+}
+
+dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *lay,
+                                       const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
+                                       size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out) {
+  *out = NULL;
+  if (!be->copy_enqueue || !be->mark || !be->wait)
+    return DIT_ERR(UNIMPLEMENTED, "%s': the %s backend has no copy queue to stream weights on", kWhat, be->name);
+  const cJSON *of = cJSON_GetObjectItemCaseSensitive(m->summary, "offload");
+  dit_offload_engine_t *e = calloc(1, sizeof *e);
+  if (!e) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  e->be = be, e->st = be_state, e->host = host_weights;
+  const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(of, "blocks");
+  e->n = cJSON_IsArray(blocks) ? cJSON_GetArraySize(blocks) : 0;
+  dit_status_t s = DIT_OK;
+  if (e->n < 1 || EV_BLOCKS + 2 * e->n > DIT_BACKEND_MAX_EVENTS)
+    s = DIT_ERR(INVALID_ARGUMENT, "%s.blocks': expected 1..%d blocks, found %d", kWhat, (DIT_BACKEND_MAX_EVENTS - EV_BLOCKS) / 2, e->n);
+  if (!s && !(e->b = calloc((size_t)e->n, sizeof *e->b))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) s = block_ranges(e, lay);
+  if (!s && e->b[e->n - 1].hi > host_size) s = DIT_ERR(INTERNAL, "weights blob shorter than its layout");
+  if (!s) s = check_steps(e, plan, lay);
+  if (!s) s = parse_plan(e, of, plan);
+  if (be->pin_host && !s) {
+    const void *pinned = NULL;
+    s = be->pin_host(be_state, host_weights, host_size, &pinned);
+    if (!s) e->host = pinned;
+  }
+  /* Resident memory: the weights outside the blocks and each block's first resident chunks. */
+  uint64_t slot = 0;
+  if (!s) s = alloc_up(e, e->head_bytes, "weights before the blocks", e->host, &e->head);
+  if (!s) s = alloc_up(e, e->tail_bytes, "weights after the blocks", e->host + e->tail_lo, &e->tail);
+  e->stats.resident_bytes = e->head_bytes + e->tail_bytes;
+  for (int i = 0; !s && i < e->n; i++) {
+    eng_block_t *x = &e->b[i];
+    /* The resident chunks, rounded down to whole tensors: a weight is either resident or
+     * streamed, so every GEMM operand stays contiguous without assembling it. */
+    const uint64_t range = x->hi - x->lo, unit = e->chunked ? e->chunk : range;
+    const uint64_t want = (uint64_t)x->resident_chunks * unit;
+    /* split: the start of the first tensor not wholly inside the wanted prefix (tensor starts
+     * keep their alignment in the slot), or the block's end. */
+    const uint64_t cut = x->lo + (want < range ? want : range);
+    x->split = x->hi;
+    for (size_t t = 0; t < lay->n_tensors; t++) {
+      const dit_manifest_tensor_t *w = &lay->tensors[t];
+      if (w->offset >= x->lo && w->offset < x->hi && w->offset + w->nbytes > cut && w->offset < x->split) x->split = w->offset;
+    }
+    const uint64_t res = x->split - x->lo, str = x->hi - x->split;
+    x->streamed = (uint32_t)((str + unit - 1) / unit);
+    if (res) s = alloc_up(e, res, "resident block weights", e->host + x->lo, &x->resident);
+    e->stats.resident_bytes += res;
+    e->stats.streamed_bytes += str;
+    if (str > slot) slot = str;
+  }
+  for (int k = 0; k < 2 && !s; k++) {
+    void *p = NULL;
+    s = be->alloc(be_state, slot, "weight staging slot", &p);
+    e->slot[k] = p;
+  }
+  if (s) {
+    dit_offload_engine_destroy(e);
+    return s;
+  }
+  e->stats.blocks = e->n;
+  e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
+  e->stats.slot_bytes = 2 * slot;
+  e->stats.total_weight_bytes = host_size;
+  e->stats.predicted_peak_bytes = dit_offload_predicted_peak(m);
+  /* Every weight value: resident memory or its block's slot (block i runs from slot i % 2). */
+  for (size_t v = 0; v < plan->n_values; v++) {
+    const dit_plan_value_t *pv = &plan->values[v];
+    if (pv->storage != DIT_STORAGE_WEIGHT) continue;
+    for (size_t t = 0; t < lay->n_tensors; t++) {
+      const dit_manifest_tensor_t *x = &lay->tensors[t];
+      if (strcmp(x->name, pv->ref)) continue;
+      const int blk = block_of(e, x->offset);
+      if (blk >= 0 && x->offset < e->b[blk].split) bound[v].data = e->b[blk].resident + (x->offset - e->b[blk].lo);
+      else if (blk >= 0) bound[v].data = e->slot[blk % 2] + (x->offset - e->b[blk].split);
+      else if (x->offset < e->b[0].lo) bound[v].data = e->head + x->offset;
+      else bound[v].data = e->tail + (x->offset - e->tail_lo);
+      break;
+    }
+  }
+  *out = e;
+  return DIT_OK;
+}
+
+/* Copies streamed chunks [c0, c1) of block b from the host into its slot. */
+static dit_status_t copy_chunks(dit_offload_engine_t *e, int b, uint32_t c0, uint32_t c1) {
+  const eng_block_t *x = &e->b[b];
+  const uint64_t str = x->hi - x->split, unit = e->chunked ? e->chunk : x->hi - x->lo;
+  uint8_t *slot = e->slot[b % 2];
+  for (uint32_t c = c0; c < c1; c++) {
+    const uint64_t off = (uint64_t)c * unit, n = off + unit > str ? str - off : unit;
+    DIT_RETURN_IF(e->be->copy_enqueue(e->st, slot + off, e->host + x->split + off, n, 0));
+  }
+  return DIT_OK;
+}
+
+/* Issues the next group of block pf's streamed chunks; after the last, marks the slot full. */
+static dit_status_t issue_group(dit_offload_engine_t *e) {
+  const eng_block_t *x = &e->b[e->pf];
+  const uint32_t g = (uint32_t)e->pf_group, G = (uint32_t)e->pf_groups;
+  DIT_RETURN_IF(copy_chunks(e, e->pf, x->streamed * g / G, x->streamed * (g + 1) / G));
+  if (++e->pf_group == e->pf_groups) DIT_RETURN_IF(e->be->mark(e->st, 1, EV_BLOCKS + e->pf));
+  return DIT_OK;
+}
+
+/* Starts block b's prefetch: in chunked mode its chunks are paced behind the collectives of the
+ * block that runs meanwhile (b - 1), one group per yield point plus one. */
+static dit_status_t start_prefetch(dit_offload_engine_t *e, int b) {
+  e->pf = b;
+  e->pf_group = 0;
+  e->pf_groups = e->chunked && b >= 1 ? e->b[b - 1].n_yields + 1 : 1;
+  const uint32_t streamed = e->b[b].streamed;
+  if ((uint32_t)e->pf_groups > streamed) e->pf_groups = streamed ? (int)streamed : 1;
+  return issue_group(e);
+}
+
+dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step) {
+  if (step == 0) {
+    /* Fork the copy queue from the compute queue, then fill both slots. */
+    DIT_RETURN_IF(e->be->mark(e->st, 0, EV_FORK));
+    DIT_RETURN_IF(e->be->wait(e->st, 1, EV_FORK));
+    DIT_RETURN_IF(start_prefetch(e, 0));
+    if (e->n > 1) {
+      e->pf_groups = 1; /* nothing runs yet to pace behind */
+      e->pf = 1, e->pf_group = 0;
+      DIT_RETURN_IF(issue_group(e));
+    }
+  }
+  const int b = e->step_block[step];
+  if (b >= 0 && e->b[b].first == step) DIT_RETURN_IF(e->be->wait(e->st, 0, EV_BLOCKS + b));
+  return DIT_OK;
+}
+
+dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step) {
+  const int b = e->step_block[step];
+  if (b >= 0) {
+    const eng_block_t *x = &e->b[b];
+    /* A yield point: the next group of the prefetch in flight waits for this collective. */
+    for (int k = 0; k < x->n_yields; k++)
+      if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups) {
+        DIT_RETURN_IF(e->be->mark(e->st, 0, EV_YIELD));
+        DIT_RETURN_IF(e->be->wait(e->st, 1, EV_YIELD));
+        DIT_RETURN_IF(issue_group(e));
+      }
+    if (x->last == step) {
+      while (e->pf == b + 1 && e->pf_group < e->pf_groups) DIT_RETURN_IF(issue_group(e));
+      /* Block b is done with its slot: block b + 2 may fill it. */
+      DIT_RETURN_IF(e->be->mark(e->st, 0, EV_BLOCKS + e->n + b));
+      if (b + 2 < e->n) {
+        DIT_RETURN_IF(e->be->wait(e->st, 1, EV_BLOCKS + e->n + b));
+        DIT_RETURN_IF(start_prefetch(e, b + 2));
+      }
+    }
+  }
+  if (b == e->n - 1 && e->b[b].last == step) {
+    /* Join: the compute queue's later work waits for every copy. */
+    DIT_RETURN_IF(e->be->mark(e->st, 1, EV_JOIN));
+    DIT_RETURN_IF(e->be->wait(e->st, 0, EV_JOIN));
+  }
+  return DIT_OK;
+}
+
+dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e) { return e->stats; }

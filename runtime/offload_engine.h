@@ -1,0 +1,56 @@
+/* The weight-offload engine (DESIGN.md §6): carries out the chunk schedule that ditc wrote into
+ * the manifest (summary.offload). The weights outside the blocks, and each block's resident
+ * chunks, live in backend memory; every block runs from one of two staging slots, contiguous
+ * like the blob's own range for the block, filled on the backend's copy queue while the
+ * previous block computes: resident chunks by a device copy, the rest from host memory in
+ * chunks. The compute queue waits for a block's slot to be full; the copy queue waits for the
+ * block that last used the slot to finish, and, in chunked mode, paces the chunks of the next
+ * block behind the current block's collectives (yield points). All of it is queue
+ * dependencies (events), so a device graph can record it. */
+#ifndef DIT_RUNTIME_OFFLOAD_ENGINE_H
+#define DIT_RUNTIME_OFFLOAD_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "artifacts/manifest.h"
+#include "artifacts/plan.h"
+#include "base/status.h"
+#include "runtime/backend.h"
+#include "runtime/tensor.h"
+
+typedef struct dit_offload_engine dit_offload_engine_t;
+
+typedef struct dit_offload_stats {
+  const char *mode;          /* "layerwise" or "chunked" */
+  int blocks;
+  uint64_t chunk_bytes;
+  uint64_t resident_bytes;   /* backend memory held for weights outside the slots */
+  uint64_t slot_bytes;       /* both staging slots */
+  uint64_t streamed_bytes;   /* host-to-device bytes per forward */
+  uint64_t total_weight_bytes;
+  uint64_t predicted_peak_bytes; /* the compiler's, from the manifest */
+} dit_offload_stats_t;
+
+/* 1 when the manifest carries an offload plan (mode other than none). */
+int dit_offload_planned(const dit_manifest_t *m);
+/* The compiler's predicted device peak with the plan (summary.offload.predicted_peak_bytes);
+ * the manifest's memory.peak_bytes when absent. */
+uint64_t dit_offload_predicted_peak(const dit_manifest_t *m);
+
+/* Checks the plan against this rank's plan and weight layout (every field that disagrees is
+ * named), allocates the resident parts and the slots through the backend, uploads the
+ * resident parts from host_weights (the rank's mapped weight blob), and points every weight
+ * value in `bound` at its place: resident memory, or the slot its block runs from. */
+dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *layout,
+                                       const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
+                                       size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out);
+void dit_offload_engine_destroy(dit_offload_engine_t *e);
+
+/* Around every plan step, in order: queue dependencies and copies of the schedule. */
+dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step);
+dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step);
+
+dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e);
+
+#endif
