@@ -46,9 +46,15 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
                 *blocks = cJSON_GetObjectItem(of, "blocks");
     if (cJSON_IsString(mode) && cJSON_IsNumber(step) && cJSON_IsNumber(rstep) && cJSON_IsNumber(peak) && cJSON_IsNumber(rpeak) &&
         cJSON_IsNumber(chunk)) {
-      fprintf(f, "offload    %s, chunks of %.0f MiB: predicted step %.3f ms (%.3f resident), peak %.2f MiB (%.2f resident)\n",
+      fprintf(f, "offload    %s, chunks of %.3g MiB: predicted step %.3f ms (%.3f resident), peak %.2f MiB (%.2f resident)\n",
               mode->valuestring, chunk->valuedouble / (1 << 20), step->valuedouble, rstep->valuedouble,
               peak->valuedouble / (1 << 20), rpeak->valuedouble / (1 << 20));
+      const cJSON *hp = cJSON_GetObjectItem(of, "profile");
+      const cJSON *hn = cJSON_GetObjectItem(hp, "name"), *pp = cJSON_GetObjectItem(hp, "p_peak_tflops"), *bw = cJSON_GetObjectItem(hp, "bw_h2d_gbs"),
+                  *ec = cJSON_GetObjectItem(hp, "eta_comp"), *ep = cJSON_GetObjectItem(hp, "eta_pref");
+      if (cJSON_IsString(hn) && cJSON_IsNumber(pp) && cJSON_IsNumber(bw) && cJSON_IsNumber(ec) && cJSON_IsNumber(ep))
+        fprintf(f, "profile    %s: %.3g TFLOP/s x %.3g, host-to-device %.3g GB/s x %.3g\n", hn->valuestring, pp->valuedouble,
+                ec->valuedouble, bw->valuedouble, ep->valuedouble);
       fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks\n");
       int i = 0;
       const cJSON *b;

@@ -289,6 +289,8 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
   return text;
 }
 
+static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out);
+
 /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
 static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_model_t *m,
                                     const dit_latent_shape_t *ls, const char *weights_hash, cJSON **out) {
@@ -313,6 +315,17 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     if (o->residency >= 0) cJSON_AddNumberToObject(of, "residency", o->residency);
     if (o->memory_budget_gib > 0) cJSON_AddNumberToObject(of, "memory_budget_gib", o->memory_budget_gib);
     if (o->latency_target_ms > 0) cJSON_AddNumberToObject(of, "latency_target_ms", o->latency_target_ms);
+    dit_hw_profile_t hw;
+    dit_status_t ps = load_profile(o->profile, &hw);
+    if (ps) {
+      cJSON_Delete(in);
+      return ps;
+    }
+    cJSON *hp = cJSON_AddObjectToObject(of, "profile"); /* the values, not the name */
+    cJSON_AddNumberToObject(hp, "p_peak_tflops", hw.p_peak_tflops);
+    cJSON_AddNumberToObject(hp, "bw_h2d_gbs", hw.bw_h2d_gbs);
+    cJSON_AddNumberToObject(hp, "eta_comp", hw.eta_comp);
+    cJSON_AddNumberToObject(hp, "eta_pref", hw.eta_pref);
   }
   char schema[16];
   snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);

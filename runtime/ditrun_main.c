@@ -41,6 +41,12 @@ static const char kUsage[] =
     "  bench BUNDLE --inputs IN.safetensors [--steps ITERS]\n"
     "                     median forward time, and the time split by op class\n"
     "\n"
+    "  calibrate BUNDLE --inputs IN.safetensors --profile-out PROFILE.json [--chunk-mb C]\n"
+    "                  [--steps FORWARDS]\n"
+    "                     measure this machine for the offload planner: the bundle's forward\n"
+    "                     rate (TFLOP/s) and its weights streamed host-to-device in chunks\n"
+    "                     (GB/s); ditc compile --profile PROFILE.json reads the result\n"
+    "\n"
     "  launch -n N [--port P] [--grace-ms MS] -- COMMAND [ARGS...]\n"
     "                     run N ranks of `ditrun COMMAND ARGS...` on this host (torchrun's\n"
     "                     variables set; stderr lines prefixed [rank i]); one failing rank\n"
@@ -533,6 +539,73 @@ static int cmd_bench(int argc, char **argv) {
   return dit_status_report(s, "ditrun");
 }
 
+/* Measures what the F* model needs on this machine: the achieved compute rate of the bundle's
+ * own forward (its FLOPs over the median time: eta_comp * P_peak) and the host-to-device rate
+ * of its weights streamed in chunks on the copy queue (eta_pref * BW_h2d), into a profile that
+ * `ditc compile --profile FILE` reads. The products are what the model uses, so the profile
+ * carries them as the peaks with efficiencies of 1. */
+static int cmd_calibrate(int argc, char **argv) {
+  const char *profile = NULL;
+  double chunk_mb = 16;
+  int kept = 0;
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  if (!rest) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--profile-out") && i + 1 < argc) profile = argv[++i];
+    else if (!strcmp(argv[i], "--chunk-mb")) {
+      int rc = parse_num(argv[i], i + 1 < argc ? argv[i + 1] : NULL, &chunk_mb);
+      if (rc) {
+        free(rest);
+        return rc;
+      }
+      i++;
+    } else rest[kept++] = argv[i];
+  }
+  run_args_t a;
+  int rc = parse_run_args(kept, rest, &a, 0);
+  free(rest);
+  if (rc) return rc;
+  if (!a.inputs || !profile) return usage_error("%s", "calibrate needs --inputs IN.safetensors and --profile-out PROFILE.json");
+  if (!(chunk_mb * (1 << 20) >= 4096)) return usage_error("%s", "--chunk-mb: at least 4 KiB (0.004)");
+  const int iters = a.steps == 50 ? 5 : (int)(a.steps < 1 ? 1 : a.steps);
+  dit_runtime_t *rt = NULL;
+  dit_status_t s = load(&a, &rt);
+  dit_offload_stats_t os;
+  if (!s && dit_runtime_offload_stats(rt, &os))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: calibrate with a bundle compiled without --offload (its forward would include copies)", a.bundle);
+  const cJSON *fl = !s && dit_runtime_manifest(rt)->summary ? cJSON_GetObjectItem(dit_runtime_manifest(rt)->summary, "flops") : NULL;
+  if (!s && !(cJSON_IsNumber(fl) && fl->valuedouble > 0))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: manifest.json: field 'summary.flops' missing: cannot rate the forward", a.bundle);
+  if (!s) s = set_inputs_from(rt, a.inputs);
+  double *t = calloc((size_t)iters, sizeof *t), gbs = 0;
+  if (!t && !s) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) s = dit_runtime_forward(rt); /* warm-up */
+  for (int i = 0; !s && i < iters; i++) {
+    double t0 = now_s();
+    s = dit_runtime_forward(rt);
+    t[i] = now_s() - t0;
+  }
+  if (!s) s = dit_runtime_measure_h2d(rt, (uint64_t)(chunk_mb * (1 << 20)), 3, &gbs);
+  if (!s) {
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    const double tflops = fl->valuedouble / t[iters / 2] / 1e12;
+    char text[768];
+    int n = snprintf(text, sizeof text,
+                     "{\n  \"name\": \"calibrated\",\n  \"p_peak_tflops\": %.6g,\n  \"bw_h2d_gbs\": %.6g,\n  \"eta_comp\": 1,\n"
+                     "  \"eta_pref\": 1,\n  \"measured\": {\"bundle\": \"%s\", \"forward_ms_median\": %.4f, \"forwards\": %d, "
+                     "\"chunk_mb\": %g, \"h2d_bytes\": %.0f}\n}\n",
+                     tflops, gbs, dit_runtime_manifest(rt)->identity, 1e3 * t[iters / 2], iters, chunk_mb,
+                     (double)dit_runtime_manifest(rt)->weight_bytes);
+    if (!(tflops > 0) || !(gbs > 0)) s = DIT_ERR(INTERNAL, "calibration measured %g TFLOP/s and %g GB/s", tflops, gbs);
+    if (!s) s = dit_file_write_atomic(profile, text, (size_t)n);
+    if (!s) printf("compute %.4g TFLOP/s (forward %.3f ms), host-to-device %.4g GB/s in %g MiB chunks -> %s\n", tflops, 1e3 * t[iters / 2], gbs,
+                   chunk_mb, profile);
+  }
+  free(t);
+  dit_runtime_destroy(rt);
+  return dit_status_report(s, "ditrun");
+}
+
 static int run_command(int argc, char **argv);
 
 int main(int argc, char **argv) {
@@ -560,6 +633,7 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
   if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+  if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 2, argv + 2);
   if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s'", cmd);
 }

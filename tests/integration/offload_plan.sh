@@ -16,7 +16,8 @@ a=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --pr
 b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.6 --profile "$T/slow.json" | cut -d' ' -f2)
 [ "$plain" != "$a" ] && [ "$a" != "$b" ] || { echo "offload options must change the identity"; exit 1; }
 "$BIN/ditc" inspect "$T/b/$a" > "$T/inspect"
-grep -q "^offload    chunked, chunks of 0 MiB: predicted step" "$T/inspect"
+grep -q "^offload    chunked, chunks of 0.01 MiB: predicted step" "$T/inspect"
+grep -q "^profile    slow-link: 0.001 TFLOP/s x 0.5, host-to-device 0.01 GB/s x 0.5" "$T/inspect"
 [ "$(grep -cE '^ +[0-9]+ ' "$T/inspect")" = 3 ] || { cat "$T/inspect"; echo "expected 3 block rows"; exit 1; }
 python3 - "$T/b/$a/manifest.json" "$T/b/$b/manifest.json" <<'PY'
 import json, sys
@@ -36,3 +37,11 @@ MSG="at most one of" fail --offload chunked --residency 0.5 --memory-budget 1
 MSG="even with every block streamed" fail --offload chunked --memory-budget 0.000001
 MSG="not a preset" fail --offload chunked --profile "$T/missing.json"
 echo "offload plan: ok"
+# The profile's values are part of the identity, rounded to 3 significant digits: a profile
+# that differs only beyond them shares the bundle, another preset does not.
+printf '{"name": "host-a", "p_peak_tflops": 0.0010004, "bw_h2d_gbs": 0.0100049, "eta_comp": 0.5, "eta_pref": 0.5}\n' > "$T/slow2.json"
+a2=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --profile "$T/slow2.json" | cut -d' ' -f2)
+h1=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --profile h100-pcie | cut -d' ' -f2)
+[ "$a" = "$a2" ] || { echo "profiles equal to 3 digits must share the identity"; exit 1; }
+[ "$a" != "$h1" ] || { echo "another profile must change the identity"; exit 1; }
+echo "profile in the identity: equal to 3 digits shares $a, h100-pcie gives $h1"

@@ -47,3 +47,20 @@ for r in 0 0.5 1; do
 done
 total=$(sed -n 's/.*in 2 slots of \([0-9.]*\) MiB of weights.*/\1/p' "$T/log_r")
 echo "all weights: $total MiB"
+# ditrun calibrate: the forward's rate and the chunked copy rate into a profile ditc reads.
+unset DIT_CPU_COPY_DELAY_US
+plain=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" --profile-out "$T/prof.json" --chunk-mb 0.05 --steps 3 2>/dev/null
+python3 - "$T/prof.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["p_peak_tflops"] > 0 and p["bw_h2d_gbs"] > 0 and p["eta_comp"] == 1 and p["eta_pref"] == 1, p
+assert p["measured"]["forwards"] == 3 and p["measured"]["chunk_mb"] == 0.05, p
+print("calibrated: %.3g TFLOP/s, %.3g GB/s" % (p["p_peak_tflops"], p["bw_h2d_gbs"]))
+PY
+b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --profile "$T/prof.json" | tail -n1 | cut -d' ' -f3)
+"$BIN/ditc" inspect "$b" | grep -q "calibrated" || { echo "profile not in the plan"; exit 1; }
+if "$BIN/ditrun" calibrate "$b" --inputs "$d/forward_inputs.safetensors" --profile-out "$T/p2.json" 2>"$T/err"; then echo "calibrated an offload bundle"; exit 1; fi
+grep -q "compiled without --offload" "$T/err" && [ ! -e "$T/p2.json" ] || { cat "$T/err"; exit 1; }
+set +e; "$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" 2>"$T/err"; rc=$?; set -e
+[ $rc = 2 ] && grep -q "profile-out" "$T/err" || { echo "rc $rc"; cat "$T/err"; exit 1; }
