@@ -643,7 +643,11 @@ dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i) {
   if (rt->n_ranks != 1) return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take single-rank bundles (this one has %d ranks)", rt->n_ranks);
   rank_rt_t *r0 = &rt->ranks[0];
   if (i >= r0->plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "step %zu of %zu", i, r0->plan->n_steps);
-  DIT_RETURN_IF_ERROR(rank_step(r0, NULL, i), "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
+  /* With offload, the weight schedule runs too (steps are then taken in plan order). */
+  dit_status_t s = r0->offload ? dit_offload_before_step(r0->offload, i) : DIT_OK;
+  if (!s) s = rank_step(r0, NULL, i);
+  if (!s && r0->offload) s = dit_offload_after_step(r0->offload, i);
+  DIT_RETURN_IF_ERROR(s, "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
   return r0->be->synchronize(r0->be_state);
 }
 

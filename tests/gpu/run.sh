@@ -7,7 +7,8 @@
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
-#   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py).
+#   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
+#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration.
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
 set -uo pipefail
 OUT=${1:?results dir}
@@ -60,6 +61,18 @@ for top in "--tp 2" "--tp 2 --sp" "--cfg-parallel" "--cp 2 --cp-mode ulysses" "-
   check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
 done
 
+step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes"
+c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q)
+none=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
+check "$BIN/ditrun" forward "$none" --inputs "$d/forward_inputs.safetensors" --out "$W/o_none.safetensors"
+for mode in "layerwise" "chunked --chunk-mb 0.01" "chunked --chunk-mb 0.004 --residency 0.5"; do
+  # shellcheck disable=SC2086
+  b=$("$BIN/ditc" "${c[@]}" --offload $mode | tail -n1 | cut -d' ' -f3)
+  check "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$W/o_off.safetensors"
+  check cmp "$W/o_none.safetensors" "$W/o_off.safetensors"
+  check "$BIN/ditrun" bench "$b" --inputs "$d/forward_inputs.safetensors" --steps 3 --cuda-graph
+done
+
 step "2. Wan2.1-1.3B config: every op on the GPU against the CPU reference, 126 tokens"
 t0=$(date +%s)
 "$BIN/make_tiny_wan" --preset wan2.1-1.3b --dtype bf16 --out "$W/wan13" --text-len 512 > /dev/null 2>&1 || fails=$((fails+1))
@@ -95,6 +108,12 @@ if [ -n "${GENERATE:-}" ]; then
   python3 bench/wan_generate.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/gen" \
     --frames 81 --height 480 --width 832 --steps 50 2>&1 | grep -v Warning | tee "$OUT/bench_generate.txt"
   cp "$W/gen/generate_results.json" "$OUT/" 2>/dev/null
+fi
+if [ -n "${OFFLOAD:-}" ]; then
+  step "5. offload sweep (the seed's experiments): frames x {none, layerwise, chunked}, residency, chunk size"
+  python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/offload" \
+    --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
+  cp "$W/offload/offload.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"

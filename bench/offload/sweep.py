@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""The offload experiments of the ChunkFlow seed on one GPU, every point in one run.
+
+For each frame count: the same Wan checkpoint compiled with --offload none, layerwise and
+chunked (nothing resident), each timed with `ditrun bench` (median forward) and its peak
+device memory polled from nvidia-smi; the planner's predictions (step time, peak memory,
+per-block T_comp and T_pref) printed beside the measurements. Then, at the smallest frame
+count, resident fractions 0/20/40/60/100%, and at a middle one, chunk sizes 4/16/64/256 MiB.
+The crossover (the smallest frame count at which chunked runs within 3% of no offload) is
+reported measured and predicted. With --calibrate, `ditrun calibrate` runs first and its
+profile feeds every compile; otherwise --profile (a preset or file) does.
+
+Writes RESULTS_DIR/offload.json, markdown tables on stdout, and PNG plots when matplotlib is
+present. Needs a CUDA GPU, numpy and safetensors; no torch.
+
+usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_DIR
+           [--frames 1,5,9,17,33,81] [--height 480] [--width 832] [--text-len 512]
+           [--calibrate | --profile h200-sxm] [--iters 5] [--devices 1] [--target sm_90|cpu]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+from safetensors.numpy import save_file
+
+
+class MemPoll(threading.Thread):
+    """Peak used device memory (MiB) while another process runs."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.stop = 0, False
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, used_mib())
+            time.sleep(0.02)
+
+
+def used_mib():
+    """Device memory in use over every GPU (MiB); 0 where there is no nvidia-smi (a CPU dry run)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True).stdout.split()
+    except FileNotFoundError:
+        return 0
+    return sum(int(v) for v in out)
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return p
+
+
+class Sweep:
+    def __init__(self, a):
+        self.a = a
+        self.cfg = json.load(open(os.path.join(a.model, "config.json")))
+        self.inputs = {}
+
+    def inputs_for(self, frames):
+        if frames not in self.inputs:
+            c = self.cfg
+            f, h, w = (frames - 1) // 4 + 1, self.a.height // 8, self.a.width // 8
+            g = np.random.default_rng(frames)
+            path = os.path.join(self.a.out, f"inputs_f{frames}.safetensors")
+            save_file({"hidden_states": g.standard_normal((1, c["in_channels"], f, h, w), dtype=np.float32),
+                       "timestep": np.array([500], dtype=np.int64),
+                       "encoder_hidden_states": g.standard_normal((1, self.a.text_len, c["text_dim"]), dtype=np.float32)}, path)
+            self.inputs[frames] = path
+        return self.inputs[frames]
+
+    def compile(self, frames, extra):
+        cmd = [self.a.ditc, "compile", self.a.model, "--frames", str(frames), "--height", str(self.a.height), "--width",
+               str(self.a.width), "--text-len", str(self.a.text_len), "--dtype", "bf16", "--target", self.a.target,
+               "-o", os.path.join(self.a.out, "bundles"), "-q"] + extra
+        return run(cmd).stdout.strip().splitlines()[-1].split()[2]
+
+    def measure(self, bundle, frames):
+        base = used_mib()
+        poll = MemPoll()
+        poll.start()
+        p = run([self.a.ditrun, "bench", bundle, "--inputs", self.inputs_for(frames), "--steps", str(self.a.iters),
+                 "--devices", str(self.a.devices)])
+        poll.stop = True
+        poll.join()
+        ms = float(re.search(r"forward_ms_median ([0-9.]+)", p.stdout).group(1))
+        m = json.load(open(os.path.join(bundle, "manifest.json")))
+        return {"ms": ms, "peak_mib": poll.peak - base, "summary": m.get("summary", {}), "log": p.stderr.strip()[-600:]}
+
+
+def predicted(r):
+    of = r["summary"].get("offload")
+    if not of:
+        return None
+    return {"ms": of["predicted_step_ms"], "peak_mib": of["predicted_peak_bytes"] / 2**20,
+            "t_comp_ms": sum(b["t_comp_ms"] for b in of["blocks"]), "t_pref_ms": sum(b["t_pref_ms"] for b in of["blocks"]),
+            "f_star_gflop": of["blocks"][0]["f_star"] / 1e9, "f_block_gflop": of["blocks"][0]["flops"] / 1e9}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ditc", required=True)
+    ap.add_argument("--ditrun", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--frames", default="1,5,9,17,33,81")
+    ap.add_argument("--height", type=int, default=480)
+    ap.add_argument("--width", type=int, default=832)
+    ap.add_argument("--text-len", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--target", default="sm_90", help="cpu: a dry run of the whole sweep on the CPU backend")
+    ap.add_argument("--profile", default="h200-sxm")
+    ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--extra", default="", help="compile flags for every bundle, e.g. '--cp 2 --cp-mode ulysses'")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    s = Sweep(a)
+    frames = [int(f) for f in a.frames.split(",")]
+    extra = a.extra.split()
+    res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "points": []}
+    profile = a.profile
+    if a.calibrate:
+        b = s.compile(frames[len(frames) // 2], extra)
+        profile = os.path.join(a.out, "profile.json")
+        p = run([a.ditrun, "calibrate", b, "--inputs", s.inputs_for(frames[len(frames) // 2]), "--profile-out", profile])
+        print(p.stdout.strip(), flush=True)
+        res["calibration"] = json.load(open(profile))
+    prof = ["--profile", profile]
+
+    print("\n| frames | mode | step ms | predicted | vs none | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for f in frames:
+        none = None
+        for mode in ["none", "layerwise", "chunked"]:
+            flags = extra + ([] if mode == "none" else ["--offload", mode, "--residency", "0"] + prof)
+            r = s.measure(s.compile(f, flags), f)
+            pr = predicted(r)
+            if mode == "none":
+                none = r
+            pt = {"frames": f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr}
+            res["points"].append(pt)
+            print(f"| {f} | {mode} | {r['ms']:.1f} | {pr['ms'] if pr else float('nan'):.1f} | {r['ms'] / none['ms']:.3f} | "
+                  f"{r['peak_mib']:.0f} | {pr['peak_mib'] if pr else float('nan'):.0f} | "
+                  f"{pr['f_block_gflop'] if pr else float('nan'):.0f} | {pr['f_star_gflop'] if pr else float('nan'):.0f} |", flush=True)
+
+    def point(f, mode):
+        return next(p for p in res["points"] if p["frames"] == f and p["mode"] == mode)
+
+    def crossover_measured():
+        return next((f for f in frames if point(f, "chunked")["ms"] <= 1.03 * point(f, "none")["ms"]), None)
+
+    def crossover_predicted():
+        return next((f for f in frames if point(f, "chunked")["predicted"]["f_block_gflop"] >=
+                     point(f, "chunked")["predicted"]["f_star_gflop"]), None)
+
+    res["crossover_measured"], res["crossover_predicted"] = crossover_measured(), crossover_predicted()
+    print(f"\ncrossover (chunked within 3% of none): measured at {res['crossover_measured']} frames, "
+          f"predicted (F_block >= F*) at {res['crossover_predicted']} frames")
+
+    f0 = frames[0]
+    print(f"\nresident fraction at {f0} frames\n| resident | step ms | predicted | peak MiB | predicted |\n| --- | --- | --- | --- | --- |")
+    res["residency"] = []
+    for rf in [0, 0.2, 0.4, 0.6, 1.0]:
+        r = s.measure(s.compile(f0, extra + ["--offload", "chunked", "--residency", str(rf)] + prof), f0)
+        pr = predicted(r)
+        res["residency"].append({"resident": rf, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr})
+        print(f"| {rf:.0%} | {r['ms']:.1f} | {pr['ms']:.1f} | {r['peak_mib']:.0f} | {pr['peak_mib']:.0f} |", flush=True)
+
+    fm = frames[len(frames) // 2]
+    print(f"\nchunk size at {fm} frames\n| chunk MiB | step ms | peak MiB |\n| --- | --- | --- |")
+    res["chunks"] = []
+    for c in [4, 16, 64, 256]:
+        r = s.measure(s.compile(fm, extra + ["--offload", "chunked", "--residency", "0", "--chunk-mb", str(c)] + prof), fm)
+        res["chunks"].append({"chunk_mb": c, "ms": r["ms"], "peak_mib": r["peak_mib"]})
+        print(f"| {c} | {r['ms']:.1f} | {r['peak_mib']:.0f} |", flush=True)
+
+    json.dump(res, open(os.path.join(a.out, "offload.json"), "w"), indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        for mode in ["none", "layerwise", "chunked"]:
+            pts = [p for p in res["points"] if p["mode"] == mode]
+            ax[0].plot([p["frames"] for p in pts], [p["ms"] for p in pts], "o-", label=mode)
+            ax[1].plot([p["frames"] for p in pts], [p["peak_mib"] / 1024 for p in pts], "o-", label=mode)
+        pts = [p for p in res["points"] if p["mode"] == "chunked"]
+        ax[0].plot([p["frames"] for p in pts], [p["predicted"]["ms"] for p in pts], "k--", label="chunked, predicted")
+        for x, t in zip(ax, ["forward ms", "peak GiB"]):
+            x.set_xscale("log")
+            x.set_xlabel("frames")
+            x.set_title(t)
+            x.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, "offload_sweep.png"), dpi=120)
+        print("plots:", os.path.join(a.out, "offload_sweep.png"))
+    except ImportError:
+        print("matplotlib not installed: no plots (offload.json has every number)")
+
+
+if __name__ == "__main__":
+    main()
