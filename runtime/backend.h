@@ -64,9 +64,13 @@ typedef struct dit_backend_vtable {
   dit_status_t (*mark)(void *state, int queue, int ev);
   dit_status_t (*wait)(void *state, int queue, int ev);
   dit_status_t (*pin_host)(void *state, const void *ptr, size_t bytes, const void **pinned);
+  /* Optional: milliseconds between the most recent marks of two events, once both completed
+   * (after synchronize). Events from DIT_BACKEND_TIMED_EVENTS up carry times. */
+  dit_status_t (*elapsed_ms)(void *state, int ev_a, int ev_b, double *ms);
 } dit_backend_vtable_t;
 
 #define DIT_BACKEND_MAX_EVENTS 1024
+#define DIT_BACKEND_TIMED_EVENTS 512
 
 const dit_backend_vtable_t *dit_backend_cpu(void);
 /* The CUDA backend: the driver API and cuBLASLt are loaded with dlopen on first use, so the

@@ -7,12 +7,19 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_ops.h"
 
 enum { CQ_COPY, CQ_MARK, CQ_WAIT };
+
+static double mono_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 typedef struct cq_item {
   int kind, ev;
   void *dst;
@@ -29,6 +36,7 @@ typedef struct copy_queue {
   cq_item_t *items; /* a ring */
   size_t cap, head, n;
   uint64_t recorded[DIT_BACKEND_MAX_EVENTS], completed[DIT_BACKEND_MAX_EVENTS];
+  double when[DIT_BACKEND_MAX_EVENTS]; /* monotonic seconds of each event's latest completion */
   unsigned delay_us;
 } copy_queue_t;
 
@@ -50,6 +58,7 @@ static void *copy_thread(void *arg) {
       while (q->completed[it.ev] < it.target && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
     } else if (it.kind == CQ_MARK) {
       q->completed[it.ev] = it.target;
+      q->when[it.ev] = mono_s();
     } else {
       pthread_mutex_unlock(&q->mu);
       if (q->delay_us) usleep(q->delay_us);
@@ -110,6 +119,7 @@ static dit_status_t cpu_mark(void *state, int queue, int ev) {
   /* Compute is synchronous: everything before this mark has already run. */
   pthread_mutex_lock(&q->mu);
   q->completed[ev] = ++q->recorded[ev];
+  q->when[ev] = mono_s();
   pthread_cond_broadcast(&q->cv);
   pthread_mutex_unlock(&q->mu);
   return DIT_OK;
@@ -124,6 +134,17 @@ static dit_status_t cpu_wait(void *state, int queue, int ev) {
   while (q->completed[ev] < target) pthread_cond_wait(&q->cv, &q->mu);
   pthread_mutex_unlock(&q->mu);
   return DIT_OK;
+}
+
+static dit_status_t cpu_elapsed_ms(void *state, int a, int b, double *ms) {
+  copy_queue_t *q = &((cpu_state_t *)state)->q;
+  DIT_RETURN_IF(check_event(0, a));
+  DIT_RETURN_IF(check_event(0, b));
+  pthread_mutex_lock(&q->mu);
+  const int done = q->completed[a] && q->completed[b] && q->completed[a] == q->recorded[a] && q->completed[b] == q->recorded[b];
+  *ms = 1e3 * (q->when[b] - q->when[a]);
+  pthread_mutex_unlock(&q->mu);
+  return done ? DIT_OK : DIT_ERR(FAILED_PRECONDITION, "cpu backend: events %d and %d have not both completed", a, b);
 }
 
 static dit_status_t cpu_pin_host(void *state, const void *ptr, size_t bytes, const void **pinned) {
@@ -357,6 +378,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .mark = cpu_mark,
     .wait = cpu_wait,
     .pin_host = cpu_pin_host,
+    .elapsed_ms = cpu_elapsed_ms,
 };
 
 const dit_backend_vtable_t *dit_backend_cpu(void) { return &kCpuBackend; }

@@ -508,6 +508,13 @@ static int cmd_bench(int argc, char **argv) {
     t[i] = now_s() - t0;
   }
   double split[3] = {0, 0, 0}, total = 0, per_kind[DIT_OP_COUNT] = {0};
+  dit_offload_stats_t os;
+  if (!s && dit_runtime_offload_stats(rt, &os)) {
+    double stall = 0, host = 0;
+    s = dit_runtime_offload_breakdown(rt, &stall, &host);
+    if (!s) printf("offload %s: prefetch_stall_ms %.3f engine_host_ms %.3f streamed_mib %.1f (last forward)\n", os.mode, stall, host,
+                   os.streamed_bytes / 1048576.0);
+  }
   if (!s) {
     const dit_plan_t *p = dit_runtime_plan(rt);
     for (size_t i = 0; !s && i < p->n_steps; i++) {

@@ -601,6 +601,11 @@ int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out)
   return 1;
 }
 
+dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, double *host_ms) {
+  if (!rt->ranks[0].offload) return DIT_ERR(FAILED_PRECONDITION, "the bundle streams no weights");
+  return dit_offload_engine_breakdown(rt->ranks[0].offload, stall_ms, host_ms);
+}
+
 /* Streams the rank's weight blob from host memory into two chunk-sized device buffers on the
  * copy queue, as the offload engine does, and times it from the first enqueue to the last
  * copy's completion. */

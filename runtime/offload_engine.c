@@ -4,10 +4,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Events: the fork and join of the copy queue, the yield point, then per block "slot full"
  * (READY) and "block finished" (DONE). */
 enum { EV_FORK = 0, EV_JOIN = 1, EV_YIELD = 2, EV_BLOCKS = 3 };
+/* Timed events around each block's wait for its slot: the prefetch stall on the compute queue. */
+#define EV_STALL(b, after) (DIT_BACKEND_TIMED_EVENTS + 2 * (b) + (after))
+
+static double mono_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 typedef struct eng_block {
   uint64_t lo, hi;         /* the block's byte range in the weight blob */
@@ -33,6 +42,8 @@ struct dit_offload_engine {
   int *step_block;         /* per step: the block it belongs to, or -1 */
   /* the prefetch in flight: block pf, groups issued so far of pf_groups */
   int pf, pf_group, pf_groups;
+  int timed;               /* stall events recorded (blocks fit the timed event range) */
+  double host_s;           /* host time inside the hooks during the current forward */
   dit_offload_stats_t stats;
 };
 
@@ -262,6 +273,7 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
     return s;
   }
   e->stats.blocks = e->n;
+  e->timed = be->elapsed_ms && DIT_BACKEND_TIMED_EVENTS + 2 * e->n <= DIT_BACKEND_MAX_EVENTS;
   e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
   e->stats.slot_bytes = 2 * slot;
   e->stats.total_weight_bytes = host_size;
@@ -317,7 +329,36 @@ static dit_status_t start_prefetch(dit_offload_engine_t *e, int b) {
   return issue_group(e);
 }
 
+static dit_status_t before_step(dit_offload_engine_t *e, size_t step);
+static dit_status_t after_step(dit_offload_engine_t *e, size_t step);
+
 dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step) {
+  const double t0 = mono_s();
+  if (step == 0) e->host_s = 0;
+  dit_status_t s = before_step(e, step);
+  e->host_s += mono_s() - t0;
+  return s;
+}
+
+dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step) {
+  const double t0 = mono_s();
+  dit_status_t s = after_step(e, step);
+  e->host_s += mono_s() - t0;
+  return s;
+}
+
+dit_status_t dit_offload_engine_breakdown(dit_offload_engine_t *e, double *stall_ms, double *host_ms) {
+  *stall_ms = 0;
+  *host_ms = 1e3 * e->host_s;
+  for (int b = 0; e->timed && b < e->n; b++) {
+    double ms = 0;
+    DIT_RETURN_IF(e->be->elapsed_ms(e->st, EV_STALL(b, 0), EV_STALL(b, 1), &ms));
+    *stall_ms += ms;
+  }
+  return e->timed ? DIT_OK : DIT_ERR(UNIMPLEMENTED, "the %s backend does not time events", e->be->name);
+}
+
+static dit_status_t before_step(dit_offload_engine_t *e, size_t step) {
   if (step == 0) {
     /* Fork the copy queue from the compute queue, then fill both slots. */
     DIT_RETURN_IF(e->be->mark(e->st, 0, EV_FORK));
@@ -330,11 +371,15 @@ dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step) {
     }
   }
   const int b = e->step_block[step];
-  if (b >= 0 && e->b[b].first == step) DIT_RETURN_IF(e->be->wait(e->st, 0, EV_BLOCKS + b));
+  if (b >= 0 && e->b[b].first == step) {
+    if (e->timed) DIT_RETURN_IF(e->be->mark(e->st, 0, EV_STALL(b, 0)));
+    DIT_RETURN_IF(e->be->wait(e->st, 0, EV_BLOCKS + b));
+    if (e->timed) DIT_RETURN_IF(e->be->mark(e->st, 0, EV_STALL(b, 1)));
+  }
   return DIT_OK;
 }
 
-dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step) {
+static dit_status_t after_step(dit_offload_engine_t *e, size_t step) {
   const int b = e->step_block[step];
   if (b >= 0) {
     const eng_block_t *x = &e->b[b];

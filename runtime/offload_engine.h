@@ -53,4 +53,9 @@ dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step);
 
 dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e);
 
+/* Of the latest forward, once synchronized: the time the compute queue waited for slots to
+ * fill (prefetch stall, from timed events on the backend's timeline) and the host time spent
+ * issuing the schedule. */
+dit_status_t dit_offload_engine_breakdown(dit_offload_engine_t *e, double *stall_ms, double *host_ms);
+
 #endif

@@ -93,8 +93,10 @@ class Sweep:
         poll.stop = True
         poll.join()
         ms = float(re.search(r"forward_ms_median ([0-9.]+)", p.stdout).group(1))
+        st = re.search(r"prefetch_stall_ms ([0-9.]+) engine_host_ms ([0-9.]+)", p.stdout)
         m = json.load(open(os.path.join(bundle, "manifest.json")))
-        return {"ms": ms, "peak_mib": poll.peak - base, "summary": m.get("summary", {}), "log": p.stderr.strip()[-600:]}
+        return {"ms": ms, "peak_mib": poll.peak - base, "summary": m.get("summary", {}), "log": p.stderr.strip()[-600:],
+                "stall_ms": float(st.group(1)) if st else 0.0, "engine_host_ms": float(st.group(2)) if st else 0.0}
 
 
 def predicted(r):
@@ -137,8 +139,8 @@ def main():
         res["calibration"] = json.load(open(profile))
     prof = ["--profile", profile]
 
-    print("\n| frames | mode | step ms | predicted | vs none | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| frames | mode | step ms | predicted | vs none | stall ms | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in frames:
         none = None
         for mode in ["none", "layerwise", "chunked"]:
@@ -147,9 +149,10 @@ def main():
             pr = predicted(r)
             if mode == "none":
                 none = r
-            pt = {"frames": f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr}
+            pt = {"frames": f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr, "stall_ms": r["stall_ms"],
+                  "engine_host_ms": r["engine_host_ms"]}
             res["points"].append(pt)
-            print(f"| {f} | {mode} | {r['ms']:.1f} | {pr['ms'] if pr else float('nan'):.1f} | {r['ms'] / none['ms']:.3f} | "
+            print(f"| {f} | {mode} | {r['ms']:.1f} | {pr['ms'] if pr else float('nan'):.1f} | {r['ms'] / none['ms']:.3f} | {r['stall_ms']:.1f} | "
                   f"{r['peak_mib']:.0f} | {pr['peak_mib'] if pr else float('nan'):.0f} | "
                   f"{pr['f_block_gflop'] if pr else float('nan'):.0f} | {pr['f_star_gflop'] if pr else float('nan'):.0f} |", flush=True)
 

@@ -56,6 +56,7 @@ typedef struct cu_api {
   CUresult (*cuMemHostUnregister)(void *);
   CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void *);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 } cu_api_t;
 
 typedef struct lt_api {
@@ -137,6 +138,7 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuMemHostUnregister, "cuMemHostUnregister");
   LOAD(a, cuMemHostAlloc, "cuMemHostAlloc");
   LOAD(a, cuMemFreeHost, "cuMemFreeHost");
+  LOAD(a, cuEventElapsedTime, "cuEventElapsedTime");
   return DIT_OK;
 }
 
@@ -345,7 +347,9 @@ static dit_status_t cuda_copy_enqueue(void *p, void *dst, const void *src, size_
 static dit_status_t queue_event(cuda_state_t *st, int queue, int ev, CUstream *s, CUevent *e) {
   if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || (queue != 0 && queue != 1))
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: event %d on queue %d", ev, queue);
-  if (!st->events[ev]) DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->events[ev], CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+  if (!st->events[ev])
+    DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->events[ev], ev >= DIT_BACKEND_TIMED_EVENTS ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING),
+                           "cuEventCreate"));
   *e = st->events[ev];
   if (queue == 0) *s = st->stream;
   else DIT_RETURN_IF(copy_stream(st, s));
@@ -368,6 +372,18 @@ static dit_status_t cuda_wait(void *p, int queue, int ev) {
   CUevent e = NULL;
   DIT_RETURN_IF(queue_event(st, queue, ev, &s, &e));
   return cu_check(st, st->cu.cuStreamWaitEvent(s, e, 0), "cuStreamWaitEvent");
+}
+
+static dit_status_t cuda_elapsed_ms(void *p, int a, int b, double *ms) {
+  cuda_state_t *st = p;
+  bind(st);
+  if (a < DIT_BACKEND_TIMED_EVENTS || b < DIT_BACKEND_TIMED_EVENTS || a >= DIT_BACKEND_MAX_EVENTS || b >= DIT_BACKEND_MAX_EVENTS ||
+      !st->events[a] || !st->events[b])
+    return DIT_ERR(INVALID_ARGUMENT, "cuda backend: events %d and %d are not recorded timing events", a, b);
+  float f = 0;
+  DIT_RETURN_IF(cu_check(st, st->cu.cuEventElapsedTime(&f, st->events[a], st->events[b]), "cuEventElapsedTime"));
+  *ms = f;
+  return DIT_OK;
 }
 
 /* The weight blob is a read-only file mapping: registered in place where the driver allows
@@ -597,6 +613,7 @@ static const dit_backend_vtable_t kCuda = {
     .mark = cuda_mark,
     .wait = cuda_wait,
     .pin_host = cuda_pin_host,
+    .elapsed_ms = cuda_elapsed_ms,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }

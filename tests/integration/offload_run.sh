@@ -64,3 +64,13 @@ if "$BIN/ditrun" calibrate "$b" --inputs "$d/forward_inputs.safetensors" --profi
 grep -q "compiled without --offload" "$T/err" && [ ! -e "$T/p2.json" ] || { cat "$T/err"; exit 1; }
 set +e; "$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" 2>"$T/err"; rc=$?; set -e
 [ $rc = 2 ] && grep -q "profile-out" "$T/err" || { echo "rc $rc"; cat "$T/err"; exit 1; }
+# The prefetch stall is measured on the compute queue's timeline: with every copy slowed, a
+# bundle that streams everything waits for its slots, a fully resident one does not.
+export DIT_CPU_COPY_DELAY_US=300
+stall() {
+  b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency "$1" | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" bench "$b" --inputs "$d/forward_inputs.safetensors" --steps 2 2>/dev/null | sed -n 's/.*prefetch_stall_ms \([0-9.]*\).*/\1/p'
+}
+s0=$(stall 0); s1=$(stall 1)
+awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 1 && b < a / 10) }' || { echo "stall: streamed $s0 ms, resident $s1 ms"; exit 1; }
+echo "prefetch stall with slowed copies: all streamed $s0 ms, all resident $s1 ms"
