@@ -137,7 +137,9 @@ static dit_status_t check_steps(dit_offload_engine_t *e, const dit_plan_t *plan,
   for (int i = 0; i < e->n; i++) e->b[i].first = SIZE_MAX, e->b[i].last = 0;
   for (size_t k = 0; k < plan->n_steps; k++) {
     const dit_plan_step_t *s = &plan->steps[k];
-    int blk = s->block >= 0 && s->block < e->n ? s->block : -1;
+    if (s->block >= e->n)
+      return DIT_ERR(INVALID_ARGUMENT, "%s.blocks': %d blocks, but step %zu of the plan belongs to block %d", kWhat, e->n, k, s->block);
+    int blk = s->block >= 0 ? s->block : -1;
     e->step_block[k] = blk;
     if (blk >= 0) {
       if (e->b[blk].first != SIZE_MAX && e->b[blk].last + 1 != k)

@@ -74,3 +74,28 @@ stall() {
 s0=$(stall 0); s1=$(stall 1)
 awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 1 && b < a / 10) }' || { echo "stall: streamed $s0 ms, resident $s1 ms"; exit 1; }
 echo "prefetch stall with slowed copies: all streamed $s0 ms, all resident $s1 ms"
+# A damaged offload plan (written consistently, so only its content is wrong) is refused at
+# load, naming the field, with no output written.
+unset DIT_CPU_COPY_DELAY_US
+b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.3 | tail -n1 | cut -d' ' -f3)
+for damage in "of['mode'] = 'sideways'|summary.offload.mode' = \"sideways\"" \
+              "of['chunk_bytes'] = 100|summary.offload.chunk_bytes': expected an integer" \
+              "of['blocks'] = of['blocks'][:2]|summary.offload.blocks': 2 blocks, but step" \
+              "of['blocks'][1]['yield_steps'] = [0]|summary.offload.blocks[1].yield_steps': expected ascending steps of block 1" \
+              "of['blocks'][0]['resident_chunks'] = of['blocks'][0]['chunks'] + 1|summary.offload.blocks[0].resident_chunks': expected an integer"; do
+  code=${damage%%|*}; msg=${damage#*|}
+  rm -rf "$T/bad" && cp -r "$b" "$T/bad"
+  python3 - "$T/bad/manifest.json" "$code" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+of = m["summary"]["offload"]
+exec(sys.argv[2])
+open(sys.argv[1], "w").write(json.dumps(m, indent=1, sort_keys=True) + "\n")
+PY
+  "$BIN/redigest" "$T/bad"
+  if "$BIN/ditrun" forward "$T/bad" --inputs "$d/forward_inputs.safetensors" --out "$T/bad.safetensors" 2>"$T/err"; then
+    echo "ran with $code"; exit 1
+  fi
+  grep -qF -- "$msg" "$T/err" && [ ! -e "$T/bad.safetensors" ] || { echo "$code:"; cat "$T/err"; exit 1; }
+  echo "refused ($code): $(tail -c 150 "$T/err")"
+done
