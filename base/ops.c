@@ -13,6 +13,11 @@ const dit_op_info_t *dit_op_info(dit_op_kind_t kind) {
   return (unsigned)kind < DIT_OP_COUNT ? &kOps[kind] : NULL;
 }
 
+int dit_op_is_collective(dit_op_kind_t kind) {
+  return kind == DIT_OP_ALLREDUCE || kind == DIT_OP_ALLGATHER || kind == DIT_OP_ALLTOALL || kind == DIT_OP_RING_SHIFT ||
+         kind == DIT_OP_REDUCE_SCATTER;
+}
+
 int dit_op_kind_parse(const char *name, dit_op_kind_t *out) {
   for (int i = 0; i < DIT_OP_COUNT; i++) {
     if (strcmp(kOps[i].name, name) == 0) {

@@ -21,6 +21,8 @@ typedef struct dit_op_info {
 
 /* NULL for an unknown kind. */
 const dit_op_info_t *dit_op_info(dit_op_kind_t kind);
+/* 1 for the ops that move data between ranks (the executor's, between steps). */
+int dit_op_is_collective(dit_op_kind_t kind);
 /* Returns 0 and sets *out if name is known, -1 otherwise. */
 int dit_op_kind_parse(const char *name, dit_op_kind_t *out);
 

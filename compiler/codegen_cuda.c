@@ -285,14 +285,12 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, blocks_of(n), 1, 1, 256, 0);
       return DIT_OK;
     }
-    case DIT_OP_ALLREDUCE:
-    case DIT_OP_ALLGATHER:
-    case DIT_OP_ALLTOALL:
-    case DIT_OP_RING_SHIFT:
-    case DIT_OP_REDUCE_SCATTER:
-      *has = 0; /* collectives: the runtime's communicator */
-      return DIT_OK;
-    default: break;
+    default:
+      if (dit_op_is_collective(op->kind)) {
+        *has = 0; /* collectives: the runtime's communicator */
+        return DIT_OK;
+      }
+      break;
   }
   return DIT_ERR(UNIMPLEMENTED, "op %s has no GPU kernel yet", name);
 }

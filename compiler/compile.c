@@ -571,8 +571,7 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
       cJSON *y = cJSON_AddArrayToObject(b, "yield_steps");
       for (size_t k = 0; k < rb->plan->n_steps; k++) {
         const dit_plan_step_t *st = &rb->plan->steps[k];
-        if (st->block == i && (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL ||
-                               st->kind == DIT_OP_RING_SHIFT || st->kind == DIT_OP_REDUCE_SCATTER))
+        if (st->block == i && dit_op_is_collective(st->kind))
           cJSON_AddItemToArray(y, cJSON_CreateNumber((double)k));
       }
     }

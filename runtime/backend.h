@@ -35,6 +35,9 @@ typedef struct dit_backend_vtable {
   void (*release)(void *state, void *ptr);
   dit_status_t (*upload)(void *state, void *dst, const void *src, size_t bytes);
   dit_status_t (*download)(void *state, void *dst, const void *src, size_t bytes);
+  /* On the compute queue, in order with the steps: height rows of width bytes from src (rows
+   * spitch apart) to dst (dpitch apart), both in backend memory. */
+  dit_status_t (*copy2d)(void *state, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
   /* Runs step `index` of the plan given to prepare (or of any plan, for backends without
    * prepare) on bound tensors. */
   dit_status_t (*run_step)(void *state, size_t index, const dit_plan_step_t *step,

@@ -206,6 +206,12 @@ static dit_status_t cpu_copy(void *state, void *dst, const void *src, size_t byt
   return DIT_OK;
 }
 
+static dit_status_t cpu_copy2d(void *state, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+  (void)state;
+  for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+  return DIT_OK;
+}
+
 static dit_status_t cpu_sync(void *state) {
   copy_queue_t *q = &((cpu_state_t *)state)->q;
   pthread_mutex_lock(&q->mu);
@@ -372,6 +378,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy2d = cpu_copy2d,
     .run_step = cpu_run_step,
     .synchronize = cpu_sync,
     .copy_enqueue = cpu_copy_enqueue,

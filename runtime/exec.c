@@ -39,6 +39,8 @@ typedef struct rank_rt {
   int stage;                 /* collectives through host copies (always on device memory) */
   char *stage_buf;           /* their host staging */
   size_t stage_cap;
+  void *coll_send, *coll_recv; /* collectives' scratch in backend memory */
+  size_t coll_cap;
 } rank_rt_t;
 
 struct dit_runtime {
@@ -55,6 +57,8 @@ static void rank_destroy(rank_rt_t *rt) {
   if (!rt) return;
   if (rt->be_state) {
     dit_offload_engine_destroy(rt->offload);
+    if (rt->coll_send) rt->be->release(rt->be_state, rt->coll_send);
+    if (rt->coll_recv) rt->be->release(rt->be_state, rt->coll_recv);
     if (rt->io_buf)
       for (size_t i = 0; i < rt->plan->n_values; i++)
         if (rt->io_buf[i]) rt->be->release(rt->be_state, rt->io_buf[i]);
@@ -162,6 +166,8 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
   return dit_bundle_map_blob((dit_bundle_t *)ctx, hash, out);
 }
 
+static dit_status_t alloc_collective_scratch(rank_rt_t *rt);
+
 /* Loads rank `rank` of an opened bundle: its plan, weights shard and backend memory. */
 static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads) {
   const dit_manifest_rank_t *r0 = NULL;
@@ -210,6 +216,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     DIT_RETURN_IF(dit_offload_engine_create(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data, rt->weights_map.size,
                                             rt->bound, &rt->offload));
   if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
+  DIT_RETURN_IF(alloc_collective_scratch(rt));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
    * consecutive ranks. */
   rt->tp = rt->m->topology.tp;
@@ -324,33 +331,71 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
   return s;
 }
 
-/* A collective step: the output receives the input, then the group's sum. */
-static dit_status_t run_allreduce(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st, const dit_tensor_t *x,
-                                  const dit_tensor_t *y) {
-  if (x->dtype != y->dtype || dit_tensor_numel(x) != dit_tensor_numel(y))
-    return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in dtype or size");
-  memcpy(y->data, x->data, dit_tensor_nbytes(x));
-  if (!comm) return DIT_OK;
-  int64_t group = 0;
-  DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, "allreduce", "group", &group));
-  if (group != 0) return DIT_ERR(UNIMPLEMENTED, "allreduce over group %lld: only tensor-parallel groups so far", (long long)group);
-  return dit_comm_allreduce_sum(comm, rt->rank, rt->tp_group, rt->tp, y->data, (size_t)dit_tensor_numel(y), y->dtype);
+/* ---- collectives ----
+ * Every collective is: lay out the data the communicator sends (2-D copies on the backend's
+ * compute queue), one communicator call on contiguous buffers in backend memory, lay out what
+ * it received. The copies are the backend's, so the same code runs on host and device memory;
+ * only the communicator call is staged through host memory when the backend's memory is not
+ * the host's (or when asked to, which checks that path on the CPU). */
+
+typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL } comm_kind_t;
+
+/* Runs one communicator call on backend-memory buffers: recv = f(send). For ALLREDUCE, send
+ * is recv (in place, `bytes` of dtype); ALLGATHER takes `bytes` and gives n * bytes; ALLTOALL
+ * exchanges n chunks of `bytes`. */
+static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind, const int *members, int n, void *send,
+                              void *recv, size_t bytes, dit_dtype_t dtype) {
+  const size_t in = kind == COMM_ALLREDUCE ? bytes : kind == COMM_ALLGATHER ? bytes : (size_t)n * bytes;
+  const size_t out = kind == COMM_ALLREDUCE ? bytes : (size_t)n * bytes;
+  const int staged = !rt->be->host_memory || rt->stage;
+  void *hs = send, *hr = recv;
+  if (staged) {
+    if (rt->stage_cap < in + out) {
+      char *nb = realloc(rt->stage_buf, in + out);
+      if (!nb) return DIT_ERR(RESOURCE_EXHAUSTED, "collective: out of host memory staging %zu bytes", in + out);
+      rt->stage_buf = nb;
+      rt->stage_cap = in + out;
+    }
+    hs = rt->stage_buf;
+    hr = kind == COMM_ALLREDUCE ? hs : rt->stage_buf + in;
+    DIT_RETURN_IF(rt->be->download(rt->be_state, hs, send, in));
+  }
+  dit_status_t s = DIT_OK;
+  if (!comm) { /* a group of one */
+    if (hr != hs) memcpy(hr, hs, in);
+  } else if (kind == COMM_ALLREDUCE) {
+    s = dit_comm_allreduce_sum(comm, rt->rank, members, n, hr, bytes / dit_dtype_size(dtype), dtype);
+  } else if (kind == COMM_ALLGATHER) {
+    s = dit_comm_allgather(comm, rt->rank, members, n, hs, bytes, hr);
+  } else {
+    s = dit_comm_alltoall(comm, rt->rank, members, n, hs, hr, bytes);
+  }
+  if (!s && staged) s = rt->be->upload(rt->be_state, recv, hr, out);
+  return s;
 }
 
-/* Context-parallel collectives along the tokens of [B, T, C] tensors. The communicator moves
- * contiguous per-member blocks; these lay them out by batch row. */
-static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st, const dit_tensor_t *x,
-                                         const dit_tensor_t *y) {
+/* height rows of width bytes, from src (rows spitch apart) to dst (dpitch apart). */
+static dit_status_t copy2d(rank_rt_t *rt, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+  return rt->be->copy2d(rt->be_state, dst, dpitch, src, spitch, width, height);
+}
+
+/* The members of a collective's group, and this rank's place among them. */
+static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st, int *members, int *n_out, int *me_out) {
   const char *name = dit_op_info(st->kind)->name;
-  int64_t group = 0, n = 0, heads = 0, reverse = 0;
+  int64_t group = 0, n = 0;
   DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
-  DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "n", &n));
-  /* Group 1 is the whole cp group; with USP, group 3 is this rank's Ulysses subgroup (n
-   * consecutive cp ranks) and group 4 its ring subgroup (the ranks at the same place in every
-   * Ulysses subgroup). */
-  int members[64], me_cp = 0;
+  if (st->kind == DIT_OP_ALLREDUCE) {
+    if (group != 0) return DIT_ERR(UNIMPLEMENTED, "allreduce over group %lld: only tensor-parallel groups so far", (long long)group);
+    n = rt->tp;
+  } else {
+    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "n", &n));
+  }
+  /* Group 0 is the tensor-parallel group; 1 the whole cp group; with USP, 3 is this rank's
+   * Ulysses subgroup (n consecutive cp ranks) and 4 its ring subgroup (the ranks at the same
+   * place in every Ulysses subgroup). */
+  int me_cp = 0;
   while (me_cp < rt->cp && rt->cp_group[me_cp] != rt->rank) me_cp++;
-  if (group == 0) { /* sequence parallelism inside the tensor-parallel group */
+  if (group == 0) {
     if (n != rt->tp) return DIT_ERR(INVALID_ARGUMENT, "%s: group 0 of %lld, this rank's tensor-parallel group has %d", name, (long long)n, rt->tp);
     memcpy(members, rt->tp_group, sizeof(int) * (size_t)n);
   } else {
@@ -363,105 +408,90 @@ static dit_status_t run_token_collective(rank_rt_t *rt, dit_comm_t *comm, const 
       members[k] = rt->cp_group[c];
     }
   }
-  if (x->dtype != y->dtype || x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands differ", name);
-  const size_t es = dit_dtype_size(x->dtype);
-  const int64_t B = x->dims[0];
-  size_t bytes = dit_tensor_nbytes(x);
-  char *send = NULL, *recv = malloc((size_t)n * bytes + 1);
-  if (!recv) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
-  dit_status_t s = DIT_OK;
-  if (st->kind == DIT_OP_REDUCE_SCATTER) {
-    /* The group's sum (in fp32, group order), then this member's token share. */
-    int me = 0;
-    while (me < n && members[me] != rt->rank) me++;
-    memcpy(recv, x->data, bytes);
-    s = comm ? dit_comm_allreduce_sum(comm, rt->rank, members, (int)n, recv, (size_t)dit_tensor_numel(x), x->dtype) : DIT_OK;
-    const int64_t T = x->dims[1], Tl = T / n;
-    const size_t row = (size_t)x->dims[2] * es;
-    for (int64_t b = 0; !s && b < B; b++)
-      memcpy((char *)y->data + (size_t)(b * Tl) * row, recv + (size_t)(b * T + me * Tl) * row, (size_t)Tl * row);
-  } else if (st->kind == DIT_OP_RING_SHIFT) {
-    /* Every member's block, then the previous member's (an all-gather: simple, and the ring's
-     * order of arrival does not change the result). */
-    int me = 0;
-    while (me < n && members[me] != rt->rank) me++;
-    s = comm ? dit_comm_allgather(comm, rt->rank, members, (int)n, x->data, bytes, recv) : DIT_OK;
-    if (!comm) memcpy(recv, x->data, bytes);
-    if (!s) memcpy(y->data, recv + (size_t)((me + n - 1) % n) * bytes, bytes);
-  } else if (st->kind == DIT_OP_ALLGATHER) {
-    /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
-    const int64_t T = x->dims[1];
-    const size_t row = (size_t)x->dims[2] * es;
-    s = comm ? dit_comm_allgather(comm, rt->rank, members, (int)n, x->data, bytes, recv) : DIT_OK;
-    if (!comm) memcpy(recv, x->data, bytes);
-    for (int64_t p = 0; !s && p < n; p++)
-      for (int64_t b = 0; b < B; b++)
-        memcpy((char *)y->data + ((size_t)(b * n + p) * (size_t)T) * row, recv + (size_t)p * bytes + (size_t)(b * T) * row,
-               (size_t)T * row);
-  } else {
-    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "heads", &heads));
-    const dit_attr_t *rv = dit_attrs_find(&st->attrs, "reverse");
-    reverse = rv ? rv->i : 0;
-    /* Chunks exchanged: [B][T_local][heads/n * Dh] per member. */
-    const int64_t Tl = reverse ? x->dims[1] / n : x->dims[1], hc = (reverse ? x->dims[2] : x->dims[2] / n);
-    const size_t chunk = (size_t)(B * Tl * hc) * es, seg = (size_t)hc * es;
-    send = malloc((size_t)n * chunk + 1);
-    if (!send) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
-    for (int64_t p = 0; !s && p < n; p++)
-      for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < Tl; t++) {
-          /* forward: member p gets head group p of my tokens; reverse: member p gets my heads of its tokens */
-          const char *src = reverse ? (const char *)x->data + ((size_t)(b * x->dims[1] + p * Tl + t) * (size_t)hc) * es
-                                    : (const char *)x->data + ((size_t)(b * Tl + t) * (size_t)x->dims[2] + (size_t)(p * hc)) * es;
-          memcpy(send + (size_t)p * chunk + ((size_t)(b * Tl + t)) * seg, src, seg);
-        }
-    if (!s) s = comm ? dit_comm_alltoall(comm, rt->rank, members, (int)n, send, recv, chunk) : DIT_OK;
-    if (!s && !comm) memcpy(recv, send, chunk);
-    for (int64_t p = 0; !s && p < n; p++)
-      for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < Tl; t++) {
-          const char *src = recv + (size_t)p * chunk + ((size_t)(b * Tl + t)) * seg;
-          char *dst = reverse ? (char *)y->data + ((size_t)(b * Tl + t) * (size_t)y->dims[2] + (size_t)(p * hc)) * es
-                              : (char *)y->data + ((size_t)(b * y->dims[1] + p * Tl + t) * (size_t)hc) * es;
-          memcpy(dst, src, seg);
-        }
-  }
-  free(send);
-  free(recv);
-  return s;
+  int me = 0;
+  while (me < n && members[me] != rt->rank) me++;
+  *n_out = (int)n;
+  *me_out = me;
+  return DIT_OK;
 }
 
-/* A collective of a rank whose tensors live in device memory, through host memory: the input
- * comes down (after the rank's queued work), the host collective runs on host copies, and the
- * result goes back up. Correct on any backend, and as slow as its copies: GPUs of one process
- * without a device communicator use it. */
-static dit_status_t run_staged_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
-  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
-  const size_t xb = dit_tensor_nbytes(x), yb = dit_tensor_nbytes(y);
-  if (rt->stage_cap < xb + yb) {
-    char *n = realloc(rt->stage_buf, xb + yb);
-    if (!n) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of host memory staging %zu bytes", dit_op_info(st->kind)->name, xb + yb);
-    rt->stage_buf = n;
-    rt->stage_cap = xb + yb;
+/* Scratch in backend memory for every collective of the plan: what is sent, what arrives. */
+static dit_status_t alloc_collective_scratch(rank_rt_t *rt) {
+  size_t need = 0;
+  for (size_t i = 0; i < rt->plan->n_steps; i++) {
+    const dit_plan_step_t *st = &rt->plan->steps[i];
+    if (!dit_op_is_collective(st->kind)) continue;
+    const dit_attr_t *na = dit_attrs_find(&st->attrs, "n");
+    const size_t n = st->kind == DIT_OP_ALLREDUCE ? 1 : na && na->i > 0 && na->i <= 64 ? (size_t)na->i : 64;
+    const size_t b = rt->plan->values[st->in[0]].nbytes, o = rt->plan->values[st->out[0]].nbytes;
+    if (n * b > need) need = n * b;
+    if (o > need) need = o;
   }
-  dit_tensor_t hx = *x, hy = *y;
-  hx.data = rt->stage_buf;
-  hy.data = rt->stage_buf + xb;
-  DIT_RETURN_IF(rt->be->download(rt->be_state, hx.data, x->data, xb));
-  DIT_RETURN_IF(st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st, &hx, &hy) : run_token_collective(rt, comm, st, &hx, &hy));
-  return rt->be->upload(rt->be_state, y->data, hy.data, yb);
+  if (!need) return DIT_OK;
+  DIT_RETURN_IF(rt->be->alloc(rt->be_state, need, "collective send buffer", &rt->coll_send));
+  DIT_RETURN_IF(rt->be->alloc(rt->be_state, need, "collective receive buffer", &rt->coll_recv));
+  rt->coll_cap = need;
+  return DIT_OK;
+}
+
+static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
+  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
+  const char *name = dit_op_info(st->kind)->name;
+  int members[64], n = 1, me = 0;
+  DIT_RETURN_IF(group_members(rt, st, members, &n, &me));
+  dit_comm_t *c = n > 1 ? comm : NULL;
+  const size_t es = dit_dtype_size(x->dtype), bytes = dit_tensor_nbytes(x);
+  if (x->dtype != y->dtype) return DIT_ERR(INVALID_ARGUMENT, "%s: input and output differ in dtype", name);
+  if (st->kind == DIT_OP_ALLREDUCE) {
+    if (dit_tensor_numel(x) != dit_tensor_numel(y)) return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in size");
+    DIT_RETURN_IF(copy2d(rt, y->data, bytes, x->data, bytes, bytes, 1));
+    return comm_call(rt, c, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
+  }
+  if (x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands are not [B, T, C]", name);
+  if ((size_t)n * bytes > rt->coll_cap) return DIT_ERR(INTERNAL, "%s: collective scratch of %zu bytes is short", name, rt->coll_cap);
+  uint8_t *send = rt->coll_send, *recv = rt->coll_recv, *yd = y->data;
+  const uint8_t *xd = x->data;
+  const size_t B = (size_t)x->dims[0], T = (size_t)x->dims[1], row = (size_t)x->dims[2] * es;
+  switch (st->kind) {
+    case DIT_OP_REDUCE_SCATTER: { /* the group's sum (fp32, group order), then this member's token share */
+      const size_t Tl = T / (size_t)n;
+      DIT_RETURN_IF(copy2d(rt, recv, bytes, xd, bytes, bytes, 1));
+      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
+      return copy2d(rt, yd, Tl * row, recv + (size_t)me * Tl * row, T * row, Tl * row, B);
+    }
+    case DIT_OP_RING_SHIFT: /* every member's block, then the previous member's */
+      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      return copy2d(rt, yd, bytes, recv + (size_t)((me + n - 1) % n) * bytes, bytes, bytes, 1);
+    case DIT_OP_ALLGATHER: /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
+      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      for (int p = 0; p < n; p++) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * T * row, (size_t)n * T * row, recv + (size_t)p * bytes, T * row, T * row, B));
+      return DIT_OK;
+    case DIT_OP_ALLTOALL: {
+      const dit_attr_t *rv = dit_attrs_find(&st->attrs, "reverse");
+      const int reverse = rv ? (int)rv->i : 0;
+      /* Chunks exchanged: [B][T_local][heads/n * Dh] per member. Forward: member p gets head
+       * group p of my tokens; reverse: member p gets my heads of its tokens. */
+      const size_t Tl = reverse ? T / (size_t)n : T, seg = (reverse ? (size_t)x->dims[2] : (size_t)x->dims[2] / (size_t)n) * es;
+      const size_t chunk = B * Tl * seg;
+      for (int p = 0; p < n; p++) {
+        if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
+        else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
+      }
+      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
+      const size_t yrow = (size_t)y->dims[2] * es;
+      for (int p = 0; p < n; p++) {
+        if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
+        else DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * Tl * seg, (size_t)n * Tl * seg, recv + (size_t)p * chunk, Tl * seg, Tl * seg, B));
+      }
+      return DIT_OK;
+    }
+    default: return DIT_ERR(INTERNAL, "%s is not a collective", name);
+  }
 }
 
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
-  if (st->kind == DIT_OP_ALLREDUCE || st->kind == DIT_OP_ALLGATHER || st->kind == DIT_OP_ALLTOALL || st->kind == DIT_OP_RING_SHIFT ||
-      st->kind == DIT_OP_REDUCE_SCATTER) {
-    if (rt->be->host_memory && !rt->stage) {
-      const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
-      return st->kind == DIT_OP_ALLREDUCE ? run_allreduce(rt, comm, st, x, y) : run_token_collective(rt, comm, st, x, y);
-    }
-    return run_staged_collective(rt, comm, st);
-  }
+  if (dit_op_is_collective(st->kind)) return run_collective(rt, comm, st);
   dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
   for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];
   for (int k = 0; k < st->n_out; k++) outs[k] = rt->bound[st->out[k]];

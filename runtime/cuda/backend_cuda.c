@@ -57,6 +57,7 @@ typedef struct cu_api {
   CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
   CUresult (*cuMemFreeHost)(void *);
   CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuMemcpy2DAsync)(const CUDA_MEMCPY2D *, CUstream);
 } cu_api_t;
 
 typedef struct lt_api {
@@ -139,6 +140,7 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuMemHostAlloc, "cuMemHostAlloc");
   LOAD(a, cuMemFreeHost, "cuMemFreeHost");
   LOAD(a, cuEventElapsedTime, "cuEventElapsedTime");
+  LOAD(a, cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
   return DIT_OK;
 }
 
@@ -317,6 +319,26 @@ static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t by
   bind(st);
   DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize"));
   return cu_check(st, st->cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes), "cuMemcpyDtoH");
+}
+
+static dit_status_t cuda_copy2d(void *p, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+  cuda_state_t *st = p;
+  bind(st);
+  if (!width || !height) return DIT_OK;
+  if (height == 1) /* no pitch limits on a plain copy */
+    return cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, width, st->stream),
+                    "cuMemcpyDtoDAsync");
+  CUDA_MEMCPY2D c;
+  memset(&c, 0, sizeof c);
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = (CUdeviceptr)(uintptr_t)src;
+  c.srcPitch = spitch;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+  c.dstPitch = dpitch;
+  c.WidthInBytes = width;
+  c.Height = height;
+  return cu_check(st, st->cu.cuMemcpy2DAsync(&c, st->stream), "cuMemcpy2DAsync");
 }
 
 static dit_status_t cuda_sync(void *p) {
@@ -602,6 +624,7 @@ static const dit_backend_vtable_t kCuda = {
     .release = cuda_release,
     .upload = cuda_upload,
     .download = cuda_download,
+    .copy2d = cuda_copy2d,
     .run_step = cuda_run_step,
     .synchronize = cuda_sync,
     .prepare = cuda_prepare,
