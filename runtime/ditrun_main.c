@@ -511,9 +511,11 @@ static int cmd_bench(int argc, char **argv) {
   dit_offload_stats_t os;
   if (!s && dit_runtime_offload_stats(rt, &os)) {
     double stall = 0, host = 0;
-    s = dit_runtime_offload_breakdown(rt, &stall, &host);
-    if (!s) printf("offload %s: prefetch_stall_ms %.3f engine_host_ms %.3f streamed_mib %.1f (last forward)\n", os.mode, stall, host,
+    dit_status_t b = dit_runtime_offload_breakdown(rt, &stall, &host);
+    if (!b) printf("offload %s: prefetch_stall_ms %.3f engine_host_ms %.3f streamed_mib %.1f (last forward)\n", os.mode, stall, host,
                    os.streamed_bytes / 1048576.0);
+    else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b)); /* e.g. a replayed graph */
+    dit_status_free(b);
   }
   if (!s) {
     const dit_plan_t *p = dit_runtime_plan(rt);
