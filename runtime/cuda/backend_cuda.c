@@ -308,10 +308,14 @@ static void cuda_release(void *p, void *ptr) {
   if (ptr) st->cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
 }
 
+/* Uploads and downloads go through the compute stream and wait for it: the stream is
+ * non-blocking, so a copy on the legacy stream would not be ordered with its kernels (a
+ * pageable upload may still be in flight when cuMemcpyHtoD returns). */
 static dit_status_t cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
   cuda_state_t *st = p;
   bind(st);
-  return cu_check(st, st->cu.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD");
+  DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, st->stream), "cuMemcpyHtoDAsync"));
+  return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (upload)");
 }
 
 static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t bytes) {
