@@ -22,6 +22,7 @@ typedef struct dit_runtime_options {
                           device + devices - 1 (<= 1: all on device) */
   int stage_collectives; /* collectives through host copies even on host-memory backends (a
                             check of the path that device ranks of one process take) */
+  const struct dit_launch_env *launch; /* the launcher's rank and world, or NULL: one process */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and

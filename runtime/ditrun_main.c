@@ -13,6 +13,7 @@
 #include "runtime/compare.h"
 #include "runtime/ditrun.h"
 #include "runtime/launch/launch_cmd.h"
+#include "runtime/launch/launch_env.h"
 #include "runtime/rng.h"
 
 static const char kUsage[] =
@@ -302,7 +303,10 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
 }
 
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
-  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage};
+  dit_launch_env_t env;
+  DIT_RETURN_IF(dit_launch_env_read(&env));
+  dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
+                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL};
   double t0 = now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));

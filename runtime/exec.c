@@ -12,6 +12,7 @@
 #include "artifacts/plan.h"
 #include "runtime/backend.h"
 #include "runtime/comm/comm.h"
+#include "runtime/launch/launch_env.h"
 #include "runtime/offload_engine.h"
 #include "runtime/ditrun.h"
 
@@ -110,6 +111,14 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
   if (!strcmp(want, "cuda") && strncmp(m->arch, "sm_", 3))
     return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'target.arch' = \"%s\": the bundle has no GPU code; compile it with --target sm_90",
                    m->arch);
+  if (o && o->launch && o->launch->world > 1) {
+    /* Under a launcher: the bundle's world must be the launch's, and one process per rank
+     * needs a communicator between processes, which this build does not have. */
+    DIT_RETURN_IF(dit_launch_check_topology(m, o->launch));
+    return DIT_ERR(UNIMPLEMENTED, "launch: rank %d of %d from %s: one process per rank needs NCCL collectives, not in this build; run one ditrun "
+                   "without a launcher, which runs all %d ranks as threads (the CPU backend, or GPUs with --devices)", o->launch->rank,
+                   o->launch->world, dit_launcher_name(o->launch->launcher), m->topology.world);
+  }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (!strcmp(want, "cpu") && pages > 0 && page > 0) {
     double avail = (double)pages * (double)page;
