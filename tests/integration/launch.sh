@@ -46,8 +46,8 @@ done
 timeout 30 "$BIN/ditrun" launch -n 2 -- no-such-command >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "\[rank .\] .*unknown command 'no-such-command'" "$T/err" || { fail "failing command"; cat "$T/err"; }
 
-# A launched forward whose bundle was compiled for another world size is refused on every rank
-# before any allocation; one for this world size is refused too (one process per rank needs
+# A launched forward whose bundle was compiled for another world size is refused before any
+# allocation; one for this world size is refused too (one process per rank needs
 # NCCL, not in this build) with the way to run it. No output either way.
 d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q)
@@ -58,7 +58,8 @@ for case in "$one|the bundle needs 1 rank, this launch has 2 (WORLD_SIZE from to
   b=${case%%|*}; msg=${case#*|}
   timeout 30 "$BIN/ditrun" launch -n 2 -- forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/o.safetensors" >"$T/out" 2>"$T/err"
   rc=$?
-  [ $rc -ne 0 ] && [ "$(grep -cF -- "$msg" "$T/err")" = 2 ] && [ ! -e "$T/o.safetensors" ] || { fail "launched forward (rc $rc)"; cat "$T/err"; }
+  # The first rank to fail stops the other, which may not have printed yet.
+  [ $rc -ne 0 ] && grep -qF -- "$msg" "$T/err" && [ ! -e "$T/o.safetensors" ] || { fail "launched forward (rc $rc)"; cat "$T/err"; }
 done
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
