@@ -302,9 +302,13 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
   return 0;
 }
 
+/* 0 in the processes of a launch other than rank 0: they compute, rank 0 writes. */
+static int g_writer = 1;
+
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
-  dit_launch_env_t env;
+  static dit_launch_env_t env; /* the runtime keeps a pointer to it */
   DIT_RETURN_IF(dit_launch_env_read(&env));
+  g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
                              env.launcher != DIT_LAUNCHER_NONE ? &env : NULL};
   double t0 = now_s();
@@ -349,9 +353,9 @@ static int cmd_forward(int argc, char **argv) {
   for (size_t i = 0; !s && i < m->n_outputs; i++) {
     dit_tensor_t y;
     s = dit_runtime_output(rt, m->io_outputs[i].name, &y);
-    if (!s) s = write_tensor(a.out, m->io_outputs[i].name, &y);
+    if (!s && g_writer) s = write_tensor(a.out, m->io_outputs[i].name, &y);
   }
-  if (!s) printf("wrote %s\n", a.out);
+  if (!s && g_writer) printf("wrote %s\n", a.out);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
 }
@@ -416,9 +420,9 @@ static int cmd_generate(int argc, char **argv) {
   if (!s) {
     fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", g.steps, now_s() - t0);
     lat.data = latents;
-    s = write_tensor(a.out, "latents", &lat);
+    if (g_writer) s = write_tensor(a.out, "latents", &lat);
   }
-  if (!s) printf("wrote %s\n", a.out);
+  if (!s && g_writer) printf("wrote %s\n", a.out);
   free(latents);
   free(prompt.data);
   free(neg.data);

@@ -12,6 +12,7 @@
 #include "artifacts/plan.h"
 #include "runtime/backend.h"
 #include "runtime/comm/comm.h"
+#include "runtime/comm/comm_tcp.h"
 #include "runtime/launch/launch_env.h"
 #include "runtime/offload_engine.h"
 #include "runtime/ditrun.h"
@@ -42,6 +43,7 @@ typedef struct rank_rt {
   size_t stage_cap;
   void *coll_send, *coll_recv; /* collectives' scratch in backend memory */
   size_t coll_cap;
+  dit_tcomm_t *tcomm;        /* collectives with other processes (one rank per process) */
 } rank_rt_t;
 
 struct dit_runtime {
@@ -50,6 +52,8 @@ struct dit_runtime {
   int n_ranks;
   rank_rt_t *ranks;
   dit_comm_t *comm;          /* NULL for one rank */
+  int process;               /* 1: this process runs only ranks[0], one rank of a launch */
+  dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */
 };
 
 const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt) { return rt->m; }
@@ -83,6 +87,7 @@ void dit_runtime_destroy(dit_runtime_t *rt) {
   for (int r = 0; rt->ranks && r < rt->n_ranks; r++) rank_destroy(&rt->ranks[r]);
   free(rt->ranks);
   dit_comm_destroy(rt->comm);
+  dit_tcomm_destroy(rt->tcomm);
   dit_bundle_close(rt->bundle);
   free(rt);
 }
@@ -112,12 +117,13 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
     return DIT_ERR(FAILED_PRECONDITION, "manifest.json: field 'target.arch' = \"%s\": the bundle has no GPU code; compile it with --target sm_90",
                    m->arch);
   if (o && o->launch && o->launch->world > 1) {
-    /* Under a launcher: the bundle's world must be the launch's, and one process per rank
-     * needs a communicator between processes, which this build does not have. */
+    /* Under a launcher: the bundle's world must be the launch's. One process per rank talks
+     * over TCP on the CPU backend; GPUs need NCCL, which this build does not have. */
     DIT_RETURN_IF(dit_launch_check_topology(m, o->launch));
-    return DIT_ERR(UNIMPLEMENTED, "launch: rank %d of %d from %s: one process per rank needs NCCL collectives, not in this build; run one ditrun "
-                   "without a launcher, which runs all %d ranks as threads (the CPU backend, or GPUs with --devices)", o->launch->rank,
-                   o->launch->world, dit_launcher_name(o->launch->launcher), m->topology.world);
+    if (strcmp(want, "cpu"))
+      return DIT_ERR(UNIMPLEMENTED, "launch: rank %d of %d from %s: one GPU process per rank needs NCCL collectives, not in this build; run one "
+                     "ditrun without a launcher, which runs all %d ranks as threads (GPUs with --devices)", o->launch->rank, o->launch->world,
+                     dit_launcher_name(o->launch->launcher), m->topology.world);
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (!strcmp(want, "cpu") && pages > 0 && page > 0) {
@@ -248,11 +254,13 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     rt->m = dit_bundle_manifest(rt->bundle);
     s = check_fitness(rt, o);
   }
+  rt->process = !s && o && o->launch && o->launch->world > 1;
   if (!s) {
-    rt->n_ranks = rt->m->topology.world;
+    rt->n_ranks = rt->process ? 1 : rt->m->topology.world;
     rt->ranks = calloc((size_t)rt->n_ranks, sizeof *rt->ranks);
     if (!rt->ranks) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
+  if (!s && rt->process) s = dit_tcomm_create(o->launch, 60000, &rt->tcomm);
   if (!s && rt->n_ranks > 1) s = dit_comm_create_local(rt->n_ranks, 600000, &rt->comm);
   if (!s && o && o->graph && rt->n_ranks > 1)
     s = DIT_ERR(UNIMPLEMENTED, "--cuda-graph: graphs of multi-rank runs are not built (collectives run between steps)");
@@ -260,7 +268,8 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int per_rank = rt->n_ranks > 0 && threads / rt->n_ranks > 0 ? threads / rt->n_ranks : 1;
   for (int r = 0; !s && r < rt->n_ranks; r++) {
-    rt->ranks[r].rank = r;
+    rt->ranks[r].rank = rt->process ? o->launch->rank : r;
+    rt->ranks[r].tcomm = rt->tcomm;
     rt->ranks[r].stage = o && o->stage_collectives;
     rt->ranks[r].bundle = rt->bundle;
     rt->ranks[r].m = rt->m;
@@ -370,8 +379,12 @@ static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind,
     DIT_RETURN_IF(rt->be->download(rt->be_state, hs, send, in));
   }
   dit_status_t s = DIT_OK;
-  if (!comm) { /* a group of one */
+  if (n == 1 || (!comm && !rt->tcomm)) { /* a group of one */
     if (hr != hs) memcpy(hr, hs, in);
+  } else if (rt->tcomm) {
+    s = kind == COMM_ALLREDUCE   ? dit_tcomm_allreduce_sum(rt->tcomm, members, n, hr, bytes / dit_dtype_size(dtype), dtype)
+        : kind == COMM_ALLGATHER ? dit_tcomm_allgather(rt->tcomm, members, n, hs, bytes, hr)
+                                 : dit_tcomm_alltoall(rt->tcomm, members, n, hs, hr, bytes);
   } else if (kind == COMM_ALLREDUCE) {
     s = dit_comm_allreduce_sum(comm, rt->rank, members, n, hr, bytes / dit_dtype_size(dtype), dtype);
   } else if (kind == COMM_ALLGATHER) {
@@ -448,7 +461,7 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
   const char *name = dit_op_info(st->kind)->name;
   int members[64], n = 1, me = 0;
   DIT_RETURN_IF(group_members(rt, st, members, &n, &me));
-  dit_comm_t *c = n > 1 ? comm : NULL;
+  dit_comm_t *c = comm;
   const size_t es = dit_dtype_size(x->dtype), bytes = dit_tensor_nbytes(x);
   if (x->dtype != y->dtype) return DIT_ERR(INVALID_ARGUMENT, "%s: input and output differ in dtype", name);
   if (st->kind == DIT_OP_ALLREDUCE) {
@@ -554,7 +567,8 @@ dit_status_t dit_runtime_set_input_lane(dit_runtime_t *rt, int lane, const char 
   if (lane < 0 || lane >= rt->m->topology.cfg)
     return DIT_ERR(OUT_OF_RANGE, "cfg lane %d: the bundle has %d", lane, rt->m->topology.cfg);
   int per = lane_size(rt);
-  for (int r = lane * per; r < (lane + 1) * per; r++) DIT_RETURN_IF(rank_set_input(&rt->ranks[r], name, src));
+  for (int r = 0; r < rt->n_ranks; r++)
+    if (rt->ranks[r].rank / per == lane) DIT_RETURN_IF(rank_set_input(&rt->ranks[r], name, src));
   return DIT_OK;
 }
 
@@ -577,7 +591,10 @@ static void *rank_thread(void *arg) {
 }
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
-  if (rt->n_ranks == 1) return rank_forward(&rt->ranks[0], NULL);
+  if (rt->n_ranks == 1) {
+    dit_status_t s = rank_forward(&rt->ranks[0], NULL);
+    return s && rt->process ? dit_status_annotate(s, "rank %d", rt->ranks[0].rank) : s;
+  }
   rank_job_t *jobs = calloc((size_t)rt->n_ranks, sizeof *jobs);
   pthread_t *th = calloc((size_t)rt->n_ranks, sizeof *th);
   if (!jobs || !th) {
@@ -622,7 +639,25 @@ dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *na
     return DIT_ERR(OUT_OF_RANGE, "cfg lane %d: the bundle has %d", lane, rt->m->topology.cfg);
   /* After the last collective every rank of a lane holds its whole output; the lane's first
    * rank answers. */
-  rank_rt_t *r0 = &rt->ranks[lane * lane_size(rt)];
+  const int root = lane * lane_size(rt);
+  if (rt->process) {
+    /* The lane's first rank holds it; every process gets it, so every process calls this
+     * in the same order. */
+    rank_rt_t *me = &rt->ranks[0];
+    size_t idx;
+    const dit_plan_value_t *v = find_io(me, DIT_STORAGE_OUTPUT, name, &idx);
+    if (!v) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);
+    if (!me->host_out[idx] && !(me->host_out[idx] = malloc(v->nbytes ? v->nbytes : 1)))
+      return DIT_ERR(RESOURCE_EXHAUSTED, "output '%s': out of memory", name);
+    if (me->rank == root) DIT_RETURN_IF(me->be->download(me->be_state, me->host_out[idx], me->bound[idx].data, v->nbytes));
+    int world[64];
+    for (int r = 0; r < rt->m->topology.world && r < 64; r++) world[r] = r;
+    DIT_RETURN_IF(dit_tcomm_broadcast(rt->tcomm, world, rt->m->topology.world, root, me->host_out[idx], v->nbytes));
+    *out_view = me->bound[idx];
+    out_view->data = me->host_out[idx];
+    return DIT_OK;
+  }
+  rank_rt_t *r0 = &rt->ranks[root];
   size_t idx;
   const dit_plan_value_t *v = find_io(r0, DIT_STORAGE_OUTPUT, name, &idx);
   if (!v) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);

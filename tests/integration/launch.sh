@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `ditrun launch` on loopback: three ranks meet and print rank 0's payload with their stderr
 # prefixed; one failing rank (reporting it, or simply exiting) makes the launch exit non-zero
-# within seconds, naming that rank, with no rank left running; bad usage is refused.
+# within seconds, naming that rank, with no rank left running; bad usage is refused; bundles run
+# one rank per process.
 set -uo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -46,16 +47,32 @@ done
 timeout 30 "$BIN/ditrun" launch -n 2 -- no-such-command >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "\[rank .\] .*unknown command 'no-such-command'" "$T/err" || { fail "failing command"; cat "$T/err"; }
 
-# A launched forward whose bundle was compiled for another world size is refused before any
-# allocation; one for this world size is refused too (one process per rank needs
-# NCCL, not in this build) with the way to run it. No output either way.
+# One process per rank on the CPU backend (collectives over loopback TCP): forward and generate
+# give the bytes of the one-process run; rank 0 alone writes. A bundle for another world size is
+# refused before any allocation, and so are GPU ranks (they need NCCL, not in this build).
 d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q)
+gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
+for top in "--tp 2" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2 --cfg-parallel" "--cfg-parallel --tp 2"; do
+  # shellcheck disable=SC2086
+  b=$("$BIN/ditc" "${c[@]}" $top | tail -n1 | cut -d' ' -f3)
+  w=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['topology']['world'])" "$b/manifest.json")
+  "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/f1.safetensors" >/dev/null 2>&1
+  "$BIN/ditrun" generate "$b" "${gen[@]}" --out "$T/g1.safetensors" >/dev/null 2>&1
+  rm -f "$T/fn.safetensors" "$T/gn.safetensors"
+  timeout 60 "$BIN/ditrun" launch -n "$w" -- forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/fn.safetensors" >"$T/out" 2>"$T/err" &&
+    timeout 60 "$BIN/ditrun" launch -n "$w" -- generate "$b" "${gen[@]}" --out "$T/gn.safetensors" >>"$T/out" 2>>"$T/err" ||
+    { fail "launch -n $w $top"; cat "$T/err"; continue; }
+  cmp -s "$T/f1.safetensors" "$T/fn.safetensors" && cmp -s "$T/g1.safetensors" "$T/gn.safetensors" || fail "launch -n $w $top: outputs differ"
+  [ "$(grep -c '^wrote' "$T/out")" = 2 ] || fail "launch -n $w $top: expected one writer per run"
+  echo "ok: launch -n $w $top: forward and generate identical to one process"
+done
 one=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
-two=$("$BIN/ditc" "${c[@]}" --tp 2 | tail -n1 | cut -d' ' -f3)
+gpu=$("$BIN/ditc" "${c[@]}" --tp 2 --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
 for case in "$one|the bundle needs 1 rank, this launch has 2 (WORLD_SIZE from torchrun)" \
-            "$two|one process per rank needs NCCL collectives, not in this build; run one ditrun without a launcher"; do
+            "$gpu|one GPU process per rank needs NCCL collectives, not in this build"; do
   b=${case%%|*}; msg=${case#*|}
+  rm -f "$T/o.safetensors"
   timeout 30 "$BIN/ditrun" launch -n 2 -- forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/o.safetensors" >"$T/out" 2>"$T/err"
   rc=$?
   # The first rank to fail stops the other, which may not have printed yet.

@@ -1,0 +1,30 @@
+/* Collectives between the processes of one host over TCP (loopback), for ranks that run one
+ * per process on the CPU backend: a full mesh of connections, every collective an exchange
+ * of whole buffers between the group's members. Reductions add contributions in fp32 in group
+ * order and round once, exactly as the in-process communicator does, so a multi-process run
+ * gives the bytes of a one-process run. Ranks meet through the launch's rendezvous (its port),
+ * which also stays open as the liveness channel; their own listening ports are the system's
+ * choice, exchanged through rank 0. */
+#ifndef DIT_RUNTIME_COMM_COMM_TCP_H
+#define DIT_RUNTIME_COMM_COMM_TCP_H
+
+#include <stddef.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "runtime/launch/launch_env.h"
+
+typedef struct dit_tcomm dit_tcomm_t;
+
+/* Connects this rank to every other within timeout_ms (each missing rank named). */
+dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tcomm_t **out);
+void dit_tcomm_destroy(dit_tcomm_t *c);
+
+/* group: world ranks in group order, this rank among them. Every member calls with the same
+ * sizes; a member whose size differs, or that closes its connection, fails the call. */
+dit_status_t dit_tcomm_allgather(dit_tcomm_t *c, const int *group, int n, const void *send, size_t bytes, void *recv);
+dit_status_t dit_tcomm_alltoall(dit_tcomm_t *c, const int *group, int n, const void *send, void *recv, size_t chunk_bytes);
+dit_status_t dit_tcomm_allreduce_sum(dit_tcomm_t *c, const int *group, int n, void *buf, size_t count, dit_dtype_t dtype);
+dit_status_t dit_tcomm_broadcast(dit_tcomm_t *c, const int *group, int n, int root, void *buf, size_t bytes);
+
+#endif
