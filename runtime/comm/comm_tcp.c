@@ -262,19 +262,9 @@ static int member_index(const dit_tcomm_t *c, const int *group, int n, dit_statu
   return me;
 }
 
-dit_status_t dit_tcomm_allgather(dit_tcomm_t *c, const int *group, int n, const void *send, size_t bytes, void *recv) {
-  dit_status_t s = DIT_OK;
-  const int me = member_index(c, group, n, &s);
-  if (me < 0) return s;
-  xfer_t x[TCOMM_MAX_WORLD];
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    if (i != me) x[m++] = (xfer_t){.peer = group[i], .send = send, .slen = bytes, .recv = (char *)recv + (size_t)i * bytes, .rlen = bytes};
-  memmove((char *)recv + (size_t)me * bytes, send, bytes);
-  return exchange(c, x, m);
-}
-
-dit_status_t dit_tcomm_alltoall(dit_tcomm_t *c, const int *group, int n, const void *send, void *recv, size_t chunk) {
+/* Member i receives send + i * stride (bytes of it); recv gets member i's at i * bytes. An
+ * allgather sends one block to all (stride 0); an all-to-all a block each (stride bytes). */
+static dit_status_t spread(dit_tcomm_t *c, const int *group, int n, const void *send, size_t stride, void *recv, size_t bytes) {
   dit_status_t s = DIT_OK;
   const int me = member_index(c, group, n, &s);
   if (me < 0) return s;
@@ -282,10 +272,18 @@ dit_status_t dit_tcomm_alltoall(dit_tcomm_t *c, const int *group, int n, const v
   int m = 0;
   for (int i = 0; i < n; i++)
     if (i != me)
-      x[m++] = (xfer_t){.peer = group[i], .send = (const char *)send + (size_t)i * chunk, .slen = chunk,
-                        .recv = (char *)recv + (size_t)i * chunk, .rlen = chunk};
-  memmove((char *)recv + (size_t)me * chunk, (const char *)send + (size_t)me * chunk, chunk);
+      x[m++] = (xfer_t){.peer = group[i], .send = (const char *)send + (size_t)i * stride, .slen = bytes,
+                        .recv = (char *)recv + (size_t)i * bytes, .rlen = bytes};
+  memmove((char *)recv + (size_t)me * bytes, (const char *)send + (size_t)me * stride, bytes);
   return exchange(c, x, m);
+}
+
+dit_status_t dit_tcomm_allgather(dit_tcomm_t *c, const int *group, int n, const void *send, size_t bytes, void *recv) {
+  return spread(c, group, n, send, 0, recv, bytes);
+}
+
+dit_status_t dit_tcomm_alltoall(dit_tcomm_t *c, const int *group, int n, const void *send, void *recv, size_t chunk) {
+  return spread(c, group, n, send, chunk, recv, chunk);
 }
 
 dit_status_t dit_tcomm_allreduce_sum(dit_tcomm_t *c, const int *group, int n, void *buf, size_t count, dit_dtype_t dtype) {
