@@ -174,6 +174,8 @@ dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tco
     dit_tcomm_destroy(c);
     return s;
   }
+  /* Meeting is quick; a collective may wait for a peer that computes a whole block first. */
+  c->timeout_ms = 10 * timeout_ms;
   *out = c;
   return DIT_OK;
 }

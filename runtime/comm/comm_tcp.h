@@ -16,7 +16,8 @@
 
 typedef struct dit_tcomm dit_tcomm_t;
 
-/* Connects this rank to every other within timeout_ms (each missing rank named). */
+/* Connects this rank to every other within timeout_ms; each collective then waits at most ten
+ * times that for its peers. */
 dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tcomm_t **out);
 void dit_tcomm_destroy(dit_tcomm_t *c);
 
