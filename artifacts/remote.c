@@ -16,6 +16,7 @@
 
 #include "artifacts/identity.h"
 #include "artifacts/sign.h"
+#include "base/clock.h"
 #include "base/fileio.h"
 
 #define MANIFEST_MAX ((size_t)64 << 20)
@@ -32,12 +33,6 @@ struct dit_remote {
 };
 
 static int g_curl_users = 0;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int dit_remote_is_url(const char *s) { return s && (!strncmp(s, "http://", 7) || !strncmp(s, "https://", 8)); }
 
@@ -464,7 +459,7 @@ static dit_status_t push_blob(dit_remote_t *r, dit_store_t *st, const dit_manife
 
 dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *identity, dit_remote_stats_t *out) {
   memset(out, 0, sizeof *out);
-  double t0 = now_s();
+  double t0 = dit_now_s();
   dit_manifest_t *m = NULL;
   char *text = NULL, *sig = NULL;
   size_t len = 0;
@@ -485,7 +480,7 @@ dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *ident
       out->blobs_present++;
       continue;
     }
-    double tb = now_s();
+    double tb = dit_now_s();
     uint64_t wire = 0;
     s = push_blob(r, st, b, &wire);
     if (s) break;
@@ -496,7 +491,7 @@ dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *ident
       char a[32], c[32];
       dit_format_bytes(b->size, a);
       dit_format_bytes(wire, c);
-      fprintf(stderr, "push: blob %s (%s, %s) sent as %s in %.2fs\n", b->hash, b->role, a, c, now_s() - tb);
+      fprintf(stderr, "push: blob %s (%s, %s) sent as %s in %.2fs\n", b->hash, b->role, a, c, dit_now_s() - tb);
     }
   }
   char rel[64];
@@ -508,7 +503,7 @@ dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *ident
     snprintf(rel, sizeof rel, "ac/%s", identity);
     s = put_memory(r, rel, text, len);
   }
-  out->seconds = now_s() - t0;
+  out->seconds = dit_now_s() - t0;
   free(text);
   free(sig);
   dit_manifest_free(m);
@@ -599,13 +594,13 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
   memset(out, 0, sizeof *out);
   if (!dit_is_hash_hex(identity))
     return DIT_ERR(INVALID_ARGUMENT, "pull: '%s' is not an identity (32 lowercase hex digits)", identity);
-  double t0 = now_s();
+  double t0 = dit_now_s();
   if (local_entry_usable(st, identity, trusted_key)) {
     dit_manifest_t *m = NULL;
     dit_status_t s = dit_store_get_manifest(st, identity, &m, NULL, NULL);
     if (!s) out->blobs_present = m->n_blobs;
     dit_manifest_free(m);
-    out->seconds = now_s() - t0;
+    out->seconds = dit_now_s() - t0;
     return s;
   }
   char rel[64], what[4200];
@@ -644,7 +639,7 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
         out->blobs_present++;
         continue;
       }
-      double tb = now_s();
+      double tb = dit_now_s();
       uint64_t wire = 0;
       s = pull_blob(r, st, b, &wire);
       if (s) break;
@@ -655,7 +650,7 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
         char a[32], c[32];
         dit_format_bytes(b->size, a);
         dit_format_bytes(wire, c);
-        double dt = now_s() - tb;
+        double dt = dit_now_s() - tb;
         fprintf(stderr, "pull: blob %s (%s, %s) fetched as %s in %.2fs (%.0f MiB/s), XXH3-128 and SHA-256 verified\n", b->hash,
                 b->role, a, c, dt, dt > 0 ? (double)b->size / (1 << 20) / dt : 0.0);
       }
@@ -665,7 +660,7 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
     if (!s) s = dit_store_put_manifest(st, identity, text, len, sig, NULL);
     dit_store_unlock(st);
   }
-  out->seconds = now_s() - t0;
+  out->seconds = dit_now_s() - t0;
   free(text);
   free(sig);
   dit_manifest_free(m);

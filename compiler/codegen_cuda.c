@@ -11,9 +11,10 @@
 #include <time.h>
 
 #include "artifacts/identity.h"
+#include "base/clock.h"
 #include "base/fileio.h"
-#include "compiler/codegen_mlir.h"
 #include "base/strbuf.h"
+#include "compiler/codegen_mlir.h"
 #include "dit_kernel_sources.h"
 #include "dit_sources_hash.h"
 
@@ -372,12 +373,6 @@ static dit_status_t link_cubin(dit_cuda_codegen_t *cg, const char *ptx, size_t p
 }
 #endif
 
-static __attribute__((unused)) double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- the MLIR path for pure elementwise ops ---- */
 
 /* Which elementwise ops the MLIR path generates, from measurements on an H200 (per kernel,
@@ -489,7 +484,7 @@ static dit_status_t codegen_mlir(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
     free(cg->cubin);
     free(cg->ptx);
     cg->cubin = cg->ptx = NULL;
-    double t0 = now_s();
+    double t0 = dit_now_s();
     dit_mlir_kernel_t mk;
     s = dit_mlir_elementwise_ptx(e, (char[]){'s', 'm', '_', cg->arch[0], cg->arch[1], 0}, &mk, &cg->ptx, &cg->ptx_size, NULL);
     if (s && dit_status_code(s) == DIT_CODE_UNAVAILABLE)
@@ -509,7 +504,7 @@ static dit_status_t codegen_mlir(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
       dit_status_free(dit_file_write_atomic(lpath, line, (size_t)n));
     }
     cg->stats.compiled++;
-    cg->stats.compile_seconds += now_s() - t0;
+    cg->stats.compile_seconds += dit_now_s() - t0;
   }
   free(launch);
   if (s) return dit_status_annotate(s, "op %s '%s' (MLIR path)", dit_op_info(op->kind)->name, V(g, op->out[0])->name);
@@ -586,7 +581,7 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
     free(cg->cubin);
     free(cg->ptx);
     cg->cubin = cg->ptx = NULL;
-    double t0 = now_s();
+    double t0 = dit_now_s();
     st = compile_ptx(cg, src, &cg->ptx, &cg->ptx_size);
     if (!st) st = link_cubin(cg, cg->ptx, cg->ptx_size, &cg->cubin, &cg->cubin_size);
     /* The cache is an optimization: a failed write only costs a recompile next time. */
@@ -595,7 +590,7 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
       dit_status_free(dit_file_write_atomic(cpath, cg->cubin, cg->cubin_size));
     }
     cg->stats.compiled++;
-    cg->stats.compile_seconds += now_s() - t0;
+    cg->stats.compile_seconds += dit_now_s() - t0;
   }
   free(src);
   if (st) return dit_status_annotate(st, "op %s '%s'", dit_op_info(op->kind)->name, V(g, op->out[0])->name);

@@ -7,19 +7,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_ops.h"
 
 enum { CQ_COPY, CQ_MARK, CQ_WAIT };
 
-static double mono_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 typedef struct cq_item {
   int kind, ev;
   void *dst;
@@ -58,7 +53,7 @@ static void *copy_thread(void *arg) {
       while (q->completed[it.ev] < it.target && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
     } else if (it.kind == CQ_MARK) {
       q->completed[it.ev] = it.target;
-      q->when[it.ev] = mono_s();
+      q->when[it.ev] = dit_now_s();
     } else {
       pthread_mutex_unlock(&q->mu);
       if (q->delay_us) usleep(q->delay_us);
@@ -119,7 +114,7 @@ static dit_status_t cpu_mark(void *state, int queue, int ev) {
   /* Compute is synchronous: everything before this mark has already run. */
   pthread_mutex_lock(&q->mu);
   q->completed[ev] = ++q->recorded[ev];
-  q->when[ev] = mono_s();
+  q->when[ev] = dit_now_s();
   pthread_cond_broadcast(&q->cv);
   pthread_mutex_unlock(&q->mu);
   return DIT_OK;

@@ -10,6 +10,7 @@
 #include "artifacts/fetch.h"
 #include "artifacts/plan.h"
 #include "artifacts/safetensors.h"
+#include "base/clock.h"
 #include "runtime/compare.h"
 #include "runtime/ditrun.h"
 #include "runtime/launch/launch_cmd.h"
@@ -81,12 +82,6 @@ static int usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- where the bundle comes from (fetch.h) ---- */
 
 static dit_fetch_options_t g_fetch = {.timeout_s = 30, .retries = 3, .verbose = 1};
@@ -143,7 +138,7 @@ static int take_fetch_options(int *argc, char **argv) {
 /* ---- verify / info ---- */
 
 static int cmd_verify(const char *dir) {
-  double t0 = now_s();
+  double t0 = dit_now_s();
   dit_bundle_t *b;
   dit_status_t s = resolve_bundle(dir, &dir);
   if (s) return dit_status_report(s, "ditrun");
@@ -172,7 +167,7 @@ static int cmd_verify(const char *dir) {
   }
   if (!s)
     printf("ok: bundle %s verified: %zu blobs, %.1f MiB hashed, %zu rank plans checked (%.2fs)\n", m->identity, m->n_blobs,
-           (double)bytes / (1 << 20), m->n_ranks, now_s() - t0);
+           (double)bytes / (1 << 20), m->n_ranks, dit_now_s() - t0);
   dit_bundle_close(b);
   return dit_status_report(s, "ditrun");
 }
@@ -311,11 +306,11 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
                              env.launcher != DIT_LAUNCHER_NONE ? &env : NULL};
-  double t0 = now_s();
+  double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
   DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
-  fprintf(stderr, "ditrun: loaded and verified %s in %.2fs\n", dit_runtime_manifest(*rt)->identity, now_s() - t0);
+  fprintf(stderr, "ditrun: loaded and verified %s in %.2fs\n", dit_runtime_manifest(*rt)->identity, dit_now_s() - t0);
   dit_offload_stats_t os;
   if (dit_runtime_offload_stats(*rt, &os)) {
     const double mib = 1 << 20;
@@ -347,9 +342,9 @@ static int cmd_forward(int argc, char **argv) {
   dit_status_t s = load(&a, &rt);
   const dit_manifest_t *m = rt ? dit_runtime_manifest(rt) : NULL;
   if (!s) s = set_inputs_from(rt, a.inputs);
-  double t0 = now_s();
+  double t0 = dit_now_s();
   if (!s) s = dit_runtime_forward(rt);
-  if (!s) fprintf(stderr, "ditrun: forward %.3fs\n", now_s() - t0);
+  if (!s) fprintf(stderr, "ditrun: forward %.3fs\n", dit_now_s() - t0);
   for (size_t i = 0; !s && i < m->n_outputs; i++) {
     dit_tensor_t y;
     s = dit_runtime_output(rt, m->io_outputs[i].name, &y);
@@ -415,10 +410,10 @@ static int cmd_generate(int argc, char **argv) {
   } else if (!s) {
     dit_rng_normal((uint64_t)a.seed, 0, latents, n);
   }
-  double t0 = now_s();
+  double t0 = dit_now_s();
   if (!s) s = dit_runtime_generate(rt, &g, &prompt, a.negative ? &neg : NULL, latents);
   if (!s) {
-    fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", g.steps, now_s() - t0);
+    fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", g.steps, dit_now_s() - t0);
     lat.data = latents;
     if (g_writer) s = write_tensor(a.out, "latents", &lat);
   }
@@ -511,9 +506,9 @@ static int cmd_bench(int argc, char **argv) {
   double *t = calloc((size_t)iters, sizeof *t);
   for (int i = 0; !s && i < 2; i++) s = dit_runtime_forward(rt);
   for (int i = 0; !s && i < iters; i++) {
-    double t0 = now_s();
+    double t0 = dit_now_s();
     s = dit_runtime_forward(rt);
-    t[i] = now_s() - t0;
+    t[i] = dit_now_s() - t0;
   }
   double split[3] = {0, 0, 0}, total = 0, per_kind[DIT_OP_COUNT] = {0};
   dit_offload_stats_t os;
@@ -528,9 +523,9 @@ static int cmd_bench(int argc, char **argv) {
   if (!s) {
     const dit_plan_t *p = dit_runtime_plan(rt);
     for (size_t i = 0; !s && i < p->n_steps; i++) {
-      double t0 = now_s();
+      double t0 = dit_now_s();
       s = dit_runtime_step(rt, i);
-      double dt = now_s() - t0;
+      double dt = dit_now_s() - t0;
       int k = p->steps[i].kind == DIT_OP_LINEAR ? 0 : p->steps[i].kind == DIT_OP_ATTENTION ? 1 : 2;
       split[k] += dt;
       per_kind[p->steps[i].kind] += dt;
@@ -598,9 +593,9 @@ static int cmd_calibrate(int argc, char **argv) {
   if (!t && !s) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = dit_runtime_forward(rt); /* warm-up */
   for (int i = 0; !s && i < iters; i++) {
-    double t0 = now_s();
+    double t0 = dit_now_s();
     s = dit_runtime_forward(rt);
-    t[i] = now_s() - t0;
+    t[i] = dit_now_s() - t0;
   }
   if (!s) s = dit_runtime_measure_h2d(rt, (uint64_t)(chunk_mb * (1 << 20)), 3, &gbs);
   if (!s) {

@@ -10,12 +10,13 @@
 
 #include "artifacts/bundle.h"
 #include "artifacts/plan.h"
+#include "base/clock.h"
 #include "runtime/backend.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/comm_tcp.h"
+#include "runtime/ditrun.h"
 #include "runtime/launch/launch_env.h"
 #include "runtime/offload_engine.h"
-#include "runtime/ditrun.h"
 
 typedef struct rank_rt {
   int rank;
@@ -461,13 +462,12 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
   const char *name = dit_op_info(st->kind)->name;
   int members[64], n = 1, me = 0;
   DIT_RETURN_IF(group_members(rt, st, members, &n, &me));
-  dit_comm_t *c = comm;
   const size_t es = dit_dtype_size(x->dtype), bytes = dit_tensor_nbytes(x);
   if (x->dtype != y->dtype) return DIT_ERR(INVALID_ARGUMENT, "%s: input and output differ in dtype", name);
   if (st->kind == DIT_OP_ALLREDUCE) {
     if (dit_tensor_numel(x) != dit_tensor_numel(y)) return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in size");
     DIT_RETURN_IF(copy2d(rt, y->data, bytes, x->data, bytes, bytes, 1));
-    return comm_call(rt, c, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
+    return comm_call(rt, comm, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
   }
   if (x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands are not [B, T, C]", name);
   if ((size_t)n * bytes > rt->coll_cap) return DIT_ERR(INTERNAL, "%s: collective scratch of %zu bytes is short", name, rt->coll_cap);
@@ -478,14 +478,14 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
     case DIT_OP_REDUCE_SCATTER: { /* the group's sum (fp32, group order), then this member's token share */
       const size_t Tl = T / (size_t)n;
       DIT_RETURN_IF(copy2d(rt, recv, bytes, xd, bytes, bytes, 1));
-      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
       return copy2d(rt, yd, Tl * row, recv + (size_t)me * Tl * row, T * row, Tl * row, B);
     }
     case DIT_OP_RING_SHIFT: /* every member's block, then the previous member's */
-      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
       return copy2d(rt, yd, bytes, recv + (size_t)((me + n - 1) % n) * bytes, bytes, bytes, 1);
     case DIT_OP_ALLGATHER: /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
-      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
       for (int p = 0; p < n; p++) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * T * row, (size_t)n * T * row, recv + (size_t)p * bytes, T * row, T * row, B));
       return DIT_OK;
     case DIT_OP_ALLTOALL: {
@@ -499,7 +499,7 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
         if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
         else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
       }
-      DIT_RETURN_IF(comm_call(rt, c, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
       const size_t yrow = (size_t)y->dims[2] * es;
       for (int p = 0; p < n; p++) {
         if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
@@ -698,15 +698,13 @@ dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, in
   double best = 0;
   for (int rep = 0; rep < repeats && !s; rep++) {
     s = be->synchronize(r->be_state);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    const double t0 = dit_now_s();
     for (size_t off = 0, i = 0; !s && off < total; off += chunk_bytes, i++)
       s = be->copy_enqueue(r->be_state, dev[i % 2], (const uint8_t *)host + off, total - off < chunk_bytes ? total - off : chunk_bytes, 0);
     if (!s) s = be->mark(r->be_state, 1, 0);
     if (!s) s = be->wait(r->be_state, 0, 0);
     if (!s) s = be->synchronize(r->be_state);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    const double dt = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    const double dt = dit_now_s() - t0;
     if (!s && dt > 0 && (double)total / dt / 1e9 > best) best = (double)total / dt / 1e9;
   }
   for (int k = 0; k < 2; k++)

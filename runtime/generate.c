@@ -5,13 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "runtime/ditrun.h"
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static dit_status_t read_sample(dit_runtime_t *rt, int lane, float *out, size_t n) {
   dit_tensor_t y;
@@ -60,7 +55,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   float *tvec = malloc((size_t)batch * sizeof *tvec);
   dit_status_t s = (!cond || !tvec || (cfg && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
   for (int i = 0; !s && i < o->steps; i++) {
-    double t0 = now_s();
+    double t0 = dit_now_s();
     double t = dit_sampler_timestep(smp, i);
     for (int64_t b = 0; b < batch; b++) tvec[b] = (float)t;
     dit_tensor_t tt = {tvec, DIT_F32, 1, {batch}};
@@ -75,7 +70,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     }
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
-    else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, now_s() - t0);
+    else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);
   }
   free(cond);
   free(uncond);

@@ -4,19 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "base/clock.h"
 
 /* Events: the fork and join of the copy queue, the yield point, then per block "slot full"
  * (READY) and "block finished" (DONE). */
 enum { EV_FORK = 0, EV_JOIN = 1, EV_YIELD = 2, EV_BLOCKS = 3 };
 /* Timed events around each block's wait for its slot: the prefetch stall on the compute queue. */
 #define EV_STALL(b, after) (DIT_BACKEND_TIMED_EVENTS + 2 * (b) + (after))
-
-static double mono_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct eng_block {
   uint64_t lo, hi;         /* the block's byte range in the weight blob */
@@ -335,17 +330,17 @@ static dit_status_t before_step(dit_offload_engine_t *e, size_t step);
 static dit_status_t after_step(dit_offload_engine_t *e, size_t step);
 
 dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step) {
-  const double t0 = mono_s();
+  const double t0 = dit_now_s();
   if (step == 0) e->host_s = 0;
   dit_status_t s = before_step(e, step);
-  e->host_s += mono_s() - t0;
+  e->host_s += dit_now_s() - t0;
   return s;
 }
 
 dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step) {
-  const double t0 = mono_s();
+  const double t0 = dit_now_s();
   dit_status_t s = after_step(e, step);
-  e->host_s += mono_s() - t0;
+  e->host_s += dit_now_s() - t0;
   return s;
 }
 

@@ -1,7 +1,5 @@
 #include "runtime/comm/comm_tcp.h"
 
-#include "runtime/launch/rendezvous.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "base/clock.h"
+#include "runtime/launch/rendezvous.h"
 
 #define TCOMM_MAGIC 0x44544331u /* "DTC1" */
 #define TCOMM_MAX_WORLD 64
@@ -31,12 +31,6 @@ typedef struct wire_header {
   uint64_t bytes;
 } wire_header_t;
 
-static long long now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 void dit_tcomm_destroy(dit_tcomm_t *c) {
   if (!c) return;
   for (int i = 0; i < c->world; i++)
@@ -50,7 +44,7 @@ static int io_all(int fd, void *p, size_t n, int writing, long long deadline) {
   char *b = p;
   while (n) {
     struct pollfd q = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
-    long long left = deadline - now_ms();
+    long long left = deadline - dit_now_ms();
     if (left <= 0 || poll(&q, 1, (int)left) <= 0) return -1;
     ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
     if (k <= 0) {
@@ -78,7 +72,7 @@ static int listen_any(int *port) {
 
 static int accept_by(int lfd, long long deadline) {
   struct pollfd q = {lfd, POLLIN, 0};
-  long long left = deadline - now_ms();
+  long long left = deadline - dit_now_ms();
   return left > 0 && poll(&q, 1, (int)left) > 0 ? accept(lfd, NULL, NULL) : -1;
 }
 
@@ -89,7 +83,7 @@ static int connect_to(uint32_t ip, int port, long long deadline) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
     if (fd >= 0) close(fd);
-    if (now_ms() > deadline) return -1;
+    if (dit_now_ms() > deadline) return -1;
     usleep(20000);
   }
 }
@@ -105,7 +99,7 @@ dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tco
   if (!c) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   c->rank = e->rank, c->world = e->world, c->timeout_ms = timeout_ms;
   for (int i = 0; i < TCOMM_MAX_WORLD; i++) c->fd[i] = -1;
-  const long long deadline = now_ms() + timeout_ms;
+  const long long deadline = dit_now_ms() + timeout_ms;
   int myport = 0, lfd = listen_any(&myport), one = 1;
   dit_status_t s = lfd < 0 ? DIT_ERR(UNAVAILABLE, "tcp collectives: rank %d cannot listen: %s", e->rank, strerror(errno)) : DIT_OK;
   uint32_t port0 = (uint32_t)myport, got0 = 0;
@@ -196,7 +190,7 @@ static dit_status_t exchange(dit_tcomm_t *c, xfer_t *x, int m) {
     x[i].sh = (wire_header_t){TCOMM_MAGIC, c->seq[x[i].peer]++, (uint64_t)x[i].slen};
     x[i].sdone = x[i].rdone = x[i].shdone = x[i].rhdone = 0;
   }
-  const long long deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
+  const long long deadline = c->timeout_ms > 0 ? dit_now_ms() + c->timeout_ms : 0;
   struct pollfd q[TCOMM_MAX_WORLD];
   for (;;) {
     int active = 0;
@@ -208,7 +202,7 @@ static dit_status_t exchange(dit_tcomm_t *c, xfer_t *x, int m) {
       active += ev != 0;
     }
     if (!active) return DIT_OK;
-    long long left = deadline ? deadline - now_ms() : 1000;
+    long long left = deadline ? deadline - dit_now_ms() : 1000;
     if (deadline && left <= 0) {
       char who[256] = "";
       size_t w = 0;

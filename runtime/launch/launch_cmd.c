@@ -19,6 +19,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "base/clock.h"
 #include "runtime/launch/launch_env.h"
 #include "runtime/launch/rendezvous.h"
 
@@ -26,12 +27,6 @@ extern char **environ;
 
 #define MAX_LOCAL_RANKS 1024
 #define LINE_MAX_BYTES 4096
-
-static int64_t mono_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static int launch_usage(const char *what) {
   fprintf(stderr, "ditrun launch: error: %s\nusage: ditrun launch -n N [--port P] [--grace-ms MS] -- COMMAND [ARGS...]\n", what);
@@ -250,7 +245,7 @@ int dit_launch_main(int argc, char **argv) {
     kids[r].err_fd = errp[0];
     live++;
   }
-  if (stopping) kill_at = mono_ms() + grace_ms, first_failed = -2;
+  if (stopping) kill_at = dit_now_ms() + grace_ms, first_failed = -2;
   if (stopping)
     for (int r = 0; r < n; r++)
       if (kids[r].pid > 0) kill(kids[r].pid, SIGTERM);
@@ -264,7 +259,7 @@ int dit_launch_main(int argc, char **argv) {
       if (kids[r].err_fd >= 0) who[np] = r, p[np++] = (struct pollfd){kids[r].err_fd, POLLIN, 0};
     /* A signal landing between the checks and poll is caught by the pipe; the cap only
      * bounds how late SIGKILL can be. */
-    int wait_ms = stopping ? (int)(kill_at - mono_ms() > 0 ? kill_at - mono_ms() : 0) : 1000;
+    int wait_ms = stopping ? (int)(kill_at - dit_now_ms() > 0 ? kill_at - dit_now_ms() : 0) : 1000;
     poll(p, (nfds_t)np, wait_ms > 1000 ? 1000 : wait_ms);
     char drain[64];
     while (read(g_sig_pipe[0], drain, sizeof drain) > 0) {
@@ -284,18 +279,18 @@ int dit_launch_main(int argc, char **argv) {
         first_failed = r;
         fprintf(stderr, "ditrun launch: rank %d (pid %d) %s; stopping the other ranks\n", r, (int)kids[r].pid, how);
       }
-      if (failed(st) && !stopping) stopping = 1, kill_at = mono_ms() + grace_ms;
+      if (failed(st) && !stopping) stopping = 1, kill_at = dit_now_ms() + grace_ms;
       if (stopping && first_failed == r)
         for (int o = 0; o < n; o++)
           if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
     }
     if (g_stop_signal && !stopping) {
       fprintf(stderr, "ditrun launch: %s; stopping the ranks\n", strsignal(g_stop_signal));
-      stopping = 1, kill_at = mono_ms() + grace_ms, first_failed = -2;
+      stopping = 1, kill_at = dit_now_ms() + grace_ms, first_failed = -2;
       for (int o = 0; o < n; o++)
         if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
     }
-    if (stopping && mono_ms() >= kill_at)
+    if (stopping && dit_now_ms() >= kill_at)
       for (int o = 0; o < n; o++)
         if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGKILL);
   }
@@ -399,7 +394,7 @@ int dit_rendezvous_selftest_main(int argc, char **argv) {
     if (!die) dit_rendezvous_report_failure(r, "rendezvous-selftest: failing on purpose");
     _exit(3); /* no clean close: a crash, as far as the other ranks can tell */
   }
-  for (int64_t end = mono_ms() + hold_ms; !atomic_load(&g_heard_failure) && mono_ms() < end;) poll(NULL, 0, 10);
+  for (int64_t end = dit_now_ms() + hold_ms; !atomic_load(&g_heard_failure) && dit_now_ms() < end;) poll(NULL, 0, 10);
   s = dit_rendezvous_status(r);
   dit_rendezvous_close(r);
   return s ? (dit_status_report(s, "ditrun"), DIT_EXIT_PEER_FAILED) : 0;

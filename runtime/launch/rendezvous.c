@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+
 #define RDZV_MAGIC 0x44495452u /* "DITR" */
 #define RDZV_VERSION 1
 #define HDR_BYTES 20
@@ -57,14 +59,8 @@ struct dit_rendezvous {
 
 /* ---- time and bounded I/O ---- */
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 static int remaining(int64_t deadline) {
-  int64_t r = deadline - now_ms();
+  int64_t r = deadline - dit_now_ms();
   return r < 0 ? 0 : r > 1000000000 ? 1000000000 : (int)r;
 }
 
@@ -288,7 +284,7 @@ static dit_status_t judge_hello(const dit_launch_env_t *e, const frame_t *f, siz
 static dit_status_t gather(const dit_launch_env_t *e, const void *payload, size_t len, int timeout_ms, int *fds) {
   int lfd = -1;
   DIT_RETURN_IF(listen_on(e, &lfd));
-  int64_t deadline = now_ms() + timeout_ms;
+  int64_t deadline = dit_now_ms() + timeout_ms;
   pending_t pend[MAX_PENDING];
   int n_pend = 0, arrived = 1;
   dit_status_t s = DIT_OK;
@@ -326,7 +322,7 @@ static dit_status_t gather(const dit_launch_env_t *e, const void *payload, size_
         s = judge_hello(e, &f, len, fds, &drop);
         if (s) {
           send_frame(pend[i].fd, F_ERROR, (int)dit_status_code(s), 0, dit_status_message(s),
-                     strlen(dit_status_message(s)), now_ms() + SEND_MS);
+                     strlen(dit_status_message(s)), dit_now_ms() + SEND_MS);
           drop = 1;
         } else if (!drop) {
           fds[f.a] = pend[i].fd;
@@ -359,7 +355,7 @@ static dit_status_t gather(const dit_launch_env_t *e, const void *payload, size_
     if (err)
       s = DIT_ERR(ABORTED, "rendezvous: rank %d left during the meeting (sending it the payload: %s)", k, strerror(err));
   }
-  if (s) broadcast_error(fds + 1, e->world - 1, s, now_ms() + SEND_MS);
+  if (s) broadcast_error(fds + 1, e->world - 1, s, dit_now_ms() + SEND_MS);
   return s;
 }
 
@@ -367,7 +363,7 @@ static dit_status_t gather(const dit_launch_env_t *e, const void *payload, size_
 
 static dit_status_t reach(const dit_launch_env_t *e, const void *payload, size_t len, int timeout_ms, int *out_fd,
                           void *out_payload) {
-  int64_t start = now_ms(), deadline = start + timeout_ms;
+  int64_t start = dit_now_ms(), deadline = start + timeout_ms;
   int grace = timeout_ms / 4 < 1000 ? timeout_ms / 4 : 1000;
   char port[16];
   snprintf(port, sizeof port, "%d", e->port);
@@ -431,7 +427,7 @@ static dit_status_t reach(const dit_launch_env_t *e, const void *payload, size_t
     err = read_frame(fd, &f, body, DIT_RDZV_MAX_PAYLOAD + MAX_TEXT, deadline + grace);
     if (err == ETIMEDOUT)
       s = DIT_ERR(DEADLINE_EXCEEDED, "rendezvous: rank %d reached rank 0 at %s:%d but heard nothing within %d ms (other ranks missing?)",
-                  e->rank, e->addr, e->port, (int)(now_ms() - start));
+                  e->rank, e->addr, e->port, (int)(dit_now_ms() - start));
     else if (err)
       s = DIT_ERR(ABORTED, "rendezvous: rank %d lost rank 0 at %s:%d during the meeting: %s", e->rank, e->addr, e->port,
                   err == EPIPE ? "connection closed" : err == EPROTO ? "not a ditrun rendezvous" : strerror(err));
@@ -468,7 +464,7 @@ static void note_failure(dit_rendezvous_t *r, int failed_rank, const char *why) 
   r->failed_rank = failed_rank;
   snprintf(r->why, sizeof r->why, "%s", why);
   if (r->rank == 0) {
-    int64_t deadline = now_ms() + SEND_MS;
+    int64_t deadline = dit_now_ms() + SEND_MS;
     for (int k = 1; k < r->n_fds; k++)
       if (k != failed_rank && r->fds[k] >= 0 && !r->bye[k])
         send_frame(r->fds[k], F_FAIL, failed_rank, 0, r->why, strlen(r->why), deadline);
@@ -502,7 +498,7 @@ static void *watch(void *arg) {
       if (!p[i].revents) continue;
       int k = who[i], peer = peer_of(r, k);
       frame_t f;
-      int err = read_frame(r->fds[k], &f, text, MAX_TEXT, now_ms() + SEND_MS);
+      int err = read_frame(r->fds[k], &f, text, MAX_TEXT, dit_now_ms() + SEND_MS);
       if (!err && f.type == F_BYE) {
         pthread_mutex_lock(&r->mu);
         r->bye[k] = 1;
@@ -600,7 +596,7 @@ void dit_rendezvous_report_failure(dit_rendezvous_t *r, const char *why) {
     r->self_reported = 1;
     r->failed_rank = r->rank;
     snprintf(r->why, sizeof r->why, "%s", why && why[0] ? why : "reported failure");
-    int64_t deadline = now_ms() + SEND_MS;
+    int64_t deadline = dit_now_ms() + SEND_MS;
     for (int k = 0; k < r->n_fds; k++)
       if (r->fds[k] >= 0 && !r->bye[k]) send_frame(r->fds[k], F_FAIL, r->rank, 0, r->why, strlen(r->why), deadline);
   }
@@ -625,7 +621,7 @@ void dit_rendezvous_close(dit_rendezvous_t *r) {
   if (!r) return;
   pthread_mutex_lock(&r->mu);
   r->closing = 1;
-  int64_t deadline = now_ms() + SEND_MS;
+  int64_t deadline = dit_now_ms() + SEND_MS;
   for (int k = 0; k < r->n_fds; k++)
     if (r->fds[k] >= 0 && !r->bye[k]) send_frame(r->fds[k], F_BYE, r->rank, 0, NULL, 0, deadline);
   pthread_mutex_unlock(&r->mu);
