@@ -426,6 +426,7 @@ static int mlir_spec(const dit_graph_t *g, const dit_op_t *op, dit_mlir_ew_spec_
   }
 }
 
+#if DIT_HAVE_NVRTC /* the kernel cache serves the code generators only */
 /* A cache read: 1 on a hit. A miss is not an error (the kernel is generated instead). */
 static int cache_read(const char *path, size_t max, char **data, size_t *size) {
   dit_status_t s = dit_file_read(path, max, data, size);
@@ -442,7 +443,6 @@ static void spec_key_text(const dit_mlir_ew_spec_t *e, char *buf, size_t cap) {
     n += (size_t)snprintf(buf + n, cap - n, " step=%d/%d/%d", (int)e->steps[i].op, e->steps[i].a, e->steps[i].b);
 }
 
-#if DIT_HAVE_NVRTC
 static dit_status_t link_cubin(dit_cuda_codegen_t *cg, const char *ptx, size_t ptx_size, char **out, size_t *out_size);
 #endif
 
