@@ -70,6 +70,12 @@ typedef struct dit_backend_vtable {
   /* Optional: milliseconds between the most recent marks of two events, once both completed
    * (after synchronize). Events from DIT_BACKEND_TIMED_EVENTS up carry times. */
   dit_status_t (*elapsed_ms)(void *state, int ev_a, int ev_b, double *ms);
+  /* Optional, both or neither (device backends whose collectives a device library runs):
+   * native_queue makes the backend's device current on the calling thread and returns its
+   * compute queue (a CUstream for CUDA), on which such collectives are enqueued in order with
+   * the steps; device_count gives the number of devices this process sees. */
+  void *(*native_queue)(void *state);
+  dit_status_t (*device_count)(int *count);
 } dit_backend_vtable_t;
 
 #define DIT_BACKEND_MAX_EVENTS 1024

@@ -310,7 +310,10 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
   DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
-  fprintf(stderr, "ditrun: loaded and verified %s in %.2fs\n", dit_runtime_manifest(*rt)->identity, dit_now_s() - t0);
+  const dit_manifest_t *m = dit_runtime_manifest(*rt);
+  fprintf(stderr, "ditrun: loaded and verified %s in %.2fs", m->identity, dit_now_s() - t0);
+  if (m->topology.world > 1) fprintf(stderr, " (%d ranks, collectives: %s)", m->topology.world, dit_runtime_collectives(*rt));
+  fprintf(stderr, "\n");
   dit_offload_stats_t os;
   if (dit_runtime_offload_stats(*rt, &os)) {
     const double mib = 1 << 20;
@@ -514,10 +517,11 @@ static int cmd_bench(int argc, char **argv) {
   dit_offload_stats_t os;
   if (!s && dit_runtime_offload_stats(rt, &os)) {
     double stall = 0, host = 0;
-    dit_status_t b = dit_runtime_offload_breakdown(rt, &stall, &host);
-    if (!b) printf("offload %s: prefetch_stall_ms %.3f engine_host_ms %.3f streamed_mib %.1f (last forward)\n", os.mode, stall, host,
+    dit_status_t b = a.graph ? NULL : dit_runtime_offload_breakdown(rt, &stall, &host);
+    if (a.graph) printf("offload %s: stalls are not timed inside a replayed CUDA graph (run without --cuda-graph)\n", os.mode);
+    else if (!b) printf("offload %s: prefetch_stall_ms %.3f engine_host_ms %.3f streamed_mib %.1f (last forward)\n", os.mode, stall, host,
                    os.streamed_bytes / 1048576.0);
-    else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b)); /* e.g. a replayed graph */
+    else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b));
     dit_status_free(b);
   }
   if (!s) {

@@ -1,9 +1,12 @@
 /* The loader and plan executor: validates a bundle for this process, binds every plan value
  * to backend memory (arena, weights, io staging) and runs the steps in order. A multi-rank
- * bundle on the CPU backend runs all its ranks here, one thread each, with in-process
- * collectives. */
+ * bundle runs all its ranks here, one thread each, with in-process collectives (GPUs: NCCL
+ * when every rank has a device of its own), or one rank per process under a launcher (TCP
+ * collectives on the CPU, NCCL on GPUs). */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,10 +16,13 @@
 #include "base/clock.h"
 #include "runtime/backend.h"
 #include "runtime/comm/comm.h"
+#include "runtime/comm/comm_nccl.h"
 #include "runtime/comm/comm_tcp.h"
 #include "runtime/ditrun.h"
 #include "runtime/launch/launch_env.h"
 #include "runtime/offload_engine.h"
+
+#define DIT_COLL_GROUPS 5 /* a collective's "group" attribute: 0 tp, 1 cp, 3 Ulysses, 4 ring */
 
 typedef struct rank_rt {
   int rank;
@@ -45,6 +51,11 @@ typedef struct rank_rt {
   void *coll_send, *coll_recv; /* collectives' scratch in backend memory */
   size_t coll_cap;
   dit_tcomm_t *tcomm;        /* collectives with other processes (one rank per process) */
+  int device;                /* GPU ordinal */
+  struct dit_runtime *owner;
+  dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
+  dit_ncomm_t *ngroup[DIT_COLL_GROUPS];
+  void *queue;               /* NCCL: the backend's compute queue */
 } rank_rt_t;
 
 struct dit_runtime {
@@ -55,6 +66,14 @@ struct dit_runtime {
   dit_comm_t *comm;          /* NULL for one rank */
   int process;               /* 1: this process runs only ranks[0], one rank of a launch */
   dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */
+  /* NCCL collectives: enqueued under the read lock; a failure (a rank's step, a peer that
+   * died, an asynchronous NCCL error) aborts every communicator under the write lock. */
+  int nccl;
+  pthread_rwlock_t nlock;
+  int naborted;
+  char nwhy[512];
+  pthread_t watchdog;
+  int watching;              /* the watchdog runs while this is 1 (atomic) */
 };
 
 const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt) { return rt->m; }
@@ -83,8 +102,11 @@ static void rank_destroy(rank_rt_t *rt) {
   dit_plan_free(rt->plan);
 }
 
+static void nccl_shutdown(dit_runtime_t *rt);
+
 void dit_runtime_destroy(dit_runtime_t *rt) {
   if (!rt) return;
+  nccl_shutdown(rt);
   for (int r = 0; rt->ranks && r < rt->n_ranks; r++) rank_destroy(&rt->ranks[r]);
   free(rt->ranks);
   dit_comm_destroy(rt->comm);
@@ -119,12 +141,12 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
                    m->arch);
   if (o && o->launch && o->launch->world > 1) {
     /* Under a launcher: the bundle's world must be the launch's. One process per rank talks
-     * over TCP on the CPU backend; GPUs need NCCL, which this build does not have. */
+     * over TCP on the CPU backend and through NCCL on GPUs. */
     DIT_RETURN_IF(dit_launch_check_topology(m, o->launch));
     if (strcmp(want, "cpu"))
-      return DIT_ERR(UNIMPLEMENTED, "launch: rank %d of %d from %s: one GPU process per rank needs NCCL collectives, not in this build; run one "
-                     "ditrun without a launcher, which runs all %d ranks as threads (GPUs with --devices)", o->launch->rank, o->launch->world,
-                     dit_launcher_name(o->launch->launcher), m->topology.world);
+      DIT_RETURN_IF_ERROR(dit_nccl_load(NULL), "launch: rank %d of %d from %s: one GPU process per rank needs NCCL; or run one ditrun "
+                          "without a launcher, which runs all %d ranks as threads (GPUs with --devices)", o->launch->rank, o->launch->world,
+                          dit_launcher_name(o->launch->launcher), m->topology.world);
   }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (!strcmp(want, "cpu") && pages > 0 && page > 0) {
@@ -203,8 +225,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   DIT_RETURN_IF(dit_bundle_map_blob(rt->bundle, r0->weights, &rt->weights_map));
   rt->be = pick_backend(backend_name(rt->m, o));
   if (!rt->be || rt->be->abi_version != DIT_BACKEND_ABI_VERSION) return DIT_ERR(INTERNAL, "backend table version mismatch");
-  const int spread = o && o->devices > 1 ? o->devices : 1;
-  dit_backend_config_t cfg = {threads, (o ? o->device : 0) + rt->rank % spread, rt->m->arch, rt->m->min_driver};
+  dit_backend_config_t cfg = {threads, rt->device, rt->m->arch, rt->m->min_driver};
   DIT_RETURN_IF(rt->be->create(&cfg, &rt->be_state));
   const int offload = dit_offload_planned(rt->m);
   if (rt->be->memory_info) {
@@ -245,6 +266,8 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   return DIT_OK;
 }
 
+static dit_status_t nccl_setup(dit_runtime_t *rt, const dit_runtime_options_t *o);
+
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *o,
                               dit_runtime_t **out) {
   *out = NULL;
@@ -268,8 +291,20 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   /* The CPU threads are shared out between the ranks. */
   int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int per_rank = rt->n_ranks > 0 && threads / rt->n_ranks > 0 ? threads / rt->n_ranks : 1;
+  /* Devices: a launched process takes its local rank's GPU; the ranks of one process go
+   * round-robin over --devices GPUs from --device. */
+  int proc_device = o ? o->device : 0;
+  const int spread = o && o->devices > 1 ? o->devices : 1;
+  if (!s && rt->process && strcmp(backend_name(rt->m, o), "cpu")) {
+    const dit_backend_vtable_t *be = pick_backend(backend_name(rt->m, o));
+    int count = 0;
+    s = be && be->device_count ? be->device_count(&count) : DIT_ERR(UNIMPLEMENTED, "backend without device enumeration");
+    if (!s) s = dit_launch_pick_device(o->launch, count, getenv("CUDA_VISIBLE_DEVICES"), &proc_device);
+  }
   for (int r = 0; !s && r < rt->n_ranks; r++) {
     rt->ranks[r].rank = rt->process ? o->launch->rank : r;
+    rt->ranks[r].device = rt->process ? proc_device : (o ? o->device : 0) + r % spread;
+    rt->ranks[r].owner = rt;
     rt->ranks[r].tcomm = rt->tcomm;
     rt->ranks[r].stage = o && o->stage_collectives;
     rt->ranks[r].bundle = rt->bundle;
@@ -282,6 +317,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
       else k->graph = 1;
     }
   }
+  if (!s) s = nccl_setup(rt, o);
   if (s) {
     dit_runtime_destroy(rt);
     return dit_status_annotate(s, "%s", bundle_dir);
@@ -362,8 +398,14 @@ typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL } comm_kind_t;
 /* Runs one communicator call on backend-memory buffers: recv = f(send). For ALLREDUCE, send
  * is recv (in place, `bytes` of dtype); ALLGATHER takes `bytes` and gives n * bytes; ALLTOALL
  * exchanges n chunks of `bytes`. */
-static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind, const int *members, int n, void *send,
+static dit_status_t nccl_call(rank_rt_t *rt, int group, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype);
+
+static void nccl_abort_all(dit_runtime_t *rt, int rank, const char *why);
+static dit_status_t nccl_after_sync(dit_runtime_t *rt, dit_status_t s);
+
+static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_kind_t kind, const int *members, int n, void *send,
                               void *recv, size_t bytes, dit_dtype_t dtype) {
+  if (rt->owner->nccl && n > 1) return nccl_call(rt, group, kind, send, recv, bytes, dtype);
   const size_t in = kind == COMM_ALLREDUCE ? bytes : kind == COMM_ALLGATHER ? bytes : (size_t)n * bytes;
   const size_t out = kind == COMM_ALLREDUCE ? bytes : (size_t)n * bytes;
   const int staged = !rt->be->host_memory || rt->stage;
@@ -403,7 +445,7 @@ static dit_status_t copy2d(rank_rt_t *rt, void *dst, size_t dpitch, const void *
 }
 
 /* The members of a collective's group, and this rank's place among them. */
-static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st, int *members, int *n_out, int *me_out) {
+static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st, int *members, int *n_out, int *me_out, int *group_out) {
   const char *name = dit_op_info(st->kind)->name;
   int64_t group = 0, n = 0;
   DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
@@ -435,6 +477,7 @@ static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st
   while (me < n && members[me] != rt->rank) me++;
   *n_out = (int)n;
   *me_out = me;
+  *group_out = (int)group;
   return DIT_OK;
 }
 
@@ -460,14 +503,14 @@ static dit_status_t alloc_collective_scratch(rank_rt_t *rt) {
 static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
   const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
   const char *name = dit_op_info(st->kind)->name;
-  int members[64], n = 1, me = 0;
-  DIT_RETURN_IF(group_members(rt, st, members, &n, &me));
+  int members[64], n = 1, me = 0, group = 0;
+  DIT_RETURN_IF(group_members(rt, st, members, &n, &me, &group));
   const size_t es = dit_dtype_size(x->dtype), bytes = dit_tensor_nbytes(x);
   if (x->dtype != y->dtype) return DIT_ERR(INVALID_ARGUMENT, "%s: input and output differ in dtype", name);
   if (st->kind == DIT_OP_ALLREDUCE) {
     if (dit_tensor_numel(x) != dit_tensor_numel(y)) return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in size");
     DIT_RETURN_IF(copy2d(rt, y->data, bytes, x->data, bytes, bytes, 1));
-    return comm_call(rt, comm, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
+    return comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
   }
   if (x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands are not [B, T, C]", name);
   if ((size_t)n * bytes > rt->coll_cap) return DIT_ERR(INTERNAL, "%s: collective scratch of %zu bytes is short", name, rt->coll_cap);
@@ -478,14 +521,14 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
     case DIT_OP_REDUCE_SCATTER: { /* the group's sum (fp32, group order), then this member's token share */
       const size_t Tl = T / (size_t)n;
       DIT_RETURN_IF(copy2d(rt, recv, bytes, xd, bytes, bytes, 1));
-      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
       return copy2d(rt, yd, Tl * row, recv + (size_t)me * Tl * row, T * row, Tl * row, B);
     }
     case DIT_OP_RING_SHIFT: /* every member's block, then the previous member's */
-      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
       return copy2d(rt, yd, bytes, recv + (size_t)((me + n - 1) % n) * bytes, bytes, bytes, 1);
     case DIT_OP_ALLGATHER: /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
-      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
       for (int p = 0; p < n; p++) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * T * row, (size_t)n * T * row, recv + (size_t)p * bytes, T * row, T * row, B));
       return DIT_OK;
     case DIT_OP_ALLTOALL: {
@@ -499,7 +542,7 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
         if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
         else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
       }
-      DIT_RETURN_IF(comm_call(rt, comm, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
       const size_t yrow = (size_t)y->dims[2] * es;
       for (int p = 0; p < n; p++) {
         if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
@@ -509,6 +552,238 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
     }
     default: return DIT_ERR(INTERNAL, "%s is not a collective", name);
   }
+}
+
+/* ---- NCCL ----
+ * GPU ranks that each have a device of their own (a launch's processes, or one process's
+ * ranks spread by --devices) run their collectives through NCCL, on device buffers, enqueued
+ * on the compute queue: nothing waits on the host. One communicator per plan group, split
+ * from the world in group order; a rank's failure, a peer's death (the launch's liveness
+ * channel) or an asynchronous NCCL error aborts them all, so no rank hangs in a collective. */
+
+typedef dit_status_t (*rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);
+typedef struct rank_job {
+  dit_runtime_t *rt;
+  int rank;
+  rank_fn fn;
+  void *arg;
+  dit_status_t status;
+} rank_job_t;
+
+static void *rank_thread(void *p) {
+  rank_job_t *j = p;
+  j->status = j->fn(j->rt, &j->rt->ranks[j->rank], j->arg);
+  return NULL;
+}
+
+/* fn on every rank of this process, one thread each (directly when there is one); the first
+ * failure for a rank's own reason wins over the ABORTED ones it caused elsewhere. */
+static dit_status_t run_ranks(dit_runtime_t *rt, rank_fn fn, void *arg) {
+  if (rt->n_ranks == 1) return fn(rt, &rt->ranks[0], arg);
+  rank_job_t *jobs = calloc((size_t)rt->n_ranks, sizeof *jobs);
+  pthread_t *th = calloc((size_t)rt->n_ranks, sizeof *th);
+  if (!jobs || !th) {
+    free(jobs);
+    free(th);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  int started = 0;
+  dit_status_t s = DIT_OK;
+  for (int r = 0; r < rt->n_ranks; r++) {
+    jobs[r] = (rank_job_t){rt, r, fn, arg, DIT_OK};
+    if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "cannot start the thread of rank %d", r);
+      if (rt->comm) dit_comm_abort(rt->comm, r, "a rank thread could not start");
+      if (rt->nccl) nccl_abort_all(rt, r, "a rank thread could not start");
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < started; r++) {
+    if (!s && jobs[r].status && dit_status_code(jobs[r].status) != DIT_CODE_ABORTED) {
+      s = dit_status_annotate(jobs[r].status, "rank %d", r);
+      jobs[r].status = DIT_OK;
+    }
+  }
+  for (int r = 0; r < started; r++) {
+    if (!s && jobs[r].status) s = dit_status_annotate(jobs[r].status, "rank %d", r);
+    else dit_status_free(jobs[r].status);
+  }
+  free(jobs);
+  free(th);
+  return s;
+}
+
+static void nccl_free_comms(rank_rt_t *k, int abort) {
+  for (int g = DIT_COLL_GROUPS - 1; g >= -1; g--) {
+    dit_ncomm_t **c = g < 0 ? &k->nworld : &k->ngroup[g];
+    if (!*c) continue;
+    if (abort) dit_ncomm_abort(*c);
+    else dit_ncomm_destroy(*c);
+    *c = NULL;
+  }
+}
+
+/* Stops every collective of this process and tells the other processes. If a collective
+ * call holds the lock past ten seconds (blocked on a dead peer) the process cannot be
+ * stopped cleanly and exits. */
+static void nccl_abort_all(dit_runtime_t *rt, int rank, const char *why) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  t.tv_sec += 10;
+  if (pthread_rwlock_timedwrlock(&rt->nlock, &t) != 0) {
+    fprintf(stderr, "ditrun: rank %d: %s; a collective did not stop, exiting\n", rank, why);
+    _exit(70);
+  }
+  if (!rt->naborted) {
+    rt->naborted = 1;
+    snprintf(rt->nwhy, sizeof rt->nwhy, "rank %d: %s", rank, why);
+    if (rt->tcomm && rank == rt->ranks[0].rank) dit_tcomm_report_failure(rt->tcomm, why);
+    for (int r = 0; r < rt->n_ranks; r++) {
+      rt->ranks[r].be->native_queue(rt->ranks[r].be_state);
+      nccl_free_comms(&rt->ranks[r], 1);
+    }
+  }
+  pthread_rwlock_unlock(&rt->nlock);
+}
+
+/* After a rank's queue drained: an abort (here or elsewhere) wins over what the queue said. */
+static dit_status_t nccl_after_sync(dit_runtime_t *rt, dit_status_t s) {
+  pthread_rwlock_rdlock(&rt->nlock);
+  dit_status_t a = rt->naborted ? DIT_ERR(ABORTED, "collectives aborted: %s", rt->nwhy) : DIT_OK;
+  pthread_rwlock_unlock(&rt->nlock);
+  if (a) dit_status_free(s);
+  return a ? a : s;
+}
+
+static dit_status_t nccl_call(rank_rt_t *rt, int group, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype) {
+  dit_runtime_t *o = rt->owner;
+  pthread_rwlock_rdlock(&o->nlock);
+  dit_ncomm_t *c = group >= 0 && group < DIT_COLL_GROUPS ? rt->ngroup[group] : NULL;
+  dit_status_t s = DIT_OK;
+  if (o->naborted) s = DIT_ERR(ABORTED, "collectives aborted: %s", o->nwhy);
+  else if (!c) s = DIT_ERR(INTERNAL, "no NCCL communicator for group %d", group);
+  else {
+    void *q = rt->be->native_queue(rt->be_state);
+    s = kind == COMM_ALLREDUCE   ? dit_ncomm_allreduce_sum(c, recv, bytes / dit_dtype_size(dtype), dtype, q)
+        : kind == COMM_ALLGATHER ? dit_ncomm_allgather(c, send, recv, bytes, q)
+                                 : dit_ncomm_alltoall(c, send, recv, bytes, q);
+  }
+  pthread_rwlock_unlock(&o->nlock);
+  return s;
+}
+
+/* The groups the plan's collectives use: used[g] = 1 + the index of a step using group g. */
+static dit_status_t groups_used(const rank_rt_t *k, int used[DIT_COLL_GROUPS], int *any) {
+  *any = 0;
+  for (size_t i = 0; i < k->plan->n_steps; i++) {
+    const dit_plan_step_t *st = &k->plan->steps[i];
+    if (!dit_op_is_collective(st->kind)) continue;
+    int64_t g = 0;
+    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, dit_op_info(st->kind)->name, "group", &g));
+    if (g < 0 || g >= DIT_COLL_GROUPS) return DIT_ERR(INVALID_ARGUMENT, "step %zu: collective group %lld", i, (long long)g);
+    if (!used[g]) used[g] = (int)i + 1;
+    *any = 1;
+  }
+  return DIT_OK;
+}
+
+typedef struct nccl_init {
+  unsigned char id[DIT_NCCL_ID_BYTES];
+  int used[DIT_COLL_GROUPS];
+} nccl_init_t;
+
+static dit_status_t rank_nccl_init(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
+  const nccl_init_t *in = arg;
+  k->be->native_queue(k->be_state); /* NCCL takes the device current on this thread */
+  DIT_RETURN_IF(dit_ncomm_create(in->id, rt->m->topology.world, k->rank, &k->nworld));
+  for (int g = 0; g < DIT_COLL_GROUPS; g++) {
+    if (!in->used[g]) continue;
+    int members[64], n = 0, me = 0, group = 0;
+    DIT_RETURN_IF(group_members(k, &k->plan->steps[in->used[g] - 1], members, &n, &me, &group));
+    DIT_RETURN_IF_ERROR(dit_ncomm_split(k->nworld, members[0], me, &k->ngroup[g]), "rank %d, collective group %d", k->rank, g);
+  }
+  return DIT_OK;
+}
+
+static dit_status_t rank_nccl_destroy(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
+  (void)rt, (void)arg;
+  k->be->native_queue(k->be_state);
+  nccl_free_comms(k, 0);
+  return DIT_OK;
+}
+
+static void *nccl_watch(void *p) {
+  dit_runtime_t *rt = p;
+  while (__atomic_load_n(&rt->watching, __ATOMIC_ACQUIRE)) {
+    usleep(50 * 1000);
+    dit_status_t e = rt->tcomm ? dit_tcomm_status(rt->tcomm) : DIT_OK;
+    pthread_rwlock_rdlock(&rt->nlock);
+    for (int r = 0; !e && !rt->naborted && r < rt->n_ranks; r++)
+      for (int g = -1; !e && g < DIT_COLL_GROUPS; g++) {
+        dit_ncomm_t *c = g < 0 ? rt->ranks[r].nworld : rt->ranks[r].ngroup[g];
+        if (c) e = dit_ncomm_async_error(c);
+      }
+    pthread_rwlock_unlock(&rt->nlock);
+    if (e) {
+      nccl_abort_all(rt, rt->ranks[0].rank, dit_status_message(e));
+      dit_status_free(e);
+      break;
+    }
+  }
+  return NULL;
+}
+
+static dit_status_t nccl_setup(dit_runtime_t *rt, const dit_runtime_options_t *o) {
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (!r0->be->native_queue || rt->m->topology.world < 2 || (o && o->stage_collectives)) return DIT_OK;
+  nccl_init_t in;
+  memset(&in, 0, sizeof in);
+  int any = 0;
+  DIT_RETURN_IF(groups_used(r0, in.used, &any));
+  if (!any) return DIT_OK;
+  if (!rt->process) {
+    /* Ranks that share a device, or no NCCL: collectives staged through host memory. */
+    for (int r = 1; r < rt->n_ranks; r++)
+      for (int q = 0; q < r; q++)
+        if (rt->ranks[r].device == rt->ranks[q].device) return DIT_OK;
+    dit_status_t e = dit_nccl_load(NULL);
+    if (e) {
+      dit_status_free(e);
+      return DIT_OK;
+    }
+  }
+  if (!rt->process || rt->ranks[0].rank == 0) DIT_RETURN_IF(dit_nccl_unique_id(in.id));
+  if (rt->process) {
+    int world[64];
+    for (int r = 0; r < rt->m->topology.world && r < 64; r++) world[r] = r;
+    DIT_RETURN_IF_ERROR(dit_tcomm_broadcast(rt->tcomm, world, rt->m->topology.world, 0, in.id, sizeof in.id), "sharing the NCCL id");
+  }
+  if (pthread_rwlock_init(&rt->nlock, NULL)) return DIT_ERR(RESOURCE_EXHAUSTED, "cannot make a lock");
+  rt->nccl = 1;
+  DIT_RETURN_IF(run_ranks(rt, rank_nccl_init, &in));
+  __atomic_store_n(&rt->watching, 1, __ATOMIC_RELEASE);
+  if (pthread_create(&rt->watchdog, NULL, nccl_watch, rt)) {
+    rt->watching = 0;
+    return DIT_ERR(RESOURCE_EXHAUSTED, "cannot start the collectives' watchdog");
+  }
+  return DIT_OK;
+}
+
+static void nccl_shutdown(dit_runtime_t *rt) {
+  if (!rt->nccl) return;
+  if (__atomic_exchange_n(&rt->watching, 0, __ATOMIC_ACQ_REL)) pthread_join(rt->watchdog, NULL);
+  dit_status_free(run_ranks(rt, rank_nccl_destroy, NULL));
+  pthread_rwlock_destroy(&rt->nlock);
+  rt->nccl = 0;
+}
+
+const char *dit_runtime_collectives(const dit_runtime_t *rt) {
+  if (rt->m->topology.world < 2) return "none (one rank)";
+  if (rt->nccl) return "NCCL";
+  if (rt->process) return "TCP between processes";
+  return rt->ranks[0].be->host_memory && !rt->ranks[0].stage ? "in-process" : "in-process, staged through host memory";
 }
 
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
@@ -551,11 +826,16 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
     if (s) {
       s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
                               p->values[p->steps[i].out[0]].name);
-      if (comm && dit_status_code(s) != DIT_CODE_ABORTED) dit_comm_abort(comm, rt->rank, dit_status_message(s));
+      if (dit_status_code(s) != DIT_CODE_ABORTED) {
+        if (comm) dit_comm_abort(comm, rt->rank, dit_status_message(s));
+        if (rt->owner->nccl) nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
+      }
       return s;
     }
   }
-  return rt->graph == 1 ? DIT_OK : rt->be->synchronize(rt->be_state); /* nothing runs while capturing */
+  if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
+  dit_status_t s = rt->be->synchronize(rt->be_state);
+  return rt->owner->nccl ? nccl_after_sync(rt->owner, s) : s;
 }
 
 int dit_runtime_cfg_lanes(const dit_runtime_t *rt) { return rt->m->topology.cfg; }
@@ -578,56 +858,14 @@ dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const di
   return DIT_OK;
 }
 
-typedef struct rank_job {
-  dit_runtime_t *rt;
-  int rank;
-  dit_status_t status;
-} rank_job_t;
-
-static void *rank_thread(void *arg) {
-  rank_job_t *j = arg;
-  j->status = rank_forward(&j->rt->ranks[j->rank], j->rt->comm);
-  return NULL;
+static dit_status_t rank_forward_job(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
+  (void)arg;
+  return rank_forward(k, rt->n_ranks > 1 ? rt->comm : NULL);
 }
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
-  if (rt->n_ranks == 1) {
-    dit_status_t s = rank_forward(&rt->ranks[0], NULL);
-    return s && rt->process ? dit_status_annotate(s, "rank %d", rt->ranks[0].rank) : s;
-  }
-  rank_job_t *jobs = calloc((size_t)rt->n_ranks, sizeof *jobs);
-  pthread_t *th = calloc((size_t)rt->n_ranks, sizeof *th);
-  if (!jobs || !th) {
-    free(jobs);
-    free(th);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  }
-  int started = 0;
-  dit_status_t s = DIT_OK;
-  for (int r = 0; r < rt->n_ranks; r++) {
-    jobs[r] = (rank_job_t){rt, r, DIT_OK};
-    if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
-      s = DIT_ERR(RESOURCE_EXHAUSTED, "cannot start the thread of rank %d", r);
-      dit_comm_abort(rt->comm, r, "a rank thread could not start");
-      break;
-    }
-    started++;
-  }
-  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
-  /* The first rank that failed for its own reason, not because another aborted. */
-  for (int r = 0; r < started; r++) {
-    if (!s && jobs[r].status && dit_status_code(jobs[r].status) != DIT_CODE_ABORTED) {
-      s = dit_status_annotate(jobs[r].status, "rank %d", r);
-      jobs[r].status = DIT_OK;
-    }
-  }
-  for (int r = 0; r < started; r++) {
-    if (!s && jobs[r].status) s = dit_status_annotate(jobs[r].status, "rank %d", r);
-    else dit_status_free(jobs[r].status);
-  }
-  free(jobs);
-  free(th);
-  return s;
+  dit_status_t s = run_ranks(rt, rank_forward_job, NULL);
+  return s && rt->process ? dit_status_annotate(s, "rank %d", rt->ranks[0].rank) : s;
 }
 
 dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view) {

@@ -31,6 +31,10 @@ typedef struct wire_header {
   uint64_t bytes;
 } wire_header_t;
 
+dit_status_t dit_tcomm_status(dit_tcomm_t *c) { return dit_rendezvous_status(c->rdzv); }
+
+void dit_tcomm_report_failure(dit_tcomm_t *c, const char *why) { dit_rendezvous_report_failure(c->rdzv, why); }
+
 void dit_tcomm_destroy(dit_tcomm_t *c) {
   if (!c) return;
   for (int i = 0; i < c->world; i++)

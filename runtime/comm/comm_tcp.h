@@ -26,6 +26,10 @@ void dit_tcomm_destroy(dit_tcomm_t *c);
 dit_status_t dit_tcomm_allgather(dit_tcomm_t *c, const int *group, int n, const void *send, size_t bytes, void *recv);
 dit_status_t dit_tcomm_alltoall(dit_tcomm_t *c, const int *group, int n, const void *send, void *recv, size_t chunk_bytes);
 dit_status_t dit_tcomm_allreduce_sum(dit_tcomm_t *c, const int *group, int n, void *buf, size_t count, dit_dtype_t dtype);
+/* The launch's liveness: OK while no rank has failed, else ABORTED naming it (the caller owns
+ * the status). report_failure tells every other rank that this one failed. */
+dit_status_t dit_tcomm_status(dit_tcomm_t *c);
+void dit_tcomm_report_failure(dit_tcomm_t *c, const char *why);
 dit_status_t dit_tcomm_broadcast(dit_tcomm_t *c, const int *group, int n, int root, void *buf, size_t bytes);
 
 #endif

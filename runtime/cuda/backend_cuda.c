@@ -618,6 +618,23 @@ static dit_status_t cuda_replay(void *p) {
   return cu_check(st, st->cu.cuGraphLaunch(st->graph_exec, st->stream), "cuGraphLaunch");
 }
 
+static void *cuda_native_queue(void *p) {
+  cuda_state_t *st = p;
+  bind(st);
+  return st->stream;
+}
+
+static dit_status_t cuda_device_count(int *count) {
+  cu_api_t cu;
+  memset(&cu, 0, sizeof cu);
+  *count = 0;
+  DIT_RETURN_IF(load_cu(&cu));
+  CUresult r = cu.cuInit(0);
+  if (r == CUDA_SUCCESS) r = cu.cuDeviceGetCount(count);
+  dlclose(cu.lib);
+  return r == CUDA_SUCCESS ? DIT_OK : DIT_ERR(UNAVAILABLE, "CUDA driver: cuInit or cuDeviceGetCount failed (error %d)", (int)r);
+}
+
 static const dit_backend_vtable_t kCuda = {
     .abi_version = DIT_BACKEND_ABI_VERSION,
     .name = "cuda",
@@ -641,6 +658,8 @@ static const dit_backend_vtable_t kCuda = {
     .wait = cuda_wait,
     .pin_host = cuda_pin_host,
     .elapsed_ms = cuda_elapsed_ms,
+    .native_queue = cuda_native_queue,
+    .device_count = cuda_device_count,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }

@@ -18,8 +18,17 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
     read -r F H W B L < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'])")
     build/bin/ditc compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   done
+  . tests/gpu/topologies.sh
+  d=tests/data/wan_tiny_b
+  for top in "${TINY_TOPOLOGIES[@]}"; do
+    # shellcheck disable=SC2086
+    build/bin/ditc compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 $top -o "$k" -q >/dev/null
+  done
   build/bin/ditc compile "$WAN13" --frames 5 --height 112 --width 144 --text-len 77 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  build/bin/ditc compile "$WAN13" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  for top in "" "${PARALLEL_TOPOLOGIES[@]}"; do
+    # shellcheck disable=SC2086
+    build/bin/ditc compile "$WAN13" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 $top -o "$k" -q >/dev/null
+  done
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi

@@ -8,14 +8,22 @@
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
-#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration.
+#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration,
+#   6. with PARALLEL=1 on two GPUs or more, the parallel topologies at 480p 81 frames against one
+#      GPU (bench/parallel/wan_parallel.py). NO_FORWARD=1 skips 3 (and 4, which needs its bundle).
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
 set -uo pipefail
 OUT=${1:?results dir}
 BUILD=${2:-build-gpu}
 QUICK=${3:-}
 BIN=$BUILD/bin
-export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+# NCCL from the system, else from the Python wheel that torch uses.
+if ! ldconfig -p | grep -q libnccl.so.2 && [ ! -e /usr/local/cuda/lib/libnccl.so.2 ]; then
+  nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+  [ -n "$nccl" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl"
+fi
+export NCCL_NVLS_ENABLE=0
 export PYTHONPATH="$PWD/.ref/src:${PYTHONPATH:-}"
 W0=$(mktemp -d); export DITC_CACHE_DIR=$W0/cache
 # This host has no MLIR: its MLIR-path kernels come from a codegen cache made where MLIR is
@@ -49,16 +57,23 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
 done
 
-step "1b. parallel topologies on the GPU: ranks as threads of one process, collectives staged through host memory"
+step "1b. parallel topologies on the GPU: ranks as threads of one process (NCCL when each has a GPU, else staged through host memory), and one process per rank (NCCL)"
+. tests/gpu/topologies.sh
 d=tests/data/wan_tiny_b
 ngpu=$(nvidia-smi -L | wc -l)
-for top in "--tp 2" "--tp 2 --sp" "--cfg-parallel" "--cp 2 --cp-mode ulysses" "--cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2" \
-           "--tp 2 --sp --cp 2 --cp-mode ring --cfg-parallel"; do
+for top in "${TINY_TOPOLOGIES[@]}"; do
   # shellcheck disable=SC2086
   bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 $top -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
   echo "-- $top"
+  [ -d "$bundle" ] || { echo "FAIL: compile $top"; fails=$((fails+1)); continue; }
   check "$BIN/ditrun" forward "$bundle" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
   check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+  world=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['topology']['world'])" "$bundle/manifest.json")
+  if [ "$world" -le "$ngpu" ]; then  # one process per rank, each on a GPU of its own (NCCL)
+    rm -f "$W/fp.safetensors"
+    check "$BIN/ditrun" launch -n "$world" -- forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/fp.safetensors"
+    check "$BIN/st_compare" "$W/fp.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+  fi
 done
 
 step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes"
@@ -91,6 +106,7 @@ tail -n 16 "$OUT/compare_1.3b.txt"
 
 [ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
 
+if [ -z "${NO_FORWARD:-}" ]; then
 step "3. Wan2.1-1.3B 480x832 81 frames: compile, parity against diffusers, benchmark"
 t0=$(date +%s%N)
 seed_mlir_cache "$W/cold"
@@ -103,7 +119,8 @@ echo "ditc compile (warm codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) m
 python3 bench/wan_forward.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/bench" \
   --frames 81 --height 480 --width 832 --iters 5 ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_forward.txt"
 cp "$W/bench/forward_results.json" "$OUT/" 2>/dev/null
-if [ -n "${GENERATE:-}" ]; then
+fi
+if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
   step "4. 50-step generate with CFG against the same loop in diffusers"
   python3 bench/wan_generate.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/gen" \
     --frames 81 --height 480 --width 832 --steps 50 2>&1 | grep -v Warning | tee "$OUT/bench_generate.txt"
@@ -114,6 +131,12 @@ if [ -n "${OFFLOAD:-}" ]; then
   python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/offload" \
     --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
   cp "$W/offload/offload.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
+fi
+if [ -n "${PARALLEL:-}" ] && [ "$ngpu" -ge 2 ]; then
+  step "6. parallel topologies at 480p 81 frames: parity against one GPU and the generate step on $ngpu GPUs"
+  python3 bench/parallel/wan_parallel.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/par" \
+    --steps "${PARALLEL_STEPS:-4}" 2>&1 | tee "$OUT/bench_parallel.txt"
+  cp "$W/par/parallel.json" "$OUT/" 2>/dev/null
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"

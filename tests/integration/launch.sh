@@ -49,7 +49,7 @@ timeout 30 "$BIN/ditrun" launch -n 2 -- no-such-command >"$T/out" 2>"$T/err"
 
 # One process per rank on the CPU backend (collectives over loopback TCP): forward and generate
 # give the bytes of the one-process run; rank 0 alone writes. A bundle for another world size is
-# refused before any allocation, and so are GPU ranks (they need NCCL, not in this build).
+# refused before any allocation; GPU ranks without NCCL or without a GPU are refused too.
 d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q)
 gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
@@ -69,14 +69,16 @@ for top in "--tp 2" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --
 done
 one=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
 gpu=$("$BIN/ditc" "${c[@]}" --tp 2 --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
-for case in "$one|the bundle needs 1 rank, this launch has 2 (WORLD_SIZE from torchrun)" \
-            "$gpu|one GPU process per rank needs NCCL collectives, not in this build"; do
-  b=${case%%|*}; msg=${case#*|}
+# GPU ranks need NCCL (named by DIT_NCCL_LIBRARY here, absent) and then a GPU (none here).
+for case in "$one||the bundle needs 1 rank, this launch has 2 \\(WORLD_SIZE from torchrun\\)" \
+            "$gpu|/nonexistent/libnccl.so.2|one GPU process per rank needs NCCL" \
+            "$gpu||(CUDA backend unavailable|one GPU process per rank needs NCCL)"; do
+  IFS='|' read -r b lib msg <<<"$case"
   rm -f "$T/o.safetensors"
-  timeout 30 "$BIN/ditrun" launch -n 2 -- forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/o.safetensors" >"$T/out" 2>"$T/err"
+  DIT_NCCL_LIBRARY=$lib timeout 30 "$BIN/ditrun" launch -n 2 -- forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/o.safetensors" >"$T/out" 2>"$T/err"
   rc=$?
   # The first rank to fail stops the other, which may not have printed yet.
-  [ $rc -ne 0 ] && grep -qF -- "$msg" "$T/err" && [ ! -e "$T/o.safetensors" ] || { fail "launched forward (rc $rc)"; cat "$T/err"; }
+  [ $rc -ne 0 ] && grep -qE -- "$msg" "$T/err" && [ ! -e "$T/o.safetensors" ] || { fail "launched forward (rc $rc): $msg"; cat "$T/err"; }
 done
 
 if [ $fails -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
