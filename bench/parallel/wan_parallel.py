@@ -63,6 +63,8 @@ def thread_flags(world, mode):
 def forward(a, bundle, inputs, out, mode):
     w = world_of(bundle)
     cmd = ranks_cmd(a, w, mode) + ["forward", bundle, "--inputs", inputs, "--out", out] + thread_flags(w, mode)
+    if os.path.exists(out):
+        os.remove(out)
     r = run(cmd)
     return load_file(out)["sample"].float() if r.returncode == 0 else None
 
@@ -74,13 +76,16 @@ def step_times(a, bundle, gen_inputs, mode, env=None):
                                    "--init-latents", gen_inputs, "--steps", str(a.steps), "--out", out] + thread_flags(w, mode)
     r = run(cmd, env)
     if r.returncode:
-        return None, r.stderr
+        return None, "failed"
     t = [float(m.group(3)) for m in STEP.finditer(r.stderr)]
     coll = re.search(r"collectives: ([^)]*)\)", r.stderr)
+    if not t:
+        return None, "no step times"
     return (statistics.median(t[1:]) if len(t) > 1 else t[0] if t else None), (coll.group(1) if coll else "none")
 
 
 def compare(x, ref):
+    x, ref = x.double(), ref.double()
     cos = torch.nn.functional.cosine_similarity(x.flatten(), ref.flatten(), dim=0).item()
     return cos, ((x - ref).norm() / ref.norm()).item()
 
@@ -96,6 +101,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--topology", action="append", help="ditc flags of one topology (default: the four two-GPU ones)")
     ap.add_argument("--no-p2p-variant", action="store_true", help="skip the NCCL_P2P_DISABLE=1 timings")
+    ap.add_argument("--time-threads", action="store_true", help="also time the ranks as threads of one process")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.model, "config.json")) as fh:
@@ -126,8 +132,9 @@ def main():
                 y = forward(a, b, fin, os.path.join(a.out, "fp.safetensors"), mode)
                 if y is not None:
                     row[f"cosine_{mode}"], row[f"rel_l2_{mode}"] = compare(y, ref)
-                t, coll = step_times(a, b, gin, mode)
-                row[f"step_ms_{mode}"], row[f"collectives_{mode}"] = (t * 1e3 if t else None), coll
+                if mode == "processes" or a.time_threads:
+                    t, coll = step_times(a, b, gin, mode)
+                    row[f"step_ms_{mode}"], row[f"collectives_{mode}"] = (t * 1e3 if t else None), coll
             if not a.no_p2p_variant:
                 t, _ = step_times(a, b, gin, "processes", p2p_env)
                 row["step_ms_no_p2p"] = t * 1e3 if t else None

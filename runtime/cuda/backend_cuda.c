@@ -557,6 +557,8 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
                                                                     (int)s->kernel.smem),
                                      "cuFuncSetAttribute"),
                             "step %zu asks for %u bytes of shared memory", i, s->kernel.smem);
+    } else if (dit_op_is_collective(s->kind)) {
+      continue; /* the executor's communicator runs them */
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,

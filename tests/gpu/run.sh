@@ -10,7 +10,8 @@
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration,
 #   6. with PARALLEL=1 on two GPUs or more, the parallel topologies at 480p 81 frames against one
-#      GPU (bench/parallel/wan_parallel.py). NO_FORWARD=1 skips 3 (and 4, which needs its bundle).
+#      GPU (bench/parallel/wan_parallel.py). NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
+#      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made).
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
 set -uo pipefail
 OUT=${1:?results dir}
@@ -66,6 +67,7 @@ for top in "${TINY_TOPOLOGIES[@]}"; do
   bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 $top -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
   echo "-- $top"
   [ -d "$bundle" ] || { echo "FAIL: compile $top"; fails=$((fails+1)); continue; }
+  rm -f "$W/ft.safetensors"
   check "$BIN/ditrun" forward "$bundle" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
   check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
   world=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['topology']['world'])" "$bundle/manifest.json")
@@ -100,9 +102,11 @@ g = torch.Generator().manual_seed(1)
 save_file({"hidden_states": torch.randn(1, 16, 2, 14, 18, generator=g), "timestep": torch.tensor([700]),
            "encoder_hidden_states": torch.randn(1, 77, 4096, generator=g)}, sys.argv[1])
 PY
-check "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --max-rel 3e-2 -v > "$OUT/compare_1.3b.txt"
-tail -n 16 "$OUT/compare_1.3b.txt"
-"$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --accumulate | tail -n 16 | tee "$OUT/compare_1.3b_accumulated.txt"
+if [ -z "${NO_OPCHECK:-}" ]; then
+  check "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --max-rel 3e-2 -v > "$OUT/compare_1.3b.txt"
+  tail -n 16 "$OUT/compare_1.3b.txt"
+  "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --accumulate | tail -n 16 | tee "$OUT/compare_1.3b_accumulated.txt"
+fi
 
 [ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
 
