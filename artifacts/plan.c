@@ -90,6 +90,15 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
       cJSON_AddItemToObject(ko, "block", int_array(b, 3));
       cJSON_AddNumberToObject(ko, "smem", k->smem);
       if (k->source[0]) cJSON_AddStringToObject(ko, "source", k->source);
+      cJSON *tm = k->n_tmaps ? cJSON_AddArrayToObject(ko, "tmaps") : NULL;
+      for (int i = 0; tm && i < k->n_tmaps; i++) {
+        cJSON *t = cJSON_CreateObject();
+        int64_t box[2] = {k->tmaps[i].box[0], k->tmaps[i].box[1]};
+        cJSON_AddNumberToObject(t, "arg", k->tmaps[i].arg);
+        cJSON_AddItemToObject(t, "box", int_array(box, 2));
+        cJSON_AddNumberToObject(t, "swizzle", k->tmaps[i].swizzle);
+        cJSON_AddItemToArray(tm, t);
+      }
     }
   }
   char *text = cJSON_PrintUnformatted(root);
@@ -291,6 +300,37 @@ static dit_status_t parse_kernel(const cJSON *o, const char *what, const char *c
   if (src && (!cJSON_IsString(src) || strlen(src->valuestring) >= sizeof s->kernel.source))
     return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel 'source' must be a short string", what, ctx);
   if (src) snprintf(s->kernel.source, sizeof s->kernel.source, "%s", src->valuestring);
+  const cJSON *tm = cJSON_GetObjectItemCaseSensitive(k, "tmaps");
+  if (tm) {
+    int n_tm = cJSON_GetArraySize(tm);
+    if (!cJSON_IsArray(tm) || n_tm < 1 || n_tm > DIT_PLAN_MAX_TMAPS)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel 'tmaps' must be an array of 1..%d tensor maps", what, ctx, DIT_PLAN_MAX_TMAPS);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tm) {
+      dit_plan_tmap_t *m = &s->kernel.tmaps[s->kernel.n_tmaps++];
+      char tctx[96];
+      snprintf(tctx, sizeof tctx, "%s: kernel tmaps[%d]", ctx, s->kernel.n_tmaps - 1);
+      if (!cJSON_IsObject(t)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s is not an object", what, tctx);
+      uint64_t arg, sw;
+      DIT_RETURN_IF(get_uint(t, "arg", what, tctx, (uint64_t)(s->n_in + s->n_out - 1), &arg));
+      DIT_RETURN_IF(get_uint(t, "swizzle", what, tctx, 128, &sw));
+      if (sw != 0 && sw != 32 && sw != 64 && sw != 128)
+        return DIT_ERR(OUT_OF_RANGE, "%s: %s: swizzle %" PRIu64 ", expected 0, 32, 64 or 128", what, tctx, sw);
+      static const uint64_t bmax[3] = {256, 256, 1};
+      uint32_t box[3];
+      const cJSON *b = cJSON_GetObjectItemCaseSensitive(t, "box");
+      if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2)
+        return DIT_ERR(INVALID_ARGUMENT, "%s: %s: 'box' must be an array of 2 integers", what, tctx);
+      int i = 0;
+      const cJSON *e;
+      cJSON_ArrayForEach(e, b) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > (double)bmax[i] || e->valuedouble != floor(e->valuedouble))
+          return DIT_ERR(OUT_OF_RANGE, "%s: %s: box[%d] outside 1..%" PRIu64, what, tctx, i, bmax[i]);
+        box[i++] = (uint32_t)e->valuedouble;
+      }
+      *m = (dit_plan_tmap_t){(uint32_t)arg, {box[0], box[1]}, (uint32_t)sw};
+    }
+  }
   s->has_kernel = 1;
   return DIT_OK;
 }

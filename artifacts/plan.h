@@ -6,7 +6,8 @@
  *              name; absent for arena), "dtype", "shape": [..], "offset" (arena only)}],
  *  "steps": [{"op": "<catalog name>", "in": [value indices], "out": [..],
  *             "ints": {"key": n}, "floats": {"key": x}, "block": n,
- *             "kernel": {"cubin", "ptx", "entry", "grid": [3], "block": [3], "smem"}}]}
+ *             "kernel": {"cubin", "ptx", "entry", "grid": [3], "block": [3], "smem",
+ *                        "tmaps": [{"arg", "box": [2], "swizzle"}] (optional)}}]}
  *
  * The parser validates everything a runtime relies on for memory safety: op names and arity,
  * value indices, arena ranges inside arena_bytes, every temp written by exactly one step
@@ -44,9 +45,22 @@ typedef struct dit_plan_value {
   uint64_t nbytes; /* derived: product(dims) * dtype size */
 } dit_plan_value_t;
 
+/* A tensor map (the bulk tensor copy engine's descriptor) over one kernel argument, seen as
+ * the 2-D row view [prod(dims[:-1]), dims[-1]] of its value. It holds a device address, so
+ * the plan keeps only what the runtime needs to encode it at load: which argument, the box
+ * {elements of a row, rows} and the swizzle. The extents come from the value itself, so a map
+ * never reaches outside its tensor. */
+#define DIT_PLAN_MAX_TMAPS 4
+typedef struct dit_plan_tmap {
+  uint32_t arg;     /* index into the pointer arguments (outputs, then inputs) */
+  uint32_t box[2];  /* 1..256 each */
+  uint32_t swizzle; /* bytes: 0, 32, 64 or 128 */
+} dit_plan_tmap_t;
+
 /* A generated kernel for a step (GPU targets): its modules are "kernels" blobs of the bundle,
- * cubin for the target arch and PTX for later ones; arguments are the step's output pointers
- * then its input pointers. */
+ * cubin for the target arch and PTX for later ones (none for arch-specific code such as
+ * sm_90a's); arguments are the step's output pointers, its input pointers, then its tensor
+ * maps by value. */
 typedef struct dit_plan_kernel {
   char cubin[DIT_HASH_HEX];
   char ptx[DIT_HASH_HEX]; /* "" when the module has no portable PTX */
@@ -54,6 +68,8 @@ typedef struct dit_plan_kernel {
   uint32_t grid[3], block[3];
   uint32_t smem;          /* dynamic shared memory bytes */
   char source[8];         /* the generator: "nvrtc" or "mlir" (diagnostic) */
+  int n_tmaps;
+  dit_plan_tmap_t tmaps[DIT_PLAN_MAX_TMAPS];
 } dit_plan_kernel_t;
 
 typedef struct dit_plan_step {

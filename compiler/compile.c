@@ -385,7 +385,8 @@ static dit_status_t generate_kernels(const char *target, const dit_graph_t *g, d
     }
     kernels++;
     s = dit_bundle_writer_add_blob(w, mod.cubin, mod.cubin_size, st->kernel.cubin);
-    if (!s) s = dit_bundle_writer_add_blob(w, mod.ptx, mod.ptx_size, st->kernel.ptx);
+    if (!s && mod.ptx) s = dit_bundle_writer_add_blob(w, mod.ptx, mod.ptx_size, st->kernel.ptx);
+    else if (!s) st->kernel.ptx[0] = 0; /* arch-specific code: no portable PTX */
     if (!s) {
       module_sizes[2 * i] = mod.cubin_size;
       module_sizes[2 * i + 1] = mod.ptx_size;
@@ -671,7 +672,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
       const dit_plan_step_t *st = &rb[r].plan->steps[i];
       if (!st->has_kernel) continue;
       add_blob_entry(blobs, &n_blobs, "kernels", st->kernel.cubin, rb[r].module_sizes[i * 2]);
-      add_blob_entry(blobs, &n_blobs, "kernels", st->kernel.ptx, rb[r].module_sizes[i * 2 + 1]);
+      if (st->kernel.ptx[0]) add_blob_entry(blobs, &n_blobs, "kernels", st->kernel.ptx, rb[r].module_sizes[i * 2 + 1]);
     }
   if (!s) {
     man.schema_major = DIT_SCHEMA_MAJOR;

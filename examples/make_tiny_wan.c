@@ -20,12 +20,15 @@ typedef struct cfg {
 
 static const cfg_t kPresets[] = {
     {"tiny", 2, 24, 2, 96, 4, 32, 32},
+    /* Tiny models at the head dims of the Hopper attention kernel (64, 128). */
+    {"tiny-hd64", 2, 64, 1, 256, 4, 32, 32},
+    {"tiny-hd128", 2, 128, 1, 256, 4, 32, 32},
     {"wan2.1-1.3b", 12, 128, 30, 8960, 16, 4096, 256},
     {"wan2.1-14b", 40, 128, 40, 13824, 16, 4096, 256},
 };
 
 static const char kUsage[] =
-    "usage: make_tiny_wan --out DIR [--preset tiny|wan2.1-1.3b|wan2.1-14b] [--seed S]\n"
+    "usage: make_tiny_wan --out DIR [--preset tiny|tiny-hd64|tiny-hd128|wan2.1-1.3b|wan2.1-14b] [--seed S]\n"
     "                     [--dtype fp32|bf16] [--text-len L] [--batch B]\n"
     "Writes DIR/model (config.json, diffusion_pytorch_model.safetensors) and\n"
     "DIR/embeds.safetensors (prompt_embeds, negative_prompt_embeds [B, L, text_dim]).\n";
@@ -197,7 +200,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof kPresets / sizeof kPresets[0]; i++)
     if (!strcmp(kPresets[i].name, preset)) c = &kPresets[i];
   if (!c) {
-    fprintf(stderr, "make_tiny_wan: error: --preset %s: expected tiny, wan2.1-1.3b or wan2.1-14b\n", preset);
+    fprintf(stderr, "make_tiny_wan: error: --preset %s: expected tiny, tiny-hd64, tiny-hd128, wan2.1-1.3b or wan2.1-14b\n", preset);
     return 2;
   }
   dit_status_t s = make(c, out, seed, dtype, text_len, batch);

@@ -38,6 +38,9 @@ typedef struct cu_api {
   CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **);
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                     const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
@@ -121,6 +124,7 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuModuleGetFunction, "cuModuleGetFunction");
   LOAD(a, cuFuncSetAttribute, "cuFuncSetAttribute");
   LOAD(a, cuLaunchKernel, "cuLaunchKernel");
+  LOAD(a, cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   LOAD(a, cuGetErrorString, "cuGetErrorString");
   LOAD(a, cuGetErrorName, "cuGetErrorName");
   LOAD(a, cuStreamBeginCapture, "cuStreamBeginCapture_v2");
@@ -192,6 +196,8 @@ typedef struct cuda_state {
   CUgraph graph;     /* a captured forward, and its executable */
   CUgraphExec graph_exec;
   CUfunction *funcs; /* per step */
+  CUtensorMap *tmaps;  /* per step, DIT_PLAN_MAX_TMAPS each: encoded at load, again if an address moves */
+  const void **tmap_at; /* the addresses they were encoded for */
   gemm_t *gemms;     /* per step */
   size_t n_steps;
   CUstream copy_stream;                 /* weight streaming, created on first use */
@@ -248,6 +254,8 @@ static void cuda_destroy(void *p) {
   }
   free(st->gemms);
   free(st->funcs);
+  free(st->tmaps);
+  free(st->tmap_at);
   free(st->mods);
   if (st->lt.lib) dlclose(st->lt.lib);
   if (st->cu.lib) dlclose(st->cu.lib);
@@ -527,6 +535,34 @@ static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit
   return DIT_OK;
 }
 
+/* A step's pointer argument a: its outputs, then its inputs. */
+static const dit_tensor_t *kernel_arg(const dit_plan_step_t *s, const dit_tensor_t *in, const dit_tensor_t *out, uint32_t a) {
+  return a < (uint32_t)s->n_out ? &out[a] : &in[a - (uint32_t)s->n_out];
+}
+
+/* Encodes a plan tensor map over its argument's 2-D row view [numel / last dim, last dim]. */
+static dit_status_t encode_tmap(cuda_state_t *st, size_t idx, int j, const dit_plan_tmap_t *m, const dit_tensor_t *t) {
+  const size_t es = dit_dtype_size(t->dtype);
+  CUtensorMapDataType dt;
+  if (t->dtype == DIT_BF16) dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  else if (t->dtype == DIT_F16) dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  else if (t->dtype == DIT_F32) dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  else return DIT_ERR(UNIMPLEMENTED, "step %zu: tensor map %d over a %s tensor", idx, j, dit_dtype_name(t->dtype));
+  const uint64_t inner = t->rank > 0 ? (uint64_t)t->dims[t->rank - 1] : 1, all = (uint64_t)dit_tensor_numel(t);
+  cuuint64_t dims[2] = {inner, inner ? all / inner : 0}, strides[1] = {inner * es};
+  cuuint32_t box[2] = {m->box[0], m->box[1]}, estr[2] = {1, 1};
+  const CUtensorMapSwizzle sw = m->swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : m->swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                : m->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
+  CUtensorMap *tm = &st->tmaps[idx * DIT_PLAN_MAX_TMAPS + (size_t)j];
+  DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuTensorMapEncodeTiled(tm, dt, 2, t->data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                                 sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                               "cuTensorMapEncodeTiled"),
+                      "step %zu: tensor map %d over [%llu, %llu] %s, box [%u, %u], swizzle %u", idx, j, (unsigned long long)dims[1],
+                      (unsigned long long)dims[0], dit_dtype_name(t->dtype), box[1], box[0], m->swizzle);
+  st->tmap_at[idx * DIT_PLAN_MAX_TMAPS + (size_t)j] = t->data;
+  return DIT_OK;
+}
+
 static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tensor_t *bound, dit_blob_loader_fn load,
                                  void *ctx) {
   cuda_state_t *st = p;
@@ -534,7 +570,9 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   st->n_steps = plan->n_steps;
   st->funcs = calloc(plan->n_steps + 1, sizeof *st->funcs);
   st->gemms = calloc(plan->n_steps + 1, sizeof *st->gemms);
-  if (!st->funcs || !st->gemms) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  st->tmaps = aligned_alloc(64, (plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS * sizeof *st->tmaps);
+  st->tmap_at = calloc((plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS, sizeof *st->tmap_at);
+  if (!st->funcs || !st->gemms || !st->tmaps || !st->tmap_at) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   int need_lt = 0;
   for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel;
   if (need_lt) {
@@ -557,6 +595,11 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
                                                                     (int)s->kernel.smem),
                                      "cuFuncSetAttribute"),
                             "step %zu asks for %u bytes of shared memory", i, s->kernel.smem);
+      dit_tensor_t ins[DIT_PLAN_MAX_IN], outs[DIT_PLAN_MAX_OUT];
+      for (int k = 0; k < s->n_in; k++) ins[k] = bound[s->in[k]];
+      for (int k = 0; k < s->n_out; k++) outs[k] = bound[s->out[k]];
+      for (int j = 0; j < s->kernel.n_tmaps; j++)
+        DIT_RETURN_IF(encode_tmap(st, i, j, &s->kernel.tmaps[j], kernel_arg(s, ins, outs, s->kernel.tmaps[j].arg)));
     } else if (dit_op_is_collective(s->kind)) {
       continue; /* the executor's communicator runs them */
     } else if (s->kind == DIT_OP_LINEAR) {
@@ -579,11 +622,16 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
   if (idx >= st->n_steps) return DIT_ERR(INTERNAL, "cuda backend: step %zu of a plan of %zu", idx, st->n_steps);
   if (s->has_kernel) {
     CUdeviceptr ptrs[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
-    void *args[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
+    void *args[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT + DIT_PLAN_MAX_TMAPS];
     int n = 0;
     for (int k = 0; k < s->n_out; k++, n++) ptrs[n] = (CUdeviceptr)(uintptr_t)out[k].data, args[n] = &ptrs[n];
     for (int k = 0; k < s->n_in; k++, n++) ptrs[n] = (CUdeviceptr)(uintptr_t)in[k].data, args[n] = &ptrs[n];
     const dit_plan_kernel_t *k = &s->kernel;
+    for (int j = 0; j < k->n_tmaps; j++) {
+      const dit_tensor_t *t = kernel_arg(s, in, out, k->tmaps[j].arg);
+      if (st->tmap_at[idx * DIT_PLAN_MAX_TMAPS + (size_t)j] != t->data) DIT_RETURN_IF(encode_tmap(st, idx, j, &k->tmaps[j], t));
+      args[n++] = &st->tmaps[idx * DIT_PLAN_MAX_TMAPS + (size_t)j];
+    }
     return cu_check(st, st->cu.cuLaunchKernel(st->funcs[idx], k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
                                               k->block[2], k->smem, st->stream, args, NULL),
                     "cuLaunchKernel");

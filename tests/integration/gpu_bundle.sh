@@ -74,3 +74,37 @@ PY
     [ ! -e "$T/gt.safetensors" ] || { echo "partial output"; exit 1; }
   fi
 done
+
+# The Hopper attention kernel at head dims 64 and 128: sm_90a cubins without PTX, Q, K and V
+# read through tensor maps the plan describes (the runtime encodes them at load); short keys
+# (cross-attention) on a persistent grid at head dim 128. The CPU reference runs the same plan.
+for p in tiny-hd64 tiny-hd128; do
+  "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$T/$p" >/dev/null
+  hargs=(compile "$T/$p/model" --frames 13 --height 256 --width 320 --text-len 7 --dtype bf16 -o "$T/h" -q)
+  G=$(DITC_CACHE_DIR=$T/cache1 "$BIN/ditc" "${hargs[@]}" --target sm_90 | tail -n 1 | cut -d' ' -f3)
+  C=$("$BIN/ditc" "${hargs[@]}" | tail -n 1 | cut -d' ' -f3)
+  "$BIN/ditrun" verify "$G" >/dev/null
+  python3 - "$G" "$p" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+hd = 64 if sys.argv[2] == "tiny-hd64" else 128
+kernels = {b["hash"] for b in m["blobs"] if b["role"] == "kernels"}
+plan = [b["hash"] for b in m["blobs"] if b["role"] == "plan"][0]
+att = [s for s in json.load(open(sys.argv[1] + "/blobs/" + plan))["steps"] if s["op"] == "attention"]
+assert len(att) == 2, len(att)  # self- and cross-attention of the one block
+for s in att:
+    k = s["kernel"]
+    assert k["ptx"] == "" and k["cubin"] in kernels, k
+    n_out = len(s["out"])
+    assert [t["arg"] for t in k["tmaps"]] == [n_out, n_out + 1, n_out + 2], k["tmaps"]
+    assert all(t["swizzle"] == 128 and t["box"][0] == 64 for t in k["tmaps"]), k["tmaps"]
+    assert k["block"][0] == (384 if hd == 128 else 512), k
+persistent = [s["kernel"]["grid"][1] == 1 for s in att]
+assert persistent == ([False, True] if hd == 128 else [False, False]), persistent
+print("hopper attention, head dim %d: %s" % (hd, ", ".join("grid %s smem %d" % (s["kernel"]["grid"], s["kernel"]["smem"]) for s in att)))
+PY
+  gen=(--prompt-embeds "$T/$p/embeds.safetensors" --negative-embeds "$T/$p/embeds.safetensors" --seed 3 --steps 2)
+  "$BIN/ditrun" generate "$G" --backend cpu "${gen[@]}" --out "$T/hg.safetensors" 2>/dev/null
+  "$BIN/ditrun" generate "$C" "${gen[@]}" --out "$T/hc.safetensors" 2>/dev/null
+  cmp "$T/hg.safetensors" "$T/hc.safetensors"
+done

@@ -1,0 +1,503 @@
+/* attn_bench: correctness and speed of the sm_90a attention kernel (compiler/kernels/dit_attn_sm90.cu)
+ * and of the portable one (the DIT_K_ATTENTION section of compiler/kernels/dit_kernels.cu).
+ *
+ *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
+ *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] SHAPE...
+ *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
+ *
+ * Kernels are compiled by NVRTC straight to an sm_90a cubin (--link nvrtc, the default), or to PTX that
+ * nvJitLink turns into a cubin (--link nvjitlink, the path ditc takes today) or through LTO IR (--link lto); cubins are cached in --cache keyed by a hash of source and options, so that
+ * --compile-only can build them ahead of time on a machine without a GPU. Inputs are uniform random
+ * (a hash of index and a per-run seed); the output is poisoned with NaN before every timed launch;
+ * sampled query rows are compared with an fp32 reference. One JSON line per shape goes to stdout. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <nvJitLink.h>
+#include <nvrtc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    CUresult r_ = (x);                                                               \
+    if (r_ != CUDA_SUCCESS) {                                                        \
+      const char *e_ = "?";                                                          \
+      p_cuGetErrorString(r_, &e_);                                                     \
+      fprintf(stderr, "attn_bench: %s failed: %s (%s:%d)\n", #x, e_, __FILE__, __LINE__); \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+/* The driver is loaded at run time, so --compile-only runs where there is none. */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define CU_FUNCS(X) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuEventCreate) X(cuEventDestroy) X(cuEventElapsedTime) X(cuEventRecord) X(cuEventSynchronize) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuGetErrorString) X(cuInit) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuMemsetD16Async) X(cuModuleGetFunction) X(cuModuleLoadData) X(cuModuleUnload) X(cuTensorMapEncodeTiled)
+#define DECL(n) static __typeof__(&n) p_##n;
+CU_FUNCS(DECL)
+static void load_driver(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) {
+    fprintf(stderr, "attn_bench: cannot load libcuda.so.1: %s\n", dlerror());
+    exit(1);
+  }
+#define LOAD(n)                                                  \
+  p_##n = (__typeof__(&n))dlsym(h, STR(n));                      \
+  if (!p_##n) {                                                  \
+    fprintf(stderr, "attn_bench: libcuda lacks %s\n", STR(n));  \
+    exit(1);                                                     \
+  }
+  CU_FUNCS(LOAD)
+}
+
+static const char *g_repo = ".", *g_cache = "build-attn/cubin";
+static int g_compile_only = 0, g_iters = 10, g_warmup = 2, g_old = 1, g_samples = 512;
+static unsigned long long g_seed = 0;
+static const char *g_link = "nvrtc";
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "attn_bench: cannot open %s\n", path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  if (fread(b, 1, (size_t)n, f) != (size_t)n) exit(1);
+  b[n] = 0;
+  fclose(f);
+  if (len) *len = (size_t)n;
+  return b;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+/* Compiles src for arch ("90a"/"90") to a cubin, through the cache. */
+static char *compile(const char *src, const char *arch, const char *tag, size_t *out_len) {
+  char opt_arch[64], link_arch[64];
+  snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=compute_%s", arch);
+  snprintf(link_arch, sizeof link_arch, "-arch=sm_%s", arch);
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  char ver[192];
+  snprintf(ver, sizeof ver, "nvrtc %d.%d|%s|%s|%s", major, minor, opt_arch, link_arch, g_link);
+  uint64_t h = fnv1a(14695981039346656037ull, src, strlen(src));
+  h = fnv1a(h, ver, strlen(ver));
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s-%016llx.cubin", g_cache, tag, (unsigned long long)h);
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    fclose(f);
+    return read_file(path, out_len);
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  nvrtcProgram prog;
+  if (nvrtcCreateProgram(&prog, src, "kernel.cu", 0, NULL, NULL) != NVRTC_SUCCESS) exit(1);
+  /* nvrtc: NVRTC emits the sm_ cubin itself (ptxas in whole-program mode).
+   * nvjitlink: compute_ PTX, then nvJitLink to sm_ (ptxas in relocatable mode, which ignores
+   * setmaxnreg and serializes wgmma).
+   * lto: NVRTC LTO IR (-dlto), nvJitLink -lto. */
+  char opt_sm[64];
+  snprintf(opt_sm, sizeof opt_sm, "--gpu-architecture=sm_%s", arch);
+  const int direct = !strcmp(g_link, "nvrtc"), lto = !strcmp(g_link, "lto");
+  const char *opts[] = {direct ? opt_sm : opt_arch, "--std=c++17", "-default-device", direct ? "--ptxas-options=-v" : "-dlto"};
+  nvrtcResult r = nvrtcCompileProgram(prog, direct || lto ? 4 : 3, opts);
+  size_t n = 0;
+  nvrtcGetProgramLogSize(prog, &n);
+  if (n > 1) {
+    char *log = malloc(n + 1);
+    nvrtcGetProgramLog(prog, log);
+    fprintf(stderr, "[%s] nvrtc log:\n%s\n", tag, log);
+    free(log);
+  }
+  if (r != NVRTC_SUCCESS) {
+    fprintf(stderr, "attn_bench: NVRTC failed for %s\n", tag);
+    exit(1);
+  }
+  char *cubin;
+  if (direct) {
+    nvrtcGetCUBINSize(prog, &n);
+    cubin = malloc(n);
+    nvrtcGetCUBIN(prog, cubin);
+    nvrtcDestroyProgram(&prog);
+  } else {
+    char *ir;
+    size_t irn = 0;
+    if (lto) {
+      nvrtcGetLTOIRSize(prog, &irn);
+      ir = malloc(irn);
+      nvrtcGetLTOIR(prog, ir);
+    } else {
+      nvrtcGetPTXSize(prog, &irn);
+      ir = malloc(irn + 1);
+      nvrtcGetPTX(prog, ir);
+      irn = strlen(ir);
+    }
+    nvrtcDestroyProgram(&prog);
+    nvJitLinkHandle lh;
+    const char *lopts[] = {link_arch, "-O3", "-Xptxas=-v", "-lto"};
+    if (nvJitLinkCreate(&lh, lto ? 4 : 3, lopts) != NVJITLINK_SUCCESS) exit(1);
+    nvJitLinkResult lr = nvJitLinkAddData(lh, lto ? NVJITLINK_INPUT_LTOIR : NVJITLINK_INPUT_PTX, ir, irn, "kernel");
+    if (lr == NVJITLINK_SUCCESS) lr = nvJitLinkComplete(lh);
+    size_t ln = 0;
+    nvJitLinkGetInfoLogSize(lh, &ln);
+    if (ln > 1) {
+      char *log = malloc(ln + 1);
+      nvJitLinkGetInfoLog(lh, log);
+      fprintf(stderr, "[%s] nvJitLink info:\n%s\n", tag, log);
+      free(log);
+    }
+    if (lr != NVJITLINK_SUCCESS) {
+      nvJitLinkGetErrorLogSize(lh, &ln);
+      char *log = malloc(ln + 1);
+      nvJitLinkGetErrorLog(lh, log);
+      fprintf(stderr, "attn_bench: nvJitLink failed for %s: %s\n", tag, log);
+      exit(1);
+    }
+    nvJitLinkGetLinkedCubinSize(lh, &n);
+    cubin = malloc(n);
+    nvJitLinkGetLinkedCubin(lh, cubin);
+    nvJitLinkDestroy(&lh);
+    free(ir);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  fprintf(stderr, "[%s] compiled in %.2f s\n", tag, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+  mkdir(g_cache, 0755);
+  f = fopen(path, "wb");
+  if (f) {
+    fwrite(cubin, 1, n, f);
+    fclose(f);
+  }
+  *out_len = n;
+  return cubin;
+}
+
+typedef struct {
+  int B, H, SQ, LK, HD, ncw, bn, st, persist, cfg_given;
+} shape_t;
+
+static int parse_shape(const char *s, shape_t *sh) {
+  memset(sh, 0, sizeof *sh);
+  if (sscanf(s, "%dx%dx%dx%dx%d", &sh->B, &sh->H, &sh->SQ, &sh->LK, &sh->HD) != 5) return -1;
+  sh->ncw = sh->HD == 64 ? 3 : 2;
+  sh->bn = 128;
+  sh->st = sh->HD == 64 ? 4 : 2;
+  const char *c = strchr(s, ':');
+  if (c) {
+    if (sscanf(c + 1, "%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist) < 3) return -1;
+    sh->cfg_given = 1;
+  }
+  return 0;
+}
+
+/* Dynamic shared memory of the sm_90a kernel (mirrors ATT_SMEM in the kernel). */
+static unsigned ours_smem(const shape_t *s) {
+  const unsigned nh = (unsigned)s->HD / 64, bm = 64u * (unsigned)s->ncw;
+  return 1024u + (s->persist ? 2u : 1u) * nh * bm * 128u + 2u * (unsigned)s->st * nh * (unsigned)s->bn * 128u +
+         8u * (4u + 4u * (unsigned)s->st);
+}
+
+static char *specialize(const shape_t *s, const char *body, int old) {
+  size_t n = strlen(body) + 1024;
+  char *src = malloc(n);
+  int k = snprintf(src, n,
+                   "%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
+                   old ? "#define DIT_K_ATTENTION 1\n" : "", s->HD, s->H, s->SQ, s->LK, 1.0 / sqrt((double)s->HD));
+  if (!old && s->cfg_given)
+    k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
+  if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
+  memcpy(src + k, body, strlen(body) + 1);
+  return src;
+}
+
+static CUmodule load_module(const char *cubin) {
+  CUmodule m;
+  CK(p_cuModuleLoadData(&m, cubin));
+  return m;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void encode_map(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows) {
+  cuuint64_t dims[2] = {(cuuint64_t)ch, (cuuint64_t)rows};
+  cuuint64_t strides[1] = {(cuuint64_t)ch * 2};
+  cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+  cuuint32_t estr[2] = {1, 1};
+  CK(p_cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+typedef struct {
+  CUfunction fill, ref, gather, nonfinite;
+} helpers_t;
+
+typedef struct {
+  double err_out, err_lse;
+  unsigned long long nonfinite;
+} check_t;
+
+/* Compares the sampled rows of (out, lse) with the reference in (ref, ref_lse) (device, fp32). */
+static check_t check(helpers_t *hp, const shape_t *s, CUdeviceptr out, CUdeviceptr lse, CUdeviceptr samples, int ns,
+                     const float *ref, const float *ref_lse, CUdeviceptr scratch_rows, CUdeviceptr scratch_lse,
+                     CUdeviceptr counter) {
+  check_t c = {0, 0, 0};
+  int H = s->H, SQ = s->SQ, HD = s->HD;
+  void *ga[] = {&scratch_rows, &scratch_lse, &out, &lse, &samples, &H, &SQ, &HD};
+  CK(p_cuLaunchKernel(hp->gather, ns, 1, 1, 128, 1, 1, 0, 0, ga, NULL));
+  float *got = malloc(sizeof(float) * ns * HD), *got_lse = malloc(sizeof(float) * ns);
+  CK(p_cuMemcpyDtoH(got, scratch_rows, sizeof(float) * ns * HD));
+  CK(p_cuMemcpyDtoH(got_lse, scratch_lse, sizeof(float) * ns));
+  double maxref = 0, maxdiff = 0, maxl = 0;
+  for (long i = 0; i < (long)ns * HD; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    if (!(d <= maxdiff)) maxdiff = isnan(d) ? INFINITY : d;
+    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+  }
+  for (int i = 0; i < ns; i++) {
+    double d = fabs((double)got_lse[i] - ref_lse[i]);
+    if (!(d <= maxl)) maxl = isnan(d) ? INFINITY : d;
+  }
+  c.err_out = maxref > 0 ? maxdiff / maxref : maxdiff;
+  c.err_lse = maxl;
+  unsigned long long n = (unsigned long long)s->B * s->SQ * s->H * s->HD, zero = 0;
+  CK(p_cuMemcpyHtoD(counter, &zero, 8));
+  void *na[] = {&out, &n, &counter};
+  CK(p_cuLaunchKernel(hp->nonfinite, 1024, 1, 1, 256, 1, 1, 0, 0, na, NULL));
+  CK(p_cuMemcpyDtoH(&c.nonfinite, counter, 8));
+  free(got);
+  free(got_lse);
+  return c;
+}
+
+/* Times a launch: the output poisoned with NaN before each; median ms. */
+static double time_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem, void **args,
+                          CUdeviceptr out, size_t out_elems) {
+  CUevent e0, e1;
+  CK(p_cuEventCreate(&e0, CU_EVENT_DEFAULT));
+  CK(p_cuEventCreate(&e1, CU_EVENT_DEFAULT));
+  float *ms = malloc(sizeof(float) * (g_iters + g_warmup));
+  for (int it = 0; it < g_warmup + g_iters; it++) {
+    CK(p_cuMemsetD16Async(out, 0xFFFF, out_elems, 0));
+    CK(p_cuEventRecord(e0, 0));
+    CK(p_cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, 0, args, NULL));
+    CK(p_cuEventRecord(e1, 0));
+    CK(p_cuEventSynchronize(e1));
+    CK(p_cuEventElapsedTime(&ms[it], e0, e1));
+  }
+  qsort(ms + g_warmup, g_iters, sizeof(float), cmp_float);
+  double med = g_iters % 2 ? ms[g_warmup + g_iters / 2] : 0.5 * (ms[g_warmup + g_iters / 2 - 1] + ms[g_warmup + g_iters / 2]);
+  free(ms);
+  p_cuEventDestroy(e0);
+  p_cuEventDestroy(e1);
+  return med;
+}
+
+int main(int argc, char **argv) {
+  shape_t shapes[64];
+  int nshapes = 0;
+  g_seed = (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)clock();
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--repo") && i + 1 < argc) g_repo = argv[++i];
+    else if (!strcmp(argv[i], "--cache") && i + 1 < argc) g_cache = argv[++i];
+    else if (!strcmp(argv[i], "--compile-only")) g_compile_only = 1;
+    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) g_warmup = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--samples") && i + 1 < argc) g_samples = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--no-old")) g_old = 0;
+    else if (!strcmp(argv[i], "--link") && i + 1 < argc) g_link = argv[++i];
+    else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
+    else {
+      fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
+                      "[--seed S] [--samples N] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+      return 2;
+    }
+  }
+  if (g_iters < 1) g_iters = 1;
+  char path[1024];
+  snprintf(path, sizeof path, "%s/compiler/kernels/dit_attn_sm90.cu", g_repo);
+  char *ours_src = read_file(path, NULL);
+  snprintf(path, sizeof path, "%s/compiler/kernels/dit_kernels.cu", g_repo);
+  char *old_src = read_file(path, NULL);
+  snprintf(path, sizeof path, "%s/bench/attention/attn_ref.cu", g_repo);
+  char *ref_src = read_file(path, NULL);
+  size_t len;
+  char *ref_cubin = compile(ref_src, "90", "ref", &len);
+  for (int i = 0; i < nshapes; i++) {
+    char *a = specialize(&shapes[i], ours_src, 0);
+    char *c = compile(a, "90a", "ours", &len);
+    free(a);
+    free(c);
+    if (g_old) {
+      a = specialize(&shapes[i], old_src, 1);
+      c = compile(a, "90a", "old", &len);
+      free(a);
+      free(c);
+    }
+  }
+  if (g_compile_only) return 0;
+
+  load_driver();
+  CK(p_cuInit(0));
+  CUdevice dev;
+  CK(p_cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(p_cuCtxSetCurrent(ctx));
+  char devname[256];
+  CK(p_cuDeviceGetName(devname, sizeof devname, dev));
+  int nsm = 0;
+  CK(p_cuDeviceGetAttribute(&nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  helpers_t hp;
+  CUmodule hm = load_module(ref_cubin);
+  CK(p_cuModuleGetFunction(&hp.fill, hm, "fill_bf16"));
+  CK(p_cuModuleGetFunction(&hp.ref, hm, "ref_attn"));
+  CK(p_cuModuleGetFunction(&hp.gather, hm, "gather_rows"));
+  CK(p_cuModuleGetFunction(&hp.nonfinite, hm, "count_nonfinite"));
+
+  for (int si = 0; si < nshapes; si++) {
+    const shape_t *s = &shapes[si];
+    const int B = s->B, H = s->H, SQ = s->SQ, LK = s->LK, HD = s->HD, CH = H * HD;
+    const size_t nq = (size_t)B * SQ * CH, nk = (size_t)B * LK * CH, nl = (size_t)B * H * SQ;
+    CUdeviceptr q, k, v, out, lse, oout = 0, olse = 0;
+    CK(p_cuMemAlloc(&q, nq * 2));
+    CK(p_cuMemAlloc(&k, nk * 2));
+    CK(p_cuMemAlloc(&v, nk * 2));
+    CK(p_cuMemAlloc(&out, nq * 2));
+    CK(p_cuMemAlloc(&lse, nl * 4));
+    if (g_old) {
+      CK(p_cuMemAlloc(&oout, nq * 2));
+      CK(p_cuMemAlloc(&olse, nl * 4));
+    }
+    const unsigned long long seed = g_seed + 0x1234567ull * (unsigned long long)(si + 1);
+    {
+      float amp_qk = 2.0f, amp_v = 1.0f;
+      unsigned long long sq = seed, sk = seed ^ 0xabcdefull, sv = seed ^ 0x5555aaaaull;
+      void *a1[] = {&q, (void *)&nq, &sq, &amp_qk};
+      void *a2[] = {&k, (void *)&nk, &sk, &amp_qk};
+      void *a3[] = {&v, (void *)&nk, &sv, &amp_v};
+      CK(p_cuLaunchKernel(hp.fill, 2048, 1, 1, 256, 1, 1, 0, 0, a1, NULL));
+      CK(p_cuLaunchKernel(hp.fill, 2048, 1, 1, 256, 1, 1, 0, 0, a2, NULL));
+      CK(p_cuLaunchKernel(hp.fill, 2048, 1, 1, 256, 1, 1, 0, 0, a3, NULL));
+    }
+    /* Samples: evenly spread over (b, h, r), plus the last row of every (b, h). */
+    const long total = (long)B * H * SQ;
+    int ns0 = g_samples < total ? g_samples : (int)total, nbh = B * H < 256 ? B * H : 256;
+    int ns = ns0 + nbh;
+    int *samp = malloc(sizeof(int) * 3 * ns);
+    for (int i = 0; i < ns0; i++) {
+      long idx = ns0 > 1 ? (long)((double)i * (double)(total - 1) / (double)(ns0 - 1)) : 0;
+      samp[3 * i] = (int)(idx / ((long)H * SQ));
+      samp[3 * i + 1] = (int)((idx / SQ) % H);
+      samp[3 * i + 2] = (int)(idx % SQ);
+    }
+    for (int i = 0; i < nbh; i++) {
+      samp[3 * (ns0 + i)] = i / H;
+      samp[3 * (ns0 + i) + 1] = i % H;
+      samp[3 * (ns0 + i) + 2] = SQ - 1;
+    }
+    CUdeviceptr dsamp, ref_out, ref_lse, scratch, rows, rows_lse, counter;
+    CK(p_cuMemAlloc(&dsamp, sizeof(int) * 3 * ns));
+    CK(p_cuMemcpyHtoD(dsamp, samp, sizeof(int) * 3 * ns));
+    CK(p_cuMemAlloc(&ref_out, sizeof(float) * ns * HD));
+    CK(p_cuMemAlloc(&ref_lse, sizeof(float) * ns));
+    CK(p_cuMemAlloc(&scratch, sizeof(float) * (size_t)ns * LK));
+    CK(p_cuMemAlloc(&rows, sizeof(float) * ns * HD));
+    CK(p_cuMemAlloc(&rows_lse, sizeof(float) * ns));
+    CK(p_cuMemAlloc(&counter, 8));
+    {
+      float scale = (float)(1.0 / sqrt((double)HD));
+      int h_ = H, sq_ = SQ, lk_ = LK, hd_ = HD;
+      void *ra[] = {&ref_out, &ref_lse, &scratch, &q, &k, &v, &dsamp, &h_, &sq_, &lk_, &hd_, &scale};
+      CK(p_cuLaunchKernel(hp.ref, ns, 1, 1, 256, 1, 1, 0, 0, ra, NULL));
+    }
+    float *ref = malloc(sizeof(float) * ns * HD), *rlse = malloc(sizeof(float) * ns);
+    CK(p_cuCtxSynchronize());
+    CK(p_cuMemcpyDtoH(ref, ref_out, sizeof(float) * ns * HD));
+    CK(p_cuMemcpyDtoH(rlse, ref_lse, sizeof(float) * ns));
+    CK(p_cuMemFree(scratch));
+
+    /* Ours. */
+    char *src = specialize(s, ours_src, 0);
+    char *cubin = compile(src, "90a", "ours", &len);
+    free(src);
+    CUmodule mod = load_module(cubin);
+    free(cubin);
+    CUfunction f;
+    CK(p_cuModuleGetFunction(&f, mod, "dit_kernel"));
+    int regs = 0, lmem = 0, smem_static = 0, maxthr = 0;
+    CK(p_cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    CK(p_cuFuncGetAttribute(&lmem, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f));
+    CK(p_cuFuncGetAttribute(&smem_static, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+    CK(p_cuFuncGetAttribute(&maxthr, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+    const unsigned smem = ours_smem(s), bm = 64u * (unsigned)s->ncw, threads = 128u * (unsigned)(s->ncw + 1);
+    CK(p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
+    CUtensorMap tq, tk, tv;
+    encode_map(&tq, q, B * SQ, CH, (int)bm);
+    encode_map(&tk, k, B * LK, CH, s->bn);
+    encode_map(&tv, v, B * LK, CH, s->bn);
+    void *args[] = {&out, &lse, &q, &k, &v, &tq, &tk, &tv};
+    const unsigned mblk = (unsigned)((SQ + bm - 1) / bm);
+    unsigned gx = mblk, gy = (unsigned)H, gz = (unsigned)B;
+    if (s->persist) { /* persistent: one CTA per multiprocessor, at most one per tile */
+      const unsigned tiles = mblk * (unsigned)H * (unsigned)B;
+      gx = (unsigned)nsm < tiles ? (unsigned)nsm : tiles, gy = gz = 1;
+    }
+    double ms = time_kernel(f, gx, gy, gz, threads, smem, args, out, nq);
+    CK(p_cuCtxSynchronize());
+    check_t c = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
+    const double flop = 4.0 * B * H * (double)SQ * LK * HD;
+    int ok = c.err_out <= 1e-2 && c.err_lse <= 1e-3 && c.nonfinite == 0;
+
+    double oms = 0;
+    check_t oc = {0, 0, 0};
+    if (g_old) {
+      src = specialize(s, old_src, 1);
+      cubin = compile(src, "90a", "old", &len);
+      free(src);
+      CUmodule om = load_module(cubin);
+      free(cubin);
+      CUfunction of;
+      CK(p_cuModuleGetFunction(&of, om, "dit_kernel"));
+      const int dp = (HD + 15) / 16 * 16;
+      const unsigned osmem = (unsigned)((128 + 4 * 64) * (dp + 8) * 2);
+      CK(p_cuFuncSetAttribute(of, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)osmem));
+      void *oargs[] = {&oout, &olse, &q, &k, &v};
+      oms = time_kernel(of, (unsigned)((SQ + 127) / 128), H, B, 256, osmem, oargs, oout, nq);
+      CK(p_cuCtxSynchronize());
+      oc = check(&hp, s, oout, olse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
+      CK(p_cuModuleUnload(om));
+    }
+    printf("{\"device\":\"%s\",\"B\":%d,\"H\":%d,\"SQ\":%d,\"LK\":%d,\"HD\":%d,\"cfg\":{\"ncw\":%d,\"bm\":%u,\"bn\":%d,\"st\":%d,\"persist\":%d,"
+           "\"threads\":%u,\"smem\":%u,\"grid\":[%u,%u,%u]},\"regs\":%d,\"local_bytes\":%d,\"static_smem\":%d,\"ms\":%.4f,\"tflops\":%.1f,"
+           "\"err_out\":%.3e,\"err_lse\":%.3e,\"nonfinite\":%llu,\"samples\":%d,\"ok\":%s",
+           devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
+           flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
+    if (g_old)
+      printf(",\"old_ms\":%.4f,\"old_tflops\":%.1f,\"old_err_out\":%.3e,\"old_err_lse\":%.3e,\"old_nonfinite\":%llu", oms,
+             flop / (oms * 1e-3) / 1e12, oc.err_out, oc.err_lse, oc.nonfinite);
+    printf("}\n");
+    fflush(stdout);
+    CK(p_cuModuleUnload(mod));
+    p_cuMemFree(q), p_cuMemFree(k), p_cuMemFree(v), p_cuMemFree(out), p_cuMemFree(lse);
+    if (g_old) p_cuMemFree(oout), p_cuMemFree(olse);
+    p_cuMemFree(dsamp), p_cuMemFree(ref_out), p_cuMemFree(ref_lse), p_cuMemFree(rows), p_cuMemFree(rows_lse), p_cuMemFree(counter);
+    free(samp), free(ref), free(rlse);
+  }
+  return 0;
+}

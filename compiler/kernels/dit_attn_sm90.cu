@@ -1,0 +1,523 @@
+// Flash attention forward for Hopper (sm_90a): bf16 Q, K, V and output, fp32 accumulation,
+// online softmax in base 2, optional log-sum-exp (natural log). Non-causal.
+//
+// Specialization (prepended as #defines): HD (64 or 128), HEADS, SQ, LK, SCALE, HAS_LSE.
+// Tuning (optional): ATT_NCW consumer warpgroups (64 query rows each), ATT_BN keys per tile,
+// ATT_ST shared-memory stages of K and V, ATT_PERSIST (with BATCH defined) for a persistent grid.
+//
+// Layouts: Q and out [B, SQ, HEADS*HD], K and V [B, LK, HEADS*HD] (heads interleaved in the
+// channel dim), lse fp32 [B, HEADS, SQ]. Entry:
+//   dit_kernel(out, [lse,] q, k, v, tmap_q, tmap_k, tmap_v)
+// The three tensor maps (CUtensorMap, passed by value) describe the 2-D views [B*SQ, HEADS*HD]
+// of Q and [B*LK, HEADS*HD] of K and V: bf16, box {64 channels, rows}, 128-byte swizzle, with
+// rows = ATT_BM for Q and ATT_BN for K and V. Grid (ceil(SQ/ATT_BM), HEADS, B), or with
+// ATT_PERSIST (x, 1, 1) for any x (best: the multiprocessor count, at most the number of tiles
+// ceil(SQ/ATT_BM)*HEADS*BATCH); block ATT_THREADS; dynamic shared memory ATT_SMEM bytes.
+//
+// Structure (one work tile = ATT_BM query rows of one batch and head; a CTA takes one tile, or
+// with ATT_PERSIST tiles blockIdx.x, blockIdx.x + gridDim.x, ... with Q double-buffered so the
+// next tile's loads overlap this one's epilogue):
+//  - warpgroup 0 is the producer: one thread loads each work tile's Q and streams its K and V
+//    tiles through an ATT_ST-deep ring with the bulk tensor copy engine; "full" mbarriers count
+//    the bytes in, "empty" mbarriers count the consumer warps that are done with a slot;
+//  - warpgroups 1..ATT_NCW are consumers of 64 query rows each: S = Q K^T and O += P V by
+//    wgmma (Q, K and V read from shared memory; P from registers), online softmax on the S
+//    accumulators. Within a warpgroup the next tile's Q K^T and the current P V run on the
+//    tensor cores while the softmax of the tile before runs on the ALUs; across warpgroups,
+//    named barriers hand the tensor cores from one warpgroup to the next so one warpgroup's
+//    softmax overlaps the others' matrix products.
+// Keys past LK (the tail tile, which through the 2-D view reads the next batch's rows or zero
+// fill) are masked to -inf; query rows past SQ are computed and not stored.
+
+#define DIT_INF __int_as_float(0x7f800000)
+
+typedef unsigned short bf16_t;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#if HD != 64 && HD != 128
+#error "dit_attn_sm90: HD must be 64 or 128"
+#endif
+
+#ifndef ATT_NCW
+#if HD == 64
+#define ATT_NCW 3
+#else
+#define ATT_NCW 2
+#endif
+#endif
+#ifndef ATT_BN
+#define ATT_BN 128
+#endif
+#ifndef ATT_ST
+#if HD == 64
+#define ATT_ST 4
+#else
+#define ATT_ST 2
+#endif
+#endif
+#ifndef ATT_PERSIST
+#define ATT_PERSIST 0
+#endif
+#if ATT_PERSIST && !defined(BATCH)
+#error "dit_attn_sm90: ATT_PERSIST needs BATCH"
+#endif
+#define ATT_BM (64 * ATT_NCW)
+#define ATT_THREADS (128 * (ATT_NCW + 1))
+#define NHALF (HD / 64)  // 64-channel (128-byte) column blocks of a tile
+#define NQBUF (ATT_PERSIST ? 2 : 1)
+#define Q_BYTES (NHALF * ATT_BM * 128)
+#define KV_BYTES (NHALF * ATT_BN * 128)
+#define BAR_OFF (NQBUF * Q_BYTES + 2 * ATT_ST * KV_BYTES)
+#define ATT_SMEM (1024 + BAR_OFF + 8 * (4 + 4 * ATT_ST))
+#define NTILES ((LK + ATT_BN - 1) / ATT_BN)
+#define MBLK ((SQ + ATT_BM - 1) / ATT_BM)
+#if ATT_NCW == 2
+#define CONSUMER_REGS 240
+#elif ATT_NCW == 3
+#define CONSUMER_REGS 160
+#else
+#define CONSUMER_REGS 240
+#endif
+#if ATT_BN % 16 != 0 || ATT_BN > 256 || ATT_BM > 256
+#error "dit_attn_sm90: bad tile"
+#endif
+
+struct __align__(64) tmap_t {
+  u64 w[16];
+};
+
+// ---- PTX wrappers ----
+__device__ __forceinline__ u32 smem_u32(const void *p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(u32 dst, const tmap_t *map, int c0, int c1, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"((u64)map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const tmap_t *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)map) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving register reads or writes of v across the preceding asm.
+__device__ __forceinline__ void reg_fence(float &v) { asm volatile("" : "+f"(v)::"memory"); }
+__device__ __forceinline__ void reg_fence(u32 &v) { asm volatile("" : "+r"(v)::"memory"); }
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float ex2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// Shared-memory matrix descriptors, 128-byte swizzle (tiles 1024-byte aligned).
+// K-major: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); LBO unused.
+__device__ __forceinline__ u64 desc_kmajor(u32 addr) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+// MN-major (B = V with N = the head dim contiguous): 64-column blocks LBO bytes apart, 8-row
+// (key) groups 1024 bytes apart (SBO).
+__device__ __forceinline__ u64 desc_mnmajor(u32 addr, u32 lbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+// ---- wgmma wrappers (bf16 in, fp32 accumulate), overloaded by accumulator size ----
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], u64 da, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// D[64 x 96] (+)= A[64 x 16] * B[16 x 96], A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float (&d)[48], u64 da, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// D[64 x 128] (+)= A[64 x 16] * B[16 x 128], A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], u64 da, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// D[64 x 160] (+)= A[64 x 16] * B[16 x 160], A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float (&d)[80], u64 da, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// D[64 x 176] (+)= A[64 x 16] * B[16 x 176], A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float (&d)[88], u64 da, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// D[64 x 192] (+)= A[64 x 16] * B[16 x 192], A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss(float (&d)[96], u64 da, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+// D[64 x 64] += A[64 x 16] * B[16 x 64], A in registers, B N-major (transposed) in shared memory.
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const u32 *a, u64 db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// D[64 x 128] += A[64 x 16] * B[16 x 128], A in registers, B N-major (transposed) in shared memory.
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const u32 *a, u64 db) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// ---- the kernel ----
+#define BAR_FULL_Q(base, i) ((base) + 8u * (i))
+#define BAR_EMPTY_Q(base, i) ((base) + 8u * (2u + (i)))
+#define BAR_FULL_K(base, s) ((base) + 8u * (4u + (s)))
+#define BAR_FULL_V(base, s) ((base) + 8u * (4u + ATT_ST + (s)))
+#define BAR_EMPTY_K(base, s) ((base) + 8u * (4u + 2u * ATT_ST + (s)))
+#define BAR_EMPTY_V(base, s) ((base) + 8u * (4u + 3u * ATT_ST + (s)))
+#define SCHED_BAR(w) (1 + (w))  // named barrier 0 is __syncthreads
+
+// Work tiles: with ATT_PERSIST, tile indices linearized m-block fastest, then head, then batch.
+#if ATT_PERSIST
+#define TILE_COUNT (MBLK * HEADS * BATCH)
+#define TILE_FIRST ((int)blockIdx.x)
+#define TILE_STRIDE ((int)gridDim.x)
+#else
+#define TILE_COUNT 1
+#define TILE_FIRST 0
+#define TILE_STRIDE 1
+#endif
+__device__ __forceinline__ void tile_coords(int t, int &mblk, int &head, int &b) {
+#if ATT_PERSIST
+  mblk = t % MBLK;
+  head = (t / MBLK) % HEADS;
+  b = t / (MBLK * HEADS);
+#else
+  (void)t;
+  mblk = blockIdx.x;
+  head = blockIdx.y;
+  b = blockIdx.z;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *out,
+#if HAS_LSE
+                                                                        float *lse,
+#endif
+                                                                        const bf16_t *q, const bf16_t *k, const bf16_t *v,
+                                                                        const __grid_constant__ tmap_t tmq,
+                                                                        const __grid_constant__ tmap_t tmk,
+                                                                        const __grid_constant__ tmap_t tmv) {
+  (void)q, (void)k, (void)v;
+  extern __shared__ unsigned char smem_raw[];
+  const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  const u32 sQ = base, sK = base + NQBUF * Q_BYTES, sV = sK + ATT_ST * KV_BYTES, bars = base + BAR_OFF;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      mbar_init(BAR_FULL_Q(bars, i), 1);
+      mbar_init(BAR_EMPTY_Q(bars, i), 4 * ATT_NCW);  // one arrival per consumer warp
+    }
+#pragma unroll
+    for (int s = 0; s < ATT_ST; s++) {
+      mbar_init(BAR_FULL_K(bars, s), 1);
+      mbar_init(BAR_FULL_V(bars, s), 1);
+      mbar_init(BAR_EMPTY_K(bars, s), 4 * ATT_NCW);
+      mbar_init(BAR_EMPTY_V(bars, s), 4 * ATT_NCW);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x >> 7;
+  if (wg == 0) {
+    // Producer. K/V tiles are numbered across work tiles (g) so the ring runs on unbroken.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      tma_prefetch_desc(&tmq);
+      tma_prefetch_desc(&tmk);
+      tma_prefetch_desc(&tmv);
+      int g = 0;
+      for (int t = TILE_FIRST, tc = 0; t < TILE_COUNT; t += TILE_STRIDE, tc++) {
+        int mblk, head, b;
+        tile_coords(t, mblk, head, b);
+        const int qb = tc % NQBUF;
+        const u32 qph = (u32)(tc / NQBUF) & 1u;
+        mbar_wait(BAR_EMPTY_Q(bars, qb), qph ^ 1u);
+        mbar_expect_tx(BAR_FULL_Q(bars, qb), Q_BYTES);
+#pragma unroll
+        for (int h = 0; h < NHALF; h++)
+          tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * 128, &tmq, head * HD + h * 64, b * SQ + mblk * ATT_BM,
+                      BAR_FULL_Q(bars, qb));
+        for (int j = 0; j < NTILES; j++, g++) {
+          const int s = g % ATT_ST;
+          const u32 ph = (u32)(g / ATT_ST) & 1u;
+          const int row = b * LK + j * ATT_BN;
+          mbar_wait(BAR_EMPTY_K(bars, s), ph ^ 1u);
+          mbar_expect_tx(BAR_FULL_K(bars, s), KV_BYTES);
+#pragma unroll
+          for (int h = 0; h < NHALF; h++)
+            tma_load_2d(sK + s * KV_BYTES + h * ATT_BN * 128, &tmk, head * HD + h * 64, row, BAR_FULL_K(bars, s));
+          mbar_wait(BAR_EMPTY_V(bars, s), ph ^ 1u);
+          mbar_expect_tx(BAR_FULL_V(bars, s), KV_BYTES);
+#pragma unroll
+          for (int h = 0; h < NHALF; h++)
+            tma_load_2d(sV + s * KV_BYTES + h * ATT_BN * 128, &tmv, head * HD + h * 64, row, BAR_FULL_V(bars, s));
+        }
+      }
+    }
+  } else {
+    // Consumers.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS) : "memory");
+    const int cw = wg - 1;
+    const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
+    const float sl2 = (float)(SCALE) * 1.4426950408889634f;  // scale * log2(e)
+
+    float s[ATT_BN / 2];  // S accumulators: row g4 / g4+8 of this warp's 16, keys 8i + 2*t4 + {0,1}
+    float o[HD / 2];      // O accumulators, same layout over the head dim
+    u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
+#pragma unroll
+    for (int i = 0; i < ATT_BN / 2; i++) s[i] = 0.f;
+    float m0, m1, l0, l1;  // raw-score row max, partial row sums (rows g4 and g4+8)
+    u64 dq;
+
+    // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
+    auto issue_qk = [&](int st) {
+      const u64 dk = desc_kmajor(sK + st * KV_BYTES);
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk++)
+        wgmma_ss(s, dq + (u64)(((kk >> 2) * ATT_BM * 128 + (kk & 3) * 32) >> 4),
+                 dk + (u64)(((kk >> 2) * ATT_BN * 128 + (kk & 3) * 32) >> 4), kk > 0);
+    };
+    // O += P V over the tile's keys: k step kk is key rows 16kk..16kk+15 (2048 bytes in).
+    auto issue_pv = [&](int st) {
+      const u64 dv = desc_mnmajor(sV + st * KV_BYTES, ATT_BN * 128);
+#pragma unroll
+      for (int kk = 0; kk < ATT_BN / 16; kk++) wgmma_rs(o, &p[4 * kk], dv + (u64)((kk * 2048) >> 4));
+    };
+    auto fence_s = [&]() {
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 2; i++) reg_fence(s[i]);
+    };
+    auto fence_op = [&]() {
+#pragma unroll
+      for (int i = 0; i < HD / 2; i++) reg_fence(o[i]);
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 4; i++) reg_fence(p[i]);
+    };
+    // Online softmax of key tile j in place in s (probabilities relative to the new running
+    // max); returns the factors that rescale the old O and row sums.
+    auto softmax = [&](int j, float &al0, float &al1) {
+      if ((LK % ATT_BN) != 0 && j == NTILES - 1) {
+        const int lim = LK - j * ATT_BN - 2 * t4;  // key 8i + 2*t4 + e is valid iff 8i + e < lim
+#pragma unroll
+        for (int i = 0; i < ATT_BN / 8; i++)
+#pragma unroll
+          for (int e = 0; e < 2; e++)
+            if (8 * i + e >= lim) s[4 * i + e] = s[4 * i + 2 + e] = -DIT_INF;
+      }
+      float mx0 = m0, mx1 = m1;
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 8; i++) {
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      al0 = ex2((m0 - mx0) * sl2);  // 0 on the first tile (m = -inf)
+      al1 = ex2((m1 - mx1) * sl2);
+      m0 = mx0;
+      m1 = mx1;
+      const float ms0 = mx0 * sl2, ms1 = mx1 * sl2;
+      float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 8; i++) {
+        s[4 * i + 0] = ex2(fmaf(s[4 * i + 0], sl2, -ms0));
+        s[4 * i + 1] = ex2(fmaf(s[4 * i + 1], sl2, -ms0));
+        s[4 * i + 2] = ex2(fmaf(s[4 * i + 2], sl2, -ms1));
+        s[4 * i + 3] = ex2(fmaf(s[4 * i + 3], sl2, -ms1));
+        ps0 += s[4 * i + 0] + s[4 * i + 1];
+        ps1 += s[4 * i + 2] + s[4 * i + 3];
+      }
+      l0 = l0 * al0 + ps0;
+      l1 = l1 * al1 + ps1;
+    };
+    // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
+    auto convert = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < ATT_BN / 16; kk++) {
+        p[4 * kk + 0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        p[4 * kk + 1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        p[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        p[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+    // Tensor-core turns: consumer warpgroup cw issues after cw-1 (cyclically) has issued. Every
+    // warpgroup has the same number of turns; the very last turn of the last one passes to nobody.
+    auto sched_wait = [&]() {
+      if (ATT_NCW > 1) named_sync(SCHED_BAR(cw), 256);
+    };
+    auto sched_pass = [&]() {
+      if (ATT_NCW > 1) named_arrive(SCHED_BAR((cw + 1) % ATT_NCW), 256);
+    };
+    if (ATT_NCW > 1 && cw == ATT_NCW - 1 && TILE_FIRST < TILE_COUNT) named_arrive(SCHED_BAR(0), 256);  // warpgroup 0 goes first
+
+    int g = 0;  // K/V tiles consumed so far
+    for (int t = TILE_FIRST, tc = 0; t < TILE_COUNT; t += TILE_STRIDE, tc++) {
+      int mblk, head, b;
+      tile_coords(t, mblk, head, b);
+      const bool last_tile = t + TILE_STRIDE >= TILE_COUNT;
+      const int qb = tc % NQBUF;
+      dq = desc_kmajor(sQ + qb * Q_BYTES + cw * 64 * 128);
+#pragma unroll
+      for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
+      m0 = m1 = -DIT_INF;
+      l0 = l1 = 0.f;
+
+      mbar_wait(BAR_FULL_Q(bars, qb), (u32)(tc / NQBUF) & 1u);
+      {
+        const int st = g % ATT_ST;
+        mbar_wait(BAR_FULL_K(bars, st), (u32)(g / ATT_ST) & 1u);
+        sched_wait();
+        wgmma_fence();
+        issue_qk(st);
+        wgmma_commit();
+        sched_pass();
+        wgmma_wait<0>();
+        fence_s();
+        if (lane == 0) {
+          mbar_arrive(BAR_EMPTY_K(bars, st));
+          if (NTILES == 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));
+        }
+        float a0, a1;
+        softmax(0, a0, a1);
+        convert();
+      }
+      for (int j = 1; j < NTILES; j++) {
+        const int gj = g + j, st = gj % ATT_ST, pst = (gj - 1) % ATT_ST;
+        const u32 ph = (u32)(gj / ATT_ST) & 1u, pph = (u32)((gj - 1) / ATT_ST) & 1u;
+        mbar_wait(BAR_FULL_V(bars, pst), pph);  // loaded before K_j
+        mbar_wait(BAR_FULL_K(bars, st), ph);
+        sched_wait();
+        wgmma_fence();
+        issue_qk(st);  // S_j = Q K_j^T
+        wgmma_commit();
+        issue_pv(pst);  // O += P_{j-1} V_{j-1}
+        wgmma_commit();
+        sched_pass();
+        wgmma_wait<1>();  // S_j ready; P V still running
+        fence_s();
+        if (lane == 0) {
+          mbar_arrive(BAR_EMPTY_K(bars, st));
+          if (j == NTILES - 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));  // Q no longer read
+        }
+        float a0, a1;
+        softmax(j, a0, a1);
+        wgmma_wait<0>();
+        fence_op();
+        if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, pst));
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+          o[4 * i + 0] *= a0;
+          o[4 * i + 1] *= a0;
+          o[4 * i + 2] *= a1;
+          o[4 * i + 3] *= a1;
+        }
+        convert();
+      }
+      {
+        const int gl = g + NTILES - 1, st = gl % ATT_ST;
+        mbar_wait(BAR_FULL_V(bars, st), (u32)(gl / ATT_ST) & 1u);
+        sched_wait();
+        wgmma_fence();
+        issue_pv(st);
+        wgmma_commit();
+        if (!(last_tile && cw == ATT_NCW - 1)) sched_pass();
+        wgmma_wait<0>();
+        fence_op();
+        if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, st));
+      }
+      g += NTILES;
+
+      // Epilogue: row sums are spread over the 4 lanes of a row group.
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+      l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+      const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+      const int r0 = mblk * ATT_BM + cw * 64 + warp * 16 + g4, r1 = r0 + 8;
+      const long long CH = (long long)HEADS * HD;
+      bf16_t *ob = out + (long long)b * SQ * CH + (long long)head * HD + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < HD / 8; i++) {
+        if (r0 < SQ) *(u32 *)&ob[(long long)r0 * CH + 8 * i] = pack_bf16(o[4 * i + 0] * inv0, o[4 * i + 1] * inv0);
+        if (r1 < SQ) *(u32 *)&ob[(long long)r1 * CH + 8 * i] = pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+      }
+#if HAS_LSE
+      if (t4 == 0) {
+        const float ln2 = 0.6931471805599453f;
+        float *lb = lse + ((long long)b * HEADS + head) * SQ;
+        if (r0 < SQ) lb[r0] = (m0 * sl2 + __log2f(l0)) * ln2;
+        if (r1 < SQ) lb[r1] = (m1 * sl2 + __log2f(l1)) * ln2;
+      }
+#endif
+    }
+  }
+}
