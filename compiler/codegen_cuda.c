@@ -273,11 +273,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_LINEAR: {
       const dit_value_t *w = V(g, op->in[1]);
       int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
-      /* bf16 products through cuBLASLt: bf16 out with a bf16 bias, or fp32 out without one
-       * (the partial sums of row-parallel layers, all-reduced in fp32). */
-      int lib = M >= 64 && x->dtype == DIT_BF16 && w->dtype == DIT_BF16 &&
-                ((y->dtype == DIT_BF16 && (op->n_in < 3 || V(g, op->in[2])->dtype == DIT_BF16)) ||
-                 (y->dtype == DIT_F32 && op->n_in < 3));
+      /* bf16 products through cuBLASLt: the bias (its epilogue) in the output's dtype: bf16, or
+       * fp32 for the partial sums of row-parallel layers, all-reduced in fp32. */
+      int lib = M >= 64 && x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && (y->dtype == DIT_BF16 || y->dtype == DIT_F32) &&
+                (op->n_in < 3 || V(g, op->in[2])->dtype == y->dtype);
       if (lib) {
         *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
         return DIT_OK;

@@ -463,7 +463,12 @@ static dit_vid_t linear_row(wan_builder_t *b, dit_vid_t x, const char *prefix, c
   char kw[160], partial[192];
   snprintf(kw, sizeof kw, "%s.weight", prefix);
   snprintf(partial, sizeof partial, "%s.partial", name);
-  dit_vid_t ins[3] = {x, Wshard(b, kw, 1), b->rank == 0 ? W(b, "%s.bias", prefix) : -1};
+  /* The bias in fp32, the partial product's dtype: a GEMM library adds it in its epilogue. */
+  char kbias[160];
+  snprintf(kbias, sizeof kbias, "%s.bias", prefix);
+  const dit_st_tensor_t *bt = dit_safetensors_find(b->m->weights, kbias);
+  dit_vid_t bias = b->rank != 0 ? -1 : bt ? dit_graph_weight(b->g, kbias, DIT_F32, bt->rank, bt->dims) : W(b, "%s", kbias);
+  dit_vid_t ins[3] = {x, Wshard(b, kw, 1), bias};
   dit_vid_t p = dit_graph_op(b->g, DIT_OP_LINEAR, ins, b->rank == 0 ? 3 : 2, NULL, DIT_F32, partial);
   if (!b->sp) return allreduce(b, p, name);
   dit_attrs_t a = {0};
