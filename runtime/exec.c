@@ -398,14 +398,18 @@ typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL } comm_kind_t;
 /* Runs one communicator call on backend-memory buffers: recv = f(send). For ALLREDUCE, send
  * is recv (in place, `bytes` of dtype); ALLGATHER takes `bytes` and gives n * bytes; ALLTOALL
  * exchanges n chunks of `bytes`. */
-static dit_status_t nccl_call(rank_rt_t *rt, int group, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype);
+static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype);
 
 static void nccl_abort_all(dit_runtime_t *rt, int rank, const char *why);
 static dit_status_t nccl_after_sync(dit_runtime_t *rt, dit_status_t s);
 
 static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_kind_t kind, const int *members, int n, void *send,
                               void *recv, size_t bytes, dit_dtype_t dtype) {
-  if (rt->owner->nccl && n > 1) return nccl_call(rt, group, kind, send, recv, bytes, dtype);
+  if (rt->owner->nccl && n > 1) {
+    int me = 0;
+    while (me < n && members[me] != rt->rank) me++;
+    return nccl_call(rt, group, me, kind, send, recv, bytes, dtype);
+  }
   const size_t in = kind == COMM_ALLREDUCE ? bytes : kind == COMM_ALLGATHER ? bytes : (size_t)n * bytes;
   const size_t out = kind == COMM_ALLREDUCE ? bytes : (size_t)n * bytes;
   const int staged = !rt->be->host_memory || rt->stage;
@@ -537,14 +541,21 @@ static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_pl
       /* Chunks exchanged: [B][T_local][heads/n * Dh] per member. Forward: member p gets head
        * group p of my tokens; reverse: member p gets my heads of its tokens. */
       const size_t Tl = reverse ? T / (size_t)n : T, seg = (reverse ? (size_t)x->dims[2] : (size_t)x->dims[2] / (size_t)n) * es;
-      const size_t chunk = B * Tl * seg;
+      const size_t chunk = B * Tl * seg, yrow = (size_t)y->dims[2] * es;
+      /* This member's own chunk goes straight from x to y; the others are laid out, exchanged
+       * (the communicator skips or ignores the own chunk) and laid out again. */
+      for (size_t b = 0; b < B; b++) {
+        if (reverse) DIT_RETURN_IF(copy2d(rt, yd + b * Tl * yrow + (size_t)me * seg, yrow, xd + (b * T + (size_t)me * Tl) * seg, seg, seg, Tl));
+        else DIT_RETURN_IF(copy2d(rt, yd + (b * (size_t)n * Tl + (size_t)me * Tl) * seg, seg, xd + b * Tl * row + (size_t)me * seg, row, seg, Tl));
+      }
       for (int p = 0; p < n; p++) {
+        if (p == me) continue;
         if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
         else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
       }
       DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
-      const size_t yrow = (size_t)y->dims[2] * es;
       for (int p = 0; p < n; p++) {
+        if (p == me) continue;
         if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
         else DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * Tl * seg, (size_t)n * Tl * seg, recv + (size_t)p * chunk, Tl * seg, Tl * seg, B));
       }
@@ -657,7 +668,7 @@ static dit_status_t nccl_after_sync(dit_runtime_t *rt, dit_status_t s) {
   return a ? a : s;
 }
 
-static dit_status_t nccl_call(rank_rt_t *rt, int group, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype) {
+static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype) {
   dit_runtime_t *o = rt->owner;
   pthread_rwlock_rdlock(&o->nlock);
   dit_ncomm_t *c = group >= 0 && group < DIT_COLL_GROUPS ? rt->ngroup[group] : NULL;
@@ -668,7 +679,7 @@ static dit_status_t nccl_call(rank_rt_t *rt, int group, comm_kind_t kind, void *
     void *q = rt->be->native_queue(rt->be_state);
     s = kind == COMM_ALLREDUCE   ? dit_ncomm_allreduce_sum(c, recv, bytes / dit_dtype_size(dtype), dtype, q)
         : kind == COMM_ALLGATHER ? dit_ncomm_allgather(c, send, recv, bytes, q)
-                                 : dit_ncomm_alltoall(c, send, recv, bytes, q);
+                                 : dit_ncomm_alltoall(c, send, recv, bytes, me, q);
   }
   pthread_rwlock_unlock(&o->nlock);
   return s;

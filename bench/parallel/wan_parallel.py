@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--topology", action="append", help="ditc flags of one topology (default: the four two-GPU ones)")
     ap.add_argument("--no-p2p-variant", action="store_true", help="skip the NCCL_P2P_DISABLE=1 timings")
     ap.add_argument("--time-threads", action="store_true", help="also time the ranks as threads of one process")
+    ap.add_argument("--no-threads", action="store_true", help="skip the runs with the ranks as threads of one process")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.model, "config.json")) as fh:
@@ -128,7 +129,7 @@ def main():
         b = compile_bundle(a, flags, os.path.join(a.out, "b"))
         row = {"topology": flags, "world": world_of(b) if b else None}
         if b:
-            for mode in ("processes", "threads"):
+            for mode in ("processes",) if a.no_threads else ("processes", "threads"):
                 y = forward(a, b, fin, os.path.join(a.out, "fp.safetensors"), mode)
                 if y is not None:
                     row[f"cosine_{mode}"], row[f"rel_l2_{mode}"] = compare(y, ref)

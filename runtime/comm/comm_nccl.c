@@ -138,10 +138,11 @@ dit_status_t dit_ncomm_allgather(dit_ncomm_t *c, const void *send, void *recv, s
   return check(N.all_gather(send, recv, bytes, NCCL_UINT8, c->comm, stream), c->comm, "ncclAllGather");
 }
 
-dit_status_t dit_ncomm_alltoall(dit_ncomm_t *c, const void *send, void *recv, size_t chunk_bytes, void *stream) {
+dit_status_t dit_ncomm_alltoall(dit_ncomm_t *c, const void *send, void *recv, size_t chunk_bytes, int skip, void *stream) {
   DIT_RETURN_IF(check(N.group_start(), c->comm, "ncclGroupStart"));
   dit_status_t s = DIT_OK;
   for (int p = 0; p < c->size && !s; p++) {
+    if (p == skip) continue;
     s = check(N.send((const char *)send + (size_t)p * chunk_bytes, chunk_bytes, NCCL_UINT8, p, c->comm, stream), c->comm, "ncclSend");
     if (!s) s = check(N.recv((char *)recv + (size_t)p * chunk_bytes, chunk_bytes, NCCL_UINT8, p, c->comm, stream), c->comm, "ncclRecv");
   }

@@ -37,8 +37,9 @@ int dit_ncomm_size(const dit_ncomm_t *c);
 dit_status_t dit_ncomm_allreduce_sum(dit_ncomm_t *c, void *buf, size_t count, dit_dtype_t dtype, void *stream);
 /* recv (size * bytes) receives every rank's send (bytes) in rank order. */
 dit_status_t dit_ncomm_allgather(dit_ncomm_t *c, const void *send, void *recv, size_t bytes, void *stream);
-/* send holds size chunks, chunk j for rank j; recv gets size chunks, chunk i from rank i. */
-dit_status_t dit_ncomm_alltoall(dit_ncomm_t *c, const void *send, void *recv, size_t chunk_bytes, void *stream);
+/* send holds size chunks, chunk j for rank j; recv gets size chunks, chunk i from rank i;
+ * rank `skip`'s chunk (the caller's own, which it places itself) is not exchanged (-1: none). */
+dit_status_t dit_ncomm_alltoall(dit_ncomm_t *c, const void *send, void *recv, size_t chunk_bytes, int skip, void *stream);
 
 /* OK, or the asynchronous error NCCL recorded for c (a peer that vanished, a transport that
  * broke). Safe from another thread while collectives run. */

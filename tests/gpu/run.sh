@@ -2,15 +2,17 @@
 # GPU checks and timings in one run, on a machine with an NVIDIA GPU, given a build made with
 # -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
 #   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), and
-#      through multi-rank GPU bundles (ranks as threads, collectives staged through host memory),
+#      through multi-rank GPU bundles (ranks as threads of one process, and one process per rank
+#      with NCCL); the Hopper attention kernel op by op against the CPU reference,
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration,
-#   6. with PARALLEL=1 on two GPUs or more, the parallel topologies at 480p 81 frames against one
-#      GPU (bench/parallel/wan_parallel.py). NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
+#   6. with PARALLEL=1 on two GPUs or more (run after 3), the parallel topologies at 480p 81 frames
+#      against one GPU (bench/parallel/wan_parallel.py; PARALLEL_FLAGS passes options to it).
+#      NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time.
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
@@ -147,6 +149,12 @@ python3 bench/wan_forward.py --model "$W/wan13/model" --bundle "$big" --ditrun "
   --frames 81 --height 480 --width 832 --iters 5 ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_forward.txt"
 cp "$W/bench/forward_results.json" "$OUT/" 2>/dev/null
 fi
+if [ -n "${PARALLEL:-}" ] && [ "$ngpu" -ge 2 ]; then
+  step "6. parallel topologies at 480p 81 frames: parity against one GPU and the generate step on $ngpu GPUs"
+  python3 bench/parallel/wan_parallel.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/par" \
+    --steps "${PARALLEL_STEPS:-4}" ${PARALLEL_FLAGS:-} 2>&1 | tee "$OUT/bench_parallel.txt"
+  cp "$W/par/parallel.json" "$OUT/" 2>/dev/null
+fi
 if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
   step "4. 50-step generate with CFG against the same loop in diffusers"
   python3 bench/wan_generate.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/gen" \
@@ -158,12 +166,6 @@ if [ -n "${OFFLOAD:-}" ]; then
   python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/offload" \
     --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
   cp "$W/offload/offload.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
-fi
-if [ -n "${PARALLEL:-}" ] && [ "$ngpu" -ge 2 ]; then
-  step "6. parallel topologies at 480p 81 frames: parity against one GPU and the generate step on $ngpu GPUs"
-  python3 bench/parallel/wan_parallel.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/par" \
-    --steps "${PARALLEL_STEPS:-4}" 2>&1 | tee "$OUT/bench_parallel.txt"
-  cp "$W/par/parallel.json" "$OUT/" 2>/dev/null
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
