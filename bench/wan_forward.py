@@ -22,6 +22,27 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
+# Ceilings measured on the H200 (shared baselines): bf16 GEMMs through cuBLAS, attention through
+# torch SDPA's cuDNN backend at this shape (1x12x32760x128).
+CEILING_TFLOPS = {"gemm": 740.0, "attention": 632.0}
+
+
+def plan_flops(plan):
+    """FLOPs per forward by op class, from the plan's shapes: 2MNK per product, 4*B*Sq*Lk*C per
+    attention (QK^T and PV)."""
+    fl = {"gemm": 0.0, "attention": 0.0}
+    for st in plan["steps"]:
+        v = [plan["values"][i]["shape"] for i in st["in"]]
+        if st["op"] == "linear":
+            m = 1
+            for d in v[0][:-1]:
+                m *= d
+            fl["gemm"] += 2.0 * m * v[1][0] * v[0][-1]
+        elif st["op"] == "attention":
+            fl["attention"] += 4.0 * v[0][0] * v[0][1] * v[1][1] * v[0][2]
+    return fl
+
+
 def timed(fn, iters, warmup=2):
     for _ in range(warmup):
         fn()
@@ -188,6 +209,18 @@ def main():
     if results.get("ditrun_gemm_ms"):
         print(f"GEMMs: ditrun {results['ditrun_gemm_ms']:.1f} ms vs cuBLAS through torch {ref_ms:.1f} ms on the same shapes "
               f"(ratio {results['ditrun_gemm_ms'] / ref_ms:.3f})")
+    fl = plan_flops(plan)
+    split = results.get("split_ms") or {}
+    for cls in ("gemm", "attention"):
+        if split.get(cls):
+            tf = fl[cls] / (split[cls] * 1e-3) / 1e12
+            results[f"{cls}_tflops"] = tf
+            print(f"{cls}: {fl[cls] / 1e12:.1f} TFLOP in {split[cls]:.1f} ms = {tf:.0f} TFLOP/s, "
+                  f"{100 * tf / CEILING_TFLOPS[cls]:.0f}% of the measured ceiling ({CEILING_TFLOPS[cls]:.0f})")
+    if split:
+        total = sum(split.values())
+        print(f"other (neither GEMM nor attention): {split.get('other', 0):.1f} ms = {100 * split.get('other', 0) / total:.1f}% "
+              f"of the step-synchronized forward")
     print(f"parity vs diffusers: cosine {cos:.6f}, relative L2 {rel_l2:.3e}")
     with open(os.path.join(a.out, "forward_results.json"), "w") as fh:
         json.dump(results, fh, indent=1)
