@@ -151,7 +151,7 @@ static char **child_env(int rank, int n, int master_port, int rdzv_port, char tm
 int dit_launch_main(int argc, char **argv) {
   long n = 0, port = 0, grace_ms = 3000;
   int i = 0;
-  for (; i < argc; i++) {
+  for (; i < argc; i += 2) { /* every option takes a value */
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(f, "--")) {
       i++;
@@ -169,7 +169,6 @@ int dit_launch_main(int argc, char **argv) {
     } else {
       break; /* the command starts here even without "--" */
     }
-    i++;
   }
   if (n == 0) return launch_usage("missing -n N");
   if (i >= argc) return launch_usage("missing the command to run in each rank");
@@ -357,7 +356,7 @@ static void selftest_on_failure(void *ctx, int failed_rank, const char *why) {
 int dit_rendezvous_selftest_main(int argc, char **argv) {
   long fail_rank = -1, hold_ms = -1, timeout_ms = 10000;
   int die = 0;
-  for (int i = 0; i < argc; i++) {
+  for (int i = 0; i < argc; i += 2) { /* every option takes a value */
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int bad = 0;
     if (!strcmp(f, "--fail-rank")) bad = parse_count(v, 0, 1 << 20, &fail_rank);
@@ -372,7 +371,6 @@ int dit_rendezvous_selftest_main(int argc, char **argv) {
       fprintf(stderr, "ditrun rendezvous-selftest: error: bad argument %s %s\n", f, v ? v : "");
       return 2;
     }
-    i++;
   }
   if (hold_ms < 0) hold_ms = fail_rank >= 0 ? 10000 : 0;
 

@@ -22,6 +22,19 @@ static dit_status_t parse(const char *text) {
   return s;
 }
 
+/* p printed, parsed again and printed again: the same text, which is returned (caller frees). */
+static char *print_stable(const dit_plan_t *p) {
+  char *a = NULL, *b = NULL;
+  CHECK_OK(dit_plan_to_json(p, &a));
+  dit_plan_t *q = NULL;
+  CHECK_OK(dit_plan_parse(a, strlen(a), "again", &q));
+  if (q) CHECK_OK(dit_plan_to_json(q, &b));
+  CHECK(a && b && strcmp(a, b) == 0);
+  free(b);
+  dit_plan_free(q);
+  return a;
+}
+
 static void test_round_trip(void) {
   const char *text = "{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":512," VALUES_OK "," STEPS_OK "}";
   dit_plan_t *p = NULL;
@@ -35,12 +48,10 @@ static void test_round_trip(void) {
   CHECK_EQ_INT(p->steps[1].kind, DIT_OP_LAYERNORM);
   const dit_attr_t *eps = dit_attrs_find(&p->steps[1].attrs, "eps");
   CHECK(eps && eps->is_float && eps->f == 1e-6);
-  char *a = NULL, *b = NULL;
-  CHECK_OK(dit_plan_to_json(p, &a));
+  char *a = print_stable(p), *b = NULL;
   dit_plan_t *q = NULL;
   CHECK_OK(dit_plan_parse(a, strlen(a), "again", &q));
-  CHECK_OK(dit_plan_to_json(q, &b));
-  CHECK(a && b && strcmp(a, b) == 0);
+  if (!q) return;
   /* An integral float attribute stays a float. */
   dit_attrs_set_float(&q->steps[1].attrs, "theta", 10000.0);
   dit_attrs_set_int(&q->steps[1].attrs, "heads", 3);
@@ -101,6 +112,45 @@ static void test_rejections(void) {
             INVALID_ARGUMENT, "overlaps input 'a'");
 }
 
+/* Tensor maps of a kernel: parsed, printed back, and refused when they could mislead a
+ * runtime (an argument the step does not have, a box past the copy engine's limits, a swizzle
+ * it does not know). */
+static void test_tensor_maps(void) {
+#define KSTEP(TMAPS)                                                                                       \
+  HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[2]},{\"op\":\"add\",\"in\":[2,1],\"out\":[3]," \
+  "\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","              \
+  "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0" TMAPS "}}]}"
+  const char *ok = KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,128],\"swizzle\":128},{\"arg\":2,\"box\":[8,1],\"swizzle\":0}]");
+  dit_plan_t *p = NULL;
+  CHECK_OK(dit_plan_parse(ok, strlen(ok), "plan.json", &p));
+  if (p) {
+    const dit_plan_kernel_t *k = &p->steps[1].kernel;
+    CHECK_EQ_INT(k->n_tmaps, 2);
+    CHECK_EQ_INT(k->tmaps[0].arg, 1);
+    CHECK_EQ_INT(k->tmaps[0].box[0], 64);
+    CHECK_EQ_INT(k->tmaps[0].box[1], 128);
+    CHECK_EQ_INT(k->tmaps[0].swizzle, 128);
+    CHECK_EQ_INT(k->tmaps[1].arg, 2);
+    CHECK_EQ_INT(k->ptx[0], 0);
+    char *a = print_stable(p);
+    CHECK(a && strstr(a, "\"tmaps\":[{\"arg\":1,\"box\":[64,128],\"swizzle\":128}"));
+    free(a);
+  }
+  dit_plan_free(p);
+  /* add has 1 output and 2 inputs: arguments 0..2 */
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":3,\"box\":[64,128],\"swizzle\":128}]")), OUT_OF_RANGE,
+            "kernel tmaps[0]: field 'arg' = 3, expected an integer in 0..2");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,257],\"swizzle\":128}]")), OUT_OF_RANGE, "box[1] outside 1..256");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[0,8],\"swizzle\":128}]")), OUT_OF_RANGE, "box[0] outside 1..256");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64],\"swizzle\":128}]")), INVALID_ARGUMENT, "'box' must be an array of 2");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8],\"swizzle\":16}]")), OUT_OF_RANGE, "swizzle 16, expected 0, 32, 64 or 128");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8]}]")), NOT_FOUND, "missing field 'swizzle'");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[]")), INVALID_ARGUMENT, "array of 1..4 tensor maps");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":{}")), INVALID_ARGUMENT, "array of 1..4 tensor maps");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[1]")), INVALID_ARGUMENT, "kernel tmaps[0] is not an object");
+#undef KSTEP
+}
+
 static void test_bindings(void) {
   const char *text = "{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":512," VALUES_OK "," STEPS_OK "}";
   dit_plan_t *p = NULL;
@@ -137,6 +187,7 @@ static void test_bindings(void) {
 int main(void) {
   test_round_trip();
   test_rejections();
+  test_tensor_maps();
   test_bindings();
   return check_summary("test_plan");
 }
