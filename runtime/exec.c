@@ -1,8 +1,7 @@
 /* The loader and plan executor: validates a bundle for this process, binds every plan value
  * to backend memory (arena, weights, io staging) and runs the steps in order. A multi-rank
- * bundle runs all its ranks here, one thread each, with in-process collectives (GPUs: NCCL
- * when every rank has a device of its own), or one rank per process under a launcher (TCP
- * collectives on the CPU, NCCL on GPUs). */
+ * bundle runs all its ranks here, one thread each, or one rank per process under a launcher;
+ * collective steps and their communicators are in collectives.c. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,70 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "artifacts/bundle.h"
-#include "artifacts/plan.h"
 #include "base/clock.h"
-#include "runtime/backend.h"
-#include "runtime/comm/comm.h"
-#include "runtime/comm/comm_nccl.h"
-#include "runtime/comm/comm_tcp.h"
-#include "runtime/ditrun.h"
+#include "runtime/exec_internal.h"
 #include "runtime/launch/launch_env.h"
-#include "runtime/offload_engine.h"
-
-#define DIT_COLL_GROUPS 5 /* a collective's "group" attribute: 0 tp, 1 cp, 3 Ulysses, 4 ring */
-
-typedef struct rank_rt {
-  int rank;
-  dit_bundle_t *bundle;      /* borrowed from the runtime */
-  const dit_manifest_t *m;   /* borrowed */
-  const dit_manifest_weights_t *layout;
-  dit_plan_t *plan;
-  dit_mapping_t weights_map;
-  const dit_backend_vtable_t *be;
-  void *be_state;
-  void *arena;
-  void *weights_dev;         /* uploaded weights when the backend is not host memory */
-  void **io_buf;             /* per plan value: backend buffer for inputs and outputs */
-  void **host_out;           /* per plan value: host copy of outputs (device backends) */
-  dit_tensor_t *bound;       /* per plan value */
-  dit_tensor_t *step_tensors;/* scratch for one step's operands */
-  int tp_group[64];          /* world ranks of this rank's tensor-parallel group */
-  int tp;
-  int cp_group[64];          /* world ranks of this rank's context-parallel group */
-  int cp;
-  int graph;                 /* 1: capture the forward as a graph; 2: captured */
-  dit_offload_engine_t *offload; /* streams block weights when the bundle plans it */
-  int stage;                 /* collectives through host copies (always on device memory) */
-  char *stage_buf;           /* their host staging */
-  size_t stage_cap;
-  void *coll_send, *coll_recv; /* collectives' scratch in backend memory */
-  size_t coll_cap;
-  dit_tcomm_t *tcomm;        /* collectives with other processes (one rank per process) */
-  int device;                /* GPU ordinal */
-  struct dit_runtime *owner;
-  dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
-  dit_ncomm_t *ngroup[DIT_COLL_GROUPS];
-  void *queue;               /* NCCL: the backend's compute queue */
-} rank_rt_t;
-
-struct dit_runtime {
-  dit_bundle_t *bundle;
-  const dit_manifest_t *m;
-  int n_ranks;
-  rank_rt_t *ranks;
-  dit_comm_t *comm;          /* NULL for one rank */
-  int process;               /* 1: this process runs only ranks[0], one rank of a launch */
-  dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */
-  /* NCCL collectives: enqueued under the read lock; a failure (a rank's step, a peer that
-   * died, an asynchronous NCCL error) aborts every communicator under the write lock. */
-  int nccl;
-  pthread_rwlock_t nlock;
-  int naborted;
-  char nwhy[512];
-  pthread_t watchdog;
-  int watching;              /* the watchdog runs while this is 1 (atomic) */
-};
 
 const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt) { return rt->m; }
 
@@ -102,11 +40,9 @@ static void rank_destroy(rank_rt_t *rt) {
   dit_plan_free(rt->plan);
 }
 
-static void nccl_shutdown(dit_runtime_t *rt);
-
 void dit_runtime_destroy(dit_runtime_t *rt) {
   if (!rt) return;
-  nccl_shutdown(rt);
+  dit_exec_nccl_shutdown(rt);
   for (int r = 0; rt->ranks && r < rt->n_ranks; r++) rank_destroy(&rt->ranks[r]);
   free(rt->ranks);
   dit_comm_destroy(rt->comm);
@@ -204,8 +140,6 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
   return dit_bundle_map_blob((dit_bundle_t *)ctx, hash, out);
 }
 
-static dit_status_t alloc_collective_scratch(rank_rt_t *rt);
-
 /* Loads rank `rank` of an opened bundle: its plan, weights shard and backend memory. */
 static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads) {
   const dit_manifest_rank_t *r0 = NULL;
@@ -253,7 +187,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     DIT_RETURN_IF(dit_offload_engine_create(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data, rt->weights_map.size,
                                             rt->bound, &rt->offload));
   if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
-  DIT_RETURN_IF(alloc_collective_scratch(rt));
+  DIT_RETURN_IF(dit_exec_alloc_collective_scratch(rt));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
    * consecutive ranks. */
   rt->tp = rt->m->topology.tp;
@@ -265,8 +199,6 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   for (int i = 0; i < rt->cp; i++) rt->cp_group[i] = lane_base + i * rt->tp + tp_rank;
   return DIT_OK;
 }
-
-static dit_status_t nccl_setup(dit_runtime_t *rt, const dit_runtime_options_t *o);
 
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *o,
                               dit_runtime_t **out) {
@@ -317,7 +249,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
       else k->graph = 1;
     }
   }
-  if (!s) s = nccl_setup(rt, o);
+  if (!s) s = dit_exec_nccl_setup(rt, o);
   if (s) {
     dit_runtime_destroy(rt);
     return dit_status_annotate(s, "%s", bundle_dir);
@@ -386,197 +318,10 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
   return s;
 }
 
-/* ---- collectives ----
- * Every collective is: lay out the data the communicator sends (2-D copies on the backend's
- * compute queue), one communicator call on contiguous buffers in backend memory, lay out what
- * it received. The copies are the backend's, so the same code runs on host and device memory;
- * only the communicator call is staged through host memory when the backend's memory is not
- * the host's (or when asked to, which checks that path on the CPU). */
-
-typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL } comm_kind_t;
-
-/* Runs one communicator call on backend-memory buffers: recv = f(send). For ALLREDUCE, send
- * is recv (in place, `bytes` of dtype); ALLGATHER takes `bytes` and gives n * bytes; ALLTOALL
- * exchanges n chunks of `bytes`. */
-static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype);
-
-static void nccl_abort_all(dit_runtime_t *rt, int rank, const char *why);
-static dit_status_t nccl_after_sync(dit_runtime_t *rt, dit_status_t s);
-
-static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_kind_t kind, const int *members, int n, void *send,
-                              void *recv, size_t bytes, dit_dtype_t dtype) {
-  if (rt->owner->nccl && n > 1) {
-    int me = 0;
-    while (me < n && members[me] != rt->rank) me++;
-    return nccl_call(rt, group, me, kind, send, recv, bytes, dtype);
-  }
-  const size_t in = kind == COMM_ALLREDUCE ? bytes : kind == COMM_ALLGATHER ? bytes : (size_t)n * bytes;
-  const size_t out = kind == COMM_ALLREDUCE ? bytes : (size_t)n * bytes;
-  const int staged = !rt->be->host_memory || rt->stage;
-  void *hs = send, *hr = recv;
-  if (staged) {
-    if (rt->stage_cap < in + out) {
-      char *nb = realloc(rt->stage_buf, in + out);
-      if (!nb) return DIT_ERR(RESOURCE_EXHAUSTED, "collective: out of host memory staging %zu bytes", in + out);
-      rt->stage_buf = nb;
-      rt->stage_cap = in + out;
-    }
-    hs = rt->stage_buf;
-    hr = kind == COMM_ALLREDUCE ? hs : rt->stage_buf + in;
-    DIT_RETURN_IF(rt->be->download(rt->be_state, hs, send, in));
-  }
-  dit_status_t s = DIT_OK;
-  if (n == 1 || (!comm && !rt->tcomm)) { /* a group of one */
-    if (hr != hs) memcpy(hr, hs, in);
-  } else if (rt->tcomm) {
-    s = kind == COMM_ALLREDUCE   ? dit_tcomm_allreduce_sum(rt->tcomm, members, n, hr, bytes / dit_dtype_size(dtype), dtype)
-        : kind == COMM_ALLGATHER ? dit_tcomm_allgather(rt->tcomm, members, n, hs, bytes, hr)
-                                 : dit_tcomm_alltoall(rt->tcomm, members, n, hs, hr, bytes);
-  } else if (kind == COMM_ALLREDUCE) {
-    s = dit_comm_allreduce_sum(comm, rt->rank, members, n, hr, bytes / dit_dtype_size(dtype), dtype);
-  } else if (kind == COMM_ALLGATHER) {
-    s = dit_comm_allgather(comm, rt->rank, members, n, hs, bytes, hr);
-  } else {
-    s = dit_comm_alltoall(comm, rt->rank, members, n, hs, hr, bytes);
-  }
-  if (!s && staged) s = rt->be->upload(rt->be_state, recv, hr, out);
-  return s;
-}
-
-/* height rows of width bytes, from src (rows spitch apart) to dst (dpitch apart). */
-static dit_status_t copy2d(rank_rt_t *rt, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
-  return rt->be->copy2d(rt->be_state, dst, dpitch, src, spitch, width, height);
-}
-
-/* The members of a collective's group, and this rank's place among them. */
-static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st, int *members, int *n_out, int *me_out, int *group_out) {
-  const char *name = dit_op_info(st->kind)->name;
-  int64_t group = 0, n = 0;
-  DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
-  if (st->kind == DIT_OP_ALLREDUCE) {
-    if (group != 0) return DIT_ERR(UNIMPLEMENTED, "allreduce over group %lld: only tensor-parallel groups so far", (long long)group);
-    n = rt->tp;
-  } else {
-    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "n", &n));
-  }
-  /* Group 0 is the tensor-parallel group; 1 the whole cp group; with USP, 3 is this rank's
-   * Ulysses subgroup (n consecutive cp ranks) and 4 its ring subgroup (the ranks at the same
-   * place in every Ulysses subgroup). */
-  int me_cp = 0;
-  while (me_cp < rt->cp && rt->cp_group[me_cp] != rt->rank) me_cp++;
-  if (group == 0) {
-    if (n != rt->tp) return DIT_ERR(INVALID_ARGUMENT, "%s: group 0 of %lld, this rank's tensor-parallel group has %d", name, (long long)n, rt->tp);
-    memcpy(members, rt->tp_group, sizeof(int) * (size_t)n);
-  } else {
-    if (n < 1 || n > rt->cp || rt->cp % n || (group != 1 && group != 3 && group != 4) || (group == 1 && n != rt->cp))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld does not fit this rank's context-parallel group of %d", name,
-                     (long long)group, (long long)n, rt->cp);
-    for (int64_t k = 0; k < n; k++) {
-      const int64_t u = group == 4 ? rt->cp / n : n; /* the Ulysses degree */
-      const int64_t c = group == 1 ? k : group == 3 ? me_cp / u * u + k : k * u + me_cp % u;
-      members[k] = rt->cp_group[c];
-    }
-  }
-  int me = 0;
-  while (me < n && members[me] != rt->rank) me++;
-  *n_out = (int)n;
-  *me_out = me;
-  *group_out = (int)group;
-  return DIT_OK;
-}
-
-/* Scratch in backend memory for every collective of the plan: what is sent, what arrives. */
-static dit_status_t alloc_collective_scratch(rank_rt_t *rt) {
-  size_t need = 0;
-  for (size_t i = 0; i < rt->plan->n_steps; i++) {
-    const dit_plan_step_t *st = &rt->plan->steps[i];
-    if (!dit_op_is_collective(st->kind)) continue;
-    const dit_attr_t *na = dit_attrs_find(&st->attrs, "n");
-    const size_t n = st->kind == DIT_OP_ALLREDUCE ? 1 : na && na->i > 0 && na->i <= 64 ? (size_t)na->i : 64;
-    const size_t b = rt->plan->values[st->in[0]].nbytes, o = rt->plan->values[st->out[0]].nbytes;
-    if (n * b > need) need = n * b;
-    if (o > need) need = o;
-  }
-  if (!need) return DIT_OK;
-  DIT_RETURN_IF(rt->be->alloc(rt->be_state, need, "collective send buffer", &rt->coll_send));
-  DIT_RETURN_IF(rt->be->alloc(rt->be_state, need, "collective receive buffer", &rt->coll_recv));
-  rt->coll_cap = need;
-  return DIT_OK;
-}
-
-static dit_status_t run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
-  const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
-  const char *name = dit_op_info(st->kind)->name;
-  int members[64], n = 1, me = 0, group = 0;
-  DIT_RETURN_IF(group_members(rt, st, members, &n, &me, &group));
-  const size_t es = dit_dtype_size(x->dtype), bytes = dit_tensor_nbytes(x);
-  if (x->dtype != y->dtype) return DIT_ERR(INVALID_ARGUMENT, "%s: input and output differ in dtype", name);
-  if (st->kind == DIT_OP_ALLREDUCE) {
-    if (dit_tensor_numel(x) != dit_tensor_numel(y)) return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in size");
-    DIT_RETURN_IF(copy2d(rt, y->data, bytes, x->data, bytes, bytes, 1));
-    return comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
-  }
-  if (x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands are not [B, T, C]", name);
-  if ((size_t)n * bytes > rt->coll_cap) return DIT_ERR(INTERNAL, "%s: collective scratch of %zu bytes is short", name, rt->coll_cap);
-  uint8_t *send = rt->coll_send, *recv = rt->coll_recv, *yd = y->data;
-  const uint8_t *xd = x->data;
-  const size_t B = (size_t)x->dims[0], T = (size_t)x->dims[1], row = (size_t)x->dims[2] * es;
-  switch (st->kind) {
-    case DIT_OP_REDUCE_SCATTER: { /* the group's sum (fp32, group order), then this member's token share */
-      const size_t Tl = T / (size_t)n;
-      DIT_RETURN_IF(copy2d(rt, recv, bytes, xd, bytes, bytes, 1));
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
-      return copy2d(rt, yd, Tl * row, recv + (size_t)me * Tl * row, T * row, Tl * row, B);
-    }
-    case DIT_OP_RING_SHIFT: /* every member's block, then the previous member's */
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
-      return copy2d(rt, yd, bytes, recv + (size_t)((me + n - 1) % n) * bytes, bytes, bytes, 1);
-    case DIT_OP_ALLGATHER: /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
-      for (int p = 0; p < n; p++) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * T * row, (size_t)n * T * row, recv + (size_t)p * bytes, T * row, T * row, B));
-      return DIT_OK;
-    case DIT_OP_ALLTOALL: {
-      const dit_attr_t *rv = dit_attrs_find(&st->attrs, "reverse");
-      const int reverse = rv ? (int)rv->i : 0;
-      /* Chunks exchanged: [B][T_local][heads/n * Dh] per member. Forward: member p gets head
-       * group p of my tokens; reverse: member p gets my heads of its tokens. */
-      const size_t Tl = reverse ? T / (size_t)n : T, seg = (reverse ? (size_t)x->dims[2] : (size_t)x->dims[2] / (size_t)n) * es;
-      const size_t chunk = B * Tl * seg, yrow = (size_t)y->dims[2] * es;
-      /* This member's own chunk goes straight from x to y; the others are laid out, exchanged
-       * (the communicator skips or ignores the own chunk) and laid out again. */
-      for (size_t b = 0; b < B; b++) {
-        if (reverse) DIT_RETURN_IF(copy2d(rt, yd + b * Tl * yrow + (size_t)me * seg, yrow, xd + (b * T + (size_t)me * Tl) * seg, seg, seg, Tl));
-        else DIT_RETURN_IF(copy2d(rt, yd + (b * (size_t)n * Tl + (size_t)me * Tl) * seg, seg, xd + b * Tl * row + (size_t)me * seg, row, seg, Tl));
-      }
-      for (int p = 0; p < n; p++) {
-        if (p == me) continue;
-        if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
-        else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
-      }
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
-      for (int p = 0; p < n; p++) {
-        if (p == me) continue;
-        if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
-        else DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * Tl * seg, (size_t)n * Tl * seg, recv + (size_t)p * chunk, Tl * seg, Tl * seg, B));
-      }
-      return DIT_OK;
-    }
-    default: return DIT_ERR(INTERNAL, "%s is not a collective", name);
-  }
-}
-
-/* ---- NCCL ----
- * GPU ranks that each have a device of their own (a launch's processes, or one process's
- * ranks spread by --devices) run their collectives through NCCL, on device buffers, enqueued
- * on the compute queue: nothing waits on the host. One communicator per plan group, split
- * from the world in group order; a rank's failure, a peer's death (the launch's liveness
- * channel) or an asynchronous NCCL error aborts them all, so no rank hangs in a collective. */
-
-typedef dit_status_t (*rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);
 typedef struct rank_job {
   dit_runtime_t *rt;
   int rank;
-  rank_fn fn;
+  dit_rank_fn fn;
   void *arg;
   dit_status_t status;
 } rank_job_t;
@@ -587,9 +332,7 @@ static void *rank_thread(void *p) {
   return NULL;
 }
 
-/* fn on every rank of this process, one thread each (directly when there is one); the first
- * failure for a rank's own reason wins over the ABORTED ones it caused elsewhere. */
-static dit_status_t run_ranks(dit_runtime_t *rt, rank_fn fn, void *arg) {
+dit_status_t dit_exec_run_ranks(dit_runtime_t *rt, dit_rank_fn fn, void *arg) {
   if (rt->n_ranks == 1) return fn(rt, &rt->ranks[0], arg);
   rank_job_t *jobs = calloc((size_t)rt->n_ranks, sizeof *jobs);
   pthread_t *th = calloc((size_t)rt->n_ranks, sizeof *th);
@@ -605,7 +348,7 @@ static dit_status_t run_ranks(dit_runtime_t *rt, rank_fn fn, void *arg) {
     if (pthread_create(&th[r], NULL, rank_thread, &jobs[r]) != 0) {
       s = DIT_ERR(RESOURCE_EXHAUSTED, "cannot start the thread of rank %d", r);
       if (rt->comm) dit_comm_abort(rt->comm, r, "a rank thread could not start");
-      if (rt->nccl) nccl_abort_all(rt, r, "a rank thread could not start");
+      if (rt->nccl) dit_exec_nccl_abort_all(rt, r, "a rank thread could not start");
       break;
     }
     started++;
@@ -626,180 +369,9 @@ static dit_status_t run_ranks(dit_runtime_t *rt, rank_fn fn, void *arg) {
   return s;
 }
 
-static void nccl_free_comms(rank_rt_t *k, int abort) {
-  for (int g = DIT_COLL_GROUPS - 1; g >= -1; g--) {
-    dit_ncomm_t **c = g < 0 ? &k->nworld : &k->ngroup[g];
-    if (!*c) continue;
-    if (abort) dit_ncomm_abort(*c);
-    else dit_ncomm_destroy(*c);
-    *c = NULL;
-  }
-}
-
-/* Stops every collective of this process and tells the other processes. If a collective
- * call holds the lock past ten seconds (blocked on a dead peer) the process cannot be
- * stopped cleanly and exits. */
-static void nccl_abort_all(dit_runtime_t *rt, int rank, const char *why) {
-  struct timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  t.tv_sec += 10;
-  if (pthread_rwlock_timedwrlock(&rt->nlock, &t) != 0) {
-    fprintf(stderr, "ditrun: rank %d: %s; a collective did not stop, exiting\n", rank, why);
-    _exit(70);
-  }
-  if (!rt->naborted) {
-    rt->naborted = 1;
-    snprintf(rt->nwhy, sizeof rt->nwhy, "rank %d: %s", rank, why);
-    if (rt->tcomm && rank == rt->ranks[0].rank) dit_tcomm_report_failure(rt->tcomm, why);
-    for (int r = 0; r < rt->n_ranks; r++) {
-      rt->ranks[r].be->native_queue(rt->ranks[r].be_state);
-      nccl_free_comms(&rt->ranks[r], 1);
-    }
-  }
-  pthread_rwlock_unlock(&rt->nlock);
-}
-
-/* After a rank's queue drained: an abort (here or elsewhere) wins over what the queue said. */
-static dit_status_t nccl_after_sync(dit_runtime_t *rt, dit_status_t s) {
-  pthread_rwlock_rdlock(&rt->nlock);
-  dit_status_t a = rt->naborted ? DIT_ERR(ABORTED, "collectives aborted: %s", rt->nwhy) : DIT_OK;
-  pthread_rwlock_unlock(&rt->nlock);
-  if (a) dit_status_free(s);
-  return a ? a : s;
-}
-
-static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype) {
-  dit_runtime_t *o = rt->owner;
-  pthread_rwlock_rdlock(&o->nlock);
-  dit_ncomm_t *c = group >= 0 && group < DIT_COLL_GROUPS ? rt->ngroup[group] : NULL;
-  dit_status_t s = DIT_OK;
-  if (o->naborted) s = DIT_ERR(ABORTED, "collectives aborted: %s", o->nwhy);
-  else if (!c) s = DIT_ERR(INTERNAL, "no NCCL communicator for group %d", group);
-  else {
-    void *q = rt->be->native_queue(rt->be_state);
-    s = kind == COMM_ALLREDUCE   ? dit_ncomm_allreduce_sum(c, recv, bytes / dit_dtype_size(dtype), dtype, q)
-        : kind == COMM_ALLGATHER ? dit_ncomm_allgather(c, send, recv, bytes, q)
-                                 : dit_ncomm_alltoall(c, send, recv, bytes, me, q);
-  }
-  pthread_rwlock_unlock(&o->nlock);
-  return s;
-}
-
-/* The groups the plan's collectives use: used[g] = 1 + the index of a step using group g. */
-static dit_status_t groups_used(const rank_rt_t *k, int used[DIT_COLL_GROUPS], int *any) {
-  *any = 0;
-  for (size_t i = 0; i < k->plan->n_steps; i++) {
-    const dit_plan_step_t *st = &k->plan->steps[i];
-    if (!dit_op_is_collective(st->kind)) continue;
-    int64_t g = 0;
-    DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, dit_op_info(st->kind)->name, "group", &g));
-    if (g < 0 || g >= DIT_COLL_GROUPS) return DIT_ERR(INVALID_ARGUMENT, "step %zu: collective group %lld", i, (long long)g);
-    if (!used[g]) used[g] = (int)i + 1;
-    *any = 1;
-  }
-  return DIT_OK;
-}
-
-typedef struct nccl_init {
-  unsigned char id[DIT_NCCL_ID_BYTES];
-  int used[DIT_COLL_GROUPS];
-} nccl_init_t;
-
-static dit_status_t rank_nccl_init(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
-  const nccl_init_t *in = arg;
-  k->be->native_queue(k->be_state); /* NCCL takes the device current on this thread */
-  DIT_RETURN_IF(dit_ncomm_create(in->id, rt->m->topology.world, k->rank, &k->nworld));
-  for (int g = 0; g < DIT_COLL_GROUPS; g++) {
-    if (!in->used[g]) continue;
-    int members[64], n = 0, me = 0, group = 0;
-    DIT_RETURN_IF(group_members(k, &k->plan->steps[in->used[g] - 1], members, &n, &me, &group));
-    DIT_RETURN_IF_ERROR(dit_ncomm_split(k->nworld, members[0], me, &k->ngroup[g]), "rank %d, collective group %d", k->rank, g);
-  }
-  return DIT_OK;
-}
-
-static dit_status_t rank_nccl_destroy(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
-  (void)rt, (void)arg;
-  k->be->native_queue(k->be_state);
-  nccl_free_comms(k, 0);
-  return DIT_OK;
-}
-
-static void *nccl_watch(void *p) {
-  dit_runtime_t *rt = p;
-  while (__atomic_load_n(&rt->watching, __ATOMIC_ACQUIRE)) {
-    usleep(50 * 1000);
-    dit_status_t e = rt->tcomm ? dit_tcomm_status(rt->tcomm) : DIT_OK;
-    pthread_rwlock_rdlock(&rt->nlock);
-    for (int r = 0; !e && !rt->naborted && r < rt->n_ranks; r++)
-      for (int g = -1; !e && g < DIT_COLL_GROUPS; g++) {
-        dit_ncomm_t *c = g < 0 ? rt->ranks[r].nworld : rt->ranks[r].ngroup[g];
-        if (c) e = dit_ncomm_async_error(c);
-      }
-    pthread_rwlock_unlock(&rt->nlock);
-    if (e) {
-      nccl_abort_all(rt, rt->ranks[0].rank, dit_status_message(e));
-      dit_status_free(e);
-      break;
-    }
-  }
-  return NULL;
-}
-
-static dit_status_t nccl_setup(dit_runtime_t *rt, const dit_runtime_options_t *o) {
-  rank_rt_t *r0 = &rt->ranks[0];
-  if (!r0->be->native_queue || rt->m->topology.world < 2 || (o && o->stage_collectives)) return DIT_OK;
-  nccl_init_t in;
-  memset(&in, 0, sizeof in);
-  int any = 0;
-  DIT_RETURN_IF(groups_used(r0, in.used, &any));
-  if (!any) return DIT_OK;
-  if (!rt->process) {
-    /* Ranks that share a device, or no NCCL: collectives staged through host memory. */
-    for (int r = 1; r < rt->n_ranks; r++)
-      for (int q = 0; q < r; q++)
-        if (rt->ranks[r].device == rt->ranks[q].device) return DIT_OK;
-    dit_status_t e = dit_nccl_load(NULL);
-    if (e) {
-      dit_status_free(e);
-      return DIT_OK;
-    }
-  }
-  if (!rt->process || rt->ranks[0].rank == 0) DIT_RETURN_IF(dit_nccl_unique_id(in.id));
-  if (rt->process) {
-    int world[64];
-    for (int r = 0; r < rt->m->topology.world && r < 64; r++) world[r] = r;
-    DIT_RETURN_IF_ERROR(dit_tcomm_broadcast(rt->tcomm, world, rt->m->topology.world, 0, in.id, sizeof in.id), "sharing the NCCL id");
-  }
-  if (pthread_rwlock_init(&rt->nlock, NULL)) return DIT_ERR(RESOURCE_EXHAUSTED, "cannot make a lock");
-  rt->nccl = 1;
-  DIT_RETURN_IF(run_ranks(rt, rank_nccl_init, &in));
-  __atomic_store_n(&rt->watching, 1, __ATOMIC_RELEASE);
-  if (pthread_create(&rt->watchdog, NULL, nccl_watch, rt)) {
-    rt->watching = 0;
-    return DIT_ERR(RESOURCE_EXHAUSTED, "cannot start the collectives' watchdog");
-  }
-  return DIT_OK;
-}
-
-static void nccl_shutdown(dit_runtime_t *rt) {
-  if (!rt->nccl) return;
-  if (__atomic_exchange_n(&rt->watching, 0, __ATOMIC_ACQ_REL)) pthread_join(rt->watchdog, NULL);
-  dit_status_free(run_ranks(rt, rank_nccl_destroy, NULL));
-  pthread_rwlock_destroy(&rt->nlock);
-  rt->nccl = 0;
-}
-
-const char *dit_runtime_collectives(const dit_runtime_t *rt) {
-  if (rt->m->topology.world < 2) return "none (one rank)";
-  if (rt->nccl) return "NCCL";
-  if (rt->process) return "TCP between processes";
-  return rt->ranks[0].be->host_memory && !rt->ranks[0].stage ? "in-process" : "in-process, staged through host memory";
-}
-
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
-  if (dit_op_is_collective(st->kind)) return run_collective(rt, comm, st);
+  if (dit_op_is_collective(st->kind)) return dit_exec_run_collective(rt, comm, st);
   dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
   for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];
   for (int k = 0; k < st->n_out; k++) outs[k] = rt->bound[st->out[k]];
@@ -839,14 +411,14 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
                               p->values[p->steps[i].out[0]].name);
       if (dit_status_code(s) != DIT_CODE_ABORTED) {
         if (comm) dit_comm_abort(comm, rt->rank, dit_status_message(s));
-        if (rt->owner->nccl) nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
+        if (rt->owner->nccl) dit_exec_nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
       }
       return s;
     }
   }
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
   dit_status_t s = rt->be->synchronize(rt->be_state);
-  return rt->owner->nccl ? nccl_after_sync(rt->owner, s) : s;
+  return rt->owner->nccl ? dit_exec_nccl_after_sync(rt->owner, s) : s;
 }
 
 int dit_runtime_cfg_lanes(const dit_runtime_t *rt) { return rt->m->topology.cfg; }
@@ -875,7 +447,7 @@ static dit_status_t rank_forward_job(dit_runtime_t *rt, rank_rt_t *k, void *arg)
 }
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
-  dit_status_t s = run_ranks(rt, rank_forward_job, NULL);
+  dit_status_t s = dit_exec_run_ranks(rt, rank_forward_job, NULL);
   return s && rt->process ? dit_status_annotate(s, "rank %d", rt->ranks[0].rank) : s;
 }
 

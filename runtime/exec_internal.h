@@ -1,0 +1,90 @@
+/* The executor's internals, shared by exec.c (loading, binding, running steps) and
+ * collectives.c (collective steps, and the NCCL communicators of GPU ranks). Not an interface:
+ * nothing outside runtime/ includes it. */
+#ifndef DIT_RUNTIME_EXEC_INTERNAL_H
+#define DIT_RUNTIME_EXEC_INTERNAL_H
+
+#include <pthread.h>
+
+#include "artifacts/bundle.h"
+#include "artifacts/plan.h"
+#include "runtime/backend.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/comm_nccl.h"
+#include "runtime/comm/comm_tcp.h"
+#include "runtime/ditrun.h"
+#include "runtime/offload_engine.h"
+
+#define DIT_COLL_GROUPS 5 /* a collective's "group" attribute: 0 tp, 1 cp, 3 Ulysses, 4 ring */
+
+typedef struct rank_rt {
+  int rank;
+  dit_bundle_t *bundle;      /* borrowed from the runtime */
+  const dit_manifest_t *m;   /* borrowed */
+  const dit_manifest_weights_t *layout;
+  dit_plan_t *plan;
+  dit_mapping_t weights_map;
+  const dit_backend_vtable_t *be;
+  void *be_state;
+  void *arena;
+  void *weights_dev;         /* uploaded weights when the backend is not host memory */
+  void **io_buf;             /* per plan value: backend buffer for inputs and outputs */
+  void **host_out;           /* per plan value: host copy of outputs (device backends) */
+  dit_tensor_t *bound;       /* per plan value */
+  dit_tensor_t *step_tensors;/* scratch for one step's operands */
+  int tp_group[64];          /* world ranks of this rank's tensor-parallel group */
+  int tp;
+  int cp_group[64];          /* world ranks of this rank's context-parallel group */
+  int cp;
+  int graph;                 /* 1: capture the forward as a graph; 2: captured */
+  dit_offload_engine_t *offload; /* streams block weights when the bundle plans it */
+  int stage;                 /* collectives through host copies (always on device memory) */
+  char *stage_buf;           /* their host staging */
+  size_t stage_cap;
+  void *coll_send, *coll_recv; /* collectives' scratch in backend memory */
+  size_t coll_cap;
+  dit_tcomm_t *tcomm;        /* collectives with other processes (one rank per process) */
+  int device;                /* GPU ordinal */
+  struct dit_runtime *owner;
+  dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
+  dit_ncomm_t *ngroup[DIT_COLL_GROUPS];
+} rank_rt_t;
+
+struct dit_runtime {
+  dit_bundle_t *bundle;
+  const dit_manifest_t *m;
+  int n_ranks;
+  rank_rt_t *ranks;
+  dit_comm_t *comm;          /* NULL for one rank */
+  int process;               /* 1: this process runs only ranks[0], one rank of a launch */
+  dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */
+  /* NCCL collectives: enqueued under the read lock; a failure (a rank's step, a peer that
+   * died, an asynchronous NCCL error) aborts every communicator under the write lock. */
+  int nccl;
+  pthread_rwlock_t nlock;
+  int naborted;
+  char nwhy[512];
+  pthread_t watchdog;
+  int watching;              /* the watchdog runs while this is 1 (atomic) */
+};
+
+typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);
+
+/* fn on every rank of this process, one thread each (directly when there is one); the first
+ * failure for a rank's own reason wins over the ABORTED ones it caused elsewhere. */
+dit_status_t dit_exec_run_ranks(dit_runtime_t *rt, dit_rank_fn fn, void *arg);
+
+/* collectives.c: scratch for the plan's collectives, and one collective step. */
+dit_status_t dit_exec_alloc_collective_scratch(rank_rt_t *rt);
+dit_status_t dit_exec_run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st);
+
+/* collectives.c: NCCL for GPU ranks with a device each (a no-op otherwise); setup after every
+ * rank is loaded, shutdown before any is destroyed. abort_all stops every collective of this
+ * process (and tells the other processes); after_sync turns a drained queue's status into
+ * ABORTED when that happened. */
+dit_status_t dit_exec_nccl_setup(dit_runtime_t *rt, const dit_runtime_options_t *o);
+void dit_exec_nccl_shutdown(dit_runtime_t *rt);
+void dit_exec_nccl_abort_all(dit_runtime_t *rt, int rank, const char *why);
+dit_status_t dit_exec_nccl_after_sync(dit_runtime_t *rt, dit_status_t s);
+
+#endif
