@@ -257,6 +257,42 @@ dit_status_t dit_graph_compact(dit_graph_t *g, const uint8_t *keep_ops) {
   return DIT_OK;
 }
 
+dit_status_t dit_graph_reorder(dit_graph_t *g, const int32_t *order) {
+  const int32_t n = g->n_ops;
+  int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos);
+  dit_op_t *ops = malloc(((size_t)n + 1) * sizeof *ops);
+  if (!pos || !ops) {
+    free(pos);
+    free(ops);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "graph: out of memory");
+  }
+  for (int32_t i = 0; i < n; i++) pos[i] = -1;
+  dit_status_t s = DIT_OK;
+  for (int32_t k = 0; k < n && !s; k++) {
+    if (order[k] < 0 || order[k] >= n || pos[order[k]] >= 0) s = DIT_ERR(INVALID_ARGUMENT, "graph reorder: entry %d (%d) is not a permutation", k, order[k]);
+    else pos[order[k]] = k;
+  }
+  for (int32_t k = 0; k < n && !s; k++) {
+    const dit_op_t *op = &g->ops[order[k]];
+    for (int i = 0; i < op->n_in && !s; i++) {
+      const int32_t p = g->values[op->in[i]].producer;
+      if (p >= 0 && pos[p] >= k)
+        s = DIT_ERR(INVALID_ARGUMENT, "graph reorder: op '%s' would run before the producer of its input '%s'",
+                    g->values[op->out[0]].name, g->values[op->in[i]].name);
+    }
+  }
+  if (!s) {
+    for (int32_t k = 0; k < n; k++) {
+      ops[k] = g->ops[order[k]];
+      for (int i = 0; i < ops[k].n_out; i++) g->values[ops[k].out[i]].producer = k;
+    }
+    memcpy(g->ops, ops, (size_t)n * sizeof *ops);
+  }
+  free(pos);
+  free(ops);
+  return s;
+}
+
 dit_status_t dit_graph_verify(const dit_graph_t *g) {
   if (g->error) return dit_status_make(dit_status_code(g->error), "%s", dit_status_message(g->error));
   int has_output = 0;

@@ -87,6 +87,11 @@ const dit_op_t *dit_graph_cop_at(const dit_graph_t *g, int32_t i);
  * always stay); value ids are renumbered. */
 dit_status_t dit_graph_compact(dit_graph_t *g, const uint8_t *keep_ops);
 
+/* Puts the ops in the order `order` gives (a permutation of 0..n_ops-1, ops[order[0]] first).
+ * Refused, and nothing changes, unless it is a permutation in which every op comes after the
+ * producers of its inputs. */
+dit_status_t dit_graph_reorder(dit_graph_t *g, const int32_t *order);
+
 /* Infers an op's output shapes; shared by the builder and the verifier. */
 dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins,
                               int n_in, const dit_attrs_t *attrs, int n_out,

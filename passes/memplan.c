@@ -1,6 +1,7 @@
 /* Static memory plan: liveness over the whole forward, then first-fit placement of each
  * temp in one arena. Outputs are allocated before the op's dying inputs are released, so an
- * op never writes over what it reads. */
+ * op never writes over what it reads; a collective's inputs live until its result is first
+ * used by compute, so a runtime may overlap it with the compute in between. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,30 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     for (int k = 0; k < op->n_in; k++) last[op->in[k]] = i;
   }
+  /* A collective may run on a queue of its own, overlapped with the compute after it, until
+   * the first compute op that reads its result (through a chain of collectives, which run in
+   * order on that queue): its inputs stay alive until then. */
+  int32_t *first = malloc(((size_t)nv + 1) * sizeof *first), *until = malloc(((size_t)no + 1) * sizeof *until);
+  if (!first || !until) {
+    free(first), free(until), free(last), free(live);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
+  }
+  for (dit_vid_t v = 0; v < nv; v++) first[v] = -1;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    for (int k = 0; k < op->n_in; k++)
+      if (first[op->in[k]] < 0) first[op->in[k]] = i;
+  }
+  for (int32_t i = no - 1; i >= 0; i--) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (!dit_op_is_collective(op->kind)) continue;
+    const int32_t j = first[op->out[0]];
+    until[i] = j < 0 ? i : dit_op_is_collective(dit_graph_cop_at(g, j)->kind) ? until[j] : j;
+    for (int k = 0; k < op->n_in; k++)
+      if (last[op->in[k]] < until[i]) last[op->in[k]] = until[i];
+  }
+  free(first);
+  free(until);
   int n_live = 0;
   uint64_t arena = 0, naive = 0;
   for (int32_t i = 0; i < no; i++) {

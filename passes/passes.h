@@ -38,6 +38,9 @@ dit_status_t dit_pass_dce(dit_graph_t *g, dit_pass_result_t *r);
 dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r);
 /* Assigns every temp that is not a graph output an offset in one arena so that values live
  * at the same time never overlap and no op's output overlaps its inputs. */
+/* Orders the ops so every collective directly follows the chain producing its input
+ * (passes/schedule.c); graphs without collectives keep their order. */
+dit_status_t dit_pass_schedule(dit_graph_t *g, dit_pass_result_t *r);
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r);
 
 #endif

@@ -35,9 +35,11 @@ typedef struct dit_backend_vtable {
   void (*release)(void *state, void *ptr);
   dit_status_t (*upload)(void *state, void *dst, const void *src, size_t bytes);
   dit_status_t (*download)(void *state, void *dst, const void *src, size_t bytes);
-  /* On the compute queue, in order with the steps: height rows of width bytes from src (rows
-   * spitch apart) to dst (dpitch apart), both in backend memory. */
-  dit_status_t (*copy2d)(void *state, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
+  /* On queue 0 (compute, in order with the steps) or 2 (collectives, for backends that have
+   * it): height rows of width bytes from src (rows spitch apart) to dst (dpitch apart), both in
+   * backend memory. */
+  dit_status_t (*copy2d)(void *state, int queue, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height);
   /* Runs step `index` of the plan given to prepare (or of any plan, for backends without
    * prepare) on bound tensors. */
   dit_status_t (*run_step)(void *state, size_t index, const dit_plan_step_t *step,
@@ -71,14 +73,21 @@ typedef struct dit_backend_vtable {
    * (after synchronize). Events from DIT_BACKEND_TIMED_EVENTS up carry times. */
   dit_status_t (*elapsed_ms)(void *state, int ev_a, int ev_b, double *ms);
   /* Optional, both or neither (device backends whose collectives a device library runs):
-   * native_queue makes the backend's device current on the calling thread and returns its
-   * compute queue (a CUstream for CUDA), on which such collectives are enqueued in order with
-   * the steps; device_count gives the number of devices this process sees. */
-  void *(*native_queue)(void *state);
+   * native_queue makes the backend's device current on the calling thread and returns queue 0
+   * (compute) or 2 (collectives) as the library sees it (a CUstream for CUDA); device_count
+   * gives the number of devices this process sees. */
+  void *(*native_queue)(void *state, int queue);
   dit_status_t (*device_count)(int *count);
+  /* Optional: runs fn(arg) on queue 2 in order with that queue's copies, marks and waits (a
+   * collective's communicator call, overlapped with compute); a failure comes out of the next
+   * synchronize. mark and wait take queue 2 on backends that have this or native_queue. */
+  dit_status_t (*call)(void *state, int queue, dit_status_t (*fn)(void *), void *arg);
 } dit_backend_vtable_t;
 
+/* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',
+ * [TIMED, MAX) timed ones. */
 #define DIT_BACKEND_MAX_EVENTS 1024
+#define DIT_BACKEND_COLL_EVENTS 384
 #define DIT_BACKEND_TIMED_EVENTS 512
 
 const dit_backend_vtable_t *dit_backend_cpu(void);

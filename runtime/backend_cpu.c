@@ -1,8 +1,9 @@
 /* The CPU backend: host memory, and plan steps dispatched to the reference kernels. Steps run
- * synchronously on the caller's thread (the compute queue); the copy queue, for weight
- * streaming, is a thread of its own, so copies overlap compute as a GPU's copy engine does.
- * DIT_CPU_COPY_DELAY_US=N delays every queued copy by N microseconds: it widens the windows
- * in which a missing dependency between the queues would show, for tests. */
+ * synchronously on the caller's thread (the compute queue, 0); the copy queue (1, weight
+ * streaming) and the collective queue (2) are threads of their own, so their work overlaps
+ * compute as a GPU's copy engine and communication kernels do. Events are shared by the
+ * queues. DIT_CPU_COPY_DELAY_US=N delays every queued copy or call by N microseconds: it widens
+ * the windows in which a missing dependency between the queues would show, for tests. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,67 +14,87 @@
 #include "runtime/backend.h"
 #include "runtime/cpu/cpu_ops.h"
 
-enum { CQ_COPY, CQ_MARK, CQ_WAIT };
+enum { CQ_COPY, CQ_COPY2D, CQ_CALL, CQ_MARK, CQ_WAIT };
 
 typedef struct cq_item {
   int kind, ev;
   void *dst;
   const void *src;
-  size_t bytes;
+  size_t bytes, dpitch, spitch, height;
+  dit_status_t (*fn)(void *);
+  void *arg;
   uint64_t target; /* MARK: the event's new completion count; WAIT: the count to wait for */
 } cq_item_t;
 
-typedef struct copy_queue {
-  pthread_t thread;
-  int started, stop;
+/* The state every queue shares, under one lock: events and the first failure of a call. */
+typedef struct cq_shared {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  cq_item_t *items; /* a ring */
-  size_t cap, head, n;
   uint64_t recorded[DIT_BACKEND_MAX_EVENTS], completed[DIT_BACKEND_MAX_EVENTS];
   double when[DIT_BACKEND_MAX_EVENTS]; /* monotonic seconds of each event's latest completion */
+  dit_status_t failed;                 /* a queued call's failure, until synchronize reports it */
   unsigned delay_us;
-} copy_queue_t;
+} cq_shared_t;
+
+typedef struct work_queue {
+  cq_shared_t *sh;
+  pthread_t thread;
+  int started, stop;
+  cq_item_t *items; /* a ring */
+  size_t cap, head, n;
+} work_queue_t;
 
 typedef struct cpu_state {
   dit_cpu_t cpu;
   float *scratch; /* fp32 product of a linear with a fused activation */
   size_t scratch_n;
-  copy_queue_t q;
+  cq_shared_t sh;
+  work_queue_t q[3]; /* [1] copies, [2] collectives; [0] unused (compute is synchronous) */
 } cpu_state_t;
 
-static void *copy_thread(void *arg) {
-  copy_queue_t *q = arg;
-  pthread_mutex_lock(&q->mu);
+static void copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+  for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
+static void *queue_thread(void *arg) {
+  work_queue_t *q = arg;
+  cq_shared_t *sh = q->sh;
+  pthread_mutex_lock(&sh->mu);
   for (;;) {
-    while (!q->n && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
+    while (!q->n && !q->stop) pthread_cond_wait(&sh->cv, &sh->mu);
     if (!q->n) break;
     cq_item_t it = q->items[q->head];
     if (it.kind == CQ_WAIT) {
-      while (q->completed[it.ev] < it.target && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
+      while (sh->completed[it.ev] < it.target && !q->stop) pthread_cond_wait(&sh->cv, &sh->mu);
     } else if (it.kind == CQ_MARK) {
-      q->completed[it.ev] = it.target;
-      q->when[it.ev] = dit_now_s();
+      sh->completed[it.ev] = it.target;
+      sh->when[it.ev] = dit_now_s();
     } else {
-      pthread_mutex_unlock(&q->mu);
-      if (q->delay_us) usleep(q->delay_us);
-      memcpy(it.dst, it.src, it.bytes);
-      pthread_mutex_lock(&q->mu);
+      pthread_mutex_unlock(&sh->mu);
+      if (sh->delay_us) usleep(sh->delay_us);
+      dit_status_t s = DIT_OK;
+      if (it.kind == CQ_COPY) memcpy(it.dst, it.src, it.bytes);
+      else if (it.kind == CQ_COPY2D) copy_rows(it.dst, it.dpitch, it.src, it.spitch, it.bytes, it.height);
+      else s = it.fn(it.arg);
+      pthread_mutex_lock(&sh->mu);
+      if (s && !sh->failed) sh->failed = s;
+      else dit_status_free(s);
     }
     q->head = (q->head + 1) % q->cap;
     q->n--;
-    pthread_cond_broadcast(&q->cv);
+    pthread_cond_broadcast(&sh->cv);
   }
-  pthread_mutex_unlock(&q->mu);
+  pthread_mutex_unlock(&sh->mu);
   return NULL;
 }
 
-static dit_status_t cq_push(copy_queue_t *q, cq_item_t it) {
-  pthread_mutex_lock(&q->mu);
+static dit_status_t cq_push(work_queue_t *q, cq_item_t it) {
+  cq_shared_t *sh = q->sh;
+  pthread_mutex_lock(&sh->mu);
   if (!q->started) {
-    if (pthread_create(&q->thread, NULL, copy_thread, q) != 0) {
-      pthread_mutex_unlock(&q->mu);
-      return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: cannot start the copy thread");
+    if (pthread_create(&q->thread, NULL, queue_thread, q) != 0) {
+      pthread_mutex_unlock(&sh->mu);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: cannot start a queue thread");
     }
     q->started = 1;
   }
@@ -81,64 +102,71 @@ static dit_status_t cq_push(copy_queue_t *q, cq_item_t it) {
     size_t cap = q->cap ? 2 * q->cap : 256;
     cq_item_t *n = malloc(cap * sizeof *n);
     if (!n) {
-      pthread_mutex_unlock(&q->mu);
-      return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: copy queue out of memory");
+      pthread_mutex_unlock(&sh->mu);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: queue out of memory");
     }
     for (size_t i = 0; i < q->n; i++) n[i] = q->items[(q->head + i) % q->cap];
     free(q->items);
     q->items = n, q->cap = cap, q->head = 0;
   }
-  if (it.kind == CQ_MARK) it.target = ++q->recorded[it.ev];
-  else if (it.kind == CQ_WAIT) it.target = q->recorded[it.ev];
+  if (it.kind == CQ_MARK) it.target = ++sh->recorded[it.ev];
+  else if (it.kind == CQ_WAIT) it.target = sh->recorded[it.ev];
   q->items[(q->head + q->n++) % q->cap] = it;
-  pthread_cond_broadcast(&q->cv);
-  pthread_mutex_unlock(&q->mu);
+  pthread_cond_broadcast(&sh->cv);
+  pthread_mutex_unlock(&sh->mu);
   return DIT_OK;
 }
 
 static dit_status_t cpu_copy_enqueue(void *state, void *dst, const void *src, size_t bytes, int src_on_device) {
   (void)src_on_device;
-  return cq_push(&((cpu_state_t *)state)->q, (cq_item_t){.kind = CQ_COPY, .dst = dst, .src = src, .bytes = bytes});
+  return cq_push(&((cpu_state_t *)state)->q[1], (cq_item_t){.kind = CQ_COPY, .dst = dst, .src = src, .bytes = bytes});
+}
+
+static dit_status_t cpu_call(void *state, int queue, dit_status_t (*fn)(void *), void *arg) {
+  if (queue != 2) return DIT_ERR(INVALID_ARGUMENT, "cpu backend: calls go on queue 2, not %d", queue);
+  return cq_push(&((cpu_state_t *)state)->q[2], (cq_item_t){.kind = CQ_CALL, .fn = fn, .arg = arg});
 }
 
 static dit_status_t check_event(int queue, int ev) {
-  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || (queue != 0 && queue != 1))
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || queue < 0 || queue > 2)
     return DIT_ERR(INVALID_ARGUMENT, "cpu backend: event %d on queue %d", ev, queue);
   return DIT_OK;
 }
 
 static dit_status_t cpu_mark(void *state, int queue, int ev) {
-  copy_queue_t *q = &((cpu_state_t *)state)->q;
+  cpu_state_t *st = state;
+  cq_shared_t *sh = &st->sh;
   DIT_RETURN_IF(check_event(queue, ev));
-  if (queue == 1) return cq_push(q, (cq_item_t){.kind = CQ_MARK, .ev = ev});
+  if (queue) return cq_push(&st->q[queue], (cq_item_t){.kind = CQ_MARK, .ev = ev});
   /* Compute is synchronous: everything before this mark has already run. */
-  pthread_mutex_lock(&q->mu);
-  q->completed[ev] = ++q->recorded[ev];
-  q->when[ev] = dit_now_s();
-  pthread_cond_broadcast(&q->cv);
-  pthread_mutex_unlock(&q->mu);
+  pthread_mutex_lock(&sh->mu);
+  sh->completed[ev] = ++sh->recorded[ev];
+  sh->when[ev] = dit_now_s();
+  pthread_cond_broadcast(&sh->cv);
+  pthread_mutex_unlock(&sh->mu);
   return DIT_OK;
 }
 
 static dit_status_t cpu_wait(void *state, int queue, int ev) {
-  copy_queue_t *q = &((cpu_state_t *)state)->q;
+  cpu_state_t *st = state;
+  cq_shared_t *sh = &st->sh;
   DIT_RETURN_IF(check_event(queue, ev));
-  if (queue == 1) return cq_push(q, (cq_item_t){.kind = CQ_WAIT, .ev = ev});
-  pthread_mutex_lock(&q->mu);
-  const uint64_t target = q->recorded[ev];
-  while (q->completed[ev] < target) pthread_cond_wait(&q->cv, &q->mu);
-  pthread_mutex_unlock(&q->mu);
+  if (queue) return cq_push(&st->q[queue], (cq_item_t){.kind = CQ_WAIT, .ev = ev});
+  pthread_mutex_lock(&sh->mu);
+  const uint64_t target = sh->recorded[ev];
+  while (sh->completed[ev] < target) pthread_cond_wait(&sh->cv, &sh->mu);
+  pthread_mutex_unlock(&sh->mu);
   return DIT_OK;
 }
 
 static dit_status_t cpu_elapsed_ms(void *state, int a, int b, double *ms) {
-  copy_queue_t *q = &((cpu_state_t *)state)->q;
+  cq_shared_t *sh = &((cpu_state_t *)state)->sh;
   DIT_RETURN_IF(check_event(0, a));
   DIT_RETURN_IF(check_event(0, b));
-  pthread_mutex_lock(&q->mu);
-  const int done = q->completed[a] && q->completed[b] && q->completed[a] == q->recorded[a] && q->completed[b] == q->recorded[b];
-  *ms = 1e3 * (q->when[b] - q->when[a]);
-  pthread_mutex_unlock(&q->mu);
+  pthread_mutex_lock(&sh->mu);
+  const int done = sh->completed[a] && sh->completed[b] && sh->completed[a] == sh->recorded[a] && sh->completed[b] == sh->recorded[b];
+  *ms = 1e3 * (sh->when[b] - sh->when[a]);
+  pthread_mutex_unlock(&sh->mu);
   return done ? DIT_OK : DIT_ERR(FAILED_PRECONDITION, "cpu backend: events %d and %d have not both completed", a, b);
 }
 
@@ -156,10 +184,11 @@ static dit_status_t cpu_create(const dit_backend_config_t *cfg, void **out) {
     free(st);
     return s;
   }
-  pthread_mutex_init(&st->q.mu, NULL);
-  pthread_cond_init(&st->q.cv, NULL);
+  pthread_mutex_init(&st->sh.mu, NULL);
+  pthread_cond_init(&st->sh.cv, NULL);
   const char *d = getenv("DIT_CPU_COPY_DELAY_US");
-  st->q.delay_us = d ? (unsigned)strtoul(d, NULL, 10) : 0;
+  st->sh.delay_us = d ? (unsigned)strtoul(d, NULL, 10) : 0;
+  for (int k = 0; k < 3; k++) st->q[k].sh = &st->sh;
   *out = st;
   return DIT_OK;
 }
@@ -167,14 +196,17 @@ static dit_status_t cpu_create(const dit_backend_config_t *cfg, void **out) {
 static void cpu_destroy(void *state) {
   cpu_state_t *st = state;
   if (!st) return;
-  pthread_mutex_lock(&st->q.mu);
-  st->q.stop = 1;
-  pthread_cond_broadcast(&st->q.cv);
-  pthread_mutex_unlock(&st->q.mu);
-  if (st->q.started) pthread_join(st->q.thread, NULL);
-  pthread_mutex_destroy(&st->q.mu);
-  pthread_cond_destroy(&st->q.cv);
-  free(st->q.items);
+  pthread_mutex_lock(&st->sh.mu);
+  for (int k = 1; k < 3; k++) st->q[k].stop = 1;
+  pthread_cond_broadcast(&st->sh.cv);
+  pthread_mutex_unlock(&st->sh.mu);
+  for (int k = 1; k < 3; k++) {
+    if (st->q[k].started) pthread_join(st->q[k].thread, NULL);
+    free(st->q[k].items);
+  }
+  dit_status_free(st->sh.failed);
+  pthread_mutex_destroy(&st->sh.mu);
+  pthread_cond_destroy(&st->sh.cv);
   dit_pool_destroy(st->cpu.pool);
   free(st->scratch);
   free(st);
@@ -201,18 +233,26 @@ static dit_status_t cpu_copy(void *state, void *dst, const void *src, size_t byt
   return DIT_OK;
 }
 
-static dit_status_t cpu_copy2d(void *state, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
-  (void)state;
-  for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+static dit_status_t cpu_copy2d(void *state, int queue, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                               size_t height) {
+  if (queue == 2)
+    return cq_push(&((cpu_state_t *)state)->q[2], (cq_item_t){.kind = CQ_COPY2D, .dst = dst, .dpitch = dpitch, .src = src,
+                                                               .spitch = spitch, .bytes = width, .height = height});
+  if (queue) return DIT_ERR(INVALID_ARGUMENT, "cpu backend: 2-D copies go on queue 0 or 2, not %d", queue);
+  copy_rows(dst, dpitch, src, spitch, width, height);
   return DIT_OK;
 }
 
+/* Drains the queues; a queued call's failure comes out here, once. */
 static dit_status_t cpu_sync(void *state) {
-  copy_queue_t *q = &((cpu_state_t *)state)->q;
-  pthread_mutex_lock(&q->mu);
-  while (q->n) pthread_cond_wait(&q->cv, &q->mu);
-  pthread_mutex_unlock(&q->mu);
-  return DIT_OK;
+  cpu_state_t *st = state;
+  cq_shared_t *sh = &st->sh;
+  pthread_mutex_lock(&sh->mu);
+  while (st->q[1].n || st->q[2].n) pthread_cond_wait(&sh->cv, &sh->mu);
+  dit_status_t s = sh->failed;
+  sh->failed = DIT_OK;
+  pthread_mutex_unlock(&sh->mu);
+  return s;
 }
 
 #define GETI(key, var)                                                        \
@@ -381,6 +421,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .wait = cpu_wait,
     .pin_host = cpu_pin_host,
     .elapsed_ms = cpu_elapsed_ms,
+    .call = cpu_call,
 };
 
 const dit_backend_vtable_t *dit_backend_cpu(void) { return &kCpuBackend; }

@@ -23,6 +23,25 @@ static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind
 /* Runs one communicator call on backend-memory buffers: recv = f(send). For ALLREDUCE, send
  * is recv (in place, `bytes` of dtype); ALLGATHER takes `bytes` and gives n * bytes; ALLTOALL
  * exchanges n chunks of `bytes`. */
+static dit_status_t host_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind, const int *members, int n, void *send, void *recv,
+                              size_t bytes, dit_dtype_t dtype);
+
+/* One communicator call's arguments, kept for the collective queue that runs it later. */
+typedef struct coll_job {
+  rank_rt_t *rt;
+  dit_comm_t *comm;
+  comm_kind_t kind;
+  int members[64], n;
+  void *send, *recv;
+  size_t bytes;
+  dit_dtype_t dtype;
+} coll_job_t;
+
+static dit_status_t run_job(void *p) {
+  coll_job_t *j = p;
+  return host_call(j->rt, j->comm, j->kind, j->members, j->n, j->send, j->recv, j->bytes, j->dtype);
+}
+
 static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_kind_t kind, const int *members, int n, void *send,
                               void *recv, size_t bytes, dit_dtype_t dtype) {
   if (rt->owner->nccl && n > 1) {
@@ -30,6 +49,20 @@ static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_k
     while (me < n && members[me] != rt->rank) me++;
     return nccl_call(rt, group, me, kind, send, recv, bytes, dtype);
   }
+  if (rt->coll_queue && n > 1) {
+    /* Overlapped (host-memory backends): the call runs on the collective queue, after the
+     * copies enqueued there before it. One job per collective step of the plan. */
+    coll_job_t *j = &rt->coll_jobs[rt->coll_step];
+    *j = (coll_job_t){rt, comm, kind, {0}, n, send, recv, bytes, dtype};
+    memcpy(j->members, members, sizeof(int) * (size_t)n);
+    return rt->be->call(rt->be_state, rt->coll_queue, run_job, j);
+  }
+  return host_call(rt, comm, kind, members, n, send, recv, bytes, dtype);
+}
+
+/* The communicator call on the calling thread (staged through host memory where needed). */
+static dit_status_t host_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind, const int *members, int n, void *send, void *recv,
+                              size_t bytes, dit_dtype_t dtype) {
   const size_t in = kind == COMM_ALLREDUCE ? bytes : kind == COMM_ALLGATHER ? bytes : (size_t)n * bytes;
   const size_t out = kind == COMM_ALLREDUCE ? bytes : (size_t)n * bytes;
   const int staged = !rt->be->host_memory || rt->stage;
@@ -65,7 +98,7 @@ static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_k
 
 /* height rows of width bytes, from src (rows spitch apart) to dst (dpitch apart). */
 static dit_status_t copy2d(rank_rt_t *rt, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
-  return rt->be->copy2d(rt->be_state, dst, dpitch, src, spitch, width, height);
+  return rt->be->copy2d(rt->be_state, rt->coll_queue, dst, dpitch, src, spitch, width, height);
 }
 
 /* The members of a collective's group, and this rank's place among them. */
@@ -124,7 +157,79 @@ dit_status_t dit_exec_alloc_collective_scratch(rank_rt_t *rt) {
   return DIT_OK;
 }
 
+static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st);
+
+/* ---- overlap ----
+ * With overlapped collectives a collective step runs whole (layout copies and communicator
+ * call) on queue 2: it starts after what the compute queue has enqueued so far (event "in"),
+ * and the first compute step that reads its output waits for it (event "out"). The compiler's
+ * memory plan keeps a collective's input alive until then, so compute that runs meanwhile
+ * never reuses its memory. Collectives stay in plan order on their queue, which keeps the
+ * shared scratch buffers and every rank's sequence of calls consistent. */
+
+#define COLL_SLOTS ((DIT_BACKEND_TIMED_EVENTS - DIT_BACKEND_COLL_EVENTS) / 2)
+#define EV_IN(slot) (DIT_BACKEND_COLL_EVENTS + 2 * (slot))
+#define EV_OUT(slot) (DIT_BACKEND_COLL_EVENTS + 2 * (slot) + 1)
+
+/* The compute queue waits for the collective in `slot` and forgets it. */
+static dit_status_t settle_slot(rank_rt_t *rt, int slot) {
+  const int32_t v = rt->slot_value[slot];
+  if (v < 0) return DIT_OK;
+  DIT_RETURN_IF(rt->be->wait(rt->be_state, 0, EV_OUT(slot)));
+  rt->pending[v] = -1;
+  rt->slot_value[slot] = -1;
+  return DIT_OK;
+}
+
+dit_status_t dit_exec_collectives_before_step(rank_rt_t *rt, const dit_plan_step_t *st) {
+  if (!rt->coll_queue || dit_op_is_collective(st->kind)) return DIT_OK; /* collectives follow their queue's order */
+  for (int k = 0; k < st->n_in; k++)
+    if (rt->pending[st->in[k]] >= 0) DIT_RETURN_IF(settle_slot(rt, rt->pending[st->in[k]]));
+  return DIT_OK;
+}
+
+void dit_exec_collectives_settled(rank_rt_t *rt) {
+  if (!rt->coll_queue) return;
+  for (int k = 0; k < COLL_SLOTS; k++)
+    if (rt->slot_value[k] >= 0) rt->pending[rt->slot_value[k]] = -1, rt->slot_value[k] = -1;
+}
+
+dit_status_t dit_exec_collectives_setup(dit_runtime_t *rt, const dit_runtime_options_t *o) {
+  if (!o || !o->overlap_collectives || rt->m->topology.world < 2) return DIT_OK;
+  for (int r = 0; r < rt->n_ranks; r++) {
+    rank_rt_t *k = &rt->ranks[r];
+    int any = 0; /* nothing to overlap in a plan without collectives (cfg lanes alone) */
+    for (size_t i = 0; i < k->plan->n_steps && !any; i++) any = dit_op_is_collective(k->plan->steps[i].kind);
+    if (!any) continue;
+    const int host = k->be->host_memory && !k->stage && k->be->call && (rt->comm || rt->tcomm);
+    if (!rt->nccl && !host)
+      return DIT_ERR(UNIMPLEMENTED, "--overlap-collectives: the %s backend's collectives here %s", k->be->name,
+                     k->stage ? "are staged through host memory" : "have no queue of their own (GPU ranks need NCCL and a GPU each)");
+    k->pending = malloc((k->plan->n_values + 1) * sizeof *k->pending);
+    k->coll_jobs = calloc(k->plan->n_steps + 1, sizeof *k->coll_jobs);
+    if (!k->pending || !k->coll_jobs) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t v = 0; v < k->plan->n_values; v++) k->pending[v] = -1;
+    for (int q = 0; q < COLL_SLOTS; q++) k->slot_value[q] = -1;
+    k->coll_queue = 2;
+  }
+  return DIT_OK;
+}
+
 dit_status_t dit_exec_run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
+  if (!rt->coll_queue) return collective_body(rt, comm, st);
+  const int slot = (int)(rt->coll_seq++ % COLL_SLOTS);
+  DIT_RETURN_IF(settle_slot(rt, slot)); /* the slot's last collective: done before its events are reused */
+  DIT_RETURN_IF(rt->be->mark(rt->be_state, 0, EV_IN(slot)));
+  DIT_RETURN_IF(rt->be->wait(rt->be_state, 2, EV_IN(slot)));
+  rt->coll_step = (size_t)(st - rt->plan->steps);
+  DIT_RETURN_IF(collective_body(rt, comm, st));
+  DIT_RETURN_IF(rt->be->mark(rt->be_state, 2, EV_OUT(slot)));
+  rt->pending[st->out[0]] = slot;
+  rt->slot_value[slot] = st->out[0];
+  return DIT_OK;
+}
+
+static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st) {
   const dit_tensor_t *x = &rt->bound[st->in[0]], *y = &rt->bound[st->out[0]];
   const char *name = dit_op_info(st->kind)->name;
   int members[64], n = 1, me = 0, group = 0;
@@ -218,7 +323,7 @@ void dit_exec_nccl_abort_all(dit_runtime_t *rt, int rank, const char *why) {
     snprintf(rt->nwhy, sizeof rt->nwhy, "rank %d: %s", rank, why);
     if (rt->tcomm && rank == rt->ranks[0].rank) dit_tcomm_report_failure(rt->tcomm, why);
     for (int r = 0; r < rt->n_ranks; r++) {
-      rt->ranks[r].be->native_queue(rt->ranks[r].be_state);
+      rt->ranks[r].be->native_queue(rt->ranks[r].be_state, 0);
       nccl_free_comms(&rt->ranks[r], 1);
     }
   }
@@ -242,7 +347,7 @@ static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind
   if (o->naborted) s = DIT_ERR(ABORTED, "collectives aborted: %s", o->nwhy);
   else if (!c) s = DIT_ERR(INTERNAL, "no NCCL communicator for group %d", group);
   else {
-    void *q = rt->be->native_queue(rt->be_state);
+    void *q = rt->be->native_queue(rt->be_state, rt->coll_queue);
     s = kind == COMM_ALLREDUCE   ? dit_ncomm_allreduce_sum(c, recv, bytes / dit_dtype_size(dtype), dtype, q)
         : kind == COMM_ALLGATHER ? dit_ncomm_allgather(c, send, recv, bytes, q)
                                  : dit_ncomm_alltoall(c, send, recv, bytes, me, q);
@@ -273,7 +378,7 @@ typedef struct nccl_init {
 
 static dit_status_t rank_nccl_init(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
   const nccl_init_t *in = arg;
-  k->be->native_queue(k->be_state); /* NCCL takes the device current on this thread */
+  k->be->native_queue(k->be_state, 0); /* NCCL takes the device current on this thread */
   DIT_RETURN_IF(dit_ncomm_create(in->id, rt->m->topology.world, k->rank, &k->nworld));
   for (int g = 0; g < DIT_COLL_GROUPS; g++) {
     if (!in->used[g]) continue;
@@ -286,7 +391,7 @@ static dit_status_t rank_nccl_init(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
 
 static dit_status_t rank_nccl_destroy(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
   (void)rt, (void)arg;
-  k->be->native_queue(k->be_state);
+  k->be->native_queue(k->be_state, 0);
   nccl_free_comms(k, 0);
   return DIT_OK;
 }

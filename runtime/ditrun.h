@@ -23,6 +23,8 @@ typedef struct dit_runtime_options {
   int stage_collectives; /* collectives through host copies even on host-memory backends (a
                             check of the path that device ranks of one process take) */
   const struct dit_launch_env *launch; /* the launcher's rank and world, or NULL: one process */
+  int overlap_collectives; /* collectives on a queue of their own, overlapped with compute (NCCL
+                              GPU ranks; the CPU backend's in-process and TCP collectives) */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and

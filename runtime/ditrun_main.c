@@ -60,8 +60,11 @@ static const char kUsage[] =
     "  --device N         GPU ordinal (default 0)\n"
     "  --devices K        a multi-rank bundle in one process: its ranks round-robin over\n"
     "                     GPUs device .. device+K-1 (default 1: all on --device)\n"
-    "  --stage-collectives  collectives through host copies on any backend (GPU ranks of\n"
-    "                     one process always use them)\n"
+    "  --stage-collectives  collectives through host copies on any backend (GPU ranks\n"
+    "                     that share a GPU always use them)\n"
+    "  --overlap-collectives  collectives on a queue of their own, overlapped with the\n"
+    "                     compute that does not need their results (NCCL GPU ranks, and\n"
+    "                     the CPU backend's collectives)\n"
     "\n"
     "BUNDLE is a bundle directory, a .ditb archive (ditc pack), or with --store an identity.\n"
     "options for every command, anywhere on the line:\n"
@@ -221,7 +224,7 @@ typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
   int64_t steps, seed, threads, device, devices;
   double guidance, shift, max_rel;
-  int have_seed, accumulate, verbose, need_out, graph, stage;
+  int have_seed, accumulate, verbose, need_out, graph, stage, overlap;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -275,6 +278,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--accumulate")) a->accumulate = 1;
     else if (!strcmp(f, "--devices")) rc = parse_int(f, v, &a->devices), i++;
     else if (!strcmp(f, "--cuda-graph")) a->graph = 1;
+    else if (!strcmp(f, "--overlap-collectives")) a->overlap = 1;
     else if (!strcmp(f, "--stage-collectives")) a->stage = 1;
     else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
     else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
@@ -305,7 +309,7 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   DIT_RETURN_IF(dit_launch_env_read(&env));
   g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
-                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL};
+                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap};
   double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));

@@ -30,6 +30,8 @@ static void rank_destroy(rank_rt_t *rt) {
     rt->be->destroy(rt->be_state);
   }
   free(rt->stage_buf);
+  free(rt->pending);
+  free(rt->coll_jobs);
   if (rt->host_out)
     for (size_t i = 0; i < rt->plan->n_values; i++) free(rt->host_out[i]);
   free(rt->host_out);
@@ -250,6 +252,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     }
   }
   if (!s) s = dit_exec_nccl_setup(rt, o);
+  if (!s) s = dit_exec_collectives_setup(rt, o);
   if (s) {
     dit_runtime_destroy(rt);
     return dit_status_annotate(s, "%s", bundle_dir);
@@ -371,6 +374,7 @@ dit_status_t dit_exec_run_ranks(dit_runtime_t *rt, dit_rank_fn fn, void *arg) {
 
 static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
   const dit_plan_step_t *st = &rt->plan->steps[i];
+  DIT_RETURN_IF(dit_exec_collectives_before_step(rt, st));
   if (dit_op_is_collective(st->kind)) return dit_exec_run_collective(rt, comm, st);
   dit_tensor_t *ins = rt->step_tensors, *outs = rt->step_tensors + DIT_PLAN_MAX_IN;
   for (int k = 0; k < st->n_in; k++) ins[k] = rt->bound[st->in[k]];
@@ -418,6 +422,11 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   }
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
   dit_status_t s = rt->be->synchronize(rt->be_state);
+  dit_exec_collectives_settled(rt);
+  if (s && dit_status_code(s) != DIT_CODE_ABORTED) { /* a queued collective failed: the others must not wait for it */
+    if (comm) dit_comm_abort(comm, rt->rank, dit_status_message(s));
+    if (rt->owner->nccl) dit_exec_nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
+  }
   return rt->owner->nccl ? dit_exec_nccl_after_sync(rt->owner, s) : s;
 }
 

@@ -48,6 +48,15 @@ typedef struct rank_rt {
   struct dit_runtime *owner;
   dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
   dit_ncomm_t *ngroup[DIT_COLL_GROUPS];
+  /* Overlapped collectives (collectives.c): the queue they run on (0: none, in order with
+   * compute), per plan value the slot of the collective still writing it (-1: none), per slot
+   * its value, and per step the arguments of a queued communicator call. */
+  int coll_queue;
+  int32_t *pending;
+  int32_t slot_value[64];
+  uint64_t coll_seq;
+  size_t coll_step;
+  struct coll_job *coll_jobs;
 } rank_rt_t;
 
 struct dit_runtime {
@@ -77,6 +86,13 @@ dit_status_t dit_exec_run_ranks(dit_runtime_t *rt, dit_rank_fn fn, void *arg);
 /* collectives.c: scratch for the plan's collectives, and one collective step. */
 dit_status_t dit_exec_alloc_collective_scratch(rank_rt_t *rt);
 dit_status_t dit_exec_run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st);
+
+/* collectives.c, overlapped collectives (--overlap-collectives): setup after NCCL's; before
+ * every step, the waits for the collectives whose outputs it reads; after a forward drained
+ * every queue, settled forgets them. */
+dit_status_t dit_exec_collectives_setup(dit_runtime_t *rt, const dit_runtime_options_t *o);
+dit_status_t dit_exec_collectives_before_step(rank_rt_t *rt, const dit_plan_step_t *st);
+void dit_exec_collectives_settled(rank_rt_t *rt);
 
 /* collectives.c: NCCL for GPU ranks with a device each (a no-op otherwise); setup after every
  * rank is loaded, shutdown before any is destroyed. abort_all stops every collective of this

@@ -222,8 +222,8 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
   const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(of, "blocks");
   e->n = cJSON_IsArray(blocks) ? cJSON_GetArraySize(blocks) : 0;
   dit_status_t s = DIT_OK;
-  if (e->n < 1 || EV_BLOCKS + 2 * e->n > DIT_BACKEND_MAX_EVENTS)
-    s = DIT_ERR(INVALID_ARGUMENT, "%s.blocks': expected 1..%d blocks, found %d", kWhat, (DIT_BACKEND_MAX_EVENTS - EV_BLOCKS) / 2, e->n);
+  if (e->n < 1 || EV_BLOCKS + 2 * e->n > DIT_BACKEND_COLL_EVENTS)
+    s = DIT_ERR(INVALID_ARGUMENT, "%s.blocks': expected 1..%d blocks, found %d", kWhat, (DIT_BACKEND_COLL_EVENTS - EV_BLOCKS) / 2, e->n);
   if (!s && !(e->b = calloc((size_t)e->n, sizeof *e->b))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = block_ranges(e, lay);
   if (!s && e->b[e->n - 1].hi > host_size) s = DIT_ERR(INTERNAL, "weights blob shorter than its layout");

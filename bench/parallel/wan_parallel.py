@@ -69,11 +69,11 @@ def forward(a, bundle, inputs, out, mode):
     return load_file(out)["sample"].float() if r.returncode == 0 else None
 
 
-def step_times(a, bundle, gen_inputs, mode, env=None):
+def step_times(a, bundle, gen_inputs, mode, env=None, extra=()):
     w = world_of(bundle)
     out = os.path.join(a.out, "g.safetensors")
     cmd = ranks_cmd(a, w, mode) + ["generate", bundle, "--prompt-embeds", gen_inputs, "--negative-embeds", gen_inputs,
-                                   "--init-latents", gen_inputs, "--steps", str(a.steps), "--out", out] + thread_flags(w, mode)
+                                   "--init-latents", gen_inputs, "--steps", str(a.steps), "--out", out] + thread_flags(w, mode) + list(extra)
     r = run(cmd, env)
     if r.returncode:
         return None, "failed"
@@ -103,6 +103,7 @@ def main():
     ap.add_argument("--no-p2p-variant", action="store_true", help="skip the NCCL_P2P_DISABLE=1 timings")
     ap.add_argument("--time-threads", action="store_true", help="also time the ranks as threads of one process")
     ap.add_argument("--no-threads", action="store_true", help="skip the runs with the ranks as threads of one process")
+    ap.add_argument("--overlap", action="store_true", help="also time each topology with --overlap-collectives")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.model, "config.json")) as fh:
@@ -136,6 +137,9 @@ def main():
                 if mode == "processes" or a.time_threads:
                     t, coll = step_times(a, b, gin, mode)
                     row[f"step_ms_{mode}"], row[f"collectives_{mode}"] = (t * 1e3 if t else None), coll
+            if a.overlap and row["world"] > 1 and "cfg-parallel" not in flags.split():
+                t, _ = step_times(a, b, gin, "processes", extra=("--overlap-collectives",))
+                row["step_ms_overlap"] = t * 1e3 if t else None
             if not a.no_p2p_variant:
                 t, _ = step_times(a, b, gin, "processes", p2p_env)
                 row["step_ms_no_p2p"] = t * 1e3 if t else None
@@ -144,10 +148,10 @@ def main():
 
     print(f"\nWan transformer {a.frames}x{a.height}x{a.width}, generate step with CFG (2 forwards + UniPC), "
           f"median of steps 2..{a.steps}; one process per GPU unless marked threads")
-    print("| topology | GPUs | step ms | speedup | efficiency | threads: step ms | NCCL_P2P_DISABLE=1: step ms, speedup | "
-          "cosine vs 1 GPU (processes / threads) | collectives |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    print(f"| one GPU | 1 | {t1 * 1e3:.1f} | 1.00 | 1.00 | | | | |")
+    print("| topology | GPUs | step ms | speedup | efficiency | overlapped collectives: step ms, speedup | threads: step ms | "
+          "NCCL_P2P_DISABLE=1: step ms, speedup | cosine vs 1 GPU (processes / threads) | collectives |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| one GPU | 1 | {t1 * 1e3:.1f} | 1.00 | 1.00 | | | | | |")
 
     def f1(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) else "-"
@@ -155,8 +159,11 @@ def main():
         sp = t1 * 1e3 / r["step_ms_processes"] if r.get("step_ms_processes") else None
         spn = t1 * 1e3 / r["step_ms_no_p2p"] if r.get("step_ms_no_p2p") else None
         r["speedup"], r["efficiency"], r["speedup_no_p2p"] = sp, (sp / r["world"] if sp else None), spn
+        spo = t1 * 1e3 / r["step_ms_overlap"] if r.get("step_ms_overlap") else None
+        r["speedup_overlap"] = spo
         print(f"| {r['topology']} | {r['world']} | {f1(r.get('step_ms_processes'), '.1f')} | {f1(sp, '.2f')} | "
-              f"{f1(r['efficiency'], '.2f')} | {f1(r.get('step_ms_threads'), '.1f')} | {f1(r.get('step_ms_no_p2p'), '.1f')}, "
+              f"{f1(r['efficiency'], '.2f')} | {f1(r.get('step_ms_overlap'), '.1f')}, {f1(spo, '.2f')} | "
+              f"{f1(r.get('step_ms_threads'), '.1f')} | {f1(r.get('step_ms_no_p2p'), '.1f')}, "
               f"{f1(spn, '.2f')} | {f1(r.get('cosine_processes'), '.6f')} / {f1(r.get('cosine_threads'), '.6f')} | "
               f"{r.get('collectives_processes')} / {r.get('collectives_threads')} |")
     with open(os.path.join(a.out, "parallel.json"), "w") as fh:

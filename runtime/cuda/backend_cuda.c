@@ -201,6 +201,7 @@ typedef struct cuda_state {
   gemm_t *gemms;     /* per step */
   size_t n_steps;
   CUstream copy_stream;                 /* weight streaming, created on first use */
+  CUstream coll_stream;                 /* collectives overlapped with compute, on first use */
   CUevent events[DIT_BACKEND_MAX_EVENTS]; /* created on first use */
   void *registered;                     /* host memory page-locked in place */
   void *pinned_copy;                    /* or a page-locked copy of it */
@@ -246,6 +247,7 @@ static void cuda_destroy(void *p) {
     if (st->lt_handle) st->lt.destroy(st->lt_handle);
     if (st->stream) st->cu.cuStreamDestroy(st->stream);
     if (st->copy_stream) st->cu.cuStreamDestroy(st->copy_stream);
+    if (st->coll_stream) st->cu.cuStreamDestroy(st->coll_stream);
     for (int i = 0; i < DIT_BACKEND_MAX_EVENTS; i++)
       if (st->events[i]) st->cu.cuEventDestroy(st->events[i]);
     if (st->registered) st->cu.cuMemHostUnregister(st->registered);
@@ -333,12 +335,17 @@ static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t by
   return cu_check(st, st->cu.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes), "cuMemcpyDtoH");
 }
 
-static dit_status_t cuda_copy2d(void *p, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+static dit_status_t queue_stream(cuda_state_t *st, int queue, CUstream *out);
+
+static dit_status_t cuda_copy2d(void *p, int queue, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                size_t height) {
   cuda_state_t *st = p;
   bind(st);
+  CUstream q = NULL;
+  DIT_RETURN_IF(queue_stream(st, queue, &q));
   if (!width || !height) return DIT_OK;
   if (height == 1) /* no pitch limits on a plain copy */
-    return cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, width, st->stream),
+    return cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, width, q),
                     "cuMemcpyDtoDAsync");
   CUDA_MEMCPY2D c;
   memset(&c, 0, sizeof c);
@@ -350,21 +357,36 @@ static dit_status_t cuda_copy2d(void *p, void *dst, size_t dpitch, const void *s
   c.dstPitch = dpitch;
   c.WidthInBytes = width;
   c.Height = height;
-  return cu_check(st, st->cu.cuMemcpy2DAsync(&c, st->stream), "cuMemcpy2DAsync");
+  return cu_check(st, st->cu.cuMemcpy2DAsync(&c, q), "cuMemcpy2DAsync");
 }
 
 static dit_status_t cuda_sync(void *p) {
   cuda_state_t *st = p;
   bind(st);
   if (st->copy_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->copy_stream), "cuStreamSynchronize (weight copies)"));
+  if (st->coll_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->coll_stream), "cuStreamSynchronize (collectives)"));
   return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (a kernel or GEMM of this forward failed)");
 }
 
-/* ---- the copy queue: a second stream, and events between the two ---- */
+/* ---- the copy and collective queues: more streams, and events between them ---- */
 
 static dit_status_t copy_stream(cuda_state_t *st, CUstream *out) {
   if (!st->copy_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamCreate(&st->copy_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate (copies)"));
   *out = st->copy_stream;
+  return DIT_OK;
+}
+
+/* Queue 0 is the compute stream, 1 the copy stream, 2 the collective stream. */
+static dit_status_t queue_stream(cuda_state_t *st, int queue, CUstream *out) {
+  if (queue == 0) *out = st->stream;
+  else if (queue == 1) return copy_stream(st, out);
+  else if (queue == 2) {
+    if (!st->coll_stream)
+      DIT_RETURN_IF(cu_check(st, st->cu.cuStreamCreate(&st->coll_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate (collectives)"));
+    *out = st->coll_stream;
+  } else {
+    return DIT_ERR(INVALID_ARGUMENT, "cuda backend: no queue %d", queue);
+  }
   return DIT_OK;
 }
 
@@ -379,15 +401,13 @@ static dit_status_t cuda_copy_enqueue(void *p, void *dst, const void *src, size_
 }
 
 static dit_status_t queue_event(cuda_state_t *st, int queue, int ev, CUstream *s, CUevent *e) {
-  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || (queue != 0 && queue != 1))
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || queue < 0 || queue > 2)
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: event %d on queue %d", ev, queue);
   if (!st->events[ev])
     DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->events[ev], ev >= DIT_BACKEND_TIMED_EVENTS ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING),
                            "cuEventCreate"));
   *e = st->events[ev];
-  if (queue == 0) *s = st->stream;
-  else DIT_RETURN_IF(copy_stream(st, s));
-  return DIT_OK;
+  return queue_stream(st, queue, s);
 }
 
 static dit_status_t cuda_mark(void *p, int queue, int ev) {
@@ -668,10 +688,13 @@ static dit_status_t cuda_replay(void *p) {
   return cu_check(st, st->cu.cuGraphLaunch(st->graph_exec, st->stream), "cuGraphLaunch");
 }
 
-static void *cuda_native_queue(void *p) {
+static void *cuda_native_queue(void *p, int queue) {
   cuda_state_t *st = p;
   bind(st);
-  return st->stream;
+  CUstream s = NULL;
+  dit_status_t e = queue_stream(st, queue, &s);
+  dit_status_free(e);
+  return e ? NULL : s;
 }
 
 static dit_status_t cuda_device_count(int *count) {

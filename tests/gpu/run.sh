@@ -79,6 +79,9 @@ for top in "${TINY_TOPOLOGIES[@]}"; do
     rm -f "$W/fp.safetensors"
     check "$BIN/ditrun" launch -n "$world" -- forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/fp.safetensors"
     check "$BIN/st_compare" "$W/fp.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+    rm -f "$W/fo.safetensors"  # collectives overlapped with compute on a stream of their own
+    check "$BIN/ditrun" launch -n "$world" -- forward "$bundle" --overlap-collectives --inputs "$d/forward_inputs.safetensors" --out "$W/fo.safetensors"
+    check cmp "$W/fp.safetensors" "$W/fo.safetensors"
   fi
 done
 

@@ -67,6 +67,13 @@ for top in "--tp 2" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --
   [ "$(grep -c '^wrote' "$T/out")" = 2 ] || fail "launch -n $w $top: expected one writer per run"
   echo "ok: launch -n $w $top: forward and generate identical to one process"
 done
+# Overlapped collectives between processes (TCP calls on each process's collective queue, its
+# copies and calls delayed): the same bytes.
+rm -f "$T/fo.safetensors"
+DIT_CPU_COPY_DELAY_US=300 timeout 60 "$BIN/ditrun" launch -n "$w" -- forward "$b" --overlap-collectives --inputs "$d/forward_inputs.safetensors" \
+  --out "$T/fo.safetensors" >"$T/out" 2>"$T/err" || { fail "launch -n $w --overlap-collectives"; cat "$T/err"; }
+cmp -s "$T/f1.safetensors" "$T/fo.safetensors" || fail "launch -n $w --overlap-collectives: output differs"
+echo "ok: launch -n $w with overlapped collectives: identical forward"
 one=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
 gpu=$("$BIN/ditc" "${c[@]}" --tp 2 --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
 # GPU ranks need NCCL (named by DIT_NCCL_LIBRARY here, absent) and then a GPU (none here).

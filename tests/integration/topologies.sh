@@ -64,18 +64,31 @@ for bad in "wan_tiny_a --tp 4:num_attention_heads = 2 is not divisible by 4" \
   grep -qF -- "$msg" "$T/err" || { cat "$T/err"; exit 1; }
   echo "refused: $(cat "$T/err")"
 done
-# Collectives staged through host copies (the path GPU ranks of one process take): the same
-# bytes as in place, for forward and generate.
+# Collectives staged through host copies (the path GPU ranks that share a GPU take), and
+# collectives overlapped with compute on a queue of their own (each queued copy and call
+# delayed, so a missing wait or a reused buffer would show): the same bytes as in place, for
+# forward and generate.
 d=tests/data/wan_tiny_b
-for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2 --cfg-parallel" "--tp 2 --cp 2 --cp-mode ulysses"; do
+for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2 --cfg-parallel" "--tp 2 --cp 2 --cp-mode ulysses" \
+           "--cp 2 --cp-mode gather"; do
   # shellcheck disable=SC2086
   P=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 $top -o "$T/s" -q | tail -n1 | cut -d' ' -f3)
   gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
-  for mode in plain staged; do
+  for mode in plain staged overlap; do
     flag=(); [ $mode = staged ] && flag=(--stage-collectives)
-    "$BIN/ditrun" forward "$P" "${flag[@]}" --inputs "$d/forward_inputs.safetensors" --out "$T/f_$mode.safetensors" 2>/dev/null
-    "$BIN/ditrun" generate "$P" "${flag[@]}" "${gen[@]}" --out "$T/g_$mode.safetensors" 2>/dev/null
+    delay=0; [ $mode = overlap ] && flag=(--overlap-collectives) && delay=300
+    DIT_CPU_COPY_DELAY_US=$delay "$BIN/ditrun" forward "$P" "${flag[@]}" --inputs "$d/forward_inputs.safetensors" --out "$T/f_$mode.safetensors" 2>/dev/null
+    DIT_CPU_COPY_DELAY_US=$delay "$BIN/ditrun" generate "$P" "${flag[@]}" "${gen[@]}" --out "$T/g_$mode.safetensors" 2>/dev/null
   done
-  cmp "$T/f_plain.safetensors" "$T/f_staged.safetensors" && cmp "$T/g_plain.safetensors" "$T/g_staged.safetensors"
-  echo "staged collectives, $top: identical forward and generate"
+  for mode in staged overlap; do
+    cmp "$T/f_plain.safetensors" "$T/f_$mode.safetensors" || { echo "$mode collectives, $top: forward differs"; exit 1; }
+    cmp "$T/g_plain.safetensors" "$T/g_$mode.safetensors" || { echo "$mode collectives, $top: generate differs"; exit 1; }
+  done
+  echo "staged and overlapped collectives, $top: identical forward and generate"
 done
+# Overlap needs collectives that can queue: staged ones cannot.
+if "$BIN/ditrun" forward "$P" --overlap-collectives --stage-collectives --inputs "$d/forward_inputs.safetensors" --out "$T/x.safetensors" 2>"$T/err"; then
+  echo "overlap with staged collectives accepted"; exit 1
+fi
+grep -q "overlap-collectives: the cpu backend's collectives here are staged through host memory" "$T/err" || { cat "$T/err"; exit 1; }
+[ ! -e "$T/x.safetensors" ] || { echo "partial output"; exit 1; }
