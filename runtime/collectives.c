@@ -188,6 +188,11 @@ dit_status_t dit_exec_collectives_before_step(rank_rt_t *rt, const dit_plan_step
   return DIT_OK;
 }
 
+int dit_exec_collective_done_event(const rank_rt_t *rt, const dit_plan_step_t *st) {
+  if (!rt->coll_queue || !dit_op_is_collective(st->kind) || rt->pending[st->out[0]] < 0) return -1;
+  return EV_OUT(rt->pending[st->out[0]]);
+}
+
 void dit_exec_collectives_settled(rank_rt_t *rt) {
   if (!rt->coll_queue) return;
   for (int k = 0; k < COLL_SLOTS; k++)

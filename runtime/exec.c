@@ -409,7 +409,7 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   for (size_t i = 0; i < p->n_steps; i++) {
     dit_status_t s = rt->offload ? dit_offload_before_step(rt->offload, i) : DIT_OK;
     if (!s) s = rank_step(rt, comm, i);
-    if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i);
+    if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
     if (s) {
       s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
                               p->values[p->steps[i].out[0]].name);
@@ -553,7 +553,7 @@ dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i) {
   /* With offload, the weight schedule runs too (steps are then taken in plan order). */
   dit_status_t s = r0->offload ? dit_offload_before_step(r0->offload, i) : DIT_OK;
   if (!s) s = rank_step(r0, NULL, i);
-  if (!s && r0->offload) s = dit_offload_after_step(r0->offload, i);
+  if (!s && r0->offload) s = dit_offload_after_step(r0->offload, i, -1);
   DIT_RETURN_IF_ERROR(s, "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
   return r0->be->synchronize(r0->be_state);
 }

@@ -93,6 +93,9 @@ dit_status_t dit_exec_run_collective(rank_rt_t *rt, dit_comm_t *comm, const dit_
 dit_status_t dit_exec_collectives_setup(dit_runtime_t *rt, const dit_runtime_options_t *o);
 dit_status_t dit_exec_collectives_before_step(rank_rt_t *rt, const dit_plan_step_t *st);
 void dit_exec_collectives_settled(rank_rt_t *rt);
+/* After collective step st: the event its queue marks when it completes, or -1 when it ran on
+ * the compute queue. */
+int dit_exec_collective_done_event(const rank_rt_t *rt, const dit_plan_step_t *st);
 
 /* collectives.c: NCCL for GPU ranks with a device each (a no-op otherwise); setup after every
  * rank is loaded, shutdown before any is destroyed. abort_all stops every collective of this

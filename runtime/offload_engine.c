@@ -327,7 +327,7 @@ static dit_status_t start_prefetch(dit_offload_engine_t *e, int b) {
 }
 
 static dit_status_t before_step(dit_offload_engine_t *e, size_t step);
-static dit_status_t after_step(dit_offload_engine_t *e, size_t step);
+static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_event);
 
 dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step) {
   const double t0 = dit_now_s();
@@ -337,9 +337,9 @@ dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step) {
   return s;
 }
 
-dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step) {
+dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step, int done_event) {
   const double t0 = dit_now_s();
-  dit_status_t s = after_step(e, step);
+  dit_status_t s = after_step(e, step, done_event);
   e->host_s += dit_now_s() - t0;
   return s;
 }
@@ -376,15 +376,19 @@ static dit_status_t before_step(dit_offload_engine_t *e, size_t step) {
   return DIT_OK;
 }
 
-static dit_status_t after_step(dit_offload_engine_t *e, size_t step) {
+static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_event) {
   const int b = e->step_block[step];
   if (b >= 0) {
     const eng_block_t *x = &e->b[b];
     /* A yield point: the next group of the prefetch in flight waits for this collective. */
     for (int k = 0; k < x->n_yields; k++)
       if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups) {
-        DIT_RETURN_IF(e->be->mark(e->st, 0, EV_YIELD));
-        DIT_RETURN_IF(e->be->wait(e->st, 1, EV_YIELD));
+        if (done_event >= 0) { /* the collective runs on its own queue: wait for its end there */
+          DIT_RETURN_IF(e->be->wait(e->st, 1, done_event));
+        } else {
+          DIT_RETURN_IF(e->be->mark(e->st, 0, EV_YIELD));
+          DIT_RETURN_IF(e->be->wait(e->st, 1, EV_YIELD));
+        }
         DIT_RETURN_IF(issue_group(e));
       }
     if (x->last == step) {

@@ -47,9 +47,11 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
                                        size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out);
 void dit_offload_engine_destroy(dit_offload_engine_t *e);
 
-/* Around every plan step, in order: queue dependencies and copies of the schedule. */
+/* Around every plan step, in order: queue dependencies and copies of the schedule. After a
+ * collective step that runs on a queue of its own, done_event is the event marked there when
+ * it completes (the yield point waits for it); otherwise -1 (it ran on the compute queue). */
 dit_status_t dit_offload_before_step(dit_offload_engine_t *e, size_t step);
-dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step);
+dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step, int done_event);
 
 dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e);
 

@@ -13,9 +13,9 @@ d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q)
 gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
 export DIT_CPU_COPY_DELAY_US=300
-run() { # name, bundle
-  "$BIN/ditrun" forward "$2" --inputs "$d/forward_inputs.safetensors" --out "$T/f_$1.safetensors" 2>"$T/log_$1"
-  "$BIN/ditrun" generate "$2" "${gen[@]}" --out "$T/g_$1.safetensors" 2>/dev/null
+run() { # name, bundle, [ditrun flags]
+  "$BIN/ditrun" forward "$2" "${@:3}" --inputs "$d/forward_inputs.safetensors" --out "$T/f_$1.safetensors" 2>"$T/log_$1"
+  "$BIN/ditrun" generate "$2" "${@:3}" "${gen[@]}" --out "$T/g_$1.safetensors" 2>/dev/null
 }
 weights_mib() { # resident + slots from the load line
   sed -n 's/.*offload [a-z]*: [0-9]* blocks, \([0-9.]*\) MiB resident + \([0-9.]*\) MiB in 2 slots.*/\1 \2/p' "$T/log_$1" | awk '{print $1 + $2}'
@@ -33,6 +33,11 @@ for top in "" "--tp 2 --sp --cp 2 --cp-mode ring"; do
     cmp "$T/f_none.safetensors" "$T/f_off.safetensors"
     cmp "$T/g_none.safetensors" "$T/g_off.safetensors"
     echo "offload ${top:-one rank} / $mode: identical forward and generate; weights held $(weights_mib off) MiB"
+    if [ -n "$top" ]; then  # yield points wait for collectives that run on a queue of their own
+      run ovl "$b" --overlap-collectives
+      cmp "$T/f_none.safetensors" "$T/f_ovl.safetensors"
+      cmp "$T/g_none.safetensors" "$T/g_ovl.safetensors"
+    fi
   done
 done
 # Resident fraction trades memory: 0 < 0.5 < 1 in weight memory held (resident + slots).
