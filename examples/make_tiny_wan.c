@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "artifacts/safetensors.h"
 #include "base/fileio.h"
@@ -53,16 +55,48 @@ static dit_status_t reserve(maker_t *m, size_t n) {
   return DIT_OK;
 }
 
-/* value = mean + std * N(0, 1) */
+/* One thread's share of a tensor: elements [lo, hi) drawn, scaled and converted. The noise
+ * stream is indexed by element, so any split gives the bytes of one thread. */
+typedef struct fill_job {
+  const maker_t *m;
+  size_t lo, hi;
+  double mean, std;
+  dit_dtype_t dt;
+} fill_job_t;
+
+static void *fill(void *p) {
+  const fill_job_t *j = p;
+  float *b = j->m->buf + j->lo;
+  dit_rng_normal(j->m->seed, j->m->stream + j->lo, b, j->hi - j->lo);
+  for (size_t i = 0; i < j->hi - j->lo; i++) b[i] = (float)(j->mean + j->std * b[i]);
+  dit_convert((char *)j->m->conv + j->lo * dit_dtype_size(j->dt), j->dt, b, DIT_F32, j->hi - j->lo);
+  return NULL;
+}
+
+/* value = mean + std * N(0, 1), drawn on every CPU for large tensors */
 static dit_status_t add(maker_t *m, const char *name, int rank, const int64_t *dims, double mean, double std, int fp32) {
   size_t n = 1;
   for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
   DIT_RETURN_IF(reserve(m, n));
-  dit_rng_normal(m->seed, m->stream, m->buf, n);
+  const dit_dtype_t dt = fp32 ? DIT_F32 : m->dtype;
+  enum { MAX_THREADS = 64 };
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int t = n < (1u << 20) || cpus < 2 ? 1 : cpus > MAX_THREADS ? MAX_THREADS : (int)cpus;
+  fill_job_t jobs[MAX_THREADS];
+  pthread_t th[MAX_THREADS];
+  int started = 0;
+  for (int k = 0; k < t; k++) {
+    jobs[k] = (fill_job_t){m, n * (size_t)k / (size_t)t, n * (size_t)(k + 1) / (size_t)t, mean, std, dt};
+    if (k < t - 1 && pthread_create(&th[k], NULL, fill, &jobs[k]) == 0) {
+      started++;
+      continue;
+    }
+    jobs[k].hi = n; /* the last share, or all that is left if a thread could not start */
+    fill(&jobs[k]);
+    break;
+  }
+  for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
   m->stream += (n + 3) / 4 * 4 + 1024;
-  for (size_t i = 0; i < n; i++) m->buf[i] = (float)(mean + std * m->buf[i]);
-  dit_dtype_t dt = fp32 ? DIT_F32 : m->dtype;
-  dit_convert(m->conv, dt, m->buf, DIT_F32, n);
   return dit_st_writer_add(m->w, name, dt, rank, dims, m->conv);
 }
 
