@@ -82,6 +82,9 @@ typedef struct dit_backend_vtable {
    * collective's communicator call, overlapped with compute); a failure comes out of the next
    * synchronize. mark and wait take queue 2 on backends that have this or native_queue. */
   dit_status_t (*call)(void *state, int queue, dit_status_t (*fn)(void *), void *arg);
+  /* Optional: 1 when event ev's most recent mark has completed, 0 while it is pending, without
+   * waiting (a host that paces work by what the device has finished). */
+  int (*query)(void *state, int ev);
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',

@@ -159,6 +159,15 @@ static dit_status_t cpu_wait(void *state, int queue, int ev) {
   return DIT_OK;
 }
 
+static int cpu_query(void *state, int ev) {
+  cq_shared_t *sh = &((cpu_state_t *)state)->sh;
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS) return 0;
+  pthread_mutex_lock(&sh->mu);
+  const int done = sh->completed[ev] >= sh->recorded[ev];
+  pthread_mutex_unlock(&sh->mu);
+  return done;
+}
+
 static dit_status_t cpu_elapsed_ms(void *state, int a, int b, double *ms) {
   cq_shared_t *sh = &((cpu_state_t *)state)->sh;
   DIT_RETURN_IF(check_event(0, a));
@@ -422,6 +431,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .pin_host = cpu_pin_host,
     .elapsed_ms = cpu_elapsed_ms,
     .call = cpu_call,
+    .query = cpu_query,
 };
 
 const dit_backend_vtable_t *dit_backend_cpu(void) { return &kCpuBackend; }

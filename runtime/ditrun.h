@@ -25,6 +25,8 @@ typedef struct dit_runtime_options {
   const struct dit_launch_env *launch; /* the launcher's rank and world, or NULL: one process */
   int overlap_collectives; /* collectives on a queue of their own, overlapped with compute (NCCL
                               GPU ranks; the CPU backend's in-process and TCP collectives) */
+  int offload_pace_host;   /* chunked prefetch paced by the host (the seed's variant), not by
+                              copy-queue dependencies */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and

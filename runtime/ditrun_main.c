@@ -65,6 +65,9 @@ static const char kUsage[] =
     "  --overlap-collectives  collectives on a queue of their own, overlapped with the\n"
     "                     compute that does not need their results (NCCL GPU ranks, and\n"
     "                     the CPU backend's collectives)\n"
+    "  --offload-pace host|stream  how chunked prefetch yields to collectives: copy-queue\n"
+    "                     dependencies (stream, the default) or the host pausing the copies\n"
+    "                     until it sees the collective done (host)\n"
     "\n"
     "BUNDLE is a bundle directory, a .ditb archive (ditc pack), or with --store an identity.\n"
     "options for every command, anywhere on the line:\n"
@@ -224,7 +227,7 @@ typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
   int64_t steps, seed, threads, device, devices;
   double guidance, shift, max_rel;
-  int have_seed, accumulate, verbose, need_out, graph, stage, overlap;
+  int have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -279,6 +282,11 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--devices")) rc = parse_int(f, v, &a->devices), i++;
     else if (!strcmp(f, "--cuda-graph")) a->graph = 1;
     else if (!strcmp(f, "--overlap-collectives")) a->overlap = 1;
+    else if (!strcmp(f, "--offload-pace")) {
+      if (!v || (strcmp(v, "host") && strcmp(v, "stream"))) return usage_error("--offload-pace: expected host or stream, found '%s'", v ? v : "");
+      a->pace_host = !strcmp(v, "host");
+      i++;
+    }
     else if (!strcmp(f, "--stage-collectives")) a->stage = 1;
     else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
     else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
@@ -309,7 +317,7 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   DIT_RETURN_IF(dit_launch_env_read(&env));
   g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
-                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap};
+                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host};
   double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));

@@ -188,6 +188,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   if (offload)
     DIT_RETURN_IF(dit_offload_engine_create(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data, rt->weights_map.size,
                                             rt->bound, &rt->offload));
+  if (offload && o && o->offload_pace_host) DIT_RETURN_IF(dit_offload_engine_pace_host(rt->offload));
   if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
   DIT_RETURN_IF(dit_exec_alloc_collective_scratch(rt));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp

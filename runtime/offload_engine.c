@@ -38,6 +38,9 @@ struct dit_offload_engine {
   /* the prefetch in flight: block pf, groups issued so far of pf_groups */
   int pf, pf_group, pf_groups;
   int timed;               /* stall events recorded (blocks fit the timed event range) */
+  /* Host pacing (the variant): groups that reached their yield point wait, not on the copy
+   * queue, but on the host until it sees the collective's event complete. */
+  int host_paced, due, paused_ev;
   double host_s;           /* host time inside the hooks during the current forward */
   dit_offload_stats_t stats;
 };
@@ -355,7 +358,10 @@ dit_status_t dit_offload_engine_breakdown(dit_offload_engine_t *e, double *stall
   return e->timed ? DIT_OK : DIT_ERR(UNIMPLEMENTED, "the %s backend does not time events", e->be->name);
 }
 
+static dit_status_t host_poll(dit_offload_engine_t *e);
+
 static dit_status_t before_step(dit_offload_engine_t *e, size_t step) {
+  if (e->host_paced) DIT_RETURN_IF(host_poll(e));
   if (step == 0) {
     /* Fork the copy queue from the compute queue, then fill both slots. */
     DIT_RETURN_IF(e->be->mark(e->st, 0, EV_FORK));
@@ -382,7 +388,12 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
     const eng_block_t *x = &e->b[b];
     /* A yield point: the next group of the prefetch in flight waits for this collective. */
     for (int k = 0; k < x->n_yields; k++)
-      if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups) {
+      if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups && e->host_paced) {
+        if (done_event < 0) DIT_RETURN_IF(e->be->mark(e->st, 0, EV_YIELD));
+        e->paused_ev = done_event >= 0 ? done_event : EV_YIELD;
+        e->due++;
+        DIT_RETURN_IF(host_poll(e));
+      } else if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups) {
         if (done_event >= 0) { /* the collective runs on its own queue: wait for its end there */
           DIT_RETURN_IF(e->be->wait(e->st, 1, done_event));
         } else {
@@ -392,6 +403,7 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
         DIT_RETURN_IF(issue_group(e));
       }
     if (x->last == step) {
+      e->due = 0, e->paused_ev = -1; /* the block is done: whatever is left goes out now */
       while (e->pf == b + 1 && e->pf_group < e->pf_groups) DIT_RETURN_IF(issue_group(e));
       /* Block b is done with its slot: block b + 2 may fill it. */
       DIT_RETURN_IF(e->be->mark(e->st, 0, EV_BLOCKS + e->n + b));
@@ -410,3 +422,20 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
 }
 
 dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e) { return e->stats; }
+
+dit_status_t dit_offload_engine_pace_host(dit_offload_engine_t *e) {
+  if (!e->be->query) return DIT_ERR(UNIMPLEMENTED, "host-paced prefetch: the %s backend cannot query events", e->be->name);
+  e->host_paced = 1;
+  e->due = 0;
+  e->paused_ev = -1;
+  return DIT_OK;
+}
+
+/* Host pacing: the groups due go out once the host sees the pausing collective done. */
+static dit_status_t host_poll(dit_offload_engine_t *e) {
+  if (!e->due || (e->paused_ev >= 0 && !e->be->query(e->st, e->paused_ev))) return DIT_OK;
+  for (; e->due > 0; e->due--)
+    if (e->pf_group < e->pf_groups) DIT_RETURN_IF(issue_group(e));
+  e->paused_ev = -1;
+  return DIT_OK;
+}

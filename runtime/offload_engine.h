@@ -55,6 +55,11 @@ dit_status_t dit_offload_after_step(dit_offload_engine_t *e, size_t step, int do
 
 dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e);
 
+/* The seed's host-paced variant of chunked prefetch, to compare with the default: a yield
+ * point pauses the issuing of the next chunks on the host until it sees the collective done
+ * (queried at every step), instead of a dependency on the copy queue. Needs backend query. */
+dit_status_t dit_offload_engine_pace_host(dit_offload_engine_t *e);
+
 /* Of the latest forward, once synchronized: the time the compute queue waited for slots to
  * fill (prefetch stall, from timed events on the backend's timeline) and the host time spent
  * issuing the schedule. */

@@ -16,6 +16,7 @@ present. Needs a CUDA GPU, numpy and safetensors; no torch.
 usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_DIR
            [--frames 1,5,9,17,33,81] [--height 480] [--width 832] [--text-len 512]
            [--calibrate | --profile h200-sxm] [--iters 5] [--devices 1] [--target sm_90|cpu]
+           [--extra COMPILE_FLAGS] [--run-flags DITRUN_FLAGS, e.g. "--offload-pace host"]
 """
 import argparse
 import json
@@ -89,7 +90,7 @@ class Sweep:
         poll = MemPoll()
         poll.start()
         p = run([self.a.ditrun, "bench", bundle, "--inputs", self.inputs_for(frames), "--steps", str(self.a.iters),
-                 "--devices", str(self.a.devices)])
+                 "--devices", str(self.a.devices)] + self.a.run_flags.split())
         poll.stop = True
         poll.join()
         ms = float(re.search(r"forward_ms_median ([0-9.]+)", p.stdout).group(1))
@@ -124,6 +125,7 @@ def main():
     ap.add_argument("--profile", default="h200-sxm")
     ap.add_argument("--calibrate", action="store_true")
     ap.add_argument("--extra", default="", help="compile flags for every bundle, e.g. '--cp 2 --cp-mode ulysses'")
+    ap.add_argument("--run-flags", default="", help="ditrun flags for every run, e.g. '--offload-pace host --overlap-collectives'")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     s = Sweep(a)

@@ -54,6 +54,7 @@ typedef struct cu_api {
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
   CUresult (*cuMemHostUnregister)(void *);
@@ -138,6 +139,7 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuEventCreate, "cuEventCreate");
   LOAD(a, cuEventDestroy, "cuEventDestroy_v2");
   LOAD(a, cuEventRecord, "cuEventRecord");
+  LOAD(a, cuEventQuery, "cuEventQuery");
   LOAD(a, cuStreamWaitEvent, "cuStreamWaitEvent");
   LOAD(a, cuMemHostRegister, "cuMemHostRegister_v2");
   LOAD(a, cuMemHostUnregister, "cuMemHostUnregister");
@@ -688,6 +690,13 @@ static dit_status_t cuda_replay(void *p) {
   return cu_check(st, st->cu.cuGraphLaunch(st->graph_exec, st->stream), "cuGraphLaunch");
 }
 
+static int cuda_query(void *p, int ev) {
+  cuda_state_t *st = p;
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || !st->events[ev]) return 1; /* never marked: nothing pending */
+  bind(st);
+  return st->cu.cuEventQuery(st->events[ev]) != CUDA_ERROR_NOT_READY;
+}
+
 static void *cuda_native_queue(void *p, int queue) {
   cuda_state_t *st = p;
   bind(st);
@@ -733,6 +742,7 @@ static const dit_backend_vtable_t kCuda = {
     .elapsed_ms = cuda_elapsed_ms,
     .native_queue = cuda_native_queue,
     .device_count = cuda_device_count,
+    .query = cuda_query,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }

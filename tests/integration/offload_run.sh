@@ -33,10 +33,14 @@ for top in "" "--tp 2 --sp --cp 2 --cp-mode ring"; do
     cmp "$T/f_none.safetensors" "$T/f_off.safetensors"
     cmp "$T/g_none.safetensors" "$T/g_off.safetensors"
     echo "offload ${top:-one rank} / $mode: identical forward and generate; weights held $(weights_mib off) MiB"
-    if [ -n "$top" ]; then  # yield points wait for collectives that run on a queue of their own
-      run ovl "$b" --overlap-collectives
-      cmp "$T/f_none.safetensors" "$T/f_ovl.safetensors"
-      cmp "$T/g_none.safetensors" "$T/g_ovl.safetensors"
+    if [ -n "$top" ]; then  # yield points wait for collectives that run on a queue of their own,
+      for pace in stream host; do  # and the host-paced variant pauses the copies until it sees them done
+        run ovl "$b" --overlap-collectives --offload-pace $pace
+        cmp "$T/f_none.safetensors" "$T/f_ovl.safetensors"
+        cmp "$T/g_none.safetensors" "$T/g_ovl.safetensors"
+      done
+      run hp "$b" --offload-pace host
+      cmp "$T/f_none.safetensors" "$T/f_hp.safetensors"
     fi
   done
 done
