@@ -11,7 +11,8 @@
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration,
 #   6. with PARALLEL=1 on two GPUs or more (run after 3), the parallel topologies at 480p 81 frames
-#      against one GPU (bench/parallel/wan_parallel.py; PARALLEL_FLAGS passes options to it).
+#      against one GPU (bench/parallel/wan_parallel.py; PARALLEL_FLAGS passes options to it,
+#      default --overlap: each topology also with collectives overlapped).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time.
@@ -155,7 +156,7 @@ fi
 if [ -n "${PARALLEL:-}" ] && [ "$ngpu" -ge 2 ]; then
   step "6. parallel topologies at 480p 81 frames: parity against one GPU and the generate step on $ngpu GPUs"
   python3 bench/parallel/wan_parallel.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/par" \
-    --steps "${PARALLEL_STEPS:-4}" ${PARALLEL_FLAGS:-} 2>&1 | tee "$OUT/bench_parallel.txt"
+    --steps "${PARALLEL_STEPS:-4}" ${PARALLEL_FLAGS:---overlap} 2>&1 | tee "$OUT/bench_parallel.txt"
   cp "$W/par/parallel.json" "$OUT/" 2>/dev/null
 fi
 if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
