@@ -203,6 +203,15 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   return DIT_OK;
 }
 
+/* DIT_FAIL_STEP=RANK:STEP makes that rank fail when it reaches that step of a forward: a test
+ * knob for the failure paths (every other rank must stop with an error, none may hang). */
+static long fail_step_of(int rank) {
+  const char *f = getenv("DIT_FAIL_STEP");
+  int r = -1;
+  long step = -1;
+  return f && sscanf(f, "%d:%ld", &r, &step) == 2 && r == rank && step >= 0 ? step : -1;
+}
+
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *o,
                               dit_runtime_t **out) {
   *out = NULL;
@@ -240,6 +249,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     rt->ranks[r].rank = rt->process ? o->launch->rank : r;
     rt->ranks[r].device = rt->process ? proc_device : (o ? o->device : 0) + r % spread;
     rt->ranks[r].owner = rt;
+    rt->ranks[r].fail_step = fail_step_of(rt->ranks[r].rank);
     rt->ranks[r].tcomm = rt->tcomm;
     rt->ranks[r].stage = o && o->stage_collectives;
     rt->ranks[r].bundle = rt->bundle;
@@ -405,29 +415,40 @@ static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
   return rank_forward_steps(rt, comm);
 }
 
+/* A rank failed for its own reason (not because another aborted): every collective that may
+ * wait for it stops (this process's other ranks, NCCL, the other processes), so no rank hangs. */
+static void rank_failed(rank_rt_t *rt, dit_comm_t *comm, dit_status_t s) {
+  if (!s || dit_status_code(s) == DIT_CODE_ABORTED) return;
+  if (comm) dit_comm_abort(comm, rt->rank, dit_status_message(s));
+  if (rt->owner->nccl) dit_exec_nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
+  if (rt->tcomm) {
+    dit_tcomm_abort(rt->tcomm);
+    dit_tcomm_report_failure(rt->tcomm, dit_status_message(s));
+  }
+}
+
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   const dit_plan_t *p = rt->plan;
   for (size_t i = 0; i < p->n_steps; i++) {
+    if ((long)i == rt->fail_step) {
+      dit_status_t f = DIT_ERR(INTERNAL, "injected failure (DIT_FAIL_STEP=%d:%zu)", rt->rank, i);
+      rank_failed(rt, comm, f);
+      return dit_status_annotate(f, "step %zu", i);
+    }
     dit_status_t s = rt->offload ? dit_offload_before_step(rt->offload, i) : DIT_OK;
     if (!s) s = rank_step(rt, comm, i);
     if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
     if (s) {
       s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
                               p->values[p->steps[i].out[0]].name);
-      if (dit_status_code(s) != DIT_CODE_ABORTED) {
-        if (comm) dit_comm_abort(comm, rt->rank, dit_status_message(s));
-        if (rt->owner->nccl) dit_exec_nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
-      }
+      rank_failed(rt, comm, s);
       return s;
     }
   }
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
   dit_status_t s = rt->be->synchronize(rt->be_state);
   dit_exec_collectives_settled(rt);
-  if (s && dit_status_code(s) != DIT_CODE_ABORTED) { /* a queued collective failed: the others must not wait for it */
-    if (comm) dit_comm_abort(comm, rt->rank, dit_status_message(s));
-    if (rt->owner->nccl) dit_exec_nccl_abort_all(rt->owner, rt->rank, dit_status_message(s));
-  }
+  rank_failed(rt, comm, s); /* a queued collective may have failed: the others must not wait for it */
   return rt->owner->nccl ? dit_exec_nccl_after_sync(rt->owner, s) : s;
 }
 

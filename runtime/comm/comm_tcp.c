@@ -24,6 +24,7 @@ struct dit_tcomm {
   dit_rendezvous_t *rdzv; /* kept open: the launch's liveness channel */
   int fd[TCOMM_MAX_WORLD]; /* per peer; -1 for self */
   uint32_t seq[TCOMM_MAX_WORLD];
+  int aborted; /* atomic: this rank failed; collectives in flight return */
 };
 
 typedef struct wire_header {
@@ -34,6 +35,8 @@ typedef struct wire_header {
 dit_status_t dit_tcomm_status(dit_tcomm_t *c) { return dit_rendezvous_status(c->rdzv); }
 
 void dit_tcomm_report_failure(dit_tcomm_t *c, const char *why) { dit_rendezvous_report_failure(c->rdzv, why); }
+
+void dit_tcomm_abort(dit_tcomm_t *c) { __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE); }
 
 void dit_tcomm_destroy(dit_tcomm_t *c) {
   if (!c) return;
@@ -214,8 +217,10 @@ static dit_status_t exchange(dit_tcomm_t *c, xfer_t *x, int m) {
         if (q[i].events) w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", x[i].peer);
       return DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank %d waited %d ms for ranks %s", c->rank, c->timeout_ms, who);
     }
-    if (poll(q, (nfds_t)m, (int)(left > 1000 ? 1000 : left)) < 0 && errno != EINTR)
+    if (poll(q, (nfds_t)m, (int)(left > 100 ? 100 : left)) < 0 && errno != EINTR)
       return DIT_ERR(INTERNAL, "tcp collectives: poll: %s", strerror(errno));
+    if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+      return DIT_ERR(ABORTED, "tcp collectives: rank %d stopped its collectives (it failed)", c->rank);
     for (int i = 0; i < m; i++) {
       xfer_t *t = &x[i];
       if (q[i].revents & (POLLERR | POLLHUP | POLLNVAL) && !(q[i].revents & POLLIN))

@@ -30,6 +30,9 @@ dit_status_t dit_tcomm_allreduce_sum(dit_tcomm_t *c, const int *group, int n, vo
  * the status). report_failure tells every other rank that this one failed. */
 dit_status_t dit_tcomm_status(dit_tcomm_t *c);
 void dit_tcomm_report_failure(dit_tcomm_t *c, const char *why);
+/* This rank failed: its collectives in flight (another thread's) return ABORTED within 0.1 s,
+ * and so does every later one. Thread-safe. */
+void dit_tcomm_abort(dit_tcomm_t *c);
 dit_status_t dit_tcomm_broadcast(dit_tcomm_t *c, const int *group, int n, int root, void *buf, size_t bytes);
 
 #endif

@@ -74,6 +74,23 @@ DIT_CPU_COPY_DELAY_US=300 timeout 60 "$BIN/ditrun" launch -n "$w" -- forward "$b
   --out "$T/fo.safetensors" >"$T/out" 2>"$T/err" || { fail "launch -n $w --overlap-collectives"; cat "$T/err"; }
 cmp -s "$T/f1.safetensors" "$T/fo.safetensors" || fail "launch -n $w --overlap-collectives: output differs"
 echo "ok: launch -n $w with overlapped collectives: identical forward"
+# A rank that fails mid-forward (DIT_FAIL_STEP) stops every other rank with an error, never a
+# hang, whether its collectives run in order or overlapped; nothing is written.
+for ovl in "" "--overlap-collectives"; do
+  rm -f "$T/ff.safetensors"
+  t0=$(now_ms)
+  # shellcheck disable=SC2086
+  DIT_FAIL_STEP=1:30 DIT_CPU_COPY_DELAY_US=300 timeout 60 "$BIN/ditrun" launch -n "$w" -- forward "$b" $ovl \
+    --inputs "$d/forward_inputs.safetensors" --out "$T/ff.safetensors" >"$T/out" 2>"$T/err"
+  rc=$? dt=$(( $(now_ms) - t0 ))
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "\[rank 1\].*injected failure (DIT_FAIL_STEP=1:30)" "$T/err" && [ ! -e "$T/ff.safetensors" ] &&
+    [ $dt -lt 20000 ] || { fail "launch -n $w, rank 1 failing at step 30 ${ovl:-in order} (rc $rc, $dt ms)"; cat "$T/err"; }
+  echo "ok: rank 1 failing at step 30 (${ovl:-in order}) stopped the launch in $dt ms"
+done
+# Without our launcher (torchrun's variables set by hand, nobody kills the survivors), the
+# other rank stops by itself with an error naming the failure.
+b2=$("$BIN/ditc" "${c[@]}" --tp 2 | tail -n1 | cut -d' ' -f3)
+tests/tools/failing_rank.sh "$BIN/ditrun" "$b2" "$d/forward_inputs.safetensors" "$T" || fail "torchrun-style ranks, rank 1 failing"
 one=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
 gpu=$("$BIN/ditc" "${c[@]}" --tp 2 --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
 # GPU ranks need NCCL (named by DIT_NCCL_LIBRARY here, absent) and then a GPU (none here).

@@ -86,6 +86,18 @@ for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2
   done
   echo "staged and overlapped collectives, $top: identical forward and generate"
 done
+# A rank that fails mid-forward stops the others (threads of one process) with its own error,
+# with collectives in order or overlapped; nothing is written.
+for ovl in "" "--overlap-collectives"; do
+  rm -f "$T/ff.safetensors"
+  # shellcheck disable=SC2086
+  if DIT_FAIL_STEP=1:25 timeout 60 "$BIN/ditrun" forward "$P" $ovl --inputs "$d/forward_inputs.safetensors" --out "$T/ff.safetensors" 2>"$T/err"; then
+    echo "a failing rank went unnoticed"; exit 1
+  fi
+  grep -q "rank 1.*injected failure (DIT_FAIL_STEP=1:25)" "$T/err" || { cat "$T/err"; exit 1; }
+  [ ! -e "$T/ff.safetensors" ] || { echo "partial output"; exit 1; }
+  echo "failing rank (${ovl:-in order}): $(head -c 200 "$T/err")"
+done
 # Overlap needs collectives that can queue: staged ones cannot.
 if "$BIN/ditrun" forward "$P" --overlap-collectives --stage-collectives --inputs "$d/forward_inputs.safetensors" --out "$T/x.safetensors" 2>"$T/err"; then
   echo "overlap with staged collectives accepted"; exit 1
