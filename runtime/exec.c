@@ -203,13 +203,17 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   return DIT_OK;
 }
 
-/* DIT_FAIL_STEP=RANK:STEP makes that rank fail when it reaches that step of a forward: a test
- * knob for the failure paths (every other rank must stop with an error, none may hang). */
-static long fail_step_of(int rank) {
+/* DIT_FAIL_STEP=RANK:STEP makes that rank fail when it reaches that step of a forward, and
+ * RANK:STEP:die makes its process exit on the spot (no cleanup, as a crash would): test knobs
+ * for the failure paths (every other rank must stop with an error, none may hang). */
+static long fail_step_of(int rank, int *die) {
   const char *f = getenv("DIT_FAIL_STEP");
-  int r = -1;
+  int r = -1, n = 0;
   long step = -1;
-  return f && sscanf(f, "%d:%ld", &r, &step) == 2 && r == rank && step >= 0 ? step : -1;
+  *die = 0;
+  if (!f || sscanf(f, "%d:%ld%n", &r, &step, &n) != 2 || r != rank || step < 0) return -1;
+  *die = !strcmp(f + n, ":die");
+  return step;
 }
 
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *o,
@@ -249,7 +253,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     rt->ranks[r].rank = rt->process ? o->launch->rank : r;
     rt->ranks[r].device = rt->process ? proc_device : (o ? o->device : 0) + r % spread;
     rt->ranks[r].owner = rt;
-    rt->ranks[r].fail_step = fail_step_of(rt->ranks[r].rank);
+    rt->ranks[r].fail_step = fail_step_of(rt->ranks[r].rank, &rt->ranks[r].fail_die);
     rt->ranks[r].tcomm = rt->tcomm;
     rt->ranks[r].stage = o && o->stage_collectives;
     rt->ranks[r].bundle = rt->bundle;
@@ -431,6 +435,7 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   const dit_plan_t *p = rt->plan;
   for (size_t i = 0; i < p->n_steps; i++) {
     if ((long)i == rt->fail_step) {
+      if (rt->fail_die) _exit(3);
       dit_status_t f = DIT_ERR(INTERNAL, "injected failure (DIT_FAIL_STEP=%d:%zu)", rt->rank, i);
       rank_failed(rt, comm, f);
       return dit_status_annotate(f, "step %zu", i);

@@ -46,6 +46,7 @@ typedef struct rank_rt {
   dit_tcomm_t *tcomm;        /* collectives with other processes (one rank per process) */
   int device;                /* GPU ordinal */
   long fail_step;            /* DIT_FAIL_STEP: the step at which this rank fails, or -1 */
+  int fail_die;              /* ... by exiting on the spot */
   struct dit_runtime *owner;
   dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
   dit_ncomm_t *ngroup[DIT_COLL_GROUPS];

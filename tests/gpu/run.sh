@@ -89,7 +89,9 @@ done
 if [ "$ngpu" -ge 2 ]; then
   echo "-- a rank failing mid-forward under NCCL (DIT_FAIL_STEP): the other stops with an error, no hang"
   b2=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 --tp 2 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-  tests/tools/failing_rank.sh "$BIN/ditrun" "$b2" "$d/forward_inputs.safetensors" "$W" 120 || fails=$((fails+1))
+  for how in fail die; do
+    tests/tools/failing_rank.sh "$BIN/ditrun" "$b2" "$d/forward_inputs.safetensors" "$W" 120 $how || fails=$((fails+1))
+  done
 fi
 
 step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes"

@@ -90,7 +90,9 @@ done
 # Without our launcher (torchrun's variables set by hand, nobody kills the survivors), the
 # other rank stops by itself with an error naming the failure.
 b2=$("$BIN/ditc" "${c[@]}" --tp 2 | tail -n1 | cut -d' ' -f3)
-tests/tools/failing_rank.sh "$BIN/ditrun" "$b2" "$d/forward_inputs.safetensors" "$T" || fail "torchrun-style ranks, rank 1 failing"
+for how in fail die; do
+  tests/tools/failing_rank.sh "$BIN/ditrun" "$b2" "$d/forward_inputs.safetensors" "$T" 60 $how || fail "torchrun-style ranks, rank 1: $how"
+done
 one=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
 gpu=$("$BIN/ditc" "${c[@]}" --tp 2 --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
 # GPU ranks need NCCL (named by DIT_NCCL_LIBRARY here, absent) and then a GPU (none here).
