@@ -11,10 +11,11 @@
 
 /* ---- collectives ----
  * Every collective is: lay out the data the communicator sends (2-D copies on the backend's
- * compute queue), one communicator call on contiguous buffers in backend memory, lay out what
- * it received. The copies are the backend's, so the same code runs on host and device memory;
- * only the communicator call is staged through host memory when the backend's memory is not
- * the host's (or when asked to, which checks that path on the CPU). */
+ * compute queue, or its collective queue when collectives overlap compute), one communicator
+ * call on contiguous buffers in backend memory, lay out what it received. The copies are the
+ * backend's, so the same code runs on host and device memory; only the communicator call is
+ * staged through host memory when the backend's memory is not the host's and there is no NCCL
+ * (or when asked to, which checks that path on the CPU). */
 
 typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL } comm_kind_t;
 
