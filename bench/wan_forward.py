@@ -155,7 +155,8 @@ def main():
         if k == "forward_ms_median":
             results["ditrun_ms"] = float(v[0])
         elif k == "split_ms":
-            results["split_ms"] = {v[0]: float(v[1]), v[2]: float(v[3]), v[4]: float(v[5])}
+            pairs = v[:v.index("(step-synchronized")] if "(step-synchronized" in v else v
+            results["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
         elif k == "by_op_ms":
             results["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
     results["ditrun_peak_gib"] = (poll.peak - base) / 1024

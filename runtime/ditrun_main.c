@@ -525,7 +525,7 @@ static int cmd_bench(int argc, char **argv) {
     s = dit_runtime_forward(rt);
     t[i] = dit_now_s() - t0;
   }
-  double split[3] = {0, 0, 0}, total = 0, per_kind[DIT_OP_COUNT] = {0};
+  double split[4] = {0, 0, 0, 0}, total = 0, per_kind[DIT_OP_COUNT] = {0};
   dit_offload_stats_t os;
   if (!s && dit_runtime_offload_stats(rt, &os)) {
     double stall = 0, host = 0;
@@ -536,17 +536,10 @@ static int cmd_bench(int argc, char **argv) {
     else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b));
     dit_status_free(b);
   }
-  if (!s) {
-    const dit_plan_t *p = dit_runtime_plan(rt);
-    for (size_t i = 0; !s && i < p->n_steps; i++) {
-      double t0 = dit_now_s();
-      s = dit_runtime_step(rt, i);
-      double dt = dit_now_s() - t0;
-      int k = p->steps[i].kind == DIT_OP_LINEAR ? 0 : p->steps[i].kind == DIT_OP_ATTENTION ? 1 : 2;
-      split[k] += dt;
-      per_kind[p->steps[i].kind] += dt;
-      total += dt;
-    }
+  if (!s) s = dit_runtime_forward_profiled(rt, per_kind);
+  for (int k = 0; !s && k < DIT_OP_COUNT; k++) {
+    split[k == DIT_OP_LINEAR ? 0 : k == DIT_OP_ATTENTION ? 1 : dit_op_is_collective((dit_op_kind_t)k) ? 3 : 2] += per_kind[k];
+    total += per_kind[k];
   }
   if (!s) {
     qsort(t, (size_t)iters, sizeof *t, cmp_double);
@@ -555,8 +548,8 @@ static int cmd_bench(int argc, char **argv) {
     double flops = cJSON_IsNumber(fl) ? fl->valuedouble : 0;
     printf("forward_ms_median %.3f\nforward_ms_min %.3f\niters %d\ntflops_effective %.1f\n", 1e3 * t[iters / 2], 1e3 * t[0],
            iters, flops / t[iters / 2] / 1e12);
-    printf("split_ms gemm %.3f attention %.3f other %.3f (step-synchronized total %.3f)\n", 1e3 * split[0], 1e3 * split[1],
-           1e3 * split[2], 1e3 * total);
+    printf("split_ms gemm %.3f attention %.3f other %.3f collectives %.3f (step-synchronized total %.3f)\n", 1e3 * split[0],
+           1e3 * split[1], 1e3 * split[2], 1e3 * split[3], 1e3 * total);
     printf("by_op_ms");
     for (int k = 0; k < DIT_OP_COUNT; k++)
       if (per_kind[k] > 0) printf(" %s=%.3f", dit_op_info((dit_op_kind_t)k)->name, 1e3 * per_kind[k]);

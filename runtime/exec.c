@@ -400,6 +400,7 @@ static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm);
 
 static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
+  if (rt->profile) return rank_forward_steps(rt, comm); /* step by step, never a graph */
   if (rt->graph == 1) {
     /* Record once; every forward, the first too, replays the graph. */
     DIT_RETURN_IF(rt->be->capture_begin(rt->be_state));
@@ -441,7 +442,12 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
       return dit_status_annotate(f, "step %zu", i);
     }
     dit_status_t s = rt->offload ? dit_offload_before_step(rt->offload, i) : DIT_OK;
+    const double t0 = rt->profile ? dit_now_s() : 0;
     if (!s) s = rank_step(rt, comm, i);
+    if (!s && rt->profile) { /* each step drained before the next, timed by kind */
+      s = rt->be->synchronize(rt->be_state);
+      rt->profile[p->steps[i].kind] += dit_now_s() - t0;
+    }
     if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
     if (s) {
       s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
@@ -480,6 +486,19 @@ dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const di
 static dit_status_t rank_forward_job(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
   (void)arg;
   return rank_forward(k, rt->n_ranks > 1 ? rt->comm : NULL);
+}
+
+dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds) {
+  dit_status_t s = DIT_OK;
+  for (int r = 0; !s && r < rt->n_ranks; r++)
+    if (!(rt->ranks[r].profile = calloc(DIT_OP_COUNT, sizeof(double)))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) s = dit_runtime_forward(rt);
+  if (!s) memcpy(seconds, rt->ranks[0].profile, DIT_OP_COUNT * sizeof(double));
+  for (int r = 0; r < rt->n_ranks; r++) {
+    free(rt->ranks[r].profile);
+    rt->ranks[r].profile = NULL;
+  }
+  return s;
 }
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {

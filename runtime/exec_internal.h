@@ -45,6 +45,7 @@ typedef struct rank_rt {
   size_t coll_cap;
   dit_tcomm_t *tcomm;        /* collectives with other processes (one rank per process) */
   int device;                /* GPU ordinal */
+  double *profile;           /* per op kind, seconds of a profiled forward (NULL: not profiling) */
   long fail_step;            /* DIT_FAIL_STEP: the step at which this rank fails, or -1 */
   int fail_die;              /* ... by exiting on the spot */
   struct dit_runtime *owner;

@@ -12,6 +12,7 @@ For each topology: `ditc compile`, then
 
 usage: bench/parallel/wan_parallel.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_DIR
            [--frames 81 --height 480 --width 832] [--text-len 512] [--steps 4] [--topology "FLAGS"]...
+           [--overlap] [--no-threads] [--no-p2p-variant] [--target sm_90|cpu]
 """
 import argparse
 import json
@@ -37,7 +38,7 @@ def run(cmd, env=None):
 
 def compile_bundle(a, flags, out):
     cmd = [a.ditc, "compile", a.model, "--frames", str(a.frames), "--height", str(a.height), "--width", str(a.width),
-           "--text-len", str(a.text_len), "--dtype", "bf16", "--target", "sm_90", "-o", out, "-q"] + flags.split()
+           "--text-len", str(a.text_len), "--dtype", "bf16", "--target", a.target, "-o", out, "-q"] + flags.split()
     r = run(cmd)
     return r.stdout.strip().splitlines()[-1].split()[2] if r.returncode == 0 else None
 
@@ -84,6 +85,19 @@ def step_times(a, bundle, gen_inputs, mode, env=None, extra=()):
     return (statistics.median(t[1:]) if len(t) > 1 else t[0] if t else None), (coll.group(1) if coll else "none")
 
 
+def split(a, bundle, inputs):
+    """One step-synchronized forward of every rank (threads of one process, a GPU each): rank
+    0's milliseconds in GEMMs, attention, collectives and the rest."""
+    w = world_of(bundle)
+    r = run([a.ditrun, "bench", bundle, "--inputs", inputs, "--steps", "2"] + (["--devices", str(w)] if w > 1 else []))
+    for line in r.stdout.splitlines():
+        if line.startswith("split_ms"):
+            v = line.split()[1:]
+            v = v[:v.index("(step-synchronized")]
+            return {v[i]: float(v[i + 1]) for i in range(0, len(v) - 1, 2)}
+    return None
+
+
 def compare(x, ref):
     x, ref = x.double(), ref.double()
     cos = torch.nn.functional.cosine_similarity(x.flatten(), ref.flatten(), dim=0).item()
@@ -104,6 +118,7 @@ def main():
     ap.add_argument("--time-threads", action="store_true", help="also time the ranks as threads of one process")
     ap.add_argument("--no-threads", action="store_true", help="skip the runs with the ranks as threads of one process")
     ap.add_argument("--overlap", action="store_true", help="also time each topology with --overlap-collectives")
+    ap.add_argument("--target", default="sm_90", help="cpu: a dry run of the whole benchmark on the CPU backend")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.model, "config.json")) as fh:
@@ -123,7 +138,8 @@ def main():
         sys.exit("compile failed")
     ref = forward(a, one, fin, os.path.join(a.out, "f1.safetensors"), "processes")
     t1, _ = step_times(a, one, gin, "processes")
-    print(f"one GPU: step with CFG {t1 * 1e3:.1f} ms (median of steps 2..{a.steps})", flush=True)
+    split1 = split(a, one, fin)
+    print(f"one GPU: step with CFG {t1 * 1e3:.1f} ms (median of steps 2..{a.steps}); forward split {split1}", flush=True)
     rows = []
     p2p_env = dict(os.environ, NCCL_P2P_DISABLE="1")
     for flags in a.topology or DEFAULT_TOPOLOGIES:
@@ -137,12 +153,13 @@ def main():
                 if mode == "processes" or a.time_threads:
                     t, coll = step_times(a, b, gin, mode)
                     row[f"step_ms_{mode}"], row[f"collectives_{mode}"] = (t * 1e3 if t else None), coll
-            if a.overlap and row["world"] > 1 and "cfg-parallel" not in flags.split():
+            if a.overlap and row["world"] > 1 and flags.split() != ["--cfg-parallel"]:
                 t, _ = step_times(a, b, gin, "processes", extra=("--overlap-collectives",))
                 row["step_ms_overlap"] = t * 1e3 if t else None
             if not a.no_p2p_variant:
                 t, _ = step_times(a, b, gin, "processes", p2p_env)
                 row["step_ms_no_p2p"] = t * 1e3 if t else None
+            row["split_ms"] = split(a, b, fin)
         rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -166,8 +183,11 @@ def main():
               f"{f1(r.get('step_ms_threads'), '.1f')} | {f1(r.get('step_ms_no_p2p'), '.1f')}, "
               f"{f1(spn, '.2f')} | {f1(r.get('cosine_processes'), '.6f')} / {f1(r.get('cosine_threads'), '.6f')} | "
               f"{r.get('collectives_processes')} / {r.get('collectives_threads')} |")
+    print("\nOne forward, step-synchronized, rank 0 (ms): " + f"one GPU {split1}")
+    for r in rows:
+        print(f"  {r['topology']}: {r.get('split_ms')}")
     with open(os.path.join(a.out, "parallel.json"), "w") as fh:
-        json.dump({"one_gpu_step_ms": t1 * 1e3, "rows": rows}, fh, indent=1)
+        json.dump({"one_gpu_step_ms": t1 * 1e3, "one_gpu_split_ms": split1, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,11 @@ for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2
   done
   echo "staged and overlapped collectives, $top: identical forward and generate"
 done
+# ditrun bench times multi-rank bundles too: the step-synchronized split shows the collectives.
+"$BIN/ditrun" bench "$P" --inputs "$d/forward_inputs.safetensors" --steps 2 2>/dev/null >"$T/bench"
+awk '/^split_ms/ { for (i = 1; i < NF; i++) if ($i == "collectives") c = $(i + 1) } END { exit !(c > 0) }' "$T/bench" &&
+  grep -q "^by_op_ms.* allgather=" "$T/bench" || { cat "$T/bench"; echo "no collectives in the multi-rank split"; exit 1; }
+echo "multi-rank bench: $(grep ^split_ms "$T/bench")"
 # A rank that fails mid-forward stops the others (threads of one process) with its own error,
 # with collectives in order or overlapped; nothing is written.
 for ovl in "" "--overlap-collectives"; do
