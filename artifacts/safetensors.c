@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1002,19 +1003,20 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
     return DIT_ERR(OUT_OF_RANGE, "%s: header of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                    path, header_len, DIT_ST_MAX_HEADER);
   }
-  size_t total = b.len;
-  if (!b.oom && grow((void **)&b.p, &b.cap, b.len + (size_t)offset + 1, 1)) b.oom = 1;
-  if (b.oom) {
+  /* The header, then every tensor's bytes from where they are: no copy of the whole file. */
+  const void **parts = b.oom ? NULL : malloc((w->n + 1) * sizeof *parts);
+  size_t *sizes = parts ? malloc((w->n + 1) * sizeof *sizes) : NULL;
+  if (!sizes || w->n + 1 > INT_MAX) {
+    free(parts);
     free(b.p);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory building %zu + %" PRIu64 " bytes", path,
-                   b.len, offset);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the header of %zu tensors", path, w->n);
   }
   for (int i = 0; i < 8; i++) b.p[i] = (char)(header_len >> (8 * i));
-  for (size_t i = 0; i < w->n; i++) {
-    if (w->t[i].nbytes) memcpy(b.p + total, w->t[i].data, w->t[i].nbytes);
-    total += w->t[i].nbytes;
-  }
-  dit_status_t s = dit_file_write_atomic(path, b.p, total);
+  parts[0] = b.p, sizes[0] = b.len;
+  for (size_t i = 0; i < w->n; i++) parts[i + 1] = w->t[i].data, sizes[i + 1] = w->t[i].nbytes;
+  dit_status_t s = dit_file_write_atomic_parts(path, parts, sizes, (int)w->n + 1);
+  free(parts);
+  free(sizes);
   free(b.p);
   return s;
 }

@@ -94,14 +94,18 @@ void dit_file_unmap(dit_mapping_t *m) {
   m->size = 0;
 }
 
-static dit_status_t write_all(int fd, const char *path, const void *data, size_t size) {
-  const char *p = data;
-  while (size) {
-    ssize_t w = write(fd, p, size);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return DIT_ERR(IO, "%s: write failed: %s", path, strerror(errno));
-    p += w;
-    size -= (size_t)w;
+/* The parts, one after the other, then fsync. */
+static dit_status_t write_all(int fd, const char *path, const void *const *parts, const size_t *sizes, int n) {
+  for (int k = 0; k < n; k++) {
+    const char *p = parts[k];
+    size_t size = sizes[k];
+    while (size) {
+      ssize_t w = write(fd, p, size);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return DIT_ERR(IO, "%s: write failed: %s", path, strerror(errno));
+      p += w;
+      size -= (size_t)w;
+    }
   }
   if (fsync(fd) != 0) return DIT_ERR(IO, "%s: fsync failed: %s", path, strerror(errno));
   return DIT_OK;
@@ -113,13 +117,17 @@ dit_status_t dit_file_write_new(const char *path, const void *data, size_t size)
     return dit_status_make(errno == EEXIST ? DIT_CODE_ALREADY_EXISTS : DIT_CODE_IO,
                            "%s: cannot create: %s", path, strerror(errno));
   }
-  dit_status_t s = write_all(fd, path, data, size);
+  dit_status_t s = write_all(fd, path, &data, &size, 1);
   close(fd);
   if (s) unlink(path);
   return s;
 }
 
 dit_status_t dit_file_write_atomic(const char *path, const void *data, size_t size) {
+  return dit_file_write_atomic_parts(path, &data, &size, 1);
+}
+
+dit_status_t dit_file_write_atomic_parts(const char *path, const void *const *parts, const size_t *sizes, int n_parts) {
   size_t n = strlen(path) + 16;
   char *tmp = malloc(n);
   if (!tmp) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", path);
@@ -130,7 +138,7 @@ dit_status_t dit_file_write_atomic(const char *path, const void *data, size_t si
     free(tmp);
     return s;
   }
-  dit_status_t s = write_all(fd, tmp, data, size);
+  dit_status_t s = write_all(fd, tmp, parts, sizes, n_parts);
   if (!s && fchmod(fd, 0644) != 0) s = DIT_ERR(IO, "%s: chmod: %s", tmp, strerror(errno));
   close(fd);
   if (!s && rename(tmp, path) != 0)

@@ -23,6 +23,8 @@ void dit_file_unmap(dit_mapping_t *m);
 
 /* Writes data to path through a temporary file in the same directory, fsync, rename. */
 dit_status_t dit_file_write_atomic(const char *path, const void *data, size_t size);
+/* The same for a file made of n_parts buffers written one after the other. */
+dit_status_t dit_file_write_atomic_parts(const char *path, const void *const *parts, const size_t *sizes, int n_parts);
 /* Writes (and fsyncs) a new file; fails if it exists. */
 dit_status_t dit_file_write_new(const char *path, const void *data, size_t size);
 
