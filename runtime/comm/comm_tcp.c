@@ -192,7 +192,27 @@ typedef struct xfer {
   size_t shdone, rhdone;
 } xfer_t;
 
+static dit_status_t exchange_once(dit_tcomm_t *c, xfer_t *x, int m);
+
+/* A peer's connection that breaks usually means the peer failed: its report travels on the
+ * launch's liveness channel, and a moment's wait for it makes the error name the real cause. */
 static dit_status_t exchange(dit_tcomm_t *c, xfer_t *x, int m) {
+  dit_status_t s = exchange_once(c, x, m);
+  if (!s || dit_status_code(s) != DIT_CODE_ABORTED || __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return s;
+  for (int waited = 0; waited <= 500; waited += 20) {
+    dit_status_t why = dit_rendezvous_status(c->rdzv);
+    if (why) {
+      dit_status_t r = DIT_ERR(ABORTED, "%s (%s)", dit_status_message(why), dit_status_message(s));
+      dit_status_free(why);
+      dit_status_free(s);
+      return r;
+    }
+    usleep(20 * 1000);
+  }
+  return s;
+}
+
+static dit_status_t exchange_once(dit_tcomm_t *c, xfer_t *x, int m) {
   for (int i = 0; i < m; i++) {
     x[i].sh = (wire_header_t){TCOMM_MAGIC, c->seq[x[i].peer]++, (uint64_t)x[i].slen};
     x[i].sdone = x[i].rdone = x[i].shdone = x[i].rhdone = 0;
