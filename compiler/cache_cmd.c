@@ -270,18 +270,22 @@ static void print_transfer(const char *verb, const char *id, const char *url, co
          r->blobs_present, r->seconds, rate);
 }
 
+/* The local store and the remote one, both or neither (the exit status says why). */
+static int open_store_and_remote(const args_t *a, dit_store_t **st, char **token, dit_remote_t **r) {
+  int rc = need_store(a, st);
+  if (rc) return rc;
+  rc = open_remote(a, token, r);
+  if (rc) dit_store_close(*st);
+  return rc;
+}
+
 static int cmd_push(const args_t *a) {
   if (a->n_pos != 1) return usage_error("%s", "cache push needs exactly one IDENTITY");
   dit_store_t *st;
-  int rc = need_store(a, &st);
-  if (rc) return rc;
   dit_remote_t *r = NULL;
   char *token = NULL;
-  rc = open_remote(a, &token, &r);
-  if (rc) {
-    dit_store_close(st);
-    return rc;
-  }
+  int rc = open_store_and_remote(a, &st, &token, &r);
+  if (rc) return rc;
   dit_status_t s = DIT_OK;
   if (a->sign_key) {
     char *text = NULL, *sig = NULL;
@@ -304,15 +308,10 @@ static int cmd_push(const args_t *a) {
 static int cmd_pull(const args_t *a) {
   if (a->n_pos != 1) return usage_error("%s", "cache pull needs exactly one IDENTITY");
   dit_store_t *st;
-  int rc = need_store(a, &st);
-  if (rc) return rc;
   dit_remote_t *r = NULL;
   char *token = NULL;
-  rc = open_remote(a, &token, &r);
-  if (rc) {
-    dit_store_close(st);
-    return rc;
-  }
+  int rc = open_store_and_remote(a, &st, &token, &r);
+  if (rc) return rc;
   dit_remote_stats_t rs;
   dit_status_t s = dit_remote_pull(r, st, a->pos[0], a->trusted_key, &rs);
   if (!s) print_transfer("pulled", a->pos[0], a->remote, &rs);

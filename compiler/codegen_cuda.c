@@ -492,6 +492,20 @@ static void spec_key_text(const dit_mlir_ew_spec_t *e, char *buf, size_t cap) {
 }
 
 static dit_status_t link_cubin(dit_cuda_codegen_t *cg, const char *ptx, size_t ptx_size, char **out, size_t *out_size);
+
+/* The last module's code: dropped before the next is made, lent to the caller once made. */
+static void drop_module(dit_cuda_codegen_t *cg) {
+  free(cg->cubin);
+  free(cg->ptx);
+  cg->cubin = cg->ptx = NULL;
+}
+
+static void hand_out(const dit_cuda_codegen_t *cg, dit_cuda_module_t *module) {
+  module->cubin = cg->cubin;
+  module->cubin_size = cg->cubin_size;
+  module->ptx = cg->ptx;
+  module->ptx_size = cg->ptx_size;
+}
 #endif
 
 /* MLIR kernels are cached under a key of their spec, the target, the MLIR and nvJitLink
@@ -517,9 +531,7 @@ static dit_status_t codegen_mlir(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   snprintf(cpath, sizeof cpath, "%s/%s.cubin", cg->cache, key);
   snprintf(ppath, sizeof ppath, "%s/%s.ptx", cg->cache, key);
   snprintf(lpath, sizeof lpath, "%s/%s.launch", cg->cache, key);
-  free(cg->cubin);
-  free(cg->ptx);
-  cg->cubin = cg->ptx = NULL;
+  drop_module(cg);
   char *launch = NULL;
   size_t llen = 0;
   dit_status_t s = DIT_OK;
@@ -529,9 +541,7 @@ static dit_status_t codegen_mlir(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
              &k->block[2], &k->smem) == 8) {
     cg->stats.cache_hits++;
   } else {
-    free(cg->cubin);
-    free(cg->ptx);
-    cg->cubin = cg->ptx = NULL;
+    drop_module(cg);
     double t0 = dit_now_s();
     dit_mlir_kernel_t mk;
     s = dit_mlir_elementwise_ptx(e, (char[]){'s', 'm', '_', cg->arch[0], cg->arch[1], 0}, &mk, &cg->ptx, &cg->ptx_size, NULL);
@@ -558,10 +568,7 @@ static dit_status_t codegen_mlir(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   if (s) return dit_status_annotate(s, "op %s '%s' (MLIR path)", dit_op_info(op->kind)->name, V(g, op->out[0])->name);
   snprintf(k->source, sizeof k->source, "mlir");
   cg->stats.mlir++;
-  module->cubin = cg->cubin;
-  module->cubin_size = cg->cubin_size;
-  module->ptx = cg->ptx;
-  module->ptx_size = cg->ptx_size;
+  hand_out(cg, module);
   return DIT_OK;
 #endif
 }
@@ -623,16 +630,12 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   char cpath[PATH_MAX + 64], ppath[PATH_MAX + 64];
   snprintf(cpath, sizeof cpath, "%s/%s.cubin", cg->cache, key);
   snprintf(ppath, sizeof ppath, "%s/%s.ptx", cg->cache, key);
-  free(cg->cubin);
-  free(cg->ptx);
-  cg->cubin = cg->ptx = NULL;
+  drop_module(cg);
   if (cache_read(cpath, 64u << 20, &cg->cubin, &cg->cubin_size) &&
       (arch_specific || cache_read(ppath, 64u << 20, &cg->ptx, &cg->ptx_size))) {
     cg->stats.cache_hits++;
   } else {
-    free(cg->cubin);
-    free(cg->ptx);
-    cg->cubin = cg->ptx = NULL;
+    drop_module(cg);
     double t0 = dit_now_s();
     char arch[32];
     snprintf(arch, sizeof arch, arch_specific ? "sm_%sa" : "compute_%s", cg->arch);
@@ -652,10 +655,7 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   if (st) return dit_status_annotate(st, "op %s '%s'", dit_op_info(op->kind)->name, V(g, op->out[0])->name);
   snprintf(launch->source, sizeof launch->source, "nvrtc");
   cg->stats.nvrtc++;
-  module->cubin = cg->cubin;
-  module->cubin_size = cg->cubin_size;
-  module->ptx = cg->ptx;
-  module->ptx_size = cg->ptx_size;
+  hand_out(cg, module);
   return DIT_OK;
 #endif
 }

@@ -159,6 +159,7 @@ dit_status_t dit_exec_alloc_collective_scratch(rank_rt_t *rt) {
 }
 
 static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_plan_step_t *st);
+static dit_status_t groups_used(const rank_rt_t *k, int used[DIT_COLL_GROUPS], int *any);
 
 /* ---- overlap ----
  * With overlapped collectives a collective step runs whole (layout copies and communicator
@@ -204,9 +205,9 @@ dit_status_t dit_exec_collectives_setup(dit_runtime_t *rt, const dit_runtime_opt
   if (!o || !o->overlap_collectives || rt->m->topology.world < 2) return DIT_OK;
   for (int r = 0; r < rt->n_ranks; r++) {
     rank_rt_t *k = &rt->ranks[r];
-    int any = 0; /* nothing to overlap in a plan without collectives (cfg lanes alone) */
-    for (size_t i = 0; i < k->plan->n_steps && !any; i++) any = dit_op_is_collective(k->plan->steps[i].kind);
-    if (!any) continue;
+    int used[DIT_COLL_GROUPS] = {0}, any = 0;
+    DIT_RETURN_IF(groups_used(k, used, &any));
+    if (!any) continue; /* nothing to overlap in a plan without collectives (cfg lanes alone) */
     const int host = k->be->host_memory && !k->stage && k->be->call && (rt->comm || rt->tcomm);
     if (!rt->nccl && !host)
       return DIT_ERR(UNIMPLEMENTED, "--overlap-collectives: the %s backend's collectives here %s", k->be->name,
