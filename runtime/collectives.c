@@ -274,22 +274,26 @@ static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_p
        * group p of my tokens; reverse: member p gets my heads of its tokens. */
       const size_t Tl = reverse ? T / (size_t)n : T, seg = (reverse ? (size_t)x->dims[2] : (size_t)x->dims[2] / (size_t)n) * es;
       const size_t chunk = B * Tl * seg, yrow = (size_t)y->dims[2] * es;
-      /* This member's own chunk goes straight from x to y; the others are laid out, exchanged
-       * (the communicator skips or ignores the own chunk) and laid out again. */
-      for (size_t b = 0; b < B; b++) {
-        if (reverse) DIT_RETURN_IF(copy2d(rt, yd + b * Tl * yrow + (size_t)me * seg, yrow, xd + (b * T + (size_t)me * Tl) * seg, seg, seg, Tl));
-        else DIT_RETURN_IF(copy2d(rt, yd + (b * (size_t)n * Tl + (size_t)me * Tl) * seg, seg, xd + b * Tl * row + (size_t)me * seg, row, seg, Tl));
-      }
-      for (int p = 0; p < n; p++) {
+      /* With one batch row a forward exchange's chunks land in y as they are (member p's
+       * tokens are rows p*Tl.. of y) and a reverse one's leave from x as they are (rows p*Tl..
+       * of x): only the other side is laid out. The others go through the scratch buffers. */
+      uint8_t *sbuf = B == 1 && reverse ? (uint8_t *)xd : send, *rbuf = B == 1 && !reverse ? yd : recv;
+      for (int p = 0; p < n && sbuf == send; p++) {
         if (p == me) continue;
         if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
         else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
       }
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, send, recv, chunk, x->dtype));
-      for (int p = 0; p < n; p++) {
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, sbuf, rbuf, chunk, x->dtype));
+      for (int p = 0; p < n && rbuf == recv; p++) {
         if (p == me) continue;
         if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
         else DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * Tl * seg, (size_t)n * Tl * seg, recv + (size_t)p * chunk, Tl * seg, Tl * seg, B));
+      }
+      /* This member's own chunk goes straight from x to y, after the exchange: a communicator
+       * may fill the own chunk of what it receives into. */
+      for (size_t b = 0; b < B; b++) {
+        if (reverse) DIT_RETURN_IF(copy2d(rt, yd + b * Tl * yrow + (size_t)me * seg, yrow, xd + (b * T + (size_t)me * Tl) * seg, seg, seg, Tl));
+        else DIT_RETURN_IF(copy2d(rt, yd + (b * (size_t)n * Tl + (size_t)me * Tl) * seg, seg, xd + b * Tl * row + (size_t)me * seg, row, seg, Tl));
       }
       return DIT_OK;
     }

@@ -12,7 +12,7 @@ For each topology: `ditc compile`, then
 
 usage: bench/parallel/wan_parallel.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_DIR
            [--frames 81 --height 480 --width 832] [--text-len 512] [--steps 4] [--topology "FLAGS"]...
-           [--overlap] [--no-threads] [--no-p2p-variant] [--target sm_90|cpu]
+           [--overlap] [--no-threads] [--no-p2p-variant] [--env-variant VAR=VALUE] [--target sm_90|cpu]
 """
 import argparse
 import json
@@ -85,11 +85,11 @@ def step_times(a, bundle, gen_inputs, mode, env=None, extra=()):
     return (statistics.median(t[1:]) if len(t) > 1 else t[0] if t else None), (coll.group(1) if coll else "none")
 
 
-def split(a, bundle, inputs):
+def split(a, bundle, inputs, env=None):
     """One step-synchronized forward of every rank (threads of one process, a GPU each): rank
     0's milliseconds in GEMMs, attention, collectives and the rest."""
     w = world_of(bundle)
-    r = run([a.ditrun, "bench", bundle, "--inputs", inputs, "--steps", "2"] + (["--devices", str(w)] if w > 1 else []))
+    r = run([a.ditrun, "bench", bundle, "--inputs", inputs, "--steps", "2"] + (["--devices", str(w)] if w > 1 else []), env)
     for line in r.stdout.splitlines():
         if line.startswith("split_ms"):
             v = line.split()[1:]
@@ -118,6 +118,8 @@ def main():
     ap.add_argument("--time-threads", action="store_true", help="also time the ranks as threads of one process")
     ap.add_argument("--no-threads", action="store_true", help="skip the runs with the ranks as threads of one process")
     ap.add_argument("--overlap", action="store_true", help="also time each topology with --overlap-collectives")
+    ap.add_argument("--env-variant", help="also time each multi-GPU topology with this environment variable set "
+                    "(e.g. DIT_CUDA_COPY=engines)")
     ap.add_argument("--target", default="sm_90", help="cpu: a dry run of the whole benchmark on the CPU backend")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -156,6 +158,11 @@ def main():
             if a.overlap and row["world"] > 1 and flags.split() != ["--cfg-parallel"]:
                 t, _ = step_times(a, b, gin, "processes", extra=("--overlap-collectives",))
                 row["step_ms_overlap"] = t * 1e3 if t else None
+            if a.env_variant and row["world"] > 1:
+                k, v = a.env_variant.split("=", 1)
+                t, _ = step_times(a, b, gin, "processes", dict(os.environ, **{k: v}))
+                row["step_ms_env_variant"] = t * 1e3 if t else None
+                row["split_ms_env_variant"] = split(a, b, fin, dict(os.environ, **{k: v}))
             if not a.no_p2p_variant:
                 t, _ = step_times(a, b, gin, "processes", p2p_env)
                 row["step_ms_no_p2p"] = t * 1e3 if t else None
@@ -183,6 +190,8 @@ def main():
               f"{f1(r.get('step_ms_threads'), '.1f')} | {f1(r.get('step_ms_no_p2p'), '.1f')}, "
               f"{f1(spn, '.2f')} | {f1(r.get('cosine_processes'), '.6f')} / {f1(r.get('cosine_threads'), '.6f')} | "
               f"{r.get('collectives_processes')} / {r.get('collectives_threads')} |")
+    if a.env_variant:
+        print(f"\nwith {a.env_variant}: " + ", ".join(f"{r['topology']} {f1(r.get('step_ms_env_variant'), '.1f')} ms" for r in rows))
     print("\nOne forward, step-synchronized, rank 0 (ms): " + f"one GPU {split1}")
     for r in rows:
         print(f"  {r['topology']}: {r.get('split_ms')}")

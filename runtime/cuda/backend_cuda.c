@@ -208,7 +208,42 @@ typedef struct cuda_state {
   void *registered;                     /* host memory page-locked in place */
   void *pinned_copy;                    /* or a page-locked copy of it */
   const void *pinned_src;
+  CUmodule copy_mod; /* the strided copy kernel below, and whether copies use the copy engines */
+  CUfunction copy_fn;
+  int copy_engines;
 } cuda_state_t;
+
+/* Device-to-device copies of rows (a collective's layouts: a head group of each token, one
+ * member's tokens) on the SMs: one 16-byte vector per thread and row, the rows strided over
+ * the grid's y. The copy engines move such narrow rows at a fraction of the memory bandwidth.
+ * Kept as PTX text, loaded into each context: the driver compiles it for the device. */
+static const char kCopyPtx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry dit_copy2d(.param .u64 p_dst, .param .u64 p_dpitch, .param .u64 p_src, .param .u64 p_spitch,\n"
+    "                           .param .u64 p_w16, .param .u64 p_height)\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n  .reg .b32 %r<16>;\n  .reg .b64 %rd<16>;\n"
+    "  ld.param.u64 %rd1, [p_dst];\n  ld.param.u64 %rd2, [p_dpitch];\n"
+    "  ld.param.u64 %rd3, [p_src];\n  ld.param.u64 %rd4, [p_spitch];\n"
+    "  ld.param.u64 %rd5, [p_w16];\n  ld.param.u64 %rd6, [p_height];\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd3, %rd3;\n"
+    /* column (16-byte vector) = ctaid.x * ntid.x + tid.x */
+    "  mov.u32 %r1, %ctaid.x;\n  mov.u32 %r2, %ntid.x;\n  mov.u32 %r3, %tid.x;\n"
+    "  mad.lo.u32 %r4, %r1, %r2, %r3;\n  cvt.u64.u32 %rd7, %r4;\n"
+    "  setp.ge.u64 %p1, %rd7, %rd5;\n  @%p1 bra $DONE;\n"
+    "  shl.b64 %rd8, %rd7, 4;\n  add.u64 %rd1, %rd1, %rd8;\n  add.u64 %rd3, %rd3, %rd8;\n"
+    /* first row = ctaid.y * ntid.y + tid.y, then every nctaid.y * ntid.y rows */
+    "  mov.u32 %r5, %ctaid.y;\n  mov.u32 %r6, %ntid.y;\n  mov.u32 %r7, %tid.y;\n"
+    "  mad.lo.u32 %r8, %r5, %r6, %r7;\n  cvt.u64.u32 %rd9, %r8;\n"
+    "  mov.u32 %r9, %nctaid.y;\n  mul.lo.u32 %r10, %r9, %r6;\n  cvt.u64.u32 %rd10, %r10;\n"
+    "$LOOP:\n"
+    "  setp.ge.u64 %p2, %rd9, %rd6;\n  @%p2 bra $DONE;\n"
+    "  mad.lo.u64 %rd11, %rd9, %rd4, %rd3;\n"
+    "  ld.global.nc.v4.u32 {%r11, %r12, %r13, %r14}, [%rd11];\n"
+    "  mad.lo.u64 %rd12, %rd9, %rd2, %rd1;\n"
+    "  st.global.v4.u32 [%rd12], {%r11, %r12, %r13, %r14};\n"
+    "  add.u64 %rd9, %rd9, %rd10;\n  bra.uni $LOOP;\n"
+    "$DONE:\n  ret;\n}\n";
 
 static dit_status_t cu_check(cuda_state_t *st, CUresult r, const char *what) {
   if (r == CUDA_SUCCESS) return DIT_OK;
@@ -252,6 +287,7 @@ static void cuda_destroy(void *p) {
     if (st->coll_stream) st->cu.cuStreamDestroy(st->coll_stream);
     for (int i = 0; i < DIT_BACKEND_MAX_EVENTS; i++)
       if (st->events[i]) st->cu.cuEventDestroy(st->events[i]);
+    if (st->copy_mod) st->cu.cuModuleUnload(st->copy_mod);
     if (st->registered) st->cu.cuMemHostUnregister(st->registered);
     if (st->pinned_copy) st->cu.cuMemFreeHost(st->pinned_copy);
     st->cu.cuDevicePrimaryCtxRelease(st->dev);
@@ -290,6 +326,11 @@ static dit_status_t cuda_create(const dit_backend_config_t *cfg, void **out) {
   if (!s) s = cu_check(st, st->cu.cuDevicePrimaryCtxRetain(&st->ctx, st->dev), "cuDevicePrimaryCtxRetain");
   if (!s) s = cu_check(st, st->cu.cuCtxSetCurrent(st->ctx), "cuCtxSetCurrent");
   if (!s) s = cu_check(st, st->cu.cuStreamCreate(&st->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  /* DIT_CUDA_COPY=engines: device copies on the copy engines (cuMemcpy2DAsync), to compare. */
+  const char *ce = getenv("DIT_CUDA_COPY");
+  st->copy_engines = ce && !strcmp(ce, "engines");
+  if (!s && !st->copy_engines) s = cu_check(st, st->cu.cuModuleLoadData(&st->copy_mod, kCopyPtx), "cuModuleLoadData (copy kernel)");
+  if (!s && st->copy_mod) s = cu_check(st, st->cu.cuModuleGetFunction(&st->copy_fn, st->copy_mod, "dit_copy2d"), "cuModuleGetFunction (copy kernel)");
   if (s) {
     cuda_destroy(st);
     return s;
@@ -346,6 +387,15 @@ static dit_status_t cuda_copy2d(void *p, int queue, void *dst, size_t dpitch, co
   CUstream q = NULL;
   DIT_RETURN_IF(queue_stream(st, queue, &q));
   if (!width || !height) return DIT_OK;
+  if (st->copy_fn && !(((uintptr_t)dst | (uintptr_t)src | dpitch | spitch | width) & 15)) {
+    unsigned long long w16 = width / 16, rows = height;
+    void *args[] = {&dst, &dpitch, &src, &spitch, &w16, &rows};
+    const unsigned tx = w16 >= 256 ? 256 : (unsigned)((w16 + 31) / 32 * 32), ty = 256 / tx;
+    const unsigned long long gy = (rows + ty - 1) / ty;
+    return cu_check(st, st->cu.cuLaunchKernel(st->copy_fn, (unsigned)((w16 + tx - 1) / tx), gy > 65535 ? 65535 : (unsigned)gy, 1, tx, ty,
+                                              1, 0, q, args, NULL),
+                    "cuLaunchKernel (copy)");
+  }
   if (height == 1) /* no pitch limits on a plain copy */
     return cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, width, q),
                     "cuMemcpyDtoDAsync");

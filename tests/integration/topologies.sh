@@ -35,6 +35,7 @@ run_case wan_tiny_b --cfg-parallel --tp 2
 run_case wan_tiny_a --cp 2 --cp-mode gather
 run_case wan_tiny_a --cp 3 --cp-mode gather
 run_case wan_tiny_b --cp 4 --cp-mode gather
+run_case wan_tiny_a --cp 2 --cp-mode ulysses
 run_case wan_tiny_b --cp 2 --cp-mode ulysses
 run_case wan_tiny_b --cp 4 --cp-mode ulysses
 run_case wan_tiny_b --cp 2 --cp-mode ulysses --tp 2
@@ -68,11 +69,14 @@ done
 # collectives overlapped with compute on a queue of their own (each queued copy and call
 # delayed, so a missing wait or a reused buffer would show): the same bytes as in place, for
 # forward and generate.
-d=tests/data/wan_tiny_b
-for top in "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2 --cfg-parallel" "--tp 2 --cp 2 --cp-mode ulysses" \
-           "--cp 2 --cp-mode gather"; do
+# With one batch row (wan_tiny_a) Ulysses' exchanges receive into and send from the tensors
+# themselves; with two (wan_tiny_b) through scratch buffers.
+for case in "wan_tiny_b:--tp 2 --sp --cp 2 --cp-mode ring" "wan_tiny_b:--cp 4 --cp-mode usp --ulysses 2 --cfg-parallel" \
+            "wan_tiny_b:--tp 2 --cp 2 --cp-mode ulysses" "wan_tiny_a:--cp 2 --cp-mode ulysses" "wan_tiny_b:--cp 2 --cp-mode gather"; do
+  d=tests/data/${case%%:*} top=${case#*:}
+  read -r F H W B L < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'])")
   # shellcheck disable=SC2086
-  P=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 $top -o "$T/s" -q | tail -n1 | cut -d' ' -f3)
+  P=$("$BIN/ditc" compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" $top -o "$T/s" -q | tail -n1 | cut -d' ' -f3)
   gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
   for mode in plain staged overlap; do
     flag=(); [ $mode = staged ] && flag=(--stage-collectives)
