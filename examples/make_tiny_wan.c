@@ -31,9 +31,11 @@ static const cfg_t kPresets[] = {
 
 static const char kUsage[] =
     "usage: make_tiny_wan --out DIR [--preset tiny|tiny-hd64|tiny-hd128|wan2.1-1.3b|wan2.1-14b] [--seed S]\n"
-    "                     [--dtype fp32|bf16] [--text-len L] [--batch B]\n"
+    "                     [--dtype fp32|bf16] [--text-len L] [--batch B] [--layers N]\n"
     "Writes DIR/model (config.json, diffusion_pytorch_model.safetensors) and\n"
-    "DIR/embeds.safetensors (prompt_embeds, negative_prompt_embeds [B, L, text_dim]).\n";
+    "DIR/embeds.safetensors (prompt_embeds, negative_prompt_embeds [B, L, text_dim]).\n"
+    "--layers N keeps the preset's shapes with N transformer blocks (every kernel of the full model,\n"
+    "a fraction of its weights).\n";
 
 typedef struct maker {
   dit_st_writer_t *w;
@@ -187,7 +189,7 @@ static dit_status_t make(const cfg_t *c, const char *out, uint64_t seed, dit_dty
 int main(int argc, char **argv) {
   const char *out = NULL, *preset = "tiny";
   uint64_t seed = 0;
-  int64_t text_len = 16, batch = 1;
+  int64_t text_len = 16, batch = 1, layers = 0;
   dit_dtype_t dtype = DIT_F32;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -207,6 +209,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--seed")) seed = strtoull(v, &end, 10);
     else if (!strcmp(a, "--text-len")) text_len = strtoll(v, &end, 10);
     else if (!strcmp(a, "--batch")) batch = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--layers")) layers = strtoll(v, &end, 10);
     else if (!strcmp(a, "--dtype")) {
       if (!strcmp(v, "bf16")) dtype = DIT_BF16;
       else if (strcmp(v, "fp32")) {
@@ -226,8 +229,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "make_tiny_wan: error: --out is required\n%s", kUsage);
     return 2;
   }
-  if (text_len < 1 || batch < 1) {
-    fprintf(stderr, "make_tiny_wan: error: --text-len and --batch must be >= 1\n");
+  if (text_len < 1 || batch < 1 || layers < 0) {
+    fprintf(stderr, "make_tiny_wan: error: --text-len and --batch must be >= 1, --layers >= 1\n");
     return 2;
   }
   const cfg_t *c = NULL;
@@ -237,7 +240,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "make_tiny_wan: error: --preset %s: expected tiny, tiny-hd64, tiny-hd128, wan2.1-1.3b or wan2.1-14b\n", preset);
     return 2;
   }
-  dit_status_t s = make(c, out, seed, dtype, text_len, batch);
+  cfg_t cfg = *c;
+  if (layers) cfg.layers = layers;
+  dit_status_t s = make(&cfg, out, seed, dtype, text_len, batch);
   if (s) return dit_status_report(s, "make_tiny_wan");
   printf("wrote %s/model and %s/embeds.safetensors (%s)\n", out, out, c->name);
   return 0;

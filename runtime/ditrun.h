@@ -24,7 +24,8 @@ typedef struct dit_runtime_options {
                             check of the path that device ranks of one process take) */
   const struct dit_launch_env *launch; /* the launcher's rank and world, or NULL: one process */
   int overlap_collectives; /* collectives on a queue of their own, overlapped with compute (NCCL
-                              GPU ranks; the CPU backend's in-process and TCP collectives) */
+                              GPU ranks; the CPU backend's in-process and TCP collectives):
+                              1 on, -1 off, 0 where collectives run through NCCL (no graph) */
   int offload_pace_host;   /* chunked prefetch paced by the host (the seed's variant), not by
                               copy-queue dependencies */
 } dit_runtime_options_t;

@@ -40,8 +40,9 @@ static const char kUsage[] =
     "                     reference backend; report each op's max relative error and cosine\n"
     "                     (each step on the reference's inputs unless --accumulate)\n"
     "\n"
-    "  bench BUNDLE --inputs IN.safetensors [--steps ITERS]\n"
-    "                     median forward time, and the time split by op class\n"
+    "  bench BUNDLE --inputs IN.safetensors [--steps ITERS] [--warmup N] [--no-split]\n"
+    "                     median forward time after N warm-up forwards (default 2), and\n"
+    "                     the time split by op class (one more forward, step by step)\n"
     "\n"
     "  calibrate BUNDLE --inputs IN.safetensors --profile-out PROFILE.json [--chunk-mb C]\n"
     "                  [--steps FORWARDS]\n"
@@ -64,7 +65,8 @@ static const char kUsage[] =
     "                     that share a GPU always use them)\n"
     "  --overlap-collectives  collectives on a queue of their own, overlapped with the\n"
     "                     compute that does not need their results (NCCL GPU ranks, and\n"
-    "                     the CPU backend's collectives)\n"
+    "                     the CPU backend's collectives); the default under NCCL\n"
+    "  --no-overlap-collectives  collectives in plan order on the compute queue\n"
     "  --offload-pace host|stream  how chunked prefetch yields to collectives: copy-queue\n"
     "                     dependencies (stream, the default) or the host pausing the copies\n"
     "                     until it sees the collective done (host)\n"
@@ -225,9 +227,9 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
-  int64_t steps, seed, threads, device, devices;
+  int64_t steps, seed, threads, device, devices, warmup;
   double guidance, shift, max_rel;
-  int have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host;
+  int have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -259,6 +261,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
   memset(a, 0, sizeof *a);
   a->need_out = need_out;
   a->steps = 50;
+  a->warmup = 2;
   a->guidance = 5.0;
   a->shift = 3.0;
   a->sampler = "unipc";
@@ -282,6 +285,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--devices")) rc = parse_int(f, v, &a->devices), i++;
     else if (!strcmp(f, "--cuda-graph")) a->graph = 1;
     else if (!strcmp(f, "--overlap-collectives")) a->overlap = 1;
+    else if (!strcmp(f, "--no-overlap-collectives")) a->overlap = -1;
     else if (!strcmp(f, "--offload-pace")) {
       if (!v || (strcmp(v, "host") && strcmp(v, "stream"))) return usage_error("--offload-pace: expected host or stream, found '%s'", v ? v : "");
       a->pace_host = !strcmp(v, "host");
@@ -290,6 +294,8 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--stage-collectives")) a->stage = 1;
     else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
     else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
+    else if (!strcmp(f, "--warmup")) rc = parse_int(f, v, &a->warmup), i++;
+    else if (!strcmp(f, "--no-split")) a->no_split = 1;
     else if (!strcmp(f, "--seed")) rc = parse_int(f, v, &a->seed), a->have_seed = 1, i++;
     else if (!strcmp(f, "--threads")) rc = parse_int(f, v, &a->threads), i++;
     else if (!strcmp(f, "--guidance")) rc = parse_num(f, v, &a->guidance), i++;
@@ -519,7 +525,7 @@ static int cmd_bench(int argc, char **argv) {
   dit_status_t s = load(&a, &rt);
   if (!s) s = set_inputs_from(rt, a.inputs);
   double *t = calloc((size_t)iters, sizeof *t);
-  for (int i = 0; !s && i < 2; i++) s = dit_runtime_forward(rt);
+  for (int64_t i = 0; !s && i < a.warmup; i++) s = dit_runtime_forward(rt);
   for (int i = 0; !s && i < iters; i++) {
     double t0 = dit_now_s();
     s = dit_runtime_forward(rt);
@@ -536,7 +542,7 @@ static int cmd_bench(int argc, char **argv) {
     else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b));
     dit_status_free(b);
   }
-  if (!s) s = dit_runtime_forward_profiled(rt, per_kind);
+  if (!s && !a.no_split) s = dit_runtime_forward_profiled(rt, per_kind);
   for (int k = 0; !s && k < DIT_OP_COUNT; k++) {
     split[k == DIT_OP_LINEAR ? 0 : k == DIT_OP_ATTENTION ? 1 : dit_op_is_collective((dit_op_kind_t)k) ? 3 : 2] += per_kind[k];
     total += per_kind[k];
@@ -548,12 +554,14 @@ static int cmd_bench(int argc, char **argv) {
     double flops = cJSON_IsNumber(fl) ? fl->valuedouble : 0;
     printf("forward_ms_median %.3f\nforward_ms_min %.3f\niters %d\ntflops_effective %.1f\n", 1e3 * t[iters / 2], 1e3 * t[0],
            iters, flops / t[iters / 2] / 1e12);
-    printf("split_ms gemm %.3f attention %.3f other %.3f collectives %.3f (step-synchronized total %.3f)\n", 1e3 * split[0],
-           1e3 * split[1], 1e3 * split[2], 1e3 * split[3], 1e3 * total);
-    printf("by_op_ms");
-    for (int k = 0; k < DIT_OP_COUNT; k++)
-      if (per_kind[k] > 0) printf(" %s=%.3f", dit_op_info((dit_op_kind_t)k)->name, 1e3 * per_kind[k]);
-    printf("\n");
+    if (!a.no_split) {
+      printf("split_ms gemm %.3f attention %.3f other %.3f collectives %.3f (step-synchronized total %.3f)\n", 1e3 * split[0],
+             1e3 * split[1], 1e3 * split[2], 1e3 * split[3], 1e3 * total);
+      printf("by_op_ms");
+      for (int k = 0; k < DIT_OP_COUNT; k++)
+        if (per_kind[k] > 0) printf(" %s=%.3f", dit_op_info((dit_op_kind_t)k)->name, 1e3 * per_kind[k]);
+      printf("\n");
+    }
   }
   free(t);
   dit_runtime_destroy(rt);

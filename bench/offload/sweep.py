@@ -15,8 +15,12 @@ present. Needs a CUDA GPU, numpy and safetensors; no torch.
 
 usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_DIR
            [--frames 1,5,9,17,33,81] [--height 480] [--width 832] [--text-len 512]
-           [--calibrate | --profile h200-sxm] [--iters 5] [--devices 1] [--target sm_90|cpu]
+           [--calibrate | --profile h200-sxm] [--iters 5] [--warmup 2] [--devices 1] [--target sm_90|cpu]
            [--extra COMPILE_FLAGS] [--run-flags DITRUN_FLAGS, e.g. "--offload-pace host"]
+           [--modes none,layerwise,chunked] [--no-residency] [--no-chunks] [--clean]
+
+--modes picks the contenders (the first is the one the others are compared with), --clean
+removes each bundle once measured (a 14B bundle holds 28 GiB of weights).
 """
 import argparse
 import json
@@ -85,12 +89,20 @@ class Sweep:
                "-o", os.path.join(self.a.out, "bundles"), "-q"] + extra
         return run(cmd).stdout.strip().splitlines()[-1].split()[2]
 
+    def point(self, frames, extra):
+        """Compile, measure and (with --clean) remove one bundle."""
+        b = self.compile(frames, extra)
+        r = self.measure(b, frames)
+        if self.a.clean:
+            subprocess.run(["rm", "-rf", b])
+        return r
+
     def measure(self, bundle, frames):
         base = used_mib()
         poll = MemPoll()
         poll.start()
         p = run([self.a.ditrun, "bench", bundle, "--inputs", self.inputs_for(frames), "--steps", str(self.a.iters),
-                 "--devices", str(self.a.devices)] + self.a.run_flags.split())
+                 "--warmup", str(self.a.warmup), "--no-split", "--devices", str(self.a.devices)] + self.a.run_flags.split())
         poll.stop = True
         poll.join()
         ms = float(re.search(r"forward_ms_median ([0-9.]+)", p.stdout).group(1))
@@ -120,36 +132,44 @@ def main():
     ap.add_argument("--width", type=int, default=832)
     ap.add_argument("--text-len", type=int, default=512)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--target", default="sm_90", help="cpu: a dry run of the whole sweep on the CPU backend")
     ap.add_argument("--profile", default="h200-sxm")
     ap.add_argument("--calibrate", action="store_true")
     ap.add_argument("--extra", default="", help="compile flags for every bundle, e.g. '--cp 2 --cp-mode ulysses'")
+    ap.add_argument("--modes", default="none,layerwise,chunked")
+    ap.add_argument("--no-residency", action="store_true", help="skip the resident-fraction sweep")
+    ap.add_argument("--no-chunks", action="store_true", help="skip the chunk-size sweep")
+    ap.add_argument("--clean", action="store_true", help="remove each bundle once measured")
     ap.add_argument("--run-flags", default="", help="ditrun flags for every run, e.g. '--offload-pace host --overlap-collectives'")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     s = Sweep(a)
     frames = [int(f) for f in a.frames.split(",")]
     extra = a.extra.split()
-    res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "points": []}
+    modes = a.modes.split(",")
+    res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": []}
     profile = a.profile
     if a.calibrate:
         b = s.compile(frames[len(frames) // 2], extra)
         profile = os.path.join(a.out, "profile.json")
         p = run([a.ditrun, "calibrate", b, "--inputs", s.inputs_for(frames[len(frames) // 2]), "--profile-out", profile])
+        if a.clean:
+            subprocess.run(["rm", "-rf", b])
         print(p.stdout.strip(), flush=True)
         res["calibration"] = json.load(open(profile))
     prof = ["--profile", profile]
 
-    print("\n| frames | mode | step ms | predicted | vs none | stall ms | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
+    print(f"\n| frames | mode | step ms | predicted | vs {modes[0]} | stall ms | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in frames:
         none = None
-        for mode in ["none", "layerwise", "chunked"]:
+        for mode in modes:
             flags = extra + ([] if mode == "none" else ["--offload", mode, "--residency", "0"] + prof)
-            r = s.measure(s.compile(f, flags), f)
+            r = s.point(f, flags)
             pr = predicted(r)
-            if mode == "none":
+            if none is None:
                 none = r
             pt = {"frames": f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr, "stall_ms": r["stall_ms"],
                   "engine_host_ms": r["engine_host_ms"]}
@@ -162,9 +182,13 @@ def main():
         return next(p for p in res["points"] if p["frames"] == f and p["mode"] == mode)
 
     def crossover_measured():
+        if "none" not in modes or "chunked" not in modes:
+            return None
         return next((f for f in frames if point(f, "chunked")["ms"] <= 1.03 * point(f, "none")["ms"]), None)
 
     def crossover_predicted():
+        if "chunked" not in modes:
+            return None
         return next((f for f in frames if point(f, "chunked")["predicted"]["f_block_gflop"] >=
                      point(f, "chunked")["predicted"]["f_star_gflop"]), None)
 
@@ -173,39 +197,55 @@ def main():
           f"predicted (F_block >= F*) at {res['crossover_predicted']} frames")
 
     f0 = frames[0]
-    print(f"\nresident fraction at {f0} frames\n| resident | step ms | predicted | peak MiB | predicted |\n| --- | --- | --- | --- | --- |")
-    res["residency"] = []
-    for rf in [0, 0.2, 0.4, 0.6, 1.0]:
-        r = s.measure(s.compile(f0, extra + ["--offload", "chunked", "--residency", str(rf)] + prof), f0)
-        pr = predicted(r)
-        res["residency"].append({"resident": rf, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr})
-        print(f"| {rf:.0%} | {r['ms']:.1f} | {pr['ms']:.1f} | {r['peak_mib']:.0f} | {pr['peak_mib']:.0f} |", flush=True)
+    res["residency"], res["chunks"] = [], []
+    if not a.no_residency:
+        print(f"\nresident fraction at {f0} frames\n| resident | step ms | predicted | peak MiB | predicted |\n| --- | --- | --- | --- | --- |")
+        for rf in [0, 0.2, 0.4, 0.6, 1.0]:
+            r = s.point(f0, extra + ["--offload", "chunked", "--residency", str(rf)] + prof)
+            pr = predicted(r)
+            res["residency"].append({"resident": rf, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr})
+            print(f"| {rf:.0%} | {r['ms']:.1f} | {pr['ms']:.1f} | {r['peak_mib']:.0f} | {pr['peak_mib']:.0f} |", flush=True)
 
     fm = frames[len(frames) // 2]
-    print(f"\nchunk size at {fm} frames\n| chunk MiB | step ms | peak MiB |\n| --- | --- | --- |")
-    res["chunks"] = []
-    for c in [4, 16, 64, 256]:
-        r = s.measure(s.compile(fm, extra + ["--offload", "chunked", "--residency", "0", "--chunk-mb", str(c)] + prof), fm)
-        res["chunks"].append({"chunk_mb": c, "ms": r["ms"], "peak_mib": r["peak_mib"]})
-        print(f"| {c} | {r['ms']:.1f} | {r['peak_mib']:.0f} |", flush=True)
+    if not a.no_chunks:
+        print(f"\nchunk size at {fm} frames\n| chunk MiB | step ms | peak MiB |\n| --- | --- | --- |")
+        for c in [4, 16, 64, 256]:
+            r = s.point(fm, extra + ["--offload", "chunked", "--residency", "0", "--chunk-mb", str(c)] + prof)
+            res["chunks"].append({"chunk_mb": c, "ms": r["ms"], "peak_mib": r["peak_mib"]})
+            print(f"| {c} | {r['ms']:.1f} | {r['peak_mib']:.0f} |", flush=True)
 
     json.dump(res, open(os.path.join(a.out, "offload.json"), "w"), indent=1)
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-        for mode in ["none", "layerwise", "chunked"]:
+        fig, ax = plt.subplots(1, 4, figsize=(20, 4))
+        for mode in modes:
             pts = [p for p in res["points"] if p["mode"] == mode]
             ax[0].plot([p["frames"] for p in pts], [p["ms"] for p in pts], "o-", label=mode)
             ax[1].plot([p["frames"] for p in pts], [p["peak_mib"] / 1024 for p in pts], "o-", label=mode)
         pts = [p for p in res["points"] if p["mode"] == "chunked"]
-        ax[0].plot([p["frames"] for p in pts], [p["predicted"]["ms"] for p in pts], "k--", label="chunked, predicted")
+        if pts:
+            ax[0].plot([p["frames"] for p in pts], [p["predicted"]["ms"] for p in pts], "k--", label="chunked, predicted")
         for x, t in zip(ax, ["forward ms", "peak GiB"]):
             x.set_xscale("log")
             x.set_xlabel("frames")
             x.set_title(t)
             x.legend()
+        if res["residency"]:
+            r = res["residency"]
+            ax[2].plot([p["peak_mib"] / 1024 for p in r], [p["ms"] for p in r], "o-", label="measured")
+            ax[2].plot([p["predicted"]["peak_mib"] / 1024 for p in r], [p["predicted"]["ms"] for p in r], "k--", label="predicted")
+            for p in r:
+                ax[2].annotate(f"{p['resident']:.0%}", (p["peak_mib"] / 1024, p["ms"]))
+            ax[2].set_xlabel("peak GiB")
+            ax[2].set_title(f"resident fraction, {f0} frames: forward ms")
+            ax[2].legend()
+        if res["chunks"]:
+            ax[3].plot([p["chunk_mb"] for p in res["chunks"]], [p["ms"] for p in res["chunks"]], "o-")
+            ax[3].set_xscale("log", base=2)
+            ax[3].set_xlabel("chunk MiB")
+            ax[3].set_title(f"chunk size, {fm} frames: forward ms")
         fig.tight_layout()
         fig.savefig(os.path.join(a.out, "offload_sweep.png"), dpi=120)
         print("plots:", os.path.join(a.out, "offload_sweep.png"))

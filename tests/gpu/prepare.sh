@@ -34,6 +34,17 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
     # shellcheck disable=SC2086
     build/bin/ditc compile "$WAN13" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 $top -o "$k" -q >/dev/null
   done
+  # The offload sweeps' shapes (bench/offload/sweep.py through tests/gpu/run.sh OFFLOAD=1):
+  # models with fewer blocks have exactly the full models' kernels.
+  build/bin/make_tiny_wan --preset wan2.1-1.3b --layers 2 --dtype bf16 --text-len 512 --out "$k/w13" >/dev/null
+  for f in 1 5 9 17 33 81; do
+    build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+    build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 --cp 2 --cp-mode ulysses -o "$k" -q >/dev/null
+  done
+  build/bin/make_tiny_wan --preset wan2.1-14b --layers 1 --dtype bf16 --text-len 512 --out "$k/w14" >/dev/null
+  for f in 1 81; do
+    build/bin/ditc compile "$k/w14/model" --frames "$f" --height 720 --width 1280 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  done
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi

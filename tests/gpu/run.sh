@@ -9,10 +9,13 @@
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
-#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration,
+#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; on two
+#      GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the host-paced variant;
+#      with OFFLOAD_14B=1 also Wan2.1-14B at 720p,
 #   6. with PARALLEL=1 on two GPUs or more (run after 3), the parallel topologies at 480p 81 frames
 #      against one GPU (bench/parallel/wan_parallel.py; PARALLEL_FLAGS passes options to it,
-#      default --overlap: each topology also with collectives overlapped).
+#      default --in-order: each topology also with its collectives in plan order; ditrun
+#      overlaps NCCL collectives with compute by default).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time.
@@ -80,8 +83,8 @@ for top in "${TINY_TOPOLOGIES[@]}"; do
     rm -f "$W/fp.safetensors"
     check "$BIN/ditrun" launch -n "$world" -- forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/fp.safetensors"
     check "$BIN/st_compare" "$W/fp.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
-    rm -f "$W/fo.safetensors"  # collectives overlapped with compute on a stream of their own
-    check "$BIN/ditrun" launch -n "$world" -- forward "$bundle" --overlap-collectives --inputs "$d/forward_inputs.safetensors" --out "$W/fo.safetensors"
+    rm -f "$W/fo.safetensors"  # collectives in plan order on the compute stream: the same bytes as overlapped
+    check "$BIN/ditrun" launch -n "$world" -- forward "$bundle" --no-overlap-collectives --inputs "$d/forward_inputs.safetensors" --out "$W/fo.safetensors"
     check cmp "$W/fp.safetensors" "$W/fo.safetensors"
   fi
 done
@@ -164,7 +167,7 @@ fi
 if [ -n "${PARALLEL:-}" ] && [ "$ngpu" -ge 2 ]; then
   step "6. parallel topologies at 480p 81 frames: parity against one GPU and the generate step on $ngpu GPUs"
   python3 bench/parallel/wan_parallel.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/par" \
-    --steps "${PARALLEL_STEPS:-4}" ${PARALLEL_FLAGS:---overlap} 2>&1 | tee "$OUT/bench_parallel.txt"
+    --steps "${PARALLEL_STEPS:-4}" ${PARALLEL_FLAGS:---in-order} 2>&1 | tee "$OUT/bench_parallel.txt"
   cp "$W/par/parallel.json" "$OUT/" 2>/dev/null
 fi
 if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
@@ -175,9 +178,28 @@ if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
 fi
 if [ -n "${OFFLOAD:-}" ]; then
   step "5. offload sweep (the seed's experiments): frames x {none, layerwise, chunked}, residency, chunk size"
-  python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/wan13/model" --out "$W/offload" \
-    --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
-  cp "$W/offload/offload.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
+  sweep=(python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --clean)
+  "${sweep[@]}" --model "$W/wan13/model" --out "$W/offload" --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
+  cp "$W/offload/offload.json" "$W/offload/profile.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
+  prof=$W/offload/profile.json
+  if [ "$ngpu" -ge 2 ]; then
+    step "5b. contention: Ulysses-2 with NCCL_P2P_DISABLE=1 (collectives through host memory, beside the weight copies): chunked against layerwise, and chunked paced by the host"
+    NCCL_P2P_DISABLE=1 "${sweep[@]}" --model "$W/wan13/model" --out "$W/contention" --frames "${CONTENTION_FRAMES:-17,81}" --profile "$prof" \
+      --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes layerwise,chunked --no-residency --no-chunks 2>&1 | tee "$OUT/bench_offload_contention.txt"
+    cp "$W/contention/offload.json" "$OUT/offload_contention.json" 2>/dev/null
+    NCCL_P2P_DISABLE=1 "${sweep[@]}" --model "$W/wan13/model" --out "$W/pace" --frames "${CONTENTION_FRAMES:-17,81}" --profile "$prof" \
+      --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes chunked --no-residency --no-chunks --run-flags "--offload-pace host" 2>&1 | tee "$OUT/bench_offload_pace_host.txt"
+    cp "$W/pace/offload.json" "$OUT/offload_pace_host.json" 2>/dev/null
+  fi
+  if [ -n "${OFFLOAD_14B:-}" ]; then
+    step "5c. Wan2.1-14B at 720p, 81 frames and 1 frame: none, layerwise, chunked"
+    t0=$(date +%s)
+    "$BIN/make_tiny_wan" --preset wan2.1-14b --dtype bf16 --out "$W/wan14" --text-len 512 > /dev/null 2>&1 || fails=$((fails+1))
+    echo "model maker (14B): $(( $(date +%s) - t0 )) s"
+    "${sweep[@]}" --model "$W/wan14/model" --out "$W/offload14" --height 720 --width 1280 --frames "${OFFLOAD_14B_FRAMES:-1,81}" --iters 1 --warmup 1 \
+      --profile "$prof" --no-residency --no-chunks 2>&1 | tee "$OUT/bench_offload_14b.txt"
+    cp "$W/offload14/offload.json" "$OUT/offload_14b.json" 2>/dev/null
+  fi
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
