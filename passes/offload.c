@@ -66,8 +66,12 @@ static void evaluate(const dit_hw_profile_t *hw, const dit_offload_request_t *re
     all += bl[i].bytes;
   }
   if (n > 0) {
-    step = bl[0].t_pref_ms; /* nothing to overlap the first block's load with */
-    for (int i = 0; i < n; i++) step += fmax(bl[i].t_comp_ms, i + 1 < n ? bl[i + 1].t_pref_ms : 0.0);
+    /* The steady state of repeated forwards (a sampler's loop): with an even number of blocks
+     * the runtime loads the next forward's block 0 behind the last block's compute; otherwise
+     * nothing overlaps block 0's load. */
+    const int across = n % 2 == 0;
+    step = across ? 0 : bl[0].t_pref_ms;
+    for (int i = 0; i < n; i++) step += fmax(bl[i].t_comp_ms, i + 1 < n ? bl[i + 1].t_pref_ms : across ? bl[0].t_pref_ms : 0.0);
   }
   out->none_step_ms = none;
   out->step_ms = req->mode == DIT_OFFLOAD_NONE ? none : step;
@@ -105,13 +109,14 @@ dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_requ
     for (int i = 0; i < n; i++) set_resident(&bl[i], req, lo);
   } else if (req->latency_target_ms > 0) {
     /* Keep resident just enough of block i+1 that its load hides behind block i's compute plus
-     * an even share of the allowed slack; the first block's load is all stall. */
+     * an even share of the allowed slack; block 0's hides behind the last block's where the
+     * runtime loads it across forwards (an even number of blocks), else it is all stall. */
     for (int i = 0; i < n; i++) set_resident(&bl[i], req, 0);
     evaluate(hw, req, bl, n, out);
     double slack = n > 0 ? (req->latency_target_ms - out->none_step_ms) / n : 0;
     if (slack < 0) slack = 0;
     for (int i = 0; i < n; i++) {
-      double hide_ms = (i == 0 ? 0 : bl[i - 1].t_comp_ms) + slack;
+      double hide_ms = (i > 0 ? bl[i - 1].t_comp_ms : n % 2 == 0 ? bl[n - 1].t_comp_ms : 0) + slack;
       double can = hide_ms * 1e-3 * pref_rate(hw);
       set_resident(&bl[i], req, bl[i].bytes ? 1.0 - can / (double)bl[i].bytes : 1.0);
     }
@@ -121,7 +126,7 @@ dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_requ
       int worst = -1;
       double gap = 0;
       for (int i = 0; i < n; i++) {
-        double g = i == 0 ? bl[0].t_pref_ms : bl[i].t_pref_ms - bl[i - 1].t_comp_ms;
+        double g = bl[i].t_pref_ms - (i > 0 ? bl[i - 1].t_comp_ms : n % 2 == 0 ? bl[n - 1].t_comp_ms : 0);
         if (bl[i].resident_chunks < bl[i].chunks && g > gap) gap = g, worst = i;
       }
       if (worst < 0) break;

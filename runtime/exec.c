@@ -189,6 +189,10 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     DIT_RETURN_IF(dit_offload_engine_create(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data, rt->weights_map.size,
                                             rt->bound, &rt->offload));
   if (offload && o && o->offload_pace_host) DIT_RETURN_IF(dit_offload_engine_pace_host(rt->offload));
+  /* A captured graph must leave no copy in flight; DIT_OFFLOAD_ACROSS=0 turns the cross-forward
+   * load of block 0 off, to compare. */
+  const char *across = getenv("DIT_OFFLOAD_ACROSS");
+  if (offload && ((o && o->graph) || (across && !strcmp(across, "0")))) dit_offload_engine_across_forwards(rt->offload, 0);
   if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
   DIT_RETURN_IF(dit_exec_alloc_collective_scratch(rt));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
@@ -567,7 +571,9 @@ dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, in
   if (chunk_bytes < 4096) return DIT_ERR(INVALID_ARGUMENT, "chunk of %llu bytes: at least 4096", (unsigned long long)chunk_bytes);
   const size_t total = r->weights_map.size;
   const void *host = NULL;
+  const double tp = dit_now_s();
   DIT_RETURN_IF(be->pin_host(r->be_state, r->weights_map.data, total, &host));
+  fprintf(stderr, "ditrun: %.1f MiB of weights page-locked in %.2fs\n", (double)total / 1048576.0, dit_now_s() - tp);
   void *dev[2] = {NULL, NULL};
   dit_status_t s = DIT_OK;
   for (int k = 0; k < 2 && !s; k++) s = be->alloc(r->be_state, chunk_bytes, "copy calibration buffer", &dev[k]);

@@ -41,6 +41,10 @@ struct dit_offload_engine {
   /* Host pacing (the variant): groups that reached their yield point wait, not on the copy
    * queue, but on the host until it sees the collective's event complete. */
   int host_paced, due, paused_ev;
+  /* Across forwards (an even number of blocks, no captured graph): the last block that uses
+   * slot 0 is followed by the next forward's block 0 in it, so repeated forwards (a sampler's
+   * loop) load block 0 behind the last block's compute instead of before the first's. */
+  int wrap, wrapped, primed;
   double host_s;           /* host time inside the hooks during the current forward */
   dit_offload_stats_t stats;
 };
@@ -273,6 +277,7 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
     return s;
   }
   e->stats.blocks = e->n;
+  e->wrap = 1;
   e->timed = be->elapsed_ms && DIT_BACKEND_TIMED_EVENTS + 2 * e->n <= DIT_BACKEND_MAX_EVENTS;
   e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
   e->stats.slot_bytes = 2 * slot;
@@ -363,10 +368,13 @@ static dit_status_t host_poll(dit_offload_engine_t *e);
 static dit_status_t before_step(dit_offload_engine_t *e, size_t step) {
   if (e->host_paced) DIT_RETURN_IF(host_poll(e));
   if (step == 0) {
-    /* Fork the copy queue from the compute queue, then fill both slots. */
+    /* Fork the copy queue from the compute queue, then fill both slots (slot 0 already holds
+     * block 0 when the previous forward ended by loading it). */
+    const int primed = e->primed;
+    e->primed = e->wrapped = 0;
     DIT_RETURN_IF(e->be->mark(e->st, 0, EV_FORK));
     DIT_RETURN_IF(e->be->wait(e->st, 1, EV_FORK));
-    DIT_RETURN_IF(start_prefetch(e, 0));
+    if (!primed) DIT_RETURN_IF(start_prefetch(e, 0));
     if (e->n > 1) {
       e->pf_groups = 1; /* nothing runs yet to pace behind */
       e->pf = 1, e->pf_group = 0;
@@ -410,10 +418,15 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
       if (b + 2 < e->n) {
         DIT_RETURN_IF(e->be->wait(e->st, 1, EV_BLOCKS + e->n + b));
         DIT_RETURN_IF(start_prefetch(e, b + 2));
+      } else if (e->wrap && b + 2 == e->n && e->n % 2 == 0) { /* the next forward's block 0 */
+        DIT_RETURN_IF(e->be->wait(e->st, 1, EV_BLOCKS + e->n + b));
+        DIT_RETURN_IF(start_prefetch(e, 0));
+        e->wrapped = 1;
       }
     }
   }
   if (b == e->n - 1 && e->b[b].last == step) {
+    e->primed = e->wrapped;
     /* Join: the compute queue's later work waits for every copy. */
     DIT_RETURN_IF(e->be->mark(e->st, 1, EV_JOIN));
     DIT_RETURN_IF(e->be->wait(e->st, 0, EV_JOIN));
@@ -422,6 +435,11 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
 }
 
 dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e) { return e->stats; }
+
+void dit_offload_engine_across_forwards(dit_offload_engine_t *e, int on) {
+  e->wrap = on;
+  e->primed = e->wrapped = 0;
+}
 
 dit_status_t dit_offload_engine_pace_host(dit_offload_engine_t *e) {
   if (!e->be->query) return DIT_ERR(UNIMPLEMENTED, "host-paced prefetch: the %s backend cannot query events", e->be->name);

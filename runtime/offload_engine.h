@@ -59,6 +59,9 @@ dit_offload_stats_t dit_offload_engine_stats(const dit_offload_engine_t *e);
  * point pauses the issuing of the next chunks on the host until it sees the collective done
  * (queried at every step), instead of a dependency on the copy queue. Needs backend query. */
 dit_status_t dit_offload_engine_pace_host(dit_offload_engine_t *e);
+/* Whether a forward ends by loading the next forward's first block (on by default; off for a
+ * forward captured as a graph, which must leave nothing in flight). */
+void dit_offload_engine_across_forwards(dit_offload_engine_t *e, int on);
 
 /* Of the latest forward, once synchronized: the time the compute queue waited for slots to
  * fill (prefetch stall, from timed events on the backend's timeline) and the host time spent

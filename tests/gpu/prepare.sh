@@ -24,6 +24,8 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
     # shellcheck disable=SC2086
     build/bin/ditc compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 $top -o "$k" -q >/dev/null
   done
+  build/bin/make_tiny_wan --preset tiny --layers 4 --dtype bf16 --text-len 7 --out "$k/m4" >/dev/null
+  build/bin/ditc compile "$k/m4/model" --frames 9 --height 32 --width 48 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   for p in tiny-hd64 tiny-hd128; do
     build/bin/make_tiny_wan --preset "$p" --dtype bf16 --text-len 7 --out "$k/$p" >/dev/null
     build/bin/ditc compile "$k/$p/model" --frames 13 --height 256 --width 320 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null

@@ -109,6 +109,22 @@ for mode in "layerwise" "chunked --chunk-mb 0.01" "chunked --chunk-mb 0.004 --re
   check "$BIN/ditrun" bench "$b" --inputs "$d/forward_inputs.safetensors" --steps 3 --cuda-graph
 done
 
+# Four blocks: a forward ends by loading the next forward's block 0 (generate's later forwards
+# start from it); bit-identical to resident, and with that turned off.
+"$BIN/make_tiny_wan" --preset tiny --layers 4 --dtype bf16 --text-len 7 --out "$W/m4" >/dev/null
+c4=(compile "$W/m4/model" --frames 9 --height 32 --width 48 --text-len 7 --dtype bf16 --target sm_90 -o "$W/b" -q)
+g4=(--prompt-embeds "$W/m4/embeds.safetensors" --negative-embeds "$W/m4/embeds.safetensors" --seed 3 --steps 4)
+n4=$("$BIN/ditc" "${c4[@]}" | tail -n1 | cut -d' ' -f3)
+check "$BIN/ditrun" generate "$n4" "${g4[@]}" --out "$W/g4_none.safetensors"
+for mode in "layerwise" "chunked --chunk-mb 0.004"; do
+  # shellcheck disable=SC2086
+  b=$("$BIN/ditc" "${c4[@]}" --offload $mode | tail -n1 | cut -d' ' -f3)
+  for across in 1 0; do
+    check env DIT_OFFLOAD_ACROSS=$across "$BIN/ditrun" generate "$b" "${g4[@]}" --out "$W/g4_off.safetensors"
+    check cmp "$W/g4_none.safetensors" "$W/g4_off.safetensors"
+  done
+done
+
 step "1d. the Hopper attention kernel at head dims 64 and 128: every op on the GPU against the CPU reference, 1280 and 126 tokens"
 for p in tiny-hd64 tiny-hd128; do
   "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$W/$p" >/dev/null
