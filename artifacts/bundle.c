@@ -123,6 +123,15 @@ static void stream_reset(dit_bundle_writer_t *w, int remove_file) {
   w->stream_size = 0;
 }
 
+dit_status_t dit_bundle_writer_blob_dest(dit_bundle_writer_t *w, const char *hash, char **out_path) {
+  *out_path = NULL;
+  DIT_RETURN_IF(writer_usable(w, "blob_dest"));
+  if (strlen(hash) != DIT_HASH_HEX - 1 || strspn(hash, "0123456789abcdef") != DIT_HASH_HEX - 1)
+    return DIT_ERR(INVALID_ARGUMENT, "bundle writer: blob_dest: '%s' is not a blob hash", hash);
+  *out_path = path2(w->blobs_dir, hash);
+  return *out_path ? DIT_OK : oom("bundle writer");
+}
+
 dit_status_t dit_bundle_writer_blob_begin(dit_bundle_writer_t *w) {
   DIT_RETURN_IF(writer_usable(w, "blob_begin"));
   if (w->stream_path)

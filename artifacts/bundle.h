@@ -29,6 +29,9 @@ dit_status_t dit_bundle_writer_add_blob(dit_bundle_writer_t *w, const void *data
                                         char out_hash[DIT_HASH_HEX]);
 
 /* Streams a large blob: begin, append any number of times, end (which names it). */
+/* Where a blob named by its hash goes in the bundle being written (caller frees): a file put
+ * there by other means (a link to a store's copy) is the blob. */
+dit_status_t dit_bundle_writer_blob_dest(dit_bundle_writer_t *w, const char *hash, char **out_path);
 dit_status_t dit_bundle_writer_blob_begin(dit_bundle_writer_t *w);
 dit_status_t dit_bundle_writer_blob_append(dit_bundle_writer_t *w, const void *data, size_t size);
 dit_status_t dit_bundle_writer_blob_end(dit_bundle_writer_t *w, char out_hash[DIT_HASH_HEX],

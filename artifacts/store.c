@@ -688,6 +688,24 @@ dit_status_t dit_store_import_bundle(dit_store_t *st, const char *bundle_dir, ch
 /* ---------------------------------------------------------------------------------- */
 /* Materialize */
 
+static dit_status_t copy_file(const char *src, const char *dst);
+
+/* Links make a view free in time and space; whoever runs the bundle still hashes every blob
+ * first, exactly as for any other bundle directory. */
+dit_status_t dit_store_blob_place(dit_store_t *st, const char *hash, uint64_t size, const char *dst) {
+  char *src = NULL;
+  DIT_RETURN_IF(dit_store_blob_path(st, hash, &src));
+  dit_status_t s = DIT_OK;
+  if (!dit_store_has_blob(st, hash, size))
+    s = DIT_ERR(NOT_FOUND, "%s (%" PRIu64 " bytes): missing from the store", src, size);
+  else if (link(src, dst) != 0) {
+    if (errno == EXDEV || errno == EPERM || errno == EMLINK) s = copy_file(src, dst);
+    else if (errno != EEXIST) s = DIT_ERR(IO, "%s: cannot link from %s: %s", dst, src, strerror(errno));
+  }
+  free(src);
+  return s;
+}
+
 static dit_status_t copy_file(const char *src, const char *dst) {
   int in = open(src, O_RDONLY | O_CLOEXEC);
   if (in < 0) return DIT_ERR(IO, "%s: cannot open: %s", src, strerror(errno));
@@ -732,18 +750,9 @@ static dit_status_t build_view(dit_store_t *st, const char *tmp, const dit_manif
   if (!blobs) return oom(tmp);
   dit_status_t s = mkdir(blobs, 0755) == 0 ? DIT_OK : DIT_ERR(IO, "%s: cannot create: %s", blobs, strerror(errno));
   for (size_t i = 0; !s && i < m->n_blobs; i++) {
-    char *src = NULL, *dst = path2(blobs, m->blobs[i].hash);
-    s = dst ? dit_store_blob_path(st, m->blobs[i].hash, &src) : oom(tmp);
-    if (!s && !dit_store_has_blob(st, m->blobs[i].hash, m->blobs[i].size))
-      s = DIT_ERR(NOT_FOUND, "%s (role %s, %" PRIu64 " bytes): missing from the store; pull or compile again", src,
-                  m->blobs[i].role, m->blobs[i].size);
-    /* Links make a view free in time and space; the runtime still hashes every blob before
-     * it runs, exactly as for any other bundle directory. */
-    if (!s && link(src, dst) != 0) {
-      if (errno == EXDEV || errno == EPERM || errno == EMLINK) s = copy_file(src, dst);
-      else s = DIT_ERR(IO, "%s: cannot link from %s: %s", dst, src, strerror(errno));
-    }
-    free(src);
+    char *dst = path2(blobs, m->blobs[i].hash);
+    s = dst ? dit_store_blob_place(st, m->blobs[i].hash, m->blobs[i].size, dst) : oom(tmp);
+    if (s && dit_status_code(s) == DIT_CODE_NOT_FOUND) s = dit_status_annotate(s, "role %s; pull or compile again", m->blobs[i].role);
     free(dst);
   }
   char *mp = path2(tmp, "manifest.json"), *hp = path2(tmp, "manifest.xxh128"), *sp = path2(tmp, "manifest.sig");

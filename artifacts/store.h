@@ -42,6 +42,9 @@ void dit_store_unlock(dit_store_t *st);
 int dit_store_has_blob(const dit_store_t *st, const char *hash, uint64_t size);
 /* The path of blob `hash` (caller frees); it need not exist. */
 dit_status_t dit_store_blob_path(const dit_store_t *st, const char *hash, char **out_path);
+/* Puts the store's blob `hash` of `size` bytes at dst: a hard link, or a copy across file
+ * systems; NOT_FOUND when the store lacks it. An existing dst is taken as it (by its name). */
+dit_status_t dit_store_blob_place(dit_store_t *st, const char *hash, uint64_t size, const char *dst);
 
 /* A blob arriving from outside (a remote, an archive): streamed into a private temporary
  * file while its XXH3-128 and SHA-256 are computed, and entered into cas only by commit,

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "artifacts/bundle.h"
+#include "artifacts/store.h"
+#include "base/strbuf.h"
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
 #include "compiler/compile_store.h"
@@ -120,90 +122,151 @@ static dit_status_t lower_to_plan(dit_graph_t *g, uint64_t arena_bytes, dit_plan
 
 static uint64_t align_up(uint64_t x) { return (x + DIT_WEIGHT_ALIGN - 1) / DIT_WEIGHT_ALIGN * DIT_WEIGHT_ALIGN; }
 
-/* Streams the weights the plan uses, in order of first use, each converted to the plan's
- * dtype and aligned to DIT_WEIGHT_ALIGN, and fills the layout entry. */
-static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, const dit_graph_t *g, const dit_plan_t *p,
-                                  dit_manifest_weights_t *layout, progress_t *pr) {
+/* The layout: the weights the plan uses, in order of first use, each in the plan's dtype and
+ * aligned to DIT_WEIGHT_ALIGN; values[i] is the plan value of tensor i. `key` names the blob's
+ * bytes (the checkpoint's content, every conversion, slice and offset, this ditc), so that a
+ * blob written before can be found without writing it again. */
+static dit_status_t weights_layout(const dit_model_t *m, const dit_graph_t *g, const dit_plan_t *p, const char *weights_hash,
+                                   dit_manifest_weights_t *layout, size_t **values, char key[33]) {
   size_t n = 0;
   for (size_t i = 0; i < p->n_values; i++) n += p->values[i].storage == DIT_STORAGE_WEIGHT;
   layout->tensors = calloc(n + 1, sizeof *layout->tensors);
-  if (!layout->tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
-  static const uint8_t zeros[DIT_WEIGHT_ALIGN];
-  uint64_t off = 0, total = 0;
-  void *src = NULL, *dst = NULL;
-  size_t cap = 0;
-  dit_status_t s = dit_bundle_writer_blob_begin(w);
-  for (size_t st = 0; !s && st < p->n_steps; st++) {
-    for (int k = 0; !s && k < p->steps[st].n_in; k++) {
-      const dit_plan_value_t *v = &p->values[p->steps[st].in[k]];
-      const dit_value_t *gv = dit_graph_cvalue(g, p->steps[st].in[k]); /* lowering keeps value ids */
+  *values = calloc(n + 1, sizeof **values);
+  if (!layout->tensors || !*values) return DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
+  dit_strbuf_t kb = {0};
+  dit_strbuf_printf(&kb, "weights blob 1 (ditc %s) of %s, aligned to %d\n", DIT_SOURCES_HASH, weights_hash, DIT_WEIGHT_ALIGN);
+  uint64_t off = 0;
+  for (size_t st = 0; st < p->n_steps; st++) {
+    for (int k = 0; k < p->steps[st].n_in; k++) {
+      const size_t vid = (size_t)p->steps[st].in[k];
+      const dit_plan_value_t *v = &p->values[vid];
+      const dit_value_t *gv = dit_graph_cvalue(g, (dit_vid_t)vid); /* lowering keeps value ids */
       if (v->storage != DIT_STORAGE_WEIGHT) continue;
       int seen = 0;
       for (size_t j = 0; j < layout->n_tensors && !seen; j++) seen = !strcmp(layout->tensors[j].name, v->ref);
       if (seen) continue;
       const dit_st_tensor_t *t = dit_safetensors_find(m->weights, v->ref);
       if (!t) {
-        s = DIT_ERR(INTERNAL, "weights: '%s' vanished from the checkpoint", v->ref);
-        break;
+        dit_strbuf_free(&kb);
+        return DIT_ERR(INTERNAL, "weights: '%s' vanished from the checkpoint", v->ref);
       }
-      size_t esize = dit_dtype_size(t->dtype);
-      size_t numel = (size_t)(v->nbytes / dit_dtype_size(v->dtype)); /* of the (sliced) value */
-      size_t need = (size_t)(t->nbytes / esize) * 4 + 16;
-      if (need > cap) {
-        free(src);
-        free(dst);
-        cap = need;
-        src = malloc(cap);
-        dst = malloc(cap);
-        if (!src || !dst) {
-          s = DIT_ERR(RESOURCE_EXHAUSTED, "weights: cannot allocate %zu bytes for '%s'", cap, v->ref);
-          break;
-        }
+      dit_manifest_tensor_t *e = &layout->tensors[layout->n_tensors];
+      if (!(e->name = strdup(v->ref))) {
+        dit_strbuf_free(&kb);
+        return DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
       }
-      /* Tensors inside a safetensors file need not be aligned: copy before converting. A
-       * tensor-parallel shard gathers its slice along slice_dim. */
-      if (gv->slice_dim < 0) {
-        memcpy(src, t->data, t->nbytes);
-      } else {
-        int64_t outer = 1, inner = 1;
-        for (int d = 0; d < gv->slice_dim; d++) outer *= t->dims[d];
-        for (int d = gv->slice_dim + 1; d < t->rank; d++) inner *= t->dims[d];
-        const size_t run = (size_t)(v->dims[gv->slice_dim] * inner) * esize;
-        for (int64_t i = 0; i < outer; i++)
-          memcpy((char *)src + (size_t)i * run,
-                 (const char *)t->data + ((size_t)(i * t->dims[gv->slice_dim] + gv->slice_start) * (size_t)inner) * esize, run);
-      }
-      if (dit_convert(dst, v->dtype, src, t->dtype, numel)) {
-        s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref,
-                    dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
-        break;
-      }
-      uint64_t start = align_up(off);
-      if (start > off) s = dit_bundle_writer_blob_append(w, zeros, start - off);
-      if (!s) s = dit_bundle_writer_blob_append(w, dst, v->nbytes);
-      if (s) break;
-      dit_manifest_tensor_t *e = &layout->tensors[layout->n_tensors++];
-      e->name = strdup(v->ref);
-      if (!e->name) {
-        s = DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
-        break;
-      }
+      (*values)[layout->n_tensors++] = vid;
       e->dtype = v->dtype;
       e->rank = v->rank;
       memcpy(e->dims, v->dims, sizeof e->dims);
-      e->offset = start;
+      e->offset = align_up(off);
       e->nbytes = v->nbytes;
-      off = start + v->nbytes;
-      total += v->nbytes;
+      off = e->offset + v->nbytes;
+      dit_strbuf_printf(&kb, "%s %s>%s", v->ref, dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
+      for (int d = 0; d < v->rank; d++) dit_strbuf_printf(&kb, " %" PRId64, v->dims[d]);
+      dit_strbuf_printf(&kb, " slice %d %" PRId64 " at %" PRIu64 "\n", gv->slice_dim, gv->slice_dim < 0 ? 0 : gv->slice_start, e->offset);
     }
+  }
+  if (kb.oom) {
+    dit_strbuf_free(&kb);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "weights: out of memory");
+  }
+  dit_hash128_hex(kb.p, kb.len, key);
+  dit_strbuf_free(&kb);
+  return DIT_OK;
+}
+
+/* Streams the layout's tensors into a blob: each converted to the plan's dtype (a tensor-
+ * parallel shard's slice gathered first), zeros up to each offset. */
+static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, const dit_graph_t *g, const dit_plan_t *p,
+                                  dit_manifest_weights_t *layout, const size_t *values) {
+  static const uint8_t zeros[DIT_WEIGHT_ALIGN];
+  uint64_t off = 0;
+  void *src = NULL, *dst = NULL;
+  size_t cap = 0;
+  dit_status_t s = dit_bundle_writer_blob_begin(w);
+  for (size_t i = 0; !s && i < layout->n_tensors; i++) {
+    const dit_manifest_tensor_t *e = &layout->tensors[i];
+    const dit_plan_value_t *v = &p->values[values[i]];
+    const dit_value_t *gv = dit_graph_cvalue(g, (dit_vid_t)values[i]);
+    const dit_st_tensor_t *t = dit_safetensors_find(m->weights, v->ref);
+    size_t esize = dit_dtype_size(t->dtype);
+    size_t numel = (size_t)(v->nbytes / dit_dtype_size(v->dtype)); /* of the (sliced) value */
+    size_t need = (size_t)(t->nbytes / esize) * 4 + 16;
+    if (need > cap) {
+      free(src);
+      free(dst);
+      cap = need;
+      src = malloc(cap);
+      dst = malloc(cap);
+      if (!src || !dst) {
+        s = DIT_ERR(RESOURCE_EXHAUSTED, "weights: cannot allocate %zu bytes for '%s'", cap, v->ref);
+        break;
+      }
+    }
+    /* Tensors inside a safetensors file need not be aligned: copy before converting. A
+     * tensor-parallel shard gathers its slice along slice_dim. */
+    if (gv->slice_dim < 0) {
+      memcpy(src, t->data, t->nbytes);
+    } else {
+      int64_t outer = 1, inner = 1;
+      for (int d = 0; d < gv->slice_dim; d++) outer *= t->dims[d];
+      for (int d = gv->slice_dim + 1; d < t->rank; d++) inner *= t->dims[d];
+      const size_t run = (size_t)(v->dims[gv->slice_dim] * inner) * esize;
+      for (int64_t r = 0; r < outer; r++)
+        memcpy((char *)src + (size_t)r * run,
+               (const char *)t->data + ((size_t)(r * t->dims[gv->slice_dim] + gv->slice_start) * (size_t)inner) * esize, run);
+    }
+    if (dit_convert(dst, v->dtype, src, t->dtype, numel)) {
+      s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref, dit_dtype_name(t->dtype),
+                  dit_dtype_name(v->dtype));
+      break;
+    }
+    if (e->offset > off) s = dit_bundle_writer_blob_append(w, zeros, e->offset - off);
+    if (!s) s = dit_bundle_writer_blob_append(w, dst, v->nbytes);
+    off = e->offset + v->nbytes;
   }
   free(src);
   free(dst);
   uint64_t size = 0;
   if (!s) s = dit_bundle_writer_blob_end(w, layout->blob, &size);
-  if (!s) progress(pr, "weights: %zu tensors, %.1f MiB in execution order (blob %.12s)", layout->n_tensors,
-                   (double)size / (1 << 20), layout->blob);
-  (void)total;
+  return s;
+}
+
+/* The weights blob of one shard. With a store, one written before for the same bytes (another
+ * shape of the same checkpoint, another offload plan) is linked from the store instead. */
+static dit_status_t weights_blob(dit_bundle_writer_t *w, dit_store_t *store, const dit_model_t *m, const dit_graph_t *g,
+                                 const dit_plan_t *p, const char *weights_hash, dit_manifest_weights_t *layout, progress_t *pr) {
+  size_t *values = NULL;
+  char key[33];
+  dit_status_t s = weights_layout(m, g, p, weights_hash, layout, &values, key);
+  const uint64_t size = layout->n_tensors ? layout->tensors[layout->n_tensors - 1].offset + layout->tensors[layout->n_tensors - 1].nbytes : 0;
+  int reused = 0;
+  if (!s && store) {
+    char *text = NULL, *dst = NULL;
+    cJSON *rec = dit_store_memo_read(store, key, &text, NULL) ? NULL : cJSON_Parse(text);
+    const cJSON *hb = cJSON_GetObjectItemCaseSensitive(rec, "blob"), *sz = cJSON_GetObjectItemCaseSensitive(rec, "size");
+    if (cJSON_IsString(hb) && cJSON_IsNumber(sz) && sz->valuedouble == (double)size &&
+        !dit_bundle_writer_blob_dest(w, hb->valuestring, &dst)) {
+      dit_status_t ps = dit_store_blob_place(store, hb->valuestring, size, dst);
+      reused = !ps;
+      if (reused) snprintf(layout->blob, sizeof layout->blob, "%s", hb->valuestring);
+      dit_status_free(ps); /* a blob gone from the store is written again */
+    }
+    free(dst);
+    cJSON_Delete(rec);
+    free(text);
+  }
+  if (!s && !reused) s = write_weights(w, m, g, p, layout, values);
+  if (!s && store && !reused) {
+    char rec[128];
+    snprintf(rec, sizeof rec, "{\"blob\": \"%s\", \"size\": %" PRIu64 "}\n", layout->blob, size);
+    dit_status_free(dit_store_memo_write(store, key, rec)); /* only a shortcut: a failure costs a rewrite later */
+  }
+  free(values);
+  if (!s)
+    progress(pr, "weights: %zu tensors, %.1f MiB in execution order (blob %.12s%s)", layout->n_tensors, (double)size / (1 << 20),
+             layout->blob, reused ? ", linked from the store: not written again" : "");
   return s;
 }
 
@@ -428,8 +491,8 @@ static void rank_build_free(rank_build_t *r) {
 /* Graph, passes, plan, weights shard and kernels of one tensor-parallel rank. Rank 0 reports
  * progress and takes the dumps. */
 static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t *m, const dit_latent_shape_t *ls,
-                               const dit_shape_request_t *req, dit_bundle_writer_t *w, rank_build_t *rb,
-                               dit_manifest_weights_t *layout, cJSON *codegen_summary, progress_t *pr) {
+                               const dit_shape_request_t *req, dit_bundle_writer_t *w, dit_store_t *store, const char *weights_hash,
+                               rank_build_t *rb, dit_manifest_weights_t *layout, cJSON *codegen_summary, progress_t *pr) {
   const int first = req->tp_rank == 0 && req->cp_rank == 0;
   progress_t quiet = *pr;
   quiet.quiet = 1;
@@ -445,7 +508,7 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
   if (first && o->dump_ir) dit_graph_print(rb->g, o->dump ? o->dump : stdout);
   DIT_RETURN_IF(lower_to_plan(rb->g, rb->pres.arena_bytes, &rb->plan));
   /* Context-parallel ranks of one tensor-parallel shard use the same weights: written once. */
-  if (req->cp_rank == 0) DIT_RETURN_IF(write_weights(w, m, rb->g, rb->plan, layout, p));
+  if (req->cp_rank == 0) DIT_RETURN_IF(weights_blob(w, store, m, rb->g, rb->plan, weights_hash, layout, p));
   for (size_t i = 0; i < layout->n_tensors; i++)
     if (layout->tensors[i].offset + layout->tensors[i].nbytes > rb->weights_size)
       rb->weights_size = layout->tensors[i].offset + layout->tensors[i].nbytes;
@@ -661,7 +724,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     req.tp_rank = r % tp;
     req.cp = cp;
     req.cp_rank = r / tp;
-    s = build_rank(o, m, &ls, &req, w, &rb[r], &layouts[r % tp], gpu ? codegen_summary : NULL, &pr);
+    s = build_rank(o, m, &ls, &req, w, store, weights_hash, &rb[r], &layouts[r % tp], gpu ? codegen_summary : NULL, &pr);
     if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
   }
   size_t max_steps = 0;

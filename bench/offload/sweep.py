@@ -17,10 +17,12 @@ usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_
            [--frames 1,5,9,17,33,81] [--height 480] [--width 832] [--text-len 512]
            [--calibrate | --profile h200-sxm] [--iters 5] [--warmup 2] [--devices 1] [--target sm_90|cpu]
            [--extra COMPILE_FLAGS] [--run-flags DITRUN_FLAGS, e.g. "--offload-pace host"]
-           [--modes none,layerwise,chunked] [--no-residency] [--no-chunks] [--clean]
+           [--modes none,layerwise,chunked] [--no-residency] [--no-chunks] [--clean] [--store DIR]
 
 --modes picks the contenders (the first is the one the others are compared with), --clean
-removes each bundle once measured (a 14B bundle holds 28 GiB of weights).
+removes each bundle once measured (a 14B bundle holds 28 GiB of weights), --store compiles
+through a store, so that every bundle of the sweep links the one weights blob instead of
+writing it again.
 """
 import argparse
 import json
@@ -86,7 +88,7 @@ class Sweep:
     def compile(self, frames, extra):
         cmd = [self.a.ditc, "compile", self.a.model, "--frames", str(frames), "--height", str(self.a.height), "--width",
                str(self.a.width), "--text-len", str(self.a.text_len), "--dtype", "bf16", "--target", self.a.target,
-               "-o", os.path.join(self.a.out, "bundles"), "-q"] + extra
+               "-o", os.path.join(self.a.out, "bundles"), "-q"] + (["--store", self.a.store] if self.a.store else []) + extra
         return run(cmd).stdout.strip().splitlines()[-1].split()[2]
 
     def point(self, frames, extra):
@@ -142,6 +144,7 @@ def main():
     ap.add_argument("--no-residency", action="store_true", help="skip the resident-fraction sweep")
     ap.add_argument("--no-chunks", action="store_true", help="skip the chunk-size sweep")
     ap.add_argument("--clean", action="store_true", help="remove each bundle once measured")
+    ap.add_argument("--store", help="compile through this store (the bundles share one weights blob)")
     ap.add_argument("--run-flags", default="", help="ditrun flags for every run, e.g. '--offload-pace host --overlap-collectives'")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)

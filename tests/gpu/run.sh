@@ -194,7 +194,7 @@ if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
 fi
 if [ -n "${OFFLOAD:-}" ]; then
   step "5. offload sweep (the seed's experiments): frames x {none, layerwise, chunked}, residency, chunk size"
-  sweep=(python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --clean)
+  sweep=(python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --clean --store "$W/store")
   "${sweep[@]}" --model "$W/wan13/model" --out "$W/offload" --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
   cp "$W/offload/offload.json" "$W/offload/profile.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
   prof=$W/offload/profile.json

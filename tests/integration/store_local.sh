@@ -50,6 +50,25 @@ ID2=$(tail -n 1 "$T/c2.out" | cut -d' ' -f2)
 "$BIN/ditc" cache why "$M" --frames "$F2" --height "$H" --width "$W" --text-len "$L" --store "$S" | grep -q "^hit: identity $ID2" || fail "why after compile"
 "$BIN/ditc" cache why "$M" "${SHAPE[@]}" --dtype bf16 --store "$S" | grep -q 'dtype: "bf16" vs "f32"' || fail "why dtype"
 
+# --- Another shape of the same checkpoint takes its weights blob from the store (a link, not
+# written again): the same bundle as one compiled without a store. With the blob gone from the
+# store the compile writes it again.
+F3=$((F + 8))
+SHAPE3=(--frames "$F3" --height "$H" --width "$W" --text-len "$L")
+"$BIN/ditc" compile "$M" "${SHAPE3[@]}" --store "$S" -o "$T/o3" > "$T/c3.out" 2> "$T/c3.err"
+grep -q "linked from the store: not written again" "$T/c3.err" || { cat "$T/c3.err"; fail "weights blob not taken from the store"; }
+B3=$(tail -n 1 "$T/c3.out" | cut -d' ' -f3)
+B3F=$("$BIN/ditc" compile "$M" "${SHAPE3[@]}" -o "$T/fresh" -q | tail -n 1 | cut -d' ' -f3)
+[ "$(basename "$B3")" = "$(basename "$B3F")" ] || fail "identity differs with the store's weights blob"
+for f in "$B3F"/blobs/*; do cmp "$f" "$B3/blobs/$(basename "$f")" || fail "blob $(basename "$f") differs"; done
+"$BIN/ditrun" verify "$B3" > /dev/null
+cp -a "$S" "$T/s2"
+WB=$(python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print(next(b['hash'] for b in m['blobs'] if b['role'] == 'weights'))" "$B3/manifest.json")
+find "$T/s2/cas" -name "$WB*" -delete
+"$BIN/ditc" compile "$M" --frames "$((F3 + 4))" --height "$H" --width "$W" --text-len "$L" --store "$T/s2" -o "$T/o4" > "$T/c4.out" 2> "$T/c4.err"
+grep -q "linked from the store" "$T/c4.err" && fail "linked a blob the store no longer has"
+"$BIN/ditrun" verify "$(tail -n 1 "$T/c4.out" | cut -d' ' -f3)" > /dev/null
+
 # --- ditrun from the store, by identity, and from an archive.
 "$BIN/ditrun" forward --store "$S" "$ID" --inputs "$D/forward_inputs.safetensors" --out "$T/fwd.safetensors" 2> /dev/null
 "$BIN/st_compare" "$T/fwd.safetensors" "$D/forward_output.safetensors" sample 1e-4
