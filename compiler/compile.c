@@ -389,6 +389,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON_AddNumberToObject(hp, "bw_h2d_gbs", hw.bw_h2d_gbs);
     cJSON_AddNumberToObject(hp, "eta_comp", hw.eta_comp);
     cJSON_AddNumberToObject(hp, "eta_pref", hw.eta_pref);
+    if (hw.overhead_mib > 0) cJSON_AddNumberToObject(hp, "overhead_mib", hw.overhead_mib);
   }
   char schema[16];
   snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
@@ -551,6 +552,12 @@ static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out) {
       }
       *dst[i] = v->valuedouble;
     }
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(j, "overhead_mib");
+    if (ov && (!cJSON_IsNumber(ov) || !(ov->valuedouble >= 0) || !isfinite(ov->valuedouble))) {
+      cJSON_Delete(j);
+      return DIT_ERR(INVALID_ARGUMENT, "%s: field 'overhead_mib': expected a number >= 0", name);
+    }
+    out->overhead_mib = ov ? ov->valuedouble : 0;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name");
     snprintf(out->name, sizeof out->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "file");
     cJSON_Delete(j);
@@ -599,7 +606,8 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
     bl[i].flops = pb[i].flops;
     if (lo[i] != UINT64_MAX && hi[i] > lo[i]) bl[i].bytes = hi[i] - lo[i];
   }
-  req.other_bytes = (all - block_total) + rb->pres.arena_bytes + io_bytes;
+  const uint64_t overhead = (uint64_t)(hw.overhead_mib * (1 << 20));
+  req.other_bytes = (all - block_total) + rb->pres.arena_bytes + io_bytes + overhead;
   dit_offload_result_t res;
   dit_status_t s = dit_offload_plan(&hw, &req, bl, n, &res);
   if (!s) {
@@ -612,6 +620,9 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
     cJSON_AddNumberToObject(hp, "bw_h2d_gbs", hw.bw_h2d_gbs);
     cJSON_AddNumberToObject(hp, "eta_comp", hw.eta_comp);
     cJSON_AddNumberToObject(hp, "eta_pref", hw.eta_pref);
+    cJSON_AddNumberToObject(hp, "overhead_mib", hw.overhead_mib);
+    /* The peaks count the runtime's own device memory (the profile's overhead) too. */
+    cJSON_AddNumberToObject(of, "overhead_bytes", (double)overhead);
     cJSON_AddNumberToObject(of, "predicted_step_ms", res.step_ms);
     cJSON_AddNumberToObject(of, "resident_step_ms", res.none_step_ms);
     cJSON_AddNumberToObject(of, "predicted_peak_bytes", (double)res.peak_bytes);

@@ -8,9 +8,9 @@
 static const dit_hw_profile_t kPresets[] = {
     /* Datasheet dense bf16 rates; host links as measured with pinned 1 GiB copies (PCIe Gen5
      * x16 on the SXM parts); the efficiencies are placeholders until calibration measures them. */
-    {"h100-pcie", 756, 50, 0.6, 0.9},
-    {"h100-sxm", 989, 55, 0.6, 0.9},
-    {"h200-sxm", 989, 55.3, 0.6, 0.9},
+    {"h100-pcie", 756, 50, 0.6, 0.9, 0},
+    {"h100-sxm", 989, 55, 0.6, 0.9, 0},
+    {"h200-sxm", 989, 55.3, 0.6, 0.9, 0},
 };
 
 const dit_hw_profile_t *dit_hw_profile_preset(const char *name) {
@@ -33,6 +33,7 @@ void dit_hw_profile_normalize(dit_hw_profile_t *p) {
   p->bw_h2d_gbs = sig3(p->bw_h2d_gbs);
   p->eta_comp = sig3(p->eta_comp);
   p->eta_pref = sig3(p->eta_pref);
+  p->overhead_mib = sig3(p->overhead_mib);
 }
 
 static double comp_rate(const dit_hw_profile_t *hw) { return hw->eta_comp * hw->p_peak_tflops * 1e12; }    /* FLOP/s */

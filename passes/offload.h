@@ -16,6 +16,8 @@ typedef struct dit_hw_profile {
   double p_peak_tflops; /* dense bf16 */
   double bw_h2d_gbs;    /* pinned host-to-device, GB/s */
   double eta_comp, eta_pref;
+  double overhead_mib;  /* device memory the runtime holds beyond the plan's (the driver's
+                           context, libraries' workspaces), as calibrated; 0 in the presets */
 } dit_hw_profile_t;
 
 /* Built-in presets by name (h100-pcie, h100-sxm, h200-sxm); NULL if unknown. */

@@ -67,6 +67,10 @@ const struct dit_plan *dit_runtime_plan(const dit_runtime_t *rt);
 /* Host-to-device bandwidth (GB/s, best of `repeats`) of rank 0's weight blob streamed in
  * chunks on the backend's copy queue, as the offload engine streams it. */
 dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, int repeats, double *gbs);
+/* Device memory in use beyond what the bundle plans for itself (the driver's context, library
+ * workspaces, and anything else on the device): rank 0's device, after a forward.
+ * UNIMPLEMENTED on backends that do not report device memory. */
+dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes);
 /* Rank 0's offload breakdown of the latest forward (see dit_offload_engine_breakdown). */
 dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, double *host_ms);
 /* 1 and *out filled when the bundle streams its weights (rank 0's engine); 0 otherwise. */

@@ -67,6 +67,13 @@ static const dit_backend_vtable_t *pick_backend(const char *name) {
 }
 
 /* Fitness: can this process run this bundle? Checked before any large allocation. */
+/* The device memory an offload plan allocates itself: its predicted peak without the runtime
+ * overhead the profile counted in. */
+static uint64_t planned_bytes(const dit_manifest_t *m) {
+  const uint64_t pk = dit_offload_predicted_peak(m), ov = dit_offload_overhead(m);
+  return pk > ov ? pk - ov : pk;
+}
+
 static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_options_t *o) {
   const dit_manifest_t *m = rt->m;
   const char *want = backend_name(m, o);
@@ -168,7 +175,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     /* Predicted peak against what the device has free, before the big allocations. */
     size_t fr = 0, tot = 0;
     DIT_RETURN_IF(rt->be->memory_info(rt->be_state, &fr, &tot));
-    const uint64_t need = offload ? dit_offload_predicted_peak(rt->m) : rt->m->peak_bytes;
+    const uint64_t need = offload ? planned_bytes(rt->m) : rt->m->peak_bytes;
     if (need > fr)
       return DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field '%s': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
                      offload ? "summary.offload.predicted_peak_bytes" : "memory.peak_bytes", (double)need / (1 << 30), (double)fr / (1 << 30),
@@ -563,6 +570,17 @@ dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, 
 /* Streams the rank's weight blob from host memory into two chunk-sized device buffers on the
  * copy queue, as the offload engine does, and times it from the first enqueue to the last
  * copy's completion. */
+dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes) {
+  rank_rt_t *r = &rt->ranks[0];
+  *bytes = 0;
+  if (!r->be->memory_info) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not report device memory", r->be->name);
+  size_t fr = 0, tot = 0;
+  DIT_RETURN_IF(r->be->memory_info(r->be_state, &fr, &tot));
+  const uint64_t used = tot - fr, plan = dit_offload_planned(rt->m) ? planned_bytes(rt->m) : rt->m->peak_bytes;
+  *bytes = used > plan ? used - plan : 0;
+  return DIT_OK;
+}
+
 dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, int repeats, double *gbs) {
   rank_rt_t *r = &rt->ranks[0];
   const dit_backend_vtable_t *be = r->be;

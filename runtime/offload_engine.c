@@ -63,6 +63,12 @@ uint64_t dit_offload_predicted_peak(const dit_manifest_t *m) {
   return cJSON_IsNumber(pk) && pk->valuedouble > 0 && pk->valuedouble < 1e18 ? (uint64_t)pk->valuedouble : m->peak_bytes;
 }
 
+uint64_t dit_offload_overhead(const dit_manifest_t *m) {
+  const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
+  const cJSON *ov = of ? cJSON_GetObjectItemCaseSensitive(of, "overhead_bytes") : NULL;
+  return cJSON_IsNumber(ov) && ov->valuedouble > 0 && ov->valuedouble < 1e18 ? (uint64_t)ov->valuedouble : 0;
+}
+
 static dit_status_t get_num(const cJSON *o, const char *key, const char *where, double lo, double hi, double *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
   if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) || v->valuedouble != floor(v->valuedouble))

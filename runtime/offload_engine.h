@@ -37,6 +37,9 @@ int dit_offload_planned(const dit_manifest_t *m);
 /* The compiler's predicted device peak with the plan (summary.offload.predicted_peak_bytes);
  * the manifest's memory.peak_bytes when absent. */
 uint64_t dit_offload_predicted_peak(const dit_manifest_t *m);
+/* Of that peak, the runtime's own device memory the calibrated profile counted (the driver's
+ * context and the like: already held when the peak is checked against free memory); 0 if none. */
+uint64_t dit_offload_overhead(const dit_manifest_t *m);
 
 /* Checks the plan against this rank's plan and weight layout (every field that disagrees is
  * named), allocates the resident parts and the slots through the backend, uploads the

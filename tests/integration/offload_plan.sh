@@ -45,3 +45,19 @@ h1=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --p
 [ "$a" = "$a2" ] || { echo "profiles equal to 3 digits must share the identity"; exit 1; }
 [ "$a" != "$h1" ] || { echo "another profile must change the identity"; exit 1; }
 echo "profile in the identity: equal to 3 digits shares $a, h100-pcie gives $h1"
+# A calibrated profile counts the runtime's own device memory (overhead_mib): the predicted peak
+# grows by exactly that, the identity changes, and a bad value is refused naming the field.
+printf '{"name": "slow-link", "p_peak_tflops": 0.001, "bw_h2d_gbs": 0.01, "eta_comp": 0.5, "eta_pref": 0.5, "overhead_mib": 100}\n' > "$T/ov.json"
+ao=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --profile "$T/ov.json" | cut -d' ' -f2)
+[ "$ao" != "$a" ] || { echo "the overhead must change the identity"; exit 1; }
+python3 - "$T/b/$a/manifest.json" "$T/b/$ao/manifest.json" <<'PY'
+import json, sys
+a, o = (json.load(open(p))["summary"]["offload"] for p in sys.argv[1:3])
+assert o["overhead_bytes"] == 100 * 2**20 and a["overhead_bytes"] == 0, (a["overhead_bytes"], o["overhead_bytes"])
+for k in ("predicted_peak_bytes", "resident_peak_bytes"):
+    assert o[k] - a[k] == 100 * 2**20, (k, a[k], o[k])
+assert o["predicted_step_ms"] == a["predicted_step_ms"]
+PY
+printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 0.5, "eta_pref": 0.5, "overhead_mib": -1}\n' > "$T/bad.json"
+MSG="field 'overhead_mib': expected a number >= 0" fail --offload chunked --profile "$T/bad.json"
+echo "profile overhead: counted in the predicted peaks"

@@ -79,7 +79,7 @@ for case in "wan_tiny_b:--tp 2 --sp --cp 2 --cp-mode ring" "wan_tiny_b:--cp 4 --
   P=$("$BIN/ditc" compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" $top -o "$T/s" -q | tail -n1 | cut -d' ' -f3)
   gen=(--prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" --init-latents "$d/generate_inputs.safetensors" --steps 3)
   for mode in plain staged overlap; do
-    flag=(); [ $mode = staged ] && flag=(--stage-collectives)
+    flag=(--no-overlap-collectives); [ $mode = staged ] && flag=(--stage-collectives)
     delay=0; [ $mode = overlap ] && flag=(--overlap-collectives) && delay=300
     DIT_CPU_COPY_DELAY_US=$delay "$BIN/ditrun" forward "$P" "${flag[@]}" --inputs "$d/forward_inputs.safetensors" --out "$T/f_$mode.safetensors" 2>/dev/null
     DIT_CPU_COPY_DELAY_US=$delay "$BIN/ditrun" generate "$P" "${flag[@]}" "${gen[@]}" --out "$T/g_$mode.safetensors" 2>/dev/null

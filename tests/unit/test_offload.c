@@ -18,11 +18,12 @@ int main(void) {
   dit_hw_profile_t hw = *h200;
   dit_hw_profile_normalize(&hw);
   CHECK_NEAR(hw.bw_h2d_gbs, 55.3, 1e-12);
-  dit_hw_profile_t odd = {"x", 988.77, 55.34, 0.6049, 0.9};
+  dit_hw_profile_t odd = {"x", 988.77, 55.34, 0.6049, 0.9, 577.6};
   dit_hw_profile_normalize(&odd);
   CHECK_NEAR(odd.p_peak_tflops, 989, 1e-9);
   CHECK_NEAR(odd.bw_h2d_gbs, 55.3, 1e-9);
   CHECK_NEAR(odd.eta_comp, 0.605, 1e-12);
+  CHECK_NEAR(odd.overhead_mib, 578, 1e-9);
 
   /* A Wan2.1-1.3B block: 92.9 MB of weights; F* = 0.6 * 989e12 * 92.9e6 / (0.9 * 55.3e9). */
   const uint64_t B = 92900000;
