@@ -244,7 +244,9 @@ static dit_status_t weights_blob(dit_bundle_writer_t *w, dit_store_t *store, con
   int reused = 0;
   if (!s && store) {
     char *text = NULL, *dst = NULL;
-    cJSON *rec = dit_store_memo_read(store, key, &text, NULL) ? NULL : cJSON_Parse(text);
+    dit_status_t ms = dit_store_memo_read(store, key, &text, NULL); /* NOT_FOUND: not written before */
+    cJSON *rec = ms ? NULL : cJSON_Parse(text);
+    dit_status_free(ms);
     const cJSON *hb = cJSON_GetObjectItemCaseSensitive(rec, "blob"), *sz = cJSON_GetObjectItemCaseSensitive(rec, "size");
     if (cJSON_IsString(hb) && cJSON_IsNumber(sz) && sz->valuedouble == (double)size &&
         !dit_bundle_writer_blob_dest(w, hb->valuestring, &dst)) {
