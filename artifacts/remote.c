@@ -457,6 +457,23 @@ static dit_status_t push_blob(dit_remote_t *r, dit_store_t *st, const dit_manife
   return s;
 }
 
+/* One blob moved (push: sent, pull: fetched and verified) since t_start: the counters, and with
+ * --verbose a line naming it. */
+static void count_blob(const dit_remote_t *r, dit_remote_stats_t *out, const dit_manifest_blob_t *b, uint64_t wire, double t_start,
+                       int pull) {
+  out->blobs_transferred++;
+  out->raw_bytes += b->size;
+  out->wire_bytes += wire;
+  if (!r->verbose) return;
+  char a[32], c[32];
+  dit_format_bytes(b->size, a);
+  dit_format_bytes(wire, c);
+  const double dt = dit_now_s() - t_start;
+  fprintf(stderr, "%s: blob %s (%s, %s) %s as %s in %.2fs (%.0f MiB/s)%s\n", pull ? "pull" : "push", b->hash, b->role, a,
+          pull ? "fetched" : "sent", c, dt, dt > 0 ? (double)b->size / (1 << 20) / dt : 0.0,
+          pull ? ", XXH3-128 and SHA-256 verified" : "");
+}
+
 dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *identity, dit_remote_stats_t *out) {
   memset(out, 0, sizeof *out);
   double t0 = dit_now_s();
@@ -483,16 +500,7 @@ dit_status_t dit_remote_push(dit_remote_t *r, dit_store_t *st, const char *ident
     double tb = dit_now_s();
     uint64_t wire = 0;
     s = push_blob(r, st, b, &wire);
-    if (s) break;
-    out->blobs_transferred++;
-    out->raw_bytes += b->size;
-    out->wire_bytes += wire;
-    if (r->verbose) {
-      char a[32], c[32];
-      dit_format_bytes(b->size, a);
-      dit_format_bytes(wire, c);
-      fprintf(stderr, "push: blob %s (%s, %s) sent as %s in %.2fs\n", b->hash, b->role, a, c, dit_now_s() - tb);
-    }
+    if (!s) count_blob(r, out, b, wire, tb, 0);
   }
   char rel[64];
   if (!s && sig) {
@@ -642,18 +650,7 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
       double tb = dit_now_s();
       uint64_t wire = 0;
       s = pull_blob(r, st, b, &wire);
-      if (s) break;
-      out->blobs_transferred++;
-      out->raw_bytes += b->size;
-      out->wire_bytes += wire;
-      if (r->verbose) {
-        char a[32], c[32];
-        dit_format_bytes(b->size, a);
-        dit_format_bytes(wire, c);
-        double dt = dit_now_s() - tb;
-        fprintf(stderr, "pull: blob %s (%s, %s) fetched as %s in %.2fs (%.0f MiB/s), XXH3-128 and SHA-256 verified\n", b->hash,
-                b->role, a, c, dt, dt > 0 ? (double)b->size / (1 << 20) / dt : 0.0);
-      }
+      if (!s) count_blob(r, out, b, wire, tb, 1);
     }
     /* With a signature that did not verify against a trusted key we never get here; an
      * unverified signature is still kept so a later trusted-key run can check it. */

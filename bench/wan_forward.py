@@ -15,11 +15,12 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from gpumem import MemPoll, used_mib
 
 
 # Ceilings measured on the H200 (shared baselines): bf16 GEMMs through cuBLAS, attention through
@@ -55,24 +56,6 @@ def timed(fn, iters, warmup=2):
         torch.cuda.synchronize()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
-
-
-class GpuMemPoll(threading.Thread):
-    """Peak used device memory of the whole GPU while another process runs (nvidia-smi)."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak, self.stop = 0, False
-
-    def run(self):
-        while not self.stop:
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=5).stdout
-                self.peak = max(self.peak, int(out.split()[0]))
-            except Exception:
-                pass
-            time.sleep(0.05)
 
 
 def main():
@@ -126,10 +109,9 @@ def main():
             print(f"torch.compile: {results['compiled_ms']:.1f} ms (compile {results['compile_s']:.0f} s)", flush=True)
     del model, xd, ed
     torch.cuda.empty_cache()
-    base = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True).stdout.split()[0])
+    base = used_mib(0)
 
-    poll = GpuMemPoll()
+    poll = MemPoll(gpu=0, every_s=0.05)
     poll.start()
     out = os.path.join(a.out, "ditrun_output.safetensors")
     t0 = time.perf_counter()

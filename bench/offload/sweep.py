@@ -30,34 +30,12 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 from safetensors.numpy import save_file
 
-
-class MemPoll(threading.Thread):
-    """Peak used device memory (MiB) while another process runs."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.peak, self.stop = 0, False
-
-    def run(self):
-        while not self.stop:
-            self.peak = max(self.peak, used_mib())
-            time.sleep(0.02)
-
-
-def used_mib():
-    """Device memory in use over every GPU (MiB); 0 where there is no nvidia-smi (a CPU dry run)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True).stdout.split()
-    except FileNotFoundError:
-        return 0
-    return sum(int(v) for v in out)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gpumem import MemPoll, used_mib  # noqa: E402
 
 
 def run(cmd, **kw):
