@@ -13,10 +13,10 @@
 #include <unistd.h>
 
 #include "artifacts/bundle.h"
-#include "artifacts/store.h"
-#include "base/strbuf.h"
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
+#include "artifacts/store.h"
+#include "base/strbuf.h"
 #include "compiler/compile_store.h"
 #include "compiler/codegen_cuda.h"
 #include "dit_sources_hash.h"

@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (text_len < 1 || batch < 1 || layers < 0) {
-    fprintf(stderr, "make_tiny_wan: error: --text-len and --batch must be >= 1, --layers >= 1\n");
+    fprintf(stderr, "make_tiny_wan: error: --text-len and --batch must be >= 1, --layers >= 0 (0: the preset's)\n");
     return 2;
   }
   const cfg_t *c = NULL;

@@ -53,6 +53,13 @@ static void set_resident(dit_offload_block_t *b, const dit_offload_request_t *re
 
 static uint64_t streamed(const dit_offload_block_t *b) { return (uint64_t)((1.0 - b->resident) * (double)b->bytes + 0.5); }
 
+/* The compute that block i's load can hide behind: the previous block's, and for block 0 the
+ * last block's where the runtime loads it across forwards (an even number of blocks). */
+static int loads_across(int n) { return n % 2 == 0; }
+static double hides_behind_ms(const dit_offload_block_t *bl, int n, int i) {
+  return i > 0 ? bl[i - 1].t_comp_ms : loads_across(n) ? bl[n - 1].t_comp_ms : 0;
+}
+
 static void evaluate(const dit_hw_profile_t *hw, const dit_offload_request_t *req, dit_offload_block_t *bl, int n,
                      dit_offload_result_t *out) {
   double none = 0, step = 0;
@@ -70,7 +77,7 @@ static void evaluate(const dit_hw_profile_t *hw, const dit_offload_request_t *re
     /* The steady state of repeated forwards (a sampler's loop): with an even number of blocks
      * the runtime loads the next forward's block 0 behind the last block's compute; otherwise
      * nothing overlaps block 0's load. */
-    const int across = n % 2 == 0;
+    const int across = loads_across(n);
     step = across ? 0 : bl[0].t_pref_ms;
     for (int i = 0; i < n; i++) step += fmax(bl[i].t_comp_ms, i + 1 < n ? bl[i + 1].t_pref_ms : across ? bl[0].t_pref_ms : 0.0);
   }
@@ -117,7 +124,7 @@ dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_requ
     double slack = n > 0 ? (req->latency_target_ms - out->none_step_ms) / n : 0;
     if (slack < 0) slack = 0;
     for (int i = 0; i < n; i++) {
-      double hide_ms = (i > 0 ? bl[i - 1].t_comp_ms : n % 2 == 0 ? bl[n - 1].t_comp_ms : 0) + slack;
+      double hide_ms = hides_behind_ms(bl, n, i) + slack;
       double can = hide_ms * 1e-3 * pref_rate(hw);
       set_resident(&bl[i], req, bl[i].bytes ? 1.0 - can / (double)bl[i].bytes : 1.0);
     }
@@ -127,7 +134,7 @@ dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_requ
       int worst = -1;
       double gap = 0;
       for (int i = 0; i < n; i++) {
-        double g = bl[i].t_pref_ms - (i > 0 ? bl[i - 1].t_comp_ms : n % 2 == 0 ? bl[n - 1].t_comp_ms : 0);
+        double g = bl[i].t_pref_ms - hides_behind_ms(bl, n, i);
         if (bl[i].resident_chunks < bl[i].chunks && g > gap) gap = g, worst = i;
       }
       if (worst < 0) break;

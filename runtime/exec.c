@@ -66,7 +66,6 @@ static const dit_backend_vtable_t *pick_backend(const char *name) {
   return NULL;
 }
 
-/* Fitness: can this process run this bundle? Checked before any large allocation. */
 /* The device memory an offload plan allocates itself: its predicted peak without the runtime
  * overhead the profile counted in. */
 static uint64_t planned_bytes(const dit_manifest_t *m) {
@@ -74,6 +73,7 @@ static uint64_t planned_bytes(const dit_manifest_t *m) {
   return pk > ov ? pk - ov : pk;
 }
 
+/* Fitness: can this process run this bundle? Checked before any large allocation. */
 static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_options_t *o) {
   const dit_manifest_t *m = rt->m;
   const char *want = backend_name(m, o);
@@ -567,9 +567,6 @@ dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, 
   return dit_offload_engine_breakdown(rt->ranks[0].offload, stall_ms, host_ms);
 }
 
-/* Streams the rank's weight blob from host memory into two chunk-sized device buffers on the
- * copy queue, as the offload engine does, and times it from the first enqueue to the last
- * copy's completion. */
 dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes) {
   rank_rt_t *r = &rt->ranks[0];
   *bytes = 0;
@@ -581,6 +578,9 @@ dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes) 
   return DIT_OK;
 }
 
+/* Streams the rank's weight blob from host memory into two chunk-sized device buffers on the
+ * copy queue, as the offload engine does, and times it from the first enqueue to the last
+ * copy's completion. */
 dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, int repeats, double *gbs) {
   rank_rt_t *r = &rt->ranks[0];
   const dit_backend_vtable_t *be = r->be;

@@ -57,17 +57,16 @@ int dit_offload_planned(const dit_manifest_t *m) {
   return cJSON_IsString(mode) && strcmp(mode->valuestring, "none") != 0;
 }
 
-uint64_t dit_offload_predicted_peak(const dit_manifest_t *m) {
+/* summary.offload.<key> as a byte count, or `otherwise` where absent or out of range. */
+static uint64_t offload_bytes(const dit_manifest_t *m, const char *key, uint64_t otherwise) {
   const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
-  const cJSON *pk = of ? cJSON_GetObjectItemCaseSensitive(of, "predicted_peak_bytes") : NULL;
-  return cJSON_IsNumber(pk) && pk->valuedouble > 0 && pk->valuedouble < 1e18 ? (uint64_t)pk->valuedouble : m->peak_bytes;
+  const cJSON *v = of ? cJSON_GetObjectItemCaseSensitive(of, key) : NULL;
+  return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1e18 ? (uint64_t)v->valuedouble : otherwise;
 }
 
-uint64_t dit_offload_overhead(const dit_manifest_t *m) {
-  const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
-  const cJSON *ov = of ? cJSON_GetObjectItemCaseSensitive(of, "overhead_bytes") : NULL;
-  return cJSON_IsNumber(ov) && ov->valuedouble > 0 && ov->valuedouble < 1e18 ? (uint64_t)ov->valuedouble : 0;
-}
+uint64_t dit_offload_predicted_peak(const dit_manifest_t *m) { return offload_bytes(m, "predicted_peak_bytes", m->peak_bytes); }
+
+uint64_t dit_offload_overhead(const dit_manifest_t *m) { return offload_bytes(m, "overhead_bytes", 0); }
 
 static dit_status_t get_num(const cJSON *o, const char *key, const char *where, double lo, double hi, double *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -208,9 +208,8 @@ typedef struct cuda_state {
   void *registered;                     /* host memory page-locked in place */
   void *pinned_copy;                    /* or a page-locked copy of it */
   const void *pinned_src;
-  CUmodule copy_mod; /* the strided copy kernel below, and whether copies use the copy engines */
+  CUmodule copy_mod; /* the strided copy kernel below (none: copies on the copy engines) */
   CUfunction copy_fn;
-  int copy_engines;
 } cuda_state_t;
 
 /* Device-to-device copies of rows (a collective's layouts: a head group of each token, one
@@ -328,8 +327,7 @@ static dit_status_t cuda_create(const dit_backend_config_t *cfg, void **out) {
   if (!s) s = cu_check(st, st->cu.cuStreamCreate(&st->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   /* DIT_CUDA_COPY=engines: device copies on the copy engines (cuMemcpy2DAsync), to compare. */
   const char *ce = getenv("DIT_CUDA_COPY");
-  st->copy_engines = ce && !strcmp(ce, "engines");
-  if (!s && !st->copy_engines) s = cu_check(st, st->cu.cuModuleLoadData(&st->copy_mod, kCopyPtx), "cuModuleLoadData (copy kernel)");
+  if (!s && !(ce && !strcmp(ce, "engines"))) s = cu_check(st, st->cu.cuModuleLoadData(&st->copy_mod, kCopyPtx), "cuModuleLoadData (copy kernel)");
   if (!s && st->copy_mod) s = cu_check(st, st->cu.cuModuleGetFunction(&st->copy_fn, st->copy_mod, "dit_copy2d"), "cuModuleGetFunction (copy kernel)");
   if (s) {
     cuda_destroy(st);
