@@ -55,7 +55,7 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
       if (cJSON_IsString(hn) && cJSON_IsNumber(pp) && cJSON_IsNumber(bw) && cJSON_IsNumber(ec) && cJSON_IsNumber(ep))
         fprintf(f, "profile    %s: %.3g TFLOP/s x %.3g, host-to-device %.3g GB/s x %.3g\n", hn->valuestring, pp->valuedouble,
                 ec->valuedouble, bw->valuedouble, ep->valuedouble);
-      fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks\n");
+      fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks  next block's chunks per window\n");
       int i = 0;
       const cJSON *b;
       cJSON_ArrayForEach(b, blocks) {
@@ -65,8 +65,18 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
                     *rc = cJSON_GetObjectItem(b, "resident_chunks");
         if (cJSON_IsNumber(fl) && cJSON_IsNumber(fs) && cJSON_IsNumber(tc) && cJSON_IsNumber(tp) && cJSON_IsNumber(rs) &&
             cJSON_IsNumber(ch) && cJSON_IsNumber(rc))
-          fprintf(f, "           %5d %7.3g %10.3g %10.4f %10.4f %8.2f  %.0f/%.0f\n", i, fl->valuedouble / 1e9, fs->valuedouble / 1e9,
+        {
+          fprintf(f, "           %5d %7.3g %10.3g %10.4f %10.4f %8.2f  %.0f/%.0f", i, fl->valuedouble / 1e9, fs->valuedouble / 1e9,
                   tc->valuedouble, tp->valuedouble, rs->valuedouble, rc->valuedouble, ch->valuedouble);
+          /* chunked: the windows between collectives and how many chunks hide behind each */
+          const cJSON *w, *ws = cJSON_GetObjectItem(b, "window_chunks");
+          const char *sep = "  ";
+          cJSON_ArrayForEach(w, ws) {
+            if (cJSON_IsNumber(w)) fprintf(f, "%s%.0f", sep, w->valuedouble);
+            sep = " | ";
+          }
+          fputc('\n', f);
+        }
         i++;
       }
     }

@@ -568,6 +568,29 @@ static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out) {
   return DIT_OK;
 }
 
+/* summary.offload.blocks[i].window_chunks: per window of block i's compute (before its first
+ * collective, between two, after the last) the whole chunks that load behind it. */
+static dit_status_t add_windows(const dit_hw_profile_t *hw, const dit_graph_t *g, int block, uint64_t chunk, int n_yields,
+                                cJSON *out) {
+  cJSON *w = cJSON_AddArrayToObject(out, "window_chunks");
+  double flops = 0;
+  int cut = 0;
+  for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
+    const dit_op_t *op = dit_graph_cop_at(g, k);
+    if (op->block != block) continue;
+    if (dit_op_is_collective(op->kind)) {
+      cJSON_AddItemToArray(w, cJSON_CreateNumber(dit_offload_window_chunks(hw, flops, chunk)));
+      flops = 0, cut++;
+    } else {
+      flops += dit_op_cost(g, op).flops;
+    }
+  }
+  cJSON_AddItemToArray(w, cJSON_CreateNumber(dit_offload_window_chunks(hw, flops, chunk)));
+  if (cut != n_yields)
+    return DIT_ERR(INTERNAL, "offload plan: block %d has %d collectives in the graph but %d in the plan", block, cut, n_yields);
+  return DIT_OK;
+}
+
 /* Per block: FLOPs from the graph, the byte range of its weights in the blob (execution order
  * keeps a block's tensors together), collective steps as yield points; then the F* plan. */
 static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model_t *m, const rank_build_t *rb,
@@ -646,11 +669,17 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
       cJSON_AddNumberToObject(b, "resident_chunks", bl[i].resident_chunks);
       /* Chunks scheduled after a collective wait for it (yield points). */
       cJSON *y = cJSON_AddArrayToObject(b, "yield_steps");
+      int n_yields = 0;
       for (size_t k = 0; k < rb->plan->n_steps; k++) {
         const dit_plan_step_t *st = &rb->plan->steps[k];
-        if (st->block == i && dit_op_is_collective(st->kind))
+        if (st->block == i && dit_op_is_collective(st->kind)) {
           cJSON_AddItemToArray(y, cJSON_CreateNumber((double)k));
+          n_yields++;
+        }
       }
+      /* The compute windows the collectives cut the block into, as chunks that load behind
+       * each: the runtime loads the next block's chunks inside them, never beside a collective. */
+      if (!s) s = add_windows(&hw, rb->g, i, req.chunk_bytes ? req.chunk_bytes : 1, n_yields, b);
     }
   }
   free(bl), free(pb), free(lo), free(hi);

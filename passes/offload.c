@@ -148,3 +148,9 @@ dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_requ
   evaluate(hw, req, bl, n, out);
   return DIT_OK;
 }
+
+uint32_t dit_offload_window_chunks(const dit_hw_profile_t *hw, double flops, uint64_t chunk_bytes) {
+  if (!(flops > 0) || chunk_bytes == 0) return 0;
+  const double n = flops / comp_rate(hw) * pref_rate(hw) / (double)chunk_bytes;
+  return n >= 4294967295.0 ? UINT32_MAX : (uint32_t)n;
+}

@@ -61,4 +61,10 @@ typedef struct dit_offload_result {
 dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_request_t *req, dit_offload_block_t *blocks,
                               int n_blocks, dit_offload_result_t *out);
 
+/* Communication-aware pacing: a block's collectives cut its compute into windows (before the
+ * first, between two, after the last); the next block's chunks load only inside windows, so
+ * they never share the host link with a collective. The number of whole chunks of chunk_bytes
+ * whose load hides behind a window of `flops`. */
+uint32_t dit_offload_window_chunks(const dit_hw_profile_t *hw, double flops, uint64_t chunk_bytes);
+
 #endif

@@ -21,6 +21,8 @@ typedef struct eng_block {
   size_t first, last;      /* its steps */
   size_t *yields;          /* its collective steps, ascending */
   int n_yields;
+  uint32_t *windows;       /* chunked: per window of its compute (n_yields + 1), the chunks
+                              of the next block's load that hide behind it */
   uint8_t *resident;       /* backend memory holding [lo, split) */
 } eng_block_t;
 
@@ -35,8 +37,11 @@ struct dit_offload_engine {
   uint8_t *head, *tail;    /* weights before the first block and after the last */
   uint64_t head_bytes, tail_lo, tail_bytes;
   int *step_block;         /* per step: the block it belongs to, or -1 */
-  /* the prefetch in flight: block pf, groups issued so far of pf_groups */
+  /* the prefetch in flight: block pf, groups issued so far of pf_groups; group g is its
+   * streamed chunks [pf_bound[g], pf_bound[g + 1]) */
   int pf, pf_group, pf_groups;
+  int pace;                /* the block whose collectives pace it, or -1 */
+  uint32_t *pf_bound;
   int timed;               /* stall events recorded (blocks fit the timed event range) */
   /* Host pacing (the variant): groups that reached their yield point wait, not on the copy
    * queue, but on the host until it sees the collective's event complete. */
@@ -80,6 +85,7 @@ void dit_offload_engine_destroy(dit_offload_engine_t *e) {
   if (!e) return;
   for (int i = 0; e->b && i < e->n; i++) {
     free(e->b[i].yields);
+    free(e->b[i].windows);
     if (e->b[i].resident) e->be->release(e->st, e->b[i].resident);
   }
   for (int k = 0; k < 2; k++)
@@ -87,6 +93,7 @@ void dit_offload_engine_destroy(dit_offload_engine_t *e) {
   if (e->head) e->be->release(e->st, e->head);
   if (e->tail) e->be->release(e->st, e->tail);
   free(e->b);
+  free(e->pf_bound);
   free(e->step_block);
   free(e);
 }
@@ -209,7 +216,23 @@ static dit_status_t parse_plan(dit_offload_engine_t *e, const cJSON *of, const d
                        x->last);
       x->yields[x->n_yields++] = (size_t)y->valuedouble;
     }
+    if (!e->chunked) continue;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(b, "window_chunks");
+    if (!cJSON_IsArray(ws) || cJSON_GetArraySize(ws) != x->n_yields + 1)
+      return DIT_ERR(INVALID_ARGUMENT, "%s%s.window_chunks': expected an array of %d counts (one per window between collectives), found %d",
+                     kWhat, where, x->n_yields + 1, cJSON_IsArray(ws) ? cJSON_GetArraySize(ws) : -1);
+    if (!(x->windows = calloc((size_t)x->n_yields + 1, sizeof *x->windows))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    for (int k = 0; k <= x->n_yields; k++) {
+      const cJSON *w = cJSON_GetArrayItem(ws, k);
+      if (!cJSON_IsNumber(w) || !(w->valuedouble >= 0 && w->valuedouble <= 4294967295.0) || w->valuedouble != floor(w->valuedouble))
+        return DIT_ERR(INVALID_ARGUMENT, "%s%s.window_chunks[%d]': expected an integer in [0, 4294967295]", kWhat, where, k);
+      x->windows[k] = (uint32_t)w->valuedouble;
+    }
   }
+  int most = 0;
+  for (int i = 0; i < e->n; i++)
+    if (e->b[i].n_yields > most) most = e->b[i].n_yields;
+  if (!(e->pf_bound = calloc((size_t)most + 2, sizeof *e->pf_bound))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   (void)plan;
   return DIT_OK;
 }
@@ -321,21 +344,28 @@ static dit_status_t copy_chunks(dit_offload_engine_t *e, int b, uint32_t c0, uin
 
 /* Issues the next group of block pf's streamed chunks; after the last, marks the slot full. */
 static dit_status_t issue_group(dit_offload_engine_t *e) {
-  const eng_block_t *x = &e->b[e->pf];
-  const uint32_t g = (uint32_t)e->pf_group, G = (uint32_t)e->pf_groups;
-  DIT_RETURN_IF(copy_chunks(e, e->pf, x->streamed * g / G, x->streamed * (g + 1) / G));
+  const int g = e->pf_group;
+  DIT_RETURN_IF(copy_chunks(e, e->pf, e->pf_bound[g], e->pf_bound[g + 1]));
   if (++e->pf_group == e->pf_groups) DIT_RETURN_IF(e->be->mark(e->st, 1, EV_BLOCKS + e->pf));
   return DIT_OK;
 }
 
-/* Starts block b's prefetch: in chunked mode its chunks are paced behind the collectives of the
- * block that runs meanwhile (b - 1), one group per yield point plus one. */
-static dit_status_t start_prefetch(dit_offload_engine_t *e, int b) {
-  e->pf = b;
-  e->pf_group = 0;
-  e->pf_groups = e->chunked && b >= 1 ? e->b[b - 1].n_yields + 1 : 1;
+/* Starts block b's prefetch. In chunked mode it is paced behind block `pace`, the one that
+ * computes meanwhile (-1: none): one group per window of that block's compute, group k going
+ * out once the collective before window k is done, each window taking the chunks that hide
+ * behind it in order and the last one whatever is left. */
+static dit_status_t start_prefetch(dit_offload_engine_t *e, int b, int pace) {
   const uint32_t streamed = e->b[b].streamed;
-  if ((uint32_t)e->pf_groups > streamed) e->pf_groups = streamed ? (int)streamed : 1;
+  e->pf = b;
+  e->pace = pace;
+  e->pf_group = 0;
+  e->pf_groups = e->chunked && pace >= 0 ? e->b[pace].n_yields + 1 : 1;
+  e->pf_bound[0] = 0;
+  for (int g = 0; g < e->pf_groups; g++) {
+    const uint32_t left = streamed - e->pf_bound[g];
+    const uint32_t take = g + 1 == e->pf_groups ? left : e->b[pace].windows[g] < left ? e->b[pace].windows[g] : left;
+    e->pf_bound[g + 1] = e->pf_bound[g] + take;
+  }
   return issue_group(e);
 }
 
@@ -379,12 +409,8 @@ static dit_status_t before_step(dit_offload_engine_t *e, size_t step) {
     e->primed = e->wrapped = 0;
     DIT_RETURN_IF(e->be->mark(e->st, 0, EV_FORK));
     DIT_RETURN_IF(e->be->wait(e->st, 1, EV_FORK));
-    if (!primed) DIT_RETURN_IF(start_prefetch(e, 0));
-    if (e->n > 1) {
-      e->pf_groups = 1; /* nothing runs yet to pace behind */
-      e->pf = 1, e->pf_group = 0;
-      DIT_RETURN_IF(issue_group(e));
-    }
+    if (!primed) DIT_RETURN_IF(start_prefetch(e, 0, -1)); /* nothing computes yet to hide it */
+    if (e->n > 1) DIT_RETURN_IF(start_prefetch(e, 1, 0));
   }
   const int b = e->step_block[step];
   if (b >= 0 && e->b[b].first == step) {
@@ -401,12 +427,12 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
     const eng_block_t *x = &e->b[b];
     /* A yield point: the next group of the prefetch in flight waits for this collective. */
     for (int k = 0; k < x->n_yields; k++)
-      if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups && e->host_paced) {
+      if (x->yields[k] == step && e->pace == b && e->pf_group < e->pf_groups && e->host_paced) {
         if (done_event < 0) DIT_RETURN_IF(e->be->mark(e->st, 0, EV_YIELD));
         e->paused_ev = done_event >= 0 ? done_event : EV_YIELD;
         e->due++;
         DIT_RETURN_IF(host_poll(e));
-      } else if (x->yields[k] == step && e->pf == b + 1 && e->pf_group < e->pf_groups) {
+      } else if (x->yields[k] == step && e->pace == b && e->pf_group < e->pf_groups) {
         if (done_event >= 0) { /* the collective runs on its own queue: wait for its end there */
           DIT_RETURN_IF(e->be->wait(e->st, 1, done_event));
         } else {
@@ -417,15 +443,15 @@ static dit_status_t after_step(dit_offload_engine_t *e, size_t step, int done_ev
       }
     if (x->last == step) {
       e->due = 0, e->paused_ev = -1; /* the block is done: whatever is left goes out now */
-      while (e->pf == b + 1 && e->pf_group < e->pf_groups) DIT_RETURN_IF(issue_group(e));
+      while (e->pace == b && e->pf_group < e->pf_groups) DIT_RETURN_IF(issue_group(e));
       /* Block b is done with its slot: block b + 2 may fill it. */
       DIT_RETURN_IF(e->be->mark(e->st, 0, EV_BLOCKS + e->n + b));
       if (b + 2 < e->n) {
         DIT_RETURN_IF(e->be->wait(e->st, 1, EV_BLOCKS + e->n + b));
-        DIT_RETURN_IF(start_prefetch(e, b + 2));
+        DIT_RETURN_IF(start_prefetch(e, b + 2, b + 1));
       } else if (e->wrap && b + 2 == e->n && e->n % 2 == 0) { /* the next forward's block 0 */
         DIT_RETURN_IF(e->be->wait(e->st, 1, EV_BLOCKS + e->n + b));
-        DIT_RETURN_IF(start_prefetch(e, 0));
+        DIT_RETURN_IF(start_prefetch(e, 0, b + 1));
         e->wrapped = 1;
       }
     }

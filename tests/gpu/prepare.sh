@@ -13,6 +13,7 @@ done
 # MLIR-path kernels for the shapes tests/gpu/run.sh compiles, made here where MLIR is.
 if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   export DITC_CACHE_DIR=$PWD/.kcache
+  rm -rf .kcache  # every key names the compiler's sources: entries of other sources never hit
   k=$(mktemp -d)
   for d in tests/data/wan_tiny_*/; do
     read -r F H W B L < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'])")
@@ -39,7 +40,7 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   # The offload sweeps' shapes (bench/offload/sweep.py through tests/gpu/run.sh OFFLOAD=1):
   # models with fewer blocks have exactly the full models' kernels.
   build/bin/make_tiny_wan --preset wan2.1-1.3b --layers 2 --dtype bf16 --text-len 512 --out "$k/w13" >/dev/null
-  for f in 1 5 9 17 33 81; do
+  for f in 1 5 9 17 33 49 81; do
     build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
     build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 --cp 2 --cp-mode ulysses -o "$k" -q >/dev/null
   done

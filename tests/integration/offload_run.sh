@@ -20,19 +20,32 @@ run() { # name, bundle, [ditrun flags]
 weights_mib() { # resident + slots from the load line
   sed -n 's/.*offload [a-z]*: [0-9]* blocks, \([0-9.]*\) MiB resident + \([0-9.]*\) MiB in 2 slots.*/\1 \2/p' "$T/log_$1" | awk '{print $1 + $2}'
 }
-for top in "" "--tp 2 --sp --cp 2 --cp-mode ring"; do
+# A profile slow enough that a window between two collectives of this tiny model hides a few
+# 10 KB chunks: the next block's chunks go out in several paced groups.
+echo '{"name": "slow", "p_peak_tflops": 3e-7, "bw_h2d_gbs": 1e-4, "eta_comp": 1, "eta_pref": 1}' >"$T/slow.json"
+for tops in "" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 2 --cp-mode ulysses|--profile $T/slow.json"; do
+  top=${tops%%|*}; prof=; [ "$tops" = "$top" ] || prof=${tops#*|}
   # shellcheck disable=SC2086
   none=$("$BIN/ditc" "${c[@]}" $top | tail -n1 | cut -d' ' -f3)
   run none "$none"
   for mode in "layerwise" "chunked --chunk-mb 0.01" "chunked --chunk-mb 0.004 --residency 0.3" "chunked --chunk-mb 0.01 --residency 0.6" \
               "chunked --chunk-mb 0.01 --residency 1"; do
     # shellcheck disable=SC2086
-    b=$("$BIN/ditc" "${c[@]}" $top --offload $mode | tail -n1 | cut -d' ' -f3)
+    b=$("$BIN/ditc" "${c[@]}" $top $prof --offload $mode | tail -n1 | cut -d' ' -f3)
     run off "$b"
     grep -q "ditrun: offload ${mode%% *}: 3 blocks" "$T/log_off" || { cat "$T/log_off"; echo "no offload engine"; exit 1; }
     cmp "$T/f_none.safetensors" "$T/f_off.safetensors"
     cmp "$T/g_none.safetensors" "$T/g_off.safetensors"
     echo "offload ${top:-one rank} / $mode: identical forward and generate; weights held $(weights_mib off) MiB"
+    case "$prof $mode" in *slow*chunked*0.01*residency*) ;; *slow*chunked*0.01) python3 - "$b/manifest.json" <<'PY' ;;
+import json, sys
+blocks = json.load(open(sys.argv[1]))["summary"]["offload"]["blocks"]
+for b in blocks:  # one window per collective plus one; some before the last hold chunks
+    assert len(b["window_chunks"]) == len(b["yield_steps"]) + 1 == 5, b
+    assert sum(b["window_chunks"][:-1]) > 0, b
+print("windows between collectives (chunks):", [b["window_chunks"] for b in blocks])
+PY
+    esac
     if [ -n "$top" ]; then  # yield points wait for collectives that run on a queue of their own,
       for pace in stream host; do  # and the host-paced variant pauses the copies until it sees them done
         run ovl "$b" --overlap-collectives --offload-pace $pace
@@ -109,6 +122,8 @@ for damage in "of['mode'] = 'sideways'|summary.offload.mode' = \"sideways\"" \
               "of['chunk_bytes'] = 100|summary.offload.chunk_bytes': expected an integer" \
               "of['blocks'] = of['blocks'][:2]|summary.offload.blocks': 2 blocks, but step" \
               "of['blocks'][1]['yield_steps'] = [0]|summary.offload.blocks[1].yield_steps': expected ascending steps of block 1" \
+              "of['blocks'][2]['window_chunks'] = [1, 2]|summary.offload.blocks[2].window_chunks': expected an array of 1 counts" \
+              "of['blocks'][0]['window_chunks'] = [-1]|summary.offload.blocks[0].window_chunks[0]': expected an integer" \
               "of['blocks'][0]['resident_chunks'] = of['blocks'][0]['chunks'] + 1|summary.offload.blocks[0].resident_chunks': expected an integer"; do
   code=${damage%%|*}; msg=${damage#*|}
   rm -rf "$T/bad" && cp -r "$b" "$T/bad"

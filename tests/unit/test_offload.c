@@ -100,5 +100,14 @@ int main(void) {
   bad.bw_h2d_gbs = 0;
   req.memory_budget_bytes = 0;
   CHECK_ERR(dit_offload_plan(&bad, &req, b, NB, &r), INVALID_ARGUMENT, "must be positive");
+
+  /* A window between two collectives holds the whole chunks whose load takes no longer than
+   * its compute: 16 MiB at 0.9 * 55.3 GB/s is 0.337 ms, 0.6 * 989 TFLOP/s runs 200 GFLOP in 0.337 ms. */
+  const double per_chunk = 0.6 * 989e12 * (16u << 20) / (0.9 * 55.3e9);
+  CHECK_EQ_INT(dit_offload_window_chunks(&hw, 0, 16u << 20), 0);
+  CHECK_EQ_INT(dit_offload_window_chunks(&hw, 0.999 * per_chunk, 16u << 20), 0);
+  CHECK_EQ_INT(dit_offload_window_chunks(&hw, 1.001 * per_chunk, 16u << 20), 1);
+  CHECK_EQ_INT(dit_offload_window_chunks(&hw, 7.5 * per_chunk, 16u << 20), 7);
+  CHECK_EQ_INT(dit_offload_window_chunks(&hw, 7.6 * per_chunk, 4u << 20), 30);
   return check_summary("test_offload");
 }
