@@ -17,12 +17,14 @@ usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_
            [--frames 1,5,9,17,33,81] [--height 480] [--width 832] [--text-len 512]
            [--calibrate | --profile h200-sxm] [--iters 5] [--warmup 2] [--devices 1] [--target sm_90|cpu]
            [--extra COMPILE_FLAGS] [--run-flags DITRUN_FLAGS, e.g. "--offload-pace host"]
-           [--modes none,layerwise,chunked] [--no-residency] [--no-chunks] [--clean] [--store DIR]
+           [--modes none,layerwise,chunked] [--no-residency] [--no-chunks] [--chunk-frames F]
+           [--clean] [--store DIR]
 
 --modes picks the contenders (the first is the one the others are compared with), --clean
 removes each bundle once measured (a 14B bundle holds 28 GiB of weights), --store compiles
 through a store, so that every bundle of the sweep links the one weights blob instead of
-writing it again.
+writing it again. offload.json is rewritten after every point, so a run cut short keeps what
+it measured; bench/offload/plot.py draws it (here when matplotlib is present, or anywhere later).
 """
 import argparse
 import json
@@ -121,6 +123,7 @@ def main():
     ap.add_argument("--modes", default="none,layerwise,chunked")
     ap.add_argument("--no-residency", action="store_true", help="skip the resident-fraction sweep")
     ap.add_argument("--no-chunks", action="store_true", help="skip the chunk-size sweep")
+    ap.add_argument("--chunk-frames", type=int, help="frame count of the chunk-size sweep (default: the middle one)")
     ap.add_argument("--clean", action="store_true", help="remove each bundle once measured")
     ap.add_argument("--store", help="compile through this store (the bundles share one weights blob)")
     ap.add_argument("--run-flags", default="", help="ditrun flags for every run, e.g. '--offload-pace host --overlap-collectives'")
@@ -141,6 +144,11 @@ def main():
         print(p.stdout.strip(), flush=True)
         res["calibration"] = json.load(open(profile))
     prof = ["--profile", profile]
+    out_json = os.path.join(a.out, "offload.json")
+
+    def save():
+        json.dump(res, open(out_json + ".tmp", "w"), indent=1)
+        os.replace(out_json + ".tmp", out_json)
 
     print(f"\n| frames | mode | step ms | predicted | vs {modes[0]} | stall ms | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -155,6 +163,7 @@ def main():
             pt = {"frames": f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr, "stall_ms": r["stall_ms"],
                   "engine_host_ms": r["engine_host_ms"]}
             res["points"].append(pt)
+            save()
             print(f"| {f} | {mode} | {r['ms']:.1f} | {pr['ms'] if pr else float('nan'):.1f} | {r['ms'] / none['ms']:.3f} | {r['stall_ms']:.1f} | "
                   f"{r['peak_mib']:.0f} | {pr['peak_mib'] if pr else float('nan'):.0f} | "
                   f"{pr['f_block_gflop'] if pr else float('nan'):.0f} | {pr['f_star_gflop'] if pr else float('nan'):.0f} |", flush=True)
@@ -179,60 +188,33 @@ def main():
 
     f0 = frames[0]
     res["residency"], res["chunks"] = [], []
+    res["residency_frames"], res["chunk_frames"] = f0, a.chunk_frames or frames[len(frames) // 2]
     if not a.no_residency:
         print(f"\nresident fraction at {f0} frames\n| resident | step ms | predicted | peak MiB | predicted |\n| --- | --- | --- | --- | --- |")
         for rf in [0, 0.2, 0.4, 0.6, 1.0]:
             r = s.point(f0, extra + ["--offload", "chunked", "--residency", str(rf)] + prof)
             pr = predicted(r)
             res["residency"].append({"resident": rf, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr})
+            save()
             print(f"| {rf:.0%} | {r['ms']:.1f} | {pr['ms']:.1f} | {r['peak_mib']:.0f} | {pr['peak_mib']:.0f} |", flush=True)
 
-    fm = frames[len(frames) // 2]
+    fm = res["chunk_frames"]
     if not a.no_chunks:
         print(f"\nchunk size at {fm} frames\n| chunk MiB | step ms | peak MiB |\n| --- | --- | --- |")
         for c in [4, 16, 64, 256]:
             r = s.point(fm, extra + ["--offload", "chunked", "--residency", "0", "--chunk-mb", str(c)] + prof)
             res["chunks"].append({"chunk_mb": c, "ms": r["ms"], "peak_mib": r["peak_mib"]})
+            save()
             print(f"| {c} | {r['ms']:.1f} | {r['peak_mib']:.0f} |", flush=True)
 
-    json.dump(res, open(os.path.join(a.out, "offload.json"), "w"), indent=1)
+    save()
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(1, 4, figsize=(20, 4))
-        for mode in modes:
-            pts = [p for p in res["points"] if p["mode"] == mode]
-            ax[0].plot([p["frames"] for p in pts], [p["ms"] for p in pts], "o-", label=mode)
-            ax[1].plot([p["frames"] for p in pts], [p["peak_mib"] / 1024 for p in pts], "o-", label=mode)
-        pts = [p for p in res["points"] if p["mode"] == "chunked"]
-        if pts:
-            ax[0].plot([p["frames"] for p in pts], [p["predicted"]["ms"] for p in pts], "k--", label="chunked, predicted")
-        for x, t in zip(ax, ["forward ms", "peak GiB"]):
-            x.set_xscale("log")
-            x.set_xlabel("frames")
-            x.set_title(t)
-            x.legend()
-        if res["residency"]:
-            r = res["residency"]
-            ax[2].plot([p["peak_mib"] / 1024 for p in r], [p["ms"] for p in r], "o-", label="measured")
-            ax[2].plot([p["predicted"]["peak_mib"] / 1024 for p in r], [p["predicted"]["ms"] for p in r], "k--", label="predicted")
-            for p in r:
-                ax[2].annotate(f"{p['resident']:.0%}", (p["peak_mib"] / 1024, p["ms"]))
-            ax[2].set_xlabel("peak GiB")
-            ax[2].set_title(f"resident fraction, {f0} frames: forward ms")
-            ax[2].legend()
-        if res["chunks"]:
-            ax[3].plot([p["chunk_mb"] for p in res["chunks"]], [p["ms"] for p in res["chunks"]], "o-")
-            ax[3].set_xscale("log", base=2)
-            ax[3].set_xlabel("chunk MiB")
-            ax[3].set_title(f"chunk size, {fm} frames: forward ms")
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.out, "offload_sweep.png"), dpi=120)
-        print("plots:", os.path.join(a.out, "offload_sweep.png"))
+        import matplotlib  # noqa: F401
     except ImportError:
-        print("matplotlib not installed: no plots (offload.json has every number)")
-
+        print("matplotlib not installed: no plots here (bench/offload/plot.py draws offload.json anywhere)")
+        return
+    from plot import plot
+    print("plots:", plot(res, os.path.join(a.out, "offload_sweep.png")))
 
 if __name__ == "__main__":
     main()

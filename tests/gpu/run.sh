@@ -9,16 +9,16 @@
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
-#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; on two
-#      GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the host-paced variant;
-#      with OFFLOAD_14B=1 also Wan2.1-14B at 720p,
+#   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
+#      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
+#      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
 #   6. with PARALLEL=1 on two GPUs or more (run after 3), the parallel topologies at 480p 81 frames
 #      against one GPU (bench/parallel/wan_parallel.py; PARALLEL_FLAGS passes options to it,
 #      default --in-order: each topology also with its collectives in plan order; ditrun
 #      overlaps NCCL collectives with compute by default).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
-#      skips 1 and that comparison, for runs that only time.
+#      skips 1 and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
 set -uo pipefail
 OUT=${1:?results dir}
@@ -97,7 +97,10 @@ if [ "$ngpu" -ge 2 ]; then
   done
 fi
 
+fi
+if [ -z "${SKIP_CHECKS:-}" ] || [ -n "${OFFLOAD_CHECKS:-}" ]; then
 step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes"
+d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q)
 none=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
 check "$BIN/ditrun" forward "$none" --inputs "$d/forward_inputs.safetensors" --out "$W/o_none.safetensors"
@@ -124,6 +127,23 @@ for mode in "layerwise" "chunked --chunk-mb 0.004"; do
     check cmp "$W/g4_none.safetensors" "$W/g4_off.safetensors"
   done
 done
+
+# Ulysses-2 with chunks paced into the windows between collectives (a profile slow enough that
+# windows hold chunks), one process per GPU, collectives overlapped, paced by streams and by
+# the host: bit-identical to the resident bundle.
+echo '{"name": "slow", "p_peak_tflops": 3e-7, "bw_h2d_gbs": 1e-4, "eta_comp": 1, "eta_pref": 1}' >"$W/slow.json"
+cu=("${c[@]}" --cp 2 --cp-mode ulysses)
+nu=$("$BIN/ditc" "${cu[@]}" | tail -n1 | cut -d' ' -f3)
+check "$BIN/ditrun" forward "$nu" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/u_none.safetensors"
+bu=$("$BIN/ditc" "${cu[@]}" --offload chunked --chunk-mb 0.01 --profile "$W/slow.json" | tail -n1 | cut -d' ' -f3)
+"$BIN/ditc" inspect "$bu" | tail -n 3
+for pace in stream host; do
+  rm -f "$W/u_off.safetensors"
+  check "$BIN/ditrun" forward "$bu" --devices "$ngpu" --offload-pace $pace --inputs "$d/forward_inputs.safetensors" --out "$W/u_off.safetensors"
+  check cmp "$W/u_none.safetensors" "$W/u_off.safetensors"
+done
+fi
+if [ -z "${SKIP_CHECKS:-}" ]; then
 
 step "1d. the Hopper attention kernel at head dims 64 and 128: every op on the GPU against the CPU reference, 1280 and 126 tokens"
 for p in tiny-hd64 tiny-hd128; do
@@ -192,30 +212,36 @@ if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
     --frames 81 --height 480 --width 832 --steps 50 2>&1 | grep -v Warning | tee "$OUT/bench_generate.txt"
   cp "$W/gen/generate_results.json" "$OUT/" 2>/dev/null
 fi
+# The offload experiments, each bounded so that a slow one leaves the others their time;
+# every sweep rewrites its JSON after each point, so one cut short keeps what it measured.
+sweep=(python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --clean --store "$W/store")
+prof=bench/results/profile_h200.json  # the last calibration on this kind of host, unless one runs here
 if [ -n "${OFFLOAD:-}" ]; then
   step "5. offload sweep (the seed's experiments): frames x {none, layerwise, chunked}, residency, chunk size"
-  sweep=(python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --clean --store "$W/store")
-  "${sweep[@]}" --model "$W/wan13/model" --out "$W/offload" --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" --calibrate 2>&1 | tee "$OUT/bench_offload.txt"
+  timeout "${OFFLOAD_TIMEOUT:-540}" "${sweep[@]}" --model "$W/wan13/model" --out "$W/offload" --frames "${OFFLOAD_FRAMES:-1,5,9,17,33,81}" \
+    --calibrate ${OFFLOAD_FLAGS:-} 2>&1 | tee "$OUT/bench_offload.txt"
   cp "$W/offload/offload.json" "$W/offload/profile.json" "$W/offload/"*.png "$OUT/" 2>/dev/null
-  prof=$W/offload/profile.json
-  if [ "$ngpu" -ge 2 ]; then
-    step "5b. contention: Ulysses-2 with NCCL_P2P_DISABLE=1 (collectives through host memory, beside the weight copies): chunked against layerwise, and chunked paced by the host"
-    NCCL_P2P_DISABLE=1 "${sweep[@]}" --model "$W/wan13/model" --out "$W/contention" --frames "${CONTENTION_FRAMES:-17,81}" --profile "$prof" \
-      --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes layerwise,chunked --no-residency --no-chunks 2>&1 | tee "$OUT/bench_offload_contention.txt"
-    cp "$W/contention/offload.json" "$OUT/offload_contention.json" 2>/dev/null
-    NCCL_P2P_DISABLE=1 "${sweep[@]}" --model "$W/wan13/model" --out "$W/pace" --frames "${CONTENTION_FRAMES:-17,81}" --profile "$prof" \
-      --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes chunked --no-residency --no-chunks --run-flags "--offload-pace host" 2>&1 | tee "$OUT/bench_offload_pace_host.txt"
-    cp "$W/pace/offload.json" "$OUT/offload_pace_host.json" 2>/dev/null
-  fi
-  if [ -n "${OFFLOAD_14B:-}" ]; then
-    step "5c. Wan2.1-14B at 720p, 81 frames and 1 frame: none, layerwise, chunked"
-    t0=$(date +%s)
-    "$BIN/make_tiny_wan" --preset wan2.1-14b --dtype bf16 --out "$W/wan14" --text-len 512 > /dev/null 2>&1 || fails=$((fails+1))
-    echo "model maker (14B): $(( $(date +%s) - t0 )) s"
-    "${sweep[@]}" --model "$W/wan14/model" --out "$W/offload14" --height 720 --width 1280 --frames "${OFFLOAD_14B_FRAMES:-1,81}" --iters 1 --warmup 1 \
-      --profile "$prof" --no-residency --no-chunks 2>&1 | tee "$OUT/bench_offload_14b.txt"
-    cp "$W/offload14/offload.json" "$OUT/offload_14b.json" 2>/dev/null
-  fi
+  [ -e "$W/offload/profile.json" ] && prof=$W/offload/profile.json
+fi
+if [ -n "${CONTENTION:-}" ] && [ "$ngpu" -ge 2 ]; then
+  step "5b. contention: Ulysses-2 with NCCL_P2P_DISABLE=1 (collectives through host memory, beside the weight copies): layerwise, chunked and no offload; chunk sizes; chunked paced by the host"
+  NCCL_P2P_DISABLE=1 timeout "${CONTENTION_TIMEOUT:-400}" "${sweep[@]}" --model "$W/wan13/model" --out "$W/contention" \
+    --frames "${CONTENTION_FRAMES:-17,33,49,81}" --profile "$prof" --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes layerwise,chunked,none \
+    --no-residency --chunk-frames "${CONTENTION_CHUNK_FRAMES:-33}" ${CONTENTION_FLAGS:-} 2>&1 | tee "$OUT/bench_offload_contention.txt"
+  cp "$W/contention/offload.json" "$OUT/offload_contention.json" 2>/dev/null
+  NCCL_P2P_DISABLE=1 timeout "${PACE_TIMEOUT:-120}" "${sweep[@]}" --model "$W/wan13/model" --out "$W/pace" --frames "${PACE_FRAMES:-33,81}" \
+    --profile "$prof" --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes chunked --no-residency --no-chunks ${CONTENTION_FLAGS:-} \
+    --run-flags "--offload-pace host" 2>&1 | tee "$OUT/bench_offload_pace_host.txt"
+  cp "$W/pace/offload.json" "$OUT/offload_pace_host.json" 2>/dev/null
+fi
+if [ -n "${OFFLOAD_14B:-}" ]; then
+  step "5c. Wan2.1-14B at 720p, 81 frames and 1 frame: none, layerwise, chunked"
+  t0=$(date +%s)
+  "$BIN/make_tiny_wan" --preset wan2.1-14b --dtype bf16 --out "$W/wan14" --text-len 512 > /dev/null 2>&1 || fails=$((fails+1))
+  echo "model maker (14B): $(( $(date +%s) - t0 )) s"
+  timeout "${OFFLOAD_14B_TIMEOUT:-480}" "${sweep[@]}" --model "$W/wan14/model" --out "$W/offload14" --height 720 --width 1280 \
+    --frames "${OFFLOAD_14B_FRAMES:-1,81}" --iters 1 --warmup 1 --profile "$prof" --no-residency --no-chunks 2>&1 | tee "$OUT/bench_offload_14b.txt"
+  cp "$W/offload14/offload.json" "$OUT/offload_14b.json" 2>/dev/null
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
