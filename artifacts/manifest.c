@@ -1207,3 +1207,12 @@ const dit_manifest_weights_t *dit_manifest_find_weights(const dit_manifest_t *m,
     if (strcmp(m->weights[i].blob, blob) == 0) return &m->weights[i];
   return NULL;
 }
+
+uint64_t dit_manifest_weights_split(const dit_manifest_weights_t *w, uint64_t lo, uint64_t hi, uint64_t cut) {
+  uint64_t split = hi;
+  for (size_t t = 0; t < w->n_tensors; t++) {
+    const dit_manifest_tensor_t *x = &w->tensors[t];
+    if (x->offset >= lo && x->offset < hi && x->offset + x->nbytes > cut && x->offset < split) split = x->offset;
+  }
+  return split;
+}

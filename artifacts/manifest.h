@@ -125,6 +125,11 @@ const dit_manifest_blob_t *dit_manifest_find_blob(const dit_manifest_t *m, const
 const dit_manifest_weights_t *dit_manifest_find_weights(const dit_manifest_t *m,
                                                         const char *blob);
 
+/* Offload residency in whole tensors: of the weights in [lo, hi), a resident prefix wanted up
+ * to byte `cut` ends where the first tensor not wholly before `cut` starts (or at hi), so every
+ * tensor is either resident or streamed and keeps its alignment. Returns that end. */
+uint64_t dit_manifest_weights_split(const dit_manifest_weights_t *w, uint64_t lo, uint64_t hi, uint64_t cut);
+
 /* Prints a human-readable summary (identity, model, target, topology, shape, io, blobs,
  * memory, plan figures). */
 void dit_manifest_print(const dit_manifest_t *m, FILE *f);

@@ -53,8 +53,16 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
       const cJSON *hn = cJSON_GetObjectItem(hp, "name"), *pp = cJSON_GetObjectItem(hp, "p_peak_tflops"), *bw = cJSON_GetObjectItem(hp, "bw_h2d_gbs"),
                   *ec = cJSON_GetObjectItem(hp, "eta_comp"), *ep = cJSON_GetObjectItem(hp, "eta_pref");
       if (cJSON_IsString(hn) && cJSON_IsNumber(pp) && cJSON_IsNumber(bw) && cJSON_IsNumber(ec) && cJSON_IsNumber(ep))
-        fprintf(f, "profile    %s: %.3g TFLOP/s x %.3g, host-to-device %.3g GB/s x %.3g\n", hn->valuestring, pp->valuedouble,
+      {
+        fprintf(f, "profile    %s: %.3g TFLOP/s x %.3g, host-to-device %.3g GB/s x %.3g", hn->valuestring, pp->valuedouble,
                 ec->valuedouble, bw->valuedouble, ep->valuedouble);
+        const cJSON *so = cJSON_GetObjectItem(hp, "step_overhead_us"), *cl = cJSON_GetObjectItem(hp, "coll_latency_us"),
+                    *cg = cJSON_GetObjectItem(hp, "coll_gbs");
+        if (cJSON_IsNumber(so) && so->valuedouble > 0) fprintf(f, ", %.3g us a step", so->valuedouble);
+        if (cJSON_IsNumber(cl) && cJSON_IsNumber(cg) && cg->valuedouble > 0)
+          fprintf(f, ", collectives %.3g us + bytes at %.3g GB/s", cl->valuedouble, cg->valuedouble);
+        fputc('\n', f);
+      }
       fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks  next block's chunks per window\n");
       int i = 0;
       const cJSON *b;

@@ -355,6 +355,7 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 }
 
 static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out);
+enum { DIT_MAX_WINDOWS = 64 }; /* windows of a block's compute between its collectives */
 
 /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
 static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_model_t *m,
@@ -392,6 +393,11 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON_AddNumberToObject(hp, "eta_comp", hw.eta_comp);
     cJSON_AddNumberToObject(hp, "eta_pref", hw.eta_pref);
     if (hw.overhead_mib > 0) cJSON_AddNumberToObject(hp, "overhead_mib", hw.overhead_mib);
+    if (hw.step_overhead_us > 0) cJSON_AddNumberToObject(hp, "step_overhead_us", hw.step_overhead_us);
+    if (hw.coll_gbs > 0) {
+      cJSON_AddNumberToObject(hp, "coll_latency_us", hw.coll_latency_us);
+      cJSON_AddNumberToObject(hp, "coll_gbs", hw.coll_gbs);
+    }
   }
   char schema[16];
   snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
@@ -554,12 +560,17 @@ static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out) {
       }
       *dst[i] = v->valuedouble;
     }
-    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(j, "overhead_mib");
-    if (ov && (!cJSON_IsNumber(ov) || !(ov->valuedouble >= 0) || !isfinite(ov->valuedouble))) {
-      cJSON_Delete(j);
-      return DIT_ERR(INVALID_ARGUMENT, "%s: field 'overhead_mib': expected a number >= 0", name);
+    /* Optional, as calibrated (0 where absent: not modeled). */
+    static const char *const opt[] = {"overhead_mib", "step_overhead_us", "coll_latency_us", "coll_gbs"};
+    double *odst[] = {&out->overhead_mib, &out->step_overhead_us, &out->coll_latency_us, &out->coll_gbs};
+    for (int i = 0; i < 4; i++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, opt[i]);
+      if (v && (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))) {
+        cJSON_Delete(j);
+        return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a number >= 0", name, opt[i]);
+      }
+      *odst[i] = v ? v->valuedouble : 0;
     }
-    out->overhead_mib = ov ? ov->valuedouble : 0;
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name");
     snprintf(out->name, sizeof out->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "file");
     cJSON_Delete(j);
@@ -568,26 +579,55 @@ static dit_status_t load_profile(const char *spec, dit_hw_profile_t *out) {
   return DIT_OK;
 }
 
-/* summary.offload.blocks[i].window_chunks: per window of block i's compute (before its first
- * collective, between two, after the last) the whole chunks that load behind it. */
-static dit_status_t add_windows(const dit_hw_profile_t *hw, const dit_graph_t *g, int block, uint64_t chunk, int n_yields,
-                                cJSON *out) {
+static uint64_t resident_whole_tensors(void *layout, uint64_t offset, uint64_t bytes, uint64_t want) {
+  return dit_manifest_weights_split(layout, offset, offset + bytes, offset + want) - offset;
+}
+
+/* Block i's plan steps and collectives (how many, and the bytes each rank hands them). */
+static void block_work(const dit_graph_t *g, const dit_plan_t *plan, int block, dit_offload_block_t *b) {
+  for (size_t k = 0; k < plan->n_steps; k++) b->steps += plan->steps[k].block == block;
+  for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
+    const dit_op_t *op = dit_graph_cop_at(g, k);
+    if (op->block != block || !dit_op_is_collective(op->kind)) continue;
+    b->coll_count += 1;
+    b->coll_bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->in[0]));
+  }
+}
+
+/* summary.offload.blocks[i]: yield_steps, its collective steps (the chunks scheduled after one
+ * wait for it), and window_chunks, per window of its compute (before the first collective,
+ * between two, after the last) the whole chunks whose load hides behind that window: the
+ * runtime loads the next block's chunks inside them, never beside a collective. */
+static dit_status_t add_windows(const dit_hw_profile_t *hw, const dit_graph_t *g, const dit_plan_t *plan, int block,
+                                uint64_t chunk, cJSON *out) {
+  cJSON *y = cJSON_AddArrayToObject(out, "yield_steps");
   cJSON *w = cJSON_AddArrayToObject(out, "window_chunks");
+  uint32_t steps[DIT_MAX_WINDOWS] = {0};
+  int n_plan = 0, n_graph = 0;
+  for (size_t k = 0; k < plan->n_steps; k++) {
+    if (plan->steps[k].block != block) continue;
+    if (!dit_op_is_collective(plan->steps[k].kind)) {
+      if (n_plan < DIT_MAX_WINDOWS) steps[n_plan]++;
+      continue;
+    }
+    cJSON_AddItemToArray(y, cJSON_CreateNumber((double)k));
+    n_plan++;
+  }
+  if (n_plan >= DIT_MAX_WINDOWS) return DIT_ERR(UNIMPLEMENTED, "offload plan: block %d has %d collectives (at most %d)", block, n_plan, DIT_MAX_WINDOWS - 1);
   double flops = 0;
-  int cut = 0;
   for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
     const dit_op_t *op = dit_graph_cop_at(g, k);
     if (op->block != block) continue;
-    if (dit_op_is_collective(op->kind)) {
-      cJSON_AddItemToArray(w, cJSON_CreateNumber(dit_offload_window_chunks(hw, flops, chunk)));
-      flops = 0, cut++;
-    } else {
+    if (!dit_op_is_collective(op->kind)) {
       flops += dit_op_cost(g, op).flops;
+      continue;
     }
+    if (n_graph < n_plan) cJSON_AddItemToArray(w, cJSON_CreateNumber(dit_offload_window_chunks(hw, flops, steps[n_graph], chunk)));
+    flops = 0, n_graph++;
   }
-  cJSON_AddItemToArray(w, cJSON_CreateNumber(dit_offload_window_chunks(hw, flops, chunk)));
-  if (cut != n_yields)
-    return DIT_ERR(INTERNAL, "offload plan: block %d has %d collectives in the graph but %d in the plan", block, cut, n_yields);
+  if (n_graph != n_plan)
+    return DIT_ERR(INTERNAL, "offload plan: block %d has %d collectives in the graph but %d in the plan", block, n_graph, n_plan);
+  cJSON_AddItemToArray(w, cJSON_CreateNumber(dit_offload_window_chunks(hw, flops, steps[n_plan], chunk)));
   return DIT_OK;
 }
 
@@ -626,11 +666,15 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
     if (e->offset < lo[blk]) lo[blk] = e->offset;
     if (e->offset + e->nbytes > hi[blk]) hi[blk] = e->offset + e->nbytes;
   }
-  /* What a block streams is its whole byte range (alignment padding included). */
+  /* What a block streams is its whole byte range (alignment padding included); what it keeps
+   * resident ends at a tensor boundary, as the runtime cuts it. */
   for (int i = 0; i < n; i++) {
     bl[i].flops = pb[i].flops;
-    if (lo[i] != UINT64_MAX && hi[i] > lo[i]) bl[i].bytes = hi[i] - lo[i];
+    block_work(rb->g, rb->plan, i, &bl[i]);
+    if (lo[i] != UINT64_MAX && hi[i] > lo[i]) bl[i].offset = lo[i], bl[i].bytes = hi[i] - lo[i];
   }
+  req.whole_tensors = resident_whole_tensors;
+  req.ctx = (void *)layout;
   const uint64_t overhead = (uint64_t)(hw.overhead_mib * (1 << 20));
   req.other_bytes = (all - block_total) + rb->pres.arena_bytes + io_bytes + overhead;
   dit_offload_result_t res;
@@ -646,6 +690,9 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
     cJSON_AddNumberToObject(hp, "eta_comp", hw.eta_comp);
     cJSON_AddNumberToObject(hp, "eta_pref", hw.eta_pref);
     cJSON_AddNumberToObject(hp, "overhead_mib", hw.overhead_mib);
+    cJSON_AddNumberToObject(hp, "step_overhead_us", hw.step_overhead_us);
+    cJSON_AddNumberToObject(hp, "coll_latency_us", hw.coll_latency_us);
+    cJSON_AddNumberToObject(hp, "coll_gbs", hw.coll_gbs);
     /* The peaks count the runtime's own device memory (the profile's overhead) too. */
     cJSON_AddNumberToObject(of, "overhead_bytes", (double)overhead);
     cJSON_AddNumberToObject(of, "predicted_step_ms", res.step_ms);
@@ -664,22 +711,11 @@ static dit_status_t plan_offload(const dit_compile_options_t *o, const dit_model
       cJSON_AddNumberToObject(b, "f_star", bl[i].f_star);
       cJSON_AddNumberToObject(b, "t_comp_ms", bl[i].t_comp_ms);
       cJSON_AddNumberToObject(b, "t_pref_ms", bl[i].t_pref_ms);
+      if (bl[i].t_coll_ms > 0) cJSON_AddNumberToObject(b, "t_coll_ms", bl[i].t_coll_ms);
       cJSON_AddNumberToObject(b, "resident", bl[i].resident);
       cJSON_AddNumberToObject(b, "chunks", bl[i].chunks);
       cJSON_AddNumberToObject(b, "resident_chunks", bl[i].resident_chunks);
-      /* Chunks scheduled after a collective wait for it (yield points). */
-      cJSON *y = cJSON_AddArrayToObject(b, "yield_steps");
-      int n_yields = 0;
-      for (size_t k = 0; k < rb->plan->n_steps; k++) {
-        const dit_plan_step_t *st = &rb->plan->steps[k];
-        if (st->block == i && dit_op_is_collective(st->kind)) {
-          cJSON_AddItemToArray(y, cJSON_CreateNumber((double)k));
-          n_yields++;
-        }
-      }
-      /* The compute windows the collectives cut the block into, as chunks that load behind
-       * each: the runtime loads the next block's chunks inside them, never beside a collective. */
-      if (!s) s = add_windows(&hw, rb->g, i, req.chunk_bytes ? req.chunk_bytes : 1, n_yields, b);
+      if (!s) s = add_windows(&hw, rb->g, rb->plan, i, req.chunk_bytes ? req.chunk_bytes : 1, b);
     }
   }
   free(bl), free(pb), free(lo), free(hi);
@@ -848,6 +884,14 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "bytes", tot.bytes);
     cJSON_AddNumberToObject(sum, "blocks", n_blocks);
     cJSON_AddNumberToObject(sum, "flops_per_block", pb && n_blocks ? pb[0].flops : 0);
+    {
+      /* What ditrun calibrate rates the collectives by. */
+      dit_offload_block_t all = {0};
+      block_work(rb[0].g, rb[0].plan, -1, &all);
+      for (int i = 0; i < n_blocks; i++) block_work(rb[0].g, rb[0].plan, i, &all);
+      cJSON_AddNumberToObject(sum, "collectives", all.coll_count);
+      cJSON_AddNumberToObject(sum, "collective_bytes", all.coll_bytes);
+    }
     cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)rb[0].pres.naive_bytes);
     cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
                                                (double)(ls.width / m->wan.patch[2]));

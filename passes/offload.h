@@ -18,6 +18,12 @@ typedef struct dit_hw_profile {
   double eta_comp, eta_pref;
   double overhead_mib;  /* device memory the runtime holds beyond the plan's (the driver's
                            context, libraries' workspaces), as calibrated; 0 in the presets */
+  /* Optional (0: not modeled), as calibrated: a fixed cost per plan step (kernel launch and
+   * small-kernel inefficiency: what makes a one-frame forward slower than its FLOPs say), and
+   * the collectives' cost, a latency per collective plus the bytes each rank hands it at
+   * coll_gbs (the path they take on this host: NVLink, or host memory without peer access). */
+  double step_overhead_us;
+  double coll_latency_us, coll_gbs;
 } dit_hw_profile_t;
 
 /* Built-in presets by name (h100-pcie, h100-sxm, h200-sxm); NULL if unknown. */
@@ -29,11 +35,16 @@ typedef enum dit_offload_mode { DIT_OFFLOAD_NONE = 0, DIT_OFFLOAD_LAYERWISE = 1,
 
 typedef struct dit_offload_block {
   double flops;          /* per GPU, after sharding */
+  uint64_t offset;       /* where its weights start in the blob */
   uint64_t bytes;        /* the block's weights (B_pref with nothing resident) */
+  uint32_t steps;        /* plan steps */
+  double coll_count, coll_bytes; /* its collectives, and the bytes each rank hands them */
   /* outputs */
   double f_star;         /* FLOPs above which the whole block's prefetch hides */
   double t_comp_ms, t_pref_ms; /* t_pref for the streamed part */
-  double resident;       /* fraction kept on the device, in whole chunks */
+  double t_coll_ms;      /* its collectives (0 where the profile does not model them) */
+  double resident;       /* fraction kept on the device: whole chunks, cut back to whole tensors */
+  uint64_t resident_bytes;
   uint32_t chunks, resident_chunks;
 } dit_offload_block_t;
 
@@ -44,6 +55,10 @@ typedef struct dit_offload_request {
   double memory_budget_bytes; /* <= 0: not given */
   double latency_target_ms;   /* <= 0: not given */
   uint64_t other_bytes;       /* weights outside the blocks (always resident) plus activations */
+  /* What a resident prefix of `want` bytes of the block at `offset` becomes once cut back to
+   * whole tensors as the runtime does; NULL: bytes are divisible anywhere. */
+  uint64_t (*whole_tensors)(void *ctx, uint64_t offset, uint64_t bytes, uint64_t want);
+  void *ctx;
 } dit_offload_request_t;
 
 typedef struct dit_offload_result {
@@ -54,7 +69,9 @@ typedef struct dit_offload_result {
 } dit_offload_result_t;
 
 /* Fills every block's outputs and the totals. Blocks run in order; block i+1's streamed part
- * loads while block i computes; the first block's cannot hide. Memory: resident parts, plus
+ * loads while block i computes (chunked: only while it computes, never beside its collectives;
+ * layerwise: beside them too, contention not modeled); the first block's hides behind the
+ * last block of the previous forward where the runtime loads it across forwards. Memory: resident parts, plus
  * two staging slots the size of the largest streamed part, plus other_bytes. A budget picks the
  * largest uniform resident fraction that fits (an error naming both numbers when even none
  * fits); a latency target the smallest per-block fractions that meet it. */
@@ -65,6 +82,10 @@ dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_requ
  * first, between two, after the last); the next block's chunks load only inside windows, so
  * they never share the host link with a collective. The number of whole chunks of chunk_bytes
  * whose load hides behind a window of `flops`. */
-uint32_t dit_offload_window_chunks(const dit_hw_profile_t *hw, double flops, uint64_t chunk_bytes);
+uint32_t dit_offload_window_chunks(const dit_hw_profile_t *hw, double flops, uint32_t steps, uint64_t chunk_bytes);
+
+/* The compute time of `flops` in `steps` plan steps, ms: flops at the profile's rate plus the
+ * per-step overhead. */
+double dit_offload_compute_ms(const dit_hw_profile_t *hw, double flops, uint32_t steps);
 
 #endif

@@ -1,5 +1,6 @@
 /* ditrun: the command line of the runtime (verify, info, forward, generate). */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +46,13 @@ static const char kUsage[] =
     "                     the time split by op class (one more forward, step by step)\n"
     "\n"
     "  calibrate BUNDLE --inputs IN.safetensors --profile-out PROFILE.json [--chunk-mb C]\n"
-    "                  [--steps FORWARDS]\n"
+    "                  [--steps FORWARDS] [--second BUNDLE2 --second-inputs IN2.safetensors]\n"
     "                     measure this machine for the offload planner: the bundle's forward\n"
-    "                     rate (TFLOP/s) and its weights streamed host-to-device in chunks\n"
-    "                     (GB/s); ditc compile --profile PROFILE.json reads the result\n"
+    "                     rate (TFLOP/s), its weights streamed host-to-device in chunks (GB/s),\n"
+    "                     a multi-rank bundle's collectives (GB/s); a second, smaller shape of\n"
+    "                     the same model separates a fixed cost per plan step from the rate\n"
+    "                     (and the collectives' latency from theirs); ditc compile --profile\n"
+    "                     PROFILE.json reads the result\n"
     "\n"
     "  launch -n N [--port P] [--grace-ms MS] -- COMMAND [ARGS...]\n"
     "                     run N ranks of `ditrun COMMAND ARGS...` on this host (torchrun's\n"
@@ -568,19 +572,86 @@ static int cmd_bench(int argc, char **argv) {
   return dit_status_report(s, "ditrun");
 }
 
-/* Measures what the F* model needs on this machine: the achieved compute rate of the bundle's
- * own forward (its FLOPs over the median time: eta_comp * P_peak) and the host-to-device rate
- * of its weights streamed in chunks on the copy queue (eta_pref * BW_h2d), into a profile that
- * `ditc compile --profile FILE` reads. The products are what the model uses, so the profile
- * carries them as the peaks with efficiencies of 1. */
+/* One calibration shape: the bundle's FLOPs, steps and collectives per forward (its manifest),
+ * the median forward time, and the collectives' share of it (their share of a forward timed
+ * step by step, where each step's time is its own). */
+typedef struct calib_point {
+  double flops, steps, colls, coll_bytes;
+  double forward_s, coll_s;
+  char identity[DIT_HASH_HEX], weights[DIT_HASH_HEX];
+} calib_point_t;
+
+static double summary_num(const dit_manifest_t *m, const char *key) {
+  const cJSON *v = m->summary ? cJSON_GetObjectItem(m->summary, key) : NULL;
+  return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static dit_status_t calib_measure(dit_runtime_t *rt, const char *bundle, const char *inputs, int iters, calib_point_t *p) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  dit_offload_stats_t os;
+  if (dit_runtime_offload_stats(rt, &os))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: calibrate with a bundle compiled without --offload (its forward would include copies)", bundle);
+  memset(p, 0, sizeof *p);
+  p->flops = summary_num(m, "flops"), p->steps = summary_num(m, "steps");
+  p->colls = summary_num(m, "collectives"), p->coll_bytes = summary_num(m, "collective_bytes");
+  if (!(p->flops > 0)) return DIT_ERR(INVALID_ARGUMENT, "%s: manifest.json: field 'summary.flops' missing: cannot rate the forward", bundle);
+  snprintf(p->identity, sizeof p->identity, "%s", m->identity);
+  snprintf(p->weights, sizeof p->weights, "%s", m->n_weights ? m->weights[0].blob : "");
+  DIT_RETURN_IF(set_inputs_from(rt, inputs));
+  double *t = calloc((size_t)iters, sizeof *t);
+  if (!t) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  dit_status_t s = dit_runtime_forward(rt); /* warm-up */
+  for (int i = 0; !s && i < iters; i++) {
+    double t0 = dit_now_s();
+    s = dit_runtime_forward(rt);
+    t[i] = dit_now_s() - t0;
+  }
+  if (!s) {
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    p->forward_s = t[iters / 2];
+  }
+  free(t);
+  if (!s && p->colls > 0) {
+    double per_kind[DIT_OP_COUNT] = {0}, all = 0, coll = 0;
+    s = dit_runtime_forward_profiled(rt, per_kind);
+    for (int k = 0; !s && k < DIT_OP_COUNT; k++) {
+      all += per_kind[k];
+      if (dit_op_is_collective((dit_op_kind_t)k)) coll += per_kind[k];
+    }
+    if (!s && all > 0) p->coll_s = p->forward_s * coll / all;
+  }
+  return s;
+}
+
+/* Fits y = a * u + b * v through two points (a > 0, b >= 0); one point, or a fit that gives
+ * b < 0: b = 0 and a from the larger point. */
+static void fit2(const double u[2], const double v[2], const double y[2], int n, double *a, double *b) {
+  const int big = n > 1 && u[1] > u[0];
+  *a = y[big] / u[big], *b = 0;
+  if (n < 2) return;
+  const double det = u[0] * v[1] - u[1] * v[0];
+  if (fabs(det) < 1e-12 * fabs(u[0] * v[1])) return;
+  const double fa = (y[0] * v[1] - y[1] * v[0]) / det, fb = (u[0] * y[1] - u[1] * y[0]) / det;
+  if (fa > 0 && fb >= 0) *a = fa, *b = fb;
+}
+
+/* Measures what the F* model needs on this machine into a profile that `ditc compile --profile
+ * FILE` reads: the compute rate of the bundle's own forward (eta_comp * P_peak) and, with a
+ * second shape of the same model, the fixed cost of a plan step (two forwards separate the
+ * two); the host-to-device rate of its weights streamed in chunks on the copy queue (eta_pref *
+ * BW_h2d); for a multi-rank bundle the collectives' rate (and with a second shape their
+ * latency); the device memory the runtime holds beyond the plan. The products are what the
+ * model uses, so the profile carries them as the peaks with efficiencies of 1. */
 static int cmd_calibrate(int argc, char **argv) {
-  const char *profile = NULL;
+  const char *profile = NULL, *second = NULL, *second_inputs = NULL;
   double chunk_mb = 16;
   int kept = 0;
   char **rest = calloc((size_t)argc + 1, sizeof *rest);
   if (!rest) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--profile-out") && i + 1 < argc) profile = argv[++i];
+    else if (!strcmp(argv[i], "--second") && i + 1 < argc) second = argv[++i];
+    else if (!strcmp(argv[i], "--second-inputs") && i + 1 < argc) second_inputs = argv[++i];
     else if (!strcmp(argv[i], "--chunk-mb")) {
       int rc = parse_num(argv[i], i + 1 < argc ? argv[i + 1] : NULL, &chunk_mb);
       if (rc) {
@@ -595,25 +666,32 @@ static int cmd_calibrate(int argc, char **argv) {
   free(rest);
   if (rc) return rc;
   if (!a.inputs || !profile) return usage_error("%s", "calibrate needs --inputs IN.safetensors and --profile-out PROFILE.json");
+  if (!second != !second_inputs) return usage_error("%s", "--second BUNDLE and --second-inputs IN.safetensors go together");
   if (!(chunk_mb * (1 << 20) >= 4096)) return usage_error("%s", "--chunk-mb: at least 4 KiB (0.004)");
   const int iters = a.steps == 50 ? 5 : (int)(a.steps < 1 ? 1 : a.steps);
+  calib_point_t pt[2];
+  int n = 0;
   dit_runtime_t *rt = NULL;
-  dit_status_t s = load(&a, &rt);
-  dit_offload_stats_t os;
-  if (!s && dit_runtime_offload_stats(rt, &os))
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: calibrate with a bundle compiled without --offload (its forward would include copies)", a.bundle);
-  const cJSON *fl = !s && dit_runtime_manifest(rt)->summary ? cJSON_GetObjectItem(dit_runtime_manifest(rt)->summary, "flops") : NULL;
-  if (!s && !(cJSON_IsNumber(fl) && fl->valuedouble > 0))
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: manifest.json: field 'summary.flops' missing: cannot rate the forward", a.bundle);
-  if (!s) s = set_inputs_from(rt, a.inputs);
-  double *t = calloc((size_t)iters, sizeof *t), gbs = 0;
-  if (!t && !s) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = dit_runtime_forward(rt); /* warm-up */
-  for (int i = 0; !s && i < iters; i++) {
-    double t0 = dit_now_s();
-    s = dit_runtime_forward(rt);
-    t[i] = dit_now_s() - t0;
+  dit_status_t s = DIT_OK;
+  if (second) { /* the second shape first: the first one's runtime stays for the copy rate */
+    run_args_t b = a;
+    b.bundle = second, b.inputs = second_inputs;
+    s = load(&b, &rt);
+    if (!s) s = calib_measure(rt, second, second_inputs, iters, &pt[1]);
+    dit_runtime_destroy(rt);
+    rt = NULL;
+    dit_fetched_destroy(g_fetched); /* the first bundle is fetched (resolved) anew */
+    g_fetched = NULL;
   }
+  if (!s) s = load(&a, &rt);
+  if (!s) s = calib_measure(rt, a.bundle, a.inputs, iters, &pt[0]);
+  if (!s) n = second ? 2 : 1;
+  if (!s && n == 2 && strcmp(pt[0].weights, pt[1].weights))
+    s = DIT_ERR(INVALID_ARGUMENT, "--second %s: weights blob %s, expected the first bundle's %s (another shape of the same model)", second,
+                pt[1].weights, pt[0].weights);
+  if (!s && n == 2 && (pt[0].colls > 0) != (pt[1].colls > 0))
+    s = DIT_ERR(INVALID_ARGUMENT, "--second %s: one bundle has collectives and the other not (expected the same topology)", second);
+  double gbs = 0;
   if (!s) s = dit_runtime_measure_h2d(rt, (uint64_t)(chunk_mb * (1 << 20)), 3, &gbs);
   /* The runtime's own device memory, for the planner's peak: measured where the backend says. */
   uint64_t beyond = 0;
@@ -621,24 +699,43 @@ static int cmd_calibrate(int argc, char **argv) {
   const int have_overhead = !s && !ms;
   dit_status_free(ms);
   if (!s) {
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    const double tflops = fl->valuedouble / t[iters / 2] / 1e12;
-    char text[768], ov[64] = "";
-    if (have_overhead) snprintf(ov, sizeof ov, "  \"overhead_mib\": %.6g,\n", (double)beyond / 1048576.0);
-    int n = snprintf(text, sizeof text,
-                     "{\n  \"name\": \"calibrated\",\n  \"p_peak_tflops\": %.6g,\n  \"bw_h2d_gbs\": %.6g,\n  \"eta_comp\": 1,\n"
-                     "  \"eta_pref\": 1,\n%s  \"measured\": {\"bundle\": \"%s\", \"forward_ms_median\": %.4f, \"forwards\": %d, "
-                     "\"chunk_mb\": %g, \"h2d_bytes\": %.0f}\n}\n",
-                     tflops, gbs, ov, dit_runtime_manifest(rt)->identity, 1e3 * t[iters / 2], iters, chunk_mb,
-                     (double)dit_runtime_manifest(rt)->weight_bytes);
+    /* compute: forward - collectives = flops / rate + steps * t_step */
+    double u[2], v[2], y[2], inv_rate, t_step, lat = 0, inv_bw = 0;
+    for (int k = 0; k < n; k++) u[k] = pt[k].flops, v[k] = pt[k].steps, y[k] = pt[k].forward_s - pt[k].coll_s;
+    fit2(u, v, y, n, &inv_rate, &t_step);
+    /* collectives: time = bytes / rate + count * latency */
+    const int colls = pt[0].colls > 0 && pt[0].coll_bytes > 0 && pt[0].coll_s > 0;
+    if (colls) {
+      for (int k = 0; k < n; k++) u[k] = pt[k].coll_bytes, v[k] = pt[k].colls, y[k] = pt[k].coll_s;
+      fit2(u, v, y, n, &inv_bw, &lat);
+    }
+    const double tflops = 1 / inv_rate / 1e12;
+    char text[1024], extra[256] = "", *e = extra;
+    if (have_overhead) e += snprintf(e, 64, "  \"overhead_mib\": %.6g,\n", (double)beyond / 1048576.0);
+    if (n == 2) e += snprintf(e, 64, "  \"step_overhead_us\": %.6g,\n", 1e6 * t_step);
+    if (colls) snprintf(e, 96, "  \"coll_latency_us\": %.6g,\n  \"coll_gbs\": %.6g,\n", 1e6 * lat, 1 / inv_bw / 1e9);
+    char shapes[200];
+    snprintf(shapes, sizeof shapes, "\"%s\", \"forward_ms_median\": %.4f, \"collectives_ms\": %.4f", pt[0].identity, 1e3 * pt[0].forward_s,
+             1e3 * pt[0].coll_s);
+    int len = snprintf(text, sizeof text,
+                       "{\n  \"name\": \"calibrated\",\n  \"p_peak_tflops\": %.6g,\n  \"bw_h2d_gbs\": %.6g,\n  \"eta_comp\": 1,\n"
+                       "  \"eta_pref\": 1,\n%s  \"measured\": {\"bundle\": %s, \"forwards\": %d, \"chunk_mb\": %g, \"h2d_bytes\": %.0f",
+                       tflops, gbs, extra, shapes, iters, chunk_mb, (double)dit_runtime_manifest(rt)->weight_bytes);
+    if (n == 2)
+      len += snprintf(text + len, sizeof text - (size_t)len, ", \"second\": \"%s\", \"second_forward_ms_median\": %.4f, \"second_collectives_ms\": %.4f",
+                      pt[1].identity, 1e3 * pt[1].forward_s, 1e3 * pt[1].coll_s);
+    len += snprintf(text + len, sizeof text - (size_t)len, "}\n}\n");
     if (!(tflops > 0) || !(gbs > 0)) s = DIT_ERR(INTERNAL, "calibration measured %g TFLOP/s and %g GB/s", tflops, gbs);
-    if (!s) s = dit_file_write_atomic(profile, text, (size_t)n);
-    char note[80] = "";
-    if (have_overhead) snprintf(note, sizeof note, ", device memory beyond the plan %.0f MiB", (double)beyond / 1048576.0);
-    if (!s) printf("compute %.4g TFLOP/s (forward %.3f ms), host-to-device %.4g GB/s in %g MiB chunks%s -> %s\n", tflops,
-                   1e3 * t[iters / 2], gbs, chunk_mb, note, profile);
+    if (!s) s = dit_file_write_atomic(profile, text, (size_t)len);
+    if (!s) {
+      printf("compute %.4g TFLOP/s (forward %.3f ms)", tflops, 1e3 * pt[0].forward_s);
+      if (n == 2) printf(" + %.3g us a step (second shape's forward %.3f ms)", 1e6 * t_step, 1e3 * pt[1].forward_s);
+      if (colls) printf(", collectives %.3g us + bytes at %.4g GB/s", 1e6 * lat, 1 / inv_bw / 1e9);
+      printf(", host-to-device %.4g GB/s in %g MiB chunks", gbs, chunk_mb);
+      if (have_overhead) printf(", device memory beyond the plan %.0f MiB", (double)beyond / 1048576.0);
+      printf(" -> %s\n", profile);
+    }
   }
-  free(t);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
 }

@@ -282,12 +282,7 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
     const uint64_t want = (uint64_t)x->resident_chunks * unit;
     /* split: the start of the first tensor not wholly inside the wanted prefix (tensor starts
      * keep their alignment in the slot), or the block's end. */
-    const uint64_t cut = x->lo + (want < range ? want : range);
-    x->split = x->hi;
-    for (size_t t = 0; t < lay->n_tensors; t++) {
-      const dit_manifest_tensor_t *w = &lay->tensors[t];
-      if (w->offset >= x->lo && w->offset < x->hi && w->offset + w->nbytes > cut && w->offset < x->split) x->split = w->offset;
-    }
+    x->split = dit_manifest_weights_split(lay, x->lo, x->hi, x->lo + (want < range ? want : range));
     const uint64_t res = x->split - x->lo, str = x->hi - x->split;
     x->streamed = (uint32_t)((str + unit - 1) / unit);
     if (res) s = alloc_up(e, res, "resident block weights", e->host + x->lo, &x->resident);

@@ -7,8 +7,9 @@ device memory polled from nvidia-smi; the planner's predictions (step time, peak
 per-block T_comp and T_pref) printed beside the measurements. Then, at the smallest frame
 count, resident fractions 0/20/40/60/100%, and at a middle one, chunk sizes 4/16/64/256 MiB.
 The crossover (the smallest frame count at which chunked runs within 3% of no offload) is
-reported measured and predicted. With --calibrate, `ditrun calibrate` runs first and its
-profile feeds every compile; otherwise --profile (a preset or file) does.
+reported measured and predicted. With --calibrate, `ditrun calibrate` runs first (the middle
+and the smallest frame count: rate, per-step cost, and the collectives of a multi-rank
+topology) and its profile feeds every compile; otherwise --profile (a preset or file) does.
 
 Writes RESULTS_DIR/offload.json, markdown tables on stdout, and PNG plots when matplotlib is
 present. Needs a CUDA GPU, numpy and safetensors; no torch.
@@ -136,11 +137,18 @@ def main():
     res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": []}
     profile = a.profile
     if a.calibrate:
-        b = s.compile(frames[len(frames) // 2], extra)
+        # The middle shape rates the forward; the smallest separates the per-step cost (and,
+        # with collectives, their latency) from the rates.
+        fm, f0 = frames[len(frames) // 2], frames[0]
+        b = s.compile(fm, extra)
         profile = os.path.join(a.out, "profile.json")
-        p = run([a.ditrun, "calibrate", b, "--inputs", s.inputs_for(frames[len(frames) // 2]), "--profile-out", profile])
+        cmd = [a.ditrun, "calibrate", b, "--inputs", s.inputs_for(fm), "--profile-out", profile, "--devices", str(a.devices)]
+        b0 = s.compile(f0, extra) if f0 != fm else None
+        if b0:
+            cmd += ["--second", b0, "--second-inputs", s.inputs_for(f0)]
+        p = run(cmd + a.run_flags.split())
         if a.clean:
-            subprocess.run(["rm", "-rf", b])
+            subprocess.run(["rm", "-rf", b] + ([b0] if b0 else []))
         print(p.stdout.strip(), flush=True)
         res["calibration"] = json.load(open(profile))
     prof = ["--profile", profile]

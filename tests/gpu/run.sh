@@ -226,11 +226,13 @@ fi
 if [ -n "${CONTENTION:-}" ] && [ "$ngpu" -ge 2 ]; then
   step "5b. contention: Ulysses-2 with NCCL_P2P_DISABLE=1 (collectives through host memory, beside the weight copies): layerwise, chunked and no offload; chunk sizes; chunked paced by the host"
   NCCL_P2P_DISABLE=1 timeout "${CONTENTION_TIMEOUT:-400}" "${sweep[@]}" --model "$W/wan13/model" --out "$W/contention" \
-    --frames "${CONTENTION_FRAMES:-17,33,49,81}" --profile "$prof" --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes layerwise,chunked,none \
+    --frames "${CONTENTION_FRAMES:-17,33,49,81}" --calibrate --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes layerwise,chunked,none \
     --no-residency --chunk-frames "${CONTENTION_CHUNK_FRAMES:-33}" ${CONTENTION_FLAGS:-} 2>&1 | tee "$OUT/bench_offload_contention.txt"
   cp "$W/contention/offload.json" "$OUT/offload_contention.json" 2>/dev/null
+  cp "$W/contention/profile.json" "$OUT/profile_contention.json" 2>/dev/null
+  cprof=$W/contention/profile.json; [ -e "$cprof" ] || cprof=$prof
   NCCL_P2P_DISABLE=1 timeout "${PACE_TIMEOUT:-120}" "${sweep[@]}" --model "$W/wan13/model" --out "$W/pace" --frames "${PACE_FRAMES:-33,81}" \
-    --profile "$prof" --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes chunked --no-residency --no-chunks ${CONTENTION_FLAGS:-} \
+    --profile "$cprof" --extra "--cp 2 --cp-mode ulysses" --devices 2 --modes chunked --no-residency --no-chunks ${CONTENTION_FLAGS:-} \
     --run-flags "--offload-pace host" 2>&1 | tee "$OUT/bench_offload_pace_host.txt"
   cp "$W/pace/offload.json" "$OUT/offload_pace_host.json" 2>/dev/null
 fi

@@ -100,6 +100,58 @@ print("calibrated: %.3g TFLOP/s, %.3g GB/s" % (p["p_peak_tflops"], p["bw_h2d_gbs
 PY
 b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --profile "$T/prof.json" | tail -n1 | cut -d' ' -f3)
 "$BIN/ditc" inspect "$b" | grep -q "calibrated" || { echo "profile not in the plan"; exit 1; }
+# A second, smaller shape of the same model separates a cost per plan step from the rate; a
+# multi-rank bundle's collectives are rated too (their latency from the second shape). The
+# planner adds both: the collectives' time to every block, chunked loads beside compute only.
+c1=(compile "$d/model" --frames 1 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q)
+python3 - "$T/in1.safetensors" <<'PY'
+import sys, numpy as np
+from safetensors.numpy import save_file
+g = np.random.default_rng(1)
+save_file({"hidden_states": g.standard_normal((2, 6, 1, 6, 4), dtype=np.float32), "timestep": np.array([500, 500]),
+           "encoder_hidden_states": g.standard_normal((2, 5, 20), dtype=np.float32)}, sys.argv[1])
+PY
+u5=$("$BIN/ditc" "${c[@]}" --cp 2 --cp-mode ulysses | tail -n1 | cut -d' ' -f3)
+u1=$("$BIN/ditc" "${c1[@]}" --cp 2 --cp-mode ulysses | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" calibrate "$u5" --inputs "$d/forward_inputs.safetensors" --second "$u1" --second-inputs "$T/in1.safetensors" \
+  --profile-out "$T/pu.json" --steps 3 2>/dev/null
+python3 - "$T/pu.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["p_peak_tflops"] > 0 and p["step_overhead_us"] >= 0 and p["coll_latency_us"] >= 0 and p["coll_gbs"] > 0, p
+assert p["measured"]["collectives_ms"] > 0 and p["measured"]["second_forward_ms_median"] > 0, p
+print("calibrated with a second shape and collectives: %.3g TFLOP/s + %.3g us a step, collectives %.3g us + bytes at %.3g GB/s"
+      % (p["p_peak_tflops"], p["step_overhead_us"], p["coll_latency_us"], p["coll_gbs"]))
+PY
+b=$("$BIN/ditc" "${c[@]}" --cp 2 --cp-mode ulysses --offload chunked --chunk-mb 0.01 --profile "$T/pu.json" | tail -n1 | cut -d' ' -f3)
+"$BIN/ditc" inspect "$b" | grep -q "collectives .* us + bytes at" || { "$BIN/ditc" inspect "$b"; echo "collectives not in the profile"; exit 1; }
+python3 - "$b/manifest.json" "$T/pu.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+p = json.load(open(sys.argv[2]))
+of = m["summary"]["offload"]
+pr = of["profile"]
+blocks = of["blocks"]
+# four all-to-alls a block (q, k, v, then the attention output) and one gather of the output
+# after the blocks: the blocks' collectives hand over most of the forward's collective bytes
+n, count, nbytes = len(blocks), m["summary"]["collectives"], m["summary"]["collective_bytes"]
+assert count == 4 * n + 1 and nbytes > 0, (count, nbytes)
+for b in blocks:
+    assert b["t_coll_ms"] == blocks[0]["t_coll_ms"], b
+    per_block = (b["t_coll_ms"] - 4 * pr["coll_latency_us"] / 1e3) * 1e-3 * pr["coll_gbs"] * 1e9
+    assert 0.5 * nbytes < n * per_block < nbytes, (per_block, nbytes)
+none = of["resident_step_ms"]
+assert abs(none - sum(b["t_comp_ms"] + b["t_coll_ms"] for b in blocks)) < 1e-9 * none, none
+print("planned collectives: %.4f ms a block" % blocks[0]["t_coll_ms"])
+PY
+# The second shape must be of the same model: one weight byte changed is another model.
+cp -r "$d/model" "$T/other"
+python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))" \
+  "$T/other/diffusion_pytorch_model.safetensors"
+other=$("$BIN/ditc" compile "$T/other" --frames 1 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+if "$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" --second "$other" --second-inputs "$T/in1.safetensors" \
+    --profile-out "$T/px.json" 2>"$T/err"; then echo "calibrated across two models"; exit 1; fi
+grep -q "expected the first bundle's .* (another shape of the same model)" "$T/err" && [ ! -e "$T/px.json" ] || { cat "$T/err"; exit 1; }
 if "$BIN/ditrun" calibrate "$b" --inputs "$d/forward_inputs.safetensors" --profile-out "$T/p2.json" 2>"$T/err"; then echo "calibrated an offload bundle"; exit 1; fi
 grep -q "compiled without --offload" "$T/err" && [ ! -e "$T/p2.json" ] || { cat "$T/err"; exit 1; }
 set +e; "$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" 2>"$T/err"; rc=$?; set -e
