@@ -348,18 +348,23 @@ static dit_status_t issue_group(dit_offload_engine_t *e) {
 /* Starts block b's prefetch. In chunked mode it is paced behind block `pace`, the one that
  * computes meanwhile (-1: none): one group per window of that block's compute, group k going
  * out once the collective before window k is done, each window taking the chunks that hide
- * behind it in order and the last one whatever is left. */
+ * behind it, in order. What the windows cannot hide (a block below F*) goes out first, at
+ * once: it would cost its time on the shared link beside the collectives or after them, and
+ * beside them it keeps the link busy while they wait on the other rank. */
 static dit_status_t start_prefetch(dit_offload_engine_t *e, int b, int pace) {
   const uint32_t streamed = e->b[b].streamed;
   e->pf = b;
   e->pace = pace;
   e->pf_group = 0;
   e->pf_groups = e->chunked && pace >= 0 ? e->b[pace].n_yields + 1 : 1;
+  uint64_t room = 0;
+  for (int g = 0; e->pf_groups > 1 && g < e->pf_groups; g++) room += e->b[pace].windows[g];
+  const uint32_t over = e->pf_groups > 1 && streamed > room ? streamed - (uint32_t)room : 0;
   e->pf_bound[0] = 0;
   for (int g = 0; g < e->pf_groups; g++) {
     const uint32_t left = streamed - e->pf_bound[g];
-    const uint32_t take = g + 1 == e->pf_groups ? left : e->b[pace].windows[g] < left ? e->b[pace].windows[g] : left;
-    e->pf_bound[g + 1] = e->pf_bound[g] + take;
+    const uint64_t fits = e->pf_groups == 1 ? left : (uint64_t)e->b[pace].windows[g] + (g == 0 ? over : 0);
+    e->pf_bound[g + 1] = e->pf_bound[g] + (g + 1 == e->pf_groups || fits > left ? left : (uint32_t)fits);
   }
   return issue_group(e);
 }
