@@ -3,7 +3,7 @@
 
 For each frame count: the same Wan checkpoint compiled with --offload none, layerwise and
 chunked (nothing resident), each timed with `ditrun bench` (median forward) and its peak
-device memory polled from nvidia-smi; the planner's predictions (step time, peak memory,
+device memory (the first GPU's: rank 0's) polled from nvidia-smi; the planner's predictions (step time, peak memory,
 per-block T_comp and T_pref) printed beside the measurements. Then, at the smallest frame
 count, resident fractions 0/20/40/60/100%, and at a middle one, chunk sizes 4/16/64/256 MiB.
 The crossover (the smallest frame count at which chunked runs within 3% of no offload) is
@@ -23,8 +23,8 @@ usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_
 
 --modes picks the contenders (the first is the one the others are compared with), --clean
 removes each bundle once measured (a 14B bundle holds 28 GiB of weights), --store compiles
-through a store, so that every bundle of the sweep links the one weights blob instead of
-writing it again. offload.json is rewritten after every point, so a run cut short keeps what
+through a store (bundles in STORE/bundles, so their blobs are linked into it, not copied),
+and every bundle of the sweep links the one weights blob instead of writing it again. offload.json is rewritten after every point, so a run cut short keeps what
 it measured; bench/offload/plot.py draws it (here when matplotlib is present, or anywhere later).
 """
 import argparse
@@ -69,7 +69,7 @@ class Sweep:
     def compile(self, frames, extra):
         cmd = [self.a.ditc, "compile", self.a.model, "--frames", str(frames), "--height", str(self.a.height), "--width",
                str(self.a.width), "--text-len", str(self.a.text_len), "--dtype", "bf16", "--target", self.a.target,
-               "-o", os.path.join(self.a.out, "bundles"), "-q"] + (["--store", self.a.store] if self.a.store else []) + extra
+               "-q"] + (["--store", self.a.store] if self.a.store else ["-o", os.path.join(self.a.out, "bundles")]) + extra
         return run(cmd).stdout.strip().splitlines()[-1].split()[2]
 
     def point(self, frames, extra):
@@ -81,8 +81,9 @@ class Sweep:
         return r
 
     def measure(self, bundle, frames):
-        base = used_mib()
-        poll = MemPoll()
+        # Rank 0's GPU (the first): the planner's peaks are per rank.
+        base = used_mib(0)
+        poll = MemPoll(0)
         poll.start()
         p = run([self.a.ditrun, "bench", bundle, "--inputs", self.inputs_for(frames), "--steps", str(self.a.iters),
                  "--warmup", str(self.a.warmup), "--no-split", "--devices", str(self.a.devices)] + self.a.run_flags.split())
