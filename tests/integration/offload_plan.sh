@@ -61,3 +61,24 @@ PY
 printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 0.5, "eta_pref": 0.5, "overhead_mib": -1}\n' > "$T/bad.json"
 MSG="field 'overhead_mib': expected a number >= 0" fail --offload chunked --profile "$T/bad.json"
 echo "profile overhead: counted in the predicted peaks"
+# A calibrated cost per plan step lengthens every block's T_comp by its steps' share (and the
+# no-offload prediction by all of them); collectives are modeled only where the profile rates
+# them (coll_gbs); both change the identity; bad values are refused naming the field.
+printf '{"name": "steps", "p_peak_tflops": 0.001, "bw_h2d_gbs": 0.01, "eta_comp": 0.5, "eta_pref": 0.5, "step_overhead_us": 250}\n' > "$T/st.json"
+as=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --profile "$T/st.json" | cut -d' ' -f2)
+[ "$as" != "$a" ] || { echo "the step overhead must change the identity"; exit 1; }
+python3 - "$T/b/$a/manifest.json" "$T/b/$as/manifest.json" <<'PY'
+import json, sys
+ma, ms = (json.load(open(p)) for p in sys.argv[1:3])
+a, s = ma["summary"]["offload"], ms["summary"]["offload"]
+assert s["profile"]["step_overhead_us"] == 250 and a["profile"]["step_overhead_us"] == 0
+# T_comp grows by the block's plan steps x 0.25 ms: a whole number of steps, the same for
+# every block of this model
+d = [bs["t_comp_ms"] - ba["t_comp_ms"] for ba, bs in zip(a["blocks"], s["blocks"])]
+k = d[0] / 0.25
+assert k >= 10 and abs(k - round(k)) < 1e-6 and all(abs(x - d[0]) < 1e-9 for x in d), d
+assert all("t_coll_ms" not in b for b in s["blocks"])  # no collectives in a one-rank plan
+print("step overhead: %d steps a block, +%.2f ms each" % (round(k), d[0]))
+PY
+printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 0.5, "eta_pref": 0.5, "coll_gbs": "fast"}\n' > "$T/bad.json"
+MSG="field 'coll_gbs': expected a number >= 0" fail --offload chunked --profile "$T/bad.json"
