@@ -131,16 +131,20 @@ done
 # Ulysses-2 with chunks paced into the windows between collectives (a profile slow enough that
 # windows hold chunks), one process per GPU, collectives overlapped, paced by streams and by
 # the host: bit-identical to the resident bundle.
+# With "tight" the windows hold fewer chunks than a block: the rest goes out at the block's start.
 echo '{"name": "slow", "p_peak_tflops": 3e-7, "bw_h2d_gbs": 1e-4, "eta_comp": 1, "eta_pref": 1}' >"$W/slow.json"
+echo '{"name": "tight", "p_peak_tflops": 1e-6, "bw_h2d_gbs": 1e-4, "eta_comp": 1, "eta_pref": 1}' >"$W/tight.json"
 cu=("${c[@]}" --cp 2 --cp-mode ulysses)
 nu=$("$BIN/ditc" "${cu[@]}" | tail -n1 | cut -d' ' -f3)
 check "$BIN/ditrun" forward "$nu" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/u_none.safetensors"
-bu=$("$BIN/ditc" "${cu[@]}" --offload chunked --chunk-mb 0.01 --profile "$W/slow.json" | tail -n1 | cut -d' ' -f3)
-"$BIN/ditc" inspect "$bu" | tail -n 3
-for pace in stream host; do
-  rm -f "$W/u_off.safetensors"
-  check "$BIN/ditrun" forward "$bu" --devices "$ngpu" --offload-pace $pace --inputs "$d/forward_inputs.safetensors" --out "$W/u_off.safetensors"
-  check cmp "$W/u_none.safetensors" "$W/u_off.safetensors"
+for pf in slow tight; do
+  bu=$("$BIN/ditc" "${cu[@]}" --offload chunked --chunk-mb 0.01 --profile "$W/$pf.json" | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditc" inspect "$bu" | tail -n 3
+  for pace in stream host; do
+    rm -f "$W/u_off.safetensors"
+    check "$BIN/ditrun" forward "$bu" --devices "$ngpu" --offload-pace $pace --inputs "$d/forward_inputs.safetensors" --out "$W/u_off.safetensors"
+    check cmp "$W/u_none.safetensors" "$W/u_off.safetensors"
+  done
 done
 fi
 if [ -z "${SKIP_CHECKS:-}" ]; then
