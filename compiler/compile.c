@@ -583,12 +583,14 @@ static uint64_t resident_whole_tensors(void *layout, uint64_t offset, uint64_t b
   return dit_manifest_weights_split(layout, offset, offset + bytes, offset + want) - offset;
 }
 
+enum { ALL_BLOCKS = INT_MIN }; /* block_work over the whole forward */
+
 /* Block i's plan steps and collectives (how many, and the bytes each rank hands them). */
 static void block_work(const dit_graph_t *g, const dit_plan_t *plan, int block, dit_offload_block_t *b) {
-  for (size_t k = 0; k < plan->n_steps; k++) b->steps += plan->steps[k].block == block;
+  for (size_t k = 0; k < plan->n_steps; k++) b->steps += block == ALL_BLOCKS || plan->steps[k].block == block;
   for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
     const dit_op_t *op = dit_graph_cop_at(g, k);
-    if (op->block != block || !dit_op_is_collective(op->kind)) continue;
+    if ((block != ALL_BLOCKS && op->block != block) || !dit_op_is_collective(op->kind)) continue;
     b->coll_count += 1;
     b->coll_bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->in[0]));
   }
@@ -887,8 +889,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     {
       /* What ditrun calibrate rates the collectives by. */
       dit_offload_block_t all = {0};
-      block_work(rb[0].g, rb[0].plan, -1, &all);
-      for (int i = 0; i < n_blocks; i++) block_work(rb[0].g, rb[0].plan, i, &all);
+      block_work(rb[0].g, rb[0].plan, ALL_BLOCKS, &all);
       cJSON_AddNumberToObject(sum, "collectives", all.coll_count);
       cJSON_AddNumberToObject(sum, "collective_bytes", all.coll_bytes);
     }
