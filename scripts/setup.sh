@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build and tests need, when they are missing.
+# Installs the Debian packages the build and tests need, when they are missing. Tests may use
+# nothing else: scripts/check_test_deps.py (run by the suite) refuses a Python import that is
+# neither in the standard library nor on the next line.
+# python-modules:
 set -euo pipefail
-pkgs=(build-essential cmake clang libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
+pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
       libcurl4-openssl-dev libssl-dev nginx)
 missing=()
 for p in "${pkgs[@]}"; do
