@@ -16,6 +16,7 @@
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
 #include "artifacts/store.h"
+#include "base/json.h"
 #include "base/strbuf.h"
 #include "compiler/compile_store.h"
 #include "compiler/codegen_cuda.h"
@@ -245,18 +246,24 @@ static dit_status_t weights_blob(dit_bundle_writer_t *w, dit_store_t *store, con
   if (!s && store) {
     char *text = NULL, *dst = NULL;
     dit_status_t ms = dit_store_memo_read(store, key, &text, NULL); /* NOT_FOUND: not written before */
-    cJSON *rec = ms ? NULL : cJSON_Parse(text);
+    dit_json_doc_t *rec = NULL;
+    dit_json_t r;
+    const char *hb = NULL;
+    uint64_t sz = 0;
+    if (!ms) ms = dit_json_parse(text, strlen(text), "weights memo record", &rec);
+    if (!ms) ms = dit_json_root(rec, &r);
+    if (!ms) ms = dit_json_str(&r, "blob", 32, false, &hb);
+    if (!ms) ms = dit_json_u64(&r, "size", &sz);
+    const int found = !ms && dit_is_hash_hex(hb) && sz == size; /* anything else: written again */
     dit_status_free(ms);
-    const cJSON *hb = cJSON_GetObjectItemCaseSensitive(rec, "blob"), *sz = cJSON_GetObjectItemCaseSensitive(rec, "size");
-    if (cJSON_IsString(hb) && cJSON_IsNumber(sz) && sz->valuedouble == (double)size &&
-        !dit_bundle_writer_blob_dest(w, hb->valuestring, &dst)) {
-      dit_status_t ps = dit_store_blob_place(store, hb->valuestring, size, dst);
+    if (found && !dit_bundle_writer_blob_dest(w, hb, &dst)) {
+      dit_status_t ps = dit_store_blob_place(store, hb, size, dst);
       reused = !ps;
-      if (reused) snprintf(layout->blob, sizeof layout->blob, "%s", hb->valuestring);
+      if (reused) snprintf(layout->blob, sizeof layout->blob, "%s", hb);
       dit_status_free(ps); /* a blob gone from the store is written again */
     }
     free(dst);
-    cJSON_Delete(rec);
+    dit_json_doc_free(rec);
     free(text);
   }
   if (!s && !reused) s = write_weights(w, m, g, p, layout, values);
