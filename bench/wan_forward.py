@@ -4,10 +4,15 @@ diffusers under torch.compile, on the same config, shape, weights and inputs.
 
 Prints the median of device-synchronized runs after warm-up, the ratios, each contender's peak
 device memory, ditrun's time split, and parity of ditrun's output against diffusers' (cosine,
-relative L2). Needs torch with CUDA and the pinned diffusers source on PYTHONPATH.
+relative L2). In the same process it measures the ceilings it judges ditrun by (bench/ceilings.py:
+bf16 GEMM at a large square and at the plan's shapes, device copy bandwidth, torch SDPA's cuDNN
+attention at the plan's shapes) and prints and saves ditrun's ratio to each. Needs torch with
+CUDA and the pinned diffusers source on PYTHONPATH; --dry-run checks the arithmetic on a
+synthetic plan with made-up times, without torch or a GPU (nothing it writes is a measurement).
 
 usage: bench/wan_forward.py --model DIR --bundle BUNDLE --ditrun BIN --out RESULTS_DIR
            --frames 81 --height 480 --width 832 [--text-len 512] [--iters 5] [--no-compile]
+       bench/wan_forward.py --dry-run --out DIR
 """
 import argparse
 import json
@@ -17,15 +22,8 @@ import subprocess
 import sys
 import time
 
-import torch
-from safetensors.torch import load_file, save_file
-
-from gpumem import MemPoll, used_mib
-
-
-# Ceilings measured on the H200 (shared baselines): bf16 GEMMs through cuBLAS, attention through
-# torch SDPA's cuDNN backend at this shape (1x12x32760x128).
-CEILING_TFLOPS = {"gemm": 740.0, "attention": 632.0}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ceilings  # noqa: E402
 
 
 def plan_flops(plan):
@@ -44,7 +42,65 @@ def plan_flops(plan):
     return fl
 
 
-def timed(fn, iters, warmup=2):
+def synthetic_plan(tokens=1024, text=64, dim=256, ffn=1024, heads=4, blocks=2):
+    """A Wan-like plan (bf16 values) for the dry run: per block self- and cross-attention, FFN
+    and a few row-wise ops."""
+    values, steps = [], []
+
+    def val(shape, dtype="bf16"):
+        values.append({"dtype": dtype, "shape": shape})
+        return len(values) - 1
+
+    x, ctx = val([1, tokens, dim]), val([1, text, dim])
+    for _ in range(blocks):
+        n = val([1, tokens, dim])
+        steps.append({"op": "layernorm", "in": [x], "out": [n]})
+        q, k, v = (val([1, tokens, dim]) for _ in range(3))
+        for o in (q, k, v):
+            steps.append({"op": "linear", "in": [n, val([dim, dim]), val([dim])], "out": [o]})
+        a = val([1, tokens, dim])
+        steps.append({"op": "attention", "in": [q, k, v], "out": [a]})
+        kc, vc = val([1, text, dim]), val([1, text, dim])
+        for o in (kc, vc):
+            steps.append({"op": "linear", "in": [ctx, val([dim, dim])], "out": [o]})
+        a2 = val([1, tokens, dim])
+        steps.append({"op": "attention", "in": [a, kc, vc], "out": [a2]})
+        h = val([1, tokens, ffn])
+        steps.append({"op": "linear", "in": [a2, val([ffn, dim])], "out": [h]})
+        y = val([1, tokens, dim])
+        steps.append({"op": "linear", "in": [h, val([dim, ffn])], "out": [y]})
+        x2 = val([1, tokens, dim])
+        steps.append({"op": "gated_add", "in": [x, y], "out": [x2]})
+        x = x2
+    return {"values": values, "steps": steps}, heads
+
+
+def dry_run(a):
+    """The ceiling arithmetic end to end on a synthetic plan, made-up ceilings and times."""
+    plan, heads = synthetic_plan()
+    c = {"device": "dry run (no measurement)", "gemm_square": {"m": 8192, "n": 8192, "k": 8192, "ms": 1.5,
+                                                               "tflops": ceilings.gemm_flops(8192, 8192, 8192) / 1.5e-3 / 1e12}}
+    gl = ceilings.plan_gemms(plan)
+    c["gemm_model_shapes"] = {"shapes": [{"m": m, "n": n, "k": k, "count": cnt, "ms": 0.01} for (m, n, k), cnt in gl.items()],
+                              "ms": sum(0.01 * cnt for cnt in gl.values()), "tflops": 1.0}
+    al = ceilings.plan_attentions(plan, heads)
+    assert sorted(k[3] for k in al) == [64, 1024], al
+    c["attention_cudnn"] = {"shapes": [], "ms": sum(0.02 * cnt for cnt in al.values()), "tflops": 1.0}
+    c["copy_d2d"] = {"bytes": 1 << 30, "ms": 0.5, "gbs": 2 * (1 << 30) / 0.5e-3 / 1e9}
+    split = {"gemm": 0.2, "attention": 0.1, "other": 0.05}
+    fl = plan_flops(plan)
+    assert abs(fl["gemm"] - sum(ceilings.gemm_flops(*k) * n for k, n in gl.items())) < 1
+    assert abs(fl["attention"] - sum(ceilings.attention_flops(*k) * n for k, n in al.items())) < 1
+    vs = ceilings.versus(split, plan, heads, c)
+    res = {"dry_run": True, "split_ms": split, "ceilings": c, "vs_ceiling": vs}
+    for line in ceilings.lines(split, c, vs):
+        print(line)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "forward_results.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+
+
+def timed(torch, fn, iters, warmup=2):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -60,19 +116,29 @@ def timed(fn, iters, warmup=2):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--bundle", required=True)
-    ap.add_argument("--ditrun", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--bundle")
+    ap.add_argument("--ditrun")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--frames", type=int, required=True)
-    ap.add_argument("--height", type=int, required=True)
-    ap.add_argument("--width", type=int, required=True)
+    ap.add_argument("--frames", type=int)
+    ap.add_argument("--height", type=int)
+    ap.add_argument("--width", type=int)
     ap.add_argument("--text-len", type=int, default=512)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="check the arithmetic without torch or a GPU")
     a = ap.parse_args()
+    if a.dry_run:
+        return dry_run(a)
+    for k in ("model", "bundle", "ditrun", "frames", "height", "width"):
+        if getattr(a, k) is None:
+            ap.error(f"--{k} is required")
     os.makedirs(a.out, exist_ok=True)
+    import torch
     from diffusers import WanTransformer3DModel
+    from safetensors.torch import load_file, save_file
+
+    from gpumem import MemPoll, used_mib
 
     dev = torch.device("cuda")
     model = WanTransformer3DModel.from_pretrained(a.model, torch_dtype=torch.bfloat16).to(dev).eval()
@@ -85,14 +151,17 @@ def main():
     inputs = os.path.join(a.out, "inputs.safetensors")
     save_file({"hidden_states": x, "timestep": t, "encoder_hidden_states": e}, inputs)
     xd, td, ed = x.to(dev, torch.bfloat16), t.to(dev), e.to(dev, torch.bfloat16)
-    results = {"shape": [1, cfg.in_channels, f, h, w], "text_len": a.text_len}
+    results = {"shape": [1, cfg.in_channels, f, h, w], "text_len": a.text_len, "run": ceilings.run_info(),
+               "device": torch.cuda.get_device_name(0),
+               "peak_method": {"diffusers": "torch.cuda.max_memory_allocated (tensors only)",
+                               "ditrun": "nvidia-smi used MiB over the baseline (whole process, context included)"}}
 
     with torch.no_grad():
         def eager():
             return model(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False)[0]
         torch.cuda.reset_peak_memory_stats()
         ref = eager().float()
-        results["eager_ms"] = 1e3 * timed(eager, a.iters)
+        results["eager_ms"] = 1e3 * timed(torch, eager, a.iters)
         results["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         save_file({"sample": ref.cpu().contiguous()}, os.path.join(a.out, "diffusers_output.safetensors"))
         print(f"diffusers eager: {results['eager_ms']:.1f} ms, peak {results['eager_peak_gib']:.2f} GiB", flush=True)
@@ -104,7 +173,7 @@ def main():
             results["compile_s"] = time.perf_counter() - t0
             torch.cuda.reset_peak_memory_stats()
             results["compiled_ms"] = 1e3 * timed(
-                lambda: cmodel(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False), a.iters)
+                torch, lambda: cmodel(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False), a.iters)
             results["compiled_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             print(f"torch.compile: {results['compiled_ms']:.1f} ms (compile {results['compile_s']:.0f} s)", flush=True)
     del model, xd, ed
@@ -172,12 +241,14 @@ def main():
             bb = torch.randn(n, device=dev, dtype=torch.bfloat16) if bias else None
             fn = (lambda: torch.nn.functional.gelu(torch.nn.functional.linear(xx, ww, bb), approximate="tanh")) if act else \
                  (lambda: torch.nn.functional.linear(xx, ww, bb))
-            t = timed(fn, 10)
+            t = timed(torch, fn, 10)
             ref_ms += 1e3 * t * count
             print(f"cuBLAS (torch) {m}x{n}x{k}{' +bias' if bias else ''}{' +gelu' if act else ''}: {1e3 * t:.3f} ms x {count}", flush=True)
     results["cublas_gemm_ms"] = ref_ms
     results["ditrun_gemm_ms"] = results.get("split_ms", {}).get("gemm")
 
+    print("\npeak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process): "
+          "not the same measure")
     print("\n| contender | forward ms | vs ditrun | peak GiB |\n| --- | --- | --- | --- |")
     print(f"| ditrun | {results['ditrun_ms']:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |")
     if "ditrun_graph_ms" in results:
@@ -192,14 +263,13 @@ def main():
     if results.get("ditrun_gemm_ms"):
         print(f"GEMMs: ditrun {results['ditrun_gemm_ms']:.1f} ms vs cuBLAS through torch {ref_ms:.1f} ms on the same shapes "
               f"(ratio {results['ditrun_gemm_ms'] / ref_ms:.3f})")
-    fl = plan_flops(plan)
+    # The ceilings, measured here, now, on this device: never constants from another run.
+    heads = cfg.num_attention_heads
     split = results.get("split_ms") or {}
-    for cls in ("gemm", "attention"):
-        if split.get(cls):
-            tf = fl[cls] / (split[cls] * 1e-3) / 1e12
-            results[f"{cls}_tflops"] = tf
-            print(f"{cls}: {fl[cls] / 1e12:.1f} TFLOP in {split[cls]:.1f} ms = {tf:.0f} TFLOP/s, "
-                  f"{100 * tf / CEILING_TFLOPS[cls]:.0f}% of the measured ceiling ({CEILING_TFLOPS[cls]:.0f})")
+    results["ceilings"] = ceilings.measure(torch, plan, heads)
+    results["vs_ceiling"] = ceilings.versus(split, plan, heads, results["ceilings"])
+    for line in ceilings.lines(split, results["ceilings"], results["vs_ceiling"]):
+        print(line)
     if split:
         total = sum(split.values())
         print(f"other (neither GEMM nor attention): {split.get('other', 0):.1f} ms = {100 * split.get('other', 0) / total:.1f}% "

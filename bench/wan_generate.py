@@ -17,6 +17,9 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ceilings import run_info  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -81,7 +84,7 @@ def main():
     ours = load_file(out)["latents"].float()
     cos = torch.nn.functional.cosine_similarity(ours.flatten(), ref.flatten(), dim=0).item()
     rel = ((ours - ref).norm() / ref.norm()).item()
-    res = {"steps": a.steps, "diffusers_loop_s": ref_s, "ditrun_loop_s": loop_s, "ditrun_process_s": ours_s,
+    res = {"run": run_info(), "device": torch.cuda.get_device_name(0), "steps": a.steps, "diffusers_loop_s": ref_s, "ditrun_loop_s": loop_s, "ditrun_process_s": ours_s,
            "cosine": cos, "rel_l2": rel}
     print(f"\n{a.steps}-step generate with CFG: diffusers loop {ref_s:.2f} s, ditrun loop {loop_s:.2f} s "
           f"(process {ours_s:.2f} s with load), ratio {ref_s / loop_s:.2f}x; final latents cosine {cos:.6f}, "

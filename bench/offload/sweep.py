@@ -38,6 +38,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ceilings import run_info  # noqa: E402
 from gpumem import MemPoll, used_mib  # noqa: E402
 
 
@@ -135,7 +136,8 @@ def main():
     frames = [int(f) for f in a.frames.split(",")]
     extra = a.extra.split()
     modes = a.modes.split(",")
-    res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": []}
+    res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": [],
+           "run": run_info()}
     profile = a.profile
     if a.calibrate:
         # The middle shape rates the forward; the smallest separates the per-step cost (and,
@@ -152,6 +154,14 @@ def main():
             subprocess.run(["rm", "-rf", b] + ([b0] if b0 else []))
         print(p.stdout.strip(), flush=True)
         res["calibration"] = json.load(open(profile))
+        pin = re.search(r"([0-9.]+) MiB of weights page-locked in ([0-9.]+)s", p.stderr)
+        if pin:
+            res["pin"] = {"mib": float(pin.group(1)), "s": float(pin.group(2)), "how": os.environ.get("DIT_CUDA_PIN", "copy")}
+    elif os.path.exists(profile):
+        # The report checks predictions against the profile that made them: keep it with them.
+        res["calibration"] = json.load(open(profile))
+    else:
+        res["profile_preset"] = profile
     prof = ["--profile", profile]
     out_json = os.path.join(a.out, "offload.json")
 

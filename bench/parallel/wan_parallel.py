@@ -25,6 +25,9 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ceilings import run_info  # noqa: E402
+
 DEFAULT_TOPOLOGIES = ["--cp 2 --cp-mode ulysses", "--cp 2 --cp-mode ring", "--tp 2", "--cfg-parallel"]
 STEP = re.compile(r"ditrun: step (\d+)/(\d+)\s+t=\S+\s+([0-9.]+)s")
 
@@ -197,7 +200,7 @@ def main():
     for r in rows:
         print(f"  {r['topology']}: {r.get('split_ms')}")
     with open(os.path.join(a.out, "parallel.json"), "w") as fh:
-        json.dump({"one_gpu_step_ms": t1 * 1e3, "one_gpu_split_ms": split1, "rows": rows}, fh, indent=1)
+        json.dump({"run": run_info(), "one_gpu_step_ms": t1 * 1e3, "one_gpu_split_ms": split1, "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,181 @@
+"""The ceilings a benchmark compares itself with, measured in its own process and run: bf16 GEMM
+through torch.matmul (a large square and every GEMM shape of the plan), device-to-device copy
+bandwidth, and attention through torch SDPA's cuDNN backend at the plan's attention shapes.
+
+The arithmetic (FLOPs and bytes from a plan, ratios, the printed lines) is plain Python so that
+a dry run checks it without torch or a GPU; only measure() needs torch with CUDA.
+"""
+
+import datetime
+import os
+import subprocess
+
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4}
+SQUARE = 8192
+
+
+def gemm_flops(m, n, k):
+    return 2.0 * m * n * k
+
+
+def attention_flops(b, heads, sq, sk, d):
+    """QK^T and PV: two products of 2*Sq*Sk*d FLOPs per head."""
+    return 4.0 * b * heads * sq * sk * d
+
+
+def _rows(shape):
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    return m
+
+
+def plan_gemms(plan):
+    """{(m, n, k): count} over the plan's linear steps (x [.., k], w [n, k])."""
+    out = {}
+    for st in plan["steps"]:
+        if st["op"] == "linear":
+            x, w = plan["values"][st["in"][0]]["shape"], plan["values"][st["in"][1]]["shape"]
+            key = (_rows(x), w[0], x[-1])
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def plan_attentions(plan, heads):
+    """{(b, heads, sq, sk, d): count} over the plan's attention steps (q [B, Sq, C], k [B, Sk, C])."""
+    out = {}
+    for st in plan["steps"]:
+        if st["op"] == "attention":
+            q, k = plan["values"][st["in"][0]]["shape"], plan["values"][st["in"][1]]["shape"]
+            key = (q[0], heads, q[1], k[1], q[2] // heads)
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def plan_other_bytes(plan):
+    """Bytes read and written by the steps that are neither GEMMs nor attention (norms, RoPE,
+    modulation, residuals: bandwidth-bound ops, judged against the copy bandwidth)."""
+    total = 0
+    for st in plan["steps"]:
+        if st["op"] in ("linear", "attention"):
+            continue
+        for i in list(st["in"]) + list(st["out"]):
+            v = plan["values"][i]
+            n = DTYPE_BYTES.get(v["dtype"], 4)
+            for d in v["shape"]:
+                n *= d
+            total += n
+    return total
+
+
+def _timed_ms(torch, fn, iters, warmup=3):
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        ts.append(start.elapsed_time(end))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
+    """Every ceiling on the current CUDA device, in this process."""
+    dev, bf = torch.device("cuda"), torch.bfloat16
+    c = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "iters": iters}
+    with torch.no_grad():
+        a = torch.randn(SQUARE, SQUARE, device=dev, dtype=bf)
+        b = torch.randn(SQUARE, SQUARE, device=dev, dtype=bf)
+        ms = _timed_ms(torch, lambda: torch.matmul(a, b), iters)
+        c["gemm_square"] = {"m": SQUARE, "n": SQUARE, "k": SQUARE, "ms": ms,
+                            "tflops": gemm_flops(SQUARE, SQUARE, SQUARE) / (ms * 1e-3) / 1e12}
+        del a, b
+        shapes, total_ms, total_fl = [], 0.0, 0.0
+        for (m, n, k), count in sorted(plan_gemms(plan).items()):
+            x = torch.randn(m, k, device=dev, dtype=bf)
+            w = torch.randn(k, n, device=dev, dtype=bf)
+            ms = _timed_ms(torch, lambda: torch.matmul(x, w), iters)
+            fl = gemm_flops(m, n, k)
+            shapes.append({"m": m, "n": n, "k": k, "count": count, "ms": ms, "tflops": fl / (ms * 1e-3) / 1e12})
+            total_ms += ms * count
+            total_fl += fl * count
+        c["gemm_model_shapes"] = {"shapes": shapes, "ms": total_ms,
+                                  "tflops": total_fl / (total_ms * 1e-3) / 1e12 if total_ms else None}
+        src = torch.empty(copy_bytes, device=dev, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        ms = _timed_ms(torch, lambda: dst.copy_(src), iters)
+        c["copy_d2d"] = {"bytes": copy_bytes, "ms": ms, "gbs": 2 * copy_bytes / (ms * 1e-3) / 1e9,
+                         "counts": "bytes read plus bytes written"}
+        del src, dst
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        shapes, total_ms, total_fl = [], 0.0, 0.0
+        for (bb, h, sq, sk, d), count in sorted(plan_attentions(plan, heads).items()):
+            q = torch.randn(bb, h, sq, d, device=dev, dtype=bf)
+            k = torch.randn(bb, h, sk, d, device=dev, dtype=bf)
+            v = torch.randn(bb, h, sk, d, device=dev, dtype=bf)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                ms = _timed_ms(torch, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), iters)
+            fl = attention_flops(bb, h, sq, sk, d)
+            shapes.append({"b": bb, "heads": h, "sq": sq, "sk": sk, "d": d, "count": count, "ms": ms,
+                           "tflops": fl / (ms * 1e-3) / 1e12})
+            total_ms += ms * count
+            total_fl += fl * count
+        c["attention_cudnn"] = {"shapes": shapes, "ms": total_ms,
+                                "tflops": total_fl / (total_ms * 1e-3) / 1e12 if total_ms else None}
+    return c
+
+
+def versus(split_ms, plan, heads, c):
+    """Ours against the ceilings: for GEMMs and attention the ceiling's time at the plan's shapes
+    over ours (1.0 = as fast as the ceiling), for the other ops their achieved bandwidth over the
+    copy bandwidth."""
+    out = {}
+    if split_ms.get("gemm") and c.get("gemm_model_shapes", {}).get("ms"):
+        out["gemm"] = c["gemm_model_shapes"]["ms"] / split_ms["gemm"]
+        fl = sum(gemm_flops(*k) * n for k, n in plan_gemms(plan).items())
+        out["gemm_tflops"] = fl / (split_ms["gemm"] * 1e-3) / 1e12
+        out["gemm_vs_square"] = out["gemm_tflops"] / c["gemm_square"]["tflops"]
+    if split_ms.get("attention") and c.get("attention_cudnn", {}).get("ms"):
+        out["attention"] = c["attention_cudnn"]["ms"] / split_ms["attention"]
+        fl = sum(attention_flops(*k) * n for k, n in plan_attentions(plan, heads).items())
+        out["attention_tflops"] = fl / (split_ms["attention"] * 1e-3) / 1e12
+    if split_ms.get("other") and c.get("copy_d2d", {}).get("gbs"):
+        gbs = plan_other_bytes(plan) / (split_ms["other"] * 1e-3) / 1e9
+        out["other_gbs"] = gbs
+        out["other_bandwidth"] = gbs / c["copy_d2d"]["gbs"]
+    return out
+
+
+def lines(split_ms, c, vs):
+    """The printed comparison, every ceiling from this run."""
+    L = []
+    if "gemm" in vs:
+        g, s = c["gemm_model_shapes"], c["gemm_square"]
+        L.append(f"GEMMs: ours {split_ms['gemm']:.1f} ms, torch.matmul at the same shapes {g['ms']:.1f} ms: "
+                 f"{100 * vs['gemm']:.0f}% of the bf16 GEMM ceiling measured in this run "
+                 f"({vs['gemm_tflops']:.0f} TFLOP/s; {s['m']}^3 square {s['tflops']:.0f} TFLOP/s, "
+                 f"model shapes {g['tflops']:.0f} TFLOP/s)")
+    if "attention" in vs:
+        a = c["attention_cudnn"]
+        L.append(f"attention: ours {split_ms['attention']:.1f} ms, torch SDPA cuDNN at the same shapes {a['ms']:.1f} ms: "
+                 f"{100 * vs['attention']:.0f}% of the attention ceiling measured in this run "
+                 f"({vs['attention_tflops']:.0f} against {a['tflops']:.0f} TFLOP/s)")
+    if "other_bandwidth" in vs:
+        L.append(f"other ops: {split_ms['other']:.1f} ms at {vs['other_gbs']:.0f} GB/s, {100 * vs['other_bandwidth']:.0f}% "
+                 f"of the device copy bandwidth measured in this run ({c['copy_d2d']['gbs']:.0f} GB/s, read + write)")
+    return L
+
+
+def run_info():
+    """When and from which commit a benchmark ran, saved in its JSON so the report can name the run."""
+    info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": None}
+    try:
+        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+    except OSError:
+        pass
+    return info

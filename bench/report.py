@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""README.md's figures, rendered from the committed results under bench/results/.
+
+Every measured figure of README.md lives between markers
+
+    <!-- report:NAME -->
+    ...generated text...
+    <!-- /report:NAME -->
+
+whose content this script computes from results files (each passage names the files it reads;
+nothing in it is typed by hand). Outside the markers, README.md may hold no measured figure
+(a number with ms, s, GiB, MiB, GB/s, TFLOP/s, % or x after it): --check says where one is.
+
+usage: bench/report.py [--check | --write] [--readme README.md] [--results bench/results]
+                       [--tests tests]
+
+--check (the default) exits 1 and prints a unified diff when README.md differs from what the
+results give; --write rewrites README.md's passages in place. Python's standard library only:
+CI runs it where nothing else is installed.
+"""
+import argparse
+import difflib
+import json
+import os
+import re
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = re.compile(r"<!-- report:([a-z0-9_-]+) -->\n(.*?)<!-- /report:\1 -->\n", re.S)
+
+
+class ReportError(Exception):
+    pass
+
+
+class Results:
+    """The results directory; every read is recorded so a passage can name its sources."""
+
+    def __init__(self, results, tests):
+        self.dir, self.tests = results, tests
+
+    def json(self, rel):
+        path = os.path.join(self.dir, rel)
+        try:
+            with open(path) as fh:
+                return json.load(fh)
+        except (OSError, ValueError) as e:
+            raise ReportError(f"{path}: {e}")
+
+    def text(self, path):
+        try:
+            with open(path) as fh:
+                return fh.read()
+        except OSError as e:
+            raise ReportError(f"{path}: {e}")
+
+
+def need(d, key, where):
+    if not isinstance(d, dict) or key not in d or d[key] is None:
+        raise ReportError(f"{where}: field '{key}' missing")
+    return d[key]
+
+
+def src(rel, d=None):
+    """A results file's name and, where the file records it, its run's date and commit."""
+    run = (d or {}).get("run") or {}
+    when = f", run of {run['date_utc'][:10]}" if run.get("date_utc") else ""
+    return f"`bench/results/{rel}`{when}" + (f" at {run['commit']}" if when and run.get("commit") else "")
+
+
+def pct(x, digits=1):
+    """A relative difference as a signed percentage."""
+    return f"{x * 100:+.{digits}f}%"
+
+
+def gib(mib):
+    # nvidia-smi and the sweep report MiB (2^20 bytes); a GiB is 1024 of them.
+    return f"{mib / 1024:.2f} GiB"
+
+
+def wrap(par, width=96):
+    """README paragraphs and list items wrap at the README's width; tables stay one row a line."""
+    if not par or par.startswith("|"):
+        return par
+    ind = "  " if par.startswith("- ") else ""
+    return textwrap.fill(par, width, subsequent_indent=ind, break_long_words=False, break_on_hyphens=False)
+
+
+def sci(x):
+    m, e = f"{x:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def sig3(v):
+    """The planner rounds every profile rate to three significant digits (passes/offload.c)."""
+    return float(f"{v:.3g}") if v and v > 0 else (v or 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Offload sweeps (bench/offload/sweep.py)
+
+
+class Sweep:
+    def __init__(self, res, rel, profile_rel=None):
+        self.rel = rel
+        self.d = res.json(rel)
+        self.points = need(self.d, "points", rel)
+        self.profile_rel = profile_rel
+        self.profile = res.json(profile_rel) if profile_rel else self.d.get("calibration")
+        if self.profile is None:
+            raise ReportError(f"{rel}: no 'calibration' recorded and no profile file named for it")
+        self.check_profile()
+
+    def point(self, frames, mode):
+        for p in self.points:
+            if p["frames"] == frames and p["mode"] == mode:
+                return p
+        raise ReportError(f"{self.rel}: no point at {frames} frames, mode {mode}")
+
+    def has(self, frames, mode):
+        return any(p["frames"] == frames and p["mode"] == mode for p in self.points)
+
+    def frames(self):
+        return need(self.d, "frames", self.rel)
+
+    def check_profile(self):
+        """The predictions must be the profile's: the block count implied by its rate is a whole
+        number and the compute time is that many blocks at its rate (plus its per-step cost)."""
+        p = sig3(need(self.profile, "p_peak_tflops", self.profile_rel or self.rel))
+        per_step = sig3(self.profile.get("step_overhead_us", 0))
+        for pt in self.points:
+            pr = pt.get("predicted")
+            if not pr:
+                continue
+            block_pref_ms = pr["f_star_gflop"] / p
+            n = pr["t_pref_ms"] / block_pref_ms
+            comp = round(n) * pr["f_block_gflop"] / p
+            extra = pr["t_comp_ms"] - comp
+            ok = abs(n - round(n)) < 1e-3 and extra > -1e-3 * comp and (per_step > 0 or abs(extra) < 1e-4 * comp)
+            if not ok:
+                raise ReportError(f"{self.rel}: the predictions at {pt['frames']} frames ({pt['mode']}) are not those of the "
+                                  f"profile {self.profile_rel or 'recorded in it'} ({p:g} TFLOP/s): {n:.4f} blocks, "
+                                  f"compute {pr['t_comp_ms']:.3f} ms against {comp:.3f} ms at that rate")
+
+    def calibrated_frames(self):
+        """The frame counts the profile measured, when it measured this sweep's model: the sweep
+        calibrates at the middle frame count and, with a second shape, the smallest (sweep.py);
+        each is confirmed by the measured forward of the unoffloaded point at that count."""
+        m = need(self.profile, "measured", "profile")
+        fr = self.frames()
+        cand = [(fr[len(fr) // 2], m.get("forward_ms_median"))]
+        if m.get("second"):
+            cand.append((fr[0], m.get("second_forward_ms_median")))
+        out = []
+        for f, ms in cand:
+            if ms and self.has(f, "none") and abs(self.point(f, "none")["ms"] / ms - 1) < 0.05:
+                out.append(f)
+        return out
+
+    def streamed_gb(self):
+        pr = next(p["predicted"] for p in self.points if p.get("predicted"))
+        return pr["t_pref_ms"] * 1e-3 * sig3(self.profile["bw_h2d_gbs"])
+
+    def same_model_as_profile(self):
+        """The calibration copies the bundle's whole weights blob once (h2d_bytes); a sweep of the
+        same model streams about as many bytes per forward."""
+        b = self.profile.get("measured", {}).get("h2d_bytes")
+        return b is not None and abs(self.streamed_gb() / (b / 1e9) - 1) < 0.1
+
+
+def errors(sw, in_sample, mode):
+    """Predicted against measured step time of one mode's points, split into in-sample (a frame
+    count the profile was calibrated at) and out-of-sample."""
+    inn, out = [], []
+    for p in sw.points:
+        if p.get("predicted") and p["mode"] == mode:
+            e = (p["predicted"]["ms"] / p["ms"] - 1, p["frames"])
+            (inn if p["frames"] in in_sample else out).append(e)
+    return inn, out
+
+
+def worst(errs):
+    if not errs:
+        return "-"
+    e, f = max(errs, key=lambda x: abs(x[0]))
+    return f"{pct(e)} ({f})"
+
+
+def frames_word(n):
+    return f"{n} frame" if n == 1 else f"{n} frames"
+
+
+def listing(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def model_of(res, sw):
+    """Which model a profile measured: the calibration copies its bundle's whole weights blob."""
+    b = sw.profile.get("measured", {}).get("h2d_bytes")
+    m = re.search(r"blob\s+weights\s+\S+\s+(\d+) bytes", res.text(os.path.join(res.dir, "inspect_1.3b_480p.txt")))
+    return "Wan2.1-1.3B" if m and b == int(m.group(1)) else f"a model of {b / 1e9:.2f} GB"
+
+
+def render_offload(res):
+    one = Sweep(res, "offload/one_gpu.json")
+    full = Sweep(res, "offload/one_gpu_full.json", "offload/one_gpu_full_profile.json")
+    big = Sweep(res, "offload/wan14b_720p.json", "offload/wan14b_720p_profile.json")
+    con = Sweep(res, "offload/contention.json", "offload/contention_profile.json")
+    pace = Sweep(res, "offload/contention_pace_host.json", "offload/contention_profile.json")
+    L = []
+    L.append("Measured on H200s with random weights at the real configurations; step time is the median "
+             "forward of `ditrun bench`, peak memory rank 0's device memory as nvidia-smi reports it "
+             "(MiB; GiB = 1024 MiB). Each figure names the results file it comes from (and its run's date where "
+             "the file records one); different files are different runs.")
+    L.append("")
+
+    def ratio(sw, f, mode, ref):
+        return sw.point(f, mode)["ms"] / sw.point(f, ref)["ms"]
+
+    def cost(sw, f):
+        p, n = sw.point(f, "chunked"), sw.point(f, "none")
+        return (f"{pct(p['ms'] / n['ms'] - 1)} at {frames_word(f)} ({p['ms']:.1f} against {n['ms']:.1f} ms) for "
+                f"{(1 - p['peak_mib'] / n['peak_mib']) * 100:.0f}% less memory ({p['peak_mib']} against "
+                f"{n['peak_mib']} MiB)")
+
+    f0 = one.frames()[0]
+    fr = [f for f in one.frames() if f != f0]
+    L.append(f"- Wan2.1-1.3B at 480p on one GPU ({src(one.rel, one.d)}): chunked offload of every block costs "
+             + "; ".join(cost(one, f) for f in fr) + "; layerwise "
+             + listing([pct(ratio(one, f, 'layerwise', 'none') - 1) for f in fr])
+             + f". Chunked is within 3% of no offload from {frames_word(one.d['crossover_measured'])} on, where "
+             f"the F* model predicts it ({one.d['crossover_predicted']}); at {frames_word(f0)}, below F*, it takes "
+             f"{ratio(one, f0, 'chunked', 'none'):.2f}x as long.")
+    xo = full.d["crossover_measured"]
+    extra = [f for f in full.frames() if f not in one.frames()]
+    kind = "two-shape" if full.profile.get("step_overhead_us") else "one-shape"
+    L.append(f"- A run with a {kind} calibration ({src(full.rel, full.d)}) adds {listing([str(f) for f in extra])} frames: "
+             "chunked " + "; ".join(cost(full, f) for f in extra if f >= xo)
+             + f"; below the crossover " + listing([f"{ratio(full, f, 'chunked', 'none'):.2f}x as long at {f}"
+                                                   for f in extra if f < xo]) + ".")
+    f = big.frames()[-1]
+    p, n = big.point(f, "chunked"), big.point(f, "none")
+    L.append(f"- Wan2.1-14B at 720p, {frames_word(f)} ({src(big.rel, big.d)}): chunked costs {pct(p['ms'] / n['ms'] - 1)} "
+             f"({p['ms']:.1f} against {n['ms']:.1f} ms) for {(1 - p['peak_mib'] / n['peak_mib']) * 100:.0f}% less "
+             f"memory ({gib(p['peak_mib'])} against {gib(n['peak_mib'])}).")
+    lo = con.frames()[0]
+    cl, cc, cn = con.point(lo, "layerwise"), con.point(lo, "chunked"), con.point(lo, "none")
+    rest = [f for f in con.frames() if f != lo]
+    L.append(f"- Two GPUs, Ulysses-2 with `NCCL_P2P_DISABLE=1` (collectives through host memory, beside the copies; "
+             f"{src(con.rel, con.d)}): at {frames_word(lo)}, below F*, chunked loses to layerwise, {cc['ms']:.1f} against "
+             f"{cl['ms']:.1f} ms ({cc['ms'] / cl['ms']:.2f}x as long; the planner predicted {cc['predicted']['ms']:.1f} "
+             f"against {cl['predicted']['ms']:.1f}), and no offload takes {cn['ms']:.1f} ms. From {rest[0]} frames on "
+             "chunked is " + listing([f"{ratio(con, f, 'layerwise', 'chunked'):.2f}x" for f in rest])
+             + " faster than layerwise at " + listing([str(f) for f in rest]) + " frames, "
+             + listing([pct(ratio(con, f, 'chunked', 'none') - 1) for f in rest]) + " against no offload. "
+             f"Paced by the host instead (`--offload-pace host`; {src(pace.rel, pace.d)}, a separate run with the same "
+             "profile) chunked takes " + listing([f"{pace.point(f, 'chunked')['ms']:.1f} ms at {f}" for f in pace.frames()])
+             + " frames (stream-paced above: " + listing([f"{con.point(f, 'chunked')['ms']:.1f}" for f in pace.frames()])
+             + ").")
+    L.append("")
+    L.append("The planner's step time against the measured one (predicted / measured - 1; the largest error "
+             "of each set, at its frame count). In-sample points are at a frame count the profile was "
+             "calibrated at, out-of-sample points are not:")
+    L.append("")
+    L.append("| run | profile calibrated at | in-sample chunked | layerwise | out-of-sample chunked | layerwise |")
+    L.append("| --- | --- | --- | --- | --- | --- |")
+    for sw in (one, full, big, con):
+        if sw.same_model_as_profile():
+            cal = sw.calibrated_frames()
+            where = listing([str(f) for f in cal]) + " frames, same run"
+        else:
+            cal, m = [], sw.profile["measured"]
+            where = (f"{model_of(res, sw)}, one shape ({m['forward_ms_median']:.1f} ms forward; "
+                     f"`{sw.profile_rel.split('/')[-1]}`)")
+        ci, co = errors(sw, cal, "chunked")
+        li, lo_ = errors(sw, cal, "layerwise")
+        L.append(f"| `{sw.rel.split('/')[-1]}` | {where} | {worst(ci)} | {worst(li)} | {worst(co)} | {worst(lo_)} |")
+    for sw in (one, full):
+        r = sw.d.get("residency") or []
+        if r:
+            f = sw.d["residency_frames"]
+            e = [(x["predicted"]["ms"] / x["ms"] - 1, f"{x['resident']:.0%} resident") for x in r]
+            cells = [worst(e), "", "-", ""] if f in sw.calibrated_frames() else ["-", "", worst(e), ""]
+            L.append(f"| `{sw.rel.split('/')[-1]}`, resident 0-100% at {frames_word(f)} | | " + " | ".join(cells) + " |")
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Status: the forward, generate and parallel benchmarks, and what the CPU goldens enforce
+
+
+def golden_limits(res):
+    """The max relative errors tests/integration/goldens.sh passes to st_compare."""
+    path = os.path.join(res.tests, "integration", "goldens.sh")
+    lim = sorted({float(x) for x in re.findall(r"st_compare\"?\s+\S+\s+\S+\s+\S+\s+([0-9.e+-]+)", res.text(path))})
+    if not lim:
+        raise ReportError(f"{path}: no st_compare limit found")
+    return lim
+
+
+def render_status(res):
+    fw = res.json("forward_results.json")
+    gen = res.json("generate_results.json")
+    par = res.json("parallel.json")
+    lim = golden_limits(res)
+    L = []
+    L.append(f"CPU parity: `tests/integration/goldens.sh` requires each tiny Wan config's forward and 4-step "
+             f"generates (UniPC and Euler, with CFG) to match diffusers' own fp32 outputs to a max relative error "
+             f"(max|ours - ref| / max|ref|) of at most {' / '.join(sci(x) for x in lim)}.")
+    L.append("")
+    ours = need(fw, "ditrun_ms", "forward_results.json")
+    L.append(f"GPU, one H200, Wan2.1-1.3B 480p 81 frames, random weights ({src('forward_results.json', fw)}, one run): "
+             f"{ours:.1f} ms per forward against diffusers' {fw['eager_ms']:.1f} ms eager "
+             f"({fw['eager_ms'] / ours:.2f}x) and {fw['compiled_ms']:.1f} ms under torch.compile "
+             f"({fw['compiled_ms'] / ours:.2f}x), output cosine {fw['parity']['cosine']:.5f} to diffusers eager. "
+             f"A 50-step generate with CFG ({src('generate_results.json', gen)}, a separate benchmark): "
+             f"{gen['ditrun_loop_s']:.1f} s against diffusers' loop {gen['diffusers_loop_s']:.1f} s "
+             f"({gen['diffusers_loop_s'] / gen['ditrun_loop_s']:.2f}x), final latents cosine {gen['cosine']:.6f}.")
+    L.append("")
+    one = need(par, "one_gpu_step_ms", "parallel.json")
+    parts = []
+    for r in need(par, "rows", "parallel.json"):
+        s = f"`{r['topology']}` {one / need(r, 'step_ms_processes', 'parallel.json rows'):.2f}x"
+        if r.get("step_ms_overlap"):
+            s += f" ({one / r['step_ms_overlap']:.2f}x overlapped)"
+        parts.append(s)
+    L.append(f"Two H200s, one process per GPU, generate step with CFG against one GPU's {one:.1f} ms "
+             f"({src('parallel.json', par)}, one run): " + listing(parts) + ". This run predates overlapped "
+             "collectives as the default: its plain figures keep collectives in plan order, the overlapped ones "
+             "are its `--overlap-collectives` variant.")
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
+RENDERERS = {"offload": render_offload, "status": render_status}
+
+# A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
+FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"
+                    r"|(?<![\w.-])\d(?:\.\d+)?e-\d+\b|cosine \d\.\d+")
+
+
+def unmarked_figures(text):
+    """Measured-looking figures outside the generated passages (code blocks excepted)."""
+    bad = []
+    outside = MARK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    in_code = False
+    for i, line in enumerate(outside.split("\n"), 1):
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or line.startswith("    "):
+            continue
+        for m in FIGURE.finditer(re.sub(r"`[^`]*`", "", line)):
+            bad.append(f"README.md:{i}: '{m.group(0)}' is a figure outside a generated passage")
+    return bad
+
+
+def render(readme_text, res):
+    found = MARK.findall(readme_text)
+    names = [n for n, _ in found]
+    missing = sorted(set(RENDERERS) - set(names))
+    unknown = sorted(set(names) - set(RENDERERS))
+    if missing or unknown or len(names) != len(set(names)):
+        raise ReportError(f"README.md: passages expected {sorted(RENDERERS)} once each, found {names}")
+
+    def sub(m):
+        return f"<!-- report:{m.group(1)} -->\n{RENDERERS[m.group(1)](res)}<!-- /report:{m.group(1)} -->\n"
+    return MARK.sub(sub, readme_text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--check", action="store_true", help="exit 1 with a diff when README.md differs (default)")
+    g.add_argument("--write", action="store_true", help="rewrite README.md's generated passages")
+    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--tests", default=os.path.join(ROOT, "tests"))
+    a = ap.parse_args(argv)
+    res = Results(a.results, a.tests)
+    try:
+        with open(a.readme) as fh:
+            text = fh.read()
+        new = render(text, res)
+    except (OSError, ReportError) as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    if a.write:
+        if new != text:
+            with open(a.readme + ".tmp", "w") as fh:
+                fh.write(new)
+            os.replace(a.readme + ".tmp", a.readme)
+        bad = unmarked_figures(new)
+        for b in bad:
+            print(b, file=sys.stderr)
+        return 1 if bad else 0
+    status = 0
+    if new != text:
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), "README.md",
+                                                   "README.md from bench/results"))
+        print("report: README.md differs from the results; bench/report.py --write regenerates it", file=sys.stderr)
+        status = 1
+    bad = unmarked_figures(text)
+    for b in bad:
+        print(b, file=sys.stderr)
+    return 1 if bad else status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
