@@ -381,14 +381,14 @@ dit_status_t dit_json_int(const dit_json_t *obj, const char *key, int64_t lo, in
 }
 
 dit_status_t dit_json_i32(const dit_json_t *obj, const char *key, int lo, int hi, int *out) {
-  int64_t v;
+  int64_t v = 0;
   DIT_RETURN_IF(dit_json_int(obj, key, lo, hi, &v));
   *out = (int)v;
   return DIT_OK;
 }
 
 dit_status_t dit_json_u64(const dit_json_t *obj, const char *key, uint64_t *out) {
-  int64_t v;
+  int64_t v = 0;
   DIT_RETURN_IF(dit_json_int(obj, key, 0, (int64_t)DIT_JSON_MAX_SAFE, &v));
   *out = (uint64_t)v;
   return DIT_OK;
