@@ -5,13 +5,13 @@
 #include "base/strbuf.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "artifacts/identity.h"
+#include "base/json.h"
 
 /* Caps that keep a hostile manifest from making us allocate absurd amounts. They are far
  * above anything a real model needs (Wan 14B at tp 8 has ~10k tensors over all shards). */
@@ -21,10 +21,7 @@
 #define MF_MAX_IO 1024u
 #define MF_MAX_WORLD 65536
 #define MF_MAX_NAME 4096u /* bytes in a tensor name */
-#define MF_MAX_SAFE 9007199254740991.0 /* 2^53 - 1: every integer below is exact in JSON */
-#define MF_PATH 192
-
-/* ------------------------------------------------------------------------------------ */
+#define MF_MAX_SAFE ((int64_t)DIT_JSON_MAX_SAFE) /* 2^53 - 1: every integer below is exact */
 
 /* ------------------------------------------------------------------------------------ */
 /* Serializer: a pretty printer with two-space indentation; arrays of scalars stay on one
@@ -322,304 +319,75 @@ dit_status_t dit_manifest_to_json(const dit_manifest_t *m, char **out_text) {
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* Parser helpers. Errors read "<what>: field '<path>': <problem>". */
+/* Parser. base/json refuses bad documents whole and does the typed getters; what is particular
+ * to manifests (hashes, dtypes, shapes, cross-references, weight layouts) is here. Errors read
+ * "<what>: field '<path>': <problem>". */
 
-typedef struct {
-  const char *what;
-} pctx_t;
+static dit_status_t oom(const dit_json_t *v) {
+  return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", v->what);
+}
 
-static dit_status_t ferr(const pctx_t *c, dit_code_t code, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static dit_status_t ferr(const pctx_t *c, dit_code_t code, const char *path, const char *fmt, ...) {
+/* A view of the same document at another path, for checks that span several values (the
+ * path only labels the message). */
+static dit_json_t at_path(const dit_json_t *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static dit_json_t at_path(const dit_json_t *v, const char *fmt, ...) {
+  dit_json_t r = *v;
   va_list ap;
   va_start(ap, fmt);
-  dit_status_t s = dit_status_makev(code, fmt, ap);
+  vsnprintf(r.path, sizeof r.path, fmt, ap);
   va_end(ap);
-  return dit_status_annotate(s, "%s: field '%s'", c->what, path);
+  return r;
 }
 
-/* Field paths only label messages, so one that does not fit is cut short, not an error. */
-static void pathf(char out[MF_PATH], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void pathf(char out[MF_PATH], const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(out, MF_PATH, fmt, ap);
-  va_end(ap);
+static dit_json_t at_key(const dit_json_t *obj, const char *key) {
+  dit_json_t r = *obj;
+  dit_json_path_key(r.path, obj->path, key);
+  return r;
 }
 
-static void path_key(char out[MF_PATH], const char *base, const char *key) {
-  if (base[0])
-    pathf(out, "%s.%s", base, key);
-  else
-    pathf(out, "%s", key);
-}
-
-static void path_idx(char out[MF_PATH], const char *base, size_t i) {
-  pathf(out, "%s[%zu]", base, i);
-}
-
-static const char *type_name(const cJSON *v) {
-  switch (v->type & 0xff) {
-    case cJSON_NULL: return "null";
-    case cJSON_False:
-    case cJSON_True: return "a boolean";
-    case cJSON_Number: return "a number";
-    case cJSON_String: return "a string";
-    case cJSON_Array: return "an array";
-    case cJSON_Object: return "an object";
-    default: return "an invalid value";
-  }
-}
-
-/* A found string, quoted, escaped and cut short so a hostile value cannot flood a message. */
-static void quote_short(const char *s, char out[96]) {
-  size_t o = 0;
-  out[o++] = '"';
-  for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
-    if (o > 80) {
-      memcpy(out + o, "...", 3);
-      o += 3;
-      break;
-    }
-    if (*u < 32 || *u == '"' || *u == '\\' || *u >= 127)
-      o += (size_t)snprintf(out + o, 96 - o, "\\x%02x", *u);
-    else
-      out[o++] = (char)*u;
-  }
-  out[o++] = '"';
-  out[o] = 0;
-}
-
-static void fmt_num(double v, char out[40]) {
-  if (v == trunc(v) && fabs(v) < 1e18)
-    snprintf(out, 40, "%lld", (long long)v);
-  else
-    snprintf(out, 40, "%.17g", v);
-}
-
-static dit_status_t get_member(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                               const cJSON **out) {
-  *out = cJSON_GetObjectItemCaseSensitive(obj, key);
-  if (!*out) {
-    char p[MF_PATH];
-    path_key(p, base, key);
-    return ferr(c, DIT_CODE_NOT_FOUND, p, "missing");
-  }
-  return DIT_OK;
-}
-
-static dit_status_t expect_type(const pctx_t *c, const cJSON *v, const char *path, int type,
-                                const char *want) {
-  if ((v->type & 0xff) != type)
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, path, "expected %s, found %s", want, type_name(v));
-  return DIT_OK;
-}
-
-static dit_status_t get_object(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                               const cJSON **out) {
-  char p[MF_PATH];
-  path_key(p, base, key);
-  DIT_RETURN_IF(get_member(c, obj, base, key, out));
-  return expect_type(c, *out, p, cJSON_Object, "an object");
-}
-
-/* Every member must be one of `allowed` (NULL-terminated): a misspelt or smuggled field is
- * an error rather than silently ignored. */
-static dit_status_t check_keys(const pctx_t *c, const cJSON *obj, const char *base,
-                               const char *const *allowed) {
-  for (const cJSON *k = obj->child; k; k = k->next) {
-    int ok = 0;
-    for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, k->string) == 0;
-    if (!ok) {
-      char q[96];
-      quote_short(k->string, q);
-      return ferr(c, DIT_CODE_INVALID_ARGUMENT, base[0] ? base : "(top level)",
-                  "unknown member %s", q);
-    }
-  }
-  return DIT_OK;
-}
-
-static dit_status_t num_int(const pctx_t *c, const cJSON *v, const char *path, double lo, double hi,
-                            int64_t *out) {
-  DIT_RETURN_IF(expect_type(c, v, path, cJSON_Number, "an integer"));
-  double d = v->valuedouble;
-  char f[40];
-  fmt_num(d, f);
-  if (!isfinite(d) || d != trunc(d))
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, path, "expected an integer, found %s", f);
-  if (d < lo || d > hi) {
-    char a[40], b[40];
-    fmt_num(lo, a);
-    fmt_num(hi, b);
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, path, "expected an integer in [%s, %s], found %s", a, b,
-                f);
-  }
-  *out = (int64_t)d;
-  return DIT_OK;
-}
-
-static dit_status_t get_int(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                            double lo, double hi, int64_t *out) {
-  const cJSON *v;
-  char p[MF_PATH];
-  path_key(p, base, key);
-  DIT_RETURN_IF(get_member(c, obj, base, key, &v));
-  return num_int(c, v, p, lo, hi, out);
-}
-
-static dit_status_t get_i32(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                            int lo, int hi, int *out) {
-  int64_t v;
-  DIT_RETURN_IF(get_int(c, obj, base, key, lo, hi, &v));
-  *out = (int)v;
-  return DIT_OK;
-}
-
-static dit_status_t get_u64(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                            uint64_t *out) {
-  int64_t v;
-  DIT_RETURN_IF(get_int(c, obj, base, key, 0, MF_MAX_SAFE, &v));
-  *out = (uint64_t)v;
-  return DIT_OK;
-}
-
-static dit_status_t get_str(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                            size_t max_len, int allow_empty, const char **out) {
-  const cJSON *v;
-  char p[MF_PATH];
-  path_key(p, base, key);
-  DIT_RETURN_IF(get_member(c, obj, base, key, &v));
-  DIT_RETURN_IF(expect_type(c, v, p, cJSON_String, "a string"));
-  size_t n = strlen(v->valuestring);
-  if (!n && !allow_empty) return ferr(c, DIT_CODE_INVALID_ARGUMENT, p, "must not be empty");
-  if (n > max_len)
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, p, "expected at most %zu bytes, found %zu", max_len, n);
-  *out = v->valuestring;
-  return DIT_OK;
-}
-
-static dit_status_t get_str_fixed(const pctx_t *c, const cJSON *obj, const char *base,
-                                  const char *key, char *dst, size_t cap, int allow_empty) {
+static dit_status_t get_hash(const dit_json_t *obj, const char *key, char dst[DIT_HASH_HEX]) {
+  dit_json_t v;
   const char *s = NULL;
-  DIT_RETURN_IF(get_str(c, obj, base, key, cap - 1, allow_empty, &s));
-  memcpy(dst, s, strlen(s) + 1);
-  return DIT_OK;
-}
-
-static dit_status_t get_hash(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                             char dst[DIT_HASH_HEX]) {
-  const char *s = NULL;
-  char p[MF_PATH];
-  path_key(p, base, key);
-  DIT_RETURN_IF(get_str(c, obj, base, key, MF_MAX_NAME, 1, &s));
+  DIT_RETURN_IF(dit_json_get(obj, key, &v));
+  DIT_RETURN_IF(dit_json_as_str(&v, MF_MAX_NAME, true, &s));
   if (!dit_is_hash_hex(s)) {
     char q[96];
-    quote_short(s, q);
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, p, "expected 32 lowercase hex digits, found %s", q);
+    dit_json_quote(s, q);
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected 32 lowercase hex digits, found %s", q);
   }
   memcpy(dst, s, DIT_HASH_HEX);
   return DIT_OK;
 }
 
-static dit_status_t get_dtype(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                              dit_dtype_t *out) {
+static dit_status_t get_dtype(const dit_json_t *obj, const char *key, dit_dtype_t *out) {
+  dit_json_t v;
   const char *s = NULL;
-  char p[MF_PATH];
-  path_key(p, base, key);
-  DIT_RETURN_IF(get_str(c, obj, base, key, MF_MAX_NAME, 1, &s));
+  DIT_RETURN_IF(dit_json_get(obj, key, &v));
+  DIT_RETURN_IF(dit_json_as_str(&v, MF_MAX_NAME, true, &s));
   if (dit_dtype_parse(s, out) != 0) {
     char q[96];
-    quote_short(s, q);
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, p,
-                "expected one of f32, bf16, f16, i64, i32, found %s", q);
+    dit_json_quote(s, q);
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                          "expected one of f32, bf16, f16, i64, i32, found %s", q);
   }
-  return DIT_OK;
-}
-
-static dit_status_t get_array(const pctx_t *c, const cJSON *obj, const char *base, const char *key,
-                              size_t max_n, const cJSON **out, size_t *out_n) {
-  char p[MF_PATH];
-  path_key(p, base, key);
-  DIT_RETURN_IF(get_member(c, obj, base, key, out));
-  DIT_RETURN_IF(expect_type(c, *out, p, cJSON_Array, "an array"));
-  size_t n = 0;
-  for (const cJSON *e = (*out)->child; e; e = e->next) {
-    if (++n > max_n)
-      return ferr(c, DIT_CODE_OUT_OF_RANGE, p, "more than %zu entries", max_n);
-  }
-  *out_n = n;
   return DIT_OK;
 }
 
 /* "shape": [d0, d1, ...] with rank <= DIT_MAX_RANK and 0 <= d < 2^53. */
-static dit_status_t get_shape(const pctx_t *c, const cJSON *obj, const char *base, int *out_rank,
-                              int64_t dims[DIT_MAX_RANK]) {
-  const cJSON *a;
+static dit_status_t get_shape(const dit_json_t *obj, int *out_rank, int64_t dims[DIT_MAX_RANK]) {
+  dit_json_t a, e;
   size_t n;
-  char p[MF_PATH], q[MF_PATH];
-  path_key(p, base, "shape");
-  DIT_RETURN_IF(get_array(c, obj, base, "shape", 1u << 20, &a, &n));
+  DIT_RETURN_IF(dit_json_array(obj, "shape", 1u << 20, &a, &n));
   if (n > DIT_MAX_RANK)
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, p, "rank %zu exceeds the maximum %d", n, DIT_MAX_RANK);
+    return dit_json_error(&a, DIT_CODE_OUT_OF_RANGE, "rank %zu exceeds the maximum %d", n, DIT_MAX_RANK);
+  dit_json_iter_t it;
   size_t i = 0;
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
-    path_idx(q, p, i);
-    DIT_RETURN_IF(num_int(c, e, q, 0, MF_MAX_SAFE, &dims[i]));
-  }
+  dit_json_iter_init(&a, &it);
+  while (dit_json_iter_next(&it, &e)) DIT_RETURN_IF(dit_json_as_int(&e, 0, MF_MAX_SAFE, &dims[i++]));
   for (; i < DIT_MAX_RANK; i++) dims[i] = 0;
   *out_rank = (int)n;
   return DIT_OK;
 }
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Pre-pass over the whole document: duplicate keys anywhere (cJSON keeps both and a lookup
- * would silently pick the first) and numbers that overflowed to infinity. */
-static dit_status_t walk_doc(const pctx_t *c, const cJSON *v, char *path, size_t len, size_t cap) {
-  if ((v->type & 0xff) == cJSON_Number && !isfinite(v->valuedouble))
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, len ? path : "(top level)",
-                "number outside the range of a double");
-  if ((v->type & 0xff) == cJSON_Object) {
-    size_t n = 0;
-    for (const cJSON *k = v->child; k; k = k->next) n++;
-    if (n > 1) {
-      const char **keys = malloc(n * sizeof *keys);
-      if (!keys) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
-      size_t i = 0;
-      for (const cJSON *k = v->child; k; k = k->next) keys[i++] = k->string;
-      qsort(keys, n, sizeof *keys, cmp_str);
-      const char *dup = NULL;
-      for (i = 1; i < n && !dup; i++)
-        if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
-      dit_status_t s = DIT_OK;
-      if (dup) {
-        char q[96];
-        quote_short(dup, q);
-        s = ferr(c, DIT_CODE_INVALID_ARGUMENT, len ? path : "(top level)", "duplicate key %s", q);
-      }
-      free(keys);
-      if (s) return s;
-    }
-  }
-  size_t i = 0;
-  for (const cJSON *k = v->child; k; k = k->next, i++) {
-    int n = (v->type & 0xff) == cJSON_Object
-                ? snprintf(path + len, cap - len, len ? ".%s" : "%s", k->string)
-                : snprintf(path + len, cap - len, "[%zu]", i);
-    size_t nl = n < 0 ? len : len + (size_t)n;
-    if (nl >= cap) nl = cap - 1; /* the path is only for messages; cut it short */
-    dit_status_t s = walk_doc(c, k, path, nl, cap);
-    path[len] = 0;
-    if (s) return s;
-  }
-  return DIT_OK;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Parser proper. */
 
 typedef struct {
   const char *key;
@@ -650,108 +418,101 @@ static const kidx_t *kidx_find(const kidx_t *v, size_t n, const char *key) {
   return NULL;
 }
 
-static dit_status_t parse_schema(const pctx_t *c, const cJSON *root, dit_manifest_t *m) {
+static dit_status_t parse_schema(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"major", "minor", NULL};
-  const cJSON *o;
+  dit_json_t o;
   int64_t major, minor;
-  DIT_RETURN_IF(get_object(c, root, "", "schema", &o));
-  DIT_RETURN_IF(get_int(c, o, "schema", "major", 0, 1e9, &major));
+  DIT_RETURN_IF(dit_json_object(root, "schema", &o));
+  DIT_RETURN_IF(dit_json_int(&o, "major", 0, 1000000000, &major));
   /* A different major may mean anything at all below, so it is reported before any other
    * field is looked at. */
   if (major != DIT_SCHEMA_MAJOR)
     return DIT_ERR(FAILED_PRECONDITION, "%s: schema major %" PRId64 " is %s than this build's %d%s",
-                   c->what, major, major > DIT_SCHEMA_MAJOR ? "newer" : "older", DIT_SCHEMA_MAJOR,
+                   root->what, major, major > DIT_SCHEMA_MAJOR ? "newer" : "older", DIT_SCHEMA_MAJOR,
                    major > DIT_SCHEMA_MAJOR ? "; update ditrun" : "; recompile the bundle");
-  DIT_RETURN_IF(get_int(c, o, "schema", "minor", 0, 1e9, &minor));
+  DIT_RETURN_IF(dit_json_int(&o, "minor", 0, 1000000000, &minor));
   if (minor > DIT_SCHEMA_MINOR)
     return DIT_ERR(FAILED_PRECONDITION, "%s: schema %" PRId64 ".%" PRId64
                    " is newer than this build's %d.%d; update ditrun",
-                   c->what, major, minor, DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
-  DIT_RETURN_IF(check_keys(c, o, "schema", keys));
+                   root->what, major, minor, DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
+  DIT_RETURN_IF(dit_json_check_keys(&o, keys));
   m->schema_major = (int)major;
   m->schema_minor = (int)minor;
   return DIT_OK;
 }
 
-static dit_status_t parse_io_list(const pctx_t *c, const cJSON *io, const char *key, size_t *out_n,
+static dit_status_t parse_io_list(const dit_json_t *io, const char *key, size_t *out_n,
                                   dit_manifest_io_t **out) {
   static const char *const keys[] = {"name", "dtype", "shape", NULL};
-  const cJSON *a;
+  dit_json_t a, e;
   size_t n;
-  char base[MF_PATH], p[MF_PATH];
-  path_key(base, "io", key);
-  DIT_RETURN_IF(get_array(c, io, "io", key, MF_MAX_IO, &a, &n));
+  DIT_RETURN_IF(dit_json_array(io, key, MF_MAX_IO, &a, &n));
   if (n) {
     *out = calloc(n, sizeof **out);
-    if (!*out) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
+    if (!*out) return oom(io);
   }
   *out_n = n;
+  dit_json_iter_t it;
   size_t i = 0;
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
+  dit_json_iter_init(&a, &it);
+  for (; dit_json_iter_next(&it, &e); i++) {
     dit_manifest_io_t *t = &(*out)[i];
-    path_idx(p, base, i);
-    DIT_RETURN_IF(expect_type(c, e, p, cJSON_Object, "an object"));
-    DIT_RETURN_IF(check_keys(c, e, p, keys));
-    DIT_RETURN_IF(get_str_fixed(c, e, p, "name", t->name, sizeof t->name, 0));
-    DIT_RETURN_IF(get_dtype(c, e, p, "dtype", &t->dtype));
-    DIT_RETURN_IF(get_shape(c, e, p, &t->rank, t->dims));
+    DIT_RETURN_IF(dit_json_expect_object(&e));
+    DIT_RETURN_IF(dit_json_check_keys(&e, keys));
+    DIT_RETURN_IF(dit_json_str_copy(&e, "name", t->name, sizeof t->name, false));
+    DIT_RETURN_IF(get_dtype(&e, "dtype", &t->dtype));
+    DIT_RETURN_IF(get_shape(&e, &t->rank, t->dims));
     /* n <= MF_MAX_IO, so the quadratic scan is bounded. */
     for (size_t j = 0; j < i; j++) {
       if (strcmp((*out)[j].name, t->name) == 0) {
-        char q[96], pn[MF_PATH];
-        quote_short(t->name, q);
-        path_key(pn, p, "name");
-        return ferr(c, DIT_CODE_INVALID_ARGUMENT, pn, "duplicate name %s (also %s[%zu])", q, base, j);
+        char q[96];
+        dit_json_quote(t->name, q);
+        dit_json_t pn = at_key(&e, "name");
+        return dit_json_error(&pn, DIT_CODE_INVALID_ARGUMENT, "duplicate name %s (also %s[%zu])", q,
+                              a.path, j);
       }
     }
   }
   return DIT_OK;
 }
 
-static dit_status_t parse_blobs(const pctx_t *c, const cJSON *root, dit_manifest_t *m,
-                                kidx_t **out_index) {
+static dit_status_t parse_blobs(const dit_json_t *root, dit_manifest_t *m, kidx_t **out_index) {
   static const char *const keys[] = {"role", "hash", "size", "sha256", NULL};
-  const cJSON *a;
+  static const char *const roles[] = {"plan", "weights", "kernels", NULL};
+  dit_json_t a, e;
   size_t n;
-  char p[MF_PATH];
-  DIT_RETURN_IF(get_array(c, root, "", "blobs", MF_MAX_BLOBS, &a, &n));
+  DIT_RETURN_IF(dit_json_array(root, "blobs", MF_MAX_BLOBS, &a, &n));
   if (n) {
     m->blobs = calloc(n, sizeof *m->blobs);
     *out_index = calloc(n, sizeof **out_index);
-    if (!m->blobs || !*out_index) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
+    if (!m->blobs || !*out_index) return oom(root);
   }
   m->n_blobs = n;
+  dit_json_iter_t it;
   size_t i = 0;
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
+  dit_json_iter_init(&a, &it);
+  for (; dit_json_iter_next(&it, &e); i++) {
     dit_manifest_blob_t *b = &m->blobs[i];
-    path_idx(p, "blobs", i);
-    DIT_RETURN_IF(expect_type(c, e, p, cJSON_Object, "an object"));
-    DIT_RETURN_IF(check_keys(c, e, p, keys));
-    const char *role = NULL;
-    DIT_RETURN_IF(get_str(c, e, p, "role", MF_MAX_NAME, 1, &role));
-    if (strcmp(role, "plan") && strcmp(role, "weights") && strcmp(role, "kernels")) {
-      char q[96], pr[MF_PATH];
-      quote_short(role, q);
-      path_key(pr, p, "role");
-      return ferr(c, DIT_CODE_INVALID_ARGUMENT, pr, "expected one of plan, weights, kernels, found %s",
-                  q);
-    }
-    snprintf(b->role, sizeof b->role, "%s", role);
-    DIT_RETURN_IF(get_hash(c, e, p, "hash", b->hash));
-    DIT_RETURN_IF(get_u64(c, e, p, "size", &b->size));
+    DIT_RETURN_IF(dit_json_expect_object(&e));
+    DIT_RETURN_IF(dit_json_check_keys(&e, keys));
+    int role = 0;
+    DIT_RETURN_IF(dit_json_enum(&e, "role", roles, &role));
+    snprintf(b->role, sizeof b->role, "%s", roles[role]);
+    DIT_RETURN_IF(get_hash(&e, "hash", b->hash));
+    DIT_RETURN_IF(dit_json_u64(&e, "size", &b->size));
     /* Optional: the store adds it for remote pulls. Absent stays "" and is not printed, so
      * manifests without it keep their bytes. */
-    if (cJSON_GetObjectItemCaseSensitive(e, "sha256")) {
+    if (dit_json_has(&e, "sha256")) {
+      dit_json_t v;
       const char *sha = NULL;
-      char ps[MF_PATH];
-      path_key(ps, p, "sha256");
-      DIT_RETURN_IF(get_str(c, e, p, "sha256", MF_MAX_NAME, 1, &sha));
+      DIT_RETURN_IF(dit_json_get(&e, "sha256", &v));
+      DIT_RETURN_IF(dit_json_as_str(&v, MF_MAX_NAME, true, &sha));
       size_t k = 0;
       while (k < 64 && ((sha[k] >= '0' && sha[k] <= '9') || (sha[k] >= 'a' && sha[k] <= 'f'))) k++;
       if (k != 64 || sha[64]) {
         char q[96];
-        quote_short(sha, q);
-        return ferr(c, DIT_CODE_INVALID_ARGUMENT, ps, "expected 64 lowercase hex digits, found %s", q);
+        dit_json_quote(sha, q);
+        return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected 64 lowercase hex digits, found %s", q);
       }
       memcpy(b->sha256, sha, DIT_SHA256_HEX);
     }
@@ -761,26 +522,24 @@ static dit_status_t parse_blobs(const pctx_t *c, const cJSON *root, dit_manifest
   if (n > 1) qsort(*out_index, n, sizeof **out_index, cmp_kidx);
   for (i = 1; i < n; i++) {
     if (strcmp((*out_index)[i - 1].key, (*out_index)[i].key) == 0) {
-      char ph[MF_PATH];
-      path_idx(p, "blobs", (*out_index)[i].idx);
-      path_key(ph, p, "hash");
-      return ferr(c, DIT_CODE_INVALID_ARGUMENT, ph, "duplicate of blobs[%zu] (%s)",
-                  (*out_index)[i - 1].idx, (*out_index)[i].key);
+      dit_json_t ph = at_path(&a, "blobs[%zu].hash", (*out_index)[i].idx);
+      return dit_json_error(&ph, DIT_CODE_INVALID_ARGUMENT, "duplicate of blobs[%zu] (%s)",
+                            (*out_index)[i - 1].idx, (*out_index)[i].key);
     }
   }
   return DIT_OK;
 }
 
-/* `hash` must be listed in blobs[] with role `role`. */
-static dit_status_t check_blob_ref(const pctx_t *c, const dit_manifest_t *m, const kidx_t *index,
-                                   const char *path, const char *hash, const char *role) {
+/* `hash` (read from field v) must be listed in blobs[] with role `role`. */
+static dit_status_t check_blob_ref(const dit_manifest_t *m, const kidx_t *index, const dit_json_t *v,
+                                   const char *hash, const char *role) {
   const kidx_t *k = kidx_find(index, m->n_blobs, hash);
-  if (!k) return ferr(c, DIT_CODE_NOT_FOUND, path, "blob %s is not listed in blobs[]", hash);
+  if (!k) return dit_json_error(v, DIT_CODE_NOT_FOUND, "blob %s is not listed in blobs[]", hash);
   const dit_manifest_blob_t *b = &m->blobs[k->idx];
   if (strcmp(b->role, role) != 0)
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, path,
-                "blob %s is listed in blobs[%zu] with role '%s', expected role '%s'", hash, k->idx,
-                b->role, role);
+    return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT,
+                          "blob %s is listed in blobs[%zu] with role '%s', expected role '%s'", hash,
+                          k->idx, b->role, role);
   return DIT_OK;
 }
 
@@ -795,24 +554,23 @@ static int cmp_span(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-static dit_status_t parse_tensor(const pctx_t *c, const cJSON *e, const char *p,
-                                 dit_manifest_tensor_t *t, uint64_t blob_size, const char *blob) {
+static dit_status_t parse_tensor(const dit_json_t *e, dit_manifest_tensor_t *t, uint64_t blob_size,
+                                 const char *blob) {
   static const char *const keys[] = {"name", "dtype", "shape", "offset", "nbytes", NULL};
-  char pf[MF_PATH];
-  DIT_RETURN_IF(expect_type(c, e, p, cJSON_Object, "an object"));
-  DIT_RETURN_IF(check_keys(c, e, p, keys));
+  DIT_RETURN_IF(dit_json_expect_object(e));
+  DIT_RETURN_IF(dit_json_check_keys(e, keys));
   const char *name = NULL;
-  DIT_RETURN_IF(get_str(c, e, p, "name", MF_MAX_NAME, 0, &name));
+  DIT_RETURN_IF(dit_json_str(e, "name", MF_MAX_NAME, false, &name));
   t->name = strdup(name);
-  if (!t->name) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
-  DIT_RETURN_IF(get_dtype(c, e, p, "dtype", &t->dtype));
-  DIT_RETURN_IF(get_shape(c, e, p, &t->rank, t->dims));
-  DIT_RETURN_IF(get_u64(c, e, p, "offset", &t->offset));
-  DIT_RETURN_IF(get_u64(c, e, p, "nbytes", &t->nbytes));
+  if (!t->name) return oom(e);
+  DIT_RETURN_IF(get_dtype(e, "dtype", &t->dtype));
+  DIT_RETURN_IF(get_shape(e, &t->rank, t->dims));
+  DIT_RETURN_IF(dit_json_u64(e, "offset", &t->offset));
+  DIT_RETURN_IF(dit_json_u64(e, "nbytes", &t->nbytes));
   if (t->offset % DIT_WEIGHT_ALIGN != 0) {
-    path_key(pf, p, "offset");
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, pf, "expected a multiple of %d, found %" PRIu64,
-                DIT_WEIGHT_ALIGN, t->offset);
+    dit_json_t pf = at_key(e, "offset");
+    return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "expected a multiple of %d, found %" PRIu64,
+                          DIT_WEIGHT_ALIGN, t->offset);
   }
   /* Every factor is below 2^53, so one overflow check per step keeps the product exact. */
   uint64_t want = dit_dtype_size(t->dtype);
@@ -820,33 +578,32 @@ static dit_status_t parse_tensor(const pctx_t *c, const cJSON *e, const char *p,
   for (int i = 0; i < t->rank && !over; i++)
     over = __builtin_mul_overflow(want, (uint64_t)t->dims[i], &want) || want > (uint64_t)MF_MAX_SAFE;
   if (over) {
-    path_key(pf, p, "shape");
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, pf, "the tensor would exceed 2^53 bytes");
+    dit_json_t pf = at_key(e, "shape");
+    return dit_json_error(&pf, DIT_CODE_OUT_OF_RANGE, "the tensor would exceed 2^53 bytes");
   }
   if (t->nbytes != want) {
-    path_key(pf, p, "nbytes");
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, pf,
-                "expected %" PRIu64 " (shape elements x %zu-byte %s), found %" PRIu64, want,
-                dit_dtype_size(t->dtype), dit_dtype_name(t->dtype), t->nbytes);
+    dit_json_t pf = at_key(e, "nbytes");
+    return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT,
+                          "expected %" PRIu64 " (shape elements x %zu-byte %s), found %" PRIu64, want,
+                          dit_dtype_size(t->dtype), dit_dtype_name(t->dtype), t->nbytes);
   }
   if (t->offset > blob_size || t->nbytes > blob_size - t->offset)
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, p,
-                "bytes [%" PRIu64 ", %" PRIu64 ") extend past the end of blob %s (%" PRIu64
-                " bytes)",
-                t->offset, t->offset + t->nbytes, blob, blob_size);
+    return dit_json_error(e, DIT_CODE_OUT_OF_RANGE,
+                          "bytes [%" PRIu64 ", %" PRIu64 ") extend past the end of blob %s (%" PRIu64
+                          " bytes)",
+                          t->offset, t->offset + t->nbytes, blob, blob_size);
   return DIT_OK;
 }
 
-/* Names unique and byte ranges disjoint within one weights entry. */
-static dit_status_t check_layout(const pctx_t *c, const char *base, const dit_manifest_weights_t *w) {
+/* Names unique and byte ranges disjoint within one weights entry (at `entry`). */
+static dit_status_t check_layout(const dit_json_t *entry, const dit_manifest_weights_t *w) {
   size_t n = w->n_tensors;
   if (n < 2) return DIT_OK;
   dit_status_t s = DIT_OK;
-  char p[MF_PATH], pn[MF_PATH];
   kidx_t *names = malloc(n * sizeof *names);
   span_t *spans = malloc(n * sizeof *spans);
   if (!names || !spans) {
-    s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
+    s = oom(entry);
     goto done;
   }
   for (size_t i = 0; i < n; i++) {
@@ -860,10 +617,10 @@ static dit_status_t check_layout(const pctx_t *c, const char *base, const dit_ma
   for (size_t i = 1; i < n && !s; i++) {
     if (strcmp(names[i - 1].key, names[i].key) == 0) {
       char q[96];
-      quote_short(names[i].key, q);
-      pathf(pn, "%s.tensors[%zu].name", base, names[i].idx);
-      s = ferr(c, DIT_CODE_INVALID_ARGUMENT, pn, "duplicate name %s (also tensors[%zu])", q,
-               names[i - 1].idx);
+      dit_json_quote(names[i].key, q);
+      dit_json_t pn = at_path(entry, "%s.tensors[%zu].name", entry->path, names[i].idx);
+      s = dit_json_error(&pn, DIT_CODE_INVALID_ARGUMENT, "duplicate name %s (also tensors[%zu])", q,
+                         names[i - 1].idx);
     }
   }
   qsort(spans, n, sizeof *spans, cmp_span);
@@ -874,10 +631,11 @@ static dit_status_t check_layout(const pctx_t *c, const char *base, const dit_ma
     const span_t *cur = &spans[i];
     if (cur->end == cur->offset) continue;
     if (reach && cur->offset < reach->end) {
-      pathf(p, "%s.tensors[%zu]", base, cur->idx);
-      s = ferr(c, DIT_CODE_INVALID_ARGUMENT, p,
-               "bytes [%" PRIu64 ", %" PRIu64 ") overlap tensors[%zu] at [%" PRIu64 ", %" PRIu64 ")",
-               cur->offset, cur->end, reach->idx, reach->offset, reach->end);
+      dit_json_t p = at_path(entry, "%s.tensors[%zu]", entry->path, cur->idx);
+      s = dit_json_error(&p, DIT_CODE_INVALID_ARGUMENT,
+                         "bytes [%" PRIu64 ", %" PRIu64 ") overlap tensors[%zu] at [%" PRIu64
+                         ", %" PRIu64 ")",
+                         cur->offset, cur->end, reach->idx, reach->offset, reach->end);
     }
     if (!reach || cur->end > reach->end) reach = cur;
   }
@@ -887,144 +645,152 @@ done:
   return s;
 }
 
-static dit_status_t parse_weights(const pctx_t *c, const cJSON *root, dit_manifest_t *m,
-                                  const kidx_t *blob_index, kidx_t **out_index) {
+static dit_status_t parse_weights(const dit_json_t *root, dit_manifest_t *m, const kidx_t *blob_index,
+                                  kidx_t **out_index) {
   static const char *const keys[] = {"blob", "tp_rank", "tp_size", "tensors", NULL};
-  const cJSON *a;
+  dit_json_t a, e, ta, te;
   size_t n, total = 0;
-  char p[MF_PATH], pf[MF_PATH], pt[MF_PATH];
-  DIT_RETURN_IF(get_array(c, root, "", "weights", MF_MAX_WEIGHTS, &a, &n));
+  DIT_RETURN_IF(dit_json_array(root, "weights", MF_MAX_WEIGHTS, &a, &n));
   if (n) {
     m->weights = calloc(n, sizeof *m->weights);
     *out_index = calloc(n, sizeof **out_index);
-    if (!m->weights || !*out_index) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
+    if (!m->weights || !*out_index) return oom(root);
   }
   m->n_weights = n;
+  dit_json_iter_t it;
   size_t i = 0;
-  for (const cJSON *e = a->child; e; e = e->next, i++) {
+  dit_json_iter_init(&a, &it);
+  for (; dit_json_iter_next(&it, &e); i++) {
     dit_manifest_weights_t *w = &m->weights[i];
-    path_idx(p, "weights", i);
-    DIT_RETURN_IF(expect_type(c, e, p, cJSON_Object, "an object"));
-    DIT_RETURN_IF(check_keys(c, e, p, keys));
-    DIT_RETURN_IF(get_hash(c, e, p, "blob", w->blob));
-    path_key(pf, p, "blob");
-    DIT_RETURN_IF(check_blob_ref(c, m, blob_index, pf, w->blob, "weights"));
+    DIT_RETURN_IF(dit_json_expect_object(&e));
+    DIT_RETURN_IF(dit_json_check_keys(&e, keys));
+    DIT_RETURN_IF(get_hash(&e, "blob", w->blob));
+    dit_json_t pf = at_key(&e, "blob");
+    DIT_RETURN_IF(check_blob_ref(m, blob_index, &pf, w->blob, "weights"));
     uint64_t blob_size = m->blobs[kidx_find(blob_index, m->n_blobs, w->blob)->idx].size;
-    DIT_RETURN_IF(get_i32(c, e, p, "tp_size", 1, MF_MAX_WORLD, &w->tp_size));
-    DIT_RETURN_IF(get_i32(c, e, p, "tp_rank", 0, w->tp_size - 1, &w->tp_rank));
-    const cJSON *ta;
+    DIT_RETURN_IF(dit_json_i32(&e, "tp_size", 1, MF_MAX_WORLD, &w->tp_size));
+    DIT_RETURN_IF(dit_json_i32(&e, "tp_rank", 0, w->tp_size - 1, &w->tp_rank));
     size_t nt;
-    DIT_RETURN_IF(get_array(c, e, p, "tensors", MF_MAX_TENSORS, &ta, &nt));
+    DIT_RETURN_IF(dit_json_array(&e, "tensors", MF_MAX_TENSORS, &ta, &nt));
     total += nt;
     if (total > MF_MAX_TENSORS)
-      return ferr(c, DIT_CODE_OUT_OF_RANGE, "weights", "more than %u tensors in all entries",
-                  MF_MAX_TENSORS);
+      return dit_json_error(&a, DIT_CODE_OUT_OF_RANGE, "more than %u tensors in all entries",
+                            MF_MAX_TENSORS);
     if (nt) {
       w->tensors = calloc(nt, sizeof *w->tensors);
-      if (!w->tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
+      if (!w->tensors) return oom(root);
     }
     w->n_tensors = nt;
+    dit_json_iter_t tit;
     size_t j = 0;
-    for (const cJSON *te = ta->child; te; te = te->next, j++) {
-      pathf(pt, "%s.tensors[%zu]", p, j);
-      DIT_RETURN_IF(parse_tensor(c, te, pt, &w->tensors[j], blob_size, w->blob));
-    }
-    DIT_RETURN_IF(check_layout(c, p, w));
+    dit_json_iter_init(&ta, &tit);
+    for (; dit_json_iter_next(&tit, &te); j++)
+      DIT_RETURN_IF(parse_tensor(&te, &w->tensors[j], blob_size, w->blob));
+    DIT_RETURN_IF(check_layout(&e, w));
     (*out_index)[i].key = w->blob;
     (*out_index)[i].idx = i;
   }
   if (n > 1) qsort(*out_index, n, sizeof **out_index, cmp_kidx);
   for (i = 1; i < n; i++) {
     if (strcmp((*out_index)[i - 1].key, (*out_index)[i].key) == 0) {
-      pathf(pf, "weights[%zu].blob", (*out_index)[i].idx);
-      return ferr(c, DIT_CODE_INVALID_ARGUMENT, pf, "blob %s already has a layout in weights[%zu]",
-                  (*out_index)[i].key, (*out_index)[i - 1].idx);
+      dit_json_t pf = at_path(&a, "weights[%zu].blob", (*out_index)[i].idx);
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "blob %s already has a layout in weights[%zu]",
+                            (*out_index)[i].key, (*out_index)[i - 1].idx);
     }
   }
   return DIT_OK;
 }
 
-static dit_status_t parse_ranks(const pctx_t *c, const cJSON *root, dit_manifest_t *m,
-                                const kidx_t *blob_index, const kidx_t *weights_index) {
+static dit_status_t parse_ranks(const dit_json_t *root, dit_manifest_t *m, const kidx_t *blob_index,
+                                const kidx_t *weights_index) {
   static const char *const keys[] = {"rank", "plan", "weights", NULL};
-  const cJSON *a;
+  dit_json_t a, e;
   size_t n;
-  char p[MF_PATH], pf[MF_PATH];
   int world = m->topology.world;
-  DIT_RETURN_IF(get_array(c, root, "", "ranks", MF_MAX_WORLD, &a, &n));
+  DIT_RETURN_IF(dit_json_array(root, "ranks", MF_MAX_WORLD, &a, &n));
   if (n > (size_t)world)
-    return ferr(c, DIT_CODE_OUT_OF_RANGE, "ranks", "%zu entries for world size %d", n, world);
+    return dit_json_error(&a, DIT_CODE_OUT_OF_RANGE, "%zu entries for world size %d", n, world);
   size_t *seen = calloc((size_t)world, sizeof *seen); /* index + 1 of the entry naming rank r */
   if (n) m->ranks = calloc(n, sizeof *m->ranks);
   if (!seen || (n && !m->ranks)) {
     free(seen);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c->what);
+    return oom(root);
   }
   m->n_ranks = n;
   dit_status_t s = DIT_OK;
+  dit_json_iter_t it;
   size_t i = 0;
-  for (const cJSON *e = a->child; e && !s; e = e->next, i++) {
+  dit_json_iter_init(&a, &it);
+  for (; !s && dit_json_iter_next(&it, &e); i++) {
     dit_manifest_rank_t *r = &m->ranks[i];
-    path_idx(p, "ranks", i);
-    if ((s = expect_type(c, e, p, cJSON_Object, "an object"))) break;
-    if ((s = check_keys(c, e, p, keys))) break;
-    if ((s = get_i32(c, e, p, "rank", 0, world - 1, &r->rank))) break;
+    if ((s = dit_json_expect_object(&e))) break;
+    if ((s = dit_json_check_keys(&e, keys))) break;
+    if ((s = dit_json_i32(&e, "rank", 0, world - 1, &r->rank))) break;
     if (seen[r->rank]) {
-      path_key(pf, p, "rank");
-      s = ferr(c, DIT_CODE_INVALID_ARGUMENT, pf, "rank %d is listed twice (also ranks[%zu])",
-               r->rank, seen[r->rank] - 1);
+      dit_json_t pf = at_key(&e, "rank");
+      s = dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "rank %d is listed twice (also ranks[%zu])",
+                         r->rank, seen[r->rank] - 1);
       break;
     }
     seen[r->rank] = i + 1;
-    if ((s = get_hash(c, e, p, "plan", r->plan))) break;
-    path_key(pf, p, "plan");
-    if ((s = check_blob_ref(c, m, blob_index, pf, r->plan, "plan"))) break;
-    if ((s = get_hash(c, e, p, "weights", r->weights))) break;
-    path_key(pf, p, "weights");
-    if ((s = check_blob_ref(c, m, blob_index, pf, r->weights, "weights"))) break;
+    if ((s = get_hash(&e, "plan", r->plan))) break;
+    dit_json_t pf = at_key(&e, "plan");
+    if ((s = check_blob_ref(m, blob_index, &pf, r->plan, "plan"))) break;
+    if ((s = get_hash(&e, "weights", r->weights))) break;
+    pf = at_key(&e, "weights");
+    if ((s = check_blob_ref(m, blob_index, &pf, r->weights, "weights"))) break;
     if (!kidx_find(weights_index, m->n_weights, r->weights))
-      s = ferr(c, DIT_CODE_NOT_FOUND, pf, "blob %s has no tensor layout in weights[]", r->weights);
+      s = dit_json_error(&pf, DIT_CODE_NOT_FOUND, "blob %s has no tensor layout in weights[]",
+                         r->weights);
   }
   for (int k = 0; k < world && !s; k++)
     if (!seen[k])
-      s = ferr(c, DIT_CODE_NOT_FOUND, "ranks", "rank %d of world size %d is missing", k, world);
+      s = dit_json_error(&a, DIT_CODE_NOT_FOUND, "rank %d of world size %d is missing", k, world);
   free(seen);
   return s;
 }
 
-static dit_status_t parse_topology(const pctx_t *c, const cJSON *root, dit_manifest_t *m) {
+static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"world", "tp", "cp", "cfg", "cp_mode", NULL};
   static const char *const modes[] = {"none", "gather", "ring", "ulysses", "usp", NULL};
-  const cJSON *o;
-  DIT_RETURN_IF(get_object(c, root, "", "topology", &o));
-  DIT_RETURN_IF(check_keys(c, o, "topology", keys));
-  DIT_RETURN_IF(get_i32(c, o, "topology", "world", 1, MF_MAX_WORLD, &m->topology.world));
-  DIT_RETURN_IF(get_i32(c, o, "topology", "tp", 1, MF_MAX_WORLD, &m->topology.tp));
-  DIT_RETURN_IF(get_i32(c, o, "topology", "cp", 1, MF_MAX_WORLD, &m->topology.cp));
-  DIT_RETURN_IF(get_i32(c, o, "topology", "cfg", 1, MF_MAX_WORLD, &m->topology.cfg));
-  const char *mode = NULL;
-  DIT_RETURN_IF(get_str(c, o, "topology", "cp_mode", MF_MAX_NAME, 1, &mode));
-  int known = 0;
-  for (const char *const *k = modes; *k && !known; k++) known = strcmp(*k, mode) == 0;
-  if (!known) {
-    char q[96];
-    quote_short(mode, q);
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, "topology.cp_mode",
-                "expected one of none, gather, ring, ulysses, usp, found %s", q);
-  }
-  snprintf(m->topology.cp_mode, sizeof m->topology.cp_mode, "%s", mode);
+  dit_json_t o;
+  DIT_RETURN_IF(dit_json_object(root, "topology", &o));
+  DIT_RETURN_IF(dit_json_check_keys(&o, keys));
+  DIT_RETURN_IF(dit_json_i32(&o, "world", 1, MF_MAX_WORLD, &m->topology.world));
+  DIT_RETURN_IF(dit_json_i32(&o, "tp", 1, MF_MAX_WORLD, &m->topology.tp));
+  DIT_RETURN_IF(dit_json_i32(&o, "cp", 1, MF_MAX_WORLD, &m->topology.cp));
+  DIT_RETURN_IF(dit_json_i32(&o, "cfg", 1, MF_MAX_WORLD, &m->topology.cfg));
+  int mode = 0;
+  DIT_RETURN_IF(dit_json_enum(&o, "cp_mode", modes, &mode));
+  snprintf(m->topology.cp_mode, sizeof m->topology.cp_mode, "%s", modes[mode]);
   int64_t prod = (int64_t)m->topology.tp * m->topology.cp * m->topology.cfg;
-  if (prod != m->topology.world)
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, "topology.world",
-                "expected tp*cp*cfg = %" PRId64 " (tp %d, cp %d, cfg %d), found %d", prod,
-                m->topology.tp, m->topology.cp, m->topology.cfg, m->topology.world);
-  if (m->topology.cp > 1 && strcmp(mode, "none") == 0)
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, "topology.cp_mode",
-                "cp %d needs a context-parallel mode, found \"none\"", m->topology.cp);
+  if (prod != m->topology.world) {
+    dit_json_t pf = at_key(&o, "world");
+    return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT,
+                          "expected tp*cp*cfg = %" PRId64 " (tp %d, cp %d, cfg %d), found %d", prod,
+                          m->topology.tp, m->topology.cp, m->topology.cfg, m->topology.world);
+  }
+  if (m->topology.cp > 1 && mode == 0) {
+    dit_json_t pf = at_key(&o, "cp_mode");
+    return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT,
+                          "cp %d needs a context-parallel mode, found \"none\"", m->topology.cp);
+  }
   return DIT_OK;
 }
 
-static dit_status_t parse_root(const pctx_t *c, cJSON *root, dit_manifest_t *m) {
+/* A free-form member kept as a tree: it must be an object that canonicalizes (no value the
+ * identity hash cannot represent). */
+static dit_status_t check_tree(const dit_json_t *root, const char *key) {
+  dit_json_t o;
+  char *canon = NULL;
+  DIT_RETURN_IF(dit_json_object(root, key, &o));
+  dit_status_t st = dit_json_canonical(o.v, &canon);
+  free(canon);
+  if (st) return dit_status_annotate(st, "%s: field '%s'", root->what, key);
+  return DIT_OK;
+}
+
+static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const top_keys[] = {"format", "schema", "identity", "inputs", "model",
                                          "target", "topology", "shape", "dtype", "io",
                                          "blobs", "weights", "ranks", "memory", "summary", NULL};
@@ -1034,140 +800,94 @@ static dit_status_t parse_root(const pctx_t *c, cJSON *root, dit_manifest_t *m) 
                                            "text_len", "latent", NULL};
   static const char *const io_keys[] = {"inputs", "outputs", NULL};
   static const char *const mem_keys[] = {"arena_bytes", "weight_bytes", "peak_bytes", NULL};
-  const cJSON *o;
+  dit_json_t o, v;
   const char *s = NULL;
 
-  DIT_RETURN_IF(get_str(c, root, "", "format", MF_MAX_NAME, 1, &s));
+  DIT_RETURN_IF(dit_json_get(root, "format", &v));
+  DIT_RETURN_IF(dit_json_as_str(&v, MF_MAX_NAME, true, &s));
   if (strcmp(s, "ditc-bundle") != 0) {
     char q[96];
-    quote_short(s, q);
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, "format", "expected \"ditc-bundle\", found %s", q);
+    dit_json_quote(s, q);
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected \"ditc-bundle\", found %s", q);
   }
-  DIT_RETURN_IF(parse_schema(c, root, m));
-  DIT_RETURN_IF(check_keys(c, root, "", top_keys));
-  DIT_RETURN_IF(get_hash(c, root, "", "identity", m->identity));
+  DIT_RETURN_IF(parse_schema(root, m));
+  DIT_RETURN_IF(dit_json_check_keys(root, top_keys));
+  DIT_RETURN_IF(get_hash(root, "identity", m->identity));
+  DIT_RETURN_IF(check_tree(root, "inputs"));
 
-  DIT_RETURN_IF(get_object(c, root, "", "inputs", &o));
-  char *canon = NULL;
-  dit_status_t st = dit_json_canonical(o, &canon);
-  free(canon);
-  if (st) return dit_status_annotate(st, "%s: field 'inputs'", c->what);
-  m->inputs = cJSON_DetachItemFromObjectCaseSensitive(root, "inputs");
+  DIT_RETURN_IF(dit_json_object(root, "model", &o));
+  DIT_RETURN_IF(dit_json_check_keys(&o, model_keys));
+  DIT_RETURN_IF(dit_json_str_copy(&o, "family", m->family, sizeof m->family, false));
+  DIT_RETURN_IF(dit_json_str_copy(&o, "class", m->model_class, sizeof m->model_class, false));
+  DIT_RETURN_IF(dit_json_str_copy(&o, "variant", m->variant, sizeof m->variant, true));
 
-  DIT_RETURN_IF(get_object(c, root, "", "model", &o));
-  DIT_RETURN_IF(check_keys(c, o, "model", model_keys));
-  DIT_RETURN_IF(get_str_fixed(c, o, "model", "family", m->family, sizeof m->family, 0));
-  DIT_RETURN_IF(get_str_fixed(c, o, "model", "class", m->model_class, sizeof m->model_class, 0));
-  DIT_RETURN_IF(get_str_fixed(c, o, "model", "variant", m->variant, sizeof m->variant, 1));
+  DIT_RETURN_IF(dit_json_object(root, "target", &o));
+  DIT_RETURN_IF(dit_json_check_keys(&o, target_keys));
+  DIT_RETURN_IF(dit_json_str_copy(&o, "arch", m->arch, sizeof m->arch, false));
+  DIT_RETURN_IF(dit_json_int(&o, "min_driver", 0, MF_MAX_SAFE, &m->min_driver));
 
-  DIT_RETURN_IF(get_object(c, root, "", "target", &o));
-  DIT_RETURN_IF(check_keys(c, o, "target", target_keys));
-  DIT_RETURN_IF(get_str_fixed(c, o, "target", "arch", m->arch, sizeof m->arch, 0));
-  DIT_RETURN_IF(get_int(c, o, "target", "min_driver", 0, MF_MAX_SAFE, &m->min_driver));
+  DIT_RETURN_IF(parse_topology(root, m));
 
-  DIT_RETURN_IF(parse_topology(c, root, m));
-
-  DIT_RETURN_IF(get_object(c, root, "", "shape", &o));
-  DIT_RETURN_IF(check_keys(c, o, "shape", shape_keys));
-  DIT_RETURN_IF(get_int(c, o, "shape", "batch", 0, MF_MAX_SAFE, &m->shape.batch));
-  DIT_RETURN_IF(get_int(c, o, "shape", "frames", 0, MF_MAX_SAFE, &m->shape.frames));
-  DIT_RETURN_IF(get_int(c, o, "shape", "height", 0, MF_MAX_SAFE, &m->shape.height));
-  DIT_RETURN_IF(get_int(c, o, "shape", "width", 0, MF_MAX_SAFE, &m->shape.width));
-  DIT_RETURN_IF(get_int(c, o, "shape", "text_len", 0, MF_MAX_SAFE, &m->shape.text_len));
-  const cJSON *lat;
+  DIT_RETURN_IF(dit_json_object(root, "shape", &o));
+  DIT_RETURN_IF(dit_json_check_keys(&o, shape_keys));
+  DIT_RETURN_IF(dit_json_int(&o, "batch", 0, MF_MAX_SAFE, &m->shape.batch));
+  DIT_RETURN_IF(dit_json_int(&o, "frames", 0, MF_MAX_SAFE, &m->shape.frames));
+  DIT_RETURN_IF(dit_json_int(&o, "height", 0, MF_MAX_SAFE, &m->shape.height));
+  DIT_RETURN_IF(dit_json_int(&o, "width", 0, MF_MAX_SAFE, &m->shape.width));
+  DIT_RETURN_IF(dit_json_int(&o, "text_len", 0, MF_MAX_SAFE, &m->shape.text_len));
+  dit_json_t lat;
   size_t nl;
-  DIT_RETURN_IF(get_array(c, o, "shape", "latent", 1u << 20, &lat, &nl));
+  DIT_RETURN_IF(dit_json_array(&o, "latent", 1u << 20, &lat, &nl));
   if (nl != 4)
-    return ferr(c, DIT_CODE_INVALID_ARGUMENT, "shape.latent",
-                "expected 4 entries [C, f, h, w], found %zu", nl);
-  size_t i = 0;
-  for (const cJSON *e = lat->child; e; e = e->next, i++) {
-    char p[MF_PATH];
-    path_idx(p, "shape.latent", i);
-    DIT_RETURN_IF(num_int(c, e, p, 0, MF_MAX_SAFE, &m->shape.latent[i]));
-  }
+    return dit_json_error(&lat, DIT_CODE_INVALID_ARGUMENT, "expected 4 entries [C, f, h, w], found %zu", nl);
+  DIT_RETURN_IF(dit_json_as_int_array(&lat, 4, 0, MF_MAX_SAFE, m->shape.latent, &nl));
 
-  DIT_RETURN_IF(get_dtype(c, root, "", "dtype", &m->dtype));
+  DIT_RETURN_IF(get_dtype(root, "dtype", &m->dtype));
 
-  DIT_RETURN_IF(get_object(c, root, "", "io", &o));
-  DIT_RETURN_IF(check_keys(c, o, "io", io_keys));
-  DIT_RETURN_IF(parse_io_list(c, o, "inputs", &m->n_inputs, &m->io_inputs));
-  DIT_RETURN_IF(parse_io_list(c, o, "outputs", &m->n_outputs, &m->io_outputs));
+  DIT_RETURN_IF(dit_json_object(root, "io", &o));
+  DIT_RETURN_IF(dit_json_check_keys(&o, io_keys));
+  DIT_RETURN_IF(parse_io_list(&o, "inputs", &m->n_inputs, &m->io_inputs));
+  DIT_RETURN_IF(parse_io_list(&o, "outputs", &m->n_outputs, &m->io_outputs));
 
   kidx_t *blob_index = NULL, *weights_index = NULL;
-  st = parse_blobs(c, root, m, &blob_index);
-  if (!st) st = parse_weights(c, root, m, blob_index, &weights_index);
-  if (!st) st = parse_ranks(c, root, m, blob_index, weights_index);
+  dit_status_t st = parse_blobs(root, m, &blob_index);
+  if (!st) st = parse_weights(root, m, blob_index, &weights_index);
+  if (!st) st = parse_ranks(root, m, blob_index, weights_index);
   free(blob_index);
   free(weights_index);
   DIT_RETURN_IF(st);
 
-  DIT_RETURN_IF(get_object(c, root, "", "memory", &o));
-  DIT_RETURN_IF(check_keys(c, o, "memory", mem_keys));
-  DIT_RETURN_IF(get_u64(c, o, "memory", "arena_bytes", &m->arena_bytes));
-  DIT_RETURN_IF(get_u64(c, o, "memory", "weight_bytes", &m->weight_bytes));
-  DIT_RETURN_IF(get_u64(c, o, "memory", "peak_bytes", &m->peak_bytes));
+  DIT_RETURN_IF(dit_json_object(root, "memory", &o));
+  DIT_RETURN_IF(dit_json_check_keys(&o, mem_keys));
+  DIT_RETURN_IF(dit_json_u64(&o, "arena_bytes", &m->arena_bytes));
+  DIT_RETURN_IF(dit_json_u64(&o, "weight_bytes", &m->weight_bytes));
+  DIT_RETURN_IF(dit_json_u64(&o, "peak_bytes", &m->peak_bytes));
 
-  o = cJSON_GetObjectItemCaseSensitive(root, "summary");
-  if (o) {
-    DIT_RETURN_IF(expect_type(c, o, "summary", cJSON_Object, "an object"));
-    st = dit_json_canonical(o, &canon);
-    free(canon);
-    if (st) return dit_status_annotate(st, "%s: field 'summary'", c->what);
-    m->summary = cJSON_DetachItemFromObjectCaseSensitive(root, "summary");
-  }
+  if (dit_json_has(root, "summary")) DIT_RETURN_IF(check_tree(root, "summary"));
   return DIT_OK;
 }
 
 dit_status_t dit_manifest_parse(const char *text, size_t len, const char *what,
                                 dit_manifest_t **out) {
   *out = NULL;
-  pctx_t c = {what ? what : "manifest.json"};
-  if (!text && len) return DIT_ERR(INVALID_ARGUMENT, "%s: no text", c.what);
-  const char *nul = len ? memchr(text, 0, len) : NULL;
-  if (nul)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: not valid JSON: NUL byte at offset %zu", c.what,
-                   (size_t)(nul - text));
-  /* cJSON wants a terminated buffer to reject trailing garbage; the caller's may not be. */
-  char *buf = malloc(len + 1);
-  if (!buf) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory (%zu bytes)", c.what, len + 1);
-  if (len) memcpy(buf, text, len);
-  buf[len] = 0;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
-  if (!root) {
-    size_t off = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : 0;
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < off; i++) {
-      if (buf[i] == '\n') {
-        line++;
-        col = 1;
-      } else {
-        col++;
-      }
-    }
-    free(buf);
-    return DIT_ERR(INVALID_ARGUMENT, "%s: not valid JSON: syntax error at line %zu, column %zu",
-                   c.what, line, col);
-  }
-  free(buf);
-  dit_status_t s = DIT_OK;
-  if (!cJSON_IsObject(root)) {
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: expected a JSON object at the top level, found %s", c.what,
-                type_name(root));
-  }
-  if (!s) {
-    char path[MF_PATH];
-    path[0] = 0;
-    s = walk_doc(&c, root, path, 0, sizeof path);
-  }
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root;
   dit_manifest_t *m = NULL;
+  dit_status_t s = dit_json_parse(text, len, what ? what : "manifest.json", &doc);
+  if (!s) s = dit_json_root(doc, &root);
   if (!s) {
     m = calloc(1, sizeof *m);
-    if (!m) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", c.what);
+    if (!m) s = oom(&root);
   }
-  if (!s) s = parse_root(&c, root, m);
-  cJSON_Delete(root);
+  if (!s) s = parse_root(&root, m);
+  if (!s) {
+    /* inputs and summary stay trees for their readers: taken out of the validated document. */
+    cJSON *tree = dit_json_doc_release(doc);
+    m->inputs = cJSON_DetachItemFromObjectCaseSensitive(tree, "inputs");
+    m->summary = cJSON_DetachItemFromObjectCaseSensitive(tree, "summary");
+    cJSON_Delete(tree);
+  }
+  dit_json_doc_free(doc);
   if (s) {
     dit_manifest_free(m);
     return s;
