@@ -168,6 +168,11 @@ dit_status_t dit_json_parse(const char *text, size_t len, const char *what,
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
   if (!root) {
+    /* A value followed by more text fails the same way as a broken one; say which it is. */
+    const char *vend = NULL;
+    cJSON *value = cJSON_ParseWithLengthOpts(buf, len + 1, &vend, 0);
+    cJSON_Delete(value);
+    const char *note = value ? " (trailing data after the JSON value)" : "";
     size_t off = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : 0;
     size_t line = 1, col = 1;
     for (size_t i = 0; i < off; i++) {
@@ -179,8 +184,8 @@ dit_status_t dit_json_parse(const char *text, size_t len, const char *what,
       }
     }
     free(buf);
-    return DIT_ERR(INVALID_ARGUMENT, "%s: not valid JSON: syntax error at line %zu, column %zu",
-                   what, line, col);
+    return DIT_ERR(INVALID_ARGUMENT, "%s: not valid JSON: syntax error at line %zu, column %zu%s",
+                   what, line, col, note);
   }
   free(buf);
   char path[DIT_JSON_PATH] = {0};

@@ -14,6 +14,10 @@ static void test_document(void) {
   dit_json_doc_t *d = NULL;
   CHECK_ERR(parse("{\"a\": 1,}", &d), INVALID_ARGUMENT, "t.json: not valid JSON: syntax error at line 1");
   CHECK_ERR(parse("{\"a\": 1}\n{", &d), INVALID_ARGUMENT, "syntax error at line 2, column 1");
+  CHECK_ERR(parse("{\"a\": 1}\n{", &d), INVALID_ARGUMENT, "column 1 (trailing data after the JSON value)");
+  dit_status_t broken = parse("{\"a\": 1,}", &d); /* broken, not followed by more */
+  CHECK(broken && !strstr(dit_status_message(broken), "trailing"));
+  dit_status_free(broken);
   CHECK_ERR(dit_json_parse("{\"a\":\0 1}", 9, "t.json", &d), INVALID_ARGUMENT, "NUL byte at offset 5");
   CHECK_ERR(parse("{\"a\": {\"b\": 1, \"b\": 2}}", &d), INVALID_ARGUMENT, "field 'a': duplicate key \"b\"");
   CHECK_ERR(parse("{\"a\": [1, 1e999]}", &d), OUT_OF_RANGE, "field 'a[1]': number outside the range");
