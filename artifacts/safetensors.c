@@ -11,17 +11,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <cjson/cJSON.h>
-
 #include "base/fileio.h"
+#include "base/json.h"
 
 /* Refused before the header is copied or parsed; real checkpoints need a few MB even with
  * tens of thousands of tensors (the Python package refuses above 100 MB too). */
 #define DIT_ST_MAX_HEADER ((uint64_t)100 << 20)
 /* An index lists every tensor name once; the same bound keeps a hostile one in check. */
 #define DIT_ST_MAX_INDEX ((size_t)100 << 20)
-/* cJSON holds numbers as doubles: integers above 2^53 would silently round. */
-#define DIT_ST_MAX_JSON_INT 9007199254740992.0
+/* JSON numbers are doubles: integers from 2^53 on would silently round. */
+#define DIT_ST_MAX_INT ((int64_t)DIT_JSON_MAX_SAFE)
+/* Far above real checkpoints (Wan 14B has ~1100 tensors, names under 100 bytes); the name cap
+ * matches what a manifest accepts, so every tensor read can be listed in a bundle. */
+#define DIT_ST_MAX_TENSORS (1u << 20)
+#define DIT_ST_MAX_NAME 4096u
 
 static const struct {
   const char *name;
@@ -81,7 +84,8 @@ static uint64_t read_le64(const uint8_t *p) {
 }
 
 /* Offset of the first byte that is not well-formed UTF-8 (NUL included, since names are C
- * strings), or len if all are. The format requires UTF-8 headers, and cJSON does not check. */
+ * strings), or len if all are. The format requires UTF-8 headers, and the JSON parser does not
+ * check. */
 static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
   size_t i = 0;
   while (i < len) {
@@ -113,76 +117,20 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
   return len;
 }
 
-static const char *json_type_name(const cJSON *j) {
-  if (cJSON_IsObject(j)) return "object";
-  if (cJSON_IsArray(j)) return "array";
-  if (cJSON_IsString(j)) return "string";
-  if (cJSON_IsNumber(j)) return "number";
-  if (cJSON_IsBool(j)) return "boolean";
-  if (cJSON_IsNull(j)) return "null";
-  return "invalid value";
-}
-
-static int is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-/* Parses exactly `len` bytes of `text` (which must have a NUL at text[len], so cJSON can never
- * scan past the buffer) as one JSON value followed only by whitespace. */
-static dit_status_t parse_json(const char *text, size_t len, const char *what, const char *part,
-                               cJSON **out) {
-  *out = NULL;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-  if (!root) {
-    size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is not valid JSON (error near byte %zu of %zu)",
-                   what, part, at, len);
-  }
-  for (size_t i = end ? (size_t)(end - text) : len; i < len; i++) {
-    if (!is_json_space(text[i])) {
-      cJSON_Delete(root);
-      return DIT_ERR(INVALID_ARGUMENT,
-                     "%s: %s has trailing data after the JSON value: byte 0x%02x at offset %zu",
-                     what, part, (unsigned char)text[i], i);
-    }
-  }
-  if (!cJSON_IsObject(root)) {
-    dit_status_t s = DIT_ERR(INVALID_ARGUMENT, "%s: %s is a JSON %s, expected an object", what,
-                             part, json_type_name(root));
-    cJSON_Delete(root);
-    return s;
-  }
-  *out = root;
-  return DIT_OK;
-}
-
-/* A JSON number that must be a non-negative integer cJSON represents exactly. */
-static dit_status_t json_uint(const cJSON *j, const char *what, const char *tensor,
-                              const char *field, uint64_t *out) {
-  if (!cJSON_IsNumber(j))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': %s is a %s, expected an integer", what,
-                   tensor, field, json_type_name(j));
-  double d = j->valuedouble;
-  if (d < 0)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': %s is %.17g, expected >= 0", what, tensor,
-                   field, d);
-  /* Also catches NaN and infinity (strtod turns 1e999 into inf). */
-  if (!(d <= DIT_ST_MAX_JSON_INT))
-    return DIT_ERR(OUT_OF_RANGE, "%s: tensor '%s': %s is %.17g, more than the largest exact "
-                   "integer 2^53", what, tensor, field, d);
-  uint64_t v = (uint64_t)d;
-  if ((double)v != d)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': %s is %.17g, expected an integer", what,
-                   tensor, field, d);
-  *out = v;
-  return DIT_OK;
-}
-
 static void format_dims(char *buf, size_t cap, int rank, const int64_t *dims) {
   size_t n = 0;
   n += (size_t)snprintf(buf, cap, "[");
   for (int i = 0; i < rank && n < cap; i++)
     n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? ", " : "", dims[i]);
   if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* "<file>: <part>" names a JSON document in its messages; the caller frees it. */
+static char *doc_name(const char *file, const char *part) {
+  size_t n = strlen(file) + strlen(part) + 3;
+  char *w = malloc(n);
+  if (w) snprintf(w, n, "%s: %s", file, part);
+  return w;
 }
 
 /* ---- the checkpoint object --------------------------------------------------------------- */
@@ -237,114 +185,81 @@ const dit_st_tensor_t *dit_safetensors_find(const dit_safetensors_t *st, const c
 
 /* ---- one image --------------------------------------------------------------------------- */
 
-static dit_status_t check_metadata(const cJSON *meta, const char *what) {
-  if (!cJSON_IsObject(meta))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: __metadata__ is a %s, expected an object of strings",
-                   what, json_type_name(meta));
-  for (const cJSON *m = meta->child; m; m = m->next) {
-    if (!cJSON_IsString(m))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: __metadata__: '%s' is a %s, expected a string", what,
-                     m->string, json_type_name(m));
-  }
+static dit_status_t check_metadata(const dit_json_t *meta) {
+  DIT_RETURN_IF(dit_json_expect_object(meta));
+  dit_json_iter_t it;
+  dit_json_t v;
+  const char *s;
+  dit_json_iter_init(meta, &it);
+  while (dit_json_iter_next(&it, &v)) DIT_RETURN_IF(dit_json_as_str(&v, DIT_ST_MAX_HEADER, true, &s));
   return DIT_OK;
 }
 
-/* Validates one header entry and fills *t except name and file. `base` is the data buffer. */
-static dit_status_t parse_entry(const cJSON *e, const char *what, const uint8_t *base,
-                                uint64_t data_size, dit_st_tensor_t *t) {
-  const char *name = e->string;
-  if (!cJSON_IsObject(e))
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: tensor '%s': entry is a %s, expected an object with dtype, shape and "
-                   "data_offsets", what, name, json_type_name(e));
-  const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL;
-  for (const cJSON *m = e->child; m; m = m->next) {
-    const cJSON **slot;
-    if (!strcmp(m->string, "dtype"))
-      slot = &dtype;
-    else if (!strcmp(m->string, "shape"))
-      slot = &shape;
-    else if (!strcmp(m->string, "data_offsets"))
-      slot = &offsets;
-    else
-      return DIT_ERR(INVALID_ARGUMENT,
-                     "%s: tensor '%s': unknown member \"%s\" (expected dtype, shape, data_offsets)",
-                     what, name, m->string);
-    if (*slot)
-      return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': member \"%s\" appears twice", what, name,
-                     m->string);
-    *slot = m;
-  }
-  if (!dtype || !shape || !offsets)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': missing member \"%s\"", what, name,
-                   !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
-
-  if (!cJSON_IsString(dtype))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': dtype is a %s, expected a string", what,
-                   name, json_type_name(dtype));
-  size_t k = 0, nk = sizeof kStDtypes / sizeof kStDtypes[0];
-  while (k < nk && strcmp(kStDtypes[k].name, dtype->valuestring)) k++;
-  if (k == nk)
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: tensor '%s': unsupported dtype \"%s\" (supported: " DIT_ST_SUPPORTED ")",
-                   what, name, dtype->valuestring);
+/* Validates one header entry (a tensor, named by its key) and fills *t except name and file.
+ * `base` is the data buffer. */
+static dit_status_t parse_entry(const dit_json_t *e, const uint8_t *base, uint64_t data_size,
+                                dit_st_tensor_t *t) {
+  static const char *const keys[] = {"dtype", "shape", "data_offsets", NULL};
+  static const char *const dtypes[] = {"F32", "BF16", "F16", "I64", "I32", NULL};
+  DIT_RETURN_IF(dit_json_expect_object(e));
+  DIT_RETURN_IF(dit_json_check_keys(e, keys));
+  int k = 0;
+  DIT_RETURN_IF(dit_json_enum(e, "dtype", dtypes, &k));
   t->dtype = kStDtypes[k].dtype;
   uint64_t esize = dit_dtype_size(t->dtype);
 
-  if (!cJSON_IsArray(shape))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': shape is a %s, expected an array", what,
-                   name, json_type_name(shape));
-  int rank = cJSON_GetArraySize(shape);
+  dit_json_t shape, d;
+  size_t rank;
+  DIT_RETURN_IF(dit_json_array(e, "shape", SIZE_MAX, &shape, &rank));
   if (rank > DIT_MAX_RANK)
-    return DIT_ERR(OUT_OF_RANGE, "%s: tensor '%s': shape has rank %d, more than the supported %d",
-                   what, name, rank, DIT_MAX_RANK);
-  t->rank = rank;
+    return dit_json_error(&shape, DIT_CODE_OUT_OF_RANGE, "rank %zu exceeds the maximum %d", rank,
+                          DIT_MAX_RANK);
+  t->rank = (int)rank;
   uint64_t elems = 1;
   int overflow = 0, has_zero = 0, i = 0;
-  for (const cJSON *d = shape->child; d; d = d->next, i++) {
-    char field[32];
-    snprintf(field, sizeof field, "shape[%d]", i);
-    uint64_t v;
-    DIT_RETURN_IF(json_uint(d, what, name, field, &v));
-    t->dims[i] = (int64_t)v;
+  dit_json_iter_t it;
+  dit_json_iter_init(&shape, &it);
+  for (; dit_json_iter_next(&it, &d); i++) {
+    int64_t v;
+    DIT_RETURN_IF(dit_json_as_int(&d, 0, DIT_ST_MAX_INT, &v));
+    t->dims[i] = v;
     has_zero |= v == 0;
-    if (!overflow && __builtin_mul_overflow(elems, v, &elems)) overflow = 1;
+    if (!overflow && __builtin_mul_overflow(elems, (uint64_t)v, &elems)) overflow = 1;
   }
   char dims_text[8 * 24 + 8];
-  format_dims(dims_text, sizeof dims_text, rank, t->dims);
+  format_dims(dims_text, sizeof dims_text, t->rank, t->dims);
   uint64_t nbytes = 0;
   /* A zero dim makes the tensor empty however large the other dims are. */
   if (!has_zero && (overflow || __builtin_mul_overflow(elems, esize, &nbytes)))
-    return DIT_ERR(OUT_OF_RANGE, "%s: tensor '%s': shape %s x %" PRIu64
-                   " bytes overflows 64 bits", what, name, dims_text, esize);
+    return dit_json_error(&shape, DIT_CODE_OUT_OF_RANGE,
+                          "%s x %" PRIu64 " bytes overflows 64 bits", dims_text, esize);
 
-  if (!cJSON_IsArray(offsets))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': data_offsets is a %s, expected [begin, end]",
-                   what, name, json_type_name(offsets));
-  int noff = cJSON_GetArraySize(offsets);
+  dit_json_t offsets, o;
+  size_t noff;
+  DIT_RETURN_IF(dit_json_array(e, "data_offsets", SIZE_MAX, &offsets, &noff));
   if (noff != 2)
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: tensor '%s': data_offsets has %d elements, expected 2 ([begin, end])",
-                   what, name, noff);
-  uint64_t begin, end;
-  DIT_RETURN_IF(json_uint(offsets->child, what, name, "data_offsets[0] (begin)", &begin));
-  DIT_RETURN_IF(json_uint(offsets->child->next, what, name, "data_offsets[1] (end)", &end));
+    return dit_json_error(&offsets, DIT_CODE_INVALID_ARGUMENT,
+                          "expected 2 entries [begin, end], found %zu", noff);
+  int64_t be[2];
+  dit_json_iter_init(&offsets, &it);
+  for (i = 0; dit_json_iter_next(&it, &o); i++)
+    DIT_RETURN_IF(dit_json_as_int(&o, 0, DIT_ST_MAX_INT, &be[i]));
+  uint64_t begin = (uint64_t)be[0], end = (uint64_t)be[1];
   if (begin > end)
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
-                   what, name, begin, end);
+    return dit_json_error(&offsets, DIT_CODE_INVALID_ARGUMENT,
+                          "[%" PRIu64 ", %" PRIu64 "]: begin is after end", begin, end);
   if (nbytes != end - begin)
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: tensor '%s': shape %s x %" PRIu64 " bytes (%s) needs %" PRIu64
-                   " bytes, but data_offsets [%" PRIu64 ", %" PRIu64 "] span %" PRIu64
-                   " (expected %" PRIu64 ", found %" PRIu64 ")",
-                   what, name, dims_text, esize, dtype->valuestring, nbytes, begin, end,
-                   end - begin, nbytes, end - begin);
+    return dit_json_error(&offsets, DIT_CODE_INVALID_ARGUMENT,
+                          "shape %s x %" PRIu64 " bytes (%s) needs %" PRIu64
+                          " bytes, but data_offsets [%" PRIu64 ", %" PRIu64 "] span %" PRIu64
+                          " (expected %" PRIu64 ", found %" PRIu64 ")",
+                          dims_text, esize, dtypes[k], nbytes, begin, end, end - begin, nbytes,
+                          end - begin);
   if (end > data_size)
-    return DIT_ERR(OUT_OF_RANGE,
-                   "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                   "]: end is past the data buffer (expected end <= %" PRIu64 ", found %" PRIu64
-                   ")", what, name, begin, end, data_size, end);
+    return dit_json_error(&offsets, DIT_CODE_OUT_OF_RANGE,
+                          "[%" PRIu64 ", %" PRIu64 "]: end is past the data buffer (expected "
+                          "end <= %" PRIu64 ", found %" PRIu64 ")",
+                          begin, end, data_size, end);
   t->nbytes = nbytes;
   t->data = base + begin;
   return DIT_OK;
@@ -426,39 +341,49 @@ static dit_status_t st_parse_image(dit_safetensors_t *st, const uint8_t *data, s
     return DIT_ERR(INVALID_ARGUMENT, "%s: header is not valid UTF-8 (byte 0x%02x at offset %zu)",
                    file, header[bad], bad);
 
-  /* A private NUL-terminated copy: the mapping has no terminator, so cJSON could otherwise
-   * scan past it; headers are small next to the data. */
-  char *text = malloc((size_t)n + 1);
-  if (!text) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %" PRIu64 " bytes for the "
-                            "header", file, n + 1);
-  memcpy(text, header, (size_t)n);
-  text[n] = 0;
-  cJSON *root;
-  dit_status_t s = parse_json(text, (size_t)n, file, "header", &root);
-  free(text);
-  if (s) return s;
+  char *what = doc_name(file, "header");
+  if (!what) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", file);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root, e;
+  dit_json_iter_t it;
+  dit_status_t s = dit_json_parse((const char *)header, (size_t)n, what, &doc);
+  free(what);
+  if (!s) s = dit_json_root(doc, &root);
+  size_t count = 0;
+  if (!s) {
+    dit_json_iter_init(&root, &it);
+    while (dit_json_iter_next(&it, &e)) count++;
+  }
+  if (!s && count > DIT_ST_MAX_TENSORS)
+    s = dit_json_error(&root, DIT_CODE_OUT_OF_RANGE, "more than %u tensors", DIT_ST_MAX_TENSORS);
+  if (!s && grow((void **)&st->tensors, &st->cap, st->count + count, sizeof *st->tensors))
+    s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for %zu tensors", file, count);
+  if (s) {
+    dit_json_doc_free(doc);
+    return s;
+  }
 
   const uint8_t *base = header + n;
   uint64_t data_size = size - 8 - n;
   size_t first = st->count;
-  int seen_meta = 0;
-  for (const cJSON *e = root->child; e && !s; e = e->next) {
-    if (!strcmp(e->string, "__metadata__")) {
-      if (seen_meta++)
-        s = DIT_ERR(INVALID_ARGUMENT, "%s: __metadata__ appears twice", file);
-      else
-        s = check_metadata(e, file);
+  dit_json_iter_init(&root, &it);
+  while (!s && dit_json_iter_next(&it, &e)) {
+    const char *key = e.v->string;
+    if (!strcmp(key, "__metadata__")) {
+      s = check_metadata(&e);
       continue;
     }
-    if (grow((void **)&st->tensors, &st->cap, st->count + 1, sizeof *st->tensors)) {
-      s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", file);
+    if (strlen(key) > DIT_ST_MAX_NAME) {
+      s = dit_json_error(&e, DIT_CODE_OUT_OF_RANGE,
+                         "tensor name of %zu bytes, expected at most %u", strlen(key),
+                         DIT_ST_MAX_NAME);
       break;
     }
     dit_st_tensor_t *t = &st->tensors[st->count];
     memset(t, 0, sizeof *t);
-    s = parse_entry(e, file, base, data_size, t);
+    s = parse_entry(&e, base, data_size, t);
     if (s) break;
-    char *name = dup_str(e->string);
+    char *name = dup_str(key);
     if (!name) {
       s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", file);
       break;
@@ -467,7 +392,7 @@ static dit_status_t st_parse_image(dit_safetensors_t *st, const uint8_t *data, s
     t->file = file;
     st->count++;
   }
-  cJSON_Delete(root);
+  dit_json_doc_free(doc);
   if (!s) s = check_overlaps(st, first, base, file);
   return s;
 }
@@ -597,8 +522,8 @@ static dit_status_t open_index(const char *index, dit_safetensors_t *st) {
     free(text);
     return s;
   }
-  cJSON *root;
-  dit_status_t s = parse_json(text, len, index, "index", &root);
+  dit_json_doc_t *doc = NULL;
+  dit_status_t s = dit_json_parse(text, len, index, &doc);
   free(text);
   if (s) return s;
 
@@ -606,24 +531,19 @@ static dit_status_t open_index(const char *index, dit_safetensors_t *st) {
   const char **shards = NULL;
   const char **shard_files = NULL;
   char *dir = NULL;
-  size_t ne = 0, nshards = 0;
-  const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "metadata");
-  const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-  if (meta && !cJSON_IsObject(meta)) {
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: metadata is a %s, expected an object", index,
-                json_type_name(meta));
+  size_t ne = 0, nshards = 0, cap = 0;
+  dit_json_t root, map, v;
+  dit_json_iter_t it;
+  /* Other members (metadata.total_size, ...) say nothing the shards do not. */
+  if ((s = dit_json_root(doc, &root))) goto done;
+  if (dit_json_has(&root, "metadata") && (s = dit_json_object(&root, "metadata", &v))) goto done;
+  if ((s = dit_json_object(&root, "weight_map", &map))) goto done;
+  dit_json_iter_init(&map, &it);
+  while (dit_json_iter_next(&it, &v)) cap++;
+  if (cap > DIT_ST_MAX_TENSORS) {
+    s = dit_json_error(&map, DIT_CODE_OUT_OF_RANGE, "more than %u tensors", DIT_ST_MAX_TENSORS);
     goto done;
   }
-  if (!map) {
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: missing member \"weight_map\"", index);
-    goto done;
-  }
-  if (!cJSON_IsObject(map)) {
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: weight_map is a %s, expected an object", index,
-                json_type_name(map));
-    goto done;
-  }
-  size_t cap = (size_t)cJSON_GetArraySize(map);
   e = calloc(cap ? cap : 1, sizeof *e);
   shards = calloc(cap ? cap : 1, sizeof *shards);
   shard_files = calloc(cap ? cap : 1, sizeof *shard_files);
@@ -632,30 +552,28 @@ static dit_status_t open_index(const char *index, dit_safetensors_t *st) {
     s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", index);
     goto done;
   }
-  for (const cJSON *m = map->child; m; m = m->next) {
-    if (!cJSON_IsString(m)) {
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: weight_map: tensor '%s': shard is a %s, expected a "
-                  "file name", index, m->string, json_type_name(m));
+  dit_json_iter_init(&map, &it);
+  while (dit_json_iter_next(&it, &v)) {
+    const char *shard = NULL;
+    if (strlen(v.v->string) > DIT_ST_MAX_NAME) {
+      s = dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "tensor name of %zu bytes, expected at most %u",
+                         strlen(v.v->string), DIT_ST_MAX_NAME);
       goto done;
     }
-    if (!plain_file_name(m->valuestring)) {
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: weight_map: tensor '%s': shard \"%s\" is not a plain "
-                  "file name beside the index (no '/', '.' or '..')", index, m->string,
-                  m->valuestring);
+    if ((s = dit_json_as_str(&v, NAME_MAX, true, &shard))) goto done;
+    if (!plain_file_name(shard)) {
+      char q[96];
+      dit_json_quote(shard, q);
+      s = dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "shard %s is not a plain file name beside "
+                         "the index (no '/', '.' or '..')", q);
       goto done;
     }
-    e[ne].tensor = m->string;
-    e[ne].shard = m->valuestring;
-    shards[ne] = m->valuestring;
+    e[ne].tensor = v.v->string;
+    e[ne].shard = shard;
+    shards[ne] = shard;
     ne++;
   }
   qsort(e, ne, sizeof *e, cmp_entry);
-  for (size_t i = 1; i < ne; i++) {
-    if (!strcmp(e[i - 1].tensor, e[i].tensor)) {
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: weight_map lists tensor '%s' twice", index, e[i].tensor);
-      goto done;
-    }
-  }
   /* Distinct shards, opened in name order so errors do not depend on the JSON's order. */
   qsort(shards, ne, sizeof *shards, cmp_str_ptr);
   for (size_t i = 0; i < ne; i++)
@@ -684,7 +602,7 @@ done:
   free(shards);
   free(shard_files);
   free(dir);
-  cJSON_Delete(root);
+  dit_json_doc_free(doc);
   return s;
 }
 
@@ -861,6 +779,9 @@ static int valid_utf8_str(const char *s) {
 dit_status_t dit_st_writer_add(dit_st_writer_t *w, const char *name, dit_dtype_t dtype, int rank,
                                const int64_t *dims, const void *data) {
   if (!name) return DIT_ERR(INVALID_ARGUMENT, "safetensors writer: tensor name is NULL");
+  if (strlen(name) > DIT_ST_MAX_NAME)
+    return DIT_ERR(OUT_OF_RANGE, "safetensors writer: a tensor name of %zu bytes, expected at "
+                   "most %u", strlen(name), DIT_ST_MAX_NAME);
   if (!strcmp(name, "__metadata__"))
     return DIT_ERR(INVALID_ARGUMENT, "safetensors writer: tensor name '__metadata__' is reserved");
   if (!valid_utf8_str(name))
@@ -877,9 +798,9 @@ dit_status_t dit_st_writer_add(dit_st_writer_t *w, const char *name, dit_dtype_t
   size_t nbytes = dit_dtype_size(dtype);
   int overflow = 0, has_zero = 0;
   for (int i = 0; i < rank; i++) {
-    if (dims[i] < 0 || (double)dims[i] > DIT_ST_MAX_JSON_INT)
+    if (dims[i] < 0 || dims[i] > DIT_ST_MAX_INT)
       return DIT_ERR(OUT_OF_RANGE, "safetensors writer: tensor '%s': dims[%d] is %" PRId64
-                     ", expected 0..2^53", name, i, dims[i]);
+                     ", expected 0..2^53-1", name, i, dims[i]);
     has_zero |= dims[i] == 0;
     if (!overflow && __builtin_mul_overflow(nbytes, (size_t)dims[i], &nbytes)) overflow = 1;
   }
@@ -986,7 +907,7 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
     buf_u64(&b, offset);
     dit_strbuf_put(&b, ",", 1);
     if (__builtin_add_overflow(offset, (uint64_t)t->nbytes, &offset) ||
-        (double)offset > DIT_ST_MAX_JSON_INT) {
+        offset > (uint64_t)DIT_ST_MAX_INT) {
       free(b.p);
       return DIT_ERR(OUT_OF_RANGE, "%s: tensor '%s': data would end past 2^53 bytes", path,
                      t->name);

@@ -456,25 +456,45 @@ static void test_index_errors(void) {
   CHECK_ERR(open_status(index), INVALID_ARGUMENT, "not a plain file name");
 
   write_text(index, "{\"metadata\": {}}");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "missing member \"weight_map\"");
+  CHECK_ERR(open_status(index), NOT_FOUND, "x.safetensors.index.json: field 'weight_map': missing");
   write_text(index, "{\"weight_map\": []}");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "weight_map is a array");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "field 'weight_map': expected an object, found an array");
   write_text(index, "{\"metadata\": 3, \"weight_map\": {}}");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "metadata is a number");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "field 'metadata': expected an object, found a number");
   write_text(index, "{\"weight_map\": {\"a\": 1}}");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "tensor 'a': shard is a number");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "field 'weight_map.a': expected a string, found a number");
   write_text(index, "{\"weight_map\": {\"a\": \"s1.safetensors\", \"a\": \"s1.safetensors\"}}");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "lists tensor 'a' twice");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "field 'weight_map': duplicate key \"a\"");
   write_text(index, "{\"weight_map\": {");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "index is not valid JSON");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "x.safetensors.index.json: not valid JSON: syntax error at line 1, column 17");
   write_text(index, "[]");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "index is a JSON array");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "x.safetensors.index.json: expected a JSON object at the top level, found an array");
+
+  /* Names beyond what a manifest can list. */
+  char *longname = malloc(4200);
+  memset(longname, 'n', 4097);
+  longname[4097] = 0;
+  char *text = malloc(4400);
+  snprintf(text, 4400, "{\"weight_map\": {\"%s\": \"s1.safetensors\"}}", longname);
+  write_text(index, text);
+  CHECK_ERR(open_status(index), OUT_OF_RANGE, "tensor name of 4097 bytes, expected at most 4096");
+  memset(longname, 's', 300);
+  longname[300] = 0;
+  snprintf(text, 4400, "{\"weight_map\": {\"a\": \"%s\"}}", longname);
+  write_text(index, text);
+  CHECK_ERR(open_status(index), OUT_OF_RANGE, "field 'weight_map.a': expected at most 255 bytes, found 300");
+  free(longname);
+  free(text);
+  /* Other members of the index are not ours to judge. */
+  write_text(index, "{\"metadata\": {\"total_size\": 24}, \"format\": 1, \"weight_map\": "
+                    "{\"a\": \"s1.safetensors\", \"b\": \"s1.safetensors\"}}");
+  dit_safetensors_close(open_ok(index));
 
   /* A corrupt shard is reported with its own file name. */
   write_image(path_in(dir, "bad.safetensors"), "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],"
               "\"data_offsets\":[0,8]}}", "\0\0\0\0\0\0\0\0", 8);
   write_text(index, "{\"weight_map\": {\"a\": \"bad.safetensors\"}}");
-  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "bad.safetensors: tensor 'a': unsupported dtype");
+  CHECK_ERR(open_status(index), INVALID_ARGUMENT, "bad.safetensors: header: field 'a.dtype': expected one of F32");
 }
 
 /* ---- malformed single files -------------------------------------------------------------- */
@@ -504,12 +524,12 @@ static void test_framing_errors(void) {
   free(img);
 
   CHECK_ERR(parse_header("{\"a\":{\"dtype\":\"F32\",", 0), INVALID_ARGUMENT,
-            "bad.safetensors: header is not valid JSON");
-  CHECK_ERR(parse_header("{} x", 0), INVALID_ARGUMENT, "trailing data after the JSON value");
+            "bad.safetensors: header: not valid JSON: syntax error at line 1, column 21");
+  CHECK_ERR(parse_header("{} x", 0), INVALID_ARGUMENT, "header: not valid JSON: syntax error at line 1, column 4 (trailing data after the JSON value)");
   CHECK_OK(parse_header("{}  \n\t ", 0));
-  CHECK_ERR(parse_header("[1, 2]", 0), INVALID_ARGUMENT, "header is a JSON array, expected an "
-                                                          "object");
-  CHECK_ERR(parse_header("\"s\"", 0), INVALID_ARGUMENT, "header is a JSON string");
+  CHECK_ERR(parse_header("[1, 2]", 0), INVALID_ARGUMENT, "header: expected a JSON object at the top level, "
+                                                          "found an array");
+  CHECK_ERR(parse_header("\"s\"", 0), INVALID_ARGUMENT, "header: expected a JSON object at the top level, found a string");
   CHECK_ERR(parse_header("{\"\xff\":1}", 0), INVALID_ARGUMENT, "not valid UTF-8 (byte 0xff at "
                                                                "offset 2)");
   CHECK_ERR(parse_header("{\"\xc0\x80\":1}", 0), INVALID_ARGUMENT, "not valid UTF-8");
@@ -523,76 +543,76 @@ static void test_framing_errors(void) {
 static void test_entry_errors(void) {
 #define T(body) "{\"blocks.0.x\":" body "}"
   CHECK_ERR(parse_header(T("7"), 0), INVALID_ARGUMENT,
-            "bad.safetensors: tensor 'blocks.0.x': entry is a number");
-  CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"data_offsets\":[0,4]}"), 4), INVALID_ARGUMENT,
-            "tensor 'blocks.0.x': missing member \"shape\"");
-  CHECK_ERR(parse_header(T("{\"shape\":[1],\"data_offsets\":[0,4]}"), 4), INVALID_ARGUMENT,
-            "missing member \"dtype\"");
-  CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1]}"), 4), INVALID_ARGUMENT,
-            "missing member \"data_offsets\"");
+            "bad.safetensors: header: field 'blocks.0.x': expected an object, found a number");
+  CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"data_offsets\":[0,4]}"), 4), NOT_FOUND,
+            "field 'blocks.0.x.shape': missing");
+  CHECK_ERR(parse_header(T("{\"shape\":[1],\"data_offsets\":[0,4]}"), 4), NOT_FOUND,
+            "field 'blocks.0.x.dtype': missing");
+  CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1]}"), 4), NOT_FOUND,
+            "field 'blocks.0.x.data_offsets': missing");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}"), 4),
-            INVALID_ARGUMENT, "unknown member \"x\"");
+            INVALID_ARGUMENT, "field 'blocks.0.x': unknown member \"x\"");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],"
                            "\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "member \"dtype\" appears twice");
+            INVALID_ARGUMENT, "field 'blocks.0.x': duplicate key \"dtype\"");
   CHECK_ERR(parse_header(T("{\"dtype\":3,\"shape\":[1],\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "tensor 'blocks.0.x': dtype is a number, expected a string");
+            INVALID_ARGUMENT, "field 'blocks.0.x.dtype': expected a string, found a number");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}"), 8),
             INVALID_ARGUMENT,
-            "bad.safetensors: tensor 'blocks.0.x': unsupported dtype \"F64\" (supported: F32, "
-            "BF16, F16, I64, I32)");
+            "bad.safetensors: header: field 'blocks.0.x.dtype': expected one of F32, BF16, F16, "
+            "I64, I32, found \"F64\"");
   CHECK_ERR(parse_header(T("{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "unsupported dtype \"f32\"");
+            INVALID_ARGUMENT, "found \"f32\"");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":{},\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "shape is a object, expected an array");
+            INVALID_ARGUMENT, "field 'blocks.0.x.shape': expected an array, found an object");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":\"0,4\"}"), 4),
-            INVALID_ARGUMENT, "data_offsets is a string");
+            INVALID_ARGUMENT, "field 'blocks.0.x.data_offsets': expected an array, found a string");
 
   /* Shape x element size against the byte range. */
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}"), 12),
-            INVALID_ARGUMENT, "tensor 'blocks.0.x': shape [3] x 4 bytes (F32) needs 12 bytes, "
+            INVALID_ARGUMENT, "field 'blocks.0.x.data_offsets': shape [3] x 4 bytes (F32) needs 12 bytes, "
                               "but data_offsets [0, 8] span 8 (expected 12, found 8)");
   CHECK_ERR(parse_header(T("{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,16]}"), 16),
             INVALID_ARGUMENT, "(expected 8, found 16)");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}"), 8),
-            OUT_OF_RANGE, "tensor 'blocks.0.x': data_offsets [0, 16]: end is past the data "
+            OUT_OF_RANGE, "field 'blocks.0.x.data_offsets': [0, 16]: end is past the data "
                           "buffer (expected end <= 8, found 16)");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[9,9]}"), 8),
             OUT_OF_RANGE, "end is past the data buffer");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}"), 8),
-            INVALID_ARGUMENT, "data_offsets [8, 4]: begin is after end");
+            INVALID_ARGUMENT, "field 'blocks.0.x.data_offsets': [8, 4]: begin is after end");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}"), 8),
-            INVALID_ARGUMENT, "data_offsets has 3 elements, expected 2");
+            INVALID_ARGUMENT, "field 'blocks.0.x.data_offsets': expected 2 entries [begin, end], found 3");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.5]}"), 8),
-            INVALID_ARGUMENT, "data_offsets[1] (end) is 4.5, expected an integer");
+            INVALID_ARGUMENT, "field 'blocks.0.x.data_offsets[1]': expected an integer, found 4.5");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}"), 8),
-            INVALID_ARGUMENT, "data_offsets[0] (begin) is -4, expected >= 0");
+            OUT_OF_RANGE, "field 'blocks.0.x.data_offsets[0]': expected an integer in [0, 9007199254740991], found -4");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}"), 8),
-            INVALID_ARGUMENT, "data_offsets[1] (end) is a string");
+            INVALID_ARGUMENT, "field 'blocks.0.x.data_offsets[1]': expected an integer, found a string");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],"
                            "\"data_offsets\":[18014398509481984,18014398509481988]}"), 8),
-            OUT_OF_RANGE, "data_offsets[0] (begin) is 18014398509481984, more than");
+            OUT_OF_RANGE, "field 'blocks.0.x.data_offsets[0]': expected an integer in [0, 9007199254740991], found 18014398509481984");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,1e999]}"), 8),
-            OUT_OF_RANGE, "data_offsets[1] (end) is inf");
+            OUT_OF_RANGE, "field 'blocks.0.x.data_offsets[1]': number outside the range of a double");
 
   /* Shapes. */
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],"
                            "\"data_offsets\":[0,4]}"), 4),
-            OUT_OF_RANGE, "tensor 'blocks.0.x': shape has rank 9, more than the supported 8");
+            OUT_OF_RANGE, "field 'blocks.0.x.shape': rank 9 exceeds the maximum 8");
   CHECK_OK(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1],"
                           "\"data_offsets\":[0,4]}"), 4));
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[2,-2],\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "tensor 'blocks.0.x': shape[1] is -2, expected >= 0");
+            OUT_OF_RANGE, "field 'blocks.0.x.shape[1]': expected an integer in [0, 9007199254740991], found -2");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "shape[0] is 1.5, expected an integer");
+            INVALID_ARGUMENT, "field 'blocks.0.x.shape[0]': expected an integer, found 1.5");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[null],\"data_offsets\":[0,4]}"), 4),
-            INVALID_ARGUMENT, "shape[0] is a null");
+            INVALID_ARGUMENT, "field 'blocks.0.x.shape[0]': expected an integer, found null");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
                            "\"data_offsets\":[0,4]}"), 4),
-            OUT_OF_RANGE, "shape [4294967296, 4294967296] x 4 bytes overflows 64 bits");
+            OUT_OF_RANGE, "field 'blocks.0.x.shape': [4294967296, 4294967296] x 4 bytes overflows 64 bits");
   CHECK_ERR(parse_header(T("{\"dtype\":\"I64\",\"shape\":[4611686018427387904],"
                            "\"data_offsets\":[0,4]}"), 4),
-            OUT_OF_RANGE, "more than the largest exact integer");
+            OUT_OF_RANGE, "field 'blocks.0.x.shape[0]': expected an integer in [0, 9007199254740991]");
   CHECK_ERR(parse_header(T("{\"dtype\":\"I64\",\"shape\":[4503599627370496,4096],"
                            "\"data_offsets\":[0,4]}"), 4),
             OUT_OF_RANGE, "overflows 64 bits");
@@ -604,14 +624,23 @@ static void test_entry_errors(void) {
   /* Names and metadata. */
   CHECK_ERR(parse_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8),
-            INVALID_ARGUMENT, "bad.safetensors: tensor 'a' appears twice");
+            INVALID_ARGUMENT, "bad.safetensors: header: field '(top level)': duplicate key \"a\"");
   CHECK_ERR(parse_header("{\"__metadata__\":{\"k\":1}}", 0), INVALID_ARGUMENT,
-            "__metadata__: 'k' is a number, expected a string");
+            "field '__metadata__.k': expected a string, found a number");
   CHECK_ERR(parse_header("{\"__metadata__\":[]}", 0), INVALID_ARGUMENT,
-            "__metadata__ is a array, expected an object");
+            "field '__metadata__': expected an object, found an array");
   CHECK_ERR(parse_header("{\"__metadata__\":{},\"__metadata__\":{}}", 0), INVALID_ARGUMENT,
-            "__metadata__ appears twice");
+            "field '(top level)': duplicate key \"__metadata__\"");
   CHECK_OK(parse_header("{\"__metadata__\":{\"format\":\"pt\"}}", 0));
+  char *hdr = malloc(4200);
+  size_t o = (size_t)snprintf(hdr, 4200, "{\"");
+  memset(hdr + o, 'n', 4097);
+  o += 4097;
+  snprintf(hdr + o, 4200 - o, "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+  CHECK_ERR(parse_header(hdr, 4), OUT_OF_RANGE, "tensor name of 4097 bytes, expected at most 4096");
+  memmove(hdr + 5, hdr + 4099, strlen(hdr + 4099) + 1); /* the same with a 3-byte name */
+  CHECK_OK(parse_header(hdr, 4));
+  free(hdr);
 }
 
 static void test_overlaps(void) {
@@ -658,6 +687,11 @@ static void test_writer_errors(void) {
   CHECK_ERR(dit_st_writer_add(w, "x", DIT_F32, 2, large, &v), OUT_OF_RANGE, "size overflows");
   CHECK_ERR(dit_st_writer_add(w, "x", DIT_F32, 1, dims, NULL), INVALID_ARGUMENT, "data is NULL");
   CHECK_ERR(dit_st_writer_add(w, "\xff", DIT_F32, 1, dims, &v), INVALID_ARGUMENT, "UTF-8");
+  char longname[4098];
+  memset(longname, 'n', 4097);
+  longname[4097] = 0;
+  CHECK_ERR(dit_st_writer_add(w, longname, DIT_F32, 1, dims, &v), OUT_OF_RANGE,
+            "a tensor name of 4097 bytes, expected at most 4096");
   CHECK_ERR(dit_st_writer_set_metadata(w, "k", "\xc3"), INVALID_ARGUMENT, "UTF-8");
   int64_t zero[1] = {0};
   CHECK_OK(dit_st_writer_add(w, "empty", DIT_F32, 1, zero, NULL));
