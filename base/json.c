@@ -169,10 +169,9 @@ dit_status_t dit_json_parse(const char *text, size_t len, const char *what,
   cJSON *root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
   if (!root) {
     /* A value followed by more text fails the same way as a broken one; say which it is. */
-    const char *vend = NULL;
-    cJSON *value = cJSON_ParseWithLengthOpts(buf, len + 1, &vend, 0);
-    cJSON_Delete(value);
+    cJSON *value = cJSON_ParseWithLengthOpts(buf, len + 1, NULL, 0);
     const char *note = value ? " (trailing data after the JSON value)" : "";
+    cJSON_Delete(value);
     size_t off = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : 0;
     size_t line = 1, col = 1;
     for (size_t i = 0; i < off; i++) {
