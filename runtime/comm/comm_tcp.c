@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "runtime/launch/rdzv_auth.h"
 #include "runtime/launch/rendezvous.h"
 
 #define TCOMM_MAGIC 0x44544331u /* "DTC1" */
@@ -46,58 +47,65 @@ void dit_tcomm_destroy(dit_tcomm_t *c) {
   free(c);
 }
 
-/* Blocking whole reads and writes during setup, bounded by the deadline. */
-static int io_all(int fd, void *p, size_t n, int writing, long long deadline) {
-  char *b = p;
-  while (n) {
-    struct pollfd q = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
-    long long left = deadline - dit_now_ms();
-    if (left <= 0 || poll(&q, 1, (int)left) <= 0) return -1;
-    ssize_t k = writing ? send(fd, b, n, MSG_NOSIGNAL) : recv(fd, b, n, 0);
-    if (k <= 0) {
-      if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      return -1;
+static void set_port(struct sockaddr_storage *a, int port) {
+  if (a->ss_family == AF_INET) ((struct sockaddr_in *)a)->sin_port = htons((uint16_t)port);
+  else if (a->ss_family == AF_INET6) ((struct sockaddr_in6 *)a)->sin6_port = htons((uint16_t)port);
+}
+
+/* A mesh connection that proved the job secret: a rank of this world, above `above`, not yet
+ * connected; anything else from a process that knows the secret is the job's error. */
+static dit_status_t check_peer(const dit_tcomm_t *c, const dit_rdzv_peer_t *p, int above) {
+  if (p->world != c->world)
+    return DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank %d (%s) has world size %d, rank %d has %d", p->rank, p->addr, p->world, c->rank,
+                   c->world);
+  if (p->rank <= above || p->rank >= c->world || c->fd[p->rank] >= 0)
+    return DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank %d got a connection from %s claiming rank %d (expected one of %d..%d, each once)",
+                   c->rank, p->addr, p->rank, above + 1, c->world - 1);
+  return DIT_OK;
+}
+
+/* Waits for the ranks above `above` to connect (rank 0: everyone). Strays are refused by the
+ * acceptor and do not count; rank 0 passes `table`, which gets each rank's listening address. */
+static dit_status_t accept_ranks(dit_tcomm_t *c, dit_rdzv_acceptor_t *acc, int above, int64_t deadline, int timeout_ms,
+                                 unsigned char (*table)[DIT_RDZV_ADDR_BYTES]) {
+  for (int got = 0; got < c->world - 1 - above; got++) {
+    int fd = -1;
+    dit_rdzv_peer_t p;
+    dit_status_t s = dit_rdzv_acceptor_next(acc, deadline, &fd, &p);
+    if (s && dit_status_code(s) == DIT_CODE_DEADLINE_EXCEEDED) {
+      dit_status_free(s);
+      int bad_mac = 0, refused = dit_rdzv_acceptor_refused(acc, &bad_mac);
+      return DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank %d heard from %d of the %d ranks above it within %d ms (%d connection%s "
+                     "refused, %d of them for a wrong proof of the job secret)", c->rank, got, c->world - 1 - above, timeout_ms,
+                     refused, refused == 1 ? "" : "s", bad_mac);
     }
-    b += k, n -= (size_t)k;
+    if (!s) s = check_peer(c, &p, above);
+    struct sockaddr_storage pa;
+    socklen_t pl = sizeof pa;
+    if (!s && table) {
+      /* The peer bound its end to the address it listens on (see dit_tcomm_create). */
+      if (getpeername(fd, (struct sockaddr *)&pa, &pl) || p.extra == 0 || p.extra > 65535)
+        s = DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank %d (%s) announced listening port %u", p.rank, p.addr, p.extra);
+      if (!s) {
+        set_port(&pa, (int)p.extra);
+        s = dit_rdzv_addr_encode((struct sockaddr *)&pa, table[p.rank]);
+      }
+    }
+    if (s) {
+      if (fd >= 0) close(fd);
+      return s;
+    }
+    c->fd[p.rank] = fd;
   }
-  return 0;
+  return DIT_OK;
 }
 
-/* A listener on a port the system picks; its number in *port. */
-static int listen_any(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, TCOMM_MAX_WORLD) || getsockname(fd, (struct sockaddr *)&a, &len)) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-static int accept_by(int lfd, long long deadline) {
-  struct pollfd q = {lfd, POLLIN, 0};
-  long long left = deadline - dit_now_ms();
-  return left > 0 && poll(&q, 1, (int)left) > 0 ? accept(lfd, NULL, NULL) : -1;
-}
-
-static int connect_to(uint32_t ip, int port, long long deadline) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = ip;
-  for (;;) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
-    if (fd >= 0) close(fd);
-    if (dit_now_ms() > deadline) return -1;
-    usleep(20000);
-  }
-}
-
-/* Every rank listens on a port of its own; the rendezvous hands out rank 0's; every rank tells
- * rank 0 its port, and rank 0 sends everyone the table of addresses (as it saw them connect)
- * and ports. Then each rank connects to the ranks below it and accepts those above. */
+/* Every rank listens on a port of its own, bound to the address it meets rank 0 on (rank 0:
+ * the interface of its address); rank 0's port travels as the rendezvous payload. Every rank
+ * connects to rank 0 (its own end bound to its listening address) and tells it its port;
+ * rank 0 sends everyone the table of addresses and ports. Then each rank connects to the
+ * ranks below it and accepts those above. Every connection proves the job secret both ways;
+ * strays are refused and do not delay the mesh. */
 dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tcomm_t **out) {
   *out = NULL;
   if (e->world < 1 || e->world > TCOMM_MAX_WORLD || e->rank < 0 || e->rank >= e->world)
@@ -106,71 +114,89 @@ dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tco
   if (!c) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   c->rank = e->rank, c->world = e->world, c->timeout_ms = timeout_ms;
   for (int i = 0; i < TCOMM_MAX_WORLD; i++) c->fd[i] = -1;
-  const long long deadline = dit_now_ms() + timeout_ms;
-  int myport = 0, lfd = listen_any(&myport), one = 1;
-  dit_status_t s = lfd < 0 ? DIT_ERR(UNAVAILABLE, "tcp collectives: rank %d cannot listen: %s", e->rank, strerror(errno)) : DIT_OK;
+  const int64_t deadline = dit_now_ms() + timeout_ms;
+  int lfd = -1, myport = 0, one = 1;
+  dit_status_t s = DIT_OK;
+  struct sockaddr_storage local, root;
+  socklen_t local_len = 0, root_len = 0;
+  if (e->world > 1 && e->rank == 0) {
+    s = dit_rdzv_bind_address(e, &local, &local_len);
+    int err = s ? 0 : dit_rdzv_listen((struct sockaddr *)&local, local_len, TCOMM_MAX_WORLD, &lfd, &myport);
+    if (err) s = DIT_ERR(UNAVAILABLE, "tcp collectives: rank 0 cannot listen on %s: %s", e->addr, strerror(err));
+  }
   uint32_t port0 = (uint32_t)myport, got0 = 0;
   if (!s) s = dit_rendezvous(e, &port0, sizeof port0, timeout_ms, NULL, NULL, &c->rdzv, &got0);
-  uint32_t table[2 * TCOMM_MAX_WORLD] = {0}; /* per rank: IPv4 address (network order), port */
-  if (!s && e->rank == 0) {
-    table[0] = htonl(INADDR_LOOPBACK), table[1] = (uint32_t)myport;
-    for (int k = 1; !s && k < e->world; k++) {
-      int fd = accept_by(lfd, deadline);
-      uint32_t hello[3] = {0, 0, 0};
-      struct sockaddr_in pa;
-      socklen_t pl = sizeof pa;
-      if (fd < 0 || io_all(fd, hello, sizeof hello, 0, deadline) || hello[0] != TCOMM_MAGIC || hello[1] < 1 ||
-          hello[1] >= (uint32_t)e->world || c->fd[hello[1]] >= 0 || getpeername(fd, (struct sockaddr *)&pa, &pl)) {
-        if (fd >= 0) close(fd);
-        s = DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank 0 heard from %d of %d ranks within %d ms (or a bad hello)", k - 1, e->world - 1,
-                    timeout_ms);
-        break;
-      }
-      c->fd[hello[1]] = fd;
-      table[2 * hello[1]] = pa.sin_addr.s_addr, table[2 * hello[1] + 1] = hello[2];
-    }
-    for (int k = 1; !s && k < e->world; k++)
-      if (io_all(c->fd[k], table, sizeof table, 1, deadline)) s = DIT_ERR(UNAVAILABLE, "tcp collectives: sending rank %d the table failed", k);
-  } else if (!s) {
-    struct sockaddr_in a0;
-    if (inet_pton(AF_INET, e->addr, &a0.sin_addr) != 1)
-      s = DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank 0's address '%s' is not IPv4", e->addr);
-    int fd = s ? -1 : connect_to(a0.sin_addr.s_addr, (int)got0, deadline);
-    uint32_t hello[3] = {TCOMM_MAGIC, (uint32_t)e->rank, (uint32_t)myport};
-    if (!s && (fd < 0 || io_all(fd, hello, sizeof hello, 1, deadline) || io_all(fd, table, sizeof table, 0, deadline)))
-      s = DIT_ERR(UNAVAILABLE, "tcp collectives: rank %d could not reach rank 0 at %s:%u", e->rank, e->addr, got0);
-    if (fd >= 0 && s) close(fd);
-    if (!s) c->fd[0] = fd;
-    if (!s && table[0] == htonl(INADDR_LOOPBACK)) table[0] = a0.sin_addr.s_addr;
-    for (int j = 1; !s && j < e->rank; j++) {
-      int f = connect_to(table[2 * j], (int)table[2 * j + 1], deadline);
-      uint32_t h[3] = {TCOMM_MAGIC, (uint32_t)e->rank, 0};
-      if (f < 0 || io_all(f, h, sizeof h, 1, deadline)) {
-        if (f >= 0) close(f);
-        s = DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank %d could not reach rank %d within %d ms", e->rank, j, timeout_ms);
-      } else {
-        c->fd[j] = f;
-      }
-    }
-    for (int k = e->rank + 1; !s && k < e->world; k++) {
-      int f = accept_by(lfd, deadline);
-      uint32_t h[3] = {0, 0, 0};
-      if (f < 0 || io_all(f, h, sizeof h, 0, deadline) || h[0] != TCOMM_MAGIC || h[1] <= (uint32_t)e->rank || h[1] >= (uint32_t)e->world ||
-          c->fd[h[1]] >= 0) {
-        if (f >= 0) close(f);
-        s = DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank %d: a higher rank did not connect within %d ms (or sent a bad hello)", e->rank,
-                    timeout_ms);
-      } else {
-        c->fd[h[1]] = f;
-      }
+  if (!s && e->world > 1 && e->rank > 0) {
+    s = dit_rendezvous_addresses(c->rdzv, &local, &local_len, &root, &root_len);
+    set_port(&local, 0); /* the address, not the connection's own port */
+    int err = s ? 0 : dit_rdzv_listen((struct sockaddr *)&local, local_len, TCOMM_MAX_WORLD, &lfd, &myport);
+    if (err) {
+      char where[80];
+      dit_rdzv_format_addr((struct sockaddr *)&local, where, sizeof where);
+      s = DIT_ERR(UNAVAILABLE, "tcp collectives: rank %d cannot listen on %s: %s", e->rank, where, strerror(err));
     }
   }
-  if (lfd >= 0) close(lfd);
-  for (int i = 0; !s && i < c->world; i++)
-    if (c->fd[i] >= 0) {
-      setsockopt(c->fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      fcntl(c->fd[i], F_SETFL, fcntl(c->fd[i], F_GETFL) | O_NONBLOCK);
+  dit_rdzv_acceptor_t *acc = NULL;
+  if (!s && lfd >= 0) {
+    char who[64];
+    snprintf(who, sizeof who, "tcp collectives, rank %d", e->rank);
+    s = dit_rdzv_acceptor_create(lfd, DIT_RDZV_CHANNEL_MESH, e->rank, e->secret, e->secret_len, who, &acc);
+  } else if (lfd >= 0) {
+    close(lfd);
+  }
+  unsigned char table[TCOMM_MAX_WORLD][DIT_RDZV_ADDR_BYTES];
+  memset(table, 0, sizeof table);
+  if (!s && e->world > 1 && e->rank == 0) {
+    struct sockaddr_storage mine = local;
+    set_port(&mine, myport);
+    s = dit_rdzv_addr_encode((struct sockaddr *)&mine, table[0]);
+    if (!s) s = accept_ranks(c, acc, 0, deadline, timeout_ms, table);
+    for (int k = 1; !s && k < e->world; k++)
+      if (dit_rdzv_send(c->fd[k], DIT_RDZV_TABLE, e->world, 0, table, (size_t)e->world * DIT_RDZV_ADDR_BYTES, deadline))
+        s = DIT_ERR(UNAVAILABLE, "tcp collectives: sending rank %d the address table failed", k);
+  } else if (!s && e->world > 1) {
+    char peer[120], where[80];
+    set_port(&root, (int)got0);
+    dit_rdzv_format_addr((struct sockaddr *)&root, where, sizeof where);
+    snprintf(peer, sizeof peer, "rank 0's collectives at %s", where);
+    int fd = dit_rdzv_connect((struct sockaddr *)&root, root_len, (struct sockaddr *)&local, local_len, deadline);
+    if (fd < 0) s = DIT_ERR(UNAVAILABLE, "tcp collectives: rank %d could not reach %s: %s", e->rank, peer, strerror(errno));
+    if (!s) s = dit_rdzv_handshake(fd, DIT_RDZV_CHANNEL_MESH, e, (uint32_t)myport, 0, peer, deadline);
+    unsigned char *buf = s ? NULL : malloc(DIT_RDZV_HDR_BYTES + DIT_RDZV_MAX_BODY);
+    dit_rdzv_msg_t *m = s ? NULL : malloc(sizeof *m);
+    if (!s && (!buf || !m)) s = DIT_ERR(RESOURCE_EXHAUSTED, "tcp collectives: out of memory");
+    dit_status_t why = DIT_OK;
+    int err = s ? 0 : dit_rdzv_recv(fd, m, buf, deadline, &why);
+    if (!s && (err || m->h.type != DIT_RDZV_TABLE || m->h.a != e->world))
+      s = DIT_ERR(UNAVAILABLE, "tcp collectives: rank %d did not get the address table from %s (%s)", e->rank, peer,
+                  why ? dit_status_message(why) : err ? strerror(err) : "another frame");
+    if (!s) memcpy(table, m->body, (size_t)e->world * DIT_RDZV_ADDR_BYTES);
+    dit_status_free(why);
+    free(buf);
+    free(m);
+    if (fd >= 0 && s) close(fd);
+    if (!s) c->fd[0] = fd;
+    for (int j = 1; !s && j < e->rank; j++) {
+      struct sockaddr_storage a;
+      socklen_t al = 0;
+      s = dit_rdzv_addr_decode(table[j], &a, &al);
+      if (s) break;
+      dit_rdzv_format_addr((struct sockaddr *)&a, where, sizeof where);
+      snprintf(peer, sizeof peer, "rank %d at %s", j, where);
+      const int same = a.ss_family == local.ss_family;
+      int f = dit_rdzv_connect((struct sockaddr *)&a, al, same ? (struct sockaddr *)&local : NULL, same ? local_len : 0, deadline);
+      if (f < 0)
+        s = DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank %d could not reach %s within %d ms: %s", e->rank, peer, timeout_ms,
+                    strerror(errno));
+      if (!s) s = dit_rdzv_handshake(f, DIT_RDZV_CHANNEL_MESH, e, 0, j, peer, deadline);
+      if (s && f >= 0) close(f);
+      if (!s) c->fd[j] = f;
     }
+    if (!s) s = accept_ranks(c, acc, e->rank, deadline, timeout_ms, NULL);
+  }
+  dit_rdzv_acceptor_destroy(acc);
+  for (int i = 0; !s && i < c->world; i++)
+    if (c->fd[i] >= 0) setsockopt(c->fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (s) {
     dit_tcomm_destroy(c);
     return s;

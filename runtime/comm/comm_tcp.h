@@ -4,7 +4,8 @@
  * order and round once, exactly as the in-process communicator does, so a multi-process run
  * gives the bytes of a one-process run. Ranks meet through the launch's rendezvous (its port),
  * which also stays open as the liveness channel; their own listening ports are the system's
- * choice, exchanged through rank 0. */
+ * choice, bound to the interface they meet rank 0 on (never every interface), exchanged
+ * through rank 0; every mesh connection proves the job secret both ways. */
 #ifndef DIT_RUNTIME_COMM_COMM_TCP_H
 #define DIT_RUNTIME_COMM_COMM_TCP_H
 
@@ -16,8 +17,10 @@
 
 typedef struct dit_tcomm dit_tcomm_t;
 
-/* Connects this rank to every other within timeout_ms; each collective then waits at most ten
- * times that for its peers. */
+/* Connects this rank to every other within timeout_ms (e->secret is required for a world of
+ * more than one; connections that do not prove it are refused and logged, and the mesh goes
+ * on waiting for the real ranks); each collective then waits at most ten times that for its
+ * peers. */
 dit_status_t dit_tcomm_create(const dit_launch_env_t *e, int timeout_ms, dit_tcomm_t **out);
 void dit_tcomm_destroy(dit_tcomm_t *c);
 

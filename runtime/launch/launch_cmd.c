@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,7 +21,9 @@
 #endif
 
 #include "base/clock.h"
+#include "base/sha256.h"
 #include "runtime/launch/launch_env.h"
+#include "runtime/launch/rdzv_auth.h"
 #include "runtime/launch/rendezvous.h"
 
 extern char **environ;
@@ -43,19 +46,40 @@ static int parse_count(const char *v, long lo, long hi, long *out) {
   return 0;
 }
 
-/* A port nobody listens on now. Another process could take it before rank 0 does; the
- * rendezvous then fails with "address in use" rather than meeting the wrong job. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+/* The rendezvous listener, bound here before any rank starts and handed to rank 0, so no
+ * other process can take the port between choosing it and rank 0 listening on it. */
+static int rdzv_listener(int port, int *out_fd, int *out_port) {
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len)) port = ntohs(a.sin_port);
-  close(fd);
-  return port;
+  a.sin_port = htons((uint16_t)port);
+  int fd = -1, err = dit_rdzv_listen((struct sockaddr *)&a, sizeof a, 128, &fd, out_port);
+  if (err) return err;
+  if (fd <= 2) { /* launched with a standard descriptor closed: rank 0 takes descriptors above 2 */
+    int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    err = errno;
+    close(fd);
+    if (moved < 0) return err;
+    fd = moved;
+  }
+  *out_fd = fd;
+  return 0;
+}
+
+/* A job secret for ranks whose environment has none: 32 random bytes in hex. */
+static int make_secret(char *out, size_t cap) {
+  unsigned char b[32];
+  size_t n = 0;
+  while (n < sizeof b) {
+    ssize_t r = getrandom(b + n, sizeof b - n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    n += (size_t)r;
+  }
+  size_t o = (size_t)snprintf(out, cap, "DIT_JOB_SECRET=");
+  for (size_t i = 0; i < sizeof b && o + 3 <= cap; i++) o += (size_t)snprintf(out + o, cap - o, "%02x", b[i]);
+  dit_crypto_wipe(b, sizeof b);
+  return 0;
 }
 
 /* ---- signals: the loop wakes on a child's exit or a request to stop ---- */
@@ -118,14 +142,18 @@ static void describe(int status, char *buf, size_t n) {
 
 static int failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
+#define N_VARS 9
+
 /* environ without the variables the launch sets, then those, for rank i (their text lives
- * in tmp, which must outlive the exec). */
-static char **child_env(int rank, int n, int master_port, int rdzv_port, char tmp[7][64]) {
+ * in tmp, which must outlive the exec). secret is "DIT_JOB_SECRET=..." when the launch made
+ * one up, else NULL (the ranks inherit the caller's); listen_fd goes to rank 0 only. */
+static char **child_env(int rank, int n, int master_port, int rdzv_port, const char *secret, int listen_fd,
+                        char tmp[N_VARS][96]) {
   static const char *const kSet[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                                     "MASTER_PORT=", "DIT_RDZV_PORT="};
+                                     "MASTER_PORT=", "DIT_RDZV_PORT=", "DIT_RDZV_LISTEN_FD="};
   size_t n_env = 0;
   while (environ[n_env]) n_env++;
-  char **env = calloc(n_env + 8, sizeof *env);
+  char **env = calloc(n_env + N_VARS + 1, sizeof *env);
   if (!env) return NULL;
   size_t o = 0;
   for (size_t i = 0; i < n_env; i++) {
@@ -134,17 +162,17 @@ static char **child_env(int rank, int n, int master_port, int rdzv_port, char tm
       ours |= !strncmp(environ[i], kSet[k], strlen(kSet[k])) && (k != 6 || rdzv_port > 0);
     if (!ours) env[o++] = environ[i];
   }
-  snprintf(tmp[0], 64, "RANK=%d", rank);
-  snprintf(tmp[1], 64, "WORLD_SIZE=%d", n);
-  snprintf(tmp[2], 64, "LOCAL_RANK=%d", rank);
-  snprintf(tmp[3], 64, "LOCAL_WORLD_SIZE=%d", n);
-  snprintf(tmp[4], 64, "MASTER_ADDR=127.0.0.1");
-  snprintf(tmp[5], 64, "MASTER_PORT=%d", master_port);
-  snprintf(tmp[6], 64, "DIT_RDZV_PORT=%d", rdzv_port);
-  for (int k = 0; k < 7; k++) {
-    if (k == 6 && rdzv_port <= 0) break;
-    env[o++] = tmp[k];
-  }
+  int t = 0;
+  snprintf(tmp[t++], 96, "RANK=%d", rank);
+  snprintf(tmp[t++], 96, "WORLD_SIZE=%d", n);
+  snprintf(tmp[t++], 96, "LOCAL_RANK=%d", rank);
+  snprintf(tmp[t++], 96, "LOCAL_WORLD_SIZE=%d", n);
+  snprintf(tmp[t++], 96, "MASTER_ADDR=127.0.0.1");
+  snprintf(tmp[t++], 96, "MASTER_PORT=%d", master_port);
+  if (rdzv_port > 0) snprintf(tmp[t++], 96, "DIT_RDZV_PORT=%d", rdzv_port);
+  if (rank == 0 && listen_fd > 2) snprintf(tmp[t++], 96, "DIT_RDZV_LISTEN_FD=%d", listen_fd);
+  if (secret) env[o++] = (char *)secret;
+  for (int k = 0; k < t; k++) env[o++] = tmp[k];
   return env;
 }
 
@@ -176,13 +204,24 @@ int dit_launch_main(int argc, char **argv) {
   int n_cmd = argc - i;
 
   /* Without --port nothing else of ours uses the port, so the store port and ours coincide. */
-  int master_port = (int)port, rdzv_port = 0;
-  if (!port) {
-    master_port = rdzv_port = free_port();
-    if (master_port <= 0) {
-      fprintf(stderr, "ditrun launch: error: cannot find a free port on 127.0.0.1: %s\n", strerror(errno));
+  int master_port = (int)port, rdzv_port = 0, listen_fd = -1, bound = 0;
+  int err = rdzv_listener(port ? (int)port + 1 : 0, &listen_fd, &bound);
+  if (err) {
+    fprintf(stderr, "ditrun launch: error: cannot listen for the rendezvous on 127.0.0.1:%ld: %s%s\n", port ? port + 1 : 0, strerror(err),
+            err == EADDRINUSE ? " (another job uses --port's port + 1: pick another --port)" : "");
+    return 1;
+  }
+  if (!port) master_port = rdzv_port = bound;
+  /* Ranks without a secret of the caller's get one made up for this launch only. */
+  static char secret[96];
+  const char *made = NULL;
+  if (!getenv("DIT_JOB_SECRET") && !getenv("DIT_JOB_SECRET_FILE")) {
+    if (make_secret(secret, sizeof secret)) {
+      fprintf(stderr, "ditrun launch: error: cannot make a job secret: this host's random source failed: %s\n", strerror(errno));
+      close(listen_fd);
       return 1;
     }
+    made = secret;
   }
 
   char **child_argv = calloc((size_t)n_cmd + 2, sizeof *child_argv);
@@ -208,8 +247,8 @@ int dit_launch_main(int argc, char **argv) {
   for (int r = 0; r < n; r++) kids[r].err_fd = -1;
   for (int r = 0; r < n && !stopping; r++) {
     int errp[2];
-    char vars[7][64];
-    char **env = child_env(r, (int)n, master_port, rdzv_port, vars);
+    char vars[N_VARS][96];
+    char **env = child_env(r, (int)n, master_port, rdzv_port, made, listen_fd, vars);
     if (!env || pipe2(errp, O_CLOEXEC)) {
       fprintf(stderr, "ditrun launch: error: rank %d: %s\n", r, strerror(errno ? errno : ENOMEM));
       stopping = 1;
@@ -226,6 +265,8 @@ int dit_launch_main(int argc, char **argv) {
 #endif
       signal(SIGCHLD, SIG_DFL);
       dup2(errp[1], 2);
+      /* Rank 0 alone keeps the rendezvous listener across exec. */
+      if (r == 0 && fcntl(listen_fd, F_SETFD, 0)) _exit(127);
       execve("/proc/self/exe", child_argv, env);
       dprintf(2, "ditrun launch: cannot run /proc/self/exe: %s\n", strerror(errno));
       _exit(127);
@@ -233,6 +274,10 @@ int dit_launch_main(int argc, char **argv) {
     int saved = errno;
     close(errp[1]);
     free(env);
+    if (r == 0) {
+      close(listen_fd);
+      listen_fd = -1;
+    }
     if (pid < 0) {
       fprintf(stderr, "ditrun launch: error: cannot start rank %d: %s\n", r, strerror(saved));
       close(errp[0]);
@@ -244,6 +289,7 @@ int dit_launch_main(int argc, char **argv) {
     kids[r].err_fd = errp[0];
     live++;
   }
+  if (listen_fd >= 0) close(listen_fd); /* rank 0 never started */
   if (stopping) kill_at = dit_now_ms() + grace_ms, first_failed = -2;
   if (stopping)
     for (int r = 0; r < n; r++)

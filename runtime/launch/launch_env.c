@@ -4,9 +4,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/sha256.h"
 
 /* Far above any real job, low enough that sums and products of these never overflow. */
 #define MAX_RANKS (1 << 20)
@@ -96,12 +101,92 @@ static dit_status_t read_port(dit_launch_env_t *e) {
   return DIT_OK;
 }
 
+/* Far above any secret a person writes, low enough to read into memory at once. */
+#define SECRET_FILE_MAX (64 << 10)
+
+static dit_status_t keep_secret(dit_launch_env_t *e, const char *var, const char *shown, const unsigned char *p, size_t n) {
+  if (n < DIT_LAUNCH_SECRET_MIN)
+    return DIT_ERR(INVALID_ARGUMENT, "environment: %s%s holds a job secret of %zu bytes, at least %d are needed (e.g. 32 random bytes in hex)",
+                   var, shown, n, DIT_LAUNCH_SECRET_MIN);
+  if (n > DIT_LAUNCH_SECRET_MAX) {
+    dit_sha256_digest(p, n, e->secret);
+    e->secret_len = DIT_SHA256_BYTES;
+  } else {
+    memcpy(e->secret, p, n);
+    e->secret_len = n;
+  }
+  e->secret_var = var;
+  return DIT_OK;
+}
+
+static dit_status_t read_secret_file(dit_launch_env_t *e, const char *path) {
+  char shown[300];
+  snprintf(shown, sizeof shown, "='%.256s'", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return DIT_ERR(NOT_FOUND, "environment: DIT_JOB_SECRET_FILE='%.256s': cannot open the job secret: %s", path, strerror(errno));
+  struct stat st;
+  dit_status_t s = DIT_OK;
+  if (fstat(fd, &st))
+    s = DIT_ERR(IO, "environment: DIT_JOB_SECRET_FILE='%.256s': %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    s = DIT_ERR(INVALID_ARGUMENT, "environment: DIT_JOB_SECRET_FILE='%.256s' is not a regular file", path);
+  else if (st.st_mode & 077)
+    s = DIT_ERR(FAILED_PRECONDITION, "environment: DIT_JOB_SECRET_FILE='%.256s': permissions %04o are too open: a job secret must be "
+                "readable by its owner only (chmod 600 '%.256s')", path, (unsigned)(st.st_mode & 07777), path);
+  else if (st.st_size > SECRET_FILE_MAX)
+    s = DIT_ERR(OUT_OF_RANGE, "environment: DIT_JOB_SECRET_FILE='%.256s' has %lld bytes, a job secret has at most %d", path,
+                (long long)st.st_size, SECRET_FILE_MAX);
+  unsigned char *buf = s ? NULL : malloc(SECRET_FILE_MAX + 1);
+  if (!s && !buf) s = DIT_ERR(RESOURCE_EXHAUSTED, "environment: out of memory reading DIT_JOB_SECRET_FILE");
+  size_t n = 0;
+  while (!s && n <= SECRET_FILE_MAX) {
+    ssize_t r = read(fd, buf + n, SECRET_FILE_MAX + 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) s = DIT_ERR(IO, "environment: DIT_JOB_SECRET_FILE='%.256s': %s", path, strerror(errno));
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  if (!s && n > SECRET_FILE_MAX)
+    s = DIT_ERR(OUT_OF_RANGE, "environment: DIT_JOB_SECRET_FILE='%.256s' grew past %d bytes while being read", path, SECRET_FILE_MAX);
+  if (!s) s = keep_secret(e, "DIT_JOB_SECRET_FILE", shown, buf, n);
+  if (buf) {
+    dit_crypto_wipe(buf, n);
+    free(buf);
+  }
+  return s;
+}
+
+/* Only a world of more than one rank has peers to prove anything to. */
+static dit_status_t read_secret(dit_launch_env_t *e) {
+  const char *v = getenv("DIT_JOB_SECRET"), *f = getenv("DIT_JOB_SECRET_FILE");
+  if (v && f)
+    return DIT_ERR(INVALID_ARGUMENT, "environment: both DIT_JOB_SECRET and DIT_JOB_SECRET_FILE are set: set one of them (the same on every rank)");
+  if (v) return keep_secret(e, "DIT_JOB_SECRET", "", (const unsigned char *)v, strlen(v));
+  if (f) return read_secret_file(e, f);
+  return DIT_ERR(INVALID_ARGUMENT, "environment: %s launch of %d ranks without a job secret: set DIT_JOB_SECRET (a value) or "
+                 "DIT_JOB_SECRET_FILE (a file only its owner can read) to the same secret on every rank, so that the ranks admit "
+                 "only each other (`ditrun launch` makes one up itself)", dit_launcher_name(e->launcher), e->world);
+}
+
+static dit_status_t read_listen_fd(dit_launch_env_t *e) {
+  const char *v = getenv("DIT_RDZV_LISTEN_FD");
+  if (!v || e->rank != 0) return DIT_OK;
+  int fd = -1;
+  DIT_RETURN_IF(env_int("DIT_RDZV_LISTEN_FD", "ditrun launch", 1, 1 << 20, &fd));
+  if (fd <= 2) return DIT_ERR(INVALID_ARGUMENT, "environment: DIT_RDZV_LISTEN_FD='%s': expected a descriptor above 2", v);
+  e->rdzv_listen_fd = fd;
+  return DIT_OK;
+}
+
 dit_status_t dit_launch_env_read(dit_launch_env_t *out) {
   dit_launch_env_t e;
   memset(&e, 0, sizeof e);
   e.world = 1;
   e.local_world = -1;
-  e.rank_var = e.world_var = e.local_rank_var = e.addr_var = e.port_var = "";
+  e.rank_var = e.world_var = e.local_rank_var = e.addr_var = e.port_var = e.secret_var = "";
+  e.rdzv_listen_fd = -1;
   strcpy(e.addr, "127.0.0.1");
 
   const char *rank_var = NULL, *world_var = NULL, *local_var = NULL, *local_world_var = NULL;
@@ -146,7 +231,12 @@ dit_status_t dit_launch_env_read(dit_launch_env_t *out) {
     DIT_RETURN_IF(pick_addr(&e, addr_vars, n_addr));
   }
   DIT_RETURN_IF(read_port(&e));
+  if (e.world > 1) {
+    DIT_RETURN_IF(read_secret(&e));
+    DIT_RETURN_IF(read_listen_fd(&e));
+  }
   *out = e;
+  dit_crypto_wipe(&e, sizeof e);
   return DIT_OK;
 }
 

@@ -20,6 +20,10 @@ typedef enum dit_launcher {
 
 #define DIT_RDZV_DEFAULT_PORT 29511
 #define DIT_LAUNCH_ADDR_MAX 256
+/* HMAC hashes a longer key first; a secret over this size is kept as its SHA-256, which
+ * gives the same MACs. */
+#define DIT_LAUNCH_SECRET_MAX 64
+#define DIT_LAUNCH_SECRET_MIN 16
 
 /* A plain value: tests and callers may fill it by hand. The *_var fields name the variables
  * the values came from (static strings), so errors can say which setting to fix. */
@@ -31,6 +35,14 @@ typedef struct dit_launch_env {
   char addr[DIT_LAUNCH_ADDR_MAX]; /* rank 0's host (rendezvous); "127.0.0.1" when alone */
   int port;                        /* the rendezvous port */
   const char *addr_var, *port_var; /* "" when a default was taken */
+  /* The job secret every rank proves to the others; secret_len 0 when none was set. */
+  unsigned char secret[DIT_LAUNCH_SECRET_MAX];
+  size_t secret_len;
+  const char *secret_var; /* "DIT_JOB_SECRET" or "DIT_JOB_SECRET_FILE"; "" when none */
+  /* > 2: rank 0's rendezvous listener, already bound to addr:port and inherited from `ditrun
+   * launch` (DIT_RDZV_LISTEN_FD), so no other process can take the port in between; else
+   * rank 0 binds its own. */
+  int rdzv_listen_fd;
 } dit_launch_env_t;
 
 /* Reads the environment. Precedence, most specific first, because launchers nest (torchrun
@@ -46,6 +58,10 @@ typedef struct dit_launch_env {
  *   4. none of them: rank 0 of 1.
  * Rendezvous port: DIT_RDZV_PORT if set, else MASTER_PORT + 1 (MASTER_PORT itself is
  * torchrun's store), else DIT_RDZV_DEFAULT_PORT.
+ * Job secret (read only for a world of more than one rank, which needs it): DIT_JOB_SECRET
+ * (its value) or DIT_JOB_SECRET_FILE (the file's bytes, verbatim); at least
+ * DIT_LAUNCH_SECRET_MIN bytes; a file that group or others may access is refused, as ssh
+ * refuses such a key; setting both, or neither, is INVALID_ARGUMENT saying what to set.
  * Missing, non-numeric, negative or inconsistent values (rank >= world, local rank >= local
  * world, a port outside 1..65535) give INVALID_ARGUMENT naming the variable and its value. */
 dit_status_t dit_launch_env_read(dit_launch_env_t *out);

@@ -1,7 +1,7 @@
-/* The rendezvous protocol and its liveness watcher. Every message is a frame: a 20-byte
- * header {magic "DITR", version, type, a, b, body length} in network byte order, then the
- * body. Sockets are non-blocking and every read and write waits with poll against a deadline,
- * so no peer can stall a rank past its timeout. */
+/* The rendezvous protocol and its liveness watcher. Every message is a frame of rdzv_wire.h;
+ * every connection proves the job secret first (rdzv_auth.h). Sockets are non-blocking and
+ * every read and write waits with poll against a deadline, so no peer can stall a rank past
+ * its timeout. */
 #include "runtime/launch/rendezvous.h"
 
 #include <errno.h>
@@ -20,27 +20,15 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "runtime/launch/rdzv_auth.h"
+#include "runtime/launch/rdzv_wire.h"
 
-#define RDZV_MAGIC 0x44495452u /* "DITR" */
-#define RDZV_VERSION 1
-#define HDR_BYTES 20
-#define MAX_TEXT 1024
-/* Stray connections (port scanners, a previous job's late rank) are dropped, not fatal;
- * this caps how many may be half-open at once. */
-#define MAX_PENDING 64
+#define MAX_TEXT DIT_RDZV_MAX_TEXT
+#define FRAME_BUF (DIT_RDZV_HDR_BYTES + DIT_RDZV_MAX_BODY)
 /* Frames after the meeting are tiny; a peer that cannot take one within this is as good as
  * gone, and the sender must not block its watcher or its caller for longer. */
 #define SEND_MS 1000
 #define CONNECT_RETRY_MS 50
-
-enum { F_HELLO = 1, F_WELCOME = 2, F_ERROR = 3, F_FAIL = 4, F_BYE = 5 };
-
-typedef struct frame {
-  uint32_t magic;
-  uint16_t version, type;
-  int32_t a, b; /* HELLO: rank, world; WELCOME: 0, world; ERROR: code; FAIL: failed rank; BYE: rank */
-  uint32_t len;
-} frame_t;
 
 struct dit_rendezvous {
   int rank, world;
@@ -55,107 +43,17 @@ struct dit_rendezvous {
   char why[MAX_TEXT];
   dit_rendezvous_failure_fn on_failure;
   void *ctx;
+  struct sockaddr_storage local, root; /* see dit_rendezvous_addresses */
+  socklen_t local_len, root_len;
 };
 
-/* ---- time and bounded I/O ---- */
-
-static int remaining(int64_t deadline) {
+static int remaining_ms(int64_t deadline) {
   int64_t r = deadline - dit_now_ms();
   return r < 0 ? 0 : r > 1000000000 ? 1000000000 : (int)r;
 }
 
-/* 1 when fd is ready for `events`, 0 at the deadline, -1 on a poll error. */
-static int wait_fd(int fd, short events, int64_t deadline) {
-  for (;;) {
-    struct pollfd p = {fd, events, 0};
-    int n = poll(&p, 1, remaining(deadline));
-    if (n > 0) return 1;
-    if (n == 0) return 0;
-    if (errno != EINTR) return -1;
-  }
-}
-
-/* 0, or an errno (ETIMEDOUT at the deadline). */
-static int write_all(int fd, const void *buf, size_t n, int64_t deadline) {
-  const char *p = buf;
-  while (n) {
-    ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      p += w, n -= (size_t)w;
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return errno;
-    int ready = wait_fd(fd, POLLOUT, deadline);
-    if (ready == 0) return ETIMEDOUT;
-    if (ready < 0) return errno;
-  }
-  return 0;
-}
-
-/* 0, an errno, ETIMEDOUT at the deadline, or EPIPE when the peer closed. */
-static int read_all(int fd, void *buf, size_t n, int64_t deadline) {
-  char *p = buf;
-  while (n) {
-    ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
-    if (r > 0) {
-      p += r, n -= (size_t)r;
-      continue;
-    }
-    if (r == 0) return EPIPE;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
-    int ready = wait_fd(fd, POLLIN, deadline);
-    if (ready == 0) return ETIMEDOUT;
-    if (ready < 0) return errno;
-  }
-  return 0;
-}
-
-static void put32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8);
-  p[3] = (unsigned char)v;
-}
-static uint32_t get32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void encode(const frame_t *f, unsigned char h[HDR_BYTES]) {
-  put32(h, f->magic);
-  put32(h + 4, (uint32_t)f->version << 16 | f->type);
-  put32(h + 8, (uint32_t)f->a);
-  put32(h + 12, (uint32_t)f->b);
-  put32(h + 16, f->len);
-}
-
-static void decode(const unsigned char h[HDR_BYTES], frame_t *f) {
-  f->magic = get32(h);
-  uint32_t vt = get32(h + 4);
-  f->version = (uint16_t)(vt >> 16), f->type = (uint16_t)vt;
-  f->a = (int32_t)get32(h + 8), f->b = (int32_t)get32(h + 12);
-  f->len = get32(h + 16);
-}
-
 static int send_frame(int fd, int type, int a, int b, const void *body, size_t len, int64_t deadline) {
-  unsigned char h[HDR_BYTES];
-  frame_t f = {RDZV_MAGIC, RDZV_VERSION, (uint16_t)type, a, b, (uint32_t)len};
-  encode(&f, h);
-  int err = write_all(fd, h, sizeof h, deadline);
-  if (!err && len) err = write_all(fd, body, len, deadline);
-  return err;
-}
-
-/* Reads one frame whose body fits `cap` (body is NUL-terminated when cap > len). EPROTO for
- * a frame that is not ours or too long. */
-static int read_frame(int fd, frame_t *f, char *body, size_t cap, int64_t deadline) {
-  unsigned char h[HDR_BYTES];
-  int err = read_all(fd, h, sizeof h, deadline);
-  if (err) return err;
-  decode(h, f);
-  if (f->magic != RDZV_MAGIC || f->version != RDZV_VERSION || f->len > cap) return EPROTO;
-  err = f->len ? read_all(fd, body, f->len, deadline) : 0;
-  if (!err && f->len < cap) body[f->len] = 0;
-  return err;
+  return dit_rdzv_send(fd, type, a, b, body, len, deadline);
 }
 
 static void tune_socket(int fd) {
@@ -170,11 +68,6 @@ static void tune_socket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 #endif
-}
-
-static int set_nonblocking(int fd) {
-  int fl = fcntl(fd, F_GETFL);
-  return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
 /* "2, 3, 5" — the first 32 ranks of the list, then how many more. */
@@ -198,160 +91,116 @@ static dit_code_t code_from_wire(int32_t c) {
 
 /* ---- rank 0: listen and gather ---- */
 
-static dit_status_t listen_on(const dit_launch_env_t *e, int *out_fd) {
-  char port[16];
-  snprintf(port, sizeof port, "%d", e->port);
-  struct addrinfo hints = {0}, *res = NULL;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  int gai = getaddrinfo(e->addr, port, &hints, &res);
-  if (gai)
-    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: rank 0 cannot resolve its address '%s'%s%s: %s", e->addr,
-                   e->addr_var && e->addr_var[0] ? " from " : "", e->addr_var ? e->addr_var : "", gai_strerror(gai));
-  int err = 0, fd = -1;
-  for (int pass = 0; pass < 2 && fd < 0; pass++) {
-    /* The address may name this host from outside (NAT, an alias) without being one of its
-     * interfaces; then every interface will do. */
-    if (pass == 1) {
-      if (err != EADDRNOTAVAIL) break;
-      freeaddrinfo(res);
-      res = NULL;
-      hints.ai_family = AF_INET;
-      if (getaddrinfo(NULL, port, &hints, &res)) break;
-    }
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) {
-        err = errno;
-        continue;
-      }
-      int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128) || set_nonblocking(fd)) {
-        err = errno;
-        close(fd);
-        fd = -1;
-      }
-    }
+/* The listener `ditrun launch` bound for rank 0 serves one meeting; a second rendezvous in
+ * the same process binds its own. */
+static int g_inherited_used;
+
+static dit_status_t listen_on(const dit_launch_env_t *e, int *out_fd, struct sockaddr_storage *bound, socklen_t *bound_len) {
+  if (e->rdzv_listen_fd > 2 && !__atomic_exchange_n(&g_inherited_used, 1, __ATOMIC_ACQ_REL)) {
+    int fd = e->rdzv_listen_fd, listening = 0;
+    socklen_t ol = sizeof listening;
+    *bound_len = sizeof *bound;
+    int port = -1;
+    if (!getsockname(fd, (struct sockaddr *)bound, bound_len) && !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol))
+      port = bound->ss_family == AF_INET ? ntohs(((struct sockaddr_in *)bound)->sin_port)
+           : bound->ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)bound)->sin6_port) : -1;
+    if (port != e->port || !listening)
+      return DIT_ERR(INVALID_ARGUMENT, "rendezvous: DIT_RDZV_LISTEN_FD=%d is not a socket listening on port %d (found port %d, %s)", fd,
+                     e->port, port, listening ? "listening" : "not listening");
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) || fcntl(fd, F_SETFD, FD_CLOEXEC))
+      return DIT_ERR(IO, "rendezvous: DIT_RDZV_LISTEN_FD=%d: %s", fd, strerror(errno));
+    *out_fd = fd;
+    return DIT_OK;
   }
-  if (res) freeaddrinfo(res);
-  if (fd < 0)
-    return DIT_ERR(UNAVAILABLE, "rendezvous: rank 0 cannot listen on %s:%d: %s%s", e->addr, e->port, strerror(err),
+  DIT_RETURN_IF(dit_rdzv_bind_address(e, bound, bound_len));
+  struct sockaddr_storage a = *bound;
+  if (a.ss_family == AF_INET) ((struct sockaddr_in *)&a)->sin_port = htons((uint16_t)e->port);
+  else ((struct sockaddr_in6 *)&a)->sin6_port = htons((uint16_t)e->port);
+  int port = 0, err = dit_rdzv_listen((struct sockaddr *)&a, *bound_len, 128, out_fd, &port);
+  if (err) {
+    char where[80];
+    dit_rdzv_format_addr((struct sockaddr *)&a, where, sizeof where);
+    return DIT_ERR(UNAVAILABLE, "rendezvous: rank 0 cannot listen on %s (%s='%s'): %s%s", where,
+                   e->addr_var && e->addr_var[0] ? e->addr_var : "address", e->addr, strerror(err),
                    err == EADDRINUSE ? " (another job on this host? set DIT_RDZV_PORT to a free port)" : "");
-  *out_fd = fd;
+  }
   return DIT_OK;
 }
-
-typedef struct pending {
-  int fd;
-  size_t got;
-  unsigned char h[HDR_BYTES];
-} pending_t;
 
 /* Tells every connected rank why the meeting failed, so each fails with rank 0's reason
  * instead of its own timeout. */
 static void broadcast_error(const int *fds, int n, dit_status_t s, int64_t deadline) {
   const char *msg = dit_status_message(s);
   for (int k = 0; k < n; k++)
-    if (fds[k] >= 0) send_frame(fds[k], F_ERROR, (int)dit_status_code(s), 0, msg, strlen(msg), deadline);
+    if (fds[k] >= 0) send_frame(fds[k], DIT_RDZV_ERROR, (int)dit_status_code(s), 0, msg, strlen(msg), deadline);
 }
 
-/* Judges one complete hello: NULL to accept it into fds, else the reason (every rank hears
- * it). *drop is set for connections that are not a rank of ours at all. */
-static dit_status_t judge_hello(const dit_launch_env_t *e, const frame_t *f, size_t len, const int *fds, int *drop) {
-  *drop = 0;
-  if (f->magic != RDZV_MAGIC || f->type != F_HELLO) {
-    *drop = 1;
-    return DIT_OK;
-  }
-  if (f->version != RDZV_VERSION)
-    return DIT_ERR(FAILED_PRECONDITION, "rendezvous: rank %d speaks protocol version %u, rank 0 speaks %d (different ditrun builds in one launch)",
-                   f->a, f->version, RDZV_VERSION);
-  if (f->b != e->world)
-    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: world size mismatch: rank %d has world size %d, rank 0 has %d (%s from %s)", f->a,
-                   f->b, e->world, e->world_var && e->world_var[0] ? e->world_var : "world size", dit_launcher_name(e->launcher));
-  if (f->a <= 0 || f->a >= e->world)
-    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: a process claims rank %d, outside 1..%d of a world of %d", f->a, e->world - 1,
+/* Judges the hello of a connection that proved the secret: NULL to accept it into fds, else
+ * the reason (every rank hears it: a process that knows the secret is one of ours, and a
+ * mistake in its launch is the job's). Its payload size travels in `extra`. */
+static dit_status_t judge_hello(const dit_launch_env_t *e, const dit_rdzv_peer_t *h, size_t len, const int *fds) {
+  if (h->world != e->world)
+    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: world size mismatch: rank %d has world size %d, rank 0 has %d (%s from %s)", h->rank,
+                   h->world, e->world, e->world_var && e->world_var[0] ? e->world_var : "world size", dit_launcher_name(e->launcher));
+  if (h->rank <= 0 || h->rank >= e->world)
+    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: a process claims rank %d, outside 1..%d of a world of %d", h->rank, e->world - 1,
                    e->world);
-  if (fds[f->a] >= 0)
-    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: two processes claim rank %d (each rank must be launched once)", f->a);
-  if (f->len != len)
-    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: rank %d expects a payload of %u bytes, rank 0 has %zu", f->a, f->len, len);
+  if (fds[h->rank] >= 0)
+    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: two processes claim rank %d (each rank must be launched once)", h->rank);
+  if (h->extra != len)
+    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: rank %d expects a payload of %u bytes, rank 0 has %zu", h->rank, h->extra, len);
   return DIT_OK;
 }
 
-static dit_status_t gather(const dit_launch_env_t *e, const void *payload, size_t len, int timeout_ms, int *fds) {
+static dit_status_t gather(dit_rendezvous_t *r, const dit_launch_env_t *e, const void *payload, size_t len, int timeout_ms) {
+  int *fds = r->fds;
   int lfd = -1;
-  DIT_RETURN_IF(listen_on(e, &lfd));
+  DIT_RETURN_IF(listen_on(e, &lfd, &r->local, &r->local_len));
+  r->root = r->local, r->root_len = r->local_len;
+  dit_rdzv_acceptor_t *acc = NULL;
+  DIT_RETURN_IF(dit_rdzv_acceptor_create(lfd, DIT_RDZV_CHANNEL_RENDEZVOUS, 0, e->secret, e->secret_len, "rendezvous, rank 0", &acc));
   int64_t deadline = dit_now_ms() + timeout_ms;
-  pending_t pend[MAX_PENDING];
-  int n_pend = 0, arrived = 1;
+  int arrived = 1;
   dit_status_t s = DIT_OK;
   while (!s && arrived < e->world) {
-    struct pollfd p[1 + MAX_PENDING];
-    p[0] = (struct pollfd){lfd, POLLIN, 0};
-    for (int i = 0; i < n_pend; i++) p[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
-    int n = poll(p, (nfds_t)(1 + n_pend), remaining(deadline));
-    if (n < 0 && errno != EINTR) {
-      s = DIT_ERR(IO, "rendezvous: poll: %s", strerror(errno));
-      break;
-    }
-    if (n == 0 && remaining(deadline) == 0) {
+    int fd = -1;
+    dit_rdzv_peer_t h;
+    s = dit_rdzv_acceptor_next(acc, deadline, &fd, &h);
+    if (s && dit_status_code(s) == DIT_CODE_DEADLINE_EXCEEDED) {
+      dit_status_free(s);
       int missing[64], n_missing = 0, total = 0;
       for (int k = 1; k < e->world; k++)
         if (fds[k] < 0) {
           if (n_missing < 64) missing[n_missing++] = k;
           total++;
         }
-      char list[400];
+      char list[400], refused[300] = "";
       format_ranks(list, sizeof list, missing, n_missing);
-      s = DIT_ERR(DEADLINE_EXCEEDED, "rendezvous on %s:%d: rank%s %s%s of %d did not arrive within %d ms", e->addr, e->port,
-                  total == 1 ? "" : "s", list, total > n_missing ? " (and more)" : "", e->world, timeout_ms);
+      int bad_mac = 0, n_refused = dit_rdzv_acceptor_refused(acc, &bad_mac);
+      if (bad_mac)
+        snprintf(refused, sizeof refused, "; %d connection%s refused for a wrong proof of the job secret: a rank with another "
+                 "DIT_JOB_SECRET or DIT_JOB_SECRET_FILE?", bad_mac, bad_mac == 1 ? " was" : "s were");
+      else if (n_refused)
+        snprintf(refused, sizeof refused, "; %d stray connection%s refused", n_refused, n_refused == 1 ? " was" : "s were");
+      s = DIT_ERR(DEADLINE_EXCEEDED, "rendezvous on %s:%d: rank%s %s%s of %d did not arrive within %d ms%s", e->addr, e->port,
+                  total == 1 ? "" : "s", list, total > n_missing ? " (and more)" : "", e->world, timeout_ms, refused);
       break;
     }
-    /* Hellos first: p[] was built before accepting, and accepting may reorder pend[]. */
-    for (int i = n_pend - 1; i >= 0 && !s; i--) {
-      if (!p[1 + i].revents) continue;
-      ssize_t r = recv(pend[i].fd, pend[i].h + pend[i].got, HDR_BYTES - pend[i].got, MSG_DONTWAIT);
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      int drop = r <= 0;
-      if (r > 0 && (pend[i].got += (size_t)r) == HDR_BYTES) {
-        frame_t f;
-        decode(pend[i].h, &f);
-        s = judge_hello(e, &f, len, fds, &drop);
-        if (s) {
-          send_frame(pend[i].fd, F_ERROR, (int)dit_status_code(s), 0, dit_status_message(s),
-                     strlen(dit_status_message(s)), dit_now_ms() + SEND_MS);
-          drop = 1;
-        } else if (!drop) {
-          fds[f.a] = pend[i].fd;
-          arrived++;
-          pend[i] = pend[--n_pend];
-          continue;
-        }
-      }
-      if (drop) {
-        close(pend[i].fd);
-        pend[i] = pend[--n_pend];
-      }
+    if (s) break;
+    s = judge_hello(e, &h, len, fds);
+    if (s) {
+      send_frame(fd, DIT_RDZV_ERROR, (int)dit_status_code(s), 0, dit_status_message(s), strlen(dit_status_message(s)),
+                 dit_now_ms() + SEND_MS);
+      close(fd);
+      break;
     }
-    if (!s && p[0].revents) {
-      for (;;) {
-        int c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0) break;
-        if (n_pend == MAX_PENDING) {
-          close(c);
-          continue;
-        }
-        pend[n_pend++] = (pending_t){c, 0, {0}};
-      }
-    }
+    fds[h.rank] = fd;
+    arrived++;
   }
-  close(lfd);
-  for (int i = 0; i < n_pend; i++) close(pend[i].fd);
+  dit_rdzv_acceptor_destroy(acc);
   for (int k = 1; !s && k < e->world; k++) {
-    int err = send_frame(fds[k], F_WELCOME, 0, e->world, payload, len, deadline + SEND_MS);
+    int err = send_frame(fds[k], DIT_RDZV_WELCOME, 0, e->world, payload, len, deadline + SEND_MS);
     if (err)
       s = DIT_ERR(ABORTED, "rendezvous: rank %d left during the meeting (sending it the payload: %s)", k, strerror(err));
   }
@@ -361,8 +210,7 @@ static dit_status_t gather(const dit_launch_env_t *e, const void *payload, size_
 
 /* ---- other ranks: connect and hear rank 0 ---- */
 
-static dit_status_t reach(const dit_launch_env_t *e, const void *payload, size_t len, int timeout_ms, int *out_fd,
-                          void *out_payload) {
+static dit_status_t reach(dit_rendezvous_t *r, const dit_launch_env_t *e, size_t len, int timeout_ms, void *out_payload) {
   int64_t start = dit_now_ms(), deadline = start + timeout_ms;
   int grace = timeout_ms / 4 < 1000 ? timeout_ms / 4 : 1000;
   char port[16];
@@ -378,73 +226,57 @@ static dit_status_t reach(const dit_launch_env_t *e, const void *payload, size_t
       return DIT_ERR(INVALID_ARGUMENT, "rendezvous: rank %d cannot resolve rank 0's address '%s'%s%s: %s", e->rank, e->addr,
                      e->addr_var && e->addr_var[0] ? " from " : "", e->addr_var ? e->addr_var : "", gai_strerror(gai));
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) {
-        err = errno;
-        continue;
-      }
-      int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-      if (rc && errno == EINPROGRESS) {
-        int ready = wait_fd(fd, POLLOUT, deadline);
-        socklen_t sl = sizeof err;
-        err = ready == 0 ? ETIMEDOUT : ready < 0 ? errno : 0;
-        if (ready > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl)) err = errno;
-        rc = err ? -1 : 0;
-      } else if (rc) {
-        err = errno;
-      }
-      if (rc) {
-        close(fd);
-        fd = -1;
-      }
+      fd = dit_rdzv_connect(ai->ai_addr, ai->ai_addrlen, NULL, 0, deadline);
+      if (fd < 0) err = errno;
     }
     if (res) freeaddrinfo(res);
     if (fd >= 0) break;
-    if (remaining(deadline) == 0)
+    if (remaining_ms(deadline) == 0)
       return DIT_ERR(DEADLINE_EXCEEDED, "rendezvous: rank %d could not reach rank 0 at %s:%d within %d ms (%s): rank 0 did not start or is elsewhere",
                      e->rank, e->addr, e->port, timeout_ms, gai ? gai_strerror(gai) : strerror(err));
     /* Rank 0 may simply not be listening yet. */
-    int nap = remaining(deadline) < CONNECT_RETRY_MS ? remaining(deadline) : CONNECT_RETRY_MS;
+    int nap = remaining_ms(deadline) < CONNECT_RETRY_MS ? remaining_ms(deadline) : CONNECT_RETRY_MS;
     poll(NULL, 0, nap);
   }
-  dit_status_t s = DIT_OK;
-  /* The hello has no body; its length field is the payload size this rank expects. */
-  unsigned char hello[HDR_BYTES];
-  frame_t hf = {RDZV_MAGIC, RDZV_VERSION, F_HELLO, e->rank, e->world, (uint32_t)len};
-  encode(&hf, hello);
-  err = write_all(fd, hello, sizeof hello, deadline);
-  (void)payload;
-  if (err) {
-    s = dit_status_make(err == ETIMEDOUT ? DIT_CODE_DEADLINE_EXCEEDED : DIT_CODE_UNAVAILABLE,
-                "rendezvous: rank %d could not greet rank 0 at %s:%d: %s", e->rank, e->addr, e->port, strerror(err));
-  } else {
-    frame_t f;
-    char *body = malloc(DIT_RDZV_MAX_PAYLOAD + MAX_TEXT + 1);
-    if (!body) {
-      close(fd);
-      return DIT_ERR(RESOURCE_EXHAUSTED, "rendezvous: out of memory");
+  r->local_len = sizeof r->local, r->root_len = sizeof r->root;
+  getsockname(fd, (struct sockaddr *)&r->local, &r->local_len);
+  getpeername(fd, (struct sockaddr *)&r->root, &r->root_len);
+  char peer[160], where[80];
+  dit_rdzv_format_addr((struct sockaddr *)&r->root, where, sizeof where);
+  snprintf(peer, sizeof peer, "rank 0 at %s", where);
+  /* The hello's extra is the payload size this rank expects. */
+  dit_status_t s = dit_rdzv_handshake(fd, DIT_RDZV_CHANNEL_RENDEZVOUS, e, (uint32_t)len, 0, peer, deadline + grace);
+  if (!s) {
+    dit_rdzv_msg_t *m = malloc(sizeof *m);
+    unsigned char *body = malloc(FRAME_BUF);
+    dit_status_t why = DIT_OK;
+    if (!body || !m) {
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "rendezvous: out of memory");
+    } else {
+      err = dit_rdzv_recv(fd, m, body, deadline + grace, &why);
+      if (err == ETIMEDOUT)
+        s = DIT_ERR(DEADLINE_EXCEEDED, "rendezvous: rank %d reached rank 0 at %s:%d but heard nothing within %d ms (other ranks missing?)",
+                    e->rank, e->addr, e->port, (int)(dit_now_ms() - start));
+      else if (err)
+        s = DIT_ERR(ABORTED, "rendezvous: rank %d lost rank 0 at %s:%d during the meeting: %s", e->rank, e->addr, e->port,
+                    err == EPIPE ? "connection closed" : why ? dit_status_message(why) : strerror(err));
+      else if (m->h.type == DIT_RDZV_ERROR)
+        s = dit_status_make(code_from_wire(m->h.a), "%s (rank 0's verdict, heard by rank %d)", m->text, e->rank);
+      else if (m->h.type != DIT_RDZV_WELCOME || m->body_len != len || m->h.b != e->world)
+        s = DIT_ERR(ABORTED, "rendezvous: rank %d got an unexpected answer from rank 0 (type %u, %zu bytes, world %d)", e->rank,
+                    m->h.type, m->body_len, m->h.b);
+      else if (len)
+        memcpy(out_payload, m->body, len);
     }
-    err = read_frame(fd, &f, body, DIT_RDZV_MAX_PAYLOAD + MAX_TEXT, deadline + grace);
-    if (err == ETIMEDOUT)
-      s = DIT_ERR(DEADLINE_EXCEEDED, "rendezvous: rank %d reached rank 0 at %s:%d but heard nothing within %d ms (other ranks missing?)",
-                  e->rank, e->addr, e->port, (int)(dit_now_ms() - start));
-    else if (err)
-      s = DIT_ERR(ABORTED, "rendezvous: rank %d lost rank 0 at %s:%d during the meeting: %s", e->rank, e->addr, e->port,
-                  err == EPIPE ? "connection closed" : err == EPROTO ? "not a ditrun rendezvous" : strerror(err));
-    else if (f.type == F_ERROR)
-      s = dit_status_make(code_from_wire(f.a), "%s (rank 0's verdict, heard by rank %d)", body, e->rank);
-    else if (f.type != F_WELCOME || f.len != len || f.b != e->world)
-      s = DIT_ERR(ABORTED, "rendezvous: rank %d got an unexpected answer from rank 0 (type %u, %u bytes, world %d)", e->rank,
-                  f.type, f.len, f.b);
-    else if (len)
-      memcpy(out_payload, body, len);
+    dit_status_free(why);
     free(body);
+    free(m);
   }
   if (s) {
     close(fd);
     return s;
   }
-  *out_fd = fd;
+  r->fds[0] = fd;
   return DIT_OK;
 }
 
@@ -467,7 +299,7 @@ static void note_failure(dit_rendezvous_t *r, int failed_rank, const char *why) 
     int64_t deadline = dit_now_ms() + SEND_MS;
     for (int k = 1; k < r->n_fds; k++)
       if (k != failed_rank && r->fds[k] >= 0 && !r->bye[k])
-        send_frame(r->fds[k], F_FAIL, failed_rank, 0, r->why, strlen(r->why), deadline);
+        send_frame(r->fds[k], DIT_RDZV_FAIL, failed_rank, 0, r->why, strlen(r->why), deadline);
   }
   pthread_mutex_unlock(&r->mu);
   if (r->on_failure) r->on_failure(r->ctx, failed_rank, r->why);
@@ -477,8 +309,9 @@ static void *watch(void *arg) {
   dit_rendezvous_t *r = arg;
   struct pollfd *p = malloc(sizeof *p * (size_t)(r->n_fds + 1));
   int *who = malloc(sizeof *who * (size_t)(r->n_fds + 1));
-  char *text = malloc(MAX_TEXT + 1);
-  if (!p || !who || !text) {
+  unsigned char *buf = malloc(FRAME_BUF);
+  dit_rdzv_msg_t *m = malloc(sizeof *m);
+  if (!p || !who || !buf || !m) {
     /* Without a watcher this process would never hear of a failure: say so loudly. */
     note_failure(r, r->rank, "out of memory starting the rendezvous watcher");
     goto done;
@@ -497,17 +330,16 @@ static void *watch(void *arg) {
     for (int i = 1; i < n; i++) {
       if (!p[i].revents) continue;
       int k = who[i], peer = peer_of(r, k);
-      frame_t f;
-      int err = read_frame(r->fds[k], &f, text, MAX_TEXT, dit_now_ms() + SEND_MS);
-      if (!err && f.type == F_BYE) {
+      int err = dit_rdzv_recv(r->fds[k], m, buf, dit_now_ms() + SEND_MS, NULL);
+      if (!err && m->h.type == DIT_RDZV_BYE) {
         pthread_mutex_lock(&r->mu);
         r->bye[k] = 1;
         pthread_mutex_unlock(&r->mu);
         continue;
       }
-      if (!err && f.type == F_FAIL) {
+      if (!err && m->h.type == DIT_RDZV_FAIL) {
         /* Rank 0 trusts the connection, not the frame, for who failed. */
-        note_failure(r, r->rank == 0 ? peer : f.a, text);
+        note_failure(r, r->rank == 0 ? peer : m->h.a, m->text);
         goto done;
       }
       if (!err) continue; /* a newer minor frame type: not ours to judge */
@@ -521,7 +353,8 @@ static void *watch(void *arg) {
 done:
   free(p);
   free(who);
-  free(text);
+  free(buf);
+  free(m);
   return NULL;
 }
 
@@ -569,8 +402,12 @@ dit_status_t dit_rendezvous(const dit_launch_env_t *e, const void *payload, size
     *out = r;
     return DIT_OK;
   }
-  dit_status_t s = e->rank == 0 ? gather(e, payload, len, timeout_ms, r->fds)
-                                : reach(e, payload, len, timeout_ms, &r->fds[0], out_payload);
+  if (!e->secret_len) {
+    destroy(r);
+    return DIT_ERR(INVALID_ARGUMENT, "rendezvous: rank %d of %d has no job secret: set DIT_JOB_SECRET or DIT_JOB_SECRET_FILE to the same "
+                   "secret on every rank", e->rank, e->world);
+  }
+  dit_status_t s = e->rank == 0 ? gather(r, e, payload, len, timeout_ms) : reach(r, e, len, timeout_ms, out_payload);
   if (!s && e->rank == 0 && len) memmove(out_payload, payload, len);
   if (!s && pipe2(r->wake, O_CLOEXEC | O_NONBLOCK)) s = DIT_ERR(IO, "rendezvous: pipe: %s", strerror(errno));
   if (!s) {
@@ -598,7 +435,7 @@ void dit_rendezvous_report_failure(dit_rendezvous_t *r, const char *why) {
     snprintf(r->why, sizeof r->why, "%s", why && why[0] ? why : "reported failure");
     int64_t deadline = dit_now_ms() + SEND_MS;
     for (int k = 0; k < r->n_fds; k++)
-      if (r->fds[k] >= 0 && !r->bye[k]) send_frame(r->fds[k], F_FAIL, r->rank, 0, r->why, strlen(r->why), deadline);
+      if (r->fds[k] >= 0 && !r->bye[k]) send_frame(r->fds[k], DIT_RDZV_FAIL, r->rank, 0, r->why, strlen(r->why), deadline);
   }
   pthread_mutex_unlock(&r->mu);
 }
@@ -614,6 +451,16 @@ dit_status_t dit_rendezvous_status(dit_rendezvous_t *r) {
   return s;
 }
 
+dit_status_t dit_rendezvous_addresses(const dit_rendezvous_t *r, struct sockaddr_storage *local, socklen_t *local_len,
+                                      struct sockaddr_storage *root, socklen_t *root_len) {
+  if (!r->local_len)
+    return DIT_ERR(FAILED_PRECONDITION, "rendezvous: rank %d of a world of %d met nobody, so it has no address to share", r->rank,
+                   r->world);
+  *local = r->local, *local_len = r->local_len;
+  *root = r->root, *root_len = r->root_len;
+  return DIT_OK;
+}
+
 int dit_rendezvous_rank(const dit_rendezvous_t *r) { return r->rank; }
 int dit_rendezvous_world(const dit_rendezvous_t *r) { return r->world; }
 
@@ -623,7 +470,7 @@ void dit_rendezvous_close(dit_rendezvous_t *r) {
   r->closing = 1;
   int64_t deadline = dit_now_ms() + SEND_MS;
   for (int k = 0; k < r->n_fds; k++)
-    if (r->fds[k] >= 0 && !r->bye[k]) send_frame(r->fds[k], F_BYE, r->rank, 0, NULL, 0, deadline);
+    if (r->fds[k] >= 0 && !r->bye[k]) send_frame(r->fds[k], DIT_RDZV_BYE, r->rank, 0, NULL, 0, deadline);
   pthread_mutex_unlock(&r->mu);
   if (r->watcher_started) {
     ssize_t w;

@@ -5,6 +5,7 @@
 #define DIT_RUNTIME_LAUNCH_RENDEZVOUS_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "base/status.h"
 #include "runtime/launch/launch_env.h"
@@ -24,8 +25,13 @@ typedef struct dit_rendezvous dit_rendezvous_t;
 typedef void (*dit_rendezvous_failure_fn)(void *ctx, int failed_rank, const char *why);
 
 /* Meets the other ranks of e (e->world processes, each calling this once). Rank 0 listens on
- * e->port (bound to e->addr, or to every address when e->addr is not one of this host's),
- * every other rank connects to e->addr:e->port, retrying until the deadline. Every rank
+ * e->port, bound to e->addr's own interface only (dit_rdzv_bind_address: loopback when it is
+ * local; an address that is not this host's is refused), or on the listener `ditrun launch`
+ * handed it (e->rdzv_listen_fd); every other rank connects to e->addr:e->port, retrying until
+ * the deadline. Every connection first proves e->secret (required for a world above one) both
+ * ways; rank 0 refuses and logs any that does not (a port scanner, a stray process, a rank
+ * with another secret) and goes on waiting for the real ranks. A rank whose secret differs
+ * fails at once with FAILED_PRECONDITION naming the secret's variables. Every rank
  * passes the same len (<= DIT_RDZV_MAX_PAYLOAD); rank 0's `payload` is copied into every
  * rank's out_payload (len bytes; rank 0's own included). Other ranks' payload is ignored and
  * may be NULL.
@@ -51,6 +57,12 @@ void dit_rendezvous_report_failure(dit_rendezvous_t *r, const char *why);
 /* OK while no rank has failed; afterwards ABORTED naming the failed rank and why (the caller
  * owns the status). For runtimes that poll rather than take the callback. */
 dit_status_t dit_rendezvous_status(dit_rendezvous_t *r);
+
+/* The addresses of this rank's connection to rank 0: the local end (where this rank's own
+ * listeners bind, so its peers reach it the way it reached rank 0) and rank 0's end. On
+ * rank 0 both are its rendezvous listener's address. FAILED_PRECONDITION for a world of one. */
+dit_status_t dit_rendezvous_addresses(const dit_rendezvous_t *r, struct sockaddr_storage *local, socklen_t *local_len,
+                                      struct sockaddr_storage *root, socklen_t *root_len);
 
 int dit_rendezvous_rank(const dit_rendezvous_t *r);
 int dit_rendezvous_world(const dit_rendezvous_t *r);

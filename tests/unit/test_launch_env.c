@@ -1,7 +1,11 @@
 /* Launch environment: each launcher's variables, their precedence, the errors for bad values,
- * the rendezvous port rules, and the checks against the bundle topology and the GPUs. */
+ * the rendezvous port rules, the job secret (value or owner-only file), the inherited
+ * rendezvous listener, and the checks against the bundle topology and the GPUs. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "runtime/launch/launch_env.h"
@@ -9,10 +13,15 @@
 static const char *const kVars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DIT_RDZV_PORT",
     "DIT_MASTER_ADDR", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_LAUNCH_NODE_IPADDR",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "DIT_JOB_SECRET", "DIT_JOB_SECRET_FILE", "DIT_RDZV_LISTEN_FD"};
 
+#define SECRET "an example job secret"
+
+/* Every multi-rank launch needs a secret; the tests of other settings take this one. */
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof kVars / sizeof kVars[0]; i++) unsetenv(kVars[i]);
+  setenv("DIT_JOB_SECRET", SECRET, 1);
 }
 
 static void torchrun(const char *rank, const char *world, const char *local) {
@@ -221,6 +230,104 @@ static void test_topology(void) {
   clear_env();
 }
 
+static const char *write_file(const char *name, const void *bytes, size_t n, mode_t mode) {
+  static char path[512];
+  const char *dir = getenv("DIT_TEST_TMP");
+  snprintf(path, sizeof path, "%s/%s.%d", dir ? dir : "/tmp", name, (int)getpid());
+  if (dir) mkdir(dir, 0755);
+  unlink(path);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  CHECK(fd >= 0);
+  if (fd < 0) return path;
+  CHECK_EQ_INT(write(fd, bytes, n), (long long)n);
+  close(fd);
+  chmod(path, mode); /* after creating: the umask must not decide what is tested */
+  return path;
+}
+
+static void test_secret(void) {
+  dit_launch_env_t e;
+  torchrun("1", "2", "1");
+  CHECK_OK(dit_launch_env_read(&e));
+  CHECK_EQ_INT(e.secret_len, strlen(SECRET));
+  CHECK(!memcmp(e.secret, SECRET, strlen(SECRET)));
+  CHECK(!strcmp(e.secret_var, "DIT_JOB_SECRET"));
+  CHECK_EQ_INT(e.rdzv_listen_fd, -1);
+
+  /* A multi-rank launch without one is refused at start, saying what to set. */
+  unsetenv("DIT_JOB_SECRET");
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT,
+            "torchrun launch of 2 ranks without a job secret: set DIT_JOB_SECRET (a value) or DIT_JOB_SECRET_FILE");
+  clear_env();
+  unsetenv("DIT_JOB_SECRET");
+  setenv("SLURM_PROCID", "0", 1), setenv("SLURM_NTASKS", "3", 1), setenv("SLURM_LOCALID", "0", 1);
+  setenv("DIT_MASTER_ADDR", "n0", 1);
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT, "Slurm launch of 3 ranks without a job secret");
+  /* One rank alone has nobody to prove anything to. */
+  torchrun("0", "1", "0");
+  unsetenv("DIT_JOB_SECRET");
+  CHECK_OK(dit_launch_env_read(&e));
+  CHECK_EQ_INT(e.secret_len, 0);
+
+  torchrun("1", "2", "1");
+  setenv("DIT_JOB_SECRET", "short", 1);
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT, "DIT_JOB_SECRET holds a job secret of 5 bytes, at least 16");
+  setenv("DIT_JOB_SECRET", "", 1);
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT, "of 0 bytes");
+
+  /* From a file: its bytes verbatim, the trailing newline included. */
+  const char *p = write_file("secret", "file secret 0123456789\n", 23, 0600);
+  torchrun("1", "2", "1");
+  setenv("DIT_JOB_SECRET_FILE", p, 1);
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT, "both DIT_JOB_SECRET and DIT_JOB_SECRET_FILE are set");
+  unsetenv("DIT_JOB_SECRET");
+  CHECK_OK(dit_launch_env_read(&e));
+  CHECK_EQ_INT(e.secret_len, 23);
+  CHECK(!memcmp(e.secret, "file secret 0123456789\n", 23));
+  CHECK(!strcmp(e.secret_var, "DIT_JOB_SECRET_FILE"));
+  /* Readable or writable by group or others: refused, as ssh refuses such a key. */
+  static const mode_t open_modes[] = {0640, 0604, 0620, 0660, 0644, 0606};
+  for (size_t i = 0; i < sizeof open_modes / sizeof open_modes[0]; i++) {
+    chmod(p, open_modes[i]);
+    char want[64];
+    snprintf(want, sizeof want, "permissions %04o are too open", (unsigned)open_modes[i]);
+    CHECK_ERR(dit_launch_env_read(&e), FAILED_PRECONDITION, want);
+  }
+  chmod(p, 0644);
+  CHECK_ERR(dit_launch_env_read(&e), FAILED_PRECONDITION, "readable by its owner only (chmod 600");
+  chmod(p, 0400);
+  CHECK_OK(dit_launch_env_read(&e));
+  unlink(p);
+  CHECK_ERR(dit_launch_env_read(&e), NOT_FOUND, "DIT_JOB_SECRET_FILE=");
+  setenv("DIT_JOB_SECRET_FILE", "/", 1);
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT, "is not a regular file");
+  /* A long secret is kept as its SHA-256 (HMAC's own rule for keys over a block). */
+  static unsigned char big[1000];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (unsigned char)(i * 7);
+  p = write_file("bigsecret", big, sizeof big, 0600);
+  setenv("DIT_JOB_SECRET_FILE", p, 1);
+  CHECK_OK(dit_launch_env_read(&e));
+  CHECK_EQ_INT(e.secret_len, 32);
+  unlink(p);
+  p = write_file("hugesecret", big, 0, 0600);
+  CHECK_EQ_INT(truncate(p, 100000), 0);
+  setenv("DIT_JOB_SECRET_FILE", p, 1);
+  CHECK_ERR(dit_launch_env_read(&e), OUT_OF_RANGE, "has 100000 bytes");
+  unlink(p);
+
+  /* The listener `ditrun launch` hands rank 0; other ranks ignore it. */
+  torchrun("0", "2", "0");
+  setenv("DIT_RDZV_LISTEN_FD", "7", 1);
+  CHECK_OK(dit_launch_env_read(&e));
+  CHECK_EQ_INT(e.rdzv_listen_fd, 7);
+  setenv("DIT_RDZV_LISTEN_FD", "2", 1);
+  CHECK_ERR(dit_launch_env_read(&e), INVALID_ARGUMENT, "DIT_RDZV_LISTEN_FD='2': expected a descriptor above 2");
+  torchrun("1", "2", "1");
+  setenv("DIT_RDZV_LISTEN_FD", "7", 1);
+  CHECK_OK(dit_launch_env_read(&e));
+  CHECK_EQ_INT(e.rdzv_listen_fd, -1);
+}
+
 static void test_device(void) {
   dit_launch_env_t e;
   torchrun("3", "4", "1");
@@ -248,5 +355,6 @@ int main(void) {
   test_precedence();
   test_topology();
   test_device();
+  test_secret();
   return check_summary("test_launch_env");
 }

@@ -1,0 +1,356 @@
+/* The TCP mesh of one process per rank on loopback: three forked ranks build the mesh and
+ * run collectives (sums and gathers give the expected values), while the test, acting as a
+ * port scanner, finds the ranks' listening sockets and sends each stray connections (garbage,
+ * no MAC, a wrong secret, a replayed nonce, the other channel's proof, silence): every stray is
+ * refused and logged, the collectives give the same values, and the ranks are not delayed.
+ * Every listener is bound to 127.0.0.1, never the wildcard, and every socket is
+ * close-on-exec. A rank with another secret makes the mesh fail, naming the secret. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "check.h"
+#include "runtime/comm/comm_tcp.h"
+#include "runtime/launch/rdzv_auth.h"
+#include "runtime/launch/rdzv_wire.h"
+
+#define WORLD 3
+#define SECRET "tcp mesh test secret of 32 bytes"
+#define TIMEOUT_MS 3000
+#define LATE_MS 700
+
+typedef struct result {
+  int code, sums_ok, gather_ok, not_cloexec;
+  long setup_ms;
+  char msg[600];
+} result_t;
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len)) port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static int count_inheritable_sockets(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d));) {
+    int fd = atoi(de->d_name);
+    struct stat st;
+    if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) || !S_ISSOCK(st.st_mode)) continue;
+    n += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+static void run_rank(int rank, int port, const char *secret, const char *log, int out_fd) {
+  result_t res;
+  memset(&res, 0, sizeof res);
+  if (rank == 0 && log) {
+    int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (lf >= 0) dup2(lf, 2), close(lf);
+  }
+  if (rank > 0) poll(NULL, 0, LATE_MS); /* the strays come first */
+  dit_launch_env_t e;
+  memset(&e, 0, sizeof e);
+  e.launcher = DIT_LAUNCHER_TORCHRUN;
+  e.rank = e.local_rank = rank, e.world = WORLD, e.local_world = -1;
+  e.rank_var = "RANK", e.world_var = "WORLD_SIZE", e.local_rank_var = "LOCAL_RANK", e.addr_var = "MASTER_ADDR", e.port_var = "";
+  strcpy(e.addr, "127.0.0.1");
+  e.port = port;
+  e.secret_len = strlen(secret);
+  memcpy(e.secret, secret, e.secret_len);
+  e.secret_var = "DIT_JOB_SECRET";
+  e.rdzv_listen_fd = -1;
+  int64_t t0 = dit_now_ms();
+  dit_tcomm_t *c = NULL;
+  dit_status_t s = dit_tcomm_create(&e, TIMEOUT_MS, &c);
+  res.setup_ms = (long)(dit_now_ms() - t0);
+  res.code = (int)dit_status_code(s);
+  snprintf(res.msg, sizeof res.msg, "%s", dit_status_message(s));
+  dit_status_free(s);
+  if (c) {
+    res.not_cloexec = count_inheritable_sockets();
+    const int world[WORLD] = {0, 1, 2};
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = (float)(rank * 100 + i);
+    s = dit_tcomm_allreduce_sum(c, world, WORLD, v, 64, DIT_F32);
+    res.sums_ok = !s;
+    for (int i = 0; i < 64 && !s; i++) res.sums_ok &= v[i] == (float)(300 + 3 * i);
+    dit_status_free(s);
+    int mine[4] = {rank, rank + 10, rank + 20, rank + 30}, all[4 * WORLD];
+    s = dit_tcomm_allgather(c, world, WORLD, mine, sizeof mine, all);
+    res.gather_ok = !s;
+    for (int k = 0; k < WORLD && !s; k++) res.gather_ok &= all[4 * k] == k && all[4 * k + 3] == k + 30;
+    dit_status_free(s);
+    dit_tcomm_destroy(c);
+  }
+  ssize_t w = write(out_fd, &res, sizeof res);
+  _exit(w == (ssize_t)sizeof res ? 0 : 1);
+}
+
+/* ---- the scanner ---- */
+
+/* Socket inodes of a process. */
+static int socket_inodes(pid_t pid, unsigned long *out, int cap) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d)) && n < cap;) {
+    char p[128], link[64];
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    ssize_t k = readlink(p, link, sizeof link - 1);
+    if (k <= 0) continue;
+    link[k] = 0;
+    unsigned long ino;
+    if (sscanf(link, "socket:[%lu]", &ino) == 1) out[n++] = ino;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+typedef struct listener {
+  unsigned addr;
+  int port;
+} listener_t;
+
+/* The listening TCP sockets among the given inodes. */
+static int listeners_of(const unsigned long *inos, int n_inos, listener_t *out, int cap) {
+  FILE *f = fopen("/proc/net/tcp", "r");
+  char line[512];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f) && n < cap) {
+    unsigned addr, port, state;
+    unsigned long ino;
+    if (sscanf(line, " %*d: %8x:%4x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &addr, &port, &state, &ino) != 4 || state != 0x0A)
+      continue;
+    for (int i = 0; i < n_inos; i++)
+      if (inos[i] == ino) out[n++] = (listener_t){addr, (int)port};
+  }
+  if (f) fclose(f);
+  return n;
+}
+
+static int connect_to(int port) {
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a)) close(fd), fd = -1;
+  return fd;
+}
+
+static int read_challenge(int fd, unsigned char nonce[DIT_RDZV_NONCE_BYTES], int *channel) {
+  static unsigned char buf[DIT_RDZV_HDR_BYTES + DIT_RDZV_MAX_BODY];
+  dit_rdzv_msg_t m;
+  if (fd < 0 || dit_rdzv_recv(fd, &m, buf, dit_now_ms() + 2000, NULL) || m.h.type != DIT_RDZV_CHALLENGE) return -1;
+  memcpy(nonce, m.nonce, DIT_RDZV_NONCE_BYTES);
+  *channel = m.h.a;
+  return 0;
+}
+
+static void send_hello(int fd, int channel, const char *secret, const unsigned char *server_nonce) {
+  unsigned char body[DIT_RDZV_HELLO_BODY] = {0}, cn[DIT_RDZV_NONCE_BYTES];
+  for (int i = 0; i < DIT_RDZV_NONCE_BYTES; i++) cn[i] = (unsigned char)(rand() & 0xff);
+  memcpy(body + 4, cn, sizeof cn);
+  if (secret) dit_rdzv_hello_mac((const unsigned char *)secret, strlen(secret), channel, server_nonce, cn, 1, WORLD, 0, body + 36);
+  dit_rdzv_send(fd, DIT_RDZV_HELLO, 1, WORLD, body, sizeof body, dit_now_ms() + 1000);
+}
+
+/* 1 when the peer closed within ms without ever sending its proof (an error frame first is
+ * fine); 0 otherwise. */
+static int refused_by_peer(int fd, int ms) {
+  static unsigned char buf[DIT_RDZV_HDR_BYTES + DIT_RDZV_MAX_BODY];
+  dit_rdzv_msg_t m;
+  int64_t end = dit_now_ms() + ms;
+  for (;;) {
+    int err = dit_rdzv_recv(fd, &m, buf, end, NULL);
+    if (!err && m.h.type == DIT_RDZV_PROOF) return 0;
+    if (!err) continue;
+    return err != ETIMEDOUT;
+  }
+}
+
+typedef struct scan {
+  int listeners, mesh_listeners, wildcard, strays, refused;
+} scan_t;
+
+/* Stray connections to one listener: all connected at once (so they queue ahead of the real
+ * ranks even where rank 0 is not accepting yet), then each plays its part. */
+typedef struct attack {
+  int port, silent, keep, fd[5];
+} attack_t;
+
+static void attack_connect(attack_t *a, int port) {
+  a->port = port;
+  a->silent = connect_to(port);
+  a->keep = connect_to(port);
+  for (int i = 0; i < 5; i++) a->fd[i] = connect_to(port);
+  /* Garbage: the start of a TLS hello. */
+  if (a->fd[0] >= 0 && write(a->fd[0], "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not a rendezvous frame", 35) < 0)
+    close(a->fd[0]), a->fd[0] = -1;
+}
+
+static void attack_play(attack_t *a, scan_t *sc) {
+  unsigned char n[DIT_RDZV_NONCE_BYTES], old[DIT_RDZV_NONCE_BYTES];
+  int ch = 0, och = 0;
+  /* The old nonce: another connection's challenge. */
+  int have_old = !read_challenge(a->keep, old, &och);
+  CHECK(have_old);
+  if (!read_challenge(a->fd[1], n, &ch)) send_hello(a->fd[1], ch, NULL, n);
+  if (!read_challenge(a->fd[2], n, &ch)) send_hello(a->fd[2], ch, "the secret of some other job....", n);
+  if (!read_challenge(a->fd[3], n, &ch) && have_old) send_hello(a->fd[3], ch, SECRET, old);
+  if (!read_challenge(a->fd[4], n, &ch))
+    send_hello(a->fd[4], ch == DIT_RDZV_CHANNEL_MESH ? DIT_RDZV_CHANNEL_RENDEZVOUS : DIT_RDZV_CHANNEL_MESH, SECRET, n);
+  for (int i = 0; i < 5; i++) {
+    sc->strays++;
+    sc->refused += a->fd[i] >= 0 && refused_by_peer(a->fd[i], 3000);
+    if (a->fd[i] >= 0) close(a->fd[i]);
+  }
+}
+
+static void attack_end(attack_t *a) {
+  if (a->silent >= 0) close(a->silent);
+  if (a->keep >= 0) close(a->keep);
+}
+
+static void scan_and_attack(pid_t rank0, int rdzv_port, scan_t *sc) {
+  listener_t l[8];
+  int n = 0;
+  /* Rank 0 opens its mesh listener, then its rendezvous one; the others arrive LATE_MS later. */
+  for (int64_t end = dit_now_ms() + LATE_MS - 300; dit_now_ms() < end && n < 2; poll(NULL, 0, 2)) {
+    unsigned long inos[64];
+    n = listeners_of(inos, socket_inodes(rank0, inos, 64), l, 8);
+  }
+  attack_t at[8];
+  for (int i = 0; i < n; i++) {
+    sc->listeners++;
+    sc->wildcard += l[i].addr != htonl(INADDR_LOOPBACK);
+    sc->mesh_listeners += l[i].port != rdzv_port;
+    attack_connect(&at[i], l[i].port);
+  }
+  /* The rendezvous first: rank 0 answers there at once; the mesh listener's queue is served
+   * once the ranks have met. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++)
+      if ((l[i].port == rdzv_port) == (pass == 0)) attack_play(&at[i], sc);
+  for (int i = 0; i < n; i++) attack_end(&at[i]);
+}
+
+static int run_world(const char *secrets[WORLD], const char *log, result_t *res, scan_t *sc) {
+  int port = free_port();
+  pid_t pids[WORLD];
+  int fds[WORLD];
+  fflush(NULL);
+  for (int r = 0; r < WORLD; r++) {
+    int p[2];
+    if (pipe(p)) exit(2);
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(p[0]);
+      run_rank(r, port, secrets[r], log, p[1]);
+    }
+    close(p[1]);
+    fds[r] = p[0];
+  }
+  if (sc) scan_and_attack(pids[0], port, sc);
+  int64_t deadline = dit_now_ms() + 20000;
+  for (int r = 0; r < WORLD; r++) {
+    int st;
+    while (waitpid(pids[r], &st, WNOHANG) == 0) {
+      if (dit_now_ms() > deadline) kill(pids[r], SIGKILL);
+      poll(NULL, 0, 5);
+    }
+    if (read(fds[r], &res[r], sizeof res[r]) != (ssize_t)sizeof res[r]) res[r].code = -1;
+    close(fds[r]);
+  }
+  return 0;
+}
+
+/* Lines that hold needle, and also `and` when it is not NULL. */
+static int count_lines2(const char *path, const char *needle, const char *and) {
+  FILE *f = fopen(path, "r");
+  char line[1024];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) && (!and || strstr(line, and));
+  if (f) fclose(f);
+  return n;
+}
+static int count_lines(const char *path, const char *needle) { return count_lines2(path, needle, NULL); }
+
+static void test_mesh_with_strays(void) {
+  char log[512];
+  const char *dir = getenv("DIT_TEST_TMP");
+  if (dir) mkdir(dir, 0755);
+  snprintf(log, sizeof log, "%s/tcomm_strays.%d.log", dir ? dir : "/tmp", (int)getpid());
+  const char *secrets[WORLD] = {SECRET, SECRET, SECRET};
+  result_t res[WORLD];
+  scan_t sc;
+  memset(&sc, 0, sizeof sc);
+  run_world(secrets, log, res, &sc);
+  for (int r = 0; r < WORLD; r++) {
+    CHECK_EQ_INT(res[r].code, DIT_CODE_OK);
+    if (res[r].code) fprintf(stderr, "rank %d: %s\n", r, res[r].msg);
+    CHECK(res[r].sums_ok);
+    CHECK(res[r].gather_ok);
+    CHECK_EQ_INT(res[r].not_cloexec, 0);
+  }
+  /* Not delayed: the late ranks finish setting up at once. */
+  CHECK(res[0].setup_ms < LATE_MS + 1500);
+  CHECK(res[1].setup_ms < 1500);
+  /* Both of rank 0's listeners were found, on 127.0.0.1; no stray ever got a proof back, and
+   * each was logged. On the rendezvous port every one was judged on what it sent; on the mesh
+   * port, the strays still unanswered when the real ranks got through are closed with the
+   * meeting. */
+  CHECK_EQ_INT(sc.listeners, 2);
+  CHECK_EQ_INT(sc.mesh_listeners, 1);
+  CHECK_EQ_INT(sc.wildcard, 0);
+  CHECK_EQ_INT(sc.strays, 10);
+  CHECK_EQ_INT(sc.refused, 10);
+  CHECK_EQ_INT(count_lines(log, "ditrun: tcp collectives, rank 0: refused a connection from 127.0.0.1:"), 7);
+  CHECK_EQ_INT(count_lines(log, "ditrun: rendezvous, rank 0: refused a connection from 127.0.0.1:"), 7);
+  CHECK_EQ_INT(count_lines2(log, "ditrun: rendezvous, rank 0: refused", "not a ditrun rendezvous frame"), 1);
+  CHECK_EQ_INT(count_lines2(log, "ditrun: rendezvous, rank 0: refused", "does not prove the job secret"), 4);
+  if (check_failures_) {
+    FILE *f = fopen(log, "r");
+    for (char line[1024]; f && fgets(line, sizeof line, f);) fprintf(stderr, "rank 0 log: %s", line);
+    if (f) fclose(f);
+  }
+  unlink(log);
+}
+
+static void test_mesh_wrong_secret(void) {
+  const char *secrets[WORLD] = {SECRET, SECRET, "another secret, also 32 bytes..."};
+  result_t res[WORLD];
+  run_world(secrets, NULL, res, NULL);
+  CHECK_EQ_INT(res[2].code, DIT_CODE_FAILED_PRECONDITION);
+  CHECK(strstr(res[2].msg, "refused this rank's proof of the job secret") && strstr(res[2].msg, "DIT_JOB_SECRET"));
+  for (int r = 0; r < 2; r++) CHECK(res[r].code != DIT_CODE_OK);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  srand((unsigned)time(NULL));
+  test_mesh_with_strays();
+  test_mesh_wrong_secret();
+  return check_summary("test_comm_tcp");
+}
