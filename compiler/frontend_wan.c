@@ -1,5 +1,6 @@
 /* The Wan frontend: WanTransformer3DModel (text-to-video) as diffusers defines it, read from
- * config.json and safetensors, validated, and built into a graph for one shape. */
+ * config.json and safetensors (or a WanPipeline directory: model_index.json, transformer/,
+ * scheduler/), validated, and built into a graph for one shape. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,27 +9,30 @@
 
 #include "artifacts/identity.h"
 #include "base/fileio.h"
+#include "base/json.h"
 #include "compiler/frontend.h"
 
 /* ---- config ---- */
 
 typedef enum { F_INT, F_BOOL, F_FLOAT, F_STR, F_INT3 } field_kind_t;
 
-/* Every __init__ argument of WanTransformer3DModel, with diffusers' default. Fields whose
+/* Every __init__ argument of WanTransformer3DModel, with the range this build accepts (far
+ * beyond the released models, tight enough that products of them stay exact). Fields whose
  * non-default values this build cannot compile are checked after parsing. */
 static const struct {
   const char *key;
   field_kind_t kind;
   int nullable;
+  int64_t lo, hi;
 } kWanFields[] = {
-    {"patch_size", F_INT3, 0},       {"num_attention_heads", F_INT, 0},
-    {"attention_head_dim", F_INT, 0}, {"in_channels", F_INT, 0},
-    {"out_channels", F_INT, 1},      {"text_dim", F_INT, 0},
-    {"freq_dim", F_INT, 0},          {"ffn_dim", F_INT, 0},
-    {"num_layers", F_INT, 0},        {"cross_attn_norm", F_BOOL, 0},
-    {"qk_norm", F_STR, 1},           {"eps", F_FLOAT, 0},
-    {"image_dim", F_INT, 1},         {"added_kv_proj_dim", F_INT, 1},
-    {"rope_max_seq_len", F_INT, 0},  {"pos_embed_seq_len", F_INT, 1},
+    {"patch_size", F_INT3, 0, 1, 64},           {"num_attention_heads", F_INT, 0, 1, 1024},
+    {"attention_head_dim", F_INT, 0, 1, 1024},  {"in_channels", F_INT, 0, 1, 4096},
+    {"out_channels", F_INT, 1, 0, 4096},        {"text_dim", F_INT, 0, 1, 65536},
+    {"freq_dim", F_INT, 0, 1, 65536},           {"ffn_dim", F_INT, 0, 1, 1 << 20},
+    {"num_layers", F_INT, 0, 1, 1024},          {"cross_attn_norm", F_BOOL, 0, 0, 0},
+    {"qk_norm", F_STR, 1, 0, 64},               {"eps", F_FLOAT, 0, 0, 1},
+    {"image_dim", F_INT, 1, 0, 1 << 20},        {"added_kv_proj_dim", F_INT, 1, 0, 1 << 20},
+    {"rope_max_seq_len", F_INT, 0, 1, 1 << 20}, {"pos_embed_seq_len", F_INT, 1, 0, 1 << 30},
 };
 #define N_WAN_FIELDS (sizeof kWanFields / sizeof kWanFields[0])
 
@@ -39,59 +43,57 @@ static const char kWanDefaults[] =
     "\"qk_norm\":\"rms_norm_across_heads\",\"eps\":1e-6,\"image_dim\":null,"
     "\"added_kv_proj_dim\":null,\"rope_max_seq_len\":1024,\"pos_embed_seq_len\":null}";
 
-static dit_status_t field_check(const char *file, const char *key, field_kind_t kind,
-                                int nullable, const cJSON *v) {
-  if (cJSON_IsNull(v)) {
-    if (nullable) return DIT_OK;
-    return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a value, found null", file, key);
+static dit_status_t field_check(size_t f, const dit_json_t *v) {
+  if (cJSON_IsNull(v->v)) {
+    if (kWanFields[f].nullable) return DIT_OK;
+    return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected a value, found null");
   }
-  switch (kind) {
-    case F_INT:
-      if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-          v->valuedouble > 1e9)
-        return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a non-negative integer", file, key);
-      return DIT_OK;
-    case F_BOOL:
-      if (!cJSON_IsBool(v)) return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected true or false", file, key);
-      return DIT_OK;
-    case F_FLOAT:
-      if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0))
-        return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a non-negative number", file, key);
-      return DIT_OK;
-    case F_STR:
-      if (!cJSON_IsString(v)) return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a string", file, key);
-      return DIT_OK;
+  int64_t i;
+  double d;
+  bool b;
+  const char *s;
+  switch (kWanFields[f].kind) {
+    case F_INT: return dit_json_as_int(v, kWanFields[f].lo, kWanFields[f].hi, &i);
+    case F_BOOL: return dit_json_as_bool(v, &b);
+    case F_FLOAT: return dit_json_as_num(v, (double)kWanFields[f].lo, (double)kWanFields[f].hi, &d);
+    case F_STR: return dit_json_as_str(v, (size_t)kWanFields[f].hi, true, &s);
     case F_INT3: {
-      if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
-        return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected a list of 3 integers", file, key);
-      const cJSON *e;
-      cJSON_ArrayForEach(e, v) if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 64 ||
-                                   e->valuedouble != floor(e->valuedouble))
-          return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected 3 integers in 1..64", file, key);
+      int64_t p[3];
+      size_t n = 0;
+      DIT_RETURN_IF(dit_json_as_int_array(v, 3, kWanFields[f].lo, kWanFields[f].hi, p, &n));
+      if (n != 3) return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected 3 integers [t, h, w], found %zu", n);
       return DIT_OK;
     }
   }
   return DIT_OK;
 }
 
+/* Reads a field of the normalized config, which holds only values field_check accepted. */
 static int64_t geti(const cJSON *cfg, const char *key) {
-  return (int64_t)cJSON_GetObjectItemCaseSensitive(cfg, key)->valuedouble;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
 }
 
-static dit_status_t wan_parse_config(dit_model_t *m, const cJSON *raw, const char *file) {
-  cJSON *cfg = cJSON_Parse(kWanDefaults);
-  if (!cfg) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+static dit_status_t wan_parse_config(dit_model_t *m, const dit_json_t *raw) {
+  /* The defaults go through the same reader as any text: no second parser for one constant. */
+  dit_json_doc_t *defaults = NULL;
+  DIT_RETURN_IF_ERROR(dit_json_parse(kWanDefaults, strlen(kWanDefaults), "built-in Wan defaults", &defaults),
+                      "internal");
+  cJSON *cfg = dit_json_doc_release(defaults);
+  dit_json_doc_free(defaults);
   m->config = cfg;
-  const cJSON *it;
-  cJSON_ArrayForEach(it, raw) {
-    const char *key = it->string;
+  dit_json_iter_t it;
+  dit_json_t v;
+  dit_json_iter_init(raw, &it);
+  while (dit_json_iter_next(&it, &v)) {
+    const char *key = v.v->string;
     if (key[0] == '_') continue; /* diffusers' bookkeeping: class name, version, source path */
     size_t f = 0;
     while (f < N_WAN_FIELDS && strcmp(kWanFields[f].key, key)) f++;
     if (f == N_WAN_FIELDS)
-      return DIT_ERR(UNIMPLEMENTED, "%s: field '%s' is not a WanTransformer3DModel option this build knows", file, key);
-    DIT_RETURN_IF(field_check(file, key, kWanFields[f].kind, kWanFields[f].nullable, it));
-    cJSON *copy = cJSON_Duplicate(it, 1);
+      return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "not a WanTransformer3DModel option this build knows");
+    DIT_RETURN_IF(field_check(f, &v));
+    cJSON *copy = cJSON_Duplicate(v.v, 1);
     if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(cfg, key, copy)) {
       cJSON_Delete(copy);
       return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
@@ -99,19 +101,26 @@ static dit_status_t wan_parse_config(dit_model_t *m, const cJSON *raw, const cha
   }
   /* out_channels = out_channels or in_channels, as diffusers resolves it. */
   const cJSON *oc = cJSON_GetObjectItemCaseSensitive(cfg, "out_channels");
-  if (cJSON_IsNull(oc) || oc->valuedouble == 0)
-    cJSON_ReplaceItemInObjectCaseSensitive(cfg, "out_channels", cJSON_CreateNumber((double)geti(cfg, "in_channels")));
+  if (cJSON_IsNull(oc) || oc->valuedouble == 0) {
+    cJSON *n = cJSON_CreateNumber((double)geti(cfg, "in_channels"));
+    if (!n || !cJSON_ReplaceItemInObjectCaseSensitive(cfg, "out_channels", n)) {
+      cJSON_Delete(n);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
   static const char *const unsupported_if_set[] = {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"};
   for (int i = 0; i < 3; i++) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, unsupported_if_set[i]);
-    if (!cJSON_IsNull(v))
-      return DIT_ERR(UNIMPLEMENTED, "%s: field '%s' = %g: image conditioning (Wan I2V) is not supported by this build; expected null",
-                     file, unsupported_if_set[i], v->valuedouble);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, unsupported_if_set[i]);
+    if (!cJSON_IsNull(x))
+      return DIT_ERR(UNIMPLEMENTED, "%s: field '%s' = %" PRId64 ": image conditioning (Wan I2V) is not supported by this build; expected null",
+                     raw->what, unsupported_if_set[i], geti(cfg, unsupported_if_set[i]));
   }
   const cJSON *qk = cJSON_GetObjectItemCaseSensitive(cfg, "qk_norm");
-  if (!cJSON_IsString(qk) || strcmp(qk->valuestring, "rms_norm_across_heads"))
-    return DIT_ERR(UNIMPLEMENTED, "%s: field 'qk_norm' = %s: only \"rms_norm_across_heads\" is supported", file,
-                   cJSON_IsString(qk) ? qk->valuestring : "null");
+  if (!cJSON_IsString(qk) || strcmp(qk->valuestring, "rms_norm_across_heads")) {
+    char q[96] = "null";
+    if (cJSON_IsString(qk)) dit_json_quote(qk->valuestring, q);
+    return DIT_ERR(UNIMPLEMENTED, "%s: field 'qk_norm' = %s: only \"rms_norm_across_heads\" is supported", raw->what, q);
+  }
   const cJSON *ps = cJSON_GetObjectItemCaseSensitive(cfg, "patch_size");
   for (int i = 0; i < 3; i++) m->wan.patch[i] = (int64_t)cJSON_GetArrayItem(ps, i)->valuedouble;
   m->wan.heads = geti(cfg, "num_attention_heads");
@@ -125,17 +134,166 @@ static dit_status_t wan_parse_config(dit_model_t *m, const cJSON *raw, const cha
   m->wan.rope_max_seq_len = geti(cfg, "rope_max_seq_len");
   m->wan.cross_attn_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "cross_attn_norm"));
   m->wan.eps = cJSON_GetObjectItemCaseSensitive(cfg, "eps")->valuedouble;
-  static const char *const positive[] = {"num_attention_heads", "attention_head_dim", "in_channels", "text_dim",
-                                         "freq_dim", "ffn_dim", "num_layers", "rope_max_seq_len"};
-  for (int i = 0; i < 8; i++)
-    if (geti(cfg, positive[i]) < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s': expected >= 1, found 0", file, positive[i]);
   if (m->wan.freq_dim % 2)
-    return DIT_ERR(UNIMPLEMENTED, "%s: field 'freq_dim' = %" PRId64 ": odd sinusoidal widths are not supported", file, m->wan.freq_dim);
+    return DIT_ERR(UNIMPLEMENTED, "%s: field 'freq_dim' = %" PRId64 ": odd sinusoidal widths are not supported", raw->what,
+                   m->wan.freq_dim);
   int64_t hd = m->wan.head_dim, hw = 2 * (hd / 6), td = hd - 2 * hw;
   if (td % 2)
     return DIT_ERR(INVALID_ARGUMENT, "%s: field 'attention_head_dim' = %" PRId64 ": its rotary split t/h/w = %" PRId64 "/%" PRId64 "/%" PRId64 " has an odd part",
-                   file, hd, td, hw, hw);
+                   raw->what, hd, td, hw, hw);
   return DIT_OK;
+}
+
+/* The family of a config.json and its parse. */
+dit_status_t dit_model_config_parse(const char *text, size_t len, const char *what, dit_model_t *m) {
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root, cls;
+  const char *name = NULL;
+  dit_status_t s = dit_json_parse(text, len, what, &doc);
+  if (!s) s = dit_json_root(doc, &root);
+  if (!s && !dit_json_has(&root, "_class_name")) {
+    cls = root;
+    dit_json_path_key(cls.path, root.path, "_class_name");
+    s = dit_json_error(&cls, DIT_CODE_NOT_FOUND, "missing: cannot tell the model family");
+  }
+  if (!s) s = dit_json_get(&root, "_class_name", &cls);
+  if (!s) s = dit_json_as_str(&cls, sizeof m->model_class - 1, false, &name);
+  if (!s) {
+    snprintf(m->model_class, sizeof m->model_class, "%s", name);
+    if (!strcmp(name, "WanTransformer3DModel")) {
+      snprintf(m->family, sizeof m->family, "wan");
+      s = wan_parse_config(m, &root);
+    } else {
+      char q[96];
+      dit_json_quote(name, q);
+      s = dit_json_error(&cls, DIT_CODE_UNIMPLEMENTED, "found %s; supported families: WanTransformer3DModel", q);
+    }
+  }
+  dit_json_doc_free(doc);
+  return s;
+}
+
+/* ---- pipelines and schedulers ---- */
+
+/* A view of member `key` of o (NULL when absent), to label a message about it. */
+static dit_json_t at_member(const dit_json_t *o, const char *key) {
+  dit_json_t r = *o;
+  r.v = cJSON_IsObject(o->v) ? cJSON_GetObjectItemCaseSensitive(o->v, key) : NULL;
+  dit_json_path_key(r.path, o->path, key);
+  return r;
+}
+
+/* A model_index.json component entry: [library, class], or [null, null] for a slot the
+ * pipeline leaves empty (*out_present = 0). */
+static dit_status_t component(const dit_json_t *root, const char *key, char lib[32], char cls[64], int *out_present) {
+  dit_json_t a, e[2];
+  size_t n = 0;
+  *out_present = 0;
+  lib[0] = cls[0] = 0;
+  if (!dit_json_has(root, key)) return DIT_OK;
+  DIT_RETURN_IF(dit_json_array(root, key, 2, &a, &n));
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  for (size_t i = 0; i < n; i++) dit_json_iter_next(&it, &e[i]);
+  if (n == 2 && cJSON_IsNull(e[0].v) && cJSON_IsNull(e[1].v)) return DIT_OK;
+  if (n != 2) return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "expected a [library, class] pair of strings, found %zu entries", n);
+  const char *l = NULL, *c = NULL;
+  DIT_RETURN_IF(dit_json_as_str(&e[0], 31, false, &l));
+  DIT_RETURN_IF(dit_json_as_str(&e[1], 63, false, &c));
+  snprintf(lib, 32, "%s", l);
+  snprintf(cls, 64, "%s", c);
+  *out_present = 1;
+  return DIT_OK;
+}
+
+dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *what, dit_pipeline_index_t *out) {
+  static const char *const pipelines[] = {"WanPipeline", NULL};
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root, v;
+  char lib[32], cls[64];
+  int present = 0, which = 0;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  if (!s) s = dit_json_get(&root, "_class_name", &v);
+  if (!s) {
+    const char *name = NULL;
+    s = dit_json_as_str(&v, sizeof out->class_name - 1, false, &name);
+    if (!s) snprintf(out->class_name, sizeof out->class_name, "%s", name);
+  }
+  if (!s) {
+    s = dit_json_enum(&root, "_class_name", pipelines, &which);
+    if (s && dit_status_code(s) == DIT_CODE_INVALID_ARGUMENT) {
+      /* A well-formed name of a pipeline this build does not compile (image-to-video, ...). */
+      dit_status_free(s);
+      char q[96];
+      dit_json_quote(out->class_name, q);
+      s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: WanPipeline (text-to-video)", q);
+    }
+  }
+  /* Wan2.2's A14B pipelines pair two experts switched at boundary_ratio; TI2V leaves the
+   * second slot [null, null]. */
+  if (!s) s = component(&root, "transformer_2", lib, cls, &present);
+  if (!s && present) {
+    v = at_member(&root, "transformer_2");
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED,
+                       "a second transformer (%s; two experts switched at boundary_ratio) is not supported yet; "
+                       "compile transformer/ or transformer_2/ on its own", cls);
+  }
+  if (!s) s = component(&root, "transformer", lib, out->transformer_class, &present);
+  if (!s && !present) {
+    v = at_member(&root, "transformer");
+    s = dit_json_error(&v, DIT_CODE_NOT_FOUND, "missing: the pipeline names no transformer");
+  }
+  if (!s && strcmp(lib, "diffusers")) {
+    char q[96];
+    dit_json_quote(lib, q);
+    v = at_member(&root, "transformer");
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "library %s: expected \"diffusers\"", q);
+  }
+  if (!s) s = component(&root, "scheduler", lib, out->scheduler_class, &present);
+  dit_json_doc_free(doc);
+  return s;
+}
+
+/* An optional member: absent and null both leave the default. */
+static bool has_value(const dit_json_t *o, const char *key) {
+  dit_json_t v = at_member(o, key);
+  return v.v && !cJSON_IsNull(v.v);
+}
+
+dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char *what, dit_scheduler_defaults_t *out) {
+  static const char *const predictions[] = {"epsilon", "v_prediction", "sample", "flow_prediction", NULL};
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  if (!s) s = dit_json_str_copy(&root, "_class_name", out->class_name, sizeof out->class_name, false);
+  /* diffusers' defaults: FlowMatchEuler is flow matching through and through (its shift is
+   * "shift"); UniPC and the other multistep solvers predict epsilon unless told, and call the
+   * flow shift "flow_shift". */
+  const int euler = !s && !strncmp(out->class_name, "FlowMatch", 9);
+  out->num_train_timesteps = 1000;
+  out->shift = 1.0;
+  out->use_flow_sigmas = euler;
+  snprintf(out->prediction_type, sizeof out->prediction_type, "%s", euler ? "flow_prediction" : "epsilon");
+  const char *shift_key = euler ? "shift" : "flow_shift";
+  if (!s && has_value(&root, "num_train_timesteps")) s = dit_json_int(&root, "num_train_timesteps", 1, 1000000, &out->num_train_timesteps);
+  if (!s && has_value(&root, shift_key)) s = dit_json_num(&root, shift_key, 1e-3, 1e3, &out->shift);
+  if (!s && has_value(&root, "use_flow_sigmas")) {
+    bool b = false;
+    s = dit_json_bool(&root, "use_flow_sigmas", &b);
+    out->use_flow_sigmas = b || euler;
+  }
+  if (!s && has_value(&root, "prediction_type")) {
+    int k = 0;
+    s = dit_json_enum(&root, "prediction_type", predictions, &k);
+    if (!s) snprintf(out->prediction_type, sizeof out->prediction_type, "%s", predictions[k]);
+  }
+  if (!s) out->present = 1;
+  dit_json_doc_free(doc);
+  return s;
 }
 
 /* ---- variants ---- */
@@ -290,42 +448,71 @@ static dit_status_t wan_check_weights(const dit_model_t *m) {
 
 /* ---- loading ---- */
 
+#define CONFIG_MAX_BYTES (1 << 20)
+
+static dit_status_t read_small(const char *path, char **text, size_t *len) {
+  return dit_file_read(path, CONFIG_MAX_BYTES, text, len);
+}
+
+/* A diffusers pipeline directory: model_index.json names the transformer (read from its
+ * transformer/ folder) and the scheduler, whose config gives the sampler's defaults. */
+static dit_status_t load_pipeline(dit_model_t *m, const char *dir) {
+  char path[4200], *text = NULL;
+  size_t len = 0;
+  DIT_RETURN_IF(dit_path_join(path, sizeof path, dir, "model_index.json"));
+  DIT_RETURN_IF(read_small(path, &text, &len));
+  dit_status_t s = dit_pipeline_index_parse(text, len, path, &m->pipeline);
+  free(text);
+  text = NULL;
+  if (!s) s = dit_path_join(m->model_dir, sizeof m->model_dir, dir, "transformer");
+  if (!s && !dit_is_dir(m->model_dir))
+    s = DIT_ERR(NOT_FOUND, "%s: names a transformer (%s), but %s is not a directory", path,
+                m->pipeline.transformer_class, m->model_dir);
+  char sched[4200];
+  if (!s) s = dit_path_join(sched, sizeof sched, dir, "scheduler/scheduler_config.json");
+  if (!s && dit_path_exists(sched)) {
+    s = read_small(sched, &text, &len);
+    if (!s) s = dit_scheduler_config_parse(text, len, sched, &m->scheduler);
+    free(text);
+  }
+  return s;
+}
+
 dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_model_t **out) {
   *out = NULL;
   dit_model_t *m = calloc(1, sizeof *m);
   if (!m) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   snprintf(m->model_dir, sizeof m->model_dir, "%s", model_dir);
-  char path[4200];
+  char path[4200], index[4200];
   char *text = NULL;
   size_t len = 0;
-  cJSON *raw = NULL;
   dit_status_t s = dit_path_join(path, sizeof path, model_dir, "config.json");
+  if (!s) s = dit_path_join(index, sizeof index, model_dir, "model_index.json");
   if (!s && !dit_is_dir(model_dir)) s = DIT_ERR(NOT_FOUND, "%s: not a model directory", model_dir);
-  if (!s) s = dit_file_read(path, 1 << 20, &text, &len);
-  if (!s && !(raw = cJSON_ParseWithLength(text, len))) s = DIT_ERR(INVALID_ARGUMENT, "%s: not valid JSON", path);
-  if (!s && !cJSON_IsObject(raw)) s = DIT_ERR(INVALID_ARGUMENT, "%s: expected a JSON object", path);
-  const cJSON *cls = raw ? cJSON_GetObjectItemCaseSensitive(raw, "_class_name") : NULL;
-  if (!s && !cJSON_IsString(cls)) s = DIT_ERR(NOT_FOUND, "%s: field '_class_name' missing: cannot tell the model family", path);
+  if (!s && !dit_path_exists(path) && dit_path_exists(index)) {
+    s = load_pipeline(m, model_dir);
+    if (!s) s = dit_path_join(path, sizeof path, m->model_dir, "config.json");
+  }
+  if (!s) s = read_small(path, &text, &len);
+  if (!s) s = dit_model_config_parse(text, len, path, m);
+  if (!s && m->pipeline.transformer_class[0] && strcmp(m->pipeline.transformer_class, m->model_class))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer': class \"%s\", but %s says \"%s\"", index,
+                m->pipeline.transformer_class, path, m->model_class);
+  if (!s) s = pick_variant(m, variant);
+  if (!s) s = dit_safetensors_open(m->model_dir, &m->weights);
+  if (!s) s = wan_check_weights(m);
+  free(text);
   if (!s) {
-    snprintf(m->model_class, sizeof m->model_class, "%s", cls->valuestring);
-    if (!strcmp(cls->valuestring, "WanTransformer3DModel")) {
-      snprintf(m->family, sizeof m->family, "wan");
-      s = wan_parse_config(m, raw, path);
-      if (!s) s = pick_variant(m, variant);
-    } else {
-      s = DIT_ERR(UNIMPLEMENTED, "%s: field '_class_name' = \"%s\": supported families: WanTransformer3DModel", path,
-                  cls->valuestring);
+    cJSON *cls = cJSON_CreateString(m->model_class);
+    if (!cls || !cJSON_AddItemToObject(m->config, "_class_name", cls)) {
+      cJSON_Delete(cls);
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     }
   }
-  if (!s) s = dit_safetensors_open(model_dir, &m->weights);
-  if (!s) s = wan_check_weights(m);
-  cJSON_Delete(raw);
-  free(text);
   if (s) {
     dit_model_free(m);
     return s;
   }
-  cJSON_AddStringToObject(m->config, "_class_name", m->model_class);
   *out = m;
   return DIT_OK;
 }

@@ -58,6 +58,28 @@ mkcfg 'num_layers=1';                expect_fail "unexpected tensor 'blocks.1." 
 mkcfg '_class_name="FluxTransformer2DModel"'; expect_fail "field '_class_name'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
 mkcfg; printf '{"_class_name": "WanTransformer3DModel", ' > "$T/m/config.json"
 expect_fail "not valid JSON" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg num_attention_heads=0;         expect_fail "config.json: field 'num_attention_heads': expected an integer in [1, 1024], found 0" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg 'patch_size=[1,2]';            expect_fail "config.json: field 'patch_size': expected 3 integers" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg; sed -i 's/"num_layers": 2/"num_layers": 2, "num_layers": 3/' "$T/m/config.json"
+expect_fail "config.json: field '(top level)': duplicate key \"num_layers\"" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+# A sharded checkpoint whose index points outside its directory.
+mkcfg; mv "$T/m/diffusion_pytorch_model.safetensors" "$T/outside.safetensors"
+python3 - "$T/outside.safetensors" "$T/m/diffusion_pytorch_model.safetensors.index.json" <<'PY'
+import json, struct, sys
+h = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", h[:8])[0]
+names = [k for k in json.loads(h[8:8 + n]) if k != "__metadata__"]
+json.dump({"weight_map": {k: "../outside.safetensors" for k in names}}, open(sys.argv[2], "w"))
+PY
+expect_fail "is not a plain file name beside the index" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+# Pipeline directories: model_index.json with transformer/ and scheduler/.
+mkpipe() { rm -rf "$T/p"; mkdir -p "$T/p/scheduler"; cp -r "$M" "$T/p/transformer"; printf '%s' "$1" > "$T/p/model_index.json"; }
+mkpipe '{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": ["diffusers", "WanTransformer3DModel"], "boundary_ratio": 0.875}'
+expect_fail "field 'transformer_2': a second transformer" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe '{"_class_name": "WanPipeline", "transformer": "WanTransformer3DModel"}'
+expect_fail "model_index.json: field 'transformer': expected an array, found a string" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe '{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"]}'
+printf '{"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow"}' > "$T/p/scheduler/scheduler_config.json"
+expect_fail "scheduler_config.json: field 'prediction_type': expected one of" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
 mkcfg; head -c 100 "$M/diffusion_pytorch_model.safetensors" > "$T/m/diffusion_pytorch_model.safetensors"
 expect_fail "diffusion_pytorch_model.safetensors" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
 [ -z "$(ls -A "$T/x" 2>/dev/null | grep -v '^\.' )" ] || { echo "FAIL: a refused compile left a bundle behind"; fails=$((fails+1)); }
