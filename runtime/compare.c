@@ -1,11 +1,12 @@
 /* Cross-backend parity, step by step: the same plan runs on a test and a reference backend;
  * each step's outputs are compared, and (unless accumulating) the reference's outputs are
- * copied into the test run so every op is judged on identical inputs. */
-#include <math.h>
+ * copied into the test run so every op is judged on identical inputs. The metrics are
+ * base/parity.h's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "artifacts/plan.h"
+#include "base/parity.h"
 #include "runtime/compare.h"
 
 static dit_status_t to_f32(const void *src, dit_dtype_t t, size_t n, float *dst) {
@@ -37,19 +38,8 @@ dit_status_t dit_runtime_compare(dit_runtime_t *test, dit_runtime_t *ref, int ac
       if (!s) s = to_f32(ra, val->dtype, n, fa);
       if (!s) s = to_f32(rb, val->dtype, n, fb);
       if (s) break;
-      double md = 0, mr = 0, dot = 0, na = 0, nb = 0;
-      int finite = 1;
-      for (size_t j = 0; j < n; j++) {
-        if (!isfinite(fa[j])) finite = 0;
-        double d = fabs((double)fa[j] - fb[j]);
-        if (d > md) md = d;
-        if (fabs(fb[j]) > mr) mr = fabs(fb[j]);
-        dot += (double)fa[j] * fb[j];
-        na += (double)fa[j] * fa[j];
-        nb += (double)fb[j] * fb[j];
-      }
-      dit_step_diff_t d = {i, dit_op_info(st->kind)->name, val->name, finite ? (mr > 0 ? md / mr : md) : INFINITY,
-                           na > 0 && nb > 0 ? dot / sqrt(na * nb) : (na == nb ? 1.0 : 0.0), n};
+      const dit_parity_t m = dit_parity_f32(fa, fb, n);
+      dit_step_diff_t d = {i, dit_op_info(st->kind)->name, val->name, m.max_rel, m.cosine, n, m.rel_l2};
       if (report) report(ctx, &d);
       if (!accumulate) s = dit_runtime_write_value(test, v, rb);
     }

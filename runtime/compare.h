@@ -6,12 +6,14 @@
 
 #include "runtime/ditrun.h"
 
+/* The metrics as base/parity.h defines them (zero, empty and non-finite cases included). */
 typedef struct dit_step_diff {
   size_t step;
   const char *op, *value;
-  double max_rel;  /* max|test - ref| / max|ref|; infinity if test has a non-finite value */
-  double cosine;
+  double max_rel;  /* max|test - ref| / max|ref|; +inf on a non-finite mismatch */
+  double cosine;   /* NaN on a non-finite mismatch */
   size_t elements;
+  double rel_l2;   /* ||test - ref|| / ||ref|| */
 } dit_step_diff_t;
 
 /* Both runtimes must hold the same plan with the same inputs set. With accumulate = 0 each

@@ -1,12 +1,13 @@
-/* Compares one tensor of two safetensors files: max relative error = max|a - b| / max|b|,
- * plus cosine similarity; exits 1 when shapes differ, the error exceeds the limit or the
- * cosine falls below the optional minimum. */
-#include <math.h>
+/* Compares one tensor of two safetensors files with base/parity.h's metrics (max relative
+ * error = max|a - b| / max|b|, relative L2, cosine similarity); exits 1 when shapes differ, a
+ * value mismatches as NaN or infinity, the error exceeds the limit or the cosine falls below the
+ * optional minimum. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "artifacts/safetensors.h"
+#include "base/parity.h"
 
 static int load(const char *path, const char *name, dit_safetensors_t **st, const dit_st_tensor_t **t, float **out) {
   dit_status_t s = dit_safetensors_open(path, st);
@@ -19,6 +20,11 @@ static int load(const char *path, const char *name, dit_safetensors_t **st, cons
   size_t n = (size_t)((*t)->nbytes / dit_dtype_size((*t)->dtype));
   void *raw = malloc((*t)->nbytes + 1);
   *out = malloc(n * sizeof **out + 1);
+  if (!raw || !*out) {
+    free(raw);
+    fprintf(stderr, "st_compare: %s: out of memory for '%s'\n", path, name);
+    return 1;
+  }
   memcpy(raw, (*t)->data, (*t)->nbytes);
   int rc = dit_convert(*out, DIT_F32, raw, (*t)->dtype, n);
   free(raw);
@@ -47,25 +53,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   size_t n = (size_t)(tb->nbytes / dit_dtype_size(tb->dtype));
-  double maxdiff = 0, maxref = 0, dot = 0, na = 0, nb = 0;
-  int bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(a[i])) bad = 1;
-    double d = fabs((double)a[i] - b[i]);
-    if (d > maxdiff) maxdiff = d;
-    if (fabs(b[i]) > maxref) maxref = fabs(b[i]);
-    dot += (double)a[i] * b[i];
-    na += (double)a[i] * a[i];
-    nb += (double)b[i] * b[i];
-  }
-  double rel = maxref > 0 ? maxdiff / maxref : maxdiff;
-  double cos = na > 0 && nb > 0 ? dot / sqrt(na * nb) : 0;
-  double l2 = 0;
-  for (size_t i = 0; i < n; i++) l2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-  l2 = nb > 0 ? sqrt(l2 / nb) : sqrt(l2);
-  int ok = !bad && rel <= limit && cos >= min_cos;
-  printf("%s: %s max_rel_err=%.3e rel_l2=%.3e cosine=%.9f elements=%zu limit=%.1e %s\n", argv[1], argv[3], rel, l2, cos, n,
-         limit, ok ? "ok" : "FAIL");
+  const dit_parity_t p = dit_parity_f32(a, b, n);
+  int ok = p.nonfinite == 0 && p.max_rel <= limit && p.cosine >= min_cos;
+  printf("%s: %s max_rel_err=%.3e rel_l2=%.3e cosine=%.9f elements=%zu", argv[1], argv[3], p.max_rel, p.rel_l2, p.cosine, n);
+  if (p.nonfinite) printf(" nonfinite_mismatches=%zu", p.nonfinite);
+  printf(" limit=%.1e %s\n", limit, ok ? "ok" : "FAIL");
   free(a);
   free(b);
   dit_safetensors_close(sa);
