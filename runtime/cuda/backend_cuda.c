@@ -1,6 +1,11 @@
 /* The CUDA backend: device memory, generated kernels launched through the driver API, GEMMs
- * through cuBLASLt (algorithm chosen once at load). Both libraries are opened with dlopen and
- * reached through symbol tables, so ditrun starts on machines without them and says so. */
+ * through cuBLASLt (algorithm chosen once per distinct GEMM at load, by timing the heuristic's
+ * candidates on the real operands). Both libraries are opened with dlopen and reached through
+ * symbol tables, so ditrun starts on machines without them and says so.
+ *
+ * Environment: DIT_CUDA_GEMM=heuristic keeps cuBLASLt's first heuristic choice instead of
+ * timing candidates (to compare); DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times
+ * on stderr. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +87,8 @@ typedef struct lt_api {
   cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t,
                            const void *, cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t, void *,
                            cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t);
+  /* Optional (NULL when absent): only the verbose report names an algorithm's configuration. */
+  cublasStatus_t (*algo_config_get)(const cublasLtMatmulAlgo_t *, cublasLtMatmulAlgoConfigAttributes_t, void *, size_t, size_t *);
 } lt_api_t;
 
 static void *open_first(const char *const *names) {
@@ -167,6 +174,7 @@ static dit_status_t load_lt(lt_api_t *a) {
   LOAD(a, pref_set, "cublasLtMatmulPreferenceSetAttribute");
   LOAD(a, heuristic, "cublasLtMatmulAlgoGetHeuristic");
   LOAD(a, matmul, "cublasLtMatmul");
+  *(void **)&a->algo_config_get = dlsym(a->lib, "cublasLtMatmulAlgoConfigGetAttribute");
   return DIT_OK;
 }
 
@@ -177,6 +185,26 @@ typedef struct gemm {
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
 } gemm_t;
+
+/* What makes two GEMMs the same problem for cuBLASLt: identical ones (every block's q, k, v,
+ * ...) share one algorithm choice, tuned once. */
+typedef struct gemm_key {
+  int64_t m, n, k;
+  int tx, tw, ty, tbias; /* dit dtypes; tbias -1 without a bias */
+  int epilogue;
+  uint32_t align; /* the operands' common pointer alignment, at most 256 bytes */
+} gemm_key_t;
+
+typedef struct gemm_choice {
+  gemm_key_t key;
+  cublasLtMatmulAlgo_t algo;
+} gemm_choice_t;
+
+/* Candidates timed per distinct GEMM: warm launches, then timed launches whose median counts. */
+#define GEMM_CANDIDATES 8
+#define GEMM_WARM 2
+#define GEMM_REPS 5
+#define GEMM_MARGIN 0.03 /* a candidate replaces the heuristic's first when this much faster */
 
 typedef struct loaded_module {
   char hash[DIT_HASH_HEX];
@@ -202,6 +230,9 @@ typedef struct cuda_state {
   const void **tmap_at; /* the addresses they were encoded for */
   gemm_t *gemms;     /* per step */
   size_t n_steps;
+  gemm_choice_t *choices; /* per distinct GEMM */
+  size_t n_choices;
+  CUevent tune_ev[GEMM_REPS + 1]; /* timing events of the GEMM tuning, created on first use */
   CUstream copy_stream;                 /* weight streaming, created on first use */
   CUstream coll_stream;                 /* collectives overlapped with compute, on first use */
   CUevent events[DIT_BACKEND_MAX_EVENTS]; /* created on first use */
@@ -253,9 +284,29 @@ static dit_status_t cu_check(cuda_state_t *st, CUresult r, const char *what) {
                          name, msg);
 }
 
+static const char *lt_status_name(cublasStatus_t r) {
+  switch (r) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "unknown cuBLAS status";
+  }
+}
+
+/* `what` names the cuBLASLt API (and the attribute, where one is set). */
 static dit_status_t lt_check(cublasStatus_t r, const char *what) {
   if (r == CUBLAS_STATUS_SUCCESS) return DIT_OK;
-  return DIT_ERR(INTERNAL, "%s: cuBLASLt status %d", what, (int)r);
+  const dit_code_t code = r == CUBLAS_STATUS_ALLOC_FAILED    ? DIT_CODE_RESOURCE_EXHAUSTED
+                          : r == CUBLAS_STATUS_NOT_SUPPORTED ? DIT_CODE_UNIMPLEMENTED
+                                                             : DIT_CODE_INTERNAL;
+  return dit_status_make(code, "%s: %s (%d)", what, lt_status_name(r), (int)r);
 }
 
 /* Ranks of one process run on threads of their own: every entry point makes the rank's
@@ -264,18 +315,24 @@ static void bind(cuda_state_t *st) {
   if (st->ctx) st->cu.cuCtxSetCurrent(st->ctx);
 }
 
+/* Destroys what a GEMM's setup created, on its error paths and at teardown (a failure to
+ * destroy leaves nothing to undo, so their statuses are not reported). */
+static void gemm_release(cuda_state_t *st, gemm_t *g) {
+  if (g->desc) st->lt.desc_destroy(g->desc);
+  if (g->a) st->lt.layout_destroy(g->a);
+  if (g->b) st->lt.layout_destroy(g->b);
+  if (g->c) st->lt.layout_destroy(g->c);
+  memset(g, 0, sizeof *g);
+}
+
 static void cuda_destroy(void *p) {
   cuda_state_t *st = p;
   if (!st) return;
   if (st->ctx) {
     st->cu.cuCtxSetCurrent(st->ctx);
-    for (size_t i = 0; st->gemms && i < st->n_steps; i++) {
-      gemm_t *g = &st->gemms[i];
-      if (g->desc) st->lt.desc_destroy(g->desc);
-      if (g->a) st->lt.layout_destroy(g->a);
-      if (g->b) st->lt.layout_destroy(g->b);
-      if (g->c) st->lt.layout_destroy(g->c);
-    }
+    for (size_t i = 0; st->gemms && i < st->n_steps; i++) gemm_release(st, &st->gemms[i]);
+    for (int i = 0; i <= GEMM_REPS; i++)
+      if (st->tune_ev[i]) st->cu.cuEventDestroy(st->tune_ev[i]);
     if (st->graph_exec) st->cu.cuGraphExecDestroy(st->graph_exec);
     if (st->graph) st->cu.cuGraphDestroy(st->graph);
     for (size_t i = 0; i < st->n_mods; i++) st->cu.cuModuleUnload(st->mods[i].mod);
@@ -292,6 +349,7 @@ static void cuda_destroy(void *p) {
     st->cu.cuDevicePrimaryCtxRelease(st->dev);
   }
   free(st->gemms);
+  free(st->choices);
   free(st->funcs);
   free(st->tmaps);
   free(st->tmap_at);
@@ -568,43 +626,199 @@ static dit_status_t get_module(cuda_state_t *st, const dit_plan_kernel_t *k, dit
 
 static cudaDataType_t lt_type(dit_dtype_t t) { return t == DIT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-/* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M). */
-static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                              const dit_tensor_t *y, int act, gemm_t *g) {
-  int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
-  DIT_RETURN_IF(lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA"));
-  DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB"));
-  if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
-  if (act && !bias) {
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_GELU;
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"));
-  }
-  if (bias) {
-    /* cuBLASLt's GELU epilogue is the tanh approximation, as our gelu_tanh op. */
-    cublasLtEpilogue_t ep = act ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+static uint32_t ptr_align(const void *p) {
+  const uintptr_t u = (uintptr_t)p;
+  return u ? (uint32_t)(u & (~u + 1)) : 256u;
+}
+
+static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
+  return a->m == b->m && a->n == b->n && a->k == b->k && a->tx == b->tx && a->tw == b->tw && a->ty == b->ty && a->tbias == b->tbias &&
+         a->epilogue == b->epilogue && a->align == b->align;
+}
+
+/* Describes Y = X W^T (+ bias, GELU) to cuBLASLt in g; on failure releases what it made. */
+static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                                  const dit_tensor_t *y, cublasLtEpilogue_t ep, int64_t M, int64_t N, int64_t K, gemm_t *g) {
+  memset(g, 0, sizeof *g);
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  dit_status_t s = lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "cublasLtMatmulDescSetAttribute(TRANSA)");
+  if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (!s && ep != CUBLASLT_EPILOGUE_DEFAULT)
+    s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+  if (!s && bias) {
     const void *bp = bias->data;
-    cudaDataType_t bt = lt_type(bias->dtype);
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "EPILOGUE"));
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS_POINTER"));
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "BIAS_DATA_TYPE"));
+    const cudaDataType_t bt = lt_type(bias->dtype);
+    s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+    if (!s)
+      s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+                   "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
   }
-  DIT_RETURN_IF(lt_check(st->lt.layout_create(&g->a, lt_type(w->dtype), (uint64_t)K, (uint64_t)N, K), "layout A"));
-  DIT_RETURN_IF(lt_check(st->lt.layout_create(&g->b, lt_type(x->dtype), (uint64_t)K, (uint64_t)M, K), "layout B"));
-  DIT_RETURN_IF(lt_check(st->lt.layout_create(&g->c, lt_type(y->dtype), (uint64_t)N, (uint64_t)M, N), "layout C"));
-  cublasLtMatmulPreference_t pref;
+  if (!s) s = lt_check(st->lt.layout_create(&g->a, lt_type(w->dtype), (uint64_t)K, (uint64_t)N, K), "cublasLtMatrixLayoutCreate(A = W)");
+  if (!s) s = lt_check(st->lt.layout_create(&g->b, lt_type(x->dtype), (uint64_t)K, (uint64_t)M, K), "cublasLtMatrixLayoutCreate(B = X)");
+  if (!s) s = lt_check(st->lt.layout_create(&g->c, lt_type(y->dtype), (uint64_t)N, (uint64_t)M, N), "cublasLtMatrixLayoutCreate(C = Y)");
+  if (s) gemm_release(st, g);
+  return s;
+}
+
+/* Up to `want` heuristic candidates that fit the workspace, best first, into res. */
+static dit_status_t gemm_candidates(cuda_state_t *st, const gemm_t *g, uint32_t align, int want, cublasLtMatmulHeuristicResult_t *res,
+                                    int *out_n) {
+  *out_n = 0;
+  cublasLtMatmulPreference_t pref = NULL;
   DIT_RETURN_IF(lt_check(st->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate"));
-  uint64_t ws = st->workspace_size;
-  st->lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulHeuristicResult_t res;
+  const uint64_t ws = st->workspace_size;
+  dit_status_t s = lt_check(st->lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+                            "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  /* Only algorithms that work at the operands' actual alignment (cuBLASLt assumes 256 bytes). */
+  static const cublasLtMatmulPreferenceAttributes_t aligns[] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                                 CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (size_t i = 0; !s && i < sizeof aligns / sizeof aligns[0]; i++)
+    s = lt_check(st->lt.pref_set(pref, aligns[i], &align, sizeof align), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   int found = 0;
-  cublasStatus_t r = st->lt.heuristic(st->lt_handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &res, &found);
+  if (!s)
+    s = lt_check(st->lt.heuristic(st->lt_handle, g->desc, g->a, g->b, g->c, g->c, pref, want, res, &found),
+                 "cublasLtMatmulAlgoGetHeuristic");
   st->lt.pref_destroy(pref);
-  if (r != CUBLAS_STATUS_SUCCESS || found < 1)
-    return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (status %d)", (long long)M, (long long)N,
-                   (long long)K, (int)r);
-  g->algo = res.algo;
+  DIT_RETURN_IF(s);
+  int n = 0;
+  for (int i = 0; i < found && i < want; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= st->workspace_size) res[n++] = res[i];
+  *out_n = n;
+  return DIT_OK;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median milliseconds of GEMM_REPS launches of algo on the GEMM's real operands, after
+ * GEMM_WARM warm launches; *ok = 0 when cuBLASLt refuses the algorithm for these operands (the
+ * candidate is skipped). A device fault is an error: it leaves the context unusable. */
+static dit_status_t gemm_time(cuda_state_t *st, const gemm_t *g, const cublasLtMatmulAlgo_t *algo, const dit_tensor_t *x,
+                              const dit_tensor_t *w, const dit_tensor_t *y, float *out_ms, int *ok) {
+  const float one = 1.f, zero = 0.f;
+  *ok = 0;
+  for (int i = 0; i <= GEMM_REPS; i++)
+    if (!st->tune_ev[i]) DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->tune_ev[i], CU_EVENT_DEFAULT), "cuEventCreate (GEMM timing)"));
+  for (int i = 0; i < GEMM_WARM + GEMM_REPS; i++) {
+    const int timed = i - GEMM_WARM;
+    if (timed >= 0) DIT_RETURN_IF(cu_check(st, st->cu.cuEventRecord(st->tune_ev[timed], st->stream), "cuEventRecord (GEMM timing)"));
+    const cublasStatus_t r = st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, x->data, g->b, &zero, y->data, g->c, y->data, g->c, algo,
+                                           (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream);
+    if (r != CUBLAS_STATUS_SUCCESS) {
+      /* Whatever was enqueued must finish before the next candidate is timed. */
+      return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (GEMM timing)");
+    }
+  }
+  DIT_RETURN_IF(cu_check(st, st->cu.cuEventRecord(st->tune_ev[GEMM_REPS], st->stream), "cuEventRecord (GEMM timing)"));
+  DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (GEMM timing: a candidate failed on the device)"));
+  float ms[GEMM_REPS];
+  for (int i = 0; i < GEMM_REPS; i++)
+    DIT_RETURN_IF(cu_check(st, st->cu.cuEventElapsedTime(&ms[i], st->tune_ev[i], st->tune_ev[i + 1]), "cuEventElapsedTime (GEMM timing)"));
+  qsort(ms, GEMM_REPS, sizeof ms[0], cmp_float);
+  *out_ms = ms[GEMM_REPS / 2];
+  *ok = 1;
+  return DIT_OK;
+}
+
+static void algo_text(const cuda_state_t *st, const cublasLtMatmulAlgo_t *a, char *buf, size_t cap) {
+  int32_t id = -1;
+  uint32_t tile = 0, stages = 0, splitk = 0;
+  if (!st->lt.algo_config_get || st->lt.algo_config_get(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, NULL) != CUBLAS_STATUS_SUCCESS) {
+    snprintf(buf, cap, "(configuration not reported)");
+    return;
+  }
+  st->lt.algo_config_get(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, NULL);
+  st->lt.algo_config_get(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, NULL);
+  st->lt.algo_config_get(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, NULL);
+  snprintf(buf, cap, "algo %d tile %u stages %u splitk %u", (int)id, tile, stages, splitk);
+}
+
+/* The algorithm of one distinct GEMM: the heuristic's first, or (by default) the fastest of its
+ * candidates timed on this GEMM's operands. */
+static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_key_t *key, const dit_tensor_t *x, const dit_tensor_t *w,
+                                const dit_tensor_t *y, const char *what, cublasLtMatmulAlgo_t *out) {
+  const char *mode = getenv("DIT_CUDA_GEMM"), *verbose = getenv("DIT_CUDA_GEMM_VERBOSE");
+  const int tune = !(mode && !strcmp(mode, "heuristic")) && x->data && w->data && y->data;
+  const int loud = verbose && *verbose && strcmp(verbose, "0");
+  cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
+  int n = 0;
+  DIT_RETURN_IF(gemm_candidates(st, g, key->align, tune ? GEMM_CANDIDATES : 1, res, &n));
+  if (n < 1)
+    return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (%s x %s -> %s, %s bias, epilogue %d, %u-byte aligned)",
+                   (long long)key->m, (long long)key->n, (long long)key->k, dit_dtype_name((dit_dtype_t)key->tx),
+                   dit_dtype_name((dit_dtype_t)key->tw), dit_dtype_name((dit_dtype_t)key->ty),
+                   key->tbias < 0 ? "no" : dit_dtype_name((dit_dtype_t)key->tbias), key->epilogue, key->align);
+  int best = 0;
+  float best_ms = 0, first_ms = -1;
+  if (tune && n > 1) {
+    best = -1;
+    for (int i = 0; i < n; i++) {
+      float ms = 0;
+      int ok = 0;
+      DIT_RETURN_IF_ERROR(gemm_time(st, g, &res[i].algo, x, w, y, &ms, &ok), "timing cuBLASLt candidate %d of %d for %s", i, n, what);
+      if (!ok) continue;
+      if (i == 0) first_ms = ms;
+      if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+    }
+    if (best < 0)
+      return DIT_ERR(UNIMPLEMENTED, "%s: cuBLASLt refused all %d heuristic candidates of a %lldx%lldx%lld GEMM", what, n, (long long)key->m,
+                     (long long)key->n, (long long)key->k);
+    /* Timing noise must not flip the choice from one load to the next (and with it the last
+     * bits of the results): the heuristic's first stays unless another is clearly faster. */
+    if (first_ms >= 0 && best != 0 && best_ms > first_ms * (1 - GEMM_MARGIN)) best = 0, best_ms = first_ms;
+  }
+  *out = res[best].algo;
+  if (loud) {
+    char txt[96];
+    algo_text(st, out, txt, sizeof txt);
+    if (tune && n > 1 && first_ms >= 0)
+      fprintf(stderr, "cuda: gemm %lldx%lldx%lld (%s): candidate %d of %d (%s) %.4f ms median; the heuristic's first %.4f ms (%.2fx)\n",
+              (long long)key->m, (long long)key->n, (long long)key->k, what, best, n, txt, best_ms, first_ms,
+              best_ms > 0 ? first_ms / best_ms : 1.0);
+    else if (tune && n > 1)
+      fprintf(stderr, "cuda: gemm %lldx%lldx%lld (%s): candidate %d of %d (%s) %.4f ms median; the heuristic's first was refused\n",
+              (long long)key->m, (long long)key->n, (long long)key->k, what, best, n, txt, best_ms);
+    else
+      fprintf(stderr, "cuda: gemm %lldx%lldx%lld (%s): the heuristic's first (%s), %s\n", (long long)key->m, (long long)key->n,
+              (long long)key->k, what, txt, tune ? "the only candidate" : "untimed");
+  }
+  return DIT_OK;
+}
+
+/* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M).
+ * The algorithm comes from st->choices when an identical GEMM was set up before. */
+static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                              const dit_tensor_t *y, int act, const char *what, gemm_t *g) {
+  const int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
+  if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
+  /* cuBLASLt's GELU epilogue is the tanh approximation, as our gelu_tanh op. */
+  const cublasLtEpilogue_t ep = bias ? (act ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                     : (act ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
+  uint32_t align = ptr_align(x->data);
+  const uint32_t aw = ptr_align(w->data), ay = ptr_align(y->data);
+  if (aw < align) align = aw;
+  if (ay < align) align = ay;
+  if (align > 256) align = 256;
+  const gemm_key_t key = {M, N, K, (int)x->dtype, (int)w->dtype, (int)y->dtype, bias ? (int)bias->dtype : -1, (int)ep, align};
+  DIT_RETURN_IF(gemm_describe(st, x, w, bias, y, ep, M, N, K, g));
+  for (size_t i = 0; i < st->n_choices; i++)
+    if (gemm_key_eq(&st->choices[i].key, &key)) {
+      g->algo = st->choices[i].algo;
+      return DIT_OK;
+    }
+  gemm_choice_t *more = realloc(st->choices, (st->n_choices + 1) * sizeof *more);
+  dit_status_t s = more ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (more) st->choices = more;
+  if (!s) s = gemm_choose(st, g, &key, x, w, y, what, &g->algo);
+  if (s) {
+    gemm_release(st, g);
+    return s;
+  }
+  st->choices[st->n_choices].key = key;
+  st->choices[st->n_choices++].algo = g->algo;
   return DIT_OK;
 }
 
@@ -678,7 +892,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,
-                                    &bound[s->out[0]], act ? (int)act->i : 0, &st->gemms[i]),
+                                    &bound[s->out[0]], act ? (int)act->i : 0, plan->values[s->out[0]].name, &st->gemms[i]),
                           "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
     } else {
       return DIT_ERR(UNIMPLEMENTED, "step %zu (%s): no kernel in the bundle and no library implementation", i,
