@@ -8,6 +8,7 @@
 
 #include "artifacts/identity.h"
 #include "artifacts/manifest.h"
+#include "base/json.h"
 #include "check.h"
 
 static void fake_hash(const char *seed, char out[DIT_HASH_HEX]) {
@@ -28,13 +29,26 @@ static void set_tensor(dit_manifest_tensor_t *t, const char *name, dit_dtype_t d
   t->nbytes = n;
 }
 
+/* A tree of constant test text, read like any other JSON (base/json); the caller owns it. */
+static cJSON *tree(const char *text) {
+  dit_json_doc_t *doc = NULL;
+  dit_status_t s = dit_json_parse(text, strlen(text), "test text", &doc);
+  if (s) {
+    fprintf(stderr, "%s\n", dit_status_message(s));
+    abort();
+  }
+  cJSON *t = dit_json_doc_release(doc);
+  dit_json_doc_free(doc);
+  return t;
+}
+
 /* A small but complete manifest: tp 2 x cp 2 with shared weight shards, a rank-0 tensor, an
  * empty tensor and a name that needs escaping. Owned by the caller (dit_manifest_free). */
 static dit_manifest_t *make_manifest(void) {
   dit_manifest_t *m = calloc(1, sizeof *m);
   m->schema_major = DIT_SCHEMA_MAJOR;
   m->schema_minor = DIT_SCHEMA_MINOR;
-  m->inputs = cJSON_Parse(
+  m->inputs = tree(
       "{\"model\":{\"num_layers\":2,\"eps\":1e-6,\"_class_name\":\"WanTransformer3DModel\"},"
       "\"weights\":\"00112233445566778899aabbccddeeff\",\"dtype\":\"bf16\",\"ratio\":0.1}");
   strcpy(m->family, "wan");
@@ -114,7 +128,7 @@ static dit_manifest_t *make_manifest(void) {
   m->arena_bytes = 1u << 20;
   m->weight_bytes = 16384;
   m->peak_bytes = (1u << 20) + 16384;
-  m->summary = cJSON_Parse("{\"ops\":{\"matmul\":4,\"attention\":1},\"flops\":1.5e12}");
+  m->summary = tree("{\"ops\":{\"matmul\":4,\"attention\":1},\"flops\":1.5e12}");
   return m;
 }
 
@@ -227,7 +241,7 @@ static cJSON *at(cJSON *root, const char *path) {
 /* Applies edits (path, JSON text of the new value or NULL to delete; NULL path ends) to the
  * base manifest and returns the new text. An index past the end of an array appends. */
 static char *edited(const char *path, ...) {
-  cJSON *root = cJSON_Parse(g_base);
+  cJSON *root = tree(g_base);
   va_list ap;
   va_start(ap, path);
   for (; path; path = va_arg(ap, const char *)) {
@@ -345,7 +359,7 @@ static void test_round_trip(void) {
   dit_manifest_free(m2);
 
   /* Text parsed from any layout (tabs, other key order) serializes to the same bytes. */
-  cJSON *j = cJSON_Parse(t1);
+  cJSON *j = tree(t1);
   char *tabbed = cJSON_Print(j);
   cJSON_Delete(j);
   m2 = NULL;
@@ -425,6 +439,13 @@ static void test_syntax(void) {
   EXPECT(INVALID_ARGUMENT, "duplicate key", "inputs.model", "{\"a\":1,\"b\":{\"a\":1,\"a\":1}}");
   EXPECT(OUT_OF_RANGE, "field 'summary.flops': number outside the range", "summary.flops", "1e999");
   EXPECT(OUT_OF_RANGE, "field 'inputs.x[1]': number outside the range", "inputs.x", "[1, -1e400]");
+  /* Nesting is bounded for the whole document, free-form members included. */
+  char deep[200];
+  memset(deep, '[', 70);
+  memset(deep + 70, ']', 70);
+  deep[140] = 0;
+  EXPECT(OUT_OF_RANGE, "field 'summary.x", "summary.x", deep);
+  EXPECT(OUT_OF_RANGE, "nested deeper than 64 levels", "summary.x", deep);
 }
 
 static void test_schema(void) {
