@@ -1,5 +1,5 @@
 /* ditc's store commands (cache ls/verify/rm/gc/why/add/push/pull, keygen, pack): argument
- * parsing and reports around artifacts/store.h, remote.h, sign.h and archive.h. */
+ * parsing and reports around store/store.h, remote.h, sign.h and archive.h. */
 #include "compiler/cache_cmd.h"
 
 #include <errno.h>
@@ -10,13 +10,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "artifacts/archive.h"
 #include "artifacts/identity.h"
-#include "artifacts/remote.h"
-#include "artifacts/sign.h"
-#include "artifacts/store.h"
 #include "base/fileio.h"
 #include "compiler/compile_store.h"
+#include "store/archive.h"
+#include "store/remote.h"
+#include "store/sign.h"
+#include "store/size_arg.h"
+#include "store/store.h"
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "ditc: error: ");
@@ -27,7 +28,8 @@ static int usage_error(const char *fmt, const char *arg) {
 
 typedef struct {
   const char *store, *remote, *token_file, *sign_key, *trusted_key, *out, *max_size, *max_age;
-  int timeout_s, retries, quiet;
+  int timeout_s, retries, quiet, insecure_token;
+  dit_store_limits_t limits;
   const char *pos[2];
   int n_pos;
 } args_t;
@@ -57,6 +59,21 @@ static int parse_args(int argc, char **argv, args_t *a) {
     else if (!strcmp(f, "-q") || !strcmp(f, "--quiet")) {
       a->quiet = 1;
       continue;
+    } else if (!strcmp(f, "--insecure-token")) {
+      a->insecure_token = 1;
+      continue;
+    } else if (!strcmp(f, "--max-bytes") || !strcmp(f, "--max-blobs")) {
+      if (!v) return usage_error("%s needs a value", f);
+      uint64_t n = 0;
+      int bytes = !strcmp(f, "--max-bytes");
+      if (!dit_parse_size(v, &n) || n == 0 || (!bytes && strpbrk(v, "kKmMgGtT.")))
+        return usage_error(bytes ? "--max-bytes %s: expected a positive size such as 4096, 500M, 20G or 1T"
+                                 : "--max-blobs %s: expected a positive integer",
+                           v);
+      if (bytes) a->limits.max_bytes = n;
+      else a->limits.max_blobs = n;
+      i++;
+      continue;
     } else if (f[0] == '-' && f[1]) return usage_error("unknown option %s", f);
     else if (a->n_pos < 2) {
       a->pos[a->n_pos++] = f;
@@ -84,27 +101,6 @@ static int need_store(const args_t *a, dit_store_t **out) {
   if (!a->store) return usage_error("%s", "no store: pass --store DIR or set DITC_STORE");
   dit_status_t s = dit_store_open(a->store, out);
   return s ? dit_status_report(s, "ditc") : 0;
-}
-
-/* "20G", "500M", "1.5T", "4096" (bytes); binary units. */
-static int parse_size(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return 0;
-  double mul = 1;
-  switch (*end) {
-    case 'k': case 'K': mul = 1024.0, end++; break;
-    case 'm': case 'M': mul = 1048576.0, end++; break;
-    case 'g': case 'G': mul = 1073741824.0, end++; break;
-    case 't': case 'T': mul = 1099511627776.0, end++; break;
-    default: break;
-  }
-  if (mul > 1 && *end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end || v * mul >= 1.8e19) return 0;
-  *out = (uint64_t)(v * mul);
-  return 1;
 }
 
 /* "30s", "15m", "12h", "7d", "2w"; a bare number is seconds. */
@@ -212,7 +208,7 @@ static int cmd_rm(const args_t *a) {
 static int cmd_gc(const args_t *a) {
   uint64_t max_size = 0;
   int64_t max_age = -1;
-  if (a->max_size && !parse_size(a->max_size, &max_size))
+  if (a->max_size && !dit_parse_size(a->max_size, &max_size))
     return usage_error("--max-size %s: expected a size such as 500M, 20G or 1T", a->max_size);
   if (a->max_age && !parse_duration(a->max_age, &max_age))
     return usage_error("--max-age %s: expected a duration such as 30s, 15m, 12h or 7d", a->max_age);
@@ -254,7 +250,7 @@ static int open_remote(const args_t *a, char **token, dit_remote_t **out) {
     while (n && ((*token)[n - 1] == '\n' || (*token)[n - 1] == '\r')) (*token)[--n] = 0;
     tok = *token;
   }
-  dit_remote_options_t ro = {a->remote, tok && tok[0] ? tok : NULL, a->timeout_s, a->retries, !a->quiet};
+  dit_remote_options_t ro = {a->remote, tok && tok[0] ? tok : NULL, a->insecure_token, a->timeout_s, a->retries, !a->quiet, a->limits};
   dit_status_t s = dit_remote_create(&ro, out);
   return s ? dit_status_report(s, "ditc") : 0;
 }

@@ -16,11 +16,16 @@
   "  cache add BUNDLE_DIR\n"                                                                      \
   "      Enter a bundle directory into the store.\n"                                              \
   "  cache push IDENTITY [--sign-key KEY] | cache pull IDENTITY [--trusted-key PUB]\n"           \
-  "      [--remote URL] [--token-file FILE] [--timeout S] [--retries N]\n"                       \
+  "      [--max-bytes SIZE] [--max-blobs N]\n"                                                   \
+  "      [--remote URL] [--token-file FILE] [--insecure-token] [--timeout S] [--retries N]\n"    \
   "      Copy an entry to or from a remote HTTP store (--remote or $DITC_REMOTE; bearer token\n" \
   "      from --token-file or $DITC_REMOTE_TOKEN): only the blobs the other side lacks, zstd\n"  \
   "      in transit, every pulled blob checked against its XXH3-128 and SHA-256. --sign-key\n"   \
   "      signs the manifest (ed25519) first; --trusted-key refuses entries not signed by it.\n"  \
+  "      A pull stops, leaving nothing, past --max-bytes of blobs (counted as they are\n"       \
+  "      decompressed, not taken from the manifest; K/M/G/T suffixes; default 256G) or a\n"    \
+  "      manifest of more than --max-blobs blobs (default 65536). The token is sent over\n"    \
+  "      plain http:// only to loopback (127.0.0.0/8, ::1, localhost) unless --insecure-token.\n" \
   "  keygen -o KEY\n"                                                                             \
   "      Write an ed25519 key pair: KEY (private, mode 0600) and KEY.pub (public).\n"            \
   "  pack IDENTITY -o FILE.ditb [--store DIR]\n"                                                  \

@@ -15,7 +15,7 @@
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
-#include "artifacts/store.h"
+#include "store/store.h"
 #include "base/json.h"
 #include "base/strbuf.h"
 #include "compiler/compile_store.h"

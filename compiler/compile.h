@@ -17,7 +17,7 @@ typedef struct dit_compile_options {
   int dump_ir;             /* print the final graph */
   FILE *dump;              /* where dumps go */
   int quiet;               /* no progress on stderr */
-  /* The content-addressed store (artifacts/store.h): looked in first, a fresh bundle is
+  /* The content-addressed store (store/store.h): looked in first, a fresh bundle is
    * entered into it, and it keeps the checkpoint-hash memo. NULL: none. */
   const char *store_dir;
   int explain;             /* on a miss, print which identity inputs differ from stored ones */

@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "artifacts/store.h"
+#include "store/store.h"
 #include "base/status.h"
 #include "compiler/frontend.h"
 

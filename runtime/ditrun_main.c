@@ -8,7 +8,8 @@
 #include <time.h>
 
 #include "artifacts/bundle.h"
-#include "artifacts/fetch.h"
+#include "store/fetch.h"
+#include "store/size_arg.h"
 #include "artifacts/plan.h"
 #include "artifacts/safetensors.h"
 #include "base/clock.h"
@@ -83,9 +84,15 @@ static const char kUsage[] =
     "                     ~/.cache/ditc/store for pulls, a temporary store for archives)\n"
     "  --trusted-key KEY  refuse a bundle whose manifest is not signed by this ed25519 public\n"
     "                     key (PEM; ditc keygen)\n"
-    "  --token-file FILE  bearer token for the remote (default: $DITC_REMOTE_TOKEN)\n"
+    "  --token-file FILE  bearer token for the remote (default: $DITC_REMOTE_TOKEN); sent over\n"
+    "                     plain http:// only to loopback (127.0.0.0/8, ::1, localhost)\n"
+    "  --insecure-token   send it over plain http:// to any host\n"
     "  --timeout S        remote: connect timeout and longest stall (default 30)\n"
-    "  --retries N        remote: further attempts after a transient failure (default 3)\n";
+    "  --retries N        remote: further attempts after a transient failure (default 3)\n"
+    "  --max-bytes SIZE   stop a pull or archive import, leaving nothing, past SIZE bytes of\n"
+    "                     blobs counted as they are decompressed (K/M/G/T; default 256G)\n"
+    "  --max-blobs N      refuse a manifest or archive of more than N blobs (default 65536)\n"
+    "(a ditrun built with -DDIT_STORE=OFF runs bundle directories only)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "ditrun: error: ");
@@ -117,6 +124,20 @@ static int take_fetch_options(int *argc, char **argv) {
     const char **dst = !strcmp(f, "--store") ? &g_fetch.store : !strcmp(f, "--cache") ? &g_fetch.cache_dir
                        : !strcmp(f, "--trusted-key") ? &g_fetch.trusted_key : !strcmp(f, "--token-file") ? &token_file : NULL;
     int is_num = !strcmp(f, "--timeout") || !strcmp(f, "--retries");
+    int is_size = !strcmp(f, "--max-bytes") || !strcmp(f, "--max-blobs");
+    if (!strcmp(f, "--insecure-token")) {
+      g_fetch.insecure_token = 1;
+      continue;
+    }
+    if (is_size) {
+      uint64_t n = 0;
+      if (!v || !dit_parse_size(v, &n) || n == 0 || (!strcmp(f, "--max-blobs") && strpbrk(v, "kKmMgGtT.")))
+        return usage_error("%s: expected a positive size (4096, 500M, 20G, 1T; --max-blobs: an integer)", f);
+      if (!strcmp(f, "--max-bytes")) g_fetch.limits.max_bytes = n;
+      else g_fetch.limits.max_blobs = n;
+      i++;
+      continue;
+    }
     if (!dst && !is_num) {
       argv[o++] = argv[i];
       continue;

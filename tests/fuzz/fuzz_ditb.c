@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "artifacts/archive.h"
+#include "store/archive.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   dit_status_free(dit_ditb_check(data, size, "fuzz", (uint64_t)64 << 20));

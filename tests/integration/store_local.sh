@@ -3,7 +3,8 @@
 # valid entry and no temporary file; a warm compile is a hit that hashes nothing (the memo)
 # unless --rehash; misses are explained (compile --explain, cache why); ditrun runs an identity
 # from the store and a .ditb archive, matching diffusers' golden output, and refuses a damaged
-# archive; verify, rm and gc keep the store consistent.
+# archive or one past --max-bytes / --max-blobs, leaving nothing in its cache; verify, rm and
+# gc keep the store consistent.
 set -euo pipefail
 BIN=$(cd "$1/bin" && pwd)
 T=$(mktemp -d)
@@ -80,6 +81,20 @@ python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b
 if "$BIN/ditrun" forward "$T/bad.ditb" --inputs "$D/forward_inputs.safetensors" --out "$T/bad.safetensors" 2> "$T/bad.err"; then fail "a damaged archive ran"; fi
 grep -q "bad.ditb" "$T/bad.err" || { cat "$T/bad.err"; fail "damaged archive message"; }
 [ ! -e "$T/bad.safetensors" ] || fail "a refused run wrote output"
+# Past the import limits: refused with the limit and the claim, nothing left in the cache.
+ASIZE=$(python3 -c "import json; m=json.load(open('$S/ac/$ID')); print(sum(b['size'] for b in m['blobs']))")
+if "$BIN/ditrun" verify "$T/tiny.ditb" --cache "$T/q1" --max-bytes $((ASIZE - 1)) 2> "$T/q1.err"; then fail "an archive past --max-bytes ran"; fi
+grep -q "RESOURCE_EXHAUSTED.*tiny.ditb.*claim $ASIZE bytes, more than the $((ASIZE - 1)) allowed (--max-bytes)" "$T/q1.err" ||
+  { cat "$T/q1.err"; fail "--max-bytes message"; }
+if "$BIN/ditrun" verify "$T/tiny.ditb" --cache "$T/q2" --max-blobs 1 2> "$T/q2.err"; then fail "an archive past --max-blobs ran"; fi
+grep -q "lists 2 blobs, more than the 1 allowed (--max-blobs)" "$T/q2.err" || { cat "$T/q2.err"; fail "--max-blobs message"; }
+for q in q1 q2; do
+  [ -z "$(ls "$T/$q/ac")" ] && [ -z "$(find "$T/$q/cas" -type f)" ] && [ -z "$(ls "$T/$q/tmp")" ] || fail "$q: a refused archive left files"
+done
+"$BIN/ditrun" verify "$T/tiny.ditb" --cache "$T/q3" --max-bytes "$ASIZE" --max-blobs 2 > /dev/null || fail "an archive at its limits"
+if "$BIN/ditrun" verify "$T/tiny.ditb" --max-bytes 12Q 2> /dev/null; then fail "a bad --max-bytes was accepted"; fi
+"$BIN/ditrun" --help > "$T/help"
+grep -q -- "--max-bytes SIZE" "$T/help" && grep -q "default 256G" "$T/help" || fail "--max-bytes not in ditrun --help"
 head -c 1000 "$T/tiny.ditb" > "$T/short.ditb"
 if "$BIN/ditrun" verify "$T/short.ditb" 2> "$T/short.err"; then fail "a truncated archive verified"; fi
 grep -q "truncated" "$T/short.err" || { cat "$T/short.err"; fail "truncated archive message"; }

@@ -4,7 +4,9 @@
 # fault_http.py). Push from store A, pull into an empty store B and run from it, matching
 # diffusers' golden output; fetch only missing blobs; signatures (ditrun --trusted-key);
 # a forged manifest; and corrupted, swapped, truncated, failing and stalling answers: each
-# refused with a clear error, and nothing bad cached.
+# refused with a clear error, and nothing bad cached. Limits (--max-bytes, --max-blobs) stop a
+# pull before anything is fetched, also when the manifest lies about sizes; a bearer token is
+# never sent over plain http to a host that is not loopback, nor along a redirect.
 set -euo pipefail
 BIN=$(cd "$1/bin" && pwd)
 T=$(mktemp -d)
@@ -158,6 +160,85 @@ fault swap "DATA_LOSS"
 fault truncate "truncated"
 fault error "HTTP 500"
 fault slow "timed out"
+# --- Limits: refused with the limit and the manifest's claim before any blob is fetched, and
+# nothing is left in the store. Exactly the entry's size passes.
+SIZE=$(python3 -c "import json; m=json.load(open('$A/ac/$ID')); print(sum(b['size'] for b in m['blobs']))")
+empty_store() { [ -z "$(ls "$1/ac")" ] && [ -z "$(find "$1/cas" -type f)" ] && [ -z "$(ls "$1/tmp")" ]; }
+limit_refused() {
+  local st=$1 needle=$2
+  shift 2
+  if "$BIN/ditc" cache pull "$ID" --store "$st" "${R[@]}" "$@" 2> "$T/e"; then fail "a pull past a limit ($*) succeeded"; fi
+  grep -q "RESOURCE_EXHAUSTED" "$T/e" && grep -q -- "$needle" "$T/e" || { cat "$T/e"; fail "limit ($*): message lacks '$needle'"; }
+  empty_store "$st" || fail "limit ($*): files were left in the store"
+  echo "ok: limit $* refused: $(grep -m1 error "$T/e" | cut -c1-220)"
+}
+limit_refused "$T/L1" "claim $SIZE bytes, more than the $((SIZE - 1)) allowed (--max-bytes); nothing transferred" --max-bytes $((SIZE - 1))
+limit_refused "$T/L2" "lists 2 blobs, more than the 1 allowed (--max-blobs)" --max-blobs 1
+limit_refused "$T/L3" "more than the 1024 allowed (--max-bytes)" --max-bytes 1K
+"$BIN/ditc" cache pull "$ID" --store "$T/L4" "${R[@]}" --max-bytes "$SIZE" --max-blobs 2 -q > /dev/null || fail "a pull at its limits"
+if "$BIN/ditc" cache pull "$ID" --store "$T/L5" "${R[@]}" --max-bytes 0 2> /dev/null; then fail "--max-bytes 0 accepted"; fi
+"$BIN/ditc" --help > "$T/help"
+grep -q -- "--max-bytes SIZE" "$T/help" && grep -q "default 256G" "$T/help" || fail "--max-bytes not in ditc --help"
+# A manifest that lies about sizes. Claiming more than the limit allows is refused before any
+# fetch though the real bytes would fit; claiming less stops the blob at the claimed size.
+# Either way no entry, no temporary and no unverified blob is left.
+PB=$(python3 -c "import json; m=json.load(open('$A/ac/$ID')); print([b['hash'] for b in m['blobs'] if b['role']=='plan'][0])")
+lie() {
+  python3 - "$T/ac.orig" "$T/www/ac/$ID" "$PB" "$1" <<'PY'
+import json, sys
+src, dst, h, delta = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+m = json.load(open(src))
+for b in m["blobs"]:
+    if b["hash"] == h:
+        b["size"] = delta if delta > 1000000 else b["size"] + delta
+open(dst, "w").write(json.dumps(m, indent=2) + "\n")
+PY
+}
+lie 1099511627776
+limit_refused "$T/L6" "bytes, more than the 274877906944 allowed (--max-bytes); nothing transferred"
+lie 4096
+limit_refused "$T/L7" "claim $((SIZE + 4096)) bytes, more than the $((SIZE + 100)) allowed" --max-bytes $((SIZE + 100))
+lie -5
+if "$BIN/ditc" cache pull "$ID" --store "$T/L8" "${R[@]}" 2> "$T/e"; then fail "pulled a blob larger than its manifest says"; fi
+grep -q "more bytes than the .* the manifest lists for blob $PB" "$T/e" || { cat "$T/e"; fail "understated size message"; }
+[ -z "$(ls "$T/L8/ac")" ] && [ -z "$(ls "$T/L8/tmp")" ] && [ -z "$(find "$T/L8/cas" -name "$PB")" ] || fail "an understated blob was cached"
+"$BIN/ditc" cache verify --store "$T/L8" -q > /dev/null || fail "understated size: a damaged blob was cached"
+cp "$T/ac.orig" "$T/www/ac/$ID"
+
+# --- Tokens. Over plain http to a host that is not loopback the token is refused before any
+# connection is tried (192.0.2.1 is TEST-NET, never answered): at once, naming the URL and
+# the flag. With --insecure-token the same pull does try to connect, and fails doing so.
+t0=$SECONDS
+if "$BIN/ditc" cache pull "$ID" --store "$T/N1" --remote http://192.0.2.1:9/ --token-file "$T/token" --timeout 20 --retries 0 \
+  2> "$T/e"; then fail "a token went over http to a host that is not loopback"; fi
+grep -q "FAILED_PRECONDITION.*remote http://192.0.2.1:9/: refusing to send the bearer token over plain http:// to a host that is not loopback.*--insecure-token" "$T/e" ||
+  { cat "$T/e"; fail "token refusal message (ditc)"; }
+grep -q "curl\|192.0.2.1:9/ac" "$T/e" && { cat "$T/e"; fail "a connection was tried before the refusal"; }
+if DITC_REMOTE_TOKEN=s3cret-token "$BIN/ditrun" verify --store http://192.0.2.1:9/ --cache "$T/N2" --timeout 20 --retries 0 "$ID" \
+  2> "$T/e"; then fail "ditrun sent a token over http to a host that is not loopback"; fi
+grep -q "refusing to send the bearer token.*--insecure-token" "$T/e" || { cat "$T/e"; fail "token refusal message (ditrun)"; }
+[ $((SECONDS - t0)) -lt 10 ] || fail "the token refusals took $((SECONDS - t0)) s: a connection was tried"
+if "$BIN/ditc" cache pull "$ID" --store "$T/N3" --remote http://192.0.2.1:9/ --token-file "$T/token" --insecure-token --timeout 1 \
+  --retries 0 2> "$T/e"; then fail "pulled from TEST-NET"; fi
+grep -q "UNAVAILABLE\|DEADLINE_EXCEEDED" "$T/e" && ! grep -q "refusing to send" "$T/e" || { cat "$T/e"; fail "--insecure-token"; }
+# Loopback by name keeps the token (nginx answers 401 without it).
+"$BIN/ditc" cache pull "$ID" --store "$T/N4" --remote "http://localhost:$PORT" --token-file "$T/token" -q > /dev/null ||
+  fail "token to http://localhost refused"
+# A redirect is an error, never followed: the token does not travel to the other host name.
+rm -f "$T/fport" "$T/fport.log"
+timeout 150 python3 tests/tools/fault_http.py "$T/www" redirect "$T/fport" &
+FAULT_PID=$!
+for _ in $(seq 100); do [ -s "$T/fport" ] && break; sleep 0.05; done
+[ -s "$T/fport" ] || fail "fault server (redirect) did not start"
+if "$BIN/ditc" cache pull "$ID" --store "$T/N5" --remote "http://127.0.0.1:$(cat "$T/fport")" --token-file "$T/token" --timeout 2 \
+  --retries 0 2> "$T/e"; then fail "pulled through a redirect"; fi
+kill "$FAULT_PID" 2> /dev/null; wait "$FAULT_PID" 2> /dev/null || true
+FAULT_PID=
+grep -q "HTTP 302" "$T/e" || { cat "$T/e"; fail "redirect message"; }
+grep -q "^GET /ac/$ID auth=yes" "$T/fport.log" || { cat "$T/fport.log"; fail "the first request did not carry the token"; }
+grep -q "/moved/" "$T/fport.log" && { cat "$T/fport.log"; fail "a redirect was followed"; }
+empty_store "$T/N5" || fail "redirect: files were left in the store"
+
 # A missing entry is a plain NOT_FOUND.
 if "$BIN/ditc" cache pull 0123456789abcdef0123456789abcdef --store "$T/K5" "${R[@]}" 2> "$T/e"; then fail "pulled a missing entry"; fi
 grep -q "NOT_FOUND.*HTTP 404" "$T/e" || { cat "$T/e"; fail "404 message"; }

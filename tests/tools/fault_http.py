@@ -7,6 +7,11 @@
   truncate  announces the full length, sends half, and closes
   error     answers 500
   slow      waits STALL seconds before answering
+  redirect  answers 302 to the same path on http://localhost:<its port>/moved/ (another
+            host name for the same server), which it then serves as usual
+
+Every request is logged to PORT_FILE.log as "METHOD PATH auth=yes|no" (whether it carried an
+Authorization header), so a test can tell what reached which path with which credentials.
 
 Usage: fault_http.py ROOT MODE PORT_FILE [STALL]. It writes the port it listens on to
 PORT_FILE, serves for at most 120 seconds, and then exits by itself."""
@@ -27,8 +32,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def _log(self):
+        with open(PORT_FILE + ".log", "a") as f:
+            auth = "yes" if self.headers.get("Authorization") else "no"
+            f.write(f"{self.command} {self.path} auth={auth}\n")
+
     def _file(self):
         path = os.path.normpath(self.path.split("?")[0]).lstrip("/")
+        if path.startswith("moved/"):
+            path = path[len("moved/"):]
         if path.startswith("..") or not (path.startswith("cas/") or path.startswith("ac/")):
             return None
         full = os.path.join(ROOT, path)
@@ -45,10 +57,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
+        self._log()
         full = self._file()
         if not full:
             return self._send(404, b"not found\n")
         body = open(full, "rb").read()
+        if MODE == "redirect" and not self.path.startswith("/moved/"):
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{self.server.server_address[1]}/moved{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if not self.path.startswith("/cas/"):
             return self._send(200, body)
         if MODE == "error":

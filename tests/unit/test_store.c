@@ -18,9 +18,9 @@
 
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
-#include "artifacts/store.h"
 #include "compiler/compile.h"
 #include "compiler/compile_store.h"
+#include "store/store.h"
 #include "check.h"
 
 static char g_root[CHECK_PATH_MAX];

@@ -1,7 +1,9 @@
 /* .ditb archives and manifest signatures: pack and import round trip into a store whose
  * view opens as a bundle; a trusted key accepts its own signature and refuses other keys,
  * unsigned archives and altered manifests before any blob enters; truncated, flipped,
- * reordered, newer-format and padded archives are refused and leave no entry behind.
+ * reordered, newer-format and padded archives are refused and leave no entry, no blob and no
+ * temporary behind; imports stop at their limits; a remote's manifest and signature bodies
+ * are checked before they are used.
  * With DIT_WRITE_CORPUS=DIR set it also writes the fuzz_ditb seed corpus there. */
 #include <dirent.h>
 #include <errno.h>
@@ -12,12 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "artifacts/archive.h"
+#include "store/archive.h"
 #include "artifacts/bundle.h"
-#include "artifacts/fetch.h"
+#include "store/fetch.h"
+#include "store/remote_response.h"
 #include "artifacts/identity.h"
-#include "artifacts/sign.h"
-#include "artifacts/store.h"
+#include "store/sign.h"
+#include "store/store.h"
 #include "check.h"
 
 static char g_root[CHECK_PATH_MAX];
@@ -132,7 +135,7 @@ static void expect_refused(const uint8_t *p, size_t n, const char *name) {
   dit_store_t *st = fresh_store(name);
   if (!st) return;
   char id[DIT_HASH_HEX];
-  s = dit_ditb_import(st, p, n, name, NULL, id);
+  s = dit_ditb_import(st, p, n, name, NULL, NULL, id);
   CHECK(s != DIT_OK);
   dit_status_free(s);
   char ac[CHECK_PATH_MAX];
@@ -140,7 +143,48 @@ static void expect_refused(const uint8_t *p, size_t n, const char *name) {
   CHECK_EQ_INT(count_entries(ac), 0);
   check_pathf(ac, "%s/%s/tmp", g_root, name);
   CHECK_EQ_INT(count_entries(ac), 0);
+  /* Blobs entered before the damage was found are taken out again. */
+  check_pathf(ac, "%s/%s/cas", g_root, name);
+  DIR *d = opendir(ac);
+  struct dirent *e;
+  int blobs = 0;
+  while (d && (e = readdir(d))) {
+    char sub[CHECK_PATH_MAX];
+    check_pathf(sub, "%s/%s", ac, e->d_name);
+    if (e->d_name[0] != '.') blobs += count_entries(sub);
+  }
+  if (d) closedir(d);
+  CHECK_EQ_INT(blobs, 0);
   dit_store_close(st);
+}
+
+/* The remote's answers for entry id of st: its manifest and signature bodies. */
+static void test_remote_bodies(dit_store_t *st, const char *id, const char *other_id) {
+  char *text = NULL, *sig = NULL;
+  size_t len = 0, slen = 0;
+  CHECK_OK(dit_store_get_manifest(st, id, NULL, &text, &len));
+  CHECK_OK(dit_store_get_signature(st, id, &sig, &slen));
+  if (!text || !sig) return;
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_remote_manifest_body_check(text, len, id, "ac", &m));
+  CHECK(m && !strcmp(m->identity, id));
+  dit_manifest_free(m);
+  m = NULL;
+  CHECK_ERR(dit_remote_manifest_body_check(text, len, other_id, "ac", &m), DATA_LOSS, "identity mismatch: asked for");
+  CHECK(m == NULL);
+  char *cut = strstr(text, "\"sha256\"");
+  if (cut) {
+    /* The same manifest without the first blob's sha256 key (renamed, so it still parses). */
+    memcpy(cut, "\"sha257\"", 8);
+    CHECK_ERR(dit_remote_manifest_body_check(text, len, id, "ac", &m), INVALID_ARGUMENT, "");
+  }
+  CHECK_OK(dit_remote_signature_body_check(sig, slen, "sig"));
+  CHECK_ERR(dit_remote_signature_body_check(sig, slen - 1, "sig"), DATA_LOSS, "sig: signature is malformed");
+  char *big = calloc(1, 70000);
+  if (big) CHECK_ERR(dit_remote_signature_body_check(big, 70000, "sig"), OUT_OF_RANGE, "at most 65536");
+  free(big);
+  free(text);
+  free(sig);
 }
 
 static void test_signatures(const char *key, const char *pub, const char *other_pub) {
@@ -203,12 +247,12 @@ int main(void) {
   CHECK(dit_ditb_is_archive(signed_path));
   CHECK(!dit_ditb_is_archive(key));
   CHECK_OK(dit_ditb_check(img, n, "signed.ditb", UINT64_MAX));
-  CHECK_ERR(dit_ditb_check(img, n, "signed.ditb", 100), OUT_OF_RANGE, "allowed");
+  CHECK_ERR(dit_ditb_check(img, n, "signed.ditb", 100), RESOURCE_EXHAUSTED, "allowed (--max-bytes)");
 
   /* Round trip into an empty store, with the trusted key; the view is a bundle. */
   dit_store_t *b = fresh_store("b");
   char got[DIT_HASH_HEX];
-  CHECK_OK(dit_ditb_import(b, img, n, "signed.ditb", pub, got));
+  CHECK_OK(dit_ditb_import(b, img, n, "signed.ditb", pub, NULL, got));
   CHECK(!strcmp(got, id));
   char *view = NULL;
   CHECK_OK(dit_store_materialize(b, id, NULL, &view));
@@ -235,8 +279,8 @@ int main(void) {
 
   /* Trust: another key, or no signature, is refused before any blob enters. */
   dit_store_t *c = fresh_store("c");
-  CHECK_ERR(dit_ditb_import(c, img, n, "signed.ditb", pub2, got), FAILED_PRECONDITION, "not by the trusted key");
-  CHECK_ERR(dit_ditb_import(c, img2, n2, "unsigned.ditb", pub, got), FAILED_PRECONDITION, "unsigned");
+  CHECK_ERR(dit_ditb_import(c, img, n, "signed.ditb", pub2, NULL, got), FAILED_PRECONDITION, "not by the trusted key");
+  CHECK_ERR(dit_ditb_import(c, img2, n2, "unsigned.ditb", pub, NULL, got), FAILED_PRECONDITION, "unsigned");
   check_pathf(p, "%s/c/cas", g_root);
   CHECK_EQ_INT(count_entries(p), 0);
   check_pathf(p, "%s/c/ac", g_root);
@@ -278,6 +322,24 @@ int main(void) {
   CHECK_ERR(dit_ditb_check((const uint8_t *)"DITB", 4, "short", UINT64_MAX), DATA_LOSS, "truncated");
   CHECK_ERR(dit_ditb_check((const uint8_t *)"PK\x03\x04........", 16, "zip", UINT64_MAX), INVALID_ARGUMENT, "bad magic");
   printf("damaged archives refused: %d\n", cases);
+  /* A damaged last blob: the first one entered already and must go again. */
+  memcpy(buf, img, n);
+  buf[n - 40] ^= 1;
+  expect_refused(buf, n, "flipped_last_blob");
+
+  /* Limits: the claimed bytes and the blob count, before anything is decoded. */
+  dit_store_t *d = fresh_store("limits");
+  dit_store_limits_t lim = {4160 + 29, 0};
+  CHECK_ERR(dit_ditb_import(d, img, n, "signed.ditb", NULL, &lim, got), RESOURCE_EXHAUSTED,
+            "signed.ditb: the manifest's 2 blobs not yet in the store claim 4190 bytes, more than the 4189 allowed (--max-bytes)");
+  dit_store_limits_t lim2 = {0, 1};
+  CHECK_ERR(dit_ditb_import(d, img, n, "signed.ditb", NULL, &lim2, got), RESOURCE_EXHAUSTED, "lists 2 blobs, more than the 1 allowed");
+  check_pathf(p, "%s/limits/ac", g_root);
+  CHECK_EQ_INT(count_entries(p), 0);
+  dit_store_limits_t lim3 = {4190, 2};
+  CHECK_OK(dit_ditb_import(d, img, n, "signed.ditb", NULL, &lim3, got));
+  dit_store_close(d);
+  test_remote_bodies(a, id, id2);
 
   const char *corpus = getenv("DIT_WRITE_CORPUS");
   if (corpus) {

@@ -2,10 +2,13 @@
  * transient failures (connection errors, stalls, 5xx, 429, damaged bodies) retried with
  * exponential backoff, blobs zstd-compressed on the fly in both directions and verified
  * before they enter the local store. */
-#include "artifacts/remote.h"
+#include "store/remote.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +18,10 @@
 #include <zstd.h>
 
 #include "artifacts/identity.h"
-#include "artifacts/sign.h"
 #include "base/clock.h"
 #include "base/fileio.h"
+#include "store/remote_response.h"
+#include "store/sign.h"
 
 #define MANIFEST_MAX ((size_t)64 << 20)
 #define SIG_MAX ((size_t)64 << 10)
@@ -30,11 +34,38 @@ struct dit_remote {
   struct curl_slist *headers;
   CURL *curl;
   int timeout_s, retries, verbose;
+  int loopback; /* the host is loopback: never through a proxy */
+  dit_store_limits_t limits;
 };
 
 static int g_curl_users = 0;
 
 int dit_remote_is_url(const char *s) { return s && (!strncmp(s, "http://", 7) || !strncmp(s, "https://", 8)); }
+
+static int host_is_loopback(const char *host) {
+  if (!strcasecmp(host, "localhost") || !strcasecmp(host, "localhost.")) return 1;
+  struct in_addr a4;
+  if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  char v6[INET6_ADDRSTRLEN + 2];
+  size_t n = strlen(host);
+  if (n < 2 || n - 2 >= sizeof v6 || host[0] != '[' || host[n - 1] != ']') return 0;
+  memcpy(v6, host + 1, n - 2);
+  v6[n - 2] = 0;
+  struct in6_addr a6;
+  if (inet_pton(AF_INET6, v6, &a6) != 1) return 0;
+  if (IN6_IS_ADDR_LOOPBACK(&a6)) return 1;
+  return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+int dit_remote_url_is_loopback(const char *url) {
+  CURLU *u = curl_url();
+  char *host = NULL;
+  int ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK && curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+           host && host_is_loopback(host);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return ok;
+}
 
 dit_status_t dit_remote_create(const dit_remote_options_t *o, dit_remote_t **out) {
   *out = NULL;
@@ -42,6 +73,13 @@ dit_status_t dit_remote_create(const dit_remote_options_t *o, dit_remote_t **out
     return DIT_ERR(INVALID_ARGUMENT, "remote: '%s' is not an http:// or https:// URL", o && o->url ? o->url : "(none)");
   if (o->token && (strchr(o->token, '\n') || strchr(o->token, '\r')))
     return DIT_ERR(INVALID_ARGUMENT, "remote %s: the bearer token holds a line break", o->url);
+  int loopback = dit_remote_url_is_loopback(o->url);
+  /* Refused before any connection: on plain http anyone on the path reads the token. */
+  if (o->token && !strncmp(o->url, "http://", 7) && !loopback && !o->insecure_token)
+    return DIT_ERR(FAILED_PRECONDITION,
+                   "remote %s: refusing to send the bearer token over plain http:// to a host that is not loopback "
+                   "(127.0.0.0/8, ::1, localhost): use https://, or pass --insecure-token to send it anyway",
+                   o->url);
   if (g_curl_users++ == 0 && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
     g_curl_users--;
     return DIT_ERR(UNAVAILABLE, "remote %s: curl_global_init failed", o->url);
@@ -56,6 +94,8 @@ dit_status_t dit_remote_create(const dit_remote_options_t *o, dit_remote_t **out
   r->timeout_s = o->timeout_s > 0 ? o->timeout_s : 30;
   r->retries = o->retries >= 0 ? o->retries : 3;
   r->verbose = o->verbose;
+  r->loopback = loopback;
+  r->limits = o->limits;
   dit_status_t s = r->url && r->curl ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "remote %s: curl_easy_init failed", o->url);
   if (!s) {
     size_t n = strlen(r->url);
@@ -173,7 +213,12 @@ static dit_status_t request(dit_remote_t *r, method_t m, const char *path, sink_
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* A redirect is answered as an error, never followed: the token stays with this host. */
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 0L);
+    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
+    /* Loopback is this host: a proxy from the environment would carry the token away. */
+    if (r->loopback) curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)r->timeout_s * 1000);
@@ -279,40 +324,15 @@ static dit_status_t mem_write(sink_t *k, const void *p, size_t n) {
   return DIT_OK;
 }
 
+/* A blob body goes through remote_response.h's checks as it arrives. */
 typedef struct {
   sink_t k;
-  dit_store_blob_writer_t *w;
-  ZSTD_DStream *z;
-  void *buf;
-  size_t buf_cap;
-  uint64_t wire_cap;
-  int frame_done;
-  const char *what;
+  dit_remote_blob_body_t *body;
 } blob_sink_t;
 
-static dit_status_t blob_reset(sink_t *k) {
-  blob_sink_t *b = (blob_sink_t *)k;
-  b->frame_done = 0;
-  ZSTD_DCtx_reset(b->z, ZSTD_reset_session_only);
-  return dit_store_blob_writer_reset(b->w);
-}
+static dit_status_t blob_reset(sink_t *k) { return dit_remote_blob_body_reset(((blob_sink_t *)k)->body); }
 
-static dit_status_t blob_write(sink_t *k, const void *p, size_t n) {
-  blob_sink_t *b = (blob_sink_t *)k;
-  if (k->wire > b->wire_cap)
-    return DIT_ERR(DATA_LOSS, "%s: more than %" PRIu64 " compressed bytes, more than the blob's size can need", b->what, b->wire_cap);
-  ZSTD_inBuffer in = {p, n, 0};
-  for (;;) {
-    ZSTD_outBuffer out = {b->buf, b->buf_cap, 0};
-    size_t ret = ZSTD_decompressStream(b->z, &out, &in);
-    if (ZSTD_isError(ret))
-      return DIT_ERR(DATA_LOSS, "%s: not a valid zstd stream (ZSTD_decompressStream: %s)", b->what, ZSTD_getErrorName(ret));
-    if (out.pos) DIT_RETURN_IF(dit_store_blob_writer_append(b->w, b->buf, out.pos));
-    b->frame_done = ret == 0;
-    if (in.pos == in.size && out.pos < out.size) break;
-  }
-  return DIT_OK;
-}
+static dit_status_t blob_write(sink_t *k, const void *p, size_t n) { return dit_remote_blob_body_feed(((blob_sink_t *)k)->body, p, n); }
 
 typedef struct {
   source_t s;
@@ -539,7 +559,8 @@ static dit_status_t get_memory(dit_remote_t *r, const char *path, size_t cap, ch
   return k.p ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
 }
 
-static dit_status_t pull_blob(dit_remote_t *r, dit_store_t *st, const dit_manifest_blob_t *b, uint64_t *out_wire) {
+static dit_status_t pull_blob(dit_remote_t *r, dit_store_t *st, const dit_manifest_blob_t *b, dit_store_quota_t *q,
+                              uint64_t *out_wire) {
   char rel[64], what[4200];
   snprintf(rel, sizeof rel, "cas/%s", b->hash);
   snprintf(what, sizeof what, "%s/%s", r->url, rel);
@@ -547,14 +568,7 @@ static dit_status_t pull_blob(dit_remote_t *r, dit_store_t *st, const dit_manife
   memset(&k, 0, sizeof k);
   k.k.reset = blob_reset;
   k.k.write = blob_write;
-  k.what = what;
-  /* zstd's worst case for incompressible input, plus slack for frame headers. */
-  k.wire_cap = (uint64_t)ZSTD_compressBound((size_t)b->size) + (64u << 10);
-  k.buf_cap = ZSTD_DStreamOutSize();
-  k.buf = malloc(k.buf_cap);
-  k.z = ZSTD_createDStream();
-  dit_status_t s = k.buf && k.z ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
-  if (!s) s = dit_store_blob_writer_create(st, b->hash, b->size, b->sha256, what, &k.w);
+  dit_status_t s = dit_remote_blob_body_create(st, b, q, what, &k.body);
   /* Each attempt is verified in full; a damaged one is dropped and fetched again. */
   for (int attempt = 0; !s; attempt++) {
     long code = 0;
@@ -563,21 +577,16 @@ static dit_status_t pull_blob(dit_remote_t *r, dit_store_t *st, const dit_manife
     s = request(r, M_GET, rel, &k.k, NULL, 0, &code);
     if (s) break;
     if (code == 404) s = DIT_ERR(NOT_FOUND, "%s: HTTP 404: the remote lacks blob %s (role %s) its manifest lists", what, b->hash, b->role);
-    if (!s && !k.frame_done)
-      s = DIT_ERR(DATA_LOSS, "%s: truncated: the zstd stream ends before its frame does (%" PRIu64 " of %" PRIu64 " bytes decoded)",
-                  what, dit_store_blob_writer_received(k.w), b->size);
-    if (!s) s = dit_store_blob_writer_commit(k.w);
+    if (!s) s = dit_remote_blob_body_finish(k.body);
     if (!s || dit_status_code(s) != DIT_CODE_DATA_LOSS || attempt >= r->retries) break;
     if (r->verbose) fprintf(stderr, "remote: attempt %d of %d refused, retrying: %s\n", attempt + 1, r->retries + 1, dit_status_message(s));
     dit_status_free(s);
-    s = dit_store_blob_writer_reset(k.w);
+    s = dit_remote_blob_body_reset(k.body);
     if (!s) backoff(attempt);
   }
   *out_wire = k.k.wire;
   dit_status_free(k.k.err);
-  dit_store_blob_writer_destroy(k.w);
-  ZSTD_freeDStream(k.z);
-  free(k.buf);
+  dit_remote_blob_body_destroy(k.body);
   return s;
 }
 
@@ -618,17 +627,13 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
   size_t len = 0, slen = 0;
   long code = 0;
   dit_manifest_t *m = NULL;
-  dit_status_t s = get_memory(r, rel, MANIFEST_MAX, &text, &len, &code);
+  dit_store_quota_t *q = NULL;
+  char qwhat[4200];
+  snprintf(qwhat, sizeof qwhat, "pull %s from %s", identity, r->url);
+  dit_status_t s = dit_store_quota_create(&r->limits, qwhat, &q);
+  if (!s) s = get_memory(r, rel, MANIFEST_MAX, &text, &len, &code);
   if (!s && code == 404) s = DIT_ERR(NOT_FOUND, "%s: HTTP 404: the remote has no entry for identity %s", what, identity);
-  if (!s) s = dit_manifest_parse(text, len, what, &m);
-  char recomputed[DIT_HASH_HEX];
-  if (!s) s = dit_identity_compute(m->inputs, recomputed);
-  if (!s && (strcmp(m->identity, identity) || strcmp(recomputed, identity)))
-    s = DIT_ERR(DATA_LOSS, "%s: identity mismatch: asked for %s, manifest records %s, recomputed from inputs %s", what, identity,
-                m->identity, recomputed);
-  for (size_t i = 0; !s && i < m->n_blobs; i++)
-    if (!m->blobs[i].sha256[0])
-      s = DIT_ERR(DATA_LOSS, "%s: field 'blobs[%zu].sha256' missing: a pulled blob must be checkable against its SHA-256", what, i);
+  if (!s) s = dit_remote_manifest_body_check(text, len, identity, what, &m);
   if (!s) {
     snprintf(rel, sizeof rel, "ac/%s.sig", identity);
     s = get_memory(r, rel, SIG_MAX, &sig, &slen, &code);
@@ -636,11 +641,19 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
       free(sig);
       sig = NULL;
     }
+    if (!s && sig) {
+      char swhat[4200];
+      snprintf(swhat, sizeof swhat, "%s/%s", r->url, rel);
+      s = dit_remote_signature_body_check(sig, slen, swhat);
+    }
   }
   /* Trust is settled before a single blob is fetched. */
   if (!s && trusted_key) s = dit_sign_verify(trusted_key, text, len, sig, slen, what);
   if (!s) s = dit_store_lock(st, 0);
   if (!s) {
+    /* The manifest's claims are checked first so an honest but too large entry fetches
+     * nothing; the writers then count what really arrives. */
+    s = dit_store_quota_check_manifest(q, st, m);
     for (size_t i = 0; !s && i < m->n_blobs; i++) {
       const dit_manifest_blob_t *b = &m->blobs[i];
       if (dit_store_has_blob(st, b->hash, b->size)) {
@@ -649,7 +662,7 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
       }
       double tb = dit_now_s();
       uint64_t wire = 0;
-      s = pull_blob(r, st, b, &wire);
+      s = pull_blob(r, st, b, q, &wire);
       if (!s) count_blob(r, out, b, wire, tb, 1);
     }
     /* With a signature that did not verify against a trusted key we never get here; an
@@ -657,6 +670,12 @@ dit_status_t dit_remote_pull(dit_remote_t *r, dit_store_t *st, const char *ident
     if (!s) s = dit_store_put_manifest(st, identity, text, len, sig, NULL);
     dit_store_unlock(st);
   }
+  if (s && q && dit_store_quota_exceeded(q)) {
+    dit_status_t rs = dit_store_quota_rollback(q, st);
+    if (rs) s = dit_status_annotate(s, "removing the blobs it entered failed too (%s)", dit_status_message(rs));
+    dit_status_free(rs);
+  }
+  dit_store_quota_destroy(q);
   out->seconds = dit_now_s() - t0;
   free(text);
   free(sig);

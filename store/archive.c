@@ -1,7 +1,7 @@
 /* .ditb archives (format in archive.h): the writer streams a store entry through zstd into
  * a temporary file; the reader walks the image as hostile input, one bounds-checked record
  * at a time, handing each blob's bytes to a sink that verifies them. */
-#include "artifacts/archive.h"
+#include "store/archive.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,8 +15,8 @@
 #include <zstd.h>
 
 #include "artifacts/identity.h"
-#include "artifacts/sign.h"
 #include "base/fileio.h"
+#include "store/sign.h"
 
 static const uint8_t kMagic[8] = {'D', 'I', 'T', 'B', '\r', '\n', 0x1a, '\n'};
 #define HEADER_BYTES 16
@@ -212,9 +212,11 @@ dit_status_t dit_ditb_write(dit_store_t *st, const char *identity, const char *o
 /* ---------------------------------------------------------------------------------- */
 /* Reader */
 
-/* Where verified blob bytes go: the store (import) or only hashers (check). */
+/* Where verified blob bytes go: the store (import) or only hashers (check); either way every
+ * decoded byte is counted against the quota before it goes anywhere. */
 typedef struct {
   dit_store_t *st;
+  dit_store_quota_t *q;
   dit_store_blob_writer_t *w;
   dit_hasher_t *h;
   uint64_t got;
@@ -222,7 +224,11 @@ typedef struct {
 
 static dit_status_t bo_begin(blob_out_t *bo, const dit_manifest_blob_t *b, const char *what) {
   bo->got = 0;
-  if (bo->st) return dit_store_blob_writer_create(bo->st, b->hash, b->size, b->sha256[0] ? b->sha256 : NULL, what, &bo->w);
+  if (bo->st) {
+    DIT_RETURN_IF(dit_store_blob_writer_create(bo->st, b->hash, b->size, b->sha256[0] ? b->sha256 : NULL, what, &bo->w));
+    dit_store_blob_writer_set_quota(bo->w, bo->q);
+    return DIT_OK;
+  }
   return dit_hasher_create(&bo->h);
 }
 
@@ -230,6 +236,7 @@ static dit_status_t bo_append(blob_out_t *bo, const void *p, size_t n, const dit
   if (bo->w) return dit_store_blob_writer_append(bo->w, p, n);
   if (n > b->size - bo->got)
     return DIT_ERR(DATA_LOSS, "%s: blob %s decodes to more than its %" PRIu64 " bytes", what, b->hash, b->size);
+  DIT_RETURN_IF_ERROR(dit_store_quota_charge(bo->q, n), "%s", what);
   dit_hasher_update(bo->h, p, n);
   bo->got += n;
   return DIT_OK;
@@ -281,7 +288,7 @@ static dit_status_t decode_blob(const uint8_t *p, uint64_t n, const dit_manifest
 
 /* Walks the records; with st the blobs enter the store and the manifest last. */
 static dit_status_t read_archive(dit_store_t *st, const uint8_t *data, size_t size, const char *what, const char *trusted_key,
-                                 uint64_t max_raw, char out_identity[33]) {
+                                 dit_store_quota_t *q, char out_identity[33]) {
   if (size < HEADER_BYTES)
     return DIT_ERR(DATA_LOSS, "%s: truncated: %zu bytes, a .ditb archive has a %d-byte header", what, size, HEADER_BYTES);
   if (memcmp(data, kMagic, 8)) return DIT_ERR(INVALID_ARGUMENT, "%s: not a .ditb archive (bad magic)", what);
@@ -296,7 +303,6 @@ static dit_status_t read_archive(dit_store_t *st, const uint8_t *data, size_t si
   const char *text = NULL, *sig = NULL;
   size_t text_len = 0, sig_len = 0;
   size_t next_blob = 0;
-  uint64_t raw_total = 0;
   int ended = 0;
   dit_status_t s = DIT_OK;
   if (st) s = dit_store_lock(st, 0);
@@ -351,6 +357,8 @@ static dit_status_t read_archive(dit_store_t *st, const uint8_t *data, size_t si
         if (!s) s = dit_identity_compute(m->inputs, recomputed);
         if (!s && strcmp(recomputed, m->identity))
           s = DIT_ERR(DATA_LOSS, "%s: identity mismatch: recorded %s, recomputed from inputs %s", mwhat, m->identity, recomputed);
+        /* The blob count and the sizes the manifest claims, before any blob is decoded. */
+        if (!s) s = dit_status_annotate(dit_store_quota_check_manifest(q, st, m), "%s", what);
       }
     } else if (kind == REC_SIGNATURE) {
       if (!m || sig || next_blob) s = DIT_ERR(INVALID_ARGUMENT, "%s: record at offset %zu: a signature belongs right after the manifest", what, at);
@@ -377,15 +385,10 @@ static dit_status_t read_archive(dit_store_t *st, const uint8_t *data, size_t si
                     what, at, b->hash, b->size, name, raw);
         break;
       }
-      if (raw > max_raw - raw_total) {
-        s = DIT_ERR(OUT_OF_RANGE, "%s: blobs add up to more than the %" PRIu64 " bytes allowed", what, max_raw);
-        break;
-      }
-      raw_total += raw;
       /* A blob the store already holds needs no decoding, but the archive still vouches
        * for nothing: the store's copy was verified when it entered. */
       if (!st || !dit_store_has_blob(st, b->hash, b->size)) {
-        blob_out_t bo = {st, NULL, NULL, 0};
+        blob_out_t bo = {st, q, NULL, NULL, 0};
         char bwhat[512];
         snprintf(bwhat, sizeof bwhat, "%s (blob record at offset %zu)", what, at);
         s = decode_blob(body, stored, b, &bo, bwhat);
@@ -421,10 +424,26 @@ static dit_status_t read_archive(dit_store_t *st, const uint8_t *data, size_t si
 }
 
 dit_status_t dit_ditb_import(dit_store_t *st, const uint8_t *data, size_t size, const char *what, const char *trusted_key,
-                             char out_identity[33]) {
-  return read_archive(st, data, size, what, trusted_key, UINT64_MAX, out_identity);
+                             const dit_store_limits_t *limits, char out_identity[33]) {
+  dit_store_quota_t *q = NULL;
+  DIT_RETURN_IF(dit_store_quota_create(limits, what, &q));
+  dit_status_t s = read_archive(st, data, size, what, trusted_key, q, out_identity);
+  /* A refused archive leaves nothing: importing it again would fail the same way, so its
+   * blobs are no start to build on. */
+  if (s) {
+    dit_status_t rs = dit_store_quota_rollback(q, st);
+    if (rs) s = dit_status_annotate(s, "removing the blobs it entered failed too (%s)", dit_status_message(rs));
+    dit_status_free(rs);
+  }
+  dit_store_quota_destroy(q);
+  return s;
 }
 
 dit_status_t dit_ditb_check(const uint8_t *data, size_t size, const char *what, uint64_t max_raw_bytes) {
-  return read_archive(NULL, data, size, what, NULL, max_raw_bytes, NULL);
+  dit_store_limits_t limits = {max_raw_bytes ? max_raw_bytes : UINT64_MAX, 0};
+  dit_store_quota_t *q = NULL;
+  DIT_RETURN_IF(dit_store_quota_create(&limits, what, &q));
+  dit_status_t s = read_archive(NULL, data, size, what, NULL, q, NULL);
+  dit_store_quota_destroy(q);
+  return s;
 }

@@ -13,8 +13,8 @@
  * a reader never sees a torn file or a manifest whose blobs are missing. Several processes
  * publishing the same identity leave one entry: the first manifest stays (the same identity
  * means equivalent bundles). */
-#ifndef DIT_ARTIFACTS_STORE_H
-#define DIT_ARTIFACTS_STORE_H
+#ifndef DIT_STORE_STORE_H
+#define DIT_STORE_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +24,7 @@
 #include "base/status.h"
 
 typedef struct dit_store dit_store_t;
+typedef struct dit_store_quota dit_store_quota_t;
 
 /* Opens (creating the layout if missing) the store at root. The caller owns *out. */
 dit_status_t dit_store_open(const char *root, dit_store_t **out);
@@ -58,8 +59,44 @@ dit_status_t dit_store_blob_writer_append(dit_store_blob_writer_t *w, const void
 /* Drops what was written so far (a retried download starts again). */
 dit_status_t dit_store_blob_writer_reset(dit_store_blob_writer_t *w);
 uint64_t dit_store_blob_writer_received(const dit_store_blob_writer_t *w);
+/* Every byte appended from now on is charged to q (not owned; it must outlive w), and a
+ * committed blob is recorded there. */
+void dit_store_blob_writer_set_quota(dit_store_blob_writer_t *w, dit_store_quota_t *q);
 dit_status_t dit_store_blob_writer_commit(dit_store_blob_writer_t *w);
 void dit_store_blob_writer_destroy(dit_store_blob_writer_t *w);
+
+/* ---- limits on what one pull or import from outside may add ---- */
+
+#define DIT_STORE_DEFAULT_MAX_BYTES ((uint64_t)256 << 30)
+#define DIT_STORE_DEFAULT_MAX_BLOBS ((uint64_t)65536)
+
+typedef struct dit_store_limits {
+  uint64_t max_bytes; /* blob bytes, counted as they are decompressed; 0: the default */
+  uint64_t max_blobs; /* blobs one manifest or archive may list; 0: the default */
+} dit_store_limits_t;
+
+/* The running count of one pull or import against its limits. A manifest's sizes are only
+ * claims: the count grows with the bytes that actually arrive, and every writer given the
+ * quota refuses the byte that would pass the limit. It also remembers the blobs its writers
+ * entered into cas, so a refused transfer can take them out again. */
+/* limits may be NULL (the defaults); `what` (copied) names the transfer in out-of-memory
+ * errors (the callers annotate the limit errors). */
+dit_status_t dit_store_quota_create(const dit_store_limits_t *limits, const char *what, dit_store_quota_t **out);
+void dit_store_quota_destroy(dit_store_quota_t *q);
+/* Before anything is fetched: refuses a manifest listing more blobs than allowed, or whose
+ * blobs missing from st (NULL: all of them) claim more bytes than allowed. */
+dit_status_t dit_store_quota_check_manifest(dit_store_quota_t *q, const dit_store_t *st, const dit_manifest_t *m);
+/* Counts n more bytes; RESOURCE_EXHAUSTED naming the limit and the count when they would
+ * pass it (nothing is counted then). */
+dit_status_t dit_store_quota_charge(dit_store_quota_t *q, uint64_t n);
+/* Gives back bytes that were dropped (a download that starts again). */
+void dit_store_quota_refund(dit_store_quota_t *q, uint64_t n);
+uint64_t dit_store_quota_bytes(const dit_store_quota_t *q);
+/* 1 once a limit refused something. */
+int dit_store_quota_exceeded(const dit_store_quota_t *q);
+/* Takes the exclusive lock (the caller must hold none) and removes the blobs this quota's
+ * writers entered that no entry lists: a refused transfer leaves nothing behind. */
+dit_status_t dit_store_quota_rollback(dit_store_quota_t *q, dit_store_t *st);
 
 /* ---- the action cache: identity -> manifest ---- */
 

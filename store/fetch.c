@@ -1,17 +1,17 @@
 /* Resolving a runtime's bundle argument (see fetch.h) through the store, the remote and the
  * archive reader. */
-#include "artifacts/fetch.h"
+#include "store/fetch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "artifacts/archive.h"
 #include "artifacts/identity.h"
-#include "artifacts/remote.h"
-#include "artifacts/sign.h"
-#include "artifacts/store.h"
 #include "base/fileio.h"
+#include "store/archive.h"
+#include "store/remote.h"
+#include "store/sign.h"
+#include "store/store.h"
 
 struct dit_fetched {
   char *dir;
@@ -93,12 +93,12 @@ dit_status_t dit_fetch_bundle(const char *what, const dit_fetch_options_t *o, di
     char identity[DIT_HASH_HEX];
     if (!s) s = dit_store_open(root, &st);
     if (!s) s = dit_file_map(what, &map);
-    if (!s) s = dit_ditb_import(st, map.data, map.size, what, o->trusted_key, identity);
+    if (!s) s = dit_ditb_import(st, map.data, map.size, what, o->trusted_key, &o->limits, identity);
     dit_file_unmap(&map);
     if (!s) s = dit_store_materialize(st, identity, NULL, &f->dir);
   } else if (dit_remote_is_url(o->store)) {
     s = pull_cache_dir(o, root, sizeof root);
-    dit_remote_options_t ro = {o->store, o->token, o->timeout_s, o->retries, o->verbose};
+    dit_remote_options_t ro = {o->store, o->token, o->insecure_token, o->timeout_s, o->retries, o->verbose, o->limits};
     dit_remote_stats_t rs;
     if (!s) s = dit_store_open(root, &st);
     if (!s) s = dit_remote_create(&ro, &r);

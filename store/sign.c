@@ -1,5 +1,5 @@
 /* Ed25519 manifest signatures through OpenSSL's EVP interface (format in sign.h). */
-#include "artifacts/sign.h"
+#include "store/sign.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -132,6 +132,18 @@ dit_status_t dit_sign_text(const char *key_path, const void *text, size_t len, c
   return DIT_OK;
 }
 
+dit_status_t dit_sign_parse(const char *sig, size_t sig_len, const char *what, unsigned char out_pub[32],
+                            unsigned char out_sig[64]) {
+  /* Exactly: magic, "ed25519 " + 64 hex + "\n", 128 hex + "\n". */
+  size_t ml = sizeof SIG_MAGIC - 1;
+  size_t want = ml + 8 + 64 + 1 + 128 + 1;
+  if (sig_len != want || memcmp(sig, SIG_MAGIC, ml) || memcmp(sig + ml, "ed25519 ", 8) || sig[ml + 72] != '\n' ||
+      sig[want - 1] != '\n' || !from_hex(sig + ml + 8, 64, out_pub) || !from_hex(sig + ml + 73, 128, out_sig))
+    return DIT_ERR(DATA_LOSS, "%s: signature is malformed: expected '%.16s', an ed25519 key line and 128 hex digits (%zu bytes), found %zu bytes",
+                   what, SIG_MAGIC, want, sig_len);
+  return DIT_OK;
+}
+
 dit_status_t dit_sign_verify(const char *trusted_key_path, const void *text, size_t len, const char *sig, size_t sig_len,
                              const char *what) {
   if (!sig)
@@ -141,13 +153,7 @@ dit_status_t dit_sign_verify(const char *trusted_key_path, const void *text, siz
   DIT_RETURN_IF(load_key(trusted_key_path, 0, &k));
   unsigned char pub[32], found_pub[32], sigb[64];
   dit_status_t s = raw_public(k, trusted_key_path, pub);
-  /* Exactly: magic, "ed25519 " + 64 hex + "\n", 128 hex + "\n". */
-  size_t ml = sizeof SIG_MAGIC - 1;
-  size_t want = ml + 8 + 64 + 1 + 128 + 1;
-  if (!s && (sig_len != want || memcmp(sig, SIG_MAGIC, ml) || memcmp(sig + ml, "ed25519 ", 8) || sig[ml + 72] != '\n' ||
-             sig[want - 1] != '\n' || !from_hex(sig + ml + 8, 64, found_pub) || !from_hex(sig + ml + 73, 128, sigb)))
-    s = DIT_ERR(DATA_LOSS, "%s: signature is malformed: expected '%.16s', an ed25519 key line and 128 hex digits (%zu bytes), found %zu bytes",
-                what, SIG_MAGIC, want, sig_len);
+  if (!s) s = dit_sign_parse(sig, sig_len, what, found_pub, sigb);
   if (!s && memcmp(pub, found_pub, 32)) {
     char a[65], b[65];
     to_hex(pub, 32, a);

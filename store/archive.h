@@ -11,14 +11,14 @@
  * The manifest comes first, then every blob it lists exactly once and in its order, then
  * the end record, then nothing. Every length is checked against what is left before it is
  * used, and every blob against its size, XXH3-128 and listed SHA-256. */
-#ifndef DIT_ARTIFACTS_ARCHIVE_H
-#define DIT_ARTIFACTS_ARCHIVE_H
+#ifndef DIT_STORE_ARCHIVE_H
+#define DIT_STORE_ARCHIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "artifacts/store.h"
 #include "base/status.h"
+#include "store/store.h"
 
 #define DIT_DITB_MAJOR 1
 #define DIT_DITB_MINOR 0
@@ -33,12 +33,14 @@ dit_status_t dit_ditb_write(dit_store_t *st, const char *identity, const char *o
 
 /* Reads an archive image into st: with trusted_key (may be NULL) its signature is checked
  * before any blob is read; every blob is verified before it enters the store, and the
- * manifest enters last. out_identity receives the entry's identity. */
+ * manifest enters last. limits (NULL: the defaults) bound the blob count and the bytes
+ * decoded; a refused archive (any error) leaves none of its blobs behind and no entry.
+ * out_identity receives the entry's identity. */
 dit_status_t dit_ditb_import(dit_store_t *st, const uint8_t *data, size_t size, const char *what,
-                             const char *trusted_key, char out_identity[33]);
+                             const char *trusted_key, const dit_store_limits_t *limits, char out_identity[33]);
 
 /* The same checks without a store (for fuzzing): blobs are decompressed and hashed, up to
- * max_raw_bytes of them in all. */
+ * max_raw_bytes of them in all (0: no limit). */
 dit_status_t dit_ditb_check(const uint8_t *data, size_t size, const char *what, uint64_t max_raw_bytes);
 
 /* 1 if the file at path starts with the archive magic. */

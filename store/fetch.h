@@ -3,10 +3,11 @@
  * identity materialized from a local store, or pulled from a remote store first (only the
  * blobs the local store lacks). With a trusted key, whatever comes out must carry a
  * signature by it (manifest.sig over manifest.json). */
-#ifndef DIT_ARTIFACTS_FETCH_H
-#define DIT_ARTIFACTS_FETCH_H
+#ifndef DIT_STORE_FETCH_H
+#define DIT_STORE_FETCH_H
 
 #include "base/status.h"
+#include "store/store.h"
 
 typedef struct dit_fetch_options {
   const char *store;       /* a remote URL or a local store directory; NULL: none */
@@ -14,8 +15,10 @@ typedef struct dit_fetch_options {
                               ~/.cache/ditc/store for pulls and a temporary store for archives */
   const char *trusted_key; /* PEM ed25519 public key; NULL: signatures not required */
   const char *token;       /* bearer token for the remote; NULL: none */
+  int insecure_token;      /* send it over plain http:// to a host that is not loopback too */
   int timeout_s, retries;  /* remote: as dit_remote_options_t */
   int verbose;             /* transfer lines on stderr */
+  dit_store_limits_t limits; /* what one pull or archive import may bring in; zeros: defaults */
 } dit_fetch_options_t;
 
 typedef struct dit_fetched dit_fetched_t;

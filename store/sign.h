@@ -5,8 +5,8 @@
  *   <signature: 128 hex>
  * Keys are PEM files (PKCS#8 private key, SubjectPublicKeyInfo public key), the formats
  * `openssl genpkey -algorithm ed25519` writes, so keys can be made either way. */
-#ifndef DIT_ARTIFACTS_SIGN_H
-#define DIT_ARTIFACTS_SIGN_H
+#ifndef DIT_STORE_SIGN_H
+#define DIT_STORE_SIGN_H
 
 #include <stddef.h>
 
@@ -18,6 +18,11 @@ dit_status_t dit_sign_keygen(const char *private_path, const char *public_path);
 /* Signs text with the private key in key_path; *out_sig is the signature file's text
  * (caller frees). */
 dit_status_t dit_sign_text(const char *key_path, const void *text, size_t len, char **out_sig);
+
+/* Reads a signature file's text (exactly the format above) into its public key and signature
+ * bytes; DATA_LOSS naming `what` when it is anything else. Needs no key. */
+dit_status_t dit_sign_parse(const char *sig, size_t sig_len, const char *what, unsigned char out_pub[32],
+                            unsigned char out_sig[64]);
 
 /* Checks that sig (a signature file's text, NULL when there is none) is a valid signature
  * of text by the public key in trusted_key_path. `what` names the manifest in errors, which
