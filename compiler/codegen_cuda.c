@@ -15,7 +15,10 @@
 #include "base/fileio.h"
 #include "base/strbuf.h"
 #include "compiler/codegen_mlir.h"
+#include "dit_abi.h"
+#include "dit_abi_source.h"
 #include "dit_attn_sm90_source.h"
+#include "dit_device_source.h"
 #include "dit_kernel_sources.h"
 #include "dit_sources_hash.h"
 
@@ -109,7 +112,7 @@ static void rope_table(dit_strbuf_t *s, int64_t f, int64_t h, int64_t w, int64_t
   dit_strbuf_printf(s, "\n");
 }
 
-static int dt_code(dit_dtype_t t) { return t == DIT_BF16 ? 1 : 0; }
+static int dt_code(dit_dtype_t t) { return t == DIT_BF16 ? DIT_ABI_DT_BF16 : DIT_ABI_DT_F32; }
 
 static const dit_value_t *V(const dit_graph_t *g, dit_vid_t v) { return dit_graph_cvalue(g, v); }
 
@@ -132,7 +135,7 @@ static void set_launch(dit_plan_kernel_t *k, uint64_t gx, uint32_t gy, uint32_t 
   snprintf(k->entry, sizeof k->entry, "dit_kernel");
 }
 
-static uint64_t blocks_of(uint64_t n) { return (n + 255) / 256; }
+static uint64_t blocks_of(uint64_t n) { return (n + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK; }
 
 /* Fills the specialization defines and launch shape; 0 in *has when the runtime runs it. */
 /* Which kernel template a specialization completes. */
@@ -147,27 +150,32 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1 } kernel_template_t;
  * Q, K and V are read through tensor maps the runtime encodes at load. */
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
                                       int64_t lk, int n_out) {
-  const int ncw = hd == 64 ? 3 : 2, st = hd == 64 ? 4 : 2, bn = 128, bm = 64 * ncw, nh = (int)(hd / 64);
+  const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128, st = hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128;
+  const int bn = DIT_ABI_ATT90_BN, bm = DIT_ABI_ATT90_WG_ROWS * ncw, nh = (int)(hd / DIT_ABI_ATT90_BOX_COLS);
+  const int row_bytes = DIT_ABI_ATT90_BOX_COLS * 2; /* one bf16 box row */
   /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
    * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
   const int persist = hd == 128 && lk <= 1024;
   const int64_t tiles = (sq + bm - 1) / bm;
   if (persist) dit_strbuf_printf(s, "#define ATT_PERSIST 1\n#define BATCH %" PRId64 "\n", batch);
-  const uint32_t smem = (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * bn * 128 + 8 * (4 + 4 * st));
+  /* Alignment slack, Q (twice when persistent), the K and V rings, and 8-byte mbarriers: two full
+   * and two empty for Q, and per stage full and empty for K and V (the kernel's ATT_SMEM). */
+  const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes + 2 * st * nh * bn * row_bytes +
+                                   8 * (4 + 4 * st));
   if (persist) {
     const int64_t all = tiles * heads * batch;
     k->grid[0] = (uint32_t)(all < SM90_PERSISTENT_CTAS ? all : SM90_PERSISTENT_CTAS), k->grid[1] = 1, k->grid[2] = 1;
   } else {
     k->grid[0] = (uint32_t)tiles, k->grid[1] = (uint32_t)heads, k->grid[2] = (uint32_t)batch;
   }
-  k->block[0] = (uint32_t)(128 * (ncw + 1)), k->block[1] = k->block[2] = 1;
+  k->block[0] = (uint32_t)(DIT_ABI_ATT90_WG_THREADS * (ncw + 1)), k->block[1] = k->block[2] = 1;
   k->smem = smem;
   snprintf(k->entry, sizeof k->entry, "dit_kernel");
   /* q, k, v follow the outputs among the pointer arguments. */
   k->n_tmaps = 3;
-  k->tmaps[0] = (dit_plan_tmap_t){(uint32_t)n_out, {64, (uint32_t)bm}, 128};
-  k->tmaps[1] = (dit_plan_tmap_t){(uint32_t)n_out + 1, {64, (uint32_t)bn}, 128};
-  k->tmaps[2] = (dit_plan_tmap_t){(uint32_t)n_out + 2, {64, (uint32_t)bn}, 128};
+  k->tmaps[0] = (dit_plan_tmap_t){(uint32_t)n_out, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE};
+  k->tmaps[1] = (dit_plan_tmap_t){(uint32_t)n_out + 1, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE};
+  k->tmaps[2] = (dit_plan_tmap_t){(uint32_t)n_out + 2, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE};
 }
 
 static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_strbuf_t *s, int *has,
@@ -186,18 +194,19 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_GELU_TANH:
     case DIT_OP_ADD:
       dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
-          op->kind == DIT_OP_SILU ? 1 : op->kind == DIT_OP_GELU_TANH ? 2 : 3, n, dt_code(x->dtype), n % 8 == 0);
+          op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH : DIT_ABI_EW_ADD, n,
+          dt_code(x->dtype), n % DIT_ABI_VEC == 0);
       if (op->kind == DIT_OP_ADD) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
-      set_launch(k, blocks_of(n % 8 == 0 ? n / 8 : n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n % DIT_ABI_VEC == 0 ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_GATED_ADD: {
       const dit_value_t *mod = V(g, op->in[2]);
       dit_strbuf_printf(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
-      int vec = x->dims[2] % 8 == 0;
+      int vec = x->dims[2] % DIT_ABI_VEC == 0;
       dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
              "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", x->dims[0], x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"), vec);
-      set_launch(k, blocks_of(vec ? n / 8 : n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_MOD_TABLE: {
@@ -206,7 +215,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_MOD_TABLE 1\n#define T_TABLE %d\n#define T_E %d\n#define BATCH %" PRId64 "\n#define NROWS %" PRId64
              "\n#define D %" PRId64 "\n#define ROWS_E %" PRId64 "\n",
           dt_code(x->dtype), dt_code(e->dtype), y->dims[0], y->dims[1], y->dims[2], rows_e);
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_TIMESTEP_EMBED:
@@ -214,21 +223,21 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
              "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n",
           dt_code(x->dtype), y->dims[0], y->dims[1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
           getf(op, "scale"));
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_PATCHIFY:
       dit_strbuf_printf(s, "#define DIT_K_PATCHIFY 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define F %" PRId64
              "\n#define H %" PRId64 "\n#define W %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
           dt_code(x->dtype), x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], geti(op, "pt"), geti(op, "ph"),
           geti(op, "pw"));
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_UNPATCHIFY:
       dit_strbuf_printf(s, "#define DIT_K_UNPATCHIFY 1\n#define T_Y %d\n#define BATCH %" PRId64 "LL\n#define C %" PRId64 "\n#define GF %" PRId64
              "\n#define GH %" PRId64 "\n#define GW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
           dt_code(x->dtype), y->dims[0], y->dims[1], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "pt"),
           geti(op, "ph"), geti(op, "pw"));
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_LAYERNORM:
     case DIT_OP_ADALN:
@@ -236,27 +245,30 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_ROWSUMSQ:
     case DIT_OP_RMSNORM_SLICE: {
       int64_t D = x->dims[x->rank - 1], rows = dit_value_numel(x) / D;
-      int mode = op->kind == DIT_OP_LAYERNORM ? 1 : op->kind == DIT_OP_ADALN ? 2 : op->kind == DIT_OP_RMSNORM ? 3
-                 : op->kind == DIT_OP_ROWSUMSQ ? 4 : 5;
+      int mode = op->kind == DIT_OP_LAYERNORM ? DIT_ABI_NORM_LAYERNORM : op->kind == DIT_OP_ADALN ? DIT_ABI_NORM_ADALN
+                 : op->kind == DIT_OP_RMSNORM ? DIT_ABI_NORM_RMSNORM : op->kind == DIT_OP_ROWSUMSQ ? DIT_ABI_NORM_ROWSUMSQ
+                 : DIT_ABI_NORM_RMSNORM_SLICE;
       dit_strbuf_printf(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
-             "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % 8 == 0);
-      if (mode == 1) {
+             "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % DIT_ABI_VEC == 0);
+      if (mode == DIT_ABI_NORM_LAYERNORM) {
         dit_strbuf_printf(s, "#define AFFINE %d\n", op->n_in == 3);
         if (op->n_in == 3)
           dit_strbuf_printf(s, "#define T_W %d\n#define T_BIAS %d\n", dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype));
-      } else if (mode == 2) {
+      } else if (mode == DIT_ABI_NORM_ADALN) {
         const dit_value_t *mod = V(g, op->in[1]);
         dit_strbuf_printf(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
                "\n#define SCALE_ROW %" PRId64 "\n",
             dt_code(mod->dtype), x->dims[1], mod->dims[1], geti(op, "shift"), geti(op, "scale"));
-      } else if (mode == 3) {
+      } else if (mode == DIT_ABI_NORM_RMSNORM) {
         dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
-      } else if (mode == 5) {
+      } else if (mode == DIT_ABI_NORM_RMSNORM_SLICE) {
         dit_strbuf_printf(s, "#define T_SS %d\n#define T_W %d\n#define DIM %" PRId64 "\n", dt_code(V(g, op->in[1])->dtype),
                           dt_code(V(g, op->in[2])->dtype), geti(op, "dim"));
       }
-      if (D > 256 * 64) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': rows of %" PRId64 " exceed the GPU kernel's 16384", name, y->name, D);
-      set_launch(k, (uint64_t)rows, 1, 1, 256, 0);
+      if (D > DIT_ABI_BLOCK * DIT_ABI_ROWNORM_MAX_CHUNKS)
+        return DIT_ERR(UNIMPLEMENTED, "op %s '%s': rows of %" PRId64 " exceed the GPU kernel's %d", name, y->name, D,
+                       DIT_ABI_BLOCK * DIT_ABI_ROWNORM_MAX_CHUNKS);
+      set_launch(k, (uint64_t)rows, 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_ROPE: {
@@ -267,7 +279,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd, geti(op, "t0"),
           x->dims[1]);
       rope_table(s, geti(op, "f"), geti(op, "h"), geti(op, "w"), td, hd, wd, getf(op, "theta"));
-      set_launch(k, blocks_of(n / 2), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n / 2), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_LINEAR: {
@@ -281,11 +293,14 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
         return DIT_OK;
       }
+      /* The IR's act attribute: absent, or 1 for gelu_tanh (passes/fuse.c). */
+      const int64_t act = geti(op, "act");
+      if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
       dit_strbuf_printf(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
              "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n#define ACT %d\n",
-          dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3, (int)geti(op, "act"));
+          dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3, act ? DIT_ABI_ACT_GELU_TANH : DIT_ABI_ACT_NONE);
       if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
-      set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, 256, 0);
+      set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_ATTENTION: {
@@ -303,20 +318,21 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         return DIT_OK;
       }
       int64_t dp = (hd + 15) / 16 * 16;
-      /* Q tile of 128 rows, and two buffers each of K and V tiles of 64 keys (see the kernel). */
-      uint32_t smem = (uint32_t)((128 + 4 * 64) * (dp + 8) * 2);
+      /* A Q tile of 16 rows per warp, and two buffers each of K and V tiles (see the kernel). */
+      const int bq = 16 * DIT_ABI_ATTN_WARPS;
+      uint32_t smem = (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK) * (dp + 8) * 2);
       dit_strbuf_printf(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
       if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
-      set_launch(k, (uint64_t)((x->dims[1] + 127) / 128), (uint32_t)heads, (uint32_t)x->dims[0], 256, smem);
+      set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], 32 * DIT_ABI_ATTN_WARPS, smem);
       return DIT_OK;
     }
     case DIT_OP_SLICE_TOKENS:
       dit_strbuf_printf(s, "#define DIT_K_SLICE_TOKENS 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define TOKENS %" PRId64
              "LL\n#define C %" PRId64 "LL\n#define T0 %" PRId64 "LL\n#define COUNT %" PRId64 "LL\n",
           dt_code(x->dtype), x->dims[0], x->dims[1], x->dims[2], geti(op, "t0"), y->dims[1]);
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_ATTN_MERGE: {
       int64_t heads = geti(op, "heads");
@@ -326,7 +342,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_ATTN_MERGE 1\n#define T_OA %d\n#define T_LA %d\n#define T_LSE %d\n#define BATCH %" PRId64
              "LL\n#define SQ %" PRId64 "LL\n#define HEADS %" PRId64 "LL\n#define HD %" PRId64 "LL\n",
           dt_code(x->dtype), dt_code(la->dtype), dt_code(lse->dtype), x->dims[0], x->dims[1], heads, x->dims[2] / heads);
-      set_launch(k, blocks_of(n), 1, 1, 256, 0);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     default:
@@ -341,6 +357,18 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
 
 /* ---- compile with cache ---- */
 
+/* What NVRTC compiles every kernel template against: the ABI generated from dit_abi.def (the
+ * dit_abi.h this file includes, byte for byte) and the shared device helpers. */
+static const char *const kHeaderNames[] = {"dit_abi.h", "dit_device.cuh"};
+static const char *const kHeaderTexts[] = {dit_abi_source, dit_device_source};
+#define N_HEADERS ((int)(sizeof kHeaderNames / sizeof kHeaderNames[0]))
+
+int dit_cuda_kernel_headers(const char *const **out_names, const char *const **out_texts) {
+  *out_names = kHeaderNames;
+  *out_texts = kHeaderTexts;
+  return N_HEADERS;
+}
+
 #if DIT_HAVE_NVRTC
 static dit_status_t nvrtc_error(nvrtcResult r, const char *what) {
   return DIT_ERR(INTERNAL, "%s: %s", what, nvrtcGetErrorString(r));
@@ -351,7 +379,7 @@ static dit_status_t nvrtc_error(nvrtcResult r, const char *what) {
  * machine code, which the PTX-then-link path does not give them). */
 static dit_status_t nvrtc_compile(const char *src, const char *gpu_arch, int cubin, char **out, size_t *out_size) {
   nvrtcProgram prog;
-  nvrtcResult r = nvrtcCreateProgram(&prog, src, "dit_kernels.cu", 0, NULL, NULL);
+  nvrtcResult r = nvrtcCreateProgram(&prog, src, "dit_kernels.cu", N_HEADERS, kHeaderTexts, kHeaderNames);
   if (r != NVRTC_SUCCESS) return nvrtc_error(r, "nvrtcCreateProgram");
   char arch[64];
   snprintf(arch, sizeof arch, "--gpu-architecture=%s", gpu_arch);
@@ -596,6 +624,13 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
     free(s.p);
     return sp;
   }
+  /* The launch as planned, for the kernel to check against its own (static_assert). */
+  dit_strbuf_printf(&s, "#define DIT_LAUNCH_THREADS %u\n#define DIT_LAUNCH_SMEM %u\n",
+                    launch->block[0] * launch->block[1] * launch->block[2], launch->smem);
+  if (s.oom) {
+    free(s.p);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "codegen: out of memory");
+  }
 #if !DIT_HAVE_NVRTC
   (void)module;
   free(s.p);
@@ -612,7 +647,8 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   memcpy(src, s.p, s.len);
   free(s.p);
   memcpy(src + s.len, body, body_size);
-  /* Cache key: the full source, the target and the code generators' versions. */
+  /* Cache key: the full source, the headers it includes, the target and the code generators'
+   * versions. */
   int maj = 0, min = 0;
   nvrtcVersion(&maj, &min);
   char tag[96], key[33];
@@ -624,6 +660,11 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
     return st;
   }
   dit_hasher_update(h, src, strlen(src));
+  for (int i = 0; i < N_HEADERS; i++) {
+    dit_hasher_update(h, "\n//header ", 10);
+    dit_hasher_update(h, kHeaderNames[i], strlen(kHeaderNames[i]) + 1);
+    dit_hasher_update(h, kHeaderTexts[i], strlen(kHeaderTexts[i]));
+  }
   dit_hasher_update(h, tag, strlen(tag));
   dit_hasher_hex(h, key);
   dit_hasher_destroy(h);

@@ -39,6 +39,13 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
                                  int *out_has_kernel, dit_plan_kernel_t *launch,
                                  dit_cuda_module_t *module);
 
+/* The headers NVRTC compiles every kernel template against, as include names and NUL-terminated
+ * texts (static, owned by ditc): "dit_abi.h", the kernel ABI generated from
+ * compiler/kernels/dit_abi.def (the same bytes the code generator includes), and
+ * "dit_device.cuh", the shared device helpers. Both are part of every kernel's cache key.
+ * Returns their number. */
+int dit_cuda_kernel_headers(const char *const **out_names, const char *const **out_texts);
+
 /* Adds the code generators' versions to a toolchain identity object. */
 dit_status_t dit_cuda_toolchain(cJSON *toolchain);
 /* The minimum driver API version (cuDriverGetVersion units) the generated code needs. */

@@ -77,6 +77,10 @@ static char *read_file(const char *path, size_t *len) {
   return b;
 }
 
+/* The headers the kernel templates include (dit_abi.h generated from dit_abi.def by build.sh). */
+static const char *g_hdr_names[] = {"dit_abi.h", "dit_device.cuh"};
+static const char *g_hdr_texts[2] = {"", ""};
+
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
   return h;
@@ -93,6 +97,7 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
   snprintf(ver, sizeof ver, "nvrtc %d.%d|%s|%s|%s", major, minor, opt_arch, link_arch, g_link);
   uint64_t h = fnv1a(14695981039346656037ull, src, strlen(src));
   h = fnv1a(h, ver, strlen(ver));
+  for (int i = 0; i < 2; i++) h = fnv1a(h, g_hdr_texts[i], strlen(g_hdr_texts[i]));
   char path[1024];
   snprintf(path, sizeof path, "%s/%s-%016llx.cubin", g_cache, tag, (unsigned long long)h);
   FILE *f = fopen(path, "rb");
@@ -103,7 +108,7 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, src, "kernel.cu", 0, NULL, NULL) != NVRTC_SUCCESS) exit(1);
+  if (nvrtcCreateProgram(&prog, src, "kernel.cu", 2, g_hdr_texts, g_hdr_names) != NVRTC_SUCCESS) exit(1);
   /* nvrtc: NVRTC emits the sm_ cubin itself (ptxas in whole-program mode).
    * nvjitlink: compute_ PTX, then nvJitLink to sm_ (ptxas in relocatable mode, which ignores
    * setmaxnreg and serializes wgmma).
@@ -330,6 +335,10 @@ int main(int argc, char **argv) {
   }
   if (g_iters < 1) g_iters = 1;
   char path[1024];
+  snprintf(path, sizeof path, "%s/build-attn/dit_abi.h", g_repo);
+  g_hdr_texts[0] = read_file(path, NULL);
+  snprintf(path, sizeof path, "%s/compiler/kernels/dit_device.cuh", g_repo);
+  g_hdr_texts[1] = read_file(path, NULL);
   snprintf(path, sizeof path, "%s/compiler/kernels/dit_attn_sm90.cu", g_repo);
   char *ours_src = read_file(path, NULL);
   snprintf(path, sizeof path, "%s/compiler/kernels/dit_kernels.cu", g_repo);

@@ -1,9 +1,12 @@
 // Flash attention forward for Hopper (sm_90a): bf16 Q, K, V and output, fp32 accumulation,
 // online softmax in base 2, optional log-sum-exp (natural log). Non-causal.
 //
-// Specialization (prepended as #defines): HD (64 or 128), HEADS, SQ, LK, SCALE, HAS_LSE.
-// Tuning (optional): ATT_NCW consumer warpgroups (64 query rows each), ATT_BN keys per tile,
-// ATT_ST shared-memory stages of K and V, ATT_PERSIST (with BATCH defined) for a persistent grid.
+// Specialization (prepended as #defines): HD (64 or 128), HEADS, SQ, LK, SCALE, HAS_LSE, and from
+// ditc the launch planned (DIT_LAUNCH_THREADS, DIT_LAUNCH_SMEM; checked against ATT_THREADS,
+// ATT_SMEM). Headers: dit_abi.h (generated from dit_abi.def) and dit_device.cuh.
+// Tuning (optional; defaults and constants from dit_abi.h): ATT_NCW consumer warpgroups (64
+// query rows each), ATT_BN keys per tile, ATT_ST shared-memory stages of K and V, ATT_PERSIST
+// (with BATCH defined) for a persistent grid.
 //
 // Layouts: Q and out [B, SQ, HEADS*HD], K and V [B, LK, HEADS*HD] (heads interleaved in the
 // channel dim), lse fp32 [B, HEADS, SQ]. Entry:
@@ -29,31 +32,31 @@
 // Keys past LK (the tail tile, which through the 2-D view reads the next batch's rows or zero
 // fill) are masked to -inf; query rows past SQ are computed and not stored.
 
-#define DIT_INF __int_as_float(0x7f800000)
-
-typedef unsigned short bf16_t;
-typedef unsigned int u32;
-typedef unsigned long long u64;
+#include "dit_abi.h"
+#include "dit_device.cuh"
 
 #if HD != 64 && HD != 128
 #error "dit_attn_sm90: HD must be 64 or 128"
 #endif
 
+#if DIT_ABI_ATT90_SWIZZLE != 128 || DIT_ABI_ATT90_BOX_COLS != 64 || DIT_ABI_ATT90_WG_ROWS != 64 || DIT_ABI_ATT90_WG_THREADS != 128
+#error "dit_attn_sm90: the descriptors and fragments below assume 128-byte swizzled 64-channel boxes and 64-row warpgroups"
+#endif
 #ifndef ATT_NCW
 #if HD == 64
-#define ATT_NCW 3
+#define ATT_NCW DIT_ABI_ATT90_NCW_HD64
 #else
-#define ATT_NCW 2
+#define ATT_NCW DIT_ABI_ATT90_NCW_HD128
 #endif
 #endif
 #ifndef ATT_BN
-#define ATT_BN 128
+#define ATT_BN DIT_ABI_ATT90_BN
 #endif
 #ifndef ATT_ST
 #if HD == 64
-#define ATT_ST 4
+#define ATT_ST DIT_ABI_ATT90_ST_HD64
 #else
-#define ATT_ST 2
+#define ATT_ST DIT_ABI_ATT90_ST_HD128
 #endif
 #endif
 #ifndef ATT_PERSIST
@@ -62,14 +65,14 @@ typedef unsigned long long u64;
 #if ATT_PERSIST && !defined(BATCH)
 #error "dit_attn_sm90: ATT_PERSIST needs BATCH"
 #endif
-#define ATT_BM (64 * ATT_NCW)
-#define ATT_THREADS (128 * (ATT_NCW + 1))
-#define NHALF (HD / 64)  // 64-channel (128-byte) column blocks of a tile
+#define ATT_BM (DIT_ABI_ATT90_WG_ROWS * ATT_NCW)
+#define ATT_THREADS (DIT_ABI_ATT90_WG_THREADS * (ATT_NCW + 1))
+#define NHALF (HD / DIT_ABI_ATT90_BOX_COLS)  // 64-channel (128-byte) column blocks of a tile
 #define NQBUF (ATT_PERSIST ? 2 : 1)
 #define Q_BYTES (NHALF * ATT_BM * 128)
 #define KV_BYTES (NHALF * ATT_BN * 128)
 #define BAR_OFF (NQBUF * Q_BYTES + 2 * ATT_ST * KV_BYTES)
-#define ATT_SMEM (1024 + BAR_OFF + 8 * (4 + 4 * ATT_ST))
+#define ATT_SMEM (DIT_ABI_ATT90_SMEM_ALIGN + BAR_OFF + 8 * (4 + 4 * ATT_ST))
 #define NTILES ((LK + ATT_BN - 1) / ATT_BN)
 #define MBLK ((SQ + ATT_BM - 1) / ATT_BM)
 #if ATT_NCW == 2
@@ -81,6 +84,10 @@ typedef unsigned long long u64;
 #endif
 #if ATT_BN % 16 != 0 || ATT_BN > 256 || ATT_BM > 256
 #error "dit_attn_sm90: bad tile"
+#endif
+#if defined(DIT_LAUNCH_THREADS) && defined(DIT_LAUNCH_SMEM)
+static_assert(DIT_LAUNCH_THREADS == ATT_THREADS, "dit_attn_sm90: planned block size differs from ATT_THREADS");
+static_assert(DIT_LAUNCH_SMEM == ATT_SMEM, "dit_attn_sm90: planned dynamic shared memory differs from ATT_SMEM");
 #endif
 
 struct __align__(64) tmap_t {
@@ -128,17 +135,6 @@ __device__ __forceinline__ void reg_fence(float &v) { asm volatile("" : "+f"(v):
 __device__ __forceinline__ void reg_fence(u32 &v) { asm volatile("" : "+r"(v)::"memory"); }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ float ex2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
 
 // Shared-memory matrix descriptors, 128-byte swizzle (tiles 1024-byte aligned).
 // K-major: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); LBO unused.

@@ -3,22 +3,13 @@
 // per distinct specialization. Every kernel is `extern "C" __global__ void dit_kernel(...)`
 // taking output pointers first, then input pointers, in plan order.
 //
-// Storage types: DT_F32 = 0, DT_BF16 = 1; T_<NAME> macros pick one per operand. bf16 is
-// converted with round-to-nearest-even, bit-identical to the CPU reference's conversion.
+// Op codes, modes and launch constants come from dit_abi.h (generated from dit_abi.def, the
+// same header the code generator includes); T_<NAME> macros pick a storage type per operand
+// (DIT_ABI_DT_F32 or DIT_ABI_DT_BF16). ditc's specializations also state the launch they were
+// planned with (DIT_LAUNCH_THREADS, DIT_LAUNCH_SMEM), checked against the kernel at the end.
 
-#define INFINITY __int_as_float(0x7f800000)
-
-typedef unsigned short bf16_t;
-typedef unsigned int u32;
-
-__device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float(((u32)h) << 16); }
-__device__ __forceinline__ bf16_t f2bf(float f) {
-  u32 u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (bf16_t)(u >> 16);
-}
-
+#include "dit_abi.h"
+#include "dit_device.cuh"
 
 __device__ __forceinline__ float ld(const float *p, long long i) { return p[i]; }
 __device__ __forceinline__ float ld(const bf16_t *p, long long i) { return bf2f(p[i]); }
@@ -52,9 +43,11 @@ __device__ __forceinline__ void st8(float *p, long long i, const float *v) {
   *(float4 *)(p + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
 
+static_assert(DIT_ABI_VEC == 8, "ld8 and st8 move eight elements");
+
 template <int DT> struct storage;
-template <> struct storage<0> { typedef float t; };
-template <> struct storage<1> { typedef bf16_t t; };
+template <> struct storage<DIT_ABI_DT_F32> { typedef float t; };
+template <> struct storage<DIT_ABI_DT_BF16> { typedef bf16_t t; };
 #define TY(name) typename storage<T_##name>::t
 
 __device__ __forceinline__ float gelu_tanh(float x) {
@@ -83,36 +76,38 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 }
 
 #if defined(DIT_K_ELEMENTWISE)
-// Unary and binary elementwise ops over N elements: OPCODE 1 silu, 2 gelu_tanh, 3 add.
+// Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH or _ADD.
 // With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
 __device__ __forceinline__ float ew_apply(float x, float y) {
-#if OPCODE == 1
+#if OPCODE == DIT_ABI_EW_SILU
   return x / (1.f + expf(-x));
-#elif OPCODE == 2
+#elif OPCODE == DIT_ABI_EW_GELU_TANH
   return gelu_tanh(x);
-#else
+#elif OPCODE == DIT_ABI_EW_ADD
   return x + y;
+#else
+#error "DIT_K_ELEMENTWISE: unknown OPCODE"
 #endif
 }
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(A) *a
-#if OPCODE == 3
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(A) *a
+#if OPCODE == DIT_ABI_EW_ADD
                                                              , const TY(B) *b
 #endif
 ) {
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
 #if VEC8
-  if (i >= N / 8) return;
-  float va[8], vb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  ld8(a, i * 8, va);
-#if OPCODE == 3
-  ld8(b, i * 8, vb);
+  if (i >= N / DIT_ABI_VEC) return;
+  float va[DIT_ABI_VEC], vb[DIT_ABI_VEC] = {0, 0, 0, 0, 0, 0, 0, 0};
+  ld8(a, i * DIT_ABI_VEC, va);
+#if OPCODE == DIT_ABI_EW_ADD
+  ld8(b, i * DIT_ABI_VEC, vb);
 #endif
 #pragma unroll
-  for (int k = 0; k < 8; k++) va[k] = ew_apply(va[k], vb[k]);
-  st8(y, i * 8, va);
+  for (int k = 0; k < DIT_ABI_VEC; k++) va[k] = ew_apply(va[k], vb[k]);
+  st8(y, i * DIT_ABI_VEC, va);
 #else
   if (i >= N) return;
-#if OPCODE == 3
+#if OPCODE == DIT_ABI_EW_ADD
   st(y, i, ew_apply(ld(a, i), ld(b, i)));
 #else
   st(y, i, ew_apply(ld(a, i), 0.f));
@@ -123,20 +118,20 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 
 #if defined(DIT_K_GATED_ADD)
 // out[b, t, d] = x + y * mod[b, GATE, d]
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(X) *x, const TY(Y) *y,
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(X) *x, const TY(Y) *y,
                                                              const TY(MOD) *mod) {
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
 #if VEC8  // D a multiple of 8: 8 contiguous elements share one batch row of the gate
-  if (i >= (long long)BATCH * TOKENS * D / 8) return;
-  i *= 8;
+  if (i >= (long long)BATCH * TOKENS * D / DIT_ABI_VEC) return;
+  i *= DIT_ABI_VEC;
   const int d = (int)(i % D);
   const long long b = i / ((long long)TOKENS * D);
-  float vx[8], vy[8], vg[8];
+  float vx[DIT_ABI_VEC], vy[DIT_ABI_VEC], vg[DIT_ABI_VEC];
   ld8(x, i, vx);
   ld8(y, i, vy);
   ld8(mod, (b * NROWS + GATE) * D + d, vg);
 #pragma unroll
-  for (int k = 0; k < 8; k++) vx[k] = vx[k] + vy[k] * vg[k];
+  for (int k = 0; k < DIT_ABI_VEC; k++) vx[k] = vx[k] + vy[k] * vg[k];
   st8(out, i, vx);
 #else
   if (i >= (long long)BATCH * TOKENS * D) return;
@@ -149,8 +144,8 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const
 
 #if defined(DIT_K_MOD_TABLE)
 // out[b, j, d] = table[j, d] + e[b, (ROWS_E == 1 ? 0 : j), d]
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(TABLE) *table, const TY(E) *e) {
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(TABLE) *table, const TY(E) *e) {
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= (long long)BATCH * NROWS * D) return;
   const int d = (int)(i % D), j = (int)((i / D) % NROWS);
   const long long b = i / ((long long)NROWS * D);
@@ -161,8 +156,8 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const
 
 #if defined(DIT_K_TIMESTEP_EMBED)
 // diffusers' sinusoidal embedding in fp32: freq_j = exp(-ln(max_period) * j / (half - shift)).
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(T) *t) {
-  int i = blockIdx.x * 256 + threadIdx.x;
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(T) *t) {
+  int i = blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= BATCH * DIM) return;
   const int b = i / DIM, c = i % DIM, half = DIM / 2;
   const int j = c < half ? c : c - half;
@@ -178,9 +173,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const
 
 #if defined(DIT_K_PATCHIFY)
 // x [B, C, F, H, W] -> y [B, f*h*w, C*PT*PH*PW], row order (c, it, ih, iw)
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
   const long long ROW = (long long)C * PT * PH * PW, NT = (long long)(F / PT) * (H / PH) * (W / PW);
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= BATCH * NT * ROW) return;
   long long r = i % ROW, tok = (i / ROW) % NT, b = i / (ROW * NT);
   const int iw = (int)(r % PW), ih = (int)((r / PW) % PH), it = (int)((r / (PW * PH)) % PT), c = (int)(r / (PW * PH * PT));
@@ -192,9 +187,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 
 #if defined(DIT_K_UNPATCHIFY)
 // y [B, f*h*w, C*PT*PH*PW] with row order (it, ih, iw, c) -> out [B, C, f*PT, h*PH, w*PW]
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const TY(Y) *y) {
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(Y) *y) {
   const long long FF = GF * PT, HH = GH * PH, WW = GW * PW;
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= BATCH * C * FF * HH * WW) return;
   const int xw = (int)(i % WW), yh = (int)((i / WW) % HH), fr = (int)((i / (WW * HH)) % FF);
   const int c = (int)((i / (WW * HH * FF)) % C);
@@ -208,16 +203,27 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *out, const
 
 #if defined(DIT_K_ROWNORM)
 // One block per row of D elements, held in registers (8 contiguous per chunk with VEC8).
-// MODE 1 layernorm (AFFINE 0/1), MODE 2 adaln (layernorm, then *(1 + mod[b, SCALE_ROW]) +
-// mod[b, SHIFT_ROW]), MODE 3 rmsnorm; for rows split across tensor-parallel ranks, MODE 4 the
-// row's sum of squares (y has one value per row) and MODE 5 RMSNorm of a row slice given the
-// whole row's (all-reduced) sum of squares ss over DIM elements.
+// MODE (DIT_ABI_NORM_*) LAYERNORM (AFFINE 0/1), ADALN (layernorm, then *(1 + mod[b, SCALE_ROW])
+// + mod[b, SHIFT_ROW]), RMSNORM; for rows split across tensor-parallel ranks, ROWSUMSQ the row's
+// sum of squares (y has one value per row) and RMSNORM_SLICE the RMSNorm of a row slice given
+// the whole row's (all-reduced) sum of squares ss over DIM elements.
+#define M_LN DIT_ABI_NORM_LAYERNORM
+#define M_ADALN DIT_ABI_NORM_ADALN
+#define M_RMS DIT_ABI_NORM_RMSNORM
+#define M_SUMSQ DIT_ABI_NORM_ROWSUMSQ
+#define M_RMS_SLICE DIT_ABI_NORM_RMSNORM_SLICE
+#if MODE != M_LN && MODE != M_ADALN && MODE != M_RMS && MODE != M_SUMSQ && MODE != M_RMS_SLICE
+#error "DIT_K_ROWNORM: unknown MODE"
+#endif
 #if VEC8
-#define CW 8
+#define CW DIT_ABI_VEC
 #else
 #define CW 1
 #endif
-#define CHUNKS ((D / CW + 255) / 256)
+#define CHUNKS ((D / CW + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK)
+#if CHUNKS > DIT_ABI_ROWNORM_MAX_CHUNKS
+#error "DIT_K_ROWNORM: row too long for the registers of one block"
+#endif
 __device__ __forceinline__ void ldc(const float *p, long long i, float *v) {
 #if VEC8
   ld8(p, i, v);
@@ -246,25 +252,25 @@ __device__ __forceinline__ void stc(bf16_t *p, long long i, const float *v) {
   p[i] = f2bf(v[0]);
 #endif
 }
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x
-#if MODE == 1 && AFFINE
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x
+#if MODE == M_LN && AFFINE
                                                              , const TY(W) *w, const TY(BIAS) *bias
-#elif MODE == 2
+#elif MODE == M_ADALN
                                                              , const TY(MOD) *mod
-#elif MODE == 3
+#elif MODE == M_RMS
                                                              , const TY(W) *w
-#elif MODE == 5
+#elif MODE == M_RMS_SLICE
                                                              , const TY(SS) *ss, const TY(W) *w
 #endif
 ) {
-  __shared__ float scratch[8];
+  __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long row = blockIdx.x;
   const TY(X) *xr = x + row * D;
   float v[CHUNKS][CW];
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
-    const int d = (threadIdx.x + k * 256) * CW;
+    const int d = (threadIdx.x + k * DIT_ABI_BLOCK) * CW;
     if (d < D) ldc(xr, d, v[k]);
     else
 #pragma unroll
@@ -272,14 +278,14 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 #pragma unroll
     for (int e = 0; e < CW; e++) s += v[k][e];
   }
-#if MODE == 3 || MODE == 4
+#if MODE == M_RMS || MODE == M_SUMSQ
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++)
 #pragma unroll
     for (int e = 0; e < CW; e++) ss += v[k][e] * v[k][e];
-  ss = block_sum<256>(ss, scratch);
-#if MODE == 4
+  ss = block_sum<DIT_ABI_BLOCK>(ss, scratch);
+#if MODE == M_SUMSQ
   if (threadIdx.x == 0) st(y, row, ss);
   (void)s;
   return;
@@ -287,34 +293,34 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
   const float r = rsqrtf(ss / (float)D + EPS);
   const float mean = 0.f;
   (void)s;
-#elif MODE == 5
+#elif MODE == M_RMS_SLICE
   const float r = rsqrtf(ld(ss, row) / (float)DIM + EPS);
   const float mean = 0.f;
   (void)s;
 #else
-  const float mean = block_sum<256>(s, scratch) / (float)D;
+  const float mean = block_sum<DIT_ABI_BLOCK>(s, scratch) / (float)D;
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
-    const int d = (threadIdx.x + k * 256) * CW;
+    const int d = (threadIdx.x + k * DIT_ABI_BLOCK) * CW;
 #pragma unroll
     for (int e = 0; e < CW; e++) {
       float c = d < D ? v[k][e] - mean : 0.f;
       ss += c * c;
     }
   }
-  const float r = rsqrtf(block_sum<256>(ss, scratch) / (float)D + EPS);
+  const float r = rsqrtf(block_sum<DIT_ABI_BLOCK>(ss, scratch) / (float)D + EPS);
 #endif
-#if MODE == 2
+#if MODE == M_ADALN
   const long long b = row / TOKENS;
   const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
 #endif
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
-    const int d = (threadIdx.x + k * 256) * CW;
+    const int d = (threadIdx.x + k * DIT_ABI_BLOCK) * CW;
     if (d >= D) continue;
     float o[CW];
-#if MODE == 3 || MODE == 5
+#if MODE == M_RMS || MODE == M_RMS_SLICE
     float wv[CW];
     ldc(w, d, wv);
 #pragma unroll
@@ -322,13 +328,13 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 #else
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = (v[k][e] - mean) * r;
-#if MODE == 1 && AFFINE
+#if MODE == M_LN && AFFINE
     float wv[CW], bv[CW];
     ldc(w, d, wv);
     ldc(bias, d, bv);
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = o[e] * wv[e] + bv[e];
-#elif MODE == 2
+#elif MODE == M_ADALN
     float shv[CW], scv[CW];
     ldc(sh, d, shv);
     ldc(sc, d, scv);
@@ -349,9 +355,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 // One thread rotates one pair; consecutive threads take consecutive pairs of a head, so loads
 // and stores coalesce.
 __device__ const float2 rope_tab[] = {ROPE_TABLE};
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
   const int HD = TD + HDIM + WD, PAIRS = HD / 2;
-  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   const long long total = (long long)BATCH * COUNT * HEADS * PAIRS;
   if (i >= total) return;
   const int p = (int)(i % PAIRS);
@@ -371,8 +377,8 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 
 #if defined(DIT_K_SLICE_TOKENS)
 // Tokens [T0, T0 + COUNT) of x [BATCH, TOKENS, C]: a context-parallel rank's share.
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x) {
-  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+  const long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= (long long)BATCH * COUNT * C) return;
   const long long c = i % C, t = (i / C) % COUNT, b = i / ((long long)C * COUNT);
   st(y, i, ld(x, (b * TOKENS + T0 + t) * C + c));
@@ -383,9 +389,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 // Two attention states of the same queries over disjoint keys: o [BATCH, SQ, HEADS*HD],
 // lse [BATCH, HEADS, SQ] (natural log). Each output element weighs its two partials by
 // e^(lse - max); the thread holding a head's first element also writes the merged lse.
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *o, TY(LSE) *lse, const TY(OA) *oa, const TY(LA) *la,
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *o, TY(LSE) *lse, const TY(OA) *oa, const TY(LA) *la,
                                                              const TY(OA) *ob, const TY(LA) *lb) {
-  const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  const long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= (long long)BATCH * SQ * HEADS * HD) return;
   const long long d = i % HD, h = (i / HD) % HEADS, s = (i / ((long long)HD * HEADS)) % SQ, b = i / ((long long)HD * HEADS * SQ);
   const long long li = (b * HEADS + h) * SQ + s;
@@ -399,12 +405,12 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *o, TY(LSE)
 #if defined(DIT_K_LINEAR_SMALL)
 // y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]): one warp per output, for tiny M or dtype mixes
 // the matrix library does not take.
-extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
 #if HAS_BIAS
                                                              , const TY(BIAS) *bias
 #endif
 ) {
-  const long long o = ((long long)blockIdx.x * 256 + threadIdx.x) >> 5;
+  const long long o = ((long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (o >= (long long)M * N) return;
   const long long m = o / N, n = o % N;
@@ -414,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 #if HAS_BIAS
   acc += ld(bias, n);
 #endif
-#if ACT == 1
+#if ACT == DIT_ABI_ACT_GELU_TANH
   acc = gelu_tanh(acc);
 #endif
   if (lane == 0) st(y, o, acc);
@@ -430,9 +436,9 @@ extern "C" __global__ void __launch_bounds__(256) dit_kernel(TY(OUT) *y, const T
 // for V). Head dims are padded to DP (a multiple of 16) with zeros; keys past LK are masked.
 // Q [B, SQ, H*HD], K/V [B, LK, H*HD]; VEC (16-byte copies) needs HD and H*HD multiples of 8.
 #define DP (((HD) + 15) / 16 * 16)
-#define NW 8
+#define NW DIT_ABI_ATTN_WARPS
 #define BQ (16 * NW)
-#define BK 64
+#define BK DIT_ABI_ATTN_BK
 #define KS (DP + 8)  // row stride in bf16: 16-byte aligned rows that fall on distinct banks
 #define VEC ((HD % 8) == 0 && ((HEADS * HD) % 8) == 0)
 
@@ -466,19 +472,6 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) 
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// Two floats to packed bf16 (round to nearest even) in one instruction.
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-// 2^x on the special-function unit (relative error ~2^-22; inputs here are <= 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
 
 // Copies rows [r0, r0 + ROWS) of a [rows_total, CH] head slice into a [ROWS][KS] tile.
 template <int ROWS>
@@ -523,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   float o[DP / 8][4];
 #pragma unroll
   for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;  // rows g and g+8
+  float m_a = -DIT_INF, m_b = -DIT_INF, l_a = 0.f, l_b = 0.f;  // rows g and g+8
   const float sl2 = SCALE * 1.4426950408889634f;                 // scale * log2(e)
 
   for (int j = 0; j < ntiles; j++) {
@@ -568,7 +561,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int key = k0 + n * 8 + t4 * 2 + (e & 1);
-        s[n][e] = (!tail || key < LK) ? s[n][e] * sl2 : -INFINITY;
+        s[n][e] = (!tail || key < LK) ? s[n][e] * sl2 : -DIT_INF;
       }
       mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
@@ -577,16 +570,16 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
     mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    const float al_a = fast_exp2(m_a - mx_a), al_b = fast_exp2(m_b - mx_b);
+    const float al_a = ex2(m_a - mx_a), al_b = ex2(m_b - mx_b);
     m_a = mx_a;
     m_b = mx_b;
     float ps_a = 0.f, ps_b = 0.f;
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
-      s[n][0] = fast_exp2(s[n][0] - m_a);
-      s[n][1] = fast_exp2(s[n][1] - m_a);
-      s[n][2] = fast_exp2(s[n][2] - m_b);
-      s[n][3] = fast_exp2(s[n][3] - m_b);
+      s[n][0] = ex2(s[n][0] - m_a);
+      s[n][1] = ex2(s[n][1] - m_a);
+      s[n][2] = ex2(s[n][2] - m_b);
+      s[n][3] = ex2(s[n][3] - m_b);
       ps_a += s[n][0] + s[n][1];
       ps_b += s[n][2] + s[n][3];
     }
@@ -603,10 +596,10 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++) {
       u32 pa[4];
-      pa[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
       for (int n = 0; n < DP / 8; n += 2) {
         u32 bb[4];  // n tiles n and n + 1: lanes 16-31 address the columns 8 further on
@@ -630,8 +623,8 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     const int d = n * 8 + t4 * 2;
     if (d >= HD) continue;
     if (VEC) {
-      if (ra < SQ) *(u32 *)&ob[(long long)ra * CH + d] = pack2(o[n][0] * inv_a, o[n][1] * inv_a);
-      if (rb < SQ) *(u32 *)&ob[(long long)rb * CH + d] = pack2(o[n][2] * inv_b, o[n][3] * inv_b);
+      if (ra < SQ) *(u32 *)&ob[(long long)ra * CH + d] = pack_bf16(o[n][0] * inv_a, o[n][1] * inv_a);
+      if (rb < SQ) *(u32 *)&ob[(long long)rb * CH + d] = pack_bf16(o[n][2] * inv_b, o[n][3] * inv_b);
     } else {
 #pragma unroll
       for (int e = 0; e < 2; e++) {
@@ -649,4 +642,18 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   }
 #endif
 }
+#endif
+
+// The launch the code generator planned (block threads, dynamic shared memory) must be the one
+// the kernel was written for.
+#if defined(DIT_K_ATTENTION)
+#define DIT_KERNEL_THREADS (32 * NW)
+#define DIT_KERNEL_SMEM ((BQ + 4 * BK) * KS * 2)
+#else
+#define DIT_KERNEL_THREADS DIT_ABI_BLOCK
+#define DIT_KERNEL_SMEM 0
+#endif
+#if defined(DIT_LAUNCH_THREADS) && defined(DIT_LAUNCH_SMEM)
+static_assert(DIT_LAUNCH_THREADS == DIT_KERNEL_THREADS, "planned block size differs from the kernel's");
+static_assert(DIT_LAUNCH_SMEM == DIT_KERNEL_SMEM, "planned dynamic shared memory differs from the kernel's");
 #endif

@@ -1,0 +1,261 @@
+/* compiler/codegen_cuda and the kernel ABI: the constants NVRTC compiles the kernels against
+ * are the ones the code generator uses (both from compiler/kernels/dit_abi.def), the device
+ * helpers live in one header, and, where NVRTC is present (no GPU needed), real specializations
+ * compile with the launch the code generator planned, and a kernel refuses a different one. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "compiler/codegen_cuda.h"
+#include "dit_abi.h"
+#include "dit_attn_sm90_source.h"
+#include "dit_kernel_sources.h"
+
+#if DIT_HAVE_NVRTC
+#include <nvrtc.h>
+#endif
+
+typedef struct abi_entry {
+  const char *name;
+  long long value;
+} abi_entry_t;
+
+/* The table as C sees it when it includes the definition file itself. */
+static const abi_entry_t kTable[] = {
+#define DIT_ABI(name, value, text) {#name, value},
+#include "compiler/kernels/dit_abi.def"
+#undef DIT_ABI
+};
+#define N_TABLE (sizeof kTable / sizeof kTable[0])
+
+static const char *header(const char *name) {
+  const char *const *names, *const *texts;
+  int n = dit_cuda_kernel_headers(&names, &texts);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(names[i], name)) return texts[i];
+  return NULL;
+}
+
+/* The generated header's macros (what codegen_cuda.c compiles with) equal the table. */
+static void test_macros_match_table(void) {
+#define DIT_ABI(name, value, text) CHECK_EQ_INT(DIT_ABI_##name, value);
+#include "compiler/kernels/dit_abi.def"
+#undef DIT_ABI
+  CHECK_EQ_INT(DIT_ABI_COUNT, N_TABLE);
+}
+
+/* The text NVRTC gets as "dit_abi.h" defines exactly the table's constants with its values. */
+static void test_nvrtc_text_matches_table(void) {
+  const char *t = header("dit_abi.h");
+  CHECK(t != NULL);
+  if (!t) return;
+  size_t defs = 0;
+  for (const char *p = t; (p = strstr(p, "#define DIT_ABI_")); p++) defs++;
+  CHECK_EQ_INT(defs, N_TABLE + 2); /* the guard DIT_ABI_H and DIT_ABI_COUNT besides the table */
+  for (size_t i = 0; i < N_TABLE; i++) {
+    char line[128];
+    snprintf(line, sizeof line, "\n#define DIT_ABI_%s %lld ", kTable[i].name, kTable[i].value);
+    if (!strstr(t, line)) {
+      fprintf(stderr, "dit_abi.h for NVRTC lacks '%s'\n", line + 1);
+      CHECK(!"every table entry in the NVRTC header");
+    }
+  }
+}
+
+static int count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+  return n;
+}
+
+/* The bf16 conversions and exp2 are defined once, in the shared header both kernels include. */
+static void test_device_helpers_shared(void) {
+  const char *dev = header("dit_device.cuh");
+  CHECK(dev != NULL);
+  if (!dev) return;
+  static const char *const defs[] = {"float bf2f(", "bf16_t f2bf(", "u32 pack_bf16(", "float ex2(", "typedef unsigned short bf16_t"};
+  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+    CHECK_EQ_INT(count(dev, defs[i]), 1);
+    CHECK_EQ_INT(count(dit_kernel_source, defs[i]), 0);
+    CHECK_EQ_INT(count(dit_attn_sm90_source, defs[i]), 0);
+  }
+  CHECK_EQ_INT(count(dit_kernel_source, "ex2.approx"), 0);
+  CHECK_EQ_INT(count(dit_attn_sm90_source, "ex2.approx"), 0);
+  CHECK_EQ_INT(count(dit_attn_sm90_source, "cvt.rn.bf16x2"), 0);
+  CHECK(strstr(dit_kernel_source, "#include \"dit_abi.h\"") && strstr(dit_kernel_source, "#include \"dit_device.cuh\""));
+  CHECK(strstr(dit_attn_sm90_source, "#include \"dit_abi.h\"") && strstr(dit_attn_sm90_source, "#include \"dit_device.cuh\""));
+}
+
+#if DIT_HAVE_NVRTC
+/* Compiles src with the kernel headers to PTX for compute_80; 0 on success, else the log. */
+static int nvrtc_ptx(const char *src, char *log, size_t cap) {
+  const char *const *names, *const *texts;
+  int nh = dit_cuda_kernel_headers(&names, &texts);
+  nvrtcProgram prog;
+  log[0] = 0;
+  if (nvrtcCreateProgram(&prog, src, "probe.cu", nh, texts, names) != NVRTC_SUCCESS) return -1;
+  const char *opts[] = {"--gpu-architecture=compute_80", "--std=c++17", "-default-device"};
+  nvrtcResult r = nvrtcCompileProgram(prog, 3, opts);
+  size_t n = 0;
+  nvrtcGetProgramLogSize(prog, &n);
+  char *full = malloc(n + 1);
+  if (full) {
+    nvrtcGetProgramLog(prog, full);
+    full[n] = 0;
+    snprintf(log, cap, "%s", full);
+    free(full);
+  }
+  nvrtcDestroyProgram(&prog);
+  return r == NVRTC_SUCCESS ? 0 : 1;
+}
+
+/* NVRTC, through the same headers, sees every table value: a static_assert per entry holds, and
+ * the same probe with one value changed fails naming it. */
+static void test_nvrtc_sees_table(void) {
+  char *src = malloc(N_TABLE * 160 + 64), log[4096];
+  for (int perturb = 0; perturb < 2; perturb++) {
+    size_t n = (size_t)sprintf(src, "#include \"dit_abi.h\"\n");
+    for (size_t i = 0; i < N_TABLE; i++)
+      n += (size_t)sprintf(src + n, "static_assert(DIT_ABI_%s == %lld, \"ABI %s\");\n", kTable[i].name,
+                           kTable[i].value + (perturb && i == 3), kTable[i].name);
+    int rc = nvrtc_ptx(src, log, sizeof log);
+    if (!perturb) {
+      if (rc) fprintf(stderr, "probe: %s\n", log);
+      CHECK_EQ_INT(rc, 0);
+    } else {
+      char want[64];
+      snprintf(want, sizeof want, "ABI %s", kTable[3].name);
+      CHECK(rc != 0 && strstr(log, want) != NULL);
+    }
+  }
+  free(src);
+}
+
+/* The common kernel template refuses a launch it was not written for. */
+static void test_kernel_checks_launch(void) {
+  static const char spec[] = "#define DIT_K_ELEMENTWISE 1\n#define OPCODE DIT_ABI_EW_SILU\n#define N 4096LL\n#define T_A 1\n#define T_OUT 1\n"
+                             "#define VEC8 1\n#define DIT_LAUNCH_SMEM 0\n";
+  char *src = malloc(sizeof spec + sizeof dit_kernel_source + 64), log[4096];
+  for (int threads = 128; threads <= 256; threads += 128) {
+    int n = sprintf(src, "%s#define DIT_LAUNCH_THREADS %d\n", spec, threads);
+    memcpy(src + n, dit_kernel_source, sizeof dit_kernel_source);
+    int rc = nvrtc_ptx(src, log, sizeof log);
+    if (threads == DIT_ABI_BLOCK) {
+      if (rc) fprintf(stderr, "elementwise: %s\n", log);
+      CHECK_EQ_INT(rc, 0);
+    } else {
+      CHECK(rc != 0 && strstr(log, "planned block size differs"));
+    }
+  }
+  /* An opcode outside the ABI is an error, not a silent add. */
+  int n = sprintf(src, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE 9\n#define N 4096LL\n#define T_A 1\n#define T_OUT 1\n#define VEC8 1\n"
+                       "#define DIT_LAUNCH_SMEM 0\n#define DIT_LAUNCH_THREADS %d\n", DIT_ABI_BLOCK);
+  memcpy(src + n, dit_kernel_source, sizeof dit_kernel_source);
+  CHECK(nvrtc_ptx(src, log, sizeof log) != 0 && strstr(log, "unknown OPCODE"));
+  free(src);
+}
+#endif
+
+/* Real ops through the code generator: each specialization compiles (so its planned launch
+ * passed the kernel's static_asserts) and carries the launch the ABI implies. */
+static dit_vid_t in3(dit_graph_t *g, const char *name, dit_dtype_t t, int64_t a, int64_t b, int64_t c) {
+  int64_t d[3] = {a, b, c};
+  return dit_graph_input(g, name, t, 3, d);
+}
+
+static void check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only) {
+  const dit_op_t *op = dit_graph_cop_at(g, dit_graph_num_ops(g) - 1);
+  int has = 0;
+  dit_plan_kernel_t k;
+  dit_cuda_module_t m;
+  memset(&m, 0, sizeof m);
+  dit_status_t s = dit_cuda_codegen_op(cg, g, op, &has, &k, &m);
+  if (s) fprintf(stderr, "%s: %s\n", what, dit_status_message(s));
+  CHECK(s == DIT_OK);
+  dit_status_free(s);
+  if (s) return;
+  CHECK_EQ_INT(has, 1);
+  if (k.block[0] != block || k.smem != smem) fprintf(stderr, "%s: block %u smem %u\n", what, k.block[0], k.smem);
+  CHECK_EQ_INT(k.block[0], block);
+  CHECK_EQ_INT(k.smem, smem);
+  CHECK(m.cubin && m.cubin_size > 0);
+  CHECK(cubin_only ? m.ptx == NULL : (m.ptx && m.ptx_size > 0));
+}
+
+static void test_codegen_ops(const char *target, const char *cache) {
+  dit_cuda_codegen_t *cg = NULL;
+  dit_status_t s = dit_cuda_codegen_create(target, cache, &cg);
+#if !DIT_HAVE_NVRTC
+  CHECK(s != DIT_OK);
+  dit_status_free(s);
+  return;
+#endif
+  CHECK_OK(s);
+  if (!cg) return;
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  dit_vid_t x = in3(g, "x", DIT_BF16, 2, 100, 64);
+  dit_graph_op(g, DIT_OP_SILU, &x, 1, NULL, DIT_BF16, "silu");
+  check_op(cg, g, "silu", DIT_ABI_BLOCK, 0, 0);
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", 1e-6);
+  dit_graph_op(g, DIT_OP_LAYERNORM, &x, 1, &a, DIT_BF16, "ln");
+  check_op(cg, g, "layernorm", DIT_ABI_BLOCK, 0, 0);
+  int64_t wd[1] = {64}, ld[2] = {32, 64};
+  dit_vid_t w = dit_graph_weight(g, "w", DIT_BF16, 1, wd), rw[2] = {x, w};
+  dit_graph_op(g, DIT_OP_RMSNORM, rw, 2, &a, DIT_F32, "rms");
+  check_op(cg, g, "rmsnorm", DIT_ABI_BLOCK, 0, 0);
+  dit_vid_t small = in3(g, "small", DIT_BF16, 1, 3, 64), lw = dit_graph_weight(g, "lw", DIT_BF16, 2, ld), li[2] = {small, lw};
+  dit_attrs_t act = {0};
+  dit_attrs_set_int(&act, "act", 1);
+  dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin");
+  check_op(cg, g, "linear (small, gelu)", DIT_ABI_BLOCK, 0, 0);
+  dit_attrs_set_int(&act, "act", 7);
+  dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin7");
+  int has = 0;
+  dit_plan_kernel_t k;
+  dit_cuda_module_t m;
+  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+            "activation 7");
+  /* Attention: at head dims 64 and 128 on sm_90 the Hopper kernel, else the portable one. */
+  const int sm90 = !strcmp(target, "sm_90");
+  for (int hd = 64; hd <= 128; hd += 64) {
+    for (int64_t lk = 77; lk <= 1100; lk += 1023) {
+      dit_vid_t q = in3(g, "q", DIT_BF16, 2, 300, 2 * hd), kv = in3(g, "kv", DIT_BF16, 2, lk, 2 * hd), qkv[3] = {q, kv, kv};
+      dit_attrs_t at = {0};
+      dit_attrs_set_int(&at, "heads", 2);
+      dit_attrs_set_float(&at, "scale", 0.125);
+      dit_graph_op(g, DIT_OP_ATTENTION, qkv, 3, &at, DIT_BF16, "att");
+      char what[64];
+      snprintf(what, sizeof what, "attention hd %d keys %lld on %s", hd, (long long)lk, target);
+      if (sm90) {
+        const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
+        const int st = hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128, nh = hd / 64, bm = 64 * ncw;
+        const int persist = hd == 128 && lk <= 1024;
+        check_op(cg, g, what, (uint32_t)(128 * (ncw + 1)),
+                 (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * 128 * 128 + 8 * (4 + 4 * st)), 1);
+      } else {
+        check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * (hd + 8) * 2), 0);
+      }
+      if (!sm90) break; /* one shape is enough for the portable kernel */
+    }
+  }
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+  dit_cuda_codegen_destroy(cg);
+}
+
+int main(void) {
+  test_macros_match_table();
+  test_nvrtc_text_matches_table();
+  test_device_helpers_shared();
+#if DIT_HAVE_NVRTC
+  test_nvrtc_sees_table();
+  test_kernel_checks_launch();
+#endif
+  const char *tmp = check_tmpdir("codegen_cuda");
+  test_codegen_ops("sm_80", tmp);
+  test_codegen_ops("sm_90", tmp);
+  return check_summary("test_codegen_cuda");
+}
