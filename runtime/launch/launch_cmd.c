@@ -400,7 +400,7 @@ static void selftest_on_failure(void *ctx, int failed_rank, const char *why) {
 }
 
 int dit_rendezvous_selftest_main(int argc, char **argv) {
-  long fail_rank = -1, hold_ms = -1, timeout_ms = 10000;
+  long fail_rank = -1, hold_ms = -1, timeout_ms = 10000, late_ms = 0;
   int die = 0;
   for (int i = 0; i < argc; i += 2) { /* every option takes a value */
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -408,6 +408,7 @@ int dit_rendezvous_selftest_main(int argc, char **argv) {
     if (!strcmp(f, "--fail-rank")) bad = parse_count(v, 0, 1 << 20, &fail_rank);
     else if (!strcmp(f, "--hold-ms")) bad = parse_count(v, 0, 3600000, &hold_ms);
     else if (!strcmp(f, "--timeout-ms")) bad = parse_count(v, 1, 3600000, &timeout_ms);
+    else if (!strcmp(f, "--late-ms")) bad = parse_count(v, 0, 3600000, &late_ms);
     else if (!strcmp(f, "--fail-how")) {
       bad = !v || (strcmp(v, "report") && strcmp(v, "exit"));
       die = v && !strcmp(v, "exit");
@@ -423,6 +424,7 @@ int dit_rendezvous_selftest_main(int argc, char **argv) {
   dit_launch_env_t e;
   dit_status_t s = dit_launch_env_read(&e);
   if (s) return dit_status_report(s, "ditrun");
+  if (e.rank > 0 && late_ms) poll(NULL, 0, (int)late_ms);
   char payload[128] = {0}, got[128] = {0};
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);

@@ -302,22 +302,14 @@ static int step_pending(dit_rdzv_acceptor_t *a, int i, dit_rdzv_peer_t *out) {
       continue;
     }
     dit_rdzv_msg_t m;
-    size_t used;
-    dit_status_t s = dit_rdzv_msg_parse(p->buf, p->got, &m, &used);
+    dit_status_t s = dit_rdzv_hello_verify(a->secret, a->secret_len, a->channel, p->nonce, p->buf, p->got, &m);
     if (s) {
-      drop_pending(a, i, dit_status_message(s), NULL);
-      dit_status_free(s);
-      return -1;
-    }
-    unsigned char want[DIT_RDZV_MAC_BYTES];
-    dit_rdzv_hello_mac(a->secret, a->secret_len, a->channel, p->nonce, m.nonce, m.h.a, m.h.b, m.extra, want);
-    if (!dit_crypto_equal(want, m.mac, sizeof want)) {
-      char why[256], tell[200];
-      snprintf(why, sizeof why, "it claims rank %d of %d but its answer to this connection's challenge does not prove the job secret "
-               "(a process with another secret, or a replayed answer)", m.h.a, m.h.b);
+      char tell[200];
+      const int bad_mac = dit_status_code(s) == DIT_CODE_DATA_LOSS;
       snprintf(tell, sizeof tell, "%s refused the proof of the job secret", a->who);
-      a->bad_mac++;
-      drop_pending(a, i, why, tell);
+      a->bad_mac += bad_mac;
+      drop_pending(a, i, dit_status_message(s), bad_mac ? tell : NULL);
+      dit_status_free(s);
       return -1;
     }
     unsigned char proof[DIT_RDZV_MAC_BYTES];

@@ -61,7 +61,7 @@ dit_status_t dit_rdzv_header_parse(const unsigned char *h, size_t n, dit_rdzv_fr
   body_bounds(f.type, &lo, &hi);
   if (f.len < lo || f.len > hi) {
     char b[32];
-    return DIT_ERR(OUT_OF_RANGE, "rendezvous frame: a %s of %u body bytes, expected %u..%u", dit_rdzv_type_name(f.type, b, sizeof b),
+    return DIT_ERR(INVALID_ARGUMENT, "rendezvous frame: a %s of %u body bytes, expected %u..%u", dit_rdzv_type_name(f.type, b, sizeof b),
                    f.len, lo, hi);
   }
   *out = f;
@@ -195,4 +195,23 @@ void dit_rdzv_proof_mac(const unsigned char *secret, size_t secret_len, int chan
   mac_u32(&c, (uint32_t)client_rank);
   mac_u32(&c, (uint32_t)world);
   dit_hmac_sha256_final(&c, out);
+}
+
+dit_status_t dit_rdzv_hello_verify(const unsigned char *secret, size_t secret_len, int channel,
+                                   const unsigned char server_nonce[DIT_RDZV_NONCE_BYTES], const void *bytes, size_t n,
+                                   dit_rdzv_msg_t *out) {
+  size_t used = 0;
+  DIT_RETURN_IF(dit_rdzv_msg_parse(bytes, n, out, &used));
+  char b[32];
+  if (out->h.type != DIT_RDZV_HELLO)
+    return DIT_ERR(INVALID_ARGUMENT, "it sent a %s frame where a hello belongs", dit_rdzv_type_name(out->h.type, b, sizeof b));
+  if (used != n) return DIT_ERR(INVALID_ARGUMENT, "it sent %zu bytes after its hello, before hearing back", n - used);
+  unsigned char want[DIT_RDZV_MAC_BYTES];
+  dit_rdzv_hello_mac(secret, secret_len, channel, server_nonce, out->nonce, out->h.a, out->h.b, out->extra, want);
+  const int ok = dit_crypto_equal(want, out->mac, sizeof want);
+  dit_crypto_wipe(want, sizeof want);
+  if (!ok)
+    return DIT_ERR(DATA_LOSS, "it claims rank %d of %d but its answer to this connection's challenge does not prove the job secret "
+                   "(a process with another secret, or a replayed answer)", out->h.a, out->h.b);
+  return DIT_OK;
 }

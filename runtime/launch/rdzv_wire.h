@@ -70,7 +70,8 @@ void dit_rdzv_header_encode(const dit_rdzv_frame_t *f, unsigned char out[DIT_RDZ
 
 /* Checks the header at the start of h (n >= DIT_RDZV_HDR_BYTES): our magic (else
  * INVALID_ARGUMENT "not a ditrun rendezvous frame"), our version (FAILED_PRECONDITION naming
- * both) and a body length its type allows (OUT_OF_RANGE naming both). An unknown type is
+ * both) and a body length its type allows (INVALID_ARGUMENT naming both); OUT_OF_RANGE only
+ * for fewer than DIT_RDZV_HDR_BYTES bytes. An unknown type is
  * accepted with a body of at most DIT_RDZV_MAX_TEXT bytes: a newer peer's notice. */
 dit_status_t dit_rdzv_header_parse(const unsigned char *h, size_t n, dit_rdzv_frame_t *out);
 
@@ -101,6 +102,14 @@ void dit_rdzv_proof_mac(const unsigned char *secret, size_t secret_len, int chan
                         const unsigned char server_nonce[DIT_RDZV_NONCE_BYTES],
                         const unsigned char client_nonce[DIT_RDZV_NONCE_BYTES], int32_t acceptor_rank,
                         int32_t client_rank, int32_t world, unsigned char out[DIT_RDZV_MAC_BYTES]);
+
+/* What the accepting side does with the bytes a connection sent after its challenge: parses
+ * them as one whole HELLO frame (nothing after it) and checks its MAC against server_nonce in
+ * constant time. OK with the hello in *out; the parser's errors, INVALID_ARGUMENT for another
+ * frame type or trailing bytes, DATA_LOSS "does not prove the job secret" for a wrong MAC. */
+dit_status_t dit_rdzv_hello_verify(const unsigned char *secret, size_t secret_len, int channel,
+                                   const unsigned char server_nonce[DIT_RDZV_NONCE_BYTES], const void *bytes, size_t n,
+                                   dit_rdzv_msg_t *out);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,10 @@
 # `ditrun launch` on loopback: three ranks meet and print rank 0's payload with their stderr
 # prefixed; one failing rank (reporting it, or simply exiting) makes the launch exit non-zero
 # within seconds, naming that rank, with no rank left running; bad usage is refused; bundles run
-# one rank per process.
+# one rank per process. Only the job's own ranks get in: stray connections (silent, garbage,
+# no MAC, another secret, a replayed nonce, the other channel) are refused and logged while the
+# job gives the same output; a rank with another secret fails the job naming the secret; ranks
+# started by hand need a secret (an owner-only file, or a value).
 set -uo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -24,7 +27,41 @@ done
 [ "$(sed -n 's/.*payload //p' "$T/out" | sort -u | wc -l)" = 1 ] || fail "the ranks got different payloads"
 echo "ok: 3 ranks met"; cat "$T/out"
 
-# --- one rank fails: quickly, by name, nobody left behind
+# A port P for --port (the rendezvous takes P + 1) that is free now, below the kernel's
+# ephemeral range where other tests' outgoing connections take theirs; the launch binds P + 1
+# before it starts any rank.
+secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+pick_port() {
+  python3 -c '
+import random, socket
+for _ in range(100):
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p + 1))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}
+
+# --- strays at the rendezvous (ranks 1 and 2 start late, so the strays come first)
+port=$(pick_port)
+DIT_JOB_SECRET=$secret timeout 60 "$BIN/ditrun" launch --port "$port" -n 3 -- rendezvous-selftest --late-ms 1000 --timeout-ms 8000 \
+  --tag "$TAG" >"$T/out" 2>"$T/err" &
+lp=$!
+sleep 0.2 # the launch binds its port at once
+python3 tests/tools/stray_peer.py $((port + 1)) "$secret" --seconds 8 >"$T/stray" 2>&1 || fail "a stray got a proof: $(cat "$T/stray")"
+wait $lp || { fail "launch with strays exited $?"; cat "$T/err"; }
+grep -q ": 6 strays, 6 connected, 6 refused, 0 proofs" "$T/stray" || { fail "strays: $(cat "$T/stray")"; }
+[ "$(grep -c "^\[rank 0\] ditrun: rendezvous, rank 0: refused a connection from 127.0.0.1:" "$T/err")" = 7 ] || { fail "rank 0 did not log 7 refusals"; cat "$T/err"; }
+grep -q "refused a connection from 127.0.0.1:[0-9]*: not a ditrun rendezvous frame" "$T/err" &&
+  [ "$(grep -c "does not prove the job secret" "$T/err")" = 4 ] || fail "refusals do not say why"
+for r in 0 1 2; do grep -q "^rank $r of 3: payload selftest-" "$T/out" || fail "rank $r did not meet with strays about"; done
+echo "ok: strays at the rendezvous refused, the ranks met: $(cat "$T/stray")"
+
 for how in report exit; do
   t0=$(now_ms)
   timeout 30 "$BIN/ditrun" launch -n 3 -- rendezvous-selftest --fail-rank 1 --fail-how $how --hold-ms 20000 \
@@ -37,6 +74,30 @@ for how in report exit; do
   if pgrep -f -- "--tag $TAG" >/dev/null; then fail "fail-how $how: ranks left running"; pgrep -af -- "--tag $TAG"; fi
   echo "ok: rank 1 failing ($how) stopped the launch in $dt ms: $(grep 'launch: error' "$T/err")"
 done
+
+# --- the secret: one rank with another fails the job naming it; none is refused at start
+port=$(pick_port)
+for r in 0 1; do
+  s=$secret; [ $r = 1 ] && s=${secret}x
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DIT_JOB_SECRET=$s \
+    timeout 30 "$BIN/ditrun" rendezvous-selftest --timeout-ms 3000 --tag "$TAG" >/dev/null 2>"$T/err$r" &
+  pids[r]=$!
+done
+t0=$(now_ms); wait "${pids[1]}"; rc1=$?; dt=$(( $(now_ms) - t0 )); wait "${pids[0]}"; rc0=$?
+[ $rc1 -ne 0 ] && [ $dt -lt 2500 ] && grep -q "refused this rank's proof of the job secret: the ranks do not share one secret; set the same DIT_JOB_SECRET or DIT_JOB_SECRET_FILE on every rank" "$T/err1" ||
+  { fail "rank 1 with another secret (rc $rc1, $dt ms)"; cat "$T/err1"; }
+[ $rc0 -ne 0 ] && grep -q "refused for a wrong proof of the job secret" "$T/err0" || { fail "rank 0 facing another secret (rc $rc0)"; cat "$T/err0"; }
+echo "ok: a rank with another secret: $(grep error "$T/err1")"
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 "$BIN/ditrun" rendezvous-selftest 2>"$T/err"
+[ $? -ne 0 ] && grep -q "without a job secret: set DIT_JOB_SECRET (a value) or DIT_JOB_SECRET_FILE" "$T/err" || { fail "no secret accepted"; cat "$T/err"; }
+# An owner-only file serves every rank; one that others may read is refused, also through the launch.
+printf '%s' "$secret" >"$T/secret"; chmod 644 "$T/secret"
+DIT_JOB_SECRET_FILE=$T/secret timeout 30 "$BIN/ditrun" launch -n 2 -- rendezvous-selftest --timeout-ms 5000 >"$T/out" 2>"$T/err"
+[ $? -ne 0 ] && grep -q "permissions 0644 are too open" "$T/err" || { fail "a secret file readable by others accepted"; cat "$T/err"; }
+chmod 600 "$T/secret"
+DIT_JOB_SECRET_FILE=$T/secret timeout 30 "$BIN/ditrun" launch -n 2 -- rendezvous-selftest --timeout-ms 5000 >"$T/out" 2>"$T/err" ||
+  { fail "an owner-only secret file refused"; cat "$T/err"; }
+echo "ok: job secrets from a file (owner-only) and refused without one"
 
 # --- usage
 "$BIN/ditrun" launch -- rendezvous-selftest 2>"$T/err"; [ $? -eq 2 ] && grep -q "missing -n" "$T/err" || fail "missing -n accepted"
@@ -67,6 +128,25 @@ for top in "--tp 2" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --
   [ "$(grep -c '^wrote' "$T/out")" = 2 ] || fail "launch -n $w $top: expected one writer per run"
   echo "ok: launch -n $w $top: forward and generate identical to one process"
 done
+# Strays at the rendezvous and at every rank's mesh listener found while a job runs: none is
+# let in, and the output is the one-process run's. (How many arrive before the ranks have met
+# depends on timing; the selftest above and unit.test_comm_tcp pin the refusals themselves.)
+rm -f "$T/fs.safetensors"
+# The strays start first, so they are connected as soon as the launch opens its port.
+port=$(pick_port)
+rm -f "$T/pid"
+python3 tests/tools/stray_peer.py $((port + 1)) "$secret" --scan-pidfile "$T/pid" --seconds 20 >"$T/stray" 2>&1 &
+sp=$!
+sleep 0.3
+DIT_JOB_SECRET=$secret timeout 60 "$BIN/ditrun" launch --port "$port" -n "$w" -- forward "$b" --inputs "$d/forward_inputs.safetensors" \
+  --out "$T/fs.safetensors" >"$T/out" 2>"$T/err" &
+lp=$!
+echo $lp >"$T/pid"
+wait $lp || { fail "launch -n $w with strays exited"; cat "$T/err"; }
+wait $sp || fail "a stray got a proof: $(cat "$T/stray")"
+cmp -s "$T/f1.safetensors" "$T/fs.safetensors" || fail "launch -n $w with strays: output differs"
+awk '{ if ($4 != $6) bad = 1 } END { exit bad }' "$T/stray" || fail "a stray was neither refused nor kept out: $(cat "$T/stray")"
+echo "ok: launch -n $w with strays at $(wc -l <"$T/stray") listeners ($(grep -c "refused a connection" "$T/err") refusals logged): identical forward"
 # Overlapped collectives between processes (TCP calls on each process's collective queue, its
 # copies and calls delayed): the same bytes.
 rm -f "$T/fo.safetensors"

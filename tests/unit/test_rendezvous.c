@@ -610,6 +610,9 @@ static void test_bind(void) {
   CHECK_EQ_INT(b.reached_other, 0);
 }
 
+static int free_port(void);
+static void fill_env(dit_launch_env_t *e, int rank, int world, int port, const char *secret);
+
 static void test_bad_arguments(void) {
   dit_launch_env_t e;
   memset(&e, 0, sizeof e);
@@ -620,6 +623,23 @@ static void test_bad_arguments(void) {
   e.rank = 0;
   CHECK_ERR(dit_rendezvous(&e, buf, DIT_RDZV_MAX_PAYLOAD + 1, 100, NULL, NULL, &r, buf), INVALID_ARGUMENT, "at most");
   CHECK_ERR(dit_rendezvous(&e, buf, sizeof buf, 0, NULL, NULL, &r, buf), INVALID_ARGUMENT, "timeout");
+  /* A world of more than one needs a secret. */
+  CHECK_ERR(dit_rendezvous(&e, buf, sizeof buf, 100, NULL, NULL, &r, buf), INVALID_ARGUMENT,
+            "rank 0 of 2 has no job secret: set DIT_JOB_SECRET or DIT_JOB_SECRET_FILE");
+  /* The listener handed down by `ditrun launch` must be the one for this port. */
+  fill_env(&e, 0, 2, free_port(), SECRET);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int lfd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+  socklen_t al = sizeof a;
+  CHECK(lfd > 2 && !bind(lfd, (struct sockaddr *)&a, sizeof a) && !listen(lfd, 4) && !getsockname(lfd, (struct sockaddr *)&a, &al));
+  port = ntohs(a.sin_port);
+  e.rdzv_listen_fd = lfd;
+  char want[96];
+  snprintf(want, sizeof want, "is not a socket listening on port %d (found port %d, listening)", e.port, port);
+  CHECK_ERR(dit_rendezvous(&e, buf, sizeof buf, 100, NULL, NULL, &r, buf), INVALID_ARGUMENT, want);
+  close(lfd);
 }
 
 int main(void) {
