@@ -1,8 +1,11 @@
-/* A human-readable summary of a manifest, shared by `ditc inspect` and `ditrun info`. */
+/* A human-readable summary of a manifest and of rank 0's offload schedule (read from its typed
+ * plan section), shared by `ditc inspect` and `ditrun info`. */
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "artifacts/bundle.h"
 #include "artifacts/manifest.h"
+#include "artifacts/plan.h"
 
 static void print_dims(FILE *f, const int64_t *d, int rank) {
   fputc('[', f);
@@ -38,57 +41,6 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
            m->weights[i].n_tensors);
   fprintf(f, "memory     arena %.2f MiB, weights %.2f MiB, predicted peak %.2f MiB\n", (double)m->arena_bytes / (1 << 20),
          (double)m->weight_bytes / (1 << 20), (double)m->peak_bytes / (1 << 20));
-  const cJSON *of = m->summary ? cJSON_GetObjectItem(m->summary, "offload") : NULL;
-  if (cJSON_IsObject(of)) {
-    const cJSON *mode = cJSON_GetObjectItem(of, "mode"), *step = cJSON_GetObjectItem(of, "predicted_step_ms"),
-                *rstep = cJSON_GetObjectItem(of, "resident_step_ms"), *peak = cJSON_GetObjectItem(of, "predicted_peak_bytes"),
-                *rpeak = cJSON_GetObjectItem(of, "resident_peak_bytes"), *chunk = cJSON_GetObjectItem(of, "chunk_bytes"),
-                *blocks = cJSON_GetObjectItem(of, "blocks");
-    if (cJSON_IsString(mode) && cJSON_IsNumber(step) && cJSON_IsNumber(rstep) && cJSON_IsNumber(peak) && cJSON_IsNumber(rpeak) &&
-        cJSON_IsNumber(chunk)) {
-      fprintf(f, "offload    %s, chunks of %.3g MiB: predicted step %.3f ms (%.3f resident), peak %.2f MiB (%.2f resident)\n",
-              mode->valuestring, chunk->valuedouble / (1 << 20), step->valuedouble, rstep->valuedouble,
-              peak->valuedouble / (1 << 20), rpeak->valuedouble / (1 << 20));
-      const cJSON *hp = cJSON_GetObjectItem(of, "profile");
-      const cJSON *hn = cJSON_GetObjectItem(hp, "name"), *pp = cJSON_GetObjectItem(hp, "p_peak_tflops"), *bw = cJSON_GetObjectItem(hp, "bw_h2d_gbs"),
-                  *ec = cJSON_GetObjectItem(hp, "eta_comp"), *ep = cJSON_GetObjectItem(hp, "eta_pref");
-      if (cJSON_IsString(hn) && cJSON_IsNumber(pp) && cJSON_IsNumber(bw) && cJSON_IsNumber(ec) && cJSON_IsNumber(ep))
-      {
-        fprintf(f, "profile    %s: %.3g TFLOP/s x %.3g, host-to-device %.3g GB/s x %.3g", hn->valuestring, pp->valuedouble,
-                ec->valuedouble, bw->valuedouble, ep->valuedouble);
-        const cJSON *so = cJSON_GetObjectItem(hp, "step_overhead_us"), *cl = cJSON_GetObjectItem(hp, "coll_latency_us"),
-                    *cg = cJSON_GetObjectItem(hp, "coll_gbs");
-        if (cJSON_IsNumber(so) && so->valuedouble > 0) fprintf(f, ", %.3g us a step", so->valuedouble);
-        if (cJSON_IsNumber(cl) && cJSON_IsNumber(cg) && cg->valuedouble > 0)
-          fprintf(f, ", collectives %.3g us + bytes at %.3g GB/s", cl->valuedouble, cg->valuedouble);
-        fputc('\n', f);
-      }
-      fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks  next block's chunks per window\n");
-      int i = 0;
-      const cJSON *b;
-      cJSON_ArrayForEach(b, blocks) {
-        const cJSON *fl = cJSON_GetObjectItem(b, "flops"), *fs = cJSON_GetObjectItem(b, "f_star"),
-                    *tc = cJSON_GetObjectItem(b, "t_comp_ms"), *tp = cJSON_GetObjectItem(b, "t_pref_ms"),
-                    *rs = cJSON_GetObjectItem(b, "resident"), *ch = cJSON_GetObjectItem(b, "chunks"),
-                    *rc = cJSON_GetObjectItem(b, "resident_chunks");
-        if (cJSON_IsNumber(fl) && cJSON_IsNumber(fs) && cJSON_IsNumber(tc) && cJSON_IsNumber(tp) && cJSON_IsNumber(rs) &&
-            cJSON_IsNumber(ch) && cJSON_IsNumber(rc))
-        {
-          fprintf(f, "           %5d %7.3g %10.3g %10.4f %10.4f %8.2f  %.0f/%.0f", i, fl->valuedouble / 1e9, fs->valuedouble / 1e9,
-                  tc->valuedouble, tp->valuedouble, rs->valuedouble, rc->valuedouble, ch->valuedouble);
-          /* chunked: the windows between collectives and how many chunks hide behind each */
-          const cJSON *w, *ws = cJSON_GetObjectItem(b, "window_chunks");
-          const char *sep = "  ";
-          cJSON_ArrayForEach(w, ws) {
-            if (cJSON_IsNumber(w)) fprintf(f, "%s%.0f", sep, w->valuedouble);
-            sep = " | ";
-          }
-          fputc('\n', f);
-        }
-        i++;
-      }
-    }
-  }
   if (m->summary) {
     const cJSON *fl = cJSON_GetObjectItem(m->summary, "flops");
     const cJSON *fb = cJSON_GetObjectItem(m->summary, "flops_per_block");
@@ -98,4 +50,44 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
       fprintf(f, "plan       %.0f steps, %.4g GFLOP per forward, %.4g GFLOP per block, %.0f tokens\n", st->valuedouble,
              fl->valuedouble / 1e9, fb->valuedouble / 1e9, cJSON_IsNumber(tk) ? tk->valuedouble : 0.0);
   }
+}
+
+void dit_plan_offload_print(const dit_plan_offload_t *o, FILE *f) {
+  if (o->mode == DIT_PLAN_OFFLOAD_NONE) return;
+  fprintf(f, "offload    %s, chunks of %.3g MiB: predicted step %.3f ms (%.3f resident), peak %.2f MiB (%.2f resident)\n",
+          dit_plan_offload_mode_name(o->mode), (double)o->chunk_bytes / (1 << 20), o->predicted_step_ms, o->resident_step_ms,
+          (double)o->predicted_peak_bytes / (1 << 20), (double)o->resident_peak_bytes / (1 << 20));
+  const dit_hw_profile_t *hp = &o->profile;
+  fprintf(f, "profile    %s: %.3g TFLOP/s x %.3g, host-to-device %.3g GB/s x %.3g", hp->name, hp->p_peak_tflops, hp->eta_comp,
+          hp->bw_h2d_gbs, hp->eta_pref);
+  if (hp->step_overhead_us > 0) fprintf(f, ", %.3g us a step", hp->step_overhead_us);
+  if (hp->coll_gbs > 0) fprintf(f, ", collectives %.3g us + bytes at %.3g GB/s", hp->coll_latency_us, hp->coll_gbs);
+  fputc('\n', f);
+  fprintf(f, "           block  GFLOP    F* GFLOP  T_comp ms  T_pref ms  resident  chunks  next block's chunks per window\n");
+  for (size_t i = 0; i < o->n_blocks; i++) {
+    const dit_plan_offload_block_t *b = &o->blocks[i];
+    fprintf(f, "           %5u %7.3g %10.3g %10.4f %10.4f %8.2f  %u/%u", b->index, b->flops / 1e9, b->f_star / 1e9, b->t_comp_ms,
+            b->t_pref_ms, b->resident, b->resident_chunks, b->chunks);
+    /* the windows between collectives and how many chunks hide behind each */
+    for (uint32_t k = 0; b->window_chunks && k <= b->n_yields; k++) fprintf(f, "%s%u", k ? " | " : "  ", b->window_chunks[k]);
+    fputc('\n', f);
+  }
+}
+
+void dit_bundle_print_offload(dit_bundle_t *b, FILE *f) {
+  const dit_manifest_t *m = dit_bundle_manifest(b);
+  if (!m->n_ranks) return;
+  dit_mapping_t pm;
+  dit_plan_t *p = NULL;
+  char what[80];
+  snprintf(what, sizeof what, "blobs/%.32s (plan of rank 0)", m->ranks[0].plan);
+  dit_status_t s = dit_bundle_map_blob(b, m->ranks[0].plan, &pm);
+  if (!s) {
+    s = dit_plan_parse((const char *)pm.data, pm.size, what, &p);
+    dit_file_unmap(&pm);
+  }
+  if (s) fprintf(f, "offload    unknown: %s\n", dit_status_message(s));
+  else dit_plan_offload_print(&p->offload, f);
+  dit_status_free(s);
+  dit_plan_free(p);
 }

@@ -9,21 +9,41 @@
  *             "kernel": {"cubin", "ptx", "entry", "grid": [3], "block": [3], "smem",
  *                        "tmaps": [{"arg", "box": [2], "swizzle"}] (optional)}}]}
  *
+ * Version 2 adds an optional "offload" section: the weight-offload schedule ditc planned for
+ * this rank, in numbers only (see dit_plan_offload_t); a plan without it streams nothing.
+ *
+ *  "offload": {"version": 1, "mode": "layerwise"|"chunked", "chunk_bytes": N,
+ *              "head_bytes": N, "tail": [offset, bytes], "overhead_bytes": N,
+ *              "predicted_peak_bytes": N, "resident_peak_bytes": N,
+ *              "predicted_step_ms": x, "resident_step_ms": x, "profile": {hardware profile},
+ *              "blocks": [{"index": i, "range": [lo, hi], "resident_bytes": N, "chunks": N,
+ *                          "resident_chunks": N, "yield_steps": [plan steps],
+ *                          "window_chunks": [N] (one per window between collectives),
+ *                          "flops", "f_star", "t_comp_ms", "t_pref_ms", "t_coll_ms",
+ *                          "resident" (the planner's figures, for people)}]}
+ *
  * The parser validates everything a runtime relies on for memory safety: op names and arity,
  * value indices, arena ranges inside arena_bytes, every temp written by exactly one step
- * before it is read, inputs and weights never written, unique io names. */
+ * before it is read, inputs and weights never written, unique io names; and the offload
+ * section against the steps (every block's steps contiguous, yield points collective steps
+ * of their block). dit_plan_check_bindings checks its byte ranges against the weight layout. */
 #ifndef DIT_ARTIFACTS_PLAN_H
 #define DIT_ARTIFACTS_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "artifacts/manifest.h"
 #include "base/dtype.h"
+#include "base/hw_profile.h"
 #include "base/ops.h"
 #include "base/status.h"
 
-#define DIT_PLAN_VERSION 1
+#define DIT_PLAN_VERSION 2         /* written; 1 (no offload section) is still read */
+#define DIT_PLAN_OFFLOAD_VERSION 1
+#define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
+#define DIT_PLAN_MAX_YIELDS 63     /* collectives of one block: its compute in at most 64 windows */
 #define DIT_PLAN_MAX_IN 4
 #define DIT_PLAN_MAX_OUT 2
 
@@ -83,12 +103,46 @@ typedef struct dit_plan_step {
   dit_plan_kernel_t kernel;
 } dit_plan_step_t;
 
+/* One block of the offload schedule. Its weights are [lo, hi) of the rank's weight blob:
+ * [lo, split) stays resident, [split, hi) streams into a staging slot in chunks. */
+typedef struct dit_plan_offload_block {
+  uint32_t index;                   /* the block index plan steps carry (its position) */
+  uint64_t lo, hi, split;           /* split: lo + resident_bytes, on a tensor boundary */
+  uint32_t chunks, resident_chunks; /* of the whole range, in chunk_bytes (layerwise: 1) */
+  uint32_t n_yields;
+  uint32_t *yield_steps;            /* its collective steps, ascending */
+  uint32_t *window_chunks;          /* n_yields + 1 entries; NULL when absent (layerwise) */
+  size_t first_step, last_step;     /* derived at parse: its steps are first..last */
+  /* the planner's figures (for people; the runtime reads none) */
+  double flops, f_star, t_comp_ms, t_pref_ms, t_coll_ms, resident;
+} dit_plan_offload_block_t;
+
+typedef enum dit_plan_offload_mode {
+  DIT_PLAN_OFFLOAD_NONE = 0,
+  DIT_PLAN_OFFLOAD_LAYERWISE = 1,
+  DIT_PLAN_OFFLOAD_CHUNKED = 2,
+} dit_plan_offload_mode_t;
+
+typedef struct dit_plan_offload {
+  dit_plan_offload_mode_t mode;     /* NONE: no section, every weight resident */
+  uint64_t chunk_bytes;             /* the copy unit (chunked) */
+  uint64_t head_bytes;              /* weights before the blocks: [0, head_bytes) */
+  uint64_t tail_offset, tail_bytes; /* weights after them */
+  uint64_t overhead_bytes;          /* of the predicted peak: the runtime's own device memory */
+  uint64_t predicted_peak_bytes, resident_peak_bytes;
+  double predicted_step_ms, resident_step_ms;
+  dit_hw_profile_t profile;         /* what the planner assumed */
+  size_t n_blocks;
+  dit_plan_offload_block_t *blocks;
+} dit_plan_offload_t;
+
 typedef struct dit_plan {
   uint64_t arena_bytes;
   size_t n_values;
   dit_plan_value_t *values;
   size_t n_steps;
   dit_plan_step_t *steps;
+  dit_plan_offload_t offload;
 } dit_plan_t;
 
 /* Deterministic JSON (caller frees). */
@@ -102,6 +156,23 @@ void dit_plan_free(dit_plan_t *p);
  * name, every io entry is used, and every kernel module is a "kernels" blob. */
 dit_status_t dit_plan_check_bindings(const dit_plan_t *p, const dit_manifest_t *m,
                                      const dit_manifest_weights_t *weights, const char *what);
+
+/* The offload section against a weight layout (blob size from the manifest's blob entry):
+ * blocks ascending, disjoint and aligned, each range spanning exactly the tensors inside it,
+ * every other tensor in the head or the tail, each resident prefix the resident chunks cut
+ * back to whole tensors, and every weight a block's steps read inside that block. Called by
+ * dit_plan_check_bindings; OK when the plan has no section. */
+dit_status_t dit_plan_check_offload(const dit_plan_t *p, const dit_manifest_t *m, const dit_manifest_weights_t *weights,
+                                    const char *what);
+/* Frees the section's arrays and clears it (no offload). */
+void dit_plan_offload_clear(dit_plan_offload_t *o);
+const char *dit_plan_offload_mode_name(dit_plan_offload_mode_t mode);
+/* Prints the section as `ditc inspect` shows it (nothing when there is none). */
+void dit_plan_offload_print(const dit_plan_offload_t *o, FILE *f);
+/* Prints rank 0's offload section of an open bundle (artifacts/bundle.h), or why its plan
+ * cannot be read. */
+struct dit_bundle;
+void dit_bundle_print_offload(struct dit_bundle *b, FILE *f);
 
 /* Parses a storage name; -1 if unknown. */
 int dit_storage_parse(const char *name, dit_storage_t *out);

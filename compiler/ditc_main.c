@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "artifacts/bundle.h"
+#include "artifacts/plan.h"
 #include "compiler/cache_cmd.h"
 #include "compiler/compile.h"
 #include "dit_sources_hash.h"
@@ -217,6 +218,7 @@ static int cmd_inspect(int argc, char **argv) {
   dit_status_t s = dit_bundle_open(argv[0], 0, &b);
   if (s) return dit_status_report(s, "ditc");
   dit_manifest_print(dit_bundle_manifest(b), stdout);
+  dit_bundle_print_offload(b, stdout);
   dit_bundle_close(b);
   return 0;
 }

@@ -1,43 +1,9 @@
-/* The F* model and the residency planner. */
+/* The F* model, the residency planner and the graph work behind them. */
 #include "passes/offload.h"
 
 #include <math.h>
-#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-static const dit_hw_profile_t kPresets[] = {
-    /* Datasheet dense bf16 rates; host links as measured with pinned 1 GiB copies (PCIe Gen5
-     * x16 on the SXM parts); the efficiencies are placeholders until calibration measures them. */
-    {"h100-pcie", 756, 50, 0.6, 0.9, 0, 0, 0, 0},
-    {"h100-sxm", 989, 55, 0.6, 0.9, 0, 0, 0, 0},
-    {"h200-sxm", 989, 55.3, 0.6, 0.9, 0, 0, 0, 0},
-};
-
-const dit_hw_profile_t *dit_hw_profile_preset(const char *name) {
-  for (size_t i = 0; i < sizeof kPresets / sizeof kPresets[0]; i++)
-    if (!strcmp(kPresets[i].name, name)) return &kPresets[i];
-  return NULL;
-}
-
-static double sig3(double v) {
-  if (!(v > 0)) return v;
-  char buf[32];
-  snprintf(buf, sizeof buf, "%.3g", v);
-  double r;
-  sscanf(buf, "%lf", &r);
-  return r;
-}
-
-void dit_hw_profile_normalize(dit_hw_profile_t *p) {
-  p->p_peak_tflops = sig3(p->p_peak_tflops);
-  p->bw_h2d_gbs = sig3(p->bw_h2d_gbs);
-  p->eta_comp = sig3(p->eta_comp);
-  p->eta_pref = sig3(p->eta_pref);
-  p->overhead_mib = sig3(p->overhead_mib);
-  p->step_overhead_us = sig3(p->step_overhead_us);
-  p->coll_latency_us = sig3(p->coll_latency_us);
-  p->coll_gbs = sig3(p->coll_gbs);
-}
 
 static double comp_rate(const dit_hw_profile_t *hw) { return hw->eta_comp * hw->p_peak_tflops * 1e12; }    /* FLOP/s */
 static double pref_rate(const dit_hw_profile_t *hw) { return hw->eta_pref * hw->bw_h2d_gbs * 1e9; }        /* B/s */
@@ -178,4 +144,81 @@ uint32_t dit_offload_window_chunks(const dit_hw_profile_t *hw, double flops, uin
   if (!(flops > 0) || chunk_bytes == 0) return 0;
   const double n = 1e-3 * dit_offload_compute_ms(hw, flops, steps) * pref_rate(hw) / (double)chunk_bytes;
   return n >= 4294967295.0 ? UINT32_MAX : (uint32_t)n;
+}
+
+/* ---- the graph's blocks ---- */
+
+int dit_offload_graph_blocks(const dit_graph_t *g) {
+  int32_t n = 0;
+  for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
+    const int32_t b = dit_graph_cop_at(g, k)->block;
+    if (b >= n) n = b + 1;
+  }
+  return (int)n;
+}
+
+void dit_offload_weight_blocks(const dit_graph_t *g, int32_t *out) {
+  const int32_t nv = dit_graph_num_values(g);
+  enum { UNSEEN = -3, SHARED = -1 };
+  for (int32_t v = 0; v < nv; v++) out[v] = UNSEEN;
+  for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
+    const dit_op_t *op = dit_graph_cop_at(g, k);
+    for (int j = 0; j < op->n_in; j++) {
+      const dit_vid_t v = op->in[j];
+      if (dit_graph_cvalue(g, v)->kind != DIT_VALUE_WEIGHT) continue;
+      const int32_t b = op->block >= 0 ? op->block : SHARED;
+      out[v] = out[v] == UNSEEN || out[v] == b ? b : SHARED;
+    }
+  }
+  for (int32_t v = 0; v < nv; v++)
+    if (out[v] == UNSEEN) out[v] = -1;
+}
+
+void dit_offload_block_work(const dit_graph_t *g, int block, dit_offload_block_t *b) {
+  for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
+    const dit_op_t *op = dit_graph_cop_at(g, k);
+    if (block != DIT_OFFLOAD_ALL_BLOCKS && op->block != block) continue;
+    b->steps++;
+    if (!dit_op_is_collective(op->kind)) continue;
+    b->coll_count += 1;
+    b->coll_bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->in[0]));
+  }
+}
+
+dit_status_t dit_offload_block_windows(const dit_hw_profile_t *hw, const dit_graph_t *g, int block, uint64_t chunk,
+                                       dit_offload_windows_t *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t steps[DIT_OFFLOAD_MAX_WINDOWS] = {0};
+  double flops = 0;
+  int n = 0;
+  for (int32_t k = 0; k < dit_graph_num_ops(g); k++) {
+    const dit_op_t *op = dit_graph_cop_at(g, k);
+    if (op->block != block) continue;
+    if (!dit_op_is_collective(op->kind)) {
+      flops += dit_op_cost(g, op).flops;
+      steps[n]++;
+      continue;
+    }
+    if (n + 1 >= DIT_OFFLOAD_MAX_WINDOWS)
+      return DIT_ERR(UNIMPLEMENTED, "offload plan: block %d has more than %d collectives", block, DIT_OFFLOAD_MAX_WINDOWS - 1);
+    out->yield_ops[n] = k;
+    out->window_chunks[n] = dit_offload_window_chunks(hw, flops, steps[n], chunk);
+    flops = 0, n++;
+  }
+  out->window_chunks[n] = dit_offload_window_chunks(hw, flops, steps[n], chunk);
+  out->n_yields = n;
+  return DIT_OK;
+}
+
+dit_status_t dit_offload_plan_graph(const dit_hw_profile_t *hw, const dit_offload_request_t *req, const dit_graph_t *g,
+                                    dit_offload_block_t *bl, int n, dit_offload_result_t *out) {
+  dit_cost_t *pb = calloc((size_t)n + 1, sizeof *pb);
+  if (!pb) return DIT_ERR(RESOURCE_EXHAUSTED, "offload plan: out of memory");
+  dit_graph_cost(g, pb, n);
+  for (int i = 0; i < n; i++) {
+    bl[i].flops = pb[i].flops;
+    dit_offload_block_work(g, i, &bl[i]);
+  }
+  free(pb);
+  return dit_offload_plan(hw, req, bl, n, out);
 }

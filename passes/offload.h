@@ -1,35 +1,18 @@
 /* The F* overlap model and the weight-offload planner (the ChunkFlow seed, §3): per block,
  * whether streaming its weights from host memory hides behind its compute, and which fraction
- * of each block's weights to keep resident for a memory budget or a latency target. Pure
- * arithmetic over per-block FLOPs and bytes, so it can be checked exactly. */
+ * of each block's weights to keep resident for a memory budget or a latency target (pure
+ * arithmetic over per-block FLOPs and bytes, so it can be checked exactly); and the graph work
+ * behind it: which weights each block reads, each block's work and collectives, and the
+ * windows of its compute between collectives. Block membership comes from the graph (the
+ * frontend tags every op with its block), never from weight names. */
 #ifndef DIT_PASSES_OFFLOAD_H
 #define DIT_PASSES_OFFLOAD_H
 
 #include <stdint.h>
 
+#include "base/hw_profile.h"
 #include "base/status.h"
-
-/* A hardware profile: peak matrix rate, host-to-device bandwidth and the efficiencies that
- * turn them into achieved rates. */
-typedef struct dit_hw_profile {
-  char name[32];
-  double p_peak_tflops; /* dense bf16 */
-  double bw_h2d_gbs;    /* pinned host-to-device, GB/s */
-  double eta_comp, eta_pref;
-  double overhead_mib;  /* device memory the runtime holds beyond the plan's (the driver's
-                           context, libraries' workspaces), as calibrated; 0 in the presets */
-  /* Optional (0: not modeled), as calibrated: a fixed cost per plan step (kernel launch and
-   * small-kernel inefficiency: what makes a one-frame forward slower than its FLOPs say), and
-   * the collectives' cost, a latency per collective plus the bytes each rank hands it at
-   * coll_gbs (the path they take on this host: NVLink, or host memory without peer access). */
-  double step_overhead_us;
-  double coll_latency_us, coll_gbs;
-} dit_hw_profile_t;
-
-/* Built-in presets by name (h100-pcie, h100-sxm, h200-sxm); NULL if unknown. */
-const dit_hw_profile_t *dit_hw_profile_preset(const char *name);
-/* Rounds every value to 3 significant digits, so two calibrations of equivalent hosts agree. */
-void dit_hw_profile_normalize(dit_hw_profile_t *p);
+#include "ir/graph.h"
 
 typedef enum dit_offload_mode { DIT_OFFLOAD_NONE = 0, DIT_OFFLOAD_LAYERWISE = 1, DIT_OFFLOAD_CHUNKED = 2 } dit_offload_mode_t;
 
@@ -87,5 +70,41 @@ uint32_t dit_offload_window_chunks(const dit_hw_profile_t *hw, double flops, uin
 /* The compute time of `flops` in `steps` plan steps, ms: flops at the profile's rate plus the
  * per-step overhead. */
 double dit_offload_compute_ms(const dit_hw_profile_t *hw, double flops, uint32_t steps);
+
+
+/* ---- the graph's blocks ---- */
+
+#define DIT_OFFLOAD_ALL_BLOCKS (-2147483647 - 1) /* dit_offload_block_work over the whole graph */
+#define DIT_OFFLOAD_MAX_WINDOWS 64               /* windows of a block's compute between collectives */
+
+/* The number of blocks the graph's ops are tagged with (the largest block index + 1). */
+int dit_offload_graph_blocks(const dit_graph_t *g);
+
+/* Per value of the graph: the block whose ops read it when it is a weight read only inside one
+ * block; -1 for any other value (a weight outside the blocks or read by several). out has
+ * dit_graph_num_values(g) entries. */
+void dit_offload_weight_blocks(const dit_graph_t *g, int32_t *out);
+
+/* Adds block `block`'s op count (its plan steps: lowering keeps one step per op), collectives
+ * and the bytes each rank hands them to b (DIT_OFFLOAD_ALL_BLOCKS: the whole graph). */
+void dit_offload_block_work(const dit_graph_t *g, int block, dit_offload_block_t *b);
+
+/* A block's collectives cut its compute into windows (before the first, between two, after the
+ * last). yield_ops: the collectives' op positions in the scheduled graph (the chunks scheduled
+ * after one wait for it); window_chunks: per window, the whole chunks of chunk_bytes whose load
+ * hides behind it. */
+typedef struct dit_offload_windows {
+  int n_yields;
+  int32_t yield_ops[DIT_OFFLOAD_MAX_WINDOWS - 1];
+  uint32_t window_chunks[DIT_OFFLOAD_MAX_WINDOWS];
+} dit_offload_windows_t;
+dit_status_t dit_offload_block_windows(const dit_hw_profile_t *hw, const dit_graph_t *g, int block, uint64_t chunk_bytes,
+                                       dit_offload_windows_t *out);
+
+/* The F* plan over the graph's blocks: fills each block's FLOPs, steps and collectives from the
+ * graph, then runs dit_offload_plan. The caller fills every block's offset and bytes (where its
+ * weights lie), which only the weight layout knows. */
+dit_status_t dit_offload_plan_graph(const dit_hw_profile_t *hw, const dit_offload_request_t *req, const dit_graph_t *g,
+                                    dit_offload_block_t *blocks, int n_blocks, dit_offload_result_t *out);
 
 #endif

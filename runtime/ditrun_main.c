@@ -13,6 +13,7 @@
 #include "artifacts/plan.h"
 #include "artifacts/safetensors.h"
 #include "base/clock.h"
+#include "base/hw_profile.h"
 #include "runtime/compare.h"
 #include "runtime/ditrun.h"
 #include "runtime/launch/launch_cmd.h"
@@ -211,6 +212,7 @@ static int cmd_info(const char *dir) {
   if (!s) s = dit_bundle_open(dir, 0, &b);
   if (s) return dit_status_report(s, "ditrun");
   dit_manifest_print(dit_bundle_manifest(b), stdout);
+  dit_bundle_print_offload(b, stdout);
   dit_bundle_close(b);
   return 0;
 }
@@ -731,23 +733,27 @@ static int cmd_calibrate(int argc, char **argv) {
       fit2(u, v, y, n, &inv_bw, &lat);
     }
     const double tflops = 1 / inv_rate / 1e12;
-    char text[1024], extra[256] = "", *e = extra;
-    if (have_overhead) e += snprintf(e, 64, "  \"overhead_mib\": %.6g,\n", (double)beyond / 1048576.0);
-    if (n == 2) e += snprintf(e, 64, "  \"step_overhead_us\": %.6g,\n", 1e6 * t_step);
-    if (colls) snprintf(e, 96, "  \"coll_latency_us\": %.6g,\n  \"coll_gbs\": %.6g,\n", 1e6 * lat, 1 / inv_bw / 1e9);
-    char shapes[200];
-    snprintf(shapes, sizeof shapes, "\"%s\", \"forward_ms_median\": %.4f, \"collectives_ms\": %.4f", pt[0].identity, 1e3 * pt[0].forward_s,
-             1e3 * pt[0].coll_s);
-    int len = snprintf(text, sizeof text,
-                       "{\n  \"name\": \"calibrated\",\n  \"p_peak_tflops\": %.6g,\n  \"bw_h2d_gbs\": %.6g,\n  \"eta_comp\": 1,\n"
-                       "  \"eta_pref\": 1,\n%s  \"measured\": {\"bundle\": %s, \"forwards\": %d, \"chunk_mb\": %g, \"h2d_bytes\": %.0f",
-                       tflops, gbs, extra, shapes, iters, chunk_mb, (double)dit_runtime_manifest(rt)->weight_bytes);
-    if (n == 2)
-      len += snprintf(text + len, sizeof text - (size_t)len, ", \"second\": \"%s\", \"second_forward_ms_median\": %.4f, \"second_collectives_ms\": %.4f",
-                      pt[1].identity, 1e3 * pt[1].forward_s, 1e3 * pt[1].coll_s);
-    len += snprintf(text + len, sizeof text - (size_t)len, "}\n}\n");
+    /* The products are what the model uses: the peaks carry them, with efficiencies of 1. */
+    dit_hw_profile_t hp = {.name = "calibrated", .p_peak_tflops = tflops, .bw_h2d_gbs = gbs, .eta_comp = 1, .eta_pref = 1,
+                           .overhead_mib = (double)beyond / 1048576.0, .step_overhead_us = 1e6 * t_step,
+                           .coll_latency_us = 1e6 * lat, .coll_gbs = colls ? 1 / inv_bw / 1e9 : 0};
+    const unsigned with = (have_overhead ? DIT_HW_WITH_OVERHEAD : 0) | (n == 2 ? DIT_HW_WITH_STEP_OVERHEAD : 0) |
+                          (colls ? DIT_HW_WITH_COLLECTIVES : 0);
+    dit_hw_measured_t ms = {.forward_ms_median = 1e3 * pt[0].forward_s, .collectives_ms = 1e3 * pt[0].coll_s, .forwards = iters,
+                            .chunk_mb = chunk_mb, .h2d_bytes = (double)dit_runtime_manifest(rt)->weight_bytes};
+    snprintf(ms.bundle, sizeof ms.bundle, "%s", pt[0].identity);
+    if (n == 2) {
+      snprintf(ms.second, sizeof ms.second, "%s", pt[1].identity);
+      ms.second_forward_ms_median = 1e3 * pt[1].forward_s, ms.second_collectives_ms = 1e3 * pt[1].coll_s;
+    }
+    char *text = NULL;
     if (!(tflops > 0) || !(gbs > 0)) s = DIT_ERR(INTERNAL, "calibration measured %g TFLOP/s and %g GB/s", tflops, gbs);
-    if (!s) s = dit_file_write_atomic(profile, text, (size_t)len);
+    if (!s) s = dit_hw_profile_to_json(&hp, with, &ms, &text);
+    /* What ditc will read back: a profile it would refuse is not written. */
+    dit_hw_profile_t back;
+    if (!s) s = dit_hw_profile_parse(text, strlen(text), profile, &back, NULL);
+    if (!s) s = dit_file_write_atomic(profile, text, strlen(text));
+    free(text);
     if (!s) {
       printf("compute %.4g TFLOP/s (forward %.3f ms)", tflops, 1e3 * pt[0].forward_s);
       if (n == 2) printf(" + %.3g us a step (second shape's forward %.3f ms)", 1e6 * t_step, 1e3 * pt[1].forward_s);

@@ -68,8 +68,8 @@ static const dit_backend_vtable_t *pick_backend(const char *name) {
 
 /* The device memory an offload plan allocates itself: its predicted peak without the runtime
  * overhead the profile counted in. */
-static uint64_t planned_bytes(const dit_manifest_t *m) {
-  const uint64_t pk = dit_offload_predicted_peak(m), ov = dit_offload_overhead(m);
+static uint64_t planned_bytes(const dit_plan_t *p, const dit_manifest_t *m) {
+  const uint64_t pk = dit_offload_predicted_peak(p, m), ov = dit_offload_overhead(p);
   return pk > ov ? pk - ov : pk;
 }
 
@@ -170,16 +170,16 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   if (!rt->be || rt->be->abi_version != DIT_BACKEND_ABI_VERSION) return DIT_ERR(INTERNAL, "backend table version mismatch");
   dit_backend_config_t cfg = {threads, rt->device, rt->m->arch, rt->m->min_driver};
   DIT_RETURN_IF(rt->be->create(&cfg, &rt->be_state));
-  const int offload = dit_offload_planned(rt->m);
+  const int offload = dit_offload_planned(rt->plan);
   if (rt->be->memory_info) {
     /* Predicted peak against what the device has free, before the big allocations. */
     size_t fr = 0, tot = 0;
     DIT_RETURN_IF(rt->be->memory_info(rt->be_state, &fr, &tot));
-    const uint64_t need = offload ? planned_bytes(rt->m) : rt->m->peak_bytes;
+    const uint64_t need = offload ? planned_bytes(rt->plan, rt->m) : rt->m->peak_bytes;
     if (need > fr)
-      return DIT_ERR(RESOURCE_EXHAUSTED, "manifest.json: field '%s': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
-                     offload ? "summary.offload.predicted_peak_bytes" : "memory.peak_bytes", (double)need / (1 << 30), (double)fr / (1 << 30),
-                     (double)tot / (1 << 30));
+      return DIT_ERR(RESOURCE_EXHAUSTED, "%s: field '%s': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
+                     offload ? what : "manifest.json", offload ? "offload.predicted_peak_bytes" : "memory.peak_bytes", (double)need / (1 << 30),
+                     (double)fr / (1 << 30), (double)tot / (1 << 30));
   }
   rt->bound = calloc(rt->plan->n_values + 1, sizeof *rt->bound);
   rt->io_buf = calloc(rt->plan->n_values + 1, sizeof *rt->io_buf);
@@ -573,7 +573,7 @@ dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes) 
   if (!r->be->memory_info) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not report device memory", r->be->name);
   size_t fr = 0, tot = 0;
   DIT_RETURN_IF(r->be->memory_info(r->be_state, &fr, &tot));
-  const uint64_t used = tot - fr, plan = dit_offload_planned(rt->m) ? planned_bytes(rt->m) : rt->m->peak_bytes;
+  const uint64_t used = tot - fr, plan = planned_bytes(r->plan, rt->m);
   *bytes = used > plan ? used - plan : 0;
   return DIT_OK;
 }

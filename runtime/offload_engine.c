@@ -54,32 +54,13 @@ struct dit_offload_engine {
   dit_offload_stats_t stats;
 };
 
-static const char *kWhat = "manifest.json: field 'summary.offload";
+int dit_offload_planned(const dit_plan_t *p) { return p->offload.mode != DIT_PLAN_OFFLOAD_NONE; }
 
-int dit_offload_planned(const dit_manifest_t *m) {
-  const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
-  const cJSON *mode = of ? cJSON_GetObjectItemCaseSensitive(of, "mode") : NULL;
-  return cJSON_IsString(mode) && strcmp(mode->valuestring, "none") != 0;
+uint64_t dit_offload_predicted_peak(const dit_plan_t *p, const dit_manifest_t *m) {
+  return dit_offload_planned(p) ? p->offload.predicted_peak_bytes : m->peak_bytes;
 }
 
-/* summary.offload.<key> as a byte count, or `otherwise` where absent or out of range. */
-static uint64_t offload_bytes(const dit_manifest_t *m, const char *key, uint64_t otherwise) {
-  const cJSON *of = m->summary ? cJSON_GetObjectItemCaseSensitive(m->summary, "offload") : NULL;
-  const cJSON *v = of ? cJSON_GetObjectItemCaseSensitive(of, key) : NULL;
-  return cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble < 1e18 ? (uint64_t)v->valuedouble : otherwise;
-}
-
-uint64_t dit_offload_predicted_peak(const dit_manifest_t *m) { return offload_bytes(m, "predicted_peak_bytes", m->peak_bytes); }
-
-uint64_t dit_offload_overhead(const dit_manifest_t *m) { return offload_bytes(m, "overhead_bytes", 0); }
-
-static dit_status_t get_num(const cJSON *o, const char *key, const char *where, double lo, double hi, double *out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) || v->valuedouble != floor(v->valuedouble))
-    return DIT_ERR(INVALID_ARGUMENT, "%s%s.%s': expected an integer in [%.0f, %.0f]", kWhat, where, key, lo, hi);
-  *out = v->valuedouble;
-  return DIT_OK;
-}
+uint64_t dit_offload_overhead(const dit_plan_t *p) { return dit_offload_planned(p) ? p->offload.overhead_bytes : 0; }
 
 void dit_offload_engine_destroy(dit_offload_engine_t *e) {
   if (!e) return;
@@ -98,45 +79,6 @@ void dit_offload_engine_destroy(dit_offload_engine_t *e) {
   free(e);
 }
 
-/* Block ranges from the layout: tensors named blocks.<i>.*, each block's tensors contiguous
- * in the blob and the blocks in order, every other tensor before or after them all. */
-static dit_status_t block_ranges(dit_offload_engine_t *e, const dit_manifest_weights_t *lay) {
-  for (int i = 0; i < e->n; i++) e->b[i].lo = UINT64_MAX, e->b[i].hi = 0;
-  for (size_t t = 0; t < lay->n_tensors; t++) {
-    const dit_manifest_tensor_t *x = &lay->tensors[t];
-    int blk = -1;
-    if (sscanf(x->name, "blocks.%d.", &blk) != 1 || blk < 0 || blk >= e->n) continue;
-    if (x->offset < e->b[blk].lo) e->b[blk].lo = x->offset;
-    if (x->offset + x->nbytes > e->b[blk].hi) e->b[blk].hi = x->offset + x->nbytes;
-  }
-  for (int i = 0; i < e->n; i++) {
-    if (e->b[i].lo == UINT64_MAX) return DIT_ERR(INVALID_ARGUMENT, "%s.blocks': block %d has no weights in this rank's layout", kWhat, i);
-    if (i && e->b[i].lo < e->b[i - 1].hi)
-      return DIT_ERR(INVALID_ARGUMENT, "weights layout: block %d starts at byte %llu, inside block %d (ends at %llu)", i,
-                     (unsigned long long)e->b[i].lo, i - 1, (unsigned long long)e->b[i - 1].hi);
-  }
-  const uint64_t first = e->b[0].lo, last = e->b[e->n - 1].hi;
-  e->head_bytes = 0, e->tail_lo = UINT64_MAX, e->tail_bytes = 0;
-  for (size_t t = 0; t < lay->n_tensors; t++) { /* the tail starts at its first tensor: alignment kept */
-    const dit_manifest_tensor_t *x = &lay->tensors[t];
-    if (x->offset >= last && x->offset < e->tail_lo) e->tail_lo = x->offset;
-  }
-  if (e->tail_lo == UINT64_MAX) e->tail_lo = last;
-  for (size_t t = 0; t < lay->n_tensors; t++) {
-    const dit_manifest_tensor_t *x = &lay->tensors[t];
-    int blk = -1;
-    const int in_block = sscanf(x->name, "blocks.%d.", &blk) == 1 && blk >= 0 && blk < e->n;
-    if (!in_block && x->offset + x->nbytes > first && x->offset < last)
-      return DIT_ERR(INVALID_ARGUMENT, "weights layout: '%s' lies between the blocks' weights; offload needs them contiguous",
-                     x->name);
-    if (in_block && (x->offset < e->b[blk].lo || x->offset + x->nbytes > e->b[blk].hi))
-      return DIT_ERR(INTERNAL, "weights layout: '%s' outside its block's range", x->name);
-    if (!in_block && x->offset < first && x->offset + x->nbytes > e->head_bytes) e->head_bytes = x->offset + x->nbytes;
-    if (!in_block && x->offset >= last && x->offset + x->nbytes - e->tail_lo > e->tail_bytes) e->tail_bytes = x->offset + x->nbytes - e->tail_lo;
-  }
-  return DIT_OK;
-}
-
 /* Which block a weight byte offset belongs to, or -1 (resident). */
 static int block_of(const dit_offload_engine_t *e, uint64_t off) {
   for (int i = 0; i < e->n; i++)
@@ -144,96 +86,32 @@ static int block_of(const dit_offload_engine_t *e, uint64_t off) {
   return -1;
 }
 
-/* Steps of a block are contiguous, and a block's weights are read only by its own steps. */
-static dit_status_t check_steps(dit_offload_engine_t *e, const dit_plan_t *plan, const dit_manifest_weights_t *lay) {
-  e->step_block = malloc((plan->n_steps + 1) * sizeof *e->step_block);
-  if (!e->step_block) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  for (int i = 0; i < e->n; i++) e->b[i].first = SIZE_MAX, e->b[i].last = 0;
-  for (size_t k = 0; k < plan->n_steps; k++) {
-    const dit_plan_step_t *s = &plan->steps[k];
-    if (s->block >= e->n)
-      return DIT_ERR(INVALID_ARGUMENT, "%s.blocks': %d blocks, but step %zu of the plan belongs to block %d", kWhat, e->n, k, s->block);
-    int blk = s->block >= 0 ? s->block : -1;
-    e->step_block[k] = blk;
-    if (blk >= 0) {
-      if (e->b[blk].first != SIZE_MAX && e->b[blk].last + 1 != k)
-        return DIT_ERR(INVALID_ARGUMENT, "plan: the steps of block %d are not contiguous (step %zu); offload needs them so", blk, k);
-      if (e->b[blk].first == SIZE_MAX) e->b[blk].first = k;
-      e->b[blk].last = k;
-    }
-    for (int j = 0; j < s->n_in; j++) {
-      const dit_plan_value_t *v = &plan->values[s->in[j]];
-      if (v->storage != DIT_STORAGE_WEIGHT) continue;
-      for (size_t t = 0; t < lay->n_tensors; t++)
-        if (!strcmp(lay->tensors[t].name, v->ref)) {
-          int wb = block_of(e, lay->tensors[t].offset);
-          if (wb >= 0 && wb != blk)
-            return DIT_ERR(INVALID_ARGUMENT, "plan: step %zu (block %d) reads '%s' of block %d; offload needs block-local weights", k,
-                           blk, v->ref, wb);
-          break;
-        }
-    }
-  }
-  for (int i = 0; i < e->n; i++)
-    if (e->b[i].first == SIZE_MAX) return DIT_ERR(INVALID_ARGUMENT, "plan: block %d has no steps", i);
-  return DIT_OK;
-}
-
-static dit_status_t parse_plan(dit_offload_engine_t *e, const cJSON *of, const dit_plan_t *plan) {
-  const cJSON *mode = cJSON_GetObjectItemCaseSensitive(of, "mode");
-  if (!strcmp(mode->valuestring, "chunked")) e->chunked = 1, e->stats.mode = "chunked";
-  else if (!strcmp(mode->valuestring, "layerwise")) e->stats.mode = "layerwise";
-  else return DIT_ERR(INVALID_ARGUMENT, "%s.mode' = \"%s\": expected none, layerwise or chunked", kWhat, mode->valuestring);
-  double d = 0;
-  DIT_RETURN_IF(get_num(of, "chunk_bytes", "", 4096, 1099511627776.0, &d));
-  e->chunk = (uint64_t)d;
-  const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(of, "blocks");
-  if (!cJSON_IsArray(blocks) || cJSON_GetArraySize(blocks) != e->n)
-    return DIT_ERR(INVALID_ARGUMENT, "%s.blocks': expected an array of %d blocks, found %d", kWhat, e->n,
-                   cJSON_IsArray(blocks) ? cJSON_GetArraySize(blocks) : -1);
-  for (int i = 0; i < e->n; i++) {
-    const cJSON *b = cJSON_GetArrayItem(blocks, i);
-    eng_block_t *x = &e->b[i];
-    char where[48];
-    snprintf(where, sizeof where, ".blocks[%d]", i);
-    const uint64_t range = x->hi - x->lo, unit = e->chunked ? e->chunk : range;
-    const uint32_t chunks = (uint32_t)((range + unit - 1) / unit);
-    /* The plan counts rank 0's shard; another tensor-parallel shard may differ by a few
-     * tensors (biases added once), so its own range is cut into chunks here. */
-    DIT_RETURN_IF(get_num(b, "chunks", where, 1, 4294967295.0, &d));
-    DIT_RETURN_IF(get_num(b, "resident_chunks", where, 0, d, &d));
-    x->chunks = chunks;
-    x->resident_chunks = (uint32_t)d > chunks ? chunks : (uint32_t)d;
-    const cJSON *ys = cJSON_GetObjectItemCaseSensitive(b, "yield_steps");
-    if (!cJSON_IsArray(ys)) return DIT_ERR(INVALID_ARGUMENT, "%s%s.yield_steps': expected an array", kWhat, where);
-    x->yields = calloc((size_t)cJSON_GetArraySize(ys) + 1, sizeof *x->yields);
-    if (!x->yields) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    const cJSON *y;
-    cJSON_ArrayForEach(y, ys) {
-      if (!cJSON_IsNumber(y) || y->valuedouble < (double)x->first || y->valuedouble > (double)x->last ||
-          (x->n_yields && y->valuedouble <= (double)x->yields[x->n_yields - 1]))
-        return DIT_ERR(INVALID_ARGUMENT, "%s%s.yield_steps': expected ascending steps of block %d (%zu..%zu)", kWhat, where, i, x->first,
-                       x->last);
-      x->yields[x->n_yields++] = (size_t)y->valuedouble;
-    }
-    if (!e->chunked) continue;
-    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(b, "window_chunks");
-    if (!cJSON_IsArray(ws) || cJSON_GetArraySize(ws) != x->n_yields + 1)
-      return DIT_ERR(INVALID_ARGUMENT, "%s%s.window_chunks': expected an array of %d counts (one per window between collectives), found %d",
-                     kWhat, where, x->n_yields + 1, cJSON_IsArray(ws) ? cJSON_GetArraySize(ws) : -1);
-    if (!(x->windows = calloc((size_t)x->n_yields + 1, sizeof *x->windows))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    for (int k = 0; k <= x->n_yields; k++) {
-      const cJSON *w = cJSON_GetArrayItem(ws, k);
-      if (!cJSON_IsNumber(w) || !(w->valuedouble >= 0 && w->valuedouble <= 4294967295.0) || w->valuedouble != floor(w->valuedouble))
-        return DIT_ERR(INVALID_ARGUMENT, "%s%s.window_chunks[%d]': expected an integer in [0, 4294967295]", kWhat, where, k);
-      x->windows[k] = (uint32_t)w->valuedouble;
-    }
-  }
+/* The schedule from the plan's typed section: ranges, resident prefixes, chunk counts, yield
+ * points and windows, each block's steps and which block every step belongs to. */
+static dit_status_t take_schedule(dit_offload_engine_t *e, const dit_plan_t *plan) {
+  const dit_plan_offload_t *o = &plan->offload;
+  e->chunked = o->mode == DIT_PLAN_OFFLOAD_CHUNKED;
+  e->stats.mode = e->chunked ? "chunked" : "layerwise";
+  e->chunk = o->chunk_bytes;
+  e->head_bytes = o->head_bytes, e->tail_lo = o->tail_offset, e->tail_bytes = o->tail_bytes;
   int most = 0;
-  for (int i = 0; i < e->n; i++)
-    if (e->b[i].n_yields > most) most = e->b[i].n_yields;
-  if (!(e->pf_bound = calloc((size_t)most + 2, sizeof *e->pf_bound))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  (void)plan;
+  for (int i = 0; i < e->n; i++) {
+    const dit_plan_offload_block_t *b = &o->blocks[i];
+    eng_block_t *x = &e->b[i];
+    x->lo = b->lo, x->hi = b->hi, x->split = b->split;
+    x->chunks = b->chunks, x->resident_chunks = b->resident_chunks;
+    x->first = b->first_step, x->last = b->last_step;
+    x->n_yields = (int)b->n_yields;
+    x->yields = calloc((size_t)x->n_yields + 1, sizeof *x->yields);
+    x->windows = calloc((size_t)x->n_yields + 1, sizeof *x->windows);
+    if (!x->yields || !x->windows) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    for (int k = 0; k < x->n_yields; k++) x->yields[k] = b->yield_steps[k];
+    for (int k = 0; b->window_chunks && k <= x->n_yields; k++) x->windows[k] = b->window_chunks[k];
+    if (x->n_yields > most) most = x->n_yields;
+  }
+  e->step_block = malloc((plan->n_steps + 1) * sizeof *e->step_block);
+  if (!e->step_block || !(e->pf_bound = calloc((size_t)most + 2, sizeof *e->pf_bound))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t k = 0; k < plan->n_steps; k++) e->step_block[k] = plan->steps[k].block >= 0 ? plan->steps[k].block : -1;
   return DIT_OK;
 }
 
@@ -248,22 +126,21 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
                                        const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
                                        size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out) {
   *out = NULL;
+  if (!dit_offload_planned(plan)) return DIT_ERR(INTERNAL, "offload engine: the plan has no offload section");
   if (!be->copy_enqueue || !be->mark || !be->wait)
-    return DIT_ERR(UNIMPLEMENTED, "%s': the %s backend has no copy queue to stream weights on", kWhat, be->name);
-  const cJSON *of = cJSON_GetObjectItemCaseSensitive(m->summary, "offload");
+    return DIT_ERR(UNIMPLEMENTED, "plan: field 'offload': the %s backend has no copy queue to stream weights on", be->name);
   dit_offload_engine_t *e = calloc(1, sizeof *e);
   if (!e) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   e->be = be, e->st = be_state, e->host = host_weights;
-  const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(of, "blocks");
-  e->n = cJSON_IsArray(blocks) ? cJSON_GetArraySize(blocks) : 0;
+  e->n = (int)plan->offload.n_blocks;
   dit_status_t s = DIT_OK;
-  if (e->n < 1 || EV_BLOCKS + 2 * e->n > DIT_BACKEND_COLL_EVENTS)
-    s = DIT_ERR(INVALID_ARGUMENT, "%s.blocks': expected 1..%d blocks, found %d", kWhat, (DIT_BACKEND_COLL_EVENTS - EV_BLOCKS) / 2, e->n);
+  if (EV_BLOCKS + 2 * (size_t)plan->offload.n_blocks > DIT_BACKEND_COLL_EVENTS)
+    s = DIT_ERR(UNIMPLEMENTED, "plan: field 'offload.blocks': this runtime streams at most %d blocks, found %zu",
+                (DIT_BACKEND_COLL_EVENTS - EV_BLOCKS) / 2, plan->offload.n_blocks);
   if (!s && !(e->b = calloc((size_t)e->n, sizeof *e->b))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = block_ranges(e, lay);
-  if (!s && e->b[e->n - 1].hi > host_size) s = DIT_ERR(INTERNAL, "weights blob shorter than its layout");
-  if (!s) s = check_steps(e, plan, lay);
-  if (!s) s = parse_plan(e, of, plan);
+  if (!s) s = take_schedule(e, plan);
+  if (!s && (e->b[e->n - 1].hi > host_size || e->tail_lo + e->tail_bytes > host_size))
+    s = DIT_ERR(INTERNAL, "weights blob of %zu bytes shorter than its offload schedule", host_size);
   if (be->pin_host && !s) {
     const void *pinned = NULL;
     s = be->pin_host(be_state, host_weights, host_size, &pinned);
@@ -276,13 +153,9 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
   e->stats.resident_bytes = e->head_bytes + e->tail_bytes;
   for (int i = 0; !s && i < e->n; i++) {
     eng_block_t *x = &e->b[i];
-    /* The resident chunks, rounded down to whole tensors: a weight is either resident or
-     * streamed, so every GEMM operand stays contiguous without assembling it. */
+    /* [lo, split) resident: the resident chunks cut back to whole tensors (the plan's check
+     * proved it), so every GEMM operand stays contiguous without assembling it. */
     const uint64_t range = x->hi - x->lo, unit = e->chunked ? e->chunk : range;
-    const uint64_t want = (uint64_t)x->resident_chunks * unit;
-    /* split: the start of the first tensor not wholly inside the wanted prefix (tensor starts
-     * keep their alignment in the slot), or the block's end. */
-    x->split = dit_manifest_weights_split(lay, x->lo, x->hi, x->lo + (want < range ? want : range));
     const uint64_t res = x->split - x->lo, str = x->hi - x->split;
     x->streamed = (uint32_t)((str + unit - 1) / unit);
     if (res) s = alloc_up(e, res, "resident block weights", e->host + x->lo, &x->resident);
@@ -305,7 +178,7 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
   e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
   e->stats.slot_bytes = 2 * slot;
   e->stats.total_weight_bytes = host_size;
-  e->stats.predicted_peak_bytes = dit_offload_predicted_peak(m);
+  e->stats.predicted_peak_bytes = dit_offload_predicted_peak(plan, m);
   /* Every weight value: resident memory or its block's slot (block i runs from slot i % 2). */
   for (size_t v = 0; v < plan->n_values; v++) {
     const dit_plan_value_t *pv = &plan->values[v];

@@ -1,5 +1,5 @@
 /* The weight-offload engine (DESIGN.md §6): carries out the chunk schedule that ditc wrote into
- * the manifest (summary.offload). The weights outside the blocks, and each block's resident
+ * the rank's plan (its typed offload section, validated by artifacts/plan.c). The weights outside the blocks, and each block's resident
  * chunks, live in backend memory; every block runs from one of two staging slots, contiguous
  * like the blob's own range for the block, filled on the backend's copy queue while the
  * previous block computes: resident chunks by a device copy, the rest from host memory in
@@ -32,19 +32,20 @@ typedef struct dit_offload_stats {
   uint64_t predicted_peak_bytes; /* the compiler's, from the manifest */
 } dit_offload_stats_t;
 
-/* 1 when the manifest carries an offload plan (mode other than none). */
-int dit_offload_planned(const dit_manifest_t *m);
-/* The compiler's predicted device peak with the plan (summary.offload.predicted_peak_bytes);
- * the manifest's memory.peak_bytes when absent. */
-uint64_t dit_offload_predicted_peak(const dit_manifest_t *m);
+/* 1 when the rank's plan carries an offload section. */
+int dit_offload_planned(const dit_plan_t *p);
+/* The compiler's predicted device peak with the plan (offload.predicted_peak_bytes); the
+ * manifest's memory.peak_bytes without one. */
+uint64_t dit_offload_predicted_peak(const dit_plan_t *p, const dit_manifest_t *m);
 /* Of that peak, the runtime's own device memory the calibrated profile counted (the driver's
  * context and the like: already held when the peak is checked against free memory); 0 if none. */
-uint64_t dit_offload_overhead(const dit_manifest_t *m);
+uint64_t dit_offload_overhead(const dit_plan_t *p);
 
-/* Checks the plan against this rank's plan and weight layout (every field that disagrees is
- * named), allocates the resident parts and the slots through the backend, uploads the
- * resident parts from host_weights (the rank's mapped weight blob), and points every weight
- * value in `bound` at its place: resident memory, or the slot its block runs from. */
+/* Takes the schedule from the plan's offload section (already checked against the plan and
+ * this rank's weight layout by dit_plan_check_bindings), allocates the resident parts and the
+ * slots through the backend, uploads the resident parts from host_weights (the rank's mapped
+ * weight blob), and points every weight value in `bound` at its place: resident memory, or the
+ * slot its block runs from. */
 dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *layout,
                                        const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
                                        size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The offload plan in the bundle: ditc --offload writes per-block F*, T_comp, T_pref, resident
-# chunks and the predicted step time and peak into the manifest, ditc inspect shows them, the
-# options and the profile are part of the identity, and bad requests are refused.
+# chunks into each rank's plan (its typed offload section) and the predicted step time and peak
+# there and into the manifest's summary, ditc inspect shows them, the options and the profile
+# are part of the identity, and bad requests (and bad profiles) are refused.
 set -euo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -19,9 +20,12 @@ b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.6 --pr
 grep -q "^offload    chunked, chunks of 0.01 MiB: predicted step" "$T/inspect"
 grep -q "^profile    slow-link: 0.001 TFLOP/s x 0.5, host-to-device 0.01 GB/s x 0.5" "$T/inspect"
 [ "$(grep -cE '^ +[0-9]+ ' "$T/inspect")" = 3 ] || { cat "$T/inspect"; echo "expected 3 block rows"; exit 1; }
-python3 - "$T/b/$a/manifest.json" "$T/b/$b/manifest.json" <<'PY'
+python3 - "$T/b/$a" "$T/b/$b" <<'PY'
 import json, sys
-a, b = (json.load(open(p))["summary"]["offload"] for p in sys.argv[1:3])
+def offload(d):  # the summary's digest, with the blocks of rank 0's typed plan section
+    m = json.load(open(d + "/manifest.json"))
+    return dict(m["summary"]["offload"], blocks=json.load(open(d + "/blobs/" + m["ranks"][0]["plan"]))["offload"]["blocks"])
+a, b = (offload(d) for d in sys.argv[1:3])
 assert a["profile"]["name"] == "slow-link" and a["profile"]["bw_h2d_gbs"] == 0.01, a["profile"]
 for blk in a["blocks"]:
     assert 0.4 <= blk["resident"] < 0.6 and blk["chunks"] > 1, blk
@@ -59,7 +63,7 @@ for k in ("predicted_peak_bytes", "resident_peak_bytes"):
 assert o["predicted_step_ms"] == a["predicted_step_ms"]
 PY
 printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 0.5, "eta_pref": 0.5, "overhead_mib": -1}\n' > "$T/bad.json"
-MSG="field 'overhead_mib': expected a number >= 0" fail --offload chunked --profile "$T/bad.json"
+MSG="bad.json: field 'overhead_mib': expected a number in [0, 1000000000], found -1" fail --offload chunked --profile "$T/bad.json"
 echo "profile overhead: counted in the predicted peaks"
 # A calibrated cost per plan step lengthens every block's T_comp by its steps' share (and the
 # no-offload prediction by all of them); collectives are modeled only where the profile rates
@@ -67,18 +71,25 @@ echo "profile overhead: counted in the predicted peaks"
 printf '{"name": "steps", "p_peak_tflops": 0.001, "bw_h2d_gbs": 0.01, "eta_comp": 0.5, "eta_pref": 0.5, "step_overhead_us": 250}\n' > "$T/st.json"
 as=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.4 --profile "$T/st.json" | cut -d' ' -f2)
 [ "$as" != "$a" ] || { echo "the step overhead must change the identity"; exit 1; }
-python3 - "$T/b/$a/manifest.json" "$T/b/$as/manifest.json" <<'PY'
+python3 - "$T/b/$a" "$T/b/$as" <<'PY'
 import json, sys
-ma, ms = (json.load(open(p)) for p in sys.argv[1:3])
-a, s = ma["summary"]["offload"], ms["summary"]["offload"]
+def offload(d):  # the summary's digest, with the blocks of rank 0's typed plan section
+    m = json.load(open(d + "/manifest.json"))
+    return dict(m["summary"]["offload"], blocks=json.load(open(d + "/blobs/" + m["ranks"][0]["plan"]))["offload"]["blocks"])
+a, s = (offload(d) for d in sys.argv[1:3])
 assert s["profile"]["step_overhead_us"] == 250 and a["profile"]["step_overhead_us"] == 0
 # T_comp grows by the block's plan steps x 0.25 ms: a whole number of steps, the same for
 # every block of this model
 d = [bs["t_comp_ms"] - ba["t_comp_ms"] for ba, bs in zip(a["blocks"], s["blocks"])]
 k = d[0] / 0.25
 assert k >= 10 and abs(k - round(k)) < 1e-6 and all(abs(x - d[0]) < 1e-9 for x in d), d
-assert all("t_coll_ms" not in b for b in s["blocks"])  # no collectives in a one-rank plan
+assert all(b["t_coll_ms"] == 0 and b["yield_steps"] == [] for b in s["blocks"])  # no collectives in a one-rank plan
 print("step overhead: %d steps a block, +%.2f ms each" % (round(k), d[0]))
 PY
 printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 0.5, "eta_pref": 0.5, "coll_gbs": "fast"}\n' > "$T/bad.json"
-MSG="field 'coll_gbs': expected a number >= 0" fail --offload chunked --profile "$T/bad.json"
+MSG="bad.json: field 'coll_gbs': expected a number" fail --offload chunked --profile "$T/bad.json"
+printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 0.5, "eta_pref": 0.5, "eta_prf": 0.5}\n' > "$T/bad.json"
+MSG="bad.json: field '(top level)': unknown member \"eta_prf\"" fail --offload chunked --profile "$T/bad.json"
+printf '{"name": "x", "p_peak_tflops": 1, "bw_h2d_gbs": 1, "eta_comp": 1.5, "eta_pref": 0.5}\n' > "$T/bad.json"
+MSG="bad.json: field 'eta_comp': expected a number in [0, 1], found 1.5" fail --offload chunked --profile "$T/bad.json"
+echo "profiles: unknown fields and values out of range refused"

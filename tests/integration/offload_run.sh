@@ -40,9 +40,10 @@ for tops in "" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 2 --cp-mode ulysses|--p
     cmp "$T/f_none.safetensors" "$T/f_off.safetensors"
     cmp "$T/g_none.safetensors" "$T/g_off.safetensors"
     echo "offload ${top:-one rank} / $mode: identical forward and generate; weights held $(weights_mib off) MiB"
-    case "$prof $mode" in *chunked*0.01*residency*) ;; *slow*chunked*0.01|*tight*chunked*0.01) python3 - "$b/manifest.json" "$prof" <<'PY' ;;
+    case "$prof $mode" in *chunked*0.01*residency*) ;; *slow*chunked*0.01|*tight*chunked*0.01) python3 - "$b" "$prof" <<'PY' ;;
 import json, sys
-blocks = json.load(open(sys.argv[1]))["summary"]["offload"]["blocks"]
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+blocks = json.load(open(sys.argv[1] + "/blobs/" + m["ranks"][0]["plan"]))["offload"]["blocks"]  # rank 0's typed section
 for b in blocks:  # one window per collective plus one; some before the last hold chunks, or (tight) fewer than a block
     assert len(b["window_chunks"]) == len(b["yield_steps"]) + 1 == 5, b
     assert sum(b["window_chunks"][:-1]) > 0 if "slow" in sys.argv[2] else 0 < sum(b["window_chunks"]) < b["chunks"], b
@@ -107,15 +108,9 @@ b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --profile "$T/prof.j
 # multi-rank bundle's collectives are rated too (their latency from the second shape). The
 # planner adds both: the collectives' time to every block, chunked loads beside compute only.
 c1=(compile "$d/model" --frames 1 --height 48 --width 32 --batch 2 --text-len 5 -o "$T/b" -q)
-python3 - "$T/in1.safetensors" <<'PY'
-import sys, numpy as np
-from safetensors.numpy import save_file
-g = np.random.default_rng(1)
-save_file({"hidden_states": g.standard_normal((2, 6, 1, 6, 4), dtype=np.float32), "timestep": np.array([500, 500]),
-           "encoder_hidden_states": g.standard_normal((2, 5, 20), dtype=np.float32)}, sys.argv[1])
-PY
 u5=$("$BIN/ditc" "${c[@]}" --cp 2 --cp-mode ulysses | tail -n1 | cut -d' ' -f3)
 u1=$("$BIN/ditc" "${c1[@]}" --cp 2 --cp-mode ulysses | tail -n1 | cut -d' ' -f3)
+"$BIN/forward_inputs" "$u1" "$T/in1.safetensors" --seed 1 --set timestep=500
 "$BIN/ditrun" calibrate "$u5" --inputs "$d/forward_inputs.safetensors" --second "$u1" --second-inputs "$T/in1.safetensors" \
   --profile-out "$T/pu.json" --steps 3 2>/dev/null
 python3 - "$T/pu.json" <<'PY'
@@ -128,11 +123,11 @@ print("calibrated with a second shape and collectives: %.3g TFLOP/s + %.3g us a 
 PY
 b=$("$BIN/ditc" "${c[@]}" --cp 2 --cp-mode ulysses --offload chunked --chunk-mb 0.01 --profile "$T/pu.json" | tail -n1 | cut -d' ' -f3)
 "$BIN/ditc" inspect "$b" | grep -q "collectives .* us + bytes at" || { "$BIN/ditc" inspect "$b"; echo "collectives not in the profile"; exit 1; }
-python3 - "$b/manifest.json" "$T/pu.json" <<'PY'
+python3 - "$b" "$T/pu.json" <<'PY'
 import json, sys
-m = json.load(open(sys.argv[1]))
+m = json.load(open(sys.argv[1] + "/manifest.json"))
 p = json.load(open(sys.argv[2]))
-of = m["summary"]["offload"]
+of = json.load(open(sys.argv[1] + "/blobs/" + m["ranks"][0]["plan"]))["offload"]  # rank 0's typed section
 pr = of["profile"]
 blocks = of["blocks"]
 # four all-to-alls a block (q, k, v, then the attention output) and one gather of the output
@@ -169,30 +164,50 @@ stall() {
 s0=$(stall 0); s1=$(stall 1)
 awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a > 1 && b < a / 10) }' || { echo "stall: streamed $s0 ms, resident $s1 ms"; exit 1; }
 echo "prefetch stall with slowed copies: all streamed $s0 ms, all resident $s1 ms"
-# A damaged offload plan (written consistently, so only its content is wrong) is refused at
-# load, naming the field, with no output written.
+# A damaged offload schedule in the plan (written consistently: the plan blob renamed to its new
+# hash, the manifest following) is refused at load, naming the field, with no output written.
 unset DIT_CPU_COPY_DELAY_US
 b=$("$BIN/ditc" "${c[@]}" --offload chunked --chunk-mb 0.01 --residency 0.3 | tail -n1 | cut -d' ' -f3)
-for damage in "of['mode'] = 'sideways'|summary.offload.mode' = \"sideways\"" \
-              "of['chunk_bytes'] = 100|summary.offload.chunk_bytes': expected an integer" \
-              "of['blocks'] = of['blocks'][:2]|summary.offload.blocks': 2 blocks, but step" \
-              "of['blocks'][1]['yield_steps'] = [0]|summary.offload.blocks[1].yield_steps': expected ascending steps of block 1" \
-              "of['blocks'][2]['window_chunks'] = [1, 2]|summary.offload.blocks[2].window_chunks': expected an array of 1 counts" \
-              "of['blocks'][0]['window_chunks'] = [-1]|summary.offload.blocks[0].window_chunks[0]': expected an integer" \
-              "of['blocks'][0]['resident_chunks'] = of['blocks'][0]['chunks'] + 1|summary.offload.blocks[0].resident_chunks': expected an integer"; do
+for damage in "of['mode'] = 'sideways'|offload.mode': expected one of" \
+              "of['chunk_bytes'] = 100|offload.chunk_bytes': expected an integer in [4096, 1099511627776], found 100" \
+              "of['blocks'] = of['blocks'][:2]|offload.blocks': 2 blocks, but steps[" \
+              "of['blocks'][1]['yield_steps'] = [0]|offload.blocks[1].yield_steps[0]': expected an integer in [" \
+              "of['blocks'][2]['window_chunks'] = [1, 2]|offload.blocks[2].window_chunks': expected 1 counts (one per window between collectives), found 2" \
+              "of['blocks'][0]['window_chunks'] = [-1]|offload.blocks[0].window_chunks[0]': expected an integer in [0, 4294967295], found -1" \
+              "of['blocks'][0]['resident_chunks'] = of['blocks'][0]['chunks'] + 1|offload.blocks[0].resident_chunks': expected an integer in [0," \
+              "of['blocks'][0]['resident_bytes'] += 4096|offload.blocks[0].resident_bytes': the resident part ends at byte" \
+              "of['blocks'][1]['range'][0] -= 4096|offload.blocks[1].range" \
+              "of['head_bytes'] = 0|offload': tensor" \
+              "of['tail'][1] += 4096|offload.tail'" \
+              "of['blocks'][0]['sneaky'] = 1|offload.blocks[0]': unknown member"; do
   code=${damage%%|*}; msg=${damage#*|}
   rm -rf "$T/bad" && cp -r "$b" "$T/bad"
-  python3 - "$T/bad/manifest.json" "$code" <<'PY'
+  plan=$(python3 - "$T/bad" "$code" <<'PY'
 import json, sys
-m = json.load(open(sys.argv[1]))
-of = m["summary"]["offload"]
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+h = m["ranks"][0]["plan"]
+p = json.load(open(sys.argv[1] + "/blobs/" + h))
+of = p["offload"]
 exec(sys.argv[2])
-open(sys.argv[1], "w").write(json.dumps(m, indent=1, sort_keys=True) + "\n")
+open(sys.argv[1] + "/blobs/" + h, "w").write(json.dumps(p))
+print(h)
 PY
-  "$BIN/redigest" "$T/bad"
+)
+  "$BIN/redigest" "$T/bad" --blob "$plan"
   if "$BIN/ditrun" forward "$T/bad" --inputs "$d/forward_inputs.safetensors" --out "$T/bad.safetensors" 2>"$T/err"; then
     echo "ran with $code"; exit 1
   fi
   grep -qF -- "$msg" "$T/err" && [ ! -e "$T/bad.safetensors" ] || { echo "$code:"; cat "$T/err"; exit 1; }
   echo "refused ($code): $(tail -c 150 "$T/err")"
 done
+# Undamaged, the same rewrite runs: the refusals above are the damage's.
+rm -rf "$T/bad" && cp -r "$b" "$T/bad"
+plan=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranks"][0]["plan"])' "$T/bad/manifest.json")
+python3 - "$T/bad/blobs/$plan" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+open(sys.argv[1], "w").write(json.dumps(p))
+PY
+"$BIN/redigest" "$T/bad" --blob "$plan"
+"$BIN/ditrun" forward "$T/bad" --inputs "$d/forward_inputs.safetensors" --out "$T/ok.safetensors" 2>/dev/null
+echo "rewritten but intact: runs"

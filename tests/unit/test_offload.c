@@ -1,6 +1,9 @@
-/* passes/offload: the F* model, predictions, and residency chosen from a budget or a target. */
+/* passes/offload: the F* model, predictions, and residency chosen from a budget or a target;
+ * block membership and windows from the graph; base/hw_profile: the profile file's format. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/hw_profile.h"
 #include "check.h"
 #include "passes/offload.h"
 
@@ -17,7 +20,117 @@ static void blocks(dit_offload_block_t *b, double flops, uint64_t bytes) {
   for (int i = 0; i < NB; i++) b[i].flops = flops, b[i].bytes = bytes;
 }
 
+static dit_status_t profile(const char *text, dit_hw_profile_t *p, dit_hw_measured_t *m) {
+  return dit_hw_profile_parse(text, strlen(text), "prof.json", p, m);
+}
+
+/* The one profile format: what calibrate writes, compile reads back; unknown fields and numbers
+ * out of range are refused naming the file and field. */
+static void test_profile_format(void) {
+  dit_hw_profile_t p, q;
+  dit_hw_measured_t m, mq;
+  CHECK_OK(profile("{\"name\": \"a\", \"p_peak_tflops\": 3e-7, \"bw_h2d_gbs\": 1e-4, \"eta_comp\": 1, \"eta_pref\": 1}", &p, &m));
+  CHECK(!strcmp(p.name, "a") && p.p_peak_tflops == 3e-7 && p.coll_gbs == 0 && m.forwards == 0);
+  CHECK_OK(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1}", &p, NULL));
+  CHECK(!strcmp(p.name, "file"));
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1, \"eta_prf\": 1}", &p, NULL),
+            INVALID_ARGUMENT, "prof.json: field '(top level)': unknown member \"eta_prf\"");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1}", &p, NULL), NOT_FOUND, "prof.json: field 'eta_pref': missing");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 0, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1}", &p, NULL), OUT_OF_RANGE,
+            "prof.json: field 'p_peak_tflops': expected a number in (0, 1000000], found 0");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1.5, \"eta_pref\": 1}", &p, NULL), OUT_OF_RANGE,
+            "field 'eta_comp'");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1, \"overhead_mib\": -1}", &p, NULL),
+            OUT_OF_RANGE, "field 'overhead_mib': expected a number in [0,");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1, \"coll_gbs\": \"fast\"}", &p, NULL),
+            INVALID_ARGUMENT, "field 'coll_gbs'");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1, \"coll_latency_us\": 3}", &p, NULL),
+            INVALID_ARGUMENT, "without a positive 'coll_gbs'");
+  CHECK_ERR(profile("{\"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1, \"measured\": {\"forwards\": 3, \"x\": 1}}",
+                    &p, &m),
+            INVALID_ARGUMENT, "prof.json: field 'measured': unknown member \"x\"");
+  CHECK_ERR(profile("{\"name\": \"012345678901234567890123456789012\", \"p_peak_tflops\": 1, \"bw_h2d_gbs\": 1, \"eta_comp\": 1, \"eta_pref\": 1}",
+                    &p, NULL),
+            OUT_OF_RANGE, "field 'name'");
+  /* Written, then read back: the same values, the optional ones only where written. */
+  dit_hw_profile_t w = {"calibrated", 123.456, 21.5, 1, 1, 577.25, 3.5, 12, 80.5};
+  dit_hw_measured_t wm = {"0123456789abcdef0123456789abcdef", 4.25, 0.5, 3, 16, 1e9, "fedcba9876543210fedcba9876543210", 1.5, 0.25};
+  char *text = NULL;
+  CHECK_OK(dit_hw_profile_to_json(&w, DIT_HW_WITH_OVERHEAD | DIT_HW_WITH_STEP_OVERHEAD | DIT_HW_WITH_COLLECTIVES, &wm, &text));
+  CHECK_OK(profile(text, &q, &mq));
+  CHECK(!memcmp(&w, &q, sizeof w));
+  CHECK(mq.forwards == 3 && mq.h2d_bytes == 1e9 && !strcmp(mq.second, wm.second) && mq.second_collectives_ms == 0.25);
+  free(text);
+  CHECK_OK(dit_hw_profile_to_json(&w, DIT_HW_WITH_STEP_OVERHEAD, NULL, &text));
+  CHECK(text && !strstr(text, "overhead_mib") && !strstr(text, "coll_gbs") && strstr(text, "step_overhead_us"));
+  CHECK_OK(profile(text, &q, NULL));
+  CHECK(q.overhead_mib == 0 && q.step_overhead_us == 3.5 && q.coll_gbs == 0);
+  free(text);
+  CHECK_OK(dit_hw_profile_load("h100-pcie", &q));
+  CHECK(q.p_peak_tflops == 756);
+  CHECK_ERR(dit_hw_profile_load("/nonexistent/p.json", &q), NOT_FOUND, "not a preset (h100-pcie, h100-sxm, h200-sxm)");
+}
+
+/* Block membership, work and windows come from the graph's op tags, not from weight names. */
+static void test_graph_blocks(void) {
+  dit_graph_t *g = NULL;
+  CHECK_OK(dit_graph_create(&g));
+  if (!g) return;
+  const int64_t d[1] = {256};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 1, d);
+  dit_vid_t head = dit_graph_weight(g, "embed.w", DIT_F32, 1, d);
+  dit_vid_t odd = dit_graph_weight(g, "blocks.7.not_block_1", DIT_F32, 1, d); /* the name says 7: ignored */
+  dit_vid_t w0 = dit_graph_weight(g, "a", DIT_F32, 1, d), shared = dit_graph_weight(g, "s", DIT_F32, 1, d);
+  dit_vid_t in2[2] = {x, head};
+  dit_vid_t v = dit_graph_op(g, DIT_OP_ADD, in2, 2, NULL, DIT_F32, "h");
+  dit_graph_set_block(g, 0);
+  in2[0] = v, in2[1] = w0;
+  v = dit_graph_op(g, DIT_OP_ADD, in2, 2, NULL, DIT_F32, "b0");
+  in2[0] = v, in2[1] = shared;
+  v = dit_graph_op(g, DIT_OP_ADD, in2, 2, NULL, DIT_F32, "b0s");
+  dit_graph_set_block(g, 1);
+  in2[0] = v, in2[1] = odd;
+  v = dit_graph_op(g, DIT_OP_ADD, in2, 2, NULL, DIT_F32, "b1");
+  dit_attrs_t ga = {0};
+  dit_attrs_set_int(&ga, "group", 0);
+  v = dit_graph_op(g, DIT_OP_ALLREDUCE, &v, 1, &ga, DIT_F32, "ar");
+  in2[0] = v, in2[1] = shared;
+  v = dit_graph_op(g, DIT_OP_ADD, in2, 2, NULL, DIT_F32, "b1s");
+  dit_graph_set_block(g, -1);
+  dit_graph_mark_output(g, v, "y");
+  CHECK(dit_graph_status(g) == DIT_OK); /* borrowed */
+  CHECK_EQ_INT(dit_offload_graph_blocks(g), 2);
+  int32_t *vb = calloc((size_t)dit_graph_num_values(g), sizeof *vb);
+  dit_offload_weight_blocks(g, vb);
+  CHECK_EQ_INT(vb[head], -1);
+  CHECK_EQ_INT(vb[w0], 0);
+  CHECK_EQ_INT(vb[odd], 1);
+  CHECK_EQ_INT(vb[shared], -1); /* read by two blocks: no single block holds it */
+  CHECK_EQ_INT(vb[x], -1);
+  free(vb);
+  dit_offload_block_t b1 = {0}, all = {0};
+  dit_offload_block_work(g, 1, &b1);
+  dit_offload_block_work(g, DIT_OFFLOAD_ALL_BLOCKS, &all);
+  CHECK_EQ_INT(b1.steps, 3);
+  CHECK_NEAR(b1.coll_count, 1, 0);
+  CHECK_NEAR(b1.coll_bytes, 1024, 0);
+  CHECK_EQ_INT(all.steps, 6);
+  dit_hw_profile_t hw = {"x", 1e-9, 1e-6, 1, 1, 0, 0, 0, 0}; /* 1 kFLOP/s, 1 kB/s: 256 flops hide 256 bytes, 4 chunks of 60 */
+  dit_offload_windows_t win;
+  CHECK_OK(dit_offload_block_windows(&hw, g, 1, 60, &win));
+  CHECK_EQ_INT(win.n_yields, 1);
+  CHECK_EQ_INT(win.yield_ops[0], 4); /* op 4 of the graph: step 4 of its plan */
+  CHECK_EQ_INT(win.window_chunks[0], 4);
+  CHECK_EQ_INT(win.window_chunks[1], 4);
+  CHECK_OK(dit_offload_block_windows(&hw, g, 0, 60, &win));
+  CHECK_EQ_INT(win.n_yields, 0);
+  CHECK_EQ_INT(win.window_chunks[0], 8);
+  dit_graph_destroy(g);
+}
+
 int main(void) {
+  test_profile_format();
+  test_graph_blocks();
   const dit_hw_profile_t *h200 = dit_hw_profile_preset("h200-sxm");
   CHECK(h200 != NULL);
   CHECK(dit_hw_profile_preset("tpu") == NULL);

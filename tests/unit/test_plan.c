@@ -76,8 +76,10 @@ static void test_rejections(void) {
   CHECK_ERR(parse("{"), INVALID_ARGUMENT, "not valid JSON");
   CHECK_ERR(parse("[]"), INVALID_ARGUMENT, "not a JSON object");
   CHECK_ERR(parse("{\"format\":\"other\",\"version\":1}"), INVALID_ARGUMENT, "expected \"ditc-plan\"");
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":2,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
-            FAILED_PRECONDITION, "plan version 1, found 2");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":3,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
+            FAILED_PRECONDITION, "plan versions 1..2, found 3");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"a\":1,\"a\":2}"),
+            INVALID_ARGUMENT, "duplicate key \"a\"");
   /* arena value beyond the arena */
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[200],\"offset\":0}],\"steps\":[]}"),
             OUT_OF_RANGE, "outside the arena of 512");
@@ -151,6 +153,161 @@ static void test_tensor_maps(void) {
 #undef KSTEP
 }
 
+/* ---- the offload section ---- */
+
+/* Two blocks between a head and a tail weight, each weight one 4 KiB tensor at 4 KiB steps of
+ * the blob: wh [0, 4096), block 0 = w0a, w0b [4096, 12288), block 1 = w1 [12288, 16384), wt
+ * after. Block 1 starts with a collective (a yield point). */
+#define OFF_VALUES                                                                                            \
+  "\"values\":[{\"name\":\"x\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[1024]},"     \
+  "{\"name\":\"wh\",\"storage\":\"weight\",\"ref\":\"wh\",\"dtype\":\"f32\",\"shape\":[1024]},"              \
+  "{\"name\":\"w0a\",\"storage\":\"weight\",\"ref\":\"w0a\",\"dtype\":\"f32\",\"shape\":[1024]},"            \
+  "{\"name\":\"w0b\",\"storage\":\"weight\",\"ref\":\"w0b\",\"dtype\":\"f32\",\"shape\":[1024]},"            \
+  "{\"name\":\"w1\",\"storage\":\"weight\",\"ref\":\"w1\",\"dtype\":\"f32\",\"shape\":[1024]},"              \
+  "{\"name\":\"wt\",\"storage\":\"weight\",\"ref\":\"wt\",\"dtype\":\"f32\",\"shape\":[1024]},"              \
+  "{\"name\":\"a\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[1024],\"offset\":0},"                  \
+  "{\"name\":\"b\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[1024],\"offset\":4096},"               \
+  "{\"name\":\"c\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[1024],\"offset\":8192},"               \
+  "{\"name\":\"d\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[1024],\"offset\":12288},"              \
+  "{\"name\":\"e\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[1024],\"offset\":16384},"              \
+  "{\"name\":\"y\",\"storage\":\"output\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[1024]}]"
+#define OFF_STEPS                                                                                           \
+  "\"steps\":[{\"op\":\"add\",\"in\":[0,1],\"out\":[6],\"block\":-1},{\"op\":\"add\",\"in\":[6,2],\"out\":[7],\"block\":0}," \
+  "{\"op\":\"add\",\"in\":[7,3],\"out\":[8],\"block\":0},{\"op\":\"allreduce\",\"in\":[8],\"out\":[9],\"block\":1},"        \
+  "{\"op\":\"add\",\"in\":[9,4],\"out\":[10],\"block\":1},{\"op\":\"add\",\"in\":[10,5],\"out\":[11],\"block\":-1}]"
+#define OFF_SECTION                                                                                          \
+  "\"offload\":{\"version\":1,\"mode\":\"chunked\",\"chunk_bytes\":4096,\"head_bytes\":4096,"               \
+  "\"tail\":[16384,4096],\"overhead_bytes\":0,\"predicted_peak_bytes\":65536,\"resident_peak_bytes\":90000," \
+  "\"predicted_step_ms\":1.5,\"resident_step_ms\":1,\"profile\":{\"name\":\"p\",\"p_peak_tflops\":1,"       \
+  "\"bw_h2d_gbs\":2,\"eta_comp\":0.5,\"eta_pref\":0.5},\"blocks\":["                                          \
+  "{\"index\":0,\"range\":[4096,12288],\"resident_bytes\":4096,\"chunks\":2,\"resident_chunks\":1,"         \
+  "\"yield_steps\":[],\"window_chunks\":[0],\"flops\":100,\"f_star\":5,\"t_comp_ms\":0.5,\"t_pref_ms\":0.25," \
+  "\"t_coll_ms\":0,\"resident\":0.5}" OFF_BLOCK1 "]}"
+#define OFF_BLOCK1                                                                                           \
+  ",{\"index\":1,\"range\":[12288,16384],\"resident_bytes\":0,\"chunks\":1,\"resident_chunks\":0,"           \
+  "\"yield_steps\":[3],\"window_chunks\":[1,0],\"flops\":100,\"f_star\":5,\"t_comp_ms\":0.5,"               \
+  "\"t_pref_ms\":0.5,\"t_coll_ms\":0.1,\"resident\":0}"
+
+static const char kOffPlan[] = "{\"format\":\"ditc-plan\",\"version\":2,\"arena_bytes\":20480," OFF_VALUES "," OFF_STEPS "," OFF_SECTION "}";
+
+/* kOffPlan with the first `from` replaced by `to` (caller frees). */
+static char *damaged(const char *from, const char *to) {
+  const char *at = strstr(kOffPlan, from);
+  CHECK(at != NULL);
+  if (!at) return strdup(kOffPlan);
+  size_t n = strlen(kOffPlan) - strlen(from) + strlen(to) + 1;
+  char *t = malloc(n);
+  snprintf(t, n, "%.*s%s%s", (int)(at - kOffPlan), kOffPlan, to, at + strlen(from));
+  return t;
+}
+
+static dit_status_t parse_damaged(const char *from, const char *to) {
+  char *t = damaged(from, to);
+  dit_status_t s = parse(t);
+  free(t);
+  return s;
+}
+
+static dit_manifest_tensor_t g_tensors[5] = {{"wh", DIT_F32, 1, {1024}, 0, 4096},
+                                             {"w0a", DIT_F32, 1, {1024}, 4096, 4096},
+                                             {"w0b", DIT_F32, 1, {1024}, 8192, 4096},
+                                             {"w1", DIT_F32, 1, {1024}, 12288, 4096},
+                                             {"wt", DIT_F32, 1, {1024}, 16384, 4096}};
+
+/* Parses `text` and checks it against the layout above in a blob of blob_size bytes. */
+static dit_status_t bind_offload(const char *text, uint64_t blob_size) {
+  dit_plan_t *p = NULL;
+  dit_status_t s = dit_plan_parse(text, strlen(text), "plan.json", &p);
+  if (s) return s;
+  dit_manifest_t m;
+  memset(&m, 0, sizeof m);
+  dit_manifest_io_t in = {"x", DIT_F32, 1, {1024}}, out = {"y", DIT_F32, 1, {1024}};
+  m.io_inputs = &in, m.n_inputs = 1, m.io_outputs = &out, m.n_outputs = 1;
+  dit_manifest_blob_t blob = {"weights", "0123456789abcdef0123456789abcdef", blob_size, ""};
+  m.blobs = &blob, m.n_blobs = 1;
+  dit_manifest_weights_t w;
+  memset(&w, 0, sizeof w);
+  strcpy(w.blob, blob.hash);
+  w.tensors = g_tensors, w.n_tensors = 5;
+  s = dit_plan_check_bindings(p, &m, &w, "plan.json");
+  dit_plan_free(p);
+  return s;
+}
+
+static void test_offload_section(void) {
+  dit_plan_t *p = NULL;
+  CHECK_OK(dit_plan_parse(kOffPlan, strlen(kOffPlan), "plan.json", &p));
+  if (!p) return;
+  const dit_plan_offload_t *o = &p->offload;
+  CHECK_EQ_INT(o->mode, DIT_PLAN_OFFLOAD_CHUNKED);
+  CHECK_EQ_INT(o->n_blocks, 2);
+  CHECK_EQ_INT(o->head_bytes, 4096);
+  CHECK_EQ_INT(o->tail_offset, 16384);
+  CHECK_EQ_INT(o->blocks[0].split, 8192);
+  CHECK_EQ_INT(o->blocks[0].first_step, 1);
+  CHECK_EQ_INT(o->blocks[0].last_step, 2);
+  CHECK_EQ_INT(o->blocks[1].first_step, 3);
+  CHECK_EQ_INT(o->blocks[1].n_yields, 1);
+  CHECK_EQ_INT(o->blocks[1].yield_steps[0], 3);
+  CHECK_EQ_INT(o->blocks[1].window_chunks[0], 1);
+  CHECK(o->profile.eta_comp == 0.5 && !strcmp(o->profile.name, "p"));
+  free(print_stable(p));
+  dit_plan_free(p);
+  CHECK_OK(bind_offload(kOffPlan, 20480));
+
+  /* Against the steps and itself. */
+  CHECK_ERR(parse_damaged("\"mode\":\"chunked\"", "\"mode\":\"sideways\""), INVALID_ARGUMENT, "field 'offload.mode'");
+  CHECK_ERR(parse_damaged("\"chunk_bytes\":4096", "\"chunk_bytes\":100"), OUT_OF_RANGE,
+            "field 'offload.chunk_bytes': expected an integer in [4096, 1099511627776], found 100");
+  CHECK_ERR(parse_damaged("\"version\":1,\"mode\"", "\"version\":2,\"mode\""), OUT_OF_RANGE, "field 'offload.version'");
+  CHECK_ERR(parse_damaged("\"version\":2,", "\"version\":1,"), INVALID_ARGUMENT, "a version 1 plan has no offload section");
+  CHECK_ERR(parse_damaged("\"head_bytes\":4096,", "\"head_bytes\":4096,\"extra\":1,"), INVALID_ARGUMENT, "offload");
+  CHECK_ERR(parse_damaged(OFF_BLOCK1, ""), INVALID_ARGUMENT, "field 'offload.blocks': 1 blocks, but steps[3] belongs to block 1");
+  CHECK_ERR(parse_damaged("\"index\":1", "\"index\":2"), OUT_OF_RANGE, "field 'offload.blocks[1].index': expected an integer in [1, 1], found 2");
+  CHECK_ERR(parse_damaged("\"yield_steps\":[3]", "\"yield_steps\":[0]"), OUT_OF_RANGE,
+            "field 'offload.blocks[1].yield_steps[0]': expected an integer in [3, 4], found 0");
+  CHECK_ERR(parse_damaged("\"yield_steps\":[3]", "\"yield_steps\":[4]"), INVALID_ARGUMENT,
+            "field 'offload.blocks[1].yield_steps[0]': steps[4] is add, expected a collective step");
+  CHECK_ERR(parse_damaged("\"window_chunks\":[1,0]", "\"window_chunks\":[1]"), INVALID_ARGUMENT,
+            "field 'offload.blocks[1].window_chunks': expected 2 counts (one per window between collectives), found 1");
+  CHECK_ERR(parse_damaged("\"window_chunks\":[1,0]", "\"window_chunks\":[-1,0]"), OUT_OF_RANGE, "window_chunks[0]': expected an integer in [0, 4294967295]");
+  CHECK_ERR(parse_damaged("\"resident_chunks\":1", "\"resident_chunks\":3"), OUT_OF_RANGE,
+            "field 'offload.blocks[0].resident_chunks': expected an integer in [0, 2], found 3");
+  CHECK_ERR(parse_damaged("\"chunks\":2", "\"chunks\":5"), OUT_OF_RANGE, "field 'offload.blocks[0].chunks': expected an integer in [2, 2], found 5");
+  CHECK_ERR(parse_damaged("\"range\":[12288,16384]", "\"range\":[8192,16384]"), OUT_OF_RANGE,
+            "field 'offload.blocks[1].range': expected [lo, hi) with 12288 <= lo < hi (after the previous block), found [8192, 16384)");
+  CHECK_ERR(parse_damaged("\"tail\":[16384,4096]", "\"tail\":[12288,4096]"), OUT_OF_RANGE, "field 'offload.tail': starts at 12288, inside the last block");
+  CHECK_ERR(parse_damaged("\"eta_comp\":0.5", "\"eta_comp\":5"), OUT_OF_RANGE, "field 'offload.profile.eta_comp'");
+  CHECK_ERR(parse_damaged("\"t_pref_ms\":0.25", "\"t_pref_ms\":-1"), OUT_OF_RANGE, "field 'offload.blocks[0].t_pref_ms'");
+  CHECK_ERR(parse_damaged("\"in\":[9,4],\"out\":[10],\"block\":1", "\"in\":[9,4],\"out\":[10],\"block\":0"), INVALID_ARGUMENT,
+            "the steps of block 0 are not contiguous (steps[4] follows steps[2])");
+  /* Against the weight layout. */
+  char *t;
+  CHECK_ERR(bind_offload(kOffPlan, 16384), OUT_OF_RANGE, "field 'offload.tail'");
+  t = damaged("\"resident_bytes\":4096", "\"resident_bytes\":0");
+  CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT,
+            "field 'offload.blocks[0].resident_bytes': expected 4096 (1 resident chunks cut back to whole tensors), found 0");
+  free(t);
+  t = damaged("\"resident_bytes\":4096", "\"resident_bytes\":100");
+  CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT, "the resident part ends at byte 100, inside tensor 'w0a'");
+  free(t);
+  t = damaged("\"range\":[4096,12288],\"resident_bytes\":4096,\"chunks\":2", "\"range\":[4096,8192],\"resident_bytes\":4096,\"chunks\":1");
+  CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT, "tensor 'w0b' (bytes 8192..12288) lies in no block, nor in the head");
+  free(t);
+  t = damaged("\"range\":[4096,12288]", "\"range\":[4097,12288]");
+  CHECK_ERR(bind_offload(t, 20480), OUT_OF_RANGE, "must start at a multiple of 4096");
+  free(t);
+  t = damaged("\"tail\":[16384,4096]", "\"tail\":[16384,0]");
+  CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT, "tensor 'wt'");
+  free(t);
+  t = damaged("\"in\":[9,4]", "\"in\":[9,2]");
+  CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT, "steps[4] (block 1) reads 'w0a' of offload block 0");
+  free(t);
+  t = damaged("\"in\":[0,1]", "\"in\":[0,4]");
+  CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT, "steps[0] (block -1) reads 'w1' of offload block 1");
+  free(t);
+}
+
 static void test_bindings(void) {
   const char *text = "{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":512," VALUES_OK "," STEPS_OK "}";
   dit_plan_t *p = NULL;
@@ -189,5 +346,6 @@ int main(void) {
   test_rejections();
   test_tensor_maps();
   test_bindings();
+  test_offload_section();
   return check_summary("test_plan");
 }

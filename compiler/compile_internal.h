@@ -1,0 +1,65 @@
+/* Private to the compile driver's files (compiler/compile*.c): the progress reporter, one
+ * rank's build, and the steps the driver (compile.c) runs from the lowering (compile_lower.c:
+ * graph to plan, kernels, offload sections) and the weight layout (compile_weights.c). */
+#ifndef DIT_COMPILER_COMPILE_INTERNAL_H
+#define DIT_COMPILER_COMPILE_INTERNAL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "artifacts/bundle.h"
+#include "artifacts/manifest.h"
+#include "artifacts/plan.h"
+#include "compiler/compile.h"
+#include "compiler/frontend.h"
+#include "ir/graph.h"
+#include "passes/passes.h"
+#include "store/store.h"
+
+typedef struct dit_compile_progress {
+  int quiet, step, total;
+  struct timespec t0, last;
+} dit_compile_progress_t;
+
+double dit_compile_secs(struct timespec a, struct timespec b);
+/* One numbered progress line on stderr (nothing when quiet). */
+void dit_compile_progress(dit_compile_progress_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Graph, plan, weights shard and kernels of one (cp rank, tp rank). */
+typedef struct dit_rank_build {
+  dit_graph_t *g;
+  dit_plan_t *plan;
+  dit_pass_result_t pres;
+  uint64_t *module_sizes; /* per step: cubin and PTX sizes of its kernel */
+  uint64_t weights_size, plan_size;
+  char plan_hash[DIT_HASH_HEX];
+} dit_rank_build_t;
+
+/* ---- lowering (compile_lower.c) ---- */
+
+/* The plan of a scheduled, memory-planned graph: one value per graph value (same ids), one
+ * step per op in order (step i is op i). Caller owns *out. */
+dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_plan_t **out);
+/* Generates every step's kernel for a GPU target and adds the modules to the bundle. */
+dit_status_t dit_compile_kernels(const char *target, const dit_graph_t *g, dit_plan_t *plan, dit_bundle_writer_t *w,
+                                 uint64_t *module_sizes, cJSON *summary, dit_compile_progress_t *pr);
+/* The F* offload plan (o->offload layerwise|chunked) over rank 0's graph, written into every
+ * build's plan as its typed offload section (build r uses layouts[r % tp]), and a short digest
+ * into summary.offload for people. */
+dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
+                                 const dit_manifest_weights_t *layouts, uint64_t io_bytes, cJSON *summary);
+/* Serializes the build's plan into a "plan" blob of the bundle. */
+dit_status_t dit_compile_write_plan(dit_bundle_writer_t *w, dit_rank_build_t *rb);
+
+/* ---- weight layout (compile_weights.c) ---- */
+
+/* The weights blob of one tensor-parallel shard: the weights the plan uses in order of first
+ * use, each aligned to DIT_WEIGHT_ALIGN. With a store, one written before for the same bytes
+ * is linked instead of written again. Fills layout (its tensors and blob hash). */
+dit_status_t dit_compile_weights_blob(dit_bundle_writer_t *w, dit_store_t *store, const dit_model_t *m, const dit_graph_t *g,
+                                      const dit_plan_t *p, const char *weights_hash, dit_manifest_weights_t *layout,
+                                      dit_compile_progress_t *pr);
+
+#endif

@@ -1,0 +1,296 @@
+/* The lowering: a planned graph becomes the execution plan (values, steps), its kernels
+ * (GPU targets), and, with --offload, each rank's typed offload section from the F* plan. */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hw_profile.h"
+#include "compiler/codegen_cuda.h"
+#include "compiler/compile_internal.h"
+#include "passes/offload.h"
+
+dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_plan_t **out) {
+  dit_plan_t *p = calloc(1, sizeof *p);
+  int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
+  if (p) {
+    p->values = calloc((size_t)nv + 1, sizeof *p->values);
+    p->steps = calloc((size_t)no + 1, sizeof *p->steps);
+  }
+  if (!p || !p->values || !p->steps) {
+    dit_plan_free(p);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
+  }
+  p->arena_bytes = arena_bytes;
+  for (dit_vid_t v = 0; v < nv; v++) {
+    const dit_value_t *val = dit_graph_cvalue(g, v);
+    dit_plan_value_t *pv = &p->values[p->n_values++];
+    pv->name = strdup(val->name ? val->name : "");
+    pv->dtype = val->dtype;
+    pv->rank = val->rank;
+    memcpy(pv->dims, val->dims, sizeof pv->dims);
+    pv->nbytes = dit_value_nbytes(val);
+    if (val->kind == DIT_VALUE_INPUT) pv->storage = DIT_STORAGE_INPUT;
+    else if (val->kind == DIT_VALUE_WEIGHT) pv->storage = DIT_STORAGE_WEIGHT;
+    else if (val->is_output) pv->storage = DIT_STORAGE_OUTPUT;
+    else pv->storage = DIT_STORAGE_ARENA;
+    if (pv->storage == DIT_STORAGE_ARENA) {
+      if (val->offset < 0) {
+        dit_plan_free(p);
+        return DIT_ERR(INTERNAL, "lowering: value '%s' has no arena offset", val->name);
+      }
+      pv->offset = (uint64_t)val->offset;
+    } else {
+      pv->ref = strdup(val->ref);
+    }
+    if (!pv->name || (pv->storage != DIT_STORAGE_ARENA && !pv->ref)) {
+      dit_plan_free(p);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
+    }
+  }
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    dit_plan_step_t *s = &p->steps[p->n_steps++];
+    s->kind = op->kind;
+    s->n_in = op->n_in;
+    s->n_out = op->n_out;
+    memcpy(s->in, op->in, sizeof(int32_t) * (size_t)op->n_in);
+    memcpy(s->out, op->out, sizeof(int32_t) * (size_t)op->n_out);
+    s->attrs = op->attrs;
+    s->block = op->block;
+  }
+  *out = p;
+  return DIT_OK;
+}
+
+
+/* ---- kernels ---- */
+
+dit_status_t dit_compile_kernels(const char *target, const dit_graph_t *g, dit_plan_t *plan, dit_bundle_writer_t *w,
+                                 uint64_t *module_sizes, cJSON *summary, dit_compile_progress_t *pr) {
+  dit_cuda_codegen_t *cg;
+  DIT_RETURN_IF(dit_cuda_codegen_create(target, NULL, &cg));
+  dit_status_t s = DIT_OK;
+  int kernels = 0, library = 0;
+  for (size_t i = 0; !s && i < plan->n_steps; i++) {
+    dit_plan_step_t *st = &plan->steps[i];
+    dit_cuda_module_t mod;
+    s = dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, (int32_t)i), &st->has_kernel, &st->kernel, &mod);
+    if (s || !st->has_kernel) {
+      library += !s;
+      continue;
+    }
+    kernels++;
+    s = dit_bundle_writer_add_blob(w, mod.cubin, mod.cubin_size, st->kernel.cubin);
+    if (!s && mod.ptx) s = dit_bundle_writer_add_blob(w, mod.ptx, mod.ptx_size, st->kernel.ptx);
+    else if (!s) st->kernel.ptx[0] = 0; /* arch-specific code: no portable PTX */
+    if (!s) {
+      module_sizes[2 * i] = mod.cubin_size;
+      module_sizes[2 * i + 1] = mod.ptx_size;
+    }
+  }
+  dit_cuda_codegen_stats_t cs = dit_cuda_codegen_stats(cg);
+  if (!s)
+    dit_compile_progress(pr, "codegen %s: %d kernel steps (%d MLIR, %d NVRTC), %d library GEMM steps; %d modules compiled (%.2fs), %d from the cache",
+             target, kernels, cs.mlir, cs.nvrtc, library, cs.compiled, cs.compile_seconds, cs.cache_hits);
+  if (!s && summary && !cJSON_GetObjectItem(summary, "codegen")) {
+    cJSON *c = cJSON_AddObjectToObject(summary, "codegen");
+    cJSON_AddNumberToObject(c, "mlir_kernel_steps", cs.mlir);
+    cJSON_AddNumberToObject(c, "nvrtc_kernel_steps", cs.nvrtc);
+    cJSON_AddNumberToObject(c, "library_gemm_steps", library);
+    const cJSON *why = dit_cuda_codegen_nvrtc_because(cg);
+    if (why) cJSON_AddItemToObject(c, "nvrtc_because", cJSON_Duplicate(why, 1));
+  }
+  dit_cuda_codegen_destroy(cg);
+  return s;
+}
+
+
+/* ---- the offload sections ---- */
+
+static uint64_t resident_whole_tensors(void *layout, uint64_t offset, uint64_t bytes, uint64_t want) {
+  return dit_manifest_weights_split(layout, offset, offset + bytes, offset + want) - offset;
+}
+
+/* Where one build's blocks lie in its shard's blob: per block the span of the tensors its ops
+ * read (membership from the graph), the sum of their bytes, and per layout tensor its block
+ * (-1 outside the blocks). The plan binds each weight value to the tensor of its ref. */
+typedef struct block_spans {
+  uint64_t *lo, *hi, *bytes;
+  uint64_t all, in_blocks;
+} block_spans_t;
+
+static void spans_free(block_spans_t *sp) { free(sp->lo), free(sp->hi), free(sp->bytes); }
+
+static dit_status_t block_spans(const dit_rank_build_t *rb, const dit_manifest_weights_t *lay, int n, block_spans_t *sp) {
+  memset(sp, 0, sizeof *sp);
+  const size_t nv = (size_t)dit_graph_num_values(rb->g);
+  int32_t *vblock = calloc(nv + 1, sizeof *vblock);
+  sp->lo = calloc((size_t)n, sizeof *sp->lo), sp->hi = calloc((size_t)n, sizeof *sp->hi), sp->bytes = calloc((size_t)n, sizeof *sp->bytes);
+  if (!vblock || !sp->lo || !sp->hi || !sp->bytes) {
+    free(vblock);
+    spans_free(sp);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "offload plan: out of memory");
+  }
+  dit_offload_weight_blocks(rb->g, vblock);
+  for (int i = 0; i < n; i++) sp->lo[i] = UINT64_MAX;
+  for (size_t t = 0; t < lay->n_tensors; t++) {
+    const dit_manifest_tensor_t *e = &lay->tensors[t];
+    sp->all += e->nbytes;
+    int32_t blk = -1;
+    for (size_t v = 0; v < rb->plan->n_values && v < nv && blk < 0; v++) /* lowering keeps value ids */
+      if (rb->plan->values[v].storage == DIT_STORAGE_WEIGHT && !strcmp(rb->plan->values[v].ref, e->name)) blk = vblock[v];
+    if (blk < 0 || blk >= n) continue;
+    sp->bytes[blk] += e->nbytes;
+    sp->in_blocks += e->nbytes;
+    if (e->offset < sp->lo[blk]) sp->lo[blk] = e->offset;
+    if (e->offset + e->nbytes > sp->hi[blk]) sp->hi[blk] = e->offset + e->nbytes;
+  }
+  free(vblock);
+  for (int i = 0; i < n; i++)
+    if (sp->lo[i] == UINT64_MAX) {
+      spans_free(sp);
+      return DIT_ERR(UNIMPLEMENTED, "offload plan: block %d reads no weights of its own; every block must hold some to stream", i);
+    }
+  return DIT_OK;
+}
+
+/* The typed section of one build's plan: its own shard's ranges (a tensor-parallel shard may
+ * differ from rank 0's by a few tensors, biases added once), rank 0's planned residency in
+ * whole chunks of its own range, and its own collectives as yield points. */
+static dit_status_t fill_section(const dit_hw_profile_t *hw, const dit_offload_request_t *req, const dit_offload_result_t *res,
+                                 const dit_offload_block_t *bl, int n, uint64_t overhead, dit_rank_build_t *rb,
+                                 const dit_manifest_weights_t *lay) {
+  block_spans_t sp;
+  DIT_RETURN_IF(block_spans(rb, lay, n, &sp));
+  dit_plan_offload_t *o = &rb->plan->offload;
+  dit_plan_offload_clear(o);
+  o->mode = req->mode == DIT_OFFLOAD_CHUNKED ? DIT_PLAN_OFFLOAD_CHUNKED : DIT_PLAN_OFFLOAD_LAYERWISE;
+  o->chunk_bytes = req->chunk_bytes;
+  o->overhead_bytes = overhead;
+  o->predicted_peak_bytes = res->peak_bytes, o->resident_peak_bytes = res->none_peak_bytes;
+  o->predicted_step_ms = res->step_ms, o->resident_step_ms = res->none_step_ms;
+  o->profile = *hw;
+  const uint64_t first = sp.lo[0], last = sp.hi[n - 1];
+  o->tail_offset = UINT64_MAX;
+  for (size_t t = 0; t < lay->n_tensors; t++) { /* the tail starts at its first tensor: alignment kept */
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    if (x->offset + x->nbytes <= first && x->offset + x->nbytes > o->head_bytes) o->head_bytes = x->offset + x->nbytes;
+    if (x->offset >= last && x->offset < o->tail_offset) o->tail_offset = x->offset;
+  }
+  if (o->tail_offset == UINT64_MAX) o->tail_offset = last;
+  for (size_t t = 0; t < lay->n_tensors; t++) {
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    if (x->offset >= last && x->offset + x->nbytes - o->tail_offset > o->tail_bytes) o->tail_bytes = x->offset + x->nbytes - o->tail_offset;
+  }
+  dit_status_t s = (o->blocks = calloc((size_t)n, sizeof *o->blocks)) ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "offload plan: out of memory");
+  if (!s) o->n_blocks = (size_t)n;
+  for (int i = 0; !s && i < n; i++) {
+    dit_plan_offload_block_t *x = &o->blocks[i];
+    x->index = (uint32_t)i;
+    x->lo = sp.lo[i], x->hi = sp.hi[i];
+    const uint64_t range = x->hi - x->lo, unit = o->mode == DIT_PLAN_OFFLOAD_CHUNKED ? o->chunk_bytes : range;
+    x->chunks = (uint32_t)((range + unit - 1) / unit);
+    x->resident_chunks = bl[i].resident_chunks < x->chunks ? bl[i].resident_chunks : x->chunks;
+    const uint64_t want = (uint64_t)x->resident_chunks * unit;
+    x->split = dit_manifest_weights_split(lay, x->lo, x->hi, x->lo + (want < range ? want : range));
+    /* Yield points: the block's collectives; step i of the plan is op i of the graph. */
+    dit_offload_windows_t win;
+    s = dit_offload_block_windows(hw, rb->g, i, req->chunk_bytes ? req->chunk_bytes : 1, &win);
+    if (s) break;
+    x->n_yields = (uint32_t)win.n_yields;
+    x->yield_steps = calloc((size_t)win.n_yields + 1, sizeof *x->yield_steps);
+    x->window_chunks = calloc((size_t)win.n_yields + 1, sizeof *x->window_chunks);
+    if (!x->yield_steps || !x->window_chunks) s = DIT_ERR(RESOURCE_EXHAUSTED, "offload plan: out of memory");
+    for (int k = 0; !s && k < win.n_yields; k++) {
+      const size_t step = (size_t)win.yield_ops[k];
+      if (step >= rb->plan->n_steps || rb->plan->steps[step].block != i || !dit_op_is_collective(rb->plan->steps[step].kind))
+        s = DIT_ERR(INTERNAL, "offload plan: op %zu of block %d is no collective step of the plan", step, i);
+      else x->yield_steps[k] = (uint32_t)step;
+    }
+    for (int k = 0; !s && k <= win.n_yields; k++) x->window_chunks[k] = win.window_chunks[k];
+    x->flops = bl[i].flops, x->f_star = bl[i].f_star, x->t_comp_ms = bl[i].t_comp_ms, x->t_pref_ms = bl[i].t_pref_ms;
+    x->t_coll_ms = bl[i].t_coll_ms, x->resident = bl[i].resident;
+  }
+  /* The first and last steps of each block, as the parser derives them. */
+  for (int i = 0; !s && i < n; i++) o->blocks[i].first_step = SIZE_MAX;
+  for (size_t k = 0; !s && k < rb->plan->n_steps; k++) {
+    const int32_t b = rb->plan->steps[k].block;
+    if (b < 0 || b >= n) continue;
+    if (o->blocks[b].first_step == SIZE_MAX) o->blocks[b].first_step = k;
+    o->blocks[b].last_step = k;
+  }
+  spans_free(&sp);
+  return s;
+}
+
+dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
+                                 const dit_manifest_weights_t *layouts, uint64_t io_bytes, cJSON *summary) {
+  dit_offload_request_t req = {0};
+  if (!strcmp(o->offload, "layerwise")) req.mode = DIT_OFFLOAD_LAYERWISE;
+  else if (!strcmp(o->offload, "chunked")) req.mode = DIT_OFFLOAD_CHUNKED;
+  else return DIT_ERR(INVALID_ARGUMENT, "--offload %s: expected none, layerwise or chunked", o->offload);
+  req.chunk_bytes = (uint64_t)(o->chunk_mb * (1 << 20));
+  req.residency = o->residency;
+  req.memory_budget_bytes = o->memory_budget_gib * (double)(1u << 30);
+  req.latency_target_ms = o->latency_target_ms;
+  dit_hw_profile_t hw;
+  DIT_RETURN_IF(dit_hw_profile_load(o->profile, &hw));
+  const int n = dit_offload_graph_blocks(rb[0].g);
+  if (n < 1) return DIT_ERR(UNIMPLEMENTED, "--offload %s: the graph has no transformer blocks to stream", o->offload);
+  if (n > DIT_PLAN_MAX_OFFLOAD_BLOCKS) return DIT_ERR(UNIMPLEMENTED, "--offload: %d blocks, the plan holds at most %d", n, DIT_PLAN_MAX_OFFLOAD_BLOCKS);
+  dit_offload_block_t *bl = calloc((size_t)n + 1, sizeof *bl);
+  if (!bl) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  /* Rank 0's blocks: what a block streams is its whole byte range (alignment padding
+   * included); what it keeps resident ends at a tensor boundary, as the runtime cuts it. */
+  block_spans_t sp;
+  dit_status_t s = block_spans(&rb[0], &layouts[0], n, &sp);
+  if (s) {
+    free(bl);
+    return s;
+  }
+  for (int i = 0; i < n; i++) bl[i].offset = sp.lo[i], bl[i].bytes = sp.hi[i] - sp.lo[i];
+  req.whole_tensors = resident_whole_tensors;
+  req.ctx = (void *)&layouts[0];
+  const uint64_t overhead = (uint64_t)(hw.overhead_mib * (1 << 20));
+  req.other_bytes = (sp.all - sp.in_blocks) + rb[0].pres.arena_bytes + io_bytes + overhead;
+  spans_free(&sp);
+  dit_offload_result_t res;
+  s = dit_offload_plan_graph(&hw, &req, rb[0].g, bl, n, &res);
+  for (int r = 0; !s && r < nb; r++) {
+    s = fill_section(&hw, &req, &res, bl, n, overhead, &rb[r], &layouts[r % tp]);
+    if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
+  }
+  if (!s) {
+    /* For people (and benchmarks): the plans' totals. The runtime reads the plan's section. */
+    cJSON *of = cJSON_AddObjectToObject(summary, "offload");
+    cJSON_AddStringToObject(of, "mode", o->offload);
+    cJSON_AddNumberToObject(of, "chunk_bytes", (double)req.chunk_bytes);
+    cJSON *hp = cJSON_AddObjectToObject(of, "profile");
+    dit_hw_profile_add_json(&hw, DIT_HW_WITH_OVERHEAD | DIT_HW_WITH_STEP_OVERHEAD | DIT_HW_WITH_COLLECTIVES, hp);
+    /* The peaks count the runtime's own device memory (the profile's overhead) too. */
+    cJSON_AddNumberToObject(of, "overhead_bytes", (double)overhead);
+    cJSON_AddNumberToObject(of, "predicted_step_ms", res.step_ms);
+    cJSON_AddNumberToObject(of, "resident_step_ms", res.none_step_ms);
+    cJSON_AddNumberToObject(of, "predicted_peak_bytes", (double)res.peak_bytes);
+    cJSON_AddNumberToObject(of, "resident_peak_bytes", (double)res.none_peak_bytes);
+    double comp = 0, pref = 0, coll = 0;
+    for (int i = 0; i < n; i++) comp += bl[i].t_comp_ms, pref += bl[i].t_pref_ms, coll += bl[i].t_coll_ms;
+    cJSON_AddNumberToObject(of, "blocks", n);
+    cJSON_AddNumberToObject(of, "t_comp_ms", comp);
+    cJSON_AddNumberToObject(of, "t_pref_ms", pref);
+    cJSON_AddNumberToObject(of, "t_coll_ms", coll);
+    cJSON_AddNumberToObject(of, "f_star_per_block", bl[0].f_star);
+  }
+  free(bl);
+  return s;
+}
+
+dit_status_t dit_compile_write_plan(dit_bundle_writer_t *w, dit_rank_build_t *rb) {
+  char *text = NULL;
+  DIT_RETURN_IF(dit_plan_to_json(rb->plan, &text));
+  rb->plan_size = strlen(text);
+  dit_status_t s = dit_bundle_writer_add_blob(w, text, rb->plan_size, rb->plan_hash);
+  free(text);
+  return s;
+}
