@@ -128,25 +128,33 @@ for top in "--tp 2" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --
   [ "$(grep -c '^wrote' "$T/out")" = 2 ] || fail "launch -n $w $top: expected one writer per run"
   echo "ok: launch -n $w $top: forward and generate identical to one process"
 done
-# Strays at the rendezvous and at every rank's mesh listener found while a job runs: none is
-# let in, and the output is the one-process run's. (How many arrive before the ranks have met
-# depends on timing; the selftest above and unit.test_comm_tcp pin the refusals themselves.)
-rm -f "$T/fs.safetensors"
-# The strays start first, so they are connected as soon as the launch opens its port.
+# Strays at the rendezvous and at rank 0's mesh listener while a job runs (ranks started as
+# torchrun would, rank 0 first, the others once the strays are queued): none is let in, each
+# is refused and logged, and the output is the one-process run's.
+rm -f "$T/fs.safetensors" "$T/ready"
 port=$(pick_port)
-rm -f "$T/pid"
-python3 tests/tools/stray_peer.py $((port + 1)) "$secret" --scan-pidfile "$T/pid" --seconds 20 >"$T/stray" 2>&1 &
+start_rank() {
+  RANK=$1 WORLD_SIZE=$w LOCAL_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DIT_JOB_SECRET=$secret \
+    timeout 60 "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$T/fs.safetensors" >/dev/null 2>"$T/err$1" &
+  pids[$1]=$!
+}
+start_rank 0
+# Ready once the strays of both of rank 0's listeners (rendezvous and mesh) are queued.
+python3 tests/tools/stray_peer.py $((port + 1)) "$secret" --scan "${pids[0]}" --ready "$T/ready" --ready-after 2 --seconds 30 \
+  >"$T/stray" 2>"$T/stray_err" &
 sp=$!
-sleep 0.3
-DIT_JOB_SECRET=$secret timeout 60 "$BIN/ditrun" launch --port "$port" -n "$w" -- forward "$b" --inputs "$d/forward_inputs.safetensors" \
-  --out "$T/fs.safetensors" >"$T/out" 2>"$T/err" &
-lp=$!
-echo $lp >"$T/pid"
-wait $lp || { fail "launch -n $w with strays exited"; cat "$T/err"; }
-wait $sp || fail "a stray got a proof: $(cat "$T/stray")"
-cmp -s "$T/f1.safetensors" "$T/fs.safetensors" || fail "launch -n $w with strays: output differs"
-awk '{ if ($4 != $6) bad = 1 } END { exit bad }' "$T/stray" || fail "a stray was neither refused nor kept out: $(cat "$T/stray")"
-echo "ok: launch -n $w with strays at $(wc -l <"$T/stray") listeners ($(grep -c "refused a connection" "$T/err") refusals logged): identical forward"
+for _ in $(seq 400); do [ -e "$T/ready" ] && break; sleep 0.05; done
+for ((r = 1; r < w; r++)); do start_rank $r; done
+ok=1
+for ((r = 0; r < w; r++)); do wait "${pids[r]}" || { ok=0; fail "rank $r of the forward with strays exited $?"; cat "$T/err$r"; }; done
+wait $sp || fail "a stray got a proof: $(cat "$T/stray" "$T/stray_err")"
+cmp -s "$T/f1.safetensors" "$T/fs.safetensors" || fail "forward with strays: output differs"
+grep -q "^$((port + 1)): 6 strays, 6 connected, 6 refused, 0 proofs" "$T/stray" &&
+  [ "$(grep -c "^[0-9]*: 6 strays, 6 connected, 6 refused, 0 proofs" "$T/stray")" -ge 2 ] ||
+  { fail "strays at the forward's rendezvous and mesh: $(cat "$T/stray" "$T/stray_err")"; cat "$T/err0"; }
+[ "$(grep -c "ditrun: rendezvous, rank 0: refused a connection" "$T/err0")" = 7 ] &&
+  [ "$(grep -c "ditrun: tcp collectives, rank 0: refused a connection" "$T/err0")" = 7 ] || { fail "rank 0 did not log each stray"; cat "$T/err0"; }
+echo "ok: forward of $w ranks with strays at the rendezvous and the mesh: identical output; $(tr '\n' ';' <"$T/stray")"
 # Overlapped collectives between processes (TCP calls on each process's collective queue, its
 # copies and calls delayed): the same bytes.
 rm -f "$T/fo.safetensors"

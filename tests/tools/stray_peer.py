@@ -6,11 +6,11 @@ HTTP request, a hello without a MAC, a hello MACed with another secret, a hello 
 right secret over another connection's (old) nonce, and the right secret on the other channel.
 None may ever get the listener's proof back.
 
-usage: stray_peer.py PORT SECRET [--scan PPID | --scan-pidfile FILE] [--seconds S]
-(--scan-pidfile: PPID is read from FILE once it appears, so this can start before the launch
-and be connected when the launch's port opens.)
-Prints one line per listener: "PORT: N strays, C connected, R refused, P proofs"; exit status
-0 when no stray got a proof."""
+usage: stray_peer.py PORT SECRET [--scan PID] [--ready FILE [--ready-after N]] [--seconds S]
+--scan attacks the listeners of PID's descendants too; --ready FILE is created once the
+strays of N listeners (default 1) are connected, queued ahead of any rank that comes later.
+Prints one line per listener: "PORT: N strays, C connected, R refused, P proofs" (and to
+stderr why a connection could not be made); exit status 0 when no stray got a proof."""
 import hashlib
 import hmac
 import os
@@ -72,9 +72,16 @@ def connect(port, until):
     return None
 
 
+READY = {"lock": threading.Lock(), "count": 0, "file": None, "after": 1}
+
+
 def attack(port, secret, until, report):
     """All connections first (they queue ahead of the real ranks), then each plays its part."""
     socks = [connect(port, until) for _ in range(7)]
+    with READY["lock"]:
+        READY["count"] += 1
+        if READY["file"] and READY["count"] == READY["after"]:
+            open(READY["file"], "w").close()
     stats = {"strays": 6, "connected": sum(1 for s in socks[1:] if s), "refused": 0, "proofs": 0}
     silent, keep, http, nomac, wrong, replay, other = socks
 
@@ -129,16 +136,21 @@ def judge_silent(s):
         return True
 
 
-def children(ppid):
-    out = []
+def descendants(root):
+    parent = {}
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
                 with open(f"/proc/{p}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
-                        out.append(int(p))
+                    parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 pass
+    out, todo = [], [root]
+    while todo:
+        q = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == q and p != os.getpid()]
+        out += kids
+        todo += kids
     return out
 
 
@@ -169,21 +181,16 @@ def main():
     port, secret = int(sys.argv[1]), sys.argv[2].encode()
     args = sys.argv[3:]
     scan = int(args[args.index("--scan") + 1]) if "--scan" in args else None
-    pidfile = args[args.index("--scan-pidfile") + 1] if "--scan-pidfile" in args else None
+    READY["file"] = args[args.index("--ready") + 1] if "--ready" in args else None
+    READY["after"] = int(args[args.index("--ready-after") + 1]) if "--ready-after" in args else 1
     seconds = float(args[args.index("--seconds") + 1]) if "--seconds" in args else 10
     until = time.time() + seconds
     report, threads, seen = [], [], {port}
     t = threading.Thread(target=attack, args=(port, secret, until, report))
     t.start()
     threads.append(t)
-    while pidfile and not scan and time.time() < until:
-        try:
-            with open(pidfile) as f:
-                scan = int(f.read().strip() or 0) or None
-        except (OSError, ValueError):
-            time.sleep(0.002)
     while scan and time.time() < until:
-        kids = children(scan)
+        kids = descendants(scan)
         if not kids and time.time() > until - seconds + 2:
             break
         for p in listening_ports(kids) - seen:
@@ -191,9 +198,7 @@ def main():
             t = threading.Thread(target=attack, args=(p, secret, until, report))
             t.start()
             threads.append(t)
-        try:
-            os.kill(scan, 0)
-        except OSError:
+        if not t.is_alive() and not kids:
             break
         time.sleep(0.005)  # leave the attacks their share of the interpreter
     for t in threads:
