@@ -1,0 +1,84 @@
+/* libFuzzer target for the model directory's JSON readers: the first byte picks config.json
+ * (dit_model_config_parse), model_index.json (dit_pipeline_index_parse) or
+ * scheduler_config.json (dit_scheduler_config_parse); the rest is the file's text. A refusal
+ * must carry a code and name the file; what is accepted must hold the ranges promised. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifacts/identity.h"
+#include "compiler/frontend.h"
+
+static void expect(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "fuzz_model_config: accepted, but %s\n", what);
+    abort();
+  }
+}
+
+static int refused(dit_status_t s, const char *name) {
+  if (!s) return 0;
+  /* Out of memory may come without the file's name; every other refusal names it. */
+  if (dit_status_code(s) == DIT_CODE_OK ||
+      (dit_status_code(s) != DIT_CODE_RESOURCE_EXHAUSTED && !strstr(dit_status_message(s), name))) {
+    fprintf(stderr, "fuzz_model_config: refusal without the file's name: %s\n", dit_status_message(s));
+    abort();
+  }
+  dit_status_free(s);
+  return 1;
+}
+
+static int terminated(const char *s, size_t cap) { return memchr(s, 0, cap) != NULL; }
+
+static void model_config(const char *text, size_t len) {
+  dit_model_t *m = calloc(1, sizeof *m);
+  if (!m) return;
+  if (!refused(dit_model_config_parse(text, len, "config.json", m), "config.json")) {
+    expect(!strcmp(m->family, "wan") && !strcmp(m->model_class, "WanTransformer3DModel"), "not the Wan family");
+    expect(m->wan.heads >= 1 && m->wan.heads <= 1024 && m->wan.head_dim >= 1 && m->wan.head_dim <= 1024,
+           "attention sizes outside their ranges");
+    expect(m->wan.in_channels >= 1 && m->wan.out_channels >= 1 && m->wan.out_channels <= 4096, "channels outside their ranges");
+    expect(m->wan.layers >= 1 && m->wan.layers <= 1024 && m->wan.ffn_dim >= 1 && m->wan.freq_dim % 2 == 0,
+           "layers, ffn_dim or freq_dim outside their ranges");
+    for (int i = 0; i < 3; i++) expect(m->wan.patch[i] >= 1 && m->wan.patch[i] <= 64, "a patch size outside [1, 64]");
+    expect(m->wan.eps >= 0 && m->wan.eps <= 1, "eps outside [0, 1]");
+    /* The normalized config feeds the compile identity: it must always canonicalize. */
+    char hex[33];
+    dit_status_t s = dit_identity_compute(m->config, hex);
+    expect(!s, "the normalized config has no identity");
+  }
+  dit_model_free(m);
+}
+
+static void pipeline_index(const char *text, size_t len) {
+  dit_pipeline_index_t p;
+  if (refused(dit_pipeline_index_parse(text, len, "model_index.json", &p), "model_index.json")) return;
+  expect(!strcmp(p.class_name, "WanPipeline"), "a pipeline class other than WanPipeline");
+  expect(terminated(p.transformer_class, sizeof p.transformer_class) && p.transformer_class[0], "no transformer class");
+  expect(terminated(p.scheduler_class, sizeof p.scheduler_class), "an unterminated scheduler class");
+}
+
+static void scheduler_config(const char *text, size_t len) {
+  dit_scheduler_defaults_t d;
+  if (refused(dit_scheduler_config_parse(text, len, "scheduler_config.json", &d), "scheduler_config.json")) return;
+  expect(d.present && terminated(d.class_name, sizeof d.class_name) && d.class_name[0], "no class name");
+  expect(d.num_train_timesteps >= 1 && d.num_train_timesteps <= 1000000, "num_train_timesteps outside its range");
+  expect(d.shift >= 1e-3 && d.shift <= 1e3, "a shift outside its range");
+  expect(!strcmp(d.prediction_type, "epsilon") || !strcmp(d.prediction_type, "v_prediction") ||
+             !strcmp(d.prediction_type, "sample") || !strcmp(d.prediction_type, "flow_prediction"),
+         "an unknown prediction type");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  /* Not NUL-terminated: the readers must keep to len. */
+  const char *text = (const char *)data + 1;
+  size_t len = size - 1;
+  switch (data[0] % 3) {
+    case 0: model_config(text, len); break;
+    case 1: pipeline_index(text, len); break;
+    default: scheduler_config(text, len); break;
+  }
+  return 0;
+}
