@@ -16,6 +16,7 @@
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
 #include "artifacts/plan.h"
+#include "artifacts/plan_memory.h"
 #include "store/store.h"
 #include "base/hw_profile.h"
 #include "base/strbuf.h"
@@ -383,10 +384,6 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
   }
   if (!s) {
-    uint64_t io_bytes = 0;
-    for (size_t i = 0; i < rb[0].plan->n_values; i++)
-      if (rb[0].plan->values[i].storage == DIT_STORAGE_INPUT || rb[0].plan->values[i].storage == DIT_STORAGE_OUTPUT)
-        io_bytes += rb[0].plan->values[i].nbytes;
     const int n_blocks = dit_offload_graph_blocks(rb[0].g);
     dit_cost_t *pb = calloc((size_t)n_blocks + 1, sizeof *pb);
     dit_cost_t tot = dit_graph_cost(rb[0].g, pb, n_blocks);
@@ -412,7 +409,10 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
                                                (double)(ls.width / m->wan.patch[2]));
     free(pb);
     /* The offload plan adds its section to every rank's plan; then the plans are written. */
-    if (o->offload && strcmp(o->offload, "none")) s = dit_compile_offload(o, rb, nb, tp, layouts, io_bytes, sum);
+    /* What the runtime allocates besides weights, by the rule it allocates with. */
+    dit_plan_memory_t mem0;
+    dit_plan_memory(rb[0].plan, gpu, &mem0);
+    if (o->offload && strcmp(o->offload, "none")) s = dit_compile_offload(o, rb, nb, tp, layouts, mem0.total, sum);
     for (int r = 0; !s && r < nb; r++) s = dit_compile_write_plan(w, &rb[r]);
     if (codegen_summary && cJSON_GetObjectItem(codegen_summary, "codegen"))
       cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));
@@ -430,8 +430,11 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     }
     for (int r = 0; !s && r < nb; r++) {
       add_blob_entry(blobs, &n_blobs, "plan", rb[r].plan_hash, rb[r].plan_size);
-      /* Each rank's process holds its own arena, shard and io: the peak is the largest rank's. */
-      uint64_t peak = rb[r].pres.arena_bytes + rb[r].weights_size + io_bytes;
+      /* Each rank's process holds its own shard and what the runtime allocates to run its plan
+       * (arena, io, collective buffers, library workspace): the peak is the largest rank's. */
+      dit_plan_memory_t mem;
+      dit_plan_memory(rb[r].plan, gpu, &mem);
+      uint64_t peak = mem.total + rb[r].weights_size;
       if (rb[r].pres.arena_bytes > man.arena_bytes) man.arena_bytes = rb[r].pres.arena_bytes;
       if (rb[r].weights_size > man.weight_bytes) man.weight_bytes = rb[r].weights_size;
       if (peak > man.peak_bytes) man.peak_bytes = peak;

@@ -47,9 +47,10 @@ dit_status_t dit_compile_kernels(const char *target, const dit_graph_t *g, dit_p
                                  uint64_t *module_sizes, cJSON *summary, dit_compile_progress_t *pr);
 /* The F* offload plan (o->offload layerwise|chunked) over rank 0's graph, written into every
  * build's plan as its typed offload section (build r uses layouts[r % tp]), and a short digest
- * into summary.offload for people. */
+ * into summary.offload for people. runtime_bytes: what the runtime allocates for rank 0's plan
+ * besides weights (dit_plan_memory). */
 dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
-                                 const dit_manifest_weights_t *layouts, uint64_t io_bytes, cJSON *summary);
+                                 const dit_manifest_weights_t *layouts, uint64_t runtime_bytes, cJSON *summary);
 /* Serializes the build's plan into a "plan" blob of the bundle. */
 dit_status_t dit_compile_write_plan(dit_bundle_writer_t *w, dit_rank_build_t *rb);
 

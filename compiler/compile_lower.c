@@ -117,7 +117,9 @@ static uint64_t resident_whole_tensors(void *layout, uint64_t offset, uint64_t b
  * (-1 outside the blocks). The plan binds each weight value to the tensor of its ref. */
 typedef struct block_spans {
   uint64_t *lo, *hi, *bytes;
-  uint64_t all, in_blocks;
+  /* The weights outside the blocks as the runtime holds them: [0, head_bytes) and
+   * [tail_offset, tail_offset + tail_bytes), alignment padding included. */
+  uint64_t head_bytes, tail_offset, tail_bytes;
 } block_spans_t;
 
 static void spans_free(block_spans_t *sp) { free(sp->lo), free(sp->hi), free(sp->bytes); }
@@ -136,13 +138,11 @@ static dit_status_t block_spans(const dit_rank_build_t *rb, const dit_manifest_w
   for (int i = 0; i < n; i++) sp->lo[i] = UINT64_MAX;
   for (size_t t = 0; t < lay->n_tensors; t++) {
     const dit_manifest_tensor_t *e = &lay->tensors[t];
-    sp->all += e->nbytes;
     int32_t blk = -1;
     for (size_t v = 0; v < rb->plan->n_values && v < nv && blk < 0; v++) /* lowering keeps value ids */
       if (rb->plan->values[v].storage == DIT_STORAGE_WEIGHT && !strcmp(rb->plan->values[v].ref, e->name)) blk = vblock[v];
     if (blk < 0 || blk >= n) continue;
     sp->bytes[blk] += e->nbytes;
-    sp->in_blocks += e->nbytes;
     if (e->offset < sp->lo[blk]) sp->lo[blk] = e->offset;
     if (e->offset + e->nbytes > sp->hi[blk]) sp->hi[blk] = e->offset + e->nbytes;
   }
@@ -152,6 +152,18 @@ static dit_status_t block_spans(const dit_rank_build_t *rb, const dit_manifest_w
       spans_free(sp);
       return DIT_ERR(UNIMPLEMENTED, "offload plan: block %d reads no weights of its own; every block must hold some to stream", i);
     }
+  const uint64_t first = sp->lo[0], last = sp->hi[n - 1];
+  sp->tail_offset = UINT64_MAX;
+  for (size_t t = 0; t < lay->n_tensors; t++) { /* the tail starts at its first tensor: alignment kept */
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    if (x->offset + x->nbytes <= first && x->offset + x->nbytes > sp->head_bytes) sp->head_bytes = x->offset + x->nbytes;
+    if (x->offset >= last && x->offset < sp->tail_offset) sp->tail_offset = x->offset;
+  }
+  if (sp->tail_offset == UINT64_MAX) sp->tail_offset = last;
+  for (size_t t = 0; t < lay->n_tensors; t++) {
+    const dit_manifest_tensor_t *x = &lay->tensors[t];
+    if (x->offset >= last && x->offset + x->nbytes - sp->tail_offset > sp->tail_bytes) sp->tail_bytes = x->offset + x->nbytes - sp->tail_offset;
+  }
   return DIT_OK;
 }
 
@@ -171,18 +183,7 @@ static dit_status_t fill_section(const dit_hw_profile_t *hw, const dit_offload_r
   o->predicted_peak_bytes = res->peak_bytes, o->resident_peak_bytes = res->none_peak_bytes;
   o->predicted_step_ms = res->step_ms, o->resident_step_ms = res->none_step_ms;
   o->profile = *hw;
-  const uint64_t first = sp.lo[0], last = sp.hi[n - 1];
-  o->tail_offset = UINT64_MAX;
-  for (size_t t = 0; t < lay->n_tensors; t++) { /* the tail starts at its first tensor: alignment kept */
-    const dit_manifest_tensor_t *x = &lay->tensors[t];
-    if (x->offset + x->nbytes <= first && x->offset + x->nbytes > o->head_bytes) o->head_bytes = x->offset + x->nbytes;
-    if (x->offset >= last && x->offset < o->tail_offset) o->tail_offset = x->offset;
-  }
-  if (o->tail_offset == UINT64_MAX) o->tail_offset = last;
-  for (size_t t = 0; t < lay->n_tensors; t++) {
-    const dit_manifest_tensor_t *x = &lay->tensors[t];
-    if (x->offset >= last && x->offset + x->nbytes - o->tail_offset > o->tail_bytes) o->tail_bytes = x->offset + x->nbytes - o->tail_offset;
-  }
+  o->head_bytes = sp.head_bytes, o->tail_offset = sp.tail_offset, o->tail_bytes = sp.tail_bytes;
   dit_status_t s = (o->blocks = calloc((size_t)n, sizeof *o->blocks)) ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "offload plan: out of memory");
   if (!s) o->n_blocks = (size_t)n;
   for (int i = 0; !s && i < n; i++) {
@@ -225,7 +226,7 @@ static dit_status_t fill_section(const dit_hw_profile_t *hw, const dit_offload_r
 }
 
 dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
-                                 const dit_manifest_weights_t *layouts, uint64_t io_bytes, cJSON *summary) {
+                                 const dit_manifest_weights_t *layouts, uint64_t runtime_bytes, cJSON *summary) {
   dit_offload_request_t req = {0};
   if (!strcmp(o->offload, "layerwise")) req.mode = DIT_OFFLOAD_LAYERWISE;
   else if (!strcmp(o->offload, "chunked")) req.mode = DIT_OFFLOAD_CHUNKED;
@@ -253,7 +254,9 @@ dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_
   req.whole_tensors = resident_whole_tensors;
   req.ctx = (void *)&layouts[0];
   const uint64_t overhead = (uint64_t)(hw.overhead_mib * (1 << 20));
-  req.other_bytes = (sp.all - sp.in_blocks) + rb[0].pres.arena_bytes + io_bytes + overhead;
+  /* Besides the blocks, the runtime holds the weights outside them (an empty range takes one
+   * byte, as it allocates them) and its own allocations. */
+  req.other_bytes = (sp.head_bytes ? sp.head_bytes : 1) + (sp.tail_bytes ? sp.tail_bytes : 1) + runtime_bytes + overhead;
   spans_free(&sp);
   dit_offload_result_t res;
   s = dit_offload_plan_graph(&hw, &req, rb[0].g, bl, n, &res);

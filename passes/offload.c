@@ -75,7 +75,8 @@ static void evaluate(const dit_hw_profile_t *hw, const dit_offload_request_t *re
   out->none_step_ms = none;
   out->step_ms = req->mode == DIT_OFFLOAD_NONE ? none : step;
   out->none_peak_bytes = all + req->other_bytes;
-  out->peak_bytes = req->mode == DIT_OFFLOAD_NONE ? out->none_peak_bytes : resident + 2 * slot + req->other_bytes;
+  /* Two staging slots; an allocation of no bytes takes one, as the runtime makes it. */
+  out->peak_bytes = req->mode == DIT_OFFLOAD_NONE ? out->none_peak_bytes : resident + 2 * (slot ? slot : 1) + req->other_bytes;
 }
 
 dit_status_t dit_offload_plan(const dit_hw_profile_t *hw, const dit_offload_request_t *req, dit_offload_block_t *bl, int n,

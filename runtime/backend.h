@@ -85,6 +85,9 @@ typedef struct dit_backend_vtable {
   /* Optional: 1 when event ev's most recent mark has completed, 0 while it is pending, without
    * waiting (a host that paces work by what the device has finished). */
   int (*query)(void *state, int ev);
+  /* Optional: bytes allocated so far through alloc and by the backend itself (library
+   * workspaces), as requested; what the predicted peak is checked against. */
+  uint64_t (*allocated_bytes)(void *state);
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',

@@ -50,6 +50,7 @@ typedef struct cpu_state {
   size_t scratch_n;
   cq_shared_t sh;
   work_queue_t q[3]; /* [1] copies, [2] collectives; [0] unused (compute is synchronous) */
+  uint64_t allocated; /* bytes requested through cpu_alloc (allocated_bytes) */
 } cpu_state_t;
 
 static void copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
@@ -222,14 +223,16 @@ static void cpu_destroy(void *state) {
 }
 
 static dit_status_t cpu_alloc(void *state, size_t bytes, const char *what, void **out) {
-  (void)state;
   /* 64-byte alignment keeps every row load of the kernels on cache-line boundaries. */
   size_t n = (bytes + 63) / 64 * 64;
   void *p = aligned_alloc(64, n ? n : 64);
   if (!p) return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: cannot allocate %zu bytes for %s", bytes, what);
+  ((cpu_state_t *)state)->allocated += bytes ? bytes : 1;
   *out = p;
   return DIT_OK;
 }
+
+static uint64_t cpu_allocated_bytes(void *state) { return ((cpu_state_t *)state)->allocated; }
 
 static void cpu_release(void *state, void *p) {
   (void)state;
@@ -419,6 +422,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .create = cpu_create,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
+    .allocated_bytes = cpu_allocated_bytes,
     .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "artifacts/plan_memory.h"
 #include "runtime/exec_internal.h"
 
 /* ---- collectives ----
@@ -141,16 +142,7 @@ static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st
 
 /* Scratch in backend memory for every collective of the plan: what is sent, what arrives. */
 dit_status_t dit_exec_alloc_collective_scratch(rank_rt_t *rt) {
-  size_t need = 0;
-  for (size_t i = 0; i < rt->plan->n_steps; i++) {
-    const dit_plan_step_t *st = &rt->plan->steps[i];
-    if (!dit_op_is_collective(st->kind)) continue;
-    const dit_attr_t *na = dit_attrs_find(&st->attrs, "n");
-    const size_t n = st->kind == DIT_OP_ALLREDUCE ? 1 : na && na->i > 0 && na->i <= 64 ? (size_t)na->i : 64;
-    const size_t b = rt->plan->values[st->in[0]].nbytes, o = rt->plan->values[st->out[0]].nbytes;
-    if (n * b > need) need = n * b;
-    if (o > need) need = o;
-  }
+  const size_t need = (size_t)dit_plan_collective_buffer_bytes(rt->plan);
   if (!need) return DIT_OK;
   DIT_RETURN_IF(rt->be->alloc(rt->be_state, need, "collective send buffer", &rt->coll_send));
   DIT_RETURN_IF(rt->be->alloc(rt->be_state, need, "collective receive buffer", &rt->coll_recv));

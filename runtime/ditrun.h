@@ -71,6 +71,13 @@ dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, in
  * workspaces, and anything else on the device): rank 0's device, after a forward.
  * UNIMPLEMENTED on backends that do not report device memory. */
 dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes);
+/* The memory the runtime allocated itself (arena, io, weights or their resident part and staging
+ * slots, collective buffers, library workspaces) on the rank that allocated the most, and what
+ * the bundle predicted for that rank by the same rule (dit_plan_memory plus its weights; an
+ * offload plan's predicted peak less the profile's overhead). Allocations made inside device
+ * libraries (NCCL's buffers, the driver's context) are not in either: the calibrated profile's
+ * overhead covers them. *out_rank: that rank. UNIMPLEMENTED on a backend that does not count. */
+dit_status_t dit_runtime_memory(const dit_runtime_t *rt, uint64_t *allocated, uint64_t *predicted, int *out_rank);
 /* Rank 0's offload breakdown of the latest forward (see dit_offload_engine_breakdown). */
 dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, double *host_ms);
 /* 1 and *out filled when the bundle streams its weights (rank 0's engine); 0 otherwise. */

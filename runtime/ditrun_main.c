@@ -366,6 +366,11 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
             " (predicted peak %.2f MiB)\n", os.mode, os.blocks, os.resident_bytes / mib, os.slot_bytes / mib, os.total_weight_bytes / mib,
             os.streamed_bytes / mib, os.predicted_peak_bytes / mib);
   }
+  uint64_t alloc = 0, pred = 0;
+  int mr = 0;
+  if (!dit_runtime_memory(*rt, &alloc, &pred, &mr))
+    fprintf(stderr, "ditrun: memory: %.2f MiB allocated, %.2f MiB predicted (rank %d; %" PRIu64 " bytes %s)\n", alloc / 1048576.0, pred / 1048576.0,
+            mr, alloc <= pred ? pred - alloc : alloc - pred, alloc <= pred ? "within the prediction" : "OVER the prediction");
   return DIT_OK;
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "artifacts/plan_memory.h"
 #include "runtime/exec_internal.h"
 #include "runtime/launch/launch_env.h"
 
@@ -565,6 +566,26 @@ int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out)
 dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, double *host_ms) {
   if (!rt->ranks[0].offload) return DIT_ERR(FAILED_PRECONDITION, "the bundle streams no weights");
   return dit_offload_engine_breakdown(rt->ranks[0].offload, stall_ms, host_ms);
+}
+
+dit_status_t dit_runtime_memory(const dit_runtime_t *rt, uint64_t *allocated, uint64_t *predicted, int *out_rank) {
+  *allocated = *predicted = 0;
+  *out_rank = 0;
+  for (int i = 0; i < rt->n_ranks; i++) {
+    const rank_rt_t *r = &rt->ranks[i];
+    if (!r->be->allocated_bytes) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not count its allocations", r->be->name);
+    const uint64_t a = r->be->allocated_bytes(r->be_state);
+    uint64_t p;
+    if (dit_offload_planned(r->plan)) {
+      p = planned_bytes(r->plan, rt->m);
+    } else {
+      dit_plan_memory_t mem;
+      dit_plan_memory(r->plan, strncmp(rt->m->arch, "sm_", 3) == 0, &mem);
+      p = mem.total + r->weights_map.size;
+    }
+    if (i == 0 || a > *allocated) *allocated = a, *predicted = p, *out_rank = r->rank;
+  }
+  return DIT_OK;
 }
 
 dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifacts/plan_memory.h"
 #include "runtime/backend.h"
 
 #if DIT_HAVE_CUDA_HEADERS
@@ -221,6 +222,7 @@ typedef struct cuda_state {
   cublasLtHandle_t lt_handle;
   CUdeviceptr workspace;
   size_t workspace_size;
+  uint64_t allocated; /* bytes requested through cuda_alloc (allocated_bytes) */
   loaded_module_t *mods;
   size_t n_mods;
   CUgraph graph;     /* a captured forward, and its executable */
@@ -407,9 +409,12 @@ static dit_status_t cuda_alloc(void *p, size_t bytes, const char *what, void **o
                    (double)bytes / (1 << 20), what, (double)fr / (1 << 20), (double)tot / (1 << 20));
   }
   DIT_RETURN_IF_ERROR(cu_check(st, r, "cuMemAlloc"), "allocating %s", what);
+  st->allocated += bytes ? bytes : 1;
   *out = (void *)(uintptr_t)d;
   return DIT_OK;
 }
+
+static uint64_t cuda_allocated_bytes(void *p) { return ((cuda_state_t *)p)->allocated; }
 
 static void cuda_release(void *p, void *ptr) {
   cuda_state_t *st = p;
@@ -865,7 +870,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   if (need_lt) {
     DIT_RETURN_IF(load_lt(&st->lt));
     DIT_RETURN_IF(lt_check(st->lt.create(&st->lt_handle), "cublasLtCreate"));
-    st->workspace_size = 32u << 20;
+    st->workspace_size = DIT_GEMM_WORKSPACE_BYTES;
     void *wsp;
     DIT_RETURN_IF(cuda_alloc(st, st->workspace_size, "cuBLASLt workspace", &wsp));
     st->workspace = (CUdeviceptr)(uintptr_t)wsp;
@@ -989,6 +994,7 @@ static const dit_backend_vtable_t kCuda = {
     .create = cuda_create,
     .destroy = cuda_destroy,
     .alloc = cuda_alloc,
+    .allocated_bytes = cuda_allocated_bytes,
     .release = cuda_release,
     .upload = cuda_upload,
     .download = cuda_download,

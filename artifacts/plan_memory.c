@@ -1,0 +1,33 @@
+/* The runtime's allocations for a plan (plan_memory.h). */
+#include "artifacts/plan_memory.h"
+
+#include "base/ops.h"
+
+uint64_t dit_plan_collective_buffer_bytes(const dit_plan_t *plan) {
+  uint64_t need = 0;
+  for (size_t i = 0; i < plan->n_steps; i++) {
+    const dit_plan_step_t *st = &plan->steps[i];
+    if (!dit_op_is_collective(st->kind)) continue;
+    const dit_attr_t *na = dit_attrs_find(&st->attrs, "n");
+    /* A group size outside [1, 64] is refused by the executor; 64 bounds the buffer then. */
+    const uint64_t n = st->kind == DIT_OP_ALLREDUCE ? 1 : na && na->i > 0 && na->i <= 64 ? (uint64_t)na->i : 64;
+    const uint64_t b = plan->values[st->in[0]].nbytes, o = plan->values[st->out[0]].nbytes;
+    if (n * b > need) need = n * b;
+    if (o > need) need = o;
+  }
+  return need;
+}
+
+void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out) {
+  *out = (dit_plan_memory_t){0};
+  out->arena = plan->arena_bytes ? plan->arena_bytes : 1;
+  for (size_t i = 0; i < plan->n_values; i++) {
+    const dit_plan_value_t *v = &plan->values[i];
+    if (v->storage == DIT_STORAGE_INPUT || v->storage == DIT_STORAGE_OUTPUT) out->io += v->nbytes ? v->nbytes : 1;
+  }
+  out->collective_scratch = 2 * dit_plan_collective_buffer_bytes(plan);
+  int library_gemm = 0;
+  for (size_t i = 0; i < plan->n_steps && !library_gemm; i++) library_gemm = !plan->steps[i].has_kernel;
+  if (device && library_gemm) out->gemm_workspace = DIT_GEMM_WORKSPACE_BYTES;
+  out->total = out->arena + out->io + out->collective_scratch + out->gemm_workspace;
+}
