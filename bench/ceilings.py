@@ -111,7 +111,7 @@ def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
         c["copy_d2d"] = {"bytes": copy_bytes, "ms": ms, "gbs": 2 * copy_bytes / (ms * 1e-3) / 1e9,
                          "counts": "bytes read plus bytes written"}
         del src, dst
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # device only
         shapes, total_ms, total_fl = [], 0.0, 0.0
         for (bb, h, sq, sk, d), count in sorted(plan_attentions(plan, heads).items()):
             q = torch.randn(bb, h, sq, d, device=dev, dtype=bf)

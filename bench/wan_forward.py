@@ -134,9 +134,9 @@ def main():
         if getattr(a, k) is None:
             ap.error(f"--{k} is required")
     os.makedirs(a.out, exist_ok=True)
-    import torch
-    from diffusers import WanTransformer3DModel
-    from safetensors.torch import load_file, save_file
+    import torch  # device only
+    from diffusers import WanTransformer3DModel  # device only
+    from safetensors.torch import load_file, save_file  # device only
 
     from gpumem import MemPoll, used_mib
 
