@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # One command on a fresh machine: install what the build needs, then build and run every test
-# twice: an optimized build, and one under AddressSanitizer + UndefinedBehaviorSanitizer.
+# twice: an optimized build, and one under AddressSanitizer + UndefinedBehaviorSanitizer. First,
+# a runtime built without the store (-DDIT_STORE=OFF) shows it links neither libcurl nor OpenSSL
+# and refuses what needs the store.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
+echo "== runtime without the store" >&2
+cmake -S . -B build-test-nostore -DCMAKE_BUILD_TYPE=Release -DDIT_STORE=OFF -DDIT_MLIR=OFF -DDIT_CUDA=OFF >/dev/null
+cmake --build build-test-nostore -j"$jobs" --target ditc ditrun >/dev/null
+bash tests/integration/store_off.sh build-test-nostore
 for variant in release asan; do
   dir=build-test-$variant
   flags=(-DCMAKE_BUILD_TYPE=Release)
