@@ -14,6 +14,7 @@
 #include "artifacts/bundle.h"
 #include "artifacts/identity.h"
 #include "base/fileio.h"
+#include "base/json.h"
 
 /* ---------------------------------------------------------------------------------- */
 /* The weights-hash memo.
@@ -113,21 +114,26 @@ dit_status_t dit_compile_weights_hash(dit_store_t *st, const dit_model_t *m, int
   dit_status_t s = now_files ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "weights memo: out of memory");
   if (!s && !rehash) {
     char *text = NULL;
-    dit_status_t rs = dit_store_memo_read(st, key, &text, NULL);
-    cJSON *rec = rs ? NULL : cJSON_Parse(text);
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(rec, "files");
-    const cJSON *rw = cJSON_GetObjectItemCaseSensitive(rec, "weights");
-    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rec, "written_ns");
-    char *then_files = rf ? cJSON_PrintUnformatted(rf) : NULL;
-    if (then_files && cJSON_IsString(rw) && dit_is_hash_hex(rw->valuestring) && cJSON_IsString(rt) &&
-        !strcmp(then_files, now_files) && strtoll(rt->valuestring, NULL, 10) - newest > RACY_NS) {
-      memcpy(out_hex, rw->valuestring, 33);
+    size_t len = 0;
+    dit_status_t rs = dit_store_memo_read(st, key, &text, &len);
+    /* A memo that is missing, unreadable or malformed in any way only means hashing. */
+    dit_json_doc_t *doc = NULL;
+    dit_json_t root, rf;
+    const char *rw = NULL, *rt = NULL;
+    if (!rs) rs = dit_json_parse(text, len, "weights memo", &doc);
+    if (!rs) rs = dit_json_root(doc, &root);
+    if (!rs) rs = dit_json_get(&root, "files", &rf);
+    if (!rs) rs = dit_json_str(&root, "weights", 64, false, &rw);
+    if (!rs) rs = dit_json_str(&root, "written_ns", 32, false, &rt);
+    char *then_files = rs ? NULL : cJSON_PrintUnformatted(rf.v);
+    if (then_files && dit_is_hash_hex(rw) && !strcmp(then_files, now_files) && strtoll(rt, NULL, 10) - newest > RACY_NS) {
+      memcpy(out_hex, rw, 33);
       *out_memo_hit = 1;
     }
     free(then_files);
-    cJSON_Delete(rec);
+    dit_json_doc_free(doc);
     free(text);
-    dit_status_free(rs); /* a missing or unreadable memo only means hashing */
+    dit_status_free(rs);
   }
   if (!s && !*out_memo_hit) {
     s = dit_model_weights_hash(m, out_hex);
