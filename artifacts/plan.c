@@ -1,6 +1,7 @@
-/* Plan serialization, parsing and validation, the offload section included. */
+/* Plan serialization (cJSON), parsing through base/json and validation, the offload section included. */
 #include "artifacts/plan.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +12,7 @@
 
 #include "base/json.h"
 
-static const char *const kStorage[] = {"arena", "weight", "input", "output"};
+static const char *const kStorage[] = {"arena", "weight", "input", "output", NULL};
 
 int dit_storage_parse(const char *name, dit_storage_t *out) {
   for (int i = 0; i < 4; i++)
@@ -183,144 +184,25 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
 
 /* ---- parser ---- */
 
+/* Every read below goes through base/json: each value is type- and range-checked before use
+ * and every refusal names its field path, e.g. "field 'steps[12].in[1]'". */
+
 #define MAX_VALUES (1 << 22)
 #define MAX_STEPS (1 << 22)
+#define MAX_NAME 4096                    /* bytes of a value name or a ref */
+#define MAX_DIM ((int64_t)1 << 40)       /* one dimension of a value */
+#define MAX_ARENA ((int64_t)1 << 50)
+#define MAX_ATTR_INT 9007199254740992.0  /* 2^53: integer attributes are exact doubles */
+#define MAX_BLOCK 1000000
+#define MAX_SMEM 232448                  /* dynamic shared memory of any CUDA device */
 
-static dit_status_t get_uint(const cJSON *o, const char *key, const char *what, const char *ctx,
-                             uint64_t max, uint64_t *out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!v) return DIT_ERR(NOT_FOUND, "%s: %s: missing field '%s'", what, ctx, key);
-  if (!cJSON_IsNumber(v)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s: field '%s' is not a number", what, ctx, key);
-  double d = v->valuedouble;
-  if (!(d >= 0) || d != floor(d) || d > (double)max)
-    return DIT_ERR(OUT_OF_RANGE, "%s: %s: field '%s' = %g, expected an integer in 0..%" PRIu64,
-                   what, ctx, key, d, max);
-  *out = (uint64_t)d;
-  return DIT_OK;
-}
+static dit_status_t oom(const dit_json_t *v) { return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", v->what); }
 
-static dit_status_t get_str(const cJSON *o, const char *key, const char *what, const char *ctx,
-                            const char **out) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!v) return DIT_ERR(NOT_FOUND, "%s: %s: missing field '%s'", what, ctx, key);
-  if (!cJSON_IsString(v) || !v->valuestring)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: field '%s' is not a string", what, ctx, key);
-  *out = v->valuestring;
-  return DIT_OK;
-}
-
-static dit_status_t parse_shape(const cJSON *o, const char *what, const char *ctx, int *rank,
-                                int64_t *dims, uint64_t *numel) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "shape");
-  if (!a) return DIT_ERR(NOT_FOUND, "%s: %s: missing field 'shape'", what, ctx);
-  if (!cJSON_IsArray(a)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s: 'shape' is not an array", what, ctx);
-  int n = cJSON_GetArraySize(a);
-  if (n > DIT_MAX_RANK) return DIT_ERR(OUT_OF_RANGE, "%s: %s: rank %d exceeds %d", what, ctx, n, DIT_MAX_RANK);
-  uint64_t total = 1;
-  int i = 0;
-  const cJSON *d;
-  cJSON_ArrayForEach(d, a) {
-    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble) ||
-        d->valuedouble > (double)(1ull << 40))
-      return DIT_ERR(OUT_OF_RANGE, "%s: %s: shape[%d] is not a dimension in 0..2^40", what, ctx, i);
-    dims[i] = (int64_t)d->valuedouble;
-    if (dims[i] && total > (UINT64_MAX >> 4) / (uint64_t)dims[i])
-      return DIT_ERR(OUT_OF_RANGE, "%s: %s: shape has too many elements", what, ctx);
-    total *= (uint64_t)dims[i];
-    i++;
-  }
-  *rank = n;
-  *numel = total;
-  return DIT_OK;
-}
-
-static dit_status_t parse_index_list(const cJSON *o, const char *key, const char *what,
-                                     const char *ctx, size_t n_values, int max, int32_t *out,
-                                     int *n_out) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!a) return DIT_ERR(NOT_FOUND, "%s: %s: missing field '%s'", what, ctx, key);
-  if (!cJSON_IsArray(a)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s: '%s' is not an array", what, ctx, key);
-  int n = cJSON_GetArraySize(a);
-  if (n > max) return DIT_ERR(OUT_OF_RANGE, "%s: %s: '%s' has %d entries, at most %d", what, ctx, key, n, max);
-  int i = 0;
-  const cJSON *d;
-  cJSON_ArrayForEach(d, a) {
-    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble) ||
-        d->valuedouble >= (double)n_values)
-      return DIT_ERR(OUT_OF_RANGE, "%s: %s: %s[%d] is not a value index in 0..%zu", what, ctx,
-                     key, i, n_values ? n_values - 1 : 0);
-    out[i++] = (int32_t)d->valuedouble;
-  }
-  *n_out = n;
-  return DIT_OK;
-}
-
-static dit_status_t parse_values(const cJSON *arr, const char *what, dit_plan_t *p) {
-  int n = cJSON_GetArraySize(arr);
-  if (n > MAX_VALUES) return DIT_ERR(OUT_OF_RANGE, "%s: %d values, at most %d", what, n, MAX_VALUES);
-  p->values = calloc((size_t)n + 1, sizeof *p->values);
-  if (!p->values) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
-  const cJSON *o;
-  cJSON_ArrayForEach(o, arr) {
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "values[%zu]", p->n_values);
-    dit_plan_value_t *v = &p->values[p->n_values++];
-    if (!cJSON_IsObject(o)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s is not an object", what, ctx);
-    const char *name = NULL, *storage = NULL, *dtype = NULL;
-    DIT_RETURN_IF(get_str(o, "name", what, ctx, &name));
-    DIT_RETURN_IF(get_str(o, "storage", what, ctx, &storage));
-    DIT_RETURN_IF(get_str(o, "dtype", what, ctx, &dtype));
-    if (!(v->name = strdup(name))) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
-    if (dit_storage_parse(storage, &v->storage))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: unknown storage '%s' (arena, weight, input, output)", what, ctx, storage);
-    if (dit_dtype_parse(dtype, &v->dtype))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: unknown dtype '%s'", what, ctx, dtype);
-    uint64_t numel = 0;
-    DIT_RETURN_IF(parse_shape(o, what, ctx, &v->rank, v->dims, &numel));
-    v->nbytes = numel * dit_dtype_size(v->dtype);
-    if (v->storage == DIT_STORAGE_ARENA) {
-      DIT_RETURN_IF(get_uint(o, "offset", what, ctx, p->arena_bytes, &v->offset));
-      if (v->nbytes > p->arena_bytes - v->offset)
-        return DIT_ERR(OUT_OF_RANGE, "%s: %s '%s': bytes %" PRIu64 "..%" PRIu64 " outside the arena of %" PRIu64,
-                       what, ctx, v->name, v->offset, v->offset + v->nbytes, p->arena_bytes);
-    } else {
-      const char *ref = NULL;
-      DIT_RETURN_IF(get_str(o, "ref", what, ctx, &ref));
-      if (!(v->ref = strdup(ref))) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
-    }
-  }
-  return DIT_OK;
-}
-
-static dit_status_t parse_attr_group(const cJSON *o, const char *key, int is_float,
-                                     const char *what, const char *ctx, dit_attrs_t *a) {
-  const cJSON *group = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!group) return DIT_OK;
-  if (!cJSON_IsObject(group)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s: '%s' is not an object", what, ctx, key);
-  const cJSON *it;
-  cJSON_ArrayForEach(it, group) {
-    if (!it->string || !cJSON_IsNumber(it))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: attribute '%s' is not a number", what, ctx,
-                     it->string ? it->string : "?");
-    if (dit_attrs_find(a, it->string))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: attribute '%s' given twice", what, ctx, it->string);
-    double d = it->valuedouble;
-    int rc;
-    if (is_float) {
-      rc = dit_attrs_set_float(a, it->string, d);
-    } else {
-      if (d != floor(d) || fabs(d) > 9007199254740992.0)
-        return DIT_ERR(INVALID_ARGUMENT, "%s: %s: integer attribute '%s' = %g", what, ctx, it->string, d);
-      rc = dit_attrs_set_int(a, it->string, (int64_t)d);
-    }
-    if (rc) return DIT_ERR(OUT_OF_RANGE, "%s: %s: too many attributes or key '%s' too long", what, ctx, it->string);
-  }
-  return DIT_OK;
-}
-
-static dit_status_t parse_attrs(const cJSON *o, const char *what, const char *ctx, dit_attrs_t *a) {
-  DIT_RETURN_IF(parse_attr_group(o, "ints", 0, what, ctx, a));
-  return parse_attr_group(o, "floats", 1, what, ctx, a);
+/* A view of obj's member `key` for a message about it (the member need not exist). */
+static dit_json_t member_view(const dit_json_t *obj, const char *key) {
+  dit_json_t r = *obj;
+  dit_json_path_key(r.path, obj->path, key);
+  return r;
 }
 
 static int is_hex32(const char *s) {
@@ -330,161 +212,374 @@ static int is_hex32(const char *s) {
   return 1;
 }
 
-static dit_status_t parse_dim3(const cJSON *o, const char *key, const char *what, const char *ctx,
-                               const uint64_t max[3], uint32_t out[3]) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel '%s' must be an array of 3 integers", what, ctx, key);
-  for (int i = 0; i < 3; i++) {
-    const cJSON *d = cJSON_GetArrayItem(a, i);
-    if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > (double)max[i] || d->valuedouble != floor(d->valuedouble))
-      return DIT_ERR(OUT_OF_RANGE, "%s: %s: kernel %s[%d] outside 1..%" PRIu64, what, ctx, key, i, max[i]);
-    out[i] = (uint32_t)d->valuedouble;
+/* A PTX identifier: the runtime looks the entry up by this name in its module. */
+static int is_identifier(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' || *s == '$')) return 0;
+  for (s++; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '$')) return 0;
+  return 1;
+}
+
+/* A kernel module: 32 lowercase hex digits, or "" where allow_empty (no portable PTX). */
+static dit_status_t get_module(const dit_json_t *k, const char *key, bool allow_empty, char dst[DIT_HASH_HEX]) {
+  dit_json_t v;
+  const char *s = NULL;
+  DIT_RETURN_IF(dit_json_get(k, key, &v));
+  DIT_RETURN_IF(dit_json_as_str(&v, MAX_NAME, true, &s));
+  if (!(allow_empty && !s[0]) && !is_hex32(s)) {
+    char q[96];
+    dit_json_quote(s, q);
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected %s32 lowercase hex digits, found %s", allow_empty ? "\"\" or " : "", q);
+  }
+  memcpy(dst, s, strlen(s) + 1);
+  return DIT_OK;
+}
+
+/* A name or a ref: at most MAX_NAME bytes (empty only where allow_empty), copied. */
+static dit_status_t dup_name(const dit_json_t *obj, const char *key, bool allow_empty, char **out) {
+  const char *s = NULL;
+  DIT_RETURN_IF(dit_json_str(obj, key, MAX_NAME, allow_empty, &s));
+  if (!(*out = strdup(s))) return oom(obj);
+  return DIT_OK;
+}
+
+/* "shape": at most DIT_MAX_RANK dimensions in [0, 2^40] whose product times 16 fits 64 bits. */
+static dit_status_t parse_shape(const dit_json_t *o, dit_plan_value_t *v, uint64_t *numel) {
+  dit_json_t a, e;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(o, "shape", 1u << 20, &a, &n));
+  if (n > DIT_MAX_RANK) return dit_json_error(&a, DIT_CODE_OUT_OF_RANGE, "rank %zu exceeds the maximum %d", n, DIT_MAX_RANK);
+  uint64_t total = 1;
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  for (int i = 0; dit_json_iter_next(&it, &e); i++) {
+    DIT_RETURN_IF(dit_json_as_int(&e, 0, MAX_DIM, &v->dims[i]));
+    const uint64_t d = (uint64_t)v->dims[i];
+    if (d && total > (UINT64_MAX >> 4) / d)
+      return dit_json_error(&a, DIT_CODE_OUT_OF_RANGE, "more than 2^60 elements (dimensions 0..%d multiply past it)", i);
+    total *= d;
+  }
+  v->rank = (int)n;
+  *numel = total;
+  return DIT_OK;
+}
+
+static dit_status_t parse_value(const dit_json_t *o, dit_plan_t *p, dit_plan_value_t *v) {
+  static const char *const keys[] = {"name", "storage", "ref", "dtype", "shape", "offset", NULL};
+  DIT_RETURN_IF(dit_json_expect_object(o));
+  DIT_RETURN_IF(dit_json_check_keys(o, keys));
+  DIT_RETURN_IF(dup_name(o, "name", true, &v->name)); /* diagnostic only: unnamed temps are "" */
+  int storage = 0;
+  DIT_RETURN_IF(dit_json_enum(o, "storage", kStorage, &storage));
+  v->storage = (dit_storage_t)storage;
+  dit_json_t d;
+  const char *dtype = NULL;
+  DIT_RETURN_IF(dit_json_get(o, "dtype", &d));
+  DIT_RETURN_IF(dit_json_as_str(&d, MAX_NAME, true, &dtype));
+  if (dit_dtype_parse(dtype, &v->dtype)) {
+    char q[96];
+    dit_json_quote(dtype, q);
+    return dit_json_error(&d, DIT_CODE_INVALID_ARGUMENT, "expected one of f32, bf16, f16, i64, i32, found %s", q);
+  }
+  uint64_t numel = 0;
+  DIT_RETURN_IF(parse_shape(o, v, &numel));
+  v->nbytes = numel * dit_dtype_size(v->dtype);
+  if (v->storage != DIT_STORAGE_ARENA) {
+    if (dit_json_has(o, "offset")) {
+      dit_json_t f = member_view(o, "offset");
+      return dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "only arena values have an offset (this one is %s)", kStorage[storage]);
+    }
+    return dup_name(o, "ref", false, &v->ref);
+  }
+  if (dit_json_has(o, "ref")) {
+    dit_json_t f = member_view(o, "ref");
+    return dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "an arena value has no ref (only weights, inputs and outputs)");
+  }
+  int64_t off = 0;
+  DIT_RETURN_IF(dit_json_int(o, "offset", 0, (int64_t)p->arena_bytes, &off));
+  v->offset = (uint64_t)off;
+  if (v->nbytes > p->arena_bytes - v->offset) {
+    char q[96];
+    dit_json_quote(v->name, q);
+    return dit_json_error(o, DIT_CODE_OUT_OF_RANGE, "%s: bytes %" PRIu64 "..%" PRIu64 " lie outside the arena of %" PRIu64 " bytes", q,
+                          v->offset, v->offset + v->nbytes, p->arena_bytes);
   }
   return DIT_OK;
 }
 
-/* Launch limits of every CUDA device: bounds on what a bundle may ask for. */
-static dit_status_t parse_kernel(const cJSON *o, const char *what, const char *ctx, dit_plan_step_t *s) {
-  const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kernel");
-  if (!k) return DIT_OK;
-  if (!cJSON_IsObject(k)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s: 'kernel' is not an object", what, ctx);
-  const char *cubin = NULL, *ptx = NULL, *entry = NULL;
-  DIT_RETURN_IF(get_str(k, "cubin", what, ctx, &cubin));
-  DIT_RETURN_IF(get_str(k, "ptx", what, ctx, &ptx));
-  DIT_RETURN_IF(get_str(k, "entry", what, ctx, &entry));
-  if (!is_hex32(cubin) || (ptx[0] && !is_hex32(ptx)))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel module hashes must be 32 lowercase hex digits", what, ctx);
-  size_t n = strlen(entry);
-  if (n == 0 || n >= sizeof s->kernel.entry)
-    return DIT_ERR(OUT_OF_RANGE, "%s: %s: kernel entry name of %zu bytes, expected 1..%zu", what, ctx, n, sizeof s->kernel.entry - 1);
-  static const uint64_t gmax[3] = {2147483647ull, 65535, 65535}, bmax[3] = {1024, 1024, 64};
-  DIT_RETURN_IF(parse_dim3(k, "grid", what, ctx, gmax, s->kernel.grid));
-  DIT_RETURN_IF(parse_dim3(k, "block", what, ctx, bmax, s->kernel.block));
-  if ((uint64_t)s->kernel.block[0] * s->kernel.block[1] * s->kernel.block[2] > 1024)
-    return DIT_ERR(OUT_OF_RANGE, "%s: %s: kernel block of more than 1024 threads", what, ctx);
-  uint64_t smem;
-  DIT_RETURN_IF(get_uint(k, "smem", what, ctx, 232448, &smem));
-  snprintf(s->kernel.cubin, sizeof s->kernel.cubin, "%s", cubin);
-  snprintf(s->kernel.ptx, sizeof s->kernel.ptx, "%s", ptx);
-  snprintf(s->kernel.entry, sizeof s->kernel.entry, "%s", entry);
-  s->kernel.smem = (uint32_t)smem;
-  const cJSON *src = cJSON_GetObjectItemCaseSensitive(k, "source");
-  if (src && (!cJSON_IsString(src) || strlen(src->valuestring) >= sizeof s->kernel.source))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel 'source' must be a short string", what, ctx);
-  if (src) snprintf(s->kernel.source, sizeof s->kernel.source, "%s", src->valuestring);
-  const cJSON *tm = cJSON_GetObjectItemCaseSensitive(k, "tmaps");
-  if (tm) {
-    int n_tm = cJSON_GetArraySize(tm);
-    if (!cJSON_IsArray(tm) || n_tm < 1 || n_tm > DIT_PLAN_MAX_TMAPS)
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: kernel 'tmaps' must be an array of 1..%d tensor maps", what, ctx, DIT_PLAN_MAX_TMAPS);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tm) {
-      dit_plan_tmap_t *m = &s->kernel.tmaps[s->kernel.n_tmaps++];
-      char tctx[96];
-      snprintf(tctx, sizeof tctx, "%s: kernel tmaps[%d]", ctx, s->kernel.n_tmaps - 1);
-      if (!cJSON_IsObject(t)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s is not an object", what, tctx);
-      uint64_t arg, sw;
-      DIT_RETURN_IF(get_uint(t, "arg", what, tctx, (uint64_t)(s->n_in + s->n_out - 1), &arg));
-      DIT_RETURN_IF(get_uint(t, "swizzle", what, tctx, 128, &sw));
-      if (sw != 0 && sw != 32 && sw != 64 && sw != 128)
-        return DIT_ERR(OUT_OF_RANGE, "%s: %s: swizzle %" PRIu64 ", expected 0, 32, 64 or 128", what, tctx, sw);
-      static const uint64_t bmax[3] = {256, 256, 1};
-      uint32_t box[3];
-      const cJSON *b = cJSON_GetObjectItemCaseSensitive(t, "box");
-      if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2)
-        return DIT_ERR(INVALID_ARGUMENT, "%s: %s: 'box' must be an array of 2 integers", what, tctx);
-      int i = 0;
-      const cJSON *e;
-      cJSON_ArrayForEach(e, b) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > (double)bmax[i] || e->valuedouble != floor(e->valuedouble))
-          return DIT_ERR(OUT_OF_RANGE, "%s: %s: box[%d] outside 1..%" PRIu64, what, tctx, i, bmax[i]);
-        box[i++] = (uint32_t)e->valuedouble;
-      }
-      *m = (dit_plan_tmap_t){(uint32_t)arg, {box[0], box[1]}, (uint32_t)sw};
+static dit_status_t parse_values(const dit_json_t *root, dit_plan_t *p) {
+  dit_json_t a, o;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(root, "values", MAX_VALUES, &a, &n));
+  if (!(p->values = calloc(n + 1, sizeof *p->values))) return oom(root);
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  while (dit_json_iter_next(&it, &o)) DIT_RETURN_IF(parse_value(&o, p, &p->values[p->n_values++]));
+  return DIT_OK;
+}
+
+/* "in" or "out": at most max indices into the values. */
+static dit_status_t parse_index_list(const dit_json_t *o, const char *key, size_t n_values, size_t max, int32_t *out, int *n_out) {
+  dit_json_t a, e;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(o, key, max, &a, &n));
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  for (size_t i = 0; dit_json_iter_next(&it, &e); i++) {
+    double d = 0;
+    DIT_RETURN_IF(dit_json_as_num(&e, -HUGE_VAL, HUGE_VAL, &d));
+    if (!(d >= 0 && d < (double)n_values && d == floor(d))) {
+      char f[40];
+      dit_json_fmt_num(d, f);
+      return dit_json_error(&e, DIT_CODE_OUT_OF_RANGE, "expected a value index in [0, %zu), found %s", n_values, f);
     }
+    out[i] = (int32_t)d;
+  }
+  *n_out = (int)n;
+  return DIT_OK;
+}
+
+/* "ints" or "floats": an optional object of numbers, added to the step's attributes. */
+static dit_status_t parse_attr_group(const dit_json_t *o, const char *key, int is_float, dit_attrs_t *a) {
+  if (!dit_json_has(o, key)) return DIT_OK;
+  dit_json_t g, m;
+  DIT_RETURN_IF(dit_json_object(o, key, &g));
+  dit_json_iter_t it;
+  dit_json_iter_init(&g, &it);
+  while (dit_json_iter_next(&it, &m)) {
+    const char *name = m.v->string; /* the member's key (json.h) */
+    const size_t len = strlen(name);
+    if (len == 0 || len >= DIT_ATTR_KEY_MAX)
+      return dit_json_error(&m, DIT_CODE_OUT_OF_RANGE, "attribute key of %zu bytes, expected 1..%d", len, DIT_ATTR_KEY_MAX - 1);
+    if (dit_attrs_find(a, name))
+      return dit_json_error(&m, DIT_CODE_INVALID_ARGUMENT, "attribute '%s' given twice (in ints and in floats)", name);
+    if (a->count >= DIT_MAX_ATTRS)
+      return dit_json_error(&m, DIT_CODE_OUT_OF_RANGE, "more than %d attributes in the step", DIT_MAX_ATTRS);
+    int rc;
+    if (is_float) {
+      double d = 0;
+      DIT_RETURN_IF(dit_json_as_num(&m, -DBL_MAX, DBL_MAX, &d));
+      rc = dit_attrs_set_float(a, name, d);
+    } else {
+      int64_t v = 0;
+      DIT_RETURN_IF(dit_json_as_int(&m, -(int64_t)MAX_ATTR_INT, (int64_t)MAX_ATTR_INT, &v));
+      rc = dit_attrs_set_int(a, name, v);
+    }
+    if (rc) return dit_json_error(&m, DIT_CODE_INTERNAL, "attribute not stored");
+  }
+  return DIT_OK;
+}
+
+/* "grid" or "block" of a kernel: 3 integers, each in [1, max[i]]. */
+static dit_status_t parse_dim3(const dit_json_t *k, const char *key, const int64_t max[3], uint32_t out[3]) {
+  dit_json_t a, e;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(k, key, 1u << 20, &a, &n));
+  if (n != 3) return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "expected 3 integers (x, y, z), found %zu entries", n);
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  for (int i = 0; dit_json_iter_next(&it, &e); i++) {
+    int64_t v = 0;
+    DIT_RETURN_IF(dit_json_as_int(&e, 1, max[i], &v));
+    out[i] = (uint32_t)v;
+  }
+  return DIT_OK;
+}
+
+/* One tensor map over argument 0..n_args-1 of its kernel. */
+static dit_status_t parse_tmap(const dit_json_t *t, int n_args, dit_plan_tmap_t *m) {
+  static const char *const keys[] = {"arg", "box", "swizzle", NULL};
+  DIT_RETURN_IF(dit_json_expect_object(t));
+  DIT_RETURN_IF(dit_json_check_keys(t, keys));
+  int64_t arg = 0, sw = 0;
+  DIT_RETURN_IF(dit_json_int(t, "arg", 0, n_args - 1, &arg));
+  dit_json_t b, e;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(t, "box", 1u << 20, &b, &n));
+  if (n != 2) return dit_json_error(&b, DIT_CODE_INVALID_ARGUMENT, "expected 2 integers (elements of a row, rows), found %zu entries", n);
+  dit_json_iter_t it;
+  dit_json_iter_init(&b, &it);
+  for (int i = 0; dit_json_iter_next(&it, &e); i++) {
+    int64_t v = 0;
+    DIT_RETURN_IF(dit_json_as_int(&e, 1, 256, &v));
+    m->box[i] = (uint32_t)v;
+  }
+  DIT_RETURN_IF(dit_json_int(t, "swizzle", 0, 128, &sw));
+  if (sw != 0 && sw != 32 && sw != 64 && sw != 128) {
+    dit_json_t f = member_view(t, "swizzle");
+    return dit_json_error(&f, DIT_CODE_OUT_OF_RANGE, "expected 0, 32, 64 or 128 bytes, found %" PRId64, sw);
+  }
+  m->arg = (uint32_t)arg;
+  m->swizzle = (uint32_t)sw;
+  return DIT_OK;
+}
+
+/* Launch limits of every CUDA device: bounds on what a bundle may ask for. */
+static dit_status_t parse_kernel(const dit_json_t *o, dit_plan_step_t *s) {
+  static const char *const keys[] = {"cubin", "ptx", "entry", "grid", "block", "smem", "source", "tmaps", NULL};
+  static const int64_t gmax[3] = {2147483647, 65535, 65535}, bmax[3] = {1024, 1024, 64};
+  if (!dit_json_has(o, "kernel")) return DIT_OK;
+  dit_plan_kernel_t *k = &s->kernel;
+  dit_json_t ko;
+  DIT_RETURN_IF(dit_json_object(o, "kernel", &ko));
+  DIT_RETURN_IF(dit_json_check_keys(&ko, keys));
+  DIT_RETURN_IF(get_module(&ko, "cubin", false, k->cubin));
+  DIT_RETURN_IF(get_module(&ko, "ptx", true, k->ptx));
+  DIT_RETURN_IF(dit_json_str_copy(&ko, "entry", k->entry, sizeof k->entry, false));
+  if (!is_identifier(k->entry)) {
+    char q[96];
+    dit_json_quote(k->entry, q);
+    dit_json_t f = member_view(&ko, "entry");
+    return dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "expected a PTX identifier ([A-Za-z_$][A-Za-z0-9_$]*), found %s", q);
+  }
+  DIT_RETURN_IF(parse_dim3(&ko, "grid", gmax, k->grid));
+  DIT_RETURN_IF(parse_dim3(&ko, "block", bmax, k->block));
+  const uint64_t threads = (uint64_t)k->block[0] * k->block[1] * k->block[2];
+  if (threads > 1024) {
+    dit_json_t f = member_view(&ko, "block");
+    return dit_json_error(&f, DIT_CODE_OUT_OF_RANGE, "%" PRIu64 " threads, at most 1024", threads);
+  }
+  int64_t smem = 0;
+  DIT_RETURN_IF(dit_json_int(&ko, "smem", 0, MAX_SMEM, &smem));
+  k->smem = (uint32_t)smem;
+  if (dit_json_has(&ko, "source")) DIT_RETURN_IF(dit_json_str_copy(&ko, "source", k->source, sizeof k->source, false));
+  if (dit_json_has(&ko, "tmaps")) {
+    dit_json_t tm, t;
+    size_t n = 0;
+    DIT_RETURN_IF(dit_json_array(&ko, "tmaps", DIT_PLAN_MAX_TMAPS, &tm, &n));
+    if (n == 0) return dit_json_error(&tm, DIT_CODE_INVALID_ARGUMENT, "expected 1..%d tensor maps, found none (leave it out)", DIT_PLAN_MAX_TMAPS);
+    dit_json_iter_t it;
+    dit_json_iter_init(&tm, &it);
+    while (dit_json_iter_next(&it, &t)) DIT_RETURN_IF(parse_tmap(&t, s->n_in + s->n_out, &k->tmaps[k->n_tmaps++]));
   }
   s->has_kernel = 1;
   return DIT_OK;
 }
 
-static dit_status_t parse_steps(const cJSON *arr, const char *what, dit_plan_t *p) {
-  int n = cJSON_GetArraySize(arr);
-  if (n > MAX_STEPS) return DIT_ERR(OUT_OF_RANGE, "%s: %d steps, at most %d", what, n, MAX_STEPS);
-  p->steps = calloc((size_t)n + 1, sizeof *p->steps);
-  if (!p->steps) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
-  const cJSON *o;
-  cJSON_ArrayForEach(o, arr) {
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "steps[%zu]", p->n_steps);
-    dit_plan_step_t *s = &p->steps[p->n_steps++];
-    if (!cJSON_IsObject(o)) return DIT_ERR(INVALID_ARGUMENT, "%s: %s is not an object", what, ctx);
-    const char *opname = NULL;
-    DIT_RETURN_IF(get_str(o, "op", what, ctx, &opname));
-    if (dit_op_kind_parse(opname, &s->kind))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: unknown op '%s'", what, ctx, opname);
-    const dit_op_info_t *info = dit_op_info(s->kind);
-    DIT_RETURN_IF(parse_index_list(o, "in", what, ctx, p->n_values, DIT_PLAN_MAX_IN, s->in, &s->n_in));
-    DIT_RETURN_IF(parse_index_list(o, "out", what, ctx, p->n_values, DIT_PLAN_MAX_OUT, s->out, &s->n_out));
-    if (s->n_in < info->min_inputs || s->n_in > info->max_inputs || s->n_out < info->min_outputs ||
-        s->n_out > info->max_outputs)
-      return DIT_ERR(INVALID_ARGUMENT, "%s: %s: %s with %d inputs and %d outputs, expected %d..%d and %d..%d",
-                     what, ctx, info->name, s->n_in, s->n_out, info->min_inputs, info->max_inputs,
-                     info->min_outputs, info->max_outputs);
-    DIT_RETURN_IF(parse_attrs(o, what, ctx, &s->attrs));
-    DIT_RETURN_IF(parse_kernel(o, what, ctx, s));
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "block");
-    s->block = -1;
-    if (b) {
-      if (!cJSON_IsNumber(b) || b->valuedouble < -1 || b->valuedouble > 1e6 || b->valuedouble != floor(b->valuedouble))
-        return DIT_ERR(OUT_OF_RANGE, "%s: %s: 'block' is not an integer in -1..1e6", what, ctx);
-      s->block = (int32_t)b->valuedouble;
-    }
+static dit_status_t parse_step(const dit_json_t *o, size_t n_values, dit_plan_step_t *s) {
+  static const char *const keys[] = {"op", "in", "out", "ints", "floats", "block", "kernel", NULL};
+  DIT_RETURN_IF(dit_json_expect_object(o));
+  DIT_RETURN_IF(dit_json_check_keys(o, keys));
+  dit_json_t op;
+  const char *opname = NULL;
+  DIT_RETURN_IF(dit_json_get(o, "op", &op));
+  DIT_RETURN_IF(dit_json_as_str(&op, MAX_NAME, true, &opname));
+  if (dit_op_kind_parse(opname, &s->kind)) {
+    char q[96];
+    dit_json_quote(opname, q);
+    return dit_json_error(&op, DIT_CODE_INVALID_ARGUMENT, "unknown op %s", q);
+  }
+  const dit_op_info_t *info = dit_op_info(s->kind);
+  DIT_RETURN_IF(parse_index_list(o, "in", n_values, DIT_PLAN_MAX_IN, s->in, &s->n_in));
+  DIT_RETURN_IF(parse_index_list(o, "out", n_values, DIT_PLAN_MAX_OUT, s->out, &s->n_out));
+  if (s->n_in < info->min_inputs || s->n_in > info->max_inputs || s->n_out < info->min_outputs || s->n_out > info->max_outputs)
+    return dit_json_error(o, DIT_CODE_INVALID_ARGUMENT, "%s with %d inputs and %d outputs, expected %d..%d and %d..%d", info->name, s->n_in,
+                          s->n_out, info->min_inputs, info->max_inputs, info->min_outputs, info->max_outputs);
+  DIT_RETURN_IF(parse_attr_group(o, "ints", 0, &s->attrs));
+  DIT_RETURN_IF(parse_attr_group(o, "floats", 1, &s->attrs));
+  DIT_RETURN_IF(parse_kernel(o, s));
+  s->block = -1;
+  if (dit_json_has(o, "block")) {
+    int b = -1;
+    DIT_RETURN_IF(dit_json_i32(o, "block", -1, MAX_BLOCK, &b));
+    s->block = b;
   }
   return DIT_OK;
 }
 
+static dit_status_t parse_steps(const dit_json_t *root, dit_plan_t *p) {
+  dit_json_t a, o;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(root, "steps", MAX_STEPS, &a, &n));
+  if (!(p->steps = calloc(n + 1, sizeof *p->steps))) return oom(root);
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  while (dit_json_iter_next(&it, &o)) DIT_RETURN_IF(parse_step(&o, p->n_values, &p->steps[p->n_steps++]));
+  return DIT_OK;
+}
+
+/* An input or output value, sorted by (storage, ref) to find a name bound twice. */
+typedef struct io_ref {
+  int storage;
+  const char *ref;
+  size_t idx;
+} io_ref_t;
+
+static int cmp_io(const void *a, const void *b) {
+  const io_ref_t *x = a, *y = b;
+  if (x->storage != y->storage) return x->storage < y->storage ? -1 : 1;
+  int c = strcmp(x->ref, y->ref);
+  if (c) return c;
+  return x->idx < y->idx ? -1 : 1;
+}
+
 /* Dataflow: temps written once before being read; inputs and weights never written;
- * outputs written exactly once; an op's outputs do not overlap its arena inputs. */
+ * outputs written exactly once; an op's outputs do not overlap its arena inputs; no io name
+ * bound twice. */
 static dit_status_t check_dataflow(const dit_plan_t *p, const char *what) {
   uint8_t *written = calloc(p->n_values + 1, 1);
-  if (!written) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
+  io_ref_t *io = malloc((p->n_values + 1) * sizeof *io);
+  if (!written || !io) {
+    free(written), free(io);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
+  }
   dit_status_t st = DIT_OK;
+  char a[96], b[96];
   for (size_t i = 0; i < p->n_steps && !st; i++) {
     const dit_plan_step_t *s = &p->steps[i];
     for (int k = 0; k < s->n_in && !st; k++) {
       const dit_plan_value_t *v = &p->values[s->in[k]];
       int ready = v->storage == DIT_STORAGE_INPUT || v->storage == DIT_STORAGE_WEIGHT || written[s->in[k]];
-      if (!ready)
-        st = DIT_ERR(INVALID_ARGUMENT, "%s: steps[%zu]: reads '%s' before any step writes it", what, i, v->name);
+      if (!ready) {
+        dit_json_quote(v->name, a);
+        st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].in[%d]': reads values[%d] %s before any step writes it", what, i, k, s->in[k], a);
+      }
     }
     for (int k = 0; k < s->n_out && !st; k++) {
       const dit_plan_value_t *v = &p->values[s->out[k]];
+      dit_json_quote(v->name, a);
+      for (int j = 0; j < k && !st; j++)
+        if (s->out[j] == s->out[k])
+          st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': the same value written twice (values[%d] %s, also out[%d])", what, i,
+                       k, s->out[k], a, j);
+      if (st) break;
       if (v->storage == DIT_STORAGE_INPUT || v->storage == DIT_STORAGE_WEIGHT)
-        st = DIT_ERR(INVALID_ARGUMENT, "%s: steps[%zu]: writes %s '%s'", what, i, dit_storage_name(v->storage), v->name);
+        st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': writes %s values[%d] %s", what, i, k, dit_storage_name(v->storage),
+                     s->out[k], a);
       else if (written[s->out[k]])
-        st = DIT_ERR(INVALID_ARGUMENT, "%s: steps[%zu]: '%s' written a second time", what, i, v->name);
+        st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': values[%d] %s written a second time", what, i, k, s->out[k], a);
       written[s->out[k]] = 1;
       for (int j = 0; j < s->n_in && !st && v->storage == DIT_STORAGE_ARENA; j++) {
         const dit_plan_value_t *u = &p->values[s->in[j]];
-        if (u->storage == DIT_STORAGE_ARENA && u->offset < v->offset + v->nbytes && v->offset < u->offset + u->nbytes)
-          st = DIT_ERR(INVALID_ARGUMENT, "%s: steps[%zu]: output '%s' overlaps input '%s' in the arena", what, i, v->name, u->name);
+        if (u->storage == DIT_STORAGE_ARENA && u->offset < v->offset + v->nbytes && v->offset < u->offset + u->nbytes) {
+          dit_json_quote(u->name, b);
+          st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': output %s overlaps input %s (in[%d]) in the arena", what, i, k, a, b,
+                       j);
+        }
       }
-      for (int j = 0; j < k && !st; j++)
-        if (s->out[j] == s->out[k]) st = DIT_ERR(INVALID_ARGUMENT, "%s: steps[%zu]: the same value written twice", what, i);
     }
   }
+  size_t n_io = 0;
   for (size_t v = 0; v < p->n_values && !st; v++) {
     const dit_plan_value_t *val = &p->values[v];
-    if (val->storage == DIT_STORAGE_OUTPUT && !written[v])
-      st = DIT_ERR(INVALID_ARGUMENT, "%s: output '%s' is never written", what, val->ref);
-    for (size_t u = 0; u < v && !st; u++) {
-      const dit_plan_value_t *o = &p->values[u];
-      if (val->ref && o->ref && val->storage == o->storage && val->storage != DIT_STORAGE_WEIGHT &&
-          !strcmp(val->ref, o->ref))
-        st = DIT_ERR(INVALID_ARGUMENT, "%s: %s '%s' listed twice", what, dit_storage_name(val->storage), val->ref);
+    if (val->storage == DIT_STORAGE_OUTPUT && !written[v]) {
+      dit_json_quote(val->ref, a);
+      st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'values[%zu]': output %s is never written", what, v, a);
+    }
+    if (val->storage == DIT_STORAGE_INPUT || val->storage == DIT_STORAGE_OUTPUT) io[n_io++] = (io_ref_t){(int)val->storage, val->ref, v};
+  }
+  if (!st && n_io > 1) {
+    qsort(io, n_io, sizeof *io, cmp_io);
+    for (size_t i = 1; i < n_io && !st; i++) {
+      const io_ref_t *x = &io[i - 1], *y = &io[i];
+      if (x->storage == y->storage && !strcmp(x->ref, y->ref)) {
+        dit_json_quote(y->ref, a);
+        st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'values[%zu].ref': %s %s listed twice (also values[%zu])", what, y->idx,
+                     dit_storage_name((dit_storage_t)y->storage), a, x->idx);
+      }
     }
   }
+  free(io);
   free(written);
   return st;
 }
@@ -746,38 +841,43 @@ dit_status_t dit_plan_check_offload(const dit_plan_t *p, const dit_manifest_t *m
 }
 
 dit_status_t dit_plan_parse(const char *text, size_t len, const char *what, dit_plan_t **out) {
+  static const char *const keys[] = {"format", "version", "arena_bytes", "values", "steps", "offload", NULL};
   *out = NULL;
   /* The whole document is checked first (NUL bytes, duplicate keys, depth, trailing bytes). */
   dit_json_doc_t *doc = NULL;
   DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
-  dit_json_t jroot;
-  dit_status_free(dit_json_root(doc, &jroot)); /* a non-object is refused below, with the plan's own message */
-  const cJSON *root = jroot.v;
-  dit_plan_t *p = calloc(1, sizeof *p);
-  dit_status_t st = p ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
+  dit_json_t root, f;
+  dit_plan_t *p = NULL;
   const char *fmt = NULL;
-  uint64_t version = 0;
-  if (!st && !cJSON_IsObject(root)) st = DIT_ERR(INVALID_ARGUMENT, "%s: not a JSON object", what);
-  if (!st) st = get_str(root, "format", what, "plan", &fmt);
-  if (!st && strcmp(fmt, "ditc-plan"))
-    st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'format': expected \"ditc-plan\", found \"%s\"", what, fmt);
-  if (!st) st = get_uint(root, "version", what, "plan", 1000, &version);
-  if (!st && (version < 1 || version > DIT_PLAN_VERSION))
-    st = DIT_ERR(FAILED_PRECONDITION, "%s: field 'version': this build reads plan versions 1..%d, found %" PRIu64,
-                 what, DIT_PLAN_VERSION, version);
-  if (!st) st = get_uint(root, "arena_bytes", what, "plan", 1ull << 50, &p->arena_bytes);
-  const cJSON *values = cJSON_GetObjectItemCaseSensitive(root, "values");
-  const cJSON *steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
-  if (!st && !cJSON_IsArray(values)) st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'values' missing or not an array", what);
-  if (!st && !cJSON_IsArray(steps)) st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps' missing or not an array", what);
-  if (!st) st = parse_values(values, what, p);
-  if (!st) st = parse_steps(steps, what, p);
-  if (!st) st = check_dataflow(p, what);
-  if (!st && dit_json_has(&jroot, "offload")) {
-    if (version < 2)
-      st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'offload': a version %" PRIu64 " plan has no offload section (version 2 and later)", what,
-                   version);
-    else st = parse_offload(&jroot, p);
+  int64_t version = 0, arena = 0;
+  dit_status_t st = dit_json_root(doc, &root);
+  if (!st && !(p = calloc(1, sizeof *p))) st = oom(&root);
+  if (!st) st = dit_json_get(&root, "format", &f);
+  if (!st) st = dit_json_as_str(&f, MAX_NAME, true, &fmt);
+  if (!st && strcmp(fmt, "ditc-plan")) {
+    char q[96];
+    dit_json_quote(fmt, q);
+    st = dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "expected \"ditc-plan\", found %s", q);
+  }
+  /* The version first: a later format may add members this build does not know. */
+  if (!st) st = dit_json_int(&root, "version", 0, (int64_t)DIT_JSON_MAX_SAFE, &version);
+  if (!st && (version < 1 || version > DIT_PLAN_VERSION)) {
+    f = member_view(&root, "version");
+    st = dit_json_error(&f, DIT_CODE_FAILED_PRECONDITION, "this build reads plan versions 1..%d, found %" PRId64, DIT_PLAN_VERSION, version);
+  }
+  if (!st) st = dit_json_check_keys(&root, keys);
+  if (!st) st = dit_json_int(&root, "arena_bytes", 0, MAX_ARENA, &arena);
+  if (!st) p->arena_bytes = (uint64_t)arena;
+  if (!st) st = parse_values(&root, p);
+  if (!st) st = parse_steps(&root, p);
+  if (!st) st = check_dataflow(p, root.what);
+  if (!st && dit_json_has(&root, "offload")) {
+    if (version < 2) {
+      f = member_view(&root, "offload");
+      st = dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "a version %" PRId64 " plan has no offload section (version 2 and later)", version);
+    } else {
+      st = parse_offload(&root, p);
+    }
   }
   dit_json_doc_free(doc);
   if (st) {

@@ -22,11 +22,14 @@
  *                          "flops", "f_star", "t_comp_ms", "t_pref_ms", "t_coll_ms",
  *                          "resident" (the planner's figures, for people)}]}
  *
- * The parser validates everything a runtime relies on for memory safety: op names and arity,
- * value indices, arena ranges inside arena_bytes, every temp written by exactly one step
- * before it is read, inputs and weights never written, unique io names; and the offload
- * section against the steps (every block's steps contiguous, yield points collective steps
- * of their block). dit_plan_check_bindings checks its byte ranges against the weight layout. */
+ * The parser (base/json: the text is hostile) validates everything a runtime relies on for
+ * memory safety: op names and arity, value indices, arena ranges inside arena_bytes, every temp
+ * written by exactly one step before it is read, inputs and weights never written, unique io
+ * names, kernel launch limits and module hashes; and the offload section against the steps
+ * (every block's steps contiguous, yield points collective steps of their block). Every member
+ * must be one the format defines ("ref" only off the arena, "offset" only on it), and every
+ * refusal names its field, e.g. "plan: field 'steps[12].in[1]': expected a value index in
+ * [0, 340), found 512". dit_plan_check_bindings checks byte ranges against the weight layout. */
 #ifndef DIT_ARTIFACTS_PLAN_H
 #define DIT_ARTIFACTS_PLAN_H
 

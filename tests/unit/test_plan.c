@@ -74,44 +74,47 @@ static void test_round_trip(void) {
 static void test_rejections(void) {
 #define HEAD "{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":512,"
   CHECK_ERR(parse("{"), INVALID_ARGUMENT, "not valid JSON");
-  CHECK_ERR(parse("[]"), INVALID_ARGUMENT, "not a JSON object");
-  CHECK_ERR(parse("{\"format\":\"other\",\"version\":1}"), INVALID_ARGUMENT, "expected \"ditc-plan\"");
+  CHECK_ERR(parse("[]"), INVALID_ARGUMENT, "plan.json: expected a JSON object at the top level, found an array");
+  CHECK_ERR(parse("{\"format\":\"other\",\"version\":1}"), INVALID_ARGUMENT, "plan.json: field 'format': expected \"ditc-plan\", found \"other\"");
   CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":3,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
-            FAILED_PRECONDITION, "plan versions 1..2, found 3");
+            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..2, found 3");
   CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"a\":1,\"a\":2}"),
             INVALID_ARGUMENT, "duplicate key \"a\"");
   /* arena value beyond the arena */
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[200],\"offset\":0}],\"steps\":[]}"),
-            OUT_OF_RANGE, "outside the arena of 512");
+            OUT_OF_RANGE, "field 'values[0]': \"y\": bytes 0..800 lie outside the arena of 512 bytes");
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[1],\"offset\":600}],\"steps\":[]}"),
-            OUT_OF_RANGE, "field 'offset' = 600");
+            OUT_OF_RANGE, "field 'values[0].offset': expected an integer in [0, 512], found 600");
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"disk\",\"dtype\":\"f32\",\"shape\":[1]}],\"steps\":[]}"),
-            INVALID_ARGUMENT, "unknown storage 'disk'");
+            INVALID_ARGUMENT, "field 'values[0].storage': expected one of arena, weight, input, output, found \"disk\"");
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"dtype\":\"f64\",\"shape\":[1],\"ref\":\"y\"}],\"steps\":[]}"),
-            INVALID_ARGUMENT, "unknown dtype 'f64'");
+            INVALID_ARGUMENT, "field 'values[0].dtype': expected one of f32, bf16, f16, i64, i32, found \"f64\"");
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"dtype\":\"f32\",\"shape\":[1]}],\"steps\":[]}"),
-            NOT_FOUND, "missing field 'ref'");
+            NOT_FOUND, "field 'values[0].ref': missing");
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[1,2,3,4,5,6,7,8,9]}],\"steps\":[]}"),
-            OUT_OF_RANGE, "rank 9 exceeds 8");
+            OUT_OF_RANGE, "field 'values[0].shape': rank 9 exceeds the maximum 8");
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[-1]}],\"steps\":[]}"),
-            OUT_OF_RANGE, "shape[0]");
+            OUT_OF_RANGE, "field 'values[0].shape[0]': expected an integer in [0, 1099511627776], found -1");
   /* steps */
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"conv9d\",\"in\":[0],\"out\":[2]}]}"), INVALID_ARGUMENT, "unknown op 'conv9d'");
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[7],\"out\":[2]}]}"), OUT_OF_RANGE, "in[0] is not a value index");
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0,1],\"out\":[2]}]}"), INVALID_ARGUMENT, "silu with 2 inputs");
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[2],\"out\":[3]}]}"), INVALID_ARGUMENT, "reads 'y' before any step writes it");
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[1]}]}"), INVALID_ARGUMENT, "writes weight 'w'");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"conv9d\",\"in\":[0],\"out\":[2]}]}"), INVALID_ARGUMENT, "field 'steps[0].op': unknown op \"conv9d\"");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[7],\"out\":[2]}]}"), OUT_OF_RANGE,
+            "field 'steps[0].in[0]': expected a value index in [0, 4), found 7");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0,1],\"out\":[2]}]}"), INVALID_ARGUMENT,
+            "field 'steps[0]': silu with 2 inputs and 1 outputs, expected 1..1 and 1..1");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[2],\"out\":[3]}]}"), INVALID_ARGUMENT,
+            "field 'steps[0].in[0]': reads values[2] \"y\" before any step writes it");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[1]}]}"), INVALID_ARGUMENT, "field 'steps[0].out[0]': writes weight values[1] \"w\"");
   CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[3]},{\"op\":\"silu\",\"in\":[0],\"out\":[3]}]}"),
-            INVALID_ARGUMENT, "written a second time");
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[2]}]}"), INVALID_ARGUMENT, "output 'z' is never written");
+            INVALID_ARGUMENT, "field 'steps[1].out[0]': values[3] \"z\" written a second time");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[2]}]}"), INVALID_ARGUMENT, "field 'values[3]': output \"z\" is never written");
   CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[3],\"ints\":{\"k\":1.5}}]}"),
-            INVALID_ARGUMENT, "integer attribute 'k' = 1.5");
+            INVALID_ARGUMENT, "field 'steps[0].ints.k': expected an integer, found 1.5");
   /* an op writing over its own arena input */
   CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"x\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[4]},"
                   "{\"name\":\"a\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":0},"
                   "{\"name\":\"b\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":8}],"
                   "\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[1]},{\"op\":\"silu\",\"in\":[1],\"out\":[2]}]}"),
-            INVALID_ARGUMENT, "overlaps input 'a'");
+            INVALID_ARGUMENT, "field 'steps[1].out[0]': output \"b\" overlaps input \"a\" (in[0]) in the arena");
 }
 
 /* Tensor maps of a kernel: parsed, printed back, and refused when they could mislead a
@@ -141,16 +144,137 @@ static void test_tensor_maps(void) {
   dit_plan_free(p);
   /* add has 1 output and 2 inputs: arguments 0..2 */
   CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":3,\"box\":[64,128],\"swizzle\":128}]")), OUT_OF_RANGE,
-            "kernel tmaps[0]: field 'arg' = 3, expected an integer in 0..2");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,257],\"swizzle\":128}]")), OUT_OF_RANGE, "box[1] outside 1..256");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[0,8],\"swizzle\":128}]")), OUT_OF_RANGE, "box[0] outside 1..256");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64],\"swizzle\":128}]")), INVALID_ARGUMENT, "'box' must be an array of 2");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8],\"swizzle\":16}]")), OUT_OF_RANGE, "swizzle 16, expected 0, 32, 64 or 128");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8]}]")), NOT_FOUND, "missing field 'swizzle'");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[]")), INVALID_ARGUMENT, "array of 1..4 tensor maps");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":{}")), INVALID_ARGUMENT, "array of 1..4 tensor maps");
-  CHECK_ERR(parse(KSTEP(",\"tmaps\":[1]")), INVALID_ARGUMENT, "kernel tmaps[0] is not an object");
+            "field 'steps[1].kernel.tmaps[0].arg': expected an integer in [0, 2], found 3");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,257],\"swizzle\":128}]")), OUT_OF_RANGE,
+            "field 'steps[1].kernel.tmaps[0].box[1]': expected an integer in [1, 256], found 257");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[0,8],\"swizzle\":128}]")), OUT_OF_RANGE,
+            "field 'steps[1].kernel.tmaps[0].box[0]': expected an integer in [1, 256], found 0");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64],\"swizzle\":128}]")), INVALID_ARGUMENT,
+            "field 'steps[1].kernel.tmaps[0].box': expected 2 integers (elements of a row, rows), found 1 entries");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8],\"swizzle\":16}]")), OUT_OF_RANGE,
+            "field 'steps[1].kernel.tmaps[0].swizzle': expected 0, 32, 64 or 128 bytes, found 16");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8]}]")), NOT_FOUND, "field 'steps[1].kernel.tmaps[0].swizzle': missing");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[]")), INVALID_ARGUMENT, "field 'steps[1].kernel.tmaps': expected 1..4 tensor maps, found none");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":{}")), INVALID_ARGUMENT, "field 'steps[1].kernel.tmaps': expected an array, found an object");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[1]")), INVALID_ARGUMENT, "field 'steps[1].kernel.tmaps[0]': expected an object, found a number");
 #undef KSTEP
+}
+
+/* Refusals name the field they are about by its full path, for every part of the plan. */
+static void test_field_paths(void) {
+#define KERNEL_OK                                                                                         \
+  "\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","      \
+  "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0}"
+#define STEP0 "{\"op\":\"silu\",\"in\":[0],\"out\":[2]}"
+#define STEPS(S1) HEAD VALUES_OK ",\"steps\":[" STEP0 "," S1 "]}"
+#define ADD(REST) "{\"op\":\"add\",\"in\":[2,1],\"out\":[3]" REST "}"
+  /* the kernel line used below is accepted as it stands */
+  CHECK_OK(parse(STEPS(ADD("," KERNEL_OK))));
+  /* values */
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":3,\"dtype\":\"f32\",\"shape\":[1],\"ref\":\"y\"}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "plan.json: field 'values[0].storage': expected a string, found a number");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"Arena\",\"dtype\":\"f32\",\"shape\":[1],\"offset\":0}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[0].storage': expected one of arena, weight, input, output, found \"Arena\"");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"arena\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[1],\"offset\":0}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[0].ref': an arena value has no ref");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"weight\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[1],\"offset\":0}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[0].offset': only arena values have an offset (this one is weight)");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"ref\":\"\",\"dtype\":\"f32\",\"shape\":[1]}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[0].ref': must not be empty");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[2,1.5]}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[0].shape[1]': expected an integer, found 1.5");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"ref\":\"y\",\"dtype\":\"f32\","
+                  "\"shape\":[1099511627776,1099511627776]}],\"steps\":[]}"),
+            OUT_OF_RANGE, "field 'values[0].shape': more than 2^60 elements");
+  CHECK_ERR(parse(HEAD "\"values\":{},\"steps\":[]}"), INVALID_ARGUMENT, "field 'values': expected an array, found an object");
+  CHECK_ERR(parse(HEAD "\"values\":[]}"), NOT_FOUND, "field 'steps': missing");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"x\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[1]},"
+                  "{\"name\":\"x2\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[1]}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[1].ref': input \"x\" listed twice (also values[0])");
+  /* step inputs and outputs out of range */
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,4],\"out\":[3]}]}"), OUT_OF_RANGE,
+            "field 'steps[1].in[1]': expected a value index in [0, 4), found 4");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,-1],\"out\":[3]}]}"), OUT_OF_RANGE,
+            "field 'steps[1].in[1]': expected a value index in [0, 4), found -1");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,0.5],\"out\":[3]}]}"), OUT_OF_RANGE,
+            "field 'steps[1].in[1]': expected a value index in [0, 4), found 0.5");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,\"1\"],\"out\":[3]}]}"), INVALID_ARGUMENT,
+            "field 'steps[1].in[1]': expected a number, found a string");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,1,0,0,0],\"out\":[3]}]}"), OUT_OF_RANGE,
+            "field 'steps[1].in': more than 4 entries");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,1],\"out\":[9007199254740993]}]}"), OUT_OF_RANGE,
+            "field 'steps[1].out[0]': expected a value index in [0, 4)");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"attention\",\"in\":[0,0,0],\"out\":[3,3]}]}"), INVALID_ARGUMENT,
+            "field 'steps[0].out[1]': the same value written twice (values[3] \"z\", also out[0])");
+  CHECK_ERR(parse(STEPS(ADD(",\"block\":1000001"))), OUT_OF_RANGE, "field 'steps[1].block': expected an integer in [-1, 1000000], found 1000001");
+  CHECK_ERR(parse(STEPS(ADD(",\"block\":-2"))), OUT_OF_RANGE, "field 'steps[1].block': expected an integer in [-1, 1000000], found -2");
+  /* attributes */
+  CHECK_ERR(parse(STEPS(ADD(",\"ints\":{\"k\":1},\"floats\":{\"k\":2}"))), INVALID_ARGUMENT,
+            "field 'steps[1].floats.k': attribute 'k' given twice");
+  CHECK_ERR(parse(STEPS(ADD(",\"ints\":{\"a_key_of_16bytes\":1}"))), OUT_OF_RANGE,
+            "field 'steps[1].ints.a_key_of_16bytes': attribute key of 16 bytes, expected 1..15");
+  CHECK_ERR(parse(STEPS(ADD(",\"ints\":{\"\":1}"))), OUT_OF_RANGE, "attribute key of 0 bytes, expected 1..15");
+  CHECK_ERR(parse(STEPS(ADD(",\"ints\":{\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1},\"floats\":{\"g\":1,\"h\":1,\"i\":1,\"j\":1,\"k\":1}"))),
+            OUT_OF_RANGE, "field 'steps[1].floats.k': more than 10 attributes in the step");
+  CHECK_ERR(parse(STEPS(ADD(",\"floats\":{\"eps\":\"1e-6\"}"))), INVALID_ARGUMENT, "field 'steps[1].floats.eps': expected a number, found a string");
+  CHECK_ERR(parse(STEPS(ADD(",\"ints\":{\"n\":9007199254740994}"))), OUT_OF_RANGE,
+            "field 'steps[1].ints.n': expected an integer in [-9007199254740992, 9007199254740992], found 9007199254740994");
+  CHECK_ERR(parse(STEPS(ADD(",\"ints\":[1]"))), INVALID_ARGUMENT, "field 'steps[1].ints': expected an object, found an array");
+  /* a kernel with a bad grid, block or module */
+#define K(FIELD, VALUE) ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\"," \
+                            "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0,\"" FIELD "\":" VALUE "}")
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,0,1],\"block\":[128,1,1],\"smem\":0}"))),
+            OUT_OF_RANGE, "plan.json: field 'steps[1].kernel.grid[1]': expected an integer in [1, 65535], found 0");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[2147483648,1,1],\"block\":[128,1,1],\"smem\":0}"))),
+            OUT_OF_RANGE, "field 'steps[1].kernel.grid[0]': expected an integer in [1, 2147483647], found 2147483648");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,1],\"block\":[128,1,1],\"smem\":0}"))),
+            INVALID_ARGUMENT, "field 'steps[1].kernel.grid': expected 3 integers (x, y, z), found 2 entries");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,1,1],\"block\":[64,32,1],\"smem\":0}"))),
+            OUT_OF_RANGE, "field 'steps[1].kernel.block': 2048 threads, at most 1024");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,1,1],\"block\":[1,1,65],\"smem\":0}"))),
+            OUT_OF_RANGE, "field 'steps[1].kernel.block[2]': expected an integer in [1, 64], found 65");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdeF\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0}"))),
+            INVALID_ARGUMENT, "field 'steps[1].kernel.cubin': expected 32 lowercase hex digits, found \"0123456789abcdef0123456789abcdeF\"");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"abc\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0}"))),
+            INVALID_ARGUMENT, "field 'steps[1].kernel.ptx': expected \"\" or 32 lowercase hex digits, found \"abc\"");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit kernel\","
+                            "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0}"))),
+            INVALID_ARGUMENT, "field 'steps[1].kernel.entry': expected a PTX identifier ([A-Za-z_$][A-Za-z0-9_$]*), found \"dit kernel\"");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"a_kernel_name_of_thirty_two_byte\","
+                            "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0}"))),
+            OUT_OF_RANGE, "field 'steps[1].kernel.entry': expected at most 31 bytes, found 32");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","
+                            "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":232449}"))),
+            OUT_OF_RANGE, "field 'steps[1].kernel.smem': expected an integer in [0, 232448], found 232449");
+  CHECK_ERR(parse(STEPS(K("source", "\"nvrtc-12\""))), OUT_OF_RANGE, "field 'steps[1].kernel.source': expected at most 7 bytes, found 8");
+  CHECK_ERR(parse(STEPS(K("tmaps", "[{\"arg\":1,\"box\":[64,8],\"swizzle\":0},{\"arg\":1,\"box\":[64,8],\"swizzle\":0},"
+                                   "{\"arg\":1,\"box\":[64,8],\"swizzle\":0},{\"arg\":1,\"box\":[64,8],\"swizzle\":0},"
+                                   "{\"arg\":1,\"box\":[64,8],\"swizzle\":0}]"))),
+            OUT_OF_RANGE, "field 'steps[1].kernel.tmaps': more than 4 entries");
+  CHECK_ERR(parse(STEPS(ADD(",\"kernel\":[]"))), INVALID_ARGUMENT, "field 'steps[1].kernel': expected an object, found an array");
+  /* unknown members, at every level */
+  CHECK_ERR(parse(HEAD VALUES_OK "," STEPS_OK ",\"arena\":512}"), INVALID_ARGUMENT, "plan.json: field '(top level)': unknown member \"arena\"");
+  CHECK_ERR(parse(HEAD "\"values\":[{\"name\":\"y\",\"storage\":\"input\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[1],\"sneaky\":1}],\"steps\":[]}"),
+            INVALID_ARGUMENT, "field 'values[0]': unknown member \"sneaky\"");
+  CHECK_ERR(parse(STEPS(ADD(",\"Block\":0"))), INVALID_ARGUMENT, "field 'steps[1]': unknown member \"Block\"");
+  CHECK_ERR(parse(STEPS(K("launch", "1"))), INVALID_ARGUMENT, "field 'steps[1].kernel': unknown member \"launch\"");
+  CHECK_ERR(parse(STEPS(K("tmaps", "[{\"arg\":1,\"box\":[64,8],\"swizzle\":0,\"dims\":[1]}]"))), INVALID_ARGUMENT,
+            "field 'steps[1].kernel.tmaps[0]': unknown member \"dims\"");
+  /* a later version is refused for its version, not for members it may have added */
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":3,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
+            "field 'version': this build reads plan versions 1..2, found 3");
+#undef K
+#undef ADD
+#undef STEPS
+#undef STEP0
+#undef KERNEL_OK
 }
 
 /* ---- the offload section ---- */
@@ -345,6 +469,7 @@ int main(void) {
   test_round_trip();
   test_rejections();
   test_tensor_maps();
+  test_field_paths();
   test_bindings();
   test_offload_section();
   return check_summary("test_plan");
