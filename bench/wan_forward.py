@@ -190,6 +190,9 @@ def main():
                            capture_output=True, text=True)
     graph = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters), "--cuda-graph"],
                            capture_output=True, text=True)
+    # The GEMM algorithms as cuBLASLt's heuristic ranks them first, against the ones timed at load.
+    heur = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters)],
+                          capture_output=True, text=True, env=dict(os.environ, DIT_CUDA_GEMM="heuristic"))
     poll.stop = True
     poll.join()
     for line in graph.stdout.splitlines():
@@ -210,6 +213,19 @@ def main():
             results["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
         elif k == "by_op_ms":
             results["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
+    for line in heur.stdout.splitlines():
+        if line.startswith("forward_ms_median"):
+            results["ditrun_heuristic_gemm_ms"] = float(line.split()[1])
+        elif line.startswith("split_ms"):
+            v = line.split()
+            if "gemm" in v:
+                results["ditrun_heuristic_gemm_split_ms"] = float(v[v.index("gemm") + 1])
+    # What the runtime allocated itself against the bundle's prediction (ditrun's load line).
+    for line in fw.stderr.splitlines():
+        if line.startswith("ditrun: memory:"):
+            w = line.split()
+            results["runtime_allocated_mib"], results["runtime_predicted_mib"] = float(w[2]), float(w[5])
+            results["runtime_within_prediction"] = "within the prediction" in line
     results["ditrun_peak_gib"] = (poll.peak - base) / 1024
     ours = load_file(out)["sample"].float()
     ref = ref.cpu()
@@ -251,6 +267,9 @@ def main():
           "not the same measure")
     print("\n| contender | forward ms | vs ditrun | peak GiB |\n| --- | --- | --- | --- |")
     print(f"| ditrun | {results['ditrun_ms']:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |")
+    if "ditrun_heuristic_gemm_ms" in results:
+        print(f"| ditrun, first heuristic GEMMs | {results['ditrun_heuristic_gemm_ms']:.1f} | "
+              f"{results['ditrun_heuristic_gemm_ms'] / results['ditrun_ms']:.2f}x | |")
     if "ditrun_graph_ms" in results:
         print(f"| ditrun, CUDA graph | {results['ditrun_graph_ms']:.1f} | {results['ditrun_graph_ms'] / results['ditrun_ms']:.2f}x | |")
     print(f"| diffusers eager | {results['eager_ms']:.1f} | {results['eager_ms'] / results['ditrun_ms']:.2f}x | "

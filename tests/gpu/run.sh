@@ -47,6 +47,8 @@ W=$(mktemp -d)
 fails=0
 step() { echo; echo "=== $*"; }
 check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
+# What the runtime allocates on the device is within the bundle's predicted peak (ditrun's load line).
+mem_within() { "$@" >/dev/null 2>"$W/memlog"; local rc=$?; grep "^ditrun: memory:" "$W/memlog"; [ $rc = 0 ] && grep -q "within the prediction" "$W/memlog"; }
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -66,6 +68,7 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" generate "$bundle" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --shift "$S" --out "$W/g.safetensors"
   check "$BIN/st_compare" "$W/g.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
   check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
+  check mem_within "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
 done
 
 step "1b. parallel topologies on the GPU: ranks as threads of one process (NCCL when each has a GPU, else staged through host memory), and one process per rank (NCCL)"
@@ -78,6 +81,7 @@ for top in "${TINY_TOPOLOGIES[@]}"; do
   rm -f "$W/ft.safetensors"
   check "$BIN/ditrun" forward "$bundle" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
   check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+  check mem_within "$BIN/ditrun" forward "$bundle" --devices "$ngpu" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
   world=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['topology']['world'])" "$bundle/manifest.json")
   if [ "$world" -le "$ngpu" ]; then  # one process per rank, each on a GPU of its own (NCCL)
     rm -f "$W/fp.safetensors"
@@ -182,6 +186,7 @@ g = torch.Generator().manual_seed(1)
 save_file({"hidden_states": torch.randn(1, 16, 2, 14, 18, generator=g), "timestep": torch.tensor([700]),
            "encoder_hidden_states": torch.randn(1, 77, 4096, generator=g)}, sys.argv[1])
 PY
+check mem_within "$BIN/ditrun" forward "$small" --inputs "$W/in_small.safetensors" --out "$W/o_small.safetensors"
 if [ -z "${NO_OPCHECK:-}${SKIP_CHECKS:-}" ]; then
   check "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --max-rel 3e-2 -v > "$OUT/compare_1.3b.txt"
   tail -n 16 "$OUT/compare_1.3b.txt"
@@ -203,6 +208,7 @@ echo "ditc compile (warm codegen cache): $(( ($(date +%s%N) - t0) / 1000000 )) m
 python3 bench/wan_forward.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/bench" \
   --frames 81 --height 480 --width 832 --iters 5 ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_forward.txt"
 cp "$W/bench/forward_results.json" "$OUT/" 2>/dev/null
+check python3 -c "import json, sys; r = json.load(open(sys.argv[1])); sys.exit(not r.get('runtime_within_prediction'))" "$W/bench/forward_results.json"
 fi
 if [ -n "${PARALLEL:-}" ] && [ "$ngpu" -ge 2 ]; then
   step "6. parallel topologies at 480p 81 frames: parity against one GPU and the generate step on $ngpu GPUs"
