@@ -120,6 +120,12 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
   cJSON_AddStringToObject(root, "format", "ditc-plan");
   cJSON_AddNumberToObject(root, "version", DIT_PLAN_VERSION);
   cJSON_AddNumberToObject(root, "arena_bytes", (double)p->arena_bytes);
+  if (p->work.present) {
+    cJSON *w = cJSON_AddObjectToObject(root, "work");
+    cJSON_AddNumberToObject(w, "flops", p->work.flops);
+    cJSON_AddNumberToObject(w, "collectives", (double)p->work.collectives);
+    cJSON_AddNumberToObject(w, "collective_bytes", (double)p->work.collective_bytes);
+  }
   cJSON *values = cJSON_AddArrayToObject(root, "values");
   for (size_t i = 0; values && i < p->n_values; i++) {
     const dit_plan_value_t *v = &p->values[i];
@@ -840,8 +846,19 @@ dit_status_t dit_plan_check_offload(const dit_plan_t *p, const dit_manifest_t *m
   return s;
 }
 
+static dit_status_t parse_work(const dit_json_t *w, dit_plan_work_t *out) {
+  static const char *const keys[] = {"flops", "collectives", "collective_bytes", NULL};
+  DIT_RETURN_IF(dit_json_expect_object(w));
+  DIT_RETURN_IF(dit_json_check_keys(w, keys));
+  DIT_RETURN_IF(dit_json_num(w, "flops", 0, 1e24, &out->flops));
+  DIT_RETURN_IF(dit_json_u64(w, "collectives", &out->collectives));
+  DIT_RETURN_IF(dit_json_u64(w, "collective_bytes", &out->collective_bytes));
+  out->present = 1;
+  return DIT_OK;
+}
+
 dit_status_t dit_plan_parse(const char *text, size_t len, const char *what, dit_plan_t **out) {
-  static const char *const keys[] = {"format", "version", "arena_bytes", "values", "steps", "offload", NULL};
+  static const char *const keys[] = {"format", "version", "arena_bytes", "values", "steps", "offload", "work", NULL};
   *out = NULL;
   /* The whole document is checked first (NUL bytes, duplicate keys, depth, trailing bytes). */
   dit_json_doc_t *doc = NULL;
@@ -878,6 +895,13 @@ dit_status_t dit_plan_parse(const char *text, size_t len, const char *what, dit_
     } else {
       st = parse_offload(&root, p);
     }
+  }
+  if (!st && dit_json_has(&root, "work")) st = dit_json_get(&root, "work", &f);
+  if (!st && dit_json_has(&root, "work")) {
+    if (version < 3)
+      st = dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "a version %" PRId64 " plan has no work section (version 3 and later)", version);
+    else
+      st = parse_work(&f, &p->work);
   }
   dit_json_doc_free(doc);
   if (st) {

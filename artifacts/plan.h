@@ -11,6 +11,10 @@
  *
  * Version 2 adds an optional "offload" section: the weight-offload schedule ditc planned for
  * this rank, in numbers only (see dit_plan_offload_t); a plan without it streams nothing.
+ * Version 3 adds an optional "work" section: what one forward of this rank computes and moves,
+ * as the compiler counts it, which `ditrun calibrate` rates the machine by:
+ *
+ *  "work": {"flops": x, "collectives": N, "collective_bytes": N}
  *
  *  "offload": {"version": 1, "mode": "layerwise"|"chunked", "chunk_bytes": N,
  *              "head_bytes": N, "tail": [offset, bytes], "overhead_bytes": N,
@@ -43,7 +47,7 @@
 #include "base/ops.h"
 #include "base/status.h"
 
-#define DIT_PLAN_VERSION 2         /* written; 1 (no offload section) is still read */
+#define DIT_PLAN_VERSION 3         /* written; 1 (no offload section) and 2 (no work) are still read */
 #define DIT_PLAN_OFFLOAD_VERSION 1
 #define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
 #define DIT_PLAN_MAX_YIELDS 63     /* collectives of one block: its compute in at most 64 windows */
@@ -139,6 +143,13 @@ typedef struct dit_plan_offload {
   dit_plan_offload_block_t *blocks;
 } dit_plan_offload_t;
 
+typedef struct dit_plan_work {
+  int present;               /* 0: a plan older than version 3 */
+  double flops;              /* floating-point operations of one forward of this rank */
+  uint64_t collectives;      /* collective steps of one forward */
+  uint64_t collective_bytes; /* the bytes they move, as the compiler counts them */
+} dit_plan_work_t;
+
 typedef struct dit_plan {
   uint64_t arena_bytes;
   size_t n_values;
@@ -146,6 +157,7 @@ typedef struct dit_plan {
   size_t n_steps;
   dit_plan_step_t *steps;
   dit_plan_offload_t offload;
+  dit_plan_work_t work;
 } dit_plan_t;
 
 /* Deterministic JSON (caller frees). */

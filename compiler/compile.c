@@ -397,13 +397,18 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "bytes", tot.bytes);
     cJSON_AddNumberToObject(sum, "blocks", n_blocks);
     cJSON_AddNumberToObject(sum, "flops_per_block", pb && n_blocks ? pb[0].flops : 0);
-    {
-      /* What ditrun calibrate rates the collectives by. */
+    /* Each rank's forward, typed in its plan: what ditrun calibrate rates the machine by. The
+     * summary repeats rank 0's for people. */
+    for (int r = 0; r < nb; r++) {
       dit_offload_block_t all = {0};
-      dit_offload_block_work(rb[0].g, DIT_OFFLOAD_ALL_BLOCKS, &all);
-      cJSON_AddNumberToObject(sum, "collectives", all.coll_count);
-      cJSON_AddNumberToObject(sum, "collective_bytes", all.coll_bytes);
+      dit_offload_block_work(rb[r].g, DIT_OFFLOAD_ALL_BLOCKS, &all);
+      dit_plan_work_t *wk = &rb[r].plan->work;
+      wk->present = 1;
+      wk->flops = r ? dit_graph_cost(rb[r].g, NULL, 0).flops : tot.flops;
+      wk->collectives = (uint64_t)all.coll_count, wk->collective_bytes = (uint64_t)all.coll_bytes;
     }
+    cJSON_AddNumberToObject(sum, "collectives", (double)rb[0].plan->work.collectives);
+    cJSON_AddNumberToObject(sum, "collective_bytes", (double)rb[0].plan->work.collective_bytes);
     cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)rb[0].pres.naive_bytes);
     cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
                                                (double)(ls.width / m->wan.patch[2]));

@@ -581,9 +581,7 @@ static int cmd_bench(int argc, char **argv) {
   }
   if (!s) {
     qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    const dit_manifest_t *m = dit_runtime_manifest(rt);
-    const cJSON *fl = m->summary ? cJSON_GetObjectItem(m->summary, "flops") : NULL;
-    double flops = cJSON_IsNumber(fl) ? fl->valuedouble : 0;
+    const double flops = dit_runtime_plan(rt)->work.flops;
     printf("forward_ms_median %.3f\nforward_ms_min %.3f\niters %d\ntflops_effective %.1f\n", 1e3 * t[iters / 2], 1e3 * t[0],
            iters, flops / t[iters / 2] / 1e12);
     if (!a.no_split) {
@@ -609,10 +607,6 @@ typedef struct calib_point {
   char identity[DIT_HASH_HEX], weights[DIT_HASH_HEX];
 } calib_point_t;
 
-static double summary_num(const dit_manifest_t *m, const char *key) {
-  const cJSON *v = m->summary ? cJSON_GetObjectItem(m->summary, key) : NULL;
-  return cJSON_IsNumber(v) ? v->valuedouble : 0;
-}
 
 static dit_status_t calib_measure(dit_runtime_t *rt, const char *bundle, const char *inputs, int iters, calib_point_t *p) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
@@ -620,9 +614,12 @@ static dit_status_t calib_measure(dit_runtime_t *rt, const char *bundle, const c
   if (dit_runtime_offload_stats(rt, &os))
     return DIT_ERR(INVALID_ARGUMENT, "%s: calibrate with a bundle compiled without --offload (its forward would include copies)", bundle);
   memset(p, 0, sizeof *p);
-  p->flops = summary_num(m, "flops"), p->steps = summary_num(m, "steps");
-  p->colls = summary_num(m, "collectives"), p->coll_bytes = summary_num(m, "collective_bytes");
-  if (!(p->flops > 0)) return DIT_ERR(INVALID_ARGUMENT, "%s: manifest.json: field 'summary.flops' missing: cannot rate the forward", bundle);
+  const dit_plan_t *plan = dit_runtime_plan(rt);
+  if (!plan->work.present || !(plan->work.flops > 0))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: rank 0's plan has no work section (a plan older than version 3): cannot rate the forward; recompile it",
+                   bundle);
+  p->flops = plan->work.flops, p->steps = (double)plan->n_steps;
+  p->colls = (double)plan->work.collectives, p->coll_bytes = (double)plan->work.collective_bytes;
   snprintf(p->identity, sizeof p->identity, "%s", m->identity);
   snprintf(p->weights, sizeof p->weights, "%s", m->n_weights ? m->weights[0].blob : "");
   DIT_RETURN_IF(set_inputs_from(rt, inputs));

@@ -76,8 +76,8 @@ static void test_rejections(void) {
   CHECK_ERR(parse("{"), INVALID_ARGUMENT, "not valid JSON");
   CHECK_ERR(parse("[]"), INVALID_ARGUMENT, "plan.json: expected a JSON object at the top level, found an array");
   CHECK_ERR(parse("{\"format\":\"other\",\"version\":1}"), INVALID_ARGUMENT, "plan.json: field 'format': expected \"ditc-plan\", found \"other\"");
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":3,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
-            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..2, found 3");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":4,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
+            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..3, found 4");
   CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"a\":1,\"a\":2}"),
             INVALID_ARGUMENT, "duplicate key \"a\"");
   /* arena value beyond the arena */
@@ -268,8 +268,8 @@ static void test_field_paths(void) {
   CHECK_ERR(parse(STEPS(K("tmaps", "[{\"arg\":1,\"box\":[64,8],\"swizzle\":0,\"dims\":[1]}]"))), INVALID_ARGUMENT,
             "field 'steps[1].kernel.tmaps[0]': unknown member \"dims\"");
   /* a later version is refused for its version, not for members it may have added */
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":3,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
-            "field 'version': this build reads plan versions 1..2, found 3");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":4,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
+            "field 'version': this build reads plan versions 1..3, found 4");
 #undef K
 #undef ADD
 #undef STEPS
@@ -465,8 +465,39 @@ static void test_bindings(void) {
   dit_plan_free(p);
 }
 
+/* The forward's work, which calibration rates the machine by: typed, version 3 and later. */
+static void test_work_section(void) {
+#define W(v, work) "{\"format\":\"ditc-plan\",\"version\":" #v ",\"arena_bytes\":0,\"values\":[],\"steps\":[],\"work\":" work "}"
+  const char *ok = W(3, "{\"flops\":1.5e12,\"collectives\":9,\"collective_bytes\":4096}");
+  dit_plan_t *p = NULL;
+  CHECK_OK(dit_plan_parse(ok, strlen(ok), "plan.json", &p));
+  CHECK(p && p->work.present && p->work.flops == 1.5e12 && p->work.collectives == 9 && p->work.collective_bytes == 4096);
+  char *text = NULL;
+  dit_plan_t *q = NULL;
+  if (p) CHECK_OK(dit_plan_to_json(p, &text));
+  if (text) CHECK_OK(dit_plan_parse(text, strlen(text), "again", &q));
+  CHECK(q && q->work.present && q->work.flops == 1.5e12 && q->work.collectives == 9 && q->work.collective_bytes == 4096);
+  free(text);
+  dit_plan_free(q);
+  dit_plan_free(p);
+  const char *none = "{\"format\":\"ditc-plan\",\"version\":3,\"arena_bytes\":0,\"values\":[],\"steps\":[]}";
+  CHECK_OK(dit_plan_parse(none, strlen(none), "plan.json", &p));
+  CHECK(p && !p->work.present);
+  dit_plan_free(p);
+  CHECK_ERR(parse(W(2, "{\"flops\":1,\"collectives\":0,\"collective_bytes\":0}")), INVALID_ARGUMENT,
+            "field 'work': a version 2 plan has no work section (version 3 and later)");
+  CHECK_ERR(parse(W(3, "{\"flops\":-1,\"collectives\":0,\"collective_bytes\":0}")), OUT_OF_RANGE, "field 'work.flops'");
+  CHECK_ERR(parse(W(3, "{\"flops\":1,\"collectives\":0.5,\"collective_bytes\":0}")), INVALID_ARGUMENT, "field 'work.collectives'");
+  CHECK_ERR(parse(W(3, "{\"flops\":1,\"collectives\":0}")), NOT_FOUND, "field 'work.collective_bytes': missing");
+  CHECK_ERR(parse(W(3, "{\"flops\":1,\"collectives\":0,\"collective_bytes\":0,\"steps\":3}")), INVALID_ARGUMENT,
+            "field 'work': unknown member \"steps\"");
+  CHECK_ERR(parse(W(3, "[1]")), INVALID_ARGUMENT, "field 'work': expected an object");
+#undef W
+}
+
 int main(void) {
   test_round_trip();
+  test_work_section();
   test_rejections();
   test_tensor_maps();
   test_field_paths();
