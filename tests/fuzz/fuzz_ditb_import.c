@@ -5,7 +5,6 @@
  * the blobs). An accepted archive must leave a complete entry; a refused one must leave no
  * entry, no blob and no temporary behind. Blobs are capped at 64 MiB decoded, so no input can
  * ask for unbounded work. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,27 +13,10 @@
 
 #include "artifacts/identity.h"
 #include "base/fileio.h"
+#include "fuzz_scratch.h"
 #include "store/archive.h"
 
 static char g_root[256];
-
-/* Files under root/sub, and under its subdirectories one level down (cas/xx/). */
-static int count_files(const char *sub, int depth) {
-  char p[512];
-  if (snprintf(p, sizeof p, "%s/%s", g_root, sub) >= (int)sizeof p) return 0;
-  DIR *d = opendir(p);
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char s[512];
-    if (snprintf(s, sizeof s, "%s/%s", sub, e->d_name) >= (int)sizeof s) continue;
-    n += depth ? count_files(s, depth - 1) : 1;
-  }
-  closedir(d);
-  return n;
-}
 
 static uint64_t get_le(const uint8_t *p, int n) {
   uint64_t v = 0;
@@ -64,10 +46,7 @@ static int fix_names(uint8_t *p, size_t size) {
 }
 
 static void import_one(const uint8_t *data, size_t size) {
-  if (!g_root[0]) {
-    const char *t = getenv("TMPDIR");
-    snprintf(g_root, sizeof g_root, "%s/fuzz_ditb_import.%d", t && t[0] ? t : "/tmp", (int)getpid());
-  }
+  if (!g_root[0]) fuzz_scratch_root(g_root, sizeof g_root, "fuzz_ditb_import");
   dit_status_free(dit_remove_tree(g_root));
   dit_store_t *st = NULL;
   dit_status_t s = dit_store_open(g_root, &st);
@@ -82,9 +61,9 @@ static void import_one(const uint8_t *data, size_t size) {
     if (!dit_store_has_entry(st, id)) abort();
   } else {
     if (!dit_status_message(s)[0]) abort();
-    if (count_files("ac", 0) || count_files("cas", 1)) abort();
+    if (fuzz_scratch_count(g_root, "ac", 0) || fuzz_scratch_count(g_root, "cas", 1)) abort();
   }
-  if (count_files("tmp", 0)) abort();
+  if (fuzz_scratch_count(g_root, "tmp", 0)) abort();
   dit_status_free(s);
   dit_store_close(st);
   dit_status_free(dit_remove_tree(g_root));

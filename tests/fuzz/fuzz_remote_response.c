@@ -8,7 +8,6 @@
  *      ask for the identity the text itself records (so the recomputation is reached).
  *   2  a signature body, then checked against a key made at start.
  * No input may crash, read out of bounds, leak or do unbounded work. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 
 #include "artifacts/identity.h"
 #include "base/fileio.h"
+#include "fuzz_scratch.h"
 #include "store/remote_response.h"
 #include "store/sign.h"
 
@@ -32,31 +32,13 @@ static void fail(const char *why, dit_status_t s) {
   abort();
 }
 
-static int count_files(const char *sub, int depth) {
-  char p[512];
-  if (snprintf(p, sizeof p, "%s/%s", g_root, sub) >= (int)sizeof p) return 0;
-  DIR *d = opendir(p);
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char s[512];
-    if (snprintf(s, sizeof s, "%s/%s", sub, e->d_name) >= (int)sizeof s) continue;
-    n += depth ? count_files(s, depth - 1) : 1;
-  }
-  closedir(d);
-  return n;
-}
-
 static void teardown(void) {
   dit_store_close(g_st);
   dit_status_free(dit_remove_tree(g_root));
 }
 
 static void setup(void) {
-  const char *t = getenv("TMPDIR");
-  snprintf(g_root, sizeof g_root, "%s/fuzz_remote_response.%d", t && t[0] ? t : "/tmp", (int)getpid());
+  fuzz_scratch_root(g_root, sizeof g_root, "fuzz_remote_response");
   dit_status_free(dit_remove_tree(g_root));
   dit_status_t s = dit_store_open(g_root, &g_st);
   if (s) fail("scratch store", s);
@@ -103,7 +85,7 @@ static void blob_body(uint8_t sel, const uint8_t *p, size_t n) {
   if ((s == DIT_OK) != have) fail(s ? "a refused body left its blob" : "an accepted body left no blob", s);
   dit_remote_blob_body_destroy(k);
   dit_store_quota_destroy(q);
-  if (count_files("tmp", 0)) fail("temporaries left", NULL);
+  if (fuzz_scratch_count(g_root, "tmp", 0)) fail("temporaries left", NULL);
   dit_status_free(s);
   if (have) {
     char *path = NULL;

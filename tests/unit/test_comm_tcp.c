@@ -20,6 +20,7 @@
 
 #include "base/clock.h"
 #include "check.h"
+#include "launch_helpers.h"
 #include "runtime/comm/comm_tcp.h"
 #include "runtime/launch/rdzv_auth.h"
 #include "runtime/launch/rdzv_wire.h"
@@ -35,31 +36,6 @@ typedef struct result {
   char msg[600];
 } result_t;
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len)) port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
-static int count_inheritable_sockets(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  for (struct dirent *de; d && (de = readdir(d));) {
-    int fd = atoi(de->d_name);
-    struct stat st;
-    if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) || !S_ISSOCK(st.st_mode)) continue;
-    n += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-  }
-  if (d) closedir(d);
-  return n;
-}
-
 static void run_rank(int rank, int port, const char *secret, const char *log, int out_fd) {
   result_t res;
   memset(&res, 0, sizeof res);
@@ -69,16 +45,7 @@ static void run_rank(int rank, int port, const char *secret, const char *log, in
   }
   if (rank > 0) poll(NULL, 0, LATE_MS); /* the strays come first */
   dit_launch_env_t e;
-  memset(&e, 0, sizeof e);
-  e.launcher = DIT_LAUNCHER_TORCHRUN;
-  e.rank = e.local_rank = rank, e.world = WORLD, e.local_world = -1;
-  e.rank_var = "RANK", e.world_var = "WORLD_SIZE", e.local_rank_var = "LOCAL_RANK", e.addr_var = "MASTER_ADDR", e.port_var = "";
-  strcpy(e.addr, "127.0.0.1");
-  e.port = port;
-  e.secret_len = strlen(secret);
-  memcpy(e.secret, secret, e.secret_len);
-  e.secret_var = "DIT_JOB_SECRET";
-  e.rdzv_listen_fd = -1;
+  launch_env_fill(&e, rank, WORLD, port, secret);
   int64_t t0 = dit_now_ms();
   dit_tcomm_t *c = NULL;
   dit_status_t s = dit_tcomm_create(&e, TIMEOUT_MS, &c);
@@ -87,7 +54,7 @@ static void run_rank(int rank, int port, const char *secret, const char *log, in
   snprintf(res.msg, sizeof res.msg, "%s", dit_status_message(s));
   dit_status_free(s);
   if (c) {
-    res.not_cloexec = count_inheritable_sockets();
+    res.not_cloexec = launch_inheritable_sockets();
     const int world[WORLD] = {0, 1, 2};
     float v[64];
     for (int i = 0; i < 64; i++) v[i] = (float)(rank * 100 + i);
@@ -149,16 +116,6 @@ static int listeners_of(const unsigned long *inos, int n_inos, listener_t *out, 
   return n;
 }
 
-static int connect_to(int port) {
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons((uint16_t)port);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a)) close(fd), fd = -1;
-  return fd;
-}
-
 static int read_challenge(int fd, unsigned char nonce[DIT_RDZV_NONCE_BYTES], int *channel) {
   static unsigned char buf[DIT_RDZV_HDR_BYTES + DIT_RDZV_MAX_BODY];
   dit_rdzv_msg_t m;
@@ -202,9 +159,9 @@ typedef struct attack {
 
 static void attack_connect(attack_t *a, int port) {
   a->port = port;
-  a->silent = connect_to(port);
-  a->keep = connect_to(port);
-  for (int i = 0; i < 5; i++) a->fd[i] = connect_to(port);
+  a->silent = launch_connect(port);
+  a->keep = launch_connect(port);
+  for (int i = 0; i < 5; i++) a->fd[i] = launch_connect(port);
   /* Garbage: the start of a TLS hello. */
   if (a->fd[0] >= 0 && write(a->fd[0], "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not a rendezvous frame", 35) < 0)
     close(a->fd[0]), a->fd[0] = -1;
@@ -257,7 +214,7 @@ static void scan_and_attack(pid_t rank0, int rdzv_port, scan_t *sc) {
 }
 
 static int run_world(const char *secrets[WORLD], const char *log, result_t *res, scan_t *sc) {
-  int port = free_port();
+  int port = launch_free_port();
   pid_t pids[WORLD];
   int fds[WORLD];
   fflush(NULL);
@@ -286,22 +243,9 @@ static int run_world(const char *secrets[WORLD], const char *log, result_t *res,
   return 0;
 }
 
-/* Lines that hold needle, and also `and` when it is not NULL. */
-static int count_lines2(const char *path, const char *needle, const char *and) {
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  int n = 0;
-  while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) && (!and || strstr(line, and));
-  if (f) fclose(f);
-  return n;
-}
-static int count_lines(const char *path, const char *needle) { return count_lines2(path, needle, NULL); }
-
 static void test_mesh_with_strays(void) {
   char log[512];
-  const char *dir = getenv("DIT_TEST_TMP");
-  if (dir) mkdir(dir, 0755);
-  snprintf(log, sizeof log, "%s/tcomm_strays.%d.log", dir ? dir : "/tmp", (int)getpid());
+  launch_log_path(log, sizeof log, "tcomm_strays");
   const char *secrets[WORLD] = {SECRET, SECRET, SECRET};
   result_t res[WORLD];
   scan_t sc;
@@ -326,10 +270,10 @@ static void test_mesh_with_strays(void) {
   CHECK_EQ_INT(sc.wildcard, 0);
   CHECK_EQ_INT(sc.strays, 10);
   CHECK_EQ_INT(sc.refused, 10);
-  CHECK_EQ_INT(count_lines(log, "ditrun: tcp collectives, rank 0: refused a connection from 127.0.0.1:"), 7);
-  CHECK_EQ_INT(count_lines(log, "ditrun: rendezvous, rank 0: refused a connection from 127.0.0.1:"), 7);
-  CHECK_EQ_INT(count_lines2(log, "ditrun: rendezvous, rank 0: refused", "not a ditrun rendezvous frame"), 1);
-  CHECK_EQ_INT(count_lines2(log, "ditrun: rendezvous, rank 0: refused", "does not prove the job secret"), 4);
+  CHECK_EQ_INT(launch_count_lines(log, "ditrun: tcp collectives, rank 0: refused a connection from 127.0.0.1:", NULL), 7);
+  CHECK_EQ_INT(launch_count_lines(log, "ditrun: rendezvous, rank 0: refused a connection from 127.0.0.1:", NULL), 7);
+  CHECK_EQ_INT(launch_count_lines(log, "ditrun: rendezvous, rank 0: refused", "not a ditrun rendezvous frame"), 1);
+  CHECK_EQ_INT(launch_count_lines(log, "ditrun: rendezvous, rank 0: refused", "does not prove the job secret"), 4);
   if (check_failures_) {
     FILE *f = fopen(log, "r");
     for (char line[1024]; f && fgets(line, sizeof line, f);) fprintf(stderr, "rank 0 log: %s", line);

@@ -23,6 +23,7 @@
 
 #include "base/clock.h"
 #include "check.h"
+#include "launch_helpers.h"
 #include "runtime/launch/rdzv_auth.h"
 #include "runtime/launch/rdzv_wire.h"
 #include "runtime/launch/rendezvous.h"
@@ -72,48 +73,8 @@ static void on_failure(void *ctx, int rank, const char *why) {
   atomic_store(&g_fired, 1);
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len)) port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 static void fill_payload(unsigned char *p) {
   for (int i = 0; i < PAYLOAD; i++) p[i] = (unsigned char)(i * 7 + 13);
-}
-
-/* Sockets of this process that would leak into a child it execs. */
-static int count_inheritable_sockets(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  for (struct dirent *de; d && (de = readdir(d));) {
-    int fd = atoi(de->d_name);
-    struct stat st;
-    if (de->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) || !S_ISSOCK(st.st_mode)) continue;
-    n += !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-  }
-  if (d) closedir(d);
-  return n;
-}
-
-static void fill_env(dit_launch_env_t *e, int rank, int world, int port, const char *secret) {
-  memset(e, 0, sizeof *e);
-  e->launcher = DIT_LAUNCHER_TORCHRUN;
-  e->rank = rank, e->local_rank = rank, e->world = world;
-  e->local_world = -1;
-  e->rank_var = "RANK", e->world_var = "WORLD_SIZE", e->local_rank_var = "LOCAL_RANK", e->addr_var = "MASTER_ADDR", e->port_var = "";
-  strcpy(e->addr, "127.0.0.1");
-  e->port = port;
-  e->secret_len = strlen(secret);
-  memcpy(e->secret, secret, e->secret_len);
-  e->secret_var = "DIT_JOB_SECRET";
-  e->rdzv_listen_fd = -1;
 }
 
 static void run_rank(const plan_t *pl, int rank, int fd) {
@@ -128,7 +89,7 @@ static void run_rank(const plan_t *pl, int rank, int fd) {
   if (rank == pl->late_rank) poll(NULL, 0, pl->late_ms);
   if (pl->late_from > 0 && rank >= pl->late_from) poll(NULL, 0, pl->late_from_ms);
   dit_launch_env_t e;
-  fill_env(&e, rank, rank == pl->wrong_world_rank ? pl->wrong_world : pl->world, pl->port,
+  launch_env_fill(&e, rank, rank == pl->wrong_world_rank ? pl->wrong_world : pl->world, pl->port,
            rank == pl->other_secret_rank ? "another secret of 32 bytes......" : SECRET);
   unsigned char mine[PAYLOAD], want[PAYLOAD], got[PAYLOAD];
   fill_payload(want);
@@ -145,7 +106,7 @@ static void run_rank(const plan_t *pl, int rank, int fd) {
   dit_status_free(s);
   if (r) {
     res.payload_ok = !memcmp(got, want, sizeof got);
-    res.not_cloexec = count_inheritable_sockets();
+    res.not_cloexec = launch_inheritable_sockets();
     if (rank == pl->die_rank) _exit(3);
     if (rank == pl->report_rank) dit_rendezvous_report_failure(r, "disk on fire");
     long hold_until = met + (rank == pl->report_rank ? 300 : pl->hold_ms);
@@ -217,7 +178,7 @@ static int run_plan_with(plan_t pl, result_t *res, during_fn during, void *ctx) 
 static int run_plan(plan_t pl, result_t *res) { return run_plan_with(pl, res, NULL, NULL); }
 
 static plan_t base_plan(int world) {
-  plan_t p = {world, free_port(), -1, -1, -1, -1, 0, -1, -1, 0, 0, 0, 0, 0, -1, NULL};
+  plan_t p = {world, launch_free_port(), -1, -1, -1, -1, 0, -1, -1, 0, 0, 0, 0, 0, -1, NULL};
   return p;
 }
 
@@ -342,16 +303,10 @@ static void test_reported_failure(void) {
 
 /* A connection to the rendezvous port, retried while rank 0 is not listening yet. */
 static int connect_port(int port) {
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons((uint16_t)port);
-  for (long end = ms_now() + 3000; ms_now() < end; poll(NULL, 0, 10)) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof a)) return fd;
-    if (fd >= 0) close(fd);
-  }
-  return -1;
+  int fd = -1;
+  for (long end = ms_now() + 3000; fd < 0 && ms_now() < end;)
+    if ((fd = launch_connect(port)) < 0) poll(NULL, 0, 10);
+  return fd;
 }
 
 /* Reads one whole frame within ms: 0 on success, -1 on EOF, error or timeout. */
@@ -434,25 +389,10 @@ static void send_strays(const plan_t *pl, void *ctx) {
   }
 }
 
-static int count_lines(const char *path, const char *needle) {
-  FILE *f = fopen(path, "r");
-  char line[1024];
-  int n = 0;
-  while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
-  if (f) fclose(f);
-  return n;
-}
-
-static void log_path(char *buf, size_t cap, const char *name) {
-  const char *dir = getenv("DIT_TEST_TMP");
-  if (dir) mkdir(dir, 0755);
-  snprintf(buf, cap, "%s/%s.%d.log", dir ? dir : "/tmp", name, (int)getpid());
-}
-
 static void test_strays(void) {
   result_t res[MAXP];
   char logf[512];
-  log_path(logf, sizeof logf, "rdzv_strays");
+  launch_log_path(logf, sizeof logf, "rdzv_strays");
   plan_t pl = base_plan(3);
   pl.late_from = 1, pl.late_from_ms = 600; /* the strays come first */
   pl.log_path = logf;
@@ -471,10 +411,10 @@ static void test_strays(void) {
   for (int i = 1; i < 5; i++) CHECK(st.told[i]);
   close(st.silent);
   close(st.old);
-  CHECK_EQ_INT(count_lines(logf, "ditrun: rendezvous, rank 0: refused a connection from 127.0.0.1:"), 7);
-  CHECK_EQ_INT(count_lines(logf, "not a ditrun rendezvous frame"), 1);
-  CHECK_EQ_INT(count_lines(logf, "claims rank 1 of 3 but its answer to this connection's challenge does not prove the job secret"), 4);
-  CHECK_EQ_INT(count_lines(logf, "it had not proved the job secret when the meeting ended"), 2);
+  CHECK_EQ_INT(launch_count_lines(logf, "ditrun: rendezvous, rank 0: refused a connection from 127.0.0.1:", NULL), 7);
+  CHECK_EQ_INT(launch_count_lines(logf, "not a ditrun rendezvous frame", NULL), 1);
+  CHECK_EQ_INT(launch_count_lines(logf, "claims rank 1 of 3 but its answer to this connection's challenge does not prove the job secret", NULL), 4);
+  CHECK_EQ_INT(launch_count_lines(logf, "it had not proved the job secret when the meeting ended", NULL), 2);
   if (check_failures_) {
     FILE *f = fopen(logf, "r");
     for (char line[1024]; f && fgets(line, sizeof line, f);) fprintf(stderr, "rank 0 log: %s", line);
@@ -491,7 +431,7 @@ static void send_flood(const plan_t *pl, void *ctx) {
 static void test_flood(void) {
   result_t res[MAXP];
   char logf[512];
-  log_path(logf, sizeof logf, "rdzv_flood");
+  launch_log_path(logf, sizeof logf, "rdzv_flood");
   plan_t pl = base_plan(2);
   pl.late_from = 1, pl.late_from_ms = 500;
   pl.log_path = logf;
@@ -500,7 +440,7 @@ static void test_flood(void) {
   /* More silent connections than rank 0 keeps pending do not keep the real rank out. */
   for (int i = 0; i < 2; i++) CHECK_EQ_INT(res[i].code, DIT_CODE_OK);
   CHECK(res[0].elapsed_ms < TIMEOUT_MS);
-  CHECK(count_lines(logf, "crowded out while silent") >= 8);
+  CHECK(launch_count_lines(logf, "crowded out while silent", NULL) >= 8);
   for (int i = 0; i < 40; i++)
     if (fds[i] >= 0) close(fds[i]);
   unlink(logf);
@@ -581,7 +521,7 @@ static void test_bind(void) {
   struct sockaddr_storage a;
   socklen_t al;
   char s[80];
-  fill_env(&e, 0, 2, 1, SECRET);
+  launch_env_fill(&e, 0, 2, 1, SECRET);
   CHECK_OK(dit_rdzv_bind_address(&e, &a, &al));
   dit_rdzv_format_addr((struct sockaddr *)&a, s, sizeof s);
   CHECK(!strcmp(s, "127.0.0.1:0"));
@@ -610,9 +550,6 @@ static void test_bind(void) {
   CHECK_EQ_INT(b.reached_other, 0);
 }
 
-static int free_port(void);
-static void fill_env(dit_launch_env_t *e, int rank, int world, int port, const char *secret);
-
 static void test_bad_arguments(void) {
   dit_launch_env_t e;
   memset(&e, 0, sizeof e);
@@ -627,7 +564,7 @@ static void test_bad_arguments(void) {
   CHECK_ERR(dit_rendezvous(&e, buf, sizeof buf, 100, NULL, NULL, &r, buf), INVALID_ARGUMENT,
             "rank 0 of 2 has no job secret: set DIT_JOB_SECRET or DIT_JOB_SECRET_FILE");
   /* The listener handed down by `ditrun launch` must be the one for this port. */
-  fill_env(&e, 0, 2, free_port(), SECRET);
+  launch_env_fill(&e, 0, 2, launch_free_port(), SECRET);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
