@@ -1,14 +1,8 @@
 // Helpers for attn_bench: random fill, an fp32 reference attention on sampled query rows, a
 // gather of the kernel's rows at those samples, and a count of non-finite outputs.
-typedef unsigned short bf16_t;
 
-__device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float(((unsigned)h) << 16); }
-__device__ __forceinline__ bf16_t f2bf(float f) {
-  unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (bf16_t)(u >> 16);
-}
+// The kernels' own storage type and bf16 conversions, so the reference rounds as they do.
+#include "dit_device.cuh"
 
 // Uniform values in [-amp, amp) from a hash of (index, seed).
 extern "C" __global__ void fill_bf16(bf16_t *p, unsigned long long n, unsigned long long seed, float amp) {
