@@ -33,10 +33,5 @@ set(content "/* generated from compiler/kernels/dit_abi.def by cmake/kernel_abi.
 #define DIT_ABI_COUNT ${count}
 ${body}#endif
 ")
-if(EXISTS "${OUT}")
-  file(READ "${OUT}" old)
-  if(old STREQUAL content)
-    return()
-  endif()
-endif()
-file(WRITE "${OUT}" "${content}")
+include(${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake)
+dit_write_if_changed("${OUT}" "${content}")
