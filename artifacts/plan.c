@@ -211,6 +211,19 @@ static dit_json_t member_view(const dit_json_t *obj, const char *key) {
   return r;
 }
 
+/* A string member of at most MAX_NAME bytes; its view stays with the caller to name it in a refusal. */
+static dit_status_t get_str(const dit_json_t *obj, const char *key, dit_json_t *out_view, const char **out) {
+  DIT_RETURN_IF(dit_json_get(obj, key, out_view));
+  return dit_json_as_str(out_view, MAX_NAME, true, out);
+}
+
+/* The refusal of a string that is not what the field needs: "expected ..., found "..."". */
+static dit_status_t refuse_str(const dit_json_t *v, const char *expected, const char *found) {
+  char q[96];
+  dit_json_quote(found, q);
+  return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected %s, found %s", expected, q);
+}
+
 static int is_hex32(const char *s) {
   if (strlen(s) != 32) return 0;
   for (int i = 0; i < 32; i++)
@@ -230,13 +243,9 @@ static int is_identifier(const char *s) {
 static dit_status_t get_module(const dit_json_t *k, const char *key, bool allow_empty, char dst[DIT_HASH_HEX]) {
   dit_json_t v;
   const char *s = NULL;
-  DIT_RETURN_IF(dit_json_get(k, key, &v));
-  DIT_RETURN_IF(dit_json_as_str(&v, MAX_NAME, true, &s));
-  if (!(allow_empty && !s[0]) && !is_hex32(s)) {
-    char q[96];
-    dit_json_quote(s, q);
-    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected %s32 lowercase hex digits, found %s", allow_empty ? "\"\" or " : "", q);
-  }
+  DIT_RETURN_IF(get_str(k, key, &v, &s));
+  if (!(allow_empty && !s[0]) && !is_hex32(s))
+    return refuse_str(&v, allow_empty ? "\"\" or 32 lowercase hex digits" : "32 lowercase hex digits", s);
   memcpy(dst, s, strlen(s) + 1);
   return DIT_OK;
 }
@@ -280,13 +289,8 @@ static dit_status_t parse_value(const dit_json_t *o, dit_plan_t *p, dit_plan_val
   v->storage = (dit_storage_t)storage;
   dit_json_t d;
   const char *dtype = NULL;
-  DIT_RETURN_IF(dit_json_get(o, "dtype", &d));
-  DIT_RETURN_IF(dit_json_as_str(&d, MAX_NAME, true, &dtype));
-  if (dit_dtype_parse(dtype, &v->dtype)) {
-    char q[96];
-    dit_json_quote(dtype, q);
-    return dit_json_error(&d, DIT_CODE_INVALID_ARGUMENT, "expected one of f32, bf16, f16, i64, i32, found %s", q);
-  }
+  DIT_RETURN_IF(get_str(o, "dtype", &d, &dtype));
+  if (dit_dtype_parse(dtype, &v->dtype)) return refuse_str(&d, "one of f32, bf16, f16, i64, i32", dtype);
   uint64_t numel = 0;
   DIT_RETURN_IF(parse_shape(o, v, &numel));
   v->nbytes = numel * dit_dtype_size(v->dtype);
@@ -433,10 +437,8 @@ static dit_status_t parse_kernel(const dit_json_t *o, dit_plan_step_t *s) {
   DIT_RETURN_IF(get_module(&ko, "ptx", true, k->ptx));
   DIT_RETURN_IF(dit_json_str_copy(&ko, "entry", k->entry, sizeof k->entry, false));
   if (!is_identifier(k->entry)) {
-    char q[96];
-    dit_json_quote(k->entry, q);
     dit_json_t f = member_view(&ko, "entry");
-    return dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "expected a PTX identifier ([A-Za-z_$][A-Za-z0-9_$]*), found %s", q);
+    return refuse_str(&f, "a PTX identifier ([A-Za-z_$][A-Za-z0-9_$]*)", k->entry);
   }
   DIT_RETURN_IF(parse_dim3(&ko, "grid", gmax, k->grid));
   DIT_RETURN_IF(parse_dim3(&ko, "block", bmax, k->block));
@@ -468,8 +470,7 @@ static dit_status_t parse_step(const dit_json_t *o, size_t n_values, dit_plan_st
   DIT_RETURN_IF(dit_json_check_keys(o, keys));
   dit_json_t op;
   const char *opname = NULL;
-  DIT_RETURN_IF(dit_json_get(o, "op", &op));
-  DIT_RETURN_IF(dit_json_as_str(&op, MAX_NAME, true, &opname));
+  DIT_RETURN_IF(get_str(o, "op", &op, &opname));
   if (dit_op_kind_parse(opname, &s->kind)) {
     char q[96];
     dit_json_quote(opname, q);
@@ -869,13 +870,8 @@ dit_status_t dit_plan_parse(const char *text, size_t len, const char *what, dit_
   int64_t version = 0, arena = 0;
   dit_status_t st = dit_json_root(doc, &root);
   if (!st && !(p = calloc(1, sizeof *p))) st = oom(&root);
-  if (!st) st = dit_json_get(&root, "format", &f);
-  if (!st) st = dit_json_as_str(&f, MAX_NAME, true, &fmt);
-  if (!st && strcmp(fmt, "ditc-plan")) {
-    char q[96];
-    dit_json_quote(fmt, q);
-    st = dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "expected \"ditc-plan\", found %s", q);
-  }
+  if (!st) st = get_str(&root, "format", &f, &fmt);
+  if (!st && strcmp(fmt, "ditc-plan")) st = refuse_str(&f, "\"ditc-plan\"", fmt);
   /* The version first: a later format may add members this build does not know. */
   if (!st) st = dit_json_int(&root, "version", 0, (int64_t)DIT_JSON_MAX_SAFE, &version);
   if (!st && (version < 1 || version > DIT_PLAN_VERSION)) {
