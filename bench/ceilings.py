@@ -173,6 +173,11 @@ def lines(split_ms, c, vs):
 def run_info():
     """When and from which commit a benchmark ran, saved in its JSON so the report can name the run."""
     info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": None}
+    # A copy of the tree run elsewhere may carry a stale .git: the caller names the commit the
+    # binaries were built from.
+    if os.environ.get("DIT_COMMIT"):
+        info["commit"] = os.environ["DIT_COMMIT"]
+        return info
     try:
         info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None

@@ -300,6 +300,26 @@ def golden_limits(res):
     return lim
 
 
+def ceiling_sentence(fw):
+    """Ceilings measured in the benchmark's own run, the load-time GEMM choice and the memory check,
+    where the results file has them (older runs do not)."""
+    out = []
+    vc, c = fw.get("vs_ceiling"), fw.get("ceilings")
+    if vc and c:
+        out.append(f"Against the ceilings measured in the same run: the GEMMs at {vc['gemm'] * 100:.0f}% of the rate "
+                   f"torch.matmul reaches at the same shapes ({vc['gemm_tflops']:.0f} TFLOP/s), attention at "
+                   f"{vc['attention_tflops']:.0f} TFLOP/s, {vc['attention'] * 100:.0f}% of torch SDPA's cuDNN backend at "
+                   f"the same shapes, the other ops at {vc['other_bandwidth'] * 100:.0f}% of the device copy bandwidth.")
+    if fw.get("ditrun_heuristic_gemm_ms"):
+        out.append(f"With cuBLASLt's first heuristic algorithm instead of the ones timed at load: "
+                   f"{fw['ditrun_heuristic_gemm_ms']:.1f} ms.")
+    if "runtime_allocated_mib" in fw:
+        out.append(f"The runtime allocated {fw['runtime_allocated_mib']:.1f} MiB against a predicted "
+                   f"{fw['runtime_predicted_mib']:.1f} MiB"
+                   + ("" if fw.get("runtime_within_prediction") else " (over the prediction)") + ".")
+    return (" ".join(out) + " ") if out else ""
+
+
 def render_status(res):
     fw = res.json("forward_results.json")
     gen = res.json("generate_results.json")
@@ -315,6 +335,7 @@ def render_status(res):
              f"{ours:.1f} ms per forward against diffusers' {fw['eager_ms']:.1f} ms eager "
              f"({fw['eager_ms'] / ours:.2f}x) and {fw['compiled_ms']:.1f} ms under torch.compile "
              f"({fw['compiled_ms'] / ours:.2f}x), output cosine {fw['parity']['cosine']:.5f} to diffusers eager. "
+             + ceiling_sentence(fw) +
              f"A 50-step generate with CFG ({src('generate_results.json', gen)}, a separate benchmark): "
              f"{gen['ditrun_loop_s']:.1f} s against diffusers' loop {gen['diffusers_loop_s']:.1f} s "
              f"({gen['diffusers_loop_s'] / gen['ditrun_loop_s']:.2f}x), final latents cosine {gen['cosine']:.6f}.")

@@ -29,7 +29,10 @@ grep -q '^+.*10835.3 against' "$T/out" || { cat "$T/out"; echo "the diff should 
 cp bench/results/offload/wan14b_720p.json "$T/results/offload/"
 
 # A figure in a generated passage of README.md.
-sed -i 's/485\.5 ms per forward/475.5 ms per forward/' "$T/README.md"
+# (the forward's time as the README states it now, whatever run it comes from)
+fig=$(grep -o '[0-9]*\.[0-9] ms per forward' "$T/README.md" | head -n1)
+[ -n "$fig" ] || { echo "no forward time in README.md"; exit 1; }
+sed -i "s/${fig% ms per forward} ms per forward/1${fig% ms per forward} ms per forward/" "$T/README.md"
 expect_fail "a README figure changed"
 cp README.md "$T/README.md"
 
