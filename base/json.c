@@ -79,6 +79,16 @@ void dit_json_fmt_num(double v, char out[40]) {
     snprintf(out, 40, "%.17g", v);
 }
 
+/* A key as it appears in a path: bytes that could garble a terminal or a log line (control
+ * characters, quotes, backslashes, non-ASCII) become '?', so a hostile key cannot forge a
+ * message. Cut short to fit, as paths are. */
+static void safe_key(const char *key, char *out, size_t cap) {
+  size_t o = 0;
+  for (const unsigned char *u = (const unsigned char *)key; *u && o + 1 < cap; u++)
+    out[o++] = *u < 32 || *u >= 127 || *u == '\'' || *u == '"' || *u == '\\' ? '?' : (char)*u;
+  out[o] = 0;
+}
+
 /* Paths only label messages, so one that does not fit is cut short, not an error. */
 static void pathf(char out[DIT_JSON_PATH], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void pathf(char out[DIT_JSON_PATH], const char *fmt, ...) {
@@ -89,10 +99,12 @@ static void pathf(char out[DIT_JSON_PATH], const char *fmt, ...) {
 }
 
 void dit_json_path_key(char out[DIT_JSON_PATH], const char *base, const char *key) {
+  char k[DIT_JSON_PATH];
+  safe_key(key, k, sizeof k);
   if (base[0])
-    pathf(out, "%s.%s", base, key);
+    pathf(out, "%s.%s", base, k);
   else
-    pathf(out, "%s", key);
+    pathf(out, "%s", k);
 }
 
 void dit_json_path_idx(char out[DIT_JSON_PATH], const char *base, size_t i) {
@@ -138,7 +150,9 @@ static dit_status_t walk(const char *what, const cJSON *v, char *path, size_t le
   }
   size_t i = 0;
   for (const cJSON *k = v->child; k; k = k->next, i++) {
-    int n = type == cJSON_Object ? snprintf(path + len, cap - len, len ? ".%s" : "%s", k->string)
+    char key[DIT_JSON_PATH];
+    if (type == cJSON_Object) safe_key(k->string, key, sizeof key);
+    int n = type == cJSON_Object ? snprintf(path + len, cap - len, len ? ".%s" : "%s", key)
                                  : snprintf(path + len, cap - len, "[%zu]", i);
     size_t nl = n < 0 ? len : len + (size_t)n;
     if (nl >= cap) nl = cap - 1; /* the path is only for messages; cut it short */

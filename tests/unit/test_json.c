@@ -108,6 +108,19 @@ static void test_getters(void) {
   dit_json_doc_free(d);
 }
 
+/* A hostile key cannot put control characters or quotes into a message through its path. */
+static void test_hostile_key(void) {
+  dit_json_doc_t *d = NULL;
+  CHECK_ERR(parse("{\"a\\n\\u001b[31m'x\": {\"b\": 1, \"b\": 2}}", &d), INVALID_ARGUMENT, "field 'a??[31m?x': duplicate key");
+  CHECK_OK(parse("{\"k\\u0007\": {\"n\": \"s\"}}", &d));
+  dit_json_t r, o;
+  int64_t v;
+  CHECK_OK(dit_json_root(d, &r));
+  CHECK_OK(dit_json_object(&r, "k\a", &o));
+  CHECK_ERR(dit_json_int(&o, "n", 0, 1, &v), INVALID_ARGUMENT, "field 'k?.n': expected an integer");
+  dit_json_doc_free(d);
+}
+
 static void test_quote(void) {
   char q[96];
   dit_json_quote("a\"b\n", q);
@@ -122,6 +135,7 @@ static void test_quote(void) {
 int main(void) {
   test_document();
   test_getters();
+  test_hostile_key();
   test_quote();
   return check_summary("test_json");
 }
