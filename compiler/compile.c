@@ -153,6 +153,13 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   cJSON_AddStringToObject(model, "class", m->model_class);
   cJSON_AddStringToObject(model, "variant", m->variant);
   cJSON_AddItemToObject(model, "config", cJSON_Duplicate(m->config, 1));
+  cJSON *pipeline = NULL;
+  dit_status_t ps = dit_model_pipeline_identity(m, &pipeline);
+  if (ps) {
+    cJSON_Delete(in);
+    return ps;
+  }
+  if (pipeline) cJSON_AddItemToObject(model, "pipeline", pipeline);
   cJSON_AddStringToObject(in, "weights", weights_hash);
   cJSON_AddItemToObject(in, "shape", shape_json(o, ls));
   cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
@@ -302,6 +309,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   char weights_hash[33];
 
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
+  if (!s) s = dit_model_check_compilable(m);
   if (!s) dit_compile_progress(&pr, "loaded %s (%s, %zu tensors) from %s", m->model_class, m->variant,
                    dit_safetensors_count(m->weights), o->model_dir);
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
@@ -499,6 +507,7 @@ dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_in
   char weights_hash[33];
   int memo = 0;
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
+  if (!s) s = dit_model_check_compilable(m);
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
   if (!s && o->store_dir) s = dit_store_open(o->store_dir, &store);
   if (!s) s = dit_compile_weights_hash(store, m, o->rehash, weights_hash, &memo);

@@ -30,9 +30,13 @@ enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, 
 
 /* What a pipeline's model_index.json says this build reads. */
 typedef struct dit_pipeline_index {
-  char class_name[64];        /* "WanPipeline"; "" when the model was not given as a pipeline */
-  char transformer_class[64]; /* the `transformer` entry's class */
-  char scheduler_class[64];   /* the `scheduler` entry's class; "" if none is listed */
+  char class_name[64];          /* "WanPipeline", "WanImageToVideoPipeline"; "" when not a pipeline */
+  char transformer_class[64];   /* the `transformer` entry's class */
+  char transformer_2_class[64]; /* the `transformer_2` entry's class; "" when [null, null] or absent */
+  char scheduler_class[64];     /* the `scheduler` entry's class; "" if none is listed */
+  int has_boundary_ratio;       /* 1 when boundary_ratio is a number (only with transformer_2) */
+  double boundary_ratio;        /* in (0, 1]: transformer/ runs timesteps >= ratio * num_train_timesteps */
+  int expand_timesteps;         /* Wan2.2 TI2V: per-token timesteps; false unless set */
 } dit_pipeline_index_t;
 
 /* The sampler defaults of a pipeline's scheduler/scheduler_config.json, with diffusers'
@@ -46,23 +50,55 @@ typedef struct dit_scheduler_defaults {
   char prediction_type[32];    /* "flow_prediction", "epsilon", "v_prediction" or "sample" */
 } dit_scheduler_defaults_t;
 
+/* The VAE's compression, which maps pixels to latents. */
+typedef struct dit_vae_factors {
+  int spatial, temporal;
+  int64_t z_dim;   /* latent channels; 0 when no VAE config was read */
+  char source[32]; /* "vae/config.json" or "variant" (the variant's table) */
+} dit_vae_factors_t;
+
+/* WanTransformer3DModel's config, typed. The optional fields are 0 when null. */
+typedef struct dit_wan_config {
+  int64_t patch[3], heads, head_dim, in_channels, out_channels, text_dim, freq_dim, ffn_dim,
+      layers, rope_max_seq_len;
+  int64_t image_dim, added_kv_proj_dim, pos_embed_seq_len; /* Wan2.1 I2V / FLF2V; 0: null */
+  int cross_attn_norm;
+  double eps;
+} dit_wan_config_t;
+
+/* One transformer of a pipeline. */
+typedef struct dit_expert {
+  char dir[4096];             /* the folder of its config.json and weights */
+  cJSON *config;              /* normalized config */
+  dit_wan_config_t wan;
+  dit_safetensors_t *weights; /* validated against the config */
+} dit_expert_t;
+
+/* A model as a pipeline runs it: the transformers it switches between, the VAE factors and
+ * the sampler defaults. A bare transformer directory reads as a one-expert pipeline with an
+ * empty class name. */
+typedef struct dit_pipeline {
+  char dir[4096];              /* the pipeline directory; "" for a bare transformer directory */
+  dit_pipeline_index_t index;  /* class, boundary_ratio, expand_timesteps; zeroed without model_index.json */
+  int n_experts;               /* 1, or 2 with transformer_2 */
+  /* [0] is transformer/ (high noise), its config, wan and weights the model's own (m->config,
+   * m->wan, m->weights; owned once, by the model); [1] is transformer_2/ (low noise), owned here. */
+  dit_expert_t experts[2];
+  dit_vae_factors_t vae;
+  dit_scheduler_defaults_t scheduler; /* present only for a pipeline with a scheduler config */
+} dit_pipeline_t;
+
 typedef struct dit_model {
   char family[32];       /* "wan" */
   char model_class[64];  /* config _class_name */
-  char variant[32];      /* e.g. "wan2.1"; decides VAE factors */
-  int vae_temporal, vae_spatial;
+  char variant[32];      /* e.g. "wan2.1"; decides VAE factors without a vae/config.json */
+  int vae_temporal, vae_spatial; /* = pipeline.vae's */
   cJSON *config;         /* normalized config: every field the frontend reads, defaults filled */
   dit_safetensors_t *weights;
   char model_dir[4096];  /* the folder of config.json and the weights (a pipeline's transformer/) */
-  dit_pipeline_index_t pipeline;     /* class_name "" unless loaded from a pipeline directory */
-  dit_scheduler_defaults_t scheduler; /* present only for a pipeline with a scheduler config */
+  dit_pipeline_t pipeline;
   /* Family-specific parsed config. */
-  struct {
-    int64_t patch[3], heads, head_dim, in_channels, out_channels, text_dim, freq_dim, ffn_dim,
-        layers, rope_max_seq_len;
-    int cross_attn_norm;
-    double eps;
-  } wan;
+  dit_wan_config_t wan;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */
@@ -73,11 +109,23 @@ typedef struct dit_latent_shape {
 /* Loads config.json and the checkpoint of model_dir and validates both against the family's
  * definition (unsupported options refused naming the field; every expected tensor present
  * with its shape; no unexpected tensors). A directory with model_index.json and no
- * config.json is a diffusers pipeline: its transformer/ folder is loaded and its
- * scheduler/scheduler_config.json, if present, read into m->scheduler. variant may be NULL
- * (chosen from the config). Caller owns *out. */
+ * config.json is a diffusers pipeline: its transformer/ folder is loaded, and transformer_2/
+ * when listed (both configs must agree on everything but the weights); its
+ * scheduler/scheduler_config.json and vae/config.json, if present, are read into
+ * m->pipeline. variant may be NULL (chosen from the pipeline's expand_timesteps, else from the
+ * config). Caller owns *out. */
 dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_model_t **out);
 void dit_model_free(dit_model_t *m);
+
+/* Refuses (UNIMPLEMENTED, naming the file and field) what the frontend reads but the graph
+ * and runtime cannot run yet: two experts, image-to-video pipelines and image conditioning,
+ * in_channels != out_channels, expand_timesteps. */
+dit_status_t dit_model_check_compilable(const dit_model_t *m);
+
+/* The pipeline facts that change what is compiled or how it is run, beyond the transformer
+ * config and variant: *out is NULL for a single transformer whose VAE factors are its
+ * variant's (so such models keep their identity), else an object the caller owns. */
+dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out);
 
 /* The readers dit_model_load uses, on text of `len` bytes named `what` in messages (so tests
  * and fuzzers reach them without files). dit_model_config_parse fills the family, class,
@@ -87,6 +135,11 @@ dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *
                                       dit_pipeline_index_t *out);
 dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char *what,
                                         dit_scheduler_defaults_t *out);
+/* vae/config.json (AutoencoderKLWan): scale_factor_spatial, scale_factor_temporal and z_dim,
+ * with diffusers' defaults (8, 4, 16) for absent fields; source set to "vae/config.json". */
+dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what, dit_vae_factors_t *out);
+/* Refuses two experts whose configs differ, naming the field and both values. */
+dit_status_t dit_expert_configs_match(const cJSON *a, const char *a_what, const cJSON *b, const char *b_what);
 
 /* Turns pixel sizes into latent sizes with the variant's VAE factors, refusing sizes that
  * do not map exactly (names the flag, expected and found). */

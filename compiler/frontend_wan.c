@@ -1,6 +1,6 @@
-/* The Wan frontend: WanTransformer3DModel (text-to-video) as diffusers defines it, read from
- * config.json and safetensors (or a WanPipeline directory: model_index.json, transformer/,
- * scheduler/), validated, and built into a graph for one shape. */
+/* The Wan frontend: WanTransformer3DModel as diffusers defines it, read from config.json and
+ * safetensors (or a Wan pipeline directory: model_index.json, transformer/, transformer_2/,
+ * scheduler/, vae/), validated, and built into a graph for one shape. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,8 +31,8 @@ static const struct {
     {"freq_dim", F_INT, 0, 1, 65536},           {"ffn_dim", F_INT, 0, 1, 1 << 20},
     {"num_layers", F_INT, 0, 1, 1024},          {"cross_attn_norm", F_BOOL, 0, 0, 0},
     {"qk_norm", F_STR, 1, 0, 64},               {"eps", F_FLOAT, 0, 0, 1},
-    {"image_dim", F_INT, 1, 0, 1 << 20},        {"added_kv_proj_dim", F_INT, 1, 0, 1 << 20},
-    {"rope_max_seq_len", F_INT, 0, 1, 1 << 20}, {"pos_embed_seq_len", F_INT, 1, 0, 1 << 30},
+    {"image_dim", F_INT, 1, 1, 1 << 20},        {"added_kv_proj_dim", F_INT, 1, 1, 1 << 20},
+    {"rope_max_seq_len", F_INT, 0, 1, 1 << 20}, {"pos_embed_seq_len", F_INT, 1, 1, 1 << 20},
 };
 #define N_WAN_FIELDS (sizeof kWanFields / sizeof kWanFields[0])
 
@@ -74,6 +74,26 @@ static int64_t geti(const cJSON *cfg, const char *key) {
   return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
 }
 
+/* The typed view of a normalized config (null optional fields read as 0). */
+static void wan_typed(const cJSON *cfg, dit_wan_config_t *w) {
+  const cJSON *ps = cJSON_GetObjectItemCaseSensitive(cfg, "patch_size");
+  for (int i = 0; i < 3; i++) w->patch[i] = (int64_t)cJSON_GetArrayItem(ps, i)->valuedouble;
+  w->heads = geti(cfg, "num_attention_heads");
+  w->head_dim = geti(cfg, "attention_head_dim");
+  w->in_channels = geti(cfg, "in_channels");
+  w->out_channels = geti(cfg, "out_channels");
+  w->text_dim = geti(cfg, "text_dim");
+  w->freq_dim = geti(cfg, "freq_dim");
+  w->ffn_dim = geti(cfg, "ffn_dim");
+  w->layers = geti(cfg, "num_layers");
+  w->rope_max_seq_len = geti(cfg, "rope_max_seq_len");
+  w->image_dim = geti(cfg, "image_dim");
+  w->added_kv_proj_dim = geti(cfg, "added_kv_proj_dim");
+  w->pos_embed_seq_len = geti(cfg, "pos_embed_seq_len");
+  w->cross_attn_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "cross_attn_norm"));
+  w->eps = cJSON_GetObjectItemCaseSensitive(cfg, "eps")->valuedouble;
+}
+
 static dit_status_t wan_parse_config(dit_model_t *m, const dit_json_t *raw) {
   /* The defaults go through the same reader as any text: no second parser for one constant. */
   dit_json_doc_t *defaults = NULL;
@@ -108,32 +128,13 @@ static dit_status_t wan_parse_config(dit_model_t *m, const dit_json_t *raw) {
       return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     }
   }
-  static const char *const unsupported_if_set[] = {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"};
-  for (int i = 0; i < 3; i++) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(cfg, unsupported_if_set[i]);
-    if (!cJSON_IsNull(x))
-      return DIT_ERR(UNIMPLEMENTED, "%s: field '%s' = %" PRId64 ": image conditioning (Wan I2V) is not supported by this build; expected null",
-                     raw->what, unsupported_if_set[i], geti(cfg, unsupported_if_set[i]));
-  }
   const cJSON *qk = cJSON_GetObjectItemCaseSensitive(cfg, "qk_norm");
   if (!cJSON_IsString(qk) || strcmp(qk->valuestring, "rms_norm_across_heads")) {
     char q[96] = "null";
     if (cJSON_IsString(qk)) dit_json_quote(qk->valuestring, q);
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'qk_norm' = %s: only \"rms_norm_across_heads\" is supported", raw->what, q);
   }
-  const cJSON *ps = cJSON_GetObjectItemCaseSensitive(cfg, "patch_size");
-  for (int i = 0; i < 3; i++) m->wan.patch[i] = (int64_t)cJSON_GetArrayItem(ps, i)->valuedouble;
-  m->wan.heads = geti(cfg, "num_attention_heads");
-  m->wan.head_dim = geti(cfg, "attention_head_dim");
-  m->wan.in_channels = geti(cfg, "in_channels");
-  m->wan.out_channels = geti(cfg, "out_channels");
-  m->wan.text_dim = geti(cfg, "text_dim");
-  m->wan.freq_dim = geti(cfg, "freq_dim");
-  m->wan.ffn_dim = geti(cfg, "ffn_dim");
-  m->wan.layers = geti(cfg, "num_layers");
-  m->wan.rope_max_seq_len = geti(cfg, "rope_max_seq_len");
-  m->wan.cross_attn_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "cross_attn_norm"));
-  m->wan.eps = cJSON_GetObjectItemCaseSensitive(cfg, "eps")->valuedouble;
+  wan_typed(cfg, &m->wan);
   if (m->wan.freq_dim % 2)
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'freq_dim' = %" PRId64 ": odd sinusoidal widths are not supported", raw->what,
                    m->wan.freq_dim);
@@ -206,60 +207,85 @@ static dit_status_t component(const dit_json_t *root, const char *key, char lib[
   return DIT_OK;
 }
 
-dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *what, dit_pipeline_index_t *out) {
-  static const char *const pipelines[] = {"WanPipeline", NULL};
-  memset(out, 0, sizeof *out);
-  dit_json_doc_t *doc = NULL;
-  dit_json_t root, v;
-  char lib[32], cls[64];
-  int present = 0, which = 0;
-  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
-  dit_status_t s = dit_json_root(doc, &root);
-  if (!s) s = dit_json_get(&root, "_class_name", &v);
-  if (!s) {
-    const char *name = NULL;
-    s = dit_json_as_str(&v, sizeof out->class_name - 1, false, &name);
-    if (!s) snprintf(out->class_name, sizeof out->class_name, "%s", name);
-  }
-  if (!s) {
-    s = dit_json_enum(&root, "_class_name", pipelines, &which);
-    if (s && dit_status_code(s) == DIT_CODE_INVALID_ARGUMENT) {
-      /* A well-formed name of a pipeline this build does not compile (image-to-video, ...). */
-      dit_status_free(s);
-      char q[96];
-      dit_json_quote(out->class_name, q);
-      s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: WanPipeline (text-to-video)", q);
-    }
-  }
-  /* Wan2.2's A14B pipelines pair two experts switched at boundary_ratio; TI2V leaves the
-   * second slot [null, null]. */
-  if (!s) s = component(&root, "transformer_2", lib, cls, &present);
-  if (!s && present) {
-    v = at_member(&root, "transformer_2");
-    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED,
-                       "a second transformer (%s; two experts switched at boundary_ratio) is not supported yet; "
-                       "compile transformer/ or transformer_2/ on its own", cls);
-  }
-  if (!s) s = component(&root, "transformer", lib, out->transformer_class, &present);
-  if (!s && !present) {
-    v = at_member(&root, "transformer");
-    s = dit_json_error(&v, DIT_CODE_NOT_FOUND, "missing: the pipeline names no transformer");
-  }
-  if (!s && strcmp(lib, "diffusers")) {
-    char q[96];
-    dit_json_quote(lib, q);
-    v = at_member(&root, "transformer");
-    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "library %s: expected \"diffusers\"", q);
-  }
-  if (!s) s = component(&root, "scheduler", lib, out->scheduler_class, &present);
-  dit_json_doc_free(doc);
-  return s;
-}
-
 /* An optional member: absent and null both leave the default. */
 static bool has_value(const dit_json_t *o, const char *key) {
   dit_json_t v = at_member(o, key);
   return v.v && !cJSON_IsNull(v.v);
+}
+
+/* A [library, class] entry naming a diffusers transformer; *present 0 for [null, null]. */
+static dit_status_t transformer_entry(const dit_json_t *root, const char *key, char cls[64], int *present) {
+  char lib[32];
+  DIT_RETURN_IF(component(root, key, lib, cls, present));
+  if (*present && strcmp(lib, "diffusers")) {
+    char q[96];
+    dit_json_quote(lib, q);
+    dit_json_t v = at_member(root, key);
+    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "library %s: expected \"diffusers\"", q);
+  }
+  return DIT_OK;
+}
+
+static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
+  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", NULL};
+  dit_json_t v;
+  char lib[32];
+  int present = 0, which = 0;
+  DIT_RETURN_IF(dit_json_str_copy(root, "_class_name", out->class_name, sizeof out->class_name, false));
+  dit_status_t s = dit_json_enum(root, "_class_name", pipelines, &which);
+  if (s && dit_status_code(s) == DIT_CODE_INVALID_ARGUMENT) {
+    /* A well-formed name of a pipeline this build does not read (video-to-video, VACE, ...). */
+    dit_status_free(s);
+    char q[96];
+    dit_json_quote(out->class_name, q);
+    v = at_member(root, "_class_name");
+    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: WanPipeline, WanImageToVideoPipeline", q);
+  }
+  DIT_RETURN_IF(s);
+  DIT_RETURN_IF(transformer_entry(root, "transformer", out->transformer_class, &present));
+  if (!present) {
+    v = at_member(root, "transformer");
+    return dit_json_error(&v, DIT_CODE_NOT_FOUND, "missing: the pipeline names no transformer");
+  }
+  /* Wan2.2's A14B pipelines pair two experts switched at boundary_ratio; TI2V and Wan2.1
+   * leave the second slot [null, null] and the ratio null. */
+  int two = 0;
+  DIT_RETURN_IF(transformer_entry(root, "transformer_2", out->transformer_2_class, &two));
+  if (has_value(root, "boundary_ratio")) {
+    v = at_member(root, "boundary_ratio");
+    double r = 0;
+    DIT_RETURN_IF(dit_json_as_num(&v, -1e300, 1e300, &r));
+    char f[40];
+    dit_json_fmt_num(r, f);
+    if (!(r > 0 && r <= 1)) return dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "expected a number in (0, 1], found %s", f);
+    if (!two)
+      return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                            "found %s, but the pipeline has no transformer_2 to switch to; expected null", f);
+    out->has_boundary_ratio = 1;
+    out->boundary_ratio = r;
+  } else if (two) {
+    v = at_member(root, "boundary_ratio");
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                          "missing: a pipeline with transformer_2 (%s) needs the ratio at which it takes over",
+                          out->transformer_2_class);
+  }
+  if (has_value(root, "expand_timesteps")) {
+    bool b = false;
+    DIT_RETURN_IF(dit_json_bool(root, "expand_timesteps", &b));
+    out->expand_timesteps = b;
+  }
+  return component(root, "scheduler", lib, out->scheduler_class, &present);
+}
+
+dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *what, dit_pipeline_index_t *out) {
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  if (!s) s = pipeline_index_read(&root, out);
+  dit_json_doc_free(doc);
+  return s;
 }
 
 dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char *what, dit_scheduler_defaults_t *out) {
@@ -296,29 +322,96 @@ dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char
   return s;
 }
 
+dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what, dit_vae_factors_t *out) {
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root, v;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  char cls[64] = "";
+  if (!s) s = dit_json_str_copy(&root, "_class_name", cls, sizeof cls, false);
+  if (!s && strcmp(cls, "AutoencoderKLWan")) {
+    char q[96];
+    dit_json_quote(cls, q);
+    v = at_member(&root, "_class_name");
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"AutoencoderKLWan\"", q);
+  }
+  /* diffusers' AutoencoderKLWan defaults; Wan2.2's VAE sets 16 and 48. */
+  int64_t sp = 8, tm = 4, z = 16;
+  if (!s && has_value(&root, "scale_factor_spatial")) s = dit_json_int(&root, "scale_factor_spatial", 1, 64, &sp);
+  if (!s && has_value(&root, "scale_factor_temporal")) s = dit_json_int(&root, "scale_factor_temporal", 1, 64, &tm);
+  if (!s && has_value(&root, "z_dim")) s = dit_json_int(&root, "z_dim", 1, 4096, &z);
+  if (!s) {
+    out->spatial = (int)sp;
+    out->temporal = (int)tm;
+    out->z_dim = z;
+    snprintf(out->source, sizeof out->source, "vae/config.json");
+  }
+  dit_json_doc_free(doc);
+  return s;
+}
+
+dit_status_t dit_expert_configs_match(const cJSON *a, const char *a_what, const cJSON *b, const char *b_what) {
+  for (size_t f = 0; f < N_WAN_FIELDS; f++) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, kWanFields[f].key);
+    const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, kWanFields[f].key);
+    if (x && y && cJSON_Compare(x, y, true)) continue;
+    /* Both are normalized configs of accepted values: short to print. */
+    char *tx = x ? cJSON_PrintUnformatted(x) : NULL, *ty = y ? cJSON_PrintUnformatted(y) : NULL;
+    dit_status_t s = DIT_ERR(INVALID_ARGUMENT,
+                             "%s: field '%s' = %.64s, but %s has %.64s: a pipeline's experts must share the architecture",
+                             b_what, kWanFields[f].key, ty ? ty : "(absent)", a_what, tx ? tx : "(absent)");
+    free(tx);
+    free(ty);
+    return s;
+  }
+  return DIT_OK;
+}
+
 /* ---- variants ---- */
 
 static const struct {
   const char *name;
   int vae_t, vae_s;
-  int64_t latent_channels; /* 0 = any */
 } kWanVariants[] = {
-    {"wan2.1", 4, 8, 0},        /* 16 latent channels in the released models */
-    {"wan2.2-ti2v", 4, 16, 48}, /* the TI2V-5B model's VAE compresses 16x spatially */
+    {"wan2.1", 4, 8},        /* also Wan2.2 A14B, whose VAE is Wan2.1's */
+    {"wan2.2-ti2v", 4, 16}, /* the TI2V-5B model's VAE compresses 16x spatially */
 };
 
-static dit_status_t pick_variant(dit_model_t *m, const char *want) {
+/* The variant names the VAE factors when no vae/config.json gives them: --variant if given,
+ * else a pipeline's expand_timesteps (the TI2V variant), else a bare transformer's 48 latent
+ * channels. A VAE config that was read must agree with an explicit --variant and with the
+ * transformer's latent channels. */
+static dit_status_t pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
   int idx = -1;
   if (want) {
     for (size_t i = 0; i < sizeof kWanVariants / sizeof kWanVariants[0]; i++)
       if (!strcmp(kWanVariants[i].name, want)) idx = (int)i;
     if (idx < 0) return DIT_ERR(INVALID_ARGUMENT, "--variant %s: unknown Wan variant (wan2.1, wan2.2-ti2v)", want);
+  } else if (m->pipeline.index.class_name[0]) {
+    idx = m->pipeline.index.expand_timesteps ? 1 : 0;
   } else {
     idx = m->wan.in_channels == 48 ? 1 : 0;
   }
   snprintf(m->variant, sizeof m->variant, "%s", kWanVariants[idx].name);
-  m->vae_temporal = kWanVariants[idx].vae_t;
-  m->vae_spatial = kWanVariants[idx].vae_s;
+  dit_vae_factors_t *vae = &m->pipeline.vae;
+  if (vae->source[0]) {
+    if (want && (vae->spatial != kWanVariants[idx].vae_s || vae->temporal != kWanVariants[idx].vae_t))
+      return DIT_ERR(INVALID_ARGUMENT,
+                     "--variant %s: its VAE compresses %dx spatially and %dx temporally, but %s has "
+                     "scale_factor_spatial = %d, scale_factor_temporal = %d",
+                     want, kWanVariants[idx].vae_s, kWanVariants[idx].vae_t, vae_what, vae->spatial, vae->temporal);
+    if (vae->z_dim != m->wan.out_channels)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: field 'z_dim' = %" PRId64 ", but %s/config.json has out_channels = %" PRId64
+                     ": the transformer's latents are not this VAE's",
+                     vae_what, vae->z_dim, m->model_dir, m->wan.out_channels);
+  } else {
+    vae->spatial = kWanVariants[idx].vae_s;
+    vae->temporal = kWanVariants[idx].vae_t;
+    snprintf(vae->source, sizeof vae->source, "variant");
+  }
+  m->vae_temporal = vae->temporal;
+  m->vae_spatial = vae->spatial;
   return DIT_OK;
 }
 
@@ -328,11 +421,13 @@ typedef struct expected {
   char name[128];
   int rank;
   int64_t dims[5];
+  char why[64]; /* the config field that calls for an optional tensor; "" for the others */
 } expected_t;
 
 typedef struct expected_list {
   expected_t *items;
   size_t n, cap;
+  char why[64]; /* given to the tensors expected from here on */
 } expected_list_t;
 
 static int expect(expected_list_t *l, int rank, const int64_t *dims, const char *fmt, ...)
@@ -352,6 +447,7 @@ static int expect(expected_list_t *l, int rank, const int64_t *dims, const char 
   va_end(ap);
   e->rank = rank;
   for (int i = 0; i < rank; i++) e->dims[i] = dims[i];
+  memcpy(e->why, l->why, sizeof e->why);
   return 0;
 }
 
@@ -361,18 +457,51 @@ static void expect_linear(expected_list_t *l, int64_t out, int64_t in, const cha
   expect(l, 1, b, "%s.bias", prefix);
 }
 
-static dit_status_t wan_expected(const dit_model_t *m, expected_list_t *l) {
-  int64_t D = m->wan.heads * m->wan.head_dim, P = m->wan.patch[0] * m->wan.patch[1] * m->wan.patch[2];
-  int64_t pe[5] = {D, m->wan.in_channels, m->wan.patch[0], m->wan.patch[1], m->wan.patch[2]}, d1[1] = {D};
+/* Wan2.1 I2V: the CLIP image embedder and, in each cross-attention, the image tokens' k/v. */
+static void wan_expected_image(const dit_wan_config_t *w, expected_list_t *l) {
+  const int64_t D = w->heads * w->head_dim, I = w->image_dim, A = w->added_kv_proj_dim, d1[1] = {D};
+  if (I) {
+    int64_t i1[1] = {I};
+    snprintf(l->why, sizeof l->why, "field 'image_dim' = %" PRId64, I);
+    expect(l, 1, i1, "condition_embedder.image_embedder.norm1.weight");
+    expect(l, 1, i1, "condition_embedder.image_embedder.norm1.bias");
+    expect_linear(l, I, I, "condition_embedder.image_embedder.ff.net.0.proj");
+    expect_linear(l, D, I, "condition_embedder.image_embedder.ff.net.2");
+    expect(l, 1, d1, "condition_embedder.image_embedder.norm2.weight");
+    expect(l, 1, d1, "condition_embedder.image_embedder.norm2.bias");
+    if (w->pos_embed_seq_len) {
+      int64_t pe[3] = {1, w->pos_embed_seq_len, I};
+      snprintf(l->why, sizeof l->why, "field 'pos_embed_seq_len' = %" PRId64, w->pos_embed_seq_len);
+      expect(l, 3, pe, "condition_embedder.image_embedder.pos_embed");
+    }
+  }
+  if (A) {
+    char p[128];
+    snprintf(l->why, sizeof l->why, "field 'added_kv_proj_dim' = %" PRId64, A);
+    for (int64_t i = 0; i < w->layers; i++) {
+      snprintf(p, sizeof p, "blocks.%" PRId64 ".attn2.add_k_proj", i);
+      expect_linear(l, D, A, p);
+      snprintf(p, sizeof p, "blocks.%" PRId64 ".attn2.add_v_proj", i);
+      expect_linear(l, D, A, p);
+      expect(l, 1, d1, "blocks.%" PRId64 ".attn2.norm_added_k.weight", i);
+    }
+  }
+  l->why[0] = 0;
+}
+
+static dit_status_t wan_expected(const dit_wan_config_t *w, expected_list_t *l) {
+  int64_t D = w->heads * w->head_dim, P = w->patch[0] * w->patch[1] * w->patch[2];
+  wan_expected_image(w, l);
+  int64_t pe[5] = {D, w->in_channels, w->patch[0], w->patch[1], w->patch[2]}, d1[1] = {D};
   expect(l, 5, pe, "patch_embedding.weight");
   expect(l, 1, d1, "patch_embedding.bias");
-  expect_linear(l, D, m->wan.freq_dim, "condition_embedder.time_embedder.linear_1");
+  expect_linear(l, D, w->freq_dim, "condition_embedder.time_embedder.linear_1");
   expect_linear(l, D, D, "condition_embedder.time_embedder.linear_2");
   expect_linear(l, 6 * D, D, "condition_embedder.time_proj");
-  expect_linear(l, D, m->wan.text_dim, "condition_embedder.text_embedder.linear_1");
+  expect_linear(l, D, w->text_dim, "condition_embedder.text_embedder.linear_1");
   expect_linear(l, D, D, "condition_embedder.text_embedder.linear_2");
   char p[128];
-  for (int64_t i = 0; i < m->wan.layers; i++) {
+  for (int64_t i = 0; i < w->layers; i++) {
     int64_t sst[3] = {1, 6, D};
     expect(l, 3, sst, "blocks.%" PRId64 ".scale_shift_table", i);
     for (int a = 1; a <= 2; a++) {
@@ -384,16 +513,16 @@ static dit_status_t wan_expected(const dit_model_t *m, expected_list_t *l) {
       expect(l, 1, d1, "blocks.%" PRId64 ".attn%d.norm_q.weight", i, a);
       expect(l, 1, d1, "blocks.%" PRId64 ".attn%d.norm_k.weight", i, a);
     }
-    if (m->wan.cross_attn_norm) {
+    if (w->cross_attn_norm) {
       expect(l, 1, d1, "blocks.%" PRId64 ".norm2.weight", i);
       expect(l, 1, d1, "blocks.%" PRId64 ".norm2.bias", i);
     }
     snprintf(p, sizeof p, "blocks.%" PRId64 ".ffn.net.0.proj", i);
-    expect_linear(l, m->wan.ffn_dim, D, p);
+    expect_linear(l, w->ffn_dim, D, p);
     snprintf(p, sizeof p, "blocks.%" PRId64 ".ffn.net.2", i);
-    expect_linear(l, D, m->wan.ffn_dim, p);
+    expect_linear(l, D, w->ffn_dim, p);
   }
-  expect_linear(l, m->wan.out_channels * P, D, "proj_out");
+  expect_linear(l, w->out_channels * P, D, "proj_out");
   int64_t sst[3] = {1, 2, D};
   expect(l, 3, sst, "scale_shift_table");
   return DIT_OK;
@@ -403,9 +532,10 @@ static int cmp_expected(const void *a, const void *b) {
   return strcmp(((const expected_t *)a)->name, ((const expected_t *)b)->name);
 }
 
-static dit_status_t wan_check_weights(const dit_model_t *m) {
+/* Checks the weights of the transformer in dir against its config. */
+static dit_status_t wan_check_weights(const dit_wan_config_t *w, const dit_safetensors_t *weights, const char *dir) {
   expected_list_t l = {0};
-  dit_status_t s = wan_expected(m, &l);
+  dit_status_t s = wan_expected(w, &l);
   if (!s && l.n == 0) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (s) {
     free(l.items);
@@ -414,9 +544,10 @@ static dit_status_t wan_check_weights(const dit_model_t *m) {
   qsort(l.items, l.n, sizeof *l.items, cmp_expected);
   for (size_t i = 0; i < l.n && !s; i++) {
     const expected_t *e = &l.items[i];
-    const dit_st_tensor_t *t = dit_safetensors_find(m->weights, e->name);
+    const dit_st_tensor_t *t = dit_safetensors_find(weights, e->name);
     if (!t) {
-      s = DIT_ERR(NOT_FOUND, "%s: checkpoint has no tensor '%s', which this config requires", m->model_dir, e->name);
+      s = DIT_ERR(NOT_FOUND, "%s: checkpoint has no tensor '%s', which this config requires%s%s%s", dir, e->name,
+                  e->why[0] ? " (" : "", e->why, e->why[0] ? ")" : "");
       break;
     }
     if (t->dtype != DIT_F32 && t->dtype != DIT_BF16 && t->dtype != DIT_F16) {
@@ -434,13 +565,13 @@ static dit_status_t wan_check_weights(const dit_model_t *m) {
     }
   }
   /* Both lists are sorted by name: walk them together to find tensors the config does not use. */
-  for (size_t i = 0, j = 0; !s && i < dit_safetensors_count(m->weights); i++) {
-    const char *name = dit_safetensors_at(m->weights, i)->name;
+  for (size_t i = 0, j = 0; !s && i < dit_safetensors_count(weights); i++) {
+    const char *name = dit_safetensors_at(weights, i)->name;
     while (j < l.n && strcmp(l.items[j].name, name) < 0) j++;
     if (j < l.n && !strcmp(l.items[j].name, name)) continue;
     if (strstr(name, "norm_added_q")) continue; /* diffusers ignores these too */
     s = DIT_ERR(INVALID_ARGUMENT, "%s: unexpected tensor '%s' (not part of this config: image conditioning or a different architecture?)",
-                dit_safetensors_at(m->weights, i)->file, name);
+                dit_safetensors_at(weights, i)->file, name);
   }
   free(l.items);
   return s;
@@ -454,27 +585,68 @@ static dit_status_t read_small(const char *path, char **text, size_t *len) {
   return dit_file_read(path, CONFIG_MAX_BYTES, text, len);
 }
 
-/* A diffusers pipeline directory: model_index.json names the transformer (read from its
- * transformer/ folder) and the scheduler, whose config gives the sampler's defaults. */
+/* A diffusers pipeline directory: model_index.json names the transformers (read from
+ * transformer/ and transformer_2/) and the scheduler, whose config gives the sampler's
+ * defaults; vae/config.json, when present, gives the VAE factors. */
 static dit_status_t load_pipeline(dit_model_t *m, const char *dir) {
   char path[4200], *text = NULL;
   size_t len = 0;
   DIT_RETURN_IF(dit_path_join(path, sizeof path, dir, "model_index.json"));
   DIT_RETURN_IF(read_small(path, &text, &len));
-  dit_status_t s = dit_pipeline_index_parse(text, len, path, &m->pipeline);
+  dit_status_t s = dit_pipeline_index_parse(text, len, path, &m->pipeline.index);
   free(text);
   text = NULL;
   if (!s) s = dit_path_join(m->model_dir, sizeof m->model_dir, dir, "transformer");
   if (!s && !dit_is_dir(m->model_dir))
     s = DIT_ERR(NOT_FOUND, "%s: names a transformer (%s), but %s is not a directory", path,
-                m->pipeline.transformer_class, m->model_dir);
-  char sched[4200];
-  if (!s) s = dit_path_join(sched, sizeof sched, dir, "scheduler/scheduler_config.json");
-  if (!s && dit_path_exists(sched)) {
-    s = read_small(sched, &text, &len);
-    if (!s) s = dit_scheduler_config_parse(text, len, sched, &m->scheduler);
+                m->pipeline.index.transformer_class, m->model_dir);
+  dit_expert_t *e2 = &m->pipeline.experts[1];
+  if (!s && m->pipeline.index.transformer_2_class[0]) {
+    s = dit_path_join(e2->dir, sizeof e2->dir, dir, "transformer_2");
+    if (!s && !dit_is_dir(e2->dir))
+      s = DIT_ERR(NOT_FOUND, "%s: names a second transformer (%s), but %s is not a directory", path,
+                  m->pipeline.index.transformer_2_class, e2->dir);
+  }
+  char sub[4200];
+  if (!s) s = dit_path_join(sub, sizeof sub, dir, "scheduler/scheduler_config.json");
+  if (!s && dit_path_exists(sub)) {
+    s = read_small(sub, &text, &len);
+    if (!s) s = dit_scheduler_config_parse(text, len, sub, &m->pipeline.scheduler);
+    free(text);
+    text = NULL;
+  }
+  if (!s) s = dit_path_join(sub, sizeof sub, dir, "vae/config.json");
+  if (!s && dit_path_exists(sub)) {
+    s = read_small(sub, &text, &len);
+    if (!s) s = dit_vae_config_parse(text, len, sub, &m->pipeline.vae);
     free(text);
   }
+  return s;
+}
+
+/* transformer_2/: its config must equal transformer/'s but for the weights, and its weights
+ * must fit it. */
+static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
+  dit_expert_t *e = &m->pipeline.experts[1];
+  char path[4200], first[4200], *text = NULL;
+  size_t len = 0;
+  DIT_RETURN_IF(dit_path_join(path, sizeof path, e->dir, "config.json"));
+  DIT_RETURN_IF(dit_path_join(first, sizeof first, m->model_dir, "config.json"));
+  DIT_RETURN_IF(read_small(path, &text, &len));
+  dit_model_t *t = calloc(1, sizeof *t);
+  dit_status_t s = t ? dit_model_config_parse(text, len, path, t) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  free(text);
+  if (t) {
+    e->config = t->config;
+    e->wan = t->wan;
+    if (!s && strcmp(m->pipeline.index.transformer_2_class, t->model_class))
+      s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer_2': class \"%s\", but %s says \"%s\"", index_path,
+                  m->pipeline.index.transformer_2_class, path, t->model_class);
+    free(t);
+  }
+  if (!s) s = dit_expert_configs_match(m->config, first, e->config, path);
+  if (!s) s = dit_safetensors_open(e->dir, &e->weights);
+  if (!s) s = wan_check_weights(&e->wan, e->weights, e->dir);
   return s;
 }
 
@@ -483,24 +655,27 @@ dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_mode
   dit_model_t *m = calloc(1, sizeof *m);
   if (!m) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   snprintf(m->model_dir, sizeof m->model_dir, "%s", model_dir);
-  char path[4200], index[4200];
+  char path[4200], index[4200], vae[4200];
   char *text = NULL;
   size_t len = 0;
   dit_status_t s = dit_path_join(path, sizeof path, model_dir, "config.json");
   if (!s) s = dit_path_join(index, sizeof index, model_dir, "model_index.json");
+  if (!s) s = dit_path_join(vae, sizeof vae, model_dir, "vae/config.json");
   if (!s && !dit_is_dir(model_dir)) s = DIT_ERR(NOT_FOUND, "%s: not a model directory", model_dir);
   if (!s && !dit_path_exists(path) && dit_path_exists(index)) {
+    snprintf(m->pipeline.dir, sizeof m->pipeline.dir, "%s", model_dir);
     s = load_pipeline(m, model_dir);
     if (!s) s = dit_path_join(path, sizeof path, m->model_dir, "config.json");
   }
   if (!s) s = read_small(path, &text, &len);
   if (!s) s = dit_model_config_parse(text, len, path, m);
-  if (!s && m->pipeline.transformer_class[0] && strcmp(m->pipeline.transformer_class, m->model_class))
+  if (!s && m->pipeline.index.transformer_class[0] && strcmp(m->pipeline.index.transformer_class, m->model_class))
     s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer': class \"%s\", but %s says \"%s\"", index,
-                m->pipeline.transformer_class, path, m->model_class);
-  if (!s) s = pick_variant(m, variant);
+                m->pipeline.index.transformer_class, path, m->model_class);
   if (!s) s = dit_safetensors_open(m->model_dir, &m->weights);
-  if (!s) s = wan_check_weights(m);
+  if (!s) s = wan_check_weights(&m->wan, m->weights, m->model_dir);
+  if (!s && m->pipeline.experts[1].dir[0]) s = load_second_expert(m, index);
+  if (!s) s = pick_variant(m, variant, vae);
   free(text);
   if (!s) {
     cJSON *cls = cJSON_CreateString(m->model_class);
@@ -513,6 +688,12 @@ dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_mode
     dit_model_free(m);
     return s;
   }
+  dit_expert_t *e0 = &m->pipeline.experts[0];
+  snprintf(e0->dir, sizeof e0->dir, "%s", m->model_dir);
+  e0->config = m->config;
+  e0->wan = m->wan;
+  e0->weights = m->weights;
+  m->pipeline.n_experts = m->pipeline.experts[1].dir[0] ? 2 : 1;
   *out = m;
   return DIT_OK;
 }
@@ -521,7 +702,69 @@ void dit_model_free(dit_model_t *m) {
   if (!m) return;
   cJSON_Delete(m->config);
   dit_safetensors_close(m->weights);
+  cJSON_Delete(m->pipeline.experts[1].config);
+  dit_safetensors_close(m->pipeline.experts[1].weights);
   free(m);
+}
+
+dit_status_t dit_model_check_compilable(const dit_model_t *m) {
+  const dit_pipeline_t *p = &m->pipeline;
+  const dit_wan_config_t *w = &m->wan;
+  if (p->n_experts > 1)
+    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field 'transformer_2': two experts (%s, switched at boundary_ratio %g) "
+                   "are not supported yet; compile %s or %s on its own",
+                   p->dir, p->index.transformer_2_class, p->index.boundary_ratio, p->experts[0].dir, p->experts[1].dir);
+  static const char *const image_fields[] = {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"};
+  const int64_t image_values[] = {w->image_dim, w->added_kv_proj_dim, w->pos_embed_seq_len};
+  for (int i = 0; i < 3; i++)
+    if (image_values[i])
+      return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field '%s' = %" PRId64 ": image conditioning (Wan2.1 I2V image tokens) is not "
+                     "supported yet; expected null",
+                     m->model_dir, image_fields[i], image_values[i]);
+  if (w->in_channels != w->out_channels)
+    return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field 'in_channels' = %" PRId64 " differs from out_channels = %" PRId64
+                   ": image-to-video latent concatenation is not supported yet",
+                   m->model_dir, w->in_channels, w->out_channels);
+  if (p->index.expand_timesteps)
+    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field 'expand_timesteps' = true: per-token timesteps (Wan2.2 TI2V) are "
+                   "not supported yet",
+                   p->dir);
+  if (p->index.class_name[0] && strcmp(p->index.class_name, "WanPipeline"))
+    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field '_class_name' = \"%s\": image-to-video is not supported yet; "
+                   "supported: WanPipeline",
+                   p->dir, p->index.class_name);
+  return DIT_OK;
+}
+
+dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) {
+  *out = NULL;
+  const dit_pipeline_t *p = &m->pipeline;
+  const int plain = (!p->index.class_name[0] || !strcmp(p->index.class_name, "WanPipeline")) && p->n_experts <= 1 &&
+                    !p->index.expand_timesteps;
+  int variant_vae = 0;
+  for (size_t i = 0; i < sizeof kWanVariants / sizeof kWanVariants[0]; i++)
+    if (!strcmp(kWanVariants[i].name, m->variant))
+      variant_vae = kWanVariants[i].vae_s == p->vae.spatial && kWanVariants[i].vae_t == p->vae.temporal;
+  /* What compiled before these facts were read keeps its identity: the variant in the
+   * identity already names its VAE factors. */
+  if (plain && variant_vae) return DIT_OK;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  int ok = cJSON_AddStringToObject(o, "class", p->index.class_name) != NULL;
+  ok = ok && cJSON_AddNumberToObject(o, "experts", p->n_experts) != NULL;
+  if (p->index.has_boundary_ratio) ok = ok && cJSON_AddNumberToObject(o, "boundary_ratio", p->index.boundary_ratio) != NULL;
+  else ok = ok && cJSON_AddNullToObject(o, "boundary_ratio") != NULL;
+  ok = ok && cJSON_AddBoolToObject(o, "expand_timesteps", p->index.expand_timesteps) != NULL;
+  cJSON *vae = ok ? cJSON_AddObjectToObject(o, "vae") : NULL;
+  ok = vae && cJSON_AddNumberToObject(vae, "scale_factor_spatial", p->vae.spatial) &&
+       cJSON_AddNumberToObject(vae, "scale_factor_temporal", p->vae.temporal);
+  if (ok && p->vae.z_dim) ok = cJSON_AddNumberToObject(vae, "z_dim", (double)p->vae.z_dim) != NULL;
+  if (!ok) {
+    cJSON_Delete(o);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out = o;
+  return DIT_OK;
 }
 
 dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *r,

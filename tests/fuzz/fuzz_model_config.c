@@ -1,7 +1,9 @@
 /* libFuzzer target for the model directory's JSON readers: the first byte picks config.json
- * (dit_model_config_parse), model_index.json (dit_pipeline_index_parse) or
- * scheduler_config.json (dit_scheduler_config_parse); the rest is the file's text. A refusal
- * must carry a code and name the file; what is accepted must hold the ranges promised. */
+ * (dit_model_config_parse), model_index.json (dit_pipeline_index_parse),
+ * scheduler_config.json (dit_scheduler_config_parse), vae/config.json (dit_vae_config_parse)
+ * or a second expert's config.json checked against the first's (dit_expert_configs_match);
+ * the rest is the file's text. A refusal must carry a code and name the file; what is
+ * accepted must hold the ranges promised. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,10 @@ static void model_config(const char *text, size_t len) {
            "layers, ffn_dim or freq_dim outside their ranges");
     for (int i = 0; i < 3; i++) expect(m->wan.patch[i] >= 1 && m->wan.patch[i] <= 64, "a patch size outside [1, 64]");
     expect(m->wan.eps >= 0 && m->wan.eps <= 1, "eps outside [0, 1]");
+    expect(m->wan.image_dim >= 0 && m->wan.image_dim <= (1 << 20) && m->wan.added_kv_proj_dim >= 0 &&
+               m->wan.added_kv_proj_dim <= (1 << 20) && m->wan.pos_embed_seq_len >= 0 && m->wan.pos_embed_seq_len <= (1 << 20),
+           "an image-conditioning field outside its range");
+    expect(m->wan.rope_max_seq_len >= 1 && m->wan.rope_max_seq_len <= (1 << 20), "rope_max_seq_len outside its range");
     /* The normalized config feeds the compile identity: it must always canonicalize. */
     char hex[33];
     dit_status_t s = dit_identity_compute(m->config, hex);
@@ -54,9 +60,39 @@ static void model_config(const char *text, size_t len) {
 static void pipeline_index(const char *text, size_t len) {
   dit_pipeline_index_t p;
   if (refused(dit_pipeline_index_parse(text, len, "model_index.json", &p), "model_index.json")) return;
-  expect(!strcmp(p.class_name, "WanPipeline"), "a pipeline class other than WanPipeline");
+  expect(!strcmp(p.class_name, "WanPipeline") || !strcmp(p.class_name, "WanImageToVideoPipeline"), "an unknown pipeline class");
   expect(terminated(p.transformer_class, sizeof p.transformer_class) && p.transformer_class[0], "no transformer class");
+  expect(terminated(p.transformer_2_class, sizeof p.transformer_2_class), "an unterminated transformer_2 class");
   expect(terminated(p.scheduler_class, sizeof p.scheduler_class), "an unterminated scheduler class");
+  /* Two experts always come with the ratio that switches them, and the ratio only with them. */
+  expect(p.has_boundary_ratio == (p.transformer_2_class[0] != 0), "boundary_ratio without two experts, or two without it");
+  expect(!p.has_boundary_ratio || (p.boundary_ratio > 0 && p.boundary_ratio <= 1), "boundary_ratio outside (0, 1]");
+  expect(p.expand_timesteps == 0 || p.expand_timesteps == 1, "expand_timesteps not a boolean");
+}
+
+static void vae_config(const char *text, size_t len) {
+  dit_vae_factors_t v;
+  if (refused(dit_vae_config_parse(text, len, "vae/config.json", &v), "vae/config.json")) return;
+  expect(v.spatial >= 1 && v.spatial <= 64 && v.temporal >= 1 && v.temporal <= 64, "a VAE factor outside [1, 64]");
+  expect(v.z_dim >= 1 && v.z_dim <= 4096, "z_dim outside [1, 4096]");
+  expect(!strcmp(v.source, "vae/config.json"), "the factors' source not named");
+}
+
+/* The input as a second expert's config, against the Wan2.1-1.3B defaults as the first's:
+ * equal configs must match, any accepted difference be refused naming both files. */
+static void second_expert(const char *text, size_t len) {
+  static const char kFirst[] = "{\"_class_name\": \"WanTransformer3DModel\"}";
+  dit_model_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+  if (a && b && !dit_model_config_parse(kFirst, strlen(kFirst), "transformer/config.json", a) &&
+      !refused(dit_model_config_parse(text, len, "transformer_2/config.json", b), "transformer_2/config.json")) {
+    dit_status_t s = dit_expert_configs_match(a->config, "transformer/config.json", b->config, "transformer_2/config.json");
+    int same = cJSON_Compare(a->config, b->config, 1) ? 1 : 0;
+    expect((s == DIT_OK) == same, same ? "equal experts refused" : "different experts matched");
+    if (s) expect(strstr(dit_status_message(s), "transformer/config.json") != NULL, "a mismatch without the first file");
+    refused(s, "transformer_2/config.json");
+  }
+  dit_model_free(a);
+  dit_model_free(b);
 }
 
 static void scheduler_config(const char *text, size_t len) {
@@ -75,10 +111,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* Not NUL-terminated: the readers must keep to len. */
   const char *text = (const char *)data + 1;
   size_t len = size - 1;
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0: model_config(text, len); break;
     case 1: pipeline_index(text, len); break;
-    default: scheduler_config(text, len); break;
+    case 2: scheduler_config(text, len); break;
+    case 3: vae_config(text, len); break;
+    default: second_expert(text, len); break;
   }
   return 0;
 }

@@ -74,7 +74,72 @@ expect_fail "is not a plain file name beside the index" "$BIN/ditc" compile "$T/
 # Pipeline directories: model_index.json with transformer/ and scheduler/.
 mkpipe() { rm -rf "$T/p"; mkdir -p "$T/p/scheduler"; cp -r "$M" "$T/p/transformer"; printf '%s' "$1" > "$T/p/model_index.json"; }
 mkpipe '{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": ["diffusers", "WanTransformer3DModel"], "boundary_ratio": 0.875}'
-expect_fail "field 'transformer_2': a second transformer" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+expect_fail "names a second transformer (WanTransformer3DModel), but" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+# Wan2.2 and image-to-video pipelines: read and validated, refused by the compile until the
+# graph and runtime run them.
+A14B='{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": ["diffusers", "WanTransformer3DModel"], "boundary_ratio": 0.875}'
+mkpipe "$A14B"; cp -r "$M" "$T/p/transformer_2"
+expect_fail "model_index.json: field 'transformer_2': two experts (WanTransformer3DModel, switched at boundary_ratio 0.875) are not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+python3 - "$T/p/transformer_2/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p)); c["num_layers"] = 1; json.dump(c, open(p, "w"))
+PY
+expect_fail "transformer_2/config.json: field 'num_layers' = 1, but" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe "${A14B/, \"boundary_ratio\": 0.875/}"; cp -r "$M" "$T/p/transformer_2"
+expect_fail "model_index.json: field 'boundary_ratio': missing: a pipeline with transformer_2" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe "${A14B/0.875/1.5}"; cp -r "$M" "$T/p/transformer_2"
+expect_fail "field 'boundary_ratio': expected a number in (0, 1], found 1.5" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe '{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": [null, null], "boundary_ratio": 0.5}'
+expect_fail "field 'boundary_ratio': found 0.5, but the pipeline has no transformer_2" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+TI2V='{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": [null, null], "boundary_ratio": null, "expand_timesteps": true}'
+mkpipe "$TI2V"
+expect_fail "field 'expand_timesteps' = true: per-token timesteps (Wan2.2 TI2V) are not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 64 --width 96 -o "$T/x"
+mkpipe '{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"]}'; mkdir -p "$T/p/vae"
+printf '{"_class_name": "AutoencoderKLWan", "z_dim": 16}' > "$T/p/vae/config.json"
+expect_fail "vae/config.json: field 'z_dim' = 16, but" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+printf '{"_class_name": "AutoencoderKLWan", "z_dim": 4, "scale_factor_spatial": 0}' > "$T/p/vae/config.json"
+expect_fail "vae/config.json: field 'scale_factor_spatial': expected an integer in [1, 64], found 0" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+printf '{"_class_name": "AutoencoderKLWan", "z_dim": 4}' > "$T/p/vae/config.json"
+expect_fail "--variant wan2.2-ti2v: its VAE compresses 16x spatially" "$BIN/ditc" compile "$T/p" --variant wan2.2-ti2v --frames 9 --height 64 --width 96 -o "$T/x"
+# Image-to-video transformers: the tiny checkpoint with its patch embedding widened to
+# in_channels and the image-conditioning tensors of image_dim / added_kv_proj_dim.
+mki2v() { # in_channels image_dim added_kv_proj_dim
+  python3 - "$T/p/transformer" "$@" <<'PY'
+import json, struct, sys
+d, cin, img, kv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+raw = open(d + "/diffusion_pytorch_model.safetensors", "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+t = {k: (v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in hdr.items() if k != "__metadata__"}
+def zeros(*shape):
+    c = 1
+    for s in shape: c *= s
+    return (list(shape), bytes(4 * c))
+t["patch_embedding.weight"] = zeros(32, cin, 1, 2, 2)
+if img:
+    for k, s in [("norm1.weight", [img]), ("norm1.bias", [img]), ("ff.net.0.proj.weight", [img, img]), ("ff.net.0.proj.bias", [img]),
+                 ("ff.net.2.weight", [32, img]), ("ff.net.2.bias", [32]), ("norm2.weight", [32]), ("norm2.bias", [32])]:
+        t["condition_embedder.image_embedder." + k] = zeros(*s)
+if kv:
+    for b in range(2):
+        for k, s in [("add_k_proj.weight", [32, kv]), ("add_k_proj.bias", [32]), ("add_v_proj.weight", [32, kv]),
+                     ("add_v_proj.bias", [32]), ("norm_added_k.weight", [32])]:
+            t["blocks.%d.attn2.%s" % (b, k)] = zeros(*s)
+h, blob = {}, b""
+for k in sorted(t):
+    h[k] = {"dtype": "F32", "shape": t[k][0], "data_offsets": [len(blob), len(blob) + len(t[k][1])]}; blob += t[k][1]
+hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
+open(d + "/diffusion_pytorch_model.safetensors", "wb").write(struct.pack("<Q", len(hb)) + hb + blob)
+c = json.load(open(d + "/config.json")); c["in_channels"] = cin; c["out_channels"] = 4
+c["image_dim"] = img or None; c["added_kv_proj_dim"] = kv or None; json.dump(c, open(d + "/config.json", "w"))
+PY
+}
+I2V='{"_class_name": "WanImageToVideoPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": [null, null], "boundary_ratio": null}'
+mkpipe "$I2V"; mki2v 4 8 8
+expect_fail "transformer/config.json: field 'image_dim' = 8: image conditioning (Wan2.1 I2V image tokens) is not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe "$I2V"; mki2v 12 0 0
+expect_fail "field 'in_channels' = 12 differs from out_channels = 4: image-to-video latent concatenation is not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+mkpipe "$I2V"
+expect_fail "field '_class_name' = \"WanImageToVideoPipeline\": image-to-video is not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
 mkpipe '{"_class_name": "WanPipeline", "transformer": "WanTransformer3DModel"}'
 expect_fail "model_index.json: field 'transformer': expected an array, found a string" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
 mkpipe '{"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"]}'

@@ -1,6 +1,7 @@
 /* compiler/frontend: config normalization and its field checks, variants and VAE factors,
  * latent shapes, the weights content hash (independent of file layout and sharding), dtype
- * policy, diffusers pipeline directories and scheduler defaults. */
+ * policy, diffusers pipeline directories (Wan2.1, Wan2.2 A14B two experts, TI2V, I2V), VAE
+ * factors, what the compile refuses for now, and scheduler defaults. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,7 +183,11 @@ static void test_config_fields(void) {
   CHECK_ERR(config_with("eps", "-1e-6"), OUT_OF_RANGE, "field 'eps': expected a number in [0, 1], found -9.9999999999999995e-07");
   CHECK_ERR(config_with("cross_attn_norm", "1"), INVALID_ARGUMENT, "field 'cross_attn_norm': expected a boolean, found a number");
   CHECK_ERR(config_with("qk_norm", "7"), INVALID_ARGUMENT, "field 'qk_norm': expected a string, found a number");
-  CHECK_ERR(config_with("image_dim", "-1"), OUT_OF_RANGE, "field 'image_dim': expected an integer in [0, 1048576], found -1");
+  CHECK_ERR(config_with("image_dim", "0"), OUT_OF_RANGE, "field 'image_dim': expected an integer in [1, 1048576], found 0");
+  CHECK_ERR(config_with("added_kv_proj_dim", "1.5"), INVALID_ARGUMENT, "field 'added_kv_proj_dim': expected an integer, found 1.5");
+  CHECK_ERR(config_with("pos_embed_seq_len", "\"257\""), INVALID_ARGUMENT, "field 'pos_embed_seq_len': expected an integer, found a string");
+  CHECK_ERR(config_with("rope_max_seq_len", "0"), OUT_OF_RANGE, "field 'rope_max_seq_len': expected an integer in [1, 1048576], found 0");
+  CHECK_ERR(config_with("in_channels", "4097"), OUT_OF_RANGE, "field 'in_channels': expected an integer in [1, 4096], found 4097");
   CHECK_ERR(config_with("freq_dim", "31"), UNIMPLEMENTED, "field 'freq_dim' = 31: odd sinusoidal widths");
   CHECK_ERR(config_with("_class_name", NULL), NOT_FOUND, "config.json: field '_class_name': missing: cannot tell the model family");
   CHECK_ERR(config_with("_class_name", "[\"WanTransformer3DModel\"]"), INVALID_ARGUMENT, "field '_class_name': expected a string, found an array");
@@ -195,8 +200,23 @@ static void test_config_fields(void) {
   CHECK_OK(dit_model_config_parse(kTinyConfig, strlen(kTinyConfig), "config.json", &m));
   CHECK_EQ_INT(m.wan.heads, 2);
   CHECK_EQ_INT(m.wan.patch[2], 2);
+  CHECK_EQ_INT(m.wan.image_dim, 0);
+  CHECK_EQ_INT(m.wan.rope_max_seq_len, 64);
   cJSON_Delete(m.config);
   CHECK_OK(config_with("out_channels", "null"));
+  /* The Wan2.1 I2V / FLF2V fields are read into the typed config (the compile refuses them). */
+  static const char kI2V[] =
+      "{\"_class_name\": \"WanTransformer3DModel\", \"image_dim\": 1280, \"added_kv_proj_dim\": 5120,"
+      " \"pos_embed_seq_len\": 514, \"in_channels\": 36, \"out_channels\": 16}";
+  memset(&m, 0, sizeof m);
+  CHECK_OK(dit_model_config_parse(kI2V, strlen(kI2V), "config.json", &m));
+  CHECK_EQ_INT(m.wan.image_dim, 1280);
+  CHECK_EQ_INT(m.wan.added_kv_proj_dim, 5120);
+  CHECK_EQ_INT(m.wan.pos_embed_seq_len, 514);
+  CHECK_EQ_INT(m.wan.in_channels, 36);
+  CHECK_EQ_INT(m.wan.out_channels, 16);
+  CHECK_EQ_INT(m.wan.rope_max_seq_len, 1024);
+  cJSON_Delete(m.config);
 }
 
 /* ---- pipelines and schedulers ---- */
@@ -249,17 +269,17 @@ static void test_pipeline_dir(void) {
     dit_model_free(m);
     return;
   }
-  CHECK(strcmp(m->pipeline.class_name, "WanPipeline") == 0);
-  CHECK(strcmp(m->pipeline.transformer_class, "WanTransformer3DModel") == 0);
-  CHECK(strcmp(m->pipeline.scheduler_class, "UniPCMultistepScheduler") == 0);
-  CHECK(m->scheduler.present);
-  CHECK(strcmp(m->scheduler.class_name, "UniPCMultistepScheduler") == 0);
-  CHECK_EQ_INT(m->scheduler.num_train_timesteps, 1000);
-  CHECK_NEAR(m->scheduler.shift, 3.0, 0);
-  CHECK(m->scheduler.use_flow_sigmas);
-  CHECK(strcmp(m->scheduler.prediction_type, "flow_prediction") == 0);
+  CHECK(strcmp(m->pipeline.index.class_name, "WanPipeline") == 0);
+  CHECK(strcmp(m->pipeline.index.transformer_class, "WanTransformer3DModel") == 0);
+  CHECK(strcmp(m->pipeline.index.scheduler_class, "UniPCMultistepScheduler") == 0);
+  CHECK(m->pipeline.scheduler.present);
+  CHECK(strcmp(m->pipeline.scheduler.class_name, "UniPCMultistepScheduler") == 0);
+  CHECK_EQ_INT(m->pipeline.scheduler.num_train_timesteps, 1000);
+  CHECK_NEAR(m->pipeline.scheduler.shift, 3.0, 0);
+  CHECK(m->pipeline.scheduler.use_flow_sigmas);
+  CHECK(strcmp(m->pipeline.scheduler.prediction_type, "flow_prediction") == 0);
   CHECK(strstr(m->model_dir, "/transformer") != NULL);
-  CHECK(!direct->pipeline.class_name[0] && !direct->scheduler.present);
+  CHECK(!direct->pipeline.index.class_name[0] && !direct->pipeline.scheduler.present);
   /* The same transformer read either way is the same compile input. */
   char *c1 = NULL, *c2 = NULL, h1[33], h2[33];
   CHECK_OK(dit_json_canonical(direct->config, &c1));
@@ -278,16 +298,15 @@ static void test_pipeline_dir(void) {
   snprintf(to, sizeof to, "%s/scheduler/scheduler_config.json", pipe);
   CHECK(remove(to) == 0);
   CHECK_OK(dit_model_load(pipe, NULL, &m));
-  CHECK(m && !m->scheduler.present);
+  CHECK(m && !m->pipeline.scheduler.present);
   dit_model_free(m);
 
-  /* Two experts (Wan2.2 A14B): a clear refusal, for now. */
+  /* Two experts listed without their second folder. */
   write_file(pipe, "model_index.json",
              "{\"_class_name\": \"WanPipeline\", \"boundary_ratio\": 0.875, \"transformer\": [\"diffusers\", "
              "\"WanTransformer3DModel\"], \"transformer_2\": [\"diffusers\", \"WanTransformer3DModel\"]}");
-  CHECK_ERR(dit_model_load(pipe, NULL, &m), UNIMPLEMENTED,
-            "model_index.json: field 'transformer_2': a second transformer (WanTransformer3DModel; two experts switched "
-            "at boundary_ratio) is not supported yet");
+  CHECK_ERR(dit_model_load(pipe, NULL, &m), NOT_FOUND,
+            "model_index.json: names a second transformer (WanTransformer3DModel), but ");
   /* The index and the transformer's own config must agree on the class. */
   write_file(pipe, "model_index.json", "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer2\"]}");
   CHECK_ERR(dit_model_load(pipe, NULL, &m), INVALID_ARGUMENT, "field 'transformer': class \"WanTransformer2\", but ");
@@ -315,8 +334,8 @@ static void test_pipeline_index(void) {
   CHECK(strcmp(p.transformer_class, "WanTransformer3DModel") == 0);
   CHECK_ERR(index_of("{\"transformer\": [\"diffusers\", \"WanTransformer3DModel\"]}"), NOT_FOUND,
             "model_index.json: field '_class_name': missing");
-  CHECK_ERR(index_of("{\"_class_name\": \"WanImageToVideoPipeline\", \"transformer\": [\"diffusers\", \"X\"]}"),
-            UNIMPLEMENTED, "field '_class_name': found \"WanImageToVideoPipeline\"; supported pipelines: WanPipeline");
+  CHECK_ERR(index_of("{\"_class_name\": \"WanVideoToVideoPipeline\", \"transformer\": [\"diffusers\", \"X\"]}"),
+            UNIMPLEMENTED, "field '_class_name': found \"WanVideoToVideoPipeline\"; supported pipelines: WanPipeline, WanImageToVideoPipeline");
   CHECK_ERR(index_of("{\"_class_name\": 3}"), INVALID_ARGUMENT, "field '_class_name': expected a string, found a number");
   CHECK_ERR(index_of("{\"_class_name\": \"WanPipeline\"}"), NOT_FOUND, "field 'transformer': missing: the pipeline names no transformer");
   CHECK_ERR(index_of("{\"_class_name\": \"WanPipeline\", \"transformer\": [null, null]}"), NOT_FOUND, "names no transformer");
@@ -337,6 +356,394 @@ static void test_pipeline_index(void) {
   CHECK_ERR(index_of("{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"W\"], \"scheduler\": {}}"),
             INVALID_ARGUMENT, "field 'scheduler': expected an array, found an object");
   CHECK_ERR(index_of("[]"), INVALID_ARGUMENT, "model_index.json: expected a JSON object at the top level");
+}
+
+/* ---- Wan2.1 / Wan2.2 pipeline variants ---- */
+
+/* The tiny config with these in_channels, num_layers, image_dim and added_kv_proj_dim. */
+static void tiny_config(char out[1024], int64_t in, int layers, const char *image_dim, const char *kv) {
+  snprintf(out, 1024,
+           "{\"_class_name\": \"WanTransformer3DModel\", \"added_kv_proj_dim\": %s, \"attention_head_dim\": 16,"
+           " \"cross_attn_norm\": true, \"eps\": 1e-06, \"ffn_dim\": 64, \"freq_dim\": 32, \"image_dim\": %s,"
+           " \"in_channels\": %lld, \"num_attention_heads\": 2, \"num_layers\": %d, \"out_channels\": 4,"
+           " \"patch_size\": [1, 2, 2], \"pos_embed_seq_len\": null, \"qk_norm\": \"rms_norm_across_heads\","
+           " \"rope_max_seq_len\": 64, \"text_dim\": 24}",
+           kv, image_dim, (long long)in, layers);
+}
+
+/* A transformer folder: the tiny model's tensors, its patch embedding widened to `in`
+ * channels, and the image-conditioning tensors of image_dim / added_kv_proj_dim (0: none). */
+static void write_expert(const char *dir, const char *config, int64_t in, int64_t image_dim, int64_t kv) {
+  CHECK_OK(dit_mkdirs(dir, 0755));
+  write_file(dir, "config.json", config);
+  dit_safetensors_t *src = NULL;
+  CHECK_OK(dit_safetensors_open(g_model, &src));
+  if (!src) return;
+  dit_st_writer_t *w = NULL;
+  CHECK_OK(dit_st_writer_create(&w));
+  float *zeros = calloc(1 << 16, sizeof(float));
+  for (size_t i = 0; i < dit_safetensors_count(src); i++) {
+    const dit_st_tensor_t *t = dit_safetensors_at(src, i);
+    if (!strcmp(t->name, "patch_embedding.weight")) {
+      int64_t d[5] = {32, in, 1, 2, 2};
+      CHECK_OK(dit_st_writer_add(w, t->name, DIT_F32, 5, d, zeros));
+    } else {
+      CHECK_OK(dit_st_writer_add(w, t->name, t->dtype, t->rank, t->dims, t->data));
+    }
+  }
+  const int64_t D = 32;
+  if (image_dim) {
+    int64_t i1[1] = {image_dim}, d1[1] = {D}, ii[2] = {image_dim, image_dim}, di[2] = {D, image_dim};
+    static const struct {
+      const char *name;
+      int which; /* 0: [image_dim], 1: [D], 2: [image_dim, image_dim], 3: [D, image_dim] */
+    } parts[] = {{"norm1.weight", 0}, {"norm1.bias", 0}, {"ff.net.0.proj.weight", 2}, {"ff.net.0.proj.bias", 0},
+                 {"ff.net.2.weight", 3}, {"ff.net.2.bias", 1}, {"norm2.weight", 1}, {"norm2.bias", 1}};
+    const int64_t *dims[4] = {i1, d1, ii, di};
+    char n[160];
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+      snprintf(n, sizeof n, "condition_embedder.image_embedder.%s", parts[k].name);
+      CHECK_OK(dit_st_writer_add(w, n, DIT_F32, parts[k].which >= 2 ? 2 : 1, dims[parts[k].which], zeros));
+    }
+  }
+  if (kv) {
+    int64_t dk[2] = {D, kv}, d1[1] = {D};
+    char n[160];
+    for (int b = 0; b < 2; b++) {
+      static const char *const names[] = {"add_k_proj.weight", "add_k_proj.bias", "add_v_proj.weight", "add_v_proj.bias",
+                                          "norm_added_k.weight"};
+      for (int k = 0; k < 5; k++) {
+        snprintf(n, sizeof n, "blocks.%d.attn2.%s", b, names[k]);
+        CHECK_OK(dit_st_writer_add(w, n, DIT_F32, strstr(names[k], ".weight") && k != 4 ? 2 : 1,
+                                   strstr(names[k], ".weight") && k != 4 ? dk : d1, zeros));
+      }
+    }
+  }
+  char path[8192];
+  snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir);
+  CHECK_OK(dit_st_writer_write(w, path));
+  dit_st_writer_destroy(w);
+  dit_safetensors_close(src);
+  free(zeros);
+}
+
+/* A fresh pipeline folder `name` with this model_index.json, a tiny transformer/ (and
+ * transformer_2/ when config_2 is given) and vae/config.json when vae is given. */
+static const char *make_pipeline(const char *name, const char *index, const char *config_2, const char *vae) {
+  static char dir[4096];
+  char sub[8192], cfg[1024];
+  snprintf(dir, sizeof dir, "%s", check_tmpdir(name));
+  tiny_config(cfg, 4, 2, "null", "null");
+  snprintf(sub, sizeof sub, "%s/transformer", dir);
+  write_expert(sub, cfg, 4, 0, 0);
+  if (config_2) {
+    snprintf(sub, sizeof sub, "%s/transformer_2", dir);
+    write_expert(sub, config_2, 4, 0, 0);
+  }
+  if (vae) {
+    snprintf(sub, sizeof sub, "%s/vae", dir);
+    CHECK_OK(dit_mkdirs(sub, 0755));
+    write_file(sub, "config.json", vae);
+  }
+  write_file(dir, "model_index.json", index);
+  return dir;
+}
+
+static char *pipeline_identity(const dit_model_t *m) {
+  cJSON *o = NULL;
+  char *text = NULL;
+  CHECK_OK(dit_model_pipeline_identity(m, &o));
+  if (o) CHECK_OK(dit_json_canonical(o, &text));
+  cJSON_Delete(o);
+  return text;
+}
+
+#define A14B(ratio)                                                                                          \
+  "{\"_class_name\": \"WanPipeline\", \"boundary_ratio\": " ratio ", \"expand_timesteps\": false,"          \
+  " \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"], \"transformer_2\": [\"diffusers\", "       \
+  "\"WanTransformer3DModel\"], \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]}"
+
+static void test_two_experts(void) {
+  char cfg[1024];
+  tiny_config(cfg, 4, 2, "null", "null");
+  dit_model_t *m = NULL, *m2 = NULL;
+  const char *dir = make_pipeline("frontend_a14b", A14B("0.875"), cfg, NULL);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (!m) return;
+  const dit_pipeline_t *p = &m->pipeline;
+  CHECK_EQ_INT(p->n_experts, 2);
+  CHECK(p->index.has_boundary_ratio);
+  CHECK_NEAR(p->index.boundary_ratio, 0.875, 0);
+  CHECK(!p->index.expand_timesteps);
+  CHECK(strcmp(p->index.transformer_2_class, "WanTransformer3DModel") == 0);
+  CHECK(strstr(p->experts[0].dir, "/transformer") && !strstr(p->experts[0].dir, "transformer_2"));
+  CHECK(strstr(p->experts[1].dir, "/transformer_2") != NULL);
+  CHECK(p->experts[0].config == m->config && p->experts[0].weights == m->weights);
+  CHECK(p->experts[1].config && p->experts[1].weights && p->experts[1].weights != m->weights);
+  CHECK_EQ_INT(p->experts[1].wan.layers, 2);
+  CHECK_EQ_INT(p->experts[1].wan.heads, 2);
+  /* A14B keeps Wan2.1's VAE: 8x / 4x from the variant without a vae/config.json. */
+  CHECK(strcmp(m->variant, "wan2.1") == 0 && strcmp(p->vae.source, "variant") == 0);
+  CHECK_EQ_INT(m->vae_spatial, 8);
+  CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+            "model_index.json: field 'transformer_2': two experts (WanTransformer3DModel, switched at boundary_ratio 0.875) "
+            "are not supported yet");
+  /* The ratio decides which expert runs when: it is part of the identity. */
+  char *id1 = pipeline_identity(m);
+  CHECK(id1 && strstr(id1, "\"boundary_ratio\":0.875") && strstr(id1, "\"experts\":2"));
+  dir = make_pipeline("frontend_a14b_09", A14B("0.9"), cfg, NULL);
+  CHECK_OK(dit_model_load(dir, NULL, &m2));
+  char *id2 = m2 ? pipeline_identity(m2) : NULL;
+  CHECK(id1 && id2 && strcmp(id1, id2) != 0);
+  free(id1);
+  free(id2);
+  dit_model_free(m2);
+  dit_model_free(m);
+  m = NULL;
+
+  /* Experts that differ in anything but the weights are refused, naming field and values. */
+  char other[1024];
+  tiny_config(other, 4, 1, "null", "null");
+  dir = make_pipeline("frontend_a14b_layers", A14B("0.875"), other, NULL);
+  CHECK_ERR(dit_model_load(dir, NULL, &m), INVALID_ARGUMENT,
+            "transformer_2/config.json: field 'num_layers' = 1, but ");
+  CHECK_ERR(dit_model_load(dir, NULL, &m), INVALID_ARGUMENT,
+            "transformer/config.json has 2: a pipeline's experts must share the architecture");
+  snprintf(other, sizeof other, "%s", cfg);
+  char *eps = strstr(other, "1e-06");
+  memcpy(eps, "1e-05", 5);
+  dir = make_pipeline("frontend_a14b_eps", A14B("0.875"), other, NULL);
+  CHECK_ERR(dit_model_load(dir, NULL, &m), INVALID_ARGUMENT, "field 'eps' = 1e-05, but ");
+  /* The second expert's weights are checked too. */
+  dir = make_pipeline("frontend_a14b_weights", A14B("0.875"), cfg, NULL);
+  char path[8192];
+  snprintf(path, sizeof path, "%s/transformer_2/diffusion_pytorch_model.safetensors", dir);
+  dit_st_writer_t *w = NULL;
+  CHECK_OK(dit_st_writer_create(&w));
+  float one = 1;
+  int64_t d1[1] = {1};
+  CHECK_OK(dit_st_writer_add(w, "proj_out.bias", DIT_F32, 1, d1, &one));
+  CHECK_OK(dit_st_writer_write(w, path));
+  dit_st_writer_destroy(w);
+  CHECK_ERR(dit_model_load(dir, NULL, &m), NOT_FOUND, "transformer_2: checkpoint has no tensor ");
+  /* A second expert's class must be the one the index names. */
+  snprintf(other, sizeof other, "%s", cfg);
+  memcpy(strstr(other, "WanTransformer3DModel"), "WanTransformer3DModeX", 21);
+  dir = make_pipeline("frontend_a14b_class", A14B("0.875"), other, NULL);
+  CHECK_ERR(dit_model_load(dir, NULL, &m), UNIMPLEMENTED, "transformer_2/config.json: field '_class_name': found \"WanTransformer3DModeX\"");
+  CHECK(m == NULL);
+}
+
+static void test_boundary_ratio(void) {
+  dit_pipeline_index_t p;
+#define IDX(ratio, t2)                                                                                                \
+  "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"], \"boundary_ratio\": " \
+  ratio ", \"transformer_2\": " t2 "}"
+  static const char kT2[] = "[\"diffusers\", \"WanTransformer3DModel\"]";
+  char text[512];
+  snprintf(text, sizeof text, IDX("1", "%s"), kT2);
+  CHECK_OK(dit_pipeline_index_parse(text, strlen(text), "model_index.json", &p));
+  CHECK(p.has_boundary_ratio && p.boundary_ratio == 1.0);
+  snprintf(text, sizeof text, IDX("0", "%s"), kT2);
+  CHECK_ERR(index_of(text), OUT_OF_RANGE, "model_index.json: field 'boundary_ratio': expected a number in (0, 1], found 0");
+  snprintf(text, sizeof text, IDX("1.5", "%s"), kT2);
+  CHECK_ERR(index_of(text), OUT_OF_RANGE, "field 'boundary_ratio': expected a number in (0, 1], found 1.5");
+  snprintf(text, sizeof text, IDX("-0.2", "%s"), kT2);
+  CHECK_ERR(index_of(text), OUT_OF_RANGE, "found -0.20000000000000001");
+  snprintf(text, sizeof text, IDX("\"0.9\"", "%s"), kT2);
+  CHECK_ERR(index_of(text), INVALID_ARGUMENT, "field 'boundary_ratio': expected a number, found a string");
+  /* Two experts need the ratio; the ratio needs two experts. */
+  snprintf(text, sizeof text, IDX("null", "%s"), kT2);
+  CHECK_ERR(index_of(text), INVALID_ARGUMENT,
+            "field 'boundary_ratio': missing: a pipeline with transformer_2 (WanTransformer3DModel) needs the ratio");
+  CHECK_ERR(index_of(IDX("0.5", "[null, null]")), INVALID_ARGUMENT,
+            "field 'boundary_ratio': found 0.5, but the pipeline has no transformer_2 to switch to; expected null");
+  CHECK_ERR(index_of(IDX("0.5", "[\"mylib\", \"WanTransformer3DModel\"]")), UNIMPLEMENTED,
+            "field 'transformer_2': library \"mylib\": expected \"diffusers\"");
+  CHECK_ERR(index_of(IDX("0.5", "[\"diffusers\"]")), INVALID_ARGUMENT, "field 'transformer_2': expected a [library, class] pair");
+  CHECK_OK(index_of(IDX("null", "[null, null]")));
+  CHECK_ERR(index_of("{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"W\"], \"expand_timesteps\": 1}"),
+            INVALID_ARGUMENT, "field 'expand_timesteps': expected a boolean, found a number");
+#undef IDX
+}
+
+#define TI2V                                                                                                 \
+  "{\"_class_name\": \"WanPipeline\", \"boundary_ratio\": null, \"expand_timesteps\": true,"                \
+  " \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"], \"transformer_2\": [null, null],"          \
+  " \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]}"
+#define PLAIN                                                                                                \
+  "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"]}"
+
+static void test_ti2v_and_vae(void) {
+  dit_model_t *m = NULL;
+  dit_shape_request_t r = {.batch = 1, .frames = 9, .height = 64, .width = 96, .text_len = 7, .dtype = DIT_F32};
+  dit_latent_shape_t ls;
+  /* Without vae/config.json, expand_timesteps names the TI2V variant: 16x spatial, 4x temporal. */
+  const char *dir = make_pipeline("frontend_ti2v", TI2V, NULL, NULL);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (!m) return;
+  CHECK(m->pipeline.index.expand_timesteps && m->pipeline.n_experts == 1);
+  CHECK(strcmp(m->variant, "wan2.2-ti2v") == 0 && strcmp(m->pipeline.vae.source, "variant") == 0);
+  CHECK_EQ_INT(m->vae_spatial, 16);
+  CHECK_EQ_INT(m->vae_temporal, 4);
+  CHECK_OK(dit_model_latent_shape(m, &r, &ls));
+  CHECK_EQ_INT(ls.height, 4);
+  CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+            "model_index.json: field 'expand_timesteps' = true: per-token timesteps (Wan2.2 TI2V) are not supported yet");
+  char *id = pipeline_identity(m);
+  CHECK(id && strstr(id, "\"expand_timesteps\":true") && strstr(id, "\"scale_factor_spatial\":16"));
+  free(id);
+  dit_model_free(m);
+  m = NULL;
+
+  /* With vae/config.json its factors are read, and its z_dim must be the latent width. */
+  dir = make_pipeline("frontend_ti2v_vae", TI2V, NULL,
+                      "{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": 4, \"scale_factor_spatial\": 16,"
+                      " \"scale_factor_temporal\": 4, \"is_residual\": true, \"patch_size\": 2}");
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m) {
+    CHECK(strcmp(m->pipeline.vae.source, "vae/config.json") == 0);
+    CHECK_EQ_INT(m->pipeline.vae.z_dim, 4);
+    CHECK_EQ_INT(m->vae_spatial, 16);
+    CHECK_OK(dit_model_latent_shape(m, &r, &ls));
+    CHECK_EQ_INT(ls.width, 6);
+  }
+  dit_model_free(m);
+  m = NULL;
+  /* An explicit --variant must agree with the VAE the pipeline ships. */
+  CHECK_ERR(dit_model_load(dir, "wan2.1", &m), INVALID_ARGUMENT,
+            "--variant wan2.1: its VAE compresses 8x spatially and 4x temporally, but ");
+
+  /* A Wan2.1 pipeline: a VAE config with the variant's factors keeps the identity of before. */
+  dir = make_pipeline("frontend_t2v_vae", PLAIN, NULL, "{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": 4}");
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m) {
+    CHECK(strcmp(m->variant, "wan2.1") == 0 && strcmp(m->pipeline.vae.source, "vae/config.json") == 0);
+    CHECK_EQ_INT(m->vae_spatial, 8);
+    CHECK_EQ_INT(m->vae_temporal, 4);
+    CHECK_OK(dit_model_check_compilable(m));
+    char *none = pipeline_identity(m);
+    CHECK(none == NULL);
+    free(none);
+  }
+  dit_model_free(m);
+  m = NULL;
+  /* ... while factors other than the variant's enter it. */
+  dir = make_pipeline("frontend_t2v_vae16", PLAIN, NULL,
+                      "{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": 4, \"scale_factor_spatial\": 16}");
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m) {
+    CHECK_EQ_INT(m->vae_spatial, 16);
+    char *vid = pipeline_identity(m);
+    CHECK(vid && strstr(vid, "\"scale_factor_spatial\":16") && strstr(vid, "\"z_dim\":4"));
+    free(vid);
+  }
+  dit_model_free(m);
+  m = NULL;
+
+  /* Bad VAE configs, each named by its file and field. */
+  static const struct {
+    const char *text, *needle;
+    dit_code_t code;
+  } bad[] = {
+      {"{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": 16}", "vae/config.json: field 'z_dim' = 16, but ", DIT_CODE_INVALID_ARGUMENT},
+      {"{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": 4, \"scale_factor_spatial\": 0}",
+       "vae/config.json: field 'scale_factor_spatial': expected an integer in [1, 64], found 0", DIT_CODE_OUT_OF_RANGE},
+      {"{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": 4, \"scale_factor_temporal\": 2.5}",
+       "field 'scale_factor_temporal': expected an integer, found 2.5", DIT_CODE_INVALID_ARGUMENT},
+      {"{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": \"4\"}", "field 'z_dim': expected an integer, found a string",
+       DIT_CODE_INVALID_ARGUMENT},
+      {"{\"_class_name\": \"AutoencoderKL\", \"z_dim\": 4}", "field '_class_name': found \"AutoencoderKL\"; expected \"AutoencoderKLWan\"",
+       DIT_CODE_UNIMPLEMENTED},
+      {"{\"z_dim\": 4}", "vae/config.json: field '_class_name': missing", DIT_CODE_NOT_FOUND},
+      {"[4]", "vae/config.json: expected a JSON object", DIT_CODE_INVALID_ARGUMENT},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dir = make_pipeline("frontend_bad_vae", PLAIN, NULL, bad[i].text);
+    dit_status_t s = dit_model_load(dir, NULL, &m);
+    CHECK(s && dit_status_code(s) == bad[i].code && strstr(dit_status_message(s), bad[i].needle));
+    if (s && !strstr(dit_status_message(s), bad[i].needle)) fprintf(stderr, "  vae case %zu: %s\n", i, dit_status_message(s));
+    dit_status_free(s);
+    CHECK(m == NULL);
+  }
+  dit_vae_factors_t v;
+  const char def[] = "{\"_class_name\": \"AutoencoderKLWan\", \"scale_factor_spatial\": null}";
+  CHECK_OK(dit_vae_config_parse(def, strlen(def), "vae/config.json", &v));
+  CHECK(v.spatial == 8 && v.temporal == 4 && v.z_dim == 16);
+}
+
+#define I2V                                                                                                  \
+  "{\"_class_name\": \"WanImageToVideoPipeline\", \"boundary_ratio\": null, \"expand_timesteps\": false,"   \
+  " \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"], \"transformer_2\": [null, null],"          \
+  " \"image_encoder\": [\"transformers\", \"CLIPVisionModel\"]}"
+
+static void test_i2v(void) {
+  dit_model_t *m = NULL;
+  char cfg[1024], sub[8192];
+  /* Wan2.1 I2V: CLIP image tokens through image_dim and added_kv_proj_dim. */
+  const char *dir = make_pipeline("frontend_i2v", I2V, NULL, NULL);
+  snprintf(sub, sizeof sub, "%s/transformer", dir);
+  tiny_config(cfg, 4, 2, "8", "8");
+  write_expert(sub, cfg, 4, 8, 8);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m) {
+    CHECK(strcmp(m->pipeline.index.class_name, "WanImageToVideoPipeline") == 0);
+    CHECK_EQ_INT(m->wan.image_dim, 8);
+    CHECK_EQ_INT(m->wan.added_kv_proj_dim, 8);
+    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+              "transformer/config.json: field 'image_dim' = 8: image conditioning (Wan2.1 I2V image tokens) is not supported yet");
+    char *id = pipeline_identity(m);
+    CHECK(id && strstr(id, "\"class\":\"WanImageToVideoPipeline\""));
+    free(id);
+  }
+  dit_model_free(m);
+  m = NULL;
+  /* The image tensors are required by those fields, and named by them when missing. */
+  write_expert(sub, cfg, 4, 0, 8);
+  CHECK_ERR(dit_model_load(dir, NULL, &m), NOT_FOUND,
+            "checkpoint has no tensor 'condition_embedder.image_embedder.ff.net.0.proj.bias', which this config requires "
+            "(field 'image_dim' = 8)");
+  write_expert(sub, cfg, 4, 8, 0);
+  CHECK_ERR(dit_model_load(dir, NULL, &m), NOT_FOUND, "(field 'added_kv_proj_dim' = 8)");
+  /* added_kv_proj_dim alone is still image conditioning. */
+  tiny_config(cfg, 4, 2, "null", "8");
+  write_expert(sub, cfg, 4, 0, 8);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m) CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED, "field 'added_kv_proj_dim' = 8: image conditioning");
+  dit_model_free(m);
+  m = NULL;
+  /* Wan2.2 A14B I2V: the image latents are concatenated to the noise (in_channels 2 z + 4). */
+  tiny_config(cfg, 12, 2, "null", "null");
+  write_expert(sub, cfg, 12, 0, 0);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m) {
+    CHECK_EQ_INT(m->wan.in_channels, 12);
+    CHECK_EQ_INT(m->wan.out_channels, 4);
+    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+              "transformer/config.json: field 'in_channels' = 12 differs from out_channels = 4: image-to-video latent "
+              "concatenation is not supported yet");
+  }
+  dit_model_free(m);
+  m = NULL;
+  /* An image-to-video pipeline is refused as such even when its transformer is text-to-video's. */
+  tiny_config(cfg, 4, 2, "null", "null");
+  write_expert(sub, cfg, 4, 0, 0);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m)
+    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+              "model_index.json: field '_class_name' = \"WanImageToVideoPipeline\": image-to-video is not supported yet");
+  dit_model_free(m);
+  m = NULL;
+  /* What compiles today passes, with no pipeline facts in its identity. */
+  CHECK_OK(dit_model_load(g_model, NULL, &m));
+  if (m) {
+    CHECK_OK(dit_model_check_compilable(m));
+    CHECK_EQ_INT(m->pipeline.n_experts, 1);
+    char *none = pipeline_identity(m);
+    CHECK(none == NULL);
+    free(none);
+  }
+  dit_model_free(m);
 }
 
 static dit_status_t sched_of(const char *text, dit_scheduler_defaults_t *d) {
@@ -383,6 +790,10 @@ int main(void) {
   test_config_fields();
   test_pipeline_dir();
   test_pipeline_index();
+  test_two_experts();
+  test_boundary_ratio();
+  test_ti2v_and_vae();
+  test_i2v();
   test_scheduler_config();
   return check_summary("test_frontend");
 }
