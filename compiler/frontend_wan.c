@@ -647,6 +647,14 @@ static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
   if (!s) s = dit_expert_configs_match(m->config, first, e->config, path);
   if (!s) s = dit_safetensors_open(e->dir, &e->weights);
   if (!s) s = wan_check_weights(&e->wan, e->weights, e->dir);
+  if (!s) {
+    /* Normalized like the first expert's (which gets its class after its weights check). */
+    cJSON *cls = cJSON_CreateString(m->pipeline.index.transformer_2_class);
+    if (!cls || !cJSON_AddItemToObject(e->config, "_class_name", cls)) {
+      cJSON_Delete(cls);
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
   return s;
 }
 

@@ -482,6 +482,12 @@ static void test_two_experts(void) {
   CHECK(p->experts[1].config && p->experts[1].weights && p->experts[1].weights != m->weights);
   CHECK_EQ_INT(p->experts[1].wan.layers, 2);
   CHECK_EQ_INT(p->experts[1].wan.heads, 2);
+  char *c0 = NULL, *c1 = NULL;
+  CHECK_OK(dit_json_canonical(p->experts[0].config, &c0));
+  CHECK_OK(dit_json_canonical(p->experts[1].config, &c1));
+  CHECK(c0 && c1 && strcmp(c0, c1) == 0);
+  free(c0);
+  free(c1);
   /* A14B keeps Wan2.1's VAE: 8x / 4x from the variant without a vae/config.json. */
   CHECK(strcmp(m->variant, "wan2.1") == 0 && strcmp(p->vae.source, "variant") == 0);
   CHECK_EQ_INT(m->vae_spatial, 8);
