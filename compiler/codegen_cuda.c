@@ -192,9 +192,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   switch (op->kind) {
     case DIT_OP_SILU:
     case DIT_OP_GELU_TANH:
+    case DIT_OP_GELU:
     case DIT_OP_ADD:
       dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
-          op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH : DIT_ABI_EW_ADD, n,
+          op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH
+          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU : DIT_ABI_EW_ADD, n,
           dt_code(x->dtype), n % DIT_ABI_VEC == 0);
       if (op->kind == DIT_OP_ADD) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
       set_launch(k, blocks_of(n % DIT_ABI_VEC == 0 ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);

@@ -70,6 +70,8 @@ static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_
   cJSON_AddNumberToObject(s, "height", (double)o->shape.height);
   cJSON_AddNumberToObject(s, "width", (double)o->shape.width);
   cJSON_AddNumberToObject(s, "text_len", (double)o->shape.text_len);
+  /* Only image-conditioned models have it: other models keep their identity. */
+  if (ls->image_len) cJSON_AddNumberToObject(s, "image_len", (double)ls->image_len);
   cJSON *l = cJSON_AddArrayToObject(s, "latent");
   double lat[4] = {(double)ls->channels, (double)ls->frames, (double)ls->height, (double)ls->width};
   for (int i = 0; i < 4; i++) cJSON_AddItemToArray(l, cJSON_CreateNumber(lat[i]));

@@ -22,6 +22,7 @@ static const char kUsage[] =
     "      into a content-addressed bundle. Options:\n"
     "        --batch B           batch size (default 1)\n"
     "        --text-len L        text tokens (default 512)\n"
+    "        --image-len N       image tokens of an image-conditioned model (default 257, as CLIP gives)\n"
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
@@ -106,6 +107,10 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--width")) rc = parse_i64(a, val, &o.shape.width), i++;
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
+    else if (!strcmp(a, "--image-len")) {
+      rc = parse_i64(a, val, &o.shape.image_len), i++;
+      if (!rc && o.shape.image_len < 1) return usage_error("--image-len %s: expected a positive count", val);
+    }
     else if (!strcmp(a, "--cfg-parallel")) o.cfg_parallel = 1;
     else if (!strcmp(a, "--sp")) o.shape.sp = 1;
     else if (!strcmp(a, "--offload")) {

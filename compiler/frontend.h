@@ -18,6 +18,7 @@ typedef struct dit_shape_request {
   int64_t batch;
   int64_t frames, height, width; /* pixels */
   int64_t text_len;
+  int64_t image_len;             /* image tokens of an image-conditioned model; 0: 257, as CLIP gives */
   dit_dtype_t dtype;             /* compute/storage policy: f32 or bf16 */
   int tp, tp_rank;               /* tensor-parallel degree (0 or 1: none) and this graph's rank */
   int cp, cp_rank;               /* context-parallel degree (0 or 1: none) and this graph's rank */
@@ -104,6 +105,7 @@ typedef struct dit_model {
 /* The latent shape a request maps to, [C, f, h, w] before patching. */
 typedef struct dit_latent_shape {
   int64_t channels, frames, height, width;
+  int64_t image_len; /* image tokens (encoder_hidden_states_image); 0 for a model without them */
 } dit_latent_shape_t;
 
 /* Loads config.json and the checkpoint of model_dir and validates both against the family's
@@ -118,8 +120,9 @@ dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_mode
 void dit_model_free(dit_model_t *m);
 
 /* Refuses (UNIMPLEMENTED, naming the file and field) what the frontend reads but the graph
- * and runtime cannot run yet: two experts, image-to-video pipelines and image conditioning,
- * in_channels != out_channels, expand_timesteps. */
+ * and runtime cannot run yet: two experts, image-to-video pipelines, expand_timesteps, and
+ * in_channels != out_channels or image conditioning outside Wan2.1 I2V's form (image_dim with
+ * added_kv_proj_dim = the model width). */
 dit_status_t dit_model_check_compilable(const dit_model_t *m);
 
 /* The pipeline facts that change what is compiled or how it is run, beyond the transformer
@@ -147,7 +150,8 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
                                     dit_latent_shape_t *out);
 
 /* Builds the forward graph: inputs hidden_states [B,C,f,h,w], timestep [B] (f32),
- * encoder_hidden_states [B,L,text_dim]; output sample [B,C_out,f,h,w]. With req->tp > 1 it is
+ * encoder_hidden_states [B,L,text_dim], and for an image-conditioned model (Wan2.1 I2V)
+ * encoder_hidden_states_image [B,n_img,image_dim]; output sample [B,C_out,f,h,w]. With req->tp > 1 it is
  * the graph of tensor-parallel rank req->tp_rank: q/k/v and FFN-up column-parallel, attention
  * out and FFN-down row-parallel (an all-reduce after each), heads divided, the QK RMSNorm over
  * all heads through an all-reduce of the rows' sums of squares; the rest replicated. */

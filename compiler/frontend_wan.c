@@ -722,16 +722,23 @@ dit_status_t dit_model_check_compilable(const dit_model_t *m) {
     return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field 'transformer_2': two experts (%s, switched at boundary_ratio %g) "
                    "are not supported yet; compile %s or %s on its own",
                    p->dir, p->index.transformer_2_class, p->index.boundary_ratio, p->experts[0].dir, p->experts[1].dir);
-  static const char *const image_fields[] = {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"};
-  const int64_t image_values[] = {w->image_dim, w->added_kv_proj_dim, w->pos_embed_seq_len};
-  for (int i = 0; i < 3; i++)
-    if (image_values[i])
-      return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field '%s' = %" PRId64 ": image conditioning (Wan2.1 I2V image tokens) is not "
-                     "supported yet; expected null",
-                     m->model_dir, image_fields[i], image_values[i]);
-  if (w->in_channels != w->out_channels)
+  const int64_t D = w->heads * w->head_dim;
+  if (w->pos_embed_seq_len)
+    return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field 'pos_embed_seq_len' = %" PRId64 ": first-last-frame image tokens (Wan2.1 "
+                   "FLF2V, two images' tokens per sample) are not supported yet; expected null",
+                   m->model_dir, w->pos_embed_seq_len);
+  if (!w->image_dim != !w->added_kv_proj_dim)
+    return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field '%s' = %" PRId64 " but '%s' is null: image conditioning needs both the image "
+                   "embedder (image_dim) and the cross-attention's image K/V (added_kv_proj_dim)",
+                   m->model_dir, w->image_dim ? "image_dim" : "added_kv_proj_dim", w->image_dim ? w->image_dim : w->added_kv_proj_dim,
+                   w->image_dim ? "added_kv_proj_dim" : "image_dim");
+  if (w->added_kv_proj_dim && w->added_kv_proj_dim != D)
+    return DIT_ERR(INVALID_ARGUMENT, "%s/config.json: field 'added_kv_proj_dim' = %" PRId64 ", expected %" PRId64
+                   " (num_attention_heads x attention_head_dim): the image embedder's output is what add_k_proj reads",
+                   m->model_dir, w->added_kv_proj_dim, D);
+  if (w->in_channels != w->out_channels && !w->image_dim)
     return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field 'in_channels' = %" PRId64 " differs from out_channels = %" PRId64
-                   ": image-to-video latent concatenation is not supported yet",
+                   ": image-to-video latent concatenation is not supported yet without image tokens (image_dim null)",
                    m->model_dir, w->in_channels, w->out_channels);
   if (p->index.expand_timesteps)
     return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field 'expand_timesteps' = true: per-token timesteps (Wan2.2 TI2V) are "
@@ -802,6 +809,20 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
                      grid[i], i == 0 ? "frames" : i == 1 ? "height" : "width", m->wan.rope_max_seq_len);
   if (r->batch < 1 || r->batch > 4096) return DIT_ERR(INVALID_ARGUMENT, "--batch %" PRId64 ": expected 1..4096", r->batch);
   if (r->text_len < 1 || r->text_len > 65536) return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": expected 1..65536", r->text_len);
+  out->image_len = 0;
+  if (m->wan.image_dim) {
+    /* diffusers splits the context as "image = all but the last 512 tokens". */
+    if (r->text_len != 512)
+      return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": an image-conditioned model (config.json image_dim = %" PRId64
+                     ") takes exactly 512 text tokens: diffusers' attention treats all context tokens before the last 512 as image tokens",
+                     r->text_len, m->wan.image_dim);
+    out->image_len = r->image_len ? r->image_len : 257;
+    if (out->image_len < 1 || out->image_len > 65536)
+      return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": expected 1..65536", r->image_len);
+  } else if (r->image_len) {
+    return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": %s/config.json has image_dim null: the model takes no image tokens",
+                   r->image_len, m->model_dir);
+  }
   return DIT_OK;
 }
 
@@ -828,7 +849,9 @@ static void op2(wan_builder_t *b, dit_op_kind_t kind, const dit_vid_t *ins, int 
 /* diffusers keeps these modules in fp32 when the model is cast to half precision. */
 static dit_dtype_t weight_dtype(const wan_builder_t *b, const char *key) {
   if (b->dt == DIT_F32) return DIT_F32;
-  if (strstr(key, "time_embedder") || strstr(key, "scale_shift_table") || strstr(key, ".norm2.")) return DIT_F32;
+  if (strstr(key, "time_embedder") || strstr(key, "scale_shift_table") || strstr(key, ".norm2.") ||
+      strstr(key, ".norm1."))
+    return DIT_F32;
   return b->dt;
 }
 
@@ -1023,6 +1046,11 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 5, xs);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
+  dit_vid_t ehi = -1;
+  if (ls.image_len) {
+    int64_t is[3] = {B, ls.image_len, m->wan.image_dim};
+    ehi = dit_graph_input(g, "encoder_hidden_states_image", dt, 3, is);
+  }
 
   dit_attrs_t pa = {0};
   dit_attrs_set_int(&pa, "pt", pt);
@@ -1056,6 +1084,22 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_vid_t ctx = linear(b, ehs, "condition_embedder.text_embedder.linear_1", dt, "text.linear_1");
   ctx = unary(b, DIT_OP_GELU_TANH, ctx, dt, "text.gelu");
   ctx = linear(b, ctx, "condition_embedder.text_embedder.linear_2", dt, "context");
+  /* The image tokens' context, kept apart from the text's: diffusers concatenates the two and
+   * its attention splits them again at the same place. */
+  dit_vid_t ictx = -1;
+  if (ehi >= 0) {
+    dit_attrs_t la = {0};
+    dit_attrs_set_float(&la, "eps", 1e-5); /* FP32LayerNorm's default */
+    dit_vid_t n1_in[3] = {ehi, W(b, "condition_embedder.image_embedder.norm1.weight"),
+                          W(b, "condition_embedder.image_embedder.norm1.bias")};
+    ictx = dit_graph_op(g, DIT_OP_LAYERNORM, n1_in, 3, &la, dt, "image.norm1");
+    ictx = linear(b, ictx, "condition_embedder.image_embedder.ff.net.0.proj", dt, "image.ff.up");
+    ictx = unary(b, DIT_OP_GELU, ictx, dt, "image.ff.gelu");
+    ictx = linear(b, ictx, "condition_embedder.image_embedder.ff.net.2", dt, "image.ff.down");
+    dit_vid_t n2_in[3] = {ictx, W(b, "condition_embedder.image_embedder.norm2.weight"),
+                          W(b, "condition_embedder.image_embedder.norm2.bias")};
+    ictx = dit_graph_op(g, DIT_OP_LAYERNORM, n2_in, 3, &la, dt, "image_context");
+  }
 
   dit_attrs_t ra = {0};
   int64_t hw = 2 * (m->wan.head_dim / 6);
@@ -1153,6 +1197,16 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     q2 = rmsnorm(b, q2, KEY("attn2.norm_q.weight"), NAME("attn2.norm_q"));
     k2 = rmsnorm(b, k2, KEY("attn2.norm_k.weight"), NAME("attn2.norm_k"));
     dit_vid_t a2 = attention(b, q2, k2, v2, NAME("attn2.sdpa"));
+    if (ictx >= 0) {
+      /* The image tokens' own K/V, unrotated, attended by the same queries; heads split like
+       * the text's, so under tensor parallelism the sum stays per rank before to_out. */
+      dit_vid_t ki = linear_col(b, ictx, KEY("attn2.add_k_proj"), dt, NAME("attn2.k_img"));
+      dit_vid_t vi = linear_col(b, ictx, KEY("attn2.add_v_proj"), dt, NAME("attn2.v_img"));
+      ki = rmsnorm(b, ki, KEY("attn2.norm_added_k.weight"), NAME("attn2.norm_added_k"));
+      dit_vid_t ai = attention(b, q2, ki, vi, NAME("attn2.sdpa_img"));
+      dit_vid_t sum_in[2] = {a2, ai};
+      a2 = dit_graph_op(g, DIT_OP_ADD, sum_in, 2, NULL, dt, NAME("attn2.text_plus_img"));
+    }
     a2 = linear_row(b, a2, KEY("attn2.to_out.0"), NAME("attn2.out"));
     dit_vid_t add_in[2] = {hs, a2};
     hs = dit_graph_op(g, DIT_OP_ADD, add_in, 2, NULL, dt, NAME("attn2.residual"));

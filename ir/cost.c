@@ -7,6 +7,7 @@ static double elem_flops(dit_op_kind_t k) {
   switch (k) {
     case DIT_OP_SILU: return 4;      /* exp, add, div, mul */
     case DIT_OP_GELU_TANH: return 8;
+    case DIT_OP_GELU: return 8;
     case DIT_OP_LAYERNORM: return 7;
     case DIT_OP_ADALN: return 9;
     case DIT_OP_RMSNORM: return 4;

@@ -127,6 +127,7 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     }
     case DIT_OP_SILU:
     case DIT_OP_GELU_TANH:
+    case DIT_OP_GELU:
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     case DIT_OP_ADD:

@@ -83,6 +83,8 @@ __device__ __forceinline__ float ew_apply(float x, float y) {
   return x / (1.f + expf(-x));
 #elif OPCODE == DIT_ABI_EW_GELU_TANH
   return gelu_tanh(x);
+#elif OPCODE == DIT_ABI_EW_GELU
+  return 0.5f * x * erfcf(-x * 0.70710678118654752f);
 #elif OPCODE == DIT_ABI_EW_ADD
   return x + y;
 #else

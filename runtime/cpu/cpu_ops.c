@@ -168,7 +168,7 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
-typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD } ew_kind_t;
+typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU } ew_kind_t;
 
 typedef struct ew_job {
   ew_kind_t kind;
@@ -197,6 +197,10 @@ static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
         }
         break;
       }
+      case EW_GELU:
+        /* erfc keeps the negative tail's relative precision, which 1 + erf loses. */
+        for (int64_t i = 0; i < n; i++) out[i] = 0.5f * a[i] * erfcf(-a[i] * 0.70710678118654752f);
+        break;
       case EW_ADD: {
         const float *b = dit_cpu_row_load(j->b->data, j->b->dtype, s, n, tb);
         for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -224,6 +228,10 @@ dit_status_t dit_cpu_silu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) 
 
 dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
   return unary(c, "gelu_tanh", EW_GELU_TANH, x, y);
+}
+
+dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
+  return unary(c, "gelu", EW_GELU, x, y);
 }
 
 dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,

@@ -30,6 +30,8 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
                                     double max_period, double scale, dit_tensor_t *out);
 dit_status_t dit_cpu_silu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+/* Exact GELU: 0.5 x (1 + erf(x / sqrt 2)). */
+dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
                          dit_tensor_t *y);
 /* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]. */

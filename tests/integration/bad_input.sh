@@ -135,7 +135,7 @@ PY
 }
 I2V='{"_class_name": "WanImageToVideoPipeline", "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": [null, null], "boundary_ratio": null}'
 mkpipe "$I2V"; mki2v 4 8 8
-expect_fail "transformer/config.json: field 'image_dim' = 8: image conditioning (Wan2.1 I2V image tokens) is not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
+expect_fail "transformer/config.json: field 'added_kv_proj_dim' = 8, expected 32 (num_attention_heads x attention_head_dim)" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
 mkpipe "$I2V"; mki2v 12 0 0
 expect_fail "field 'in_channels' = 12 differs from out_channels = 4: image-to-video latent concatenation is not supported yet" "$BIN/ditc" compile "$T/p" --frames 9 --height 32 --width 48 -o "$T/x"
 mkpipe "$I2V"

@@ -696,8 +696,9 @@ static void test_i2v(void) {
     CHECK(strcmp(m->pipeline.index.class_name, "WanImageToVideoPipeline") == 0);
     CHECK_EQ_INT(m->wan.image_dim, 8);
     CHECK_EQ_INT(m->wan.added_kv_proj_dim, 8);
-    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
-              "transformer/config.json: field 'image_dim' = 8: image conditioning (Wan2.1 I2V image tokens) is not supported yet");
+    /* The image embedder's output (the model width) is what add_k_proj reads. */
+    CHECK_ERR(dit_model_check_compilable(m), INVALID_ARGUMENT,
+              "transformer/config.json: field 'added_kv_proj_dim' = 8, expected 32 (num_attention_heads x attention_head_dim)");
     char *id = pipeline_identity(m);
     CHECK(id && strstr(id, "\"class\":\"WanImageToVideoPipeline\""));
     free(id);
@@ -711,11 +712,22 @@ static void test_i2v(void) {
             "(field 'image_dim' = 8)");
   write_expert(sub, cfg, 4, 8, 0);
   CHECK_ERR(dit_model_load(dir, NULL, &m), NOT_FOUND, "(field 'added_kv_proj_dim' = 8)");
-  /* added_kv_proj_dim alone is still image conditioning. */
+  /* added_kv_proj_dim alone is image K/V with no image embedder to feed them. */
   tiny_config(cfg, 4, 2, "null", "8");
   write_expert(sub, cfg, 4, 0, 8);
   CHECK_OK(dit_model_load(dir, NULL, &m));
-  if (m) CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED, "field 'added_kv_proj_dim' = 8: image conditioning");
+  if (m)
+    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+              "field 'added_kv_proj_dim' = 8 but 'image_dim' is null: image conditioning needs both");
+  dit_model_free(m);
+  m = NULL;
+  /* A well-formed Wan2.1 I2V transformer in an image-to-video pipeline: the pipeline is refused. */
+  tiny_config(cfg, 4, 2, "8", "32");
+  write_expert(sub, cfg, 4, 8, 32);
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (m)
+    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
+              "model_index.json: field '_class_name' = \"WanImageToVideoPipeline\": image-to-video is not supported yet");
   dit_model_free(m);
   m = NULL;
   /* Wan2.2 A14B I2V: the image latents are concatenated to the noise (in_channels 2 z + 4). */
@@ -727,7 +739,7 @@ static void test_i2v(void) {
     CHECK_EQ_INT(m->wan.out_channels, 4);
     CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
               "transformer/config.json: field 'in_channels' = 12 differs from out_channels = 4: image-to-video latent "
-              "concatenation is not supported yet");
+              "concatenation is not supported yet without image tokens");
   }
   dit_model_free(m);
   m = NULL;
@@ -749,6 +761,72 @@ static void test_i2v(void) {
     CHECK(none == NULL);
     free(none);
   }
+  dit_model_free(m);
+}
+
+/* The op named `name` in g, or NULL. */
+static const dit_op_t *op_named(const dit_graph_t *g, const char *name) {
+  for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (!strcmp(dit_graph_cvalue(g, op->out[0])->name, name)) return op;
+  }
+  return NULL;
+}
+
+/* The committed tiny Wan2.1 I2V transformer compiles: the image embedder (exact GELU), the
+ * image K/V added to the text attention before to_out, shapes from --image-len; the text is
+ * exactly 512 tokens; a text-only model takes no image tokens. */
+static void test_i2v_graph(void) {
+  char dir[1200];
+  const char *data = getenv("DIT_TEST_DATA");
+  snprintf(dir, sizeof dir, "%s/wan21_i2v_tiny/model", data ? data : "data");
+  dit_model_t *m = NULL;
+  CHECK_OK(dit_model_load(dir, NULL, &m));
+  if (!m) return;
+  CHECK_OK(dit_model_check_compilable(m));
+  dit_shape_request_t r = {.batch = 2, .frames = 9, .height = 32, .width = 48, .text_len = 512, .dtype = DIT_F32};
+  dit_latent_shape_t ls;
+  CHECK_OK(dit_model_latent_shape(m, &r, &ls));
+  CHECK_EQ_INT(ls.image_len, 257);
+  CHECK_EQ_INT(ls.channels, 36);
+  r.image_len = 5;
+  CHECK_OK(dit_model_latent_shape(m, &r, &ls));
+  CHECK_EQ_INT(ls.image_len, 5);
+  dit_graph_t *g = NULL;
+  CHECK_OK(dit_model_build_graph(m, &r, &g));
+  if (g) {
+    int found = 0;
+    for (dit_vid_t v = 0; v < dit_graph_num_values(g); v++) {
+      const dit_value_t *x = dit_graph_cvalue(g, v);
+      if (x->kind == DIT_VALUE_INPUT && x->ref && !strcmp(x->ref, "encoder_hidden_states_image")) {
+        found = 1;
+        CHECK(x->rank == 3 && x->dims[0] == 2 && x->dims[1] == 5 && x->dims[2] == 20);
+      }
+      if (x->is_output) CHECK(x->rank == 5 && x->dims[1] == 16);
+    }
+    CHECK(found);
+    const dit_op_t *gelu = op_named(g, "image.ff.gelu");
+    CHECK(gelu && gelu->kind == DIT_OP_GELU);
+    const dit_op_t *sum = op_named(g, "blocks.1.attn2.text_plus_img");
+    const dit_op_t *img = op_named(g, "blocks.1.attn2.sdpa_img");
+    const dit_op_t *out = op_named(g, "blocks.1.attn2.out");
+    CHECK(sum && img && out && sum->kind == DIT_OP_ADD && sum->in[1] == img->out[0] && out->in[0] == sum->out[0]);
+    if (img) CHECK(dit_graph_cvalue(g, img->in[1])->dims[1] == 5); /* the image keys: 5 tokens */
+    CHECK(op_named(g, "blocks.0.attn2.norm_added_k") != NULL);
+  }
+  dit_graph_destroy(g);
+  r.text_len = 511;
+  CHECK_ERR(dit_model_latent_shape(m, &r, &ls), INVALID_ARGUMENT, "--text-len 511: an image-conditioned model (config.json "
+            "image_dim = 20) takes exactly 512 text tokens");
+  dit_model_free(m);
+  m = NULL;
+  CHECK_OK(dit_model_load(g_model, NULL, &m));
+  if (!m) return;
+  r.text_len = 7;
+  CHECK_ERR(dit_model_latent_shape(m, &r, &ls), INVALID_ARGUMENT, "--image-len 5: ");
+  r.image_len = 0;
+  CHECK_OK(dit_model_latent_shape(m, &r, &ls));
+  CHECK_EQ_INT(ls.image_len, 0);
   dit_model_free(m);
 }
 
@@ -800,6 +878,7 @@ int main(void) {
   test_boundary_ratio();
   test_ti2v_and_vae();
   test_i2v();
+  test_i2v_graph();
   test_scheduler_config();
   return check_summary("test_frontend");
 }
