@@ -41,6 +41,22 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   for (size_t i = 0; i < m->n_inputs; i++)
     if (!strcmp(m->io_inputs[i].name, "hidden_states")) hs = &m->io_inputs[i];
   if (!hs) return DIT_ERR(NOT_FOUND, "the bundle has no 'hidden_states' input");
+  /* The sampler steps the latents the transformer predicts for: a bundle with conditioning the
+   * loop does not supply (image tokens, channels concatenated to the latents) needs an
+   * image-to-video loop, which generate does not have yet. */
+  const dit_manifest_io_t *out = NULL;
+  for (size_t i = 0; i < m->n_outputs; i++)
+    if (!strcmp(m->io_outputs[i].name, "sample")) out = &m->io_outputs[i];
+  for (size_t i = 0; i < m->n_inputs; i++) {
+    const char *nm = m->io_inputs[i].name;
+    if (strcmp(nm, "hidden_states") && strcmp(nm, "timestep") && strcmp(nm, "encoder_hidden_states"))
+      return DIT_ERR(UNIMPLEMENTED, "manifest.json: field 'io.inputs[%zu].name' = \"%s\": generate supplies only hidden_states, timestep and "
+                     "encoder_hidden_states; image-to-video generation is not supported yet (use forward)", i, nm);
+  }
+  if (!out || out->rank != hs->rank || (hs->rank > 1 && out->dims[1] != hs->dims[1]))
+    return DIT_ERR(UNIMPLEMENTED, "manifest.json: the bundle's 'sample' output does not have the shape of its 'hidden_states' input (%lld "
+                   "against %lld channels): image-to-video generation is not supported yet (use forward)",
+                   out && out->rank > 1 ? (long long)out->dims[1] : -1LL, hs->rank > 1 ? (long long)hs->dims[1] : -1LL);
   int cfg = o->guidance > 1.0;
   if (cfg && !negative)
     return DIT_ERR(INVALID_ARGUMENT, "--guidance %g: classifier-free guidance needs negative prompt embeddings", o->guidance);

@@ -153,6 +153,15 @@ done
 fi
 if [ -z "${SKIP_CHECKS:-}" ]; then
 
+step "1e. Wan2.1 image-to-video (tiny): the GPU forward against diffusers' fp32 output, every op against the CPU"
+d=tests/data/wan21_i2v_tiny
+read -r F H Wd B L N < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['image_tokens'])")
+ib=$("$BIN/ditc" compile "$d/model" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --image-len "$N" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+check mem_within "$BIN/ditrun" forward "$ib" --inputs "$d/forward_inputs.safetensors" --out "$W/fi.safetensors"
+check "$BIN/st_compare" "$W/fi.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+check "$BIN/ditrun" compare "$ib" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
+"$BIN/ditrun" compare "$ib" --inputs "$d/forward_inputs.safetensors" | grep -E "^(gelu|attention|linear) "
+
 step "1d. the Hopper attention kernel at head dims 64 and 128: every op on the GPU against the CPU reference, 1280 and 126 tokens"
 for p in tiny-hd64 tiny-hd128; do
   "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$W/$p" >/dev/null
