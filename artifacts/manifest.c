@@ -5,6 +5,7 @@
 #include "base/strbuf.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,51 @@ static dit_status_t write_io(jw_t *w, const char *key, size_t n, const dit_manif
     jw_close(w, '}');
   }
   jw_close(w, ']');
+  return DIT_OK;
+}
+
+static void write_rank_list(jw_t *w, size_t n, const dit_manifest_rank_t *ranks) {
+  jw_key(w, "ranks");
+  jw_open(w, '[', 0);
+  for (size_t i = 0; i < n; i++) {
+    jw_open(w, '{', 0);
+    jw_ki64(w, "rank", ranks[i].rank);
+    jw_kstr(w, "plan", ranks[i].plan);
+    jw_kstr(w, "weights", ranks[i].weights);
+    jw_close(w, '}');
+  }
+  jw_close(w, ']');
+}
+
+static dit_status_t write_experts(jw_t *w, const dit_manifest_t *m) {
+  if (!m->experts || m->n_experts > DIT_MAX_EXPERTS)
+    return DIT_ERR(INVALID_ARGUMENT, "manifest: experts: %zu entries, expected at most %d", m->n_experts, DIT_MAX_EXPERTS);
+  if (m->schema_minor < DIT_SCHEMA_MINOR_EXPERTS)
+    return DIT_ERR(INVALID_ARGUMENT, "manifest: experts need schema minor >= %d, found %d", DIT_SCHEMA_MINOR_EXPERTS, m->schema_minor);
+  if (!isfinite(m->boundary_timestep))
+    return DIT_ERR(INVALID_ARGUMENT, "manifest: experts.boundary_timestep is not a finite number");
+  char num[40];
+  dit_json_fmt_num(m->boundary_timestep, num);
+  jw_key(w, "experts");
+  jw_open(w, '{', 0);
+  jw_key(w, "boundary_timestep");
+  jw_raw(w, num);
+  jw_key(w, "list");
+  jw_open(w, '[', 0);
+  for (size_t e = 0; e < m->n_experts; e++) {
+    const dit_manifest_expert_t *x = &m->experts[e];
+    if (!FIXED_OK(x->name) || (x->n_ranks && !x->ranks))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: experts.list[%zu]: bad entry", e);
+    for (size_t i = 0; i < x->n_ranks; i++)
+      if (!FIXED_OK(x->ranks[i].plan) || !FIXED_OK(x->ranks[i].weights))
+        return DIT_ERR(INVALID_ARGUMENT, "manifest: experts.list[%zu].ranks[%zu]: string field not terminated", e, i);
+    jw_open(w, '{', 0);
+    jw_kstr(w, "name", x->name);
+    write_rank_list(w, x->n_ranks, x->ranks);
+    jw_close(w, '}');
+  }
+  jw_close(w, ']');
+  jw_close(w, '}');
   return DIT_OK;
 }
 
@@ -297,6 +343,7 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
     jw_raw(w, canon);
     free(canon);
   }
+  if (m->n_experts) DIT_RETURN_IF(write_experts(w, m));
   jw_close(w, '}');
   dit_strbuf_put(&w->b, "\n", 1);
   return DIT_OK;
@@ -701,8 +748,9 @@ static dit_status_t parse_weights(const dit_json_t *root, dit_manifest_t *m, con
   return DIT_OK;
 }
 
-static dit_status_t parse_ranks(const dit_json_t *root, dit_manifest_t *m, const kidx_t *blob_index,
-                                const kidx_t *weights_index) {
+/* A "ranks" list of obj (the top level's, or an expert's) into *out_ranks / *out_n. */
+static dit_status_t parse_rank_list(const dit_json_t *root, dit_manifest_t *m, const kidx_t *blob_index,
+                                    const kidx_t *weights_index, dit_manifest_rank_t **out_ranks, size_t *out_n) {
   static const char *const keys[] = {"rank", "plan", "weights", NULL};
   dit_json_t a, e;
   size_t n;
@@ -711,18 +759,18 @@ static dit_status_t parse_ranks(const dit_json_t *root, dit_manifest_t *m, const
   if (n > (size_t)world)
     return dit_json_error(&a, DIT_CODE_OUT_OF_RANGE, "%zu entries for world size %d", n, world);
   size_t *seen = calloc((size_t)world, sizeof *seen); /* index + 1 of the entry naming rank r */
-  if (n) m->ranks = calloc(n, sizeof *m->ranks);
-  if (!seen || (n && !m->ranks)) {
+  if (n) *out_ranks = calloc(n, sizeof **out_ranks);
+  if (!seen || (n && !*out_ranks)) {
     free(seen);
     return oom(root);
   }
-  m->n_ranks = n;
+  *out_n = n;
   dit_status_t s = DIT_OK;
   dit_json_iter_t it;
   size_t i = 0;
   dit_json_iter_init(&a, &it);
   for (; !s && dit_json_iter_next(&it, &e); i++) {
-    dit_manifest_rank_t *r = &m->ranks[i];
+    dit_manifest_rank_t *r = &(*out_ranks)[i];
     if ((s = dit_json_expect_object(&e))) break;
     if ((s = dit_json_check_keys(&e, keys))) break;
     if ((s = dit_json_i32(&e, "rank", 0, world - 1, &r->rank))) break;
@@ -748,6 +796,66 @@ static dit_status_t parse_ranks(const dit_json_t *root, dit_manifest_t *m, const
       s = dit_json_error(&a, DIT_CODE_NOT_FOUND, "rank %d of world size %d is missing", k, world);
   free(seen);
   return s;
+}
+
+static dit_status_t parse_ranks(const dit_json_t *root, dit_manifest_t *m, const kidx_t *blob_index,
+                                const kidx_t *weights_index) {
+  return parse_rank_list(root, m, blob_index, weights_index, &m->ranks, &m->n_ranks);
+}
+
+/* The optional experts section (schema 1.1): two named experts in pipeline order, the first
+ * repeating `ranks`, each rank's plan and weights listed with their roles and layouts, and a
+ * boundary inside the training schedule's range of timesteps. */
+static dit_status_t parse_experts(const dit_json_t *root, dit_manifest_t *m, const kidx_t *blob_index,
+                                  const kidx_t *weights_index) {
+  static const char *const keys[] = {"boundary_timestep", "list", NULL};
+  static const char *const entry_keys[] = {"name", "ranks", NULL};
+  static const char *const names[] = {"transformer", "transformer_2", NULL};
+  dit_json_t o, a, e;
+  size_t n;
+  DIT_RETURN_IF(dit_json_object(root, "experts", &o));
+  if (m->schema_minor < DIT_SCHEMA_MINOR_EXPERTS) {
+    return dit_json_error(&o, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_EXPERTS,
+                          m->schema_major, m->schema_minor);
+  }
+  DIT_RETURN_IF(dit_json_check_keys(&o, keys));
+  /* Timesteps run over (0, 1000] for every scheduler this build samples with. */
+  DIT_RETURN_IF(dit_json_num(&o, "boundary_timestep", 1e-9, 1000.0, &m->boundary_timestep));
+  DIT_RETURN_IF(dit_json_array(&o, "list", DIT_MAX_EXPERTS, &a, &n));
+  if (n != DIT_MAX_EXPERTS)
+    return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "expected %d experts (transformer, transformer_2), found %zu",
+                          DIT_MAX_EXPERTS, n);
+  if (!(m->experts = calloc(n, sizeof *m->experts))) return oom(root);
+  m->n_experts = n;
+  dit_json_iter_t it;
+  size_t i = 0;
+  dit_json_iter_init(&a, &it);
+  for (; dit_json_iter_next(&it, &e); i++) {
+    dit_manifest_expert_t *x = &m->experts[i];
+    DIT_RETURN_IF(dit_json_expect_object(&e));
+    DIT_RETURN_IF(dit_json_check_keys(&e, entry_keys));
+    int which = 0;
+    DIT_RETURN_IF(dit_json_enum(&e, "name", names, &which));
+    if ((size_t)which != i) {
+      dit_json_t pf = at_key(&e, "name");
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "expected \"%s\" (experts in pipeline order), found \"%s\"", names[i],
+                            names[which]);
+    }
+    snprintf(x->name, sizeof x->name, "%s", names[which]);
+    DIT_RETURN_IF(parse_rank_list(&e, m, blob_index, weights_index, &x->ranks, &x->n_ranks));
+    if (i == 0) {
+      /* Readers of `ranks` run the first expert: both must say the same. */
+      for (size_t k = 0; k < x->n_ranks; k++) {
+        const dit_manifest_rank_t *top = dit_manifest_expert_rank(m, NULL, x->ranks[k].rank);
+        if (!top || strcmp(top->plan, x->ranks[k].plan) || strcmp(top->weights, x->ranks[k].weights)) {
+          dit_json_t pf = at_path(&e, "%s.ranks[%zu]", e.path, k);
+          return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "rank %d differs from the top-level ranks[] entry of that rank",
+                                x->ranks[k].rank);
+        }
+      }
+    }
+  }
+  return DIT_OK;
 }
 
 static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
@@ -793,7 +901,8 @@ static dit_status_t check_tree(const dit_json_t *root, const char *key) {
 static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const top_keys[] = {"format", "schema", "identity", "inputs", "model",
                                          "target", "topology", "shape", "dtype", "io",
-                                         "blobs", "weights", "ranks", "memory", "summary", NULL};
+                                         "blobs", "weights", "ranks", "memory", "summary",
+                                         "experts", NULL};
   static const char *const model_keys[] = {"family", "class", "variant", NULL};
   static const char *const target_keys[] = {"arch", "min_driver", NULL};
   static const char *const shape_keys[] = {"batch", "frames", "height", "width",
@@ -853,6 +962,7 @@ static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   dit_status_t st = parse_blobs(root, m, &blob_index);
   if (!st) st = parse_weights(root, m, blob_index, &weights_index);
   if (!st) st = parse_ranks(root, m, blob_index, weights_index);
+  if (!st && dit_json_has(root, "experts")) st = parse_experts(root, m, blob_index, weights_index);
   free(blob_index);
   free(weights_index);
   DIT_RETURN_IF(st);
@@ -910,7 +1020,32 @@ void dit_manifest_free(dit_manifest_t *m) {
   }
   free(m->weights);
   free(m->ranks);
+  for (size_t i = 0; m->experts && i < m->n_experts; i++) free(m->experts[i].ranks);
+  free(m->experts);
   free(m);
+}
+
+const dit_manifest_expert_t *dit_manifest_find_expert(const dit_manifest_t *m, const char *name) {
+  if (!m) return NULL;
+  if (!name) name = "transformer";
+  for (size_t i = 0; m->experts && i < m->n_experts; i++)
+    if (!strcmp(m->experts[i].name, name)) return &m->experts[i];
+  return NULL;
+}
+
+const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, const char *name, int r) {
+  if (!m) return NULL;
+  const dit_manifest_rank_t *v = m->ranks;
+  size_t n = m->n_ranks;
+  if (name && strcmp(name, "transformer")) {
+    const dit_manifest_expert_t *x = dit_manifest_find_expert(m, name);
+    if (!x) return NULL;
+    v = x->ranks;
+    n = x->n_ranks;
+  }
+  for (size_t i = 0; v && i < n; i++)
+    if (v[i].rank == r) return &v[i];
+  return NULL;
 }
 
 const dit_manifest_blob_t *dit_manifest_find_blob(const dit_manifest_t *m, const char *hash) {

@@ -20,8 +20,16 @@
  *                "tensors": [{"name", "dtype", "shape": [..], "offset": N, "nbytes": N}]}],
  *   "ranks": [{"rank": 0, "plan": "<hash>", "weights": "<hash>"}],
  *   "memory": {"arena_bytes": N, "weight_bytes": N, "peak_bytes": N},
- *   "summary": {...}                          free-form plan summaries (flops, op counts)
+ *   "summary": {...},                         free-form plan summaries (flops, op counts)
+ *   "experts": {"boundary_timestep": T,       schema 1.1, optional: a pipeline of two experts
+ *               "list": [{"name": "transformer" | "transformer_2",
+ *                         "ranks": [{"rank", "plan", "weights"}]}]}
  * }
+ *
+ * Without "experts" a bundle is one transformer (schema 1.0, written exactly as before). With
+ * it, list[0] is "transformer" (high noise, timesteps >= T) and repeats `ranks` verbatim, so
+ * every reader of `ranks` runs it; list[1] is "transformer_2" (timesteps < T) with its own
+ * per-rank plans and weights, whose layouts are in `weights` like the first expert's.
  *
  * Blob files live at blobs/<hash> inside the bundle directory.
  */
@@ -38,7 +46,9 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 0
+#define DIT_SCHEMA_MINOR 1
+#define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
+#define DIT_MAX_EXPERTS 2
 #define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
 #define DIT_SHA256_HEX 65 /* 64 hex digits + NUL */
 #define DIT_WEIGHT_ALIGN 4096
@@ -70,6 +80,12 @@ typedef struct dit_manifest_rank {
   char plan[DIT_HASH_HEX];
   char weights[DIT_HASH_HEX];
 } dit_manifest_rank_t;
+
+typedef struct dit_manifest_expert {
+  char name[32];               /* "transformer" or "transformer_2" */
+  size_t n_ranks;
+  dit_manifest_rank_t *ranks;  /* one per world rank, in rank order as parsed */
+} dit_manifest_expert_t;
 
 typedef struct dit_manifest_io {
   char name[64];
@@ -104,6 +120,10 @@ typedef struct dit_manifest {
   dit_manifest_rank_t *ranks;
   uint64_t arena_bytes, weight_bytes, peak_bytes;
   cJSON *summary;            /* owned, may be NULL */
+  /* The experts section: n_experts 0 for a one-transformer bundle, else 2. */
+  double boundary_timestep;
+  size_t n_experts;
+  dit_manifest_expert_t *experts;
 } dit_manifest_t;
 
 /* Serializes deterministically (fixed key order, two-space indentation, trailing newline).
@@ -124,6 +144,13 @@ void dit_manifest_free(dit_manifest_t *m);
 const dit_manifest_blob_t *dit_manifest_find_blob(const dit_manifest_t *m, const char *hash);
 const dit_manifest_weights_t *dit_manifest_find_weights(const dit_manifest_t *m,
                                                         const char *blob);
+
+/* The expert named `name` (NULL or "transformer": the first); NULL if the bundle has none
+ * by that name. A one-expert bundle answers "transformer" with NULL too: its ranks are `ranks`. */
+const dit_manifest_expert_t *dit_manifest_find_expert(const dit_manifest_t *m, const char *name);
+/* The rank entry of world rank r for expert `name` (as dit_manifest_find_expert; NULL or
+ * "transformer" is `ranks`); NULL if absent. */
+const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, const char *name, int r);
 
 /* Offload residency in whole tensors: of the weights in [lo, hi), a resident prefix wanted up
  * to byte `cut` ends where the first tensor not wholly before `cut` starts (or at hi), so every

@@ -39,6 +39,11 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
   for (size_t i = 0; i < m->n_weights; i++)
     fprintf(f, "weights    %s: tp rank %d/%d, %zu tensors\n", m->weights[i].blob, m->weights[i].tp_rank, m->weights[i].tp_size,
            m->weights[i].n_tensors);
+  if (m->n_experts) fprintf(f, "experts    %zu, switched below timestep %g\n", m->n_experts, m->boundary_timestep);
+  for (size_t e = 0; e < m->n_experts; e++)
+    for (size_t i = 0; i < m->experts[e].n_ranks; i++)
+      fprintf(f, "expert     %-13s rank %d: plan %s, weights %s\n", m->experts[e].name, m->experts[e].ranks[i].rank,
+              m->experts[e].ranks[i].plan, m->experts[e].ranks[i].weights);
   fprintf(f, "memory     arena %.2f MiB, weights %.2f MiB, predicted peak %.2f MiB\n", (double)m->arena_bytes / (1 << 20),
          (double)m->weight_bytes / (1 << 20), (double)m->peak_bytes / (1 << 20));
   if (m->summary) {

@@ -146,9 +146,45 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 }
 
 
+/* A one-expert bundle is written as schema 1.0, byte for byte as before the experts section. */
+static int schema_minor(const dit_model_t *m) { return m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS : 0; }
+
+/* Where the pipeline switches experts, as WanPipeline computes it: boundary_ratio *
+ * num_train_timesteps (1000 without a scheduler config). */
+static double boundary_timestep(const dit_model_t *m) {
+  const dit_pipeline_t *p = &m->pipeline;
+  int64_t ntt = p->scheduler.present && p->scheduler.num_train_timesteps > 0 ? p->scheduler.num_train_timesteps : 1000;
+  return p->index.boundary_ratio * (double)ntt;
+}
+
+/* The second expert seen as a model of its own: the same config and pipeline, its weights.
+ * A shallow view: owns nothing. */
+static dit_model_t second_expert_view(const dit_model_t *m) {
+  dit_model_t v = *m;
+  v.weights = m->pipeline.experts[1].weights;
+  v.config = m->pipeline.experts[1].config;
+  snprintf(v.model_dir, sizeof v.model_dir, "%s", m->pipeline.experts[1].dir);
+  return v;
+}
+
+/* What two-expert bundles cannot do yet, refused before any work. */
+static dit_status_t check_experts_options(const dit_compile_options_t *o, const dit_model_t *m) {
+  if (m->pipeline.n_experts < 2) return DIT_OK;
+  if (o->offload && strcmp(o->offload, "none"))
+    return DIT_ERR(UNIMPLEMENTED, "--offload %s: %s has two experts (transformer, transformer_2); weight offload of two-expert "
+                   "bundles is not supported yet; use --offload none",
+                   o->offload, m->pipeline.dir);
+  double b = boundary_timestep(m);
+  if (!(b > 0 && b <= 1000))
+    return DIT_ERR(INVALID_ARGUMENT, "%s/model_index.json: boundary_ratio %g x num_train_timesteps gives boundary timestep %g, "
+                   "expected in (0, 1000]", m->pipeline.dir, m->pipeline.index.boundary_ratio, b);
+  return DIT_OK;
+}
+
 /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
 static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_model_t *m,
-                                    const dit_latent_shape_t *ls, const char *weights_hash, cJSON **out) {
+                                    const dit_latent_shape_t *ls, const char *weights_hash, const char *weights_hash_2,
+                                    cJSON **out) {
   cJSON *in = cJSON_CreateObject();
   if (!in) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *model = cJSON_AddObjectToObject(in, "model");
@@ -163,6 +199,12 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   }
   if (pipeline) cJSON_AddItemToObject(model, "pipeline", pipeline);
   cJSON_AddStringToObject(in, "weights", weights_hash);
+  if (weights_hash_2) {
+    /* Only two-expert pipelines have it: one-expert bundles keep their identity. */
+    cJSON *ex = cJSON_AddObjectToObject(in, "experts");
+    cJSON_AddStringToObject(ex, "weights_2", weights_hash_2);
+    cJSON_AddNumberToObject(ex, "boundary_timestep", boundary_timestep(m));
+  }
   cJSON_AddItemToObject(in, "shape", shape_json(o, ls));
   cJSON_AddStringToObject(in, "dtype", dit_dtype_name(o->shape.dtype));
   cJSON_AddItemToObject(in, "topology", topology_json(o));
@@ -196,7 +238,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   char schema[16];
-  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, DIT_SCHEMA_MINOR);
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(m));
   cJSON_AddStringToObject(in, "schema", schema);
   cJSON *tc = NULL;
   dit_status_t s = dit_toolchain_identity(o->target, &tc);
@@ -308,10 +350,18 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   dit_manifest_blob_t *blobs = NULL;
   size_t n_blobs = 0;
   dit_latent_shape_t ls;
-  char weights_hash[33];
+  char weights_hash[33], weights_hash_2[33] = "";
+  dit_model_t m2;
+  memset(&m2, 0, sizeof m2);
 
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
   if (!s) s = dit_model_check_compilable(m);
+  if (!s) s = check_experts_options(o, m);
+  const int experts = !s && m->pipeline.n_experts > 1 ? 2 : 1;
+  if (experts == 2) {
+    m2 = second_expert_view(m);
+    pr.total += 2;
+  }
   if (!s) dit_compile_progress(&pr, "loaded %s (%s, %zu tensors) from %s", m->model_class, m->variant,
                    dit_safetensors_count(m->weights), o->model_dir);
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
@@ -320,7 +370,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s && o->store_dir) s = dit_store_open(o->store_dir, &store);
   if (!s) s = dit_compile_weights_hash(store, m, o->rehash, weights_hash, &memo);
   if (!s) dit_compile_progress(&pr, "weights content hash %s%s", weights_hash, memo ? " (memo: checkpoint files unchanged, not rehashed)" : "");
-  if (!s) s = identity_inputs(o, m, &ls, weights_hash, &man.inputs);
+  if (!s && experts == 2) s = dit_compile_weights_hash(store, &m2, o->rehash, weights_hash_2, &memo);
+  if (!s && experts == 2) dit_compile_progress(&pr, "transformer_2 weights content hash %s", weights_hash_2);
+  if (!s) s = identity_inputs(o, m, &ls, weights_hash, experts == 2 ? weights_hash_2 : NULL, &man.inputs);
   if (!s) s = dit_identity_compute(man.inputs, out->identity);
   if (!s && store && !already_published(o->out_dir, out->identity, &out->path)) {
     s = dit_compile_store_lookup(store, out->identity, o->out_dir, &out->path);
@@ -342,9 +394,12 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
   /* One graph, plan and weights shard per tensor-parallel rank. */
   const int tp = tp_of(o), cp = cp_of(o), world = tp * cp * cfg_of(o), nb = tp * cp;
-  dit_rank_build_t *rb = calloc((size_t)nb, sizeof *rb);
-  dit_manifest_weights_t *layouts = calloc((size_t)tp, sizeof *layouts);
-  dit_manifest_rank_t *ranks = calloc((size_t)world, sizeof *ranks);
+  /* With two experts, builds [nb, 2nb) and layouts [tp, 2tp) are transformer_2's. */
+  dit_rank_build_t *rb = calloc((size_t)(nb * experts), sizeof *rb);
+  dit_manifest_weights_t *layouts = calloc((size_t)(tp * experts), sizeof *layouts);
+  dit_manifest_rank_t *ranks = calloc((size_t)(world * experts), sizeof *ranks);
+  dit_manifest_expert_t ex[2];
+  memset(ex, 0, sizeof ex);
   if (!s && (!rb || !layouts || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
@@ -358,9 +413,32 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     s = build_rank(o, m, &ls, &req, w, store, weights_hash, &rb[r], &layouts[r % tp], gpu ? codegen_summary : NULL, &pr);
     if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
   }
+  /* The second expert: the same graph and plan over its own weights. Its kernels are the
+   * first's (same shapes, same steps), so none is generated again. */
+  for (int r = 0; !s && experts == 2 && r < nb; r++) {
+    dit_shape_request_t req = o->shape;
+    req.tp = tp;
+    req.tp_rank = r % tp;
+    req.cp = cp;
+    req.cp_rank = r / tp;
+    dit_compile_progress_t quiet = pr;
+    quiet.quiet = 1;
+    dit_rank_build_t *b2 = &rb[nb + r];
+    s = build_rank(o, &m2, &ls, &req, w, store, weights_hash_2, b2, &layouts[tp + r % tp], NULL, &quiet);
+    if (!s && b2->plan->n_steps != rb[r].plan->n_steps)
+      s = DIT_ERR(INTERNAL, "transformer_2: %zu plan steps, transformer has %zu", b2->plan->n_steps, rb[r].plan->n_steps);
+    for (size_t i = 0; !s && i < b2->plan->n_steps; i++) {
+      b2->plan->steps[i].has_kernel = rb[r].plan->steps[i].has_kernel;
+      b2->plan->steps[i].kernel = rb[r].plan->steps[i].kernel;
+      b2->module_sizes[2 * i] = rb[r].module_sizes[2 * i];
+      b2->module_sizes[2 * i + 1] = rb[r].module_sizes[2 * i + 1];
+    }
+    if (s) s = dit_status_annotate(s, "transformer_2 (%s)", m->pipeline.experts[1].dir);
+    else if (r == 0) dit_compile_progress(&pr, "transformer_2: plan and weights (the transformer's kernels)");
+  }
   size_t max_steps = 0;
   for (int r = 0; !s && r < nb; r++) max_steps += rb[r].plan->n_steps;
-  if (!s && !(blobs = calloc(2 * (size_t)nb + 2 * max_steps, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s && !(blobs = calloc((2 * (size_t)nb + 2 * max_steps) * (size_t)experts, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   for (int r = 0; !s && r < nb; r++)
     for (size_t i = 0; i < rb[r].plan->n_steps; i++) {
       const dit_plan_step_t *st = &rb[r].plan->steps[i];
@@ -370,7 +448,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     }
   if (!s) {
     man.schema_major = DIT_SCHEMA_MAJOR;
-    man.schema_minor = DIT_SCHEMA_MINOR;
+    man.schema_minor = schema_minor(m);
     snprintf(man.family, sizeof man.family, "%s", m->family);
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
@@ -428,7 +506,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     dit_plan_memory_t mem0;
     dit_plan_memory(rb[0].plan, gpu, &mem0);
     if (o->offload && strcmp(o->offload, "none")) s = dit_compile_offload(o, rb, nb, tp, layouts, mem0.total, sum);
-    for (int r = 0; !s && r < nb; r++) s = dit_compile_write_plan(w, &rb[r]);
+    for (int r = 0; !s && r < nb * experts; r++) s = dit_compile_write_plan(w, &rb[r]);
     if (codegen_summary && cJSON_GetObjectItem(codegen_summary, "codegen"))
       cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));
     /* Ranks ((cfg lane * cp) + cp rank) * tp + tp rank: every lane runs the same shards, so
@@ -438,10 +516,26 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
       memcpy(ranks[r].weights, layouts[r % tp].blob, DIT_HASH_HEX);
       memcpy(ranks[r].plan, rb[r % nb].plan_hash, DIT_HASH_HEX);
     }
-    for (int r = 0; r < tp; r++) {
-      layouts[r].tp_rank = r;
+    for (int r = 0; r < tp * experts; r++) {
+      layouts[r].tp_rank = r % tp;
       layouts[r].tp_size = tp;
-      add_blob_entry(blobs, &n_blobs, "weights", layouts[r].blob, rb[r].weights_size);
+      add_blob_entry(blobs, &n_blobs, "weights", layouts[r].blob, rb[(r / tp) * nb + r % tp].weights_size);
+    }
+    for (int r = nb; !s && r < nb * experts; r++) add_blob_entry(blobs, &n_blobs, "plan", rb[r].plan_hash, rb[r].plan_size);
+    if (experts == 2) {
+      for (int r = 0; r < world; r++) {
+        ranks[world + r].rank = r;
+        memcpy(ranks[world + r].weights, layouts[tp + r % tp].blob, DIT_HASH_HEX);
+        memcpy(ranks[world + r].plan, rb[nb + r % nb].plan_hash, DIT_HASH_HEX);
+      }
+      snprintf(ex[0].name, sizeof ex[0].name, "transformer");
+      snprintf(ex[1].name, sizeof ex[1].name, "transformer_2");
+      ex[0].ranks = ranks;
+      ex[1].ranks = ranks + world;
+      ex[0].n_ranks = ex[1].n_ranks = (size_t)world;
+      man.experts = ex;
+      man.n_experts = 2;
+      man.boundary_timestep = boundary_timestep(m);
     }
     for (int r = 0; !s && r < nb; r++) {
       add_blob_entry(blobs, &n_blobs, "plan", rb[r].plan_hash, rb[r].plan_size);
@@ -449,20 +543,27 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
        * (arena, io, collective buffers, library workspace): the peak is the largest rank's. */
       dit_plan_memory_t mem;
       dit_plan_memory(rb[r].plan, gpu, &mem);
-      uint64_t peak = mem.total + rb[r].weights_size;
+      uint64_t peak = mem.total + rb[r].weights_size, weights = rb[r].weights_size;
+      if (experts == 2) {
+        /* Both experts are loaded up front, each with its own plan's memory. */
+        dit_plan_memory(rb[nb + r].plan, gpu, &mem);
+        peak += mem.total + rb[nb + r].weights_size;
+        weights += rb[nb + r].weights_size;
+      }
       if (rb[r].pres.arena_bytes > man.arena_bytes) man.arena_bytes = rb[r].pres.arena_bytes;
-      if (rb[r].weights_size > man.weight_bytes) man.weight_bytes = rb[r].weights_size;
+      if (weights > man.weight_bytes) man.weight_bytes = weights;
       if (peak > man.peak_bytes) man.peak_bytes = peak;
     }
     man.blobs = blobs;
     man.n_blobs = n_blobs;
     man.min_driver = gpu ? dit_cuda_min_driver() : 0;
     man.weights = layouts;
-    man.n_weights = (size_t)tp;
+    man.n_weights = (size_t)(tp * experts);
     man.ranks = ranks;
     man.n_ranks = (size_t)world;
     /* Check every plan against the manifest we are about to publish, as the runtime will. */
-    for (int r = 0; !s && r < nb; r++) s = dit_plan_check_bindings(rb[r].plan, &man, &layouts[r % tp], "plan");
+    for (int r = 0; !s && r < nb * experts; r++)
+      s = dit_plan_check_bindings(rb[r].plan, &man, &layouts[(r / nb) * tp + (r % nb) % tp], "plan");
   }
   if (!s) dit_compile_progress(&pr, "plan: %zu steps, %.3g GFLOP per forward%s, predicted peak %.2f MiB%s", rb[0].plan->n_steps,
                    cJSON_GetObjectItem(man.summary, "flops")->valuedouble / 1e9, tp > 1 ? " per rank" : "",
@@ -488,11 +589,11 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   cJSON_Delete(codegen_summary);
   free(man.io_inputs);
   free(man.io_outputs);
-  for (int r = 0; r < tp && layouts; r++) {
+  for (int r = 0; r < tp * experts && layouts; r++) {
     for (size_t i = 0; i < layouts[r].n_tensors; i++) free(layouts[r].tensors[i].name);
     free(layouts[r].tensors);
   }
-  for (int r = 0; r < nb && rb; r++) rank_build_free(&rb[r]);
+  for (int r = 0; r < nb * experts && rb; r++) rank_build_free(&rb[r]);
   free(layouts);
   free(ranks);
   free(rb);
@@ -506,14 +607,20 @@ dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_in
   dit_model_t *m = NULL;
   dit_store_t *store = NULL;
   dit_latent_shape_t ls;
-  char weights_hash[33];
+  char weights_hash[33], weights_hash_2[33] = "";
   int memo = 0;
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
   if (!s) s = dit_model_check_compilable(m);
+  if (!s) s = check_experts_options(o, m);
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
   if (!s && o->store_dir) s = dit_store_open(o->store_dir, &store);
   if (!s) s = dit_compile_weights_hash(store, m, o->rehash, weights_hash, &memo);
-  if (!s) s = identity_inputs(o, m, &ls, weights_hash, out_inputs);
+  const int two = !s && m->pipeline.n_experts > 1;
+  if (two) {
+    dit_model_t m2 = second_expert_view(m);
+    s = dit_compile_weights_hash(store, &m2, o->rehash, weights_hash_2, &memo);
+  }
+  if (!s) s = identity_inputs(o, m, &ls, weights_hash, two ? weights_hash_2 : NULL, out_inputs);
   if (!s) s = dit_identity_compute(*out_inputs, out_identity);
   if (s) {
     cJSON_Delete(*out_inputs);

@@ -120,7 +120,7 @@ dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_mode
 void dit_model_free(dit_model_t *m);
 
 /* Refuses (UNIMPLEMENTED, naming the file and field) what the frontend reads but the graph
- * and runtime cannot run yet: two experts, image-to-video pipelines, expand_timesteps, and
+ * and runtime cannot run yet: two experts without a boundary_ratio, image-to-video pipelines, expand_timesteps, and
  * in_channels != out_channels or image conditioning outside Wan2.1 I2V's form (image_dim with
  * added_kv_proj_dim = the model width). */
 dit_status_t dit_model_check_compilable(const dit_model_t *m);

@@ -718,10 +718,11 @@ void dit_model_free(dit_model_t *m) {
 dit_status_t dit_model_check_compilable(const dit_model_t *m) {
   const dit_pipeline_t *p = &m->pipeline;
   const dit_wan_config_t *w = &m->wan;
-  if (p->n_experts > 1)
-    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field 'transformer_2': two experts (%s, switched at boundary_ratio %g) "
-                   "are not supported yet; compile %s or %s on its own",
-                   p->dir, p->index.transformer_2_class, p->index.boundary_ratio, p->experts[0].dir, p->experts[1].dir);
+  /* Two experts compile when their configs agree (dit_model_load checked it) and the pipeline
+   * says where to switch. */
+  if (p->n_experts > 1 && !p->index.has_boundary_ratio)
+    return DIT_ERR(INVALID_ARGUMENT, "%s/model_index.json: field 'boundary_ratio': missing: two experts need the ratio at which "
+                   "transformer_2 takes over", p->dir);
   const int64_t D = w->heads * w->head_dim;
   if (w->pos_embed_seq_len)
     return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field 'pos_embed_seq_len' = %" PRId64 ": first-last-frame image tokens (Wan2.1 "

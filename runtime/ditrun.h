@@ -28,6 +28,8 @@ typedef struct dit_runtime_options {
                               1 on, -1 off, 0 where collectives run through NCCL (no graph) */
   int offload_pace_host;   /* chunked prefetch paced by the host (the seed's variant), not by
                               copy-queue dependencies */
+  const char *expert;      /* which expert of a two-expert bundle: "transformer" (NULL) or
+                              "transformer_2" */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and
@@ -94,7 +96,21 @@ typedef struct dit_generate_options {
   /* Called after each step (may be NULL). */
   void (*on_step)(void *ctx, int step, int steps, double timestep, double seconds);
   void *ctx;
+  /* A two-expert pipeline: the runtime of transformer_2 (loaded from the same bundle with
+   * expert "transformer_2"), which runs the steps whose timestep is below boundary_timestep
+   * with guidance_2; NULL: the one runtime runs every step. */
+  dit_runtime_t *expert_2;
+  double boundary_timestep;
+  double guidance_2;
+  /* Per step, which expert ran (0 transformer, 1 transformer_2); may be NULL, else
+   * `steps` entries. */
+  int *expert_used;
 } dit_generate_options_t;
+
+/* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's
+ * timestep with boundary_ratio * num_train_timesteps as torch promotes a tensor against a
+ * Python float, in float32. */
+int dit_generate_uses_expert_2(double t, double boundary_timestep);
 
 /* The denoising loop as diffusers' WanPipeline runs it. latents: fp32 [B, C, f, h, w], the
  * initial noise in, the final latents out. prompt and negative (may be NULL) are encoder

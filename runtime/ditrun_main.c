@@ -27,11 +27,12 @@ static const char kUsage[] =
     "  verify BUNDLE      check integrity: manifest schema, recomputed identity, every blob's\n"
     "                     presence, size and hash, plans against the manifest\n"
     "  info BUNDLE        summarize the manifest\n"
-    "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors\n"
+    "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
     "  generate BUNDLE --prompt-embeds P.safetensors [--negative-embeds N.safetensors]\n"
     "                  [--init-latents X.safetensors | --seed S] [--steps N] [--guidance G]\n"
+    "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
     "                  [--shift S] [--sampler unipc|euler] --out LATENTS.safetensors\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
@@ -181,12 +182,15 @@ static int cmd_verify(const char *dir) {
   const dit_manifest_t *m = dit_bundle_manifest(b);
   uint64_t bytes = 0;
   for (size_t i = 0; i < m->n_blobs; i++) bytes += m->blobs[i].size;
-  for (size_t r = 0; !s && r < m->n_ranks; r++) {
-    const dit_manifest_rank_t *rk = &m->ranks[r];
+  /* Every rank's plan: `ranks` (the first expert), then transformer_2's of a two-expert bundle. */
+  size_t checked = 0;
+  for (size_t x = 0; x < (m->n_experts ? m->n_experts : 1); x++)
+  for (size_t r = 0; !s && r < (x ? m->experts[x].n_ranks : m->n_ranks); r++, checked++) {
+    const dit_manifest_rank_t *rk = x ? &m->experts[x].ranks[r] : &m->ranks[r];
     const dit_manifest_weights_t *w = dit_manifest_find_weights(m, rk->weights);
     dit_mapping_t pm;
-    char what[96];
-    snprintf(what, sizeof what, "%s/blobs/%s (plan of rank %d)", dir, rk->plan, rk->rank);
+    char what[160];
+    snprintf(what, sizeof what, "%s/blobs/%s (plan of rank %d%s%s)", dir, rk->plan, rk->rank, x ? ", " : "", x ? m->experts[x].name : "");
     if (!w) {
       s = DIT_ERR(NOT_FOUND, "manifest.json: rank %d weights %s have no layout", rk->rank, rk->weights);
       break;
@@ -201,7 +205,7 @@ static int cmd_verify(const char *dir) {
   }
   if (!s)
     printf("ok: bundle %s verified: %zu blobs, %.1f MiB hashed, %zu rank plans checked (%.2fs)\n", m->identity, m->n_blobs,
-           (double)bytes / (1 << 20), m->n_ranks, dit_now_s() - t0);
+           (double)bytes / (1 << 20), checked, dit_now_s() - t0);
   dit_bundle_close(b);
   return dit_status_report(s, "ditrun");
 }
@@ -253,10 +257,10 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 /* ---- forward / generate ---- */
 
 typedef struct run_args {
-  const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference;
+  const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
   int64_t steps, seed, threads, device, devices, warmup;
-  double guidance, shift, max_rel;
-  int have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split;
+  double guidance, guidance_2, shift, max_rel;
+  int have_guidance_2, have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -306,6 +310,13 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--sampler")) str = &a->sampler;
     else if (!strcmp(f, "--backend")) str = &a->backend;
     else if (!strcmp(f, "--reference")) str = &a->reference;
+    else if (!strcmp(f, "--expert")) {
+      if (!v || (strcmp(v, "transformer") && strcmp(v, "transformer_2")))
+        return usage_error("--expert: expected transformer or transformer_2, found '%s'", v ? v : "");
+      a->expert = v;
+      i++;
+    }
+    else if (!strcmp(f, "--guidance-2")) rc = parse_num(f, v, &a->guidance_2), a->have_guidance_2 = 1, i++;
     else if (!strcmp(f, "--device")) rc = parse_int(f, v, &a->device), i++;
     else if (!strcmp(f, "--max-rel")) rc = parse_num(f, v, &a->max_rel), i++;
     else if (!strcmp(f, "--accumulate")) a->accumulate = 1;
@@ -344,19 +355,26 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
 
 /* 0 in the processes of a launch other than rank 0: they compute, rank 0 writes. */
 static int g_writer = 1;
+/* 1 in a process of a multi-process launch. */
+static int g_launched = 0;
 
-static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
+static dit_status_t load_expert(const run_args_t *a, const char *expert, dit_runtime_t **rt);
+static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) { return load_expert(a, a->expert, rt); }
+
+static dit_status_t load_expert(const run_args_t *a, const char *expert, dit_runtime_t **rt) {
   static dit_launch_env_t env; /* the runtime keeps a pointer to it */
   DIT_RETURN_IF(dit_launch_env_read(&env));
   g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
+  g_launched = env.launcher != DIT_LAUNCHER_NONE && env.world > 1;
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
-                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host};
+                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host, expert};
   double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
   DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
   const dit_manifest_t *m = dit_runtime_manifest(*rt);
   fprintf(stderr, "ditrun: loaded and verified %s in %.2fs", m->identity, dit_now_s() - t0);
+  if (m->n_experts) fprintf(stderr, " (expert %s)", expert ? expert : "transformer");
   if (m->topology.world > 1) fprintf(stderr, " (%d ranks, collectives: %s)", m->topology.world, dit_runtime_collectives(*rt));
   fprintf(stderr, "\n");
   dit_offload_stats_t os;
@@ -409,8 +427,12 @@ static int cmd_forward(int argc, char **argv) {
 }
 
 static void on_step(void *ctx, int step, int steps, double t, double seconds) {
-  (void)ctx;
-  fprintf(stderr, "ditrun: step %d/%d  t=%g  %.3fs\n", step + 1, steps, t, seconds);
+  const dit_generate_options_t *g = ctx;
+  if (g->expert_2)
+    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs\n", step + 1, steps, t,
+            g->expert_used[step] ? "transformer_2" : "transformer", seconds);
+  else
+    fprintf(stderr, "ditrun: step %d/%d  t=%g  %.3fs\n", step + 1, steps, t, seconds);
 }
 
 static int cmd_generate(int argc, char **argv) {
@@ -426,10 +448,27 @@ static int cmd_generate(int argc, char **argv) {
   g.guidance = a.guidance;
   g.shift = a.shift;
   g.on_step = on_step;
+  g.ctx = &g;
+  if (a.expert) return usage_error("%s", "generate runs the bundle's experts as the pipeline does: --expert is for forward");
 
   dit_tensor_t prompt = {0}, neg = {0}, lat = {0};
-  dit_runtime_t *rt = NULL;
+  dit_runtime_t *rt = NULL, *rt2 = NULL;
+  int *used = NULL;
   dit_status_t s = load(&a, &rt);
+  /* Both experts are loaded up front: transformer_2 takes over below the boundary. */
+  if (!s && dit_runtime_manifest(rt)->n_experts) {
+    const dit_manifest_t *m = dit_runtime_manifest(rt);
+    if (g_launched)
+      s = DIT_ERR(UNIMPLEMENTED, "generate: a two-expert bundle launched as one process per rank is not supported yet; run it in one process");
+    if (!s) s = load_expert(&a, "transformer_2", &rt2);
+    if (!s && !(used = calloc((size_t)g.steps, sizeof *used))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    g.expert_2 = rt2;
+    g.boundary_timestep = m->boundary_timestep;
+    g.guidance_2 = a.have_guidance_2 ? a.guidance_2 : a.guidance;
+    g.expert_used = used;
+  } else if (!s && a.have_guidance_2) {
+    s = DIT_ERR(INVALID_ARGUMENT, "--guidance-2 %g: the bundle has one transformer (no transformer_2 to guide)", a.guidance_2);
+  }
   const dit_manifest_io_t *hs = NULL;
   if (!s) {
     const dit_manifest_t *m = dit_runtime_manifest(rt);
@@ -474,6 +513,8 @@ static int cmd_generate(int argc, char **argv) {
   free(latents);
   free(prompt.data);
   free(neg.data);
+  free(used);
+  dit_runtime_destroy(rt2);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
 }

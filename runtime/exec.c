@@ -152,10 +152,13 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
 
 /* Loads rank `rank` of an opened bundle: its plan, weights shard and backend memory. */
 static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads) {
-  const dit_manifest_rank_t *r0 = NULL;
-  for (size_t i = 0; i < rt->m->n_ranks && !r0; i++)
-    if (rt->m->ranks[i].rank == rt->rank) r0 = &rt->m->ranks[i];
-  if (!r0) return DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank %d", rt->rank);
+  /* A two-expert bundle's first expert is `ranks`; the other has its own entries. */
+  const char *expert = o && o->expert ? o->expert : "transformer";
+  const dit_manifest_rank_t *r0 = dit_manifest_expert_rank(rt->m, expert, rt->rank);
+  if (!r0 && strcmp(expert, "transformer") && !dit_manifest_find_expert(rt->m, expert))
+    return DIT_ERR(NOT_FOUND, "--expert %s: the bundle has %s", expert,
+                   rt->m->n_experts ? "the experts transformer and transformer_2" : "one transformer (no experts section)");
+  if (!r0) return DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank %d of %s", rt->rank, expert);
   rt->layout = dit_manifest_find_weights(rt->m, r0->weights);
   if (!rt->layout) return DIT_ERR(NOT_FOUND, "manifest.json: rank %d weights blob %s has no layout in 'weights'", rt->rank, r0->weights);
   dit_mapping_t pm;

@@ -1,6 +1,7 @@
 /* The denoising loop, as diffusers' WanPipeline runs it: per step the transformer sees the
  * latents in its dtype and the scheduler's timestep; with guidance the conditional and
- * unconditional predictions are combined in fp32; the sampler advances fp32 latents. */
+ * unconditional predictions are combined in fp32; the sampler advances fp32 latents. A
+ * two-expert pipeline runs transformer while t >= the boundary and transformer_2 after. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +34,10 @@ static dit_status_t predict_lanes(dit_runtime_t *rt, const dit_tensor_t *cond, c
   return read_sample(rt, 1, out_u, n);
 }
 
+int dit_generate_uses_expert_2(double t, double boundary_timestep) {
+  return !((float)t >= (float)boundary_timestep);
+}
+
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
                                   const dit_tensor_t *prompt, const dit_tensor_t *negative,
                                   float *latents) {
@@ -57,9 +62,14 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     return DIT_ERR(UNIMPLEMENTED, "manifest.json: the bundle's 'sample' output does not have the shape of its 'hidden_states' input (%lld "
                    "against %lld channels): image-to-video generation is not supported yet (use forward)",
                    out && out->rank > 1 ? (long long)out->dims[1] : -1LL, hs->rank > 1 ? (long long)hs->dims[1] : -1LL);
-  int cfg = o->guidance > 1.0;
-  if (cfg && !negative)
-    return DIT_ERR(INVALID_ARGUMENT, "--guidance %g: classifier-free guidance needs negative prompt embeddings", o->guidance);
+  /* As the pipeline: guidance applies to a step when that step's scale is above 1. */
+  int cfg_any = o->guidance > 1.0 || (o->expert_2 && o->guidance_2 > 1.0);
+  if (cfg_any && !negative)
+    return DIT_ERR(INVALID_ARGUMENT, "--guidance %g%s: classifier-free guidance needs negative prompt embeddings",
+                   o->expert_2 && o->guidance <= 1.0 ? o->guidance_2 : o->guidance, o->expert_2 && o->guidance <= 1.0 ? " (--guidance-2)" : "");
+  if (o->expert_2 && (dit_runtime_cfg_lanes(o->expert_2) != dit_runtime_cfg_lanes(rt)))
+    return DIT_ERR(INVALID_ARGUMENT, "generate: the two experts' runtimes have %d and %d cfg lanes", dit_runtime_cfg_lanes(rt),
+                   dit_runtime_cfg_lanes(o->expert_2));
   dit_tensor_t lat = {latents, DIT_F32, hs->rank, {0}};
   memcpy(lat.dims, hs->dims, sizeof lat.dims);
   size_t n = (size_t)dit_tensor_numel(&lat);
@@ -67,12 +77,18 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
 
   dit_sampler_t *smp;
   DIT_RETURN_IF(dit_sampler_create(o->sampler, o->steps, o->shift, n, &smp));
-  float *cond = malloc(n * sizeof *cond), *uncond = cfg ? malloc(n * sizeof *uncond) : NULL;
+  float *cond = malloc(n * sizeof *cond), *uncond = cfg_any ? malloc(n * sizeof *uncond) : NULL;
   float *tvec = malloc((size_t)batch * sizeof *tvec);
-  dit_status_t s = (!cond || !tvec || (cfg && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  dit_status_t s = (!cond || !tvec || (cfg_any && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  dit_runtime_t *const high = rt;
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     double t = dit_sampler_timestep(smp, i);
+    const int second = o->expert_2 && dit_generate_uses_expert_2(t, o->boundary_timestep);
+    rt = second ? o->expert_2 : high;
+    const double guidance = second ? o->guidance_2 : o->guidance;
+    const int cfg = guidance > 1.0;
+    if (o->expert_used) o->expert_used[i] = second;
     for (int64_t b = 0; b < batch; b++) tvec[b] = (float)t;
     dit_tensor_t tt = {tvec, DIT_F32, 1, {batch}};
     s = dit_runtime_set_input(rt, "hidden_states", &lat);
@@ -81,7 +97,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     if (!s) s = lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n);
     if (!s && cfg) {
       if (!lanes) s = predict(rt, negative, uncond, n);
-      float g = (float)o->guidance;
+      float g = (float)guidance;
       for (size_t j = 0; !s && j < n; j++) cond[j] = uncond[j] + g * (cond[j] - uncond[j]);
     }
     if (!s) s = dit_sampler_step(smp, cond, latents);

@@ -119,7 +119,7 @@ static void tensor(dit_manifest_tensor_t *t, const char *name, dit_dtype_t dt, i
 static dit_manifest_t *make_manifest(const contents_t *c, int variant) {
   dit_manifest_t *m = calloc(1, sizeof *m);
   m->schema_major = DIT_SCHEMA_MAJOR;
-  m->schema_minor = DIT_SCHEMA_MINOR;
+  m->schema_minor = 0; /* one transformer: written as schema 1.0 */
   m->inputs = cJSON_CreateObject();
   cJSON_AddNumberToObject(m->inputs, "variant", variant);
   cJSON_AddStringToObject(m->inputs, "weights", c->weights_hash);
@@ -548,7 +548,7 @@ static void test_manifest_damage(void) {
   free(t);
   t = replace(orig, "\"minor\": 0", "\"minor\": 3");
   put_manifest(t, 1);
-  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.3 is newer than this build's 1.0");
+  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.3 is newer than this build's 1.1");
   free(t);
 
   /* Edited inputs: the recorded identity no longer matches. */
@@ -802,6 +802,100 @@ static void test_crash(void) {
   free(path);
 }
 
+/* A two-expert bundle: transformer_2's plan and weights are blobs of their own, listed in the
+ * experts section; opening checks them like every other blob, and their layout is found. */
+static void test_two_experts(void) {
+  contents_t c2;
+  fill(c2.plan, PLAN_SIZE, 11);
+  fill(c2.weights, WEIGHTS_SIZE, 13);
+  dit_hash128_hex(c2.plan, PLAN_SIZE, c2.plan_hash);
+  dit_hash128_hex(c2.weights, WEIGHTS_SIZE, c2.weights_hash);
+  char store[CHECK_PATH_MAX];
+  check_pathf(store, "%s/experts", g_root);
+  dit_bundle_writer_t *w = NULL;
+  char h[DIT_HASH_HEX];
+  CHECK_OK(dit_bundle_writer_create(store, &w));
+  CHECK_OK(dit_bundle_writer_add_blob(w, g_c.plan, PLAN_SIZE, h));
+  CHECK_OK(dit_bundle_writer_add_blob(w, g_c.kernels, KERNELS_SIZE, h));
+  CHECK_OK(dit_bundle_writer_add_blob(w, NULL, 0, h));
+  CHECK_OK(dit_bundle_writer_add_blob(w, g_c.weights, WEIGHTS_SIZE, h));
+  CHECK_OK(dit_bundle_writer_add_blob(w, c2.plan, PLAN_SIZE, h));
+  CHECK_OK(dit_bundle_writer_add_blob(w, c2.weights, WEIGHTS_SIZE, h));
+  dit_manifest_t *m = make_manifest(&g_c, 7);
+  m->schema_minor = DIT_SCHEMA_MINOR_EXPERTS;
+  m->blobs = realloc(m->blobs, 6 * sizeof *m->blobs);
+  memset(&m->blobs[4], 0, 2 * sizeof *m->blobs);
+  strcpy(m->blobs[4].role, "plan");
+  strcpy(m->blobs[4].hash, c2.plan_hash);
+  m->blobs[4].size = PLAN_SIZE;
+  strcpy(m->blobs[5].role, "weights");
+  strcpy(m->blobs[5].hash, c2.weights_hash);
+  m->blobs[5].size = WEIGHTS_SIZE;
+  m->n_blobs = 6;
+  m->weights = realloc(m->weights, 2 * sizeof *m->weights);
+  m->weights[1] = m->weights[0];
+  m->weights[1].tensors = calloc(3, sizeof *m->weights[1].tensors);
+  for (int i = 0; i < 3; i++) {
+    m->weights[1].tensors[i] = m->weights[0].tensors[i];
+    m->weights[1].tensors[i].name = strdup(m->weights[0].tensors[i].name);
+  }
+  strcpy(m->weights[1].blob, c2.weights_hash);
+  m->n_weights = 2;
+  dit_manifest_expert_t ex[2];
+  dit_manifest_rank_t r2 = {0, "", ""};
+  strcpy(r2.plan, c2.plan_hash);
+  strcpy(r2.weights, c2.weights_hash);
+  memset(ex, 0, sizeof ex);
+  strcpy(ex[0].name, "transformer");
+  ex[0].n_ranks = 1;
+  ex[0].ranks = m->ranks;
+  strcpy(ex[1].name, "transformer_2");
+  ex[1].n_ranks = 1;
+  ex[1].ranks = &r2;
+  m->experts = ex;
+  m->n_experts = 2;
+  m->boundary_timestep = 875;
+  char *path = NULL;
+  int existed = -1;
+  CHECK_OK(dit_bundle_writer_publish(w, m, NULL, &path, &existed));
+  m->experts = NULL; /* on the stack */
+  m->n_experts = 0;
+  dit_manifest_free(m);
+  dit_bundle_writer_destroy(w);
+  if (!path) return;
+
+  dit_bundle_t *b = NULL;
+  CHECK_OK(dit_bundle_open(path, DIT_BUNDLE_HASH_BLOBS, &b));
+  if (b) {
+    const dit_manifest_t *bm = dit_bundle_manifest(b);
+    CHECK_EQ_INT(bm->n_experts, 2);
+    CHECK_EQ_INT(bm->schema_minor, 1);
+    const dit_manifest_rank_t *rk = dit_manifest_expert_rank(bm, "transformer_2", 0);
+    CHECK(rk && strcmp(rk->plan, c2.plan_hash) == 0 && strcmp(rk->weights, c2.weights_hash) == 0);
+    CHECK(rk && dit_manifest_find_weights(bm, rk->weights) != NULL);
+    if (rk) check_mapped(b, rk->weights, c2.weights, WEIGHTS_SIZE);
+    CHECK(strcmp(dit_manifest_expert_rank(bm, NULL, 0)->plan, g_c.plan_hash) == 0);
+    dit_bundle_close(b);
+  }
+  /* transformer_2's blobs are checked like the first expert's. */
+  char p[CHECK_PATH_MAX], tmp[CHECK_PATH_MAX], needle[CHECK_PATH_MAX];
+  check_pathf(p, "%s/blobs/%s", path, c2.weights_hash);
+  check_pathf(tmp, "%s/moved2", g_root);
+  CHECK(rename(p, tmp) == 0);
+  check_pathf(needle, "blobs/%s (role weights): missing", c2.weights_hash);
+  CHECK_ERR(dit_bundle_open(path, 0, &b), NOT_FOUND, needle);
+  CHECK(rename(tmp, p) == 0);
+  check_pathf(p, "%s/blobs/%s", path, c2.plan_hash);
+  size_t n;
+  char *orig = read_all(p, &n);
+  orig[0] ^= 1;
+  write_all(p, orig, n);
+  check_pathf(needle, "blobs/%s (role plan)", c2.plan_hash);
+  CHECK_ERR(dit_bundle_open(path, DIT_BUNDLE_HASH_BLOBS, &b), DATA_LOSS, needle);
+  free(orig);
+  free(path);
+}
+
 int main(void) {
   check_pathf(g_root, "%s", check_tmpdir("test_bundle"));
   make_contents(&g_c);
@@ -820,5 +914,6 @@ int main(void) {
   test_renamed();
   test_concurrent_publish();
   test_crash();
+  test_two_experts();
   return check_summary("test_bundle");
 }

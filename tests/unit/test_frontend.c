@@ -491,9 +491,7 @@ static void test_two_experts(void) {
   /* A14B keeps Wan2.1's VAE: 8x / 4x from the variant without a vae/config.json. */
   CHECK(strcmp(m->variant, "wan2.1") == 0 && strcmp(p->vae.source, "variant") == 0);
   CHECK_EQ_INT(m->vae_spatial, 8);
-  CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
-            "model_index.json: field 'transformer_2': two experts (WanTransformer3DModel, switched at boundary_ratio 0.875) "
-            "are not supported yet");
+  CHECK_OK(dit_model_check_compilable(m)); /* two experts compile into one bundle */
   /* The ratio decides which expert runs when: it is part of the identity. */
   char *id1 = pipeline_identity(m);
   CHECK(id1 && strstr(id1, "\"boundary_ratio\":0.875") && strstr(id1, "\"experts\":2"));

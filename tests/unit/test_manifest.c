@@ -451,7 +451,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.1 is newer than this build's 1.0", "schema.minor", "1");
+  EXPECT(FAILED_PRECONDITION, "schema 1.2 is newer than this build's 1.1", "schema.minor", "2");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -630,6 +630,100 @@ static void test_ranks(void) {
   cJSON_free(t);
 }
 
+/* The experts section of a two-expert pipeline over the base manifest's ranks: list[0]
+ * repeats ranks[], list[1] has transformer_2's entries (here the other weights shard). */
+static char *experts_text(double boundary) {
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(g_base, strlen(g_base), "manifest.json", &m));
+  char *t = calloc(1, 4096);
+  int n = snprintf(t, 4096, "{\"boundary_timestep\":%.17g,\"list\":[", boundary);
+  for (int e = 0; e < 2; e++) {
+    n += snprintf(t + n, 4096 - (size_t)n, "%s{\"name\":\"%s\",\"ranks\":[", e ? "," : "", e ? "transformer_2" : "transformer");
+    for (int r = 0; r < 4; r++)
+      n += snprintf(t + n, 4096 - (size_t)n, "%s{\"rank\":%d,\"plan\":\"%s\",\"weights\":\"%s\"}", r ? "," : "", r,
+                    m->ranks[r].plan, e ? m->weights[1 - r % 2].blob : m->ranks[r].weights);
+    n += snprintf(t + n, 4096 - (size_t)n, "]}");
+  }
+  snprintf(t + n, 4096 - (size_t)n, "]}");
+  dit_manifest_free(m);
+  return t;
+}
+
+static void test_experts(void) {
+  /* The base (no experts section) writes none, and parses as one transformer. */
+  CHECK(strstr(g_base, "\"experts\"") == NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(g_base, strlen(g_base), "manifest.json", &m));
+  CHECK_EQ_INT(m->n_experts, 0);
+  CHECK(dit_manifest_find_expert(m, "transformer_2") == NULL);
+  CHECK(dit_manifest_expert_rank(m, NULL, 2) == &m->ranks[2]);
+  CHECK(dit_manifest_expert_rank(m, "transformer_2", 2) == NULL);
+  char h0[40], bad[40];
+  snprintf(h0, sizeof h0, "\"%s\"", m->blobs[0].hash);
+  snprintf(bad, sizeof bad, "\"%s\"", "ffffffffffffffffffffffffffffffff");
+  dit_manifest_free(m);
+
+  char *ex = experts_text(875);
+  char *t = edited("experts", ex, NULL);
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK_EQ_INT(m->n_experts, 2);
+    CHECK(m->boundary_timestep == 875.0);
+    CHECK(strcmp(m->experts[0].name, "transformer") == 0 && strcmp(m->experts[1].name, "transformer_2") == 0);
+    const dit_manifest_rank_t *r1 = dit_manifest_expert_rank(m, "transformer_2", 1);
+    CHECK(r1 && strcmp(r1->weights, m->weights[0].blob) == 0);
+    CHECK(dit_manifest_expert_rank(m, "transformer", 1) == &m->ranks[1]);
+    /* Round trip: the section is written back and reads the same, byte for byte. */
+    char *a = NULL, *b = NULL;
+    dit_manifest_t *m2 = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &a));
+    CHECK(a && strstr(a, "\"boundary_timestep\": 875"));
+    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
+    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
+    CHECK(a && b && strcmp(a, b) == 0);
+    CHECK(m2 && m2->n_experts == 2 && strcmp(m2->experts[1].ranks[3].weights, m->experts[1].ranks[3].weights) == 0);
+    /* The writer refuses an experts section under schema 1.0. */
+    m->schema_minor = 0;
+    char *c = NULL;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "experts need schema minor >= 1");
+    free(a);
+    free(b);
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+
+  /* Refusals, each an edit of a base that has the section. */
+  char *base = g_base;
+  g_base = edited("experts", ex, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'experts': needs schema minor >= 1, found 1.0", "schema.minor", "0");
+  EXPECT(INVALID_ARGUMENT, "field 'experts': unknown member \"offload\"", "experts.offload", "1");
+  EXPECT(INVALID_ARGUMENT, "field 'experts.list[1]': unknown member \"plans\"", "experts.list[1].plans", "[]");
+  EXPECT(NOT_FOUND, "field 'experts.list[1].ranks[0].plan': blob ffffffffffffffffffffffffffffffff is not listed in blobs[]", "experts.list[1].ranks[0].plan", bad);
+  EXPECT(INVALID_ARGUMENT, "field 'experts.list[1].ranks[1].weights': blob", "experts.list[1].ranks[1].weights", h0);
+  EXPECT(INVALID_ARGUMENT, "with role 'plan', expected role 'weights'", "experts.list[1].ranks[1].weights", h0);
+  EXPECT(NOT_FOUND, "field 'experts.list[1].ranks': rank 3 of world size 4 is missing", "experts.list[1].ranks[3]", NULL);
+  EXPECT(NOT_FOUND, "field 'experts.boundary_timestep': missing", "experts.boundary_timestep", NULL);
+  EXPECT(OUT_OF_RANGE, "field 'experts.boundary_timestep'", "experts.boundary_timestep", "0");
+  EXPECT(OUT_OF_RANGE, "field 'experts.boundary_timestep'", "experts.boundary_timestep", "1000.5");
+  EXPECT(OUT_OF_RANGE, "field 'experts.boundary_timestep'", "experts.boundary_timestep", "-875");
+  EXPECT(INVALID_ARGUMENT, "field 'experts.boundary_timestep': expected a number, found a string", 
+         "experts.boundary_timestep", "\"875\"");
+  EXPECT(INVALID_ARGUMENT, "field 'experts.list': expected 2 experts (transformer, transformer_2), found 1", 
+         "experts.list[1]", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'experts.list[0].name'", "experts.list[0].name", "\"transformer_3\"");
+  EXPECT(INVALID_ARGUMENT, "field 'experts.list[0].name': expected \"transformer\" (experts in pipeline order), found \"transformer_2\"",
+         "experts.list[0].name", "\"transformer_2\"");
+  EXPECT(INVALID_ARGUMENT, "field 'experts.list[0].ranks[2]': rank 2 differs from the top-level ranks[] entry", 
+         "experts.list[0].ranks[2].weights", "\"" "0000000000000000000000000000000" "0\"", "blobs[4]",
+         "{\"role\":\"weights\",\"hash\":\"00000000000000000000000000000000\",\"size\":12288}", "weights[2]",
+         "{\"blob\":\"00000000000000000000000000000000\",\"tp_rank\":0,\"tp_size\":2,\"tensors\":[]}");
+  EXPECT(INVALID_ARGUMENT, "field 'experts': expected an object, found an array", "experts", "[]");
+  cJSON_free(g_base);
+  g_base = base;
+  free(ex);
+}
+
 int main(void) {
   test_round_trip();
   test_serializer_errors();
@@ -638,6 +732,7 @@ int main(void) {
   test_fields();
   test_blobs_and_layout();
   test_ranks();
+  test_experts();
   free(g_base);
   return check_summary("test_manifest");
 }
