@@ -162,6 +162,19 @@ check "$BIN/st_compare" "$W/fi.safetensors" "$d/forward_output.safetensors" samp
 check "$BIN/ditrun" compare "$ib" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
 "$BIN/ditrun" compare "$ib" --inputs "$d/forward_inputs.safetensors" | grep -E "^(gelu|attention|linear) "
 
+step "1f. Wan2.2-A14B (tiny, two experts in one bundle): each expert's GPU forward and the 6-step generate across the boundary against diffusers' fp32 outputs"
+d=tests/data/wan22_a14b_tiny
+read -r F H Wd B L STEPS G G2 S GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['steps'], m['guidance'], m['guidance_2'], m['shift'], m['generate_batch'])")
+ab=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+for e in transformer transformer_2; do
+  check mem_within "$BIN/ditrun" forward "$ab" --expert "$e" --inputs "$d/forward_inputs.safetensors" --out "$W/fa.safetensors"
+  check "$BIN/st_compare" "$W/fa.safetensors" "$d/forward_output_$e.safetensors" sample 2e-2 0.9999
+done
+ag=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+gi="$d/generate_inputs.safetensors"
+check "$BIN/ditrun" generate "$ag" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$W/ga.safetensors"
+check "$BIN/st_compare" "$W/ga.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
+
 step "1d. the Hopper attention kernel at head dims 64 and 128: every op on the GPU against the CPU reference, 1280 and 126 tokens"
 for p in tiny-hd64 tiny-hd128; do
   "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$W/$p" >/dev/null
