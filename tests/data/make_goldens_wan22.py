@@ -66,6 +66,16 @@ It rewrites these folders (each deleted first, so a rerun leaves nothing stale):
                                      tokens, so the text is exactly 512 tokens),
                                      encoder_hidden_states_image [B,n_img,image_dim];
     forward_output.safetensors       sample;
+    generate_inputs.safetensors      prompt_embeds, negative_prompt_embeds [1,512,text_dim],
+                                     init_latents [1,16,F,h,w], image_embeds [1,n_img,image_dim]
+                                     (what the pipeline's encode_image returns, in place of CLIP),
+                                     image_latents [1,16,F,h,w]: the pipeline's latent_condition
+                                     (the normalized encoding, by a tiny Wan2.1-shaped VAE, of a
+                                     seeded image followed by zero frames), recorded from its
+                                     prepare_latents;
+    generate_unipc.safetensors       WanImageToVideoPipeline.__call__ (CFG; each step's input is
+                                     latents ++ the 4-channel first-frame mask ++ image_latents)
+                                     latents, latents_per_step, timesteps, sigmas;
     meta.json.
 
   tests/data/wan22_i2v_a14b_tiny/    save_pretrained of a WanImageToVideoPipeline: two experts
@@ -75,7 +85,15 @@ It rewrites these folders (each deleted first, so a rerun leaves nothing stale):
     forward_inputs.safetensors       hidden_states [B,36,F,H,W], timestep [B] i64,
                                      encoder_hidden_states;
     forward_output_transformer.safetensors, forward_output_transformer_2.safetensors;
+    generate_inputs.safetensors      prompt_embeds, negative_prompt_embeds, init_latents,
+                                     image_latents (as for Wan2.1-I2V; no image_embeds);
+    generate_unipc.safetensors       WanImageToVideoPipeline.__call__ across the boundary
+                                     (guidance / guidance_2), latents, latents_per_step,
+                                     timesteps, sigmas, expert per step;
     meta.json.
+
+`--only NAME[,NAME]` rewrites only those folders (wan22_a14b_tiny, wan22_ti2v_tiny,
+wan21_i2v_tiny, wan22_i2v_a14b_tiny).
 
 After writing, every folder is reloaded with from_pretrained and its forward outputs (and the
 A14B and TI2V generates) are reproduced bit for bit. Everything is seeded, so a rerun on the same
@@ -156,6 +174,20 @@ TINY_VAE22 = dict(
 )
 
 
+# Tiny VAE of the Wan2.1 shape (z_dim 16, 8x spatial, 4x temporal, the class's default latent
+# statistics, which are Wan2.1's): Wan2.1-I2V and Wan2.2-I2V-A14B encode their image with it.
+TINY_VAE21 = dict(
+    base_dim=8,
+    z_dim=16,
+    dim_mult=[1, 2, 4, 4],
+    num_res_blocks=1,
+    attn_scales=[],
+    temperal_downsample=[False, True, True],
+    dropout=0.0,
+)
+I2V_SHIFT = 3.0  # Wan2.1-I2V at 480p, as diffusers' examples set it
+
+
 def tiny_model(**over):
     cfg = dict(
         patch_size=(1, 2, 2),
@@ -217,6 +249,9 @@ WAN21_I2V = dict(
     latent=(3, 4, 6),
     timestep=[757, 312],
     seed=2222,
+    vae_seed=2223,
+    steps=4,
+    guidance=5.0,
 )
 
 I2V_A14B = dict(
@@ -227,6 +262,10 @@ I2V_A14B = dict(
     latent=(3, 4, 6),
     timestep=[957, 612],
     seed=2233,
+    vae_seed=2234,
+    steps=6,
+    guidance=4.0,
+    guidance_2=3.0,
 )
 
 
@@ -250,9 +289,9 @@ def make_transformer(cfg, seed):
     return model
 
 
-def make_vae(seed):
+def make_vae(seed, cfg=TINY_VAE22):
     torch.manual_seed(seed)
-    vae = AutoencoderKLWan(**TINY_VAE22).eval()
+    vae = AutoencoderKLWan(**cfg).eval()
     gen = torch.Generator().manual_seed(seed)
     # Default initialisation makes the encoding nearly constant over space; these draws keep
     # the image visible in its latents.
@@ -732,6 +771,59 @@ def run_i2v(pipe, model, steps, image, gen_in, common):
     }
 
 
+def run_i2v_concat(pipe, experts, steps, image, gen_in, common):
+    """WanImageToVideoPipeline without expand_timesteps: records the condition (mask ++ image
+    latents) its prepare_latents built, checks the mask is the first-frame mask, and returns the
+    image latents and the run."""
+    recorded = {}
+    prepare = pipe.prepare_latents
+
+    def recording_prepare(*args, **kwargs):
+        out = prepare(*args, **kwargs)
+        recorded["out"] = out
+        return out
+
+    pipe.prepare_latents = recording_prepare
+    try:
+        latents, per_step, used = run_pipeline(
+            pipe, experts, steps, image=image, latents=gen_in["init_latents"].clone(), **common
+        )
+    finally:
+        del pipe.prepare_latents
+    _, condition = recorded["out"]
+    mask, image_latents = condition[:, :4], condition[:, 4:]
+    assert torch.equal(mask[:, :, 0], torch.ones_like(mask[:, :, 0])), "mask: first latent frame not all ones"
+    assert torch.equal(mask[:, :, 1:], torch.zeros_like(mask[:, :, 1:])), "mask: later latent frames not zero"
+    spread = float(image_latents[:, :, 0].std(dim=(2, 3)).mean())
+    assert spread > 0.02, f"the image latents hardly vary over space ({spread:.4f})"
+    return image_latents.contiguous(), {
+        "latents": latents,
+        "latents_per_step": per_step,
+        "timesteps": pipe.scheduler.timesteps.clone().contiguous(),
+        "sigmas": pipe.scheduler.sigmas.clone().contiguous(),
+    }, used
+
+
+def i2v_generate_inputs(gen, spec, cfg, text_len):
+    return {
+        "prompt_embeds": torch.randn((1, text_len, cfg["text_dim"]), generator=gen),
+        "negative_prompt_embeds": torch.randn((1, text_len, cfg["text_dim"]), generator=gen),
+        "init_latents": torch.randn(latent_shape(spec, cfg["out_channels"], 1), generator=gen),
+    }
+
+
+def i2v_common(spec, gen_in):
+    F, H, W = spec["latent"]
+    return dict(
+        prompt_embeds=gen_in["prompt_embeds"],
+        negative_prompt_embeds=gen_in["negative_prompt_embeds"],
+        height=H * 8,
+        width=W * 8,
+        num_frames=(F - 1) * 4 + 1,
+        guidance_scale=spec["guidance"],
+    )
+
+
 def reload_ti2v(out_dir, vae, image):
     nulls, index = null_components(out_dir)
     assert index["_class_name"] == "WanPipeline" and index["expand_timesteps"] is True
@@ -823,6 +915,34 @@ def write_wan21_i2v():
     save_file(fwd, os.path.join(out_dir, "forward_inputs.safetensors"))
     save_file({"sample": sample.contiguous()}, os.path.join(out_dir, "forward_output.safetensors"))
     F, H, W = spec["latent"]
+
+    # Image-to-video through WanImageToVideoPipeline.__call__: image_embeds given (the CLIP
+    # encoder's output stands in as random hidden states), the image encoded by a tiny VAE.
+    vae = make_vae(spec["vae_seed"], TINY_VAE21)
+    pipe = WanImageToVideoPipeline(
+        tokenizer=None,
+        text_encoder=None,
+        vae=vae,
+        scheduler=published_unipc(I2V_SHIFT),
+        image_processor=None,
+        image_encoder=None,
+        transformer=model,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    gen_in = i2v_generate_inputs(gen, spec, cfg, TEXT_CONTEXT)
+    gen_in["image_embeds"] = torch.randn((1, spec["n_img"], cfg["image_dim"]), generator=gen)
+    common = i2v_common(spec, gen_in)
+    image = seeded_image(common["width"], common["height"], spec["seed"])
+    # The pipeline refuses image_embeds beside an image (which prepare_latents needs), so the
+    # CLIP encoder's place is taken by one returning these hidden states.
+    pipe.encode_image = lambda image, device=None: gen_in["image_embeds"]
+    image_latents, run, _ = run_i2v_concat(pipe, [model], spec["steps"], image, gen_in, common)
+    gen_in["image_latents"] = image_latents
+    assert image_latents.shape == latent_shape(spec, 16, 1)
+    print(f"{name}: i2v timesteps {run['timesteps'].tolist()}, latents change "
+          f"{rel_change(run['latents'], gen_in['init_latents']):.4f}")
+    save_file(gen_in, os.path.join(out_dir, "generate_inputs.safetensors"))
+    save_file(run, os.path.join(out_dir, "generate_unipc.safetensors"))
     write_meta(
         out_dir,
         {
@@ -834,19 +954,35 @@ def write_wan21_i2v():
             "image_tokens": spec["n_img"],
             "timestep": spec["timestep"],
             "channels": "in 36 = 16 noisy latents + 4 mask + 16 condition (random here), out 16",
+            "i2v_pipeline": "WanImageToVideoPipeline",
+            "generate_batch": 1,
+            "steps": spec["steps"],
+            "guidance": spec["guidance"],
+            "shift": I2V_SHIFT,
         },
     )
     finish(out_dir)
-    return out_dir
+    return out_dir, vae, image
 
 
-def reload_wan21_i2v(out_dir):
+def reload_wan21_i2v(out_dir, vae, image):
     model = WanTransformer3DModel.from_pretrained(os.path.join(out_dir, "model")).eval()
     assert model.dtype == torch.float32
     assert model.config.image_dim == WAN21_I2V["model"]["image_dim"] and model.config.in_channels == 36
     fwd = load_file(os.path.join(out_dir, "forward_inputs.safetensors"))
     want = load_file(os.path.join(out_dir, "forward_output.safetensors"))["sample"]
-    reproduce(f"{os.path.basename(out_dir)} forward", model, fwd, want)
+    base = os.path.basename(out_dir)
+    reproduce(f"{base} forward", model, fwd, want)
+    pipe = WanImageToVideoPipeline(tokenizer=None, text_encoder=None, vae=vae, scheduler=published_unipc(I2V_SHIFT),
+                                   image_processor=None, image_encoder=None, transformer=model)
+    pipe.set_progress_bar_config(disable=True)
+    gen_in = load_file(os.path.join(out_dir, "generate_inputs.safetensors"))
+    common = i2v_common(WAN21_I2V, gen_in)
+    pipe.encode_image = lambda image, device=None: gen_in["image_embeds"]
+    image_latents, run, _ = run_i2v_concat(pipe, [model], WAN21_I2V["steps"], image, gen_in, common)
+    assert_same(f"{base} image_latents", image_latents, gen_in["image_latents"])
+    assert_same(f"{base} i2v generate", run["latents"],
+                load_file(os.path.join(out_dir, "generate_unipc.safetensors"))["latents"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -895,9 +1031,36 @@ def write_i2v_a14b():
     assert rel > MIN_BLOCK_CHANGE
     save_file(fwd, os.path.join(out_dir, "forward_inputs.safetensors"))
     F, H, W = spec["latent"]
+
+    # Image-to-video across the boundary, the image encoded by a tiny Wan2.1-shaped VAE (the
+    # folder's vae stays null: image_latents stand for its encoding).
+    vae = make_vae(spec["vae_seed"], TINY_VAE21)
+    gen_pipe = WanImageToVideoPipeline(
+        tokenizer=None, text_encoder=None, vae=vae, scheduler=published_unipc(A14B_SHIFT), image_processor=None,
+        image_encoder=None, transformer=experts[0], transformer_2=experts[1], boundary_ratio=I2V_A14B_BOUNDARY,
+    )
+    gen_pipe.set_progress_bar_config(disable=True)
+    gen_in = i2v_generate_inputs(gen, spec, cfg, L)
+    common = {**i2v_common(spec, gen_in), "guidance_scale_2": spec["guidance_2"]}
+    image = seeded_image(common["width"], common["height"], spec["seed"])
+    image_latents, run, used = run_i2v_concat(gen_pipe, experts, spec["steps"], image, gen_in, common)
+    gen_in["image_latents"] = image_latents
+    boundary_t = I2V_A14B_BOUNDARY * TRAIN_TIMESTEPS
+    want = [0 if float(t) >= boundary_t else 1 for t in run["timesteps"]]
+    assert used == want, f"experts {used}, expected {want}"
+    assert 0 < used.count(0) < spec["steps"], f"the boundary {boundary_t} does not fall inside {run['timesteps'].tolist()}"
+    run["expert"] = torch.tensor(used, dtype=torch.int64)
+    print(f"{name}: i2v timesteps {run['timesteps'].tolist()}, experts {used}")
+    save_file(gen_in, os.path.join(out_dir, "generate_inputs.safetensors"))
+    save_file(run, os.path.join(out_dir, "generate_unipc.safetensors"))
     write_meta(
         out_dir,
         {
+            "generate_batch": 1,
+            "steps": spec["steps"],
+            "guidance": spec["guidance"],
+            "guidance_2": spec["guidance_2"],
+            "expert": used,
             "pipeline": "WanImageToVideoPipeline",
             "frames": (F - 1) * 4 + 1,
             "height": H * 8,
@@ -912,10 +1075,10 @@ def write_i2v_a14b():
         },
     )
     finish(out_dir)
-    return out_dir
+    return out_dir, vae, image
 
 
-def reload_i2v_a14b(out_dir):
+def reload_i2v_a14b(out_dir, vae, image):
     nulls, index = null_components(out_dir)
     assert index["_class_name"] == "WanImageToVideoPipeline"
     assert index["boundary_ratio"] == I2V_A14B_BOUNDARY
@@ -929,20 +1092,42 @@ def reload_i2v_a14b(out_dir):
         assert model.config.in_channels == 36 and model.config.image_dim is None
         want = load_file(os.path.join(out_dir, f"forward_output_{slot}.safetensors"))["sample"]
         reproduce(f"{os.path.basename(out_dir)} {slot} forward", model, fwd, want)
+    pipe = WanImageToVideoPipeline.from_pretrained(out_dir, **{**nulls, "vae": vae})
+    pipe.set_progress_bar_config(disable=True)
+    gen_in = load_file(os.path.join(out_dir, "generate_inputs.safetensors"))
+    with open(os.path.join(out_dir, "meta.json")) as f:
+        meta = json.load(f)
+    common = {**i2v_common(I2V_A14B, gen_in), "guidance_scale_2": meta["guidance_2"]}
+    image_latents, run, used = run_i2v_concat(pipe, [pipe.transformer, pipe.transformer_2], meta["steps"], image,
+                                              gen_in, common)
+    assert used == meta["expert"]
+    base = os.path.basename(out_dir)
+    assert_same(f"{base} image_latents", image_latents, gen_in["image_latents"])
+    assert_same(f"{base} i2v generate", run["latents"],
+                load_file(os.path.join(out_dir, "generate_unipc.safetensors"))["latents"])
+
+
+FOLDERS = ("wan22_a14b_tiny", "wan22_ti2v_tiny", "wan21_i2v_tiny", "wan22_i2v_a14b_tiny")
 
 
 def main():
     torch.set_grad_enabled(False)
     print(f"diffusers {diffusers.__version__} from {os.path.dirname(diffusers.__file__)}, torch {torch.__version__}")
-    a14b = write_a14b()
-    ti2v, vae, image = write_ti2v()
-    wan21 = write_wan21_i2v()
-    i2v_a14b = write_i2v_a14b()
-    reload_a14b(a14b)
-    reload_ti2v(ti2v, vae, image)
-    reload_wan21_i2v(wan21)
-    reload_i2v_a14b(i2v_a14b)
-    print("all folders reload and reproduce their goldens")
+    only = set(FOLDERS)
+    if len(sys.argv) == 3 and sys.argv[1] == "--only":
+        only = set(sys.argv[2].split(","))
+        assert only <= set(FOLDERS), f"--only: unknown {sorted(only - set(FOLDERS))}; known {FOLDERS}"
+    elif len(sys.argv) != 1:
+        sys.exit(f"usage: {sys.argv[0]} [--only NAME[,NAME]]  (names: {', '.join(FOLDERS)})")
+    if "wan22_a14b_tiny" in only:
+        reload_a14b(write_a14b())
+    if "wan22_ti2v_tiny" in only:
+        reload_ti2v(*write_ti2v())
+    if "wan21_i2v_tiny" in only:
+        reload_wan21_i2v(*write_wan21_i2v())
+    if "wan22_i2v_a14b_tiny" in only:
+        reload_i2v_a14b(*write_i2v_a14b())
+    print(f"{', '.join(sorted(only))}: written, reloaded, goldens reproduced")
     return 0
 
 
