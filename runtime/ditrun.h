@@ -7,6 +7,7 @@
 
 #include "artifacts/manifest.h"
 #include "base/status.h"
+#include "runtime/condition.h"
 #include "runtime/offload_engine.h"
 #include "runtime/sampler.h"
 #include "runtime/tensor.h"
@@ -105,6 +106,9 @@ typedef struct dit_generate_options {
   /* Per step, which expert ran (0 transformer, 1 transformer_2); may be NULL, else
    * `steps` entries. */
   int *expert_used;
+  /* Image-to-video: the image latents and embeddings the bundle's inputs need (absent tensors
+   * have data NULL); checked against the bundle before the first step. */
+  dit_condition_inputs_t condition;
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's
@@ -112,7 +116,8 @@ typedef struct dit_generate_options {
  * Python float, in float32. */
 int dit_generate_uses_expert_2(double t, double boundary_timestep);
 
-/* The denoising loop as diffusers' WanPipeline runs it. latents: fp32 [B, C, f, h, w], the
+/* The denoising loop as diffusers' WanPipeline and WanImageToVideoPipeline run it. latents:
+ * fp32 in dit_condition_latents_shape's shape ([B, C, f, h, w], C the sample's channels), the
  * initial noise in, the final latents out. prompt and negative (may be NULL) are encoder
  * states [B, L, text_dim] of any float dtype. */
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *opts,

@@ -34,9 +34,17 @@ static const char kUsage[] =
     "                  [--init-latents X.safetensors | --seed S] [--steps N] [--guidance G]\n"
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
     "                  [--shift S] [--sampler unipc|euler] --out LATENTS.safetensors\n"
+    "                  [--image-latents I.safetensors] [--image-embeds E.safetensors]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
+    "                     image-to-video: tensor image_latents, the normalized VAE encoding of\n"
+    "                     the image: [B, 16, f, h, w] with zero frames after it (Wan2.1-I2V,\n"
+    "                     Wan2.2-I2V-A14B: the pipeline's first-frame mask is built here and\n"
+    "                     both concatenated to the latents), or [B, 48, 1, h, w] (Wan2.2-TI2V:\n"
+    "                     the first latent frame is held to it, its tokens at timestep 0);\n"
+    "                     tensor image_embeds [B, n_img, image_dim] (Wan2.1-I2V: the CLIP image\n"
+    "                     encoder's hidden states, n_img as compiled); batch 1 serves every item\n"
     "\n"
     "  compare BUNDLE --inputs IN.safetensors [--reference cpu] [--accumulate]\n"
     "                  [--max-rel X] [-v]\n"
@@ -258,6 +266,7 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
+  const char *image_latents, *image_embeds;
   int64_t steps, seed, threads, device, devices, warmup;
   double guidance, guidance_2, shift, max_rel;
   int have_guidance_2, have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split;
@@ -307,6 +316,8 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     else if (!strcmp(f, "--prompt-embeds")) str = &a->prompt;
     else if (!strcmp(f, "--negative-embeds")) str = &a->negative;
     else if (!strcmp(f, "--init-latents")) str = &a->init;
+    else if (!strcmp(f, "--image-latents")) str = &a->image_latents;
+    else if (!strcmp(f, "--image-embeds")) str = &a->image_embeds;
     else if (!strcmp(f, "--sampler")) str = &a->sampler;
     else if (!strcmp(f, "--backend")) str = &a->backend;
     else if (!strcmp(f, "--reference")) str = &a->reference;
@@ -436,6 +447,11 @@ static void on_step(void *ctx, int step, int steps, double t, double seconds) {
 }
 
 static int cmd_generate(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(kUsage, stdout);
+      return 0;
+    }
   run_args_t a;
   int rc = parse_run_args(argc, argv, &a, 1);
   if (rc) return rc;
@@ -469,12 +485,17 @@ static int cmd_generate(int argc, char **argv) {
   } else if (!s && a.have_guidance_2) {
     s = DIT_ERR(INVALID_ARGUMENT, "--guidance-2 %g: the bundle has one transformer (no transformer_2 to guide)", a.guidance_2);
   }
-  const dit_manifest_io_t *hs = NULL;
-  if (!s) {
-    const dit_manifest_t *m = dit_runtime_manifest(rt);
-    for (size_t i = 0; i < m->n_inputs; i++)
-      if (!strcmp(m->io_inputs[i].name, "hidden_states")) hs = &m->io_inputs[i];
-    if (!hs) s = DIT_ERR(NOT_FOUND, "the bundle has no 'hidden_states' input");
+  if (!s) s = dit_condition_latents_shape(dit_runtime_manifest(rt), &lat.rank, lat.dims);
+  char il_what[1100] = "", ie_what[1100] = "";
+  if (!s && a.image_latents) {
+    snprintf(il_what, sizeof il_what, "--image-latents %s", a.image_latents);
+    g.condition.image_latents_what = il_what;
+    s = read_tensor(a.image_latents, "image_latents", "--image-latents", &g.condition.image_latents);
+  }
+  if (!s && a.image_embeds) {
+    snprintf(ie_what, sizeof ie_what, "--image-embeds %s", a.image_embeds);
+    g.condition.image_embeds_what = ie_what;
+    s = read_tensor(a.image_embeds, "image_embeds", "--image-embeds", &g.condition.image_embeds);
   }
   if (!s) s = read_tensor(a.prompt, "prompt_embeds", "--prompt-embeds", &prompt);
   if (!s && a.negative) s = read_tensor(a.negative, "negative_prompt_embeds", "--negative-embeds", &neg);
@@ -484,8 +505,6 @@ static int cmd_generate(int argc, char **argv) {
   float *latents = NULL;
   if (!s) {
     lat.dtype = DIT_F32;
-    lat.rank = hs->rank;
-    memcpy(lat.dims, hs->dims, sizeof lat.dims);
     n = (size_t)dit_tensor_numel(&lat);
     latents = malloc(n * sizeof *latents + 1);
     if (!latents) s = DIT_ERR(RESOURCE_EXHAUSTED, "latents: out of memory");
@@ -495,7 +514,12 @@ static int cmd_generate(int argc, char **argv) {
     s = read_tensor(a.init, "init_latents", "--init-latents", &x);
     int same = !s && x.rank == lat.rank;
     for (int i = 0; same && i < x.rank; i++) same = x.dims[i] == lat.dims[i];
-    if (!s && !same) s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: tensor 'init_latents' has a different shape than the bundle's latents", a.init);
+    if (!s && !same) {
+      char want[160] = "[", got[160] = "[";
+      for (int i = 0; i < lat.rank; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)lat.dims[i]);
+      for (int i = 0; i < x.rank && i < DIT_MAX_RANK; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)x.dims[i]);
+      s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: tensor 'init_latents' has shape %s], the bundle's latents are %s]", a.init, got, want);
+    }
     if (!s && dit_convert(latents, DIT_F32, x.data, x.dtype, n))
       s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: 'init_latents' is not a float tensor", a.init);
     free(x.data);
@@ -513,6 +537,8 @@ static int cmd_generate(int argc, char **argv) {
   free(latents);
   free(prompt.data);
   free(neg.data);
+  free(g.condition.image_latents.data);
+  free(g.condition.image_embeds.data);
   free(used);
   dit_runtime_destroy(rt2);
   dit_runtime_destroy(rt);

@@ -1,5 +1,6 @@
-/* The denoising loop, as diffusers' WanPipeline runs it: per step the transformer sees the
- * latents in its dtype and the scheduler's timestep; with guidance the conditional and
+/* The denoising loop, as diffusers' WanPipeline and WanImageToVideoPipeline run it: per step
+ * the transformer sees the latents (with their image conditioning, runtime/condition.c) in its
+ * dtype and the scheduler's timestep; with guidance the conditional and
  * unconditional predictions are combined in fp32; the sampler advances fp32 latents. A
  * two-expert pipeline runs transformer while t >= the boundary and transformer_2 after. */
 #include <stdlib.h>
@@ -42,26 +43,11 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
                                   const dit_tensor_t *prompt, const dit_tensor_t *negative,
                                   float *latents) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
-  const dit_manifest_io_t *hs = NULL;
-  for (size_t i = 0; i < m->n_inputs; i++)
-    if (!strcmp(m->io_inputs[i].name, "hidden_states")) hs = &m->io_inputs[i];
-  if (!hs) return DIT_ERR(NOT_FOUND, "the bundle has no 'hidden_states' input");
-  /* The sampler steps the latents the transformer predicts for: a bundle with conditioning the
-   * loop does not supply (image tokens, channels concatenated to the latents) needs an
-   * image-to-video loop, which generate does not have yet. */
-  const dit_manifest_io_t *out = NULL;
-  for (size_t i = 0; i < m->n_outputs; i++)
-    if (!strcmp(m->io_outputs[i].name, "sample")) out = &m->io_outputs[i];
-  for (size_t i = 0; i < m->n_inputs; i++) {
-    const char *nm = m->io_inputs[i].name;
-    if (strcmp(nm, "hidden_states") && strcmp(nm, "timestep") && strcmp(nm, "encoder_hidden_states"))
-      return DIT_ERR(UNIMPLEMENTED, "manifest.json: field 'io.inputs[%zu].name' = \"%s\": generate supplies only hidden_states, timestep and "
-                     "encoder_hidden_states; image-to-video generation is not supported yet (use forward)", i, nm);
-  }
-  if (!out || out->rank != hs->rank || (hs->rank > 1 && out->dims[1] != hs->dims[1]))
-    return DIT_ERR(UNIMPLEMENTED, "manifest.json: the bundle's 'sample' output does not have the shape of its 'hidden_states' input (%lld "
-                   "against %lld channels): image-to-video generation is not supported yet (use forward)",
-                   out && out->rank > 1 ? (long long)out->dims[1] : -1LL, hs->rank > 1 ? (long long)hs->dims[1] : -1LL);
+  /* The sampler steps the latents; the condition makes the transformer's inputs from them
+   * (image-to-video: the mask and image latents concatenated, or the first frame held to the
+   * image) and checks the image inputs against the bundle. */
+  dit_tensor_t lat = {latents, DIT_F32, 0, {0}};
+  DIT_RETURN_IF(dit_condition_latents_shape(m, &lat.rank, lat.dims));
   /* As the pipeline: guidance applies to a step when that step's scale is above 1. */
   int cfg_any = o->guidance > 1.0 || (o->expert_2 && o->guidance_2 > 1.0);
   if (cfg_any && !negative)
@@ -70,16 +56,18 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   if (o->expert_2 && (dit_runtime_cfg_lanes(o->expert_2) != dit_runtime_cfg_lanes(rt)))
     return DIT_ERR(INVALID_ARGUMENT, "generate: the two experts' runtimes have %d and %d cfg lanes", dit_runtime_cfg_lanes(rt),
                    dit_runtime_cfg_lanes(o->expert_2));
-  dit_tensor_t lat = {latents, DIT_F32, hs->rank, {0}};
-  memcpy(lat.dims, hs->dims, sizeof lat.dims);
   size_t n = (size_t)dit_tensor_numel(&lat);
-  int64_t batch = hs->dims[0];
+  dit_condition_t *cnd;
+  DIT_RETURN_IF(dit_condition_create(m, &o->condition, &cnd));
 
   dit_sampler_t *smp;
-  DIT_RETURN_IF(dit_sampler_create(o->sampler, o->steps, o->shift, n, &smp));
+  dit_status_t s = dit_sampler_create(o->sampler, o->steps, o->shift, n, &smp);
+  if (s) {
+    dit_condition_destroy(cnd);
+    return s;
+  }
   float *cond = malloc(n * sizeof *cond), *uncond = cfg_any ? malloc(n * sizeof *uncond) : NULL;
-  float *tvec = malloc((size_t)batch * sizeof *tvec);
-  dit_status_t s = (!cond || !tvec || (cfg_any && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  s = (!cond || (cfg_any && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
   dit_runtime_t *const high = rt;
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
@@ -89,10 +77,11 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    for (int64_t b = 0; b < batch; b++) tvec[b] = (float)t;
-    dit_tensor_t tt = {tvec, DIT_F32, 1, {batch}};
-    s = dit_runtime_set_input(rt, "hidden_states", &lat);
+    dit_tensor_t x, tt, img;
+    s = dit_condition_step(cnd, latents, t, &x, &tt, &img);
+    if (!s) s = dit_runtime_set_input(rt, "hidden_states", &x);
     if (!s) s = dit_runtime_set_input(rt, "timestep", &tt);
+    if (!s && img.data) s = dit_runtime_set_input(rt, "encoder_hidden_states_image", &img);
     int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
     if (!s) s = lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n);
     if (!s && cfg) {
@@ -104,9 +93,10 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
     else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);
   }
+  if (!s) dit_condition_finish(cnd, latents);
   free(cond);
   free(uncond);
-  free(tvec);
+  dit_condition_destroy(cnd);
   dit_sampler_destroy(smp);
   return s;
 }

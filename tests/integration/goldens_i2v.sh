@@ -53,8 +53,8 @@ if "$BIN/ditc" compile tests/data/wan_tiny_a/model --frames 9 --height 32 --widt
 fi
 grep -q "takes no image tokens" "$T/err" || { cat "$T/err"; exit 1; }
 
-# generate has no image-to-video loop yet: it refuses the bundle, naming the input it cannot
-# supply, and writes nothing.
+# generate refuses the image-to-video bundle without its image inputs (generate_i2v.sh runs
+# it with them), naming what it needs, and writes nothing.
 python3 - "$T/p.safetensors" "$B" "$L" <<'PY'
 import json, struct, sys
 b, l = int(sys.argv[2]), int(sys.argv[3])
@@ -66,7 +66,7 @@ PY
 if "$BIN/ditrun" generate "$one" --prompt-embeds "$T/p.safetensors" --seed 1 --steps 2 --guidance 1 --out "$T/g.safetensors" 2>"$T/err"; then
   echo "generate ran an image-to-video bundle"; exit 1
 fi
-grep -q 'encoder_hidden_states_image": generate supplies only' "$T/err" && [ ! -e "$T/g.safetensors" ] || { cat "$T/err"; exit 1; }
+grep -q 'generate needs --image-latents' "$T/err" && [ ! -e "$T/g.safetensors" ] || { cat "$T/err"; exit 1; }
 
 # Hopper in bf16 compiles without a GPU: the exact-GELU kernel and the image branch included.
 G=$("$BIN/ditc" "${c[@]}" --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
