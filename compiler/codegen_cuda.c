@@ -206,24 +206,31 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
       int vec = x->dims[2] % DIT_ABI_VEC == 0;
+      /* A per-token table [B, T, n, D] is the per-batch form with B*T batch rows of one token. */
+      const int per_token = mod->rank == 4;
       dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
-             "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", x->dims[0], x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"), vec);
+             "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", per_token ? x->dims[0] * x->dims[1] : x->dims[0],
+             per_token ? (int64_t)1 : x->dims[1], x->dims[2], mod->dims[mod->rank - 2], geti(op, "gate"), vec);
       set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_MOD_TABLE: {
       const dit_value_t *e = V(g, op->in[1]);
-      int64_t rows_e = dit_value_numel(e) / e->dims[0] / y->dims[2];
+      /* Per token (y [B, T, n, D]): B*T batch rows. */
+      const int64_t d = y->dims[y->rank - 1], nrows = y->dims[y->rank - 2], batch = dit_value_numel(y) / (nrows * d);
+      int64_t rows_e = dit_value_numel(e) / batch / d;
       dit_strbuf_printf(s, "#define DIT_K_MOD_TABLE 1\n#define T_TABLE %d\n#define T_E %d\n#define BATCH %" PRId64 "\n#define NROWS %" PRId64
              "\n#define D %" PRId64 "\n#define ROWS_E %" PRId64 "\n",
-          dt_code(x->dtype), dt_code(e->dtype), y->dims[0], y->dims[1], y->dims[2], rows_e);
+          dt_code(x->dtype), dt_code(e->dtype), batch, nrows, d, rows_e);
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_TIMESTEP_EMBED:
+      /* The kernel indexes in int; per-token timesteps make BATCH = B*T. */
+      if (n > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': %" PRIu64 " elements exceed the kernel's int index", name, y->name, n);
       dit_strbuf_printf(s, "#define DIT_K_TIMESTEP_EMBED 1\n#define T_T %d\n#define BATCH %" PRId64 "\n#define DIM %" PRId64
              "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n",
-          dt_code(x->dtype), y->dims[0], y->dims[1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
+          dt_code(x->dtype), dit_value_numel(x), y->dims[y->rank - 1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
           getf(op, "scale"));
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
@@ -258,9 +265,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           dit_strbuf_printf(s, "#define T_W %d\n#define T_BIAS %d\n", dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype));
       } else if (mode == DIT_ABI_NORM_ADALN) {
         const dit_value_t *mod = V(g, op->in[1]);
+        /* A per-token table [B, T, n, D]: every row its own batch row (TOKENS 1). */
+        const int per_token = mod->rank == 4;
         dit_strbuf_printf(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
                "\n#define SCALE_ROW %" PRId64 "\n",
-            dt_code(mod->dtype), x->dims[1], mod->dims[1], geti(op, "shift"), geti(op, "scale"));
+            dt_code(mod->dtype), per_token ? (int64_t)1 : x->dims[1], mod->dims[mod->rank - 2], geti(op, "shift"), geti(op, "scale"));
       } else if (mode == DIT_ABI_NORM_RMSNORM) {
         dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
       } else if (mode == DIT_ABI_NORM_RMSNORM_SLICE) {
@@ -492,8 +501,9 @@ static int mlir_spec(const dit_graph_t *g, const dit_op_t *op, dit_mlir_ew_spec_
       e->n_in = 3;
       e->in[2].bcast = DIT_MLIR_EW_MOD;
       e->d = x->dims[2];
-      e->t = x->dims[1];
-      e->rows = mod->dims[1];
+      /* Per token (mod [B, T, n, D]): each token is a batch row of its own. */
+      e->t = mod->rank == 4 ? 1 : x->dims[1];
+      e->rows = mod->dims[mod->rank - 2];
       e->row = geti(op, "gate");
       e->n_steps = 1;
       e->steps[0] = (dit_mlir_ew_step_t){DIT_MLIR_EW_GATED_ADD, 1, 2};

@@ -35,18 +35,26 @@ static dit_status_t get_i(const dit_attrs_t *a, const char *op, const char *key,
   return DIT_OK;
 }
 
-/* Checks that mod is [B, n, D] with the row index `idx_key` inside n. */
+/* Checks that mod is [B, n, D] (one table per batch item) or [B, T, n, D] (one per token of
+ * x [B, T, D]) with the row indices `keys` inside n. */
 static dit_status_t check_mod(const char *op, const dit_value_t *x, const dit_value_t *mod,
                               const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
-  DIT_RETURN_IF(need_rank(op, "mod", mod, 3));
-  if (mod->dims[0] != x->dims[0] || mod->dims[2] != x->dims[x->rank - 1])
-    FAIL("%s: mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",n,%" PRId64 "]",
-         op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], x->dims[0], x->dims[x->rank - 1]);
+  if (mod->rank == 4) {
+    if (mod->dims[0] != x->dims[0] || mod->dims[1] != x->dims[1] || mod->dims[3] != x->dims[x->rank - 1])
+      FAIL("%s: per-token mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 ",n,%" PRId64 "]",
+           op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], mod->dims[3], x->dims[0], x->dims[1], x->dims[x->rank - 1]);
+  } else {
+    DIT_RETURN_IF(need_rank(op, "mod", mod, 3));
+    if (mod->dims[0] != x->dims[0] || mod->dims[2] != x->dims[x->rank - 1])
+      FAIL("%s: mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",n,%" PRId64 "]",
+           op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], x->dims[0], x->dims[x->rank - 1]);
+  }
+  const int64_t rows = mod->dims[mod->rank - 2];
   for (int k = 0; k < n_keys; k++) {
     int64_t idx;
     DIT_RETURN_IF(get_i(attrs, op, keys[k], &idx, 0));
-    if (idx >= mod->dims[1])
-      FAIL("%s: attribute %s = %" PRId64 " outside mod rows 0..%" PRId64, op, keys[k], idx, mod->dims[1] - 1);
+    if (idx >= rows)
+      FAIL("%s: attribute %s = %" PRId64 " outside mod rows 0..%" PRId64, op, keys[k], idx, rows - 1);
   }
   return DIT_OK;
 }
@@ -118,11 +126,12 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     }
     case DIT_OP_TIMESTEP_EMBED: {
       int64_t dim;
-      DIT_RETURN_IF(need_rank(op, "t", x, 1));
+      /* t [B], or [B, T] for one timestep per token. */
+      if (x->rank != 1 && x->rank != 2) FAIL("%s: operand t '%s' has rank %d, expected 1 or 2", op, x->name, x->rank);
       DIT_RETURN_IF(get_i(attrs, op, "dim", &dim, 2));
-      out_rank[0] = 2;
-      out_dims[0][0] = x->dims[0];
-      out_dims[0][1] = dim;
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_rank[0] = x->rank + 1;
+      out_dims[0][x->rank] = dim;
       break;
     }
     case DIT_OP_SILU:
@@ -141,6 +150,20 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       if (x->dims[0] != 1) FAIL("%s: table '%s' dims[0] = %" PRId64 ", expected 1", op, x->name, x->dims[0]);
       if (e->rank < 1) FAIL("%s: e '%s' has rank 0", op, e->name);
       int64_t n = x->dims[1], d = x->dims[2], b = e->dims[0];
+      const dit_attr_t *pt = dit_attrs_find(attrs, "per_token");
+      if (pt && pt->i) {
+        /* One table per token: e [B, T, r*D] -> [B, T, n, D]. */
+        DIT_RETURN_IF(need_rank(op, "e", e, 3));
+        if (e->dims[2] != d && e->dims[2] != n * d)
+          FAIL("%s: per-token e '%s' has %" PRId64 " elements per token, expected %" PRId64 " or %" PRId64, op, e->name, e->dims[2],
+               d, n * d);
+        out_rank[0] = 4;
+        out_dims[0][0] = b;
+        out_dims[0][1] = e->dims[1];
+        out_dims[0][2] = n;
+        out_dims[0][3] = d;
+        break;
+      }
       int64_t per = dit_value_numel(e) / (b ? b : 1);
       if (per != d && per != n * d)
         FAIL("%s: e '%s' has %" PRId64 " elements per batch item, expected %" PRId64 " or %" PRId64,

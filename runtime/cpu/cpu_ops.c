@@ -123,14 +123,15 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, "t", t));
   DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
-  if (t->rank != 1)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: t has dims %s, expected [B]", op, dit_cpu_dims_str(t, b1));
-  const int64_t want[2] = {t->dims[0], -1};
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, 2, want));
+  if (t->rank != 1 && t->rank != 2)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: t has dims %s, expected [B] or [B, T]", op, dit_cpu_dims_str(t, b1));
+  const int64_t want[3] = {t->dims[0], t->rank == 2 ? t->dims[1] : -1, -1};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, t->rank + 1, want));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "t", t));
   if (!(max_period > 0))
     return DIT_ERR(INVALID_ARGUMENT, "%s: max_period %g must be positive", op, max_period);
-  const int64_t B = t->dims[0], dim = out->dims[1], half = dim / 2;
+  /* Per-token timesteps are embedded row by row like a batch of B*T. */
+  const int64_t B = dit_tensor_numel(t), dim = out->dims[t->rank], half = dim / 2;
   if (half > 0 && (double)half - shift == 0.0)
     return DIT_ERR(INVALID_ARGUMENT, "%s: half dim %lld - shift %g is zero", op, (long long)half, shift);
   if (B == 0 || dim == 0) return DIT_OK;
@@ -262,11 +263,18 @@ dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const di
     return DIT_ERR(INVALID_ARGUMENT, "%s: table has dims %s, expected [1, n, D]", op,
                    dit_cpu_dims_str(table, b1));
   const int64_t n = table->dims[1], D = table->dims[2];
-  const int64_t want[3] = {-1, n, D};
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, 3, want));
-  const int64_t B = out->dims[0];
+  /* out [B, n, D], or [B, T, n, D] with e [B, T, r*D]: a table per token, computed as B*T
+   * batch rows. */
+  const int per_token = out->rank == 4;
+  const int64_t want[4] = {-1, per_token ? -1 : n, per_token ? n : D, D};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, per_token ? 4 : 3, want));
+  const int64_t B = per_token ? out->dims[0] * out->dims[1] : out->dims[0];
   const int64_t ne = dit_tensor_numel(e);
-  if (e->rank < 1 || e->dims[0] != B || (ne != B * D && ne != B * n * D))
+  if (per_token && (e->rank != 3 || e->dims[0] != out->dims[0] || e->dims[1] != out->dims[1] || (e->dims[2] != D && e->dims[2] != n * D)))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: e has dims %s, expected [%lld, %lld, %lld or %lld] for the per-token out %s", op,
+                   dit_cpu_dims_str(e, b1), (long long)out->dims[0], (long long)out->dims[1], (long long)D,
+                   (long long)(n * D), dit_cpu_dims_str(out, b2));
+  if (!per_token && (e->rank < 1 || e->dims[0] != B || (ne != B * D && ne != B * n * D)))
     return DIT_ERR(INVALID_ARGUMENT,
                    "%s: e has dims %s, expected [B = %lld, ...] with %lld (r = 1) or %lld (r = n = %lld) "
                    "elements for out %s",
@@ -296,6 +304,7 @@ typedef struct norm_job {
   const dit_tensor_t *x, *w, *b, *mod;
   dit_tensor_t *y;
   int64_t D, T, n_mod;
+  int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
   int shift, scale;
   double eps;
   float *w_f32, *b_f32; /* affine parameters widened once, or NULL */
@@ -329,7 +338,7 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
       if (j->kind == NORM_LAYER && j->w_f32) {
         for (int64_t d = 0; d < D; d++) out[d] = out[d] * j->w_f32[d] + j->b_f32[d];
       } else if (j->kind == NORM_ADALN) {
-        const int64_t b = r / j->T, base = b * j->n_mod * D;
+        const int64_t b = j->per_token ? r : r / j->T, base = b * j->n_mod * D;
         const float *scale = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->scale * D, D, t1);
         const float *shift = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->shift * D, D, t2);
         for (int64_t d = 0; d < D; d++) out[d] = out[d] * (1.0f + scale[d]) + shift[d];
@@ -416,16 +425,17 @@ dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor
   if (x->rank != 3)
     return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
-  const int64_t want[3] = {x->dims[0], -1, x->dims[2]};
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, 3, want));
-  const int64_t n = mod->dims[1];
+  const int per_token = mod->rank == 4;
+  const int64_t want[4] = {x->dims[0], per_token ? x->dims[1] : -1, per_token ? -1 : x->dims[2], x->dims[2]};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
+  const int64_t n = mod->dims[mod->rank - 2];
   if (shift < 0 || shift >= n || scale < 0 || scale >= n)
     return DIT_ERR(INVALID_ARGUMENT, "%s: shift %d / scale %d out of range for mod %s (n = %lld)", op,
                    shift, scale, dit_cpu_dims_str(mod, b1), (long long)n);
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "mod", mod));
   norm_job_t j = {.kind = NORM_ADALN, .x = x, .mod = mod, .y = y, .D = x->dims[2],
-                  .T = x->dims[1], .n_mod = n, .shift = shift, .scale = scale, .eps = eps};
+                  .T = x->dims[1], .n_mod = n, .per_token = per_token, .shift = shift, .scale = scale, .eps = eps};
   return run_norm(c, op, &j);
 }
 
@@ -454,6 +464,7 @@ typedef struct gated_job {
   const dit_tensor_t *x, *y, *mod;
   dit_tensor_t *out;
   int64_t T, D, n;
+  int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
   int gate;
 } gated_job_t;
 
@@ -461,7 +472,7 @@ static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   gated_job_t *j = ctx;
   float tx[DIT_EW_CHUNK], ty[DIT_EW_CHUNK], tg[DIT_EW_CHUNK], o[DIT_EW_CHUNK];
   for (int64_t r = begin; r < end; r++) {
-    const int64_t b = r / j->T;
+    const int64_t b = j->per_token ? r : r / j->T;
     for (int64_t s = 0; s < j->D; s += DIT_EW_CHUNK) {
       const int64_t n = j->D - s < DIT_EW_CHUNK ? j->D - s : DIT_EW_CHUNK;
       const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * j->D + s, n, tx);
@@ -485,16 +496,18 @@ dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
     return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "x", x));
-  const int64_t want[3] = {x->dims[0], -1, x->dims[2]};
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, 3, want));
-  if (gate < 0 || gate >= mod->dims[1])
+  const int per_token = mod->rank == 4;
+  const int64_t want[4] = {x->dims[0], per_token ? x->dims[1] : -1, per_token ? -1 : x->dims[2], x->dims[2]};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
+  const int64_t n_mod = mod->dims[mod->rank - 2];
+  if (gate < 0 || gate >= n_mod)
     return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for mod %s (n = %lld)", op, gate,
-                   dit_cpu_dims_str(mod, b1), (long long)mod->dims[1]);
+                   dit_cpu_dims_str(mod, b1), (long long)n_mod);
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "y", y));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "mod", mod));
   gated_job_t j = {.x = x, .y = y, .mod = mod, .out = out, .T = x->dims[1], .D = x->dims[2],
-                   .n = mod->dims[1], .gate = gate};
+                   .n = n_mod, .per_token = per_token, .gate = gate};
   const int64_t grain = j.D > 0 ? (DIT_EW_GRAIN + j.D - 1) / j.D : 1;
   dit_pool_parallel_for(dit_cpu_pool(c), x->dims[0] * j.T, grain, gated_rows, &j);
   return DIT_OK;

@@ -23,7 +23,7 @@ dit_status_t dit_cpu_patchify(dit_cpu_t *c, const dit_tensor_t *x, int pt, int p
 /* y [B, f*h*w, C*pt*ph*pw] with row order (it, ih, iw, c) -> out [B, C, f*pt, h*ph, w*pw]. */
 dit_status_t dit_cpu_unpatchify(dit_cpu_t *c, const dit_tensor_t *y, int pt, int ph, int pw,
                                 int f, int h, int w, dit_tensor_t *out);
-/* t [B] (any numeric dtype, converted to float) -> out [B, dim]:
+/* t [B] or [B, T] (any numeric dtype, converted to float) -> out [B, dim] or [B, T, dim]:
  * half = dim/2, freq_j = exp(-ln(max_period) * j / (half - shift)), arg = scale * t * freq_j,
  * out = [sin(arg), cos(arg)] or [cos, sin] when flip; computed as diffusers does in fp32. */
 dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int flip, double shift,
@@ -34,13 +34,15 @@ dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t
 dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
                          dit_tensor_t *y);
-/* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]. */
+/* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]; or per token,
+ * e [B, T, r*D] -> out [B, T, n, D] (the form is out's rank). */
 dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const dit_tensor_t *e,
                                dit_tensor_t *out);
 /* LayerNorm over the last dim; w and b may be NULL (both or neither). */
 dit_status_t dit_cpu_layernorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                                const dit_tensor_t *b, double eps, dit_tensor_t *y);
-/* x [B, T, D]; mod [B, n, D]: y = LN(x) * (1 + mod[:, scale]) + mod[:, shift]. */
+/* x [B, T, D]; mod [B, n, D] or per token [B, T, n, D]:
+ * y = LN(x) * (1 + mod[:, scale]) + mod[:, shift]. */
 dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
                            double eps, int shift, int scale, dit_tensor_t *y);
 /* y = x * rsqrt(mean(x^2) + eps) * w over the last dim. */
@@ -57,7 +59,7 @@ dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f,
 dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                const dit_tensor_t *v, int heads, double scale, dit_tensor_t *out,
                                dit_tensor_t *lse);
-/* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D]. */
+/* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, T, n, D]. */
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
                                const dit_tensor_t *mod, int gate, dit_tensor_t *out);
 

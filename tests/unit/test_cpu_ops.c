@@ -795,10 +795,13 @@ static void test_errors(void) {
               "unpatchify: out has dims [1, 2, 3, 4, 5], expected [1, 2, 3, 4, 4]");
   }
   {
-    T(t, DIT_I64, 2, 2, 1);
+    T(t, DIT_I64, 3, 2, 1, 1);
     O(o, DIT_F32, 2, 2, 16);
     CHECK_ERR(dit_cpu_timestep_embed(c, &t, 1, 0, 10000, 1, &o), INVALID_ARGUMENT,
-              "timestep_embed: t has dims [2, 1], expected [B]");
+              "timestep_embed: t has dims [2, 1, 1], expected [B] or [B, T]");
+    T(tt, DIT_I64, 2, 2, 3); /* per token: out must be [2, 3, dim] */
+    CHECK_ERR(dit_cpu_timestep_embed(c, &tt, 1, 0, 10000, 1, &o), INVALID_ARGUMENT,
+              "timestep_embed: out has dims [2, 16], expected [2, 3, *]");
     T(t1, DIT_I64, 1, 3);
     CHECK_ERR(dit_cpu_timestep_embed(c, &t1, 1, 0, 10000, 1, &o), INVALID_ARGUMENT,
               "timestep_embed: out has dims [2, 16], expected [3, *]");

@@ -1,0 +1,224 @@
+/* Per-token modulation (Wan2.2 TI2V: one timestep per patch token): the shape rules of the
+ * per-token forms of timestep_embed, mod_table, adaln and gated_add; the CPU kernels against
+ * naive references and against the per-batch form applied to each token as a batch item of its
+ * own (bit for bit); the refusals of mismatched operands; and, where NVRTC is present, the GPU
+ * specializations of every per-token form compiling for sm_90. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "compiler/codegen_cuda.h"
+#include "ir/graph.h"
+#include "runtime/cpu/cpu_ops.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+}
+
+static dit_tensor_t f32(int rank, const int64_t *dims, int fill) {
+  dit_tensor_t t = {.dtype = DIT_F32, .rank = rank};
+  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+  const int64_t n = dit_tensor_numel(&t);
+  float *p = malloc(sizeof(float) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) p[i] = fill ? frand() : NAN;
+  t.data = p;
+  return t;
+}
+
+static double max_rel(const dit_tensor_t *a, const double *ref) {
+  const int64_t n = dit_tensor_numel(a);
+  double m = 0, e = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double v = ((const float *)a->data)[i];
+    if (fabs(ref[i]) > m) m = fabs(ref[i]);
+    if (!(fabs(v - ref[i]) <= e)) e = isnan(v) ? INFINITY : fabs(v - ref[i]);
+  }
+  return m > 0 ? e / m : e;
+}
+
+static int same_bytes(const dit_tensor_t *a, const dit_tensor_t *b) {
+  return dit_tensor_numel(a) == dit_tensor_numel(b) && !memcmp(a->data, b->data, dit_tensor_nbytes(a));
+}
+
+enum { B = 2, T = 5, N = 6, D = 24 };
+
+static dit_cpu_t g_cpu;
+
+/* t [B, T] -> [B, T, dim]: each token's row equals the [B*T] batch form's row. */
+static void test_timestep_embed(void) {
+  const int64_t td[2] = {B, T}, flat[1] = {B * T}, od[3] = {B, T, 32}, fd[2] = {B * T, 32};
+  dit_tensor_t t = f32(2, td, 1), y = f32(3, od, 0), yf = f32(2, fd, 0);
+  float *tv = t.data;
+  for (int i = 0; i < B * T; i++) tv[i] = (float)(i * 97 % 1000);
+  CHECK_OK(dit_cpu_timestep_embed(&g_cpu, &t, 1, 0, 10000, 1, &y));
+  dit_tensor_t tf = t;
+  tf.rank = 1, tf.dims[0] = flat[0];
+  CHECK_OK(dit_cpu_timestep_embed(&g_cpu, &tf, 1, 0, 10000, 1, &yf));
+  CHECK(same_bytes(&y, &yf));
+  /* flip: cos first; token 3 of item 1 at its own timestep */
+  const float *yv = y.data;
+  const double tt = tv[1 * T + 3], f1 = exp(-log(10000.0) * 1 / 16.0);
+  CHECK_NEAR(yv[(1 * T + 3) * 32 + 1], cos(tt * f1), 1e-4);
+  CHECK_NEAR(yv[(1 * T + 3) * 32 + 17], sin(tt * f1), 1e-4);
+  /* An output shaped for another token count is refused. */
+  const int64_t bad[3] = {B, T + 1, 32};
+  dit_tensor_t yb = f32(3, bad, 0);
+  CHECK_ERR(dit_cpu_timestep_embed(&g_cpu, &t, 1, 0, 10000, 1, &yb), INVALID_ARGUMENT, "timestep_embed");
+  free(yb.data), free(t.data), free(y.data), free(yf.data);
+}
+
+/* table [1, n, D] + e [B, T, r*D] -> [B, T, n, D], for r = n and r = 1. */
+static void test_mod_table(void) {
+  const int64_t tbl[3] = {1, N, D};
+  dit_tensor_t table = f32(3, tbl, 1);
+  for (int r = 1; r <= N; r += N - 1) {
+    const int64_t ed[3] = {B, T, r * D}, od[4] = {B, T, N, D};
+    dit_tensor_t e = f32(3, ed, 1), out = f32(4, od, 0);
+    CHECK_OK(dit_cpu_mod_table(&g_cpu, &table, &e, &out));
+    double *ref = malloc(sizeof(double) * B * T * N * D);
+    const float *tv = table.data, *ev = e.data;
+    for (int bt = 0; bt < B * T; bt++)
+      for (int j = 0; j < N; j++)
+        for (int d = 0; d < D; d++) ref[(bt * N + j) * D + d] = (double)tv[j * D + d] + ev[(bt * r + (r == 1 ? 0 : j)) * D + d];
+    CHECK(max_rel(&out, ref) <= 1e-6);
+    /* An e whose token count differs from out's is refused. */
+    const int64_t bad[3] = {B, T - 1, r * D};
+    dit_tensor_t eb = f32(3, bad, 1);
+    CHECK_ERR(dit_cpu_mod_table(&g_cpu, &table, &eb, &out), INVALID_ARGUMENT, "per-token");
+    free(eb.data), free(ref), free(e.data), free(out.data);
+  }
+  free(table.data);
+}
+
+/* adaln and gated_add with mod [B, T, n, D]: token t reads its own rows; the same bytes as the
+ * per-batch form with every token a batch item. */
+static void test_adaln_gated(void) {
+  const int64_t xd[3] = {B, T, D}, md[4] = {B, T, N, D}, xf[3] = {B * T, 1, D}, mf[3] = {B * T, N, D};
+  dit_tensor_t x = f32(3, xd, 1), yv = f32(3, xd, 1), mod = f32(4, md, 1), y = f32(3, xd, 0), yb = f32(3, xd, 0);
+  CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, 3, 4, &y));
+  double *ref = malloc(sizeof(double) * B * T * D);
+  const float *xv = x.data, *mv = mod.data, *yy = yv.data;
+  for (int bt = 0; bt < B * T; bt++) {
+    double mean = 0, var = 0;
+    for (int d = 0; d < D; d++) mean += xv[bt * D + d];
+    mean /= D;
+    for (int d = 0; d < D; d++) var += (xv[bt * D + d] - mean) * (xv[bt * D + d] - mean);
+    const double rstd = 1 / sqrt(var / D + 1e-6);
+    for (int d = 0; d < D; d++)
+      ref[bt * D + d] = (xv[bt * D + d] - mean) * rstd * (1 + mv[(bt * N + 4) * D + d]) + mv[(bt * N + 3) * D + d];
+  }
+  CHECK(max_rel(&y, ref) <= 1e-5);
+  dit_tensor_t x1 = x, m1 = mod, y1 = yb;
+  x1.rank = m1.rank = y1.rank = 3;
+  memcpy(x1.dims, xf, sizeof xf), memcpy(y1.dims, xf, sizeof xf), memcpy(m1.dims, mf, sizeof mf);
+  CHECK_OK(dit_cpu_adaln(&g_cpu, &x1, &m1, 1e-6, 3, 4, &y1));
+  CHECK(same_bytes(&y, &y1));
+
+  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, 5, &y));
+  for (int bt = 0; bt < B * T; bt++)
+    for (int d = 0; d < D; d++) ref[bt * D + d] = (double)xv[bt * D + d] + (double)yy[bt * D + d] * mv[(bt * N + 5) * D + d];
+  CHECK(max_rel(&y, ref) <= 1e-6);
+  dit_tensor_t v1 = yv;
+  memcpy(v1.dims, xf, sizeof xf);
+  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x1, &v1, &m1, 5, &y1));
+  CHECK(same_bytes(&y, &y1));
+
+  /* A per-token table for another token count is refused, naming the operand. */
+  const int64_t bad[4] = {B, T + 1, N, D};
+  dit_tensor_t mb = f32(4, bad, 1);
+  CHECK_ERR(dit_cpu_adaln(&g_cpu, &x, &mb, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "mod");
+  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mb, 2, &y), INVALID_ARGUMENT, "mod");
+  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, N, &y), INVALID_ARGUMENT, "gate 6 out of range");
+  free(mb.data), free(ref), free(x.data), free(yv.data), free(mod.data), free(y.data), free(yb.data);
+}
+
+/* The graph's shape rules: the per-token forms' shapes, and mismatches refused at build time. */
+static dit_graph_t *per_token_graph(int64_t mod_tokens, dit_vid_t *out_ops) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t td[2] = {B, T}, xd[3] = {B, mod_tokens, D}, tbl[3] = {1, N, D}, w1[2] = {N * D, 32};
+  dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 2, td);
+  dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 3, xd);
+  dit_attrs_t ta = {0};
+  dit_attrs_set_int(&ta, "dim", 32);
+  dit_attrs_set_int(&ta, "flip", 1);
+  dit_attrs_set_float(&ta, "shift", 0);
+  dit_attrs_set_float(&ta, "max_period", 10000);
+  dit_attrs_set_float(&ta, "scale", 1);
+  out_ops[0] = dit_graph_op(g, DIT_OP_TIMESTEP_EMBED, &t, 1, &ta, DIT_F32, "sinusoid");
+  dit_vid_t lin[2] = {out_ops[0], dit_graph_weight(g, "proj", DIT_F32, 2, w1)};
+  dit_vid_t e = dit_graph_op(g, DIT_OP_LINEAR, lin, 2, NULL, DIT_F32, "proj");
+  dit_attrs_t pa = {0};
+  dit_attrs_set_int(&pa, "per_token", 1);
+  dit_vid_t mi[2] = {dit_graph_weight(g, "table", DIT_F32, 3, tbl), e};
+  out_ops[1] = dit_graph_op(g, DIT_OP_MOD_TABLE, mi, 2, &pa, DIT_F32, "mod");
+  dit_attrs_t aa = {0};
+  dit_attrs_set_float(&aa, "eps", 1e-6);
+  dit_attrs_set_int(&aa, "shift", 0);
+  dit_attrs_set_int(&aa, "scale", 1);
+  dit_vid_t ai[2] = {x, out_ops[1]};
+  out_ops[2] = dit_graph_op(g, DIT_OP_ADALN, ai, 2, &aa, DIT_BF16, "adaln");
+  dit_attrs_t ga = {0};
+  dit_attrs_set_int(&ga, "gate", 2);
+  dit_vid_t gi[3] = {x, out_ops[2], out_ops[1]};
+  out_ops[3] = dit_graph_op(g, DIT_OP_GATED_ADD, gi, 3, &ga, DIT_BF16, "gated");
+  return g;
+}
+
+static void test_shapes(void) {
+  dit_vid_t v[4];
+  dit_graph_t *g = per_token_graph(T, v);
+  CHECK(dit_graph_status(g) == DIT_OK);
+  const dit_value_t *s = dit_graph_cvalue(g, v[0]), *m = dit_graph_cvalue(g, v[1]);
+  CHECK(s && s->rank == 3 && s->dims[0] == B && s->dims[1] == T && s->dims[2] == 32);
+  CHECK(m && m->rank == 4 && m->dims[0] == B && m->dims[1] == T && m->dims[2] == N && m->dims[3] == D);
+  dit_graph_destroy(g);
+  /* Activations of T + 1 tokens cannot take a table of T tokens. */
+  g = per_token_graph(T + 1, v);
+  dit_status_t st = dit_graph_status(g); /* owned by the graph */
+  CHECK(st && dit_status_code(st) == DIT_CODE_INVALID_ARGUMENT && strstr(dit_status_message(st), "per-token mod"));
+  dit_graph_destroy(g);
+}
+
+/* Every per-token specialization compiles for sm_90 through NVRTC (and MLIR where the gated
+ * residual goes there), with no GPU. */
+static void test_codegen(void) {
+#if DIT_HAVE_NVRTC
+  dit_cuda_codegen_t *cg = NULL;
+  CHECK_OK(dit_cuda_codegen_create("sm_90", check_tmpdir("per_token_codegen"), &cg));
+  if (!cg) return;
+  dit_vid_t v[4];
+  dit_graph_t *g = per_token_graph(T, v);
+  CHECK(dit_graph_status(g) == DIT_OK);
+  for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind == DIT_OP_LINEAR) continue;
+    int has = 0;
+    dit_plan_kernel_t k;
+    dit_cuda_module_t mod;
+    memset(&mod, 0, sizeof mod);
+    dit_status_t s = dit_cuda_codegen_op(cg, g, op, &has, &k, &mod);
+    if (s) fprintf(stderr, "%s: %s\n", dit_op_info(op->kind)->name, dit_status_message(s));
+    CHECK(s == DIT_OK);
+    dit_status_free(s);
+    CHECK_EQ_INT(has, 1);
+    CHECK(mod.cubin && mod.cubin_size > 0);
+  }
+  dit_graph_destroy(g);
+  dit_cuda_codegen_destroy(cg);
+#endif
+}
+
+int main(void) {
+  CHECK_OK(dit_pool_create(3, &g_cpu.pool));
+  test_timestep_embed();
+  test_mod_table();
+  test_adaln_gated();
+  test_shapes();
+  test_codegen();
+  dit_pool_destroy(g_cpu.pool);
+  return check_summary("test_per_token");
+}
