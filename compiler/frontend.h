@@ -119,10 +119,12 @@ typedef struct dit_latent_shape {
 dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_model_t **out);
 void dit_model_free(dit_model_t *m);
 
-/* Refuses (UNIMPLEMENTED, naming the file and field) what the frontend reads but the graph
- * and runtime cannot run yet: two experts without a boundary_ratio, image-to-video pipelines, expand_timesteps, and
- * in_channels != out_channels or image conditioning outside Wan2.1 I2V's form (image_dim with
- * added_kv_proj_dim = the model width). */
+/* Refuses (naming the file and field) what the frontend reads but the graph and runtime
+ * cannot run yet: two experts without a boundary_ratio, first-last-frame image tokens
+ * (pos_embed_seq_len), and image conditioning outside Wan2.1 I2V's form (image_dim with
+ * added_kv_proj_dim = the model width). Latents with concatenated condition channels
+ * (in_channels != out_channels, Wan2.2-I2V-A14B) and per-token timesteps (expand_timesteps,
+ * Wan2.2 TI2V) compile. */
 dit_status_t dit_model_check_compilable(const dit_model_t *m);
 
 /* The pipeline facts that change what is compiled or how it is run, beyond the transformer
@@ -149,7 +151,8 @@ dit_status_t dit_expert_configs_match(const cJSON *a, const char *a_what, const 
 dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *req,
                                     dit_latent_shape_t *out);
 
-/* Builds the forward graph: inputs hidden_states [B,C,f,h,w], timestep [B] (f32),
+/* Builds the forward graph: inputs hidden_states [B,C,f,h,w], timestep [B] (f32; [B, f*h*w/patch
+ * volume], one per patch token, for a pipeline with expand_timesteps),
  * encoder_hidden_states [B,L,text_dim], and for an image-conditioned model (Wan2.1 I2V)
  * encoder_hidden_states_image [B,n_img,image_dim]; output sample [B,C_out,f,h,w]. With req->tp > 1 it is
  * the graph of tensor-parallel rank req->tp_rank: q/k/v and FFN-up column-parallel, attention

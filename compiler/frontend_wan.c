@@ -737,18 +737,8 @@ dit_status_t dit_model_check_compilable(const dit_model_t *m) {
     return DIT_ERR(INVALID_ARGUMENT, "%s/config.json: field 'added_kv_proj_dim' = %" PRId64 ", expected %" PRId64
                    " (num_attention_heads x attention_head_dim): the image embedder's output is what add_k_proj reads",
                    m->model_dir, w->added_kv_proj_dim, D);
-  if (w->in_channels != w->out_channels && !w->image_dim)
-    return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field 'in_channels' = %" PRId64 " differs from out_channels = %" PRId64
-                   ": image-to-video latent concatenation is not supported yet without image tokens (image_dim null)",
-                   m->model_dir, w->in_channels, w->out_channels);
-  if (p->index.expand_timesteps)
-    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field 'expand_timesteps' = true: per-token timesteps (Wan2.2 TI2V) are "
-                   "not supported yet",
-                   p->dir);
-  if (p->index.class_name[0] && strcmp(p->index.class_name, "WanPipeline"))
-    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field '_class_name' = \"%s\": image-to-video is not supported yet; "
-                   "supported: WanPipeline",
-                   p->dir, p->index.class_name);
+  /* in_channels != out_channels without image tokens is Wan2.2-I2V-A14B's forward: the
+   * condition's channels concatenated to the latents, read by the patch embedding alone. */
   return DIT_OK;
 }
 
@@ -1043,9 +1033,13 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   const int64_t f = ls.frames / pt, h = ls.height / ph, w = ls.width / pw;
   const dit_dtype_t dt = req->dtype;
 
-  int64_t xs[5] = {B, ls.channels, ls.frames, ls.height, ls.width}, ts[1] = {B}, es[3] = {B, L, m->wan.text_dim};
+  /* Wan2.2 TI2V's pipeline gives every patch token its own timestep (the conditioning frame's
+   * at 0): timestep [B, tokens], and the modulation of every block and of the output norm
+   * becomes a table per token. */
+  const int per_token = m->pipeline.index.expand_timesteps;
+  int64_t xs[5] = {B, ls.channels, ls.frames, ls.height, ls.width}, ts[2] = {B, ntok}, es[3] = {B, L, m->wan.text_dim};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 5, xs);
-  dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
+  dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, per_token ? 2 : 1, ts);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
   dit_vid_t ehi = -1;
   if (ls.image_len) {
@@ -1059,14 +1053,14 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_int(&pa, "pw", pw);
   dit_vid_t xp = dit_graph_op(g, DIT_OP_PATCHIFY, &x, 1, &pa, dt, "patchify");
   dit_vid_t hs = linear(b, xp, "patch_embedding", dt, "patch_embedding");
-  if (cp > 1 || b->sp) {
-    /* This rank's contiguous share of the tokens (in frame order) from here to the output:
-     * its cp share, and with sequence parallelism its tp part of that. */
-    dit_attrs_t sa = {0};
-    dit_attrs_set_int(&sa, "t0", t0 + (b->sp ? req->tp_rank * (tl / tp) : 0));
-    dit_attrs_set_int(&sa, "count", b->sp ? tl / tp : tl);
-    hs = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &hs, 1, &sa, dt, "tokens");
-  }
+  /* This rank's contiguous share of the tokens (in frame order) from here to the output:
+   * its cp share, and with sequence parallelism its tp part of that. Per-token timesteps are
+   * sliced the same way, so each rank embeds only the timesteps of its own tokens. */
+  const int sliced = cp > 1 || b->sp;
+  dit_attrs_t sa = {0};
+  dit_attrs_set_int(&sa, "t0", t0 + (b->sp ? req->tp_rank * (tl / tp) : 0));
+  dit_attrs_set_int(&sa, "count", b->sp ? tl / tp : tl);
+  if (sliced) hs = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &hs, 1, &sa, dt, "tokens");
 
   /* Time embedding in fp32 (time_embedder is kept in fp32), cast like encoder states. */
   dit_attrs_t ta = {0};
@@ -1076,6 +1070,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_float(&ta, "max_period", 10000.0);
   dit_attrs_set_float(&ta, "scale", 1.0);
   dit_vid_t te = dit_graph_op(g, DIT_OP_TIMESTEP_EMBED, &t, 1, &ta, DIT_F32, "time.sinusoid");
+  if (per_token && sliced) te = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &te, 1, &sa, DIT_F32, "time.sinusoid.tokens");
   te = linear(b, te, "condition_embedder.time_embedder.linear_1", DIT_F32, "time.linear_1");
   te = unary(b, DIT_OP_SILU, te, DIT_F32, "time.silu");
   dit_vid_t temb = linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
@@ -1114,13 +1109,15 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_float(&ra, "theta", 10000.0);
   if (cp > 1) dit_attrs_set_int(&ra, "t0", t0);
 
+  dit_attrs_t pta = {0};
+  dit_attrs_set_int(&pta, "per_token", 1);
   char n[160], k[160];
   for (int64_t i = 0; i < m->wan.layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
 #define NAME(s) (snprintf(n, sizeof n, "blocks.%" PRId64 ".%s", i, s), n)
 #define KEY(s) (snprintf(k, sizeof k, "blocks.%" PRId64 ".%s", i, s), k)
     dit_vid_t sst_in[2] = {W(b, "%s", KEY("scale_shift_table")), tproj};
-    dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, NULL, DIT_F32, NAME("mod"));
+    dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, per_token ? &pta : NULL, DIT_F32, NAME("mod"));
 
     dit_vid_t n1 = sp_gather(b, adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
     dit_vid_t q = linear_col(b, n1, KEY("attn1.to_q"), dt, NAME("attn1.q"));
@@ -1222,7 +1219,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   }
   dit_graph_set_block(g, -1);
   dit_vid_t sst_in[2] = {W(b, "scale_shift_table"), temb};
-  dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, NULL, DIT_F32, "out.mod");
+  dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, per_token ? &pta : NULL, DIT_F32, "out.mod");
   dit_vid_t no = adaln(b, hs, mod, 0, 1, "norm_out");
   dit_vid_t y = linear(b, no, "proj_out", dt, "proj_out");
   y = sp_gather(b, y, "proj_out.tp_tokens");

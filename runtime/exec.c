@@ -492,10 +492,44 @@ dit_status_t dit_runtime_set_input_lane(dit_runtime_t *rt, int lane, const char 
   return DIT_OK;
 }
 
-dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src) {
-  /* Every rank sees the whole input; each takes the part its plan reads. */
-  for (int r = 0; r < rt->n_ranks; r++) DIT_RETURN_IF(rank_set_input(&rt->ranks[r], name, src));
+/* A bundle with per-token timesteps (Wan2.2 TI2V) takes timestep [B, T]; a caller's [B] means
+ * the same timestep for every token, as diffusers' pipeline expands it. *out is NULL when src is
+ * used as given, else a [B, T] copy the caller frees; any other shape is refused naming both
+ * accepted ones. */
+static dit_status_t broadcast_timestep(const dit_runtime_t *rt, const char *name, const dit_tensor_t *src, void **out,
+                                       dit_tensor_t *view) {
+  *out = NULL;
+  size_t idx;
+  const dit_plan_value_t *v = rt->n_ranks > 0 ? find_io(&rt->ranks[0], DIT_STORAGE_INPUT, name, &idx) : NULL;
+  if (!v || strcmp(name, "timestep") || v->rank != 2) return DIT_OK;
+  if (src->rank == 2 && src->dims[0] == v->dims[0] && src->dims[1] == v->dims[1]) return DIT_OK;
+  if (src->rank != 1 || src->dims[0] != v->dims[0]) {
+    char got[128];
+    format_dims(got, sizeof got, src->dims, src->rank);
+    return DIT_ERR(INVALID_ARGUMENT, "input '%s': shape %s, the bundle expects [%" PRId64 ",%" PRId64 "] (one timestep per token) or [%" PRId64
+                   "] (one per batch item, repeated over the %" PRId64 " tokens)",
+                   name, got, v->dims[0], v->dims[1], v->dims[0], v->dims[1]);
+  }
+  const size_t es = dit_dtype_size(src->dtype), tokens = (size_t)v->dims[1];
+  char *buf = malloc((size_t)v->dims[0] * tokens * es + 1);
+  if (!buf) return DIT_ERR(RESOURCE_EXHAUSTED, "input '%s': out of memory", name);
+  for (int64_t b = 0; b < v->dims[0]; b++)
+    for (size_t t = 0; t < tokens; t++) memcpy(buf + ((size_t)b * tokens + t) * es, (const char *)src->data + (size_t)b * es, es);
+  *view = (dit_tensor_t){buf, src->dtype, 2, {v->dims[0], v->dims[1]}};
+  *out = buf;
   return DIT_OK;
+}
+
+dit_status_t dit_runtime_set_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src) {
+  void *expanded;
+  dit_tensor_t view;
+  DIT_RETURN_IF(broadcast_timestep(rt, name, src, &expanded, &view));
+  if (expanded) src = &view;
+  /* Every rank sees the whole input; each takes the part its plan reads. */
+  dit_status_t s = DIT_OK;
+  for (int r = 0; !s && r < rt->n_ranks; r++) s = rank_set_input(&rt->ranks[r], name, src);
+  free(expanded);
+  return s;
 }
 
 static dit_status_t rank_forward_job(dit_runtime_t *rt, rank_rt_t *k, void *arg) {

@@ -578,6 +578,39 @@ static void test_boundary_ratio(void) {
 #define PLAIN                                                                                                \
   "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"]}"
 
+static const dit_value_t *input_named(const dit_graph_t *g, const char *name) {
+  for (dit_vid_t v = 0; v < dit_graph_num_values(g); v++) {
+    const dit_value_t *x = dit_graph_cvalue(g, v);
+    if (x->kind == DIT_VALUE_INPUT && x->ref && !strcmp(x->ref, name)) return x;
+  }
+  return NULL;
+}
+
+static const dit_op_t *op_named(const dit_graph_t *g, const char *name);
+
+/* expand_timesteps: timestep [B, tokens], embedded per token; every block's table and the
+ * output norm's are per token ([B, T, 6, D] and [B, T, 2, D]); a context-parallel rank embeds
+ * the timesteps of its own tokens only. */
+static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_t *req) {
+  dit_shape_request_t r = *req;
+  const int64_t D = m->wan.heads * m->wan.head_dim;
+  for (int cp = 1; cp <= 2; cp++) {
+    r.cp = cp, r.cp_rank = cp - 1, r.cp_mode = cp > 1 ? DIT_CP_GATHER : 0;
+    dit_graph_t *g = NULL;
+    CHECK_OK(dit_model_build_graph(m, &r, &g));
+    if (!g) return;
+    const int64_t tokens = 18, local = tokens / cp;
+    const dit_value_t *t = input_named(g, "timestep");
+    CHECK(t && t->rank == 2 && t->dims[0] == r.batch && t->dims[1] == tokens);
+    const dit_op_t *sl = op_named(g, "time.sinusoid.tokens"), *mod = op_named(g, "blocks.1.mod"), *out = op_named(g, "out.mod");
+    CHECK(cp == 1 ? sl == NULL : sl != NULL && dit_attrs_find(&sl->attrs, "t0")->i == local);
+    const dit_value_t *mv = mod ? dit_graph_cvalue(g, mod->out[0]) : NULL, *ov = out ? dit_graph_cvalue(g, out->out[0]) : NULL;
+    CHECK(mv && mv->rank == 4 && mv->dims[1] == local && mv->dims[2] == 6 && mv->dims[3] == D);
+    CHECK(ov && ov->rank == 4 && ov->dims[1] == local && ov->dims[2] == 2 && ov->dims[3] == D);
+    dit_graph_destroy(g);
+  }
+}
+
 static void test_ti2v_and_vae(void) {
   dit_model_t *m = NULL;
   dit_shape_request_t r = {.batch = 1, .frames = 9, .height = 64, .width = 96, .text_len = 7, .dtype = DIT_F32};
@@ -592,8 +625,8 @@ static void test_ti2v_and_vae(void) {
   CHECK_EQ_INT(m->vae_temporal, 4);
   CHECK_OK(dit_model_latent_shape(m, &r, &ls));
   CHECK_EQ_INT(ls.height, 4);
-  CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
-            "model_index.json: field 'expand_timesteps' = true: per-token timesteps (Wan2.2 TI2V) are not supported yet");
+  CHECK_OK(dit_model_check_compilable(m));
+  check_per_token_graph(m, &r);
   char *id = pipeline_identity(m);
   CHECK(id && strstr(id, "\"expand_timesteps\":true") && strstr(id, "\"scale_factor_spatial\":16"));
   free(id);
@@ -719,35 +752,41 @@ static void test_i2v(void) {
               "field 'added_kv_proj_dim' = 8 but 'image_dim' is null: image conditioning needs both");
   dit_model_free(m);
   m = NULL;
-  /* A well-formed Wan2.1 I2V transformer in an image-to-video pipeline: the pipeline is refused. */
+  /* A well-formed Wan2.1 I2V transformer in an image-to-video pipeline compiles. */
   tiny_config(cfg, 4, 2, "8", "32");
   write_expert(sub, cfg, 4, 8, 32);
   CHECK_OK(dit_model_load(dir, NULL, &m));
-  if (m)
-    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
-              "model_index.json: field '_class_name' = \"WanImageToVideoPipeline\": image-to-video is not supported yet");
+  if (m) CHECK_OK(dit_model_check_compilable(m));
   dit_model_free(m);
   m = NULL;
-  /* Wan2.2 A14B I2V: the image latents are concatenated to the noise (in_channels 2 z + 4). */
+  /* Wan2.2 A14B I2V: the image latents are concatenated to the noise (in_channels 2 z + 4);
+   * the patch embedding reads all of them, the output has z. */
   tiny_config(cfg, 12, 2, "null", "null");
   write_expert(sub, cfg, 12, 0, 0);
   CHECK_OK(dit_model_load(dir, NULL, &m));
   if (m) {
     CHECK_EQ_INT(m->wan.in_channels, 12);
     CHECK_EQ_INT(m->wan.out_channels, 4);
-    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
-              "transformer/config.json: field 'in_channels' = 12 differs from out_channels = 4: image-to-video latent "
-              "concatenation is not supported yet without image tokens");
+    CHECK_OK(dit_model_check_compilable(m));
+    dit_shape_request_t r = {.batch = 2, .frames = 9, .height = 32, .width = 48, .text_len = 7, .dtype = DIT_F32};
+    dit_graph_t *g = NULL;
+    CHECK_OK(dit_model_build_graph(m, &r, &g));
+    if (g) {
+      const dit_value_t *hs = input_named(g, "hidden_states"), *t = input_named(g, "timestep");
+      CHECK(hs && hs->rank == 5 && hs->dims[1] == 12);
+      CHECK(t && t->rank == 1 && t->dims[0] == 2);
+      for (dit_vid_t v = 0; v < dit_graph_num_values(g); v++)
+        if (dit_graph_cvalue(g, v)->is_output) CHECK(dit_graph_cvalue(g, v)->dims[1] == 4);
+    }
+    dit_graph_destroy(g);
   }
   dit_model_free(m);
   m = NULL;
-  /* An image-to-video pipeline is refused as such even when its transformer is text-to-video's. */
+  /* A text-to-video transformer in an image-to-video pipeline compiles too. */
   tiny_config(cfg, 4, 2, "null", "null");
   write_expert(sub, cfg, 4, 0, 0);
   CHECK_OK(dit_model_load(dir, NULL, &m));
-  if (m)
-    CHECK_ERR(dit_model_check_compilable(m), UNIMPLEMENTED,
-              "model_index.json: field '_class_name' = \"WanImageToVideoPipeline\": image-to-video is not supported yet");
+  if (m) CHECK_OK(dit_model_check_compilable(m));
   dit_model_free(m);
   m = NULL;
   /* What compiles today passes, with no pipeline facts in its identity. */
