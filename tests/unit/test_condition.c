@@ -179,6 +179,30 @@ static void test_tokens(void) {
   dit_condition_destroy(c);
 }
 
+/* Batch 2, 3 frames of 2 x 3 tokens: each item's first 6 tokens at 0, the other 12 at t; the
+ * image (batch 1) held on both items' first frame. */
+static void test_token_layout(void) {
+  fake_t f;
+  make(&f, 2, 1, 1, 3, 4, 6, 18, 0);
+  float cond[24], lat[2 * 72];
+  for (int i = 0; i < 24; i++) cond[i] = -1.0f - (float)i;
+  for (int i = 0; i < 144; i++) lat[i] = (float)i;
+  dit_condition_inputs_t in = {view(cond, DIT_F32, 5, 1, 1, 1, 4, 6), "img", {0}, NULL};
+  dit_condition_t *c = NULL;
+  CHECK_OK(dit_condition_create(&f.m, &in, &c));
+  if (!c) return;
+  dit_tensor_t x, t, img;
+  CHECK_OK(dit_condition_step(c, lat, 312.0, &x, &t, &img));
+  CHECK_EQ_INT(t.dims[0], 2);
+  CHECK_EQ_INT(t.dims[1], 18);
+  const float *tv = t.data, *h = x.data;
+  for (int b = 0; b < 2; b++) {
+    for (int k = 0; k < 18; k++) CHECK(tv[b * 18 + k] == (k < 6 ? 0.0f : 312.0f));
+    for (int i = 0; i < 72; i++) CHECK(h[b * 72 + i] == (i < 24 ? cond[i] : lat[b * 72 + i]));
+  }
+  dit_condition_destroy(c);
+}
+
 static void test_refusals(void) {
   fake_t f;
   dit_condition_t *c = (dit_condition_t *)&f; /* must come back NULL */
@@ -242,6 +266,7 @@ int main(void) {
   test_text();
   test_concat();
   test_tokens();
+  test_token_layout();
   test_refusals();
   return check_summary("test_condition");
 }
