@@ -13,9 +13,11 @@ nothing in it is typed by hand). Outside the markers, README.md may hold no meas
 
 usage: bench/report.py [--check | --write] [--readme README.md] [--results bench/results]
                        [--tests tests]
+       bench/report.py --render NAME [--results DIR] [--allow-dry-run]
 
 --check (the default) exits 1 and prints a unified diff when README.md differs from what the
-results give; --write rewrites README.md's passages in place. Python's standard library only:
+results give; --write rewrites README.md's passages in place; --render prints one passage
+(the wan22 passages are checked once README.md has them: OPTIONAL below). Python's standard library only:
 CI runs it where nothing else is installed.
 """
 import argparse
@@ -354,7 +356,98 @@ def render_status(res):
     return "\n".join(wrap(x) for x in L) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------
+# Wan2.2 at the published sizes (bench/wan22_forward.py, bench/wan22_generate.py)
+
+
+def measured(res, rel):
+    """A results file that must come from a GPU run: a dry run's made-up times are refused
+    unless the caller asked to see them (report.py --render --allow-dry-run)."""
+    d = res.json(rel)
+    if d.get("dry_run") and not getattr(res, "allow_dry_run", False):
+        raise ReportError(f"{rel}: written by a --dry-run (made-up times), not a measurement")
+    return d
+
+
+def blocks_phrase(d):
+    return (f"{d['layers']} of {d['published_layers']} blocks" if d["layers"] != d["published_layers"]
+            else f"all {d['layers']} blocks")
+
+
+def render_wan22(res):
+    """One paragraph per variant: each expert's forward against diffusers eager and
+    torch.compile, parity, peak memory."""
+    names = {"a14b": "Wan2.2-A14B", "ti2v-5b": "Wan2.2-TI2V-5B"}
+    L = []
+    for v in ("a14b", "ti2v-5b"):
+        rel = f"wan22_forward_{v}.json"
+        d = measured(res, rel)
+        parts = []
+        for e in need(d, "experts", rel):
+            who = f"`{e['name']}` at timestep {e['timestep']}" if len(d["experts"]) > 1 or v == "a14b" else \
+                f"timestep {e['timestep']} (first frame's tokens at 0)"
+            if e.get("failed") or not e.get("ditrun_ms"):
+                parts.append(f"{who}: ditrun failed")
+                continue
+            p = need(e, "parity", rel)
+            s = (f"{who}: {e['ditrun_ms']:.1f} ms per forward against diffusers' {e['eager_ms']:.1f} ms eager "
+                 f"({e['eager_ms'] / e['ditrun_ms']:.2f}x)")
+            if e.get("compiled_ms"):
+                s += f" and {e['compiled_ms']:.1f} ms under torch.compile ({e['compiled_ms'] / e['ditrun_ms']:.2f}x)"
+            s += (f", output cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak "
+                  f"{e['ditrun_peak_gib']:.2f} GiB (nvidia-smi, whole process) against {e['eager_peak_gib']:.2f} GiB "
+                  f"(torch's allocator)")
+            parts.append(s)
+        lat = d["latent"]
+        L.append(f"- {names[v]}, {blocks_phrase(d)} at the published widths, {d['width']}x{d['height']}, {d['frames']} frames "
+                 f"(latents {lat[0]}x{lat[1]}x{lat[2]}x{lat[3]}, {d['tokens']} tokens), text {d['text_len']}, random weights "
+                 f"by diffusers' default initialisation ({src(rel, d)}, one run): " + "; ".join(parts) + "."
+                 + ("" if d.get("complete") else " The run stopped before its end."))
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
+def render_wan22_generate(res):
+    """The A14B generate across the boundary (and under a memory budget) and the TI2V
+    image-to-video generate, each against the diffusers pipeline."""
+    L = []
+    for part, name in (("a14b", "Wan2.2-A14B"), ("ti2v", "Wan2.2-TI2V-5B image-to-video")):
+        rel = f"wan22_generate_{part}.json"
+        d = measured(res, rel)
+        head = (f"- {name}, {d['steps']} UniPC steps with CFG, {blocks_phrase(d)} per expert, {d['width']}x{d['height']}, "
+                f"{d['frames']} frames ({src(rel, d)}): ")
+        r, g = d.get("ditrun") or {}, d.get("diffusers") or {}
+        if r.get("refused"):
+            L.append(head + f"ditrun refused: {r['refused'].splitlines()[0][:200]}.")
+            continue
+        if r.get("failed") or not r.get("loop_s") or not g.get("loop_s"):
+            L.append(head + "ditrun failed.")
+            continue
+        ex = r["experts"]
+        s = (head + f"{r['loop_s']:.1f} s against diffusers' pipeline {g['loop_s']:.1f} s ({g['loop_s'] / r['loop_s']:.2f}x), "
+             f"final latents cosine {r['cosine']:.5f}")
+        if "transformer_2" in ex:
+            n1 = ex.count("transformer")
+            s += (f"; {n1} steps on `transformer` and {len(ex) - n1} on `transformer_2`, "
+                  + ("as the pipeline chose" if d.get("experts_agree") else "not as the pipeline chose"))
+        b = d.get("budget")
+        if b and b.get("refused"):
+            s += (f". Under `--memory-budget` ({b['budget_gib']:g} GiB for the published model, "
+                  f"{b['budget_gib_compiled']:.2f} GiB at this size) ditc refused: {b['refused'].splitlines()[-1][:160]}")
+        elif b and b.get("loop_s") and b.get("around_switch"):
+            w = b["around_switch"]
+            s += (f". Under `--memory-budget` ({b['budget_gib']:g} GiB for the published model, {b['budget_gib_compiled']:.2f} "
+                  f"GiB at this size): {b['loop_s']:.1f} s, peak {b['peak_gib']:.2f} GiB against {r['peak_gib']:.2f} GiB "
+                  f"resident, steps {w['step'] - 1} / {w['step']} / {w['step'] + 1} around the switch {w['before']:.2f} / "
+                  f"{w['switch']:.2f} / {w['after'] or 0:.2f} s, cosine {b['cosine']:.5f}")
+        elif b:
+            s += ". The `--memory-budget` run failed"
+        L.append(s + ".")
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
 RENDERERS = {"offload": render_offload, "status": render_status}
+# Passages rendered and checked when README.md has them, not yet required of it.
+OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate}
 
 # A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"
@@ -379,13 +472,15 @@ def unmarked_figures(text):
 def render(readme_text, res):
     found = MARK.findall(readme_text)
     names = [n for n, _ in found]
+    every = {**RENDERERS, **OPTIONAL}
     missing = sorted(set(RENDERERS) - set(names))
-    unknown = sorted(set(names) - set(RENDERERS))
+    unknown = sorted(set(names) - set(every))
     if missing or unknown or len(names) != len(set(names)):
-        raise ReportError(f"README.md: passages expected {sorted(RENDERERS)} once each, found {names}")
+        raise ReportError(f"README.md: passages expected {sorted(RENDERERS)} once each (and optionally "
+                          f"{sorted(OPTIONAL)}), found {names}")
 
     def sub(m):
-        return f"<!-- report:{m.group(1)} -->\n{RENDERERS[m.group(1)](res)}<!-- /report:{m.group(1)} -->\n"
+        return f"<!-- report:{m.group(1)} -->\n{every[m.group(1)](res)}<!-- /report:{m.group(1)} -->\n"
     return MARK.sub(sub, readme_text)
 
 
@@ -397,8 +492,22 @@ def main(argv=None):
     ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--tests", default=os.path.join(ROOT, "tests"))
+    ap.add_argument("--render", metavar="NAME", help="print one passage as the results give it, README.md untouched")
+    ap.add_argument("--allow-dry-run", action="store_true", help="with --render: accept results of a --dry-run")
     a = ap.parse_args(argv)
     res = Results(a.results, a.tests)
+    if a.render:
+        every = {**RENDERERS, **OPTIONAL}
+        if a.render not in every:
+            print(f"report: --render {a.render}: expected one of {sorted(every)}", file=sys.stderr)
+            return 2
+        res.allow_dry_run = a.allow_dry_run
+        try:
+            sys.stdout.write(every[a.render](res))
+        except ReportError as e:
+            print(f"report: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         with open(a.readme) as fh:
             text = fh.read()

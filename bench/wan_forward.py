@@ -114,6 +114,131 @@ def timed(torch, fn, iters, warmup=2):
     return statistics.median(ts)
 
 
+def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2):
+    """Diffusers eager (its output, fp32, is the parity reference) and, unless use_compile is
+    false, the same model under torch.compile: median ms, compile seconds, peak GiB."""
+    res = {}
+    with torch.no_grad():
+        def eager():
+            return model(**kwargs, return_dict=False)[0]
+        torch.cuda.reset_peak_memory_stats()
+        ref = eager().float()
+        res["eager_ms"] = 1e3 * timed(torch, eager, iters, warmup)
+        res["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        print(f"diffusers eager: {res['eager_ms']:.1f} ms, peak {res['eager_peak_gib']:.2f} GiB", flush=True)
+        if use_compile:
+            cmodel = torch.compile(model)
+            t0 = time.perf_counter()
+            cmodel(**kwargs, return_dict=False)
+            torch.cuda.synchronize()
+            res["compile_s"] = time.perf_counter() - t0
+            torch.cuda.reset_peak_memory_stats()
+            res["compiled_ms"] = 1e3 * timed(torch, lambda: cmodel(**kwargs, return_dict=False), iters, warmup)
+            res["compiled_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            print(f"torch.compile: {res['compiled_ms']:.1f} ms (compile {res['compile_s']:.0f} s)", flush=True)
+    return ref, res
+
+
+def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, heuristic=True, warmup=None):
+    """ditrun in its own processes: one forward writing `out`, `bench` (median and split), and
+    optionally the same under a CUDA graph and with cuBLASLt's first heuristic GEMMs; peak
+    device memory by nvidia-smi over the baseline taken here. Returns (results, failure text or
+    None)."""
+    from gpumem import MemPoll, used_mib
+
+    extra = list(extra)
+    wu = ["--warmup", str(warmup)] if warmup is not None else []
+    res = {}
+    base = used_mib(0)
+    poll = MemPoll(gpu=0, every_s=0.05)
+    poll.start()
+    t0 = time.perf_counter()
+    fw = subprocess.run([ditrun, "forward", bundle, "--inputs", inputs, "--out", out] + extra, capture_output=True, text=True)
+    res["ditrun_first_forward_s"] = time.perf_counter() - t0
+    bench_cmd = [ditrun, "bench", bundle, "--inputs", inputs, "--steps", str(iters)] + wu + extra
+    bench = subprocess.run(bench_cmd, capture_output=True, text=True)
+    gr = subprocess.run(bench_cmd + ["--cuda-graph"], capture_output=True, text=True) if graph else None
+    # The GEMM algorithms as cuBLASLt's heuristic ranks them first, against the ones timed at load.
+    heur = subprocess.run(bench_cmd, capture_output=True, text=True,
+                          env=dict(os.environ, DIT_CUDA_GEMM="heuristic")) if heuristic else None
+    poll.stop = True
+    poll.join()
+    if gr is not None:
+        for line in gr.stdout.splitlines():
+            if line.startswith("forward_ms_median"):
+                res["ditrun_graph_ms"] = float(line.split()[1])
+        if gr.returncode:
+            print("ditrun --cuda-graph failed:", gr.stderr.strip()[-400:], flush=True)
+    print(fw.stderr.strip(), bench.stderr.strip(), sep="\n", flush=True)
+    if fw.returncode or bench.returncode:
+        print(fw.stdout, bench.stdout)
+        return res, (fw.stderr.strip() or bench.stderr.strip())[-600:] or "ditrun failed"
+    for line in bench.stdout.splitlines():
+        k, *v = line.split()
+        if k == "forward_ms_median":
+            res["ditrun_ms"] = float(v[0])
+        elif k == "split_ms":
+            pairs = v[:v.index("(step-synchronized")] if "(step-synchronized" in v else v
+            res["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
+        elif k == "by_op_ms":
+            res["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
+    for line in (heur.stdout if heur is not None else "").splitlines():
+        if line.startswith("forward_ms_median"):
+            res["ditrun_heuristic_gemm_ms"] = float(line.split()[1])
+        elif line.startswith("split_ms"):
+            v = line.split()
+            if "gemm" in v:
+                res["ditrun_heuristic_gemm_split_ms"] = float(v[v.index("gemm") + 1])
+    # What the runtime allocated itself against the bundle's prediction (ditrun's load line).
+    for line in fw.stderr.splitlines():
+        if line.startswith("ditrun: memory:"):
+            w = line.split()
+            res["runtime_allocated_mib"], res["runtime_predicted_mib"] = float(w[2]), float(w[5])
+            res["runtime_within_prediction"] = "within the prediction" in line
+    res["ditrun_peak_gib"] = (poll.peak - base) / 1024
+    return res, None
+
+
+def parity(torch, ours, ref):
+    """Cosine and relative L2 of two outputs, both as fp32 on the CPU."""
+    ours, ref = ours.float().cpu(), ref.float().cpu()
+    cos = torch.nn.functional.cosine_similarity(ours.flatten(), ref.flatten(), dim=0).item()
+    return {"cosine": cos, "rel_l2": ((ours - ref).norm() / ref.norm()).item()}
+
+
+def load_plan(bundle, expert=None):
+    """The plan of rank 0 of the bundle (of `expert` in a two-expert bundle)."""
+    man = json.load(open(os.path.join(bundle, "manifest.json")))
+    if man.get("experts"):
+        e = [x for x in man["experts"]["list"] if x["name"] == (expert or "transformer")][0]
+        plan_hash = e["ranks"][0]["plan"]
+    else:
+        plan_hash = [b["hash"] for b in man["blobs"] if b["role"] == "plan"][0]
+    return json.load(open(os.path.join(bundle, "blobs", plan_hash)))
+
+
+def contender_rows(results):
+    """The comparison table, every contender against ditrun."""
+    ours = results["ditrun_ms"]
+    L = ["| contender | forward ms | vs ditrun | peak GiB |", "| --- | --- | --- | --- |",
+         f"| ditrun | {ours:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |"]
+    if "ditrun_heuristic_gemm_ms" in results:
+        L.append(f"| ditrun, first heuristic GEMMs | {results['ditrun_heuristic_gemm_ms']:.1f} | "
+                 f"{results['ditrun_heuristic_gemm_ms'] / ours:.2f}x | |")
+    if "ditrun_graph_ms" in results:
+        L.append(f"| ditrun, CUDA graph | {results['ditrun_graph_ms']:.1f} | {results['ditrun_graph_ms'] / ours:.2f}x | |")
+    L.append(f"| diffusers eager | {results['eager_ms']:.1f} | {results['eager_ms'] / ours:.2f}x | "
+             f"{results['eager_peak_gib']:.2f} |")
+    if "compiled_ms" in results:
+        L.append(f"| torch.compile | {results['compiled_ms']:.1f} | {results['compiled_ms'] / ours:.2f}x | "
+                 f"{results['compiled_peak_gib']:.2f} |")
+    return L
+
+
+PEAK_METHOD = {"diffusers": "torch.cuda.max_memory_allocated (tensors only)",
+               "ditrun": "nvidia-smi used MiB over the baseline (whole process, context included)"}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model")
@@ -138,8 +263,6 @@ def main():
     from diffusers import WanTransformer3DModel  # device only
     from safetensors.torch import load_file, save_file  # device only
 
-    from gpumem import MemPoll, used_mib
-
     dev = torch.device("cuda")
     model = WanTransformer3DModel.from_pretrained(a.model, torch_dtype=torch.bfloat16).to(dev).eval()
     cfg = model.config
@@ -150,94 +273,27 @@ def main():
     e = torch.randn(1, a.text_len, cfg.text_dim, generator=g)
     inputs = os.path.join(a.out, "inputs.safetensors")
     save_file({"hidden_states": x, "timestep": t, "encoder_hidden_states": e}, inputs)
-    xd, td, ed = x.to(dev, torch.bfloat16), t.to(dev), e.to(dev, torch.bfloat16)
+    kw = dict(hidden_states=x.to(dev, torch.bfloat16), timestep=t.to(dev), encoder_hidden_states=e.to(dev, torch.bfloat16))
     results = {"shape": [1, cfg.in_channels, f, h, w], "text_len": a.text_len, "run": ceilings.run_info(),
-               "device": torch.cuda.get_device_name(0),
-               "peak_method": {"diffusers": "torch.cuda.max_memory_allocated (tensors only)",
-                               "ditrun": "nvidia-smi used MiB over the baseline (whole process, context included)"}}
+               "device": torch.cuda.get_device_name(0), "peak_method": PEAK_METHOD}
 
-    with torch.no_grad():
-        def eager():
-            return model(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False)[0]
-        torch.cuda.reset_peak_memory_stats()
-        ref = eager().float()
-        results["eager_ms"] = 1e3 * timed(torch, eager, a.iters)
-        results["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        save_file({"sample": ref.cpu().contiguous()}, os.path.join(a.out, "diffusers_output.safetensors"))
-        print(f"diffusers eager: {results['eager_ms']:.1f} ms, peak {results['eager_peak_gib']:.2f} GiB", flush=True)
-        if not a.no_compile:
-            cmodel = torch.compile(model)
-            t0 = time.perf_counter()
-            cmodel(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False)
-            torch.cuda.synchronize()
-            results["compile_s"] = time.perf_counter() - t0
-            torch.cuda.reset_peak_memory_stats()
-            results["compiled_ms"] = 1e3 * timed(
-                torch, lambda: cmodel(hidden_states=xd, timestep=td, encoder_hidden_states=ed, return_dict=False), a.iters)
-            results["compiled_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            print(f"torch.compile: {results['compiled_ms']:.1f} ms (compile {results['compile_s']:.0f} s)", flush=True)
-    del model, xd, ed
+    ref, res = diffusers_contenders(torch, model, kw, a.iters, use_compile=not a.no_compile)
+    results.update(res)
+    save_file({"sample": ref.cpu().contiguous()}, os.path.join(a.out, "diffusers_output.safetensors"))
+    del model, kw
     torch.cuda.empty_cache()
-    base = used_mib(0)
 
-    poll = MemPoll(gpu=0, every_s=0.05)
-    poll.start()
     out = os.path.join(a.out, "ditrun_output.safetensors")
-    t0 = time.perf_counter()
-    fw = subprocess.run([a.ditrun, "forward", a.bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
-    results["ditrun_first_forward_s"] = time.perf_counter() - t0
-    bench = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters)],
-                           capture_output=True, text=True)
-    graph = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters), "--cuda-graph"],
-                           capture_output=True, text=True)
-    # The GEMM algorithms as cuBLASLt's heuristic ranks them first, against the ones timed at load.
-    heur = subprocess.run([a.ditrun, "bench", a.bundle, "--inputs", inputs, "--steps", str(a.iters)],
-                          capture_output=True, text=True, env=dict(os.environ, DIT_CUDA_GEMM="heuristic"))
-    poll.stop = True
-    poll.join()
-    for line in graph.stdout.splitlines():
-        if line.startswith("forward_ms_median"):
-            results["ditrun_graph_ms"] = float(line.split()[1])
-    if graph.returncode:
-        print("ditrun --cuda-graph failed:", graph.stderr.strip()[-400:], flush=True)
-    print(fw.stderr.strip(), bench.stderr.strip(), sep="\n", flush=True)
-    if fw.returncode or bench.returncode:
-        print(fw.stdout, bench.stdout)
+    res, failed = ditrun_contender(a.ditrun, a.bundle, inputs, out, a.iters)
+    results.update(res)
+    if failed:
         sys.exit("ditrun failed")
-    for line in bench.stdout.splitlines():
-        k, *v = line.split()
-        if k == "forward_ms_median":
-            results["ditrun_ms"] = float(v[0])
-        elif k == "split_ms":
-            pairs = v[:v.index("(step-synchronized")] if "(step-synchronized" in v else v
-            results["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
-        elif k == "by_op_ms":
-            results["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
-    for line in heur.stdout.splitlines():
-        if line.startswith("forward_ms_median"):
-            results["ditrun_heuristic_gemm_ms"] = float(line.split()[1])
-        elif line.startswith("split_ms"):
-            v = line.split()
-            if "gemm" in v:
-                results["ditrun_heuristic_gemm_split_ms"] = float(v[v.index("gemm") + 1])
-    # What the runtime allocated itself against the bundle's prediction (ditrun's load line).
-    for line in fw.stderr.splitlines():
-        if line.startswith("ditrun: memory:"):
-            w = line.split()
-            results["runtime_allocated_mib"], results["runtime_predicted_mib"] = float(w[2]), float(w[5])
-            results["runtime_within_prediction"] = "within the prediction" in line
-    results["ditrun_peak_gib"] = (poll.peak - base) / 1024
-    ours = load_file(out)["sample"].float()
-    ref = ref.cpu()
-    cos = torch.nn.functional.cosine_similarity(ours.flatten(), ref.flatten(), dim=0).item()
-    rel_l2 = ((ours - ref).norm() / ref.norm()).item()
-    results["parity"] = {"cosine": cos, "rel_l2": rel_l2}
+    results["parity"] = parity(torch, load_file(out)["sample"], ref)
+    cos, rel_l2 = results["parity"]["cosine"], results["parity"]["rel_l2"]
 
     # Our GEMMs against cuBLAS through torch on the same shapes, same call: every linear of the
     # plan that the bundle runs through cuBLASLt (the others are tiny generated kernels).
-    man = json.load(open(os.path.join(a.bundle, "manifest.json")))
-    plan_hash = [b["hash"] for b in man["blobs"] if b["role"] == "plan"][0]
-    plan = json.load(open(os.path.join(a.bundle, "blobs", plan_hash)))
+    plan = load_plan(a.bundle)
     shapes = {}
     for st in plan["steps"]:
         if st["op"] != "linear" or "kernel" in st:
@@ -265,18 +321,9 @@ def main():
 
     print("\npeak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process): "
           "not the same measure")
-    print("\n| contender | forward ms | vs ditrun | peak GiB |\n| --- | --- | --- | --- |")
-    print(f"| ditrun | {results['ditrun_ms']:.1f} | 1.00 | {results['ditrun_peak_gib']:.2f} |")
-    if "ditrun_heuristic_gemm_ms" in results:
-        print(f"| ditrun, first heuristic GEMMs | {results['ditrun_heuristic_gemm_ms']:.1f} | "
-              f"{results['ditrun_heuristic_gemm_ms'] / results['ditrun_ms']:.2f}x | |")
-    if "ditrun_graph_ms" in results:
-        print(f"| ditrun, CUDA graph | {results['ditrun_graph_ms']:.1f} | {results['ditrun_graph_ms'] / results['ditrun_ms']:.2f}x | |")
-    print(f"| diffusers eager | {results['eager_ms']:.1f} | {results['eager_ms'] / results['ditrun_ms']:.2f}x | "
-          f"{results['eager_peak_gib']:.2f} |")
-    if "compiled_ms" in results:
-        print(f"| torch.compile | {results['compiled_ms']:.1f} | {results['compiled_ms'] / results['ditrun_ms']:.2f}x | "
-              f"{results['compiled_peak_gib']:.2f} |")
+    print()
+    for line in contender_rows(results):
+        print(line)
     print(f"\nditrun split (step-synchronized): {results.get('split_ms')}")
     print(f"ditrun by op (step-synchronized): {results.get('by_op_ms')}")
     if results.get("ditrun_gemm_ms"):

@@ -56,6 +56,14 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   for f in 1 81; do
     build/bin/ditc compile "$k/w14/model" --frames "$f" --height 720 --width 1280 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   done
+  # Wan2.2 at the published sizes (tests/gpu/run.sh WAN22=..., WAN22_GENERATE=...): one block
+  # per expert at the real widths, written by the benchmark's own folder writer (zero weights:
+  # kernels depend on shapes only); A14B's two experts in one pipeline, TI2V's per-token timesteps.
+  for v in a14b ti2v-5b; do
+    python3 bench/wan22_forward.py --write-folder "$k/w22_$v" --variant "$v" --layers 1 >/dev/null
+    read -r F H W L < <(python3 -c "import sys; sys.path.insert(0, 'bench'); import wan22_forward as w; v = w.VARIANTS['$v']; print(v['frames'], v['height'], v['width'], v['text_len'])")
+    build/bin/ditc compile "$k/w22_$v" --frames "$F" --height "$H" --width "$W" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  done
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi

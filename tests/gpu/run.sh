@@ -16,6 +16,12 @@
 #      against one GPU (bench/parallel/wan_parallel.py; PARALLEL_FLAGS passes options to it,
 #      default --in-order: each topology also with its collectives in plan order; ditrun
 #      overlaps NCCL collectives with compute by default).
+#   7. with WAN22=a14b|ti2v|all, Wan2.2 forwards at the published sizes against diffusers eager
+#      and torch.compile (bench/wan22_forward.py: A14B's two experts with WAN22_LAYERS blocks at
+#      the real widths, TI2V-5B whole); with WAN22_GENERATE=a14b|ti2v|1 (1: both) the Wan2.2
+#      generates against diffusers' pipelines (bench/wan22_generate.py; A14B also under
+#      --memory-budget WAN22_BUDGET_GIB, default 48). Each is bounded by timeout and writes
+#      wan22_*.json into RESULTS_DIR; run them alone with SKIP_CHECKS=1 NO_OPCHECK=1 NO_FORWARD=1.
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -276,6 +282,31 @@ if [ -n "${OFFLOAD_14B:-}" ]; then
   timeout "${OFFLOAD_14B_TIMEOUT:-480}" "${sweep[@]}" --model "$W/wan14/model" --out "$W/offload14" --height 720 --width 1280 \
     --frames "${OFFLOAD_14B_FRAMES:-1,81}" --iters 1 --warmup 1 --profile "$prof" --no-residency --no-chunks 2>&1 | tee "$OUT/bench_offload_14b.txt"
   cp "$W/offload14/offload.json" "$OUT/offload_14b.json" 2>/dev/null
+fi
+# Wan2.2 at the published sizes: models made by diffusers on this host, compiled here with the
+# MLIR kernels of tests/gpu/prepare.sh; each script rewrites its JSON as it goes, so a call cut
+# short by its timeout keeps what it measured.
+w22=(--ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/w22" --out "$OUT")
+if [ -n "${WAN22:-}" ]; then
+  for v in a14b ti2v-5b; do
+    case "$WAN22" in all|"$v"|"${v%-5b}") ;; *) continue ;; esac
+    step "7. Wan2.2 $v forward at the published size: ditrun against diffusers eager and torch.compile, parity"
+    timeout "${WAN22_TIMEOUT:-480}" python3 bench/wan22_forward.py --variant "$v" "${w22[@]}" \
+      ${WAN22_LAYERS:+--layers "$WAN22_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_wan22_forward_$v.txt"
+    rc=${PIPESTATUS[0]}
+    check test "$rc" = 0
+  done
+fi
+if [ -n "${WAN22_GENERATE:-}" ]; then
+  for part in a14b ti2v; do
+    case "$WAN22_GENERATE" in 1|all|"$part") ;; *) continue ;; esac
+    step "7b. Wan2.2 $part generate (6 UniPC steps with CFG) against the diffusers pipeline"
+    timeout "${WAN22_GENERATE_TIMEOUT:-300}" python3 bench/wan22_generate.py --part "$part" "${w22[@]}" \
+      ${WAN22_GENERATE_LAYERS:+--layers "$WAN22_GENERATE_LAYERS"} --budget-gib "${WAN22_BUDGET_GIB:-48}" 2>&1 \
+      | grep -v Warning | tee "$OUT/bench_wan22_generate_$part.txt"
+    rc=${PIPESTATUS[0]}
+    check test "$rc" = 0
+  done
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
