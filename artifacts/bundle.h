@@ -72,4 +72,8 @@ const char *dit_bundle_dir(const dit_bundle_t *b);
  * opened with DIT_BUNDLE_HASH_BLOBS, which already did). Unmap with dit_file_unmap. */
 dit_status_t dit_bundle_map_blob(dit_bundle_t *b, const char *hash, dit_mapping_t *out);
 
+/* Blobs (and their bytes) whose content hash this process has computed so far, over every
+ * bundle opened or mapped: what verification cost. */
+void dit_bundle_hash_stats(uint64_t *out_blobs, uint64_t *out_bytes);
+
 #endif

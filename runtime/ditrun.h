@@ -29,16 +29,25 @@ typedef struct dit_runtime_options {
                               1 on, -1 off, 0 where collectives run through NCCL (no graph) */
   int offload_pace_host;   /* chunked prefetch paced by the host (the seed's variant), not by
                               copy-queue dependencies */
-  const char *expert;      /* which expert of a two-expert bundle: "transformer" (NULL) or
-                              "transformer_2" */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and
  * hash), checks fitness for this process (target runnable here, world size, predicted memory),
- * parses and cross-checks the plan, and binds memory. Caller owns *out. */
+ * parses and cross-checks the plan, and binds memory. A two-expert bundle (Wan2.2-A14B) is
+ * verified once and both experts are prepared (plans, weights); expert 0 is selected. Caller
+ * owns *out. */
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *opts,
                               dit_runtime_t **out);
 void dit_runtime_destroy(dit_runtime_t *rt);
+
+/* Experts: 1, or 2 for a two-expert bundle (0 "transformer", the high-noise one, and 1
+ * "transformer_2"). The selected expert is the one the next forward runs; each expert has its
+ * own inputs and outputs, so inputs are set after selecting. */
+int dit_runtime_expert_count(const dit_runtime_t *rt);
+int dit_runtime_expert_active(const dit_runtime_t *rt);
+/* The index of expert `name` (NULL: "transformer"); NOT_FOUND naming the bundle's experts. */
+dit_status_t dit_runtime_expert_find(const dit_runtime_t *rt, const char *name, int *out_index);
+dit_status_t dit_runtime_expert_select(dit_runtime_t *rt, int index);
 
 const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt);
 
@@ -97,11 +106,8 @@ typedef struct dit_generate_options {
   /* Called after each step (may be NULL). */
   void (*on_step)(void *ctx, int step, int steps, double timestep, double seconds);
   void *ctx;
-  /* A two-expert pipeline: the runtime of transformer_2 (loaded from the same bundle with
-   * expert "transformer_2"), which runs the steps whose timestep is below boundary_timestep
-   * with guidance_2; NULL: the one runtime runs every step. */
-  dit_runtime_t *expert_2;
-  double boundary_timestep;
+  /* A two-expert runtime (dit_runtime_expert_count 2) runs transformer_2 for the steps whose
+   * timestep is below the manifest's boundary_timestep, with guidance_2. */
   double guidance_2;
   /* Per step, which expert ran (0 transformer, 1 transformer_2); may be NULL, else
    * `steps` entries. */

@@ -369,23 +369,24 @@ static int g_writer = 1;
 /* 1 in a process of a multi-process launch. */
 static int g_launched = 0;
 
-static dit_status_t load_expert(const run_args_t *a, const char *expert, dit_runtime_t **rt);
-static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) { return load_expert(a, a->expert, rt); }
-
-static dit_status_t load_expert(const run_args_t *a, const char *expert, dit_runtime_t **rt) {
+/* Loads the bundle (every expert of a two-expert one) and selects --expert. */
+static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   static dit_launch_env_t env; /* the runtime keeps a pointer to it */
   DIT_RETURN_IF(dit_launch_env_read(&env));
   g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
   g_launched = env.launcher != DIT_LAUNCHER_NONE && env.world > 1;
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
-                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host, expert};
+                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host};
   double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
   DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
+  int expert = 0;
+  DIT_RETURN_IF(dit_runtime_expert_find(*rt, a->expert, &expert));
+  DIT_RETURN_IF(dit_runtime_expert_select(*rt, expert));
   const dit_manifest_t *m = dit_runtime_manifest(*rt);
   fprintf(stderr, "ditrun: loaded and verified %s in %.2fs", m->identity, dit_now_s() - t0);
-  if (m->n_experts) fprintf(stderr, " (expert %s)", expert ? expert : "transformer");
+  if (m->n_experts) fprintf(stderr, " (experts transformer and transformer_2)");
   if (m->topology.world > 1) fprintf(stderr, " (%d ranks, collectives: %s)", m->topology.world, dit_runtime_collectives(*rt));
   fprintf(stderr, "\n");
   dit_offload_stats_t os;
@@ -395,6 +396,9 @@ static dit_status_t load_expert(const run_args_t *a, const char *expert, dit_run
             " (predicted peak %.2f MiB)\n", os.mode, os.blocks, os.resident_bytes / mib, os.slot_bytes / mib, os.total_weight_bytes / mib,
             os.streamed_bytes / mib, os.predicted_peak_bytes / mib);
   }
+  uint64_t hb = 0, hbytes = 0;
+  dit_bundle_hash_stats(&hb, &hbytes);
+  fprintf(stderr, "ditrun: verified %" PRIu64 " blob hashes (%.2f MiB) of the bundle's %zu blobs\n", hb, hbytes / 1048576.0, m->n_blobs);
   uint64_t alloc = 0, pred = 0;
   int mr = 0;
   if (!dit_runtime_memory(*rt, &alloc, &pred, &mr))
@@ -439,7 +443,7 @@ static int cmd_forward(int argc, char **argv) {
 
 static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   const dit_generate_options_t *g = ctx;
-  if (g->expert_2)
+  if (g->expert_used)
     fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs\n", step + 1, steps, t,
             g->expert_used[step] ? "transformer_2" : "transformer", seconds);
   else
@@ -468,18 +472,12 @@ static int cmd_generate(int argc, char **argv) {
   if (a.expert) return usage_error("%s", "generate runs the bundle's experts as the pipeline does: --expert is for forward");
 
   dit_tensor_t prompt = {0}, neg = {0}, lat = {0};
-  dit_runtime_t *rt = NULL, *rt2 = NULL;
+  dit_runtime_t *rt = NULL;
   int *used = NULL;
   dit_status_t s = load(&a, &rt);
-  /* Both experts are loaded up front: transformer_2 takes over below the boundary. */
-  if (!s && dit_runtime_manifest(rt)->n_experts) {
-    const dit_manifest_t *m = dit_runtime_manifest(rt);
-    if (g_launched)
-      s = DIT_ERR(UNIMPLEMENTED, "generate: a two-expert bundle launched as one process per rank is not supported yet; run it in one process");
-    if (!s) s = load_expert(&a, "transformer_2", &rt2);
-    if (!s && !(used = calloc((size_t)g.steps, sizeof *used))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    g.expert_2 = rt2;
-    g.boundary_timestep = m->boundary_timestep;
+  /* Both experts are loaded: transformer_2 takes over below the boundary. */
+  if (!s && dit_runtime_expert_count(rt) == 2) {
+    if (!(used = calloc((size_t)g.steps, sizeof *used))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     g.guidance_2 = a.have_guidance_2 ? a.guidance_2 : a.guidance;
     g.expert_used = used;
   } else if (!s && a.have_guidance_2) {
@@ -540,7 +538,6 @@ static int cmd_generate(int argc, char **argv) {
   free(g.condition.image_latents.data);
   free(g.condition.image_embeds.data);
   free(used);
-  dit_runtime_destroy(rt2);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
 }

@@ -26,7 +26,7 @@ static void rank_destroy(rank_rt_t *rt) {
     if (rt->io_buf)
       for (size_t i = 0; i < rt->plan->n_values; i++)
         if (rt->io_buf[i]) rt->be->release(rt->be_state, rt->io_buf[i]);
-    if (rt->arena) rt->be->release(rt->be_state, rt->arena);
+    if (rt->arena && !rt->arena_borrowed) rt->be->release(rt->be_state, rt->arena);
     if (rt->weights_dev) rt->be->release(rt->be_state, rt->weights_dev);
     rt->be->destroy(rt->be_state);
   }
@@ -45,9 +45,22 @@ static void rank_destroy(rank_rt_t *rt) {
 
 void dit_runtime_destroy(dit_runtime_t *rt) {
   if (!rt) return;
+  /* The second expert's communicators are the first's: only those are destroyed, once. An
+   * abort freed whichever set was active, so after one no pointer is kept. */
+  for (int e = 0; e < rt->n_experts; e++)
+    for (int r = 0; rt->expert_ranks[e] && r < rt->n_ranks; r++) {
+      rank_rt_t *k = &rt->expert_ranks[e][r];
+      if (k->comms_borrowed || rt->naborted) {
+        k->nworld = NULL;
+        memset(k->ngroup, 0, sizeof k->ngroup);
+      }
+    }
+  rt->ranks = rt->expert_ranks[0];
   dit_exec_nccl_shutdown(rt);
-  for (int r = 0; rt->ranks && r < rt->n_ranks; r++) rank_destroy(&rt->ranks[r]);
-  free(rt->ranks);
+  for (int e = rt->n_experts - 1; e >= 0; e--) {
+    for (int r = 0; rt->expert_ranks[e] && r < rt->n_ranks; r++) rank_destroy(&rt->expert_ranks[e][r]);
+    free(rt->expert_ranks[e]);
+  }
   dit_comm_destroy(rt->comm);
   dit_tcomm_destroy(rt->tcomm);
   dit_bundle_close(rt->bundle);
@@ -150,14 +163,12 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
   return dit_bundle_map_blob((dit_bundle_t *)ctx, hash, out);
 }
 
-/* Loads rank `rank` of an opened bundle: its plan, weights shard and backend memory. */
-static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads) {
-  /* A two-expert bundle's first expert is `ranks`; the other has its own entries. */
-  const char *expert = o && o->expert ? o->expert : "transformer";
-  const dit_manifest_rank_t *r0 = dit_manifest_expert_rank(rt->m, expert, rt->rank);
-  if (!r0 && strcmp(expert, "transformer") && !dit_manifest_find_expert(rt->m, expert))
-    return DIT_ERR(NOT_FOUND, "--expert %s: the bundle has %s", expert,
-                   rt->m->n_experts ? "the experts transformer and transformer_2" : "one transformer (no experts section)");
+/* Loads rank `rank` of an opened bundle for expert rt->expert: its plan, weights shard and
+ * backend memory. `share` (may be NULL) is expert 0's state of the same rank, whose activation
+ * arena this one borrows when large enough: the experts never run at the same time. */
+static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads, rank_rt_t *share) {
+  const char *expert = rt->expert ? rt->m->experts[rt->expert].name : "transformer";
+  const dit_manifest_rank_t *r0 = dit_manifest_expert_rank(rt->m, rt->expert ? expert : NULL, rt->rank);
   if (!r0) return DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank %d of %s", rt->rank, expert);
   rt->layout = dit_manifest_find_weights(rt->m, r0->weights);
   if (!rt->layout) return DIT_ERR(NOT_FOUND, "manifest.json: rank %d weights blob %s has no layout in 'weights'", rt->rank, r0->weights);
@@ -190,7 +201,12 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   rt->host_out = calloc(rt->plan->n_values + 1, sizeof *rt->host_out);
   rt->step_tensors = calloc(DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT, sizeof *rt->step_tensors);
   if (!rt->bound || !rt->io_buf || !rt->host_out || !rt->step_tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->plan->arena_bytes ? rt->plan->arena_bytes : 1, "activation arena", &rt->arena));
+  if (share && share->arena && share->plan->arena_bytes >= rt->plan->arena_bytes) {
+    rt->arena = share->arena;
+    rt->arena_borrowed = 1;
+  } else {
+    DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->plan->arena_bytes ? rt->plan->arena_bytes : 1, "activation arena", &rt->arena));
+  }
   if (!rt->be->host_memory && !offload) {
     DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev));
     DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
@@ -244,8 +260,10 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   rt->process = !s && o && o->launch && o->launch->world > 1;
   if (!s) {
     rt->n_ranks = rt->process ? 1 : rt->m->topology.world;
-    rt->ranks = calloc((size_t)rt->n_ranks, sizeof *rt->ranks);
-    if (!rt->ranks) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    rt->n_experts = rt->m->n_experts == 2 ? 2 : 1;
+    for (int e = 0; e < rt->n_experts; e++)
+      if (!(rt->expert_ranks[e] = calloc((size_t)rt->n_ranks, sizeof *rt->expert_ranks[e]))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    rt->ranks = rt->expert_ranks[0];
   }
   if (!s && rt->process) s = dit_tcomm_create(o->launch, 60000, &rt->tcomm);
   if (!s && rt->n_ranks > 1) s = dit_comm_create_local(rt->n_ranks, 600000, &rt->comm);
@@ -264,25 +282,39 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     s = be && be->device_count ? be->device_count(&count) : DIT_ERR(UNIMPLEMENTED, "backend without device enumeration");
     if (!s) s = dit_launch_pick_device(o->launch, count, getenv("CUDA_VISIBLE_DEVICES"), &proc_device);
   }
-  for (int r = 0; !s && r < rt->n_ranks; r++) {
-    rt->ranks[r].rank = rt->process ? o->launch->rank : r;
-    rt->ranks[r].device = rt->process ? proc_device : (o ? o->device : 0) + r % spread;
-    rt->ranks[r].owner = rt;
-    rt->ranks[r].fail_step = fail_step_of(rt->ranks[r].rank, &rt->ranks[r].fail_die);
-    rt->ranks[r].tcomm = rt->tcomm;
-    rt->ranks[r].stage = o && o->stage_collectives;
-    rt->ranks[r].bundle = rt->bundle;
-    rt->ranks[r].m = rt->m;
-    s = rank_load(&rt->ranks[r], o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0));
-    if (!s && o && o->graph) {
+  /* Every expert's ranks, each with its own plan, weights and backend state, from the one
+   * verified open of the bundle; communicators are set up once, on the first expert's. */
+  for (int e = 0; !s && e < rt->n_experts; e++) {
+    rt->ranks = rt->expert_ranks[e];
+    for (int r = 0; !s && r < rt->n_ranks; r++) {
       rank_rt_t *k = &rt->ranks[r];
-      if (!k->be->capture_begin || !k->be->capture_end || !k->be->replay)
-        s = DIT_ERR(UNAVAILABLE, "--cuda-graph: the %s backend has no graphs", k->be->name);
-      else k->graph = 1;
+      k->expert = e;
+      k->rank = rt->process ? o->launch->rank : r;
+      k->device = rt->process ? proc_device : (o ? o->device : 0) + r % spread;
+      k->owner = rt;
+      k->fail_step = fail_step_of(k->rank, &k->fail_die);
+      k->tcomm = rt->tcomm;
+      k->stage = o && o->stage_collectives;
+      k->bundle = rt->bundle;
+      k->m = rt->m;
+      s = rank_load(k, o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0), e ? &rt->expert_ranks[0][r] : NULL);
+      if (!s && o && o->graph) {
+        if (!k->be->capture_begin || !k->be->capture_end || !k->be->replay)
+          s = DIT_ERR(UNAVAILABLE, "--cuda-graph: the %s backend has no graphs", k->be->name);
+        else k->graph = 1;
+      }
     }
+    if (!s && e == 0) s = dit_exec_nccl_setup(rt, o);
+    for (int r = 0; !s && e > 0 && r < rt->n_ranks; r++) {
+      rank_rt_t *k = &rt->ranks[r];
+      const rank_rt_t *first = &rt->expert_ranks[0][r];
+      k->nworld = first->nworld;
+      memcpy(k->ngroup, first->ngroup, sizeof k->ngroup);
+      k->comms_borrowed = 1;
+    }
+    if (!s) s = dit_exec_collectives_setup(rt, o);
   }
-  if (!s) s = dit_exec_nccl_setup(rt, o);
-  if (!s) s = dit_exec_collectives_setup(rt, o);
+  rt->ranks = rt->expert_ranks[0];
   if (s) {
     dit_runtime_destroy(rt);
     return dit_status_annotate(s, "%s", bundle_dir);
@@ -605,23 +637,53 @@ dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, 
   return dit_offload_engine_breakdown(rt->ranks[0].offload, stall_ms, host_ms);
 }
 
+/* What one expert's state of a rank is predicted to allocate, by the rule its allocations follow. */
+static uint64_t rank_predicted(const dit_runtime_t *rt, const rank_rt_t *r) {
+  const int device = strncmp(rt->m->arch, "sm_", 3) == 0;
+  dit_plan_memory_t mem;
+  dit_plan_memory(r->plan, device, &mem);
+  const uint64_t borrowed = r->arena_borrowed ? mem.arena : 0;
+  if (dit_offload_planned(r->plan)) {
+    const uint64_t p = planned_bytes(r->plan, rt->m);
+    return p > borrowed ? p - borrowed : 0;
+  }
+  return mem.total - borrowed + r->weights_map.size;
+}
+
 dit_status_t dit_runtime_memory(const dit_runtime_t *rt, uint64_t *allocated, uint64_t *predicted, int *out_rank) {
   *allocated = *predicted = 0;
   *out_rank = 0;
   for (int i = 0; i < rt->n_ranks; i++) {
-    const rank_rt_t *r = &rt->ranks[i];
-    if (!r->be->allocated_bytes) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not count its allocations", r->be->name);
-    const uint64_t a = r->be->allocated_bytes(r->be_state);
-    uint64_t p;
-    if (dit_offload_planned(r->plan)) {
-      p = planned_bytes(r->plan, rt->m);
-    } else {
-      dit_plan_memory_t mem;
-      dit_plan_memory(r->plan, strncmp(rt->m->arch, "sm_", 3) == 0, &mem);
-      p = mem.total + r->weights_map.size;
+    uint64_t a = 0, p = 0;
+    for (int e = 0; e < rt->n_experts; e++) {
+      const rank_rt_t *r = &rt->expert_ranks[e][i];
+      if (!r->be->allocated_bytes) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not count its allocations", r->be->name);
+      a += r->be->allocated_bytes(r->be_state);
+      p += rank_predicted(rt, r);
     }
-    if (i == 0 || a > *allocated) *allocated = a, *predicted = p, *out_rank = r->rank;
+    if (i == 0 || a > *allocated) *allocated = a, *predicted = p, *out_rank = rt->ranks[i].rank;
   }
+  return DIT_OK;
+}
+
+int dit_runtime_expert_count(const dit_runtime_t *rt) { return rt->n_experts; }
+
+int dit_runtime_expert_active(const dit_runtime_t *rt) { return rt->active; }
+
+dit_status_t dit_runtime_expert_find(const dit_runtime_t *rt, const char *name, int *out_index) {
+  *out_index = 0;
+  if (!name || !strcmp(name, "transformer")) return DIT_OK;
+  for (int e = 1; e < rt->n_experts; e++)
+    if (!strcmp(rt->m->experts[e].name, name)) return *out_index = e, DIT_OK;
+  return DIT_ERR(NOT_FOUND, "--expert %s: the bundle has %s", name,
+                 rt->n_experts > 1 ? "the experts transformer and transformer_2" : "one transformer (no experts section)");
+}
+
+dit_status_t dit_runtime_expert_select(dit_runtime_t *rt, int index) {
+  if (index < 0 || index >= rt->n_experts)
+    return DIT_ERR(OUT_OF_RANGE, "expert %d: the bundle has %d expert%s", index, rt->n_experts, rt->n_experts == 1 ? "" : "s");
+  rt->active = index;
+  rt->ranks = rt->expert_ranks[index];
   return DIT_OK;
 }
 

@@ -49,6 +49,9 @@ typedef struct rank_rt {
   long fail_step;            /* DIT_FAIL_STEP: the step at which this rank fails, or -1 */
   int fail_die;              /* ... by exiting on the spot */
   struct dit_runtime *owner;
+  int expert;                /* which expert of the bundle this rank state runs (0: transformer) */
+  int arena_borrowed;        /* the arena is expert 0's of the same rank (experts run one at a time) */
+  int comms_borrowed;        /* the NCCL communicators are expert 0's of the same rank */
   dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
   dit_ncomm_t *ngroup[DIT_COLL_GROUPS];
   /* Overlapped collectives (collectives.c): the queue they run on (0: none, in order with
@@ -66,7 +69,12 @@ struct dit_runtime {
   dit_bundle_t *bundle;
   const dit_manifest_t *m;
   int n_ranks;
-  rank_rt_t *ranks;
+  rank_rt_t *ranks;          /* the active expert's: expert_ranks[active] */
+  /* A two-expert bundle keeps both experts' rank states (plans, weights, backend state) from
+   * one open of the bundle; forwards run the selected one. */
+  int n_experts;             /* 1, or 2 for a two-expert bundle */
+  int active;
+  rank_rt_t *expert_ranks[2];
   dit_comm_t *comm;          /* NULL for one rank */
   int process;               /* 1: this process runs only ranks[0], one rank of a launch */
   dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */

@@ -1,8 +1,8 @@
 /* The denoising loop, as diffusers' WanPipeline and WanImageToVideoPipeline run it: per step
  * the transformer sees the latents (with their image conditioning, runtime/condition.c) in its
- * dtype and the scheduler's timestep; with guidance the conditional and
- * unconditional predictions are combined in fp32; the sampler advances fp32 latents. A
- * two-expert pipeline runs transformer while t >= the boundary and transformer_2 after. */
+ * dtype and the scheduler's timestep; with guidance the conditional and unconditional
+ * predictions are combined in fp32; the sampler advances fp32 latents. A two-expert pipeline
+ * runs transformer while t >= the boundary and transformer_2 after. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,13 +49,11 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   dit_tensor_t lat = {latents, DIT_F32, 0, {0}};
   DIT_RETURN_IF(dit_condition_latents_shape(m, &lat.rank, lat.dims));
   /* As the pipeline: guidance applies to a step when that step's scale is above 1. */
-  int cfg_any = o->guidance > 1.0 || (o->expert_2 && o->guidance_2 > 1.0);
+  const int two = dit_runtime_expert_count(rt) == 2;
+  int cfg_any = o->guidance > 1.0 || (two && o->guidance_2 > 1.0);
   if (cfg_any && !negative)
     return DIT_ERR(INVALID_ARGUMENT, "--guidance %g%s: classifier-free guidance needs negative prompt embeddings",
-                   o->expert_2 && o->guidance <= 1.0 ? o->guidance_2 : o->guidance, o->expert_2 && o->guidance <= 1.0 ? " (--guidance-2)" : "");
-  if (o->expert_2 && (dit_runtime_cfg_lanes(o->expert_2) != dit_runtime_cfg_lanes(rt)))
-    return DIT_ERR(INVALID_ARGUMENT, "generate: the two experts' runtimes have %d and %d cfg lanes", dit_runtime_cfg_lanes(rt),
-                   dit_runtime_cfg_lanes(o->expert_2));
+                   two && o->guidance <= 1.0 ? o->guidance_2 : o->guidance, two && o->guidance <= 1.0 ? " (--guidance-2)" : "");
   size_t n = (size_t)dit_tensor_numel(&lat);
   dit_condition_t *cnd;
   DIT_RETURN_IF(dit_condition_create(m, &o->condition, &cnd));
@@ -68,12 +66,12 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   }
   float *cond = malloc(n * sizeof *cond), *uncond = cfg_any ? malloc(n * sizeof *uncond) : NULL;
   s = (!cond || (cfg_any && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
-  dit_runtime_t *const high = rt;
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     double t = dit_sampler_timestep(smp, i);
-    const int second = o->expert_2 && dit_generate_uses_expert_2(t, o->boundary_timestep);
-    rt = second ? o->expert_2 : high;
+    const int second = two && dit_generate_uses_expert_2(t, m->boundary_timestep);
+    s = dit_runtime_expert_select(rt, second);
+    if (s) break;
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;

@@ -36,6 +36,11 @@ gi="$d/generate_inputs.safetensors"
 "$BIN/ditrun" generate "$gbundle" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" \
   --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$T/gen.safetensors" 2>"$T/gen.err"
 "$BIN/st_compare" "$T/gen.safetensors" "$d/generate_unipc.safetensors" latents 1e-4
+# One runtime holds both experts: the bundle is verified once, every blob hashed exactly once.
+nblobs=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['blobs']))" "$gbundle/manifest.json")
+grep -q "^ditrun: verified $nblobs blob hashes (.*) of the bundle's $nblobs blobs$" "$T/gen.err" ||
+  { echo "a two-expert generate should hash each of the $nblobs blobs once:"; grep "verified" "$T/gen.err"; exit 1; }
+[ "$(grep -c '^ditrun: loaded and verified' "$T/gen.err")" = 1 ] || { echo "the bundle was loaded more than once"; exit 1; }
 python3 - "$d/generate_unipc.safetensors" "$T/gen.err" <<'PY'
 import json, struct, sys
 f = open(sys.argv[1], "rb")
