@@ -5,7 +5,8 @@
 # one rank per process. Only the job's own ranks get in: stray connections (silent, garbage,
 # no MAC, another secret, a replayed nonce, the other channel) are refused and logged while the
 # job gives the same output; a rank with another secret fails the job naming the secret; ranks
-# started by hand need a secret (an owner-only file, or a value).
+# started by hand need a secret (an owner-only file, or a value). Two-expert bundles run one
+# process per rank too.
 set -uo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -127,6 +128,33 @@ for top in "--tp 2" "--tp 2 --sp --cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --
   cmp -s "$T/f1.safetensors" "$T/fn.safetensors" && cmp -s "$T/g1.safetensors" "$T/gn.safetensors" || fail "launch -n $w $top: outputs differ"
   [ "$(grep -c '^wrote' "$T/out")" = 2 ] || fail "launch -n $w $top: expected one writer per run"
   echo "ok: launch -n $w $top: forward and generate identical to one process"
+done
+# A two-expert (Wan2.2-A14B) bundle one process per rank: both experts load in every process and
+# the generate switches at the boundary in all of them together; bytes equal to the one-process
+# run, the per-step experts those of one rank, and the latents the one-rank bundle's (1e-4).
+d22=tests/data/wan22_a14b_tiny
+read -r F H W L STEPS G G2 S GB < <(python3 -c "import json; m=json.load(open('$d22/meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'], m['steps'], m['guidance'], m['guidance_2'], m['shift'], m['generate_batch'])")
+c22=(compile "$d22" --frames "$F" --height "$H" --width "$W" --batch "$GB" --text-len "$L" -o "$T/b22" -q)
+gi="$d22/generate_inputs.safetensors"
+gen22=(--prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc)
+one22=$("$BIN/ditc" "${c22[@]}" | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" generate "$one22" "${gen22[@]}" --out "$T/a1.safetensors" >/dev/null 2>"$T/a1.err" || { fail "A14B one rank"; cat "$T/a1.err"; }
+for top22 in "--tp 2" "--cp 2 --cp-mode gather" "--cp 2 --cp-mode ring"; do
+  # shellcheck disable=SC2086
+  b22=$("$BIN/ditc" "${c22[@]}" $top22 | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" generate "$b22" "${gen22[@]}" --out "$T/g1.safetensors" >/dev/null 2>&1
+  rm -f "$T/gn.safetensors"
+  timeout 120 "$BIN/ditrun" launch -n 2 -- generate "$b22" "${gen22[@]}" --out "$T/gn.safetensors" >"$T/out" 2>"$T/err" ||
+    { fail "A14B launch -n 2 $top22"; cat "$T/err"; continue; }
+  cmp -s "$T/g1.safetensors" "$T/gn.safetensors" || fail "A14B launch -n 2 $top22: latents differ from the one-process run"
+  "$BIN/st_compare" "$T/gn.safetensors" "$T/a1.safetensors" latents 1e-4 >/dev/null || fail "A14B launch -n 2 $top22: latents differ from one rank's"
+  for r in 0 1; do
+    diff <(grep -o 'expert transformer[_2]*' "$T/a1.err") <(grep "^\[rank $r\] ditrun: step" "$T/err" | grep -o 'expert transformer[_2]*') >/dev/null ||
+      fail "A14B launch -n 2 $top22: rank $r's experts per step differ from one rank's"
+  done
+  grep -q "expert transformer_2" "$T/err" || fail "A14B launch -n 2 $top22: no step ran transformer_2"
+  [ "$(grep -c '^wrote' "$T/out")" = 1 ] || fail "A14B launch -n 2 $top22: expected one writer"
+  echo "ok: A14B launch -n 2 $top22: two-expert generate identical to one process and to one rank"
 done
 # Strays at the rendezvous and at rank 0's mesh listener while a job runs (ranks started as
 # torchrun would, rank 0 first, the others once the strays are queued): none is let in, each
