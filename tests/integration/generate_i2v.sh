@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Image-to-video generate against diffusers' WanImageToVideoPipeline (fp32, CPU, max relative
 # error <= 1e-4 on the final latents): Wan2.1-I2V (latents ++ first-frame mask ++ image
-# latents, image embeddings as encoder_hidden_states_image); and every refusal of conditioning
-# inputs that do not fit the bundle: a precise message, a non-zero exit, no output written.
+# latents, image embeddings as encoder_hidden_states_image), Wan2.2-I2V-A14B (the same on two
+# experts, each step's expert as the pipeline's), Wan2.2-TI2V (per-token timesteps; WanPipeline's
+# text-to-video too); and every refusal of conditioning inputs that do not fit the bundle: a
+# precise message, a non-zero exit, no output written.
 set -euo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -88,6 +90,53 @@ for top in "--cfg-parallel" "--tp 2" "--cp 2 --cp-mode gather"; do
   echo "== $top"
   "$BIN/st_compare" "$T/gp.safetensors" "$d/generate_unipc.safetensors" latents 1e-4
 done
+
+# ---- Wan2.2-I2V-A14B: the same concatenation on two experts, switched at the boundary.
+d=tests/data/wan22_i2v_a14b_tiny
+read -r F H W L GB STEPS G G2 S < <(meta "$d" frames height width text_len generate_batch steps guidance guidance_2 shift)
+ba=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$W" --text-len "$L" --batch "$GB" -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+ga="$d/generate_inputs.safetensors"
+runa=(--prompt-embeds "$ga" --negative-embeds "$ga" --init-latents "$ga" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc)
+"$BIN/ditrun" generate "$ba" "${runa[@]}" --image-latents "$ga" --out "$T/ga.safetensors" 2>"$T/ga.err"
+"$BIN/st_compare" "$T/ga.safetensors" "$d/generate_unipc.safetensors" latents 1e-4
+python3 - "$d/generate_unipc.safetensors" "$T/ga.err" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+a, b = h["expert"]["data_offsets"]; f.seek(8 + n + a)
+want = ["transformer_2" if x else "transformer" for x in struct.unpack("<%dq" % ((b - a) // 8), f.read(b - a))]
+got = [l.split()[l.split().index("expert") + 1] for l in open(sys.argv[2]) if l.startswith("ditrun: step ")]
+if got != want: sys.exit("per-step experts %s, diffusers used %s" % (got, want))
+PY
+refuse "generate needs --image-latents with a tensor 'image_latents' [1, 16, 3, 4, 6]" "$ba" "${runa[@]}"
+refuse "the bundle has no 'encoder_hidden_states_image' input" "$ba" "${runa[@]}" --image-latents "$ga" --image-embeds "$gi"
+
+# ---- Wan2.2-TI2V-5B: per-token timesteps; text-to-video all t, image-to-video the first
+# frame held to the image latents with its tokens at 0.
+d=tests/data/wan22_ti2v_tiny
+read -r F H W L GB STEPS G S < <(meta "$d" frames height width text_len generate_batch steps guidance shift)
+ct=(compile "$d" --frames "$F" --height "$H" --width "$W" --text-len "$L" -o "$T/b" -q)
+bt5=$("$BIN/ditc" "${ct[@]}" --batch "$GB" | tail -n1 | cut -d' ' -f3)
+g5="$d/generate_inputs.safetensors"
+run5=(--prompt-embeds "$g5" --negative-embeds "$g5" --init-latents "$g5" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc)
+"$BIN/ditrun" generate "$bt5" "${run5[@]}" --out "$T/t2v.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/t2v.safetensors" "$d/generate_t2v_unipc.safetensors" latents 1e-4
+for top in "" "--cfg-parallel"; do
+  # shellcheck disable=SC2086
+  bp=$("$BIN/ditc" "${ct[@]}" --batch "$GB" $top | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" generate "$bp" "${run5[@]}" --image-latents "$d/generate_i2v_inputs.safetensors" --out "$T/i2v.safetensors" 2>/dev/null
+  echo "== image-to-video $top"
+  "$BIN/st_compare" "$T/i2v.safetensors" "$d/generate_i2v_unipc.safetensors" latents 1e-4
+done
+# Without the held first frame and its zero timesteps the result is the text-to-video one.
+if "$BIN/st_compare" "$T/i2v.safetensors" "$d/generate_t2v_unipc.safetensors" latents 1e-4 >/dev/null 2>&1; then
+  echo "TI2V image-to-video equals text-to-video"; exit 1
+fi
+st "$T/il3.safetensors" image_latents F32 1 48 3 4 6
+refuse "tensor 'image_latents' has shape [1, 48, 3, 4, 6], expected [1, 48, 1, 4, 6] (one latent frame" \
+  "$bt5" "${run5[@]}" --image-latents "$T/il3.safetensors"
+st "$T/il16.safetensors" image_latents F32 1 16 1 4 6
+refuse "tensor 'image_latents' has shape [1, 16, 1, 4, 6], expected [1, 48, 1, 4, 6]" "$bt5" "${run5[@]}" --image-latents "$T/il16.safetensors"
+refuse "the bundle has no 'encoder_hidden_states_image' input" "$bt5" "${run5[@]}" --image-embeds "$gi"
 
 # ---- Refusals.
 refuse "generate needs --image-latents with a tensor 'image_latents' [1, 16, 3, 4, 6]" "$b21" "${run21[@]}" --image-embeds "$gi"
