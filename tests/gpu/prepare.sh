@@ -27,6 +27,20 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   for b in "$B" "$GB"; do
     build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   done
+  # Section 1g: TI2V (forward batch and generate batch), Wan2.1-I2V's generate batch, I2V-A14B.
+  d=tests/data/wan22_ti2v_tiny
+  read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")
+  for b in "$B" "$GB"; do
+    build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  done
+  d=tests/data/wan21_i2v_tiny
+  read -r F H W L N GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'], m['image_tokens'], m['generate_batch'])")
+  build/bin/ditc compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$GB" --text-len "$L" --image-len "$N" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  d=tests/data/wan22_i2v_a14b_tiny
+  read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")
+  for b in "$B" "$GB"; do
+    build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  done
   . tests/gpu/topologies.sh
   d=tests/data/wan_tiny_b
   for top in "${TINY_TOPOLOGIES[@]}"; do

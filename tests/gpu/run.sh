@@ -181,6 +181,40 @@ gi="$d/generate_inputs.safetensors"
 check "$BIN/ditrun" generate "$ag" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$W/ga.safetensors"
 check "$BIN/st_compare" "$W/ga.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
 
+step "1g. Wan2.2-TI2V (tiny, per-token timesteps), Wan2.2-I2V-A14B and the image-to-video generates: GPU bf16 against diffusers' fp32 outputs"
+meta() { python3 -c "import json, sys; m=json.load(open('$1/meta.json')); print(*[m[k] for k in sys.argv[1:]])" "${@:2}"; }
+d=tests/data/wan22_ti2v_tiny
+read -r F H Wd B L GB STEPS G S < <(meta "$d" frames height width batch text_len generate_batch steps guidance shift)
+tb=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+check mem_within "$BIN/ditrun" forward "$tb" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
+check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
+check "$BIN/ditrun" compare "$tb" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
+"$BIN/ditrun" compare "$tb" --inputs "$d/forward_inputs.safetensors" | grep -E "^(timestep_embed|mod_table|adaln|gated_add) " | head -8
+tg=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+gi="$d/generate_inputs.safetensors"
+run5=(--prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc)
+check "$BIN/ditrun" generate "$tg" "${run5[@]}" --out "$W/gt.safetensors"
+check "$BIN/st_compare" "$W/gt.safetensors" "$d/generate_t2v_unipc.safetensors" latents 6e-2 0.999
+check "$BIN/ditrun" generate "$tg" "${run5[@]}" --image-latents "$d/generate_i2v_inputs.safetensors" --out "$W/gti.safetensors"
+check "$BIN/st_compare" "$W/gti.safetensors" "$d/generate_i2v_unipc.safetensors" latents 6e-2 0.999
+d=tests/data/wan21_i2v_tiny
+read -r F H Wd L N GB STEPS G S < <(meta "$d" frames height width text_len image_tokens generate_batch steps guidance shift)
+ig=$("$BIN/ditc" compile "$d/model" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --image-len "$N" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+gi="$d/generate_inputs.safetensors"
+check "$BIN/ditrun" generate "$ig" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --image-latents "$gi" --image-embeds "$gi" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc --out "$W/gi.safetensors"
+check "$BIN/st_compare" "$W/gi.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
+d=tests/data/wan22_i2v_a14b_tiny
+read -r F H Wd B L GB STEPS G G2 S < <(meta "$d" frames height width batch text_len generate_batch steps guidance guidance_2 shift)
+ab=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+for e in transformer transformer_2; do
+  check mem_within "$BIN/ditrun" forward "$ab" --expert "$e" --inputs "$d/forward_inputs.safetensors" --out "$W/fa.safetensors"
+  check "$BIN/st_compare" "$W/fa.safetensors" "$d/forward_output_$e.safetensors" sample 2e-2 0.9999
+done
+ag=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+gi="$d/generate_inputs.safetensors"
+check "$BIN/ditrun" generate "$ag" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --image-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$W/gai.safetensors"
+check "$BIN/st_compare" "$W/gai.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
+
 step "1d. the Hopper attention kernel at head dims 64 and 128: every op on the GPU against the CPU reference, 1280 and 126 tokens"
 for p in tiny-hd64 tiny-hd128; do
   "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$W/$p" >/dev/null
