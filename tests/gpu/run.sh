@@ -22,7 +22,7 @@
 #      generates against diffusers' pipelines (bench/wan22_generate.py; A14B also under
 #      --memory-budget WAN22_BUDGET_GIB, default 48). Each is bounded by timeout and writes
 #      wan22_*.json into RESULTS_DIR; run them alone with SKIP_CHECKS=1 NO_OPCHECK=1 NO_FORWARD=1.
-#      NO_FORWARD=1 skips 3 (and 4, which needs its bundle);
+#      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
@@ -236,6 +236,7 @@ PY
 done
 fi
 
+if [ -z "${NO_13B:-}" ]; then
 step "2. Wan2.1-1.3B config: every op on the GPU against the CPU reference, 126 tokens"
 t0=$(date +%s)
 "$BIN/make_tiny_wan" --preset wan2.1-1.3b --dtype bf16 --out "$W/wan13" --text-len 512 > /dev/null 2>&1 || fails=$((fails+1))
@@ -255,9 +256,10 @@ if [ -z "${NO_OPCHECK:-}${SKIP_CHECKS:-}" ]; then
   "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --accumulate | tail -n 16 | tee "$OUT/compare_1.3b_accumulated.txt"
 fi
 
+fi
 [ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
 
-if [ -z "${NO_FORWARD:-}" ]; then
+if [ -z "${NO_FORWARD:-}${NO_13B:-}" ]; then
 step "3. Wan2.1-1.3B 480x832 81 frames: compile, parity against diffusers, benchmark"
 t0=$(date +%s%N)
 seed_mlir_cache "$W/cold"
