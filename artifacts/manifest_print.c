@@ -77,22 +77,39 @@ void dit_plan_offload_print(const dit_plan_offload_t *o, FILE *f) {
     for (uint32_t k = 0; b->window_chunks && k <= b->n_yields; k++) fprintf(f, "%s%u", k ? " | " : "  ", b->window_chunks[k]);
     fputc('\n', f);
   }
+  if (o->swap.present) {
+    const dit_plan_swap_t *w = &o->swap;
+    fprintf(f, "swap       %.2f MiB to move (%u chunks of %.3g MiB) into the device over the last %u forwards before the boundary, "
+            "%u chunks after each block; predicted stall %.3f ms, predicted peak %.2f MiB\n",
+            (double)w->bytes / (1 << 20), w->chunks, (double)w->chunk_bytes / (1 << 20), w->forwards, w->chunks_per_block,
+            w->predicted_stall_ms, (double)w->predicted_peak_bytes / (1 << 20));
+  }
+}
+
+/* Rank 0's plan of one expert (its `ranks` entry), offload section printed. */
+static void print_rank0_offload(dit_bundle_t *b, const dit_manifest_rank_t *r0, const char *expert, FILE *f) {
+  dit_mapping_t pm;
+  dit_plan_t *p = NULL;
+  char what[120];
+  snprintf(what, sizeof what, "blobs/%.32s (plan of rank 0%s%s)", r0->plan, expert ? ", " : "", expert ? expert : "");
+  dit_status_t s = dit_bundle_map_blob(b, r0->plan, &pm);
+  if (!s) {
+    s = dit_plan_parse((const char *)pm.data, pm.size, what, &p);
+    dit_file_unmap(&pm);
+  }
+  if (!s && expert && p->offload.mode != DIT_PLAN_OFFLOAD_NONE) fprintf(f, "expert     %s:\n", expert);
+  if (s) fprintf(f, "offload    unknown: %s\n", dit_status_message(s));
+  else dit_plan_offload_print(&p->offload, f);
+  dit_status_free(s);
+  dit_plan_free(p);
 }
 
 void dit_bundle_print_offload(dit_bundle_t *b, FILE *f) {
   const dit_manifest_t *m = dit_bundle_manifest(b);
   if (!m->n_ranks) return;
-  dit_mapping_t pm;
-  dit_plan_t *p = NULL;
-  char what[80];
-  snprintf(what, sizeof what, "blobs/%.32s (plan of rank 0)", m->ranks[0].plan);
-  dit_status_t s = dit_bundle_map_blob(b, m->ranks[0].plan, &pm);
-  if (!s) {
-    s = dit_plan_parse((const char *)pm.data, pm.size, what, &p);
-    dit_file_unmap(&pm);
+  /* A two-expert bundle: each expert's schedule, the second's with the swap into it. */
+  for (size_t e = 0; e < (m->n_experts ? m->n_experts : 1); e++) {
+    const dit_manifest_rank_t *r0 = e ? dit_manifest_expert_rank(m, m->experts[e].name, 0) : &m->ranks[0];
+    if (r0) print_rank0_offload(b, r0, m->n_experts ? m->experts[e].name : NULL, f);
   }
-  if (s) fprintf(f, "offload    unknown: %s\n", dit_status_message(s));
-  else dit_plan_offload_print(&p->offload, f);
-  dit_status_free(s);
-  dit_plan_free(p);
 }

@@ -78,7 +78,7 @@ static unsigned profile_with(const dit_hw_profile_t *hw) {
 static dit_status_t offload_to_json(const dit_plan_offload_t *o, cJSON *root) {
   cJSON *of = cJSON_AddObjectToObject(root, "offload");
   if (!of) return DIT_ERR(RESOURCE_EXHAUSTED, "plan: out of memory");
-  cJSON_AddNumberToObject(of, "version", DIT_PLAN_OFFLOAD_VERSION);
+  cJSON_AddNumberToObject(of, "version", o->swap.present ? 2 : 1);
   cJSON_AddStringToObject(of, "mode", dit_plan_offload_mode_name(o->mode));
   cJSON_AddNumberToObject(of, "chunk_bytes", (double)o->chunk_bytes);
   cJSON_AddNumberToObject(of, "head_bytes", (double)o->head_bytes);
@@ -109,6 +109,18 @@ static dit_status_t offload_to_json(const dit_plan_offload_t *o, cJSON *root) {
     cJSON_AddNumberToObject(x, "t_pref_ms", b->t_pref_ms);
     cJSON_AddNumberToObject(x, "t_coll_ms", b->t_coll_ms);
     cJSON_AddNumberToObject(x, "resident", b->resident);
+  }
+  if (o->swap.present) {
+    const dit_plan_swap_t *w = &o->swap;
+    cJSON *x = cJSON_AddObjectToObject(of, "swap");
+    if (!x) return DIT_ERR(RESOURCE_EXHAUSTED, "plan: out of memory");
+    cJSON_AddNumberToObject(x, "bytes", (double)w->bytes);
+    cJSON_AddNumberToObject(x, "chunk_bytes", (double)w->chunk_bytes);
+    cJSON_AddNumberToObject(x, "chunks", w->chunks);
+    cJSON_AddNumberToObject(x, "chunks_per_block", w->chunks_per_block);
+    cJSON_AddNumberToObject(x, "forwards", w->forwards);
+    cJSON_AddNumberToObject(x, "predicted_stall_ms", w->predicted_stall_ms);
+    cJSON_AddNumberToObject(x, "predicted_peak_bytes", (double)w->predicted_peak_bytes);
   }
   return DIT_OK;
 }
@@ -701,16 +713,40 @@ static dit_status_t parse_offload_block(const dit_json_t *b, size_t i, const dit
   return DIT_OK;
 }
 
+/* The expert swap (see dit_plan_swap_t); its bytes and chunks are checked against the weight
+ * layout by dit_plan_check_offload. */
+static dit_status_t parse_swap(const dit_json_t *of, dit_plan_offload_t *o) {
+  static const char *const keys[] = {"bytes", "chunk_bytes", "chunks", "chunks_per_block", "forwards", "predicted_stall_ms",
+                                     "predicted_peak_bytes", NULL};
+  dit_plan_swap_t *w = &o->swap;
+  dit_json_t x;
+  DIT_RETURN_IF(dit_json_object(of, "swap", &x));
+  DIT_RETURN_IF(dit_json_check_keys(&x, keys));
+  int64_t v = 0;
+  DIT_RETURN_IF(dit_json_int(&x, "bytes", 1, MAX_SAFE_INT, &v));
+  w->bytes = (uint64_t)v;
+  DIT_RETURN_IF(dit_json_int(&x, "chunk_bytes", 4096, 1ll << 40, &v));
+  w->chunk_bytes = (uint64_t)v;
+  DIT_RETURN_IF(get_u32(&x, "chunks", 1, UINT32_MAX, &w->chunks));
+  DIT_RETURN_IF(get_u32(&x, "chunks_per_block", 1, w->chunks, &w->chunks_per_block));
+  DIT_RETURN_IF(get_u32(&x, "forwards", 1, DIT_PLAN_MAX_SWAP_FORWARDS, &w->forwards));
+  DIT_RETURN_IF(dit_json_num(&x, "predicted_stall_ms", 0, MAX_FIGURE, &w->predicted_stall_ms));
+  DIT_RETURN_IF(dit_json_int(&x, "predicted_peak_bytes", 1, MAX_SAFE_INT, &v));
+  w->predicted_peak_bytes = (uint64_t)v;
+  w->present = 1;
+  return DIT_OK;
+}
+
 static dit_status_t parse_offload(const dit_json_t *root, dit_plan_t *p) {
   static const char *const keys[] = {"version", "mode", "chunk_bytes", "head_bytes", "tail", "overhead_bytes", "predicted_peak_bytes",
-                                     "resident_peak_bytes", "predicted_step_ms", "resident_step_ms", "profile", "blocks", NULL};
+                                     "resident_peak_bytes", "predicted_step_ms", "resident_step_ms", "profile", "blocks", "swap", NULL};
   static const char *const modes[] = {"layerwise", "chunked", NULL};
   dit_plan_offload_t *o = &p->offload;
   dit_json_t of, hp, blocks, b;
   DIT_RETURN_IF(dit_json_object(root, "offload", &of));
   DIT_RETURN_IF(dit_json_check_keys(&of, keys));
   int64_t version = 0;
-  DIT_RETURN_IF(dit_json_int(&of, "version", DIT_PLAN_OFFLOAD_VERSION, DIT_PLAN_OFFLOAD_VERSION, &version));
+  DIT_RETURN_IF(dit_json_int(&of, "version", 1, DIT_PLAN_OFFLOAD_VERSION, &version));
   int mode = 0;
   DIT_RETURN_IF(dit_json_enum(&of, "mode", modes, &mode));
   int64_t chunk = 0;
@@ -745,7 +781,24 @@ static dit_status_t parse_offload(const dit_json_t *root, dit_plan_t *p) {
   }
   if (o->tail_bytes > UINT64_MAX / 2 - o->tail_offset)
     return dit_json_error(&of, DIT_CODE_OUT_OF_RANGE, "tail of %" PRIu64 " bytes overflows", o->tail_bytes);
-  return DIT_OK;
+  if (dit_json_has(&of, "swap") && version < 2) {
+    dit_json_t x;
+    dit_json_get(&of, "swap", &x);
+    return dit_json_error(&x, DIT_CODE_INVALID_ARGUMENT, "an offload section of version %" PRId64 " has no swap (version 2 and later)", version);
+  }
+  if (version >= 2 && !dit_json_has(&of, "swap"))
+    return dit_json_error(&of, DIT_CODE_NOT_FOUND, "missing 'swap' (an offload section of version 2 carries the expert swap)");
+  return version >= 2 ? parse_swap(&of, o) : DIT_OK;
+}
+
+void dit_plan_swap_totals(const dit_plan_offload_t *o, uint64_t chunk_bytes, uint64_t *out_bytes, uint64_t *out_chunks) {
+  *out_bytes = *out_chunks = 0;
+  if (!chunk_bytes) return;
+  for (size_t i = 0; i < o->n_blocks + 2; i++) {
+    const uint64_t part = i == 0 ? o->head_bytes : i == 1 ? o->tail_bytes : o->blocks[i - 2].split - o->blocks[i - 2].lo;
+    *out_bytes += part;
+    *out_chunks += (part + chunk_bytes - 1) / chunk_bytes;
+  }
 }
 
 /* The section against the rank's weight layout (see plan.h). */
@@ -823,6 +876,16 @@ dit_status_t dit_plan_check_offload(const dit_plan_t *p, const dit_manifest_t *m
   if (!s && (tail_end ? tail_lo != o->tail_offset || tail_end - tail_lo != o->tail_bytes : o->tail_bytes != 0))
     s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'offload.tail': expected [%" PRIu64 ", %" PRIu64 "] (the weights after the blocks), found [%" PRIu64 ", %" PRIu64 "]",
                 what, tail_end ? tail_lo : o->tail_offset, tail_end ? tail_end - tail_lo : 0, o->tail_offset, o->tail_bytes);
+  if (!s && o->swap.present) {
+    uint64_t bytes = 0, chunks = 0;
+    dit_plan_swap_totals(o, o->swap.chunk_bytes, &bytes, &chunks);
+    if (bytes != o->swap.bytes || chunks != o->swap.chunks)
+      s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'offload.swap': expected %" PRIu64 " bytes in %" PRIu64 " chunks (the head, the tail and the blocks' "
+                  "resident parts), found %" PRIu64 " in %u", what, bytes, chunks, o->swap.bytes, o->swap.chunks);
+    else if ((uint64_t)o->swap.forwards * o->swap.chunks_per_block * o->n_blocks < o->swap.chunks)
+      s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'offload.swap': %u forwards of %zu blocks at %u chunks each move fewer than its %u chunks", what,
+                  o->swap.forwards, o->n_blocks, o->swap.chunks_per_block, o->swap.chunks);
+  }
   /* A block's weights are read only by its own steps: a slot holds one block at a time. */
   int32_t *value_tensor = s ? NULL : malloc((p->n_values + 1) * sizeof *value_tensor);
   if (!s && !value_tensor) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);

@@ -24,7 +24,10 @@
  *                          "resident_chunks": N, "yield_steps": [plan steps],
  *                          "window_chunks": [N] (one per window between collectives),
  *                          "flops", "f_star", "t_comp_ms", "t_pref_ms", "t_coll_ms",
- *                          "resident" (the planner's figures, for people)}]}
+ *                          "resident" (the planner's figures, for people)}],
+ *              "swap": {"bytes": N, "chunk_bytes": N, "chunks": N, "chunks_per_block": N,
+ *                       "forwards": N, "predicted_stall_ms": x, "predicted_peak_bytes": N}}
+ *  (offload version 2 adds "swap": see dit_plan_swap_t; version 1 sections have none)
  *
  * The parser (base/json: the text is hostile) validates everything a runtime relies on for
  * memory safety: op names and arity, value indices, arena ranges inside arena_bytes, every temp
@@ -48,7 +51,8 @@
 #include "base/status.h"
 
 #define DIT_PLAN_VERSION 3         /* written; 1 (no offload section) and 2 (no work) are still read */
-#define DIT_PLAN_OFFLOAD_VERSION 1
+#define DIT_PLAN_OFFLOAD_VERSION 2  /* written only with a swap; 1 (no swap) is still written and read */
+#define DIT_PLAN_MAX_SWAP_FORWARDS 100000
 #define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
 #define DIT_PLAN_MAX_YIELDS 63     /* collectives of one block: its compute in at most 64 windows */
 #define DIT_PLAN_MAX_IN 4
@@ -130,6 +134,23 @@ typedef enum dit_plan_offload_mode {
   DIT_PLAN_OFFLOAD_CHUNKED = 2,
 } dit_plan_offload_mode_t;
 
+/* The expert swap of a two-expert pipeline under a memory budget (offload section version 2,
+ * in the plan of the expert that takes over, transformer_2): its resident set (the head, the
+ * tail and every block's resident part, in that order, cut into chunks of chunk_bytes per
+ * part) is loaded from host memory during the last `forwards` forwards of the expert before it,
+ * chunks_per_block chunks after each of that expert's blocks, on its copy queue; at the switch
+ * the previous expert's weights leave the device. */
+typedef struct dit_plan_swap {
+  int present;
+  uint64_t bytes;                /* the resident set: head + tail + the blocks' resident parts */
+  uint64_t chunk_bytes;
+  uint32_t chunks;               /* sum over its parts of ceil(part / chunk_bytes) */
+  uint32_t chunks_per_block;
+  uint32_t forwards;             /* forwards * chunks_per_block * the outgoing expert's blocks >= chunks */
+  double predicted_stall_ms;     /* the first forward after the switch waits for this */
+  uint64_t predicted_peak_bytes; /* the pipeline's device peak (both experts at the switch) */
+} dit_plan_swap_t;
+
 typedef struct dit_plan_offload {
   dit_plan_offload_mode_t mode;     /* NONE: no section, every weight resident */
   uint64_t chunk_bytes;             /* the copy unit (chunked) */
@@ -141,6 +162,7 @@ typedef struct dit_plan_offload {
   dit_hw_profile_t profile;         /* what the planner assumed */
   size_t n_blocks;
   dit_plan_offload_block_t *blocks;
+  dit_plan_swap_t swap;             /* version 2 */
 } dit_plan_offload_t;
 
 typedef struct dit_plan_work {
@@ -179,6 +201,10 @@ dit_status_t dit_plan_check_bindings(const dit_plan_t *p, const dit_manifest_t *
  * dit_plan_check_bindings; OK when the plan has no section. */
 dit_status_t dit_plan_check_offload(const dit_plan_t *p, const dit_manifest_t *m, const dit_manifest_weights_t *weights,
                                     const char *what);
+/* The resident set an expert swap moves: the head, the tail and every block's resident part
+ * (bytes), and the chunks of chunk_bytes they make, each part cut on its own (0 chunks when
+ * chunk_bytes is 0). */
+void dit_plan_swap_totals(const dit_plan_offload_t *o, uint64_t chunk_bytes, uint64_t *out_bytes, uint64_t *out_chunks);
 /* Frees the section's arrays and clears it (no offload). */
 void dit_plan_offload_clear(dit_plan_offload_t *o);
 const char *dit_plan_offload_mode_name(dit_plan_offload_mode_t mode);

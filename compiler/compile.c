@@ -170,10 +170,6 @@ static dit_model_t second_expert_view(const dit_model_t *m) {
 /* What two-expert bundles cannot do yet, refused before any work. */
 static dit_status_t check_experts_options(const dit_compile_options_t *o, const dit_model_t *m) {
   if (m->pipeline.n_experts < 2) return DIT_OK;
-  if (o->offload && strcmp(o->offload, "none"))
-    return DIT_ERR(UNIMPLEMENTED, "--offload %s: %s has two experts (transformer, transformer_2); weight offload of two-expert "
-                   "bundles is not supported yet; use --offload none",
-                   o->offload, m->pipeline.dir);
   double b = boundary_timestep(m);
   if (!(b > 0 && b <= 1000))
     return DIT_ERR(INVALID_ARGUMENT, "%s/model_index.json: boundary_ratio %g x num_train_timesteps gives boundary timestep %g, "
@@ -505,7 +501,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     /* What the runtime allocates besides weights, by the rule it allocates with. */
     dit_plan_memory_t mem0;
     dit_plan_memory(rb[0].plan, gpu, &mem0);
-    if (o->offload && strcmp(o->offload, "none")) s = dit_compile_offload(o, rb, nb, tp, layouts, mem0.total, sum);
+    if (o->offload && strcmp(o->offload, "none"))
+      s = experts == 2 ? dit_compile_offload_experts(o, rb, nb, tp, layouts, gpu, sum) : dit_compile_offload(o, rb, nb, tp, layouts, mem0.total, sum);
     for (int r = 0; !s && r < nb * experts; r++) s = dit_compile_write_plan(w, &rb[r]);
     if (codegen_summary && cJSON_GetObjectItem(codegen_summary, "codegen"))
       cJSON_AddItemToObject(sum, "codegen", cJSON_DetachItemFromObject(codegen_summary, "codegen"));

@@ -51,6 +51,13 @@ dit_status_t dit_compile_kernels(const char *target, const dit_graph_t *g, dit_p
  * besides weights (dit_plan_memory). */
 dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
                                  const dit_manifest_weights_t *layouts, uint64_t runtime_bytes, cJSON *summary);
+/* A two-expert pipeline's offload (builds [0, nb) transformer over layouts [0, tp), [nb, 2nb)
+ * transformer_2 over [tp, 2tp)): both experts planned with one resident fraction, the largest
+ * whose pipeline peak fits --memory-budget (else as requested), and transformer_2's plans
+ * carry the swap that loads its resident set during transformer's last forwards. gpu: a
+ * device backend's allocation rule. */
+dit_status_t dit_compile_offload_experts(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
+                                         const dit_manifest_weights_t *layouts, int gpu, cJSON *summary);
 /* Serializes the build's plan into a "plan" blob of the bundle. */
 dit_status_t dit_compile_write_plan(dit_bundle_writer_t *w, dit_rank_build_t *rb);
 

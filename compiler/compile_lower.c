@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifacts/plan_memory.h"
 #include "base/hw_profile.h"
 #include "compiler/codegen_cuda.h"
 #include "compiler/compile_internal.h"
@@ -225,65 +226,232 @@ static dit_status_t fill_section(const dit_hw_profile_t *hw, const dit_offload_r
   return s;
 }
 
-dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
-                                 const dit_manifest_weights_t *layouts, uint64_t runtime_bytes, cJSON *summary) {
-  dit_offload_request_t req = {0};
-  if (!strcmp(o->offload, "layerwise")) req.mode = DIT_OFFLOAD_LAYERWISE;
-  else if (!strcmp(o->offload, "chunked")) req.mode = DIT_OFFLOAD_CHUNKED;
+static dit_status_t offload_request(const dit_compile_options_t *o, dit_offload_request_t *req, dit_hw_profile_t *hw) {
+  memset(req, 0, sizeof *req);
+  if (!strcmp(o->offload, "layerwise")) req->mode = DIT_OFFLOAD_LAYERWISE;
+  else if (!strcmp(o->offload, "chunked")) req->mode = DIT_OFFLOAD_CHUNKED;
   else return DIT_ERR(INVALID_ARGUMENT, "--offload %s: expected none, layerwise or chunked", o->offload);
-  req.chunk_bytes = (uint64_t)(o->chunk_mb * (1 << 20));
-  req.residency = o->residency;
-  req.memory_budget_bytes = o->memory_budget_gib * (double)(1u << 30);
-  req.latency_target_ms = o->latency_target_ms;
-  dit_hw_profile_t hw;
-  DIT_RETURN_IF(dit_hw_profile_load(o->profile, &hw));
-  const int n = dit_offload_graph_blocks(rb[0].g);
-  if (n < 1) return DIT_ERR(UNIMPLEMENTED, "--offload %s: the graph has no transformer blocks to stream", o->offload);
-  if (n > DIT_PLAN_MAX_OFFLOAD_BLOCKS) return DIT_ERR(UNIMPLEMENTED, "--offload: %d blocks, the plan holds at most %d", n, DIT_PLAN_MAX_OFFLOAD_BLOCKS);
-  dit_offload_block_t *bl = calloc((size_t)n + 1, sizeof *bl);
-  if (!bl) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  req->chunk_bytes = (uint64_t)(o->chunk_mb * (1 << 20));
+  req->residency = o->residency;
+  req->memory_budget_bytes = o->memory_budget_gib * (double)(1u << 30);
+  req->latency_target_ms = o->latency_target_ms;
+  return dit_hw_profile_load(o->profile, hw);
+}
+
+/* One expert's F* plan over its rank 0's graph (bl: n blocks, filled), and with `write` its
+ * section in each of its nb builds. */
+static dit_status_t offload_one(const dit_offload_request_t *req0, const dit_hw_profile_t *hw, dit_rank_build_t *rb, int nb, int tp,
+                                const dit_manifest_weights_t *layouts, uint64_t runtime_bytes, dit_offload_block_t *bl, int n,
+                                dit_offload_result_t *res, int write) {
+  dit_offload_request_t req = *req0;
+  memset(bl, 0, (size_t)n * sizeof *bl);
   /* Rank 0's blocks: what a block streams is its whole byte range (alignment padding
    * included); what it keeps resident ends at a tensor boundary, as the runtime cuts it. */
   block_spans_t sp;
-  dit_status_t s = block_spans(&rb[0], &layouts[0], n, &sp);
-  if (s) {
-    free(bl);
-    return s;
-  }
+  DIT_RETURN_IF(block_spans(&rb[0], &layouts[0], n, &sp));
   for (int i = 0; i < n; i++) bl[i].offset = sp.lo[i], bl[i].bytes = sp.hi[i] - sp.lo[i];
   req.whole_tensors = resident_whole_tensors;
   req.ctx = (void *)&layouts[0];
-  const uint64_t overhead = (uint64_t)(hw.overhead_mib * (1 << 20));
+  const uint64_t overhead = (uint64_t)(hw->overhead_mib * (1 << 20));
   /* Besides the blocks, the runtime holds the weights outside them (an empty range takes one
    * byte, as it allocates them) and its own allocations. */
   req.other_bytes = (sp.head_bytes ? sp.head_bytes : 1) + (sp.tail_bytes ? sp.tail_bytes : 1) + runtime_bytes + overhead;
   spans_free(&sp);
-  dit_offload_result_t res;
-  s = dit_offload_plan_graph(&hw, &req, rb[0].g, bl, n, &res);
-  for (int r = 0; !s && r < nb; r++) {
-    s = fill_section(&hw, &req, &res, bl, n, overhead, &rb[r], &layouts[r % tp]);
+  dit_status_t s = dit_offload_plan_graph(hw, &req, rb[0].g, bl, n, res);
+  for (int r = 0; !s && write && r < nb; r++) {
+    s = fill_section(hw, &req, res, bl, n, overhead, &rb[r], &layouts[r % tp]);
     if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
   }
+  return s;
+}
+
+static void offload_summary(const dit_compile_options_t *o, const dit_offload_request_t *req, const dit_hw_profile_t *hw,
+                            const dit_offload_result_t *res, const dit_offload_block_t *bl, int n, cJSON *summary) {
+  /* For people (and benchmarks): the plans' totals. The runtime reads the plan's section. */
+  cJSON *of = cJSON_AddObjectToObject(summary, "offload");
+  cJSON_AddStringToObject(of, "mode", o->offload);
+  cJSON_AddNumberToObject(of, "chunk_bytes", (double)req->chunk_bytes);
+  cJSON *hp = cJSON_AddObjectToObject(of, "profile");
+  dit_hw_profile_add_json(hw, DIT_HW_WITH_OVERHEAD | DIT_HW_WITH_STEP_OVERHEAD | DIT_HW_WITH_COLLECTIVES, hp);
+  /* The peaks count the runtime's own device memory (the profile's overhead) too. */
+  cJSON_AddNumberToObject(of, "overhead_bytes", (double)(uint64_t)(hw->overhead_mib * (1 << 20)));
+  cJSON_AddNumberToObject(of, "predicted_step_ms", res->step_ms);
+  cJSON_AddNumberToObject(of, "resident_step_ms", res->none_step_ms);
+  cJSON_AddNumberToObject(of, "predicted_peak_bytes", (double)res->peak_bytes);
+  cJSON_AddNumberToObject(of, "resident_peak_bytes", (double)res->none_peak_bytes);
+  double comp = 0, pref = 0, coll = 0;
+  for (int i = 0; i < n; i++) comp += bl[i].t_comp_ms, pref += bl[i].t_pref_ms, coll += bl[i].t_coll_ms;
+  cJSON_AddNumberToObject(of, "blocks", n);
+  cJSON_AddNumberToObject(of, "t_comp_ms", comp);
+  cJSON_AddNumberToObject(of, "t_pref_ms", pref);
+  cJSON_AddNumberToObject(of, "t_coll_ms", coll);
+  cJSON_AddNumberToObject(of, "f_star_per_block", bl[0].f_star);
+}
+
+static dit_status_t check_blocks(const dit_compile_options_t *o, const dit_rank_build_t *rb, int *n) {
+  *n = dit_offload_graph_blocks(rb[0].g);
+  if (*n < 1) return DIT_ERR(UNIMPLEMENTED, "--offload %s: the graph has no transformer blocks to stream", o->offload);
+  if (*n > DIT_PLAN_MAX_OFFLOAD_BLOCKS) return DIT_ERR(UNIMPLEMENTED, "--offload: %d blocks, the plan holds at most %d", *n, DIT_PLAN_MAX_OFFLOAD_BLOCKS);
+  return DIT_OK;
+}
+
+dit_status_t dit_compile_offload(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
+                                 const dit_manifest_weights_t *layouts, uint64_t runtime_bytes, cJSON *summary) {
+  dit_offload_request_t req;
+  dit_hw_profile_t hw;
+  DIT_RETURN_IF(offload_request(o, &req, &hw));
+  int n = 0;
+  DIT_RETURN_IF(check_blocks(o, rb, &n));
+  dit_offload_block_t *bl = calloc((size_t)n + 1, sizeof *bl);
+  if (!bl) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  dit_offload_result_t res;
+  dit_status_t s = offload_one(&req, &hw, rb, nb, tp, layouts, runtime_bytes, bl, n, &res, 1);
+  if (!s) offload_summary(o, &req, &hw, &res, bl, n, summary);
+  free(bl);
+  return s;
+}
+
+/* ---- the expert swap ---- */
+
+/* What one build's offload engine allocates (plan_memory's rule for the weights): the head and
+ * the tail (an empty one takes a byte), the resident parts, and two slots (set: without them). */
+static uint64_t engine_bytes(const dit_plan_offload_t *o, int with_slots) {
+  uint64_t b = (o->head_bytes ? o->head_bytes : 1) + (o->tail_bytes ? o->tail_bytes : 1), slot = 0;
+  for (size_t i = 0; i < o->n_blocks; i++) {
+    b += o->blocks[i].split - o->blocks[i].lo;
+    if (o->blocks[i].hi - o->blocks[i].split > slot) slot = o->blocks[i].hi - o->blocks[i].split;
+  }
+  return b + (with_slots ? 2 * (slot ? slot : 1) : 0);
+}
+
+/* The pipeline's device peak for rank build pair (a: transformer, b: transformer_2), as the
+ * runtime allocates: b's runtime memory borrows a's arena; while a runs its last forwards b's
+ * resident set comes in beside it; at the switch a's weights leave and b's slots come. */
+static uint64_t swap_peak(const dit_rank_build_t *a, const dit_rank_build_t *b, int gpu, uint64_t overhead) {
+  dit_plan_memory_t ma, mb;
+  dit_plan_memory(a->plan, gpu, &ma);
+  dit_plan_memory(b->plan, gpu, &mb);
+  const uint64_t fixed_b = mb.total - (mb.arena <= ma.arena ? mb.arena : 0);
+  const uint64_t window = ma.total + engine_bytes(&a->plan->offload, 1) + fixed_b + engine_bytes(&b->plan->offload, 0);
+  const uint64_t after = ma.total + fixed_b + engine_bytes(&b->plan->offload, 1);
+  return (window > after ? window : after) + overhead;
+}
+
+/* The same before sections exist: from the planner's figures for rank 0. */
+static uint64_t swap_peak_planned(const dit_rank_build_t *a, const dit_rank_build_t *b, int gpu, const dit_offload_result_t *ra,
+                                  const dit_offload_result_t *rbr, const dit_offload_block_t *blb, int n, uint64_t head_tail_b) {
+  dit_plan_memory_t ma, mb;
+  dit_plan_memory(a->plan, gpu, &ma);
+  dit_plan_memory(b->plan, gpu, &mb);
+  const uint64_t arena_b = mb.arena <= ma.arena ? mb.arena : 0;
+  uint64_t set_b = head_tail_b;
+  for (int i = 0; i < n; i++) set_b += blb[i].resident_bytes;
+  /* ra->peak_bytes: a's runtime memory, overhead and weights; b's runtime memory without the
+   * borrowed arena and its resident set come beside it; after the switch b's full peak plus
+   * a's runtime memory, less the arena it borrows. */
+  const uint64_t window = ra->peak_bytes + mb.total - arena_b + set_b;
+  const uint64_t after = rbr->peak_bytes + ma.total - arena_b;
+  return window > after ? window : after;
+}
+
+dit_status_t dit_compile_offload_experts(const dit_compile_options_t *o, dit_rank_build_t *rb, int nb, int tp,
+                                         const dit_manifest_weights_t *layouts, int gpu, cJSON *summary) {
+  dit_offload_request_t req;
+  dit_hw_profile_t hw;
+  DIT_RETURN_IF(offload_request(o, &req, &hw));
+  int n = 0;
+  DIT_RETURN_IF(check_blocks(o, rb, &n));
+  dit_offload_block_t *bl = calloc(2 * ((size_t)n + 1), sizeof *bl), *bl2 = bl + n + 1;
+  if (!bl) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  dit_plan_memory_t m0, m1;
+  dit_plan_memory(rb[0].plan, gpu, &m0);
+  dit_plan_memory(rb[nb].plan, gpu, &m1);
+  const uint64_t overhead = (uint64_t)(hw.overhead_mib * (1 << 20));
+  block_spans_t sp;
+  dit_status_t s = block_spans(&rb[nb], &layouts[tp], n, &sp);
+  const uint64_t head_tail_b = s ? 0 : (sp.head_bytes ? sp.head_bytes : 1) + (sp.tail_bytes ? sp.tail_bytes : 1);
+  if (!s) spans_free(&sp);
+  dit_offload_result_t r0, r1;
+  if (!s && req.memory_budget_bytes > 0) {
+    /* The budget holds the whole pipeline: one resident fraction for both experts, the
+     * largest whose swap peak (transformer streaming, transformer_2's resident set coming in
+     * beside it) fits, found by bisection over the planner's monotone peak. */
+    const double budget = req.memory_budget_bytes;
+    dit_offload_request_t q = req;
+    q.memory_budget_bytes = 0, q.latency_target_ms = 0;
+    double lo = 0, hi = 1;
+    uint64_t peak = 0;
+    for (int it = 0; !s && it < 40; it++) {
+      q.residency = it == 0 ? 0 : it == 1 ? 1 : (lo + hi) / 2;
+      s = offload_one(&q, &hw, rb, nb, tp, layouts, m0.total, bl, n, &r0, 0);
+      if (!s) s = offload_one(&q, &hw, rb + nb, nb, tp, layouts + tp, m1.total, bl2, n, &r1, 0);
+      if (s) break;
+      peak = swap_peak_planned(&rb[0], &rb[nb], gpu, &r0, &r1, bl2, n, head_tail_b);
+      const int fits = (double)peak <= budget;
+      if (it == 0 && !fits)
+        s = DIT_ERR(RESOURCE_EXHAUSTED, "--memory-budget %.6g GiB: the two-expert pipeline needs %.6g GiB with every block streamed "
+                    "(transformer's slots and runtime memory, transformer_2's weights outside the blocks beside them)",
+                    budget / (1u << 30), (double)peak / (1u << 30));
+      else if (it == 1 && fits) lo = hi = 1;
+      else if (it > 1) *(fits ? &lo : &hi) = q.residency;
+      if (it >= 1 && lo == hi) break;
+    }
+    req = q;
+    req.residency = lo;
+  }
+  if (!s) s = offload_one(&req, &hw, rb, nb, tp, layouts, m0.total, bl, n, &r0, 1);
+  if (!s) s = offload_one(&req, &hw, rb + nb, nb, tp, layouts + tp, m1.total, bl2, n, &r1, 1);
+  /* The swap: transformer_2's resident set, in chunks paced into the copy time transformer's
+   * own streaming leaves free behind each block's compute. */
+  const uint64_t chunk = req.chunk_bytes >= 4096 ? req.chunk_bytes : 16ull << 20;
+  uint32_t per_block = UINT32_MAX;
+  for (int i = 0; !s && i < n; i++) {
+    const dit_plan_offload_block_t *next = &rb[0].plan->offload.blocks[(i + 1) % n];
+    const uint32_t hide = dit_offload_window_chunks(&hw, bl[i].flops, bl[i].steps, chunk);
+    const uint64_t streamed = (next->hi - next->split + chunk - 1) / chunk;
+    const uint32_t free_chunks = hide > streamed ? hide - (uint32_t)streamed : 0;
+    if (free_chunks < per_block) per_block = free_chunks;
+  }
+  const int hidden = per_block >= 1;
+  if (per_block < 1) per_block = 1;
+  uint64_t most = 0, peak = 0;
+  for (int r = 0; !s && r < nb; r++) {
+    uint64_t bytes, chunks;
+    dit_plan_swap_totals(&rb[nb + r].plan->offload, chunk, &bytes, &chunks);
+    if (chunks > most) most = chunks;
+    const uint64_t pk = swap_peak(&rb[r], &rb[nb + r], gpu, overhead);
+    if (pk > peak) peak = pk;
+  }
+  if (!s && most > UINT32_MAX) s = DIT_ERR(UNIMPLEMENTED, "--offload: the expert swap takes %" PRIu64 " chunks, at most 4294967295", most);
+  if (!s && per_block > most) per_block = (uint32_t)most;
+  const uint64_t per_forward = (uint64_t)per_block * (uint64_t)n;
+  const uint64_t forwards = per_forward ? (most + per_forward - 1) / per_forward : 1;
+  if (!s && forwards > DIT_PLAN_MAX_SWAP_FORWARDS)
+    s = DIT_ERR(UNIMPLEMENTED, "--offload: the expert swap needs %" PRIu64 " forwards, at most %d", forwards, DIT_PLAN_MAX_SWAP_FORWARDS);
+  /* Unhidden copies cost their time on the link; the first forward after the switch loads
+   * transformer_2's block 0 before it computes, as any first forward does. */
+  const double chunk_ms = (double)chunk / (hw.eta_pref * hw.bw_h2d_gbs * 1e9) * 1e3;
+  const double stall = bl2[0].t_pref_ms + (hidden ? 0 : (double)most * chunk_ms);
+  for (int r = 0; !s && r < nb; r++) {
+    dit_plan_swap_t *w = &rb[nb + r].plan->offload.swap;
+    uint64_t bytes, chunks;
+    dit_plan_swap_totals(&rb[nb + r].plan->offload, chunk, &bytes, &chunks);
+    *w = (dit_plan_swap_t){1, bytes, chunk, (uint32_t)chunks, per_block, (uint32_t)forwards, stall, peak};
+  }
+  if (!s && req.memory_budget_bytes > 0 && (double)peak > o->memory_budget_gib * (double)(1u << 30))
+    s = DIT_ERR(RESOURCE_EXHAUSTED, "--memory-budget %.6g GiB: the two-expert pipeline's peak is %.6g GiB on its largest rank",
+                o->memory_budget_gib, (double)peak / (1u << 30));
   if (!s) {
-    /* For people (and benchmarks): the plans' totals. The runtime reads the plan's section. */
-    cJSON *of = cJSON_AddObjectToObject(summary, "offload");
-    cJSON_AddStringToObject(of, "mode", o->offload);
-    cJSON_AddNumberToObject(of, "chunk_bytes", (double)req.chunk_bytes);
-    cJSON *hp = cJSON_AddObjectToObject(of, "profile");
-    dit_hw_profile_add_json(&hw, DIT_HW_WITH_OVERHEAD | DIT_HW_WITH_STEP_OVERHEAD | DIT_HW_WITH_COLLECTIVES, hp);
-    /* The peaks count the runtime's own device memory (the profile's overhead) too. */
-    cJSON_AddNumberToObject(of, "overhead_bytes", (double)overhead);
-    cJSON_AddNumberToObject(of, "predicted_step_ms", res.step_ms);
-    cJSON_AddNumberToObject(of, "resident_step_ms", res.none_step_ms);
-    cJSON_AddNumberToObject(of, "predicted_peak_bytes", (double)res.peak_bytes);
-    cJSON_AddNumberToObject(of, "resident_peak_bytes", (double)res.none_peak_bytes);
-    double comp = 0, pref = 0, coll = 0;
-    for (int i = 0; i < n; i++) comp += bl[i].t_comp_ms, pref += bl[i].t_pref_ms, coll += bl[i].t_coll_ms;
-    cJSON_AddNumberToObject(of, "blocks", n);
-    cJSON_AddNumberToObject(of, "t_comp_ms", comp);
-    cJSON_AddNumberToObject(of, "t_pref_ms", pref);
-    cJSON_AddNumberToObject(of, "t_coll_ms", coll);
-    cJSON_AddNumberToObject(of, "f_star_per_block", bl[0].f_star);
+    offload_summary(o, &req, &hw, &r0, bl, n, summary);
+    cJSON *sw = cJSON_AddObjectToObject(cJSON_GetObjectItem(summary, "offload"), "swap");
+    const dit_plan_swap_t *w = &rb[nb].plan->offload.swap;
+    cJSON_AddNumberToObject(sw, "bytes", (double)w->bytes);
+    cJSON_AddNumberToObject(sw, "chunks", w->chunks);
+    cJSON_AddNumberToObject(sw, "chunks_per_block", w->chunks_per_block);
+    cJSON_AddNumberToObject(sw, "forwards", w->forwards);
+    cJSON_AddNumberToObject(sw, "predicted_stall_ms", w->predicted_stall_ms);
+    cJSON_AddNumberToObject(sw, "predicted_peak_bytes", (double)w->predicted_peak_bytes);
+    cJSON_AddNumberToObject(sw, "residency", req.residency);
   }
   free(bl);
   return s;

@@ -48,6 +48,21 @@ int dit_runtime_expert_active(const dit_runtime_t *rt);
 /* The index of expert `name` (NULL: "transformer"); NOT_FOUND naming the bundle's experts. */
 dit_status_t dit_runtime_expert_find(const dit_runtime_t *rt, const char *name, int *out_index);
 dit_status_t dit_runtime_expert_select(dit_runtime_t *rt, int index);
+/* The expert swap of a bundle compiled with a memory budget: the active expert runs
+ * `forwards_left` more forwards (this one included) before expert `next` is selected (0: no
+ * switch ahead). Those forwards load the incoming expert's resident set between their blocks,
+ * as its plan paces it, so selecting it then only releases the outgoing expert's weights. */
+void dit_runtime_expert_upcoming(dit_runtime_t *rt, int next, int forwards_left);
+typedef struct dit_runtime_swap_stats {
+  int switched;              /* a switch loaded the incoming expert's weights */
+  int forwards;              /* forwards that loaded part of them before the switch */
+  uint64_t chunks_before;    /* chunks loaded by those forwards */
+  uint64_t chunks_at_switch; /* chunks left for the switch itself to load (a stall) */
+  uint64_t bytes;            /* the resident set moved */
+  double switch_ms;          /* the switch's own time: drain, release, the rest, slots */
+} dit_runtime_swap_stats_t;
+/* Rank 0's figures of the latest switch (zeros before any). */
+dit_runtime_swap_stats_t dit_runtime_swap_stats(const dit_runtime_t *rt);
 
 const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt);
 

@@ -369,6 +369,15 @@ static int g_writer = 1;
 /* 1 in a process of a multi-process launch. */
 static int g_launched = 0;
 
+/* What the runtime allocated (at most at once) against the bundle's prediction. */
+static void print_memory(const dit_runtime_t *rt) {
+  uint64_t alloc = 0, pred = 0;
+  int mr = 0;
+  if (!dit_runtime_memory(rt, &alloc, &pred, &mr))
+    fprintf(stderr, "ditrun: memory: %.2f MiB allocated, %.2f MiB predicted (rank %d; %" PRIu64 " bytes %s)\n", alloc / 1048576.0, pred / 1048576.0,
+            mr, alloc <= pred ? pred - alloc : alloc - pred, alloc <= pred ? "within the prediction" : "OVER the prediction");
+}
+
 /* Loads the bundle (every expert of a two-expert one) and selects --expert. */
 static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   static dit_launch_env_t env; /* the runtime keeps a pointer to it */
@@ -399,11 +408,7 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   uint64_t hb = 0, hbytes = 0;
   dit_bundle_hash_stats(&hb, &hbytes);
   fprintf(stderr, "ditrun: verified %" PRIu64 " blob hashes (%.2f MiB) of the bundle's %zu blobs\n", hb, hbytes / 1048576.0, m->n_blobs);
-  uint64_t alloc = 0, pred = 0;
-  int mr = 0;
-  if (!dit_runtime_memory(*rt, &alloc, &pred, &mr))
-    fprintf(stderr, "ditrun: memory: %.2f MiB allocated, %.2f MiB predicted (rank %d; %" PRIu64 " bytes %s)\n", alloc / 1048576.0, pred / 1048576.0,
-            mr, alloc <= pred ? pred - alloc : alloc - pred, alloc <= pred ? "within the prediction" : "OVER the prediction");
+  print_memory(*rt);
   return DIT_OK;
 }
 
@@ -441,9 +446,15 @@ static int cmd_forward(int argc, char **argv) {
   return dit_status_report(s, "ditrun");
 }
 
+static const dit_runtime_t *g_step_rt; /* the runtime generate runs, for the step lines */
+
 static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   const dit_generate_options_t *g = ctx;
-  if (g->expert_used)
+  const dit_runtime_swap_stats_t sw = g_step_rt ? dit_runtime_swap_stats(g_step_rt) : (dit_runtime_swap_stats_t){0};
+  if (g->expert_used && step > 0 && g->expert_used[step] != g->expert_used[step - 1] && sw.switched)
+    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs  (expert switch %.3f ms: %" PRIu64 " chunks loaded at the switch)\n", step + 1,
+            steps, t, g->expert_used[step] ? "transformer_2" : "transformer", seconds, sw.switch_ms, sw.chunks_at_switch);
+  else if (g->expert_used)
     fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs\n", step + 1, steps, t,
             g->expert_used[step] ? "transformer_2" : "transformer", seconds);
   else
@@ -525,9 +536,17 @@ static int cmd_generate(int argc, char **argv) {
     dit_rng_normal((uint64_t)a.seed, 0, latents, n);
   }
   double t0 = dit_now_s();
+  g_step_rt = rt;
   if (!s) s = dit_runtime_generate(rt, &g, &prompt, a.negative ? &neg : NULL, latents);
   if (!s) {
     fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", g.steps, dit_now_s() - t0);
+    const dit_runtime_swap_stats_t sw = dit_runtime_swap_stats(rt);
+    if (sw.switched) {
+      fprintf(stderr, "ditrun: expert swap: %.2f MiB of transformer_2's resident set, %" PRIu64 " chunks loaded over %d forwards before "
+              "the switch, %" PRIu64 " at the switch (%.3f ms)\n", sw.bytes / 1048576.0, sw.chunks_before, sw.forwards, sw.chunks_at_switch,
+              sw.switch_ms);
+      print_memory(rt);
+    }
     lat.data = latents;
     if (g_writer) s = write_tensor(a.out, "latents", &lat);
   }

@@ -64,6 +64,7 @@ void dit_runtime_destroy(dit_runtime_t *rt) {
   dit_comm_destroy(rt->comm);
   dit_tcomm_destroy(rt->tcomm);
   dit_bundle_close(rt->bundle);
+  free(rt->mem_peak);
   free(rt);
 }
 
@@ -190,10 +191,18 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     /* Predicted peak against what the device has free, before the big allocations. */
     size_t fr = 0, tot = 0;
     DIT_RETURN_IF(rt->be->memory_info(rt->be_state, &fr, &tot));
-    const uint64_t need = offload ? planned_bytes(rt->plan, rt->m) : rt->m->peak_bytes;
+    uint64_t need = offload ? planned_bytes(rt->plan, rt->m) : rt->m->peak_bytes;
+    if (offload && rt->plan->offload.swap.present) {
+      /* The pipeline's peak, less what the expert before it holds already. */
+      const uint64_t pk = rt->plan->offload.swap.predicted_peak_bytes - dit_offload_overhead(rt->plan);
+      const uint64_t held = share && share->be->allocated_bytes ? share->be->allocated_bytes(share->be_state) : 0;
+      need = pk > held ? pk - held : 0;
+    }
     if (need > fr)
       return DIT_ERR(RESOURCE_EXHAUSTED, "%s: field '%s': the bundle needs %.2f GiB, the device has %.2f GiB free of %.2f GiB",
-                     offload ? what : "manifest.json", offload ? "offload.predicted_peak_bytes" : "memory.peak_bytes", (double)need / (1 << 30),
+                     offload ? what : "manifest.json",
+                     !offload ? "memory.peak_bytes" : rt->plan->offload.swap.present ? "offload.swap.predicted_peak_bytes" : "offload.predicted_peak_bytes",
+                     (double)need / (1 << 30),
                      (double)fr / (1 << 30), (double)tot / (1 << 30));
   }
   rt->bound = calloc(rt->plan->n_values + 1, sizeof *rt->bound);
@@ -212,9 +221,12 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
   }
   DIT_RETURN_IF(bind_values(rt));
+  /* An expert that swaps in stays in host memory until the one before it has run. */
   if (offload)
-    DIT_RETURN_IF(dit_offload_engine_create(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data, rt->weights_map.size,
-                                            rt->bound, &rt->offload));
+    DIT_RETURN_IF(dit_offload_engine_create_parked(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data,
+                                                   rt->weights_map.size, rt->bound, rt->plan->offload.swap.present, &rt->offload));
+  if (offload && rt->plan->offload.swap.present && o && o->graph)
+    return DIT_ERR(UNIMPLEMENTED, "--cuda-graph: a bundle with an expert swap changes its weights' memory at the switch; run it without graphs");
   if (offload && o && o->offload_pace_host) DIT_RETURN_IF(dit_offload_engine_pace_host(rt->offload));
   /* A captured graph must leave no copy in flight; DIT_OFFLOAD_ACROSS=0 turns the cross-forward
    * load of block 0 off, to compare. */
@@ -232,6 +244,24 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   const int lane_base = rt->rank / (rt->cp * rt->tp) * rt->cp * rt->tp, tp_rank = rt->rank % rt->tp;
   for (int i = 0; i < rt->cp; i++) rt->cp_group[i] = lane_base + i * rt->tp + tp_rank;
   return DIT_OK;
+}
+
+/* What rank i of this process holds now over all its experts: backends count what they
+ * allocate, the offload engines what they gave back. */
+static uint64_t rank_current(const dit_runtime_t *rt, int i) {
+  uint64_t a = 0;
+  for (int e = 0; e < rt->n_experts; e++) {
+    const rank_rt_t *r = &rt->expert_ranks[e][i];
+    if (!r->be || !r->be->allocated_bytes) return 0;
+    a += r->be->allocated_bytes(r->be_state);
+    if (r->offload) a -= dit_offload_engine_released(r->offload);
+  }
+  return a;
+}
+
+static void note_peak(dit_runtime_t *rt, int i) {
+  const uint64_t a = rank_current(rt, i);
+  if (a > rt->mem_peak[i]) rt->mem_peak[i] = a;
 }
 
 /* DIT_FAIL_STEP=RANK:STEP makes that rank fail when it reaches that step of a forward, and
@@ -315,6 +345,8 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     if (!s) s = dit_exec_collectives_setup(rt, o);
   }
   rt->ranks = rt->expert_ranks[0];
+  if (!s && !(rt->mem_peak = calloc((size_t)rt->n_ranks, sizeof *rt->mem_peak))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (int r = 0; !s && r < rt->n_ranks; r++) note_peak(rt, r);
   if (s) {
     dit_runtime_destroy(rt);
     return dit_status_annotate(s, "%s", bundle_dir);
@@ -479,8 +511,37 @@ static void rank_failed(rank_rt_t *rt, dit_comm_t *comm, dit_status_t s) {
   }
 }
 
+/* The incoming expert's state of this rank while a swap loads it during this forward, with
+ * how many chunks to load after each block; NULL when none. Starts the swap (allocates its
+ * resident set) on the first forward of its window. */
+static dit_status_t swap_target(rank_rt_t *rt, rank_rt_t **out, uint32_t *per_block) {
+  *out = NULL;
+  dit_runtime_t *o = rt->owner;
+  if (o->swap_left <= 0 || o->swap_next == rt->expert || o->swap_next < 0 || o->swap_next >= o->n_experts) return DIT_OK;
+  const int idx = (int)(rt - o->expert_ranks[rt->expert]);
+  rank_rt_t *in = &o->expert_ranks[o->swap_next][idx];
+  const dit_plan_swap_t *w = &in->plan->offload.swap;
+  if (!in->offload || !w->present || !dit_offload_engine_parked(in->offload) || (uint32_t)o->swap_left > w->forwards) return DIT_OK;
+  if (dit_offload_engine_parked(in->offload) == 1) {
+    DIT_RETURN_IF(dit_offload_engine_unpark_begin(in->offload, w->chunk_bytes));
+    note_peak(o, idx);
+  }
+  /* The plan's pace, or faster when fewer forwards are left than it planned for. */
+  uint32_t left = 0;
+  DIT_RETURN_IF(dit_offload_engine_unpark_copy(in->offload, 0, NULL, NULL, &left));
+  const uint64_t boundaries = (uint64_t)o->swap_left * (rt->plan->offload.n_blocks ? rt->plan->offload.n_blocks : 1);
+  const uint64_t need = (left + boundaries - 1) / boundaries;
+  *per_block = need > w->chunks_per_block ? (uint32_t)need : w->chunks_per_block;
+  if (left) *out = in;
+  if (left && rt->rank == o->expert_ranks[0][0].rank) o->swap_stats.forwards++;
+  return DIT_OK;
+}
+
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   const dit_plan_t *p = rt->plan;
+  rank_rt_t *incoming = NULL;
+  uint32_t per_block = 0;
+  DIT_RETURN_IF(swap_target(rt, &incoming, &per_block));
   for (size_t i = 0; i < p->n_steps; i++) {
     if ((long)i == rt->fail_step) {
       if (rt->fail_die) _exit(3);
@@ -496,6 +557,14 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
       rt->profile[p->steps[i].kind] += dit_now_s() - t0;
     }
     if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
+    if (!s && incoming && p->steps[i].block >= 0 && (i + 1 == p->n_steps || p->steps[i + 1].block != p->steps[i].block)) {
+      /* Between blocks: the next share of the incoming expert's resident set, on this
+       * expert's copy queue behind its own prefetch. */
+      uint32_t before = 0, after = 0;
+      s = dit_offload_engine_unpark_copy(incoming->offload, 0, NULL, NULL, &before);
+      if (!s) s = dit_offload_engine_unpark_copy(incoming->offload, per_block, rt->be, rt->be_state, &after);
+      if (!s && rt->rank == rt->owner->expert_ranks[0][0].rank) rt->owner->swap_stats.chunks_before += before - after;
+    }
     if (s) {
       s = dit_status_annotate(s, "step %zu (%s, block %d, '%s')", i, dit_op_info(p->steps[i].kind)->name, p->steps[i].block,
                               p->values[p->steps[i].out[0]].name);
@@ -584,6 +653,7 @@ dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds) {
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
   dit_status_t s = dit_exec_run_ranks(rt, rank_forward_job, NULL);
+  if (rt->swap_left > 0) rt->swap_left--;
   return s && rt->process ? dit_status_annotate(s, "rank %d", rt->ranks[0].rank) : s;
 }
 
@@ -654,12 +724,20 @@ dit_status_t dit_runtime_memory(const dit_runtime_t *rt, uint64_t *allocated, ui
   *allocated = *predicted = 0;
   *out_rank = 0;
   for (int i = 0; i < rt->n_ranks; i++) {
-    uint64_t a = 0, p = 0;
+    uint64_t p = 0;
     for (int e = 0; e < rt->n_experts; e++) {
       const rank_rt_t *r = &rt->expert_ranks[e][i];
       if (!r->be->allocated_bytes) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not count its allocations", r->be->name);
-      a += r->be->allocated_bytes(r->be_state);
       p += rank_predicted(rt, r);
+    }
+    /* The most it held at once (an expert swap allocates and releases while it runs). */
+    uint64_t a = rank_current(rt, i);
+    if (rt->mem_peak && rt->mem_peak[i] > a) a = rt->mem_peak[i];
+    const rank_rt_t *last = &rt->expert_ranks[rt->n_experts - 1][i];
+    if (last->plan->offload.swap.present) {
+      /* The pipeline's peak, as the compiler predicted it by the same rule. */
+      const uint64_t pk = last->plan->offload.swap.predicted_peak_bytes, ov = dit_offload_overhead(last->plan);
+      p = pk > ov ? pk - ov : pk;
     }
     if (i == 0 || a > *allocated) *allocated = a, *predicted = p, *out_rank = rt->ranks[i].rank;
   }
@@ -682,10 +760,46 @@ dit_status_t dit_runtime_expert_find(const dit_runtime_t *rt, const char *name, 
 dit_status_t dit_runtime_expert_select(dit_runtime_t *rt, int index) {
   if (index < 0 || index >= rt->n_experts)
     return DIT_ERR(OUT_OF_RANGE, "expert %d: the bundle has %d expert%s", index, rt->n_experts, rt->n_experts == 1 ? "" : "s");
+  if (index == rt->active) return DIT_OK;
+  /* An expert held in host memory (the swap of a budgeted bundle): the outgoing expert's
+   * queues drain (the incoming resident set was loaded on them), its weights leave the device,
+   * and what the forwards before did not load comes in now, with the slots. */
+  const double t0 = dit_now_s();
+  int switched = 0;
+  for (int r = 0; r < rt->n_ranks; r++) {
+    rank_rt_t *out = &rt->expert_ranks[rt->active][r], *in = &rt->expert_ranks[index][r];
+    if (!in->offload || !dit_offload_engine_parked(in->offload)) continue;
+    switched = 1;
+    uint32_t left = 0;
+    DIT_RETURN_IF(dit_offload_engine_unpark_copy(in->offload, 0, NULL, NULL, &left));
+    if (r == 0) rt->swap_stats.chunks_at_switch = left;
+    DIT_RETURN_IF_ERROR(out->be->synchronize(out->be_state), "expert switch, rank %d", out->rank);
+    if (out->offload) DIT_RETURN_IF(dit_offload_engine_park(out->offload));
+    DIT_RETURN_IF_ERROR(dit_offload_engine_unpark_finish(in->offload), "expert switch, rank %d", in->rank);
+    note_peak(rt, r);
+  }
+  if (switched) {
+    rt->swap_stats.switched = 1;
+    rt->swap_stats.switch_ms = (dit_now_s() - t0) * 1e3;
+    uint64_t chunks = 0;
+    const rank_rt_t *in0 = &rt->expert_ranks[index][0];
+    dit_plan_swap_totals(&in0->plan->offload, in0->plan->offload.swap.chunk_bytes ? in0->plan->offload.swap.chunk_bytes : 1,
+                         &rt->swap_stats.bytes, &chunks);
+  }
   rt->active = index;
   rt->ranks = rt->expert_ranks[index];
+  rt->swap_left = 0;
   return DIT_OK;
 }
+
+void dit_runtime_expert_upcoming(dit_runtime_t *rt, int next, int forwards_left) {
+  rt->swap_next = next;
+  rt->swap_left = forwards_left > 0 && next != rt->active ? forwards_left : 0;
+  /* A new window after an earlier switch: its figures start over. */
+  if (rt->swap_left && rt->swap_stats.switched) memset(&rt->swap_stats, 0, sizeof rt->swap_stats);
+}
+
+dit_runtime_swap_stats_t dit_runtime_swap_stats(const dit_runtime_t *rt) { return rt->swap_stats; }
 
 dit_status_t dit_runtime_memory_beyond_plan(dit_runtime_t *rt, uint64_t *bytes) {
   rank_rt_t *r = &rt->ranks[0];

@@ -75,6 +75,12 @@ struct dit_runtime {
   int n_experts;             /* 1, or 2 for a two-expert bundle */
   int active;
   rank_rt_t *expert_ranks[2];
+  /* The expert swap (offload.swap in the incoming expert's plans): generate says which expert
+   * comes next and after how many forwards of the active one; each forward of those loads its
+   * share of the incoming expert's resident set between blocks. */
+  int swap_next, swap_left;
+  uint64_t *mem_peak;        /* per rank of this process: the most its experts held at once */
+  dit_runtime_swap_stats_t swap_stats; /* rank 0's, of the latest switch */
   dit_comm_t *comm;          /* NULL for one rank */
   int process;               /* 1: this process runs only ranks[0], one rank of a launch */
   dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */

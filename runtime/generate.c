@@ -39,6 +39,21 @@ int dit_generate_uses_expert_2(double t, double boundary_timestep) {
   return !((float)t >= (float)boundary_timestep);
 }
 
+/* The forwards the current expert runs from step i up to the switch (0: none ahead): what the
+ * runtime paces the incoming expert's load by. A step with guidance takes two forwards unless
+ * the bundle runs both branches in one (cfg lanes). */
+static int forwards_before_switch(const dit_runtime_t *rt, const dit_generate_options_t *o, const dit_sampler_t *smp, double boundary,
+                                  int i) {
+  const int expert = dit_generate_uses_expert_2(dit_sampler_timestep(smp, i), boundary);
+  int n = 0;
+  for (int j = i; j < o->steps; j++) {
+    if (dit_generate_uses_expert_2(dit_sampler_timestep(smp, j), boundary) != expert) return n;
+    const double g = expert ? o->guidance_2 : o->guidance;
+    n += g > 1.0 && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1;
+  }
+  return 0;
+}
+
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
                                   const dit_tensor_t *prompt, const dit_tensor_t *negative,
                                   float *latents) {
@@ -72,6 +87,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const int second = two && dit_generate_uses_expert_2(t, m->boundary_timestep);
     s = dit_runtime_expert_select(rt, second);
     if (s) break;
+    if (two) dit_runtime_expert_upcoming(rt, !second, forwards_before_switch(rt, o, smp, m->boundary_timestep, i));
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;

@@ -52,6 +52,18 @@ struct dit_offload_engine {
   int wrap, wrapped, primed;
   double host_s;           /* host time inside the hooks during the current forward */
   dit_offload_stats_t stats;
+  /* Parking (the expert swap): the schedule kept, no device memory; loading back copies the
+   * resident set part by part (head, tail, blocks' resident parts) in chunks of park_chunk,
+   * cursor at part park_part, byte park_off. */
+  const dit_plan_t *plan;
+  const dit_manifest_weights_t *lay;
+  dit_tensor_t *bound;
+  uint64_t slot_size;
+  int parked;              /* 1 parked, 2 resident set allocated and coming in, 0 on the device */
+  uint64_t park_chunk;
+  int park_part;
+  uint64_t park_off;
+  uint64_t released;       /* bytes given back to the backend so far */
 };
 
 int dit_offload_planned(const dit_plan_t *p) { return p->offload.mode != DIT_PLAN_OFFLOAD_NONE; }
@@ -62,17 +74,32 @@ uint64_t dit_offload_predicted_peak(const dit_plan_t *p, const dit_manifest_t *m
 
 uint64_t dit_offload_overhead(const dit_plan_t *p) { return dit_offload_planned(p) ? p->offload.overhead_bytes : 0; }
 
+/* Gives every device allocation back, counting the bytes as the backend counted them. */
+static void release_device(dit_offload_engine_t *e) {
+  for (int i = 0; e->b && i < e->n; i++)
+    if (e->b[i].resident) {
+      e->be->release(e->st, e->b[i].resident);
+      e->b[i].resident = NULL;
+      e->released += e->b[i].split - e->b[i].lo;
+    }
+  for (int k = 0; k < 2; k++)
+    if (e->slot[k]) {
+      e->be->release(e->st, e->slot[k]);
+      e->slot[k] = NULL;
+      e->released += e->slot_size ? e->slot_size : 1;
+    }
+  if (e->head) e->be->release(e->st, e->head), e->released += e->head_bytes ? e->head_bytes : 1;
+  if (e->tail) e->be->release(e->st, e->tail), e->released += e->tail_bytes ? e->tail_bytes : 1;
+  e->head = e->tail = NULL;
+}
+
 void dit_offload_engine_destroy(dit_offload_engine_t *e) {
   if (!e) return;
+  release_device(e);
   for (int i = 0; e->b && i < e->n; i++) {
     free(e->b[i].yields);
     free(e->b[i].windows);
-    if (e->b[i].resident) e->be->release(e->st, e->b[i].resident);
   }
-  for (int k = 0; k < 2; k++)
-    if (e->slot[k]) e->be->release(e->st, e->slot[k]);
-  if (e->head) e->be->release(e->st, e->head);
-  if (e->tail) e->be->release(e->st, e->tail);
   free(e->b);
   free(e->pf_bound);
   free(e->step_block);
@@ -115,71 +142,11 @@ static dit_status_t take_schedule(dit_offload_engine_t *e, const dit_plan_t *pla
   return DIT_OK;
 }
 
-static dit_status_t alloc_up(dit_offload_engine_t *e, uint64_t bytes, const char *what, const void *src, uint8_t **out) {
-  void *p = NULL;
-  DIT_RETURN_IF(e->be->alloc(e->st, bytes ? bytes : 1, what, &p));
-  *out = p;
-  return bytes ? e->be->upload(e->st, p, src, bytes) : DIT_OK;
-}
-
-dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *lay,
-                                       const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
-                                       size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out) {
-  *out = NULL;
-  if (!dit_offload_planned(plan)) return DIT_ERR(INTERNAL, "offload engine: the plan has no offload section");
-  if (!be->copy_enqueue || !be->mark || !be->wait)
-    return DIT_ERR(UNIMPLEMENTED, "plan: field 'offload': the %s backend has no copy queue to stream weights on", be->name);
-  dit_offload_engine_t *e = calloc(1, sizeof *e);
-  if (!e) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  e->be = be, e->st = be_state, e->host = host_weights;
-  e->n = (int)plan->offload.n_blocks;
-  dit_status_t s = DIT_OK;
-  if (EV_BLOCKS + 2 * (size_t)plan->offload.n_blocks > DIT_BACKEND_COLL_EVENTS)
-    s = DIT_ERR(UNIMPLEMENTED, "plan: field 'offload.blocks': this runtime streams at most %d blocks, found %zu",
-                (DIT_BACKEND_COLL_EVENTS - EV_BLOCKS) / 2, plan->offload.n_blocks);
-  if (!s && !(e->b = calloc((size_t)e->n, sizeof *e->b))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) s = take_schedule(e, plan);
-  if (!s && (e->b[e->n - 1].hi > host_size || e->tail_lo + e->tail_bytes > host_size))
-    s = DIT_ERR(INTERNAL, "weights blob of %zu bytes shorter than its offload schedule", host_size);
-  if (be->pin_host && !s) {
-    const void *pinned = NULL;
-    s = be->pin_host(be_state, host_weights, host_size, &pinned);
-    if (!s) e->host = pinned;
-  }
-  /* Resident memory: the weights outside the blocks and each block's first resident chunks. */
-  uint64_t slot = 0;
-  if (!s) s = alloc_up(e, e->head_bytes, "weights before the blocks", e->host, &e->head);
-  if (!s) s = alloc_up(e, e->tail_bytes, "weights after the blocks", e->host + e->tail_lo, &e->tail);
-  e->stats.resident_bytes = e->head_bytes + e->tail_bytes;
-  for (int i = 0; !s && i < e->n; i++) {
-    eng_block_t *x = &e->b[i];
-    /* [lo, split) resident: the resident chunks cut back to whole tensors (the plan's check
-     * proved it), so every GEMM operand stays contiguous without assembling it. */
-    const uint64_t range = x->hi - x->lo, unit = e->chunked ? e->chunk : range;
-    const uint64_t res = x->split - x->lo, str = x->hi - x->split;
-    x->streamed = (uint32_t)((str + unit - 1) / unit);
-    if (res) s = alloc_up(e, res, "resident block weights", e->host + x->lo, &x->resident);
-    e->stats.resident_bytes += res;
-    e->stats.streamed_bytes += str;
-    if (str > slot) slot = str;
-  }
-  for (int k = 0; k < 2 && !s; k++) {
-    void *p = NULL;
-    s = be->alloc(be_state, slot, "weight staging slot", &p);
-    e->slot[k] = p;
-  }
-  if (s) {
-    dit_offload_engine_destroy(e);
-    return s;
-  }
-  e->stats.blocks = e->n;
-  e->wrap = 1;
-  e->timed = be->elapsed_ms && DIT_BACKEND_TIMED_EVENTS + 2 * e->n <= DIT_BACKEND_MAX_EVENTS;
-  e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
-  e->stats.slot_bytes = 2 * slot;
-  e->stats.total_weight_bytes = host_size;
-  e->stats.predicted_peak_bytes = dit_offload_predicted_peak(plan, m);
-  /* Every weight value: resident memory or its block's slot (block i runs from slot i % 2). */
+/* Every weight value: resident memory or its block's slot (block i runs from slot i % 2). */
+static void bind_weights(dit_offload_engine_t *e) {
+  const dit_plan_t *plan = e->plan;
+  const dit_manifest_weights_t *lay = e->lay;
+  dit_tensor_t *bound = e->bound;
   for (size_t v = 0; v < plan->n_values; v++) {
     const dit_plan_value_t *pv = &plan->values[v];
     if (pv->storage != DIT_STORAGE_WEIGHT) continue;
@@ -194,6 +161,96 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
       break;
     }
   }
+}
+
+static dit_status_t alloc_up(dit_offload_engine_t *e, uint64_t bytes, const char *what, const void *src, uint8_t **out) {
+  void *p = NULL;
+  DIT_RETURN_IF(e->be->alloc(e->st, bytes ? bytes : 1, what, &p));
+  *out = p;
+  return bytes && src ? e->be->upload(e->st, p, src, bytes) : DIT_OK;
+}
+
+/* The device memory of the resident set (copied from the host when `upload`) and, with
+ * `slots`, the two staging slots. */
+static dit_status_t alloc_device(dit_offload_engine_t *e, int upload, int slots) {
+  dit_status_t s = DIT_OK;
+  const uint8_t *h = upload ? e->host : NULL;
+  if (!s) s = alloc_up(e, e->head_bytes, "weights before the blocks", h, &e->head);
+  if (!s) s = alloc_up(e, e->tail_bytes, "weights after the blocks", h ? h + e->tail_lo : NULL, &e->tail);
+  for (int i = 0; !s && i < e->n; i++) {
+    eng_block_t *x = &e->b[i];
+    const uint64_t res = x->split - x->lo;
+    if (res) s = alloc_up(e, res, "resident block weights", h ? h + x->lo : NULL, &x->resident);
+  }
+  for (int k = 0; k < 2 && !s && slots; k++) {
+    void *p = NULL;
+    s = e->be->alloc(e->st, e->slot_size, "weight staging slot", &p);
+    e->slot[k] = p;
+  }
+  return s;
+}
+
+dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *lay,
+                                       const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
+                                       size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out) {
+  return dit_offload_engine_create_parked(m, plan, lay, be, be_state, host_weights, host_size, bound, 0, out);
+}
+
+dit_status_t dit_offload_engine_create_parked(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *lay,
+                                              const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
+                                              size_t host_size, dit_tensor_t *bound, int parked, dit_offload_engine_t **out) {
+  *out = NULL;
+  if (!dit_offload_planned(plan)) return DIT_ERR(INTERNAL, "offload engine: the plan has no offload section");
+  if (!be->copy_enqueue || !be->mark || !be->wait)
+    return DIT_ERR(UNIMPLEMENTED, "plan: field 'offload': the %s backend has no copy queue to stream weights on", be->name);
+  dit_offload_engine_t *e = calloc(1, sizeof *e);
+  if (!e) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  e->be = be, e->st = be_state, e->host = host_weights;
+  e->plan = plan, e->lay = lay, e->bound = bound;
+  e->n = (int)plan->offload.n_blocks;
+  dit_status_t s = DIT_OK;
+  if (EV_BLOCKS + 2 * (size_t)plan->offload.n_blocks > DIT_BACKEND_COLL_EVENTS)
+    s = DIT_ERR(UNIMPLEMENTED, "plan: field 'offload.blocks': this runtime streams at most %d blocks, found %zu",
+                (DIT_BACKEND_COLL_EVENTS - EV_BLOCKS) / 2, plan->offload.n_blocks);
+  if (!s && !(e->b = calloc((size_t)e->n, sizeof *e->b))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) s = take_schedule(e, plan);
+  if (!s && (e->b[e->n - 1].hi > host_size || e->tail_lo + e->tail_bytes > host_size))
+    s = DIT_ERR(INTERNAL, "weights blob of %zu bytes shorter than its offload schedule", host_size);
+  if (be->pin_host && !s) {
+    const void *pinned = NULL;
+    s = be->pin_host(be_state, host_weights, host_size, &pinned);
+    if (!s) e->host = pinned;
+  }
+  /* Resident memory: the weights outside the blocks and each block's first resident chunks
+   * (a parked engine allocates none until it is loaded back). */
+  uint64_t slot = 0;
+  e->stats.resident_bytes = e->head_bytes + e->tail_bytes;
+  for (int i = 0; !s && i < e->n; i++) {
+    eng_block_t *x = &e->b[i];
+    /* [lo, split) resident: the resident chunks cut back to whole tensors (the plan's check
+     * proved it), so every GEMM operand stays contiguous without assembling it. */
+    const uint64_t range = x->hi - x->lo, unit = e->chunked ? e->chunk : range;
+    const uint64_t res = x->split - x->lo, str = x->hi - x->split;
+    x->streamed = (uint32_t)((str + unit - 1) / unit);
+    e->stats.resident_bytes += res;
+    e->stats.streamed_bytes += str;
+    if (str > slot) slot = str;
+  }
+  e->slot_size = slot;
+  e->parked = parked;
+  if (!s && !parked) s = alloc_device(e, 1, 1);
+  if (s) {
+    dit_offload_engine_destroy(e);
+    return s;
+  }
+  e->stats.blocks = e->n;
+  e->wrap = 1;
+  e->timed = be->elapsed_ms && DIT_BACKEND_TIMED_EVENTS + 2 * e->n <= DIT_BACKEND_MAX_EVENTS;
+  e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
+  e->stats.slot_bytes = 2 * slot;
+  e->stats.total_weight_bytes = host_size;
+  e->stats.predicted_peak_bytes = dit_offload_predicted_peak(plan, m);
+  if (!parked) bind_weights(e);
   *out = e;
   return DIT_OK;
 }
@@ -359,5 +416,93 @@ static dit_status_t host_poll(dit_offload_engine_t *e) {
   for (; e->due > 0; e->due--)
     if (e->pf_group < e->pf_groups) DIT_RETURN_IF(issue_group(e));
   e->paused_ev = -1;
+  return DIT_OK;
+}
+
+/* ---- parking (the expert swap) ---- */
+
+int dit_offload_engine_parked(const dit_offload_engine_t *e) { return e->parked; }
+
+uint64_t dit_offload_engine_released(const dit_offload_engine_t *e) { return e->released; }
+
+dit_status_t dit_offload_engine_park(dit_offload_engine_t *e) {
+  if (e->parked == 1) return DIT_OK;
+  /* Nothing of this engine may be in flight: the caller drained its queues. */
+  release_device(e);
+  e->parked = 1;
+  e->primed = e->wrapped = 0;
+  return DIT_OK;
+}
+
+dit_status_t dit_offload_engine_unpark_begin(dit_offload_engine_t *e, uint64_t chunk_bytes) {
+  if (e->parked != 1) return DIT_OK;
+  if (chunk_bytes < 4096) return DIT_ERR(INVALID_ARGUMENT, "offload swap: chunks of %llu bytes, at least 4096", (unsigned long long)chunk_bytes);
+  dit_status_t s = alloc_device(e, 0, 0);
+  if (s) {
+    release_device(e);
+    return s;
+  }
+  e->parked = 2;
+  e->park_chunk = chunk_bytes;
+  e->park_part = 0;
+  e->park_off = 0;
+  return DIT_OK;
+}
+
+/* Part k of the resident set: head, tail, then block k - 2's resident part. */
+static void park_part(const dit_offload_engine_t *e, int k, uint8_t **dst, const uint8_t **src, uint64_t *bytes) {
+  if (k == 0) *dst = e->head, *src = e->host, *bytes = e->head_bytes;
+  else if (k == 1) *dst = e->tail, *src = e->host + e->tail_lo, *bytes = e->tail_bytes;
+  else *dst = e->b[k - 2].resident, *src = e->host + e->b[k - 2].lo, *bytes = e->b[k - 2].split - e->b[k - 2].lo;
+}
+
+dit_status_t dit_offload_engine_unpark_copy(dit_offload_engine_t *e, uint32_t max_chunks, const dit_backend_vtable_t *via, void *via_state,
+                                            uint32_t *out_left) {
+  *out_left = 0;
+  if (e->parked != 2) return DIT_OK;
+  if (!via) via = e->be, via_state = e->st;
+  uint32_t done = 0;
+  while (e->park_part < e->n + 2 && done < max_chunks) {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint64_t bytes;
+    park_part(e, e->park_part, &dst, &src, &bytes);
+    if (e->park_off >= bytes) {
+      e->park_part++, e->park_off = 0;
+      continue;
+    }
+    const uint64_t n = bytes - e->park_off < e->park_chunk ? bytes - e->park_off : e->park_chunk;
+    DIT_RETURN_IF(via->copy_enqueue(via_state, dst + e->park_off, src + e->park_off, n, 0));
+    e->park_off += n;
+    done++;
+  }
+  uint32_t left = 0;
+  for (int k = e->park_part; k < e->n + 2; k++) {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint64_t bytes;
+    park_part(e, k, &dst, &src, &bytes);
+    const uint64_t from = k == e->park_part ? e->park_off : 0;
+    if (bytes > from) left += (uint32_t)((bytes - from + e->park_chunk - 1) / e->park_chunk);
+  }
+  *out_left = left;
+  return DIT_OK;
+}
+
+dit_status_t dit_offload_engine_unpark_finish(dit_offload_engine_t *e) {
+  if (e->parked == 1) DIT_RETURN_IF(dit_offload_engine_unpark_begin(e, e->chunk >= 4096 ? e->chunk : 16u << 20));
+  if (e->parked != 2) return DIT_OK;
+  uint32_t left = 0;
+  DIT_RETURN_IF(dit_offload_engine_unpark_copy(e, UINT32_MAX, NULL, NULL, &left));
+  for (int k = 0; k < 2; k++) {
+    void *p = NULL;
+    DIT_RETURN_IF(e->be->alloc(e->st, e->slot_size, "weight staging slot", &p));
+    e->slot[k] = p;
+  }
+  /* The copies on this engine's queue are done before anything runs from them. */
+  DIT_RETURN_IF(e->be->synchronize(e->st));
+  e->parked = 0;
+  e->primed = e->wrapped = 0;
+  bind_weights(e);
   return DIT_OK;
 }

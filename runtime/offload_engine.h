@@ -51,6 +51,27 @@ dit_status_t dit_offload_engine_create(const dit_manifest_t *m, const dit_plan_t
                                        size_t host_size, dit_tensor_t *bound, dit_offload_engine_t **out);
 void dit_offload_engine_destroy(dit_offload_engine_t *e);
 
+/* The expert swap of a two-expert pipeline under a memory budget (the plan's offload.swap).
+ * create_parked with parked = 1 takes the schedule but allocates no device memory: the weights
+ * stay in host memory and `bound` is left alone until the engine is loaded. park gives every
+ * device allocation back (the caller drained the queues that used it). unpark_begin allocates
+ * the resident set (head, tail, the blocks' resident parts); unpark_copy enqueues up to
+ * max_chunks more chunks of it on `via`'s copy queue (another backend state of the same
+ * device, the expert computing meanwhile; NULL: its own) and says how many are left;
+ * unpark_finish enqueues the rest on its own queue, allocates the slots, waits for every copy
+ * and binds the weights. released: the bytes given back so far (backends count what they
+ * allocate, never what they release). */
+dit_status_t dit_offload_engine_create_parked(const dit_manifest_t *m, const dit_plan_t *plan, const dit_manifest_weights_t *layout,
+                                              const dit_backend_vtable_t *be, void *be_state, const void *host_weights,
+                                              size_t host_size, dit_tensor_t *bound, int parked, dit_offload_engine_t **out);
+int dit_offload_engine_parked(const dit_offload_engine_t *e);
+dit_status_t dit_offload_engine_park(dit_offload_engine_t *e);
+dit_status_t dit_offload_engine_unpark_begin(dit_offload_engine_t *e, uint64_t chunk_bytes);
+dit_status_t dit_offload_engine_unpark_copy(dit_offload_engine_t *e, uint32_t max_chunks, const dit_backend_vtable_t *via, void *via_state,
+                                            uint32_t *out_left);
+dit_status_t dit_offload_engine_unpark_finish(dit_offload_engine_t *e);
+uint64_t dit_offload_engine_released(const dit_offload_engine_t *e);
+
 /* Around every plan step, in order: queue dependencies and copies of the schedule. After a
  * collective step that runs on a queue of its own, done_event is the event marked there when
  * it completes (the yield point waits for it); otherwise -1 (it ran on the compute queue). */

@@ -383,7 +383,8 @@ static void test_offload_section(void) {
   CHECK_ERR(parse_damaged("\"mode\":\"chunked\"", "\"mode\":\"sideways\""), INVALID_ARGUMENT, "field 'offload.mode'");
   CHECK_ERR(parse_damaged("\"chunk_bytes\":4096", "\"chunk_bytes\":100"), OUT_OF_RANGE,
             "field 'offload.chunk_bytes': expected an integer in [4096, 1099511627776], found 100");
-  CHECK_ERR(parse_damaged("\"version\":1,\"mode\"", "\"version\":2,\"mode\""), OUT_OF_RANGE, "field 'offload.version'");
+  CHECK_ERR(parse_damaged("\"version\":1,\"mode\"", "\"version\":3,\"mode\""), OUT_OF_RANGE, "field 'offload.version'");
+  CHECK_ERR(parse_damaged("\"version\":1,\"mode\"", "\"version\":2,\"mode\""), NOT_FOUND, "missing 'swap' (an offload section of version 2");
   CHECK_ERR(parse_damaged("\"version\":2,", "\"version\":1,"), INVALID_ARGUMENT, "a version 1 plan has no offload section");
   CHECK_ERR(parse_damaged("\"head_bytes\":4096,", "\"head_bytes\":4096,\"extra\":1,"), INVALID_ARGUMENT, "offload");
   CHECK_ERR(parse_damaged(OFF_BLOCK1, ""), INVALID_ARGUMENT, "field 'offload.blocks': 1 blocks, but steps[3] belongs to block 1");
@@ -430,6 +431,100 @@ static void test_offload_section(void) {
   t = damaged("\"in\":[0,1]", "\"in\":[0,4]");
   CHECK_ERR(bind_offload(t, 20480), INVALID_ARGUMENT, "steps[0] (block -1) reads 'w1' of offload block 1");
   free(t);
+}
+
+/* The expert swap (offload version 2): kOffPlan's resident set is the head, the tail and block
+ * 0's resident 4 KiB: 12288 bytes, three chunks of 4096. */
+#define SWAP_OK "\"swap\":{\"bytes\":12288,\"chunk_bytes\":4096,\"chunks\":3,\"chunks_per_block\":1,\"forwards\":2," \
+                "\"predicted_stall_ms\":0.5,\"predicted_peak_bytes\":90000}"
+
+static char *swap_plan(const char *swap) {
+  char *a = damaged("\"version\":1,\"mode\"", "\"version\":2,\"mode\"");
+  const char *end = "\"resident\":0}]}";
+  char *at = strstr(a, end);
+  CHECK(at != NULL);
+  size_t n = strlen(a) + strlen(swap) + 8;
+  char *t = malloc(n);
+  snprintf(t, n, "%.*s\"resident\":0}],%s}%s", (int)(at - a), a, swap, at + strlen(end));
+  free(a);
+  return t;
+}
+
+static dit_status_t bind_swap(const char *swap) {
+  char *t = swap_plan(swap);
+  dit_status_t s = bind_offload(t, 20480);
+  free(t);
+  return s;
+}
+
+static void test_swap_section(void) {
+  char *t = swap_plan(SWAP_OK);
+  dit_plan_t *p = NULL;
+  CHECK_OK(dit_plan_parse(t, strlen(t), "plan.json", &p));
+  if (p) {
+    const dit_plan_swap_t *w = &p->offload.swap;
+    CHECK(w->present);
+    CHECK_EQ_INT(w->bytes, 12288);
+    CHECK_EQ_INT(w->chunks, 3);
+    CHECK_EQ_INT(w->forwards, 2);
+    CHECK_EQ_INT(w->predicted_peak_bytes, 90000);
+    uint64_t bytes = 0, chunks = 0;
+    dit_plan_swap_totals(&p->offload, 4096, &bytes, &chunks);
+    CHECK_EQ_INT(bytes, 12288);
+    CHECK_EQ_INT(chunks, 3);
+    /* Written back as version 2 with the same swap; a plan without one stays version 1. */
+    char *back = NULL;
+    CHECK_OK(dit_plan_to_json(p, &back));
+    CHECK(back && strstr(back, "\"swap\"") && strstr(back, "\"chunks_per_block\":1") && strstr(back, "\"offload\":{\"version\":2,"));
+    free(back);
+    dit_plan_free(p);
+  }
+  free(t);
+  CHECK_OK(bind_swap(SWAP_OK));
+  dit_plan_t *q = NULL;
+  CHECK_OK(dit_plan_parse(kOffPlan, strlen(kOffPlan), "plan.json", &q));
+  char *one = NULL;
+  if (q) CHECK_OK(dit_plan_to_json(q, &one));
+  CHECK(one && !strstr(one, "\"swap\"") && strstr(one, "\"offload\":{\"version\":1,"));
+  free(one);
+  dit_plan_free(q);
+  /* The parser's checks. */
+  t = damaged("\"resident\":0}]}", "\"resident\":0}]," SWAP_OK "}");
+  CHECK_ERR(parse(t), INVALID_ARGUMENT, "field 'offload.swap': an offload section of version 1 has no swap");
+  free(t);
+  const struct {
+    const char *from, *to, *msg;
+    dit_code_t code;
+  } bad[] = {
+      {"\"chunks\":3,", "\"chunks\":0,", "field 'offload.swap.chunks': expected an integer in [1, 4294967295], found 0", DIT_CODE_OUT_OF_RANGE},
+      {"\"chunks_per_block\":1", "\"chunks_per_block\":4", "field 'offload.swap.chunks_per_block': expected an integer in [1, 3], found 4",
+       DIT_CODE_OUT_OF_RANGE},
+      {"\"forwards\":2", "\"forwards\":0", "field 'offload.swap.forwards': expected an integer in [1, 100000], found 0", DIT_CODE_OUT_OF_RANGE},
+      {"\"chunk_bytes\":4096,\"chunks\"", "\"chunk_bytes\":100,\"chunks\"", "field 'offload.swap.chunk_bytes'", DIT_CODE_OUT_OF_RANGE},
+      {"\"bytes\":12288", "\"bytes\":0", "field 'offload.swap.bytes'", DIT_CODE_OUT_OF_RANGE},
+      {"\"predicted_stall_ms\":0.5", "\"predicted_stall_ms\":-1", "field 'offload.swap.predicted_stall_ms'", DIT_CODE_OUT_OF_RANGE},
+      {"\"forwards\":2,", "\"forwards\":2,\"extra\":1,", "offload.swap", DIT_CODE_INVALID_ARGUMENT},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char sw[512];
+    const char *at = strstr(SWAP_OK, bad[i].from);
+    CHECK(at != NULL);
+    if (!at) continue;
+    snprintf(sw, sizeof sw, "%.*s%s%s", (int)(at - SWAP_OK), SWAP_OK, bad[i].to, at + strlen(bad[i].from));
+    t = swap_plan(sw);
+    dit_status_t s = parse(t);
+    CHECK(s && dit_status_code(s) == bad[i].code && strstr(dit_status_message(s), bad[i].msg));
+    if (s && !strstr(dit_status_message(s), bad[i].msg)) fprintf(stderr, "  got: %s\n", dit_status_message(s));
+    dit_status_free(s);
+    free(t);
+  }
+  /* Against the layout: the bytes and chunks are the resident set's, and the forwards cover them. */
+  CHECK_ERR(bind_swap("\"swap\":{\"bytes\":8192,\"chunk_bytes\":4096,\"chunks\":2,\"chunks_per_block\":1,\"forwards\":2,"
+                      "\"predicted_stall_ms\":0,\"predicted_peak_bytes\":1}"),
+            INVALID_ARGUMENT, "field 'offload.swap': expected 12288 bytes in 3 chunks (the head, the tail and the blocks' resident parts), found 8192 in 2");
+  CHECK_ERR(bind_swap("\"swap\":{\"bytes\":12288,\"chunk_bytes\":4096,\"chunks\":3,\"chunks_per_block\":1,\"forwards\":1,"
+                      "\"predicted_stall_ms\":0,\"predicted_peak_bytes\":1}"),
+            INVALID_ARGUMENT, "field 'offload.swap': 1 forwards of 2 blocks at 1 chunks each move fewer than its 3 chunks");
 }
 
 static void test_bindings(void) {
@@ -503,5 +598,6 @@ int main(void) {
   test_field_paths();
   test_bindings();
   test_offload_section();
+  test_swap_section();
   return check_summary("test_plan");
 }
