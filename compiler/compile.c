@@ -393,10 +393,12 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   /* With two experts, builds [nb, 2nb) and layouts [tp, 2tp) are transformer_2's. */
   dit_rank_build_t *rb = calloc((size_t)(nb * experts), sizeof *rb);
   dit_manifest_weights_t *layouts = calloc((size_t)(tp * experts), sizeof *layouts);
+  /* The manifest's layouts, one per distinct blob: experts with equal weights share theirs. */
+  dit_manifest_weights_t *uniq = calloc((size_t)(tp * experts), sizeof *uniq);
   dit_manifest_rank_t *ranks = calloc((size_t)(world * experts), sizeof *ranks);
   dit_manifest_expert_t ex[2];
   memset(ex, 0, sizeof ex);
-  if (!s && (!rb || !layouts || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s && (!rb || !layouts || !uniq || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
   /* Build index cp_rank * tp + tp_rank; every cfg lane runs the same builds. */
@@ -554,8 +556,14 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.blobs = blobs;
     man.n_blobs = n_blobs;
     man.min_driver = gpu ? dit_cuda_min_driver() : 0;
-    man.weights = layouts;
-    man.n_weights = (size_t)(tp * experts);
+    size_t n_uniq = 0;
+    for (int r = 0; r < tp * experts; r++) {
+      int seen = 0;
+      for (size_t i = 0; i < n_uniq && !seen; i++) seen = !strcmp(uniq[i].blob, layouts[r].blob);
+      if (!seen) uniq[n_uniq++] = layouts[r];
+    }
+    man.weights = uniq;
+    man.n_weights = n_uniq;
     man.ranks = ranks;
     man.n_ranks = (size_t)world;
     /* Check every plan against the manifest we are about to publish, as the runtime will. */
@@ -592,6 +600,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   }
   for (int r = 0; r < nb * experts && rb; r++) rank_build_free(&rb[r]);
   free(layouts);
+  free(uniq);
   free(ranks);
   free(rb);
   free(blobs);

@@ -145,4 +145,17 @@ for top in "--cfg-parallel" "--cp 2 --cp-mode ring"; do
   "$BIN/st_compare" "$T/g_par.safetensors" "$T/g_one.safetensors" latents 1e-5 >/dev/null || { echo "ti2v generate $top"; exit 1; }
   echo "ti2v generate $top: equal to one rank"
 done
+# Two experts with equal weights (one checkpoint used for both) share one weights blob and
+# layout in the manifest, and each runs.
+cp -r "$T/t2v-a14b/model" "$T/same"
+cp "$T/same/transformer/"* "$T/same/transformer_2/"
+bs=$(bundle "$T/same" --frames 9 --height 32 --width 48 --text-len 16)
+n=$(python3 -c "import json, sys; m=json.load(open(sys.argv[1])); print(len(m['weights']), sum(b['role'] == 'weights' for b in m['blobs']))" "$bs/manifest.json")
+[ "$n" = "1 1" ] || { echo "equal experts: $n weights layouts and blobs, expected one of each"; exit 1; }
+"$BIN/forward_inputs" "$bs" "$T/same_in.safetensors"
+for e in transformer transformer_2; do
+  "$BIN/ditrun" forward "$bs" --expert "$e" --inputs "$T/same_in.safetensors" --out "$T/same_$e.safetensors" 2>/dev/null
+done
+cmp "$T/same_transformer.safetensors" "$T/same_transformer_2.safetensors"
+echo "equal experts: one weights blob, both run"
 echo "tiny_variants: every variant's folder compiles and runs; topologies equal one rank"
