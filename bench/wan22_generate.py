@@ -43,7 +43,8 @@ PARTS = {
     "a14b": {"variant": "a14b", "guidance": 4.0, "guidance_2": 3.0, "layers": 4},
     "ti2v": {"variant": "ti2v-5b", "guidance": 5.0, "guidance_2": None, "layers": None},
 }
-STEP_RE = re.compile(r"^ditrun: step (\d+)/(\d+)\s+t=(\S+)\s+(?:expert (\S+)\s+)?([0-9.]+)s$")
+STEP_RE = re.compile(r"^ditrun: step (\d+)/(\d+)\s+t=(\S+)\s+(?:expert (\S+)\s+)?([0-9.]+)s(?:\s+\((.*)\))?$")
+SWAP_RE = re.compile(r"^ditrun: expert swap: (.*)$")
 LOOP_RE = re.compile(r"^ditrun: generate (\d+) steps in ([0-9.]+)s$")
 
 
@@ -80,11 +81,21 @@ def parse_ditrun_log(text):
     for line in text.splitlines():
         m = STEP_RE.match(line.strip())
         if m:
-            steps.append({"t": float(m.group(3)), "expert": m.group(4) or "transformer", "s": float(m.group(5))})
+            steps.append({"t": float(m.group(3)), "expert": m.group(4) or "transformer", "s": float(m.group(5)),
+                          "note": m.group(6)})
         m = LOOP_RE.match(line.strip())
         if m:
             loop = float(m.group(2))
     return steps, loop
+
+
+def swap_line(text):
+    """What ditrun reports of the expert swap (bytes, chunks before and at the switch), or None."""
+    for line in text.splitlines():
+        m = SWAP_RE.match(line.strip())
+        if m:
+            return m.group(1)
+    return None
 
 
 def around_switch(step_s, experts):
@@ -100,6 +111,16 @@ def around_switch(step_s, experts):
 def median(x):
     x = sorted(x)
     return x[len(x) // 2] if len(x) % 2 else (x[len(x) // 2 - 1] + x[len(x) // 2]) / 2
+
+
+def swap_cost(b, r):
+    """The budgeted run's steps before, at and after the switch against the resident run's
+    same steps, as a fraction (0.03 = 3% slower), or None without both."""
+    if not r or not r.get("step_s") or not b.get("around_switch"):
+        return None
+    i = b["around_switch"]["step"] - 1
+    idx = [j for j in (i - 1, i, i + 1) if 0 <= j < min(len(b["step_s"]), len(r["step_s"]))]
+    return sum(b["step_s"][j] for j in idx) / sum(r["step_s"][j] for j in idx) - 1
 
 
 def summary(res):
@@ -124,6 +145,10 @@ def summary(res):
             L.append(f"--memory-budget {b['budget_gib_compiled']:.2f} GiB: loop {b['loop_s']:.2f} s, peak {b['peak_gib']:.2f} GiB "
                      f"(resident {r.get('peak_gib', 0):.2f} GiB); steps around the switch {sw.get('before', 0):.3f} / "
                      f"{sw.get('switch', 0):.3f} / {sw.get('after') or 0:.3f} s; cosine {b['cosine']:.6f}")
+            cost = swap_cost(b, r)
+            if cost is not None:
+                L.append(f"the swap's cost: the three steps around the switch take {100 * cost:+.1f}% against the resident "
+                         f"bundle's same steps; ditrun: {b.get('swap') or '-'}")
     return L
 
 
@@ -165,10 +190,14 @@ def dry_run(a):
     g = scaled_budget_gib(48, int(15.6 * 2**30), int(5.6 * 2**30), 4, 40)
     assert abs(g - (10 + 38 * 0.1)) < 1e-9, g
     log = ("ditrun: step 1/6  t=999  expert transformer  0.500s\nditrun: step 2/6  t=937  expert transformer  0.400s\n"
-           "ditrun: step 3/6  t=857  expert transformer_2  0.900s\nditrun: step 4/6  t=750  expert transformer_2  0.400s\n"
+           "ditrun: step 3/6  t=857  expert transformer_2  0.900s  (expert switch 0.092 ms: 0 chunks loaded at the switch)\n"
+           "ditrun: step 4/6  t=750  expert transformer_2  0.400s\n"
            "ditrun: step 5/6  t=600  expert transformer_2  0.400s\nditrun: step 6/6  t=376  expert transformer_2  0.400s\n"
-           "ditrun: generate 6 steps in 3.100s\n")
+           "ditrun: generate 6 steps in 3.100s\n"
+           "ditrun: expert swap: 0.53 MiB of transformer_2's resident set, 4 chunks loaded over 2 forwards before the "
+           "switch, 0 at the switch (0.092 ms)\n")
     steps, loop = parse_ditrun_log(log)
+    assert steps[2]["note"].startswith("expert switch 0.092 ms") and swap_line(log).startswith("0.53 MiB")
     assert loop == 3.1 and [s["expert"] for s in steps] == ex and [int(s["t"]) for s in steps] == ts
     sw = around_switch([s["s"] for s in steps], [s["expert"] for s in steps])
     assert sw == {"before": 0.4, "switch": 0.9, "after": 0.4, "step": 3}, sw
@@ -210,7 +239,8 @@ def run_ditrun(cmd, log_path):
         fh.write(r.stderr)
     steps, loop = parse_ditrun_log(r.stderr)
     return r, {"loop_s": loop, "process_s": wall, "step_s": [s["s"] for s in steps], "experts": [s["expert"] for s in steps],
-               "timesteps": [s["t"] for s in steps], "peak_gib": (poll.peak - base) / 1024}
+               "timesteps": [s["t"] for s in steps], "notes": [s["note"] for s in steps], "swap": swap_line(r.stderr),
+               "peak_gib": (poll.peak - base) / 1024}
 
 
 def compare(torch, path, ref):
