@@ -297,7 +297,16 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
   return 0;
 }
 
-static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
+/* Options only generate reads; the other commands refuse them rather than ignore them. */
+static int generate_only(const char *f) {
+  static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
+                                  "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", NULL};
+  for (int i = 0; k[i]; i++)
+    if (!strcmp(f, k[i])) return 1;
+  return 0;
+}
+
+static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const char *cmd) {
   memset(a, 0, sizeof *a);
   a->need_out = need_out;
   a->steps = 50;
@@ -311,6 +320,12 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **str = NULL;
     int rc = 0;
+    const int gen = !strcmp(cmd, "generate");
+    if (!gen && generate_only(f)) {
+      fprintf(stderr, "ditrun: error: %s is an option of generate; %s does not take it\n(see ditrun --help)\n", f, cmd);
+      return 2;
+    }
+    if (gen && !strcmp(f, "--inputs")) return usage_error("%s", "--inputs is an option of forward, compare, bench and calibrate; generate takes --prompt-embeds");
     if (!strcmp(f, "--inputs")) str = &a->inputs;
     else if (!strcmp(f, "--out")) str = &a->out;
     else if (!strcmp(f, "--prompt-embeds")) str = &a->prompt;
@@ -426,7 +441,7 @@ static dit_status_t set_inputs_from(dit_runtime_t *rt, const char *path) {
 
 static int cmd_forward(int argc, char **argv) {
   run_args_t a;
-  int rc = parse_run_args(argc, argv, &a, 1);
+  int rc = parse_run_args(argc, argv, &a, 1, "forward");
   if (rc) return rc;
   if (!a.inputs) return usage_error("%s", "forward needs --inputs IN.safetensors");
   dit_runtime_t *rt = NULL;
@@ -468,7 +483,7 @@ static int cmd_generate(int argc, char **argv) {
       return 0;
     }
   run_args_t a;
-  int rc = parse_run_args(argc, argv, &a, 1);
+  int rc = parse_run_args(argc, argv, &a, 1, "generate");
   if (rc) return rc;
   if (!a.prompt) return usage_error("%s", "generate needs --prompt-embeds P.safetensors");
   if (!!a.init == !!a.have_seed) return usage_error("%s", "generate needs exactly one of --init-latents and --seed");
@@ -593,7 +608,7 @@ static void on_diff(void *ctx, const dit_step_diff_t *d) {
 
 static int cmd_compare(int argc, char **argv) {
   run_args_t a;
-  int rc = parse_run_args(argc, argv, &a, 0);
+  int rc = parse_run_args(argc, argv, &a, 0, "compare");
   if (rc) return rc;
   if (!a.inputs) return usage_error("%s", "compare needs --inputs IN.safetensors");
   dit_runtime_t *test = NULL, *ref = NULL;
@@ -631,7 +646,7 @@ static int cmp_double(const void *a, const void *b) {
  * with a synchronization after each step for the time split by op (GEMM, attention, other). */
 static int cmd_bench(int argc, char **argv) {
   run_args_t a;
-  int rc = parse_run_args(argc, argv, &a, 0);
+  int rc = parse_run_args(argc, argv, &a, 0, "bench");
   if (rc) return rc;
   if (!a.inputs) return usage_error("%s", "bench needs --inputs IN.safetensors");
   int iters = a.steps == 50 ? 10 : (int)a.steps; /* --steps doubles as the iteration count */
@@ -770,7 +785,7 @@ static int cmd_calibrate(int argc, char **argv) {
     } else rest[kept++] = argv[i];
   }
   run_args_t a;
-  int rc = parse_run_args(kept, rest, &a, 0);
+  int rc = parse_run_args(kept, rest, &a, 0, "calibrate");
   free(rest);
   if (rc) return rc;
   if (!a.inputs || !profile) return usage_error("%s", "calibrate needs --inputs IN.safetensors and --profile-out PROFILE.json");

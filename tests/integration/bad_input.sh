@@ -154,6 +154,9 @@ expect_fail "diffusion_pytorch_model.safetensors" "$BIN/ditc" compile "$T/m" --f
 
 # --- ditrun: inputs
 expect_fail "missing --out" "$BIN/ditrun" forward "$B" --inputs "$IN"
+expect_fail "--image-latents is an option of generate; forward does not take it" "$BIN/ditrun" forward "$B" --inputs "$IN" --image-latents "$IN" --out "$T/o.safetensors"
+expect_fail "--seed is an option of generate; bench does not take it" "$BIN/ditrun" bench "$B" --inputs "$IN" --seed 3
+expect_fail "--inputs is an option of forward" "$BIN/ditrun" generate "$B" --inputs "$IN" --out "$T/o.safetensors"
 expect_fail "input 'hidden_states': shape [2,6,2,6,4], the bundle expects [1,4,3,4,6]" \
   "$BIN/ditrun" forward "$B" --inputs tests/data/wan_tiny_b/forward_inputs.safetensors --out "$T/o.safetensors"
 expect_fail "no tensor named 'prompt_embeds'" "$BIN/ditrun" generate "$B" --prompt-embeds "$IN" --seed 1 --steps 2 --out "$T/o.safetensors"
