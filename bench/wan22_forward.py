@@ -409,7 +409,7 @@ def run_variant(a, name):
         torch.cuda.empty_cache()
         out = os.path.join(work, f"ditrun_{ename}.safetensors")
         extra = ["--expert", ename] if len(v["experts"]) > 1 else []
-        r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, extra=extra, graph=False, heuristic=False,
+        r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, extra=extra, graph=False, heuristic=True,
                                      warmup=1)
         e.update(r)
         if failed:
@@ -421,6 +421,11 @@ def run_variant(a, name):
             fails += not e["parity_ok"]
             print(f"{ename}: parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 "
                   f"{e['parity']['rel_l2']:.3e}", flush=True)
+            for g in e.get("step_groups", [])[:16]:
+                print(f"  {g['count']:4d} steps {g['ms']:9.3f} ms  {g['what']}")
+            if e.get("ditrun_heuristic_gemm_ms"):
+                print(f"  with cuBLASLt's first heuristic GEMM algorithms: {e['ditrun_heuristic_gemm_ms']:.1f} ms "
+                      f"(GEMMs {e.get('ditrun_heuristic_gemm_split_ms', 0):.1f} ms)")
         del ref
         res["experts"].append(e)
         save(res, a.out)

@@ -156,7 +156,7 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     fw = subprocess.run([ditrun, "forward", bundle, "--inputs", inputs, "--out", out] + extra, capture_output=True, text=True)
     res["ditrun_first_forward_s"] = time.perf_counter() - t0
     bench_cmd = [ditrun, "bench", bundle, "--inputs", inputs, "--steps", str(iters)] + wu + extra
-    bench = subprocess.run(bench_cmd, capture_output=True, text=True)
+    bench = subprocess.run(bench_cmd + ["-v"], capture_output=True, text=True)
     gr = subprocess.run(bench_cmd + ["--cuda-graph"], capture_output=True, text=True) if graph else None
     # The GEMM algorithms as cuBLASLt's heuristic ranks them first, against the ones timed at load.
     heur = subprocess.run(bench_cmd, capture_output=True, text=True,
@@ -182,6 +182,8 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
             res["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
         elif k == "by_op_ms":
             res["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
+        elif k == "steps" and len(v) >= 4 and v[2] == "ms":  # bench -v: steps grouped by op and shapes
+            res.setdefault("step_groups", []).append({"count": int(v[0]), "ms": float(v[1]), "what": " ".join(v[3:])})
     for line in (heur.stdout if heur is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_heuristic_gemm_ms"] = float(line.split()[1])

@@ -80,8 +80,9 @@ dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *na
 dit_status_t dit_runtime_forward(dit_runtime_t *rt);
 /* One forward with every step drained before the next (collectives too), its time added to
  * seconds[kind] (DIT_OP_COUNT entries, zeroed by the caller) as this process's first rank saw
- * it: the time split of a forward, multi-rank bundles included. */
-dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds);
+ * it: the time split of a forward, multi-rank bundles included. step_seconds, when not NULL,
+ * gets each step's time (one entry per step of the first rank's plan, dit_runtime_plan). */
+dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, double *step_seconds);
 /* How a multi-rank run's collectives travel: "NCCL", "in-process", "TCP between processes", ... */
 const char *dit_runtime_collectives(const dit_runtime_t *rt);
 /* A view of the named output in the runtime's memory, valid until the next forward. */

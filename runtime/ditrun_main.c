@@ -644,6 +644,44 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Times whole forwards (median of --iters after two warm-ups), then one forward step by step
  * with a synchronization after each step for the time split by op (GEMM, attention, other). */
+/* bench -v: the profiled forward's steps grouped by op and operand shapes (a GEMM's [M, K] x
+ * [N, K]), slowest group first: where the time goes, shape by shape. */
+typedef struct step_group {
+  char key[160];
+  int count;
+  double s;
+} step_group_t;
+
+static int cmp_group(const void *a, const void *b) {
+  const double x = ((const step_group_t *)a)->s, y = ((const step_group_t *)b)->s;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void print_step_groups(const dit_plan_t *p, const double *sec) {
+  step_group_t *g = calloc(p->n_steps ? p->n_steps : 1, sizeof *g);
+  size_t n = 0;
+  for (size_t i = 0; g && i < p->n_steps; i++) {
+    const dit_plan_step_t *st = &p->steps[i];
+    char key[160];
+    size_t len = (size_t)snprintf(key, sizeof key, "%s", dit_op_info(st->kind)->name);
+    for (int j = 0; j < st->n_in && j < 2 && len < sizeof key; j++) {
+      const dit_plan_value_t *v = &p->values[st->in[j]];
+      len += (size_t)snprintf(key + len, sizeof key - len, " %s[", dit_dtype_name(v->dtype));
+      for (int d = 0; d < v->rank && len < sizeof key; d++)
+        len += (size_t)snprintf(key + len, sizeof key - len, d ? ",%lld" : "%lld", (long long)v->dims[d]);
+      if (len < sizeof key) len += (size_t)snprintf(key + len, sizeof key - len, "]");
+    }
+    size_t k = 0;
+    while (k < n && strcmp(g[k].key, key)) k++;
+    if (k == n) snprintf(g[n++].key, sizeof g[0].key, "%s", key);
+    g[k].count++;
+    g[k].s += sec[i];
+  }
+  if (g) qsort(g, n, sizeof *g, cmp_group);
+  for (size_t k = 0; g && k < n; k++) printf("steps %5d %10.3f ms  %s\n", g[k].count, 1e3 * g[k].s, g[k].key);
+  free(g);
+}
+
 static int cmd_bench(int argc, char **argv) {
   run_args_t a;
   int rc = parse_run_args(argc, argv, &a, 0, "bench");
@@ -672,7 +710,9 @@ static int cmd_bench(int argc, char **argv) {
     else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b));
     dit_status_free(b);
   }
-  if (!s && !a.no_split) s = dit_runtime_forward_profiled(rt, per_kind);
+  const dit_plan_t *plan = dit_runtime_plan(rt);
+  double *per_step = !s && a.verbose && !a.no_split ? calloc(plan->n_steps ? plan->n_steps : 1, sizeof *per_step) : NULL;
+  if (!s && !a.no_split) s = dit_runtime_forward_profiled(rt, per_kind, per_step);
   for (int k = 0; !s && k < DIT_OP_COUNT; k++) {
     split[k == DIT_OP_LINEAR ? 0 : k == DIT_OP_ATTENTION ? 1 : dit_op_is_collective((dit_op_kind_t)k) ? 3 : 2] += per_kind[k];
     total += per_kind[k];
@@ -689,8 +729,10 @@ static int cmd_bench(int argc, char **argv) {
       for (int k = 0; k < DIT_OP_COUNT; k++)
         if (per_kind[k] > 0) printf(" %s=%.3f", dit_op_info((dit_op_kind_t)k)->name, 1e3 * per_kind[k]);
       printf("\n");
+      if (per_step) print_step_groups(plan, per_step);
     }
   }
+  free(per_step);
   free(t);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
@@ -736,7 +778,7 @@ static dit_status_t calib_measure(dit_runtime_t *rt, const char *bundle, const c
   free(t);
   if (!s && p->colls > 0) {
     double per_kind[DIT_OP_COUNT] = {0}, all = 0, coll = 0;
-    s = dit_runtime_forward_profiled(rt, per_kind);
+    s = dit_runtime_forward_profiled(rt, per_kind, NULL);
     for (int k = 0; !s && k < DIT_OP_COUNT; k++) {
       all += per_kind[k];
       if (dit_op_is_collective((dit_op_kind_t)k)) coll += per_kind[k];

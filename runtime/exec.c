@@ -554,7 +554,9 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
     if (!s) s = rank_step(rt, comm, i);
     if (!s && rt->profile) { /* each step drained before the next, timed by kind */
       s = rt->be->synchronize(rt->be_state);
-      rt->profile[p->steps[i].kind] += dit_now_s() - t0;
+      const double dt = dit_now_s() - t0;
+      rt->profile[p->steps[i].kind] += dt;
+      if (rt->profile_steps) rt->profile_steps[i] += dt;
     }
     if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
     if (!s && incoming && p->steps[i].block >= 0 && (i + 1 == p->n_steps || p->steps[i + 1].block != p->steps[i].block)) {
@@ -638,12 +640,17 @@ static dit_status_t rank_forward_job(dit_runtime_t *rt, rank_rt_t *k, void *arg)
   return rank_forward(k, rt->n_ranks > 1 ? rt->comm : NULL);
 }
 
-dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds) {
+dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, double *step_seconds) {
   dit_status_t s = DIT_OK;
   for (int r = 0; !s && r < rt->n_ranks; r++)
     if (!(rt->ranks[r].profile = calloc(DIT_OP_COUNT, sizeof(double)))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s && step_seconds) {
+    memset(step_seconds, 0, rt->ranks[0].plan->n_steps * sizeof *step_seconds);
+    rt->ranks[0].profile_steps = step_seconds;
+  }
   if (!s) s = dit_runtime_forward(rt);
   if (!s) memcpy(seconds, rt->ranks[0].profile, DIT_OP_COUNT * sizeof(double));
+  rt->ranks[0].profile_steps = NULL;
   for (int r = 0; r < rt->n_ranks; r++) {
     free(rt->ranks[r].profile);
     rt->ranks[r].profile = NULL;
