@@ -29,12 +29,15 @@ typedef struct dit_runtime_options {
                               1 on, -1 off, 0 where collectives run through NCCL (no graph) */
   int offload_pace_host;   /* chunked prefetch paced by the host (the seed's variant), not by
                               copy-queue dependencies */
+  const char *only_expert; /* a two-expert bundle: prepare only this expert ("transformer" or
+                              "transformer_2"; NULL: both), for forwards of one expert */
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and
  * hash), checks fitness for this process (target runnable here, world size, predicted memory),
  * parses and cross-checks the plan, and binds memory. A two-expert bundle (Wan2.2-A14B) is
- * verified once and both experts are prepared (plans, weights); expert 0 is selected. Caller
+ * verified once and both experts are prepared (plans, weights; only_expert: that one alone, as
+ * expert 0 of the runtime); expert 0 is selected. Caller
  * owns *out. */
 dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_t *opts,
                               dit_runtime_t **out);

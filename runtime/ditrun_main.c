@@ -269,7 +269,7 @@ typedef struct run_args {
   const char *image_latents, *image_embeds;
   int64_t steps, seed, threads, device, devices, warmup;
   double guidance, guidance_2, shift, max_rel;
-  int have_guidance_2, have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split;
+  int have_guidance_2, have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split, generate;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -320,7 +320,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **str = NULL;
     int rc = 0;
-    const int gen = !strcmp(cmd, "generate");
+    const int gen = a->generate = !strcmp(cmd, "generate");
     if (!gen && generate_only(f)) {
       fprintf(stderr, "ditrun: error: %s is an option of generate; %s does not take it\n(see ditrun --help)\n", f, cmd);
       return 2;
@@ -399,8 +399,11 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   DIT_RETURN_IF(dit_launch_env_read(&env));
   g_writer = env.launcher == DIT_LAUNCHER_NONE || env.world <= 1 || env.rank == 0;
   g_launched = env.launcher != DIT_LAUNCHER_NONE && env.world > 1;
+  /* Only generate runs both experts; the other commands prepare the one they run (its weights
+   * alone on the device). */
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
-                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host};
+                             env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host,
+                             a->generate ? NULL : a->expert ? a->expert : "transformer"};
   double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
@@ -410,7 +413,8 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
   DIT_RETURN_IF(dit_runtime_expert_select(*rt, expert));
   const dit_manifest_t *m = dit_runtime_manifest(*rt);
   fprintf(stderr, "ditrun: loaded and verified %s in %.2fs", m->identity, dit_now_s() - t0);
-  if (m->n_experts) fprintf(stderr, " (experts transformer and transformer_2)");
+  if (m->n_experts && dit_runtime_expert_count(*rt) == 2) fprintf(stderr, " (experts transformer and transformer_2)");
+  else if (m->n_experts) fprintf(stderr, " (expert %s)", a->expert ? a->expert : "transformer");
   if (m->topology.world > 1) fprintf(stderr, " (%d ranks, collectives: %s)", m->topology.world, dit_runtime_collectives(*rt));
   fprintf(stderr, "\n");
   dit_offload_stats_t os;

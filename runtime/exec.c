@@ -168,8 +168,8 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
  * backend memory. `share` (may be NULL) is expert 0's state of the same rank, whose activation
  * arena this one borrows when large enough: the experts never run at the same time. */
 static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads, rank_rt_t *share) {
-  const char *expert = rt->expert ? rt->m->experts[rt->expert].name : "transformer";
-  const dit_manifest_rank_t *r0 = dit_manifest_expert_rank(rt->m, rt->expert ? expert : NULL, rt->rank);
+  const char *expert = rt->mexpert ? rt->m->experts[rt->mexpert].name : "transformer";
+  const dit_manifest_rank_t *r0 = dit_manifest_expert_rank(rt->m, rt->mexpert ? expert : NULL, rt->rank);
   if (!r0) return DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank %d of %s", rt->rank, expert);
   rt->layout = dit_manifest_find_weights(rt->m, r0->weights);
   if (!rt->layout) return DIT_ERR(NOT_FOUND, "manifest.json: rank %d weights blob %s has no layout in 'weights'", rt->rank, r0->weights);
@@ -221,11 +221,13 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
   }
   DIT_RETURN_IF(bind_values(rt));
-  /* An expert that swaps in stays in host memory until the one before it has run. */
+  /* An expert that swaps in stays in host memory until the one before it has run (loaded
+   * alone, it loads as any offloaded plan). */
+  const int parked = rt->plan->offload.swap.present && rt->owner->n_experts > 1;
   if (offload)
     DIT_RETURN_IF(dit_offload_engine_create_parked(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data,
-                                                   rt->weights_map.size, rt->bound, rt->plan->offload.swap.present, &rt->offload));
-  if (offload && rt->plan->offload.swap.present && o && o->graph)
+                                                   rt->weights_map.size, rt->bound, parked, &rt->offload));
+  if (offload && parked && o && o->graph)
     return DIT_ERR(UNIMPLEMENTED, "--cuda-graph: a bundle with an expert swap changes its weights' memory at the switch; run it without graphs");
   if (offload && o && o->offload_pace_host) DIT_RETURN_IF(dit_offload_engine_pace_host(rt->offload));
   /* A captured graph must leave no copy in flight; DIT_OFFLOAD_ACROSS=0 turns the cross-forward
@@ -291,6 +293,12 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   if (!s) {
     rt->n_ranks = rt->process ? 1 : rt->m->topology.world;
     rt->n_experts = rt->m->n_experts == 2 ? 2 : 1;
+    if (o && o->only_expert && rt->n_experts == 2) {
+      if (!strcmp(o->only_expert, "transformer")) rt->only = 0;
+      else if (!strcmp(o->only_expert, rt->m->experts[1].name)) rt->only = 1;
+      else s = DIT_ERR(NOT_FOUND, "expert %s: the bundle has the experts transformer and %s", o->only_expert, rt->m->experts[1].name);
+      rt->n_experts = 1;
+    }
     for (int e = 0; e < rt->n_experts; e++)
       if (!(rt->expert_ranks[e] = calloc((size_t)rt->n_ranks, sizeof *rt->expert_ranks[e]))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     rt->ranks = rt->expert_ranks[0];
@@ -319,6 +327,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     for (int r = 0; !s && r < rt->n_ranks; r++) {
       rank_rt_t *k = &rt->ranks[r];
       k->expert = e;
+      k->mexpert = e + rt->only;
       k->rank = rt->process ? o->launch->rank : r;
       k->device = rt->process ? proc_device : (o ? o->device : 0) + r % spread;
       k->owner = rt;
@@ -741,7 +750,7 @@ dit_status_t dit_runtime_memory(const dit_runtime_t *rt, uint64_t *allocated, ui
     uint64_t a = rank_current(rt, i);
     if (rt->mem_peak && rt->mem_peak[i] > a) a = rt->mem_peak[i];
     const rank_rt_t *last = &rt->expert_ranks[rt->n_experts - 1][i];
-    if (last->plan->offload.swap.present) {
+    if (last->plan->offload.swap.present && rt->n_experts > 1) {
       /* The pipeline's peak, as the compiler predicted it by the same rule. */
       const uint64_t pk = last->plan->offload.swap.predicted_peak_bytes, ov = dit_offload_overhead(last->plan);
       p = pk > ov ? pk - ov : pk;
@@ -757,6 +766,11 @@ int dit_runtime_expert_active(const dit_runtime_t *rt) { return rt->active; }
 
 dit_status_t dit_runtime_expert_find(const dit_runtime_t *rt, const char *name, int *out_index) {
   *out_index = 0;
+  if (rt->m->n_experts == 2 && rt->n_experts == 1) { /* loaded for one expert (only_expert) */
+    const char *loaded = rt->only ? rt->m->experts[rt->only].name : "transformer";
+    if (!strcmp(name ? name : "transformer", loaded)) return DIT_OK;
+    return DIT_ERR(NOT_FOUND, "--expert %s: the runtime was loaded for expert %s only", name, loaded);
+  }
   if (!name || !strcmp(name, "transformer")) return DIT_OK;
   for (int e = 1; e < rt->n_experts; e++)
     if (!strcmp(rt->m->experts[e].name, name)) return *out_index = e, DIT_OK;

@@ -50,7 +50,8 @@ typedef struct rank_rt {
   long fail_step;            /* DIT_FAIL_STEP: the step at which this rank fails, or -1 */
   int fail_die;              /* ... by exiting on the spot */
   struct dit_runtime *owner;
-  int expert;                /* which expert of the bundle this rank state runs (0: transformer) */
+  int expert;                /* which expert of the runtime this rank state runs (0: transformer) */
+  int mexpert;               /* that expert's index in the manifest (differs under only_expert) */
   int arena_borrowed;        /* the arena is expert 0's of the same rank (experts run one at a time) */
   int comms_borrowed;        /* the NCCL communicators are expert 0's of the same rank */
   dit_ncomm_t *nworld;       /* NCCL: the world, and the communicator of each plan group */
@@ -75,6 +76,7 @@ struct dit_runtime {
    * one open of the bundle; forwards run the selected one. */
   int n_experts;             /* 1, or 2 for a two-expert bundle */
   int active;
+  int only;                  /* only_expert: the manifest index of the one expert loaded (else 0) */
   rank_rt_t *expert_ranks[2];
   /* The expert swap (offload.swap in the incoming expert's plans): generate says which expert
    * comes next and after how many forwards of the active one; each forward of those loads its
