@@ -194,9 +194,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_GELU_TANH:
     case DIT_OP_GELU:
     case DIT_OP_ADD:
+    case DIT_OP_CAST:
       dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
           op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH
-          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU : DIT_ABI_EW_ADD, n,
+          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU : op->kind == DIT_OP_CAST ? DIT_ABI_EW_CAST : DIT_ABI_EW_ADD, n,
           dt_code(x->dtype), n % DIT_ABI_VEC == 0);
       if (op->kind == DIT_OP_ADD) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
       set_launch(k, blocks_of(n % DIT_ABI_VEC == 0 ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
@@ -297,9 +298,12 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       const dit_value_t *w = V(g, op->in[1]);
       int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
       /* bf16 products through cuBLASLt: the bias (its epilogue) in the output's dtype: bf16, or
-       * fp32 for the partial sums of row-parallel layers, all-reduced in fp32. */
-      int lib = M >= 64 && x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && (y->dtype == DIT_BF16 || y->dtype == DIT_F32) &&
-                (op->n_in < 3 || V(g, op->in[2])->dtype == y->dtype);
+       * fp32 for the partial sums of row-parallel layers, all-reduced in fp32. fp32 products with
+       * many rows (the per-token time embedder) too, in true fp32 (no TF32), fp32 out: cuBLASLt
+       * has no fp32 x fp32 -> bf16, so such a layer writes fp32 and a cast op follows. */
+      const int bf16_lib = x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && (y->dtype == DIT_BF16 || y->dtype == DIT_F32);
+      const int f32_lib = x->dtype == DIT_F32 && w->dtype == DIT_F32 && y->dtype == DIT_F32;
+      int lib = M >= 64 && (bf16_lib || f32_lib) && (op->n_in < 3 || V(g, op->in[2])->dtype == y->dtype);
       if (lib) {
         *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
         return DIT_OK;

@@ -1073,7 +1073,16 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   if (per_token && sliced) te = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &te, 1, &sa, DIT_F32, "time.sinusoid.tokens");
   te = linear(b, te, "condition_embedder.time_embedder.linear_1", DIT_F32, "time.linear_1");
   te = unary(b, DIT_OP_SILU, te, DIT_F32, "time.silu");
-  dit_vid_t temb = linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
+  /* Per token the embedder runs on every token's row, a GEMM worth a library (fp32 x fp32 ->
+   * fp32 only): linear_2 writes fp32 and a cast rounds it once to temb's dtype, the bytes a
+   * direct bf16 store gives. Per-batch graphs keep the direct store (a few rows). */
+  dit_vid_t temb;
+  if (per_token && dt != DIT_F32) {
+    temb = linear(b, te, "condition_embedder.time_embedder.linear_2", DIT_F32, "temb.f32");
+    temb = unary(b, DIT_OP_CAST, temb, dt, "temb");
+  } else {
+    temb = linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
+  }
   dit_vid_t tact = unary(b, DIT_OP_SILU, temb, dt, "temb.silu");
   dit_vid_t tproj = linear(b, tact, "condition_embedder.time_proj", dt, "timestep_proj");
 

@@ -19,6 +19,7 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_RMSNORM_SLICE: return 3;
     case DIT_OP_ALLREDUCE: return 1;
     case DIT_OP_ATTN_MERGE: return 4;
+    case DIT_OP_CAST: return 0; /* a conversion moves bytes; no arithmetic */
     default: return 0;
   }
 }

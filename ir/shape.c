@@ -139,6 +139,12 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     case DIT_OP_GELU:
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
+    case DIT_OP_CAST:
+      /* The output's dtype is the op's own; a conversion is defined between float types only. */
+      if (x->dtype != DIT_F32 && x->dtype != DIT_BF16 && x->dtype != DIT_F16)
+        FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
     case DIT_OP_ADD:
       if (!same_shape(x, operand(g, ins, 1)))
         FAIL("%s: operands '%s' and '%s' differ in shape", op, x->name, operand(g, ins, 1)->name);

@@ -331,6 +331,7 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_SILU: return dit_cpu_silu(c, &in[0], &out[0]);
     case DIT_OP_GELU_TANH: return dit_cpu_gelu_tanh(c, &in[0], &out[0]);
     case DIT_OP_GELU: return dit_cpu_gelu(c, &in[0], &out[0]);
+    case DIT_OP_CAST: return dit_cpu_cast(c, &in[0], &out[0]);
     case DIT_OP_ADD: return dit_cpu_add(c, &in[0], &in[1], &out[0]);
     case DIT_OP_MOD_TABLE: return dit_cpu_mod_table(c, &in[0], &in[1], &out[0]);
     case DIT_OP_LAYERNORM: {

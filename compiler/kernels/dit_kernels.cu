@@ -76,7 +76,8 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 }
 
 #if defined(DIT_K_ELEMENTWISE)
-// Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH or _ADD.
+// Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD
+// or _CAST.
 // With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
 __device__ __forceinline__ float ew_apply(float x, float y) {
 #if OPCODE == DIT_ABI_EW_SILU
@@ -87,6 +88,8 @@ __device__ __forceinline__ float ew_apply(float x, float y) {
   return 0.5f * x * erfcf(-x * 0.70710678118654752f);
 #elif OPCODE == DIT_ABI_EW_ADD
   return x + y;
+#elif OPCODE == DIT_ABI_EW_CAST
+  return x;  // the conversion is st's or st8's (round to nearest even into bf16)
 #else
 #error "DIT_K_ELEMENTWISE: unknown OPCODE"
 #endif

@@ -250,6 +250,28 @@ dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t
   return DIT_OK;
 }
 
+/* ---- cast ---------------------------------------------------------------------------------- */
+
+static void cast_range(void *ctx, int64_t begin, int64_t end, int worker) {
+  (void)worker;
+  const dit_tensor_t *const *xy = ctx;
+  const size_t sx = dit_dtype_size(xy[0]->dtype), sy = dit_dtype_size(xy[1]->dtype);
+  /* Both dtypes were checked to be float types, for which dit_convert cannot fail. */
+  (void)dit_convert((char *)xy[1]->data + (size_t)begin * sy, xy[1]->dtype, (const char *)xy[0]->data + (size_t)begin * sx,
+                    xy[0]->dtype, (size_t)(end - begin));
+}
+
+dit_status_t dit_cpu_cast(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
+  static const char *op = "cast";
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  const dit_tensor_t *xy[2] = {x, y};
+  dit_pool_parallel_for(dit_cpu_pool(c), dit_tensor_numel(x), DIT_EW_GRAIN, cast_range, xy);
+  return DIT_OK;
+}
+
 /* ---- modulation table ---------------------------------------------------------------------- */
 
 dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const dit_tensor_t *e,

@@ -34,6 +34,8 @@ dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t
 dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
                          dit_tensor_t *y);
+/* y = x converted to y's dtype (f32, bf16 or f16), rounded to nearest even; equal dims. */
+dit_status_t dit_cpu_cast(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 /* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]; or per token,
  * e [B, T, r*D] -> out [B, T, n, D] (the form is out's rank). */
 dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const dit_tensor_t *e,

@@ -641,7 +641,9 @@ static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
          a->epilogue == b->epilogue && a->align == b->align;
 }
 
-/* Describes Y = X W^T (+ bias, GELU) to cuBLASLt in g; on failure releases what it made. */
+/* Describes Y = X W^T (+ bias, GELU) to cuBLASLt in g; on failure releases what it made.
+ * CUBLAS_COMPUTE_32F is strict fp32: fp32 operands multiply in full fp32 (TF32 would take
+ * CUBLAS_COMPUTE_32F_FAST_TF32), bf16 operands accumulate in fp32. */
 static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
                                   const dit_tensor_t *y, cublasLtEpilogue_t ep, int64_t M, int64_t N, int64_t K, gemm_t *g) {
   memset(g, 0, sizeof *g);
@@ -799,6 +801,13 @@ static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit
                               const dit_tensor_t *y, int act, const char *what, gemm_t *g) {
   const int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
   if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
+  /* lt_type knows bf16 and fp32 only: anything else would be described as fp32. */
+  const dit_tensor_t *ops[4] = {x, w, y, bias};
+  static const char *const op_names[4] = {"x", "w", "y", "bias"};
+  for (int i = 0; i < 4; i++)
+    if (ops[i] && ops[i]->dtype != DIT_BF16 && ops[i]->dtype != DIT_F32)
+      return DIT_ERR(UNIMPLEMENTED, "linear '%s': operand %s is %s; the cuBLASLt path takes bf16 or f32", what, op_names[i],
+                     dit_dtype_name(ops[i]->dtype));
   /* cuBLASLt's GELU epilogue is the tanh approximation, as our gelu_tanh op. */
   const cublasLtEpilogue_t ep = bias ? (act ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                      : (act ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);

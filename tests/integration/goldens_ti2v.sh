@@ -6,7 +6,8 @@
 # not); other timestep shapes refused naming the accepted ones; bf16 within bf16.sh's
 # tolerances; every topology equal to one rank (<= 1e-5, as topologies.sh); the text-to-video
 # generate (the pipeline's timestep broadcast over the tokens) against diffusers; the bf16
-# sm_90 compile (no GPU needed); and the bare transformer folder keeps its [B] timestep.
+# sm_90 compile (no GPU needed); the time embedder's fp32 GEMMs on cuBLASLt from 64 rows, its
+# linear_2 cast to bf16 by a kernel; and the bare transformer folder keeps its [B] timestep.
 set -euo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -114,6 +115,41 @@ for top in "" "--cp 2 --cp-mode ring --tp 2" "--tp 2 --sp"; do
   G90=$("$BIN/ditc" "${c[@]}" --dtype bf16 --target sm_90 $top | tail -n1 | cut -d' ' -f3)
   "$BIN/ditrun" verify "$G90" >/dev/null
 done
+
+# The per-token time embedder on 64 rows or more: its two fp32 GEMMs are cuBLASLt's (no
+# kernel), linear_2 writes fp32 and a generated cast kernel rounds it to bf16; below 64 rows
+# the small kernel stays. A per-batch (Wan2.1) bundle has no cast.
+embedder_steps() { # bundle, expected "lib" or "kernel" for the two GEMMs
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+b, want = sys.argv[1], sys.argv[2]
+m = json.load(open(b + "/manifest.json"))
+plan = json.load(open(b + "/blobs/" + [x["hash"] for x in m["blobs"] if x["role"] == "plan"][0]))
+name = lambda s: plan["values"][s["out"][0]]["name"]
+by = {name(s): s for s in plan["steps"]}
+for n in ("time.linear_1", "temb.f32"):
+    s = by[n]
+    assert s["op"] == "linear" and plan["values"][s["out"][0]]["dtype"] == "f32", s
+    assert ("kernel" in s) == (want == "kernel"), (n, want, s)
+c = by["temb"]
+assert c["op"] == "cast" and "kernel" in c and plan["values"][c["out"][0]]["dtype"] == "bf16", c
+assert plan["values"][c["in"][0]]["name"] == "temb.f32", c
+PY
+}
+small=$("$BIN/ditc" "${c[@]}" --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
+embedder_steps "$small" kernel  # 2 x 18 rows
+big=$("$BIN/ditc" compile "$d" --frames "$F" --height $((2 * H)) --width "$W" --batch "$B" --text-len "$L" -o "$T/b" -q \
+  --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
+embedder_steps "$big" lib       # 2 x 36 rows
+w21=$("$BIN/ditc" compile tests/data/wan_tiny_b/model --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 \
+  --target sm_90 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+python3 - "$w21" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+plan = json.load(open(sys.argv[1] + "/blobs/" + [x["hash"] for x in m["blobs"] if x["role"] == "plan"][0]))
+assert not [s for s in plan["steps"] if s["op"] == "cast"], "a per-batch bundle with a cast"
+assert [s for s in plan["steps"] if plan["values"][s["out"][0]]["name"] == "temb"][0]["op"] == "linear"
+PY
 
 # The transformer folder alone has no pipeline to say expand_timesteps: timestep stays [B].
 bare=$("$BIN/ditc" compile "$d/transformer" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" -o "$T/b" -q | tail -n1 | cut -d' ' -f3)

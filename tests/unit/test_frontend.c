@@ -103,6 +103,8 @@ static void test_weights_hash_sharding(void) {
   dit_model_free(m);
 }
 
+static void check_temb(const dit_graph_t *g, int per_token, dit_dtype_t dt);
+
 static void test_bf16_policy(void) {
   dit_model_t *m = NULL;
   CHECK_OK(dit_model_load(g_model, NULL, &m));
@@ -121,6 +123,7 @@ static void test_bf16_policy(void) {
     checked++;
   }
   CHECK_EQ_INT(checked, 69);
+  check_temb(g, 0, DIT_BF16);
   dit_graph_destroy(g);
   r.dtype = DIT_F16;
   CHECK_ERR(dit_model_build_graph(m, &r, &g), UNIMPLEMENTED, "--dtype f16");
@@ -588,6 +591,20 @@ static const dit_value_t *input_named(const dit_graph_t *g, const char *name) {
 
 static const dit_op_t *op_named(const dit_graph_t *g, const char *name);
 
+/* temb's producer: per token in bf16, time_embedder.linear_2 writes fp32 (a GEMM cuBLASLt has)
+ * and a cast rounds it to bf16; otherwise linear_2 stores temb's dtype itself. */
+static void check_temb(const dit_graph_t *g, int per_token, dit_dtype_t dt) {
+  const dit_op_t *temb = op_named(g, "temb"), *f32 = op_named(g, "temb.f32");
+  CHECK(temb && dit_graph_cvalue(g, temb->out[0])->dtype == dt);
+  if (!temb) return;
+  if (per_token && dt != DIT_F32) {
+    CHECK(temb->kind == DIT_OP_CAST && f32 && f32->kind == DIT_OP_LINEAR && temb->in[0] == f32->out[0]);
+    CHECK(f32 && dit_graph_cvalue(g, f32->out[0])->dtype == DIT_F32);
+  } else {
+    CHECK(temb->kind == DIT_OP_LINEAR && f32 == NULL);
+  }
+}
+
 /* expand_timesteps: timestep [B, tokens], embedded per token; every block's table and the
  * output norm's are per token ([B, T, 6, D] and [B, T, 2, D]); a context-parallel rank embeds
  * the timesteps of its own tokens only. */
@@ -607,8 +624,15 @@ static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_
     const dit_value_t *mv = mod ? dit_graph_cvalue(g, mod->out[0]) : NULL, *ov = out ? dit_graph_cvalue(g, out->out[0]) : NULL;
     CHECK(mv && mv->rank == 4 && mv->dims[1] == local && mv->dims[2] == 6 && mv->dims[3] == D);
     CHECK(ov && ov->rank == 4 && ov->dims[1] == local && ov->dims[2] == 2 && ov->dims[3] == D);
+    check_temb(g, 1, r.dtype);
     dit_graph_destroy(g);
   }
+  r = *req;
+  r.dtype = DIT_BF16;
+  dit_graph_t *g = NULL;
+  CHECK_OK(dit_model_build_graph(m, &r, &g));
+  if (g) check_temb(g, 1, DIT_BF16);
+  dit_graph_destroy(g);
 }
 
 static void test_ti2v_and_vae(void) {

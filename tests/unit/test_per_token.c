@@ -2,13 +2,19 @@
  * per-token forms of timestep_embed, mod_table, adaln and gated_add; the CPU kernels against
  * naive references and against the per-batch form applied to each token as a batch item of its
  * own (bit for bit); the refusals of mismatched operands; and, where NVRTC is present, the GPU
- * specializations of every per-token form compiling for sm_90. */
+ * specializations of every per-token form compiling for sm_90. Also the cast op that lets the
+ * per-token time embedder run as fp32 GEMMs: its rounding (ties to even), that an fp32 linear
+ * then a cast gives the bytes of a linear storing bf16 itself, its shape rule, its kernel, and
+ * the code generator's choice of cuBLASLt for fp32 linears with many rows. */
 #include <math.h>
+#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "compiler/codegen_cuda.h"
+#include "base/dtype.h"
 #include "ir/graph.h"
 #include "runtime/cpu/cpu_ops.h"
 
@@ -212,13 +218,171 @@ static void test_codegen(void) {
 #endif
 }
 
+/* ---- cast ---- */
+
+static float from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* f32 -> bf16 rounds to nearest, ties to even; bf16 -> f32 is exact; f32 -> f16 ties to even. */
+static void test_cast_values(void) {
+  static const struct { uint32_t f; uint16_t bf; } cases[] = {
+      {0x3F800000u, 0x3F80}, /* 1 */
+      {0x3F808000u, 0x3F80}, /* 1 + 2^-8: a tie, to the even 0x3F80 */
+      {0x3F818000u, 0x3F82}, /* a tie, to the even 0x3F82 (up) */
+      {0x3F808001u, 0x3F81}, /* just above a tie: up */
+      {0x3F807FFFu, 0x3F80}, /* just below: down */
+      {0xBF818000u, 0xBF82}, /* negative tie, to even */
+      {0x7F7FFFFFu, 0x7F80}, /* the largest float rounds to infinity */
+      {0xFF800000u, 0xFF80}, /* -inf */
+      {0x00000001u, 0x0000}, /* the smallest subnormal rounds to zero */
+      {0x7FA00000u, 0x7FE0}, /* a signalling NaN comes out quiet */
+  };
+  enum { NC = sizeof cases / sizeof cases[0] };
+  const int64_t d[1] = {NC};
+  dit_tensor_t x = f32(1, d, 0), y = {.dtype = DIT_BF16, .rank = 1, .dims = {NC}}, back = f32(1, d, 0);
+  uint16_t out[NC];
+  y.data = out;
+  for (int i = 0; i < NC; i++) ((float *)x.data)[i] = from_bits(cases[i].f);
+  CHECK_OK(dit_cpu_cast(&g_cpu, &x, &y));
+  for (int i = 0; i < NC; i++) {
+    if (out[i] != cases[i].bf) fprintf(stderr, "cast 0x%08x: 0x%04x, expected 0x%04x\n", cases[i].f, out[i], cases[i].bf);
+    CHECK_EQ_INT(out[i], cases[i].bf);
+  }
+  CHECK_OK(dit_cpu_cast(&g_cpu, &y, &back));
+  for (int i = 0; i < NC; i++) {
+    uint32_t u;
+    memcpy(&u, &((float *)back.data)[i], 4);
+    CHECK_EQ_INT(u, (uint32_t)cases[i].bf << 16);
+  }
+  /* f16: 1 + 2^-11 is a tie between 1 and 1 + 2^-10 (to 1), 1 + 3 * 2^-11 one to 1 + 2^-9. */
+  uint16_t h[2];
+  dit_tensor_t x2 = f32(1, (const int64_t[]){2}, 0), yh = {.dtype = DIT_F16, .rank = 1, .dims = {2}, .data = h};
+  ((float *)x2.data)[0] = from_bits(0x3F801000u), ((float *)x2.data)[1] = from_bits(0x3F803000u);
+  CHECK_OK(dit_cpu_cast(&g_cpu, &x2, &yh));
+  CHECK_EQ_INT(h[0], 0x3C00);
+  CHECK_EQ_INT(h[1], 0x3C02);
+  /* Refusals: other dims, a non-float dtype, an output over its input. */
+  dit_tensor_t ys = y;
+  ys.dims[0] = NC - 1;
+  CHECK_ERR(dit_cpu_cast(&g_cpu, &x, &ys), INVALID_ARGUMENT, "cast");
+  int32_t iv[NC];
+  dit_tensor_t yi = {.dtype = DIT_I32, .rank = 1, .dims = {NC}, .data = iv};
+  CHECK_ERR(dit_cpu_cast(&g_cpu, &x, &yi), INVALID_ARGUMENT, "expected f32, bf16 or f16");
+  dit_tensor_t ya = x;
+  ya.dtype = DIT_BF16;
+  CHECK_ERR(dit_cpu_cast(&g_cpu, &x, &ya), INVALID_ARGUMENT, "cast");
+  free(x.data), free(back.data), free(x2.data);
+}
+
+/* The per-token time embedder's linear_2 as the frontend now builds it (fp32 out, then a cast
+ * to bf16) gives the bytes of the linear storing bf16 itself: one rounding of the same fp32
+ * sums. Large enough for the thread pool to split both. */
+static void test_cast_after_linear(void) {
+  enum { M = 300, K = 96, NN = 80 };
+  const int64_t xd[3] = {1, M, K}, wd[2] = {NN, K}, bd[1] = {NN}, yd[3] = {1, M, NN};
+  dit_tensor_t x = f32(3, xd, 1), w = f32(2, wd, 1), bias = f32(1, bd, 1), yf = f32(3, yd, 0);
+  uint16_t *direct = malloc(sizeof(uint16_t) * M * NN), *cast = malloc(sizeof(uint16_t) * M * NN);
+  dit_tensor_t yb = {.dtype = DIT_BF16, .rank = 3, .dims = {1, M, NN}, .data = direct}, yc = yb;
+  yc.data = cast;
+  CHECK_OK(dit_cpu_linear(&g_cpu, &x, &w, &bias, &yb));
+  CHECK_OK(dit_cpu_linear(&g_cpu, &x, &w, &bias, &yf));
+  CHECK_OK(dit_cpu_cast(&g_cpu, &yf, &yc));
+  CHECK(same_bytes(&yb, &yc));
+  /* and the cast is the per-element conversion */
+  int per_element = 1;
+  for (int64_t i = 0; i < (int64_t)M * NN; i++) per_element &= cast[i] == dit_f32_to_bf16(((const float *)yf.data)[i]);
+  CHECK(per_element);
+  free(direct), free(cast), free(x.data), free(w.data), free(bias.data), free(yf.data);
+}
+
+/* The shape rule: the input's shape in the op's dtype; a non-float input refused at build. */
+static void test_cast_shape(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t d[3] = {2, 3, 5};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 3, d);
+  dit_vid_t y = dit_graph_op(g, DIT_OP_CAST, &x, 1, NULL, DIT_BF16, "y");
+  const dit_value_t *v = dit_graph_cvalue(g, y);
+  CHECK(v && v->dtype == DIT_BF16 && v->rank == 3 && v->dims[0] == 2 && v->dims[1] == 3 && v->dims[2] == 5);
+  CHECK(dit_graph_status(g) == DIT_OK);
+  dit_vid_t i = dit_graph_input(g, "i", DIT_I64, 3, d);
+  dit_graph_op(g, DIT_OP_CAST, &i, 1, NULL, DIT_F32, "yi");
+  dit_status_t st = dit_graph_status(g); /* owned by the graph */
+  CHECK(st && dit_status_code(st) == DIT_CODE_INVALID_ARGUMENT && strstr(dit_status_message(st), "cast: operand x 'i' has dtype i64"));
+  dit_graph_destroy(g);
+}
+
+#if DIT_HAVE_NVRTC
+/* has_kernel of the last op of g: 1 a generated kernel (compiled), 0 the runtime's library. */
+static int codegen_has_kernel(dit_cuda_codegen_t *cg, const dit_graph_t *g) {
+  const dit_op_t *op = dit_graph_cop_at(g, dit_graph_num_ops(g) - 1);
+  int has = -1;
+  dit_plan_kernel_t k;
+  dit_cuda_module_t mod;
+  memset(&mod, 0, sizeof mod);
+  dit_status_t s = dit_cuda_codegen_op(cg, g, op, &has, &k, &mod);
+  if (s) fprintf(stderr, "%s '%s': %s\n", dit_op_info(op->kind)->name, dit_graph_cvalue(g, op->out[0])->name, dit_status_message(s));
+  CHECK(s == DIT_OK);
+  dit_status_free(s);
+  if (has == 1) CHECK(mod.cubin && mod.cubin_size > 0);
+  return s ? -1 : has;
+}
+
+/* The per-token time embedder's GEMMs: fp32 x fp32 -> fp32 with 64 rows or more goes to
+ * cuBLASLt (no kernel), fewer rows or a bf16 output stay on the small kernel; the cast's
+ * kernel compiles, vectorized and not, both ways. */
+static void test_cast_and_f32_gemm_codegen(void) {
+  dit_cuda_codegen_t *cg = NULL;
+  CHECK_OK(dit_cuda_codegen_create("sm_90", check_tmpdir("per_token_cast_codegen"), &cg));
+  if (!cg) return;
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t wd[2] = {48, 32}, bd[1] = {48};
+  dit_vid_t w = dit_graph_weight(g, "w", DIT_F32, 2, wd), b = dit_graph_weight(g, "b", DIT_F32, 1, bd);
+  dit_vid_t wb = dit_graph_weight(g, "wb", DIT_BF16, 2, wd);
+  for (int64_t rows = 63; rows <= 64; rows++) {
+    const int64_t xd[3] = {1, rows, 32};
+    dit_vid_t x = dit_graph_input(g, rows == 63 ? "x63" : "x64", DIT_F32, 3, xd), in[3] = {x, w, b};
+    dit_vid_t y = dit_graph_op(g, DIT_OP_LINEAR, in, 3, NULL, DIT_F32, rows == 63 ? "y63" : "y64");
+    CHECK_EQ_INT(codegen_has_kernel(cg, g), rows >= 64 ? 0 : 1);
+    dit_graph_op(g, DIT_OP_LINEAR, in, 2, NULL, DIT_F32, "nobias");
+    CHECK_EQ_INT(codegen_has_kernel(cg, g), rows >= 64 ? 0 : 1);
+    /* cuBLASLt has no fp32 x fp32 -> bf16: the small kernel, as before the cast existed */
+    dit_graph_op(g, DIT_OP_LINEAR, in, 2, NULL, DIT_BF16, "to_bf16");
+    CHECK_EQ_INT(codegen_has_kernel(cg, g), 1);
+    /* nor mixed fp32 x bf16 */
+    dit_vid_t mixed[2] = {x, wb};
+    dit_graph_op(g, DIT_OP_LINEAR, mixed, 2, NULL, DIT_F32, "mixed");
+    CHECK_EQ_INT(codegen_has_kernel(cg, g), 1);
+    dit_graph_op(g, DIT_OP_CAST, &y, 1, NULL, DIT_BF16, "cast"); /* 64 x 48: VEC8 */
+    CHECK_EQ_INT(codegen_has_kernel(cg, g), 1);
+  }
+  const int64_t od[2] = {3, 7};
+  dit_vid_t odd = dit_graph_input(g, "odd", DIT_BF16, 2, od);
+  dit_graph_op(g, DIT_OP_CAST, &odd, 1, NULL, DIT_F32, "odd_f32"); /* 21 elements: scalar path */
+  CHECK_EQ_INT(codegen_has_kernel(cg, g), 1);
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+  dit_cuda_codegen_destroy(cg);
+}
+#endif
+
 int main(void) {
   CHECK_OK(dit_pool_create(3, &g_cpu.pool));
   test_timestep_embed();
   test_mod_table();
   test_adaln_gated();
   test_shapes();
+  test_cast_values();
+  test_cast_after_linear();
+  test_cast_shape();
   test_codegen();
+#if DIT_HAVE_NVRTC
+  test_cast_and_f32_gemm_codegen();
+#endif
   dit_pool_destroy(g_cpu.pool);
   return check_summary("test_per_token");
 }
