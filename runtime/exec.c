@@ -164,6 +164,33 @@ static dit_status_t load_blob(void *ctx, const char *hash, dit_mapping_t *out) {
   return dit_bundle_map_blob((dit_bundle_t *)ctx, hash, out);
 }
 
+/* The backend's load-time preparation (kernels, GEMM plans timed on the real operands). A
+ * parked expert's weights are still in host memory, which the device cannot read: it is
+ * prepared against `stand_in`'s (the expert before it, the same plan shapes), whose device
+ * weights are in place; the backend follows its operands' addresses when they move. */
+static dit_status_t prepare_backend(rank_rt_t *rt, const rank_rt_t *stand_in) {
+  const dit_plan_t *p = rt->plan;
+  if (!stand_in) return rt->be->prepare(rt->be_state, p, rt->bound, load_blob, rt->bundle);
+  const dit_plan_t *q = stand_in->plan;
+  if (q->n_values != p->n_values)
+    return DIT_ERR(INTERNAL, "expert swap: the experts' plans have %zu and %zu values", q->n_values, p->n_values);
+  dit_tensor_t *own = malloc((p->n_values + 1) * sizeof *own);
+  if (!own) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(own, rt->bound, p->n_values * sizeof *own);
+  for (size_t i = 0; i < p->n_values; i++)
+    if (p->values[i].storage == DIT_STORAGE_WEIGHT) {
+      if (q->values[i].storage != DIT_STORAGE_WEIGHT || q->values[i].nbytes != p->values[i].nbytes) {
+        free(own);
+        return DIT_ERR(INTERNAL, "expert swap: value %zu ('%s') differs between the experts' plans", i, p->values[i].name);
+      }
+      rt->bound[i].data = stand_in->bound[i].data;
+    }
+  dit_status_t s = rt->be->prepare(rt->be_state, p, rt->bound, load_blob, rt->bundle);
+  memcpy(rt->bound, own, p->n_values * sizeof *own);
+  free(own);
+  return s;
+}
+
 /* Loads rank `rank` of an opened bundle for expert rt->expert: its plan, weights shard and
  * backend memory. `share` (may be NULL) is expert 0's state of the same rank, whose activation
  * arena this one borrows when large enough: the experts never run at the same time. */
@@ -234,7 +261,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
    * load of block 0 off, to compare. */
   const char *across = getenv("DIT_OFFLOAD_ACROSS");
   if (offload && ((o && o->graph) || (across && !strcmp(across, "0")))) dit_offload_engine_across_forwards(rt->offload, 0);
-  if (rt->be->prepare) DIT_RETURN_IF(rt->be->prepare(rt->be_state, rt->plan, rt->bound, load_blob, rt->bundle));
+  if (rt->be->prepare) DIT_RETURN_IF(prepare_backend(rt, parked ? share : NULL));
   DIT_RETURN_IF(dit_exec_alloc_collective_scratch(rt));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
    * consecutive ranks. */

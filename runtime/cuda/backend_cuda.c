@@ -185,6 +185,7 @@ typedef struct gemm {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
+  const void *bias_at; /* the bias address the description holds (operands may move: an expert swap) */
 } gemm_t;
 
 /* What makes two GEMMs the same problem for cuBLASLt: identical ones (every block's q, k, v,
@@ -655,6 +656,7 @@ static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const
     s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "cublasLtMatmulDescSetAttribute(EPILOGUE)");
   if (!s && bias) {
     const void *bp = bias->data;
+    g->bias_at = bp;
     const cudaDataType_t bt = lt_type(bias->dtype);
     s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
     if (!s)
@@ -937,7 +939,13 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
                                               k->block[2], k->smem, st->stream, args, NULL),
                     "cuLaunchKernel");
   }
-  const gemm_t *g = &st->gemms[idx];
+  gemm_t *g = &st->gemms[idx];
+  if (s->n_in > 2 && in[2].data != g->bias_at) { /* the bias moved since the GEMM was described */
+    const void *bp = in[2].data;
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+                           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
+    g->bias_at = bp;
+  }
   const float one = 1.f, zero = 0.f;
   return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, in[1].data, g->a, in[0].data, g->b, &zero, out[0].data, g->c,
                                 out[0].data, g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size,

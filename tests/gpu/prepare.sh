@@ -27,6 +27,7 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   for b in "$B" "$GB"; do
     build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   done
+  build/bin/ditc compile "$d" --frames "$F" --height 64 --width 96 --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   # Section 1g: TI2V (forward batch and generate batch), Wan2.1-I2V's generate batch, I2V-A14B.
   d=tests/data/wan22_ti2v_tiny
   read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")

@@ -195,6 +195,15 @@ rc=$?; grep -E "^ditrun: (memory|expert swap):|expert switch" "$W/swlog"
 check test "$rc" = 0
 check cmp "$W/ga.safetensors" "$W/gas.safetensors"
 check bash -c "grep '^ditrun: memory:' '$W/swlog' | tail -n 1 | grep -q 'within the prediction'"
+# Again with 72 tokens, where the GEMMs go through cuBLASLt: transformer_2 is prepared while its
+# weights wait in host memory, and its GEMMs follow their operands to the device at the switch.
+swc72=(compile "$d" --frames "$F" --height 64 --width 96 --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q)
+r72=$("$BIN/ditc" "${swc72[@]}" | tail -n1 | cut -d' ' -f3)
+s72=$("$BIN/ditc" "${swc72[@]}" --offload chunked --chunk-mb 0.01 --residency 0.5 | tail -n1 | cut -d' ' -f3)
+g72=(--prompt-embeds "$gi" --negative-embeds "$gi" --seed 3 --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc)
+check "$BIN/ditrun" generate "$r72" "${g72[@]}" --out "$W/g72.safetensors"
+check "$BIN/ditrun" generate "$s72" "${g72[@]}" --out "$W/g72s.safetensors"
+check cmp "$W/g72.safetensors" "$W/g72s.safetensors"
 
 step "1g. Wan2.2-TI2V (tiny, per-token timesteps), Wan2.2-I2V-A14B and the image-to-video generates: GPU bf16 against diffusers' fp32 outputs"
 meta() { python3 -c "import json, sys; m=json.load(open('$1/meta.json')); print(*[m[k] for k in sys.argv[1:]])" "${@:2}"; }
