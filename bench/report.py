@@ -403,6 +403,13 @@ def render_wan22(res):
                  f"(latents {lat[0]}x{lat[1]}x{lat[2]}x{lat[3]}, {d['tokens']} tokens), text {d['text_len']}, random weights "
                  f"by diffusers' default initialisation ({src(rel, d)}, one run): " + "; ".join(parts) + "."
                  + ("" if d.get("complete") else " The run stopped before its end."))
+        # A later run whose forwards prepare only the expert they run (the run above held both).
+        rel1 = f"wan22_forward_{v}_one_expert.json"
+        if os.path.exists(os.path.join(res.dir, rel1)):
+            d1 = measured(res, rel1)
+            L[-1] += (f" With one expert prepared per forward ({src(rel1, d1)}, without torch.compile): " + "; ".join(
+                f"`{e['name']}` {e['ditrun_ms']:.1f} ms against {e['eager_ms']:.1f} ms eager, peak {e['ditrun_peak_gib']:.2f} "
+                f"GiB against {e['eager_peak_gib']:.2f} GiB" for e in d1["experts"] if e.get("ditrun_ms")) + ".")
     return "\n".join(wrap(x) for x in L) + "\n"
 
 
@@ -412,6 +419,9 @@ def render_wan22_generate(res):
     L = []
     for part, name in (("a14b", "Wan2.2-A14B"), ("ti2v", "Wan2.2-TI2V-5B image-to-video")):
         rel = f"wan22_generate_{part}.json"
+        if not os.path.exists(os.path.join(res.dir, rel)):
+            L.append(f"- {name}: no results file (`bench/results/{rel}`) in this set.")
+            continue
         d = measured(res, rel)
         head = (f"- {name}, {d['steps']} UniPC steps with CFG, {blocks_phrase(d)} per expert, {d['width']}x{d['height']}, "
                 f"{d['frames']} frames ({src(rel, d)}): ")
@@ -439,6 +449,10 @@ def render_wan22_generate(res):
                   f"GiB at this size): {b['loop_s']:.1f} s, peak {b['peak_gib']:.2f} GiB against {r['peak_gib']:.2f} GiB "
                   f"resident, steps {w['step'] - 1} / {w['step']} / {w['step'] + 1} around the switch {w['before']:.2f} / "
                   f"{w['switch']:.2f} / {w['after'] or 0:.2f} s, cosine {b['cosine']:.5f}")
+            idx = [j for j in (w["step"] - 2, w["step"] - 1, w["step"]) if 0 <= j < min(len(b["step_s"]), len(r["step_s"]))]
+            if idx:
+                cost = sum(b["step_s"][j] for j in idx) / sum(r["step_s"][j] for j in idx) - 1
+                s += f"; those three steps take {100 * cost:+.1f}% against the resident run's"
         elif b:
             s += ". The `--memory-budget` run failed"
         L.append(s + ".")
