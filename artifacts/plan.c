@@ -110,19 +110,21 @@ static dit_status_t offload_to_json(const dit_plan_offload_t *o, cJSON *root) {
     cJSON_AddNumberToObject(x, "t_coll_ms", b->t_coll_ms);
     cJSON_AddNumberToObject(x, "resident", b->resident);
   }
-  if (o->swap.present) {
-    const dit_plan_swap_t *w = &o->swap;
-    cJSON *x = cJSON_AddObjectToObject(of, "swap");
-    if (!x) return DIT_ERR(RESOURCE_EXHAUSTED, "plan: out of memory");
-    cJSON_AddNumberToObject(x, "bytes", (double)w->bytes);
-    cJSON_AddNumberToObject(x, "chunk_bytes", (double)w->chunk_bytes);
-    cJSON_AddNumberToObject(x, "chunks", w->chunks);
-    cJSON_AddNumberToObject(x, "chunks_per_block", w->chunks_per_block);
-    cJSON_AddNumberToObject(x, "forwards", w->forwards);
-    cJSON_AddNumberToObject(x, "predicted_stall_ms", w->predicted_stall_ms);
-    cJSON_AddNumberToObject(x, "predicted_peak_bytes", (double)w->predicted_peak_bytes);
-  }
+  if (o->swap.present && !dit_plan_swap_to_json(&o->swap, of)) return DIT_ERR(RESOURCE_EXHAUSTED, "plan: out of memory");
   return DIT_OK;
+}
+
+cJSON *dit_plan_swap_to_json(const dit_plan_swap_t *w, cJSON *parent) {
+  cJSON *x = cJSON_AddObjectToObject(parent, "swap");
+  if (!x) return NULL;
+  cJSON_AddNumberToObject(x, "bytes", (double)w->bytes);
+  cJSON_AddNumberToObject(x, "chunk_bytes", (double)w->chunk_bytes);
+  cJSON_AddNumberToObject(x, "chunks", w->chunks);
+  cJSON_AddNumberToObject(x, "chunks_per_block", w->chunks_per_block);
+  cJSON_AddNumberToObject(x, "forwards", w->forwards);
+  cJSON_AddNumberToObject(x, "predicted_stall_ms", w->predicted_stall_ms);
+  cJSON_AddNumberToObject(x, "predicted_peak_bytes", (double)w->predicted_peak_bytes);
+  return x;
 }
 
 dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {

@@ -205,6 +205,8 @@ dit_status_t dit_plan_check_offload(const dit_plan_t *p, const dit_manifest_t *m
  * (bytes), and the chunks of chunk_bytes they make, each part cut on its own (0 chunks when
  * chunk_bytes is 0). */
 void dit_plan_swap_totals(const dit_plan_offload_t *o, uint64_t chunk_bytes, uint64_t *out_bytes, uint64_t *out_chunks);
+/* The swap's fields as the plan writes them, as object "swap" of parent (NULL: out of memory). */
+cJSON *dit_plan_swap_to_json(const dit_plan_swap_t *w, cJSON *parent);
 /* Frees the section's arrays and clears it (no offload). */
 void dit_plan_offload_clear(dit_plan_offload_t *o);
 const char *dit_plan_offload_mode_name(dit_plan_offload_mode_t mode);

@@ -443,15 +443,8 @@ dit_status_t dit_compile_offload_experts(const dit_compile_options_t *o, dit_ran
                 o->memory_budget_gib, (double)peak / (1u << 30));
   if (!s) {
     offload_summary(o, &req, &hw, &r0, bl, n, summary);
-    cJSON *sw = cJSON_AddObjectToObject(cJSON_GetObjectItem(summary, "offload"), "swap");
-    const dit_plan_swap_t *w = &rb[nb].plan->offload.swap;
-    cJSON_AddNumberToObject(sw, "bytes", (double)w->bytes);
-    cJSON_AddNumberToObject(sw, "chunks", w->chunks);
-    cJSON_AddNumberToObject(sw, "chunks_per_block", w->chunks_per_block);
-    cJSON_AddNumberToObject(sw, "forwards", w->forwards);
-    cJSON_AddNumberToObject(sw, "predicted_stall_ms", w->predicted_stall_ms);
-    cJSON_AddNumberToObject(sw, "predicted_peak_bytes", (double)w->predicted_peak_bytes);
-    cJSON_AddNumberToObject(sw, "residency", req.residency);
+    cJSON *sw = dit_plan_swap_to_json(&rb[nb].plan->offload.swap, cJSON_GetObjectItem(summary, "offload"));
+    if (!sw || !cJSON_AddNumberToObject(sw, "residency", req.residency)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
   free(bl);
   return s;

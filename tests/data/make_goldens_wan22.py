@@ -744,7 +744,8 @@ def write_ti2v():
     return out_dir, vae, image
 
 
-def run_i2v(pipe, model, steps, image, gen_in, common):
+def run_recording_prepare(pipe, experts, steps, image, gen_in, common):
+    """run_pipeline on an image-to-video pipeline, with what its prepare_latents returned."""
     recorded = {}
     prepare = pipe.prepare_latents
 
@@ -755,12 +756,15 @@ def run_i2v(pipe, model, steps, image, gen_in, common):
 
     pipe.prepare_latents = recording_prepare
     try:
-        latents, per_step, _ = run_pipeline(
-            pipe, [model], steps, image=image, latents=gen_in["init_latents"].clone(), **common
-        )
+        run = run_pipeline(pipe, experts, steps, image=image, latents=gen_in["init_latents"].clone(), **common)
     finally:
         del pipe.prepare_latents
-    _, condition, first_frame_mask = recorded["out"]
+    return run, recorded["out"]
+
+
+def run_i2v(pipe, model, steps, image, gen_in, common):
+    (latents, per_step, _), (_, condition, first_frame_mask) = run_recording_prepare(
+        pipe, [model], steps, image, gen_in, common)
     assert torch.equal(first_frame_mask[0, 0, 0], torch.zeros_like(first_frame_mask[0, 0, 0]))
     assert torch.equal(first_frame_mask[0, 0, 1:], torch.ones_like(first_frame_mask[0, 0, 1:]))
     return condition.contiguous(), {
@@ -775,22 +779,7 @@ def run_i2v_concat(pipe, experts, steps, image, gen_in, common):
     """WanImageToVideoPipeline without expand_timesteps: records the condition (mask ++ image
     latents) its prepare_latents built, checks the mask is the first-frame mask, and returns the
     image latents and the run."""
-    recorded = {}
-    prepare = pipe.prepare_latents
-
-    def recording_prepare(*args, **kwargs):
-        out = prepare(*args, **kwargs)
-        recorded["out"] = out
-        return out
-
-    pipe.prepare_latents = recording_prepare
-    try:
-        latents, per_step, used = run_pipeline(
-            pipe, experts, steps, image=image, latents=gen_in["init_latents"].clone(), **common
-        )
-    finally:
-        del pipe.prepare_latents
-    _, condition = recorded["out"]
+    (latents, per_step, used), (_, condition) = run_recording_prepare(pipe, experts, steps, image, gen_in, common)
     mask, image_latents = condition[:, :4], condition[:, 4:]
     assert torch.equal(mask[:, :, 0], torch.ones_like(mask[:, :, 0])), "mask: first latent frame not all ones"
     assert torch.equal(mask[:, :, 1:], torch.zeros_like(mask[:, :, 1:])), "mask: later latent frames not zero"

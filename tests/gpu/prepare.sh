@@ -22,26 +22,22 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   d=tests/data/wan21_i2v_tiny
   read -r F H W B L N < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['image_tokens'])")
   build/bin/ditc compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" --image-len "$N" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  d=tests/data/wan22_a14b_tiny
-  read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")
-  for b in "$B" "$GB"; do
-    build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  done
-  build/bin/ditc compile "$d" --frames "$F" --height 64 --width 96 --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  # Section 1g: TI2V (forward batch and generate batch), Wan2.1-I2V's generate batch, I2V-A14B.
-  d=tests/data/wan22_ti2v_tiny
-  read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")
-  for b in "$B" "$GB"; do
-    build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  done
+  # Pipeline folder $1 compiled at its meta.json shape for its forward and generate batches.
+  both_batches() {
+    local F H W B L GB
+    read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$1/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")
+    for b in "$B" "$GB"; do
+      build/bin/ditc compile "$1" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+    done
+  }
+  both_batches tests/data/wan22_a14b_tiny
+  build/bin/ditc compile tests/data/wan22_a14b_tiny --frames 9 --height 64 --width 96 --batch 1 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+  # Section 1g: TI2V, Wan2.1-I2V's generate batch, I2V-A14B.
+  both_batches tests/data/wan22_ti2v_tiny
+  both_batches tests/data/wan22_i2v_a14b_tiny
   d=tests/data/wan21_i2v_tiny
   read -r F H W L N GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'], m['image_tokens'], m['generate_batch'])")
   build/bin/ditc compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$GB" --text-len "$L" --image-len "$N" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  d=tests/data/wan22_i2v_a14b_tiny
-  read -r F H W B L GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['generate_batch'])")
-  for b in "$B" "$GB"; do
-    build/bin/ditc compile "$d" --frames "$F" --height "$H" --width "$W" --batch "$b" --text-len "$L" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  done
   . tests/gpu/topologies.sh
   d=tests/data/wan_tiny_b
   for top in "${TINY_TOPOLOGIES[@]}"; do

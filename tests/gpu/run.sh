@@ -55,6 +55,13 @@ step() { echo; echo "=== $*"; }
 check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
 # What the runtime allocates on the device is within the bundle's predicted peak (ditrun's load line).
 mem_within() { "$@" >/dev/null 2>"$W/memlog"; local rc=$?; grep "^ditrun: memory:" "$W/memlog"; [ $rc = 0 ] && grep -q "within the prediction" "$W/memlog"; }
+# Each expert's GPU forward of two-expert bundle $2 against diffusers' outputs in folder $1.
+expert_forwards() {
+  for e in transformer transformer_2; do
+    check mem_within "$BIN/ditrun" forward "$2" --expert "$e" --inputs "$1/forward_inputs.safetensors" --out "$W/fa.safetensors"
+    check "$BIN/st_compare" "$W/fa.safetensors" "$1/forward_output_$e.safetensors" sample 2e-2 0.9999
+  done
+}
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -172,10 +179,7 @@ step "1f. Wan2.2-A14B (tiny, two experts in one bundle): each expert's GPU forwa
 d=tests/data/wan22_a14b_tiny
 read -r F H Wd B L STEPS G G2 S GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['steps'], m['guidance'], m['guidance_2'], m['shift'], m['generate_batch'])")
 ab=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-for e in transformer transformer_2; do
-  check mem_within "$BIN/ditrun" forward "$ab" --expert "$e" --inputs "$d/forward_inputs.safetensors" --out "$W/fa.safetensors"
-  check "$BIN/st_compare" "$W/fa.safetensors" "$d/forward_output_$e.safetensors" sample 2e-2 0.9999
-done
+expert_forwards "$d" "$ab"
 ag=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
 gi="$d/generate_inputs.safetensors"
 check "$BIN/ditrun" generate "$ag" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$W/ga.safetensors"
@@ -230,10 +234,7 @@ check "$BIN/st_compare" "$W/gi.safetensors" "$d/generate_unipc.safetensors" late
 d=tests/data/wan22_i2v_a14b_tiny
 read -r F H Wd B L GB STEPS G G2 S < <(meta "$d" frames height width batch text_len generate_batch steps guidance guidance_2 shift)
 ab=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-for e in transformer transformer_2; do
-  check mem_within "$BIN/ditrun" forward "$ab" --expert "$e" --inputs "$d/forward_inputs.safetensors" --out "$W/fa.safetensors"
-  check "$BIN/st_compare" "$W/fa.safetensors" "$d/forward_output_$e.safetensors" sample 2e-2 0.9999
-done
+expert_forwards "$d" "$ab"
 ag=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
 gi="$d/generate_inputs.safetensors"
 check "$BIN/ditrun" generate "$ag" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --image-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$W/gai.safetensors"
