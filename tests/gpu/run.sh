@@ -31,6 +31,8 @@ OUT=${1:?results dir}
 BUILD=${2:-build-gpu}
 QUICK=${3:-}
 BIN=$BUILD/bin
+# The benchmarks record this commit (tests/gpu/prepare.sh wrote it beside the binaries).
+[ -z "${DIT_COMMIT:-}" ] && [ -s "$BIN/commit" ] && export DIT_COMMIT=$(cat "$BIN/commit")
 export LD_LIBRARY_PATH="$BIN:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
 # NCCL from the system, else from the Python wheel that torch uses.
 if ! ldconfig -p | grep -q libnccl.so.2 && [ ! -e /usr/local/cuda/lib/libnccl.so.2 ]; then
