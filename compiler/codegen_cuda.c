@@ -204,9 +204,20 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       return DIT_OK;
     case DIT_OP_GATED_ADD: {
       const dit_value_t *mod = V(g, op->in[2]);
+      int vec = x->dims[2] % DIT_ABI_VEC == 0;
+      if (op->n_in == 4) {
+        /* The per-token gate unstored: table [1, n, D] + e [B, T, r*D], one batch row per token. */
+        const dit_value_t *e = V(g, op->in[3]);
+        dit_strbuf_printf(s, "#define DIT_K_GATED_ADD 1\n#define MOD_TOK 1\n#define T_X %d\n#define T_Y %d\n#define T_TABLE %d\n"
+               "#define T_E %d\n#define ROWS_E %" PRId64 "\n", dt_code(x->dtype), dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype),
+            dt_code(e->dtype), e->dims[2] / x->dims[2]);
+        dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS 1\n#define D %" PRId64 "\n#define NROWS %" PRId64
+               "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", x->dims[0] * x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"), vec);
+        set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
+        return DIT_OK;
+      }
       dit_strbuf_printf(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
-      int vec = x->dims[2] % DIT_ABI_VEC == 0;
       /* A per-token table [B, T, n, D] is the per-batch form with B*T batch rows of one token. */
       const int per_token = mod->rank == 4;
       dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
@@ -264,6 +275,12 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         dit_strbuf_printf(s, "#define AFFINE %d\n", op->n_in == 3);
         if (op->n_in == 3)
           dit_strbuf_printf(s, "#define T_W %d\n#define T_BIAS %d\n", dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype));
+      } else if (mode == DIT_ABI_NORM_ADALN && op->n_in == 3) {
+        /* The per-token rows unstored: table [1, n, D] + e [B, T, r*D], one batch row per token. */
+        const dit_value_t *tab = V(g, op->in[1]), *e = V(g, op->in[2]);
+        dit_strbuf_printf(s, "#define MOD_TOK 1\n#define T_TABLE %d\n#define T_E %d\n#define ROWS_E %" PRId64 "\n#define TOKENS 1\n"
+               "#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64 "\n#define SCALE_ROW %" PRId64 "\n",
+            dt_code(tab->dtype), dt_code(e->dtype), e->dims[2] / D, tab->dims[1], geti(op, "shift"), geti(op, "scale"));
       } else if (mode == DIT_ABI_NORM_ADALN) {
         const dit_value_t *mod = V(g, op->in[1]);
         /* A per-token table [B, T, n, D]: every row its own batch row (TOKENS 1). */
@@ -475,6 +492,8 @@ static int mlir_spec(const dit_graph_t *g, const dit_op_t *op, dit_mlir_ew_spec_
   const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
   *reason = NULL;
   memset(e, 0, sizeof *e);
+  /* The unstored per-token gate (four operands) stays on the NVRTC kernel. */
+  if (op->kind == DIT_OP_GATED_ADD && op->n_in == 4) return 0;
   e->n = dit_value_numel(y);
   e->out_dtype = y->dtype;
   for (int i = 0; i < op->n_in; i++) {

@@ -943,20 +943,35 @@ static dit_vid_t unary(wan_builder_t *b, dit_op_kind_t k, dit_vid_t x, dit_dtype
   return dit_graph_op(b->g, k, &x, 1, NULL, out, name);
 }
 
-static dit_vid_t adaln(wan_builder_t *b, dit_vid_t x, dit_vid_t mod, int shift, int scale, const char *name) {
+/* A block's modulation: a stored table (per batch item: mod_table's [B, n, D]), or per token
+ * the table and timestep projection that adaln and gated_add add where they use a row (a
+ * [B, T, n, D] table would be written and read again by every block: 2 GB each at 27280
+ * tokens of Wan2.2 TI2V-5B). */
+typedef struct wan_mod {
+  dit_vid_t table, e; /* e < 0: table is mod_table's output */
+} wan_mod_t;
+
+static dit_vid_t adaln(wan_builder_t *b, dit_vid_t x, wan_mod_t mod, int shift, int scale, const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_float(&a, "eps", b->m->wan.eps);
   dit_attrs_set_int(&a, "shift", shift);
   dit_attrs_set_int(&a, "scale", scale);
-  dit_vid_t ins[2] = {x, mod};
-  return dit_graph_op(b->g, DIT_OP_ADALN, ins, 2, &a, b->dt, name);
+  dit_vid_t ins[3] = {x, mod.table, mod.e};
+  return dit_graph_op(b->g, DIT_OP_ADALN, ins, mod.e < 0 ? 2 : 3, &a, b->dt, name);
 }
 
-static dit_vid_t gated(wan_builder_t *b, dit_vid_t x, dit_vid_t y, dit_vid_t mod, int gate, const char *name) {
+static dit_vid_t gated(wan_builder_t *b, dit_vid_t x, dit_vid_t y, wan_mod_t mod, int gate, const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_int(&a, "gate", gate);
-  dit_vid_t ins[3] = {x, y, mod};
-  return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, 3, &a, b->dt, name);
+  dit_vid_t ins[4] = {x, y, mod.table, mod.e};
+  return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, mod.e < 0 ? 3 : 4, &a, b->dt, name);
+}
+
+/* Per batch item mod_table's [B, n, D] table; per token the unsummed operands. */
+static wan_mod_t modulation(wan_builder_t *b, dit_vid_t table, dit_vid_t e, int per_token, const char *name) {
+  if (per_token) return (wan_mod_t){table, e};
+  dit_vid_t in[2] = {table, e};
+  return (wan_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, NULL, DIT_F32, name), -1};
 }
 
 /* RMSNorm over all heads. Split across tensor-parallel ranks, the rows' sums of squares are
@@ -1118,15 +1133,12 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_float(&ra, "theta", 10000.0);
   if (cp > 1) dit_attrs_set_int(&ra, "t0", t0);
 
-  dit_attrs_t pta = {0};
-  dit_attrs_set_int(&pta, "per_token", 1);
   char n[160], k[160];
   for (int64_t i = 0; i < m->wan.layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
 #define NAME(s) (snprintf(n, sizeof n, "blocks.%" PRId64 ".%s", i, s), n)
 #define KEY(s) (snprintf(k, sizeof k, "blocks.%" PRId64 ".%s", i, s), k)
-    dit_vid_t sst_in[2] = {W(b, "%s", KEY("scale_shift_table")), tproj};
-    dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, per_token ? &pta : NULL, DIT_F32, NAME("mod"));
+    wan_mod_t mod = modulation(b, W(b, "%s", KEY("scale_shift_table")), tproj, per_token, NAME("mod"));
 
     dit_vid_t n1 = sp_gather(b, adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
     dit_vid_t q = linear_col(b, n1, KEY("attn1.to_q"), dt, NAME("attn1.q"));
@@ -1227,8 +1239,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
 #undef KEY
   }
   dit_graph_set_block(g, -1);
-  dit_vid_t sst_in[2] = {W(b, "scale_shift_table"), temb};
-  dit_vid_t mod = dit_graph_op(g, DIT_OP_MOD_TABLE, sst_in, 2, per_token ? &pta : NULL, DIT_F32, "out.mod");
+  wan_mod_t mod = modulation(b, W(b, "scale_shift_table"), temb, per_token, "out.mod");
   dit_vid_t no = adaln(b, hs, mod, 0, 1, "norm_out");
   dit_vid_t y = linear(b, no, "proj_out", dt, "proj_out");
   y = sp_gather(b, y, "proj_out.tp_tokens");

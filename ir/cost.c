@@ -48,6 +48,21 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
     case DIT_OP_ROWSUMSQ:
       c.flops = 2.0 * (double)dit_value_numel(x);
       break;
+    case DIT_OP_ADALN:
+    case DIT_OP_GATED_ADD: {
+      c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);
+      /* The unstored per-token form: each token reads only its used rows of e (scale and shift,
+       * or the gate; one row when e has one), plus one add per used element. */
+      const int tok = op->kind == DIT_OP_ADALN ? 3 : 4;
+      if (op->n_in == tok) {
+        const dit_value_t *e = dit_graph_cvalue(g, op->in[tok - 1]);
+        const double used = op->kind == DIT_OP_ADALN ? 2 : 1, rows_e = (double)e->dims[2] / (double)x->dims[2];
+        const double read = (rows_e < used ? rows_e : used) / rows_e;
+        c.bytes -= (1.0 - read) * (double)dit_value_nbytes(e);
+        c.flops += used * (double)dit_value_numel(y);
+      }
+      break;
+    }
     default:
       c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);
       break;

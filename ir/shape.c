@@ -35,6 +35,17 @@ static dit_status_t get_i(const dit_attrs_t *a, const char *op, const char *key,
   return DIT_OK;
 }
 
+/* Checks that the row indices `keys` are inside the n rows of a modulation table. */
+static dit_status_t check_mod_rows(const char *op, int64_t rows, const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
+  for (int k = 0; k < n_keys; k++) {
+    int64_t idx;
+    DIT_RETURN_IF(get_i(attrs, op, keys[k], &idx, 0));
+    if (idx >= rows)
+      FAIL("%s: attribute %s = %" PRId64 " outside mod rows 0..%" PRId64, op, keys[k], idx, rows - 1);
+  }
+  return DIT_OK;
+}
+
 /* Checks that mod is [B, n, D] (one table per batch item) or [B, T, n, D] (one per token of
  * x [B, T, D]) with the row indices `keys` inside n. */
 static dit_status_t check_mod(const char *op, const dit_value_t *x, const dit_value_t *mod,
@@ -49,14 +60,23 @@ static dit_status_t check_mod(const char *op, const dit_value_t *x, const dit_va
       FAIL("%s: mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",n,%" PRId64 "]",
            op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], x->dims[0], x->dims[x->rank - 1]);
   }
-  const int64_t rows = mod->dims[mod->rank - 2];
-  for (int k = 0; k < n_keys; k++) {
-    int64_t idx;
-    DIT_RETURN_IF(get_i(attrs, op, keys[k], &idx, 0));
-    if (idx >= rows)
-      FAIL("%s: attribute %s = %" PRId64 " outside mod rows 0..%" PRId64, op, keys[k], idx, rows - 1);
-  }
-  return DIT_OK;
+  return check_mod_rows(op, mod->dims[mod->rank - 2], attrs, keys, n_keys);
+}
+
+/* The fused per-token form: table [1, n, D] and e [B, T, r*D] (r = 1 or n) of x [B, T, D],
+ * the operands mod_table with per_token = 1 would have summed. */
+static dit_status_t check_mod_tok(const char *op, const dit_value_t *x, const dit_value_t *table, const dit_value_t *e,
+                                  const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
+  DIT_RETURN_IF(need_rank(op, "table", table, 3));
+  DIT_RETURN_IF(need_rank(op, "e", e, 3));
+  const int64_t n = table->dims[1], d = x->dims[x->rank - 1];
+  if (table->dims[0] != 1 || table->dims[2] != d)
+    FAIL("%s: table '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [1,n,%" PRId64 "]", op, table->name, table->dims[0],
+         table->dims[1], table->dims[2], d);
+  if (e->dims[0] != x->dims[0] || e->dims[1] != x->dims[1] || (e->dims[2] != d && e->dims[2] != n * d))
+    FAIL("%s: per-token e '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 ",%" PRId64 " or %" PRId64 "]",
+         op, e->name, e->dims[0], e->dims[1], e->dims[2], x->dims[0], x->dims[1], d, n * d);
+  return check_mod_rows(op, n, attrs, keys, n_keys);
 }
 
 dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins,
@@ -192,7 +212,8 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     case DIT_OP_ADALN: {
       static const char *const keys[] = {"shift", "scale"};
       DIT_RETURN_IF(need_rank(op, "x", x, 3));
-      DIT_RETURN_IF(check_mod(op, x, operand(g, ins, 1), attrs, keys, 2));
+      if (n_in == 3) DIT_RETURN_IF(check_mod_tok(op, x, operand(g, ins, 1), operand(g, ins, 2), attrs, keys, 2));
+      else DIT_RETURN_IF(check_mod(op, x, operand(g, ins, 1), attrs, keys, 2));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
@@ -247,7 +268,8 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       static const char *const keys[] = {"gate"};
       DIT_RETURN_IF(need_rank(op, "x", x, 3));
       if (!same_shape(x, operand(g, ins, 1))) FAIL("%s: x and y differ in shape", op);
-      DIT_RETURN_IF(check_mod(op, x, operand(g, ins, 2), attrs, keys, 1));
+      if (n_in == 4) DIT_RETURN_IF(check_mod_tok(op, x, operand(g, ins, 2), operand(g, ins, 3), attrs, keys, 1));
+      else DIT_RETURN_IF(check_mod(op, x, operand(g, ins, 2), attrs, keys, 1));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }

@@ -121,7 +121,38 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
-#if defined(DIT_K_GATED_ADD)
+#if defined(DIT_K_GATED_ADD) && defined(MOD_TOK)
+// The per-token gate unstored (TOKENS 1, a batch row per token): out[b, d] = x + y * g with
+// g = table[GATE, d] + e[b, (ROWS_E == 1 ? 0 : GATE), d] in fp32, mod_table's sum.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(X) *x, const TY(Y) *y,
+                                                             const TY(TABLE) *table, const TY(E) *e) {
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  const int ge = ROWS_E == 1 ? 0 : GATE;
+#if VEC8  // D a multiple of 8: 8 contiguous elements share one batch row of the gate
+  if (i >= (long long)BATCH * TOKENS * D / DIT_ABI_VEC) return;
+  i *= DIT_ABI_VEC;
+  const int d = (int)(i % D);
+  const long long b = i / ((long long)TOKENS * D);
+  float vx[DIT_ABI_VEC], vy[DIT_ABI_VEC], vt[DIT_ABI_VEC], ve[DIT_ABI_VEC];
+  ld8(x, i, vx);
+  ld8(y, i, vy);
+  ld8(table, (long long)GATE * D + d, vt);
+  ld8(e, (b * ROWS_E + ge) * D + d, ve);
+#pragma unroll
+  for (int k = 0; k < DIT_ABI_VEC; k++) {
+    const float g = vt[k] + ve[k];
+    vx[k] = vx[k] + vy[k] * g;
+  }
+  st8(out, i, vx);
+#else
+  if (i >= (long long)BATCH * TOKENS * D) return;
+  const int d = (int)(i % D);
+  const long long b = i / ((long long)TOKENS * D);
+  const float g = ld(table, (long long)GATE * D + d) + ld(e, (b * ROWS_E + ge) * D + d);
+  st(out, i, ld(x, i) + ld(y, i) * g);
+#endif
+}
+#elif defined(DIT_K_GATED_ADD)
 // out[b, t, d] = x + y * mod[b, GATE, d]
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(X) *x, const TY(Y) *y,
                                                              const TY(MOD) *mod) {
@@ -260,6 +291,8 @@ __device__ __forceinline__ void stc(bf16_t *p, long long i, const float *v) {
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x
 #if MODE == M_LN && AFFINE
                                                              , const TY(W) *w, const TY(BIAS) *bias
+#elif MODE == M_ADALN && defined(MOD_TOK)
+                                                             , const TY(TABLE) *table, const TY(E) *emb
 #elif MODE == M_ADALN
                                                              , const TY(MOD) *mod
 #elif MODE == M_RMS
@@ -316,7 +349,13 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   }
   const float r = rsqrtf(block_sum<DIT_ABI_BLOCK>(ss, scratch) / (float)D + EPS);
 #endif
-#if MODE == M_ADALN
+#if MODE == M_ADALN && defined(MOD_TOK)
+  // The per-token rows unstored (TOKENS 1): table rows plus this token's rows of e, summed in
+  // fp32 as mod_table stores them.
+  const long long b = row / TOKENS;
+  const TY(TABLE) *tsh = table + (long long)SHIFT_ROW * D, *tsc = table + (long long)SCALE_ROW * D;
+  const TY(E) *esh = emb + (b * ROWS_E + (ROWS_E == 1 ? 0 : SHIFT_ROW)) * D, *esc = emb + (b * ROWS_E + (ROWS_E == 1 ? 0 : SCALE_ROW)) * D;
+#elif MODE == M_ADALN
   const long long b = row / TOKENS;
   const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
 #endif
@@ -339,6 +378,18 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
     ldc(bias, d, bv);
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = o[e] * wv[e] + bv[e];
+#elif MODE == M_ADALN && defined(MOD_TOK)
+    float shv[CW], scv[CW], etv[CW];
+    ldc(tsh, d, shv);
+    ldc(esh, d, etv);
+#pragma unroll
+    for (int e = 0; e < CW; e++) shv[e] = shv[e] + etv[e];
+    ldc(tsc, d, scv);
+    ldc(esc, d, etv);
+#pragma unroll
+    for (int e = 0; e < CW; e++) scv[e] = scv[e] + etv[e];
+#pragma unroll
+    for (int e = 0; e < CW; e++) o[e] = o[e] * (1.f + scv[e]) + shv[e];
 #elif MODE == M_ADALN
     float shv[CW], scv[CW];
     ldc(sh, d, shv);

@@ -330,6 +330,10 @@ typedef struct norm_job {
   int shift, scale;
   double eps;
   float *w_f32, *b_f32; /* affine parameters widened once, or NULL */
+  /* The unstored per-token table: tab_f32 [n, D] (widened once) + rows of e [rows, r_e*D]. */
+  const dit_tensor_t *e;
+  float *tab_f32;
+  int64_t r_e;
   dit_cpu_scratch_t scratch;
 } norm_job_t;
 
@@ -359,6 +363,15 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
       for (int64_t d = 0; d < D; d++) out[d] = (float)((x[d] - mean) * rstd);
       if (j->kind == NORM_LAYER && j->w_f32) {
         for (int64_t d = 0; d < D; d++) out[d] = out[d] * j->w_f32[d] + j->b_f32[d];
+      } else if (j->kind == NORM_ADALN && j->tab_f32) {
+        /* mod_table's fp32 sums, kept in arrays so the expression below is the stored form's. */
+        float *sc = t2 + D, *sh = sc + D;
+        const int64_t eb = r * j->r_e * D;
+        const float *es = dit_cpu_row_load(j->e->data, j->e->dtype, eb + (j->r_e == 1 ? 0 : j->scale) * D, D, t1);
+        for (int64_t d = 0; d < D; d++) sc[d] = j->tab_f32[j->scale * D + d] + es[d];
+        es = dit_cpu_row_load(j->e->data, j->e->dtype, eb + (j->r_e == 1 ? 0 : j->shift) * D, D, t1);
+        for (int64_t d = 0; d < D; d++) sh[d] = j->tab_f32[j->shift * D + d] + es[d];
+        for (int64_t d = 0; d < D; d++) out[d] = out[d] * (1.0f + sc[d]) + sh[d];
       } else if (j->kind == NORM_ADALN) {
         const int64_t b = j->per_token ? r : r / j->T, base = b * j->n_mod * D;
         const float *scale = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->scale * D, D, t1);
@@ -385,7 +398,7 @@ static dit_status_t run_norm(dit_cpu_t *c, const char *op, norm_job_t *j) {
   const int64_t rows = j->D > 0 ? dit_tensor_numel(j->x) / j->D : 0;
   dit_status_t s = DIT_OK;
   if (rows > 0) {
-    s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(4 * j->D), &j->scratch);
+    s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)((j->tab_f32 ? 6 : 4) * j->D), &j->scratch);
     if (!s) {
       dit_pool_parallel_for(dit_cpu_pool(c), rows, 8, norm_rows, j);
       dit_cpu_scratch_free(&j->scratch);
@@ -393,6 +406,7 @@ static dit_status_t run_norm(dit_cpu_t *c, const char *op, norm_job_t *j) {
   }
   free(j->w_f32);
   free(j->b_f32);
+  free(j->tab_f32);
   return s;
 }
 
@@ -461,6 +475,48 @@ dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor
   return run_norm(c, op, &j);
 }
 
+/* Checks the fused per-token operands of x [B, T, D]: table [1, n, D], e [B, T, r*D] with
+ * r = 1 or n; sets n and r. */
+static dit_status_t check_tok(const char *op, const dit_tensor_t *x, const dit_tensor_t *table, const dit_tensor_t *e,
+                              int64_t *n, int64_t *r) {
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "table", table));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "e", e));
+  const int64_t D = x->dims[2];
+  if (table->rank != 3 || table->dims[0] != 1 || table->dims[2] != D)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: table has dims %s, expected [1, n, %lld]", op, dit_cpu_dims_str(table, b1), (long long)D);
+  *n = table->dims[1];
+  if (e->rank != 3 || e->dims[0] != x->dims[0] || e->dims[1] != x->dims[1] || (e->dims[2] != D && e->dims[2] != *n * D))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: e has dims %s, expected [%lld, %lld, %lld or %lld] for x %s", op, dit_cpu_dims_str(e, b1),
+                   (long long)x->dims[0], (long long)x->dims[1], (long long)D, (long long)(*n * D), dit_cpu_dims_str(x, b2));
+  *r = e->dims[2] == D ? 1 : *n;
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *table,
+                               const dit_tensor_t *e, double eps, int shift, int scale, dit_tensor_t *y) {
+  static const char *op = "adaln";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(check_eps(op, eps));
+  if (x->rank != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  int64_t n, r;
+  DIT_RETURN_IF(check_tok(op, x, table, e, &n, &r));
+  if (shift < 0 || shift >= n || scale < 0 || scale >= n)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: shift %d / scale %d out of range for table %s (n = %lld)", op, shift, scale,
+                   dit_cpu_dims_str(table, b1), (long long)n);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "table", table));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "e", e));
+  norm_job_t j = {.kind = NORM_ADALN, .x = x, .e = e, .y = y, .D = x->dims[2], .T = x->dims[1], .n_mod = n,
+                  .per_token = 1, .shift = shift, .scale = scale, .eps = eps, .r_e = r};
+  DIT_RETURN_IF(widen(op, "table", table, n * x->dims[2], &j.tab_f32));
+  return run_norm(c, op, &j);
+}
+
 dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                              double eps, dit_tensor_t *y) {
   static const char *op = "rmsnorm";
@@ -488,18 +544,28 @@ typedef struct gated_job {
   int64_t T, D, n;
   int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
   int gate;
+  const dit_tensor_t *e; /* with tab_f32: the unstored per-token gate tab_f32[gate] + e */
+  const float *tab_f32;
+  int64_t r_e;
 } gated_job_t;
 
 static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   gated_job_t *j = ctx;
-  float tx[DIT_EW_CHUNK], ty[DIT_EW_CHUNK], tg[DIT_EW_CHUNK], o[DIT_EW_CHUNK];
+  float tx[DIT_EW_CHUNK], ty[DIT_EW_CHUNK], tg[DIT_EW_CHUNK], tt[DIT_EW_CHUNK], o[DIT_EW_CHUNK];
   for (int64_t r = begin; r < end; r++) {
     const int64_t b = j->per_token ? r : r / j->T;
     for (int64_t s = 0; s < j->D; s += DIT_EW_CHUNK) {
       const int64_t n = j->D - s < DIT_EW_CHUNK ? j->D - s : DIT_EW_CHUNK;
       const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * j->D + s, n, tx);
       const float *y = dit_cpu_row_load(j->y->data, j->y->dtype, r * j->D + s, n, ty);
-      const float *g = dit_cpu_row_load(j->mod->data, j->mod->dtype, (b * j->n + j->gate) * j->D + s, n, tg);
+      const float *g;
+      if (j->tab_f32) {
+        const float *es = dit_cpu_row_load(j->e->data, j->e->dtype, (r * j->r_e + (j->r_e == 1 ? 0 : j->gate)) * j->D + s, n, tg);
+        for (int64_t i = 0; i < n; i++) tt[i] = j->tab_f32[j->gate * j->D + s + i] + es[i];
+        g = tt;
+      } else {
+        g = dit_cpu_row_load(j->mod->data, j->mod->dtype, (b * j->n + j->gate) * j->D + s, n, tg);
+      }
       for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i] * g[i];
       dit_cpu_row_store(j->out->data, j->out->dtype, r * j->D + s, o, n);
     }
@@ -532,6 +598,37 @@ dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
                    .n = n_mod, .per_token = per_token, .gate = gate};
   const int64_t grain = j.D > 0 ? (DIT_EW_GRAIN + j.D - 1) / j.D : 1;
   dit_pool_parallel_for(dit_cpu_pool(c), x->dims[0] * j.T, grain, gated_rows, &j);
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
+                                   const dit_tensor_t *table, const dit_tensor_t *e, int gate,
+                                   dit_tensor_t *out) {
+  static const char *op = "gated_add";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
+  if (x->rank != 3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "x", x));
+  int64_t n, r;
+  DIT_RETURN_IF(check_tok(op, x, table, e, &n, &r));
+  if (gate < 0 || gate >= n)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for table %s (n = %lld)", op, gate, dit_cpu_dims_str(table, b1),
+                   (long long)n);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "table", table));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "e", e));
+  float *tab;
+  DIT_RETURN_IF(widen(op, "table", table, n * x->dims[2], &tab));
+  gated_job_t j = {.x = x, .y = y, .out = out, .T = x->dims[1], .D = x->dims[2], .n = n, .per_token = 1, .gate = gate,
+                   .e = e, .tab_f32 = tab, .r_e = r};
+  const int64_t grain = j.D > 0 ? (DIT_EW_GRAIN + j.D - 1) / j.D : 1;
+  dit_pool_parallel_for(dit_cpu_pool(c), x->dims[0] * j.T, grain, gated_rows, &j);
+  free(tab);
   return DIT_OK;
 }
 

@@ -605,8 +605,9 @@ static void check_temb(const dit_graph_t *g, int per_token, dit_dtype_t dt) {
   }
 }
 
-/* expand_timesteps: timestep [B, tokens], embedded per token; every block's table and the
- * output norm's are per token ([B, T, 6, D] and [B, T, 2, D]); a context-parallel rank embeds
+/* expand_timesteps: timestep [B, tokens], embedded per token; no per-token table is stored:
+ * every block's adaln and gated_add read its scale_shift_table and timestep_proj ([B, T, 6D])
+ * themselves, the output norm the table and temb ([B, T, D]); a context-parallel rank embeds
  * the timesteps of its own tokens only. */
 static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_t *req) {
   dit_shape_request_t r = *req;
@@ -619,11 +620,29 @@ static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_
     const int64_t tokens = 18, local = tokens / cp;
     const dit_value_t *t = input_named(g, "timestep");
     CHECK(t && t->rank == 2 && t->dims[0] == r.batch && t->dims[1] == tokens);
-    const dit_op_t *sl = op_named(g, "time.sinusoid.tokens"), *mod = op_named(g, "blocks.1.mod"), *out = op_named(g, "out.mod");
+    const dit_op_t *sl = op_named(g, "time.sinusoid.tokens");
     CHECK(cp == 1 ? sl == NULL : sl != NULL && dit_attrs_find(&sl->attrs, "t0")->i == local);
-    const dit_value_t *mv = mod ? dit_graph_cvalue(g, mod->out[0]) : NULL, *ov = out ? dit_graph_cvalue(g, out->out[0]) : NULL;
-    CHECK(mv && mv->rank == 4 && mv->dims[1] == local && mv->dims[2] == 6 && mv->dims[3] == D);
-    CHECK(ov && ov->rank == 4 && ov->dims[1] == local && ov->dims[2] == 2 && ov->dims[3] == D);
+    CHECK(op_named(g, "blocks.1.mod") == NULL && op_named(g, "out.mod") == NULL);
+    for (int32_t i = 0; i < dit_graph_num_ops(g); i++) CHECK(dit_graph_cop_at(g, i)->kind != DIT_OP_MOD_TABLE);
+    const dit_op_t *tp = op_named(g, "timestep_proj"), *temb = op_named(g, "temb");
+    const struct {
+      const char *name;
+      dit_op_kind_t kind;
+      int n_in;
+      int64_t rows;
+      const dit_op_t *e;
+    } uses[] = {{"blocks.1.norm1", DIT_OP_ADALN, 3, 6, tp}, {"blocks.1.attn1.residual", DIT_OP_GATED_ADD, 4, 6, tp},
+                {"blocks.1.norm3", DIT_OP_ADALN, 3, 6, tp}, {"blocks.1.ffn.residual", DIT_OP_GATED_ADD, 4, 6, tp},
+                {"norm_out", DIT_OP_ADALN, 3, 2, temb}};
+    for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++) {
+      const dit_op_t *op = op_named(g, uses[u].name);
+      CHECK(op && op->kind == uses[u].kind && op->n_in == uses[u].n_in && uses[u].e);
+      if (!op || op->n_in != uses[u].n_in || !uses[u].e) continue;
+      const dit_value_t *tab = dit_graph_cvalue(g, op->in[op->n_in - 2]), *e = dit_graph_cvalue(g, op->in[op->n_in - 1]);
+      CHECK(tab->rank == 3 && tab->dims[0] == 1 && tab->dims[1] == uses[u].rows && tab->dims[2] == D);
+      CHECK(op->in[op->n_in - 1] == uses[u].e->out[0]);
+      CHECK(e->rank == 3 && e->dims[1] == local && e->dims[2] == (uses[u].rows == 6 ? 6 * D : D));
+    }
     check_temb(g, 1, r.dtype);
     dit_graph_destroy(g);
   }

@@ -2,7 +2,9 @@
  * per-token forms of timestep_embed, mod_table, adaln and gated_add; the CPU kernels against
  * naive references and against the per-batch form applied to each token as a batch item of its
  * own (bit for bit); the refusals of mismatched operands; and, where NVRTC is present, the GPU
- * specializations of every per-token form compiling for sm_90. Also the cast op that lets the
+ * specializations of every per-token form compiling for sm_90. The unstored form (adaln and
+ * gated_add reading the table and e themselves) against mod_table then the stored form, bit for
+ * bit, its refusals and its kernels. Also the cast op that lets the
  * per-token time embedder run as fp32 GEMMs: its rounding (ties to even), that an fp32 linear
  * then a cast gives the bytes of a linear storing bf16 itself, its shape rule, its kernel, and
  * the code generator's choice of cuBLASLt for fp32 linears with many rows. */
@@ -141,11 +143,14 @@ static void test_adaln_gated(void) {
   free(mb.data), free(ref), free(x.data), free(yv.data), free(mod.data), free(y.data), free(yb.data);
 }
 
-/* The graph's shape rules: the per-token forms' shapes, and mismatches refused at build time. */
-static dit_graph_t *per_token_graph(int64_t mod_tokens, dit_vid_t *out_ops) {
+/* The graph's shape rules: the per-token forms' shapes, and mismatches refused at build time.
+ * fused: adaln and gated_add read the table and e [B, T, n*d] (bf16, as timestep_proj) rather
+ * than mod_table's output, and an output-norm adaln reads a two-row table and e [B, T, d]. */
+static dit_graph_t *per_token_graph_d(int64_t mod_tokens, int fused, int64_t d, dit_vid_t *out_ops) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
-  const int64_t td[2] = {B, T}, xd[3] = {B, mod_tokens, D}, tbl[3] = {1, N, D}, w1[2] = {N * D, 32};
+  const int64_t td[2] = {B, T}, xd[3] = {B, mod_tokens, d}, tbl[3] = {1, N, d}, tbl2[3] = {1, 2, d}, w1[2] = {N * d, 32},
+                w2[2] = {d, 32};
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 2, td);
   dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 3, xd);
   dit_attrs_t ta = {0};
@@ -156,22 +161,33 @@ static dit_graph_t *per_token_graph(int64_t mod_tokens, dit_vid_t *out_ops) {
   dit_attrs_set_float(&ta, "scale", 1);
   out_ops[0] = dit_graph_op(g, DIT_OP_TIMESTEP_EMBED, &t, 1, &ta, DIT_F32, "sinusoid");
   dit_vid_t lin[2] = {out_ops[0], dit_graph_weight(g, "proj", DIT_F32, 2, w1)};
-  dit_vid_t e = dit_graph_op(g, DIT_OP_LINEAR, lin, 2, NULL, DIT_F32, "proj");
+  dit_vid_t e = dit_graph_op(g, DIT_OP_LINEAR, lin, 2, NULL, fused ? DIT_BF16 : DIT_F32, "proj");
+  dit_vid_t table = dit_graph_weight(g, "table", DIT_F32, 3, tbl);
   dit_attrs_t pa = {0};
   dit_attrs_set_int(&pa, "per_token", 1);
-  dit_vid_t mi[2] = {dit_graph_weight(g, "table", DIT_F32, 3, tbl), e};
-  out_ops[1] = dit_graph_op(g, DIT_OP_MOD_TABLE, mi, 2, &pa, DIT_F32, "mod");
+  dit_vid_t mi[2] = {table, e};
+  out_ops[1] = fused ? e : dit_graph_op(g, DIT_OP_MOD_TABLE, mi, 2, &pa, DIT_F32, "mod");
   dit_attrs_t aa = {0};
   dit_attrs_set_float(&aa, "eps", 1e-6);
   dit_attrs_set_int(&aa, "shift", 0);
   dit_attrs_set_int(&aa, "scale", 1);
-  dit_vid_t ai[2] = {x, out_ops[1]};
-  out_ops[2] = dit_graph_op(g, DIT_OP_ADALN, ai, 2, &aa, DIT_BF16, "adaln");
+  dit_vid_t ai[3] = {x, fused ? table : out_ops[1], e};
+  out_ops[2] = dit_graph_op(g, DIT_OP_ADALN, ai, fused ? 3 : 2, &aa, DIT_BF16, "adaln");
   dit_attrs_t ga = {0};
   dit_attrs_set_int(&ga, "gate", 2);
-  dit_vid_t gi[3] = {x, out_ops[2], out_ops[1]};
-  out_ops[3] = dit_graph_op(g, DIT_OP_GATED_ADD, gi, 3, &ga, DIT_BF16, "gated");
+  dit_vid_t gi[4] = {x, out_ops[2], fused ? table : out_ops[1], e};
+  out_ops[3] = dit_graph_op(g, DIT_OP_GATED_ADD, gi, fused ? 4 : 3, &ga, DIT_BF16, "gated");
+  if (fused) {
+    dit_vid_t l2[2] = {out_ops[0], dit_graph_weight(g, "proj2", DIT_F32, 2, w2)};
+    dit_vid_t e1 = dit_graph_op(g, DIT_OP_LINEAR, l2, 2, NULL, DIT_BF16, "temb");
+    dit_vid_t oi[3] = {out_ops[3], dit_graph_weight(g, "table2", DIT_F32, 3, tbl2), e1};
+    dit_graph_op(g, DIT_OP_ADALN, oi, 3, &aa, DIT_BF16, "norm_out");
+  }
   return g;
+}
+
+static dit_graph_t *per_token_graph(int64_t mod_tokens, dit_vid_t *out_ops) {
+  return per_token_graph_d(mod_tokens, 0, D, out_ops);
 }
 
 static void test_shapes(void) {
@@ -187,6 +203,73 @@ static void test_shapes(void) {
   dit_status_t st = dit_graph_status(g); /* owned by the graph */
   CHECK(st && dit_status_code(st) == DIT_CODE_INVALID_ARGUMENT && strstr(dit_status_message(st), "per-token mod"));
   dit_graph_destroy(g);
+  /* The unstored form: adaln and gated_add keep x's shape; e of another token count is refused. */
+  g = per_token_graph_d(T, 1, D, v);
+  CHECK(dit_graph_status(g) == DIT_OK);
+  const dit_value_t *a = dit_graph_cvalue(g, v[2]), *ga = dit_graph_cvalue(g, v[3]);
+  CHECK(a && a->rank == 3 && a->dims[1] == T && a->dims[2] == D && ga && ga->rank == 3 && ga->dims[1] == T);
+  dit_graph_destroy(g);
+  g = per_token_graph_d(T + 1, 1, D, v);
+  st = dit_graph_status(g);
+  CHECK(st && dit_status_code(st) == DIT_CODE_INVALID_ARGUMENT && strstr(dit_status_message(st), "adaln: per-token e 'proj'"));
+  dit_graph_destroy(g);
+  /* A table whose rows are not x's width is refused too. */
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[3] = {B, T, D}, tb[3] = {1, N, D + 8}, ed[3] = {B, T, N * D};
+  dit_vid_t in[3] = {dit_graph_input(g, "x", DIT_F32, 3, xd), dit_graph_weight(g, "table", DIT_F32, 3, tb),
+                     dit_graph_input(g, "e", DIT_F32, 3, ed)};
+  dit_attrs_t aa = {0};
+  dit_attrs_set_float(&aa, "eps", 1e-6);
+  dit_attrs_set_int(&aa, "shift", 0);
+  dit_attrs_set_int(&aa, "scale", 1);
+  dit_graph_op(g, DIT_OP_ADALN, in, 3, &aa, DIT_F32, "adaln");
+  st = dit_graph_status(g);
+  CHECK(st && strstr(dit_status_message(st), "adaln: table 'table' is [1,6,32], expected [1,n,24]"));
+  dit_graph_destroy(g);
+}
+
+/* The unstored per-token form on the CPU: adaln and gated_add given the table and e give the
+ * bytes of mod_table's stored table then the stored form, for e with n rows per token
+ * (timestep_proj) and with one (the output norm's temb), in fp32 and bf16. */
+static void test_fused_cpu(void) {
+  for (int r = 1; r <= N; r += N - 1)
+    for (int bf = 0; bf <= 1; bf++) {
+      const int64_t xd[3] = {B, T, D}, td[3] = {1, N, D}, ed[3] = {B, T, r * D}, md[4] = {B, T, N, D};
+      dit_tensor_t x = f32(3, xd, 1), yv = f32(3, xd, 1), table = f32(3, td, 1), e32 = f32(3, ed, 1), mod = f32(4, md, 0);
+      dit_tensor_t y = f32(3, xd, 0), yf = f32(3, xd, 0);
+      dit_tensor_t e = e32;
+      uint16_t *eb = NULL;
+      if (bf) {
+        eb = malloc(sizeof(uint16_t) * (size_t)dit_tensor_numel(&e32));
+        e.dtype = DIT_BF16, e.data = eb;
+        CHECK_OK(dit_cpu_cast(&g_cpu, &e32, &e));
+      }
+      CHECK_OK(dit_cpu_mod_table(&g_cpu, &table, &e, &mod));
+      for (int sh = 0; sh < N; sh += 3) {
+        CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, sh, sh + 1, &y));
+        CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, 1e-6, sh, sh + 1, &yf));
+        CHECK(same_bytes(&y, &yf));
+        CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, sh + 2, &y));
+        CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, sh + 2, &yf));
+        CHECK(same_bytes(&y, &yf));
+      }
+      /* The rows really are per token and per row: another e changes the result. */
+      ((float *)table.data)[1 * D + 3] += 1.0f;
+      CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, 1e-6, 0, 1, &yf));
+      CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, 0, 1, &y));
+      CHECK(!same_bytes(&y, &yf));
+      free(x.data), free(yv.data), free(table.data), free(e32.data), free(mod.data), free(y.data), free(yf.data), free(eb);
+    }
+  /* Mismatched operands are refused, naming them. */
+  const int64_t xd[3] = {B, T, D}, td[3] = {1, N, D}, ed[3] = {B, T + 1, N * D}, e2[3] = {B, T, 2 * D}, tb[2] = {N, D};
+  dit_tensor_t x = f32(3, xd, 1), table = f32(3, td, 1), e = f32(3, ed, 1), ew = f32(3, e2, 1), t2 = f32(2, tb, 1), y = f32(3, xd, 0);
+  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "adaln: e has dims [2, 6, 144], expected [2, 5, 24 or 144]");
+  CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &x, &table, &ew, 2, &y), INVALID_ARGUMENT, "gated_add: e has dims [2, 5, 48]");
+  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &t2, &e, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "adaln: table has dims [6, 24], expected [1, n, 24]");
+  dit_tensor_t ee = f32(3, (const int64_t[3]){B, T, N * D}, 1);
+  CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &x, &table, &ee, N, &y), INVALID_ARGUMENT, "gated_add: gate 6 out of range");
+  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &ee, 1e-6, N, 1, &y), INVALID_ARGUMENT, "adaln: shift 6 / scale 1 out of range");
+  free(x.data), free(table.data), free(e.data), free(ew.data), free(t2.data), free(y.data), free(ee.data);
 }
 
 /* Every per-token specialization compiles for sm_90 through NVRTC (and MLIR where the gated
@@ -197,7 +280,9 @@ static void test_codegen(void) {
   CHECK_OK(dit_cuda_codegen_create("sm_90", check_tmpdir("per_token_codegen"), &cg));
   if (!cg) return;
   dit_vid_t v[4];
-  dit_graph_t *g = per_token_graph(T, v);
+  /* The stored table, then the unstored form with D a multiple of 8 (VEC8) and not. */
+  for (int form = 0; form < 3; form++) {
+  dit_graph_t *g = per_token_graph_d(T, form > 0, form == 2 ? 12 : D, v);
   CHECK(dit_graph_status(g) == DIT_OK);
   for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
@@ -214,6 +299,7 @@ static void test_codegen(void) {
     CHECK(mod.cubin && mod.cubin_size > 0);
   }
   dit_graph_destroy(g);
+  }
   dit_cuda_codegen_destroy(cg);
 #endif
 }
@@ -376,6 +462,7 @@ int main(void) {
   test_mod_table();
   test_adaln_gated();
   test_shapes();
+  test_fused_cpu();
   test_cast_values();
   test_cast_after_linear();
   test_cast_shape();
