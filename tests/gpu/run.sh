@@ -219,7 +219,7 @@ tb=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch 
 check mem_within "$BIN/ditrun" forward "$tb" --inputs "$d/forward_inputs.safetensors" --out "$W/ft.safetensors"
 check "$BIN/st_compare" "$W/ft.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999
 check "$BIN/ditrun" compare "$tb" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
-"$BIN/ditrun" compare "$tb" --inputs "$d/forward_inputs.safetensors" | grep -E "^(timestep_embed|mod_table|adaln|gated_add) " | head -8
+"$BIN/ditrun" compare "$tb" --inputs "$d/forward_inputs.safetensors" | grep -E "^(timestep_embed|cast|adaln|gated_add) " | head -8
 tg=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --batch "$GB" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
 gi="$d/generate_inputs.safetensors"
 run5=(--prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc)
