@@ -572,18 +572,26 @@ static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   }
 }
 
-dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
-                               const dit_tensor_t *mod, int gate, dit_tensor_t *out) {
-  static const char *op = "gated_add";
+/* gated_add's x, y and out, whichever form its modulation takes: float [B, T, D], out apart. */
+static dit_status_t check_gated_xy(const char *op, const dit_tensor_t *x, const dit_tensor_t *y, const dit_tensor_t *out) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
   DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
   DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
   if (x->rank != 3)
     return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "x", x));
+  return dit_cpu_check_no_alias(op, "out", out, "y", y);
+}
+
+dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
+                               const dit_tensor_t *mod, int gate, dit_tensor_t *out) {
+  static const char *op = "gated_add";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(check_gated_xy(op, x, y, out));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
   const int per_token = mod->rank == 4;
   const int64_t want[4] = {x->dims[0], per_token ? x->dims[1] : -1, per_token ? -1 : x->dims[2], x->dims[2]};
   DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
@@ -591,8 +599,6 @@ dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
   if (gate < 0 || gate >= n_mod)
     return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for mod %s (n = %lld)", op, gate,
                    dit_cpu_dims_str(mod, b1), (long long)n_mod);
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "y", y));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "mod", mod));
   gated_job_t j = {.x = x, .y = y, .mod = mod, .out = out, .T = x->dims[1], .D = x->dims[2],
                    .n = n_mod, .per_token = per_token, .gate = gate};
@@ -606,20 +612,12 @@ dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const di
                                    dit_tensor_t *out) {
   static const char *op = "gated_add";
   char b1[DIT_CPU_DIMS_BUF];
-  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
-  if (x->rank != 3)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
-  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "x", x));
+  DIT_RETURN_IF(check_gated_xy(op, x, y, out));
   int64_t n, r;
   DIT_RETURN_IF(check_tok(op, x, table, e, &n, &r));
   if (gate < 0 || gate >= n)
     return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for table %s (n = %lld)", op, gate, dit_cpu_dims_str(table, b1),
                    (long long)n);
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "y", y));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "table", table));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "e", e));
   float *tab;

@@ -152,28 +152,6 @@ VAE22_LATENTS_STD = [
     0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
 ]
 
-# Tiny VAE of the published Wan2.2 shape: patch 2 then three 2x downsamples = 16x spatial,
-# two temporal downsamples = 4x temporal, residual down/up blocks, 48 latent channels.
-TINY_VAE22 = dict(
-    base_dim=8,
-    decoder_base_dim=8,
-    z_dim=48,
-    dim_mult=[1, 2, 4, 4],
-    num_res_blocks=1,
-    attn_scales=[],
-    temperal_downsample=[False, True, True],
-    dropout=0.0,
-    latents_mean=VAE22_LATENTS_MEAN,
-    latents_std=VAE22_LATENTS_STD,
-    is_residual=True,
-    in_channels=12,
-    out_channels=12,
-    patch_size=2,
-    scale_factor_temporal=4,
-    scale_factor_spatial=16,
-)
-
-
 # Tiny VAE of the Wan2.1 shape (z_dim 16, 8x spatial, 4x temporal, the class's default latent
 # statistics, which are Wan2.1's): Wan2.1-I2V and Wan2.2-I2V-A14B encode their image with it.
 TINY_VAE21 = dict(
@@ -184,6 +162,21 @@ TINY_VAE21 = dict(
     attn_scales=[],
     temperal_downsample=[False, True, True],
     dropout=0.0,
+)
+# Tiny VAE of the published Wan2.2 shape: patch 2 then three 2x downsamples = 16x spatial,
+# two temporal downsamples = 4x temporal, residual down/up blocks, 48 latent channels.
+TINY_VAE22 = dict(
+    TINY_VAE21,
+    decoder_base_dim=8,
+    z_dim=48,
+    latents_mean=VAE22_LATENTS_MEAN,
+    latents_std=VAE22_LATENTS_STD,
+    is_residual=True,
+    in_channels=12,
+    out_channels=12,
+    patch_size=2,
+    scale_factor_temporal=4,
+    scale_factor_spatial=16,
 )
 I2V_SHIFT = 3.0  # Wan2.1-I2V at 480p, as diffusers' examples set it
 
