@@ -1,8 +1,9 @@
 /* The Wan frontend: WanTransformer3DModel as diffusers defines it, read from config.json and
- * safetensors (or a Wan pipeline directory: model_index.json, transformer/, transformer_2/,
- * scheduler/, vae/), validated, and built into a graph for one shape. */
+ * safetensors (or a Wan pipeline directory through pipeline.c: transformer/ and
+ * transformer_2/ loaded here), validated, and built into a graph for one shape from the
+ * shared blocks (blocks.h). */
 #include <inttypes.h>
-#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "compiler/frontend.h"
+#include "compiler/frontends/blocks.h"
+#include "compiler/frontends/pipeline.h"
 
 /* ---- config ---- */
 
@@ -174,183 +177,7 @@ dit_status_t dit_model_config_parse(const char *text, size_t len, const char *wh
   return s;
 }
 
-/* ---- pipelines and schedulers ---- */
-
-/* A view of member `key` of o (NULL when absent), to label a message about it. */
-static dit_json_t at_member(const dit_json_t *o, const char *key) {
-  dit_json_t r = *o;
-  r.v = cJSON_IsObject(o->v) ? cJSON_GetObjectItemCaseSensitive(o->v, key) : NULL;
-  dit_json_path_key(r.path, o->path, key);
-  return r;
-}
-
-/* A model_index.json component entry: [library, class], or [null, null] for a slot the
- * pipeline leaves empty (*out_present = 0). */
-static dit_status_t component(const dit_json_t *root, const char *key, char lib[32], char cls[64], int *out_present) {
-  dit_json_t a, e[2];
-  size_t n = 0;
-  *out_present = 0;
-  lib[0] = cls[0] = 0;
-  if (!dit_json_has(root, key)) return DIT_OK;
-  DIT_RETURN_IF(dit_json_array(root, key, 2, &a, &n));
-  dit_json_iter_t it;
-  dit_json_iter_init(&a, &it);
-  for (size_t i = 0; i < n; i++) dit_json_iter_next(&it, &e[i]);
-  if (n == 2 && cJSON_IsNull(e[0].v) && cJSON_IsNull(e[1].v)) return DIT_OK;
-  if (n != 2) return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "expected a [library, class] pair of strings, found %zu entries", n);
-  const char *l = NULL, *c = NULL;
-  DIT_RETURN_IF(dit_json_as_str(&e[0], 31, false, &l));
-  DIT_RETURN_IF(dit_json_as_str(&e[1], 63, false, &c));
-  snprintf(lib, 32, "%s", l);
-  snprintf(cls, 64, "%s", c);
-  *out_present = 1;
-  return DIT_OK;
-}
-
-/* An optional member: absent and null both leave the default. */
-static bool has_value(const dit_json_t *o, const char *key) {
-  dit_json_t v = at_member(o, key);
-  return v.v && !cJSON_IsNull(v.v);
-}
-
-/* A [library, class] entry naming a diffusers transformer; *present 0 for [null, null]. */
-static dit_status_t transformer_entry(const dit_json_t *root, const char *key, char cls[64], int *present) {
-  char lib[32];
-  DIT_RETURN_IF(component(root, key, lib, cls, present));
-  if (*present && strcmp(lib, "diffusers")) {
-    char q[96];
-    dit_json_quote(lib, q);
-    dit_json_t v = at_member(root, key);
-    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "library %s: expected \"diffusers\"", q);
-  }
-  return DIT_OK;
-}
-
-static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
-  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", NULL};
-  dit_json_t v;
-  char lib[32];
-  int present = 0, which = 0;
-  DIT_RETURN_IF(dit_json_str_copy(root, "_class_name", out->class_name, sizeof out->class_name, false));
-  dit_status_t s = dit_json_enum(root, "_class_name", pipelines, &which);
-  if (s && dit_status_code(s) == DIT_CODE_INVALID_ARGUMENT) {
-    /* A well-formed name of a pipeline this build does not read (video-to-video, VACE, ...). */
-    dit_status_free(s);
-    char q[96];
-    dit_json_quote(out->class_name, q);
-    v = at_member(root, "_class_name");
-    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: WanPipeline, WanImageToVideoPipeline", q);
-  }
-  DIT_RETURN_IF(s);
-  DIT_RETURN_IF(transformer_entry(root, "transformer", out->transformer_class, &present));
-  if (!present) {
-    v = at_member(root, "transformer");
-    return dit_json_error(&v, DIT_CODE_NOT_FOUND, "missing: the pipeline names no transformer");
-  }
-  /* Wan2.2's A14B pipelines pair two experts switched at boundary_ratio; TI2V and Wan2.1
-   * leave the second slot [null, null] and the ratio null. */
-  int two = 0;
-  DIT_RETURN_IF(transformer_entry(root, "transformer_2", out->transformer_2_class, &two));
-  if (has_value(root, "boundary_ratio")) {
-    v = at_member(root, "boundary_ratio");
-    double r = 0;
-    DIT_RETURN_IF(dit_json_as_num(&v, -1e300, 1e300, &r));
-    char f[40];
-    dit_json_fmt_num(r, f);
-    if (!(r > 0 && r <= 1)) return dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "expected a number in (0, 1], found %s", f);
-    if (!two)
-      return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
-                            "found %s, but the pipeline has no transformer_2 to switch to; expected null", f);
-    out->has_boundary_ratio = 1;
-    out->boundary_ratio = r;
-  } else if (two) {
-    v = at_member(root, "boundary_ratio");
-    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
-                          "missing: a pipeline with transformer_2 (%s) needs the ratio at which it takes over",
-                          out->transformer_2_class);
-  }
-  if (has_value(root, "expand_timesteps")) {
-    bool b = false;
-    DIT_RETURN_IF(dit_json_bool(root, "expand_timesteps", &b));
-    out->expand_timesteps = b;
-  }
-  return component(root, "scheduler", lib, out->scheduler_class, &present);
-}
-
-dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *what, dit_pipeline_index_t *out) {
-  memset(out, 0, sizeof *out);
-  dit_json_doc_t *doc = NULL;
-  dit_json_t root;
-  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
-  dit_status_t s = dit_json_root(doc, &root);
-  if (!s) s = pipeline_index_read(&root, out);
-  dit_json_doc_free(doc);
-  return s;
-}
-
-dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char *what, dit_scheduler_defaults_t *out) {
-  static const char *const predictions[] = {"epsilon", "v_prediction", "sample", "flow_prediction", NULL};
-  memset(out, 0, sizeof *out);
-  dit_json_doc_t *doc = NULL;
-  dit_json_t root;
-  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
-  dit_status_t s = dit_json_root(doc, &root);
-  if (!s) s = dit_json_str_copy(&root, "_class_name", out->class_name, sizeof out->class_name, false);
-  /* diffusers' defaults: FlowMatchEuler is flow matching through and through (its shift is
-   * "shift"); UniPC and the other multistep solvers predict epsilon unless told, and call the
-   * flow shift "flow_shift". */
-  const int euler = !s && !strncmp(out->class_name, "FlowMatch", 9);
-  out->num_train_timesteps = 1000;
-  out->shift = 1.0;
-  out->use_flow_sigmas = euler;
-  snprintf(out->prediction_type, sizeof out->prediction_type, "%s", euler ? "flow_prediction" : "epsilon");
-  const char *shift_key = euler ? "shift" : "flow_shift";
-  if (!s && has_value(&root, "num_train_timesteps")) s = dit_json_int(&root, "num_train_timesteps", 1, 1000000, &out->num_train_timesteps);
-  if (!s && has_value(&root, shift_key)) s = dit_json_num(&root, shift_key, 1e-3, 1e3, &out->shift);
-  if (!s && has_value(&root, "use_flow_sigmas")) {
-    bool b = false;
-    s = dit_json_bool(&root, "use_flow_sigmas", &b);
-    out->use_flow_sigmas = b || euler;
-  }
-  if (!s && has_value(&root, "prediction_type")) {
-    int k = 0;
-    s = dit_json_enum(&root, "prediction_type", predictions, &k);
-    if (!s) snprintf(out->prediction_type, sizeof out->prediction_type, "%s", predictions[k]);
-  }
-  if (!s) out->present = 1;
-  dit_json_doc_free(doc);
-  return s;
-}
-
-dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what, dit_vae_factors_t *out) {
-  memset(out, 0, sizeof *out);
-  dit_json_doc_t *doc = NULL;
-  dit_json_t root, v;
-  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
-  dit_status_t s = dit_json_root(doc, &root);
-  char cls[64] = "";
-  if (!s) s = dit_json_str_copy(&root, "_class_name", cls, sizeof cls, false);
-  if (!s && strcmp(cls, "AutoencoderKLWan")) {
-    char q[96];
-    dit_json_quote(cls, q);
-    v = at_member(&root, "_class_name");
-    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"AutoencoderKLWan\"", q);
-  }
-  /* diffusers' AutoencoderKLWan defaults; Wan2.2's VAE sets 16 and 48. */
-  int64_t sp = 8, tm = 4, z = 16;
-  if (!s && has_value(&root, "scale_factor_spatial")) s = dit_json_int(&root, "scale_factor_spatial", 1, 64, &sp);
-  if (!s && has_value(&root, "scale_factor_temporal")) s = dit_json_int(&root, "scale_factor_temporal", 1, 64, &tm);
-  if (!s && has_value(&root, "z_dim")) s = dit_json_int(&root, "z_dim", 1, 4096, &z);
-  if (!s) {
-    out->spatial = (int)sp;
-    out->temporal = (int)tm;
-    out->z_dim = z;
-    snprintf(out->source, sizeof out->source, "vae/config.json");
-  }
-  dit_json_doc_free(doc);
-  return s;
-}
-
+/* Refuses two experts whose configs differ in any Wan field. */
 dit_status_t dit_expert_configs_match(const cJSON *a, const char *a_what, const cJSON *b, const char *b_what) {
   for (size_t f = 0; f < N_WAN_FIELDS; f++) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, kWanFields[f].key);
@@ -579,50 +406,6 @@ static dit_status_t wan_check_weights(const dit_wan_config_t *w, const dit_safet
 
 /* ---- loading ---- */
 
-#define CONFIG_MAX_BYTES (1 << 20)
-
-static dit_status_t read_small(const char *path, char **text, size_t *len) {
-  return dit_file_read(path, CONFIG_MAX_BYTES, text, len);
-}
-
-/* A diffusers pipeline directory: model_index.json names the transformers (read from
- * transformer/ and transformer_2/) and the scheduler, whose config gives the sampler's
- * defaults; vae/config.json, when present, gives the VAE factors. */
-static dit_status_t load_pipeline(dit_model_t *m, const char *dir) {
-  char path[4200], *text = NULL;
-  size_t len = 0;
-  DIT_RETURN_IF(dit_path_join(path, sizeof path, dir, "model_index.json"));
-  DIT_RETURN_IF(read_small(path, &text, &len));
-  dit_status_t s = dit_pipeline_index_parse(text, len, path, &m->pipeline.index);
-  free(text);
-  text = NULL;
-  if (!s) s = dit_path_join(m->model_dir, sizeof m->model_dir, dir, "transformer");
-  if (!s && !dit_is_dir(m->model_dir))
-    s = DIT_ERR(NOT_FOUND, "%s: names a transformer (%s), but %s is not a directory", path,
-                m->pipeline.index.transformer_class, m->model_dir);
-  dit_expert_t *e2 = &m->pipeline.experts[1];
-  if (!s && m->pipeline.index.transformer_2_class[0]) {
-    s = dit_path_join(e2->dir, sizeof e2->dir, dir, "transformer_2");
-    if (!s && !dit_is_dir(e2->dir))
-      s = DIT_ERR(NOT_FOUND, "%s: names a second transformer (%s), but %s is not a directory", path,
-                  m->pipeline.index.transformer_2_class, e2->dir);
-  }
-  char sub[4200];
-  if (!s) s = dit_path_join(sub, sizeof sub, dir, "scheduler/scheduler_config.json");
-  if (!s && dit_path_exists(sub)) {
-    s = read_small(sub, &text, &len);
-    if (!s) s = dit_scheduler_config_parse(text, len, sub, &m->pipeline.scheduler);
-    free(text);
-    text = NULL;
-  }
-  if (!s) s = dit_path_join(sub, sizeof sub, dir, "vae/config.json");
-  if (!s && dit_path_exists(sub)) {
-    s = read_small(sub, &text, &len);
-    if (!s) s = dit_vae_config_parse(text, len, sub, &m->pipeline.vae);
-    free(text);
-  }
-  return s;
-}
 
 /* transformer_2/: its config must equal transformer/'s but for the weights, and its weights
  * must fit it. */
@@ -632,7 +415,7 @@ static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
   size_t len = 0;
   DIT_RETURN_IF(dit_path_join(path, sizeof path, e->dir, "config.json"));
   DIT_RETURN_IF(dit_path_join(first, sizeof first, m->model_dir, "config.json"));
-  DIT_RETURN_IF(read_small(path, &text, &len));
+  DIT_RETURN_IF(dit_pipeline_file_read(path, &text, &len));
   dit_model_t *t = calloc(1, sizeof *t);
   dit_status_t s = t ? dit_model_config_parse(text, len, path, t) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   free(text);
@@ -672,10 +455,10 @@ dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_mode
   if (!s && !dit_is_dir(model_dir)) s = DIT_ERR(NOT_FOUND, "%s: not a model directory", model_dir);
   if (!s && !dit_path_exists(path) && dit_path_exists(index)) {
     snprintf(m->pipeline.dir, sizeof m->pipeline.dir, "%s", model_dir);
-    s = load_pipeline(m, model_dir);
+    s = dit_pipeline_dir_read(m, model_dir);
     if (!s) s = dit_path_join(path, sizeof path, m->model_dir, "config.json");
   }
-  if (!s) s = read_small(path, &text, &len);
+  if (!s) s = dit_pipeline_file_read(path, &text, &len);
   if (!s) s = dit_model_config_parse(text, len, path, m);
   if (!s && m->pipeline.index.transformer_class[0] && strcmp(m->pipeline.index.transformer_class, m->model_class))
     s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer': class \"%s\", but %s says \"%s\"", index,
@@ -819,187 +602,8 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
 
 /* ---- graph ---- */
 
-typedef struct wan_builder {
-  dit_graph_t *g;
-  const dit_model_t *m;
-  dit_dtype_t dt; /* activation storage dtype */
-  int tp, rank;   /* tensor-parallel degree and rank */
-  int cp, cp_rank, cp_mode;
-  int sp; /* norms, modulation and residuals on 1/tp of the tokens; gather before, reduce-scatter after */
-  dit_status_t err; /* first error of a two-output op (the graph records single-output ones) */
-} wan_builder_t;
-
-static void op2(wan_builder_t *b, dit_op_kind_t kind, const dit_vid_t *ins, int n_in, const dit_attrs_t *a,
-                const dit_dtype_t dts[2], const char *name, dit_vid_t out[2]) {
-  out[0] = out[1] = -1;
-  dit_status_t s = dit_graph_op2(b->g, kind, ins, n_in, a, dts, name, out);
-  if (s && !b->err) b->err = s;
-  else dit_status_free(s);
-}
-
 /* diffusers keeps these modules in fp32 when the model is cast to half precision. */
-static dit_dtype_t weight_dtype(const wan_builder_t *b, const char *key) {
-  if (b->dt == DIT_F32) return DIT_F32;
-  if (strstr(key, "time_embedder") || strstr(key, "scale_shift_table") || strstr(key, ".norm2.") ||
-      strstr(key, ".norm1."))
-    return DIT_F32;
-  return b->dt;
-}
-
-static dit_vid_t W(wan_builder_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static dit_vid_t W(wan_builder_t *b, const char *fmt, ...) {
-  char key[160];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(key, sizeof key, fmt, ap);
-  va_end(ap);
-  const dit_st_tensor_t *t = dit_safetensors_find(b->m->weights, key);
-  if (!t) {
-    /* Checked at load; reaching this is a frontend bug. Record it through a bad op. */
-    return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
-  }
-  return dit_graph_weight(b->g, key, weight_dtype(b, key), t->rank, t->dims);
-}
-
-static dit_vid_t linear(wan_builder_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out, const char *name) {
-  dit_vid_t ins[3] = {x, W(b, "%s.weight", prefix), W(b, "%s.bias", prefix)};
-  return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out, name);
-}
-
-/* This rank's 1/tp of a checkpoint tensor along dim. */
-static dit_vid_t Wshard(wan_builder_t *b, const char *key, int dim) {
-  const dit_st_tensor_t *t = dit_safetensors_find(b->m->weights, key);
-  if (!t) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
-  int64_t part = t->dims[dim] / b->tp;
-  return dit_graph_weight_slice(b->g, key, weight_dtype(b, key), t->rank, t->dims, dim, b->rank * part, part);
-}
-
-/* Context-parallel collectives: group 1 = the cp group (n = cp); with USP, 3 = the Ulysses
- * subgroup (n = U) and 4 = the ring subgroup (n = cp / U). */
-static dit_vid_t cp_collective_in(wan_builder_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, int group,
-                                  int n, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "group", group);
-  dit_attrs_set_int(&a, "n", n);
-  if (kind == DIT_OP_ALLTOALL) {
-    dit_attrs_set_int(&a, "heads", heads);
-    dit_attrs_set_int(&a, "reverse", reverse);
-  }
-  return dit_graph_op(b->g, kind, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
-}
-
-static dit_vid_t cp_collective(wan_builder_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, const char *name) {
-  return cp_collective_in(b, kind, x, heads, reverse, 1, b->cp, name);
-}
-
-static dit_vid_t allreduce(wan_builder_t *b, dit_vid_t x, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "group", 0);
-  return dit_graph_op(b->g, DIT_OP_ALLREDUCE, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
-}
-
-/* Column-parallel: this rank's rows of the weight and bias (output features). */
-static dit_vid_t linear_col(wan_builder_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out, const char *name) {
-  if (b->tp == 1) return linear(b, x, prefix, out, name);
-  char kw[160], kb[160];
-  snprintf(kw, sizeof kw, "%s.weight", prefix);
-  snprintf(kb, sizeof kb, "%s.bias", prefix);
-  dit_vid_t ins[3] = {x, Wshard(b, kw, 0), Wshard(b, kb, 0)};
-  return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out, name);
-}
-
-/* Row-parallel: this rank's columns of the weight (input features); partial products in
- * fp32 summed over the group, the bias added once (by rank 0). */
-static dit_vid_t linear_row(wan_builder_t *b, dit_vid_t x, const char *prefix, const char *name) {
-  if (b->tp == 1) return linear(b, x, prefix, b->dt, name);
-  char kw[160], partial[192];
-  snprintf(kw, sizeof kw, "%s.weight", prefix);
-  snprintf(partial, sizeof partial, "%s.partial", name);
-  /* The bias in fp32, the partial product's dtype: a GEMM library adds it in its epilogue. */
-  char kbias[160];
-  snprintf(kbias, sizeof kbias, "%s.bias", prefix);
-  const dit_st_tensor_t *bt = dit_safetensors_find(b->m->weights, kbias);
-  dit_vid_t bias = b->rank != 0 ? -1 : bt ? dit_graph_weight(b->g, kbias, DIT_F32, bt->rank, bt->dims) : W(b, "%s", kbias);
-  dit_vid_t ins[3] = {x, Wshard(b, kw, 1), bias};
-  dit_vid_t p = dit_graph_op(b->g, DIT_OP_LINEAR, ins, b->rank == 0 ? 3 : 2, NULL, DIT_F32, partial);
-  if (!b->sp) return allreduce(b, p, name);
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "group", 0);
-  dit_attrs_set_int(&a, "n", b->tp);
-  return dit_graph_op(b->g, DIT_OP_REDUCE_SCATTER, &p, 1, &a, DIT_F32, name);
-}
-
-/* Sequence parallelism: a token-sharded activation gathered over the tensor-parallel group
- * before a column-parallel product. */
-static dit_vid_t sp_gather(wan_builder_t *b, dit_vid_t x, const char *name) {
-  if (!b->sp) return x;
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "group", 0);
-  dit_attrs_set_int(&a, "n", b->tp);
-  return dit_graph_op(b->g, DIT_OP_ALLGATHER, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
-}
-
-static dit_vid_t unary(wan_builder_t *b, dit_op_kind_t k, dit_vid_t x, dit_dtype_t out, const char *name) {
-  return dit_graph_op(b->g, k, &x, 1, NULL, out, name);
-}
-
-/* A block's modulation: a stored table (per batch item: mod_table's [B, n, D]), or per token
- * the table and timestep projection that adaln and gated_add add where they use a row (a
- * [B, T, n, D] table would be written and read again by every block: 2 GB each at 27280
- * tokens of Wan2.2 TI2V-5B). */
-typedef struct wan_mod {
-  dit_vid_t table, e; /* e < 0: table is mod_table's output */
-} wan_mod_t;
-
-static dit_vid_t adaln(wan_builder_t *b, dit_vid_t x, wan_mod_t mod, int shift, int scale, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_float(&a, "eps", b->m->wan.eps);
-  dit_attrs_set_int(&a, "shift", shift);
-  dit_attrs_set_int(&a, "scale", scale);
-  dit_vid_t ins[3] = {x, mod.table, mod.e};
-  return dit_graph_op(b->g, DIT_OP_ADALN, ins, mod.e < 0 ? 2 : 3, &a, b->dt, name);
-}
-
-static dit_vid_t gated(wan_builder_t *b, dit_vid_t x, dit_vid_t y, wan_mod_t mod, int gate, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "gate", gate);
-  dit_vid_t ins[4] = {x, y, mod.table, mod.e};
-  return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, mod.e < 0 ? 3 : 4, &a, b->dt, name);
-}
-
-/* Per batch item mod_table's [B, n, D] table; per token the unsummed operands. */
-static wan_mod_t modulation(wan_builder_t *b, dit_vid_t table, dit_vid_t e, int per_token, const char *name) {
-  if (per_token) return (wan_mod_t){table, e};
-  dit_vid_t in[2] = {table, e};
-  return (wan_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, NULL, DIT_F32, name), -1};
-}
-
-/* RMSNorm over all heads. Split across tensor-parallel ranks, the rows' sums of squares are
- * all-reduced first so the scale is the whole row's, as the single-rank model computes it. */
-static dit_vid_t rmsnorm(wan_builder_t *b, dit_vid_t x, const char *wkey, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_float(&a, "eps", b->m->wan.eps);
-  if (b->tp == 1) {
-    dit_vid_t ins[2] = {x, W(b, "%s", wkey)};
-    return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->dt, name);
-  }
-  char n1[192], n2[192];
-  snprintf(n1, sizeof n1, "%s.sumsq", name);
-  snprintf(n2, sizeof n2, "%s.sumsq_all", name);
-  dit_vid_t ss = dit_graph_op(b->g, DIT_OP_ROWSUMSQ, &x, 1, NULL, DIT_F32, n1);
-  ss = allreduce(b, ss, n2);
-  dit_attrs_set_int(&a, "dim", b->m->wan.heads * b->m->wan.head_dim);
-  dit_vid_t ins[3] = {x, ss, Wshard(b, wkey, 0)};
-  return dit_graph_op(b->g, DIT_OP_RMSNORM_SLICE, ins, 3, &a, b->dt, name);
-}
-
-static dit_vid_t attention(wan_builder_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "heads", b->m->wan.heads / b->tp);
-  dit_attrs_set_float(&a, "scale", 1.0 / sqrt((double)b->m->wan.head_dim));
-  dit_vid_t ins[3] = {q, k, v};
-  return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 3, &a, b->dt, name);
-}
+static const char *const kWanF32Keys[] = {"time_embedder", "scale_shift_table", ".norm2.", ".norm1.", NULL};
 
 dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request_t *req,
                                    dit_graph_t **out) {
@@ -1035,17 +639,33 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
       return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d",
                      cp, m->wan.heads / tp, cp);
   }
-  dit_graph_t *g;
-  DIT_RETURN_IF(dit_graph_create(&g));
   if (req->sp && (tp < 2 || (ntok / cp) % tp))
     return DIT_ERR(INVALID_ARGUMENT, "--sp: needs --tp >= 2 and each context-parallel share of %" PRId64 " tokens divisible by tp %d",
                    ntok / cp, tp);
-  wan_builder_t bb = {g, m, req->dtype, tp, req->tp_rank, cp, cp > 1 ? req->cp_rank : 0, cp > 1 ? req->cp_mode : 0,
-                      req->sp ? 1 : 0, DIT_OK}, *b = &bb;
-  const int64_t tl = ntok / cp, t0 = b->cp_rank * tl;
+  dit_graph_t *g;
+  DIT_RETURN_IF(dit_graph_create(&g));
+  const dit_blocks_options_t bo = {.dtype = req->dtype,
+                                   .heads = m->wan.heads,
+                                   .head_dim = m->wan.head_dim,
+                                   .eps = m->wan.eps,
+                                   .f32_keys = kWanF32Keys,
+                                   .tp = tp,
+                                   .tp_rank = req->tp_rank,
+                                   .cp = cp,
+                                   .cp_rank = cp > 1 ? req->cp_rank : 0,
+                                   .cp_mode = cp > 1 ? req->cp_mode : 0,
+                                   .ulysses = req->ulysses,
+                                   .sp = req->sp ? 1 : 0};
+  dit_blocks_t *b = NULL;
+  dit_status_t s = dit_blocks_create(g, m->weights, &bo, &b);
+  if (s) {
+    dit_graph_destroy(g);
+    return s;
+  }
+  const int sp = bo.sp;
+  const int64_t tl = ntok / cp, t0 = bo.cp_rank * tl;
   const int64_t B = req->batch, L = req->text_len;
-  const int64_t pt = m->wan.patch[0], ph = m->wan.patch[1], pw = m->wan.patch[2];
-  const int64_t f = ls.frames / pt, h = ls.height / ph, w = ls.width / pw;
+  const int64_t f = ls.frames / m->wan.patch[0], h = ls.height / m->wan.patch[1], w = ls.width / m->wan.patch[2];
   const dit_dtype_t dt = req->dtype;
 
   /* Wan2.2 TI2V's pipeline gives every patch token its own timestep (the conditioning frame's
@@ -1062,65 +682,50 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     ehi = dit_graph_input(g, "encoder_hidden_states_image", dt, 3, is);
   }
 
-  dit_attrs_t pa = {0};
-  dit_attrs_set_int(&pa, "pt", pt);
-  dit_attrs_set_int(&pa, "ph", ph);
-  dit_attrs_set_int(&pa, "pw", pw);
-  dit_vid_t xp = dit_graph_op(g, DIT_OP_PATCHIFY, &x, 1, &pa, dt, "patchify");
-  dit_vid_t hs = linear(b, xp, "patch_embedding", dt, "patch_embedding");
+  dit_vid_t hs = dit_blocks_patch_embed(b, x, m->wan.patch, "patch_embedding");
   /* This rank's contiguous share of the tokens (in frame order) from here to the output:
    * its cp share, and with sequence parallelism its tp part of that. Per-token timesteps are
    * sliced the same way, so each rank embeds only the timesteps of its own tokens. */
-  const int sliced = cp > 1 || b->sp;
-  dit_attrs_t sa = {0};
-  dit_attrs_set_int(&sa, "t0", t0 + (b->sp ? req->tp_rank * (tl / tp) : 0));
-  dit_attrs_set_int(&sa, "count", b->sp ? tl / tp : tl);
-  if (sliced) hs = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &hs, 1, &sa, dt, "tokens");
+  const int sliced = cp > 1 || sp;
+  const int64_t s0 = t0 + (sp ? req->tp_rank * (tl / tp) : 0), sn = sp ? tl / tp : tl;
+  if (sliced) hs = dit_blocks_slice_tokens(b, hs, s0, sn, dt, "tokens");
 
   /* Time embedding in fp32 (time_embedder is kept in fp32), cast like encoder states. */
-  dit_attrs_t ta = {0};
-  dit_attrs_set_int(&ta, "dim", m->wan.freq_dim);
-  dit_attrs_set_int(&ta, "flip", 1);
-  dit_attrs_set_float(&ta, "shift", 0.0);
-  dit_attrs_set_float(&ta, "max_period", 10000.0);
-  dit_attrs_set_float(&ta, "scale", 1.0);
-  dit_vid_t te = dit_graph_op(g, DIT_OP_TIMESTEP_EMBED, &t, 1, &ta, DIT_F32, "time.sinusoid");
-  if (per_token && sliced) te = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &te, 1, &sa, DIT_F32, "time.sinusoid.tokens");
-  te = linear(b, te, "condition_embedder.time_embedder.linear_1", DIT_F32, "time.linear_1");
-  te = unary(b, DIT_OP_SILU, te, DIT_F32, "time.silu");
+  dit_vid_t te = dit_blocks_sinusoid(b, t, m->wan.freq_dim, 1, 0.0, "time.sinusoid");
+  if (per_token && sliced) te = dit_blocks_slice_tokens(b, te, s0, sn, DIT_F32, "time.sinusoid.tokens");
+  te = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_1", DIT_F32, "time.linear_1");
+  te = dit_blocks_unary(b, DIT_OP_SILU, te, DIT_F32, "time.silu");
   /* Per token the embedder runs on every token's row, a GEMM worth a library (fp32 x fp32 ->
    * fp32 only): linear_2 writes fp32 and a cast rounds it once to temb's dtype, the bytes a
    * direct bf16 store gives. Per-batch graphs keep the direct store (a few rows). */
   dit_vid_t temb;
   if (per_token && dt != DIT_F32) {
-    temb = linear(b, te, "condition_embedder.time_embedder.linear_2", DIT_F32, "temb.f32");
-    temb = unary(b, DIT_OP_CAST, temb, dt, "temb");
+    temb = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_2", DIT_F32, "temb.f32");
+    temb = dit_blocks_unary(b, DIT_OP_CAST, temb, dt, "temb");
   } else {
-    temb = linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
+    temb = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
   }
-  dit_vid_t tact = unary(b, DIT_OP_SILU, temb, dt, "temb.silu");
-  dit_vid_t tproj = linear(b, tact, "condition_embedder.time_proj", dt, "timestep_proj");
+  dit_vid_t tact = dit_blocks_unary(b, DIT_OP_SILU, temb, dt, "temb.silu");
+  dit_vid_t tproj = dit_blocks_linear(b, tact, "condition_embedder.time_proj", dt, "timestep_proj");
 
-  dit_vid_t ctx = linear(b, ehs, "condition_embedder.text_embedder.linear_1", dt, "text.linear_1");
-  ctx = unary(b, DIT_OP_GELU_TANH, ctx, dt, "text.gelu");
-  ctx = linear(b, ctx, "condition_embedder.text_embedder.linear_2", dt, "context");
+  const dit_blocks_mlp_t text = {"condition_embedder.text_embedder.linear_1", "condition_embedder.text_embedder.linear_2",
+                                 DIT_OP_GELU_TANH, "text.linear_1", "text.gelu", "context", 0, dt};
+  dit_vid_t ctx = dit_blocks_mlp(b, ehs, &text);
   /* The image tokens' context, kept apart from the text's: diffusers concatenates the two and
    * its attention splits them again at the same place. */
   dit_vid_t ictx = -1;
   if (ehi >= 0) {
-    dit_attrs_t la = {0};
-    dit_attrs_set_float(&la, "eps", 1e-5); /* FP32LayerNorm's default */
-    dit_vid_t n1_in[3] = {ehi, W(b, "condition_embedder.image_embedder.norm1.weight"),
-                          W(b, "condition_embedder.image_embedder.norm1.bias")};
-    ictx = dit_graph_op(g, DIT_OP_LAYERNORM, n1_in, 3, &la, dt, "image.norm1");
-    ictx = linear(b, ictx, "condition_embedder.image_embedder.ff.net.0.proj", dt, "image.ff.up");
-    ictx = unary(b, DIT_OP_GELU, ictx, dt, "image.ff.gelu");
-    ictx = linear(b, ictx, "condition_embedder.image_embedder.ff.net.2", dt, "image.ff.down");
-    dit_vid_t n2_in[3] = {ictx, W(b, "condition_embedder.image_embedder.norm2.weight"),
-                          W(b, "condition_embedder.image_embedder.norm2.bias")};
-    ictx = dit_graph_op(g, DIT_OP_LAYERNORM, n2_in, 3, &la, dt, "image_context");
+    const double ln_eps = 1e-5; /* FP32LayerNorm's default */
+    const dit_blocks_mlp_t ff = {"condition_embedder.image_embedder.ff.net.0.proj",
+                                 "condition_embedder.image_embedder.ff.net.2", DIT_OP_GELU, "image.ff.up", "image.ff.gelu",
+                                 "image.ff.down", 0, dt};
+    ictx = dit_blocks_layernorm(b, ehi, "condition_embedder.image_embedder.norm1", ln_eps, "image.norm1");
+    ictx = dit_blocks_mlp(b, ictx, &ff);
+    ictx = dit_blocks_layernorm(b, ictx, "condition_embedder.image_embedder.norm2", ln_eps, "image_context");
   }
 
+  /* Wan's 3D rotary embedding: the head split t/h/w over the token grid, this rank's tokens
+   * starting at t0 under context parallelism. */
   dit_attrs_t ra = {0};
   int64_t hw = 2 * (m->wan.head_dim / 6);
   dit_attrs_set_int(&ra, "heads", m->wan.heads / tp);
@@ -1133,130 +738,72 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   dit_attrs_set_float(&ra, "theta", 10000.0);
   if (cp > 1) dit_attrs_set_int(&ra, "t0", t0);
 
-  char n[160], k[160];
+  char n[160], k[160], kq[160], kk[160], kv[160], knq[160], knk[160];
   for (int64_t i = 0; i < m->wan.layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
 #define NAME(s) (snprintf(n, sizeof n, "blocks.%" PRId64 ".%s", i, s), n)
-#define KEY(s) (snprintf(k, sizeof k, "blocks.%" PRId64 ".%s", i, s), k)
-    wan_mod_t mod = modulation(b, W(b, "%s", KEY("scale_shift_table")), tproj, per_token, NAME("mod"));
+#define KEY(buf, s) (snprintf(buf, sizeof buf, "blocks.%" PRId64 ".%s", i, s), buf)
+    dit_blocks_mod_t mod = dit_blocks_modulation(b, dit_blocks_weight(b, "%s", KEY(k, "scale_shift_table")), tproj, per_token,
+                                                 NAME("mod"));
 
-    dit_vid_t n1 = sp_gather(b, adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
-    dit_vid_t q = linear_col(b, n1, KEY("attn1.to_q"), dt, NAME("attn1.q"));
-    dit_vid_t kk = linear_col(b, n1, KEY("attn1.to_k"), dt, NAME("attn1.k"));
-    dit_vid_t v = linear_col(b, n1, KEY("attn1.to_v"), dt, NAME("attn1.v"));
-    q = rmsnorm(b, q, KEY("attn1.norm_q.weight"), NAME("attn1.norm_q"));
-    kk = rmsnorm(b, kk, KEY("attn1.norm_k.weight"), NAME("attn1.norm_k"));
-    q = dit_graph_op(g, DIT_OP_ROPE, &q, 1, &ra, dt, NAME("attn1.rope_q"));
-    kk = dit_graph_op(g, DIT_OP_ROPE, &kk, 1, &ra, dt, NAME("attn1.rope_k"));
-    dit_vid_t a;
-    if (b->cp_mode == DIT_CP_GATHER) {
-      kk = cp_collective(b, DIT_OP_ALLGATHER, kk, 0, 0, NAME("attn1.k_all"));
-      v = cp_collective(b, DIT_OP_ALLGATHER, v, 0, 0, NAME("attn1.v_all"));
-      a = attention(b, q, kk, v, NAME("attn1.sdpa"));
-    } else if (b->cp_mode == DIT_CP_ULYSSES) {
-      /* Tokens to heads: each rank attends over every token with heads/cp of its heads. */
-      const int64_t hl = m->wan.heads / tp;
-      q = cp_collective(b, DIT_OP_ALLTOALL, q, hl, 0, NAME("attn1.q_heads"));
-      kk = cp_collective(b, DIT_OP_ALLTOALL, kk, hl, 0, NAME("attn1.k_heads"));
-      v = cp_collective(b, DIT_OP_ALLTOALL, v, hl, 0, NAME("attn1.v_heads"));
-      dit_attrs_t aa = {0};
-      dit_attrs_set_int(&aa, "heads", hl / cp);
-      dit_attrs_set_float(&aa, "scale", 1.0 / sqrt((double)m->wan.head_dim));
-      dit_vid_t ins[3] = {q, kk, v};
-      a = dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &aa, dt, NAME("attn1.sdpa"));
-      a = cp_collective(b, DIT_OP_ALLTOALL, a, hl, 1, NAME("attn1.sdpa_tokens"));
-    } else if (b->cp_mode == DIT_CP_RING || b->cp_mode == DIT_CP_USP) {
-      /* Ring: K/V travel around the group; each hop's partial state (OUT, LSE) over one
-       * partition of the keys is merged into the running one by LSE. USP first moves tokens
-       * to heads inside each Ulysses subgroup of U ranks, then rings between the subgroups. */
-      const int usp = b->cp_mode == DIT_CP_USP, u = usp ? req->ulysses : 1, ring = cp / u;
-      const int64_t hl = m->wan.heads / tp;
-      if (usp) {
-        q = cp_collective_in(b, DIT_OP_ALLTOALL, q, hl, 0, 3, u, NAME("attn1.q_heads"));
-        kk = cp_collective_in(b, DIT_OP_ALLTOALL, kk, hl, 0, 3, u, NAME("attn1.k_heads"));
-        v = cp_collective_in(b, DIT_OP_ALLTOALL, v, hl, 0, 3, u, NAME("attn1.v_heads"));
-      }
-      dit_attrs_t aa = {0}, ma = {0};
-      dit_attrs_set_int(&aa, "heads", hl / u);
-      dit_attrs_set_float(&aa, "scale", 1.0 / sqrt((double)m->wan.head_dim));
-      dit_attrs_set_int(&ma, "heads", hl / u);
-      const dit_dtype_t dts[2] = {dt, DIT_F32};
-      dit_vid_t state[2], ins[3] = {q, kk, v};
-      op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, NAME("attn1.ring0"), state);
-      for (int hop = 1; hop < ring; hop++) {
-        char hn[64];
-        snprintf(hn, sizeof hn, "attn1.ring%d", hop);
-        ins[1] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, usp ? 4 : 1, ring, NAME("attn1.k_ring"));
-        ins[2] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, usp ? 4 : 1, ring, NAME("attn1.v_ring"));
-        dit_vid_t part[2], mi[4];
-        op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, NAME(hn), part);
-        mi[0] = state[0], mi[1] = state[1], mi[2] = part[0], mi[3] = part[1];
-        snprintf(hn, sizeof hn, "attn1.ring_merge%d", hop);
-        op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, NAME(hn), state);
-      }
-      a = state[0];
-      if (usp) a = cp_collective_in(b, DIT_OP_ALLTOALL, a, hl, 1, 3, u, NAME("attn1.sdpa_tokens"));
-    } else {
-      a = attention(b, q, kk, v, NAME("attn1.sdpa"));
-    }
-    a = linear_row(b, a, KEY("attn1.to_out.0"), NAME("attn1.out"));
-    hs = gated(b, hs, a, mod, 2, NAME("attn1.residual"));
+    dit_vid_t n1 = dit_blocks_sp_gather(b, dit_blocks_adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
+    const dit_blocks_attn_keys_t self = {KEY(kq, "attn1.to_q"), KEY(kk, "attn1.to_k"), KEY(kv, "attn1.to_v"),
+                                         KEY(knq, "attn1.norm_q.weight"), KEY(knk, "attn1.norm_k.weight")};
+    dit_blocks_qkv_t a1 = dit_blocks_attn_project(b, n1, n1, &self, NAME("attn1"));
+    a1.q = dit_graph_op(g, DIT_OP_ROPE, &a1.q, 1, &ra, dt, NAME("attn1.rope_q"));
+    a1.k = dit_graph_op(g, DIT_OP_ROPE, &a1.k, 1, &ra, dt, NAME("attn1.rope_k"));
+    dit_vid_t a = dit_blocks_attention_tokens(b, a1.q, a1.k, a1.v, NAME("attn1"));
+    a = dit_blocks_linear_row(b, a, KEY(k, "attn1.to_out.0"), NAME("attn1.out"));
+    hs = dit_blocks_gated_add(b, hs, a, mod, 2, NAME("attn1.residual"));
 
     dit_vid_t n2 = hs; /* norm2 is an identity without cross_attn_norm */
-    if (m->wan.cross_attn_norm) {
-      dit_attrs_t la = {0};
-      dit_attrs_set_float(&la, "eps", m->wan.eps);
-      dit_vid_t ln_in[3] = {hs, W(b, "%s", KEY("norm2.weight")), W(b, "%s", KEY("norm2.bias"))};
-      n2 = dit_graph_op(g, DIT_OP_LAYERNORM, ln_in, 3, &la, dt, NAME("norm2"));
-    }
-    n2 = sp_gather(b, n2, NAME("norm2.all_tokens"));
-    dit_vid_t q2 = linear_col(b, n2, KEY("attn2.to_q"), dt, NAME("attn2.q"));
-    dit_vid_t k2 = linear_col(b, ctx, KEY("attn2.to_k"), dt, NAME("attn2.k"));
-    dit_vid_t v2 = linear_col(b, ctx, KEY("attn2.to_v"), dt, NAME("attn2.v"));
-    q2 = rmsnorm(b, q2, KEY("attn2.norm_q.weight"), NAME("attn2.norm_q"));
-    k2 = rmsnorm(b, k2, KEY("attn2.norm_k.weight"), NAME("attn2.norm_k"));
-    dit_vid_t a2 = attention(b, q2, k2, v2, NAME("attn2.sdpa"));
+    if (m->wan.cross_attn_norm) n2 = dit_blocks_layernorm(b, hs, KEY(k, "norm2"), m->wan.eps, NAME("norm2"));
+    n2 = dit_blocks_sp_gather(b, n2, NAME("norm2.all_tokens"));
+    const dit_blocks_attn_keys_t cross = {KEY(kq, "attn2.to_q"), KEY(kk, "attn2.to_k"), KEY(kv, "attn2.to_v"),
+                                          KEY(knq, "attn2.norm_q.weight"), KEY(knk, "attn2.norm_k.weight")};
+    dit_blocks_qkv_t a2p = dit_blocks_attn_project(b, n2, ctx, &cross, NAME("attn2"));
+    dit_vid_t a2 = dit_blocks_attention(b, a2p.q, a2p.k, a2p.v, NAME("attn2.sdpa"));
     if (ictx >= 0) {
       /* The image tokens' own K/V, unrotated, attended by the same queries; heads split like
        * the text's, so under tensor parallelism the sum stays per rank before to_out. */
-      dit_vid_t ki = linear_col(b, ictx, KEY("attn2.add_k_proj"), dt, NAME("attn2.k_img"));
-      dit_vid_t vi = linear_col(b, ictx, KEY("attn2.add_v_proj"), dt, NAME("attn2.v_img"));
-      ki = rmsnorm(b, ki, KEY("attn2.norm_added_k.weight"), NAME("attn2.norm_added_k"));
-      dit_vid_t ai = attention(b, q2, ki, vi, NAME("attn2.sdpa_img"));
+      dit_vid_t ki = dit_blocks_linear_col(b, ictx, KEY(k, "attn2.add_k_proj"), dt, NAME("attn2.k_img"));
+      dit_vid_t vi = dit_blocks_linear_col(b, ictx, KEY(k, "attn2.add_v_proj"), dt, NAME("attn2.v_img"));
+      ki = dit_blocks_qk_rmsnorm(b, ki, KEY(k, "attn2.norm_added_k.weight"), NAME("attn2.norm_added_k"));
+      dit_vid_t ai = dit_blocks_attention(b, a2p.q, ki, vi, NAME("attn2.sdpa_img"));
       dit_vid_t sum_in[2] = {a2, ai};
       a2 = dit_graph_op(g, DIT_OP_ADD, sum_in, 2, NULL, dt, NAME("attn2.text_plus_img"));
     }
-    a2 = linear_row(b, a2, KEY("attn2.to_out.0"), NAME("attn2.out"));
+    a2 = dit_blocks_linear_row(b, a2, KEY(k, "attn2.to_out.0"), NAME("attn2.out"));
     dit_vid_t add_in[2] = {hs, a2};
     hs = dit_graph_op(g, DIT_OP_ADD, add_in, 2, NULL, dt, NAME("attn2.residual"));
 
-    dit_vid_t n3 = sp_gather(b, adaln(b, hs, mod, 3, 4, NAME("norm3")), NAME("norm3.all_tokens"));
-    dit_vid_t f1 = linear_col(b, n3, KEY("ffn.net.0.proj"), dt, NAME("ffn.up"));
-    f1 = unary(b, DIT_OP_GELU_TANH, f1, dt, NAME("ffn.gelu"));
-    f1 = linear_row(b, f1, KEY("ffn.net.2"), NAME("ffn.down"));
-    hs = gated(b, hs, f1, mod, 5, NAME("ffn.residual"));
+    dit_vid_t n3 = dit_blocks_sp_gather(b, dit_blocks_adaln(b, hs, mod, 3, 4, NAME("norm3")), NAME("norm3.all_tokens"));
+    char nu[192], na[192], nd[192];
+    const dit_blocks_mlp_t ffn = {KEY(kq, "ffn.net.0.proj"), KEY(kk, "ffn.net.2"), DIT_OP_GELU_TANH,
+                                  (snprintf(nu, sizeof nu, "blocks.%" PRId64 ".ffn.up", i), nu),
+                                  (snprintf(na, sizeof na, "blocks.%" PRId64 ".ffn.gelu", i), na),
+                                  (snprintf(nd, sizeof nd, "blocks.%" PRId64 ".ffn.down", i), nd), 1, dt};
+    dit_vid_t f1 = dit_blocks_mlp(b, n3, &ffn);
+    hs = dit_blocks_gated_add(b, hs, f1, mod, 5, NAME("ffn.residual"));
 #undef NAME
 #undef KEY
   }
   dit_graph_set_block(g, -1);
-  wan_mod_t mod = modulation(b, W(b, "scale_shift_table"), temb, per_token, "out.mod");
-  dit_vid_t no = adaln(b, hs, mod, 0, 1, "norm_out");
-  dit_vid_t y = linear(b, no, "proj_out", dt, "proj_out");
-  y = sp_gather(b, y, "proj_out.tp_tokens");
-  if (cp > 1) y = cp_collective(b, DIT_OP_ALLGATHER, y, 0, 0, "proj_out.all_tokens");
-  dit_attrs_t ua = pa;
-  dit_attrs_set_int(&ua, "f", f);
-  dit_attrs_set_int(&ua, "h", h);
-  dit_attrs_set_int(&ua, "w", w);
-  dit_vid_t sample = dit_graph_op(g, DIT_OP_UNPATCHIFY, &y, 1, &ua, dt, "unpatchify");
+  dit_blocks_mod_t mod = dit_blocks_modulation(b, dit_blocks_weight(b, "scale_shift_table"), temb, per_token, "out.mod");
+  dit_vid_t no = dit_blocks_adaln(b, hs, mod, 0, 1, "norm_out");
+  dit_vid_t y = dit_blocks_linear(b, no, "proj_out", dt, "proj_out");
+  y = dit_blocks_sp_gather(b, y, "proj_out.tp_tokens");
+  y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
+  dit_vid_t sample = dit_blocks_unpatchify(b, y, m->wan.patch, f, h, w, "unpatchify");
   dit_graph_mark_output(g, sample, "sample");
 
-  dit_status_t s = b->err ? b->err : dit_graph_status(g);
+  s = dit_blocks_status(b);
+  dit_blocks_destroy(b);
   if (s) {
-    s = dit_status_make(dit_status_code(s), "building the Wan graph: %s", dit_status_message(s));
-    dit_status_free(b->err);
+    dit_status_t wrapped = dit_status_make(dit_status_code(s), "building the Wan graph: %s", dit_status_message(s));
+    dit_status_free(s);
     dit_graph_destroy(g);
-    return s;
+    return wrapped;
   }
   *out = g;
   return DIT_OK;
@@ -1277,3 +824,4 @@ dit_status_t dit_model_weights_hash(const dit_model_t *m, char out_hex[33]) {
   dit_hasher_destroy(h);
   return DIT_OK;
 }
+

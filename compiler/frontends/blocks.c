@@ -1,0 +1,365 @@
+/* The shared DiT building blocks (blocks.h): the ops a family frontend's graph is made of,
+ * with the tensor-, context- and sequence-parallel forms of each. */
+#include "compiler/frontends/blocks.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/frontend.h"
+
+struct dit_blocks {
+  dit_graph_t *g;
+  const dit_safetensors_t *weights;
+  dit_blocks_options_t o;
+  dit_status_t err; /* first error of a two-output op (the graph records single-output ones) */
+};
+
+dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights, const dit_blocks_options_t *opts,
+                               dit_blocks_t **out) {
+  *out = NULL;
+  if (opts->tp < 1 || opts->tp_rank < 0 || opts->tp_rank >= opts->tp)
+    return DIT_ERR(INVALID_ARGUMENT, "blocks: tensor-parallel rank %d of degree %d, expected 0..degree-1", opts->tp_rank,
+                   opts->tp);
+  if (opts->cp < 1 || opts->cp_rank < 0 || opts->cp_rank >= opts->cp)
+    return DIT_ERR(INVALID_ARGUMENT, "blocks: context-parallel rank %d of degree %d, expected 0..degree-1", opts->cp_rank,
+                   opts->cp);
+  if (opts->heads < 1 || opts->head_dim < 1 || opts->heads % opts->tp)
+    return DIT_ERR(INVALID_ARGUMENT, "blocks: %lld heads of width %lld, expected positive and divisible by tp %d",
+                   (long long)opts->heads, (long long)opts->head_dim, opts->tp);
+  dit_blocks_t *b = calloc(1, sizeof *b);
+  if (!b) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  b->g = g;
+  b->weights = weights;
+  b->o = *opts;
+  *out = b;
+  return DIT_OK;
+}
+
+void dit_blocks_destroy(dit_blocks_t *b) {
+  if (!b) return;
+  dit_status_free(b->err);
+  free(b);
+}
+
+dit_graph_t *dit_blocks_graph(const dit_blocks_t *b) { return b->g; }
+
+dit_status_t dit_blocks_status(dit_blocks_t *b) {
+  if (b->err) {
+    dit_status_t s = b->err;
+    b->err = DIT_OK;
+    return s;
+  }
+  dit_status_t g = dit_graph_status(b->g); /* borrowed from the graph: hand out a copy */
+  return g ? dit_status_make(dit_status_code(g), "%s", dit_status_message(g)) : DIT_OK;
+}
+
+static void op2(dit_blocks_t *b, dit_op_kind_t kind, const dit_vid_t *ins, int n_in, const dit_attrs_t *a,
+                const dit_dtype_t dts[2], const char *name, dit_vid_t out[2]) {
+  out[0] = out[1] = -1;
+  dit_status_t s = dit_graph_op2(b->g, kind, ins, n_in, a, dts, name, out);
+  if (s && !b->err) b->err = s;
+  else dit_status_free(s);
+}
+
+/* ---- weights and linears ---- */
+
+static dit_dtype_t weight_dtype(const dit_blocks_t *b, const char *key) {
+  if (b->o.dtype == DIT_F32) return DIT_F32;
+  for (const char *const *k = b->o.f32_keys; k && *k; k++)
+    if (strstr(key, *k)) return DIT_F32;
+  return b->o.dtype;
+}
+
+dit_vid_t dit_blocks_weight(dit_blocks_t *b, const char *fmt, ...) {
+  char key[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(key, sizeof key, fmt, ap);
+  va_end(ap);
+  const dit_st_tensor_t *t = dit_safetensors_find(b->weights, key);
+  if (!t) {
+    /* The family checked its checkpoint; reaching this is a frontend bug. Record it through a bad op. */
+    return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+  }
+  return dit_graph_weight(b->g, key, weight_dtype(b, key), t->rank, t->dims);
+}
+
+dit_vid_t dit_blocks_weight_shard(dit_blocks_t *b, const char *key, int dim) {
+  const dit_st_tensor_t *t = dit_safetensors_find(b->weights, key);
+  if (!t) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+  int64_t part = t->dims[dim] / b->o.tp;
+  return dit_graph_weight_slice(b->g, key, weight_dtype(b, key), t->rank, t->dims, dim, b->o.tp_rank * part, part);
+}
+
+dit_vid_t dit_blocks_linear(dit_blocks_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out_dtype, const char *name) {
+  dit_vid_t ins[3] = {x, dit_blocks_weight(b, "%s.weight", prefix), dit_blocks_weight(b, "%s.bias", prefix)};
+  return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out_dtype, name);
+}
+
+static dit_vid_t allreduce(dit_blocks_t *b, dit_vid_t x, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  return dit_graph_op(b->g, DIT_OP_ALLREDUCE, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+}
+
+dit_vid_t dit_blocks_linear_col(dit_blocks_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out_dtype,
+                                const char *name) {
+  if (b->o.tp == 1) return dit_blocks_linear(b, x, prefix, out_dtype, name);
+  char kw[160], kb[160];
+  snprintf(kw, sizeof kw, "%s.weight", prefix);
+  snprintf(kb, sizeof kb, "%s.bias", prefix);
+  dit_vid_t ins[3] = {x, dit_blocks_weight_shard(b, kw, 0), dit_blocks_weight_shard(b, kb, 0)};
+  return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out_dtype, name);
+}
+
+dit_vid_t dit_blocks_linear_row(dit_blocks_t *b, dit_vid_t x, const char *prefix, const char *name) {
+  if (b->o.tp == 1) return dit_blocks_linear(b, x, prefix, b->o.dtype, name);
+  char kw[160], partial[192];
+  snprintf(kw, sizeof kw, "%s.weight", prefix);
+  snprintf(partial, sizeof partial, "%s.partial", name);
+  /* The bias in fp32, the partial product's dtype: a GEMM library adds it in its epilogue. */
+  char kbias[160];
+  snprintf(kbias, sizeof kbias, "%s.bias", prefix);
+  const dit_st_tensor_t *bt = dit_safetensors_find(b->weights, kbias);
+  const int rank0 = b->o.tp_rank == 0;
+  dit_vid_t bias = !rank0 ? -1 : bt ? dit_graph_weight(b->g, kbias, DIT_F32, bt->rank, bt->dims)
+                                    : dit_blocks_weight(b, "%s", kbias);
+  dit_vid_t ins[3] = {x, dit_blocks_weight_shard(b, kw, 1), bias};
+  dit_vid_t p = dit_graph_op(b->g, DIT_OP_LINEAR, ins, rank0 ? 3 : 2, NULL, DIT_F32, partial);
+  if (!b->o.sp) return allreduce(b, p, name);
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  dit_attrs_set_int(&a, "n", b->o.tp);
+  return dit_graph_op(b->g, DIT_OP_REDUCE_SCATTER, &p, 1, &a, DIT_F32, name);
+}
+
+dit_vid_t dit_blocks_unary(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, dit_dtype_t out_dtype, const char *name) {
+  return dit_graph_op(b->g, kind, &x, 1, NULL, out_dtype, name);
+}
+
+dit_vid_t dit_blocks_layernorm(dit_blocks_t *b, dit_vid_t x, const char *prefix, double eps, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", eps);
+  dit_vid_t ins[3] = {x, dit_blocks_weight(b, "%s.weight", prefix), dit_blocks_weight(b, "%s.bias", prefix)};
+  return dit_graph_op(b->g, DIT_OP_LAYERNORM, ins, 3, &a, b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m) {
+  const dit_dtype_t dt = b->o.dtype;
+  dit_vid_t h = m->parallel ? dit_blocks_linear_col(b, x, m->up, dt, m->up_name) : dit_blocks_linear(b, x, m->up, dt, m->up_name);
+  h = dit_blocks_unary(b, m->act, h, dt, m->act_name);
+  return m->parallel ? dit_blocks_linear_row(b, h, m->down, m->down_name)
+                     : dit_blocks_linear(b, h, m->down, m->out_dtype, m->down_name);
+}
+
+/* ---- modulation ---- */
+
+dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, int per_token, const char *name) {
+  /* Per token, a [B, T, n, D] table would be written and read again by every block (2 GB
+   * each at 27280 tokens of Wan2.2 TI2V-5B): adaln and gated_add add the rows they use. */
+  if (per_token) return (dit_blocks_mod_t){table, e};
+  dit_vid_t in[2] = {table, e};
+  return (dit_blocks_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, NULL, DIT_F32, name), -1};
+}
+
+dit_vid_t dit_blocks_adaln(dit_blocks_t *b, dit_vid_t x, dit_blocks_mod_t mod, int shift, int scale, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", b->o.eps);
+  dit_attrs_set_int(&a, "shift", shift);
+  dit_attrs_set_int(&a, "scale", scale);
+  dit_vid_t ins[3] = {x, mod.table, mod.e};
+  return dit_graph_op(b->g, DIT_OP_ADALN, ins, mod.e < 0 ? 2 : 3, &a, b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_blocks_mod_t mod, int gate,
+                               const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "gate", gate);
+  dit_vid_t ins[4] = {x, y, mod.table, mod.e};
+  return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, mod.e < 0 ? 3 : 4, &a, b->o.dtype, name);
+}
+
+/* ---- attention ---- */
+
+dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", b->o.eps);
+  if (b->o.tp == 1) {
+    dit_vid_t ins[2] = {x, dit_blocks_weight(b, "%s", wkey)};
+    return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->o.dtype, name);
+  }
+  char n1[192], n2[192];
+  snprintf(n1, sizeof n1, "%s.sumsq", name);
+  snprintf(n2, sizeof n2, "%s.sumsq_all", name);
+  dit_vid_t ss = dit_graph_op(b->g, DIT_OP_ROWSUMSQ, &x, 1, NULL, DIT_F32, n1);
+  ss = allreduce(b, ss, n2);
+  dit_attrs_set_int(&a, "dim", b->o.heads * b->o.head_dim);
+  dit_vid_t ins[3] = {x, ss, dit_blocks_weight_shard(b, wkey, 0)};
+  return dit_graph_op(b->g, DIT_OP_RMSNORM_SLICE, ins, 3, &a, b->o.dtype, name);
+}
+
+/* prefix.suffix, for the ops one block adds. */
+static const char *sub(char *buf, size_t n, const char *prefix, const char *suffix) {
+  snprintf(buf, n, "%s.%s", prefix, suffix);
+  return buf;
+}
+
+dit_blocks_qkv_t dit_blocks_attn_project(dit_blocks_t *b, dit_vid_t xq, dit_vid_t xkv, const dit_blocks_attn_keys_t *keys,
+                                         const char *name) {
+  char n[192];
+  const dit_dtype_t dt = b->o.dtype;
+  dit_blocks_qkv_t r;
+  r.q = dit_blocks_linear_col(b, xq, keys->q, dt, sub(n, sizeof n, name, "q"));
+  r.k = dit_blocks_linear_col(b, xkv, keys->k, dt, sub(n, sizeof n, name, "k"));
+  r.v = dit_blocks_linear_col(b, xkv, keys->v, dt, sub(n, sizeof n, name, "v"));
+  if (keys->norm_q) r.q = dit_blocks_qk_rmsnorm(b, r.q, keys->norm_q, sub(n, sizeof n, name, "norm_q"));
+  if (keys->norm_k) r.k = dit_blocks_qk_rmsnorm(b, r.k, keys->norm_k, sub(n, sizeof n, name, "norm_k"));
+  return r;
+}
+
+static void sdpa_attrs(const dit_blocks_t *b, int64_t heads, dit_attrs_t *a) {
+  dit_attrs_set_int(a, "heads", heads);
+  dit_attrs_set_float(a, "scale", 1.0 / sqrt((double)b->o.head_dim));
+}
+
+dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name) {
+  dit_attrs_t a = {0};
+  sdpa_attrs(b, b->o.heads / b->o.tp, &a);
+  dit_vid_t ins[3] = {q, k, v};
+  return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 3, &a, b->o.dtype, name);
+}
+
+/* Context-parallel collectives: group 1 = the cp group (n = cp); with USP, 3 = the Ulysses
+ * subgroup (n = U) and 4 = the ring subgroup (n = cp / U). */
+static dit_vid_t cp_collective_in(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, int group,
+                                  int n, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", group);
+  dit_attrs_set_int(&a, "n", n);
+  if (kind == DIT_OP_ALLTOALL) {
+    dit_attrs_set_int(&a, "heads", heads);
+    dit_attrs_set_int(&a, "reverse", reverse);
+  }
+  return dit_graph_op(b->g, kind, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+}
+
+static dit_vid_t cp_collective(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, const char *name) {
+  return cp_collective_in(b, kind, x, heads, reverse, 1, b->o.cp, name);
+}
+
+dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *prefix) {
+  char n[192];
+  const dit_dtype_t dt = b->o.dtype;
+  const int cp = b->o.cp, mode = cp > 1 ? b->o.cp_mode : DIT_CP_NONE;
+  const int64_t hl = b->o.heads / b->o.tp; /* this tensor-parallel rank's heads */
+#define N(s) sub(n, sizeof n, prefix, s)
+  if (mode == DIT_CP_GATHER) {
+    k = cp_collective(b, DIT_OP_ALLGATHER, k, 0, 0, N("k_all"));
+    v = cp_collective(b, DIT_OP_ALLGATHER, v, 0, 0, N("v_all"));
+    return dit_blocks_attention(b, q, k, v, N("sdpa"));
+  }
+  if (mode == DIT_CP_ULYSSES) {
+    /* Tokens to heads: each rank attends over every token with heads/cp of its heads. */
+    q = cp_collective(b, DIT_OP_ALLTOALL, q, hl, 0, N("q_heads"));
+    k = cp_collective(b, DIT_OP_ALLTOALL, k, hl, 0, N("k_heads"));
+    v = cp_collective(b, DIT_OP_ALLTOALL, v, hl, 0, N("v_heads"));
+    dit_attrs_t aa = {0};
+    sdpa_attrs(b, hl / cp, &aa);
+    dit_vid_t ins[3] = {q, k, v};
+    dit_vid_t a = dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 3, &aa, dt, N("sdpa"));
+    return cp_collective(b, DIT_OP_ALLTOALL, a, hl, 1, N("sdpa_tokens"));
+  }
+  if (mode == DIT_CP_RING || mode == DIT_CP_USP) {
+    /* Ring: K/V travel around the group; each hop's partial state (OUT, LSE) over one
+     * partition of the keys is merged into the running one by LSE. USP first moves tokens
+     * to heads inside each Ulysses subgroup of U ranks, then rings between the subgroups. */
+    const int usp = mode == DIT_CP_USP, u = usp ? b->o.ulysses : 1, ring = cp / u;
+    if (usp) {
+      q = cp_collective_in(b, DIT_OP_ALLTOALL, q, hl, 0, 3, u, N("q_heads"));
+      k = cp_collective_in(b, DIT_OP_ALLTOALL, k, hl, 0, 3, u, N("k_heads"));
+      v = cp_collective_in(b, DIT_OP_ALLTOALL, v, hl, 0, 3, u, N("v_heads"));
+    }
+    dit_attrs_t aa = {0}, ma = {0};
+    sdpa_attrs(b, hl / u, &aa);
+    dit_attrs_set_int(&ma, "heads", hl / u);
+    const dit_dtype_t dts[2] = {dt, DIT_F32};
+    dit_vid_t state[2], ins[3] = {q, k, v};
+    op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, N("ring0"), state);
+    for (int hop = 1; hop < ring; hop++) {
+      char hn[64];
+      ins[1] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, usp ? 4 : 1, ring, N("k_ring"));
+      ins[2] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, usp ? 4 : 1, ring, N("v_ring"));
+      dit_vid_t part[2], mi[4];
+      snprintf(hn, sizeof hn, "ring%d", hop);
+      op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, N(hn), part);
+      mi[0] = state[0], mi[1] = state[1], mi[2] = part[0], mi[3] = part[1];
+      snprintf(hn, sizeof hn, "ring_merge%d", hop);
+      op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, N(hn), state);
+    }
+    dit_vid_t a = state[0];
+    if (usp) a = cp_collective_in(b, DIT_OP_ALLTOALL, a, hl, 1, 3, u, N("sdpa_tokens"));
+    return a;
+  }
+#undef N
+  return dit_blocks_attention(b, q, k, v, sub(n, sizeof n, prefix, "sdpa"));
+}
+
+/* ---- embeddings and tokens ---- */
+
+dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                              const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "dim", dim);
+  dit_attrs_set_int(&a, "flip", flip_sin_to_cos ? 1 : 0);
+  dit_attrs_set_float(&a, "shift", freq_shift);
+  dit_attrs_set_float(&a, "max_period", 10000.0);
+  dit_attrs_set_float(&a, "scale", 1.0);
+  return dit_graph_op(b->g, DIT_OP_TIMESTEP_EMBED, &t, 1, &a, DIT_F32, name);
+}
+
+static void patch_attrs(const int64_t patch[3], dit_attrs_t *a) {
+  dit_attrs_set_int(a, "pt", patch[0]);
+  dit_attrs_set_int(a, "ph", patch[1]);
+  dit_attrs_set_int(a, "pw", patch[2]);
+}
+
+dit_vid_t dit_blocks_patch_embed(dit_blocks_t *b, dit_vid_t x, const int64_t patch[3], const char *key) {
+  dit_attrs_t pa = {0};
+  patch_attrs(patch, &pa);
+  dit_vid_t xp = dit_graph_op(b->g, DIT_OP_PATCHIFY, &x, 1, &pa, b->o.dtype, "patchify");
+  return dit_blocks_linear(b, xp, key, b->o.dtype, key);
+}
+
+dit_vid_t dit_blocks_slice_tokens(dit_blocks_t *b, dit_vid_t x, int64_t t0, int64_t count, dit_dtype_t dtype,
+                                  const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "t0", t0);
+  dit_attrs_set_int(&a, "count", count);
+  return dit_graph_op(b->g, DIT_OP_SLICE_TOKENS, &x, 1, &a, dtype, name);
+}
+
+dit_vid_t dit_blocks_sp_gather(dit_blocks_t *b, dit_vid_t x, const char *name) {
+  if (!b->o.sp) return x;
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  dit_attrs_set_int(&a, "n", b->o.tp);
+  return dit_graph_op(b->g, DIT_OP_ALLGATHER, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+}
+
+dit_vid_t dit_blocks_cp_gather(dit_blocks_t *b, dit_vid_t x, const char *name) {
+  if (b->o.cp <= 1) return x;
+  return cp_collective(b, DIT_OP_ALLGATHER, x, 0, 0, name);
+}
+
+dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h, int64_t w,
+                                const char *name) {
+  dit_attrs_t a = {0};
+  patch_attrs(patch, &a);
+  dit_attrs_set_int(&a, "f", f);
+  dit_attrs_set_int(&a, "h", h);
+  dit_attrs_set_int(&a, "w", w);
+  return dit_graph_op(b->g, DIT_OP_UNPATCHIFY, &y, 1, &a, b->o.dtype, name);
+}

@@ -1,0 +1,141 @@
+/* The DiT building blocks every family frontend builds its graph from: weights by checkpoint
+ * key, linears (plain, column- and row-parallel), adaptive-norm modulation, q/k RMS norms,
+ * attention with its context-parallel forms, MLPs, patch embedding and the token sharding of
+ * tp/cp/sp. A family file names its checkpoint keys and op names; these blocks add the ops.
+ *
+ * A builder holds one graph and its parallel layout. Blocks take and return value ids;
+ * an op that fails is recorded by the graph (or by the builder for two-output ops) and
+ * building goes on, so a family builds its whole graph and asks dit_blocks_status once.
+ *
+ * Multi-stream models (FLUX's double-stream blocks) call the per-stream pieces once per
+ * stream with that stream's keys: dit_blocks_attn_project per stream, then one
+ * dit_blocks_attention_tokens over their tokens joined, then each stream's own output
+ * projection (dit_blocks_linear_row) and modulation. */
+#ifndef DIT_COMPILER_FRONTENDS_BLOCKS_H
+#define DIT_COMPILER_FRONTENDS_BLOCKS_H
+
+#include <stdint.h>
+
+#include "artifacts/safetensors.h"
+#include "base/dtype.h"
+#include "base/status.h"
+#include "ir/graph.h"
+
+typedef struct dit_blocks dit_blocks_t;
+
+/* The model-wide facts and parallel layout a builder needs. */
+typedef struct dit_blocks_options {
+  dit_dtype_t dtype;             /* activation storage dtype (f32 or bf16) */
+  int64_t heads, head_dim;       /* the whole model's attention heads (before tp) and head width */
+  double eps;                    /* of the modulated norms and the q/k RMS norms */
+  /* Checkpoint keys containing one of these substrings (NULL-terminated list; NULL: none)
+   * stay fp32 in a half-precision graph, as diffusers keeps those modules. */
+  const char *const *f32_keys;
+  int tp, tp_rank;               /* tensor-parallel degree (1: none) and rank */
+  int cp, cp_rank, cp_mode;      /* context-parallel degree (1: none), rank, DIT_CP_* */
+  int ulysses;                   /* the Ulysses degree of DIT_CP_USP */
+  int sp;                        /* sequence parallelism inside the tensor-parallel group */
+} dit_blocks_options_t;
+
+/* A builder over g (not owned) and weights (not owned; every key a block reads must be there:
+ * the family checks its checkpoint before building). */
+dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights, const dit_blocks_options_t *opts,
+                               dit_blocks_t **out);
+void dit_blocks_destroy(dit_blocks_t *b);
+dit_graph_t *dit_blocks_graph(const dit_blocks_t *b);
+/* The first error while building, the builder's own or the graph's; the caller owns it. */
+dit_status_t dit_blocks_status(dit_blocks_t *b);
+
+/* ---- weights and linears ---- */
+
+/* The checkpoint tensor at key (printf-style), in the builder's dtype or fp32 per f32_keys. */
+dit_vid_t dit_blocks_weight(dit_blocks_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* This tensor-parallel rank's 1/tp of the tensor at key along dim. */
+dit_vid_t dit_blocks_weight_shard(dit_blocks_t *b, const char *key, int dim);
+/* x @ prefix.weight^T + prefix.bias, written as out_dtype. */
+dit_vid_t dit_blocks_linear(dit_blocks_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out_dtype, const char *name);
+/* Column-parallel: this rank's output features (a plain linear without tp). */
+dit_vid_t dit_blocks_linear_col(dit_blocks_t *b, dit_vid_t x, const char *prefix, dit_dtype_t out_dtype,
+                                const char *name);
+/* Row-parallel: this rank's input features, the fp32 partial products summed over the
+ * group (reduce-scattered over tokens with sp), the bias added once by rank 0. */
+dit_vid_t dit_blocks_linear_row(dit_blocks_t *b, dit_vid_t x, const char *prefix, const char *name);
+/* A one-input op without attributes (activations, casts). */
+dit_vid_t dit_blocks_unary(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, dit_dtype_t out_dtype, const char *name);
+/* LayerNorm with prefix.weight and prefix.bias, written in the builder's dtype. */
+dit_vid_t dit_blocks_layernorm(dit_blocks_t *b, dit_vid_t x, const char *prefix, double eps, const char *name);
+
+/* Two linears around an activation: up (column-parallel when parallel), act, down
+ * (row-parallel when parallel, else written as out_dtype). */
+typedef struct dit_blocks_mlp {
+  const char *up, *down;                  /* linear prefixes */
+  dit_op_kind_t act;                      /* e.g. DIT_OP_GELU_TANH */
+  const char *up_name, *act_name, *down_name;
+  int parallel;                           /* 1: split over the tensor-parallel group */
+  dit_dtype_t out_dtype;                  /* of a non-parallel down projection */
+} dit_blocks_mlp_t;
+dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m);
+
+/* ---- modulation ---- */
+
+/* Adaptive-norm modulation of one stream: per batch item a [B, n, D] table summed from the
+ * stored table and the conditioning projection (e < 0), or per token the two unsummed
+ * operands that adaln and gated_add add where they read a row. */
+typedef struct dit_blocks_mod {
+  dit_vid_t table, e;
+} dit_blocks_mod_t;
+dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, int per_token, const char *name);
+/* LayerNorm without affine, then x * (1 + row scale) + row shift of the modulation. */
+dit_vid_t dit_blocks_adaln(dit_blocks_t *b, dit_vid_t x, dit_blocks_mod_t mod, int shift, int scale, const char *name);
+/* x + y * row gate of the modulation. */
+dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_blocks_mod_t mod, int gate,
+                               const char *name);
+
+/* ---- attention ---- */
+
+/* RMSNorm across all heads of q or k with weight key wkey. Split over tensor-parallel ranks,
+ * the rows' sums of squares are all-reduced first so the scale is the whole row's. */
+dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name);
+
+/* One stream's attention inputs: checkpoint keys of its projections and norms. */
+typedef struct dit_blocks_attn_keys {
+  const char *q, *k, *v;        /* linear prefixes */
+  const char *norm_q, *norm_k;  /* RMSNorm weight keys; NULL: not normalized */
+} dit_blocks_attn_keys_t;
+typedef struct dit_blocks_qkv {
+  dit_vid_t q, k, v;
+} dit_blocks_qkv_t;
+/* Q from xq and K, V from xkv (the same value for self-attention), column-parallel, then the
+ * q/k norms. Ops are named name.q, name.k, name.v, name.norm_q, name.norm_k. */
+dit_blocks_qkv_t dit_blocks_attn_project(dit_blocks_t *b, dit_vid_t xq, dit_vid_t xkv, const dit_blocks_attn_keys_t *keys,
+                                         const char *name);
+/* Scaled dot-product attention over this rank's heads, all of q's and k's tokens local. */
+dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name);
+/* Attention over the sequence the context-parallel group shares: q, k and v hold this rank's
+ * tokens; K/V are all-gathered, heads exchanged (Ulysses), rotated (ring) or both (USP) as
+ * the builder's cp_mode says. Without cp it is dit_blocks_attention. Ops are named
+ * prefix.sdpa (the result), prefix.k_all, prefix.q_heads, prefix.ring<i>, ... */
+dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *prefix);
+
+/* ---- embeddings and tokens ---- */
+
+/* The sinusoidal embedding of timesteps t (fp32, dim wide, max period 10000): cos first when
+ * flip_sin_to_cos, frequencies exp(-ln(10000) i / (dim/2 - freq_shift)). */
+dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                              const char *name);
+
+/* Patchify with patch (t, h, w), then the patch embedding linear at key (op named key). */
+dit_vid_t dit_blocks_patch_embed(dit_blocks_t *b, dit_vid_t x, const int64_t patch[3], const char *key);
+/* Tokens [t0, t0 + count) of x (in its dtype's storage dtype). */
+dit_vid_t dit_blocks_slice_tokens(dit_blocks_t *b, dit_vid_t x, int64_t t0, int64_t count, dit_dtype_t dtype,
+                                  const char *name);
+/* Sequence parallelism: a token-sharded activation gathered over the tensor-parallel group
+ * (x itself without sp). */
+dit_vid_t dit_blocks_sp_gather(dit_blocks_t *b, dit_vid_t x, const char *name);
+/* A context-parallel all-gather of tokens (x itself without cp). */
+dit_vid_t dit_blocks_cp_gather(dit_blocks_t *b, dit_vid_t x, const char *name);
+/* Unpatchify tokens into [B, C, f*pt, h*ph, w*pw] for the token grid (f, h, w). */
+dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h, int64_t w,
+                                const char *name);
+
+#endif

@@ -1,0 +1,233 @@
+/* Family-independent pipeline reading (pipeline.h, and the dit_pipeline_index_parse,
+ * dit_scheduler_config_parse, dit_vae_config_parse and dit_expert_configs_match of
+ * frontend.h): model_index.json, scheduler/scheduler_config.json, vae/config.json. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "base/json.h"
+#include "compiler/frontend.h"
+#include "compiler/frontends/pipeline.h"
+
+/* ---- pipelines and schedulers ---- */
+
+/* A view of member `key` of o (NULL when absent), to label a message about it. */
+static dit_json_t at_member(const dit_json_t *o, const char *key) {
+  dit_json_t r = *o;
+  r.v = cJSON_IsObject(o->v) ? cJSON_GetObjectItemCaseSensitive(o->v, key) : NULL;
+  dit_json_path_key(r.path, o->path, key);
+  return r;
+}
+
+/* A model_index.json component entry: [library, class], or [null, null] for a slot the
+ * pipeline leaves empty (*out_present = 0). */
+static dit_status_t component(const dit_json_t *root, const char *key, char lib[32], char cls[64], int *out_present) {
+  dit_json_t a, e[2];
+  size_t n = 0;
+  *out_present = 0;
+  lib[0] = cls[0] = 0;
+  if (!dit_json_has(root, key)) return DIT_OK;
+  DIT_RETURN_IF(dit_json_array(root, key, 2, &a, &n));
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  for (size_t i = 0; i < n; i++) dit_json_iter_next(&it, &e[i]);
+  if (n == 2 && cJSON_IsNull(e[0].v) && cJSON_IsNull(e[1].v)) return DIT_OK;
+  if (n != 2) return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "expected a [library, class] pair of strings, found %zu entries", n);
+  const char *l = NULL, *c = NULL;
+  DIT_RETURN_IF(dit_json_as_str(&e[0], 31, false, &l));
+  DIT_RETURN_IF(dit_json_as_str(&e[1], 63, false, &c));
+  snprintf(lib, 32, "%s", l);
+  snprintf(cls, 64, "%s", c);
+  *out_present = 1;
+  return DIT_OK;
+}
+
+/* An optional member: absent and null both leave the default. */
+static bool has_value(const dit_json_t *o, const char *key) {
+  dit_json_t v = at_member(o, key);
+  return v.v && !cJSON_IsNull(v.v);
+}
+
+/* A [library, class] entry naming a diffusers transformer; *present 0 for [null, null]. */
+static dit_status_t transformer_entry(const dit_json_t *root, const char *key, char cls[64], int *present) {
+  char lib[32];
+  DIT_RETURN_IF(component(root, key, lib, cls, present));
+  if (*present && strcmp(lib, "diffusers")) {
+    char q[96];
+    dit_json_quote(lib, q);
+    dit_json_t v = at_member(root, key);
+    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "library %s: expected \"diffusers\"", q);
+  }
+  return DIT_OK;
+}
+
+static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
+  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", NULL};
+  dit_json_t v;
+  char lib[32];
+  int present = 0, which = 0;
+  DIT_RETURN_IF(dit_json_str_copy(root, "_class_name", out->class_name, sizeof out->class_name, false));
+  dit_status_t s = dit_json_enum(root, "_class_name", pipelines, &which);
+  if (s && dit_status_code(s) == DIT_CODE_INVALID_ARGUMENT) {
+    /* A well-formed name of a pipeline this build does not read (video-to-video, VACE, ...). */
+    dit_status_free(s);
+    char q[96];
+    dit_json_quote(out->class_name, q);
+    v = at_member(root, "_class_name");
+    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: WanPipeline, WanImageToVideoPipeline", q);
+  }
+  DIT_RETURN_IF(s);
+  DIT_RETURN_IF(transformer_entry(root, "transformer", out->transformer_class, &present));
+  if (!present) {
+    v = at_member(root, "transformer");
+    return dit_json_error(&v, DIT_CODE_NOT_FOUND, "missing: the pipeline names no transformer");
+  }
+  /* Wan2.2's A14B pipelines pair two experts switched at boundary_ratio; TI2V and Wan2.1
+   * leave the second slot [null, null] and the ratio null. */
+  int two = 0;
+  DIT_RETURN_IF(transformer_entry(root, "transformer_2", out->transformer_2_class, &two));
+  if (has_value(root, "boundary_ratio")) {
+    v = at_member(root, "boundary_ratio");
+    double r = 0;
+    DIT_RETURN_IF(dit_json_as_num(&v, -1e300, 1e300, &r));
+    char f[40];
+    dit_json_fmt_num(r, f);
+    if (!(r > 0 && r <= 1)) return dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "expected a number in (0, 1], found %s", f);
+    if (!two)
+      return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                            "found %s, but the pipeline has no transformer_2 to switch to; expected null", f);
+    out->has_boundary_ratio = 1;
+    out->boundary_ratio = r;
+  } else if (two) {
+    v = at_member(root, "boundary_ratio");
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                          "missing: a pipeline with transformer_2 (%s) needs the ratio at which it takes over",
+                          out->transformer_2_class);
+  }
+  if (has_value(root, "expand_timesteps")) {
+    bool b = false;
+    DIT_RETURN_IF(dit_json_bool(root, "expand_timesteps", &b));
+    out->expand_timesteps = b;
+  }
+  return component(root, "scheduler", lib, out->scheduler_class, &present);
+}
+
+dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *what, dit_pipeline_index_t *out) {
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  if (!s) s = pipeline_index_read(&root, out);
+  dit_json_doc_free(doc);
+  return s;
+}
+
+dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char *what, dit_scheduler_defaults_t *out) {
+  static const char *const predictions[] = {"epsilon", "v_prediction", "sample", "flow_prediction", NULL};
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  if (!s) s = dit_json_str_copy(&root, "_class_name", out->class_name, sizeof out->class_name, false);
+  /* diffusers' defaults: FlowMatchEuler is flow matching through and through (its shift is
+   * "shift"); UniPC and the other multistep solvers predict epsilon unless told, and call the
+   * flow shift "flow_shift". */
+  const int euler = !s && !strncmp(out->class_name, "FlowMatch", 9);
+  out->num_train_timesteps = 1000;
+  out->shift = 1.0;
+  out->use_flow_sigmas = euler;
+  snprintf(out->prediction_type, sizeof out->prediction_type, "%s", euler ? "flow_prediction" : "epsilon");
+  const char *shift_key = euler ? "shift" : "flow_shift";
+  if (!s && has_value(&root, "num_train_timesteps")) s = dit_json_int(&root, "num_train_timesteps", 1, 1000000, &out->num_train_timesteps);
+  if (!s && has_value(&root, shift_key)) s = dit_json_num(&root, shift_key, 1e-3, 1e3, &out->shift);
+  if (!s && has_value(&root, "use_flow_sigmas")) {
+    bool b = false;
+    s = dit_json_bool(&root, "use_flow_sigmas", &b);
+    out->use_flow_sigmas = b || euler;
+  }
+  if (!s && has_value(&root, "prediction_type")) {
+    int k = 0;
+    s = dit_json_enum(&root, "prediction_type", predictions, &k);
+    if (!s) snprintf(out->prediction_type, sizeof out->prediction_type, "%s", predictions[k]);
+  }
+  if (!s) out->present = 1;
+  dit_json_doc_free(doc);
+  return s;
+}
+
+dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what, dit_vae_factors_t *out) {
+  memset(out, 0, sizeof *out);
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root, v;
+  DIT_RETURN_IF(dit_json_parse(text, len, what, &doc));
+  dit_status_t s = dit_json_root(doc, &root);
+  char cls[64] = "";
+  if (!s) s = dit_json_str_copy(&root, "_class_name", cls, sizeof cls, false);
+  if (!s && strcmp(cls, "AutoencoderKLWan")) {
+    char q[96];
+    dit_json_quote(cls, q);
+    v = at_member(&root, "_class_name");
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"AutoencoderKLWan\"", q);
+  }
+  /* diffusers' AutoencoderKLWan defaults; Wan2.2's VAE sets 16 and 48. */
+  int64_t sp = 8, tm = 4, z = 16;
+  if (!s && has_value(&root, "scale_factor_spatial")) s = dit_json_int(&root, "scale_factor_spatial", 1, 64, &sp);
+  if (!s && has_value(&root, "scale_factor_temporal")) s = dit_json_int(&root, "scale_factor_temporal", 1, 64, &tm);
+  if (!s && has_value(&root, "z_dim")) s = dit_json_int(&root, "z_dim", 1, 4096, &z);
+  if (!s) {
+    out->spatial = (int)sp;
+    out->temporal = (int)tm;
+    out->z_dim = z;
+    snprintf(out->source, sizeof out->source, "vae/config.json");
+  }
+  dit_json_doc_free(doc);
+  return s;
+}
+
+/* ---- pipeline directories ---- */
+
+#define CONFIG_MAX_BYTES (1 << 20)
+
+dit_status_t dit_pipeline_file_read(const char *path, char **text, size_t *len) {
+  return dit_file_read(path, CONFIG_MAX_BYTES, text, len);
+}
+
+dit_status_t dit_pipeline_dir_read(dit_model_t *m, const char *dir) {
+  char path[4200], *text = NULL;
+  size_t len = 0;
+  DIT_RETURN_IF(dit_path_join(path, sizeof path, dir, "model_index.json"));
+  DIT_RETURN_IF(dit_pipeline_file_read(path, &text, &len));
+  dit_status_t s = dit_pipeline_index_parse(text, len, path, &m->pipeline.index);
+  free(text);
+  text = NULL;
+  if (!s) s = dit_path_join(m->model_dir, sizeof m->model_dir, dir, "transformer");
+  if (!s && !dit_is_dir(m->model_dir))
+    s = DIT_ERR(NOT_FOUND, "%s: names a transformer (%s), but %s is not a directory", path,
+                m->pipeline.index.transformer_class, m->model_dir);
+  dit_expert_t *e2 = &m->pipeline.experts[1];
+  if (!s && m->pipeline.index.transformer_2_class[0]) {
+    s = dit_path_join(e2->dir, sizeof e2->dir, dir, "transformer_2");
+    if (!s && !dit_is_dir(e2->dir))
+      s = DIT_ERR(NOT_FOUND, "%s: names a second transformer (%s), but %s is not a directory", path,
+                  m->pipeline.index.transformer_2_class, e2->dir);
+  }
+  char sub[4200];
+  if (!s) s = dit_path_join(sub, sizeof sub, dir, "scheduler/scheduler_config.json");
+  if (!s && dit_path_exists(sub)) {
+    s = dit_pipeline_file_read(sub, &text, &len);
+    if (!s) s = dit_scheduler_config_parse(text, len, sub, &m->pipeline.scheduler);
+    free(text);
+    text = NULL;
+  }
+  if (!s) s = dit_path_join(sub, sizeof sub, dir, "vae/config.json");
+  if (!s && dit_path_exists(sub)) {
+    s = dit_pipeline_file_read(sub, &text, &len);
+    if (!s) s = dit_vae_config_parse(text, len, sub, &m->pipeline.vae);
+    free(text);
+  }
+  return s;
+}
