@@ -1,6 +1,7 @@
 /* Model frontends: read a diffusers model directory (config.json + safetensors) or pipeline
- * directory (model_index.json), validate it, and build the DiT graph for one shape. One frontend per family (compiler/frontends/<family>.c, built from the shared
- * blocks of compiler/frontends/blocks.h); `_class_name` picks it. */
+ * directory (model_index.json), validate it, and build the DiT graph for one shape. One
+ * frontend per family (compiler/frontends/<family>.c, built from the shared blocks of
+ * compiler/frontends/blocks.h); `_class_name` picks it. */
 #ifndef DIT_COMPILER_FRONTEND_H
 #define DIT_COMPILER_FRONTEND_H
 
