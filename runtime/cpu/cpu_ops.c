@@ -450,17 +450,23 @@ dit_status_t dit_cpu_layernorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
   return run_norm(c, op, &j);
 }
 
-dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
-                           double eps, int shift, int scale, dit_tensor_t *y) {
-  static const char *op = "adaln";
+/* adaln's x and y and eps, whichever form its modulation takes: float [B, T, D]. */
+static dit_status_t check_adaln_xy(const char *op, const dit_tensor_t *x, const dit_tensor_t *y, double eps) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
   DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
   DIT_RETURN_IF(check_eps(op, eps));
   if (x->rank != 3)
     return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
-  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  return dit_cpu_check_same_dims(op, "y", y, "x", x);
+}
+
+dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
+                           double eps, int shift, int scale, dit_tensor_t *y) {
+  static const char *op = "adaln";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(check_adaln_xy(op, x, y, eps));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
   const int per_token = mod->rank == 4;
   const int64_t want[4] = {x->dims[0], per_token ? x->dims[1] : -1, per_token ? -1 : x->dims[2], x->dims[2]};
   DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
@@ -497,12 +503,7 @@ dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
                                const dit_tensor_t *e, double eps, int shift, int scale, dit_tensor_t *y) {
   static const char *op = "adaln";
   char b1[DIT_CPU_DIMS_BUF];
-  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
-  DIT_RETURN_IF(check_eps(op, eps));
-  if (x->rank != 3)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, D]", op, dit_cpu_dims_str(x, b1));
-  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(check_adaln_xy(op, x, y, eps));
   int64_t n, r;
   DIT_RETURN_IF(check_tok(op, x, table, e, &n, &r));
   if (shift < 0 || shift >= n || scale < 0 || scale >= n)
