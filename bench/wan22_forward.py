@@ -179,9 +179,9 @@ def weight_shapes(cfg):
     return s
 
 
-def write_zero_safetensors(path, shapes, mark=0):
-    """A bf16 safetensors file of zeros, written sparse: the header, then a hole; `mark` sets
-    the first byte of the data so that two experts' weights differ (equal blobs would be one)."""
+def write_zero_safetensors(path, shapes):
+    """A bf16 safetensors file of zeros, written sparse: the header, then a hole (two experts'
+    equal files share one weights blob in the bundle)."""
     header, off = {"__metadata__": {"format": "pt"}}, 0
     for name in sorted(shapes):
         n = 2
@@ -192,7 +192,7 @@ def write_zero_safetensors(path, shapes, mark=0):
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
     with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)) + h + bytes([mark]))
+        fh.write(struct.pack("<Q", len(h)) + h)
         fh.truncate(8 + len(h) + off)
     return off
 
@@ -214,11 +214,11 @@ def write_folder(path, v, layers=1, shrink=False):
     with open(os.path.join(path, "scheduler", "scheduler_config.json"), "w") as fh:
         json.dump(scheduler_config(v), fh, indent=2)
     total = 0
-    for i, e in enumerate(v["experts"]):
+    for e in v["experts"]:
         os.makedirs(os.path.join(path, e), exist_ok=True)
         with open(os.path.join(path, e, "config.json"), "w") as fh:
             json.dump({"_class_name": "WanTransformer3DModel", "_diffusers_version": "0.40.0.dev0", **cfg}, fh, indent=2)
-        total += write_zero_safetensors(os.path.join(path, e, "diffusion_pytorch_model.safetensors"), weight_shapes(cfg), i)
+        total += write_zero_safetensors(os.path.join(path, e, "diffusion_pytorch_model.safetensors"), weight_shapes(cfg))
     return total
 
 

@@ -316,11 +316,11 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
   a->sampler = "unipc";
   a->reference = "cpu";
   a->max_rel = -1;
+  const int gen = a->generate = !strcmp(cmd, "generate");
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **str = NULL;
     int rc = 0;
-    const int gen = a->generate = !strcmp(cmd, "generate");
     if (!gen && generate_only(f)) {
       fprintf(stderr, "ditrun: error: %s is an option of generate; %s does not take it\n(see ditrun --help)\n", f, cmd);
       return 2;
