@@ -20,6 +20,9 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_ALLREDUCE: return 1;
     case DIT_OP_ATTN_MERGE: return 4;
     case DIT_OP_CAST: return 0; /* a conversion moves bytes; no arithmetic */
+    case DIT_OP_RESHAPE:
+    case DIT_OP_CONCAT: return 0; /* copies */
+    case DIT_OP_ROPE_TABLE: return 3; /* two products and a sum per element */
     default: return 0;
   }
 }

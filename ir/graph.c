@@ -131,6 +131,7 @@ static dit_status_t append_op(dit_graph_t *g, dit_op_kind_t kind, const dit_vid_
   int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   DIT_RETURN_IF_ERROR(dit_infer_shapes(g, kind, ins, n_in, attrs, n_out, out_rank, out_dims),
                       "building '%s'", name);
+  DIT_RETURN_IF_ERROR(dit_check_out_dtypes(g, kind, ins, n_out, dtypes), "building '%s'", name);
   if (g->n_ops == g->cap_ops) {
     int32_t cap = g->cap_ops ? g->cap_ops * 2 : 64;
     dit_op_t *no = realloc(g->ops, (size_t)cap * sizeof *no);
@@ -350,6 +351,11 @@ dit_status_t dit_graph_verify(const dit_graph_t *g) {
       int same = val->rank == rank[k];
       for (int d = 0; same && d < rank[k]; d++) same = val->dims[d] == dims[k][d];
       if (!same) s = DIT_ERR(INTERNAL, "op #%d %s: output '%s' shape differs from the inferred one", i, info->name, val->name);
+    }
+    if (!s) {
+      dit_dtype_t dts[DIT_OP_MAX_OUT];
+      for (int k = 0; k < op->n_out; k++) dts[k] = g->values[op->out[k]].dtype;
+      s = dit_check_out_dtypes(g, op->kind, op->in, op->n_out, dts);
     }
     if (s) s = dit_status_annotate(s, "verify");
   }

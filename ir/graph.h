@@ -98,8 +98,13 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
                               int out_rank[DIT_OP_MAX_OUT],
                               int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]);
 
+/* Checks the output dtypes an op kind fixes (reshape, concat and rope_table keep x's); the other
+ * kinds' outputs take the dtype the builder asks for. */
+dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_out,
+                                  const dit_dtype_t *out_dtypes);
+
 /* Checks arity, value ids, SSA order (every operand defined before use, every temp produced
- * exactly once), inferred shapes equal to recorded ones, and that outputs exist. */
+ * exactly once), inferred shapes and fixed dtypes equal to recorded ones, and that outputs exist. */
 dit_status_t dit_graph_verify(const dit_graph_t *g);
 
 /* Textual form, one line per value/op, stable across runs. */

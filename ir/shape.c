@@ -1,5 +1,6 @@
 /* Shape inference: one rule per op kind of base/ops.def; used by the builder and verifier. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ir/graph.h"
@@ -34,6 +35,16 @@ static dit_status_t get_i(const dit_attrs_t *a, const char *op, const char *key,
   if (*out < min) FAIL("%s: attribute %s = %" PRId64 ", expected >= %" PRId64, op, key, *out, min);
   return DIT_OK;
 }
+
+/* Writes "[d0,d1,...]" into buf. */
+static const char *dims_str(int rank, const int64_t *dims, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%" PRId64, i ? "," : "", dims[i]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+  return buf;
+}
+
+static int is_float(dit_dtype_t t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
 
 /* Checks that the row indices `keys` are inside the n rows of a modulation table. */
 static dit_status_t check_mod_rows(const char *op, int64_t rows, const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
@@ -161,7 +172,7 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       break;
     case DIT_OP_CAST:
       /* The output's dtype is the op's own; a conversion is defined between float types only. */
-      if (x->dtype != DIT_F32 && x->dtype != DIT_BF16 && x->dtype != DIT_F16)
+      if (!is_float(x->dtype))
         FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
@@ -219,8 +230,15 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     }
     case DIT_OP_RMSNORM: {
       const dit_value_t *w = operand(g, ins, 1);
-      if (w->rank != 1 || w->dims[0] != x->dims[x->rank - 1])
-        FAIL("%s: weight '%s' must be [%" PRId64 "]", op, w->name, x->dims[x->rank - 1]);
+      if (x->rank < 1) FAIL("%s: operand x '%s' has rank 0, expected [..., D]", op, x->name);
+      /* Per head: G-wide chunks of the row, each with its own RMS and the one weight [G]. */
+      const int64_t d = x->dims[x->rank - 1];
+      int64_t group = d;
+      if (dit_attrs_find(attrs, "group")) {
+        DIT_RETURN_IF(get_i(attrs, op, "group", &group, 1));
+        if (d % group) FAIL("%s: attribute group = %" PRId64 " does not divide the last dim %" PRId64 " of '%s'", op, group, d, x->name);
+      }
+      if (w->rank != 1 || w->dims[0] != group) FAIL("%s: weight '%s' must be [%" PRId64 "]", op, w->name, group);
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
@@ -363,8 +381,80 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       }
       break;
     }
+    case DIT_OP_RESHAPE: {
+      int64_t rank, numel = 1;
+      char key[16], b1[96], b2[96];
+      DIT_RETURN_IF(get_i(attrs, op, "rank", &rank, 1));
+      if (rank > DIT_MAX_RANK) FAIL("%s: attribute rank = %" PRId64 ", expected 1..%d", op, rank, DIT_MAX_RANK);
+      snprintf(key, sizeof key, "d%d", (int)rank);
+      if (dit_attrs_find(attrs, key)) FAIL("%s: attribute %s given for rank %" PRId64 " (dims d0..d%d)", op, key, rank, (int)rank - 1);
+      for (int i = 0; i < rank; i++) {
+        snprintf(key, sizeof key, "d%d", i);
+        DIT_RETURN_IF(get_i(attrs, op, key, &out_dims[0][i], 0));
+        if (out_dims[0][i] && numel > INT64_MAX / out_dims[0][i]) FAIL("%s: dims overflow 64-bit element counts", op);
+        numel *= out_dims[0][i];
+      }
+      out_rank[0] = (int)rank;
+      if (numel != dit_value_numel(x))
+        FAIL("%s: dims %s hold %" PRId64 " elements, x '%s' %s has %" PRId64, op, dims_str((int)rank, out_dims[0], b1, sizeof b1), numel,
+             x->name, dims_str(x->rank, x->dims, b2, sizeof b2), dit_value_numel(x));
+      break;
+    }
+    case DIT_OP_CONCAT: {
+      const dit_value_t *b = operand(g, ins, 1);
+      int64_t dim;
+      char b1[96], b2[96];
+      DIT_RETURN_IF(get_i(attrs, op, "dim", &dim, 0));
+      if (b->rank != x->rank) FAIL("%s: operands '%s' (rank %d) and '%s' (rank %d) differ in rank", op, x->name, x->rank, b->name, b->rank);
+      if (dim >= x->rank) FAIL("%s: attribute dim = %" PRId64 " outside 0..%d of '%s'", op, dim, x->rank - 1, x->name);
+      if (b->dtype != x->dtype)
+        FAIL("%s: operands '%s' (%s) and '%s' (%s) differ in dtype", op, x->name, dit_dtype_name(x->dtype), b->name,
+             dit_dtype_name(b->dtype));
+      for (int i = 0; i < x->rank; i++)
+        if (i != dim && b->dims[i] != x->dims[i])
+          FAIL("%s: operands '%s' %s and '%s' %s differ in dim %d, not only in the concatenated dim %" PRId64, op, x->name,
+               dims_str(x->rank, x->dims, b1, sizeof b1), b->name, dims_str(b->rank, b->dims, b2, sizeof b2), i, dim);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][dim] += b->dims[dim];
+      break;
+    }
+    case DIT_OP_ROPE_TABLE: {
+      const dit_value_t *cs = operand(g, ins, 1);
+      int64_t heads;
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(need_rank(op, "cs", cs, 2));
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+      if (cs->dtype != DIT_F32) FAIL("%s: table '%s' has dtype %s, expected f32", op, cs->name, dit_dtype_name(cs->dtype));
+      const int64_t dh = x->dims[2] / heads;
+      if (x->dims[2] % heads || dh % 2)
+        FAIL("%s: %" PRId64 " channels of '%s' do not split into %" PRId64 " heads of an even head dim", op, x->dims[2], x->name, heads);
+      if (cs->dims[0] != x->dims[1] || cs->dims[1] != dh)
+        FAIL("%s: table '%s' is [%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 "] (tokens of '%s', head dim)", op, cs->name,
+             cs->dims[0], cs->dims[1], x->dims[1], dh, x->name);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
     case DIT_OP_COUNT:
       FAIL("unknown op kind");
   }
   return DIT_OK;
+}
+
+dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_out,
+                                  const dit_dtype_t *out_dtypes) {
+  switch (kind) {
+    case DIT_OP_RESHAPE:
+    case DIT_OP_CONCAT:
+    case DIT_OP_ROPE_TABLE: {
+      /* Data movement, and a rotation rounded once to its input's type: the dtype is x's. */
+      const dit_value_t *x = operand(g, ins, 0);
+      if (n_out >= 1 && out_dtypes[0] != x->dtype)
+        FAIL("%s: output dtype %s, expected %s as operand x '%s'", dit_op_info(kind)->name, dit_dtype_name(out_dtypes[0]),
+             dit_dtype_name(x->dtype), x->name);
+      return DIT_OK;
+    }
+    default:
+      return DIT_OK;
+  }
 }

@@ -351,6 +351,8 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_RMSNORM: {
       double eps;
       GETF("eps", eps);
+      const dit_attr_t *group = dit_attrs_find(&st->attrs, "group");
+      if (group) return dit_cpu_rmsnorm_group(c, &in[0], &in[1], group->i, eps, &out[0]);
       return dit_cpu_rmsnorm(c, &in[0], &in[1], eps, &out[0]);
     }
     case DIT_OP_ROPE: {
@@ -403,6 +405,17 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
         memcpy((char *)y->data + (size_t)(b * count) * row, (const char *)x->data + (size_t)(b * x->dims[1] + t0) * row,
                (size_t)count * row);
       return DIT_OK;
+    }
+    case DIT_OP_RESHAPE: return dit_cpu_reshape(c, &in[0], &out[0]);
+    case DIT_OP_CONCAT: {
+      int64_t dim;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "dim", &dim));
+      return dit_cpu_concat(c, &in[0], &in[1], dim, &out[0]);
+    }
+    case DIT_OP_ROPE_TABLE: {
+      int64_t heads;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "heads", &heads));
+      return dit_cpu_rope_table(c, &in[0], &in[1], heads, &out[0]);
     }
     case DIT_OP_ATTN_MERGE: {
       int heads;

@@ -1,9 +1,11 @@
 /* The CPU backend's row and elementwise kernels: patchify/unpatchify, timestep embedding,
- * activations, residual adds, modulation tables, LayerNorm/AdaLN/RMSNorm and 3-D RoPE.
+ * activations, residual adds, modulation tables, LayerNorm/AdaLN/RMSNorm, 3-D and table RoPE,
+ * reshape and concat.
  * Rows are widened to fp32 and rounded once on store; norm statistics are taken in double. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/cpu/cpu_internal.h"
 
@@ -326,6 +328,7 @@ typedef struct norm_job {
   const dit_tensor_t *x, *w, *b, *mod;
   dit_tensor_t *y;
   int64_t D, T, n_mod;
+  int64_t G;     /* NORM_RMS: normalized chunks of a row (D for the whole row) */
   int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
   int shift, scale;
   double eps;
@@ -346,10 +349,12 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   for (int64_t r = begin; r < end; r++) {
     const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * D, D, tmp);
     if (j->kind == NORM_RMS) {
-      double ss = 0.0;
-      for (int64_t d = 0; d < D; d++) ss += (double)x[d] * x[d];
-      const double inv = 1.0 / sqrt(ss / (double)D + j->eps);
-      for (int64_t d = 0; d < D; d++) out[d] = (float)(x[d] * inv) * j->w_f32[d];
+      for (int64_t g0 = 0; g0 < D; g0 += j->G) {
+        double ss = 0.0;
+        for (int64_t d = g0; d < g0 + j->G; d++) ss += (double)x[d] * x[d];
+        const double inv = 1.0 / sqrt(ss / (double)j->G + j->eps);
+        for (int64_t d = g0; d < g0 + j->G; d++) out[d] = (float)(x[d] * inv) * j->w_f32[d - g0];
+      }
     } else {
       double sum = 0.0;
       for (int64_t d = 0; d < D; d++) sum += x[d];
@@ -520,7 +525,15 @@ dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
 
 dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                              double eps, dit_tensor_t *y) {
+  /* One group of the whole row; a malformed x is refused by the checks before its group matters. */
+  const int ok = x && x->rank >= 1 && x->rank <= DIT_MAX_RANK;
+  return dit_cpu_rmsnorm_group(c, x, w, ok ? x->dims[x->rank - 1] : 1, eps, y);
+}
+
+dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                                   int64_t group, double eps, dit_tensor_t *y) {
   static const char *op = "rmsnorm";
+  char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
   DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
   DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
@@ -528,12 +541,15 @@ dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tens
   if (x->rank < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: x has rank 0, expected [..., D]", op);
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
   const int64_t D = x->dims[x->rank - 1];
-  const int64_t want[1] = {D};
+  if (group < 1 || D % group)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld does not divide the last dim of x %s", op, (long long)group,
+                   dit_cpu_dims_str(x, b1));
+  const int64_t want[1] = {group};
   DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
-  norm_job_t j = {.kind = NORM_RMS, .x = x, .w = w, .y = y, .D = D, .eps = eps};
-  DIT_RETURN_IF(widen(op, "w", w, D, &j.w_f32));
+  norm_job_t j = {.kind = NORM_RMS, .x = x, .w = w, .y = y, .D = D, .G = group, .eps = eps};
+  DIT_RETURN_IF(widen(op, "w", w, group, &j.w_f32));
   return run_norm(c, op, &j);
 }
 
@@ -727,4 +743,127 @@ dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f,
   }
   free(tab);
   return s;
+}
+
+/* ---- rope from a table --------------------------------------------------------------------- */
+
+typedef struct rope_table_job {
+  const dit_tensor_t *x, *cs;
+  dit_tensor_t *y;
+  int64_t T, heads, Dh;
+  dit_cpu_scratch_t scratch;
+} rope_table_job_t;
+
+static void rope_table_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  rope_table_job_t *j = ctx;
+  const int64_t HD = j->heads * j->Dh;
+  float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
+  float *out = tmp + HD;
+  for (int64_t r = begin; r < end; r++) {
+    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp);
+    const float *cs = (const float *)j->cs->data + (r % j->T) * j->Dh;
+    for (int64_t hd = 0; hd < j->heads; hd++) {
+      const float *xh = x + hd * j->Dh;
+      float *oh = out + hd * j->Dh;
+      for (int64_t p = 0; p < j->Dh; p += 2) {
+        const float x0 = xh[p], x1 = xh[p + 1], cv = cs[p], sv = cs[p + 1];
+        oh[p] = x0 * cv - x1 * sv;
+        oh[p + 1] = x1 * cv + x0 * sv;
+      }
+    }
+    dit_cpu_row_store(j->y->data, j->y->dtype, r * HD, out, HD);
+  }
+}
+
+dit_status_t dit_cpu_rope_table(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *cs, int64_t heads,
+                                dit_tensor_t *y) {
+  static const char *op = "rope_table";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_any(op, "cs", cs));
+  if (cs->dtype != DIT_F32) return DIT_ERR(INVALID_ARGUMENT, "%s: cs has dtype %s, expected f32", op, dit_dtype_name(cs->dtype));
+  if (x->rank != 3 || heads < 1 || x->dims[2] % heads || (x->dims[2] / heads) % 2)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, T, heads * Dh] with heads = %lld and Dh even", op,
+                   dit_cpu_dims_str(x, b1), (long long)heads);
+  const int64_t T = x->dims[1], Dh = x->dims[2] / heads;
+  const int64_t want[2] = {T, Dh};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "cs", cs, 2, want));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "cs", cs));
+  const int64_t rows = x->dims[0] * T;
+  if (rows == 0 || Dh == 0) return DIT_OK;
+  rope_table_job_t j = {.x = x, .cs = cs, .y = y, .T = T, .heads = heads, .Dh = Dh};
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * x->dims[2]), &j.scratch));
+  dit_pool_parallel_for(dit_cpu_pool(c), rows, 16, rope_table_rows, &j);
+  dit_cpu_scratch_free(&j.scratch);
+  return DIT_OK;
+}
+
+/* ---- reshape and concat -------------------------------------------------------------------- */
+
+dit_status_t dit_cpu_reshape(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
+  static const char *op = "reshape";
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  (void)c;
+  DIT_RETURN_IF(dit_cpu_check_any(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_any(op, "y", y));
+  if (x->dtype != y->dtype || dit_tensor_numel(x) != dit_tensor_numel(y))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: y %s %s must hold x's %lld elements of %s (x %s)", op, dit_dtype_name(y->dtype),
+                   dit_cpu_dims_str(y, b1), (long long)dit_tensor_numel(x), dit_dtype_name(x->dtype), dit_cpu_dims_str(x, b2));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  if (dit_tensor_numel(x)) memcpy(y->data, x->data, dit_tensor_nbytes(x));
+  return DIT_OK;
+}
+
+typedef struct concat_job {
+  const char *a, *b;
+  char *y;
+  size_t row_a, row_b; /* bytes of a and b per index of the dims before the concatenated one */
+} concat_job_t;
+
+static void concat_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  (void)worker;
+  concat_job_t *j = ctx;
+  for (int64_t o = begin; o < end; o++) {
+    char *dst = j->y + (size_t)o * (j->row_a + j->row_b);
+    memcpy(dst, j->a + (size_t)o * j->row_a, j->row_a);
+    memcpy(dst + j->row_a, j->b + (size_t)o * j->row_b, j->row_b);
+  }
+}
+
+dit_status_t dit_cpu_concat(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b, int64_t dim,
+                            dit_tensor_t *y) {
+  static const char *op = "concat";
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, "a", a));
+  DIT_RETURN_IF(dit_cpu_check_any(op, "b", b));
+  DIT_RETURN_IF(dit_cpu_check_any(op, "y", y));
+  if (a->dtype != b->dtype || a->dtype != y->dtype)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: dtypes a %s, b %s, y %s differ", op, dit_dtype_name(a->dtype), dit_dtype_name(b->dtype),
+                   dit_dtype_name(y->dtype));
+  if (dim < 0 || dim >= a->rank)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: dim %lld outside 0..%d of a %s", op, (long long)dim, a->rank - 1, dit_cpu_dims_str(a, b1));
+  int same = b->rank == a->rank;
+  for (int i = 0; same && i < a->rank; i++) same = i == dim || b->dims[i] == a->dims[i];
+  if (!same)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: b has dims %s, expected those of a %s but for dim %lld", op, dit_cpu_dims_str(b, b1),
+                   dit_cpu_dims_str(a, b2), (long long)dim);
+  int64_t want[DIT_MAX_RANK];
+  for (int i = 0; i < a->rank; i++) want[i] = i == dim ? a->dims[i] + b->dims[i] : a->dims[i];
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "y", y, a->rank, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "a", a));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "b", b));
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < dim; i++) outer *= a->dims[i];
+  for (int i = (int)dim + 1; i < a->rank; i++) inner *= a->dims[i];
+  const size_t es = dit_dtype_size(a->dtype);
+  concat_job_t j = {.a = a->data, .b = b->data, .y = y->data, .row_a = (size_t)(a->dims[dim] * inner) * es,
+                    .row_b = (size_t)(b->dims[dim] * inner) * es};
+  if (outer == 0 || j.row_a + j.row_b == 0) return DIT_OK;
+  /* Rows of at least 64 KiB a worker's share. */
+  const int64_t grain = (int64_t)((65536 + j.row_a + j.row_b - 1) / (j.row_a + j.row_b));
+  dit_pool_parallel_for(dit_cpu_pool(c), outer, grain, concat_rows, &j);
+  return DIT_OK;
 }

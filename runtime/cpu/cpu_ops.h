@@ -54,6 +54,10 @@ dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
 /* y = x * rsqrt(mean(x^2) + eps) * w over the last dim. */
 dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                              double eps, dit_tensor_t *y);
+/* rmsnorm per group: each consecutive group-wide chunk of a row (one head) normalized by its own
+ * RMS, w [group] shared by the chunks; group = the last dim is dit_cpu_rmsnorm. */
+dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                                   int64_t group, double eps, dit_tensor_t *y);
 /* Wan's 3-D RoPE on x [B, f*h*w, heads*Dh], Dh = t_dim + h_dim + w_dim, token index
  * (it*h + ih)*w + iw. For head-dim pair p (channels 2p, 2p+1) in part P (t, h or w) with
  * local pair index q and part dim d: freq = 1 / theta^(2q/d) (computed in double), angle =
@@ -61,6 +65,16 @@ dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tens
  * out[2p+1] = x0*sin + x1*cos. */
 dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
                           int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y);
+/* Rotary embedding from a table: x [B, T, heads*Dh], cs f32 [T, Dh] holding (cos, sin) pairs;
+ * per head y[2j] = x[2j]*cos_j - x[2j+1]*sin_j, y[2j+1] = x[2j+1]*cos_j + x[2j]*sin_j in fp32,
+ * rounded once on store. */
+dit_status_t dit_cpu_rope_table(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *cs, int64_t heads,
+                                dit_tensor_t *y);
+/* y = x's elements in y's dims: equal counts and dtypes (any dtype), a copy. */
+dit_status_t dit_cpu_reshape(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+/* y = a ++ b along dim: equal ranks and dtypes (any dtype), all other dims equal. */
+dit_status_t dit_cpu_concat(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b, int64_t dim,
+                            dit_tensor_t *y);
 /* q [B, S, H*Dh], k and v [B, L, H*Dh] -> out [B, S, H*Dh]; lse [B, H, S] may be NULL. */
 dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                const dit_tensor_t *v, int heads, double scale, dit_tensor_t *out,

@@ -353,22 +353,25 @@ static void check_adaln(int64_t B, int64_t T, int64_t D, int64_t n, int shift, i
   tt_free(&x), tt_free(&mod);
 }
 
-static void check_rmsnorm(int rank, const int64_t *dims, double eps, double amp, dit_dtype_t dt) {
-  const int64_t D = dims[rank - 1], rows = numel_of(rank, dims) / D;
-  const int64_t wd[1] = {D};
+/* group 0: the whole row through dit_cpu_rmsnorm; else per group-wide chunk, weight [group]. */
+static void check_rmsnorm(int rank, const int64_t *dims, int64_t group, double eps, double amp, dit_dtype_t dt) {
+  const int64_t D = dims[rank - 1], rows = numel_of(rank, dims) / D, G = group ? group : D;
+  const int64_t wd[1] = {G};
   tt_t x = tt_rand(dt, rank, dims, -amp, amp), w = tt_rand(dt, 1, wd, -2, 2);
   double *ref = malloc(sizeof(double) * (size_t)(rows * D));
-  for (int64_t r = 0; r < rows; r++) {
-    double ss = 0;
-    for (int64_t d = 0; d < D; d++) ss += x.v[r * D + d] * x.v[r * D + d];
-    const double inv = 1 / sqrt(ss / (double)D + eps);
-    for (int64_t d = 0; d < D; d++) ref[r * D + d] = x.v[r * D + d] * inv * w.v[d];
-  }
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t g0 = r * D; g0 < (r + 1) * D; g0 += G) {
+      double ss = 0;
+      for (int64_t d = 0; d < G; d++) ss += x.v[g0 + d] * x.v[g0 + d];
+      const double inv = 1 / sqrt(ss / (double)G + eps);
+      for (int64_t d = 0; d < G; d++) ref[g0 + d] = x.v[g0 + d] * inv * w.v[d];
+    }
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t y = out_poisoned(dt, rank, dims);
-    CHECK_OK(dit_cpu_rmsnorm(&g_cpu[pi], &x.t, &w.t, eps, &y));
+    if (group) CHECK_OK(dit_cpu_rmsnorm_group(&g_cpu[pi], &x.t, &w.t, group, eps, &y));
+    else CHECK_OK(dit_cpu_rmsnorm(&g_cpu[pi], &x.t, &w.t, eps, &y));
     char what[128];
-    snprintf(what, sizeof what, "rmsnorm rows=%lld D=%lld", (long long)rows, (long long)D);
+    snprintf(what, sizeof what, "rmsnorm rows=%lld D=%lld group=%lld", (long long)rows, (long long)D, (long long)G);
     CHECK(compare(what, &y, ref, tol_for(dt)));
     free(y.data);
   }
@@ -389,10 +392,14 @@ static void test_norms(void) {
     check_adaln(2, 9, 40, 6, 0, 1, dts[i], DIT_F32);
     check_adaln(1, 33, 130, 6, 3, 4, dts[i], dts[i]);
     const int64_t r1[3] = {2, 11, 96}, r2[2] = {1, 5}, r3[1] = {1500};
-    check_rmsnorm(3, r1, 1e-6, 3, dts[i]);
-    check_rmsnorm(2, r2, 1e-5, 3, dts[i]);
-    check_rmsnorm(1, r3, 1e-6, 3, dts[i]);
-    check_rmsnorm(3, r1, 1e-5, 4e-3, dts[i]);
+    check_rmsnorm(3, r1, 0, 1e-6, 3, dts[i]);
+    check_rmsnorm(2, r2, 0, 1e-5, 3, dts[i]);
+    check_rmsnorm(1, r3, 0, 1e-6, 3, dts[i]);
+    check_rmsnorm(3, r1, 0, 1e-5, 4e-3, dts[i]);
+    /* Per head: heads of 16 and 6 (odd widths), and one group of the whole row. */
+    check_rmsnorm(3, r1, 16, 1e-6, 3, dts[i]);
+    check_rmsnorm(3, r1, 6, 1e-5, 4e-3, dts[i]);
+    check_rmsnorm(1, r3, 1500, 1e-6, 3, dts[i]);
   }
 }
 
@@ -702,6 +709,82 @@ static void test_rope(void) {
   check_rope(1, 2, 2, 2, 3, 4, 2, 2, 10000, DIT_F16);
 }
 
+/* rope_table against the double reference: B > 1 shares the [T, Dh] table, odd T and heads. */
+static void check_rope_table(int64_t B, int64_t T, int64_t heads, int64_t Dh, dit_dtype_t dt) {
+  const int64_t xd[3] = {B, T, heads * Dh}, cd[2] = {T, Dh};
+  tt_t x = tt_rand(dt, 3, xd, -2, 2), cs = tt_rand(DIT_F32, 2, cd, -1, 1);
+  const int64_t n = numel_of(3, xd);
+  double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t r = 0; r < B * T; r++)
+    for (int64_t c = 0; c < heads * Dh; c += 2) {
+      const double *t = cs.v + (r % T) * Dh + c % Dh, *xv = x.v + r * heads * Dh + c;
+      ref[r * heads * Dh + c] = xv[0] * t[0] - xv[1] * t[1];
+      ref[r * heads * Dh + c + 1] = xv[1] * t[0] + xv[0] * t[1];
+    }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, 3, xd);
+    CHECK_OK(dit_cpu_rope_table(&g_cpu[pi], &x.t, &cs.t, heads, &y));
+    char what[128];
+    snprintf(what, sizeof what, "rope_table B %lld T %lld heads %lld Dh %lld", (long long)B, (long long)T, (long long)heads, (long long)Dh);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&cs);
+}
+
+/* The MMDiT ops on values worked out by hand, then rope_table at random shapes. */
+static void test_mmdit_ops(void) {
+  dit_cpu_t *c = &g_cpu[1];
+  /* rmsnorm per head of 2: [1, 7] has RMS 5, [2, 2] 2, [3, -3] 3, [0.5, 0.5] 0.5; w = [1, 2]. */
+  static const float xv[8] = {1, 7, 2, 2, 3, -3, 0.5f, 0.5f}, wv[2] = {1, 2}, want_rms[8] = {0.2f, 2.8f, 1, 2, 1, -2, 1, 2};
+  float yv[8];
+  dit_tensor_t x = {(void *)xv, DIT_F32, 2, {2, 4}}, w = {(void *)wv, DIT_F32, 1, {2}}, y = {yv, DIT_F32, 2, {2, 4}};
+  CHECK_OK(dit_cpu_rmsnorm_group(c, &x, &w, 2, 0.0, &y));
+  for (int i = 0; i < 8; i++) CHECK_NEAR(yv[i], want_rms[i], 1e-6);
+
+  /* rope_table, heads 2 of Dh 4, two tokens: token 0's row (1, 0, 1, 0) leaves it unchanged; token 1
+   * turns pair 0 by 90 degrees (cos 0, sin 1) and pair 1 by (cos 0.6, sin 0.8). */
+  static const float rx[16] = {1, 2, 3, 4, 5, -1, 10, 5, 1, 2, 3, 4, 5, -1, 10, 5};
+  static const float rcs[8] = {1, 0, 1, 0, 0, 1, 0.6f, 0.8f};
+  static const float want_rope[16] = {1, 2, 3, 4, 5, -1, 10, 5, -2, 1, -1.4f, 4.8f, 1, 5, 2, 11};
+  float ry[16];
+  dit_tensor_t rxt = {(void *)rx, DIT_F32, 3, {1, 2, 8}}, rct = {(void *)rcs, DIT_F32, 2, {2, 4}}, ryt = {ry, DIT_F32, 3, {1, 2, 8}};
+  CHECK_OK(dit_cpu_rope_table(c, &rxt, &rct, 2, &ryt));
+  for (int i = 0; i < 16; i++) CHECK_NEAR(ry[i], want_rope[i], 1e-6);
+  /* bf16 x: the fp32 result rounded once (-1.4 and 4.8 are not bf16 values; their neighbours are) */
+  uint16_t bx[16], by[16];
+  for (int i = 0; i < 16; i++) bx[i] = dit_f32_to_bf16(rx[i]);
+  dit_tensor_t bxt = {bx, DIT_BF16, 3, {1, 2, 8}}, byt = {by, DIT_BF16, 3, {1, 2, 8}};
+  CHECK_OK(dit_cpu_rope_table(c, &bxt, &rct, 2, &byt));
+  for (int i = 0; i < 16; i++) CHECK_EQ_INT(by[i], dit_f32_to_bf16(want_rope[i]));
+
+  /* concat of bf16 bits (copied as they are): a [2, 1, 2] ++ b [2, 2, 2] along dim 1, then along 0 */
+  uint16_t av[4] = {1, 2, 3, 4}, bv[8] = {5, 6, 7, 8, 9, 10, 11, 12}, cv[12];
+  static const uint16_t want_d1[12] = {1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12};
+  dit_tensor_t at = {av, DIT_BF16, 3, {2, 1, 2}}, bt = {bv, DIT_BF16, 3, {2, 2, 2}}, ct = {cv, DIT_BF16, 3, {2, 3, 2}};
+  CHECK_OK(dit_cpu_concat(c, &at, &bt, 1, &ct));
+  for (int i = 0; i < 12; i++) CHECK_EQ_INT(cv[i], want_d1[i]);
+  dit_tensor_t a0 = {av, DIT_BF16, 2, {1, 4}}, b0 = {bv, DIT_BF16, 2, {2, 4}}, c0 = {cv, DIT_BF16, 2, {3, 4}};
+  CHECK_OK(dit_cpu_concat(c, &a0, &b0, 0, &c0));
+  for (int i = 0; i < 12; i++) CHECK_EQ_INT(cv[i], i + 1);
+  /* along the last dim: [attn | mlp] features of each token */
+  dit_tensor_t a2 = {av, DIT_BF16, 2, {2, 2}}, b2 = {bv, DIT_BF16, 2, {2, 4}}, c2 = {cv, DIT_BF16, 2, {2, 6}};
+  static const uint16_t want_d2[12] = {1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12};
+  CHECK_OK(dit_cpu_concat(c, &a2, &b2, 1, &c2));
+  for (int i = 0; i < 12; i++) CHECK_EQ_INT(cv[i], want_d2[i]);
+
+  /* reshape: the same bytes in new dims */
+  uint16_t rv[12];
+  dit_tensor_t rs = {rv, DIT_BF16, 3, {3, 2, 2}};
+  CHECK_OK(dit_cpu_reshape(c, &c2, &rs));
+  for (int i = 0; i < 12; i++) CHECK_EQ_INT(rv[i], want_d2[i]);
+
+  check_rope_table(3, 5, 3, 8, DIT_F32);
+  check_rope_table(2, 7, 2, 6, DIT_BF16);
+  check_rope_table(1, 4, 1, 2, DIT_F16);
+}
+
 /* ---- argument errors --------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -756,6 +839,10 @@ static void test_errors(void) {
     CHECK_ERR(dit_cpu_layernorm(c, &x, &w9, &w9, 1e-6, &y), INVALID_ARGUMENT,
               "layernorm: w has dims [9], expected [10]");
     CHECK_ERR(dit_cpu_rmsnorm(c, &x, &w9, 1e-6, &y), INVALID_ARGUMENT, "rmsnorm: w has dims [9], expected [10]");
+    CHECK_ERR(dit_cpu_rmsnorm_group(c, &x, &w, 4, 1e-6, &y), INVALID_ARGUMENT, "rmsnorm: group 4 does not divide the last dim of x [3, 10]");
+    T(w5, DIT_F32, 1, 5);
+    CHECK_ERR(dit_cpu_rmsnorm_group(c, &x, &w, 5, 1e-6, &y), INVALID_ARGUMENT, "rmsnorm: w has dims [10], expected [5]");
+    CHECK_OK(dit_cpu_rmsnorm_group(c, &x, &w5, 5, 1e-6, &y));
     O(y2, DIT_F32, 2, 3, 11);
     CHECK_ERR(dit_cpu_silu(c, &x, &y2), INVALID_ARGUMENT, "silu: y has dims [3, 11], expected [3, 10] as x");
     CHECK_ERR(dit_cpu_gelu_tanh(c, &x, &y2), INVALID_ARGUMENT, "gelu_tanh: y has dims [3, 11]");
@@ -813,6 +900,28 @@ static void test_errors(void) {
               "rope: part dims (t 6, h 5, w 5) must be even");
     CHECK_ERR(dit_cpu_rope(c, &x, 2, 1, 2, 2, 8, 4, 4, 10000, 0, &y), INVALID_ARGUMENT,
               "rope: x has dims [1, 6, 32] from token 0, expected [B, 4 (f*h*w = 1*2*2)");
+    T(cs, DIT_F32, 2, 6, 8);
+    CHECK_ERR(dit_cpu_rope_table(c, &x, &cs, 2, &y), INVALID_ARGUMENT, "rope_table: cs has dims [6, 8], expected [6, 16]");
+    CHECK_ERR(dit_cpu_rope_table(c, &x, &cs, 3, &y), INVALID_ARGUMENT,
+              "rope_table: x has dims [1, 6, 32], expected [B, T, heads * Dh] with heads = 3 and Dh even");
+    T(csb, DIT_BF16, 2, 6, 16);
+    CHECK_ERR(dit_cpu_rope_table(c, &x, &csb, 2, &y), INVALID_ARGUMENT, "rope_table: cs has dtype bf16, expected f32");
+    dit_tensor_t ya = {buf, DIT_F32, 3, {1, 6, 32}};
+    T(cs16, DIT_F32, 2, 6, 16);
+    CHECK_ERR(dit_cpu_rope_table(c, &x, &cs16, 2, &ya), INVALID_ARGUMENT, "rope_table: output y overlaps input x");
+  }
+  {
+    T(a, DIT_BF16, 3, 2, 3, 8);
+    T(b, DIT_BF16, 3, 2, 4, 6);
+    O(y, DIT_BF16, 3, 2, 7, 8);
+    CHECK_ERR(dit_cpu_concat(c, &a, &b, 1, &y), INVALID_ARGUMENT,
+              "concat: b has dims [2, 4, 6], expected those of a [2, 3, 8] but for dim 1");
+    T(b2, DIT_F32, 3, 2, 4, 8);
+    CHECK_ERR(dit_cpu_concat(c, &a, &b2, 1, &y), INVALID_ARGUMENT, "concat: dtypes a bf16, b f32, y bf16 differ");
+    CHECK_ERR(dit_cpu_concat(c, &a, &a, 3, &y), INVALID_ARGUMENT, "concat: dim 3 outside 0..2 of a [2, 3, 8]");
+    CHECK_ERR(dit_cpu_concat(c, &a, &a, 1, &y), INVALID_ARGUMENT, "concat: y has dims [2, 7, 8], expected [2, 6, 8]");
+    O(r, DIT_BF16, 2, 6, 7);
+    CHECK_ERR(dit_cpu_reshape(c, &a, &r), INVALID_ARGUMENT, "reshape: y bf16 [6, 7] must hold x's 48 elements of bf16 (x [2, 3, 8])");
   }
 #undef T
 #undef O
@@ -1059,6 +1168,7 @@ int main(void) {
   test_patch();
   test_timestep();
   test_rope();
+  test_mmdit_ops();
   test_errors();
   test_torch();
   bench();

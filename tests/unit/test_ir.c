@@ -12,6 +12,11 @@ static dit_attrs_t attrs_i(const char *k1, int64_t v1, const char *k2, int64_t v
   return a;
 }
 
+static dit_vid_t in3(dit_graph_t *g, const char *name, dit_dtype_t t, int64_t a, int64_t b, int64_t c) {
+  int64_t d[3] = {a, b, c};
+  return dit_graph_input(g, name, t, 3, d);
+}
+
 static void test_builder_shapes(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
@@ -142,10 +147,134 @@ static void test_cost(void) {
   dit_graph_destroy(g);
 }
 
+/* reshape, concat, rope_table and rmsnorm's group: shapes, refusals naming the value, and the
+ * output dtype they keep. */
+static void test_mmdit_ops(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int rank[2];
+  int64_t dims[2][DIT_MAX_RANK];
+  /* reshape: a modulation output [B, n*D] viewed as [B, n, D] */
+  int64_t ms[2] = {2, 6 * 16};
+  dit_vid_t m = dit_graph_input(g, "mod", DIT_BF16, 2, ms);
+  dit_attrs_t ra = {0};
+  dit_attrs_set_int(&ra, "rank", 3);
+  dit_attrs_set_int(&ra, "d0", 2);
+  dit_attrs_set_int(&ra, "d1", 6);
+  dit_attrs_set_int(&ra, "d2", 16);
+  dit_vid_t mr = dit_graph_op(g, DIT_OP_RESHAPE, &m, 1, &ra, DIT_BF16, "mod3");
+  const dit_value_t *mv = dit_graph_cvalue(g, mr);
+  CHECK(mv != NULL);
+  if (mv) {
+    CHECK_EQ_INT(mv->rank, 3);
+    CHECK_EQ_INT(mv->dims[0], 2);
+    CHECK_EQ_INT(mv->dims[1], 6);
+    CHECK_EQ_INT(mv->dims[2], 16);
+  }
+  dit_attrs_set_int(&ra, "d2", 15);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RESHAPE, &m, 1, &ra, 1, rank, dims), INVALID_ARGUMENT,
+            "reshape: dims [2,6,15] hold 180 elements, x 'mod' [2,96] has 192");
+  dit_attrs_set_int(&ra, "d2", 16);
+  dit_attrs_set_int(&ra, "d3", 1);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RESHAPE, &m, 1, &ra, 1, rank, dims), INVALID_ARGUMENT, "attribute d3 given for rank 3");
+  dit_attrs_t r9 = attrs_i("rank", DIT_MAX_RANK + 1, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RESHAPE, &m, 1, &r9, 1, rank, dims), INVALID_ARGUMENT, "attribute rank = 9, expected 1..8");
+  dit_attrs_t r2 = attrs_i("rank", 2, "d0", 192);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RESHAPE, &m, 1, &r2, 1, rank, dims), INVALID_ARGUMENT, "missing integer attribute 'd1'");
+  /* the builder and the verifier keep x's dtype */
+  dit_attrs_set_int(&ra, "rank", 3);
+  dit_attrs_t ra3 = ra;
+  ra3.count = 4; /* rank d0 d1 d2 */
+  CHECK(dit_graph_op(g, DIT_OP_RESHAPE, &m, 1, &ra3, DIT_F32, "mod3_f32") == -1);
+  CHECK(dit_graph_status(g) && strstr(dit_status_message(dit_graph_status(g)), "reshape: output dtype f32, expected bf16 as operand x 'mod'"));
+  dit_graph_destroy(g);
+
+  CHECK_OK(dit_graph_create(&g));
+  /* concat: joint attention's tokens (dim 1) and the single-stream features (dim 2) */
+  dit_vid_t txt = in3(g, "txt", DIT_BF16, 2, 5, 32), img = in3(g, "img", DIT_BF16, 2, 12, 32);
+  dit_vid_t ti[2] = {txt, img};
+  dit_attrs_t c1 = attrs_i("dim", 1, NULL, 0);
+  dit_vid_t joint = dit_graph_op(g, DIT_OP_CONCAT, ti, 2, &c1, DIT_BF16, "joint");
+  CHECK(joint >= 0 && dit_graph_cvalue(g, joint)->dims[1] == 17 && dit_graph_cvalue(g, joint)->dims[2] == 32);
+  dit_vid_t mlp = in3(g, "mlp", DIT_BF16, 2, 17, 128), jm[2] = {joint, mlp};
+  dit_attrs_t c2 = attrs_i("dim", 2, NULL, 0);
+  dit_vid_t feat = dit_graph_op(g, DIT_OP_CONCAT, jm, 2, &c2, DIT_BF16, "feat");
+  CHECK(feat >= 0 && dit_graph_cvalue(g, feat)->dims[1] == 17 && dit_graph_cvalue(g, feat)->dims[2] == 160);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONCAT, ti, 2, &c2, 1, rank, dims), INVALID_ARGUMENT,
+            "concat: operands 'txt' [2,5,32] and 'img' [2,12,32] differ in dim 1, not only in the concatenated dim 2");
+  dit_attrs_t c3 = attrs_i("dim", 3, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONCAT, ti, 2, &c3, 1, rank, dims), INVALID_ARGUMENT, "attribute dim = 3 outside 0..2 of 'txt'");
+  dit_vid_t txt32 = in3(g, "txt32", DIT_F32, 2, 5, 32), mixed[2] = {txt32, img};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONCAT, mixed, 2, &c1, 1, rank, dims), INVALID_ARGUMENT,
+            "operands 'txt32' (f32) and 'img' (bf16) differ in dtype");
+  int64_t two[2] = {2, 32};
+  dit_vid_t flat = dit_graph_input(g, "flat", DIT_BF16, 2, two), tf[2] = {txt, flat};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONCAT, tf, 2, &c1, 1, rank, dims), INVALID_ARGUMENT, "(rank 3) and 'flat' (rank 2) differ in rank");
+
+  /* rope_table: x [B, T, H*Dh], cs f32 [T, Dh] */
+  int64_t cd[2] = {17, 16};
+  dit_vid_t cs = dit_graph_input(g, "cs", DIT_F32, 2, cd), xc[2] = {joint, cs};
+  dit_attrs_t h2 = attrs_i("heads", 2, NULL, 0);
+  dit_vid_t rot = dit_graph_op(g, DIT_OP_ROPE_TABLE, xc, 2, &h2, DIT_BF16, "rot");
+  CHECK(rot >= 0 && dit_graph_cvalue(g, rot)->dims[2] == 32);
+  dit_attrs_t h4 = attrs_i("heads", 4, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xc, 2, &h4, 1, rank, dims), INVALID_ARGUMENT,
+            "rope_table: table 'cs' is [17,16], expected [17,8] (tokens of 'joint', head dim)");
+  dit_attrs_t h3 = attrs_i("heads", 3, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xc, 2, &h3, 1, rank, dims), INVALID_ARGUMENT,
+            "32 channels of 'joint' do not split into 3 heads of an even head dim");
+  dit_vid_t csb = dit_graph_input(g, "csb", DIT_BF16, 2, cd), xb[2] = {joint, csb};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xb, 2, &h2, 1, rank, dims), INVALID_ARGUMENT, "table 'csb' has dtype bf16, expected f32");
+  CHECK(dit_graph_op(g, DIT_OP_ROPE_TABLE, xc, 2, &h2, DIT_F32, "rot_f32") == -1);
+  CHECK(dit_graph_status(g) && strstr(dit_status_message(dit_graph_status(g)), "rope_table: output dtype f32, expected bf16"));
+  dit_graph_destroy(g);
+
+  CHECK_OK(dit_graph_create(&g));
+  /* rmsnorm per head: weight [G], G dividing the last dim; absent group: the whole row */
+  dit_vid_t q = in3(g, "q", DIT_BF16, 1, 7, 64);
+  int64_t w16[1] = {16}, w64[1] = {64};
+  dit_vid_t wh = dit_graph_weight(g, "norm_q.weight", DIT_BF16, 1, w16), qw[2] = {q, wh};
+  dit_attrs_t na = attrs_i("group", 16, NULL, 0);
+  dit_attrs_set_float(&na, "eps", 1e-6);
+  dit_vid_t qn = dit_graph_op(g, DIT_OP_RMSNORM, qw, 2, &na, DIT_BF16, "qn");
+  CHECK(qn >= 0);
+  dit_attrs_t whole = {0};
+  dit_attrs_set_float(&whole, "eps", 1e-6);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RMSNORM, qw, 2, &whole, 1, rank, dims), INVALID_ARGUMENT, "weight 'norm_q.weight' must be [64]");
+  dit_vid_t wf = dit_graph_weight(g, "full", DIT_BF16, 1, w64), qf[2] = {q, wf};
+  CHECK_OK(dit_infer_shapes(g, DIT_OP_RMSNORM, qf, 2, &whole, 1, rank, dims));
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RMSNORM, qf, 2, &na, 1, rank, dims), INVALID_ARGUMENT, "weight 'full' must be [16]");
+  dit_attrs_t n24 = attrs_i("group", 24, NULL, 0);
+  dit_attrs_set_float(&n24, "eps", 1e-6);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RMSNORM, qw, 2, &n24, 1, rank, dims), INVALID_ARGUMENT,
+            "attribute group = 24 does not divide the last dim 64 of 'q'");
+  dit_attrs_t n0 = attrs_i("group", 0, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_RMSNORM, qw, 2, &n0, 1, rank, dims), INVALID_ARGUMENT, "attribute group = 0, expected >= 1");
+  dit_graph_mark_output(g, qn, "qn");
+  CHECK_OK(dit_graph_verify(g));
+  dit_graph_destroy(g);
+
+  CHECK_OK(dit_graph_create(&g));
+  dit_vid_t a = in3(g, "a", DIT_BF16, 1, 4, 8), b = in3(g, "b", DIT_BF16, 1, 2, 8), ab[2] = {a, b};
+  dit_vid_t cat = dit_graph_op(g, DIT_OP_CONCAT, ab, 2, &c1, DIT_BF16, "cat");
+  dit_graph_mark_output(g, cat, "cat");
+  CHECK_OK(dit_graph_verify(g));
+  /* A recorded dtype the op does not keep is the verifier's error too. */
+  dit_graph_value(g, cat)->dtype = DIT_F32;
+  CHECK_ERR(dit_graph_verify(g), INVALID_ARGUMENT, "concat: output dtype f32, expected bf16 as operand x 'a'");
+  dit_graph_value(g, cat)->dtype = DIT_BF16;
+  /* costs: copies move bytes without arithmetic; rope_table 3 flops an element */
+  dit_cost_t cc = dit_op_cost(g, dit_graph_cop_at(g, 0));
+  CHECK_NEAR(cc.flops, 0, 0);
+  CHECK_NEAR(cc.bytes, 2.0 * (32 + 16 + 48), 0);
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_builder_shapes();
   test_shape_errors();
   test_verify_and_print();
   test_cost();
+  test_mmdit_ops();
   return check_summary("test_ir");
 }

@@ -2,9 +2,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifacts/plan.h"
 #include "check.h"
+#include "compiler/compile_internal.h"
 #include "compiler/frontend.h"
 #include "passes/passes.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/cpu_ops.h"
 
 static void test_dce(void) {
   dit_graph_t *g;
@@ -132,8 +136,98 @@ static void test_schedule_collectives(void) {
   dit_graph_destroy(g);
 }
 
+static dit_vid_t in3(dit_graph_t *g, const char *name, int64_t a, int64_t b, int64_t c) {
+  int64_t d[3] = {a, b, c};
+  return dit_graph_input(g, name, DIT_F32, 3, d);
+}
+
+/* reshape, concat, per-head rmsnorm and rope_table through the passes, the plan's JSON and back,
+ * and the CPU backend's steps: the attributes survive and every step runs its kernel. */
+static void test_mmdit_ops_plan(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int64_t md[2] = {2, 24}, wd[1] = {8}, cd[2] = {8, 8};
+  dit_vid_t mod = dit_graph_input(g, "mod", DIT_F32, 2, md);
+  dit_attrs_t ra = {0};
+  dit_attrs_set_int(&ra, "rank", 3);
+  dit_attrs_set_int(&ra, "d0", 2);
+  dit_attrs_set_int(&ra, "d1", 3);
+  dit_attrs_set_int(&ra, "d2", 8);
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_RESHAPE, &mod, 1, &ra, DIT_F32, "mod3"), "mod3");
+  dit_vid_t ti[2] = {in3(g, "txt", 2, 3, 16), in3(g, "img", 2, 5, 16)};
+  dit_attrs_t c1 = {0}, c2 = {0}, na = {0}, ha = {0};
+  dit_attrs_set_int(&c1, "dim", 1);
+  dit_attrs_set_int(&c2, "dim", 2);
+  dit_attrs_set_float(&na, "eps", 1e-6);
+  dit_attrs_set_int(&na, "group", 8);
+  dit_attrs_set_int(&ha, "heads", 2);
+  dit_vid_t joint = dit_graph_op(g, DIT_OP_CONCAT, ti, 2, &c1, DIT_F32, "joint");
+  dit_vid_t qw[2] = {joint, dit_graph_weight(g, "norm_q.weight", DIT_F32, 1, wd)};
+  dit_vid_t qn = dit_graph_op(g, DIT_OP_RMSNORM, qw, 2, &na, DIT_F32, "qn");
+  dit_vid_t qc[2] = {qn, dit_graph_input(g, "cs", DIT_F32, 2, cd)};
+  dit_vid_t rot = dit_graph_op(g, DIT_OP_ROPE_TABLE, qc, 2, &ha, DIT_F32, "rot"), rj[2] = {rot, joint};
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_CONCAT, rj, 2, &c2, DIT_F32, "feat"), "feat");
+  dit_pass_result_t r = {0};
+  CHECK_OK(dit_passes_run(g, &(dit_pass_options_t){0}, &r));
+  CHECK_EQ_INT(dit_graph_num_ops(g), 5);
+  dit_plan_t *p = NULL, *q = NULL;
+  char *text = NULL, *again = NULL;
+  CHECK_OK(dit_compile_lower(g, r.arena_bytes, &p));
+  if (p) CHECK_OK(dit_plan_to_json(p, &text));
+  if (text) CHECK_OK(dit_plan_parse(text, strlen(text), "plan.json", &q));
+  if (q) CHECK_OK(dit_plan_to_json(q, &again));
+  CHECK(text && again && !strcmp(text, again));
+  if (!q) goto done;
+  static const dit_op_kind_t kinds[5] = {DIT_OP_RESHAPE, DIT_OP_CONCAT, DIT_OP_RMSNORM, DIT_OP_ROPE_TABLE, DIT_OP_CONCAT};
+  CHECK_EQ_INT(q->n_steps, 5);
+  for (size_t i = 0; i < q->n_steps && i < 5; i++) CHECK_EQ_INT(q->steps[i].kind, kinds[i]);
+  const dit_attr_t *grp = dit_attrs_find(&q->steps[2].attrs, "group"), *d2 = dit_attrs_find(&q->steps[0].attrs, "d2");
+  CHECK(grp && !grp->is_float && grp->i == 8 && d2 && d2->i == 8);
+
+  /* Every step on the CPU backend, each value in a buffer of its own. */
+  const dit_backend_vtable_t *be = dit_backend_cpu();
+  void *st = NULL;
+  CHECK_OK(be->create(NULL, &st));
+  dit_tensor_t *t = calloc(q->n_values, sizeof *t);
+  for (size_t v = 0; v < q->n_values; v++) {
+    t[v] = (dit_tensor_t){malloc(q->values[v].nbytes), q->values[v].dtype, q->values[v].rank, {0}};
+    memcpy(t[v].dims, q->values[v].dims, sizeof(int64_t) * (size_t)t[v].rank);
+    for (uint64_t i = 0; i < q->values[v].nbytes / 4; i++) ((float *)t[v].data)[i] = (float)((i * 37 + v * 11) % 23) / 7.f - 1.5f;
+  }
+  for (size_t i = 0; i < q->n_steps; i++) {
+    const dit_plan_step_t *s = &q->steps[i];
+    dit_tensor_t in[DIT_PLAN_MAX_IN], out[DIT_PLAN_MAX_OUT];
+    for (int k = 0; k < s->n_in; k++) in[k] = t[s->in[k]];
+    for (int k = 0; k < s->n_out; k++) out[k] = t[s->out[k]];
+    CHECK_OK(be->run_step(st, i, s, in, out));
+  }
+  /* The same chain through the kernels directly: equal bytes. */
+  const dit_plan_step_t *s1 = &q->steps[1], *s2 = &q->steps[2], *s3 = &q->steps[3], *s4 = &q->steps[4];
+  dit_cpu_t cpu = {0};
+  dit_tensor_t j = t[s1->out[0]], n = t[s2->out[0]], o = t[s3->out[0]], f = t[s4->out[0]];
+  j.data = malloc(q->values[s1->out[0]].nbytes);
+  n.data = malloc(q->values[s2->out[0]].nbytes);
+  o.data = malloc(q->values[s3->out[0]].nbytes);
+  f.data = malloc(q->values[s4->out[0]].nbytes);
+  CHECK_OK(dit_cpu_concat(&cpu, &t[s1->in[0]], &t[s1->in[1]], 1, &j));
+  CHECK_OK(dit_cpu_rmsnorm_group(&cpu, &j, &t[s2->in[1]], 8, 1e-6, &n));
+  CHECK_OK(dit_cpu_rope_table(&cpu, &n, &t[s3->in[1]], 2, &o));
+  CHECK_OK(dit_cpu_concat(&cpu, &o, &j, 2, &f));
+  CHECK(!memcmp(f.data, t[s4->out[0]].data, q->values[s4->out[0]].nbytes));
+  CHECK(!memcmp(t[q->steps[0].in[0]].data, t[q->steps[0].out[0]].data, 2 * 24 * 4));
+  free(j.data), free(n.data), free(o.data), free(f.data);
+  for (size_t v = 0; v < q->n_values; v++) free(t[v].data);
+  free(t);
+  be->destroy(st);
+done:
+  free(text), free(again);
+  dit_plan_free(p), dit_plan_free(q);
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_dce();
+  test_mmdit_ops_plan();
   test_memplan_on_wan();
   test_schedule_collectives();
   return check_summary("test_passes");
