@@ -195,9 +195,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_GELU:
     case DIT_OP_ADD:
     case DIT_OP_CAST:
+    case DIT_OP_RESHAPE: /* a device copy: the cast kernel between equal types (the IR keeps x's) */
       dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
           op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH
-          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU : op->kind == DIT_OP_CAST ? DIT_ABI_EW_CAST : DIT_ABI_EW_ADD, n,
+          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU
+          : op->kind == DIT_OP_CAST || op->kind == DIT_OP_RESHAPE ? DIT_ABI_EW_CAST : DIT_ABI_EW_ADD, n,
           dt_code(x->dtype), n % DIT_ABI_VEC == 0);
       if (op->kind == DIT_OP_ADD) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
       set_launch(k, blocks_of(n % DIT_ABI_VEC == 0 ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
@@ -269,6 +271,19 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       int mode = op->kind == DIT_OP_LAYERNORM ? DIT_ABI_NORM_LAYERNORM : op->kind == DIT_OP_ADALN ? DIT_ABI_NORM_ADALN
                  : op->kind == DIT_OP_RMSNORM ? DIT_ABI_NORM_RMSNORM : op->kind == DIT_OP_ROWSUMSQ ? DIT_ABI_NORM_ROWSUMSQ
                  : DIT_ABI_NORM_RMSNORM_SLICE;
+      const int64_t group = mode == DIT_ABI_NORM_RMSNORM && dit_attrs_find(&op->attrs, "group") ? geti(op, "group") : D;
+      if (group != D) {
+        /* Per head: a block normalizes a whole row when the threads holding one group are a
+         * power of two of consecutive lanes (a warp butterfly sums it); else each group is a row. */
+        const int cw = D % DIT_ABI_VEC == 0 ? DIT_ABI_VEC : 1;
+        const int64_t lanes = group / cw;
+        if (group % cw == 0 && lanes <= 32 && !(lanes & (lanes - 1))) {
+          dit_strbuf_printf(s, "#define GROUP %" PRId64 "\n", group);
+        } else {
+          D = group;
+          rows = dit_value_numel(x) / D;
+        }
+      }
       dit_strbuf_printf(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
              "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % DIT_ABI_VEC == 0);
       if (mode == DIT_ABI_NORM_LAYERNORM) {
@@ -366,6 +381,30 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           dt_code(x->dtype), x->dims[0], x->dims[1], x->dims[2], geti(op, "t0"), y->dims[1]);
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
+    case DIT_OP_CONCAT: {
+      /* a [OUTER, IA] ++ b [OUTER, IB] with IA, IB the concatenated dim times the dims after it. */
+      const dit_value_t *b = V(g, op->in[1]);
+      const int64_t dim = geti(op, "dim");
+      int64_t outer = 1, inner = 1;
+      for (int i = 0; i < dim; i++) outer *= x->dims[i];
+      for (int i = (int)dim + 1; i < x->rank; i++) inner *= x->dims[i];
+      const int64_t ia = x->dims[dim] * inner, ib = b->dims[dim] * inner;
+      const int vec = ia % DIT_ABI_VEC == 0 && ib % DIT_ABI_VEC == 0;
+      dit_strbuf_printf(s, "#define DIT_K_CONCAT 1\n#define T_X %d\n#define OUTER %" PRId64 "LL\n#define IA %" PRId64
+             "LL\n#define IB %" PRId64 "LL\n#define VEC8 %d\n", dt_code(x->dtype), outer, ia, ib, vec);
+      set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_ROPE_TABLE: {
+      const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
+      /* Eight elements (four pairs) a thread when the head dim allows, else one pair. */
+      const int vec = hd % DIT_ABI_VEC == 0;
+      dit_strbuf_printf(s, "#define DIT_K_ROPE_TABLE 1\n#define T_X %d\n#define N %" PRIu64 "LL\n#define TOKENS %" PRId64
+             "LL\n#define C %" PRId64 "LL\n#define HD %" PRId64 "LL\n#define VEC8 %d\n", dt_code(x->dtype), n, x->dims[1], x->dims[2],
+          hd, vec);
+      set_launch(k, blocks_of(n / (vec ? DIT_ABI_VEC : 2)), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
     case DIT_OP_ATTN_MERGE: {
       int64_t heads = geti(op, "heads");
       const dit_value_t *la = V(g, op->in[1]), *lse = V(g, op->out[1]);

@@ -240,9 +240,10 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #if defined(DIT_K_ROWNORM)
 // One block per row of D elements, held in registers (8 contiguous per chunk with VEC8).
 // MODE (DIT_ABI_NORM_*) LAYERNORM (AFFINE 0/1), ADALN (layernorm, then *(1 + mod[b, SCALE_ROW])
-// + mod[b, SHIFT_ROW]), RMSNORM; for rows split across tensor-parallel ranks, ROWSUMSQ the row's
-// sum of squares (y has one value per row) and RMSNORM_SLICE the RMSNorm of a row slice given
-// the whole row's (all-reduced) sum of squares ss over DIM elements.
+// + mod[b, SHIFT_ROW]), RMSNORM (of every GROUP-wide chunk alone when GROUP is defined); for
+// rows split across tensor-parallel ranks, ROWSUMSQ the row's sum of squares (y has one value per
+// row) and RMSNORM_SLICE the RMSNorm of a row slice given the whole row's (all-reduced) sum of
+// squares ss over DIM elements.
 #define M_LN DIT_ABI_NORM_LAYERNORM
 #define M_ADALN DIT_ABI_NORM_ADALN
 #define M_RMS DIT_ABI_NORM_RMSNORM
@@ -316,7 +317,25 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #pragma unroll
     for (int e = 0; e < CW; e++) s += v[k][e];
   }
-#if MODE == M_RMS || MODE == M_SUMSQ
+#if MODE == M_RMS && defined(GROUP)
+  // Per head: every GROUP-wide chunk of the row has its own RMS and shares the weight [GROUP]. The
+  // GROUP / CW threads holding a chunk are consecutive lanes of one warp, so a butterfly over them
+  // sums it; lanes past D hold zeros and only take part in the shuffles.
+  static_assert(GROUP % CW == 0 && GROUP / CW <= 32 && ((GROUP / CW) & (GROUP / CW - 1)) == 0 && D % GROUP == 0,
+                "DIT_K_ROWNORM: GROUP must divide D and span a power of two of lanes up to a warp");
+  float r[CHUNKS];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    float q = 0.f;
+#pragma unroll
+    for (int e = 0; e < CW; e++) q += v[k][e] * v[k][e];
+#pragma unroll
+    for (int o = GROUP / CW / 2; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    r[k] = rsqrtf(q / (float)GROUP + EPS);
+  }
+  const float mean = 0.f;
+  (void)s;
+#elif MODE == M_RMS || MODE == M_SUMSQ
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++)
@@ -366,9 +385,15 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
     float o[CW];
 #if MODE == M_RMS || MODE == M_RMS_SLICE
     float wv[CW];
+#if defined(GROUP)
+    ldc(w, d % GROUP, wv);
+    const float rk = r[k];
+#else
     ldc(w, d, wv);
+    const float rk = r;
+#endif
 #pragma unroll
-    for (int e = 0; e < CW; e++) o[e] = v[k][e] * r * wv[e];
+    for (int e = 0; e < CW; e++) o[e] = v[k][e] * rk * wv[e];
 #else
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = (v[k][e] - mean) * r;
@@ -438,6 +463,64 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   if (i >= (long long)BATCH * COUNT * C) return;
   const long long c = i % C, t = (i / C) % COUNT, b = i / ((long long)C * COUNT);
   st(y, i, ld(x, (b * TOKENS + T0 + t) * C + c));
+}
+#endif
+
+#if defined(DIT_K_CONCAT)
+// a [OUTER, IA] ++ b [OUTER, IB] -> y [OUTER, IA + IB], IA and IB the concatenated dim times the
+// dims after it. With VEC8 (IA and IB multiples of 8) a thread moves 8 elements of one side.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *a, const TY(X) *b) {
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+#if VEC8
+  if (i >= OUTER * (IA + IB) / DIT_ABI_VEC) return;
+  i *= DIT_ABI_VEC;
+  const long long o = i / (IA + IB), c = i % (IA + IB);
+  float v[DIT_ABI_VEC];
+  if (c < IA) ld8(a, o * IA + c, v);
+  else ld8(b, o * IB + c - IA, v);
+  st8(y, i, v);
+#else
+  if (i >= OUTER * (IA + IB)) return;
+  const long long o = i / (IA + IB), c = i % (IA + IB);
+  st(y, i, c < IA ? ld(a, o * IA + c) : ld(b, o * IB + c - IA));
+#endif
+}
+#endif
+
+#if defined(DIT_K_ROPE_TABLE)
+// Rotary embedding from a table: x [B, TOKENS, C = heads * HD] (N elements), cs fp32 [TOKENS, HD]
+// of (cos, sin) pairs; y[2j] = x[2j] cos - x[2j+1] sin, y[2j+1] = x[2j+1] cos + x[2j] sin in fp32,
+// rounded once on store. With VEC8 (HD a multiple of 8) a thread rotates four pairs through
+// 16-byte accesses, else one pair.
+#if VEC8
+#define RT_W DIT_ABI_VEC
+#else
+#define RT_W 2
+#endif
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const float *cs) {
+  long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (i >= N / RT_W) return;
+  i *= RT_W;
+  const long long ci = (i / C) % TOKENS * HD + i % C % HD;
+  float v[RT_W], t[RT_W], o[RT_W];
+#if VEC8
+  ld8(x, i, v);
+  ld8(cs, ci, t);
+#else
+  v[0] = ld(x, i), v[1] = ld(x, i + 1);
+  t[0] = cs[ci], t[1] = cs[ci + 1];
+#endif
+#pragma unroll
+  for (int p = 0; p < RT_W; p += 2) {
+    o[p] = v[p] * t[p] - v[p + 1] * t[p + 1];
+    o[p + 1] = v[p + 1] * t[p] + v[p] * t[p + 1];
+  }
+#if VEC8
+  st8(y, i, o);
+#else
+  st(y, i, o[0]);
+  st(y, i + 1, o[1]);
+#endif
 }
 #endif
 

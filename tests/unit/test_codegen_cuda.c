@@ -164,7 +164,8 @@ static dit_vid_t in3(dit_graph_t *g, const char *name, dit_dtype_t t, int64_t a,
   return dit_graph_input(g, name, t, 3, d);
 }
 
-static void check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only) {
+/* Returns the planned grid's x extent (0 when the op did not compile). */
+static uint32_t check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only) {
   const dit_op_t *op = dit_graph_cop_at(g, dit_graph_num_ops(g) - 1);
   int has = 0;
   dit_plan_kernel_t k;
@@ -174,13 +175,82 @@ static void check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, u
   if (s) fprintf(stderr, "%s: %s\n", what, dit_status_message(s));
   CHECK(s == DIT_OK);
   dit_status_free(s);
-  if (s) return;
+  if (s) return 0;
   CHECK_EQ_INT(has, 1);
   if (k.block[0] != block || k.smem != smem) fprintf(stderr, "%s: block %u smem %u\n", what, k.block[0], k.smem);
   CHECK_EQ_INT(k.block[0], block);
   CHECK_EQ_INT(k.smem, smem);
   CHECK(m.cubin && m.cubin_size > 0);
   CHECK(cubin_only ? m.ptx == NULL : (m.ptx && m.ptx_size > 0));
+  return k.grid[0];
+}
+
+/* reshape, concat, rope_table and per-head rmsnorm: each form compiles, with the grid its
+ * vector width implies. */
+static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const uint32_t B = DIT_ABI_BLOCK;
+  /* reshape: the cast kernel between equal types, 8 elements a thread when they divide */
+  int64_t md[2] = {2, 6 * 3072};
+  dit_vid_t m = dit_graph_input(g, "mod", DIT_BF16, 2, md);
+  dit_attrs_t ra = {0};
+  dit_attrs_set_int(&ra, "rank", 3);
+  dit_attrs_set_int(&ra, "d0", 2);
+  dit_attrs_set_int(&ra, "d1", 6);
+  dit_attrs_set_int(&ra, "d2", 3072);
+  dit_graph_op(g, DIT_OP_RESHAPE, &m, 1, &ra, DIT_BF16, "mod3");
+  CHECK_EQ_INT(check_op(cg, g, "reshape bf16", B, 0, 0), (2 * 6 * 3072 / 8 + B - 1) / B);
+  dit_vid_t odd = in3(g, "odd", DIT_F32, 1, 3, 7);
+  dit_attrs_t r2 = {0};
+  dit_attrs_set_int(&r2, "rank", 2);
+  dit_attrs_set_int(&r2, "d0", 7);
+  dit_attrs_set_int(&r2, "d1", 3);
+  dit_graph_op(g, DIT_OP_RESHAPE, &odd, 1, &r2, DIT_F32, "odd2");
+  CHECK_EQ_INT(check_op(cg, g, "reshape f32 (21 elements)", B, 0, 0), 1);
+  /* concat: joint tokens (dim 1), [attn | mlp] features (dim 2), and an odd split */
+  dit_vid_t txt = in3(g, "txt", DIT_BF16, 1, 77, 256), img = in3(g, "img", DIT_BF16, 1, 300, 256), ti[2] = {txt, img};
+  dit_attrs_t c1 = {0};
+  dit_attrs_set_int(&c1, "dim", 1);
+  dit_vid_t joint = dit_graph_op(g, DIT_OP_CONCAT, ti, 2, &c1, DIT_BF16, "joint");
+  CHECK_EQ_INT(check_op(cg, g, "concat tokens", B, 0, 0), (377 * 256 / 8 + B - 1) / B);
+  dit_vid_t mlp = in3(g, "mlp", DIT_BF16, 1, 377, 1024), jm[2] = {joint, mlp};
+  dit_attrs_t c2 = {0};
+  dit_attrs_set_int(&c2, "dim", 2);
+  dit_graph_op(g, DIT_OP_CONCAT, jm, 2, &c2, DIT_BF16, "feat");
+  CHECK_EQ_INT(check_op(cg, g, "concat features", B, 0, 0), (377 * 1280 / 8 + B - 1) / B);
+  dit_vid_t a3 = in3(g, "a3", DIT_F32, 2, 5, 3), b3 = in3(g, "b3", DIT_F32, 2, 5, 5), ab[2] = {a3, b3};
+  dit_graph_op(g, DIT_OP_CONCAT, ab, 2, &c2, DIT_F32, "odd_feat");
+  CHECK_EQ_INT(check_op(cg, g, "concat f32 (rows of 3 and 5)", B, 0, 0), 1);
+  /* rope_table: four pairs a thread at head dim 128, one pair at head dim 6 */
+  int64_t cd[2] = {377, 128}, cd6[2] = {5, 6};
+  dit_vid_t cs = dit_graph_input(g, "cs", DIT_F32, 2, cd), xc[2] = {joint, cs};
+  dit_attrs_t h2 = {0};
+  dit_attrs_set_int(&h2, "heads", 2);
+  dit_graph_op(g, DIT_OP_ROPE_TABLE, xc, 2, &h2, DIT_BF16, "rot");
+  CHECK_EQ_INT(check_op(cg, g, "rope_table bf16 hd 128", B, 0, 0), (377 * 256 / 8 + B - 1) / B);
+  dit_vid_t x6 = in3(g, "x6", DIT_F32, 2, 5, 12), cs6 = dit_graph_input(g, "cs6", DIT_F32, 2, cd6), xc6[2] = {x6, cs6};
+  dit_graph_op(g, DIT_OP_ROPE_TABLE, xc6, 2, &h2, DIT_F32, "rot6");
+  CHECK_EQ_INT(check_op(cg, g, "rope_table f32 hd 6", B, 0, 0), (2 * 5 * 12 / 2 + B - 1) / B);
+  /* rmsnorm per head: a block a row when a head spans a power of two of lanes (heads of 128 in
+   * rows of 3072, of 8 in rows of 24), else a block a head (heads of 512, of 4 in 8-wide vectors,
+   * of 6 in odd rows) */
+  static const int64_t shapes[][3] = {{3072, 128, 1}, {24, 8, 1}, {2048, 512, 0}, {32, 4, 0}, {18, 6, 0}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const int64_t D = shapes[i][0], G = shapes[i][1];
+    dit_vid_t q = in3(g, "q", DIT_BF16, 2, 33, D);
+    int64_t wd[1] = {G};
+    dit_vid_t w = dit_graph_weight(g, "norm_q.weight", DIT_BF16, 1, wd), qw[2] = {q, w};
+    dit_attrs_t na = {0};
+    dit_attrs_set_float(&na, "eps", 1e-6);
+    dit_attrs_set_int(&na, "group", G);
+    dit_graph_op(g, DIT_OP_RMSNORM, qw, 2, &na, DIT_BF16, "qn");
+    char what[64];
+    snprintf(what, sizeof what, "rmsnorm group %lld of %lld", (long long)G, (long long)D);
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), shapes[i][2] ? 66 : 66 * D / G);
+  }
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
 }
 
 static void test_codegen_ops(const char *target, const char *cache) {
@@ -243,6 +313,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   }
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
+  test_mmdit_ops(cg);
   dit_cuda_codegen_destroy(cg);
 }
 
