@@ -228,16 +228,19 @@ dit_status_t dit_sampler_create_flow(const dit_flow_schedule_t *c, int steps, si
   if (!c) return DIT_ERR(INVALID_ARGUMENT, "sampler: flow schedule is NULL");
   if (c->sigmas != DIT_FLOW_SIGMAS_DEFAULT && c->sigmas != DIT_FLOW_SIGMAS_FLUX &&
       c->sigmas != DIT_FLOW_SIGMAS_HUNYUAN)
-    return DIT_ERR(INVALID_ARGUMENT, "sampler: flow schedule sigmas kind %d, expected 0 (default), 1 (FLUX) or 2 (HunyuanVideo)",
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "sampler: flow schedule sigmas kind %d, expected 0 (default), 1 (FLUX) or 2 (HunyuanVideo)",
                    (int)c->sigmas);
   if (!dit_finite_positive(c->shift))
     return DIT_ERR(INVALID_ARGUMENT, "sampler: shift = %g, expected a finite value > 0", c->shift);
   if (c->use_dynamic_shifting && !isfinite(c->mu))
     return DIT_ERR(INVALID_ARGUMENT, "sampler: mu = %g with dynamic shifting, expected a finite value", c->mu);
   if (c->time_shift != DIT_TIME_SHIFT_EXPONENTIAL && c->time_shift != DIT_TIME_SHIFT_LINEAR)
-    return DIT_ERR(INVALID_ARGUMENT, "sampler: time shift type %d, expected 0 (exponential) or 1 (linear)", (int)c->time_shift);
+    return DIT_ERR(INVALID_ARGUMENT, "sampler: time shift type %d, expected 0 (exponential) or 1 (linear)",
+                   (int)c->time_shift);
   if (!(c->shift_terminal >= 0.0 && c->shift_terminal < 1.0))
-    return DIT_ERR(OUT_OF_RANGE, "sampler: shift_terminal = %g, expected 0 (none) or a value in (0, 1)", c->shift_terminal);
+    return DIT_ERR(OUT_OF_RANGE, "sampler: shift_terminal = %g, expected 0 (none) or a value in (0, 1)",
+                   c->shift_terminal);
   if (c->num_train_timesteps < 1 || c->num_train_timesteps > 1000000)
     return DIT_ERR(OUT_OF_RANGE, "sampler: num_train_timesteps = %lld, expected 1..1000000",
                    (long long)c->num_train_timesteps);

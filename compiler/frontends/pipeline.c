@@ -164,8 +164,8 @@ static dit_status_t flow_match_read(const dit_json_t *root, dit_scheduler_defaul
   if (out->max_image_seq_len == out->base_image_seq_len) {
     /* calculate_shift divides by their difference. */
     dit_json_t v = at_member(root, "max_image_seq_len");
-    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "found %" PRId64 ", equal to base_image_seq_len; expected a different value",
-                          out->max_image_seq_len);
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                          "found %" PRId64 ", equal to base_image_seq_len; expected a different value", out->max_image_seq_len);
   }
   if (has_value(root, "time_shift_type")) {
     int k = 0;
@@ -179,7 +179,8 @@ static dit_status_t flow_match_read(const dit_json_t *root, dit_scheduler_defaul
     DIT_RETURN_IF(dit_json_as_num(&v, -1e300, 1e300, &t));
     char f[40];
     dit_json_fmt_num(t, f);
-    if (!(t >= 0 && t < 1)) return dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "expected null or a number in [0, 1), found %s", f);
+    if (!(t >= 0 && t < 1))
+      return dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "expected null or a number in [0, 1), found %s", f);
     out->shift_terminal = t;
   }
   return DIT_OK;

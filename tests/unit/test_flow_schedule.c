@@ -156,7 +156,8 @@ static void check_cfg(const cJSON *cfg) {
     CHECK(floats_of(cJSON_GetObjectItem(cs, "norm"), want, n));
     dit_cfg_combine_norm(pos, neg, scale, (size_t)(n / dim), (size_t)dim, out);
     double worst = 0;
-    for (int j = 0; j < n; j++) worst = fmax(worst, fabs((double)out[j] - want[j]) / fmax(fabs((double)want[j]), 1e-30));
+    for (int j = 0; j < n; j++)
+      worst = fmax(worst, fabs((double)out[j] - want[j]) / fmax(fabs((double)want[j]), 1e-30));
     CHECK(worst <= 5e-7);
     /* In place over pos, as the denoising loop calls it. */
     float inplace[MAX_ELEMS];
