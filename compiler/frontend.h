@@ -51,6 +51,14 @@ typedef struct dit_scheduler_defaults {
   double shift;                /* the flow shift: "flow_shift" (UniPC, ...) or "shift" (FlowMatch*) */
   int use_flow_sigmas;         /* always 1 for FlowMatch* schedulers */
   char prediction_type[32];    /* "flow_prediction", "epsilon", "v_prediction" or "sample" */
+  /* FlowMatch* schedulers only (diffusers' defaults otherwise): resolution-dependent shifting,
+   * mu = calculate_shift(image tokens, base/max_image_seq_len, base/max_shift), replacing shift. */
+  int use_dynamic_shifting;    /* false */
+  double base_shift, max_shift; /* 0.5, 1.15 */
+  int64_t base_image_seq_len, max_image_seq_len; /* 256, 4096 */
+  char time_shift_type[16];    /* "exponential" (default) or "linear" */
+  double shift_terminal;       /* 0 when null (default): no stretch; else in (0, 1) */
+  int invert_sigmas;           /* false */
 } dit_scheduler_defaults_t;
 
 /* The VAE's compression, which maps pixels to latents. */

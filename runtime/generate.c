@@ -100,8 +100,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     if (!s) s = lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n);
     if (!s && cfg) {
       if (!lanes) s = predict(rt, negative, uncond, n);
-      float g = (float)guidance;
-      for (size_t j = 0; !s && j < n; j++) cond[j] = uncond[j] + g * (cond[j] - uncond[j]);
+      if (!s) dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
     }
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);

@@ -76,28 +76,84 @@ static void dit_sampler_unipc_schedule(dit_sampler_t *s, double shift) {
   }
 }
 
-static void dit_sampler_euler_schedule(dit_sampler_t *s, double shift) {
-  const int n = s->steps;
-  /* The reference's constructor shifts its 1000 training sigmas in float32 (the Python
-   * scalars shift and shift - 1 become float32 operands); only the two ends are used. */
-  const float shift_f = (float)shift;
-  const float shift_m1_f = (float)(shift - 1.0);
-  const float t_max = 1000.0f / (float)DIT_TRAIN_TIMESTEPS;
-  const float t_min = 1.0f / (float)DIT_TRAIN_TIMESTEPS;
-  const float sigma_max = shift_f * t_max / (1.0f + shift_m1_f * t_max);
-  const float sigma_min = shift_f * t_min / (1.0f + shift_m1_f * t_min);
-  /* set_timesteps: a double linspace between the ends times 1000, back to sigmas, shifted a
-   * second time in double, then float32; the timesteps are float32 sigma * 1000. */
-  const double start = (double)sigma_max * DIT_TRAIN_TIMESTEPS;
-  const double stop = (double)sigma_min * DIT_TRAIN_TIMESTEPS;
-  for (int i = 0; i < n; i++) {
-    double sig = dit_linspace(start, stop, n, i) / DIT_TRAIN_TIMESTEPS;
-    sig = shift * sig / (1.0 + (shift - 1.0) * sig);
-    float sig_f = (float)sig;
-    s->sigmas[i] = sig_f;
-    s->timesteps[i] = (double)(sig_f * (float)DIT_TRAIN_TIMESTEPS);
+dit_flow_schedule_t dit_flow_schedule_default(double shift) {
+  dit_flow_schedule_t c = {0};
+  c.sigmas = DIT_FLOW_SIGMAS_DEFAULT;
+  c.shift = shift;
+  c.time_shift = DIT_TIME_SHIFT_EXPONENTIAL;
+  c.num_train_timesteps = DIT_TRAIN_TIMESTEPS;
+  return c;
+}
+
+double dit_flow_calculate_shift(double image_seq_len, double base_seq_len, double max_seq_len,
+                                double base_shift, double max_shift) {
+  const double m = (max_shift - base_shift) / (max_seq_len - base_seq_len);
+  const double b = base_shift - m * base_seq_len;
+  return image_seq_len * m + b;
+}
+
+/* x as an element of the reference's array: rounded to float32 when the array is float32 (a
+ * float32 +, -, * or / computed in double and rounded once is the float32 result exactly), kept
+ * when it is float64. Scalars meeting a float32 array are rounded the same way. */
+static double dit_as(int f32, double x) { return f32 ? (double)(float)x : x; }
+
+/* set_timesteps' shift of one sigma t: time_shift(mu, 1.0, t) when dynamic, else
+ * shift * t / (1 + (shift - 1) * t). */
+static double dit_flow_shift_one(const dit_flow_schedule_t *c, int f32, double t) {
+  if (c->use_dynamic_shifting) {
+    const double m = dit_as(f32, c->time_shift == DIT_TIME_SHIFT_EXPONENTIAL ? exp(c->mu) : c->mu);
+    const double x = dit_as(f32, dit_as(f32, 1.0 / t) - 1.0); /* (1/t - 1) ** 1.0 */
+    return dit_as(f32, m / dit_as(f32, m + x));
   }
-  s->sigmas[n] = 0.0f;
+  const double sh = dit_as(f32, c->shift), sh_m1 = dit_as(f32, c->shift - 1.0);
+  return dit_as(f32, dit_as(f32, sh * t) / dit_as(f32, 1.0 + dit_as(f32, sh_m1 * t)));
+}
+
+/* FlowMatchEulerDiscreteScheduler.set_timesteps after the constructor, for the sigmas the
+ * pipeline passes: sigmas [steps + 1] (terminal appended), timesteps [steps]. */
+static void dit_flow_schedule_fill(const dit_flow_schedule_t *c, int n, float *sigmas, double *timesteps) {
+  const double ntt = (double)c->num_train_timesteps;
+  /* Sigmas the pipeline passes are made float32 (np.array(sigmas).astype(float32)); the
+   * default ones stay the float64 of np.linspace. */
+  const int f32 = c->sigmas != DIT_FLOW_SIGMAS_DEFAULT;
+  double start = 0, stop = 0;
+  if (c->sigmas == DIT_FLOW_SIGMAS_DEFAULT) {
+    /* The constructor's training sigmas are float32 t / num_train_timesteps, statically
+     * shifted in float32 unless dynamic; only the two ends are used, spaced in float64. */
+    dit_flow_schedule_t ctor = *c;
+    ctor.use_dynamic_shifting = 0;
+    const float ntt_f = (float)c->num_train_timesteps;
+    double sigma_max = (double)(ntt_f / ntt_f), sigma_min = (double)(1.0f / ntt_f);
+    if (!c->use_dynamic_shifting) {
+      sigma_max = dit_flow_shift_one(&ctor, 1, sigma_max);
+      sigma_min = dit_flow_shift_one(&ctor, 1, sigma_min);
+    }
+    start = sigma_max * ntt;
+    stop = sigma_min * ntt;
+  }
+  /* The unrounded sigmas live in timesteps until each becomes its float32 timestep. */
+  double *sig = timesteps;
+  for (int i = 0; i < n; i++) {
+    double t;
+    if (c->sigmas == DIT_FLOW_SIGMAS_DEFAULT) t = dit_linspace(start, stop, n, i) / ntt;
+    else if (c->sigmas == DIT_FLOW_SIGMAS_FLUX) t = (double)(float)dit_linspace(1.0, 1.0 / n, n, i);
+    else t = (double)(float)dit_linspace(1.0, 0.0, n + 1, i);
+    sig[i] = dit_flow_shift_one(c, f32, t);
+  }
+  if (c->shift_terminal > 0) {
+    /* stretch_shift_to_terminal: 1 - (1 - t) / ((1 - t[-1]) / (1 - shift_terminal)). */
+    const double scale = dit_as(f32, dit_as(f32, 1.0 - sig[n - 1]) / dit_as(f32, 1.0 - c->shift_terminal));
+    for (int i = 0; i < n; i++) sig[i] = dit_as(f32, 1.0 - dit_as(f32, dit_as(f32, 1.0 - sig[i]) / scale));
+  }
+  /* From here on float32 tensors: timesteps = sigmas * num_train_timesteps. */
+  const float ntt_f = (float)c->num_train_timesteps;
+  for (int i = 0; i < n; i++) {
+    float s = (float)sig[i];
+    if (c->invert_sigmas) s = 1.0f - s;
+    sigmas[i] = s;
+    timesteps[i] = (double)(s * ntt_f);
+  }
+  sigmas[n] = c->invert_sigmas ? 1.0f : 0.0f;
 }
 
 void dit_sampler_destroy(dit_sampler_t *s) {
@@ -111,16 +167,12 @@ void dit_sampler_destroy(dit_sampler_t *s) {
   free(s);
 }
 
-dit_status_t dit_sampler_create(dit_sampler_kind_t kind, int steps, double shift, size_t n_elems,
-                                dit_sampler_t **out) {
+/* A sampler of `kind` without its schedule, after the checks both constructors share. */
+static dit_status_t dit_sampler_alloc(dit_sampler_kind_t kind, int steps, size_t n_elems, dit_sampler_t **out) {
   if (!out) return DIT_ERR(INVALID_ARGUMENT, "sampler: out is NULL");
   *out = NULL;
-  if (kind != DIT_SAMPLER_UNIPC && kind != DIT_SAMPLER_EULER)
-    return DIT_ERR(INVALID_ARGUMENT, "sampler: unknown kind %d", (int)kind);
   if (steps < 1 || steps > 100000)
     return DIT_ERR(OUT_OF_RANGE, "sampler: steps = %d, expected 1..100000", steps);
-  if (!(shift > 0.0) || !isfinite(shift))
-    return DIT_ERR(INVALID_ARGUMENT, "sampler: shift = %g, expected a finite value > 0", shift);
   if (n_elems == 0) return DIT_ERR(INVALID_ARGUMENT, "sampler: n_elems is 0");
   if (n_elems > SIZE_MAX / sizeof(float))
     return DIT_ERR(OUT_OF_RANGE, "sampler: n_elems = %zu is too large", n_elems);
@@ -145,11 +197,55 @@ dit_status_t dit_sampler_create(dit_sampler_kind_t kind, int steps, double shift
     return DIT_ERR(RESOURCE_EXHAUSTED, "sampler: out of memory for %zu elements, %d steps",
                    n_elems, steps);
   }
-  if (kind == DIT_SAMPLER_UNIPC)
-    dit_sampler_unipc_schedule(s, shift);
-  else
-    dit_sampler_euler_schedule(s, shift);
   *out = s;
+  return DIT_OK;
+}
+
+static int dit_finite_positive(double x) { return x > 0.0 && isfinite(x); }
+
+dit_status_t dit_sampler_create(dit_sampler_kind_t kind, int steps, double shift, size_t n_elems,
+                                dit_sampler_t **out) {
+  if (kind != DIT_SAMPLER_UNIPC && kind != DIT_SAMPLER_EULER) {
+    if (out) *out = NULL;
+    return DIT_ERR(INVALID_ARGUMENT, "sampler: unknown kind %d", (int)kind);
+  }
+  if (kind == DIT_SAMPLER_EULER) {
+    const dit_flow_schedule_t c = dit_flow_schedule_default(shift);
+    return dit_sampler_create_flow(&c, steps, n_elems, out);
+  }
+  if (!dit_finite_positive(shift)) {
+    if (out) *out = NULL;
+    return DIT_ERR(INVALID_ARGUMENT, "sampler: shift = %g, expected a finite value > 0", shift);
+  }
+  DIT_RETURN_IF(dit_sampler_alloc(kind, steps, n_elems, out));
+  dit_sampler_unipc_schedule(*out, shift);
+  return DIT_OK;
+}
+
+dit_status_t dit_sampler_create_flow(const dit_flow_schedule_t *c, int steps, size_t n_elems,
+                                     dit_sampler_t **out) {
+  if (out) *out = NULL;
+  if (!c) return DIT_ERR(INVALID_ARGUMENT, "sampler: flow schedule is NULL");
+  if (c->sigmas != DIT_FLOW_SIGMAS_DEFAULT && c->sigmas != DIT_FLOW_SIGMAS_FLUX &&
+      c->sigmas != DIT_FLOW_SIGMAS_HUNYUAN)
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "sampler: flow schedule sigmas kind %d, expected 0 (default), 1 (FLUX) or 2 (HunyuanVideo)",
+                   (int)c->sigmas);
+  if (!dit_finite_positive(c->shift))
+    return DIT_ERR(INVALID_ARGUMENT, "sampler: shift = %g, expected a finite value > 0", c->shift);
+  if (c->use_dynamic_shifting && !isfinite(c->mu))
+    return DIT_ERR(INVALID_ARGUMENT, "sampler: mu = %g with dynamic shifting, expected a finite value", c->mu);
+  if (c->time_shift != DIT_TIME_SHIFT_EXPONENTIAL && c->time_shift != DIT_TIME_SHIFT_LINEAR)
+    return DIT_ERR(INVALID_ARGUMENT, "sampler: time shift type %d, expected 0 (exponential) or 1 (linear)",
+                   (int)c->time_shift);
+  if (!(c->shift_terminal >= 0.0 && c->shift_terminal < 1.0))
+    return DIT_ERR(OUT_OF_RANGE, "sampler: shift_terminal = %g, expected 0 (none) or a value in (0, 1)",
+                   c->shift_terminal);
+  if (c->num_train_timesteps < 1 || c->num_train_timesteps > 1000000)
+    return DIT_ERR(OUT_OF_RANGE, "sampler: num_train_timesteps = %lld, expected 1..1000000",
+                   (long long)c->num_train_timesteps);
+  DIT_RETURN_IF(dit_sampler_alloc(DIT_SAMPLER_EULER, steps, n_elems, out));
+  dit_flow_schedule_fill(c, steps, (*out)->sigmas, (*out)->timesteps);
   return DIT_OK;
 }
 
@@ -288,6 +384,29 @@ dit_status_t dit_sampler_step(dit_sampler_t *s, const float *model_out, float *s
     dit_sampler_euler_step(s, model_out, sample);
   s->next++;
   return DIT_OK;
+}
+
+void dit_cfg_combine(const float *pos, const float *neg, float scale, size_t n, float *out) {
+  for (size_t j = 0; j < n; j++) out[j] = neg[j] + scale * (pos[j] - neg[j]);
+}
+
+/* sqrt(sum x^2) of a row, accumulated in double, as float32. */
+static float dit_row_norm(const float *x, size_t dim) {
+  double acc = 0.0;
+  for (size_t k = 0; k < dim; k++) acc += (double)x[k] * (double)x[k];
+  return (float)sqrt(acc);
+}
+
+void dit_cfg_combine_norm(const float *pos, const float *neg, float scale, size_t rows, size_t dim,
+                          float *out) {
+  for (size_t r = 0; r < rows; r++) {
+    const size_t o = r * dim;
+    /* pos's norm first: out may be pos. */
+    const float pos_norm = dit_row_norm(pos + o, dim);
+    dit_cfg_combine(pos + o, neg + o, scale, dim, out + o);
+    const float ratio = pos_norm / dit_row_norm(out + o, dim);
+    for (size_t k = 0; k < dim; k++) out[o + k] = out[o + k] * ratio;
+  }
 }
 
 int dit_sampler_kind_parse(const char *name, dit_sampler_kind_t *out) {

@@ -125,6 +125,67 @@ dit_status_t dit_pipeline_index_parse(const char *text, size_t len, const char *
   return s;
 }
 
+/* An optional boolean; absent and null leave *out. */
+static dit_status_t opt_bool(const dit_json_t *root, const char *key, int *out) {
+  if (!has_value(root, key)) return DIT_OK;
+  bool b = false;
+  DIT_RETURN_IF(dit_json_bool(root, key, &b));
+  *out = b;
+  return DIT_OK;
+}
+
+/* FlowMatchEulerDiscreteScheduler's schedule fields, diffusers' defaults when absent. The
+ * sigma spacings and the stochastic step it offers are refused: the sampler does not run them. */
+static dit_status_t flow_match_read(const dit_json_t *root, dit_scheduler_defaults_t *out) {
+  static const char *const refused[] = {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
+                                        "stochastic_sampling", NULL};
+  static const char *const shift_types[] = {"exponential", "linear", NULL};
+  out->base_shift = 0.5;
+  out->max_shift = 1.15;
+  out->base_image_seq_len = 256;
+  out->max_image_seq_len = 4096;
+  snprintf(out->time_shift_type, sizeof out->time_shift_type, "exponential");
+  for (int i = 0; refused[i]; i++) {
+    int on = 0;
+    DIT_RETURN_IF(opt_bool(root, refused[i], &on));
+    if (on) {
+      dit_json_t v = at_member(root, refused[i]);
+      return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found true; only false is supported");
+    }
+  }
+  DIT_RETURN_IF(opt_bool(root, "use_dynamic_shifting", &out->use_dynamic_shifting));
+  DIT_RETURN_IF(opt_bool(root, "invert_sigmas", &out->invert_sigmas));
+  if (has_value(root, "base_shift")) DIT_RETURN_IF(dit_json_num(root, "base_shift", -1e3, 1e3, &out->base_shift));
+  if (has_value(root, "max_shift")) DIT_RETURN_IF(dit_json_num(root, "max_shift", -1e3, 1e3, &out->max_shift));
+  if (has_value(root, "base_image_seq_len"))
+    DIT_RETURN_IF(dit_json_int(root, "base_image_seq_len", 1, INT64_C(1) << 40, &out->base_image_seq_len));
+  if (has_value(root, "max_image_seq_len"))
+    DIT_RETURN_IF(dit_json_int(root, "max_image_seq_len", 1, INT64_C(1) << 40, &out->max_image_seq_len));
+  if (out->max_image_seq_len == out->base_image_seq_len) {
+    /* calculate_shift divides by their difference. */
+    dit_json_t v = at_member(root, "max_image_seq_len");
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT,
+                          "found %" PRId64 ", equal to base_image_seq_len; expected a different value", out->max_image_seq_len);
+  }
+  if (has_value(root, "time_shift_type")) {
+    int k = 0;
+    DIT_RETURN_IF(dit_json_enum(root, "time_shift_type", shift_types, &k));
+    snprintf(out->time_shift_type, sizeof out->time_shift_type, "%s", shift_types[k]);
+  }
+  if (has_value(root, "shift_terminal")) {
+    /* diffusers stretches only for a truthy value: 0 is "none" as null is. */
+    dit_json_t v = at_member(root, "shift_terminal");
+    double t = 0;
+    DIT_RETURN_IF(dit_json_as_num(&v, -1e300, 1e300, &t));
+    char f[40];
+    dit_json_fmt_num(t, f);
+    if (!(t >= 0 && t < 1))
+      return dit_json_error(&v, DIT_CODE_OUT_OF_RANGE, "expected null or a number in [0, 1), found %s", f);
+    out->shift_terminal = t;
+  }
+  return DIT_OK;
+}
+
 dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char *what, dit_scheduler_defaults_t *out) {
   static const char *const predictions[] = {"epsilon", "v_prediction", "sample", "flow_prediction", NULL};
   memset(out, 0, sizeof *out);
@@ -154,6 +215,7 @@ dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char
     s = dit_json_enum(&root, "prediction_type", predictions, &k);
     if (!s) snprintf(out->prediction_type, sizeof out->prediction_type, "%s", predictions[k]);
   }
+  if (!s && euler) s = flow_match_read(&root, out);
   if (!s) out->present = 1;
   dit_json_doc_free(doc);
   return s;

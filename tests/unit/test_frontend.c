@@ -914,6 +914,64 @@ static dit_status_t sched_of(const char *text, dit_scheduler_defaults_t *d) {
   return dit_scheduler_config_parse(text, strlen(text), "scheduler_config.json", d);
 }
 
+/* FlowMatchEulerDiscreteScheduler's schedule fields: diffusers' defaults, the published FLUX.1-dev
+ * and Qwen-Image values, and the refusals. */
+static void test_flow_match_config(void) {
+  dit_scheduler_defaults_t d;
+  CHECK_OK(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\"}", &d));
+  CHECK(!d.use_dynamic_shifting && !d.invert_sigmas);
+  CHECK_NEAR(d.base_shift, 0.5, 0);
+  CHECK_NEAR(d.max_shift, 1.15, 0);
+  CHECK_EQ_INT(d.base_image_seq_len, 256);
+  CHECK_EQ_INT(d.max_image_seq_len, 4096);
+  CHECK(strcmp(d.time_shift_type, "exponential") == 0);
+  CHECK_NEAR(d.shift_terminal, 0, 0);
+  /* FLUX.1-dev; nulls and false spacings are accepted as defaults. */
+  CHECK_OK(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"base_image_seq_len\": 256, \"base_shift\": 0.5,"
+                    " \"max_image_seq_len\": 4096, \"max_shift\": 1.15, \"num_train_timesteps\": 1000, \"shift\": 3.0,"
+                    " \"use_dynamic_shifting\": true, \"shift_terminal\": null, \"use_karras_sigmas\": false,"
+                    " \"use_beta_sigmas\": null}", &d));
+  CHECK(d.use_dynamic_shifting);
+  CHECK_NEAR(d.shift, 3.0, 0);
+  CHECK_NEAR(d.shift_terminal, 0, 0);
+  /* Qwen-Image. */
+  CHECK_OK(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"base_image_seq_len\": 256, \"base_shift\": 0.5,"
+                    " \"invert_sigmas\": false, \"max_image_seq_len\": 8192, \"max_shift\": 0.9, \"shift\": 1.0,"
+                    " \"shift_terminal\": 0.02, \"stochastic_sampling\": false, \"time_shift_type\": \"linear\","
+                    " \"use_dynamic_shifting\": true, \"use_exponential_sigmas\": false}", &d));
+  CHECK(d.use_dynamic_shifting && !d.invert_sigmas);
+  CHECK_NEAR(d.max_shift, 0.9, 0);
+  CHECK_EQ_INT(d.max_image_seq_len, 8192);
+  CHECK_NEAR(d.shift_terminal, 0.02, 0);
+  CHECK(strcmp(d.time_shift_type, "linear") == 0);
+  CHECK_OK(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"invert_sigmas\": true, \"shift_terminal\": 0}", &d));
+  CHECK(d.invert_sigmas);
+  CHECK_NEAR(d.shift_terminal, 0, 0);
+  /* Other schedulers do not read them. */
+  CHECK_OK(sched_of("{\"_class_name\": \"UniPCMultistepScheduler\", \"use_karras_sigmas\": true, \"max_shift\": \"x\"}", &d));
+  CHECK(!d.use_dynamic_shifting && d.max_image_seq_len == 0);
+
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_karras_sigmas\": true}", &d), UNIMPLEMENTED,
+            "scheduler_config.json: field 'use_karras_sigmas': found true; only false is supported");
+  CHECK(!d.present);
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_exponential_sigmas\": true}", &d),
+            UNIMPLEMENTED, "field 'use_exponential_sigmas': found true");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_beta_sigmas\": true}", &d), UNIMPLEMENTED,
+            "field 'use_beta_sigmas': found true");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"stochastic_sampling\": true}", &d),
+            UNIMPLEMENTED, "field 'stochastic_sampling': found true");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"use_dynamic_shifting\": \"yes\"}", &d),
+            INVALID_ARGUMENT, "field 'use_dynamic_shifting': expected a boolean, found a string");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"time_shift_type\": \"cosine\"}", &d),
+            INVALID_ARGUMENT, "field 'time_shift_type': expected one of exponential, linear, found \"cosine\"");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"shift_terminal\": 1}", &d), OUT_OF_RANGE,
+            "field 'shift_terminal': expected null or a number in [0, 1), found 1");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"max_image_seq_len\": 256}", &d),
+            INVALID_ARGUMENT, "field 'max_image_seq_len': found 256, equal to base_image_seq_len");
+  CHECK_ERR(sched_of("{\"_class_name\": \"FlowMatchEulerDiscreteScheduler\", \"base_image_seq_len\": 0}", &d), OUT_OF_RANGE,
+            "field 'base_image_seq_len': expected an integer in");
+}
+
 static void test_scheduler_config(void) {
   dit_scheduler_defaults_t d;
   /* FlowMatch Euler: flow sigmas always; its shift is "shift". */
@@ -943,6 +1001,8 @@ static void test_scheduler_config(void) {
             "field 'use_flow_sigmas': expected a boolean, found a number");
   CHECK_ERR(sched_of("{\"_class_name\": \"UniPCMultistepScheduler\", \"prediction_type\": \"flow\"}", &d), INVALID_ARGUMENT,
             "field 'prediction_type': expected one of epsilon, v_prediction, sample, flow_prediction, found \"flow\"");
+
+  test_flow_match_config();
 }
 
 int main(void) {
