@@ -196,6 +196,98 @@ static dit_status_t write_experts(jw_t *w, const dit_manifest_t *m) {
   return DIT_OK;
 }
 
+static void jw_knum(jw_t *w, const char *k, double v) {
+  char num[40];
+  dit_json_fmt_num(v, num);
+  jw_key(w, k);
+  jw_raw(w, num);
+}
+
+static dit_status_t write_generate(jw_t *w, const dit_manifest_t *m) {
+  const dit_manifest_generate_t *g = &m->generate;
+  if (m->schema_minor < DIT_SCHEMA_MINOR_GENERATE)
+    return DIT_ERR(INVALID_ARGUMENT, "manifest: generate needs schema minor >= %d, found %d", DIT_SCHEMA_MINOR_GENERATE, m->schema_minor);
+  int ok = FIXED_OK(g->latents) && FIXED_OK(g->timestep_input) && FIXED_OK(g->guidance_input) &&
+           g->n_conditions <= DIT_GEN_MAX_CONDITIONS && isfinite(g->timestep_divisor) && isfinite(g->guidance_scale) &&
+           isfinite(g->schedule.shift) && isfinite(g->schedule.base_shift) && isfinite(g->schedule.max_shift) &&
+           isfinite(g->schedule.shift_terminal) && isfinite(g->guidance_default);
+  for (size_t i = 0; ok && i < g->n_conditions; i++) ok = FIXED_OK(g->conditions[i].argument) && FIXED_OK(g->conditions[i].input);
+  if (!ok) return DIT_ERR(INVALID_ARGUMENT, "manifest: generate: bad entry");
+  jw_key(w, "generate");
+  jw_open(w, '{', 0);
+  jw_kstr(w, "latents", g->latents);
+  jw_ki64(w, "steps", g->default_steps);
+  jw_key(w, "timestep");
+  jw_open(w, '{', 1);
+  jw_kstr(w, "input", g->timestep_input);
+  jw_knum(w, "divisor", g->timestep_divisor);
+  jw_close(w, '}');
+  if (g->guidance_input[0]) {
+    jw_key(w, "guidance");
+    jw_open(w, '{', 1);
+    jw_kstr(w, "input", g->guidance_input);
+    jw_knum(w, "scale", g->guidance_scale);
+    jw_knum(w, "default", g->guidance_default);
+    jw_close(w, '}');
+  }
+  jw_key(w, "conditions");
+  jw_open(w, '[', 0);
+  for (size_t i = 0; i < g->n_conditions; i++) {
+    jw_open(w, '{', 1);
+    jw_kstr(w, "argument", g->conditions[i].argument);
+    jw_kstr(w, "input", g->conditions[i].input);
+    jw_close(w, '}');
+  }
+  jw_close(w, ']');
+  jw_kstr(w, "true_cfg", g->true_cfg_norm ? "norm" : "plain");
+  jw_key(w, "schedule");
+  jw_open(w, '{', 0);
+  jw_kstr(w, "sampler", "flow_match_euler");
+  jw_ki64(w, "num_train_timesteps", g->schedule.num_train_timesteps);
+  jw_knum(w, "shift", g->schedule.shift);
+  jw_kstr(w, "sigmas", g->schedule.sigmas_to_zero ? "one_to_zero" : "one_to_1/n");
+  jw_key(w, "dynamic");
+  if (g->schedule.dynamic) {
+    jw_open(w, '{', 0);
+    jw_knum(w, "base_shift", g->schedule.base_shift);
+    jw_knum(w, "max_shift", g->schedule.max_shift);
+    jw_ki64(w, "base_image_seq_len", g->schedule.base_image_seq_len);
+    jw_ki64(w, "max_image_seq_len", g->schedule.max_image_seq_len);
+    jw_ki64(w, "image_seq_len", g->schedule.image_seq_len);
+    jw_kstr(w, "time_shift_type", g->schedule.time_shift_linear ? "linear" : "exponential");
+    jw_close(w, '}');
+  } else {
+    jw_raw(w, "null");
+  }
+  jw_key(w, "shift_terminal");
+  if (g->schedule.has_shift_terminal) {
+    char num[40];
+    dit_json_fmt_num(g->schedule.shift_terminal, num);
+    jw_raw(w, num);
+  } else {
+    jw_raw(w, "null");
+  }
+  jw_close(w, '}');
+  jw_close(w, '}');
+  return DIT_OK;
+}
+
+dit_status_t dit_manifest_generate_json(const dit_manifest_generate_t *g, cJSON **out) {
+  *out = NULL;
+  dit_manifest_t m = {.schema_minor = DIT_SCHEMA_MINOR_GENERATE, .generate = *g};
+  jw_t w = {0};
+  jw_open(&w, '{', 0);
+  dit_status_t s = write_generate(&w, &m);
+  jw_close(&w, '}');
+  if (!s && w.b.oom) s = DIT_ERR(RESOURCE_EXHAUSTED, "manifest: out of memory");
+  cJSON *doc = s ? NULL : cJSON_ParseWithLength(w.b.p, w.b.len);
+  if (!s && !doc) s = DIT_ERR(INTERNAL, "manifest: the generate section does not read back");
+  if (!s) *out = cJSON_DetachItemFromObjectCaseSensitive(doc, "generate");
+  cJSON_Delete(doc);
+  dit_strbuf_free(&w.b);
+  return s;
+}
+
 static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
   if (!m->inputs || !cJSON_IsObject(m->inputs))
     return DIT_ERR(INVALID_ARGUMENT, "manifest: inputs must be a JSON object");
@@ -344,6 +436,7 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
     free(canon);
   }
   if (m->n_experts) DIT_RETURN_IF(write_experts(w, m));
+  if (m->generate.present) DIT_RETURN_IF(write_generate(w, m));
   jw_close(w, '}');
   dit_strbuf_put(&w->b, "\n", 1);
   return DIT_OK;
@@ -858,6 +951,99 @@ static dit_status_t parse_experts(const dit_json_t *root, dit_manifest_t *m, con
   return DIT_OK;
 }
 
+/* An input name of the generate section: one of the bundle's inputs. */
+static dit_status_t gen_input(const dit_json_t *o, const char *key, const dit_manifest_t *m, char dst[64]) {
+  DIT_RETURN_IF(dit_json_str_copy(o, key, dst, 64, false));
+  for (size_t i = 0; i < m->n_inputs; i++)
+    if (!strcmp(m->io_inputs[i].name, dst)) return DIT_OK;
+  dit_json_t v = at_key(o, key);
+  char q[96];
+  dit_json_quote(dst, q);
+  return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "%s is not one of the bundle's inputs (io.inputs)", q);
+}
+
+/* The optional generate section (schema 1.2). */
+static dit_status_t parse_generate(const dit_json_t *root, dit_manifest_t *m) {
+  static const char *const keys[] = {"latents", "steps", "timestep", "guidance", "conditions", "true_cfg", "schedule", NULL};
+  static const char *const in_keys[] = {"input", "divisor", NULL};
+  static const char *const g_keys[] = {"input", "scale", "default", NULL};
+  static const char *const c_keys[] = {"argument", "input", NULL};
+  static const char *const s_keys[] = {"sampler", "num_train_timesteps", "shift", "sigmas", "dynamic", "shift_terminal", NULL};
+  static const char *const d_keys[] = {"base_shift", "max_shift", "base_image_seq_len", "max_image_seq_len", "image_seq_len",
+                                       "time_shift_type", NULL};
+  static const char *const cfgs[] = {"plain", "norm", NULL};
+  static const char *const samplers[] = {"flow_match_euler", NULL};
+  static const char *const sigmas[] = {"one_to_1/n", "one_to_zero", NULL};
+  static const char *const shifts[] = {"exponential", "linear", NULL};
+  dit_manifest_generate_t *g = &m->generate;
+  dit_json_t o, v, a, e;
+  DIT_RETURN_IF(dit_json_object(root, "generate", &o));
+  if (m->schema_minor < DIT_SCHEMA_MINOR_GENERATE)
+    return dit_json_error(&o, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_GENERATE,
+                          m->schema_major, m->schema_minor);
+  DIT_RETURN_IF(dit_json_check_keys(&o, keys));
+  DIT_RETURN_IF(gen_input(&o, "latents", m, g->latents));
+  DIT_RETURN_IF(dit_json_int(&o, "steps", 1, 10000, &g->default_steps));
+  DIT_RETURN_IF(dit_json_object(&o, "timestep", &v));
+  DIT_RETURN_IF(dit_json_check_keys(&v, in_keys));
+  DIT_RETURN_IF(gen_input(&v, "input", m, g->timestep_input));
+  DIT_RETURN_IF(dit_json_num(&v, "divisor", 1e-6, 1e6, &g->timestep_divisor));
+  if (dit_json_has(&o, "guidance")) {
+    DIT_RETURN_IF(dit_json_object(&o, "guidance", &v));
+    DIT_RETURN_IF(dit_json_check_keys(&v, g_keys));
+    DIT_RETURN_IF(gen_input(&v, "input", m, g->guidance_input));
+    DIT_RETURN_IF(dit_json_num(&v, "scale", 1e-6, 1e6, &g->guidance_scale));
+    DIT_RETURN_IF(dit_json_num(&v, "default", 0, 1e6, &g->guidance_default));
+  }
+  size_t n = 0;
+  DIT_RETURN_IF(dit_json_array(&o, "conditions", DIT_GEN_MAX_CONDITIONS, &a, &n));
+  dit_json_iter_t it;
+  dit_json_iter_init(&a, &it);
+  for (size_t i = 0; dit_json_iter_next(&it, &e); i++) {
+    DIT_RETURN_IF(dit_json_expect_object(&e));
+    DIT_RETURN_IF(dit_json_check_keys(&e, c_keys));
+    DIT_RETURN_IF(dit_json_str_copy(&e, "argument", g->conditions[i].argument, sizeof g->conditions[i].argument, false));
+    DIT_RETURN_IF(gen_input(&e, "input", m, g->conditions[i].input));
+    g->n_conditions = i + 1;
+  }
+  int k = 0;
+  DIT_RETURN_IF(dit_json_enum(&o, "true_cfg", cfgs, &k));
+  g->true_cfg_norm = k == 1;
+  DIT_RETURN_IF(dit_json_object(&o, "schedule", &v));
+  DIT_RETURN_IF(dit_json_check_keys(&v, s_keys));
+  DIT_RETURN_IF(dit_json_enum(&v, "sampler", samplers, &k));
+  DIT_RETURN_IF(dit_json_int(&v, "num_train_timesteps", 1, 1000000, &g->schedule.num_train_timesteps));
+  DIT_RETURN_IF(dit_json_num(&v, "shift", 1e-6, 1e6, &g->schedule.shift));
+  DIT_RETURN_IF(dit_json_enum(&v, "sigmas", sigmas, &k));
+  g->schedule.sigmas_to_zero = k == 1;
+  dit_json_t d;
+  DIT_RETURN_IF(dit_json_get(&v, "dynamic", &d));
+  if (!cJSON_IsNull(d.v)) {
+    DIT_RETURN_IF(dit_json_object(&v, "dynamic", &d));
+    DIT_RETURN_IF(dit_json_check_keys(&d, d_keys));
+    g->schedule.dynamic = 1;
+    DIT_RETURN_IF(dit_json_num(&d, "base_shift", -100, 100, &g->schedule.base_shift));
+    DIT_RETURN_IF(dit_json_num(&d, "max_shift", -100, 100, &g->schedule.max_shift));
+    DIT_RETURN_IF(dit_json_int(&d, "base_image_seq_len", 1, MF_MAX_SAFE, &g->schedule.base_image_seq_len));
+    DIT_RETURN_IF(dit_json_int(&d, "max_image_seq_len", 1, MF_MAX_SAFE, &g->schedule.max_image_seq_len));
+    DIT_RETURN_IF(dit_json_int(&d, "image_seq_len", 1, MF_MAX_SAFE, &g->schedule.image_seq_len));
+    if (g->schedule.max_image_seq_len == g->schedule.base_image_seq_len) {
+      dit_json_t pf = at_key(&d, "max_image_seq_len");
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "equals base_image_seq_len: the shift's slope is undefined");
+    }
+    DIT_RETURN_IF(dit_json_enum(&d, "time_shift_type", shifts, &k));
+    g->schedule.time_shift_linear = k == 1;
+  }
+  dit_json_t st;
+  DIT_RETURN_IF(dit_json_get(&v, "shift_terminal", &st));
+  if (!cJSON_IsNull(st.v)) {
+    DIT_RETURN_IF(dit_json_num(&v, "shift_terminal", 1e-9, 1.0 - 1e-9, &g->schedule.shift_terminal));
+    g->schedule.has_shift_terminal = 1;
+  }
+  g->present = 1;
+  return DIT_OK;
+}
+
 static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"world", "tp", "cp", "cfg", "cp_mode", NULL};
   static const char *const modes[] = {"none", "gather", "ring", "ulysses", "usp", NULL};
@@ -902,7 +1088,7 @@ static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const top_keys[] = {"format", "schema", "identity", "inputs", "model",
                                          "target", "topology", "shape", "dtype", "io",
                                          "blobs", "weights", "ranks", "memory", "summary",
-                                         "experts", NULL};
+                                         "experts", "generate", NULL};
   static const char *const model_keys[] = {"family", "class", "variant", NULL};
   static const char *const target_keys[] = {"arch", "min_driver", NULL};
   static const char *const shape_keys[] = {"batch", "frames", "height", "width",
@@ -974,6 +1160,7 @@ static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   DIT_RETURN_IF(dit_json_u64(&o, "peak_bytes", &m->peak_bytes));
 
   if (dit_json_has(root, "summary")) DIT_RETURN_IF(check_tree(root, "summary"));
+  if (dit_json_has(root, "generate")) DIT_RETURN_IF(parse_generate(root, m));
   return DIT_OK;
 }
 

@@ -23,7 +23,22 @@
  *   "summary": {...},                         free-form plan summaries (flops, op counts)
  *   "experts": {"boundary_timestep": T,       schema 1.1, optional: a pipeline of two experts
  *               "list": [{"name": "transformer" | "transformer_2",
- *                         "ranks": [{"rank", "plan", "weights"}]}]}
+ *                         "ranks": [{"rank", "plan", "weights"}]}]},
+ *   "generate": {                             schema 1.2, optional: how `ditrun generate` drives
+ *                                             the model, as its diffusers pipeline does
+ *     "latents": "<input>",                   the input the sampler's latents feed, in its shape
+ *     "timestep": {"input": "<input>", "divisor": D},   the scheduler's t / D, in the model dtype
+ *     "steps": N,                             the pipeline's default num_inference_steps
+ *     "guidance": {"input": "<input>", "scale": S, "default": G},  optional: an embedded
+ *                                             guidance, --guidance (default G) * S
+ *     "conditions": [{"argument": "prompt_embeds", "input": "encoder_hidden_states"}, ...],
+ *     "true_cfg": "plain" | "norm",           negative-prompt CFG; "norm" rescales to the
+ *                                             conditional prediction's norm over the last dim
+ *     "schedule": {"sampler": "flow_match_euler", "num_train_timesteps": N, "shift": S,
+ *                  "sigmas": "one_to_1/n" | "one_to_zero",   the pipeline's initial sigmas
+ *                  "dynamic": null | {"base_shift", "max_shift", "base_image_seq_len",
+ *                                     "max_image_seq_len", "image_seq_len", "time_shift_type"},
+ *                  "shift_terminal": null | x}}
  * }
  *
  * Without "experts" a bundle is one transformer (schema 1.0, written exactly as before). With
@@ -46,9 +61,11 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 1
+#define DIT_SCHEMA_MINOR 2
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
+#define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
 #define DIT_MAX_EXPERTS 2
+#define DIT_GEN_MAX_CONDITIONS 8
 #define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
 #define DIT_SHA256_HEX 65 /* 64 hex digits + NUL */
 #define DIT_WEIGHT_ALIGN 4096
@@ -94,6 +111,34 @@ typedef struct dit_manifest_io {
   int64_t dims[DIT_MAX_RANK];
 } dit_manifest_io_t;
 
+/* The generate section, typed (see the schema above). */
+typedef struct dit_manifest_generate {
+  int present;
+  char latents[64];
+  char timestep_input[64];
+  double timestep_divisor;
+  char guidance_input[64];  /* "" without an embedded guidance */
+  double guidance_scale;
+  double guidance_default;  /* the pipeline's default guidance_scale */
+  int64_t default_steps;    /* the pipeline's default num_inference_steps */
+  size_t n_conditions;
+  struct {
+    char argument[64], input[64];
+  } conditions[DIT_GEN_MAX_CONDITIONS];
+  int true_cfg_norm;
+  struct {
+    int64_t num_train_timesteps;
+    double shift;
+    int sigmas_to_zero; /* initial sigmas linspace(1, 0, n+1)[:-1] instead of linspace(1, 1/n, n) */
+    int dynamic;        /* the rest of this group only when 1 */
+    double base_shift, max_shift;
+    int64_t base_image_seq_len, max_image_seq_len, image_seq_len;
+    int time_shift_linear; /* time_shift_type "linear" (else "exponential") */
+    int has_shift_terminal;
+    double shift_terminal;
+  } schedule;
+} dit_manifest_generate_t;
+
 typedef struct dit_manifest {
   int schema_major, schema_minor;
   char identity[DIT_HASH_HEX];
@@ -124,7 +169,11 @@ typedef struct dit_manifest {
   double boundary_timestep;
   size_t n_experts;
   dit_manifest_expert_t *experts;
+  dit_manifest_generate_t generate;
 } dit_manifest_t;
+
+/* The generate section alone as a tree (what the compile identity hashes). Caller owns *out. */
+dit_status_t dit_manifest_generate_json(const dit_manifest_generate_t *g, cJSON **out);
 
 /* Serializes deterministically (fixed key order, two-space indentation, trailing newline).
  * Caller frees *out_text with free(). */

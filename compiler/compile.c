@@ -66,7 +66,8 @@ dit_status_t dit_toolchain_identity(const char *target, cJSON **out) {
 static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_t *ls) {
   cJSON *s = cJSON_CreateObject();
   cJSON_AddNumberToObject(s, "batch", (double)o->shape.batch);
-  cJSON_AddNumberToObject(s, "frames", (double)o->shape.frames);
+  /* An image model's frames: 1, given or not. */
+  cJSON_AddNumberToObject(s, "frames", (double)(o->shape.frames < 0 ? ls->frames : o->shape.frames));
   cJSON_AddNumberToObject(s, "height", (double)o->shape.height);
   cJSON_AddNumberToObject(s, "width", (double)o->shape.width);
   cJSON_AddNumberToObject(s, "text_len", (double)o->shape.text_len);
@@ -147,7 +148,13 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 
 
 /* A one-expert bundle is written as schema 1.0, byte for byte as before the experts section. */
-static int schema_minor(const dit_model_t *m) { return m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS : 0; }
+static int schema_minor(const dit_model_t *m, const dit_latent_shape_t *ls) {
+  dit_manifest_generate_t g;
+  dit_status_t s = dit_model_generate_contract(m, ls, &g);
+  const int gen = !s && g.present;
+  dit_status_free(s); /* reported where the contract is built */
+  return gen ? DIT_SCHEMA_MINOR_GENERATE : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS : 0;
+}
 
 /* Where the pipeline switches experts, as WanPipeline computes it: boundary_ratio *
  * num_train_timesteps (1000 without a scheduler config). */
@@ -194,6 +201,16 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     return ps;
   }
   if (pipeline) cJSON_AddItemToObject(model, "pipeline", pipeline);
+  /* What generate is told (the scheduler's config among it) is part of what was compiled. */
+  dit_manifest_generate_t gen;
+  cJSON *gj = NULL;
+  ps = dit_model_generate_contract(m, ls, &gen);
+  if (!ps && gen.present) ps = dit_manifest_generate_json(&gen, &gj);
+  if (ps) {
+    cJSON_Delete(in);
+    return ps;
+  }
+  if (gj) cJSON_AddItemToObject(in, "generate", gj);
   cJSON_AddStringToObject(in, "weights", weights_hash);
   if (weights_hash_2) {
     /* Only two-expert pipelines have it: one-expert bundles keep their identity. */
@@ -234,7 +251,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   char schema[16];
-  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(m));
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(m, ls));
   cJSON_AddStringToObject(in, "schema", schema);
   cJSON *tc = NULL;
   dit_status_t s = dit_toolchain_identity(o->target, &tc);
@@ -446,7 +463,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     }
   if (!s) {
     man.schema_major = DIT_SCHEMA_MAJOR;
-    man.schema_minor = schema_minor(m);
+    man.schema_minor = schema_minor(m, &ls);
     snprintf(man.family, sizeof man.family, "%s", m->family);
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
@@ -457,7 +474,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.topology.cfg = cfg_of(o);
     snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "%s", cp_mode_name(o));
     man.shape.batch = o->shape.batch;
-    man.shape.frames = o->shape.frames;
+    man.shape.frames = o->shape.frames < 0 ? ls.frames : o->shape.frames;
     man.shape.height = o->shape.height;
     man.shape.width = o->shape.width;
     man.shape.text_len = o->shape.text_len;
@@ -466,7 +483,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.shape.latent[2] = ls.height;
     man.shape.latent[3] = ls.width;
     man.dtype = o->shape.dtype;
-    s = fill_io(rb[0].plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
+    s = dit_model_generate_contract(m, &ls, &man.generate);
+    if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
     if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
   }
   if (!s) {
@@ -496,8 +514,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "collectives", (double)rb[0].plan->work.collectives);
     cJSON_AddNumberToObject(sum, "collective_bytes", (double)rb[0].plan->work.collective_bytes);
     cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)rb[0].pres.naive_bytes);
-    cJSON_AddNumberToObject(sum, "tokens", (double)(ls.frames / m->wan.patch[0]) * (double)(ls.height / m->wan.patch[1]) *
-                                               (double)(ls.width / m->wan.patch[2]));
+    cJSON_AddNumberToObject(sum, "tokens", (double)ls.tokens);
     free(pb);
     /* The offload plan adds its section to every rank's plan; then the plans are written. */
     /* What the runtime allocates besides weights, by the rule it allocates with. */

@@ -35,8 +35,8 @@ static dit_status_t weights_layout(const dit_model_t *m, const dit_graph_t *g, c
       int seen = 0;
       for (size_t j = 0; j < layout->n_tensors && !seen; j++) seen = !strcmp(layout->tensors[j].name, v->ref);
       if (seen) continue;
-      const dit_st_tensor_t *t = dit_safetensors_find(m->weights, v->ref);
-      if (!t) {
+      const dit_st_tensor_t *t = gv->data ? NULL : dit_safetensors_find(m->weights, v->ref);
+      if (!gv->data && !t) {
         dit_strbuf_free(&kb);
         return DIT_ERR(INTERNAL, "weights: '%s' vanished from the checkpoint", v->ref);
       }
@@ -52,7 +52,13 @@ static dit_status_t weights_layout(const dit_model_t *m, const dit_graph_t *g, c
       e->offset = align_up(off);
       e->nbytes = v->nbytes;
       off = e->offset + v->nbytes;
-      dit_strbuf_printf(&kb, "%s %s>%s", v->ref, dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
+      if (gv->data) { /* a constant: named by its bytes, which the checkpoint's hash does not cover */
+        char h[33];
+        dit_hash128_hex(gv->data, (size_t)dit_value_nbytes(gv), h);
+        dit_strbuf_printf(&kb, "%s constant %s %s>%s", v->ref, h, dit_dtype_name(gv->dtype), dit_dtype_name(v->dtype));
+      } else {
+        dit_strbuf_printf(&kb, "%s %s>%s", v->ref, dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
+      }
       for (int d = 0; d < v->rank; d++) dit_strbuf_printf(&kb, " %" PRId64, v->dims[d]);
       dit_strbuf_printf(&kb, " slice %d %" PRId64 " at %" PRIu64 "\n", gv->slice_dim, gv->slice_dim < 0 ? 0 : gv->slice_start, e->offset);
     }
@@ -79,10 +85,11 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
     const dit_manifest_tensor_t *e = &layout->tensors[i];
     const dit_plan_value_t *v = &p->values[values[i]];
     const dit_value_t *gv = dit_graph_cvalue(g, (dit_vid_t)values[i]);
-    const dit_st_tensor_t *t = dit_safetensors_find(m->weights, v->ref);
-    size_t esize = dit_dtype_size(t->dtype);
+    const dit_st_tensor_t *t = gv->data ? NULL : dit_safetensors_find(m->weights, v->ref);
+    const dit_dtype_t from = t ? t->dtype : gv->dtype;
+    size_t esize = dit_dtype_size(from);
     size_t numel = (size_t)(v->nbytes / dit_dtype_size(v->dtype)); /* of the (sliced) value */
-    size_t need = (size_t)(t->nbytes / esize) * 4 + 16;
+    size_t need = (size_t)((t ? t->nbytes : dit_value_nbytes(gv)) / esize) * 4 + 16;
     if (need > cap) {
       free(src);
       free(dst);
@@ -96,7 +103,9 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
     }
     /* Tensors inside a safetensors file need not be aligned: copy before converting. A
      * tensor-parallel shard gathers its slice along slice_dim. */
-    if (gv->slice_dim < 0) {
+    if (!t) {
+      memcpy(src, gv->data, (size_t)dit_value_nbytes(gv));
+    } else if (gv->slice_dim < 0) {
       memcpy(src, t->data, t->nbytes);
     } else {
       int64_t outer = 1, inner = 1;
@@ -107,8 +116,8 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
         memcpy((char *)src + (size_t)r * run,
                (const char *)t->data + ((size_t)(r * t->dims[gv->slice_dim] + gv->slice_start) * (size_t)inner) * esize, run);
     }
-    if (dit_convert(dst, v->dtype, src, t->dtype, numel)) {
-      s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref, dit_dtype_name(t->dtype),
+    if (dit_convert(dst, v->dtype, src, from, numel)) {
+      s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref, dit_dtype_name(from),
                   dit_dtype_name(v->dtype));
       break;
     }

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "artifacts/manifest.h"
 #include "artifacts/safetensors.h"
 #include "base/dtype.h"
 #include "base/status.h"
@@ -77,6 +78,16 @@ typedef struct dit_wan_config {
   double eps;
 } dit_wan_config_t;
 
+/* FluxTransformer2DModel's config, typed. */
+typedef struct dit_flux_config {
+  int64_t patch, in_channels, out_channels, layers, single_layers, heads, head_dim, joint_dim, pooled_dim;
+  int64_t axes[3]; /* axes_dims_rope: the rotary pairs' split over (text/image index, row, column) */
+  int guidance_embeds;
+} dit_flux_config_t;
+
+/* A family's frontend (compiler/frontends/family.h). */
+typedef struct dit_family dit_family_t;
+
 /* One transformer of a pipeline. */
 typedef struct dit_expert {
   char dir[4096];             /* the folder of its config.json and weights */
@@ -100,7 +111,8 @@ typedef struct dit_pipeline {
 } dit_pipeline_t;
 
 typedef struct dit_model {
-  char family[32];       /* "wan" */
+  const dit_family_t *fam;
+  char family[32];       /* "wan", "flux" */
   char model_class[64];  /* config _class_name */
   char variant[32];      /* e.g. "wan2.1"; decides VAE factors without a vae/config.json */
   int vae_temporal, vae_spatial; /* = pipeline.vae's */
@@ -108,13 +120,15 @@ typedef struct dit_model {
   dit_safetensors_t *weights;
   char model_dir[4096];  /* the folder of config.json and the weights (a pipeline's transformer/) */
   dit_pipeline_t pipeline;
-  /* Family-specific parsed config. */
+  /* Family-specific parsed config: the one of fam. */
   dit_wan_config_t wan;
+  dit_flux_config_t flux;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */
 typedef struct dit_latent_shape {
   int64_t channels, frames, height, width;
+  int64_t tokens;    /* image (patch) tokens of one sample */
   int64_t image_len; /* image tokens (encoder_hidden_states_image); 0 for a model without them */
 } dit_latent_shape_t;
 
@@ -170,6 +184,10 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
  * all heads through an all-reduce of the rows' sums of squares; the rest replicated. */
 dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request_t *req,
                                    dit_graph_t **out);
+
+/* How `ditrun generate` drives the model, as its pipeline does (the manifest's generate
+ * section): out->present = 0 for a family whose generate the runtime knows without it (Wan). */
+dit_status_t dit_model_generate_contract(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *out);
 
 /* Content hash of the checkpoint: XXH3-128 over every tensor's name, dtype, shape and bytes,
  * in name order (independent of file names, sharding and header order). */

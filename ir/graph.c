@@ -26,6 +26,7 @@ void dit_graph_destroy(dit_graph_t *g) {
   for (int32_t i = 0; i < g->n_values; i++) {
     free(g->values[i].name);
     free(g->values[i].ref);
+    free(g->values[i].data);
   }
   free(g->values);
   free(g->ops);
@@ -88,6 +89,19 @@ dit_vid_t dit_graph_input(dit_graph_t *g, const char *name, dit_dtype_t dtype, i
 dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
                            const int64_t *dims) {
   return new_value(g, key, key, DIT_VALUE_WEIGHT, dtype, rank, dims);
+}
+
+dit_vid_t dit_graph_constant(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank, const int64_t *dims,
+                             const void *data) {
+  dit_vid_t v = new_value(g, key, key, DIT_VALUE_WEIGHT, dtype, rank, dims);
+  if (v < 0) return -1;
+  const size_t n = (size_t)dit_value_nbytes(&g->values[v]);
+  if (!(g->values[v].data = malloc(n ? n : 1))) {
+    set_error(g, DIT_ERR(RESOURCE_EXHAUSTED, "graph: out of memory for constant '%s'", key));
+    return -1;
+  }
+  memcpy(g->values[v].data, data, n);
+  return v;
 }
 
 dit_vid_t dit_graph_weight_slice(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
@@ -238,6 +252,7 @@ dit_status_t dit_graph_compact(dit_graph_t *g, const uint8_t *keep_ops) {
       remap[v] = -1;
       free(g->values[v].name);
       free(g->values[v].ref);
+      free(g->values[v].data);
     }
   }
   int32_t no = 0;
@@ -377,7 +392,7 @@ void dit_graph_print(const dit_graph_t *g, FILE *f) {
   for (int32_t v = 0; v < g->n_values; v++) {
     const dit_value_t *val = &g->values[v];
     if (val->kind == DIT_VALUE_TEMP) continue;
-    fprintf(f, "  %%%d = %s \"%s\" : ", v, val->kind == DIT_VALUE_INPUT ? "input" : "weight",
+    fprintf(f, "  %%%d = %s \"%s\" : ", v, val->kind == DIT_VALUE_INPUT ? "input" : val->data ? "constant" : "weight",
             val->ref);
     print_type(val, f);
     fputc('\n', f);

@@ -32,6 +32,9 @@ typedef struct dit_value {
    * starting at slice_start along that dim; slice_dim -1 for the whole tensor. */
   int slice_dim;
   int64_t slice_start;
+  /* A constant: a weight whose bytes (dtype, dims) the frontend computed from the config and
+   * shape (a rotary table), owned by the graph; NULL for checkpoint tensors. */
+  void *data;
 } dit_value_t;
 
 #define DIT_OP_MAX_IN 4
@@ -62,6 +65,10 @@ dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, i
  * start (a tensor-parallel shard). */
 dit_vid_t dit_graph_weight_slice(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
                                  const int64_t *full_dims, int dim, int64_t start, int64_t count);
+/* A constant weight named key (unique within the graph, not a checkpoint key): the bytes of
+ * numel(dims) elements of dtype at data are copied. */
+dit_vid_t dit_graph_constant(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank, const int64_t *dims,
+                             const void *data);
 /* Appends an op with one output whose shape is inferred from the operands and attrs. */
 dit_vid_t dit_graph_op(dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_in,
                        const dit_attrs_t *attrs, dit_dtype_t out_dtype, const char *name);

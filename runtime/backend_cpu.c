@@ -326,7 +326,30 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETF("shift", shift);
       GETF("max_period", max_period);
       GETF("scale", scale);
-      return dit_cpu_timestep_embed(c, &in[0], flip, shift, max_period, scale, &out[0]);
+      const dit_attr_t *pm = dit_attrs_find(&st->attrs, "premul"), *rd = dit_attrs_find(&st->attrs, "round");
+      if (!pm) return dit_cpu_timestep_embed(c, &in[0], flip, shift, max_period, scale, &out[0]);
+      /* t * premul as diffusers' `t.to(dtype) * premul`: fp32 arithmetic, with round = 1 each
+       * operand and the product rounded to bf16. */
+      const int64_t n = dit_tensor_numel(&in[0]);
+      float *tv = malloc(sizeof(float) * (size_t)(n ? n : 1));
+      if (!tv) return DIT_ERR(RESOURCE_EXHAUSTED, "timestep_embed: out of memory");
+      const int bf = rd && rd->i;
+      if (dit_convert(tv, DIT_F32, in[0].data, in[0].dtype, (size_t)n)) {
+        free(tv);
+        return DIT_ERR(INVALID_ARGUMENT, "timestep_embed: t is not a number type");
+      }
+      for (int64_t i = 0; i < n; i++) {
+        float v = tv[i];
+        if (bf) v = dit_bf16_to_f32(dit_f32_to_bf16(v));
+        v *= (float)pm->f;
+        tv[i] = bf ? dit_bf16_to_f32(dit_f32_to_bf16(v)) : v;
+      }
+      dit_tensor_t t = in[0];
+      t.data = tv;
+      t.dtype = DIT_F32;
+      dit_status_t s = dit_cpu_timestep_embed(c, &t, flip, shift, max_period, scale, &out[0]);
+      free(tv);
+      return s;
     }
     case DIT_OP_SILU: return dit_cpu_silu(c, &in[0], &out[0]);
     case DIT_OP_GELU_TANH: return dit_cpu_gelu_tanh(c, &in[0], &out[0]);

@@ -117,6 +117,11 @@ dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i);
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host);
 dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host);
 
+typedef struct dit_named_tensor {
+  const char *name;
+  dit_tensor_t t;
+} dit_named_tensor_t;
+
 typedef struct dit_generate_options {
   dit_sampler_kind_t sampler;
   int steps;
@@ -134,12 +139,23 @@ typedef struct dit_generate_options {
   /* Image-to-video: the image latents and embeddings the bundle's inputs need (absent tensors
    * have data NULL); checked against the bundle before the first step. */
   dit_condition_inputs_t condition;
+  /* Bundles with a generate section (FLUX.1, ...): the pipeline's call arguments by the
+   * section's names (prompt_embeds, pooled_prompt_embeds, ...), and with true_cfg > 1 their
+   * negative_ forms, which then must all be present. guidance feeds the section's guidance
+   * input when there is one; prompt/negative of dit_runtime_generate are unused. */
+  const dit_named_tensor_t *args;
+  size_t n_args;
+  double true_cfg;
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's
  * timestep with boundary_ratio * num_train_timesteps as torch promotes a tensor against a
  * Python float, in float32. */
 int dit_generate_uses_expert_2(double t, double boundary_timestep);
+
+/* The latents generate steps: a generate section's latents input, else
+ * dit_condition_latents_shape's. */
+dit_status_t dit_generate_latents_shape(const dit_manifest_t *m, int *rank, int64_t dims[DIT_MAX_RANK]);
 
 /* The denoising loop as diffusers' WanPipeline and WanImageToVideoPipeline run it. latents:
  * fp32 in dit_condition_latents_shape's shape ([B, C, f, h, w], C the sample's channels), the

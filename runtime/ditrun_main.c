@@ -268,7 +268,8 @@ typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
   const char *image_latents, *image_embeds;
   int64_t steps, seed, threads, device, devices, warmup;
-  double guidance, guidance_2, shift, max_rel;
+  double guidance, guidance_2, shift, max_rel, true_cfg;
+  int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
   int have_guidance_2, have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split, generate;
 } run_args_t;
 
@@ -300,7 +301,7 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
 /* Options only generate reads; the other commands refuse them rather than ignore them. */
 static int generate_only(const char *f) {
   static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
-                                  "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", NULL};
+                                  "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -313,6 +314,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
   a->warmup = 2;
   a->guidance = 5.0;
   a->shift = 3.0;
+  a->true_cfg = 1.0;
   a->sampler = "unipc";
   a->reference = "cpu";
   a->max_rel = -1;
@@ -333,7 +335,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
     else if (!strcmp(f, "--init-latents")) str = &a->init;
     else if (!strcmp(f, "--image-latents")) str = &a->image_latents;
     else if (!strcmp(f, "--image-embeds")) str = &a->image_embeds;
-    else if (!strcmp(f, "--sampler")) str = &a->sampler;
+    else if (!strcmp(f, "--sampler")) str = &a->sampler, a->have_sampler = 1;
     else if (!strcmp(f, "--backend")) str = &a->backend;
     else if (!strcmp(f, "--reference")) str = &a->reference;
     else if (!strcmp(f, "--expert")) {
@@ -357,13 +359,14 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
     }
     else if (!strcmp(f, "--stage-collectives")) a->stage = 1;
     else if (!strcmp(f, "-v") || !strcmp(f, "--verbose")) a->verbose = 1;
-    else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), i++;
+    else if (!strcmp(f, "--steps")) rc = parse_int(f, v, &a->steps), a->have_steps = 1, i++;
     else if (!strcmp(f, "--warmup")) rc = parse_int(f, v, &a->warmup), i++;
     else if (!strcmp(f, "--no-split")) a->no_split = 1;
     else if (!strcmp(f, "--seed")) rc = parse_int(f, v, &a->seed), a->have_seed = 1, i++;
     else if (!strcmp(f, "--threads")) rc = parse_int(f, v, &a->threads), i++;
-    else if (!strcmp(f, "--guidance")) rc = parse_num(f, v, &a->guidance), i++;
-    else if (!strcmp(f, "--shift")) rc = parse_num(f, v, &a->shift), i++;
+    else if (!strcmp(f, "--guidance")) rc = parse_num(f, v, &a->guidance), a->have_guidance = 1, i++;
+    else if (!strcmp(f, "--shift")) rc = parse_num(f, v, &a->shift), a->have_shift = 1, i++;
+    else if (!strcmp(f, "--true-cfg")) rc = parse_num(f, v, &a->true_cfg), a->have_true_cfg = 1, i++;
     else if (f[0] == '-') return usage_error("unknown option %s", f);
     else if (!a->bundle) a->bundle = f;
     else return usage_error("unexpected argument %s", f);
@@ -480,6 +483,42 @@ static void on_step(void *ctx, int step, int steps, double t, double seconds) {
     fprintf(stderr, "ditrun: step %d/%d  t=%g  %.3fs\n", step + 1, steps, t, seconds);
 }
 
+/* A bundle with a generate section: its schedule and inputs are the pipeline's. Reads the
+ * section's arguments from --prompt-embeds, and their negative_ forms from --negative-embeds
+ * when true CFG is on. */
+static dit_status_t flow_arguments(const run_args_t *a, const dit_manifest_t *m, dit_generate_options_t *g, dit_named_tensor_t *args,
+                                   char names[][96]) {
+  const dit_manifest_generate_t *gs = &m->generate;
+  if (a->have_sampler || a->have_shift)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: a %s bundle samples with its pipeline's scheduler config (flow-match Euler%s); it takes no "
+                   "%s", a->have_sampler ? "--sampler" : "--shift", m->model_class, gs->schedule.dynamic ? ", shift from the image size" : "",
+                   a->have_sampler ? "--sampler" : "--shift");
+  if (a->have_guidance_2 || a->image_latents || a->image_embeds)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: only Wan bundles take it", a->have_guidance_2 ? "--guidance-2" : a->image_latents ? "--image-latents"
+                   : "--image-embeds");
+  if (a->have_guidance && !gs->guidance_input[0])
+    fprintf(stderr, "ditrun: note: --guidance %g ignored: %s has no guidance embedding (true CFG with a negative prompt is --true-cfg)\n",
+            a->guidance, m->model_class);
+  if (!(a->true_cfg >= 1.0)) return DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: expected a scale >= 1 (1: off)", a->true_cfg);
+  const int cfg = a->true_cfg > 1.0;
+  if (cfg && !a->negative)
+    return DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: true CFG needs the negative prompt's embeddings (--negative-embeds)", a->true_cfg);
+  if (!cfg && a->negative) fprintf(stderr, "ditrun: note: --true-cfg is 1: no true CFG, negative embeddings unused\n");
+  g->guidance = a->have_guidance ? a->guidance : gs->guidance_default;
+  g->true_cfg = a->true_cfg;
+  if (!a->have_steps) g->steps = (int)gs->default_steps;
+  g->args = args;
+  for (int neg = 0; neg <= cfg; neg++)
+    for (size_t i = 0; i < gs->n_conditions; i++) {
+      char *nm = names[g->n_args];
+      snprintf(nm, 96, "%s%s", neg ? "negative_" : "", gs->conditions[i].argument);
+      args[g->n_args].name = nm;
+      DIT_RETURN_IF(read_tensor(neg ? a->negative : a->prompt, nm, neg ? "--negative-embeds" : "--prompt-embeds", &args[g->n_args].t));
+      g->n_args++;
+    }
+  return DIT_OK;
+}
+
 static int cmd_generate(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -513,7 +552,13 @@ static int cmd_generate(int argc, char **argv) {
   } else if (!s && a.have_guidance_2) {
     s = DIT_ERR(INVALID_ARGUMENT, "--guidance-2 %g: the bundle has one transformer (no transformer_2 to guide)", a.guidance_2);
   }
-  if (!s) s = dit_condition_latents_shape(dit_runtime_manifest(rt), &lat.rank, lat.dims);
+  dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
+  char arg_names[2 * DIT_GEN_MAX_CONDITIONS][96];
+  const int flow = !s && dit_runtime_manifest(rt)->generate.present;
+  if (flow) s = flow_arguments(&a, dit_runtime_manifest(rt), &g, args, arg_names);
+  else if (!s && a.have_true_cfg)
+    s = DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: a Wan bundle's classifier-free guidance is --guidance", a.true_cfg);
+  if (!s) s = dit_generate_latents_shape(dit_runtime_manifest(rt), &lat.rank, lat.dims);
   char il_what[1100] = "", ie_what[1100] = "";
   if (!s && a.image_latents) {
     snprintf(il_what, sizeof il_what, "--image-latents %s", a.image_latents);
@@ -525,9 +570,9 @@ static int cmd_generate(int argc, char **argv) {
     g.condition.image_embeds_what = ie_what;
     s = read_tensor(a.image_embeds, "image_embeds", "--image-embeds", &g.condition.image_embeds);
   }
-  if (!s) s = read_tensor(a.prompt, "prompt_embeds", "--prompt-embeds", &prompt);
-  if (!s && a.negative) s = read_tensor(a.negative, "negative_prompt_embeds", "--negative-embeds", &neg);
-  if (!s && a.negative && g.guidance <= 1.0)
+  if (!s && !flow) s = read_tensor(a.prompt, "prompt_embeds", "--prompt-embeds", &prompt);
+  if (!s && !flow && a.negative) s = read_tensor(a.negative, "negative_prompt_embeds", "--negative-embeds", &neg);
+  if (!s && !flow && a.negative && g.guidance <= 1.0)
     fprintf(stderr, "ditrun: note: --guidance %g <= 1: no classifier-free guidance, negative embeddings unused\n", g.guidance);
   size_t n = 0;
   float *latents = NULL;
@@ -575,6 +620,7 @@ static int cmd_generate(int argc, char **argv) {
   free(neg.data);
   free(g.condition.image_latents.data);
   free(g.condition.image_embeds.data);
+  for (size_t i = 0; i < g.n_args; i++) free(args[i].t.data);
   free(used);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");

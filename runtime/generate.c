@@ -54,10 +54,131 @@ static int forwards_before_switch(const dit_runtime_t *rt, const dit_generate_op
   return 0;
 }
 
+/* ---- bundles with a generate section ---- */
+
+static const dit_manifest_io_t *find_input(const dit_manifest_t *m, const char *name) {
+  for (size_t i = 0; i < m->n_inputs; i++)
+    if (!strcmp(m->io_inputs[i].name, name)) return &m->io_inputs[i];
+  return NULL;
+}
+
+/* Wan's loop is built in; every other family's comes with its bundle. */
+static dit_status_t check_generate_known(const dit_manifest_t *m) {
+  if (m->generate.present || !strcmp(m->family, "wan")) return DIT_OK;
+  return DIT_ERR(FAILED_PRECONDITION, "manifest.json: a %s bundle without a generate section: its schedule comes from a pipeline's "
+                 "scheduler config; compile the pipeline directory (model_index.json), not the transformer folder", m->model_class);
+}
+
+dit_status_t dit_generate_latents_shape(const dit_manifest_t *m, int *rank, int64_t dims[DIT_MAX_RANK]) {
+  DIT_RETURN_IF(check_generate_known(m));
+  if (!m->generate.present) return dit_condition_latents_shape(m, rank, dims);
+  const dit_manifest_io_t *x = find_input(m, m->generate.latents);
+  if (!x) return DIT_ERR(INTERNAL, "manifest.json: generate.latents names no input"); /* the parser checked it */
+  *rank = x->rank;
+  memcpy(dims, x->dims, sizeof x->dims);
+  return DIT_OK;
+}
+
+static const dit_tensor_t *find_arg(const dit_generate_options_t *o, const char *name) {
+  for (size_t i = 0; i < o->n_args; i++)
+    if (!strcmp(o->args[i].name, name)) return &o->args[i].t;
+  return NULL;
+}
+
+/* v as the pipeline holds it in the model's dtype: rounded to bf16 for a bf16 bundle. */
+static float in_dtype(float v, dit_dtype_t dt) { return dt == DIT_BF16 ? dit_bf16_to_f32(dit_f32_to_bf16(v)) : v; }
+
+/* A [B] input holding one value per batch item. */
+static dit_status_t set_scalar_input(dit_runtime_t *rt, const dit_manifest_t *m, const char *name, float v) {
+  const dit_manifest_io_t *io = find_input(m, name);
+  if (!io || io->rank != 1 || io->dims[0] < 1 || io->dims[0] > 65536)
+    return DIT_ERR(UNIMPLEMENTED, "manifest.json: input '%s' is not [batch]: generate feeds one value per sample", name);
+  float buf[65536 / 64], *vals = io->dims[0] <= (int64_t)(sizeof buf / sizeof buf[0]) ? buf : malloc(sizeof(float) * (size_t)io->dims[0]);
+  if (!vals) return DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
+  for (int64_t i = 0; i < io->dims[0]; i++) vals[i] = v;
+  dit_tensor_t t = {vals, DIT_F32, 1, {io->dims[0]}};
+  dit_status_t s = dit_runtime_set_input(rt, name, &t);
+  if (vals != buf) free(vals);
+  return s;
+}
+
+/* One branch's text inputs: the section's conditions from the arguments named prefix+argument. */
+static dit_status_t set_conditions(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o,
+                                   const char *prefix) {
+  for (size_t i = 0; i < g->n_conditions; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "%s%s", prefix, g->conditions[i].argument);
+    const dit_tensor_t *t = find_arg(o, name);
+    if (!t) return DIT_ERR(INVALID_ARGUMENT, "generate: tensor '%s' missing: the pipeline passes it as %s", name, g->conditions[i].input);
+    DIT_RETURN_IF_ERROR(dit_runtime_set_input(rt, g->conditions[i].input, t), "generate: tensor '%s'", name);
+  }
+  return DIT_OK;
+}
+
+static dit_status_t predict_branch(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o,
+                                   const char *prefix, float *out, size_t n) {
+  DIT_RETURN_IF(set_conditions(rt, g, o, prefix));
+  DIT_RETURN_IF(dit_runtime_forward(rt));
+  return read_sample(rt, 0, out, n);
+}
+
+/* The pipelines' loop over FlowMatchEulerDiscreteScheduler (FluxPipeline, ...): per step the
+ * latents, the timestep / divisor and the embedded guidance in the model's dtype, a forward per
+ * branch (true CFG with the negatives when true_cfg > 1), the Euler step in fp32, and the
+ * latents back in the model's dtype as the scheduler returns them. */
+static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_t *o, float *latents) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  const dit_manifest_generate_t *g = &m->generate;
+  dit_tensor_t lat = {latents, DIT_F32, 0, {0}};
+  DIT_RETURN_IF(dit_generate_latents_shape(m, &lat.rank, lat.dims));
+  const size_t n = (size_t)dit_tensor_numel(&lat);
+  const int cfg = o->true_cfg > 1.0;
+  dit_flow_schedule_t fs = {
+      .sigmas = g->schedule.sigmas_to_zero ? DIT_FLOW_SIGMAS_HUNYUAN : DIT_FLOW_SIGMAS_FLUX,
+      .shift = g->schedule.shift,
+      .use_dynamic_shifting = g->schedule.dynamic,
+      .time_shift = g->schedule.time_shift_linear ? DIT_TIME_SHIFT_LINEAR : DIT_TIME_SHIFT_EXPONENTIAL,
+      .shift_terminal = g->schedule.has_shift_terminal ? g->schedule.shift_terminal : 0,
+      .num_train_timesteps = g->schedule.num_train_timesteps,
+  };
+  if (fs.use_dynamic_shifting)
+    fs.mu = dit_flow_calculate_shift((double)g->schedule.image_seq_len, (double)g->schedule.base_image_seq_len,
+                                     (double)g->schedule.max_image_seq_len, g->schedule.base_shift, g->schedule.max_shift);
+  dit_sampler_t *smp;
+  DIT_RETURN_IF(dit_sampler_create_flow(&fs, o->steps, n, &smp));
+  float *cond = malloc(n * sizeof *cond), *uncond = cfg ? malloc(n * sizeof *uncond) : NULL;
+  dit_status_t s = (!cond || (cfg && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  const dit_dtype_t dt = m->dtype;
+  for (int i = 0; !s && i < o->steps; i++) {
+    double t0 = dit_now_s();
+    const double t = dit_sampler_timestep(smp, i);
+    s = dit_runtime_set_input(rt, g->latents, &lat);
+    if (!s) s = set_scalar_input(rt, m, g->timestep_input, in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt));
+    if (!s && g->guidance_input[0]) s = set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale));
+    if (!s) s = predict_branch(rt, g, o, "", cond, n);
+    if (!s && cfg) {
+      s = predict_branch(rt, g, o, "negative_", uncond, n);
+      const size_t dim = (size_t)lat.dims[lat.rank - 1];
+      if (!s && g->true_cfg_norm) dit_cfg_combine_norm(cond, uncond, (float)o->true_cfg, n / dim, dim, cond);
+      else if (!s) dit_cfg_combine(cond, uncond, (float)o->true_cfg, n, cond);
+    }
+    if (!s) s = dit_sampler_step(smp, cond, latents);
+    for (size_t j = 0; !s && dt == DIT_BF16 && j < n; j++) latents[j] = in_dtype(latents[j], dt);
+    if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
+    else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);
+  }
+  free(cond);
+  free(uncond);
+  dit_sampler_destroy(smp);
+  return s;
+}
+
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
                                   const dit_tensor_t *prompt, const dit_tensor_t *negative,
                                   float *latents) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
+  DIT_RETURN_IF(check_generate_known(m));
+  if (m->generate.present) return generate_flow(rt, o, latents);
   /* The sampler steps the latents; the condition makes the transformer's inputs from them
    * (image-to-video: the mask and image latents concatenated, or the first frame held to the
    * image) and checks the image inputs against the bundle. */

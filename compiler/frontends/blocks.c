@@ -201,6 +201,14 @@ dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, 
   return dit_graph_op(b->g, DIT_OP_RMSNORM_SLICE, ins, 3, &a, b->o.dtype, name);
 }
 
+dit_vid_t dit_blocks_head_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", b->o.eps);
+  dit_attrs_set_int(&a, "group", b->o.head_dim);
+  dit_vid_t ins[2] = {x, dit_blocks_weight(b, "%s", wkey)};
+  return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->o.dtype, name);
+}
+
 /* prefix.suffix, for the ops one block adds. */
 static const char *sub(char *buf, size_t n, const char *prefix, const char *suffix) {
   snprintf(buf, n, "%s.%s", prefix, suffix);
@@ -215,8 +223,10 @@ dit_blocks_qkv_t dit_blocks_attn_project(dit_blocks_t *b, dit_vid_t xq, dit_vid_
   r.q = dit_blocks_linear_col(b, xq, keys->q, dt, sub(n, sizeof n, name, "q"));
   r.k = dit_blocks_linear_col(b, xkv, keys->k, dt, sub(n, sizeof n, name, "k"));
   r.v = dit_blocks_linear_col(b, xkv, keys->v, dt, sub(n, sizeof n, name, "v"));
-  if (keys->norm_q) r.q = dit_blocks_qk_rmsnorm(b, r.q, keys->norm_q, sub(n, sizeof n, name, "norm_q"));
-  if (keys->norm_k) r.k = dit_blocks_qk_rmsnorm(b, r.k, keys->norm_k, sub(n, sizeof n, name, "norm_k"));
+  dit_vid_t (*norm)(dit_blocks_t *, dit_vid_t, const char *, const char *) =
+      keys->norm_per_head ? dit_blocks_head_rmsnorm : dit_blocks_qk_rmsnorm;
+  if (keys->norm_q) r.q = norm(b, r.q, keys->norm_q, sub(n, sizeof n, name, "norm_q"));
+  if (keys->norm_k) r.k = norm(b, r.k, keys->norm_k, sub(n, sizeof n, name, "norm_k"));
   return r;
 }
 
@@ -320,6 +330,19 @@ dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int fli
   return dit_graph_op(b->g, DIT_OP_TIMESTEP_EMBED, &t, 1, &a, DIT_F32, name);
 }
 
+dit_vid_t dit_blocks_sinusoid_scaled(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                                     double premul, dit_dtype_t dtype, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "dim", dim);
+  dit_attrs_set_int(&a, "flip", flip_sin_to_cos ? 1 : 0);
+  dit_attrs_set_float(&a, "shift", freq_shift);
+  dit_attrs_set_float(&a, "max_period", 10000.0);
+  dit_attrs_set_float(&a, "scale", 1.0);
+  dit_attrs_set_float(&a, "premul", premul);
+  if (dtype == DIT_BF16) dit_attrs_set_int(&a, "round", 1);
+  return dit_graph_op(b->g, DIT_OP_TIMESTEP_EMBED, &t, 1, &a, DIT_F32, name);
+}
+
 static void patch_attrs(const int64_t patch[3], dit_attrs_t *a) {
   dit_attrs_set_int(a, "pt", patch[0]);
   dit_attrs_set_int(a, "ph", patch[1]);
@@ -362,4 +385,38 @@ dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patc
   dit_attrs_set_int(&a, "h", h);
   dit_attrs_set_int(&a, "w", w);
   return dit_graph_op(b->g, DIT_OP_UNPATCHIFY, &y, 1, &a, b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_concat(dit_blocks_t *b, dit_vid_t a, dit_vid_t c, int dim, const char *name) {
+  dit_attrs_t at = {0};
+  dit_attrs_set_int(&at, "dim", dim);
+  const dit_value_t *va = dit_graph_cvalue(b->g, a);
+  dit_vid_t ins[2] = {a, c};
+  return dit_graph_op(b->g, DIT_OP_CONCAT, ins, 2, &at, va ? va->dtype : b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_rows(dit_blocks_t *b, dit_vid_t x, int64_t n, const char *name) {
+  const dit_value_t *v = dit_graph_cvalue(b->g, x);
+  if (!v) return -1;
+  const int64_t per = dit_value_numel(v) / v->dims[0];
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "rank", 3);
+  dit_attrs_set_int(&a, "d0", v->dims[0]);
+  dit_attrs_set_int(&a, "d1", n);
+  dit_attrs_set_int(&a, "d2", per / n);
+  return dit_graph_op(b->g, DIT_OP_RESHAPE, &x, 1, &a, v->dtype, name);
+}
+
+dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, const char *name) {
+  dit_attrs_t a = {0};
+  const dit_value_t *v = dit_graph_cvalue(b->g, x);
+  dit_attrs_set_int(&a, "heads", v ? v->dims[v->rank - 1] / b->o.head_dim : 0);
+  dit_vid_t ins[2] = {x, cs};
+  return dit_graph_op(b->g, DIT_OP_ROPE_TABLE, ins, 2, &a, v ? v->dtype : b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, const char *name) {
+  const dit_value_t *v = dit_graph_cvalue(b->g, x);
+  dit_vid_t ins[2] = {x, y};
+  return dit_graph_op(b->g, DIT_OP_ADD, ins, 2, NULL, v ? v->dtype : b->o.dtype, name);
 }

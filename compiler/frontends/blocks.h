@@ -97,10 +97,15 @@ dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_bl
  * the rows' sums of squares are all-reduced first so the scale is the whole row's. */
 dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name);
 
+/* RMSNorm of each head of q or k alone, weight key wkey of [head_dim] (no cross-rank sum:
+ * a head lives on one tensor-parallel rank). */
+dit_vid_t dit_blocks_head_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name);
+
 /* One stream's attention inputs: checkpoint keys of its projections and norms. */
 typedef struct dit_blocks_attn_keys {
   const char *q, *k, *v;        /* linear prefixes */
   const char *norm_q, *norm_k;  /* RMSNorm weight keys; NULL: not normalized */
+  int norm_per_head;            /* 1: each head normalized alone (weight [head_dim]); 0: across heads */
 } dit_blocks_attn_keys_t;
 typedef struct dit_blocks_qkv {
   dit_vid_t q, k, v;
@@ -119,10 +124,25 @@ dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k,
 
 /* ---- embeddings and tokens ---- */
 
+/* a and b joined along dim (1: tokens, 2: channels), in a's dtype. */
+dit_vid_t dit_blocks_concat(dit_blocks_t *b, dit_vid_t a, dit_vid_t c, int dim, const char *name);
+/* x viewed as [B, n, D] with n*D its per-sample elements: a [B, n*D] modulation projection as
+ * the [B, n, D] rows adaln and gated_add read. */
+dit_vid_t dit_blocks_rows(dit_blocks_t *b, dit_vid_t x, int64_t n, const char *name);
+/* The rotary embedding of x [B, T, H*Dh] by a table cs f32 [T, Dh] of (cos, sin) pairs. */
+dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, const char *name);
+/* A sum of two activations of one shape. */
+dit_vid_t dit_blocks_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, const char *name);
+
 /* The sinusoidal embedding of timesteps t (fp32, dim wide, max period 10000): cos first when
  * flip_sin_to_cos, frequencies exp(-ln(10000) i / (dim/2 - freq_shift)). */
 dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
                               const char *name);
+
+/* The same of t' = t * premul computed as diffusers' `t.to(dtype) * premul` does: t and the
+ * product rounded to dtype (bf16: attr round = 1; f32: exact fp32 arithmetic). */
+dit_vid_t dit_blocks_sinusoid_scaled(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                                     double premul, dit_dtype_t dtype, const char *name);
 
 /* Patchify with patch (t, h, w), then the patch embedding linear at key (op named key). */
 dit_vid_t dit_blocks_patch_embed(dit_blocks_t *b, dit_vid_t x, const int64_t patch[3], const char *key);

@@ -64,7 +64,7 @@ static dit_status_t transformer_entry(const dit_json_t *root, const char *key, c
 }
 
 static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
-  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", NULL};
+  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", NULL};
   dit_json_t v;
   char lib[32];
   int present = 0, which = 0;
@@ -76,7 +76,9 @@ static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_ind
     char q[96];
     dit_json_quote(out->class_name, q);
     v = at_member(root, "_class_name");
-    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: WanPipeline, WanImageToVideoPipeline", q);
+    char known[256] = "";
+    for (int i = 0; pipelines[i]; i++) snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", pipelines[i]);
+    return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; supported pipelines: %s", q, known);
   }
   DIT_RETURN_IF(s);
   DIT_RETURN_IF(transformer_entry(root, "transformer", out->transformer_class, &present));
@@ -292,4 +294,26 @@ dit_status_t dit_pipeline_dir_read(dit_model_t *m, const char *dir) {
     free(text);
   }
   return s;
+}
+
+dit_status_t dit_flow_schedule_from(const dit_scheduler_defaults_t *sc, int64_t image_seq_len, int sigmas_to_zero,
+                                    dit_manifest_generate_t *g) {
+  if (sc->invert_sigmas)
+    return DIT_ERR(UNIMPLEMENTED, "scheduler/scheduler_config.json: field 'invert_sigmas' = true: this pipeline's sampling does not "
+                   "invert sigmas; expected false");
+  g->schedule.num_train_timesteps = sc->num_train_timesteps;
+  g->schedule.shift = sc->shift;
+  g->schedule.sigmas_to_zero = sigmas_to_zero;
+  g->schedule.dynamic = sc->use_dynamic_shifting;
+  if (sc->use_dynamic_shifting) {
+    g->schedule.base_shift = sc->base_shift;
+    g->schedule.max_shift = sc->max_shift;
+    g->schedule.base_image_seq_len = sc->base_image_seq_len;
+    g->schedule.max_image_seq_len = sc->max_image_seq_len;
+    g->schedule.image_seq_len = image_seq_len;
+    g->schedule.time_shift_linear = !strcmp(sc->time_shift_type, "linear");
+  }
+  g->schedule.has_shift_terminal = sc->shift_terminal > 0;
+  g->schedule.shift_terminal = sc->shift_terminal;
+  return DIT_OK;
 }

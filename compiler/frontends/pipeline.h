@@ -17,4 +17,10 @@ dit_status_t dit_pipeline_file_read(const char *path, char **text, size_t *len);
  * to exist; the transformers themselves are the family's to load. */
 dit_status_t dit_pipeline_dir_read(dit_model_t *m, const char *dir);
 
+/* The flow-match Euler schedule of a pipeline's scheduler config for an image of
+ * image_seq_len tokens, into g->schedule; sigmas_to_zero: the pipeline starts from
+ * linspace(1, 0, n+1)[:-1] (HunyuanVideo) rather than linspace(1, 1/n, n). */
+dit_status_t dit_flow_schedule_from(const dit_scheduler_defaults_t *sc, int64_t image_seq_len, int sigmas_to_zero,
+                                    dit_manifest_generate_t *g);
+
 #endif

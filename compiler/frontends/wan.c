@@ -13,31 +13,24 @@
 #include "base/json.h"
 #include "compiler/frontend.h"
 #include "compiler/frontends/blocks.h"
+#include "compiler/frontends/family.h"
 #include "compiler/frontends/pipeline.h"
 
 /* ---- config ---- */
 
-typedef enum { F_INT, F_BOOL, F_FLOAT, F_STR, F_INT3 } field_kind_t;
-
 /* Every __init__ argument of WanTransformer3DModel, with the range this build accepts (far
  * beyond the released models, tight enough that products of them stay exact). Fields whose
  * non-default values this build cannot compile are checked after parsing. */
-static const struct {
-  const char *key;
-  field_kind_t kind;
-  int nullable;
-  int64_t lo, hi;
-} kWanFields[] = {
-    {"patch_size", F_INT3, 0, 1, 64},           {"num_attention_heads", F_INT, 0, 1, 1024},
-    {"attention_head_dim", F_INT, 0, 1, 1024},  {"in_channels", F_INT, 0, 1, 4096},
-    {"out_channels", F_INT, 1, 0, 4096},        {"text_dim", F_INT, 0, 1, 65536},
-    {"freq_dim", F_INT, 0, 1, 65536},           {"ffn_dim", F_INT, 0, 1, 1 << 20},
-    {"num_layers", F_INT, 0, 1, 1024},          {"cross_attn_norm", F_BOOL, 0, 0, 0},
-    {"qk_norm", F_STR, 1, 0, 64},               {"eps", F_FLOAT, 0, 0, 1},
-    {"image_dim", F_INT, 1, 1, 1 << 20},        {"added_kv_proj_dim", F_INT, 1, 1, 1 << 20},
-    {"rope_max_seq_len", F_INT, 0, 1, 1 << 20}, {"pos_embed_seq_len", F_INT, 1, 1, 1 << 20},
+static const dit_config_field_t kWanFields[] = {
+    {"patch_size", DIT_CF_INTS, 0, 1, 64, 3, "[t, h, w]"},        {"num_attention_heads", DIT_CF_INT, 0, 1, 1024, 0, NULL},
+    {"attention_head_dim", DIT_CF_INT, 0, 1, 1024, 0, NULL}, {"in_channels", DIT_CF_INT, 0, 1, 4096, 0, NULL},
+    {"out_channels", DIT_CF_INT, 1, 0, 4096, 0, NULL},     {"text_dim", DIT_CF_INT, 0, 1, 65536, 0, NULL},
+    {"freq_dim", DIT_CF_INT, 0, 1, 65536, 0, NULL},        {"ffn_dim", DIT_CF_INT, 0, 1, 1 << 20, 0, NULL},
+    {"num_layers", DIT_CF_INT, 0, 1, 1024, 0, NULL},       {"cross_attn_norm", DIT_CF_BOOL, 0, 0, 0, 0, NULL},
+    {"qk_norm", DIT_CF_STR, 1, 0, 64, 0, NULL},            {"eps", DIT_CF_FLOAT, 0, 0, 1, 0, NULL},
+    {"image_dim", DIT_CF_INT, 1, 1, 1 << 20, 0, NULL},     {"added_kv_proj_dim", DIT_CF_INT, 1, 1, 1 << 20, 0, NULL},
+    {"rope_max_seq_len", DIT_CF_INT, 0, 1, 1 << 20, 0, NULL}, {"pos_embed_seq_len", DIT_CF_INT, 1, 1, 1 << 20, 0, NULL},
 };
-#define N_WAN_FIELDS (sizeof kWanFields / sizeof kWanFields[0])
 
 static const char kWanDefaults[] =
     "{\"patch_size\":[1,2,2],\"num_attention_heads\":40,\"attention_head_dim\":128,"
@@ -46,86 +39,34 @@ static const char kWanDefaults[] =
     "\"qk_norm\":\"rms_norm_across_heads\",\"eps\":1e-6,\"image_dim\":null,"
     "\"added_kv_proj_dim\":null,\"rope_max_seq_len\":1024,\"pos_embed_seq_len\":null}";
 
-static dit_status_t field_check(size_t f, const dit_json_t *v) {
-  if (cJSON_IsNull(v->v)) {
-    if (kWanFields[f].nullable) return DIT_OK;
-    return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected a value, found null");
-  }
-  int64_t i;
-  double d;
-  bool b;
-  const char *s;
-  switch (kWanFields[f].kind) {
-    case F_INT: return dit_json_as_int(v, kWanFields[f].lo, kWanFields[f].hi, &i);
-    case F_BOOL: return dit_json_as_bool(v, &b);
-    case F_FLOAT: return dit_json_as_num(v, (double)kWanFields[f].lo, (double)kWanFields[f].hi, &d);
-    case F_STR: return dit_json_as_str(v, (size_t)kWanFields[f].hi, true, &s);
-    case F_INT3: {
-      int64_t p[3];
-      size_t n = 0;
-      DIT_RETURN_IF(dit_json_as_int_array(v, 3, kWanFields[f].lo, kWanFields[f].hi, p, &n));
-      if (n != 3) return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected 3 integers [t, h, w], found %zu", n);
-      return DIT_OK;
-    }
-  }
-  return DIT_OK;
-}
-
-/* Reads a field of the normalized config, which holds only values field_check accepted. */
-static int64_t geti(const cJSON *cfg, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-  return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
-}
-
 /* The typed view of a normalized config (null optional fields read as 0). */
 static void wan_typed(const cJSON *cfg, dit_wan_config_t *w) {
   const cJSON *ps = cJSON_GetObjectItemCaseSensitive(cfg, "patch_size");
   for (int i = 0; i < 3; i++) w->patch[i] = (int64_t)cJSON_GetArrayItem(ps, i)->valuedouble;
-  w->heads = geti(cfg, "num_attention_heads");
-  w->head_dim = geti(cfg, "attention_head_dim");
-  w->in_channels = geti(cfg, "in_channels");
-  w->out_channels = geti(cfg, "out_channels");
-  w->text_dim = geti(cfg, "text_dim");
-  w->freq_dim = geti(cfg, "freq_dim");
-  w->ffn_dim = geti(cfg, "ffn_dim");
-  w->layers = geti(cfg, "num_layers");
-  w->rope_max_seq_len = geti(cfg, "rope_max_seq_len");
-  w->image_dim = geti(cfg, "image_dim");
-  w->added_kv_proj_dim = geti(cfg, "added_kv_proj_dim");
-  w->pos_embed_seq_len = geti(cfg, "pos_embed_seq_len");
-  w->cross_attn_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "cross_attn_norm"));
-  w->eps = cJSON_GetObjectItemCaseSensitive(cfg, "eps")->valuedouble;
+  w->heads = dit_config_int(cfg, "num_attention_heads");
+  w->head_dim = dit_config_int(cfg, "attention_head_dim");
+  w->in_channels = dit_config_int(cfg, "in_channels");
+  w->out_channels = dit_config_int(cfg, "out_channels");
+  w->text_dim = dit_config_int(cfg, "text_dim");
+  w->freq_dim = dit_config_int(cfg, "freq_dim");
+  w->ffn_dim = dit_config_int(cfg, "ffn_dim");
+  w->layers = dit_config_int(cfg, "num_layers");
+  w->rope_max_seq_len = dit_config_int(cfg, "rope_max_seq_len");
+  w->image_dim = dit_config_int(cfg, "image_dim");
+  w->added_kv_proj_dim = dit_config_int(cfg, "added_kv_proj_dim");
+  w->pos_embed_seq_len = dit_config_int(cfg, "pos_embed_seq_len");
+  w->cross_attn_norm = dit_config_bool(cfg, "cross_attn_norm");
+  w->eps = dit_config_num(cfg, "eps");
 }
 
 static dit_status_t wan_parse_config(dit_model_t *m, const dit_json_t *raw) {
-  /* The defaults go through the same reader as any text: no second parser for one constant. */
-  dit_json_doc_t *defaults = NULL;
-  DIT_RETURN_IF_ERROR(dit_json_parse(kWanDefaults, strlen(kWanDefaults), "built-in Wan defaults", &defaults),
-                      "internal");
-  cJSON *cfg = dit_json_doc_release(defaults);
-  dit_json_doc_free(defaults);
-  m->config = cfg;
-  dit_json_iter_t it;
-  dit_json_t v;
-  dit_json_iter_init(raw, &it);
-  while (dit_json_iter_next(&it, &v)) {
-    const char *key = v.v->string;
-    if (key[0] == '_') continue; /* diffusers' bookkeeping: class name, version, source path */
-    size_t f = 0;
-    while (f < N_WAN_FIELDS && strcmp(kWanFields[f].key, key)) f++;
-    if (f == N_WAN_FIELDS)
-      return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "not a WanTransformer3DModel option this build knows");
-    DIT_RETURN_IF(field_check(f, &v));
-    cJSON *copy = cJSON_Duplicate(v.v, 1);
-    if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(cfg, key, copy)) {
-      cJSON_Delete(copy);
-      return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    }
-  }
+  DIT_RETURN_IF(dit_config_read(kWanFields, sizeof kWanFields / sizeof kWanFields[0], kWanDefaults, "WanTransformer3DModel", raw,
+                                &m->config));
+  cJSON *cfg = m->config;
   /* out_channels = out_channels or in_channels, as diffusers resolves it. */
   const cJSON *oc = cJSON_GetObjectItemCaseSensitive(cfg, "out_channels");
   if (cJSON_IsNull(oc) || oc->valuedouble == 0) {
-    cJSON *n = cJSON_CreateNumber((double)geti(cfg, "in_channels"));
+    cJSON *n = cJSON_CreateNumber((double)dit_config_int(cfg, "in_channels"));
     if (!n || !cJSON_ReplaceItemInObjectCaseSensitive(cfg, "out_channels", n)) {
       cJSON_Delete(n);
       return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
@@ -145,53 +86,6 @@ static dit_status_t wan_parse_config(dit_model_t *m, const dit_json_t *raw) {
   if (td % 2)
     return DIT_ERR(INVALID_ARGUMENT, "%s: field 'attention_head_dim' = %" PRId64 ": its rotary split t/h/w = %" PRId64 "/%" PRId64 "/%" PRId64 " has an odd part",
                    raw->what, hd, td, hw, hw);
-  return DIT_OK;
-}
-
-/* The family of a config.json and its parse. */
-dit_status_t dit_model_config_parse(const char *text, size_t len, const char *what, dit_model_t *m) {
-  dit_json_doc_t *doc = NULL;
-  dit_json_t root, cls;
-  const char *name = NULL;
-  dit_status_t s = dit_json_parse(text, len, what, &doc);
-  if (!s) s = dit_json_root(doc, &root);
-  if (!s && !dit_json_has(&root, "_class_name")) {
-    cls = root;
-    dit_json_path_key(cls.path, root.path, "_class_name");
-    s = dit_json_error(&cls, DIT_CODE_NOT_FOUND, "missing: cannot tell the model family");
-  }
-  if (!s) s = dit_json_get(&root, "_class_name", &cls);
-  if (!s) s = dit_json_as_str(&cls, sizeof m->model_class - 1, false, &name);
-  if (!s) {
-    snprintf(m->model_class, sizeof m->model_class, "%s", name);
-    if (!strcmp(name, "WanTransformer3DModel")) {
-      snprintf(m->family, sizeof m->family, "wan");
-      s = wan_parse_config(m, &root);
-    } else {
-      char q[96];
-      dit_json_quote(name, q);
-      s = dit_json_error(&cls, DIT_CODE_UNIMPLEMENTED, "found %s; supported families: WanTransformer3DModel", q);
-    }
-  }
-  dit_json_doc_free(doc);
-  return s;
-}
-
-/* Refuses two experts whose configs differ in any Wan field. */
-dit_status_t dit_expert_configs_match(const cJSON *a, const char *a_what, const cJSON *b, const char *b_what) {
-  for (size_t f = 0; f < N_WAN_FIELDS; f++) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, kWanFields[f].key);
-    const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, kWanFields[f].key);
-    if (x && y && cJSON_Compare(x, y, true)) continue;
-    /* Both are normalized configs of accepted values: short to print. */
-    char *tx = x ? cJSON_PrintUnformatted(x) : NULL, *ty = y ? cJSON_PrintUnformatted(y) : NULL;
-    dit_status_t s = DIT_ERR(INVALID_ARGUMENT,
-                             "%s: field '%s' = %.64s, but %s has %.64s: a pipeline's experts must share the architecture",
-                             b_what, kWanFields[f].key, ty ? ty : "(absent)", a_what, tx ? tx : "(absent)");
-    free(tx);
-    free(ty);
-    return s;
-  }
   return DIT_OK;
 }
 
@@ -244,268 +138,84 @@ static dit_status_t pick_variant(dit_model_t *m, const char *want, const char *v
 
 /* ---- expected weights ---- */
 
-typedef struct expected {
-  char name[128];
-  int rank;
-  int64_t dims[5];
-  char why[64]; /* the config field that calls for an optional tensor; "" for the others */
-} expected_t;
-
-typedef struct expected_list {
-  expected_t *items;
-  size_t n, cap;
-  char why[64]; /* given to the tensors expected from here on */
-} expected_list_t;
-
-static int expect(expected_list_t *l, int rank, const int64_t *dims, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int expect(expected_list_t *l, int rank, const int64_t *dims, const char *fmt, ...) {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 256;
-    expected_t *n = realloc(l->items, cap * sizeof *n);
-    if (!n) return -1;
-    l->items = n;
-    l->cap = cap;
-  }
-  expected_t *e = &l->items[l->n++];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->name, sizeof e->name, fmt, ap);
-  va_end(ap);
-  e->rank = rank;
-  for (int i = 0; i < rank; i++) e->dims[i] = dims[i];
-  memcpy(e->why, l->why, sizeof e->why);
-  return 0;
-}
-
-static void expect_linear(expected_list_t *l, int64_t out, int64_t in, const char *prefix) {
-  int64_t w[2] = {out, in}, b[1] = {out};
-  expect(l, 2, w, "%s.weight", prefix);
-  expect(l, 1, b, "%s.bias", prefix);
-}
-
 /* Wan2.1 I2V: the CLIP image embedder and, in each cross-attention, the image tokens' k/v. */
-static void wan_expected_image(const dit_wan_config_t *w, expected_list_t *l) {
+static void wan_expected_image(const dit_wan_config_t *w, dit_expected_t *l) {
   const int64_t D = w->heads * w->head_dim, I = w->image_dim, A = w->added_kv_proj_dim, d1[1] = {D};
   if (I) {
     int64_t i1[1] = {I};
-    snprintf(l->why, sizeof l->why, "field 'image_dim' = %" PRId64, I);
-    expect(l, 1, i1, "condition_embedder.image_embedder.norm1.weight");
-    expect(l, 1, i1, "condition_embedder.image_embedder.norm1.bias");
-    expect_linear(l, I, I, "condition_embedder.image_embedder.ff.net.0.proj");
-    expect_linear(l, D, I, "condition_embedder.image_embedder.ff.net.2");
-    expect(l, 1, d1, "condition_embedder.image_embedder.norm2.weight");
-    expect(l, 1, d1, "condition_embedder.image_embedder.norm2.bias");
+    dit_expected_why(l, "field 'image_dim' = %" PRId64, I);
+    dit_expected_add(l, 1, i1, "condition_embedder.image_embedder.norm1.weight");
+    dit_expected_add(l, 1, i1, "condition_embedder.image_embedder.norm1.bias");
+    dit_expected_linear(l, I, I, 1, "condition_embedder.image_embedder.ff.net.0.proj");
+    dit_expected_linear(l, D, I, 1, "condition_embedder.image_embedder.ff.net.2");
+    dit_expected_add(l, 1, d1, "condition_embedder.image_embedder.norm2.weight");
+    dit_expected_add(l, 1, d1, "condition_embedder.image_embedder.norm2.bias");
     if (w->pos_embed_seq_len) {
       int64_t pe[3] = {1, w->pos_embed_seq_len, I};
-      snprintf(l->why, sizeof l->why, "field 'pos_embed_seq_len' = %" PRId64, w->pos_embed_seq_len);
-      expect(l, 3, pe, "condition_embedder.image_embedder.pos_embed");
+      dit_expected_why(l, "field 'pos_embed_seq_len' = %" PRId64, w->pos_embed_seq_len);
+      dit_expected_add(l, 3, pe, "condition_embedder.image_embedder.pos_embed");
     }
   }
   if (A) {
-    char p[128];
-    snprintf(l->why, sizeof l->why, "field 'added_kv_proj_dim' = %" PRId64, A);
+    dit_expected_why(l, "field 'added_kv_proj_dim' = %" PRId64, A);
     for (int64_t i = 0; i < w->layers; i++) {
-      snprintf(p, sizeof p, "blocks.%" PRId64 ".attn2.add_k_proj", i);
-      expect_linear(l, D, A, p);
-      snprintf(p, sizeof p, "blocks.%" PRId64 ".attn2.add_v_proj", i);
-      expect_linear(l, D, A, p);
-      expect(l, 1, d1, "blocks.%" PRId64 ".attn2.norm_added_k.weight", i);
+      dit_expected_linear(l, D, A, 1, "blocks.%" PRId64 ".attn2.add_k_proj", i);
+      dit_expected_linear(l, D, A, 1, "blocks.%" PRId64 ".attn2.add_v_proj", i);
+      dit_expected_add(l, 1, d1, "blocks.%" PRId64 ".attn2.norm_added_k.weight", i);
     }
   }
-  l->why[0] = 0;
+  dit_expected_why(l, NULL);
 }
 
-static dit_status_t wan_expected(const dit_wan_config_t *w, expected_list_t *l) {
+static void wan_expected(const dit_wan_config_t *w, dit_expected_t *l) {
   int64_t D = w->heads * w->head_dim, P = w->patch[0] * w->patch[1] * w->patch[2];
   wan_expected_image(w, l);
   int64_t pe[5] = {D, w->in_channels, w->patch[0], w->patch[1], w->patch[2]}, d1[1] = {D};
-  expect(l, 5, pe, "patch_embedding.weight");
-  expect(l, 1, d1, "patch_embedding.bias");
-  expect_linear(l, D, w->freq_dim, "condition_embedder.time_embedder.linear_1");
-  expect_linear(l, D, D, "condition_embedder.time_embedder.linear_2");
-  expect_linear(l, 6 * D, D, "condition_embedder.time_proj");
-  expect_linear(l, D, w->text_dim, "condition_embedder.text_embedder.linear_1");
-  expect_linear(l, D, D, "condition_embedder.text_embedder.linear_2");
-  char p[128];
+  dit_expected_add(l, 5, pe, "patch_embedding.weight");
+  dit_expected_add(l, 1, d1, "patch_embedding.bias");
+  dit_expected_linear(l, D, w->freq_dim, 1, "condition_embedder.time_embedder.linear_1");
+  dit_expected_linear(l, D, D, 1, "condition_embedder.time_embedder.linear_2");
+  dit_expected_linear(l, 6 * D, D, 1, "condition_embedder.time_proj");
+  dit_expected_linear(l, D, w->text_dim, 1, "condition_embedder.text_embedder.linear_1");
+  dit_expected_linear(l, D, D, 1, "condition_embedder.text_embedder.linear_2");
   for (int64_t i = 0; i < w->layers; i++) {
     int64_t sst[3] = {1, 6, D};
-    expect(l, 3, sst, "blocks.%" PRId64 ".scale_shift_table", i);
+    dit_expected_add(l, 3, sst, "blocks.%" PRId64 ".scale_shift_table", i);
     for (int a = 1; a <= 2; a++) {
       static const char *const proj[] = {"to_q", "to_k", "to_v", "to_out.0"};
-      for (int k = 0; k < 4; k++) {
-        snprintf(p, sizeof p, "blocks.%" PRId64 ".attn%d.%s", i, a, proj[k]);
-        expect_linear(l, D, D, p);
-      }
-      expect(l, 1, d1, "blocks.%" PRId64 ".attn%d.norm_q.weight", i, a);
-      expect(l, 1, d1, "blocks.%" PRId64 ".attn%d.norm_k.weight", i, a);
+      for (int k = 0; k < 4; k++) dit_expected_linear(l, D, D, 1, "blocks.%" PRId64 ".attn%d.%s", i, a, proj[k]);
+      dit_expected_add(l, 1, d1, "blocks.%" PRId64 ".attn%d.norm_q.weight", i, a);
+      dit_expected_add(l, 1, d1, "blocks.%" PRId64 ".attn%d.norm_k.weight", i, a);
     }
     if (w->cross_attn_norm) {
-      expect(l, 1, d1, "blocks.%" PRId64 ".norm2.weight", i);
-      expect(l, 1, d1, "blocks.%" PRId64 ".norm2.bias", i);
+      dit_expected_add(l, 1, d1, "blocks.%" PRId64 ".norm2.weight", i);
+      dit_expected_add(l, 1, d1, "blocks.%" PRId64 ".norm2.bias", i);
     }
-    snprintf(p, sizeof p, "blocks.%" PRId64 ".ffn.net.0.proj", i);
-    expect_linear(l, w->ffn_dim, D, p);
-    snprintf(p, sizeof p, "blocks.%" PRId64 ".ffn.net.2", i);
-    expect_linear(l, D, w->ffn_dim, p);
+    dit_expected_linear(l, w->ffn_dim, D, 1, "blocks.%" PRId64 ".ffn.net.0.proj", i);
+    dit_expected_linear(l, D, w->ffn_dim, 1, "blocks.%" PRId64 ".ffn.net.2", i);
   }
-  expect_linear(l, w->out_channels * P, D, "proj_out");
+  dit_expected_linear(l, w->out_channels * P, D, 1, "proj_out");
   int64_t sst[3] = {1, 2, D};
-  expect(l, 3, sst, "scale_shift_table");
-  return DIT_OK;
+  dit_expected_add(l, 3, sst, "scale_shift_table");
 }
 
-static int cmp_expected(const void *a, const void *b) {
-  return strcmp(((const expected_t *)a)->name, ((const expected_t *)b)->name);
-}
-
-/* Checks the weights of the transformer in dir against its config. */
-static dit_status_t wan_check_weights(const dit_wan_config_t *w, const dit_safetensors_t *weights, const char *dir) {
-  expected_list_t l = {0};
-  dit_status_t s = wan_expected(w, &l);
-  if (!s && l.n == 0) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (s) {
-    free(l.items);
-    return s;
-  }
-  qsort(l.items, l.n, sizeof *l.items, cmp_expected);
-  for (size_t i = 0; i < l.n && !s; i++) {
-    const expected_t *e = &l.items[i];
-    const dit_st_tensor_t *t = dit_safetensors_find(weights, e->name);
-    if (!t) {
-      s = DIT_ERR(NOT_FOUND, "%s: checkpoint has no tensor '%s', which this config requires%s%s%s", dir, e->name,
-                  e->why[0] ? " (" : "", e->why, e->why[0] ? ")" : "");
-      break;
-    }
-    if (t->dtype != DIT_F32 && t->dtype != DIT_BF16 && t->dtype != DIT_F16) {
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s' has dtype %s, expected a float type", t->file, e->name,
-                  dit_st_dtype_name(t->dtype));
-      break;
-    }
-    int ok = t->rank == e->rank;
-    for (int d = 0; ok && d < e->rank; d++) ok = t->dims[d] == e->dims[d];
-    if (!ok) {
-      char want[96] = "", got[96] = "";
-      for (int d = 0; d < e->rank; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? "," : "", e->dims[d]);
-      for (int d = 0; d < t->rank; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? "," : "", t->dims[d]);
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': shape [%s], expected [%s] from config.json", t->file, e->name, got, want);
-    }
-  }
-  /* Both lists are sorted by name: walk them together to find tensors the config does not use. */
-  for (size_t i = 0, j = 0; !s && i < dit_safetensors_count(weights); i++) {
-    const char *name = dit_safetensors_at(weights, i)->name;
-    while (j < l.n && strcmp(l.items[j].name, name) < 0) j++;
-    if (j < l.n && !strcmp(l.items[j].name, name)) continue;
-    if (strstr(name, "norm_added_q")) continue; /* diffusers ignores these too */
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: unexpected tensor '%s' (not part of this config: image conditioning or a different architecture?)",
-                dit_safetensors_at(weights, i)->file, name);
-  }
-  free(l.items);
+/* Checks the weights of a transformer folder against the model's config. */
+static dit_status_t wan_check_weights(const dit_model_t *m, const dit_safetensors_t *weights, const char *dir) {
+  static const char *const ignored[] = {"norm_added_q", NULL}; /* diffusers ignores these too */
+  dit_expected_t *l;
+  DIT_RETURN_IF(dit_expected_create(&l));
+  wan_expected(&m->wan, l);
+  dit_status_t s = dit_expected_check(l, weights, dir, ignored);
+  dit_expected_destroy(l);
   return s;
 }
 
-/* ---- loading ---- */
-
-
-/* transformer_2/: its config must equal transformer/'s but for the weights, and its weights
- * must fit it. */
-static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
-  dit_expert_t *e = &m->pipeline.experts[1];
-  char path[4200], first[4200], *text = NULL;
-  size_t len = 0;
-  DIT_RETURN_IF(dit_path_join(path, sizeof path, e->dir, "config.json"));
-  DIT_RETURN_IF(dit_path_join(first, sizeof first, m->model_dir, "config.json"));
-  DIT_RETURN_IF(dit_pipeline_file_read(path, &text, &len));
-  dit_model_t *t = calloc(1, sizeof *t);
-  dit_status_t s = t ? dit_model_config_parse(text, len, path, t) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  free(text);
-  if (t) {
-    e->config = t->config;
-    e->wan = t->wan;
-    if (!s && strcmp(m->pipeline.index.transformer_2_class, t->model_class))
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer_2': class \"%s\", but %s says \"%s\"", index_path,
-                  m->pipeline.index.transformer_2_class, path, t->model_class);
-    free(t);
-  }
-  if (!s) s = dit_expert_configs_match(m->config, first, e->config, path);
-  if (!s) s = dit_safetensors_open(e->dir, &e->weights);
-  if (!s) s = wan_check_weights(&e->wan, e->weights, e->dir);
-  if (!s) {
-    /* Normalized like the first expert's (which gets its class after its weights check). */
-    cJSON *cls = cJSON_CreateString(m->pipeline.index.transformer_2_class);
-    if (!cls || !cJSON_AddItemToObject(e->config, "_class_name", cls)) {
-      cJSON_Delete(cls);
-      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    }
-  }
-  return s;
-}
-
-dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_model_t **out) {
-  *out = NULL;
-  dit_model_t *m = calloc(1, sizeof *m);
-  if (!m) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  snprintf(m->model_dir, sizeof m->model_dir, "%s", model_dir);
-  char path[4200], index[4200], vae[4200];
-  char *text = NULL;
-  size_t len = 0;
-  dit_status_t s = dit_path_join(path, sizeof path, model_dir, "config.json");
-  if (!s) s = dit_path_join(index, sizeof index, model_dir, "model_index.json");
-  if (!s) s = dit_path_join(vae, sizeof vae, model_dir, "vae/config.json");
-  if (!s && !dit_is_dir(model_dir)) s = DIT_ERR(NOT_FOUND, "%s: not a model directory", model_dir);
-  if (!s && !dit_path_exists(path) && dit_path_exists(index)) {
-    snprintf(m->pipeline.dir, sizeof m->pipeline.dir, "%s", model_dir);
-    s = dit_pipeline_dir_read(m, model_dir);
-    if (!s) s = dit_path_join(path, sizeof path, m->model_dir, "config.json");
-  }
-  if (!s) s = dit_pipeline_file_read(path, &text, &len);
-  if (!s) s = dit_model_config_parse(text, len, path, m);
-  if (!s && m->pipeline.index.transformer_class[0] && strcmp(m->pipeline.index.transformer_class, m->model_class))
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer': class \"%s\", but %s says \"%s\"", index,
-                m->pipeline.index.transformer_class, path, m->model_class);
-  if (!s) s = dit_safetensors_open(m->model_dir, &m->weights);
-  if (!s) s = wan_check_weights(&m->wan, m->weights, m->model_dir);
-  if (!s && m->pipeline.experts[1].dir[0]) s = load_second_expert(m, index);
-  if (!s) s = pick_variant(m, variant, vae);
-  free(text);
-  if (!s) {
-    cJSON *cls = cJSON_CreateString(m->model_class);
-    if (!cls || !cJSON_AddItemToObject(m->config, "_class_name", cls)) {
-      cJSON_Delete(cls);
-      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    }
-  }
-  if (s) {
-    dit_model_free(m);
-    return s;
-  }
-  dit_expert_t *e0 = &m->pipeline.experts[0];
-  snprintf(e0->dir, sizeof e0->dir, "%s", m->model_dir);
-  e0->config = m->config;
-  e0->wan = m->wan;
-  e0->weights = m->weights;
-  m->pipeline.n_experts = m->pipeline.experts[1].dir[0] ? 2 : 1;
-  *out = m;
-  return DIT_OK;
-}
-
-void dit_model_free(dit_model_t *m) {
-  if (!m) return;
-  cJSON_Delete(m->config);
-  dit_safetensors_close(m->weights);
-  cJSON_Delete(m->pipeline.experts[1].config);
-  dit_safetensors_close(m->pipeline.experts[1].weights);
-  free(m);
-}
-
-dit_status_t dit_model_check_compilable(const dit_model_t *m) {
-  const dit_pipeline_t *p = &m->pipeline;
+static dit_status_t wan_check_compilable(const dit_model_t *m) {
+  const char *cls = m->pipeline.index.class_name;
+  if (cls[0] && strncmp(cls, "Wan", 3))
+    return DIT_ERR(UNIMPLEMENTED, "%s/model_index.json: field '_class_name' = \"%s\": a WanTransformer3DModel runs in WanPipeline or "
+                   "WanImageToVideoPipeline", m->pipeline.dir, cls);
   const dit_wan_config_t *w = &m->wan;
-  /* Two experts compile when their configs agree (dit_model_load checked it) and the pipeline
-   * says where to switch. */
-  if (p->n_experts > 1 && !p->index.has_boundary_ratio)
-    return DIT_ERR(INVALID_ARGUMENT, "%s/model_index.json: field 'boundary_ratio': missing: two experts need the ratio at which "
-                   "transformer_2 takes over", p->dir);
   const int64_t D = w->heads * w->head_dim;
   if (w->pos_embed_seq_len)
     return DIT_ERR(UNIMPLEMENTED, "%s/config.json: field 'pos_embed_seq_len' = %" PRId64 ": first-last-frame image tokens (Wan2.1 "
@@ -525,7 +235,7 @@ dit_status_t dit_model_check_compilable(const dit_model_t *m) {
   return DIT_OK;
 }
 
-dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) {
+static dit_status_t wan_pipeline_identity(const dit_model_t *m, cJSON **out) {
   *out = NULL;
   const dit_pipeline_t *p = &m->pipeline;
   const int plain = (!p->index.class_name[0] || !strcmp(p->index.class_name, "WanPipeline")) && p->n_experts <= 1 &&
@@ -556,9 +266,9 @@ dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) {
   return DIT_OK;
 }
 
-dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *r,
-                                    dit_latent_shape_t *out) {
+static dit_status_t wan_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   int vt = m->vae_temporal, vs = m->vae_spatial;
+  if (r->frames < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --frames: %s makes videos", m->model_class);
   if (r->frames < 1 || (r->frames - 1) % vt)
     return DIT_ERR(INVALID_ARGUMENT, "--frames %" PRId64 ": %s needs frames = %d*k + 1 (e.g. %" PRId64 ")", r->frames,
                    m->variant, vt, r->frames < 1 ? 1 : (r->frames - 1) / vt * vt + 1);
@@ -581,8 +291,7 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
     if (grid[i] > m->wan.rope_max_seq_len)
       return DIT_ERR(INVALID_ARGUMENT, "shape: %" PRId64 " patches along %s exceed config.json rope_max_seq_len %" PRId64,
                      grid[i], i == 0 ? "frames" : i == 1 ? "height" : "width", m->wan.rope_max_seq_len);
-  if (r->batch < 1 || r->batch > 4096) return DIT_ERR(INVALID_ARGUMENT, "--batch %" PRId64 ": expected 1..4096", r->batch);
-  if (r->text_len < 1 || r->text_len > 65536) return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": expected 1..65536", r->text_len);
+  out->tokens = grid[0] * grid[1] * grid[2];
   out->image_len = 0;
   if (m->wan.image_dim) {
     /* diffusers splits the context as "image = all but the last 512 tokens". */
@@ -605,11 +314,7 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
 /* diffusers keeps these modules in fp32 when the model is cast to half precision. */
 static const char *const kWanF32Keys[] = {"time_embedder", "scale_shift_table", ".norm2.", ".norm1.", NULL};
 
-dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request_t *req,
-                                   dit_graph_t **out) {
-  *out = NULL;
-  if (req->dtype != DIT_F32 && req->dtype != DIT_BF16)
-    return DIT_ERR(UNIMPLEMENTED, "--dtype %s: supported: f32, bf16", dit_dtype_name(req->dtype));
+static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   int tp = req->tp > 1 ? req->tp : 1;
@@ -748,7 +453,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
 
     dit_vid_t n1 = dit_blocks_sp_gather(b, dit_blocks_adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
     const dit_blocks_attn_keys_t self = {KEY(kq, "attn1.to_q"), KEY(kk, "attn1.to_k"), KEY(kv, "attn1.to_v"),
-                                         KEY(knq, "attn1.norm_q.weight"), KEY(knk, "attn1.norm_k.weight")};
+                                         KEY(knq, "attn1.norm_q.weight"), KEY(knk, "attn1.norm_k.weight"), 0};
     dit_blocks_qkv_t a1 = dit_blocks_attn_project(b, n1, n1, &self, NAME("attn1"));
     a1.q = dit_graph_op(g, DIT_OP_ROPE, &a1.q, 1, &ra, dt, NAME("attn1.rope_q"));
     a1.k = dit_graph_op(g, DIT_OP_ROPE, &a1.k, 1, &ra, dt, NAME("attn1.rope_k"));
@@ -760,7 +465,7 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
     if (m->wan.cross_attn_norm) n2 = dit_blocks_layernorm(b, hs, KEY(k, "norm2"), m->wan.eps, NAME("norm2"));
     n2 = dit_blocks_sp_gather(b, n2, NAME("norm2.all_tokens"));
     const dit_blocks_attn_keys_t cross = {KEY(kq, "attn2.to_q"), KEY(kk, "attn2.to_k"), KEY(kv, "attn2.to_v"),
-                                          KEY(knq, "attn2.norm_q.weight"), KEY(knk, "attn2.norm_k.weight")};
+                                          KEY(knq, "attn2.norm_q.weight"), KEY(knk, "attn2.norm_k.weight"), 0};
     dit_blocks_qkv_t a2p = dit_blocks_attn_project(b, n2, ctx, &cross, NAME("attn2"));
     dit_vid_t a2 = dit_blocks_attention(b, a2p.q, a2p.k, a2p.v, NAME("attn2.sdpa"));
     if (ictx >= 0) {
@@ -809,19 +514,14 @@ dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request
   return DIT_OK;
 }
 
-dit_status_t dit_model_weights_hash(const dit_model_t *m, char out_hex[33]) {
-  dit_hasher_t *h;
-  DIT_RETURN_IF(dit_hasher_create(&h));
-  for (size_t i = 0; i < dit_safetensors_count(m->weights); i++) {
-    const dit_st_tensor_t *t = dit_safetensors_at(m->weights, i);
-    int32_t meta[2] = {(int32_t)t->dtype, t->rank};
-    dit_hasher_update(h, t->name, strlen(t->name) + 1);
-    dit_hasher_update(h, meta, sizeof meta);
-    dit_hasher_update(h, t->dims, sizeof(int64_t) * (size_t)t->rank);
-    dit_hasher_update(h, t->data, t->nbytes);
-  }
-  dit_hasher_hex(h, out_hex);
-  dit_hasher_destroy(h);
-  return DIT_OK;
-}
-
+const dit_family_t dit_family_wan = {
+    .name = "wan",
+    .model_class = "WanTransformer3DModel",
+    .parse_config = wan_parse_config,
+    .check_weights = wan_check_weights,
+    .pick_variant = pick_variant,
+    .check_compilable = wan_check_compilable,
+    .pipeline_identity = wan_pipeline_identity,
+    .latent_shape = wan_latent_shape,
+    .build_graph = wan_build_graph,
+};

@@ -55,7 +55,7 @@ mkcfg 'num_layers="two"';            expect_fail "field 'num_layers'" "$BIN/ditc
 mkcfg 'num_layers=3';                expect_fail "no tensor 'blocks.2." "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
 mkcfg 'ffn_dim=65';                  expect_fail "expected [65] from config.json" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
 mkcfg 'num_layers=1';                expect_fail "unexpected tensor 'blocks.1." "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
-mkcfg '_class_name="FluxTransformer2DModel"'; expect_fail "field '_class_name'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
+mkcfg '_class_name="SD3Transformer2DModel"'; expect_fail "field '_class_name'" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
 mkcfg; printf '{"_class_name": "WanTransformer3DModel", ' > "$T/m/config.json"
 expect_fail "not valid JSON" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"
 mkcfg num_attention_heads=0;         expect_fail "config.json: field 'num_attention_heads': expected an integer in [1, 1024], found 0" "$BIN/ditc" compile "$T/m" --frames 9 --height 32 --width 48 -o "$T/x"

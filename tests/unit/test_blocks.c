@@ -108,7 +108,7 @@ static void test_attention_modes(void) {
     int64_t xs[3] = {1, 8, 32};
     dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 3, xs);
     const dit_blocks_attn_keys_t keys = {"blocks.0.attn1.to_q", "blocks.0.attn1.to_k", "blocks.0.attn1.to_v",
-                                         "blocks.0.attn1.norm_q.weight", "blocks.0.attn1.norm_k.weight"};
+                                         "blocks.0.attn1.norm_q.weight", "blocks.0.attn1.norm_k.weight", 0};
     dit_blocks_qkv_t p = dit_blocks_attn_project(b, x, x, &keys, "a");
     CHECK(op_named(g, "a.norm_q") && op_named(g, "a.norm_k"));
     dit_vid_t a = dit_blocks_attention_tokens(b, p.q, p.k, p.v, "a");

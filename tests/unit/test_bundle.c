@@ -548,7 +548,7 @@ static void test_manifest_damage(void) {
   free(t);
   t = replace(orig, "\"minor\": 0", "\"minor\": 3");
   put_manifest(t, 1);
-  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.3 is newer than this build's 1.1");
+  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.3 is newer than this build's 1.2");
   free(t);
 
   /* Edited inputs: the recorded identity no longer matches. */

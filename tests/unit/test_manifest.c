@@ -451,7 +451,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.2 is newer than this build's 1.1", "schema.minor", "2");
+  EXPECT(FAILED_PRECONDITION, "schema 1.3 is newer than this build's 1.2", "schema.minor", "3");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -724,6 +724,72 @@ static void test_experts(void) {
   free(ex);
 }
 
+/* A generate section over the base's inputs (latent, timestep). */
+static const char kGenerate[] =
+    "{\"latents\":\"latent\",\"steps\":28,\"timestep\":{\"input\":\"timestep\",\"divisor\":1000},"
+    "\"guidance\":{\"input\":\"timestep\",\"scale\":1,\"default\":3.5},"
+    "\"conditions\":[{\"argument\":\"prompt_embeds\",\"input\":\"latent\"}],\"true_cfg\":\"norm\","
+    "\"schedule\":{\"sampler\":\"flow_match_euler\",\"num_train_timesteps\":1000,\"shift\":3,\"sigmas\":\"one_to_1/n\","
+    "\"dynamic\":{\"base_shift\":0.5,\"max_shift\":1.15,\"base_image_seq_len\":256,\"max_image_seq_len\":4096,"
+    "\"image_seq_len\":4096,\"time_shift_type\":\"exponential\"},\"shift_terminal\":0.02}}";
+
+static void test_generate(void) {
+  CHECK(strstr(g_base, "\"generate\"") == NULL); /* none unless a family writes one */
+  char *t = edited("generate", kGenerate, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    const dit_manifest_generate_t *g = &m->generate;
+    CHECK(g->present && !strcmp(g->latents, "latent") && g->default_steps == 28 && g->timestep_divisor == 1000);
+    CHECK(!strcmp(g->guidance_input, "timestep") && g->guidance_default == 3.5 && g->true_cfg_norm);
+    CHECK(g->n_conditions == 1 && !strcmp(g->conditions[0].argument, "prompt_embeds"));
+    CHECK(g->schedule.dynamic && g->schedule.max_image_seq_len == 4096 && g->schedule.has_shift_terminal &&
+          g->schedule.shift_terminal == 0.02 && !g->schedule.sigmas_to_zero && !g->schedule.time_shift_linear);
+    char *a = NULL, *b = NULL;
+    dit_manifest_t *m2 = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &a));
+    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
+    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
+    CHECK(a && b && strcmp(a, b) == 0);
+    /* The section alone, as the compile identity hashes it. */
+    cJSON *j = NULL;
+    CHECK_OK(dit_manifest_generate_json(g, &j));
+    CHECK(j && cJSON_GetObjectItemCaseSensitive(j, "schedule") && !cJSON_GetObjectItemCaseSensitive(j, "generate"));
+    cJSON_Delete(j);
+    m->schema_minor = 1;
+    char *c = NULL;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "generate needs schema minor >= 2");
+    free(a);
+    free(b);
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+
+  char *base = g_base;
+  g_base = edited("generate", kGenerate, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'generate': needs schema minor >= 2, found 1.1", "schema.minor", "1");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.latents': \"hidden_states\" is not one of the bundle's inputs", "generate.latents",
+         "\"hidden_states\"");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.conditions[0].input': \"pooled\" is not one of the bundle's inputs",
+         "generate.conditions[0].input", "\"pooled\"");
+  EXPECT(INVALID_ARGUMENT, "field 'generate': unknown member \"sampler\"", "generate.sampler", "\"unipc\"");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.schedule.sigmas'", "generate.schedule.sigmas", "\"karras\"");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.schedule.sampler'", "generate.schedule.sampler", "\"unipc\"");
+  EXPECT(NOT_FOUND, "field 'generate.schedule.dynamic': missing", "generate.schedule.dynamic", NULL);
+  EXPECT(NOT_FOUND, "field 'generate.schedule.shift_terminal': missing", "generate.schedule.shift_terminal", NULL);
+  EXPECT(OUT_OF_RANGE, "field 'generate.schedule.shift_terminal'", "generate.schedule.shift_terminal", "1.5");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.schedule.dynamic.max_image_seq_len': equals base_image_seq_len",
+         "generate.schedule.dynamic.max_image_seq_len", "256");
+  EXPECT(OUT_OF_RANGE, "field 'generate.timestep.divisor'", "generate.timestep.divisor", "0");
+  EXPECT(OUT_OF_RANGE, "field 'generate.steps'", "generate.steps", "0");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.true_cfg'", "generate.true_cfg", "\"rescaled\"");
+  EXPECT(OUT_OF_RANGE, "field 'generate.conditions': more than 8 entries", "generate.conditions",
+         "[{},{},{},{},{},{},{},{},{}]");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
 int main(void) {
   test_round_trip();
   test_serializer_errors();
@@ -733,6 +799,7 @@ int main(void) {
   test_blobs_and_layout();
   test_ranks();
   test_experts();
+  test_generate();
   free(g_base);
   return check_summary("test_manifest");
 }

@@ -1,0 +1,77 @@
+/* What a model family's frontend file gives the family-independent loader (model.c): how
+ * to read its config, check a checkpoint, name its variant and VAE factors, map a request to
+ * latents and build the graph. Adding a family is one such table, its file and its tests.
+ * Also the helpers every family's config reader and checkpoint check share. */
+#ifndef DIT_COMPILER_FRONTENDS_FAMILY_H
+#define DIT_COMPILER_FRONTENDS_FAMILY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/json.h"
+#include "compiler/frontend.h"
+
+struct dit_family {
+  const char *name;        /* the manifest's model.family: "wan", "flux" */
+  const char *model_class; /* config.json's _class_name */
+  /* Normalizes raw into m->config (defaults filled) and the family's typed config. */
+  dit_status_t (*parse_config)(dit_model_t *m, const dit_json_t *raw);
+  /* One transformer folder's checkpoint (dir) against m's config. */
+  dit_status_t (*check_weights)(const dit_model_t *m, const dit_safetensors_t *w, const char *dir);
+  /* Sets m->variant and the VAE factors (m->pipeline.vae, m->vae_spatial, m->vae_temporal);
+   * want is --variant or NULL; vae_what names vae/config.json in messages. */
+  dit_status_t (*pick_variant)(dit_model_t *m, const char *want, const char *vae_what);
+  dit_status_t (*check_compilable)(const dit_model_t *m);
+  dit_status_t (*pipeline_identity)(const dit_model_t *m, cJSON **out);
+  dit_status_t (*latent_shape)(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out);
+  dit_status_t (*build_graph)(const dit_model_t *m, const dit_shape_request_t *r, dit_graph_t **out);
+  /* The generate contract (frontend.h); NULL: none in the manifest. */
+  dit_status_t (*generate)(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *out);
+};
+
+extern const dit_family_t dit_family_wan;
+extern const dit_family_t dit_family_flux;
+
+/* ---- config readers ---- */
+
+typedef enum { DIT_CF_INT, DIT_CF_BOOL, DIT_CF_FLOAT, DIT_CF_STR, DIT_CF_INTS } dit_config_kind_t;
+
+/* One __init__ argument of a diffusers model class, with the range this build accepts. */
+typedef struct dit_config_field {
+  const char *key;
+  dit_config_kind_t kind;
+  int nullable;
+  int64_t lo, hi; /* value range; DIT_CF_STR: hi is the longest length; DIT_CF_INTS: elements' range */
+  int count;      /* DIT_CF_INTS: exactly this many integers */
+  const char *form; /* DIT_CF_INTS: what they are, for messages ("[t, h, w]"); may be NULL */
+} dit_config_field_t;
+
+/* The normalized config: `defaults` (JSON text of every field) overlaid with raw's fields,
+ * each checked against its entry; a key not in fields is refused naming it (keys starting
+ * with '_' are diffusers' bookkeeping and skipped). Caller owns *out. */
+dit_status_t dit_config_read(const dit_config_field_t *fields, size_t n_fields, const char *defaults, const char *class_name,
+                             const dit_json_t *raw, cJSON **out);
+/* A number of a normalized config (0 for null or absent). */
+int64_t dit_config_int(const cJSON *cfg, const char *key);
+double dit_config_num(const cJSON *cfg, const char *key);
+int dit_config_bool(const cJSON *cfg, const char *key);
+
+/* ---- checkpoint checks ---- */
+
+typedef struct dit_expected dit_expected_t;
+dit_status_t dit_expected_create(dit_expected_t **out);
+void dit_expected_destroy(dit_expected_t *l);
+/* The config field that calls for the tensors expected from here on ("" or NULL: none). */
+void dit_expected_why(dit_expected_t *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A tensor the config requires, named printf-style. */
+void dit_expected_add(dit_expected_t *l, int rank, const int64_t *dims, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* prefix.weight [out, in] and, with bias, prefix.bias [out]. */
+void dit_expected_linear(dit_expected_t *l, int64_t out, int64_t in, int bias, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Every expected tensor present in weights, a float type and of its shape; no other tensor
+ * but those containing one of the NULL-terminated `ignored` substrings (may be NULL). */
+dit_status_t dit_expected_check(dit_expected_t *l, const dit_safetensors_t *weights, const char *dir,
+                                const char *const *ignored);
+
+#endif

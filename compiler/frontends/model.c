@@ -1,0 +1,399 @@
+/* The family-independent model loader (frontend.h's dit_model_* entry points): config.json's
+ * _class_name picks the family (family.h), a pipeline directory is read through pipeline.c,
+ * and every step a family defines is dispatched to it. Also the config reader and the
+ * checkpoint check the families share. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifacts/identity.h"
+#include "base/fileio.h"
+#include "compiler/frontends/family.h"
+#include "compiler/frontends/pipeline.h"
+
+static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux};
+#define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
+
+/* ---- config readers ---- */
+
+static dit_status_t field_check(const dit_config_field_t *f, const dit_json_t *v) {
+  if (cJSON_IsNull(v->v)) {
+    if (f->nullable) return DIT_OK;
+    return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected a value, found null");
+  }
+  int64_t i, p[8];
+  double d;
+  bool b;
+  const char *s;
+  size_t n = 0;
+  switch (f->kind) {
+    case DIT_CF_INT: return dit_json_as_int(v, f->lo, f->hi, &i);
+    case DIT_CF_BOOL: return dit_json_as_bool(v, &b);
+    case DIT_CF_FLOAT: return dit_json_as_num(v, (double)f->lo, (double)f->hi, &d);
+    case DIT_CF_STR: return dit_json_as_str(v, (size_t)f->hi, true, &s);
+    case DIT_CF_INTS:
+      DIT_RETURN_IF(dit_json_as_int_array(v, (size_t)f->count, f->lo, f->hi, p, &n));
+      if (n != (size_t)f->count)
+        return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected %d integers%s%s, found %zu", f->count, f->form ? " " : "",
+                              f->form ? f->form : "", n);
+      return DIT_OK;
+  }
+  return DIT_OK;
+}
+
+dit_status_t dit_config_read(const dit_config_field_t *fields, size_t n_fields, const char *defaults, const char *class_name,
+                             const dit_json_t *raw, cJSON **out) {
+  *out = NULL;
+  /* The defaults go through the same reader as any text: no second parser for one constant. */
+  dit_json_doc_t *doc = NULL;
+  DIT_RETURN_IF_ERROR(dit_json_parse(defaults, strlen(defaults), "built-in defaults", &doc), "internal");
+  cJSON *cfg = dit_json_doc_release(doc);
+  dit_json_doc_free(doc);
+  dit_json_iter_t it;
+  dit_json_t v;
+  dit_json_iter_init(raw, &it);
+  dit_status_t s = DIT_OK;
+  while (!s && dit_json_iter_next(&it, &v)) {
+    const char *key = v.v->string;
+    if (key[0] == '_') continue; /* diffusers' bookkeeping: class name, version, source path */
+    size_t f = 0;
+    while (f < n_fields && strcmp(fields[f].key, key)) f++;
+    if (f == n_fields) {
+      s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "not a %s option this build knows", class_name);
+      break;
+    }
+    s = field_check(&fields[f], &v);
+    cJSON *copy = s ? NULL : cJSON_Duplicate(v.v, 1);
+    if (!s && (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(cfg, key, copy))) {
+      cJSON_Delete(copy);
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (s) {
+    cJSON_Delete(cfg);
+    return s;
+  }
+  *out = cfg;
+  return DIT_OK;
+}
+
+int64_t dit_config_int(const cJSON *cfg, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
+}
+
+double dit_config_num(const cJSON *cfg, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+int dit_config_bool(const cJSON *cfg, const char *key) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, key)); }
+
+/* The family of a config.json and its parse. */
+dit_status_t dit_model_config_parse(const char *text, size_t len, const char *what, dit_model_t *m) {
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root, cls;
+  const char *name = NULL;
+  dit_status_t s = dit_json_parse(text, len, what, &doc);
+  if (!s) s = dit_json_root(doc, &root);
+  if (!s && !dit_json_has(&root, "_class_name")) {
+    cls = root;
+    dit_json_path_key(cls.path, root.path, "_class_name");
+    s = dit_json_error(&cls, DIT_CODE_NOT_FOUND, "missing: cannot tell the model family");
+  }
+  if (!s) s = dit_json_get(&root, "_class_name", &cls);
+  if (!s) s = dit_json_as_str(&cls, sizeof m->model_class - 1, false, &name);
+  if (!s) {
+    snprintf(m->model_class, sizeof m->model_class, "%s", name);
+    m->fam = NULL;
+    for (size_t i = 0; i < N_FAMILIES && !m->fam; i++)
+      if (!strcmp(name, kFamilies[i]->model_class)) m->fam = kFamilies[i];
+    if (m->fam) {
+      snprintf(m->family, sizeof m->family, "%s", m->fam->name);
+      s = m->fam->parse_config(m, &root);
+    } else {
+      char q[96], known[256] = "";
+      dit_json_quote(name, q);
+      for (size_t i = 0; i < N_FAMILIES; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", kFamilies[i]->model_class);
+      s = dit_json_error(&cls, DIT_CODE_UNIMPLEMENTED, "found %s; supported families: %s", q, known);
+    }
+  }
+  dit_json_doc_free(doc);
+  return s;
+}
+
+/* Refuses two experts whose normalized configs differ in any field. */
+dit_status_t dit_expert_configs_match(const cJSON *a, const char *a_what, const cJSON *b, const char *b_what) {
+  const cJSON *x;
+  cJSON_ArrayForEach(x, a) {
+    if (x->string[0] == '_') continue;
+    const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+    if (y && cJSON_Compare(x, y, true)) continue;
+    /* Both are normalized configs of accepted values: short to print. */
+    char *tx = cJSON_PrintUnformatted(x), *ty = y ? cJSON_PrintUnformatted(y) : NULL;
+    dit_status_t s = DIT_ERR(INVALID_ARGUMENT,
+                             "%s: field '%s' = %.64s, but %s has %.64s: a pipeline's experts must share the architecture",
+                             b_what, x->string, ty ? ty : "(absent)", a_what, tx ? tx : "(absent)");
+    free(tx);
+    free(ty);
+    return s;
+  }
+  return DIT_OK;
+}
+
+/* ---- checkpoint checks ---- */
+
+typedef struct expected {
+  char name[128];
+  int rank;
+  int64_t dims[5];
+  char why[64]; /* the config field that calls for an optional tensor; "" for the others */
+} expected_t;
+
+struct dit_expected {
+  expected_t *items;
+  size_t n, cap;
+  int oom;
+  char why[64]; /* given to the tensors expected from here on */
+};
+
+dit_status_t dit_expected_create(dit_expected_t **out) {
+  *out = calloc(1, sizeof **out);
+  return *out ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+}
+
+void dit_expected_destroy(dit_expected_t *l) {
+  if (!l) return;
+  free(l->items);
+  free(l);
+}
+
+void dit_expected_why(dit_expected_t *l, const char *fmt, ...) {
+  l->why[0] = 0;
+  if (!fmt) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(l->why, sizeof l->why, fmt, ap);
+  va_end(ap);
+}
+
+static void vadd(dit_expected_t *l, int rank, const int64_t *dims, const char *fmt, va_list ap) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 256;
+    expected_t *n = realloc(l->items, cap * sizeof *n);
+    if (!n) {
+      l->oom = 1;
+      return;
+    }
+    l->items = n;
+    l->cap = cap;
+  }
+  expected_t *e = &l->items[l->n++];
+  vsnprintf(e->name, sizeof e->name, fmt, ap);
+  e->rank = rank;
+  for (int i = 0; i < rank; i++) e->dims[i] = dims[i];
+  memcpy(e->why, l->why, sizeof e->why);
+}
+
+void dit_expected_add(dit_expected_t *l, int rank, const int64_t *dims, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vadd(l, rank, dims, fmt, ap);
+  va_end(ap);
+}
+
+void dit_expected_linear(dit_expected_t *l, int64_t out, int64_t in, int bias, const char *fmt, ...) {
+  char prefix[112];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  const int64_t w[2] = {out, in}, b[1] = {out};
+  dit_expected_add(l, 2, w, "%s.weight", prefix);
+  if (bias) dit_expected_add(l, 1, b, "%s.bias", prefix);
+}
+
+static int cmp_expected(const void *a, const void *b) {
+  return strcmp(((const expected_t *)a)->name, ((const expected_t *)b)->name);
+}
+
+static int is_ignored(const char *name, const char *const *ignored) {
+  for (size_t i = 0; ignored && ignored[i]; i++)
+    if (strstr(name, ignored[i])) return 1;
+  return 0;
+}
+
+dit_status_t dit_expected_check(dit_expected_t *l, const dit_safetensors_t *weights, const char *dir,
+                                const char *const *ignored) {
+  if (l->oom || l->n == 0) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  qsort(l->items, l->n, sizeof *l->items, cmp_expected);
+  for (size_t i = 0; i < l->n; i++) {
+    const expected_t *e = &l->items[i];
+    const dit_st_tensor_t *t = dit_safetensors_find(weights, e->name);
+    if (!t)
+      return DIT_ERR(NOT_FOUND, "%s: checkpoint has no tensor '%s', which this config requires%s%s%s", dir, e->name,
+                     e->why[0] ? " (" : "", e->why, e->why[0] ? ")" : "");
+    if (t->dtype != DIT_F32 && t->dtype != DIT_BF16 && t->dtype != DIT_F16)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s' has dtype %s, expected a float type", t->file, e->name,
+                     dit_st_dtype_name(t->dtype));
+    int ok = t->rank == e->rank;
+    for (int d = 0; ok && d < e->rank; d++) ok = t->dims[d] == e->dims[d];
+    if (!ok) {
+      char want[96] = "", got[96] = "";
+      for (int d = 0; d < e->rank; d++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? "," : "", e->dims[d]);
+      for (int d = 0; d < t->rank; d++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, d ? "," : "", t->dims[d]);
+      return DIT_ERR(INVALID_ARGUMENT, "%s: tensor '%s': shape [%s], expected [%s] from config.json", t->file, e->name, got, want);
+    }
+  }
+  /* Both lists are sorted by name: walk them together to find tensors the config does not use. */
+  for (size_t i = 0, j = 0; i < dit_safetensors_count(weights); i++) {
+    const char *name = dit_safetensors_at(weights, i)->name;
+    while (j < l->n && strcmp(l->items[j].name, name) < 0) j++;
+    if ((j < l->n && !strcmp(l->items[j].name, name)) || is_ignored(name, ignored)) continue;
+    return DIT_ERR(INVALID_ARGUMENT, "%s: unexpected tensor '%s' (not part of this config: a different architecture or variant?)",
+                   dit_safetensors_at(weights, i)->file, name);
+  }
+  return DIT_OK;
+}
+
+/* ---- loading ---- */
+
+/* transformer_2/: its config must equal transformer/'s but for the weights, and its weights
+ * must fit it. */
+static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
+  dit_expert_t *e = &m->pipeline.experts[1];
+  char path[4200], first[4200], *text = NULL;
+  size_t len = 0;
+  DIT_RETURN_IF(dit_path_join(path, sizeof path, e->dir, "config.json"));
+  DIT_RETURN_IF(dit_path_join(first, sizeof first, m->model_dir, "config.json"));
+  DIT_RETURN_IF(dit_pipeline_file_read(path, &text, &len));
+  dit_model_t *t = calloc(1, sizeof *t);
+  dit_status_t s = t ? dit_model_config_parse(text, len, path, t) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  free(text);
+  if (t) {
+    e->config = t->config;
+    e->wan = t->wan;
+    if (!s && strcmp(m->pipeline.index.transformer_2_class, t->model_class))
+      s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer_2': class \"%s\", but %s says \"%s\"", index_path,
+                  m->pipeline.index.transformer_2_class, path, t->model_class);
+    free(t);
+  }
+  if (!s) s = dit_expert_configs_match(m->config, first, e->config, path);
+  if (!s) s = dit_safetensors_open(e->dir, &e->weights);
+  if (!s) s = m->fam->check_weights(m, e->weights, e->dir);
+  if (!s) {
+    /* Normalized like the first expert's (which gets its class after its weights check). */
+    cJSON *cls = cJSON_CreateString(m->pipeline.index.transformer_2_class);
+    if (!cls || !cJSON_AddItemToObject(e->config, "_class_name", cls)) {
+      cJSON_Delete(cls);
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  return s;
+}
+
+dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_model_t **out) {
+  *out = NULL;
+  dit_model_t *m = calloc(1, sizeof *m);
+  if (!m) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  snprintf(m->model_dir, sizeof m->model_dir, "%s", model_dir);
+  char path[4200], index[4200], vae[4200];
+  char *text = NULL;
+  size_t len = 0;
+  dit_status_t s = dit_path_join(path, sizeof path, model_dir, "config.json");
+  if (!s) s = dit_path_join(index, sizeof index, model_dir, "model_index.json");
+  if (!s) s = dit_path_join(vae, sizeof vae, model_dir, "vae/config.json");
+  if (!s && !dit_is_dir(model_dir)) s = DIT_ERR(NOT_FOUND, "%s: not a model directory", model_dir);
+  if (!s && !dit_path_exists(path) && dit_path_exists(index)) {
+    snprintf(m->pipeline.dir, sizeof m->pipeline.dir, "%s", model_dir);
+    s = dit_pipeline_dir_read(m, model_dir);
+    if (!s) s = dit_path_join(path, sizeof path, m->model_dir, "config.json");
+  }
+  if (!s) s = dit_pipeline_file_read(path, &text, &len);
+  if (!s) s = dit_model_config_parse(text, len, path, m);
+  if (!s && m->pipeline.index.transformer_class[0] && strcmp(m->pipeline.index.transformer_class, m->model_class))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer': class \"%s\", but %s says \"%s\"", index,
+                m->pipeline.index.transformer_class, path, m->model_class);
+  if (!s) s = dit_safetensors_open(m->model_dir, &m->weights);
+  if (!s) s = m->fam->check_weights(m, m->weights, m->model_dir);
+  if (!s && m->pipeline.experts[1].dir[0]) s = load_second_expert(m, index);
+  if (!s) s = m->fam->pick_variant(m, variant, vae);
+  free(text);
+  if (!s) {
+    cJSON *cls = cJSON_CreateString(m->model_class);
+    if (!cls || !cJSON_AddItemToObject(m->config, "_class_name", cls)) {
+      cJSON_Delete(cls);
+      s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    }
+  }
+  if (s) {
+    dit_model_free(m);
+    return s;
+  }
+  dit_expert_t *e0 = &m->pipeline.experts[0];
+  snprintf(e0->dir, sizeof e0->dir, "%s", m->model_dir);
+  e0->config = m->config;
+  e0->wan = m->wan;
+  e0->weights = m->weights;
+  m->pipeline.n_experts = m->pipeline.experts[1].dir[0] ? 2 : 1;
+  *out = m;
+  return DIT_OK;
+}
+
+void dit_model_free(dit_model_t *m) {
+  if (!m) return;
+  cJSON_Delete(m->config);
+  dit_safetensors_close(m->weights);
+  cJSON_Delete(m->pipeline.experts[1].config);
+  dit_safetensors_close(m->pipeline.experts[1].weights);
+  free(m);
+}
+
+dit_status_t dit_model_check_compilable(const dit_model_t *m) {
+  const dit_pipeline_t *p = &m->pipeline;
+  /* Two experts compile when their configs agree (dit_model_load checked it) and the pipeline
+   * says where to switch. */
+  if (p->n_experts > 1 && !p->index.has_boundary_ratio)
+    return DIT_ERR(INVALID_ARGUMENT, "%s/model_index.json: field 'boundary_ratio': missing: two experts need the ratio at which "
+                   "transformer_2 takes over", p->dir);
+  return m->fam->check_compilable(m);
+}
+
+dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) { return m->fam->pipeline_identity(m, out); }
+
+dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
+  if (r->batch < 1 || r->batch > 4096) return DIT_ERR(INVALID_ARGUMENT, "--batch %" PRId64 ": expected 1..4096", r->batch);
+  if (r->text_len < 1 || r->text_len > 65536) return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": expected 1..65536", r->text_len);
+  return m->fam->latent_shape(m, r, out);
+}
+
+dit_status_t dit_model_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
+  *out = NULL;
+  if (req->dtype != DIT_F32 && req->dtype != DIT_BF16)
+    return DIT_ERR(UNIMPLEMENTED, "--dtype %s: supported: f32, bf16", dit_dtype_name(req->dtype));
+  return m->fam->build_graph(m, req, out);
+}
+
+dit_status_t dit_model_generate_contract(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *out) {
+  memset(out, 0, sizeof *out);
+  return m->fam->generate ? m->fam->generate(m, ls, out) : DIT_OK;
+}
+
+dit_status_t dit_model_weights_hash(const dit_model_t *m, char out_hex[33]) {
+  dit_hasher_t *h;
+  DIT_RETURN_IF(dit_hasher_create(&h));
+  for (size_t i = 0; i < dit_safetensors_count(m->weights); i++) {
+    const dit_st_tensor_t *t = dit_safetensors_at(m->weights, i);
+    int32_t meta[2] = {(int32_t)t->dtype, t->rank};
+    dit_hasher_update(h, t->name, strlen(t->name) + 1);
+    dit_hasher_update(h, meta, sizeof meta);
+    dit_hasher_update(h, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    dit_hasher_update(h, t->data, t->nbytes);
+  }
+  dit_hasher_hex(h, out_hex);
+  dit_hasher_destroy(h);
+  return DIT_OK;
+}
