@@ -246,6 +246,9 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
              "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n",
           dt_code(x->dtype), dit_value_numel(x), y->dims[y->rank - 1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
           getf(op, "scale"));
+      if (dit_attrs_find(&op->attrs, "premul"))
+        dit_strbuf_printf(s, "#define PREMUL ((float)%.17g)\n#define ROUND_BF16 %d\n", getf(op, "premul"),
+                          dit_attrs_find(&op->attrs, "round") ? (int)geti(op, "round") : 0);
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_PATCHIFY:

@@ -199,7 +199,16 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   const int j = c < half ? c : c - half;
   float expo = -logf(MAX_PERIOD) * (float)j;
   expo = expo / ((float)half - SHIFT);
-  float arg = SCALE * (ld(t, b) * expf(expo));
+  float tv = ld(t, b);
+#if defined(PREMUL)
+  // diffusers' `t.to(dtype) * premul`: fp32 arithmetic, with ROUND_BF16 both t and the product in bf16.
+#if ROUND_BF16
+  tv = bf2f(f2bf(bf2f(f2bf(tv)) * PREMUL));
+#else
+  tv = tv * PREMUL;
+#endif
+#endif
+  float arg = SCALE * (tv * expf(expo));
   float v;
   if (FLIP) v = c < half ? cosf(arg) : sinf(arg);
   else v = c < half ? sinf(arg) : cosf(arg);

@@ -22,6 +22,10 @@
 #      generates against diffusers' pipelines (bench/wan22_generate.py; A14B also under
 #      --memory-budget WAN22_BUDGET_GIB, default 48). Each is bounded by timeout and writes
 #      wan22_*.json into RESULTS_DIR; run them alone with SKIP_CHECKS=1 NO_OPCHECK=1 NO_FORWARD=1.
+#   8. with FLUX=1, the tiny FLUX.1 pipelines' GPU bundles op by op against the CPU reference and
+#      their forward goldens and generates; then FLUX.1-dev at 1024x1024 (bench/flux_forward.py:
+#      batches FLUX_BATCHES, default 1,4; FLUX_LAYERS D,S for fewer blocks) against diffusers eager
+#      and torch.compile, and a 4-step generate against FluxPipeline (flux_forward.json).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -370,6 +374,26 @@ if [ -n "${WAN22_GENERATE:-}" ]; then
     rc=${PIPESTATUS[0]}
     check test "$rc" = 0
   done
+fi
+if [ -n "${FLUX:-}" ]; then
+  step "8. FLUX.1 tiny pipelines on the GPU: op by op against the CPU, forward and generate goldens"
+  for v in dev schnell; do
+    d=tests/data/flux_${v}_tiny
+    fb=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+    check "$BIN/ditrun" compare "$fb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2 > "$OUT/compare_flux_$v.txt"
+    tail -n 4 "$OUT/compare_flux_$v.txt"
+    # The bf16 graph rounds t and the guidance as diffusers does in bf16: against the CPU's bf16 forward.
+    fc=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+    check "$BIN/ditrun" forward "$fb" --inputs "$d/forward_inputs.safetensors" --out "$W/flux_$v.safetensors"
+    check "$BIN/ditrun" forward "$fc" --inputs "$d/forward_inputs.safetensors" --out "$W/flux_cpu_$v.safetensors"
+    check "$BIN/st_compare" "$W/flux_$v.safetensors" "$W/flux_cpu_$v.safetensors" sample 3e-2 0.9995
+  done
+  step "8b. FLUX.1-dev 1024x1024: ditrun against diffusers eager and torch.compile, parity, 4-step generate"
+  timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
+    --batches "${FLUX_BATCHES:-1,4}" ${FLUX_LAYERS:+--layers "$FLUX_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    | tee "$OUT/bench_flux_forward.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
