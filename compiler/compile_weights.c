@@ -35,7 +35,7 @@ static dit_status_t weights_layout(const dit_model_t *m, const dit_graph_t *g, c
       int seen = 0;
       for (size_t j = 0; j < layout->n_tensors && !seen; j++) seen = !strcmp(layout->tensors[j].name, v->ref);
       if (seen) continue;
-      const dit_st_tensor_t *t = gv->data ? NULL : dit_safetensors_find(m->weights, v->ref);
+      const dit_st_tensor_t *t = gv->data ? NULL : dit_safetensors_find(m->weights, gv->src ? gv->src : v->ref);
       if (!gv->data && !t) {
         dit_strbuf_free(&kb);
         return DIT_ERR(INTERNAL, "weights: '%s' vanished from the checkpoint", v->ref);
@@ -57,7 +57,8 @@ static dit_status_t weights_layout(const dit_model_t *m, const dit_graph_t *g, c
         dit_hash128_hex(gv->data, (size_t)dit_value_nbytes(gv), h);
         dit_strbuf_printf(&kb, "%s constant %s %s>%s", v->ref, h, dit_dtype_name(gv->dtype), dit_dtype_name(v->dtype));
       } else {
-        dit_strbuf_printf(&kb, "%s %s>%s", v->ref, dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
+        dit_strbuf_printf(&kb, "%s%s%s %s>%s", v->ref, gv->src ? " of " : "", gv->src ? gv->src : "", dit_dtype_name(t->dtype),
+                          dit_dtype_name(v->dtype));
       }
       for (int d = 0; d < v->rank; d++) dit_strbuf_printf(&kb, " %" PRId64, v->dims[d]);
       dit_strbuf_printf(&kb, " slice %d %" PRId64 " at %" PRIu64 "\n", gv->slice_dim, gv->slice_dim < 0 ? 0 : gv->slice_start, e->offset);
@@ -85,7 +86,7 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
     const dit_manifest_tensor_t *e = &layout->tensors[i];
     const dit_plan_value_t *v = &p->values[values[i]];
     const dit_value_t *gv = dit_graph_cvalue(g, (dit_vid_t)values[i]);
-    const dit_st_tensor_t *t = gv->data ? NULL : dit_safetensors_find(m->weights, v->ref);
+    const dit_st_tensor_t *t = gv->data ? NULL : dit_safetensors_find(m->weights, gv->src ? gv->src : v->ref);
     const dit_dtype_t from = t ? t->dtype : gv->dtype;
     size_t esize = dit_dtype_size(from);
     size_t numel = (size_t)(v->nbytes / dit_dtype_size(v->dtype)); /* of the (sliced) value */

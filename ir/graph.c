@@ -26,6 +26,7 @@ void dit_graph_destroy(dit_graph_t *g) {
   for (int32_t i = 0; i < g->n_values; i++) {
     free(g->values[i].name);
     free(g->values[i].ref);
+    free(g->values[i].src);
     free(g->values[i].data);
   }
   free(g->values);
@@ -89,6 +90,25 @@ dit_vid_t dit_graph_input(dit_graph_t *g, const char *name, dit_dtype_t dtype, i
 dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
                            const int64_t *dims) {
   return new_value(g, key, key, DIT_VALUE_WEIGHT, dtype, rank, dims);
+}
+
+dit_vid_t dit_graph_weight_slice_as(dit_graph_t *g, const char *ref, const char *key, dit_dtype_t dtype, int rank,
+                                    const int64_t *full_dims, int dim, int64_t start, int64_t count) {
+  dit_vid_t v = dit_graph_weight_slice(g, key, dtype, rank, full_dims, dim, start, count);
+  if (v < 0) return -1;
+  dit_value_t *val = &g->values[v];
+  char *r = strdup(ref), *n = strdup(ref);
+  if (!r || !n) {
+    free(r);
+    free(n);
+    set_error(g, DIT_ERR(RESOURCE_EXHAUSTED, "graph: out of memory"));
+    return -1;
+  }
+  val->src = val->ref; /* the checkpoint key */
+  val->ref = r;
+  free(val->name);
+  val->name = n;
+  return v;
 }
 
 dit_vid_t dit_graph_constant(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank, const int64_t *dims,
@@ -252,6 +272,7 @@ dit_status_t dit_graph_compact(dit_graph_t *g, const uint8_t *keep_ops) {
       remap[v] = -1;
       free(g->values[v].name);
       free(g->values[v].ref);
+      free(g->values[v].src);
       free(g->values[v].data);
     }
   }

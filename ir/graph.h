@@ -32,6 +32,9 @@ typedef struct dit_value {
    * starting at slice_start along that dim; slice_dim -1 for the whole tensor. */
   int slice_dim;
   int64_t slice_start;
+  /* The checkpoint key of a weight whose ref differs from it (two slices of one checkpoint
+   * tensor in one graph need two names); NULL: ref is the key. */
+  char *src;
   /* A constant: a weight whose bytes (dtype, dims) the frontend computed from the config and
    * shape (a rotary table), owned by the graph; NULL for checkpoint tensors. */
   void *data;
@@ -65,6 +68,10 @@ dit_vid_t dit_graph_weight(dit_graph_t *g, const char *key, dit_dtype_t dtype, i
  * start (a tensor-parallel shard). */
 dit_vid_t dit_graph_weight_slice(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank,
                                  const int64_t *full_dims, int dim, int64_t start, int64_t count);
+/* Like dit_graph_weight_slice, for a second slice of the same checkpoint tensor in one graph:
+ * the value is named ref, its bytes are key's. */
+dit_vid_t dit_graph_weight_slice_as(dit_graph_t *g, const char *ref, const char *key, dit_dtype_t dtype, int rank,
+                                    const int64_t *full_dims, int dim, int64_t start, int64_t count);
 /* A constant weight named key (unique within the graph, not a checkpoint key): the bytes of
  * numel(dims) elements of dtype at data are copied. */
 dit_vid_t dit_graph_constant(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank, const int64_t *dims,

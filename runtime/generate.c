@@ -102,24 +102,37 @@ static dit_status_t set_scalar_input(dit_runtime_t *rt, const dit_manifest_t *m,
   return s;
 }
 
-/* One branch's text inputs: the section's conditions from the arguments named prefix+argument. */
+/* One branch's text inputs: the section's conditions from the arguments named prefix+argument,
+ * on every lane (lane < 0) or one. */
 static dit_status_t set_conditions(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o,
-                                   const char *prefix) {
+                                   const char *prefix, int lane) {
   for (size_t i = 0; i < g->n_conditions; i++) {
     char name[96];
     snprintf(name, sizeof name, "%s%s", prefix, g->conditions[i].argument);
     const dit_tensor_t *t = find_arg(o, name);
     if (!t) return DIT_ERR(INVALID_ARGUMENT, "generate: tensor '%s' missing: the pipeline passes it as %s", name, g->conditions[i].input);
-    DIT_RETURN_IF_ERROR(dit_runtime_set_input(rt, g->conditions[i].input, t), "generate: tensor '%s'", name);
+    DIT_RETURN_IF_ERROR(lane < 0 ? dit_runtime_set_input(rt, g->conditions[i].input, t)
+                                 : dit_runtime_set_input_lane(rt, lane, g->conditions[i].input, t),
+                        "generate: tensor '%s'", name);
   }
   return DIT_OK;
 }
 
 static dit_status_t predict_branch(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o,
                                    const char *prefix, float *out, size_t n) {
-  DIT_RETURN_IF(set_conditions(rt, g, o, prefix));
+  DIT_RETURN_IF(set_conditions(rt, g, o, prefix, -1));
   DIT_RETURN_IF(dit_runtime_forward(rt));
   return read_sample(rt, 0, out, n);
+}
+
+/* Both branches in one forward on a bundle with cfg lanes: lane 0 the prompt, lane 1 the negative. */
+static dit_status_t predict_both(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o, float *cond,
+                                 float *uncond, size_t n) {
+  DIT_RETURN_IF(set_conditions(rt, g, o, "", 0));
+  DIT_RETURN_IF(set_conditions(rt, g, o, "negative_", 1));
+  DIT_RETURN_IF(dit_runtime_forward(rt));
+  DIT_RETURN_IF(read_sample(rt, 0, cond, n));
+  return read_sample(rt, 1, uncond, n);
 }
 
 /* The pipelines' loop over FlowMatchEulerDiscreteScheduler (FluxPipeline, ...): per step the
@@ -155,9 +168,10 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
     s = dit_runtime_set_input(rt, g->latents, &lat);
     if (!s) s = set_scalar_input(rt, m, g->timestep_input, in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt));
     if (!s && g->guidance_input[0]) s = set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale));
-    if (!s) s = predict_branch(rt, g, o, "", cond, n);
+    const int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
+    if (!s) s = lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n);
     if (!s && cfg) {
-      s = predict_branch(rt, g, o, "negative_", uncond, n);
+      if (!lanes) s = predict_branch(rt, g, o, "negative_", uncond, n);
       const size_t dim = (size_t)lat.dims[lat.rank - 1];
       if (!s && g->true_cfg_norm) dit_cfg_combine_norm(cond, uncond, (float)o->true_cfg, n / dim, dim, cond);
       else if (!s) dit_cfg_combine(cond, uncond, (float)o->true_cfg, n, cond);

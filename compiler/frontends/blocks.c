@@ -115,6 +115,16 @@ dit_vid_t dit_blocks_linear_col(dit_blocks_t *b, dit_vid_t x, const char *prefix
   return dit_graph_op(b->g, DIT_OP_LINEAR, ins, 3, NULL, out_dtype, name);
 }
 
+/* A row-parallel product's fp32 partial sums over the tensor-parallel group: all-reduced, or
+ * reduce-scattered over the tokens with sequence parallelism. */
+static dit_vid_t row_sum(dit_blocks_t *b, dit_vid_t p, const char *name) {
+  if (!b->o.sp) return allreduce(b, p, name);
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", 0);
+  dit_attrs_set_int(&a, "n", b->o.tp);
+  return dit_graph_op(b->g, DIT_OP_REDUCE_SCATTER, &p, 1, &a, DIT_F32, name);
+}
+
 dit_vid_t dit_blocks_linear_row(dit_blocks_t *b, dit_vid_t x, const char *prefix, const char *name) {
   if (b->o.tp == 1) return dit_blocks_linear(b, x, prefix, b->o.dtype, name);
   char kw[160], partial[192];
@@ -128,12 +138,36 @@ dit_vid_t dit_blocks_linear_row(dit_blocks_t *b, dit_vid_t x, const char *prefix
   dit_vid_t bias = !rank0 ? -1 : bt ? dit_graph_weight(b->g, kbias, DIT_F32, bt->rank, bt->dims)
                                     : dit_blocks_weight(b, "%s", kbias);
   dit_vid_t ins[3] = {x, dit_blocks_weight_shard(b, kw, 1), bias};
-  dit_vid_t p = dit_graph_op(b->g, DIT_OP_LINEAR, ins, rank0 ? 3 : 2, NULL, DIT_F32, partial);
-  if (!b->o.sp) return allreduce(b, p, name);
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "group", 0);
-  dit_attrs_set_int(&a, "n", b->o.tp);
-  return dit_graph_op(b->g, DIT_OP_REDUCE_SCATTER, &p, 1, &a, DIT_F32, name);
+  return row_sum(b, dit_graph_op(b->g, DIT_OP_LINEAR, ins, rank0 ? 3 : 2, NULL, DIT_F32, partial), name);
+}
+
+dit_vid_t dit_blocks_linear_row2(dit_blocks_t *b, dit_vid_t x1, dit_vid_t x2, const char *prefix, int64_t split, const char *name) {
+  char n1[224], kw[160], kb[160], ref[192];
+  if (b->o.tp == 1) {
+    snprintf(n1, sizeof n1, "%s.in", name);
+    return dit_blocks_linear(b, dit_blocks_concat(b, x1, x2, 2, n1), prefix, b->o.dtype, name);
+  }
+  snprintf(kw, sizeof kw, "%s.weight", prefix);
+  snprintf(kb, sizeof kb, "%s.bias", prefix);
+  const dit_st_tensor_t *wt = dit_safetensors_find(b->weights, kw), *bt = dit_safetensors_find(b->weights, kb);
+  if (!wt || wt->rank != 2 || split <= 0 || split >= wt->dims[1] || split % b->o.tp || (wt->dims[1] - split) % b->o.tp) {
+    b->err = b->err ? b->err : DIT_ERR(INTERNAL, "blocks: '%s' cannot be split at column %lld over %d ranks", kw, (long long)split, b->o.tp);
+    return -1;
+  }
+  const int64_t p1 = split / b->o.tp, p2 = (wt->dims[1] - split) / b->o.tp;
+  const int rank0 = b->o.tp_rank == 0;
+  dit_vid_t w1 = dit_graph_weight_slice(b->g, kw, weight_dtype(b, kw), 2, wt->dims, 1, b->o.tp_rank * p1, p1);
+  snprintf(ref, sizeof ref, "%s[%lld:]", kw, (long long)split);
+  dit_vid_t w2 = dit_graph_weight_slice_as(b->g, ref, kw, weight_dtype(b, kw), 2, wt->dims, 1, split + b->o.tp_rank * p2, p2);
+  dit_vid_t bias = !rank0 ? -1 : bt ? dit_graph_weight(b->g, kb, DIT_F32, bt->rank, bt->dims) : -1;
+  snprintf(n1, sizeof n1, "%s.partial1", name);
+  dit_vid_t in1[3] = {x1, w1, bias};
+  dit_vid_t a = dit_graph_op(b->g, DIT_OP_LINEAR, in1, rank0 && bias >= 0 ? 3 : 2, NULL, DIT_F32, n1);
+  snprintf(n1, sizeof n1, "%s.partial2", name);
+  dit_vid_t in2[2] = {x2, w2};
+  dit_vid_t c = dit_graph_op(b->g, DIT_OP_LINEAR, in2, 2, NULL, DIT_F32, n1);
+  snprintf(n1, sizeof n1, "%s.partial", name);
+  return row_sum(b, dit_blocks_add(b, a, c, n1), name);
 }
 
 dit_vid_t dit_blocks_unary(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, dit_dtype_t out_dtype, const char *name) {

@@ -60,6 +60,13 @@ dit_vid_t dit_blocks_linear_col(dit_blocks_t *b, dit_vid_t x, const char *prefix
 /* Row-parallel: this rank's input features, the fp32 partial products summed over the
  * group (reduce-scattered over tokens with sp), the bias added once by rank 0. */
 dit_vid_t dit_blocks_linear_row(dit_blocks_t *b, dit_vid_t x, const char *prefix, const char *name);
+/* The linear at prefix over the features [x1 | x2] joined along channels, x1 holding the first
+ * `split` input features and x2 the rest (FLUX's single-stream output projection over the
+ * attention and MLP features). Without tp: the join and one linear, written in the builder's
+ * dtype; with tp: x1 and x2 are this rank's column shards of each part, and the two partial
+ * products (each part's weight columns, a second slice of one checkpoint tensor) are summed
+ * over the group as dit_blocks_linear_row does. */
+dit_vid_t dit_blocks_linear_row2(dit_blocks_t *b, dit_vid_t x1, dit_vid_t x2, const char *prefix, int64_t split, const char *name);
 /* A one-input op without attributes (activations, casts). */
 dit_vid_t dit_blocks_unary(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, dit_dtype_t out_dtype, const char *name);
 /* LayerNorm with prefix.weight and prefix.bias, written in the builder's dtype. */

@@ -244,9 +244,14 @@ static dit_vid_t embed_scalar(dit_blocks_t *b, dit_vid_t v, const char *prefix, 
 
 static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_flux_config_t *f = &m->flux;
-  if ((req->tp > 1) || (req->cp > 1) || req->sp)
-    return DIT_ERR(UNIMPLEMENTED, "%s: tensor and context parallelism are not built for FLUX yet; compile with one rank per lane",
-                   m->model_class);
+  const int tp = req->tp > 1 ? req->tp : 1;
+  if (req->cp > 1 || req->sp)
+    return DIT_ERR(UNIMPLEMENTED, "--%s: %s runs tensor parallelism (--tp) and cfg lanes; context parallelism and --sp are not "
+                   "built for it yet", req->sp ? "sp" : "cp", m->model_class);
+  if (req->tp_rank < 0 || req->tp_rank >= tp)
+    return DIT_ERR(INVALID_ARGUMENT, "tensor-parallel rank %d outside 0..%d", req->tp_rank, tp - 1);
+  if (f->heads % tp)
+    return DIT_ERR(INVALID_ARGUMENT, "--tp %d: config.json num_attention_heads = %" PRId64 " is not divisible by %d", tp, f->heads, tp);
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gw = ls.width / 2, D = f->heads * f->head_dim;
@@ -259,7 +264,8 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     free(cs_data);
     return s;
   }
-  const dit_blocks_options_t bo = {.dtype = dt, .heads = f->heads, .head_dim = f->head_dim, .eps = FLUX_EPS, .tp = 1, .cp = 1};
+  const dit_blocks_options_t bo = {.dtype = dt, .heads = f->heads, .head_dim = f->head_dim, .eps = FLUX_EPS, .tp = tp,
+                                   .tp_rank = req->tp_rank, .cp = 1};
   dit_blocks_t *b = NULL;
   s = dit_blocks_create(g, m->weights, &bo, &b);
   if (s) {
@@ -310,15 +316,15 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     dit_vid_t a = dit_blocks_attention(b, q, kk2, v, NAME("attn.sdpa"));
     dit_vid_t a_txt = dit_blocks_slice_tokens(b, a, 0, L, dt, NAME("attn.txt_tokens"));
     dit_vid_t a_img = dit_blocks_slice_tokens(b, a, L, T, dt, NAME("attn.img_tokens"));
-    a_img = dit_blocks_linear(b, a_img, KEY(k, "attn.to_out.0"), dt, NAME("attn.to_out"));
-    a_txt = dit_blocks_linear(b, a_txt, KEY(k, "attn.to_add_out"), dt, NAME("attn.to_add_out"));
+    a_img = dit_blocks_linear_row(b, a_img, KEY(k, "attn.to_out.0"), NAME("attn.to_out"));
+    a_txt = dit_blocks_linear_row(b, a_txt, KEY(k, "attn.to_add_out"), NAME("attn.to_add_out"));
 
     hs = dit_blocks_gated_add(b, hs, a_img, modi, 2, NAME("attn.residual"));
     dit_vid_t n2 = dit_blocks_adaln(b, hs, modi, 3, 4, NAME("norm2"));
     const dit_blocks_mlp_t ff = {KEY(kq, "ff.net.0.proj"), KEY(kk, "ff.net.2"), DIT_OP_GELU_TANH,
                                  (snprintf(nu, sizeof nu, "transformer_blocks.%" PRId64 ".ff.up", i), nu),
                                  (snprintf(na, sizeof na, "transformer_blocks.%" PRId64 ".ff.gelu", i), na),
-                                 (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff.down", i), nd), 0, dt};
+                                 (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff.down", i), nd), 1, dt};
     hs = dit_blocks_gated_add(b, hs, dit_blocks_mlp(b, n2, &ff), modi, 5, NAME("ff.residual"));
 
     ctx = dit_blocks_gated_add(b, ctx, a_txt, modc, 2, NAME("attn.context_residual"));
@@ -326,7 +332,7 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     const dit_blocks_mlp_t ffc = {KEY(kq, "ff_context.net.0.proj"), KEY(kk, "ff_context.net.2"), DIT_OP_GELU_TANH,
                                   (snprintf(nu, sizeof nu, "transformer_blocks.%" PRId64 ".ff_context.up", i), nu),
                                   (snprintf(na, sizeof na, "transformer_blocks.%" PRId64 ".ff_context.gelu", i), na),
-                                  (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff_context.down", i), nd), 0, dt};
+                                  (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff_context.down", i), nd), 1, dt};
     ctx = dit_blocks_gated_add(b, ctx, dit_blocks_mlp(b, n2c, &ffc), modc, 5, NAME("ff_context.residual"));
 #undef NAME
 #undef KEY
@@ -340,7 +346,7 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
 #define KEY(buf, s) (snprintf(buf, sizeof buf, "single_transformer_blocks.%" PRId64 ".%s", i, s), buf)
     const dit_blocks_mod_t mod = {modulation(b, tsilu, KEY(k, "norm.linear"), 3, NAME("norm.mod"), dt), -1};
     dit_vid_t nx = dit_blocks_adaln(b, xs2, mod, 0, 1, NAME("norm"));
-    dit_vid_t mlp = dit_blocks_linear(b, nx, KEY(k, "proj_mlp"), dt, NAME("proj_mlp"));
+    dit_vid_t mlp = dit_blocks_linear_col(b, nx, KEY(k, "proj_mlp"), dt, NAME("proj_mlp"));
     mlp = dit_blocks_unary(b, DIT_OP_GELU_TANH, mlp, dt, NAME("act_mlp"));
     const dit_blocks_attn_keys_t ka = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), KEY(knq, "attn.norm_q.weight"),
                                        KEY(knk, "attn.norm_k.weight"), 1};
@@ -348,7 +354,7 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     at.q = dit_blocks_rope_table(b, at.q, cs, NAME("attn.rope_q"));
     at.k = dit_blocks_rope_table(b, at.k, cs, NAME("attn.rope_k"));
     dit_vid_t a = dit_blocks_attention(b, at.q, at.k, at.v, NAME("attn.sdpa"));
-    dit_vid_t y = dit_blocks_linear(b, dit_blocks_concat(b, a, mlp, 2, NAME("attn_mlp")), KEY(k, "proj_out"), dt, NAME("proj_out"));
+    dit_vid_t y = dit_blocks_linear_row2(b, a, mlp, KEY(k, "proj_out"), D, NAME("proj_out"));
     xs2 = dit_blocks_gated_add(b, xs2, y, mod, 2, NAME("residual"));
 #undef NAME
 #undef KEY
@@ -359,7 +365,6 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
   const dit_blocks_mod_t mo = {modulation(b, tsilu, "norm_out.linear", 2, "norm_out.mod", dt), -1};
   dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, hs, mo, 1, 0, "norm_out"), "proj_out", dt, "proj_out");
   dit_graph_mark_output(g, y, "sample");
-  (void)D;
 
   s = dit_blocks_status(b);
   dit_blocks_destroy(b);
