@@ -323,18 +323,6 @@ static dit_vid_t time_text_embed(dit_blocks_t *b, dit_vid_t t, dit_vid_t pooled,
   return dit_blocks_add(b, e, dit_blocks_mlp(b, pooled, &text), name);
 }
 
-/* Attention, keys at or past bound excluded when there is one. */
-static dit_vid_t joint_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound, const char *name) {
-  (void)bound;
-  return dit_blocks_attention(b, q, k, v, name);
-}
-
-/* The key bound of the text mask: not built yet, every text token is taken as valid. */
-static dit_vid_t key_bound(dit_blocks_t *b, dit_vid_t mask, int64_t offset, const char *name) {
-  (void)b, (void)mask, (void)offset, (void)name;
-  return -1;
-}
-
 /* HunyuanVideoTokenRefiner: the text's masked mean conditions a timestep embedding; proj_in,
  * then per refiner block LayerNorm, self-attention over the valid text (keys below `bound`),
  * the gated residual, LayerNorm, the SiLU feed-forward and its gated residual. Padded text
@@ -354,7 +342,7 @@ static dit_vid_t token_refiner(dit_blocks_t *b, const dit_hunyuan_config_t *h, d
     dit_vid_t n1 = dit_blocks_layernorm(b, x, KEY(k, "norm1"), HY_EPS, NAME("norm1"));
     const dit_blocks_attn_keys_t ka = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), NULL, NULL, 0};
     dit_blocks_qkv_t at = dit_blocks_attn_project(b, n1, n1, &ka, NAME("attn"));
-    dit_vid_t a = joint_attention(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
+    dit_vid_t a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
     a = dit_blocks_linear(b, a, KEY(k, "attn.to_out.0"), dt, NAME("attn.to_out"));
     const dit_blocks_mod_t gates = modulation(b, tsilu, KEY(k, "norm_out.linear"), 2, NAME("norm_out.mod"), dt);
     x = dit_blocks_gated_add(b, x, a, gates, 0, NAME("attn.residual"));
@@ -389,7 +377,7 @@ static void double_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t 
   dit_vid_t q = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.q, ac.q, 1, NAME("attn.q")), cs, NAME("attn.rope_q"));
   dit_vid_t kj = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.k, ac.k, 1, NAME("attn.k")), cs, NAME("attn.rope_k"));
   dit_vid_t v = dit_blocks_concat(b, ai.v, ac.v, 1, NAME("attn.v"));
-  dit_vid_t a = joint_attention(b, q, kj, v, bound, NAME("attn.sdpa"));
+  dit_vid_t a = dit_blocks_attention_bounded(b, q, kj, v, bound, NAME("attn.sdpa"));
   dit_vid_t a_img = dit_blocks_slice_tokens(b, a, 0, T, dt, NAME("attn.img_tokens"));
   dit_vid_t a_txt = dit_blocks_slice_tokens(b, a, T, L, dt, NAME("attn.txt_tokens"));
   a_img = dit_blocks_linear(b, a_img, KEY(k, "attn.to_out.0"), dt, NAME("attn.to_out"));
@@ -429,7 +417,7 @@ static dit_vid_t single_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_v
   dit_blocks_qkv_t at = dit_blocks_attn_project(b, nx, nx, &ka, NAME("attn"));
   at.q = dit_blocks_rope_table(b, at.q, cs, NAME("attn.rope_q"));
   at.k = dit_blocks_rope_table(b, at.k, cs, NAME("attn.rope_k"));
-  dit_vid_t a = joint_attention(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
+  dit_vid_t a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
   dit_vid_t y = dit_blocks_linear(b, dit_blocks_concat(b, a, mlp, 2, NAME("attn_mlp")), KEY(k, "proj_out"), dt, NAME("proj_out"));
   return dit_blocks_gated_add(b, x, y, mod, 2, NAME("residual"));
 #undef NAME
@@ -474,8 +462,8 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
   dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 2, css, cs_data);
   free(cs_data);
   /* The text's valid prefix: the refiner's keys, and after the image tokens the joint keys. */
-  dit_vid_t text_bound = key_bound(b, mask, 0, "text_bound");
-  dit_vid_t joint_bound = key_bound(b, mask, T, "joint_bound");
+  dit_vid_t text_bound = dit_blocks_key_bound(b, mask, 0, "text_bound");
+  dit_vid_t joint_bound = dit_blocks_key_bound(b, mask, T, "joint_bound");
 
   /* temb = timestep embedding (+ guidance embedding, the guidance as the pipeline passes it in
    * the model dtype) + pooled text projection. */
@@ -538,6 +526,7 @@ static dit_status_t hunyuan_generate(const dit_model_t *m, const dit_latent_shap
   g->default_steps = 50; /* HunyuanVideoPipeline's num_inference_steps */
   snprintf(g->timestep_input, sizeof g->timestep_input, "timestep");
   g->timestep_divisor = 1.0;
+  g->timestep_f32 = 1; /* t.expand(B).to(latents.dtype): the latents stay fp32 */
   if (m->hunyuan.guidance_embeds) {
     snprintf(g->guidance_input, sizeof g->guidance_input, "guidance");
     g->guidance_scale = 1000.0;
