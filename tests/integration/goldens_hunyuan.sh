@@ -35,6 +35,7 @@ PY
 }
 
 d=tests/data/hunyuan_video_tiny
+[ -f "$d/meta.json" ] || { echo "$d is missing: run tests/data/make_goldens_hunyuan.py (torch + the pinned diffusers)"; exit 1; }
 read -r H W F L B GB STEPS G CFG < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['height'], m['width'], m['frames'], m['text_len'], m['batch'], m['generate_batch'], m['steps'], m['guidance'], m['true_cfg'])")
 c=(compile "$d" --frames "$F" --height "$H" --width "$W" --text-len "$L" -o "$T/b" -q)
 b2=$("$BIN/ditc" "${c[@]}" --batch "$B" | tail -n1 | cut -d' ' -f3)
@@ -67,7 +68,7 @@ gen=$("$BIN/ditc" "${c[@]}" --batch "$GB" | tail -n1 | cut -d' ' -f3)
 python3 - "$gen/manifest.json" <<'PY'
 import json, sys
 g = json.load(open(sys.argv[1]))["generate"]
-assert g["latents"] == "hidden_states" and g["timestep"] == {"input": "timestep", "divisor": 1}, g
+assert g["latents"] == "hidden_states" and g["timestep"] == {"input": "timestep", "divisor": 1, "dtype": "f32"}, g
 assert g["guidance"] == {"input": "guidance", "scale": 1000, "default": 6}, g
 assert g["steps"] == 50, g
 assert [c["argument"] for c in g["conditions"]] == ["prompt_embeds", "prompt_attention_mask", "pooled_prompt_embeds"], g
