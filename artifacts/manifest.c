@@ -221,6 +221,7 @@ static dit_status_t write_generate(jw_t *w, const dit_manifest_t *m) {
   jw_open(w, '{', 1);
   jw_kstr(w, "input", g->timestep_input);
   jw_knum(w, "divisor", g->timestep_divisor);
+  if (g->timestep_f32) jw_kstr(w, "dtype", "f32");
   jw_close(w, '}');
   if (g->guidance_input[0]) {
     jw_key(w, "guidance");
@@ -965,7 +966,8 @@ static dit_status_t gen_input(const dit_json_t *o, const char *key, const dit_ma
 /* The optional generate section (schema 1.2). */
 static dit_status_t parse_generate(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"latents", "steps", "timestep", "guidance", "conditions", "true_cfg", "schedule", NULL};
-  static const char *const in_keys[] = {"input", "divisor", NULL};
+  static const char *const in_keys[] = {"input", "divisor", "dtype", NULL};
+  static const char *const t_dtypes[] = {"model", "f32", NULL};
   static const char *const g_keys[] = {"input", "scale", "default", NULL};
   static const char *const c_keys[] = {"argument", "input", NULL};
   static const char *const s_keys[] = {"sampler", "num_train_timesteps", "shift", "sigmas", "dynamic", "shift_terminal", NULL};
@@ -988,6 +990,7 @@ static dit_status_t parse_generate(const dit_json_t *root, dit_manifest_t *m) {
   DIT_RETURN_IF(dit_json_check_keys(&v, in_keys));
   DIT_RETURN_IF(gen_input(&v, "input", m, g->timestep_input));
   DIT_RETURN_IF(dit_json_num(&v, "divisor", 1e-6, 1e6, &g->timestep_divisor));
+  if (dit_json_has(&v, "dtype")) DIT_RETURN_IF(dit_json_enum(&v, "dtype", t_dtypes, &g->timestep_f32));
   if (dit_json_has(&o, "guidance")) {
     DIT_RETURN_IF(dit_json_object(&o, "guidance", &v));
     DIT_RETURN_IF(dit_json_check_keys(&v, g_keys));

@@ -27,7 +27,9 @@
  *   "generate": {                             schema 1.2, optional: how `ditrun generate` drives
  *                                             the model, as its diffusers pipeline does
  *     "latents": "<input>",                   the input the sampler's latents feed, in its shape
- *     "timestep": {"input": "<input>", "divisor": D},   the scheduler's t / D, in the model dtype
+ *     "timestep": {"input": "<input>", "divisor": D},   the scheduler's t / D, in the model dtype;
+ *                                             with "dtype": "f32" in fp32 (the pipeline keeps
+ *                                             it in the fp32 latents' dtype)
  *     "steps": N,                             the pipeline's default num_inference_steps
  *     "guidance": {"input": "<input>", "scale": S, "default": G},  optional: an embedded
  *                                             guidance, --guidance (default G) * S
@@ -117,6 +119,7 @@ typedef struct dit_manifest_generate {
   char latents[64];
   char timestep_input[64];
   double timestep_divisor;
+  int timestep_f32;         /* 1: the pipeline passes t / D in fp32, not rounded to the model dtype */
   char guidance_input[64];  /* "" without an embedded guidance */
   double guidance_scale;
   double guidance_default;  /* the pipeline's default guidance_scale */

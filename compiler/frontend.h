@@ -85,6 +85,16 @@ typedef struct dit_flux_config {
   int guidance_embeds;
 } dit_flux_config_t;
 
+/* HunyuanVideoTransformer3DModel's config, typed. */
+typedef struct dit_hunyuan_config {
+  int64_t in_channels, out_channels, heads, head_dim, layers, single_layers, refiner_layers, patch, patch_t, text_dim,
+      pooled_dim;
+  int64_t mlp_dim;  /* int(D * mlp_ratio): the feed-forwards' and single blocks' MLP width */
+  int64_t axes[3];  /* rope_axes_dim: the rotary pairs' split over (frame, row, column) */
+  double rope_theta;
+  int guidance_embeds;
+} dit_hunyuan_config_t;
+
 /* A family's frontend (compiler/frontends/family.h). */
 typedef struct dit_family dit_family_t;
 
@@ -112,7 +122,7 @@ typedef struct dit_pipeline {
 
 typedef struct dit_model {
   const dit_family_t *fam;
-  char family[32];       /* "wan", "flux" */
+  char family[32];       /* "wan", "flux", "hunyuan_video" */
   char model_class[64];  /* config _class_name */
   char variant[32];      /* e.g. "wan2.1"; decides VAE factors without a vae/config.json */
   int vae_temporal, vae_spatial; /* = pipeline.vae's */
@@ -123,6 +133,7 @@ typedef struct dit_model {
   /* Family-specific parsed config: the one of fam. */
   dit_wan_config_t wan;
   dit_flux_config_t flux;
+  dit_hunyuan_config_t hunyuan;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */

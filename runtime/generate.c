@@ -136,7 +136,8 @@ static dit_status_t predict_both(dit_runtime_t *rt, const dit_manifest_generate_
 }
 
 /* The pipelines' loop over FlowMatchEulerDiscreteScheduler (FluxPipeline, ...): per step the
- * latents, the timestep / divisor and the embedded guidance in the model's dtype, a forward per
+ * latents, the timestep / divisor (in the model's dtype unless the section says fp32) and the
+ * embedded guidance in the model's dtype, a forward per
  * branch (true CFG with the negatives when true_cfg > 1), the Euler step in fp32, and the
  * latents back in the model's dtype as the scheduler returns them. */
 static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_t *o, float *latents) {
@@ -166,7 +167,9 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
     double t0 = dit_now_s();
     const double t = dit_sampler_timestep(smp, i);
     s = dit_runtime_set_input(rt, g->latents, &lat);
-    if (!s) s = set_scalar_input(rt, m, g->timestep_input, in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt));
+    const float tv = g->timestep_f32 ? (float)t / (float)g->timestep_divisor
+                                     : in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt);
+    if (!s) s = set_scalar_input(rt, m, g->timestep_input, tv);
     if (!s && g->guidance_input[0]) s = set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale));
     const int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
     if (!s) s = lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n);

@@ -445,6 +445,64 @@ dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patc
   return dit_graph_op(b->g, DIT_OP_UNPATCHIFY, &y, 1, &a, b->o.dtype, name);
 }
 
+/* A constant of dims (rank 2 or 3) in dtype from f32 values (NULL: zeros), named key. */
+static dit_vid_t constant_from_f32(dit_blocks_t *b, const char *key, dit_dtype_t dtype, int rank, const int64_t *dims,
+                                   const float *vals) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  void *buf = calloc((size_t)n, dit_dtype_size(dtype));
+  if (!buf || (vals && dit_convert(buf, dtype, vals, DIT_F32, (size_t)n))) {
+    free(buf);
+    if (!b->err) b->err = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", key);
+    return -1;
+  }
+  dit_vid_t c = dit_graph_constant(b->g, key, dtype, rank, dims, buf);
+  free(buf);
+  return c;
+}
+
+dit_vid_t dit_blocks_token_mean(dit_blocks_t *b, dit_vid_t x, dit_vid_t bound, const char *name) {
+  const dit_value_t *v = dit_graph_cvalue(b->g, x);
+  if (!v) return -1;
+  char n[192];
+  const int64_t B = v->dims[0], C = v->dims[2], qd[3] = {B, 1, C};
+  /* Heads only split the channels (every score is 0): as wide as the model's when they fit. */
+  int64_t hd = b->o.head_dim;
+  while (C % hd) hd /= 2;
+  dit_vid_t q = constant_from_f32(b, sub(n, sizeof n, name, "query"), v->dtype, 3, qd, NULL);
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "heads", C / hd);
+  dit_attrs_set_float(&a, "scale", 1.0);
+  dit_vid_t ins[4] = {q, x, x, bound};
+  dit_vid_t m = dit_graph_op(b->g, DIT_OP_ATTENTION, ins, bound < 0 ? 3 : 4, &a, v->dtype, sub(n, sizeof n, name, "sdpa"));
+  dit_attrs_t r = {0};
+  dit_attrs_set_int(&r, "rank", 2);
+  dit_attrs_set_int(&r, "d0", B);
+  dit_attrs_set_int(&r, "d1", C);
+  return dit_graph_op(b->g, DIT_OP_RESHAPE, &m, 1, &r, v->dtype, name);
+}
+
+dit_vid_t dit_blocks_unpatchify_channels_first(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
+                                               int64_t w, const char *name) {
+  const dit_value_t *v = dit_graph_cvalue(b->g, y);
+  if (!v) return -1;
+  const int64_t N = v->dims[2], P = patch[0] * patch[1] * patch[2], C = N / P, pd[2] = {N, N};
+  float *perm = calloc((size_t)(N * N), sizeof *perm);
+  if (!perm) {
+    if (!b->err) b->err = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
+    return -1;
+  }
+  /* Output feature p*C + c (p the flat (it, ih, iw)) is input feature c*P + p. */
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t p = 0; p < P; p++) perm[(p * C + c) * N + c * P + p] = 1.0f;
+  char n[192];
+  dit_vid_t pm = constant_from_f32(b, sub(n, sizeof n, name, "permutation"), v->dtype, 2, pd, perm);
+  free(perm);
+  dit_vid_t ins[2] = {y, pm};
+  dit_vid_t yo = dit_graph_op(b->g, DIT_OP_LINEAR, ins, 2, NULL, v->dtype, sub(n, sizeof n, name, "order"));
+  return dit_blocks_unpatchify(b, yo, patch, f, h, w, name);
+}
+
 dit_vid_t dit_blocks_concat(dit_blocks_t *b, dit_vid_t a, dit_vid_t c, int dim, const char *name) {
   dit_attrs_t at = {0};
   dit_attrs_set_int(&at, "dim", dim);

@@ -175,8 +175,17 @@ dit_vid_t dit_blocks_slice_tokens(dit_blocks_t *b, dit_vid_t x, int64_t t0, int6
 dit_vid_t dit_blocks_sp_gather(dit_blocks_t *b, dit_vid_t x, const char *name);
 /* A context-parallel all-gather of tokens (x itself without cp). */
 dit_vid_t dit_blocks_cp_gather(dit_blocks_t *b, dit_vid_t x, const char *name);
+/* The mean of each batch item's first bound[b] tokens of x [B, L, C] -> [B, C] (bound < 0: all
+ * L), in x's dtype: a masked mean pooling of text. It is attention of one all-zero query, whose
+ * equal scores weigh every key below the bound alike. */
+dit_vid_t dit_blocks_token_mean(dit_blocks_t *b, dit_vid_t x, dit_vid_t bound, const char *name);
 /* Unpatchify tokens into [B, C, f*pt, h*ph, w*pw] for the token grid (f, h, w). */
 dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h, int64_t w,
                                 const char *name);
+/* The same for token rows ordered (c, it, ih, iw) (HunyuanVideo's proj_out) instead of
+ * (it, ih, iw, c): the rows are first reordered by a constant permutation matrix (exact: one
+ * product by 1 per output), ops named name.order and name. */
+dit_vid_t dit_blocks_unpatchify_channels_first(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
+                                               int64_t w, const char *name);
 
 #endif

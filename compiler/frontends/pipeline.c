@@ -64,7 +64,7 @@ static dit_status_t transformer_entry(const dit_json_t *root, const char *key, c
 }
 
 static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
-  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", NULL};
+  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "HunyuanVideoPipeline", NULL};
   dit_json_t v;
   char lib[32];
   int present = 0, which = 0;
@@ -223,6 +223,17 @@ dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char
   return s;
 }
 
+/* The VAE classes this build reads: their config keys for the compression factors and latent
+ * channels, and diffusers' defaults for each. */
+static const struct vae_class {
+  const char *name, *spatial_key, *temporal_key, *z_key;
+  int64_t spatial, temporal, z;
+} kVaeClasses[] = {
+    /* Wan2.2's VAE sets 16 and 48. */
+    {"AutoencoderKLWan", "scale_factor_spatial", "scale_factor_temporal", "z_dim", 8, 4, 16},
+    {"AutoencoderKLHunyuanVideo", "spatial_compression_ratio", "temporal_compression_ratio", "latent_channels", 8, 4, 16},
+};
+
 dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what, dit_vae_factors_t *out) {
   memset(out, 0, sizeof *out);
   dit_json_doc_t *doc = NULL;
@@ -231,17 +242,25 @@ dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what
   dit_status_t s = dit_json_root(doc, &root);
   char cls[64] = "";
   if (!s) s = dit_json_str_copy(&root, "_class_name", cls, sizeof cls, false);
-  if (!s && strcmp(cls, "AutoencoderKLWan")) {
+  const size_t n = sizeof kVaeClasses / sizeof kVaeClasses[0];
+  size_t k = 0;
+  while (k < n && strcmp(cls, kVaeClasses[k].name)) k++;
+  if (!s && k == n) {
     char q[96];
     dit_json_quote(cls, q);
     v = at_member(&root, "_class_name");
-    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"AutoencoderKLWan\"", q);
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"%s\" or \"%s\"", q, kVaeClasses[0].name,
+                       kVaeClasses[1].name);
   }
-  /* diffusers' AutoencoderKLWan defaults; Wan2.2's VAE sets 16 and 48. */
-  int64_t sp = 8, tm = 4, z = 16;
-  if (!s && has_value(&root, "scale_factor_spatial")) s = dit_json_int(&root, "scale_factor_spatial", 1, 64, &sp);
-  if (!s && has_value(&root, "scale_factor_temporal")) s = dit_json_int(&root, "scale_factor_temporal", 1, 64, &tm);
-  if (!s && has_value(&root, "z_dim")) s = dit_json_int(&root, "z_dim", 1, 4096, &z);
+  if (s) {
+    dit_json_doc_free(doc);
+    return s;
+  }
+  const struct vae_class *c = &kVaeClasses[k];
+  int64_t sp = c->spatial, tm = c->temporal, z = c->z;
+  if (!s && has_value(&root, c->spatial_key)) s = dit_json_int(&root, c->spatial_key, 1, 64, &sp);
+  if (!s && has_value(&root, c->temporal_key)) s = dit_json_int(&root, c->temporal_key, 1, 64, &tm);
+  if (!s && has_value(&root, c->z_key)) s = dit_json_int(&root, c->z_key, 1, 4096, &z);
   if (!s) {
     out->spatial = (int)sp;
     out->temporal = (int)tm;

@@ -190,7 +190,9 @@ MIN_BLOCK_CHANGE = 0.05
 def redraw_parameters(model, gen):
     """Replaces the default initialisation (small or zero in places, which would hide bugs)
     with draws that make every part of the network matter."""
-    norm_types = (torch.nn.LayerNorm, torch.nn.RMSNorm)
+    from diffusers.models.normalization import RMSNorm  # HunyuanVideo's q/k norms; FLUX and Wan use torch's
+
+    norm_types = (torch.nn.LayerNorm, torch.nn.RMSNorm, RMSNorm)
     with torch.no_grad():
         for mod_name, mod in model.named_modules():
             for p_name, p in mod.named_parameters(recurse=False):

@@ -139,8 +139,9 @@ static const char kTinyConfig[] =
     " \"patch_size\": [1, 2, 2], \"pos_embed_seq_len\": null, \"qk_norm\": \"rms_norm_across_heads\","
     " \"rope_max_seq_len\": 64, \"text_dim\": 24}";
 
-/* The tiny config with `key` set to the JSON text `value` (NULL: removed), parsed. */
-static dit_status_t config_with(const char *key, const char *value) {
+/* The config `base` with `key` set to the JSON text `value` (NULL: removed), parsed. */
+static dit_status_t config_edit(const char *base, const char *key, const char *value) {
+  const char *kTinyConfig = base;
   char text[2048];
   const char *at = key ? strstr(kTinyConfig, key) : NULL;
   if (!key) {
@@ -169,6 +170,9 @@ static dit_status_t config_with(const char *key, const char *value) {
   cJSON_Delete(m.config);
   return s;
 }
+
+/* The tiny Wan config with `key` set to `value` (NULL: removed), parsed. */
+static dit_status_t config_with(const char *key, const char *value) { return config_edit(kTinyConfig, key, value); }
 
 static void test_config_fields(void) {
   CHECK_OK(config_with(NULL, NULL));
@@ -219,6 +223,63 @@ static void test_config_fields(void) {
   CHECK_EQ_INT(m.wan.in_channels, 36);
   CHECK_EQ_INT(m.wan.out_channels, 16);
   CHECK_EQ_INT(m.wan.rope_max_seq_len, 1024);
+  cJSON_Delete(m.config);
+}
+
+/* HunyuanVideoTransformer3DModel: every __init__ argument read with its range, the
+ * image-to-video variants and other q/k norms refused by name, the rotary split checked. */
+static const char kHunyuanConfig[] =
+    "{\"_class_name\": \"HunyuanVideoTransformer3DModel\", \"attention_head_dim\": 8, \"guidance_embeds\": true,"
+    " \"image_condition_type\": null, \"in_channels\": 4, \"mlp_ratio\": 4.0, \"num_attention_heads\": 2,"
+    " \"num_layers\": 1, \"num_refiner_layers\": 2, \"num_single_layers\": 2, \"out_channels\": 4, \"patch_size\": 2,"
+    " \"patch_size_t\": 1, \"pooled_projection_dim\": 20, \"qk_norm\": \"rms_norm\", \"rope_axes_dim\": [2, 2, 4],"
+    " \"rope_theta\": 256.0, \"text_embed_dim\": 24}";
+
+static dit_status_t hunyuan_with(const char *key, const char *value) { return config_edit(kHunyuanConfig, key, value); }
+
+static void test_hunyuan_config(void) {
+  CHECK_OK(hunyuan_with(NULL, NULL));
+  CHECK_ERR(hunyuan_with("image_condition_type", "\"latent_concat\""), UNIMPLEMENTED,
+            "field 'image_condition_type' = \"latent_concat\": the image-to-video HunyuanVideo models are not supported");
+  CHECK_ERR(hunyuan_with("image_condition_type", "\"token_replace\""), UNIMPLEMENTED, "field 'image_condition_type' = \"token_replace\"");
+  CHECK_ERR(hunyuan_with("qk_norm", "\"layer_norm\""), UNIMPLEMENTED, "field 'qk_norm' = \"layer_norm\": only \"rms_norm\" is supported");
+  CHECK_ERR(hunyuan_with("rope_axes_dim", "[2, 2, 2]"), INVALID_ARGUMENT,
+            "field 'rope_axes_dim' = [2, 2, 2]: expected even parts summing to attention_head_dim = 8");
+  CHECK_ERR(hunyuan_with("rope_axes_dim", "[1, 3, 4]"), INVALID_ARGUMENT, "field 'rope_axes_dim' = [1, 3, 4]");
+  CHECK_ERR(hunyuan_with("rope_axes_dim", "[8]"), INVALID_ARGUMENT, "field 'rope_axes_dim': expected 3 integers [frames, rows, columns]");
+  CHECK_ERR(hunyuan_with("mlp_ratio", "0.01"), INVALID_ARGUMENT, "field 'mlp_ratio' = 0.01: the MLP width int(16 * 0.01) is 0");
+  CHECK_ERR(hunyuan_with("mlp_ratio", "65"), OUT_OF_RANGE, "field 'mlp_ratio': expected a number in [0, 64], found 65");
+  CHECK_ERR(hunyuan_with("patch_size_t", "0"), OUT_OF_RANGE, "field 'patch_size_t': expected an integer in [1, 64], found 0");
+  CHECK_ERR(hunyuan_with("num_refiner_layers", "-1"), OUT_OF_RANGE, "field 'num_refiner_layers': expected an integer in [0, 1024]");
+  CHECK_ERR(hunyuan_with("text_embed_dim", "null"), INVALID_ARGUMENT, "field 'text_embed_dim': expected a value, found null");
+  CHECK_ERR(hunyuan_with("rope_theta", "0.5"), OUT_OF_RANGE, "field 'rope_theta': expected a number in [1, 1000000000], found 0.5");
+  CHECK_ERR(hunyuan_with("guidance_embeds", "1"), INVALID_ARGUMENT, "field 'guidance_embeds': expected a boolean, found a number");
+  CHECK_ERR(hunyuan_with("text_dim", "24"), UNIMPLEMENTED, "field 'text_dim': not a HunyuanVideoTransformer3DModel option");
+  CHECK_ERR(hunyuan_with("num_single_layers", "0, \"num_layers\": 0"), INVALID_ARGUMENT, "config.json: field '(top level)': duplicate key");
+  dit_model_t m;
+  memset(&m, 0, sizeof m);
+  static const char kBoth0[] = "{\"_class_name\": \"HunyuanVideoTransformer3DModel\", \"num_layers\": 0, \"num_single_layers\": 0}";
+  CHECK_ERR(dit_model_config_parse(kBoth0, strlen(kBoth0), "config.json", &m), INVALID_ARGUMENT,
+            "fields 'num_layers' and 'num_single_layers' are both 0");
+  cJSON_Delete(m.config);
+  /* The defaults are the published model's; out_channels null means in_channels. */
+  static const char kDefaults[] = "{\"_class_name\": \"HunyuanVideoTransformer3DModel\", \"out_channels\": null}";
+  memset(&m, 0, sizeof m);
+  CHECK_OK(dit_model_config_parse(kDefaults, strlen(kDefaults), "config.json", &m));
+  CHECK(!strcmp(m.family, "hunyuan_video"));
+  CHECK_EQ_INT(m.hunyuan.heads, 24);
+  CHECK_EQ_INT(m.hunyuan.head_dim, 128);
+  CHECK_EQ_INT(m.hunyuan.layers, 20);
+  CHECK_EQ_INT(m.hunyuan.single_layers, 40);
+  CHECK_EQ_INT(m.hunyuan.refiner_layers, 2);
+  CHECK_EQ_INT(m.hunyuan.text_dim, 4096);
+  CHECK_EQ_INT(m.hunyuan.pooled_dim, 768);
+  CHECK_EQ_INT(m.hunyuan.out_channels, 16);
+  CHECK_EQ_INT(m.hunyuan.mlp_dim, 4 * 3072);
+  CHECK_EQ_INT(m.hunyuan.axes[0], 16);
+  CHECK_EQ_INT(m.hunyuan.axes[2], 56);
+  CHECK(m.hunyuan.guidance_embeds);
+  CHECK(m.hunyuan.rope_theta == 256.0);
   cJSON_Delete(m.config);
 }
 
@@ -1012,6 +1073,7 @@ int main(void) {
   test_weights_hash_sharding();
   test_bf16_policy();
   test_config_fields();
+  test_hunyuan_config();
   test_pipeline_dir();
   test_pipeline_index();
   test_two_experts();

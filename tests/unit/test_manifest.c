@@ -741,7 +741,8 @@ static void test_generate(void) {
   cJSON_free(t);
   if (m) {
     const dit_manifest_generate_t *g = &m->generate;
-    CHECK(g->present && !strcmp(g->latents, "latent") && g->default_steps == 28 && g->timestep_divisor == 1000);
+    CHECK(g->present && !strcmp(g->latents, "latent") && g->default_steps == 28 && g->timestep_divisor == 1000 &&
+          !g->timestep_f32);
     CHECK(!strcmp(g->guidance_input, "timestep") && g->guidance_default == 3.5 && g->true_cfg_norm);
     CHECK(g->n_conditions == 1 && !strcmp(g->conditions[0].argument, "prompt_embeds"));
     CHECK(g->schedule.dynamic && g->schedule.max_image_seq_len == 4096 && g->schedule.has_shift_terminal &&
@@ -766,6 +767,27 @@ static void test_generate(void) {
   }
   dit_manifest_free(m);
 
+  /* A timestep the pipeline keeps in fp32 survives the round trip; "model" is the default. */
+  char *plain = g_base;
+  g_base = edited("generate", kGenerate, NULL);
+  for (int k = 0; k < 2; k++) {
+    char *u = edited("generate.timestep.dtype", k ? "\"model\"" : "\"f32\"", NULL), *a = NULL;
+    m = NULL;
+    CHECK_OK(dit_manifest_parse(u, strlen(u), "manifest.json", &m));
+    if (m) {
+      CHECK(m->generate.timestep_f32 == !k);
+      CHECK_OK(dit_manifest_to_json(m, &a));
+      /* Written only when fp32: the timestep object ends right after the divisor otherwise. */
+      const char *dv = a ? strstr(a, "\"divisor\"") : NULL, *end = dv ? strchr(dv, '}') : NULL, *f = dv ? strstr(dv, "\"f32\"") : NULL;
+      CHECK(end && (f != NULL && f < end) == !k);
+    }
+    free(a);
+    cJSON_free(u);
+    dit_manifest_free(m);
+  }
+  cJSON_free(g_base);
+  g_base = plain;
+
   char *base = g_base;
   g_base = edited("generate", kGenerate, NULL);
   EXPECT(INVALID_ARGUMENT, "field 'generate': needs schema minor >= 2, found 1.1", "schema.minor", "1");
@@ -782,6 +804,7 @@ static void test_generate(void) {
   EXPECT(INVALID_ARGUMENT, "field 'generate.schedule.dynamic.max_image_seq_len': equals base_image_seq_len",
          "generate.schedule.dynamic.max_image_seq_len", "256");
   EXPECT(OUT_OF_RANGE, "field 'generate.timestep.divisor'", "generate.timestep.divisor", "0");
+  EXPECT(INVALID_ARGUMENT, "field 'generate.timestep.dtype'", "generate.timestep.dtype", "\"bf16\"");
   EXPECT(OUT_OF_RANGE, "field 'generate.steps'", "generate.steps", "0");
   EXPECT(INVALID_ARGUMENT, "field 'generate.true_cfg'", "generate.true_cfg", "\"rescaled\"");
   EXPECT(OUT_OF_RANGE, "field 'generate.conditions': more than 8 entries", "generate.conditions",

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# HunyuanVideo (text to video) from a tiny diffusers pipeline against the pinned diffusers' fp32 CPU
+# outputs (tests/data/make_goldens_hunyuan.py), max relative error <= 1e-4: forwards at batch 2 and
+# 1 with padded text masks (valid prefixes 5 and 8, then 3) and with every token valid; 4-step
+# generates as HunyuanVideoPipeline runs them (flow-match Euler, sigmas linspace(1, 0, n+1)[:-1]
+# with the scheduler's shift 7, t itself as the timestep, guidance x1000 embedded), with a padded
+# prompt, with true CFG against a padded negative prompt, and with every token valid. Then: the
+# manifest's generate section; padded text tokens change nothing; the pipeline's defaults (50
+# steps); bf16 against fp32 where bf16 holds the guidance exactly; the sm_90 compile (no GPU
+# needed); shapes and the image-to-video variant refused by name.
+set -euo pipefail
+BIN=$1/bin
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+# A safetensors file of src's tensors, renamed (old=new) and/or with f32 values replaced (name:v,v,..).
+restage() { # src out [old=new | name:v1,v2...]...
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
+f = open(src, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+ren = dict(e.split("=") for e in edits if "=" in e)
+vals = {e.split(":")[0]: [float(x) for x in e.split(":")[1].split(",")] for e in edits if ":" in e}
+hdr, data = {}, b""
+for k, v in h.items():
+    if k == "__metadata__": continue
+    a, b = v["data_offsets"]
+    raw = struct.pack("<%df" % len(vals[k]), *vals[k]) if k in vals else body[a:b]
+    name = ren.get(k, k)
+    hdr[name] = {"dtype": "F32" if k in vals else v["dtype"], "shape": v["shape"], "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
+open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+}
+
+d=tests/data/hunyuan_video_tiny
+[ -f "$d/meta.json" ] || { echo "$d is missing: run tests/data/make_goldens_hunyuan.py (torch + the pinned diffusers)"; exit 1; }
+read -r H W F L B GB STEPS G CFG < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['height'], m['width'], m['frames'], m['text_len'], m['batch'], m['generate_batch'], m['steps'], m['guidance'], m['true_cfg'])")
+c=(compile "$d" --frames "$F" --height "$H" --width "$W" --text-len "$L" -o "$T/b" -q)
+b2=$("$BIN/ditc" "${c[@]}" --batch "$B" | tail -n1 | cut -d' ' -f3)
+b1=$("$BIN/ditc" "${c[@]}" --batch 1 | tail -n1 | cut -d' ' -f3)
+for run in "$b2:" "$b1:_b1" "$b2:_full"; do
+  bundle=${run%%:*} suffix=${run#*:}
+  "$BIN/ditrun" verify "$bundle" >/dev/null
+  "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs$suffix.safetensors" --out "$T/f.safetensors" 2>/dev/null >/dev/null
+  "$BIN/st_compare" "$T/f.safetensors" "$d/forward_output$suffix.safetensors" sample 1e-4
+done
+"$BIN/ditrun" info "$b2" | grep -q "^input      guidance  *f32\[2\]$" || { echo "no guidance [2] input"; exit 1; }
+"$BIN/ditrun" info "$b2" | grep -q "^input      encoder_attention_mask  *f32\[2,$L\]$" || { echo "no encoder_attention_mask [2,$L] input"; exit 1; }
+# Padded text tokens are never keys: other values there leave the output as it was, bit for bit.
+python3 - "$d/forward_inputs.safetensors" "$T/padded.safetensors" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = bytearray(f.read())
+def floats(k):
+    a, b = h[k]["data_offsets"]; return a, list(struct.unpack("<%df" % ((b - a) // 4), body[a:b]))
+ma, mask = floats("encoder_attention_mask"); ea, emb = floats("encoder_hidden_states")
+width = len(emb) // len(mask)
+emb = [v if mask[i // width] else 1e3 * (i % 7 - 3) for i, v in enumerate(emb)]
+body[ea:ea + 4 * len(emb)] = struct.pack("<%df" % len(emb), *emb)
+open(sys.argv[2], "wb").write(struct.pack("<Q", n) + json.dumps(h).encode().ljust(n) + bytes(body))
+PY
+"$BIN/ditrun" forward "$b2" --inputs "$d/forward_inputs.safetensors" --out "$T/f.safetensors" 2>/dev/null >/dev/null
+"$BIN/ditrun" forward "$b2" --inputs "$T/padded.safetensors" --out "$T/p.safetensors" 2>/dev/null >/dev/null
+"$BIN/st_compare" "$T/p.safetensors" "$T/f.safetensors" sample 0
+
+gen=$("$BIN/ditc" "${c[@]}" --batch "$GB" | tail -n1 | cut -d' ' -f3)
+python3 - "$gen/manifest.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))["generate"]
+assert g["latents"] == "hidden_states" and g["timestep"] == {"input": "timestep", "divisor": 1, "dtype": "f32"}, g
+assert g["guidance"] == {"input": "guidance", "scale": 1000, "default": 6}, g
+assert g["steps"] == 50, g
+assert [c["argument"] for c in g["conditions"]] == ["prompt_embeds", "prompt_attention_mask", "pooled_prompt_embeds"], g
+assert g["true_cfg"] == "plain", g
+s = g["schedule"]
+assert s["sampler"] == "flow_match_euler" and s["sigmas"] == "one_to_zero" and s["shift"] == 7 and s["dynamic"] is None, s
+PY
+gi=$d/generate_inputs.safetensors
+restage "$gi" "$T/init.safetensors" latents=init_latents
+g=(generate "$gen" --prompt-embeds "$gi" --init-latents "$T/init.safetensors" --steps "$STEPS" --guidance "$G")
+"$BIN/ditrun" "${g[@]}" --out "$T/g.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_output.safetensors" latents 1e-4
+"$BIN/ditrun" "${g[@]}" --negative-embeds "$gi" --true-cfg "$CFG" --out "$T/g.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_cfg_output.safetensors" latents 1e-4
+restage "$gi" "$T/full.safetensors" "prompt_attention_mask:$(python3 -c "print(','.join(['1'] * $L))")"
+"$BIN/ditrun" generate "$gen" --prompt-embeds "$T/full.safetensors" --init-latents "$T/init.safetensors" --steps "$STEPS" \
+  --guidance "$G" --out "$T/g.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_full_output.safetensors" latents 1e-4
+# The pipeline's defaults: 50 steps at guidance 6.
+"$BIN/ditrun" generate "$gen" --prompt-embeds "$gi" --init-latents "$T/init.safetensors" --out "$T/g50.safetensors" 2>"$T/log"
+grep -q "step 50/50" "$T/log" || { cat "$T/log"; echo "default steps are not 50"; exit 1; }
+
+expect_fail() { # message, command...
+  local msg=$1; shift
+  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
+  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
+}
+gx=(generate "$gen" --prompt-embeds "$gi" --seed 1 --steps 2 --out "$T/x.safetensors")
+expect_fail "--shift: a HunyuanVideoTransformer3DModel bundle samples with its pipeline's scheduler config" "$BIN/ditrun" "${gx[@]}" --shift 3
+expect_fail "--true-cfg 2: true CFG needs the negative prompt's embeddings (--negative-embeds)" "$BIN/ditrun" "${gx[@]}" --true-cfg 2
+restage "$gi" "$T/nomask.safetensors" prompt_attention_mask=other
+expect_fail "tensor 'prompt_attention_mask' missing" "$BIN/ditrun" generate "$gen" --prompt-embeds "$T/nomask.safetensors" --seed 1 \
+  --steps 2 --out "$T/x.safetensors"
+[ ! -e "$T/x.safetensors" ] || { echo "a refused generate left output"; exit 1; }
+expect_fail "--frames 6: HunyuanVideoTransformer3DModel needs frames = 4*k + 1 (e.g. 5)" "$BIN/ditc" compile "$d" --frames 6 \
+  --height 48 --width 32 --text-len 8 -o "$T/b"
+expect_fail "compile needs --frames: HunyuanVideoTransformer3DModel makes videos" "$BIN/ditc" compile "$d" --height 48 --width 32 \
+  --text-len 8 -o "$T/b"
+expect_fail "--height 40: must be a positive multiple of 16 (VAE 8 x patch 2)" "$BIN/ditc" compile "$d" --frames 5 --height 40 \
+  --width 32 --text-len 8 -o "$T/b"
+expect_fail "--width 24: must be a positive multiple of 16 (VAE 8 x patch 2)" "$BIN/ditc" compile "$d" --frames 5 --height 48 \
+  --width 24 --text-len 8 -o "$T/b"
+# The image-to-video variant is refused by name.
+cp -r "$d" "$T/i2v"
+python3 - "$T/i2v/transformer/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["image_condition_type"] = "latent_concat"; json.dump(c, open(sys.argv[1], "w"))
+PY
+expect_fail "field 'image_condition_type' = \"latent_concat\": the image-to-video HunyuanVideo models are not supported" \
+  "$BIN/ditc" compile "$T/i2v" --frames 5 --height 48 --width 32 --text-len 8 -o "$T/b"
+# A scheduler with dynamic shifting: the pipeline passes no mu.
+python3 - "$T/i2v/transformer/config.json" "$T/i2v/scheduler/scheduler_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["image_condition_type"] = None; json.dump(c, open(sys.argv[1], "w"))
+s = json.load(open(sys.argv[2])); s["use_dynamic_shifting"] = True; json.dump(s, open(sys.argv[2], "w"))
+PY
+expect_fail "field 'use_dynamic_shifting' = true: HunyuanVideoPipeline passes no mu" \
+  "$BIN/ditc" compile "$T/i2v" --frames 5 --height 48 --width 32 --text-len 8 -o "$T/b"
+
+# bf16 against fp32 where the rounding diffusers applies is the identity: the guidance (held in the
+# model dtype) at values bf16 holds exactly (4000, 2000); the timestep stays fp32 in both.
+restage "$d/forward_inputs.safetensors" "$T/exact.safetensors" guidance:4000,2000
+b16=$("$BIN/ditc" "${c[@]}" --batch "$B" --dtype bf16 | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" forward "$b2" --inputs "$T/exact.safetensors" --out "$T/f32.safetensors" 2>/dev/null >/dev/null
+"$BIN/ditrun" forward "$b16" --inputs "$T/exact.safetensors" --out "$T/b16.safetensors" 2>/dev/null >/dev/null
+"$BIN/st_compare" "$T/b16.safetensors" "$T/f32.safetensors" sample 2e-2 0.9999
+g90=$("$BIN/ditc" "${c[@]}" --batch "$B" --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" verify "$g90" >/dev/null
+echo "goldens_hunyuan: ok"
