@@ -58,7 +58,7 @@ ma, mask = floats("encoder_attention_mask"); ea, emb = floats("encoder_hidden_st
 width = len(emb) // len(mask)
 emb = [v if mask[i // width] else 1e3 * (i % 7 - 3) for i, v in enumerate(emb)]
 body[ea:ea + 4 * len(emb)] = struct.pack("<%df" % len(emb), *emb)
-open(sys.argv[2], "wb").write(struct.pack("<Q", n) + json.dumps(h).encode().ljust(n) + bytes(body))
+open(sys.argv[2], "wb").write(struct.pack("<Q", n) + json.dumps(h, separators=(",", ":")).encode().ljust(n) + bytes(body))
 PY
 "$BIN/ditrun" forward "$b2" --inputs "$d/forward_inputs.safetensors" --out "$T/f.safetensors" 2>/dev/null >/dev/null
 "$BIN/ditrun" forward "$b2" --inputs "$T/padded.safetensors" --out "$T/p.safetensors" 2>/dev/null >/dev/null
@@ -100,7 +100,7 @@ gx=(generate "$gen" --prompt-embeds "$gi" --seed 1 --steps 2 --out "$T/x.safeten
 expect_fail "--shift: a HunyuanVideoTransformer3DModel bundle samples with its pipeline's scheduler config" "$BIN/ditrun" "${gx[@]}" --shift 3
 expect_fail "--true-cfg 2: true CFG needs the negative prompt's embeddings (--negative-embeds)" "$BIN/ditrun" "${gx[@]}" --true-cfg 2
 restage "$gi" "$T/nomask.safetensors" prompt_attention_mask=other
-expect_fail "tensor 'prompt_attention_mask' missing" "$BIN/ditrun" generate "$gen" --prompt-embeds "$T/nomask.safetensors" --seed 1 \
+expect_fail "no tensor named 'prompt_attention_mask'" "$BIN/ditrun" generate "$gen" --prompt-embeds "$T/nomask.safetensors" --seed 1 \
   --steps 2 --out "$T/x.safetensors"
 [ ! -e "$T/x.safetensors" ] || { echo "a refused generate left output"; exit 1; }
 expect_fail "--frames 6: HunyuanVideoTransformer3DModel needs frames = 4*k + 1 (e.g. 5)" "$BIN/ditc" compile "$d" --frames 6 \
