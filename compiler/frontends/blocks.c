@@ -375,6 +375,90 @@ dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_
   return dit_blocks_attention_bounded(b, q, k, v, bound, sub(n, sizeof n, prefix, "sdpa"));
 }
 
+/* x [B, S, H*Dh] viewed [B*S, H, Dh] (tokens as rows, heads as the middle dim), or back. */
+static dit_vid_t heads_view(dit_blocks_t *b, dit_vid_t x, int64_t B, int64_t S, int64_t H, int back, const char *name) {
+  dit_attrs_t a = {0};
+  const int64_t hd = b->o.head_dim;
+  dit_attrs_set_int(&a, "rank", 3);
+  dit_attrs_set_int(&a, "d0", back ? B : B * S);
+  dit_attrs_set_int(&a, "d1", back ? S : H);
+  dit_attrs_set_int(&a, "d2", back ? H * hd : hd);
+  return dit_graph_op(b->g, DIT_OP_RESHAPE, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+}
+
+void dit_blocks_joint_attention(dit_blocks_t *b, dit_vid_t qi, dit_vid_t ki, dit_vid_t vi, dit_vid_t qt, dit_vid_t kt, dit_vid_t vt,
+                                dit_vid_t txt_mask, const char *prefix, dit_vid_t *img, dit_vid_t *txt) {
+  char n[192];
+  *img = *txt = -1;
+  const dit_value_t *vqi = dit_graph_cvalue(b->g, qi), *vqt = dit_graph_cvalue(b->g, qt);
+  if (!vqi || !vqt) return; /* an operand failed: the graph recorded why */
+  const dit_dtype_t dt = b->o.dtype;
+  const int cp = b->o.cp, mode = cp > 1 ? b->o.cp_mode : DIT_CP_NONE;
+  const int64_t B = vqi->dims[0], Ti = vqi->dims[1], L = vqt->dims[1], hl = b->o.heads / b->o.tp;
+#define N(s) sub(n, sizeof n, prefix, s)
+  if (mode == DIT_CP_USP) {
+    if (!b->err) b->err = DIT_ERR(UNIMPLEMENTED, "joint attention '%s': context parallelism usp (supported: gather, ulysses, ring)", prefix);
+    return;
+  }
+  int64_t heads = hl, Tk = mode == DIT_CP_GATHER || mode == DIT_CP_ULYSSES ? Ti * cp : Ti; /* image keys attended */
+  if (mode == DIT_CP_GATHER) {
+    ki = cp_collective(b, DIT_OP_ALLGATHER, ki, 0, 0, N("k_img_all"));
+    vi = cp_collective(b, DIT_OP_ALLGATHER, vi, 0, 0, N("v_img_all"));
+  } else if (mode == DIT_CP_ULYSSES) {
+    /* Image tokens to heads; the text, whole on every rank, gives up the other ranks' heads. */
+    qi = cp_collective(b, DIT_OP_ALLTOALL, qi, hl, 0, N("q_img_heads"));
+    ki = cp_collective(b, DIT_OP_ALLTOALL, ki, hl, 0, N("k_img_heads"));
+    vi = cp_collective(b, DIT_OP_ALLTOALL, vi, hl, 0, N("v_img_heads"));
+    heads = hl / cp;
+    dit_vid_t *tx[3] = {&qt, &kt, &vt};
+    static const char *const nm[3][2] = {{"q_txt_view", "q_txt_heads"}, {"k_txt_view", "k_txt_heads"}, {"v_txt_view", "v_txt_heads"}};
+    for (int i = 0; i < 3; i++) {
+      dit_vid_t h = heads_view(b, *tx[i], B, L, hl, 0, N(nm[i][0]));
+      h = dit_blocks_slice_tokens(b, h, b->o.cp_rank * heads, heads, dt, N(nm[i][1]));
+      *tx[i] = heads_view(b, h, B, L, heads, 1, N(nm[i][1]));
+    }
+  }
+  dit_vid_t bound = txt_mask >= 0 ? dit_blocks_key_bound(b, txt_mask, Tk, N("key_bound")) : -1;
+  dit_vid_t q = dit_blocks_concat(b, qi, qt, 1, N("q")), k = dit_blocks_concat(b, ki, kt, 1, N("k")),
+            v = dit_blocks_concat(b, vi, vt, 1, N("v"));
+  const int64_t Tq = mode == DIT_CP_ULYSSES ? Ti * cp : Ti;
+  dit_vid_t a;
+  if (mode == DIT_CP_RING) {
+    /* The first hop over this rank's image keys and the text's; then the other ranks' image keys. */
+    dit_attrs_t aa = {0}, ma = {0};
+    sdpa_attrs(b, hl, &aa);
+    dit_attrs_set_int(&ma, "heads", hl);
+    const dit_dtype_t dts[2] = {dt, DIT_F32};
+    dit_vid_t state[2], ins[4] = {q, k, v, bound};
+    op2(b, DIT_OP_ATTENTION, ins, bound < 0 ? 3 : 4, &aa, dts, N("ring0"), state);
+    dit_vid_t kr = ki, vr = vi;
+    for (int hop = 1; hop < cp; hop++) {
+      char hn[64];
+      kr = cp_collective(b, DIT_OP_RING_SHIFT, kr, 0, 0, N("k_ring"));
+      vr = cp_collective(b, DIT_OP_RING_SHIFT, vr, 0, 0, N("v_ring"));
+      dit_vid_t part[2], mi[4], hi[3] = {q, kr, vr};
+      snprintf(hn, sizeof hn, "ring%d", hop);
+      op2(b, DIT_OP_ATTENTION, hi, 3, &aa, dts, N(hn), part);
+      mi[0] = state[0], mi[1] = state[1], mi[2] = part[0], mi[3] = part[1];
+      snprintf(hn, sizeof hn, "ring_merge%d", hop);
+      op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, N(hn), state);
+    }
+    a = state[0];
+  } else {
+    a = sdpa(b, heads, q, k, v, bound, N("sdpa"));
+  }
+  *img = dit_blocks_slice_tokens(b, a, 0, Tq, dt, N("img"));
+  *txt = dit_blocks_slice_tokens(b, a, Tq, L, dt, N("txt"));
+  if (mode == DIT_CP_ULYSSES) {
+    *img = cp_collective(b, DIT_OP_ALLTOALL, *img, hl, 1, N("img_tokens"));
+    /* The text's heads from every rank, in group order: this rank's heads are the group's slice. */
+    dit_vid_t h = heads_view(b, *txt, B, L, heads, 0, N("txt_view"));
+    h = cp_collective(b, DIT_OP_ALLGATHER, h, 0, 0, N("txt_all_heads"));
+    *txt = heads_view(b, h, B, L, hl, 1, N("txt_heads"));
+  }
+#undef N
+}
+
 /* ---- embeddings and tokens ---- */
 
 dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,

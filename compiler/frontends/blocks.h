@@ -143,6 +143,18 @@ dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k,
 dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound,
                                               const char *prefix);
 
+/* Joint attention of an image stream whose tokens the context-parallel group shares (qi, ki, vi:
+ * this rank's image tokens) and a text stream every rank holds whole (qt, kt, vt), all heads of
+ * this tensor-parallel rank, as xDiT's USP runs MMDiTs: every query attends over all image keys
+ * and the text keys once, keys ordered [image, text] so a text mask (txt_mask [B, L], or -1)
+ * becomes a key bound past the image keys. Without cp: one attention over the joined streams;
+ * gather: the image K/V all-gathered; ulysses: image tokens exchanged for heads and the text's
+ * heads of this rank taken, its output gathered over the heads afterwards; ring: the image K/V
+ * rotate, the text K/V are attended in the first hop only. *img: this rank's image tokens' output,
+ * *txt: the text tokens' (the same on every rank). Ops named prefix.* */
+void dit_blocks_joint_attention(dit_blocks_t *b, dit_vid_t qi, dit_vid_t ki, dit_vid_t vi, dit_vid_t qt, dit_vid_t kt, dit_vid_t vt,
+                                dit_vid_t txt_mask, const char *prefix, dit_vid_t *img, dit_vid_t *txt);
+
 /* ---- embeddings and tokens ---- */
 
 /* a and b joined along dim (1: tokens, 2: channels), in a's dtype. */
