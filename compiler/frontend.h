@@ -85,6 +85,12 @@ typedef struct dit_flux_config {
   int guidance_embeds;
 } dit_flux_config_t;
 
+/* QwenImageTransformer2DModel's config, typed. */
+typedef struct dit_qwen_config {
+  int64_t patch, in_channels, out_channels, layers, heads, head_dim, joint_dim;
+  int64_t axes[3]; /* axes_dims_rope: the rotary pairs' split over (frame, row, column) */
+} dit_qwen_config_t;
+
 /* A family's frontend (compiler/frontends/family.h). */
 typedef struct dit_family dit_family_t;
 
@@ -112,7 +118,7 @@ typedef struct dit_pipeline {
 
 typedef struct dit_model {
   const dit_family_t *fam;
-  char family[32];       /* "wan", "flux" */
+  char family[32];       /* "wan", "flux", "qwen" */
   char model_class[64];  /* config _class_name */
   char variant[32];      /* e.g. "wan2.1"; decides VAE factors without a vae/config.json */
   int vae_temporal, vae_spatial; /* = pipeline.vae's */
@@ -123,6 +129,7 @@ typedef struct dit_model {
   /* Family-specific parsed config: the one of fam. */
   dit_wan_config_t wan;
   dit_flux_config_t flux;
+  dit_qwen_config_t qwen;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */

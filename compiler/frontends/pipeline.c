@@ -64,7 +64,7 @@ static dit_status_t transformer_entry(const dit_json_t *root, const char *key, c
 }
 
 static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
-  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", NULL};
+  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "QwenImagePipeline", NULL};
   dit_json_t v;
   char lib[32];
   int present = 0, which = 0;
@@ -231,16 +231,23 @@ dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what
   dit_status_t s = dit_json_root(doc, &root);
   char cls[64] = "";
   if (!s) s = dit_json_str_copy(&root, "_class_name", cls, sizeof cls, false);
-  if (!s && strcmp(cls, "AutoencoderKLWan")) {
+  const int qwen = !strcmp(cls, "AutoencoderKLQwenImage");
+  if (!s && !qwen && strcmp(cls, "AutoencoderKLWan")) {
     char q[96];
     dit_json_quote(cls, q);
     v = at_member(&root, "_class_name");
-    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"AutoencoderKLWan\"", q);
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"AutoencoderKLWan\" or \"AutoencoderKLQwenImage\"", q);
   }
   /* diffusers' AutoencoderKLWan defaults; Wan2.2's VAE sets 16 and 48. */
   int64_t sp = 8, tm = 4, z = 16;
-  if (!s && has_value(&root, "scale_factor_spatial")) s = dit_json_int(&root, "scale_factor_spatial", 1, 64, &sp);
-  if (!s && has_value(&root, "scale_factor_temporal")) s = dit_json_int(&root, "scale_factor_temporal", 1, 64, &tm);
+  if (!s && qwen && has_value(&root, "temperal_downsample")) {
+    /* QwenImagePipeline's vae_scale_factor: 2 ** len(temperal_downsample) (3 by default: 8). */
+    size_t n = 0;
+    s = dit_json_array(&root, "temperal_downsample", 6, &v, &n);
+    sp = INT64_C(1) << n;
+  }
+  if (!s && !qwen && has_value(&root, "scale_factor_spatial")) s = dit_json_int(&root, "scale_factor_spatial", 1, 64, &sp);
+  if (!s && !qwen && has_value(&root, "scale_factor_temporal")) s = dit_json_int(&root, "scale_factor_temporal", 1, 64, &tm);
   if (!s && has_value(&root, "z_dim")) s = dit_json_int(&root, "z_dim", 1, 4096, &z);
   if (!s) {
     out->spatial = (int)sp;
@@ -294,6 +301,22 @@ dit_status_t dit_pipeline_dir_read(dit_model_t *m, const char *dir) {
     free(text);
   }
   return s;
+}
+
+dit_status_t dit_pipeline_identity_spatial(const dit_model_t *m, cJSON **out) {
+  *out = NULL;
+  const dit_pipeline_t *p = &m->pipeline;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  int ok = cJSON_AddStringToObject(o, "class", p->index.class_name) != NULL;
+  cJSON *vae = ok ? cJSON_AddObjectToObject(o, "vae") : NULL;
+  ok = vae && cJSON_AddNumberToObject(vae, "scale_factor_spatial", p->vae.spatial);
+  if (!ok) {
+    cJSON_Delete(o);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out = o;
+  return DIT_OK;
 }
 
 dit_status_t dit_flow_schedule_from(const dit_scheduler_defaults_t *sc, int64_t image_seq_len, int sigmas_to_zero,
