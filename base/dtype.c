@@ -91,3 +91,42 @@ int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size
   }
   return 0;
 }
+
+int dit_dtype_nonzero(const void *data, dit_dtype_t t, size_t i) {
+  switch (t) {
+    case DIT_F32: {
+      uint32_t u;
+      memcpy(&u, (const char *)data + 4 * i, 4);
+      return (u & 0x7fffffffu) != 0; /* the bits, so -0 is zero and NaN is not */
+    }
+    case DIT_BF16:
+    case DIT_F16: {
+      uint16_t h;
+      memcpy(&h, (const char *)data + 2 * i, 2);
+      return (h & 0x7fffu) != 0;
+    }
+    case DIT_I64: {
+      int64_t v;
+      memcpy(&v, (const char *)data + 8 * i, 8);
+      return v != 0;
+    }
+    case DIT_I32: {
+      int32_t v;
+      memcpy(&v, (const char *)data + 4 * i, 4);
+      return v != 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+int64_t dit_mask_prefix(const void *data, dit_dtype_t t, int64_t n, int64_t *stray) {
+  int64_t len = 0;
+  while (len < n && dit_dtype_nonzero(data, t, (size_t)len)) len++;
+  if (stray) {
+    *stray = -1;
+    for (int64_t i = len + 1; i < n && *stray < 0; i++)
+      if (dit_dtype_nonzero(data, t, (size_t)i)) *stray = i;
+  }
+  return len;
+}

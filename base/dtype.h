@@ -48,4 +48,11 @@ uint16_t dit_f32_to_f16(float f);
  * dtype is not a float type. src and dst must not overlap unless the dtypes are equal. */
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n);
 
+/* Masks (nonzero = valid) read in any dtype: whether element i of data is nonzero (-0 is zero,
+ * NaN is not), and the length of the valid prefix of n elements (the index of the first zero,
+ * n if none). With stray non-NULL the rest is read too: *stray is the index of the first nonzero
+ * after that zero, or -1 (a valid prefix then padding). */
+int dit_dtype_nonzero(const void *data, dit_dtype_t t, size_t i);
+int64_t dit_mask_prefix(const void *data, dit_dtype_t t, int64_t n, int64_t *stray);
+
 #endif

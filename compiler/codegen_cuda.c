@@ -184,8 +184,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   const char *name = dit_op_info(op->kind)->name;
   *has = 1;
   dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(y->dtype));
+  /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
-    if (V(g, op->in[i])->dtype != DIT_F32 && V(g, op->in[i])->dtype != DIT_BF16)
+    if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && V(g, op->in[i])->dtype != DIT_F32 &&
+        V(g, op->in[i])->dtype != DIT_BF16)
       return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
                      dit_dtype_name(V(g, op->in[i])->dtype));
   uint64_t n = (uint64_t)dit_value_numel(y);
@@ -361,6 +363,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
             hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
+        if (op->n_in == 4) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
         specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
@@ -372,8 +375,22 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
+      if (op->n_in == 4) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
       if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
       set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], 32 * DIT_ABI_ATTN_WARPS, smem);
+      return DIT_OK;
+    }
+    case DIT_OP_KEY_BOUND: {
+      /* The mask's elements as stored; a float is nonzero unless its bits are +-0. */
+      static const char *const kMask[DIT_DTYPE_COUNT][2] = {
+          [DIT_F32] = {"unsigned int", "(((v) & 0x7fffffffu) != 0)"}, [DIT_BF16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},
+          [DIT_F16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},   [DIT_I64] = {"long long", "((v) != 0)"},
+          [DIT_I32] = {"int", "((v) != 0)"},
+      };
+      if (y->dtype != DIT_I32) return DIT_ERR(UNIMPLEMENTED, "op key_bound '%s': output dtype %s, expected i32", y->name, dit_dtype_name(y->dtype));
+      dit_strbuf_printf(s, "#define DIT_K_KEY_BOUND 1\n#define MASK_T %s\n#define MASK_NZ(v) %s\n#define BATCH %" PRId64 "LL\n#define MASK_LEN %" PRId64
+             "\n#define OFFSET %" PRId64 "\n", kMask[x->dtype][0], kMask[x->dtype][1], x->dims[0], x->dims[1], geti(op, "offset"));
+      set_launch(k, blocks_of((uint64_t)x->dims[0]), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_SLICE_TOKENS:

@@ -44,12 +44,16 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
     }
     case DIT_OP_ATTENTION: {
       const dit_value_t *k = dit_graph_cvalue(g, op->in[1]);
-      /* QK^T and PV: 2 * (2 * B * S * L * H * Dh) = 4 * B * S * L * C */
+      /* QK^T and PV: 2 * (2 * B * S * L * H * Dh) = 4 * B * S * L * C; with a key bound, the
+       * most it can be (bounds are known only at run time) */
       c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
       break;
     }
     case DIT_OP_ROWSUMSQ:
       c.flops = 2.0 * (double)dit_value_numel(x);
+      break;
+    case DIT_OP_KEY_BOUND:
+      c.flops = (double)dit_value_numel(x); /* a test per mask entry, at most */
       break;
     case DIT_OP_ADALN:
     case DIT_OP_GATED_ADD: {

@@ -105,8 +105,8 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
                               int out_rank[DIT_OP_MAX_OUT],
                               int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]);
 
-/* Checks the output dtypes an op kind fixes (reshape, concat and rope_table keep x's); the other
- * kinds' outputs take the dtype the builder asks for. */
+/* Checks the output dtypes an op kind fixes (reshape, concat and rope_table keep x's, key_bound
+ * writes i32); the other kinds' outputs take the dtype the builder asks for. */
 dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_out,
                                   const dit_dtype_t *out_dtypes);
 

@@ -273,6 +273,13 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
         FAIL("%s: q [%" PRId64 ",%" PRId64 ",%" PRId64 "], k/v [%" PRId64 ",%" PRId64 ",%" PRId64
              "] do not match", op, x->dims[0], x->dims[1], x->dims[2], k->dims[0], k->dims[1], k->dims[2]);
       if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels not divisible by %" PRId64 " heads", op, x->dims[2], heads);
+      if (n_in == 4) {
+        const dit_value_t *bound = operand(g, ins, 3);
+        char b1[96];
+        if (bound->dtype != DIT_I32 || bound->rank != 1 || bound->dims[0] != x->dims[0])
+          FAIL("%s: bound '%s' is %s %s, expected i32 [%" PRId64 "] (one key bound per batch item of q '%s')", op, bound->name,
+               dit_dtype_name(bound->dtype), dims_str(bound->rank, bound->dims, b1, sizeof b1), x->dims[0], x->name);
+      }
       copy_shape(x, &out_rank[0], out_dims[0]);
       if (n_out == 2) {
         out_rank[1] = 3;
@@ -435,6 +442,18 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
+    case DIT_OP_KEY_BOUND: {
+      int64_t offset;
+      DIT_RETURN_IF(need_rank(op, "mask", x, 2));
+      DIT_RETURN_IF(get_i(attrs, op, "offset", &offset, 0));
+      /* The bound is an i32: the largest, offset + L, must fit. */
+      if (offset > INT32_MAX - x->dims[1])
+        FAIL("%s: attribute offset = %" PRId64 " plus the %" PRId64 " entries of mask '%s' exceeds the i32 range", op, offset,
+             x->dims[1], x->name);
+      out_rank[0] = 1;
+      out_dims[0][0] = x->dims[0];
+      break;
+    }
     case DIT_OP_COUNT:
       FAIL("unknown op kind");
   }
@@ -454,6 +473,10 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
              dit_dtype_name(x->dtype), x->name);
       return DIT_OK;
     }
+    case DIT_OP_KEY_BOUND:
+      if (n_out >= 1 && out_dtypes[0] != DIT_I32)
+        FAIL("key_bound: output dtype %s, expected i32", dit_dtype_name(out_dtypes[0]));
+      return DIT_OK;
     default:
       return DIT_OK;
   }

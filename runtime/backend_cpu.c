@@ -397,7 +397,8 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       double scale;
       GETI("heads", heads);
       GETF("scale", scale);
-      return dit_cpu_attention(c, &in[0], &in[1], &in[2], heads, scale, &out[0], st->n_out > 1 ? &out[1] : NULL);
+      return dit_cpu_attention_bounded(c, &in[0], &in[1], &in[2], st->n_in > 3 ? &in[3] : NULL, heads, scale, &out[0],
+                                       st->n_out > 1 ? &out[1] : NULL);
     }
     case DIT_OP_GATED_ADD: {
       int gate;
@@ -430,6 +431,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       return DIT_OK;
     }
     case DIT_OP_RESHAPE: return dit_cpu_reshape(c, &in[0], &out[0]);
+    case DIT_OP_KEY_BOUND: {
+      int64_t offset;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "offset", &offset));
+      return dit_cpu_key_bound(c, &in[0], offset, &out[0]);
+    }
     case DIT_OP_CONCAT: {
       int64_t dim;
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "dim", &dim));

@@ -3,6 +3,7 @@
  * bundle runs all its ranks here, one thread each, or one rank per process under a launcher;
  * collective steps and their communicators are in collectives.c. */
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <time.h>
@@ -409,6 +410,57 @@ static void format_dims(char *buf, size_t cap, const int64_t *d, int rank) {
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
+/* A key_bound step counts its mask's valid prefix and reads nothing after the first zero, so a
+ * mask with a nonzero there (not a prefix then padding) would be cut short silently; it is
+ * refused here, on the host, instead. */
+dit_status_t dit_exec_check_mask_input(const dit_plan_t *plan, size_t value, const char *name, const dit_tensor_t *src) {
+  int mask = 0;
+  for (size_t i = 0; i < plan->n_steps && !mask; i++)
+    mask = plan->steps[i].kind == DIT_OP_KEY_BOUND && plan->steps[i].in[0] == (int32_t)value;
+  if (!mask || src->rank != 2) return DIT_OK;
+  const int64_t L = src->dims[1];
+  const size_t row = (size_t)L * dit_dtype_size(src->dtype);
+  for (int64_t b = 0; b < src->dims[0]; b++) {
+    int64_t stray;
+    const int64_t len = dit_mask_prefix((const char *)src->data + (size_t)b * row, src->dtype, L, &stray);
+    if (stray >= 0)
+      return DIT_ERR(INVALID_ARGUMENT,
+                     "input '%s': batch item %" PRId64 " has a nonzero at position %" PRId64 " after a zero at %" PRId64
+                     "; a mask must be a valid prefix then padding",
+                     name, b, stray, len);
+  }
+  return DIT_OK;
+}
+
+/* n elements of src into dst of integer dtype dt (i32 or i64): integers, or floats holding
+ * integers, in dt's range. */
+static dit_status_t convert_int_input(const char *name, void *dst, dit_dtype_t dt, const dit_tensor_t *src, size_t n) {
+  const double lim = dt == DIT_I32 ? 2147483648.0 : 9223372036854775808.0; /* 2^31, 2^63 */
+  for (size_t i = 0; i < n; i++) {
+    double x;
+    if (src->dtype == DIT_I64) {
+      x = (double)((const int64_t *)src->data)[i];
+      if (dt == DIT_I64) { /* exact, whatever double would round */
+        ((int64_t *)dst)[i] = ((const int64_t *)src->data)[i];
+        continue;
+      }
+    } else if (src->dtype == DIT_I32) {
+      x = ((const int32_t *)src->data)[i];
+    } else {
+      float f;
+      if (dit_convert(&f, DIT_F32, (const char *)src->data + i * dit_dtype_size(src->dtype), src->dtype, 1))
+        return DIT_ERR(INVALID_ARGUMENT, "input '%s': cannot convert %s to %s", name, dit_dtype_name(src->dtype), dit_dtype_name(dt));
+      x = f;
+    }
+    if (!(x >= -lim && x < lim) || x != floor(x))
+      return DIT_ERR(INVALID_ARGUMENT, "input '%s': element %zu is %g, expected an integer in the range of %s", name, i, x,
+                     dit_dtype_name(dt));
+    if (dt == DIT_I32) ((int32_t *)dst)[i] = (int32_t)x;
+    else ((int64_t *)dst)[i] = (int64_t)x;
+  }
+  return DIT_OK;
+}
+
 static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_tensor_t *src) {
   size_t idx;
   const dit_plan_value_t *v = find_io(rt, DIT_STORAGE_INPUT, name, &idx);
@@ -421,7 +473,18 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
     format_dims(got, sizeof got, src->dims, src->rank);
     return DIT_ERR(INVALID_ARGUMENT, "input '%s': shape %s, the bundle expects %s", name, got, want);
   }
+  DIT_RETURN_IF(dit_exec_check_mask_input(rt->plan, idx, name, src));
   size_t n = (size_t)dit_tensor_numel(src);
+  if (v->dtype == DIT_I32 || v->dtype == DIT_I64) {
+    void *buf = rt->be->host_memory ? rt->io_buf[idx] : malloc(v->nbytes + 1);
+    if (!buf) return DIT_ERR(RESOURCE_EXHAUSTED, "input '%s': out of memory", name);
+    dit_status_t s = convert_int_input(name, buf, v->dtype, src, n);
+    if (!rt->be->host_memory) {
+      if (!s) s = rt->be->upload(rt->be_state, rt->io_buf[idx], buf, v->nbytes);
+      free(buf);
+    }
+    return s;
+  }
   void *stage = NULL;
   const void *from = src->data;
   dit_dtype_t from_t = src->dtype;

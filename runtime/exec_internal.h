@@ -99,6 +99,11 @@ struct dit_runtime {
 
 typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);
 
+/* Setting input `value` of plan to src: when a key_bound step reads it (a text mask [B, L]),
+ * refuses (INVALID_ARGUMENT, naming the input, the batch item and the position) a row with a
+ * nonzero after a zero, which the bound would silently ignore. */
+dit_status_t dit_exec_check_mask_input(const dit_plan_t *plan, size_t value, const char *name, const dit_tensor_t *src);
+
 /* fn on every rank of this process, one thread each (directly when there is one); the first
  * failure for a rank's own reason wins over the ABORTED ones it caused elsewhere. */
 dit_status_t dit_exec_run_ranks(dit_runtime_t *rt, dit_rank_fn fn, void *arg);

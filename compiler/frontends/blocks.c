@@ -235,11 +235,26 @@ static void sdpa_attrs(const dit_blocks_t *b, int64_t heads, dit_attrs_t *a) {
   dit_attrs_set_float(a, "scale", 1.0 / sqrt((double)b->o.head_dim));
 }
 
-dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name) {
+/* Attention over `heads` heads, with the key bound as a fourth input unless bound < 0. */
+static dit_vid_t sdpa(dit_blocks_t *b, int64_t heads, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound, const char *name) {
   dit_attrs_t a = {0};
-  sdpa_attrs(b, b->o.heads / b->o.tp, &a);
-  dit_vid_t ins[3] = {q, k, v};
-  return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 3, &a, b->o.dtype, name);
+  sdpa_attrs(b, heads, &a);
+  dit_vid_t ins[4] = {q, k, v, bound};
+  return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, bound < 0 ? 3 : 4, &a, b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name) {
+  return dit_blocks_attention_bounded(b, q, k, v, -1, name);
+}
+
+dit_vid_t dit_blocks_attention_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound, const char *name) {
+  return sdpa(b, b->o.heads / b->o.tp, q, k, v, bound, name);
+}
+
+dit_vid_t dit_blocks_key_bound(dit_blocks_t *b, dit_vid_t mask, int64_t offset, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "offset", offset);
+  return dit_graph_op(b->g, DIT_OP_KEY_BOUND, &mask, 1, &a, DIT_I32, name);
 }
 
 /* Context-parallel collectives: group 1 = the cp group (n = cp); with USP, 3 = the Ulysses
@@ -261,6 +276,11 @@ static dit_vid_t cp_collective(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x,
 }
 
 dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *prefix) {
+  return dit_blocks_attention_tokens_bounded(b, q, k, v, -1, prefix);
+}
+
+dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound,
+                                              const char *prefix) {
   char n[192];
   const dit_dtype_t dt = b->o.dtype;
   const int cp = b->o.cp, mode = cp > 1 ? b->o.cp_mode : DIT_CP_NONE;
@@ -269,18 +289,22 @@ dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k,
   if (mode == DIT_CP_GATHER) {
     k = cp_collective(b, DIT_OP_ALLGATHER, k, 0, 0, N("k_all"));
     v = cp_collective(b, DIT_OP_ALLGATHER, v, 0, 0, N("v_all"));
-    return dit_blocks_attention(b, q, k, v, N("sdpa"));
+    return dit_blocks_attention_bounded(b, q, k, v, bound, N("sdpa"));
   }
   if (mode == DIT_CP_ULYSSES) {
     /* Tokens to heads: each rank attends over every token with heads/cp of its heads. */
     q = cp_collective(b, DIT_OP_ALLTOALL, q, hl, 0, N("q_heads"));
     k = cp_collective(b, DIT_OP_ALLTOALL, k, hl, 0, N("k_heads"));
     v = cp_collective(b, DIT_OP_ALLTOALL, v, hl, 0, N("v_heads"));
-    dit_attrs_t aa = {0};
-    sdpa_attrs(b, hl / cp, &aa);
-    dit_vid_t ins[3] = {q, k, v};
-    dit_vid_t a = dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 3, &aa, dt, N("sdpa"));
+    dit_vid_t a = sdpa(b, hl / cp, q, k, v, bound, N("sdpa"));
     return cp_collective(b, DIT_OP_ALLTOALL, a, hl, 1, N("sdpa_tokens"));
+  }
+  if ((mode == DIT_CP_RING || mode == DIT_CP_USP) && bound >= 0) {
+    /* A ring hop sees one rank's share of the keys, so one bound cannot describe them. */
+    if (!b->err)
+      b->err = DIT_ERR(UNIMPLEMENTED, "attention '%s': a key bound under context parallelism %s (supported: gather, ulysses)",
+                       prefix, mode == DIT_CP_RING ? "ring" : "usp");
+    return -1;
   }
   if (mode == DIT_CP_RING || mode == DIT_CP_USP) {
     /* Ring: K/V travel around the group; each hop's partial state (OUT, LSE) over one
@@ -314,7 +338,7 @@ dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k,
     return a;
   }
 #undef N
-  return dit_blocks_attention(b, q, k, v, sub(n, sizeof n, prefix, "sdpa"));
+  return dit_blocks_attention_bounded(b, q, k, v, bound, sub(n, sizeof n, prefix, "sdpa"));
 }
 
 /* ---- embeddings and tokens ---- */

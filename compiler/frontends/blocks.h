@@ -116,11 +116,25 @@ dit_blocks_qkv_t dit_blocks_attn_project(dit_blocks_t *b, dit_vid_t xq, dit_vid_
                                          const char *name);
 /* Scaled dot-product attention over this rank's heads, all of q's and k's tokens local. */
 dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name);
+
+/* Text masks (nonzero = valid, a valid prefix then padding) are never materialized: the joint
+ * sequence puts the padded text tokens last among the keys, and attention takes a per-batch-item
+ * key bound. A mask that is not a prefix is refused when it is set as an input. */
+
+/* i32 [B]: offset + each item's valid prefix length of mask [B, L]. */
+dit_vid_t dit_blocks_key_bound(dit_blocks_t *b, dit_vid_t mask, int64_t offset, const char *name);
+/* dit_blocks_attention with keys at or past bound[b] excluded (bound < 0: none). */
+dit_vid_t dit_blocks_attention_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound, const char *name);
 /* Attention over the sequence the context-parallel group shares: q, k and v hold this rank's
  * tokens; K/V are all-gathered, heads exchanged (Ulysses), rotated (ring) or both (USP) as
  * the builder's cp_mode says. Without cp it is dit_blocks_attention. Ops are named
  * prefix.sdpa (the result), prefix.k_all, prefix.q_heads, prefix.ring<i>, ... */
 dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *prefix);
+/* The same with a key bound (bound < 0: none) over the keys as the context-parallel group gathers
+ * them (rank order): without cp, with gather or with Ulysses (all keys on every rank); a bound
+ * under ring or usp is refused (recorded as the builder's error, -1 returned). */
+dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound,
+                                              const char *prefix);
 
 /* ---- embeddings and tokens ---- */
 

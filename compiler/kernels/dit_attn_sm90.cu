@@ -1,7 +1,8 @@
 // Flash attention forward for Hopper (sm_90a): bf16 Q, K, V and output, fp32 accumulation,
 // online softmax in base 2, optional log-sum-exp (natural log). Non-causal.
 //
-// Specialization (prepended as #defines): HD (64 or 128), HEADS, SQ, LK, SCALE, HAS_LSE, and from
+// Specialization (prepended as #defines): HD (64 or 128), HEADS, SQ, LK, SCALE, HAS_LSE, HAS_BOUND
+// (optional, default 0), and from
 // ditc the launch planned (DIT_LAUNCH_THREADS, DIT_LAUNCH_SMEM; checked against ATT_THREADS,
 // ATT_SMEM). Headers: dit_abi.h (generated from dit_abi.def) and dit_device.cuh.
 // Tuning (optional; defaults and constants from dit_abi.h): ATT_NCW consumer warpgroups (64
@@ -10,7 +11,7 @@
 //
 // Layouts: Q and out [B, SQ, HEADS*HD], K and V [B, LK, HEADS*HD] (heads interleaved in the
 // channel dim), lse fp32 [B, HEADS, SQ]. Entry:
-//   dit_kernel(out, [lse,] q, k, v, tmap_q, tmap_k, tmap_v)
+//   dit_kernel(out, [lse,] q, k, v, [bound,] tmap_q, tmap_k, tmap_v)
 // The three tensor maps (CUtensorMap, passed by value) describe the 2-D views [B*SQ, HEADS*HD]
 // of Q and [B*LK, HEADS*HD] of K and V: bf16, box {64 channels, rows}, 128-byte swizzle, with
 // rows = ATT_BM for Q and ATT_BN for K and V. Grid (ceil(SQ/ATT_BM), HEADS, B), or with
@@ -31,6 +32,13 @@
 //    softmax overlaps the others' matrix products.
 // Keys past LK (the tail tile, which through the 2-D view reads the next batch's rows or zero
 // fill) are masked to -inf; query rows past SQ are computed and not stored.
+//
+// HAS_BOUND 1 (a text mask as a key bound) adds an input bound i32 [B] after v: batch item b's
+// keys end at bound[b], clamped to [0, LK], read once per work tile by the producer and the
+// consumers. Key tiles past the bound are neither loaded nor computed; the tile holding it is
+// masked like the tail tile. A bound of 0 still runs one tile, wholly masked, so every work tile
+// keeps the same pipeline; it stores zeros and lse -inf. Without HAS_BOUND the code is the
+// unbounded kernel's, constant for constant.
 
 #include "dit_abi.h"
 #include "dit_device.cuh"
@@ -62,6 +70,9 @@
 #ifndef ATT_PERSIST
 #define ATT_PERSIST 0
 #endif
+#ifndef HAS_BOUND
+#define HAS_BOUND 0
+#endif
 #if ATT_PERSIST && !defined(BATCH)
 #error "dit_attn_sm90: ATT_PERSIST needs BATCH"
 #endif
@@ -75,6 +86,14 @@
 #define ATT_SMEM (DIT_ABI_ATT90_SMEM_ALIGN + BAR_OFF + 8 * (4 + 4 * ATT_ST))
 #define NTILES ((LK + ATT_BN - 1) / ATT_BN)
 #define MBLK ((SQ + ATT_BM - 1) / ATT_BM)
+// The keys of batch item b and their tiles (at least one).
+#if HAS_BOUND
+#define ITEM_KEYS(b) min(max(bound[(b)], 0), LK)
+#define ITEM_TILES(keys) max(1, ((keys) + ATT_BN - 1) / ATT_BN)
+#else
+#define ITEM_KEYS(b) LK
+#define ITEM_TILES(keys) NTILES
+#endif
 #if ATT_NCW == 2
 #define CONSUMER_REGS 240
 #elif ATT_NCW == 3
@@ -255,6 +274,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
                                                                         float *lse,
 #endif
                                                                         const bf16_t *q, const bf16_t *k, const bf16_t *v,
+#if HAS_BOUND
+                                                                        const int *bound,
+#endif
                                                                         const __grid_constant__ tmap_t tmq,
                                                                         const __grid_constant__ tmap_t tmk,
                                                                         const __grid_constant__ tmap_t tmv) {
@@ -300,7 +322,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         for (int h = 0; h < NHALF; h++)
           tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * 128, &tmq, head * HD + h * 64, b * SQ + mblk * ATT_BM,
                       BAR_FULL_Q(bars, qb));
-        for (int j = 0; j < NTILES; j++, g++) {
+        const int nt = ITEM_TILES(ITEM_KEYS(b));
+        for (int j = 0; j < nt; j++, g++) {
           const int s = g % ATT_ST;
           const u32 ph = (u32)(g / ATT_ST) & 1u;
           const int row = b * LK + j * ATT_BN;
@@ -331,6 +354,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     for (int i = 0; i < ATT_BN / 2; i++) s[i] = 0.f;
     float m0, m1, l0, l1;  // raw-score row max, partial row sums (rows g4 and g4+8)
     u64 dq;
+#if HAS_BOUND
+    int lk, nt;  // this work tile's keys and key tiles
+#else
+    constexpr int lk = LK, nt = NTILES;
+#endif
 
     // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
     auto issue_qk = [&](int st) {
@@ -359,8 +387,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // Online softmax of key tile j in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
     auto softmax = [&](int j, float &al0, float &al1) {
+#if HAS_BOUND
+      if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
+#else
       if ((LK % ATT_BN) != 0 && j == NTILES - 1) {
-        const int lim = LK - j * ATT_BN - 2 * t4;  // key 8i + 2*t4 + e is valid iff 8i + e < lim
+#endif
+        const int lim = lk - j * ATT_BN - 2 * t4;  // key 8i + 2*t4 + e is valid iff 8i + e < lim
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++)
 #pragma unroll
@@ -377,6 +409,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+#if HAS_BOUND
+      // Only a bound of 0 masks a whole tile: a finite max makes its probabilities 0, not NaN.
+      if (mx0 == -DIT_INF) mx0 = 0.f;
+      if (mx1 == -DIT_INF) mx1 = 0.f;
+#endif
       al0 = ex2((m0 - mx0) * sl2);  // 0 on the first tile (m = -inf)
       al1 = ex2((m1 - mx1) * sl2);
       m0 = mx0;
@@ -421,6 +458,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       tile_coords(t, mblk, head, b);
       const bool last_tile = t + TILE_STRIDE >= TILE_COUNT;
       const int qb = tc % NQBUF;
+#if HAS_BOUND
+      lk = ITEM_KEYS(b);
+      nt = ITEM_TILES(lk);
+#endif
       dq = desc_kmajor(sQ + qb * Q_BYTES + cw * 64 * 128);
 #pragma unroll
       for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
@@ -440,13 +481,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         fence_s();
         if (lane == 0) {
           mbar_arrive(BAR_EMPTY_K(bars, st));
-          if (NTILES == 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));
+          if (nt == 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));
         }
         float a0, a1;
         softmax(0, a0, a1);
         convert();
       }
-      for (int j = 1; j < NTILES; j++) {
+      for (int j = 1; j < nt; j++) {
         const int gj = g + j, st = gj % ATT_ST, pst = (gj - 1) % ATT_ST;
         const u32 ph = (u32)(gj / ATT_ST) & 1u, pph = (u32)((gj - 1) / ATT_ST) & 1u;
         mbar_wait(BAR_FULL_V(bars, pst), pph);  // loaded before K_j
@@ -462,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         fence_s();
         if (lane == 0) {
           mbar_arrive(BAR_EMPTY_K(bars, st));
-          if (j == NTILES - 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));  // Q no longer read
+          if (j == nt - 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));  // Q no longer read
         }
         float a0, a1;
         softmax(j, a0, a1);
@@ -479,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         convert();
       }
       {
-        const int gl = g + NTILES - 1, st = gl % ATT_ST;
+        const int gl = g + nt - 1, st = gl % ATT_ST;
         mbar_wait(BAR_FULL_V(bars, st), (u32)(gl / ATT_ST) & 1u);
         sched_wait();
         wgmma_fence();
@@ -490,14 +531,18 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, st));
       }
-      g += NTILES;
+      g += nt;
 
       // Epilogue: row sums are spread over the 4 lanes of a row group.
       l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
       l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
       l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
       l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#if HAS_BOUND
+      const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;  // no keys: zeros
+#else
       const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+#endif
       const int r0 = mblk * ATT_BM + cw * 64 + warp * 16 + g4, r1 = r0 + 8;
       const long long CH = (long long)HEADS * HD;
       bf16_t *ob = out + (long long)b * SQ * CH + (long long)head * HD + 2 * t4;

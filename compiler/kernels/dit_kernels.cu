@@ -459,6 +459,19 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
+#if defined(DIT_K_KEY_BOUND)
+// y i32 [BATCH] = OFFSET + the valid prefix length of each row of mask [BATCH, MASK_LEN]: elements of
+// MASK_T, valid while MASK_NZ(v); one thread a row, reading up to its first zero.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(int *y, const MASK_T *mask) {
+  const long long b = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (b >= BATCH) return;
+  const MASK_T *row = mask + b * MASK_LEN;
+  int n = 0;
+  while (n < MASK_LEN && MASK_NZ(row[n])) n++;
+  y[b] = OFFSET + n;
+}
+#endif
+
 #if defined(DIT_K_SLICE_TOKENS)
 // Tokens [T0, T0 + COUNT) of x [BATCH, TOKENS, C]: a context-parallel rank's share.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
@@ -577,6 +590,11 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 // loads while this one computes); fragments come from shared memory through ldmatrix (.trans
 // for V). Head dims are padded to DP (a multiple of 16) with zeros; keys past LK are masked.
 // Q [B, SQ, H*HD], K/V [B, LK, H*HD]; VEC (16-byte copies) needs HD and H*HD multiples of 8.
+// HAS_BOUND 1 adds an input bound i32 [B] after v: batch item b's keys end at bound[b] (tiles
+// past it are not loaded, the tile holding it is masked; bound <= 0: zero output, lse -inf).
+#ifndef HAS_BOUND
+#define HAS_BOUND 0
+#endif
 #define DP (((HD) + 15) / 16 * 16)
 #define NW DIT_ABI_ATTN_WARPS
 #define BQ (16 * NW)
@@ -636,7 +654,11 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #if HAS_LSE
                                                                  float *lse,
 #endif
-                                                                 const bf16_t *q, const bf16_t *k, const bf16_t *v) {
+                                                                 const bf16_t *q, const bf16_t *k, const bf16_t *v
+#if HAS_BOUND
+                                                                 , const int *bound
+#endif
+) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16_t *sQ = (bf16_t *)smem_raw;  // [BQ][KS]
   bf16_t *sK = sQ + BQ * KS;        // [2][BK][KS]
@@ -647,11 +669,16 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   const bf16_t *qb = q + ((long long)b * SQ) * CH + (long long)h * HD;
   const bf16_t *kb = k + ((long long)b * LK) * CH + (long long)h * HD;
   const bf16_t *vb = v + ((long long)b * LK) * CH + (long long)h * HD;
-  const int ntiles = (LK + BK - 1) / BK;
+#if HAS_BOUND
+  const int lk = min(max(bound[b], 0), LK);  // this item's keys
+#else
+  const int lk = LK;
+#endif
+  const int ntiles = (lk + BK - 1) / BK;
 
   load_rows<BQ>(sQ, qb, q0, SQ, CH);
-  load_rows<BK>(sK, kb, 0, LK, CH);
-  load_rows<BK>(sV, vb, 0, LK, CH);
+  load_rows<BK>(sK, kb, 0, lk, CH);
+  load_rows<BK>(sV, vb, 0, lk, CH);
   cp_commit();
 
   u32 qa[DP / 16][4];
@@ -664,8 +691,8 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   for (int j = 0; j < ntiles; j++) {
     const int buf = j & 1, k0 = j * BK;
     if (j + 1 < ntiles) {
-      load_rows<BK>(sK + (buf ^ 1) * BK * KS, kb, k0 + BK, LK, CH);
-      load_rows<BK>(sV + (buf ^ 1) * BK * KS, vb, k0 + BK, LK, CH);
+      load_rows<BK>(sK + (buf ^ 1) * BK * KS, kb, k0 + BK, lk, CH);
+      load_rows<BK>(sV + (buf ^ 1) * BK * KS, vb, k0 + BK, lk, CH);
       cp_commit();
       cp_wait<1>();
     } else {
@@ -697,13 +724,17 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     }
     // Online softmax over this tile (in log2 units); masked keys get -inf.
     float mx_a = m_a, mx_b = m_b;
+#if HAS_BOUND
+    const bool tail = k0 + BK > lk;
+#else
     const bool tail = LK % BK != 0 && k0 + BK > LK;  // only the last tile has keys to mask
+#endif
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int key = k0 + n * 8 + t4 * 2 + (e & 1);
-        s[n][e] = (!tail || key < LK) ? s[n][e] * sl2 : -DIT_INF;
+        s[n][e] = (!tail || key < lk) ? s[n][e] * sl2 : -DIT_INF;
       }
       mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
@@ -752,13 +783,20 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     }
     __syncthreads();  // every warp is done with this buffer before it is refilled
   }
+#if HAS_BOUND
+  if (ntiles == 0) cp_wait<0>();  // a bound of 0: the first tiles' (zero-filling) copies
+#endif
   // Row sums are spread over the 4 lanes of a row group.
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
   l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
   const int ra = q0 + warp * 16 + g, rb = ra + 8;
+#if HAS_BOUND
+  const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;  // no keys: zeros
+#else
   const float inv_a = 1.f / l_a, inv_b = 1.f / l_b;
+#endif
   bf16_t *ob = out + ((long long)b * SQ) * CH + (long long)h * HD;
 #pragma unroll
   for (int n = 0; n < DP / 8; n++) {

@@ -1,7 +1,8 @@
 /* CPU attention: softmax(q k^T * scale) v per (batch, head), flash-style. Keys stream in
  * blocks with an online softmax (running max and sum), so memory is O(block) whatever the
  * sequence lengths; both products run on the GEMM micro-kernel. Parallel over (b, h, a few
- * query blocks). */
+ * query blocks). A key bound stops a batch item's stream at its bound: the keys past it are
+ * never read, so the result is the unbounded attention over the first bound keys, bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ typedef double dit_v2d_t __attribute__((vector_size(16)));
 
 typedef struct attn_job {
   const dit_tensor_t *q, *k, *v, *out, *lse;
+  const int32_t *bound; /* [B], or NULL: all keys */
   int64_t B, S, L, H, Dh, ldo;
   int64_t qc;      /* query blocks per task */
   int64_t n_chunk; /* tasks per (b, h) */
@@ -164,8 +166,10 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
   }
   memset(otile, 0, sizeof(float) * (size_t)(n_qpanels * DIT_GEMM_MR * ldo));
 
-  for (int64_t k0 = 0; k0 < j->L; k0 += DIT_ATTN_BK) {
-    const int64_t nk = j->L - k0 < DIT_ATTN_BK ? j->L - k0 : DIT_ATTN_BK;
+  int64_t L = j->L;
+  if (j->bound) L = j->bound[b] <= 0 ? 0 : j->bound[b] < L ? j->bound[b] : L;
+  for (int64_t k0 = 0; k0 < L; k0 += DIT_ATTN_BK) {
+    const int64_t nk = L - k0 < DIT_ATTN_BK ? L - k0 : DIT_ATTN_BK;
     const int64_t lds = round_up(nk, DIT_GEMM_NR);
 
     /* K block as B panels (one per NR keys, d running down the panel); V block as B panels
@@ -199,7 +203,8 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
 
   for (int64_t i = 0; i < nq; i++) {
     float *orow = otile + i * ldo;
-    const double inv = 1.0 / l[i];
+    /* No keys (a bound of 0): a zero output, and lse = -inf (m) + log(0). */
+    const double inv = L ? 1.0 / l[i] : 0.0;
     for (int64_t d = 0; d < Dh; d++) orow[d] = (float)(orow[d] * inv);
     dit_cpu_row_store(j->out->data, j->out->dtype, ((b * j->S + q0 + i) * H + h) * Dh, orow, Dh);
     if (j->lse)
@@ -221,6 +226,12 @@ static void attn_task(void *ctx, int64_t begin, int64_t end, int worker) {
 dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                const dit_tensor_t *v, int heads, double scale, dit_tensor_t *out,
                                dit_tensor_t *lse) {
+  return dit_cpu_attention_bounded(c, q, k, v, NULL, heads, scale, out, lse);
+}
+
+dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                       const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
+                                       dit_tensor_t *out, dit_tensor_t *lse) {
   static const char *op = "attention";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "q", q));
@@ -246,6 +257,13 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
     const int64_t ld[3] = {B, heads, S};
     DIT_RETURN_IF(dit_cpu_check_dims(op, "lse", lse, 3, ld));
   }
+  if (bound) {
+    DIT_RETURN_IF(dit_cpu_check_any(op, "bound", bound));
+    if (bound->dtype != DIT_I32)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: bound has dtype %s, expected i32", op, dit_dtype_name(bound->dtype));
+    const int64_t bd[1] = {B};
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
+  }
   if (L == 0 && B * S > 0)
     return DIT_ERR(INVALID_ARGUMENT, "%s: k has dims %s: no keys to attend to", op,
                    dit_cpu_dims_str(k, b1));
@@ -255,10 +273,12 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
     DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, in_names[i], ins[i]));
     DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, in_names[i], ins[i]));
   }
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "bound", bound));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "bound", bound));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "out", out));
   if (B == 0 || S == 0) return DIT_OK;
 
-  attn_job_t j = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .B = B, .S = S, .L = L,
+  attn_job_t j = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .bound = bound ? bound->data : NULL, .B = B, .S = S, .L = L,
                   .H = heads, .Dh = HD / heads, .scale = (float)scale};
   j.ldo = round_up(j.Dh, DIT_GEMM_NR);
   /* Several query blocks per task amortize K/V packing, unless that starves the pool. */

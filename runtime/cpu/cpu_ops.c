@@ -803,6 +803,26 @@ dit_status_t dit_cpu_rope_table(dit_cpu_t *c, const dit_tensor_t *x, const dit_t
 
 /* ---- reshape and concat -------------------------------------------------------------------- */
 
+dit_status_t dit_cpu_key_bound(dit_cpu_t *c, const dit_tensor_t *mask, int64_t offset, dit_tensor_t *out) {
+  static const char *op = "key_bound";
+  (void)c;
+  DIT_RETURN_IF(dit_cpu_check_any(op, "mask", mask));
+  DIT_RETURN_IF(dit_cpu_check_any(op, "out", out));
+  const int64_t md[2] = {-1, -1};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "mask", mask, 2, md));
+  const int64_t B = mask->dims[0], L = mask->dims[1], od[1] = {B};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "out", out, 1, od));
+  if (out->dtype != DIT_I32) return DIT_ERR(INVALID_ARGUMENT, "%s: out has dtype %s, expected i32", op, dit_dtype_name(out->dtype));
+  if (offset < 0 || offset > INT32_MAX - L)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: offset %lld is outside [0, %lld] for masks of %lld entries", op, (long long)offset,
+                   (long long)(INT32_MAX - L), (long long)L);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "mask", mask));
+  const size_t row = (size_t)L * dit_dtype_size(mask->dtype);
+  for (int64_t b = 0; b < B; b++)
+    ((int32_t *)out->data)[b] = (int32_t)(offset + dit_mask_prefix((const char *)mask->data + (size_t)b * row, mask->dtype, L, NULL));
+  return DIT_OK;
+}
+
 dit_status_t dit_cpu_reshape(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
   static const char *op = "reshape";
   char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];

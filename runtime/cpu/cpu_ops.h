@@ -75,10 +75,18 @@ dit_status_t dit_cpu_reshape(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *
 /* y = a ++ b along dim: equal ranks and dtypes (any dtype), all other dims equal. */
 dit_status_t dit_cpu_concat(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b, int64_t dim,
                             dit_tensor_t *y);
+/* out i32 [B] = offset + the valid prefix length of each row of mask [B, L] (any dtype; nonzero
+ * = valid): the index of its first zero, L if none; the entries after it are not read. */
+dit_status_t dit_cpu_key_bound(dit_cpu_t *c, const dit_tensor_t *mask, int64_t offset, dit_tensor_t *out);
 /* q [B, S, H*Dh], k and v [B, L, H*Dh] -> out [B, S, H*Dh]; lse [B, H, S] may be NULL. */
 dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                const dit_tensor_t *v, int heads, double scale, dit_tensor_t *out,
                                dit_tensor_t *lse);
+/* The same with bound i32 [B] (NULL: none): batch item b attends to its keys below bound[b]
+ * only (all of them when bound >= L; none when bound <= 0: zero output, lse -inf). */
+dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                       const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
+                                       dit_tensor_t *out, dit_tensor_t *lse);
 /* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, T, n, D]. */
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
                                const dit_tensor_t *mod, int gate, dit_tensor_t *out);

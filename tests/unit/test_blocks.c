@@ -124,6 +124,47 @@ static void test_attention_modes(void) {
   }
 }
 
+/* Text masks: key_bound then bounded attention, without cp, with gather and with Ulysses (the
+ * bound the fourth input of the attention op); ring and usp refuse a bound. */
+static void test_bounded_attention(void) {
+  const int modes[5] = {DIT_CP_NONE, DIT_CP_GATHER, DIT_CP_ULYSSES, DIT_CP_RING, DIT_CP_USP};
+  for (int i = 0; i < 5; i++) {
+    dit_graph_t *g = NULL;
+    CHECK_OK(dit_graph_create(&g));
+    dit_blocks_t *b = NULL;
+    const int cp = modes[i] ? 2 : 1;
+    dit_blocks_options_t o = opts(DIT_BF16, 1, 0, cp, 0, modes[i]);
+    o.ulysses = modes[i] == DIT_CP_USP ? 2 : 0;
+    CHECK_OK(dit_blocks_create(g, g_weights, &o, &b));
+    if (!b) return;
+    int64_t xs[3] = {2, 8, 32}, ms[2] = {2, 5};
+    dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 3, xs), mask = dit_graph_input(g, "mask", DIT_I64, 2, ms);
+    dit_vid_t bound = dit_blocks_key_bound(b, mask, 3 * cp, "bound");
+    CHECK(bound >= 0 && dit_graph_cvalue(g, bound)->dtype == DIT_I32 && dit_graph_cvalue(g, bound)->dims[0] == 2);
+    const dit_op_t *kb = op_named(g, "bound");
+    CHECK(kb && kb->kind == DIT_OP_KEY_BOUND && dit_attrs_find(&kb->attrs, "offset")->i == 3 * cp);
+    dit_vid_t a = dit_blocks_attention_tokens_bounded(b, x, x, x, bound, "a");
+    if (modes[i] == DIT_CP_RING || modes[i] == DIT_CP_USP) {
+      CHECK(a == -1);
+      CHECK_ERR(dit_blocks_status(b), UNIMPLEMENTED, modes[i] == DIT_CP_RING ? "attention 'a': a key bound under context parallelism ring"
+                                                                             : "attention 'a': a key bound under context parallelism usp");
+    } else {
+      CHECK_OK(dit_blocks_status(b));
+      const dit_op_t *sdpa = op_named(g, "a.sdpa");
+      CHECK(sdpa && sdpa->kind == DIT_OP_ATTENTION && sdpa->n_in == 4 && sdpa->in[3] == bound);
+      CHECK_EQ_INT(dit_graph_cvalue(g, a)->dims[1], 8);
+    }
+    /* no bound: three inputs, as before */
+    dit_vid_t u = dit_blocks_attention_bounded(b, x, x, x, -1, "plain");
+    CHECK(u >= 0 && op_named(g, "plain")->n_in == 3);
+    dit_vid_t w = dit_blocks_attention_bounded(b, x, x, x, bound, "bounded");
+    CHECK(w >= 0 && op_named(g, "bounded")->n_in == 4);
+    CHECK_OK(dit_blocks_status(b));
+    dit_blocks_destroy(b);
+    dit_graph_destroy(g);
+  }
+}
+
 /* A key the checkpoint lacks is an error the build reports once it is done, and each call
  * hands out its own copy. */
 static void test_errors(void) {
@@ -152,6 +193,7 @@ int main(void) {
     test_weight_policy();
     test_tensor_parallel_linears();
     test_attention_modes();
+    test_bounded_attention();
     test_errors();
   }
   dit_safetensors_close(g_weights);

@@ -269,6 +269,72 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
   dit_graph_destroy(g);
 }
 
+/* The last op's module, copied (the code generator keeps only its last one); NULL on failure. */
+static char *module_copy(dit_cuda_codegen_t *cg, dit_graph_t *g, size_t *size) {
+  int has = 0;
+  dit_plan_kernel_t k;
+  dit_cuda_module_t m;
+  memset(&m, 0, sizeof m);
+  dit_status_t s = dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m);
+  dit_status_free(s);
+  if (s || !m.cubin) return NULL;
+  char *c = malloc(m.cubin_size);
+  if (c) memcpy(c, m.cubin, m.cubin_size);
+  *size = m.cubin_size;
+  return c;
+}
+
+/* Text masks: key_bound on every mask dtype, and attention with a key bound (HAS_BOUND) in the
+ * Hopper kernel's forms (head dims 64 and 128, persistent or not) and the portable kernel's; a
+ * bounded module differs from the unbounded one of the same shape. */
+static void test_mask_ops(dit_cuda_codegen_t *cg, const char *target) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int64_t md[2] = {3, 77};
+  dit_attrs_t off = {0};
+  dit_attrs_set_int(&off, "offset", 4096);
+  dit_vid_t bound = -1;
+  for (int dt = 0; dt < DIT_DTYPE_COUNT; dt++) {
+    dit_vid_t m = dit_graph_input(g, "mask", (dit_dtype_t)dt, 2, md);
+    bound = dit_graph_op(g, DIT_OP_KEY_BOUND, &m, 1, &off, DIT_I32, "bound");
+    char what[64];
+    snprintf(what, sizeof what, "key_bound of a %s mask on %s", dit_dtype_name((dit_dtype_t)dt), target);
+    CHECK_EQ_INT(check_op(cg, g, what, DIT_ABI_BLOCK, 0, 0), 1);
+  }
+  const int sm90 = !strcmp(target, "sm_90");
+  static const int64_t shapes[][2] = {{64, 77}, {128, 77}, {128, 1100}, {96, 300}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const int64_t hd = shapes[i][0], lk = shapes[i][1];
+    dit_vid_t q = in3(g, "q", DIT_BF16, 3, 300, 2 * hd), kv = in3(g, "kv", DIT_BF16, 3, lk, 2 * hd), ins[4] = {q, kv, kv, bound};
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", 2);
+    dit_attrs_set_float(&at, "scale", 0.125);
+    dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &at, DIT_BF16, "att");
+    size_t n_plain = 0, n_bounded = 0;
+    char *plain = module_copy(cg, g, &n_plain);
+    dit_graph_op(g, DIT_OP_ATTENTION, ins, 4, &at, DIT_BF16, "att_bounded");
+    char what[80];
+    snprintf(what, sizeof what, "bounded attention hd %lld keys %lld on %s", (long long)hd, (long long)lk, target);
+    const int hopper = sm90 && hd != 96;
+    if (hopper) {
+      const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
+      const int st = hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128, nh = (int)hd / 64, bm = 64 * ncw;
+      const int persist = hd == 128 && lk <= 1024;
+      check_op(cg, g, what, (uint32_t)(128 * (ncw + 1)),
+               (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * 128 * 128 + 8 * (4 + 4 * st)), 1);
+    } else {
+      check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * (hd + 8) * 2), 0);
+    }
+    char *bounded = module_copy(cg, g, &n_bounded);
+    CHECK(plain && bounded && (n_plain != n_bounded || memcmp(plain, bounded, n_plain)));
+    free(plain);
+    free(bounded);
+    if (!sm90 && i == 0) i = 2; /* the portable kernel: hd 64 and 96 are enough */
+  }
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+}
+
 static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_t *cg = NULL;
   dit_status_t s = dit_cuda_codegen_create(target, cache, &cg);
@@ -330,6 +396,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
   test_mmdit_ops(cg);
+  test_mask_ops(cg, target);
   dit_cuda_codegen_destroy(cg);
 }
 

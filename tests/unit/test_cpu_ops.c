@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "runtime/cpu/cpu_ops.h"
+#include "runtime/exec_internal.h"
 
 /* Error bounds, as max|ours - ref| / max|ref| over a tensor. The reference sees exactly the
  * stored (rounded) inputs, so storage only adds the rounding of the output: half an ulp, which
@@ -292,6 +293,105 @@ static void test_attention(void) {
   check_attention(1, 48, 128, 4, 128, 1, 1 / sqrt(128.0), 1, DIT_F32);
   check_attention(1, 50, 140, 2, 40, 1, 1 / sqrt(40.0), 1, DIT_BF16);
   check_attention(1, 7, 33, 3, 8, 1, 0.5, 1, DIT_F16);
+}
+
+/* ---- text masks: key_bound and bounded attention ----------------------------------------- */
+
+/* Attention with a key bound against the unbounded kernel over each item's first bound keys
+ * (views of the same data): outputs and lse bit-identical, since the bounded stream stops where
+ * the shorter one ends; a bound <= 0 gives zeros and lse -inf, a bound >= L all keys. */
+static void check_bounded_attention(int64_t S, int64_t L, int64_t H, int64_t Dh, int64_t B, const int32_t *bounds,
+                                    dit_dtype_t dt) {
+  const int64_t C = H * Dh, qd[3] = {B, S, C}, kd[3] = {B, L, C}, ld[3] = {B, H, S};
+  const size_t es = dit_dtype_size(dt);
+  const double scale = 1 / sqrt((double)Dh);
+  tt_t q = tt_rand(dt, 3, qd, -2, 2), k = tt_rand(dt, 3, kd, -2, 2), v = tt_rand(dt, 3, kd, -1, 1);
+  dit_tensor_t bt = {(void *)bounds, DIT_I32, 1, {B}};
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t o = out_poisoned(dt, 3, qd), lse = out_poisoned(DIT_F32, 3, ld);
+    CHECK_OK(dit_cpu_attention_bounded(&g_cpu[pi], &q.t, &k.t, &v.t, &bt, (int)H, scale, &o, &lse));
+    for (int64_t b = 0; b < B; b++) {
+      const int64_t lb = bounds[b] <= 0 ? 0 : bounds[b] < L ? bounds[b] : L;
+      const char *ob = (const char *)o.data + (size_t)(b * S * C) * es;
+      const float *lsb = (const float *)lse.data + b * H * S;
+      if (lb == 0) {
+        int zero = 1;
+        for (int64_t i = 0; i < S * C; i++) zero &= get_elem(&o, b * S * C + i) == 0;
+        for (int64_t i = 0; i < H * S; i++) zero &= lsb[i] == -INFINITY;
+        CHECK(zero);
+        continue;
+      }
+      const dit_tensor_t q1 = {(char *)q.t.data + (size_t)(b * S * C) * es, dt, 3, {1, S, C}};
+      const dit_tensor_t k1 = {(char *)k.t.data + (size_t)(b * L * C) * es, dt, 3, {1, lb, C}};
+      const dit_tensor_t v1 = {(char *)v.t.data + (size_t)(b * L * C) * es, dt, 3, {1, lb, C}};
+      const int64_t qd1[3] = {1, S, C}, ld1[3] = {1, H, S};
+      dit_tensor_t o1 = out_poisoned(dt, 3, qd1), l1 = out_poisoned(DIT_F32, 3, ld1);
+      CHECK_OK(dit_cpu_attention(&g_cpu[pi], &q1, &k1, &v1, (int)H, scale, &o1, &l1));
+      const int same_o = !memcmp(ob, o1.data, (size_t)(S * C) * es), same_l = !memcmp(lsb, l1.data, sizeof(float) * (size_t)(H * S));
+      if (!same_o || !same_l)
+        fprintf(stderr, "  bounded attention S=%lld L=%lld %s pool %d: item %lld (bound %d) differs from %lld keys (out %d, lse %d)\n",
+                (long long)S, (long long)L, dit_dtype_name(dt), pi, (long long)b, bounds[b], (long long)lb, same_o, same_l);
+      CHECK(same_o && same_l);
+      free(o1.data);
+      free(l1.data);
+    }
+    free(o.data);
+    free(lse.data);
+  }
+  tt_free(&q), tt_free(&k), tt_free(&v);
+}
+
+static void test_masks(void) {
+  /* Key blocks of 128: a bound inside the second block, none, past the end, one past a block. */
+  static const int32_t b4[4] = {130, 0, 400, 257}, b3[3] = {128, 1, -3}, b2[2] = {33, 70};
+  check_bounded_attention(37, 300, 2, 24, 4, b4, DIT_F32);
+  check_bounded_attention(5, 128, 1, 8, 3, b3, DIT_F32);
+  check_bounded_attention(20, 70, 3, 16, 2, b2, DIT_BF16);
+
+  /* key_bound on every dtype: a prefix of 3 (then -0, a zero), all valid, none, and a zero then
+   * nonzeros (only the prefix counts). */
+  static const double rows[4][5] = {{1, 2, -1, -0.0, 0}, {1, 1, 1, 1, 7}, {0, 0, 0, 0, 0}, {3, 0, 1, 0, 1}};
+  static const int32_t want[4] = {10, 12, 7, 8};
+  const int64_t md[2] = {4, 5}, od[1] = {4};
+  for (int dt = 0; dt < DIT_DTYPE_COUNT; dt++) {
+    dit_tensor_t m = tensor_alloc((dit_dtype_t)dt, 2, md), o = tensor_alloc(DIT_I32, 1, od);
+    for (int i = 0; i < 20; i++) set_elem(&m, i, rows[i / 5][i % 5]);
+    for (int i = 0; i < 4; i++) ((int32_t *)o.data)[i] = -1;
+    CHECK_OK(dit_cpu_key_bound(&g_cpu[0], &m, 7, &o));
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(((int32_t *)o.data)[i], want[i]);
+    /* The runtime refuses the fourth row when the mask is set as a key_bound step's input. */
+    dit_plan_step_t st = {.kind = DIT_OP_KEY_BOUND, .n_in = 1, .n_out = 1, .in = {2}, .out = {3}};
+    dit_plan_t plan = {.n_steps = 1, .steps = &st};
+    CHECK_ERR(dit_exec_check_mask_input(&plan, 2, "encoder_attention_mask", &m), INVALID_ARGUMENT,
+              "input 'encoder_attention_mask': batch item 3 has a nonzero at position 2 after a zero at 1");
+    m.dims[0] = 3; /* the first three rows are prefixes */
+    CHECK_OK(dit_exec_check_mask_input(&plan, 2, "encoder_attention_mask", &m));
+    m.dims[0] = 4;
+    CHECK_OK(dit_exec_check_mask_input(&plan, 1, "other", &m)); /* not read by key_bound: not a mask */
+    free(m.data);
+    free(o.data);
+  }
+
+  float buf[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  int32_t ib[4];
+  dit_tensor_t m = {buf, DIT_F32, 2, {2, 4}}, m1 = {buf, DIT_F32, 1, {8}}, of = {ib, DIT_F32, 1, {2}}, oi = {ib, DIT_I32, 1, {2}};
+  dit_tensor_t o3 = {ib, DIT_I32, 1, {3}};
+  CHECK_ERR(dit_cpu_key_bound(&g_cpu[0], &m, 0, &of), INVALID_ARGUMENT, "key_bound: out has dtype f32, expected i32");
+  CHECK_ERR(dit_cpu_key_bound(&g_cpu[0], &m1, 0, &oi), INVALID_ARGUMENT, "key_bound: mask");
+  CHECK_ERR(dit_cpu_key_bound(&g_cpu[0], &m, 0, &o3), INVALID_ARGUMENT, "key_bound: out");
+  CHECK_ERR(dit_cpu_key_bound(&g_cpu[0], &m, -1, &oi), INVALID_ARGUMENT, "key_bound: offset -1 is outside");
+  CHECK_OK(dit_cpu_key_bound(&g_cpu[0], &m, 5, &oi));
+  CHECK(ib[0] == 9 && ib[1] == 9);
+
+  /* bound must be i32 [B] */
+  float qb[64], ob[64];
+  for (int i = 0; i < 64; i++) qb[i] = 0.5f;
+  dit_tensor_t q = {qb, DIT_F32, 3, {2, 4, 8}}, o = {ob, DIT_F32, 3, {2, 4, 8}};
+  dit_tensor_t bf = {ib, DIT_F32, 1, {2}}, bshort = {ib, DIT_I32, 1, {3}};
+  ib[0] = ib[1] = 2;
+  CHECK_ERR(dit_cpu_attention_bounded(&g_cpu[0], &q, &q, &q, &bf, 2, 0.5, &o, NULL), INVALID_ARGUMENT,
+            "attention: bound has dtype f32, expected i32");
+  CHECK_ERR(dit_cpu_attention_bounded(&g_cpu[0], &q, &q, &q, &bshort, 2, 0.5, &o, NULL), INVALID_ARGUMENT, "attention: bound");
 }
 
 /* ---- norms ------------------------------------------------------------------------------ */
@@ -1163,6 +1263,7 @@ int main(void) {
   g_cpu[1].pool = p3;
   test_linear();
   test_attention();
+  test_masks();
   test_norms();
   test_elementwise();
   test_patch();

@@ -270,11 +270,65 @@ static void test_mmdit_ops(void) {
   dit_graph_destroy(g);
 }
 
+/* key_bound and attention's bound: shapes, the i32 they fix, refusals naming the value, costs. */
+static void test_key_bound(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int rank[2];
+  int64_t dims[2][DIT_MAX_RANK];
+  int64_t md[2] = {3, 7};
+  dit_vid_t mask = dit_graph_input(g, "encoder_attention_mask", DIT_I64, 2, md);
+  dit_attrs_t off = attrs_i("offset", 12, NULL, 0);
+  dit_vid_t bound = dit_graph_op(g, DIT_OP_KEY_BOUND, &mask, 1, &off, DIT_I32, "bound");
+  CHECK(bound >= 0 && dit_graph_cvalue(g, bound)->rank == 1 && dit_graph_cvalue(g, bound)->dims[0] == 3);
+  CHECK(dit_graph_op(g, DIT_OP_KEY_BOUND, &mask, 1, &off, DIT_F32, "bound_f32") == -1);
+  CHECK(dit_graph_status(g) && strstr(dit_status_message(dit_graph_status(g)), "key_bound: output dtype f32, expected i32"));
+  dit_graph_destroy(g);
+
+  CHECK_OK(dit_graph_create(&g));
+  mask = dit_graph_input(g, "encoder_attention_mask", DIT_F32, 2, md);
+  dit_vid_t m3 = in3(g, "m3", DIT_F32, 3, 7, 1);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_KEY_BOUND, &m3, 1, &off, 1, rank, dims), INVALID_ARGUMENT,
+            "key_bound: operand mask 'm3' has rank 3, expected 2");
+  dit_attrs_t neg = attrs_i("offset", -1, NULL, 0), big = attrs_i("offset", INT32_MAX - 6, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_KEY_BOUND, &mask, 1, &neg, 1, rank, dims), INVALID_ARGUMENT,
+            "key_bound: attribute offset = -1, expected >= 0");
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_KEY_BOUND, &mask, 1, &big, 1, rank, dims), INVALID_ARGUMENT,
+            "plus the 7 entries of mask 'encoder_attention_mask' exceeds the i32 range");
+  bound = dit_graph_op(g, DIT_OP_KEY_BOUND, &mask, 1, &off, DIT_I32, "bound");
+
+  /* attention with a fourth input: i32 [B] */
+  dit_vid_t q = in3(g, "q", DIT_BF16, 3, 10, 32), kv = in3(g, "kv", DIT_BF16, 3, 19, 32);
+  dit_attrs_t a = attrs_i("heads", 2, NULL, 0);
+  dit_attrs_set_float(&a, "scale", 0.25);
+  dit_vid_t ins[4] = {q, kv, kv, bound};
+  dit_vid_t o = dit_graph_op(g, DIT_OP_ATTENTION, ins, 4, &a, DIT_BF16, "sdpa");
+  CHECK(o >= 0 && dit_graph_cvalue(g, o)->dims[1] == 10);
+  int64_t b2[1] = {2};
+  ins[3] = dit_graph_input(g, "short", DIT_I32, 1, b2);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION, ins, 4, &a, 1, rank, dims), INVALID_ARGUMENT,
+            "attention: bound 'short' is i32 [2], expected i32 [3] (one key bound per batch item of q 'q')");
+  ins[3] = mask;
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION, ins, 4, &a, 1, rank, dims), INVALID_ARGUMENT,
+            "attention: bound 'encoder_attention_mask' is f32 [3,7], expected i32 [3]");
+  int64_t b3[1] = {3};
+  ins[3] = dit_graph_input(g, "fbound", DIT_F32, 1, b3);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION, ins, 4, &a, 1, rank, dims), INVALID_ARGUMENT, "bound 'fbound' is f32 [3]");
+  dit_graph_mark_output(g, o, "out");
+  CHECK_OK(dit_graph_verify(g));
+  /* costs: the bound is an operand of 12 bytes; a test per mask entry */
+  const dit_op_t *kb = dit_graph_cop_at(g, 0), *att = dit_graph_cop_at(g, 1);
+  CHECK_NEAR(dit_op_cost(g, kb).flops, 21, 0);
+  CHECK_NEAR(dit_op_cost(g, att).bytes, (3 * 10 * 32 * 2) * 2 + (3 * 19 * 32 * 2) * 2 + 12, 0);
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_builder_shapes();
   test_shape_errors();
   test_verify_and_print();
   test_cost();
   test_mmdit_ops();
+  test_key_bound();
   return check_summary("test_ir");
 }
