@@ -263,9 +263,10 @@ static dit_vid_t stream_finish(dit_blocks_t *b, dit_vid_t x, dit_vid_t a, dit_bl
   return x;
 }
 
-/* Block i over the image tokens hs [B, T, D] and text tokens ctx [B, L, D]; updates both. */
-static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, int64_t T, int64_t L, dit_vid_t *hs,
-                       dit_vid_t *ctx, dit_dtype_t dt) {
+/* Block i over the image tokens hs [B, T, D] and text tokens ctx [B, L, D], the keys [image, text]
+ * cut at bound (each item's image tokens and valid text prefix); updates both. */
+static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t bound, int64_t T, int64_t L,
+                       dit_vid_t *hs, dit_vid_t *ctx, dit_dtype_t dt) {
   stream_keys_t ki, kc;
   stream_keys(&ki, i, 0);
   stream_keys(&kc, i, 1);
@@ -285,7 +286,7 @@ static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs
   dit_vid_t q = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.q, ac.q, 1, N(nb, "q")), cs, N(nb, "rope_q"));
   dit_vid_t k = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.k, ac.k, 1, N(nb, "k")), cs, N(nb, "rope_k"));
   dit_vid_t v = dit_blocks_concat(b, ai.v, ac.v, 1, N(nb, "v"));
-  dit_vid_t a = dit_blocks_attention(b, q, k, v, N(nb, "sdpa"));
+  dit_vid_t a = dit_blocks_attention_bounded(b, q, k, v, bound, N(nb, "sdpa"));
   dit_vid_t a_img = dit_blocks_slice_tokens(b, a, 0, T, dt, N(nb, "img_tokens"));
   dit_vid_t a_txt = dit_blocks_slice_tokens(b, a, T, L, dt, N(nb, "txt_tokens"));
 #undef N
@@ -319,9 +320,12 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
     dit_graph_destroy(g);
     return s;
   }
-  const int64_t xs[3] = {B, T, q->in_channels}, es[3] = {B, L, q->joint_dim}, ts[1] = {B}, css[2] = {T + L, q->head_dim};
+  const int64_t xs[3] = {B, T, q->in_channels}, es[3] = {B, L, q->joint_dim}, ts[1] = {B}, css[2] = {T + L, q->head_dim},
+                ms[2] = {B, L};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 3, xs);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
+  /* The mask as the pipeline passes it (i64, nonzero = valid): a valid prefix, then padding. */
+  dit_vid_t mask = dit_graph_input(g, "encoder_hidden_states_mask", DIT_I64, 2, ms);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
   dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 2, css, cs_data);
   free(cs_data);
@@ -331,11 +335,12 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
   dit_vid_t temb = dit_blocks_sinusoid_rounded(b, t, QWEN_FREQ_DIM, 1, 0.0, QWEN_TIME_SCALE, dt, "time.sinusoid");
   temb = dit_blocks_timestep_mlp(b, temb, "time_text_embed.timestep_embedder", "time");
   dit_vid_t tsilu = dit_blocks_unary(b, DIT_OP_SILU, temb, dt, "temb.silu"); /* every modulation's SiLU(temb), once */
+  dit_vid_t bound = dit_blocks_key_bound(b, mask, T, "text_bound");
   dit_vid_t ctx = dit_blocks_qk_rmsnorm(b, ehs, "txt_norm.weight", "txt_norm");
   ctx = dit_blocks_linear(b, ctx, "txt_in", dt, "txt_in");
   for (int64_t i = 0; i < q->layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
-    qwen_block(b, i, tsilu, cs, T, L, &hs, &ctx, dt);
+    qwen_block(b, i, tsilu, cs, bound, T, L, &hs, &ctx, dt);
   }
   dit_graph_set_block(g, -1);
   /* AdaLayerNormContinuous: the projection's halves are (scale, shift). */
@@ -356,7 +361,8 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
 }
 
 /* QwenImagePipeline's loop: packed latents into hidden_states, t / 1000 as the timestep, no
- * guidance input, prompt_embeds as the text, true CFG rescaled to the conditional prediction's
+ * guidance input, prompt_embeds and prompt_embeds_mask as the text (an all-valid prompt takes a
+ * mask of ones, which the pipeline passes as None), true CFG rescaled to the conditional prediction's
  * norm, the flow-match Euler schedule of the pipeline's scheduler config with mu from the image
  * tokens (its shift_terminal included). */
 static dit_status_t qwen_generate(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *g) {
@@ -372,9 +378,13 @@ static dit_status_t qwen_generate(const dit_model_t *m, const dit_latent_shape_t
   snprintf(g->timestep_input, sizeof g->timestep_input, "timestep");
   g->timestep_divisor = 1000.0;
   g->true_cfg_norm = 1;
-  g->n_conditions = 1;
-  snprintf(g->conditions[0].argument, sizeof g->conditions[0].argument, "prompt_embeds");
-  snprintf(g->conditions[0].input, sizeof g->conditions[0].input, "encoder_hidden_states");
+  static const char *const cond[][2] = {{"prompt_embeds", "encoder_hidden_states"},
+                                         {"prompt_embeds_mask", "encoder_hidden_states_mask"}};
+  g->n_conditions = 2;
+  for (int i = 0; i < 2; i++) {
+    snprintf(g->conditions[i].argument, sizeof g->conditions[i].argument, "%s", cond[i][0]);
+    snprintf(g->conditions[i].input, sizeof g->conditions[i].input, "%s", cond[i][1]);
+  }
   return dit_flow_schedule_from(sc, ls->tokens, 0, g);
 }
 

@@ -52,9 +52,16 @@ fwd() { # bundle inputs expected
 one=$("$BIN/ditc" "${c[@]}" --batch "$B" | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" verify "$one" >/dev/null
 "$BIN/ditrun" info "$one" | grep -q "^input      guidance" && { echo "Qwen-Image has no guidance input"; exit 1; }
-# Without a mask every text token is valid.
-restage "$d/forward_inputs.safetensors" "$T/nomask.safetensors" -encoder_hidden_states_mask
+fwd "$one" "$d/forward_inputs.safetensors" "$d/forward_output.safetensors"
+one1=$("$BIN/ditc" "${c[@]}" --batch 1 | tail -n1 | cut -d' ' -f3)
+fwd "$one1" "$d/forward_inputs_b1.safetensors" "$d/forward_output_b1.safetensors"
+# Without a mask every text token is valid: a mask of ones.
+ones() { python3 -c "print(','.join(['1'] * $1))"; }
+restage "$d/forward_inputs.safetensors" "$T/nomask.safetensors" "encoder_hidden_states_mask:$(ones $((2 * L)))"
 fwd "$one" "$T/nomask.safetensors" "$d/forward_output_nomask.safetensors"
+# A mask that is not a prefix is refused by name where it is set.
+restage "$d/forward_inputs.safetensors" "$T/holes.safetensors" "encoder_hidden_states_mask:1,1,0,1,1,0,0,0,$(ones "$L")"
+expect_fail "encoder_hidden_states_mask" "$BIN/ditrun" forward "$one" --inputs "$T/holes.safetensors" --out "$T/x.safetensors"
 
 gen=$("$BIN/ditc" "${c[@]}" --batch "$GB" | tail -n1 | cut -d' ' -f3)
 python3 - "$gen/manifest.json" <<'PY'
@@ -62,15 +69,20 @@ import json, sys
 g = json.load(open(sys.argv[1]))["generate"]
 assert g["latents"] == "hidden_states" and g["timestep"] == {"input": "timestep", "divisor": 1000}, g
 assert "guidance" not in g and g["true_cfg"] == "norm" and g["steps"] == 50, g
-assert [c["argument"] for c in g["conditions"]][0] == "prompt_embeds", g
+assert [(c["argument"], c["input"]) for c in g["conditions"]] == [("prompt_embeds", "encoder_hidden_states"),
+    ("prompt_embeds_mask", "encoder_hidden_states_mask")], g
 s = g["schedule"]
 assert s["sampler"] == "flow_match_euler" and s["sigmas"] == "one_to_1/n" and s["shift_terminal"] == 0.02, s
 assert s["dynamic"]["image_seq_len"] == 15 and s["dynamic"]["max_image_seq_len"] == 8192, s
 PY
 gi=$d/generate_inputs.safetensors
 restage "$gi" "$T/init.safetensors" latents=init_latents
-restage "$gi" "$T/gi_nomask.safetensors" -prompt_embeds_mask -negative_prompt_embeds_mask
+restage "$gi" "$T/gi_nomask.safetensors" "prompt_embeds_mask:$(ones "$L")" "negative_prompt_embeds_mask:$(ones "$L")"
 g=(generate "$gen" --init-latents "$T/init.safetensors" --steps "$STEPS")
+"$BIN/ditrun" "${g[@]}" --prompt-embeds "$gi" --out "$T/g.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_output.safetensors" latents 1e-4
+"$BIN/ditrun" "${g[@]}" --prompt-embeds "$gi" --negative-embeds "$gi" --true-cfg "$CFG" --out "$T/g.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_cfg_output.safetensors" latents 1e-4
 "$BIN/ditrun" "${g[@]}" --prompt-embeds "$T/gi_nomask.safetensors" --out "$T/g.safetensors" 2>/dev/null
 "$BIN/st_compare" "$T/g.safetensors" "$d/generate_nomask_output.safetensors" latents 1e-4
 "$BIN/ditrun" "${g[@]}" --prompt-embeds "$T/gi_nomask.safetensors" --negative-embeds "$T/gi_nomask.safetensors" --true-cfg "$CFG" \
@@ -81,6 +93,9 @@ g=(generate "$gen" --init-latents "$T/init.safetensors" --steps "$STEPS")
 gr=(generate "$gen" --prompt-embeds "$T/gi_nomask.safetensors" --seed 1 --steps 2 --out "$T/x.safetensors")
 expect_fail "--shift: a QwenImageTransformer2DModel bundle samples with its pipeline's scheduler config" "$BIN/ditrun" "${gr[@]}" --shift 3
 expect_fail "--true-cfg 2: true CFG needs the negative prompt's embeddings (--negative-embeds)" "$BIN/ditrun" "${gr[@]}" --true-cfg 2
+restage "$gi" "$T/nomaskarg.safetensors" -prompt_embeds_mask
+expect_fail "tensor 'prompt_embeds_mask' missing: the pipeline passes it as encoder_hidden_states_mask" "$BIN/ditrun" generate "$gen" \
+  --prompt-embeds "$T/nomaskarg.safetensors" --seed 1 --steps 2 --out "$T/y.safetensors"
 "$BIN/ditrun" "${gr[@]}" --guidance 3 2>"$T/log" >/dev/null
 grep -q "note: --guidance 3 ignored: QwenImageTransformer2DModel has no guidance embedding" "$T/log" || { cat "$T/log"; exit 1; }
 [ -e "$T/x.safetensors" ] || { echo "generate wrote nothing"; exit 1; }
@@ -92,7 +107,7 @@ expect_fail "--text-len 4095: text positions start at 2 (after the 3x5 image's h
   "$BIN/ditc" compile "$d" --height "$H" --width "$W" --text-len 4095 -o "$T/b"
 # A bare transformer folder: forward as the pipeline's, generate refused (no schedule).
 bare=$("$BIN/ditc" compile "$d/transformer" --height "$H" --width "$W" --batch 2 --text-len 8 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
-fwd "$bare" "$T/nomask.safetensors" "$d/forward_output_nomask.safetensors"
+fwd "$bare" "$d/forward_inputs.safetensors" "$d/forward_output.safetensors"
 expect_fail "compile the pipeline directory (model_index.json)" "$BIN/ditrun" generate "$bare" --prompt-embeds "$gi" --seed 1 --steps 2 \
   --out "$T/x.safetensors"
 
