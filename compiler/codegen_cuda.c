@@ -245,12 +245,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       /* The kernel indexes in int; per-token timesteps make BATCH = B*T. */
       if (n > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': %" PRIu64 " elements exceed the kernel's int index", name, y->name, n);
       dit_strbuf_printf(s, "#define DIT_K_TIMESTEP_EMBED 1\n#define T_T %d\n#define BATCH %" PRId64 "\n#define DIM %" PRId64
-             "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n",
+             "\n#define FLIP %d\n#define SHIFT ((float)%.17g)\n#define MAX_PERIOD ((float)%.17g)\n#define SCALE ((float)%.17g)\n"
+             "#define PREMUL ((float)%.17g)\n#define ROUND %d\n",
           dt_code(x->dtype), dit_value_numel(x), y->dims[y->rank - 1], (int)geti(op, "flip"), getf(op, "shift"), getf(op, "max_period"),
-          getf(op, "scale"));
-      if (dit_attrs_find(&op->attrs, "premul"))
-        dit_strbuf_printf(s, "#define PREMUL ((float)%.17g)\n#define ROUND_BF16 %d\n", getf(op, "premul"),
-                          dit_attrs_find(&op->attrs, "round") ? (int)geti(op, "round") : 0);
+          getf(op, "scale"), dit_attrs_find(&op->attrs, "premul") ? getf(op, "premul") : 1.0, (int)geti(op, "round"));
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_PATCHIFY:

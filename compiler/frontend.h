@@ -94,6 +94,11 @@ typedef struct dit_hunyuan_config {
   double rope_theta;
   int guidance_embeds;
 } dit_hunyuan_config_t;
+/* QwenImageTransformer2DModel's config, typed. */
+typedef struct dit_qwen_config {
+  int64_t patch, in_channels, out_channels, layers, heads, head_dim, joint_dim;
+  int64_t axes[3]; /* axes_dims_rope: the rotary pairs' split over (frame, row, column) */
+} dit_qwen_config_t;
 
 /* A family's frontend (compiler/frontends/family.h). */
 typedef struct dit_family dit_family_t;
@@ -122,7 +127,7 @@ typedef struct dit_pipeline {
 
 typedef struct dit_model {
   const dit_family_t *fam;
-  char family[32];       /* "wan", "flux", "hunyuan_video" */
+  char family[32];       /* "wan", "flux", "hunyuan_video", "qwen" */
   char model_class[64];  /* config _class_name */
   char variant[32];      /* e.g. "wan2.1"; decides VAE factors without a vae/config.json */
   int vae_temporal, vae_spatial; /* = pipeline.vae's */
@@ -134,6 +139,7 @@ typedef struct dit_model {
   dit_wan_config_t wan;
   dit_flux_config_t flux;
   dit_hunyuan_config_t hunyuan;
+  dit_qwen_config_t qwen;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */

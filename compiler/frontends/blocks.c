@@ -461,28 +461,43 @@ void dit_blocks_joint_attention(dit_blocks_t *b, dit_vid_t qi, dit_vid_t ki, dit
 
 /* ---- embeddings and tokens ---- */
 
-dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
-                              const char *name) {
+/* TIMESTEP_EMBED of t; premul 0: none (t as given). */
+static dit_vid_t sinusoid_op(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift, double scale,
+                             double premul, dit_dtype_t dtype, const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_int(&a, "dim", dim);
   dit_attrs_set_int(&a, "flip", flip_sin_to_cos ? 1 : 0);
   dit_attrs_set_float(&a, "shift", freq_shift);
   dit_attrs_set_float(&a, "max_period", 10000.0);
-  dit_attrs_set_float(&a, "scale", 1.0);
+  dit_attrs_set_float(&a, "scale", scale);
+  if (premul != 0) dit_attrs_set_float(&a, "premul", premul);
+  if (premul != 0 && dtype == DIT_BF16) dit_attrs_set_int(&a, "round", 1);
   return dit_graph_op(b->g, DIT_OP_TIMESTEP_EMBED, &t, 1, &a, DIT_F32, name);
+}
+
+dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                              const char *name) {
+  return sinusoid_op(b, t, dim, flip_sin_to_cos, freq_shift, 1.0, 0, DIT_F32, name);
 }
 
 dit_vid_t dit_blocks_sinusoid_scaled(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
                                      double premul, dit_dtype_t dtype, const char *name) {
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "dim", dim);
-  dit_attrs_set_int(&a, "flip", flip_sin_to_cos ? 1 : 0);
-  dit_attrs_set_float(&a, "shift", freq_shift);
-  dit_attrs_set_float(&a, "max_period", 10000.0);
-  dit_attrs_set_float(&a, "scale", 1.0);
-  dit_attrs_set_float(&a, "premul", premul);
-  if (dtype == DIT_BF16) dit_attrs_set_int(&a, "round", 1);
-  return dit_graph_op(b->g, DIT_OP_TIMESTEP_EMBED, &t, 1, &a, DIT_F32, name);
+  return sinusoid_op(b, t, dim, flip_sin_to_cos, freq_shift, 1.0, premul, dtype, name);
+}
+
+dit_vid_t dit_blocks_sinusoid_rounded(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                                      double scale, dit_dtype_t dtype, const char *name) {
+  /* premul 1 only rounds: bf16(t) * 1 is exact. */
+  return sinusoid_op(b, t, dim, flip_sin_to_cos, freq_shift, scale, 1.0, dtype, name);
+}
+
+dit_vid_t dit_blocks_timestep_mlp(dit_blocks_t *b, dit_vid_t emb, const char *prefix, const char *name) {
+  char n[192], k[192];
+  const dit_dtype_t dt = b->o.dtype;
+  dit_vid_t e = dit_blocks_unary(b, DIT_OP_CAST, emb, dt, sub(n, sizeof n, name, "in"));
+  e = dit_blocks_linear(b, e, sub(k, sizeof k, prefix, "linear_1"), dt, sub(n, sizeof n, name, "linear_1"));
+  e = dit_blocks_unary(b, DIT_OP_SILU, e, dt, sub(n, sizeof n, name, "silu"));
+  return dit_blocks_linear(b, e, sub(k, sizeof k, prefix, "linear_2"), dt, name);
 }
 
 static void patch_attrs(const int64_t patch[3], dit_attrs_t *a) {

@@ -177,6 +177,15 @@ dit_vid_t dit_blocks_sinusoid(dit_blocks_t *b, dit_vid_t t, int64_t dim, int fli
 dit_vid_t dit_blocks_sinusoid_scaled(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
                                      double premul, dit_dtype_t dtype, const char *name);
 
+/* diffusers' Timesteps(scale) of `t.to(dtype)`: t rounded to dtype (bf16: attr round = 1), then
+ * scale * (t * freq) in fp32 (Qwen-Image's time projection, scale 1000). */
+dit_vid_t dit_blocks_sinusoid_rounded(dit_blocks_t *b, dit_vid_t t, int64_t dim, int flip_sin_to_cos, double freq_shift,
+                                      double scale, dit_dtype_t dtype, const char *name);
+
+/* TimestepEmbedding of a sinusoid emb: cast to the builder's dtype, prefix.linear_1, SiLU,
+ * prefix.linear_2 (ops name.in, name.linear_1, name.silu and name). */
+dit_vid_t dit_blocks_timestep_mlp(dit_blocks_t *b, dit_vid_t emb, const char *prefix, const char *name);
+
 /* Patchify with patch (t, h, w), then the patch embedding linear at key (op named key). */
 dit_vid_t dit_blocks_patch_embed(dit_blocks_t *b, dit_vid_t x, const int64_t patch[3], const char *key);
 /* Tokens [t0, t0 + count) of x (in its dtype's storage dtype). */

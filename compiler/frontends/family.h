@@ -32,6 +32,7 @@ struct dit_family {
 extern const dit_family_t dit_family_wan;
 extern const dit_family_t dit_family_flux;
 extern const dit_family_t dit_family_hunyuan;
+extern const dit_family_t dit_family_qwen;
 
 /* ---- config readers ---- */
 

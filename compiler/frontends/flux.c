@@ -152,22 +152,6 @@ static dit_status_t flux_check_compilable(const dit_model_t *m) {
   return DIT_OK;
 }
 
-static dit_status_t flux_pipeline_identity(const dit_model_t *m, cJSON **out) {
-  *out = NULL;
-  const dit_pipeline_t *p = &m->pipeline;
-  cJSON *o = cJSON_CreateObject();
-  if (!o) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  int ok = cJSON_AddStringToObject(o, "class", p->index.class_name) != NULL;
-  cJSON *vae = ok ? cJSON_AddObjectToObject(o, "vae") : NULL;
-  ok = vae && cJSON_AddNumberToObject(vae, "scale_factor_spatial", p->vae.spatial);
-  if (!ok) {
-    cJSON_Delete(o);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  }
-  *out = o;
-  return DIT_OK;
-}
-
 static dit_status_t flux_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   const int64_t q = 2 * m->vae_spatial; /* a packed token covers 2x2 latent pixels */
   if (r->frames > 1 || r->frames == 0)
@@ -228,18 +212,9 @@ static dit_vid_t modulation(dit_blocks_t *b, dit_vid_t temb_silu, const char *pr
 /* TimestepEmbedding(256 -> D) of a scalar per sample: the sinusoid of value * 1000 in fp32
  * (flip_sin_to_cos, shift 0), cast to the model dtype, linear, SiLU, linear. */
 static dit_vid_t embed_scalar(dit_blocks_t *b, dit_vid_t v, const char *prefix, const char *name, dit_dtype_t dt) {
-  char n1[256], n2[256], k[256];
+  char n1[256];
   snprintf(n1, sizeof n1, "%s.sinusoid", name);
-  dit_vid_t e = dit_blocks_sinusoid_scaled(b, v, FLUX_FREQ_DIM, 1, 0.0, 1000.0, dt, n1);
-  snprintf(n1, sizeof n1, "%s.in", name);
-  e = dit_blocks_unary(b, DIT_OP_CAST, e, dt, n1);
-  snprintf(k, sizeof k, "%s.linear_1", prefix);
-  snprintf(n1, sizeof n1, "%s.linear_1", name);
-  e = dit_blocks_linear(b, e, k, dt, n1);
-  snprintf(n2, sizeof n2, "%s.silu", name);
-  e = dit_blocks_unary(b, DIT_OP_SILU, e, dt, n2);
-  snprintf(k, sizeof k, "%s.linear_2", prefix);
-  return dit_blocks_linear(b, e, k, dt, name);
+  return dit_blocks_timestep_mlp(b, dit_blocks_sinusoid_scaled(b, v, FLUX_FREQ_DIM, 1, 0.0, 1000.0, dt, n1), prefix, name);
 }
 
 static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
@@ -414,7 +389,7 @@ const dit_family_t dit_family_flux = {
     .check_weights = flux_check_weights,
     .pick_variant = flux_pick_variant,
     .check_compilable = flux_check_compilable,
-    .pipeline_identity = flux_pipeline_identity,
+    .pipeline_identity = dit_pipeline_identity_spatial,
     .latent_shape = flux_latent_shape,
     .build_graph = flux_build_graph,
     .generate = flux_generate,

@@ -13,7 +13,7 @@
 #include "compiler/frontends/family.h"
 #include "compiler/frontends/pipeline.h"
 
-static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan};
+static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
 /* ---- config readers ---- */

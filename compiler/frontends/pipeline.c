@@ -64,7 +64,8 @@ static dit_status_t transformer_entry(const dit_json_t *root, const char *key, c
 }
 
 static dit_status_t pipeline_index_read(const dit_json_t *root, dit_pipeline_index_t *out) {
-  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "HunyuanVideoPipeline", NULL};
+  static const char *const pipelines[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "HunyuanVideoPipeline",
+                                          "QwenImagePipeline", NULL};
   dit_json_t v;
   char lib[32];
   int present = 0, which = 0;
@@ -228,10 +229,16 @@ dit_status_t dit_scheduler_config_parse(const char *text, size_t len, const char
 static const struct vae_class {
   const char *name, *spatial_key, *temporal_key, *z_key;
   int64_t spatial, temporal, z;
+  /* Classes without a spatial factor in their config: the pipelines' 2 ** (len(list) + offset). */
+  const char *spatial_list;
+  int list_offset;
 } kVaeClasses[] = {
     /* Wan2.2's VAE sets 16 and 48. */
-    {"AutoencoderKLWan", "scale_factor_spatial", "scale_factor_temporal", "z_dim", 8, 4, 16},
-    {"AutoencoderKLHunyuanVideo", "spatial_compression_ratio", "temporal_compression_ratio", "latent_channels", 8, 4, 16},
+    {"AutoencoderKLWan", "scale_factor_spatial", "scale_factor_temporal", "z_dim", 8, 4, 16, NULL, 0},
+    {"AutoencoderKLHunyuanVideo", "spatial_compression_ratio", "temporal_compression_ratio", "latent_channels", 8, 4, 16, NULL, 0},
+    {"AutoencoderKLQwenImage", NULL, NULL, "z_dim", 8, 4, 16, "temperal_downsample", 0},
+    /* FLUX.1's: FluxPipeline's vae_scale_factor from block_out_channels. */
+    {"AutoencoderKL", NULL, NULL, "latent_channels", 8, 1, 4, "block_out_channels", -1},
 };
 
 dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what, dit_vae_factors_t *out) {
@@ -249,8 +256,9 @@ dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what
     char q[96];
     dit_json_quote(cls, q);
     v = at_member(&root, "_class_name");
-    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected \"%s\" or \"%s\"", q, kVaeClasses[0].name,
-                       kVaeClasses[1].name);
+    char known[192] = "";
+    for (size_t i = 0; i < n; i++) snprintf(known + strlen(known), sizeof known - strlen(known), "%s\"%s\"", i ? ", " : "", kVaeClasses[i].name);
+    s = dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "found %s; expected one of %s", q, known);
   }
   if (s) {
     dit_json_doc_free(doc);
@@ -258,8 +266,15 @@ dit_status_t dit_vae_config_parse(const char *text, size_t len, const char *what
   }
   const struct vae_class *c = &kVaeClasses[k];
   int64_t sp = c->spatial, tm = c->temporal, z = c->z;
-  if (!s && has_value(&root, c->spatial_key)) s = dit_json_int(&root, c->spatial_key, 1, 64, &sp);
-  if (!s && has_value(&root, c->temporal_key)) s = dit_json_int(&root, c->temporal_key, 1, 64, &tm);
+  if (!s && c->spatial_key && has_value(&root, c->spatial_key)) s = dit_json_int(&root, c->spatial_key, 1, 64, &sp);
+  if (!s && c->temporal_key && has_value(&root, c->temporal_key)) s = dit_json_int(&root, c->temporal_key, 1, 64, &tm);
+  if (!s && c->spatial_list && has_value(&root, c->spatial_list)) {
+    size_t nd = 0;
+    s = dit_json_array(&root, c->spatial_list, 7, &v, &nd);
+    if (!s && (int)nd + c->list_offset < 0)
+      s = dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected at least %d entries, found %zu", -c->list_offset, nd);
+    if (!s) sp = INT64_C(1) << ((int)nd + c->list_offset);
+  }
   if (!s && has_value(&root, c->z_key)) s = dit_json_int(&root, c->z_key, 1, 4096, &z);
   if (!s) {
     out->spatial = (int)sp;
@@ -313,6 +328,22 @@ dit_status_t dit_pipeline_dir_read(dit_model_t *m, const char *dir) {
     free(text);
   }
   return s;
+}
+
+dit_status_t dit_pipeline_identity_spatial(const dit_model_t *m, cJSON **out) {
+  *out = NULL;
+  const dit_pipeline_t *p = &m->pipeline;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  int ok = cJSON_AddStringToObject(o, "class", p->index.class_name) != NULL;
+  cJSON *vae = ok ? cJSON_AddObjectToObject(o, "vae") : NULL;
+  ok = vae && cJSON_AddNumberToObject(vae, "scale_factor_spatial", p->vae.spatial);
+  if (!ok) {
+    cJSON_Delete(o);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out = o;
+  return DIT_OK;
 }
 
 dit_status_t dit_flow_schedule_from(const dit_scheduler_defaults_t *sc, int64_t image_seq_len, int sigmas_to_zero,

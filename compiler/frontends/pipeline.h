@@ -17,6 +17,9 @@ dit_status_t dit_pipeline_file_read(const char *path, char **text, size_t *len);
  * to exist; the transformers themselves are the family's to load. */
 dit_status_t dit_pipeline_dir_read(dit_model_t *m, const char *dir);
 
+/* An image pipeline's identity: its class and the VAE's spatial factor. */
+dit_status_t dit_pipeline_identity_spatial(const dit_model_t *m, cJSON **out);
+
 /* The flow-match Euler schedule of a pipeline's scheduler config for an image of
  * image_seq_len tokens, into g->schedule; sigmas_to_zero: the pipeline starts from
  * linspace(1, 0, n+1)[:-1] (HunyuanVideo) rather than linspace(1, 1/n, n). */

@@ -191,7 +191,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 
 #if defined(DIT_K_TIMESTEP_EMBED)
-// diffusers' sinusoidal embedding in fp32: freq_j = exp(-ln(max_period) * j / (half - shift)).
+// diffusers' sinusoidal embedding in fp32: freq_j = exp(-ln(max_period) * j / (half - shift)), of
+// t * PREMUL (as `t.to(dtype) * premul`: with ROUND, t and the product rounded to bf16).
+__device__ __forceinline__ float round_bf(float v) { return ROUND ? bf2f(f2bf(v)) : v; }
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *out, const TY(T) *t) {
   int i = blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   if (i >= BATCH * DIM) return;
@@ -199,15 +201,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   const int j = c < half ? c : c - half;
   float expo = -logf(MAX_PERIOD) * (float)j;
   expo = expo / ((float)half - SHIFT);
-  float tv = ld(t, b);
-#if defined(PREMUL)
-  // diffusers' `t.to(dtype) * premul`: fp32 arithmetic, with ROUND_BF16 both t and the product in bf16.
-#if ROUND_BF16
-  tv = bf2f(f2bf(bf2f(f2bf(tv)) * PREMUL));
-#else
-  tv = tv * PREMUL;
-#endif
-#endif
+  const float tv = round_bf(round_bf(ld(t, b)) * PREMUL);
   float arg = SCALE * (tv * expf(expo));
   float v;
   if (FLIP) v = c < half ? cosf(arg) : sinf(arg);

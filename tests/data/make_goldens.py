@@ -36,6 +36,7 @@ from safetensors.torch import save_file
 
 import diffusers
 from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler, WanTransformer3DModel
+from diffusers.models.normalization import RMSNorm as DiffusersRMSNorm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_TIMESTEPS = 1000
@@ -190,9 +191,8 @@ MIN_BLOCK_CHANGE = 0.05
 def redraw_parameters(model, gen):
     """Replaces the default initialisation (small or zero in places, which would hide bugs)
     with draws that make every part of the network matter."""
-    from diffusers.models.normalization import RMSNorm  # HunyuanVideo's q/k norms; FLUX and Wan use torch's
-
-    norm_types = (torch.nn.LayerNorm, torch.nn.RMSNorm, RMSNorm)
+    # diffusers' own RMSNorm (Qwen-Image's q/k and text norms) is drawn as torch's.
+    norm_types = (torch.nn.LayerNorm, torch.nn.RMSNorm, DiffusersRMSNorm)
     with torch.no_grad():
         for mod_name, mod in model.named_modules():
             for p_name, p in mod.named_parameters(recurse=False):

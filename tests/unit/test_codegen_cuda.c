@@ -249,6 +249,22 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
     snprintf(what, sizeof what, "rmsnorm group %lld of %lld", (long long)G, (long long)D);
     CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), shapes[i][2] ? 66 : 66 * D / G);
   }
+  /* timestep_embed of `t.to(bf16) * 1000` (premul, round) and of Timesteps(scale 1000) */
+  int64_t td[1] = {2};
+  dit_vid_t tt = dit_graph_input(g, "t", DIT_F32, 1, td);
+  for (int pm = 0; pm < 2; pm++) {
+    dit_attrs_t ta = {0};
+    dit_attrs_set_int(&ta, "dim", 256);
+    dit_attrs_set_int(&ta, "flip", 1);
+    dit_attrs_set_float(&ta, "shift", 0);
+    dit_attrs_set_float(&ta, "max_period", 10000);
+    dit_attrs_set_float(&ta, "scale", pm ? 1.0 : 1000.0);
+    dit_attrs_set_float(&ta, "premul", pm ? 1000.0 : 1.0);
+    dit_attrs_set_int(&ta, "round", 1);
+    dit_graph_op(g, DIT_OP_TIMESTEP_EMBED, &tt, 1, &ta, DIT_F32, "temb");
+    CHECK_EQ_INT(check_op(cg, g, pm ? "timestep_embed premul 1000, round" : "timestep_embed scale 1000, round", B, 0, 0),
+                 (2 * 256 + B - 1) / B);
+  }
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }

@@ -794,7 +794,7 @@ static void test_ti2v_and_vae(void) {
        "field 'scale_factor_temporal': expected an integer, found 2.5", DIT_CODE_INVALID_ARGUMENT},
       {"{\"_class_name\": \"AutoencoderKLWan\", \"z_dim\": \"4\"}", "field 'z_dim': expected an integer, found a string",
        DIT_CODE_INVALID_ARGUMENT},
-      {"{\"_class_name\": \"AutoencoderKL\", \"z_dim\": 4}", "field '_class_name': found \"AutoencoderKL\"; expected \"AutoencoderKLWan\"",
+      {"{\"_class_name\": \"AutoencoderKLMochi\", \"z_dim\": 4}", "field '_class_name': found \"AutoencoderKLMochi\"; expected one of \"AutoencoderKLWan\"",
        DIT_CODE_UNIMPLEMENTED},
       {"{\"z_dim\": 4}", "vae/config.json: field '_class_name': missing", DIT_CODE_NOT_FOUND},
       {"[4]", "vae/config.json: expected a JSON object", DIT_CODE_INVALID_ARGUMENT},
@@ -1066,6 +1066,64 @@ static void test_scheduler_config(void) {
   test_flow_match_config();
 }
 
+/* ---- Qwen-Image ---- */
+
+static dit_status_t qwen_config(const char *fields, dit_model_t *m) {
+  char text[1024];
+  snprintf(text, sizeof text, "{\"_class_name\": \"QwenImageTransformer2DModel\"%s%s}", fields[0] ? ", " : "", fields);
+  memset(m, 0, sizeof *m);
+  dit_status_t s = dit_model_config_parse(text, strlen(text), "config.json", m);
+  cJSON_Delete(m->config);
+  m->config = NULL;
+  return s;
+}
+
+static void test_qwen_config(void) {
+  dit_model_t m;
+  /* The class defaults are the published Qwen-Image config. */
+  CHECK_OK(qwen_config("", &m));
+  CHECK(!strcmp(m.family, "qwen"));
+  CHECK_EQ_INT(m.qwen.layers, 60);
+  CHECK_EQ_INT(m.qwen.heads, 24);
+  CHECK_EQ_INT(m.qwen.head_dim, 128);
+  CHECK_EQ_INT(m.qwen.joint_dim, 3584);
+  CHECK_EQ_INT(m.qwen.in_channels, 64);
+  CHECK_EQ_INT(m.qwen.out_channels, 16);
+  CHECK_EQ_INT(m.qwen.patch, 2);
+  CHECK_EQ_INT(m.qwen.axes[1], 56);
+  /* out_channels null means in_channels, as in diffusers. */
+  CHECK_OK(qwen_config("\"out_channels\": null, \"in_channels\": 16", &m));
+  CHECK_EQ_INT(m.qwen.out_channels, 16);
+  CHECK_ERR(qwen_config("\"zero_cond_t\": true", &m), UNIMPLEMENTED, "config.json: field 'zero_cond_t' = true: ");
+  CHECK_ERR(qwen_config("\"use_additional_t_cond\": true", &m), UNIMPLEMENTED, "field 'use_additional_t_cond' = true: ");
+  CHECK_ERR(qwen_config("\"use_layer3d_rope\": true", &m), UNIMPLEMENTED, "field 'use_layer3d_rope' = true: ");
+  CHECK_ERR(qwen_config("\"guidance_embeds\": true", &m), UNIMPLEMENTED, "field 'guidance_embeds' = true: the class's time embedding");
+  CHECK_OK(qwen_config("\"guidance_embeds\": false, \"zero_cond_t\": false, \"use_layer3d_rope\": false", &m));
+  CHECK_ERR(qwen_config("\"axes_dims_rope\": [16, 56, 58]", &m), INVALID_ARGUMENT,
+            "field 'axes_dims_rope' = [16, 56, 58]: expected even parts summing to attention_head_dim = 128");
+  CHECK_ERR(qwen_config("\"axes_dims_rope\": [16, 56]", &m), INVALID_ARGUMENT,
+            "field 'axes_dims_rope': expected 3 integers [frame, rows, columns], found 2");
+  CHECK_ERR(qwen_config("\"num_layers\": 0", &m), OUT_OF_RANGE, "field 'num_layers': expected an integer in [1, 1024], found 0");
+  CHECK_ERR(qwen_config("\"pooled_projection_dim\": 768", &m), UNIMPLEMENTED,
+            "field 'pooled_projection_dim': not a QwenImageTransformer2DModel option this build knows");
+  CHECK_ERR(qwen_config("\"use_additional_t_cond\": 1", &m), INVALID_ARGUMENT,
+            "field 'use_additional_t_cond': expected a boolean, found a number");
+
+  /* AutoencoderKLQwenImage: QwenImagePipeline's factor is 2 ** len(temperal_downsample). */
+  dit_vae_factors_t v;
+  static const char kVae[] = "{\"_class_name\": \"AutoencoderKLQwenImage\", \"z_dim\": 16}";
+  CHECK_OK(dit_vae_config_parse(kVae, strlen(kVae), "vae/config.json", &v));
+  CHECK_EQ_INT(v.spatial, 8);
+  CHECK_EQ_INT(v.z_dim, 16);
+  static const char kVae4[] = "{\"_class_name\": \"AutoencoderKLQwenImage\", \"temperal_downsample\": [false, true, true, true]}";
+  CHECK_OK(dit_vae_config_parse(kVae4, strlen(kVae4), "vae/config.json", &v));
+  CHECK_EQ_INT(v.spatial, 16);
+  static const char kVaeBad[] = "{\"_class_name\": \"AutoencoderKLQwenImage\", \"temperal_downsample\": 3}";
+  dit_status_t s = dit_vae_config_parse(kVaeBad, strlen(kVaeBad), "vae/config.json", &v);
+  CHECK(s && strstr(dit_status_message(s), "field 'temperal_downsample'"));
+  dit_status_free(s);
+}
+
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
   snprintf(g_model, sizeof g_model, "%s/wan_tiny_a/model", data ? data : "data");
@@ -1082,5 +1140,6 @@ int main(void) {
   test_i2v();
   test_i2v_graph();
   test_scheduler_config();
+  test_qwen_config();
   return check_summary("test_frontend");
 }
