@@ -73,7 +73,8 @@ dit_vid_t dit_graph_weight_slice(dit_graph_t *g, const char *key, dit_dtype_t dt
 dit_vid_t dit_graph_weight_slice_as(dit_graph_t *g, const char *ref, const char *key, dit_dtype_t dtype, int rank,
                                     const int64_t *full_dims, int dim, int64_t start, int64_t count);
 /* A constant weight named key (unique within the graph, not a checkpoint key): the bytes of
- * numel(dims) elements of dtype at data are copied. */
+ * numel(dims) elements of dtype at data are copied. The ranks of a context-parallel group share
+ * one weights blob, so a constant must be the same on all of them (slice it per rank with ops). */
 dit_vid_t dit_graph_constant(dit_graph_t *g, const char *key, dit_dtype_t dtype, int rank, const int64_t *dims,
                              const void *data);
 /* Appends an op with one output whose shape is inferred from the operands and attrs. */

@@ -377,13 +377,8 @@ dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_
 
 /* x [B, S, H*Dh] viewed [B*S, H, Dh] (tokens as rows, heads as the middle dim), or back. */
 static dit_vid_t heads_view(dit_blocks_t *b, dit_vid_t x, int64_t B, int64_t S, int64_t H, int back, const char *name) {
-  dit_attrs_t a = {0};
-  const int64_t hd = b->o.head_dim;
-  dit_attrs_set_int(&a, "rank", 3);
-  dit_attrs_set_int(&a, "d0", back ? B : B * S);
-  dit_attrs_set_int(&a, "d1", back ? S : H);
-  dit_attrs_set_int(&a, "d2", back ? H * hd : hd);
-  return dit_graph_op(b->g, DIT_OP_RESHAPE, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+  const int64_t hd = b->o.head_dim, dims[3] = {back ? B : B * S, back ? S : H, back ? H * hd : hd};
+  return dit_blocks_reshape(b, x, 3, dims, name);
 }
 
 void dit_blocks_joint_attention(dit_blocks_t *b, dit_vid_t qi, dit_vid_t ki, dit_vid_t vi, dit_vid_t qt, dit_vid_t kt, dit_vid_t vt,
@@ -610,16 +605,21 @@ dit_vid_t dit_blocks_concat(dit_blocks_t *b, dit_vid_t a, dit_vid_t c, int dim, 
   return dit_graph_op(b->g, DIT_OP_CONCAT, ins, 2, &at, va ? va->dtype : b->o.dtype, name);
 }
 
+dit_vid_t dit_blocks_reshape(dit_blocks_t *b, dit_vid_t x, int rank, const int64_t *dims, const char *name) {
+  const dit_value_t *v = dit_graph_cvalue(b->g, x);
+  if (!v) return -1;
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "rank", rank);
+  static const char *const keys[DIT_MAX_RANK] = {"d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"};
+  for (int i = 0; i < rank && i < DIT_MAX_RANK; i++) dit_attrs_set_int(&a, keys[i], dims[i]);
+  return dit_graph_op(b->g, DIT_OP_RESHAPE, &x, 1, &a, v->dtype, name);
+}
+
 dit_vid_t dit_blocks_rows(dit_blocks_t *b, dit_vid_t x, int64_t n, const char *name) {
   const dit_value_t *v = dit_graph_cvalue(b->g, x);
   if (!v) return -1;
-  const int64_t per = dit_value_numel(v) / v->dims[0];
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "rank", 3);
-  dit_attrs_set_int(&a, "d0", v->dims[0]);
-  dit_attrs_set_int(&a, "d1", n);
-  dit_attrs_set_int(&a, "d2", per / n);
-  return dit_graph_op(b->g, DIT_OP_RESHAPE, &x, 1, &a, v->dtype, name);
+  const int64_t dims[3] = {v->dims[0], n, dit_value_numel(v) / v->dims[0] / n};
+  return dit_blocks_reshape(b, x, 3, dims, name);
 }
 
 dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, const char *name) {

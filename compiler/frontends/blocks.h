@@ -159,6 +159,8 @@ void dit_blocks_joint_attention(dit_blocks_t *b, dit_vid_t qi, dit_vid_t ki, dit
 
 /* a and b joined along dim (1: tokens, 2: channels), in a's dtype. */
 dit_vid_t dit_blocks_concat(dit_blocks_t *b, dit_vid_t a, dit_vid_t c, int dim, const char *name);
+/* x with new dims (the same elements, in order). */
+dit_vid_t dit_blocks_reshape(dit_blocks_t *b, dit_vid_t x, int rank, const int64_t *dims, const char *name);
 /* x viewed as [B, n, D] with n*D its per-sample elements: a [B, n*D] modulation projection as
  * the [B, n, D] rows adaln and gated_add read. */
 dit_vid_t dit_blocks_rows(dit_blocks_t *b, dit_vid_t x, int64_t n, const char *name);

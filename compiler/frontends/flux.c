@@ -175,16 +175,17 @@ static dit_status_t flux_latent_shape(const dit_model_t *m, const dit_shape_requ
 
 /* ---- graph ---- */
 
-/* The rotary table of tokens [t0, t0 + n) of [text (L), image (gh x gw)]: txt_ids are zeros and
- * img_ids (0, row, column), as the pipeline prepares them; per axis a the pairs of
- * get_1d_rotary_pos_embed (frequencies theta^(-2j/dim_a) in float64, cos and sin rounded to
- * float32 once), the axes' pairs one after another. cs [n, head_dim]: (cos, sin) per pair. */
-static float *flux_rope_table(const dit_flux_config_t *f, int64_t L, int64_t gw, int64_t t0, int64_t n) {
+/* The rotary table of image tokens [t0, t0 + n) followed by `text` text tokens: img_ids are
+ * (0, row, column) and txt_ids zeros, as the pipeline prepares them (so text rows are the
+ * identity); per axis a the pairs of get_1d_rotary_pos_embed (frequencies theta^(-2j/dim_a) in
+ * float64, cos and sin rounded to float32 once), the axes' pairs one after another.
+ * cs [n + text, head_dim]: (cos, sin) per pair. */
+static float *flux_rope_table(const dit_flux_config_t *f, int64_t gw, int64_t t0, int64_t n, int64_t text) {
   const int64_t hd = f->head_dim;
-  float *cs = malloc((size_t)(n * hd) * sizeof *cs);
+  float *cs = malloc((size_t)((n + text) * hd) * sizeof *cs);
   if (!cs) return NULL;
-  for (int64_t t = 0; t < n; t++) {
-    const int64_t tok = t0 + t, img = tok - L;
+  for (int64_t t = 0; t < n + text; t++) {
+    const int64_t img = t < n ? t0 + t : -1;
     const double pos[3] = {0, img < 0 ? 0 : (double)(img / gw), img < 0 ? 0 : (double)(img % gw)};
     float *row = cs + t * hd;
     int64_t j = 0;
@@ -219,10 +220,8 @@ static dit_vid_t embed_scalar(dit_blocks_t *b, dit_vid_t v, const char *prefix, 
 
 static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_flux_config_t *f = &m->flux;
-  const int tp = req->tp > 1 ? req->tp : 1;
-  if (req->cp > 1 || req->sp)
-    return DIT_ERR(UNIMPLEMENTED, "--%s: %s runs tensor parallelism (--tp) and cfg lanes; context parallelism and --sp are not "
-                   "built for it yet", req->sp ? "sp" : "cp", m->model_class);
+  const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
+  if (req->sp) return DIT_ERR(UNIMPLEMENTED, "--sp: %s does not run sequence parallelism yet (tp, cp and cfg lanes do)", m->model_class);
   if (req->tp_rank < 0 || req->tp_rank >= tp)
     return DIT_ERR(INVALID_ARGUMENT, "tensor-parallel rank %d outside 0..%d", req->tp_rank, tp - 1);
   if (f->heads % tp)
@@ -230,8 +229,20 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gw = ls.width / 2, D = f->heads * f->head_dim;
+  if (cp > 1) {
+    if (req->cp_rank < 0 || req->cp_rank >= cp) return DIT_ERR(INVALID_ARGUMENT, "context-parallel rank %d outside 0..%d", req->cp_rank, cp - 1);
+    if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES && req->cp_mode != DIT_CP_RING)
+      return DIT_ERR(UNIMPLEMENTED, "--cp %d: %s's joint attention runs gather, ulysses and ring", cp, m->model_class);
+    if (T % cp)
+      return DIT_ERR(INVALID_ARGUMENT, "--cp %d: the shape has %" PRId64 " image tokens, which do not split into %d equal parts", cp, T, cp);
+    if (req->cp_mode == DIT_CP_ULYSSES && (f->heads / tp) % cp)
+      return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d", cp,
+                     f->heads / tp, cp);
+  }
+  /* This rank's image tokens: its share of the context-parallel group's; the text is whole on every rank. */
+  const int64_t Tl = T / cp, t0 = (cp > 1 ? req->cp_rank : 0) * Tl;
   const dit_dtype_t dt = req->dtype;
-  float *cs_data = flux_rope_table(f, L, gw, 0, L + T);
+  float *cs_data = flux_rope_table(f, gw, 0, T, L);
   if (!cs_data) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table");
   dit_graph_t *g;
   dit_status_t s = dit_graph_create(&g);
@@ -240,7 +251,8 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     return s;
   }
   const dit_blocks_options_t bo = {.dtype = dt, .heads = f->heads, .head_dim = f->head_dim, .eps = FLUX_EPS, .tp = tp,
-                                   .tp_rank = req->tp_rank, .cp = 1};
+                                   .tp_rank = req->tp_rank, .cp = cp, .cp_rank = cp > 1 ? req->cp_rank : 0,
+                                   .cp_mode = cp > 1 ? req->cp_mode : 0};
   dit_blocks_t *b = NULL;
   s = dit_blocks_create(g, m->weights, &bo, &b);
   if (s) {
@@ -249,15 +261,25 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     return s;
   }
   const int64_t xs[3] = {B, T, f->in_channels}, es[3] = {B, L, f->joint_dim}, ps[2] = {B, f->pooled_dim}, ts[1] = {B},
-                css[2] = {L + T, f->head_dim};
+                css[3] = {1, T + L, f->head_dim};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 3, xs);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
   dit_vid_t pooled = dit_graph_input(g, "pooled_projections", dt, 2, ps);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
   dit_vid_t guid = f->guidance_embeds ? dit_graph_input(g, "guidance", DIT_F32, 1, ts) : -1;
-  dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 2, css, cs_data);
+  /* The rotary table of [image, text] (every rank's the same: the ranks of a context-parallel
+   * group share their weights), and from it the tables of [this rank's image tokens, text] and
+   * of those image tokens alone (the text rows are the identity: double blocks leave it as is). */
+  dit_vid_t full = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 3, css, cs_data);
   free(cs_data);
+  dit_vid_t mine = cp > 1 ? dit_blocks_concat(b, dit_blocks_slice_tokens(b, full, t0, Tl, DIT_F32, "rope.image_rows"),
+                                              dit_blocks_slice_tokens(b, full, T, L, DIT_F32, "rope.text_rows"), 1, "rope.rows")
+                          : full;
+  const int64_t d_all[2] = {Tl + L, f->head_dim}, d_img[2] = {Tl, f->head_dim};
+  dit_vid_t cs = dit_blocks_reshape(b, mine, 2, d_all, "rope.table");
+  dit_vid_t csi_v = dit_blocks_reshape(b, dit_blocks_slice_tokens(b, mine, 0, Tl, DIT_F32, "rope.image"), 2, d_img, "rope.table_image");
 
+  if (cp > 1) x = dit_blocks_slice_tokens(b, x, t0, Tl, dt, "image_tokens.local");
   dit_vid_t hs = dit_blocks_linear(b, x, "x_embedder", dt, "x_embedder");
   /* temb = timestep embedding (+ guidance embedding) + pooled text projection. */
   dit_vid_t temb = embed_scalar(b, t, "time_text_embed.timestep_embedder", "time", dt);
@@ -285,12 +307,10 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     const dit_blocks_attn_keys_t kc = {KEY(kq, "attn.add_q_proj"), KEY(kk, "attn.add_k_proj"), KEY(kv, "attn.add_v_proj"),
                                        KEY(knq, "attn.norm_added_q.weight"), KEY(knk, "attn.norm_added_k.weight"), 1};
     dit_blocks_qkv_t ac = dit_blocks_attn_project(b, nc, nc, &kc, NAME("attn.txt"));
-    dit_vid_t q = dit_blocks_rope_table(b, dit_blocks_concat(b, ac.q, ai.q, 1, NAME("attn.q")), cs, NAME("attn.rope_q"));
-    dit_vid_t kk2 = dit_blocks_rope_table(b, dit_blocks_concat(b, ac.k, ai.k, 1, NAME("attn.k")), cs, NAME("attn.rope_k"));
-    dit_vid_t v = dit_blocks_concat(b, ac.v, ai.v, 1, NAME("attn.v"));
-    dit_vid_t a = dit_blocks_attention(b, q, kk2, v, NAME("attn.sdpa"));
-    dit_vid_t a_txt = dit_blocks_slice_tokens(b, a, 0, L, dt, NAME("attn.txt_tokens"));
-    dit_vid_t a_img = dit_blocks_slice_tokens(b, a, L, T, dt, NAME("attn.img_tokens"));
+    ai.q = dit_blocks_rope_table(b, ai.q, csi_v, NAME("attn.rope_q"));
+    ai.k = dit_blocks_rope_table(b, ai.k, csi_v, NAME("attn.rope_k"));
+    dit_vid_t a_img, a_txt;
+    dit_blocks_joint_attention(b, ai.q, ai.k, ai.v, ac.q, ac.k, ac.v, -1, NAME("attn"), &a_img, &a_txt);
     a_img = dit_blocks_linear_row(b, a_img, KEY(k, "attn.to_out.0"), NAME("attn.to_out"));
     a_txt = dit_blocks_linear_row(b, a_txt, KEY(k, "attn.to_add_out"), NAME("attn.to_add_out"));
 
@@ -313,8 +333,9 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
 #undef KEY
   }
 
-  /* Single-stream blocks over [text, image]. */
-  dit_vid_t xs2 = dit_blocks_concat(b, ctx, hs, 1, "single.tokens");
+  /* Single-stream blocks over [image, text] (diffusers joins them as [text, image]: the same
+   * attention, keys in another order). */
+  dit_vid_t xs2 = dit_blocks_concat(b, hs, ctx, 1, "single.tokens");
   for (int64_t i = 0; i < f->single_layers; i++) {
     dit_graph_set_block(g, (int32_t)(f->layers + i));
 #define NAME(s) (snprintf(n, sizeof n, "single_transformer_blocks.%" PRId64 ".%s", i, s), n)
@@ -328,17 +349,31 @@ static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_reque
     dit_blocks_qkv_t at = dit_blocks_attn_project(b, nx, nx, &ka, NAME("attn"));
     at.q = dit_blocks_rope_table(b, at.q, cs, NAME("attn.rope_q"));
     at.k = dit_blocks_rope_table(b, at.k, cs, NAME("attn.rope_k"));
-    dit_vid_t a = dit_blocks_attention(b, at.q, at.k, at.v, NAME("attn.sdpa"));
+    dit_vid_t a;
+    if (cp == 1) {
+      a = dit_blocks_attention(b, at.q, at.k, at.v, NAME("attn.sdpa"));
+    } else {
+      /* The rows of this rank's image tokens and of the text, attended jointly across the group. */
+      dit_vid_t p[6], *src[3] = {&at.q, &at.k, &at.v}, ai2, at2;
+      static const char *const rows[3][2] = {{"attn.q_img", "attn.q_txt"}, {"attn.k_img", "attn.k_txt"}, {"attn.v_img", "attn.v_txt"}};
+      for (int j = 0; j < 3; j++) {
+        p[j] = dit_blocks_slice_tokens(b, *src[j], 0, Tl, dt, NAME(rows[j][0]));
+        p[3 + j] = dit_blocks_slice_tokens(b, *src[j], Tl, L, dt, NAME(rows[j][1]));
+      }
+      dit_blocks_joint_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], -1, NAME("attn"), &ai2, &at2);
+      a = dit_blocks_concat(b, ai2, at2, 1, NAME("attn.rows"));
+    }
     dit_vid_t y = dit_blocks_linear_row2(b, a, mlp, KEY(k, "proj_out"), D, NAME("proj_out"));
     xs2 = dit_blocks_gated_add(b, xs2, y, mod, 2, NAME("residual"));
 #undef NAME
 #undef KEY
   }
   dit_graph_set_block(g, -1);
-  hs = dit_blocks_slice_tokens(b, xs2, L, T, dt, "image_tokens");
+  hs = dit_blocks_slice_tokens(b, xs2, 0, Tl, dt, "image_tokens");
   /* AdaLayerNormContinuous: the projection's halves are (scale, shift). */
   const dit_blocks_mod_t mo = {modulation(b, tsilu, "norm_out.linear", 2, "norm_out.mod", dt), -1};
   dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, hs, mo, 1, 0, "norm_out"), "proj_out", dt, "proj_out");
+  y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
   dit_graph_mark_output(g, y, "sample");
 
   s = dit_blocks_status(b);

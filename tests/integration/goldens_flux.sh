@@ -76,7 +76,26 @@ PY
   "$BIN/st_compare" "$T/g.safetensors" "$d/generate_cfg_output.safetensors" latents 1e-4
 done
 
+# Every topology against one rank (<= 1e-5) and the goldens: tensor parallelism (the single-stream
+# output projection in two parts), context parallelism over the image tokens with the text whole on
+# every rank (gather, Ulysses, ring), both, and cfg lanes; true CFG on cfg lanes in generate.
 d=tests/data/flux_dev_tiny
+one=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" forward "$one" --inputs "$d/forward_inputs.safetensors" --out "$T/one.safetensors" 2>/dev/null >/dev/null
+for top in "--tp 2" "--cp 2 --cp-mode gather" "--cp 2 --cp-mode ulysses" "--cp 2 --cp-mode ring" "--cp 4 --cp-mode ring" \
+  "--tp 2 --cp 2 --cp-mode ring" "--cfg-parallel --cp 2 --cp-mode ulysses"; do
+  # shellcheck disable=SC2086
+  tb=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 $top -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" forward "$tb" --inputs "$d/forward_inputs.safetensors" --out "$T/top.safetensors" 2>/dev/null >/dev/null
+  echo "[$top] $("$BIN/st_compare" "$T/top.safetensors" "$T/one.safetensors" sample 1e-5)"
+  "$BIN/st_compare" "$T/top.safetensors" "$d/forward_output.safetensors" sample 1e-4 >/dev/null
+done
+restage "$d/generate_inputs.safetensors" "$T/init.safetensors" latents=init_latents
+lanes=$("$BIN/ditc" compile "$d" --height 64 --width 64 --text-len 8 --cfg-parallel -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" generate "$lanes" --prompt-embeds "$d/generate_inputs.safetensors" --negative-embeds "$d/generate_inputs.safetensors" \
+  --true-cfg 2 --init-latents "$T/init.safetensors" --steps 4 --guidance 3.5 --out "$T/g.safetensors" 2>/dev/null >/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_cfg_output.safetensors" latents 1e-4
+
 gi=$d/generate_inputs.safetensors
 gen=$("$BIN/ditc" compile "$d" --height 64 --width 64 --text-len 8 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 expect_fail() { # message, command...
@@ -93,6 +112,8 @@ restage "$gi" "$T/nopooled.safetensors" pooled_prompt_embeds=other
 expect_fail "no tensor named 'pooled_prompt_embeds'" "$BIN/ditrun" generate "$gen" --prompt-embeds "$T/nopooled.safetensors" --seed 1 \
   --steps 2 --out "$T/x.safetensors"
 [ ! -e "$T/x.safetensors" ] || { echo "a refused generate left output"; exit 1; }
+expect_fail "--cp 2: FluxTransformer2DModel's joint attention runs gather, ulysses and ring" "$BIN/ditc" compile "$d" --height 64 \
+  --width 64 --text-len 8 --cp 2 --cp-mode usp --ulysses 2 -o "$T/b"
 expect_fail "--frames 5: FluxTransformer2DModel makes images: leave --frames out" "$BIN/ditc" compile "$d" --frames 5 --height 64 \
   --width 64 --text-len 8 -o "$T/b"
 expect_fail "--height 72: must be a positive multiple of 16 (VAE 8 x 2x2 packing)" "$BIN/ditc" compile "$d" --height 72 --width 64 \
