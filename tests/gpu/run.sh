@@ -26,6 +26,10 @@
 #      their forward goldens and generates; then FLUX.1-dev at 1024x1024 (bench/flux_forward.py:
 #      batches FLUX_BATCHES, default 1,4; FLUX_LAYERS D,S for fewer blocks) against diffusers eager
 #      and torch.compile, and a 4-step generate against FluxPipeline (flux_forward.json).
+#   8c. with HUNYUAN=1, the tiny HunyuanVideo pipeline (padded text masks) op by op on the GPU, then 1280x720, 129 frames
+#      (bench/hunyuan_forward.py: HUNYUAN_LAYERS D,S blocks) and a 4-step generate at 33 frames (hunyuan_forward.json).
+#   8d. with QWEN=1, the tiny Qwen-Image pipeline op by op on the GPU, then 1328x1328 (bench/qwen_forward.py: QWEN_LAYERS
+#      blocks) and a 4-step generate with true CFG 4 against QwenImagePipeline (qwen_forward.json).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -392,6 +396,37 @@ if [ -n "${FLUX:-}" ]; then
   timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
     --batches "${FLUX_BATCHES:-1,4}" ${FLUX_LAYERS:+--layers "$FLUX_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_flux_forward.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
+fi
+# The tiny pipelines of families with a text mask: every op on the GPU against the CPU reference,
+# and the GPU's bf16 forward against the CPU's (key bounds from padded masks on both).
+tiny_gpu_checks() { # name folder shape-flags...
+  local name=$1 d=$2; shift 2
+  local gb cb
+  gb=$("$BIN/ditc" compile "$d" "$@" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  check "$BIN/ditrun" compare "$gb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2 > "$OUT/compare_$name.txt"
+  tail -n 4 "$OUT/compare_$name.txt"
+  cb=$("$BIN/ditc" compile "$d" "$@" --dtype bf16 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  check "$BIN/ditrun" forward "$gb" --inputs "$d/forward_inputs.safetensors" --out "$W/${name}_gpu.safetensors"
+  check "$BIN/ditrun" forward "$cb" --inputs "$d/forward_inputs.safetensors" --out "$W/${name}_cpu.safetensors"
+  check "$BIN/st_compare" "$W/${name}_gpu.safetensors" "$W/${name}_cpu.safetensors" sample 3e-2 0.9995
+}
+if [ -n "${HUNYUAN:-}" ]; then
+  step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
+  tiny_gpu_checks hunyuan tests/data/hunyuan_video_tiny --frames 5 --height 48 --width 32 --batch 2 --text-len 8
+  timeout "${HUNYUAN_TIMEOUT:-520}" python3 bench/hunyuan_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/hunyuan" \
+    --out "$OUT" ${HUNYUAN_LAYERS:+--layers "$HUNYUAN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    | tee "$OUT/bench_hunyuan_forward.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
+fi
+if [ -n "${QWEN:-}" ]; then
+  step "8d. Qwen-Image: the tiny pipeline on the GPU; 1328x1328 against diffusers eager and torch.compile, parity, a 4-step generate with true CFG"
+  tiny_gpu_checks qwen tests/data/qwen_tiny --height 48 --width 80 --batch 2 --text-len 8
+  timeout "${QWEN_TIMEOUT:-520}" python3 bench/qwen_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/qwen" \
+    --out "$OUT" ${QWEN_LAYERS:+--layers "$QWEN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
 fi
