@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The offload experiments of the ChunkFlow seed on one GPU, every point in one run.
 
-For each frame count: the same Wan checkpoint compiled with --offload none, layerwise and
+For each frame count (or, with --batches, each batch size: FLUX.1's sweep): the same checkpoint
+(any family: the inputs follow the bundle's manifest) compiled with --offload none, layerwise and
 chunked (nothing resident), each timed with `ditrun bench` (median forward) and its peak
 device memory (the first GPU's: rank 0's) polled from nvidia-smi; the planner's predictions (step time, peak memory,
 per-block T_comp and T_pref) printed beside the measurements. Then, at the smallest frame
@@ -15,7 +16,8 @@ Writes RESULTS_DIR/offload.json, markdown tables on stdout, and PNG plots when m
 present. Needs a CUDA GPU, numpy and safetensors; no torch.
 
 usage: bench/offload/sweep.py --ditc BIN --ditrun BIN --model DIR --out RESULTS_DIR
-           [--frames 1,5,9,17,33,81] [--height 480] [--width 832] [--text-len 512]
+           [--frames 1,5,9,17,33,81 | --batches 1,2,4,8,12,16 [--fixed-frames F]]
+           [--height 480] [--width 832] [--text-len 512]
            [--calibrate | --profile h200-sxm] [--iters 5] [--warmup 2] [--devices 1] [--target sm_90|cpu]
            [--extra COMPILE_FLAGS] [--run-flags DITRUN_FLAGS, e.g. "--offload-pace host"]
            [--modes none,layerwise,chunked] [--no-residency] [--no-chunks] [--chunk-frames F]
@@ -49,27 +51,47 @@ def run(cmd, **kw):
     return p
 
 
+def bundle_inputs(bundle, path, seed):
+    """Inputs for every input the bundle's manifest lists, at its shapes: normal noise for the
+    latents and embeddings, the timestep at the middle of the schedule (500, or 0.5 where the
+    model takes t/1000), guidance 3.5, masks all valid."""
+    m = json.load(open(os.path.join(bundle, "manifest.json")))
+    g = np.random.default_rng(seed)
+    gen = m.get("generate", {})
+    div = gen.get("timestep", {}).get("divisor", 1)
+    out = {}
+    for io in m["io"]["inputs"]:
+        name, shape = io["name"], tuple(io["shape"])
+        if name == "timestep":
+            out[name] = np.full(shape, 500.0 / div, dtype=np.float32)
+        elif name == "guidance":
+            out[name] = np.full(shape, 3.5 * gen.get("guidance", {}).get("scale", 1), dtype=np.float32)
+        elif "mask" in name:
+            out[name] = np.ones(shape, dtype=np.float32 if io["dtype"].startswith("f") else np.int64)
+        else:
+            out[name] = g.standard_normal(shape, dtype=np.float32)
+    save_file(out, path)
+    return path
+
+
 class Sweep:
+    """One point per value of the swept axis: frames (batch 1) or batch (--fixed-frames or none)."""
+
     def __init__(self, a):
         self.a = a
-        self.cfg = json.load(open(os.path.join(a.model, "config.json")))
+        self.axis = "batch" if a.batches else "frames"
         self.inputs = {}
 
-    def inputs_for(self, frames):
-        if frames not in self.inputs:
-            c = self.cfg
-            f, h, w = (frames - 1) // 4 + 1, self.a.height // 8, self.a.width // 8
-            g = np.random.default_rng(frames)
-            path = os.path.join(self.a.out, f"inputs_f{frames}.safetensors")
-            save_file({"hidden_states": g.standard_normal((1, c["in_channels"], f, h, w), dtype=np.float32),
-                       "timestep": np.array([500], dtype=np.int64),
-                       "encoder_hidden_states": g.standard_normal((1, self.a.text_len, c["text_dim"]), dtype=np.float32)}, path)
-            self.inputs[frames] = path
-        return self.inputs[frames]
+    def inputs_for(self, v, bundle):
+        if v not in self.inputs:
+            self.inputs[v] = bundle_inputs(bundle, os.path.join(self.a.out, f"inputs_{self.axis}{v}.safetensors"), v)
+        return self.inputs[v]
 
-    def compile(self, frames, extra):
-        cmd = [self.a.ditc, "compile", self.a.model, "--frames", str(frames), "--height", str(self.a.height), "--width",
-               str(self.a.width), "--text-len", str(self.a.text_len), "--dtype", "bf16", "--target", self.a.target,
+    def compile(self, v, extra):
+        shape = ["--frames", str(v)] if self.axis == "frames" else ["--batch", str(v)] + (
+            ["--frames", str(self.a.fixed_frames)] if self.a.fixed_frames else [])
+        cmd = [self.a.ditc, "compile", self.a.model] + shape + ["--height", str(self.a.height), "--width", str(self.a.width),
+               "--text-len", str(self.a.text_len), "--dtype", "bf16", "--target", self.a.target,
                "-q"] + (["--store", self.a.store] if self.a.store else ["-o", os.path.join(self.a.out, "bundles")]) + extra
         return run(cmd).stdout.strip().splitlines()[-1].split()[2]
 
@@ -86,7 +108,7 @@ class Sweep:
         base = used_mib(0)
         poll = MemPoll(0)
         poll.start()
-        p = run([self.a.ditrun, "bench", bundle, "--inputs", self.inputs_for(frames), "--steps", str(self.a.iters),
+        p = run([self.a.ditrun, "bench", bundle, "--inputs", self.inputs_for(frames, bundle), "--steps", str(self.a.iters),
                  "--warmup", str(self.a.warmup), "--no-split", "--devices", str(self.a.devices)] + self.a.run_flags.split())
         poll.stop = True
         poll.join()
@@ -113,7 +135,9 @@ def main():
     ap.add_argument("--ditrun", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--frames", default="1,5,9,17,33,81")
+    ap.add_argument("--frames", help="frame counts to sweep (default 1,5,9,17,33,81 unless --batches)")
+    ap.add_argument("--batches", help="batch sizes to sweep instead (image models: FLUX.1 at 1024x1024)")
+    ap.add_argument("--fixed-frames", type=int, help="with --batches: the frames of every point (video models)")
     ap.add_argument("--height", type=int, default=480)
     ap.add_argument("--width", type=int, default=832)
     ap.add_argument("--text-len", type=int, default=512)
@@ -133,11 +157,13 @@ def main():
     ap.add_argument("--run-flags", default="", help="ditrun flags for every run, e.g. '--offload-pace host --overlap-collectives'")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.frames and a.batches:
+        ap.error("--frames and --batches: sweep one axis")
     s = Sweep(a)
-    frames = [int(f) for f in a.frames.split(",")]
+    frames = [int(f) for f in (a.batches or a.frames or "1,5,9,17,33,81").split(",")]
     extra = a.extra.split()
     modes = a.modes.split(",")
-    res = {"frames": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": [],
+    res = {"axis": s.axis, s.axis if s.axis == "frames" else "batches": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": [],
            "run": run_info()}
     profile = a.profile
     if a.calibrate:
@@ -146,10 +172,10 @@ def main():
         fm, f0 = frames[len(frames) // 2], frames[0]
         b = s.compile(fm, extra)
         profile = os.path.join(a.out, "profile.json")
-        cmd = [a.ditrun, "calibrate", b, "--inputs", s.inputs_for(fm), "--profile-out", profile, "--devices", str(a.devices)]
+        cmd = [a.ditrun, "calibrate", b, "--inputs", s.inputs_for(fm, b), "--profile-out", profile, "--devices", str(a.devices)]
         b0 = s.compile(f0, extra) if f0 != fm else None
         if b0:
-            cmd += ["--second", b0, "--second-inputs", s.inputs_for(f0)]
+            cmd += ["--second", b0, "--second-inputs", s.inputs_for(f0, b0)]
         p = run(cmd + a.run_flags.split())
         if a.clean:
             subprocess.run(["rm", "-rf", b] + ([b0] if b0 else []))
@@ -170,7 +196,7 @@ def main():
         json.dump(res, open(out_json + ".tmp", "w"), indent=1)
         os.replace(out_json + ".tmp", out_json)
 
-    print(f"\n| frames | mode | step ms | predicted | vs {modes[0]} | stall ms | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
+    print(f"\n| {s.axis} | mode | step ms | predicted | vs {modes[0]} | stall ms | peak MiB | predicted | F_block GFLOP | F* GFLOP |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in frames:
         none = None
@@ -180,7 +206,7 @@ def main():
             pr = predicted(r)
             if none is None:
                 none = r
-            pt = {"frames": f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr, "stall_ms": r["stall_ms"],
+            pt = {s.axis: f, "mode": mode, "ms": r["ms"], "peak_mib": r["peak_mib"], "predicted": pr, "stall_ms": r["stall_ms"],
                   "engine_host_ms": r["engine_host_ms"]}
             res["points"].append(pt)
             save()
@@ -189,7 +215,7 @@ def main():
                   f"{pr['f_block_gflop'] if pr else float('nan'):.0f} | {pr['f_star_gflop'] if pr else float('nan'):.0f} |", flush=True)
 
     def point(f, mode):
-        return next(p for p in res["points"] if p["frames"] == f and p["mode"] == mode)
+        return next(p for p in res["points"] if p[s.axis] == f and p["mode"] == mode)
 
     def crossover_measured():
         if "none" not in modes or "chunked" not in modes:
@@ -203,14 +229,15 @@ def main():
                      point(f, "chunked")["predicted"]["f_star_gflop"]), None)
 
     res["crossover_measured"], res["crossover_predicted"] = crossover_measured(), crossover_predicted()
-    print(f"\ncrossover (chunked within 3% of none): measured at {res['crossover_measured']} frames, "
-          f"predicted (F_block >= F*) at {res['crossover_predicted']} frames")
+    unit = "frames" if s.axis == "frames" else "(batch)"
+    print(f"\ncrossover (chunked within 3% of none): measured at {res['crossover_measured']} {unit}, "
+          f"predicted (F_block >= F*) at {res['crossover_predicted']} {unit}")
 
     f0 = frames[0]
     res["residency"], res["chunks"] = [], []
     res["residency_frames"], res["chunk_frames"] = f0, a.chunk_frames or frames[len(frames) // 2]
     if not a.no_residency:
-        print(f"\nresident fraction at {f0} frames\n| resident | step ms | predicted | peak MiB | predicted |\n| --- | --- | --- | --- | --- |")
+        print(f"\nresident fraction at {s.axis} {f0}\n| resident | step ms | predicted | peak MiB | predicted |\n| --- | --- | --- | --- | --- |")
         for rf in [0, 0.2, 0.4, 0.6, 1.0]:
             r = s.point(f0, extra + ["--offload", "chunked", "--residency", str(rf)] + prof)
             pr = predicted(r)
@@ -220,7 +247,7 @@ def main():
 
     fm = res["chunk_frames"]
     if not a.no_chunks:
-        print(f"\nchunk size at {fm} frames\n| chunk MiB | step ms | peak MiB |\n| --- | --- | --- |")
+        print(f"\nchunk size at {s.axis} {fm}\n| chunk MiB | step ms | peak MiB |\n| --- | --- | --- |")
         for c in [4, 16, 64, 256]:
             r = s.point(fm, extra + ["--offload", "chunked", "--residency", "0", "--chunk-mb", str(c)] + prof)
             res["chunks"].append({"chunk_mb": c, "ms": r["ms"], "peak_mib": r["peak_mib"]})

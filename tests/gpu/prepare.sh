@@ -81,4 +81,27 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi
+# The MMDiT families' shapes (tests/gpu/run.sh FLUX=1, HUNYUAN=1, QWEN=1, FLUX_OFFLOAD=1): the
+# tiny pipelines, and one or two blocks at the published widths written by each benchmark's own
+# folder writer. Added to the cache (MMDIT=1), after the Wan shapes when WAN13 is also set.
+if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
+  export DITC_CACHE_DIR=$PWD/.kcache
+  [ -n "${WAN13:-}" ] || rm -rf .kcache
+  k=$(mktemp -d)
+  c() { build/bin/ditc compile "$@" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null; }
+  for v in dev schnell; do c tests/data/flux_${v}_tiny --height 64 --width 64 --batch 2 --text-len 8; done
+  python3 bench/flux_forward.py --write-folder "$k/flux" --layers 1,1 >/dev/null
+  for b in 1 2 4 8 12 16; do c "$k/flux" --height 1024 --width 1024 --batch "$b" --text-len 512; done
+  for d in hunyuan_video_tiny qwen_tiny; do
+    read -r F H W B L < <(python3 -c "import json; m=json.load(open('tests/data/$d/meta.json')); print(m.get('frames', 0), m['height'], m['width'], m['batch'], m['text_len'])")
+    # shellcheck disable=SC2046
+    c "tests/data/$d" $( [ "$F" != 0 ] && echo --frames "$F" ) --height "$H" --width "$W" --batch "$B" --text-len "$L"
+  done
+  python3 bench/hunyuan_forward.py --write-folder "$k/hy" --layers 1,1 >/dev/null
+  for f in 129 33; do c "$k/hy" --frames "$f" --height 720 --width 1280 --text-len 256; done
+  python3 bench/qwen_forward.py --write-folder "$k/qw" --layers 1 >/dev/null
+  c "$k/qw" --height 1328 --width 1328 --text-len 512
+  rm -rf "$k"
+  echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
+fi
 du -sh build-gpu/bin

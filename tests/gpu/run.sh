@@ -26,6 +26,9 @@
 #      their forward goldens and generates; then FLUX.1-dev at 1024x1024 (bench/flux_forward.py:
 #      batches FLUX_BATCHES, default 1,4; FLUX_LAYERS D,S for fewer blocks) against diffusers eager
 #      and torch.compile, and a 4-step generate against FluxPipeline (flux_forward.json).
+#   8e. with FLUX_OFFLOAD=1, FLUX.1-dev (zero weights, FLUX_OFFLOAD_LAYERS blocks at the published widths) over
+#      batch sizes 1..16 without offload and chunked (bench/offload/sweep.py --batches: offload_flux.json).
+#      NO_BENCH=1 keeps only the tiny pipelines' checks of 8, 8c and 8d.
 #   8c. with HUNYUAN=1, the tiny HunyuanVideo pipeline (padded text masks) op by op on the GPU, then 1280x720, 129 frames
 #      (bench/hunyuan_forward.py: HUNYUAN_LAYERS D,S blocks) and a 4-step generate at 33 frames (hunyuan_forward.json).
 #   8d. with QWEN=1, the tiny Qwen-Image pipeline op by op on the GPU, then 1328x1328 (bench/qwen_forward.py: QWEN_LAYERS
@@ -379,28 +382,8 @@ if [ -n "${WAN22_GENERATE:-}" ]; then
     check test "$rc" = 0
   done
 fi
-if [ -n "${FLUX:-}" ]; then
-  step "8. FLUX.1 tiny pipelines on the GPU: op by op against the CPU, forward and generate goldens"
-  for v in dev schnell; do
-    d=tests/data/flux_${v}_tiny
-    fb=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-    check "$BIN/ditrun" compare "$fb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2 > "$OUT/compare_flux_$v.txt"
-    tail -n 4 "$OUT/compare_flux_$v.txt"
-    # The bf16 graph rounds t and the guidance as diffusers does in bf16: against the CPU's bf16 forward.
-    fc=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-    check "$BIN/ditrun" forward "$fb" --inputs "$d/forward_inputs.safetensors" --out "$W/flux_$v.safetensors"
-    check "$BIN/ditrun" forward "$fc" --inputs "$d/forward_inputs.safetensors" --out "$W/flux_cpu_$v.safetensors"
-    check "$BIN/st_compare" "$W/flux_$v.safetensors" "$W/flux_cpu_$v.safetensors" sample 3e-2 0.9995
-  done
-  step "8b. FLUX.1-dev 1024x1024: ditrun against diffusers eager and torch.compile, parity, 4-step generate"
-  timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
-    --batches "${FLUX_BATCHES:-1,4}" ${FLUX_LAYERS:+--layers "$FLUX_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
-    | tee "$OUT/bench_flux_forward.txt"
-  rc=${PIPESTATUS[0]}
-  check test "$rc" = 0
-fi
-# The tiny pipelines of families with a text mask: every op on the GPU against the CPU reference,
-# and the GPU's bf16 forward against the CPU's (key bounds from padded masks on both).
+# A tiny pipeline: every op on the GPU against the CPU reference, and the GPU's bf16 forward
+# against the CPU's (the bf16 graphs round t as diffusers does in bf16; key bounds from padded masks).
 tiny_gpu_checks() { # name folder shape-flags...
   local name=$1 d=$2; shift 2
   local gb cb
@@ -412,10 +395,32 @@ tiny_gpu_checks() { # name folder shape-flags...
   check "$BIN/ditrun" forward "$cb" --inputs "$d/forward_inputs.safetensors" --out "$W/${name}_cpu.safetensors"
   check "$BIN/st_compare" "$W/${name}_gpu.safetensors" "$W/${name}_cpu.safetensors" sample 3e-2 0.9995
 }
+if [ -n "${FLUX:-}" ]; then
+  step "8. FLUX.1 tiny pipelines on the GPU: op by op against the CPU, forward against the CPU's"
+  for v in dev schnell; do tiny_gpu_checks "flux_$v" "tests/data/flux_${v}_tiny" --height 64 --width 64 --batch 2 --text-len 8; done
+  [ -n "${NO_BENCH:-}" ] || {
+  step "8b. FLUX.1-dev 1024x1024: ditrun against diffusers eager and torch.compile, parity, 4-step generate"
+  timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
+    --batches "${FLUX_BATCHES:-1,4}" ${FLUX_LAYERS:+--layers "$FLUX_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    | tee "$OUT/bench_flux_forward.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
+  }
+fi
+if [ -n "${FLUX_OFFLOAD:-}" ]; then
+  step "8e. FLUX.1-dev offload over batch sizes (ChunkFlow's experiment): FLUX_OFFLOAD_LAYERS D,S blocks at the published widths"
+  python3 bench/flux_forward.py --write-folder "$W/fluxz" --layers "${FLUX_OFFLOAD_LAYERS:-4,8}" >/dev/null
+  timeout "${FLUX_OFFLOAD_TIMEOUT:-300}" python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/fluxz" \
+    --out "$W/fluxoff" --batches "${FLUX_OFFLOAD_BATCHES:-1,2,4,8,12,16}" --height 1024 --width 1024 --text-len 512 \
+    --modes none,chunked --no-residency --no-chunks --iters 3 --warmup 1 --store "$W/fluxstore" --clean 2>&1 | tee "$OUT/bench_flux_offload.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
+  cp "$W/fluxoff/offload.json" "$OUT/offload_flux.json" 2>/dev/null
+fi
 if [ -n "${HUNYUAN:-}" ]; then
   step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
   tiny_gpu_checks hunyuan tests/data/hunyuan_video_tiny --frames 5 --height 48 --width 32 --batch 2 --text-len 8
-  timeout "${HUNYUAN_TIMEOUT:-520}" python3 bench/hunyuan_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/hunyuan" \
+  [ -n "${NO_BENCH:-}" ] || timeout "${HUNYUAN_TIMEOUT:-520}" python3 bench/hunyuan_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/hunyuan" \
     --out "$OUT" ${HUNYUAN_LAYERS:+--layers "$HUNYUAN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_hunyuan_forward.txt"
   rc=${PIPESTATUS[0]}
@@ -424,7 +429,7 @@ fi
 if [ -n "${QWEN:-}" ]; then
   step "8d. Qwen-Image: the tiny pipeline on the GPU; 1328x1328 against diffusers eager and torch.compile, parity, a 4-step generate with true CFG"
   tiny_gpu_checks qwen tests/data/qwen_tiny --height 48 --width 80 --batch 2 --text-len 8
-  timeout "${QWEN_TIMEOUT:-520}" python3 bench/qwen_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/qwen" \
+  [ -n "${NO_BENCH:-}" ] || timeout "${QWEN_TIMEOUT:-520}" python3 bench/qwen_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/qwen" \
     --out "$OUT" ${QWEN_LAYERS:+--layers "$QWEN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
