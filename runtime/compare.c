@@ -2,6 +2,7 @@
  * each step's outputs are compared, and (unless accumulating) the reference's outputs are
  * copied into the test run so every op is judged on identical inputs. The metrics are
  * base/parity.h's. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,8 +10,13 @@
 #include "base/parity.h"
 #include "runtime/compare.h"
 
+/* Values as fp32 for the metrics: floats converted, integers (key bounds) as their values. */
 static dit_status_t to_f32(const void *src, dit_dtype_t t, size_t n, float *dst) {
-  if (dit_convert(dst, DIT_F32, src, t, n)) return DIT_ERR(INTERNAL, "compare: %s is not a float dtype", dit_dtype_name(t));
+  if (t == DIT_I32 || t == DIT_I64) {
+    for (size_t i = 0; i < n; i++) dst[i] = t == DIT_I32 ? (float)((const int32_t *)src)[i] : (float)((const int64_t *)src)[i];
+    return DIT_OK;
+  }
+  if (dit_convert(dst, DIT_F32, src, t, n)) return DIT_ERR(INTERNAL, "compare: %s is not a number dtype", dit_dtype_name(t));
   return DIT_OK;
 }
 
