@@ -218,13 +218,17 @@ dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_bl
 
 /* ---- attention ---- */
 
-dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name) {
+dit_vid_t dit_blocks_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_float(&a, "eps", b->o.eps);
-  if (b->o.tp == 1) {
-    dit_vid_t ins[2] = {x, dit_blocks_weight(b, "%s", wkey)};
-    return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->o.dtype, name);
-  }
+  dit_vid_t ins[2] = {x, dit_blocks_weight(b, "%s", wkey)};
+  return dit_graph_op(b->g, DIT_OP_RMSNORM, ins, 2, &a, b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name) {
+  if (b->o.tp == 1) return dit_blocks_rmsnorm(b, x, wkey, name);
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", b->o.eps);
   char n1[192], n2[192];
   snprintf(n1, sizeof n1, "%s.sumsq", name);
   snprintf(n2, sizeof n2, "%s.sumsq_all", name);
@@ -283,6 +287,11 @@ dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vi
 
 dit_vid_t dit_blocks_attention_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound, const char *name) {
   return sdpa(b, b->o.heads / b->o.tp, q, k, v, bound, name);
+}
+
+dit_vid_t dit_blocks_attention_replicated(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound,
+                                          const char *name) {
+  return sdpa(b, b->o.heads, q, k, v, bound, name);
 }
 
 dit_vid_t dit_blocks_key_bound(dit_blocks_t *b, dit_vid_t mask, int64_t offset, const char *name) {
@@ -628,6 +637,23 @@ dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, cons
   dit_attrs_set_int(&a, "heads", v ? v->dims[v->rank - 1] / b->o.head_dim : 0);
   dit_vid_t ins[2] = {x, cs};
   return dit_graph_op(b->g, DIT_OP_ROPE_TABLE, ins, 2, &a, v ? v->dtype : b->o.dtype, name);
+}
+
+void dit_blocks_rope_rows(dit_blocks_t *b, dit_vid_t full, int64_t T, int64_t L, const char *name, dit_vid_t *joined,
+                          dit_vid_t *image, dit_vid_t *text) {
+  char n[192];
+  const dit_value_t *v = dit_graph_cvalue(b->g, full);
+  const int cp = b->o.cp > 1;
+  const int64_t hd = v ? v->dims[2] : 0, Tl = T / b->o.cp, t0 = b->o.cp_rank * Tl, dj[2] = {Tl + L, hd}, di[2] = {Tl, hd},
+                dt[2] = {L, hd};
+  dit_vid_t img = -1, txt = -1;
+  if (image || (joined && cp)) img = dit_blocks_slice_tokens(b, full, t0, Tl, DIT_F32, sub(n, sizeof n, name, "image_rows"));
+  if (text || (joined && cp)) txt = dit_blocks_slice_tokens(b, full, T, L, DIT_F32, sub(n, sizeof n, name, "text_rows"));
+  /* Without cp the whole table is the joined one; with cp this rank's image rows join the text's. */
+  if (joined) *joined = dit_blocks_reshape(b, cp ? dit_blocks_concat(b, img, txt, 1, sub(n, sizeof n, name, "rows")) : full, 2, dj,
+                                           sub(n, sizeof n, name, "table"));
+  if (image) *image = dit_blocks_reshape(b, img, 2, di, sub(n, sizeof n, name, "table_image"));
+  if (text) *text = dit_blocks_reshape(b, txt, 2, dt, sub(n, sizeof n, name, "table_text"));
 }
 
 dit_vid_t dit_blocks_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, const char *name) {

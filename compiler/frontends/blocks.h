@@ -100,6 +100,10 @@ dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_bl
 
 /* ---- attention ---- */
 
+/* RMSNorm of each row of x whole on every rank (not a tensor-parallel shard), weight key wkey of
+ * x's width: an input norm every rank runs alike (Qwen-Image's txt_norm). */
+dit_vid_t dit_blocks_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name);
+
 /* RMSNorm across all heads of q or k with weight key wkey. Split over tensor-parallel ranks,
  * the rows' sums of squares are all-reduced first so the scale is the whole row's. */
 dit_vid_t dit_blocks_qk_rmsnorm(dit_blocks_t *b, dit_vid_t x, const char *wkey, const char *name);
@@ -132,6 +136,10 @@ dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vi
 dit_vid_t dit_blocks_key_bound(dit_blocks_t *b, dit_vid_t mask, int64_t offset, const char *name);
 /* dit_blocks_attention with keys at or past bound[b] excluded (bound < 0: none). */
 dit_vid_t dit_blocks_attention_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound, const char *name);
+/* dit_blocks_attention_bounded over all the model's heads, q, k and v whole on every rank: a
+ * module the tensor-parallel group runs replicated (HunyuanVideo's token refiner). */
+dit_vid_t dit_blocks_attention_replicated(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound,
+                                          const char *name);
 /* Attention over the sequence the context-parallel group shares: q, k and v hold this rank's
  * tokens; K/V are all-gathered, heads exchanged (Ulysses), rotated (ring) or both (USP) as
  * the builder's cp_mode says. Without cp it is dit_blocks_attention. Ops are named
@@ -166,6 +174,13 @@ dit_vid_t dit_blocks_reshape(dit_blocks_t *b, dit_vid_t x, int rank, const int64
 dit_vid_t dit_blocks_rows(dit_blocks_t *b, dit_vid_t x, int64_t n, const char *name);
 /* The rotary embedding of x [B, T, H*Dh] by a table cs f32 [T, Dh] of (cos, sin) pairs. */
 dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, const char *name);
+/* The rows this context-parallel rank reads of a rotary table constant full f32 [1, T + L, Dh] of T
+ * image tokens then L text tokens (one constant on every rank: the ranks of a context-parallel group
+ * share their weights): *joined [Tl + L, Dh] of this rank's Tl = T / cp image tokens then the text,
+ * *image [Tl, Dh] of those image tokens alone, *text [L, Dh] of the text alone; each may be NULL
+ * (not built). Ops named name.*. */
+void dit_blocks_rope_rows(dit_blocks_t *b, dit_vid_t full, int64_t T, int64_t L, const char *name, dit_vid_t *joined,
+                          dit_vid_t *image, dit_vid_t *text);
 /* A sum of two activations of one shape. */
 dit_vid_t dit_blocks_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, const char *name);
 

@@ -76,4 +76,12 @@ void dit_expected_linear(dit_expected_t *l, int64_t out, int64_t in, int bias, c
 dit_status_t dit_expected_check(dit_expected_t *l, const dit_safetensors_t *weights, const char *dir,
                                 const char *const *ignored);
 
+/* ---- parallel layouts ---- */
+
+/* The layouts a joint-attention family builds (image tokens shared by the context-parallel group,
+ * the text whole on every rank, dit_blocks_joint_attention): tp dividing `heads`, cp gather,
+ * ulysses (heads / tp divisible by cp) or ring over `tokens` image tokens that split into cp equal
+ * parts, cfg lanes; sequence parallelism and usp refused naming the flag. */
+dit_status_t dit_joint_parallel_check(const dit_model_t *m, const dit_shape_request_t *req, int64_t heads, int64_t tokens);
+
 #endif

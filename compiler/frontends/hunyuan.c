@@ -5,7 +5,10 @@
  * embedding plus the text's masked mean), then double-stream blocks (image and text streams
  * with their own modulation, projections and norms, one joint attention over [image, text]
  * tokens) and single-stream blocks over the joined tokens. The rotary table covers the (f, h, w)
- * patch grid and is the identity on text tokens, so one table serves the joined sequence. */
+ * patch grid and is the identity on text tokens, so one table serves the joined sequence.
+ * Tensor parallelism splits the blocks' heads and MLPs (modulation, embedders and the token
+ * refiner replicated); context parallelism shares the image tokens among the group, the text
+ * whole on every rank (dit_blocks_joint_attention), the refiner run by every rank. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -323,7 +326,8 @@ static dit_vid_t time_text_embed(dit_blocks_t *b, dit_vid_t t, dit_vid_t pooled,
   return dit_blocks_add(b, e, dit_blocks_mlp(b, pooled, &text), name);
 }
 
-/* HunyuanVideoTokenRefiner: the text's masked mean conditions a timestep embedding; proj_in,
+/* HunyuanVideoTokenRefiner, which every rank runs whole (it is small and its text is every rank's):
+ * the text's masked mean conditions a timestep embedding; proj_in,
  * then per refiner block LayerNorm, self-attention over the valid text (keys below `bound`),
  * the gated residual, LayerNorm, the SiLU feed-forward and its gated residual. Padded text
  * rows come out as valid-text attention results (diffusers lets them see only key 0): they are
@@ -340,9 +344,10 @@ static dit_vid_t token_refiner(dit_blocks_t *b, const dit_hunyuan_config_t *h, d
 #define NAME(s) (snprintf(n, sizeof n, "refiner.%" PRId64 ".%s", i, s), n)
 #define KEY(buf, s) (snprintf(buf, sizeof buf, "context_embedder.token_refiner.refiner_blocks.%" PRId64 ".%s", i, s), buf)
     dit_vid_t n1 = dit_blocks_layernorm(b, x, KEY(k, "norm1"), HY_EPS, NAME("norm1"));
-    const dit_blocks_attn_keys_t ka = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), NULL, NULL, 0};
-    dit_blocks_qkv_t at = dit_blocks_attn_project(b, n1, n1, &ka, NAME("attn"));
-    dit_vid_t a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
+    dit_vid_t q = dit_blocks_linear(b, n1, KEY(kq, "attn.to_q"), dt, NAME("attn.q"));
+    dit_vid_t kx = dit_blocks_linear(b, n1, KEY(kk, "attn.to_k"), dt, NAME("attn.k"));
+    dit_vid_t v = dit_blocks_linear(b, n1, KEY(kv, "attn.to_v"), dt, NAME("attn.v"));
+    dit_vid_t a = dit_blocks_attention_replicated(b, q, kx, v, bound, NAME("attn.sdpa"));
     a = dit_blocks_linear(b, a, KEY(k, "attn.to_out.0"), dt, NAME("attn.to_out"));
     const dit_blocks_mod_t gates = modulation(b, tsilu, KEY(k, "norm_out.linear"), 2, NAME("norm_out.mod"), dt);
     x = dit_blocks_gated_add(b, x, a, gates, 0, NAME("attn.residual"));
@@ -358,9 +363,11 @@ static dit_vid_t token_refiner(dit_blocks_t *b, const dit_hunyuan_config_t *h, d
   return x;
 }
 
-/* One double-stream block over image tokens hs and text tokens ctx (updated in place). */
-static void double_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t bound, int64_t T, int64_t L,
-                         dit_vid_t *hs, dit_vid_t *ctx, dit_dtype_t dt) {
+/* One double-stream block over this rank's image tokens hs (rotated by cs_img, the text's rows being
+ * the identity) and the text tokens ctx, whole on every rank, whose keys stop at each item's valid
+ * prefix of mask (both updated in place). */
+static void double_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs_img, dit_vid_t mask, dit_vid_t *hs, dit_vid_t *ctx,
+                         dit_dtype_t dt) {
   char n[192], k[192], kq[192], kk[192], kv[192], knq[192], knk[192], nu[192], na[192], nd[192];
 #define NAME(s) (snprintf(n, sizeof n, "transformer_blocks.%" PRId64 ".%s", i, s), n)
 #define KEY(buf, s) (snprintf(buf, sizeof buf, "transformer_blocks.%" PRId64 ".%s", i, s), buf)
@@ -374,21 +381,19 @@ static void double_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t 
   const dit_blocks_attn_keys_t kc = {KEY(kq, "attn.add_q_proj"), KEY(kk, "attn.add_k_proj"), KEY(kv, "attn.add_v_proj"),
                                      KEY(knq, "attn.norm_added_q.weight"), KEY(knk, "attn.norm_added_k.weight"), 1};
   dit_blocks_qkv_t ac = dit_blocks_attn_project(b, nc, nc, &kc, NAME("attn.txt"));
-  dit_vid_t q = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.q, ac.q, 1, NAME("attn.q")), cs, NAME("attn.rope_q"));
-  dit_vid_t kj = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.k, ac.k, 1, NAME("attn.k")), cs, NAME("attn.rope_k"));
-  dit_vid_t v = dit_blocks_concat(b, ai.v, ac.v, 1, NAME("attn.v"));
-  dit_vid_t a = dit_blocks_attention_bounded(b, q, kj, v, bound, NAME("attn.sdpa"));
-  dit_vid_t a_img = dit_blocks_slice_tokens(b, a, 0, T, dt, NAME("attn.img_tokens"));
-  dit_vid_t a_txt = dit_blocks_slice_tokens(b, a, T, L, dt, NAME("attn.txt_tokens"));
-  a_img = dit_blocks_linear(b, a_img, KEY(k, "attn.to_out.0"), dt, NAME("attn.to_out"));
-  a_txt = dit_blocks_linear(b, a_txt, KEY(k, "attn.to_add_out"), dt, NAME("attn.to_add_out"));
+  ai.q = dit_blocks_rope_table(b, ai.q, cs_img, NAME("attn.rope_q"));
+  ai.k = dit_blocks_rope_table(b, ai.k, cs_img, NAME("attn.rope_k"));
+  dit_vid_t a_img, a_txt;
+  dit_blocks_joint_attention(b, ai.q, ai.k, ai.v, ac.q, ac.k, ac.v, mask, NAME("attn"), &a_img, &a_txt);
+  a_img = dit_blocks_linear_row(b, a_img, KEY(k, "attn.to_out.0"), NAME("attn.to_out"));
+  a_txt = dit_blocks_linear_row(b, a_txt, KEY(k, "attn.to_add_out"), NAME("attn.to_add_out"));
 
   *hs = dit_blocks_gated_add(b, *hs, a_img, modi, 2, NAME("attn.residual"));
   dit_vid_t n2 = dit_blocks_adaln(b, *hs, modi, 3, 4, NAME("norm2"));
   const dit_blocks_mlp_t ff = {KEY(kq, "ff.net.0.proj"), KEY(kk, "ff.net.2"), DIT_OP_GELU_TANH,
                                (snprintf(nu, sizeof nu, "transformer_blocks.%" PRId64 ".ff.up", i), nu),
                                (snprintf(na, sizeof na, "transformer_blocks.%" PRId64 ".ff.gelu", i), na),
-                               (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff.down", i), nd), 0, dt};
+                               (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff.down", i), nd), 1, dt};
   *hs = dit_blocks_gated_add(b, *hs, dit_blocks_mlp(b, n2, &ff), modi, 5, NAME("ff.residual"));
 
   *ctx = dit_blocks_gated_add(b, *ctx, a_txt, modc, 2, NAME("attn.context_residual"));
@@ -396,29 +401,43 @@ static void double_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t 
   const dit_blocks_mlp_t ffc = {KEY(kq, "ff_context.net.0.proj"), KEY(kk, "ff_context.net.2"), DIT_OP_GELU_TANH,
                                 (snprintf(nu, sizeof nu, "transformer_blocks.%" PRId64 ".ff_context.up", i), nu),
                                 (snprintf(na, sizeof na, "transformer_blocks.%" PRId64 ".ff_context.gelu", i), na),
-                                (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff_context.down", i), nd), 0, dt};
+                                (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff_context.down", i), nd), 1, dt};
   *ctx = dit_blocks_gated_add(b, *ctx, dit_blocks_mlp(b, n2c, &ffc), modc, 5, NAME("ff_context.residual"));
 #undef NAME
 #undef KEY
 }
 
-/* One single-stream block over the joined [image, text] tokens. */
-static dit_vid_t single_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t bound, dit_vid_t x,
-                              dit_dtype_t dt) {
+/* One single-stream block over the joined [this rank's Tl image tokens, text] tokens x, rotated by
+ * cs. Without cp one attention whose keys stop at joint_bound; with cp the image and text rows
+ * attend jointly across the group, the text's keys stopping at each item's valid prefix of mask. */
+static dit_vid_t single_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t joint_bound, dit_vid_t mask,
+                              int64_t Tl, int64_t L, int64_t D, dit_vid_t x, dit_dtype_t dt) {
   char n[192], k[192], kq[192], kk[192], kv[192], knq[192], knk[192];
 #define NAME(s) (snprintf(n, sizeof n, "single_transformer_blocks.%" PRId64 ".%s", i, s), n)
 #define KEY(buf, s) (snprintf(buf, sizeof buf, "single_transformer_blocks.%" PRId64 ".%s", i, s), buf)
   const dit_blocks_mod_t mod = modulation(b, tsilu, KEY(k, "norm.linear"), 3, NAME("norm.mod"), dt);
   dit_vid_t nx = dit_blocks_adaln(b, x, mod, 0, 1, NAME("norm"));
-  dit_vid_t mlp = dit_blocks_linear(b, nx, KEY(k, "proj_mlp"), dt, NAME("proj_mlp"));
+  dit_vid_t mlp = dit_blocks_linear_col(b, nx, KEY(k, "proj_mlp"), dt, NAME("proj_mlp"));
   mlp = dit_blocks_unary(b, DIT_OP_GELU_TANH, mlp, dt, NAME("act_mlp"));
   const dit_blocks_attn_keys_t ka = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), KEY(knq, "attn.norm_q.weight"),
                                      KEY(knk, "attn.norm_k.weight"), 1};
   dit_blocks_qkv_t at = dit_blocks_attn_project(b, nx, nx, &ka, NAME("attn"));
   at.q = dit_blocks_rope_table(b, at.q, cs, NAME("attn.rope_q"));
   at.k = dit_blocks_rope_table(b, at.k, cs, NAME("attn.rope_k"));
-  dit_vid_t a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
-  dit_vid_t y = dit_blocks_linear(b, dit_blocks_concat(b, a, mlp, 2, NAME("attn_mlp")), KEY(k, "proj_out"), dt, NAME("proj_out"));
+  dit_vid_t a;
+  if (joint_bound >= 0) {
+    a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, joint_bound, NAME("attn.sdpa"));
+  } else {
+    dit_vid_t p[6], *src[3] = {&at.q, &at.k, &at.v}, ai, atx;
+    static const char *const rows[3][2] = {{"attn.q_img", "attn.q_txt"}, {"attn.k_img", "attn.k_txt"}, {"attn.v_img", "attn.v_txt"}};
+    for (int j = 0; j < 3; j++) {
+      p[j] = dit_blocks_slice_tokens(b, *src[j], 0, Tl, dt, NAME(rows[j][0]));
+      p[3 + j] = dit_blocks_slice_tokens(b, *src[j], Tl, L, dt, NAME(rows[j][1]));
+    }
+    dit_blocks_joint_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], mask, NAME("attn"), &ai, &atx);
+    a = dit_blocks_concat(b, ai, atx, 1, NAME("attn.rows"));
+  }
+  dit_vid_t y = dit_blocks_linear_row2(b, a, mlp, KEY(k, "proj_out"), D, NAME("proj_out"));
   return dit_blocks_gated_add(b, x, y, mod, 2, NAME("residual"));
 #undef NAME
 #undef KEY
@@ -426,14 +445,14 @@ static dit_vid_t single_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_v
 
 static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_hunyuan_config_t *h = &m->hunyuan;
-  if ((req->tp > 1) || (req->cp > 1) || req->sp)
-    return DIT_ERR(UNIMPLEMENTED, "%s: tensor and context parallelism are not built for HunyuanVideo yet; compile with one rank per "
-                   "lane",
-                   m->model_class);
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gf = ls.frames / h->patch_t, gh = ls.height / h->patch,
-                gw = ls.width / h->patch;
+                gw = ls.width / h->patch, D = h->heads * h->head_dim;
+  DIT_RETURN_IF(dit_joint_parallel_check(m, req, h->heads, T));
+  const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
+  /* This rank's image tokens: its share of the context-parallel group's; the text is whole on every rank. */
+  const int64_t Tl = T / cp, t0 = (cp > 1 ? req->cp_rank : 0) * Tl;
   const dit_dtype_t dt = req->dtype;
   float *cs_data = hunyuan_rope_table(h, gf, gh, gw, L);
   if (!cs_data) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table");
@@ -443,7 +462,9 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
     free(cs_data);
     return s;
   }
-  const dit_blocks_options_t bo = {.dtype = dt, .heads = h->heads, .head_dim = h->head_dim, .eps = HY_EPS, .tp = 1, .cp = 1};
+  const dit_blocks_options_t bo = {.dtype = dt, .heads = h->heads, .head_dim = h->head_dim, .eps = HY_EPS, .tp = tp,
+                                   .tp_rank = req->tp_rank, .cp = cp, .cp_rank = cp > 1 ? req->cp_rank : 0,
+                                   .cp_mode = cp > 1 ? req->cp_mode : 0};
   dit_blocks_t *b = NULL;
   s = dit_blocks_create(g, m->weights, &bo, &b);
   if (s) {
@@ -452,18 +473,24 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
     return s;
   }
   const int64_t xs[5] = {B, ls.channels, ls.frames, ls.height, ls.width}, es[3] = {B, L, h->text_dim}, ms[2] = {B, L},
-                ps[2] = {B, h->pooled_dim}, ts[1] = {B}, css[2] = {T + L, h->head_dim};
+                ps[2] = {B, h->pooled_dim}, ts[1] = {B}, css[3] = {1, T + L, h->head_dim};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 5, xs);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
   dit_vid_t mask = dit_graph_input(g, "encoder_attention_mask", dt, 2, ms);
   dit_vid_t pooled = dit_graph_input(g, "pooled_projections", dt, 2, ps);
   dit_vid_t guid = h->guidance_embeds ? dit_graph_input(g, "guidance", DIT_F32, 1, ts) : -1;
-  dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 2, css, cs_data);
+  /* The rotary table of [image, text], every rank's the same: the rows of this rank's image tokens
+   * then the text's for the single-stream blocks, of its image tokens alone for the double-stream
+   * ones (the text's rows are the identity). */
+  dit_vid_t full = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 3, css, cs_data);
   free(cs_data);
-  /* The text's valid prefix: the refiner's keys, and after the image tokens the joint keys. */
+  dit_vid_t cs, cs_img;
+  dit_blocks_rope_rows(b, full, T, L, "rope", &cs, &cs_img, NULL);
+  /* The text's valid prefix: the refiner's keys, and without cp the single-stream blocks' keys
+   * after the image tokens (joint attention bounds its own keys). */
   dit_vid_t text_bound = dit_blocks_key_bound(b, mask, 0, "text_bound");
-  dit_vid_t joint_bound = dit_blocks_key_bound(b, mask, T, "joint_bound");
+  dit_vid_t joint_bound = cp == 1 ? dit_blocks_key_bound(b, mask, T, "joint_bound") : -1;
 
   /* temb = timestep embedding (+ guidance embedding, the guidance as the pipeline passes it in
    * the model dtype) + pooled text projection. */
@@ -475,22 +502,24 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
   dit_vid_t tsilu = dit_blocks_unary(b, DIT_OP_SILU, temb, dt, "temb.silu"); /* every norm's SiLU(temb), once */
   const int64_t patch[3] = {h->patch_t, h->patch, h->patch};
   dit_vid_t hs = dit_blocks_patch_embed(b, x, patch, "x_embedder.proj");
+  if (cp > 1) hs = dit_blocks_slice_tokens(b, hs, t0, Tl, dt, "image_tokens.local");
   dit_vid_t ctx = token_refiner(b, h, ehs, t, text_bound, dt);
 
   for (int64_t i = 0; i < h->layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
-    double_block(b, i, tsilu, cs, joint_bound, T, L, &hs, &ctx, dt);
+    double_block(b, i, tsilu, cs_img, mask, &hs, &ctx, dt);
   }
   dit_vid_t xj = dit_blocks_concat(b, hs, ctx, 1, "single.tokens");
   for (int64_t i = 0; i < h->single_layers; i++) {
     dit_graph_set_block(g, (int32_t)(h->layers + i));
-    xj = single_block(b, i, tsilu, cs, joint_bound, xj, dt);
+    xj = single_block(b, i, tsilu, cs, joint_bound, mask, Tl, L, D, xj, dt);
   }
   dit_graph_set_block(g, -1);
-  hs = dit_blocks_slice_tokens(b, xj, 0, T, dt, "image_tokens");
+  hs = dit_blocks_slice_tokens(b, xj, 0, Tl, dt, "image_tokens");
   /* AdaLayerNormContinuous: the projection's halves are (scale, shift). */
   const dit_blocks_mod_t mo = modulation(b, tsilu, "norm_out.linear", 2, "norm_out.mod", dt);
   dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, hs, mo, 1, 0, "norm_out"), "proj_out", dt, "proj_out");
+  y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
   y = dit_blocks_unpatchify_channels_first(b, y, patch, gf, gh, gw, "unpatchify");
   dit_graph_mark_output(g, y, "sample");
 

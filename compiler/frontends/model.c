@@ -397,3 +397,23 @@ dit_status_t dit_model_weights_hash(const dit_model_t *m, char out_hex[33]) {
   dit_hasher_destroy(h);
   return DIT_OK;
 }
+
+dit_status_t dit_joint_parallel_check(const dit_model_t *m, const dit_shape_request_t *req, int64_t heads, int64_t tokens) {
+  const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
+  if (req->sp) return DIT_ERR(UNIMPLEMENTED, "--sp: %s does not run sequence parallelism yet (tp, cp and cfg lanes do)", m->model_class);
+  if (req->tp_rank < 0 || req->tp_rank >= tp)
+    return DIT_ERR(INVALID_ARGUMENT, "tensor-parallel rank %d outside 0..%d", req->tp_rank, tp - 1);
+  if (heads % tp)
+    return DIT_ERR(INVALID_ARGUMENT, "--tp %d: config.json num_attention_heads = %" PRId64 " is not divisible by %d", tp, heads, tp);
+  if (cp == 1) return DIT_OK;
+  if (req->cp_rank < 0 || req->cp_rank >= cp) return DIT_ERR(INVALID_ARGUMENT, "context-parallel rank %d outside 0..%d", req->cp_rank, cp - 1);
+  if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES && req->cp_mode != DIT_CP_RING)
+    return DIT_ERR(UNIMPLEMENTED, "--cp %d: %s's joint attention runs gather, ulysses and ring", cp, m->model_class);
+  if (tokens % cp)
+    return DIT_ERR(INVALID_ARGUMENT, "--cp %d: the shape has %" PRId64 " image tokens, which do not split into %d equal parts", cp,
+                   tokens, cp);
+  if (req->cp_mode == DIT_CP_ULYSSES && (heads / tp) % cp)
+    return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d", cp,
+                   heads / tp, cp);
+  return DIT_OK;
+}

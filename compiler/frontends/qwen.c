@@ -6,7 +6,9 @@
  * rotary table follows from img_shapes and the text length, both fixed by the shape, so it is
  * a compile-time constant. The joint sequence is [image, text] (diffusers orders it [text,
  * image]; attention does not depend on the keys' order), so a text mask's padding is the keys'
- * tail. */
+ * tail. Tensor parallelism splits the heads and MLPs (modulation, embedders and the text's input
+ * norm replicated); context parallelism shares the image tokens among the group, the text whole
+ * on every rank (dit_blocks_joint_attention). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -252,27 +254,29 @@ static dit_vid_t stream_finish(dit_blocks_t *b, dit_vid_t x, dit_vid_t a, dit_bl
                                const char *name, dit_dtype_t dt) {
   char n[192], nu[192], na[192], nd[192];
 #define N(s) (snprintf(n, sizeof n, "%s.%s", name, s), n)
-  x = dit_blocks_gated_add(b, x, dit_blocks_linear(b, a, k->out, dt, N("attn_out")), mod, 2, N("attn_residual"));
+  x = dit_blocks_gated_add(b, x, dit_blocks_linear_row(b, a, k->out, N("attn_out")), mod, 2, N("attn_residual"));
   dit_vid_t n2 = dit_blocks_adaln(b, x, mod, 3, 4, N("norm2"));
   snprintf(nu, sizeof nu, "%s.mlp.up", name);
   snprintf(na, sizeof na, "%s.mlp.gelu", name);
   snprintf(nd, sizeof nd, "%s.mlp.down", name);
-  const dit_blocks_mlp_t ff = {k->up, k->down, DIT_OP_GELU_TANH, nu, na, nd, 0, dt};
+  const dit_blocks_mlp_t ff = {k->up, k->down, DIT_OP_GELU_TANH, nu, na, nd, 1, dt};
   x = dit_blocks_gated_add(b, x, dit_blocks_mlp(b, n2, &ff), mod, 5, N("mlp_residual"));
 #undef N
   return x;
 }
 
-/* Block i over the image tokens hs [B, T, D] and text tokens ctx [B, L, D], the keys [image, text]
- * cut at bound (each item's image tokens and valid text prefix); updates both. */
-static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t bound, int64_t T, int64_t L,
+/* Block i over this rank's image tokens hs and the text tokens ctx (whole on every rank), rotated
+ * by their tables' rows cs_img and cs_txt, one joint attention whose text keys stop at each item's
+ * valid prefix of mask; updates both. */
+static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs_img, dit_vid_t cs_txt, dit_vid_t mask,
                        dit_vid_t *hs, dit_vid_t *ctx, dit_dtype_t dt) {
   stream_keys_t ki, kc;
   stream_keys(&ki, i, 0);
   stream_keys(&kc, i, 1);
-  char n[192], ni_[160], nc_[160];
+  char n[192], ni_[160], nc_[160], nb[160];
   snprintf(ni_, sizeof ni_, "transformer_blocks.%" PRId64 ".img", i);
   snprintf(nc_, sizeof nc_, "transformer_blocks.%" PRId64 ".txt", i);
+  snprintf(nb, sizeof nb, "transformer_blocks.%" PRId64 ".attn", i);
 #define N(base, s) (snprintf(n, sizeof n, "%s.%s", base, s), n)
   const dit_blocks_mod_t modi = {modulation(b, tsilu, ki.mod, 6, N(ni_, "mod"), dt), -1};
   const dit_blocks_mod_t modc = {modulation(b, tsilu, kc.mod, 6, N(nc_, "mod"), dt), -1};
@@ -281,28 +285,26 @@ static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs
   const dit_blocks_attn_keys_t aki = {ki.q, ki.k, ki.v, ki.nq, ki.nk, 1}, akc = {kc.q, kc.k, kc.v, kc.nq, kc.nk, 1};
   dit_blocks_qkv_t ai = dit_blocks_attn_project(b, xi, xi, &aki, N(ni_, "attn"));
   dit_blocks_qkv_t ac = dit_blocks_attn_project(b, xc, xc, &akc, N(nc_, "attn"));
-  char nb[160];
-  snprintf(nb, sizeof nb, "transformer_blocks.%" PRId64 ".attn", i);
-  dit_vid_t q = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.q, ac.q, 1, N(nb, "q")), cs, N(nb, "rope_q"));
-  dit_vid_t k = dit_blocks_rope_table(b, dit_blocks_concat(b, ai.k, ac.k, 1, N(nb, "k")), cs, N(nb, "rope_k"));
-  dit_vid_t v = dit_blocks_concat(b, ai.v, ac.v, 1, N(nb, "v"));
-  dit_vid_t a = dit_blocks_attention_bounded(b, q, k, v, bound, N(nb, "sdpa"));
-  dit_vid_t a_img = dit_blocks_slice_tokens(b, a, 0, T, dt, N(nb, "img_tokens"));
-  dit_vid_t a_txt = dit_blocks_slice_tokens(b, a, T, L, dt, N(nb, "txt_tokens"));
+  ai.q = dit_blocks_rope_table(b, ai.q, cs_img, N(ni_, "attn.rope_q"));
+  ai.k = dit_blocks_rope_table(b, ai.k, cs_img, N(ni_, "attn.rope_k"));
+  ac.q = dit_blocks_rope_table(b, ac.q, cs_txt, N(nc_, "attn.rope_q"));
+  ac.k = dit_blocks_rope_table(b, ac.k, cs_txt, N(nc_, "attn.rope_k"));
 #undef N
+  dit_vid_t a_img, a_txt;
+  dit_blocks_joint_attention(b, ai.q, ai.k, ai.v, ac.q, ac.k, ac.v, mask, nb, &a_img, &a_txt);
   *hs = stream_finish(b, *hs, a_img, modi, &ki, ni_, dt);
   *ctx = stream_finish(b, *ctx, a_txt, modc, &kc, nc_, dt);
 }
 
 static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_qwen_config_t *q = &m->qwen;
-  if ((req->tp > 1) || (req->cp > 1) || req->sp)
-    return DIT_ERR(UNIMPLEMENTED, "%s: tensor and context parallelism are not built for Qwen-Image yet; compile with one rank "
-                   "per lane",
-                   m->model_class);
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gh = ls.height / 2, gw = ls.width / 2;
+  DIT_RETURN_IF(dit_joint_parallel_check(m, req, q->heads, T));
+  const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
+  /* This rank's image tokens: its share of the context-parallel group's; the text is whole on every rank. */
+  const int64_t Tl = T / cp, t0 = (cp > 1 ? req->cp_rank : 0) * Tl;
   const dit_dtype_t dt = req->dtype;
   float *cs_data = qwen_rope_table(q, gh, gw, L);
   if (!cs_data) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table");
@@ -312,7 +314,9 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
     free(cs_data);
     return s;
   }
-  const dit_blocks_options_t bo = {.dtype = dt, .heads = q->heads, .head_dim = q->head_dim, .eps = QWEN_EPS, .tp = 1, .cp = 1};
+  const dit_blocks_options_t bo = {.dtype = dt, .heads = q->heads, .head_dim = q->head_dim, .eps = QWEN_EPS, .tp = tp,
+                                   .tp_rank = req->tp_rank, .cp = cp, .cp_rank = cp > 1 ? req->cp_rank : 0,
+                                   .cp_mode = cp > 1 ? req->cp_mode : 0};
   dit_blocks_t *b = NULL;
   s = dit_blocks_create(g, m->weights, &bo, &b);
   if (s) {
@@ -320,32 +324,36 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
     dit_graph_destroy(g);
     return s;
   }
-  const int64_t xs[3] = {B, T, q->in_channels}, es[3] = {B, L, q->joint_dim}, ts[1] = {B}, css[2] = {T + L, q->head_dim},
+  const int64_t xs[3] = {B, T, q->in_channels}, es[3] = {B, L, q->joint_dim}, ts[1] = {B}, css[3] = {1, T + L, q->head_dim},
                 ms[2] = {B, L};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 3, xs);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
   /* The mask as the pipeline passes it (i64, nonzero = valid): a valid prefix, then padding. */
   dit_vid_t mask = dit_graph_input(g, "encoder_hidden_states_mask", DIT_I64, 2, ms);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
-  dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 2, css, cs_data);
+  /* The rotary table of [image, text], every rank's the same; each rotates its image tokens' rows and the text's. */
+  dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 3, css, cs_data);
   free(cs_data);
+  dit_vid_t cs_img, cs_txt;
+  dit_blocks_rope_rows(b, cs, T, L, "rope", NULL, &cs_img, &cs_txt);
 
+  if (cp > 1) x = dit_blocks_slice_tokens(b, x, t0, Tl, dt, "image_tokens.local");
   dit_vid_t hs = dit_blocks_linear(b, x, "img_in", dt, "img_in");
   /* The time embedding of timestep.to(dtype): Timesteps(256, scale 1000), TimestepEmbedding. */
   dit_vid_t temb = dit_blocks_sinusoid_rounded(b, t, QWEN_FREQ_DIM, 1, 0.0, QWEN_TIME_SCALE, dt, "time.sinusoid");
   temb = dit_blocks_timestep_mlp(b, temb, "time_text_embed.timestep_embedder", "time");
   dit_vid_t tsilu = dit_blocks_unary(b, DIT_OP_SILU, temb, dt, "temb.silu"); /* every modulation's SiLU(temb), once */
-  dit_vid_t bound = dit_blocks_key_bound(b, mask, T, "text_bound");
-  dit_vid_t ctx = dit_blocks_qk_rmsnorm(b, ehs, "txt_norm.weight", "txt_norm");
+  dit_vid_t ctx = dit_blocks_rmsnorm(b, ehs, "txt_norm.weight", "txt_norm");
   ctx = dit_blocks_linear(b, ctx, "txt_in", dt, "txt_in");
   for (int64_t i = 0; i < q->layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
-    qwen_block(b, i, tsilu, cs, bound, T, L, &hs, &ctx, dt);
+    qwen_block(b, i, tsilu, cs_img, cs_txt, mask, &hs, &ctx, dt);
   }
   dit_graph_set_block(g, -1);
   /* AdaLayerNormContinuous: the projection's halves are (scale, shift). */
   const dit_blocks_mod_t mo = {modulation(b, tsilu, "norm_out.linear", 2, "norm_out.mod", dt), -1};
   dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, hs, mo, 1, 0, "norm_out"), "proj_out", dt, "proj_out");
+  y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
   dit_graph_mark_output(g, y, "sample");
 
   s = dit_blocks_status(b);

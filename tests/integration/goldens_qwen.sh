@@ -5,7 +5,8 @@
 # padding excluded from attention (valid prefixes 5 and 8 of 8, and 6), and without a mask;
 # 4-step generates as QwenImagePipeline runs them (flow-match Euler with dynamic shifting and
 # shift_terminal, t/1000, no guidance input), with and without true CFG (norm rescaled), with and
-# without masks. Then: the manifest's generate section; shapes and flags refused by name; bf16
+# without masks. Then: every topology (tp, cp gather/ulysses/ring, both, cfg lanes) against one
+# rank and the goldens; the manifest's generate section; shapes and flags refused by name; bf16
 # against fp32 at timesteps bf16 holds exactly (and not at one it rounds, as diffusers'
 # `timestep.to(dtype)` does); the sm_90 compile (no GPU needed).
 set -euo pipefail
@@ -88,6 +89,56 @@ g=(generate "$gen" --init-latents "$T/init.safetensors" --steps "$STEPS")
 "$BIN/ditrun" "${g[@]}" --prompt-embeds "$T/gi_nomask.safetensors" --negative-embeds "$T/gi_nomask.safetensors" --true-cfg "$CFG" \
   --out "$T/g.safetensors" 2>/dev/null
 "$BIN/st_compare" "$T/g.safetensors" "$d/generate_nomask_cfg_output.safetensors" latents 1e-4
+
+# Every topology against one rank (<= 1e-5) and the goldens, the text masks padded: tensor
+# parallelism, context parallelism over the image tokens with the text whole on every rank (15
+# tokens: gather and ring over 3 or 5 ranks), both, and cfg lanes; true CFG on cfg lanes in generate.
+"$BIN/ditrun" forward "$one" --inputs "$d/forward_inputs.safetensors" --out "$T/one.safetensors" 2>/dev/null >/dev/null
+for top in "--tp 2" "--cp 3 --cp-mode gather" "--cp 3 --cp-mode ring" "--cp 5 --cp-mode ring" "--tp 2 --cp 3 --cp-mode ring" \
+  "--cfg-parallel --tp 2 --cp 3 --cp-mode gather"; do
+  # shellcheck disable=SC2086
+  tb=$("$BIN/ditc" "${c[@]}" --batch "$B" $top | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" forward "$tb" --inputs "$d/forward_inputs.safetensors" --out "$T/top.safetensors" 2>/dev/null >/dev/null
+  echo "[$top] $("$BIN/st_compare" "$T/top.safetensors" "$T/one.safetensors" sample 1e-5)"
+  "$BIN/st_compare" "$T/top.safetensors" "$d/forward_output.safetensors" sample 1e-4 >/dev/null
+done
+lanes=$("$BIN/ditc" "${c[@]}" --batch "$GB" --cfg-parallel --cp 3 --cp-mode ring | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" generate "$lanes" --init-latents "$T/init.safetensors" --steps "$STEPS" --prompt-embeds "$gi" --negative-embeds "$gi" \
+  --true-cfg "$CFG" --out "$T/g.safetensors" 2>/dev/null >/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$d/generate_cfg_output.safetensors" latents 1e-4
+# Ulysses needs heads / tp divisible by cp, and the 2 heads do not split 15 tokens' 3 or 5 ranks: at
+# 64x80 px (4x5 tokens), against one rank on inputs of that shape (padded masks, valid 5 and 8).
+python3 - "$T/u.safetensors" <<'PY'
+import json, math, random, struct, sys
+r = random.Random(7)
+t = {"hidden_states": ("f", [2, 20, 16], None), "encoder_hidden_states": ("f", [2, 8, 32], None),
+     "timestep": ("f", [2], [812.5, 347.25]), "encoder_hidden_states_mask": ("q", [2, 8], [1] * 5 + [0] * 3 + [1] * 8)}
+hdr, data = {}, b""
+for k, (fmt, shape, v) in t.items():
+    v = v or [r.uniform(-2, 2) for _ in range(math.prod(shape))]
+    raw = struct.pack("<%d%s" % (len(v), fmt), *v)
+    hdr[k] = {"dtype": "F32" if fmt == "f" else "I64", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+u=(compile "$d" --height 64 --width 80 --text-len "$L" --batch 2 -o "$T/b" -q)
+one_u=$("$BIN/ditc" "${u[@]}" | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" forward "$one_u" --inputs "$T/u.safetensors" --out "$T/one.safetensors" 2>/dev/null >/dev/null
+for top in "--cp 2 --cp-mode ulysses" "--cfg-parallel --cp 2 --cp-mode ulysses"; do
+  # shellcheck disable=SC2086
+  tb=$("$BIN/ditc" "${u[@]}" $top | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" forward "$tb" --inputs "$T/u.safetensors" --out "$T/top.safetensors" 2>/dev/null >/dev/null
+  echo "[$top, 64x80] $("$BIN/st_compare" "$T/top.safetensors" "$T/one.safetensors" sample 1e-5)"
+done
+# Layouts the shape or the heads do not allow, and those not built, refused by name.
+expect_fail "--cp 2: the shape has 15 image tokens, which do not split into 2 equal parts" "$BIN/ditc" "${c[@]}" --cp 2 --cp-mode ring
+expect_fail "--cp 3 --cp-mode ulysses: 2 heads per tensor-parallel rank are not divisible by 3" "$BIN/ditc" "${c[@]}" --cp 3 \
+  --cp-mode ulysses
+expect_fail "--tp 4: config.json num_attention_heads = 2 is not divisible by 4" "$BIN/ditc" "${c[@]}" --tp 4
+expect_fail "--sp: QwenImageTransformer2DModel does not run sequence parallelism" "$BIN/ditc" "${c[@]}" --tp 2 --sp
+expect_fail "--cp 6: QwenImageTransformer2DModel's joint attention runs gather, ulysses and ring" "$BIN/ditc" "${c[@]}" --cp 6 \
+  --cp-mode usp --ulysses 2
 
 # Refusals by name.
 gr=(generate "$gen" --prompt-embeds "$T/gi_nomask.safetensors" --seed 1 --steps 2 --out "$T/x.safetensors")
