@@ -221,24 +221,10 @@ static dit_vid_t embed_scalar(dit_blocks_t *b, dit_vid_t v, const char *prefix, 
 static dit_status_t flux_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_flux_config_t *f = &m->flux;
   const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
-  if (req->sp) return DIT_ERR(UNIMPLEMENTED, "--sp: %s does not run sequence parallelism yet (tp, cp and cfg lanes do)", m->model_class);
-  if (req->tp_rank < 0 || req->tp_rank >= tp)
-    return DIT_ERR(INVALID_ARGUMENT, "tensor-parallel rank %d outside 0..%d", req->tp_rank, tp - 1);
-  if (f->heads % tp)
-    return DIT_ERR(INVALID_ARGUMENT, "--tp %d: config.json num_attention_heads = %" PRId64 " is not divisible by %d", tp, f->heads, tp);
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gw = ls.width / 2, D = f->heads * f->head_dim;
-  if (cp > 1) {
-    if (req->cp_rank < 0 || req->cp_rank >= cp) return DIT_ERR(INVALID_ARGUMENT, "context-parallel rank %d outside 0..%d", req->cp_rank, cp - 1);
-    if (req->cp_mode != DIT_CP_GATHER && req->cp_mode != DIT_CP_ULYSSES && req->cp_mode != DIT_CP_RING)
-      return DIT_ERR(UNIMPLEMENTED, "--cp %d: %s's joint attention runs gather, ulysses and ring", cp, m->model_class);
-    if (T % cp)
-      return DIT_ERR(INVALID_ARGUMENT, "--cp %d: the shape has %" PRId64 " image tokens, which do not split into %d equal parts", cp, T, cp);
-    if (req->cp_mode == DIT_CP_ULYSSES && (f->heads / tp) % cp)
-      return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d", cp,
-                     f->heads / tp, cp);
-  }
+  DIT_RETURN_IF(dit_joint_parallel_check(m, req, f->heads, T));
   /* This rank's image tokens: its share of the context-parallel group's; the text is whole on every rank. */
   const int64_t Tl = T / cp, t0 = (cp > 1 ? req->cp_rank : 0) * Tl;
   const dit_dtype_t dt = req->dtype;
