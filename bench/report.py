@@ -459,9 +459,66 @@ def render_wan22_generate(res):
     return "\n".join(wrap(x) for x in L) + "\n"
 
 
+def forward_sentence(e, where):
+    """One forward's times against diffusers eager and torch.compile, parity and peak memory."""
+    p = need(e, "parity", where)
+    s = f"{e['ditrun_ms']:.1f} ms against diffusers' {e['eager_ms']:.1f} ms eager ({e['eager_ms'] / e['ditrun_ms']:.2f}x)"
+    if e.get("compiled_ms"):
+        s += f" and {e['compiled_ms']:.1f} ms under torch.compile ({e['compiled_ms'] / e['ditrun_ms']:.2f}x)"
+    return s + (f", cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak {e['ditrun_peak_gib']:.2f} GiB "
+                f"(nvidia-smi, whole process) against {e['eager_peak_gib']:.2f} GiB (torch's allocator)")
+
+
+def generate_sentence(g, what):
+    p = g.get("parity")
+    if not p:
+        return f"the {what} failed"
+    return f"the {what}: final latents cosine {p['cosine']:.5f} (relative L2 {p['rel_l2']:.1e}) against the diffusers pipeline's"
+
+
+def render_mmdit(res):
+    """FLUX.1-dev, HunyuanVideo and Qwen-Image forwards and short generates against diffusers,
+    and FLUX.1-dev's offload sweep over batch sizes."""
+    L = []
+    rel = "flux_forward.json"
+    d = measured(res, rel)
+    dl, sl = d["layers"]
+    blocks = "all 19 + 38 blocks" if (dl, sl) == (19, 38) else f"{dl} of 19 double and {sl} of 38 single blocks"
+    parts = [f"batch {e['batch']}: " + ("ditrun failed" if e.get("failed") else forward_sentence(e, rel)) for e in d["forwards"]]
+    g = d.get("generate")
+    L.append(f"- FLUX.1-dev, {blocks}, {d['width']}x{d['height']} ({d['tokens']} image and {d['text_len']} text tokens), random "
+             f"weights by diffusers ({src(rel, d)}): " + "; ".join(parts)
+             + (f"; {generate_sentence(g, '4-step generate (guidance 3.5)')}" if g else "") + ".")
+    for rel, name in (("hunyuan_forward.json", "HunyuanVideo"), ("qwen_forward.json", "Qwen-Image")):
+        if not os.path.exists(os.path.join(res.dir, rel)):
+            L.append(f"- {name}: not measured on a GPU yet (no `bench/results/{rel}`).")
+            continue
+        d = measured(res, rel)
+        lay = d["layers"]
+        blocks = f"{lay[0]} double and {lay[1]} single blocks" if isinstance(lay, list) else f"{lay} blocks"
+        shape = f"{d['width']}x{d['height']}" + (f", {d['frames']} frames" if d.get("frames") else "")
+        parts = [("ditrun failed" if e.get("failed") else forward_sentence(e, rel)) for e in d["forwards"]]
+        g = d.get("generate")
+        L.append(f"- {name}, {blocks} at the published widths, {shape} ({d['tokens']} image tokens, text {d['text_len']} with "
+                 f"{d.get('text_valid', d['text_len'])} valid), random weights by diffusers ({src(rel, d)}): " + "; ".join(parts)
+                 + (f"; {generate_sentence(g, '4-step generate' + (' at ' + str(g['frames']) + ' frames' if g.get('frames') else ''))}"
+                    if g else "") + ".")
+    rel = "offload/flux_batches.json"
+    if os.path.exists(os.path.join(res.dir, rel)):
+        o = res.json(rel)
+        pts = {(p["batch"], p["mode"]): p for p in o["points"]}
+        above = [b for b in o["batches"] if o.get("crossover_measured") and b >= o["crossover_measured"]]
+        rows = [f"batch {b} {pts[(b, 'chunked')]['ms'] / pts[(b, 'none')]['ms']:.3f}x at "
+                f"{100 * (1 - pts[(b, 'chunked')]['peak_mib'] / pts[(b, 'none')]['peak_mib']):.0f}% less peak memory" for b in above]
+        L.append(f"- FLUX.1-dev offload (chunked, nothing resident, against no offload; {src(rel, o)}, fewer blocks at the "
+                 f"published widths): chunked comes within 3% of no offload from batch {o['crossover_measured']} "
+                 f"(predicted by F_block >= F*: batch {o['crossover_predicted']}); above it " + ", ".join(rows) + ".")
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
 RENDERERS = {"offload": render_offload, "status": render_status}
 # Passages rendered and checked when README.md has them, not yet required of it.
-OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate}
+OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate, "mmdit": render_mmdit}
 
 # A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"
