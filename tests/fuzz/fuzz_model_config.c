@@ -36,8 +36,18 @@ static int terminated(const char *s, size_t cap) { return memchr(s, 0, cap) != N
 static void model_config(const char *text, size_t len) {
   dit_model_t *m = calloc(1, sizeof *m);
   if (!m) return;
-  if (!refused(dit_model_config_parse(text, len, "config.json", m), "config.json")) {
-    expect(!strcmp(m->family, "wan") && !strcmp(m->model_class, "WanTransformer3DModel"), "not the Wan family");
+  const int accepted = !refused(dit_model_config_parse(text, len, "config.json", m), "config.json");
+  if (accepted && strcmp(m->family, "wan")) {
+    /* The other families: a known one, whose normalized config always canonicalizes. */
+    static const char *const known[][2] = {{"flux", "FluxTransformer2DModel"}, {"hunyuan_video", "HunyuanVideoTransformer3DModel"},
+                                           {"qwen", "QwenImageTransformer2DModel"}};
+    int ok = 0;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(m->family, known[i][0]) && !strcmp(m->model_class, known[i][1]);
+    expect(ok, "an unknown family");
+    char hex[33];
+    expect(!dit_identity_compute(m->config, hex), "the normalized config has no identity");
+  } else if (accepted) {
+    expect(!strcmp(m->model_class, "WanTransformer3DModel"), "the Wan family under another class");
     expect(m->wan.heads >= 1 && m->wan.heads <= 1024 && m->wan.head_dim >= 1 && m->wan.head_dim <= 1024,
            "attention sizes outside their ranges");
     expect(m->wan.in_channels >= 1 && m->wan.out_channels >= 1 && m->wan.out_channels <= 4096, "channels outside their ranges");
@@ -60,7 +70,11 @@ static void model_config(const char *text, size_t len) {
 static void pipeline_index(const char *text, size_t len) {
   dit_pipeline_index_t p;
   if (refused(dit_pipeline_index_parse(text, len, "model_index.json", &p), "model_index.json")) return;
-  expect(!strcmp(p.class_name, "WanPipeline") || !strcmp(p.class_name, "WanImageToVideoPipeline"), "an unknown pipeline class");
+  static const char *const known[] = {"WanPipeline", "WanImageToVideoPipeline", "FluxPipeline", "HunyuanVideoPipeline",
+                                      "QwenImagePipeline"};
+  int ok = 0;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(p.class_name, known[i]);
+  expect(ok, "an unknown pipeline class");
   expect(terminated(p.transformer_class, sizeof p.transformer_class) && p.transformer_class[0], "no transformer class");
   expect(terminated(p.transformer_2_class, sizeof p.transformer_2_class), "an unterminated transformer_2 class");
   expect(terminated(p.scheduler_class, sizeof p.scheduler_class), "an unterminated scheduler class");
