@@ -11,10 +11,7 @@
 # values bf16 holds exactly; the sm_90 compile (no GPU needed); shapes refused by name.
 set -euo pipefail
 BIN=$1/bin
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-
-# restage, expect_fail
+# T, restage, expect_fail, bf16_rounds_as_diffusers
 # shellcheck source=tests/tools/goldens_lib.sh
 . "$(dirname "$0")/../tools/goldens_lib.sh"
 
@@ -108,14 +105,9 @@ expect_fail "compile the pipeline directory (model_index.json)" "$BIN/ditrun" ge
 restage "$d/forward_inputs.safetensors" "$T/exact.safetensors" timestep:0.5,0.25 guidance:4,2
 f32=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 b16=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
-"$BIN/ditrun" forward "$f32" --inputs "$T/exact.safetensors" --out "$T/f32.safetensors" 2>/dev/null >/dev/null
-"$BIN/ditrun" forward "$b16" --inputs "$T/exact.safetensors" --out "$T/b16.safetensors" 2>/dev/null >/dev/null
-"$BIN/st_compare" "$T/b16.safetensors" "$T/f32.safetensors" sample 2e-2 0.9999
 # ... and at the golden's t = 0.8125 the bf16 graph embeds bf16(812.5) = 812, as diffusers does: not the fp32 result.
-"$BIN/ditrun" forward "$b16" --inputs "$d/forward_inputs.safetensors" --out "$T/b16g.safetensors" 2>/dev/null >/dev/null
-if "$BIN/st_compare" "$T/b16g.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999 >/dev/null; then
-  echo "bf16 at t = 0.8125 matches fp32: the timestep is not rounded as diffusers rounds it"; exit 1
-fi
+bf16_rounds_as_diffusers "$f32" "$b16" "$T/exact.safetensors" "$d/forward_inputs.safetensors" "$d/forward_output.safetensors" \
+  "t = 0.8125"
 g90=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 --target sm_90 -o "$T/g" -q | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" verify "$g90" >/dev/null
 echo "goldens_flux: ok"

@@ -11,10 +11,7 @@
 # needed); shapes and the image-to-video variant refused by name.
 set -euo pipefail
 BIN=$1/bin
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-
-# restage, expect_fail
+# T, restage, expect_fail, bf16_rounds_as_diffusers
 # shellcheck source=tests/tools/goldens_lib.sh
 . "$(dirname "$0")/../tools/goldens_lib.sh"
 

@@ -1,4 +1,7 @@
-# Sourced by the tests/integration/goldens_*.sh scripts (after they set T, their scratch folder).
+# Sourced by the tests/integration/goldens_*.sh scripts: T, a scratch folder removed at exit, and
+# the helpers below.
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
 
 # A safetensors file of src's tensors, renamed (old=new), dropped (-name) and/or with f32 values
 # replaced (name:v,v,..).
@@ -28,4 +31,17 @@ expect_fail() { # message, command...
   local msg=$1; shift
   if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
   grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
+}
+
+# bf16 against fp32 on inputs whose values bf16 holds exactly (the rounding diffusers applies is then
+# the identity), then the bf16 graph on the golden's inputs, where it rounds as diffusers does: that
+# must not match the fp32 golden.
+bf16_rounds_as_diffusers() { # f32-bundle bf16-bundle exact-inputs golden-inputs golden-output what-rounds
+  "$BIN/ditrun" forward "$1" --inputs "$3" --out "$T/f32.safetensors" 2>/dev/null >/dev/null
+  "$BIN/ditrun" forward "$2" --inputs "$3" --out "$T/b16.safetensors" 2>/dev/null >/dev/null
+  "$BIN/st_compare" "$T/b16.safetensors" "$T/f32.safetensors" sample 2e-2 0.9999
+  "$BIN/ditrun" forward "$2" --inputs "$4" --out "$T/b16g.safetensors" 2>/dev/null >/dev/null
+  if "$BIN/st_compare" "$T/b16g.safetensors" "$5" sample 2e-2 0.9999 >/dev/null; then
+    echo "bf16 at $6 matches fp32: the timestep is not rounded as diffusers rounds it"; exit 1
+  fi
 }
