@@ -23,14 +23,13 @@ usage: bench/flux_forward.py --ditc BIN --ditrun BIN --work DIR --out DIR [--bat
 import argparse
 import json
 import os
-import struct
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import ceilings  # noqa: E402
+import pipeline_bench as pb  # noqa: E402
+from pipeline_bench import COSINE_MIN, linear, save, summary  # noqa: E402
 
 # black-forest-labs/FLUX.1-dev transformer/config.json and scheduler/scheduler_config.json (the
 # class defaults of FluxTransformer2DModel at the pinned diffusers but for guidance_embeds).
@@ -42,7 +41,6 @@ SCHEDULER = {"base_image_seq_len": 256, "base_shift": 0.5, "max_image_seq_len": 
 HEIGHT = WIDTH = 1024
 TEXT_LEN = 512
 VAE = 8
-COSINE_MIN = 0.999
 GEN_STEPS, GEN_GUIDANCE, FWD_T, FWD_GUIDANCE = 4, 3.5, 0.75, 3.5
 
 
@@ -51,10 +49,7 @@ def tokens():
 
 
 def model_config(layers=None):
-    cfg = dict(CONFIG)
-    if layers:
-        cfg["num_layers"], cfg["num_single_layers"] = layers
-    return cfg
+    return pb.with_layers(CONFIG, layers)
 
 
 def weight_shapes(cfg):
@@ -62,38 +57,16 @@ def weight_shapes(cfg):
     d = cfg["num_attention_heads"] * cfg["attention_head_dim"]
     hd, m = cfg["attention_head_dim"], 4 * d
     s = {}
-
-    def lin(name, o, i):
-        s[name + ".weight"], s[name + ".bias"] = [o, i], [o]
-
-    lin("x_embedder", d, cfg["in_channels"])
-    lin("context_embedder", d, cfg["joint_attention_dim"])
+    linear(s, "x_embedder", d, cfg["in_channels"])
+    linear(s, "context_embedder", d, cfg["joint_attention_dim"])
     for e in ("timestep_embedder", "guidance_embedder") if cfg["guidance_embeds"] else ("timestep_embedder",):
-        lin(f"time_text_embed.{e}.linear_1", d, 256)
-        lin(f"time_text_embed.{e}.linear_2", d, d)
-    lin("time_text_embed.text_embedder.linear_1", d, cfg["pooled_projection_dim"])
-    lin("time_text_embed.text_embedder.linear_2", d, d)
-    for i in range(cfg["num_layers"]):
-        b = f"transformer_blocks.{i}."
-        lin(b + "norm1.linear", 6 * d, d)
-        lin(b + "norm1_context.linear", 6 * d, d)
-        for p in ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"):
-            lin(b + "attn." + p, d, d)
-        for n in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
-            s[b + f"attn.{n}.weight"] = [hd]
-        for f in ("ff", "ff_context"):
-            lin(b + f + ".net.0.proj", m, d)
-            lin(b + f + ".net.2", d, m)
-    for i in range(cfg["num_single_layers"]):
-        b = f"single_transformer_blocks.{i}."
-        lin(b + "norm.linear", 3 * d, d)
-        lin(b + "proj_mlp", m, d)
-        lin(b + "proj_out", d, d + m)
-        for p in ("to_q", "to_k", "to_v"):
-            lin(b + "attn." + p, d, d)
-        s[b + "attn.norm_q.weight"] = s[b + "attn.norm_k.weight"] = [hd]
-    lin("norm_out.linear", 2 * d, d)
-    lin("proj_out", cfg["patch_size"] ** 2 * (cfg["out_channels"] or cfg["in_channels"]), d)
+        linear(s, f"time_text_embed.{e}.linear_1", d, 256)
+        linear(s, f"time_text_embed.{e}.linear_2", d, d)
+    linear(s, "time_text_embed.text_embedder.linear_1", d, cfg["pooled_projection_dim"])
+    linear(s, "time_text_embed.text_embedder.linear_2", d, d)
+    pb.dual_single_blocks(s, cfg, d, hd, m)
+    linear(s, "norm_out.linear", 2 * d, d)
+    linear(s, "proj_out", cfg["patch_size"] ** 2 * (cfg["out_channels"] or cfg["in_channels"]), d)
     return s
 
 
@@ -110,66 +83,19 @@ def write_folder(path, layers=(1, 1)):
     """The pipeline folder with zero bf16 weights written sparse, standard library only: what ditc
     compiles to fill a kernel cache for these shapes (kernels do not depend on weight values)."""
     cfg = model_config(layers)
-    os.makedirs(os.path.join(path, "scheduler"), exist_ok=True)
-    os.makedirs(os.path.join(path, "transformer"), exist_ok=True)
-    json.dump(pipeline_index(), open(os.path.join(path, "model_index.json"), "w"), indent=2)
-    json.dump({"_class_name": "FlowMatchEulerDiscreteScheduler", **SCHEDULER},
-              open(os.path.join(path, "scheduler", "scheduler_config.json"), "w"), indent=2)
-    json.dump({"_class_name": "FluxTransformer2DModel", **cfg}, open(os.path.join(path, "transformer", "config.json"), "w"),
-              indent=2)
-    shapes = weight_shapes(cfg)
-    header, off = {"__metadata__": {"format": "pt"}}, 0
-    for name in sorted(shapes):
-        n = 2
-        for x in shapes[name]:
-            n *= x
-        header[name] = {"dtype": "BF16", "shape": shapes[name], "data_offsets": [off, off + n]}
-        off += n
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(os.path.join(path, "transformer", "diffusion_pytorch_model.safetensors"), "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)) + h)
-        fh.truncate(8 + len(h) + off)
-    return off
+    return pb.write_pipeline_folder(path, pipeline_index(), SCHEDULER, "FluxTransformer2DModel", cfg, weight_shapes(cfg))
 
 
 def compile_bundle(ditc, folder, store, batch):
     """`ditc compile` at 1024x1024 for one batch size: (bundle path or None, seconds, refusal)."""
-    cmd = [ditc, "compile", folder, "--height", str(HEIGHT), "--width", str(WIDTH), "--batch", str(batch), "--text-len",
-           str(TEXT_LEN), "--dtype", "bf16", "--target", "sm_90", "--store", store, "-q"]
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else []
-    if r.returncode or not last or not last[0].startswith("bundle "):
-        return None, dt, (r.stderr.strip() or r.stdout.strip())[-600:]
-    return last[0].split()[2], dt, None
-
-
-def summary(e):
-    if e.get("ditrun_ms"):
-        e["eager_vs_ditrun"] = e["eager_ms"] / e["ditrun_ms"]
-        if e.get("compiled_ms"):
-            e["compiled_vs_ditrun"] = e["compiled_ms"] / e["ditrun_ms"]
-    if e.get("parity"):
-        e["parity_ok"] = e["parity"]["cosine"] >= COSINE_MIN
-    return e
+    return pb.ditc_compile(ditc, folder, ["--height", str(HEIGHT), "--width", str(WIDTH), "--batch", str(batch),
+                                          "--text-len", str(TEXT_LEN), "--dtype", "bf16", "--target", "sm_90",
+                                          "--store", store])
 
 
 def lines(res):
     L = [f"FLUX.1-dev: {res['layers'][0]} of 19 double and {res['layers'][1]} of 38 single blocks at the published widths, "
-         f"{WIDTH}x{HEIGHT}, {tokens()} image + {TEXT_LEN} text tokens",
-         "| batch | ditrun ms | eager ms | compiled ms | eager / ditrun | compiled / ditrun | ditrun peak GiB | "
-         "eager peak GiB | cosine | rel L2 |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for e in res["forwards"]:
-        if e.get("failed"):
-            L.append(f"| {e['batch']} | failed: {e['failed'][:120]} | | | | | | | | |")
-            continue
-        f = lambda k, fmt="{:.1f}": fmt.format(e[k]) if e.get(k) is not None else "-"  # noqa: E731
-        L.append(f"| {e['batch']} | {f('ditrun_ms')} | {f('eager_ms')} | {f('compiled_ms')} | {f('eager_vs_ditrun', '{:.2f}x')} | "
-                 f"{f('compiled_vs_ditrun', '{:.2f}x')} | {f('ditrun_peak_gib', '{:.2f}')} | {f('eager_peak_gib', '{:.2f}')} | "
-                 f"{e['parity']['cosine']:.6f} | {e['parity']['rel_l2']:.3e} |")
+         f"{WIDTH}x{HEIGHT}, {tokens()} image + {TEXT_LEN} text tokens"] + pb.forward_rows(res)
     g = res.get("generate")
     if g and g.get("parity"):
         L.append(f"generate ({GEN_STEPS} steps, guidance {GEN_GUIDANCE}, batch 1): cosine {g['parity']['cosine']:.6f}, "
@@ -178,17 +104,13 @@ def lines(res):
     return L
 
 
-def save(res, out):
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "flux_forward.json")
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
+def save_res(res, out):
+    save(res, out, "flux_forward.json")
 
 
 def dry_run(a):
     cfg = model_config()
-    n = sum(_count(s) for s in weight_shapes(cfg).values())
+    n = pb.param_count(weight_shapes(cfg))
     assert 11.8e9 < n < 12.0e9, n  # FLUX.1-dev's 11.9B parameters, from the shapes alone
     assert tokens() == 4096
     os.makedirs(a.out, exist_ok=True)
@@ -205,34 +127,21 @@ def dry_run(a):
     return 0
 
 
-def _count(shape):
-    n = 1
-    for x in shape:
-        n *= x
-    return n
-
-
 def run(a):
     import torch  # device only
-    from safetensors.torch import load_file, save_file  # device only
+    from safetensors.torch import save_file  # device only
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel  # device only
-    from wan_forward import PEAK_METHOD, diffusers_contenders, ditrun_contender, load_plan, parity
+    from wan_forward import load_plan
 
     layers = tuple(int(x) for x in a.layers.split(",")) if a.layers else (19, 38)
     res = {"config": CONFIG, "scheduler": SCHEDULER, "layers": list(layers), "height": HEIGHT, "width": WIDTH,
-           "text_len": TEXT_LEN, "tokens": tokens(), "cosine_min": COSINE_MIN, "forwards": [], "run": ceilings.run_info(),
-           "device": torch.cuda.get_device_name(0), "peak_method": PEAK_METHOD, "iters": a.iters}
+           "text_len": TEXT_LEN, "tokens": tokens(), "cosine_min": COSINE_MIN, "forwards": [], **pb.run_fields(torch, a)}
     print(lines(res)[0], flush=True)
     folder, store = os.path.join(a.work, "pipeline"), os.path.join(a.work, "store")
     t0 = time.perf_counter()
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = FluxTransformer2DModel(**{k: v for k, v in model_config(layers).items()})
-    model = model.to(torch.bfloat16).eval()
-    pipe = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=None, text_encoder=None, tokenizer=None,
-                        text_encoder_2=None, tokenizer_2=None, transformer=model)
-    pipe.set_progress_bar_config(disable=True)
-    pipe.save_pretrained(folder, safe_serialization=True)
+    model, pipe = pb.make_pipeline(torch, FluxTransformer2DModel, model_config(layers), FluxPipeline, folder,
+                                   scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=None, text_encoder=None,
+                                   tokenizer=None, text_encoder_2=None, tokenizer_2=None)
     res["make_s"] = time.perf_counter() - t0
     bundles = {}
     for b in [int(x) for x in a.batches.split(",")] + ([1] if not a.no_generate else []):
@@ -242,7 +151,7 @@ def run(a):
         res.setdefault("ditc_compile_s", {})[str(b)] = dt
         if not bundles[b]:
             res["compile_failed"] = refused
-            save(res, a.out)
+            save_res(res, a.out)
             print("ditc compile failed:", refused)
             return 1
     print(f"diffusers model and save: {res['make_s']:.0f} s; ditc compile: {res['ditc_compile_s']}", flush=True)
@@ -265,34 +174,17 @@ def run(a):
         inputs = os.path.join(a.work, f"inputs_b{b}.safetensors")
         save_file({"hidden_states": x, "encoder_hidden_states": enc, "pooled_projections": pooled, "timestep": ts,
                    "guidance": gd, "img_ids": img_ids, "txt_ids": txt_ids}, inputs)
-        kw = dict(hidden_states=x.to(dev, torch.bfloat16), encoder_hidden_states=enc.to(dev, torch.bfloat16),
-                  pooled_projections=pooled.to(dev, torch.bfloat16), timestep=ts.to(dev, torch.bfloat16),
-                  guidance=gd.to(dev), img_ids=img_ids.to(dev), txt_ids=txt_ids.to(dev))
         e = {"batch": b}
-        ref, r = diffusers_contenders(torch, model, kw, a.iters, use_compile=not a.no_compile, warmup=1)
-        e.update(r)
-        del kw
-        torch._dynamo.reset()
-        torch.cuda.empty_cache()
-        model.to("cpu")
-        torch.cuda.empty_cache()
-        out = os.path.join(a.work, f"ditrun_b{b}.safetensors")
-        r, failed = ditrun_contender(a.ditrun, bundles[b], inputs, out, a.iters, graph=False, heuristic=False, warmup=1)
-        model.to(dev)
-        e.update(r)
-        if failed:
-            e["failed"] = failed
-            fails += 1
-        else:
-            e["parity"] = parity(torch, load_file(out)["sample"], ref)
-            summary(e)
-            fails += not e["parity_ok"]
-            print(f"batch {b}: parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 "
-                  f"{e['parity']['rel_l2']:.3e}", flush=True)
-            for sg in e.get("step_groups", [])[:14]:
-                print(f"  {sg['count']:4d} steps {sg['ms']:9.3f} ms  {sg['what']}")
+
+        def kwargs():
+            return dict(hidden_states=x.to(dev, torch.bfloat16), encoder_hidden_states=enc.to(dev, torch.bfloat16),
+                        pooled_projections=pooled.to(dev, torch.bfloat16), timestep=ts.to(dev, torch.bfloat16),
+                        guidance=gd.to(dev), img_ids=img_ids.to(dev), txt_ids=txt_ids.to(dev))
+
+        fails += pb.forward_contest(torch, a, model, kwargs, bundles[b], inputs,
+                                    os.path.join(a.work, f"ditrun_b{b}.safetensors"), e, label=f"batch {b}: ")
         res["forwards"].append(e)
-        save(res, a.out)
+        save_res(res, a.out)
     if not a.no_generate:
         g = torch.Generator().manual_seed(7)
         gi = {"prompt_embeds": torch.randn(1, TEXT_LEN, CONFIG["joint_attention_dim"], generator=g),
@@ -309,71 +201,32 @@ def run(a):
                         return_dict=False)[0]
         torch.cuda.synchronize()
         gres = {"pipeline_s": time.perf_counter() - t0}
-        model.to("cpu")
-        torch.cuda.empty_cache()
-        gout = os.path.join(a.work, "generate_out.safetensors")
-        t0 = time.perf_counter()
-        r = subprocess.run([a.ditrun, "generate", bundles[1], "--prompt-embeds", gpath, "--init-latents", gpath, "--steps",
-                            str(GEN_STEPS), "--guidance", str(GEN_GUIDANCE), "--out", gout], capture_output=True, text=True)
-        gres["ditrun_s"] = time.perf_counter() - t0
-        if r.returncode:
-            gres["failed"] = r.stderr.strip()[-600:]
-            fails += 1
-        else:
-            gres["parity"] = parity(torch, load_file(gout)["latents"], want.float())
-            gres["parity_ok"] = gres["parity"]["cosine"] >= COSINE_MIN
-            fails += not gres["parity_ok"]
+        fails += pb.generate_contest(torch, a, model, [bundles[1], "--prompt-embeds", gpath, "--init-latents", gpath,
+                                                       "--steps", str(GEN_STEPS), "--guidance", str(GEN_GUIDANCE)],
+                                     os.path.join(a.work, "generate_out.safetensors"), want.float(), gres)
         res["generate"] = gres
-        save(res, a.out)
+        save_res(res, a.out)
     if not a.no_ceilings and res["forwards"] and res["forwards"][0].get("split_ms"):
         plan = load_plan(bundles[int(a.batches.split(",")[0])])
-        res["ceilings"] = ceilings.measure(torch, plan, CONFIG["num_attention_heads"], iters=5)
-        e = res["forwards"][0]
-        e["vs_ceiling"] = ceilings.versus(e["split_ms"], plan, CONFIG["num_attention_heads"], res["ceilings"])
-        for line in ceilings.lines(e["split_ms"], res["ceilings"], e["vs_ceiling"]):
-            print(line)
-    res["complete"] = True
-    save(res, a.out)
-    print()
-    for line in lines(res):
-        print(line)
-    print("peak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process)")
-    return 1 if fails else 0
+        pb.measure_ceilings(torch, res, res["forwards"][:1], plan, CONFIG["num_attention_heads"])
+    return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ditc")
-    ap.add_argument("--ditrun")
-    ap.add_argument("--work")
-    ap.add_argument("--out")
+    pb.add_contender_flags(ap)
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--layers", help="D,S: double and single blocks (default: the published 19,38)")
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--no-generate", action="store_true")
-    ap.add_argument("--no-ceilings", action="store_true")
-    ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--dry-run", action="store_true")
+    pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep", "--dry-run")
     ap.add_argument("--write-folder", metavar="DIR")
     a = ap.parse_args()
-    if a.dry_run:
-        if not a.out:
-            ap.error("--out is required")
-        return dry_run(a)
-    if a.write_folder:
+
+    def write():
         layers = tuple(int(x) for x in a.layers.split(",")) if a.layers else (1, 1)
-        print(f"wrote {a.write_folder}: {write_folder(a.write_folder, layers)} bytes of zero weights")
-        return 0
-    for k in ("ditc", "ditrun", "work", "out"):
-        if getattr(a, k) is None:
-            ap.error(f"--{k} is required")
-    os.makedirs(a.work, exist_ok=True)
-    try:
-        return run(a)
-    finally:
-        if not a.keep:
-            subprocess.run(["rm", "-rf", a.work])
+        return f"wrote {a.write_folder}: {write_folder(a.write_folder, layers)} bytes of zero weights"
+
+    return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"), write_folder=write)
 
 
 if __name__ == "__main__":

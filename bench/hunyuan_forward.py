@@ -29,18 +29,16 @@ usage: bench/hunyuan_forward.py --ditc BIN --ditrun BIN --work DIR --out DIR [--
 """
 import argparse
 import json
-import math
 import os
-import struct
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ceilings  # noqa: E402
-from flux_forward import summary  # noqa: E402
-from wan22_forward import write_zero_safetensors  # noqa: E402
+import pipeline_bench as pb  # noqa: E402
+from pipeline_bench import (COSINE_MIN, forward_rows, generate_line, linear, param_count,  # noqa: E402
+                            read_header_shapes, save, summary)
 
 # hunyuanvideo-community/HunyuanVideo transformer/config.json: the class defaults of
 # HunyuanVideoTransformer3DModel at the pinned diffusers (58eb52c0803e), and its scheduler config.
@@ -54,7 +52,6 @@ VAE_SPATIAL, VAE_TEMPORAL = 8, 4  # HunyuanVideoPipeline's factors
 TEXT_LEN = 256  # HunyuanVideoPipeline's max_sequence_length
 TEXT_VALID, GEN_VALID = 180, 150  # valid prefixes of the forward's and the generate's prompt
 REFINER_RATIO = 4  # the token refiner's feed-forward width over the model's
-COSINE_MIN = 0.999
 GEN_STEPS, GUIDANCE, FWD_T = 4, 6.0, 875.0  # the pipeline's guidance_scale, embedded as guidance * 1000
 
 # The time model that picks the default --layers. ditrun's block time from its FLOPs at the
@@ -85,10 +82,7 @@ def tokens(frames):
 
 
 def model_config(layers=None):
-    cfg = dict(CONFIG)
-    if layers:
-        cfg["num_layers"], cfg["num_single_layers"] = layers
-    return cfg
+    return pb.with_layers(CONFIG, layers)
 
 
 def weight_shapes(cfg):
@@ -98,7 +92,7 @@ def weight_shapes(cfg):
     s = {}
 
     def lin(name, o, i):
-        s[name + ".weight"], s[name + ".bias"] = [o, i], [o]
+        linear(s, name, o, i)
 
     def embedder(prefix):  # TimestepEmbedding(256 -> d)
         lin(prefix + ".linear_1", d, 256)
@@ -124,32 +118,10 @@ def weight_shapes(cfg):
     lin("time_text_embed.text_embedder.linear_2", d, d)
     if cfg["guidance_embeds"]:
         embedder("time_text_embed.guidance_embedder")
-    for i in range(cfg["num_layers"]):
-        b = f"transformer_blocks.{i}."
-        lin(b + "norm1.linear", 6 * d, d)
-        lin(b + "norm1_context.linear", 6 * d, d)
-        for p in ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"):
-            lin(b + "attn." + p, d, d)
-        for n in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
-            s[b + f"attn.{n}.weight"] = [hd]
-        for f in ("ff", "ff_context"):
-            lin(b + f + ".net.0.proj", m, d)
-            lin(b + f + ".net.2", d, m)
-    for i in range(cfg["num_single_layers"]):
-        b = f"single_transformer_blocks.{i}."
-        lin(b + "norm.linear", 3 * d, d)
-        lin(b + "proj_mlp", m, d)
-        lin(b + "proj_out", d, d + m)
-        for p in ("to_q", "to_k", "to_v"):
-            lin(b + "attn." + p, d, d)
-        s[b + "attn.norm_q.weight"] = s[b + "attn.norm_k.weight"] = [hd]
+    pb.dual_single_blocks(s, cfg, d, hd, m)
     lin("norm_out.linear", 2 * d, d)
     lin("proj_out", cfg["patch_size_t"] * cfg["patch_size"] ** 2 * (cfg["out_channels"] or cfg["in_channels"]), d)
     return s
-
-
-def param_count(shapes, prefix=""):
-    return sum(math.prod(v) for k, v in shapes.items() if k.startswith(prefix))
 
 
 def block_params():
@@ -207,42 +179,9 @@ def pipeline_index():
             "vae": none}
 
 
-def write_pipeline_folder(path, index, scheduler, model_class, cfg, shapes):
-    """A pipeline folder of model_index.json, the scheduler config and the transformer with zero
-    bf16 weights written sparse, standard library only: what ditc compiles to fill a kernel cache
-    (kernels do not depend on weight values). Returns the weights' bytes."""
-    for sub in ("scheduler", "transformer"):
-        os.makedirs(os.path.join(path, sub), exist_ok=True)
-    with open(os.path.join(path, "model_index.json"), "w") as fh:
-        json.dump(index, fh, indent=2)
-    with open(os.path.join(path, "scheduler", "scheduler_config.json"), "w") as fh:
-        json.dump({"_class_name": "FlowMatchEulerDiscreteScheduler", **scheduler}, fh, indent=2)
-    with open(os.path.join(path, "transformer", "config.json"), "w") as fh:
-        json.dump({"_class_name": model_class, **cfg}, fh, indent=2)
-    return write_zero_safetensors(os.path.join(path, "transformer", "diffusion_pytorch_model.safetensors"), shapes)
-
-
 def write_folder(path, layers=(1, 1)):
     cfg = model_config(layers)
-    return write_pipeline_folder(path, pipeline_index(), SCHEDULER, "HunyuanVideoTransformer3DModel", cfg, weight_shapes(cfg))
-
-
-def read_header_shapes(path):
-    """{name: shape} of a safetensors file's header."""
-    with open(path, "rb") as fh:
-        n = struct.unpack("<Q", fh.read(8))[0]
-        header = json.loads(fh.read(n))
-    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
-
-
-def golden_mismatches(folder, shapes_of):
-    """Tensors whose shape `shapes_of(config)` gets wrong, or which it adds or misses, against the
-    transformer that diffusers itself saved in a tiny golden folder (tests/data): how a dry run
-    ties the shapes written here to the pinned diffusers without torch."""
-    d = os.path.join(folder, "transformer")
-    cfg = {k: v for k, v in json.load(open(os.path.join(d, "config.json"))).items() if not k.startswith("_")}
-    want, got = read_header_shapes(os.path.join(d, "diffusion_pytorch_model.safetensors")), shapes_of(cfg)
-    return sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    return pb.write_pipeline_folder(path, pipeline_index(), SCHEDULER, "HunyuanVideoTransformer3DModel", cfg, weight_shapes(cfg))
 
 
 def shape_flags(frames):
@@ -253,37 +192,7 @@ def shape_flags(frames):
 def compile_bundle(ditc, folder, store, shape):
     """`ditc compile` of a pipeline folder at `shape` (ditc's shape flags) into `store`: (bundle
     path or None, seconds, the compiler's last output when it refused)."""
-    cmd = [ditc, "compile", folder] + list(shape) + ["--dtype", "bf16", "--target", "sm_90", "--store", store, "-q"]
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else []
-    if r.returncode or not last or not last[0].startswith("bundle "):
-        return None, dt, (r.stderr.strip() or r.stdout.strip())[-600:]
-    return last[0].split()[2], dt, None
-
-
-def forward_rows(res):
-    """The forward table of a results dict (dry or measured)."""
-    L = ["| batch | ditrun ms | eager ms | compiled ms | eager / ditrun | compiled / ditrun | ditrun peak GiB | "
-         "eager peak GiB | cosine | rel L2 |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for e in res["forwards"]:
-        if e.get("failed"):
-            L.append(f"| {e['batch']} | failed: {e['failed'][:120]} | | | | | | | | |")
-            continue
-        f = lambda k, fmt="{:.1f}": fmt.format(e[k]) if e.get(k) is not None else "-"  # noqa: E731
-        L.append(f"| {e['batch']} | {f('ditrun_ms')} | {f('eager_ms')} | {f('compiled_ms')} | {f('eager_vs_ditrun', '{:.2f}x')} | "
-                 f"{f('compiled_vs_ditrun', '{:.2f}x')} | {f('ditrun_peak_gib', '{:.2f}')} | {f('eager_peak_gib', '{:.2f}')} | "
-                 f"{e['parity']['cosine']:.6f} | {e['parity']['rel_l2']:.3e} |")
-    return L
-
-
-def generate_line(g, what):
-    if g.get("failed"):
-        return f"generate ({what}): ditrun failed: {g['failed'][:200]}"
-    return (f"generate ({what}): cosine {g['parity']['cosine']:.6f}, relative L2 {g['parity']['rel_l2']:.3e} against the "
-            f"pipeline; pipeline {g['pipeline_s']:.2f} s, ditrun generate {g['ditrun_s']:.2f} s (process, load included)")
+    return pb.ditc_compile(ditc, folder, list(shape) + ["--dtype", "bf16", "--target", "sm_90", "--store", store])
 
 
 def lines(res):
@@ -296,18 +205,14 @@ def lines(res):
     return L
 
 
-def save(res, out, name="hunyuan_forward.json"):
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, name)
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
+def save_res(res, out):
+    save(res, out, "hunyuan_forward.json")
 
 
 def dry_run(a):
     """Shapes, parameter count, the default layers, the folder writer and the summary, with made-up
     times (nothing it writes is a measurement)."""
-    bad = golden_mismatches(os.path.join(HERE, "..", "tests", "data", "hunyuan_video_tiny"), weight_shapes)
+    bad = pb.golden_mismatches(os.path.join(HERE, "..", "tests", "data", "hunyuan_video_tiny"), weight_shapes)
     assert not bad, f"weight_shapes differs from diffusers' tiny HunyuanVideo at {bad[:5]}"
     shapes = weight_shapes(model_config())
     n = param_count(shapes)
@@ -338,35 +243,30 @@ def dry_run(a):
     for line in lines(res):
         print(line)
     assert res["forwards"][0]["eager_vs_ditrun"] == 2.0 and res["forwards"][0]["parity_ok"]
-    save(res, a.out)
+    save_res(res, a.out)
     print(f"HunyuanVideo: {n / 1e9:.2f}B parameters")
     return 0
 
 
 def run(a):
     import torch  # device only
-    from safetensors.torch import load_file, save_file  # device only
+    from safetensors.torch import save_file  # device only
     from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline, HunyuanVideoTransformer3DModel  # device only
-    from wan_forward import PEAK_METHOD, diffusers_contenders, ditrun_contender, load_plan, parity
+    from wan_forward import load_plan
 
     layers = parse_layers(a.layers) if a.layers else default_layers()
     generate = not a.no_generate
     res = {"config": CONFIG, "scheduler": SCHEDULER, "layers": list(layers), "height": HEIGHT, "width": WIDTH,
            "frames": FRAMES, "latent": latent_shape(FRAMES), "text_len": TEXT_LEN, "text_valid": TEXT_VALID,
-           "tokens": tokens(FRAMES), "cosine_min": COSINE_MIN, "forwards": [], "run": ceilings.run_info(),
-           "device": torch.cuda.get_device_name(0), "peak_method": PEAK_METHOD, "iters": a.iters,
+           "tokens": tokens(FRAMES), "cosine_min": COSINE_MIN, "forwards": [], **pb.run_fields(torch, a),
            "estimated_call_s": estimate_s(layers, a.iters, 1, not a.no_compile, generate, not a.no_ceilings, a.gen_frames)}
     print(lines(res)[0], flush=True)
     folder, store = os.path.join(a.work, "pipeline"), os.path.join(a.work, "store")
     t0 = time.perf_counter()
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = HunyuanVideoTransformer3DModel(**model_config(layers))
-    model = model.to(torch.bfloat16).eval()
-    pipe = HunyuanVideoPipeline(text_encoder=None, tokenizer=None, transformer=model, vae=None,
-                                scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), text_encoder_2=None, tokenizer_2=None)
-    pipe.set_progress_bar_config(disable=True)
-    pipe.save_pretrained(folder, safe_serialization=True)
+    model, pipe = pb.make_pipeline(torch, HunyuanVideoTransformer3DModel, model_config(layers), HunyuanVideoPipeline, folder,
+                                   text_encoder=None, tokenizer=None, vae=None,
+                                   scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), text_encoder_2=None,
+                                   tokenizer_2=None)
     res["make_s"] = time.perf_counter() - t0
     bundles = {}
     for what, frames in [("forward", FRAMES)] + ([("generate", a.gen_frames)] if generate else []):
@@ -374,7 +274,7 @@ def run(a):
         res.setdefault("ditc_compile_s", {})[what] = dt
         if not bundles[what]:
             res["compile_failed"] = f"{what} ({frames} frames): {refused}"
-            save(res, a.out)
+            save_res(res, a.out)
             print("ditc compile failed:", res["compile_failed"])
             return 1
     print(f"diffusers model and save: {res['make_s']:.0f} s; ditc compile: {res['ditc_compile_s']}", flush=True)
@@ -391,34 +291,17 @@ def run(a):
     inputs = os.path.join(a.work, "inputs.safetensors")
     save_file({"hidden_states": x, "timestep": ts, "encoder_hidden_states": enc, "encoder_attention_mask": mask,
                "pooled_projections": pooled, "guidance": gd}, inputs)
-    # As HunyuanVideoPipeline passes them: t in the latents' fp32, the rest (guidance x 1000 too) in the model's dtype.
-    kw = dict(hidden_states=x.to(dev, bf16), timestep=ts.to(dev), encoder_hidden_states=enc.to(dev, bf16),
-              encoder_attention_mask=mask.to(dev, bf16), pooled_projections=pooled.to(dev, bf16), guidance=gd.to(dev, bf16))
     e = {"batch": 1}
-    ref, r = diffusers_contenders(torch, model, kw, a.iters, use_compile=not a.no_compile, warmup=1)
-    e.update(r)
-    del kw
-    torch._dynamo.reset()
-    model.to("cpu")
-    torch.cuda.empty_cache()
-    out = os.path.join(a.work, "ditrun_out.safetensors")
-    r, failed = ditrun_contender(a.ditrun, bundles["forward"], inputs, out, a.iters, graph=False, heuristic=False, warmup=1)
-    model.to(dev)
-    e.update(r)
-    if failed:
-        e["failed"] = failed
-        fails += 1
-    else:
-        e["parity"] = parity(torch, load_file(out)["sample"], ref)
-        summary(e)
-        fails += not e["parity_ok"]
-        print(f"parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 {e['parity']['rel_l2']:.3e}",
-              flush=True)
-        for sg in e.get("step_groups", [])[:14]:
-            print(f"  {sg['count']:4d} steps {sg['ms']:9.3f} ms  {sg['what']}")
-    del ref
+
+    def kwargs():  # as HunyuanVideoPipeline passes them: t in the latents' fp32, the rest (guidance x 1000 too) in bf16
+        return dict(hidden_states=x.to(dev, bf16), timestep=ts.to(dev), encoder_hidden_states=enc.to(dev, bf16),
+                    encoder_attention_mask=mask.to(dev, bf16), pooled_projections=pooled.to(dev, bf16),
+                    guidance=gd.to(dev, bf16))
+
+    fails += pb.forward_contest(torch, a, model, kwargs, bundles["forward"], inputs,
+                                os.path.join(a.work, "ditrun_out.safetensors"), e)
     res["forwards"].append(e)
-    save(res, a.out)
+    save_res(res, a.out)
     if generate:
         g = torch.Generator().manual_seed(7)
         gi = {"prompt_embeds": torch.randn(1, TEXT_LEN, CONFIG["text_embed_dim"], generator=g),
@@ -437,52 +320,24 @@ def run(a):
         gres = {"frames": a.gen_frames, "tokens": tokens(a.gen_frames), "valid": GEN_VALID, "steps": GEN_STEPS,
                 "guidance": GUIDANCE, "pipeline_s": time.perf_counter() - t0}
         want = want.float().cpu()
-        model.to("cpu")
-        torch.cuda.empty_cache()
-        gout = os.path.join(a.work, "generate_out.safetensors")
-        t0 = time.perf_counter()
-        r = subprocess.run([a.ditrun, "generate", bundles["generate"], "--prompt-embeds", gpath, "--init-latents", gpath,
-                            "--steps", str(GEN_STEPS), "--guidance", str(GUIDANCE), "--out", gout], capture_output=True, text=True)
-        gres["ditrun_s"] = time.perf_counter() - t0
-        if r.returncode:
-            gres["failed"] = r.stderr.strip()[-600:]
-            fails += 1
-        else:
-            gres["parity"] = parity(torch, load_file(gout)["latents"], want)
-            gres["parity_ok"] = gres["parity"]["cosine"] >= COSINE_MIN
-            fails += not gres["parity_ok"]
+        fails += pb.generate_contest(torch, a, model, [bundles["generate"], "--prompt-embeds", gpath, "--init-latents", gpath,
+                                                       "--steps", str(GEN_STEPS), "--guidance", str(GUIDANCE)],
+                                     os.path.join(a.work, "generate_out.safetensors"), want, gres)
         res["generate"] = gres
-        save(res, a.out)
+        save_res(res, a.out)
         print(lines(res)[-1], flush=True)
     if not a.no_ceilings and e.get("split_ms"):
-        plan = load_plan(bundles["forward"])
-        heads = CONFIG["num_attention_heads"]
-        res["ceilings"] = ceilings.measure(torch, plan, heads, iters=5)
-        e["vs_ceiling"] = ceilings.versus(e["split_ms"], plan, heads, res["ceilings"])
-        for line in ceilings.lines(e["split_ms"], res["ceilings"], e["vs_ceiling"]):
-            print(line)
-    res["complete"] = True
-    save(res, a.out)
-    print()
-    for line in lines(res):
-        print(line)
-    print("peak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process)")
-    return 1 if fails else 0
+        pb.measure_ceilings(torch, res, [e], load_plan(bundles["forward"]), CONFIG["num_attention_heads"])
+    return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ditc")
-    ap.add_argument("--ditrun")
-    ap.add_argument("--work", help="where the model and bundles go (removed at the end unless --keep)")
-    ap.add_argument("--out", help="results directory")
+    pb.add_contender_flags(ap, "where the model and bundles go (removed at the end unless --keep)", "results directory")
     ap.add_argument("--layers", help="D,S: double and single blocks (default: as many as fit one call; see estimate_s)")
     ap.add_argument("--gen-frames", type=int, default=GEN_FRAMES, help="frames of the generate (4k + 1)")
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--no-generate", action="store_true")
-    ap.add_argument("--no-ceilings", action="store_true")
-    ap.add_argument("--keep", action="store_true")
+    pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic and the folder writer without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")
     a = ap.parse_args()
@@ -492,22 +347,8 @@ def main():
         ap.error(str(err))
     if a.gen_frames < 1 or (a.gen_frames - 1) % VAE_TEMPORAL:
         ap.error(f"--gen-frames {a.gen_frames}: expected {VAE_TEMPORAL}k + 1 frames")
-    if a.dry_run:
-        if not a.out:
-            ap.error("--out is required")
-        return dry_run(a)
-    if a.write_folder:
-        print(f"wrote {a.write_folder}: {write_folder(a.write_folder, layers or (1, 1))} bytes of zero weights")
-        return 0
-    for k in ("ditc", "ditrun", "work", "out"):
-        if getattr(a, k) is None:
-            ap.error(f"--{k} is required")
-    os.makedirs(a.work, exist_ok=True)
-    try:
-        return run(a)
-    finally:
-        if not a.keep:
-            subprocess.run(["rm", "-rf", a.work])
+    return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"), write_folder=lambda: (
+        f"wrote {a.write_folder}: {write_folder(a.write_folder, layers or (1, 1))} bytes of zero weights"))
 
 
 if __name__ == "__main__":

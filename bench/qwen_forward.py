@@ -28,18 +28,17 @@ usage: bench/qwen_forward.py --ditc BIN --ditrun BIN --work DIR --out DIR [--lay
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ceilings  # noqa: E402
-from flux_forward import summary  # noqa: E402
+import pipeline_bench as pb  # noqa: E402
 from hunyuan_forward import (CALL_BUDGET_S, CEILINGS_S, COMPILE_PER_BLOCK_S, COMPILE_S, COMPILED_SLOWER,  # noqa: E402
-                             DISK_GBS, DITRUN_TFLOPS, EAGER_SLOWER, FIXED_S, LOAD_GBS, MOVE_GBS, compile_bundle,
-                             forward_rows, generate_line, golden_mismatches, param_count, read_header_shapes, save,
-                             write_pipeline_folder)
+                             DISK_GBS, DITRUN_TFLOPS, EAGER_SLOWER, FIXED_S, LOAD_GBS, MOVE_GBS, compile_bundle)
+from pipeline_bench import (COSINE_MIN, forward_rows, generate_line, golden_mismatches, linear,  # noqa: E402
+                            param_count, read_header_shapes, save, summary, write_pipeline_folder)
 
 # Qwen/Qwen-Image transformer/config.json: the class defaults of QwenImageTransformer2DModel at the
 # pinned diffusers (58eb52c0803e); its scheduler/scheduler_config.json.
@@ -54,7 +53,6 @@ VAE = 8  # QwenImagePipeline's factor; a packed token covers 2x2 latent pixels
 TEXT_LEN = 512  # QwenImagePipeline's max_sequence_length
 TEXT_VALID, GEN_VALID, NEG_VALID = 300, 260, 12  # valid prefixes: the forward's, the prompt's and the negative prompt's
 MLP_RATIO = 4
-COSINE_MIN = 0.999
 GEN_STEPS, TRUE_CFG, FWD_T = 4, 4.0, 750.0  # QwenImagePipeline's true_cfg_scale; the model receives t / 1000
 # The folder and the store's weights blob both hold every weight: at most this much of the
 # device host's 64 GiB disk (the full 60 blocks would need 82 GB).
@@ -72,10 +70,7 @@ def tokens():
 
 
 def model_config(layers=None):
-    cfg = dict(CONFIG)
-    if layers:
-        cfg["num_layers"] = layers
-    return cfg
+    return pb.with_layers(CONFIG, layers)
 
 
 def weight_shapes(cfg):
@@ -85,7 +80,7 @@ def weight_shapes(cfg):
     s = {}
 
     def lin(name, o, i):
-        s[name + ".weight"], s[name + ".bias"] = [o, i], [o]
+        linear(s, name, o, i)
 
     lin("img_in", d, cfg["in_channels"])
     lin("txt_in", d, j)
@@ -173,6 +168,10 @@ def lines(res):
     return L
 
 
+def save_res(res, out):
+    save(res, out, "qwen_forward.json")
+
+
 def dry_run(a):
     """Shapes, parameter count, the default layers, the folder writer and the summary, with made-up
     times (nothing it writes is a measurement)."""
@@ -207,39 +206,33 @@ def dry_run(a):
     for line in lines(res):
         print(line)
     assert abs(res["forwards"][0]["compiled_vs_ditrun"] - 1.2) < 1e-9 and res["forwards"][0]["parity_ok"]
-    save(res, a.out, "qwen_forward.json")
+    save_res(res, a.out)
     print(f"Qwen-Image: {n / 1e9:.2f}B parameters")
     return 0
 
 
 def run(a):
     import torch  # device only
-    from safetensors.torch import load_file, save_file  # device only
+    from safetensors.torch import save_file  # device only
     from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel  # device only
-    from wan_forward import PEAK_METHOD, diffusers_contenders, ditrun_contender, load_plan, parity
+    from wan_forward import load_plan
 
     layers = a.layers or default_layers()
     generate = not a.no_generate
     res = {"config": CONFIG, "scheduler": SCHEDULER, "layers": layers, "height": HEIGHT, "width": WIDTH,
            "text_len": TEXT_LEN, "text_valid": TEXT_VALID, "tokens": tokens(), "cosine_min": COSINE_MIN, "forwards": [],
-           "run": ceilings.run_info(), "device": torch.cuda.get_device_name(0), "peak_method": PEAK_METHOD,
-           "iters": a.iters, "estimated_call_s": estimate_s(layers, a.iters, 1, not a.no_compile, generate, not a.no_ceilings)}
+           **pb.run_fields(torch, a), "estimated_call_s": estimate_s(layers, a.iters, 1, not a.no_compile, generate, not a.no_ceilings)}
     print(lines(res)[0], flush=True)
     folder, store = os.path.join(a.work, "pipeline"), os.path.join(a.work, "store")
     t0 = time.perf_counter()
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = QwenImageTransformer2DModel(**model_config(layers))
-    model = model.to(torch.bfloat16).eval()
-    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=None, text_encoder=None,
-                             tokenizer=None, transformer=model)
-    pipe.set_progress_bar_config(disable=True)
-    pipe.save_pretrained(folder, safe_serialization=True)
+    model, pipe = pb.make_pipeline(torch, QwenImageTransformer2DModel, model_config(layers), QwenImagePipeline, folder,
+                                   scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=None, text_encoder=None,
+                                   tokenizer=None)
     res["make_s"] = time.perf_counter() - t0
     bundle, res["ditc_compile_s"], refused = compile_bundle(a.ditc, folder, store, shape_flags())
     if not bundle:
         res["compile_failed"] = refused
-        save(res, a.out, "qwen_forward.json")
+        save_res(res, a.out)
         print("ditc compile failed:", refused)
         return 1
     print(f"diffusers model and save: {res['make_s']:.0f} s; ditc compile: {res['ditc_compile_s']:.0f} s", flush=True)
@@ -254,33 +247,15 @@ def run(a):
     mask, ts = prefix_mask(TEXT_VALID), torch.tensor([FWD_T / 1000])
     inputs = os.path.join(a.work, "inputs.safetensors")
     save_file({"hidden_states": x, "encoder_hidden_states": enc, "encoder_hidden_states_mask": mask, "timestep": ts}, inputs)
-    kw = dict(hidden_states=x.to(dev, bf16), encoder_hidden_states=enc.to(dev, bf16), encoder_hidden_states_mask=mask.to(dev),
-              timestep=ts.to(dev), img_shapes=[[(1, *grid())]])
     e = {"batch": 1}
-    ref, r = diffusers_contenders(torch, model, kw, a.iters, use_compile=not a.no_compile, warmup=1)
-    e.update(r)
-    del kw
-    torch._dynamo.reset()
-    model.to("cpu")
-    torch.cuda.empty_cache()
-    out = os.path.join(a.work, "ditrun_out.safetensors")
-    r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, graph=False, heuristic=False, warmup=1)
-    model.to(dev)
-    e.update(r)
-    if failed:
-        e["failed"] = failed
-        fails += 1
-    else:
-        e["parity"] = parity(torch, load_file(out)["sample"], ref)
-        summary(e)
-        fails += not e["parity_ok"]
-        print(f"parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 {e['parity']['rel_l2']:.3e}",
-              flush=True)
-        for sg in e.get("step_groups", [])[:14]:
-            print(f"  {sg['count']:4d} steps {sg['ms']:9.3f} ms  {sg['what']}")
-    del ref
+
+    def kwargs():
+        return dict(hidden_states=x.to(dev, bf16), encoder_hidden_states=enc.to(dev, bf16),
+                    encoder_hidden_states_mask=mask.to(dev), timestep=ts.to(dev), img_shapes=[[(1, *grid())]])
+
+    fails += pb.forward_contest(torch, a, model, kwargs, bundle, inputs, os.path.join(a.work, "ditrun_out.safetensors"), e)
     res["forwards"].append(e)
-    save(res, a.out, "qwen_forward.json")
+    save_res(res, a.out)
     if generate:
         g = torch.Generator().manual_seed(7)
         text = (1, TEXT_LEN, CONFIG["joint_attention_dim"])
@@ -301,73 +276,31 @@ def run(a):
         gres = {"steps": GEN_STEPS, "true_cfg": TRUE_CFG, "valid": GEN_VALID, "negative_valid": NEG_VALID,
                 "pipeline_s": time.perf_counter() - t0}
         want = want.float().cpu()
-        model.to("cpu")
-        torch.cuda.empty_cache()
-        gout = os.path.join(a.work, "generate_out.safetensors")
-        t0 = time.perf_counter()
-        r = subprocess.run([a.ditrun, "generate", bundle, "--prompt-embeds", gpath, "--negative-embeds", gpath, "--true-cfg",
-                            str(TRUE_CFG), "--init-latents", gpath, "--steps", str(GEN_STEPS), "--out", gout],
-                           capture_output=True, text=True)
-        gres["ditrun_s"] = time.perf_counter() - t0
-        if r.returncode:
-            gres["failed"] = r.stderr.strip()[-600:]
-            fails += 1
-        else:
-            gres["parity"] = parity(torch, load_file(gout)["latents"], want)
-            gres["parity_ok"] = gres["parity"]["cosine"] >= COSINE_MIN
-            fails += not gres["parity_ok"]
+        fails += pb.generate_contest(torch, a, model, [bundle, "--prompt-embeds", gpath, "--negative-embeds", gpath,
+                                                       "--true-cfg", str(TRUE_CFG), "--init-latents", gpath, "--steps",
+                                                       str(GEN_STEPS)], os.path.join(a.work, "generate_out.safetensors"),
+                                     want, gres)
         res["generate"] = gres
-        save(res, a.out, "qwen_forward.json")
+        save_res(res, a.out)
         print(lines(res)[-1], flush=True)
     if not a.no_ceilings and e.get("split_ms"):
-        plan = load_plan(bundle)
-        heads = CONFIG["num_attention_heads"]
-        res["ceilings"] = ceilings.measure(torch, plan, heads, iters=5)
-        e["vs_ceiling"] = ceilings.versus(e["split_ms"], plan, heads, res["ceilings"])
-        for line in ceilings.lines(e["split_ms"], res["ceilings"], e["vs_ceiling"]):
-            print(line)
-    res["complete"] = True
-    save(res, a.out, "qwen_forward.json")
-    print()
-    for line in lines(res):
-        print(line)
-    print("peak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process)")
-    return 1 if fails else 0
+        pb.measure_ceilings(torch, res, [e], load_plan(bundle), CONFIG["num_attention_heads"])
+    return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ditc")
-    ap.add_argument("--ditrun")
-    ap.add_argument("--work", help="where the model and bundle go (removed at the end unless --keep)")
-    ap.add_argument("--out", help="results directory")
+    pb.add_contender_flags(ap, "where the model and bundle go (removed at the end unless --keep)", "results directory")
     ap.add_argument("--layers", type=int, help="blocks (default: as many as fit one call and the disk; see estimate_s)")
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--no-generate", action="store_true")
-    ap.add_argument("--no-ceilings", action="store_true")
-    ap.add_argument("--keep", action="store_true")
+    pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic and the folder writer without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")
     a = ap.parse_args()
     if a.layers is not None and not 1 <= a.layers <= CONFIG["num_layers"]:
         ap.error(f"--layers {a.layers}: expected 1 to {CONFIG['num_layers']} blocks")
-    if a.dry_run:
-        if not a.out:
-            ap.error("--out is required")
-        return dry_run(a)
-    if a.write_folder:
-        print(f"wrote {a.write_folder}: {write_folder(a.write_folder, a.layers or 1)} bytes of zero weights")
-        return 0
-    for k in ("ditc", "ditrun", "work", "out"):
-        if getattr(a, k) is None:
-            ap.error(f"--{k} is required")
-    os.makedirs(a.work, exist_ok=True)
-    try:
-        return run(a)
-    finally:
-        if not a.keep:
-            subprocess.run(["rm", "-rf", a.work])
+    return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"), write_folder=lambda: (
+        f"wrote {a.write_folder}: {write_folder(a.write_folder, a.layers or 1)} bytes of zero weights"))
 
 
 if __name__ == "__main__":

@@ -30,14 +30,13 @@ usage: bench/wan22_forward.py --variant a14b|ti2v-5b --ditc BIN --ditrun BIN --w
 import argparse
 import json
 import os
-import struct
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import ceilings  # noqa: E402
+import pipeline_bench as pb  # noqa: E402
+from pipeline_bench import COSINE_MIN, param_count, write_zero_safetensors  # noqa: E402
 
 CONFIG_SOURCE = ("diffusers scripts/convert_wan_to_diffusers.py at 58eb52c0803e (Wan2.2-T2V-A14B, "
                  "Wan2.2-TI2V-5B); rope_max_seq_len, pos_embed_seq_len, image_dim: WanTransformer3DModel defaults")
@@ -59,7 +58,6 @@ VARIANTS = {
                 "timestep": {"transformer": 500}},
 }
 TRAIN_TIMESTEPS = 1000
-COSINE_MIN = 0.999
 
 # The time model that picks the default --layers: per-block forward times at these shapes
 # from the committed Wan2.1-14B 720p run (bench/results/offload/wan14b_720p.json: 10.73 s over
@@ -179,24 +177,6 @@ def weight_shapes(cfg):
     return s
 
 
-def write_zero_safetensors(path, shapes):
-    """A bf16 safetensors file of zeros, written sparse: the header, then a hole (two experts'
-    equal files share one weights blob in the bundle)."""
-    header, off = {"__metadata__": {"format": "pt"}}, 0
-    for name in sorted(shapes):
-        n = 2
-        for x in shapes[name]:
-            n *= x
-        header[name] = {"dtype": "BF16", "shape": shapes[name], "data_offsets": [off, off + n]}
-        off += n
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(h)) + h)
-        fh.truncate(8 + len(h) + off)
-    return off
-
-
 SHRINK = {"num_attention_heads": 2, "attention_head_dim": 16, "ffn_dim": 64, "text_dim": 24, "freq_dim": 32,
           "rope_max_seq_len": 64}
 
@@ -209,15 +189,13 @@ def write_folder(path, v, layers=1, shrink=False):
     if shrink:
         cfg.update(SHRINK)
     os.makedirs(os.path.join(path, "scheduler"), exist_ok=True)
-    with open(os.path.join(path, "model_index.json"), "w") as fh:
-        json.dump(pipeline_index(v), fh, indent=2)
-    with open(os.path.join(path, "scheduler", "scheduler_config.json"), "w") as fh:
-        json.dump(scheduler_config(v), fh, indent=2)
+    pb.write_json(os.path.join(path, "model_index.json"), pipeline_index(v))
+    pb.write_json(os.path.join(path, "scheduler", "scheduler_config.json"), scheduler_config(v))
     total = 0
     for e in v["experts"]:
         os.makedirs(os.path.join(path, e), exist_ok=True)
-        with open(os.path.join(path, e, "config.json"), "w") as fh:
-            json.dump({"_class_name": "WanTransformer3DModel", "_diffusers_version": "0.40.0.dev0", **cfg}, fh, indent=2)
+        pb.write_json(os.path.join(path, e, "config.json"),
+                      {"_class_name": "WanTransformer3DModel", "_diffusers_version": "0.40.0.dev0", **cfg})
         total += write_zero_safetensors(os.path.join(path, e, "diffusion_pytorch_model.safetensors"), weight_shapes(cfg))
     return total
 
@@ -225,16 +203,9 @@ def write_folder(path, v, layers=1, shrink=False):
 def compile_bundle(ditc, folder, v, out_dir, extra=(), batch=1):
     """`ditc compile` of a pipeline folder at the variant's shape: (bundle path or None, seconds,
     the compiler's last stderr lines when it refused)."""
-    cmd = [ditc, "compile", folder, "--frames", str(v["frames"]), "--height", str(v["height"]), "--width",
-           str(v["width"]), "--batch", str(batch), "--text-len", str(v["text_len"]), "--dtype", "bf16", "--target",
-           "sm_90", "-o", out_dir, "-q"] + list(extra)
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
-    last = r.stdout.strip().splitlines()[-1:] if r.stdout.strip() else []
-    if r.returncode or not last or not last[0].startswith("bundle "):
-        return None, dt, (r.stderr.strip() or r.stdout.strip())[-600:]
-    return last[0].split()[2], dt, None
+    return pb.ditc_compile(ditc, folder, ["--frames", str(v["frames"]), "--height", str(v["height"]), "--width",
+                                          str(v["width"]), "--batch", str(batch), "--text-len", str(v["text_len"]),
+                                          "--dtype", "bf16", "--target", "sm_90", "-o", out_dir] + list(extra))
 
 
 def make_pipeline(torch, v, layers, folder, seed=0):
@@ -262,34 +233,12 @@ def make_pipeline(torch, v, layers, folder, seed=0):
     return models
 
 
-def expert_summary(e):
-    """The ratios and the parity verdict of one expert's results."""
-    if e.get("ditrun_ms"):
-        e["eager_vs_ditrun"] = e["eager_ms"] / e["ditrun_ms"]
-        if e.get("compiled_ms"):
-            e["compiled_vs_ditrun"] = e["compiled_ms"] / e["ditrun_ms"]
-    if e.get("parity"):
-        e["parity_ok"] = e["parity"]["cosine"] >= COSINE_MIN
-    return e
-
-
 def lines(res):
     """The printed summary of a results dict (dry or measured)."""
     L = [f"{res['variant']}: {res['layers']} of {res['published_layers']} blocks at the published widths, "
          f"{res['width']}x{res['height']}, {res['frames']} frames, latent {res['latent']}, {res['tokens']} tokens, text "
          f"{res['text_len']}"]
-    L.append("| expert | ditrun ms | eager ms | compiled ms | eager / ditrun | compiled / ditrun | ditrun peak GiB | "
-             "eager peak GiB | cosine | rel L2 |")
-    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for e in res["experts"]:
-        if e.get("failed"):
-            L.append(f"| {e['name']} | failed: {e['failed'][:120]} | | | | | | | | |")
-            continue
-        f = lambda k, fmt="{:.1f}": fmt.format(e[k]) if e.get(k) is not None else "-"  # noqa: E731
-        L.append(f"| {e['name']} (t={e['timestep']}) | {f('ditrun_ms')} | {f('eager_ms')} | {f('compiled_ms')} | "
-                 f"{f('eager_vs_ditrun', '{:.2f}x')} | {f('compiled_vs_ditrun', '{:.2f}x')} | {f('ditrun_peak_gib', '{:.2f}')} | "
-                 f"{f('eager_peak_gib', '{:.2f}')} | {e['parity']['cosine']:.6f} | {e['parity']['rel_l2']:.3e} |")
-    return L
+    return L + pb.contender_rows(res["experts"], "expert", "name", lambda e: f"{e['name']} (t={e['timestep']})")
 
 
 def new_results(v, name, layers):
@@ -300,12 +249,7 @@ def new_results(v, name, layers):
 
 
 def save(res, out):
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"wan22_forward_{res['variant']}.json")
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
-    return path
+    return pb.save(res, out, f"wan22_forward_{res['variant']}.json")
 
 
 def dry_run(a):
@@ -320,10 +264,10 @@ def dry_run(a):
     assert TI2V_CONFIG["num_attention_heads"] * TI2V_CONFIG["attention_head_dim"] == 3072
     # 14B per expert and 5B: the published sizes, from the parameter count alone.
     for v, lo, hi in ((a14, 13.5e9, 14.5e9), (ti, 4.8e9, 5.2e9)):
-        n = sum(_count(s) for s in weight_shapes(v["config"]).values())
+        shapes = weight_shapes(v["config"])
+        n = param_count(shapes)
         assert lo < n < hi, n
-        assert abs(n - v["config"]["num_layers"] * block_params(v["config"]) - sum(
-            _count(s) for k, s in weight_shapes(v["config"]).items() if not k.startswith("blocks."))) == 0
+        assert param_count(shapes, "blocks.") == v["config"]["num_layers"] * block_params(v["config"])
     layers = {k: default_layers(v) for k, v in VARIANTS.items()}
     assert layers["ti2v-5b"] == 30, layers  # 5B fits whole
     assert 2 <= layers["a14b"] < 40 and estimate_s(a14, layers["a14b"]) <= CALL_BUDGET_S, layers
@@ -338,7 +282,7 @@ def dry_run(a):
         assert idx["expand_timesteps"] == v["expand_timesteps"] and os.path.isdir(os.path.join(folder, "transformer"))
         res = new_results(v, k, layers[k])
         for i, e in enumerate(v["experts"]):
-            res["experts"].append(expert_summary({
+            res["experts"].append(pb.summary({
                 "name": e, "timestep": v["timestep"][e], "eager_ms": 1300.0 + i, "compiled_ms": 1100.0 + i,
                 "ditrun_ms": 1000.0 + i, "eager_peak_gib": 20.0, "compiled_peak_gib": 18.0, "ditrun_peak_gib": 15.0,
                 "parity": {"cosine": 0.99995, "rel_l2": 0.01}, "compile_s": 60.0}))
@@ -351,23 +295,15 @@ def dry_run(a):
         save(res, a.out)
 
 
-def _count(shape):
-    n = 1
-    for x in shape:
-        n *= x
-    return n
-
-
 def run_variant(a, name):
     import torch  # device only
     from safetensors.torch import load_file, save_file  # device only
-    from wan_forward import PEAK_METHOD, diffusers_contenders, ditrun_contender, load_plan, parity
+    from wan_forward import diffusers_contenders, ditrun_contender, load_plan, parity
 
     v = VARIANTS[name]
     layers = a.layers or default_layers(v)
     res = new_results(v, name, layers)
-    res.update({"run": ceilings.run_info(), "device": torch.cuda.get_device_name(0), "peak_method": PEAK_METHOD,
-                "iters": a.iters, "estimated_call_s": estimate_s(v, layers, a.iters, 1, not a.no_compile)})
+    res.update({**pb.run_fields(torch, a), "estimated_call_s": estimate_s(v, layers, a.iters, 1, not a.no_compile)})
     print(lines(res)[0], flush=True)
     work = os.path.join(a.work, name)
     folder = os.path.join(work, "pipeline")
@@ -417,7 +353,7 @@ def run_variant(a, name):
             fails += 1
         else:
             e["parity"] = parity(torch, load_file(out)["sample"], ref)
-            expert_summary(e)
+            pb.summary(e)
             fails += not e["parity_ok"]
             print(f"{ename}: parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 "
                   f"{e['parity']['rel_l2']:.3e}", flush=True)
@@ -432,61 +368,35 @@ def run_variant(a, name):
     # The ceilings once, on the first expert's plan (the experts' shapes are the same).
     if not a.no_ceilings and any(e.get("split_ms") for e in res["experts"]):
         plan = load_plan(bundle, v["experts"][0] if len(v["experts"]) > 1 else None)
-        heads = v["config"]["num_attention_heads"]
-        res["ceilings"] = ceilings.measure(torch, plan, heads, iters=5)
-        for e in res["experts"]:
-            if e.get("split_ms"):
-                e["vs_ceiling"] = ceilings.versus(e["split_ms"], plan, heads, res["ceilings"])
-                print(f"-- {e['name']}")
-                for line in ceilings.lines(e["split_ms"], res["ceilings"], e["vs_ceiling"]):
-                    print(line)
-    res["complete"] = True
-    save(res, a.out)
-    print()
-    for line in lines(res):
-        print(line)
-    print("peak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process)")
-    return 1 if fails else 0
+        pb.measure_ceilings(torch, res, res["experts"], plan, v["config"]["num_attention_heads"], named=True)
+    return pb.finish(res, lambda r: save(r, a.out), lines, fails)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", choices=sorted(VARIANTS))
-    ap.add_argument("--ditc")
-    ap.add_argument("--ditrun")
-    ap.add_argument("--work", help="where the models and bundles go (removed at the end unless --keep)")
-    ap.add_argument("--out", help="results directory")
+    pb.add_contender_flags(ap, "where the models and bundles go (removed at the end unless --keep)", "results directory")
     ap.add_argument("--layers", type=int, help="blocks per expert (default: as many as fit one call; see estimate_s)")
     ap.add_argument("--expert", default="both", choices=("both", "transformer", "transformer_2"))
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--no-ceilings", action="store_true")
-    ap.add_argument("--keep", action="store_true")
+    pb.add_switches(ap, "--no-compile", "--no-ceilings", "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")
     ap.add_argument("--shrink", action="store_true")
     a = ap.parse_args()
-    if a.dry_run:
-        if not a.out:
-            ap.error("--out is required")
-        return dry_run(a)
-    if a.write_folder:
+
+    def write():
         if not a.variant:
             ap.error("--variant is required")
         n = write_folder(a.write_folder, VARIANTS[a.variant], a.layers or 1, a.shrink)
-        print(f"wrote {a.write_folder}: {n} bytes of zero weights per expert set")
-        return 0
-    for k in ("variant", "ditc", "ditrun", "work", "out"):
-        if getattr(a, k) is None:
-            ap.error(f"--{k} is required")
-    if a.expert == "transformer_2" and len(VARIANTS[a.variant]["experts"]) < 2:
-        ap.error(f"--expert transformer_2: {a.variant} has one transformer")
-    os.makedirs(a.work, exist_ok=True)
-    try:
-        return run_variant(a, a.variant)
-    finally:
-        if not a.keep:
-            subprocess.run(["rm", "-rf", os.path.join(a.work, a.variant)])
+        return f"wrote {a.write_folder}: {n} bytes of zero weights per expert set"
+
+    def check():
+        if a.expert == "transformer_2" and len(VARIANTS[a.variant]["experts"]) < 2:
+            ap.error(f"--expert transformer_2: {a.variant} has one transformer")
+
+    return pb.dispatch(ap, a, dry_run, lambda a: run_variant(a, a.variant), ("variant", "ditc", "ditrun", "work", "out"),
+                       scratch=lambda a: os.path.join(a.work, a.variant), write_folder=write, check=check)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import pipeline_bench as pb  # noqa: E402
 import wan22_forward as wf  # noqa: E402
 from ceilings import run_info  # noqa: E402
 
@@ -165,11 +166,7 @@ def new_results(part, steps, layers):
 
 
 def save(res, out):
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"wan22_generate_{res['part']}.json")
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    pb.save(res, out, f"wan22_generate_{res['part']}.json")
 
 
 def dry_run(a):
@@ -415,29 +412,15 @@ def run_part(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--part", choices=sorted(PARTS))
-    ap.add_argument("--ditc")
-    ap.add_argument("--ditrun")
-    ap.add_argument("--work")
-    ap.add_argument("--out")
+    pb.add_contender_flags(ap)
     ap.add_argument("--layers", type=int, help="blocks per expert (default: 4 for a14b, all 30 for ti2v)")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--budget-gib", type=float, help="a14b: also ditrun under this memory budget (published size)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic without torch or a GPU")
     a = ap.parse_args()
-    if a.dry_run:
-        if not a.out:
-            ap.error("--out is required")
-        return dry_run(a)
-    for k in ("part", "ditc", "ditrun", "work", "out"):
-        if getattr(a, k) is None:
-            ap.error(f"--{k} is required")
-    os.makedirs(a.work, exist_ok=True)
-    try:
-        return run_part(a)
-    finally:
-        if not a.keep:
-            subprocess.run(["rm", "-rf", os.path.join(a.work, "gen_" + a.part)])
+    return pb.dispatch(ap, a, dry_run, run_part, ("part", "ditc", "ditrun", "work", "out"),
+                       scratch=lambda a: os.path.join(a.work, "gen_" + a.part))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ Everything is seeded, so a rerun reproduces the file.
 
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -40,41 +41,11 @@ from diffusers.pipelines.flux.pipeline_flux import retrieve_timesteps
 from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift as qwen_calculate_shift
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The published configs, shared with the pipelines' golden scripts.
+from make_goldens import FLUX_DEV_SCHEDULER, FLUX_SCHNELL_SCHEDULER, QWEN_IMAGE_SCHEDULER  # noqa: E402
 
-FLUX_DEV = dict(
-    base_image_seq_len=256,
-    base_shift=0.5,
-    max_image_seq_len=4096,
-    max_shift=1.15,
-    num_train_timesteps=1000,
-    shift=3.0,
-    use_dynamic_shifting=True,
-)
-FLUX_SCHNELL = dict(
-    base_image_seq_len=256,
-    base_shift=0.5,
-    max_image_seq_len=4096,
-    max_shift=1.15,
-    num_train_timesteps=1000,
-    shift=1.0,
-    use_dynamic_shifting=False,
-)
-QWEN_IMAGE = dict(
-    base_image_seq_len=256,
-    base_shift=0.5,
-    invert_sigmas=False,
-    max_image_seq_len=8192,
-    max_shift=0.9,
-    num_train_timesteps=1000,
-    shift=1.0,
-    shift_terminal=0.02,
-    stochastic_sampling=False,
-    time_shift_type="exponential",
-    use_beta_sigmas=False,
-    use_dynamic_shifting=True,
-    use_exponential_sigmas=False,
-    use_karras_sigmas=False,
-)
+FLUX_DEV, FLUX_SCHNELL, QWEN_IMAGE = FLUX_DEV_SCHEDULER, FLUX_SCHNELL_SCHEDULER, QWEN_IMAGE_SCHEDULER
 HUNYUAN_VIDEO = dict(shift=7.0)
 
 # (name, config, sigmas kind, image_seq_len or None, steps list, calculate_shift)

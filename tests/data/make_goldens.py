@@ -28,6 +28,7 @@ Everything is seeded, so a rerun on the same torch build reproduces the files.
 import json
 import math
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -268,6 +269,72 @@ def folder_size(path):
     for root, _, files in os.walk(path):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# What every golden script (make_goldens_*.py) shares
+
+# The published scheduler/scheduler_config.json values of FLUX.1-dev, FLUX.1-schnell and
+# Qwen/Qwen-Image.
+FLUX_DEV_SCHEDULER = dict(
+    base_image_seq_len=256,
+    base_shift=0.5,
+    max_image_seq_len=4096,
+    max_shift=1.15,
+    num_train_timesteps=1000,
+    shift=3.0,
+    use_dynamic_shifting=True,
+)
+FLUX_SCHNELL_SCHEDULER = dict(FLUX_DEV_SCHEDULER, shift=1.0, use_dynamic_shifting=False)
+QWEN_IMAGE_SCHEDULER = dict(
+    base_image_seq_len=256,
+    base_shift=0.5,
+    invert_sigmas=False,
+    max_image_seq_len=8192,
+    max_shift=0.9,
+    num_train_timesteps=1000,
+    shift=1.0,
+    shift_terminal=0.02,
+    stochastic_sampling=False,
+    time_shift_type="exponential",
+    use_beta_sigmas=False,
+    use_dynamic_shifting=True,
+    use_exponential_sigmas=False,
+    use_karras_sigmas=False,
+)
+
+
+def fresh_dir(name):
+    """tests/data/name, emptied (a rerun leaves nothing stale)."""
+    path = os.path.join(HERE, name)
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+    return path
+
+
+def rel_change(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def run_recording(pipe, **call):
+    """pipe(**call) to latents with a step callback that records the timesteps it ran: (latents, timesteps)."""
+    seen = []
+
+    def on_step(p, i, t, kwargs):
+        seen.append(float(t))
+        return {}
+
+    with torch.no_grad():
+        latents = pipe(output_type="latent", return_dict=False, callback_on_step_end=on_step, **call)[0]
+    assert latents.dtype == torch.float32 and torch.isfinite(latents).all()
+    return latents, seen
+
+
+def save_run(path, latents, pipe):
+    """A generate's latents with the timesteps and sigmas its scheduler ran."""
+    save_file({"latents": latents.contiguous(), "timesteps": pipe.scheduler.timesteps.clone().contiguous(),
+               "sigmas": pipe.scheduler.sigmas.clone().contiguous()}, path)
 
 
 def write_tiny(name, spec):

@@ -52,7 +52,6 @@ files.
 
 import json
 import os
-import shutil
 import sys
 
 # Everything is local; never wait on a hub.
@@ -69,7 +68,8 @@ from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # The Wan goldens' parameter draws and folder size, shared so every set follows one rule.
-from make_goldens import folder_size, redraw_parameters  # noqa: E402
+from make_goldens import (FLUX_DEV_SCHEDULER, FLUX_SCHNELL_SCHEDULER, folder_size, fresh_dir,  # noqa: E402
+                          redraw_parameters, rel_change, run_recording)
 
 MAX_FOLDER_BYTES = 500_000
 MIN_CHANGE = 0.02  # an input the model must not ignore moves the output at least this much
@@ -87,24 +87,7 @@ TINY = dict(
 )
 
 # The published scheduler/scheduler_config.json values.
-DEV_SCHEDULER = dict(
-    base_image_seq_len=256,
-    base_shift=0.5,
-    max_image_seq_len=4096,
-    max_shift=1.15,
-    num_train_timesteps=1000,
-    shift=3.0,
-    use_dynamic_shifting=True,
-)
-SCHNELL_SCHEDULER = dict(
-    base_image_seq_len=256,
-    base_shift=0.5,
-    max_image_seq_len=4096,
-    max_shift=1.15,
-    num_train_timesteps=1000,
-    shift=1.0,
-    use_dynamic_shifting=False,
-)
+DEV_SCHEDULER, SCHNELL_SCHEDULER = FLUX_DEV_SCHEDULER, FLUX_SCHNELL_SCHEDULER
 
 HEIGHT = WIDTH = 64
 VAE_SCALE = 8  # FluxPipeline's factor without a VAE
@@ -119,18 +102,6 @@ VARIANTS = {
     "flux_dev_tiny": dict(guidance_embeds=True, scheduler=DEV_SCHEDULER, seed=3101),
     "flux_schnell_tiny": dict(guidance_embeds=False, scheduler=SCHNELL_SCHEDULER, seed=3201),
 }
-
-
-def fresh_dir(name):
-    path = os.path.join(HERE, name)
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    return path
-
-
-def rel_change(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 def latent_grid():
@@ -171,25 +142,7 @@ def probe(name, model, fwd, sample, what, **changed):
 
 def run_pipeline(pipe, **call):
     """FluxPipeline.__call__ with a step callback that records the timesteps it ran."""
-    seen = []
-
-    def on_step(p, i, t, kwargs):
-        seen.append(float(t))
-        return {}
-
-    with torch.no_grad():
-        latents = pipe(
-            height=HEIGHT,
-            width=WIDTH,
-            num_inference_steps=STEPS,
-            guidance_scale=GUIDANCE,
-            output_type="latent",
-            return_dict=False,
-            callback_on_step_end=on_step,
-            **call,
-        )[0]
-    assert latents.dtype == torch.float32 and torch.isfinite(latents).all()
-    return latents, seen
+    return run_recording(pipe, height=HEIGHT, width=WIDTH, num_inference_steps=STEPS, guidance_scale=GUIDANCE, **call)
 
 
 def write_variant(name):

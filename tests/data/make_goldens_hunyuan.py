@@ -44,7 +44,6 @@ files.
 
 import json
 import os
-import shutil
 import sys
 
 # Everything is local; never wait on a hub.
@@ -60,7 +59,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline, Hun
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # The Wan goldens' parameter draws and folder size, shared so every set follows one rule.
-from make_goldens import folder_size, redraw_parameters  # noqa: E402
+from make_goldens import folder_size, fresh_dir, redraw_parameters, rel_change, run_recording, save_run  # noqa: E402
 
 MAX_FOLDER_BYTES = 500_000
 MIN_CHANGE = 0.02  # an input the model must not ignore moves the output at least this much
@@ -100,18 +99,6 @@ FORWARD_GUIDANCE = [6000.0, 3500.0]  # guidance_scale * 1000, as the pipeline pa
 FORWARD_VALID = [5, 8]
 FORWARD_B1_VALID = [3]
 GENERATE_VALID, NEGATIVE_VALID = 6, 4
-
-
-def fresh_dir(name):
-    path = os.path.join(HERE, name)
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    return path
-
-
-def rel_change(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 def latent_shape(batch):
@@ -163,31 +150,8 @@ def check_padding_ignored(model, fwd, sample, gen):
 
 def run_pipeline(pipe, **call):
     """HunyuanVideoPipeline.__call__ with a step callback that records the timesteps it ran."""
-    seen = []
-
-    def on_step(p, i, t, kwargs):
-        seen.append(float(t))
-        return {}
-
-    with torch.no_grad():
-        latents = pipe(
-            height=HEIGHT,
-            width=WIDTH,
-            num_frames=FRAMES,
-            num_inference_steps=STEPS,
-            guidance_scale=GUIDANCE,
-            output_type="latent",
-            return_dict=False,
-            callback_on_step_end=on_step,
-            **call,
-        )[0]
-    assert latents.dtype == torch.float32 and torch.isfinite(latents).all()
-    return latents, seen
-
-
-def save_generate(path, latents, pipe):
-    save_file({"latents": latents.contiguous(), "timesteps": pipe.scheduler.timesteps.clone().contiguous(),
-               "sigmas": pipe.scheduler.sigmas.clone().contiguous()}, path)
+    return run_recording(pipe, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS,
+                         guidance_scale=GUIDANCE, **call)
 
 
 def main(argv):
@@ -254,7 +218,7 @@ def main(argv):
     latents, seen = run_pipeline(pipe, latents=gen_in["latents"].clone(), **plain_call)
     timesteps = pipe.scheduler.timesteps.clone()
     assert seen == [float(t) for t in timesteps], f"callback saw {seen}, scheduler has {timesteps.tolist()}"
-    save_generate(os.path.join(out_dir, "generate_output.safetensors"), latents, pipe)
+    save_run(os.path.join(out_dir, "generate_output.safetensors"), latents, pipe)
 
     cfg_latents, cfg_seen = run_pipeline(
         pipe,
@@ -270,7 +234,7 @@ def main(argv):
     print(f"{NAME}: true CFG moves the result by {rel:.4f}")
     if rel <= MIN_CHANGE:
         PROBLEMS.append(f"true CFG changes the latents by only {rel:.4f}")
-    save_generate(os.path.join(out_dir, "generate_cfg_output.safetensors"), cfg_latents, pipe)
+    save_run(os.path.join(out_dir, "generate_cfg_output.safetensors"), cfg_latents, pipe)
 
     full_latents, _ = run_pipeline(pipe, latents=gen_in["latents"].clone(),
                                    **{**plain_call, "prompt_attention_mask": prefix_mask([TEXT_LEN])})
@@ -278,7 +242,7 @@ def main(argv):
     print(f"{NAME}: the prompt's padding mask moves the result by {rel:.4f}")
     if rel <= 1e-3:
         PROBLEMS.append(f"the prompt's padding mask changes the latents by only {rel:.4f}")
-    save_generate(os.path.join(out_dir, "generate_full_output.safetensors"), full_latents, pipe)
+    save_run(os.path.join(out_dir, "generate_full_output.safetensors"), full_latents, pipe)
 
     print(f"{NAME}: timesteps {seen}, latents change {rel_change(latents, gen_in['latents']):.4f}")
     meta = {

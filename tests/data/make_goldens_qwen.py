@@ -46,7 +46,6 @@ files.
 
 import json
 import os
-import shutil
 import sys
 
 # Everything is local; never wait on a hub.
@@ -63,7 +62,8 @@ from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # The Wan goldens' parameter draws and folder size, shared so every set follows one rule.
-from make_goldens import folder_size, redraw_parameters  # noqa: E402
+from make_goldens import (QWEN_IMAGE_SCHEDULER, folder_size, fresh_dir, redraw_parameters,  # noqa: E402
+                          rel_change, run_recording, save_run)
 
 NAME = "qwen_tiny"
 MAX_FOLDER_BYTES = 500_000
@@ -85,22 +85,7 @@ TINY = dict(
 )
 
 # Qwen/Qwen-Image's scheduler/scheduler_config.json values.
-SCHEDULER = dict(
-    base_image_seq_len=256,
-    base_shift=0.5,
-    invert_sigmas=False,
-    max_image_seq_len=8192,
-    max_shift=0.9,
-    num_train_timesteps=1000,
-    shift=1.0,
-    shift_terminal=0.02,
-    stochastic_sampling=False,
-    time_shift_type="exponential",
-    use_beta_sigmas=False,
-    use_dynamic_shifting=True,
-    use_exponential_sigmas=False,
-    use_karras_sigmas=False,
-)
+SCHEDULER = QWEN_IMAGE_SCHEDULER
 
 HEIGHT, WIDTH = 48, 80
 VAE_SCALE = 8  # QwenImagePipeline's factor without a VAE
@@ -110,18 +95,6 @@ TRUE_CFG = 4.0  # QwenImagePipeline's default true_cfg_scale
 FORWARD_T = [812.5, 347.25]  # scheduler timesteps; the transformer receives t / 1000
 FORWARD_VALID = {2: [5, 8], 1: [6]}  # valid text prefix per batch item
 GENERATE_VALID, NEGATIVE_VALID = 6, 4
-
-
-def fresh_dir(name):
-    path = os.path.join(HERE, name)
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    return path
-
-
-def rel_change(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 def latent_grid():
@@ -167,29 +140,7 @@ def probe(model, fwd, sample, what, same=False, **changed):
 
 def run_pipeline(pipe, **call):
     """QwenImagePipeline.__call__ with a step callback that records the timesteps it ran."""
-    seen = []
-
-    def on_step(p, i, t, kwargs):
-        seen.append(float(t))
-        return {}
-
-    with torch.no_grad():
-        latents = pipe(
-            height=HEIGHT,
-            width=WIDTH,
-            num_inference_steps=STEPS,
-            output_type="latent",
-            return_dict=False,
-            callback_on_step_end=on_step,
-            **call,
-        )[0]
-    assert latents.dtype == torch.float32 and torch.isfinite(latents).all()
-    return latents, seen
-
-
-def save_run(out_dir, fname, latents, pipe):
-    save_file({"latents": latents.contiguous(), "timesteps": pipe.scheduler.timesteps.clone().contiguous(),
-               "sigmas": pipe.scheduler.sigmas.clone().contiguous()}, os.path.join(out_dir, fname))
+    return run_recording(pipe, height=HEIGHT, width=WIDTH, num_inference_steps=STEPS, **call)
 
 
 def write_forwards(model, out_dir, gen):
@@ -263,13 +214,13 @@ def main(argv):
         tag = "" if masked else "_nomask"
         latents, seen = run_pipeline(pipe, latents=gen_in["latents"].clone(), **plain)
         assert seen == [float(t) for t in pipe.scheduler.timesteps], f"callback saw {seen}"
-        save_run(out_dir, f"generate{tag}_output.safetensors", latents, pipe)
+        save_run(os.path.join(out_dir, f"generate{tag}_output.safetensors"), latents, pipe)
         cfg_latents, cfg_seen = run_pipeline(pipe, latents=gen_in["latents"].clone(), true_cfg_scale=TRUE_CFG, **plain, **neg)
         assert cfg_seen == seen
         rel = rel_change(cfg_latents, latents)
         print(f"{NAME}: true CFG{tag} moves the result by {rel:.4f}")
         assert rel > MIN_CHANGE, f"{NAME}: true CFG changes the latents by only {rel:.4f}"
-        save_run(out_dir, f"generate{tag}_cfg_output.safetensors", cfg_latents, pipe)
+        save_run(os.path.join(out_dir, f"generate{tag}_cfg_output.safetensors"), cfg_latents, pipe)
         runs[masked] = (latents, cfg_latents, seen)
     for i in (0, 1):
         rel = rel_change(runs[True][i], runs[False][i])

@@ -103,7 +103,6 @@ torch build reproduces the files.
 import json
 import math
 import os
-import shutil
 import sys
 
 # Everything is local; never wait on a hub.
@@ -126,7 +125,8 @@ from diffusers import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # The Wan2.1 goldens' parameter draws and sanity checks, shared so both sets follow one rule.
-from make_goldens import MIN_BLOCK_CHANGE, TRAIN_TIMESTEPS, block_changes, folder_size, redraw_parameters  # noqa: E402
+from make_goldens import (MIN_BLOCK_CHANGE, TRAIN_TIMESTEPS, block_changes, folder_size, fresh_dir,  # noqa: E402
+                          redraw_parameters, rel_change)
 
 MAX_FOLDER_BYTES = 600_000
 TEXT_CONTEXT = 512  # WanAttnProcessor's hard-coded text length when image K/V projections exist
@@ -300,18 +300,6 @@ def make_vae(seed, cfg=TINY_VAE22):
             else:
                 raise RuntimeError(f"no initialisation rule for VAE parameter {name} {tuple(p.shape)}")
     return vae
-
-
-def fresh_dir(name):
-    path = os.path.join(HERE, name)
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
-    return path
-
-
-def rel_change(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 def check_forward(name, model, kwargs):

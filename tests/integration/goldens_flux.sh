@@ -11,29 +11,9 @@
 # values bf16 holds exactly; the sm_90 compile (no GPU needed); shapes refused by name.
 set -euo pipefail
 BIN=$1/bin
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-
-# A safetensors file of src's tensors, renamed (old=new) and/or with f32 values replaced (name:v,v,..).
-restage() { # src out [old=new | name:v1,v2...]...
-  python3 - "$@" <<'PY'
-import json, struct, sys
-src, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
-f = open(src, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
-ren = dict(e.split("=") for e in edits if "=" in e)
-vals = {e.split(":")[0]: [float(x) for x in e.split(":")[1].split(",")] for e in edits if ":" in e}
-hdr, data = {}, b""
-for k, v in h.items():
-    if k == "__metadata__": continue
-    a, b = v["data_offsets"]
-    raw = struct.pack("<%df" % len(vals[k]), *vals[k]) if k in vals else body[a:b]
-    name = ren.get(k, k)
-    hdr[name] = {"dtype": "F32" if k in vals else v["dtype"], "shape": v["shape"], "data_offsets": [len(data), len(data) + len(raw)]}
-    data += raw
-j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
-open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
-PY
-}
+# T, restage, expect_fail, bf16_rounds_as_diffusers
+# shellcheck source=tests/tools/goldens_lib.sh
+. "$(dirname "$0")/../tools/goldens_lib.sh"
 
 for v in dev schnell; do
   d=tests/data/flux_${v}_tiny
@@ -98,11 +78,6 @@ lanes=$("$BIN/ditc" compile "$d" --height 64 --width 64 --text-len 8 --cfg-paral
 
 gi=$d/generate_inputs.safetensors
 gen=$("$BIN/ditc" compile "$d" --height 64 --width 64 --text-len 8 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
-expect_fail() { # message, command...
-  local msg=$1; shift
-  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
-  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
-}
 g=(generate "$gen" --prompt-embeds "$gi" --seed 1 --steps 2 --out "$T/x.safetensors")
 expect_fail "--shift: a FluxTransformer2DModel bundle samples with its pipeline's scheduler config" "$BIN/ditrun" "${g[@]}" --shift 3
 expect_fail "--sampler: a FluxTransformer2DModel bundle" "$BIN/ditrun" "${g[@]}" --sampler euler
@@ -130,14 +105,9 @@ expect_fail "compile the pipeline directory (model_index.json)" "$BIN/ditrun" ge
 restage "$d/forward_inputs.safetensors" "$T/exact.safetensors" timestep:0.5,0.25 guidance:4,2
 f32=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 b16=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
-"$BIN/ditrun" forward "$f32" --inputs "$T/exact.safetensors" --out "$T/f32.safetensors" 2>/dev/null >/dev/null
-"$BIN/ditrun" forward "$b16" --inputs "$T/exact.safetensors" --out "$T/b16.safetensors" 2>/dev/null >/dev/null
-"$BIN/st_compare" "$T/b16.safetensors" "$T/f32.safetensors" sample 2e-2 0.9999
 # ... and at the golden's t = 0.8125 the bf16 graph embeds bf16(812.5) = 812, as diffusers does: not the fp32 result.
-"$BIN/ditrun" forward "$b16" --inputs "$d/forward_inputs.safetensors" --out "$T/b16g.safetensors" 2>/dev/null >/dev/null
-if "$BIN/st_compare" "$T/b16g.safetensors" "$d/forward_output.safetensors" sample 2e-2 0.9999 >/dev/null; then
-  echo "bf16 at t = 0.8125 matches fp32: the timestep is not rounded as diffusers rounds it"; exit 1
-fi
+bf16_rounds_as_diffusers "$f32" "$b16" "$T/exact.safetensors" "$d/forward_inputs.safetensors" "$d/forward_output.safetensors" \
+  "t = 0.8125"
 g90=$("$BIN/ditc" compile "$d" --height 64 --width 64 --batch 2 --text-len 8 --dtype bf16 --target sm_90 -o "$T/g" -q | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" verify "$g90" >/dev/null
 echo "goldens_flux: ok"

@@ -11,29 +11,9 @@
 # needed); shapes and the image-to-video variant refused by name.
 set -euo pipefail
 BIN=$1/bin
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-
-# A safetensors file of src's tensors, renamed (old=new) and/or with f32 values replaced (name:v,v,..).
-restage() { # src out [old=new | name:v1,v2...]...
-  python3 - "$@" <<'PY'
-import json, struct, sys
-src, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
-f = open(src, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
-ren = dict(e.split("=") for e in edits if "=" in e)
-vals = {e.split(":")[0]: [float(x) for x in e.split(":")[1].split(",")] for e in edits if ":" in e}
-hdr, data = {}, b""
-for k, v in h.items():
-    if k == "__metadata__": continue
-    a, b = v["data_offsets"]
-    raw = struct.pack("<%df" % len(vals[k]), *vals[k]) if k in vals else body[a:b]
-    name = ren.get(k, k)
-    hdr[name] = {"dtype": "F32" if k in vals else v["dtype"], "shape": v["shape"], "data_offsets": [len(data), len(data) + len(raw)]}
-    data += raw
-j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
-open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
-PY
-}
+# T, restage, expect_fail, bf16_rounds_as_diffusers
+# shellcheck source=tests/tools/goldens_lib.sh
+. "$(dirname "$0")/../tools/goldens_lib.sh"
 
 d=tests/data/hunyuan_video_tiny
 [ -f "$d/meta.json" ] || { echo "$d is missing: run tests/data/make_goldens_hunyuan.py (torch + the pinned diffusers)"; exit 1; }
@@ -110,11 +90,6 @@ lanes=$("$BIN/ditc" "${c[@]}" --batch "$GB" --cfg-parallel --cp 2 --cp-mode ring
   --steps "$STEPS" --guidance "$G" --out "$T/g.safetensors" 2>/dev/null
 "$BIN/st_compare" "$T/g.safetensors" "$d/generate_cfg_output.safetensors" latents 1e-4
 
-expect_fail() { # message, command...
-  local msg=$1; shift
-  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
-  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
-}
 gx=(generate "$gen" --prompt-embeds "$gi" --seed 1 --steps 2 --out "$T/x.safetensors")
 expect_fail "--shift: a HunyuanVideoTransformer3DModel bundle samples with its pipeline's scheduler config" "$BIN/ditrun" "${gx[@]}" --shift 3
 expect_fail "--true-cfg 2: true CFG needs the negative prompt's embeddings (--negative-embeds)" "$BIN/ditrun" "${gx[@]}" --true-cfg 2

@@ -11,36 +11,9 @@
 # `timestep.to(dtype)` does); the sm_90 compile (no GPU needed).
 set -euo pipefail
 BIN=$1/bin
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-
-# A safetensors file of src's tensors, renamed (old=new), dropped (-name) and/or with f32 values
-# replaced (name:v,v,..).
-restage() { # src out [old=new | -name | name:v1,v2...]...
-  python3 - "$@" <<'PY'
-import json, struct, sys
-src, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
-f = open(src, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
-ren = dict(e.split("=") for e in edits if "=" in e)
-drop = {e[1:] for e in edits if e.startswith("-")}
-vals = {e.split(":")[0]: [float(x) for x in e.split(":")[1].split(",")] for e in edits if ":" in e}
-hdr, data = {}, b""
-for k, v in h.items():
-    if k == "__metadata__" or k in drop: continue
-    a, b = v["data_offsets"]
-    raw = struct.pack("<%df" % len(vals[k]), *vals[k]) if k in vals else body[a:b]
-    name = ren.get(k, k)
-    hdr[name] = {"dtype": "F32" if k in vals else v["dtype"], "shape": v["shape"], "data_offsets": [len(data), len(data) + len(raw)]}
-    data += raw
-j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
-open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
-PY
-}
-expect_fail() { # message, command...
-  local msg=$1; shift
-  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
-  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
-}
+# T, restage, expect_fail, bf16_rounds_as_diffusers
+# shellcheck source=tests/tools/goldens_lib.sh
+. "$(dirname "$0")/../tools/goldens_lib.sh"
 
 d=tests/data/qwen_tiny
 read -r H W L B GB STEPS CFG < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['height'], m['width'], m['text_len'], m['batch'], m['generate_batch'], m['steps'], m['true_cfg'])")
@@ -165,14 +138,9 @@ expect_fail "compile the pipeline directory (model_index.json)" "$BIN/ditrun" ge
 # bf16 against fp32 where bf16 holds t exactly (0.5 and 0.25): `timestep.to(bf16)` is then the identity.
 restage "$T/nomask.safetensors" "$T/exact.safetensors" timestep:0.5,0.25
 b16=$("$BIN/ditc" "${c[@]}" --batch "$B" --dtype bf16 | tail -n1 | cut -d' ' -f3)
-"$BIN/ditrun" forward "$one" --inputs "$T/exact.safetensors" --out "$T/f32.safetensors" 2>/dev/null >/dev/null
-"$BIN/ditrun" forward "$b16" --inputs "$T/exact.safetensors" --out "$T/b16.safetensors" 2>/dev/null >/dev/null
-"$BIN/st_compare" "$T/b16.safetensors" "$T/f32.safetensors" sample 2e-2 0.9999
 # ... and at the golden's t = 0.34725 the bf16 graph embeds bf16(0.34725) = 0.34765625, as diffusers does.
-"$BIN/ditrun" forward "$b16" --inputs "$T/nomask.safetensors" --out "$T/b16g.safetensors" 2>/dev/null >/dev/null
-if "$BIN/st_compare" "$T/b16g.safetensors" "$d/forward_output_nomask.safetensors" sample 2e-2 0.9999 >/dev/null; then
-  echo "bf16 at t = 0.34725 matches fp32: the timestep is not rounded as diffusers rounds it"; exit 1
-fi
+bf16_rounds_as_diffusers "$one" "$b16" "$T/exact.safetensors" "$T/nomask.safetensors" "$d/forward_output_nomask.safetensors" \
+  "t = 0.34725"
 g90=$("$BIN/ditc" "${c[@]}" --batch "$B" --dtype bf16 --target sm_90 -o "$T/g" | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" verify "$g90" >/dev/null
 echo "goldens_qwen: ok"

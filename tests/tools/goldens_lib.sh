@@ -1,0 +1,47 @@
+# Sourced by the tests/integration/goldens_*.sh scripts: T, a scratch folder removed at exit, and
+# the helpers below.
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+# A safetensors file of src's tensors, renamed (old=new), dropped (-name) and/or with f32 values
+# replaced (name:v,v,..).
+restage() { # src out [old=new | -name | name:v1,v2...]...
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
+f = open(src, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+ren = dict(e.split("=") for e in edits if "=" in e)
+drop = {e[1:] for e in edits if e.startswith("-")}
+vals = {e.split(":")[0]: [float(x) for x in e.split(":")[1].split(",")] for e in edits if ":" in e}
+hdr, data = {}, b""
+for k, v in h.items():
+    if k == "__metadata__" or k in drop: continue
+    a, b = v["data_offsets"]
+    raw = struct.pack("<%df" % len(vals[k]), *vals[k]) if k in vals else body[a:b]
+    name = ren.get(k, k)
+    hdr[name] = {"dtype": "F32" if k in vals else v["dtype"], "shape": v["shape"], "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
+open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+}
+
+# The command must fail with a message that contains msg.
+expect_fail() { # message, command...
+  local msg=$1; shift
+  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
+  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
+}
+
+# bf16 against fp32 on inputs whose values bf16 holds exactly (the rounding diffusers applies is then
+# the identity), then the bf16 graph on the golden's inputs, where it rounds as diffusers does: that
+# must not match the fp32 golden.
+bf16_rounds_as_diffusers() { # f32-bundle bf16-bundle exact-inputs golden-inputs golden-output what-rounds
+  "$BIN/ditrun" forward "$1" --inputs "$3" --out "$T/f32.safetensors" 2>/dev/null >/dev/null
+  "$BIN/ditrun" forward "$2" --inputs "$3" --out "$T/b16.safetensors" 2>/dev/null >/dev/null
+  "$BIN/st_compare" "$T/b16.safetensors" "$T/f32.safetensors" sample 2e-2 0.9999
+  "$BIN/ditrun" forward "$2" --inputs "$4" --out "$T/b16g.safetensors" 2>/dev/null >/dev/null
+  if "$BIN/st_compare" "$T/b16g.safetensors" "$5" sample 2e-2 0.9999 >/dev/null; then
+    echo "bf16 at $6 matches fp32: the timestep is not rounded as diffusers rounds it"; exit 1
+  fi
+}
