@@ -2,6 +2,7 @@
  * with the tensor-, context- and sequence-parallel forms of each. */
 #include "compiler/frontends/blocks.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -54,6 +55,19 @@ dit_status_t dit_blocks_status(dit_blocks_t *b) {
   }
   dit_status_t g = dit_graph_status(b->g); /* borrowed from the graph: hand out a copy */
   return g ? dit_status_make(dit_status_code(g), "%s", dit_status_message(g)) : DIT_OK;
+}
+
+dit_status_t dit_blocks_finish(dit_blocks_t *b, dit_graph_t *g, const char *model, dit_graph_t **out) {
+  dit_status_t s = dit_blocks_status(b);
+  dit_blocks_destroy(b);
+  if (s) {
+    dit_status_t wrapped = dit_status_make(dit_status_code(s), "building the %s graph: %s", model, dit_status_message(s));
+    dit_status_free(s);
+    dit_graph_destroy(g);
+    return wrapped;
+  }
+  *out = g;
+  return DIT_OK;
 }
 
 static void op2(dit_blocks_t *b, dit_op_kind_t kind, const dit_vid_t *ins, int n_in, const dit_attrs_t *a,
@@ -214,6 +228,13 @@ dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_bl
   dit_attrs_set_int(&a, "gate", gate);
   dit_vid_t ins[4] = {x, y, mod.table, mod.e};
   return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, mod.e < 0 ? 3 : 4, &a, b->o.dtype, name);
+}
+
+dit_blocks_mod_t dit_blocks_mod_rows(dit_blocks_t *b, dit_vid_t temb_silu, const char *prefix, int64_t n, const char *name) {
+  char nm[256];
+  snprintf(nm, sizeof nm, "%s.linear", name);
+  dit_vid_t e = dit_blocks_linear(b, temb_silu, prefix, b->o.dtype, nm);
+  return (dit_blocks_mod_t){dit_blocks_rows(b, e, n, name), -1};
 }
 
 /* ---- attention ---- */
@@ -639,12 +660,13 @@ dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, cons
   return dit_graph_op(b->g, DIT_OP_ROPE_TABLE, ins, 2, &a, v ? v->dtype : b->o.dtype, name);
 }
 
-void dit_blocks_rope_rows(dit_blocks_t *b, dit_vid_t full, int64_t T, int64_t L, const char *name, dit_vid_t *joined,
+void dit_blocks_rope_rows(dit_blocks_t *b, const float *table, int64_t T, int64_t L, const char *name, dit_vid_t *joined,
                           dit_vid_t *image, dit_vid_t *text) {
   char n[192];
-  const dit_value_t *v = dit_graph_cvalue(b->g, full);
   const int cp = b->o.cp > 1;
-  const int64_t hd = v ? v->dims[2] : 0, Tl = T / b->o.cp, t0 = b->o.cp_rank * Tl, dj[2] = {Tl + L, hd}, di[2] = {Tl, hd},
+  const int64_t hd = b->o.head_dim, full_dims[3] = {1, T + L, hd};
+  dit_vid_t full = dit_graph_constant(b->g, sub(n, sizeof n, name, "cos_sin"), DIT_F32, 3, full_dims, table);
+  const int64_t Tl = T / b->o.cp, t0 = b->o.cp_rank * Tl, dj[2] = {Tl + L, hd}, di[2] = {Tl, hd},
                 dt[2] = {L, hd};
   dit_vid_t img = -1, txt = -1;
   if (image || (joined && cp)) img = dit_blocks_slice_tokens(b, full, t0, Tl, DIT_F32, sub(n, sizeof n, name, "image_rows"));
@@ -660,4 +682,87 @@ dit_vid_t dit_blocks_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, const char *
   const dit_value_t *v = dit_graph_cvalue(b->g, x);
   dit_vid_t ins[2] = {x, y};
   return dit_graph_op(b->g, DIT_OP_ADD, ins, 2, NULL, v ? v->dtype : b->o.dtype, name);
+}
+
+/* ---- FLUX-style blocks ---- */
+
+void dit_blocks_flux_double(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs_img, dit_vid_t mask, dit_vid_t *hs,
+                            dit_vid_t *ctx) {
+  const dit_dtype_t dt = b->o.dtype;
+  char n[192], k[192], kq[192], kk[192], kv[192], knq[192], knk[192], nu[192], na[192], nd[192];
+  /* Keys and op names share the prefix transformer_blocks.<i>. */
+#define NAME(s) (snprintf(n, sizeof n, "transformer_blocks.%" PRId64 ".%s", i, s), n)
+#define KEY(buf, s) (snprintf(buf, sizeof buf, "transformer_blocks.%" PRId64 ".%s", i, s), buf)
+  const dit_blocks_mod_t modi = dit_blocks_mod_rows(b, tsilu, KEY(k, "norm1.linear"), 6, NAME("norm1.mod"));
+  const dit_blocks_mod_t modc = dit_blocks_mod_rows(b, tsilu, KEY(k, "norm1_context.linear"), 6, NAME("norm1_context.mod"));
+  dit_vid_t ni = dit_blocks_adaln(b, *hs, modi, 0, 1, NAME("norm1"));
+  dit_vid_t nc = dit_blocks_adaln(b, *ctx, modc, 0, 1, NAME("norm1_context"));
+  const dit_blocks_attn_keys_t ki = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), KEY(knq, "attn.norm_q.weight"),
+                                     KEY(knk, "attn.norm_k.weight"), 1};
+  dit_blocks_qkv_t ai = dit_blocks_attn_project(b, ni, ni, &ki, NAME("attn.img"));
+  const dit_blocks_attn_keys_t kc = {KEY(kq, "attn.add_q_proj"), KEY(kk, "attn.add_k_proj"), KEY(kv, "attn.add_v_proj"),
+                                     KEY(knq, "attn.norm_added_q.weight"), KEY(knk, "attn.norm_added_k.weight"), 1};
+  dit_blocks_qkv_t ac = dit_blocks_attn_project(b, nc, nc, &kc, NAME("attn.txt"));
+  ai.q = dit_blocks_rope_table(b, ai.q, cs_img, NAME("attn.rope_q"));
+  ai.k = dit_blocks_rope_table(b, ai.k, cs_img, NAME("attn.rope_k"));
+  dit_vid_t a_img, a_txt;
+  dit_blocks_joint_attention(b, ai.q, ai.k, ai.v, ac.q, ac.k, ac.v, mask, NAME("attn"), &a_img, &a_txt);
+  a_img = dit_blocks_linear_row(b, a_img, KEY(k, "attn.to_out.0"), NAME("attn.to_out"));
+  a_txt = dit_blocks_linear_row(b, a_txt, KEY(k, "attn.to_add_out"), NAME("attn.to_add_out"));
+
+  *hs = dit_blocks_gated_add(b, *hs, a_img, modi, 2, NAME("attn.residual"));
+  dit_vid_t n2 = dit_blocks_adaln(b, *hs, modi, 3, 4, NAME("norm2"));
+  const dit_blocks_mlp_t ff = {KEY(kq, "ff.net.0.proj"), KEY(kk, "ff.net.2"), DIT_OP_GELU_TANH, KEY(nu, "ff.up"), KEY(na, "ff.gelu"),
+                               KEY(nd, "ff.down"), 1, dt};
+  *hs = dit_blocks_gated_add(b, *hs, dit_blocks_mlp(b, n2, &ff), modi, 5, NAME("ff.residual"));
+
+  *ctx = dit_blocks_gated_add(b, *ctx, a_txt, modc, 2, NAME("attn.context_residual"));
+  dit_vid_t n2c = dit_blocks_adaln(b, *ctx, modc, 3, 4, NAME("norm2_context"));
+  const dit_blocks_mlp_t ffc = {KEY(kq, "ff_context.net.0.proj"), KEY(kk, "ff_context.net.2"), DIT_OP_GELU_TANH,
+                                KEY(nu, "ff_context.up"), KEY(na, "ff_context.gelu"), KEY(nd, "ff_context.down"), 1, dt};
+  *ctx = dit_blocks_gated_add(b, *ctx, dit_blocks_mlp(b, n2c, &ffc), modc, 5, NAME("ff_context.residual"));
+#undef NAME
+#undef KEY
+}
+
+dit_vid_t dit_blocks_flux_single(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t bound, dit_vid_t mask,
+                                 int64_t Tl, int64_t L, dit_vid_t x) {
+  const dit_dtype_t dt = b->o.dtype;
+  char n[192], k[192], kq[192], kk[192], kv[192], knq[192], knk[192];
+#define NAME(s) (snprintf(n, sizeof n, "single_transformer_blocks.%" PRId64 ".%s", i, s), n)
+#define KEY(buf, s) (snprintf(buf, sizeof buf, "single_transformer_blocks.%" PRId64 ".%s", i, s), buf)
+  const dit_blocks_mod_t mod = dit_blocks_mod_rows(b, tsilu, KEY(k, "norm.linear"), 3, NAME("norm.mod"));
+  dit_vid_t nx = dit_blocks_adaln(b, x, mod, 0, 1, NAME("norm"));
+  dit_vid_t mlp = dit_blocks_linear_col(b, nx, KEY(k, "proj_mlp"), dt, NAME("proj_mlp"));
+  mlp = dit_blocks_unary(b, DIT_OP_GELU_TANH, mlp, dt, NAME("act_mlp"));
+  const dit_blocks_attn_keys_t ka = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), KEY(knq, "attn.norm_q.weight"),
+                                     KEY(knk, "attn.norm_k.weight"), 1};
+  dit_blocks_qkv_t at = dit_blocks_attn_project(b, nx, nx, &ka, NAME("attn"));
+  at.q = dit_blocks_rope_table(b, at.q, cs, NAME("attn.rope_q"));
+  at.k = dit_blocks_rope_table(b, at.k, cs, NAME("attn.rope_k"));
+  dit_vid_t a;
+  if (b->o.cp <= 1) {
+    a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, bound, NAME("attn.sdpa"));
+  } else {
+    /* The rows of this rank's image tokens and of the text, attended jointly across the group. */
+    dit_vid_t p[6], *src[3] = {&at.q, &at.k, &at.v}, a_img, a_txt;
+    static const char *const rows[3][2] = {{"attn.q_img", "attn.q_txt"}, {"attn.k_img", "attn.k_txt"}, {"attn.v_img", "attn.v_txt"}};
+    for (int j = 0; j < 3; j++) {
+      p[j] = dit_blocks_slice_tokens(b, *src[j], 0, Tl, dt, NAME(rows[j][0]));
+      p[3 + j] = dit_blocks_slice_tokens(b, *src[j], Tl, L, dt, NAME(rows[j][1]));
+    }
+    dit_blocks_joint_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], mask, NAME("attn"), &a_img, &a_txt);
+    a = dit_blocks_concat(b, a_img, a_txt, 1, NAME("attn.rows"));
+  }
+  /* The output projection's input features: the attention's (the model width) then the MLP's. */
+  dit_vid_t y = dit_blocks_linear_row2(b, a, mlp, KEY(k, "proj_out"), b->o.heads * b->o.head_dim, NAME("proj_out"));
+  return dit_blocks_gated_add(b, x, y, mod, 2, NAME("residual"));
+#undef NAME
+#undef KEY
+}
+
+dit_vid_t dit_blocks_flux_out(dit_blocks_t *b, dit_vid_t x, dit_vid_t tsilu) {
+  const dit_blocks_mod_t mod = dit_blocks_mod_rows(b, tsilu, "norm_out.linear", 2, "norm_out.mod");
+  dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, x, mod, 1, 0, "norm_out"), "proj_out", b->o.dtype, "proj_out");
+  return dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
 }

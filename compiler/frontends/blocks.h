@@ -5,12 +5,14 @@
  *
  * A builder holds one graph and its parallel layout. Blocks take and return value ids;
  * an op that fails is recorded by the graph (or by the builder for two-output ops) and
- * building goes on, so a family builds its whole graph and asks dit_blocks_status once.
+ * building goes on, so a family builds its whole graph and asks once (dit_blocks_finish).
  *
  * Multi-stream models (FLUX's double-stream blocks) call the per-stream pieces once per
  * stream with that stream's keys: dit_blocks_attn_project per stream, then one
  * dit_blocks_attention_tokens over their tokens joined, then each stream's own output
- * projection (dit_blocks_linear_row) and modulation. */
+ * projection (dit_blocks_linear_row) and modulation. The FLUX-style double- and single-stream
+ * blocks, whose checkpoint layout more than one family shares, are whole blocks here (the last
+ * section). */
 #ifndef DIT_COMPILER_FRONTENDS_BLOCKS_H
 #define DIT_COMPILER_FRONTENDS_BLOCKS_H
 
@@ -45,6 +47,9 @@ void dit_blocks_destroy(dit_blocks_t *b);
 dit_graph_t *dit_blocks_graph(const dit_blocks_t *b);
 /* The first error while building, the builder's own or the graph's; the caller owns it. */
 dit_status_t dit_blocks_status(dit_blocks_t *b);
+/* The end of a family's build: b destroyed; on the first error while building, g destroyed too
+ * and that error returned as "building the <model> graph: <message>"; else *out = g. */
+dit_status_t dit_blocks_finish(dit_blocks_t *b, dit_graph_t *g, const char *model, dit_graph_t **out);
 
 /* ---- weights and linears ---- */
 
@@ -97,6 +102,9 @@ dit_vid_t dit_blocks_adaln(dit_blocks_t *b, dit_vid_t x, dit_blocks_mod_t mod, i
 /* x + y * row gate of the modulation. */
 dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_blocks_mod_t mod, int gate,
                                const char *name);
+/* One norm's modulation from the conditioning, per batch item: the linear at prefix of temb_silu
+ * (SiLU(temb), op name.linear) viewed as the [B, n, D] rows adaln and gated_add read (op name). */
+dit_blocks_mod_t dit_blocks_mod_rows(dit_blocks_t *b, dit_vid_t temb_silu, const char *prefix, int64_t n, const char *name);
 
 /* ---- attention ---- */
 
@@ -174,12 +182,13 @@ dit_vid_t dit_blocks_reshape(dit_blocks_t *b, dit_vid_t x, int rank, const int64
 dit_vid_t dit_blocks_rows(dit_blocks_t *b, dit_vid_t x, int64_t n, const char *name);
 /* The rotary embedding of x [B, T, H*Dh] by a table cs f32 [T, Dh] of (cos, sin) pairs. */
 dit_vid_t dit_blocks_rope_table(dit_blocks_t *b, dit_vid_t x, dit_vid_t cs, const char *name);
-/* The rows this context-parallel rank reads of a rotary table constant full f32 [1, T + L, Dh] of T
- * image tokens then L text tokens (one constant on every rank: the ranks of a context-parallel group
- * share their weights): *joined [Tl + L, Dh] of this rank's Tl = T / cp image tokens then the text,
- * *image [Tl, Dh] of those image tokens alone, *text [L, Dh] of the text alone; each may be NULL
- * (not built). Ops named name.*. */
-void dit_blocks_rope_rows(dit_blocks_t *b, dit_vid_t full, int64_t T, int64_t L, const char *name, dit_vid_t *joined,
+/* A rotary table table f32 [T + L, Dh] of T image tokens then L text tokens, the family's to free,
+ * as the constant name.cos_sin [1, T + L, Dh] (the same on every rank: the ranks of a
+ * context-parallel group share their weights), and the rows this context-parallel rank reads
+ * of it: *joined [Tl + L, Dh] of this rank's Tl = T / cp image tokens then the text, *image
+ * [Tl, Dh] of those image tokens alone, *text [L, Dh] of the text alone; each may be NULL (not
+ * built). Ops named name.*. */
+void dit_blocks_rope_rows(dit_blocks_t *b, const float *table, int64_t T, int64_t L, const char *name, dit_vid_t *joined,
                           dit_vid_t *image, dit_vid_t *text);
 /* A sum of two activations of one shape. */
 dit_vid_t dit_blocks_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, const char *name);
@@ -225,5 +234,33 @@ dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patc
  * product by 1 per output), ops named name.order and name. */
 dit_vid_t dit_blocks_unpatchify_channels_first(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
                                                int64_t w, const char *name);
+
+/* ---- FLUX-style blocks ---- */
+
+/* diffusers' FluxTransformerBlock and FluxSingleTransformerBlock, whose checkpoint keys
+ * HunyuanVideo's blocks share (transformer_blocks.<i>.* and single_transformer_blocks.<i>.*,
+ * ops named after them; family.h's dit_expected_flux_blocks lists the tensors). Every norm is
+ * modulated by rows of tsilu = SiLU(temb); q and k are RMS-normed per head and rotated by a
+ * rotary table; the MLPs are GELU(tanh). */
+
+/* Double-stream block i over this rank's image tokens *hs (rotated by cs_img; the text's rows of
+ * the table are the identity, so the text is not rotated) and the text tokens *ctx, whole on
+ * every rank: each stream its own modulation, projections, norms and MLP, one joint attention
+ * (dit_blocks_joint_attention) whose text keys stop at each item's valid prefix of mask (-1:
+ * all valid). Updates *hs and *ctx. */
+void dit_blocks_flux_double(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs_img, dit_vid_t mask, dit_vid_t *hs,
+                            dit_vid_t *ctx);
+/* Single-stream block i over x, the joined [Tl image tokens of this rank, L text tokens], rotated
+ * by cs: attention and MLP side by side from one modulated norm, one output projection over
+ * both, the gated residual. Without cp one attention whose keys stop at bound (-1: none); with
+ * cp the image and text rows attend jointly across the group, the text's keys stopping at each
+ * item's valid prefix of mask (-1: all valid). */
+dit_vid_t dit_blocks_flux_single(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t bound, dit_vid_t mask,
+                                 int64_t Tl, int64_t L, dit_vid_t x);
+/* The output of these models (and of Qwen-Image): AdaLayerNormContinuous norm_out of this rank's
+ * image tokens x by rows of tsilu (the projection's halves are (scale, shift)), the linear
+ * proj_out, the tokens gathered over the context-parallel group. Ops norm_out.mod(.linear),
+ * norm_out, proj_out and proj_out.all_tokens. */
+dit_vid_t dit_blocks_flux_out(dit_blocks_t *b, dit_vid_t x, dit_vid_t tsilu);
 
 #endif

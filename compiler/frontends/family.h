@@ -10,14 +10,19 @@
 
 #include "base/json.h"
 #include "compiler/frontend.h"
+#include "compiler/frontends/blocks.h"
+
+typedef struct dit_expected dit_expected_t;
 
 struct dit_family {
   const char *name;        /* the manifest's model.family: "wan", "flux" */
   const char *model_class; /* config.json's _class_name */
   /* Normalizes raw into m->config (defaults filled) and the family's typed config. */
   dit_status_t (*parse_config)(dit_model_t *m, const dit_json_t *raw);
-  /* One transformer folder's checkpoint (dir) against m's config. */
-  dit_status_t (*check_weights)(const dit_model_t *m, const dit_safetensors_t *w, const char *dir);
+  /* The tensors m's config calls for in a transformer folder's checkpoint; a tensor containing
+   * one of the NULL-terminated `ignored` substrings (may be NULL) is allowed besides. */
+  void (*expected)(const dit_model_t *m, dit_expected_t *l);
+  const char *const *ignored;
   /* Sets m->variant and the VAE factors (m->pipeline.vae, m->vae_spatial, m->vae_temporal);
    * want is --variant or NULL; vae_what names vae/config.json in messages. */
   dit_status_t (*pick_variant)(dit_model_t *m, const char *want, const char *vae_what);
@@ -53,6 +58,9 @@ typedef struct dit_config_field {
  * with '_' are diffusers' bookkeeping and skipped). Caller owns *out. */
 dit_status_t dit_config_read(const dit_config_field_t *fields, size_t n_fields, const char *defaults, const char *class_name,
                              const dit_json_t *raw, cJSON **out);
+/* The three rotary axes' widths of field key (a DIT_CF_INTS of count 3), checked to be even and
+ * to sum to head_dim (messages name what, the config's path). */
+dit_status_t dit_config_rope_axes(const cJSON *cfg, const char *key, int64_t head_dim, const char *what, int64_t axes[3]);
 /* A number of a normalized config (0 for null or absent). */
 int64_t dit_config_int(const cJSON *cfg, const char *key);
 double dit_config_num(const cJSON *cfg, const char *key);
@@ -60,7 +68,6 @@ int dit_config_bool(const cJSON *cfg, const char *key);
 
 /* ---- checkpoint checks ---- */
 
-typedef struct dit_expected dit_expected_t;
 dit_status_t dit_expected_create(dit_expected_t **out);
 void dit_expected_destroy(dit_expected_t *l);
 /* The config field that calls for the tensors expected from here on ("" or NULL: none). */
@@ -71,10 +78,45 @@ void dit_expected_add(dit_expected_t *l, int rank, const int64_t *dims, const ch
 /* prefix.weight [out, in] and, with bias, prefix.bias [out]. */
 void dit_expected_linear(dit_expected_t *l, int64_t out, int64_t in, int bias, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* A TimestepEmbedding or text projection at prefix: prefix.linear_1 [D, in] and
+ * prefix.linear_2 [D, D], both with bias. */
+void dit_expected_embedder(dit_expected_t *l, int64_t D, int64_t in, const char *prefix);
+/* The tensors of FLUX-style blocks (blocks.h's dit_blocks_flux_double and dit_blocks_flux_single):
+ * `layers` double-stream blocks transformer_blocks.<i> and `single_layers` single-stream blocks
+ * single_transformer_blocks.<i>, of model width D, MLP width M and per-head q/k norms of head_dim. */
+void dit_expected_flux_blocks(dit_expected_t *l, int64_t layers, int64_t single_layers, int64_t D, int64_t M, int64_t head_dim);
 /* Every expected tensor present in weights, a float type and of its shape; no other tensor
  * but those containing one of the NULL-terminated `ignored` substrings (may be NULL). */
 dit_status_t dit_expected_check(dit_expected_t *l, const dit_safetensors_t *weights, const char *dir,
                                 const char *const *ignored);
+
+/* ---- variants ---- */
+
+/* An image family's VAE factors (m->pipeline.vae, m->vae_spatial, m->vae_temporal): the
+ * pipeline VAE's spatial factor, or 8 without a VAE as diffusers' image pipelines default;
+ * temporal 1. */
+void dit_image_vae_factors(dit_model_t *m);
+
+/* The latents of an image family whose pipeline packs 2x2 latent pixels into a token of
+ * in_channels: an image (no --frames) of height and width multiples of 2 * the VAE factor, no
+ * image tokens; out: in_channels / 4 channels, the latent size, (h/2)(w/2) tokens. */
+dit_status_t dit_packed_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, int64_t in_channels,
+                                     dit_latent_shape_t *out);
+
+/* ---- generate contracts ---- */
+
+/* A pipeline condition: the pipeline argument and the transformer input it feeds. */
+typedef struct dit_generate_condition {
+  const char *argument, *input;
+} dit_generate_condition_t;
+
+/* What every flow-match pipeline's generate contract (frontend.h) has: none without a scheduler
+ * config (g left absent, DIT_OK); a scheduler but FlowMatchEulerDiscreteScheduler refused naming
+ * `pipeline`; else g present with the latents in hidden_states, the timestep input "timestep"
+ * (the scheduler's t over timestep_divisor), default_steps and the n_cond conditions. The
+ * family adds the rest and the schedule (pipeline.h's dit_flow_schedule_from). */
+dit_status_t dit_flow_generate(const dit_model_t *m, const char *pipeline, int default_steps, double timestep_divisor,
+                               const dit_generate_condition_t *cond, int n_cond, dit_manifest_generate_t *g);
 
 /* ---- parallel layouts ---- */
 
@@ -83,5 +125,11 @@ dit_status_t dit_expected_check(dit_expected_t *l, const dit_safetensors_t *weig
  * ulysses (heads / tp divisible by cp) or ring over `tokens` image tokens that split into cp equal
  * parts, cfg lanes; sequence parallelism and usp refused naming the flag. */
 dit_status_t dit_joint_parallel_check(const dit_model_t *m, const dit_shape_request_t *req, int64_t heads, int64_t tokens);
+
+/* The graph and block builder of a rank of such a family (a layout dit_joint_parallel_check
+ * accepted): the request's dtype, tp and cp, `heads` heads of head_dim, norms' eps, m's weights.
+ * On error nothing is left to free. */
+dit_status_t dit_joint_builder(const dit_model_t *m, const dit_shape_request_t *req, int64_t heads, int64_t head_dim, double eps,
+                               dit_graph_t **g, dit_blocks_t **b);
 
 #endif

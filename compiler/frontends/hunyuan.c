@@ -74,8 +74,6 @@ static dit_status_t hunyuan_parse_config(dit_model_t *m, const dit_json_t *raw) 
   h->rope_theta = dit_config_num(cfg, "rope_theta");
   const double ratio = dit_config_num(cfg, "mlp_ratio");
   h->mlp_dim = (int64_t)((double)(h->heads * h->head_dim) * ratio); /* int(hidden_size * mlp_ratio) */
-  const cJSON *ax = cJSON_GetObjectItemCaseSensitive(cfg, "rope_axes_dim");
-  for (int i = 0; i < 3; i++) h->axes[i] = (int64_t)cJSON_GetArrayItem(ax, i)->valuedouble;
   const cJSON *ict = cJSON_GetObjectItemCaseSensitive(cfg, "image_condition_type");
   if (cJSON_IsString(ict))
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'image_condition_type' = \"%s\": the image-to-video HunyuanVideo models are not "
@@ -89,27 +87,15 @@ static dit_status_t hunyuan_parse_config(dit_model_t *m, const dit_json_t *raw) 
                    raw->what, ratio, h->heads * h->head_dim, ratio);
   if (h->layers + h->single_layers < 1)
     return DIT_ERR(INVALID_ARGUMENT, "%s: fields 'num_layers' and 'num_single_layers' are both 0: the model has no blocks", raw->what);
-  if (h->axes[0] % 2 || h->axes[1] % 2 || h->axes[2] % 2 || h->axes[0] + h->axes[1] + h->axes[2] != h->head_dim)
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: field 'rope_axes_dim' = [%" PRId64 ", %" PRId64 ", %" PRId64 "]: expected even parts summing to "
-                   "attention_head_dim = %" PRId64,
-                   raw->what, h->axes[0], h->axes[1], h->axes[2], h->head_dim);
-  return DIT_OK;
+  return dit_config_rope_axes(cfg, "rope_axes_dim", h->head_dim, raw->what, h->axes);
 }
 
 /* ---- checkpoint ---- */
 
-/* TimestepEmbedding(256 -> D) at prefix. */
-static void expected_embedder(dit_expected_t *l, int64_t D, const char *prefix) {
-  dit_expected_linear(l, D, HY_FREQ_DIM, 1, "%s.linear_1", prefix);
-  dit_expected_linear(l, D, D, 1, "%s.linear_2", prefix);
-}
-
 static void expected_refiner(const dit_hunyuan_config_t *h, dit_expected_t *l) {
   const int64_t D = h->heads * h->head_dim, M = HY_REFINER_RATIO * D, d1[1] = {D};
-  expected_embedder(l, D, "context_embedder.time_text_embed.timestep_embedder");
-  dit_expected_linear(l, D, h->text_dim, 1, "context_embedder.time_text_embed.text_embedder.linear_1");
-  dit_expected_linear(l, D, D, 1, "context_embedder.time_text_embed.text_embedder.linear_2");
+  dit_expected_embedder(l, D, HY_FREQ_DIM, "context_embedder.time_text_embed.timestep_embedder");
+  dit_expected_embedder(l, D, h->text_dim, "context_embedder.time_text_embed.text_embedder");
   dit_expected_linear(l, D, h->text_dim, 1, "context_embedder.proj_in");
   for (int64_t i = 0; i < h->refiner_layers; i++) {
 #define R "context_embedder.token_refiner.refiner_blocks.%" PRId64
@@ -127,53 +113,22 @@ static void expected_refiner(const dit_hunyuan_config_t *h, dit_expected_t *l) {
   }
 }
 
-static void hunyuan_expected(const dit_hunyuan_config_t *h, dit_expected_t *l) {
-  const int64_t D = h->heads * h->head_dim, M = h->mlp_dim, hd[1] = {h->head_dim},
-                pe[5] = {D, h->in_channels, h->patch_t, h->patch, h->patch}, d1[1] = {D};
+static void hunyuan_expected(const dit_model_t *m, dit_expected_t *l) {
+  const dit_hunyuan_config_t *h = &m->hunyuan;
+  const int64_t D = h->heads * h->head_dim, pe[5] = {D, h->in_channels, h->patch_t, h->patch, h->patch}, d1[1] = {D};
   dit_expected_add(l, 5, pe, "x_embedder.proj.weight");
   dit_expected_add(l, 1, d1, "x_embedder.proj.bias");
   expected_refiner(h, l);
-  expected_embedder(l, D, "time_text_embed.timestep_embedder");
-  dit_expected_linear(l, D, h->pooled_dim, 1, "time_text_embed.text_embedder.linear_1");
-  dit_expected_linear(l, D, D, 1, "time_text_embed.text_embedder.linear_2");
+  dit_expected_embedder(l, D, HY_FREQ_DIM, "time_text_embed.timestep_embedder");
+  dit_expected_embedder(l, D, h->pooled_dim, "time_text_embed.text_embedder");
   if (h->guidance_embeds) {
     dit_expected_why(l, "field 'guidance_embeds' = true");
-    expected_embedder(l, D, "time_text_embed.guidance_embedder");
+    dit_expected_embedder(l, D, HY_FREQ_DIM, "time_text_embed.guidance_embedder");
     dit_expected_why(l, NULL);
   }
-  for (int64_t i = 0; i < h->layers; i++) {
-    static const char *const proj[] = {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
-    static const char *const norms[] = {"norm_q", "norm_k", "norm_added_q", "norm_added_k"};
-    dit_expected_linear(l, 6 * D, D, 1, "transformer_blocks.%" PRId64 ".norm1.linear", i);
-    dit_expected_linear(l, 6 * D, D, 1, "transformer_blocks.%" PRId64 ".norm1_context.linear", i);
-    for (int k = 0; k < 8; k++) dit_expected_linear(l, D, D, 1, "transformer_blocks.%" PRId64 ".attn.%s", i, proj[k]);
-    for (int k = 0; k < 4; k++) dit_expected_add(l, 1, hd, "transformer_blocks.%" PRId64 ".attn.%s.weight", i, norms[k]);
-    dit_expected_linear(l, M, D, 1, "transformer_blocks.%" PRId64 ".ff.net.0.proj", i);
-    dit_expected_linear(l, D, M, 1, "transformer_blocks.%" PRId64 ".ff.net.2", i);
-    dit_expected_linear(l, M, D, 1, "transformer_blocks.%" PRId64 ".ff_context.net.0.proj", i);
-    dit_expected_linear(l, D, M, 1, "transformer_blocks.%" PRId64 ".ff_context.net.2", i);
-  }
-  for (int64_t i = 0; i < h->single_layers; i++) {
-    dit_expected_linear(l, 3 * D, D, 1, "single_transformer_blocks.%" PRId64 ".norm.linear", i);
-    dit_expected_linear(l, M, D, 1, "single_transformer_blocks.%" PRId64 ".proj_mlp", i);
-    dit_expected_linear(l, D, D + M, 1, "single_transformer_blocks.%" PRId64 ".proj_out", i);
-    dit_expected_linear(l, D, D, 1, "single_transformer_blocks.%" PRId64 ".attn.to_q", i);
-    dit_expected_linear(l, D, D, 1, "single_transformer_blocks.%" PRId64 ".attn.to_k", i);
-    dit_expected_linear(l, D, D, 1, "single_transformer_blocks.%" PRId64 ".attn.to_v", i);
-    dit_expected_add(l, 1, hd, "single_transformer_blocks.%" PRId64 ".attn.norm_q.weight", i);
-    dit_expected_add(l, 1, hd, "single_transformer_blocks.%" PRId64 ".attn.norm_k.weight", i);
-  }
+  dit_expected_flux_blocks(l, h->layers, h->single_layers, D, h->mlp_dim, h->head_dim);
   dit_expected_linear(l, 2 * D, D, 1, "norm_out.linear");
   dit_expected_linear(l, h->patch_t * h->patch * h->patch * h->out_channels, D, 1, "proj_out");
-}
-
-static dit_status_t hunyuan_check_weights(const dit_model_t *m, const dit_safetensors_t *weights, const char *dir) {
-  dit_expected_t *l;
-  DIT_RETURN_IF(dit_expected_create(&l));
-  hunyuan_expected(&m->hunyuan, l);
-  dit_status_t s = dit_expected_check(l, weights, dir, NULL);
-  dit_expected_destroy(l);
-  return s;
 }
 
 /* ---- variant, pipeline, shape ---- */
@@ -280,30 +235,6 @@ static float *hunyuan_rope_table(const dit_hunyuan_config_t *h, int64_t gf, int6
   return cs;
 }
 
-/* The modulation rows of one norm: linear(silu(temb)) viewed [B, n, D]. */
-static dit_blocks_mod_t modulation(dit_blocks_t *b, dit_vid_t temb_silu, const char *prefix, int64_t n, const char *name,
-                                   dit_dtype_t dt) {
-  char nm[256];
-  snprintf(nm, sizeof nm, "%s.linear", name);
-  dit_vid_t e = dit_blocks_linear(b, temb_silu, prefix, dt, nm);
-  return (dit_blocks_mod_t){dit_blocks_rows(b, e, n, name), -1};
-}
-
-/* TimestepEmbedding(256 -> D) at prefix of a sinusoid e [B, 256] (fp32): cast to the model
- * dtype, linear, SiLU, linear. */
-static dit_vid_t embed_sinusoid(dit_blocks_t *b, dit_vid_t e, const char *prefix, const char *name, dit_dtype_t dt) {
-  char n[256], k[256];
-  snprintf(n, sizeof n, "%s.in", name);
-  e = dit_blocks_unary(b, DIT_OP_CAST, e, dt, n);
-  snprintf(k, sizeof k, "%s.linear_1", prefix);
-  snprintf(n, sizeof n, "%s.linear_1", name);
-  e = dit_blocks_linear(b, e, k, dt, n);
-  snprintf(n, sizeof n, "%s.silu", name);
-  e = dit_blocks_unary(b, DIT_OP_SILU, e, dt, n);
-  snprintf(k, sizeof k, "%s.linear_2", prefix);
-  return dit_blocks_linear(b, e, k, dt, name);
-}
-
 /* CombinedTimestepTextProjEmbeddings at prefix: the timestep's embedding (the sinusoid of t as
  * the pipeline passes it, fp32, unrounded) plus the pooled text's projection (linear, SiLU,
  * linear). */
@@ -314,7 +245,7 @@ static dit_vid_t time_text_embed(dit_blocks_t *b, dit_vid_t t, dit_vid_t pooled,
   dit_vid_t e = dit_blocks_sinusoid(b, t, HY_FREQ_DIM, 1, 0.0, n1);
   snprintf(k, sizeof k, "%s.timestep_embedder", prefix);
   snprintf(n1, sizeof n1, "%s.time", name);
-  e = embed_sinusoid(b, e, k, n1, dt);
+  e = dit_blocks_timestep_mlp(b, e, k, n1);
   const dit_blocks_mlp_t text = {(snprintf(k1, sizeof k1, "%s.text_embedder.linear_1", prefix), k1),
                                  (snprintf(k2, sizeof k2, "%s.text_embedder.linear_2", prefix), k2),
                                  DIT_OP_SILU,
@@ -349,7 +280,7 @@ static dit_vid_t token_refiner(dit_blocks_t *b, const dit_hunyuan_config_t *h, d
     dit_vid_t v = dit_blocks_linear(b, n1, KEY(kv, "attn.to_v"), dt, NAME("attn.v"));
     dit_vid_t a = dit_blocks_attention_replicated(b, q, kx, v, bound, NAME("attn.sdpa"));
     a = dit_blocks_linear(b, a, KEY(k, "attn.to_out.0"), dt, NAME("attn.to_out"));
-    const dit_blocks_mod_t gates = modulation(b, tsilu, KEY(k, "norm_out.linear"), 2, NAME("norm_out.mod"), dt);
+    const dit_blocks_mod_t gates = dit_blocks_mod_rows(b, tsilu, KEY(k, "norm_out.linear"), 2, NAME("norm_out.mod"));
     x = dit_blocks_gated_add(b, x, a, gates, 0, NAME("attn.residual"));
     dit_vid_t n2 = dit_blocks_layernorm(b, x, KEY(k, "norm2"), HY_EPS, NAME("norm2"));
     const dit_blocks_mlp_t ff = {KEY(kq, "ff.net.0.proj"), KEY(kk, "ff.net.2"), DIT_OP_SILU,
@@ -363,117 +294,28 @@ static dit_vid_t token_refiner(dit_blocks_t *b, const dit_hunyuan_config_t *h, d
   return x;
 }
 
-/* One double-stream block over this rank's image tokens hs (rotated by cs_img, the text's rows being
- * the identity) and the text tokens ctx, whole on every rank, whose keys stop at each item's valid
- * prefix of mask (both updated in place). */
-static void double_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs_img, dit_vid_t mask, dit_vid_t *hs, dit_vid_t *ctx,
-                         dit_dtype_t dt) {
-  char n[192], k[192], kq[192], kk[192], kv[192], knq[192], knk[192], nu[192], na[192], nd[192];
-#define NAME(s) (snprintf(n, sizeof n, "transformer_blocks.%" PRId64 ".%s", i, s), n)
-#define KEY(buf, s) (snprintf(buf, sizeof buf, "transformer_blocks.%" PRId64 ".%s", i, s), buf)
-  const dit_blocks_mod_t modi = modulation(b, tsilu, KEY(k, "norm1.linear"), 6, NAME("norm1.mod"), dt);
-  const dit_blocks_mod_t modc = modulation(b, tsilu, KEY(k, "norm1_context.linear"), 6, NAME("norm1_context.mod"), dt);
-  dit_vid_t ni = dit_blocks_adaln(b, *hs, modi, 0, 1, NAME("norm1"));
-  dit_vid_t nc = dit_blocks_adaln(b, *ctx, modc, 0, 1, NAME("norm1_context"));
-  const dit_blocks_attn_keys_t ki = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), KEY(knq, "attn.norm_q.weight"),
-                                     KEY(knk, "attn.norm_k.weight"), 1};
-  dit_blocks_qkv_t ai = dit_blocks_attn_project(b, ni, ni, &ki, NAME("attn.img"));
-  const dit_blocks_attn_keys_t kc = {KEY(kq, "attn.add_q_proj"), KEY(kk, "attn.add_k_proj"), KEY(kv, "attn.add_v_proj"),
-                                     KEY(knq, "attn.norm_added_q.weight"), KEY(knk, "attn.norm_added_k.weight"), 1};
-  dit_blocks_qkv_t ac = dit_blocks_attn_project(b, nc, nc, &kc, NAME("attn.txt"));
-  ai.q = dit_blocks_rope_table(b, ai.q, cs_img, NAME("attn.rope_q"));
-  ai.k = dit_blocks_rope_table(b, ai.k, cs_img, NAME("attn.rope_k"));
-  dit_vid_t a_img, a_txt;
-  dit_blocks_joint_attention(b, ai.q, ai.k, ai.v, ac.q, ac.k, ac.v, mask, NAME("attn"), &a_img, &a_txt);
-  a_img = dit_blocks_linear_row(b, a_img, KEY(k, "attn.to_out.0"), NAME("attn.to_out"));
-  a_txt = dit_blocks_linear_row(b, a_txt, KEY(k, "attn.to_add_out"), NAME("attn.to_add_out"));
-
-  *hs = dit_blocks_gated_add(b, *hs, a_img, modi, 2, NAME("attn.residual"));
-  dit_vid_t n2 = dit_blocks_adaln(b, *hs, modi, 3, 4, NAME("norm2"));
-  const dit_blocks_mlp_t ff = {KEY(kq, "ff.net.0.proj"), KEY(kk, "ff.net.2"), DIT_OP_GELU_TANH,
-                               (snprintf(nu, sizeof nu, "transformer_blocks.%" PRId64 ".ff.up", i), nu),
-                               (snprintf(na, sizeof na, "transformer_blocks.%" PRId64 ".ff.gelu", i), na),
-                               (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff.down", i), nd), 1, dt};
-  *hs = dit_blocks_gated_add(b, *hs, dit_blocks_mlp(b, n2, &ff), modi, 5, NAME("ff.residual"));
-
-  *ctx = dit_blocks_gated_add(b, *ctx, a_txt, modc, 2, NAME("attn.context_residual"));
-  dit_vid_t n2c = dit_blocks_adaln(b, *ctx, modc, 3, 4, NAME("norm2_context"));
-  const dit_blocks_mlp_t ffc = {KEY(kq, "ff_context.net.0.proj"), KEY(kk, "ff_context.net.2"), DIT_OP_GELU_TANH,
-                                (snprintf(nu, sizeof nu, "transformer_blocks.%" PRId64 ".ff_context.up", i), nu),
-                                (snprintf(na, sizeof na, "transformer_blocks.%" PRId64 ".ff_context.gelu", i), na),
-                                (snprintf(nd, sizeof nd, "transformer_blocks.%" PRId64 ".ff_context.down", i), nd), 1, dt};
-  *ctx = dit_blocks_gated_add(b, *ctx, dit_blocks_mlp(b, n2c, &ffc), modc, 5, NAME("ff_context.residual"));
-#undef NAME
-#undef KEY
-}
-
-/* One single-stream block over the joined [this rank's Tl image tokens, text] tokens x, rotated by
- * cs. Without cp one attention whose keys stop at joint_bound; with cp the image and text rows
- * attend jointly across the group, the text's keys stopping at each item's valid prefix of mask. */
-static dit_vid_t single_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs, dit_vid_t joint_bound, dit_vid_t mask,
-                              int64_t Tl, int64_t L, int64_t D, dit_vid_t x, dit_dtype_t dt) {
-  char n[192], k[192], kq[192], kk[192], kv[192], knq[192], knk[192];
-#define NAME(s) (snprintf(n, sizeof n, "single_transformer_blocks.%" PRId64 ".%s", i, s), n)
-#define KEY(buf, s) (snprintf(buf, sizeof buf, "single_transformer_blocks.%" PRId64 ".%s", i, s), buf)
-  const dit_blocks_mod_t mod = modulation(b, tsilu, KEY(k, "norm.linear"), 3, NAME("norm.mod"), dt);
-  dit_vid_t nx = dit_blocks_adaln(b, x, mod, 0, 1, NAME("norm"));
-  dit_vid_t mlp = dit_blocks_linear_col(b, nx, KEY(k, "proj_mlp"), dt, NAME("proj_mlp"));
-  mlp = dit_blocks_unary(b, DIT_OP_GELU_TANH, mlp, dt, NAME("act_mlp"));
-  const dit_blocks_attn_keys_t ka = {KEY(kq, "attn.to_q"), KEY(kk, "attn.to_k"), KEY(kv, "attn.to_v"), KEY(knq, "attn.norm_q.weight"),
-                                     KEY(knk, "attn.norm_k.weight"), 1};
-  dit_blocks_qkv_t at = dit_blocks_attn_project(b, nx, nx, &ka, NAME("attn"));
-  at.q = dit_blocks_rope_table(b, at.q, cs, NAME("attn.rope_q"));
-  at.k = dit_blocks_rope_table(b, at.k, cs, NAME("attn.rope_k"));
-  dit_vid_t a;
-  if (joint_bound >= 0) {
-    a = dit_blocks_attention_bounded(b, at.q, at.k, at.v, joint_bound, NAME("attn.sdpa"));
-  } else {
-    dit_vid_t p[6], *src[3] = {&at.q, &at.k, &at.v}, ai, atx;
-    static const char *const rows[3][2] = {{"attn.q_img", "attn.q_txt"}, {"attn.k_img", "attn.k_txt"}, {"attn.v_img", "attn.v_txt"}};
-    for (int j = 0; j < 3; j++) {
-      p[j] = dit_blocks_slice_tokens(b, *src[j], 0, Tl, dt, NAME(rows[j][0]));
-      p[3 + j] = dit_blocks_slice_tokens(b, *src[j], Tl, L, dt, NAME(rows[j][1]));
-    }
-    dit_blocks_joint_attention(b, p[0], p[1], p[2], p[3], p[4], p[5], mask, NAME("attn"), &ai, &atx);
-    a = dit_blocks_concat(b, ai, atx, 1, NAME("attn.rows"));
-  }
-  dit_vid_t y = dit_blocks_linear_row2(b, a, mlp, KEY(k, "proj_out"), D, NAME("proj_out"));
-  return dit_blocks_gated_add(b, x, y, mod, 2, NAME("residual"));
-#undef NAME
-#undef KEY
-}
-
 static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_hunyuan_config_t *h = &m->hunyuan;
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gf = ls.frames / h->patch_t, gh = ls.height / h->patch,
-                gw = ls.width / h->patch, D = h->heads * h->head_dim;
+                gw = ls.width / h->patch;
   DIT_RETURN_IF(dit_joint_parallel_check(m, req, h->heads, T));
-  const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
+  const int cp = req->cp > 1 ? req->cp : 1;
   /* This rank's image tokens: its share of the context-parallel group's; the text is whole on every rank. */
   const int64_t Tl = T / cp, t0 = (cp > 1 ? req->cp_rank : 0) * Tl;
   const dit_dtype_t dt = req->dtype;
   float *cs_data = hunyuan_rope_table(h, gf, gh, gw, L);
   if (!cs_data) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table");
   dit_graph_t *g;
-  dit_status_t s = dit_graph_create(&g);
+  dit_blocks_t *b;
+  dit_status_t s = dit_joint_builder(m, req, h->heads, h->head_dim, HY_EPS, &g, &b);
   if (s) {
     free(cs_data);
-    return s;
-  }
-  const dit_blocks_options_t bo = {.dtype = dt, .heads = h->heads, .head_dim = h->head_dim, .eps = HY_EPS, .tp = tp,
-                                   .tp_rank = req->tp_rank, .cp = cp, .cp_rank = cp > 1 ? req->cp_rank : 0,
-                                   .cp_mode = cp > 1 ? req->cp_mode : 0};
-  dit_blocks_t *b = NULL;
-  s = dit_blocks_create(g, m->weights, &bo, &b);
-  if (s) {
-    free(cs_data);
-    dit_graph_destroy(g);
     return s;
   }
   const int64_t xs[5] = {B, ls.channels, ls.frames, ls.height, ls.width}, es[3] = {B, L, h->text_dim}, ms[2] = {B, L},
-                ps[2] = {B, h->pooled_dim}, ts[1] = {B}, css[3] = {1, T + L, h->head_dim};
+                ps[2] = {B, h->pooled_dim}, ts[1] = {B};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 5, xs);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
@@ -483,10 +325,9 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
   /* The rotary table of [image, text], every rank's the same: the rows of this rank's image tokens
    * then the text's for the single-stream blocks, of its image tokens alone for the double-stream
    * ones (the text's rows are the identity). */
-  dit_vid_t full = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 3, css, cs_data);
-  free(cs_data);
   dit_vid_t cs, cs_img;
-  dit_blocks_rope_rows(b, full, T, L, "rope", &cs, &cs_img, NULL);
+  dit_blocks_rope_rows(b, cs_data, T, L, "rope", &cs, &cs_img, NULL);
+  free(cs_data);
   /* The text's valid prefix: the refiner's keys, and without cp the single-stream blocks' keys
    * after the image tokens (joint attention bounds its own keys). */
   dit_vid_t text_bound = dit_blocks_key_bound(b, mask, 0, "text_bound");
@@ -497,7 +338,7 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
   dit_vid_t temb = time_text_embed(b, t, pooled, "time_text_embed", "temb", dt);
   if (guid >= 0) {
     dit_vid_t ge = dit_blocks_sinusoid_scaled(b, guid, HY_FREQ_DIM, 1, 0.0, 1.0, dt, "guidance.sinusoid");
-    temb = dit_blocks_add(b, temb, embed_sinusoid(b, ge, "time_text_embed.guidance_embedder", "guidance", dt), "temb.guidance");
+    temb = dit_blocks_add(b, temb, dit_blocks_timestep_mlp(b, ge, "time_text_embed.guidance_embedder", "guidance"), "temb.guidance");
   }
   dit_vid_t tsilu = dit_blocks_unary(b, DIT_OP_SILU, temb, dt, "temb.silu"); /* every norm's SiLU(temb), once */
   const int64_t patch[3] = {h->patch_t, h->patch, h->patch};
@@ -507,32 +348,19 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
 
   for (int64_t i = 0; i < h->layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
-    double_block(b, i, tsilu, cs_img, mask, &hs, &ctx, dt);
+    dit_blocks_flux_double(b, i, tsilu, cs_img, mask, &hs, &ctx);
   }
   dit_vid_t xj = dit_blocks_concat(b, hs, ctx, 1, "single.tokens");
   for (int64_t i = 0; i < h->single_layers; i++) {
     dit_graph_set_block(g, (int32_t)(h->layers + i));
-    xj = single_block(b, i, tsilu, cs, joint_bound, mask, Tl, L, D, xj, dt);
+    xj = dit_blocks_flux_single(b, i, tsilu, cs, joint_bound, mask, Tl, L, xj);
   }
   dit_graph_set_block(g, -1);
   hs = dit_blocks_slice_tokens(b, xj, 0, Tl, dt, "image_tokens");
-  /* AdaLayerNormContinuous: the projection's halves are (scale, shift). */
-  const dit_blocks_mod_t mo = modulation(b, tsilu, "norm_out.linear", 2, "norm_out.mod", dt);
-  dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, hs, mo, 1, 0, "norm_out"), "proj_out", dt, "proj_out");
-  y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
+  dit_vid_t y = dit_blocks_flux_out(b, hs, tsilu);
   y = dit_blocks_unpatchify_channels_first(b, y, patch, gf, gh, gw, "unpatchify");
   dit_graph_mark_output(g, y, "sample");
-
-  s = dit_blocks_status(b);
-  dit_blocks_destroy(b);
-  if (s) {
-    dit_status_t wrapped = dit_status_make(dit_status_code(s), "building the HunyuanVideo graph: %s", dit_status_message(s));
-    dit_status_free(s);
-    dit_graph_destroy(g);
-    return wrapped;
-  }
-  *out = g;
-  return DIT_OK;
+  return dit_blocks_finish(b, g, "HunyuanVideo", out);
 }
 
 /* HunyuanVideoPipeline's loop: the latents as hidden_states, the scheduler's t itself as the
@@ -540,34 +368,21 @@ static dit_status_t hunyuan_build_graph(const dit_model_t *m, const dit_shape_re
  * pooled CLIP embedding as the text inputs; sigmas linspace(1, 0, n + 1)[:-1] shifted by the
  * scheduler's fixed shift (the pipeline passes no mu). */
 static dit_status_t hunyuan_generate(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *g) {
+  static const dit_generate_condition_t cond[] = {{"prompt_embeds", "encoder_hidden_states"},
+                                                  {"prompt_attention_mask", "encoder_attention_mask"},
+                                                  {"pooled_prompt_embeds", "pooled_projections"}};
+  DIT_RETURN_IF(dit_flow_generate(m, "HunyuanVideoPipeline", 50 /* its num_inference_steps */, 1.0, cond, 3, g));
+  if (!g->present) return DIT_OK;
   const dit_scheduler_defaults_t *sc = &m->pipeline.scheduler;
-  if (!sc->present) return DIT_OK; /* the schedule comes only from a pipeline's scheduler config */
-  if (strcmp(sc->class_name, "FlowMatchEulerDiscreteScheduler"))
-    return DIT_ERR(UNIMPLEMENTED, "%s/scheduler/scheduler_config.json: class \"%s\": HunyuanVideoPipeline samples with "
-                   "FlowMatchEulerDiscreteScheduler",
-                   m->pipeline.dir, sc->class_name);
   if (sc->use_dynamic_shifting)
     return DIT_ERR(UNIMPLEMENTED, "%s/scheduler/scheduler_config.json: field 'use_dynamic_shifting' = true: HunyuanVideoPipeline "
                    "passes no mu; expected false",
                    m->pipeline.dir);
-  g->present = 1;
-  snprintf(g->latents, sizeof g->latents, "hidden_states");
-  g->default_steps = 50; /* HunyuanVideoPipeline's num_inference_steps */
-  snprintf(g->timestep_input, sizeof g->timestep_input, "timestep");
-  g->timestep_divisor = 1.0;
   g->timestep_f32 = 1; /* t.expand(B).to(latents.dtype): the latents stay fp32 */
   if (m->hunyuan.guidance_embeds) {
     snprintf(g->guidance_input, sizeof g->guidance_input, "guidance");
     g->guidance_scale = 1000.0;
     g->guidance_default = 6.0; /* HunyuanVideoPipeline's guidance_scale */
-  }
-  static const char *const cond[][2] = {{"prompt_embeds", "encoder_hidden_states"},
-                                        {"prompt_attention_mask", "encoder_attention_mask"},
-                                        {"pooled_prompt_embeds", "pooled_projections"}};
-  g->n_conditions = 3;
-  for (int i = 0; i < 3; i++) {
-    snprintf(g->conditions[i].argument, sizeof g->conditions[i].argument, "%s", cond[i][0]);
-    snprintf(g->conditions[i].input, sizeof g->conditions[i].input, "%s", cond[i][1]);
   }
   return dit_flow_schedule_from(sc, ls->tokens, 1, g);
 }
@@ -576,7 +391,7 @@ const dit_family_t dit_family_hunyuan = {
     .name = "hunyuan_video",
     .model_class = HY_CLASS,
     .parse_config = hunyuan_parse_config,
-    .check_weights = hunyuan_check_weights,
+    .expected = hunyuan_expected,
     .pick_variant = hunyuan_pick_variant,
     .check_compilable = hunyuan_check_compilable,
     .pipeline_identity = hunyuan_pipeline_identity,

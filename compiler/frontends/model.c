@@ -79,6 +79,17 @@ dit_status_t dit_config_read(const dit_config_field_t *fields, size_t n_fields, 
   return DIT_OK;
 }
 
+dit_status_t dit_config_rope_axes(const cJSON *cfg, const char *key, int64_t head_dim, const char *what, int64_t axes[3]) {
+  const cJSON *ax = cJSON_GetObjectItemCaseSensitive(cfg, key);
+  for (int i = 0; i < 3; i++) axes[i] = (int64_t)cJSON_GetArrayItem(ax, i)->valuedouble;
+  if (axes[0] % 2 || axes[1] % 2 || axes[2] % 2 || axes[0] + axes[1] + axes[2] != head_dim)
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "%s: field '%s' = [%" PRId64 ", %" PRId64 ", %" PRId64 "]: expected even parts summing to "
+                   "attention_head_dim = %" PRId64,
+                   what, key, axes[0], axes[1], axes[2], head_dim);
+  return DIT_OK;
+}
+
 int64_t dit_config_int(const cJSON *cfg, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
   return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 0;
@@ -216,6 +227,35 @@ void dit_expected_linear(dit_expected_t *l, int64_t out, int64_t in, int bias, c
   if (bias) dit_expected_add(l, 1, b, "%s.bias", prefix);
 }
 
+void dit_expected_embedder(dit_expected_t *l, int64_t D, int64_t in, const char *prefix) {
+  dit_expected_linear(l, D, in, 1, "%s.linear_1", prefix);
+  dit_expected_linear(l, D, D, 1, "%s.linear_2", prefix);
+}
+
+void dit_expected_flux_blocks(dit_expected_t *l, int64_t layers, int64_t single_layers, int64_t D, int64_t M, int64_t head_dim) {
+  const int64_t hd[1] = {head_dim};
+  for (int64_t i = 0; i < layers; i++) {
+    static const char *const proj[] = {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
+    static const char *const norms[] = {"norm_q", "norm_k", "norm_added_q", "norm_added_k"};
+    dit_expected_linear(l, 6 * D, D, 1, "transformer_blocks.%" PRId64 ".norm1.linear", i);
+    dit_expected_linear(l, 6 * D, D, 1, "transformer_blocks.%" PRId64 ".norm1_context.linear", i);
+    for (int k = 0; k < 8; k++) dit_expected_linear(l, D, D, 1, "transformer_blocks.%" PRId64 ".attn.%s", i, proj[k]);
+    for (int k = 0; k < 4; k++) dit_expected_add(l, 1, hd, "transformer_blocks.%" PRId64 ".attn.%s.weight", i, norms[k]);
+    dit_expected_linear(l, M, D, 1, "transformer_blocks.%" PRId64 ".ff.net.0.proj", i);
+    dit_expected_linear(l, D, M, 1, "transformer_blocks.%" PRId64 ".ff.net.2", i);
+    dit_expected_linear(l, M, D, 1, "transformer_blocks.%" PRId64 ".ff_context.net.0.proj", i);
+    dit_expected_linear(l, D, M, 1, "transformer_blocks.%" PRId64 ".ff_context.net.2", i);
+  }
+  for (int64_t i = 0; i < single_layers; i++) {
+    dit_expected_linear(l, 3 * D, D, 1, "single_transformer_blocks.%" PRId64 ".norm.linear", i);
+    dit_expected_linear(l, M, D, 1, "single_transformer_blocks.%" PRId64 ".proj_mlp", i);
+    dit_expected_linear(l, D, D + M, 1, "single_transformer_blocks.%" PRId64 ".proj_out", i);
+    static const char *const proj[] = {"to_q", "to_k", "to_v"}, *const norms[] = {"norm_q", "norm_k"};
+    for (int k = 0; k < 3; k++) dit_expected_linear(l, D, D, 1, "single_transformer_blocks.%" PRId64 ".attn.%s", i, proj[k]);
+    for (int k = 0; k < 2; k++) dit_expected_add(l, 1, hd, "single_transformer_blocks.%" PRId64 ".attn.%s.weight", i, norms[k]);
+  }
+}
+
 static int cmp_expected(const void *a, const void *b) {
   return strcmp(((const expected_t *)a)->name, ((const expected_t *)b)->name);
 }
@@ -263,6 +303,16 @@ dit_status_t dit_expected_check(dit_expected_t *l, const dit_safetensors_t *weig
 
 /* transformer_2/: its config must equal transformer/'s but for the weights, and its weights
  * must fit it. */
+/* One transformer folder's checkpoint (dir) against m's config, as its family lists it. */
+static dit_status_t check_weights(const dit_model_t *m, const dit_safetensors_t *weights, const char *dir) {
+  dit_expected_t *l;
+  DIT_RETURN_IF(dit_expected_create(&l));
+  m->fam->expected(m, l);
+  dit_status_t s = dit_expected_check(l, weights, dir, m->fam->ignored);
+  dit_expected_destroy(l);
+  return s;
+}
+
 static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
   dit_expert_t *e = &m->pipeline.experts[1];
   char path[4200], first[4200], *text = NULL;
@@ -283,7 +333,7 @@ static dit_status_t load_second_expert(dit_model_t *m, const char *index_path) {
   }
   if (!s) s = dit_expert_configs_match(m->config, first, e->config, path);
   if (!s) s = dit_safetensors_open(e->dir, &e->weights);
-  if (!s) s = m->fam->check_weights(m, e->weights, e->dir);
+  if (!s) s = check_weights(m, e->weights, e->dir);
   if (!s) {
     /* Normalized like the first expert's (which gets its class after its weights check). */
     cJSON *cls = cJSON_CreateString(m->pipeline.index.transformer_2_class);
@@ -318,7 +368,7 @@ dit_status_t dit_model_load(const char *model_dir, const char *variant, dit_mode
     s = DIT_ERR(INVALID_ARGUMENT, "%s: field 'transformer': class \"%s\", but %s says \"%s\"", index,
                 m->pipeline.index.transformer_class, path, m->model_class);
   if (!s) s = dit_safetensors_open(m->model_dir, &m->weights);
-  if (!s) s = m->fam->check_weights(m, m->weights, m->model_dir);
+  if (!s) s = check_weights(m, m->weights, m->model_dir);
   if (!s && m->pipeline.experts[1].dir[0]) s = load_second_expert(m, index);
   if (!s) s = m->fam->pick_variant(m, variant, vae);
   free(text);
@@ -398,6 +448,61 @@ dit_status_t dit_model_weights_hash(const dit_model_t *m, char out_hex[33]) {
   return DIT_OK;
 }
 
+void dit_image_vae_factors(dit_model_t *m) {
+  dit_vae_factors_t *vae = &m->pipeline.vae;
+  if (!vae->source[0]) {
+    vae->spatial = 8;
+    snprintf(vae->source, sizeof vae->source, "variant");
+  }
+  vae->temporal = 1;
+  m->vae_spatial = vae->spatial;
+  m->vae_temporal = 1;
+}
+
+dit_status_t dit_packed_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, int64_t in_channels,
+                                     dit_latent_shape_t *out) {
+  const int64_t q = 2 * m->vae_spatial; /* a packed token covers 2x2 latent pixels */
+  if (r->frames > 1 || r->frames == 0)
+    return DIT_ERR(INVALID_ARGUMENT, "--frames %" PRId64 ": %s makes images: leave --frames out", r->frames, m->model_class);
+  if (r->height < 1 || r->height % q)
+    return DIT_ERR(INVALID_ARGUMENT, "--height %" PRId64 ": must be a positive multiple of %" PRId64 " (VAE %d x 2x2 packing)",
+                   r->height, q, m->vae_spatial);
+  if (r->width < 1 || r->width % q)
+    return DIT_ERR(INVALID_ARGUMENT, "--width %" PRId64 ": must be a positive multiple of %" PRId64 " (VAE %d x 2x2 packing)",
+                   r->width, q, m->vae_spatial);
+  if (r->image_len)
+    return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": %s takes no image tokens", r->image_len, m->model_class);
+  out->channels = in_channels / 4;
+  out->frames = 1;
+  out->height = r->height / m->vae_spatial;
+  out->width = r->width / m->vae_spatial;
+  out->tokens = (out->height / 2) * (out->width / 2);
+  out->image_len = 0;
+  return DIT_OK;
+}
+
+dit_status_t dit_flow_generate(const dit_model_t *m, const char *pipeline, int default_steps, double timestep_divisor,
+                               const dit_generate_condition_t *cond, int n_cond, dit_manifest_generate_t *g) {
+  const dit_scheduler_defaults_t *sc = &m->pipeline.scheduler;
+  if (!sc->present) return DIT_OK; /* the schedule comes only from a pipeline's scheduler config */
+  if (strcmp(sc->class_name, "FlowMatchEulerDiscreteScheduler"))
+    return DIT_ERR(UNIMPLEMENTED, "%s/scheduler/scheduler_config.json: class \"%s\": %s samples with FlowMatchEulerDiscreteScheduler",
+                   m->pipeline.dir, sc->class_name, pipeline);
+  if (n_cond > DIT_GEN_MAX_CONDITIONS)
+    return DIT_ERR(INTERNAL, "%s: %d generate conditions, at most %d fit the manifest", pipeline, n_cond, DIT_GEN_MAX_CONDITIONS);
+  g->present = 1;
+  snprintf(g->latents, sizeof g->latents, "hidden_states");
+  g->default_steps = default_steps;
+  snprintf(g->timestep_input, sizeof g->timestep_input, "timestep");
+  g->timestep_divisor = timestep_divisor;
+  g->n_conditions = (size_t)n_cond;
+  for (int i = 0; i < n_cond; i++) {
+    snprintf(g->conditions[i].argument, sizeof g->conditions[i].argument, "%s", cond[i].argument);
+    snprintf(g->conditions[i].input, sizeof g->conditions[i].input, "%s", cond[i].input);
+  }
+  return DIT_OK;
+}
+
 dit_status_t dit_joint_parallel_check(const dit_model_t *m, const dit_shape_request_t *req, int64_t heads, int64_t tokens) {
   const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
   if (req->sp) return DIT_ERR(UNIMPLEMENTED, "--sp: %s does not run sequence parallelism yet (tp, cp and cfg lanes do)", m->model_class);
@@ -416,4 +521,21 @@ dit_status_t dit_joint_parallel_check(const dit_model_t *m, const dit_shape_requ
     return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d", cp,
                    heads / tp, cp);
   return DIT_OK;
+}
+
+dit_status_t dit_joint_builder(const dit_model_t *m, const dit_shape_request_t *req, int64_t heads, int64_t head_dim, double eps,
+                               dit_graph_t **g, dit_blocks_t **b) {
+  *g = NULL;
+  *b = NULL;
+  const int cp = req->cp > 1 ? req->cp : 1;
+  const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = heads, .head_dim = head_dim, .eps = eps,
+                                   .tp = req->tp > 1 ? req->tp : 1, .tp_rank = req->tp_rank, .cp = cp,
+                                   .cp_rank = cp > 1 ? req->cp_rank : 0, .cp_mode = cp > 1 ? req->cp_mode : 0};
+  DIT_RETURN_IF(dit_graph_create(g));
+  dit_status_t s = dit_blocks_create(*g, m->weights, &bo, b);
+  if (s) {
+    dit_graph_destroy(*g);
+    *g = NULL;
+  }
+  return s;
 }

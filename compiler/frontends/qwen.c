@@ -75,25 +75,18 @@ static dit_status_t qwen_parse_config(dit_model_t *m, const dit_json_t *raw) {
   q->heads = dit_config_int(cfg, "num_attention_heads");
   q->head_dim = dit_config_int(cfg, "attention_head_dim");
   q->joint_dim = dit_config_int(cfg, "joint_attention_dim");
-  const cJSON *ax = cJSON_GetObjectItemCaseSensitive(cfg, "axes_dims_rope");
-  for (int i = 0; i < 3; i++) q->axes[i] = (int64_t)cJSON_GetArrayItem(ax, i)->valuedouble;
-  if (q->axes[0] % 2 || q->axes[1] % 2 || q->axes[2] % 2 || q->axes[0] + q->axes[1] + q->axes[2] != q->head_dim)
-    return DIT_ERR(INVALID_ARGUMENT,
-                   "%s: field 'axes_dims_rope' = [%" PRId64 ", %" PRId64 ", %" PRId64 "]: expected even parts summing to "
-                   "attention_head_dim = %" PRId64,
-                   raw->what, q->axes[0], q->axes[1], q->axes[2], q->head_dim);
-  return DIT_OK;
+  return dit_config_rope_axes(cfg, "axes_dims_rope", q->head_dim, raw->what, q->axes);
 }
 
 /* ---- checkpoint ---- */
 
-static void qwen_expected(const dit_qwen_config_t *q, dit_expected_t *l) {
+static void qwen_expected(const dit_model_t *m, dit_expected_t *l) {
+  const dit_qwen_config_t *q = &m->qwen;
   const int64_t D = q->heads * q->head_dim, M = QWEN_MLP_RATIO * D, hd[1] = {q->head_dim}, jd[1] = {q->joint_dim};
   dit_expected_linear(l, D, q->in_channels, 1, "img_in");
   dit_expected_linear(l, D, q->joint_dim, 1, "txt_in");
   dit_expected_add(l, 1, jd, "txt_norm.weight");
-  dit_expected_linear(l, D, QWEN_FREQ_DIM, 1, "time_text_embed.timestep_embedder.linear_1");
-  dit_expected_linear(l, D, D, 1, "time_text_embed.timestep_embedder.linear_2");
+  dit_expected_embedder(l, D, QWEN_FREQ_DIM, "time_text_embed.timestep_embedder");
   for (int64_t i = 0; i < q->layers; i++) {
     static const char *const proj[] = {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
     static const char *const norms[] = {"norm_q", "norm_k", "norm_added_q", "norm_added_k"};
@@ -110,15 +103,6 @@ static void qwen_expected(const dit_qwen_config_t *q, dit_expected_t *l) {
   dit_expected_linear(l, q->patch * q->patch * q->out_channels, D, 1, "proj_out");
 }
 
-static dit_status_t qwen_check_weights(const dit_model_t *m, const dit_safetensors_t *weights, const char *dir) {
-  dit_expected_t *l;
-  DIT_RETURN_IF(dit_expected_create(&l));
-  qwen_expected(&m->qwen, l);
-  dit_status_t s = dit_expected_check(l, weights, dir, NULL);
-  dit_expected_destroy(l);
-  return s;
-}
-
 /* ---- variant, pipeline, shape ---- */
 
 static dit_status_t qwen_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
@@ -126,15 +110,7 @@ static dit_status_t qwen_pick_variant(dit_model_t *m, const char *want, const ch
   if (want && strcmp(want, "qwen-image"))
     return DIT_ERR(INVALID_ARGUMENT, "--variant %s: unknown Qwen-Image variant (qwen-image)", want);
   snprintf(m->variant, sizeof m->variant, "qwen-image");
-  dit_vae_factors_t *vae = &m->pipeline.vae;
-  if (!vae->source[0]) {
-    /* QwenImagePipeline's factor without a VAE: 8x spatial. */
-    vae->spatial = 8;
-    snprintf(vae->source, sizeof vae->source, "variant");
-  }
-  vae->temporal = 1;
-  m->vae_spatial = vae->spatial;
-  m->vae_temporal = 1;
+  dit_image_vae_factors(m);
   return DIT_OK;
 }
 
@@ -160,18 +136,8 @@ static dit_status_t qwen_check_compilable(const dit_model_t *m) {
 }
 
 static dit_status_t qwen_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
-  const int64_t k = 2 * m->vae_spatial; /* a packed token covers 2x2 latent pixels */
-  if (r->frames > 1 || r->frames == 0)
-    return DIT_ERR(INVALID_ARGUMENT, "--frames %" PRId64 ": %s makes images: leave --frames out", r->frames, m->model_class);
-  if (r->height < 1 || r->height % k)
-    return DIT_ERR(INVALID_ARGUMENT, "--height %" PRId64 ": must be a positive multiple of %" PRId64 " (VAE %d x 2x2 packing)",
-                   r->height, k, m->vae_spatial);
-  if (r->width < 1 || r->width % k)
-    return DIT_ERR(INVALID_ARGUMENT, "--width %" PRId64 ": must be a positive multiple of %" PRId64 " (VAE %d x 2x2 packing)",
-                   r->width, k, m->vae_spatial);
-  if (r->image_len)
-    return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": %s takes no image tokens", r->image_len, m->model_class);
-  const int64_t gh = r->height / k, gw = r->width / k, first_txt = (gh > gw ? gh : gw) / 2;
+  DIT_RETURN_IF(dit_packed_latent_shape(m, r, m->qwen.in_channels, out));
+  const int64_t gh = out->height / 2, gw = out->width / 2, first_txt = (gh > gw ? gh : gw) / 2;
   /* QwenEmbedRope's table holds positions -4096..4095: image rows and columns are centred on 0,
    * text positions follow the image's largest index. */
   if (gh - gh / 2 > QWEN_ROPE_POSITIONS || gw - gw / 2 > QWEN_ROPE_POSITIONS)
@@ -182,12 +148,6 @@ static dit_status_t qwen_latent_shape(const dit_model_t *m, const dit_shape_requ
     return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": text positions start at %" PRId64 " (after the %" PRId64 "x%" PRId64
                    " image's half size) and the rotary table ends at %d: at most %" PRId64 " text tokens at this size",
                    r->text_len, first_txt, gh, gw, QWEN_ROPE_POSITIONS, QWEN_ROPE_POSITIONS - first_txt);
-  out->channels = m->qwen.in_channels / 4;
-  out->frames = 1;
-  out->height = r->height / m->vae_spatial;
-  out->width = r->width / m->vae_spatial;
-  out->tokens = gh * gw;
-  out->image_len = 0;
   return DIT_OK;
 }
 
@@ -218,14 +178,6 @@ static float *qwen_rope_table(const dit_qwen_config_t *q, int64_t gh, int64_t gw
     for (int a = 0; a < 3; row += q->axes[a], a++) rope_axis(row, pos[a], q->axes[a]);
   }
   return cs;
-}
-
-/* The modulation rows of one norm: linear(silu(temb)) viewed [B, n, D]. */
-static dit_vid_t modulation(dit_blocks_t *b, dit_vid_t temb_silu, const char *prefix, int64_t n, const char *name,
-                            dit_dtype_t dt) {
-  char nm[256];
-  snprintf(nm, sizeof nm, "%s.linear", name);
-  return dit_blocks_rows(b, dit_blocks_linear(b, temb_silu, prefix, dt, nm), n, name);
 }
 
 /* A double-stream block's per-stream names: checkpoint keys under transformer_blocks.i and op names. */
@@ -278,8 +230,8 @@ static void qwen_block(dit_blocks_t *b, int64_t i, dit_vid_t tsilu, dit_vid_t cs
   snprintf(nc_, sizeof nc_, "transformer_blocks.%" PRId64 ".txt", i);
   snprintf(nb, sizeof nb, "transformer_blocks.%" PRId64 ".attn", i);
 #define N(base, s) (snprintf(n, sizeof n, "%s.%s", base, s), n)
-  const dit_blocks_mod_t modi = {modulation(b, tsilu, ki.mod, 6, N(ni_, "mod"), dt), -1};
-  const dit_blocks_mod_t modc = {modulation(b, tsilu, kc.mod, 6, N(nc_, "mod"), dt), -1};
+  const dit_blocks_mod_t modi = dit_blocks_mod_rows(b, tsilu, ki.mod, 6, N(ni_, "mod"));
+  const dit_blocks_mod_t modc = dit_blocks_mod_rows(b, tsilu, kc.mod, 6, N(nc_, "mod"));
   dit_vid_t xi = dit_blocks_adaln(b, *hs, modi, 0, 1, N(ni_, "norm1"));
   dit_vid_t xc = dit_blocks_adaln(b, *ctx, modc, 0, 1, N(nc_, "norm1"));
   const dit_blocks_attn_keys_t aki = {ki.q, ki.k, ki.v, ki.nq, ki.nk, 1}, akc = {kc.q, kc.k, kc.v, kc.nq, kc.nk, 1};
@@ -302,40 +254,29 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, T = ls.tokens, gh = ls.height / 2, gw = ls.width / 2;
   DIT_RETURN_IF(dit_joint_parallel_check(m, req, q->heads, T));
-  const int tp = req->tp > 1 ? req->tp : 1, cp = req->cp > 1 ? req->cp : 1;
+  const int cp = req->cp > 1 ? req->cp : 1;
   /* This rank's image tokens: its share of the context-parallel group's; the text is whole on every rank. */
   const int64_t Tl = T / cp, t0 = (cp > 1 ? req->cp_rank : 0) * Tl;
   const dit_dtype_t dt = req->dtype;
   float *cs_data = qwen_rope_table(q, gh, gw, L);
   if (!cs_data) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table");
   dit_graph_t *g;
-  dit_status_t s = dit_graph_create(&g);
+  dit_blocks_t *b;
+  dit_status_t s = dit_joint_builder(m, req, q->heads, q->head_dim, QWEN_EPS, &g, &b);
   if (s) {
     free(cs_data);
     return s;
   }
-  const dit_blocks_options_t bo = {.dtype = dt, .heads = q->heads, .head_dim = q->head_dim, .eps = QWEN_EPS, .tp = tp,
-                                   .tp_rank = req->tp_rank, .cp = cp, .cp_rank = cp > 1 ? req->cp_rank : 0,
-                                   .cp_mode = cp > 1 ? req->cp_mode : 0};
-  dit_blocks_t *b = NULL;
-  s = dit_blocks_create(g, m->weights, &bo, &b);
-  if (s) {
-    free(cs_data);
-    dit_graph_destroy(g);
-    return s;
-  }
-  const int64_t xs[3] = {B, T, q->in_channels}, es[3] = {B, L, q->joint_dim}, ts[1] = {B}, css[3] = {1, T + L, q->head_dim},
-                ms[2] = {B, L};
+  const int64_t xs[3] = {B, T, q->in_channels}, es[3] = {B, L, q->joint_dim}, ts[1] = {B}, ms[2] = {B, L};
   dit_vid_t x = dit_graph_input(g, "hidden_states", dt, 3, xs);
   dit_vid_t ehs = dit_graph_input(g, "encoder_hidden_states", dt, 3, es);
   /* The mask as the pipeline passes it (i64, nonzero = valid): a valid prefix, then padding. */
   dit_vid_t mask = dit_graph_input(g, "encoder_hidden_states_mask", DIT_I64, 2, ms);
   dit_vid_t t = dit_graph_input(g, "timestep", DIT_F32, 1, ts);
   /* The rotary table of [image, text], every rank's the same; each rotates its image tokens' rows and the text's. */
-  dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 3, css, cs_data);
-  free(cs_data);
   dit_vid_t cs_img, cs_txt;
-  dit_blocks_rope_rows(b, cs, T, L, "rope", NULL, &cs_img, &cs_txt);
+  dit_blocks_rope_rows(b, cs_data, T, L, "rope", NULL, &cs_img, &cs_txt);
+  free(cs_data);
 
   if (cp > 1) x = dit_blocks_slice_tokens(b, x, t0, Tl, dt, "image_tokens.local");
   dit_vid_t hs = dit_blocks_linear(b, x, "img_in", dt, "img_in");
@@ -350,22 +291,9 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
     qwen_block(b, i, tsilu, cs_img, cs_txt, mask, &hs, &ctx, dt);
   }
   dit_graph_set_block(g, -1);
-  /* AdaLayerNormContinuous: the projection's halves are (scale, shift). */
-  const dit_blocks_mod_t mo = {modulation(b, tsilu, "norm_out.linear", 2, "norm_out.mod", dt), -1};
-  dit_vid_t y = dit_blocks_linear(b, dit_blocks_adaln(b, hs, mo, 1, 0, "norm_out"), "proj_out", dt, "proj_out");
-  y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
+  dit_vid_t y = dit_blocks_flux_out(b, hs, tsilu);
   dit_graph_mark_output(g, y, "sample");
-
-  s = dit_blocks_status(b);
-  dit_blocks_destroy(b);
-  if (s) {
-    dit_status_t wrapped = dit_status_make(dit_status_code(s), "building the Qwen-Image graph: %s", dit_status_message(s));
-    dit_status_free(s);
-    dit_graph_destroy(g);
-    return wrapped;
-  }
-  *out = g;
-  return DIT_OK;
+  return dit_blocks_finish(b, g, "Qwen-Image", out);
 }
 
 /* QwenImagePipeline's loop: packed latents into hidden_states, t / 1000 as the timestep, no
@@ -374,33 +302,19 @@ static dit_status_t qwen_build_graph(const dit_model_t *m, const dit_shape_reque
  * norm, the flow-match Euler schedule of the pipeline's scheduler config with mu from the image
  * tokens (its shift_terminal included). */
 static dit_status_t qwen_generate(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *g) {
-  const dit_scheduler_defaults_t *sc = &m->pipeline.scheduler;
-  if (!sc->present) return DIT_OK; /* the schedule comes only from a pipeline's scheduler config */
-  if (strcmp(sc->class_name, "FlowMatchEulerDiscreteScheduler"))
-    return DIT_ERR(UNIMPLEMENTED, "%s/scheduler/scheduler_config.json: class \"%s\": QwenImagePipeline samples with "
-                   "FlowMatchEulerDiscreteScheduler",
-                   m->pipeline.dir, sc->class_name);
-  g->present = 1;
-  snprintf(g->latents, sizeof g->latents, "hidden_states");
-  g->default_steps = 50; /* QwenImagePipeline's num_inference_steps */
-  snprintf(g->timestep_input, sizeof g->timestep_input, "timestep");
-  g->timestep_divisor = 1000.0;
+  static const dit_generate_condition_t cond[] = {{"prompt_embeds", "encoder_hidden_states"},
+                                                  {"prompt_embeds_mask", "encoder_hidden_states_mask"}};
+  DIT_RETURN_IF(dit_flow_generate(m, "QwenImagePipeline", 50 /* its num_inference_steps */, 1000.0, cond, 2, g));
+  if (!g->present) return DIT_OK;
   g->true_cfg_norm = 1;
-  static const char *const cond[][2] = {{"prompt_embeds", "encoder_hidden_states"},
-                                         {"prompt_embeds_mask", "encoder_hidden_states_mask"}};
-  g->n_conditions = 2;
-  for (int i = 0; i < 2; i++) {
-    snprintf(g->conditions[i].argument, sizeof g->conditions[i].argument, "%s", cond[i][0]);
-    snprintf(g->conditions[i].input, sizeof g->conditions[i].input, "%s", cond[i][1]);
-  }
-  return dit_flow_schedule_from(sc, ls->tokens, 0, g);
+  return dit_flow_schedule_from(&m->pipeline.scheduler, ls->tokens, 0, g);
 }
 
 const dit_family_t dit_family_qwen = {
     .name = "qwen",
     .model_class = "QwenImageTransformer2DModel",
     .parse_config = qwen_parse_config,
-    .check_weights = qwen_check_weights,
+    .expected = qwen_expected,
     .pick_variant = qwen_pick_variant,
     .check_compilable = qwen_check_compilable,
     .pipeline_identity = dit_pipeline_identity_spatial,

@@ -167,17 +167,19 @@ static void wan_expected_image(const dit_wan_config_t *w, dit_expected_t *l) {
   dit_expected_why(l, NULL);
 }
 
-static void wan_expected(const dit_wan_config_t *w, dit_expected_t *l) {
+/* Tensors a checkpoint may hold besides: diffusers ignores these too. */
+static const char *const kWanIgnored[] = {"norm_added_q", NULL};
+
+static void wan_expected(const dit_model_t *m, dit_expected_t *l) {
+  const dit_wan_config_t *w = &m->wan;
   int64_t D = w->heads * w->head_dim, P = w->patch[0] * w->patch[1] * w->patch[2];
   wan_expected_image(w, l);
   int64_t pe[5] = {D, w->in_channels, w->patch[0], w->patch[1], w->patch[2]}, d1[1] = {D};
   dit_expected_add(l, 5, pe, "patch_embedding.weight");
   dit_expected_add(l, 1, d1, "patch_embedding.bias");
-  dit_expected_linear(l, D, w->freq_dim, 1, "condition_embedder.time_embedder.linear_1");
-  dit_expected_linear(l, D, D, 1, "condition_embedder.time_embedder.linear_2");
+  dit_expected_embedder(l, D, w->freq_dim, "condition_embedder.time_embedder");
   dit_expected_linear(l, 6 * D, D, 1, "condition_embedder.time_proj");
-  dit_expected_linear(l, D, w->text_dim, 1, "condition_embedder.text_embedder.linear_1");
-  dit_expected_linear(l, D, D, 1, "condition_embedder.text_embedder.linear_2");
+  dit_expected_embedder(l, D, w->text_dim, "condition_embedder.text_embedder");
   for (int64_t i = 0; i < w->layers; i++) {
     int64_t sst[3] = {1, 6, D};
     dit_expected_add(l, 3, sst, "blocks.%" PRId64 ".scale_shift_table", i);
@@ -197,17 +199,6 @@ static void wan_expected(const dit_wan_config_t *w, dit_expected_t *l) {
   dit_expected_linear(l, w->out_channels * P, D, 1, "proj_out");
   int64_t sst[3] = {1, 2, D};
   dit_expected_add(l, 3, sst, "scale_shift_table");
-}
-
-/* Checks the weights of a transformer folder against the model's config. */
-static dit_status_t wan_check_weights(const dit_model_t *m, const dit_safetensors_t *weights, const char *dir) {
-  static const char *const ignored[] = {"norm_added_q", NULL}; /* diffusers ignores these too */
-  dit_expected_t *l;
-  DIT_RETURN_IF(dit_expected_create(&l));
-  wan_expected(&m->wan, l);
-  dit_status_t s = dit_expected_check(l, weights, dir, ignored);
-  dit_expected_destroy(l);
-  return s;
 }
 
 static dit_status_t wan_check_compilable(const dit_model_t *m) {
@@ -501,24 +492,15 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
   y = dit_blocks_cp_gather(b, y, "proj_out.all_tokens");
   dit_vid_t sample = dit_blocks_unpatchify(b, y, m->wan.patch, f, h, w, "unpatchify");
   dit_graph_mark_output(g, sample, "sample");
-
-  s = dit_blocks_status(b);
-  dit_blocks_destroy(b);
-  if (s) {
-    dit_status_t wrapped = dit_status_make(dit_status_code(s), "building the Wan graph: %s", dit_status_message(s));
-    dit_status_free(s);
-    dit_graph_destroy(g);
-    return wrapped;
-  }
-  *out = g;
-  return DIT_OK;
+  return dit_blocks_finish(b, g, "Wan", out);
 }
 
 const dit_family_t dit_family_wan = {
     .name = "wan",
     .model_class = "WanTransformer3DModel",
     .parse_config = wan_parse_config,
-    .check_weights = wan_check_weights,
+    .expected = wan_expected,
+    .ignored = kWanIgnored,
     .pick_variant = pick_variant,
     .check_compilable = wan_check_compilable,
     .pipeline_identity = wan_pipeline_identity,

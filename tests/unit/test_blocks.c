@@ -1,6 +1,6 @@
 /* compiler/frontends/blocks: the builder's refusals, the fp32-module weight policy, the
- * tensor-parallel linears, the context-parallel attention forms and the errors a build
- * reports, on the tiny Wan checkpoint's tensors (D = 32, 2 heads of 16). */
+ * tensor-parallel linears, the context-parallel attention forms, the errors a build reports
+ * and how its end hands them out, on the tiny Wan checkpoint's tensors (D = 32, 2 heads of 16). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +183,33 @@ static void test_errors(void) {
   dit_graph_destroy(g);
 }
 
+/* The end of a build: the first error wrapped as "building the <model> graph: ..." (the graph
+ * destroyed, *out untouched), else the graph handed out. */
+static void test_finish(void) {
+  for (int bad = 0; bad < 2; bad++) {
+    dit_graph_t *g = NULL, *out = NULL;
+    CHECK_OK(dit_graph_create(&g));
+    dit_blocks_t *b = NULL;
+    dit_blocks_options_t o = opts(DIT_F32, 1, 0, 1, 0, 0);
+    CHECK_OK(dit_blocks_create(g, g_weights, &o, &b));
+    if (!b) {
+      dit_graph_destroy(g);
+      return;
+    }
+    int64_t xs[3] = {1, 8, 32};
+    dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 3, xs);
+    dit_blocks_linear(b, x, bad ? "no_such_layer" : "blocks.0.attn1.to_q", DIT_F32, "y");
+    if (bad) {
+      CHECK_ERR(dit_blocks_finish(b, g, "Tiny", &out), INVALID_ARGUMENT, "building the Tiny graph: ");
+      CHECK(out == NULL);
+    } else {
+      CHECK_OK(dit_blocks_finish(b, g, "Tiny", &out));
+      CHECK(out == g);
+      dit_graph_destroy(out);
+    }
+  }
+}
+
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
   char dir[1024];
@@ -195,6 +222,7 @@ int main(void) {
     test_attention_modes();
     test_bounded_attention();
     test_errors();
+    test_finish();
   }
   dit_safetensors_close(g_weights);
   return check_summary("test_blocks");
