@@ -1,8 +1,9 @@
 /* The FLUX.1 frontend: FluxTransformer2DModel as diffusers defines it (dev with the guidance
  * embedding, schnell without), built from the shared blocks: double-stream blocks (text and
  * image streams with their own modulation, projections and norms, one joint attention over
- * [text, image] tokens), then single-stream blocks over the joined tokens (attention and MLP
- * side by side, one output projection over both). The model takes packed latents
+ * their tokens, keys ordered [image, text] where diffusers joins [text, image]: the same
+ * attention), then single-stream blocks over the joined tokens (attention and MLP side by side,
+ * one output projection over both). The model takes packed latents
  * [B, (h/2)(w/2), 4C] and returns them packed, as the pipeline passes them; the position ids
  * (txt_ids, img_ids) follow from the shape, so their rotary table is a compile-time constant. */
 #include <inttypes.h>
