@@ -170,6 +170,10 @@ int dit_generate_uses_expert_2(double t, double boundary_timestep);
  * dit_condition_latents_shape's. */
 dit_status_t dit_generate_latents_shape(const dit_manifest_t *m, int *rank, int64_t dims[DIT_MAX_RANK]);
 
+/* The sampler generate steps with for n latent elements: the flow-match schedule of a generate
+ * section, else o->sampler with o->shift. Caller owns *out. */
+dit_status_t dit_generate_sampler(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_sampler_t **out);
+
 /* The denoising loop as diffusers' WanPipeline and WanImageToVideoPipeline run it. latents:
  * fp32 in dit_condition_latents_shape's shape ([B, C, f, h, w], C the sample's channels), the
  * initial noise in, the final latents out. prompt and negative (may be NULL) are encoder

@@ -151,6 +151,25 @@ static dit_status_t predict_both(dit_runtime_t *rt, const dit_manifest_generate_
   return read_sample(rt, 1, uncond, n);
 }
 
+dit_status_t dit_generate_sampler(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_sampler_t **out) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  const dit_manifest_generate_t *g = &m->generate;
+  DIT_RETURN_IF(check_generate_known(m));
+  if (!g->present) return dit_sampler_create(o->sampler, o->steps, o->shift, n, out);
+  dit_flow_schedule_t fs = {
+      .sigmas = g->schedule.sigmas_to_zero ? DIT_FLOW_SIGMAS_HUNYUAN : DIT_FLOW_SIGMAS_FLUX,
+      .shift = g->schedule.shift,
+      .use_dynamic_shifting = g->schedule.dynamic,
+      .time_shift = g->schedule.time_shift_linear ? DIT_TIME_SHIFT_LINEAR : DIT_TIME_SHIFT_EXPONENTIAL,
+      .shift_terminal = g->schedule.has_shift_terminal ? g->schedule.shift_terminal : 0,
+      .num_train_timesteps = g->schedule.num_train_timesteps,
+  };
+  if (fs.use_dynamic_shifting)
+    fs.mu = dit_flow_calculate_shift((double)g->schedule.image_seq_len, (double)g->schedule.base_image_seq_len,
+                                     (double)g->schedule.max_image_seq_len, g->schedule.base_shift, g->schedule.max_shift);
+  return dit_sampler_create_flow(&fs, o->steps, n, out);
+}
+
 /* One step's guided prediction into cond on a bundle with a generate section: the latents, the
  * timestep / divisor (in the model's dtype unless the section says fp32) and the embedded
  * guidance in the model's dtype, a forward per branch (both in one on cfg lanes), true CFG. */
@@ -180,26 +199,14 @@ static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t
  * dtype as the scheduler returns them. */
 static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_t *o, float *latents) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
-  const dit_manifest_generate_t *g = &m->generate;
   dit_tensor_t lat = {latents, DIT_F32, 0, {0}};
   DIT_RETURN_IF(dit_generate_latents_shape(m, &lat.rank, lat.dims));
   const size_t n = (size_t)dit_tensor_numel(&lat);
   const int cfg = o->true_cfg > 1.0;
-  dit_flow_schedule_t fs = {
-      .sigmas = g->schedule.sigmas_to_zero ? DIT_FLOW_SIGMAS_HUNYUAN : DIT_FLOW_SIGMAS_FLUX,
-      .shift = g->schedule.shift,
-      .use_dynamic_shifting = g->schedule.dynamic,
-      .time_shift = g->schedule.time_shift_linear ? DIT_TIME_SHIFT_LINEAR : DIT_TIME_SHIFT_EXPONENTIAL,
-      .shift_terminal = g->schedule.has_shift_terminal ? g->schedule.shift_terminal : 0,
-      .num_train_timesteps = g->schedule.num_train_timesteps,
-  };
-  if (fs.use_dynamic_shifting)
-    fs.mu = dit_flow_calculate_shift((double)g->schedule.image_seq_len, (double)g->schedule.base_image_seq_len,
-                                     (double)g->schedule.max_image_seq_len, g->schedule.base_shift, g->schedule.max_shift);
   dit_step_cache_t *sc;
   DIT_RETURN_IF(dit_step_cache_create(&o->step_cache, o->steps, n, &sc));
   dit_sampler_t *smp = NULL;
-  dit_status_t s = dit_sampler_create_flow(&fs, o->steps, n, &smp);
+  dit_status_t s = dit_generate_sampler(rt, o, n, &smp);
   float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg && !s ? malloc(n * sizeof *uncond) : NULL;
   if (!s && (!cond || (cfg && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
   const dit_dtype_t dt = m->dtype;
@@ -246,7 +253,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   dit_sampler_t *smp = NULL;
   dit_step_cache_t *sc = NULL;
   dit_status_t s = dit_step_cache_create(&o->step_cache, o->steps, n, &sc);
-  if (!s) s = dit_sampler_create(o->sampler, o->steps, o->shift, n, &smp);
+  if (!s) s = dit_generate_sampler(rt, o, n, &smp);
   float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg_any && !s ? malloc(n * sizeof *uncond) : NULL;
   if (!s && (!cond || (cfg_any && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
   for (int i = 0; !s && i < o->steps; i++) {
