@@ -22,7 +22,7 @@ struct dit_step_cache {
 #define SPEC_EXPECTED "expected off, cadence:N (N an integer >= 2) or delta:T (T a number >= 0)"
 
 dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o) {
-  if (!spec) return DIT_ERR(INVALID_ARGUMENT, "step cache: " SPEC_EXPECTED ", found nothing");
+  if (!spec) return DIT_ERR(INVALID_ARGUMENT, SPEC_EXPECTED ", found nothing");
   if (!strcmp(spec, "off")) {
     o->mode = DIT_STEP_CACHE_OFF;
     return DIT_OK;
@@ -34,12 +34,12 @@ dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o)
   errno = 0;
   const double v = cadence || delta ? strtod(colon + 1, &end) : NAN;
   if (!(cadence || delta) || errno || end == colon + 1 || *end)
-    return DIT_ERR(INVALID_ARGUMENT, "step cache: " SPEC_EXPECTED ", found '%s'", spec);
+    return DIT_ERR(INVALID_ARGUMENT, SPEC_EXPECTED ", found '%s'", spec);
   if (cadence && !(v >= 2 && v <= 1e6 && v == (double)(int)v))
-    return DIT_ERR(INVALID_ARGUMENT, "step cache %s: N is a step count: expected an integer >= 2 (1 would skip nothing), found %s",
+    return DIT_ERR(INVALID_ARGUMENT, "%s: N is a step count: expected an integer >= 2 (1 would skip nothing), found %s",
                    spec, colon + 1);
   if (delta && !(v >= 0 && isfinite(v)))
-    return DIT_ERR(INVALID_ARGUMENT, "step cache %s: T is a relative L1 distance: expected a finite number >= 0, found %s", spec,
+    return DIT_ERR(INVALID_ARGUMENT, "%s: T is a relative L1 distance: expected a finite number >= 0, found %s", spec,
                    colon + 1);
   o->mode = cadence ? DIT_STEP_CACHE_CADENCE : DIT_STEP_CACHE_DELTA;
   if (cadence) o->cadence = (int)v;
