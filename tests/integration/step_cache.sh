@@ -6,9 +6,9 @@
 #    the recorded ones, the steps before the first skip the exact run's, and the sampler fed the
 #    recorded predictions from the same noise gives the cached run's latents (<= 1e-4);
 #  - through ditrun: the printed skipped steps and forwards saved follow the rule; cfg lanes
-#    (--cfg-parallel) take the decisions of one rank and give its latents; delta:0 equals the exact
-#    run bit for bit, a huge T skips every other step after the warmup; bad values are refused
-#    naming the flag, and the other commands refuse the options.
+#    (--cfg-parallel) take the decisions of one rank and give its latents, in one process or one
+#    per lane; delta:0 equals the exact run bit for bit, a huge T skips every other step after the
+#    warmup; bad values are refused naming the flag, and the other commands refuse the options.
 set -euo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -72,6 +72,15 @@ rule "$T/log" 14 1 2 3 2
 "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 14 --step-cache cadence:3 --cache-warmup 1 --cache-cooldown 2 --out "$T/wl.safetensors" 2>"$T/log" >/dev/null
 rule "$T/log" 14 1 2 3 1
 "$BIN/st_compare" "$T/wl.safetensors" "$T/w1.safetensors" latents 1e-5
+# One process per lane: every process takes the same delta decisions (r of identical predictions)
+# and the bytes are the one-process run's.
+"$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 10 --step-cache delta:0.5 --out "$T/d1.safetensors" 2>"$T/log" >/dev/null
+grep -q "^ditrun: step cache delta:0.5: skipped 1 of 10 steps (4), 1 forward saved$" "$T/log" || { cat "$T/log"; exit 1; }
+timeout 60 "$BIN/ditrun" launch -n 2 -- generate "$wan_l" "${wg[@]}" --steps 10 --step-cache delta:0.5 --out "$T/dn.safetensors" \
+  2>"$T/log" >/dev/null || { cat "$T/log"; exit 1; }
+[ "$(grep -c "^\[rank [01]\] ditrun: step cache delta:0.5: skipped 1 of 10 steps (4), 1 forward saved$" "$T/log")" = 2 ] ||
+  { cat "$T/log"; echo "the processes' decisions differ"; exit 1; }
+cmp "$T/d1.safetensors" "$T/dn.safetensors" || { echo "launch -n 2 with delta:0.5: latents differ from one process"; exit 1; }
 ag=(--prompt-embeds "$a14/generate_inputs.safetensors" --negative-embeds "$a14/generate_inputs.safetensors" --init-latents
     "$a14/generate_inputs.safetensors" --guidance 4 --guidance-2 3 --shift 3 --steps 12 --step-cache cadence:2)
 "$BIN/ditrun" generate "$a" "${ag[@]}" --out "$T/a1.safetensors" 2>"$T/log" >/dev/null
@@ -96,13 +105,13 @@ rule "$T/log" 10 2 1 2 2
 rule "$T/log" 10 2 1 2 1
 "$BIN/st_compare" "$T/fl.safetensors" "$T/f1.safetensors" latents 1e-5
 # The cache changed the result (it is lossy): cadence:2 is not the exact run.
-"$BIN/ditrun" generate "$fx" "${fg[@]}" --out "$T/fx.safetensors" 2>/dev/null
+"$BIN/ditrun" generate "$fx" "${fg[@]}" --out "$T/fx.safetensors" 2>/dev/null >/dev/null
 if cmp -s "$T/f1.safetensors" "$T/fx.safetensors"; then echo "cadence:2 gave the exact latents"; exit 1; fi
 
 # delta:0 is the exact run, bit for bit; a huge T skips every other step from the warmup on.
 for b in "$wan" "$fx"; do
   if [ "$b" = "$wan" ]; then args=("${wg[@]}" --steps 10); else args=("${fg[@]}"); fi
-  "$BIN/ditrun" generate "$b" "${args[@]}" --out "$T/x.safetensors" 2>/dev/null
+  "$BIN/ditrun" generate "$b" "${args[@]}" --out "$T/x.safetensors" 2>/dev/null >/dev/null
   "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache delta:0 --out "$T/d0.safetensors" 2>"$T/log" >/dev/null
   cmp "$T/d0.safetensors" "$T/x.safetensors" || { echo "delta:0 differs from the exact run"; exit 1; }
   grep -q "^ditrun: step cache delta:0: skipped 0 of 10 steps, 0 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
