@@ -276,7 +276,8 @@ typedef struct run_args {
   int64_t steps, seed, threads, device, devices, warmup, cache_warmup, cache_cooldown;
   double guidance, guidance_2, shift, max_rel, true_cfg;
   int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
-  int have_guidance_2, have_seed, have_cache_warmup, have_cache_cooldown, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split, generate;
+  int have_guidance_2, have_seed, have_cache_warmup, have_cache_cooldown, accumulate, verbose, need_out, graph, stage, overlap,
+      pace_host, no_split, generate;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -549,7 +550,8 @@ static dit_status_t step_cache_options(const run_args_t *a, dit_generate_options
     return DIT_OK;
   }
   if (a->cache_warmup > g->steps || a->cache_cooldown > g->steps)
-    return DIT_ERR(INVALID_ARGUMENT, "%s %lld: expected at most the %d steps", a->cache_warmup > g->steps ? "--cache-warmup" : "--cache-cooldown",
+    return DIT_ERR(INVALID_ARGUMENT, "%s %lld: expected at most the %d steps",
+                   a->cache_warmup > g->steps ? "--cache-warmup" : "--cache-cooldown",
                    (long long)(a->cache_warmup > g->steps ? a->cache_warmup : a->cache_cooldown), g->steps);
   sc->warmup = (int)a->cache_warmup;
   sc->cooldown = (int)a->cache_cooldown;

@@ -173,8 +173,8 @@ dit_status_t dit_generate_sampler(const dit_runtime_t *rt, const dit_generate_op
 /* One step's guided prediction into cond on a bundle with a generate section: the latents, the
  * timestep / divisor (in the model's dtype unless the section says fp32) and the embedded
  * guidance in the model's dtype, a forward per branch (both in one on cfg lanes), true CFG. */
-static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t *o, const dit_tensor_t *lat, double t, float *cond,
-                                 float *uncond) {
+static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t *o, const dit_tensor_t *lat, double t,
+                                 float *cond, float *uncond) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
   const dit_manifest_generate_t *g = &m->generate;
   const dit_dtype_t dt = m->dtype;
@@ -184,7 +184,8 @@ static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t
   const float tv = g->timestep_f32 ? (float)t / (float)g->timestep_divisor
                                    : in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt);
   DIT_RETURN_IF(set_scalar_input(rt, m, g->timestep_input, tv));
-  if (g->guidance_input[0]) DIT_RETURN_IF(set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale)));
+  if (g->guidance_input[0])
+    DIT_RETURN_IF(set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale)));
   DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n));
   if (!cfg) return DIT_OK;
   if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n));
@@ -229,6 +230,23 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   return s;
 }
 
+/* One step's guided prediction into cond: the condition's inputs made from the latents, a
+ * forward per branch (both in one on cfg lanes), the guidance combined in fp32. */
+static dit_status_t wan_predict(dit_runtime_t *rt, dit_condition_t *cnd, const float *latents, double t, double guidance,
+                                const dit_tensor_t *prompt, const dit_tensor_t *negative, float *cond, float *uncond, size_t n) {
+  const int cfg = guidance > 1.0, lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
+  dit_tensor_t x, tt, img;
+  DIT_RETURN_IF(dit_condition_step(cnd, latents, t, &x, &tt, &img));
+  DIT_RETURN_IF(dit_runtime_set_input(rt, "hidden_states", &x));
+  DIT_RETURN_IF(dit_runtime_set_input(rt, "timestep", &tt));
+  if (img.data) DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states_image", &img));
+  DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n));
+  if (!cfg) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n));
+  dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
+  return DIT_OK;
+}
+
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
                                   const dit_tensor_t *prompt, const dit_tensor_t *negative,
                                   float *latents) {
@@ -269,18 +287,8 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
-    const int full = cache_decide(sc, o, i, cfg && !lanes ? 2 : 1, cond);
-    dit_tensor_t x, tt, img;
-    if (full) s = dit_condition_step(cnd, latents, t, &x, &tt, &img);
-    if (full && !s) s = dit_runtime_set_input(rt, "hidden_states", &x);
-    if (full && !s) s = dit_runtime_set_input(rt, "timestep", &tt);
-    if (full && !s && img.data) s = dit_runtime_set_input(rt, "encoder_hidden_states_image", &img);
-    if (full && !s) s = lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n);
-    if (full && !s && cfg) {
-      if (!lanes) s = predict(rt, negative, uncond, n);
-      if (!s) dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
-    }
+    const int full = cache_decide(sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, cond);
+    if (full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n);
     if (!s) cache_settle(sc, o, i, full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);

@@ -55,8 +55,10 @@ dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o) {
     return DIT_ERR(INVALID_ARGUMENT, "step_cache.cadence: expected an integer >= 2, found %d", o->cadence);
   if (o->mode == DIT_STEP_CACHE_DELTA && !(o->threshold >= 0 && isfinite(o->threshold)))
     return DIT_ERR(INVALID_ARGUMENT, "step_cache.threshold: expected a finite number >= 0, found %g", o->threshold);
-  if (o->warmup < 0) return DIT_ERR(INVALID_ARGUMENT, "step_cache.warmup: expected a step count >= 0, found %d", o->warmup);
-  if (o->cooldown < 0) return DIT_ERR(INVALID_ARGUMENT, "step_cache.cooldown: expected a step count >= 0, found %d", o->cooldown);
+  if (o->warmup < 0)
+    return DIT_ERR(INVALID_ARGUMENT, "step_cache.warmup: expected a step count >= 0, found %d", o->warmup);
+  if (o->cooldown < 0)
+    return DIT_ERR(INVALID_ARGUMENT, "step_cache.cooldown: expected a step count >= 0, found %d", o->cooldown);
   return DIT_OK;
 }
 

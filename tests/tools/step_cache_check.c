@@ -13,7 +13,8 @@
  * usage: step_cache_check BUNDLE INPUTS.safetensors MODE STEPS [key=value...]
  *   keys: guidance, guidance_2, shift, sampler (unipc|euler), true_cfg, warmup (2), cooldown (1)
  *   INPUTS: prompt_embeds and negative_prompt_embeds (Wan), or the generate section's arguments
- *   and their negative_ forms, and the noise as init_latents or latents. */
+ *   and their negative_ forms, and the noise as init_latents or latents. Text-to-video and
+ *   generate-section bundles in fp32 (the replay applies no image condition). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
