@@ -10,6 +10,7 @@
 #include "runtime/condition.h"
 #include "runtime/offload_engine.h"
 #include "runtime/sampler.h"
+#include "runtime/step_cache.h"
 #include "runtime/tensor.h"
 
 typedef struct dit_runtime dit_runtime_t;
@@ -146,6 +147,18 @@ typedef struct dit_generate_options {
   const dit_named_tensor_t *args;
   size_t n_args;
   double true_cfg;
+  /* Step caching (runtime/step_cache.h; zero: off): the decision is taken once per step on the
+   * guided prediction, so a skipped step runs no forward on any lane. A two-expert runtime
+   * resets the cache at the expert switch. */
+  dit_step_cache_options_t step_cache;
+  /* Per step, 0 when the transformer ran, else the forwards the step skipped (1, or 2 for a
+   * guided step on a bundle without cfg lanes); set before on_step. May be NULL, else `steps`
+   * entries. */
+  int *skipped_forwards;
+  /* Called with each step's prediction P_i (fp32, n elements in the latents' shape, after
+   * guidance) before the sampler takes it; computed 1 when the transformer produced it, 0 when
+   * the step cache extrapolated it. May be NULL. */
+  void (*on_prediction)(void *ctx, int step, const float *prediction, size_t n, int computed);
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's
@@ -156,6 +169,10 @@ int dit_generate_uses_expert_2(double t, double boundary_timestep);
 /* The latents generate steps: a generate section's latents input, else
  * dit_condition_latents_shape's. */
 dit_status_t dit_generate_latents_shape(const dit_manifest_t *m, int *rank, int64_t dims[DIT_MAX_RANK]);
+
+/* The sampler generate steps with for n latent elements: the flow-match schedule of a generate
+ * section, else o->sampler with o->shift. Caller owns *out. */
+dit_status_t dit_generate_sampler(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_sampler_t **out);
 
 /* The denoising loop as diffusers' WanPipeline and WanImageToVideoPipeline run it. latents:
  * fp32 in dit_condition_latents_shape's shape ([B, C, f, h, w], C the sample's channels), the

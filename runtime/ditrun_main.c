@@ -35,6 +35,7 @@ static const char kUsage[] =
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
     "                  [--shift S] [--sampler unipc|euler] --out LATENTS.safetensors\n"
     "                  [--image-latents I.safetensors] [--image-embeds E.safetensors]\n"
+    "                  [--step-cache off|cadence:N|delta:T] [--cache-warmup W] [--cache-cooldown C]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
@@ -45,6 +46,11 @@ static const char kUsage[] =
     "                     the first latent frame is held to it, its tokens at timestep 0);\n"
     "                     tensor image_embeds [B, n_img, image_dim] (Wan2.1-I2V: the CLIP image\n"
     "                     encoder's hidden states, n_img as compiled); batch 1 serves every item\n"
+    "                     --step-cache (lossy, off by default): skipped steps run no forward and\n"
+    "                     take the prediction extrapolated from the two latest computed ones;\n"
+    "                     cadence:N computes every N-th step, delta:T skips the step after one\n"
+    "                     whose prediction moved by a relative L1 below T (never two in a row);\n"
+    "                     the first W (default 2) and last C (default 1) steps always run\n"
     "\n"
     "  compare BUNDLE --inputs IN.safetensors [--reference cpu] [--accumulate]\n"
     "                  [--max-rel X] [-v]\n"
@@ -266,11 +272,12 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
-  const char *image_latents, *image_embeds;
-  int64_t steps, seed, threads, device, devices, warmup;
+  const char *image_latents, *image_embeds, *step_cache;
+  int64_t steps, seed, threads, device, devices, warmup, cache_warmup, cache_cooldown;
   double guidance, guidance_2, shift, max_rel, true_cfg;
   int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
-  int have_guidance_2, have_seed, accumulate, verbose, need_out, graph, stage, overlap, pace_host, no_split, generate;
+  int have_guidance_2, have_seed, have_cache_warmup, have_cache_cooldown, accumulate, verbose, need_out, graph, stage, overlap,
+      pace_host, no_split, generate;
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -301,7 +308,8 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
 /* Options only generate reads; the other commands refuse them rather than ignore them. */
 static int generate_only(const char *f) {
   static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
-                                  "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg", NULL};
+                                  "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
+                                  "--step-cache", "--cache-warmup", "--cache-cooldown", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -318,6 +326,8 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
   a->sampler = "unipc";
   a->reference = "cpu";
   a->max_rel = -1;
+  a->cache_warmup = DIT_STEP_CACHE_DEFAULT_WARMUP;
+  a->cache_cooldown = DIT_STEP_CACHE_DEFAULT_COOLDOWN;
   const int gen = a->generate = !strcmp(cmd, "generate");
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -335,6 +345,9 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
     else if (!strcmp(f, "--init-latents")) str = &a->init;
     else if (!strcmp(f, "--image-latents")) str = &a->image_latents;
     else if (!strcmp(f, "--image-embeds")) str = &a->image_embeds;
+    else if (!strcmp(f, "--step-cache")) str = &a->step_cache;
+    else if (!strcmp(f, "--cache-warmup")) rc = parse_int(f, v, &a->cache_warmup), a->have_cache_warmup = 1, i++;
+    else if (!strcmp(f, "--cache-cooldown")) rc = parse_int(f, v, &a->cache_cooldown), a->have_cache_cooldown = 1, i++;
     else if (!strcmp(f, "--sampler")) str = &a->sampler, a->have_sampler = 1;
     else if (!strcmp(f, "--backend")) str = &a->backend;
     else if (!strcmp(f, "--reference")) str = &a->reference;
@@ -472,6 +485,12 @@ static const dit_runtime_t *g_step_rt; /* the runtime generate runs, for the ste
 
 static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   const dit_generate_options_t *g = ctx;
+  if (g->skipped_forwards && g->skipped_forwards[step]) {
+    fprintf(stderr, "ditrun: step %d/%d  t=%g%s%s  skipped (step cache: %d forward%s saved)  %.3fs\n", step + 1, steps, t,
+            g->expert_used ? "  expert " : "", g->expert_used ? (g->expert_used[step] ? "transformer_2" : "transformer") : "",
+            g->skipped_forwards[step], g->skipped_forwards[step] > 1 ? "s" : "", seconds);
+    return;
+  }
   const dit_runtime_swap_stats_t sw = g_step_rt ? dit_runtime_swap_stats(g_step_rt) : (dit_runtime_swap_stats_t){0};
   if (g->expert_used && step > 0 && g->expert_used[step] != g->expert_used[step - 1] && sw.switched)
     fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs  (expert switch %.3f ms: %" PRIu64 " chunks loaded at the switch)\n", step + 1,
@@ -519,6 +538,41 @@ static dit_status_t flow_arguments(const run_args_t *a, const dit_manifest_t *m,
   return DIT_OK;
 }
 
+/* --step-cache and its warmup and cooldown into g (after the steps are settled); *skipped: the
+ * per-step record the summary line reads, when the cache is on. */
+static dit_status_t step_cache_options(const run_args_t *a, dit_generate_options_t *g, int **skipped) {
+  dit_step_cache_options_t *sc = &g->step_cache;
+  DIT_RETURN_IF_ERROR(dit_step_cache_parse(a->step_cache ? a->step_cache : "off", sc), "--step-cache");
+  if (sc->mode == DIT_STEP_CACHE_OFF) {
+    if (a->have_cache_warmup || a->have_cache_cooldown)
+      fprintf(stderr, "ditrun: note: %s ignored: the step cache is off (--step-cache cadence:N or delta:T turns it on)\n",
+              a->have_cache_warmup ? "--cache-warmup" : "--cache-cooldown");
+    return DIT_OK;
+  }
+  if (a->cache_warmup > g->steps || a->cache_cooldown > g->steps)
+    return DIT_ERR(INVALID_ARGUMENT, "%s %lld: expected at most the %d steps",
+                   a->cache_warmup > g->steps ? "--cache-warmup" : "--cache-cooldown",
+                   (long long)(a->cache_warmup > g->steps ? a->cache_warmup : a->cache_cooldown), g->steps);
+  sc->warmup = (int)a->cache_warmup;
+  sc->cooldown = (int)a->cache_cooldown;
+  DIT_RETURN_IF(dit_step_cache_check(sc));
+  if (!(*skipped = calloc((size_t)g->steps, sizeof **skipped))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  g->skipped_forwards = *skipped;
+  return DIT_OK;
+}
+
+/* One line: the mode, the skipped steps (numbered from 0) and the forwards they saved. */
+static void print_step_cache(const dit_generate_options_t *g) {
+  char mode[64];
+  int n = 0, saved = 0;
+  for (int i = 0; i < g->steps; i++) n += g->skipped_forwards[i] > 0, saved += g->skipped_forwards[i];
+  fprintf(stderr, "ditrun: step cache %s: skipped %d of %d steps", dit_step_cache_describe(&g->step_cache, mode, sizeof mode), n,
+          g->steps);
+  for (int i = 0, k = 0; i < g->steps; i++)
+    if (g->skipped_forwards[i]) fprintf(stderr, "%s%d", k++ ? " " : " (", i);
+  fprintf(stderr, "%s, %d forward%s saved\n", n ? ")" : "", saved, saved == 1 ? "" : "s");
+}
+
 static int cmd_generate(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -542,7 +596,7 @@ static int cmd_generate(int argc, char **argv) {
 
   dit_tensor_t prompt = {0}, neg = {0}, lat = {0};
   dit_runtime_t *rt = NULL;
-  int *used = NULL;
+  int *used = NULL, *skipped = NULL;
   dit_status_t s = load(&a, &rt);
   /* Both experts are loaded: transformer_2 takes over below the boundary. */
   if (!s && dit_runtime_expert_count(rt) == 2) {
@@ -558,6 +612,7 @@ static int cmd_generate(int argc, char **argv) {
   if (flow) s = flow_arguments(&a, dit_runtime_manifest(rt), &g, args, arg_names);
   else if (!s && a.have_true_cfg)
     s = DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: a Wan bundle's classifier-free guidance is --guidance", a.true_cfg);
+  if (!s) s = step_cache_options(&a, &g, &skipped);
   if (!s) s = dit_generate_latents_shape(dit_runtime_manifest(rt), &lat.rank, lat.dims);
   char il_what[1100] = "", ie_what[1100] = "";
   if (!s && a.image_latents) {
@@ -604,6 +659,7 @@ static int cmd_generate(int argc, char **argv) {
   if (!s) s = dit_runtime_generate(rt, &g, &prompt, a.negative ? &neg : NULL, latents);
   if (!s) {
     fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", g.steps, dit_now_s() - t0);
+    if (skipped) print_step_cache(&g);
     const dit_runtime_swap_stats_t sw = dit_runtime_swap_stats(rt);
     if (sw.switched) {
       fprintf(stderr, "ditrun: expert swap: %.2f MiB of transformer_2's resident set, %" PRIu64 " chunks loaded over %d forwards before "
@@ -622,6 +678,7 @@ static int cmd_generate(int argc, char **argv) {
   free(g.condition.image_embeds.data);
   for (size_t i = 0; i < g.n_args; i++) free(args[i].t.data);
   free(used);
+  free(skipped);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
 }

@@ -41,17 +41,33 @@ int dit_generate_uses_expert_2(double t, double boundary_timestep) {
 
 /* The forwards the current expert runs from step i up to the switch (0: none ahead): what the
  * runtime paces the incoming expert's load by. A step with guidance takes two forwards unless
- * the bundle runs both branches in one (cfg lanes). */
-static int forwards_before_switch(const dit_runtime_t *rt, const dit_generate_options_t *o, const dit_sampler_t *smp, double boundary,
-                                  int i) {
+ * the bundle runs both branches in one (cfg lanes); steps the step cache skips take none. */
+static int forwards_before_switch(const dit_runtime_t *rt, const dit_generate_options_t *o, const dit_sampler_t *smp,
+                                  const dit_step_cache_t *sc, double boundary, int i) {
   const int expert = dit_generate_uses_expert_2(dit_sampler_timestep(smp, i), boundary);
-  int n = 0;
-  for (int j = i; j < o->steps; j++) {
-    if (dit_generate_uses_expert_2(dit_sampler_timestep(smp, j), boundary) != expert) return n;
-    const double g = expert ? o->guidance_2 : o->guidance;
-    n += g > 1.0 && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1;
-  }
-  return 0;
+  int k = i;
+  while (k < o->steps && dit_generate_uses_expert_2(dit_sampler_timestep(smp, k), boundary) == expert) k++;
+  if (k == o->steps) return 0;
+  const double g = expert ? o->guidance_2 : o->guidance;
+  return dit_step_cache_forecast_full(sc, i, k) * (g > 1.0 && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1);
+}
+
+/* ---- step caching (step_cache.h), shared by both loops ---- */
+
+/* Step i's decision, taken once on the guided prediction: 1 when the transformer runs; else
+ * pred, which holds P_{i-1}, becomes the extrapolated P_i, and the step's `forwards` are counted
+ * as skipped. */
+static int cache_decide(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int forwards, float *pred) {
+  const int full = dit_step_cache_full(sc, i);
+  if (!full) dit_step_cache_extrapolate(sc, pred);
+  if (o->skipped_forwards) o->skipped_forwards[i] = full ? 0 : forwards;
+  return full;
+}
+
+/* Step i's prediction as the sampler will take it: a computed one is kept for extrapolating. */
+static void cache_settle(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int full, const float *pred, size_t n) {
+  if (full) dit_step_cache_record(sc, i, pred);
+  if (o->on_prediction) o->on_prediction(o->ctx, i, pred, n, full);
 }
 
 /* ---- bundles with a generate section ---- */
@@ -135,18 +151,11 @@ static dit_status_t predict_both(dit_runtime_t *rt, const dit_manifest_generate_
   return read_sample(rt, 1, uncond, n);
 }
 
-/* The pipelines' loop over FlowMatchEulerDiscreteScheduler (FluxPipeline, ...): per step the
- * latents, the timestep / divisor (in the model's dtype unless the section says fp32) and the
- * embedded guidance in the model's dtype, a forward per
- * branch (true CFG with the negatives when true_cfg > 1), the Euler step in fp32, and the
- * latents back in the model's dtype as the scheduler returns them. */
-static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_t *o, float *latents) {
+dit_status_t dit_generate_sampler(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_sampler_t **out) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
   const dit_manifest_generate_t *g = &m->generate;
-  dit_tensor_t lat = {latents, DIT_F32, 0, {0}};
-  DIT_RETURN_IF(dit_generate_latents_shape(m, &lat.rank, lat.dims));
-  const size_t n = (size_t)dit_tensor_numel(&lat);
-  const int cfg = o->true_cfg > 1.0;
+  DIT_RETURN_IF(check_generate_known(m));
+  if (!g->present) return dit_sampler_create(o->sampler, o->steps, o->shift, n, out);
   dit_flow_schedule_t fs = {
       .sigmas = g->schedule.sigmas_to_zero ? DIT_FLOW_SIGMAS_HUNYUAN : DIT_FLOW_SIGMAS_FLUX,
       .shift = g->schedule.shift,
@@ -158,27 +167,57 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   if (fs.use_dynamic_shifting)
     fs.mu = dit_flow_calculate_shift((double)g->schedule.image_seq_len, (double)g->schedule.base_image_seq_len,
                                      (double)g->schedule.max_image_seq_len, g->schedule.base_shift, g->schedule.max_shift);
-  dit_sampler_t *smp;
-  DIT_RETURN_IF(dit_sampler_create_flow(&fs, o->steps, n, &smp));
-  float *cond = malloc(n * sizeof *cond), *uncond = cfg ? malloc(n * sizeof *uncond) : NULL;
-  dit_status_t s = (!cond || (cfg && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  return dit_sampler_create_flow(&fs, o->steps, n, out);
+}
+
+/* One step's guided prediction into cond on a bundle with a generate section: the latents, the
+ * timestep / divisor (in the model's dtype unless the section says fp32) and the embedded
+ * guidance in the model's dtype, a forward per branch (both in one on cfg lanes), true CFG. */
+static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t *o, const dit_tensor_t *lat, double t,
+                                 float *cond, float *uncond) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  const dit_manifest_generate_t *g = &m->generate;
   const dit_dtype_t dt = m->dtype;
+  const size_t n = (size_t)dit_tensor_numel(lat);
+  const int cfg = o->true_cfg > 1.0, lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
+  DIT_RETURN_IF(dit_runtime_set_input(rt, g->latents, lat));
+  const float tv = g->timestep_f32 ? (float)t / (float)g->timestep_divisor
+                                   : in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt);
+  DIT_RETURN_IF(set_scalar_input(rt, m, g->timestep_input, tv));
+  if (g->guidance_input[0])
+    DIT_RETURN_IF(set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale)));
+  DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n));
+  if (!cfg) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n));
+  const size_t dim = (size_t)lat->dims[lat->rank - 1];
+  if (g->true_cfg_norm) dit_cfg_combine_norm(cond, uncond, (float)o->true_cfg, n / dim, dim, cond);
+  else dit_cfg_combine(cond, uncond, (float)o->true_cfg, n, cond);
+  return DIT_OK;
+}
+
+/* The pipelines' loop over FlowMatchEulerDiscreteScheduler (FluxPipeline, ...): per step the
+ * guided prediction (flow_predict), the Euler step in fp32, and the latents back in the model's
+ * dtype as the scheduler returns them. */
+static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_t *o, float *latents) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  dit_tensor_t lat = {latents, DIT_F32, 0, {0}};
+  DIT_RETURN_IF(dit_generate_latents_shape(m, &lat.rank, lat.dims));
+  const size_t n = (size_t)dit_tensor_numel(&lat);
+  const int cfg = o->true_cfg > 1.0;
+  dit_step_cache_t *sc;
+  DIT_RETURN_IF(dit_step_cache_create(&o->step_cache, o->steps, n, &sc));
+  dit_sampler_t *smp = NULL;
+  dit_status_t s = dit_generate_sampler(rt, o, n, &smp);
+  float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg && !s ? malloc(n * sizeof *uncond) : NULL;
+  if (!s && (!cond || (cfg && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
+  const dit_dtype_t dt = m->dtype;
+  const int forwards = cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1;
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     const double t = dit_sampler_timestep(smp, i);
-    s = dit_runtime_set_input(rt, g->latents, &lat);
-    const float tv = g->timestep_f32 ? (float)t / (float)g->timestep_divisor
-                                     : in_dtype(in_dtype((float)t, dt) / (float)g->timestep_divisor, dt);
-    if (!s) s = set_scalar_input(rt, m, g->timestep_input, tv);
-    if (!s && g->guidance_input[0]) s = set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale));
-    const int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
-    if (!s) s = lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n);
-    if (!s && cfg) {
-      if (!lanes) s = predict_branch(rt, g, o, "negative_", uncond, n);
-      const size_t dim = (size_t)lat.dims[lat.rank - 1];
-      if (!s && g->true_cfg_norm) dit_cfg_combine_norm(cond, uncond, (float)o->true_cfg, n / dim, dim, cond);
-      else if (!s) dit_cfg_combine(cond, uncond, (float)o->true_cfg, n, cond);
-    }
+    const int full = cache_decide(sc, o, i, forwards, cond);
+    if (full) s = flow_predict(rt, o, &lat, t, cond, uncond);
+    if (!s) cache_settle(sc, o, i, full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
     for (size_t j = 0; !s && dt == DIT_BF16 && j < n; j++) latents[j] = in_dtype(latents[j], dt);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
@@ -187,7 +226,25 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   free(cond);
   free(uncond);
   dit_sampler_destroy(smp);
+  dit_step_cache_destroy(sc);
   return s;
+}
+
+/* One step's guided prediction into cond: the condition's inputs made from the latents, a
+ * forward per branch (both in one on cfg lanes), the guidance combined in fp32. */
+static dit_status_t wan_predict(dit_runtime_t *rt, dit_condition_t *cnd, const float *latents, double t, double guidance,
+                                const dit_tensor_t *prompt, const dit_tensor_t *negative, float *cond, float *uncond, size_t n) {
+  const int cfg = guidance > 1.0, lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
+  dit_tensor_t x, tt, img;
+  DIT_RETURN_IF(dit_condition_step(cnd, latents, t, &x, &tt, &img));
+  DIT_RETURN_IF(dit_runtime_set_input(rt, "hidden_states", &x));
+  DIT_RETURN_IF(dit_runtime_set_input(rt, "timestep", &tt));
+  if (img.data) DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states_image", &img));
+  DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n));
+  if (!cfg) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n));
+  dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
+  return DIT_OK;
 }
 
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
@@ -211,35 +268,28 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   dit_condition_t *cnd;
   DIT_RETURN_IF(dit_condition_create(m, &o->condition, &cnd));
 
-  dit_sampler_t *smp;
-  dit_status_t s = dit_sampler_create(o->sampler, o->steps, o->shift, n, &smp);
-  if (s) {
-    dit_condition_destroy(cnd);
-    return s;
-  }
-  float *cond = malloc(n * sizeof *cond), *uncond = cfg_any ? malloc(n * sizeof *uncond) : NULL;
-  s = (!cond || (cfg_any && !uncond)) ? DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory") : DIT_OK;
+  dit_sampler_t *smp = NULL;
+  dit_step_cache_t *sc = NULL;
+  dit_status_t s = dit_step_cache_create(&o->step_cache, o->steps, n, &sc);
+  if (!s) s = dit_generate_sampler(rt, o, n, &smp);
+  float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg_any && !s ? malloc(n * sizeof *uncond) : NULL;
+  if (!s && (!cond || (cfg_any && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     double t = dit_sampler_timestep(smp, i);
     const int second = two && dit_generate_uses_expert_2(t, m->boundary_timestep);
     s = dit_runtime_expert_select(rt, second);
     if (s) break;
-    if (two) dit_runtime_expert_upcoming(rt, !second, forwards_before_switch(rt, o, smp, m->boundary_timestep, i));
+    /* The other expert's predictions are no base for this one's. */
+    if (two && i > 0 && second != dit_generate_uses_expert_2(dit_sampler_timestep(smp, i - 1), m->boundary_timestep))
+      dit_step_cache_reset(sc);
+    if (two) dit_runtime_expert_upcoming(rt, !second, forwards_before_switch(rt, o, smp, sc, m->boundary_timestep, i));
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    dit_tensor_t x, tt, img;
-    s = dit_condition_step(cnd, latents, t, &x, &tt, &img);
-    if (!s) s = dit_runtime_set_input(rt, "hidden_states", &x);
-    if (!s) s = dit_runtime_set_input(rt, "timestep", &tt);
-    if (!s && img.data) s = dit_runtime_set_input(rt, "encoder_hidden_states_image", &img);
-    int lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
-    if (!s) s = lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n);
-    if (!s && cfg) {
-      if (!lanes) s = predict(rt, negative, uncond, n);
-      if (!s) dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
-    }
+    const int full = cache_decide(sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, cond);
+    if (full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n);
+    if (!s) cache_settle(sc, o, i, full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
     else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);
@@ -249,5 +299,6 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   free(uncond);
   dit_condition_destroy(cnd);
   dit_sampler_destroy(smp);
+  dit_step_cache_destroy(sc);
   return s;
 }

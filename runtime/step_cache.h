@@ -1,0 +1,66 @@
+/* Step caching: some denoising steps skip the transformer and take a prediction extrapolated
+ * from the two most recent computed ones. Steps are numbered from 0; P_i is the prediction step
+ * i hands the sampler (the velocity, after classifier-free guidance where it applies). A skipped
+ * step uses P_i = P_{i-1} + (P_b - P_a) / (b - a), a < b the two most recent full steps, in fp32
+ * elementwise. Every mode runs the first `warmup` and the last `cooldown` steps in full, and any
+ * step before two full predictions exist (at the start, and after dit_step_cache_reset).
+ *  - cadence:N  step i runs in full when (i - warmup) mod N == 0;
+ *  - delta:T    after each full step, r = sum|P_b - P_a| / sum|P_a| (double accumulation); the
+ *               next step is skipped when r < T, and a skipped step is always followed by a full
+ *               one. T = 0 skips nothing. */
+#ifndef DIT_RUNTIME_STEP_CACHE_H
+#define DIT_RUNTIME_STEP_CACHE_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+
+typedef enum dit_step_cache_mode {
+  DIT_STEP_CACHE_OFF = 0,
+  DIT_STEP_CACHE_CADENCE = 1,
+  DIT_STEP_CACHE_DELTA = 2,
+} dit_step_cache_mode_t;
+
+/* The command line's defaults for warmup and cooldown. */
+enum { DIT_STEP_CACHE_DEFAULT_WARMUP = 2, DIT_STEP_CACHE_DEFAULT_COOLDOWN = 1 };
+
+typedef struct dit_step_cache_options {
+  dit_step_cache_mode_t mode; /* zero: off */
+  int cadence;                /* cadence:N's N, >= 2 */
+  double threshold;           /* delta:T's T, finite, >= 0 */
+  int warmup;                 /* leading steps always in full, >= 0 */
+  int cooldown;               /* trailing steps always in full, >= 0 */
+} dit_step_cache_options_t;
+
+/* Parses "off", "cadence:N" or "delta:T" into o->mode and its parameter (warmup and cooldown
+ * are left as they are); the error names what was expected and what was found. */
+dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o);
+/* Refuses out-of-range options, naming the field, the expected range and the value. */
+dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o);
+/* "off", "cadence:4", "delta:0.05" (into buf). */
+const char *dit_step_cache_describe(const dit_step_cache_options_t *o, char *buf, size_t size);
+
+typedef struct dit_step_cache dit_step_cache_t;
+
+/* A controller for a loop of `steps` steps whose predictions have n elements (fp32). Off needs
+ * no memory; the other modes keep two predictions. Caller owns *out. */
+dit_status_t dit_step_cache_create(const dit_step_cache_options_t *o, int steps, size_t n, dit_step_cache_t **out);
+void dit_step_cache_destroy(dit_step_cache_t *c);
+
+/* Called once per step, in order: 1 when step i runs the transformer, 0 when it is skipped (then
+ * dit_step_cache_extrapolate gives its prediction). */
+int dit_step_cache_full(dit_step_cache_t *c, int i);
+/* After full step i: its prediction (copied). */
+void dit_step_cache_record(dit_step_cache_t *c, int i, const float *p);
+/* A skipped step's prediction: p holds P_{i-1} (the prediction the previous step used) on entry
+ * and P_i on return. */
+void dit_step_cache_extrapolate(const dit_step_cache_t *c, float *p);
+/* Forgets the predictions (a change of expert: the other model's predictions are no base for
+ * extrapolating this one's); the next two steps run in full. */
+void dit_step_cache_reset(dit_step_cache_t *c);
+/* How many of steps [from, to) will run in full, from the controller's state before step
+ * `from` is decided, with no reset in between: exact for off and cadence; for delta the fewest
+ * possible (every step it may skip skipped). What the expert swap paces its loads by. */
+int dit_step_cache_forecast_full(const dit_step_cache_t *c, int from, int to);
+
+#endif

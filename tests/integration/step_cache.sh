@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# generate --step-cache on the tiny Wan pipelines (Wan2.1 T2V, Wan2.2-A14B's two experts) and the
+# tiny FLUX.1-dev pipeline (with true CFG):
+#  - through the library (tests/tools/step_cache_check.c): the steps skipped are the rule's
+#    (cadence, delta, the reset at the expert switch), each skipped prediction the extrapolation of
+#    the recorded ones, the steps before the first skip the exact run's, and the sampler fed the
+#    recorded predictions from the same noise gives the cached run's latents (<= 1e-4);
+#  - through ditrun: the printed skipped steps and forwards saved follow the rule; cfg lanes
+#    (--cfg-parallel) take the decisions of one rank and give its latents, in one process or one
+#    per lane; delta:0 equals the exact run bit for bit, a huge T skips every other step after the
+#    warmup; bad values are refused naming the flag, and the other commands refuse the options.
+set -euo pipefail
+BIN=$1/bin
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+compile() { "$BIN/ditc" compile "$@" -o "$T/b" -q | tail -n 1 | awk '{print $NF}'; }
+w21=tests/data/wan_tiny_b
+a14=tests/data/wan22_a14b_tiny
+flux=tests/data/flux_dev_tiny
+wan=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5)
+wan_l=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --cfg-parallel)
+a=$(compile "$a14" --frames 9 --height 32 --width 48 --batch 1 --text-len 7)
+a_l=$(compile "$a14" --frames 9 --height 32 --width 48 --batch 1 --text-len 7 --cfg-parallel)
+fx=$(compile "$flux" --height 64 --width 64 --text-len 8)
+fx_l=$(compile "$flux" --height 64 --width 64 --text-len 8 --cfg-parallel)
+
+# ---- the library against the rule ----
+check() { "$BIN/step_cache_check" "$@" || { echo "FAIL: step_cache_check $*"; exit 1; }; }
+check "$wan" "$w21/generate_inputs.safetensors" cadence:2 10 guidance=5 shift=3
+check "$wan" "$w21/generate_inputs.safetensors" cadence:3 11 guidance=5 shift=3 sampler=euler
+check "$wan" "$w21/generate_inputs.safetensors" cadence:2 9 guidance=5 shift=3 warmup=0 cooldown=0
+check "$wan" "$w21/generate_inputs.safetensors" delta:1e30 10 guidance=5 shift=3
+check "$wan_l" "$w21/generate_inputs.safetensors" cadence:2 10 guidance=5 shift=3
+# 12 steps: transformer for steps 0-3, transformer_2 from step 4 on (the cache starts over there).
+check "$a" "$a14/generate_inputs.safetensors" cadence:2 12 guidance=4 guidance_2=3 shift=3 | tee "$T/a14"
+grep -q "skipped 3 7 9 (6 forwards saved)" "$T/a14" || { echo "A14B: expected steps 3 7 9 skipped (4 and 5 run after the switch)"; exit 1; }
+check "$a" "$a14/generate_inputs.safetensors" delta:1e30 12 guidance=4 guidance_2=3 shift=3
+check "$fx" "$flux/generate_inputs.safetensors" cadence:2 10 guidance=3.5 true_cfg=2
+check "$fx" "$flux/generate_inputs.safetensors" cadence:3 10 guidance=3.5
+check "$fx" "$flux/generate_inputs.safetensors" delta:0.5 10 guidance=3.5 true_cfg=2 | tee "$T/fd"
+grep -q "skipped 2 5 7 " "$T/fd" || { echo "delta:0.5 on FLUX: expected a full step after a skip's full step (2 5 7)"; exit 1; }
+check "$fx_l" "$flux/generate_inputs.safetensors" cadence:2 10 guidance=3.5 true_cfg=2
+
+# ---- ditrun generate ----
+# The summary line's steps and forwards against the rule; the step lines agree with it.
+rule() { # log steps W C N forwards_per_skip [expert switch step]
+  python3 - "$@" <<'PY'
+import re, sys
+log, steps, w, c, n, per = sys.argv[1], *map(int, sys.argv[2:7])
+switch = int(sys.argv[7]) if len(sys.argv) > 7 else -1
+skip, since = [], 0
+for i in range(steps):
+    if i == switch: since = 0
+    full = i < w or i >= steps - c or (i - w) % n == 0 or since < 2
+    since += full
+    if not full: skip.append(i)
+text = open(log).read()
+m = re.search(r"^ditrun: step cache cadence:%d: skipped (\d+) of %d steps(?: \(([\d ]+)\))?, (\d+) forwards? saved$" % (n, steps), text, re.M)
+if not m: sys.exit("no step cache line in:\n" + text)
+got = [int(x) for x in (m.group(2) or "").split()]
+lines = [int(x) - 1 for x in re.findall(r"^ditrun: step (\d+)/\d+ .* skipped \(step cache", text, re.M)]
+if got != skip or int(m.group(1)) != len(skip) or lines != skip or int(m.group(3)) != per * len(skip):
+    sys.exit("skipped %s (step lines %s), %s forwards saved; the rule: %s, %d" % (got, lines, m.group(3), skip, per * len(skip)))
+print("skipped %s, %d forwards saved: the rule's" % (skip, per * len(skip)))
+PY
+}
+wg=(--prompt-embeds "$w21/generate_inputs.safetensors" --negative-embeds "$w21/generate_inputs.safetensors" --init-latents
+    "$w21/generate_inputs.safetensors" --guidance 5 --shift 3)
+"$BIN/ditrun" generate "$wan" "${wg[@]}" --steps 14 --step-cache cadence:3 --cache-warmup 1 --cache-cooldown 2 --out "$T/w1.safetensors" 2>"$T/log" >/dev/null
+rule "$T/log" 14 1 2 3 2
+"$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 14 --step-cache cadence:3 --cache-warmup 1 --cache-cooldown 2 --out "$T/wl.safetensors" 2>"$T/log" >/dev/null
+rule "$T/log" 14 1 2 3 1
+"$BIN/st_compare" "$T/wl.safetensors" "$T/w1.safetensors" latents 1e-5
+# One process per lane: every process takes the same delta decisions (r of identical predictions)
+# and the bytes are the one-process run's.
+"$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 10 --step-cache delta:0.5 --out "$T/d1.safetensors" 2>"$T/log" >/dev/null
+grep -q "^ditrun: step cache delta:0.5: skipped 1 of 10 steps (4), 1 forward saved$" "$T/log" || { cat "$T/log"; exit 1; }
+timeout 60 "$BIN/ditrun" launch -n 2 -- generate "$wan_l" "${wg[@]}" --steps 10 --step-cache delta:0.5 --out "$T/dn.safetensors" \
+  2>"$T/log" >/dev/null || { cat "$T/log"; exit 1; }
+[ "$(grep -c "^\[rank [01]\] ditrun: step cache delta:0.5: skipped 1 of 10 steps (4), 1 forward saved$" "$T/log")" = 2 ] ||
+  { cat "$T/log"; echo "the processes' decisions differ"; exit 1; }
+cmp "$T/d1.safetensors" "$T/dn.safetensors" || { echo "launch -n 2 with delta:0.5: latents differ from one process"; exit 1; }
+ag=(--prompt-embeds "$a14/generate_inputs.safetensors" --negative-embeds "$a14/generate_inputs.safetensors" --init-latents
+    "$a14/generate_inputs.safetensors" --guidance 4 --guidance-2 3 --shift 3 --steps 12 --step-cache cadence:2)
+"$BIN/ditrun" generate "$a" "${ag[@]}" --out "$T/a1.safetensors" 2>"$T/log" >/dev/null
+grep -q "step 5/12  t=857  expert transformer_2  [0-9]" "$T/log" || { cat "$T/log"; echo "expected the switch at step 5 to run"; exit 1; }
+rule "$T/log" 12 2 1 2 2 4
+"$BIN/ditrun" generate "$a_l" "${ag[@]}" --out "$T/al.safetensors" 2>"$T/log" >/dev/null
+rule "$T/log" 12 2 1 2 1 4
+"$BIN/st_compare" "$T/al.safetensors" "$T/a1.safetensors" latents 1e-5
+python3 - "$flux/generate_inputs.safetensors" "$T/fi.safetensors" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+e = h["latents"]; a, b = e["data_offsets"]
+j = json.dumps({"init_latents": {"dtype": e["dtype"], "shape": e["shape"], "data_offsets": [0, b - a]}}).encode()
+j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + body[a:b])
+PY
+fg=(--prompt-embeds "$flux/generate_inputs.safetensors" --negative-embeds "$flux/generate_inputs.safetensors" --true-cfg 2
+    --init-latents "$T/fi.safetensors" --guidance 3.5 --steps 10)
+"$BIN/ditrun" generate "$fx" "${fg[@]}" --step-cache cadence:2 --out "$T/f1.safetensors" 2>"$T/log" >/dev/null
+rule "$T/log" 10 2 1 2 2
+"$BIN/ditrun" generate "$fx_l" "${fg[@]}" --step-cache cadence:2 --out "$T/fl.safetensors" 2>"$T/log" >/dev/null
+rule "$T/log" 10 2 1 2 1
+"$BIN/st_compare" "$T/fl.safetensors" "$T/f1.safetensors" latents 1e-5
+# The cache changed the result (it is lossy): cadence:2 is not the exact run.
+"$BIN/ditrun" generate "$fx" "${fg[@]}" --out "$T/fx.safetensors" 2>/dev/null >/dev/null
+if cmp -s "$T/f1.safetensors" "$T/fx.safetensors"; then echo "cadence:2 gave the exact latents"; exit 1; fi
+
+# delta:0 is the exact run, bit for bit; a huge T skips every other step from the warmup on.
+for b in "$wan" "$fx"; do
+  if [ "$b" = "$wan" ]; then args=("${wg[@]}" --steps 10); else args=("${fg[@]}"); fi
+  "$BIN/ditrun" generate "$b" "${args[@]}" --out "$T/x.safetensors" 2>/dev/null >/dev/null
+  "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache delta:0 --out "$T/d0.safetensors" 2>"$T/log" >/dev/null
+  cmp "$T/d0.safetensors" "$T/x.safetensors" || { echo "delta:0 differs from the exact run"; exit 1; }
+  grep -q "^ditrun: step cache delta:0: skipped 0 of 10 steps, 0 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+  "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache delta:1e30 --cache-warmup 3 --out "$T/dh.safetensors" 2>"$T/log" >/dev/null
+  grep -q "^ditrun: step cache delta:1e+30: skipped 3 of 10 steps (3 5 7), 6 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+done
+
+# Refusals, naming the flag, what it expects and what it found.
+expect_fail() { # message, command...
+  local msg=$1; shift
+  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
+  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
+}
+g=("$BIN/ditrun" generate "$wan" "${wg[@]}" --steps 6 --out "$T/bad.safetensors")
+expect_fail "--step-cache: cadence:1: N is a step count: expected an integer >= 2 (1 would skip nothing), found 1" "${g[@]}" --step-cache cadence:1
+expect_fail "--step-cache: delta:-1: T is a relative L1 distance: expected a finite number >= 0, found -1" "${g[@]}" --step-cache delta:-1
+expect_fail "expected off, cadence:N (N an integer >= 2) or delta:T (T a number >= 0), found 'every:2'" "${g[@]}" --step-cache every:2
+expect_fail "--step-cache needs a value" "${g[@]}" --step-cache
+expect_fail "--cache-warmup -1: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-warmup -1
+expect_fail "--cache-cooldown 1.5: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-cooldown 1.5
+expect_fail "--cache-warmup 7: expected at most the 6 steps" "${g[@]}" --step-cache cadence:2 --cache-warmup 7
+[ ! -e "$T/bad.safetensors" ] || { echo "a refused generate left output"; exit 1; }
+"${g[@]}" --cache-warmup 3 2>"$T/log" >/dev/null
+grep -qF "note: --cache-warmup ignored: the step cache is off" "$T/log" || { cat "$T/log"; exit 1; }
+if grep -q "skipped" "$T/log"; then echo "the cache is off, yet a skipped line"; exit 1; fi
+for opt in --step-cache --cache-warmup --cache-cooldown; do
+  expect_fail "$opt is an option of generate; forward does not take it" "$BIN/ditrun" forward "$wan" --inputs \
+    "$w21/forward_inputs.safetensors" --out "$T/f.safetensors" "$opt" 2
+done
+echo "step_cache: ok"

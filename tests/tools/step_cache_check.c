@@ -1,0 +1,238 @@
+/* Checks a step-cached generate through the library against the step-cache rule, recomputed
+ * here from what the run reported:
+ *  - runs generate exactly and with the step cache, recording every step's prediction P_i
+ *    (on_prediction) and which steps ran (and which expert);
+ *  - the steps that ran are the rule's (cadence from the indices; delta from r of the recorded
+ *    full predictions, in double; the cache reset where the expert changes); each skipped step
+ *    counts the forwards it would have run;
+ *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones;
+ *  - the steps before the first skip are the exact run's, bit for bit;
+ *  - a fresh sampler fed the recorded predictions from the same noise reproduces the cached
+ *    run's final latents (max relative error <= 1e-4): the sampler took P_i as if the model had
+ *    produced it.
+ * usage: step_cache_check BUNDLE INPUTS.safetensors MODE STEPS [key=value...]
+ *   keys: guidance, guidance_2, shift, sampler (unipc|euler), true_cfg, warmup (2), cooldown (1)
+ *   INPUTS: prompt_embeds and negative_prompt_embeds (Wan), or the generate section's arguments
+ *   and their negative_ forms, and the noise as init_latents or latents. Text-to-video and
+ *   generate-section bundles in fp32 (the replay applies no image condition). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "artifacts/safetensors.h"
+#include "base/parity.h"
+#include "runtime/ditrun.h"
+
+typedef struct record {
+  int steps;
+  size_t n;
+  float *p;      /* steps x n */
+  int *computed; /* steps */
+} record_t;
+
+static void on_prediction(void *ctx, int step, const float *prediction, size_t n, int computed) {
+  record_t *r = ctx;
+  if (n != r->n || step < 0 || step >= r->steps) return;
+  memcpy(r->p + (size_t)step * n, prediction, n * sizeof *prediction);
+  r->computed[step] = computed;
+}
+
+static int fail(const char *fmt, const char *what) {
+  fprintf(stderr, "step_cache_check: FAIL: ");
+  fprintf(stderr, fmt, what);
+  fprintf(stderr, "\n");
+  return 1;
+}
+
+/* A copy of tensor `name` of st (NULL when absent). */
+static int take(const dit_safetensors_t *st, const char *name, dit_tensor_t *t) {
+  const dit_st_tensor_t *e = dit_safetensors_find(st, name);
+  if (!e) return 0;
+  t->dtype = e->dtype;
+  t->rank = e->rank;
+  memcpy(t->dims, e->dims, sizeof t->dims);
+  t->data = malloc(e->nbytes + 1);
+  if (t->data) memcpy(t->data, e->data, e->nbytes);
+  return t->data != NULL;
+}
+
+/* The rule, from the recorded run: 1 per step that should have run the transformer. */
+static void expected_full(const dit_step_cache_options_t *c, const record_t *r, const int *expert, int *full) {
+  int since = 0, a = -1, b = -1;
+  double rel = INFINITY;
+  for (int i = 0; i < r->steps; i++) {
+    if (i > 0 && expert && expert[i] != expert[i - 1]) since = 0, rel = INFINITY;
+    int f = i < c->warmup || i >= r->steps - c->cooldown || since < 2;
+    if (c->mode == DIT_STEP_CACHE_CADENCE) f = f || (i - c->warmup) % c->cadence == 0;
+    else f = f || !full[i - 1] || !(rel < c->threshold); /* i >= 1 here: since >= 2 */
+    full[i] = f;
+    if (!f) continue;
+    since++;
+    a = b, b = i;
+    if (since >= 2) {
+      double num = 0, den = 0;
+      for (size_t j = 0; j < r->n; j++) {
+        num += fabs((double)r->p[(size_t)b * r->n + j] - (double)r->p[(size_t)a * r->n + j]);
+        den += fabs((double)r->p[(size_t)a * r->n + j]);
+      }
+      rel = den > 0 ? num / den : num > 0 ? INFINITY : 0;
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: step_cache_check BUNDLE INPUTS.safetensors MODE STEPS [key=value...]\n");
+    return 2;
+  }
+  dit_generate_options_t o = {.sampler = DIT_SAMPLER_UNIPC, .steps = atoi(argv[4]), .guidance = 1, .shift = 3, .true_cfg = 1};
+  o.step_cache.warmup = DIT_STEP_CACHE_DEFAULT_WARMUP;
+  o.step_cache.cooldown = DIT_STEP_CACHE_DEFAULT_COOLDOWN;
+  dit_status_t s = dit_step_cache_parse(argv[3], &o.step_cache);
+  if (s) return dit_status_report(s, "step_cache_check");
+  int have_g2 = 0;
+  for (int i = 5; i < argc; i++) {
+    const char *eq = strchr(argv[i], '=');
+    if (!eq) return fail("expected key=value, found '%s'", argv[i]);
+    const double v = atof(eq + 1);
+    const size_t k = (size_t)(eq - argv[i]);
+    if (!strncmp(argv[i], "guidance", k) && k == 8) o.guidance = v;
+    else if (!strncmp(argv[i], "guidance_2", k) && k == 10) o.guidance_2 = v, have_g2 = 1;
+    else if (!strncmp(argv[i], "shift", k) && k == 5) o.shift = v;
+    else if (!strncmp(argv[i], "true_cfg", k) && k == 8) o.true_cfg = v;
+    else if (!strncmp(argv[i], "warmup", k) && k == 6) o.step_cache.warmup = (int)v;
+    else if (!strncmp(argv[i], "cooldown", k) && k == 8) o.step_cache.cooldown = (int)v;
+    else if (!strncmp(argv[i], "sampler", k) && k == 7) {
+      if (dit_sampler_kind_parse(eq + 1, &o.sampler)) return fail("sampler: expected unipc or euler, found '%s'", eq + 1);
+    } else return fail("unknown key in '%s'", argv[i]);
+  }
+  if (o.steps < 1 || o.step_cache.mode == DIT_STEP_CACHE_OFF) return fail("%s", "expected STEPS >= 1 and a cadence or delta MODE");
+
+  dit_runtime_options_t ro = {.backend = "cpu", .threads = 2};
+  dit_runtime_t *rt = NULL;
+  s = dit_runtime_load(argv[1], &ro, &rt);
+  if (s) return dit_status_report(s, "step_cache_check");
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  if (m->dtype != DIT_F32) return fail("%s: an fp32 bundle, for an exact replay", argv[1]);
+  const int two = dit_runtime_expert_count(rt) == 2;
+  if (!have_g2) o.guidance_2 = o.guidance;
+
+  dit_safetensors_t *st = NULL;
+  s = dit_safetensors_open(argv[2], &st);
+  if (s) return dit_status_report(s, "step_cache_check");
+  dit_tensor_t prompt = {0}, negative = {0}, init = {0};
+  dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
+  char names[2 * DIT_GEN_MAX_CONDITIONS][96];
+  if (!take(st, "init_latents", &init) && !take(st, "latents", &init)) return fail("%s: no init_latents or latents", argv[2]);
+  if (m->generate.present) {
+    o.args = args;
+    for (int neg = 0; neg <= (o.true_cfg > 1.0); neg++)
+      for (size_t i = 0; i < m->generate.n_conditions; i++) {
+        snprintf(names[o.n_args], sizeof names[0], "%s%s", neg ? "negative_" : "", m->generate.conditions[i].argument);
+        args[o.n_args].name = names[o.n_args];
+        if (!take(st, names[o.n_args], &args[o.n_args].t)) return fail("inputs lack '%s'", names[o.n_args]);
+        o.n_args++;
+      }
+  } else {
+    if (!take(st, "prompt_embeds", &prompt)) return fail("%s: no prompt_embeds", argv[2]);
+    take(st, "negative_prompt_embeds", &negative);
+  }
+
+  dit_tensor_t lat = {0};
+  s = dit_generate_latents_shape(m, &lat.rank, lat.dims);
+  if (s) return dit_status_report(s, "step_cache_check");
+  const size_t n = (size_t)dit_tensor_numel(&lat);
+  const int steps = o.steps;
+  float *noise = malloc(n * sizeof *noise), *exact = malloc(n * sizeof *exact), *cached = malloc(n * sizeof *cached),
+        *replay = malloc(n * sizeof *replay);
+  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int))};
+  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int))};
+  int *skipped = calloc((size_t)steps, sizeof *skipped), *expert = calloc((size_t)steps, sizeof *expert),
+      *full = calloc((size_t)steps, sizeof *full);
+  if (!noise || !exact || !cached || !replay || !rx.p || !rx.computed || !rc.p || !rc.computed || !skipped || !expert || !full)
+    return fail("%s", "out of memory");
+  if (dit_convert(noise, DIT_F32, init.data, init.dtype, n)) return fail("%s", "the noise is not a float tensor");
+
+  /* The exact run, then the cached one. */
+  dit_generate_options_t ox = o;
+  ox.step_cache.mode = DIT_STEP_CACHE_OFF;
+  ox.on_prediction = on_prediction, ox.ctx = &rx;
+  ox.expert_used = two ? expert : NULL;
+  memcpy(exact, noise, n * sizeof *exact);
+  s = dit_runtime_generate(rt, &ox, &prompt, negative.data ? &negative : NULL, exact);
+  if (s) return dit_status_report(dit_status_annotate(s, "exact run"), "step_cache_check");
+  o.on_prediction = on_prediction, o.ctx = &rc;
+  o.skipped_forwards = skipped;
+  o.expert_used = two ? expert : NULL;
+  memcpy(cached, noise, n * sizeof *cached);
+  s = dit_runtime_generate(rt, &o, &prompt, negative.data ? &negative : NULL, cached);
+  if (s) return dit_status_report(dit_status_annotate(s, "cached run"), "step_cache_check");
+
+  /* Decisions and the forwards each skipped step saved. */
+  expected_full(&o.step_cache, &rc, two ? expert : NULL, full);
+  char got[4096] = "", want[4096] = "";
+  int bad = 0, saved = 0, first_skip = steps;
+  for (int i = 0; i < steps; i++) {
+    const double g = m->generate.present ? o.true_cfg : expert[i] ? o.guidance_2 : o.guidance;
+    const int forwards = g > 1.0 && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1;
+    if (!rc.computed[i]) snprintf(got + strlen(got), sizeof got - strlen(got), " %d", i);
+    if (!full[i]) snprintf(want + strlen(want), sizeof want - strlen(want), " %d", i);
+    if (!full[i] && first_skip == steps) first_skip = i;
+    bad += skipped[i] != (rc.computed[i] ? 0 : forwards);
+    saved += skipped[i];
+  }
+  if (strcmp(got, want)) {
+    fprintf(stderr, "step_cache_check: FAIL: skipped steps [%s ] differ from the rule's [%s ]\n", got, want);
+    return 1;
+  }
+  if (bad) return fail("%s", "the forwards counted for skipped steps differ from the steps' forwards");
+
+  /* Each skipped prediction from the recorded ones. */
+  for (int i = 0, a = -1, b = -1; i < steps; i++) {
+    const float *p = rc.p + (size_t)i * n;
+    if (two && i > 0 && expert[i] != expert[i - 1]) a = b = -1;
+    if (rc.computed[i]) {
+      a = b, b = i;
+      continue;
+    }
+    if (a < 0) return fail("%s", "a skipped step without two full predictions before it");
+    const float *prev = rc.p + (size_t)(i - 1) * n, *pa = rc.p + (size_t)a * n, *pb = rc.p + (size_t)b * n;
+    double worst = 0, scale = 0;
+    for (size_t j = 0; j < n; j++) {
+      const float e = prev[j] + (pb[j] - pa[j]) / (float)(b - a);
+      worst = fmax(worst, fabs((double)e - (double)p[j]));
+      scale = fmax(scale, fabs((double)e));
+    }
+    if (!(worst <= 1e-6 * scale)) {
+      fprintf(stderr, "step_cache_check: FAIL: step %d's prediction is %g away from P_%d + (P_%d - P_%d) / %d\n", i, worst, i - 1, b, a, b - a);
+      return 1;
+    }
+  }
+  /* Before the first skip the runs are one. */
+  if (first_skip < steps && memcmp(rc.p, rx.p, (size_t)first_skip * n * sizeof(float)))
+    return fail("%s", "a step before the first skip differs from the exact run");
+  if (first_skip == steps && memcmp(cached, exact, n * sizeof *cached)) return fail("%s", "nothing skipped, yet the latents differ from exact");
+
+  /* The sampler fed the recorded predictions from the same noise. */
+  dit_sampler_t *smp = NULL;
+  s = dit_generate_sampler(rt, &o, n, &smp);
+  if (s) return dit_status_report(s, "step_cache_check");
+  memcpy(replay, noise, n * sizeof *replay);
+  for (int i = 0; !s && i < steps; i++) s = dit_sampler_step(smp, rc.p + (size_t)i * n, replay);
+  dit_sampler_destroy(smp);
+  if (s) return dit_status_report(s, "step_cache_check");
+  const dit_parity_t pr = dit_parity_f32(replay, cached, n), px = dit_parity_f32(cached, exact, n);
+  if (!(pr.nonfinite == 0 && pr.max_rel <= 1e-4)) {
+    fprintf(stderr, "step_cache_check: FAIL: the replayed latents differ from the cached run's: max_rel_err %.3e\n", pr.max_rel);
+    return 1;
+  }
+  char mode[64];
+  printf("step_cache_check: %s (W %d, C %d), %d steps: skipped%s (%d forwards saved) as the rule; extrapolations exact; first %d steps "
+         "equal the exact run's; replay max_rel_err %.3e; against exact max_rel_err %.3e cosine %.9f\n",
+         dit_step_cache_describe(&o.step_cache, mode, sizeof mode), o.step_cache.warmup, o.step_cache.cooldown, steps, got[0] ? got : " none",
+         saved, first_skip, pr.max_rel, px.max_rel, px.cosine);
+  dit_safetensors_close(st);
+  dit_runtime_destroy(rt);
+  return 0;
+}

@@ -1,0 +1,242 @@
+/* The step-cache controller: option parsing and checks, cadence's and delta's decisions for
+ * several steps / warmup / cooldown / N against the rule written out here, the extrapolated
+ * predictions, the reset at an expert switch, and the forecast the expert swap paces by. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "runtime/step_cache.h"
+
+/* The cadence rule as stated: full when i < W, i >= steps - C, (i - W) mod N == 0, or fewer
+ * than two full predictions exist since the start or the latest reset (reset_at: -1 for none). */
+static void cadence_rule(int steps, int w, int c, int n, int reset_at, int *full) {
+  int since = 0;
+  for (int i = 0; i < steps; i++) {
+    if (i == reset_at) since = 0;
+    full[i] = i < w || i >= steps - c || (i - w) % n == 0 || since < 2;
+    since += full[i];
+  }
+}
+
+/* Runs the controller over `steps` with constant predictions; returns the skipped steps as a
+ * string "3 5 7". */
+static const char *run(const dit_step_cache_options_t *o, int steps, int reset_at, int *full) {
+  static char buf[1024];
+  dit_step_cache_t *c = NULL;
+  float p[2] = {1, 2};
+  buf[0] = 0;
+  CHECK_OK(dit_step_cache_create(o, steps, 2, &c));
+  if (!c) return buf;
+  for (int i = 0; i < steps; i++) {
+    if (i == reset_at) dit_step_cache_reset(c);
+    full[i] = dit_step_cache_full(c, i);
+    if (full[i]) dit_step_cache_record(c, i, p);
+    else snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%d", buf[0] ? " " : "", i);
+  }
+  dit_step_cache_destroy(c);
+  return buf;
+}
+
+static void check_skipped(const dit_step_cache_options_t *o, int steps, int reset_at, const char *want) {
+  int full[64];
+  const char *got = run(o, steps, reset_at, full);
+  CHECK(!strcmp(got, want));
+  if (strcmp(got, want)) fprintf(stderr, "  steps %d W %d C %d: skipped '%s', expected '%s'\n", steps, o->warmup, o->cooldown, got, want);
+}
+
+static void test_parse(void) {
+  dit_step_cache_options_t o = {.warmup = 3, .cooldown = 4};
+  CHECK_OK(dit_step_cache_parse("cadence:3", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_CADENCE && o.cadence == 3 && o.warmup == 3 && o.cooldown == 4);
+  CHECK_OK(dit_step_cache_parse("delta:0.05", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_DELTA && o.threshold == 0.05);
+  CHECK_OK(dit_step_cache_parse("delta:0", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_DELTA && o.threshold == 0);
+  CHECK_OK(dit_step_cache_parse("off", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_OFF);
+  CHECK_ERR(dit_step_cache_parse("cadence:1", &o), INVALID_ARGUMENT, "expected an integer >= 2 (1 would skip nothing), found 1");
+  CHECK_ERR(dit_step_cache_parse("cadence:2.5", &o), INVALID_ARGUMENT, "found 2.5");
+  CHECK_ERR(dit_step_cache_parse("cadence:x", &o), INVALID_ARGUMENT, "found 'cadence:x'");
+  CHECK_ERR(dit_step_cache_parse("cadence:", &o), INVALID_ARGUMENT, "found 'cadence:'");
+  CHECK_ERR(dit_step_cache_parse("cadence", &o), INVALID_ARGUMENT, "expected off, cadence:N");
+  CHECK_ERR(dit_step_cache_parse("delta:-0.1", &o), INVALID_ARGUMENT, "expected a finite number >= 0, found -0.1");
+  CHECK_ERR(dit_step_cache_parse("delta:inf", &o), INVALID_ARGUMENT, "found inf");
+  CHECK_ERR(dit_step_cache_parse("teacache:0.1", &o), INVALID_ARGUMENT, "found 'teacache:0.1'");
+  CHECK(o.mode == DIT_STEP_CACHE_OFF); /* a refused spec leaves the options alone */
+
+  dit_step_cache_options_t bad = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 1};
+  dit_step_cache_t *c = NULL;
+  CHECK_ERR(dit_step_cache_create(&bad, 10, 4, &c), INVALID_ARGUMENT, "step_cache.cadence: expected an integer >= 2, found 1");
+  CHECK(!c);
+  bad.cadence = 2, bad.warmup = -1;
+  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.warmup: expected a step count >= 0, found -1");
+  bad.warmup = 0, bad.cooldown = -2;
+  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.cooldown: expected a step count >= 0, found -2");
+  bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_DELTA, .threshold = NAN};
+  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold");
+  bad.mode = 7;
+  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.mode: expected off (0), cadence (1) or delta (2), found 7");
+  char d[32];
+  bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_DELTA, .threshold = 0.05};
+  CHECK(!strcmp(dit_step_cache_describe(&bad, d, sizeof d), "delta:0.05"));
+}
+
+static void test_cadence(void) {
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 2, .warmup = 2, .cooldown = 1};
+  check_skipped(&o, 10, -1, "3 5 7");
+  check_skipped(&o, 20, -1, "3 5 7 9 11 13 15 17");
+  o.warmup = 1;
+  check_skipped(&o, 20, -1, "2 4 6 8 10 12 14 16 18");
+  o.cadence = 3, o.warmup = 2;
+  check_skipped(&o, 10, -1, "3 4 6 7");
+  /* Without warmup the first two steps still run: extrapolation needs two predictions. */
+  o.warmup = 0, o.cooldown = 0;
+  check_skipped(&o, 7, -1, "2 4 5");
+  o.cadence = 2;
+  check_skipped(&o, 8, -1, "3 5 7");
+  o.cooldown = 3;
+  check_skipped(&o, 8, -1, "3");
+  o.warmup = 8;
+  check_skipped(&o, 8, -1, "");
+  check_skipped(&o, 1, -1, "");
+  /* Off: every step runs. */
+  dit_step_cache_options_t off = {0};
+  check_skipped(&off, 12, -1, "");
+
+  /* Every combination against the rule. */
+  int bad = 0;
+  for (int steps = 1; steps <= 40; steps++)
+    for (int w = 0; w <= 4; w++)
+      for (int c = 0; c <= 3; c++)
+        for (int n = 2; n <= 5; n++)
+          for (int reset = -1; reset < steps; reset += 3) {
+            o = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_CADENCE, .cadence = n, .warmup = w, .cooldown = c};
+            int want[64], got[64];
+            cadence_rule(steps, w, c, n, reset, want);
+            run(&o, steps, reset, got);
+            if (memcmp(want, got, sizeof(int) * (size_t)steps) && bad++ < 5)
+              fprintf(stderr, "cadence:%d steps %d W %d C %d reset at %d differs from the rule\n", n, steps, w, c, reset);
+          }
+  CHECK_EQ_INT(bad, 0);
+}
+
+/* The expert switch: the two steps from the switch on run, whatever the cadence says. */
+static void test_reset(void) {
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 2, .warmup = 0, .cooldown = 0};
+  check_skipped(&o, 10, -1, "3 5 7 9");
+  check_skipped(&o, 10, 4, "3 7 9");
+  check_skipped(&o, 10, 6, "3 5 9");
+  o.cadence = 3, o.warmup = 2, o.cooldown = 1;
+  check_skipped(&o, 12, -1, "3 4 6 7 9 10");
+  check_skipped(&o, 12, 3, "6 7 9 10");
+  /* delta: r of the predictions before the switch does not carry over. */
+  dit_step_cache_options_t d = {.mode = DIT_STEP_CACHE_DELTA, .threshold = 1e30, .warmup = 2, .cooldown = 1};
+  check_skipped(&d, 12, -1, "2 4 6 8 10");
+  check_skipped(&d, 12, 5, "2 4 7 9");
+}
+
+/* Extrapolation: P_i = P_{i-1} + (P_b - P_a) / (b - a) over the two latest full steps a < b. */
+static void test_extrapolate(void) {
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 3, .warmup = 2, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  CHECK_OK(dit_step_cache_create(&o, 12, 3, &c));
+  if (!c) return;
+  const float p0[3] = {1, 2, -1}, p1[3] = {2, 4, -1}, p2[3] = {4, 4, 0.5f}, p5[3] = {10, 5, 3.5f};
+  float p[3];
+  CHECK(dit_step_cache_full(c, 0));
+  dit_step_cache_record(c, 0, p0);
+  CHECK(dit_step_cache_full(c, 1));
+  dit_step_cache_record(c, 1, p1);
+  CHECK(dit_step_cache_full(c, 2));
+  dit_step_cache_record(c, 2, p2);
+  memcpy(p, p2, sizeof p);
+  CHECK(!dit_step_cache_full(c, 3));
+  dit_step_cache_extrapolate(c, p); /* + (p2 - p1) / 1 */
+  CHECK(p[0] == 6 && p[1] == 4 && p[2] == 2);
+  CHECK(!dit_step_cache_full(c, 4));
+  dit_step_cache_extrapolate(c, p);
+  CHECK(p[0] == 8 && p[1] == 4 && p[2] == 3.5f);
+  CHECK(dit_step_cache_full(c, 5));
+  dit_step_cache_record(c, 5, p5);
+  memcpy(p, p5, sizeof p);
+  CHECK(!dit_step_cache_full(c, 6));
+  dit_step_cache_extrapolate(c, p); /* + (p5 - p2) / 3, in fp32 */
+  CHECK(p[0] == 10.0f + 6.0f / 3.0f && p[1] == 5.0f + 1.0f / 3.0f && p[2] == 3.5f + 3.0f / 3.0f);
+  dit_step_cache_destroy(c);
+}
+
+/* delta:T on predictions whose relative L1 change is chosen: r(p0, p1) = 0.05, then 0.5, 0.01. */
+static void test_delta(void) {
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_DELTA, .threshold = 0.1, .warmup = 2, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  CHECK_OK(dit_step_cache_create(&o, 10, 4, &c));
+  if (!c) return;
+  float p[4] = {1, -1, 2, -2};
+  const float scale[10] = {1, 1.05f, 0, 1.5f, 1.01f, 0, 1, 1, 1, 1};
+  const int want_full[10] = {1, 1, 0, 1, 1, 0, 1, 0, 1, 1};
+  for (int i = 0; i < 10; i++) {
+    const int full = dit_step_cache_full(c, i);
+    CHECK_EQ_INT(full, want_full[i]);
+    if (!full) continue;
+    for (int j = 0; j < 4; j++) p[j] *= scale[i];
+    dit_step_cache_record(c, i, p);
+  }
+  dit_step_cache_destroy(c);
+  /* r = 0.25 / 4 = 0.0625 exactly: not below 0.0625, below 0.0626. */
+  const float a[4] = {1, 1, 1, 1}, b[4] = {1.25f, 1, 1, 1};
+  for (int k = 0; k < 2; k++) {
+    o.threshold = k ? 0.0626 : 0.0625;
+    CHECK_OK(dit_step_cache_create(&o, 10, 4, &c));
+    if (!c) return;
+    dit_step_cache_full(c, 0), dit_step_cache_record(c, 0, a);
+    dit_step_cache_full(c, 1), dit_step_cache_record(c, 1, b);
+    CHECK_EQ_INT(dit_step_cache_full(c, 2), !k);
+    dit_step_cache_destroy(c);
+  }
+  /* T = 0 skips nothing; T huge skips every other step after warmup, never the cooldown. */
+  o.threshold = 0;
+  check_skipped(&o, 10, -1, "");
+  o.threshold = 1e30;
+  check_skipped(&o, 10, -1, "2 4 6 8");
+  check_skipped(&o, 9, -1, "2 4 6");
+  o.warmup = 0, o.cooldown = 0;
+  check_skipped(&o, 7, -1, "2 4 6");
+}
+
+/* What the swap paces by: exact for cadence, the fewest for delta. */
+static void test_forecast(void) {
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 3, .warmup = 2, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  CHECK_OK(dit_step_cache_create(&o, 12, 1, &c));
+  if (!c) return;
+  const float p = 1;
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 0, 12), 6); /* 0 1 2 5 8 11 */
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 0, 4), 3);
+  for (int i = 0; i < 4; i++)
+    if (dit_step_cache_full(c, i)) dit_step_cache_record(c, i, &p);
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 4, 9), 2); /* 5 8 */
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 4, 5), 0);
+  dit_step_cache_reset(c);
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 4, 9), 3); /* 4 5 (after the reset) 8 */
+  dit_step_cache_destroy(c);
+  dit_step_cache_options_t d = {.mode = DIT_STEP_CACHE_DELTA, .threshold = 0.5, .warmup = 2, .cooldown = 1};
+  CHECK_OK(dit_step_cache_create(&d, 12, 1, &c));
+  if (!c) return;
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 0, 12), 7); /* 0 1 3 5 7 9 11 */
+  dit_step_cache_destroy(c);
+  dit_step_cache_options_t off = {0};
+  CHECK_OK(dit_step_cache_create(&off, 12, 1, &c));
+  if (c) CHECK_EQ_INT(dit_step_cache_forecast_full(c, 3, 12), 9);
+  dit_step_cache_destroy(c);
+}
+
+int main(void) {
+  test_parse();
+  test_cadence();
+  test_reset();
+  test_extrapolate();
+  test_delta();
+  test_forecast();
+  return check_summary("test_step_cache");
+}
