@@ -35,7 +35,8 @@ static const char kUsage[] =
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
     "                  [--shift S] [--sampler unipc|euler] --out LATENTS.safetensors\n"
     "                  [--image-latents I.safetensors] [--image-embeds E.safetensors]\n"
-    "                  [--step-cache off|cadence:N|delta:T] [--cache-warmup W] [--cache-cooldown C]\n"
+    "                  [--step-cache off|cadence:N|delta:T|easycache:T] [--cache-warmup W]\n"
+    "                  [--cache-cooldown C]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
@@ -50,7 +51,11 @@ static const char kUsage[] =
     "                     take the prediction extrapolated from the two latest computed ones;\n"
     "                     cadence:N computes every N-th step, delta:T skips the step after one\n"
     "                     whose prediction moved by a relative L1 below T (never two in a row);\n"
-    "                     the first W (default 2) and last C (default 1) steps always run\n"
+    "                     easycache:T (EasyCache) skips while the output change predicted from\n"
+    "                     the latents' change, accumulated since the last computed step, stays\n"
+    "                     below T, and adds the latest computed step's (prediction - latents)\n"
+    "                     to the latents; the first W (default 2) and last C (default 1) steps\n"
+    "                     always run\n"
     "\n"
     "  compare BUNDLE --inputs IN.safetensors [--reference cpu] [--accumulate]\n"
     "                  [--max-rel X] [-v]\n"
@@ -545,7 +550,7 @@ static dit_status_t step_cache_options(const run_args_t *a, dit_generate_options
   DIT_RETURN_IF_ERROR(dit_step_cache_parse(a->step_cache ? a->step_cache : "off", sc), "--step-cache");
   if (sc->mode == DIT_STEP_CACHE_OFF) {
     if (a->have_cache_warmup || a->have_cache_cooldown)
-      fprintf(stderr, "ditrun: note: %s ignored: the step cache is off (--step-cache cadence:N or delta:T turns it on)\n",
+      fprintf(stderr, "ditrun: note: %s ignored: the step cache is off (--step-cache MODE turns it on)\n",
               a->have_cache_warmup ? "--cache-warmup" : "--cache-cooldown");
     return DIT_OK;
   }

@@ -54,10 +54,12 @@ static int forwards_before_switch(const dit_runtime_t *rt, const dit_generate_op
 
 /* ---- step caching (step_cache.h), shared by both loops ---- */
 
-/* Step i's decision, taken once on the guided prediction: 1 when the transformer runs; else
- * pred, which holds P_{i-1}, becomes the extrapolated P_i, and the step's `forwards` are counted
- * as skipped. */
-static int cache_decide(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int forwards, float *pred) {
+/* Step i's decision, taken once on the guided prediction and the step's latents: 1 when the
+ * transformer runs; else pred, which holds P_{i-1}, becomes the cached P_i, and the step's
+ * `forwards` are counted as skipped. */
+static int cache_decide(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int forwards, const float *latents,
+                        float *pred) {
+  dit_step_cache_observe(sc, latents);
   const int full = dit_step_cache_full(sc, i);
   if (!full) dit_step_cache_extrapolate(sc, pred);
   if (o->skipped_forwards) o->skipped_forwards[i] = full ? 0 : forwards;
@@ -215,7 +217,7 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     const double t = dit_sampler_timestep(smp, i);
-    const int full = cache_decide(sc, o, i, forwards, cond);
+    const int full = cache_decide(sc, o, i, forwards, latents, cond);
     if (full) s = flow_predict(rt, o, &lat, t, cond, uncond);
     if (!s) cache_settle(sc, o, i, full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
@@ -287,7 +289,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    const int full = cache_decide(sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, cond);
+    const int full = cache_decide(sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond);
     if (full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n);
     if (!s) cache_settle(sc, o, i, full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);

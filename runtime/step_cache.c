@@ -1,5 +1,5 @@
 /* The step-cache controller (step_cache.h): the decision per step, the two most recent full
- * predictions, and the extrapolation from them. */
+ * predictions, and the extrapolation from them (easycache: the reuse of the last transformation). */
 #include "runtime/step_cache.h"
 
 #include <errno.h>
@@ -17,9 +17,16 @@ struct dit_step_cache {
   int nfull;      /* full predictions since the start or the last reset, at most 2 counted */
   int prev_full;  /* the step decided last ran in full */
   int r_below;    /* delta: the latest r was below the threshold */
+  /* easycache */
+  float *xb, *xprev; /* the latents of full step b and of the step observed last */
+  int have_prev;     /* xprev holds a step's latents */
+  double dx;         /* sum|x_i - x_{i-1}| of the step observed last */
+  double k;          /* the transformation rate between the two most recent full steps */
+  double pb_l1;      /* sum|P_b| */
+  double acc;        /* E, the predicted change accumulated since the last full step */
 };
 
-#define SPEC_EXPECTED "expected off, cadence:N (N an integer >= 2) or delta:T (T a number >= 0)"
+#define SPEC_EXPECTED "expected off, cadence:N (N an integer >= 2), delta:T or easycache:T (T a number >= 0)"
 
 dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o) {
   if (!spec) return DIT_ERR(INVALID_ARGUMENT, SPEC_EXPECTED ", found nothing");
@@ -29,19 +36,20 @@ dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o)
   }
   const char *colon = strchr(spec, ':');
   const size_t kw = colon ? (size_t)(colon - spec) : 0;
-  const int cadence = kw == 7 && !strncmp(spec, "cadence", 7), delta = kw == 5 && !strncmp(spec, "delta", 5);
+  const int cadence = kw == 7 && !strncmp(spec, "cadence", 7), delta = kw == 5 && !strncmp(spec, "delta", 5),
+            easy = kw == 9 && !strncmp(spec, "easycache", 9);
   char *end = NULL;
   errno = 0;
-  const double v = cadence || delta ? strtod(colon + 1, &end) : NAN;
-  if (!(cadence || delta) || errno || end == colon + 1 || *end)
+  const double v = cadence || delta || easy ? strtod(colon + 1, &end) : NAN;
+  if (!(cadence || delta || easy) || errno || end == colon + 1 || *end)
     return DIT_ERR(INVALID_ARGUMENT, SPEC_EXPECTED ", found '%s'", spec);
   if (cadence && !(v >= 2 && v <= 1e6 && v == (double)(int)v))
     return DIT_ERR(INVALID_ARGUMENT, "%s: N is a step count: expected an integer >= 2 (1 would skip nothing), found %s",
                    spec, colon + 1);
-  if (delta && !(v >= 0 && isfinite(v)))
-    return DIT_ERR(INVALID_ARGUMENT, "%s: T is a relative L1 distance: expected a finite number >= 0, found %s", spec,
-                   colon + 1);
-  o->mode = cadence ? DIT_STEP_CACHE_CADENCE : DIT_STEP_CACHE_DELTA;
+  if (!cadence && !(v >= 0 && isfinite(v)))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: T is a relative L1 %s: expected a finite number >= 0, found %s", spec,
+                   delta ? "distance" : "change accumulated between full steps", colon + 1);
+  o->mode = cadence ? DIT_STEP_CACHE_CADENCE : delta ? DIT_STEP_CACHE_DELTA : DIT_STEP_CACHE_EASYCACHE;
   if (cadence) o->cadence = (int)v;
   else o->threshold = v;
   return DIT_OK;
@@ -49,11 +57,12 @@ dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o)
 
 dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o) {
   if (o->mode == DIT_STEP_CACHE_OFF) return DIT_OK;
-  if (o->mode != DIT_STEP_CACHE_CADENCE && o->mode != DIT_STEP_CACHE_DELTA)
-    return DIT_ERR(INVALID_ARGUMENT, "step_cache.mode: expected off (0), cadence (1) or delta (2), found %d", (int)o->mode);
+  if (o->mode != DIT_STEP_CACHE_CADENCE && o->mode != DIT_STEP_CACHE_DELTA && o->mode != DIT_STEP_CACHE_EASYCACHE)
+    return DIT_ERR(INVALID_ARGUMENT, "step_cache.mode: expected off (0), cadence (1), delta (2) or easycache (3), found %d",
+                   (int)o->mode);
   if (o->mode == DIT_STEP_CACHE_CADENCE && o->cadence < 2)
     return DIT_ERR(INVALID_ARGUMENT, "step_cache.cadence: expected an integer >= 2, found %d", o->cadence);
-  if (o->mode == DIT_STEP_CACHE_DELTA && !(o->threshold >= 0 && isfinite(o->threshold)))
+  if (o->mode != DIT_STEP_CACHE_CADENCE && !(o->threshold >= 0 && isfinite(o->threshold)))
     return DIT_ERR(INVALID_ARGUMENT, "step_cache.threshold: expected a finite number >= 0, found %g", o->threshold);
   if (o->warmup < 0)
     return DIT_ERR(INVALID_ARGUMENT, "step_cache.warmup: expected a step count >= 0, found %d", o->warmup);
@@ -65,6 +74,7 @@ dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o) {
 const char *dit_step_cache_describe(const dit_step_cache_options_t *o, char *buf, size_t size) {
   if (o->mode == DIT_STEP_CACHE_CADENCE) snprintf(buf, size, "cadence:%d", o->cadence);
   else if (o->mode == DIT_STEP_CACHE_DELTA) snprintf(buf, size, "delta:%g", o->threshold);
+  else if (o->mode == DIT_STEP_CACHE_EASYCACHE) snprintf(buf, size, "easycache:%g", o->threshold);
   else snprintf(buf, size, "off");
   return buf;
 }
@@ -79,11 +89,14 @@ dit_status_t dit_step_cache_create(const dit_step_cache_options_t *o, int steps,
   c->n = n;
   c->prev_full = 1;
   if (o->mode != DIT_STEP_CACHE_OFF) {
+    const int easy = o->mode == DIT_STEP_CACHE_EASYCACHE;
     c->pa = malloc(n * sizeof *c->pa + 1);
     c->pb = malloc(n * sizeof *c->pb + 1);
-    if (!c->pa || !c->pb) {
+    c->xb = easy ? malloc(n * sizeof *c->xb + 1) : NULL;
+    c->xprev = easy ? malloc(n * sizeof *c->xprev + 1) : NULL;
+    if (!c->pa || !c->pb || (easy && (!c->xb || !c->xprev))) {
       dit_step_cache_destroy(c);
-      return DIT_ERR(RESOURCE_EXHAUSTED, "step cache: out of memory for two predictions of %zu elements", n);
+      return DIT_ERR(RESOURCE_EXHAUSTED, "step cache: out of memory for %d arrays of %zu elements", easy ? 4 : 2, n);
     }
   }
   *out = c;
@@ -94,28 +107,57 @@ void dit_step_cache_destroy(dit_step_cache_t *c) {
   if (!c) return;
   free(c->pa);
   free(c->pb);
+  free(c->xb);
+  free(c->xprev);
   free(c);
 }
 
-/* The rule, on the state the decision depends on (the forecast replays it). */
-static int decide(const dit_step_cache_t *c, int i, int nfull, int prev_full, int r_below) {
+/* The rule, on the state the decision depends on (the forecast replays it); may_skip: delta's r
+ * or easycache's E is below the threshold. */
+static int decide(const dit_step_cache_t *c, int i, int nfull, int prev_full, int may_skip) {
   const dit_step_cache_options_t *o = &c->o;
   if (o->mode == DIT_STEP_CACHE_OFF || i < o->warmup || i >= c->steps - o->cooldown || nfull < 2) return 1;
   if (o->mode == DIT_STEP_CACHE_CADENCE) return (i - o->warmup) % o->cadence == 0;
-  return !prev_full || !r_below;
+  if (o->mode == DIT_STEP_CACHE_DELTA) return !prev_full || !may_skip;
+  return !may_skip;
+}
+
+/* sum|b - a| in double. */
+static double l1_distance(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t j = 0; j < n; j++) d += fabs((double)b[j] - (double)a[j]);
+  return d;
+}
+
+/* sum|a| in double. */
+static double l1_norm(const float *a, size_t n) {
+  double d = 0;
+  for (size_t j = 0; j < n; j++) d += fabs((double)a[j]);
+  return d;
+}
+
+void dit_step_cache_observe(dit_step_cache_t *c, const float *x) {
+  if (c->o.mode != DIT_STEP_CACHE_EASYCACHE) return;
+  c->dx = c->have_prev ? l1_distance(c->xprev, x, c->n) : 0;
+  memcpy(c->xprev, x, c->n * sizeof *x);
+  c->have_prev = 1;
 }
 
 int dit_step_cache_full(dit_step_cache_t *c, int i) {
-  return c->prev_full = decide(c, i, c->nfull, c->prev_full, c->r_below);
+  int may_skip = c->r_below;
+  /* easycache accumulates only on the steps the common rule lets it skip, as the paper's loop. */
+  if (c->o.mode == DIT_STEP_CACHE_EASYCACHE && !decide(c, i, c->nfull, 1, 1)) {
+    c->acc += c->k * c->dx / c->pb_l1;
+    may_skip = c->acc < c->o.threshold; /* false for NaN: the step runs */
+  }
+  c->prev_full = decide(c, i, c->nfull, c->prev_full, may_skip);
+  if (c->prev_full) c->acc = 0;
+  return c->prev_full;
 }
 
 /* sum|b - a| / sum|a| in double; identical zero predictions are no change (0). */
 static double relative_l1(const float *a, const float *b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t j = 0; j < n; j++) {
-    num += fabs((double)b[j] - (double)a[j]);
-    den += fabs((double)a[j]);
-  }
+  const double num = l1_distance(a, b, n), den = l1_norm(a, n);
   return den > 0 ? num / den : num > 0 ? INFINITY : 0;
 }
 
@@ -127,9 +169,20 @@ void dit_step_cache_record(dit_step_cache_t *c, int i, const float *p) {
   memcpy(c->pb, p, c->n * sizeof *p);
   if (c->nfull < 2) c->nfull++;
   if (c->o.mode == DIT_STEP_CACHE_DELTA && c->nfull == 2) c->r_below = relative_l1(c->pa, c->pb, c->n) < c->o.threshold;
+  if (c->o.mode == DIT_STEP_CACHE_EASYCACHE) {
+    /* xprev holds x_i (observed before this step was decided); xb still x_a. 0 / 0 is NaN: the
+     * estimates from it are no numbers, so the steps run until a rate is measured again. */
+    if (c->nfull == 2) c->k = l1_distance(c->pa, c->pb, c->n) / l1_distance(c->xb, c->xprev, c->n);
+    c->pb_l1 = l1_norm(c->pb, c->n);
+    memcpy(c->xb, c->xprev, c->n * sizeof *c->xb);
+  }
 }
 
 void dit_step_cache_extrapolate(const dit_step_cache_t *c, float *p) {
+  if (c->o.mode == DIT_STEP_CACHE_EASYCACHE) {
+    for (size_t j = 0; j < c->n; j++) p[j] = c->xprev[j] + (c->pb[j] - c->xb[j]);
+    return;
+  }
   const float span = (float)(c->b - c->a);
   for (size_t j = 0; j < c->n; j++) p[j] = p[j] + (c->pb[j] - c->pa[j]) / span;
 }
@@ -137,12 +190,13 @@ void dit_step_cache_extrapolate(const dit_step_cache_t *c, float *p) {
 void dit_step_cache_reset(dit_step_cache_t *c) {
   c->nfull = 0;
   c->r_below = 0;
+  c->acc = 0;
 }
 
 int dit_step_cache_forecast_full(const dit_step_cache_t *c, int from, int to) {
   int nfull = c->nfull, prev_full = c->prev_full, full = 0;
   for (int i = from; i < to; i++) {
-    prev_full = decide(c, i, nfull, prev_full, i == from ? c->r_below : 1);
+    prev_full = decide(c, i, nfull, prev_full, i == from && c->o.mode == DIT_STEP_CACHE_DELTA ? c->r_below : 1);
     full += prev_full;
     nfull += prev_full && nfull < 2;
   }

@@ -7,7 +7,22 @@
  *  - cadence:N  step i runs in full when (i - warmup) mod N == 0;
  *  - delta:T    after each full step, r = sum|P_b - P_a| / sum|P_a| (double accumulation); the
  *               next step is skipped when r < T, and a skipped step is always followed by a full
- *               one. T = 0 skips nothing. */
+ *               one. T = 0 skips nothing.
+ *  - easycache:T EasyCache (Zhou et al., "Less is Enough: Training-Free Video Diffusion
+ *               Acceleration via Runtime-Adaptive Caching", arXiv 2507.02860), as its reference
+ *               implementation computes it. x_i are the latents the sampler holds at step i (what
+ *               the transformer's latent input is made from; dit_step_cache_observe), sums in double:
+ *                 after full step b following full step a:  k = sum|P_b - P_a| / sum|x_b - x_a|
+ *                 (the transformation rate: how far the output moves per unit of input movement);
+ *                 at a step the rule above lets it skip:     E += k * sum|x_i - x_{i-1}| / sum|P_b|
+ *                 (the output change this step's input change predicts, relative to the output);
+ *               the step is skipped while E < T; when E reaches T (or is not a number) the step runs
+ *               and E = 0; every full step sets E = 0. A skipped step reuses the last full step's
+ *               transformation: P_i = x_i + (P_b - x_b), not the extrapolation above (x_{i-1} is the
+ *               previous step's input, full or skipped). On the guided prediction this is the paper's
+ *               per-branch reuse exactly (both branches move by x_i - x_b, which the guidance keeps);
+ *               the paper measures k and the norm on the conditional branch alone. T = 0 skips
+ *               nothing. */
 #ifndef DIT_RUNTIME_STEP_CACHE_H
 #define DIT_RUNTIME_STEP_CACHE_H
 
@@ -19,6 +34,7 @@ typedef enum dit_step_cache_mode {
   DIT_STEP_CACHE_OFF = 0,
   DIT_STEP_CACHE_CADENCE = 1,
   DIT_STEP_CACHE_DELTA = 2,
+  DIT_STEP_CACHE_EASYCACHE = 3,
 } dit_step_cache_mode_t;
 
 /* The command line's defaults for warmup and cooldown. */
@@ -27,40 +43,45 @@ enum { DIT_STEP_CACHE_DEFAULT_WARMUP = 2, DIT_STEP_CACHE_DEFAULT_COOLDOWN = 1 };
 typedef struct dit_step_cache_options {
   dit_step_cache_mode_t mode; /* zero: off */
   int cadence;                /* cadence:N's N, >= 2 */
-  double threshold;           /* delta:T's T, finite, >= 0 */
+  double threshold;           /* delta:T's and easycache:T's T, finite, >= 0 */
   int warmup;                 /* leading steps always in full, >= 0 */
   int cooldown;               /* trailing steps always in full, >= 0 */
 } dit_step_cache_options_t;
 
-/* Parses "off", "cadence:N" or "delta:T" into o->mode and its parameter (warmup and cooldown
+/* Parses "off", "cadence:N", "delta:T" or "easycache:T" into o->mode and its parameter (warmup and cooldown
  * are left as they are); the error names what was expected and what was found. */
 dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o);
 /* Refuses out-of-range options, naming the field, the expected range and the value. */
 dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o);
-/* "off", "cadence:4", "delta:0.05" (into buf). */
+/* "off", "cadence:4", "delta:0.05", "easycache:0.06" (into buf). */
 const char *dit_step_cache_describe(const dit_step_cache_options_t *o, char *buf, size_t size);
 
 typedef struct dit_step_cache dit_step_cache_t;
 
-/* A controller for a loop of `steps` steps whose predictions have n elements (fp32). Off needs
- * no memory; the other modes keep two predictions. Caller owns *out. */
+/* A controller for a loop of `steps` steps whose predictions (and latents) have n elements
+ * (fp32). Off needs no memory; the other modes keep two predictions, easycache also two latents.
+ * Caller owns *out. */
 dit_status_t dit_step_cache_create(const dit_step_cache_options_t *o, int steps, size_t n, dit_step_cache_t **out);
 void dit_step_cache_destroy(dit_step_cache_t *c);
 
+/* Step i's latents x_i (copied where the mode needs them: easycache), before dit_step_cache_full
+ * decides step i; every step's, full or skipped. Other modes ignore them. */
+void dit_step_cache_observe(dit_step_cache_t *c, const float *x);
 /* Called once per step, in order: 1 when step i runs the transformer, 0 when it is skipped (then
  * dit_step_cache_extrapolate gives its prediction). */
 int dit_step_cache_full(dit_step_cache_t *c, int i);
 /* After full step i: its prediction (copied). */
 void dit_step_cache_record(dit_step_cache_t *c, int i, const float *p);
 /* A skipped step's prediction: p holds P_{i-1} (the prediction the previous step used) on entry
- * and P_i on return. */
+ * and P_i on return (easycache: x_i + P_b - x_b, whatever p held). */
 void dit_step_cache_extrapolate(const dit_step_cache_t *c, float *p);
 /* Forgets the predictions (a change of expert: the other model's predictions are no base for
  * extrapolating this one's); the next two steps run in full. */
 void dit_step_cache_reset(dit_step_cache_t *c);
 /* How many of steps [from, to) will run in full, from the controller's state before step
- * `from` is decided, with no reset in between: exact for off and cadence; for delta the fewest
- * possible (every step it may skip skipped). What the expert swap paces its loads by. */
+ * `from` is decided, with no reset in between: exact for off and cadence; for delta and
+ * easycache the fewest possible (every step they may skip skipped). What the expert swap paces
+ * its loads by. */
 int dit_step_cache_forecast_full(const dit_step_cache_t *c, int from, int to);
 
 #endif

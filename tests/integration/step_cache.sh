@@ -2,12 +2,13 @@
 # generate --step-cache on the tiny Wan pipelines (Wan2.1 T2V, Wan2.2-A14B's two experts) and the
 # tiny FLUX.1-dev pipeline (with true CFG):
 #  - through the library (tests/tools/step_cache_check.c): the steps skipped are the rule's
-#    (cadence, delta, the reset at the expert switch), each skipped prediction the extrapolation of
-#    the recorded ones, the steps before the first skip the exact run's, and the sampler fed the
+#    (cadence, delta, easycache recomputed from the recorded predictions and replayed latents, the
+#    reset at the expert switch), each skipped prediction the extrapolation of the recorded ones
+#    (easycache: the latents plus the last full step's prediction - latents), the steps before the first skip the exact run's, and the sampler fed the
 #    recorded predictions from the same noise gives the cached run's latents (<= 1e-4);
 #  - through ditrun: the printed skipped steps and forwards saved follow the rule; cfg lanes
 #    (--cfg-parallel) take the decisions of one rank and give its latents, in one process or one
-#    per lane; delta:0 equals the exact run bit for bit, a huge T skips every other step after the
+#    per lane (easycache too); delta:0 and easycache:0 equal the exact run bit for bit, a huge T skips every other step after the
 #    warmup; bad values are refused naming the flag, and the other commands refuse the options.
 set -euo pipefail
 BIN=$1/bin
@@ -41,6 +42,15 @@ check "$fx" "$flux/generate_inputs.safetensors" cadence:3 10 guidance=3.5
 check "$fx" "$flux/generate_inputs.safetensors" delta:0.5 10 guidance=3.5 true_cfg=2 | tee "$T/fd"
 grep -q "skipped 2 5 7 " "$T/fd" || { echo "delta:0.5 on FLUX: expected a full step after a skip's full step (2 5 7)"; exit 1; }
 check "$fx_l" "$flux/generate_inputs.safetensors" cadence:2 10 guidance=3.5 true_cfg=2
+# easycache: the thresholds are where these tiny random models' estimates let some steps skip.
+check "$wan" "$w21/generate_inputs.safetensors" easycache:1 10 guidance=5 shift=3 | tee "$T/e"
+grep -q "skipped 4 5 7 8 (8 forwards saved)" "$T/e" || { echo "easycache:1 on Wan: expected 4 5 7 8 skipped"; exit 1; }
+check "$wan" "$w21/generate_inputs.safetensors" easycache:2 10 guidance=5 shift=3 sampler=euler
+check "$wan_l" "$w21/generate_inputs.safetensors" easycache:1 10 guidance=5 shift=3
+check "$a" "$a14/generate_inputs.safetensors" easycache:1 12 guidance=4 guidance_2=3 shift=3 | tee "$T/e"
+grep -q "skipped 2 3 6 7 9 10 " "$T/e" || { echo "A14B easycache:1: expected 2 3 6 7 9 10 skipped (4 and 5 run after the switch)"; exit 1; }
+check "$fx" "$flux/generate_inputs.safetensors" easycache:0.5 10 guidance=3.5 true_cfg=2
+check "$fx" "$flux/generate_inputs.safetensors" easycache:1 10 guidance=3.5 sampler=euler
 
 # ---- ditrun generate ----
 # The summary line's steps and forwards against the rule; the step lines agree with it.
@@ -81,6 +91,18 @@ timeout 60 "$BIN/ditrun" launch -n 2 -- generate "$wan_l" "${wg[@]}" --steps 10 
 [ "$(grep -c "^\[rank [01]\] ditrun: step cache delta:0.5: skipped 1 of 10 steps (4), 1 forward saved$" "$T/log")" = 2 ] ||
   { cat "$T/log"; echo "the processes' decisions differ"; exit 1; }
 cmp "$T/d1.safetensors" "$T/dn.safetensors" || { echo "launch -n 2 with delta:0.5: latents differ from one process"; exit 1; }
+# easycache: one rank, cfg lanes in one process and one process per lane take the same decisions
+# (from the same guided predictions and latents) and give the same latents.
+"$BIN/ditrun" generate "$wan" "${wg[@]}" --steps 10 --step-cache easycache:1 --out "$T/e1.safetensors" 2>"$T/log" >/dev/null
+grep -q "^ditrun: step cache easycache:1: skipped 4 of 10 steps (4 5 7 8), 8 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+"$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 10 --step-cache easycache:1 --out "$T/el.safetensors" 2>"$T/log" >/dev/null
+grep -q "^ditrun: step cache easycache:1: skipped 4 of 10 steps (4 5 7 8), 4 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+"$BIN/st_compare" "$T/el.safetensors" "$T/e1.safetensors" latents 1e-5
+timeout 60 "$BIN/ditrun" launch -n 2 -- generate "$wan_l" "${wg[@]}" --steps 10 --step-cache easycache:1 --out "$T/en.safetensors" \
+  2>"$T/log" >/dev/null || { cat "$T/log"; exit 1; }
+[ "$(grep -c "^\[rank [01]\] ditrun: step cache easycache:1: skipped 4 of 10 steps (4 5 7 8), 4 forwards saved$" "$T/log")" = 2 ] ||
+  { cat "$T/log"; echo "the processes' easycache decisions differ"; exit 1; }
+cmp "$T/el.safetensors" "$T/en.safetensors" || { echo "launch -n 2 with easycache:1: latents differ from one process"; exit 1; }
 ag=(--prompt-embeds "$a14/generate_inputs.safetensors" --negative-embeds "$a14/generate_inputs.safetensors" --init-latents
     "$a14/generate_inputs.safetensors" --guidance 4 --guidance-2 3 --shift 3 --steps 12 --step-cache cadence:2)
 "$BIN/ditrun" generate "$a" "${ag[@]}" --out "$T/a1.safetensors" 2>"$T/log" >/dev/null
@@ -115,6 +137,9 @@ for b in "$wan" "$fx"; do
   "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache delta:0 --out "$T/d0.safetensors" 2>"$T/log" >/dev/null
   cmp "$T/d0.safetensors" "$T/x.safetensors" || { echo "delta:0 differs from the exact run"; exit 1; }
   grep -q "^ditrun: step cache delta:0: skipped 0 of 10 steps, 0 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+  "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache easycache:0 --out "$T/e0.safetensors" 2>"$T/log" >/dev/null
+  cmp "$T/e0.safetensors" "$T/x.safetensors" || { echo "easycache:0 differs from the exact run"; exit 1; }
+  grep -q "^ditrun: step cache easycache:0: skipped 0 of 10 steps, 0 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
   "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache delta:1e30 --cache-warmup 3 --out "$T/dh.safetensors" 2>"$T/log" >/dev/null
   grep -q "^ditrun: step cache delta:1e+30: skipped 3 of 10 steps (3 5 7), 6 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
 done
@@ -128,7 +153,9 @@ expect_fail() { # message, command...
 g=("$BIN/ditrun" generate "$wan" "${wg[@]}" --steps 6 --out "$T/bad.safetensors")
 expect_fail "--step-cache: cadence:1: N is a step count: expected an integer >= 2 (1 would skip nothing), found 1" "${g[@]}" --step-cache cadence:1
 expect_fail "--step-cache: delta:-1: T is a relative L1 distance: expected a finite number >= 0, found -1" "${g[@]}" --step-cache delta:-1
-expect_fail "expected off, cadence:N (N an integer >= 2) or delta:T (T a number >= 0), found 'every:2'" "${g[@]}" --step-cache every:2
+expect_fail "--step-cache: easycache:nan: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found nan" \
+  "${g[@]}" --step-cache easycache:nan
+expect_fail "expected off, cadence:N (N an integer >= 2), delta:T or easycache:T (T a number >= 0), found 'every:2'" "${g[@]}" --step-cache every:2
 expect_fail "--step-cache needs a value" "${g[@]}" --step-cache
 expect_fail "--cache-warmup -1: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-warmup -1
 expect_fail "--cache-cooldown 1.5: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-cooldown 1.5

@@ -2,14 +2,17 @@
  * here from what the run reported:
  *  - runs generate exactly and with the step cache, recording every step's prediction P_i
  *    (on_prediction) and which steps ran (and which expert);
+ *  - the latents x_i each step started from, by a fresh sampler fed the recorded predictions
+ *    from the same noise;
  *  - the steps that ran are the rule's (cadence from the indices; delta from r of the recorded
- *    full predictions, in double; the cache reset where the expert changes); each skipped step
- *    counts the forwards it would have run;
- *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones;
+ *    full predictions, easycache from the rate and the accumulated estimate of the recorded
+ *    predictions and the replayed latents, in double; the cache reset where the expert changes);
+ *    each skipped step counts the forwards it would have run;
+ *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones (easycache:
+ *    x_i + (P_b - x_b));
  *  - the steps before the first skip are the exact run's, bit for bit;
- *  - a fresh sampler fed the recorded predictions from the same noise reproduces the cached
- *    run's final latents (max relative error <= 1e-4): the sampler took P_i as if the model had
- *    produced it.
+ *  - that replay reproduces the cached run's final latents (max relative error <= 1e-4): the
+ *    sampler took P_i as if the model had produced it.
  * usage: step_cache_check BUNDLE INPUTS.safetensors MODE STEPS [key=value...]
  *   keys: guidance, guidance_2, shift, sampler (unipc|euler), true_cfg, warmup (2), cooldown (1)
  *   INPUTS: prompt_embeds and negative_prompt_embeds (Wan), or the generate section's arguments
@@ -57,27 +60,41 @@ static int take(const dit_safetensors_t *st, const char *name, dit_tensor_t *t) 
   return t->data != NULL;
 }
 
-/* The rule, from the recorded run: 1 per step that should have run the transformer. */
-static void expected_full(const dit_step_cache_options_t *c, const record_t *r, const int *expert, int *full) {
+/* sum|b - a| (sum|a| when b is NULL), in double. */
+static double l1(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t j = 0; j < n; j++) d += fabs((b ? (double)b[j] : 0) - (double)a[j]);
+  return d;
+}
+
+/* The rule, from the recorded run and the latents x (steps x n): 1 per step that should have run
+ * the transformer. */
+static void expected_full(const dit_step_cache_options_t *c, const record_t *r, const float *x, const int *expert, int *full) {
+  const size_t n = r->n;
   int since = 0, a = -1, b = -1;
-  double rel = INFINITY;
+  double rel = INFINITY, rate = NAN, norm_b = 0, e = 0;
   for (int i = 0; i < r->steps; i++) {
-    if (i > 0 && expert && expert[i] != expert[i - 1]) since = 0, rel = INFINITY;
-    int f = i < c->warmup || i >= r->steps - c->cooldown || since < 2;
+    if (i > 0 && expert && expert[i] != expert[i - 1]) since = 0, rel = INFINITY, e = 0;
+    const int must = i < c->warmup || i >= r->steps - c->cooldown || since < 2;
+    int f = must;
     if (c->mode == DIT_STEP_CACHE_CADENCE) f = f || (i - c->warmup) % c->cadence == 0;
-    else f = f || !full[i - 1] || !(rel < c->threshold); /* i >= 1 here: since >= 2 */
+    else if (c->mode == DIT_STEP_CACHE_DELTA) f = f || !full[i - 1] || !(rel < c->threshold); /* i >= 1 here: since >= 2 */
+    else if (!must) { /* easycache: i >= 1 here */
+      e += rate * l1(x + (size_t)(i - 1) * n, x + (size_t)i * n, n) / norm_b;
+      f = !(e < c->threshold);
+    }
     full[i] = f;
     if (!f) continue;
+    e = 0;
     since++;
     a = b, b = i;
+    const float *pa = r->p + (size_t)a * n, *pb = r->p + (size_t)b * n;
     if (since >= 2) {
-      double num = 0, den = 0;
-      for (size_t j = 0; j < r->n; j++) {
-        num += fabs((double)r->p[(size_t)b * r->n + j] - (double)r->p[(size_t)a * r->n + j]);
-        den += fabs((double)r->p[(size_t)a * r->n + j]);
-      }
+      const double den = l1(pa, NULL, n), num = l1(pa, pb, n);
       rel = den > 0 ? num / den : num > 0 ? INFINITY : 0;
+      rate = num / l1(x + (size_t)a * n, x + (size_t)b * n, n);
     }
+    norm_b = l1(pb, NULL, n);
   }
 }
 
@@ -107,7 +124,7 @@ int main(int argc, char **argv) {
       if (dit_sampler_kind_parse(eq + 1, &o.sampler)) return fail("sampler: expected unipc or euler, found '%s'", eq + 1);
     } else return fail("unknown key in '%s'", argv[i]);
   }
-  if (o.steps < 1 || o.step_cache.mode == DIT_STEP_CACHE_OFF) return fail("%s", "expected STEPS >= 1 and a cadence or delta MODE");
+  if (o.steps < 1 || o.step_cache.mode == DIT_STEP_CACHE_OFF) return fail("%s", "expected STEPS >= 1 and a MODE other than off");
 
   dit_runtime_options_t ro = {.backend = "cpu", .threads = 2};
   dit_runtime_t *rt = NULL;
@@ -145,12 +162,12 @@ int main(int argc, char **argv) {
   const size_t n = (size_t)dit_tensor_numel(&lat);
   const int steps = o.steps;
   float *noise = malloc(n * sizeof *noise), *exact = malloc(n * sizeof *exact), *cached = malloc(n * sizeof *cached),
-        *replay = malloc(n * sizeof *replay);
+        *replay = malloc(n * sizeof *replay), *xs = malloc((size_t)steps * n * sizeof *xs);
   record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int))};
   record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int))};
   int *skipped = calloc((size_t)steps, sizeof *skipped), *expert = calloc((size_t)steps, sizeof *expert),
       *full = calloc((size_t)steps, sizeof *full);
-  if (!noise || !exact || !cached || !replay || !rx.p || !rx.computed || !rc.p || !rc.computed || !skipped || !expert || !full)
+  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !skipped || !expert || !full)
     return fail("%s", "out of memory");
   if (dit_convert(noise, DIT_F32, init.data, init.dtype, n)) return fail("%s", "the noise is not a float tensor");
 
@@ -169,8 +186,20 @@ int main(int argc, char **argv) {
   s = dit_runtime_generate(rt, &o, &prompt, negative.data ? &negative : NULL, cached);
   if (s) return dit_status_report(dit_status_annotate(s, "cached run"), "step_cache_check");
 
+  /* The sampler fed the recorded predictions from the same noise: each step's latents. */
+  dit_sampler_t *smp = NULL;
+  s = dit_generate_sampler(rt, &o, n, &smp);
+  if (s) return dit_status_report(s, "step_cache_check");
+  memcpy(replay, noise, n * sizeof *replay);
+  for (int i = 0; !s && i < steps; i++) {
+    memcpy(xs + (size_t)i * n, replay, n * sizeof *replay);
+    s = dit_sampler_step(smp, rc.p + (size_t)i * n, replay);
+  }
+  dit_sampler_destroy(smp);
+  if (s) return dit_status_report(s, "step_cache_check");
+
   /* Decisions and the forwards each skipped step saved. */
-  expected_full(&o.step_cache, &rc, two ? expert : NULL, full);
+  expected_full(&o.step_cache, &rc, xs, two ? expert : NULL, full);
   char got[4096] = "", want[4096] = "";
   int bad = 0, saved = 0, first_skip = steps;
   for (int i = 0; i < steps; i++) {
@@ -198,14 +227,19 @@ int main(int argc, char **argv) {
     }
     if (a < 0) return fail("%s", "a skipped step without two full predictions before it");
     const float *prev = rc.p + (size_t)(i - 1) * n, *pa = rc.p + (size_t)a * n, *pb = rc.p + (size_t)b * n;
+    const float *xi = xs + (size_t)i * n, *xb = xs + (size_t)b * n;
+    const int easy = o.step_cache.mode == DIT_STEP_CACHE_EASYCACHE;
     double worst = 0, scale = 0;
     for (size_t j = 0; j < n; j++) {
-      const float e = prev[j] + (pb[j] - pa[j]) / (float)(b - a);
+      const float e = easy ? xi[j] + (pb[j] - xb[j]) : prev[j] + (pb[j] - pa[j]) / (float)(b - a);
       worst = fmax(worst, fabs((double)e - (double)p[j]));
       scale = fmax(scale, fabs((double)e));
     }
     if (!(worst <= 1e-6 * scale)) {
-      fprintf(stderr, "step_cache_check: FAIL: step %d's prediction is %g away from P_%d + (P_%d - P_%d) / %d\n", i, worst, i - 1, b, a, b - a);
+      if (easy) fprintf(stderr, "step_cache_check: FAIL: step %d's prediction is %g away from x_%d + (P_%d - x_%d)\n", i, worst, i, b, b);
+      else
+        fprintf(stderr, "step_cache_check: FAIL: step %d's prediction is %g away from P_%d + (P_%d - P_%d) / %d\n", i, worst, i - 1, b, a,
+                b - a);
       return 1;
     }
   }
@@ -214,21 +248,14 @@ int main(int argc, char **argv) {
     return fail("%s", "a step before the first skip differs from the exact run");
   if (first_skip == steps && memcmp(cached, exact, n * sizeof *cached)) return fail("%s", "nothing skipped, yet the latents differ from exact");
 
-  /* The sampler fed the recorded predictions from the same noise. */
-  dit_sampler_t *smp = NULL;
-  s = dit_generate_sampler(rt, &o, n, &smp);
-  if (s) return dit_status_report(s, "step_cache_check");
-  memcpy(replay, noise, n * sizeof *replay);
-  for (int i = 0; !s && i < steps; i++) s = dit_sampler_step(smp, rc.p + (size_t)i * n, replay);
-  dit_sampler_destroy(smp);
-  if (s) return dit_status_report(s, "step_cache_check");
+  /* The replay's final latents. */
   const dit_parity_t pr = dit_parity_f32(replay, cached, n), px = dit_parity_f32(cached, exact, n);
   if (!(pr.nonfinite == 0 && pr.max_rel <= 1e-4)) {
     fprintf(stderr, "step_cache_check: FAIL: the replayed latents differ from the cached run's: max_rel_err %.3e\n", pr.max_rel);
     return 1;
   }
   char mode[64];
-  printf("step_cache_check: %s (W %d, C %d), %d steps: skipped%s (%d forwards saved) as the rule; extrapolations exact; first %d steps "
+  printf("step_cache_check: %s (W %d, C %d), %d steps: skipped%s (%d forwards saved) as the rule; cached predictions exact; first %d steps "
          "equal the exact run's; replay max_rel_err %.3e; against exact max_rel_err %.3e cosine %.9f\n",
          dit_step_cache_describe(&o.step_cache, mode, sizeof mode), o.step_cache.warmup, o.step_cache.cooldown, steps, got[0] ? got : " none",
          saved, first_skip, pr.max_rel, px.max_rel, px.cosine);

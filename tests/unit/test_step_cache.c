@@ -19,17 +19,18 @@ static void cadence_rule(int steps, int w, int c, int n, int reset_at, int *full
   }
 }
 
-/* Runs the controller over `steps` with constant predictions; returns the skipped steps as a
- * string "3 5 7". */
+/* Runs the controller over `steps` with constant predictions and latents; returns the skipped
+ * steps as a string "3 5 7". */
 static const char *run(const dit_step_cache_options_t *o, int steps, int reset_at, int *full) {
   static char buf[1024];
   dit_step_cache_t *c = NULL;
-  float p[2] = {1, 2};
+  float p[2] = {1, 2}, x[2] = {3, -4};
   buf[0] = 0;
   CHECK_OK(dit_step_cache_create(o, steps, 2, &c));
   if (!c) return buf;
   for (int i = 0; i < steps; i++) {
     if (i == reset_at) dit_step_cache_reset(c);
+    dit_step_cache_observe(c, x);
     full[i] = dit_step_cache_full(c, i);
     if (full[i]) dit_step_cache_record(c, i, p);
     else snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%d", buf[0] ? " " : "", i);
@@ -55,6 +56,7 @@ static void test_parse(void) {
   CHECK(o.mode == DIT_STEP_CACHE_DELTA && o.threshold == 0);
   CHECK_OK(dit_step_cache_parse("off", &o));
   CHECK(o.mode == DIT_STEP_CACHE_OFF);
+  char d[32];
   CHECK_ERR(dit_step_cache_parse("cadence:1", &o), INVALID_ARGUMENT, "expected an integer >= 2 (1 would skip nothing), found 1");
   CHECK_ERR(dit_step_cache_parse("cadence:2.5", &o), INVALID_ARGUMENT, "found 2.5");
   CHECK_ERR(dit_step_cache_parse("cadence:x", &o), INVALID_ARGUMENT, "found 'cadence:x'");
@@ -63,6 +65,9 @@ static void test_parse(void) {
   CHECK_ERR(dit_step_cache_parse("delta:-0.1", &o), INVALID_ARGUMENT, "expected a finite number >= 0, found -0.1");
   CHECK_ERR(dit_step_cache_parse("delta:inf", &o), INVALID_ARGUMENT, "found inf");
   CHECK_ERR(dit_step_cache_parse("teacache:0.1", &o), INVALID_ARGUMENT, "found 'teacache:0.1'");
+  CHECK_ERR(dit_step_cache_parse("easycache:-0.5", &o), INVALID_ARGUMENT,
+            "easycache:-0.5: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found -0.5");
+  CHECK_ERR(dit_step_cache_parse("easycache", &o), INVALID_ARGUMENT, "delta:T or easycache:T (T a number >= 0), found 'easycache'");
   CHECK(o.mode == DIT_STEP_CACHE_OFF); /* a refused spec leaves the options alone */
 
   dit_step_cache_options_t bad = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 1};
@@ -76,8 +81,13 @@ static void test_parse(void) {
   bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_DELTA, .threshold = NAN};
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold");
   bad.mode = 7;
-  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.mode: expected off (0), cadence (1) or delta (2), found 7");
-  char d[32];
+  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT,
+            "step_cache.mode: expected off (0), cadence (1), delta (2) or easycache (3), found 7");
+  bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_EASYCACHE, .threshold = -1};
+  CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold: expected a finite number >= 0, found -1");
+  CHECK_OK(dit_step_cache_parse("easycache:0.06", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_EASYCACHE && o.threshold == 0.06 && o.warmup == 3 && o.cooldown == 4);
+  CHECK(!strcmp(dit_step_cache_describe(&o, d, sizeof d), "easycache:0.06"));
   bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_DELTA, .threshold = 0.05};
   CHECK(!strcmp(dit_step_cache_describe(&bad, d, sizeof d), "delta:0.05"));
 }
@@ -204,7 +214,63 @@ static void test_delta(void) {
   check_skipped(&o, 7, -1, "2 4 6");
 }
 
-/* What the swap paces by: exact for cadence, the fewest for delta. */
+/* easycache:T on two-element latents x_i = (v, v) and predictions (p_i, p_i) chosen so that the
+ * rates and estimates come out as worked by hand (W 2, C 1, 10 steps):
+ *   x  10  9    8.5  8  7.5  7  5  4.5  4    3.5     (sum|x_i - x_{i-1}| = 2 at step 1, 4 at 6, else 1)
+ *   p  1   1.5  1.2  2  2.5  3  4  4.2  4.4  5       (what a full step records)
+ * T 0.3: k = 1/2 after step 1 (sum|P| 3): E = 1/6 at 2 (skip), 1/3 at 3 (full: k = 1/2, sum|P| 4),
+ *        1/8 at 4, 1/4 at 5 (skips), 3/4 at 6 (full: k = 2/3, sum|P| 8), 1/12 at 7, 1/6 at 8, 9 cooldown;
+ * T 0.2: the same to step 4, 1/4 at 5 (full: k = 1, sum|P| 6), 2/3 at 6 (full: k = 1/2, sum|P| 8), 7 8 skipped;
+ * T 0.3 reset at 5: 5 and 6 run (k = 1/2 from them, sum|P| 8), 1/16 at 7, 1/8 at 8;
+ * a skipped step's prediction is x_i + (P_b - x_b): step 2: 8.5 + 1.5 - 9 = 1; 4: 1.5; 5: 1; 7: 3.5; 8: 3. */
+static const char *easy_run(double threshold, int reset_at, float *skipped_p) {
+  static const float xs[10] = {10, 9, 8.5f, 8, 7.5f, 7, 5, 4.5f, 4, 3.5f}, ps[10] = {1, 1.5f, 1.2f, 2, 2.5f, 3, 4, 4.2f, 4.4f, 5};
+  static char buf[256];
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_EASYCACHE, .threshold = threshold, .warmup = 2, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  buf[0] = 0;
+  CHECK_OK(dit_step_cache_create(&o, 10, 2, &c));
+  if (!c) return buf;
+  float p[2] = {0, 0};
+  for (int i = 0; i < 10; i++) {
+    const float x[2] = {xs[i], xs[i]};
+    if (i == reset_at) dit_step_cache_reset(c);
+    dit_step_cache_observe(c, x);
+    if (dit_step_cache_full(c, i)) {
+      p[0] = p[1] = ps[i];
+      dit_step_cache_record(c, i, p);
+      skipped_p[i] = NAN;
+      continue;
+    }
+    dit_step_cache_extrapolate(c, p);
+    CHECK(p[0] == p[1]);
+    skipped_p[i] = p[0];
+    snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%d", buf[0] ? " " : "", i);
+  }
+  dit_step_cache_destroy(c);
+  return buf;
+}
+
+static void test_easycache(void) {
+  float sp[10];
+  const char *got = easy_run(0.3, -1, sp);
+  CHECK(!strcmp(got, "2 4 5 7 8"));
+  CHECK(sp[2] == 1 && sp[4] == 1.5f && sp[5] == 1 && sp[7] == 3.5f && sp[8] == 3);
+  got = easy_run(0.2, -1, sp);
+  CHECK(!strcmp(got, "2 4 7 8"));
+  got = easy_run(0.3, 5, sp);
+  CHECK(!strcmp(got, "2 4 7 8"));
+  CHECK(sp[7] == 4.5f + (4 - 5) && sp[8] == 4 + (4 - 5)); /* from step 6, the latest full one */
+  /* T = 0 skips nothing; T huge skips every step the warmup and cooldown leave. */
+  CHECK(!strcmp(easy_run(0, -1, sp), ""));
+  CHECK(!strcmp(easy_run(1e30, -1, sp), "2 3 4 5 6 7 8"));
+  CHECK(!strcmp(easy_run(1e30, 4, sp), "2 3 6 7 8"));
+  /* Latents and predictions that never move: the rate is 0 / 0, no number, and every step runs. */
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_EASYCACHE, .threshold = 1e30, .warmup = 2, .cooldown = 1};
+  check_skipped(&o, 10, -1, "");
+}
+
+/* What the swap paces by: exact for cadence, the fewest for delta and easycache. */
 static void test_forecast(void) {
   dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 3, .warmup = 2, .cooldown = 1};
   dit_step_cache_t *c = NULL;
@@ -225,6 +291,12 @@ static void test_forecast(void) {
   if (!c) return;
   CHECK_EQ_INT(dit_step_cache_forecast_full(c, 0, 12), 7); /* 0 1 3 5 7 9 11 */
   dit_step_cache_destroy(c);
+  d.mode = DIT_STEP_CACHE_EASYCACHE;
+  CHECK_OK(dit_step_cache_create(&d, 12, 1, &c));
+  if (!c) return;
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 0, 12), 3); /* 0 1 11 */
+  CHECK_EQ_INT(dit_step_cache_forecast_full(c, 4, 11), 2); /* 4 5: no full prediction yet */
+  dit_step_cache_destroy(c);
   dit_step_cache_options_t off = {0};
   CHECK_OK(dit_step_cache_create(&off, 12, 1, &c));
   if (c) CHECK_EQ_INT(dit_step_cache_forecast_full(c, 3, 12), 9);
@@ -237,6 +309,7 @@ int main(void) {
   test_reset();
   test_extrapolate();
   test_delta();
+  test_easycache();
   test_forecast();
   return check_summary("test_step_cache");
 }
