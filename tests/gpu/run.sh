@@ -9,6 +9,9 @@
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
+#   4b. with STEP_CACHE=wan|flux|1 (1: both; wan needs 3's bundle), the step-cache sweep: every policy
+#      against the exact run and cache-dit on diffusers as the peer (bench/step_cache.py: step_cache.json,
+#      step_cache.md; STEP_CACHE_FLUX_LAYERS D,S for fewer FLUX blocks),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
 #      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
 #      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
@@ -323,6 +326,16 @@ if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
   python3 bench/wan_generate.py --model "$W/wan13/model" --bundle "$big" --ditrun "$BIN/ditrun" --out "$W/gen" \
     --frames 81 --height 480 --width 832 --steps 50 2>&1 | grep -v Warning | tee "$OUT/bench_generate.txt"
   cp "$W/gen/generate_results.json" "$OUT/" 2>/dev/null
+fi
+if [ -n "${STEP_CACHE:-}" ]; then
+  step "4b. step caching: each policy against the exact run, cache-dit on diffusers as the peer"
+  part=$([ "$STEP_CACHE" = 1 ] && echo all || echo "$STEP_CACHE")
+  [ -n "${big:-}" ] || [ "$part" = flux ] || { echo "STEP_CACHE=$STEP_CACHE: no Wan2.1-1.3B bundle (step 3 skipped): FLUX only"; part=flux; }
+  timeout "${STEP_CACHE_TIMEOUT:-1800}" python3 bench/step_cache.py --part "$part" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
+    --work "$W/sc" --out "$OUT" ${big:+--wan-model "$W/wan13/model" --wan-bundle "$big"} \
+    ${STEP_CACHE_FLUX_LAYERS:+--flux-layers "$STEP_CACHE_FLUX_LAYERS"} 2>&1 | grep -v Warning | tee "$OUT/bench_step_cache.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
 fi
 # The offload experiments, each bounded so that a slow one leaves the others their time;
 # every sweep rewrites its JSON after each point, so one cut short keeps what it measured.

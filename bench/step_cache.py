@@ -1,0 +1,388 @@
+#!/usr/bin/env python3
+"""Step caching on one GPU: `ditrun generate --step-cache` for each policy at several settings
+against the exact run from the same noise, and cache-dit (DBCache, TaylorSeer) on diffusers with
+the same random-weight model as the peer, in one run.
+
+  --part wan   Wan2.1-1.3B (the model folder and 480x832 81-frame bundle tests/gpu/run.sh makes),
+               50 UniPC steps with CFG 5, shift 3.
+  --part flux  FLUX.1-dev at 1024x1024 (bench/flux_forward.py's random-weight pipeline, --flux-layers
+               D,S blocks), 28 steps, embedded guidance 3.5.
+
+Per policy: the denoising loop's seconds (ditrun's own line) and the process's, speedup over exact,
+the steps skipped and the forwards run, and the final latents' cosine, relative L2 and PSNR against
+exact (PSNR over the exact latents' range: 20 log10((max - min) / RMSE)). The weights are random:
+the quality figures say how far a policy moves the result from the exact one on such a model, not
+what a trained model's videos would lose. The policies keep their sources' parameters: EasyCache
+runs with its published warmup (--ret_steps 7) and thresholds around its Wan defaults (0.05, 0.06).
+
+The peer: diffusers' pipeline exact, then under cache_dit.enable_cache at cache-dit's default DBCache
+(F8B0, residual diff 0.08) and its recommended DBCache F1B0 + TaylorSeer order 1 (residual diff
+0.12); each against diffusers' exact run. cache-dit comes from PyPI (`pip install --no-index
+--find-links .whl cache-dit` on a host without the network); without it the peer rows say so.
+
+Results: OUT/step_cache.json, rewritten after every run, and OUT/step_cache.md (the tables).
+--dry-run runs the parsing, the metrics, the table and, given --ditrun, --bundle and --inputs of a
+tiny bundle, the real sweep of the ditrun half on it (CPU), without torch.
+
+usage: bench/step_cache.py --part wan|flux|all --ditc BIN --ditrun BIN --work DIR --out DIR
+           [--wan-model DIR --wan-bundle BUNDLE] [--flux-layers D,S] [--no-peer] [--keep]
+       bench/step_cache.py --dry-run --out DIR [--ditrun BIN --bundle B --inputs I.safetensors --steps N]
+"""
+import argparse
+import array
+import json
+import math
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import pipeline_bench as pb  # noqa: E402
+from ceilings import run_info  # noqa: E402
+
+# (--step-cache, --cache-warmup, --cache-cooldown); the defaults of ditrun (W 2, C 1) but for
+# EasyCache's published warmup.
+EASYCACHE_WARMUP = 7
+POLICIES = [("off", 2, 1), ("cadence:2", 2, 1), ("cadence:3", 2, 1), ("delta:0.02", 2, 1), ("delta:0.05", 2, 1),
+            ("delta:0.1", 2, 1)] + [(f"easycache:{t}", EASYCACHE_WARMUP, 1) for t in (0.025, 0.05, 0.06, 0.1)]
+# cache-dit's settings: name -> (DBCacheConfig fields, TaylorSeer order or None).
+PEERS = {"cache-dit DBCache F8B0 0.08": ({"Fn_compute_blocks": 8, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.08,
+                                          "max_warmup_steps": 8}, None),
+         "cache-dit DBCache F1B0 0.12 + TaylorSeer 1": ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0,
+                                                         "residual_diff_threshold": 0.12, "max_warmup_steps": 8}, 1)}
+WAN = {"frames": 81, "height": 480, "width": 832, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
+FLUX = {"steps": 28, "guidance": 3.5}
+RANDOM_NOTE = ("random weights: cosine, relative L2 and PSNR say how far a policy moves the final latents from the exact "
+               "run's on such a model")
+LOOP_RE = re.compile(r"^(?:\[rank \d+\] )?ditrun: generate (\d+) steps in ([0-9.]+)s$", re.M)
+CACHE_RE = re.compile(r"^(?:\[rank \d+\] )?ditrun: step cache (\S+): skipped (\d+) of (\d+) steps(?: \(([\d ]+)\))?, "
+                      r"(\d+) forwards? saved$", re.M)
+
+
+# --- standard library: the ditrun log, the latents, the metrics, the table ---
+
+def parse_log(text):
+    """(loop seconds, skipped steps, forwards saved) from ditrun generate's stderr."""
+    m = LOOP_RE.search(text)
+    c = CACHE_RE.search(text)
+    skipped = [int(x) for x in (c.group(4) or "").split()] if c else []
+    return (float(m.group(2)) if m else None), skipped, (int(c.group(5)) if c else 0)
+
+
+def read_f32(path, name="latents"):
+    """A tensor of an F32 safetensors file as a flat array('f')."""
+    with open(path, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        e = json.loads(fh.read(n))[name]
+        if e["dtype"] != "F32":
+            raise ValueError(f"{path}: {name} is {e['dtype']}, expected F32")
+        fh.seek(8 + n + e["data_offsets"][0])
+        a = array.array("f")
+        a.frombytes(fh.read(e["data_offsets"][1] - e["data_offsets"][0]))
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a
+
+
+def quality(ref, x):
+    """Cosine, relative L2 and PSNR (over ref's range) of x against ref, in double."""
+    if len(ref) != len(x):
+        raise ValueError(f"{len(x)} elements against {len(ref)}")
+    dot = rr = xx = se = 0.0
+    for a, b in zip(ref, x):
+        dot += a * b
+        rr += a * a
+        xx += b * b
+        se += (a - b) * (a - b)
+    cos = dot / math.sqrt(rr * xx) if rr > 0 and xx > 0 else float("nan")
+    rng = max(ref) - min(ref)
+    psnr = float("inf") if se == 0 else 20 * math.log10(rng / math.sqrt(se / len(ref)))
+    return {"cosine": cos, "rel_l2": math.sqrt(se / rr) if rr > 0 else float("nan"), "psnr_db": psnr}
+
+
+def table(rows, title):
+    """A markdown table of one model's rows (ditrun's policies, then the peer's settings)."""
+    f = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+    L = [f"### {title}", "", "| contender | policy | loop s | process s | speedup | skipped steps | forwards | cosine | "
+         "rel L2 | PSNR dB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r.get("failed"):
+            L.append(f"| {r['contender']} | {r['policy']} | failed: {r['failed'][:100]} | | | | | | | |")
+            continue
+        q = r.get("quality") or {}
+        L.append(f"| {r['contender']} | {r['policy']} | {f(r.get('loop_s'), '{:.2f}')} | {f(r.get('process_s'), '{:.2f}')} | "
+                 f"{f(r.get('speedup'), '{:.2f}x')} | {f(r.get('skipped_count'), '{}')} | {f(r.get('forwards'), '{}')} | "
+                 f"{f(q.get('cosine'), '{:.6f}')} | {f(q.get('rel_l2'), '{:.3e}')} | {f(q.get('psnr_db'), '{:.2f}')} |")
+    return L + ["", RANDOM_NOTE, ""]
+
+
+def write_results(res, out):
+    pb.save(res, out, "step_cache.json")
+    lines = []
+    for part in ("wan", "flux", "tiny"):
+        if res.get(part):
+            lines += table(res[part]["rows"], res[part]["title"])
+    with open(os.path.join(out, "step_cache.md.tmp"), "w") as fh:
+        fh.write("\n".join(lines))
+    os.replace(os.path.join(out, "step_cache.md.tmp"), os.path.join(out, "step_cache.md"))
+    return lines
+
+
+def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part, out):
+    """Every policy of POLICIES through `ditrun generate bundle args...`, the exact run first (after
+    one unrecorded exact run: the first process pays for cold caches, which would flatter every
+    speedup); each row appended to res[part]["rows"] and the results rewritten. Returns the failures."""
+    rows, fails, exact = res[part]["rows"], 0, None
+    subprocess.run([ditrun, "generate", bundle] + list(args) + ["--out", os.path.join(work, f"{part}_warm.safetensors")],
+                   capture_output=True, text=True)
+    for spec, w, c in POLICIES:
+        path = os.path.join(work, f"{part}_{spec.replace(':', '_')}.safetensors")
+        cmd = [ditrun, "generate", bundle] + list(args) + ["--out", path]
+        if spec != "off":
+            cmd += ["--step-cache", spec, "--cache-warmup", str(w), "--cache-cooldown", str(c)]
+        row = {"contender": "ditrun", "policy": spec, "warmup": w, "cooldown": c}
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        row["process_s"] = time.perf_counter() - t0
+        if r.returncode:
+            row["failed"] = r.stderr.strip()[-400:]
+            fails += 1
+        else:
+            row["loop_s"], row["skipped"], saved = parse_log(r.stderr)
+            row["skipped_count"] = len(row["skipped"])
+            row["forwards"] = steps * forwards_per_step - saved
+            lat = read_f32(path)
+            if exact is None:
+                exact, exact_s = lat, row["loop_s"]
+            row["quality"] = quality(exact, lat)
+            row["speedup"] = exact_s / row["loop_s"] if row["loop_s"] else None
+            print(f"{part} ditrun {spec}: loop {row['loop_s']:.2f} s ({row['speedup']:.2f}x), skipped {row['skipped_count']}, "
+                  f"{row['forwards']} forwards, cosine {row['quality']['cosine']:.6f}, PSNR {row['quality']['psnr_db']:.2f} dB",
+                  flush=True)
+            if spec != "off":
+                os.remove(path)
+        rows.append(row)
+        write_results(res, out)
+    return fails
+
+
+def dry_run(a):
+    os.makedirs(a.out, exist_ok=True)
+    log = ("ditrun: step 4/10  t=818  skipped (step cache: 2 forwards saved)  0.000s\n"
+           "ditrun: generate 10 steps in 1.250s\n"
+           "ditrun: step cache easycache:0.06: skipped 3 of 10 steps (3 5 7), 6 forwards saved\n")
+    assert parse_log(log) == (1.25, [3, 5, 7], 6), parse_log(log)
+    assert parse_log("[rank 1] ditrun: step cache off: skipped 0 of 4 steps, 0 forwards saved\n") == (None, [], 0)
+    ref = array.array("f", [1.0, -2.0, 3.0, 0.5])
+    q = quality(ref, ref)
+    assert q["cosine"] > 0.999999 and q["rel_l2"] == 0 and q["psnr_db"] == float("inf"), q
+    q = quality(ref, array.array("f", [1.0, -2.0, 3.0, 1.0]))  # range 5, RMSE 0.25: 26.02 dB
+    assert abs(q["psnr_db"] - 20 * math.log10(5 / 0.25)) < 1e-9, q
+    path = os.path.join(a.out, "dry.safetensors")
+    h = json.dumps({"latents": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(h)) + h + ref.tobytes())
+    assert list(read_f32(path)) == list(ref)
+    specs = [p[0] for p in POLICIES]
+    assert specs[0] == "off" and "cadence:2" in specs and "cadence:3" in specs
+    assert sum(s.startswith("delta:") for s in specs) >= 2 and sum(s.startswith("easycache:") for s in specs) >= 2
+    res = {"dry_run": True, "run": run_info(),
+           "wan": {"title": "Wan2.1-1.3B, 480x832, 81 frames, 50 steps, CFG 5 (made-up times)", "rows": [
+               {"contender": "ditrun", "policy": "off", "loop_s": 60.0, "process_s": 70.0, "speedup": 1.0, "skipped_count": 0,
+                "forwards": 100, "quality": quality(ref, ref)},
+               {"contender": "ditrun", "policy": "easycache:0.06", "loop_s": 25.0, "process_s": 35.0, "speedup": 2.4,
+                "skipped_count": 29, "forwards": 42, "quality": q},
+               {"contender": "cache-dit", "policy": "absent", "failed": "cache-dit is not installed"}]}}
+    if a.ditrun and a.bundle and a.inputs:
+        res["tiny"] = {"title": f"tiny bundle {os.path.basename(a.bundle.rstrip('/'))}, {a.steps} steps, CFG 5 (CPU)", "rows": []}
+        args = ["--prompt-embeds", a.inputs, "--negative-embeds", a.inputs, "--init-latents", a.inputs, "--steps", str(a.steps),
+                "--guidance", "5", "--shift", "3"]
+        if ditrun_sweep(a.ditrun, a.bundle, args, a.steps, 2, a.out, res, "tiny", a.out):
+            print("the tiny sweep failed")
+            return 1
+    for line in write_results(res, a.out):
+        print(line)
+    return 0
+
+
+# --- on the device ---
+
+def cache_dit_module():
+    """cache_dit, or None with a line saying how to install it."""
+    try:
+        import cache_dit
+        return cache_dit
+    except ImportError:
+        print("cache-dit is not installed: the peer rows are skipped (pip install cache-dit, or "
+              "pip install --no-index --find-links .whl cache-dit with its wheel in .whl)", flush=True)
+        return None
+
+
+def peer_rows(torch, call, exact_s, exact_latents, ours_exact, res, part, out):
+    """diffusers' pipeline under cache-dit at each of PEERS: rows against diffusers' exact run
+    (exact_latents, exact_s); ours_exact records how far diffusers' exact run is from ditrun's."""
+    rows = res[part]["rows"]
+    rows.append({"contender": "diffusers", "policy": "off", "loop_s": exact_s, "speedup": 1.0,
+                 "quality": quality(exact_latents, exact_latents), "vs_ditrun_exact": quality(ours_exact, exact_latents)})
+    write_results(res, out)
+    cd = cache_dit_module()
+    if cd is None:
+        rows.append({"contender": "cache-dit", "policy": "-", "failed": "cache-dit is not installed"})
+        write_results(res, out)
+        return
+    for name, (db, order) in PEERS.items():
+        row = {"contender": "cache-dit", "policy": name, "cache_dit_version": getattr(cd, "__version__", None)}
+        try:
+            kw = {"cache_config": cd.DBCacheConfig(**db)}
+            if order:
+                kw["calibrator_config"] = cd.TaylorSeerCalibratorConfig(taylorseer_order=order)
+            pipe = call.pipe
+            cd.enable_cache(pipe, **kw)
+            lat, row["loop_s"] = call()
+            try:
+                stats = cd.summary(pipe)
+                row["cache_stats"] = str(stats)[:400]
+            except Exception as e:  # the summary's form differs between releases; the timing does not need it
+                row["cache_stats"] = f"unavailable: {e}"[:200]
+            cd.disable_cache(pipe)
+            row["speedup"] = exact_s / row["loop_s"]
+            row["quality"] = quality(exact_latents, lat)
+            print(f"{part} {name}: {row['loop_s']:.2f} s ({row['speedup']:.2f}x), cosine {row['quality']['cosine']:.6f}",
+                  flush=True)
+        except Exception as e:
+            row["failed"] = f"{type(e).__name__}: {e}"[:400]
+        rows.append(row)
+        write_results(res, out)
+
+
+def timed_call(torch, pipe, kwargs):
+    """A callable running pipe(**kwargs) on the device: (flat fp32 latents, seconds)."""
+    def call():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            lat = pipe(**kwargs, output_type="latent", return_dict=False)[0]
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        return array.array("f", lat.float().flatten().cpu().tolist()), dt
+    call.pipe = pipe
+    return call
+
+
+def run_wan(torch, a, res):
+    from safetensors.torch import save_file  # device only
+    from diffusers import UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel  # device only
+
+    p = WAN
+    res["wan"] = {"title": f"Wan2.1-1.3B, {p['height']}x{p['width']}, {p['frames']} frames, {p['steps']} steps, CFG "
+                           f"{p['guidance']}", "rows": [], **p}
+    model = WanTransformer3DModel.from_pretrained(a.wan_model, torch_dtype=torch.bfloat16).eval()
+    cfg = model.config
+    f, h, w = (p["frames"] - 1) // 4 + 1, p["height"] // 8, p["width"] // 8
+    g = torch.Generator().manual_seed(0)
+    init = torch.randn(1, cfg.in_channels, f, h, w, generator=g)
+    pe = torch.randn(1, p["text_len"], cfg.text_dim, generator=g)
+    ne = torch.randn(1, p["text_len"], cfg.text_dim, generator=g)
+    inputs = os.path.join(a.work, "wan_inputs.safetensors")
+    save_file({"prompt_embeds": pe, "negative_prompt_embeds": ne, "init_latents": init}, inputs)
+    args = ["--prompt-embeds", inputs, "--negative-embeds", inputs, "--init-latents", inputs, "--steps", str(p["steps"]),
+            "--guidance", str(p["guidance"]), "--shift", str(p["shift"])]
+    fails = ditrun_sweep(a.ditrun, a.wan_bundle, args, p["steps"], 2, a.work, res, "wan", a.out)
+    if a.no_peer:
+        return fails
+    ours = read_f32(os.path.join(a.work, "wan_off.safetensors"))
+    sched = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=p["shift"],
+                                    num_train_timesteps=1000, solver_order=2, solver_type="bh2", predict_x0=True,
+                                    lower_order_final=True, final_sigmas_type="zero", timestep_spacing="linspace")
+    dev = torch.device("cuda")
+    pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=None, scheduler=sched, transformer=model.to(dev))
+    pipe.set_progress_bar_config(disable=True)
+    call = timed_call(torch, pipe, dict(prompt_embeds=pe.to(dev), negative_prompt_embeds=ne.to(dev), height=p["height"],
+                                        width=p["width"], num_frames=p["frames"], num_inference_steps=p["steps"],
+                                        guidance_scale=p["guidance"], latents=init.to(dev)))
+    exact, exact_s = call()
+    peer_rows(torch, call, exact_s, exact, ours, res, "wan", a.out)
+    return fails
+
+
+def run_flux(torch, a, res):
+    from safetensors.torch import save_file  # device only
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel  # device only
+    import flux_forward as ff
+
+    layers = tuple(int(x) for x in a.flux_layers.split(",")) if a.flux_layers else (19, 38)
+    p = FLUX
+    res["flux"] = {"title": f"FLUX.1-dev ({layers[0]} double, {layers[1]} single blocks), {ff.WIDTH}x{ff.HEIGHT}, "
+                            f"{p['steps']} steps, guidance {p['guidance']}", "rows": [], "layers": list(layers), **p}
+    folder = os.path.join(a.work, "flux")
+    model, pipe = pb.make_pipeline(torch, FluxTransformer2DModel, ff.model_config(layers), FluxPipeline, folder,
+                                   scheduler=FlowMatchEulerDiscreteScheduler(**ff.SCHEDULER), vae=None, text_encoder=None,
+                                   tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+    bundle, _, refused = ff.compile_bundle(a.ditc, folder, os.path.join(a.work, "flux_store"), 1)
+    if not bundle:
+        res["flux"]["rows"].append({"contender": "ditrun", "policy": "-", "failed": f"ditc compile: {refused}"})
+        write_results(res, a.out)
+        return 1
+    g = torch.Generator().manual_seed(7)
+    gi = {"prompt_embeds": torch.randn(1, ff.TEXT_LEN, ff.CONFIG["joint_attention_dim"], generator=g),
+          "pooled_prompt_embeds": torch.randn(1, ff.CONFIG["pooled_projection_dim"], generator=g),
+          "init_latents": torch.randn(1, ff.tokens(), ff.CONFIG["in_channels"], generator=g)}
+    inputs = os.path.join(a.work, "flux_inputs.safetensors")
+    save_file(gi, inputs)
+    model.to("cpu")
+    torch.cuda.empty_cache()
+    fails = ditrun_sweep(a.ditrun, bundle, ["--prompt-embeds", inputs, "--init-latents", inputs, "--steps", str(p["steps"]),
+                                            "--guidance", str(p["guidance"])], p["steps"], 1, a.work, res, "flux", a.out)
+    if a.no_peer:
+        return fails
+    model.to(torch.device("cuda"))
+    dev = torch.device("cuda")
+    call = timed_call(torch, pipe, dict(prompt_embeds=gi["prompt_embeds"].to(dev, torch.bfloat16),
+                                        pooled_prompt_embeds=gi["pooled_prompt_embeds"].to(dev, torch.bfloat16),
+                                        latents=gi["init_latents"].to(dev, torch.bfloat16), height=ff.HEIGHT,
+                                        width=ff.WIDTH, num_inference_steps=p["steps"], guidance_scale=p["guidance"]))
+    exact, exact_s = call()
+    peer_rows(torch, call, exact_s, exact, read_f32(os.path.join(a.work, "flux_off.safetensors")), res, "flux", a.out)
+    return fails
+
+
+def run(a):
+    import torch  # device only
+
+    res = {"run": run_info(), "device": torch.cuda.get_device_name(0), "policies": POLICIES, "peers": PEERS,
+           "note": RANDOM_NOTE}
+    fails = 0
+    if a.part in ("wan", "all"):
+        if not (a.wan_model and a.wan_bundle):
+            sys.exit("--part wan needs --wan-model and --wan-bundle")
+        fails += run_wan(torch, a, res)
+        torch.cuda.empty_cache()
+    if a.part in ("flux", "all"):
+        fails += run_flux(torch, a, res)
+    res["complete"] = True
+    for line in write_results(res, a.out):
+        print(line)
+    return 1 if fails else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    pb.add_contender_flags(ap)
+    ap.add_argument("--part", choices=("wan", "flux", "all"), default="all")
+    ap.add_argument("--wan-model")
+    ap.add_argument("--wan-bundle")
+    ap.add_argument("--flux-layers", help="D,S: double and single blocks (default: the published 19,38)")
+    ap.add_argument("--bundle", help="--dry-run: a tiny bundle for the ditrun sweep")
+    ap.add_argument("--inputs", help="--dry-run: its prompt_embeds, negative_prompt_embeds and init_latents")
+    ap.add_argument("--steps", type=int, default=10, help="--dry-run: the tiny sweep's steps")
+    pb.add_switches(ap, "--no-peer", "--keep", "--dry-run")
+    a = ap.parse_args()
+    return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
