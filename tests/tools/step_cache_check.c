@@ -259,6 +259,17 @@ int main(int argc, char **argv) {
          "equal the exact run's; replay max_rel_err %.3e; against exact max_rel_err %.3e cosine %.9f\n",
          dit_step_cache_describe(&o.step_cache, mode, sizeof mode), o.step_cache.warmup, o.step_cache.cooldown, steps, got[0] ? got : " none",
          saved, first_skip, pr.max_rel, px.max_rel, px.cosine);
+  float *bufs[] = {noise, exact, cached, replay, xs, rx.p, rc.p};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  free(rx.computed);
+  free(rc.computed);
+  free(skipped);
+  free(expert);
+  free(full);
+  free(init.data);
+  free(prompt.data);
+  free(negative.data);
+  for (size_t i = 0; i < o.n_args; i++) free(args[i].t.data);
   dit_safetensors_close(st);
   dit_runtime_destroy(rt);
   return 0;
