@@ -214,7 +214,7 @@ def dry_run(a):
 def cache_dit_module():
     """cache_dit, or None with a line saying how to install it."""
     try:
-        import cache_dit
+        import cache_dit  # device only
         return cache_dit
     except ImportError:
         print("cache-dit is not installed: the peer rows are skipped (pip install cache-dit, or "
