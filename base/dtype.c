@@ -8,7 +8,7 @@ static const struct {
   size_t size;
 } kDtypes[DIT_DTYPE_COUNT] = {
     [DIT_F32] = {"f32", 4}, [DIT_BF16] = {"bf16", 2}, [DIT_F16] = {"f16", 2},
-    [DIT_I64] = {"i64", 8}, [DIT_I32] = {"i32", 4},
+    [DIT_I64] = {"i64", 8}, [DIT_I32] = {"i32", 4}, [DIT_U8] = {"u8", 1},
 };
 
 size_t dit_dtype_size(dit_dtype_t t) {
@@ -115,6 +115,8 @@ int dit_dtype_nonzero(const void *data, dit_dtype_t t, size_t i) {
       memcpy(&v, (const char *)data + 4 * i, 4);
       return v != 0;
     }
+    case DIT_U8:
+      return ((const uint8_t *)data)[i] != 0;
     default:
       return 0;
   }

@@ -15,12 +15,13 @@ typedef enum dit_dtype {
   DIT_F16 = 2,
   DIT_I64 = 3,
   DIT_I32 = 4,
+  DIT_U8 = 5, /* bytes: bool and uint8 masks as they arrive in input files; no op computes in it */
   DIT_DTYPE_COUNT
 } dit_dtype_t;
 
 /* 0 for an unknown dtype. */
 size_t dit_dtype_size(dit_dtype_t t);
-/* Our short names: "f32", "bf16", "f16", "i64", "i32". */
+/* Our short names: "f32", "bf16", "f16", "i64", "i32", "u8". */
 const char *dit_dtype_name(dit_dtype_t t);
 /* Accepts our short names; returns 0 on success, -1 if unknown. */
 int dit_dtype_parse(const char *name, dit_dtype_t *out);

@@ -44,6 +44,10 @@ PY
 "$BIN/ditrun" forward "$b2" --inputs "$d/forward_inputs.safetensors" --out "$T/f.safetensors" 2>/dev/null >/dev/null
 "$BIN/ditrun" forward "$b2" --inputs "$T/padded.safetensors" --out "$T/p.safetensors" 2>/dev/null >/dev/null
 "$BIN/st_compare" "$T/p.safetensors" "$T/f.safetensors" sample 0
+# The same mask as a bool tensor (safetensors BOOL), as torch saves one: the same output, bit for bit.
+as_bool "$d/forward_inputs.safetensors" "$T/bool.safetensors" encoder_attention_mask
+"$BIN/ditrun" forward "$b2" --inputs "$T/bool.safetensors" --out "$T/bool_out.safetensors" 2>/dev/null >/dev/null
+"$BIN/st_compare" "$T/bool_out.safetensors" "$T/f.safetensors" sample 0
 
 gen=$("$BIN/ditc" "${c[@]}" --batch "$GB" | tail -n1 | cut -d' ' -f3)
 python3 - "$gen/manifest.json" <<'PY'

@@ -27,6 +27,9 @@ one=$("$BIN/ditc" "${c[@]}" --batch "$B" | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" verify "$one" >/dev/null
 "$BIN/ditrun" info "$one" | grep -q "^input      guidance" && { echo "Qwen-Image has no guidance input"; exit 1; }
 fwd "$one" "$d/forward_inputs.safetensors" "$d/forward_output.safetensors"
+# The mask as a bool tensor (safetensors BOOL), as torch saves one: read as the integers 0 and 1.
+as_bool "$d/forward_inputs.safetensors" "$T/bool.safetensors" encoder_hidden_states_mask
+fwd "$one" "$T/bool.safetensors" "$d/forward_output.safetensors"
 one1=$("$BIN/ditc" "${c[@]}" --batch 1 | tail -n1 | cut -d' ' -f3)
 fwd "$one1" "$d/forward_inputs_b1.safetensors" "$d/forward_output_b1.safetensors"
 # Without a mask every text token is valid: a mask of ones.

@@ -26,6 +26,28 @@ open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
 PY
 }
 
+# src's tensors with `name` stored as a bool tensor (safetensors BOOL: one byte, nonzero = 1).
+as_bool() { # src out name
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, out, name = sys.argv[1:4]
+f = open(src, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+fmt = {"F32": "f", "I64": "q", "I32": "i", "BF16": "H", "F16": "H"}
+hdr, data = {}, b""
+for k, v in h.items():
+    if k == "__metadata__": continue
+    a, b = v["data_offsets"]
+    raw = body[a:b]
+    if k == name:
+        size = struct.calcsize(fmt[v["dtype"]])
+        raw = bytes(1 if any(raw[i:i + size]) and raw[i:i + size] != b"\x00\x00\x00\x80" else 0 for i in range(0, len(raw), size))
+    hdr[k] = {"dtype": "BOOL" if k == name else v["dtype"], "shape": v["shape"], "data_offsets": [len(data), len(data) + len(raw)]}
+    data += raw
+j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
+open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+}
+
 # The command must fail with a message that contains msg.
 expect_fail() { # message, command...
   local msg=$1; shift

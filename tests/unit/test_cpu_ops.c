@@ -79,6 +79,7 @@ static void set_elem(dit_tensor_t *t, int64_t i, double v) {
     case DIT_F16: ((uint16_t *)t->data)[i] = dit_f32_to_f16((float)v); break;
     case DIT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
     case DIT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case DIT_U8: ((uint8_t *)t->data)[i] = v != 0; break; /* a bool */
     default: break;
   }
 }
