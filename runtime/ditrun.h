@@ -159,6 +159,9 @@ typedef struct dit_generate_options {
    * guidance) before the sampler takes it; computed 1 when the transformer produced it, 0 when
    * the step cache extrapolated it. May be NULL. */
   void (*on_prediction)(void *ctx, int step, const float *prediction, size_t n, int computed);
+  /* teacache: called with each step's probe (fp32, m elements) as the controller gets it. May be
+   * NULL. */
+  void (*on_probe)(void *ctx, int step, const float *probe, size_t m);
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's

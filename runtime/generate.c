@@ -7,8 +7,97 @@
 #include <string.h>
 #include <time.h>
 
+#include "artifacts/plan.h"
 #include "base/clock.h"
 #include "runtime/ditrun.h"
+
+/* ---- step caching (step_cache.h), shared by both loops ---- */
+
+/* Step i's decision, taken once on the guided prediction and the step's latents: 1 when the
+ * transformer runs; else pred, which holds P_{i-1}, becomes the cached P_i, and the step's
+ * `forwards` are counted as skipped. */
+static int cache_decide(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int forwards, const float *latents,
+                        float *pred) {
+  dit_step_cache_observe(sc, latents);
+  const int full = dit_step_cache_full(sc, i);
+  if (!full) dit_step_cache_extrapolate(sc, pred);
+  if (o->skipped_forwards) o->skipped_forwards[i] = full ? 0 : forwards;
+  return full;
+}
+
+/* Step i's prediction as the sampler will take it: a computed one is kept for extrapolating. */
+static void cache_settle(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int full, const float *pred, size_t n) {
+  if (full) dit_step_cache_record(sc, i, pred);
+  if (o->on_prediction) o->on_prediction(o->ctx, i, pred, n, full);
+}
+
+/* A step's decision as cache_decide takes it; with teacache it is taken inside the conditional
+ * forward, once the plan has made the probe. */
+typedef struct step_decision {
+  dit_step_cache_t *sc;
+  const dit_generate_options_t *o;
+  int i, forwards;
+  const float *latents;
+  float *pred;
+  int full; /* the decision, once taken */
+} step_decision_t;
+
+/* The output of block 0's first modulated norm: the plan's first adaln step of block 0. */
+static dit_status_t find_probe(const struct dit_plan *p, size_t *step) {
+  for (size_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == DIT_OP_ADALN && p->steps[i].block == 0) {
+      *step = i;
+      return DIT_OK;
+    }
+  return DIT_ERR(UNIMPLEMENTED, "--step-cache teacache: the plan has no adaln step in block 0 to probe");
+}
+
+/* The conditional branch's forward; d (NULL: a plain forward) takes the step's decision: with
+ * teacache the plan runs step by step up to the probe, the controller decides, and the rest runs
+ * only for a full step (d->full 0: nothing more ran, d->pred holds the cached prediction). */
+static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
+  if (!d) return dit_runtime_forward(rt);
+  const struct dit_plan *p = dit_runtime_plan(rt);
+  size_t probe = 0;
+  DIT_RETURN_IF(find_probe(p, &probe));
+  for (size_t k = 0; k <= probe; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
+  const size_t pv = (size_t)p->steps[probe].out[0];
+  const dit_plan_value_t *v = &p->values[pv];
+  const size_t m = v->nbytes / dit_dtype_size(v->dtype);
+  void *raw = malloc(v->nbytes + 1);
+  float *q = malloc(m * sizeof *q + 1);
+  dit_status_t s = raw && q ? dit_runtime_read_value(rt, pv, raw)
+                            : DIT_ERR(RESOURCE_EXHAUSTED, "--step-cache teacache: out of memory for the probe");
+  if (!s && dit_convert(q, DIT_F32, raw, v->dtype, m)) s = DIT_ERR(INTERNAL, "probe '%s': not a float value", v->name);
+  if (!s) s = dit_step_cache_probe(d->sc, q, m);
+  if (!s && d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, q, m);
+  free(raw);
+  free(q);
+  DIT_RETURN_IF(s);
+  d->full = cache_decide(d->sc, d->o, d->i, d->forwards, d->latents, d->pred);
+  for (size_t k = probe + 1; d->full && k < p->n_steps; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
+  return DIT_OK;
+}
+
+/* The loop's controller: teacache probes rank 0's plan step by step between the two halves of the
+ * conditional forward, which only a single-rank bundle without cfg lanes runs as one forward does;
+ * it takes the family's rescaling polynomial. */
+static dit_status_t cache_create(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_step_cache_t **out) {
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  if (o->step_cache.mode == DIT_STEP_CACHE_TEACACHE && m->topology.world != 1)
+    return DIT_ERR(UNIMPLEMENTED, "--step-cache teacache: the probe is read between plan steps of one rank; this bundle has %d ranks "
+                   "(%s): compile it for one rank", m->topology.world, dit_runtime_cfg_lanes(rt) == 2 ? "cfg lanes" : "sharded");
+  DIT_RETURN_IF(dit_step_cache_create(&o->step_cache, o->steps, n, out));
+  const double *coef;
+  int k;
+  dit_step_cache_teacache_rescale(m->family, &coef, &k);
+  dit_step_cache_set_rescale(*out, coef, k);
+  return DIT_OK;
+}
+
+/* Step i's decision and prediction: without teacache the decision comes first and a full step runs
+ * predict(d NULL); with it predict takes the decision (d) in the conditional forward. */
+static int probes(const dit_generate_options_t *o) { return o->step_cache.mode == DIT_STEP_CACHE_TEACACHE; }
 
 static dit_status_t read_sample(dit_runtime_t *rt, int lane, float *out, size_t n) {
   dit_tensor_t y;
@@ -19,10 +108,10 @@ static dit_status_t read_sample(dit_runtime_t *rt, int lane, float *out, size_t 
   return DIT_OK;
 }
 
-static dit_status_t predict(dit_runtime_t *rt, const dit_tensor_t *ctx, float *out, size_t n) {
+static dit_status_t predict(dit_runtime_t *rt, const dit_tensor_t *ctx, float *out, size_t n, step_decision_t *d) {
   DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states", ctx));
-  DIT_RETURN_IF(dit_runtime_forward(rt));
-  return read_sample(rt, 0, out, n);
+  DIT_RETURN_IF(forward_decided(rt, d));
+  return d && !d->full ? DIT_OK : read_sample(rt, 0, out, n);
 }
 
 /* Both branches in one forward: lane 0 conditional, lane 1 unconditional. */
@@ -50,26 +139,6 @@ static int forwards_before_switch(const dit_runtime_t *rt, const dit_generate_op
   if (k == o->steps) return 0;
   const double g = expert ? o->guidance_2 : o->guidance;
   return dit_step_cache_forecast_full(sc, i, k) * (g > 1.0 && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1);
-}
-
-/* ---- step caching (step_cache.h), shared by both loops ---- */
-
-/* Step i's decision, taken once on the guided prediction and the step's latents: 1 when the
- * transformer runs; else pred, which holds P_{i-1}, becomes the cached P_i, and the step's
- * `forwards` are counted as skipped. */
-static int cache_decide(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int forwards, const float *latents,
-                        float *pred) {
-  dit_step_cache_observe(sc, latents);
-  const int full = dit_step_cache_full(sc, i);
-  if (!full) dit_step_cache_extrapolate(sc, pred);
-  if (o->skipped_forwards) o->skipped_forwards[i] = full ? 0 : forwards;
-  return full;
-}
-
-/* Step i's prediction as the sampler will take it: a computed one is kept for extrapolating. */
-static void cache_settle(dit_step_cache_t *sc, const dit_generate_options_t *o, int i, int full, const float *pred, size_t n) {
-  if (full) dit_step_cache_record(sc, i, pred);
-  if (o->on_prediction) o->on_prediction(o->ctx, i, pred, n, full);
 }
 
 /* ---- bundles with a generate section ---- */
@@ -137,10 +206,10 @@ static dit_status_t set_conditions(dit_runtime_t *rt, const dit_manifest_generat
 }
 
 static dit_status_t predict_branch(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o,
-                                   const char *prefix, float *out, size_t n) {
+                                   const char *prefix, float *out, size_t n, step_decision_t *d) {
   DIT_RETURN_IF(set_conditions(rt, g, o, prefix, -1));
-  DIT_RETURN_IF(dit_runtime_forward(rt));
-  return read_sample(rt, 0, out, n);
+  DIT_RETURN_IF(forward_decided(rt, d));
+  return d && !d->full ? DIT_OK : read_sample(rt, 0, out, n);
 }
 
 /* Both branches in one forward on a bundle with cfg lanes: lane 0 the prompt, lane 1 the negative. */
@@ -176,7 +245,7 @@ dit_status_t dit_generate_sampler(const dit_runtime_t *rt, const dit_generate_op
  * timestep / divisor (in the model's dtype unless the section says fp32) and the embedded
  * guidance in the model's dtype, a forward per branch (both in one on cfg lanes), true CFG. */
 static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t *o, const dit_tensor_t *lat, double t,
-                                 float *cond, float *uncond) {
+                                 float *cond, float *uncond, step_decision_t *d) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
   const dit_manifest_generate_t *g = &m->generate;
   const dit_dtype_t dt = m->dtype;
@@ -188,9 +257,9 @@ static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t
   DIT_RETURN_IF(set_scalar_input(rt, m, g->timestep_input, tv));
   if (g->guidance_input[0])
     DIT_RETURN_IF(set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale)));
-  DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n));
-  if (!cfg) return DIT_OK;
-  if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n));
+  DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n, d));
+  if (!cfg || (d && !d->full)) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n, NULL));
   const size_t dim = (size_t)lat->dims[lat->rank - 1];
   if (g->true_cfg_norm) dit_cfg_combine_norm(cond, uncond, (float)o->true_cfg, n / dim, dim, cond);
   else dit_cfg_combine(cond, uncond, (float)o->true_cfg, n, cond);
@@ -207,7 +276,7 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   const size_t n = (size_t)dit_tensor_numel(&lat);
   const int cfg = o->true_cfg > 1.0;
   dit_step_cache_t *sc;
-  DIT_RETURN_IF(dit_step_cache_create(&o->step_cache, o->steps, n, &sc));
+  DIT_RETURN_IF(cache_create(rt, o, n, &sc));
   dit_sampler_t *smp = NULL;
   dit_status_t s = dit_generate_sampler(rt, o, n, &smp);
   float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg && !s ? malloc(n * sizeof *uncond) : NULL;
@@ -217,9 +286,10 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     const double t = dit_sampler_timestep(smp, i);
-    const int full = cache_decide(sc, o, i, forwards, latents, cond);
-    if (full) s = flow_predict(rt, o, &lat, t, cond, uncond);
-    if (!s) cache_settle(sc, o, i, full, cond, n);
+    step_decision_t d = {sc, o, i, forwards, latents, cond, 1};
+    if (!probes(o)) d.full = cache_decide(sc, o, i, forwards, latents, cond);
+    if (d.full) s = flow_predict(rt, o, &lat, t, cond, uncond, probes(o) ? &d : NULL);
+    if (!s) cache_settle(sc, o, i, d.full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
     for (size_t j = 0; !s && dt == DIT_BF16 && j < n; j++) latents[j] = in_dtype(latents[j], dt);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
@@ -235,16 +305,17 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
 /* One step's guided prediction into cond: the condition's inputs made from the latents, a
  * forward per branch (both in one on cfg lanes), the guidance combined in fp32. */
 static dit_status_t wan_predict(dit_runtime_t *rt, dit_condition_t *cnd, const float *latents, double t, double guidance,
-                                const dit_tensor_t *prompt, const dit_tensor_t *negative, float *cond, float *uncond, size_t n) {
+                                const dit_tensor_t *prompt, const dit_tensor_t *negative, float *cond, float *uncond, size_t n,
+                                step_decision_t *d) {
   const int cfg = guidance > 1.0, lanes = cfg && dit_runtime_cfg_lanes(rt) == 2;
   dit_tensor_t x, tt, img;
   DIT_RETURN_IF(dit_condition_step(cnd, latents, t, &x, &tt, &img));
   DIT_RETURN_IF(dit_runtime_set_input(rt, "hidden_states", &x));
   DIT_RETURN_IF(dit_runtime_set_input(rt, "timestep", &tt));
   if (img.data) DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states_image", &img));
-  DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n));
-  if (!cfg) return DIT_OK;
-  if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n));
+  DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n, d));
+  if (!cfg || (d && !d->full)) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n, NULL));
   dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
   return DIT_OK;
 }
@@ -272,7 +343,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
 
   dit_sampler_t *smp = NULL;
   dit_step_cache_t *sc = NULL;
-  dit_status_t s = dit_step_cache_create(&o->step_cache, o->steps, n, &sc);
+  dit_status_t s = cache_create(rt, o, n, &sc);
   if (!s) s = dit_generate_sampler(rt, o, n, &smp);
   float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg_any && !s ? malloc(n * sizeof *uncond) : NULL;
   if (!s && (!cond || (cfg_any && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
@@ -289,9 +360,10 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    const int full = cache_decide(sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond);
-    if (full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n);
-    if (!s) cache_settle(sc, o, i, full, cond, n);
+    step_decision_t d = {sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond, 1};
+    if (!probes(o)) d.full = cache_decide(sc, o, i, d.forwards, latents, cond);
+    if (d.full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n, probes(o) ? &d : NULL);
+    if (!s) cache_settle(sc, o, i, d.full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
     else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);

@@ -22,7 +22,22 @@
  *               previous step's input, full or skipped). On the guided prediction this is the paper's
  *               per-branch reuse exactly (both branches move by x_i - x_b, which the guidance keeps);
  *               the paper measures k and the norm on the conditional branch alone. T = 0 skips
- *               nothing. */
+ *               nothing.
+ *  - teacache:T TeaCache (Liu et al., "Timestep Embedding Tells: It's Time to Cache for Video
+ *               Diffusion Model", arXiv 2411.19108). Each step the transformer runs up to a probe,
+ *               the output of block 0's first modulated norm (the plan's first adaln step of block 0,
+ *               conditional branch), and hands it to dit_step_cache_probe before the decision, sums in
+ *               double: d = sum|q_i - q_{i-1}| / sum|q_{i-1}| (q_{i-1} the previous step's probe, full
+ *               or skipped), and at a step the common rule lets it skip  E += max(poly(d), 0), poly
+ *               the family's rescaling polynomial (dit_step_cache_set_rescale; identity by default;
+ *               the fitted ones dip below 0 between their fitted points, which would let T = 0 skip). The
+ *               step is skipped while E < T; when E reaches T (or is not a number, or no previous
+ *               probe exists) the step runs the rest of the transformer and E = 0; every full step
+ *               sets E = 0. A skipped step reuses the last full step's residual as easycache does:
+ *               P_i = x_i + (P_b - x_b). TeaCache itself keeps the block stack's residual and re-runs
+ *               the output head; this is that reuse taken between the transformer's latent input and
+ *               its prediction. Single-rank bundles without cfg lanes; with guidance both branches
+ *               follow the conditional probe's decision. T = 0 skips nothing. */
 #ifndef DIT_RUNTIME_STEP_CACHE_H
 #define DIT_RUNTIME_STEP_CACHE_H
 
@@ -35,6 +50,7 @@ typedef enum dit_step_cache_mode {
   DIT_STEP_CACHE_CADENCE = 1,
   DIT_STEP_CACHE_DELTA = 2,
   DIT_STEP_CACHE_EASYCACHE = 3,
+  DIT_STEP_CACHE_TEACACHE = 4,
 } dit_step_cache_mode_t;
 
 /* The command line's defaults for warmup and cooldown. */
@@ -43,17 +59,17 @@ enum { DIT_STEP_CACHE_DEFAULT_WARMUP = 2, DIT_STEP_CACHE_DEFAULT_COOLDOWN = 1 };
 typedef struct dit_step_cache_options {
   dit_step_cache_mode_t mode; /* zero: off */
   int cadence;                /* cadence:N's N, >= 2 */
-  double threshold;           /* delta:T's and easycache:T's T, finite, >= 0 */
+  double threshold;           /* delta:T's, easycache:T's and teacache:T's T, finite, >= 0 */
   int warmup;                 /* leading steps always in full, >= 0 */
   int cooldown;               /* trailing steps always in full, >= 0 */
 } dit_step_cache_options_t;
 
-/* Parses "off", "cadence:N", "delta:T" or "easycache:T" into o->mode and its parameter (warmup and cooldown
- * are left as they are); the error names what was expected and what was found. */
+/* Parses "off", "cadence:N", "delta:T", "easycache:T" or "teacache:T" into o->mode and its parameter
+ * (warmup and cooldown are left as they are); the error names what was expected and what was found. */
 dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o);
 /* Refuses out-of-range options, naming the field, the expected range and the value. */
 dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o);
-/* "off", "cadence:4", "delta:0.05", "easycache:0.06" (into buf). */
+/* "off", "cadence:4", "delta:0.05", "easycache:0.06", "teacache:0.08" (into buf). */
 const char *dit_step_cache_describe(const dit_step_cache_options_t *o, char *buf, size_t size);
 
 typedef struct dit_step_cache dit_step_cache_t;
@@ -64,7 +80,17 @@ typedef struct dit_step_cache dit_step_cache_t;
 dit_status_t dit_step_cache_create(const dit_step_cache_options_t *o, int steps, size_t n, dit_step_cache_t **out);
 void dit_step_cache_destroy(dit_step_cache_t *c);
 
-/* Step i's latents x_i (copied where the mode needs them: easycache), before dit_step_cache_full
+/* TeaCache's published rescaling polynomial for a manifest's model family (coefficients highest
+ * degree first, *k of them), or the identity polynomial where none is published (returns 0 then). */
+int dit_step_cache_teacache_rescale(const char *family, const double **coef, int *k);
+/* The rescaling polynomial teacache applies to the probe's relative change (highest degree first,
+ * at most 8 coefficients; copied). */
+void dit_step_cache_set_rescale(dit_step_cache_t *c, const double *coef, int k);
+/* teacache: step i's probe (m elements, fp32), before dit_step_cache_full decides step i; every
+ * step's, full or skipped. Other modes ignore it. */
+dit_status_t dit_step_cache_probe(dit_step_cache_t *c, const float *probe, size_t m);
+
+/* Step i's latents x_i (copied where the mode needs them: easycache, teacache), before dit_step_cache_full
  * decides step i; every step's, full or skipped. Other modes ignore them. */
 void dit_step_cache_observe(dit_step_cache_t *c, const float *x);
 /* Called once per step, in order: 1 when step i runs the transformer, 0 when it is skipped (then
@@ -73,14 +99,14 @@ int dit_step_cache_full(dit_step_cache_t *c, int i);
 /* After full step i: its prediction (copied). */
 void dit_step_cache_record(dit_step_cache_t *c, int i, const float *p);
 /* A skipped step's prediction: p holds P_{i-1} (the prediction the previous step used) on entry
- * and P_i on return (easycache: x_i + P_b - x_b, whatever p held). */
+ * and P_i on return (easycache, teacache: x_i + P_b - x_b, whatever p held). */
 void dit_step_cache_extrapolate(const dit_step_cache_t *c, float *p);
 /* Forgets the predictions (a change of expert: the other model's predictions are no base for
  * extrapolating this one's); the next two steps run in full. */
 void dit_step_cache_reset(dit_step_cache_t *c);
 /* How many of steps [from, to) will run in full, from the controller's state before step
- * `from` is decided, with no reset in between: exact for off and cadence; for delta and
- * easycache the fewest possible (every step they may skip skipped). What the expert swap paces
+ * `from` is decided, with no reset in between: exact for off and cadence; for delta,
+ * easycache and teacache the fewest possible (every step they may skip skipped). What the expert swap paces
  * its loads by. */
 int dit_step_cache_forecast_full(const dit_step_cache_t *c, int from, int to);
 

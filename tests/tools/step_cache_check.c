@@ -6,10 +6,11 @@
  *    from the same noise;
  *  - the steps that ran are the rule's (cadence from the indices; delta from r of the recorded
  *    full predictions, easycache from the rate and the accumulated estimate of the recorded
- *    predictions and the replayed latents, in double; the cache reset where the expert changes);
+ *    predictions and the replayed latents, teacache from the probes the run reported (on_probe)
+ *    and the family's rescaling polynomial, in double; the cache reset where the expert changes);
  *    each skipped step counts the forwards it would have run;
- *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones (easycache:
- *    x_i + (P_b - x_b));
+ *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones (easycache,
+ *    teacache: x_i + (P_b - x_b));
  *  - the steps before the first skip are the exact run's, bit for bit;
  *  - that replay reproduces the cached run's final latents (max relative error <= 1e-4): the
  *    sampler took P_i as if the model had produced it.
@@ -32,7 +33,19 @@ typedef struct record {
   size_t n;
   float *p;      /* steps x n */
   int *computed; /* steps */
+  size_t m;      /* teacache: the probe's elements */
+  float *q;      /* teacache: steps x m, each step's probe */
+  int *probed;   /* steps */
 } record_t;
+
+static void on_probe(void *ctx, int step, const float *probe, size_t m) {
+  record_t *r = ctx;
+  if (step < 0 || step >= r->steps || (r->q && m != r->m)) return;
+  if (!r->q) r->q = malloc((size_t)r->steps * m * sizeof *probe + 1), r->m = m;
+  if (!r->q) return;
+  memcpy(r->q + (size_t)step * m, probe, m * sizeof *probe);
+  r->probed[step] = 1;
+}
 
 static void on_prediction(void *ctx, int step, const float *prediction, size_t n, int computed) {
   record_t *r = ctx;
@@ -67,20 +80,34 @@ static double l1(const float *a, const float *b, size_t n) {
   return d;
 }
 
+/* teacache's estimate of step i: max(poly(d), 0) of the probes' relative change (NaN without
+ * the previous step's probe of the same expert). */
+static double tea_change(const record_t *r, int i, int same_expert, const double *coef, int k) {
+  if (i < 1 || !same_expert || !r->probed[i] || !r->probed[i - 1]) return NAN;
+  const float *q0 = r->q + (size_t)(i - 1) * r->m, *q1 = r->q + (size_t)i * r->m;
+  const double d = l1(q0, q1, r->m) / l1(q0, NULL, r->m);
+  double v = 0;
+  for (int j = 0; j < k; j++) v = v * d + coef[j];
+  return v < 0 ? 0 : v;
+}
+
 /* The rule, from the recorded run and the latents x (steps x n): 1 per step that should have run
- * the transformer. */
-static void expected_full(const dit_step_cache_options_t *c, const record_t *r, const float *x, const int *expert, int *full) {
+ * the transformer. coef, k: teacache's rescaling polynomial. */
+static void expected_full(const dit_step_cache_options_t *c, const record_t *r, const float *x, const int *expert, const double *coef,
+                          int k, int *full) {
   const size_t n = r->n;
   int since = 0, a = -1, b = -1;
   double rel = INFINITY, rate = NAN, norm_b = 0, e = 0;
   for (int i = 0; i < r->steps; i++) {
-    if (i > 0 && expert && expert[i] != expert[i - 1]) since = 0, rel = INFINITY, e = 0;
+    const int switched = i > 0 && expert && expert[i] != expert[i - 1];
+    if (switched) since = 0, rel = INFINITY, e = 0;
     const int must = i < c->warmup || i >= r->steps - c->cooldown || since < 2;
     int f = must;
     if (c->mode == DIT_STEP_CACHE_CADENCE) f = f || (i - c->warmup) % c->cadence == 0;
     else if (c->mode == DIT_STEP_CACHE_DELTA) f = f || !full[i - 1] || !(rel < c->threshold); /* i >= 1 here: since >= 2 */
-    else if (!must) { /* easycache: i >= 1 here */
-      e += rate * l1(x + (size_t)(i - 1) * n, x + (size_t)i * n, n) / norm_b;
+    else if (!must) { /* easycache, teacache: i >= 1 here */
+      e += c->mode == DIT_STEP_CACHE_TEACACHE ? tea_change(r, i, !switched, coef, k)
+                                              : rate * l1(x + (size_t)(i - 1) * n, x + (size_t)i * n, n) / norm_b;
       f = !(e < c->threshold);
     }
     full[i] = f;
@@ -163,11 +190,12 @@ int main(int argc, char **argv) {
   const int steps = o.steps;
   float *noise = malloc(n * sizeof *noise), *exact = malloc(n * sizeof *exact), *cached = malloc(n * sizeof *cached),
         *replay = malloc(n * sizeof *replay), *xs = malloc((size_t)steps * n * sizeof *xs);
-  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int))};
-  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int))};
+  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), 0, NULL, NULL};
+  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), 0, NULL,
+                 calloc((size_t)steps, sizeof(int))};
   int *skipped = calloc((size_t)steps, sizeof *skipped), *expert = calloc((size_t)steps, sizeof *expert),
       *full = calloc((size_t)steps, sizeof *full);
-  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !skipped || !expert || !full)
+  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !rc.probed || !skipped || !expert || !full)
     return fail("%s", "out of memory");
   if (dit_convert(noise, DIT_F32, init.data, init.dtype, n)) return fail("%s", "the noise is not a float tensor");
 
@@ -179,7 +207,7 @@ int main(int argc, char **argv) {
   memcpy(exact, noise, n * sizeof *exact);
   s = dit_runtime_generate(rt, &ox, &prompt, negative.data ? &negative : NULL, exact);
   if (s) return dit_status_report(dit_status_annotate(s, "exact run"), "step_cache_check");
-  o.on_prediction = on_prediction, o.ctx = &rc;
+  o.on_prediction = on_prediction, o.on_probe = on_probe, o.ctx = &rc;
   o.skipped_forwards = skipped;
   o.expert_used = two ? expert : NULL;
   memcpy(cached, noise, n * sizeof *cached);
@@ -199,7 +227,13 @@ int main(int argc, char **argv) {
   if (s) return dit_status_report(s, "step_cache_check");
 
   /* Decisions and the forwards each skipped step saved. */
-  expected_full(&o.step_cache, &rc, xs, two ? expert : NULL, full);
+  const double *coef;
+  int k;
+  dit_step_cache_teacache_rescale(m->family, &coef, &k);
+  if (o.step_cache.mode == DIT_STEP_CACHE_TEACACHE)
+    for (int i = 0; i < steps; i++)
+      if (!rc.probed[i]) return fail("%s", "a step without a probe");
+  expected_full(&o.step_cache, &rc, xs, two ? expert : NULL, coef, k, full);
   char got[4096] = "", want[4096] = "";
   int bad = 0, saved = 0, first_skip = steps;
   for (int i = 0; i < steps; i++) {
@@ -228,7 +262,7 @@ int main(int argc, char **argv) {
     if (a < 0) return fail("%s", "a skipped step without two full predictions before it");
     const float *prev = rc.p + (size_t)(i - 1) * n, *pa = rc.p + (size_t)a * n, *pb = rc.p + (size_t)b * n;
     const float *xi = xs + (size_t)i * n, *xb = xs + (size_t)b * n;
-    const int easy = o.step_cache.mode == DIT_STEP_CACHE_EASYCACHE;
+    const int easy = o.step_cache.mode == DIT_STEP_CACHE_EASYCACHE || o.step_cache.mode == DIT_STEP_CACHE_TEACACHE;
     double worst = 0, scale = 0;
     for (size_t j = 0; j < n; j++) {
       const float e = easy ? xi[j] + (pb[j] - xb[j]) : prev[j] + (pb[j] - pa[j]) / (float)(b - a);
@@ -263,6 +297,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(rx.computed);
   free(rc.computed);
+  free(rc.q);
+  free(rc.probed);
   free(skipped);
   free(expert);
   free(full);

@@ -64,10 +64,12 @@ static void test_parse(void) {
   CHECK_ERR(dit_step_cache_parse("cadence", &o), INVALID_ARGUMENT, "expected off, cadence:N");
   CHECK_ERR(dit_step_cache_parse("delta:-0.1", &o), INVALID_ARGUMENT, "expected a finite number >= 0, found -0.1");
   CHECK_ERR(dit_step_cache_parse("delta:inf", &o), INVALID_ARGUMENT, "found inf");
-  CHECK_ERR(dit_step_cache_parse("teacache:0.1", &o), INVALID_ARGUMENT, "found 'teacache:0.1'");
+  CHECK_ERR(dit_step_cache_parse("teacup:0.1", &o), INVALID_ARGUMENT, "found 'teacup:0.1'");
+  CHECK_ERR(dit_step_cache_parse("teacache:-1", &o), INVALID_ARGUMENT,
+            "teacache:-1: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found -1");
   CHECK_ERR(dit_step_cache_parse("easycache:-0.5", &o), INVALID_ARGUMENT,
             "easycache:-0.5: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found -0.5");
-  CHECK_ERR(dit_step_cache_parse("easycache", &o), INVALID_ARGUMENT, "delta:T or easycache:T (T a number >= 0), found 'easycache'");
+  CHECK_ERR(dit_step_cache_parse("easycache", &o), INVALID_ARGUMENT, "delta:T, easycache:T or teacache:T (T a number >= 0), found 'easycache'");
   CHECK(o.mode == DIT_STEP_CACHE_OFF); /* a refused spec leaves the options alone */
 
   dit_step_cache_options_t bad = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 1};
@@ -82,12 +84,16 @@ static void test_parse(void) {
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold");
   bad.mode = 7;
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT,
-            "step_cache.mode: expected off (0), cadence (1), delta (2) or easycache (3), found 7");
+            "step_cache.mode: expected off (0), cadence (1), delta (2), easycache (3) or teacache (4), found 7");
   bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_EASYCACHE, .threshold = -1};
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold: expected a finite number >= 0, found -1");
   CHECK_OK(dit_step_cache_parse("easycache:0.06", &o));
   CHECK(o.mode == DIT_STEP_CACHE_EASYCACHE && o.threshold == 0.06 && o.warmup == 3 && o.cooldown == 4);
   CHECK(!strcmp(dit_step_cache_describe(&o, d, sizeof d), "easycache:0.06"));
+  CHECK_OK(dit_step_cache_parse("teacache:0.08", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_TEACACHE && o.threshold == 0.08);
+  CHECK(!strcmp(dit_step_cache_describe(&o, d, sizeof d), "teacache:0.08"));
+  CHECK_OK(dit_step_cache_parse("easycache:0.06", &o));
   bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_DELTA, .threshold = 0.05};
   CHECK(!strcmp(dit_step_cache_describe(&bad, d, sizeof d), "delta:0.05"));
 }
@@ -270,6 +276,74 @@ static void test_easycache(void) {
   check_skipped(&o, 10, -1, "");
 }
 
+/* teacache on a one-element probe q: d_i = |q_i - q_{i-1}| / |q_{i-1}| is 0.1, 0.1, 0.0123, 0.0125,
+ * 0.114, 0.0143, 0.0101, 0.122 for steps 1..8. With the identity and T = 0.05 (W 2, C 1): step 2
+ * runs (0.1), 3 and 4 skip (0.0123, 0.0248), 5 runs (0.139), 6 and 7 skip, 8 runs, 9 is the cooldown.
+ * With 4x: 3 skips (0.049), 4 runs (0.099), 5 and 6 run, 7 skips (0.041). A skipped step's
+ * prediction is x_i + (P_b - x_b). */
+static const char *tea_run(double threshold, const double *coef, int k, float *skipped_p) {
+  static const float qs[10] = {100, 90, 81, 80, 79, 70, 69, 68.3f, 60, 50};
+  static char buf[256];
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_TEACACHE, .threshold = threshold, .warmup = 2, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  buf[0] = 0;
+  CHECK_OK(dit_step_cache_create(&o, 10, 1, &c));
+  if (!c) return buf;
+  if (coef) dit_step_cache_set_rescale(c, coef, k);
+  float p = 0;
+  for (int i = 0; i < 10; i++) {
+    const float x = 10.0f - (float)i;
+    CHECK_OK(dit_step_cache_probe(c, &qs[i], 1));
+    dit_step_cache_observe(c, &x);
+    if (dit_step_cache_full(c, i)) {
+      p = (float)i * 0.5f;
+      dit_step_cache_record(c, i, &p);
+      skipped_p[i] = NAN;
+      continue;
+    }
+    dit_step_cache_extrapolate(c, &p);
+    skipped_p[i] = p;
+    snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%d", buf[0] ? " " : "", i);
+  }
+  dit_step_cache_destroy(c);
+  return buf;
+}
+
+static void test_teacache(void) {
+  float sp[10];
+  CHECK(!strcmp(tea_run(0.05, NULL, 0, sp), "3 4 6 7"));
+  CHECK(sp[3] == 7 + (1.0f - 8) && sp[4] == 6 + (1.0f - 8) && sp[7] == 3 + (2.5f - 5)); /* b = 2, then 5 */
+  const double four[2] = {4, 0}, below[2] = {-1, 0};
+  CHECK(!strcmp(tea_run(0.05, four, 2, sp), "3 7"));
+  /* T = 0 skips nothing, even where the polynomial dips below 0; T huge skips what W and C leave. */
+  CHECK(!strcmp(tea_run(0, below, 2, sp), ""));
+  CHECK(!strcmp(tea_run(0, NULL, 0, sp), ""));
+  CHECK(!strcmp(tea_run(1e30, NULL, 0, sp), "2 3 4 5 6 7 8"));
+  CHECK(!strcmp(tea_run(0.05, below, 2, sp), "2 3 4 5 6 7 8"));
+  /* The published polynomials: FLUX.1's and Wan2.1's; the identity for others. */
+  const double *coef;
+  int k;
+  CHECK(dit_step_cache_teacache_rescale("flux", &coef, &k) == 1 && k == 5 && coef[0] == 4.98651651e+02);
+  CHECK(dit_step_cache_teacache_rescale("wan", &coef, &k) == 1 && k == 5 && coef[4] == 1.37887774e-01);
+  CHECK(dit_step_cache_teacache_rescale("hunyuan", &coef, &k) == 0 && k == 2 && coef[0] == 1 && coef[1] == 0);
+  /* A reset (another expert) starts over: two full steps before the next skip. */
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_TEACACHE, .threshold = 1e30, .warmup = 0, .cooldown = 0};
+  dit_step_cache_t *c = NULL;
+  CHECK_OK(dit_step_cache_create(&o, 6, 1, &c));
+  if (!c) return;
+  const float q = 1, x = 1;
+  int full[6];
+  for (int i = 0; i < 6; i++) {
+    if (i == 3) dit_step_cache_reset(c);
+    CHECK_OK(dit_step_cache_probe(c, &q, 1));
+    dit_step_cache_observe(c, &x);
+    full[i] = dit_step_cache_full(c, i);
+    if (full[i]) dit_step_cache_record(c, i, &x);
+  }
+  CHECK(full[0] && full[1] && !full[2] && full[3] && full[4] && !full[5]);
+  dit_step_cache_destroy(c);
+}
+
 /* What the swap paces by: exact for cadence, the fewest for delta and easycache. */
 static void test_forecast(void) {
   dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 3, .warmup = 2, .cooldown = 1};
@@ -310,6 +384,7 @@ int main(void) {
   test_extrapolate();
   test_delta();
   test_easycache();
+  test_teacache();
   test_forecast();
   return check_summary("test_step_cache");
 }
