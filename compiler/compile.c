@@ -147,13 +147,10 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 }
 
 
-/* A one-expert bundle is written as schema 1.0, byte for byte as before the experts section. */
-static int schema_minor(const dit_model_t *m, const dit_latent_shape_t *ls) {
-  dit_manifest_generate_t g;
-  dit_status_t s = dit_model_generate_contract(m, ls, &g);
-  const int gen = !s && g.present;
-  dit_status_free(s); /* reported where the contract is built */
-  return gen ? DIT_SCHEMA_MINOR_GENERATE : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS : 0;
+/* A one-expert bundle without a generate section is written as schema 1.0, byte for byte as
+ * before those sections. */
+static int schema_minor(const dit_model_t *m, const dit_manifest_generate_t *gen) {
+  return gen->present ? DIT_SCHEMA_MINOR_GENERATE : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS : 0;
 }
 
 /* Where the pipeline switches experts, as WanPipeline computes it: boundary_ratio *
@@ -251,7 +248,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   char schema[16];
-  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(m, ls));
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(m, &gen));
   cJSON_AddStringToObject(in, "schema", schema);
   cJSON *tc = NULL;
   dit_status_t s = dit_toolchain_identity(o->target, &tc);
@@ -462,8 +459,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
       if (st->kernel.ptx[0]) add_blob_entry(blobs, &n_blobs, "kernels", st->kernel.ptx, rb[r].module_sizes[i * 2 + 1]);
     }
   if (!s) {
+    s = dit_model_generate_contract(m, &ls, &man.generate);
     man.schema_major = DIT_SCHEMA_MAJOR;
-    man.schema_minor = schema_minor(m, &ls);
+    man.schema_minor = schema_minor(m, &man.generate);
     snprintf(man.family, sizeof man.family, "%s", m->family);
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
@@ -483,7 +481,6 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.shape.latent[2] = ls.height;
     man.shape.latent[3] = ls.width;
     man.dtype = o->shape.dtype;
-    s = dit_model_generate_contract(m, &ls, &man.generate);
     if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
     if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
   }

@@ -175,18 +175,16 @@ static const dit_tensor_t *find_arg(const dit_generate_options_t *o, const char 
 /* v as the pipeline holds it in the model's dtype: rounded to bf16 for a bf16 bundle. */
 static float in_dtype(float v, dit_dtype_t dt) { return dt == DIT_BF16 ? dit_bf16_to_f32(dit_f32_to_bf16(v)) : v; }
 
-/* A [B] input holding one value per batch item. */
+/* A [B] input holding one value per batch item (ditc compiles batches of at most 4096). */
 static dit_status_t set_scalar_input(dit_runtime_t *rt, const dit_manifest_t *m, const char *name, float v) {
+  float vals[4096];
   const dit_manifest_io_t *io = find_input(m, name);
-  if (!io || io->rank != 1 || io->dims[0] < 1 || io->dims[0] > 65536)
-    return DIT_ERR(UNIMPLEMENTED, "manifest.json: input '%s' is not [batch]: generate feeds one value per sample", name);
-  float buf[65536 / 64], *vals = io->dims[0] <= (int64_t)(sizeof buf / sizeof buf[0]) ? buf : malloc(sizeof(float) * (size_t)io->dims[0]);
-  if (!vals) return DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
+  if (!io || io->rank != 1 || io->dims[0] < 1 || io->dims[0] > (int64_t)(sizeof vals / sizeof vals[0]))
+    return DIT_ERR(UNIMPLEMENTED, "manifest.json: input '%s' is not [batch] with batch 1..4096: generate feeds one value per sample",
+                   name);
   for (int64_t i = 0; i < io->dims[0]; i++) vals[i] = v;
-  dit_tensor_t t = {vals, DIT_F32, 1, {io->dims[0]}};
-  dit_status_t s = dit_runtime_set_input(rt, name, &t);
-  if (vals != buf) free(vals);
-  return s;
+  const dit_tensor_t t = {vals, DIT_F32, 1, {io->dims[0]}};
+  return dit_runtime_set_input(rt, name, &t);
 }
 
 /* One branch's text inputs: the section's conditions from the arguments named prefix+argument,

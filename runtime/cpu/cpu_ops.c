@@ -649,6 +649,15 @@ dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const di
 
 /* ---- rope ---------------------------------------------------------------------------------- */
 
+/* n interleaved pairs of x rotated by their (cos, sin) pairs in cs: (x0 c - x1 s, x0 s + x1 c). */
+static void rotate_pairs(const float *x, const float *cs, int64_t n, float *out) {
+  for (int64_t q = 0; q < n; q++) {
+    const float x0 = x[2 * q], x1 = x[2 * q + 1], cv = cs[2 * q], sv = cs[2 * q + 1];
+    out[2 * q] = x0 * cv - x1 * sv;
+    out[2 * q + 1] = x0 * sv + x1 * cv;
+  }
+}
+
 typedef struct rope_job {
   const dit_tensor_t *x;
   dit_tensor_t *y;
@@ -672,14 +681,8 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int worker) {
       const float *xh = x + hd * j->Dh;
       float *oh = out + hd * j->Dh;
       int64_t p = 0;
-      for (int part = 0; part < 3; part++) {
-        const float *cs = j->cs[part] + pos[part] * j->pairs[part] * 2;
-        for (int q = 0; q < j->pairs[part]; q++, p++) {
-          const float x0 = xh[2 * p], x1 = xh[2 * p + 1], cv = cs[2 * q], sv = cs[2 * q + 1];
-          oh[2 * p] = x0 * cv - x1 * sv;
-          oh[2 * p + 1] = x0 * sv + x1 * cv;
-        }
-      }
+      for (int part = 0; part < 3; p += j->pairs[part], part++)
+        rotate_pairs(xh + 2 * p, j->cs[part] + pos[part] * j->pairs[part] * 2, j->pairs[part], oh + 2 * p);
     }
     dit_cpu_row_store(j->y->data, j->y->dtype, r * HD, out, HD);
   }
@@ -762,15 +765,7 @@ static void rope_table_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   for (int64_t r = begin; r < end; r++) {
     const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp);
     const float *cs = (const float *)j->cs->data + (r % j->T) * j->Dh;
-    for (int64_t hd = 0; hd < j->heads; hd++) {
-      const float *xh = x + hd * j->Dh;
-      float *oh = out + hd * j->Dh;
-      for (int64_t p = 0; p < j->Dh; p += 2) {
-        const float x0 = xh[p], x1 = xh[p + 1], cv = cs[p], sv = cs[p + 1];
-        oh[p] = x0 * cv - x1 * sv;
-        oh[p + 1] = x1 * cv + x0 * sv;
-      }
-    }
+    for (int64_t hd = 0; hd < j->heads; hd++) rotate_pairs(x + hd * j->Dh, cs, j->Dh / 2, out + hd * j->Dh);
     dit_cpu_row_store(j->y->data, j->y->dtype, r * HD, out, HD);
   }
 }
