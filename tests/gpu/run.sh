@@ -100,6 +100,13 @@ for d in tests/data/wan_tiny_*/; do
   check mem_within "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
 done
 
+step "1a. the step cache's probe kernel on the GPU against the host's computation (bf16 and fp32 tiny Wan bundles)"
+d=tests/data/wan_tiny_b
+for dt in bf16 f32; do
+  bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype $dt --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  check "$BIN/probe_check" "$bundle" "$d/forward_inputs.safetensors" cuda
+done
+
 step "1b. parallel topologies on the GPU: ranks as threads of one process (NCCL when each has a GPU, else staged through host memory), and one process per rank (NCCL)"
 d=tests/data/wan_tiny_b
 for top in "${TINY_TOPOLOGIES[@]}"; do

@@ -27,6 +27,12 @@ a_l=$(compile "$a14" --frames 9 --height 32 --width 48 --batch 1 --text-len 7 --
 fx=$(compile "$flux" --height 64 --width 64 --text-len 8)
 fx_l=$(compile "$flux" --height 64 --width 64 --text-len 8 --cfg-parallel)
 
+# The probe's change on the CPU backend against the host's computation from the values read back.
+"$BIN/probe_check" "$wan" "$w21/forward_inputs.safetensors" cpu || { echo "FAIL: probe_check on Wan"; exit 1; }
+"$BIN/probe_check" "$fx" "$flux/forward_inputs_b1.safetensors" cpu || { echo "FAIL: probe_check on FLUX"; exit 1; }
+wan_bf=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16)
+"$BIN/probe_check" "$wan_bf" "$w21/forward_inputs.safetensors" cpu || { echo "FAIL: probe_check on Wan in bf16"; exit 1; }
+
 # ---- the library against the rule ----
 check() { "$BIN/step_cache_check" "$@" || { echo "FAIL: step_cache_check $*"; exit 1; }; }
 check "$wan" "$w21/generate_inputs.safetensors" cadence:2 10 guidance=5 shift=3
