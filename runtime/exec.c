@@ -1013,8 +1013,8 @@ dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *ho
 
 void dit_runtime_probe_reset(dit_runtime_t *rt) { rt->probe_valid = 0; }
 
-/* Rank 0's buffers for values like v: kept while the expert, dtype and size stay; else made anew
- * on the active expert's rank 0 (no previous signal, nothing held). */
+/* Rank 0's previous signal for values like v: kept while the expert, dtype and size stay; else made
+ * anew on the active expert's rank 0 (no previous signal; the held base, made on first hold, dropped). */
 static dit_status_t probe_buffers(dit_runtime_t *rt, const dit_plan_value_t *v) {
   rank_rt_t *r0 = &rt->ranks[0];
   if (rt->probe_rank == r0 && rt->probe_bytes == v->nbytes && rt->probe_dtype == v->dtype) return DIT_OK;
@@ -1024,7 +1024,6 @@ static dit_status_t probe_buffers(dit_runtime_t *rt, const dit_plan_value_t *v) 
     return DIT_ERR(INVALID_ARGUMENT, "probe: value '%s' has dtype %s: expected f32, bf16 or f16", v->name, dit_dtype_name(v->dtype));
   rt->probe_rank = r0, rt->probe_bytes = v->nbytes, rt->probe_dtype = v->dtype;
   dit_status_t s = r0->be->alloc(r0->be_state, v->nbytes, "the step cache's previous probe", &rt->probe_prev);
-  if (!s) s = r0->be->alloc(r0->be_state, v->nbytes, "the step cache's probe base", &rt->probe_held);
   if (s) probe_release(rt);
   return s;
 }
@@ -1042,6 +1041,7 @@ dit_status_t dit_runtime_probe_hold(dit_runtime_t *rt, size_t v) {
   DIT_RETURN_IF(probe_value(rt, v, &pv));
   DIT_RETURN_IF(probe_buffers(rt, pv));
   rank_rt_t *r0 = &rt->ranks[0];
+  if (!rt->probe_held) DIT_RETURN_IF(r0->be->alloc(r0->be_state, pv->nbytes, "the step cache's probe base", &rt->probe_held));
   DIT_RETURN_IF(r0->be->copy2d(r0->be_state, 0, rt->probe_held, pv->nbytes, r0->bound[v].data, pv->nbytes, pv->nbytes, 1));
   rt->probe_held_value = v + 1;
   return DIT_OK;
