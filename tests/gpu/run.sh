@@ -3,7 +3,8 @@
 # -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
 #   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), and
 #      through multi-rank GPU bundles (ranks as threads of one process, and one process per rank
-#      with NCCL); the Hopper attention kernel op by op against the CPU reference,
+#      with NCCL); the Hopper attention kernel op by op against the CPU reference; the step cache's
+#      probe kernel against the host's computation (tests/tools/probe_check.c),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
