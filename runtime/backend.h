@@ -88,6 +88,13 @@ typedef struct dit_backend_vtable {
   /* Optional: bytes allocated so far through alloc and by the backend itself (library
    * workspaces), as requested; what the predicted peak is checked against. */
   uint64_t (*allocated_bytes)(void *state);
+  /* Optional: the step cache's probe, on queue 0 in order with the steps. Over n elements of x
+   * (dtype dt: f32, bf16 or f16) with r = x, or x - base when base is not NULL, computed in fp32
+   * and rounded to dt: sums[0] = sum |r - prev| and sums[1] = sum |prev| (fp32 per thread, the
+   * threads' sums added in double), then prev = r when update_prev. x, base and prev (n elements
+   * of dt) are in backend memory; only the two sums come back. */
+  dit_status_t (*probe_change)(void *state, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
+                               int update_prev, double sums[2]);
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',
@@ -100,5 +107,7 @@ const dit_backend_vtable_t *dit_backend_cpu(void);
 /* The CUDA backend: the driver API and cuBLASLt are loaded with dlopen on first use, so the
  * same binary runs (CPU only) where they are absent. */
 const dit_backend_vtable_t *dit_backend_cuda(void);
+/* The PTX text of the CUDA backend's probe kernel (loaded on first use; a test assembles it). */
+const char *dit_cuda_probe_ptx(void);
 
 #endif

@@ -4,6 +4,7 @@
  * compute as a GPU's copy engine and communication kernels do. Events are shared by the
  * queues. DIT_CPU_COPY_DELAY_US=N delays every queued copy or call by N microseconds: it widens
  * the windows in which a missing dependency between the queues would show, for tests. */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -461,6 +462,48 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
   return DIT_ERR(UNIMPLEMENTED, "cpu backend: op %s has no kernel", name);
 }
 
+static float probe_load(const void *p, dit_dtype_t dt, size_t j) {
+  if (dt == DIT_F32) return ((const float *)p)[j];
+  const uint16_t h = ((const uint16_t *)p)[j];
+  return dt == DIT_BF16 ? dit_bf16_to_f32(h) : dit_f16_to_f32(h);
+}
+
+/* r rounded to dt, and stored there when dst is not NULL. */
+static float probe_round(float r, dit_dtype_t dt, void *dst, size_t j) {
+  if (dt == DIT_F32) {
+    if (dst) ((float *)dst)[j] = r;
+    return r;
+  }
+  const uint16_t h = dt == DIT_BF16 ? dit_f32_to_bf16(r) : dit_f32_to_f16(r);
+  if (dst) ((uint16_t *)dst)[j] = h;
+  return dt == DIT_BF16 ? dit_bf16_to_f32(h) : dit_f16_to_f32(h);
+}
+
+/* The sums in fp32 over runs of kProbeRun elements (a GPU thread's share at a typical size), the
+ * runs added in double, as the device kernels accumulate. */
+enum { kProbeRun = 4096 };
+
+static dit_status_t cpu_probe_change(void *state, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
+                                     int update_prev, double sums[2]) {
+  (void)state;
+  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16)
+    return DIT_ERR(INVALID_ARGUMENT, "probe: expected a value of dtype f32, bf16 or f16, found %s", dit_dtype_name(dt));
+  sums[0] = sums[1] = 0;
+  for (size_t lo = 0; lo < n; lo += kProbeRun) {
+    const size_t hi = n - lo < kProbeRun ? n : lo + kProbeRun;
+    float d = 0, m = 0;
+    for (size_t j = lo; j < hi; j++) {
+      const float r = probe_round(probe_load(x, dt, j) - (base ? probe_load(base, dt, j) : 0.0f), dt, NULL, 0);
+      const float p = probe_load(prev, dt, j);
+      d += fabsf(r - p);
+      m += fabsf(p);
+      if (update_prev) probe_round(r, dt, prev, j);
+    }
+    sums[0] += d, sums[1] += m;
+  }
+  return DIT_OK;
+}
+
 static const dit_backend_vtable_t kCpuBackend = {
     .abi_version = DIT_BACKEND_ABI_VERSION,
     .name = "cpu",
@@ -482,6 +525,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .elapsed_ms = cpu_elapsed_ms,
     .call = cpu_call,
     .query = cpu_query,
+    .probe_change = cpu_probe_change,
 };
 
 const dit_backend_vtable_t *dit_backend_cpu(void) { return &kCpuBackend; }

@@ -118,6 +118,21 @@ dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i);
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host);
 dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host);
 
+/* The step cache's probe, on rank 0 of a single-rank run, with the backend's fused kernel: over
+ * value v (f32, bf16 or f16) with r = v, or v - base (base: a value of the same dtype and size,
+ * live now; DIT_PROBE_HELD: the copy dit_runtime_probe_hold made; SIZE_MAX: none), rounded to v's
+ * dtype, *change = sum|r - prev| / sum|prev| (0 / 0 is 0) where prev is the r kept by an earlier
+ * call with update_prev, in backend memory; then prev = r when update_prev. Only the two sums cross
+ * to the host. *change is NaN when there is no previous signal: the first call, after
+ * dit_runtime_probe_reset, after a change of expert, dtype or size. */
+#define DIT_PROBE_HELD (SIZE_MAX - 1)
+dit_status_t dit_runtime_probe_change(dit_runtime_t *rt, size_t v, size_t base, int update_prev, double *change);
+/* Copies value v now into a buffer the runtime keeps (a base that later steps may overwrite in the
+ * arena: the hidden state entering a block, read after it). */
+dit_status_t dit_runtime_probe_hold(dit_runtime_t *rt, size_t v);
+/* Forgets the previous signal. */
+void dit_runtime_probe_reset(dit_runtime_t *rt);
+
 typedef struct dit_named_tensor {
   const char *name;
   dit_tensor_t t;
@@ -159,9 +174,9 @@ typedef struct dit_generate_options {
    * guidance) before the sampler takes it; computed 1 when the transformer produced it, 0 when
    * the step cache extrapolated it. May be NULL. */
   void (*on_prediction)(void *ctx, int step, const float *prediction, size_t n, int computed);
-  /* teacache: called with each step's probe (fp32, m elements) as the controller gets it. May be
-   * NULL. */
-  void (*on_probe)(void *ctx, int step, const float *probe, size_t m);
+  /* teacache, fbcache: called with each step's probe change (dit_runtime_probe_change's; NaN
+   * without a previous signal) as the controller gets it. May be NULL. */
+  void (*on_probe)(void *ctx, int step, double change);
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's

@@ -44,8 +44,18 @@ static void rank_destroy(rank_rt_t *rt) {
   dit_plan_free(rt->plan);
 }
 
+/* The probe's buffers, on the backend that made them. */
+static void probe_release(dit_runtime_t *rt) {
+  rank_rt_t *r = rt->probe_rank;
+  if (r && rt->probe_prev) r->be->release(r->be_state, rt->probe_prev);
+  if (r && rt->probe_held) r->be->release(r->be_state, rt->probe_held);
+  rt->probe_rank = NULL, rt->probe_prev = rt->probe_held = NULL, rt->probe_bytes = 0, rt->probe_valid = 0;
+  rt->probe_held_value = 0;
+}
+
 void dit_runtime_destroy(dit_runtime_t *rt) {
   if (!rt) return;
+  probe_release(rt);
   /* The second expert's communicators are the first's: only those are destroyed, once. An
    * abort freed whichever set was active, so after one no pointer is kept. */
   for (int e = 0; e < rt->n_experts; e++)
@@ -999,4 +1009,68 @@ dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *ho
     return DIT_OK;
   }
   return r0->be->upload(r0->be_state, r0->bound[v].data, host, n);
+}
+
+void dit_runtime_probe_reset(dit_runtime_t *rt) { rt->probe_valid = 0; }
+
+/* Rank 0's previous signal for values like v: kept while the expert, dtype and size stay; else made
+ * anew on the active expert's rank 0 (no previous signal; the held base, made on first hold, dropped). */
+static dit_status_t probe_buffers(dit_runtime_t *rt, const dit_plan_value_t *v) {
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (rt->probe_rank == r0 && rt->probe_bytes == v->nbytes && rt->probe_dtype == v->dtype) return DIT_OK;
+  probe_release(rt);
+  if (!r0->be->probe_change) return DIT_ERR(UNIMPLEMENTED, "the %s backend has no probe kernel", r0->be->name);
+  if (v->dtype != DIT_F32 && v->dtype != DIT_BF16 && v->dtype != DIT_F16)
+    return DIT_ERR(INVALID_ARGUMENT, "probe: value '%s' has dtype %s: expected f32, bf16 or f16", v->name, dit_dtype_name(v->dtype));
+  rt->probe_rank = r0, rt->probe_bytes = v->nbytes, rt->probe_dtype = v->dtype;
+  dit_status_t s = r0->be->alloc(r0->be_state, v->nbytes, "the step cache's previous probe", &rt->probe_prev);
+  if (s) probe_release(rt);
+  return s;
+}
+
+static dit_status_t probe_value(const dit_runtime_t *rt, size_t v, const dit_plan_value_t **out) {
+  if (rt->n_ranks != 1) return DIT_ERR(UNIMPLEMENTED, "the step cache's probe takes single-rank runs (this one has %d ranks)", rt->n_ranks);
+  const dit_plan_t *p = rt->ranks[0].plan;
+  if (v >= p->n_values) return DIT_ERR(OUT_OF_RANGE, "probe: value %zu of %zu", v, p->n_values);
+  *out = &p->values[v];
+  return DIT_OK;
+}
+
+dit_status_t dit_runtime_probe_hold(dit_runtime_t *rt, size_t v) {
+  const dit_plan_value_t *pv = NULL;
+  DIT_RETURN_IF(probe_value(rt, v, &pv));
+  DIT_RETURN_IF(probe_buffers(rt, pv));
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (!rt->probe_held) DIT_RETURN_IF(r0->be->alloc(r0->be_state, pv->nbytes, "the step cache's probe base", &rt->probe_held));
+  DIT_RETURN_IF(r0->be->copy2d(r0->be_state, 0, rt->probe_held, pv->nbytes, r0->bound[v].data, pv->nbytes, pv->nbytes, 1));
+  rt->probe_held_value = v + 1;
+  return DIT_OK;
+}
+
+dit_status_t dit_runtime_probe_change(dit_runtime_t *rt, size_t v, size_t base, int update_prev, double *change) {
+  *change = NAN;
+  const dit_plan_value_t *pv = NULL, *pb = NULL;
+  DIT_RETURN_IF(probe_value(rt, v, &pv));
+  rank_rt_t *r0 = &rt->ranks[0];
+  const void *b = NULL;
+  if (base == DIT_PROBE_HELD) {
+    if (rt->probe_rank != r0 || !rt->probe_held_value) return DIT_ERR(FAILED_PRECONDITION, "probe: no base held on this expert");
+    pb = &r0->plan->values[rt->probe_held_value - 1];
+  } else if (base != SIZE_MAX) {
+    DIT_RETURN_IF(probe_value(rt, base, &pb));
+    b = r0->bound[base].data;
+  }
+  if (pb && (pb->dtype != pv->dtype || pb->nbytes != pv->nbytes))
+    return DIT_ERR(INVALID_ARGUMENT, "probe: base '%s' (%s, %llu bytes) differs from value '%s' (%s, %llu bytes)", pb->name,
+                   dit_dtype_name(pb->dtype), (unsigned long long)pb->nbytes, pv->name, dit_dtype_name(pv->dtype),
+                   (unsigned long long)pv->nbytes);
+  DIT_RETURN_IF(probe_buffers(rt, pv));
+  if (base == DIT_PROBE_HELD) b = rt->probe_held;
+  if (!rt->probe_valid && !update_prev) return DIT_OK; /* nothing to compare with, nothing to keep */
+  double sums[2];
+  DIT_RETURN_IF(r0->be->probe_change(r0->be_state, r0->bound[v].data, b, rt->probe_prev, pv->dtype,
+                                     pv->nbytes / dit_dtype_size(pv->dtype), update_prev, sums));
+  if (rt->probe_valid) *change = sums[1] > 0 ? sums[0] / sums[1] : sums[0] > 0 ? INFINITY : 0;
+  if (update_prev) rt->probe_valid = 1;
+  return DIT_OK;
 }

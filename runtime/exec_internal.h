@@ -95,6 +95,14 @@ struct dit_runtime {
   char nwhy[512];
   pthread_t watchdog;
   int watching;              /* the watchdog runs while this is 1 (atomic) */
+  /* The step cache's probe (dit_runtime_probe_change): the previous signal and the held base, in
+   * backend memory of the rank they were made on (the active expert's rank 0 then). */
+  rank_rt_t *probe_rank;
+  void *probe_prev, *probe_held;
+  uint64_t probe_bytes;
+  dit_dtype_t probe_dtype;
+  int probe_valid;           /* probe_prev holds a signal */
+  size_t probe_held_value;   /* 1 + the value probe_held copies (0: none) */
 };
 
 typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);

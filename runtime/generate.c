@@ -3,6 +3,7 @@
  * dtype and the scheduler's timestep; with guidance the conditional and unconditional
  * predictions are combined in fp32; the sampler advances fp32 latents. A two-expert pipeline
  * runs transformer while t >= the boundary and transformer_2 after. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,51 +43,118 @@ typedef struct step_decision {
   int full; /* the decision, once taken */
 } step_decision_t;
 
-/* The output of block 0's first modulated norm: the plan's first adaln step of block 0. */
-static dit_status_t find_probe(const struct dit_plan *p, size_t *step) {
+/* Where a probing mode stops the plan and what it measures. */
+typedef struct probe_site {
+  size_t stop;  /* steps [0, stop] run before the decision */
+  size_t value; /* the probed value */
+  size_t hold;  /* fbcache: the step before which base is held (SIZE_MAX: teacache, none) */
+  size_t base;  /* fbcache: the hidden state entering block 0 */
+} probe_site_t;
+
+/* 1 when value v is made (through any chain of steps) from the input value `latent`; memo: -1
+ * unknown, else the answer, per value. */
+static int from_latent(const struct dit_plan *p, const int32_t *producer, size_t v, size_t latent, int *memo) {
+  if (memo[v] >= 0) return memo[v];
+  memo[v] = v == latent;
+  const int32_t k = producer[v];
+  for (int j = 0; !memo[v] && k >= 0 && j < p->steps[k].n_in; j++)
+    if (p->values[p->steps[k].in[j]].storage != DIT_STORAGE_WEIGHT) memo[v] = from_latent(p, producer, (size_t)p->steps[k].in[j], latent, memo);
+  return memo[v];
+}
+
+/* fbcache's site: h_in, the first input of block 0's first residual add (add, gated_add) that is
+ * made before block 0 from the latent input; h_out, the end of the chain of residual adds in block
+ * 0 that starts from it (FLUX's double-stream block 0: the image stream); the plan stops at h_out's
+ * step, and h_in is held before block 0's first step (its arena bytes may be reused within it). */
+static dit_status_t find_fb_site(const struct dit_plan *p, const char *latent_input, probe_site_t *site) {
+  size_t latent = p->n_values, first = p->n_steps;
+  for (size_t v = 0; v < p->n_values; v++)
+    if (p->values[v].storage == DIT_STORAGE_INPUT && p->values[v].ref && !strcmp(p->values[v].ref, latent_input)) latent = v;
+  int32_t *producer = malloc(p->n_values * sizeof *producer + 1);
+  int *memo = malloc(p->n_values * sizeof *memo + 1);
+  if (!producer || !memo) {
+    free(producer), free(memo);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "--step-cache fbcache: out of memory scanning the plan");
+  }
+  for (size_t v = 0; v < p->n_values; v++) producer[v] = -1, memo[v] = -1;
+  for (size_t k = 0; k < p->n_steps; k++)
+    for (int j = 0; j < p->steps[k].n_out; j++) producer[p->steps[k].out[j]] = (int32_t)k;
+  size_t h = p->n_values;
+  for (size_t k = 0; k < p->n_steps && h == p->n_values; k++) {
+    const dit_plan_step_t *st = &p->steps[k];
+    if (st->block != 0) continue;
+    if (first == p->n_steps) first = k;
+    const int32_t src = st->in[0];
+    if ((st->kind == DIT_OP_ADD || st->kind == DIT_OP_GATED_ADD) && latent < p->n_values &&
+        (producer[src] < 0 || p->steps[producer[src]].block != 0) && from_latent(p, producer, (size_t)src, latent, memo))
+      h = (size_t)src;
+  }
+  free(memo);
+  if (h == p->n_values) {
+    free(producer);
+    return DIT_ERR(UNIMPLEMENTED, "--step-cache fbcache: block 0 of the plan has no residual add on a hidden state made from input '%s'",
+                   latent_input);
+  }
+  site->base = h, site->hold = first;
+  for (size_t k = first, cur = h; k < p->n_steps && p->steps[k].block == 0; k++)
+    if ((p->steps[k].kind == DIT_OP_ADD || p->steps[k].kind == DIT_OP_GATED_ADD) && (size_t)p->steps[k].in[0] == cur)
+      cur = (size_t)p->steps[k].out[0], site->value = cur, site->stop = k;
+  free(producer);
+  return DIT_OK;
+}
+
+/* teacache's site: the output of block 0's first modulated norm (the plan's first adaln step of
+ * block 0); fbcache's: find_fb_site. */
+static dit_status_t find_site(const dit_runtime_t *rt, const dit_generate_options_t *o, probe_site_t *site) {
+  const struct dit_plan *p = dit_runtime_plan(rt);
+  if (o->step_cache.mode == DIT_STEP_CACHE_FBCACHE) {
+    const dit_manifest_t *m = dit_runtime_manifest(rt);
+    return find_fb_site(p, m->generate.present ? m->generate.latents : "hidden_states", site);
+  }
   for (size_t i = 0; i < p->n_steps; i++)
     if (p->steps[i].kind == DIT_OP_ADALN && p->steps[i].block == 0) {
-      *step = i;
+      *site = (probe_site_t){i, (size_t)p->steps[i].out[0], SIZE_MAX, SIZE_MAX};
       return DIT_OK;
     }
   return DIT_ERR(UNIMPLEMENTED, "--step-cache teacache: the plan has no adaln step in block 0 to probe");
 }
 
 /* The conditional branch's forward; d (NULL: a plain forward) takes the step's decision: with
- * teacache the plan runs step by step up to the probe, the controller decides, and the rest runs
- * only for a full step (d->full 0: nothing more ran, d->pred holds the cached prediction). */
+ * teacache or fbcache the plan runs step by step up to the probe, the backend measures its change
+ * where it lies (only two sums come back), the controller decides, and the rest runs only for a
+ * full step (d->full 0: nothing more ran, d->pred holds the cached prediction). teacache keeps every
+ * step's probe as the next one's reference; fbcache only a full step's. */
 static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
   if (!d) return dit_runtime_forward(rt);
   const struct dit_plan *p = dit_runtime_plan(rt);
-  size_t probe = 0;
-  DIT_RETURN_IF(find_probe(p, &probe));
-  for (size_t k = 0; k <= probe; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
-  const size_t pv = (size_t)p->steps[probe].out[0];
-  const dit_plan_value_t *v = &p->values[pv];
-  const size_t m = v->nbytes / dit_dtype_size(v->dtype);
-  void *raw = malloc(v->nbytes + 1);
-  float *q = malloc(m * sizeof *q + 1);
-  dit_status_t s = raw && q ? dit_runtime_read_value(rt, pv, raw)
-                            : DIT_ERR(RESOURCE_EXHAUSTED, "--step-cache teacache: out of memory for the probe");
-  if (!s && dit_convert(q, DIT_F32, raw, v->dtype, m)) s = DIT_ERR(INTERNAL, "probe '%s': not a float value", v->name);
-  if (!s) s = dit_step_cache_probe(d->sc, q, m);
-  if (!s && d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, q, m);
-  free(raw);
-  free(q);
-  DIT_RETURN_IF(s);
+  probe_site_t site = {0, 0, SIZE_MAX, SIZE_MAX};
+  DIT_RETURN_IF(find_site(rt, d->o, &site));
+  const int fb = site.hold != SIZE_MAX;
+  for (size_t k = 0; k <= site.stop; k++) {
+    if (k == site.hold) DIT_RETURN_IF(dit_runtime_probe_hold(rt, site.base));
+    DIT_RETURN_IF(dit_runtime_step(rt, k));
+  }
+  double change;
+  DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, fb ? DIT_PROBE_HELD : SIZE_MAX, !fb, &change));
+  dit_step_cache_probe(d->sc, change);
+  if (d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, change);
   d->full = cache_decide(d->sc, d->o, d->i, d->forwards, d->latents, d->pred);
-  for (size_t k = probe + 1; d->full && k < p->n_steps; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
+  if (fb && d->full) DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, DIT_PROBE_HELD, 1, &change));
+  for (size_t k = site.stop + 1; d->full && k < p->n_steps; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
   return DIT_OK;
 }
 
-/* The loop's controller: teacache probes rank 0's plan step by step between the two halves of the
- * conditional forward, which only a single-rank bundle without cfg lanes runs as one forward does;
- * it takes the family's rescaling polynomial. */
-static dit_status_t cache_create(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_step_cache_t **out) {
+/* The loop's controller: teacache and fbcache probe rank 0's plan step by step between the two
+ * halves of the conditional forward, which only a single-rank bundle without cfg lanes runs as one
+ * forward does; teacache takes the family's rescaling polynomial. The runtime's previous probe is
+ * forgotten: a run starts with none. */
+static dit_status_t cache_create(dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_step_cache_t **out) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
-  if (o->step_cache.mode == DIT_STEP_CACHE_TEACACHE && m->topology.world != 1)
-    return DIT_ERR(UNIMPLEMENTED, "--step-cache teacache: the probe is read between plan steps of one rank; this bundle has %d ranks "
-                   "(%s): compile it for one rank", m->topology.world, dit_runtime_cfg_lanes(rt) == 2 ? "cfg lanes" : "sharded");
+  if (dit_step_cache_probes(&o->step_cache) && m->topology.world != 1)
+    return DIT_ERR(UNIMPLEMENTED, "--step-cache %s: the probe is read between plan steps of one rank; this bundle has %d ranks "
+                   "(%s): compile it for one rank", o->step_cache.mode == DIT_STEP_CACHE_FBCACHE ? "fbcache" : "teacache", m->topology.world,
+                   dit_runtime_cfg_lanes(rt) == 2 ? "cfg lanes" : "sharded");
+  dit_runtime_probe_reset(rt);
   DIT_RETURN_IF(dit_step_cache_create(&o->step_cache, o->steps, n, out));
   const double *coef;
   int k;
@@ -97,7 +165,7 @@ static dit_status_t cache_create(const dit_runtime_t *rt, const dit_generate_opt
 
 /* Step i's decision and prediction: without teacache the decision comes first and a full step runs
  * predict(d NULL); with it predict takes the decision (d) in the conditional forward. */
-static int probes(const dit_generate_options_t *o) { return o->step_cache.mode == DIT_STEP_CACHE_TEACACHE; }
+static int probes(const dit_generate_options_t *o) { return dit_step_cache_probes(&o->step_cache); }
 
 static dit_status_t read_sample(dit_runtime_t *rt, int lane, float *out, size_t n) {
   dit_tensor_t y;
@@ -352,8 +420,10 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     s = dit_runtime_expert_select(rt, second);
     if (s) break;
     /* The other expert's predictions are no base for this one's. */
-    if (two && i > 0 && second != dit_generate_uses_expert_2(dit_sampler_timestep(smp, i - 1), m->boundary_timestep))
+    if (two && i > 0 && second != dit_generate_uses_expert_2(dit_sampler_timestep(smp, i - 1), m->boundary_timestep)) {
       dit_step_cache_reset(sc);
+      dit_runtime_probe_reset(rt);
+    }
     if (two) dit_runtime_expert_upcoming(rt, !second, forwards_before_switch(rt, o, smp, sc, m->boundary_timestep, i));
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;

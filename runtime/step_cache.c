@@ -24,16 +24,14 @@ struct dit_step_cache {
   double k;          /* the transformation rate between the two most recent full steps */
   double pb_l1;      /* sum|P_b| */
   double acc;        /* E, the predicted change accumulated since the last full step */
-  /* teacache */
-  float *probe;      /* the previous step's probe (probe_m elements; NULL before the first) */
-  size_t probe_m;
-  double probe_rel;  /* d of the step probed last: NaN when there was no previous probe */
+  /* teacache, fbcache */
+  double probe_rel;  /* the change of the step probed last: NaN when there was no previous signal */
   double rescale[8]; /* the rescaling polynomial, highest degree first */
   int rescale_k;
 };
 
 #define SPEC_EXPECTED \
-  "expected off, cadence:N (N an integer >= 2), delta:T, easycache:T or teacache:T (T a number >= 0)"
+  "expected off, cadence:N (N an integer >= 2), delta:T, easycache:T, teacache:T or fbcache:T (T a number >= 0)"
 
 dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o) {
   if (!spec) return DIT_ERR(INVALID_ARGUMENT, SPEC_EXPECTED ", found nothing");
@@ -44,22 +42,24 @@ dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o)
   const char *colon = strchr(spec, ':');
   const size_t kw = colon ? (size_t)(colon - spec) : 0;
   const int cadence = kw == 7 && !strncmp(spec, "cadence", 7), delta = kw == 5 && !strncmp(spec, "delta", 5),
-            easy = kw == 9 && !strncmp(spec, "easycache", 9), tea = kw == 8 && !strncmp(spec, "teacache", 8);
+            easy = kw == 9 && !strncmp(spec, "easycache", 9), tea = kw == 8 && !strncmp(spec, "teacache", 8),
+            fb = kw == 7 && !strncmp(spec, "fbcache", 7);
   char *end = NULL;
   errno = 0;
-  const double v = cadence || delta || easy || tea ? strtod(colon + 1, &end) : NAN;
-  if (!(cadence || delta || easy || tea) || errno || end == colon + 1 || *end)
+  const double v = cadence || delta || easy || tea || fb ? strtod(colon + 1, &end) : NAN;
+  if (!(cadence || delta || easy || tea || fb) || errno || end == colon + 1 || *end)
     return DIT_ERR(INVALID_ARGUMENT, SPEC_EXPECTED ", found '%s'", spec);
   if (cadence && !(v >= 2 && v <= 1e6 && v == (double)(int)v))
     return DIT_ERR(INVALID_ARGUMENT, "%s: N is a step count: expected an integer >= 2 (1 would skip nothing), found %s",
                    spec, colon + 1);
   if (!cadence && !(v >= 0 && isfinite(v)))
     return DIT_ERR(INVALID_ARGUMENT, "%s: T is a relative L1 %s: expected a finite number >= 0, found %s", spec,
-                   delta ? "distance" : "change accumulated between full steps", colon + 1);
+                   delta || fb ? "distance" : "change accumulated between full steps", colon + 1);
   o->mode = cadence ? DIT_STEP_CACHE_CADENCE
             : delta ? DIT_STEP_CACHE_DELTA
             : easy  ? DIT_STEP_CACHE_EASYCACHE
-                    : DIT_STEP_CACHE_TEACACHE;
+            : tea   ? DIT_STEP_CACHE_TEACACHE
+                    : DIT_STEP_CACHE_FBCACHE;
   if (cadence) o->cadence = (int)v;
   else o->threshold = v;
   return DIT_OK;
@@ -67,9 +67,9 @@ dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o)
 
 dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o) {
   if (o->mode == DIT_STEP_CACHE_OFF) return DIT_OK;
-  if (o->mode < DIT_STEP_CACHE_OFF || o->mode > DIT_STEP_CACHE_TEACACHE)
+  if (o->mode < DIT_STEP_CACHE_OFF || o->mode > DIT_STEP_CACHE_FBCACHE)
     return DIT_ERR(INVALID_ARGUMENT,
-                   "step_cache.mode: expected off (0), cadence (1), delta (2), easycache (3) or teacache (4), found %d",
+                   "step_cache.mode: expected off (0), cadence (1), delta (2), easycache (3), teacache (4) or fbcache (5), found %d",
                    (int)o->mode);
   if (o->mode == DIT_STEP_CACHE_CADENCE && o->cadence < 2)
     return DIT_ERR(INVALID_ARGUMENT, "step_cache.cadence: expected an integer >= 2, found %d", o->cadence);
@@ -87,6 +87,7 @@ const char *dit_step_cache_describe(const dit_step_cache_options_t *o, char *buf
   else if (o->mode == DIT_STEP_CACHE_DELTA) snprintf(buf, size, "delta:%g", o->threshold);
   else if (o->mode == DIT_STEP_CACHE_EASYCACHE) snprintf(buf, size, "easycache:%g", o->threshold);
   else if (o->mode == DIT_STEP_CACHE_TEACACHE) snprintf(buf, size, "teacache:%g", o->threshold);
+  else if (o->mode == DIT_STEP_CACHE_FBCACHE) snprintf(buf, size, "fbcache:%g", o->threshold);
   else snprintf(buf, size, "off");
   return buf;
 }
@@ -103,7 +104,7 @@ dit_status_t dit_step_cache_create(const dit_step_cache_options_t *o, int steps,
   c->probe_rel = NAN;
   c->rescale[0] = 1, c->rescale[1] = 0, c->rescale_k = 2; /* the identity */
   if (o->mode != DIT_STEP_CACHE_OFF) {
-    const int easy = o->mode == DIT_STEP_CACHE_EASYCACHE || o->mode == DIT_STEP_CACHE_TEACACHE;
+    const int easy = o->mode == DIT_STEP_CACHE_EASYCACHE || o->mode == DIT_STEP_CACHE_TEACACHE || o->mode == DIT_STEP_CACHE_FBCACHE;
     c->pa = malloc(n * sizeof *c->pa + 1);
     c->pb = malloc(n * sizeof *c->pb + 1);
     c->xb = easy ? malloc(n * sizeof *c->xb + 1) : NULL;
@@ -123,7 +124,6 @@ void dit_step_cache_destroy(dit_step_cache_t *c) {
   free(c->pb);
   free(c->xb);
   free(c->xprev);
-  free(c->probe);
   free(c);
 }
 
@@ -139,7 +139,7 @@ static int decide(const dit_step_cache_t *c, int i, int nfull, int prev_full, in
 
 /* The modes that reuse the last full step's residual, x_i + P_b - x_b, and so keep latents. */
 static int reuses_residual(const dit_step_cache_t *c) {
-  return c->o.mode == DIT_STEP_CACHE_EASYCACHE || c->o.mode == DIT_STEP_CACHE_TEACACHE;
+  return c->o.mode == DIT_STEP_CACHE_EASYCACHE || c->o.mode == DIT_STEP_CACHE_TEACACHE || c->o.mode == DIT_STEP_CACHE_FBCACHE;
 }
 
 /* TeaCache's rescaling polynomials (np.poly1d order, highest degree first) as published with its
@@ -191,19 +191,10 @@ static double relative_l1(const float *a, const float *b, size_t n) {
   return den > 0 ? num / den : num > 0 ? INFINITY : 0;
 }
 
-dit_status_t dit_step_cache_probe(dit_step_cache_t *c, const float *probe, size_t m) {
-  if (c->o.mode != DIT_STEP_CACHE_TEACACHE) return DIT_OK;
-  if (c->probe && c->probe_m != m) {
-    /* Another expert's probe, or another shape: no base for a change. */
-    free(c->probe);
-    c->probe = NULL;
-  }
-  c->probe_rel = c->probe ? relative_l1(c->probe, probe, m) : NAN;
-  if (!c->probe && !(c->probe = malloc(m * sizeof *probe + 1)))
-    return DIT_ERR(RESOURCE_EXHAUSTED, "step cache: out of memory for a probe of %zu elements", m);
-  c->probe_m = m;
-  memcpy(c->probe, probe, m * sizeof *probe);
-  return DIT_OK;
+void dit_step_cache_probe(dit_step_cache_t *c, double change) { c->probe_rel = change; }
+
+int dit_step_cache_probes(const dit_step_cache_options_t *o) {
+  return o->mode == DIT_STEP_CACHE_TEACACHE || o->mode == DIT_STEP_CACHE_FBCACHE;
 }
 
 void dit_step_cache_observe(dit_step_cache_t *c, const float *x) {
@@ -218,6 +209,7 @@ int dit_step_cache_full(dit_step_cache_t *c, int i) {
   /* easycache accumulates only on the steps the common rule lets it skip, as the paper's loop. */
   if (reuses_residual(c) && !decide(c, i, c->nfull, 1, 1)) {
     if (c->o.mode == DIT_STEP_CACHE_EASYCACHE) c->acc += c->k * c->dx / c->pb_l1;
+    else if (c->o.mode == DIT_STEP_CACHE_FBCACHE) c->acc = c->probe_rel; /* no accumulation */
     else { /* teacache: poly(d) by Horner's rule; d is NaN without a previous probe */
       double r = 0;
       for (int j = 0; j < c->rescale_k; j++) r = r * c->probe_rel + c->rescale[j];
@@ -260,8 +252,7 @@ void dit_step_cache_reset(dit_step_cache_t *c) {
   c->nfull = 0;
   c->r_below = 0;
   c->acc = 0;
-  free(c->probe); /* the other expert's probes are no base for this one's */
-  c->probe = NULL;
+  c->probe_rel = NAN;
 }
 
 int dit_step_cache_forecast_full(const dit_step_cache_t *c, int from, int to) {

@@ -26,9 +26,10 @@
  *  - teacache:T TeaCache (Liu et al., "Timestep Embedding Tells: It's Time to Cache for Video
  *               Diffusion Model", arXiv 2411.19108). Each step the transformer runs up to a probe,
  *               the output of block 0's first modulated norm (the plan's first adaln step of block 0,
- *               conditional branch), and hands it to dit_step_cache_probe before the decision, sums in
- *               double: d = sum|q_i - q_{i-1}| / sum|q_{i-1}| (q_{i-1} the previous step's probe, full
- *               or skipped), and at a step the common rule lets it skip  E += max(poly(d), 0), poly
+ *               conditional branch), whose change the backend's probe kernel measures where the value
+ *               lies (dit_runtime_probe_change; the previous step's probe stays in backend memory) and
+ *               generate hands to dit_step_cache_probe before the decision: d = sum|q_i - q_{i-1}| /
+ *               sum|q_{i-1}| (q_{i-1} the previous step's probe, full or skipped), and at a step the common rule lets it skip  E += max(poly(d), 0), poly
  *               the family's rescaling polynomial (dit_step_cache_set_rescale; identity by default;
  *               the fitted ones dip below 0 between their fitted points, which would let T = 0 skip). The
  *               step is skipped while E < T; when E reaches T (or is not a number, or no previous
@@ -37,7 +38,22 @@
  *               P_i = x_i + (P_b - x_b). TeaCache itself keeps the block stack's residual and re-runs
  *               the output head; this is that reuse taken between the transformer's latent input and
  *               its prediction. Single-rank bundles without cfg lanes; with guidance both branches
- *               follow the conditional probe's decision. T = 0 skips nothing. */
+ *               follow the conditional probe's decision. T = 0 skips nothing.
+ *  - fbcache:T  first-block cache, as ParaAttention's FBCache and cache-dit's DBCache (F1B0) decide.
+ *               Each step the transformer runs through block 0's image stream (conditional branch);
+ *               the probe is block 0's output residual R_i = h_out - h_in, h_in the hidden state
+ *               entering block 0 (the value block 0's first residual add reads, made before block 0
+ *               from the latent input) and h_out the end of the chain of residual adds (add,
+ *               gated_add: their first input is the stream) that starts from it in block 0. For
+ *               FLUX's double-stream block 0 that is the image stream. d = sum|R_i - R_b| / sum|R_b|,
+ *               R_b the residual of the last FULL step (the signal is kept only on full steps); at a
+ *               step the common rule lets it skip, the step is skipped when d < T (no accumulation,
+ *               consecutive skips allowed; NaN runs). A skipped step reuses the last full step's
+ *               residual between the latent input and the prediction, P_i = x_i + (P_b - x_b), as
+ *               teacache does: reusing it at the hidden level (block 0's output plus the rest of the
+ *               stack's residual, then the output head) would need per-family values carried across
+ *               steps (FLUX's text stream, the head's modulation), which the plan does not name.
+ *               T = 0 skips nothing. */
 #ifndef DIT_RUNTIME_STEP_CACHE_H
 #define DIT_RUNTIME_STEP_CACHE_H
 
@@ -51,6 +67,7 @@ typedef enum dit_step_cache_mode {
   DIT_STEP_CACHE_DELTA = 2,
   DIT_STEP_CACHE_EASYCACHE = 3,
   DIT_STEP_CACHE_TEACACHE = 4,
+  DIT_STEP_CACHE_FBCACHE = 5,
 } dit_step_cache_mode_t;
 
 /* The command line's defaults for warmup and cooldown. */
@@ -59,17 +76,17 @@ enum { DIT_STEP_CACHE_DEFAULT_WARMUP = 2, DIT_STEP_CACHE_DEFAULT_COOLDOWN = 1 };
 typedef struct dit_step_cache_options {
   dit_step_cache_mode_t mode; /* zero: off */
   int cadence;                /* cadence:N's N, >= 2 */
-  double threshold;           /* delta:T's, easycache:T's and teacache:T's T, finite, >= 0 */
+  double threshold;           /* delta:T's, easycache:T's, teacache:T's and fbcache:T's T, finite, >= 0 */
   int warmup;                 /* leading steps always in full, >= 0 */
   int cooldown;               /* trailing steps always in full, >= 0 */
 } dit_step_cache_options_t;
 
-/* Parses "off", "cadence:N", "delta:T", "easycache:T" or "teacache:T" into o->mode and its parameter
+/* Parses "off", "cadence:N", "delta:T", "easycache:T", "teacache:T" or "fbcache:T" into o->mode and its parameter
  * (warmup and cooldown are left as they are); the error names what was expected and what was found. */
 dit_status_t dit_step_cache_parse(const char *spec, dit_step_cache_options_t *o);
 /* Refuses out-of-range options, naming the field, the expected range and the value. */
 dit_status_t dit_step_cache_check(const dit_step_cache_options_t *o);
-/* "off", "cadence:4", "delta:0.05", "easycache:0.06", "teacache:0.08" (into buf). */
+/* "off", "cadence:4", "delta:0.05", "easycache:0.06", "teacache:0.08", "fbcache:0.1" (into buf). */
 const char *dit_step_cache_describe(const dit_step_cache_options_t *o, char *buf, size_t size);
 
 typedef struct dit_step_cache dit_step_cache_t;
@@ -86,11 +103,13 @@ int dit_step_cache_teacache_rescale(const char *family, const double **coef, int
 /* The rescaling polynomial teacache applies to the probe's relative change (highest degree first,
  * at most 8 coefficients; copied). */
 void dit_step_cache_set_rescale(dit_step_cache_t *c, const double *coef, int k);
-/* teacache: step i's probe (m elements, fp32), before dit_step_cache_full decides step i; every
- * step's, full or skipped. Other modes ignore it. */
-dit_status_t dit_step_cache_probe(dit_step_cache_t *c, const float *probe, size_t m);
+/* teacache, fbcache: step i's probe change (NaN without a previous signal), before
+ * dit_step_cache_full decides step i; every step's, full or skipped. Other modes ignore it. */
+void dit_step_cache_probe(dit_step_cache_t *c, double change);
+/* 1 for the modes that decide inside the forward from a probe (teacache, fbcache). */
+int dit_step_cache_probes(const dit_step_cache_options_t *o);
 
-/* Step i's latents x_i (copied where the mode needs them: easycache, teacache), before dit_step_cache_full
+/* Step i's latents x_i (copied where the mode needs them: easycache, teacache, fbcache), before dit_step_cache_full
  * decides step i; every step's, full or skipped. Other modes ignore them. */
 void dit_step_cache_observe(dit_step_cache_t *c, const float *x);
 /* Called once per step, in order: 1 when step i runs the transformer, 0 when it is skipped (then
@@ -99,14 +118,14 @@ int dit_step_cache_full(dit_step_cache_t *c, int i);
 /* After full step i: its prediction (copied). */
 void dit_step_cache_record(dit_step_cache_t *c, int i, const float *p);
 /* A skipped step's prediction: p holds P_{i-1} (the prediction the previous step used) on entry
- * and P_i on return (easycache, teacache: x_i + P_b - x_b, whatever p held). */
+ * and P_i on return (easycache, teacache, fbcache: x_i + P_b - x_b, whatever p held). */
 void dit_step_cache_extrapolate(const dit_step_cache_t *c, float *p);
 /* Forgets the predictions (a change of expert: the other model's predictions are no base for
  * extrapolating this one's); the next two steps run in full. */
 void dit_step_cache_reset(dit_step_cache_t *c);
 /* How many of steps [from, to) will run in full, from the controller's state before step
  * `from` is decided, with no reset in between: exact for off and cadence; for delta,
- * easycache and teacache the fewest possible (every step they may skip skipped). What the expert swap paces
+ * easycache, teacache and fbcache the fewest possible (every step they may skip skipped). What the expert swap paces
  * its loads by. */
 int dit_step_cache_forecast_full(const dit_step_cache_t *c, int from, int to);
 

@@ -14,6 +14,76 @@
 #include "artifacts/plan_memory.h"
 #include "runtime/backend.h"
 
+/* The step cache's probe (probe_change in backend.h): a grid-stride loop over the elements, each
+ * thread's sums in fp32, a warp's added in double through shuffles, and one double atomic add per
+ * warp into sums[2] (zeroed before the launch). dtype 0 f32, 1 bf16, 2 f16; r is rounded to the
+ * dtype (bf16: to nearest even by integer arithmetic, which keeps the sm_70 target) before it is
+ * compared and stored. The threads of a warp all leave the loop before the shuffles. */
+#define PROBE_SHFL(reg, off)                                                                            \
+  "  mov.b64 {%r20, %r21}, " reg ";\n"                                                                  \
+  "  shfl.sync.bfly.b32 %r22, %r20, " off ", 31, -1;\n  shfl.sync.bfly.b32 %r23, %r21, " off ", 31, -1;\n" \
+  "  mov.b64 %fd9, {%r22, %r23};\n  add.f64 " reg ", " reg ", %fd9;\n"
+#define PROBE_REDUCE(reg) PROBE_SHFL(reg, "16") PROBE_SHFL(reg, "8") PROBE_SHFL(reg, "4") PROBE_SHFL(reg, "2") PROBE_SHFL(reg, "1")
+/* Loads element [addr] of the dtype into f (h: the 16-bit pattern). */
+#define PROBE_LOAD(ld, f, h, addr)                                               \
+  "  @%p3 " ld ".f32 " f ", [" addr "];\n  @!%p3 " ld ".b16 " h ", [" addr "];\n" \
+  "  @%p4 cvt.u32.u16 %r8, " h ";\n  @%p4 shl.b32 %r8, %r8, 16;\n  @%p4 mov.b32 " f ", %r8;\n" \
+  "  @%p6 cvt.f32.f16 " f ", " h ";\n"
+static const char kProbePtx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry dit_probe_change(.param .u64 p_x, .param .u64 p_base, .param .u64 p_prev, .param .u64 p_sums,\n"
+    "                                 .param .u64 p_n, .param .u32 p_dtype, .param .u32 p_update)\n"
+    "{\n"
+    "  .reg .pred %p<12>;\n  .reg .b16 %h<4>;\n  .reg .b32 %r<24>;\n  .reg .f32 %f<12>;\n"
+    "  .reg .b64 %rd<16>;\n  .reg .f64 %fd<12>;\n"
+    "  ld.param.u64 %rd1, [p_x];\n  ld.param.u64 %rd2, [p_base];\n  ld.param.u64 %rd3, [p_prev];\n"
+    "  ld.param.u64 %rd4, [p_sums];\n  ld.param.u64 %rd5, [p_n];\n"
+    "  ld.param.u32 %r1, [p_dtype];\n  ld.param.u32 %r2, [p_update];\n"
+    "  setp.ne.u64 %p1, %rd2, 0;\n  setp.ne.u32 %p2, %r2, 0;\n"
+    "  setp.eq.u32 %p3, %r1, 0;\n  setp.eq.u32 %p4, %r1, 1;\n  setp.eq.u32 %p6, %r1, 2;\n"
+    "  and.pred %p8, %p2, %p3;\n  and.pred %p9, %p2, !%p3;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd2, %rd2;\n"
+    "  cvta.to.global.u64 %rd3, %rd3;\n  cvta.to.global.u64 %rd4, %rd4;\n"
+    "  selp.u32 %r7, 2, 1, %p3;\n"
+    /* i = ctaid.x * ntid.x + tid.x, stride nctaid.x * ntid.x */
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
+    "  mul.wide.u32 %rd7, %r3, %r4;\n  cvt.u64.u32 %rd8, %r5;\n  add.u64 %rd7, %rd7, %rd8;\n"
+    "  mov.u32 %r6, %nctaid.x;\n  mul.wide.u32 %rd9, %r6, %r4;\n"
+    "  mov.f32 %f1, 0f00000000;\n  mov.f32 %f2, 0f00000000;\n"
+    "$LOOP:\n"
+    "  setp.ge.u64 %p5, %rd7, %rd5;\n  @%p5 bra $END;\n"
+    "  shl.b64 %rd10, %rd7, %r7;\n  add.u64 %rd11, %rd1, %rd10;\n  add.u64 %rd12, %rd3, %rd10;\n  add.u64 %rd13, %rd2, %rd10;\n"
+    PROBE_LOAD("ld.global.nc", "%f3", "%h1", "%rd11")
+    "  @!%p1 bra $NOBASE;\n"
+    PROBE_LOAD("ld.global.nc", "%f4", "%h1", "%rd13")
+    "  sub.rn.f32 %f3, %f3, %f4;\n"
+    "$NOBASE:\n"
+    /* r rounded to the dtype: %f3, its 16-bit pattern in %h2 */
+    "  @%p6 cvt.rn.f16.f32 %h2, %f3;\n  @%p6 cvt.f32.f16 %f3, %h2;\n"
+    "  @!%p4 bra $ROUNDED;\n"
+    "  mov.b32 %r9, %f3;\n  shr.u32 %r10, %r9, 16;\n  and.b32 %r11, %r10, 1;\n  add.u32 %r11, %r11, 32767;\n"
+    "  add.u32 %r12, %r9, %r11;\n  shr.u32 %r12, %r12, 16;\n"
+    "  testp.notanumber.f32 %p7, %f3;\n  @%p7 or.b32 %r12, %r10, 64;\n"
+    "  cvt.u16.u32 %h2, %r12;\n  shl.b32 %r12, %r12, 16;\n  mov.b32 %f3, %r12;\n"
+    "$ROUNDED:\n"
+    PROBE_LOAD("ld.global", "%f5", "%h3", "%rd12")
+    "  sub.rn.f32 %f6, %f3, %f5;\n  abs.f32 %f6, %f6;\n  add.rn.f32 %f1, %f1, %f6;\n"
+    "  abs.f32 %f7, %f5;\n  add.rn.f32 %f2, %f2, %f7;\n"
+    "  @%p8 st.global.f32 [%rd12], %f3;\n  @%p9 st.global.b16 [%rd12], %h2;\n"
+    "  add.u64 %rd7, %rd7, %rd9;\n  bra.uni $LOOP;\n"
+    "$END:\n"
+    "  cvt.f64.f32 %fd1, %f1;\n  cvt.f64.f32 %fd2, %f2;\n"
+    PROBE_REDUCE("%fd1") PROBE_REDUCE("%fd2")
+    "  and.b32 %r13, %r5, 31;\n  setp.eq.u32 %p10, %r13, 0;\n"
+    "  @%p10 red.global.add.f64 [%rd4], %fd1;\n  @%p10 red.global.add.f64 [%rd4+8], %fd2;\n"
+    "  ret;\n}\n";
+#undef PROBE_SHFL
+#undef PROBE_REDUCE
+#undef PROBE_LOAD
+
+/* The probe kernel's source, for a test that assembles it (it is loaded on first use). */
+const char *dit_cuda_probe_ptx(void) { return kProbePtx; }
+
 #if DIT_HAVE_CUDA_HEADERS
 #include <cublasLt.h>
 #include <cuda.h>
@@ -244,6 +314,9 @@ typedef struct cuda_state {
   const void *pinned_src;
   CUmodule copy_mod; /* the strided copy kernel below (none: copies on the copy engines) */
   CUfunction copy_fn;
+  CUmodule probe_mod; /* the probe kernel, loaded on first use, and its two sums */
+  CUfunction probe_fn;
+  CUdeviceptr probe_sums;
 } cuda_state_t;
 
 /* Device-to-device copies of rows (a collective's layouts: a head group of each token, one
@@ -347,6 +420,8 @@ static void cuda_destroy(void *p) {
     for (int i = 0; i < DIT_BACKEND_MAX_EVENTS; i++)
       if (st->events[i]) st->cu.cuEventDestroy(st->events[i]);
     if (st->copy_mod) st->cu.cuModuleUnload(st->copy_mod);
+    if (st->probe_mod) st->cu.cuModuleUnload(st->probe_mod);
+    if (st->probe_sums) st->cu.cuMemFree(st->probe_sums);
     if (st->registered) st->cu.cuMemHostUnregister(st->registered);
     if (st->pinned_copy) st->cu.cuMemFreeHost(st->pinned_copy);
     st->cu.cuDevicePrimaryCtxRelease(st->dev);
@@ -472,6 +547,32 @@ static dit_status_t cuda_copy2d(void *p, int queue, void *dst, size_t dpitch, co
   c.WidthInBytes = width;
   c.Height = height;
   return cu_check(st, st->cu.cuMemcpy2DAsync(&c, q), "cuMemcpy2DAsync");
+}
+
+static dit_status_t cuda_probe_change(void *p, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
+                                      int update_prev, double sums[2]) {
+  cuda_state_t *st = p;
+  bind(st);
+  const unsigned code = dt == DIT_F32 ? 0 : dt == DIT_BF16 ? 1 : dt == DIT_F16 ? 2 : 3;
+  if (code == 3) return DIT_ERR(INVALID_ARGUMENT, "probe: expected a value of dtype f32, bf16 or f16, found %s", dit_dtype_name(dt));
+  if (!st->probe_mod) {
+    DIT_RETURN_IF(cu_check(st, st->cu.cuModuleLoadData(&st->probe_mod, kProbePtx), "cuModuleLoadData (probe kernel)"));
+    DIT_RETURN_IF(cu_check(st, st->cu.cuModuleGetFunction(&st->probe_fn, st->probe_mod, "dit_probe_change"),
+                           "cuModuleGetFunction (probe kernel)"));
+  }
+  if (!st->probe_sums) DIT_RETURN_IF(cu_check(st, st->cu.cuMemAlloc(&st->probe_sums, 2 * sizeof(double)), "cuMemAlloc (probe sums)"));
+  static const double zero[2] = {0, 0};
+  DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyHtoDAsync(st->probe_sums, zero, sizeof zero, st->stream), "cuMemcpyHtoDAsync (probe sums)"));
+  unsigned long long nn = n;
+  unsigned upd = update_prev != 0;
+  void *args[] = {&x, &base, &prev, &st->probe_sums, &nn, (void *)&code, &upd};
+  /* Enough warps to fill the device several times over; each thread loops over the rest. */
+  const unsigned long long blocks = (n + 255) / 256;
+  DIT_RETURN_IF(cu_check(st, st->cu.cuLaunchKernel(st->probe_fn, blocks > 2048 ? 2048 : blocks ? (unsigned)blocks : 1, 1, 1, 256, 1, 1, 0,
+                                                   st->stream, args, NULL),
+                         "cuLaunchKernel (probe)"));
+  DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (probe)"));
+  return cu_check(st, st->cu.cuMemcpyDtoH(sums, st->probe_sums, 2 * sizeof(double)), "cuMemcpyDtoH (probe sums)");
 }
 
 static dit_status_t cuda_sync(void *p) {
@@ -1031,6 +1132,7 @@ static const dit_backend_vtable_t kCuda = {
     .native_queue = cuda_native_queue,
     .device_count = cuda_device_count,
     .query = cuda_query,
+    .probe_change = cuda_probe_change,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }

@@ -3,7 +3,8 @@
 # -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
 #   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), and
 #      through multi-rank GPU bundles (ranks as threads of one process, and one process per rank
-#      with NCCL); the Hopper attention kernel op by op against the CPU reference,
+#      with NCCL); the Hopper attention kernel op by op against the CPU reference; the step cache's
+#      probe kernel against the host's computation (tests/tools/probe_check.c),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
@@ -99,6 +100,11 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
   check mem_within "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
 done
+
+step "1a. the step cache's probe kernel on the GPU against the host's computation (the tiny Wan bundle in bf16; fp32 and f16 are checked on the CPU by test_probe and step_cache.sh)"
+d=tests/data/wan_tiny_b
+bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+check "$BIN/probe_check" "$bundle" "$d/forward_inputs.safetensors" cuda
 
 step "1b. parallel topologies on the GPU: ranks as threads of one process (NCCL when each has a GPU, else staged through host memory), and one process per rank (NCCL)"
 d=tests/data/wan_tiny_b

@@ -3,13 +3,13 @@
 # tiny FLUX.1-dev pipeline (with true CFG):
 #  - through the library (tests/tools/step_cache_check.c): the steps skipped are the rule's
 #    (cadence, delta, easycache recomputed from the recorded predictions and replayed latents,
-#    teacache from the recorded probes; the reset at the expert switch), each skipped prediction
-#    the extrapolation of the recorded ones (easycache, teacache: the latents plus the last full
+#    teacache and fbcache from the recorded probe changes; the reset at the expert switch), each skipped
+#    prediction the extrapolation of the recorded ones (easycache, teacache, fbcache: the latents plus the last full
 #    step's prediction - latents), the steps before the first skip the exact run's, and the sampler fed the
 #    recorded predictions from the same noise gives the cached run's latents (<= 1e-4);
 #  - through ditrun: the printed skipped steps and forwards saved follow the rule; cfg lanes
 #    (--cfg-parallel) take the decisions of one rank and give its latents, in one process or one
-#    per lane (easycache too); delta:0, easycache:0 and teacache:0 equal the exact run bit for bit, a huge T skips every other step after the
+#    per lane (easycache too); delta:0, easycache:0, teacache:0 and fbcache:0 equal the exact run bit for bit, a huge T skips every other step after the
 #    warmup; bad values are refused naming the flag, and the other commands refuse the options.
 set -euo pipefail
 BIN=$1/bin
@@ -26,6 +26,12 @@ a=$(compile "$a14" --frames 9 --height 32 --width 48 --batch 1 --text-len 7)
 a_l=$(compile "$a14" --frames 9 --height 32 --width 48 --batch 1 --text-len 7 --cfg-parallel)
 fx=$(compile "$flux" --height 64 --width 64 --text-len 8)
 fx_l=$(compile "$flux" --height 64 --width 64 --text-len 8 --cfg-parallel)
+
+# The probe's change on the CPU backend against the host's computation from the values read back.
+"$BIN/probe_check" "$wan" "$w21/forward_inputs.safetensors" cpu || { echo "FAIL: probe_check on Wan"; exit 1; }
+"$BIN/probe_check" "$fx" "$flux/forward_inputs_b1.safetensors" cpu || { echo "FAIL: probe_check on FLUX"; exit 1; }
+wan_bf=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16)
+"$BIN/probe_check" "$wan_bf" "$w21/forward_inputs.safetensors" cpu || { echo "FAIL: probe_check on Wan in bf16"; exit 1; }
 
 # ---- the library against the rule ----
 check() { "$BIN/step_cache_check" "$@" || { echo "FAIL: step_cache_check $*"; exit 1; }; }
@@ -60,6 +66,14 @@ check "$a" "$a14/generate_inputs.safetensors" teacache:0.1 12 guidance=4 guidanc
 check "$fx" "$flux/generate_inputs.safetensors" teacache:1 10 guidance=3.5 true_cfg=2 | tee "$T/t"
 grep -q "skipped 2 4 7 (6 forwards saved)" "$T/t" || { echo "teacache:1 on FLUX: expected 2 4 7 skipped"; exit 1; }
 check "$fx" "$flux/generate_inputs.safetensors" teacache:0.5 10 guidance=3.5 sampler=euler
+# fbcache: decisions from the residual changes the run reported (each against the last full step's;
+# skips may follow one another); the thresholds are where these tiny random models let some skip.
+check "$wan" "$w21/generate_inputs.safetensors" fbcache:0.5 10 guidance=5 shift=3 | tee "$T/fb"
+grep -q "skipped 3 4 7 (6 forwards saved)" "$T/fb" || { echo "fbcache:0.5 on Wan: expected 3 4 7 skipped"; exit 1; }
+check "$a" "$a14/generate_inputs.safetensors" fbcache:0.5 12 guidance=4 guidance_2=3 shift=3
+check "$fx" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 true_cfg=2 | tee "$T/fb"
+grep -q "skipped 2 3 5 6 7 (10 forwards saved)" "$T/fb" || { echo "fbcache:1 on FLUX: expected 2 3 5 6 7 skipped"; exit 1; }
+check "$fx" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 sampler=euler
 
 # ---- ditrun generate ----
 # The summary line's steps and forwards against the rule; the step lines agree with it.
@@ -152,6 +166,9 @@ for b in "$wan" "$fx"; do
   "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache teacache:0 --out "$T/t0.safetensors" 2>"$T/log" >/dev/null
   cmp "$T/t0.safetensors" "$T/x.safetensors" || { echo "teacache:0 differs from the exact run"; exit 1; }
   grep -q "^ditrun: step cache teacache:0: skipped 0 of 10 steps, 0 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+  "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache fbcache:0 --out "$T/b0.safetensors" 2>"$T/log" >/dev/null
+  cmp "$T/b0.safetensors" "$T/x.safetensors" || { echo "fbcache:0 differs from the exact run"; exit 1; }
+  grep -q "^ditrun: step cache fbcache:0: skipped 0 of 10 steps, 0 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
   "$BIN/ditrun" generate "$b" "${args[@]}" --step-cache delta:1e30 --cache-warmup 3 --out "$T/dh.safetensors" 2>"$T/log" >/dev/null
   grep -q "^ditrun: step cache delta:1e+30: skipped 3 of 10 steps (3 5 7), 6 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
 done
@@ -167,10 +184,12 @@ expect_fail "--step-cache: cadence:1: N is a step count: expected an integer >= 
 expect_fail "--step-cache: delta:-1: T is a relative L1 distance: expected a finite number >= 0, found -1" "${g[@]}" --step-cache delta:-1
 expect_fail "--step-cache: easycache:nan: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found nan" \
   "${g[@]}" --step-cache easycache:nan
-expect_fail "expected off, cadence:N (N an integer >= 2), delta:T, easycache:T or teacache:T (T a number >= 0), found 'every:2'" \
+expect_fail "expected off, cadence:N (N an integer >= 2), delta:T, easycache:T, teacache:T or fbcache:T (T a number >= 0), found 'every:2'" \
   "${g[@]}" --step-cache every:2
 expect_fail "--step-cache teacache: the probe is read between plan steps of one rank; this bundle has 2 ranks (cfg lanes)" \
   "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 6 --step-cache teacache:0.1 --out "$T/bad.safetensors"
+expect_fail "--step-cache fbcache: the probe is read between plan steps of one rank; this bundle has 2 ranks (cfg lanes)" \
+  "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 6 --step-cache fbcache:0.1 --out "$T/bad.safetensors"
 expect_fail "--step-cache needs a value" "${g[@]}" --step-cache
 expect_fail "--cache-warmup -1: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-warmup -1
 expect_fail "--cache-cooldown 1.5: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-cooldown 1.5

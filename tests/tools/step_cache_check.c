@@ -6,11 +6,12 @@
  *    from the same noise;
  *  - the steps that ran are the rule's (cadence from the indices; delta from r of the recorded
  *    full predictions, easycache from the rate and the accumulated estimate of the recorded
- *    predictions and the replayed latents, teacache from the probes the run reported (on_probe)
- *    and the family's rescaling polynomial, in double; the cache reset where the expert changes);
+ *    predictions and the replayed latents, teacache and fbcache from the probe changes the run
+ *    reported (on_probe; teacache with the family's rescaling polynomial), in double; the cache
+ *    reset where the expert changes, where the reported change must be NaN as at step 0);
  *    each skipped step counts the forwards it would have run;
  *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones (easycache,
- *    teacache: x_i + (P_b - x_b));
+ *    teacache, fbcache: x_i + (P_b - x_b));
  *  - the steps before the first skip are the exact run's, bit for bit;
  *  - that replay reproduces the cached run's final latents (max relative error <= 1e-4): the
  *    sampler took P_i as if the model had produced it.
@@ -33,18 +34,15 @@ typedef struct record {
   size_t n;
   float *p;      /* steps x n */
   int *computed; /* steps */
-  size_t m;      /* teacache: the probe's elements */
-  float *q;      /* teacache: steps x m, each step's probe */
-  int *probed;   /* steps */
+  double *change; /* teacache, fbcache: steps, each step's reported probe change */
+  int *probed;    /* steps */
 } record_t;
 
-static void on_probe(void *ctx, int step, const float *probe, size_t m) {
+static void on_probe(void *ctx, int step, double change) {
   record_t *r = ctx;
-  if (step < 0 || step >= r->steps || (r->q && m != r->m)) return;
-  if (!r->q) r->q = malloc((size_t)r->steps * m * sizeof *probe + 1), r->m = m;
-  if (!r->q) return;
-  memcpy(r->q + (size_t)step * m, probe, m * sizeof *probe);
-  r->probed[step] = 1;
+  if (step < 0 || step >= r->steps) return;
+  r->change[step] = change;
+  r->probed[step]++;
 }
 
 static void on_prediction(void *ctx, int step, const float *prediction, size_t n, int computed) {
@@ -80,12 +78,9 @@ static double l1(const float *a, const float *b, size_t n) {
   return d;
 }
 
-/* teacache's estimate of step i: max(poly(d), 0) of the probes' relative change (NaN without
- * the previous step's probe of the same expert). */
-static double tea_change(const record_t *r, int i, int same_expert, const double *coef, int k) {
-  if (i < 1 || !same_expert || !r->probed[i] || !r->probed[i - 1]) return NAN;
-  const float *q0 = r->q + (size_t)(i - 1) * r->m, *q1 = r->q + (size_t)i * r->m;
-  const double d = l1(q0, q1, r->m) / l1(q0, NULL, r->m);
+/* teacache's estimate of step i: max(poly(d), 0) of the reported change d (NaN stays). */
+static double tea_change(const record_t *r, int i, const double *coef, int k) {
+  const double d = r->change[i];
   double v = 0;
   for (int j = 0; j < k; j++) v = v * d + coef[j];
   return v < 0 ? 0 : v;
@@ -105,8 +100,9 @@ static void expected_full(const dit_step_cache_options_t *c, const record_t *r, 
     int f = must;
     if (c->mode == DIT_STEP_CACHE_CADENCE) f = f || (i - c->warmup) % c->cadence == 0;
     else if (c->mode == DIT_STEP_CACHE_DELTA) f = f || !full[i - 1] || !(rel < c->threshold); /* i >= 1 here: since >= 2 */
+    else if (!must && c->mode == DIT_STEP_CACHE_FBCACHE) f = !(r->change[i] < c->threshold); /* no accumulation */
     else if (!must) { /* easycache, teacache: i >= 1 here */
-      e += c->mode == DIT_STEP_CACHE_TEACACHE ? tea_change(r, i, !switched, coef, k)
+      e += c->mode == DIT_STEP_CACHE_TEACACHE ? tea_change(r, i, coef, k)
                                               : rate * l1(x + (size_t)(i - 1) * n, x + (size_t)i * n, n) / norm_b;
       f = !(e < c->threshold);
     }
@@ -190,12 +186,12 @@ int main(int argc, char **argv) {
   const int steps = o.steps;
   float *noise = malloc(n * sizeof *noise), *exact = malloc(n * sizeof *exact), *cached = malloc(n * sizeof *cached),
         *replay = malloc(n * sizeof *replay), *xs = malloc((size_t)steps * n * sizeof *xs);
-  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), 0, NULL, NULL};
-  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), 0, NULL,
-                 calloc((size_t)steps, sizeof(int))};
+  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), NULL, NULL};
+  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)),
+                 calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(int))};
   int *skipped = calloc((size_t)steps, sizeof *skipped), *expert = calloc((size_t)steps, sizeof *expert),
       *full = calloc((size_t)steps, sizeof *full);
-  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !rc.probed || !skipped || !expert || !full)
+  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !rc.change || !rc.probed || !skipped || !expert || !full)
     return fail("%s", "out of memory");
   if (dit_convert(noise, DIT_F32, init.data, init.dtype, n)) return fail("%s", "the noise is not a float tensor");
 
@@ -230,9 +226,16 @@ int main(int argc, char **argv) {
   const double *coef;
   int k;
   dit_step_cache_teacache_rescale(m->family, &coef, &k);
-  if (o.step_cache.mode == DIT_STEP_CACHE_TEACACHE)
-    for (int i = 0; i < steps; i++)
-      if (!rc.probed[i]) return fail("%s", "a step without a probe");
+  if (dit_step_cache_probes(&o.step_cache))
+    for (int i = 0; i < steps; i++) {
+      const int fresh = i == 0 || (two && expert[i] != expert[i - 1]);
+      if (rc.probed[i] != 1) return fail("%s", "a step without exactly one probe");
+      if (fresh != isnan(rc.change[i])) {
+        fprintf(stderr, "step_cache_check: FAIL: step %d's probe change is %g: expected %s\n", i, rc.change[i],
+                fresh ? "NaN (no previous signal)" : "a number");
+        return 1;
+      }
+    }
   expected_full(&o.step_cache, &rc, xs, two ? expert : NULL, coef, k, full);
   char got[4096] = "", want[4096] = "";
   int bad = 0, saved = 0, first_skip = steps;
@@ -262,7 +265,7 @@ int main(int argc, char **argv) {
     if (a < 0) return fail("%s", "a skipped step without two full predictions before it");
     const float *prev = rc.p + (size_t)(i - 1) * n, *pa = rc.p + (size_t)a * n, *pb = rc.p + (size_t)b * n;
     const float *xi = xs + (size_t)i * n, *xb = xs + (size_t)b * n;
-    const int easy = o.step_cache.mode == DIT_STEP_CACHE_EASYCACHE || o.step_cache.mode == DIT_STEP_CACHE_TEACACHE;
+    const int easy = o.step_cache.mode == DIT_STEP_CACHE_EASYCACHE || dit_step_cache_probes(&o.step_cache);
     double worst = 0, scale = 0;
     for (size_t j = 0; j < n; j++) {
       const float e = easy ? xi[j] + (pb[j] - xb[j]) : prev[j] + (pb[j] - pa[j]) / (float)(b - a);
@@ -297,7 +300,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(rx.computed);
   free(rc.computed);
-  free(rc.q);
+  free(rc.change);
   free(rc.probed);
   free(skipped);
   free(expert);

@@ -69,7 +69,10 @@ static void test_parse(void) {
             "teacache:-1: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found -1");
   CHECK_ERR(dit_step_cache_parse("easycache:-0.5", &o), INVALID_ARGUMENT,
             "easycache:-0.5: T is a relative L1 change accumulated between full steps: expected a finite number >= 0, found -0.5");
-  CHECK_ERR(dit_step_cache_parse("easycache", &o), INVALID_ARGUMENT, "delta:T, easycache:T or teacache:T (T a number >= 0), found 'easycache'");
+  CHECK_ERR(dit_step_cache_parse("easycache", &o), INVALID_ARGUMENT,
+            "delta:T, easycache:T, teacache:T or fbcache:T (T a number >= 0), found 'easycache'");
+  CHECK_ERR(dit_step_cache_parse("fbcache:-0.1", &o), INVALID_ARGUMENT,
+            "fbcache:-0.1: T is a relative L1 distance: expected a finite number >= 0, found -0.1");
   CHECK(o.mode == DIT_STEP_CACHE_OFF); /* a refused spec leaves the options alone */
 
   dit_step_cache_options_t bad = {.mode = DIT_STEP_CACHE_CADENCE, .cadence = 1};
@@ -84,7 +87,7 @@ static void test_parse(void) {
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold");
   bad.mode = 7;
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT,
-            "step_cache.mode: expected off (0), cadence (1), delta (2), easycache (3) or teacache (4), found 7");
+            "step_cache.mode: expected off (0), cadence (1), delta (2), easycache (3), teacache (4) or fbcache (5), found 7");
   bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_EASYCACHE, .threshold = -1};
   CHECK_ERR(dit_step_cache_check(&bad), INVALID_ARGUMENT, "step_cache.threshold: expected a finite number >= 0, found -1");
   CHECK_OK(dit_step_cache_parse("easycache:0.06", &o));
@@ -93,6 +96,9 @@ static void test_parse(void) {
   CHECK_OK(dit_step_cache_parse("teacache:0.08", &o));
   CHECK(o.mode == DIT_STEP_CACHE_TEACACHE && o.threshold == 0.08);
   CHECK(!strcmp(dit_step_cache_describe(&o, d, sizeof d), "teacache:0.08"));
+  CHECK_OK(dit_step_cache_parse("fbcache:0.12", &o));
+  CHECK(o.mode == DIT_STEP_CACHE_FBCACHE && o.threshold == 0.12 && dit_step_cache_probes(&o));
+  CHECK(!strcmp(dit_step_cache_describe(&o, d, sizeof d), "fbcache:0.12"));
   CHECK_OK(dit_step_cache_parse("easycache:0.06", &o));
   bad = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_DELTA, .threshold = 0.05};
   CHECK(!strcmp(dit_step_cache_describe(&bad, d, sizeof d), "delta:0.05"));
@@ -293,7 +299,7 @@ static const char *tea_run(double threshold, const double *coef, int k, float *s
   float p = 0;
   for (int i = 0; i < 10; i++) {
     const float x = 10.0f - (float)i;
-    CHECK_OK(dit_step_cache_probe(c, &qs[i], 1));
+    dit_step_cache_probe(c, i ? fabs((double)qs[i] - qs[i - 1]) / fabs((double)qs[i - 1]) : NAN);
     dit_step_cache_observe(c, &x);
     if (dit_step_cache_full(c, i)) {
       p = (float)i * 0.5f;
@@ -331,16 +337,64 @@ static void test_teacache(void) {
   dit_step_cache_t *c = NULL;
   CHECK_OK(dit_step_cache_create(&o, 6, 1, &c));
   if (!c) return;
-  const float q = 1, x = 1;
+  const float x = 1;
   int full[6];
   for (int i = 0; i < 6; i++) {
     if (i == 3) dit_step_cache_reset(c);
-    CHECK_OK(dit_step_cache_probe(c, &q, 1));
+    dit_step_cache_probe(c, i == 0 || i == 3 ? NAN : 0);
     dit_step_cache_observe(c, &x);
     full[i] = dit_step_cache_full(c, i);
     if (full[i]) dit_step_cache_record(c, i, &x);
   }
   CHECK(full[0] && full[1] && !full[2] && full[3] && full[4] && !full[5]);
+  dit_step_cache_destroy(c);
+}
+
+/* fbcache on given changes d_i (of the residual against the last full step's, as the runtime
+ * measures them): skipped when d_i < T at a step W, C and two full steps allow; no accumulation, so
+ * skips may follow one another; NaN runs. A skipped step's prediction is x_i + (P_b - x_b). */
+static const char *fb_run(double threshold, const double *d, int warmup, float *skipped_p) {
+  static char buf[256];
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_FBCACHE, .threshold = threshold, .warmup = warmup, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  buf[0] = 0;
+  CHECK_OK(dit_step_cache_create(&o, 10, 1, &c));
+  if (!c) return buf;
+  float p = 0;
+  for (int i = 0; i < 10; i++) {
+    const float x = 10.0f - (float)i;
+    dit_step_cache_probe(c, d[i]);
+    dit_step_cache_observe(c, &x);
+    if (dit_step_cache_full(c, i)) {
+      p = (float)i * 0.5f;
+      dit_step_cache_record(c, i, &p);
+      skipped_p[i] = NAN;
+      continue;
+    }
+    dit_step_cache_extrapolate(c, &p);
+    skipped_p[i] = p;
+    snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%d", buf[0] ? " " : "", i);
+  }
+  dit_step_cache_destroy(c);
+  return buf;
+}
+
+static void test_fbcache(void) {
+  const double d[10] = {NAN, 0.5, 0.05, 0.08, 0.09, 0.2, 0.01, NAN, 0.02, 0.01};
+  float sp[10];
+  /* T 0.1: 2 3 4 below (consecutive skips), 5 runs, 6 skips, 7 NaN runs, 8 skips, 9 the cooldown. */
+  CHECK(!strcmp(fb_run(0.1, d, 2, sp), "2 3 4 6 8"));
+  CHECK(sp[2] == 8 + (0.5f - 9) && sp[4] == 6 + (0.5f - 9) && sp[6] == 4 + (2.5f - 5) && sp[8] == 2 + (3.5f - 3));
+  CHECK(!strcmp(fb_run(0.06, d, 2, sp), "2 6 8"));
+  /* The warmup holds, and the two full steps: W 0 still runs 0 and 1. */
+  CHECK(!strcmp(fb_run(0.1, d, 4, sp), "4 6 8"));
+  CHECK(!strcmp(fb_run(1e30, d, 0, sp), "2 3 4 5 6 8"));
+  CHECK(!strcmp(fb_run(0, d, 2, sp), ""));
+  /* The forecast: the fewest full steps, every step it may skip skipped. */
+  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_FBCACHE, .threshold = 0.1, .warmup = 2, .cooldown = 1};
+  dit_step_cache_t *c = NULL;
+  CHECK_OK(dit_step_cache_create(&o, 12, 1, &c));
+  if (c) CHECK_EQ_INT(dit_step_cache_forecast_full(c, 0, 12), 3); /* 0 1 11 */
   dit_step_cache_destroy(c);
 }
 
@@ -385,6 +439,7 @@ int main(void) {
   test_delta();
   test_easycache();
   test_teacache();
+  test_fbcache();
   test_forecast();
   return check_summary("test_step_cache");
 }
