@@ -159,9 +159,10 @@ typedef struct dit_generate_options {
    * guidance) before the sampler takes it; computed 1 when the transformer produced it, 0 when
    * the step cache extrapolated it. May be NULL. */
   void (*on_prediction)(void *ctx, int step, const float *prediction, size_t n, int computed);
-  /* teacache: called with each step's probe (fp32, m elements) as the controller gets it. May be
-   * NULL. */
-  void (*on_probe)(void *ctx, int step, const float *probe, size_t m);
+  /* teacache: called with each step's probe change as the controller takes it: the relative L1
+   * change of block 0's modulated norm from the previous step's (dit_step_cache_probe_change), NaN
+   * when none (the first step, the first after an expert switch). May be NULL. */
+  void (*on_probe)(void *ctx, int step, double change);
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's

@@ -70,7 +70,7 @@ static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
                             : DIT_ERR(RESOURCE_EXHAUSTED, "--step-cache teacache: out of memory for the probe");
   if (!s && dit_convert(q, DIT_F32, raw, v->dtype, m)) s = DIT_ERR(INTERNAL, "probe '%s': not a float value", v->name);
   if (!s) s = dit_step_cache_probe(d->sc, q, m);
-  if (!s && d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, q, m);
+  if (!s && d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, dit_step_cache_probe_change(d->sc));
   free(raw);
   free(q);
   DIT_RETURN_IF(s);

@@ -89,6 +89,12 @@ void dit_step_cache_set_rescale(dit_step_cache_t *c, const double *coef, int k);
 /* teacache: step i's probe (m elements, fp32), before dit_step_cache_full decides step i; every
  * step's, full or skipped. Other modes ignore it. */
 dit_status_t dit_step_cache_probe(dit_step_cache_t *c, const float *probe, size_t m);
+/* teacache: d of the step probed last (its relative L1 change from the previous step's probe), NaN
+ * when there was no previous probe (the first step, after a reset) or the mode is not teacache. */
+double dit_step_cache_probe_change(const dit_step_cache_t *c);
+/* sum|b - a| / sum|a| in double (0 for two zero arrays, infinity from a zero a to a nonzero b): the
+ * relative L1 change delta's r and teacache's d are. */
+double dit_step_cache_relative_l1(const float *a, const float *b, size_t n);
 
 /* Step i's latents x_i (copied where the mode needs them: easycache, teacache), before dit_step_cache_full
  * decides step i; every step's, full or skipped. Other modes ignore them. */

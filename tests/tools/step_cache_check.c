@@ -6,7 +6,7 @@
  *    from the same noise;
  *  - the steps that ran are the rule's (cadence from the indices; delta from r of the recorded
  *    full predictions, easycache from the rate and the accumulated estimate of the recorded
- *    predictions and the replayed latents, teacache from the probes the run reported (on_probe)
+ *    predictions and the replayed latents, teacache from the probe changes the run reported (on_probe)
  *    and the family's rescaling polynomial, in double; the cache reset where the expert changes);
  *    each skipped step counts the forwards it would have run;
  *  - each skipped prediction is P_{i-1} + (P_b - P_a) / (b - a) of the recorded ones (easycache,
@@ -33,17 +33,14 @@ typedef struct record {
   size_t n;
   float *p;      /* steps x n */
   int *computed; /* steps */
-  size_t m;      /* teacache: the probe's elements */
-  float *q;      /* teacache: steps x m, each step's probe */
+  double *d;     /* teacache: steps, each step's reported probe change */
   int *probed;   /* steps */
 } record_t;
 
-static void on_probe(void *ctx, int step, const float *probe, size_t m) {
+static void on_probe(void *ctx, int step, double change) {
   record_t *r = ctx;
-  if (step < 0 || step >= r->steps || (r->q && m != r->m)) return;
-  if (!r->q) r->q = malloc((size_t)r->steps * m * sizeof *probe + 1), r->m = m;
-  if (!r->q) return;
-  memcpy(r->q + (size_t)step * m, probe, m * sizeof *probe);
+  if (step < 0 || step >= r->steps) return;
+  r->d[step] = change;
   r->probed[step] = 1;
 }
 
@@ -80,12 +77,11 @@ static double l1(const float *a, const float *b, size_t n) {
   return d;
 }
 
-/* teacache's estimate of step i: max(poly(d), 0) of the probes' relative change (NaN without
- * the previous step's probe of the same expert). */
+/* teacache's estimate of step i: max(poly(d), 0) of the probe's reported relative change (NaN
+ * without the previous step's probe of the same expert). */
 static double tea_change(const record_t *r, int i, int same_expert, const double *coef, int k) {
   if (i < 1 || !same_expert || !r->probed[i] || !r->probed[i - 1]) return NAN;
-  const float *q0 = r->q + (size_t)(i - 1) * r->m, *q1 = r->q + (size_t)i * r->m;
-  const double d = l1(q0, q1, r->m) / l1(q0, NULL, r->m);
+  const double d = r->d[i];
   double v = 0;
   for (int j = 0; j < k; j++) v = v * d + coef[j];
   return v < 0 ? 0 : v;
@@ -190,12 +186,12 @@ int main(int argc, char **argv) {
   const int steps = o.steps;
   float *noise = malloc(n * sizeof *noise), *exact = malloc(n * sizeof *exact), *cached = malloc(n * sizeof *cached),
         *replay = malloc(n * sizeof *replay), *xs = malloc((size_t)steps * n * sizeof *xs);
-  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), 0, NULL, NULL};
-  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), 0, NULL,
-                 calloc((size_t)steps, sizeof(int))};
+  record_t rx = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)), NULL, NULL};
+  record_t rc = {steps, n, malloc((size_t)steps * n * sizeof(float)), calloc((size_t)steps, sizeof(int)),
+                 calloc((size_t)steps, sizeof(double)), calloc((size_t)steps, sizeof(int))};
   int *skipped = calloc((size_t)steps, sizeof *skipped), *expert = calloc((size_t)steps, sizeof *expert),
       *full = calloc((size_t)steps, sizeof *full);
-  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !rc.probed || !skipped || !expert || !full)
+  if (!noise || !exact || !cached || !replay || !xs || !rx.p || !rx.computed || !rc.p || !rc.computed || !rc.d || !rc.probed || !skipped || !expert || !full)
     return fail("%s", "out of memory");
   if (dit_convert(noise, DIT_F32, init.data, init.dtype, n)) return fail("%s", "the noise is not a float tensor");
 
@@ -297,7 +293,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(rx.computed);
   free(rc.computed);
-  free(rc.q);
+  free(rc.d);
   free(rc.probed);
   free(skipped);
   free(expert);
