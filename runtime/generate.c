@@ -81,7 +81,7 @@ static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
 
 /* The loop's controller: teacache probes rank 0's plan step by step between the two halves of the
  * conditional forward, which only a single-rank bundle without cfg lanes runs as one forward does;
- * it takes the family's rescaling polynomial. */
+ * it takes the options' rescaling polynomial, else the family's. */
 static dit_status_t cache_create(const dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_step_cache_t **out) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
   if (o->step_cache.mode == DIT_STEP_CACHE_TEACACHE && m->topology.world != 1)
@@ -91,6 +91,7 @@ static dit_status_t cache_create(const dit_runtime_t *rt, const dit_generate_opt
   const double *coef;
   int k;
   dit_step_cache_teacache_rescale(m->family, &coef, &k);
+  if (o->step_cache_rescale) coef = o->step_cache_rescale, k = o->step_cache_rescale_k;
   dit_step_cache_set_rescale(*out, coef, k);
   return DIT_OK;
 }
