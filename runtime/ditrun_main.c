@@ -597,6 +597,13 @@ static dit_status_t step_cache_auto(const run_args_t *a, gen_job_t *j) {
   if (p->steps != g->steps)
     return DIT_ERR(FAILED_PRECONDITION, "--cache-profile %s: calibrated for %d steps, this run has %d: the policy's threshold is "
                    "chosen for the steps; calibrate with --steps %d", a->cache_profile, p->steps, g->steps, g->steps);
+  const int flow = m->generate.present;
+  if (strcmp(p->sampler, flow ? "flow-match" : a->sampler) || p->guidance != g->guidance || (!flow && p->shift != g->shift) ||
+      (flow && p->true_cfg != g->true_cfg))
+    fprintf(stderr, "ditrun: note: --cache-profile %s was calibrated with %s, guidance %g, %s %g; this run differs (sampler %s, guidance %g, "
+            "%s %g): the policy may skip more or fewer steps than it did there\n", a->cache_profile, p->sampler, p->guidance,
+            flow ? "true_cfg" : "shift", flow ? p->true_cfg : p->shift, flow ? "flow-match" : a->sampler, g->guidance,
+            flow ? "true_cfg" : "shift", flow ? g->true_cfg : g->shift);
   g->step_cache = p->policy;
   if (p->policy.mode == DIT_STEP_CACHE_TEACACHE) g->step_cache_rescale = p->rescale, g->step_cache_rescale_k = DIT_CACHE_PROFILE_DEGREE + 1;
   char mode[64];
@@ -863,6 +870,9 @@ static int cmd_calibrate_cache(int argc, char **argv) {
   dit_generate_options_t *g = &j->g;
   dit_cache_profile_t p = {0};
   calib_rec_t rec = {g, &p, 0, NULL, 0, j->n};
+  if (!s && dit_runtime_manifest(j->rt)->topology.world != 1)
+    s = DIT_ERR(UNIMPLEMENTED, "calibrate-cache: the probe is read between plan steps of one rank; this bundle has %d ranks: "
+                "calibrate a single-rank bundle", dit_runtime_manifest(j->rt)->topology.world);
   if (!s) {
     const dit_manifest_t *m = dit_runtime_manifest(j->rt);
     g->step_cache = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_TEACACHE, .threshold = 0, .warmup = (int)a.cache_warmup,

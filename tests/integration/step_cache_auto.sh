@@ -9,7 +9,8 @@
 #    step-cache rule with the profile's polynomial;
 #  - refusals: auto without a profile, another bundle's profile (both identities named), other
 #    steps, --cache-profile without auto, the warmup overridden, a damaged profile (the field named),
-#    too few steps to fit (and then no profile file, not even a partial one).
+#    too few steps to fit (and then no profile file, not even a partial one), a multi-rank bundle;
+#    other sampling settings than the calibration's are noted.
 set -euo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -65,6 +66,7 @@ PY
     --out "$T/$name.safetensors" 2>"$T/log" >/dev/null || { cat "$T/log"; exit 1; }
   grep -q "^ditrun: step cache auto: $pol (W 2, C 1) from $T/$name.json: pearson " "$T/log" || { cat "$T/log"; echo "$name: no auto line"; exit 1; }
   grep -q "^ditrun: step cache $pol: skipped " "$T/log" || { cat "$T/log"; echo "$name: the run's policy is not $pol"; exit 1; }
+  if grep -q "note: --cache-profile" "$T/log"; then cat "$T/log"; echo "$name: a note on the calibration's settings, yet they are the run's"; exit 1; fi
   "$BIN/step_cache_check" "$b" "$inputs" auto "$steps" profile="$T/$name.json" "${check_keys[@]}" ||
     { echo "FAIL: step_cache_check on $name's auto run"; exit 1; }
 }
@@ -80,6 +82,7 @@ expect_fail() { # message, command...
   if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
   grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
 }
+mkdir "$T/p"
 g=("$BIN/ditrun" generate "$wan" "${wg[@]}" --seed 5 --steps 12 --out "$T/bad.safetensors")
 expect_fail "--step-cache auto: the policy comes from a cache profile: add --cache-profile P.json" "${g[@]}" --step-cache auto
 expect_fail "made for bundle $(basename "$wan"), this bundle is $(basename "$wan_other")" \
@@ -90,11 +93,17 @@ expect_fail "--cache-profile $T/wan.json: read by --step-cache auto only, found 
   --cache-profile "$T/wan.json"
 expect_fail "--cache-warmup with --step-cache auto: the profile's threshold was chosen for its own warmup and cooldown" "${g[@]}" \
   --step-cache auto --cache-profile "$T/wan.json" --cache-warmup 1
+# Other sampling settings are noted (the policy was chosen on the calibration's).
+"${g[@]}" --step-cache auto --cache-profile "$T/wan.json" --guidance 4 --out "$T/note.safetensors" 2>"$T/log" >/dev/null
+grep -qF "note: --cache-profile $T/wan.json was calibrated with unipc, guidance 5, shift 3; this run differs (sampler unipc, guidance 4, shift 3)" \
+  "$T/log" || { cat "$T/log"; exit 1; }
+wan_l=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --cfg-parallel)
+expect_fail "calibrate-cache: the probe is read between plan steps of one rank; this bundle has 2 ranks" \
+  "$BIN/ditrun" calibrate-cache "$wan_l" "${wg[@]}" --seed 5 --profile-out "$T/p/x.json"
 sed 's/"points": [0-9]*/"points": 3/' "$T/wan.json" >"$T/damaged.json"
 expect_fail "--cache-profile: $T/damaged.json: field 'fit.points': expected 22 (the steps of the runs with both changes), found 3" "${g[@]}" \
   --step-cache auto --cache-profile "$T/damaged.json"
 [ ! -e "$T/bad.safetensors" ] || { echo "a refused generate left output"; exit 1; }
-mkdir "$T/p"
 expect_fail "calibrate-cache: 3 steps with both a probe change and an output change over 1 run" \
   "$BIN/ditrun" calibrate-cache "$wan" "${wg[@]}" --seed 5 --steps 4 --profile-out "$T/p/short.json"
 [ -z "$(ls -A "$T/p")" ] || { ls "$T/p"; echo "a failed calibration left a file"; exit 1; }
