@@ -166,6 +166,10 @@ typedef struct dit_generate_options {
    * guided prediction, so a skipped step runs no forward on any lane. A two-expert runtime
    * resets the cache at the expert switch. */
   dit_step_cache_options_t step_cache;
+  /* teacache's rescaling polynomial (highest degree first, 1..8 coefficients; a cache profile's
+   * fit); NULL: the family's published one. */
+  const double *step_cache_rescale;
+  int step_cache_rescale_k;
   /* Per step, 0 when the transformer ran, else the forwards the step skipped (1, or 2 for a
    * guided step on a bundle without cfg lanes); set before on_step. May be NULL, else `steps`
    * entries. */

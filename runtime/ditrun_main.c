@@ -1,4 +1,4 @@
-/* ditrun: the command line of the runtime (verify, info, forward, generate). */
+/* ditrun: the command line of the runtime (verify, info, forward, generate, calibrate-cache, ...). */
 #include <errno.h>
 #include <math.h>
 #include <inttypes.h>
@@ -14,6 +14,7 @@
 #include "artifacts/safetensors.h"
 #include "base/clock.h"
 #include "base/hw_profile.h"
+#include "runtime/cache_profile.h"
 #include "runtime/compare.h"
 #include "runtime/ditrun.h"
 #include "runtime/launch/launch_cmd.h"
@@ -35,8 +36,8 @@ static const char kUsage[] =
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
     "                  [--shift S] [--sampler unipc|euler] --out LATENTS.safetensors\n"
     "                  [--image-latents I.safetensors] [--image-embeds E.safetensors]\n"
-    "                  [--step-cache off|cadence:N|delta:T|easycache:T|teacache:T|fbcache:T]\n"
-    "                  [--cache-warmup W] [--cache-cooldown C]\n"
+    "                  [--step-cache off|cadence:N|delta:T|easycache:T|teacache:T|fbcache:T|auto]\n"
+    "                  [--cache-warmup W] [--cache-cooldown C] [--cache-profile P.json]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
@@ -60,7 +61,20 @@ static const char kUsage[] =
     "                     (first-block cache, single-rank bundles) runs each step through block\n"
     "                     0 and skips while its output residual's relative L1 change from the\n"
     "                     latest computed step's stays below T, reusing as easycache; the first W\n"
-    "                     (default 2) and last C (default 1) steps always run\n"
+    "                     (default 2) and last C (default 1) steps always run; auto takes the\n"
+    "                     policy, W and C of --cache-profile P.json (calibrate-cache's, for this\n"
+    "                     bundle and --steps) and prints it\n"
+    "\n"
+    "  calibrate-cache BUNDLE [generate's inputs and options] --profile-out P.json\n"
+    "                  [--runs K] [--target-speedup S]\n"
+    "                     K (default 1) exact generates, seeds seed..seed+K-1, observing\n"
+    "                     teacache's probe: per step its relative L1 change d and the guided\n"
+    "                     prediction's o; fits o on d (degree 4), Pearson of (poly(d), o), the\n"
+    "                     lag-1 autocorrelation of o, and the gate's choice: teacache with the\n"
+    "                     fit when Pearson >= 0.8, else delta when the autocorrelation >= 0.7,\n"
+    "                     else cadence, its threshold (N) replayed on the runs to run about\n"
+    "                     steps / S (default 2) steps in full; writes P.json for\n"
+    "                     generate --step-cache auto --cache-profile P.json\n"
     "\n"
     "  compare BUNDLE --inputs IN.safetensors [--reference cpu] [--accumulate]\n"
     "                  [--max-rel X] [-v]\n"
@@ -282,12 +296,12 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
-  const char *image_latents, *image_embeds, *step_cache;
+  const char *image_latents, *image_embeds, *step_cache, *cache_profile;
   int64_t steps, seed, threads, device, devices, warmup, cache_warmup, cache_cooldown;
   double guidance, guidance_2, shift, max_rel, true_cfg;
   int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
   int have_guidance_2, have_seed, have_cache_warmup, have_cache_cooldown, accumulate, verbose, need_out, graph, stage, overlap,
-      pace_host, no_split, generate;
+      pace_host, no_split, generate; /* generate: 1 generate, 2 calibrate-cache */
 } run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
@@ -319,7 +333,7 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
 static int generate_only(const char *f) {
   static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
-                                  "--step-cache", "--cache-warmup", "--cache-cooldown", NULL};
+                                  "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -338,7 +352,8 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
   a->max_rel = -1;
   a->cache_warmup = DIT_STEP_CACHE_DEFAULT_WARMUP;
   a->cache_cooldown = DIT_STEP_CACHE_DEFAULT_COOLDOWN;
-  const int gen = a->generate = !strcmp(cmd, "generate");
+  /* generate's inputs and options: generate (1) and calibrate-cache (2) */
+  const int gen = a->generate = !strcmp(cmd, "generate") ? 1 : !strcmp(cmd, "calibrate-cache") ? 2 : 0;
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char **str = NULL;
@@ -356,6 +371,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
     else if (!strcmp(f, "--image-latents")) str = &a->image_latents;
     else if (!strcmp(f, "--image-embeds")) str = &a->image_embeds;
     else if (!strcmp(f, "--step-cache")) str = &a->step_cache;
+    else if (!strcmp(f, "--cache-profile")) str = &a->cache_profile;
     else if (!strcmp(f, "--cache-warmup")) rc = parse_int(f, v, &a->cache_warmup), a->have_cache_warmup = 1, i++;
     else if (!strcmp(f, "--cache-cooldown")) rc = parse_int(f, v, &a->cache_cooldown), a->have_cache_cooldown = 1, i++;
     else if (!strcmp(f, "--sampler")) str = &a->sampler, a->have_sampler = 1;
@@ -548,13 +564,70 @@ static dit_status_t flow_arguments(const run_args_t *a, const dit_manifest_t *m,
   return DIT_OK;
 }
 
-/* --step-cache and its warmup and cooldown into g (after the steps are settled); *skipped: the
+/* What generate and calibrate-cache run: the loaded bundle, the loop's options and inputs, and
+ * the latents. */
+typedef struct gen_job {
+  dit_runtime_t *rt;
+  dit_generate_options_t g;
+  dit_tensor_t prompt, neg, lat;
+  float *latents; /* the latents the loop steps */
+  float *init;    /* --init-latents' noise; NULL: --seed's */
+  size_t n;
+  int *used, *skipped;
+  dit_cache_profile_t profile; /* --cache-profile's, for --step-cache auto */
+  dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
+  char arg_names[2 * DIT_GEN_MAX_CONDITIONS][96];
+  char il_what[1100], ie_what[1100];
+} gen_job_t;
+
+/* --step-cache auto: the policy calibrate-cache chose for this bundle and these steps, with its
+ * warmup and cooldown and, for teacache, its fitted polynomial. */
+static dit_status_t step_cache_auto(const run_args_t *a, gen_job_t *j) {
+  dit_generate_options_t *g = &j->g;
+  if (!a->cache_profile)
+    return DIT_ERR(INVALID_ARGUMENT, "--step-cache auto: the policy comes from a cache profile: add --cache-profile P.json (written by "
+                   "ditrun calibrate-cache BUNDLE ... --profile-out P.json)");
+  if (a->have_cache_warmup || a->have_cache_cooldown)
+    return DIT_ERR(INVALID_ARGUMENT, "%s with --step-cache auto: the profile's threshold was chosen for its own warmup and cooldown; "
+                   "calibrate again with %s", a->have_cache_warmup ? "--cache-warmup" : "--cache-cooldown",
+                   a->have_cache_warmup ? "--cache-warmup" : "--cache-cooldown");
+  dit_cache_profile_t *p = &j->profile;
+  DIT_RETURN_IF_ERROR(dit_cache_profile_load(a->cache_profile, p), "--cache-profile");
+  const dit_manifest_t *m = dit_runtime_manifest(j->rt);
+  if (strcmp(p->bundle, m->identity))
+    return DIT_ERR(FAILED_PRECONDITION, "--cache-profile %s: made for bundle %s, this bundle is %s: calibrate this one (ditrun "
+                   "calibrate-cache)", a->cache_profile, p->bundle, m->identity);
+  if (p->steps != g->steps)
+    return DIT_ERR(FAILED_PRECONDITION, "--cache-profile %s: calibrated for %d steps, this run has %d: the policy's threshold is "
+                   "chosen for the steps; calibrate with --steps %d", a->cache_profile, p->steps, g->steps, g->steps);
+  const int flow = m->generate.present;
+  if (strcmp(p->sampler, flow ? "flow-match" : a->sampler) || p->guidance != g->guidance || (!flow && p->shift != g->shift) ||
+      (flow && p->true_cfg != g->true_cfg))
+    fprintf(stderr, "ditrun: note: --cache-profile %s was calibrated with %s, guidance %g, %s %g; this run differs (sampler %s, guidance %g, "
+            "%s %g): the policy may skip more or fewer steps than it did there\n", a->cache_profile, p->sampler, p->guidance,
+            flow ? "true_cfg" : "shift", flow ? p->true_cfg : p->shift, flow ? "flow-match" : a->sampler, g->guidance,
+            flow ? "true_cfg" : "shift", flow ? g->true_cfg : g->shift);
+  g->step_cache = p->policy;
+  if (p->policy.mode == DIT_STEP_CACHE_TEACACHE) g->step_cache_rescale = p->rescale, g->step_cache_rescale_k = DIT_CACHE_PROFILE_DEGREE + 1;
+  char mode[64];
+  fprintf(stderr, "ditrun: step cache auto: %s (W %d, C %d) from %s: pearson %g, lag-1 autocorrelation %g; %.3g of %d steps in "
+          "full on the calibration runs\n", dit_step_cache_describe(&g->step_cache, mode, sizeof mode), p->warmup, p->cooldown,
+          a->cache_profile, p->pearson, p->lag1, p->forwards, p->steps);
+  return DIT_OK;
+}
+
+/* --step-cache and its warmup and cooldown into j->g (after the steps are settled); j->skipped: the
  * per-step record the summary line reads, when the cache is on. */
-static dit_status_t step_cache_options(const run_args_t *a, dit_generate_options_t *g, int **skipped) {
+static dit_status_t step_cache_options(const run_args_t *a, gen_job_t *j) {
+  dit_generate_options_t *g = &j->g;
   dit_step_cache_options_t *sc = &g->step_cache;
-  DIT_RETURN_IF_ERROR(dit_step_cache_parse(a->step_cache ? a->step_cache : "off", sc), "--step-cache");
+  if (a->cache_profile && !(a->step_cache && !strcmp(a->step_cache, "auto")))
+    return DIT_ERR(INVALID_ARGUMENT, "--cache-profile %s: read by --step-cache auto only, found --step-cache %s", a->cache_profile,
+                   a->step_cache ? a->step_cache : "off (the default)");
+  if (a->step_cache && !strcmp(a->step_cache, "auto")) DIT_RETURN_IF(step_cache_auto(a, j));
+  else DIT_RETURN_IF_ERROR(dit_step_cache_parse(a->step_cache ? a->step_cache : "off", sc), "--step-cache");
   if (sc->mode == DIT_STEP_CACHE_OFF) {
-    if (a->have_cache_warmup || a->have_cache_cooldown)
+    if ((a->have_cache_warmup || a->have_cache_cooldown) && a->generate == 1)
       fprintf(stderr, "ditrun: note: %s ignored: the step cache is off (--step-cache MODE turns it on)\n",
               a->have_cache_warmup ? "--cache-warmup" : "--cache-cooldown");
     return DIT_OK;
@@ -563,11 +636,13 @@ static dit_status_t step_cache_options(const run_args_t *a, dit_generate_options
     return DIT_ERR(INVALID_ARGUMENT, "%s %lld: expected at most the %d steps",
                    a->cache_warmup > g->steps ? "--cache-warmup" : "--cache-cooldown",
                    (long long)(a->cache_warmup > g->steps ? a->cache_warmup : a->cache_cooldown), g->steps);
-  sc->warmup = (int)a->cache_warmup;
-  sc->cooldown = (int)a->cache_cooldown;
+  if (!j->profile.runs) {
+    sc->warmup = (int)a->cache_warmup;
+    sc->cooldown = (int)a->cache_cooldown;
+  }
   DIT_RETURN_IF(dit_step_cache_check(sc));
-  if (!(*skipped = calloc((size_t)g->steps, sizeof **skipped))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  g->skipped_forwards = *skipped;
+  if (!(j->skipped = calloc((size_t)g->steps, sizeof *j->skipped))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  g->skipped_forwards = j->skipped;
   return DIT_OK;
 }
 
@@ -583,113 +658,270 @@ static void print_step_cache(const dit_generate_options_t *g) {
   fprintf(stderr, "%s, %d forward%s saved\n", n ? ")" : "", saved, saved == 1 ? "" : "s");
 }
 
-static int cmd_generate(int argc, char **argv) {
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(kUsage, stdout);
-      return 0;
+/* The command line's checks that need no bundle (an exit status, 0 when they pass). */
+static int gen_usage(const run_args_t *a, gen_job_t *j) {
+  if (!a->prompt) return usage_error("%s needs --prompt-embeds P.safetensors", a->generate == 2 ? "calibrate-cache" : "generate");
+  if (!!a->init == !!a->have_seed)
+    return usage_error("%s needs exactly one of --init-latents and --seed", a->generate == 2 ? "calibrate-cache" : "generate");
+  dit_generate_options_t *g = &j->g;
+  if (dit_sampler_kind_parse(a->sampler, &g->sampler)) return usage_error("--sampler %s: expected unipc or euler", a->sampler);
+  if (a->steps < 1 || a->steps > 10000) return usage_error("%s", "--steps: expected 1..10000");
+  g->steps = (int)a->steps;
+  g->guidance = a->guidance;
+  g->shift = a->shift;
+  g->on_step = on_step;
+  g->ctx = g;
+  if (a->expert) return usage_error("%s", "generate runs the bundle's experts as the pipeline does: --expert is for forward");
+  return 0;
+}
+
+/* Loads the bundle and reads the loop's inputs: the experts' guidance, a generate section's
+ * arguments, the step cache, the image condition, the embeddings, --init-latents' noise. */
+static dit_status_t gen_prepare(const run_args_t *a, gen_job_t *j) {
+  dit_generate_options_t *g = &j->g;
+  dit_status_t s = load(a, &j->rt);
+  /* Both experts are loaded: transformer_2 takes over below the boundary. */
+  if (!s && dit_runtime_expert_count(j->rt) == 2) {
+    if (!(j->used = calloc((size_t)g->steps, sizeof *j->used))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    g->guidance_2 = a->have_guidance_2 ? a->guidance_2 : a->guidance;
+    g->expert_used = j->used;
+  } else if (!s && a->have_guidance_2) {
+    s = DIT_ERR(INVALID_ARGUMENT, "--guidance-2 %g: the bundle has one transformer (no transformer_2 to guide)", a->guidance_2);
+  }
+  const int flow = !s && dit_runtime_manifest(j->rt)->generate.present;
+  if (flow) s = flow_arguments(a, dit_runtime_manifest(j->rt), g, j->args, j->arg_names);
+  else if (!s && a->have_true_cfg)
+    s = DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: a Wan bundle's classifier-free guidance is --guidance", a->true_cfg);
+  if (!s) s = step_cache_options(a, j);
+  if (!s) s = dit_generate_latents_shape(dit_runtime_manifest(j->rt), &j->lat.rank, j->lat.dims);
+  if (!s && a->image_latents) {
+    snprintf(j->il_what, sizeof j->il_what, "--image-latents %s", a->image_latents);
+    g->condition.image_latents_what = j->il_what;
+    s = read_tensor(a->image_latents, "image_latents", "--image-latents", &g->condition.image_latents);
+  }
+  if (!s && a->image_embeds) {
+    snprintf(j->ie_what, sizeof j->ie_what, "--image-embeds %s", a->image_embeds);
+    g->condition.image_embeds_what = j->ie_what;
+    s = read_tensor(a->image_embeds, "image_embeds", "--image-embeds", &g->condition.image_embeds);
+  }
+  if (!s && !flow) s = read_tensor(a->prompt, "prompt_embeds", "--prompt-embeds", &j->prompt);
+  if (!s && !flow && a->negative) s = read_tensor(a->negative, "negative_prompt_embeds", "--negative-embeds", &j->neg);
+  if (!s && !flow && a->negative && g->guidance <= 1.0)
+    fprintf(stderr, "ditrun: note: --guidance %g <= 1: no classifier-free guidance, negative embeddings unused\n", g->guidance);
+  if (!s) {
+    j->lat.dtype = DIT_F32;
+    j->n = (size_t)dit_tensor_numel(&j->lat);
+    j->latents = malloc(j->n * sizeof *j->latents + 1);
+    if (!j->latents) s = DIT_ERR(RESOURCE_EXHAUSTED, "latents: out of memory");
+  }
+  if (!s && a->init) {
+    dit_tensor_t x = {0};
+    const dit_tensor_t *lat = &j->lat;
+    s = read_tensor(a->init, "init_latents", "--init-latents", &x);
+    int same = !s && x.rank == lat->rank;
+    for (int i = 0; same && i < x.rank; i++) same = x.dims[i] == lat->dims[i];
+    if (!s && !same) {
+      char want[160] = "[", got[160] = "[";
+      for (int i = 0; i < lat->rank; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)lat->dims[i]);
+      for (int i = 0; i < x.rank && i < DIT_MAX_RANK; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)x.dims[i]);
+      s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: tensor 'init_latents' has shape %s], the bundle's latents are %s]", a->init, got, want);
     }
+    if (!s && !(j->init = malloc(j->n * sizeof *j->init + 1))) s = DIT_ERR(RESOURCE_EXHAUSTED, "latents: out of memory");
+    if (!s && dit_convert(j->init, DIT_F32, x.data, x.dtype, j->n))
+      s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: 'init_latents' is not a float tensor", a->init);
+    free(x.data);
+  }
+  return s;
+}
+
+/* The initial noise: --init-latents', else seed's. */
+static void gen_noise(const gen_job_t *j, uint64_t seed) {
+  if (j->init) memcpy(j->latents, j->init, j->n * sizeof *j->latents);
+  else dit_rng_normal(seed, 0, j->latents, j->n);
+}
+
+static dit_status_t gen_run(gen_job_t *j, const run_args_t *a) {
+  g_step_rt = j->rt;
+  return dit_runtime_generate(j->rt, &j->g, &j->prompt, a->negative ? &j->neg : NULL, j->latents);
+}
+
+static void gen_release(gen_job_t *j) {
+  free(j->latents);
+  free(j->init);
+  free(j->prompt.data);
+  free(j->neg.data);
+  free(j->g.condition.image_latents.data);
+  free(j->g.condition.image_embeds.data);
+  for (size_t i = 0; i < j->g.n_args; i++) free(j->args[i].t.data);
+  free(j->used);
+  free(j->skipped);
+  dit_cache_profile_free(&j->profile);
+  dit_runtime_destroy(j->rt);
+}
+
+static int wants_help(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+  return 0;
+}
+
+static int cmd_generate(int argc, char **argv) {
+  if (wants_help(argc, argv)) return fputs(kUsage, stdout), 0;
   run_args_t a;
   int rc = parse_run_args(argc, argv, &a, 1, "generate");
   if (rc) return rc;
-  if (!a.prompt) return usage_error("%s", "generate needs --prompt-embeds P.safetensors");
-  if (!!a.init == !!a.have_seed) return usage_error("%s", "generate needs exactly one of --init-latents and --seed");
-  dit_generate_options_t g = {0};
-  if (dit_sampler_kind_parse(a.sampler, &g.sampler)) return usage_error("--sampler %s: expected unipc or euler", a.sampler);
-  if (a.steps < 1 || a.steps > 10000) return usage_error("%s", "--steps: expected 1..10000");
-  g.steps = (int)a.steps;
-  g.guidance = a.guidance;
-  g.shift = a.shift;
-  g.on_step = on_step;
-  g.ctx = &g;
-  if (a.expert) return usage_error("%s", "generate runs the bundle's experts as the pipeline does: --expert is for forward");
-
-  dit_tensor_t prompt = {0}, neg = {0}, lat = {0};
-  dit_runtime_t *rt = NULL;
-  int *used = NULL, *skipped = NULL;
-  dit_status_t s = load(&a, &rt);
-  /* Both experts are loaded: transformer_2 takes over below the boundary. */
-  if (!s && dit_runtime_expert_count(rt) == 2) {
-    if (!(used = calloc((size_t)g.steps, sizeof *used))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    g.guidance_2 = a.have_guidance_2 ? a.guidance_2 : a.guidance;
-    g.expert_used = used;
-  } else if (!s && a.have_guidance_2) {
-    s = DIT_ERR(INVALID_ARGUMENT, "--guidance-2 %g: the bundle has one transformer (no transformer_2 to guide)", a.guidance_2);
+  gen_job_t *j = calloc(1, sizeof *j);
+  if (!j) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
+  if ((rc = gen_usage(&a, j))) {
+    free(j);
+    return rc;
   }
-  dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
-  char arg_names[2 * DIT_GEN_MAX_CONDITIONS][96];
-  const int flow = !s && dit_runtime_manifest(rt)->generate.present;
-  if (flow) s = flow_arguments(&a, dit_runtime_manifest(rt), &g, args, arg_names);
-  else if (!s && a.have_true_cfg)
-    s = DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: a Wan bundle's classifier-free guidance is --guidance", a.true_cfg);
-  if (!s) s = step_cache_options(&a, &g, &skipped);
-  if (!s) s = dit_generate_latents_shape(dit_runtime_manifest(rt), &lat.rank, lat.dims);
-  char il_what[1100] = "", ie_what[1100] = "";
-  if (!s && a.image_latents) {
-    snprintf(il_what, sizeof il_what, "--image-latents %s", a.image_latents);
-    g.condition.image_latents_what = il_what;
-    s = read_tensor(a.image_latents, "image_latents", "--image-latents", &g.condition.image_latents);
-  }
-  if (!s && a.image_embeds) {
-    snprintf(ie_what, sizeof ie_what, "--image-embeds %s", a.image_embeds);
-    g.condition.image_embeds_what = ie_what;
-    s = read_tensor(a.image_embeds, "image_embeds", "--image-embeds", &g.condition.image_embeds);
-  }
-  if (!s && !flow) s = read_tensor(a.prompt, "prompt_embeds", "--prompt-embeds", &prompt);
-  if (!s && !flow && a.negative) s = read_tensor(a.negative, "negative_prompt_embeds", "--negative-embeds", &neg);
-  if (!s && !flow && a.negative && g.guidance <= 1.0)
-    fprintf(stderr, "ditrun: note: --guidance %g <= 1: no classifier-free guidance, negative embeddings unused\n", g.guidance);
-  size_t n = 0;
-  float *latents = NULL;
-  if (!s) {
-    lat.dtype = DIT_F32;
-    n = (size_t)dit_tensor_numel(&lat);
-    latents = malloc(n * sizeof *latents + 1);
-    if (!latents) s = DIT_ERR(RESOURCE_EXHAUSTED, "latents: out of memory");
-  }
-  if (!s && a.init) {
-    dit_tensor_t x = {0};
-    s = read_tensor(a.init, "init_latents", "--init-latents", &x);
-    int same = !s && x.rank == lat.rank;
-    for (int i = 0; same && i < x.rank; i++) same = x.dims[i] == lat.dims[i];
-    if (!s && !same) {
-      char want[160] = "[", got[160] = "[";
-      for (int i = 0; i < lat.rank; i++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)lat.dims[i]);
-      for (int i = 0; i < x.rank && i < DIT_MAX_RANK; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)x.dims[i]);
-      s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: tensor 'init_latents' has shape %s], the bundle's latents are %s]", a.init, got, want);
-    }
-    if (!s && dit_convert(latents, DIT_F32, x.data, x.dtype, n))
-      s = DIT_ERR(INVALID_ARGUMENT, "--init-latents %s: 'init_latents' is not a float tensor", a.init);
-    free(x.data);
-  } else if (!s) {
-    dit_rng_normal((uint64_t)a.seed, 0, latents, n);
-  }
+  dit_status_t s = gen_prepare(&a, j);
+  if (!s) gen_noise(j, (uint64_t)a.seed);
   double t0 = dit_now_s();
-  g_step_rt = rt;
-  if (!s) s = dit_runtime_generate(rt, &g, &prompt, a.negative ? &neg : NULL, latents);
+  if (!s) s = gen_run(j, &a);
   if (!s) {
-    fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", g.steps, dit_now_s() - t0);
-    if (skipped) print_step_cache(&g);
-    const dit_runtime_swap_stats_t sw = dit_runtime_swap_stats(rt);
+    fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", j->g.steps, dit_now_s() - t0);
+    if (j->skipped) print_step_cache(&j->g);
+    const dit_runtime_swap_stats_t sw = dit_runtime_swap_stats(j->rt);
     if (sw.switched) {
       fprintf(stderr, "ditrun: expert swap: %.2f MiB of transformer_2's resident set, %" PRIu64 " chunks loaded over %d forwards before "
               "the switch, %" PRIu64 " at the switch (%.3f ms)\n", sw.bytes / 1048576.0, sw.chunks_before, sw.forwards, sw.chunks_at_switch,
               sw.switch_ms);
-      print_memory(rt);
+      print_memory(j->rt);
     }
-    lat.data = latents;
-    if (g_writer) s = write_tensor(a.out, "latents", &lat);
+    j->lat.data = j->latents;
+    if (g_writer) s = write_tensor(a.out, "latents", &j->lat);
   }
   if (!s && g_writer) printf("wrote %s\n", a.out);
-  free(latents);
-  free(prompt.data);
-  free(neg.data);
-  free(g.condition.image_latents.data);
-  free(g.condition.image_embeds.data);
-  for (size_t i = 0; i < g.n_args; i++) free(args[i].t.data);
-  free(used);
-  free(skipped);
-  dit_runtime_destroy(rt);
+  gen_release(j);
+  free(j);
+  return dit_status_report(s, "ditrun");
+}
+
+/* ---- calibrate-cache ---- */
+
+/* What a calibration run records per step through generate's callbacks. */
+typedef struct calib_rec {
+  dit_generate_options_t *g;
+  dit_cache_profile_t *p;
+  int run;
+  float *prev; /* P_{i-1} */
+  int have_prev;
+  size_t n;
+} calib_rec_t;
+
+static void calib_on_step(void *ctx, int step, int steps, double t, double seconds) {
+  calib_rec_t *r = ctx;
+  on_step(r->g, step, steps, t, seconds);
+}
+
+static void calib_on_probe(void *ctx, int step, double change) {
+  calib_rec_t *r = ctx;
+  if (step >= 0 && step < r->p->steps) r->p->d[(size_t)r->run * (size_t)r->p->steps + (size_t)step] = change;
+}
+
+static void calib_on_prediction(void *ctx, int step, const float *prediction, size_t n, int computed) {
+  calib_rec_t *r = ctx;
+  (void)computed; /* teacache:0 computes every step */
+  if (step < 0 || step >= r->p->steps || n != r->n) return;
+  if (r->have_prev) {
+    const double o = dit_step_cache_relative_l1(r->prev, prediction, n);
+    r->p->o[(size_t)r->run * (size_t)r->p->steps + (size_t)step] = isfinite(o) ? o : NAN;
+  }
+  memcpy(r->prev, prediction, n * sizeof *prediction);
+  r->have_prev = 1;
+}
+
+static int cmd_calibrate_cache(int argc, char **argv) {
+  if (wants_help(argc, argv)) return fputs(kUsage, stdout), 0;
+  const char *profile_out = NULL;
+  double target = 2.0, runs_d = 1;
+  int kept = 0, rc = 0;
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  if (!rest) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
+  for (int i = 0; !rc && i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(argv[i], "--profile-out")) {
+      if (!(profile_out = v)) rc = usage_error("%s needs a value", argv[i]);
+      i++;
+    } else if (!strcmp(argv[i], "--target-speedup")) rc = parse_num(argv[i], v, &target), i++;
+    else if (!strcmp(argv[i], "--runs")) rc = parse_num(argv[i], v, &runs_d), i++;
+    else if (!strcmp(argv[i], "--step-cache") || !strcmp(argv[i], "--cache-profile"))
+      rc = usage_error("%s: calibrate-cache runs exact generates (the probe observed, nothing skipped) and writes the profile "
+                       "--step-cache auto reads", argv[i]);
+    else rest[kept++] = argv[i];
+  }
+  run_args_t a;
+  if (!rc) rc = parse_run_args(kept, rest, &a, 0, "calibrate-cache");
+  free(rest);
+  if (rc) return rc;
+  if (!profile_out) return usage_error("%s", "calibrate-cache needs --profile-out P.json");
+  if (!(target > 1 && target <= 1e6)) return usage_error("%s", "--target-speedup: expected a number in (1, 1000000] (the forwards: steps / S)");
+  if (!(runs_d >= 1 && runs_d <= DIT_CACHE_PROFILE_MAX_RUNS && runs_d == (int)runs_d))
+    return usage_error("%s", "--runs: expected an integer in 1..64 (calibration runs, seeds S..S+K-1)");
+  const int runs = (int)runs_d;
+  if (runs > 1 && a.init) return usage_error("%s", "--runs > 1 needs --seed S (run k takes seed S + k): --init-latents is one noise");
+  gen_job_t *j = calloc(1, sizeof *j);
+  if (!j) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
+  if ((rc = gen_usage(&a, j))) {
+    free(j);
+    return rc;
+  }
+  dit_status_t s = gen_prepare(&a, j);
+  /* teacache at T = 0 skips nothing (the exact run, bit for bit) and reports the probe's change. */
+  dit_generate_options_t *g = &j->g;
+  dit_cache_profile_t p = {0};
+  calib_rec_t rec = {g, &p, 0, NULL, 0, j->n};
+  if (!s && dit_runtime_manifest(j->rt)->topology.world != 1)
+    s = DIT_ERR(UNIMPLEMENTED, "calibrate-cache: the probe is read between plan steps of one rank; this bundle has %d ranks: "
+                "calibrate a single-rank bundle", dit_runtime_manifest(j->rt)->topology.world);
+  if (!s) {
+    const dit_manifest_t *m = dit_runtime_manifest(j->rt);
+    g->step_cache = (dit_step_cache_options_t){.mode = DIT_STEP_CACHE_TEACACHE, .threshold = 0, .warmup = (int)a.cache_warmup,
+                                               .cooldown = (int)a.cache_cooldown};
+    s = dit_step_cache_check(&g->step_cache);
+    if (!s && (a.cache_warmup > g->steps || a.cache_cooldown > g->steps))
+      s = DIT_ERR(INVALID_ARGUMENT, "--cache-warmup %lld / --cache-cooldown %lld: expected at most the %d steps", (long long)a.cache_warmup,
+                  (long long)a.cache_cooldown, g->steps);
+    snprintf(p.bundle, sizeof p.bundle, "%s", m->identity);
+    snprintf(p.family, sizeof p.family, "%s", m->family);
+    snprintf(p.sampler, sizeof p.sampler, "%s", m->generate.present ? "flow-match" : a.sampler);
+    p.shift = m->generate.present ? 0 : g->shift;
+    p.guidance = g->guidance, p.true_cfg = m->generate.present ? g->true_cfg : 1;
+    p.steps = g->steps, p.warmup = (int)a.cache_warmup, p.cooldown = (int)a.cache_cooldown, p.target_speedup = target;
+    if (!s) s = dit_cache_profile_alloc(&p, runs);
+    if (!s && !(rec.prev = malloc(j->n * sizeof *rec.prev + 1))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    g->ctx = &rec, g->on_step = calib_on_step, g->on_probe = calib_on_probe, g->on_prediction = calib_on_prediction;
+  }
+  for (int r = 0; !s && r < runs; r++) {
+    const uint64_t seed = (uint64_t)a.seed + (uint64_t)r;
+    if (a.init) fprintf(stderr, "ditrun: calibration run %d of %d (--init-latents)\n", r + 1, runs);
+    else fprintf(stderr, "ditrun: calibration run %d of %d (seed %" PRIu64 ")\n", r + 1, runs, seed);
+    p.seeds[r] = a.init ? 0 : seed;
+    rec.run = r, rec.have_prev = 0;
+    gen_noise(j, seed);
+    const double t0 = dit_now_s();
+    s = dit_status_annotate(gen_run(j, &a), "calibration run %d of %d", r + 1, runs);
+    if (!s) fprintf(stderr, "ditrun: calibration run %d of %d: %d steps in %.3fs\n", r + 1, runs, g->steps, dit_now_s() - t0);
+  }
+  if (!s) s = dit_cache_profile_fit(&p);
+  if (!s && g_writer) s = dit_status_annotate(dit_cache_profile_write(profile_out, &p), "--profile-out");
+  if (!s) {
+    char mode[64];
+    printf("calibrate-cache: %d run%s of %d steps, %d points\n", runs, runs == 1 ? "" : "s", p.steps, p.points);
+    printf("  rescale (degree %d, highest first):", DIT_CACHE_PROFILE_DEGREE);
+    for (int k = 0; k <= DIT_CACHE_PROFILE_DEGREE; k++) printf(" %.6g", p.rescale[k]);
+    printf("\n  pearson of (max(poly(d), 0), o): %.4f (teacache when >= %.1f)\n", p.pearson, DIT_CACHE_GATE_PEARSON);
+    printf("  lag-1 autocorrelation of o: %.4f (delta when >= %.1f)\n", p.lag1, DIT_CACHE_GATE_LAG1);
+    printf("  gate: %s (W %d, C %d): %.3g of %d steps in full on the calibration runs (target speedup %g: %.3g)\n",
+           dit_step_cache_describe(&p.policy, mode, sizeof mode), p.warmup, p.cooldown, p.forwards, p.steps, target, p.steps / target);
+    if (g_writer) printf("wrote %s\n", profile_out);
+  }
+  free(rec.prev);
+  dit_cache_profile_free(&p);
+  gen_release(j);
+  free(j);
   return dit_status_report(s, "ditrun");
 }
 
@@ -1054,6 +1286,7 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 2, argv + 2);
+  if (!strcmp(cmd, "calibrate-cache")) return cmd_calibrate_cache(argc - 2, argv + 2);
   if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s'", cmd);
 }

@@ -146,8 +146,8 @@ static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
 
 /* The loop's controller: teacache and fbcache probe rank 0's plan step by step between the two
  * halves of the conditional forward, which only a single-rank bundle without cfg lanes runs as one
- * forward does; teacache takes the family's rescaling polynomial. The runtime's previous probe is
- * forgotten: a run starts with none. */
+ * forward does; teacache takes the options' rescaling polynomial, else the family's. The runtime's
+ * previous probe is forgotten: a run starts with none. */
 static dit_status_t cache_create(dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_step_cache_t **out) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
   if (dit_step_cache_probes(&o->step_cache) && m->topology.world != 1)
@@ -159,6 +159,7 @@ static dit_status_t cache_create(dit_runtime_t *rt, const dit_generate_options_t
   const double *coef;
   int k;
   dit_step_cache_teacache_rescale(m->family, &coef, &k);
+  if (o->step_cache_rescale) coef = o->step_cache_rescale, k = o->step_cache_rescale_k;
   dit_step_cache_set_rescale(*out, coef, k);
   return DIT_OK;
 }

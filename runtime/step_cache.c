@@ -185,8 +185,8 @@ static double l1_norm(const float *a, size_t n) {
   return d;
 }
 
-/* sum|b - a| / sum|a| in double; identical zero predictions are no change (0). */
-static double relative_l1(const float *a, const float *b, size_t n) {
+/* Identical zero predictions are no change (0). */
+double dit_step_cache_relative_l1(const float *a, const float *b, size_t n) {
   const double num = l1_distance(a, b, n), den = l1_norm(a, n);
   return den > 0 ? num / den : num > 0 ? INFINITY : 0;
 }
@@ -229,7 +229,7 @@ void dit_step_cache_record(dit_step_cache_t *c, int i, const float *p) {
   c->pb = t, c->b = i;
   memcpy(c->pb, p, c->n * sizeof *p);
   if (c->nfull < 2) c->nfull++;
-  if (c->o.mode == DIT_STEP_CACHE_DELTA && c->nfull == 2) c->r_below = relative_l1(c->pa, c->pb, c->n) < c->o.threshold;
+  if (c->o.mode == DIT_STEP_CACHE_DELTA && c->nfull == 2) c->r_below = dit_step_cache_relative_l1(c->pa, c->pb, c->n) < c->o.threshold;
   if (reuses_residual(c)) {
     /* xprev holds x_i (observed before this step was decided); xb still x_a. 0 / 0 is NaN: the
      * estimates from it are no numbers, so the steps run until a rate is measured again. */

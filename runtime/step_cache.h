@@ -108,6 +108,9 @@ void dit_step_cache_set_rescale(dit_step_cache_t *c, const double *coef, int k);
 void dit_step_cache_probe(dit_step_cache_t *c, double change);
 /* 1 for the modes that decide inside the forward from a probe (teacache, fbcache). */
 int dit_step_cache_probes(const dit_step_cache_options_t *o);
+/* sum|b - a| / sum|a| in double (0 for two zero arrays, infinity from a zero a to a nonzero b): the
+ * relative L1 change delta's r is. */
+double dit_step_cache_relative_l1(const float *a, const float *b, size_t n);
 
 /* Step i's latents x_i (copied where the mode needs them: easycache, teacache, fbcache), before dit_step_cache_full
  * decides step i; every step's, full or skipped. Other modes ignore them. */

@@ -16,7 +16,9 @@
  *  - that replay reproduces the cached run's final latents (max relative error <= 1e-4): the
  *    sampler took P_i as if the model had produced it.
  * usage: step_cache_check BUNDLE INPUTS.safetensors MODE STEPS [key=value...]
- *   keys: guidance, guidance_2, shift, sampler (unipc|euler), true_cfg, warmup (2), cooldown (1)
+ *   keys: guidance, guidance_2, shift, sampler (unipc|euler), true_cfg, warmup (2), cooldown (1),
+ *   profile (MODE auto: the cache profile whose policy, warmup, cooldown and, for teacache,
+ *   rescaling polynomial the run takes, as generate --step-cache auto resolves them)
  *   INPUTS: prompt_embeds and negative_prompt_embeds (Wan), or the generate section's arguments
  *   and their negative_ forms, and the noise as init_latents or latents. Text-to-video and
  *   generate-section bundles in fp32 (the replay applies no image condition). */
@@ -27,6 +29,7 @@
 
 #include "artifacts/safetensors.h"
 #include "base/parity.h"
+#include "runtime/cache_profile.h"
 #include "runtime/ditrun.h"
 
 typedef struct record {
@@ -129,9 +132,12 @@ int main(int argc, char **argv) {
   dit_generate_options_t o = {.sampler = DIT_SAMPLER_UNIPC, .steps = atoi(argv[4]), .guidance = 1, .shift = 3, .true_cfg = 1};
   o.step_cache.warmup = DIT_STEP_CACHE_DEFAULT_WARMUP;
   o.step_cache.cooldown = DIT_STEP_CACHE_DEFAULT_COOLDOWN;
-  dit_status_t s = dit_step_cache_parse(argv[3], &o.step_cache);
+  const int automatic = !strcmp(argv[3], "auto");
+  dit_status_t s = automatic ? DIT_OK : dit_step_cache_parse(argv[3], &o.step_cache);
   if (s) return dit_status_report(s, "step_cache_check");
   int have_g2 = 0;
+  const char *profile_path = NULL;
+  dit_cache_profile_t profile = {0};
   for (int i = 5; i < argc; i++) {
     const char *eq = strchr(argv[i], '=');
     if (!eq) return fail("expected key=value, found '%s'", argv[i]);
@@ -143,9 +149,17 @@ int main(int argc, char **argv) {
     else if (!strncmp(argv[i], "true_cfg", k) && k == 8) o.true_cfg = v;
     else if (!strncmp(argv[i], "warmup", k) && k == 6) o.step_cache.warmup = (int)v;
     else if (!strncmp(argv[i], "cooldown", k) && k == 8) o.step_cache.cooldown = (int)v;
+    else if (!strncmp(argv[i], "profile", k) && k == 7) profile_path = eq + 1;
     else if (!strncmp(argv[i], "sampler", k) && k == 7) {
       if (dit_sampler_kind_parse(eq + 1, &o.sampler)) return fail("sampler: expected unipc or euler, found '%s'", eq + 1);
     } else return fail("unknown key in '%s'", argv[i]);
+  }
+  if (automatic != !!profile_path) return fail("%s", "MODE auto and profile=P.json go together");
+  if (automatic) {
+    s = dit_cache_profile_load(profile_path, &profile);
+    if (s) return dit_status_report(s, "step_cache_check");
+    o.step_cache = profile.policy;
+    if (profile.policy.mode == DIT_STEP_CACHE_TEACACHE) o.step_cache_rescale = profile.rescale, o.step_cache_rescale_k = DIT_CACHE_PROFILE_DEGREE + 1;
   }
   if (o.steps < 1 || o.step_cache.mode == DIT_STEP_CACHE_OFF) return fail("%s", "expected STEPS >= 1 and a MODE other than off");
 
@@ -226,6 +240,7 @@ int main(int argc, char **argv) {
   const double *coef;
   int k;
   dit_step_cache_teacache_rescale(m->family, &coef, &k);
+  if (o.step_cache_rescale) coef = o.step_cache_rescale, k = o.step_cache_rescale_k;
   if (dit_step_cache_probes(&o.step_cache))
     for (int i = 0; i < steps; i++) {
       const int fresh = i == 0 || (two && expert[i] != expert[i - 1]);
@@ -311,5 +326,6 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < o.n_args; i++) free(args[i].t.data);
   dit_safetensors_close(st);
   dit_runtime_destroy(rt);
+  dit_cache_profile_free(&profile);
   return 0;
 }
