@@ -516,9 +516,41 @@ def render_mmdit(res):
     return "\n".join(wrap(x) for x in L) + "\n"
 
 
+def step_cache_rows(part, rel):
+    """Markdown rows of one model's step-cache sweep: ditrun's policies against ditrun's exact run,
+    the peer's settings against diffusers' exact run."""
+    L = ["| contender | policy | loop s | speedup | forwards | cosine | PSNR dB |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in need(part, "rows", rel):
+        if r.get("failed") or r.get("policy") == "calibrate-cache":
+            continue
+        q = need(r, "quality", rel)
+        pol = r["policy"] + (f" (chose {r['resolved']})" if r.get("resolved") else "")
+        psnr = "exact" if q["psnr_db"] == float("inf") else f"{q['psnr_db']:.1f}"
+        fw = r.get("forwards")
+        L.append(f"| {r['contender']} | {pol} | {r['loop_s']:.1f} | {r['speedup']:.2f}x | {'-' if fw is None else fw} | "
+                 f"{q['cosine']:.4f} | {psnr} |")
+    return L
+
+
+def render_step_cache(res):
+    """The step-cache sweeps (bench/step_cache.py): each policy's end-to-end speedup and the final
+    latents' distance from the exact run, beside cache-dit on diffusers from the same run."""
+    rel = "step_cache.json"
+    d = measured(res, rel)
+    L = []
+    for key in ("wan", "flux"):
+        part = d.get(key)
+        if not part:
+            continue
+        L += [f"{part['title']}, one {d.get('device', 'GPU')} ({src(rel, d)}; {d.get('note', '')}):", ""]
+        L += step_cache_rows(part, rel) + [""]
+    return "\n".join(L)
+
+
 RENDERERS = {"offload": render_offload, "status": render_status}
 # Passages rendered and checked when README.md has them, not yet required of it.
-OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate, "mmdit": render_mmdit}
+OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate, "mmdit": render_mmdit,
+            "step_cache": render_step_cache}
 
 # A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"

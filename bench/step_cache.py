@@ -44,13 +44,21 @@ sys.path.insert(0, HERE)
 import pipeline_bench as pb  # noqa: E402
 from ceilings import run_info  # noqa: E402
 
-# (--step-cache, --cache-warmup, --cache-cooldown); the defaults of ditrun (W 2, C 1) but for
-# EasyCache's published warmup.
+# (--step-cache, --cache-warmup, --cache-cooldown), most telling first: a sweep cut short by its
+# --budget keeps these. ditrun's defaults (W 2, C 1) but for EasyCache's published warmup. "auto"
+# runs `ditrun calibrate-cache` first (its own row: the exact runs it takes) and then the policy
+# the profile's gate picks. Thresholds: TeaCache's published Wan2.1-1.3B settings (0.05, 0.08);
+# first-block cache at cache-dit's two residual-difference defaults (0.08 for DBCache, 0.12 for
+# F1B0), the peer's comparable settings.
 EASYCACHE_WARMUP = 7
-POLICIES = [("off", 2, 1), ("cadence:2", 2, 1), ("cadence:3", 2, 1), ("delta:0.02", 2, 1), ("delta:0.05", 2, 1),
-            ("delta:0.1", 2, 1)] + [(f"easycache:{t}", EASYCACHE_WARMUP, 1) for t in (0.025, 0.05, 0.06, 0.1)]
-# cache-dit's settings: name -> (DBCacheConfig fields, TaylorSeer order or None).
+POLICIES = [("off", 2, 1), ("cadence:2", 2, 1), ("fbcache:0.08", 2, 1), ("teacache:0.08", 2, 1),
+            ("easycache:0.05", EASYCACHE_WARMUP, 1), ("delta:0.05", 2, 1), ("auto", 2, 1), ("fbcache:0.12", 2, 1),
+            ("teacache:0.05", 2, 1), ("cadence:3", 2, 1), ("easycache:0.1", EASYCACHE_WARMUP, 1), ("delta:0.1", 2, 1)]
+# cache-dit's settings: name -> (DBCacheConfig fields, TaylorSeer order or None). F1B0 at 0.08 is
+# first-block cache, the setting fbcache:0.08 compares with.
 PEERS = {"cache-dit DBCache F8B0 0.08": ({"Fn_compute_blocks": 8, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.08,
+                                          "max_warmup_steps": 8}, None),
+         "cache-dit DBCache F1B0 0.08": ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.08,
                                           "max_warmup_steps": 8}, None),
          "cache-dit DBCache F1B0 0.12 + TaylorSeer 1": ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0,
                                                          "residual_diff_threshold": 0.12, "max_warmup_steps": 8}, 1)}
@@ -132,18 +140,75 @@ def write_results(res, out):
     return lines
 
 
-def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part, out):
-    """Every policy of POLICIES through `ditrun generate bundle args...`, the exact run first (after
-    one unrecorded exact run: the first process pays for cold caches, which would flatter every
-    speedup); each row appended to res[part]["rows"] and the results rewritten. Returns the failures."""
-    rows, fails, exact = res[part]["rows"], 0, None
-    subprocess.run([ditrun, "generate", bundle] + list(args) + ["--out", os.path.join(work, f"{part}_warm.safetensors")],
+def selected_policies(text):
+    """--policies' comma-separated specs as POLICIES entries (their warmup and cooldown; others get
+    ditrun's defaults, easycache its published warmup); None: all of POLICIES. "off" always first."""
+    if not text:
+        return None
+    known = {p[0]: p for p in POLICIES}
+    specs = ["off"] + [x for x in text.split(",") if x and x != "off"]
+    return [known.get(x) or (x, EASYCACHE_WARMUP if x.startswith("easycache:") else 2, 1) for x in specs]
+
+
+def selected_peers(text):
+    """--peers' comma-separated indexes into PEERS as a dict; None: all."""
+    if not text:
+        return None
+    names = list(PEERS)
+    return {names[int(i)]: PEERS[names[int(i)]] for i in text.split(",")}
+
+
+def policy_args(spec, w, c, profile):
+    """generate's step-cache flags for one POLICIES entry ("off": none)."""
+    if spec == "off":
+        return []
+    if spec == "auto":  # the profile's warmup and cooldown: its thresholds were chosen for them
+        return ["--step-cache", "auto", "--cache-profile", profile]
+    return ["--step-cache", spec, "--cache-warmup", str(w), "--cache-cooldown", str(c)]
+
+
+def calibrate(ditrun, bundle, args, work, part, rows):
+    """`ditrun calibrate-cache` over the sweep's inputs (the exact runs the profile is fitted on):
+    a row of its own with its seconds and the gate's choice; the profile's path, or None."""
+    profile = os.path.join(work, f"{part}_cache_profile.json")
+    t0 = time.perf_counter()
+    r = subprocess.run([ditrun, "calibrate-cache", bundle] + list(args) + ["--profile-out", profile], capture_output=True,
+                       text=True)
+    row = {"contender": "ditrun", "policy": "calibrate-cache", "process_s": time.perf_counter() - t0}
+    if r.returncode:
+        row["failed"] = r.stderr.strip()[-400:]
+        rows.append(row)
+        return None
+    with open(profile) as fh:
+        row["profile"] = json.load(fh)
+    row["log"] = r.stderr.strip()[-800:]
+    print(f"{part} calibrate-cache: {row['process_s']:.1f} s\n{row['log']}", flush=True)
+    rows.append(row)
+    return profile
+
+
+def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part, out, policies=None, budget=None):
+    """Every policy of `policies` (default POLICIES) through `ditrun generate bundle args...`, the
+    exact run first (after a 2-step unrecorded run: the first process pays for cold caches, which
+    would flatter every speedup); each row appended to res[part]["rows"] and the results rewritten.
+    Policies left when `budget` seconds have passed are skipped (a row says so). Returns the failures."""
+    rows, fails, exact, profile = res[part]["rows"], 0, None, None
+    t_start = time.perf_counter()
+    warm = list(args)
+    warm[warm.index("--steps") + 1] = "2"
+    subprocess.run([ditrun, "generate", bundle] + warm + ["--out", os.path.join(work, f"{part}_warm.safetensors")],
                    capture_output=True, text=True)
-    for spec, w, c in POLICIES:
+    for spec, w, c in policies or POLICIES:
+        if budget and time.perf_counter() - t_start > budget and spec != "off":
+            rows.append({"contender": "ditrun", "policy": spec, "failed": f"not run: the sweep's {budget:.0f} s budget was spent"})
+            continue
+        if spec == "auto" and not profile:
+            profile = calibrate(ditrun, bundle, args, work, part, rows)
+            if not profile:
+                fails += 1
+                continue
         path = os.path.join(work, f"{part}_{spec.replace(':', '_')}.safetensors")
-        cmd = [ditrun, "generate", bundle] + list(args) + ["--out", path]
-        if spec != "off":
-            cmd += ["--step-cache", spec, "--cache-warmup", str(w), "--cache-cooldown", str(c)]
+        cmd = [ditrun, "generate", bundle] + list(args) + ["--out", path] + policy_args(spec, w, c, profile)
         row = {"contender": "ditrun", "policy": spec, "warmup": w, "cooldown": c}
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -153,6 +218,9 @@ def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part
             fails += 1
         else:
             row["loop_s"], row["skipped"], saved = parse_log(r.stderr)
+            m = CACHE_RE.search(r.stderr)
+            if m and m.group(1) != spec:
+                row["resolved"] = m.group(1)  # what auto chose
             row["skipped_count"] = len(row["skipped"])
             row["forwards"] = steps * forwards_per_step - saved
             lat = read_f32(path)
@@ -160,14 +228,52 @@ def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part
                 exact, exact_s = lat, row["loop_s"]
             row["quality"] = quality(exact, lat)
             row["speedup"] = exact_s / row["loop_s"] if row["loop_s"] else None
-            print(f"{part} ditrun {spec}: loop {row['loop_s']:.2f} s ({row['speedup']:.2f}x), skipped {row['skipped_count']}, "
-                  f"{row['forwards']} forwards, cosine {row['quality']['cosine']:.6f}, PSNR {row['quality']['psnr_db']:.2f} dB",
-                  flush=True)
+            print(f"{part} ditrun {row.get('resolved', spec)}: loop {row['loop_s']:.2f} s ({row['speedup']:.2f}x), skipped "
+                  f"{row['skipped_count']}, {row['forwards']} forwards, cosine {row['quality']['cosine']:.6f}, PSNR "
+                  f"{row['quality']['psnr_db']:.2f} dB", flush=True)
             if spec != "off":
                 os.remove(path)
         rows.append(row)
         write_results(res, out)
     return fails
+
+
+def plot(res, out):
+    """OUT/step_cache_<part>.png: speedup against final-latent cosine, ditrun's policies and the
+    peer's settings (each against its own exact run); none without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    for part in ("wan", "flux"):
+        rows = [r for r in (res.get(part) or {}).get("rows", []) if r.get("speedup") and r.get("quality")]
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for who, mark in (("ditrun", "o"), ("cache-dit", "s"), ("diffusers", "^")):
+            pts = [r for r in rows if r["contender"] == who]
+            if not pts:
+                continue
+            xs = [max(1 - r["quality"]["cosine"], 1e-7) for r in pts]
+            ax.scatter(xs, [r["speedup"] for r in pts], marker=mark, label=who)
+            for x, r in zip(xs, pts):
+                ax.annotate(r.get("resolved", r["policy"]).replace("cache-dit ", ""), (x, r["speedup"]), fontsize=6,
+                            xytext=(3, 2), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("1 - cosine of the final latents against the exact run (random weights)")
+        ax.set_ylabel("speedup over the exact run")
+        ax.set_title(res[part]["title"], fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        path = os.path.join(out, f"step_cache_{part}.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        made.append(path)
+    return made
 
 
 def dry_run(a):
@@ -201,7 +307,7 @@ def dry_run(a):
         res["tiny"] = {"title": f"tiny bundle {os.path.basename(a.bundle.rstrip('/'))}, {a.steps} steps, CFG 5 (CPU)", "rows": []}
         args = ["--prompt-embeds", a.inputs, "--negative-embeds", a.inputs, "--init-latents", a.inputs, "--steps", str(a.steps),
                 "--guidance", "5", "--shift", "3"]
-        if ditrun_sweep(a.ditrun, a.bundle, args, a.steps, 2, a.out, res, "tiny", a.out):
+        if ditrun_sweep(a.ditrun, a.bundle, args, a.steps, 2, a.out, res, "tiny", a.out, selected_policies(a.policies)):
             print("the tiny sweep failed")
             return 1
     for line in write_results(res, a.out):
@@ -222,7 +328,7 @@ def cache_dit_module():
         return None
 
 
-def peer_rows(torch, call, exact_s, exact_latents, ours_exact, res, part, out):
+def peer_rows(torch, call, exact_s, exact_latents, ours_exact, res, part, out, peers=None):
     """diffusers' pipeline under cache-dit at each of PEERS: rows against diffusers' exact run
     (exact_latents, exact_s); ours_exact records how far diffusers' exact run is from ditrun's."""
     rows = res[part]["rows"]
@@ -234,7 +340,7 @@ def peer_rows(torch, call, exact_s, exact_latents, ours_exact, res, part, out):
         rows.append({"contender": "cache-dit", "policy": "-", "failed": "cache-dit is not installed"})
         write_results(res, out)
         return
-    for name, (db, order) in PEERS.items():
+    for name, (db, order) in (peers or PEERS).items():
         row = {"contender": "cache-dit", "policy": name, "cache_dit_version": getattr(cd, "__version__", None)}
         try:
             kw = {"cache_config": cd.DBCacheConfig(**db)}
@@ -291,7 +397,8 @@ def run_wan(torch, a, res):
     save_file({"prompt_embeds": pe, "negative_prompt_embeds": ne, "init_latents": init}, inputs)
     args = ["--prompt-embeds", inputs, "--negative-embeds", inputs, "--init-latents", inputs, "--steps", str(p["steps"]),
             "--guidance", str(p["guidance"]), "--shift", str(p["shift"])]
-    fails = ditrun_sweep(a.ditrun, a.wan_bundle, args, p["steps"], 2, a.work, res, "wan", a.out)
+    fails = ditrun_sweep(a.ditrun, a.wan_bundle, args, p["steps"], 2, a.work, res, "wan", a.out, selected_policies(a.policies),
+                         a.budget)
     if a.no_peer:
         return fails
     ours = read_f32(os.path.join(a.work, "wan_off.safetensors"))
@@ -305,7 +412,7 @@ def run_wan(torch, a, res):
                                         width=p["width"], num_frames=p["frames"], num_inference_steps=p["steps"],
                                         guidance_scale=p["guidance"], latents=init.to(dev)))
     exact, exact_s = call()
-    peer_rows(torch, call, exact_s, exact, ours, res, "wan", a.out)
+    peer_rows(torch, call, exact_s, exact, ours, res, "wan", a.out, selected_peers(a.peers))
     return fails
 
 
@@ -336,7 +443,8 @@ def run_flux(torch, a, res):
     model.to("cpu")
     torch.cuda.empty_cache()
     fails = ditrun_sweep(a.ditrun, bundle, ["--prompt-embeds", inputs, "--init-latents", inputs, "--steps", str(p["steps"]),
-                                            "--guidance", str(p["guidance"])], p["steps"], 1, a.work, res, "flux", a.out)
+                                            "--guidance", str(p["guidance"])], p["steps"], 1, a.work, res, "flux", a.out,
+                         selected_policies(a.policies), a.budget)
     if a.no_peer:
         return fails
     model.to(torch.device("cuda"))
@@ -346,7 +454,8 @@ def run_flux(torch, a, res):
                                         latents=gi["init_latents"].to(dev, torch.bfloat16), height=ff.HEIGHT,
                                         width=ff.WIDTH, num_inference_steps=p["steps"], guidance_scale=p["guidance"]))
     exact, exact_s = call()
-    peer_rows(torch, call, exact_s, exact, read_f32(os.path.join(a.work, "flux_off.safetensors")), res, "flux", a.out)
+    peer_rows(torch, call, exact_s, exact, read_f32(os.path.join(a.work, "flux_off.safetensors")), res, "flux", a.out,
+              selected_peers(a.peers))
     return fails
 
 
@@ -364,6 +473,7 @@ def run(a):
     if a.part in ("flux", "all"):
         fails += run_flux(torch, a, res)
     res["complete"] = True
+    res["plots"] = [os.path.basename(x) for x in plot(res, a.out)]
     for line in write_results(res, a.out):
         print(line)
     return 1 if fails else 0
@@ -379,6 +489,9 @@ def main():
     ap.add_argument("--bundle", help="--dry-run: a tiny bundle for the ditrun sweep")
     ap.add_argument("--inputs", help="--dry-run: its prompt_embeds, negative_prompt_embeds and init_latents")
     ap.add_argument("--steps", type=int, default=10, help="--dry-run: the tiny sweep's steps")
+    ap.add_argument("--policies", help="comma-separated --step-cache specs (default: all of POLICIES; off always runs first)")
+    ap.add_argument("--budget", type=float, help="seconds for each model's ditrun sweep; policies left after it are skipped")
+    ap.add_argument("--peers", help="comma-separated indexes into PEERS (default: all)")
     pb.add_switches(ap, "--no-peer", "--keep", "--dry-run")
     a = ap.parse_args()
     return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"))

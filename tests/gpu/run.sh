@@ -12,7 +12,9 @@
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
 #   4b. with STEP_CACHE=wan|flux|1 (1: both; wan needs 3's bundle), the step-cache sweep: every policy
 #      against the exact run and cache-dit on diffusers as the peer (bench/step_cache.py: step_cache.json,
-#      step_cache.md; STEP_CACHE_FLUX_LAYERS D,S for fewer FLUX blocks),
+#      step_cache.md, step_cache_*.png; STEP_CACHE_FLUX_LAYERS D,S for fewer FLUX blocks; STEP_CACHE_POLICIES,
+#      STEP_CACHE_BUDGET and STEP_CACHE_PEERS pass --policies, --budget and --peers; with NO_FORWARD=1 the
+#      Wan bundle is compiled without 3's benchmark),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
 #      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
 #      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
@@ -306,6 +308,11 @@ fi
 fi
 [ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
 
+wan_sc=$(case "${STEP_CACHE:-}" in wan|1) echo 1;; esac)
+if [ -z "${NO_13B:-}" ] && [ -n "${NO_FORWARD:-}" ] && [ -n "$wan_sc" ]; then
+  step "3'. Wan2.1-1.3B 480x832 81 frames: the bundle alone (for the step-cache sweep)"
+  big=$("$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b" | tail -n1 | cut -d' ' -f3)
+fi
 if [ -z "${NO_FORWARD:-}${NO_13B:-}" ]; then
 step "3. Wan2.1-1.3B 480x832 81 frames: compile, parity against diffusers, benchmark"
 t0=$(date +%s%N)
@@ -339,7 +346,8 @@ if [ -n "${STEP_CACHE:-}" ]; then
   [ -n "${big:-}" ] || [ "$part" = flux ] || { echo "STEP_CACHE=$STEP_CACHE: no Wan2.1-1.3B bundle (step 3 skipped): FLUX only"; part=flux; }
   timeout "${STEP_CACHE_TIMEOUT:-1800}" python3 bench/step_cache.py --part "$part" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
     --work "$W/sc" --out "$OUT" ${big:+--wan-model "$W/wan13/model" --wan-bundle "$big"} \
-    ${STEP_CACHE_FLUX_LAYERS:+--flux-layers "$STEP_CACHE_FLUX_LAYERS"} 2>&1 | grep -v Warning | tee "$OUT/bench_step_cache.txt"
+    ${STEP_CACHE_FLUX_LAYERS:+--flux-layers "$STEP_CACHE_FLUX_LAYERS"} ${STEP_CACHE_POLICIES:+--policies "$STEP_CACHE_POLICIES"} \
+    ${STEP_CACHE_BUDGET:+--budget "$STEP_CACHE_BUDGET"} ${STEP_CACHE_PEERS:+--peers "$STEP_CACHE_PEERS"} 2>&1 | grep -v Warning | tee "$OUT/bench_step_cache.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
 fi

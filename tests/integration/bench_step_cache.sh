@@ -33,8 +33,12 @@ if int(sys.argv[2]):
     # cadence:2 over 12 steps, W 2, C 1: steps 3 5 7 9 skipped, two forwards each (CFG, one lane).
     assert c2["skipped"] == [3, 5, 7, 9] and c2["forwards"] == 16, c2
     assert c2["quality"]["cosine"] < 1 and c2["quality"]["psnr_db"] < 1e9, c2
+    cal = [r for r in rows if r["policy"] == "calibrate-cache"]
+    assert len(cal) == 1 and cal[0]["profile"]["gate"], cal  # auto's profile, made before auto ran
+    auto = next(r for r in rows if r["policy"] == "auto")
+    assert auto.get("resolved", "").split(":")[0] in ("teacache", "delta", "cadence"), auto
     for r in rows:
-        assert r["forwards"] == 24 - 2 * r["skipped_count"], r
+        assert r["policy"] == "calibrate-cache" or r["forwards"] == 24 - 2 * r["skipped_count"], r
 print("bench_step_cache: rows check out")
 PY
 bash -n tests/gpu/run.sh
