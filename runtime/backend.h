@@ -88,6 +88,12 @@ typedef struct dit_backend_vtable {
   /* Optional: bytes allocated so far through alloc and by the backend itself (library
    * workspaces), as requested; what the predicted peak is checked against. */
   uint64_t (*allocated_bytes)(void *state);
+  /* Optional, both or neither (device backends): work on a queue the caller owns (a CUstream of
+   * the backend's context for CUDA). external_copy copies bytes between two addresses of
+   * backend memory on it; external_join makes the compute queue wait for the work enqueued on
+   * `queue` so far (queue_waits 0), or `queue` wait for the compute queue's (1). */
+  dit_status_t (*external_copy)(void *state, void *queue, void *dst, const void *src, size_t bytes);
+  dit_status_t (*external_join)(void *state, void *queue, int queue_waits);
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',
