@@ -23,9 +23,11 @@ _Static_assert(DITRUN_INVALID_ARGUMENT == (int)DIT_CODE_INVALID_ARGUMENT && DITR
                "ditrun_code mirrors dit_code_t");
 _Static_assert(DITRUN_MAX_RANK == DIT_MAX_RANK, "one rank limit");
 
-/* A caller's tensor waiting for the next forward: a device input (copied then) or an output. */
+/* A caller's tensor waiting for the next forward: a device input (copied then) or an output.
+ * bound: an input was given since the open (or the expert's selection) and not unbound. */
 typedef struct binding {
   int set;
+  int bound;
   ditrun_tensor t;
 } binding_t;
 
@@ -181,8 +183,25 @@ ditrun_status *ditrun_bundle_select_expert(ditrun_bundle *b, const char *name) {
   if (s) return pub(s);
   snprintf(b->expert, sizeof b->expert, "%s", name ? name : "transformer");
   /* The new expert has inputs of its own: device inputs pending for the old one are dropped. */
-  for (size_t i = 0; i < b->m->n_inputs; i++) b->inputs[i].set = 0;
+  for (size_t i = 0; i < b->m->n_inputs; i++) b->inputs[i].set = b->inputs[i].bound = 0;
   return NULL;
+}
+
+ditrun_status *ditrun_dtype_parse(const char *name, ditrun_dtype *out) {
+  static const struct {
+    const char *name;
+    ditrun_dtype dtype;
+  } kNames[] = {{"f32", DITRUN_F32},     {"float32", DITRUN_F32}, {"bf16", DITRUN_BF16}, {"bfloat16", DITRUN_BF16},
+                {"f16", DITRUN_F16},     {"float16", DITRUN_F16}, {"i64", DITRUN_I64},   {"int64", DITRUN_I64},
+                {"i32", DITRUN_I32},     {"int32", DITRUN_I32},   {"u8", DITRUN_U8},     {"uint8", DITRUN_U8},
+                {"bool", DITRUN_U8}};
+  for (size_t i = 0; name && i < sizeof kNames / sizeof kNames[0]; i++)
+    if (!strcmp(name, kNames[i].name)) {
+      *out = kNames[i].dtype;
+      return NULL;
+    }
+  return pub(DIT_ERR(INVALID_ARGUMENT, "dtype '%s': expected f32 (float32), bf16 (bfloat16), f16 (float16), i64 (int64), i32 (int32) or u8 (uint8, bool)",
+                     name ? name : "(null)"));
 }
 
 static ditrun_status *check_tensor(const ditrun_tensor *t, const char *kind, const char *name) {
@@ -214,18 +233,23 @@ static long io_index(const dit_manifest_io_t *io, size_t n, const char *name) {
 
 ditrun_status *ditrun_bind_input(ditrun_bundle *b, const char *name, const ditrun_tensor *t) {
   if (!name) return pub(DIT_ERR(INVALID_ARGUMENT, "ditrun_bind_input: name is NULL"));
-  ditrun_status *e = check_tensor(t, "input", name);
-  if (e) return e;
   const long i = io_index(b->m->io_inputs, b->m->n_inputs, name);
   if (i < 0) return pub(DIT_ERR(NOT_FOUND, "input '%s': the bundle has no such input", name));
+  b->inputs[i].set = b->inputs[i].bound = 0;
+  if (!t) return NULL;
+  ditrun_status *e = check_tensor(t, "input", name);
+  if (e) return e;
   dit_tensor_t v = view_of(t);
-  b->inputs[i].set = 0;
-  if (t->memory == DITRUN_HOST) return pub(dit_runtime_set_input(b->rt, name, &v));
+  if (t->memory == DITRUN_HOST) {
+    dit_status_t s = dit_runtime_set_input(b->rt, name, &v);
+    b->inputs[i].bound = !s;
+    return pub(s);
+  }
   /* Checked now (shape, dtype, backend: the errors belong to this call), copied at the forward
    * on its stream. */
   dit_status_t s = dit_runtime_check_input_device(b->rt, name, &v);
   if (s) return pub(s);
-  b->inputs[i] = (binding_t){1, *t};
+  b->inputs[i] = (binding_t){1, 1, *t};
   return NULL;
 }
 
@@ -261,7 +285,7 @@ ditrun_status *ditrun_bind_output(ditrun_bundle *b, const char *name, const ditr
   if (t->memory == DITRUN_HOST && t->dtype > DITRUN_F16)
     return pub(DIT_ERR(INVALID_ARGUMENT, "output '%s': dtype %s, expected a float dtype (the bundle's is %s)", name,
                        dit_dtype_name((dit_dtype_t)t->dtype), dit_dtype_name(io->dtype)));
-  b->outputs[i] = (binding_t){1, *t};
+  b->outputs[i] = (binding_t){1, 1, *t};
   return NULL;
 }
 
@@ -289,6 +313,10 @@ ditrun_status *ditrun_forward(ditrun_bundle *b, void *stream) {
   /* Device inputs are copied on the caller's stream after the work that produced them; the
    * bundle's stream then waits for those copies (and for any reader of the previous outputs
    * enqueued there), so the forward never overwrites what the caller still reads. */
+  for (size_t i = 0; i < b->m->n_inputs; i++)
+    if (!b->inputs[i].bound)
+      return pub(DIT_ERR(FAILED_PRECONDITION, "input '%s': not bound; the forward needs every input of the bundle (%zu)",
+                         b->m->io_inputs[i].name, b->m->n_inputs));
   for (size_t i = 0; i < b->m->n_inputs; i++) {
     if (!b->inputs[i].set) continue;
     dit_tensor_t v = view_of(&b->inputs[i].t);

@@ -86,6 +86,11 @@ typedef enum ditrun_dtype {
   DITRUN_U8 = 5, /* bool and uint8 masks */
 } ditrun_dtype;
 
+/* Our short names ("f32", "bf16", "f16", "i64", "i32", "u8") and the frameworks' spellings
+ * ("float32", "bfloat16", "float16", "int64", "int32", "uint8", "bool"); INVALID_ARGUMENT
+ * naming the accepted ones for anything else (float64, ...). */
+ditrun_status *ditrun_dtype_parse(const char *name, ditrun_dtype *out);
+
 typedef enum ditrun_memory {
   DITRUN_HOST = 0,
   DITRUN_DEVICE = 1, /* a device pointer of the bundle's backend (CUDA) */
@@ -157,7 +162,7 @@ ditrun_status *ditrun_bundle_select_expert(ditrun_bundle *b, const char *name);
 
 /* ---- running ---- */
 
-/* The input named `name` takes t. Host memory is copied in now (converted to the bundle's
+/* The input named `name` takes t (NULL: unbound). Host memory is copied in now (converted to the bundle's
  * dtype: float to float, integers to floats or integers in range; a [B] timestep broadcast
  * over the tokens of a per-token timestep) and may be reused at once. Device memory must have
  * the bundle's dtype and is copied at the next ditrun_forward, on its stream: it must stay
@@ -169,7 +174,8 @@ ditrun_status *ditrun_bind_input(ditrun_bundle *b, const char *name, const ditru
  * again or unbound with t NULL. t's memory must stay valid while bound. */
 ditrun_status *ditrun_bind_output(ditrun_bundle *b, const char *name, const ditrun_tensor *t);
 
-/* One forward pass over the bound inputs. stream: a CUstream of the bundle's device (NULL: the
+/* One forward pass over the bound inputs (every input must be bound: FAILED_PRECONDITION naming
+ * the first that is not; a bound input stays bound for the following forwards). stream: a CUstream of the bundle's device (NULL: the
  * legacy default stream's order is not needed, e.g. on the CPU backend). Device inputs are
  * copied on it, the forward's work is ordered after everything enqueued on it so far, and the
  * bound device outputs are copied on it after the forward, so a caller that launches on the

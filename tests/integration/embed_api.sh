@@ -63,6 +63,10 @@ PY
 head -c 100 "$T/hidden_states.f32" > "$T/short.f32"
 if "$BIN/embed" "$bundle" "hidden_states=$T/short.f32" "sample=$T/x.f32" > /dev/null 2> "$T/err.log"; then echo "a short input was accepted"; exit 1; fi
 grep -q "shorter than" "$T/err.log" || { cat "$T/err.log"; exit 1; }
+if "$BIN/embed" "$bundle" "hidden_states=$T/hidden_states.f32" "sample=$T/x.f32" > /dev/null 2> "$T/err.log"; then
+  echo "a forward with unbound inputs ran"; exit 1
+fi
+grep -q "FAILED_PRECONDITION: input '[a-z_]*': not bound" "$T/err.log" || { cat "$T/err.log"; exit 1; }
 if "$BIN/embed" "$T/nonexistent" "sample=$T/x.f32" 2> "$T/err.log"; then echo "a missing bundle was accepted"; exit 1; fi
 grep -q "^embed: [A-Z_]*: .*nonexistent" "$T/err.log" || { echo "expected the runtime's error naming the path:"; cat "$T/err.log"; exit 1; }
 
