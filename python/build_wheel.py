@@ -11,7 +11,7 @@ $DITRUN_BUILD_DIR (default ../build). Standard library only: CI may have no pack
 One wheel for every Python 3 and every torch: the package loads libditrun with ctypes, nothing in
 it is compiled against Python (tag py3-none-linux_x86_64). Bundled libraries: the closure of
 libditrun.so and ditrun as ldd resolves it (the Debian builds of cJSON, xxHash, zstd, curl,
-OpenSSL and theirs) without glibc and the C++ toolchain runtime, which every system has. ditc
+OpenSSL and theirs) without glibc and the toolchain's runtimes, which every system has. ditc
 is shipped, but not its LLVM/MLIR and CUDA toolkit libraries (hundreds of MiB; a host that
 compiles installs llvm-19, libmlir-19 and the CUDA toolkit, as it would to build ditc);
 lib/preload.txt lists the bundled libraries leaves first, for the package to load them before
@@ -28,8 +28,10 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TAG = "py3-none-linux_x86_64"
-# glibc and the toolchain runtimes: present wherever a C or C++ program runs, never bundled.
-SYSTEM = re.compile(r"^(libc|libm|libdl|libpthread|librt|libresolv|libutil|ld-linux-x86-64|linux-vdso|libgcc_s|libstdc\+\+)\.so")
+# glibc and the toolchain runtimes (the sanitizers' too, of a sanitizer build: a second copy of
+# one in a process is fatal): present wherever a C or C++ program runs, never bundled.
+SYSTEM = re.compile(r"^(libc|libm|libdl|libpthread|librt|libresolv|libutil|ld-linux-x86-64|linux-vdso|libgcc_s|libstdc\+\+|"
+                    r"libasan|libubsan|liblsan|libtsan)\.so")
 
 
 def project():

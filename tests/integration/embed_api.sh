@@ -6,6 +6,13 @@
 # again outside the tree.
 set -euo pipefail
 B=$1
+# A sanitizer build's libditrun.so needs the ASan runtime first in any program not built with it
+# (python3, the example built outside the tree).
+asan_preload() {
+  grep -q "^DIT_SANITIZE:BOOL=ON" "$1/CMakeCache.txt" || return 0
+  "$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$1/CMakeCache.txt")" -print-file-name=libasan.so
+}
+PRELOAD=$(asan_preload "$B")
 BIN=$B/bin
 LIB=$B/lib/libditrun.so
 T=$(mktemp -d)
@@ -84,12 +91,12 @@ CM
 cmake -S "$T/proj" -B "$T/proj/build" -DCMAKE_PREFIX_PATH="$T/inst" > "$T/cmake.log" 2>&1 || { cat "$T/cmake.log"; exit 1; }
 cmake --build "$T/proj/build" > "$T/cmake.log" 2>&1 || { cat "$T/cmake.log"; exit 1; }
 libdir=$(dirname "$(find "$T/inst" -name libditrun.so.$major | head -n 1)")
-LD_LIBRARY_PATH=$libdir "$T/proj/build/embed" "$bundle" "${ins[@]}" "sample=$T/sample2.f32" > /dev/null
+env LD_LIBRARY_PATH=$libdir ${PRELOAD:+LD_PRELOAD=$PRELOAD} "$T/proj/build/embed" "$bundle" "${ins[@]}" "sample=$T/sample2.f32" > /dev/null
 cmp "$T/sample.f32" "$T/sample2.f32"
 if command -v pkg-config > /dev/null; then
   # shellcheck disable=SC2046
   cc -o "$T/embed_pc" examples/embed.c $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags --libs ditrun)
-  LD_LIBRARY_PATH=$libdir "$T/embed_pc" "$bundle" "${ins[@]}" "sample=$T/sample3.f32" > /dev/null
+  env LD_LIBRARY_PATH=$libdir ${PRELOAD:+LD_PRELOAD=$PRELOAD} "$T/embed_pc" "$bundle" "${ins[@]}" "sample=$T/sample3.f32" > /dev/null
   cmp "$T/sample.f32" "$T/sample3.f32"
 fi
 echo "embed_api: libditrun.so exports the API alone; the example matches diffusers in the tree and installed"

@@ -5,6 +5,13 @@
 # numpy and checks its errors. Skipped (exit 77) only where python3 is absent.
 set -euo pipefail
 B=$1
+# A sanitizer build's libditrun.so needs the ASan runtime first in any program not built with it
+# (python3, the example built outside the tree).
+asan_preload() {
+  grep -q "^DIT_SANITIZE:BOOL=ON" "$1/CMakeCache.txt" || return 0
+  "$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$1/CMakeCache.txt")" -print-file-name=libasan.so
+}
+PRELOAD=$(asan_preload "$B")
 PY=
 for p in python3 /usr/bin/python3; do
   if command -v "$p" > /dev/null && "$p" -c "import numpy, venv, ensurepip" 2> /dev/null; then PY=$p; break; fi
@@ -20,7 +27,8 @@ case "$wheel" in *-py3-none-linux_x86_64.whl) ;; *) echo "unexpected wheel name:
 "$PY" -m venv --system-site-packages "$T/venv"
 "$T/venv/bin/python" -m pip install -q --no-index --no-deps "$wheel"
 # Nothing from the build tree: the installed package finds its library and tools itself.
-env -u DITRUN_LIBRARY PATH=/usr/bin:/bin $T/venv/bin/python -P python/test_ditrun.py tests/data/wan_tiny_a "$T"
+env -u DITRUN_LIBRARY PATH=/usr/bin:/bin ${PRELOAD:+LD_PRELOAD=$PRELOAD ASAN_OPTIONS=detect_leaks=0} \
+  $T/venv/bin/python -P python/test_ditrun.py tests/data/wan_tiny_a "$T"
 # The PEP 517 path builds the same files (pip wheel with the system's pip, offline).
 if "$PY" -m pip --version > /dev/null 2>&1; then
   DITRUN_BUILD_DIR=$(cd "$B" && pwd) "$PY" -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$T/pep517" python/ > /dev/null
