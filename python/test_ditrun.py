@@ -5,6 +5,7 @@ ditrun.Error with the library's code and message.
 
     python3 -P python/test_ditrun.py DATA_DIR WORK_DIR    (-P: the installed package, not the source)
 """
+import ctypes
 import json
 import os
 import struct
@@ -88,6 +89,17 @@ expect_error("INVALID_ARGUMENT", "input 'timestep': shape [1,1], the bundle expe
 expect_error("FAILED_PRECONDITION", "input 'timestep': not bound",
              hidden_states=hs, encoder_hidden_states=inputs["encoder_hidden_states"])
 expect_error("NOT_FOUND", "input 'latents': the bundle has no such input", **dict(inputs, latents=hs))
+# Device memory on the CPU backend, through the C API itself: refused, naming the backend.
+from ditrun import _capi, _bundle  # noqa: E402
+t = _capi.Tensor(data=hs.ctypes.data, dtype=0, memory=_capi.DEVICE, rank=hs.ndim)
+for i, d in enumerate(hs.shape):
+    t.dims[i] = d
+try:
+    _bundle._check(_capi.lib().ditrun_bind_input(bundle._handle, b"hidden_states", ctypes.byref(t)))
+    raise AssertionError("device memory bound on the cpu backend")
+except ditrun.Error as e:
+    assert "input 'hidden_states': device memory given, the bundle runs on the cpu backend" in e.message, e
+    print("refused as expected:", e)
 try:
     ditrun.Bundle(os.path.join(work, "no_such_bundle"))
     raise AssertionError("a missing bundle opened")

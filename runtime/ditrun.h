@@ -110,7 +110,8 @@ dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_
 /* The backend the runtime runs on: "cpu" or "cuda". */
 const char *dit_runtime_backend(const dit_runtime_t *rt);
 /* Orders the runtime's compute queue after the work enqueued on `queue` so far (queue_waits 0),
- * or `queue` after the compute queue's (1). NULL queue: nothing to order. */
+ * or `queue` after the compute queue's (1). NULL: the device's default queue; nothing to order
+ * on host-memory backends. */
 dit_status_t dit_runtime_join_queue(dit_runtime_t *rt, void *queue, int queue_waits);
 
 /* Step-level access, for cross-backend parity checks: the plan, one step at a time (then

@@ -175,13 +175,15 @@ ditrun_status *ditrun_bind_input(ditrun_bundle *b, const char *name, const ditru
 ditrun_status *ditrun_bind_output(ditrun_bundle *b, const char *name, const ditrun_tensor *t);
 
 /* One forward pass over the bound inputs (every input must be bound: FAILED_PRECONDITION naming
- * the first that is not; a bound input stays bound for the following forwards). stream: a CUstream of the bundle's device (NULL: the
- * legacy default stream's order is not needed, e.g. on the CPU backend). Device inputs are
- * copied on it, the forward's work is ordered after everything enqueued on it so far, and the
- * bound device outputs are copied on it after the forward, so a caller that launches on the
- * same stream needs no synchronization. The call returns when the forward finished (the host
- * waits for the bundle's own stream, not for `stream`). Work the caller later enqueues on
- * another stream is ordered after the output copies only through that stream. */
+ * the first that is not; a bound input stays bound for the following forwards). stream: a
+ * CUstream of the bundle's device, NULL for CUDA's legacy default stream (and on the CPU
+ * backend, which takes no stream). Device inputs are copied on it, the forward's work is
+ * ordered after everything enqueued on it so far, and the bound device outputs are copied on it
+ * after the forward, so a caller that launches on the same stream needs no synchronization.
+ * The call returns when the forward finished (the host waits for the bundle's own stream, not
+ * for `stream`). Work the caller enqueues on another stream is ordered after the output copies
+ * only through `stream`, and so is the next forward: give each forward the same stream, or
+ * order the streams yourself. */
 ditrun_status *ditrun_forward(ditrun_bundle *b, void *stream);
 
 /* A view of the named output of the latest forward, in the bundle's memory (host memory on the

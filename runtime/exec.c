@@ -883,10 +883,12 @@ dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_
 const char *dit_runtime_backend(const dit_runtime_t *rt) { return rt->ranks[0].be->name; }
 
 dit_status_t dit_runtime_join_queue(dit_runtime_t *rt, void *queue, int queue_waits) {
-  if (!queue) return DIT_OK;
+  const rank_rt_t *k = &rt->ranks[0];
+  /* Host memory: every copy and step has finished when its call returns, nothing to order. A
+   * NULL queue of a device backend is its default one (CUDA's legacy stream), ordered too. */
+  if (!queue && (k->be->host_memory || rt->n_ranks != 1 || rt->process)) return DIT_OK;
   if (rt->n_ranks != 1 || rt->process)
     return DIT_ERR(UNIMPLEMENTED, "a caller's stream orders the work of a bundle of one rank, this one has %d", rt->m->topology.world);
-  rank_rt_t *k = &rt->ranks[0];
   if (!k->be->external_join)
     return DIT_ERR(INVALID_ARGUMENT, "a stream was given, the bundle runs on the %s backend, which has none", k->be->name);
   return k->be->external_join(k->be_state, queue, queue_waits);
