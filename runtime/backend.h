@@ -95,6 +95,12 @@ typedef struct dit_backend_vtable {
    * of dt) are in backend memory; only the two sums come back. */
   dit_status_t (*probe_change)(void *state, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
                                int update_prev, double sums[2]);
+  /* Optional, both or neither (device backends): work on a queue the caller owns (a CUstream of
+   * the backend's context for CUDA). external_copy copies bytes between two addresses of
+   * backend memory on it; external_join makes the compute queue wait for the work enqueued on
+   * `queue` so far (queue_waits 0), or `queue` wait for the compute queue's (1). */
+  dit_status_t (*external_copy)(void *state, void *queue, void *dst, const void *src, size_t bytes);
+  dit_status_t (*external_join)(void *state, void *queue, int queue_waits);
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',

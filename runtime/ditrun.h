@@ -92,6 +92,28 @@ const char *dit_runtime_collectives(const dit_runtime_t *rt);
 /* A view of the named output in the runtime's memory, valid until the next forward. */
 dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view);
 
+/* A caller's device memory and queue (a CUstream of the runtime's context, for CUDA), for an
+ * embedding caller that keeps its tensors on the device: one rank in this process, a backend
+ * with device memory (else INVALID_ARGUMENT or UNIMPLEMENTED, naming the tensor). Shapes and
+ * dtypes must equal the bundle's: device memory is copied as is, on `queue`. An input is read
+ * when the copy runs, so its memory stays valid until then; the mask-prefix check of host inputs
+ * is not made (it would read device memory back). The forward's kernels read fixed buffers (a
+ * captured graph records their addresses), so a caller's tensor is copied, never bound in place. */
+dit_status_t dit_runtime_set_input_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *src, void *queue);
+/* The checks of dit_runtime_set_input_device alone, without a copy. */
+dit_status_t dit_runtime_check_input_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *src);
+/* After a forward: the named output copied into dst (device memory) on `queue`. */
+dit_status_t dit_runtime_output_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *dst, void *queue);
+/* The named output of the latest forward in the runtime's own memory, valid until the next
+ * forward (one rank in this process); *device_memory 1 when that is device memory. */
+dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view, int *device_memory);
+/* The backend the runtime runs on: "cpu" or "cuda". */
+const char *dit_runtime_backend(const dit_runtime_t *rt);
+/* Orders the runtime's compute queue after the work enqueued on `queue` so far (queue_waits 0),
+ * or `queue` after the compute queue's (1). NULL: the device's default queue; nothing to order
+ * on host-memory backends. */
+dit_status_t dit_runtime_join_queue(dit_runtime_t *rt, void *queue, int queue_waits);
+
 /* Step-level access, for cross-backend parity checks: the plan, one step at a time (then
  * synchronized), and any value's bytes copied out or in (weights cannot be written). */
 struct dit_plan;

@@ -473,18 +473,22 @@ static dit_status_t convert_int_input(const char *name, void *dst, dit_dtype_t d
   return DIT_OK;
 }
 
+/* `kind` ("input", "output") `name`'s shape against the plan's, named in the error. */
+static dit_status_t check_shape(const dit_plan_value_t *v, const char *kind, const char *name, const dit_tensor_t *t) {
+  int same = t->rank == v->rank;
+  for (int i = 0; same && i < v->rank; i++) same = t->dims[i] == v->dims[i];
+  if (same) return DIT_OK;
+  char want[128], got[128];
+  format_dims(want, sizeof want, v->dims, v->rank);
+  format_dims(got, sizeof got, t->dims, t->rank);
+  return DIT_ERR(INVALID_ARGUMENT, "%s '%s': shape %s, the bundle expects %s", kind, name, got, want);
+}
+
 static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_tensor_t *src) {
   size_t idx;
   const dit_plan_value_t *v = find_io(rt, DIT_STORAGE_INPUT, name, &idx);
   if (!v) return DIT_ERR(NOT_FOUND, "input '%s': the bundle has no such input", name);
-  int same = src->rank == v->rank;
-  for (int i = 0; same && i < v->rank; i++) same = src->dims[i] == v->dims[i];
-  if (!same) {
-    char want[128], got[128];
-    format_dims(want, sizeof want, v->dims, v->rank);
-    format_dims(got, sizeof got, src->dims, src->rank);
-    return DIT_ERR(INVALID_ARGUMENT, "input '%s': shape %s, the bundle expects %s", name, got, want);
-  }
+  DIT_RETURN_IF(check_shape(v, "input", name, src));
   DIT_RETURN_IF(dit_exec_check_mask_input(rt->plan, idx, name, src));
   size_t n = (size_t)dit_tensor_numel(src);
   if (v->dtype == DIT_I32 || v->dtype == DIT_I64) {
@@ -815,6 +819,89 @@ dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *na
     out_view->data = r0->host_out[idx];
   }
   return DIT_OK;
+}
+
+/* Device binding needs the io buffers of the one rank this process runs, on a backend with
+ * device memory that can work on a caller's queue. */
+static dit_status_t device_rank(dit_runtime_t *rt, const char *kind, const char *name, rank_rt_t **out) {
+  if (rt->n_ranks != 1 || rt->process)
+    return DIT_ERR(UNIMPLEMENTED, "%s '%s': device memory binds to a bundle of one rank, this one has %d; bind host memory", kind, name,
+                   rt->m->topology.world);
+  rank_rt_t *k = &rt->ranks[0];
+  if (k->be->host_memory || !k->be->external_copy || !k->be->external_join)
+    return DIT_ERR(INVALID_ARGUMENT, "%s '%s': device memory given, the bundle runs on the %s backend, which takes host memory", kind, name,
+                   k->be->name);
+  *out = k;
+  return DIT_OK;
+}
+
+/* Device memory is copied as is: a conversion would need a kernel of its own per dtype pair,
+ * and the caller's framework converts on its device for free. */
+static dit_status_t check_device_dtype(const dit_plan_value_t *v, const char *kind, const char *name, const dit_tensor_t *t) {
+  if (t->dtype == v->dtype) return DIT_OK;
+  return DIT_ERR(INVALID_ARGUMENT, "%s '%s': dtype %s in device memory, the bundle's is %s (device memory is copied without conversion)", kind,
+                 name, dit_dtype_name(t->dtype), dit_dtype_name(v->dtype));
+}
+
+/* The rank and plan value a device input `name` is copied to, after checking src against it. */
+static dit_status_t device_input(dit_runtime_t *rt, const char *name, const dit_tensor_t *src, rank_rt_t **k, size_t *idx,
+                                 const dit_plan_value_t **v) {
+  DIT_RETURN_IF(device_rank(rt, "input", name, k));
+  if (!(*v = find_io(*k, DIT_STORAGE_INPUT, name, idx))) return DIT_ERR(NOT_FOUND, "input '%s': the bundle has no such input", name);
+  DIT_RETURN_IF(check_shape(*v, "input", name, src));
+  return check_device_dtype(*v, "input", name, src);
+}
+
+dit_status_t dit_runtime_check_input_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *src) {
+  rank_rt_t *k = NULL;
+  size_t idx = 0;
+  const dit_plan_value_t *v;
+  return device_input(rt, name, src, &k, &idx, &v);
+}
+
+dit_status_t dit_runtime_set_input_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *src, void *queue) {
+  rank_rt_t *k = NULL;
+  size_t idx = 0;
+  const dit_plan_value_t *v;
+  DIT_RETURN_IF(device_input(rt, name, src, &k, &idx, &v));
+  return k->be->external_copy(k->be_state, queue, k->io_buf[idx], src->data, v->nbytes);
+}
+
+dit_status_t dit_runtime_output_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *dst, void *queue) {
+  rank_rt_t *k = NULL;
+  DIT_RETURN_IF(device_rank(rt, "output", name, &k));
+  size_t idx = 0;
+  const dit_plan_value_t *v = find_io(k, DIT_STORAGE_OUTPUT, name, &idx);
+  if (!v) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);
+  DIT_RETURN_IF(check_shape(v, "output", name, dst));
+  DIT_RETURN_IF(check_device_dtype(v, "output", name, dst));
+  return k->be->external_copy(k->be_state, queue, dst->data, k->bound[idx].data, v->nbytes);
+}
+
+dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view, int *device_memory) {
+  if (rt->n_ranks != 1 || rt->process)
+    return DIT_ERR(UNIMPLEMENTED, "output '%s': a view in the runtime's memory is of a bundle of one rank, this one has %d", name,
+                   rt->m->topology.world);
+  rank_rt_t *k = &rt->ranks[0];
+  size_t idx;
+  if (!find_io(k, DIT_STORAGE_OUTPUT, name, &idx)) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);
+  *out_view = k->bound[idx];
+  *device_memory = !k->be->host_memory;
+  return DIT_OK;
+}
+
+const char *dit_runtime_backend(const dit_runtime_t *rt) { return rt->ranks[0].be->name; }
+
+dit_status_t dit_runtime_join_queue(dit_runtime_t *rt, void *queue, int queue_waits) {
+  const rank_rt_t *k = &rt->ranks[0];
+  /* Host memory: every copy and step has finished when its call returns, nothing to order. A
+   * NULL queue of a device backend is its default one (CUDA's legacy stream), ordered too. */
+  if (!queue && (k->be->host_memory || rt->n_ranks != 1 || rt->process)) return DIT_OK;
+  if (rt->n_ranks != 1 || rt->process)
+    return DIT_ERR(UNIMPLEMENTED, "a caller's stream orders the work of a bundle of one rank, this one has %d", rt->m->topology.world);
+  if (!k->be->external_join)
+    return DIT_ERR(INVALID_ARGUMENT, "a stream was given, the bundle runs on the %s backend, which has none", k->be->name);
+  return k->be->external_join(k->be_state, queue, queue_waits);
 }
 
 int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out) {

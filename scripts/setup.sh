@@ -2,10 +2,10 @@
 # Installs the Debian packages the build and tests need, when they are missing. Tests may use
 # nothing else: scripts/check_test_deps.py (run by the suite) refuses a Python import that is
 # neither in the standard library nor on the next line.
-# python-modules:
+# python-modules: numpy
 set -euo pipefail
 pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
-      libcurl4-openssl-dev libssl-dev nginx)
+      libcurl4-openssl-dev libssl-dev nginx python3-numpy python3-venv python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -317,6 +317,7 @@ typedef struct cuda_state {
   CUmodule probe_mod; /* the probe kernel, loaded on first use, and its two sums */
   CUfunction probe_fn;
   CUdeviceptr probe_sums;
+  CUevent ext_ev;    /* orders a caller's stream with the compute stream, created on first use */
 } cuda_state_t;
 
 /* Device-to-device copies of rows (a collective's layouts: a head group of each token, one
@@ -419,6 +420,7 @@ static void cuda_destroy(void *p) {
     if (st->coll_stream) st->cu.cuStreamDestroy(st->coll_stream);
     for (int i = 0; i < DIT_BACKEND_MAX_EVENTS; i++)
       if (st->events[i]) st->cu.cuEventDestroy(st->events[i]);
+    if (st->ext_ev) st->cu.cuEventDestroy(st->ext_ev);
     if (st->copy_mod) st->cu.cuModuleUnload(st->copy_mod);
     if (st->probe_mod) st->cu.cuModuleUnload(st->probe_mod);
     if (st->probe_sums) st->cu.cuMemFree(st->probe_sums);
@@ -1085,6 +1087,25 @@ static int cuda_query(void *p, int ev) {
   return st->cu.cuEventQuery(st->events[ev]) != CUDA_ERROR_NOT_READY;
 }
 
+/* An embedding caller's stream (torch's current stream, in the primary context this backend
+ * retains): device-to-device copies on it, and event waits between it and the compute stream,
+ * so nothing passes through the host. */
+static dit_status_t cuda_external_copy(void *p, void *queue, void *dst, const void *src, size_t bytes) {
+  cuda_state_t *st = p;
+  bind(st);
+  return cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, (CUstream)queue),
+                  "cuMemcpyDtoDAsync (the caller's stream)");
+}
+
+static dit_status_t cuda_external_join(void *p, void *queue, int queue_waits) {
+  cuda_state_t *st = p;
+  bind(st);
+  if (!st->ext_ev) DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->ext_ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate (caller's stream)"));
+  CUstream from = queue_waits ? st->stream : (CUstream)queue, to = queue_waits ? (CUstream)queue : st->stream;
+  DIT_RETURN_IF(cu_check(st, st->cu.cuEventRecord(st->ext_ev, from), "cuEventRecord (caller's stream)"));
+  return cu_check(st, st->cu.cuStreamWaitEvent(to, st->ext_ev, 0), "cuStreamWaitEvent (caller's stream)");
+}
+
 static void *cuda_native_queue(void *p, int queue) {
   cuda_state_t *st = p;
   bind(st);
@@ -1133,6 +1154,8 @@ static const dit_backend_vtable_t kCuda = {
     .device_count = cuda_device_count,
     .query = cuda_query,
     .probe_change = cuda_probe_change,
+    .external_copy = cuda_external_copy,
+    .external_join = cuda_external_join,
 };
 
 const dit_backend_vtable_t *dit_backend_cuda(void) { return &kCuda; }
