@@ -49,26 +49,36 @@ from ceilings import run_info  # noqa: E402
 # runs `ditrun calibrate-cache` first (its own row: the exact runs it takes) and then the policy
 # the profile's gate picks. Thresholds: TeaCache's published Wan2.1-1.3B settings (0.05, 0.08);
 # first-block cache at cache-dit's two residual-difference defaults (0.08 for DBCache, 0.12 for
-# F1B0), the peer's comparable settings.
+# F1B0), the peer's comparable settings. "MODE:qP" is MODE at the P-th percentile of its probe's
+# per-step changes (fbcache only: teacache's threshold bounds a sum of rescaled changes), measured by a MODE:0 run first (it skips nothing: its own row, exact, which
+# also shows what probing costs): on random weights the published thresholds can sit far outside
+# the model's range, and the percentiles put every policy, and the peer, where it acts.
 EASYCACHE_WARMUP = 7
 POLICIES = [("off", 2, 1), ("cadence:2", 2, 1), ("fbcache:0.08", 2, 1), ("teacache:0.08", 2, 1),
             ("easycache:0.05", EASYCACHE_WARMUP, 1), ("delta:0.05", 2, 1), ("auto", 2, 1), ("fbcache:0.12", 2, 1),
             ("teacache:0.05", 2, 1), ("cadence:3", 2, 1), ("easycache:0.1", EASYCACHE_WARMUP, 1), ("delta:0.1", 2, 1)]
-# cache-dit's settings: name -> (DBCacheConfig fields, TaylorSeer order or None). F1B0 at 0.08 is
-# first-block cache, the setting fbcache:0.08 compares with.
+# cache-dit's settings: name -> (DBCacheConfig fields, TaylorSeer order or None). F1B0 is first-block
+# cache, the setting fbcache compares with; a threshold "qP" is fbcache's P-th percentile (above).
 PEERS = {"cache-dit DBCache F8B0 0.08": ({"Fn_compute_blocks": 8, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.08,
                                           "max_warmup_steps": 8}, None),
          "cache-dit DBCache F1B0 0.08": ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.08,
                                           "max_warmup_steps": 8}, None),
          "cache-dit DBCache F1B0 0.12 + TaylorSeer 1": ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0,
                                                          "residual_diff_threshold": 0.12, "max_warmup_steps": 8}, 1)}
+for q in (50, 70, 90):
+    PEERS[f"cache-dit DBCache F1B0 q{q}"] = ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": f"q{q}",
+                                             "max_warmup_steps": 8}, None)
+PEERS["cache-dit DBCache F1B0 q90 + TaylorSeer 1"] = ({"Fn_compute_blocks": 1, "Bn_compute_blocks": 0,
+                                                     "residual_diff_threshold": "q90", "max_warmup_steps": 8}, 1)
+QUANTILE = re.compile(r"^(fbcache):q(\d+)$")
+PROBE_RE = re.compile(r"^ditrun: step (\d+)/\d+ .*?  probe (\S+)  ", re.M)
 WAN = {"frames": 81, "height": 480, "width": 832, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
 FLUX = {"steps": 28, "guidance": 3.5}
 RANDOM_NOTE = ("random weights: cosine, relative L2 and PSNR say how far a policy moves the final latents from the exact "
                "run's on such a model")
 LOOP_RE = re.compile(r"^(?:\[rank \d+\] )?ditrun: generate (\d+) steps in ([0-9.]+)s$", re.M)
 CACHE_RE = re.compile(r"^(?:\[rank \d+\] )?ditrun: step cache (\S+): skipped (\d+) of (\d+) steps(?: \(([\d ]+)\))?, "
-                      r"(\d+) forwards? saved$", re.M)
+                      r"(\d+) forwards? saved(; skipped steps ran block 0 and the output head on the block stack's kept residual)?$", re.M)
 
 
 # --- standard library: the ditrun log, the latents, the metrics, the table ---
@@ -142,20 +152,36 @@ def write_results(res, out):
 
 def selected_policies(text):
     """--policies' comma-separated specs as POLICIES entries (their warmup and cooldown; others get
-    ditrun's defaults, easycache its published warmup); None: all of POLICIES. "off" always first."""
+    ditrun's defaults, easycache its published warmup; "spec@W" sets the warmup); None: all of
+    POLICIES. "off" always first."""
     if not text:
         return None
     known = {p[0]: p for p in POLICIES}
-    specs = ["off"] + [x for x in text.split(",") if x and x != "off"]
-    return [known.get(x) or (x, EASYCACHE_WARMUP if x.startswith("easycache:") else 2, 1) for x in specs]
+    out = [known["off"]]
+    for x in text.split(","):
+        spec, _, w = x.partition("@")  # "spec@W": warmup W
+        if spec and spec != "off":
+            p = known.get(spec) or (spec, EASYCACHE_WARMUP if spec.startswith("easycache:") else 2, 1)
+            out.append((spec, int(w), p[2]) if w else p)
+    return out
 
 
 def selected_peers(text):
-    """--peers' comma-separated indexes into PEERS as a dict; None: all."""
+    """--peers' comma-separated items as a dict of PEERS' form: an index into PEERS, or "FnBb@T"
+    (DBCache with n front and b back blocks computed, residual difference T, cache-dit's warmup of 8
+    steps; "+TS" adds TaylorSeer order 1) for a threshold measured in another run; None: all."""
     if not text:
         return None
-    names = list(PEERS)
-    return {names[int(i)]: PEERS[names[int(i)]] for i in text.split(",")}
+    names, out = list(PEERS), {}
+    for item in text.split(","):
+        m = re.match(r"^F(\d+)B(\d+)@([0-9.]+)(\+TS)?$", item)
+        if not m:
+            out[names[int(item)]] = PEERS[names[int(item)]]
+            continue
+        name = f"cache-dit DBCache F{m.group(1)}B{m.group(2)} {m.group(3)}" + (" + TaylorSeer 1" if m.group(4) else "")
+        out[name] = ({"Fn_compute_blocks": int(m.group(1)), "Bn_compute_blocks": int(m.group(2)),
+                      "residual_diff_threshold": float(m.group(3)), "max_warmup_steps": 8}, 1 if m.group(4) else None)
+    return out
 
 
 def policy_args(spec, w, c, profile):
@@ -165,6 +191,46 @@ def policy_args(spec, w, c, profile):
     if spec == "auto":  # the profile's warmup and cooldown: its thresholds were chosen for them
         return ["--step-cache", "auto", "--cache-profile", profile]
     return ["--step-cache", spec, "--cache-warmup", str(w), "--cache-cooldown", str(c)]
+
+
+def percentile(xs, p):
+    """The p-th percentile of xs, linear between order statistics."""
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100
+    i = int(k)
+    return xs[i] + (xs[min(i + 1, len(xs) - 1)] - xs[i]) * (k - i)
+
+
+def probe_thresholds(ditrun, bundle, args, steps, work, res, part, mode):
+    """MODE:0 once (nothing skipped: an exact run that reports its probe's change each step): its
+    row, and res[part]["thresholds"][mode] = {"changes": [...], "qP": the P-th percentile} for P in
+    10..90. Returns that dict, or None when the run failed."""
+    th = res[part].setdefault("thresholds", {})
+    if mode in th:
+        return th[mode]
+    path = os.path.join(work, f"{part}_{mode}_0.safetensors")
+    t0 = time.perf_counter()
+    r = subprocess.run([ditrun, "generate", bundle] + list(args) + ["--out", path, "--step-cache", f"{mode}:0"], capture_output=True,
+                       text=True)
+    row = {"contender": "ditrun", "policy": f"{mode}:0", "probe_pass": True, "process_s": time.perf_counter() - t0}
+    rows = res[part]["rows"]
+    if r.returncode:
+        row["failed"] = r.stderr.strip()[-400:]
+        rows.append(row)
+        return None
+    changes = [float(v) for _, v in PROBE_RE.findall(r.stderr) if v not in ("nan", "-nan")]
+    row["loop_s"], row["skipped"], _ = parse_log(r.stderr)
+    row["skipped_count"], row["forwards"] = len(row["skipped"]), None
+    exact = next((x for x in rows if x["policy"] == "off" and x.get("loop_s")), None)
+    if exact:
+        row["quality"] = quality(read_f32(os.path.join(work, f"{part}_off.safetensors")), read_f32(path))
+        row["speedup"] = exact["loop_s"] / row["loop_s"]
+    os.remove(path)
+    rows.append(row)
+    th[mode] = {"changes": changes, **{f"q{p}": percentile(changes, p) for p in range(10, 100, 10)}}
+    print(f"{part} {mode}:0 probe pass: loop {row['loop_s']:.2f} s; changes " +
+          " ".join(f"q{p} {th[mode][f'q{p}']:.4f}" for p in (10, 50, 70, 90)), flush=True)
+    return th[mode]
 
 
 def calibrate(ditrun, bundle, args, work, part, rows):
@@ -207,9 +273,19 @@ def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part
             if not profile:
                 fails += 1
                 continue
+        q = QUANTILE.match(spec)
+        if q:
+            th = probe_thresholds(ditrun, bundle, args, steps, work, res, part, q.group(1))
+            if not th:
+                rows.append({"contender": "ditrun", "policy": spec, "failed": f"no {q.group(1)}:0 probe pass"})
+                fails += 1
+                continue
+            spec = f"{q.group(1)}:{th['q' + q.group(2)]:.4g}"
         path = os.path.join(work, f"{part}_{spec.replace(':', '_')}.safetensors")
         cmd = [ditrun, "generate", bundle] + list(args) + ["--out", path] + policy_args(spec, w, c, profile)
         row = {"contender": "ditrun", "policy": spec, "warmup": w, "cooldown": c}
+        if q:
+            row["percentile"] = int(q.group(2))
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
         row["process_s"] = time.perf_counter() - t0
@@ -221,6 +297,7 @@ def ditrun_sweep(ditrun, bundle, args, steps, forwards_per_step, work, res, part
             m = CACHE_RE.search(r.stderr)
             if m and m.group(1) != spec:
                 row["resolved"] = m.group(1)  # what auto chose
+            row["hidden_reuse"] = bool(m and m.group(6))
             row["skipped_count"] = len(row["skipped"])
             row["forwards"] = steps * forwards_per_step - saved
             lat = read_f32(path)
@@ -242,9 +319,9 @@ def plot(res, out):
     """OUT/step_cache_<part>.png: speedup against final-latent cosine, ditrun's policies and the
     peer's settings (each against its own exact run); none without matplotlib."""
     try:
-        import matplotlib
+        import matplotlib  # device only
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # device only
     except ImportError:
         return []
     made = []
@@ -342,6 +419,15 @@ def peer_rows(torch, call, exact_s, exact_latents, ours_exact, res, part, out, p
         return
     for name, (db, order) in (peers or PEERS).items():
         row = {"contender": "cache-dit", "policy": name, "cache_dit_version": getattr(cd, "__version__", None)}
+        th = db["residual_diff_threshold"]
+        if isinstance(th, str):  # fbcache's percentile, from its probe pass in this run
+            probe = res[part].get("thresholds", {}).get("fbcache")
+            if not probe:
+                row["failed"] = f"threshold {th}: no fbcache probe pass in this run"
+                rows.append(row)
+                continue
+            db = {**db, "residual_diff_threshold": probe[th]}
+            row["policy"] = name.replace(th, f"{probe[th]:.4g} ({th})")
         try:
             kw = {"cache_config": cd.DBCacheConfig(**db)}
             if order:
@@ -357,7 +443,7 @@ def peer_rows(torch, call, exact_s, exact_latents, ours_exact, res, part, out, p
             cd.disable_cache(pipe)
             row["speedup"] = exact_s / row["loop_s"]
             row["quality"] = quality(exact_latents, lat)
-            print(f"{part} {name}: {row['loop_s']:.2f} s ({row['speedup']:.2f}x), cosine {row['quality']['cosine']:.6f}",
+            print(f"{part} {row['policy']}: {row['loop_s']:.2f} s ({row['speedup']:.2f}x), cosine {row['quality']['cosine']:.6f}",
                   flush=True)
         except Exception as e:
             row["failed"] = f"{type(e).__name__}: {e}"[:400]

@@ -152,8 +152,15 @@ dit_status_t dit_runtime_probe_change(dit_runtime_t *rt, size_t v, size_t base, 
 /* Copies value v now into a buffer the runtime keeps (a base that later steps may overwrite in the
  * arena: the hidden state entering a block, read after it). */
 dit_status_t dit_runtime_probe_hold(dit_runtime_t *rt, size_t v);
-/* Forgets the previous signal. */
+/* Forgets the previous signal (and the residuals below). */
 void dit_runtime_probe_reset(dit_runtime_t *rt);
+/* The step cache's block-stack residual, reused at the hidden level as TeaCache and first-block
+ * cache do, on rank 0 of a single-rank run; slot 0 or 1 (a guided step's two branches). START
+ * copies value v (the hidden state the reuse starts from) now; KEEP, later in a full forward,
+ * keeps R = v - that copy (v: the hidden state the output head takes); APPLY, in a skipped one,
+ * writes v = the copy START made + the kept R, in v's dtype, so the head's steps can run on it. */
+typedef enum dit_residual_op { DIT_RESIDUAL_START, DIT_RESIDUAL_KEEP, DIT_RESIDUAL_APPLY } dit_residual_op_t;
+dit_status_t dit_runtime_residual(dit_runtime_t *rt, dit_residual_op_t op, int slot, size_t v);
 
 typedef struct dit_named_tensor {
   const char *name;
@@ -203,6 +210,10 @@ typedef struct dit_generate_options {
   /* teacache, fbcache: called with each step's probe change (dit_runtime_probe_change's; NaN
    * without a previous signal) as the controller gets it. May be NULL. */
   void (*on_probe)(void *ctx, int step, double change);
+  /* teacache, fbcache: set to 1 when skipped steps reused the block stack's residual (ran block 0
+   * and the output head on it), 0 when they reused at the output (x_i + P_b - x_b: step_cache.h).
+   * May be NULL. */
+  int *hidden_reuse;
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's

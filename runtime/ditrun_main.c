@@ -38,6 +38,7 @@ static const char kUsage[] =
     "                  [--image-latents I.safetensors] [--image-embeds E.safetensors]\n"
     "                  [--step-cache off|cadence:N|delta:T|easycache:T|teacache:T|fbcache:T|auto]\n"
     "                  [--cache-warmup W] [--cache-cooldown C] [--cache-profile P.json]\n"
+    "                  [--cache-reuse hidden|output]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
@@ -57,10 +58,13 @@ static const char kUsage[] =
     "                     below T, and adds the latest computed step's (prediction - latents)\n"
     "                     to the latents; teacache:T (TeaCache, single-rank bundles) runs each\n"
     "                     step up to block 0's modulated norm and skips while its rescaled\n"
-    "                     change, accumulated, stays below T, reusing as easycache; fbcache:T\n"
+    "                     change, accumulated, stays below T; fbcache:T\n"
     "                     (first-block cache, single-rank bundles) runs each step through block\n"
     "                     0 and skips while its output residual's relative L1 change from the\n"
-    "                     latest computed step's stays below T, reusing as easycache; the first W\n"
+    "                     latest computed step's stays below T; both reuse the block stack's\n"
+    "                     residual (a skipped step runs block 0 and the output head), or with\n"
+    "                     --cache-reuse output, or where the plan's head takes more than the\n"
+    "                     last block's hidden state, reuse as easycache; the first W\n"
     "                     (default 2) and last C (default 1) steps always run; auto takes the\n"
     "                     policy, W and C of --cache-profile P.json (calibrate-cache's, for this\n"
     "                     bundle and --steps) and prints it\n"
@@ -296,7 +300,7 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
-  const char *image_latents, *image_embeds, *step_cache, *cache_profile;
+  const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse;
   int64_t steps, seed, threads, device, devices, warmup, cache_warmup, cache_cooldown;
   double guidance, guidance_2, shift, max_rel, true_cfg;
   int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
@@ -333,7 +337,7 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
 static int generate_only(const char *f) {
   static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
-                                  "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", NULL};
+                                  "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -372,6 +376,7 @@ static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, co
     else if (!strcmp(f, "--image-embeds")) str = &a->image_embeds;
     else if (!strcmp(f, "--step-cache")) str = &a->step_cache;
     else if (!strcmp(f, "--cache-profile")) str = &a->cache_profile;
+    else if (!strcmp(f, "--cache-reuse")) str = &a->cache_reuse;
     else if (!strcmp(f, "--cache-warmup")) rc = parse_int(f, v, &a->cache_warmup), a->have_cache_warmup = 1, i++;
     else if (!strcmp(f, "--cache-cooldown")) rc = parse_int(f, v, &a->cache_cooldown), a->have_cache_cooldown = 1, i++;
     else if (!strcmp(f, "--sampler")) str = &a->sampler, a->have_sampler = 1;
@@ -508,24 +513,35 @@ static int cmd_forward(int argc, char **argv) {
 }
 
 static const dit_runtime_t *g_step_rt; /* the runtime generate runs, for the step lines */
+/* The step cache's probe change of the step being reported (teacache, fbcache): the signal their
+ * thresholds are compared with, on the step line so a threshold can be chosen from a run. */
+static int g_probe_step = -1;
+static double g_probe_change;
+
+static void on_probe_line(void *ctx, int step, double change) {
+  (void)ctx;
+  g_probe_step = step, g_probe_change = change;
+}
 
 static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   const dit_generate_options_t *g = ctx;
+  char probe[40] = "";
+  if (g_probe_step == step) snprintf(probe, sizeof probe, "  probe %.4g", g_probe_change);
   if (g->skipped_forwards && g->skipped_forwards[step]) {
-    fprintf(stderr, "ditrun: step %d/%d  t=%g%s%s  skipped (step cache: %d forward%s saved)  %.3fs\n", step + 1, steps, t,
-            g->expert_used ? "  expert " : "", g->expert_used ? (g->expert_used[step] ? "transformer_2" : "transformer") : "",
+    fprintf(stderr, "ditrun: step %d/%d  t=%g%s%s%s  skipped (step cache: %d forward%s saved)  %.3fs\n", step + 1, steps, t,
+            g->expert_used ? "  expert " : "", g->expert_used ? (g->expert_used[step] ? "transformer_2" : "transformer") : "", probe,
             g->skipped_forwards[step], g->skipped_forwards[step] > 1 ? "s" : "", seconds);
     return;
   }
   const dit_runtime_swap_stats_t sw = g_step_rt ? dit_runtime_swap_stats(g_step_rt) : (dit_runtime_swap_stats_t){0};
   if (g->expert_used && step > 0 && g->expert_used[step] != g->expert_used[step - 1] && sw.switched)
-    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs  (expert switch %.3f ms: %" PRIu64 " chunks loaded at the switch)\n", step + 1,
-            steps, t, g->expert_used[step] ? "transformer_2" : "transformer", seconds, sw.switch_ms, sw.chunks_at_switch);
+    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s%s  %.3fs  (expert switch %.3f ms: %" PRIu64 " chunks loaded at the switch)\n", step + 1,
+            steps, t, g->expert_used[step] ? "transformer_2" : "transformer", probe, seconds, sw.switch_ms, sw.chunks_at_switch);
   else if (g->expert_used)
-    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s  %.3fs\n", step + 1, steps, t,
-            g->expert_used[step] ? "transformer_2" : "transformer", seconds);
+    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s%s  %.3fs\n", step + 1, steps, t,
+            g->expert_used[step] ? "transformer_2" : "transformer", probe, seconds);
   else
-    fprintf(stderr, "ditrun: step %d/%d  t=%g  %.3fs\n", step + 1, steps, t, seconds);
+    fprintf(stderr, "ditrun: step %d/%d  t=%g%s  %.3fs\n", step + 1, steps, t, probe, seconds);
 }
 
 /* A bundle with a generate section: its schedule and inputs are the pipeline's. Reads the
@@ -574,6 +590,7 @@ typedef struct gen_job {
   float *init;    /* --init-latents' noise; NULL: --seed's */
   size_t n;
   int *used, *skipped;
+  int hidden_reuse; /* generate's report: skipped steps reused the block stack's residual */
   dit_cache_profile_t profile; /* --cache-profile's, for --step-cache auto */
   dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
   char arg_names[2 * DIT_GEN_MAX_CONDITIONS][96];
@@ -626,6 +643,12 @@ static dit_status_t step_cache_options(const run_args_t *a, gen_job_t *j) {
                    a->step_cache ? a->step_cache : "off (the default)");
   if (a->step_cache && !strcmp(a->step_cache, "auto")) DIT_RETURN_IF(step_cache_auto(a, j));
   else DIT_RETURN_IF_ERROR(dit_step_cache_parse(a->step_cache ? a->step_cache : "off", sc), "--step-cache");
+  if (a->cache_reuse && strcmp(a->cache_reuse, "hidden") && strcmp(a->cache_reuse, "output"))
+    return DIT_ERR(INVALID_ARGUMENT, "--cache-reuse %s: expected hidden or output", a->cache_reuse);
+  sc->reuse_output = a->cache_reuse && !strcmp(a->cache_reuse, "output");
+  if (a->cache_reuse && sc->mode != DIT_STEP_CACHE_TEACACHE && sc->mode != DIT_STEP_CACHE_FBCACHE)
+    return DIT_ERR(INVALID_ARGUMENT, "--cache-reuse %s: teacache and fbcache choose where a skipped step reuses; %s reuses at the output",
+                   a->cache_reuse, a->step_cache ? a->step_cache : "off");
   if (sc->mode == DIT_STEP_CACHE_OFF) {
     if ((a->have_cache_warmup || a->have_cache_cooldown) && a->generate == 1)
       fprintf(stderr, "ditrun: note: %s ignored: the step cache is off (--step-cache MODE turns it on)\n",
@@ -643,6 +666,7 @@ static dit_status_t step_cache_options(const run_args_t *a, gen_job_t *j) {
   DIT_RETURN_IF(dit_step_cache_check(sc));
   if (!(j->skipped = calloc((size_t)g->steps, sizeof *j->skipped))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   g->skipped_forwards = j->skipped;
+  g->hidden_reuse = &j->hidden_reuse;
   return DIT_OK;
 }
 
@@ -655,7 +679,8 @@ static void print_step_cache(const dit_generate_options_t *g) {
           g->steps);
   for (int i = 0, k = 0; i < g->steps; i++)
     if (g->skipped_forwards[i]) fprintf(stderr, "%s%d", k++ ? " " : " (", i);
-  fprintf(stderr, "%s, %d forward%s saved\n", n ? ")" : "", saved, saved == 1 ? "" : "s");
+  fprintf(stderr, "%s, %d forward%s saved%s\n", n ? ")" : "", saved, saved == 1 ? "" : "s",
+          n && g->hidden_reuse && *g->hidden_reuse ? "; skipped steps ran block 0 and the output head on the block stack's kept residual" : "");
 }
 
 /* The command line's checks that need no bundle (an exit status, 0 when they pass). */
@@ -670,6 +695,7 @@ static int gen_usage(const run_args_t *a, gen_job_t *j) {
   g->guidance = a->guidance;
   g->shift = a->shift;
   g->on_step = on_step;
+  g->on_probe = on_probe_line;
   g->ctx = g;
   if (a->expert) return usage_error("%s", "generate runs the bundle's experts as the pipeline does: --expert is for forward");
   return 0;
@@ -819,6 +845,7 @@ static void calib_on_step(void *ctx, int step, int steps, double t, double secon
 static void calib_on_probe(void *ctx, int step, double change) {
   calib_rec_t *r = ctx;
   if (step >= 0 && step < r->p->steps) r->p->d[(size_t)r->run * (size_t)r->p->steps + (size_t)step] = change;
+  on_probe_line(NULL, step, change);
 }
 
 static void calib_on_prediction(void *ctx, int step, const float *prediction, size_t n, int computed) {

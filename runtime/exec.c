@@ -51,6 +51,12 @@ static void probe_release(dit_runtime_t *rt) {
   if (r && rt->probe_held) r->be->release(r->be_state, rt->probe_held);
   rt->probe_rank = NULL, rt->probe_prev = rt->probe_held = NULL, rt->probe_bytes = 0, rt->probe_valid = 0;
   rt->probe_held_value = 0;
+  for (int i = 0; i < 2; i++) {
+    if (rt->resid_rank && rt->resid_start[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_start[i]);
+    if (rt->resid_rank && rt->resid_neg[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_neg[i]);
+    rt->resid_start[i] = rt->resid_neg[i] = NULL, rt->resid_valid[i] = 0;
+  }
+  rt->resid_rank = NULL, rt->resid_bytes = 0;
 }
 
 void dit_runtime_destroy(dit_runtime_t *rt) {
@@ -1098,7 +1104,7 @@ dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *ho
   return r0->be->upload(r0->be_state, r0->bound[v].data, host, n);
 }
 
-void dit_runtime_probe_reset(dit_runtime_t *rt) { rt->probe_valid = 0; }
+void dit_runtime_probe_reset(dit_runtime_t *rt) { rt->probe_valid = rt->resid_valid[0] = rt->resid_valid[1] = 0; }
 
 /* Rank 0's previous signal for values like v: kept while the expert, dtype and size stay; else made
  * anew on the active expert's rank 0 (no previous signal; the held base, made on first hold, dropped). */
@@ -1160,4 +1166,50 @@ dit_status_t dit_runtime_probe_change(dit_runtime_t *rt, size_t v, size_t base, 
   if (rt->probe_valid) *change = sums[1] > 0 ? sums[0] / sums[1] : sums[0] > 0 ? INFINITY : 0;
   if (update_prev) rt->probe_valid = 1;
   return DIT_OK;
+}
+
+/* The residual's buffers for values like v on the active expert's rank 0: kept while the expert,
+ * dtype and size stay, else made anew (no residual kept). */
+static dit_status_t resid_buffers(dit_runtime_t *rt, int slot, const dit_plan_value_t *v) {
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (rt->resid_rank != r0 || rt->resid_bytes != v->nbytes || rt->resid_dtype != v->dtype) {
+    for (int i = 0; i < 2; i++) {
+      if (rt->resid_rank && rt->resid_start[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_start[i]);
+      if (rt->resid_rank && rt->resid_neg[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_neg[i]);
+      rt->resid_start[i] = rt->resid_neg[i] = NULL, rt->resid_valid[i] = 0;
+    }
+    if (!r0->be->probe_change) return DIT_ERR(UNIMPLEMENTED, "the %s backend has no probe kernel", r0->be->name);
+    if (v->dtype != DIT_F32 && v->dtype != DIT_BF16 && v->dtype != DIT_F16)
+      return DIT_ERR(INVALID_ARGUMENT, "residual: value '%s' has dtype %s: expected f32, bf16 or f16", v->name, dit_dtype_name(v->dtype));
+    rt->resid_rank = r0, rt->resid_bytes = v->nbytes, rt->resid_dtype = v->dtype;
+  }
+  if (!rt->resid_start[slot])
+    DIT_RETURN_IF(r0->be->alloc(r0->be_state, v->nbytes, "the step cache's residual start", &rt->resid_start[slot]));
+  if (!rt->resid_neg[slot]) DIT_RETURN_IF(r0->be->alloc(r0->be_state, v->nbytes, "the step cache's residual", &rt->resid_neg[slot]));
+  return DIT_OK;
+}
+
+/* The probe kernel does the arithmetic: with r = x - base rounded to the dtype it stores prev = r,
+ * so keeping -R = start - end and then start - (-R) give the residual and its reuse in one pass
+ * each (the two sums it returns are not used). */
+dit_status_t dit_runtime_residual(dit_runtime_t *rt, dit_residual_op_t op, int slot, size_t v) {
+  const dit_plan_value_t *pv = NULL;
+  if (slot < 0 || slot > 1) return DIT_ERR(OUT_OF_RANGE, "residual: slot %d: expected 0 or 1", slot);
+  DIT_RETURN_IF(probe_value(rt, v, &pv));
+  DIT_RETURN_IF(resid_buffers(rt, slot, pv));
+  rank_rt_t *r0 = &rt->ranks[0];
+  const size_t n = pv->nbytes / dit_dtype_size(pv->dtype);
+  double sums[2];
+  switch (op) {
+  case DIT_RESIDUAL_START:
+    return r0->be->copy2d(r0->be_state, 0, rt->resid_start[slot], pv->nbytes, r0->bound[v].data, pv->nbytes, pv->nbytes, 1);
+  case DIT_RESIDUAL_KEEP:
+    DIT_RETURN_IF(r0->be->probe_change(r0->be_state, rt->resid_start[slot], r0->bound[v].data, rt->resid_neg[slot], pv->dtype, n, 1, sums));
+    rt->resid_valid[slot] = 1;
+    return DIT_OK;
+  case DIT_RESIDUAL_APPLY:
+    if (!rt->resid_valid[slot]) return DIT_ERR(FAILED_PRECONDITION, "residual: slot %d has no residual kept on this expert", slot);
+    return r0->be->probe_change(r0->be_state, rt->resid_start[slot], rt->resid_neg[slot], r0->bound[v].data, pv->dtype, n, 1, sums);
+  }
+  return DIT_ERR(INVALID_ARGUMENT, "residual: op %d", (int)op);
 }

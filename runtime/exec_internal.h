@@ -103,6 +103,13 @@ struct dit_runtime {
   dit_dtype_t probe_dtype;
   int probe_valid;           /* probe_prev holds a signal */
   size_t probe_held_value;   /* 1 + the value probe_held copies (0: none) */
+  /* The step cache's block-stack residual (dit_runtime_residual), per slot: the start value's
+   * copy and minus the residual, on the rank they were made on. */
+  rank_rt_t *resid_rank;
+  void *resid_start[2], *resid_neg[2];
+  uint64_t resid_bytes;
+  dit_dtype_t resid_dtype;
+  int resid_valid[2];        /* resid_neg holds a residual */
 };
 
 typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);

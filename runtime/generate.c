@@ -40,15 +40,22 @@ typedef struct step_decision {
   int i, forwards;
   const float *latents;
   float *pred;
-  int full; /* the decision, once taken */
+  int full;   /* the decision, once taken */
+  int slot;   /* the branch this forward runs: 0 conditional (probes and decides), 1 unconditional */
+  int hidden; /* a skipped step reuses the block stack's residual (probe_site_t), set with the decision */
 } step_decision_t;
 
-/* Where a probing mode stops the plan and what it measures. */
+/* Where a probing mode stops the plan and what it measures, and where the block stack's residual
+ * is taken: a skipped step then runs block 0 (up to the probe) and the output head on start + R,
+ * R = end - start of the last full step, as TeaCache and first-block cache reuse it. */
 typedef struct probe_site {
   size_t stop;  /* steps [0, stop] run before the decision */
   size_t value; /* the probed value */
   size_t hold;  /* fbcache: the step before which base is held (SIZE_MAX: teacache, none) */
   size_t base;  /* fbcache: the hidden state entering block 0 */
+  size_t start; /* the residual's start: block 0's output (fbcache) or input (teacache) */
+  size_t end;   /* the hidden state the head takes (SIZE_MAX: no hidden-level reuse) */
+  size_t end_step; /* the step that makes it */
 } probe_site_t;
 
 /* 1 when value v is made (through any chain of steps) from the input value `latent`; memo: -1
@@ -103,45 +110,121 @@ static dit_status_t find_fb_site(const struct dit_plan *p, const char *latent_in
   return DIT_OK;
 }
 
-/* teacache's site: the output of block 0's first modulated norm (the plan's first adaln step of
- * block 0); fbcache's: find_fb_site. */
-static dit_status_t find_site(const dit_runtime_t *rt, const dit_generate_options_t *o, probe_site_t *site) {
-  const struct dit_plan *p = dit_runtime_plan(rt);
-  if (o->step_cache.mode == DIT_STEP_CACHE_FBCACHE) {
-    const dit_manifest_t *m = dit_runtime_manifest(rt);
-    return find_fb_site(p, m->generate.present ? m->generate.latents : "hidden_states", site);
-  }
-  for (size_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == DIT_OP_ADALN && p->steps[i].block == 0) {
-      *site = (probe_site_t){i, (size_t)p->steps[i].out[0], SIZE_MAX, SIZE_MAX};
-      return DIT_OK;
+/* The one value that steps [first, n) read from those made by steps (lo, hi] (SIZE_MAX when none);
+ * *ok 0 when they read more than one. */
+static size_t read_from(const struct dit_plan *p, const int32_t *producer, size_t first, size_t lo, size_t hi, int *ok) {
+  size_t one = SIZE_MAX;
+  *ok = 1;
+  for (size_t k = first; *ok && k < p->n_steps; k++)
+    for (int j = 0; *ok && j < p->steps[k].n_in; j++) {
+      const int32_t v = p->steps[k].in[j], by = producer[v];
+      if (by < 0 || (size_t)by <= lo || (size_t)by > hi || (size_t)v == one) continue;
+      *ok = one == SIZE_MAX, one = (size_t)v;
     }
-  return DIT_ERR(UNIMPLEMENTED, "--step-cache teacache: the plan has no adaln step in block 0 to probe");
+  return one;
 }
 
-/* The conditional branch's forward; d (NULL: a plain forward) takes the step's decision: with
- * teacache or fbcache the plan runs step by step up to the probe, the backend measures its change
- * where it lies (only two sums come back), the controller decides, and the rest runs only for a
- * full step (d->full 0: nothing more ran, d->pred holds the cached prediction). teacache keeps every
- * step's probe as the next one's reference; fbcache only a full step's. */
+static int same_shape(const dit_plan_value_t *a, const dit_plan_value_t *b) { return a->dtype == b->dtype && a->nbytes == b->nbytes; }
+
+/* The hidden-level reuse's end: the one value the output head (the steps after the last block's)
+ * reads from the steps after the probe, shaped as the start; where it is not (FLUX.1's single-stream
+ * output holds the text tokens too) and the head's first step alone reads it and makes one value
+ * (the image tokens' slice), that value, the head then the steps after it. Where the head reads
+ * more than that, there is none: a skipped step reuses at the output. */
+static void find_end(const struct dit_plan *p, probe_site_t *site) {
+  site->end = site->end_step = SIZE_MAX;
+  size_t last = 0;
+  for (size_t k = 0; k < p->n_steps; k++)
+    if (p->steps[k].block >= 0) last = k;
+  int32_t *producer = malloc(p->n_values * sizeof *producer + 1);
+  if (!producer) return;
+  for (size_t v = 0; v < p->n_values; v++) producer[v] = -1;
+  for (size_t k = 0; k < p->n_steps; k++)
+    for (int j = 0; j < p->steps[k].n_out; j++) producer[p->steps[k].out[j]] = (int32_t)k;
+  int ok;
+  size_t end = read_from(p, producer, last + 1, site->stop, last, &ok), end_step = end != SIZE_MAX ? (size_t)producer[end] : 0;
+  const dit_plan_value_t *start = &p->values[site->start];
+  if (ok && end != SIZE_MAX && !same_shape(start, &p->values[end]) && last + 1 < p->n_steps) {
+    const dit_plan_step_t *c = &p->steps[last + 1];
+    int reads = 0;
+    for (int j = 0; j < c->n_in; j++) reads += (size_t)c->in[j] == end;
+    const size_t next = c->n_out == 1 ? (size_t)c->out[0] : SIZE_MAX;
+    if (reads && next != SIZE_MAX && read_from(p, producer, last + 2, site->stop, last + 1, &ok) == next && ok)
+      end = next, end_step = last + 1;
+    else ok = 0;
+  }
+  if (ok && end != SIZE_MAX && same_shape(start, &p->values[end])) site->end = end, site->end_step = end_step;
+  free(producer);
+}
+
+/* teacache's site: the output of block 0's first modulated norm (the plan's first adaln step of
+ * block 0); fbcache's: find_fb_site. Both take the block stack's residual where find_end finds its
+ * end (teacache from block 0's input, fbcache from its output) unless the options ask for the
+ * output-level reuse. */
+static dit_status_t find_site(const dit_runtime_t *rt, const dit_generate_options_t *o, probe_site_t *site) {
+  const struct dit_plan *p = dit_runtime_plan(rt);
+  const dit_manifest_t *m = dit_runtime_manifest(rt);
+  probe_site_t fb = {0, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+  dit_status_t s = find_fb_site(p, m->generate.present ? m->generate.latents : "hidden_states", &fb);
+  if (o->step_cache.mode == DIT_STEP_CACHE_FBCACHE) {
+    DIT_RETURN_IF(s);
+    *site = fb;
+    site->start = fb.value;
+  } else {
+    size_t i = 0;
+    while (i < p->n_steps && !(p->steps[i].kind == DIT_OP_ADALN && p->steps[i].block == 0)) i++;
+    if (i == p->n_steps) {
+      dit_status_free(s);
+      return DIT_ERR(UNIMPLEMENTED, "--step-cache teacache: the plan has no adaln step in block 0 to probe");
+    }
+    *site = (probe_site_t){i, (size_t)p->steps[i].out[0], SIZE_MAX, SIZE_MAX, s ? SIZE_MAX : fb.base, SIZE_MAX, SIZE_MAX};
+    dit_status_free(s);
+  }
+  if (site->start != SIZE_MAX && !o->step_cache.reuse_output) find_end(p, site);
+  return DIT_OK;
+}
+
+static dit_status_t run_steps(dit_runtime_t *rt, size_t from, size_t to) {
+  for (size_t k = from; k < to; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
+  return DIT_OK;
+}
+
+/* One branch's forward; d (NULL: a plain forward) takes the step's decision: with teacache or
+ * fbcache the plan runs step by step up to the probe; in the conditional branch (slot 0) the
+ * backend measures the probe's change where it lies (only two sums come back) and the controller
+ * decides. A full step runs the rest (keeping the block stack's residual where the site has one);
+ * a skipped one runs the output head on the reused residual (d->hidden), or nothing more (d->pred
+ * then holds the controller's output-level reuse). teacache keeps every step's probe as the next
+ * one's reference; fbcache only a full step's. The unconditional branch follows the decision. */
 static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
   if (!d) return dit_runtime_forward(rt);
   const struct dit_plan *p = dit_runtime_plan(rt);
-  probe_site_t site = {0, 0, SIZE_MAX, SIZE_MAX};
+  probe_site_t site = {0, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
   DIT_RETURN_IF(find_site(rt, d->o, &site));
-  const int fb = site.hold != SIZE_MAX;
+  const int fb = site.hold != SIZE_MAX, probe = d->slot == 0;
   for (size_t k = 0; k <= site.stop; k++) {
-    if (k == site.hold) DIT_RETURN_IF(dit_runtime_probe_hold(rt, site.base));
+    if (probe && k == site.hold) DIT_RETURN_IF(dit_runtime_probe_hold(rt, site.base));
     DIT_RETURN_IF(dit_runtime_step(rt, k));
   }
-  double change;
-  DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, fb ? DIT_PROBE_HELD : SIZE_MAX, !fb, &change));
-  dit_step_cache_probe(d->sc, change);
-  if (d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, change);
-  d->full = cache_decide(d->sc, d->o, d->i, d->forwards, d->latents, d->pred);
-  if (fb && d->full) DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, DIT_PROBE_HELD, 1, &change));
-  for (size_t k = site.stop + 1; d->full && k < p->n_steps; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
-  return DIT_OK;
+  if (probe) {
+    double change;
+    DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, fb ? DIT_PROBE_HELD : SIZE_MAX, !fb, &change));
+    dit_step_cache_probe(d->sc, change);
+    if (d->o->on_probe) d->o->on_probe(d->o->ctx, d->i, change);
+    d->full = cache_decide(d->sc, d->o, d->i, d->forwards, d->latents, d->pred);
+    d->hidden = site.end != SIZE_MAX;
+    if (d->o->hidden_reuse) *d->o->hidden_reuse = d->hidden;
+    if (fb && d->full) DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, DIT_PROBE_HELD, 1, &change));
+  }
+  if (!d->hidden) return d->full ? run_steps(rt, site.stop + 1, p->n_steps) : DIT_OK;
+  DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_START, d->slot, site.start));
+  if (d->full) {
+    DIT_RETURN_IF(run_steps(rt, site.stop + 1, site.end_step + 1));
+    DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_KEEP, d->slot, site.end));
+  } else {
+    DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_APPLY, d->slot, site.end));
+  }
+  return run_steps(rt, site.end_step + 1, p->n_steps);
 }
 
 /* The loop's controller: teacache and fbcache probe rank 0's plan step by step between the two
@@ -180,7 +263,13 @@ static dit_status_t read_sample(dit_runtime_t *rt, int lane, float *out, size_t 
 static dit_status_t predict(dit_runtime_t *rt, const dit_tensor_t *ctx, float *out, size_t n, step_decision_t *d) {
   DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states", ctx));
   DIT_RETURN_IF(forward_decided(rt, d));
-  return d && !d->full ? DIT_OK : read_sample(rt, 0, out, n);
+  return d && !d->full && !d->hidden ? DIT_OK : read_sample(rt, 0, out, n);
+}
+
+/* The unconditional branch's forward of a step the conditional one decided (NULL without a probe). */
+static step_decision_t *second_branch(step_decision_t *d) {
+  if (d) d->slot = 1;
+  return d;
 }
 
 /* Both branches in one forward: lane 0 conditional, lane 1 unconditional. */
@@ -276,7 +365,7 @@ static dit_status_t predict_branch(dit_runtime_t *rt, const dit_manifest_generat
                                    const char *prefix, float *out, size_t n, step_decision_t *d) {
   DIT_RETURN_IF(set_conditions(rt, g, o, prefix, -1));
   DIT_RETURN_IF(forward_decided(rt, d));
-  return d && !d->full ? DIT_OK : read_sample(rt, 0, out, n);
+  return d && !d->full && !d->hidden ? DIT_OK : read_sample(rt, 0, out, n);
 }
 
 /* Both branches in one forward on a bundle with cfg lanes: lane 0 the prompt, lane 1 the negative. */
@@ -325,8 +414,8 @@ static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t
   if (g->guidance_input[0])
     DIT_RETURN_IF(set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale)));
   DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n, d));
-  if (!cfg || (d && !d->full)) return DIT_OK;
-  if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n, NULL));
+  if (!cfg || (d && !d->full && !d->hidden)) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n, second_branch(d)));
   const size_t dim = (size_t)lat->dims[lat->rank - 1];
   if (g->true_cfg_norm) dit_cfg_combine_norm(cond, uncond, (float)o->true_cfg, n / dim, dim, cond);
   else dit_cfg_combine(cond, uncond, (float)o->true_cfg, n, cond);
@@ -353,7 +442,7 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     const double t = dit_sampler_timestep(smp, i);
-    step_decision_t d = {sc, o, i, forwards, latents, cond, 1};
+    step_decision_t d = {sc, o, i, forwards, latents, cond, 1, 0, 0};
     if (!probes(o)) d.full = cache_decide(sc, o, i, forwards, latents, cond);
     if (d.full) s = flow_predict(rt, o, &lat, t, cond, uncond, probes(o) ? &d : NULL);
     if (!s) cache_settle(sc, o, i, d.full, cond, n);
@@ -381,8 +470,8 @@ static dit_status_t wan_predict(dit_runtime_t *rt, dit_condition_t *cnd, const f
   DIT_RETURN_IF(dit_runtime_set_input(rt, "timestep", &tt));
   if (img.data) DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states_image", &img));
   DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n, d));
-  if (!cfg || (d && !d->full)) return DIT_OK;
-  if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n, NULL));
+  if (!cfg || (d && !d->full && !d->hidden)) return DIT_OK;
+  if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n, second_branch(d)));
   dit_cfg_combine(cond, uncond, (float)guidance, n, cond);
   return DIT_OK;
 }
@@ -429,7 +518,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    step_decision_t d = {sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond, 1};
+    step_decision_t d = {sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond, 1, 0, 0};
     if (!probes(o)) d.full = cache_decide(sc, o, i, d.forwards, latents, cond);
     if (d.full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n, probes(o) ? &d : NULL);
     if (!s) cache_settle(sc, o, i, d.full, cond, n);

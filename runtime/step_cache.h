@@ -34,11 +34,9 @@
  *               the fitted ones dip below 0 between their fitted points, which would let T = 0 skip). The
  *               step is skipped while E < T; when E reaches T (or is not a number, or no previous
  *               probe exists) the step runs the rest of the transformer and E = 0; every full step
- *               sets E = 0. A skipped step reuses the last full step's residual as easycache does:
- *               P_i = x_i + (P_b - x_b). TeaCache itself keeps the block stack's residual and re-runs
- *               the output head; this is that reuse taken between the transformer's latent input and
- *               its prediction. Single-rank bundles without cfg lanes; with guidance both branches
- *               follow the conditional probe's decision. T = 0 skips nothing.
+ *               sets E = 0. A skipped step reuses the block stack's residual as TeaCache does (see
+ *               "Reuse" below), from block 0's input. Single-rank bundles without cfg lanes; with
+ *               guidance both branches follow the conditional probe's decision. T = 0 skips nothing.
  *  - fbcache:T  first-block cache, as ParaAttention's FBCache and cache-dit's DBCache (F1B0) decide.
  *               Each step the transformer runs through block 0's image stream (conditional branch);
  *               the probe is block 0's output residual R_i = h_out - h_in, h_in the hidden state
@@ -48,12 +46,15 @@
  *               FLUX's double-stream block 0 that is the image stream. d = sum|R_i - R_b| / sum|R_b|,
  *               R_b the residual of the last FULL step (the signal is kept only on full steps); at a
  *               step the common rule lets it skip, the step is skipped when d < T (no accumulation,
- *               consecutive skips allowed; NaN runs). A skipped step reuses the last full step's
- *               residual between the latent input and the prediction, P_i = x_i + (P_b - x_b), as
- *               teacache does: reusing it at the hidden level (block 0's output plus the rest of the
- *               stack's residual, then the output head) would need per-family values carried across
- *               steps (FLUX's text stream, the head's modulation), which the plan does not name.
- *               T = 0 skips nothing. */
+ *               consecutive skips allowed; NaN runs). A skipped step reuses the block stack's
+ *               residual from block 0's output, as cache-dit does. T = 0 skips nothing.
+ * Reuse (teacache, fbcache). Each branch keeps, on a full step, R = h_end - h_start in backend memory
+ * (dit_runtime_residual): h_end the hidden state the output head takes (FLUX.1: the image tokens'
+ * slice of the single-stream output), h_start block 0's input (teacache) or output (fbcache); a
+ * skipped step runs block 0 up to the probe, writes h_end = h_start + R and runs the head, so the
+ * timestep's modulation of the head is this step's. Where the plan's head takes more than h_end from
+ * the skipped blocks, or with reuse_output, a skipped step reuses at the output as easycache does:
+ * P_i = x_i + (P_b - x_b). */
 #ifndef DIT_RUNTIME_STEP_CACHE_H
 #define DIT_RUNTIME_STEP_CACHE_H
 
@@ -79,6 +80,8 @@ typedef struct dit_step_cache_options {
   double threshold;           /* delta:T's, easycache:T's, teacache:T's and fbcache:T's T, finite, >= 0 */
   int warmup;                 /* leading steps always in full, >= 0 */
   int cooldown;               /* trailing steps always in full, >= 0 */
+  int reuse_output;           /* teacache, fbcache: reuse at the output (x_i + P_b - x_b) even where the
+                                 plan allows the hidden-level reuse (runtime/generate.c) */
 } dit_step_cache_options_t;
 
 /* Parses "off", "cadence:N", "delta:T", "easycache:T", "teacache:T" or "fbcache:T" into o->mode and its parameter

@@ -41,7 +41,7 @@
 #      blocks) and a 4-step generate with true CFG 4 against QwenImagePipeline (qwen_forward.json).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
-#      skips 1 and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
+#      skips 1 (but 1a, the probe check) and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
 # usage: tests/gpu/run.sh RESULTS_DIR [BUILD_DIR] [--quick]
 set -uo pipefail
 OUT=${1:?results dir}
@@ -103,11 +103,22 @@ for d in tests/data/wan_tiny_*/; do
   check mem_within "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
 done
 
+fi
 step "1a. the step cache's probe kernel on the GPU against the host's computation (the tiny Wan bundle in bf16; fp32 and f16 are checked on the CPU by test_probe and step_cache.sh)"
 d=tests/data/wan_tiny_b
 bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
 check "$BIN/probe_check" "$bundle" "$d/forward_inputs.safetensors" cuda
+# The hidden-level reuse (the block stack's residual kept and applied by the same kernel): a cached
+# run on the GPU stays near the GPU's exact run (the CPU's tiny-model check is step_cache.sh's).
+gi=$d/generate_inputs.safetensors
+ga=(--prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps 12 --guidance 5 --shift 3)
+"$BIN/ditrun" generate "$bundle" "${ga[@]}" --out "$W/gx.safetensors" 2>/dev/null
+"$BIN/ditrun" generate "$bundle" "${ga[@]}" --step-cache fbcache:0.5 --out "$W/gh.safetensors" 2>"$W/ghlog"
+grep "^ditrun: step cache" "$W/ghlog"
+check grep -q "kept residual$" "$W/ghlog"
+check "$BIN/st_compare" "$W/gh.safetensors" "$W/gx.safetensors" latents 1 0.99
 
+if [ -z "${SKIP_CHECKS:-}" ]; then
 step "1b. parallel topologies on the GPU: ranks as threads of one process (NCCL when each has a GPU, else staged through host memory), and one process per rank (NCCL)"
 d=tests/data/wan_tiny_b
 for top in "${TINY_TOPOLOGIES[@]}"; do

@@ -74,6 +74,19 @@ check "$a" "$a14/generate_inputs.safetensors" fbcache:0.5 12 guidance=4 guidance
 check "$fx" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 true_cfg=2 | tee "$T/fb"
 grep -q "skipped 2 3 5 6 7 (10 forwards saved)" "$T/fb" || { echo "fbcache:1 on FLUX: expected 2 3 5 6 7 skipped"; exit 1; }
 check "$fx" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 sampler=euler
+# The hidden-level reuse (the block stack's residual, the head run on it): decisions and replay on
+# Wan (both branches keep their own residual), across A14B's expert switch, on FLUX.1 (the head's
+# slice of the image tokens is the end), HunyuanVideo and Qwen-Image; each run must report it.
+check "$wan" "$w21/generate_inputs.safetensors" fbcache:0.5 10 guidance=5 shift=3 reuse=hidden
+check "$wan" "$w21/generate_inputs.safetensors" teacache:0.05 10 guidance=5 shift=3 reuse=hidden
+check "$a" "$a14/generate_inputs.safetensors" fbcache:0.5 12 guidance=4 guidance_2=3 shift=3 reuse=hidden
+check "$fx" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 true_cfg=2 reuse=hidden | tee "$T/fb"
+grep -q "skipped 2 3 5 6 7 (10 forwards saved) as the rule; cached predictions from the head on the kept residual" "$T/fb" \
+  || { echo "fbcache:1 on FLUX with the hidden-level reuse: expected 2 3 5 6 7 skipped"; exit 1; }
+hy=tests/data/hunyuan_video_tiny
+qw=tests/data/qwen_tiny
+check "$(compile "$hy" --frames 5 --height 48 --width 32 --text-len 8)" "$hy/generate_inputs.safetensors" fbcache:0.5 10 guidance=6 reuse=hidden
+check "$(compile "$qw" --height 48 --width 80 --text-len 8)" "$qw/generate_inputs.safetensors" fbcache:2 10 guidance=6 reuse=hidden
 
 # ---- ditrun generate ----
 # The summary line's steps and forwards against the rule; the step lines agree with it.
@@ -173,6 +186,19 @@ for b in "$wan" "$fx"; do
   grep -q "^ditrun: step cache delta:1e+30: skipped 3 of 10 steps (3 5 7), 6 forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
 done
 
+# The hidden-level reuse on the tiny Wan bundle moves the result less than the output-level one at
+# the same threshold (0.5: 5 and 6 steps skipped of 12), and the run says which it took.
+wg12=("${wg[@]}" --steps 12)
+"$BIN/ditrun" generate "$wan" "${wg12[@]}" --out "$T/x12.safetensors" 2>/dev/null >/dev/null
+"$BIN/ditrun" generate "$wan" "${wg12[@]}" --step-cache fbcache:0.5 --out "$T/fh.safetensors" 2>"$T/log" >/dev/null
+grep -q "forwards saved; skipped steps ran block 0 and the output head on the block stack's kept residual$" "$T/log" || { cat "$T/log"; exit 1; }
+"$BIN/ditrun" generate "$wan" "${wg12[@]}" --step-cache fbcache:0.5 --cache-reuse output --out "$T/fo.safetensors" 2>"$T/log" >/dev/null
+grep -q "forwards saved$" "$T/log" || { cat "$T/log"; exit 1; }
+hid=$("$BIN/st_compare" "$T/fh.safetensors" "$T/x12.safetensors" latents 1 0 | grep -o "cosine=[0-9.]*" | cut -d= -f2)
+out=$("$BIN/st_compare" "$T/fo.safetensors" "$T/x12.safetensors" latents 1 0 | grep -o "cosine=[0-9.]*" | cut -d= -f2)
+python3 -c "import sys; h, o = map(float, sys.argv[1:]); sys.exit(not (0.99 < h and o < h))" "$hid" "$out" \
+  || { echo "hidden-level reuse cosine $hid, output-level $out: expected the hidden one above 0.99 and above the output one"; exit 1; }
+
 # Refusals, naming the flag, what it expects and what it found.
 expect_fail() { # message, command...
   local msg=$1; shift
@@ -190,6 +216,9 @@ expect_fail "--step-cache teacache: the probe is read between plan steps of one 
   "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 6 --step-cache teacache:0.1 --out "$T/bad.safetensors"
 expect_fail "--step-cache fbcache: the probe is read between plan steps of one rank; this bundle has 2 ranks (cfg lanes)" \
   "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 6 --step-cache fbcache:0.1 --out "$T/bad.safetensors"
+expect_fail "--cache-reuse inside: expected hidden or output" "${g[@]}" --step-cache fbcache:0.1 --cache-reuse inside
+expect_fail "--cache-reuse output: teacache and fbcache choose where a skipped step reuses; cadence:2 reuses at the output" \
+  "${g[@]}" --step-cache cadence:2 --cache-reuse output
 expect_fail "--step-cache needs a value" "${g[@]}" --step-cache
 expect_fail "--cache-warmup -1: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-warmup -1
 expect_fail "--cache-cooldown 1.5: expected a non-negative integer" "${g[@]}" --step-cache cadence:2 --cache-cooldown 1.5

@@ -18,7 +18,9 @@
  * usage: step_cache_check BUNDLE INPUTS.safetensors MODE STEPS [key=value...]
  *   keys: guidance, guidance_2, shift, sampler (unipc|euler), true_cfg, warmup (2), cooldown (1),
  *   profile (MODE auto: the cache profile whose policy, warmup, cooldown and, for teacache,
- *   rescaling polynomial the run takes, as generate --step-cache auto resolves them)
+ *   rescaling polynomial the run takes, as generate --step-cache auto resolves them), reuse (output,
+ *   the default: the rule's skipped predictions are checked; hidden: teacache's and fbcache's
+ *   block-stack residual, whose predictions are the model's head on it: decisions and replay only)
  *   INPUTS: prompt_embeds and negative_prompt_embeds (Wan), or the generate section's arguments
  *   and their negative_ forms, and the noise as init_latents or latents. Text-to-video and
  *   generate-section bundles in fp32 (the replay applies no image condition). */
@@ -135,7 +137,7 @@ int main(int argc, char **argv) {
   const int automatic = !strcmp(argv[3], "auto");
   dit_status_t s = automatic ? DIT_OK : dit_step_cache_parse(argv[3], &o.step_cache);
   if (s) return dit_status_report(s, "step_cache_check");
-  int have_g2 = 0;
+  int have_g2 = 0, reuse_hidden = 0, hidden = 0;
   const char *profile_path = NULL;
   dit_cache_profile_t profile = {0};
   for (int i = 5; i < argc; i++) {
@@ -150,6 +152,10 @@ int main(int argc, char **argv) {
     else if (!strncmp(argv[i], "warmup", k) && k == 6) o.step_cache.warmup = (int)v;
     else if (!strncmp(argv[i], "cooldown", k) && k == 8) o.step_cache.cooldown = (int)v;
     else if (!strncmp(argv[i], "profile", k) && k == 7) profile_path = eq + 1;
+    else if (!strncmp(argv[i], "reuse", k) && k == 5) {
+      if (strcmp(eq + 1, "output") && strcmp(eq + 1, "hidden")) return fail("reuse: expected output or hidden, found '%s'", eq + 1);
+      reuse_hidden = !strcmp(eq + 1, "hidden");
+    }
     else if (!strncmp(argv[i], "sampler", k) && k == 7) {
       if (dit_sampler_kind_parse(eq + 1, &o.sampler)) return fail("sampler: expected unipc or euler, found '%s'", eq + 1);
     } else return fail("unknown key in '%s'", argv[i]);
@@ -218,6 +224,8 @@ int main(int argc, char **argv) {
   s = dit_runtime_generate(rt, &ox, &prompt, negative.data ? &negative : NULL, exact);
   if (s) return dit_status_report(dit_status_annotate(s, "exact run"), "step_cache_check");
   o.on_prediction = on_prediction, o.on_probe = on_probe, o.ctx = &rc;
+  o.step_cache.reuse_output = !reuse_hidden;
+  o.hidden_reuse = &hidden;
   o.skipped_forwards = skipped;
   o.expert_used = two ? expert : NULL;
   memcpy(cached, noise, n * sizeof *cached);
@@ -269,8 +277,10 @@ int main(int argc, char **argv) {
   }
   if (bad) return fail("%s", "the forwards counted for skipped steps differ from the steps' forwards");
 
-  /* Each skipped prediction from the recorded ones. */
-  for (int i = 0, a = -1, b = -1; i < steps; i++) {
+  if (reuse_hidden && !hidden) return fail("%s", "reuse=hidden: the run reused at the output (the plan has no hidden-level site)");
+  /* Each skipped prediction from the recorded ones (the output-level reuse; the hidden-level one
+   * is the model's head on the kept residual: only the decisions and the replay are checked). */
+  for (int i = 0, a = -1, b = -1; i < steps && !hidden; i++) {
     const float *p = rc.p + (size_t)i * n;
     if (two && i > 0 && expert[i] != expert[i - 1]) a = b = -1;
     if (rc.computed[i]) {
@@ -307,10 +317,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   char mode[64];
-  printf("step_cache_check: %s (W %d, C %d), %d steps: skipped%s (%d forwards saved) as the rule; cached predictions exact; first %d steps "
+  printf("step_cache_check: %s (W %d, C %d), %d steps: skipped%s (%d forwards saved) as the rule; cached predictions %s; first %d steps "
          "equal the exact run's; replay max_rel_err %.3e; against exact max_rel_err %.3e cosine %.9f\n",
          dit_step_cache_describe(&o.step_cache, mode, sizeof mode), o.step_cache.warmup, o.step_cache.cooldown, steps, got[0] ? got : " none",
-         saved, first_skip, pr.max_rel, px.max_rel, px.cosine);
+         saved, hidden ? "from the head on the kept residual" : "exact", first_skip, pr.max_rel, px.max_rel, px.cosine);
   float *bufs[] = {noise, exact, cached, replay, xs, rx.p, rc.p};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
   free(rx.computed);
