@@ -516,33 +516,56 @@ def render_mmdit(res):
     return "\n".join(wrap(x) for x in L) + "\n"
 
 
+def reuse_of(r):
+    """Where a teacache or fbcache row's skipped steps reused: the block stack's residual (runs that
+    report it) or the output (runs before the hidden-level reuse, or --cache-reuse output)."""
+    pol = r.get("resolved", r["policy"])
+    if not pol.startswith(("teacache:", "fbcache:")) or r.get("probe_pass") or not r.get("skipped_count"):
+        return "-"
+    return "hidden" if r.get("hidden_reuse") else "output"
+
+
 def step_cache_rows(part, rel):
     """Markdown rows of one model's step-cache sweep: ditrun's policies against ditrun's exact run,
     the peer's settings against diffusers' exact run."""
-    L = ["| contender | policy | loop s | speedup | forwards | cosine | PSNR dB |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    L = ["| contender | policy | warmup | reuse | loop s | speedup | forwards | cosine | PSNR dB |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in need(part, "rows", rel):
         if r.get("failed") or r.get("policy") == "calibrate-cache":
             continue
         q = need(r, "quality", rel)
-        pol = r["policy"] + (f" (chose {r['resolved']})" if r.get("resolved") else "")
+        pol = r["policy"] + (f" (chose {r['resolved']})" if r.get("resolved") else "") + (" (probe pass)" if r.get("probe_pass") else "")
+        if r["contender"] == "cache-dit":
+            pol = pol.replace("cache-dit ", "")
         psnr = "exact" if q["psnr_db"] == float("inf") else f"{q['psnr_db']:.1f}"
         fw = r.get("forwards")
-        L.append(f"| {r['contender']} | {pol} | {r['loop_s']:.1f} | {r['speedup']:.2f}x | {'-' if fw is None else fw} | "
-                 f"{q['cosine']:.4f} | {psnr} |")
+        warm = str(r["warmup"]) if r["contender"] == "ditrun" and r["policy"] != "off" and "warmup" in r else \
+            "8" if r["contender"] == "cache-dit" else "-"
+        L.append(f"| {r['contender']} | {pol} | {warm} | {reuse_of(r) if r['contender'] == 'ditrun' else '-'} | {r['loop_s']:.2f} | "
+                 f"{r['speedup']:.2f}x | {'-' if fw is None else fw} | {q['cosine']:.6f} | {psnr} |")
     return L
+
+
+# The step-cache results, each a run of bench/step_cache.py with its peer in the same run, and what it shows.
+STEP_CACHE_RUNS = [("step_cache_wan.json", "wan", "first-block cache reusing the block stack's residual, against cache-dit's "
+                    "first-block cache (DBCache F1B0, its warmup of 8 steps) at the same thresholds"),
+                   ("step_cache_wan_percentiles.json", "wan", "the same model and inputs before the hidden-level reuse (skipped steps "
+                    "reused at the output), thresholds at percentiles of the probe pass's changes"),
+                   ("step_cache_wan_published.json", "wan", "the policies at their published thresholds, which on random weights "
+                    "skip nothing (the changes are far above them) or, for TeaCache's fitted polynomial, everything"),
+                   ("step_cache_flux.json", "flux", "fewer blocks at the published widths (the full model was not run)")]
 
 
 def render_step_cache(res):
     """The step-cache sweeps (bench/step_cache.py): each policy's end-to-end speedup and the final
     latents' distance from the exact run, beside cache-dit on diffusers from the same run."""
-    rel = "step_cache.json"
-    d = measured(res, rel)
     L = []
-    for key in ("wan", "flux"):
-        part = d.get(key)
-        if not part:
+    for rel, key, what in STEP_CACHE_RUNS:
+        if not os.path.exists(os.path.join(res.dir, rel)):
             continue
-        L += [f"{part['title']}, one {d.get('device', 'GPU')} ({src(rel, d)}; {d.get('note', '')}):", ""]
+        d = measured(res, rel)
+        part = need(d, key, rel)
+        L += [f"{part['title']}: {what} ({src(rel, d)}; {d.get('note', '')}):", ""]
         L += step_cache_rows(part, rel) + [""]
     return "\n".join(L)
 

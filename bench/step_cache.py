@@ -337,8 +337,10 @@ def plot(res, out):
             xs = [max(1 - r["quality"]["cosine"], 1e-7) for r in pts]
             ax.scatter(xs, [r["speedup"] for r in pts], marker=mark, label=who)
             for x, r in zip(xs, pts):
-                ax.annotate(r.get("resolved", r["policy"]).replace("cache-dit ", ""), (x, r["speedup"]), fontsize=6,
-                            xytext=(3, 2), textcoords="offset points")
+                label = r.get("resolved", r["policy"]).replace("cache-dit ", "")
+                if who == "ditrun" and r["policy"] != "off" and "warmup" in r:
+                    label += f" W{r['warmup']}"
+                ax.annotate(label, (x, r["speedup"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel("1 - cosine of the final latents against the exact run (random weights)")
         ax.set_ylabel("speedup over the exact run")

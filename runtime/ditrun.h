@@ -137,6 +137,8 @@ dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, 
 /* 1 and *out filled when the bundle streams its weights (rank 0's engine); 0 otherwise. */
 int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out);
 dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i);
+/* Steps [from, to) in order, synchronized once at the end (the step cache's segments of a forward). */
+dit_status_t dit_runtime_steps(dit_runtime_t *rt, size_t from, size_t to);
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host);
 dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host);
 

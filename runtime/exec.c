@@ -1069,16 +1069,23 @@ dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, in
 /* Step-level access works on single-rank runs (cross-backend parity of one plan). */
 const dit_plan_t *dit_runtime_plan(const dit_runtime_t *rt) { return rt->ranks[0].plan; }
 
-dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i) {
+dit_status_t dit_runtime_steps(dit_runtime_t *rt, size_t from, size_t to) {
   if (rt->n_ranks != 1) return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take single-rank bundles (this one has %d ranks)", rt->n_ranks);
   rank_rt_t *r0 = &rt->ranks[0];
-  if (i >= r0->plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "step %zu of %zu", i, r0->plan->n_steps);
-  /* With offload, the weight schedule runs too (steps are then taken in plan order). */
-  dit_status_t s = r0->offload ? dit_offload_before_step(r0->offload, i) : DIT_OK;
-  if (!s) s = rank_step(r0, NULL, i);
-  if (!s && r0->offload) s = dit_offload_after_step(r0->offload, i, -1);
-  DIT_RETURN_IF_ERROR(s, "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
+  if (from > to || to > r0->plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "steps [%zu, %zu) of %zu", from, to, r0->plan->n_steps);
+  for (size_t i = from; i < to; i++) {
+    /* With offload, the weight schedule runs too (steps are then taken in plan order). */
+    dit_status_t s = r0->offload ? dit_offload_before_step(r0->offload, i) : DIT_OK;
+    if (!s) s = rank_step(r0, NULL, i);
+    if (!s && r0->offload) s = dit_offload_after_step(r0->offload, i, -1);
+    DIT_RETURN_IF_ERROR(s, "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
+  }
   return r0->be->synchronize(r0->be_state);
+}
+
+dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i) {
+  if (rt->n_ranks == 1 && i >= rt->ranks[0].plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "step %zu of %zu", i, rt->ranks[0].plan->n_steps);
+  return dit_runtime_steps(rt, i, i + 1);
 }
 
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host) {

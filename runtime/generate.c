@@ -184,10 +184,6 @@ static dit_status_t find_site(const dit_runtime_t *rt, const dit_generate_option
   return DIT_OK;
 }
 
-static dit_status_t run_steps(dit_runtime_t *rt, size_t from, size_t to) {
-  for (size_t k = from; k < to; k++) DIT_RETURN_IF(dit_runtime_step(rt, k));
-  return DIT_OK;
-}
 
 /* One branch's forward; d (NULL: a plain forward) takes the step's decision: with teacache or
  * fbcache the plan runs step by step up to the probe; in the conditional branch (slot 0) the
@@ -202,9 +198,12 @@ static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
   probe_site_t site = {0, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
   DIT_RETURN_IF(find_site(rt, d->o, &site));
   const int fb = site.hold != SIZE_MAX, probe = d->slot == 0;
-  for (size_t k = 0; k <= site.stop; k++) {
-    if (probe && k == site.hold) DIT_RETURN_IF(dit_runtime_probe_hold(rt, site.base));
-    DIT_RETURN_IF(dit_runtime_step(rt, k));
+  if (probe && site.hold <= site.stop) {
+    DIT_RETURN_IF(dit_runtime_steps(rt, 0, site.hold));
+    DIT_RETURN_IF(dit_runtime_probe_hold(rt, site.base));
+    DIT_RETURN_IF(dit_runtime_steps(rt, site.hold, site.stop + 1));
+  } else {
+    DIT_RETURN_IF(dit_runtime_steps(rt, 0, site.stop + 1));
   }
   if (probe) {
     double change;
@@ -216,15 +215,15 @@ static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
     if (d->o->hidden_reuse) *d->o->hidden_reuse = d->hidden;
     if (fb && d->full) DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, DIT_PROBE_HELD, 1, &change));
   }
-  if (!d->hidden) return d->full ? run_steps(rt, site.stop + 1, p->n_steps) : DIT_OK;
+  if (!d->hidden) return d->full ? dit_runtime_steps(rt, site.stop + 1, p->n_steps) : DIT_OK;
   DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_START, d->slot, site.start));
   if (d->full) {
-    DIT_RETURN_IF(run_steps(rt, site.stop + 1, site.end_step + 1));
+    DIT_RETURN_IF(dit_runtime_steps(rt, site.stop + 1, site.end_step + 1));
     DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_KEEP, d->slot, site.end));
   } else {
     DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_APPLY, d->slot, site.end));
   }
-  return run_steps(rt, site.end_step + 1, p->n_steps);
+  return dit_runtime_steps(rt, site.end_step + 1, p->n_steps);
 }
 
 /* The loop's controller: teacache and fbcache probe rank 0's plan step by step between the two
