@@ -7,6 +7,10 @@ the same random-weight model as the peer, in one run.
                50 UniPC steps with CFG 5, shift 3.
   --part flux  FLUX.1-dev at 1024x1024 (bench/flux_forward.py's random-weight pipeline, --flux-layers
                D,S blocks), 28 steps, embedded guidance 3.5.
+  --part hunyuan  HunyuanVideo at 1280x720, 33 frames (--hunyuan-layers D,S, default 2,4), 30 steps,
+               embedded guidance 6.
+  --part qwen  Qwen-Image at 1328x1328 (--qwen-layers N, default 20), 50 steps, true CFG 4.
+  Parts combine with commas (wan,flux); all is every one.
 
 Per policy: the denoising loop's seconds (ditrun's own line) and the process's, speedup over exact,
 the steps skipped and the forwards run, and the final latents' cosine, relative L2 and PSNR against
@@ -24,7 +28,7 @@ Results: OUT/step_cache.json, rewritten after every run, and OUT/step_cache.md (
 --dry-run runs the parsing, the metrics, the table and, given --ditrun, --bundle and --inputs of a
 tiny bundle, the real sweep of the ditrun half on it (CPU), without torch.
 
-usage: bench/step_cache.py --part wan|flux|all --ditc BIN --ditrun BIN --work DIR --out DIR
+usage: bench/step_cache.py --part wan|flux|hunyuan|qwen[,...]|all --ditc BIN --ditrun BIN --work DIR --out DIR
            [--wan-model DIR --wan-bundle BUNDLE] [--flux-layers D,S] [--no-peer] [--keep]
        bench/step_cache.py --dry-run --out DIR [--ditrun BIN --bundle B --inputs I.safetensors --steps N]
 """
@@ -74,6 +78,8 @@ QUANTILE = re.compile(r"^(fbcache):q(\d+)$")
 PROBE_RE = re.compile(r"^ditrun: step (\d+)/\d+ .*?  probe (\S+)  ", re.M)
 WAN = {"frames": 81, "height": 480, "width": 832, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
 FLUX = {"steps": 28, "guidance": 3.5}
+HUNYUAN = {"steps": 30, "guidance": 6.0, "frames": 33}  # at 33 frames: 129 would take minutes a run
+QWEN = {"steps": 50, "true_cfg": 4.0}
 RANDOM_NOTE = ("random weights: cosine, relative L2 and PSNR say how far a policy moves the final latents from the exact "
                "run's on such a model")
 LOOP_RE = re.compile(r"^(?:\[rank \d+\] )?ditrun: generate (\d+) steps in ([0-9.]+)s$", re.M)
@@ -141,7 +147,7 @@ def table(rows, title):
 def write_results(res, out):
     pb.save(res, out, "step_cache.json")
     lines = []
-    for part in ("wan", "flux", "tiny"):
+    for part in ("wan", "flux", "hunyuan", "qwen", "tiny"):
         if res.get(part):
             lines += table(res[part]["rows"], res[part]["title"])
     with open(os.path.join(out, "step_cache.md.tmp"), "w") as fh:
@@ -325,7 +331,7 @@ def plot(res, out):
     except ImportError:
         return []
     made = []
-    for part in ("wan", "flux"):
+    for part in ("wan", "flux", "hunyuan", "qwen"):
         rows = [r for r in (res.get(part) or {}).get("rows", []) if r.get("speedup") and r.get("quality")]
         if not rows:
             continue
@@ -509,46 +515,98 @@ def run_wan(torch, a, res):
     return fails
 
 
-def run_flux(torch, a, res):
-    from safetensors.torch import save_file  # device only
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel  # device only
-    import flux_forward as ff
+def mmdit_spec(torch, part, a):
+    """A flow family's sweep: its benchmark module, diffusers classes, blocks, the generate inputs
+    (random, seeded) and how ditrun and the pipeline take them."""
+    import diffusers  # device only
+    bf16 = torch.bfloat16
+    g = torch.Generator().manual_seed(7)
+    if part == "flux":
+        import flux_forward as m
+        layers = tuple(int(x) for x in a.flux_layers.split(",")) if a.flux_layers else (19, 38)
+        p = FLUX
+        gi = {"prompt_embeds": torch.randn(1, m.TEXT_LEN, m.CONFIG["joint_attention_dim"], generator=g),
+              "pooled_prompt_embeds": torch.randn(1, m.CONFIG["pooled_projection_dim"], generator=g),
+              "init_latents": torch.randn(1, m.tokens(), m.CONFIG["in_channels"], generator=g)}
+        return dict(module=m, layers=layers, p=p, cls=(diffusers.FluxTransformer2DModel, diffusers.FluxPipeline),
+                    make=dict(text_encoder_2=None, tokenizer_2=None), shape=["--height", str(m.HEIGHT), "--width", str(m.WIDTH),
+                                                                           "--batch", "1", "--text-len", str(m.TEXT_LEN)],
+                    title=f"FLUX.1-dev ({layers[0]} double, {layers[1]} single blocks), {m.WIDTH}x{m.HEIGHT}, {p['steps']} steps, "
+                          f"guidance {p['guidance']}", gi=gi, fps=1, args=["--guidance", str(p["guidance"])],
+                    pipe=lambda t: dict(prompt_embeds=t["prompt_embeds"].to(bf16), pooled_prompt_embeds=t["pooled_prompt_embeds"].to(bf16),
+                                        latents=t["init_latents"].to(bf16), height=m.HEIGHT, width=m.WIDTH,
+                                        guidance_scale=p["guidance"]))
+    if part == "hunyuan":
+        import hunyuan_forward as m
+        layers = m.parse_layers(a.hunyuan_layers) if a.hunyuan_layers else (2, 4)
+        p = HUNYUAN
+        mask = (torch.arange(m.TEXT_LEN) < m.GEN_VALID).float()[None]
+        gi = {"prompt_embeds": torch.randn(1, m.TEXT_LEN, m.CONFIG["text_embed_dim"], generator=g), "prompt_attention_mask": mask,
+              "pooled_prompt_embeds": torch.randn(1, m.CONFIG["pooled_projection_dim"], generator=g),
+              "init_latents": torch.randn(1, *m.latent_shape(p["frames"]), generator=g)}
+        return dict(module=m, layers=layers, p=p, cls=(diffusers.HunyuanVideoTransformer3DModel, diffusers.HunyuanVideoPipeline),
+                    make=dict(text_encoder_2=None, tokenizer_2=None), shape=list(m.shape_flags(p["frames"])),
+                    title=f"HunyuanVideo ({layers[0]} double, {layers[1]} single blocks at the published widths), "
+                          f"{m.WIDTH}x{m.HEIGHT}, {p['frames']} frames, {p['steps']} steps, guidance {p['guidance']}",
+                    gi=gi, fps=1, args=["--guidance", str(p["guidance"])],
+                    pipe=lambda t: dict(prompt_embeds=t["prompt_embeds"].to(bf16), prompt_attention_mask=t["prompt_attention_mask"],
+                                        pooled_prompt_embeds=t["pooled_prompt_embeds"].to(bf16), latents=t["init_latents"],
+                                        height=m.HEIGHT, width=m.WIDTH, num_frames=p["frames"], guidance_scale=p["guidance"]))
+    import qwen_forward as m
+    layers = int(a.qwen_layers) if a.qwen_layers else 20
+    p = QWEN
+    text = (1, m.TEXT_LEN, m.CONFIG["joint_attention_dim"])
+    mask = lambda v: (torch.arange(m.TEXT_LEN) < v).to(torch.int64)[None]  # noqa: E731
+    gi = {"prompt_embeds": torch.randn(text, generator=g), "prompt_embeds_mask": mask(m.GEN_VALID),
+          "negative_prompt_embeds": torch.randn(text, generator=g), "negative_prompt_embeds_mask": mask(m.NEG_VALID),
+          "init_latents": torch.randn(1, m.tokens(), m.CONFIG["in_channels"], generator=g).to(bf16).float()}
+    return dict(module=m, layers=layers, p=p, cls=(diffusers.QwenImageTransformer2DModel, diffusers.QwenImagePipeline), make={},
+                shape=list(m.shape_flags()), title=f"Qwen-Image ({layers} of 60 blocks at the published widths), {m.WIDTH}x{m.HEIGHT}, "
+                                                  f"{p['steps']} steps, true CFG {p['true_cfg']}",
+                gi=gi, fps=2, args=["--negative-embeds", None, "--true-cfg", str(p["true_cfg"])],
+                pipe=lambda t: dict(prompt_embeds=t["prompt_embeds"].to(bf16), prompt_embeds_mask=t["prompt_embeds_mask"],
+                                    negative_prompt_embeds=t["negative_prompt_embeds"].to(bf16),
+                                    negative_prompt_embeds_mask=t["negative_prompt_embeds_mask"], true_cfg_scale=p["true_cfg"],
+                                    latents=t["init_latents"].to(bf16), height=m.HEIGHT, width=m.WIDTH))
 
-    layers = tuple(int(x) for x in a.flux_layers.split(",")) if a.flux_layers else (19, 38)
-    p = FLUX
-    res["flux"] = {"title": f"FLUX.1-dev ({layers[0]} double, {layers[1]} single blocks), {ff.WIDTH}x{ff.HEIGHT}, "
-                            f"{p['steps']} steps, guidance {p['guidance']}", "rows": [], "layers": list(layers), **p}
-    folder = os.path.join(a.work, "flux")
-    model, pipe = pb.make_pipeline(torch, FluxTransformer2DModel, ff.model_config(layers), FluxPipeline, folder,
-                                   scheduler=FlowMatchEulerDiscreteScheduler(**ff.SCHEDULER), vae=None, text_encoder=None,
-                                   tokenizer=None, text_encoder_2=None, tokenizer_2=None)
-    bundle, _, refused = ff.compile_bundle(a.ditc, folder, os.path.join(a.work, "flux_store"), 1)
+
+def run_mmdit(torch, a, res, part):
+    """FLUX.1-dev, HunyuanVideo or Qwen-Image: the random-weight pipeline made with the family's
+    benchmark module, its bundle, ditrun's sweep, then diffusers and cache-dit on the same model."""
+    from safetensors.torch import save_file  # device only
+    from diffusers import FlowMatchEulerDiscreteScheduler  # device only
+
+    sp = mmdit_spec(torch, part, a)
+    m, p = sp["module"], sp["p"]
+    res[part] = {"title": sp["title"], "rows": [], "layers": list(sp["layers"]) if isinstance(sp["layers"], tuple) else sp["layers"],
+                 **p}
+    folder = os.path.join(a.work, part)
+    model, pipe = pb.make_pipeline(torch, sp["cls"][0], m.model_config(sp["layers"]), sp["cls"][1], folder,
+                                   scheduler=FlowMatchEulerDiscreteScheduler(**m.SCHEDULER), vae=None, text_encoder=None,
+                                   tokenizer=None, **sp["make"])
+    bundle, _, refused = pb.ditc_compile(a.ditc, folder, sp["shape"] + ["--dtype", "bf16", "--target", "sm_90", "--store",
+                                                                      os.path.join(a.work, part + "_store")])
     if not bundle:
-        res["flux"]["rows"].append({"contender": "ditrun", "policy": "-", "failed": f"ditc compile: {refused}"})
+        res[part]["rows"].append({"contender": "ditrun", "policy": "-", "failed": f"ditc compile: {refused}"})
         write_results(res, a.out)
         return 1
-    g = torch.Generator().manual_seed(7)
-    gi = {"prompt_embeds": torch.randn(1, ff.TEXT_LEN, ff.CONFIG["joint_attention_dim"], generator=g),
-          "pooled_prompt_embeds": torch.randn(1, ff.CONFIG["pooled_projection_dim"], generator=g),
-          "init_latents": torch.randn(1, ff.tokens(), ff.CONFIG["in_channels"], generator=g)}
-    inputs = os.path.join(a.work, "flux_inputs.safetensors")
-    save_file(gi, inputs)
+    inputs = os.path.join(a.work, part + "_inputs.safetensors")
+    save_file(sp["gi"], inputs)
     model.to("cpu")
     torch.cuda.empty_cache()
-    fails = ditrun_sweep(a.ditrun, bundle, ["--prompt-embeds", inputs, "--init-latents", inputs, "--steps", str(p["steps"]),
-                                            "--guidance", str(p["guidance"])], p["steps"], 1, a.work, res, "flux", a.out,
-                         selected_policies(a.policies), a.budget)
+    args = ["--prompt-embeds", inputs, "--init-latents", inputs, "--steps", str(p["steps"])] + \
+        [inputs if x is None else x for x in sp["args"]]
+    fails = ditrun_sweep(a.ditrun, bundle, args, p["steps"], sp["fps"], a.work, res, part, a.out, selected_policies(a.policies),
+                         a.budget)
     if a.no_peer:
         return fails
-    model.to(torch.device("cuda"))
     dev = torch.device("cuda")
-    call = timed_call(torch, pipe, dict(prompt_embeds=gi["prompt_embeds"].to(dev, torch.bfloat16),
-                                        pooled_prompt_embeds=gi["pooled_prompt_embeds"].to(dev, torch.bfloat16),
-                                        latents=gi["init_latents"].to(dev, torch.bfloat16), height=ff.HEIGHT,
-                                        width=ff.WIDTH, num_inference_steps=p["steps"], guidance_scale=p["guidance"]))
+    model.to(dev)
+    call = timed_call(torch, pipe, {**{k: v.to(dev) if hasattr(v, "to") else v for k, v in sp["pipe"](sp["gi"]).items()},
+                                    "num_inference_steps": p["steps"]})
     call.warm()
     exact, exact_s = call()
-    peer_rows(torch, call, exact_s, exact, read_f32(os.path.join(a.work, "flux_off.safetensors")), res, "flux", a.out,
+    peer_rows(torch, call, exact_s, exact, read_f32(os.path.join(a.work, f"{part}_off.safetensors")), res, part, a.out,
               selected_peers(a.peers))
     return fails
 
@@ -559,13 +617,19 @@ def run(a):
     res = {"run": run_info(), "device": torch.cuda.get_device_name(0), "policies": POLICIES, "peers": PEERS,
            "note": RANDOM_NOTE}
     fails = 0
-    if a.part in ("wan", "all"):
+    parts = ["wan", "flux", "hunyuan", "qwen"] if a.part == "all" else a.part.split(",")
+    bad = [x for x in parts if x not in ("wan", "flux", "hunyuan", "qwen")]
+    if bad:
+        sys.exit(f"--part {a.part}: expected wan, flux, hunyuan, qwen (comma-separated) or all, found {bad[0]}")
+    if "wan" in parts:
         if not (a.wan_model and a.wan_bundle):
             sys.exit("--part wan needs --wan-model and --wan-bundle")
         fails += run_wan(torch, a, res)
         torch.cuda.empty_cache()
-    if a.part in ("flux", "all"):
-        fails += run_flux(torch, a, res)
+    for part in ("flux", "hunyuan", "qwen"):
+        if part in parts:
+            fails += run_mmdit(torch, a, res, part)
+            torch.cuda.empty_cache()
     res["complete"] = True
     res["plots"] = [os.path.basename(x) for x in plot(res, a.out)]
     for line in write_results(res, a.out):
@@ -576,10 +640,12 @@ def run(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     pb.add_contender_flags(ap)
-    ap.add_argument("--part", choices=("wan", "flux", "all"), default="all")
+    ap.add_argument("--part", default="all", help="wan, flux, hunyuan, qwen, comma-separated, or all")
     ap.add_argument("--wan-model")
     ap.add_argument("--wan-bundle")
     ap.add_argument("--flux-layers", help="D,S: double and single blocks (default: the published 19,38)")
+    ap.add_argument("--hunyuan-layers", help="D,S: HunyuanVideo's double and single blocks (default 2,4 of 20,40)")
+    ap.add_argument("--qwen-layers", help="Qwen-Image's blocks (default 20 of 60)")
     ap.add_argument("--bundle", help="--dry-run: a tiny bundle for the ditrun sweep")
     ap.add_argument("--inputs", help="--dry-run: its prompt_embeds, negative_prompt_embeds and init_latents")
     ap.add_argument("--steps", type=int, default=10, help="--dry-run: the tiny sweep's steps")

@@ -10,7 +10,7 @@
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
-#   4b. with STEP_CACHE=wan|flux|1 (1: both; wan needs 3's bundle), the step-cache sweep: every policy
+#   4b. with STEP_CACHE=wan|flux|hunyuan|qwen (comma-separated; 1: all; wan needs the bundle of 3 or 3'), the step-cache sweep: every policy
 #      against the exact run and cache-dit on diffusers as the peer (bench/step_cache.py: step_cache.json,
 #      step_cache.md, step_cache_*.png; STEP_CACHE_FLUX_LAYERS D,S for fewer FLUX blocks; STEP_CACHE_POLICIES,
 #      STEP_CACHE_BUDGET and STEP_CACHE_PEERS pass --policies, --budget and --peers; with NO_FORWARD=1 the
@@ -319,7 +319,7 @@ fi
 fi
 [ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
 
-wan_sc=$(case "${STEP_CACHE:-}" in wan|1) echo 1;; esac)
+wan_sc=$(case ",${STEP_CACHE:-}," in *,wan,*|,1,) echo 1;; esac)
 if [ -z "${NO_13B:-}" ] && [ -n "${NO_FORWARD:-}" ] && [ -n "$wan_sc" ]; then
   step "3'. Wan2.1-1.3B 480x832 81 frames: the bundle alone (for the step-cache sweep)"
   big=$("$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b" | tail -n1 | cut -d' ' -f3)
@@ -353,11 +353,17 @@ if [ -n "${GENERATE:-}" ] && [ -n "${big:-}" ]; then
 fi
 if [ -n "${STEP_CACHE:-}" ]; then
   step "4b. step caching: each policy against the exact run, cache-dit on diffusers as the peer"
-  part=$([ "$STEP_CACHE" = 1 ] && echo all || echo "$STEP_CACHE")
-  [ -n "${big:-}" ] || [ "$part" = flux ] || { echo "STEP_CACHE=$STEP_CACHE: no Wan2.1-1.3B bundle (step 3 skipped): FLUX only"; part=flux; }
+  part=$([ "$STEP_CACHE" = 1 ] && echo wan,flux,hunyuan,qwen || echo "$STEP_CACHE")
+  if [ -z "${big:-}" ] && [[ ",$part," == *,wan,* ]]; then
+    part=$(echo ",$part," | sed 's/,wan,/,/; s/^,//; s/,$//')
+    echo "STEP_CACHE=$STEP_CACHE: no Wan2.1-1.3B bundle (steps 3 and 3' skipped): ${part:-nothing else}"
+  fi
+fi
+if [ -n "${STEP_CACHE:-}" ] && [ -n "$part" ]; then
   timeout "${STEP_CACHE_TIMEOUT:-1800}" python3 bench/step_cache.py --part "$part" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
     --work "$W/sc" --out "$OUT" ${big:+--wan-model "$W/wan13/model" --wan-bundle "$big"} \
-    ${STEP_CACHE_FLUX_LAYERS:+--flux-layers "$STEP_CACHE_FLUX_LAYERS"} ${STEP_CACHE_POLICIES:+--policies "$STEP_CACHE_POLICIES"} \
+    ${STEP_CACHE_FLUX_LAYERS:+--flux-layers "$STEP_CACHE_FLUX_LAYERS"} ${STEP_CACHE_HUNYUAN_LAYERS:+--hunyuan-layers "$STEP_CACHE_HUNYUAN_LAYERS"} \
+    ${STEP_CACHE_QWEN_LAYERS:+--qwen-layers "$STEP_CACHE_QWEN_LAYERS"} ${STEP_CACHE_POLICIES:+--policies "$STEP_CACHE_POLICIES"} \
     ${STEP_CACHE_BUDGET:+--budget "$STEP_CACHE_BUDGET"} ${STEP_CACHE_PEERS:+--peers "$STEP_CACHE_PEERS"} 2>&1 | grep -v Warning | tee "$OUT/bench_step_cache.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
