@@ -701,6 +701,17 @@ static int gen_usage(const run_args_t *a, gen_job_t *j) {
   return 0;
 }
 
+/* A job for generate or calibrate-cache with the command line's bundle-free checks passed (an exit
+ * status, 0 with *out the caller's). */
+static int gen_open(const run_args_t *a, gen_job_t **out) {
+  gen_job_t *j = calloc(1, sizeof *j);
+  if (!j) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
+  int rc = gen_usage(a, j);
+  if (rc) free(j);
+  else *out = j;
+  return rc;
+}
+
 /* Loads the bundle and reads the loop's inputs: the experts' guidance, a generate section's
  * arguments, the step cache, the image condition, the embeddings, --init-latents' noise. */
 static dit_status_t gen_prepare(const run_args_t *a, gen_job_t *j) {
@@ -796,12 +807,8 @@ static int cmd_generate(int argc, char **argv) {
   run_args_t a;
   int rc = parse_run_args(argc, argv, &a, 1, "generate");
   if (rc) return rc;
-  gen_job_t *j = calloc(1, sizeof *j);
-  if (!j) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
-  if ((rc = gen_usage(&a, j))) {
-    free(j);
-    return rc;
-  }
+  gen_job_t *j;
+  if ((rc = gen_open(&a, &j))) return rc;
   dit_status_t s = gen_prepare(&a, j);
   if (!s) gen_noise(j, (uint64_t)a.seed);
   double t0 = dit_now_s();
@@ -889,12 +896,8 @@ static int cmd_calibrate_cache(int argc, char **argv) {
     return usage_error("%s", "--runs: expected an integer in 1..64 (calibration runs, seeds S..S+K-1)");
   const int runs = (int)runs_d;
   if (runs > 1 && a.init) return usage_error("%s", "--runs > 1 needs --seed S (run k takes seed S + k): --init-latents is one noise");
-  gen_job_t *j = calloc(1, sizeof *j);
-  if (!j) return dit_status_report(DIT_ERR(RESOURCE_EXHAUSTED, "out of memory"), "ditrun");
-  if ((rc = gen_usage(&a, j))) {
-    free(j);
-    return rc;
-  }
+  gen_job_t *j;
+  if ((rc = gen_open(&a, &j))) return rc;
   dit_status_t s = gen_prepare(&a, j);
   /* teacache at T = 0 skips nothing (the exact run, bit for bit) and reports the probe's change. */
   dit_generate_options_t *g = &j->g;

@@ -6,12 +6,7 @@
 # again outside the tree.
 set -euo pipefail
 B=$1
-# A sanitizer build's libditrun.so needs the ASan runtime first in any program not built with it
-# (python3, the example built outside the tree).
-asan_preload() {
-  grep -q "^DIT_SANITIZE:BOOL=ON" "$1/CMakeCache.txt" || return 0
-  "$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$1/CMakeCache.txt")" -print-file-name=libasan.so
-}
+. tests/tools/asan_preload.sh
 PRELOAD=$(asan_preload "$B")
 BIN=$B/bin
 LIB=$B/lib/libditrun.so

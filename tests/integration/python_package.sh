@@ -5,12 +5,7 @@
 # numpy and checks its errors. Skipped (exit 77) only where python3 is absent.
 set -euo pipefail
 B=$1
-# A sanitizer build's libditrun.so needs the ASan runtime first in any program not built with it
-# (python3, the example built outside the tree).
-asan_preload() {
-  grep -q "^DIT_SANITIZE:BOOL=ON" "$1/CMakeCache.txt" || return 0
-  "$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$1/CMakeCache.txt")" -print-file-name=libasan.so
-}
+. tests/tools/asan_preload.sh
 PRELOAD=$(asan_preload "$B")
 PY=
 for p in python3 /usr/bin/python3; do

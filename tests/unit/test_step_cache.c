@@ -287,32 +287,14 @@ static void test_easycache(void) {
  * runs (0.1), 3 and 4 skip (0.0123, 0.0248), 5 runs (0.139), 6 and 7 skip, 8 runs, 9 is the cooldown.
  * With 4x: 3 skips (0.049), 4 runs (0.099), 5 and 6 run, 7 skips (0.041). A skipped step's
  * prediction is x_i + (P_b - x_b). */
+static const char *probe_run(const dit_step_cache_options_t *o, const double *d, const double *coef, int k, float *skipped_p);
+
 static const char *tea_run(double threshold, const double *coef, int k, float *skipped_p) {
   static const float qs[10] = {100, 90, 81, 80, 79, 70, 69, 68.3f, 60, 50};
-  static char buf[256];
-  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_TEACACHE, .threshold = threshold, .warmup = 2, .cooldown = 1};
-  dit_step_cache_t *c = NULL;
-  buf[0] = 0;
-  CHECK_OK(dit_step_cache_create(&o, 10, 1, &c));
-  if (!c) return buf;
-  if (coef) dit_step_cache_set_rescale(c, coef, k);
-  float p = 0;
-  for (int i = 0; i < 10; i++) {
-    const float x = 10.0f - (float)i;
-    dit_step_cache_probe(c, i ? fabs((double)qs[i] - qs[i - 1]) / fabs((double)qs[i - 1]) : NAN);
-    dit_step_cache_observe(c, &x);
-    if (dit_step_cache_full(c, i)) {
-      p = (float)i * 0.5f;
-      dit_step_cache_record(c, i, &p);
-      skipped_p[i] = NAN;
-      continue;
-    }
-    dit_step_cache_extrapolate(c, &p);
-    skipped_p[i] = p;
-    snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%d", buf[0] ? " " : "", i);
-  }
-  dit_step_cache_destroy(c);
-  return buf;
+  const dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_TEACACHE, .threshold = threshold, .warmup = 2, .cooldown = 1};
+  double d[10];
+  for (int i = 0; i < 10; i++) d[i] = i ? fabs((double)qs[i] - qs[i - 1]) / fabs((double)qs[i - 1]) : NAN;
+  return probe_run(&o, d, coef, k, skipped_p);
 }
 
 static void test_teacache(void) {
@@ -354,12 +336,20 @@ static void test_teacache(void) {
  * measures them): skipped when d_i < T at a step W, C and two full steps allow; no accumulation, so
  * skips may follow one another; NaN runs. A skipped step's prediction is x_i + (P_b - x_b). */
 static const char *fb_run(double threshold, const double *d, int warmup, float *skipped_p) {
+  const dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_FBCACHE, .threshold = threshold, .warmup = warmup, .cooldown = 1};
+  return probe_run(&o, d, NULL, 0, skipped_p);
+}
+
+/* A probing mode over 10 steps of given probe changes d (rescaled by coef when given): the skipped
+ * steps, and each skipped step's prediction in skipped_p (NaN for full steps) with x_i = 10 - i and
+ * P_i = i / 2 on full steps. */
+static const char *probe_run(const dit_step_cache_options_t *o, const double *d, const double *coef, int k, float *skipped_p) {
   static char buf[256];
-  dit_step_cache_options_t o = {.mode = DIT_STEP_CACHE_FBCACHE, .threshold = threshold, .warmup = warmup, .cooldown = 1};
   dit_step_cache_t *c = NULL;
   buf[0] = 0;
-  CHECK_OK(dit_step_cache_create(&o, 10, 1, &c));
+  CHECK_OK(dit_step_cache_create(o, 10, 1, &c));
   if (!c) return buf;
+  if (coef) dit_step_cache_set_rescale(c, coef, k);
   float p = 0;
   for (int i = 0; i < 10; i++) {
     const float x = 10.0f - (float)i;
