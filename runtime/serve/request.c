@@ -35,6 +35,10 @@ dit_status_t dit_base64_decode(const char *s, size_t n, uint8_t **out, size_t *o
       }
       v = v << 6 | (uint32_t)d;
     }
+    if (i + 4 == n && (v & (pad == 2 ? 0xffffu : pad == 1 ? 0xffu : 0))) {
+      free(p); /* bits past the data must be zero: one text per byte string */
+      return DIT_ERR(INVALID_ARGUMENT, "base64: the last group has bits set past the data (not the canonical encoding)");
+    }
     p[o++] = (uint8_t)(v >> 16);
     p[o++] = (uint8_t)(v >> 8);
     p[o++] = (uint8_t)v;
