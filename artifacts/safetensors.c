@@ -868,7 +868,9 @@ static int cmp_wmeta(const void *a, const void *b) {
   return strcmp(((const st_wmeta_t *)a)->key, ((const st_wmeta_t *)b)->key);
 }
 
-dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
+/* The file's first part into *out: the length prefix and the padded header, tensors sorted by
+ * name (`what` names the destination in errors). */
+static dit_status_t writer_header(dit_st_writer_t *w, const char *path, dit_strbuf_t *out) {
   /* Sorted output makes the file a function of the tensors alone, whatever the add order. */
   if (w->n > 1) qsort(w->t, w->n, sizeof *w->t, cmp_wtensor);
   if (w->nmeta > 1) qsort(w->meta, w->nmeta, sizeof *w->meta, cmp_wmeta);
@@ -925,15 +927,26 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
     return DIT_ERR(OUT_OF_RANGE, "%s: header of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                    path, header_len, DIT_ST_MAX_HEADER);
   }
+  if (b.oom) {
+    free(b.p);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the header of %zu tensors", path, w->n);
+  }
+  for (int i = 0; i < 8; i++) b.p[i] = (char)(header_len >> (8 * i));
+  *out = b;
+  return DIT_OK;
+}
+
+dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
+  dit_strbuf_t b = {0};
+  DIT_RETURN_IF(writer_header(w, path, &b));
   /* The header, then every tensor's bytes from where they are: no copy of the whole file. */
-  const void **parts = b.oom ? NULL : malloc((w->n + 1) * sizeof *parts);
+  const void **parts = malloc((w->n + 1) * sizeof *parts);
   size_t *sizes = parts ? malloc((w->n + 1) * sizeof *sizes) : NULL;
   if (!sizes || w->n + 1 > INT_MAX) {
     free(parts);
     free(b.p);
     return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the header of %zu tensors", path, w->n);
   }
-  for (int i = 0; i < 8; i++) b.p[i] = (char)(header_len >> (8 * i));
   parts[0] = b.p, sizes[0] = b.len;
   for (size_t i = 0; i < w->n; i++) parts[i + 1] = w->t[i].data, sizes[i + 1] = w->t[i].nbytes;
   dit_status_t s = dit_file_write_atomic_parts(path, parts, sizes, (int)w->n + 1);
@@ -941,4 +954,25 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
   free(sizes);
   free(b.p);
   return s;
+}
+
+dit_status_t dit_st_writer_serialize(dit_st_writer_t *w, const char *what, uint8_t **out, size_t *out_len) {
+  dit_strbuf_t b = {0};
+  DIT_RETURN_IF(writer_header(w, what, &b));
+  size_t total = b.len;
+  for (size_t i = 0; i < w->n; i++) total += w->t[i].nbytes;
+  uint8_t *p = malloc(total ? total : 1);
+  if (!p) {
+    free(b.p);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for %zu bytes", what, total);
+  }
+  memcpy(p, b.p, b.len);
+  size_t at = b.len;
+  for (size_t i = 0; i < w->n; i++) {
+    if (w->t[i].nbytes) memcpy(p + at, w->t[i].data, w->t[i].nbytes);
+    at += w->t[i].nbytes;
+  }
+  free(b.p);
+  *out = p, *out_len = total;
+  return DIT_OK;
 }

@@ -54,6 +54,9 @@ dit_status_t dit_st_writer_add(dit_st_writer_t *w, const char *name, dit_dtype_t
 /* Optional string metadata ("__metadata__"). */
 dit_status_t dit_st_writer_set_metadata(dit_st_writer_t *w, const char *key, const char *value);
 dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path);
+/* The bytes dit_st_writer_write would write, in memory (`what` names them in errors); the
+ * caller frees *out. */
+dit_status_t dit_st_writer_serialize(dit_st_writer_t *w, const char *what, uint8_t **out, size_t *out_len);
 void dit_st_writer_destroy(dit_st_writer_t *w);
 
 #endif

@@ -216,6 +216,10 @@ typedef struct dit_generate_options {
    * and the output head on it), 0 when they reused at the output (x_i + P_b - x_b: step_cache.h).
    * May be NULL. */
   int *hidden_reuse;
+  /* Called after each step but the last, after on_step (may be NULL): a nonzero dit_code_t
+   * (DIT_CODE_ABORTED for a cancel, DIT_CODE_DEADLINE_EXCEEDED for a deadline) stops the loop
+   * there with that code, so a resident server ends a job at a step boundary. */
+  int (*should_stop)(void *ctx);
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's

@@ -17,9 +17,11 @@
 #include "runtime/cache_profile.h"
 #include "runtime/compare.h"
 #include "runtime/ditrun.h"
+#include "runtime/gen_cli.h"
 #include "runtime/launch/launch_cmd.h"
 #include "runtime/launch/launch_env.h"
 #include "runtime/rng.h"
+#include "runtime/serve/serve.h"
 
 static const char kUsage[] =
     "usage: ditrun <command> BUNDLE [options]\n"
@@ -99,6 +101,12 @@ static const char kUsage[] =
     "                     (and the collectives' latency from theirs); ditc compile --profile\n"
     "                     PROFILE.json reads the result\n"
     "\n"
+    "  serve BUNDLE|ID... [--listen 127.0.0.1:8088] [--max-running 1] [--max-queued 16]\n"
+    "                  [--token-file F] [--max-body-mb 64] [--grace-s 5]\n"
+    "                     a resident HTTP server running generate on the bundles, loaded\n"
+    "                     once in a worker process (README: Resident serving); its\n"
+    "                     --token-file is the bearer token clients must send\n"
+    "\n"
     "  launch -n N [--port P] [--grace-ms MS] -- COMMAND [ARGS...]\n"
     "                     run N ranks of `ditrun COMMAND ARGS...` on this host (torchrun's\n"
     "                     variables set; stderr lines prefixed [rank i]); one failing rank\n"
@@ -148,13 +156,24 @@ static int usage_error(const char *fmt, const char *arg) {
 /* ---- where the bundle comes from (fetch.h) ---- */
 
 static dit_fetch_options_t g_fetch = {.timeout_s = 30, .retries = 3, .verbose = 1};
-static dit_fetched_t *g_fetched;
+/* The bundles named so far (serve names several), each fetched once. */
+#define MAX_FETCHED 16
+static struct {
+  char *what;
+  dit_fetched_t *f;
+} g_fetched[MAX_FETCHED];
 static char *g_token;
 
 /* The bundle directory for what the user named; kept until the process ends. */
-static dit_status_t resolve_bundle(const char *what, const char **out_dir) {
-  if (!g_fetched) DIT_RETURN_IF(dit_fetch_bundle(what, &g_fetch, &g_fetched));
-  *out_dir = dit_fetched_dir(g_fetched);
+dit_status_t gen_resolve_bundle(const char *what, const char **out_dir) {
+  int i = 0;
+  while (i < MAX_FETCHED && g_fetched[i].what && strcmp(g_fetched[i].what, what)) i++;
+  if (i == MAX_FETCHED) return DIT_ERR(OUT_OF_RANGE, "%s: at most %d bundles per process", what, MAX_FETCHED);
+  if (!g_fetched[i].what) {
+    DIT_RETURN_IF(dit_fetch_bundle(what, &g_fetch, &g_fetched[i].f));
+    if (!(g_fetched[i].what = strdup(what))) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out_dir = dit_fetched_dir(g_fetched[i].f);
   return DIT_OK;
 }
 
@@ -217,7 +236,7 @@ static int take_fetch_options(int *argc, char **argv) {
 static int cmd_verify(const char *dir) {
   double t0 = dit_now_s();
   dit_bundle_t *b;
-  dit_status_t s = resolve_bundle(dir, &dir);
+  dit_status_t s = gen_resolve_bundle(dir, &dir);
   if (s) return dit_status_report(s, "ditrun");
   s = dit_bundle_open(dir, DIT_BUNDLE_HASH_BLOBS, &b);
   if (s) return dit_status_report(s, "ditrun");
@@ -254,7 +273,7 @@ static int cmd_verify(const char *dir) {
 
 static int cmd_info(const char *dir) {
   dit_bundle_t *b;
-  dit_status_t s = resolve_bundle(dir, &dir);
+  dit_status_t s = gen_resolve_bundle(dir, &dir);
   if (!s) s = dit_bundle_open(dir, 0, &b);
   if (s) return dit_status_report(s, "ditrun");
   dit_manifest_print(dit_bundle_manifest(b), stdout);
@@ -265,10 +284,8 @@ static int cmd_info(const char *dir) {
 
 /* ---- tensor files ---- */
 
-/* Reads tensor `name` of `path` into an aligned heap copy (caller frees t->data). */
-static dit_status_t read_tensor(const char *path, const char *name, const char *flag, dit_tensor_t *t) {
-  dit_safetensors_t *st;
-  DIT_RETURN_IF_ERROR(dit_safetensors_open(path, &st), "%s", flag);
+/* Copies tensor `name` of st (read from `path`) into an aligned heap copy (caller frees t->data). */
+static dit_status_t copy_tensor(const dit_safetensors_t *st, const char *path, const char *name, const char *flag, dit_tensor_t *t) {
   const dit_st_tensor_t *e = dit_safetensors_find(st, name);
   dit_status_t s = DIT_OK;
   if (!e) {
@@ -283,8 +300,21 @@ static dit_status_t read_tensor(const char *path, const char *name, const char *
     if (!t->data) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", path);
     else memcpy(t->data, e->data, e->nbytes);
   }
+  return s;
+}
+
+/* Reads tensor `name` of `path` into an aligned heap copy (caller frees t->data). */
+static dit_status_t read_tensor(const char *path, const char *name, const char *flag, dit_tensor_t *t) {
+  dit_safetensors_t *st;
+  DIT_RETURN_IF_ERROR(dit_safetensors_open(path, &st), "%s", flag);
+  dit_status_t s = copy_tensor(st, path, name, flag, t);
   dit_safetensors_close(st);
   return s;
+}
+
+/* A loop input: from a served job's request when there is one, else from the file. */
+static dit_status_t read_arg_tensor(const run_args_t *a, const char *path, const char *name, const char *flag, dit_tensor_t *t) {
+  return a->request ? copy_tensor(a->request, "(request inputs)", name, flag, t) : read_tensor(path, name, flag, t);
 }
 
 static dit_status_t write_tensor(const char *path, const char *name, const dit_tensor_t *t) {
@@ -298,15 +328,6 @@ static dit_status_t write_tensor(const char *path, const char *name, const dit_t
 
 /* ---- forward / generate ---- */
 
-typedef struct run_args {
-  const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
-  const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse;
-  int64_t steps, seed, threads, device, devices, warmup, cache_warmup, cache_cooldown;
-  double guidance, guidance_2, shift, max_rel, true_cfg;
-  int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
-  int have_guidance_2, have_seed, have_cache_warmup, have_cache_cooldown, accumulate, verbose, need_out, graph, stage, overlap,
-      pace_host, no_split, generate; /* generate: 1 generate, 2 calibrate-cache */
-} run_args_t;
 
 static int parse_num(const char *flag, const char *v, double *out) {
   if (!v) return usage_error("%s needs a value", flag);
@@ -343,7 +364,7 @@ static int generate_only(const char *f) {
   return 0;
 }
 
-static int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const char *cmd) {
+int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const char *cmd) {
   memset(a, 0, sizeof *a);
   a->need_out = need_out;
   a->steps = 50;
@@ -453,7 +474,7 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
                              a->generate ? NULL : a->expert ? a->expert : "transformer"};
   double t0 = dit_now_s();
   const char *dir = NULL;
-  DIT_RETURN_IF(resolve_bundle(a->bundle, &dir));
+  DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
   DIT_RETURN_IF(dit_runtime_load(dir, &o, rt));
   int expert = 0;
   DIT_RETURN_IF(dit_runtime_expert_find(*rt, a->expert, &expert));
@@ -574,28 +595,12 @@ static dit_status_t flow_arguments(const run_args_t *a, const dit_manifest_t *m,
       char *nm = names[g->n_args];
       snprintf(nm, 96, "%s%s", neg ? "negative_" : "", gs->conditions[i].argument);
       args[g->n_args].name = nm;
-      DIT_RETURN_IF(read_tensor(neg ? a->negative : a->prompt, nm, neg ? "--negative-embeds" : "--prompt-embeds", &args[g->n_args].t));
+      DIT_RETURN_IF(read_arg_tensor(a, neg ? a->negative : a->prompt, nm, neg ? "--negative-embeds" : "--prompt-embeds", &args[g->n_args].t));
       g->n_args++;
     }
   return DIT_OK;
 }
 
-/* What generate and calibrate-cache run: the loaded bundle, the loop's options and inputs, and
- * the latents. */
-typedef struct gen_job {
-  dit_runtime_t *rt;
-  dit_generate_options_t g;
-  dit_tensor_t prompt, neg, lat;
-  float *latents; /* the latents the loop steps */
-  float *init;    /* --init-latents' noise; NULL: --seed's */
-  size_t n;
-  int *used, *skipped;
-  int hidden_reuse; /* generate's report: skipped steps reused the block stack's residual */
-  dit_cache_profile_t profile; /* --cache-profile's, for --step-cache auto */
-  dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
-  char arg_names[2 * DIT_GEN_MAX_CONDITIONS][96];
-  char il_what[1100], ie_what[1100];
-} gen_job_t;
 
 /* --step-cache auto: the policy calibrate-cache chose for this bundle and these steps, with its
  * warmup and cooldown and, for teacache, its fitted polynomial. */
@@ -684,7 +689,7 @@ static void print_step_cache(const dit_generate_options_t *g) {
 }
 
 /* The command line's checks that need no bundle (an exit status, 0 when they pass). */
-static int gen_usage(const run_args_t *a, gen_job_t *j) {
+int gen_usage(const run_args_t *a, gen_job_t *j) {
   if (!a->prompt) return usage_error("%s needs --prompt-embeds P.safetensors", a->generate == 2 ? "calibrate-cache" : "generate");
   if (!!a->init == !!a->have_seed)
     return usage_error("%s needs exactly one of --init-latents and --seed", a->generate == 2 ? "calibrate-cache" : "generate");
@@ -712,17 +717,19 @@ static int gen_open(const run_args_t *a, gen_job_t **out) {
   return rc;
 }
 
-/* Loads the bundle and reads the loop's inputs: the experts' guidance, a generate section's
- * arguments, the step cache, the image condition, the embeddings, --init-latents' noise. */
-static dit_status_t gen_prepare(const run_args_t *a, gen_job_t *j) {
+dit_status_t gen_load(const run_args_t *a, gen_job_t *j) { return load(a, &j->rt); }
+
+/* Reads the loop's inputs: the experts' guidance, a generate section's arguments, the step
+ * cache, the image condition, the embeddings, --init-latents' noise. */
+dit_status_t gen_inputs(const run_args_t *a, gen_job_t *j) {
   dit_generate_options_t *g = &j->g;
-  dit_status_t s = load(a, &j->rt);
+  dit_status_t s = DIT_OK;
   /* Both experts are loaded: transformer_2 takes over below the boundary. */
-  if (!s && dit_runtime_expert_count(j->rt) == 2) {
+  if (dit_runtime_expert_count(j->rt) == 2) {
     if (!(j->used = calloc((size_t)g->steps, sizeof *j->used))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     g->guidance_2 = a->have_guidance_2 ? a->guidance_2 : a->guidance;
     g->expert_used = j->used;
-  } else if (!s && a->have_guidance_2) {
+  } else if (a->have_guidance_2) {
     s = DIT_ERR(INVALID_ARGUMENT, "--guidance-2 %g: the bundle has one transformer (no transformer_2 to guide)", a->guidance_2);
   }
   const int flow = !s && dit_runtime_manifest(j->rt)->generate.present;
@@ -734,15 +741,15 @@ static dit_status_t gen_prepare(const run_args_t *a, gen_job_t *j) {
   if (!s && a->image_latents) {
     snprintf(j->il_what, sizeof j->il_what, "--image-latents %s", a->image_latents);
     g->condition.image_latents_what = j->il_what;
-    s = read_tensor(a->image_latents, "image_latents", "--image-latents", &g->condition.image_latents);
+    s = read_arg_tensor(a, a->image_latents, "image_latents", "--image-latents", &g->condition.image_latents);
   }
   if (!s && a->image_embeds) {
     snprintf(j->ie_what, sizeof j->ie_what, "--image-embeds %s", a->image_embeds);
     g->condition.image_embeds_what = j->ie_what;
-    s = read_tensor(a->image_embeds, "image_embeds", "--image-embeds", &g->condition.image_embeds);
+    s = read_arg_tensor(a, a->image_embeds, "image_embeds", "--image-embeds", &g->condition.image_embeds);
   }
-  if (!s && !flow) s = read_tensor(a->prompt, "prompt_embeds", "--prompt-embeds", &j->prompt);
-  if (!s && !flow && a->negative) s = read_tensor(a->negative, "negative_prompt_embeds", "--negative-embeds", &j->neg);
+  if (!s && !flow) s = read_arg_tensor(a, a->prompt, "prompt_embeds", "--prompt-embeds", &j->prompt);
+  if (!s && !flow && a->negative) s = read_arg_tensor(a, a->negative, "negative_prompt_embeds", "--negative-embeds", &j->neg);
   if (!s && !flow && a->negative && g->guidance <= 1.0)
     fprintf(stderr, "ditrun: note: --guidance %g <= 1: no classifier-free guidance, negative embeddings unused\n", g->guidance);
   if (!s) {
@@ -771,18 +778,30 @@ static dit_status_t gen_prepare(const run_args_t *a, gen_job_t *j) {
   return s;
 }
 
+/* Loads the bundle and reads the loop's inputs. */
+static dit_status_t gen_prepare(const run_args_t *a, gen_job_t *j) {
+  DIT_RETURN_IF(gen_load(a, j));
+  return gen_inputs(a, j);
+}
+
 /* The initial noise: --init-latents', else seed's. */
-static void gen_noise(const gen_job_t *j, uint64_t seed) {
+void gen_noise(const gen_job_t *j, uint64_t seed) {
   if (j->init) memcpy(j->latents, j->init, j->n * sizeof *j->latents);
   else dit_rng_normal(seed, 0, j->latents, j->n);
 }
 
-static dit_status_t gen_run(gen_job_t *j, const run_args_t *a) {
+dit_status_t gen_run(gen_job_t *j, const run_args_t *a) {
   g_step_rt = j->rt;
   return dit_runtime_generate(j->rt, &j->g, &j->prompt, a->negative ? &j->neg : NULL, j->latents);
 }
 
-static void gen_release(gen_job_t *j) {
+dit_status_t gen_output(gen_job_t *j, dit_st_writer_t **out) {
+  j->lat.data = j->latents;
+  DIT_RETURN_IF(dit_st_writer_create(out));
+  return dit_st_writer_add(*out, "latents", j->lat.dtype, j->lat.rank, j->lat.dims, j->lat.data);
+}
+
+void gen_release_inputs(gen_job_t *j) {
   free(j->latents);
   free(j->init);
   free(j->prompt.data);
@@ -793,6 +812,10 @@ static void gen_release(gen_job_t *j) {
   free(j->used);
   free(j->skipped);
   dit_cache_profile_free(&j->profile);
+}
+
+static void gen_release(gen_job_t *j) {
+  gen_release_inputs(j);
   dit_runtime_destroy(j->rt);
 }
 
@@ -823,8 +846,10 @@ static int cmd_generate(int argc, char **argv) {
               sw.switch_ms);
       print_memory(j->rt);
     }
-    j->lat.data = j->latents;
-    if (g_writer) s = write_tensor(a.out, "latents", &j->lat);
+    dit_st_writer_t *w = NULL;
+    if (g_writer) s = gen_output(j, &w);
+    if (!s && g_writer) s = dit_st_writer_write(w, a.out);
+    dit_st_writer_destroy(w);
   }
   if (!s && g_writer) printf("wrote %s\n", a.out);
   gen_release(j);
@@ -1224,8 +1249,6 @@ static int cmd_calibrate(int argc, char **argv) {
     if (!s) s = calib_measure(rt, second, second_inputs, iters, &pt[1]);
     dit_runtime_destroy(rt);
     rt = NULL;
-    dit_fetched_destroy(g_fetched); /* the first bundle is fetched (resolved) anew */
-    g_fetched = NULL;
   }
   if (!s) s = load(&a, &rt);
   if (!s) s = calib_measure(rt, a.bundle, a.inputs, iters, &pt[0]);
@@ -1293,10 +1316,15 @@ static int run_command(int argc, char **argv);
 int main(int argc, char **argv) {
   /* Before the fetch options are taken: everything after "launch" belongs to the ranks. */
   if (argc > 1 && !strcmp(argv[1], "launch")) return dit_launch_main(argc - 2, argv + 2);
-  int rc = take_fetch_options(&argc, argv);
+  /* serve's --token-file is its bearer token; the store's token then comes from DITC_REMOTE_TOKEN. */
+  int rc = argc > 1 && !strcmp(argv[1], "serve") ? dit_serve_take_token_file(&argc, argv) : 0;
+  if (!rc) rc = take_fetch_options(&argc, argv);
   if (!rc) rc = run_command(argc, argv);
   /* After the runtime is gone: this may remove a temporary store it had mapped. */
-  dit_fetched_destroy(g_fetched);
+  for (int i = 0; i < MAX_FETCHED && g_fetched[i].what; i++) {
+    dit_fetched_destroy(g_fetched[i].f);
+    free(g_fetched[i].what);
+  }
   free(g_token);
   return rc;
 }
@@ -1317,6 +1345,8 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 2, argv + 2);
   if (!strcmp(cmd, "calibrate-cache")) return cmd_calibrate_cache(argc - 2, argv + 2);
+  if (!strcmp(cmd, "serve")) return dit_serve_main(argc - 2, argv + 2);
+  if (!strcmp(cmd, "serve-worker")) return dit_serve_worker_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);
   return usage_error("unknown command '%s'", cmd);
 }

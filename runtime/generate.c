@@ -421,6 +421,14 @@ static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t
   return DIT_OK;
 }
 
+/* should_stop's answer after step i (0-based): a status with its code, or OK. */
+static dit_status_t stop_requested(const dit_generate_options_t *o, int i) {
+  const int code = o->should_stop && i + 1 < o->steps ? o->should_stop(o->ctx) : 0;
+  if (!code) return DIT_OK;
+  return dit_status_make((dit_code_t)code, "stopped after step %d of %d (%s)", i + 1, o->steps,
+                         code == DIT_CODE_DEADLINE_EXCEEDED ? "deadline passed" : code == DIT_CODE_ABORTED ? "cancelled" : "stop requested");
+}
+
 /* The pipelines' loop over FlowMatchEulerDiscreteScheduler (FluxPipeline, ...): per step the
  * guided prediction (flow_predict), the Euler step in fp32, and the latents back in the model's
  * dtype as the scheduler returns them. */
@@ -449,6 +457,7 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
     for (size_t j = 0; !s && dt == DIT_BF16 && j < n; j++) latents[j] = in_dtype(latents[j], dt);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
     else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);
+    if (!s) s = stop_requested(o, i);
   }
   free(cond);
   free(uncond);
@@ -524,6 +533,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
     else if (o->on_step) o->on_step(o->ctx, i, o->steps, t, dit_now_s() - t0);
+    if (!s) s = stop_requested(o, i);
   }
   if (!s) dit_condition_finish(cnd, latents);
   free(cond);

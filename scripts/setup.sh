@@ -5,7 +5,7 @@
 # python-modules: numpy
 set -euo pipefail
 pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
-      libcurl4-openssl-dev libssl-dev nginx python3-numpy python3-venv python3-pip)
+      libcurl4-openssl-dev libssl-dev libmicrohttpd-dev nginx python3-numpy python3-venv python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

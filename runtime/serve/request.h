@@ -1,0 +1,41 @@
+/* The body of POST /v1/videos and /v1/images: a JSON object read through base/json (the
+ * project's one reader of hostile JSON), its "inputs" base64 safetensors decoded and parsed.
+ * Kept apart from the HTTP server so the parser links without it (and is fuzzed alone). */
+#ifndef DIT_RUNTIME_SERVE_REQUEST_H
+#define DIT_RUNTIME_SERVE_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "artifacts/safetensors.h"
+#include "base/status.h"
+
+#define DIT_SERVE_MAX_STEPS 10000
+
+/* A job's options: plain data (no pointers), so the server hands it to its worker as bytes. */
+typedef struct dit_serve_spec {
+  char bundle[96];      /* the bundle's identity; "" when the request names none */
+  int steps;            /* 0: the command line's default */
+  double guidance, guidance_2, true_cfg;
+  int have_guidance, have_guidance_2, have_true_cfg;
+  int64_t seed;         /* the initial noise's seed (default 0) */
+  char step_cache[64];  /* generate's --step-cache value; "" off */
+  int64_t deadline_ms;  /* budget from receipt, queue and run; 0: none */
+} dit_serve_spec_t;
+
+typedef struct dit_serve_request {
+  dit_serve_spec_t spec;
+  uint8_t *inputs;      /* the decoded safetensors image (owned) */
+  size_t n_inputs;
+  dit_safetensors_t *st; /* parsed over inputs */
+} dit_serve_request_t;
+
+/* Parses a body of len bytes; every refusal is INVALID_ARGUMENT or OUT_OF_RANGE and names the
+ * field. On success the caller owns *out (dit_serve_request_free). */
+dit_status_t dit_serve_request_parse(const char *body, size_t len, dit_serve_request_t *out);
+void dit_serve_request_free(dit_serve_request_t *r);
+
+/* Strict RFC 4648 base64 (padding required, no whitespace); NULL *out for an invalid text. */
+dit_status_t dit_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_n);
+
+#endif

@@ -1,0 +1,52 @@
+/* libFuzzer target for the serve job request's reader (runtime/serve/request): any body is parsed
+ * without a crash; a refusal names the request; an accepted one has its fields in range, its
+ * inputs parsed as safetensors (every tensor's bytes read), and its base64 text is the canonical
+ * encoding of the decoded bytes (strict decoding: one text per byte string). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "runtime/serve/request.h"
+
+static void encode(const uint8_t *p, size_t n, char *out) {
+  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    out[o++] = k[v >> 18 & 63], out[o++] = k[v >> 12 & 63];
+    out[o++] = i + 1 < n ? k[v >> 6 & 63] : '=', out[o++] = i + 2 < n ? k[v & 63] : '=';
+  }
+  out[o] = 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  dit_serve_request_t r;
+  dit_status_t s = dit_serve_request_parse((const char *)data, size, &r);
+  if (s) {
+    if (strncmp(dit_status_message(s), "request", 7)) abort();
+    dit_status_free(s);
+    return 0;
+  }
+  const dit_serve_spec_t *sp = &r.spec;
+  if (sp->steps < 0 || sp->steps > DIT_SERVE_MAX_STEPS || sp->seed < 0 || sp->deadline_ms < 0 || !r.st ||
+      memchr(sp->bundle, 0, sizeof sp->bundle) == NULL || memchr(sp->step_cache, 0, sizeof sp->step_cache) == NULL)
+    abort();
+  volatile uint8_t sum = 0;
+  for (size_t i = 0; i < dit_safetensors_count(r.st); i++) {
+    const dit_st_tensor_t *t = dit_safetensors_at(r.st, i);
+    for (uint64_t b = 0; b < t->nbytes; b++) sum += ((const uint8_t *)t->data)[b];
+  }
+  /* The accepted text is the canonical encoding of what was decoded. */
+  cJSON *root = cJSON_ParseWithLength((const char *)data, size);
+  const cJSON *in = root ? cJSON_GetObjectItemCaseSensitive(root, "inputs") : NULL;
+  char *again = malloc(r.n_inputs / 3 * 4 + 8);
+  if (!in || !cJSON_IsString(in) || !again) abort();
+  encode(r.inputs, r.n_inputs, again);
+  if (strcmp(again, in->valuestring)) abort();
+  free(again);
+  cJSON_Delete(root);
+  dit_serve_request_free(&r);
+  return 0;
+}

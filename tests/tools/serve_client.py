@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""A bounded load and fault client for `ditrun serve` (stdlib only: http.client, threads).
+
+Checks, against a server started by tests/integration/serve.sh (test hooks: a per-step delay and a
+seed that hangs the worker): auth (401), body limit (413), bad JSON (400), a load of --count
+requests with mixed deadlines and some cancels from several threads (every accepted job ends in a
+final state with a reason, none lost or duplicated, every succeeded result byte-identical to
+`ditrun generate --out` for its seed), 429 with Retry-After when the queue is full, 504 for an
+impossible deadline, the event stream, a worker killed with SIGKILL mid-job and a hanging worker
+(both recovered: the job fails with the reason, the next one succeeds), /metrics and the page."""
+import argparse
+import base64
+import http.client
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+FINAL = {"succeeded", "failed", "cancelled", "expired"}
+
+
+class Client:
+    def __init__(self, port, token):
+        self.port, self.token = port, token
+
+    def call(self, method, path, body=None, token=True, raw=False):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        headers = {"Content-Type": "application/json"}
+        if token and self.token:
+            headers["Authorization"] = "Bearer " + (token if isinstance(token, str) else self.token)
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        data = r.read()
+        retry = r.getheader("Retry-After")
+        c.close()
+        if raw:
+            return r.status, data, retry
+        try:
+            return r.status, json.loads(data) if data else None, retry
+        except ValueError:
+            return r.status, data, retry
+
+
+def check(cond, what):
+    if not cond:
+        print("serve_client: FAILED: " + what, file=sys.stderr)
+        sys.exit(1)
+
+
+def body(inputs, **kw):
+    kw["inputs"] = inputs
+    return json.dumps(kw)
+
+
+def wait_final(cl, jid, limit=60):
+    t = time.time()
+    while time.time() - t < limit:
+        st, j, _ = cl.call("GET", "/v1/jobs/" + jid)
+        check(st == 200, "GET %s: %d" % (jid, st))
+        if j["state"] in FINAL:
+            return j
+        time.sleep(0.01)
+    check(False, "%s did not end within %d s" % (jid, limit))
+
+
+def wait_running(cl, jid, step=1):
+    for _ in range(3000):
+        st, j, _ = cl.call("GET", "/v1/jobs/" + jid)
+        if j["state"] == "running" and j["step"] >= step:
+            return
+        check(j["state"] in ("queued", "running"), "%s ended before it ran: %s" % (jid, j))
+        time.sleep(0.01)
+    check(False, jid + " never ran")
+
+
+def security(cl, inputs, max_body):
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3), token=False)
+    check(st == 401, "no token: expected 401, found %d" % st)
+    st, _, _ = cl.call("GET", "/status", token="wrong" + cl.token)
+    check(st == 401, "wrong token: expected 401, found %d" % st)
+    st, _, _ = cl.call("GET", "/health", token=False)
+    check(st == 200, "/health needs no token")
+    st, j, _ = cl.call("POST", "/v1/videos", "x" * (max_body + 1))
+    check(st == 413, "oversized body: expected 413, found %d" % st)
+    for bad, field in (('{"seed": 1', "request"), (body(inputs, stesp=3), "stesp"), (body("AAA", seed=1), "inputs"),
+                       (body(inputs, steps=0), "steps"), (body(inputs, bundle="../../etc/passwd"), "no such bundle")):
+        st, j, _ = cl.call("POST", "/v1/videos", bad)
+        check(st in (400, 404) and field in j["error"]["message"], "bad request (%s): %d %s" % (field, st, j))
+    st, j, _ = cl.call("POST", "/v1/images", body(inputs, seed=1))
+    check(st == 404 and "/v1/videos" in j["error"]["message"], "a video bundle on /v1/images: %d %s" % (st, j))
+
+
+def load(cl, inputs, refs, count, threads):
+    """count requests from `threads` threads: mixed deadlines, one in eight cancelled."""
+    accepted, lock, errors = [], threading.Lock(), []
+
+    def worker(k):
+        rnd = random.Random(k)
+        for i in range(k, count, threads):
+            seed = 1 + i % len(refs)
+            kw = {"seed": seed, "steps": 3}
+            d = rnd.choice([None, None, 60000, 40, 5])
+            if d:
+                kw["deadline_ms"] = d
+            while True:
+                st, j, retry = cl.call("POST", "/v1/videos", body(inputs, **kw))
+                if st != 429:
+                    break
+                time.sleep(min(float(retry), 0.05))
+            if st == 504:
+                continue
+            if st != 201:
+                errors.append("POST: %d %s" % (st, j))
+                return
+            with lock:
+                accepted.append((j["id"], seed))
+            if i % 8 == 0:
+                st, _, _ = cl.call("DELETE", "/v1/jobs/" + j["id"])
+                if st not in (200, 202, 409):
+                    errors.append("DELETE: %d" % st)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(not errors, "load: " + "; ".join(errors[:3]))
+    ids = [a for a, _ in accepted]
+    check(len(ids) == len(set(ids)), "duplicated job ids")
+    states = {}
+    for jid, seed in accepted:
+        j = wait_final(cl, jid)
+        states[j["state"]] = states.get(j["state"], 0) + 1
+        if j["state"] == "succeeded":
+            st, data, _ = cl.call("GET", "/v1/jobs/%s/result" % jid, raw=True)
+            check(st == 200 and data == refs[seed - 1], "%s (seed %d): the result differs from ditrun generate --out" % (jid, seed))
+        else:
+            check(j.get("error"), "%s ended %s without a reason" % (jid, j["state"]))
+        if j["state"] == "expired":
+            st, _, _ = cl.call("GET", "/v1/jobs/%s/result" % jid)
+            check(st == 504, "%s expired: result GET expected 504, found %d" % (jid, st))
+    check(states.get("succeeded", 0) > count // 4, "load: too few succeeded: %s" % states)
+    print("serve_client: load: %d requests, %d accepted: %s" % (count, len(ids), states))
+    return len(ids)
+
+
+def queue_full(cl, inputs, max_queued):
+    ids, got429 = [], None
+    for i in range(max_queued + 3):
+        st, j, retry = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=40))
+        if st == 429:
+            got429 = retry
+            break
+        check(st == 201, "filling the queue: %d %s" % (st, j))
+        ids.append(j["id"])
+    check(got429 is not None and int(got429) >= 1, "a full queue: expected 429 with Retry-After")
+    for jid in ids:
+        cl.call("DELETE", "/v1/jobs/" + jid)
+    for jid in ids:
+        j = wait_final(cl, jid)
+        check(j["state"] in ("cancelled", "succeeded"), "%s after DELETE: %s" % (jid, j))
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=200, deadline_ms=50))
+    check(st == 504 and "cannot be met" in j["error"]["message"], "impossible deadline: expected 504, found %d %s" % (st, j))
+    return len(ids)
+
+
+def expire(cl, inputs, slow_seed):
+    """A job slower than the estimate expires while running (stopped at a step); one queued
+    behind it expires while queued; their results answer 504."""
+    st, a, _ = cl.call("POST", "/v1/videos", body(inputs, seed=slow_seed, steps=20, deadline_ms=600))
+    check(st == 201, "POST of the slow job: %d %s" % (st, a))
+    st, b, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3, deadline_ms=450))
+    check(st == 201, "POST of the job behind it: %d %s" % (st, b))
+    fa, fb = wait_final(cl, a["id"]), wait_final(cl, b["id"])
+    check(fa["state"] == "expired" and "deadline" in fa["error"] and 0 < fa["step"] < 20, "expired while running: %s" % fa)
+    check(fb["state"] == "expired" and "while queued" in fb["error"], "expired while queued: %s" % fb)
+    for j in (fa, fb):
+        st, _, _ = cl.call("GET", "/v1/jobs/%s/result" % j["id"])
+        check(st == 504, "result of an expired job: expected 504, found %d" % st)
+    return 2
+
+
+def events(cl, inputs, ref):
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3))
+    check(st == 201, "POST for events")
+    st, data, _ = cl.call("GET", "/v1/jobs/%s/events" % j["id"], raw=True)
+    text = data.decode()
+    check(st == 200 and text.count("event: step") == 3 and "event: done" in text, "event stream: %s" % text)
+    return 1
+
+
+def kill_worker(cl, inputs, ref):
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=100))
+    wait_running(cl, j["id"], 2)
+    st, s, _ = cl.call("GET", "/status")
+    pid = s["worker"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    f = wait_final(cl, j["id"])
+    check(f["state"] == "failed" and "crashed" in f["error"] and "signal 9" in f["error"], "killed worker: %s" % f)
+    st, j2, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3))
+    f = wait_final(cl, j2["id"])
+    st, data, _ = cl.call("GET", "/v1/jobs/%s/result" % j2["id"], raw=True)
+    check(f["state"] == "succeeded" and data == ref, "the job after the kill: %s" % f)
+    st, s, _ = cl.call("GET", "/status")
+    check(s["worker"]["pid"] != pid and s["ready"], "a new worker after the kill: %s" % s["worker"])
+    return 2
+
+
+def hang(cl, inputs, ref, hang_seed):
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=hang_seed, steps=3))
+    wait_running(cl, j["id"], 0)
+    time.sleep(0.2)
+    st, _, _ = cl.call("DELETE", "/v1/jobs/" + j["id"])
+    check(st == 202, "DELETE of the hanging job: %d" % st)
+    f = wait_final(cl, j["id"])
+    check(f["state"] == "failed" and "did not stop" in f["error"] and "SIGKILL" in f["error"], "hanging worker: %s" % f)
+    st, j2, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3))
+    f = wait_final(cl, j2["id"])
+    st, data, _ = cl.call("GET", "/v1/jobs/%s/result" % j2["id"], raw=True)
+    check(f["state"] == "succeeded" and data == ref, "the job after the hang: %s" % f)
+    return 2
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--token-file", required=True)
+    p.add_argument("--inputs", required=True)
+    p.add_argument("--refs", nargs="+", required=True, help="generate --out for seeds 1, 2, ...")
+    p.add_argument("--count", type=int, default=200)
+    p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--max-queued", type=int, required=True)
+    p.add_argument("--max-body", type=int, required=True)
+    p.add_argument("--hang-seed", type=int, required=True)
+    p.add_argument("--slow-seed", type=int, required=True)
+    a = p.parse_args()
+    token = open(a.token_file).read().strip()
+    cl = Client(a.port, token)
+    inputs = base64.b64encode(open(a.inputs, "rb").read()).decode()
+    refs = [open(r, "rb").read() for r in a.refs]
+    security(cl, inputs, a.max_body)
+    n = load(cl, inputs, refs, a.count, a.threads)
+    n += queue_full(cl, inputs, a.max_queued)
+    n += expire(cl, inputs, a.slow_seed)
+    n += events(cl, inputs, refs[0])
+    n += kill_worker(cl, inputs, refs[0])
+    n += hang(cl, inputs, refs[0], a.hang_seed)
+    st, s, _ = cl.call("GET", "/status")
+    total = sum(s["jobs"][k] for k in FINAL)
+    check(total == n and s["jobs"]["queued"] == 0 and s["jobs"]["running"] == 0,
+          "every accepted job accounted for: %d accepted, /status %s" % (n, s["jobs"]))
+    st, m, _ = cl.call("GET", "/metrics", raw=True)
+    m = m.decode()
+    for reason in ("queue_full", "deadline", "auth", "too_large", "bad_request"):
+        line = [x for x in m.splitlines() if x.startswith('ditrun_serve_rejections_total{reason="%s"}' % reason)]
+        check(line and int(line[0].split()[-1]) > 0, "metrics: no %s rejection counted" % reason)
+    check("ditrun_serve_step_seconds_bucket" in m and "ditrun_serve_queue_depth 0" in m, "metrics: histograms and gauge")
+    st, page, _ = cl.call("GET", "/", token=False, raw=True)
+    check(st == 200 and b'id="progress"' in page and b"/status" in page, "status page")
+    print("serve_client: %d jobs accepted, all in a final state: %s" % (n, s["jobs"]))
+
+
+if __name__ == "__main__":
+    main()
