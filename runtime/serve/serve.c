@@ -308,6 +308,12 @@ static enum MHD_Result job_route(struct MHD_Connection *c, const char *method, c
     pthread_mutex_unlock(&S.mu);
     return events(c, j); /* jobs are never freed: the stream may keep j */
   }
+  if (!strcmp(sub, "/result") && j->state == JOB_SUCCEEDED && !j->result) {
+    pthread_mutex_unlock(&S.mu);
+    char msg[160];
+    snprintf(msg, sizeof msg, "the result was dropped: the server keeps the newest %d results (--keep-results)", S.keep_results);
+    return respond_error(c, 410, "result_dropped", msg);
+  }
   if (!strcmp(sub, "/result") && j->state == JOB_SUCCEEDED) {
     enum MHD_Result ok = respond(c, 200, "application/octet-stream", j->result, j->n_result);
     pthread_mutex_unlock(&S.mu);
@@ -440,7 +446,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static const char kServeUsage[] =
     "usage: ditrun serve BUNDLE|ID... [--store DIR] [--listen ADDR:PORT] [--max-running 1] [--max-queued 16]\n"
-    "                    [--token-file F] [--max-body-mb 64] [--grace-s 5] [--backend B] [--threads N] [--device D]\n"
+    "                    [--token-file F] [--max-body-mb 64] [--grace-s 5] [--keep-results 256] [--backend B]\n"
+    "                    [--threads N] [--device D]\n"
     "  serves generate over HTTP with the bundles loaded once (README: Resident serving)\n";
 
 static int serve_usage(const char *what, const char *arg) {
@@ -491,13 +498,14 @@ static int int_opt(const char *f, const char *v, long lo, long hi, long *out) {
 static int parse_serve(int argc, char **argv, struct sockaddr_in *sa, char **opts, const char **bundles, int *nb) {
   long v = 0;
   int rc = 0;
-  S.max_running = 1, S.max_queued = 16, S.grace_s = 5, S.max_body = 64u << 20;
+  S.max_running = 1, S.max_queued = 16, S.grace_s = 5, S.max_body = 64u << 20, S.keep_results = 256;
   for (int i = 0; i < argc && !rc; i++) {
     const char *f = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(f, "--listen")) rc = !val || parse_listen(val, sa) ? serve_usage("--listen %s: expected IPv4:PORT", val ? val : "") : 0, i++;
     else if (!strcmp(f, "--max-running")) rc = int_opt(f, val, 1, 1, &v), S.max_running = (int)v, i++;
     else if (!strcmp(f, "--max-queued")) rc = int_opt(f, val, 0, 1 << 20, &v), S.max_queued = (int)v, i++;
     else if (!strcmp(f, "--max-body-mb")) rc = int_opt(f, val, 1, 1 << 14, &v), S.max_body = (size_t)v << 20, i++;
+    else if (!strcmp(f, "--keep-results")) rc = int_opt(f, val, 1, 1 << 20, &v), S.keep_results = (int)v, i++;
     else if (!strcmp(f, "--grace-s")) rc = int_opt(f, val, 0, 3600, &v), S.grace_s = (double)v, i++;
     else if (!strcmp(f, "--backend") || !strcmp(f, "--threads") || !strcmp(f, "--device")) {
       if (!val) return serve_usage("%s needs a value", f);

@@ -21,7 +21,7 @@ typedef struct job {
   int steps, step;          /* step: steps done */
   double t_receipt, deadline; /* dit_now_s(); deadline 0: none */
   int cancel;               /* DELETE asked for it */
-  uint8_t *inputs, *result; /* inputs until the job runs; result once it succeeded */
+  uint8_t *inputs, *result; /* inputs until the job runs; result once it succeeded, until retention drops it */
   size_t n_inputs, n_result;
   char error[600];
   struct job *next;         /* the queue */
@@ -52,6 +52,9 @@ typedef struct serve_state {
   int n_opts;
   /* options */
   int max_running, max_queued;
+  int keep_results;  /* succeeded jobs' results held; older ones are dropped (their GET answers 410) */
+  int n_held;
+  size_t oldest_held; /* no job before this index holds a result */
   double grace_s;
   size_t max_body;
   char *token;

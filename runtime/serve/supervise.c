@@ -23,8 +23,21 @@ static void observe(uint64_t *hist, const double *bounds, double v) {
   hist[i]++;
 }
 
+/* Results are kept for the newest --keep-results succeeded jobs: the server's memory stays bounded
+ * by that many results however long it runs (a job's own record is small and stays). */
+static void retain_results(void) {
+  while (S.n_held > S.keep_results && S.oldest_held < S.n_jobs) {
+    job_t *old = S.jobs[S.oldest_held++];
+    if (!old->result) continue;
+    free(old->result);
+    old->result = NULL, old->n_result = 0;
+    S.n_held--;
+  }
+}
+
 void serve_job_end(job_t *j, job_state_t st, const char *why) {
   j->state = st;
+  if (st == JOB_SUCCEEDED) S.n_held++, retain_results();
   snprintf(j->error, sizeof j->error, "%s", why ? why : "");
   free(j->inputs);
   j->inputs = NULL;

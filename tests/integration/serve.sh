@@ -33,4 +33,12 @@ python3 tests/tools/serve_client.py --port "$port" --token-file "$T/token" --inp
   --count "${SERVE_REQUESTS:-200}" --max-queued 16 --max-body $((1 << 20)) --hang-seed 999 --slow-seed 998 || { tail -n 30 "$T/serve.log"; exit 1; }
 kill "$PID"; wait "$PID" || true; PID=
 grep -q "signal 15: stopping" "$T/serve.log" || { echo "serve did not stop on SIGTERM"; exit 1; }
-echo "serve: load, admission, deadlines, cancels and recovery checked"
+# Retention: a server keeping one result drops the older of two.
+"$BIN/ditrun" serve "$id" --store "$T/store" --listen 127.0.0.1:0 --token-file "$T/token" --keep-results 1 2> "$T/serve2.log" &
+PID=$!
+for _ in $(seq 100); do grep -q "listening on" "$T/serve2.log" && break; sleep 0.1; done
+port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$T/serve2.log" | grep -o "[0-9]*$") || { cat "$T/serve2.log"; exit 1; }
+python3 tests/tools/serve_client.py --port "$port" --token-file "$T/token" --inputs $gi --refs "${refs[@]}" --max-queued 16 \
+  --max-body $((1 << 20)) --hang-seed 999 --slow-seed 998 --retention || { tail -n 30 "$T/serve2.log"; exit 1; }
+kill "$PID"; wait "$PID" || true; PID=
+echo "serve: load, admission, deadlines, cancels, recovery and retention checked"

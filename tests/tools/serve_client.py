@@ -192,6 +192,22 @@ def events(cl, inputs, ref):
     return 1
 
 
+def retention(cl, inputs, refs):
+    """A server started with --keep-results 1: the older of two results is dropped (410, saying why),
+    the newer one is served."""
+    ids = []
+    for seed in (1, 2):
+        st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=seed, steps=3))
+        check(st == 201, "POST for retention: %d" % st)
+        check(wait_final(cl, j["id"])["state"] == "succeeded", "retention job %d" % seed)
+        ids.append(j["id"])
+    st, e, _ = cl.call("GET", "/v1/jobs/%s/result" % ids[0])
+    check(st == 410 and "--keep-results" in json.dumps(e), "the dropped result: %d %s" % (st, e))
+    st, data, _ = cl.call("GET", "/v1/jobs/%s/result" % ids[1], raw=True)
+    check(st == 200 and data == refs[1], "the kept result")
+    print("serve_client: retention: the older result dropped (410), the newer served")
+
+
 def kill_worker(cl, inputs, ref):
     st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=100))
     wait_running(cl, j["id"], 2)
@@ -236,11 +252,14 @@ def main():
     p.add_argument("--max-body", type=int, required=True)
     p.add_argument("--hang-seed", type=int, required=True)
     p.add_argument("--slow-seed", type=int, required=True)
+    p.add_argument("--retention", action="store_true", help="only the --keep-results 1 check")
     a = p.parse_args()
     token = open(a.token_file).read().strip()
     cl = Client(a.port, token)
     inputs = base64.b64encode(open(a.inputs, "rb").read()).decode()
     refs = [open(r, "rb").read() for r in a.refs]
+    if a.retention:
+        return retention(cl, inputs, refs)
     security(cl, inputs, a.max_body)
     n = load(cl, inputs, refs, a.count, a.threads)
     n += queue_full(cl, inputs, a.max_queued)
