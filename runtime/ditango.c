@@ -98,7 +98,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* eps = the q-quantile of the history, q = 1 - R + (r - R) clamped to [0, 1] (ditango.h). */
+/* eps = the q-quantile of the history, q = 1 - R + DIT_DITANGO_GAIN * (r - R) clamped to [0, 1] (ditango.h). */
 static dit_status_t update_eps(dit_ditango_t *p) {
   if (!p->n_hist || p->o.ratio <= 0) return DIT_OK;
   double *sorted = realloc(p->sorted, p->n_hist * sizeof *sorted);
@@ -107,7 +107,7 @@ static dit_status_t update_eps(dit_ditango_t *p) {
   memcpy(sorted, p->hist, p->n_hist * sizeof *sorted);
   qsort(sorted, p->n_hist, sizeof *sorted, cmp_double);
   const double R = p->o.ratio, r = p->decided ? (double)p->computed / (double)p->decided : R;
-  double q = 1 - R + (r - R);
+  double q = 1 - R + DIT_DITANGO_GAIN * (r - R);
   q = q < 0 ? 0 : q > 1 ? 1 : q;
   p->eps = sorted[(size_t)floor(q * (double)(p->n_hist - 1))];
   return DIT_OK;
@@ -134,7 +134,12 @@ dit_status_t dit_ditango_decide(dit_ditango_t *p, int step, int layer, double dr
   layer_state_t *L = &p->ls[layer];
   if (L->anchor_due)
     return DIT_ERR(INVALID_ARGUMENT, "ditango planner: layer %d: the anchor's statistics were not given before step %d", layer, step);
-  p->step = step;
+  if (step > p->step) {
+    /* A new step: eps follows the ratio achieved so far, also between anchors. */
+    p->step = step;
+    dit_status_t s = update_eps(p);
+    if (s) return s;
+  }
   double *ase = &p->ase[at(p, step, layer, 0)];
   int anchor = step < p->o.warmup || !L->have_anchor || p->o.ratio >= 1;
   if (L->have_anchor && p->o.ratio < 1) {

@@ -25,9 +25,12 @@
  *    anchor: every group computed, w and alpha refreshed, every t_c reset, the anchor's ASEs (the errors
  *            reuse would have carried: the "anchor correction errors") join eps's history;
  *    else:   group G computed (t_c,G = t) when ASE(G,t) > eps, reused otherwise.
- *  eps is the q-quantile of the history (lower nearest rank, sorted): q = 1 - R + (r - R), clamped to
- *  [0, 1], R the target compute ratio and r the ratio achieved so far (computed remote groups over all
- *  remote groups decided after warm-up; R while none), so a run computing too much raises eps. R = 1
+ *  eps is the q-quantile of the history (lower nearest rank, sorted): q = 1 - R + k (r - R), clamped to
+ *  [0, 1], k = DIT_DITANGO_GAIN (the anchors' errors are those of the oldest caches, larger than the
+ *  errors between anchors, so q = 1 - R alone recomputes less than R), R the target compute ratio
+ *  and r the ratio achieved so far (computed remote groups over all
+ *  remote groups decided after warm-up; R while none), so a run computing too much raises eps; eps is
+ *  recomputed at the first decision of every step and after every anchor's errors join. R = 1
  *  computes every group at every step (every step is an anchor: the run equals plain ring attention);
  *  R = 0 reuses every group outside anchors (eps = infinity).
  * Every rank that runs the same planner over the same (reduced) numbers takes the same decisions, which
@@ -62,6 +65,8 @@
 #define DIT_DITANGO_DEFAULT_RATIO 1.0
 #define DIT_DITANGO_DEFAULT_EPS_LOCAL 0.2
 #define DIT_DITANGO_DEFAULT_WARMUP 2
+/* How strongly eps's quantile follows the gap between the achieved and the target ratio. */
+#define DIT_DITANGO_GAIN 4.0
 
 typedef struct dit_ditango_options {
   double ratio;     /* R, the target share of remote-group attention recomputed after warm-up, in [0, 1] */

@@ -177,7 +177,7 @@ void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups);
  * CPU backend, ranks as threads of one process, one-transformer bundles; refused otherwise. */
 dit_status_t dit_runtime_reuse_begin(dit_runtime_t *rt, const uint8_t *compute, const uint8_t *anchor, int diagnostic);
 /* What the step's forwards measured, summed over every rank and forward (caller's arrays): drift
- * [layers] = ||OUT_loc - its anchor copy|| (0 at an anchor), local_norm [layers] = ||OUT_loc|| (at
+ * [layers] = ||OUT_loc - its anchor copy|| (at an anchor: from the previous anchor's copy), local_norm [layers] = ||OUT_loc|| (at
  * anchors), per slot group_norm = ||OUT_G|| and group_weight = the mean of e^LSE_G / sum e^LSE over
  * the rows (at anchors), error = ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| (diagnostic, reused
  * slots; NaN otherwise). */

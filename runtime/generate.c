@@ -483,11 +483,15 @@ typedef struct reuse_run {
   int layers, groups;
   uint8_t *compute, *anchor;
   double *drift, *local_norm, *group_norm, *group_weight, *error;
+  double *next;       /* per layer: the drift predicted for the step about to be decided */
+  double *rate;       /* per layer: the drift per step over the last anchor interval (NaN: none yet) */
+  int *last_anchor;   /* per layer: its last anchor step (-1: none) */
 } reuse_run_t;
 
 static void reuse_destroy(reuse_run_t *r) {
   dit_ditango_destroy(r->p);
   free(r->compute), free(r->anchor), free(r->drift), free(r->local_norm), free(r->group_norm), free(r->group_weight), free(r->error);
+  free(r->next), free(r->rate), free(r->last_anchor);
 }
 
 static dit_status_t reuse_create(dit_runtime_t *rt, const dit_generate_options_t *o, reuse_run_t *r) {
@@ -502,18 +506,23 @@ static dit_status_t reuse_create(dit_runtime_t *rt, const dit_generate_options_t
   r->compute = malloc(S), r->anchor = malloc(L);
   r->drift = calloc(L, sizeof(double)), r->local_norm = calloc(L, sizeof(double));
   r->group_norm = calloc(S, sizeof(double)), r->group_weight = calloc(S, sizeof(double)), r->error = calloc(S, sizeof(double));
-  if (!r->compute || !r->anchor || !r->drift || !r->local_norm || !r->group_norm || !r->group_weight || !r->error)
+  r->next = calloc(L, sizeof(double)), r->rate = malloc(L * sizeof(double)), r->last_anchor = malloc(L * sizeof(int));
+  if (!r->compute || !r->anchor || !r->drift || !r->local_norm || !r->group_norm || !r->group_weight || !r->error || !r->next ||
+      !r->rate || !r->last_anchor)
     return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+  for (size_t l = 0; l < L; l++) r->rate[l] = NAN, r->last_anchor[l] = -1;
   return DIT_OK;
 }
 
-/* Step i's decisions, from the drift the previous step measured (the plan for a step is made
- * before its forwards, as it would be made while the previous step runs). */
+/* Step i's decisions, made before its forwards (as they would be made while the previous step
+ * runs), from the local drift predicted for step i: the previous step's measured D(i-1) grown
+ * linearly with the steps since the anchor, D(i-1) * (i - t_a) / (i - 1 - t_a); right after an
+ * anchor, the previous anchor interval's drift per step (0 before there is one). */
 static dit_status_t reuse_begin(dit_runtime_t *rt, const dit_generate_options_t *o, reuse_run_t *r, int i) {
   if (!r->p) return DIT_OK;
   for (int l = 0; l < r->layers; l++) {
     int anchor = 0;
-    DIT_RETURN_IF(dit_ditango_decide(r->p, i, l, r->drift[l], &r->compute[(size_t)l * (size_t)r->groups], &anchor));
+    DIT_RETURN_IF(dit_ditango_decide(r->p, i, l, r->next[l], &r->compute[(size_t)l * (size_t)r->groups], &anchor));
     r->anchor[l] = (uint8_t)anchor;
   }
   return dit_runtime_reuse_begin(rt, r->compute, r->anchor, o->reuse.diagnostic);
@@ -525,7 +534,14 @@ static dit_status_t reuse_end(dit_runtime_t *rt, reuse_run_t *r, int i) {
   DIT_RETURN_IF(dit_runtime_reuse_end(rt, &st));
   for (int l = 0; l < r->layers; l++) {
     const size_t at = (size_t)l * (size_t)r->groups;
-    if (r->anchor[l]) DIT_RETURN_IF(dit_ditango_anchor(r->p, l, r->local_norm[l], &r->group_norm[at], &r->group_weight[at]));
+    if (r->anchor[l]) {
+      DIT_RETURN_IF(dit_ditango_anchor(r->p, l, r->local_norm[l], &r->group_norm[at], &r->group_weight[at]));
+      if (r->last_anchor[l] >= 0) r->rate[l] = r->drift[l] / (double)(i - r->last_anchor[l]);
+      r->last_anchor[l] = i;
+      r->next[l] = isnan(r->rate[l]) ? 0 : r->rate[l];
+    } else {
+      r->next[l] = r->drift[l] * (double)(i + 1 - r->last_anchor[l]) / (double)(i - r->last_anchor[l]);
+    }
     for (int g = 0; g < r->groups; g++)
       if (!isnan(r->error[at + (size_t)g])) dit_ditango_measured(r->p, i, l, g, r->error[at + (size_t)g]);
   }

@@ -281,8 +281,7 @@ dit_status_t dit_runtime_reuse_end(dit_runtime_t *rt, dit_reuse_stats_t *out) {
       const struct dit_reuse_rank *r = rt->ranks[i].reuse;
       drift += r->drift_sq[l], local += r->local_sq[l], rows += r->rows[l];
     }
-    /* At an anchor the copy was just taken: the drift from it starts at 0. */
-    out->drift[l] = g->anchor[l] ? 0 : sqrt(drift);
+    out->drift[l] = sqrt(drift); /* from the copy in effect when the forward ran (at an anchor, the previous one) */
     out->local_norm[l] = sqrt(local);
     for (int k = 0; k < g->groups; k++) {
       const int s = l * g->groups + k;

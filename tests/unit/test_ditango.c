@@ -45,24 +45,24 @@ static void test_algorithm(void) {
   dit_ditango_counts(p, &computed, &decided);
   CHECK_EQ_INT(computed, 2);
   CHECK_EQ_INT(decided, 4);
-  /* step 4: D = 1.2: ASE = {0.12, 0.8 * 0.6} = {0.12, 0.48}, both over 0.1: an anchor. History
-   * {0.1, 0.8, 0.12, 0.48}, r = 4/6: q = 0.5 + 1/6 = 2/3, index floor(2/3 * 3) = 2 of the sorted
-   * {0.1, 0.12, 0.48, 0.8}: eps = 0.48. New statistics: alpha = {2/4, 4/4}, w = {0.5, 0.25}. */
+  /* step 4 (r = 2/4 = R at its start: eps stays 0.1): D = 1.2: ASE = {0.12, 0.8 * 0.6} = {0.12, 0.48},
+   * both over 0.1: an anchor. History {0.1, 0.8, 0.12, 0.48}, r = 4/6: q = 0.5 + 4 * (1/6) > 1,
+   * clamped to 1: the largest, eps = 0.8. New statistics: alpha = {2/4, 4/4}, w = {0.5, 0.25}. */
   CHECK_OK(dit_ditango_decide(p, 4, 0, 1.2, c, &anchor));
   CHECK(anchor && c[0] && c[1]);
-  CHECK_NEAR(dit_ditango_epsilon(p), 0.48, 1e-12);
+  CHECK_NEAR(dit_ditango_epsilon(p), 0.8, 1e-12);
   /* a step before the anchor's statistics is refused */
   CHECK_ERR(dit_ditango_decide(p, 5, 0, 1, c, &anchor), INVALID_ARGUMENT, "anchor's statistics were not given");
   const double n1[2] = {2, 4}, w1[2] = {0.5, 0.25};
   CHECK_OK(dit_ditango_anchor(p, 0, 4, n1, w1));
   CHECK_ERR(dit_ditango_anchor(p, 0, 4, n1, w1), INVALID_ARGUMENT, "no anchor is due");
-  /* step 5: D = 3 > 0.5 * 4: the local drift anchors. ASE = {0.75, 0.75}; history of 6, r = 6/8:
-   * q = 0.75, index floor(0.75 * 5) = 3 of {0.1, 0.12, 0.48, 0.75, 0.75, 0.8}: eps = 0.75. */
+  /* step 5: D = 3 > 0.5 * 4: the local drift anchors although no ASE = {0.75, 0.75} passes 0.8;
+   * history of 6, r = 6/8: q clamped to 1 again, eps = 0.8. */
   CHECK_OK(dit_ditango_decide(p, 5, 0, 3, c, &anchor));
   CHECK(anchor && c[0] && c[1]);
-  CHECK_NEAR(dit_ditango_epsilon(p), 0.75, 1e-12);
+  CHECK_NEAR(dit_ditango_epsilon(p), 0.8, 1e-12);
   CHECK_OK(dit_ditango_anchor(p, 0, 4, n1, w1));
-  /* step 6: D = 1: ASE = {0.25, 0.25} <= 0.75: both reused. */
+  /* step 6: D = 1: ASE = {0.25, 0.25} <= 0.8: both reused. */
   CHECK_OK(dit_ditango_decide(p, 6, 0, 1, c, &anchor));
   CHECK(!anchor && !c[0] && !c[1]);
   dit_ditango_counts(p, &computed, &decided);
@@ -73,6 +73,12 @@ static void test_algorithm(void) {
   CHECK_ERR(dit_ditango_decide(p, 6, 0, 1, c, &anchor), INVALID_ARGUMENT, "already decided");
   CHECK_ERR(dit_ditango_decide(p, 7, 1, 1, c, &anchor), INVALID_ARGUMENT, "layer 1: expected 0..0");
   CHECK_ERR(dit_ditango_decide(p, 7, 0, -1, c, &anchor), INVALID_ARGUMENT, "drift -1");
+  /* step 7: between anchors eps follows r = 6/10: q = 0.5 + 4 * 0.1 = 0.9, index floor(0.9 * 5) = 4 of
+   * {0.1, 0.12, 0.48, 0.75, 0.75, 0.8}: eps = 0.75; D = 1.5: ASE = {0.375, 0.375}: reused. */
+  CHECK_OK(dit_ditango_decide(p, 7, 0, 1.5, c, &anchor));
+  CHECK_NEAR(dit_ditango_epsilon(p), 0.75, 1e-12);
+  CHECK(!anchor && !c[0] && !c[1]);
+  CHECK_NEAR(dit_ditango_ase(p, 7, 0, 1), 0.375, 1e-12);
   dit_ditango_destroy(p);
 }
 
