@@ -124,6 +124,9 @@ for bdir in sys.argv[1:]:
     print(f"{os.path.basename(bdir)}: {slots} slots, {ru['copies']} copies, cache {low} of the arena's {p['arena_bytes']} bytes")
 EOF
 
+"$BIN/ditc" inspect "$g2c" | grep -qF "reuse      ditango: 2 groups of 2 ranks, a state cache per layer (3) and remote group, 1 copy" ||
+  { "$BIN/ditc" inspect "$g2c"; echo "inspect does not show the reuse groups"; exit 1; }
+
 # Bad flags, refused with the reason.
 for bad in "--cp 4 --cp-mode gather --reuse ditango:--reuse ditango: needs --cp N (N >= 2) --cp-mode ring, found --cp 4 --cp-mode gather" \
            "--cp 4 --cp-mode usp --ulysses 2 --reuse ditango:usp is not supported yet" \
