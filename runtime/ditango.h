@@ -36,23 +36,25 @@
  * Every rank that runs the same planner over the same (reduced) numbers takes the same decisions, which
  * a transfer needs: rank p sends its K/V to p + o*G exactly when p + o*G expects it.
  *
- * Executor design (the compiled side the planner drives; its GPU parts come with NCCL point-to-point):
+ * The executor side (compiler/frontends/blocks.c reuse_ring, passes/memplan.c, runtime/reuse_exec.c):
  *  - graph: per self-attention layer, ring0 + G-1 ring hops inside the local group (ring_shift over a
- *    subgroup of G ranks), then per remote distance o: a point-to-point shift of K/V by o*G ranks over
- *    the cp group, G-1 hops inside the subgroup, the group's state merged by LSE, then a state_cache
- *    op (attr slot = layer * (m-1) + o-1) whose two outputs live in plan memory that persists across
- *    forwards ("storage": "state" values: OUT in the activation dtype, LSE fp32, counted in the
- *    memory plan and the predicted peak); the final merge takes the local state and every slot's
- *    cached state. Every step producing a slot's K/V, partial states or cache copy carries the slot.
- *  - runtime: before a layer's first remote step, the executor reads the slot's decision; REUSE skips
- *    every step of that slot (no transfer on either end, no compute, no cache write), so the merge
- *    reads the state cached at t_c. The local drift is measured at the local group's last merge
- *    against an anchor copy of OUT_loc (a state value of its own); at anchors the state norms and the
- *    LSE weights are reduced at the final merge. In diagnostic mode a reused slot's steps run but its
- *    cache write does not: the executor measures ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| there
- *    (dit_ditango_measured) and the merge still takes the cached state.
- *  - on a GPU the decision for step t+1 is planned while step t's local attention runs (one step of
- *    lag on D), and cache loads fill the bubbles of the cross-group transfers. */
+ *    subgroup of G consecutive ranks), then per remote distance o: a ring_shift of K/V by o*G ranks
+ *    over the cp group, G-1 hops inside the subgroup, the group's state merged by LSE, then a
+ *    state_cache op (slot = layer * (m-1) + o-1) whose outputs the memory plan keeps at the bottom of
+ *    the arena for the whole forward, once per guidance branch running through the plan (OUT in the
+ *    activation dtype, LSE fp32: counted in the arena and the predicted peak); the final merges take
+ *    the local state and every slot's cached state. Every op of a slot carries reuse_slot.
+ *  - runtime: a step's decisions are made before its forwards (runtime/generate.c) from the drift
+ *    predicted one step ahead; a REUSE slot's steps are all skipped (no transfer on either end, no
+ *    compute, no cache write), so the merge reads the state cached at t_c. The local drift is
+ *    measured where the local state is made against a host copy taken at the layer's anchor; at
+ *    anchors the norms and the LSE weights are gathered after the forward. In diagnostic mode a
+ *    reused slot's steps run but its cache write does not: the executor measures
+ *    ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| instead (dit_ditango_measured).
+ *  - still to come: the CUDA backend (a state_cache copy kernel, statistics by reduction kernels,
+ *    NCCL point-to-point for the distance shift instead of the all-gather the in-process ring_shift
+ *    uses, cache loads scheduled into the transfers' bubbles on a second stream), decisions
+ *    broadcast between processes, usp, two-expert bundles, groups merged under a cache memory cap. */
 #ifndef DIT_RUNTIME_DITANGO_H
 #define DIT_RUNTIME_DITANGO_H
 
