@@ -335,6 +335,15 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
   jw_ki64(w, "cp", m->topology.cp);
   jw_ki64(w, "cfg", m->topology.cfg);
   jw_kstr(w, "cp_mode", m->topology.cp_mode);
+  if (m->topology.reuse_group) {
+    jw_key(w, "reuse");
+    jw_open(w, '{', 0);
+    jw_kstr(w, "mode", "ditango");
+    jw_ki64(w, "group", m->topology.reuse_group);
+    jw_ki64(w, "layers", m->topology.reuse_layers);
+    jw_ki64(w, "copies", m->topology.reuse_copies);
+    jw_close(w, '}');
+  }
   jw_close(w, '}');
 
   jw_key(w, "shape");
@@ -1048,7 +1057,7 @@ static dit_status_t parse_generate(const dit_json_t *root, dit_manifest_t *m) {
 }
 
 static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
-  static const char *const keys[] = {"world", "tp", "cp", "cfg", "cp_mode", NULL};
+  static const char *const keys[] = {"world", "tp", "cp", "cfg", "cp_mode", "reuse", NULL};
   static const char *const modes[] = {"none", "gather", "ring", "ulysses", "usp", NULL};
   dit_json_t o;
   DIT_RETURN_IF(dit_json_object(root, "topology", &o));
@@ -1071,6 +1080,30 @@ static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
     dit_json_t pf = at_key(&o, "cp_mode");
     return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT,
                           "cp %d needs a context-parallel mode, found \"none\"", m->topology.cp);
+  }
+  if (dit_json_has(&o, "reuse")) {
+    static const char *const rkeys[] = {"mode", "group", "layers", "copies", NULL};
+    static const char *const rmodes[] = {"ditango", NULL};
+    dit_json_t r;
+    DIT_RETURN_IF(dit_json_object(&o, "reuse", &r));
+    if (m->schema_minor < DIT_SCHEMA_MINOR_REUSE)
+      return dit_json_error(&r, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_REUSE,
+                            m->schema_major, m->schema_minor);
+    DIT_RETURN_IF(dit_json_check_keys(&r, rkeys));
+    int rmode = 0;
+    DIT_RETURN_IF(dit_json_enum(&r, "mode", rmodes, &rmode));
+    if (mode != 2) {
+      dit_json_t pf = at_key(&o, "cp_mode");
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "reuse needs cp_mode \"ring\", found \"%s\"", modes[mode]);
+    }
+    DIT_RETURN_IF(dit_json_i32(&r, "group", 1, MF_MAX_WORLD, &m->topology.reuse_group));
+    if (m->topology.cp % m->topology.reuse_group || m->topology.cp / m->topology.reuse_group < 2) {
+      dit_json_t pf = at_key(&r, "group");
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "expected a divisor of cp %d leaving >= 2 groups, found %d",
+                            m->topology.cp, m->topology.reuse_group);
+    }
+    DIT_RETURN_IF(dit_json_i32(&r, "layers", 1, 1 << 16, &m->topology.reuse_layers));
+    DIT_RETURN_IF(dit_json_i32(&r, "copies", 1, 2, &m->topology.reuse_copies));
   }
   return DIT_OK;
 }

@@ -8,7 +8,12 @@
  *   "inputs": {...},                          the normalized compile inputs (object)
  *   "model": {"family": "wan", "class": "WanTransformer3DModel", "variant": "wan2.1"},
  *   "target": {"arch": "cpu" | "sm_90" | ..., "min_driver": 0},
- *   "topology": {"world": 1, "tp": 1, "cp": 1, "cfg": 1, "cp_mode": "none"},
+ *   "topology": {"world": 1, "tp": 1, "cp": 1, "cfg": 1, "cp_mode": "none",
+ *                "reuse": {"mode": "ditango", "group": G, "layers": L, "copies": C}},
+ *                                             reuse: schema 1.3, optional (cp_mode "ring"):
+ *                                             attention-state reuse in groups of G ranks (cp / G
+ *                                             groups), L self-attention layers with a state cache
+ *                                             slot per remote group, C cache copies (1 or 2)
  *   "shape": {"batch": B, "frames": F, "height": H, "width": W, "text_len": L,
  *             "latent": [C, f, h, w]},
  *   "dtype": "f32" | "bf16",
@@ -63,9 +68,10 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 2
+#define DIT_SCHEMA_MINOR 3
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
 #define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
+#define DIT_SCHEMA_MINOR_REUSE 3 /* the first minor with topology.reuse */
 #define DIT_MAX_EXPERTS 2
 #define DIT_GEN_MAX_CONDITIONS 8
 #define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
@@ -152,6 +158,9 @@ typedef struct dit_manifest {
   struct {
     int world, tp, cp, cfg;
     char cp_mode[16];
+    int reuse_group;  /* attention-state reuse: ranks per group (0: no reuse section) */
+    int reuse_layers; /* self-attention layers with state-cache slots */
+    int reuse_copies; /* state-cache copies: one per branch running through the plan */
   } topology;
   struct {
     int64_t batch, frames, height, width, text_len;

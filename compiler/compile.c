@@ -102,6 +102,10 @@ static cJSON *topology_json(const dit_compile_options_t *o) {
   cJSON_AddStringToObject(t, "cp_mode", cp_mode_name(o));
   cJSON_AddBoolToObject(t, "sp", o->shape.sp != 0);
   if (o->shape.cp_mode == DIT_CP_USP) cJSON_AddNumberToObject(t, "ulysses", o->shape.ulysses);
+  if (o->shape.reuse_group) {
+    cJSON_AddStringToObject(t, "reuse", "ditango");
+    cJSON_AddNumberToObject(t, "reuse_group", o->shape.reuse_group);
+  }
   int world = tp_of(o) * cp_of(o) * cfg_of(o);
   cJSON_AddNumberToObject(t, "ranks_per_node", o->ranks_per_node > 0 && o->ranks_per_node < world ? o->ranks_per_node : world);
   return t;
@@ -149,9 +153,15 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 
 /* A one-expert bundle without a generate section is written as schema 1.0, byte for byte as
  * before those sections. */
-static int schema_minor(const dit_model_t *m, const dit_manifest_generate_t *gen) {
-  return gen->present ? DIT_SCHEMA_MINOR_GENERATE : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS : 0;
+static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen) {
+  return o->shape.reuse_group ? DIT_SCHEMA_MINOR_REUSE
+         : gen->present      ? DIT_SCHEMA_MINOR_GENERATE
+         : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS
+                                     : 0;
 }
+
+/* The state cache's copies: one per guidance branch that runs through a rank's plan. */
+static int reuse_copies(const dit_compile_options_t *o) { return o->shape.reuse_group ? (o->cfg_parallel ? 1 : 2) : 0; }
 
 /* Where the pipeline switches experts, as WanPipeline computes it: boundary_ratio *
  * num_train_timesteps (1000 without a scheduler config). */
@@ -248,7 +258,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   char schema[16];
-  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(m, &gen));
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(o, m, &gen));
   cJSON_AddStringToObject(in, "schema", schema);
   cJSON *tc = NULL;
   dit_status_t s = dit_toolchain_identity(o->target, &tc);
@@ -336,6 +346,19 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (gpu && o->shape.dtype != DIT_BF16)
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
+  if (o->shape.reuse_group) {
+    const int G = o->shape.reuse_group, cp = cp_of(o);
+    if (cp < 2 || o->shape.cp_mode != DIT_CP_RING)
+      return DIT_ERR(UNIMPLEMENTED, "--reuse ditango: needs --cp N (N >= 2) --cp-mode ring, found --cp %d --cp-mode %s (usp is not supported yet)",
+                     cp, cp_mode_name(o));
+    if (G < 1 || cp % G || cp / G < 2)
+      return DIT_ERR(INVALID_ARGUMENT, "--reuse-group %d: the ranks per reuse group: expected a divisor of --cp %d that leaves >= 2 groups", G, cp);
+    if (gpu)
+      return DIT_ERR(UNIMPLEMENTED, "--reuse ditango --target %s: the state cache and its executor run on the cpu target so far", o->target);
+    const int world = tp_of(o) * cp * cfg_of(o), k = o->ranks_per_node;
+    if (k > 0 && k < world && k % (tp_of(o) * G))
+      return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: a reuse group of %d (x tp %d) would straddle nodes", k, G, tp_of(o));
+  }
   dit_compile_progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
   {
     /* Rank groups follow the nodes: the groups that talk most (tensor-parallel, then each
@@ -422,6 +445,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     req.tp_rank = r % tp;
     req.cp = cp;
     req.cp_rank = r / tp;
+    req.reuse_copies = reuse_copies(o);
     s = build_rank(o, m, &ls, &req, w, store, weights_hash, &rb[r], &layouts[r % tp], gpu ? codegen_summary : NULL, &pr);
     if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
   }
@@ -433,6 +457,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     req.tp_rank = r % tp;
     req.cp = cp;
     req.cp_rank = r / tp;
+    req.reuse_copies = reuse_copies(o);
     dit_compile_progress_t quiet = pr;
     quiet.quiet = 1;
     dit_rank_build_t *b2 = &rb[nb + r];
@@ -461,7 +486,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) {
     s = dit_model_generate_contract(m, &ls, &man.generate);
     man.schema_major = DIT_SCHEMA_MAJOR;
-    man.schema_minor = schema_minor(m, &man.generate);
+    man.schema_minor = schema_minor(o, m, &man.generate);
     snprintf(man.family, sizeof man.family, "%s", m->family);
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
@@ -471,6 +496,17 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.topology.cp = cp;
     man.topology.cfg = cfg_of(o);
     snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "%s", cp_mode_name(o));
+    if (o->shape.reuse_group) {
+      /* A state-cache slot per self-attention layer and remote group. */
+      size_t slots = 0;
+      for (size_t i = 0; i < rb[0].plan->n_steps; i++) slots += rb[0].plan->steps[i].kind == DIT_OP_STATE_CACHE;
+      const int remote = cp / o->shape.reuse_group - 1;
+      man.topology.reuse_group = o->shape.reuse_group;
+      man.topology.reuse_layers = (int)(slots / (size_t)remote);
+      man.topology.reuse_copies = reuse_copies(o);
+      if (!slots || slots % (size_t)remote)
+        s = DIT_ERR(INTERNAL, "--reuse ditango: the plan has %zu state caches, expected a multiple of the %d remote groups >= 1", slots, remote);
+    }
     man.shape.batch = o->shape.batch;
     man.shape.frames = o->shape.frames < 0 ? ls.frames : o->shape.frames;
     man.shape.height = o->shape.height;

@@ -34,6 +34,10 @@ static const char kUsage[] =
     "                            ring (rotate K/V, merge partial states by LSE) or usp (Ulysses\n"
     "                            of degree U inside groups, ring between them); default gather\n"
     "        --ulysses U         the Ulysses degree of --cp-mode usp\n"
+    "        --reuse ditango     attention-state reuse under --cp-mode ring: each self-attention\n"
+    "                            layer's remote groups computed or taken from a state cache, as\n"
+    "                            `ditrun generate --reuse-ratio` decides per step\n"
+    "        --reuse-group G     ranks per reuse group (default 1; G divides --cp, >= 2 groups)\n"
     "        --offload M         weight offload plan: none (default), layerwise or chunked\n"
     "        --chunk-mb C        copy unit of chunked offload (default 16)\n"
     "        --residency R | --memory-budget GIB | --latency-target MS\n"
@@ -90,7 +94,7 @@ static int cmd_compile(int argc, char **argv, int why) {
   memset(&o, 0, sizeof o);
   const char *env_store = getenv("DITC_STORE");
   o.store_dir = env_store && env_store[0] ? env_store : NULL;
-  int out_given = 0;
+  int out_given = 0, reuse_given = 0, group_given = 0;
   o.shape.batch = 1;
   o.shape.text_len = 512;
   o.shape.frames = o.shape.height = o.shape.width = -1;
@@ -152,6 +156,16 @@ static int cmd_compile(int argc, char **argv, int why) {
       else if (!strcmp(val, "usp")) o.shape.cp_mode = DIT_CP_USP;
       else return usage_error("--cp-mode %s: expected gather, ulysses, ring or usp", val);
       i++;
+    } else if (!strcmp(a, "--reuse")) {
+      if (!val) return usage_error("%s needs a value", a);
+      if (strcmp(val, "ditango")) return usage_error("--reuse %s: expected ditango", val);
+      if (!o.shape.reuse_group) o.shape.reuse_group = 1;
+      reuse_given = 1, i++;
+    } else if (!strcmp(a, "--reuse-group")) {
+      int64_t g = 0;
+      rc = parse_i64(a, val, &g), i++;
+      if (!rc && (g < 1 || g > 64)) return usage_error("--reuse-group %s: expected 1..64", val);
+      o.shape.reuse_group = (int)g, group_given = 1;
     } else if (!strcmp(a, "--ulysses")) {
       int64_t u = 0;
       rc = parse_i64(a, val, &u), i++;
@@ -196,6 +210,7 @@ static int cmd_compile(int argc, char **argv, int why) {
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");
   if (o.shape.ulysses && o.shape.cp_mode != DIT_CP_USP) return usage_error("%s", "--ulysses needs --cp-mode usp");
+  if (group_given && !reuse_given) return usage_error("%s", "--reuse-group needs --reuse ditango");
   int offloading = o.offload && strcmp(o.offload, "none");
   if (!offloading && (o.residency >= 0 || o.memory_budget_gib > 0 || o.latency_target_ms > 0 || o.profile))
     return usage_error("%s", "--residency, --memory-budget, --latency-target and --profile need --offload layerwise|chunked");

@@ -28,6 +28,9 @@ typedef struct dit_shape_request {
   int cp_mode;                   /* DIT_CP_* when cp > 1 */
   int ulysses;                   /* DIT_CP_USP: the Ulysses degree U (ring degree cp / U) */
   int sp;                        /* sequence parallelism inside the tensor-parallel group */
+  /* Attention-state reuse (--reuse ditango, DIT_CP_RING): G ranks per reuse group (0: none), and
+   * the state cache's copies (2 when both guidance branches run through one plan, else 1). */
+  int reuse_group, reuse_copies;
 } dit_shape_request_t;
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };

@@ -345,7 +345,22 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       int64_t group, n;
       DIT_RETURN_IF(get_i(attrs, op, "group", &group, 0));
       DIT_RETURN_IF(get_i(attrs, op, "n", &n, 1));
+      const dit_attr_t *d = dit_attrs_find(attrs, "distance");
+      if (d && (d->i < 1 || d->i >= n)) FAIL("%s: distance %lld: expected 1..%lld (the group has %lld members)", op, (long long)d->i, (long long)n - 1, (long long)n);
       copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_STATE_CACHE: {
+      int64_t slot, copies;
+      const dit_value_t *lse = operand(g, ins, 1);
+      DIT_RETURN_IF(get_i(attrs, op, "slot", &slot, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "copies", &copies, 1));
+      if (copies > 2) FAIL("%s: copies %lld: expected 1 or 2", op, (long long)copies);
+      DIT_RETURN_IF(need_rank(op, "o", x, 3));
+      if (lse->rank != 3 || lse->dims[0] != x->dims[0] || lse->dims[2] != x->dims[1] || lse->dtype != DIT_F32)
+        FAIL("%s: lse '%s' is not the f32 [B, H, S] of o '%s'", op, lse->name, x->name);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      copy_shape(lse, &out_rank[1], out_dims[1]);
       break;
     }
     case DIT_OP_ATTN_MERGE: {
@@ -471,6 +486,14 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
       if (n_out >= 1 && out_dtypes[0] != x->dtype)
         FAIL("%s: output dtype %s, expected %s as operand x '%s'", dit_op_info(kind)->name, dit_dtype_name(out_dtypes[0]),
              dit_dtype_name(x->dtype), x->name);
+      return DIT_OK;
+    }
+    case DIT_OP_STATE_CACHE: {
+      /* A copy: o keeps its dtype, lse stays fp32. */
+      const dit_value_t *x = operand(g, ins, 0);
+      if (n_out == 2 && (out_dtypes[0] != x->dtype || out_dtypes[1] != DIT_F32))
+        FAIL("state_cache: output dtypes %s and %s, expected %s (as o '%s') and f32", dit_dtype_name(out_dtypes[0]),
+             dit_dtype_name(out_dtypes[1]), dit_dtype_name(x->dtype), x->name);
       return DIT_OK;
     }
     case DIT_OP_KEY_BOUND:

@@ -1,7 +1,10 @@
 /* Static memory plan: liveness over the whole forward, then first-fit placement of each
  * temp in one arena. Outputs are allocated before the op's dying inputs are released, so an
  * op never writes over what it reads; a collective's inputs live until its result is first
- * used by compute, so a runtime may overlap it with the compute in between. */
+ * used by compute, so a runtime may overlap it with the compute in between. The attention-state
+ * caches (state_cache outputs) persist across forwards: they take the bottom of the arena, one
+ * after the other, `copies` times over (a runtime points each branch's forward at its copy), and
+ * are never released, so nothing else ever writes there. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,12 +62,30 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   free(first);
   free(until);
   int n_live = 0;
-  uint64_t arena = 0, naive = 0;
+  uint64_t arena = 0, naive = 0, states = 0;
+  int64_t copies = 1;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind != DIT_OP_STATE_CACHE) continue;
+    const dit_attr_t *c = dit_attrs_find(&op->attrs, "copies");
+    if (c && c->i > copies) copies = c->i;
+    for (int k = 0; k < op->n_out; k++) {
+      dit_value_t *val = dit_graph_value(g, op->out[k]);
+      if (!planned(val)) continue;
+      val->offset = (int64_t)states;
+      states += round_up(dit_value_nbytes(val) ? dit_value_nbytes(val) : 1, DIT_ARENA_ALIGN);
+    }
+  }
+  if (states) {
+    last[nv] = no; /* the sentinel value id nv: the caches' block outlives every op */
+    live[n_live++] = (block_t){0, states * (uint64_t)copies, nv};
+    arena = naive = states * (uint64_t)copies;
+  }
   for (int32_t i = 0; i < no; i++) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     for (int k = 0; k < op->n_out; k++) {
       dit_value_t *val = dit_graph_value(g, op->out[k]);
-      if (!planned(val)) continue;
+      if (!planned(val) || val->offset >= 0) continue;
       uint64_t size = round_up(dit_value_nbytes(val) ? dit_value_nbytes(val) : 1, DIT_ARENA_ALIGN);
       naive += size;
       /* live[] is sorted by offset: take the first gap that fits. */

@@ -452,6 +452,13 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETI("heads", heads);
       return dit_cpu_attn_merge(c, &in[0], &in[1], &in[2], &in[3], heads, &out[0], &out[1]);
     }
+    case DIT_OP_STATE_CACHE: /* the executor decides whether it runs; running, it stores the fresh state */
+      for (int k = 0; k < 2; k++) {
+        if (in[k].dtype != out[k].dtype || dit_tensor_nbytes(&in[k]) != dit_tensor_nbytes(&out[k]))
+          return DIT_ERR(INVALID_ARGUMENT, "state_cache: operand %d and its cache differ in dtype or size", k);
+        memcpy(out[k].data, in[k].data, dit_tensor_nbytes(&in[k]));
+      }
+      return DIT_OK;
     case DIT_OP_RING_SHIFT:
     case DIT_OP_REDUCE_SCATTER:
     case DIT_OP_ALLREDUCE: /* collectives are the executor's, between steps */

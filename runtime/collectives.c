@@ -254,9 +254,13 @@ static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_p
       DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
       return copy2d(rt, yd, Tl * row, recv + (size_t)me * Tl * row, T * row, Tl * row, B);
     }
-    case DIT_OP_RING_SHIFT: /* every member's block, then the previous member's */
+    case DIT_OP_RING_SHIFT: { /* every member's block, then the one `distance` members back (the previous one) */
+      const dit_attr_t *da = dit_attrs_find(&st->attrs, "distance");
+      const int d = da ? (int)da->i : 1;
+      if (d < 1 || d >= n) return DIT_ERR(INVALID_ARGUMENT, "ring_shift: distance %d: expected 1..%d", d, n - 1);
       DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
-      return copy2d(rt, yd, bytes, recv + (size_t)((me + n - 1) % n) * bytes, bytes, bytes, 1);
+      return copy2d(rt, yd, bytes, recv + (size_t)((me + n - d) % n) * bytes, bytes, bytes, 1);
+    }
     case DIT_OP_ALLGATHER: /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
       DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
       for (int p = 0; p < n; p++) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * T * row, (size_t)n * T * row, recv + (size_t)p * bytes, T * row, T * row, B));

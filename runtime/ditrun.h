@@ -8,6 +8,7 @@
 #include "artifacts/manifest.h"
 #include "base/status.h"
 #include "runtime/condition.h"
+#include "runtime/ditango.h"
 #include "runtime/offload_engine.h"
 #include "runtime/sampler.h"
 #include "runtime/step_cache.h"
@@ -164,6 +165,28 @@ void dit_runtime_probe_reset(dit_runtime_t *rt);
 typedef enum dit_residual_op { DIT_RESIDUAL_START, DIT_RESIDUAL_KEEP, DIT_RESIDUAL_APPLY } dit_residual_op_t;
 dit_status_t dit_runtime_residual(dit_runtime_t *rt, dit_residual_op_t op, int slot, size_t v);
 
+/* Attention-state reuse on a bundle compiled with --reuse ditango (runtime/ditango.h): every
+ * self-attention layer has `groups` remote groups, slot layer * groups + g each (0, 0: no reuse).
+ * Without dit_runtime_reuse_begin every forward computes every group. */
+void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups);
+/* One denoising step's decisions, before its forwards: compute[slot] 1 computes the slot (and
+ * stores it in the cache), 0 reuses the cached state (none of its transfers or compute run);
+ * anchor[layer] 1 gathers the layer's anchor statistics. diagnostic: reused slots are computed too,
+ * but not stored, and their relative error against the cached state measured. The step's forwards
+ * take the cache copies in turn (the conditional branch the first, the unconditional the second).
+ * CPU backend, ranks as threads of one process, one-transformer bundles; refused otherwise. */
+dit_status_t dit_runtime_reuse_begin(dit_runtime_t *rt, const uint8_t *compute, const uint8_t *anchor, int diagnostic);
+/* What the step's forwards measured, summed over every rank and forward (caller's arrays): drift
+ * [layers] = ||OUT_loc - its anchor copy|| (at an anchor: from the previous anchor's copy), local_norm [layers] = ||OUT_loc|| (at
+ * anchors), per slot group_norm = ||OUT_G|| and group_weight = the mean of e^LSE_G / sum e^LSE over
+ * the rows (at anchors), error = ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| (diagnostic, reused
+ * slots; NaN otherwise). */
+typedef struct dit_reuse_stats {
+  double *drift, *local_norm;
+  double *group_norm, *group_weight, *error;
+} dit_reuse_stats_t;
+dit_status_t dit_runtime_reuse_end(dit_runtime_t *rt, dit_reuse_stats_t *out);
+
 typedef struct dit_named_tensor {
   const char *name;
   dit_tensor_t t;
@@ -220,6 +243,14 @@ typedef struct dit_generate_options {
    * (DIT_CODE_ABORTED for a cancel, DIT_CODE_DEADLINE_EXCEEDED for a deadline) stops the loop
    * there with that code, so a resident server ends a job at a step boundary. */
   int (*should_stop)(void *ctx);
+  /* Attention-state reuse (runtime/ditango.h) on a bundle compiled with --reuse ditango: on when
+   * reuse_on, with the planner's options; the planner's report is written to reuse_report (NULL:
+   * none); reuse_counts (NULL, or 2 entries) gets the remote-group states computed and decided
+   * after warm-up. Wan bundles without a step cache. */
+  int reuse_on;
+  dit_ditango_options_t reuse;
+  const char *reuse_report;
+  int64_t *reuse_counts;
 } dit_generate_options_t;
 
 /* Whether step timestep t runs on transformer_2: WanPipeline compares the scheduler's

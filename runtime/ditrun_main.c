@@ -41,6 +41,8 @@ static const char kUsage[] =
     "                  [--step-cache off|cadence:N|delta:T|easycache:T|teacache:T|fbcache:T|auto]\n"
     "                  [--cache-warmup W] [--cache-cooldown C] [--cache-profile P.json]\n"
     "                  [--cache-reuse hidden|output]\n"
+    "                  [--reuse-ratio R] [--reuse-eps-local E] [--reuse-warmup W]\n"
+    "                  [--reuse-report FILE] [--reuse-diagnostic]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
@@ -70,6 +72,13 @@ static const char kUsage[] =
     "                     (default 2) and last C (default 1) steps always run; auto takes the\n"
     "                     policy, W and C of --cache-profile P.json (calibrate-cache's, for this\n"
     "                     bundle and --steps) and prints it\n"
+    "                     --reuse-ratio R (lossy; bundles compiled with --reuse ditango):\n"
+    "                     per step, layer and remote group, the attention state is recomputed\n"
+    "                     or taken from the state cache as DiTango's error model decides, R the\n"
+    "                     share recomputed after the first W (default 2) steps (1: all);\n"
+    "                     E (default 0.2) the local group's relative drift forcing an anchor;\n"
+    "                     FILE gets every decision and predicted error (JSON), and with\n"
+    "                     --reuse-diagnostic the measured error of every reused state\n"
     "\n"
     "  calibrate-cache BUNDLE [generate's inputs and options] --profile-out P.json\n"
     "                  [--runs K] [--target-speedup S]\n"
@@ -358,7 +367,8 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
 static int generate_only(const char *f) {
   static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
-                                  "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse", NULL};
+                                  "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse",
+                                  "--reuse-ratio", "--reuse-eps-local", "--reuse-warmup", "--reuse-report", "--reuse-diagnostic", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -377,6 +387,9 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
   a->max_rel = -1;
   a->cache_warmup = DIT_STEP_CACHE_DEFAULT_WARMUP;
   a->cache_cooldown = DIT_STEP_CACHE_DEFAULT_COOLDOWN;
+  a->reuse_ratio = DIT_DITANGO_DEFAULT_RATIO;
+  a->reuse_eps_local = DIT_DITANGO_DEFAULT_EPS_LOCAL;
+  a->reuse_warmup = DIT_DITANGO_DEFAULT_WARMUP;
   /* generate's inputs and options: generate (1) and calibrate-cache (2) */
   const int gen = a->generate = !strcmp(cmd, "generate") ? 1 : !strcmp(cmd, "calibrate-cache") ? 2 : 0;
   for (int i = 0; i < argc; i++) {
@@ -398,6 +411,11 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     else if (!strcmp(f, "--step-cache")) str = &a->step_cache;
     else if (!strcmp(f, "--cache-profile")) str = &a->cache_profile;
     else if (!strcmp(f, "--cache-reuse")) str = &a->cache_reuse;
+    else if (!strcmp(f, "--reuse-report")) str = &a->reuse_report, a->reuse_on = 1;
+    else if (!strcmp(f, "--reuse-ratio")) rc = parse_num(f, v, &a->reuse_ratio), a->reuse_on = 1, i++;
+    else if (!strcmp(f, "--reuse-eps-local")) rc = parse_num(f, v, &a->reuse_eps_local), a->reuse_on = 1, i++;
+    else if (!strcmp(f, "--reuse-warmup")) rc = parse_int(f, v, &a->reuse_warmup), a->reuse_on = 1, i++;
+    else if (!strcmp(f, "--reuse-diagnostic")) a->reuse_diagnostic = a->reuse_on = 1;
     else if (!strcmp(f, "--cache-warmup")) rc = parse_int(f, v, &a->cache_warmup), a->have_cache_warmup = 1, i++;
     else if (!strcmp(f, "--cache-cooldown")) rc = parse_int(f, v, &a->cache_cooldown), a->have_cache_cooldown = 1, i++;
     else if (!strcmp(f, "--sampler")) str = &a->sampler, a->have_sampler = 1;
@@ -737,6 +755,15 @@ dit_status_t gen_inputs(const run_args_t *a, gen_job_t *j) {
   else if (!s && a->have_true_cfg)
     s = DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: a Wan bundle's classifier-free guidance is --guidance", a->true_cfg);
   if (!s) s = step_cache_options(a, j);
+  if (!s && a->reuse_on) {
+    g->reuse_on = 1;
+    g->reuse = (dit_ditango_options_t){.ratio = a->reuse_ratio, .eps_local = a->reuse_eps_local,
+                                       .warmup = a->reuse_warmup > 1000000 ? 1000000 : (int)a->reuse_warmup,
+                                       .diagnostic = a->reuse_diagnostic};
+    g->reuse_report = a->reuse_report;
+    g->reuse_counts = j->reuse_counts;
+    s = dit_ditango_check(&g->reuse);
+  }
   if (!s) s = dit_generate_latents_shape(dit_runtime_manifest(j->rt), &j->lat.rank, j->lat.dims);
   if (!s && a->image_latents) {
     snprintf(j->il_what, sizeof j->il_what, "--image-latents %s", a->image_latents);
@@ -839,6 +866,9 @@ static int cmd_generate(int argc, char **argv) {
   if (!s) {
     fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", j->g.steps, dit_now_s() - t0);
     if (j->skipped) print_step_cache(&j->g);
+    if (j->g.reuse_on)
+      fprintf(stderr, "ditrun: reuse ditango R %g: computed %" PRId64 " of %" PRId64 " remote attention states after %d warm-up steps\n",
+              j->g.reuse.ratio, j->reuse_counts[0], j->reuse_counts[1], j->g.reuse.warmup);
     const dit_runtime_swap_stats_t sw = dit_runtime_swap_stats(j->rt);
     if (sw.switched) {
       fprintf(stderr, "ditrun: expert swap: %.2f MiB of transformer_2's resident set, %" PRIu64 " chunks loaded over %d forwards before "

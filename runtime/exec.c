@@ -73,6 +73,7 @@ void dit_runtime_destroy(dit_runtime_t *rt) {
       }
     }
   rt->ranks = rt->expert_ranks[0];
+  dit_reuse_free(rt);
   dit_exec_nccl_shutdown(rt);
   for (int e = rt->n_experts - 1; e >= 0; e--) {
     for (int r = 0; rt->expert_ranks[e] && r < rt->n_ranks; r++) rank_destroy(&rt->expert_ranks[e][r]);
@@ -666,7 +667,9 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   rank_rt_t *incoming = NULL;
   uint32_t per_block = 0;
   DIT_RETURN_IF(swap_target(rt, &incoming, &per_block));
+  dit_reuse_forward_begin(rt);
   for (size_t i = 0; i < p->n_steps; i++) {
+    if (dit_reuse_skip(rt, i)) continue;
     if ((long)i == rt->fail_step) {
       if (rt->fail_die) _exit(3);
       dit_status_t f = DIT_ERR(INTERNAL, "injected failure (DIT_FAIL_STEP=%d:%zu)", rt->rank, i);
@@ -682,6 +685,7 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
       rt->profile[p->steps[i].kind] += dt;
       if (rt->profile_steps) rt->profile_steps[i] += dt;
     }
+    if (!s && rt->reuse) s = dit_reuse_after_step(rt, i);
     if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
     if (!s && incoming && p->steps[i].block >= 0 && (i + 1 == p->n_steps || p->steps[i + 1].block != p->steps[i].block)) {
       /* Between blocks: the next share of the incoming expert's resident set, on this
@@ -700,6 +704,7 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   }
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
   dit_status_t s = rt->be->synchronize(rt->be_state);
+  if (!s) dit_reuse_forward_end(rt);
   dit_exec_collectives_settled(rt);
   rank_failed(rt, comm, s); /* a queued collective may have failed: the others must not wait for it */
   return rt->owner->nccl ? dit_exec_nccl_after_sync(rt->owner, s) : s;
@@ -784,6 +789,7 @@ dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, do
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {
   dit_status_t s = dit_exec_run_ranks(rt, rank_forward_job, NULL);
+  dit_reuse_forward_done(rt);
   if (rt->swap_left > 0) rt->swap_left--;
   return s && rt->process ? dit_status_annotate(s, "rank %d", rt->ranks[0].rank) : s;
 }

@@ -65,6 +65,7 @@ typedef struct rank_rt {
   uint64_t coll_seq;
   size_t coll_step;
   struct coll_job *coll_jobs;
+  struct dit_reuse_rank *reuse; /* attention-state reuse: this rank's step tags and statistics (reuse_exec.c) */
 } rank_rt_t;
 
 struct dit_runtime {
@@ -110,6 +111,7 @@ struct dit_runtime {
   uint64_t resid_bytes;
   dit_dtype_t resid_dtype;
   int resid_valid[2];        /* resid_neg holds a residual */
+  struct dit_reuse *reuse;   /* attention-state reuse, once dit_runtime_reuse_begin set it up */
 };
 
 typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);
@@ -145,5 +147,16 @@ dit_status_t dit_exec_nccl_setup(dit_runtime_t *rt, const dit_runtime_options_t 
 void dit_exec_nccl_shutdown(dit_runtime_t *rt);
 void dit_exec_nccl_abort_all(dit_runtime_t *rt, int rank, const char *why);
 dit_status_t dit_exec_nccl_after_sync(dit_runtime_t *rt, dit_status_t s);
+
+/* reuse_exec.c: attention-state reuse in the forward. forward_begin binds this forward's cache
+ * copy; skip says whether plan step i is left out (measuring a reused state in diagnostic mode);
+ * after_step gathers the statistics of step i; forward_end the anchor weights; forward_done (once
+ * per forward, after every rank) counts the forward; free releases it all. */
+void dit_reuse_forward_begin(rank_rt_t *rt);
+int dit_reuse_skip(rank_rt_t *rt, size_t i);
+dit_status_t dit_reuse_after_step(rank_rt_t *rt, size_t i);
+void dit_reuse_forward_end(rank_rt_t *rt);
+void dit_reuse_forward_done(dit_runtime_t *rt);
+void dit_reuse_free(dit_runtime_t *rt);
 
 #endif

@@ -13,7 +13,10 @@
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
-  const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse;
+  const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse, *reuse_report;
+  double reuse_ratio, reuse_eps_local;
+  int64_t reuse_warmup;
+  int reuse_on, reuse_diagnostic;
   int64_t steps, seed, threads, device, devices, warmup, cache_warmup, cache_cooldown;
   double guidance, guidance_2, shift, max_rel, true_cfg;
   int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
@@ -35,6 +38,7 @@ typedef struct gen_job {
   size_t n;
   int *used, *skipped;
   int hidden_reuse; /* generate's report: skipped steps reused the block stack's residual */
+  int64_t reuse_counts[2]; /* attention-state reuse: remote states computed and decided after warm-up */
   dit_cache_profile_t profile; /* --cache-profile's, for --step-cache auto */
   dit_named_tensor_t args[2 * DIT_GEN_MAX_CONDITIONS];
   char arg_names[2 * DIT_GEN_MAX_CONDITIONS][96];

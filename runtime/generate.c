@@ -3,6 +3,7 @@
  * dtype and the scheduler's timestep; with guidance the conditional and unconditional
  * predictions are combined in fp32; the sampler advances fp32 latents. A two-expert pipeline
  * runs transformer while t >= the boundary and transformer_2 after. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -484,12 +485,98 @@ static dit_status_t wan_predict(dit_runtime_t *rt, dit_condition_t *cnd, const f
   return DIT_OK;
 }
 
+/* Attention-state reuse over a denoising loop: the planner, the decisions of the step about to
+ * run, and the statistics its forwards measured (the drift the next step's decisions read). */
+typedef struct reuse_run {
+  dit_ditango_t *p;
+  int layers, groups;
+  uint8_t *compute, *anchor;
+  double *drift, *local_norm, *group_norm, *group_weight, *error;
+  double *next;       /* per layer: the drift predicted for the step about to be decided */
+  double *rate;       /* per layer: the drift per step over the last anchor interval (NaN: none yet) */
+  int *last_anchor;   /* per layer: its last anchor step (-1: none) */
+} reuse_run_t;
+
+static void reuse_destroy(reuse_run_t *r) {
+  dit_ditango_destroy(r->p);
+  free(r->compute), free(r->anchor), free(r->drift), free(r->local_norm), free(r->group_norm), free(r->group_weight), free(r->error);
+  free(r->next), free(r->rate), free(r->last_anchor);
+}
+
+static dit_status_t reuse_create(dit_runtime_t *rt, const dit_generate_options_t *o, reuse_run_t *r) {
+  memset(r, 0, sizeof *r);
+  if (!o->reuse_on) return DIT_OK;
+  dit_runtime_reuse_shape(rt, &r->layers, &r->groups);
+  if (!r->layers) return DIT_ERR(INVALID_ARGUMENT, "--reuse-ratio: the bundle was compiled without --reuse ditango (no state cache to reuse)");
+  if (o->step_cache.mode != DIT_STEP_CACHE_OFF)
+    return DIT_ERR(UNIMPLEMENTED, "--reuse-ratio with --step-cache: attention-state reuse and step caching are not combined yet");
+  const size_t L = (size_t)r->layers, S = L * (size_t)r->groups;
+  DIT_RETURN_IF(dit_ditango_create(&o->reuse, o->steps, r->layers, r->groups, &r->p));
+  r->compute = malloc(S), r->anchor = malloc(L);
+  r->drift = calloc(L, sizeof(double)), r->local_norm = calloc(L, sizeof(double));
+  r->group_norm = calloc(S, sizeof(double)), r->group_weight = calloc(S, sizeof(double)), r->error = calloc(S, sizeof(double));
+  r->next = calloc(L, sizeof(double)), r->rate = malloc(L * sizeof(double)), r->last_anchor = malloc(L * sizeof(int));
+  if (!r->compute || !r->anchor || !r->drift || !r->local_norm || !r->group_norm || !r->group_weight || !r->error || !r->next ||
+      !r->rate || !r->last_anchor)
+    return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+  for (size_t l = 0; l < L; l++) r->rate[l] = NAN, r->last_anchor[l] = -1;
+  return DIT_OK;
+}
+
+/* Step i's decisions, made before its forwards (as they would be made while the previous step
+ * runs), from the local drift predicted for step i: the previous step's measured D(i-1) grown
+ * linearly with the steps since the anchor, D(i-1) * (i - t_a) / (i - 1 - t_a); right after an
+ * anchor, the previous anchor interval's drift per step (0 before there is one). */
+static dit_status_t reuse_begin(dit_runtime_t *rt, const dit_generate_options_t *o, reuse_run_t *r, int i) {
+  if (!r->p) return DIT_OK;
+  for (int l = 0; l < r->layers; l++) {
+    int anchor = 0;
+    DIT_RETURN_IF(dit_ditango_decide(r->p, i, l, r->next[l], &r->compute[(size_t)l * (size_t)r->groups], &anchor));
+    r->anchor[l] = (uint8_t)anchor;
+  }
+  return dit_runtime_reuse_begin(rt, r->compute, r->anchor, o->reuse.diagnostic);
+}
+
+static dit_status_t reuse_end(dit_runtime_t *rt, reuse_run_t *r, int i) {
+  if (!r->p) return DIT_OK;
+  dit_reuse_stats_t st = {r->drift, r->local_norm, r->group_norm, r->group_weight, r->error};
+  DIT_RETURN_IF(dit_runtime_reuse_end(rt, &st));
+  for (int l = 0; l < r->layers; l++) {
+    const size_t at = (size_t)l * (size_t)r->groups;
+    if (r->anchor[l]) {
+      DIT_RETURN_IF(dit_ditango_anchor(r->p, l, r->local_norm[l], &r->group_norm[at], &r->group_weight[at]));
+      if (r->last_anchor[l] >= 0) r->rate[l] = r->drift[l] / (double)(i - r->last_anchor[l]);
+      r->last_anchor[l] = i;
+      r->next[l] = isnan(r->rate[l]) ? 0 : r->rate[l];
+    } else {
+      r->next[l] = r->drift[l] * (double)(i + 1 - r->last_anchor[l]) / (double)(i - r->last_anchor[l]);
+    }
+    for (int g = 0; g < r->groups; g++)
+      if (!isnan(r->error[at + (size_t)g])) dit_ditango_measured(r->p, i, l, g, r->error[at + (size_t)g]);
+  }
+  return DIT_OK;
+}
+
+static dit_status_t reuse_finish(const dit_generate_options_t *o, const reuse_run_t *r) {
+  if (!r->p) return DIT_OK;
+  if (o->reuse_counts) dit_ditango_counts(r->p, &o->reuse_counts[0], &o->reuse_counts[1]);
+  if (!o->reuse_report) return DIT_OK;
+  FILE *f = fopen(o->reuse_report, "w");
+  if (!f) return DIT_ERR(IO, "--reuse-report %s: cannot create it", o->reuse_report);
+  dit_status_t s = dit_ditango_report(r->p, f);
+  if (fclose(f) && !s) s = DIT_ERR(IO, "--reuse-report %s: write failed", o->reuse_report);
+  return s;
+}
+
 dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_t *o,
                                   const dit_tensor_t *prompt, const dit_tensor_t *negative,
                                   float *latents) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
   DIT_RETURN_IF(check_generate_known(m));
-  if (m->generate.present) return generate_flow(rt, o, latents);
+  if (m->generate.present) {
+    if (o->reuse_on) return DIT_ERR(UNIMPLEMENTED, "--reuse-ratio: attention-state reuse drives Wan bundles so far");
+    return generate_flow(rt, o, latents);
+  }
   /* The sampler steps the latents; the condition makes the transformer's inputs from them
    * (image-to-video: the mask and image latents concatenated, or the first frame held to the
    * image) and checks the image inputs against the bundle. */
@@ -507,7 +594,9 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
 
   dit_sampler_t *smp = NULL;
   dit_step_cache_t *sc = NULL;
-  dit_status_t s = cache_create(rt, o, n, &sc);
+  reuse_run_t ru;
+  dit_status_t s = reuse_create(rt, o, &ru);
+  if (!s) s = cache_create(rt, o, n, &sc);
   if (!s) s = dit_generate_sampler(rt, o, n, &smp);
   float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg_any && !s ? malloc(n * sizeof *uncond) : NULL;
   if (!s && (!cond || (cfg_any && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
@@ -528,7 +617,9 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     if (o->expert_used) o->expert_used[i] = second;
     step_decision_t d = {sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond, 1, 0, 0};
     if (!probes(o)) d.full = cache_decide(sc, o, i, d.forwards, latents, cond);
-    if (d.full) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n, probes(o) ? &d : NULL);
+    if (d.full) s = reuse_begin(rt, o, &ru, i);
+    if (d.full && !s) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n, probes(o) ? &d : NULL);
+    if (d.full && !s) s = reuse_end(rt, &ru, i);
     if (!s) cache_settle(sc, o, i, d.full, cond, n);
     if (!s) s = dit_sampler_step(smp, cond, latents);
     if (s) s = dit_status_annotate(s, "denoising step %d of %d (timestep %g)", i + 1, o->steps, t);
@@ -536,6 +627,8 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     if (!s) s = stop_requested(o, i);
   }
   if (!s) dit_condition_finish(cnd, latents);
+  if (!s) s = reuse_finish(o, &ru);
+  reuse_destroy(&ru);
   free(cond);
   free(uncond);
   dit_condition_destroy(cnd);

@@ -16,6 +16,7 @@ struct dit_blocks {
   const dit_safetensors_t *weights;
   dit_blocks_options_t o;
   dit_status_t err; /* first error of a two-output op (the graph records single-output ones) */
+  int reuse_layers; /* self-attention layers built with attention-state reuse so far */
 };
 
 dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights, const dit_blocks_options_t *opts,
@@ -30,6 +31,9 @@ dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights,
   if (opts->heads < 1 || opts->head_dim < 1 || opts->heads % opts->tp)
     return DIT_ERR(INVALID_ARGUMENT, "blocks: %lld heads of width %lld, expected positive and divisible by tp %d",
                    (long long)opts->heads, (long long)opts->head_dim, opts->tp);
+  if (opts->reuse_group && (opts->reuse_group < 1 || opts->cp % opts->reuse_group || opts->cp / opts->reuse_group < 2))
+    return DIT_ERR(INVALID_ARGUMENT, "blocks: reuse groups of %d ranks: expected a divisor of cp %d leaving >= 2 groups",
+                   opts->reuse_group, opts->cp);
   dit_blocks_t *b = calloc(1, sizeof *b);
   if (!b) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   b->g = g;
@@ -332,11 +336,91 @@ static dit_vid_t cp_collective_in(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t
     dit_attrs_set_int(&a, "heads", heads);
     dit_attrs_set_int(&a, "reverse", reverse);
   }
-  return dit_graph_op(b->g, kind, &x, 1, &a, dit_graph_cvalue(b->g, x)->dtype, name);
+  const dit_value_t *xv = dit_graph_cvalue(b->g, x);
+  return xv ? dit_graph_op(b->g, kind, &x, 1, &a, xv->dtype, name) : -1; /* an operand failed: recorded */
 }
 
 static dit_vid_t cp_collective(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, int64_t heads, int reverse, const char *name) {
   return cp_collective_in(b, kind, x, heads, reverse, 1, b->o.cp, name);
+}
+
+/* Ring attention with attention-state reuse (DiTango, runtime/ditango.h): the m = cp / G groups of
+ * G consecutive ranks; the local group's ring (ring_shift over the group: collective group 3 of
+ * n = G) always runs; per remote group at distance o, its K/V come by a shift of o*G ranks over
+ * the cp group, ring inside the group, and its state passes through state_cache slot
+ * layer * (m - 1) + o - 1. Every op of a remote group carries reuse_slot (the executor skips them
+ * together when the runtime reuses the slot); the op whose result is the local group's state
+ * carries reuse_local = layer. With G = 1 the K/V and the merges come in plain ring's order. */
+static dit_vid_t reuse_ring(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, int64_t heads, const char *prefix) {
+  char n[192], hn[64];
+  const int cp = b->o.cp, G = b->o.reuse_group, m = cp / G, layer = b->reuse_layers++;
+  const dit_dtype_t dts[2] = {b->o.dtype, DIT_F32};
+  if (!dit_graph_cvalue(b->g, q) || !dit_graph_cvalue(b->g, k) || !dit_graph_cvalue(b->g, v)) return -1; /* recorded */
+#define N(s) sub(n, sizeof n, prefix, s)
+  dit_attrs_t aa = {0}, ma = {0};
+  sdpa_attrs(b, heads, &aa);
+  dit_attrs_set_int(&ma, "heads", heads);
+  /* One op of the layer's reuse ring: attrs plus the slot tag (slot < 0: none) and the local tag. */
+  dit_attrs_t t;
+#define TAGGED(base, slot, local) \
+  (t = (base), ((slot) >= 0 ? dit_attrs_set_int(&t, "reuse_slot", (slot)) : 0), \
+   ((local) ? dit_attrs_set_int(&t, "reuse_local", layer) : 0), &t)
+  dit_vid_t state[2], ins[3] = {q, k, v};
+  op2(b, DIT_OP_ATTENTION, ins, 3, TAGGED(aa, -1, G == 1), dts, N("ring0"), state);
+  for (int hop = 1; hop < G; hop++) {
+    ins[1] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, 3, G, N("k_ring"));
+    ins[2] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, 3, G, N("v_ring"));
+    dit_vid_t part[2], mi[4];
+    snprintf(hn, sizeof hn, "ring%d", hop);
+    op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, N(hn), part);
+    mi[0] = state[0], mi[1] = state[1], mi[2] = part[0], mi[3] = part[1];
+    snprintf(hn, sizeof hn, "ring_merge%d", hop);
+    op2(b, DIT_OP_ATTN_MERGE, mi, 4, TAGGED(ma, -1, hop == G - 1), dts, N(hn), state);
+  }
+  for (int o = 1; o < m; o++) {
+    const int slot = layer * (m - 1) + o - 1;
+    dit_vid_t gs[2], part[2], mi[4], kv[2] = {k, v};
+    for (int i = 0; i < 2; i++) {
+      dit_attrs_t sa = {0};
+      dit_attrs_set_int(&sa, "group", 1);
+      dit_attrs_set_int(&sa, "n", cp);
+      dit_attrs_set_int(&sa, "distance", (int64_t)o * G);
+      dit_attrs_set_int(&sa, "reuse_slot", slot);
+      snprintf(hn, sizeof hn, "group%d_%c", o, i ? 'v' : 'k');
+      kv[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &kv[i], 1, &sa, b->o.dtype, N(hn));
+    }
+    dit_vid_t gi[3] = {q, kv[0], kv[1]};
+    snprintf(hn, sizeof hn, "group%d_ring0", o);
+    op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), gs);
+    for (int hop = 1; hop < G; hop++) {
+      for (int i = 1; i < 3; i++) {
+        dit_attrs_t sa = {0};
+        dit_attrs_set_int(&sa, "group", 3);
+        dit_attrs_set_int(&sa, "n", G);
+        dit_attrs_set_int(&sa, "reuse_slot", slot);
+        snprintf(hn, sizeof hn, "group%d_%c_ring", o, i == 1 ? 'k' : 'v');
+        gi[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &gi[i], 1, &sa, b->o.dtype, N(hn));
+      }
+      snprintf(hn, sizeof hn, "group%d_ring%d", o, hop);
+      op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), part);
+      mi[0] = gs[0], mi[1] = gs[1], mi[2] = part[0], mi[3] = part[1];
+      snprintf(hn, sizeof hn, "group%d_merge%d", o, hop);
+      op2(b, DIT_OP_ATTN_MERGE, mi, 4, TAGGED(ma, slot, 0), dts, N(hn), gs);
+    }
+    dit_attrs_t ca = {0};
+    dit_attrs_set_int(&ca, "slot", slot);
+    dit_attrs_set_int(&ca, "copies", b->o.reuse_copies > 1 ? 2 : 1);
+    dit_attrs_set_int(&ca, "reuse_slot", slot);
+    snprintf(hn, sizeof hn, "group%d_cache", o);
+    dit_vid_t cached[2];
+    op2(b, DIT_OP_STATE_CACHE, gs, 2, &ca, dts, N(hn), cached);
+    mi[0] = state[0], mi[1] = state[1], mi[2] = cached[0], mi[3] = cached[1];
+    snprintf(hn, sizeof hn, "group%d_merge", o);
+    op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, N(hn), state);
+  }
+#undef TAGGED
+#undef N
+  return state[0];
 }
 
 dit_vid_t dit_blocks_attention_tokens(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *prefix) {
@@ -375,6 +459,11 @@ dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_
      * partition of the keys is merged into the running one by LSE. USP first moves tokens
      * to heads inside each Ulysses subgroup of U ranks, then rings between the subgroups. */
     const int usp = mode == DIT_CP_USP, u = usp ? b->o.ulysses : 1, ring = cp / u;
+    if (b->o.reuse_group && usp) {
+      if (!b->err) b->err = DIT_ERR(UNIMPLEMENTED, "attention '%s': --reuse ditango under --cp-mode usp (supported: ring)", prefix);
+      return -1;
+    }
+    if (b->o.reuse_group) return reuse_ring(b, q, k, v, hl, prefix);
     if (usp) {
       q = cp_collective_in(b, DIT_OP_ALLTOALL, q, hl, 0, 3, u, N("q_heads"));
       k = cp_collective_in(b, DIT_OP_ALLTOALL, k, hl, 0, 3, u, N("k_heads"));
@@ -423,6 +512,10 @@ void dit_blocks_joint_attention(dit_blocks_t *b, dit_vid_t qi, dit_vid_t ki, dit
 #define N(s) sub(n, sizeof n, prefix, s)
   if (mode == DIT_CP_USP) {
     if (!b->err) b->err = DIT_ERR(UNIMPLEMENTED, "joint attention '%s': context parallelism usp (supported: gather, ulysses, ring)", prefix);
+    return;
+  }
+  if (b->o.reuse_group) {
+    if (!b->err) b->err = DIT_ERR(UNIMPLEMENTED, "joint attention '%s': --reuse ditango (supported: self-attention over one token set, as Wan's)", prefix);
     return;
   }
   int64_t heads = hl, Tk = mode == DIT_CP_GATHER || mode == DIT_CP_ULYSSES ? Ti * cp : Ti; /* image keys attended */

@@ -351,7 +351,9 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
                                    .cp_rank = cp > 1 ? req->cp_rank : 0,
                                    .cp_mode = cp > 1 ? req->cp_mode : 0,
                                    .ulysses = req->ulysses,
-                                   .sp = req->sp ? 1 : 0};
+                                   .sp = req->sp ? 1 : 0,
+                                   .reuse_group = cp > 1 ? req->reuse_group : 0,
+                                   .reuse_copies = req->reuse_copies};
   dit_blocks_t *b = NULL;
   dit_status_t s = dit_blocks_create(g, m->weights, &bo, &b);
   if (s) {

@@ -451,7 +451,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.3 is newer than this build's 1.2", "schema.minor", "3");
+  EXPECT(FAILED_PRECONDITION, "schema 1.4 is newer than this build's 1.3", "schema.minor", "4");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -465,6 +465,31 @@ static void test_schema(void) {
   EXPECT(INVALID_ARGUMENT, "field 'schema': expected an object, found an array", "schema", "[1,0]");
   EXPECT(INVALID_ARGUMENT, "field 'format': expected \"ditc-bundle\", found \"ggml\"", "format",
          "\"ggml\"");
+}
+
+/* topology.reuse (schema 1.3): written back as read, and refused where it cannot apply. */
+static void test_reuse(void) {
+  const char *ok = "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 2}";
+  char *t = edited("topology.reuse", ok, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK_EQ_INT(m->topology.reuse_group, 1);
+    CHECK_EQ_INT(m->topology.reuse_layers, 3);
+    CHECK_EQ_INT(m->topology.reuse_copies, 2);
+    char *back = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &back));
+    CHECK(back && strstr(back, "\"reuse\": {\n      \"mode\": \"ditango\",\n      \"group\": 1,\n      \"layers\": 3,\n      \"copies\": 2\n    }"));
+    free(back);
+    dit_manifest_free(m);
+  }
+  EXPECT(INVALID_ARGUMENT, "field 'topology.reuse': needs schema minor >= 3, found 1.2", "schema.minor", "2", "topology.reuse", ok);
+  EXPECT(INVALID_ARGUMENT, "reuse needs cp_mode \"ring\", found \"gather\"", "topology.cp_mode", "\"gather\"", "topology.reuse", ok);
+  EXPECT(INVALID_ARGUMENT, "field 'topology.reuse.group': expected a divisor of cp 2 leaving >= 2 groups, found 2", "topology.reuse",
+         "{\"mode\": \"ditango\", \"group\": 2, \"layers\": 3, \"copies\": 1}");
+  EXPECT(OUT_OF_RANGE, "topology.reuse.copies", "topology.reuse", "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 3}");
+  EXPECT(INVALID_ARGUMENT, "topology.reuse.mode", "topology.reuse", "{\"mode\": \"other\", \"group\": 1, \"layers\": 3, \"copies\": 1}");
 }
 
 static void test_fields(void) {
@@ -818,6 +843,7 @@ int main(void) {
   test_serializer_errors();
   test_syntax();
   test_schema();
+  test_reuse();
   test_fields();
   test_blobs_and_layout();
   test_ranks();

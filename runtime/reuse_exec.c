@@ -1,0 +1,299 @@
+/* Attention-state reuse in the executor (runtime/ditango.h has the design): which plan steps a
+ * step's decisions skip, which copy of the state cache a forward uses, and the statistics the
+ * planner reads (the local groups' drift from their anchor copies, and at anchors the state norms
+ * and the LSE weights), summed over the ranks of this process in rank order. Host-memory
+ * backends only so far: the statistics read the values where they lie. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/ditango.h"
+#include "runtime/exec_internal.h"
+
+struct dit_reuse_rank {
+  int32_t *slot_of;    /* per plan step: its reuse_slot, -1 none */
+  int32_t *local_of;   /* per plan step: the layer whose local state it makes, -1 none */
+  size_t *cache_step;  /* per slot: its state_cache step */
+  size_t *local_step;  /* per layer: the step making its local state */
+  float **anchor;      /* per layer and copy: OUT_loc at the layer's last anchor (NULL: none yet) */
+  float **lse;         /* per layer: this forward's local LSE, kept at anchors for the weights */
+  double *drift_sq, *local_sq, *rows; /* per layer */
+  double *group_sq, *wsum, *err_num, *err_den; /* per slot */
+};
+
+struct dit_reuse {
+  int layers, groups, copies, slots;
+  uint64_t region;     /* bytes of one copy of the caches: [0, region) of the arena */
+  int active;          /* between dit_runtime_reuse_begin and _end */
+  int diagnostic, branch, forwards;
+  uint8_t *compute, *anchor;
+};
+
+static double load(const void *p, dit_dtype_t dt, size_t j) {
+  return dt == DIT_F32 ? ((const float *)p)[j] : dit_bf16_to_f32(((const uint16_t *)p)[j]);
+}
+
+void dit_reuse_rank_free(rank_rt_t *rt) {
+  struct dit_reuse_rank *r = rt->reuse;
+  if (!r) return;
+  const int layers = rt->owner->reuse ? rt->owner->reuse->layers : 0, copies = rt->owner->reuse ? rt->owner->reuse->copies : 0;
+  for (int i = 0; r->anchor && i < layers * copies; i++) free(r->anchor[i]);
+  for (int i = 0; r->lse && i < layers; i++) free(r->lse[i]);
+  free(r->slot_of), free(r->local_of), free(r->cache_step), free(r->local_step), free(r->anchor), free(r->lse);
+  free(r->drift_sq), free(r->local_sq), free(r->rows), free(r->group_sq), free(r->wsum), free(r->err_num), free(r->err_den);
+  free(r);
+  rt->reuse = NULL;
+}
+
+void dit_reuse_free(dit_runtime_t *rt) {
+  if (!rt->reuse) return;
+  for (int e = 0; e < rt->n_experts; e++)
+    for (int i = 0; rt->expert_ranks[e] && i < rt->n_ranks; i++) dit_reuse_rank_free(&rt->expert_ranks[e][i]);
+  free(rt->reuse->compute), free(rt->reuse->anchor);
+  free(rt->reuse);
+  rt->reuse = NULL;
+}
+
+void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups) {
+  const dit_manifest_t *m = rt->m;
+  *layers = m->topology.reuse_group ? m->topology.reuse_layers : 0;
+  *groups = m->topology.reuse_group ? m->topology.cp / m->topology.reuse_group - 1 : 0;
+}
+
+/* The rank's step tags, checked against the manifest's reuse section. */
+static dit_status_t rank_setup(rank_rt_t *rt, struct dit_reuse *g) {
+  const dit_plan_t *p = rt->plan;
+  struct dit_reuse_rank *r = calloc(1, sizeof *r);
+  if (!r) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+  rt->reuse = r;
+  const size_t L = (size_t)g->layers, S = (size_t)g->slots;
+  r->slot_of = malloc(p->n_steps * sizeof *r->slot_of), r->local_of = malloc(p->n_steps * sizeof *r->local_of);
+  r->cache_step = calloc(S, sizeof *r->cache_step), r->local_step = calloc(L, sizeof *r->local_step);
+  r->anchor = calloc(L * (size_t)g->copies, sizeof *r->anchor), r->lse = calloc(L, sizeof *r->lse);
+  r->drift_sq = calloc(L, sizeof(double)), r->local_sq = calloc(L, sizeof(double)), r->rows = calloc(L, sizeof(double));
+  r->group_sq = calloc(S, sizeof(double)), r->wsum = calloc(S, sizeof(double));
+  r->err_num = calloc(S, sizeof(double)), r->err_den = calloc(S, sizeof(double));
+  if (!r->slot_of || !r->local_of || !r->cache_step || !r->local_step || !r->anchor || !r->lse || !r->drift_sq || !r->local_sq ||
+      !r->rows || !r->group_sq || !r->wsum || !r->err_num || !r->err_den)
+    return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+  int caches = 0, locals = 0;
+  for (size_t i = 0; i < p->n_steps; i++) {
+    const dit_plan_step_t *st = &p->steps[i];
+    const dit_attr_t *sa = dit_attrs_find(&st->attrs, "reuse_slot"), *la = dit_attrs_find(&st->attrs, "reuse_local");
+    r->slot_of[i] = sa ? (int32_t)sa->i : -1;
+    r->local_of[i] = la ? (int32_t)la->i : -1;
+    if ((sa && (sa->i < 0 || sa->i >= g->slots)) || (la && (la->i < 0 || la->i >= g->layers)))
+      return DIT_ERR(INVALID_ARGUMENT, "reuse: plan step %zu: slot or layer tag outside the manifest's %d layers x %d groups", i, g->layers,
+                     g->groups);
+    if (la) r->local_step[la->i] = i, locals++;
+    if (st->kind == DIT_OP_STATE_CACHE) {
+      if (!sa) return DIT_ERR(INVALID_ARGUMENT, "reuse: plan step %zu: a state_cache without a reuse_slot", i);
+      r->cache_step[sa->i] = i, caches++;
+      for (int k = 0; k < 2; k++) {
+        const dit_plan_value_t *v = &p->values[st->out[k]];
+        if (v->storage != DIT_STORAGE_ARENA || v->offset + v->nbytes > g->region)
+          return DIT_ERR(INVALID_ARGUMENT, "reuse: plan step %zu: cache '%s' is not inside the arena's cache region of %llu bytes", i,
+                         v->name, (unsigned long long)g->region);
+      }
+    }
+  }
+  if (caches != g->slots || locals != g->layers)
+    return DIT_ERR(INVALID_ARGUMENT, "reuse: the plan has %d state caches and %d local states, the manifest says %d and %d", caches,
+                   locals, g->slots, g->layers);
+  if (p->arena_bytes < g->region * (uint64_t)g->copies)
+    return DIT_ERR(INVALID_ARGUMENT, "reuse: arena of %llu bytes, the %d cache copies need %llu", (unsigned long long)p->arena_bytes,
+                   g->copies, (unsigned long long)(g->region * (uint64_t)g->copies));
+  return DIT_OK;
+}
+
+/* The caches' region: they sit at the bottom of the arena, each rounded to the arena alignment. */
+static uint64_t cache_region(const dit_plan_t *p) {
+  uint64_t end = 0;
+  for (size_t i = 0; i < p->n_steps; i++) {
+    if (p->steps[i].kind != DIT_OP_STATE_CACHE) continue;
+    for (int k = 0; k < 2; k++) {
+      const dit_plan_value_t *v = &p->values[p->steps[i].out[k]];
+      const uint64_t e = (v->offset + (v->nbytes ? v->nbytes : 1) + 255) / 256 * 256;
+      if (e > end) end = e;
+    }
+  }
+  return end;
+}
+
+static dit_status_t setup(dit_runtime_t *rt) {
+  int layers, groups;
+  dit_runtime_reuse_shape(rt, &layers, &groups);
+  if (!layers) return DIT_ERR(INVALID_ARGUMENT, "reuse: the bundle was compiled without --reuse ditango");
+  if (rt->n_experts > 1) return DIT_ERR(UNIMPLEMENTED, "reuse: a two-expert bundle (the experts share one arena)");
+  if (rt->process)
+    return DIT_ERR(UNIMPLEMENTED, "reuse: one rank per process (the decisions need every rank's statistics: threads of one process so far)");
+  for (int i = 0; i < rt->n_ranks; i++)
+    if (!rt->ranks[i].be->host_memory)
+      return DIT_ERR(UNIMPLEMENTED, "reuse: the %s backend (the statistics read host memory: the cpu backend so far)", rt->ranks[i].be->name);
+  struct dit_reuse *g = calloc(1, sizeof *g);
+  if (!g) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+  rt->reuse = g;
+  g->layers = layers, g->groups = groups, g->slots = layers * groups, g->copies = rt->m->topology.reuse_copies;
+  g->region = cache_region(rt->ranks[0].plan);
+  g->compute = calloc((size_t)g->slots, 1), g->anchor = calloc((size_t)layers, 1);
+  if (!g->compute || !g->anchor) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+  for (int i = 0; i < rt->n_ranks; i++) {
+    if (cache_region(rt->ranks[i].plan) != g->region)
+      return DIT_ERR(INVALID_ARGUMENT, "reuse: rank %d's cache region differs from rank 0's", rt->ranks[i].rank);
+    DIT_RETURN_IF(rank_setup(&rt->ranks[i], g));
+  }
+  return DIT_OK;
+}
+
+dit_status_t dit_runtime_reuse_begin(dit_runtime_t *rt, const uint8_t *compute, const uint8_t *anchor, int diagnostic) {
+  if (!rt->reuse) {
+    dit_status_t s = setup(rt);
+    if (s) {
+      dit_reuse_free(rt);
+      return s;
+    }
+  }
+  struct dit_reuse *g = rt->reuse;
+  memcpy(g->compute, compute, (size_t)g->slots);
+  memcpy(g->anchor, anchor, (size_t)g->layers);
+  g->diagnostic = diagnostic, g->forwards = 0, g->active = 1;
+  for (int i = 0; i < rt->n_ranks; i++) {
+    struct dit_reuse_rank *r = rt->ranks[i].reuse;
+    const size_t L = (size_t)g->layers, S = (size_t)g->slots;
+    memset(r->drift_sq, 0, L * sizeof(double)), memset(r->local_sq, 0, L * sizeof(double)), memset(r->rows, 0, L * sizeof(double));
+    memset(r->group_sq, 0, S * sizeof(double)), memset(r->wsum, 0, S * sizeof(double));
+    memset(r->err_num, 0, S * sizeof(double)), memset(r->err_den, 0, S * sizeof(double));
+  }
+  return DIT_OK;
+}
+
+/* Before a forward: this branch's copy of the caches. */
+void dit_reuse_forward_begin(rank_rt_t *rt) {
+  const struct dit_reuse *g = rt->owner->reuse;
+  if (!g || !g->active) return;
+  const int branch = g->forwards % g->copies;
+  for (int s = 0; s < g->slots; s++) {
+    const dit_plan_step_t *st = &rt->plan->steps[rt->reuse->cache_step[s]];
+    for (int k = 0; k < 2; k++)
+      rt->bound[st->out[k]].data = (uint8_t *)rt->arena + rt->plan->values[st->out[k]].offset + (uint64_t)branch * g->region;
+  }
+}
+
+/* Whether plan step i runs: a reused slot's steps do not (in diagnostic mode all but the cache
+ * write, where the fresh state's distance from the cached one is measured instead). */
+int dit_reuse_skip(rank_rt_t *rt, size_t i) {
+  const struct dit_reuse *g = rt->owner->reuse;
+  if (!g || !g->active) return 0;
+  const int32_t slot = rt->reuse->slot_of[i];
+  if (slot < 0 || g->compute[slot]) return 0;
+  const dit_plan_step_t *st = &rt->plan->steps[i];
+  if (!g->diagnostic) return 1;
+  if (st->kind != DIT_OP_STATE_CACHE) return 0;
+  const dit_tensor_t *fresh = &rt->bound[st->in[0]], *cached = &rt->bound[st->out[0]];
+  const size_t n = (size_t)dit_tensor_numel(fresh);
+  double num = 0, den = 0;
+  for (size_t j = 0; j < n; j++) {
+    const double a = load(fresh->data, fresh->dtype, j), d = a - load(cached->data, cached->dtype, j);
+    num += d * d, den += a * a;
+  }
+  rt->reuse->err_num[slot] += num, rt->reuse->err_den[slot] += den;
+  return 1;
+}
+
+/* After plan step i ran: the local state's drift (and at an anchor its new copy), or a fresh cache's norm. */
+dit_status_t dit_reuse_after_step(rank_rt_t *rt, size_t i) {
+  struct dit_reuse *g = rt->owner->reuse;
+  if (!g || !g->active) return DIT_OK;
+  struct dit_reuse_rank *r = rt->reuse;
+  const dit_plan_step_t *st = &rt->plan->steps[i];
+  const int32_t layer = r->local_of[i];
+  if (layer >= 0) {
+    const dit_tensor_t *o = &rt->bound[st->out[0]], *lse = &rt->bound[st->out[1]];
+    const size_t n = (size_t)dit_tensor_numel(o), nl = (size_t)dit_tensor_numel(lse);
+    float **a = &r->anchor[(size_t)layer * (size_t)g->copies + (size_t)(g->forwards % g->copies)];
+    if (!*a && !(*a = calloc(n, sizeof **a))) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory for an anchor copy");
+    double drift = 0, norm = 0;
+    for (size_t j = 0; j < n; j++) {
+      const double x = load(o->data, o->dtype, j), d = x - (*a)[j];
+      drift += d * d, norm += x * x;
+    }
+    r->drift_sq[layer] += drift;
+    if (g->anchor[layer]) {
+      r->local_sq[layer] += norm;
+      for (size_t j = 0; j < n; j++) (*a)[j] = (float)load(o->data, o->dtype, j);
+      if (!r->lse[layer] && !(r->lse[layer] = malloc(nl * sizeof(float)))) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+      memcpy(r->lse[layer], lse->data, nl * sizeof(float));
+    }
+  }
+  const int32_t slot = st->kind == DIT_OP_STATE_CACHE ? r->slot_of[i] : -1;
+  if (slot >= 0 && g->anchor[slot / g->groups]) {
+    const dit_tensor_t *o = &rt->bound[st->out[0]];
+    const size_t n = (size_t)dit_tensor_numel(o);
+    double norm = 0;
+    for (size_t j = 0; j < n; j++) {
+      const double x = load(o->data, o->dtype, j);
+      norm += x * x;
+    }
+    r->group_sq[slot] += norm;
+  }
+  return DIT_OK;
+}
+
+/* After a forward: at anchor layers, every group's share of the softmax mass per (batch, head,
+ * query) row, w = e^LSE_G / (e^LSE_loc + sum e^LSE_G'), summed over the rows. */
+void dit_reuse_forward_end(rank_rt_t *rt) {
+  const struct dit_reuse *g = rt->owner->reuse;
+  if (!g || !g->active) return;
+  struct dit_reuse_rank *r = rt->reuse;
+  for (int l = 0; l < g->layers; l++) {
+    if (!g->anchor[l] || !r->lse[l]) continue;
+    const float *cache_lse[64];
+    const int G = g->groups < 64 ? g->groups : 64;
+    size_t rows = 0;
+    for (int k = 0; k < G; k++) {
+      const dit_plan_step_t *st = &rt->plan->steps[r->cache_step[l * g->groups + k]];
+      cache_lse[k] = rt->bound[st->out[1]].data;
+      rows = (size_t)dit_tensor_numel(&rt->bound[st->out[1]]);
+    }
+    for (size_t j = 0; j < rows; j++) {
+      double m = r->lse[l][j], den = 0;
+      for (int k = 0; k < G; k++) m = cache_lse[k][j] > m ? cache_lse[k][j] : m;
+      if (!isfinite(m)) continue; /* a row with no keys at all */
+      den = exp(r->lse[l][j] - m);
+      for (int k = 0; k < G; k++) den += exp(cache_lse[k][j] - m);
+      for (int k = 0; k < G; k++) r->wsum[l * g->groups + k] += exp(cache_lse[k][j] - m) / den;
+    }
+    r->rows[l] += (double)rows;
+  }
+}
+
+void dit_reuse_forward_done(dit_runtime_t *rt) {
+  if (rt->reuse && rt->reuse->active) rt->reuse->forwards++;
+}
+
+dit_status_t dit_runtime_reuse_end(dit_runtime_t *rt, dit_reuse_stats_t *out) {
+  struct dit_reuse *g = rt->reuse;
+  if (!g || !g->active) return DIT_ERR(INVALID_ARGUMENT, "reuse: dit_runtime_reuse_end without dit_runtime_reuse_begin");
+  g->active = 0;
+  for (int l = 0; l < g->layers; l++) {
+    double drift = 0, local = 0, rows = 0;
+    for (int i = 0; i < rt->n_ranks; i++) { /* rank order: the same sums whatever the threads did */
+      const struct dit_reuse_rank *r = rt->ranks[i].reuse;
+      drift += r->drift_sq[l], local += r->local_sq[l], rows += r->rows[l];
+    }
+    out->drift[l] = sqrt(drift); /* from the copy in effect when the forward ran (at an anchor, the previous one) */
+    out->local_norm[l] = sqrt(local);
+    for (int k = 0; k < g->groups; k++) {
+      const int s = l * g->groups + k;
+      double sq = 0, w = 0, num = 0, den = 0;
+      for (int i = 0; i < rt->n_ranks; i++) {
+        const struct dit_reuse_rank *r = rt->ranks[i].reuse;
+        sq += r->group_sq[s], w += r->wsum[s], num += r->err_num[s], den += r->err_den[s];
+      }
+      out->group_norm[s] = sqrt(sq);
+      out->group_weight[s] = rows > 0 ? w / rows : 0;
+      out->error[s] = g->diagnostic && !g->compute[s] ? (den > 0 ? sqrt(num / den) : 0) : NAN;
+    }
+  }
+  return DIT_OK;
+}
