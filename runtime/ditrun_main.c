@@ -155,12 +155,16 @@ static const char kUsage[] =
     "  --max-blobs N      refuse a manifest or archive of more than N blobs (default 65536)\n"
     "(a ditrun built with -DDIT_STORE=OFF runs bundle directories only)\n";
 
+/* The latest command-line refusal's message, for a served job's reason (gen_usage_message). */
+static char g_usage_msg[600];
+
 static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "ditrun: error: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see ditrun --help)\n");
+  snprintf(g_usage_msg, sizeof g_usage_msg, fmt, arg);
+  fprintf(stderr, "ditrun: error: %s\n(see ditrun --help)\n", g_usage_msg);
   return 2;
 }
+
+const char *gen_usage_message(void) { return g_usage_msg; }
 
 /* ---- where the bundle comes from (fetch.h) ---- */
 

@@ -49,6 +49,8 @@ typedef struct gen_job {
 int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const char *cmd);
 /* The checks that need no bundle (an exit status, 0 when they pass). */
 int gen_usage(const run_args_t *a, gen_job_t *j);
+/* The message of the latest refusal of parse_run_args or gen_usage (empty before any). */
+const char *gen_usage_message(void);
 /* Loads the bundle into j->rt (every expert of a two-expert one). */
 dit_status_t gen_load(const run_args_t *a, gen_job_t *j);
 /* Reads the loop's inputs for the loaded j->rt. */

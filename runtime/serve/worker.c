@@ -135,7 +135,7 @@ static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp,
   if (!j) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (parse_run_args(argc, argv, &a, 0, "generate") || gen_usage(&a, j)) {
     free(j);
-    return DIT_ERR(INVALID_ARGUMENT, "the request's options were refused (the worker's log has generate's message)");
+    return DIT_ERR(INVALID_ARGUMENT, "the request's options were refused: %s", gen_usage_message());
   }
   a.request = st;
   j->rt = w->rt[bundle];

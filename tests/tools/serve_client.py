@@ -192,6 +192,16 @@ def events(cl, inputs, ref):
     return 1
 
 
+def refused_options(cl, inputs):
+    """A job whose options generate refuses fails with generate's own message."""
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3, step_cache="every:2"))
+    check(st == 201, "POST with a bad step cache: %d" % st)
+    e = wait_final(cl, j["id"])
+    check(e["state"] == "failed" and "every:2" in e["error"] and "cadence:N" in e["error"],
+          "a refused job's reason carries generate's message: %s" % e)
+    return 1
+
+
 def retention(cl, inputs, refs):
     """A server started with --keep-results 1: the older of two results is dropped (410, saying why),
     the newer one is served."""
@@ -265,6 +275,7 @@ def main():
     n += queue_full(cl, inputs, a.max_queued)
     n += expire(cl, inputs, a.slow_seed)
     n += events(cl, inputs, refs[0])
+    n += refused_options(cl, inputs)
     n += kill_worker(cl, inputs, refs[0])
     n += hang(cl, inputs, refs[0], a.hang_seed)
     st, s, _ = cl.call("GET", "/status")
