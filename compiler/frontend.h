@@ -14,6 +14,7 @@
 #include "artifacts/safetensors.h"
 #include "base/dtype.h"
 #include "base/status.h"
+#include "compiler/sparse_attn.h"
 #include "ir/graph.h"
 
 /* What the user asked for, in pixel units. */
@@ -28,6 +29,7 @@ typedef struct dit_shape_request {
   int cp_mode;                   /* DIT_CP_* when cp > 1 */
   int ulysses;                   /* DIT_CP_USP: the Ulysses degree U (ring degree cp / U) */
   int sp;                        /* sequence parallelism inside the tensor-parallel group */
+  dit_sparse_attn_t sparse;      /* the video self-attention's sparse pattern (pattern 0: dense) */
 } dit_shape_request_t;
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };
