@@ -26,6 +26,10 @@ int dit_op_is_collective(dit_op_kind_t kind);
 /* Returns 0 and sets *out if name is known, -1 otherwise. */
 int dit_op_kind_parse(const char *name, dit_op_kind_t *out);
 
+/* Tokens per query and key tile of a sparse attention's schedule (attention's attr tiles): a
+ * multiple of every kernel's key tile and equal to the kernels' query tiles. */
+#define DIT_SPARSE_TILE 128
+
 #define DIT_MAX_ATTRS 10
 #define DIT_ATTR_KEY_MAX 16
 

@@ -359,11 +359,18 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (x->dtype != DIT_BF16 || kk->dtype != DIT_BF16 || V(g, op->in[2])->dtype != DIT_BF16 || y->dtype != DIT_BF16)
         return DIT_ERR(UNIMPLEMENTED, "op attention '%s': the GPU kernel takes bf16 q, k, v and output", y->name);
       if (hd > 256) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " > 256", y->name, hd);
-      if (sm90 && (hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX && x->dims[0] * kk->dims[1] < INT32_MAX) {
+      /* A tile schedule (attr tiles): both kernels walk only the listed key tiles. Its query tile is
+       * the portable kernel's block and, at head dim 128, the Hopper kernel's work tile. */
+      const int tiled = dit_attrs_find(&op->attrs, "tiles") != NULL;
+      char tiles_def[96] = "";
+      if (tiled)
+        snprintf(tiles_def, sizeof tiles_def, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n",
+                 V(g, op->in[op->n_in - 1])->dims[1], DIT_SPARSE_TILE);
+      if (sm90 && (tiled ? hd == 128 : hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX && x->dims[0] * kk->dims[1] < INT32_MAX) {
         dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
-               "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
-            hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
-        if (op->n_in == 4) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
+               "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
+            hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
+        if (op->n_in == 4 && !tiled) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
         specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
@@ -373,9 +380,9 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       const int bq = 16 * DIT_ABI_ATTN_WARPS;
       uint32_t smem = (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK) * (dp + 8) * 2);
       dit_strbuf_printf(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
-             "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n",
-          hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
-      if (op->n_in == 4) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
+             "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
+          hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
+      if (op->n_in == 4 && !tiled) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
       if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
       set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], 32 * DIT_ABI_ATTN_WARPS, smem);
       return DIT_OK;

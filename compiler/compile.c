@@ -182,6 +182,20 @@ static dit_model_t second_expert_view(const dit_model_t *m) {
 }
 
 /* What two-expert bundles cannot do yet, refused before any work. */
+/* Sparse attention: the video self-attention of the Wan family (its text is the cross-attention's
+ * keys, always attended); one plan per bundle, so the dense first steps are not built yet. */
+static dit_status_t check_sparse_options(const dit_compile_options_t *o, const dit_model_t *m) {
+  const dit_sparse_attn_t *sp = &o->shape.sparse;
+  if (!sp->pattern) return DIT_OK;
+  if (strcmp(m->family, "wan"))
+    return DIT_ERR(UNIMPLEMENTED, "--sparse-attn %s: family %s (%s); supported: wan", dit_sparse_attn_name(sp->pattern), m->family,
+                   m->model_class);
+  if (sp->dense_steps != 0)
+    return DIT_ERR(UNIMPLEMENTED, "--sparse-dense-steps %" PRId64 ": a bundle holds one plan, so every step runs the sparse one; "
+                   "only 0 is supported (--sparse-dense-layers keeps the first layers dense)", sp->dense_steps);
+  return DIT_OK;
+}
+
 static dit_status_t check_experts_options(const dit_compile_options_t *o, const dit_model_t *m) {
   if (m->pipeline.n_experts < 2) return DIT_OK;
   double b = boundary_timestep(m);
@@ -230,6 +244,19 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
   cJSON_AddItemToObject(in, "topology", topology_json(o));
   cJSON_AddStringToObject(in, "target", o->target);
   cJSON *opts = cJSON_AddObjectToObject(in, "options");
+  if (o->shape.sparse.pattern) {
+    /* The pattern changes the numerics: part of the identity, and recorded for the runtime. */
+    const dit_sparse_attn_t *sp = &o->shape.sparse;
+    cJSON *sa = cJSON_AddObjectToObject(opts, "sparse_attn");
+    cJSON_AddStringToObject(sa, "pattern", dit_sparse_attn_name(sp->pattern));
+    if (sp->pattern == DIT_SPARSE_STA) {
+      cJSON *wj = cJSON_AddArrayToObject(sa, "window");
+      for (int d = 0; d < 3; d++) cJSON_AddItemToArray(wj, cJSON_CreateNumber((double)sp->window[d]));
+    }
+    cJSON_AddNumberToObject(sa, "tile", DIT_SPARSE_TILE);
+    cJSON_AddNumberToObject(sa, "dense_steps", (double)sp->dense_steps);
+    cJSON_AddNumberToObject(sa, "dense_layers", (double)sp->dense_layers);
+  }
   if (o->offload && strcmp(o->offload, "none")) {
     /* Only what changes the plan: the mode, the chunk size, the residency request and the
      * profile's values (3 significant digits, so equivalent hosts share bundles). */
@@ -390,6 +417,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
   if (!s) s = dit_model_check_compilable(m);
   if (!s) s = check_experts_options(o, m);
+  if (!s) s = check_sparse_options(o, m);
   const int experts = !s && m->pipeline.n_experts > 1 ? 2 : 1;
   if (experts == 2) {
     m2 = second_expert_view(m);
@@ -668,6 +696,7 @@ dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_in
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
   if (!s) s = dit_model_check_compilable(m);
   if (!s) s = check_experts_options(o, m);
+  if (!s) s = check_sparse_options(o, m);
   if (!s) s = dit_model_latent_shape(m, &o->shape, &ls);
   if (!s && o->store_dir) s = dit_store_open(o->store_dir, &store);
   if (!s) s = dit_compile_weights_hash(store, m, o->rehash, weights_hash, &memo);

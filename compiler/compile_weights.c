@@ -117,7 +117,9 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
         memcpy((char *)src + (size_t)r * run,
                (const char *)t->data + ((size_t)(r * t->dims[gv->slice_dim] + gv->slice_start) * (size_t)inner) * esize, run);
     }
-    if (dit_convert(dst, v->dtype, src, from, numel)) {
+    /* The same type is a copy whatever it is (integer constants such as a tile schedule). */
+    if (from == v->dtype) memcpy(dst, src, (size_t)v->nbytes);
+    else if (dit_convert(dst, v->dtype, src, from, numel)) {
       s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref, dit_dtype_name(from),
                   dit_dtype_name(v->dtype));
       break;

@@ -26,6 +26,12 @@ static const char kUsage[] =
     "        --image-len N       image tokens of an image-conditioned model (default 257, as CLIP gives)\n"
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
+    "        --sparse-attn P     sparse video self-attention (Wan): sta:T,H,W (sliding tile windows\n"
+    "                            of T frames x H rows x W columns of patched tokens around each\n"
+    "                            tile of 128 tokens; a window as large as the grid is dense) or\n"
+    "                            radial (Radial Attention's static mask); text stays dense\n"
+    "        --sparse-dense-layers L  the first L transformer blocks keep dense attention\n"
+    "        --sparse-dense-steps N   the first N steps dense (only 0: one plan per bundle)\n"
     "        --tp N              tensor-parallel degree: N ranks, heads and FFN split (cpu)\n"
     "        --sp                sequence parallelism inside the tensor-parallel group: norms,\n"
     "                            modulation and residuals on 1/tp of the tokens (needs --tp)\n"
@@ -95,6 +101,7 @@ static int cmd_compile(int argc, char **argv, int why) {
   const char *env_store = getenv("DITC_STORE");
   o.store_dir = env_store && env_store[0] ? env_store : NULL;
   int out_given = 0, reuse_given = 0, group_given = 0;
+  const char *sparse_extra = NULL;
   o.shape.batch = 1;
   o.shape.text_len = 512;
   o.shape.frames = o.shape.height = o.shape.width = -1;
@@ -178,6 +185,12 @@ static int cmd_compile(int argc, char **argv, int why) {
       if (!rc && (tp < 1 || tp > 64)) return usage_error("--tp %s: expected 1..64", val);
       o.shape.tp = (int)tp;
     }
+    else if (!strcmp(a, "--sparse-attn")) {
+      dit_status_t ps = dit_sparse_attn_parse(val, &o.shape.sparse);
+      if (ps) return dit_status_report(ps, "ditc");
+      i++;
+    } else if (!strcmp(a, "--sparse-dense-layers")) rc = parse_i64(a, val, &o.shape.sparse.dense_layers), i++, sparse_extra = a;
+    else if (!strcmp(a, "--sparse-dense-steps")) rc = parse_i64(a, val, &o.shape.sparse.dense_steps), i++, sparse_extra = a;
     else if (!strcmp(a, "--dtype")) {
       if (!val) return usage_error("%s needs a value", a);
       if (!strcmp(val, "fp32") || !strcmp(val, "f32")) o.shape.dtype = DIT_F32;
@@ -207,6 +220,7 @@ static int cmd_compile(int argc, char **argv, int why) {
     if (rc) return rc;
   }
   if (!o.model_dir) return usage_error("%s", "compile needs a MODEL_DIR");
+  if (sparse_extra && !o.shape.sparse.pattern) return usage_error("%s needs --sparse-attn", sparse_extra);
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");
   if (o.shape.ulysses && o.shape.cp_mode != DIT_CP_USP) return usage_error("%s", "--ulysses needs --cp-mode usp");

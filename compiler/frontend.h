@@ -14,6 +14,7 @@
 #include "artifacts/safetensors.h"
 #include "base/dtype.h"
 #include "base/status.h"
+#include "compiler/sparse_attn.h"
 #include "ir/graph.h"
 
 /* What the user asked for, in pixel units. */
@@ -31,6 +32,7 @@ typedef struct dit_shape_request {
   /* Attention-state reuse (--reuse ditango, DIT_CP_RING): G ranks per reuse group (0: none), and
    * the state cache's copies (2 when both guidance branches run through one plan, else 1). */
   int reuse_group, reuse_copies;
+  dit_sparse_attn_t sparse;      /* the video self-attention's sparse pattern (pattern 0: dense) */
 } dit_shape_request_t;
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };

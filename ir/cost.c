@@ -47,6 +47,16 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       /* QK^T and PV: 2 * (2 * B * S * L * H * Dh) = 4 * B * S * L * C; with a key bound, the
        * most it can be (bounds are known only at run time) */
       c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
+      const dit_attr_t *ta = dit_attrs_find(&op->attrs, "tiles");
+      const dit_value_t *t = ta && ta->i == 1 ? dit_graph_cvalue(g, op->in[op->n_in - 1]) : NULL;
+      if (t && t->data && t->rank == 2) {
+        /* A tile schedule: the listed share of the key tiles. */
+        const int32_t *rows = t->data;
+        const double nk = (double)((k->dims[1] + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE);
+        double listed = 0;
+        for (int64_t i = 0; i < t->dims[0]; i++) listed += rows[i * t->dims[1]];
+        if (t->dims[0] > 0 && nk > 0) c.flops *= listed / ((double)t->dims[0] * nk);
+      }
       break;
     }
     case DIT_OP_ROWSUMSQ:

@@ -273,7 +273,21 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
         FAIL("%s: q [%" PRId64 ",%" PRId64 ",%" PRId64 "], k/v [%" PRId64 ",%" PRId64 ",%" PRId64
              "] do not match", op, x->dims[0], x->dims[1], x->dims[2], k->dims[0], k->dims[1], k->dims[2]);
       if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels not divisible by %" PRId64 " heads", op, x->dims[2], heads);
-      if (n_in == 4) {
+      const dit_attr_t *ta = dit_attrs_find(attrs, "tiles");
+      const int tiled = ta && !ta->is_float && ta->i == 1;
+      if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
+      if (!tiled && n_in == 5) FAIL("%s: a fifth input is a tile schedule only with attribute tiles = 1", op);
+      if (tiled && n_in != 4)
+        FAIL("%s: a tile schedule needs q, k, v and the schedule (%d inputs; a key bound with a schedule is not supported)", op, n_in);
+      if (tiled) {
+        const dit_value_t *t = operand(g, ins, 3);
+        const int64_t nq = (x->dims[1] + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE;
+        const int64_t nk = (k->dims[1] + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE;
+        char b1[96];
+        if (t->dtype != DIT_I32 || t->rank != 2 || t->dims[0] != nq || t->dims[1] < 2 || t->dims[1] > nk + 1)
+          FAIL("%s: tile schedule '%s' is %s %s, expected i32 [%" PRId64 ", 2..%" PRId64 "] (query tiles of %d tokens of '%s', then a count and up to %" PRId64 " key tiles)",
+               op, t->name, dit_dtype_name(t->dtype), dims_str(t->rank, t->dims, b1, sizeof b1), nq, nk + 1, DIT_SPARSE_TILE, x->name, nk);
+      } else if (n_in == 4) {
         const dit_value_t *bound = operand(g, ins, 3);
         char b1[96];
         if (bound->dtype != DIT_I32 || bound->rank != 1 || bound->dims[0] != x->dims[0])

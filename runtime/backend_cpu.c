@@ -398,6 +398,10 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       double scale;
       GETI("heads", heads);
       GETF("scale", scale);
+      const dit_attr_t *tiles = dit_attrs_find(&st->attrs, "tiles");
+      if (tiles && tiles->i == 1)
+        return dit_cpu_attention_tiled(c, &in[0], &in[1], &in[2], &in[st->n_in - 1], heads, scale, &out[0],
+                                       st->n_out > 1 ? &out[1] : NULL);
       return dit_cpu_attention_bounded(c, &in[0], &in[1], &in[2], st->n_in > 3 ? &in[3] : NULL, heads, scale, &out[0],
                                        st->n_out > 1 ? &out[1] : NULL);
     }

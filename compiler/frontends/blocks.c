@@ -306,6 +306,21 @@ static dit_vid_t sdpa(dit_blocks_t *b, int64_t heads, dit_vid_t q, dit_vid_t k, 
   return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, bound < 0 ? 3 : 4, &a, b->o.dtype, name);
 }
 
+dit_vid_t dit_blocks_attention_tiled(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t tiles, const char *prefix) {
+  if (b->o.cp > 1) {
+    /* A rank's share of the queries or keys is not the schedule's tiles. */
+    if (!b->err)
+      b->err = DIT_ERR(UNIMPLEMENTED, "attention '%s': a sparse tile schedule under context parallelism (--cp %d)", prefix, b->o.cp);
+    return -1;
+  }
+  char n[192];
+  dit_attrs_t a = {0};
+  sdpa_attrs(b, b->o.heads / b->o.tp, &a);
+  dit_attrs_set_int(&a, "tiles", 1);
+  dit_vid_t ins[4] = {q, k, v, tiles};
+  return dit_graph_op(b->g, DIT_OP_ATTENTION, ins, 4, &a, b->o.dtype, sub(n, sizeof n, prefix, "sdpa"));
+}
+
 dit_vid_t dit_blocks_attention(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, const char *name) {
   return dit_blocks_attention_bounded(b, q, k, v, -1, name);
 }

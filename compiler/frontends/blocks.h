@@ -151,6 +151,9 @@ dit_vid_t dit_blocks_attention_bounded(dit_blocks_t *b, dit_vid_t q, dit_vid_t k
  * module the tensor-parallel group runs replicated (HunyuanVideo's token refiner). */
 dit_vid_t dit_blocks_attention_replicated(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t bound,
                                           const char *name);
+/* Self-attention over a sparse tile schedule (i32 [query tiles, W], see base/ops.def: the
+ * attention's attr tiles), op prefix.sdpa; not under context parallelism. */
+dit_vid_t dit_blocks_attention_tiled(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, dit_vid_t tiles, const char *prefix);
 /* Attention over the sequence the context-parallel group shares: q, k and v hold this rank's
  * tokens; K/V are all-gathered, heads exchanged (Ulysses), rotated (ring) or both (USP) as
  * the builder's cp_mode says. Without cp it is dit_blocks_attention. Ops are named

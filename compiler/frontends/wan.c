@@ -335,6 +335,9 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
       return DIT_ERR(INVALID_ARGUMENT, "--cp %d --cp-mode ulysses: %" PRId64 " heads per tensor-parallel rank are not divisible by %d",
                      cp, m->wan.heads / tp, cp);
   }
+  if (req->sparse.pattern && cp > 1)
+    return DIT_ERR(UNIMPLEMENTED, "--sparse-attn %s with --cp %d: a rank's share of the tokens is not the schedule's tiles",
+                   dit_sparse_attn_name(req->sparse.pattern), cp);
   if (req->sp && (tp < 2 || (ntok / cp) % tp))
     return DIT_ERR(INVALID_ARGUMENT, "--sp: needs --tp >= 2 and each context-parallel share of %" PRId64 " tokens divisible by tp %d",
                    ntok / cp, tp);
@@ -436,6 +439,23 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
   dit_attrs_set_float(&ra, "theta", 10000.0);
   if (cp > 1) dit_attrs_set_int(&ra, "t0", t0);
 
+  /* The self-attention's sparse schedule over the patched token grid, one constant every sparse
+   * layer reads; none when the pattern covers the grid (dense, exactly as without it). Text
+   * tokens are the cross-attention's keys, which stay dense. */
+  dit_vid_t tiles = -1;
+  if (req->sparse.pattern && req->sparse.dense_layers < m->wan.layers) {
+    int32_t *rows = NULL;
+    int64_t td[2];
+    s = dit_sparse_attn_schedule(&req->sparse, f, h, w, &rows, &td[0], &td[1]);
+    if (s) {
+      dit_blocks_destroy(b);
+      dit_graph_destroy(g);
+      return s;
+    }
+    if (rows) tiles = dit_graph_constant(g, "sparse_attn.tiles", DIT_I32, 2, td, rows);
+    free(rows);
+  }
+
   char n[160], k[160], kq[160], kk[160], kv[160], knq[160], knk[160];
   for (int64_t i = 0; i < m->wan.layers; i++) {
     dit_graph_set_block(g, (int32_t)i);
@@ -450,7 +470,8 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
     dit_blocks_qkv_t a1 = dit_blocks_attn_project(b, n1, n1, &self, NAME("attn1"));
     a1.q = dit_graph_op(g, DIT_OP_ROPE, &a1.q, 1, &ra, dt, NAME("attn1.rope_q"));
     a1.k = dit_graph_op(g, DIT_OP_ROPE, &a1.k, 1, &ra, dt, NAME("attn1.rope_k"));
-    dit_vid_t a = dit_blocks_attention_tokens(b, a1.q, a1.k, a1.v, NAME("attn1"));
+    dit_vid_t a = tiles >= 0 && i >= req->sparse.dense_layers ? dit_blocks_attention_tiled(b, a1.q, a1.k, a1.v, tiles, NAME("attn1"))
+                                                              : dit_blocks_attention_tokens(b, a1.q, a1.k, a1.v, NAME("attn1"));
     a = dit_blocks_linear_row(b, a, KEY(k, "attn1.to_out.0"), NAME("attn1.out"));
     hs = dit_blocks_gated_add(b, hs, a, mod, 2, NAME("attn1.residual"));
 

@@ -39,6 +39,11 @@
 // masked like the tail tile. A bound of 0 still runs one tile, wholly masked, so every work tile
 // keeps the same pipeline; it stores zeros and lse -inf. Without HAS_BOUND the code is the
 // unbounded kernel's, constant for constant.
+//
+// HAS_TILES 1 (with TILES_W and SPARSE_TILE, which must equal ATT_BM and ATT_BN: head dim 128)
+// adds instead an input tiles i32 [MBLK, TILES_W] after v: work tile mblk's row holds its count,
+// then the key tiles it attends, ascending; the producer loads and the consumers compute only
+// those, in that order (all tiles listed: the dense kernel's order).
 
 #include "dit_abi.h"
 #include "dit_device.cuh"
@@ -73,6 +78,9 @@
 #ifndef HAS_BOUND
 #define HAS_BOUND 0
 #endif
+#ifndef HAS_TILES
+#define HAS_TILES 0
+#endif
 #if ATT_PERSIST && !defined(BATCH)
 #error "dit_attn_sm90: ATT_PERSIST needs BATCH"
 #endif
@@ -103,6 +111,15 @@
 #endif
 #if ATT_BN % 16 != 0 || ATT_BN > 256 || ATT_BM > 256
 #error "dit_attn_sm90: bad tile"
+#endif
+#if HAS_TILES && (ATT_BM != SPARSE_TILE || ATT_BN != SPARSE_TILE || HAS_BOUND)
+#error "dit_attn_sm90: a tile schedule needs work and key tiles of SPARSE_TILE rows and no bound"
+#endif
+// The key tile a work tile streams j-th: its schedule's j-th entry, or j.
+#if HAS_TILES
+#define KEY_TILE(j) trow[1 + (j)]
+#else
+#define KEY_TILE(j) (j)
 #endif
 #if defined(DIT_LAUNCH_THREADS) && defined(DIT_LAUNCH_SMEM)
 static_assert(DIT_LAUNCH_THREADS == ATT_THREADS, "dit_attn_sm90: planned block size differs from ATT_THREADS");
@@ -277,6 +294,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if HAS_BOUND
                                                                         const int *bound,
 #endif
+#if HAS_TILES
+                                                                        const int *tiles,
+#endif
                                                                         const __grid_constant__ tmap_t tmq,
                                                                         const __grid_constant__ tmap_t tmk,
                                                                         const __grid_constant__ tmap_t tmv) {
@@ -322,11 +342,16 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         for (int h = 0; h < NHALF; h++)
           tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * 128, &tmq, head * HD + h * 64, b * SQ + mblk * ATT_BM,
                       BAR_FULL_Q(bars, qb));
+#if HAS_TILES
+        const int *trow = tiles + mblk * TILES_W;
+        const int nt = trow[0];
+#else
         const int nt = ITEM_TILES(ITEM_KEYS(b));
+#endif
         for (int j = 0; j < nt; j++, g++) {
           const int s = g % ATT_ST;
           const u32 ph = (u32)(g / ATT_ST) & 1u;
-          const int row = b * LK + j * ATT_BN;
+          const int row = b * LK + KEY_TILE(j) * ATT_BN;
           mbar_wait(BAR_EMPTY_K(bars, s), ph ^ 1u);
           mbar_expect_tx(BAR_FULL_K(bars, s), KV_BYTES);
 #pragma unroll
@@ -356,6 +381,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     u64 dq;
 #if HAS_BOUND
     int lk, nt;  // this work tile's keys and key tiles
+#elif HAS_TILES
+    constexpr int lk = LK;
+    int nt;              // this work tile's listed key tiles
+    const int *trow;     // and its schedule row
 #else
     constexpr int lk = LK, nt = NTILES;
 #endif
@@ -384,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #pragma unroll
       for (int i = 0; i < ATT_BN / 4; i++) reg_fence(p[i]);
     };
-    // Online softmax of key tile j in place in s (probabilities relative to the new running
+    // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
     auto softmax = [&](int j, float &al0, float &al1) {
 #if HAS_BOUND
@@ -461,6 +490,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if HAS_BOUND
       lk = ITEM_KEYS(b);
       nt = ITEM_TILES(lk);
+#elif HAS_TILES
+      trow = tiles + mblk * TILES_W;
+      nt = trow[0];
 #endif
       dq = desc_kmajor(sQ + qb * Q_BYTES + cw * 64 * 128);
 #pragma unroll
@@ -484,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           if (nt == 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));
         }
         float a0, a1;
-        softmax(0, a0, a1);
+        softmax(KEY_TILE(0), a0, a1);
         convert();
       }
       for (int j = 1; j < nt; j++) {
@@ -506,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           if (j == nt - 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));  // Q no longer read
         }
         float a0, a1;
-        softmax(j, a0, a1);
+        softmax(KEY_TILE(j), a0, a1);
         wgmma_wait<0>();
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, pst));

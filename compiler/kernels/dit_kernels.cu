@@ -592,8 +592,15 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 // Q [B, SQ, H*HD], K/V [B, LK, H*HD]; VEC (16-byte copies) needs HD and H*HD multiples of 8.
 // HAS_BOUND 1 adds an input bound i32 [B] after v: batch item b's keys end at bound[b] (tiles
 // past it are not loaded, the tile holding it is masked; bound <= 0: zero output, lse -inf).
+// HAS_TILES 1 (with TILES_W, SPARSE_TILE) adds instead an input tiles i32 [ceil(SQ/BQ), TILES_W]
+// after v: block x's row lists its count, then the key tiles of SPARSE_TILE keys it attends,
+// ascending; only their BK-key parts are loaded and computed, in order (all tiles listed: the
+// dense kernel's order).
 #ifndef HAS_BOUND
 #define HAS_BOUND 0
+#endif
+#ifndef HAS_TILES
+#define HAS_TILES 0
 #endif
 #define DP (((HD) + 15) / 16 * 16)
 #define NW DIT_ABI_ATTN_WARPS
@@ -601,6 +608,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #define BK DIT_ABI_ATTN_BK
 #define KS (DP + 8)  // row stride in bf16: 16-byte aligned rows that fall on distinct banks
 #define VEC ((HD % 8) == 0 && ((HEADS * HD) % 8) == 0)
+#if HAS_TILES && (BQ != SPARSE_TILE || SPARSE_TILE % BK != 0 || HAS_BOUND)
+#error "attention: a tile schedule needs a query block of one tile, whole key blocks per tile and no bound"
+#endif
 
 __device__ __forceinline__ void mma16816(float *c, const u32 *a, const u32 *b) {
   asm volatile(
@@ -658,6 +668,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #if HAS_BOUND
                                                                  , const int *bound
 #endif
+#if HAS_TILES
+                                                                 , const int *tiles
+#endif
 ) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16_t *sQ = (bf16_t *)smem_raw;  // [BQ][KS]
@@ -674,11 +687,18 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #else
   const int lk = LK;
 #endif
+#if HAS_TILES
+  const int *trow = tiles + (long long)blockIdx.x * TILES_W;  // this query tile's key tiles
+  const int ntiles = trow[0] * (SPARSE_TILE / BK);
+#define KEY0(j) ((trow[1 + (j) / (SPARSE_TILE / BK)] * (SPARSE_TILE / BK) + (j) % (SPARSE_TILE / BK)) * BK)
+#else
   const int ntiles = (lk + BK - 1) / BK;
+#define KEY0(j) ((j) * BK)
+#endif
 
   load_rows<BQ>(sQ, qb, q0, SQ, CH);
-  load_rows<BK>(sK, kb, 0, lk, CH);
-  load_rows<BK>(sV, vb, 0, lk, CH);
+  load_rows<BK>(sK, kb, KEY0(0), lk, CH);
+  load_rows<BK>(sV, vb, KEY0(0), lk, CH);
   cp_commit();
 
   u32 qa[DP / 16][4];
@@ -689,10 +709,10 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   const float sl2 = SCALE * 1.4426950408889634f;                 // scale * log2(e)
 
   for (int j = 0; j < ntiles; j++) {
-    const int buf = j & 1, k0 = j * BK;
+    const int buf = j & 1, k0 = KEY0(j);
     if (j + 1 < ntiles) {
-      load_rows<BK>(sK + (buf ^ 1) * BK * KS, kb, k0 + BK, lk, CH);
-      load_rows<BK>(sV + (buf ^ 1) * BK * KS, vb, k0 + BK, lk, CH);
+      load_rows<BK>(sK + (buf ^ 1) * BK * KS, kb, KEY0(j + 1), lk, CH);
+      load_rows<BK>(sV + (buf ^ 1) * BK * KS, vb, KEY0(j + 1), lk, CH);
       cp_commit();
       cp_wait<1>();
     } else {
@@ -786,6 +806,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #if HAS_BOUND
   if (ntiles == 0) cp_wait<0>();  // a bound of 0: the first tiles' (zero-filling) copies
 #endif
+#undef KEY0
   // Row sums are spread over the 4 lanes of a row group.
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);

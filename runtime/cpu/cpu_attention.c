@@ -2,11 +2,15 @@
  * blocks with an online softmax (running max and sum), so memory is O(block) whatever the
  * sequence lengths; both products run on the GEMM micro-kernel. Parallel over (b, h, a few
  * query blocks). A key bound stops a batch item's stream at its bound: the keys past it are
- * never read, so the result is the unbounded attention over the first bound keys, bit for bit. */
+ * never read, so the result is the unbounded attention over the first bound keys, bit for bit.
+ * A tile schedule makes each task one query tile that streams only its listed key tiles (the
+ * key block is the schedule's tile), in the dense order: a schedule listing every tile gives
+ * the dense result bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "base/ops.h"
 #include "runtime/cpu/cpu_internal.h"
 
 /* A query block is a whole number of register tiles; a key block is sized so S and P for one
@@ -15,6 +19,7 @@
 #define DIT_ATTN_BQ (8 * DIT_GEMM_MR)
 #define DIT_ATTN_BK 128
 #define DIT_ATTN_QC 4
+_Static_assert(DIT_ATTN_BK == DIT_SPARSE_TILE, "a key block is one tile of a sparse schedule");
 
 typedef int32_t dit_v4i_t __attribute__((vector_size(16)));
 typedef double dit_v2d_t __attribute__((vector_size(16)));
@@ -22,6 +27,8 @@ typedef double dit_v2d_t __attribute__((vector_size(16)));
 typedef struct attn_job {
   const dit_tensor_t *q, *k, *v, *out, *lse;
   const int32_t *bound; /* [B], or NULL: all keys */
+  const int32_t *tiles; /* [ceil(S / DIT_SPARSE_TILE), tiles_w] schedule, or NULL: all key blocks */
+  int64_t tiles_w;
   int64_t B, S, L, H, Dh, ldo;
   int64_t qc;      /* query blocks per task */
   int64_t n_chunk; /* tasks per (b, h) */
@@ -168,7 +175,11 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
 
   int64_t L = j->L;
   if (j->bound) L = j->bound[b] <= 0 ? 0 : j->bound[b] < L ? j->bound[b] : L;
-  for (int64_t k0 = 0; k0 < L; k0 += DIT_ATTN_BK) {
+  /* A task of a tiled attention is one query tile (q0 a multiple of the tile). */
+  const int32_t *sched = j->tiles ? j->tiles + q0 / DIT_SPARSE_TILE * j->tiles_w : NULL;
+  const int64_t n_blocks = sched ? sched[0] : (L + DIT_ATTN_BK - 1) / DIT_ATTN_BK;
+  for (int64_t blk = 0; blk < n_blocks; blk++) {
+    const int64_t k0 = (sched ? sched[1 + blk] : blk) * DIT_ATTN_BK;
     const int64_t nk = L - k0 < DIT_ATTN_BK ? L - k0 : DIT_ATTN_BK;
     const int64_t lds = round_up(nk, DIT_GEMM_NR);
 
@@ -215,7 +226,7 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
 
 static void attn_task(void *ctx, int64_t begin, int64_t end, int worker) {
   attn_job_t *j = ctx;
-  const int64_t span = j->qc * DIT_ATTN_BQ;
+  const int64_t span = j->tiles ? DIT_SPARSE_TILE : j->qc * DIT_ATTN_BQ;
   for (int64_t t = begin; t < end; t++) {
     const int64_t ch = t % j->n_chunk, bh = t / j->n_chunk;
     const int64_t q0 = ch * span, nq = j->S - q0 < span ? j->S - q0 : span;
@@ -229,9 +240,31 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
   return dit_cpu_attention_bounded(c, q, k, v, NULL, heads, scale, out, lse);
 }
 
-dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
-                                       const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
-                                       dit_tensor_t *out, dit_tensor_t *lse) {
+static dit_status_t check_tiles(const char *op, const dit_tensor_t *tiles, int64_t S, int64_t L) {
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, "tiles", tiles));
+  const int64_t nq = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE, nk = (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE;
+  if (tiles->dtype != DIT_I32 || tiles->rank != 2 || tiles->dims[0] != nq || tiles->dims[1] < 2)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: tile schedule is %s %s, expected i32 [%lld, >= 2] (one row per query tile of %d tokens)", op,
+                   dit_dtype_name(tiles->dtype), dit_cpu_dims_str(tiles, b1), (long long)nq, DIT_SPARSE_TILE);
+  const int32_t *t = tiles->data;
+  const int64_t w = tiles->dims[1];
+  for (int64_t i = 0; i < nq; i++) {
+    const int32_t *row = t + i * w;
+    if (row[0] < 1 || row[0] > w - 1 || row[0] > nk)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: tile schedule row %lld lists %d key tiles, expected 1..%lld", op, (long long)i, row[0],
+                     (long long)(w - 1 < nk ? w - 1 : nk));
+    for (int32_t e = 0; e < row[0]; e++)
+      if (row[1 + e] < 0 || row[1 + e] >= nk || (e && row[1 + e] <= row[e]))
+        return DIT_ERR(INVALID_ARGUMENT, "%s: tile schedule row %lld entry %d is key tile %d, expected ascending tiles in 0..%lld", op,
+                       (long long)i, e, row[1 + e], (long long)nk - 1);
+  }
+  return DIT_OK;
+}
+
+static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k, const dit_tensor_t *v,
+                              const dit_tensor_t *bound, const dit_tensor_t *tiles, int heads, double scale, dit_tensor_t *out,
+                              dit_tensor_t *lse) {
   static const char *op = "attention";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "q", q));
@@ -264,6 +297,7 @@ dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, cons
     const int64_t bd[1] = {B};
     DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
   }
+  if (tiles) DIT_RETURN_IF(check_tiles(op, tiles, S, L));
   if (L == 0 && B * S > 0)
     return DIT_ERR(INVALID_ARGUMENT, "%s: k has dims %s: no keys to attend to", op,
                    dit_cpu_dims_str(k, b1));
@@ -276,9 +310,12 @@ dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, cons
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "bound", bound));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "bound", bound));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "out", out));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "tiles", tiles));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "tiles", tiles));
   if (B == 0 || S == 0) return DIT_OK;
 
-  attn_job_t j = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .bound = bound ? bound->data : NULL, .B = B, .S = S, .L = L,
+  attn_job_t j = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .bound = bound ? bound->data : NULL,
+                  .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
                   .H = heads, .Dh = HD / heads, .scale = (float)scale};
   j.ldo = round_up(j.Dh, DIT_GEMM_NR);
   /* Several query blocks per task amortize K/V packing, unless that starves the pool. */
@@ -287,6 +324,11 @@ dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, cons
   j.qc = B * heads * n_qb / (2 * threads);
   j.qc = j.qc < 1 ? 1 : j.qc > DIT_ATTN_QC ? DIT_ATTN_QC : j.qc;
   j.n_chunk = (n_qb + j.qc - 1) / j.qc;
+  if (tiles) {
+    /* One query tile a task: enough query blocks to hold it. */
+    j.qc = (DIT_SPARSE_TILE + DIT_ATTN_BQ - 1) / DIT_ATTN_BQ;
+    j.n_chunk = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE;
+  }
   const size_t bq = DIT_ATTN_BQ, bk = DIT_ATTN_BK, dh = (size_t)j.Dh, ldo = (size_t)j.ldo;
   const size_t qrows = bq * (size_t)j.qc;
   const size_t sizes[9] = {
@@ -311,4 +353,16 @@ dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, cons
   dit_pool_parallel_for(dit_cpu_pool(c), B * heads * j.n_chunk, 1, attn_task, &j);
   dit_cpu_scratch_free(&j.scratch);
   return DIT_OK;
+}
+
+dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                       const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
+                                       dit_tensor_t *out, dit_tensor_t *lse) {
+  return attention(c, q, k, v, bound, NULL, heads, scale, out, lse);
+}
+
+dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                     const dit_tensor_t *v, const dit_tensor_t *tiles, int heads, double scale,
+                                     dit_tensor_t *out, dit_tensor_t *lse) {
+  return attention(c, q, k, v, NULL, tiles, heads, scale, out, lse);
 }

@@ -87,6 +87,12 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
 dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                        const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
                                        dit_tensor_t *out, dit_tensor_t *lse);
+/* Attention over a tile schedule (base/ops.def, attention's attr tiles): i32 [ceil(S/DIT_SPARSE_TILE),
+ * W], row i its count (1..W-1) then its key tiles, strictly ascending; query tile i attends only
+ * the keys of its listed tiles, exactly a dense attention whose other scores are -inf. */
+dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                     const dit_tensor_t *v, const dit_tensor_t *tiles, int heads, double scale,
+                                     dit_tensor_t *out, dit_tensor_t *lse);
 /* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, T, n, D]. */
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
                                const dit_tensor_t *mod, int gate, dit_tensor_t *out);

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDIT_MLIR=OFF >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target ditc ditrun make_tiny_wan st_compare probe_check step_cache_check >/dev/null
+cmake --build build-gpu -j"$(nproc)" --target ditc ditrun make_tiny_wan st_compare probe_check step_cache_check forward_inputs >/dev/null
 # The commit the binaries are built from, for the results' run records (the tree copied to the
 # GPU host may carry a stale .git); "+" marks uncommitted changes.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!tests/data' 2>/dev/null || echo +)" > build-gpu/bin/commit

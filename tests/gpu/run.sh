@@ -3,7 +3,8 @@
 # -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
 #   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), and
 #      through multi-rank GPU bundles (ranks as threads of one process, and one process per rank
-#      with NCCL); the Hopper attention kernel op by op against the CPU reference; the step cache's
+#      with NCCL); the Hopper attention kernel op by op against the CPU reference, and its and the
+#      portable kernel's sparse (tile schedule) forms against the CPU backend; the step cache's
 #      probe kernel against the host's computation (tests/tools/probe_check.c),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
@@ -292,6 +293,21 @@ PY
     echo "-- $p, $F frames ${H}x$Wd"
     check "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" --max-rel 3e-2
     "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" | grep -E "^attention"
+  done
+done
+
+step "1d2. sparse attention (--sparse-attn): the tiled portable (head dim 64) and Hopper (128) kernels against the CPU backend, 1280 and 3072 tokens"
+for p in tiny-hd64 tiny-hd128; do
+  # Radial is sparse at tile granularity once a frame spans many tiles: 8 frames of 16x24 tokens.
+  for case in "sta:1,8,10 13 256 320" "radial 29 256 384"; do
+    read -r spec F H Wd <<<"$case"
+    sb=$("$BIN/ditc" compile "$W/$p/model" --frames "$F" --height "$H" --width "$Wd" --text-len 7 --dtype bf16 --target sm_90 --sparse-attn "$spec" -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+    "$BIN/forward_inputs" "$sb" "$W/sin.safetensors" --seed 5 --set timestep=500
+    echo "-- $p, $spec"
+    check "$BIN/ditrun" compare "$sb" --inputs "$W/sin.safetensors" --max-rel 3e-2
+    check "$BIN/ditrun" forward "$sb" --inputs "$W/sin.safetensors" --out "$W/sg.safetensors"
+    check "$BIN/ditrun" forward "$sb" --backend cpu --inputs "$W/sin.safetensors" --out "$W/sc.safetensors"
+    check "$BIN/st_compare" "$W/sg.safetensors" "$W/sc.safetensors" sample 3e-2 0.999
   done
 done
 fi

@@ -335,6 +335,45 @@ static void test_mask_ops(dit_cuda_codegen_t *cg, const char *target) {
   dit_graph_destroy(g);
 }
 
+/* Sparse attention (HAS_TILES): the Hopper kernel at head dim 128 (persistent and not), the
+ * portable kernel otherwise; each compiles, launches one block per query tile (the portable and
+ * the non-persistent Hopper forms) and differs from the dense module of the same shape. */
+static void test_sparse_ops(dit_cuda_codegen_t *cg, const char *target) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int sm90 = !strcmp(target, "sm_90");
+  static const int64_t shapes[][2] = {{128, 320}, {128, 2000}, {64, 320}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const int64_t hd = shapes[i][0], S = shapes[i][1], nt = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE, td[2] = {nt, 3};
+    dit_vid_t x = in3(g, "x", DIT_BF16, 1, S, 2 * hd), t = dit_graph_input(g, "tiles", DIT_I32, 2, td), ins[4] = {x, x, x, t};
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", 2);
+    dit_attrs_set_float(&at, "scale", 0.125);
+    dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &at, DIT_BF16, "att");
+    size_t n_dense = 0, n_tiled = 0;
+    char *dense = module_copy(cg, g, &n_dense);
+    dit_attrs_set_int(&at, "tiles", 1);
+    dit_graph_op(g, DIT_OP_ATTENTION, ins, 4, &at, DIT_BF16, "att_tiled");
+    char what[80];
+    snprintf(what, sizeof what, "tiled attention hd %lld tokens %lld on %s", (long long)hd, (long long)S, target);
+    uint32_t grid;
+    if (sm90 && hd == 128) {
+      const int ncw = DIT_ABI_ATT90_NCW_HD128, st = DIT_ABI_ATT90_ST_HD128, persist = S <= 1024;
+      grid = check_op(cg, g, what, (uint32_t)(128 * (ncw + 1)), (uint32_t)(1024 + (persist ? 2 : 1) * 2 * 128 * 128 + 2 * st * 2 * 128 * 128 + 8 * (4 + 4 * st)), 1);
+      if (!persist) CHECK_EQ_INT(grid, nt);
+    } else {
+      grid = check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * (hd + 8) * 2), 0);
+      CHECK_EQ_INT(grid, nt);
+    }
+    char *tiled = module_copy(cg, g, &n_tiled);
+    CHECK(dense && tiled && (n_dense != n_tiled || memcmp(dense, tiled, n_dense)));
+    free(dense);
+    free(tiled);
+  }
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+}
+
 static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_t *cg = NULL;
   dit_status_t s = dit_cuda_codegen_create(target, cache, &cg);
@@ -397,6 +436,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   dit_graph_destroy(g);
   test_mmdit_ops(cg);
   test_mask_ops(cg, target);
+  test_sparse_ops(cg, target);
   dit_cuda_codegen_destroy(cg);
 }
 
