@@ -386,6 +386,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           [DIT_F32] = {"unsigned int", "(((v) & 0x7fffffffu) != 0)"}, [DIT_BF16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},
           [DIT_F16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},   [DIT_I64] = {"long long", "((v) != 0)"},
           [DIT_I32] = {"int", "((v) != 0)"},                              [DIT_U8] = {"unsigned char", "((v) != 0)"},
+          [DIT_F8E4M3] = {"unsigned char", "(((v) & 0x7fu) != 0)"},
       };
       if (y->dtype != DIT_I32) return DIT_ERR(UNIMPLEMENTED, "op key_bound '%s': output dtype %s, expected i32", y->name, dit_dtype_name(y->dtype));
       dit_strbuf_printf(s, "#define DIT_K_KEY_BOUND 1\n#define MASK_T %s\n#define MASK_NZ(v) %s\n#define BATCH %" PRId64 "LL\n#define MASK_LEN %" PRId64

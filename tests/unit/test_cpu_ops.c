@@ -68,6 +68,7 @@ static double get_elem(const dit_tensor_t *t, int64_t i) {
     case DIT_F16: return dit_f16_to_f32(((const uint16_t *)t->data)[i]);
     case DIT_I64: return (double)((const int64_t *)t->data)[i];
     case DIT_I32: return (double)((const int32_t *)t->data)[i];
+    case DIT_F8E4M3: return dit_e4m3_to_f32(((const uint8_t *)t->data)[i]);
     default: return NAN;
   }
 }
@@ -80,6 +81,7 @@ static void set_elem(dit_tensor_t *t, int64_t i, double v) {
     case DIT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
     case DIT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
     case DIT_U8: ((uint8_t *)t->data)[i] = v != 0; break; /* a bool */
+    case DIT_F8E4M3: ((uint8_t *)t->data)[i] = dit_f32_to_e4m3((float)v); break;
     default: break;
   }
 }
