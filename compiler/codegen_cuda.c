@@ -186,7 +186,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(y->dtype));
   /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
-    if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && V(g, op->in[i])->dtype != DIT_F32 &&
+    if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
+        V(g, op->in[i])->dtype != DIT_F32 &&
         V(g, op->in[i])->dtype != DIT_BF16)
       return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
                      dit_dtype_name(V(g, op->in[i])->dtype));
@@ -351,6 +352,25 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3, act ? DIT_ABI_ACT_GELU_TANH : DIT_ABI_ACT_NONE);
       if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
       set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_LINEAR_FP8: {
+      /* The step's kernel quantizes x's rows into the runtime's fp8 scratch (e4m3 rows and their
+       * scales); cuBLASLt then multiplies e4m3 x e4m3 in fp32 with outer-vector scaling (row
+       * scales of x, channel scales of w) and the bias/GELU epilogue, writing bf16. */
+      const dit_value_t *w = V(g, op->in[1]);
+      const int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
+      if (x->dtype != DIT_BF16 || y->dtype != DIT_BF16 || (op->n_in == 4 && V(g, op->in[3])->dtype != DIT_BF16))
+        return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': the GPU path takes bf16 x, bias and output, found x %s, y %s", y->name,
+                       dit_dtype_name(x->dtype), dit_dtype_name(y->dtype));
+      if (K % 16 || N % 16)
+        return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': K = %" PRId64 " and N = %" PRId64 " must be multiples of 16 (fp8 matmul)", y->name,
+                       K, N);
+      const int64_t act = geti(op, "act");
+      if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
+      if (M > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': %" PRId64 " rows, more than a grid holds", y->name, M);
+      dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define K %" PRId64 "\n", dt_code(x->dtype), K);
+      set_launch(k, (uint64_t)M, 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_ATTENTION: {

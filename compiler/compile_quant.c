@@ -19,12 +19,14 @@ int dit_quant_parse(const char *name, dit_quant_t *out) {
 
 /* A large linear of the blocks: inside a block, over token rows ([B, T, K]: modulation linears
  * inside blocks take one row per batch item), with a whole 2-D checkpoint weight that no other
- * op reads. Everything outside the blocks (embedders, patch embed, the head) and every norm and
+ * op reads, K and N multiples of 16 (what fp8 matmuls take; the same ops on every target).
+ * Everything outside the blocks (embedders, patch embed, the head) and every norm and
  * modulation stays as it is. */
 static int quantizable(const dit_graph_t *g, const dit_op_t *op, const int32_t *uses) {
   if (op->kind != DIT_OP_LINEAR || op->block < 0) return 0;
   const dit_value_t *x = dit_graph_cvalue(g, op->in[0]), *w = dit_graph_cvalue(g, op->in[1]);
-  return x->rank >= 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1;
+  return x->rank >= 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1 &&
+         w->dims[0] % 16 == 0 && w->dims[1] % 16 == 0;
 }
 
 dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr) {
