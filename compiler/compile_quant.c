@@ -66,17 +66,19 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
       break;
     }
     const int64_t rows = w->dims[0], cols = w->dims[1];
-    if (t->nbytes + 4 * (size_t)cols > cap) {
-      free(raw), free(rowq);
-      cap = t->nbytes + 4 * (size_t)cols;
-      raw = malloc(cap), rowq = malloc((size_t)cols + 1);
-      if (!raw || !rowq) {
+    /* The checkpoint's bytes, then one row widened to fp32 and its e4m3 codes. */
+    const size_t need = (t->nbytes + 3) / 4 * 4 + 5 * (size_t)cols;
+    if (need > cap) {
+      free(raw);
+      cap = need;
+      if (!(raw = malloc(cap))) {
         s = DIT_ERR(RESOURCE_EXHAUSTED, "quantize: cannot allocate %zu bytes for '%s'", cap, key);
         break;
       }
     }
     float *scales = malloc(sizeof(float) * (size_t)rows + 1);
-    rowf = (float *)((char *)raw + t->nbytes);
+    rowf = (float *)((char *)raw + (t->nbytes + 3) / 4 * 4);
+    rowq = (uint8_t *)(rowf + cols);
     if (!scales) {
       s = DIT_ERR(RESOURCE_EXHAUSTED, "quantize: out of memory for the scales of '%s'", key);
       break;
@@ -109,7 +111,6 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
     if (names) cJSON_AddItemToArray(names, cJSON_CreateString(dit_graph_cvalue(g, op->out[0])->name));
   }
   free(raw);
-  free(rowq);
   free(uses);
   if (!s) s = dit_graph_verify(g);
   if (!s && n == 0) s = DIT_ERR(INVALID_ARGUMENT, "--quant fp8: the graph has no linear of the transformer blocks to quantize");
