@@ -21,6 +21,7 @@ typedef struct dit_plan_memory {
   uint64_t io;                 /* every input and output value (a 0-byte value takes 1) */
   uint64_t collective_scratch; /* send and receive buffers for the plan's collectives */
   uint64_t gemm_workspace;     /* DIT_GEMM_WORKSPACE_BYTES on a device with a library GEMM */
+  uint64_t fp8_scratch;        /* on a device: the quantized activations of the largest linear_fp8 */
   uint64_t total;              /* the sum: what the runtime allocates besides weights */
 } dit_plan_memory_t;
 
@@ -28,6 +29,11 @@ typedef struct dit_plan_memory {
  * caller adds what it keeps of the weight blob). `device` is nonzero for a device backend
  * (one whose memory is not the host's). */
 void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out);
+
+/* A device's scratch for linear_fp8 steps, shared by all of them (they run one after another):
+ * the e4m3 rows of the largest input (M * K bytes) and, from *scales_offset on, 256-byte aligned,
+ * M fp32 row scales. Returns the total bytes, 0 without linear_fp8 steps. */
+uint64_t dit_plan_fp8_scratch_bytes(const dit_plan_t *plan, uint64_t *scales_offset);
 
 /* Bytes of each of the two collective buffers: the largest of, over every collective, its
  * input times the group size (all-reduce: once) and its output. 0 without collectives. */

@@ -8,7 +8,7 @@ static const struct {
   size_t size;
 } kDtypes[DIT_DTYPE_COUNT] = {
     [DIT_F32] = {"f32", 4}, [DIT_BF16] = {"bf16", 2}, [DIT_F16] = {"f16", 2},
-    [DIT_I64] = {"i64", 8}, [DIT_I32] = {"i32", 4}, [DIT_U8] = {"u8", 1},
+    [DIT_I64] = {"i64", 8}, [DIT_I32] = {"i32", 4}, [DIT_U8] = {"u8", 1}, [DIT_F8E4M3] = {"f8e4m3", 1},
 };
 
 size_t dit_dtype_size(dit_dtype_t t) {
@@ -70,6 +70,44 @@ uint16_t dit_f32_to_f16(float f) {
   return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
+float dit_e4m3_to_f32(uint8_t q) {
+  const unsigned exp = (q >> 3) & 15u, man = q & 7u;
+  float a;
+  if (exp == 15 && man == 7) a = NAN;
+  else if (exp == 0) a = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
+  else a = ldexpf((float)(8 + man), (int)exp - 10);
+  return q & 0x80u ? -a : a;
+}
+
+uint8_t dit_f32_to_e4m3(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu; /* >= 448, infinity included: saturate */
+  if (a < 0x3c800000u) {                     /* below 2^-6: a multiple of the subnormal unit 2^-9 */
+    float af;
+    memcpy(&af, &a, 4);
+    return sign | (uint8_t)nearbyintf(af * 512.0f); /* 8 (= 2^-6, the least normal) is its own code */
+  }
+  /* Normal: keep 3 mantissa bits, round to nearest even; a carry moves into the exponent, and
+   * nothing below 448 rounds past it (the next code up would be 480). */
+  const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+  return sign | (uint8_t)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
+}
+
+float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    if (a > amax) amax = a; /* NaN never compares greater: it stays NaN in its own code */
+  }
+  const float scale = amax > 0.0f ? amax / DIT_E4M3_MAX : 1.0f;
+  for (int64_t i = 0; i < n; i++) q[i] = dit_f32_to_e4m3(x[i] / scale);
+  return scale;
+}
+
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n) {
   if (dt > DIT_F16 || st > DIT_F16) return -1;
   if (dt == st) {
@@ -117,6 +155,8 @@ int dit_dtype_nonzero(const void *data, dit_dtype_t t, size_t i) {
     }
     case DIT_U8:
       return ((const uint8_t *)data)[i] != 0;
+    case DIT_F8E4M3:
+      return (((const uint8_t *)data)[i] & 0x7fu) != 0;
     default:
       return 0;
   }

@@ -16,12 +16,15 @@ typedef enum dit_dtype {
   DIT_I64 = 3,
   DIT_I32 = 4,
   DIT_U8 = 5, /* bytes: bool and uint8 masks as they arrive in input files; no op computes in it */
+  /* OCP FP8 E4M3 (bias 7, no infinities, S.1111.111 is NaN, largest finite +-448): weights of the
+   * fp8 linears, each row with an fp32 scale beside it; only linear_fp8 reads it. */
+  DIT_F8E4M3 = 6,
   DIT_DTYPE_COUNT
 } dit_dtype_t;
 
 /* 0 for an unknown dtype. */
 size_t dit_dtype_size(dit_dtype_t t);
-/* Our short names: "f32", "bf16", "f16", "i64", "i32", "u8". */
+/* Our short names: "f32", "bf16", "f16", "i64", "i32", "u8", "f8e4m3". */
 const char *dit_dtype_name(dit_dtype_t t);
 /* Accepts our short names; returns 0 on success, -1 if unknown. */
 int dit_dtype_parse(const char *name, dit_dtype_t *out);
@@ -45,6 +48,16 @@ static inline uint16_t dit_f32_to_bf16(float f) {
 float dit_f16_to_f32(uint16_t h);
 uint16_t dit_f32_to_f16(float f);
 
+/* E4M3: exact decode of all 256 codes (0x7f and 0xff are NaN); encode rounds to nearest even,
+ * saturates finite values and infinities beyond 448 to +-448 and maps NaN to 0x7f (sign kept). */
+#define DIT_E4M3_MAX 448.0f
+float dit_e4m3_to_f32(uint8_t q);
+uint8_t dit_f32_to_e4m3(float f);
+
+/* The fp8 quantization of one row of n values, shared by the weights writer (per output
+ * channel), the CPU reference and the CUDA kernels (per token): scale = amax / 448 (1 for an
+ * all-zero row), q[i] = e4m3(x[i] / scale). Returns the scale. */
+float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q);
 /* Converts n elements between any two float dtypes (f32, bf16, f16). Returns -1 if either
  * dtype is not a float type. src and dst must not overlap unless the dtypes are equal. */
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n);

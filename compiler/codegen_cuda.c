@@ -186,7 +186,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(y->dtype));
   /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
-    if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && V(g, op->in[i])->dtype != DIT_F32 &&
+    if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
+        V(g, op->in[i])->dtype != DIT_F32 &&
         V(g, op->in[i])->dtype != DIT_BF16)
       return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
                      dit_dtype_name(V(g, op->in[i])->dtype));
@@ -353,6 +354,25 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
+    case DIT_OP_LINEAR_FP8: {
+      /* The step's kernel quantizes x's rows into the runtime's fp8 scratch (e4m3 rows and their
+       * scales); cuBLASLt then multiplies e4m3 x e4m3 in fp32 with outer-vector scaling (row
+       * scales of x, channel scales of w) and the bias/GELU epilogue, writing bf16. */
+      const dit_value_t *w = V(g, op->in[1]);
+      const int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
+      if (x->dtype != DIT_BF16 || y->dtype != DIT_BF16 || (op->n_in == 4 && V(g, op->in[3])->dtype != DIT_BF16))
+        return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': the GPU path takes bf16 x, bias and output, found x %s, y %s", y->name,
+                       dit_dtype_name(x->dtype), dit_dtype_name(y->dtype));
+      if (K % 16 || N % 16)
+        return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': K = %" PRId64 " and N = %" PRId64 " must be multiples of 16 (fp8 matmul)", y->name,
+                       K, N);
+      const int64_t act = geti(op, "act");
+      if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
+      if (M > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': %" PRId64 " rows, more than a grid holds", y->name, M);
+      dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define K %" PRId64 "\n", dt_code(x->dtype), K);
+      set_launch(k, (uint64_t)M, 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
     case DIT_OP_ATTENTION: {
       const dit_value_t *kk = V(g, op->in[1]);
       int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
@@ -393,6 +413,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           [DIT_F32] = {"unsigned int", "(((v) & 0x7fffffffu) != 0)"}, [DIT_BF16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},
           [DIT_F16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},   [DIT_I64] = {"long long", "((v) != 0)"},
           [DIT_I32] = {"int", "((v) != 0)"},                              [DIT_U8] = {"unsigned char", "((v) != 0)"},
+          [DIT_F8E4M3] = {"unsigned char", "(((v) & 0x7fu) != 0)"},
       };
       if (y->dtype != DIT_I32) return DIT_ERR(UNIMPLEMENTED, "op key_bound '%s': output dtype %s, expected i32", y->name, dit_dtype_name(y->dtype));
       dit_strbuf_printf(s, "#define DIT_K_KEY_BOUND 1\n#define MASK_T %s\n#define MASK_NZ(v) %s\n#define BATCH %" PRId64 "LL\n#define MASK_LEN %" PRId64

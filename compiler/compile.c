@@ -257,6 +257,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON_AddNumberToObject(sa, "dense_steps", (double)sp->dense_steps);
     cJSON_AddNumberToObject(sa, "dense_layers", (double)sp->dense_layers);
   }
+  if (o->quant) cJSON_AddStringToObject(opts, "quant", dit_quant_name(o->quant)); /* absent: bundles keep their identity */
   if (o->offload && strcmp(o->offload, "none")) {
     /* Only what changes the plan: the mode, the chunk size, the residency request and the
      * profile's values (3 significant digits, so equivalent hosts share bundles). */
@@ -331,6 +332,7 @@ static void rank_build_free(dit_rank_build_t *r) {
   dit_graph_destroy(r->g);
   dit_plan_free(r->plan);
   free(r->module_sizes);
+  cJSON_Delete(r->quant);
 }
 
 /* Graph, passes, plan, weights shard and kernels of one tensor-parallel rank. Rank 0 reports
@@ -343,6 +345,8 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
   quiet.quiet = 1;
   dit_compile_progress_t *p = first ? pr : &quiet;
   DIT_RETURN_IF(dit_model_build_graph(m, req, &rb->g));
+  if (o->quant && first && !(rb->quant = cJSON_CreateObject())) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  DIT_RETURN_IF(dit_compile_quantize(m, rb->g, o->quant, rb->quant, p));
   dit_compile_progress(p, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64 "%s", dit_graph_num_ops(rb->g),
            dit_graph_num_values(rb->g), ls->channels, ls->frames, ls->height, ls->width, req->tp > 1 ? " (tensor-parallel rank 0)" : "");
   dit_pass_options_t popt = {first ? o->dump_after : NULL, o->dump};
@@ -386,7 +390,12 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     if (k > 0 && k < world && k % (tp_of(o) * G))
       return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: a reuse group of %d (x tp %d) would straddle nodes", k, G, tp_of(o));
   }
-  dit_compile_progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL)};
+  /* FP8 tensor cores start at sm_89; a tensor-parallel shard would need the scales of its slice. */
+  if (o->quant == DIT_QUANT_FP8 && gpu && (!strcmp(o->target, "sm_80") || !strcmp(o->target, "sm_86")))
+    return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --target %s: fp8 matmuls need sm_89 or sm_90", o->target);
+  if (o->quant == DIT_QUANT_FP8 && tp_of(o) > 1)
+    return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --tp %d: tensor-parallel shards are not quantized yet; use --tp 1", tp_of(o));
+  dit_compile_progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL) + (o->quant != DIT_QUANT_NONE)};
   {
     /* Rank groups follow the nodes: the groups that talk most (tensor-parallel, then each
      * Ulysses subgroup) must not straddle a node, so ranks are numbered tp-fastest. */
@@ -576,6 +585,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "collective_bytes", (double)rb[0].plan->work.collective_bytes);
     cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)rb[0].pres.naive_bytes);
     cJSON_AddNumberToObject(sum, "tokens", (double)ls.tokens);
+    if (rb[0].quant) {
+      cJSON_AddItemToObject(sum, "quant", cJSON_DetachItemFromObject(rb[0].quant, "quant"));
+    }
     free(pb);
     /* The offload plan adds its section to every rank's plan; then the plans are written. */
     /* What the runtime allocates besides weights, by the rule it allocates with. */

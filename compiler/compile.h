@@ -7,6 +7,12 @@
 #include "base/status.h"
 #include "compiler/frontend.h"
 
+/* Lossy modes of the GEMMs (--quant). */
+typedef enum dit_quant { DIT_QUANT_NONE = 0, DIT_QUANT_FP8 = 1 } dit_quant_t;
+const char *dit_quant_name(dit_quant_t q);
+/* "none" or "fp8"; returns -1 for anything else. */
+int dit_quant_parse(const char *name, dit_quant_t *out);
+
 typedef struct dit_compile_options {
   const char *model_dir;
   const char *variant;     /* NULL: from the config */
@@ -30,6 +36,8 @@ typedef struct dit_compile_options {
   const char *offload;
   double chunk_mb, residency, memory_budget_gib, latency_target_ms;
   const char *profile;
+  /* fp8: the blocks' large linears on e4m3 weights and activations (compile_quant.c). */
+  dit_quant_t quant;
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

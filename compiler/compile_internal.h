@@ -35,7 +35,15 @@ typedef struct dit_rank_build {
   uint64_t *module_sizes; /* per step: cubin and PTX sizes of its kernel */
   uint64_t weights_size, plan_size;
   char plan_hash[DIT_HASH_HEX];
+  cJSON *quant; /* what --quant changed (the manifest summary's "quant"); NULL without it */
 } dit_rank_build_t;
+
+/* ---- quantization (compile_quant.c) ---- */
+
+/* --quant fp8: every linear of the blocks over token rows with a 2-D checkpoint weight becomes
+ * linear_fp8 (e4m3 weight, f32 per-channel scale constant); refuses a graph with none. Fills
+ * *summary (mode, rule, the op names) when summary is not NULL. */
+dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr);
 
 /* ---- lowering (compile_lower.c) ---- */
 

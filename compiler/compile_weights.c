@@ -117,15 +117,23 @@ static dit_status_t write_weights(dit_bundle_writer_t *w, const dit_model_t *m, 
         memcpy((char *)src + (size_t)r * run,
                (const char *)t->data + ((size_t)(r * t->dims[gv->slice_dim] + gv->slice_start) * (size_t)inner) * esize, run);
     }
-    /* The same type is a copy whatever it is (integer constants such as a tile schedule). */
-    if (from == v->dtype) memcpy(dst, src, (size_t)v->nbytes);
-    else if (dit_convert(dst, v->dtype, src, from, numel)) {
+    /* e4m3 (a linear_fp8's weight): widened to fp32 in dst, then each output channel quantized
+     * into src by the rule its scale constant was computed with (compile_quant.c). The same type
+     * otherwise is a copy whatever it is (integer constants such as a tile schedule). */
+    const int fp8 = v->dtype == DIT_F8E4M3;
+    if (from == v->dtype && !fp8) memcpy(dst, src, (size_t)v->nbytes);
+    else if (dit_convert(dst, fp8 ? DIT_F32 : v->dtype, src, from, numel)) {
       s = DIT_ERR(INVALID_ARGUMENT, "weights: cannot convert '%s' from %s to %s", v->ref, dit_dtype_name(from),
                   dit_dtype_name(v->dtype));
       break;
     }
+    if (fp8) {
+      const int64_t cols = (int64_t)numel / (v->dims[0] > 0 ? v->dims[0] : 1);
+      for (int64_t r = 0; r < v->dims[0]; r++)
+        dit_e4m3_quantize_row((const float *)dst + r * cols, cols, (uint8_t *)src + r * cols);
+    }
     if (e->offset > off) s = dit_bundle_writer_blob_append(w, zeros, e->offset - off);
-    if (!s) s = dit_bundle_writer_blob_append(w, dst, v->nbytes);
+    if (!s) s = dit_bundle_writer_blob_append(w, fp8 ? src : dst, v->nbytes);
     off = e->offset + v->nbytes;
   }
   free(src);

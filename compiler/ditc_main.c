@@ -25,6 +25,9 @@ static const char kUsage[] =
     "        --text-len L        text tokens (default 512)\n"
     "        --image-len N       image tokens of an image-conditioned model (default 257, as CLIP gives)\n"
     "        --dtype fp32|bf16   storage and compute policy (default fp32)\n"
+    "        --quant none|fp8    fp8: the transformer blocks' large linears (attention q/k/v/o, FFN) on\n"
+    "                            e4m3 weights (per-channel scales) and activations (per-token scales,\n"
+    "                            on the fly), fp32 accumulation; the rest as --dtype says (default none)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --sparse-attn P     sparse video self-attention (Wan): sta:T,H,W (sliding tile windows\n"
     "                            of T frames x H rows x W columns of patched tokens around each\n"
@@ -191,7 +194,11 @@ static int cmd_compile(int argc, char **argv, int why) {
       i++;
     } else if (!strcmp(a, "--sparse-dense-layers")) rc = parse_i64(a, val, &o.shape.sparse.dense_layers), i++, sparse_extra = a;
     else if (!strcmp(a, "--sparse-dense-steps")) rc = parse_i64(a, val, &o.shape.sparse.dense_steps), i++, sparse_extra = a;
-    else if (!strcmp(a, "--dtype")) {
+    else if (!strcmp(a, "--quant")) {
+      if (!val) return usage_error("%s needs a value", a);
+      if (dit_quant_parse(val, &o.quant)) return usage_error("--quant %s: expected none or fp8", val);
+      i++;
+    } else if (!strcmp(a, "--dtype")) {
       if (!val) return usage_error("%s needs a value", a);
       if (!strcmp(val, "fp32") || !strcmp(val, "f32")) o.shape.dtype = DIT_F32;
       else if (!strcmp(val, "bf16")) o.shape.dtype = DIT_BF16;

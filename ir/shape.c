@@ -138,7 +138,8 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       out_dims[0][4] = w * pw;
       break;
     }
-    case DIT_OP_LINEAR: {
+    case DIT_OP_LINEAR:
+    case DIT_OP_LINEAR_FP8: {
       const dit_value_t *w = operand(g, ins, 1);
       if (x->rank < 1 || w->rank < 2) FAIL("%s: x rank %d, w rank %d; expected >= 1 and >= 2", op, x->rank, w->rank);
       int64_t k = 1;
@@ -146,8 +147,18 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       if (k != x->dims[x->rank - 1])
         FAIL("%s: weight '%s' has K = %" PRId64 ", input '%s' has %" PRId64, op, w->name, k,
              x->name, x->dims[x->rank - 1]);
-      if (n_in == 3) {
-        const dit_value_t *b = operand(g, ins, 2);
+      const int fp8 = kind == DIT_OP_LINEAR_FP8; /* the scales sit between w and bias */
+      if (fp8) {
+        const dit_value_t *ws = operand(g, ins, 2);
+        if (w->dtype != DIT_F8E4M3 || w->rank != 2)
+          FAIL("%s: weight '%s' is %s of rank %d, expected f8e4m3 [N, K]", op, w->name, dit_dtype_name(w->dtype), w->rank);
+        if (ws->dtype != DIT_F32 || ws->rank != 1 || ws->dims[0] != w->dims[0])
+          FAIL("%s: weight scales '%s' must be f32 [%" PRId64 "], found %s of rank %d", op, ws->name, w->dims[0],
+               dit_dtype_name(ws->dtype), ws->rank);
+        if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+      }
+      if (n_in == 3 + fp8) {
+        const dit_value_t *b = operand(g, ins, 2 + fp8);
         if (b->rank != 1 || b->dims[0] != w->dims[0])
           FAIL("%s: bias '%s' must be [%" PRId64 "]", op, b->name, w->dims[0]);
       }

@@ -26,7 +26,7 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
     dit_value_t *mid = dit_graph_value(g, act->in[0]);
     if (mid->kind != DIT_VALUE_TEMP || mid->is_output || uses[act->in[0]] != 1) continue;
     dit_op_t *lin = dit_graph_op_at(g, mid->producer);
-    if (lin->kind != DIT_OP_LINEAR || dit_attrs_find(&lin->attrs, "act")) continue;
+    if ((lin->kind != DIT_OP_LINEAR && lin->kind != DIT_OP_LINEAR_FP8) || dit_attrs_find(&lin->attrs, "act")) continue;
     if (dit_attrs_set_int(&lin->attrs, "act", 1)) continue;
     /* The linear now produces the activation's result directly. */
     dit_value_t *out = dit_graph_value(g, act->out[0]);

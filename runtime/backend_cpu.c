@@ -320,6 +320,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       DIT_RETURN_IF(dit_cpu_linear(c, &in[0], &in[1], bias, &tmp));
       return dit_cpu_gelu_tanh(c, &tmp, &out[0]);
     }
+    case DIT_OP_LINEAR_FP8: {
+      int act = 0;
+      if (dit_attrs_find(&st->attrs, "act")) GETI("act", act);
+      return dit_cpu_linear_fp8(c, &in[0], &in[1], &in[2], st->n_in > 3 ? &in[3] : NULL, act, &out[0]);
+    }
     case DIT_OP_TIMESTEP_EMBED: {
       int flip;
       double shift, max_period, scale;

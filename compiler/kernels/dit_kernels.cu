@@ -582,6 +582,48 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
+#if defined(DIT_K_QUANT_FP8)
+// The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one block a
+// row of x [M, K]; s[m] = amax / 448 (1 for an all-zero row) and q[m, k] = e4m3(x / s[m]),
+// rounded to nearest even and saturated to +-448 as base/dtype.c's dit_f32_to_e4m3 (the CPU
+// reference) does, bit for bit: the division is IEEE (no fast math).
+__device__ __forceinline__ unsigned char e4m3_encode(float f) {
+  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu;
+  const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
+  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu;
+  if (a < 0x3c800000u) return sign | (unsigned char)rintf(__uint_as_float(a) * 512.f);
+  const u32 r = a + 0x7ffffu + ((a >> 20) & 1u);
+  return sign | (unsigned char)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
+}
+
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = 0.f;
+#pragma unroll
+  for (int i = 0; i < DIT_ABI_BLOCK / 32; i++) r = fmaxf(r, scratch[i]);
+  return r;
+}
+
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
+  __shared__ float scratch[DIT_ABI_BLOCK / 32];
+  const long long row = blockIdx.x, base = row * K;
+  float amax = 0.f;
+  for (int k = threadIdx.x; k < K; k += DIT_ABI_BLOCK) {
+    const float a = fabsf(ld(x, base + k));
+    if (a > amax) amax = a; // NaN never compares greater, as on the CPU
+  }
+  amax = block_max(amax, scratch);
+  const float scale = amax > 0.f ? amax / 448.f : 1.f;
+  for (int k = threadIdx.x; k < K; k += DIT_ABI_BLOCK) q[base + k] = e4m3_encode(ld(x, base + k) / scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+#endif
+
 #if defined(DIT_K_ATTENTION)
 // Flash attention forward, bf16 in and out, fp32 accumulation, online softmax, optional LSE.
 // A block of NW warps takes 16*NW query rows of one (batch, head); each warp owns 16 rows and

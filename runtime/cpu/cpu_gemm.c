@@ -3,6 +3,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "base/dtype.h"
+
 #include "runtime/cpu/cpu_internal.h"
 
 /* Blocking. KC keeps one A panel (KC*MR*16 bytes) plus the B panel in L1; MC x KC of packed A
@@ -196,4 +198,72 @@ dit_status_t dit_cpu_linear(dit_cpu_t *c, const dit_tensor_t *x, const dit_tenso
   free(j.bias_f32);
   dit_cpu_scratch_free(&j.scratch);
   return DIT_OK;
+}
+
+/* ---- fp8 linear ---------------------------------------------------------------------------- */
+
+/* The quantized operands decoded to fp32 (exact: every e4m3 value is an fp32 value), so the
+ * fp32 GEMM above computes the accumulation; scales, bias and act follow it, as in the device's
+ * epilogue. */
+dit_status_t dit_cpu_linear_fp8(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *w_scale,
+                                const dit_tensor_t *bias, int act, dit_tensor_t *y) {
+  static const char *op = "linear_fp8";
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  if (bias) DIT_RETURN_IF(dit_cpu_check_float(op, "bias", bias));
+  if (w->dtype != DIT_F8E4M3 || w->rank != 2)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: w is %s %s, expected f8e4m3 [N, K]", op, dit_dtype_name(w->dtype), dit_cpu_dims_str(w, b1));
+  const int64_t N = w->dims[0], K = w->dims[1];
+  if (w_scale->dtype != DIT_F32 || w_scale->rank != 1 || w_scale->dims[0] != N)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: w_scale is %s %s, expected f32 [%lld]", op, dit_dtype_name(w_scale->dtype),
+                   dit_cpu_dims_str(w_scale, b1), (long long)N);
+  if (bias && (bias->rank != 1 || bias->dims[0] != N))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: bias has dims %s, expected [%lld]", op, dit_cpu_dims_str(bias, b1), (long long)N);
+  if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "%s: activation %d (known: 1 = gelu_tanh)", op, act);
+  if (x->rank < 1 || x->dims[x->rank - 1] != K)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [..., K = %lld]", op, dit_cpu_dims_str(x, b1), (long long)K);
+  int ok = y->rank == x->rank && y->dims[y->rank - 1] == N;
+  for (int i = 0; ok && i < x->rank - 1; i++) ok = y->dims[i] == x->dims[i];
+  if (!ok)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: y has dims %s, expected x's leading dims of %s with last dim N = %lld", op,
+                   dit_cpu_dims_str(y, b1), dit_cpu_dims_str(x, b2), (long long)N);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  const int64_t M = dit_tensor_numel(y) / (N > 0 ? N : 1);
+  if (M == 0 || N == 0) return DIT_OK;
+  /* Decoded x, decoded w, the fp32 sums, the row scales and one row (of K or N). */
+  const int64_t wide = K > N ? K : N;
+  float *xq = malloc(sizeof(float) * (size_t)(M * K + N * K + M * N + M + wide));
+  uint8_t *q = malloc((size_t)K + 1);
+  if (!xq || !q) {
+    free(xq);
+    free(q);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate the decoded operands (M %lld, N %lld, K %lld)", op, (long long)M,
+                   (long long)N, (long long)K);
+  }
+  float *wd = xq + M * K, *acc = wd + N * K, *xs = acc + M * N, *row = xs + M;
+  for (int64_t m = 0; m < M; m++) {
+    const float *xr = dit_cpu_row_load(x->data, x->dtype, m * K, K, row);
+    xs[m] = dit_e4m3_quantize_row(xr, K, q);
+    for (int64_t k = 0; k < K; k++) xq[m * K + k] = dit_e4m3_to_f32(q[k]);
+  }
+  for (int64_t i = 0; i < N * K; i++) wd[i] = dit_e4m3_to_f32(((const uint8_t *)w->data)[i]);
+  dit_tensor_t xt = *x, wt = *w, at = *y;
+  xt.data = xq, xt.dtype = DIT_F32;
+  wt.data = wd, wt.dtype = DIT_F32;
+  at.data = acc, at.dtype = DIT_F32;
+  dit_status_t s = dit_cpu_linear(c, &xt, &wt, NULL, &at);
+  if (!s) {
+    const float *ws = w_scale->data;
+    const float *bf = bias ? dit_cpu_row_load(bias->data, bias->dtype, 0, N, row) : NULL;
+    for (int64_t m = 0; m < M; m++) {
+      float *a = acc + m * N;
+      for (int64_t n = 0; n < N; n++) a[n] = a[n] * xs[m] * ws[n] + (bf ? bf[n] : 0.0f);
+      if (!act) dit_cpu_row_store(y->data, y->dtype, m * N, a, N);
+    }
+    if (act) s = dit_cpu_gelu_tanh(c, &at, y);
+  }
+  free(q);
+  free(xq);
+  return s;
 }

@@ -256,6 +256,7 @@ typedef struct gemm {
   cublasLtMatrixLayout_t a, b, c;
   cublasLtMatmulAlgo_t algo;
   const void *bias_at; /* the bias address the description holds (operands may move: an expert swap) */
+  const void *a_scale_at; /* linear_fp8: the weight's channel scales the description holds */
 } gemm_t;
 
 /* What makes two GEMMs the same problem for cuBLASLt: identical ones (every block's q, k, v,
@@ -293,6 +294,9 @@ typedef struct cuda_state {
   cublasLtHandle_t lt_handle;
   CUdeviceptr workspace;
   size_t workspace_size;
+  /* linear_fp8's quantized activations (e4m3 rows, then fp32 row scales at fp8_scales), shared
+   * by its steps: dit_plan_fp8_scratch_bytes. */
+  CUdeviceptr fp8, fp8_scales;
   uint64_t allocated; /* bytes requested through cuda_alloc (allocated_bytes) */
   loaded_module_t *mods;
   size_t n_mods;
@@ -414,6 +418,7 @@ static void cuda_destroy(void *p) {
     if (st->graph) st->cu.cuGraphDestroy(st->graph);
     for (size_t i = 0; i < st->n_mods; i++) st->cu.cuModuleUnload(st->mods[i].mod);
     if (st->workspace) st->cu.cuMemFree(st->workspace);
+    if (st->fp8) st->cu.cuMemFree(st->fp8);
     if (st->lt_handle) st->lt.destroy(st->lt_handle);
     if (st->stream) st->cu.cuStreamDestroy(st->stream);
     if (st->copy_stream) st->cu.cuStreamDestroy(st->copy_stream);
@@ -733,7 +738,11 @@ static dit_status_t get_module(cuda_state_t *st, const dit_plan_kernel_t *k, dit
   return DIT_OK;
 }
 
-static cudaDataType_t lt_type(dit_dtype_t t) { return t == DIT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+static cudaDataType_t lt_type(dit_dtype_t t) { return t == DIT_BF16 ? CUDA_R_16BF : t == DIT_F8E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F; }
+
+/* cuBLASLt's outer-vector scaling of fp8 products (one fp32 scale per row of A, one per column
+ * of B) arrived in cuBLAS 12.9. */
+#define DIT_LT_OUTER_VEC (CUBLAS_VERSION >= 120900)
 
 static uint32_t ptr_align(const void *p) {
   const uintptr_t u = (uintptr_t)p;
@@ -747,9 +756,12 @@ static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
 
 /* Describes Y = X W^T (+ bias, GELU) to cuBLASLt in g; on failure releases what it made.
  * CUBLAS_COMPUTE_32F is strict fp32: fp32 operands multiply in full fp32 (TF32 would take
- * CUBLAS_COMPUTE_32F_FAST_TF32), bf16 operands accumulate in fp32. */
+ * CUBLAS_COMPUTE_32F_FAST_TF32), bf16 and e4m3 operands accumulate in fp32. With w_scale and
+ * x_scale (e4m3 operands) each product sum is scaled by w_scale[n] * x_scale[m] before the
+ * epilogue. */
 static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                                  const dit_tensor_t *y, cublasLtEpilogue_t ep, int64_t M, int64_t N, int64_t K, gemm_t *g) {
+                                  const dit_tensor_t *y, cublasLtEpilogue_t ep, int64_t M, int64_t N, int64_t K, const void *w_scale,
+                                  const void *x_scale, gemm_t *g) {
   memset(g, 0, sizeof *g);
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   dit_status_t s = lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -765,6 +777,19 @@ static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const
     if (!s)
       s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
                    "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+  }
+  if (!s && w_scale) {
+#if DIT_LT_OUTER_VEC
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    g->a_scale_at = w_scale;
+    s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+    if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+    if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale), "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+    if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale), "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+#else
+    (void)x_scale;
+    s = DIT_ERR(UNIMPLEMENTED, "linear_fp8: this ditrun was built against cuBLAS %d, before outer-vector fp8 scaling (12.9)", CUBLAS_VERSION);
+#endif
   }
   if (!s) s = lt_check(st->lt.layout_create(&g->a, lt_type(w->dtype), (uint64_t)K, (uint64_t)N, K), "cublasLtMatrixLayoutCreate(A = W)");
   if (!s) s = lt_check(st->lt.layout_create(&g->b, lt_type(x->dtype), (uint64_t)K, (uint64_t)M, K), "cublasLtMatrixLayoutCreate(B = X)");
@@ -903,14 +928,15 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
 /* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M).
  * The algorithm comes from st->choices when an identical GEMM was set up before. */
 static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                              const dit_tensor_t *y, int act, const char *what, gemm_t *g) {
+                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, const char *what, gemm_t *g) {
   const int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
   if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
-  /* lt_type knows bf16 and fp32 only: anything else would be described as fp32. */
+  /* lt_type knows bf16, fp32 and (x and w of a scaled fp8 product) e4m3: anything else would be
+   * described as fp32. */
   const dit_tensor_t *ops[4] = {x, w, y, bias};
   static const char *const op_names[4] = {"x", "w", "y", "bias"};
   for (int i = 0; i < 4; i++)
-    if (ops[i] && ops[i]->dtype != DIT_BF16 && ops[i]->dtype != DIT_F32)
+    if (ops[i] && ops[i]->dtype != DIT_BF16 && ops[i]->dtype != DIT_F32 && !(w_scale && i < 2 && ops[i]->dtype == DIT_F8E4M3))
       return DIT_ERR(UNIMPLEMENTED, "linear '%s': operand %s is %s; the cuBLASLt path takes bf16 or f32", what, op_names[i],
                      dit_dtype_name(ops[i]->dtype));
   /* cuBLASLt's GELU epilogue is the tanh approximation, as our gelu_tanh op. */
@@ -922,7 +948,7 @@ static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit
   if (ay < align) align = ay;
   if (align > 256) align = 256;
   const gemm_key_t key = {M, N, K, (int)x->dtype, (int)w->dtype, (int)y->dtype, bias ? (int)bias->dtype : -1, (int)ep, align};
-  DIT_RETURN_IF(gemm_describe(st, x, w, bias, y, ep, M, N, K, g));
+  DIT_RETURN_IF(gemm_describe(st, x, w, bias, y, ep, M, N, K, w_scale, x_scale, g));
   for (size_t i = 0; i < st->n_choices; i++)
     if (gemm_key_eq(&st->choices[i].key, &key)) {
       g->algo = st->choices[i].algo;
@@ -980,7 +1006,15 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   st->tmap_at = calloc((plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS, sizeof *st->tmap_at);
   if (!st->funcs || !st->gemms || !st->tmaps || !st->tmap_at) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   int need_lt = 0;
-  for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel;
+  for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel || plan->steps[i].kind == DIT_OP_LINEAR_FP8;
+  uint64_t fp8_scales_off = 0;
+  const uint64_t fp8_bytes = dit_plan_fp8_scratch_bytes(plan, &fp8_scales_off);
+  if (fp8_bytes) {
+    void *f8;
+    DIT_RETURN_IF(cuda_alloc(st, fp8_bytes, "fp8 activations", &f8));
+    st->fp8 = (CUdeviceptr)(uintptr_t)f8;
+    st->fp8_scales = st->fp8 + fp8_scales_off;
+  }
   if (need_lt) {
     DIT_RETURN_IF(load_lt(&st->lt));
     DIT_RETURN_IF(lt_check(st->lt.create(&st->lt_handle), "cublasLtCreate"));
@@ -1006,12 +1040,21 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
       for (int k = 0; k < s->n_out; k++) outs[k] = bound[s->out[k]];
       for (int j = 0; j < s->kernel.n_tmaps; j++)
         DIT_RETURN_IF(encode_tmap(st, i, j, &s->kernel.tmaps[j], kernel_arg(s, ins, outs, s->kernel.tmaps[j].arg)));
+      if (s->kind == DIT_OP_LINEAR_FP8) { /* the kernel quantizes x; cuBLASLt multiplies its rows */
+        const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
+        dit_tensor_t xq = bound[s->in[0]];
+        xq.data = (void *)(uintptr_t)st->fp8, xq.dtype = DIT_F8E4M3;
+        DIT_RETURN_IF_ERROR(plan_gemm(st, &xq, &bound[s->in[1]], s->n_in > 3 ? &bound[s->in[3]] : NULL, &bound[s->out[0]], act ? (int)act->i : 0,
+                                      bound[s->in[2]].data, (const void *)(uintptr_t)st->fp8_scales, plan->values[s->out[0]].name,
+                                      &st->gemms[i]),
+                            "step %zu (linear_fp8 '%s')", i, plan->values[s->out[0]].name);
+      }
     } else if (dit_op_is_collective(s->kind)) {
       continue; /* the executor's communicator runs them */
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,
-                                    &bound[s->out[0]], act ? (int)act->i : 0, plan->values[s->out[0]].name, &st->gemms[i]),
+                                    &bound[s->out[0]], act ? (int)act->i : 0, NULL, NULL, plan->values[s->out[0]].name, &st->gemms[i]),
                           "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
     } else {
       return DIT_ERR(UNIMPLEMENTED, "step %zu (%s): no kernel in the bundle and no library implementation", i,
@@ -1021,11 +1064,42 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   return DIT_OK;
 }
 
+/* cuBLASLt's Y = X W^T of step idx, with the operand addresses of this call: B (X, or the fp8
+ * scratch) and the bias and weight scales where they moved since the GEMM was described. */
+static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const dit_tensor_t *w, const dit_tensor_t *bias,
+                             const void *w_scale, dit_tensor_t *y) {
+  gemm_t *g = &st->gemms[idx];
+  if (bias && bias->data != g->bias_at) { /* the bias moved since the GEMM was described */
+    const void *bp = bias->data;
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+                           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
+    g->bias_at = bp;
+  }
+  if (w_scale && w_scale != g->a_scale_at) {
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale),
+                           "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
+    g->a_scale_at = w_scale;
+  }
+  const float one = 1.f, zero = 0.f;
+  return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, b, g->b, &zero, y->data, g->c, y->data, g->c, &g->algo,
+                                (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream),
+                  "cublasLtMatmul");
+}
+
 static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s, const dit_tensor_t *in,
                                   dit_tensor_t *out) {
   cuda_state_t *st = p;
   bind(st);
   if (idx >= st->n_steps) return DIT_ERR(INTERNAL, "cuda backend: step %zu of a plan of %zu", idx, st->n_steps);
+  if (s->kind == DIT_OP_LINEAR_FP8) { /* the quantizer kernel (q, scales, x), then the fp8 GEMM */
+    CUdeviceptr q = st->fp8, sc = st->fp8_scales, x = (CUdeviceptr)(uintptr_t)in[0].data;
+    void *args[3] = {&q, &sc, &x};
+    const dit_plan_kernel_t *k = &s->kernel;
+    DIT_RETURN_IF(cu_check(st, st->cu.cuLaunchKernel(st->funcs[idx], k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2],
+                                                     k->smem, st->stream, args, NULL),
+                           "cuLaunchKernel (fp8 activations)"));
+    return run_gemm(st, idx, (const void *)(uintptr_t)st->fp8, &in[1], s->n_in > 3 ? &in[3] : NULL, in[2].data, &out[0]);
+  }
   if (s->has_kernel) {
     CUdeviceptr ptrs[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
     void *args[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT + DIT_PLAN_MAX_TMAPS];
@@ -1042,18 +1116,7 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
                                               k->block[2], k->smem, st->stream, args, NULL),
                     "cuLaunchKernel");
   }
-  gemm_t *g = &st->gemms[idx];
-  if (s->n_in > 2 && in[2].data != g->bias_at) { /* the bias moved since the GEMM was described */
-    const void *bp = in[2].data;
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
-                           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
-    g->bias_at = bp;
-  }
-  const float one = 1.f, zero = 0.f;
-  return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, in[1].data, g->a, in[0].data, g->b, &zero, out[0].data, g->c,
-                                out[0].data, g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size,
-                                (cudaStream_t)st->stream),
-                  "cublasLtMatmul");
+  return run_gemm(st, idx, in[0].data, &in[1], s->n_in > 2 ? &in[2] : NULL, NULL, &out[0]);
 }
 
 /* A whole forward as one CUDA graph: kernel launches and cuBLASLt calls recorded from the

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one run, on a machine with an NVIDIA GPU, given a build made with
 # -DDIT_MLIR=OFF whose bin/ holds the shared libraries it needs (tests/gpu/prepare.sh):
-#   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), and
+#   1. the tiny diffusers goldens through GPU bundles (forward and 4-step UniPC with CFG), the
+#      --quant fp8 bundles step by step against the CPU reference and against the bf16 bundles, and
 #      through multi-rank GPU bundles (ranks as threads of one process, and one process per rank
 #      with NCCL); the Hopper attention kernel op by op against the CPU reference, and its and the
 #      portable kernel's sparse (tile schedule) forms against the CPU backend; the step cache's
@@ -102,6 +103,18 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/st_compare" "$W/g.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
   check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
   check mem_within "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
+done
+step "1f. fp8 GEMMs (--quant fp8): every step against the CPU reference's same quantization, the forward against the bf16 bundle's (tests/integration/fp8.sh's bounds)"
+for d in tests/data/wan_tiny_*/; do
+  d=${d%/}
+  read -r F H Wd B L < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'])")
+  fargs=(compile "$d/model" --frames "$F" --height "$H" --width "$Wd" --batch "$B" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/b" -q)
+  exact=$("$BIN/ditc" "${fargs[@]}" | tail -n1 | cut -d' ' -f3)
+  fp8=$("$BIN/ditc" "${fargs[@]}" --quant fp8 | tail -n1 | cut -d' ' -f3)
+  check "$BIN/ditrun" compare "$fp8" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
+  check mem_within "$BIN/ditrun" forward "$fp8" --inputs "$d/forward_inputs.safetensors" --out "$W/f8.safetensors"
+  check "$BIN/ditrun" forward "$exact" --inputs "$d/forward_inputs.safetensors" --out "$W/fe.safetensors"
+  check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
 done
 
 fi

@@ -51,6 +51,63 @@ static void test_dtype(void) {
   CHECK(dit_convert(back, DIT_F32, mid, DIT_I64, 3) == -1);
 }
 
+/* E4M3, checked against values computed independently in double: every code decodes to
+ * (-1)^s * 2^(e-7) * (1 + m/8) (e = 0: 2^-6 * m/8), 0x7f/0xff are NaN, every other code encodes
+ * back to itself, and each midpoint between neighbours rounds to the even code. */
+static void test_e4m3(void) {
+  CHECK_EQ_INT(dit_dtype_size(DIT_F8E4M3), 1);
+  dit_dtype_t t;
+  CHECK(dit_dtype_parse("f8e4m3", &t) == 0 && t == DIT_F8E4M3);
+  int bad_decode = 0, bad_round_trip = 0, bad_mid = 0;
+  for (int c = 0; c < 256; c++) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    const float v = dit_e4m3_to_f32((uint8_t)c);
+    if (e == 15 && m == 7) {
+      bad_decode += !isnan(v);
+      bad_round_trip += dit_f32_to_e4m3(v) != c; /* NaN keeps its sign */
+      continue;
+    }
+    double want = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    if (c & 0x80) want = -want;
+    bad_decode += (double)v != want || (signbit(v) != 0) != ((c & 0x80) != 0);
+    bad_round_trip += dit_f32_to_e4m3(v) != c;
+  }
+  for (int c = 0; c < 0x7e; c++) { /* positive neighbours c, c + 1 and their negatives */
+    const float lo = dit_e4m3_to_f32((uint8_t)c), hi = dit_e4m3_to_f32((uint8_t)(c + 1));
+    const float mid = (float)(((double)lo + (double)hi) / 2); /* exact in f32 */
+    const int even = c & 1 ? c + 1 : c;
+    bad_mid += dit_f32_to_e4m3(mid) != even || dit_f32_to_e4m3(-mid) != (even | 0x80);
+    bad_mid += dit_f32_to_e4m3(nextafterf(mid, 0.0f)) != c || dit_f32_to_e4m3(nextafterf(mid, 1e9f)) != c + 1;
+  }
+  CHECK_EQ_INT(bad_decode, 0);
+  CHECK_EQ_INT(bad_round_trip, 0);
+  CHECK_EQ_INT(bad_mid, 0);
+  CHECK(dit_e4m3_to_f32(0x7e) == 448.0f && dit_e4m3_to_f32(0x01) == 0x1p-9f && dit_e4m3_to_f32(0x08) == 0x1p-6f);
+  /* Saturation: beyond 448 (the tie with a would-be 480 too) and infinities; tiny values to +-0. */
+  CHECK_EQ_INT(dit_f32_to_e4m3(449.0f), 0x7e);
+  CHECK_EQ_INT(dit_f32_to_e4m3(464.0f), 0x7e);
+  CHECK_EQ_INT(dit_f32_to_e4m3(1e30f), 0x7e);
+  CHECK_EQ_INT(dit_f32_to_e4m3(INFINITY), 0x7e);
+  CHECK_EQ_INT(dit_f32_to_e4m3(-INFINITY), 0xfe);
+  CHECK_EQ_INT(dit_f32_to_e4m3(NAN), 0x7f);
+  CHECK_EQ_INT(dit_f32_to_e4m3(-NAN), 0xff);
+  CHECK_EQ_INT(dit_f32_to_e4m3(0x1p-10f), 0x00); /* half the least subnormal: tie to even 0 */
+  CHECK_EQ_INT(dit_f32_to_e4m3(0x1.8p-9f), 0x02); /* 1.5 units: tie to even 2 */
+  CHECK_EQ_INT(dit_f32_to_e4m3(-1e-30f), 0x80);
+  CHECK_EQ_INT(dit_f32_to_e4m3(0x1.fp-7f), 0x08); /* rounds up into the least normal */
+  /* Row quantization: scale amax / 448, the largest magnitude lands on +-448. */
+  const float row[4] = {0.0f, -3.0f, 1.5f, 0.75f};
+  uint8_t q[4];
+  CHECK(dit_e4m3_quantize_row(row, 4, q) == 3.0f / 448.0f);
+  CHECK_EQ_INT(q[0], 0x00);
+  CHECK_EQ_INT(q[1], 0xfe);
+  CHECK(dit_e4m3_to_f32(q[2]) == 224.0f && dit_e4m3_to_f32(q[3]) == 112.0f);
+  const float zeros[2] = {0.0f, -0.0f};
+  CHECK(dit_e4m3_quantize_row(zeros, 2, q) == 1.0f);
+  CHECK_EQ_INT(q[0], 0x00);
+  CHECK_EQ_INT(q[1], 0x80);
+}
+
 static void test_ops(void) {
   dit_op_kind_t k;
   CHECK(dit_op_kind_parse("attention", &k) == 0 && k == DIT_OP_ATTENTION);
@@ -103,6 +160,7 @@ static void test_fileio(void) {
 int main(void) {
   test_status();
   test_dtype();
+  test_e4m3();
   test_ops();
   test_fileio();
   return check_summary("test_base");

@@ -409,6 +409,20 @@ static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_module_t m;
   CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
             "activation 7");
+  /* linear_fp8: the activation quantizer, one block a row of x ([2, 100, 64]: 200 rows). */
+  {
+    int64_t w8d[2] = {48, 64}, nd[1] = {48};
+    dit_vid_t w8 = dit_graph_weight(g, "w8", DIT_F8E4M3, 2, w8d), ws = dit_graph_weight(g, "w8.scale", DIT_F32, 1, nd),
+              b8 = dit_graph_weight(g, "b8", DIT_BF16, 1, nd), l8[4] = {x, w8, ws, b8};
+    dit_attrs_set_int(&act, "act", 1);
+    dit_graph_op(g, DIT_OP_LINEAR_FP8, l8, 4, &act, DIT_BF16, "lin8");
+    CHECK_EQ_INT(check_op(cg, g, "linear_fp8 (quantizer)", DIT_ABI_BLOCK, 0, 0), 200);
+    int64_t odd[2] = {40, 64}, od[1] = {40};
+    dit_vid_t wo = dit_graph_weight(g, "wo", DIT_F8E4M3, 2, odd), so = dit_graph_weight(g, "wo.scale", DIT_F32, 1, od), lo[3] = {x, wo, so};
+    dit_graph_op(g, DIT_OP_LINEAR_FP8, lo, 3, NULL, DIT_BF16, "lin8_odd");
+    CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+              "op linear_fp8 'lin8_odd': K = 64 and N = 40 must be multiples of 16");
+  }
   /* Attention: at head dims 64 and 128 on sm_90 the Hopper kernel, else the portable one. */
   const int sm90 = !strcmp(target, "sm_90");
   for (int hd = 64; hd <= 128; hd += 64) {

@@ -68,6 +68,7 @@ static double get_elem(const dit_tensor_t *t, int64_t i) {
     case DIT_F16: return dit_f16_to_f32(((const uint16_t *)t->data)[i]);
     case DIT_I64: return (double)((const int64_t *)t->data)[i];
     case DIT_I32: return (double)((const int32_t *)t->data)[i];
+    case DIT_F8E4M3: return dit_e4m3_to_f32(((const uint8_t *)t->data)[i]);
     default: return NAN;
   }
 }
@@ -80,6 +81,7 @@ static void set_elem(dit_tensor_t *t, int64_t i, double v) {
     case DIT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
     case DIT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
     case DIT_U8: ((uint8_t *)t->data)[i] = v != 0; break; /* a bool */
+    case DIT_F8E4M3: ((uint8_t *)t->data)[i] = dit_f32_to_e4m3((float)v); break;
     default: break;
   }
 }
@@ -502,6 +504,43 @@ static void test_norms(void) {
     check_rmsnorm(3, r1, 6, 1e-5, 4e-3, dts[i]);
     check_rmsnorm(1, r3, 1500, 1e-6, 3, dts[i]);
   }
+}
+
+/* ---- fp8 linear ------------------------------------------------------------------------- */
+
+/* Worked by hand. Row 0 {1, -2, 0.5}: scale 2/448, codes 224, -448, 112 (exact). Row 1
+ * {0.1, 0.2, 0.3}: scale 0.3/448; 149.3 -> 144 (step 16 in [128, 256)), 298.7 -> 288 (step 32),
+ * 448. Weights (exact e4m3) {1, 0.5, -2}, {0.25, 3, 1.5}, scales {0.5, 2}, bias {1, -1}:
+ * sums -224, -1120, -608, 1572; y = sum * x_scale * w_scale + bias. Unquantized, y[1][0] would
+ * be 0.8, not 0.79643: the rounding of the activations is what is checked. */
+static double gelu_d(double x);
+static void test_linear_fp8(void) {
+  const int64_t xd[2] = {2, 3}, wd[2] = {2, 3}, nd[1] = {2};
+  dit_tensor_t x = tensor_alloc(DIT_F32, 2, xd), w = tensor_alloc(DIT_F8E4M3, 2, wd), ws = tensor_alloc(DIT_F32, 1, nd),
+               b = tensor_alloc(DIT_BF16, 1, nd), y = tensor_alloc(DIT_F32, 2, xd);
+  y.dims[1] = 2;
+  static const double xv[6] = {1, -2, 0.5, 0.1, 0.2, 0.3}, wv[6] = {1, 0.5, -2, 0.25, 3, 1.5};
+  for (int i = 0; i < 6; i++) set_elem(&x, i, xv[i]), set_elem(&w, i, wv[i]);
+  set_elem(&ws, 0, 0.5), set_elem(&ws, 1, 2);
+  set_elem(&b, 0, 1), set_elem(&b, 1, -1);
+  const double want[4] = {-224 * (2.0 / 448) * 0.5 + 1, -1120 * (2.0 / 448) * 2 - 1, -608 * (0.3 / 448) * 0.5 + 1,
+                          1572 * (0.3 / 448) * 2 - 1};
+  for (int c = 0; c < 2; c++) {
+    CHECK_OK(dit_cpu_linear_fp8(&g_cpu[c], &x, &w, &ws, &b, 0, &y));
+    for (int i = 0; i < 4; i++) CHECK_NEAR(get_elem(&y, i), want[i], 2e-6 * (1 + fabs(want[i])));
+    CHECK_OK(dit_cpu_linear_fp8(&g_cpu[c], &x, &w, &ws, &b, 1, &y)); /* gelu_tanh after the bias */
+    for (int i = 0; i < 4; i++) CHECK_NEAR(get_elem(&y, i), gelu_d(want[i]), 2e-6 * (1 + fabs(want[i])));
+  }
+  CHECK_OK(dit_cpu_linear_fp8(&g_cpu[0], &x, &w, &ws, NULL, 0, &y));
+  CHECK_NEAR(get_elem(&y, 2), -608 * (0.3 / 448) * 0.5, 1e-6);
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &x, &ws, NULL, 0, &y), INVALID_ARGUMENT,
+            "linear_fp8: w is f32 [2, 3], expected f8e4m3 [N, K]");
+  ws.dims[0] = 3;
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &w, &ws, NULL, 0, &y), INVALID_ARGUMENT,
+            "linear_fp8: w_scale is f32 [3], expected f32 [2]");
+  ws.dims[0] = 2;
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &w, &ws, NULL, 2, &y), UNIMPLEMENTED, "activation 2");
+  free(x.data), free(w.data), free(ws.data), free(b.data), free(y.data);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------ */
@@ -1263,6 +1302,7 @@ int main(void) {
   g_cpu[0].pool = p1;
   g_cpu[1].pool = p3;
   test_linear();
+  test_linear_fp8();
   test_attention();
   test_masks();
   test_norms();

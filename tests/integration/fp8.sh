@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# --quant fp8 on the tiny Wan models: the blocks' attention and FFN linears (and nothing else)
+# become linear_fp8, the manifest and identity say so, forward and generate run, and the forward
+# output stays close to the bf16 bundle's. E4M3 keeps 3 mantissa bits (relative rounding up to
+# 2^-4 per operand, ~2.5% rms once the errors of a dot product average); measured against the
+# bf16 bundle after 2 blocks: max relative error 2.6e-2 and 4.5e-2, cosine 0.99970 and 0.99928
+# (wan_tiny_a, wan_tiny_b). Bounds:
+# max relative error <= 6e-2 (below one operand's worst rounding) and cosine >= 0.999 (1 - cos is
+# about rel_l2^2 / 2: rel_l2 up to ~4.5%). A value other than none|fp8 is refused.
+set -euo pipefail
+BIN=$1/bin
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+for d in tests/data/wan_tiny_a tests/data/wan_tiny_b; do
+  read -r F H W B L < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'])")
+  args=("$d/model" --frames "$F" --height "$H" --width "$W" --batch "$B" --text-len "$L" --dtype bf16 -o "$T/b" -q)
+  line=$("$BIN/ditc" compile "${args[@]}" | tail -n 1)
+  exact=${line##* }
+  line=$("$BIN/ditc" compile "${args[@]}" --quant fp8 | tail -n 1)
+  fp8=${line##* }
+  [ "$fp8" != "$exact" ] || { echo "--quant fp8 did not change the identity"; exit 1; }
+  python3 - "$fp8/manifest.json" "$exact/manifest.json" <<'PY'
+import json, sys
+m, e = (json.load(open(p)) for p in sys.argv[1:3])
+assert m["inputs"]["options"]["quant"] == "fp8", m["inputs"]["options"]
+assert "quant" not in e["inputs"]["options"] and "quant" not in e["summary"], "the exact bundle mentions quant"
+q = m["summary"]["quant"]
+assert q["mode"] == "fp8", q
+layers = m["inputs"]["model"]["config"]["num_layers"]
+want = [f"blocks.{i}.{o}" for i in range(layers)
+        for o in ("attn1.q", "attn1.k", "attn1.v", "attn1.out", "attn2.q", "attn2.k", "attn2.v", "attn2.out", "ffn.up", "ffn.down")]
+assert sorted(q["ops"]) == sorted(want), (q["ops"], want)
+w8 = [t for w in m["weights"] for t in w["tensors"] if t["dtype"] == "f8e4m3"]
+scales = [t for w in m["weights"] for t in w["tensors"] if t["name"].endswith(".fp8_scale")]
+assert len(w8) == len(want) == len(scales), (len(w8), len(want), len(scales))
+assert all(t["name"].startswith("blocks.") for t in w8), [t["name"] for t in w8]
+PY
+  "$BIN/ditrun" forward "$exact" --inputs "$d/forward_inputs.safetensors" --out "$T/e.safetensors" 2>/dev/null
+  "$BIN/ditrun" forward "$fp8" --inputs "$d/forward_inputs.safetensors" --out "$T/f.safetensors" 2>/dev/null
+  "$BIN/st_compare" "$T/f.safetensors" "$T/e.safetensors" sample 6e-2 0.999
+  gi="$d/generate_inputs.safetensors"
+  "$BIN/ditrun" generate "$fp8" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps 2 --out "$T/g.safetensors" 2>/dev/null
+  python3 -c "import json,struct,sys; f=open('$T/g.safetensors','rb'); n=struct.unpack('<Q', f.read(8))[0]; h=json.loads(f.read(n)); assert 'latents' in h, h"
+done
+# For sm_90 every linear_fp8 step gets its activation quantizer from NVRTC (the product is
+# cuBLASLt's at run time); the CPU backend runs that plan to the CPU bundle's output.
+line=$("$BIN/ditc" compile "${args[@]}" --quant fp8 --target sm_90 | tail -n 1)
+g8=${line##* }
+python3 - "$g8" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+plan = [b["hash"] for b in m["blobs"] if b["role"] == "plan"][0]
+steps = [s for s in json.load(open(sys.argv[1] + "/blobs/" + plan))["steps"] if s["op"] == "linear_fp8"]
+assert len(steps) == len(m["summary"]["quant"]["ops"]) and all(s["kernel"]["source"] == "nvrtc" for s in steps), steps[:1]
+PY
+"$BIN/ditrun" forward "$g8" --backend cpu --inputs "$d/forward_inputs.safetensors" --out "$T/g.safetensors" 2>/dev/null
+"$BIN/st_compare" "$T/g.safetensors" "$T/f.safetensors" sample 1e-6 0.999999
+if "$BIN/ditc" compile "${args[@]}" --quant int3 2>"$T/err"; then echo "--quant int3 was accepted"; exit 1; fi
+grep -q -- "--quant int3: expected none or fp8" "$T/err" || { cat "$T/err"; exit 1; }
+echo "fp8: ok"
