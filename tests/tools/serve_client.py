@@ -170,9 +170,14 @@ def queue_full(cl, inputs, max_queued):
 def expire(cl, inputs, slow_seed):
     """A job slower than the estimate expires while running (stopped at a step); one queued
     behind it expires while queued; their results answer 504."""
-    st, a, _ = cl.call("POST", "/v1/videos", body(inputs, seed=slow_seed, steps=20, deadline_ms=600))
+    # Deadlines from the server's own per-step estimate (a sanitizer build's steps are slower): the
+    # slow job fits its budget by the estimate (twice over) but its steps take 20 times as long;
+    # the job behind it fits behind it by the estimate (23 steps) and ends before the slow one does.
+    st, s, _ = cl.call("GET", "/status")
+    step_ms = max(1000 * s["bundles"][0]["step_s"], 5.0)
+    st, a, _ = cl.call("POST", "/v1/videos", body(inputs, seed=slow_seed, steps=20, deadline_ms=int(40 * step_ms)))
     check(st == 201, "POST of the slow job: %d %s" % (st, a))
-    st, b, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3, deadline_ms=450))
+    st, b, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3, deadline_ms=int(30 * step_ms)))
     check(st == 201, "POST of the job behind it: %d %s" % (st, b))
     fa, fb = wait_final(cl, a["id"]), wait_final(cl, b["id"])
     check(fa["state"] == "expired" and "deadline" in fa["error"] and 0 < fa["step"] < 20, "expired while running: %s" % fa)
