@@ -3,9 +3,12 @@
 # nothing else: scripts/check_test_deps.py (run by the suite) refuses a Python import that is
 # neither in the standard library nor on the next line.
 # python-modules: numpy
+# chromium-headless-shell: the serve status page's test renders it (--dump-dom); Debian's smaller
+# headless-only build of chromium (64 MB download against 81 MB, no X11 browser).
 set -euo pipefail
 pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
-      libcurl4-openssl-dev libssl-dev libmicrohttpd-dev nginx python3-numpy python3-venv python3-pip)
+      libcurl4-openssl-dev libssl-dev libmicrohttpd-dev nginx python3-numpy python3-venv python3-pip
+      chromium-headless-shell)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -102,6 +102,14 @@ static void job_json(dit_strbuf_t *b, const job_t *j) {
   dit_strbuf_printf(b, "{\"id\":\"job-%" PRIu64 "\",\"state\":\"%s\",\"bundle\":", j->id, kServeStateNames[j->state]);
   dit_strbuf_json_string(b, S.info[j->bundle].identity);
   dit_strbuf_printf(b, ",\"step\":%d,\"steps\":%d,\"eta_s\":%.3f", j->step, j->steps, eta);
+  /* Where a request's time went, from its receipt: queued until sent to the worker, the loop's
+   * start (the first step begins), the first step's report, the end; loop_s is the worker's own
+   * time of the denoising loop so far (what generate's loop costs), so t_end_s - loop_s is the
+   * server's overhead. -1: not yet. */
+  const double r = j->t_receipt;
+  dit_strbuf_printf(b, ",\"timing\":{\"t_queued_s\":%.6f,\"t_loop_start_s\":%.6f,\"t_first_step_s\":%.6f,\"t_end_s\":%.6f,\"loop_s\":%.6f}",
+                    j->t_sent ? j->t_sent - r : -1.0, j->t_first_step ? j->t_loop_start - r : -1.0, j->t_first_step ? j->t_first_step - r : -1.0,
+                    j->t_end ? j->t_end - r : -1.0, j->t_first_step ? j->loop_s : -1.0);
   if (j->error[0]) {
     dit_strbuf_puts(b, ",\"error\":");
     dit_strbuf_json_string(b, j->error);
@@ -447,7 +455,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static const char kServeUsage[] =
     "usage: ditrun serve BUNDLE|ID... [--store DIR] [--listen ADDR:PORT] [--max-running 1] [--max-queued 16]\n"
     "                    [--token-file F] [--max-body-mb 64] [--grace-s 5] [--keep-results 256] [--backend B]\n"
-    "                    [--threads N] [--device D]\n"
+    "                    [--threads N] [--device D] [--devices K]\n"
     "  serves generate over HTTP with the bundles loaded once (README: Resident serving)\n";
 
 static int serve_usage(const char *what, const char *arg) {
@@ -494,7 +502,9 @@ static int int_opt(const char *f, const char *v, long lo, long hi, long *out) {
   return 0;
 }
 
-/* Options of serve; load options (--backend, --threads, --device) go to the worker as given. */
+/* Options of serve; load options (--backend, --threads, --device, --devices) go to the worker as given: a
+ * multi-rank bundle is one worker holding all its ranks, as generate runs them (threads of one
+ * process; --devices spreads them over GPUs). */
 static int parse_serve(int argc, char **argv, struct sockaddr_in *sa, char **opts, const char **bundles, int *nb) {
   long v = 0;
   int rc = 0;
@@ -507,7 +517,7 @@ static int parse_serve(int argc, char **argv, struct sockaddr_in *sa, char **opt
     else if (!strcmp(f, "--max-body-mb")) rc = int_opt(f, val, 1, 1 << 14, &v), S.max_body = (size_t)v << 20, i++;
     else if (!strcmp(f, "--keep-results")) rc = int_opt(f, val, 1, 1 << 20, &v), S.keep_results = (int)v, i++;
     else if (!strcmp(f, "--grace-s")) rc = int_opt(f, val, 0, 3600, &v), S.grace_s = (double)v, i++;
-    else if (!strcmp(f, "--backend") || !strcmp(f, "--threads") || !strcmp(f, "--device")) {
+    else if (!strcmp(f, "--backend") || !strcmp(f, "--threads") || !strcmp(f, "--device") || !strcmp(f, "--devices")) {
       if (!val) return serve_usage("%s needs a value", f);
       opts[S.n_opts++] = argv[i], opts[S.n_opts++] = argv[++i];
     } else if (f[0] == '-') rc = serve_usage("unknown option %s", f);

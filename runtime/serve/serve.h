@@ -56,7 +56,8 @@ typedef struct serve_job_msg {
 
 typedef struct serve_step_msg {
   int step, steps; /* step: 1-based, done */
-  double seconds;
+  double seconds;  /* this step's */
+  double loop_s;   /* since the loop began (the last step's: the loop's time, as generate's) */
 } serve_step_msg_t;
 
 typedef struct serve_fail_msg {

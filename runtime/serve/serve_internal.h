@@ -20,6 +20,10 @@ typedef struct job {
   dit_serve_spec_t spec;
   int steps, step;          /* step: steps done */
   double t_receipt, deadline; /* dit_now_s(); deadline 0: none */
+  /* dit_now_s() when sent to the worker, when its loop began (the first step's report less its
+   * time since the loop began), at that report, at the end; 0: not yet */
+  double t_sent, t_loop_start, t_first_step, t_end;
+  double loop_s;            /* the worker's time of the loop so far (its latest step report) */
   int cancel;               /* DELETE asked for it */
   uint8_t *inputs, *result; /* inputs until the job runs; result once it succeeded, until retention drops it */
   size_t n_inputs, n_result;

@@ -39,10 +39,11 @@ void serve_job_end(job_t *j, job_state_t st, const char *why) {
   j->state = st;
   if (st == JOB_SUCCEEDED) S.n_held++, retain_results();
   snprintf(j->error, sizeof j->error, "%s", why ? why : "");
+  j->t_end = dit_now_s();
   free(j->inputs);
   j->inputs = NULL;
   S.ended[st]++;
-  const double dt = dit_now_s() - j->t_receipt;
+  const double dt = j->t_end - j->t_receipt;
   observe(S.req_hist, kRequestBuckets, dt);
   S.req_sum += dt, S.req_n++;
   fprintf(stderr, "ditrun serve: job-%llu %s%s%s\n", (unsigned long long)j->id, kServeStateNames[st], why ? ": " : "", why ? why : "");
@@ -183,7 +184,8 @@ static int on_message(job_t *j, const serve_msg_hdr_t *h, uint8_t *pl, int *recr
   if (h->type == SERVE_MSG_STEP && h->len == sizeof(serve_step_msg_t)) {
     serve_step_msg_t m;
     memcpy(&m, pl, sizeof m);
-    j->step = m.step, j->steps = m.steps;
+    j->step = m.step, j->steps = m.steps, j->loop_s = m.loop_s;
+    if (!j->t_first_step) j->t_first_step = dit_now_s(), j->t_loop_start = j->t_first_step - m.loop_s;
     observe(S.step_hist, kStepBuckets, m.seconds);
     S.step_sum += m.seconds, S.step_n++;
     S.step_s[j->bundle] = 0.8 * S.step_s[j->bundle] + 0.2 * m.seconds;
@@ -256,6 +258,9 @@ static int follow(job_t *j) {
 static void run(job_t *j) {
   serve_job_msg_t m = {j->spec, j->bundle};
   int recreate = 1;
+  pthread_mutex_lock(&S.mu);
+  j->t_sent = dit_now_s();
+  pthread_mutex_unlock(&S.mu);
   if (serve_send(S.fd, SERVE_MSG_JOB, j->id, &m, sizeof m, j->inputs, j->n_inputs)) {
     char how[128] = "", why[300];
     worker_kill(how, sizeof how);

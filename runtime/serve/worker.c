@@ -74,7 +74,7 @@ typedef struct worker {
   serve_bundle_info_t info[SERVE_MAX_BUNDLES];
   uint64_t job;                   /* the running job */
   int stop;                       /* the server's stop code for it */
-  double step_t0;
+  double step_t0, loop_t0;
   long step_ms, hang_seed, slow_seed;
   int64_t seed;
 } worker_t;
@@ -97,8 +97,9 @@ static void worker_on_step(void *ctx, int step, int steps, double t, double seco
   worker_t *w = ctx;
   if (w->hang_seed >= 0 && w->seed == w->hang_seed) sleep(3600);
   if (w->step_ms > 0) usleep((useconds_t)w->step_ms * (w->seed == w->slow_seed ? 20 : 1) * 1000);
-  serve_step_msg_t m = {step + 1, steps, dit_now_s() - w->step_t0};
-  w->step_t0 = dit_now_s();
+  const double now = dit_now_s();
+  serve_step_msg_t m = {step + 1, steps, now - w->step_t0, now - w->loop_t0};
+  w->step_t0 = now;
   if (w->job && serve_send(w->fd, SERVE_MSG_STEP, w->job, &m, sizeof m, NULL, 0)) _exit(3);
 }
 
@@ -141,9 +142,10 @@ static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp,
   j->rt = w->rt[bundle];
   dit_status_t s = gen_inputs(&a, j);
   j->g.on_step = worker_on_step, j->g.ctx = w, j->g.should_stop = worker_should_stop;
-  w->seed = sp->seed, w->stop = 0, w->step_t0 = dit_now_s();
+  w->seed = sp->seed, w->stop = 0;
   *steps = j->g.steps;
   if (!s) gen_noise(j, (uint64_t)sp->seed);
+  w->step_t0 = w->loop_t0 = dit_now_s();
   if (!s) s = gen_run(j, &a);
   dit_st_writer_t *wr = NULL;
   if (!s) s = gen_output(j, &wr);
