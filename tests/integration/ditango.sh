@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Attention-state reuse (--reuse ditango) on the CPU backend, ranks as threads, tiny Wan model:
+# Attention-state reuse (--reuse ditango) on the CPU backend, ranks as threads (and, cp 4, as
+# processes of a launch), tiny Wan model:
 #  - R = 1 (recompute everything): bit-identical to plain ring attention with groups of 1 (the
 #    same K/V reach each rank in the same order and merge in the same order), cp 2 and 4, with and
 #    without --cfg-parallel; groups of 2 merge the partitions in another order (a group's two states
@@ -77,6 +78,20 @@ dec = [g["decision"] for s in steps for l in s["layers"] for g in l["groups"]]
 assert dec.count("reuse") > 0 and dec.count("compute") > 0
 assert all(g["ase"] is not None for s in steps[2:] for l in s["layers"] for g in l["groups"])
 EOF
+# One process per rank (collectives over loopback TCP): every rank's statistics are gathered and
+# summed in rank order, as the one-process run sums its threads', so every process takes the
+# one-process run's decisions: R = 1 equals plain ring, R = 0.5 the one-process latents and report.
+launch() { # out name, generate flags...
+  local o=$1; shift
+  timeout 120 "$BIN/ditrun" launch -n 4 -- generate "$reuse" "${gen[@]}" "$@" --out "$T/$o.st" >/dev/null 2>"$T/$o.log" ||
+    { cat "$T/$o.log"; echo "launch -n 4 $*: failed"; exit 1; }
+}
+launch p1 --steps 4 --reuse-ratio 1
+cmp "$T/p1.st" "$T/gp.st" || { echo "4 processes, R = 1: differs from plain ring"; exit 1; }
+launch p2 --steps 20 --reuse-ratio 0.5 --reuse-eps-local 100 --reuse-report "$T/p2.json"
+cmp "$T/p2.st" "$T/h1.st" || { echo "4 processes, R = 0.5: the latents differ from the one-process run"; exit 1; }
+cmp "$T/p2.json" "$T/h1.json" || { echo "4 processes, R = 0.5: the report differs from the one-process run"; exit 1; }
+echo "== 4 processes: R = 1 bit-identical to ring, R = 0.5 latents and report identical to one process"
 run "$reuse" diag --steps 20 --reuse-ratio 0.5 --reuse-eps-local 100 --reuse-diagnostic --reuse-report "$T/diag.json"
 cmp "$T/h1.st" "$T/diag.st" || { echo "--reuse-diagnostic changed the result"; exit 1; }
 python3 - "$T/diag.json" "$T/h1.json" <<'EOF'
