@@ -59,7 +59,14 @@
  *  - still to come: the CUDA backend (a state_cache copy kernel, statistics by reduction kernels,
  *    NCCL point-to-point for the distance shift instead of the all-gather the in-process ring_shift
  *    uses, cache loads scheduled into the transfers' bubbles on a second stream), usp, two-expert
- *    bundles, groups merged under a cache memory cap. */
+ *    bundles.
+ * Under a memory cap (`ditc compile --reuse-cache-mb M`) k adjacent remote groups share one cached
+ * state: their states merged by LSE before the cache, the planner's "group" then the merged state
+ * (the report's group g covers distances g*k-k+1 .. g*k), decided as one. The memory plan is static
+ * (the caches hold their arena region for the whole run), so k is decided at compile time, the
+ * smallest that fits (manifest topology.reuse.merge and cache_bytes), not per run: restoring the
+ * finer grouping at the next anchor, as a dynamic scheme would, needs the finer slots' memory,
+ * which is what the cap rules out. A cap that even one state per layer passes is refused. */
 #ifndef DIT_RUNTIME_DITANGO_H
 #define DIT_RUNTIME_DITANGO_H
 

@@ -59,7 +59,9 @@ void dit_reuse_free(dit_runtime_t *rt) {
 void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups) {
   const dit_manifest_t *m = rt->m;
   *layers = m->topology.reuse_group ? m->topology.reuse_layers : 0;
-  *groups = m->topology.reuse_group ? m->topology.cp / m->topology.reuse_group - 1 : 0;
+  /* The planner's groups are the cached states per layer: ceil(remote groups / merge). */
+  const int remote = m->topology.reuse_group ? m->topology.cp / m->topology.reuse_group - 1 : 0, k = m->topology.reuse_merge;
+  *groups = remote ? (remote - 1) / (k > 1 ? k : 1) + 1 : 0;
 }
 
 /* The rank's step tags, checked against the manifest's reuse section. */
