@@ -342,6 +342,8 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
     jw_ki64(w, "group", m->topology.reuse_group);
     jw_ki64(w, "layers", m->topology.reuse_layers);
     jw_ki64(w, "copies", m->topology.reuse_copies);
+    jw_ki64(w, "merge", m->topology.reuse_merge > 1 ? m->topology.reuse_merge : 1);
+    jw_ku64(w, "cache_bytes", m->topology.reuse_cache_bytes);
     jw_close(w, '}');
   }
   jw_close(w, '}');
@@ -1082,7 +1084,7 @@ static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
                           "cp %d needs a context-parallel mode, found \"none\"", m->topology.cp);
   }
   if (dit_json_has(&o, "reuse")) {
-    static const char *const rkeys[] = {"mode", "group", "layers", "copies", NULL};
+    static const char *const rkeys[] = {"mode", "group", "layers", "copies", "merge", "cache_bytes", NULL};
     static const char *const rmodes[] = {"ditango", NULL};
     dit_json_t r;
     DIT_RETURN_IF(dit_json_object(&o, "reuse", &r));
@@ -1104,6 +1106,11 @@ static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
     }
     DIT_RETURN_IF(dit_json_i32(&r, "layers", 1, 1 << 16, &m->topology.reuse_layers));
     DIT_RETURN_IF(dit_json_i32(&r, "copies", 1, 2, &m->topology.reuse_copies));
+    /* merge and cache_bytes came after the first 1.3 bundles: absent, one state per group. */
+    m->topology.reuse_merge = 1;
+    if (dit_json_has(&r, "merge"))
+      DIT_RETURN_IF(dit_json_i32(&r, "merge", 1, m->topology.cp / m->topology.reuse_group - 1, &m->topology.reuse_merge));
+    if (dit_json_has(&r, "cache_bytes")) DIT_RETURN_IF(dit_json_u64(&r, "cache_bytes", &m->topology.reuse_cache_bytes));
   }
   return DIT_OK;
 }

@@ -161,6 +161,8 @@ typedef struct dit_manifest {
     int reuse_group;  /* attention-state reuse: ranks per group (0: no reuse section) */
     int reuse_layers; /* self-attention layers with state-cache slots */
     int reuse_copies; /* state-cache copies: one per branch running through the plan */
+    int reuse_merge;  /* adjacent remote groups per cached state (a --reuse-cache-mb cap; 1: one each) */
+    uint64_t reuse_cache_bytes; /* the state cache's bytes in the arena, every copy (0: not recorded) */
   } topology;
   struct {
     int64_t batch, frames, height, width, text_len;

@@ -20,10 +20,14 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
   fprintf(f, "target     %s\n", m->arch);
   fprintf(f, "topology   world %d = tp %d x cp %d (%s) x cfg %d\n", m->topology.world, m->topology.tp, m->topology.cp,
          m->topology.cp_mode, m->topology.cfg);
-  if (m->topology.reuse_group)
-    fprintf(f, "reuse      ditango: %d groups of %d ranks, a state cache per layer (%d) and remote group, %d cop%s\n",
+  if (m->topology.reuse_group && m->topology.reuse_merge > 1)
+    fprintf(f, "reuse      ditango: %d groups of %d ranks, a state cache per layer (%d) and %d adjacent remote groups, %d cop%s, "
+            "%" PRIu64 " bytes\n", m->topology.cp / m->topology.reuse_group, m->topology.reuse_group, m->topology.reuse_layers,
+            m->topology.reuse_merge, m->topology.reuse_copies, m->topology.reuse_copies == 1 ? "y" : "ies", m->topology.reuse_cache_bytes);
+  else if (m->topology.reuse_group)
+    fprintf(f, "reuse      ditango: %d groups of %d ranks, a state cache per layer (%d) and remote group, %d cop%s, %" PRIu64 " bytes\n",
             m->topology.cp / m->topology.reuse_group, m->topology.reuse_group, m->topology.reuse_layers, m->topology.reuse_copies,
-            m->topology.reuse_copies == 1 ? "y" : "ies");
+            m->topology.reuse_copies == 1 ? "y" : "ies", m->topology.reuse_cache_bytes);
   fprintf(f, "shape      batch %" PRId64 ", %" PRId64 " frames %" PRId64 "x%" PRId64 ", text %" PRId64 "; latent ",
          m->shape.batch, m->shape.frames, m->shape.height, m->shape.width, m->shape.text_len);
   print_dims(f, m->shape.latent, 4);

@@ -105,6 +105,7 @@ static cJSON *topology_json(const dit_compile_options_t *o) {
   if (o->shape.reuse_group) {
     cJSON_AddStringToObject(t, "reuse", "ditango");
     cJSON_AddNumberToObject(t, "reuse_group", o->shape.reuse_group);
+    if (o->reuse_cache_mb > 0) cJSON_AddNumberToObject(t, "reuse_cache_mb", o->reuse_cache_mb);
   }
   int world = tp_of(o) * cp_of(o) * cfg_of(o);
   cJSON_AddNumberToObject(t, "ranks_per_node", o->ranks_per_node > 0 && o->ranks_per_node < world ? o->ranks_per_node : world);
@@ -162,6 +163,59 @@ static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, co
 
 /* The state cache's copies: one per guidance branch that runs through a rank's plan. */
 static int reuse_copies(const dit_compile_options_t *o) { return o->shape.reuse_group ? (o->cfg_parallel ? 1 : 2) : 0; }
+
+/* One copy of a graph's state cache as the memory plan lays it out (every state_cache output
+ * rounded to the arena alignment, passes/memplan.c), and its state_cache ops. */
+static uint64_t state_cache_bytes(const dit_graph_t *g, int *slots) {
+  uint64_t bytes = 0;
+  *slots = 0;
+  for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind != DIT_OP_STATE_CACHE) continue;
+    ++*slots;
+    for (int k = 0; k < op->n_out; k++) {
+      const uint64_t n = dit_value_nbytes(dit_graph_cvalue(g, op->out[k]));
+      bytes += (n ? n + DIT_ARENA_ALIGN - 1 : DIT_ARENA_ALIGN) / DIT_ARENA_ALIGN * DIT_ARENA_ALIGN;
+    }
+  }
+  return bytes;
+}
+
+/* --reuse-cache-mb: k, the adjacent remote groups per cached state. The memory plan is static and
+ * the caches sit in it for the whole run, so k is fixed here: merging at run time and restoring the
+ * finer grouping at an anchor would need the finer slots' memory anyway. Rank 0's graph with one
+ * state per remote group gives a slot's bytes (every rank's are alike) and the layers; k is the
+ * smallest with copies x layers x ceil(remote / k) slots within the cap. Refused, naming the sizes,
+ * when one state per layer (k = remote) does not fit. */
+static dit_status_t reuse_merge_for_cap(const dit_compile_options_t *o, const dit_model_t *m, int *merge) {
+  *merge = o->shape.reuse_group ? 1 : 0;
+  if (!o->shape.reuse_group || !(o->reuse_cache_mb > 0)) return DIT_OK;
+  dit_shape_request_t req = o->shape;
+  req.tp = tp_of(o), req.cp = cp_of(o), req.tp_rank = req.cp_rank = 0;
+  req.reuse_copies = reuse_copies(o), req.reuse_merge = 1;
+  dit_graph_t *g = NULL;
+  DIT_RETURN_IF_ERROR(dit_model_build_graph(m, &req, &g), "--reuse-cache-mb: sizing the state cache");
+  int slots = 0;
+  const uint64_t all = state_cache_bytes(g, &slots);
+  dit_graph_destroy(g);
+  const int remote = req.cp / req.reuse_group - 1, layers = slots / remote;
+  if (!slots || slots % remote) return DIT_ERR(INTERNAL, "--reuse-cache-mb: %d state caches, expected a multiple of the %d remote groups", slots, remote);
+  const uint64_t slot = all / (uint64_t)slots, copies = (uint64_t)req.reuse_copies;
+  const uint64_t cap = (uint64_t)(o->reuse_cache_mb * 1048576.0);
+  for (int k = 1; k <= remote; k++) {
+    const uint64_t need = copies * (uint64_t)layers * (uint64_t)((remote - 1) / k + 1) * slot;
+    if (need <= cap) {
+      *merge = k;
+      return DIT_OK;
+    }
+  }
+  return DIT_ERR(RESOURCE_EXHAUSTED,
+                 "--reuse-cache-mb %g: the state cache needs at least %" PRIu64 " bytes (%.3f MiB: one merged state per layer, "
+                 "%d layers x %" PRIu64 " bytes x %" PRIu64 " cop%s), the cap is %" PRIu64 " bytes; with one state per remote group "
+                 "(%d) it would need %" PRIu64 " bytes",
+                 o->reuse_cache_mb, copies * (uint64_t)layers * slot, (double)(copies * (uint64_t)layers * slot) / 1048576.0, layers, slot,
+                 copies, copies == 1 ? "y" : "ies", cap, remote, copies * all);
+}
 
 /* Where the pipeline switches experts, as WanPipeline computes it: boundary_ratio *
  * num_train_timesteps (1000 without a scheduler config). */
@@ -475,6 +529,10 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s && (!rb || !layouts || !uniq || !ranks)) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   cJSON *codegen_summary = gpu ? cJSON_CreateObject() : NULL;
   if (!s) s = dit_bundle_writer_create(o->out_dir, &w);
+  int merge = 0;
+  if (!s) s = reuse_merge_for_cap(o, m, &merge);
+  if (!s && merge > 1)
+    dit_compile_progress(&pr, "--reuse-cache-mb %g: %d adjacent remote groups per cached state", o->reuse_cache_mb, merge);
   /* Build index cp_rank * tp + tp_rank; every cfg lane runs the same builds. */
   for (int r = 0; !s && r < nb; r++) {
     dit_shape_request_t req = o->shape;
@@ -483,6 +541,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     req.cp = cp;
     req.cp_rank = r / tp;
     req.reuse_copies = reuse_copies(o);
+    req.reuse_merge = merge;
     s = build_rank(o, m, &ls, &req, w, store, weights_hash, &rb[r], &layouts[r % tp], gpu ? codegen_summary : NULL, &pr);
     if (s && nb > 1) s = dit_status_annotate(s, "rank (cp %d, tp %d)", r / tp, r % tp);
   }
@@ -495,6 +554,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     req.cp = cp;
     req.cp_rank = r / tp;
     req.reuse_copies = reuse_copies(o);
+    req.reuse_merge = merge;
     dit_compile_progress_t quiet = pr;
     quiet.quiet = 1;
     dit_rank_build_t *b2 = &rb[nb + r];
@@ -534,15 +594,18 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.topology.cfg = cfg_of(o);
     snprintf(man.topology.cp_mode, sizeof man.topology.cp_mode, "%s", cp_mode_name(o));
     if (o->shape.reuse_group) {
-      /* A state-cache slot per self-attention layer and remote group. */
-      size_t slots = 0;
-      for (size_t i = 0; i < rb[0].plan->n_steps; i++) slots += rb[0].plan->steps[i].kind == DIT_OP_STATE_CACHE;
-      const int remote = cp / o->shape.reuse_group - 1;
+      /* A state-cache slot per self-attention layer and cached state (remote group, or k merged). */
+      int slots = 0;
+      const uint64_t bytes = state_cache_bytes(rb[0].g, &slots);
+      const int remote = cp / o->shape.reuse_group - 1, per_layer = (remote - 1) / merge + 1;
       man.topology.reuse_group = o->shape.reuse_group;
-      man.topology.reuse_layers = (int)(slots / (size_t)remote);
+      man.topology.reuse_merge = merge;
+      man.topology.reuse_layers = slots / per_layer;
       man.topology.reuse_copies = reuse_copies(o);
-      if (!slots || slots % (size_t)remote)
-        s = DIT_ERR(INTERNAL, "--reuse ditango: the plan has %zu state caches, expected a multiple of the %d remote groups >= 1", slots, remote);
+      man.topology.reuse_cache_bytes = bytes * (uint64_t)reuse_copies(o);
+      if (!slots || slots % per_layer)
+        s = DIT_ERR(INTERNAL, "--reuse ditango: the plan has %d state caches, expected a multiple of the %d cached states per layer >= 1",
+                    slots, per_layer);
     }
     man.shape.batch = o->shape.batch;
     man.shape.frames = o->shape.frames < 0 ? ls.frames : o->shape.frames;

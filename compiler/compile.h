@@ -38,6 +38,8 @@ typedef struct dit_compile_options {
   const char *profile;
   /* fp8: the blocks' large linears on e4m3 weights and activations (compile_quant.c). */
   dit_quant_t quant;
+  /* --reuse-cache-mb: the state cache's cap in MiB (0: none); it decides shape.reuse_merge. */
+  double reuse_cache_mb;
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

@@ -47,6 +47,10 @@ static const char kUsage[] =
     "                            layer's remote groups computed or taken from a state cache, as\n"
     "                            `ditrun generate --reuse-ratio` decides per step\n"
     "        --reuse-group G     ranks per reuse group (default 1; G divides --cp, >= 2 groups)\n"
+    "        --reuse-cache-mb M  the state cache's memory cap in MiB (fractions allowed): adjacent\n"
+    "                            remote groups share one cached state (k of them, merged by LSE,\n"
+    "                            decided as one) for the smallest k that fits; refused when one\n"
+    "                            state per layer does not\n"
     "        --offload M         weight offload plan: none (default), layerwise or chunked\n"
     "        --chunk-mb C        copy unit of chunked offload (default 16)\n"
     "        --residency R | --memory-budget GIB | --latency-target MS\n"
@@ -103,7 +107,7 @@ static int cmd_compile(int argc, char **argv, int why) {
   memset(&o, 0, sizeof o);
   const char *env_store = getenv("DITC_STORE");
   o.store_dir = env_store && env_store[0] ? env_store : NULL;
-  int out_given = 0, reuse_given = 0, group_given = 0;
+  int out_given = 0, reuse_given = 0, group_given = 0, cap_given = 0;
   const char *sparse_extra = NULL;
   o.shape.batch = 1;
   o.shape.text_len = 512;
@@ -136,7 +140,7 @@ static int cmd_compile(int argc, char **argv, int why) {
       if (!val) return usage_error("%s needs a value", a);
       o.profile = val, i++;
     } else if (!strcmp(a, "--chunk-mb") || !strcmp(a, "--residency") || !strcmp(a, "--memory-budget") ||
-               !strcmp(a, "--latency-target")) {
+               !strcmp(a, "--latency-target") || !strcmp(a, "--reuse-cache-mb")) {
       char *end = NULL;
       double d = val ? strtod(val, &end) : -1;
       if (!val || end == val || *end || !(d >= 0) || !isfinite(d)) return usage_error("%s needs a non-negative number", a);
@@ -144,6 +148,7 @@ static int cmd_compile(int argc, char **argv, int why) {
       if (!strcmp(a, "--chunk-mb")) o.chunk_mb = d;
       else if (!strcmp(a, "--residency")) o.residency = d;
       else if (!strcmp(a, "--memory-budget")) o.memory_budget_gib = d;
+      else if (!strcmp(a, "--reuse-cache-mb")) o.reuse_cache_mb = d, cap_given = 1;
       else o.latency_target_ms = d;
       i++;
     }
@@ -232,6 +237,8 @@ static int cmd_compile(int argc, char **argv, int why) {
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");
   if (o.shape.ulysses && o.shape.cp_mode != DIT_CP_USP) return usage_error("%s", "--ulysses needs --cp-mode usp");
   if (group_given && !reuse_given) return usage_error("%s", "--reuse-group needs --reuse ditango");
+  if (cap_given && !reuse_given) return usage_error("%s", "--reuse-cache-mb needs --reuse ditango");
+  if (cap_given && !(o.reuse_cache_mb > 0)) return usage_error("%s", "--reuse-cache-mb 0: expected a size in MiB > 0");
   int offloading = o.offload && strcmp(o.offload, "none");
   if (!offloading && (o.residency >= 0 || o.memory_budget_gib > 0 || o.latency_target_ms > 0 || o.profile))
     return usage_error("%s", "--residency, --memory-budget, --latency-target and --profile need --offload layerwise|chunked");

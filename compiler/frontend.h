@@ -29,9 +29,10 @@ typedef struct dit_shape_request {
   int cp_mode;                   /* DIT_CP_* when cp > 1 */
   int ulysses;                   /* DIT_CP_USP: the Ulysses degree U (ring degree cp / U) */
   int sp;                        /* sequence parallelism inside the tensor-parallel group */
-  /* Attention-state reuse (--reuse ditango, DIT_CP_RING): G ranks per reuse group (0: none), and
-   * the state cache's copies (2 when both guidance branches run through one plan, else 1). */
-  int reuse_group, reuse_copies;
+  /* Attention-state reuse (--reuse ditango, DIT_CP_RING): G ranks per reuse group (0: none), the
+   * state cache's copies (2 when both guidance branches run through one plan, else 1), and k: the
+   * adjacent remote groups that share one cached state (0 or 1: one state per group). */
+  int reuse_group, reuse_copies, reuse_merge;
   dit_sparse_attn_t sparse;      /* the video self-attention's sparse pattern (pattern 0: dense) */
 } dit_shape_request_t;
 

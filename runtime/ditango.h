@@ -34,7 +34,12 @@
  *  computes every group at every step (every step is an anchor: the run equals plain ring attention);
  *  R = 0 reuses every group outside anchors (eps = infinity).
  * Every rank that runs the same planner over the same (reduced) numbers takes the same decisions, which
- * a transfer needs: rank p sends its K/V to p + o*G exactly when p + o*G expects it.
+ * a transfer needs: rank p sends its K/V to p + o*G exactly when p + o*G expects it. With one rank per
+ * process every process gathers every rank's per-rank sums (runtime/reuse_exec.c) and adds them in
+ * rank order, the order the one-process run adds its threads' in: the same bits everywhere, so each
+ * process runs its own planner to the same decisions (and the one-process run's), with no decision
+ * table to send. Rank 0 deciding and broadcasting would need the same gather to rank 0 first, and a
+ * tree or ring allreduce of doubles would add in another order (other bits than one process).
  *
  * The executor side (compiler/frontends/blocks.c reuse_ring, passes/memplan.c, runtime/reuse_exec.c):
  *  - graph: per self-attention layer, ring0 + G-1 ring hops inside the local group (ring_shift over a
@@ -53,8 +58,15 @@
  *    ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| instead (dit_ditango_measured).
  *  - still to come: the CUDA backend (a state_cache copy kernel, statistics by reduction kernels,
  *    NCCL point-to-point for the distance shift instead of the all-gather the in-process ring_shift
- *    uses, cache loads scheduled into the transfers' bubbles on a second stream), decisions
- *    broadcast between processes, usp, two-expert bundles, groups merged under a cache memory cap. */
+ *    uses, cache loads scheduled into the transfers' bubbles on a second stream), usp, two-expert
+ *    bundles.
+ * Under a memory cap (`ditc compile --reuse-cache-mb M`) k adjacent remote groups share one cached
+ * state: their states merged by LSE before the cache, the planner's "group" then the merged state
+ * (the report's group g covers distances g*k-k+1 .. g*k), decided as one. The memory plan is static
+ * (the caches hold their arena region for the whole run), so k is decided at compile time, the
+ * smallest that fits (manifest topology.reuse.merge and cache_bytes), not per run: restoring the
+ * finer grouping at the next anchor, as a dynamic scheme would, needs the finer slots' memory,
+ * which is what the cap rules out. A cap that even one state per layer passes is refused. */
 #ifndef DIT_RUNTIME_DITANGO_H
 #define DIT_RUNTIME_DITANGO_H
 

@@ -865,6 +865,7 @@ static int cmd_generate(int argc, char **argv) {
   if ((rc = gen_open(&a, &j))) return rc;
   dit_status_t s = gen_prepare(&a, j);
   if (!s) gen_noise(j, (uint64_t)a.seed);
+  if (!g_writer) j->g.reuse_report = NULL; /* every process decides alike (the same report): rank 0 writes it */
   double t0 = dit_now_s();
   if (!s) s = gen_run(j, &a);
   if (!s) {

@@ -1,8 +1,10 @@
 /* Attention-state reuse in the executor (runtime/ditango.h has the design): which plan steps a
  * step's decisions skip, which copy of the state cache a forward uses, and the statistics the
  * planner reads (the local groups' drift from their anchor copies, and at anchors the state norms
- * and the LSE weights), summed over the ranks of this process in rank order. Host-memory
- * backends only so far: the statistics read the values where they lie. */
+ * and the LSE weights), summed over the ranks in rank order: the ranks of this process, or with one
+ * rank per process every rank's numbers gathered over the processes' collectives and summed in the
+ * same order, so every process and the one-process run get the same bits and take the same
+ * decisions. Host-memory backends only so far: the statistics read the values where they lie. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +59,9 @@ void dit_reuse_free(dit_runtime_t *rt) {
 void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups) {
   const dit_manifest_t *m = rt->m;
   *layers = m->topology.reuse_group ? m->topology.reuse_layers : 0;
-  *groups = m->topology.reuse_group ? m->topology.cp / m->topology.reuse_group - 1 : 0;
+  /* The planner's groups are the cached states per layer: ceil(remote groups / merge). */
+  const int remote = m->topology.reuse_group ? m->topology.cp / m->topology.reuse_group - 1 : 0, k = m->topology.reuse_merge;
+  *groups = remote ? (remote - 1) / (k > 1 ? k : 1) + 1 : 0;
 }
 
 /* The rank's step tags, checked against the manifest's reuse section. */
@@ -125,8 +129,6 @@ static dit_status_t setup(dit_runtime_t *rt) {
   dit_runtime_reuse_shape(rt, &layers, &groups);
   if (!layers) return DIT_ERR(INVALID_ARGUMENT, "reuse: the bundle was compiled without --reuse ditango");
   if (rt->n_experts > 1) return DIT_ERR(UNIMPLEMENTED, "reuse: a two-expert bundle (the experts share one arena)");
-  if (rt->process)
-    return DIT_ERR(UNIMPLEMENTED, "reuse: one rank per process (the decisions need every rank's statistics: threads of one process so far)");
   for (int i = 0; i < rt->n_ranks; i++)
     if (!rt->ranks[i].be->host_memory)
       return DIT_ERR(UNIMPLEMENTED, "reuse: the %s backend (the statistics read host memory: the cpu backend so far)", rt->ranks[i].be->name);
@@ -271,29 +273,74 @@ void dit_reuse_forward_done(dit_runtime_t *rt) {
   if (rt->reuse && rt->reuse->active) rt->reuse->forwards++;
 }
 
+/* A rank's statistics as one row of doubles: per layer drift^2, ||OUT_loc||^2 and rows, then per
+ * slot ||OUT_G||^2, the weights' sum and the measured error's numerator and denominator. */
+static size_t row_len(const struct dit_reuse *g) { return 3 * (size_t)g->layers + 4 * (size_t)g->slots; }
+
+static void pack_row(const struct dit_reuse *g, const struct dit_reuse_rank *r, double *row) {
+  const size_t L = (size_t)g->layers, S = (size_t)g->slots;
+  const double *parts[7] = {r->drift_sq, r->local_sq, r->rows, r->group_sq, r->wsum, r->err_num, r->err_den};
+  for (int k = 0; k < 7; k++) {
+    const size_t n = k < 3 ? L : S;
+    memcpy(row, parts[k], n * sizeof(double));
+    row += n;
+  }
+}
+
+/* Entry `at` of the rows summed over the ranks in rank order: the same sum whatever the threads or
+ * processes did. */
+static double rank_sum(const double *rows, int n, size_t len, size_t at) {
+  double acc = 0;
+  for (int i = 0; i < n; i++) acc += rows[(size_t)i * len + at];
+  return acc;
+}
+
+/* Every rank's row, in rank order: this process's ranks, or gathered from every process. */
+static dit_status_t gather_rows(dit_runtime_t *rt, double **out, int *n) {
+  const struct dit_reuse *g = rt->reuse;
+  const size_t len = row_len(g);
+  const int world = rt->process ? rt->m->topology.world : rt->n_ranks;
+  double *rows = malloc((size_t)world * len * sizeof *rows);
+  if (!rows) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory for %d ranks' statistics", world);
+  *out = rows, *n = world;
+  if (!rt->process) {
+    for (int i = 0; i < rt->n_ranks; i++) pack_row(g, rt->ranks[i].reuse, rows + (size_t)i * len);
+    return DIT_OK;
+  }
+  double *mine = malloc(len * sizeof *mine);
+  int *group = malloc((size_t)world * sizeof *group);
+  dit_status_t s = mine && group ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory for the statistics");
+  for (int i = 0; !s && i < world; i++) group[i] = i;
+  if (!s) pack_row(g, rt->ranks[0].reuse, mine);
+  if (!s) s = dit_status_annotate(dit_tcomm_allgather(rt->tcomm, group, world, mine, len * sizeof *mine, rows),
+                                  "reuse: gathering the ranks' statistics");
+  free(mine), free(group);
+  if (s) free(rows), *out = NULL;
+  return s;
+}
+
 dit_status_t dit_runtime_reuse_end(dit_runtime_t *rt, dit_reuse_stats_t *out) {
   struct dit_reuse *g = rt->reuse;
   if (!g || !g->active) return DIT_ERR(INVALID_ARGUMENT, "reuse: dit_runtime_reuse_end without dit_runtime_reuse_begin");
   g->active = 0;
-  for (int l = 0; l < g->layers; l++) {
-    double drift = 0, local = 0, rows = 0;
-    for (int i = 0; i < rt->n_ranks; i++) { /* rank order: the same sums whatever the threads did */
-      const struct dit_reuse_rank *r = rt->ranks[i].reuse;
-      drift += r->drift_sq[l], local += r->local_sq[l], rows += r->rows[l];
-    }
+  double *rows = NULL;
+  int n = 0;
+  DIT_RETURN_IF(gather_rows(rt, &rows, &n));
+  const size_t len = row_len(g), L = (size_t)g->layers, S = (size_t)g->slots;
+#define SUM(base, j) rank_sum(rows, n, len, (base) + (j))
+  for (size_t l = 0; l < L; l++) {
+    const double drift = SUM(0, l), local = SUM(L, l), nrows = SUM(2 * L, l);
     out->drift[l] = sqrt(drift); /* from the copy in effect when the forward ran (at an anchor, the previous one) */
     out->local_norm[l] = sqrt(local);
-    for (int k = 0; k < g->groups; k++) {
-      const int s = l * g->groups + k;
-      double sq = 0, w = 0, num = 0, den = 0;
-      for (int i = 0; i < rt->n_ranks; i++) {
-        const struct dit_reuse_rank *r = rt->ranks[i].reuse;
-        sq += r->group_sq[s], w += r->wsum[s], num += r->err_num[s], den += r->err_den[s];
-      }
+    for (size_t k = 0; k < (size_t)g->groups; k++) {
+      const size_t s = l * (size_t)g->groups + k;
+      const double sq = SUM(3 * L, s), w = SUM(3 * L + S, s), num = SUM(3 * L + 2 * S, s), den = SUM(3 * L + 3 * S, s);
       out->group_norm[s] = sqrt(sq);
-      out->group_weight[s] = rows > 0 ? w / rows : 0;
+      out->group_weight[s] = nrows > 0 ? w / nrows : 0;
       out->error[s] = g->diagnostic && !g->compute[s] ? (den > 0 ? sqrt(num / den) : 0) : NAN;
     }
   }
+#undef SUM
+  free(rows);
   return DIT_OK;
 }

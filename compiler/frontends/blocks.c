@@ -34,6 +34,9 @@ dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights,
   if (opts->reuse_group && (opts->reuse_group < 1 || opts->cp % opts->reuse_group || opts->cp / opts->reuse_group < 2))
     return DIT_ERR(INVALID_ARGUMENT, "blocks: reuse groups of %d ranks: expected a divisor of cp %d leaving >= 2 groups",
                    opts->reuse_group, opts->cp);
+  if (opts->reuse_group && opts->reuse_merge && (opts->reuse_merge < 1 || opts->reuse_merge > opts->cp / opts->reuse_group - 1))
+    return DIT_ERR(INVALID_ARGUMENT, "blocks: %d remote reuse groups per cached state: expected 1..%d (the remote groups)", opts->reuse_merge,
+                   opts->cp / opts->reuse_group - 1);
   dit_blocks_t *b = calloc(1, sizeof *b);
   if (!b) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   b->g = g;
@@ -362,10 +365,13 @@ static dit_vid_t cp_collective(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x,
 /* Ring attention with attention-state reuse (DiTango, runtime/ditango.h): the m = cp / G groups of
  * G consecutive ranks; the local group's ring (ring_shift over the group: collective group 3 of
  * n = G) always runs; per remote group at distance o, its K/V come by a shift of o*G ranks over
- * the cp group, ring inside the group, and its state passes through state_cache slot
- * layer * (m - 1) + o - 1. Every op of a remote group carries reuse_slot (the executor skips them
+ * the cp group, ring inside the group. With k = reuse_merge remote groups per cached state, the
+ * states of the k adjacent groups at distances j*k+1 .. (j+1)*k (fewer in the last) are merged by
+ * LSE and pass through state_cache slot layer * c + j (c = ceil((m - 1) / k) slots per layer; k = 1:
+ * slot layer * (m - 1) + o - 1). Every op of a slot carries reuse_slot (the executor skips them
  * together when the runtime reuses the slot); the op whose result is the local group's state
- * carries reuse_local = layer. With G = 1 the K/V and the merges come in plain ring's order. */
+ * carries reuse_local = layer. With G = 1 and k = 1 the K/V and the merges come in plain ring's
+ * order; k > 1 merges a slot's groups before the running state (other roundings than ring's). */
 static dit_vid_t reuse_ring(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, int64_t heads, const char *prefix) {
   char n[192], hn[64];
   const int cp = b->o.cp, G = b->o.reuse_group, m = cp / G, layer = b->reuse_layers++;
@@ -392,45 +398,56 @@ static dit_vid_t reuse_ring(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t
     snprintf(hn, sizeof hn, "ring_merge%d", hop);
     op2(b, DIT_OP_ATTN_MERGE, mi, 4, TAGGED(ma, -1, hop == G - 1), dts, N(hn), state);
   }
-  for (int o = 1; o < m; o++) {
-    const int slot = layer * (m - 1) + o - 1;
-    dit_vid_t gs[2], part[2], mi[4], kv[2] = {k, v};
-    for (int i = 0; i < 2; i++) {
-      dit_attrs_t sa = {0};
-      dit_attrs_set_int(&sa, "group", 1);
-      dit_attrs_set_int(&sa, "n", cp);
-      dit_attrs_set_int(&sa, "distance", (int64_t)o * G);
-      dit_attrs_set_int(&sa, "reuse_slot", slot);
-      snprintf(hn, sizeof hn, "group%d_%c", o, i ? 'v' : 'k');
-      kv[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &kv[i], 1, &sa, b->o.dtype, N(hn));
-    }
-    dit_vid_t gi[3] = {q, kv[0], kv[1]};
-    snprintf(hn, sizeof hn, "group%d_ring0", o);
-    op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), gs);
-    for (int hop = 1; hop < G; hop++) {
-      for (int i = 1; i < 3; i++) {
+  const int km = b->o.reuse_merge > 1 ? b->o.reuse_merge : 1, c = (m - 2) / km + 1;
+  for (int j = 0; j < c; j++) {
+    const int slot = layer * c + j, first = j * km + 1, last = first + km - 1 < m - 1 ? first + km - 1 : m - 1;
+    dit_vid_t ss[2], mi[4];
+    for (int o = first; o <= last; o++) {
+      dit_vid_t gs[2], part[2], kv[2] = {k, v};
+      for (int i = 0; i < 2; i++) {
         dit_attrs_t sa = {0};
-        dit_attrs_set_int(&sa, "group", 3);
-        dit_attrs_set_int(&sa, "n", G);
+        dit_attrs_set_int(&sa, "group", 1);
+        dit_attrs_set_int(&sa, "n", cp);
+        dit_attrs_set_int(&sa, "distance", (int64_t)o * G);
         dit_attrs_set_int(&sa, "reuse_slot", slot);
-        snprintf(hn, sizeof hn, "group%d_%c_ring", o, i == 1 ? 'k' : 'v');
-        gi[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &gi[i], 1, &sa, b->o.dtype, N(hn));
+        snprintf(hn, sizeof hn, "group%d_%c", o, i ? 'v' : 'k');
+        kv[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &kv[i], 1, &sa, b->o.dtype, N(hn));
       }
-      snprintf(hn, sizeof hn, "group%d_ring%d", o, hop);
-      op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), part);
-      mi[0] = gs[0], mi[1] = gs[1], mi[2] = part[0], mi[3] = part[1];
-      snprintf(hn, sizeof hn, "group%d_merge%d", o, hop);
-      op2(b, DIT_OP_ATTN_MERGE, mi, 4, TAGGED(ma, slot, 0), dts, N(hn), gs);
+      dit_vid_t gi[3] = {q, kv[0], kv[1]};
+      snprintf(hn, sizeof hn, "group%d_ring0", o);
+      op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), gs);
+      for (int hop = 1; hop < G; hop++) {
+        for (int i = 1; i < 3; i++) {
+          dit_attrs_t sa = {0};
+          dit_attrs_set_int(&sa, "group", 3);
+          dit_attrs_set_int(&sa, "n", G);
+          dit_attrs_set_int(&sa, "reuse_slot", slot);
+          snprintf(hn, sizeof hn, "group%d_%c_ring", o, i == 1 ? 'k' : 'v');
+          gi[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &gi[i], 1, &sa, b->o.dtype, N(hn));
+        }
+        snprintf(hn, sizeof hn, "group%d_ring%d", o, hop);
+        op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), part);
+        mi[0] = gs[0], mi[1] = gs[1], mi[2] = part[0], mi[3] = part[1];
+        snprintf(hn, sizeof hn, "group%d_merge%d", o, hop);
+        op2(b, DIT_OP_ATTN_MERGE, mi, 4, TAGGED(ma, slot, 0), dts, N(hn), gs);
+      }
+      if (o == first) {
+        ss[0] = gs[0], ss[1] = gs[1];
+        continue;
+      }
+      mi[0] = ss[0], mi[1] = ss[1], mi[2] = gs[0], mi[3] = gs[1];
+      snprintf(hn, sizeof hn, "group%d_join", o);
+      op2(b, DIT_OP_ATTN_MERGE, mi, 4, TAGGED(ma, slot, 0), dts, N(hn), ss);
     }
     dit_attrs_t ca = {0};
     dit_attrs_set_int(&ca, "slot", slot);
     dit_attrs_set_int(&ca, "copies", b->o.reuse_copies > 1 ? 2 : 1);
     dit_attrs_set_int(&ca, "reuse_slot", slot);
-    snprintf(hn, sizeof hn, "group%d_cache", o);
+    snprintf(hn, sizeof hn, "group%d_cache", first);
     dit_vid_t cached[2];
-    op2(b, DIT_OP_STATE_CACHE, gs, 2, &ca, dts, N(hn), cached);
+    op2(b, DIT_OP_STATE_CACHE, ss, 2, &ca, dts, N(hn), cached);
     mi[0] = state[0], mi[1] = state[1], mi[2] = cached[0], mi[3] = cached[1];
-    snprintf(hn, sizeof hn, "group%d_merge", o);
+    snprintf(hn, sizeof hn, "group%d_merge", first);
     op2(b, DIT_OP_ATTN_MERGE, mi, 4, &ma, dts, N(hn), state);
   }
 #undef TAGGED

@@ -356,7 +356,8 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
                                    .ulysses = req->ulysses,
                                    .sp = req->sp ? 1 : 0,
                                    .reuse_group = cp > 1 ? req->reuse_group : 0,
-                                   .reuse_copies = req->reuse_copies};
+                                   .reuse_copies = req->reuse_copies,
+                                   .reuse_merge = req->reuse_merge};
   dit_blocks_t *b = NULL;
   dit_status_t s = dit_blocks_create(g, m->weights, &bo, &b);
   if (s) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Attention-state reuse (--reuse ditango) on the CPU backend, ranks as threads, tiny Wan model:
+# Attention-state reuse (--reuse ditango) on the CPU backend, ranks as threads (and, cp 4, as
+# processes of a launch), tiny Wan model:
 #  - R = 1 (recompute everything): bit-identical to plain ring attention with groups of 1 (the
 #    same K/V reach each rank in the same order and merge in the same order), cp 2 and 4, with and
 #    without --cfg-parallel; groups of 2 merge the partitions in another order (a group's two states
@@ -77,6 +78,20 @@ dec = [g["decision"] for s in steps for l in s["layers"] for g in l["groups"]]
 assert dec.count("reuse") > 0 and dec.count("compute") > 0
 assert all(g["ase"] is not None for s in steps[2:] for l in s["layers"] for g in l["groups"])
 EOF
+# One process per rank (collectives over loopback TCP): every rank's statistics are gathered and
+# summed in rank order, as the one-process run sums its threads', so every process takes the
+# one-process run's decisions: R = 1 equals plain ring, R = 0.5 the one-process latents and report.
+launch() { # out name, generate flags...
+  local o=$1; shift
+  timeout 120 "$BIN/ditrun" launch -n 4 -- generate "$reuse" "${gen[@]}" "$@" --out "$T/$o.st" >/dev/null 2>"$T/$o.log" ||
+    { cat "$T/$o.log"; echo "launch -n 4 $*: failed"; exit 1; }
+}
+launch p1 --steps 4 --reuse-ratio 1
+cmp "$T/p1.st" "$T/gp.st" || { echo "4 processes, R = 1: differs from plain ring"; exit 1; }
+launch p2 --steps 20 --reuse-ratio 0.5 --reuse-eps-local 100 --reuse-report "$T/p2.json"
+cmp "$T/p2.st" "$T/h1.st" || { echo "4 processes, R = 0.5: the latents differ from the one-process run"; exit 1; }
+cmp "$T/p2.json" "$T/h1.json" || { echo "4 processes, R = 0.5: the report differs from the one-process run"; exit 1; }
+echo "== 4 processes: R = 1 bit-identical to ring, R = 0.5 latents and report identical to one process"
 run "$reuse" diag --steps 20 --reuse-ratio 0.5 --reuse-eps-local 100 --reuse-diagnostic --reuse-report "$T/diag.json"
 cmp "$T/h1.st" "$T/diag.st" || { echo "--reuse-diagnostic changed the result"; exit 1; }
 python3 - "$T/diag.json" "$T/h1.json" <<'EOF'
@@ -96,14 +111,48 @@ print(f"diagnostic: {n} reused states measured")
 assert n > 0
 EOF
 
+# A state-cache cap (--reuse-cache-mb) that one state per remote group passes but two adjacent
+# groups per state meet: cp 4, groups of 1 (3 remote groups per layer) becomes 2 cached states per
+# layer (distances 1+2 merged by LSE, 3 alone); the cache region shrinks to 2/3. R = 1 merges the
+# two groups' states before the running one (other roundings than ring's sequential merges): equal
+# to the same bundle without the planner byte for byte, to plain ring within fp32 rounding.
+full=$(python3 -c "import json; print(json.load(open('$T/b/$(basename "$reuse")/manifest.json'))['topology']['reuse']['cache_bytes'])")
+cap=$(python3 -c "print('%.9f' % (($full * 2 // 3 + 64) / 1048576))")
+k2=$(compile --cp 4 --cp-mode ring --reuse ditango --reuse-cache-mb "$cap")
+python3 - "$T/b/$(basename "$k2")" "$full" <<'EOF'
+import json, os, sys
+ru = json.load(open(os.path.join(sys.argv[1], "manifest.json")))["topology"]["reuse"]
+assert ru["merge"] == 2 and ru["layers"] == 3, ru
+assert ru["cache_bytes"] * 3 == int(sys.argv[2]) * 2, (ru, sys.argv[2])
+print(f"--reuse-cache-mb: merge {ru['merge']}, cache {ru['cache_bytes']} of {sys.argv[2]} bytes")
+EOF
+run "$k2" k2a --steps 4 --reuse-ratio 1
+run "$k2" k2b --steps 4
+cmp "$T/k2a.st" "$T/k2b.st" || { echo "--reuse-cache-mb, R = 1: differs from the same bundle without the planner"; exit 1; }
+"$BIN/st_compare" "$T/k2a.st" "$T/gp.st" latents 1e-5
+grep -q "computed 12 of 12 remote attention states" "$T/k2a.log" || { cat "$T/k2a.log"; echo "merged, R = 1: not every state computed"; exit 1; }
+run "$k2" k2h --steps 20 --reuse-ratio 0.5 --reuse-eps-local 100 --reuse-report "$T/k2h.json"
+cos=$("$BIN/st_compare" "$T/k2h.st" "$T/exact.st" latents 1 | sed 's/.*cosine=\([0-9.]*\).*/\1/')
+python3 - "$T/k2h.json" "$cos" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); cos = float(sys.argv[2])
+print(f"merged, R = 0.5: computed {r['computed']} of {r['decided']}, final-latent cosine {cos:.6f}")
+assert r["groups"] == 2 and all(len(l["groups"]) == 2 for s in r["steps"] for l in s["layers"])
+assert 0.3 <= r["computed"] / r["decided"] <= 0.7 and cos >= 0.995, (r["computed"], r["decided"], cos)
+EOF
+if compile --cp 4 --cp-mode ring --reuse ditango --reuse-cache-mb 0.001 2>"$T/err" >/dev/null; then echo "accepted a cap below one state per layer"; exit 1; fi
+grep -qE -- "--reuse-cache-mb 0.001: the state cache needs at least [0-9]+ bytes .*one merged state per layer, 3 layers x [0-9]+ bytes x 2 copies\), the cap is 1048 bytes; with one state per remote group \(3\) it would need $full bytes" "$T/err" ||
+  { cat "$T/err"; exit 1; }
+echo "refused: $(cat "$T/err")"
+
 # The memory plan: the caches at the bottom of the arena, copies x (o + lse) per slot, apart from
-# every other arena value; the manifest's peak counts the arena.
-python3 - "$T/b/$(basename "$reuse")" "$T/b/$(basename "$g2c")" <<'EOF'
+# every other arena value; the manifest's peak counts the arena and its reuse section the caches.
+python3 - "$T/b/$(basename "$reuse")" "$T/b/$(basename "$g2c")" "$T/b/$(basename "$k2")" <<'EOF'
 import json, os, sys
 for bdir in sys.argv[1:]:
     m = json.load(open(os.path.join(bdir, "manifest.json")))
     ru = m["topology"]["reuse"]
-    slots = ru["layers"] * (m["topology"]["cp"] // ru["group"] - 1)
+    slots = ru["layers"] * ((m["topology"]["cp"] // ru["group"] - 2) // ru["merge"] + 1)
     for rank in m["ranks"]:
         p = json.load(open(os.path.join(bdir, "blobs", rank["plan"])))
         vals = p["values"]
@@ -120,6 +169,7 @@ for bdir in sys.argv[1:]:
         others = [v for i, v in enumerate(vals) if v["storage"] == "arena" and i not in caches]
         assert all(v["offset"] >= low for v in others), "an arena value inside the cache region"
         assert p["arena_bytes"] >= low
+    assert ru["cache_bytes"] == low, (ru, low)
     assert m["memory"]["arena_bytes"] >= low and m["memory"]["peak_bytes"] >= m["memory"]["arena_bytes"] + m["memory"]["weight_bytes"]
     print(f"{os.path.basename(bdir)}: {slots} slots, {ru['copies']} copies, cache {low} of the arena's {p['arena_bytes']} bytes")
 EOF
@@ -133,6 +183,7 @@ for bad in "--cp 4 --cp-mode gather --reuse ditango:--reuse ditango: needs --cp 
            "--cp 4 --cp-mode ring --reuse ditango --reuse-group 3:--reuse-group 3: the ranks per reuse group: expected a divisor of --cp 4 that leaves >= 2 groups" \
            "--cp 4 --cp-mode ring --reuse ditango --reuse-group 4:expected a divisor of --cp 4 that leaves >= 2 groups" \
            "--cp 4 --cp-mode ring --reuse-group 2:--reuse-group needs --reuse ditango" \
+           "--cp 4 --cp-mode ring --reuse-cache-mb 1:--reuse-cache-mb needs --reuse ditango" \
            "--cp 4 --cp-mode ring --reuse other:--reuse other: expected ditango"; do
   args=${bad%%:*}; msg=${bad#*:}
   # shellcheck disable=SC2086

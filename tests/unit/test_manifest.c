@@ -467,9 +467,10 @@ static void test_schema(void) {
          "\"ggml\"");
 }
 
-/* topology.reuse (schema 1.3): written back as read, and refused where it cannot apply. */
+/* topology.reuse (schema 1.3): written back as read (merge and cache_bytes, absent in the first 1.3
+ * bundles, read as 1 and 0), and refused where it cannot apply. */
 static void test_reuse(void) {
-  const char *ok = "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 2}";
+  const char *ok = "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 2, \"merge\": 1, \"cache_bytes\": 27648}";
   char *t = edited("topology.reuse", ok, NULL);
   dit_manifest_t *m = NULL;
   CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
@@ -478,12 +479,27 @@ static void test_reuse(void) {
     CHECK_EQ_INT(m->topology.reuse_group, 1);
     CHECK_EQ_INT(m->topology.reuse_layers, 3);
     CHECK_EQ_INT(m->topology.reuse_copies, 2);
+    CHECK_EQ_INT(m->topology.reuse_merge, 1);
+    CHECK(m->topology.reuse_cache_bytes == 27648);
     char *back = NULL;
     CHECK_OK(dit_manifest_to_json(m, &back));
-    CHECK(back && strstr(back, "\"reuse\": {\n      \"mode\": \"ditango\",\n      \"group\": 1,\n      \"layers\": 3,\n      \"copies\": 2\n    }"));
+    CHECK(back && strstr(back, "\"reuse\": {\n      \"mode\": \"ditango\",\n      \"group\": 1,\n      \"layers\": 3,\n      \"copies\": 2,\n"
+                               "      \"merge\": 1,\n      \"cache_bytes\": 27648\n    }"));
     free(back);
     dit_manifest_free(m);
   }
+  t = edited("topology.reuse", "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 2}", NULL);
+  m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK_EQ_INT(m->topology.reuse_merge, 1);
+    CHECK(m->topology.reuse_cache_bytes == 0);
+    dit_manifest_free(m);
+  }
+  /* cp 2, groups of 1: one remote group, nothing to merge. */
+  EXPECT(OUT_OF_RANGE, "topology.reuse.merge", "topology.reuse",
+         "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 1, \"merge\": 2}");
   EXPECT(INVALID_ARGUMENT, "field 'topology.reuse': needs schema minor >= 3, found 1.2", "schema.minor", "2", "topology.reuse", ok);
   EXPECT(INVALID_ARGUMENT, "reuse needs cp_mode \"ring\", found \"gather\"", "topology.cp_mode", "\"gather\"", "topology.reuse", ok);
   EXPECT(INVALID_ARGUMENT, "field 'topology.reuse.group': expected a divisor of cp 2 leaving >= 2 groups, found 2", "topology.reuse",
