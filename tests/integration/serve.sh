@@ -6,13 +6,7 @@
 # worker, runtime/serve/worker.c).
 set -euo pipefail
 BIN=$(cd "$1/bin" && pwd)
-T=$(mktemp -d)
-PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-if "$BIN/ditrun" serve x 2>&1 | grep -q "built without the HTTP library"; then
-  echo "serve: this build has no libmicrohttpd (scripts/setup.sh installs it)"; exit 1
-fi
+. tests/tools/serve_lib.sh
 d=tests/data/wan_tiny_b
 gi=$d/generate_inputs.safetensors
 line=$("$BIN/ditc" compile $d/model --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --store "$T/store" -q | tail -n 1)
@@ -27,8 +21,7 @@ echo "s3cret-$RANDOM" > "$T/token"
 DITRUN_SERVE_TEST_STEP_MS=10 DITRUN_SERVE_TEST_HANG_SEED=999 DITRUN_SERVE_TEST_SLOW_SEED=998 "$BIN/ditrun" serve "$id" --store "$T/store" --listen 127.0.0.1:0 \
   --token-file "$T/token" --max-queued 16 --max-body-mb 1 --grace-s 1 2> "$T/serve.log" &
 PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$T/serve.log" && break; sleep 0.1; done
-port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$T/serve.log" | grep -o "[0-9]*$") || { cat "$T/serve.log"; exit 1; }
+port=$(server_port "$T/serve.log")
 python3 tests/tools/serve_client.py --port "$port" --token-file "$T/token" --inputs $gi --refs "${refs[@]}" \
   --count "${SERVE_REQUESTS:-200}" --max-queued 16 --max-body $((1 << 20)) --hang-seed 999 --slow-seed 998 || { tail -n 30 "$T/serve.log"; exit 1; }
 kill "$PID"; wait "$PID" || true; PID=
@@ -36,8 +29,7 @@ grep -q "signal 15: stopping" "$T/serve.log" || { echo "serve did not stop on SI
 # Retention: a server keeping one result drops the older of two.
 "$BIN/ditrun" serve "$id" --store "$T/store" --listen 127.0.0.1:0 --token-file "$T/token" --keep-results 1 2> "$T/serve2.log" &
 PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$T/serve2.log" && break; sleep 0.1; done
-port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$T/serve2.log" | grep -o "[0-9]*$") || { cat "$T/serve2.log"; exit 1; }
+port=$(server_port "$T/serve2.log")
 python3 tests/tools/serve_client.py --port "$port" --token-file "$T/token" --inputs $gi --refs "${refs[@]}" --max-queued 16 \
   --max-body $((1 << 20)) --hang-seed 999 --slow-seed 998 --retention || { tail -n 30 "$T/serve2.log"; exit 1; }
 kill "$PID"; wait "$PID" || true; PID=

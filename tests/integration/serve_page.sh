@@ -8,10 +8,7 @@ set -euo pipefail
 BIN=$(cd "$1/bin" && pwd)
 CHROME=$(command -v chromium-headless-shell || command -v chromium || true)
 [ -n "$CHROME" ] || { echo "SKIP: no chromium-headless-shell or chromium (scripts/setup.sh installs chromium-headless-shell)"; exit 77; }
-T=$(mktemp -d)
-PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
+. tests/tools/serve_lib.sh
 d=tests/data/wan_tiny_b
 id=$("$BIN/ditc" compile $d/model --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --store "$T/store" -q | tail -n 1 | cut -d' ' -f2)
 tok="page-$RANDOM$RANDOM"
@@ -19,8 +16,7 @@ echo "$tok" > "$T/token"
 # 200 ms a step (the test hook of runtime/serve/worker.c): the 40-step job runs while the page loads.
 DITRUN_SERVE_TEST_STEP_MS=200 "$BIN/ditrun" serve "$id" --store "$T/store" --listen 127.0.0.1:0 --token-file "$T/token" 2> "$T/serve.log" &
 PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$T/serve.log" && break; sleep 0.1; done
-port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$T/serve.log" | grep -o "[0-9]*$") || { cat "$T/serve.log"; exit 1; }
+port=$(server_port "$T/serve.log")
 api() { # method path [body]
   python3 - "$port" "$tok" "$@" <<'PY'
 import http.client, sys

@@ -6,13 +6,7 @@
 # job's "timing": queued, loop start, first step, end, the worker's loop) must parse and print.
 set -euo pipefail
 BIN=$(cd "$1/bin" && pwd)
-T=$(mktemp -d)
-PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-if "$BIN/ditrun" serve x 2>&1 | grep -q "built without the HTTP library"; then
-  echo "serve_ranks: this build has no libmicrohttpd (scripts/setup.sh installs it)"; exit 1
-fi
+. tests/tools/serve_lib.sh
 d=tests/data/wan_tiny_b
 c=(compile $d/model --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --store "$T/store" -q)
 cfg=$("$BIN/ditc" "${c[@]}" --cfg-parallel | tail -n 1)
@@ -21,8 +15,7 @@ echo "tok-$RANDOM" > "$T/token"
 "$BIN/ditrun" serve "$(echo "$cfg" | cut -d' ' -f2)" "$(echo "$cp2" | cut -d' ' -f2)" --store "$T/store" --listen 127.0.0.1:0 \
   --token-file "$T/token" --threads 2 --devices 1 2> "$T/serve.log" &
 PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$T/serve.log" && break; sleep 0.1; done
-port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$T/serve.log" | grep -o "[0-9]*$") || { cat "$T/serve.log"; exit 1; }
+port=$(server_port "$T/serve.log")
 [ "$(grep -c "(2 ranks, collectives: in-process)" "$T/serve.log")" = 2 ] || { echo "the worker did not load both bundles with 2 ranks"; cat "$T/serve.log"; exit 1; }
 for line in "$cfg" "$cp2"; do
   id=$(echo "$line" | cut -d' ' -f2); dir=$(echo "$line" | cut -d' ' -f3)
