@@ -571,10 +571,44 @@ def render_step_cache(res):
     return "\n".join(L)
 
 
+# The lossy-mode runs (bench/lossy.py), one a resolution, the peers in the same call.
+LOSSY_RUNS = ["lossy_480p.json", "lossy_720p.json"]
+
+
+def render_lossy(res):
+    """Each lossy mode's forward speedup over the exact bf16 bundle, its attention speedup, and the
+    forward's and the 50-step generate's distance from the exact run, beside the peers; rows that
+    did not run say why."""
+    L = []
+    f = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+    for rel in LOSSY_RUNS:
+        if not os.path.exists(os.path.join(res.dir, rel)):
+            continue
+        d = measured(res, rel)
+        part = need(d, "part", rel)
+        extra = f"; STA window {d['sta']} ({d.get('sta_source', '')})" if d.get("sta") else ""
+        L += [wrap(f"{need(part, 'title', rel)} on {d.get('device', 'the GPU')} ({src(rel, d)}{extra}):"), "",
+              "| contender | mode | version | forward ms | speedup | attention speedup | forward cosine | final cosine | "
+              "final PSNR dB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        notes = []
+        for r in need(part, "rows", rel):
+            why = r.get("failed") or r.get("skipped")
+            if why:
+                notes.append(f"- {r['contender']} {r['mode']}: {why.splitlines()[-1][:160]}")
+                continue
+            q, g = need(r, "forward", rel), (r.get("generate") or {}).get("quality") or {}
+            psnr = None if g.get("psnr_db") is None else ("exact" if g["psnr_db"] == float("inf") else f"{g['psnr_db']:.1f}")
+            L.append(f"| {r['contender']} | {r['mode']} | {r.get('version') or '-'} | {need(r, 'forward_ms', rel):.1f} | "
+                     f"{f(r.get('speedup'), '{:.2f}x')} | {f(r.get('attention_speedup'), '{:.2f}x')} | {q['cosine']:.6f} | "
+                     f"{f(g.get('cosine'), '{:.6f}')} | {psnr or '-'} |")
+        L += [""] + ([wrap(n) for n in notes] + [""] if notes else []) + [wrap(need(d, "note", rel)), ""]
+    return "\n".join(L)
+
+
 RENDERERS = {"offload": render_offload, "status": render_status}
 # Passages rendered and checked when README.md has them, not yet required of it.
 OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate, "mmdit": render_mmdit,
-            "step_cache": render_step_cache}
+            "step_cache": render_step_cache, "lossy": render_lossy}
 
 # A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"

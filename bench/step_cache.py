@@ -98,15 +98,20 @@ def parse_log(text):
 
 
 def read_f32(path, name="latents"):
-    """A tensor of an F32 safetensors file as a flat array('f')."""
+    """A tensor of an F32 or BF16 safetensors file as a flat array('f') (BF16 widened exactly)."""
     with open(path, "rb") as fh:
         n = struct.unpack("<Q", fh.read(8))[0]
         e = json.loads(fh.read(n))[name]
-        if e["dtype"] != "F32":
-            raise ValueError(f"{path}: {name} is {e['dtype']}, expected F32")
+        if e["dtype"] not in ("F32", "BF16"):
+            raise ValueError(f"{path}: {name} is {e['dtype']}, expected F32 or BF16")
         fh.seek(8 + n + e["data_offsets"][0])
+        raw = fh.read(e["data_offsets"][1] - e["data_offsets"][0])
+        if e["dtype"] == "BF16":  # little-endian bf16 is the high half of an f32: two zero bytes below it
+            wide = bytearray(2 * len(raw))
+            wide[2::4], wide[3::4] = raw[0::2], raw[1::2]
+            raw = bytes(wide)
         a = array.array("f")
-        a.frombytes(fh.read(e["data_offsets"][1] - e["data_offsets"][0]))
+        a.frombytes(raw)
     if sys.byteorder != "little":
         a.byteswap()
     return a

@@ -17,6 +17,10 @@
 #      step_cache.md, step_cache_*.png; STEP_CACHE_FLUX_LAYERS D,S for fewer FLUX blocks; STEP_CACHE_POLICIES,
 #      STEP_CACHE_BUDGET and STEP_CACHE_PEERS pass --policies, --budget and --peers; with NO_FORWARD=1 the
 #      Wan bundle is compiled without 3's benchmark),
+#   4c. with LOSSY=480p|720p (comma-separated; 1: both), the lossy modes of Wan2.1-1.3B at 81 frames (bench/lossy.py:
+#      exact, fp8, sta, radial, fp8+sta; forward and 50-step generate against exact; torch.compile, sageattention 1.0.6
+#      and torchao FP8 on diffusers as peers; lossy_<res>.json/.md/.png; LOSSY_BUDGET seconds a call, default 540;
+#      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
 #      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
 #      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
@@ -396,6 +400,15 @@ if [ -n "${STEP_CACHE:-}" ] && [ -n "$part" ]; then
     ${STEP_CACHE_BUDGET:+--budget "$STEP_CACHE_BUDGET"} ${STEP_CACHE_PEERS:+--peers "$STEP_CACHE_PEERS"} 2>&1 | grep -v Warning | tee "$OUT/bench_step_cache.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
+fi
+if [ -n "${LOSSY:-}" ] && [ -z "${NO_13B:-}" ]; then
+  step "4c. lossy modes: exact, fp8, sta, radial, fp8+sta against exact bf16; torch.compile, sageattention, torchao FP8 as peers"
+  # One call a resolution, each under its budget (the rest skipped with a row saying so).
+  for res in $([ "$LOSSY" = 1 ] && echo 480p 720p || echo "$LOSSY" | tr , ' '); do
+    timeout "${LOSSY_TIMEOUT:-600}" python3 bench/lossy.py --res "$res" --model "$W/wan13/model" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
+      --work "$W/lossy_$res" --out "$OUT" --budget "${LOSSY_BUDGET:-540}" ${LOSSY_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_lossy_$res.txt"
+    check test "${PIPESTATUS[0]}" = 0
+  done
 fi
 # The offload experiments, each bounded so that a slow one leaves the others their time;
 # every sweep rewrites its JSON after each point, so one cut short keeps what it measured.
