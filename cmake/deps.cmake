@@ -20,6 +20,19 @@ get_target_property(DIT_CJSON_INCLUDE dit::cjson INTERFACE_INCLUDE_DIRECTORIES)
 # The store's remote backend (HTTP client) and manifest signatures / SHA-256 (libcrypto).
 dit_require_lib(curl curl/curl.h curl libcurl4-openssl-dev)
 dit_require_lib(crypto openssl/evp.h crypto libssl-dev)
+# Tokenizers: SentencePiece models through libsentencepiece (its C++ API, found by pkg-config),
+# Unicode normalization, categories and case for CLIP's BPE through utf8proc.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SENTENCEPIECE IMPORTED_TARGET sentencepiece)
+if(NOT SENTENCEPIECE_FOUND)
+  message(FATAL_ERROR "missing dependency: sentencepiece (pkg-config) not found; install the Debian package 'libsentencepiece-dev' (scripts/setup.sh installs every dependency)")
+endif()
+# The processor alone: pkg-config also lists the trainer library, which tokenizing never needs.
+find_library(SENTENCEPIECE_LIB sentencepiece HINTS ${SENTENCEPIECE_LIBRARY_DIRS} NO_CACHE)
+add_library(dit::sentencepiece UNKNOWN IMPORTED GLOBAL)
+set_target_properties(dit::sentencepiece PROPERTIES IMPORTED_LOCATION ${SENTENCEPIECE_LIB}
+                      INTERFACE_INCLUDE_DIRECTORIES "${SENTENCEPIECE_INCLUDE_DIRS}")
+dit_require_lib(utf8proc utf8proc.h utf8proc libutf8proc-dev)
 
 if(DIT_MLIR)
   set(DIT_LLVM_ROOT /usr/lib/llvm-19 CACHE PATH "LLVM/MLIR 19 installation")

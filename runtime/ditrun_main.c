@@ -22,6 +22,7 @@
 #include "runtime/launch/launch_env.h"
 #include "runtime/rng.h"
 #include "runtime/serve/serve.h"
+#include "text/tokenizer.h"
 
 static const char kUsage[] =
     "usage: ditrun <command> BUNDLE [options]\n"
@@ -30,6 +31,10 @@ static const char kUsage[] =
     "  verify BUNDLE      check integrity: manifest schema, recomputed identity, every blob's\n"
     "                     presence, size and hash, plans against the manifest\n"
     "  info BUNDLE        summarize the manifest\n"
+    "  tokenize DIR --text TEXT [--max-length N]\n"
+    "                     the input_ids and attention_mask (JSON) of a pipeline's tokenizer folder\n"
+    "                     (spiece.model, or CLIP's vocab.json + merges.txt): special tokens added,\n"
+    "                     truncated and padded to N (default: the folder's model_max_length)\n"
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
@@ -1364,6 +1369,54 @@ int main(int argc, char **argv) {
   return rc;
 }
 
+/* `ditrun tokenize DIR --text T [--max-length N]`: the ids and mask a pipeline's tokenizer gives,
+ * as one JSON object. */
+static int cmd_tokenize(int argc, char **argv) {
+  const char *dir = NULL, *text = NULL;
+  int max_length = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(f, "--text") || !strcmp(f, "--max-length")) {
+      if (!v) return usage_error("%s needs a value", f);
+      i++;
+      if (f[2] == 't') {
+        text = v;
+      } else {
+        char *end;
+        const long n = strtol(v, &end, 10);
+        if (*end || end == v || n < 1 || n > DIT_TOKENIZER_MAX_LENGTH)
+          return usage_error("--max-length: expected an integer in 1..65536, found '%s'", v);
+        max_length = (int)n;
+      }
+    } else if (f[0] == '-') {
+      return usage_error("unknown option %s", f);
+    } else if (dir) {
+      return usage_error("unexpected argument %s", f);
+    } else {
+      dir = f;
+    }
+  }
+  if (!dir) return usage_error("%s", "tokenize needs a tokenizer folder DIR");
+  if (!text) return usage_error("%s", "tokenize needs --text TEXT");
+  dit_tokenizer_t *t = NULL;
+  dit_status_t s = dit_tokenizer_open(dir, &t);
+  if (s) return dit_status_report(s, "ditrun");
+  if (!max_length) max_length = dit_tokenizer_max_length(t);
+  int32_t *ids = malloc(2 * (size_t)max_length * sizeof *ids);
+  if (!ids) s = DIT_ERR(RESOURCE_EXHAUSTED, "tokenize: out of memory for %d ids", max_length);
+  if (!s) s = dit_tokenizer_encode(t, text, strlen(text), max_length, ids, ids + max_length);
+  if (!s) {
+    for (int part = 0; part < 2; part++) {
+      fputs(part ? "],\"attention_mask\":[" : "{\"input_ids\":[", stdout);
+      for (int i = 0; i < max_length; i++) printf("%s%d", i ? "," : "", (int)ids[part * max_length + i]);
+    }
+    puts("]}");
+  }
+  free(ids);
+  dit_tokenizer_free(t);
+  return s ? dit_status_report(s, "ditrun") : 0;
+}
+
 static int run_command(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -1380,6 +1433,7 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 2, argv + 2);
   if (!strcmp(cmd, "calibrate-cache")) return cmd_calibrate_cache(argc - 2, argv + 2);
+  if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
   if (!strcmp(cmd, "serve")) return dit_serve_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "serve-worker")) return dit_serve_worker_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);

@@ -5,10 +5,12 @@
 # python-modules: numpy
 # chromium-headless-shell: the serve status page's test renders it (--dump-dom); Debian's smaller
 # headless-only build of chromium (64 MB download against 81 MB, no X11 browser).
+# libsentencepiece-dev, libutf8proc-dev: the tokenizers (text/): SentencePiece models and the Unicode
+# data of CLIP's BPE.
 set -euo pipefail
 pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
-      libcurl4-openssl-dev libssl-dev libmicrohttpd-dev nginx python3-numpy python3-venv python3-pip
-      chromium-headless-shell)
+      libcurl4-openssl-dev libssl-dev libsentencepiece-dev libutf8proc-dev pkg-config libmicrohttpd-dev nginx
+      python3-numpy python3-venv python3-pip chromium-headless-shell)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
