@@ -138,12 +138,17 @@ dit_status_t dit_runtime_offload_breakdown(dit_runtime_t *rt, double *stall_ms, 
 /* 1 and *out filled when the bundle streams its weights (rank 0's engine); 0 otherwise. */
 int dit_runtime_offload_stats(const dit_runtime_t *rt, dit_offload_stats_t *out);
 dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i);
-/* Steps [from, to) in order, synchronized once at the end (the step cache's segments of a forward). */
+/* OK when the runtime takes step-level access: one rank, or a bundle with cfg lanes of one rank each
+ * in this process whose plan has no collectives (steps then run on both lanes, the probe reads lane
+ * 0, residual slot s is lane s); else why not. */
+dit_status_t dit_runtime_stepwise(const dit_runtime_t *rt);
+/* Steps [from, to) in order on every rank (cfg lanes: each in its thread), synchronized once at the
+ * end (the step cache's segments of a forward). */
 dit_status_t dit_runtime_steps(dit_runtime_t *rt, size_t from, size_t to);
 dit_status_t dit_runtime_read_value(dit_runtime_t *rt, size_t v, void *host);
 dit_status_t dit_runtime_write_value(dit_runtime_t *rt, size_t v, const void *host);
 
-/* The step cache's probe, on rank 0 of a single-rank run, with the backend's fused kernel: over
+/* The step cache's probe, on rank 0 of a single-rank run or cfg lane 0 (dit_runtime_stepwise), with the backend's fused kernel: over
  * value v (f32, bf16 or f16) with r = v, or v - base (base: a value of the same dtype and size,
  * live now; DIT_PROBE_HELD: the copy dit_runtime_probe_hold made; SIZE_MAX: none), rounded to v's
  * dtype, *change = sum|r - prev| / sum|prev| (0 / 0 is 0) where prev is the r kept by an earlier
@@ -158,7 +163,8 @@ dit_status_t dit_runtime_probe_hold(dit_runtime_t *rt, size_t v);
 /* Forgets the previous signal (and the residuals below). */
 void dit_runtime_probe_reset(dit_runtime_t *rt);
 /* The step cache's block-stack residual, reused at the hidden level as TeaCache and first-block
- * cache do, on rank 0 of a single-rank run; slot 0 or 1 (a guided step's two branches). START
+ * cache do, on rank 0 of a single-rank run, slot 0 or 1 (a guided step's two branches), or on cfg
+ * lane `slot` of a bundle with cfg lanes (dit_runtime_stepwise). START
  * copies value v (the hidden state the reuse starts from) now; KEEP, later in a full forward,
  * keeps R = v - that copy (v: the hidden state the output head takes); APPLY, in a skipped one,
  * writes v = the copy START made + the kept R, in v's dtype, so the head's steps can run on it. */

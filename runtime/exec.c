@@ -44,6 +44,15 @@ static void rank_destroy(rank_rt_t *rt) {
   dit_plan_free(rt->plan);
 }
 
+/* A residual slot's buffers, on the backend that made them. */
+static void resid_release(dit_runtime_t *rt, int slot) {
+  rank_rt_t *r = rt->resid_rank[slot];
+  if (r && rt->resid_start[slot]) r->be->release(r->be_state, rt->resid_start[slot]);
+  if (r && rt->resid_neg[slot]) r->be->release(r->be_state, rt->resid_neg[slot]);
+  rt->resid_start[slot] = rt->resid_neg[slot] = NULL, rt->resid_valid[slot] = 0;
+  rt->resid_rank[slot] = NULL, rt->resid_bytes[slot] = 0;
+}
+
 /* The probe's buffers, on the backend that made them. */
 static void probe_release(dit_runtime_t *rt) {
   rank_rt_t *r = rt->probe_rank;
@@ -51,12 +60,7 @@ static void probe_release(dit_runtime_t *rt) {
   if (r && rt->probe_held) r->be->release(r->be_state, rt->probe_held);
   rt->probe_rank = NULL, rt->probe_prev = rt->probe_held = NULL, rt->probe_bytes = 0, rt->probe_valid = 0;
   rt->probe_held_value = 0;
-  for (int i = 0; i < 2; i++) {
-    if (rt->resid_rank && rt->resid_start[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_start[i]);
-    if (rt->resid_rank && rt->resid_neg[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_neg[i]);
-    rt->resid_start[i] = rt->resid_neg[i] = NULL, rt->resid_valid[i] = 0;
-  }
-  rt->resid_rank = NULL, rt->resid_bytes = 0;
+  for (int i = 0; i < 2; i++) resid_release(rt, i);
 }
 
 void dit_runtime_destroy(dit_runtime_t *rt) {
@@ -1072,21 +1076,58 @@ dit_status_t dit_runtime_measure_h2d(dit_runtime_t *rt, uint64_t chunk_bytes, in
   return s;
 }
 
-/* Step-level access works on single-rank runs (cross-backend parity of one plan). */
+/* Step-level access works on single-rank runs (cross-backend parity of one plan) and on cfg lanes
+ * of one rank each in this process (the step cache's segments of a forward): rank 0 is lane 0. */
 const dit_plan_t *dit_runtime_plan(const dit_runtime_t *rt) { return rt->ranks[0].plan; }
 
-dit_status_t dit_runtime_steps(dit_runtime_t *rt, size_t from, size_t to) {
-  if (rt->n_ranks != 1) return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take single-rank bundles (this one has %d ranks)", rt->n_ranks);
-  rank_rt_t *r0 = &rt->ranks[0];
-  if (from > to || to > r0->plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "steps [%zu, %zu) of %zu", from, to, r0->plan->n_steps);
+dit_status_t dit_runtime_stepwise(const dit_runtime_t *rt) {
+  const int world = rt->m->topology.world, cfg = rt->m->topology.cfg, cp = rt->m->topology.cp, tp = rt->m->topology.tp;
+  if (rt->n_ranks == 1 && world == 1) return DIT_OK;
+  if (cfg != 2 || cp * tp != 1)
+    return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take one rank, or one rank per cfg lane; this bundle has %d ranks (cfg %d, cp %d, tp %d)",
+                   world, cfg, cp, tp);
+  if (rt->process)
+    return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take both cfg lanes in one process; this one runs lane %d alone (one process per lane)",
+                   rt->ranks[0].rank);
+  for (int e = 0; e < rt->n_experts; e++) {
+    const dit_plan_t *p = rt->expert_ranks[e][0].plan;
+    for (size_t i = 0; i < p->n_steps; i++)
+      if (dit_op_is_collective(p->steps[i].kind))
+        return DIT_ERR(UNIMPLEMENTED, "step-by-step runs take cfg lanes without collectives between them; step %zu of the plan is a %s",
+                       i, dit_op_info(p->steps[i].kind)->name);
+  }
+  return DIT_OK;
+}
+
+/* Steps [from, to) of one rank, synchronized once at the end. */
+static dit_status_t rank_steps(rank_rt_t *r, size_t from, size_t to) {
   for (size_t i = from; i < to; i++) {
     /* With offload, the weight schedule runs too (steps are then taken in plan order). */
-    dit_status_t s = r0->offload ? dit_offload_before_step(r0->offload, i) : DIT_OK;
-    if (!s) s = rank_step(r0, NULL, i);
-    if (!s && r0->offload) s = dit_offload_after_step(r0->offload, i, -1);
-    DIT_RETURN_IF_ERROR(s, "step %zu (%s)", i, dit_op_info(r0->plan->steps[i].kind)->name);
+    dit_status_t s = r->offload ? dit_offload_before_step(r->offload, i) : DIT_OK;
+    if (!s) s = rank_step(r, NULL, i);
+    if (!s && r->offload) s = dit_offload_after_step(r->offload, i, -1);
+    DIT_RETURN_IF_ERROR(s, "step %zu (%s)", i, dit_op_info(r->plan->steps[i].kind)->name);
   }
-  return r0->be->synchronize(r0->be_state);
+  return r->be->synchronize(r->be_state);
+}
+
+typedef struct steps_range {
+  size_t from, to;
+} steps_range_t;
+
+static dit_status_t rank_steps_job(dit_runtime_t *rt, rank_rt_t *k, void *arg) {
+  (void)rt;
+  const steps_range_t *r = arg;
+  return rank_steps(k, r->from, r->to);
+}
+
+/* On cfg lanes every lane runs the steps, in its thread as a forward does. */
+dit_status_t dit_runtime_steps(dit_runtime_t *rt, size_t from, size_t to) {
+  DIT_RETURN_IF(dit_runtime_stepwise(rt));
+  rank_rt_t *r0 = &rt->ranks[0];
+  if (from > to || to > r0->plan->n_steps) return DIT_ERR(OUT_OF_RANGE, "steps [%zu, %zu) of %zu", from, to, r0->plan->n_steps);
+  steps_range_t range = {from, to};
+  return dit_exec_run_ranks(rt, rank_steps_job, &range);
 }
 
 dit_status_t dit_runtime_step(dit_runtime_t *rt, size_t i) {
@@ -1135,7 +1176,7 @@ static dit_status_t probe_buffers(dit_runtime_t *rt, const dit_plan_value_t *v) 
 }
 
 static dit_status_t probe_value(const dit_runtime_t *rt, size_t v, const dit_plan_value_t **out) {
-  if (rt->n_ranks != 1) return DIT_ERR(UNIMPLEMENTED, "the step cache's probe takes single-rank runs (this one has %d ranks)", rt->n_ranks);
+  DIT_RETURN_IF(dit_runtime_stepwise(rt));
   const dit_plan_t *p = rt->ranks[0].plan;
   if (v >= p->n_values) return DIT_ERR(OUT_OF_RANGE, "probe: value %zu of %zu", v, p->n_values);
   *out = &p->values[v];
@@ -1181,24 +1222,23 @@ dit_status_t dit_runtime_probe_change(dit_runtime_t *rt, size_t v, size_t base, 
   return DIT_OK;
 }
 
-/* The residual's buffers for values like v on the active expert's rank 0: kept while the expert,
- * dtype and size stay, else made anew (no residual kept). */
+/* A residual slot's rank: the slot's cfg lane on a bundle with cfg lanes, else rank 0. */
+static rank_rt_t *resid_owner(dit_runtime_t *rt, int slot) { return rt->n_ranks == 2 ? &rt->ranks[slot] : &rt->ranks[0]; }
+
+/* A slot's residual buffers for values like v on its rank of the active expert: kept while the
+ * expert, dtype and size stay, else made anew (no residual kept). */
 static dit_status_t resid_buffers(dit_runtime_t *rt, int slot, const dit_plan_value_t *v) {
-  rank_rt_t *r0 = &rt->ranks[0];
-  if (rt->resid_rank != r0 || rt->resid_bytes != v->nbytes || rt->resid_dtype != v->dtype) {
-    for (int i = 0; i < 2; i++) {
-      if (rt->resid_rank && rt->resid_start[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_start[i]);
-      if (rt->resid_rank && rt->resid_neg[i]) rt->resid_rank->be->release(rt->resid_rank->be_state, rt->resid_neg[i]);
-      rt->resid_start[i] = rt->resid_neg[i] = NULL, rt->resid_valid[i] = 0;
-    }
-    if (!r0->be->probe_change) return DIT_ERR(UNIMPLEMENTED, "the %s backend has no probe kernel", r0->be->name);
+  rank_rt_t *r = resid_owner(rt, slot);
+  if (rt->resid_rank[slot] != r || rt->resid_bytes[slot] != v->nbytes || rt->resid_dtype[slot] != v->dtype) {
+    resid_release(rt, slot);
+    if (!r->be->probe_change) return DIT_ERR(UNIMPLEMENTED, "the %s backend has no probe kernel", r->be->name);
     if (v->dtype != DIT_F32 && v->dtype != DIT_BF16 && v->dtype != DIT_F16)
       return DIT_ERR(INVALID_ARGUMENT, "residual: value '%s' has dtype %s: expected f32, bf16 or f16", v->name, dit_dtype_name(v->dtype));
-    rt->resid_rank = r0, rt->resid_bytes = v->nbytes, rt->resid_dtype = v->dtype;
+    rt->resid_rank[slot] = r, rt->resid_bytes[slot] = v->nbytes, rt->resid_dtype[slot] = v->dtype;
   }
   if (!rt->resid_start[slot])
-    DIT_RETURN_IF(r0->be->alloc(r0->be_state, v->nbytes, "the step cache's residual start", &rt->resid_start[slot]));
-  if (!rt->resid_neg[slot]) DIT_RETURN_IF(r0->be->alloc(r0->be_state, v->nbytes, "the step cache's residual", &rt->resid_neg[slot]));
+    DIT_RETURN_IF(r->be->alloc(r->be_state, v->nbytes, "the step cache's residual start", &rt->resid_start[slot]));
+  if (!rt->resid_neg[slot]) DIT_RETURN_IF(r->be->alloc(r->be_state, v->nbytes, "the step cache's residual", &rt->resid_neg[slot]));
   return DIT_OK;
 }
 
@@ -1210,7 +1250,7 @@ dit_status_t dit_runtime_residual(dit_runtime_t *rt, dit_residual_op_t op, int s
   if (slot < 0 || slot > 1) return DIT_ERR(OUT_OF_RANGE, "residual: slot %d: expected 0 or 1", slot);
   DIT_RETURN_IF(probe_value(rt, v, &pv));
   DIT_RETURN_IF(resid_buffers(rt, slot, pv));
-  rank_rt_t *r0 = &rt->ranks[0];
+  rank_rt_t *r0 = resid_owner(rt, slot);
   const size_t n = pv->nbytes / dit_dtype_size(pv->dtype);
   double sums[2];
   switch (op) {

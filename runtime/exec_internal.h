@@ -105,11 +105,12 @@ struct dit_runtime {
   int probe_valid;           /* probe_prev holds a signal */
   size_t probe_held_value;   /* 1 + the value probe_held copies (0: none) */
   /* The step cache's block-stack residual (dit_runtime_residual), per slot: the start value's
-   * copy and minus the residual, on the rank they were made on. */
-  rank_rt_t *resid_rank;
+   * copy and minus the residual, on the rank they were made on (slot = cfg lane on a bundle with
+   * cfg lanes, else rank 0). */
+  rank_rt_t *resid_rank[2];
   void *resid_start[2], *resid_neg[2];
-  uint64_t resid_bytes;
-  dit_dtype_t resid_dtype;
+  uint64_t resid_bytes[2];
+  dit_dtype_t resid_dtype[2];
   int resid_valid[2];        /* resid_neg holds a residual */
   struct dit_reuse *reuse;   /* attention-state reuse, once dit_runtime_reuse_begin set it up */
 };

@@ -42,7 +42,8 @@ typedef struct step_decision {
   const float *latents;
   float *pred;
   int full;   /* the decision, once taken */
-  int slot;   /* the branch this forward runs: 0 conditional (probes and decides), 1 unconditional */
+  int slot;   /* the branch this forward runs: 0 conditional (probes and decides), 1 unconditional;
+               * on cfg lanes one forward runs both, lane = slot */
   int hidden; /* a skipped step reuses the block stack's residual (probe_site_t), set with the decision */
 } step_decision_t;
 
@@ -192,13 +193,16 @@ static dit_status_t find_site(const dit_runtime_t *rt, const dit_generate_option
  * decides. A full step runs the rest (keeping the block stack's residual where the site has one);
  * a skipped one runs the output head on the reused residual (d->hidden), or nothing more (d->pred
  * then holds the controller's output-level reuse). teacache keeps every step's probe as the next
- * one's reference; fbcache only a full step's. The unconditional branch follows the decision. */
+ * one's reference; fbcache only a full step's. The unconditional branch follows the decision. On
+ * cfg lanes each segment runs on both lanes (the plan is the same on each), lane 0 probes and each
+ * lane keeps its own residual. */
 static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
   if (!d) return dit_runtime_forward(rt);
   const struct dit_plan *p = dit_runtime_plan(rt);
   probe_site_t site = {0, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
   DIT_RETURN_IF(find_site(rt, d->o, &site));
   const int fb = site.hold != SIZE_MAX, probe = d->slot == 0;
+  const int lo = dit_runtime_cfg_lanes(rt) == 2 ? 0 : d->slot, hi = dit_runtime_cfg_lanes(rt) == 2 ? 2 : d->slot + 1;
   if (probe && site.hold <= site.stop) {
     DIT_RETURN_IF(dit_runtime_steps(rt, 0, site.hold));
     DIT_RETURN_IF(dit_runtime_probe_hold(rt, site.base));
@@ -217,26 +221,22 @@ static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
     if (fb && d->full) DIT_RETURN_IF(dit_runtime_probe_change(rt, site.value, DIT_PROBE_HELD, 1, &change));
   }
   if (!d->hidden) return d->full ? dit_runtime_steps(rt, site.stop + 1, p->n_steps) : DIT_OK;
-  DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_START, d->slot, site.start));
-  if (d->full) {
-    DIT_RETURN_IF(dit_runtime_steps(rt, site.stop + 1, site.end_step + 1));
-    DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_KEEP, d->slot, site.end));
-  } else {
-    DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_APPLY, d->slot, site.end));
-  }
+  for (int s = lo; s < hi; s++) DIT_RETURN_IF(dit_runtime_residual(rt, DIT_RESIDUAL_START, s, site.start));
+  if (d->full) DIT_RETURN_IF(dit_runtime_steps(rt, site.stop + 1, site.end_step + 1));
+  for (int s = lo; s < hi; s++) DIT_RETURN_IF(dit_runtime_residual(rt, d->full ? DIT_RESIDUAL_KEEP : DIT_RESIDUAL_APPLY, s, site.end));
   return dit_runtime_steps(rt, site.end_step + 1, p->n_steps);
 }
 
 /* The loop's controller: teacache and fbcache probe rank 0's plan step by step between the two
- * halves of the conditional forward, which only a single-rank bundle without cfg lanes runs as one
- * forward does; teacache takes the options' rescaling polynomial, else the family's. The runtime's
- * previous probe is forgotten: a run starts with none. */
+ * halves of the conditional forward, which a single-rank bundle runs as one forward does, and a
+ * bundle with cfg lanes of one rank each with both lanes in step (dit_runtime_stepwise); teacache
+ * takes the options' rescaling polynomial, else the family's. The runtime's previous probe is
+ * forgotten: a run starts with none. */
 static dit_status_t cache_create(dit_runtime_t *rt, const dit_generate_options_t *o, size_t n, dit_step_cache_t **out) {
   const dit_manifest_t *m = dit_runtime_manifest(rt);
-  if (dit_step_cache_probes(&o->step_cache) && m->topology.world != 1)
-    return DIT_ERR(UNIMPLEMENTED, "--step-cache %s: the probe is read between plan steps of one rank; this bundle has %d ranks "
-                   "(%s): compile it for one rank", o->step_cache.mode == DIT_STEP_CACHE_FBCACHE ? "fbcache" : "teacache", m->topology.world,
-                   dit_runtime_cfg_lanes(rt) == 2 ? "cfg lanes" : "sharded");
+  if (dit_step_cache_probes(&o->step_cache))
+    DIT_RETURN_IF_ERROR(dit_runtime_stepwise(rt), "--step-cache %s: the probe is read between plan steps",
+                        o->step_cache.mode == DIT_STEP_CACHE_FBCACHE ? "fbcache" : "teacache");
   dit_runtime_probe_reset(rt);
   DIT_RETURN_IF(dit_step_cache_create(&o->step_cache, o->steps, n, out));
   const double *coef;
@@ -274,10 +274,11 @@ static step_decision_t *second_branch(step_decision_t *d) {
 
 /* Both branches in one forward: lane 0 conditional, lane 1 unconditional. */
 static dit_status_t predict_lanes(dit_runtime_t *rt, const dit_tensor_t *cond, const dit_tensor_t *uncond, float *out_c,
-                                  float *out_u, size_t n) {
+                                  float *out_u, size_t n, step_decision_t *d) {
   DIT_RETURN_IF(dit_runtime_set_input_lane(rt, 0, "encoder_hidden_states", cond));
   DIT_RETURN_IF(dit_runtime_set_input_lane(rt, 1, "encoder_hidden_states", uncond));
-  DIT_RETURN_IF(dit_runtime_forward(rt));
+  DIT_RETURN_IF(forward_decided(rt, d));
+  if (d && !d->full && !d->hidden) return DIT_OK;
   DIT_RETURN_IF(read_sample(rt, 0, out_c, n));
   return read_sample(rt, 1, out_u, n);
 }
@@ -370,10 +371,11 @@ static dit_status_t predict_branch(dit_runtime_t *rt, const dit_manifest_generat
 
 /* Both branches in one forward on a bundle with cfg lanes: lane 0 the prompt, lane 1 the negative. */
 static dit_status_t predict_both(dit_runtime_t *rt, const dit_manifest_generate_t *g, const dit_generate_options_t *o, float *cond,
-                                 float *uncond, size_t n) {
+                                 float *uncond, size_t n, step_decision_t *d) {
   DIT_RETURN_IF(set_conditions(rt, g, o, "", 0));
   DIT_RETURN_IF(set_conditions(rt, g, o, "negative_", 1));
-  DIT_RETURN_IF(dit_runtime_forward(rt));
+  DIT_RETURN_IF(forward_decided(rt, d));
+  if (d && !d->full && !d->hidden) return DIT_OK;
   DIT_RETURN_IF(read_sample(rt, 0, cond, n));
   return read_sample(rt, 1, uncond, n);
 }
@@ -413,7 +415,7 @@ static dit_status_t flow_predict(dit_runtime_t *rt, const dit_generate_options_t
   DIT_RETURN_IF(set_scalar_input(rt, m, g->timestep_input, tv));
   if (g->guidance_input[0])
     DIT_RETURN_IF(set_scalar_input(rt, m, g->guidance_input, (float)(o->guidance * g->guidance_scale)));
-  DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n) : predict_branch(rt, g, o, "", cond, n, d));
+  DIT_RETURN_IF(lanes ? predict_both(rt, g, o, cond, uncond, n, d) : predict_branch(rt, g, o, "", cond, n, d));
   if (!cfg || (d && !d->full && !d->hidden)) return DIT_OK;
   if (!lanes) DIT_RETURN_IF(predict_branch(rt, g, o, "negative_", uncond, n, second_branch(d)));
   const size_t dim = (size_t)lat->dims[lat->rank - 1];
@@ -478,7 +480,7 @@ static dit_status_t wan_predict(dit_runtime_t *rt, dit_condition_t *cnd, const f
   DIT_RETURN_IF(dit_runtime_set_input(rt, "hidden_states", &x));
   DIT_RETURN_IF(dit_runtime_set_input(rt, "timestep", &tt));
   if (img.data) DIT_RETURN_IF(dit_runtime_set_input(rt, "encoder_hidden_states_image", &img));
-  DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n) : predict(rt, prompt, cond, n, d));
+  DIT_RETURN_IF(lanes ? predict_lanes(rt, prompt, negative, cond, uncond, n, d) : predict(rt, prompt, cond, n, d));
   if (!cfg || (d && !d->full && !d->hidden)) return DIT_OK;
   if (!lanes) DIT_RETURN_IF(predict(rt, negative, uncond, n, second_branch(d)));
   dit_cfg_combine(cond, uncond, (float)guidance, n, cond);

@@ -9,7 +9,8 @@
 #    recorded predictions from the same noise gives the cached run's latents (<= 1e-4);
 #  - through ditrun: the printed skipped steps and forwards saved follow the rule; cfg lanes
 #    (--cfg-parallel) take the decisions of one rank and give its latents, in one process or one
-#    per lane (easycache too); delta:0, easycache:0, teacache:0 and fbcache:0 equal the exact run bit for bit, a huge T skips every other step after the
+#    per lane (easycache too; teacache and fbcache in one process, lane 0's probe deciding for both
+#    lanes, on Wan and FLUX.1; one process per lane and sharded lanes are refused); delta:0, easycache:0, teacache:0 and fbcache:0 equal the exact run bit for bit, a huge T skips every other step after the
 #    warmup; bad values are refused naming the flag, and the other commands refuse the options.
 set -euo pipefail
 BIN=$1/bin
@@ -32,6 +33,13 @@ fx_l=$(compile "$flux" --height 64 --width 64 --text-len 8 --cfg-parallel)
 "$BIN/probe_check" "$fx" "$flux/forward_inputs_b1.safetensors" cpu || { echo "FAIL: probe_check on FLUX"; exit 1; }
 wan_bf=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16)
 "$BIN/probe_check" "$wan_bf" "$w21/forward_inputs.safetensors" cpu || { echo "FAIL: probe_check on Wan in bf16"; exit 1; }
+
+# Refusals, naming the flag, what it expects and what it found.
+expect_fail() { # message, command...
+  local msg=$1; shift
+  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
+  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
+}
 
 # ---- the library against the rule ----
 check() { "$BIN/step_cache_check" "$@" || { echo "FAIL: step_cache_check $*"; exit 1; }; }
@@ -83,6 +91,10 @@ check "$a" "$a14/generate_inputs.safetensors" fbcache:0.5 12 guidance=4 guidance
 check "$fx" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 true_cfg=2 reuse=hidden | tee "$T/fb"
 grep -q "skipped 2 3 5 6 7 (10 forwards saved) as the rule; cached predictions from the head on the kept residual" "$T/fb" \
   || { echo "fbcache:1 on FLUX with the hidden-level reuse: expected 2 3 5 6 7 skipped"; exit 1; }
+# On cfg lanes (one process): lane 0's probe decides for both lanes, each keeps its residual.
+check "$wan_l" "$w21/generate_inputs.safetensors" teacache:0.05 10 guidance=5 shift=3 reuse=hidden
+check "$wan_l" "$w21/generate_inputs.safetensors" fbcache:0.5 10 guidance=5 shift=3
+check "$fx_l" "$flux/generate_inputs.safetensors" fbcache:1 10 guidance=3.5 true_cfg=2 reuse=hidden
 hy=tests/data/hunyuan_video_tiny
 qw=tests/data/qwen_tiny
 check "$(compile "$hy" --frames 5 --height 48 --width 32 --text-len 8)" "$hy/generate_inputs.safetensors" fbcache:0.5 10 guidance=6 reuse=hidden
@@ -139,6 +151,26 @@ timeout 60 "$BIN/ditrun" launch -n 2 -- generate "$wan_l" "${wg[@]}" --steps 10 
 [ "$(grep -c "^\[rank [01]\] ditrun: step cache easycache:1: skipped 4 of 10 steps (4 5 7 8), 4 forwards saved$" "$T/log")" = 2 ] ||
   { cat "$T/log"; echo "the processes' easycache decisions differ"; exit 1; }
 cmp "$T/el.safetensors" "$T/en.safetensors" || { echo "launch -n 2 with easycache:1: latents differ from one process"; exit 1; }
+# teacache and fbcache on cfg lanes: both lanes run the plan's segments in step, lane 0's probe
+# decides, each lane keeps its residual; the skipped steps and the latents are the one rank's.
+same_as_one_rank() { # one-rank bundle, lanes bundle, expected skipped steps, args...
+  local one=$1 lanes=$2 skipped=$3; shift 3
+  "$BIN/ditrun" generate "$one" "$@" --out "$T/c1.safetensors" 2>"$T/log1" >/dev/null || { cat "$T/log1"; exit 1; }
+  "$BIN/ditrun" generate "$lanes" "$@" --out "$T/cl.safetensors" 2>"$T/log" >/dev/null || { cat "$T/log"; exit 1; }
+  for f in "$T/log1" "$T/log"; do
+    grep -q "^ditrun: step cache .*: skipped [0-9]* of [0-9]* steps ($skipped), " "$f" || { cat "$f"; echo "expected steps $skipped skipped"; exit 1; }
+  done
+  grep -q "on the block stack's kept residual$" "$T/log" || { cat "$T/log"; echo "cfg lanes: expected the hidden-level reuse"; exit 1; }
+  "$BIN/st_compare" "$T/cl.safetensors" "$T/c1.safetensors" latents 1e-5
+}
+same_as_one_rank "$wan" "$wan_l" "3 4 5 8" "${wg[@]}" --steps 10 --step-cache teacache:0.05
+same_as_one_rank "$wan" "$wan_l" "3 4 7" "${wg[@]}" --steps 10 --step-cache fbcache:0.5
+expect_fail "--step-cache teacache: the probe is read between plan steps: step-by-step runs take both cfg lanes in one process; this one runs lane 0 alone (one process per lane)" \
+  timeout 60 "$BIN/ditrun" launch -n 2 -- generate "$wan_l" "${wg[@]}" --steps 6 --step-cache teacache:0.1 --out "$T/bad.safetensors"
+wan_cp=$(compile "$w21/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --cfg-parallel --cp 2)
+expect_fail "--step-cache fbcache: the probe is read between plan steps: step-by-step runs take one rank, or one rank per cfg lane; this bundle has 4 ranks (cfg 2, cp 2, tp 1)" \
+  "$BIN/ditrun" generate "$wan_cp" "${wg[@]}" --steps 6 --step-cache fbcache:0.1 --out "$T/bad.safetensors"
+[ ! -e "$T/bad.safetensors" ] || { echo "a refused cached generate on lanes left output"; exit 1; }
 ag=(--prompt-embeds "$a14/generate_inputs.safetensors" --negative-embeds "$a14/generate_inputs.safetensors" --init-latents
     "$a14/generate_inputs.safetensors" --guidance 4 --guidance-2 3 --shift 3 --steps 12 --step-cache cadence:2)
 "$BIN/ditrun" generate "$a" "${ag[@]}" --out "$T/a1.safetensors" 2>"$T/log" >/dev/null
@@ -162,6 +194,8 @@ rule "$T/log" 10 2 1 2 2
 "$BIN/ditrun" generate "$fx_l" "${fg[@]}" --step-cache cadence:2 --out "$T/fl.safetensors" 2>"$T/log" >/dev/null
 rule "$T/log" 10 2 1 2 1
 "$BIN/st_compare" "$T/fl.safetensors" "$T/f1.safetensors" latents 1e-5
+same_as_one_rank "$fx" "$fx_l" "2 4 7" "${fg[@]}" --step-cache teacache:1
+same_as_one_rank "$fx" "$fx_l" "2 3 5 6 7" "${fg[@]}" --step-cache fbcache:1
 # The cache changed the result (it is lossy): cadence:2 is not the exact run.
 "$BIN/ditrun" generate "$fx" "${fg[@]}" --out "$T/fx.safetensors" 2>/dev/null >/dev/null
 if cmp -s "$T/f1.safetensors" "$T/fx.safetensors"; then echo "cadence:2 gave the exact latents"; exit 1; fi
@@ -199,12 +233,7 @@ out=$("$BIN/st_compare" "$T/fo.safetensors" "$T/x12.safetensors" latents 1 0 | g
 python3 -c "import sys; h, o = map(float, sys.argv[1:]); sys.exit(not (0.99 < h and o < h))" "$hid" "$out" \
   || { echo "hidden-level reuse cosine $hid, output-level $out: expected the hidden one above 0.99 and above the output one"; exit 1; }
 
-# Refusals, naming the flag, what it expects and what it found.
-expect_fail() { # message, command...
-  local msg=$1; shift
-  if "$@" >"$T/out" 2>&1; then echo "FAIL (accepted): $*"; exit 1; fi
-  grep -qF -- "$msg" "$T/out" || { echo "FAIL (message lacks '$msg'): $*"; cat "$T/out"; exit 1; }
-}
+# Refusals (expect_fail above).
 g=("$BIN/ditrun" generate "$wan" "${wg[@]}" --steps 6 --out "$T/bad.safetensors")
 expect_fail "--step-cache: cadence:1: N is a step count: expected an integer >= 2 (1 would skip nothing), found 1" "${g[@]}" --step-cache cadence:1
 expect_fail "--step-cache: delta:-1: T is a relative L1 distance: expected a finite number >= 0, found -1" "${g[@]}" --step-cache delta:-1
@@ -212,10 +241,6 @@ expect_fail "--step-cache: easycache:nan: T is a relative L1 change accumulated 
   "${g[@]}" --step-cache easycache:nan
 expect_fail "expected off, cadence:N (N an integer >= 2), delta:T, easycache:T, teacache:T or fbcache:T (T a number >= 0), found 'every:2'" \
   "${g[@]}" --step-cache every:2
-expect_fail "--step-cache teacache: the probe is read between plan steps of one rank; this bundle has 2 ranks (cfg lanes)" \
-  "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 6 --step-cache teacache:0.1 --out "$T/bad.safetensors"
-expect_fail "--step-cache fbcache: the probe is read between plan steps of one rank; this bundle has 2 ranks (cfg lanes)" \
-  "$BIN/ditrun" generate "$wan_l" "${wg[@]}" --steps 6 --step-cache fbcache:0.1 --out "$T/bad.safetensors"
 expect_fail "--cache-reuse inside: expected hidden or output" "${g[@]}" --step-cache fbcache:0.1 --cache-reuse inside
 expect_fail "--cache-reuse output: teacache and fbcache choose where a skipped step reuses; cadence:2 reuses at the output" \
   "${g[@]}" --step-cache cadence:2 --cache-reuse output
