@@ -25,6 +25,8 @@ static void test_goldens(void) {
   CHECK_OK(dit_json_parse_file(path, 16u << 20, &gdoc));
   if (!pdoc || !gdoc) return;
   cJSON *prompts = dit_json_doc_release(pdoc), *gold = dit_json_doc_release(gdoc);
+  dit_json_doc_free(pdoc);
+  dit_json_doc_free(gdoc);
   const cJSON *cases = cJSON_GetObjectItemCaseSensitive(gold, "cases");
   int n_cases = 0;
   const cJSON *c;
