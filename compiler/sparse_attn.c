@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,37 +83,58 @@ static int sta_keeps(const dit_sparse_attn_t *p, const int64_t grid[3], const bo
 }
 
 /* Radial Attention's static mask (Li et al., "Radial Attention: O(n log n) Sparse Attention with
- * Energy Decay for Long Video Generation", arXiv:2506.19852, section 4): a query of frame i at
- * in-frame index k and a key of frame j at index l, s tokens a frame, r = floor(log2(max(|i-j|,
- * 1))): while 2^r <= s the key is attended when |k - l| + 1 <= s / 2^r (the spatial band halves
- * each time the temporal distance doubles); past that only the same position l = k of every
- * ceil(2^r / s)-th frame. The first frame is attended by every query (the attention sink the
- * paper keeps). Here at tile granularity: a key tile is kept when any of its tokens is attended
- * by any query of the tile, decided per pair of the tiles' frame segments. */
-static int radial_segments(int64_t fi, int64_t k0, int64_t k1, int64_t fj, int64_t l0, int64_t l1, int64_t s) {
-  if (fj == 0) return 1;
-  const int64_t dist = fi > fj ? fi - fj : fj - fi;
-  int r = 0;
-  while (r < 62 && ((int64_t)2 << r) <= dist) r++;
-  const int64_t gap = max64(0, max64(l0 - k1, k0 - l1)), pow2 = (int64_t)1 << r;
-  if (pow2 <= s) return gap + 1 <= s / pow2;
-  const int64_t step = (pow2 + s - 1) / s;
-  return gap == 0 && dist % step == 0;
+ * Energy Decay for Long Video Generation", arXiv:2506.19852, section 4), as its authors' mask
+ * builder makes it for Wan (decay factor 1), with s tokens a frame and d = |i - j| the frames'
+ * distance: keys of frame 0 are seen by every query (the attention sink); else a query at in-frame
+ * index k sees the key at l when |k - l| <= w, w = s at d = 0, s / 2 at d = 1, else
+ * max(2^bitlen(s) / 2^bitlen(d), 128); and where that decay 2^bitlen(s) / 2^bitlen(d) is below 128
+ * only every (128 / decay)-th frame is kept (d % floor(128 / decay) == 0). Each frame pair's token
+ * mask is cut into the 128-token tiles of the whole sequence and a tile is kept when more than 60%
+ * of its non-empty key columns are more than a third full (the builder's "strict" shrink). The
+ * builder's rows also hold the text tokens, which keep every query row non-empty; Wan's text is a
+ * cross-attention of its own here, so each query tile also keeps its own (diagonal) key tile. */
+static int64_t bit_length(int64_t x) {
+  int64_t b = 0;
+  for (; x; x >>= 1) b++;
+  return b;
 }
 
-static int radial_keeps(int64_t qi, int64_t kj, int64_t n, int64_t hw) {
-  const int64_t qf0 = qi * DIT_SPARSE_TILE / hw, qf1 = (min64(n, (qi + 1) * DIT_SPARSE_TILE) - 1) / hw;
-  const int64_t kf0 = kj * DIT_SPARSE_TILE / hw, kf1 = (min64(n, (kj + 1) * DIT_SPARSE_TILE) - 1) / hw;
-  for (int64_t fi = qf0; fi <= qf1; fi++) {
-    int64_t k0, k1;
-    frame_segment(qi, n, hw, fi, &k0, &k1);
-    for (int64_t fj = kf0; fj <= kf1; fj++) {
-      int64_t l0, l1;
-      frame_segment(kj, n, hw, fj, &l0, &l1);
-      if (radial_segments(fi, k0, k1, fj, l0, l1, hw)) return 1;
+static void radial_mark(int64_t f, int64_t s, int64_t nt, uint8_t *keep) {
+  const int64_t T = DIT_SPARSE_TILE, span = (s - 1) / T + 1;
+  for (int64_t i = 0; i < f; i++)
+    for (int64_t j = 0; j < f; j++) {
+      const int64_t d = i > j ? i - j : j - i;
+      const int sink = j == 0;
+      const double decay = ldexp(1.0, (int)(bit_length(s) - bit_length(d)));
+      int64_t w = s;
+      if (!sink) {
+        if (decay < (double)T && d % (int64_t)((double)T / decay)) continue; /* a frame the decay skips */
+        w = d == 0 ? s : d == 1 ? s / 2 : (int64_t)floor(decay > (double)T ? decay : (double)T);
+      }
+      /* The pair's tokens sit at rows i*s .. and columns j*s .. of the sequence: its blocks are
+       * the first ceil(s / 128) by ceil(s / 128) tiles from the ones holding its first tokens (the
+       * builder's shrink keeps that many; a frame's tail spilling into one more tile is left to the
+       * neighbouring frame pair's blocks). */
+      const int64_t ro = (i * s) % T, co = (j * s) % T, nbr = span, nbc = span;
+      for (int64_t br = 0; br < nbr; br++) {
+        const int64_t k0 = max64(br * T - ro, 0), k1 = min64(br * T - ro + T, s); /* the block's rows [k0, k1) */
+        const int64_t gr = (i * s) / T + br;
+        if (k0 >= k1 || gr >= nt) continue;
+        for (int64_t bc = 0; bc < nbc; bc++) {
+          const int64_t gc = (j * s) / T + bc;
+          if (gc >= nt) continue;
+          int64_t nonzero = 0, high = 0;
+          for (int64_t c = 0; c < T; c++) {
+            const int64_t l = bc * T + c - co;
+            if (l < 0 || l >= s) continue;
+            const int64_t lo = max64(k0, l - w), hi = min64(k1 - 1, l + w), cnt = hi >= lo ? hi - lo + 1 : 0;
+            nonzero += cnt > 0, high += 3 * cnt > T;
+          }
+          if ((double)high / ((double)nonzero + 1e-9) > 0.6) keep[gr * nt + gc] = 1;
+        }
+      }
     }
-  }
-  return 0;
+  for (int64_t t = 0; t < nt; t++) keep[t * nt + t] = 1;
 }
 
 dit_status_t dit_sparse_attn_schedule(const dit_sparse_attn_t *p, int64_t f, int64_t h, int64_t w, int32_t **rows,
@@ -132,12 +154,12 @@ dit_status_t dit_sparse_attn_schedule(const dit_sparse_attn_t *p, int64_t f, int
     return DIT_ERR(RESOURCE_EXHAUSTED, "sparse attention: out of memory for %" PRId64 " tiles", nt);
   }
   for (int64_t i = 0; i < nt; i++) tile_box(i, n, h, w, &boxes[i]);
+  if (p->pattern == DIT_SPARSE_RADIAL) radial_mark(f, h * w, nt, keep);
   int64_t most = 0, all = 0;
   for (int64_t i = 0; i < nt; i++) {
     int64_t c = 0;
     for (int64_t j = 0; j < nt; j++) {
-      keep[i * nt + j] = p->pattern == DIT_SPARSE_STA ? (uint8_t)sta_keeps(p, grid, &boxes[i], &boxes[j])
-                                                      : (uint8_t)radial_keeps(i, j, n, h * w);
+      if (p->pattern == DIT_SPARSE_STA) keep[i * nt + j] = (uint8_t)sta_keeps(p, grid, &boxes[i], &boxes[j]);
       c += keep[i * nt + j];
     }
     most = max64(most, c);

@@ -44,16 +44,49 @@ static int sta_token(const dit_sparse_attn_t *p, const int64_t g[3], int64_t qt,
   return 1;
 }
 
-static int radial_token(int64_t hw, int64_t qt, int64_t kt) {
-  const int64_t i = qt / hw, k = qt % hw, j = kt / hw, l = kt % hw;
-  if (j == 0) return 1; /* the first frame: the sink */
-  const int64_t d = i > j ? i - j : j - i;
-  const double r = floor(log2((double)(d > 1 ? d : 1)));
-  const double band = ldexp(1.0, (int)r);
-  const int64_t dl = k > l ? k - l : l - k;
-  if (band <= (double)hw) return (double)(dl + 1) <= (double)hw / band;
-  const int64_t step = (int64_t)ceil(band / (double)hw);
-  return k == l && d % step == 0;
+static int64_t bitlen(int64_t x) { return x ? 1 + bitlen(x >> 1) : 0; }
+
+/* Radial Attention's tile mask, literally as its authors' builder makes it for Wan (decay factor
+ * 1): per frame pair the token mask (the sink frame 0 whole; else the band |k - l| <= w with the
+ * temporal split), padded from the pair's first tile, shrunk block by block (kept when more than
+ * 60% of the non-empty columns are more than a third full; ceil(s / 128) blocks a side), OR-ed in. */
+static uint8_t *radial_reference(const int64_t g[3]) {
+  const int64_t f = g[0], s = g[1] * g[2], n = f * s, nt = (n + TILE - 1) / TILE, span = (s - 1) / TILE + 1;
+  uint8_t *m = calloc((size_t)(nt * nt), 1);
+  uint8_t *pad = malloc((size_t)((TILE + span * TILE) * (TILE + span * TILE)));
+  for (int64_t i = 0; i < f; i++)
+    for (int64_t j = 0; j < f; j++) {
+      const int64_t ro = (i * s) % TILE, co = (j * s) % TILE, R = ro + span * TILE, C = co + span * TILE;
+      memset(pad, 0, (size_t)(R * C));
+      const int64_t d = i > j ? i - j : j - i;
+      const double decay = pow(2.0, (double)bitlen(s)) / pow(2.0, (double)bitlen(d));
+      for (int64_t k = 0; k < s; k++)
+        for (int64_t l = 0; l < s; l++) {
+          int on = 1;
+          if (j != 0) {
+            const double w = d == 0 ? (double)s : d == 1 ? (double)(s / 2) : (decay >= TILE ? decay : TILE);
+            on = fabs((double)(k - l)) <= w;
+            if (decay < TILE && d % (int64_t)(TILE / decay) != 0) on = 0;
+          }
+          pad[(ro + k) * C + co + l] = (uint8_t)on;
+        }
+      const int64_t bn = R / TILE; /* the shrink's view: R // 128 blocks both ways */
+      for (int64_t br = 0; br < bn; br++)
+        for (int64_t bc = 0; bc < bn; bc++) {
+          int64_t nonzero = 0, high = 0;
+          for (int64_t c = 0; c < TILE; c++) {
+            int64_t cnt = 0;
+            for (int64_t r = 0; r < TILE; r++) cnt += bc * TILE + c < C && pad[(br * TILE + r) * C + bc * TILE + c];
+            nonzero += cnt > 0;
+            high += (double)cnt / TILE > 1.0 / 3;
+          }
+          const int64_t gr = i * s / TILE + br, gc = j * s / TILE + bc;
+          if ((double)high / ((double)nonzero + 1e-9) > 0.6 && gr < nt && gc < nt) m[gr * nt + gc] = 1;
+        }
+    }
+  free(pad);
+  for (int64_t t = 0; t < nt; t++) m[t * nt + t] = 1; /* every query tile keeps its own (no text columns here) */
+  return m;
 }
 
 /* The tile mask a schedule lists (nt x nt). */
@@ -71,13 +104,13 @@ static uint8_t *listed(const int32_t *rows, int64_t nt, int64_t width) {
   return m;
 }
 
-/* Whether any token pair of tiles (i, j) is in the token mask. */
+/* Whether any token pair of tiles (i, j) is in the sliding-tile token mask. */
 static uint8_t *token_union(const dit_sparse_attn_t *p, const int64_t g[3]) {
   const int64_t n = g[0] * g[1] * g[2], nt = (n + TILE - 1) / TILE;
   uint8_t *m = calloc((size_t)(nt * nt), 1);
   for (int64_t a = 0; a < n; a++)
     for (int64_t b = 0; b < n; b++)
-      if (p->pattern == DIT_SPARSE_STA ? sta_token(p, g, a, b) : radial_token(g[1] * g[2], a, b)) m[a / TILE * nt + b / TILE] = 1;
+      if (sta_token(p, g, a, b)) m[a / TILE * nt + b / TILE] = 1;
   return m;
 }
 
@@ -99,7 +132,7 @@ static void test_schedules(void) {
   free(rows);
 
   /* sta: the schedule covers every token pair in a window; when a tile is one whole frame it is
-   * exactly the tiles those pairs touch. radial: exactly those tiles on every grid. */
+   * exactly the tiles those pairs touch. radial: exactly the authors' builder's tiles on every grid. */
   static const struct {
     int pattern;
     int64_t g[3], win[3];
@@ -118,7 +151,7 @@ static void test_schedules(void) {
     dit_sparse_attn_t p = {.pattern = cases[c].pattern, .window = {cases[c].win[0], cases[c].win[1], cases[c].win[2]}};
     const int64_t *g = cases[c].g, n = g[0] * g[1] * g[2], ntt = (n + TILE - 1) / TILE;
     CHECK_OK(dit_sparse_attn_schedule(&p, g[0], g[1], g[2], &rows, &nt, &width));
-    uint8_t *want = token_union(&p, g);
+    uint8_t *want = p.pattern == DIT_SPARSE_STA ? token_union(&p, g) : radial_reference(g);
     uint8_t *got = rows ? listed(rows, nt, width) : NULL;
     int64_t bad = 0, extra = 0, n_listed = 0;
     for (int64_t e = 0; e < ntt * ntt; e++) {
