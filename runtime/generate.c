@@ -33,20 +33,6 @@ static void cache_settle(dit_step_cache_t *sc, const dit_generate_options_t *o, 
   if (o->on_prediction) o->on_prediction(o->ctx, i, pred, n, full);
 }
 
-/* A step's decision as cache_decide takes it; with teacache it is taken inside the conditional
- * forward, once the plan has made the probe. */
-typedef struct step_decision {
-  dit_step_cache_t *sc;
-  const dit_generate_options_t *o;
-  int i, forwards;
-  const float *latents;
-  float *pred;
-  int full;   /* the decision, once taken */
-  int slot;   /* the branch this forward runs: 0 conditional (probes and decides), 1 unconditional;
-               * on cfg lanes one forward runs both, lane = slot */
-  int hidden; /* a skipped step reuses the block stack's residual (probe_site_t), set with the decision */
-} step_decision_t;
-
 /* Where a probing mode stops the plan and what it measures, and where the block stack's residual
  * is taken: a skipped step then runs block 0 (up to the probe) and the output head on start + R,
  * R = end - start of the last full step, as TeaCache and first-block cache reuse it. */
@@ -59,6 +45,29 @@ typedef struct probe_site {
   size_t end;   /* the hidden state the head takes (SIZE_MAX: no hidden-level reuse) */
   size_t end_step; /* the step that makes it */
 } probe_site_t;
+
+/* The site of the plan it was found in: found once per plan (each expert has its own), not per
+ * forward. */
+typedef struct site_memo {
+  const struct dit_plan *plan;
+  probe_site_t site;
+} site_memo_t;
+
+/* A step's decision as cache_decide takes it; with teacache it is taken inside the conditional
+ * forward, once the plan has made the probe. */
+typedef struct step_decision {
+  dit_step_cache_t *sc;
+  const dit_generate_options_t *o;
+  int i, forwards;
+  const float *latents;
+  float *pred;
+  int full;   /* the decision, once taken */
+  int slot;   /* the branch this forward runs: 0 conditional (probes and decides), 1 unconditional;
+               * on cfg lanes one forward runs both, lane = slot */
+  int hidden; /* a skipped step reuses the block stack's residual (probe_site_t), set with the decision */
+  site_memo_t *memo; /* the loop's, across its steps */
+} step_decision_t;
+
 
 /* 1 when value v is made (through any chain of steps) from the input value `latent`; memo: -1
  * unknown, else the answer, per value. */
@@ -199,8 +208,12 @@ static dit_status_t find_site(const dit_runtime_t *rt, const dit_generate_option
 static dit_status_t forward_decided(dit_runtime_t *rt, step_decision_t *d) {
   if (!d) return dit_runtime_forward(rt);
   const struct dit_plan *p = dit_runtime_plan(rt);
-  probe_site_t site = {0, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
-  DIT_RETURN_IF(find_site(rt, d->o, &site));
+  if (d->memo->plan != p) {
+    d->memo->site = (probe_site_t){0, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    DIT_RETURN_IF(find_site(rt, d->o, &d->memo->site));
+    d->memo->plan = p;
+  }
+  const probe_site_t site = d->memo->site;
   const int fb = site.hold != SIZE_MAX, probe = d->slot == 0;
   const int lo = dit_runtime_cfg_lanes(rt) == 2 ? 0 : d->slot, hi = dit_runtime_cfg_lanes(rt) == 2 ? 2 : d->slot + 1;
   if (probe && site.hold <= site.stop) {
@@ -449,10 +462,11 @@ static dit_status_t generate_flow(dit_runtime_t *rt, const dit_generate_options_
   if (!s && (!cond || (cfg && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
   const dit_dtype_t dt = m->dtype;
   const int forwards = cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1;
+  site_memo_t memo = {0};
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     const double t = dit_sampler_timestep(smp, i);
-    step_decision_t d = {sc, o, i, forwards, latents, cond, 1, 0, 0};
+    step_decision_t d = {sc, o, i, forwards, latents, cond, 1, 0, 0, &memo};
     if (!probes(o)) d.full = cache_decide(sc, o, i, forwards, latents, cond);
     if (d.full) s = flow_predict(rt, o, &lat, t, cond, uncond, probes(o) ? &d : NULL);
     if (!s) cache_settle(sc, o, i, d.full, cond, n);
@@ -602,6 +616,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
   if (!s) s = dit_generate_sampler(rt, o, n, &smp);
   float *cond = s ? NULL : malloc(n * sizeof *cond), *uncond = cfg_any && !s ? malloc(n * sizeof *uncond) : NULL;
   if (!s && (!cond || (cfg_any && !uncond))) s = DIT_ERR(RESOURCE_EXHAUSTED, "generate: out of memory");
+  site_memo_t memo = {0};
   for (int i = 0; !s && i < o->steps; i++) {
     double t0 = dit_now_s();
     double t = dit_sampler_timestep(smp, i);
@@ -617,7 +632,7 @@ dit_status_t dit_runtime_generate(dit_runtime_t *rt, const dit_generate_options_
     const double guidance = second ? o->guidance_2 : o->guidance;
     const int cfg = guidance > 1.0;
     if (o->expert_used) o->expert_used[i] = second;
-    step_decision_t d = {sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond, 1, 0, 0};
+    step_decision_t d = {sc, o, i, cfg && dit_runtime_cfg_lanes(rt) != 2 ? 2 : 1, latents, cond, 1, 0, 0, &memo};
     if (!probes(o)) d.full = cache_decide(sc, o, i, d.forwards, latents, cond);
     if (d.full) s = reuse_begin(rt, o, &ru, i);
     if (d.full && !s) s = wan_predict(rt, cnd, latents, t, guidance, prompt, negative, cond, uncond, n, probes(o) ? &d : NULL);
