@@ -554,7 +554,12 @@ STEP_CACHE_RUNS = [("step_cache_wan.json", "wan", "first-block cache reusing the
                    ("step_cache_wan_published.json", "wan", "the policies at their published thresholds, which on random weights "
                     "skip nothing (the changes are far above them) or, for TeaCache's fitted polynomial, everything"),
                    ("step_cache_flux.json", "flux", "fewer blocks at the published widths (the full model was not run); diffusers' "
-                    "exact run here was its first call, cold, which inflates cache-dit's speedups: compare the loop seconds")]
+                    "exact run here was its first call, cold, which inflates cache-dit's speedups: compare the loop seconds"),
+                   ("step_cache_hunyuan.json", "hunyuan", "fewer blocks at the published widths (a 13B model's weights do not fit "
+                    "the run's disk twice); thresholds at percentiles of the probe pass's changes, cache-dit's first-block cache at "
+                    "the same thresholds"),
+                   ("step_cache_qwen.json", "qwen", "fewer blocks at the published widths (a 20B model's weights do not fit "
+                    "the run's disk twice); thresholds as for HunyuanVideo")]
 
 
 def render_step_cache(res):

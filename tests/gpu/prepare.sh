@@ -6,13 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDIT_MLIR=OFF >/dev/null
-cmake --build build-gpu -j"$(nproc)" --target ditc ditrun make_tiny_wan st_compare probe_check step_cache_check forward_inputs >/dev/null
+cmake --build build-gpu -j"$(nproc)" --target ditc ditrun ditrun_shared make_tiny_wan st_compare probe_check step_cache_check forward_inputs >/dev/null
 # The commit the binaries are built from, for the results' run records (the tree copied to the
 # GPU host may carry a stale .git); "+" marks uncommitted changes.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!tests/data' 2>/dev/null || echo +)" > build-gpu/bin/commit
-for lib in libcjson.so.1 libxxhash.so.0 libzstd.so.1; do
+for lib in libcjson.so.1 libxxhash.so.0 libzstd.so.1 libmicrohttpd.so.12 libsentencepiece.so.0 libutf8proc.so.2; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" build-gpu/bin/
 done
+# The Python package's wheel from this build (tests/gpu/run.sh PIPELINE=...: installed there with
+# the peers' wheels).
+rm -rf build-gpu/wheel && python3 python/build_wheel.py --build-dir build-gpu -o build-gpu/wheel >/dev/null
 # MLIR-path kernels for the shapes tests/gpu/run.sh compiles, made here where MLIR is.
 if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   export DITC_CACHE_DIR=$PWD/.kcache
@@ -53,6 +56,7 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
     build/bin/make_tiny_wan --preset "$p" --dtype bf16 --text-len 7 --out "$k/$p" >/dev/null
     build/bin/ditc compile "$k/$p/model" --frames 13 --height 256 --width 320 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
     build/bin/ditc compile "$k/$p/model" --frames 5 --height 112 --width 144 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
+    build/bin/ditc compile "$k/$p/model" --frames 29 --height 256 --width 384 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null  # 1d2's radial case
   done
   build/bin/ditc compile "$WAN13" --frames 5 --height 112 --width 144 --text-len 77 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   for top in "" "${PARALLEL_TOPOLOGIES[@]}"; do
@@ -66,6 +70,8 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
     build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
     build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 --cp 2 --cp-mode ulysses -o "$k" -q >/dev/null
   done
+  # tests/gpu/pipeline_parity.py's Wan2.1-1.3B pipeline (its blocks' kernels).
+  build/bin/ditc compile "$k/w13/model" --frames 17 --height 256 --width 256 --text-len 32 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   build/bin/make_tiny_wan --preset wan2.1-14b --layers 1 --dtype bf16 --text-len 512 --out "$k/w14" >/dev/null
   for f in 1 81; do
     build/bin/ditc compile "$k/w14/model" --frames "$f" --height 720 --width 1280 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
@@ -92,6 +98,7 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   for v in dev schnell; do c tests/data/flux_${v}_tiny --height 64 --width 64 --batch 2 --text-len 8; done
   python3 bench/flux_forward.py --write-folder "$k/flux" --layers 1,1 >/dev/null
   for b in 1 2 4 8 12 16; do c "$k/flux" --height 1024 --width 1024 --batch "$b" --text-len 512; done
+  c "$k/flux" --height 256 --width 256 --batch 1 --text-len 32  # tests/gpu/pipeline_parity.py's FluxPipeline
   for d in hunyuan_video_tiny qwen_tiny; do
     read -r F H W B L < <(python3 -c "import json; m=json.load(open('tests/data/$d/meta.json')); print(m.get('frames', 0), m['height'], m['width'], m['batch'], m['text_len'])")
     # shellcheck disable=SC2046

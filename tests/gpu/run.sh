@@ -45,6 +45,11 @@
 #      (bench/hunyuan_forward.py: HUNYUAN_LAYERS D,S blocks) and a 4-step generate at 33 frames (hunyuan_forward.json).
 #   8d. with QWEN=1, the tiny Qwen-Image pipeline op by op on the GPU, then 1328x1328 (bench/qwen_forward.py: QWEN_LAYERS
 #      blocks) and a 4-step generate with true CFG 4 against QwenImagePipeline (qwen_forward.json).
+#   9. with PIPELINE=1 (or bench, or 1,bench; bench-only), the Python package in WanPipeline and FluxPipeline
+#      (tests/gpu/pipeline_parity.py; bench: the 50-step Wan2.1-1.3B pipeline against stock and torch.compile),
+#   10. with SERVE=1 (and the bundle of 3 or 3'), `ditrun serve` against the command line's generate loop
+#      (bench/serve_overhead.py --enforce: overhead <= 1% of a 50-step job, request to first step <= 50 ms).
+#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 (but 1a, the probe check) and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -77,6 +82,8 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 fails=0
 step() { echo; echo "=== $*"; }
+# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2).
+sec() { [ -z "${CHECKS:-}" ] || [[ ",$CHECKS," == *",$1,"* ]]; }
 check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
 # What the runtime allocates on the device is within the bundle's predicted peak (ditrun's load line).
 mem_within() { "$@" >/dev/null 2>"$W/memlog"; local rc=$?; grep "^ditrun: memory:" "$W/memlog"; [ $rc = 0 ] && grep -q "within the prediction" "$W/memlog"; }
@@ -95,6 +102,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 . tests/gpu/topologies.sh
 ngpu=$(nvidia-smi -L | wc -l)
 if [ -z "${SKIP_CHECKS:-}" ]; then
+if sec tiny; then
 step "1. tiny goldens on the GPU (bf16 tolerances as tests/integration/bf16.sh)"
 for d in tests/data/wan_tiny_*/; do
   d=${d%/}
@@ -108,6 +116,8 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" compare "$bundle" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
   check mem_within "$BIN/ditrun" forward "$bundle" --inputs "$d/forward_inputs.safetensors" --out "$W/f.safetensors"
 done
+fi
+if sec fp8; then
 step "1f. fp8 GEMMs (--quant fp8): every step against the CPU reference's same quantization, the forward against the bf16 bundle's (tests/integration/fp8.sh's bounds)"
 for d in tests/data/wan_tiny_*/; do
   d=${d%/}
@@ -122,6 +132,8 @@ for d in tests/data/wan_tiny_*/; do
 done
 
 fi
+fi
+if sec probe; then
 step "1a. the step cache's probe kernel on the GPU against the host's computation (the tiny Wan bundle in bf16; fp32 and f16 are checked on the CPU by test_probe and step_cache.sh)"
 d=tests/data/wan_tiny_b
 bundle=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -136,7 +148,9 @@ grep "^ditrun: step cache" "$W/ghlog"
 check grep -q "kept residual$" "$W/ghlog"
 check "$BIN/st_compare" "$W/gh.safetensors" "$W/gx.safetensors" latents 1 0.99
 
+fi
 if [ -z "${SKIP_CHECKS:-}" ]; then
+if sec 1b; then
 step "1b. parallel topologies on the GPU: ranks as threads of one process (NCCL when each has a GPU, else staged through host memory), and one process per rank (NCCL)"
 d=tests/data/wan_tiny_b
 for top in "${TINY_TOPOLOGIES[@]}"; do
@@ -159,6 +173,7 @@ for top in "${TINY_TOPOLOGIES[@]}"; do
   fi
 done
 
+fi
 if [ "$ngpu" -ge 2 ]; then
   echo "-- a rank failing mid-forward under NCCL (DIT_FAIL_STEP): the other stops with an error, no hang"
   b2=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 --tp 2 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -169,6 +184,7 @@ fi
 
 fi
 if [ -z "${SKIP_CHECKS:-}" ] || [ -n "${OFFLOAD_CHECKS:-}" ]; then
+if sec 1c; then
 step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes"
 d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q)
@@ -217,8 +233,10 @@ for pf in slow tight; do
   done
 done
 fi
+fi
 if [ -z "${SKIP_CHECKS:-}" ]; then
 
+if sec 1e; then
 step "1e. Wan2.1 image-to-video (tiny): the GPU forward against diffusers' fp32 output, every op against the CPU"
 d=tests/data/wan21_i2v_tiny
 read -r F H Wd B L N < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['image_tokens'])")
@@ -228,6 +246,8 @@ check "$BIN/st_compare" "$W/fi.safetensors" "$d/forward_output.safetensors" samp
 check "$BIN/ditrun" compare "$ib" --inputs "$d/forward_inputs.safetensors" --max-rel 2e-2
 "$BIN/ditrun" compare "$ib" --inputs "$d/forward_inputs.safetensors" | grep -E "^(gelu|attention|linear) "
 
+fi
+if sec wan22; then
 step "1f. Wan2.2-A14B (tiny, two experts in one bundle): each expert's GPU forward and the 6-step generate across the boundary against diffusers' fp32 outputs; the same generate with the expert swap under a memory budget, bit-identical"
 d=tests/data/wan22_a14b_tiny
 read -r F H Wd B L STEPS G G2 S GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['batch'], m['text_len'], m['steps'], m['guidance'], m['guidance_2'], m['shift'], m['generate_batch'])")
@@ -262,6 +282,8 @@ check "$BIN/ditrun" generate "$r72" "${g72[@]}" --out "$W/g72.safetensors"
 check "$BIN/ditrun" generate "$s72" "${g72[@]}" --out "$W/g72s.safetensors"
 check cmp "$W/g72.safetensors" "$W/g72s.safetensors"
 
+fi
+if sec 1g; then
 step "1g. Wan2.2-TI2V (tiny, per-token timesteps), Wan2.2-I2V-A14B and the image-to-video generates: GPU bf16 against diffusers' fp32 outputs"
 meta() { python3 -c "import json, sys; m=json.load(open('$1/meta.json')); print(*[m[k] for k in sys.argv[1:]])" "${@:2}"; }
 d=tests/data/wan22_ti2v_tiny
@@ -293,6 +315,8 @@ gi="$d/generate_inputs.safetensors"
 check "$BIN/ditrun" generate "$ag" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --image-latents "$gi" --steps "$STEPS" --guidance "$G" --guidance-2 "$G2" --shift "$S" --sampler unipc --out "$W/gai.safetensors"
 check "$BIN/st_compare" "$W/gai.safetensors" "$d/generate_unipc.safetensors" latents 6e-2 0.999
 
+fi
+if sec 1d; then
 step "1d. the Hopper attention kernel at head dims 64 and 128: every op on the GPU against the CPU reference, 1280 and 126 tokens"
 for p in tiny-hd64 tiny-hd128; do
   "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$W/$p" >/dev/null
@@ -313,12 +337,16 @@ PY
   done
 done
 
+fi
+if sec 1d2; then
 step "1d2. sparse attention (--sparse-attn): the tiled portable (head dim 64) and Hopper (128) kernels against the CPU backend, 1280 and 3072 tokens"
 for p in tiny-hd64 tiny-hd128; do
+  [ -d "$W/$p/model" ] || "$BIN/make_tiny_wan" --preset "$p" --dtype bf16 --text-len 7 --out "$W/$p" >/dev/null  # 1d's models
   # Radial is sparse at tile granularity once a frame spans many tiles: 8 frames of 16x24 tokens.
   for case in "sta:1,8,10 13 256 320" "radial 29 256 384"; do
     read -r spec F H Wd <<<"$case"
     sb=$("$BIN/ditc" compile "$W/$p/model" --frames "$F" --height "$H" --width "$Wd" --text-len 7 --dtype bf16 --target sm_90 --sparse-attn "$spec" -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+    rm -f "$W/sin.safetensors" "$W/sg.safetensors" "$W/sc.safetensors"  # a failed compile leaves nothing to compare
     "$BIN/forward_inputs" "$sb" "$W/sin.safetensors" --seed 5 --set timestep=500
     echo "-- $p, $spec"
     check "$BIN/ditrun" compare "$sb" --inputs "$W/sin.safetensors" --max-rel 3e-2
@@ -327,6 +355,7 @@ for p in tiny-hd64 tiny-hd128; do
     check "$BIN/st_compare" "$W/sg.safetensors" "$W/sc.safetensors" sample 3e-2 0.999
   done
 done
+fi
 fi
 
 if [ -z "${NO_13B:-}" ]; then
@@ -353,8 +382,8 @@ fi
 [ "$QUICK" = "--quick" ] && { echo; echo "gpu checks: $fails failures (quick)"; rm -rf "$W"; exit $((fails > 0)); }
 
 wan_sc=$(case ",${STEP_CACHE:-}," in *,wan,*|,1,) echo 1;; esac)
-if [ -z "${NO_13B:-}" ] && [ -n "${NO_FORWARD:-}" ] && [ -n "$wan_sc" ]; then
-  step "3'. Wan2.1-1.3B 480x832 81 frames: the bundle alone (for the step-cache sweep)"
+if [ -z "${NO_13B:-}" ] && [ -n "${NO_FORWARD:-}" ] && [ -n "$wan_sc${SERVE:-}" ]; then
+  step "3'. Wan2.1-1.3B 480x832 81 frames: the bundle alone (for the step-cache sweep and the served jobs)"
   big=$("$BIN/ditc" compile "$W/wan13/model" --frames 81 --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$W/b" | tail -n1 | cut -d' ' -f3)
 fi
 if [ -z "${NO_FORWARD:-}${NO_13B:-}" ]; then
@@ -520,6 +549,47 @@ if [ -n "${QWEN:-}" ]; then
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
+fi
+if [ -n "${PIPELINE:-}" ]; then
+  step "9. the Python package in diffusers pipelines: WanPipeline and FluxPipeline with the compiled transformer (parity, no extra device-to-host copies)"
+  # The wheel built from this build (tests/gpu/prepare.sh) is installed with the peers' wheels.
+  python3 -c "import ditrun, sys; print('ditrun package', ditrun.__version__, 'from', ditrun.__file__)" || fails=$((fails+1))
+  if [[ ",$PIPELINE," != *,bench-only,* ]]; then
+    timeout "${PIPELINE_TIMEOUT:-300}" python3 tests/gpu/pipeline_parity.py --json "$OUT/pipeline_parity.json" 2>&1 | grep -v Warning | tee "$OUT/pipeline_parity.txt"
+    check test "${PIPESTATUS[0]}" = 0
+  fi
+  if [[ ",$PIPELINE," == *,bench* ]]; then
+    step "9b. Wan2.1-1.3B 480p 81 frames, 50 steps with CFG: WanPipeline with the compiled transformer against stock and stock + torch.compile"
+    timeout "${PIPELINE_BENCH_TIMEOUT:-420}" python3 tests/gpu/pipeline_parity.py --bench --json "$OUT/pipeline_bench.json" 2>&1 | grep -v Warning | tee "$OUT/pipeline_bench.txt"
+    check test "${PIPESTATUS[0]}" = 0
+  fi
+fi
+if [ -n "${SERVE:-}" ] && [ -n "${big:-}" ]; then
+  step "10. ditrun serve: Wan2.1-1.3B 480p 81 frames, 50-step jobs with CFG against the command line's generate loop"
+  python3 - "$W/serve_in.safetensors" <<'PY'
+import sys, torch
+from safetensors.torch import save_file
+g = torch.Generator().manual_seed(3)
+save_file({"prompt_embeds": torch.randn(1, 512, 4096, generator=g).bfloat16(),
+           "negative_prompt_embeds": torch.randn(1, 512, 4096, generator=g).bfloat16()}, sys.argv[1])
+PY
+  "$BIN/ditrun" serve "$big" --listen 127.0.0.1:0 > "$W/serve.log" 2>&1 &
+  spid=$!
+  port=""
+  for _ in $(seq 300); do port=$(grep -o "listening on http://127.0.0.1:[0-9]*" "$W/serve.log" | grep -o "[0-9]*$"); [ -n "$port" ] && break; sleep 0.2; done
+  python3 -c "
+import sys, time, urllib.request
+for _ in range(300):
+    try:
+        urllib.request.urlopen('http://127.0.0.1:%s/ready' % sys.argv[1], timeout=5); break
+    except Exception:
+        time.sleep(0.5)" "$port"
+  grep "^ditrun serve" "$W/serve.log" | head -5
+  timeout "${SERVE_TIMEOUT:-400}" python3 bench/serve_overhead.py --port "$port" --ditrun "$BIN/ditrun" --bundle "$big" \
+    --inputs "$W/serve_in.safetensors" --steps 50 -n "${SERVE_N:-2}" --cli-runs "${SERVE_CLI_RUNS:-2}" --enforce 2>&1 | tee "$OUT/serve_overhead.txt"
+  check test "${PIPESTATUS[0]}" = 0
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+  cp "$W/serve.log" "$OUT/serve.log"
 fi
 echo; echo "gpu checks: $fails failures"
 rm -rf "$W"
