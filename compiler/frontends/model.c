@@ -122,7 +122,7 @@ dit_status_t dit_model_config_parse(const char *text, size_t len, const char *wh
     dit_json_t arch;
     dit_json_iter_t it;
     size_t n = 0;
-    s = dit_json_array(&root, "architectures", 1, &arch, &n);
+    s = dit_json_array(&root, "architectures", 16, &arch, &n);
     if (!s && n != 1) s = dit_json_error(&arch, DIT_CODE_INVALID_ARGUMENT, "expected one class name, found %zu", n);
     if (!s) {
       dit_json_iter_init(&arch, &it);
