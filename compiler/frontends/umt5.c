@@ -66,7 +66,8 @@ static const char kUmt5Defaults[] =
 static const char *const kUmt5Ignored[] = {
     "architectures", "transformers_version", "torch_dtype", "dtype", "tokenizer_class", "output_past", "use_cache",
     "is_encoder_decoder", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id", "num_decoder_layers",
-    "classifier_dropout", "dropout_rate", "initializer_factor", "scalable_attention", "tie_word_embeddings", "scale_decoder_outputs", NULL,
+    "classifier_dropout", "dropout_rate", "initializer_factor", "scalable_attention", "tie_word_embeddings",
+    "scale_decoder_outputs", NULL,
 };
 
 static dit_status_t str_is(const cJSON *cfg, const char *key, const char *want, const char *what, const char *why) {

@@ -157,8 +157,14 @@ def main():
         keys = sorted(f.keys())
     print("checkpoint keys:", keys)
 
+    try:  # the pinned diffusers, whose WanPipeline wan_prompt_embeds follows
+        import diffusers
+        diffusers_version = diffusers.__version__
+    except ImportError:
+        diffusers_version = None
     meta = dict(
-        torch=torch.__version__, transformers=transformers.__version__, numpy=np.__version__, seed=SEED,
+        torch=torch.__version__, transformers=transformers.__version__, diffusers=diffusers_version, numpy=np.__version__,
+        seed=SEED,
         text_len=TEXT_LEN, batch=2, lengths=LENGTHS, long_len=LONG_LEN, long_valid=LONG_VALID,
         d_model=TINY["d_model"], checkpoint_keys=keys, attn_implementation=model.config._attn_implementation,
         buckets_rel_from=-(LONG_LEN - 1), buckets=buckets,
