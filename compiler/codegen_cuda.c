@@ -187,6 +187,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
     if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
+        !(op->kind == DIT_OP_EMBEDDING && i == 0) &&
         V(g, op->in[i])->dtype != DIT_F32 &&
         V(g, op->in[i])->dtype != DIT_BF16)
       return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
@@ -197,14 +198,16 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_GELU_TANH:
     case DIT_OP_GELU:
     case DIT_OP_ADD:
+    case DIT_OP_MUL:
     case DIT_OP_CAST:
     case DIT_OP_RESHAPE: /* a device copy: the cast kernel between equal types (the IR keeps x's) */
       dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
           op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH
           : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU
-          : op->kind == DIT_OP_CAST || op->kind == DIT_OP_RESHAPE ? DIT_ABI_EW_CAST : DIT_ABI_EW_ADD, n,
+          : op->kind == DIT_OP_CAST || op->kind == DIT_OP_RESHAPE ? DIT_ABI_EW_CAST
+          : op->kind == DIT_OP_MUL ? DIT_ABI_EW_MUL : DIT_ABI_EW_ADD, n,
           dt_code(x->dtype), n % DIT_ABI_VEC == 0);
-      if (op->kind == DIT_OP_ADD) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
+      if (op->kind == DIT_OP_ADD || op->kind == DIT_OP_MUL) dit_strbuf_printf(s, "#define T_B %d\n", dt_code(V(g, op->in[1])->dtype));
       set_launch(k, blocks_of(n % DIT_ABI_VEC == 0 ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     case DIT_OP_GATED_ADD: {
@@ -381,16 +384,20 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (hd > 256) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " > 256", y->name, hd);
       /* A tile schedule (attr tiles): both kernels walk only the listed key tiles. Its query tile is
        * the portable kernel's block and, at head dim 128, the Hopper kernel's work tile. */
-      const int tiled = dit_attrs_find(&op->attrs, "tiles") != NULL;
+      const int tiled = dit_attrs_find(&op->attrs, "tiles") != NULL, biased = dit_attrs_find(&op->attrs, "bias") != NULL;
+      /* With a score bias the key bound, if any, is the fourth input of five. */
+      const int bounded = biased ? op->n_in == 5 : op->n_in == 4 && !tiled;
       char tiles_def[96] = "";
       if (tiled)
         snprintf(tiles_def, sizeof tiles_def, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n",
                  V(g, op->in[op->n_in - 1])->dims[1], DIT_SPARSE_TILE);
-      if (sm90 && (tiled ? hd == 128 : hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX && x->dims[0] * kk->dims[1] < INT32_MAX) {
+      /* A score bias (T5's relative positions) runs on the portable kernel. */
+      if (sm90 && !biased && (tiled ? hd == 128 : hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX &&
+          x->dims[0] * kk->dims[1] < INT32_MAX) {
         dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
             hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
-        if (op->n_in == 4 && !tiled) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
+        if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
         specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
@@ -402,7 +409,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
-      if (op->n_in == 4 && !tiled) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
+      if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
+      if (biased) dit_strbuf_printf(s, "#define HAS_BIAS 1\n");
       if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
       set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], 32 * DIT_ABI_ATTN_WARPS, smem);
       return DIT_OK;
@@ -419,6 +427,13 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_KEY_BOUND 1\n#define MASK_T %s\n#define MASK_NZ(v) %s\n#define BATCH %" PRId64 "LL\n#define MASK_LEN %" PRId64
              "\n#define OFFSET %" PRId64 "\n", kMask[x->dtype][0], kMask[x->dtype][1], x->dims[0], x->dims[1], geti(op, "offset"));
       set_launch(k, blocks_of((uint64_t)x->dims[0]), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_EMBEDDING: {
+      const dit_value_t *t = V(g, op->in[1]);
+      dit_strbuf_printf(s, "#define DIT_K_EMBEDDING 1\n#define T_IDS %s\n#define T_TABLE %d\n#define N %" PRIu64 "LL\n#define ROWS %" PRId64
+             "LL\n#define D %" PRId64 "LL\n", x->dtype == DIT_I64 ? "long long" : "int", dt_code(t->dtype), n, t->dims[0], t->dims[1]);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_SLICE_TOKENS:

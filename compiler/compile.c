@@ -68,8 +68,9 @@ static cJSON *shape_json(const dit_compile_options_t *o, const dit_latent_shape_
   cJSON_AddNumberToObject(s, "batch", (double)o->shape.batch);
   /* An image model's frames: 1, given or not. */
   cJSON_AddNumberToObject(s, "frames", (double)(o->shape.frames < 0 ? ls->frames : o->shape.frames));
-  cJSON_AddNumberToObject(s, "height", (double)o->shape.height);
-  cJSON_AddNumberToObject(s, "width", (double)o->shape.width);
+  /* A text encoder has no pixels: 0 (the flags left out). */
+  cJSON_AddNumberToObject(s, "height", (double)(o->shape.height < 0 ? 0 : o->shape.height));
+  cJSON_AddNumberToObject(s, "width", (double)(o->shape.width < 0 ? 0 : o->shape.width));
   cJSON_AddNumberToObject(s, "text_len", (double)o->shape.text_len);
   /* Only image-conditioned models have it: other models keep their identity. */
   if (ls->image_len) cJSON_AddNumberToObject(s, "image_len", (double)ls->image_len);
@@ -609,8 +610,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     }
     man.shape.batch = o->shape.batch;
     man.shape.frames = o->shape.frames < 0 ? ls.frames : o->shape.frames;
-    man.shape.height = o->shape.height;
-    man.shape.width = o->shape.width;
+    man.shape.height = o->shape.height < 0 ? 0 : o->shape.height;
+    man.shape.width = o->shape.width < 0 ? 0 : o->shape.width;
     man.shape.text_len = o->shape.text_len;
     man.shape.latent[0] = ls.channels;
     man.shape.latent[1] = ls.frames;

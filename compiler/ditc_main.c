@@ -20,7 +20,8 @@ static const char kUsage[] =
     "  compile MODEL_DIR [--frames F] --height H --width W [options]\n"
     "      Compile a diffusers transformer or pipeline directory for one shape into a\n"
     "      content-addressed bundle (--frames for video models: Wan; not for image models:\n"
-    "      FLUX.1). Options:\n"
+    "      FLUX.1). A text encoder's folder (transformers' UMT5EncoderModel) takes only\n"
+    "      --text-len (its tokens) and --batch. Options:\n"
     "        --batch B           batch size (default 1)\n"
     "        --text-len L        text tokens (default 512)\n"
     "        --image-len N       image tokens of an image-conditioned model (default 257, as CLIP gives)\n"
@@ -243,8 +244,6 @@ static int cmd_compile(int argc, char **argv, int why) {
   if (!offloading && (o.residency >= 0 || o.memory_budget_gib > 0 || o.latency_target_ms > 0 || o.profile))
     return usage_error("%s", "--residency, --memory-budget, --latency-target and --profile need --offload layerwise|chunked");
   if (offloading && !(o.chunk_mb > 0)) return usage_error("%s", "--chunk-mb must be positive");
-  if (o.shape.height < 0) return usage_error("%s", "compile needs --height");
-  if (o.shape.width < 0) return usage_error("%s", "compile needs --width");
   o.dump = o.dump_after ? stderr : stdout;
   char store_bundles[4200];
   if (o.store_dir && !out_given) {

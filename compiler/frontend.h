@@ -106,6 +106,12 @@ typedef struct dit_qwen_config {
   int64_t axes[3]; /* axes_dims_rope: the rotary pairs' split over (frame, row, column) */
 } dit_qwen_config_t;
 
+/* UMT5EncoderModel's config (transformers' UMT5Config), typed: the encoder's fields. */
+typedef struct dit_umt5_config {
+  int64_t vocab, d_model, d_kv, d_ff, layers, heads, buckets, max_distance;
+  double eps;
+} dit_umt5_config_t;
+
 /* A family's frontend (compiler/frontends/family.h). */
 typedef struct dit_family dit_family_t;
 
@@ -146,6 +152,7 @@ typedef struct dit_model {
   dit_flux_config_t flux;
   dit_hunyuan_config_t hunyuan;
   dit_qwen_config_t qwen;
+  dit_umt5_config_t umt5;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */

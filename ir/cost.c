@@ -14,6 +14,7 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_ROPE: return 3;
     case DIT_OP_GATED_ADD: return 2;
     case DIT_OP_ADD:
+    case DIT_OP_MUL:
     case DIT_OP_MOD_TABLE: return 1;
     case DIT_OP_TIMESTEP_EMBED: return 4;
     case DIT_OP_RMSNORM_SLICE: return 3;
@@ -21,6 +22,7 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_ATTN_MERGE: return 4;
     case DIT_OP_CAST: return 0; /* a conversion moves bytes; no arithmetic */
     case DIT_OP_RESHAPE:
+    case DIT_OP_EMBEDDING:
     case DIT_OP_CONCAT: return 0; /* copies */
     case DIT_OP_ROPE_TABLE: return 3; /* two products and a sum per element */
     default: return 0;

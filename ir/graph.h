@@ -40,7 +40,7 @@ typedef struct dit_value {
   void *data;
 } dit_value_t;
 
-#define DIT_OP_MAX_IN 4
+#define DIT_OP_MAX_IN 5 /* attention: q, k, v, a key bound and a score bias */
 #define DIT_OP_MAX_OUT 2
 
 typedef struct dit_op {

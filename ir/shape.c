@@ -188,6 +188,7 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     case DIT_OP_ADD:
+    case DIT_OP_MUL:
       if (!same_shape(x, operand(g, ins, 1)))
         FAIL("%s: operands '%s' and '%s' differ in shape", op, x->name, operand(g, ins, 1)->name);
       copy_shape(x, &out_rank[0], out_dims[0]);
@@ -284,9 +285,22 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
         FAIL("%s: q [%" PRId64 ",%" PRId64 ",%" PRId64 "], k/v [%" PRId64 ",%" PRId64 ",%" PRId64
              "] do not match", op, x->dims[0], x->dims[1], x->dims[2], k->dims[0], k->dims[1], k->dims[2]);
       if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels not divisible by %" PRId64 " heads", op, x->dims[2], heads);
-      const dit_attr_t *ta = dit_attrs_find(attrs, "tiles");
-      const int tiled = ta && !ta->is_float && ta->i == 1;
+      const dit_attr_t *ta = dit_attrs_find(attrs, "tiles"), *ba = dit_attrs_find(attrs, "bias");
+      const int tiled = ta && !ta->is_float && ta->i == 1, biased = ba && !ba->is_float && ba->i == 1;
       if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
+      if (ba && !biased) FAIL("%s: attribute bias must be 1 (the last input is a score bias) when present", op);
+      if (tiled && biased) FAIL("%s: a score bias with a tile schedule is not supported", op);
+      if (biased) {
+        if (n_in < 4) FAIL("%s: attribute bias = 1 needs the bias as the last input (%d inputs)", op, n_in);
+        const dit_value_t *bias = operand(g, ins, n_in - 1);
+        char b1[96];
+        if (bias->dtype != DIT_F32 || bias->rank != 3 || bias->dims[0] != x->dims[1] || bias->dims[1] != k->dims[1] ||
+            bias->dims[2] != heads)
+          FAIL("%s: bias '%s' is %s %s, expected f32 [%" PRId64 ",%" PRId64 ",%" PRId64 "] (queries of '%s', keys of '%s', heads)", op,
+               bias->name, dit_dtype_name(bias->dtype), dims_str(bias->rank, bias->dims, b1, sizeof b1), x->dims[1], k->dims[1], heads,
+               x->name, k->name);
+        n_in--; /* the rest is checked as without it */
+      }
       if (!tiled && n_in == 5) FAIL("%s: a fifth input is a tile schedule only with attribute tiles = 1", op);
       if (tiled && n_in != 4)
         FAIL("%s: a tile schedule needs q, k, v and the schedule (%d inputs; a key bound with a schedule is not supported)", op, n_in);
@@ -494,6 +508,18 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       out_dims[0][0] = x->dims[0];
       break;
     }
+    case DIT_OP_EMBEDDING: {
+      const dit_value_t *t = operand(g, ins, 1);
+      if (x->dtype != DIT_I32 && x->dtype != DIT_I64)
+        FAIL("%s: ids '%s' have dtype %s, expected i32 or i64", op, x->name, dit_dtype_name(x->dtype));
+      DIT_RETURN_IF(need_rank(op, "table", t, 2));
+      if (!is_float(t->dtype)) FAIL("%s: table '%s' has dtype %s, expected f32, bf16 or f16", op, t->name, dit_dtype_name(t->dtype));
+      if (x->rank + 1 > DIT_MAX_RANK) FAIL("%s: ids '%s' of rank %d leave no room for the row dim", op, x->name, x->rank);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_rank[0] = x->rank + 1;
+      out_dims[0][x->rank] = t->dims[1];
+      break;
+    }
     case DIT_OP_COUNT:
       FAIL("unknown op kind");
   }
@@ -521,6 +547,10 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
              dit_dtype_name(out_dtypes[1]), dit_dtype_name(x->dtype), x->name);
       return DIT_OK;
     }
+    case DIT_OP_EMBEDDING:
+      if (n_out >= 1 && !is_float(out_dtypes[0]))
+        FAIL("embedding: output dtype %s, expected f32, bf16 or f16", dit_dtype_name(out_dtypes[0]));
+      return DIT_OK;
     case DIT_OP_KEY_BOUND:
       if (n_out >= 1 && out_dtypes[0] != DIT_I32)
         FAIL("key_bound: output dtype %s, expected i32", dit_dtype_name(out_dtypes[0]));

@@ -362,6 +362,8 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_GELU: return dit_cpu_gelu(c, &in[0], &out[0]);
     case DIT_OP_CAST: return dit_cpu_cast(c, &in[0], &out[0]);
     case DIT_OP_ADD: return dit_cpu_add(c, &in[0], &in[1], &out[0]);
+    case DIT_OP_MUL: return dit_cpu_mul(c, &in[0], &in[1], &out[0]);
+    case DIT_OP_EMBEDDING: return dit_cpu_embedding(c, &in[0], &in[1], &out[0]);
     case DIT_OP_MOD_TABLE: return dit_cpu_mod_table(c, &in[0], &in[1], &out[0]);
     case DIT_OP_LAYERNORM: {
       double eps;
@@ -403,7 +405,10 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       double scale;
       GETI("heads", heads);
       GETF("scale", scale);
-      const dit_attr_t *tiles = dit_attrs_find(&st->attrs, "tiles");
+      const dit_attr_t *tiles = dit_attrs_find(&st->attrs, "tiles"), *bias = dit_attrs_find(&st->attrs, "bias");
+      if (bias && bias->i == 1)
+        return dit_cpu_attention_biased(c, &in[0], &in[1], &in[2], st->n_in > 4 ? &in[3] : NULL, &in[st->n_in - 1], heads, scale,
+                                        &out[0], st->n_out > 1 ? &out[1] : NULL);
       if (tiles && tiles->i == 1)
         return dit_cpu_attention_tiled(c, &in[0], &in[1], &in[2], &in[st->n_in - 1], heads, scale, &out[0],
                                        st->n_out > 1 ? &out[1] : NULL);

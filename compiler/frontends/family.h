@@ -16,7 +16,9 @@ typedef struct dit_expected dit_expected_t;
 
 struct dit_family {
   const char *name;        /* the manifest's model.family: "wan", "flux" */
-  const char *model_class; /* config.json's _class_name */
+  const char *model_class; /* config.json's _class_name (transformers' configs: architectures[0]) */
+  /* 1: a text encoder, whose shape is only --batch and --text-len (no pixels, no latents). */
+  int text_encoder;
   /* Normalizes raw into m->config (defaults filled) and the family's typed config. */
   dit_status_t (*parse_config)(dit_model_t *m, const dit_json_t *raw);
   /* The tensors m's config calls for in a transformer folder's checkpoint; a tensor containing
@@ -38,6 +40,12 @@ extern const dit_family_t dit_family_wan;
 extern const dit_family_t dit_family_flux;
 extern const dit_family_t dit_family_hunyuan;
 extern const dit_family_t dit_family_qwen;
+extern const dit_family_t dit_family_umt5;
+
+/* UMT5's bucket of a key `rel` positions after its query (negative: before), as transformers'
+ * encoder computes it in fp32: num_buckets / 2 per direction, half of those exact distances,
+ * the rest logarithmic up to max_distance. */
+int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance);
 
 /* ---- config readers ---- */
 

@@ -13,7 +13,8 @@
 #include "compiler/frontends/family.h"
 #include "compiler/frontends/pipeline.h"
 
-static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen};
+static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen,
+                                                 &dit_family_umt5};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
 /* ---- config readers ---- */
@@ -109,12 +110,27 @@ dit_status_t dit_model_config_parse(const char *text, size_t len, const char *wh
   const char *name = NULL;
   dit_status_t s = dit_json_parse(text, len, what, &doc);
   if (!s) s = dit_json_root(doc, &root);
-  if (!s && !dit_json_has(&root, "_class_name")) {
+  /* diffusers names the class in _class_name; transformers (a pipeline's text encoder) in
+   * architectures, a list of one class. */
+  const int transformers = !s && !dit_json_has(&root, "_class_name") && dit_json_has(&root, "architectures");
+  if (!s && !transformers && !dit_json_has(&root, "_class_name")) {
     cls = root;
     dit_json_path_key(cls.path, root.path, "_class_name");
     s = dit_json_error(&cls, DIT_CODE_NOT_FOUND, "missing: cannot tell the model family");
   }
-  if (!s) s = dit_json_get(&root, "_class_name", &cls);
+  if (!s && transformers) {
+    dit_json_t arch;
+    dit_json_iter_t it;
+    size_t n = 0;
+    s = dit_json_array(&root, "architectures", 16, &arch, &n);
+    if (!s && n != 1) s = dit_json_error(&arch, DIT_CODE_INVALID_ARGUMENT, "expected one class name, found %zu", n);
+    if (!s) {
+      dit_json_iter_init(&arch, &it);
+      dit_json_iter_next(&it, &cls);
+    }
+  } else if (!s) {
+    s = dit_json_get(&root, "_class_name", &cls);
+  }
   if (!s) s = dit_json_as_str(&cls, sizeof m->model_class - 1, false, &name);
   if (!s) {
     snprintf(m->model_class, sizeof m->model_class, "%s", name);
@@ -417,6 +433,9 @@ dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) { re
 dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   if (r->batch < 1 || r->batch > 4096) return DIT_ERR(INVALID_ARGUMENT, "--batch %" PRId64 ": expected 1..4096", r->batch);
   if (r->text_len < 1 || r->text_len > 65536) return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": expected 1..65536", r->text_len);
+  /* Every family but a text encoder's maps pixels to latents (-1: the flag left out). */
+  if (!m->fam->text_encoder && r->height < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --height");
+  if (!m->fam->text_encoder && r->width < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --width");
   return m->fam->latent_shape(m, r, out);
 }
 

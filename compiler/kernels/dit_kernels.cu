@@ -76,8 +76,8 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 }
 
 #if defined(DIT_K_ELEMENTWISE)
-// Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD
-// or _CAST.
+// Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD,
+// _MUL or _CAST.
 // With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
 __device__ __forceinline__ float ew_apply(float x, float y) {
 #if OPCODE == DIT_ABI_EW_SILU
@@ -88,6 +88,8 @@ __device__ __forceinline__ float ew_apply(float x, float y) {
   return 0.5f * x * erfcf(-x * 0.70710678118654752f);
 #elif OPCODE == DIT_ABI_EW_ADD
   return x + y;
+#elif OPCODE == DIT_ABI_EW_MUL
+  return x * y;
 #elif OPCODE == DIT_ABI_EW_CAST
   return x;  // the conversion is st's or st8's (round to nearest even into bf16)
 #else
@@ -95,7 +97,7 @@ __device__ __forceinline__ float ew_apply(float x, float y) {
 #endif
 }
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(A) *a
-#if OPCODE == DIT_ABI_EW_ADD
+#if OPCODE == DIT_ABI_EW_ADD || OPCODE == DIT_ABI_EW_MUL
                                                              , const TY(B) *b
 #endif
 ) {
@@ -104,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   if (i >= N / DIT_ABI_VEC) return;
   float va[DIT_ABI_VEC], vb[DIT_ABI_VEC] = {0, 0, 0, 0, 0, 0, 0, 0};
   ld8(a, i * DIT_ABI_VEC, va);
-#if OPCODE == DIT_ABI_EW_ADD
+#if OPCODE == DIT_ABI_EW_ADD || OPCODE == DIT_ABI_EW_MUL
   ld8(b, i * DIT_ABI_VEC, vb);
 #endif
 #pragma unroll
@@ -112,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   st8(y, i * DIT_ABI_VEC, va);
 #else
   if (i >= N) return;
-#if OPCODE == DIT_ABI_EW_ADD
+#if OPCODE == DIT_ABI_EW_ADD || OPCODE == DIT_ABI_EW_MUL
   st(y, i, ew_apply(ld(a, i), ld(b, i)));
 #else
   st(y, i, ew_apply(ld(a, i), 0.f));
@@ -624,6 +626,17 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 }
 #endif
 
+#if defined(DIT_K_EMBEDDING)
+// Rows of a table by index: y [N / D rows, D] = table[ids[r]] (T_IDS int or long long); an id
+// outside [0, ROWS) writes a zero row (the CPU reference refuses it).
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const T_IDS *ids, const TY(TABLE) *table) {
+  const long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (i >= N) return;
+  const long long r = (long long)ids[i / D];
+  st(y, i, r >= 0 && r < ROWS ? ld(table, r * D + i % D) : 0.f);
+}
+#endif
+
 #if defined(DIT_K_ATTENTION)
 // Flash attention forward, bf16 in and out, fp32 accumulation, online softmax, optional LSE.
 // A block of NW warps takes 16*NW query rows of one (batch, head); each warp owns 16 rows and
@@ -638,6 +651,11 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 // after v: block x's row lists its count, then the key tiles of SPARSE_TILE keys it attends,
 // ascending; only their BK-key parts are loaded and computed, in order (all tiles listed: the
 // dense kernel's order).
+// HAS_BIAS 1 adds a last input bias f32 [SQ, LK, HEADS] (after the bound, if any), added to the
+// scaled scores of every batch item (T5's relative position bias).
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
 #ifndef HAS_BOUND
 #define HAS_BOUND 0
 #endif
@@ -712,6 +730,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #endif
 #if HAS_TILES
                                                                  , const int *tiles
+#endif
+#if HAS_BIAS
+                                                                 , const float *bias
 #endif
 ) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -796,7 +817,13 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int key = k0 + n * 8 + t4 * 2 + (e & 1);
+#if HAS_BIAS
+        const int row = q0 + warp * 16 + g + (e >> 1) * 8;
+        const float bv = row < SQ && key < LK ? bias[((long long)row * LK + key) * HEADS + h] * 1.4426950408889634f : 0.f;
+        s[n][e] = (!tail || key < lk) ? s[n][e] * sl2 + bv : -DIT_INF;
+#else
         s[n][e] = (!tail || key < lk) ? s[n][e] * sl2 : -DIT_INF;
+#endif
       }
       mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
       mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));

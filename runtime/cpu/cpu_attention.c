@@ -5,7 +5,8 @@
  * never read, so the result is the unbounded attention over the first bound keys, bit for bit.
  * A tile schedule makes each task one query tile that streams only its listed key tiles (the
  * key block is the schedule's tile), in the dense order: a schedule listing every tile gives
- * the dense result bit for bit. */
+ * the dense result bit for bit. A score bias [S, L, H] is added to each block's scaled scores
+ * before the softmax. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ typedef double dit_v2d_t __attribute__((vector_size(16)));
 typedef struct attn_job {
   const dit_tensor_t *q, *k, *v, *out, *lse;
   const int32_t *bound; /* [B], or NULL: all keys */
+  const float *bias;    /* [S, L, H] added to the scaled scores, or NULL */
   const int32_t *tiles; /* [ceil(S / DIT_SPARSE_TILE), tiles_w] schedule, or NULL: all key blocks */
   int64_t tiles_w;
   int64_t B, S, L, H, Dh, ldo;
@@ -81,7 +83,7 @@ static inline dit_v4_t v4_load(const float *p) {
  * and sum per row, P packed for the P V product, O rescaled then accumulated. */
 static void attn_step(attn_job_t *j, const dit_v4_t *qpack, const float *kpack,
                       const float *vpack, float *stile, dit_v4_t *ppack, float *otile, float *m,
-                      double *l, int64_t nq, int64_t nk) {
+                      double *l, int64_t nq, int64_t nk, const float *bias) {
   const int64_t Dh = j->Dh, ldo = j->ldo, lds = round_up(nk, DIT_GEMM_NR);
   const int64_t n_qpanels = (nq + DIT_GEMM_MR - 1) / DIT_GEMM_MR;
 
@@ -104,6 +106,9 @@ static void attn_step(attn_job_t *j, const dit_v4_t *qpack, const float *kpack,
       dit_v4_t x = v4_load(sr + key) * vscale;
       memcpy(sr + key, &x, sizeof x);
     }
+    /* The score bias of this row's keys (bias points at the block's first query and key). */
+    if (bias)
+      for (int64_t key = 0; key < nk; key++) sr[key] += bias[(i * j->L + key) * j->H];
     /* Padded keys must weigh nothing, whatever the sign of scale. */
     for (int64_t key = nk; key < lds; key++) sr[key] = -INFINITY;
     for (int64_t key = 0; key < lds; key += 4) {
@@ -207,8 +212,9 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
     for (int64_t qb = 0; qb * DIT_ATTN_BQ < nq; qb++) {
       const int64_t r0 = qb * DIT_ATTN_BQ;
       const int64_t nqb = nq - r0 < DIT_ATTN_BQ ? nq - r0 : DIT_ATTN_BQ;
+      const float *bias = j->bias ? j->bias + ((q0 + r0) * j->L + k0) * H + h : NULL;
       attn_step(j, qpack + r0 * Dh, kpack, vpack, stile, ppack, otile + r0 * ldo, m + r0, l + r0,
-                nqb, nk);
+                nqb, nk, bias);
     }
   }
 
@@ -263,8 +269,8 @@ static dit_status_t check_tiles(const char *op, const dit_tensor_t *tiles, int64
 }
 
 static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k, const dit_tensor_t *v,
-                              const dit_tensor_t *bound, const dit_tensor_t *tiles, int heads, double scale, dit_tensor_t *out,
-                              dit_tensor_t *lse) {
+                              const dit_tensor_t *bound, const dit_tensor_t *tiles, const dit_tensor_t *bias, int heads,
+                              double scale, dit_tensor_t *out, dit_tensor_t *lse) {
   static const char *op = "attention";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "q", q));
@@ -298,6 +304,15 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
     DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
   }
   if (tiles) DIT_RETURN_IF(check_tiles(op, tiles, S, L));
+  if (bias) {
+    const int64_t bd[3] = {S, L, heads};
+    DIT_RETURN_IF(dit_cpu_check_any(op, "bias", bias));
+    if (bias->dtype != DIT_F32)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: bias has dtype %s, expected f32", op, dit_dtype_name(bias->dtype));
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "bias", bias, 3, bd));
+    DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "bias", bias));
+    DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "bias", bias));
+  }
   if (L == 0 && B * S > 0)
     return DIT_ERR(INVALID_ARGUMENT, "%s: k has dims %s: no keys to attend to", op,
                    dit_cpu_dims_str(k, b1));
@@ -315,6 +330,7 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
   if (B == 0 || S == 0) return DIT_OK;
 
   attn_job_t j = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .bound = bound ? bound->data : NULL,
+                  .bias = bias ? bias->data : NULL,
                   .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
                   .H = heads, .Dh = HD / heads, .scale = (float)scale};
   j.ldo = round_up(j.Dh, DIT_GEMM_NR);
@@ -358,11 +374,17 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
 dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                        const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
                                        dit_tensor_t *out, dit_tensor_t *lse) {
-  return attention(c, q, k, v, bound, NULL, heads, scale, out, lse);
+  return attention(c, q, k, v, bound, NULL, NULL, heads, scale, out, lse);
+}
+
+dit_status_t dit_cpu_attention_biased(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                      const dit_tensor_t *v, const dit_tensor_t *bound, const dit_tensor_t *bias, int heads,
+                                      double scale, dit_tensor_t *out, dit_tensor_t *lse) {
+  return attention(c, q, k, v, bound, NULL, bias, heads, scale, out, lse);
 }
 
 dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                      const dit_tensor_t *v, const dit_tensor_t *tiles, int heads, double scale,
                                      dit_tensor_t *out, dit_tensor_t *lse) {
-  return attention(c, q, k, v, NULL, tiles, heads, scale, out, lse);
+  return attention(c, q, k, v, NULL, tiles, NULL, heads, scale, out, lse);
 }

@@ -171,7 +171,7 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
-typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU } ew_kind_t;
+typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU, EW_MUL } ew_kind_t;
 
 typedef struct ew_job {
   ew_kind_t kind;
@@ -209,6 +209,11 @@ static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
         break;
       }
+      case EW_MUL: {
+        const float *b = dit_cpu_row_load(j->b->data, j->b->dtype, s, n, tb);
+        for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+        break;
+      }
     }
     dit_cpu_row_store(j->y->data, j->y->dtype, s, out, n);
   }
@@ -237,9 +242,8 @@ dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) 
   return unary(c, "gelu", EW_GELU, x, y);
 }
 
-dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
-                         dit_tensor_t *y) {
-  static const char *op = "add";
+static dit_status_t binary(dit_cpu_t *c, const char *op, ew_kind_t kind, const dit_tensor_t *a, const dit_tensor_t *b,
+                           dit_tensor_t *y) {
   DIT_RETURN_IF(dit_cpu_check_float(op, "a", a));
   DIT_RETURN_IF(dit_cpu_check_float(op, "b", b));
   DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
@@ -247,8 +251,68 @@ dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "a", a));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "a", a));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "b", b));
-  ew_job_t j = {.kind = EW_ADD, .a = a, .b = b, .y = y};
+  ew_job_t j = {.kind = kind, .a = a, .b = b, .y = y};
   dit_pool_parallel_for(dit_cpu_pool(c), dit_tensor_numel(a), DIT_EW_GRAIN, ew_range, &j);
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b, dit_tensor_t *y) {
+  return binary(c, "add", EW_ADD, a, b, y);
+}
+
+dit_status_t dit_cpu_mul(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b, dit_tensor_t *y) {
+  return binary(c, "mul", EW_MUL, a, b, y);
+}
+
+/* ---- embedding ----------------------------------------------------------------------------- */
+
+typedef struct embed_job {
+  const dit_tensor_t *table;
+  dit_tensor_t *y;
+  const int64_t *rows; /* the checked ids */
+  int64_t D;
+} embed_job_t;
+
+static void embed_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  (void)worker;
+  embed_job_t *j = ctx;
+  const size_t ts = dit_dtype_size(j->table->dtype), ys = dit_dtype_size(j->y->dtype);
+  for (int64_t i = begin; i < end; i++)
+    dit_convert((char *)j->y->data + (size_t)(i * j->D) * ys, j->y->dtype, (const char *)j->table->data + (size_t)(j->rows[i] * j->D) * ts,
+                j->table->dtype, (size_t)j->D);
+}
+
+dit_status_t dit_cpu_embedding(dit_cpu_t *c, const dit_tensor_t *ids, const dit_tensor_t *table, dit_tensor_t *y) {
+  static const char *op = "embedding";
+  DIT_RETURN_IF(dit_cpu_check_any(op, "ids", ids));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "table", table));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  if (ids->dtype != DIT_I32 && ids->dtype != DIT_I64)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: ids have dtype %s, expected i32 or i64", op, dit_dtype_name(ids->dtype));
+  const int64_t td[2] = {-1, -1};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "table", table, 2, td));
+  if (ids->rank + 1 > DIT_MAX_RANK) return DIT_ERR(INVALID_ARGUMENT, "%s: ids of rank %d leave no room for the row dim", op, ids->rank);
+  int64_t want[DIT_MAX_RANK];
+  for (int i = 0; i < ids->rank; i++) want[i] = ids->dims[i];
+  want[ids->rank] = table->dims[1];
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "y", y, ids->rank + 1, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "ids", ids));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "table", table));
+  const int64_t n = dit_tensor_numel(ids), V = table->dims[0];
+  int64_t *rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
+  if (!rows) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", op);
+  for (int64_t i = 0; i < n; i++) {
+    rows[i] = ids->dtype == DIT_I32 ? ((const int32_t *)ids->data)[i] : ((const int64_t *)ids->data)[i];
+    if (rows[i] < 0 || rows[i] >= V) {
+      const long long bad = (long long)rows[i];
+      free(rows);
+      return DIT_ERR(OUT_OF_RANGE, "%s: id %lld at flat position %lld is outside the table's rows 0..%lld", op, bad, (long long)i,
+                     (long long)V - 1);
+    }
+  }
+  embed_job_t j = {.table = table, .y = y, .rows = rows, .D = table->dims[1]};
+  dit_pool_parallel_for(dit_cpu_pool(c), n, 64, embed_rows, &j);
+  free(rows);
   return DIT_OK;
 }
 

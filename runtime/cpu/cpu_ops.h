@@ -39,6 +39,11 @@ dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t
 dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
                          dit_tensor_t *y);
+/* y = a * b elementwise (float dtypes, equal dims). */
+dit_status_t dit_cpu_mul(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b, dit_tensor_t *y);
+/* y [..., D] = table [V, D] rows at ids [...] (i32 or i64), converted to y's float dtype; an id
+ * outside [0, V) is refused naming its position and value. */
+dit_status_t dit_cpu_embedding(dit_cpu_t *c, const dit_tensor_t *ids, const dit_tensor_t *table, dit_tensor_t *y);
 /* y = x converted to y's dtype (f32, bf16 or f16), rounded to nearest even; equal dims. */
 dit_status_t dit_cpu_cast(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 /* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]; or per token,
@@ -92,6 +97,11 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
 dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                        const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
                                        dit_tensor_t *out, dit_tensor_t *lse);
+/* The same with bias f32 [S, L, heads] (NULL: none) added to the scaled scores of every batch
+ * item: score(b, h, i, j) = scale * q_i . k_j + bias[i, j, h] (T5's relative position bias). */
+dit_status_t dit_cpu_attention_biased(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
+                                      const dit_tensor_t *v, const dit_tensor_t *bound, const dit_tensor_t *bias, int heads,
+                                      double scale, dit_tensor_t *out, dit_tensor_t *lse);
 /* Attention over a tile schedule (base/ops.def, attention's attr tiles): i32 [ceil(S/DIT_SPARSE_TILE),
  * W], row i its count (1..W-1) then its key tiles, strictly ascending; query tile i attends only
  * the keys of its listed tiles, exactly a dense attention whose other scores are -inf. */

@@ -374,6 +374,68 @@ static void test_sparse_ops(dit_cuda_codegen_t *cg, const char *target) {
   dit_graph_destroy(g);
 }
 
+/* UMT5's ops: the embedding gather (i32 and i64 ids, token rows and position-bias rows), the
+ * gated product, and attention with a score bias, with and without a key bound, on the portable
+ * kernel on every target (head dim 64 too, which sm_90 would otherwise run on the Hopper kernel);
+ * the biased module differs from the plain one. */
+static void test_umt5_ops(dit_cuda_codegen_t *cg, const char *target) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const uint32_t B = DIT_ABI_BLOCK;
+  int64_t idd[2] = {2, 16}, td[2] = {96, 32}, bd[2] = {16, 16}, rd[2] = {32, 4};
+  for (int w = 0; w < 2; w++) {
+    dit_vid_t ids = dit_graph_input(g, "ids", w ? DIT_I64 : DIT_I32, 2, idd), tab = dit_graph_input(g, "table", DIT_BF16, 2, td);
+    dit_vid_t in[2] = {ids, tab};
+    dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, DIT_BF16, "embed");
+    CHECK_EQ_INT(check_op(cg, g, w ? "embedding i64 ids" : "embedding i32 ids", B, 0, 0), (2 * 16 * 32 + B - 1) / B);
+  }
+  dit_vid_t pos = dit_graph_input(g, "buckets", DIT_I32, 2, bd), rel = dit_graph_input(g, "rel", DIT_BF16, 2, rd), pr[2] = {pos, rel};
+  dit_vid_t bias = dit_graph_op(g, DIT_OP_EMBEDDING, pr, 2, NULL, DIT_F32, "position_bias");
+  CHECK_EQ_INT(check_op(cg, g, "embedding of position buckets", B, 0, 0), (16 * 16 * 4 + B - 1) / B);
+  dit_vid_t ga = in3(g, "ga", DIT_BF16, 2, 16, 48), gb = in3(g, "gb", DIT_BF16, 2, 16, 48), gg[2] = {ga, gb};
+  dit_graph_op(g, DIT_OP_MUL, gg, 2, NULL, DIT_BF16, "gated");
+  CHECK_EQ_INT(check_op(cg, g, "mul", B, 0, 0), (2 * 16 * 48 / 8 + B - 1) / B);
+  int64_t md[2] = {2, 16};
+  dit_vid_t mask = dit_graph_input(g, "mask", DIT_I32, 2, md);
+  dit_attrs_t off = {0};
+  dit_attrs_set_int(&off, "offset", 0);
+  dit_vid_t bound = dit_graph_op(g, DIT_OP_KEY_BOUND, &mask, 1, &off, DIT_I32, "bound");
+  for (int hd = 8; hd <= 64; hd *= 8) {
+    int64_t bsd[3] = {16, 16, 4};
+    dit_vid_t q = in3(g, "q", DIT_BF16, 2, 16, 4 * hd), kv = in3(g, "kv", DIT_BF16, 2, 16, 4 * hd);
+    dit_vid_t bb = hd == 8 ? bias : dit_graph_input(g, "bias64", DIT_F32, 3, bsd);
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", 4);
+    dit_attrs_set_float(&at, "scale", 1.0);
+    dit_vid_t plain_in[3] = {q, kv, kv};
+    dit_graph_op(g, DIT_OP_ATTENTION, plain_in, 3, &at, DIT_BF16, "att");
+    size_t n_plain = 0, n_biased = 0;
+    char *plain = module_copy(cg, g, &n_plain);
+    dit_attrs_set_int(&at, "bias", 1);
+    const uint32_t smem = (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * ((hd + 15) / 16 * 16 + 8) * 2);
+    for (int bounded = 0; bounded < 2; bounded++) {
+      dit_vid_t ins[5] = {q, kv, kv, bounded ? bound : bb, bb};
+      dit_graph_op(g, DIT_OP_ATTENTION, ins, 4 + bounded, &at, DIT_BF16, "att_biased");
+      char what[96];
+      snprintf(what, sizeof what, "biased attention hd %d%s on %s", hd, bounded ? " with a bound" : "", target);
+      check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, smem, 0);
+    }
+    char *biased = module_copy(cg, g, &n_biased);
+    CHECK(plain && biased && (n_plain != n_biased || memcmp(plain, biased, n_plain)));
+    free(plain);
+    free(biased);
+  }
+  /* A bias of the wrong shape is refused by name. */
+  dit_vid_t q = in3(g, "q2", DIT_BF16, 2, 16, 32), kv = in3(g, "kv2", DIT_BF16, 2, 12, 32), ins[4] = {q, kv, kv, bias};
+  dit_attrs_t at = {0};
+  dit_attrs_set_int(&at, "heads", 4);
+  dit_attrs_set_float(&at, "scale", 1.0);
+  dit_attrs_set_int(&at, "bias", 1);
+  CHECK_EQ_INT(dit_graph_op(g, DIT_OP_ATTENTION, ins, 4, &at, DIT_BF16, "att_bad"), -1);
+  CHECK(strstr(dit_status_message(dit_graph_status(g)), "bias 'position_bias' is f32 [16,16,4], expected f32 [16,12,4]") != NULL);
+  dit_graph_destroy(g);
+}
+
 static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_t *cg = NULL;
   dit_status_t s = dit_cuda_codegen_create(target, cache, &cg);
@@ -451,6 +513,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   test_mmdit_ops(cg);
   test_mask_ops(cg, target);
   test_sparse_ops(cg, target);
+  test_umt5_ops(cg, target);
   dit_cuda_codegen_destroy(cg);
 }
 

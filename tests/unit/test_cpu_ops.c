@@ -298,6 +298,96 @@ static void test_attention(void) {
   check_attention(1, 7, 33, 3, 8, 1, 0.5, 1, DIT_F16);
 }
 
+/* Attention with a score bias [S, L, H] (T5's relative position bias) and a key bound, against
+ * a naive double reference: scores scale * q.k + bias over each item's first bound keys. The
+ * keys span several blocks and the bias grows with the key, so the running max moves. */
+static void check_biased_attention(int64_t B, int64_t S, int64_t L, int64_t H, int64_t Dh, const int32_t *bounds, double scale,
+                                   dit_dtype_t dt) {
+  const int64_t C = H * Dh, qd[3] = {B, S, C}, kd[3] = {B, L, C}, bd[3] = {S, L, H};
+  tt_t q = tt_rand(dt, 3, qd, -1, 1), k = tt_rand(dt, 3, kd, -1, 1), v = tt_rand(dt, 3, kd, -1, 1);
+  tt_t bias = tt_rand(DIT_F32, 3, bd, -3, 3);
+  for (int64_t i = 0; i < S * L * H; i++) {
+    bias.v[i] += 4.0 * (double)((i / H) % L) / (double)L;
+    set_elem(&bias.t, i, bias.v[i]);
+    bias.v[i] = get_elem(&bias.t, i);
+  }
+  double *ref = malloc(sizeof(double) * (size_t)(B * S * C)), *sc = malloc(sizeof(double) * (size_t)L);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t s = 0; s < S; s++) {
+        const int64_t lb = bounds ? (bounds[b] < L ? bounds[b] : L) : L;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t l = 0; l < lb; l++) {
+          double d = 0;
+          for (int64_t e = 0; e < Dh; e++) d += q.v[(b * S + s) * C + h * Dh + e] * k.v[(b * L + l) * C + h * Dh + e];
+          sc[l] = scale * d + bias.v[(s * L + l) * H + h];
+          mx = fmax(mx, sc[l]);
+        }
+        for (int64_t l = 0; l < lb; l++) sum += (sc[l] = exp(sc[l] - mx));
+        for (int64_t e = 0; e < Dh; e++) {
+          double a = 0;
+          for (int64_t l = 0; l < lb; l++) a += sc[l] * v.v[(b * L + l) * C + h * Dh + e];
+          ref[(b * S + s) * C + h * Dh + e] = a / sum;
+        }
+      }
+  dit_tensor_t bt = {(void *)bounds, DIT_I32, 1, {B}};
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t o = out_poisoned(dt, 3, qd);
+    CHECK_OK(dit_cpu_attention_biased(&g_cpu[pi], &q.t, &k.t, &v.t, bounds ? &bt : NULL, &bias.t, (int)H, scale, &o, NULL));
+    char what[160];
+    snprintf(what, sizeof what, "biased attention B=%lld S=%lld L=%lld H=%lld Dh=%lld bound=%d pool %d", (long long)B, (long long)S,
+             (long long)L, (long long)H, (long long)Dh, bounds != NULL, pi);
+    CHECK(compare(what, &o, ref, tol_for(dt)));
+    free(o.data);
+  }
+  free(ref);
+  free(sc);
+  tt_free(&q), tt_free(&k), tt_free(&v), tt_free(&bias);
+}
+
+/* The gated feed-forward's product and the embedding gather (token ids, position buckets). */
+static void test_umt5_ops(void) {
+  static const int32_t bounds[2] = {300, 77};
+  check_biased_attention(2, 16, 16, 4, 8, NULL, 1.0, DIT_F32);
+  check_biased_attention(2, 70, 300, 3, 16, bounds, 1.0, DIT_F32);
+  check_biased_attention(2, 33, 140, 2, 24, bounds, 0.5, DIT_BF16);
+  /* mul: odd length, mixed storage */
+  const int64_t md[2] = {3, 37};
+  tt_t a = tt_rand(DIT_BF16, 2, md, -2, 2), b = tt_rand(DIT_F32, 2, md, -2, 2);
+  double ref[3 * 37];
+  for (int i = 0; i < 3 * 37; i++) ref[i] = a.v[i] * b.v[i];
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(DIT_F32, 2, md);
+    CHECK_OK(dit_cpu_mul(&g_cpu[pi], &a.t, &b.t, &y));
+    CHECK(compare("mul bf16 x f32", &y, ref, TOL_F32));
+    free(y.data);
+  }
+  tt_free(&a), tt_free(&b);
+  /* embedding: i64 and i32 ids, bf16 table into f32 and bf16 rows */
+  const int64_t td[2] = {11, 5}, id[2] = {2, 3}, yd[3] = {2, 3, 5};
+  tt_t table = tt_rand(DIT_BF16, 2, td, -3, 3);
+  const int64_t ids64[6] = {0, 10, 3, 3, 7, 1};
+  int32_t ids32[6];
+  for (int i = 0; i < 6; i++) ids32[i] = (int32_t)ids64[i];
+  double eref[30];
+  for (int i = 0; i < 6; i++)
+    for (int d = 0; d < 5; d++) eref[i * 5 + d] = table.v[ids64[i] * 5 + d];
+  for (int w = 0; w < 2; w++) {
+    dit_tensor_t ids = {w ? (void *)ids32 : (void *)ids64, w ? DIT_I32 : DIT_I64, 2, {id[0], id[1]}};
+    dit_tensor_t y = out_poisoned(w ? DIT_BF16 : DIT_F32, 3, yd);
+    CHECK_OK(dit_cpu_embedding(&g_cpu[w], &ids, &table.t, &y));
+    CHECK(compare("embedding", &y, eref, TOL_F32));
+    free(y.data);
+  }
+  int32_t bad[6] = {0, 1, 2, 11, 4, 5};
+  dit_tensor_t ids = {bad, DIT_I32, 2, {id[0], id[1]}};
+  dit_tensor_t y = out_poisoned(DIT_F32, 3, yd);
+  CHECK_ERR(dit_cpu_embedding(&g_cpu[0], &ids, &table.t, &y), OUT_OF_RANGE,
+            "embedding: id 11 at flat position 3 is outside the table's rows 0..10");
+  free(y.data);
+  tt_free(&table);
+}
+
 /* ---- text masks: key_bound and bounded attention ----------------------------------------- */
 
 /* Attention with a key bound against the unbounded kernel over each item's first bound keys
@@ -1305,6 +1395,7 @@ int main(void) {
   test_linear_fp8();
   test_attention();
   test_masks();
+  test_umt5_ops();
   test_norms();
   test_elementwise();
   test_patch();

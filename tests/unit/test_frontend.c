@@ -10,6 +10,7 @@
 #include "base/fileio.h"
 #include "check.h"
 #include "compiler/frontend.h"
+#include "compiler/frontends/family.h"
 
 static char g_model[1024];
 
@@ -1124,6 +1125,72 @@ static void test_qwen_config(void) {
   dit_status_free(s);
 }
 
+/* ---- UMT5 (transformers' UMT5EncoderModel) ---- */
+
+static dit_status_t umt5_config(const char *fields, dit_model_t *m) {
+  char text[1024];
+  snprintf(text, sizeof text, "{\"architectures\": [\"UMT5EncoderModel\"], \"transformers_version\": \"5.24.0\"%s%s}",
+           fields[0] ? ", " : "", fields);
+  memset(m, 0, sizeof *m);
+  dit_status_t s = dit_model_config_parse(text, strlen(text), "config.json", m);
+  cJSON_Delete(m->config);
+  m->config = NULL;
+  return s;
+}
+
+static void test_umt5_config(const char *data) {
+  dit_model_t m;
+  /* The class defaults are UMT5Config's; Wan's UMT5-XXL fields read as given. */
+  CHECK_OK(umt5_config("", &m));
+  CHECK(!strcmp(m.family, "umt5"));
+  CHECK_EQ_INT(m.umt5.d_model, 512);
+  CHECK_EQ_INT(m.umt5.buckets, 32);
+  CHECK_OK(umt5_config("\"d_model\": 4096, \"d_ff\": 10240, \"num_heads\": 64, \"num_layers\": 24, \"vocab_size\": 256384, "
+                       "\"scalable_attention\": true, \"output_past\": true, \"torch_dtype\": \"bfloat16\"", &m));
+  CHECK_EQ_INT(m.umt5.d_ff, 10240);
+  CHECK_EQ_INT(m.umt5.vocab, 256384);
+  CHECK_ERR(umt5_config("\"feed_forward_proj\": \"relu\"", &m), UNIMPLEMENTED,
+            "config.json: field 'feed_forward_proj' = \"relu\": only \"gated-gelu\" is supported");
+  CHECK_ERR(umt5_config("\"dense_act_fn\": \"relu\"", &m), UNIMPLEMENTED, "field 'dense_act_fn' = \"relu\": only \"gelu_new\"");
+  CHECK_ERR(umt5_config("\"is_decoder\": true", &m), UNIMPLEMENTED, "field 'is_decoder' = true: only the encoder");
+  CHECK_ERR(umt5_config("\"is_gated_act\": false", &m), UNIMPLEMENTED, "field 'is_gated_act' = false");
+  CHECK_ERR(umt5_config("\"model_type\": \"t5\"", &m), UNIMPLEMENTED, "field 'model_type' = \"t5\": only \"umt5\"");
+  CHECK_ERR(umt5_config("\"relative_attention_max_distance\": 8", &m), INVALID_ARGUMENT,
+            "field 'relative_attention_max_distance' = 8: must exceed the 8 exact buckets of relative_attention_num_buckets = 32");
+  CHECK_ERR(umt5_config("\"relative_attention_num_buckets\": 2", &m), OUT_OF_RANGE, "field 'relative_attention_num_buckets'");
+  CHECK_ERR(umt5_config("\"rope_theta\": 2", &m), UNIMPLEMENTED, "field 'rope_theta': not a UMT5EncoderModel option this build knows");
+  static const char kTwo[] = "{\"architectures\": [\"UMT5EncoderModel\", \"T5EncoderModel\"]}";
+  memset(&m, 0, sizeof m);
+  CHECK_ERR(dit_model_config_parse(kTwo, strlen(kTwo), "config.json", &m), INVALID_ARGUMENT,
+            "field 'architectures': expected one class name, found 2");
+  static const char kT5[] = "{\"architectures\": [\"T5EncoderModel\"]}";
+  CHECK_ERR(dit_model_config_parse(kT5, strlen(kT5), "config.json", &m), UNIMPLEMENTED,
+            "found \"T5EncoderModel\"; supported families: ");
+
+  /* Every relative position's bucket of Wan's text length (32 buckets, max distance 128) is the
+   * one transformers computed (tests/data/make_goldens_umt5.py). */
+  char path[1200];
+  snprintf(path, sizeof path, "%s/umt5_tiny/meta.json", data);
+  char *text = NULL;
+  size_t len = 0;
+  CHECK_OK(dit_file_read(path, 1 << 22, &text, &len));
+  cJSON *meta = text ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *buckets = cJSON_GetObjectItemCaseSensitive(meta, "buckets");
+  const int from = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(meta, "buckets_rel_from"));
+  CHECK_EQ_INT(cJSON_GetArraySize(buckets), 1023);
+  int i = 0, bad = 0, large = 0;
+  const cJSON *b;
+  cJSON_ArrayForEach(b, buckets) {
+    const int rel = from + i++, want = (int)b->valuedouble, got = dit_umt5_relative_bucket(rel, 32, 128);
+    if (got != want && bad++ < 5) fprintf(stderr, "  bucket of %d: %d, transformers %d\n", rel, got, want);
+    large += want == 15 || want == 31; /* the saturated buckets are reached */
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(large > 0);
+  cJSON_Delete(meta);
+  free(text);
+}
+
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
   snprintf(g_model, sizeof g_model, "%s/wan_tiny_a/model", data ? data : "data");
@@ -1133,6 +1200,7 @@ int main(void) {
   test_config_fields();
   test_hunyuan_config();
   test_pipeline_dir();
+  test_umt5_config(data ? data : "data");
   test_pipeline_index();
   test_two_experts();
   test_boundary_ratio();
