@@ -106,6 +106,16 @@ typedef struct dit_qwen_config {
   int64_t axes[3]; /* axes_dims_rope: the rotary pairs' split over (frame, row, column) */
 } dit_qwen_config_t;
 
+/* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 VAE), typed. */
+#define DIT_WAN_VAE_MAX_Z 64
+typedef struct dit_wan_vae_config {
+  int64_t dim;                /* the decoder's base width: decoder_base_dim, else base_dim */
+  int64_t z_dim, dim_mult[4], num_res_blocks, out_channels;
+  int temporal_up[3];         /* the decoder's up blocks that double frames: temperal_downsample reversed */
+  int64_t spatial, temporal;  /* pixels per latent pixel (8) and latent frame (4 after the first) */
+  double latents_mean[DIT_WAN_VAE_MAX_Z], latents_std[DIT_WAN_VAE_MAX_Z];
+} dit_wan_vae_config_t;
+
 /* A family's frontend (compiler/frontends/family.h). */
 typedef struct dit_family dit_family_t;
 
@@ -146,6 +156,7 @@ typedef struct dit_model {
   dit_flux_config_t flux;
   dit_hunyuan_config_t hunyuan;
   dit_qwen_config_t qwen;
+  dit_wan_vae_config_t wan_vae;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */
