@@ -466,6 +466,36 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, blocks_of(n / (vec ? DIT_ABI_VEC : 2)), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
+    case DIT_OP_CLAMP:
+      dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n"
+             "#define LO ((float)%.17g)\n#define HI ((float)%.17g)\n", DIT_ABI_EW_CLAMP, n, dt_code(x->dtype), n % DIT_ABI_VEC == 0,
+          getf(op, "lo"), getf(op, "hi"));
+      set_launch(k, blocks_of(n % DIT_ABI_VEC == 0 ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    case DIT_OP_CONV3D: {
+      const dit_value_t *w = V(g, op->in[1]);
+      const int64_t kt = w->rank == 5 ? w->dims[2] : 1;
+      /* The kernel indexes frames, rows, columns and channels in int. */
+      for (int d = 1; d < 5; d++)
+        if (x->dims[d] > INT32_MAX / 2 || y->dims[d] > INT32_MAX / 2)
+          return DIT_ERR(UNIMPLEMENTED, "op conv3d '%s': dim %d exceeds the kernel's int index", y->name, d);
+      dit_strbuf_printf(s, "#define DIT_K_CONV3D 1\n#define T_X %d\n#define T_W %d\n#define HAS_BIAS %d\n#define BATCH %" PRId64
+             "LL\n#define F %" PRId64 "\n#define H %" PRId64 "\n#define W %" PRId64 "\n#define CIN %" PRId64 "\n#define FO %" PRId64
+             "\n#define HO %" PRId64 "\n#define WO %" PRId64 "\n#define COUT %" PRId64 "\n#define KT %" PRId64 "\n#define KH %" PRId64
+             "\n#define KW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
+          dt_code(x->dtype), dt_code(w->dtype), op->n_in == 3, x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], y->dims[1],
+          y->dims[2], y->dims[3], y->dims[4], kt, w->dims[w->rank - 2], w->dims[w->rank - 1], geti(op, "pad_t"), geti(op, "pad_h"),
+          geti(op, "pad_w"));
+      if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_UPSAMPLE:
+      dit_strbuf_printf(s, "#define DIT_K_UPSAMPLE 1\n#define T_X %d\n#define BF %" PRId64 "LL\n#define H %" PRId64 "LL\n#define W %" PRId64
+             "LL\n#define C %" PRId64 "LL\n#define S %" PRId64 "LL\n", dt_code(x->dtype), x->dims[0] * x->dims[1], x->dims[2], x->dims[3],
+          x->dims[4], geti(op, "scale"));
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
     case DIT_OP_ATTN_MERGE: {
       int64_t heads = geti(op, "heads");
       const dit_value_t *la = V(g, op->in[1]), *lse = V(g, op->out[1]);

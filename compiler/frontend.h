@@ -111,6 +111,15 @@ typedef struct dit_umt5_config {
   int64_t vocab, d_model, d_kv, d_ff, layers, heads, buckets, max_distance;
   double eps;
 } dit_umt5_config_t;
+/* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 VAE), typed. */
+#define DIT_WAN_VAE_MAX_Z 64
+typedef struct dit_wan_vae_config {
+  int64_t dim;                /* the decoder's base width: decoder_base_dim, else base_dim */
+  int64_t z_dim, dim_mult[4], num_res_blocks, out_channels;
+  int temporal_up[3];         /* the decoder's up blocks that double frames: temperal_downsample reversed */
+  int64_t spatial, temporal;  /* pixels per latent pixel (8) and latent frame (4 after the first) */
+  double latents_mean[DIT_WAN_VAE_MAX_Z], latents_std[DIT_WAN_VAE_MAX_Z];
+} dit_wan_vae_config_t;
 
 /* A family's frontend (compiler/frontends/family.h). */
 typedef struct dit_family dit_family_t;
@@ -153,6 +162,7 @@ typedef struct dit_model {
   dit_hunyuan_config_t hunyuan;
   dit_qwen_config_t qwen;
   dit_umt5_config_t umt5;
+  dit_wan_vae_config_t wan_vae;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */

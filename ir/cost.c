@@ -25,6 +25,8 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_EMBEDDING:
     case DIT_OP_CONCAT: return 0; /* copies */
     case DIT_OP_ROPE_TABLE: return 3; /* two products and a sum per element */
+    case DIT_OP_UPSAMPLE: return 0; /* copies */
+    case DIT_OP_CLAMP: return 2;
     default: return 0;
   }
 }
@@ -61,6 +63,13 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
         for (int64_t i = 0; i < t->dims[0]; i++) listed += rows[i * t->dims[1]];
         if (t->dims[0] > 0 && nk > 0) c.flops *= listed / ((double)t->dims[0] * nk);
       }
+      break;
+    }
+    case DIT_OP_CONV3D: {
+      /* Every output element a dot product over Cin * kt * kh * kw taps (padding counted). */
+      const dit_value_t *w = dit_graph_cvalue(g, op->in[1]);
+      const double taps = (double)dit_value_numel(w) / (double)w->dims[0];
+      c.flops = 2.0 * (double)dit_value_numel(y) * taps + (op->n_in == 3 ? (double)dit_value_numel(y) : 0);
       break;
     }
     case DIT_OP_ROWSUMSQ:

@@ -520,6 +520,59 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       out_dims[0][x->rank] = t->dims[1];
       break;
     }
+    case DIT_OP_CONV3D: {
+      const dit_value_t *w = operand(g, ins, 1);
+      int64_t pt, ph, pw;
+      char b1[96], b2[96];
+      DIT_RETURN_IF(need_rank(op, "x", x, 5));
+      DIT_RETURN_IF(get_i(attrs, op, "pad_t", &pt, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "pad_h", &ph, 0));
+      DIT_RETURN_IF(get_i(attrs, op, "pad_w", &pw, 0));
+      if (!is_float(x->dtype) || !is_float(w->dtype))
+        FAIL("%s: operands x '%s' (%s) and w '%s' (%s) must be f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype), w->name,
+             dit_dtype_name(w->dtype));
+      if (w->rank != 4 && w->rank != 5)
+        FAIL("%s: weight '%s' has rank %d, expected [Cout, Cin, kt, kh, kw] or [Cout, Cin, kh, kw]", op, w->name, w->rank);
+      const int64_t kt = w->rank == 5 ? w->dims[2] : 1, kh = w->dims[w->rank - 2], kw = w->dims[w->rank - 1];
+      if (w->dims[1] != x->dims[4])
+        FAIL("%s: weight '%s' %s takes %" PRId64 " input channels, x '%s' %s has %" PRId64, op, w->name,
+             dims_str(w->rank, w->dims, b1, sizeof b1), w->dims[1], x->name, dims_str(x->rank, x->dims, b2, sizeof b2), x->dims[4]);
+      if (kt < 1 || kh < 1 || kw < 1) FAIL("%s: weight '%s' has an empty kernel", op, w->name);
+      const int64_t f = x->dims[1] + pt - kt + 1, h = x->dims[2] + 2 * ph - kh + 1, wo = x->dims[3] + 2 * pw - kw + 1;
+      if (f < 1 || h < 1 || wo < 1)
+        FAIL("%s: kernel %" PRId64 "x%" PRId64 "x%" PRId64 " with padding (%" PRId64 ", %" PRId64 ", %" PRId64 ") does not fit x '%s' %s", op,
+             kt, kh, kw, pt, ph, pw, x->name, dims_str(x->rank, x->dims, b1, sizeof b1));
+      if (n_in == 3) {
+        const dit_value_t *b = operand(g, ins, 2);
+        if (b->rank != 1 || b->dims[0] != w->dims[0]) FAIL("%s: bias '%s' must be [%" PRId64 "]", op, b->name, w->dims[0]);
+      }
+      out_rank[0] = 5;
+      out_dims[0][0] = x->dims[0];
+      out_dims[0][1] = f;
+      out_dims[0][2] = h;
+      out_dims[0][3] = wo;
+      out_dims[0][4] = w->dims[0];
+      break;
+    }
+    case DIT_OP_UPSAMPLE: {
+      int64_t scale;
+      DIT_RETURN_IF(need_rank(op, "x", x, 5));
+      DIT_RETURN_IF(get_i(attrs, op, "scale", &scale, 1));
+      if (scale > 64) FAIL("%s: attribute scale = %" PRId64 ", expected 1..64", op, scale);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][2] *= scale;
+      out_dims[0][3] *= scale;
+      break;
+    }
+    case DIT_OP_CLAMP: {
+      double lo, hi;
+      DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "lo", &lo));
+      DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "hi", &hi));
+      if (!(lo <= hi)) FAIL("%s: attributes lo = %g and hi = %g: expected lo <= hi", op, lo, hi);
+      if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
     case DIT_OP_COUNT:
       FAIL("unknown op kind");
   }
@@ -531,6 +584,7 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
   switch (kind) {
     case DIT_OP_RESHAPE:
     case DIT_OP_CONCAT:
+    case DIT_OP_UPSAMPLE:
     case DIT_OP_ROPE_TABLE: {
       /* Data movement, and a rotation rounded once to its input's type: the dtype is x's. */
       const dit_value_t *x = operand(g, ins, 0);

@@ -473,6 +473,24 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
         memcpy(out[k].data, in[k].data, dit_tensor_nbytes(&in[k]));
       }
       return DIT_OK;
+    case DIT_OP_CONV3D: {
+      int64_t pt, ph, pw;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "pad_t", &pt));
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "pad_h", &ph));
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "pad_w", &pw));
+      return dit_cpu_conv3d(c, &in[0], &in[1], st->n_in > 2 ? &in[2] : NULL, pt, ph, pw, &out[0]);
+    }
+    case DIT_OP_UPSAMPLE: {
+      int64_t scale;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "scale", &scale));
+      return dit_cpu_upsample(c, &in[0], scale, &out[0]);
+    }
+    case DIT_OP_CLAMP: {
+      double lo, hi;
+      GETF("lo", lo);
+      GETF("hi", hi);
+      return dit_cpu_clamp(c, &in[0], lo, hi, &out[0]);
+    }
     case DIT_OP_RING_SHIFT:
     case DIT_OP_REDUCE_SCATTER:
     case DIT_OP_ALLREDUCE: /* collectives are the executor's, between steps */

@@ -46,10 +46,12 @@ extern const dit_family_t dit_family_umt5;
  * encoder computes it in fp32: num_buckets / 2 per direction, half of those exact distances,
  * the rest logarithmic up to max_distance. */
 int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance);
+extern const dit_family_t dit_family_wan_vae;
 
 /* ---- config readers ---- */
 
-typedef enum { DIT_CF_INT, DIT_CF_BOOL, DIT_CF_FLOAT, DIT_CF_STR, DIT_CF_INTS } dit_config_kind_t;
+/* DIT_CF_BOOLS: exactly count booleans; DIT_CF_FLOATS: at most count numbers in [lo, hi]. */
+typedef enum { DIT_CF_INT, DIT_CF_BOOL, DIT_CF_FLOAT, DIT_CF_STR, DIT_CF_INTS, DIT_CF_BOOLS, DIT_CF_FLOATS } dit_config_kind_t;
 
 /* One __init__ argument of a diffusers model class, with the range this build accepts. */
 typedef struct dit_config_field {

@@ -14,7 +14,7 @@
 #include "compiler/frontends/pipeline.h"
 
 static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen,
-                                                 &dit_family_umt5};
+                                                 &dit_family_umt5, &dit_family_wan_vae};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
 /* ---- config readers ---- */
@@ -40,6 +40,19 @@ static dit_status_t field_check(const dit_config_field_t *f, const dit_json_t *v
         return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected %d integers%s%s, found %zu", f->count, f->form ? " " : "",
                               f->form ? f->form : "", n);
       return DIT_OK;
+    case DIT_CF_BOOLS:
+    case DIT_CF_FLOATS: {
+      DIT_RETURN_IF(dit_json_expect_array(v, (size_t)f->count, &n));
+      if (f->kind == DIT_CF_BOOLS && n != (size_t)f->count)
+        return dit_json_error(v, DIT_CODE_INVALID_ARGUMENT, "expected %d booleans%s%s, found %zu", f->count, f->form ? " " : "",
+                              f->form ? f->form : "", n);
+      dit_json_iter_t it;
+      dit_json_t e;
+      dit_json_iter_init(v, &it);
+      while (dit_json_iter_next(&it, &e))
+        DIT_RETURN_IF(f->kind == DIT_CF_BOOLS ? dit_json_as_bool(&e, &b) : dit_json_as_num(&e, (double)f->lo, (double)f->hi, &d));
+      return DIT_OK;
+    }
   }
   return DIT_OK;
 }

@@ -78,6 +78,7 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 #if defined(DIT_K_ELEMENTWISE)
 // Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD,
 // _MUL or _CAST.
+// _CAST or _CLAMP (bounds LO and HI; NaN stays NaN as the CPU reference keeps it).
 // With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
 __device__ __forceinline__ float ew_apply(float x, float y) {
 #if OPCODE == DIT_ABI_EW_SILU
@@ -92,6 +93,8 @@ __device__ __forceinline__ float ew_apply(float x, float y) {
   return x * y;
 #elif OPCODE == DIT_ABI_EW_CAST
   return x;  // the conversion is st's or st8's (round to nearest even into bf16)
+#elif OPCODE == DIT_ABI_EW_CLAMP
+  return x < LO ? LO : x > HI ? HI : x;
 #else
 #error "DIT_K_ELEMENTWISE: unknown OPCODE"
 #endif
@@ -926,4 +929,58 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #if defined(DIT_LAUNCH_THREADS) && defined(DIT_LAUNCH_SMEM)
 static_assert(DIT_LAUNCH_THREADS == DIT_KERNEL_THREADS, "planned block size differs from the kernel's");
 static_assert(DIT_LAUNCH_SMEM == DIT_KERNEL_SMEM, "planned dynamic shared memory differs from the kernel's");
+#endif
+
+#if defined(DIT_K_CONV3D)
+// Direct convolution over channel-last video: x [BATCH, F, H, W, CIN], w [COUT, CIN, KT, KH, KW]
+// (Conv3d's layout; a Conv2d's is KT = 1), optional bias [COUT] -> y [BATCH, FO, HO, WO, COUT].
+// Zeros pad PT frames before the first and PH, PW pixels on both sides; stride 1. One thread per
+// output element, consecutive threads consecutive output channels of one pixel; fp32 sums.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
+#if HAS_BIAS
+                                                             , const TY(BIAS) *bias
+#endif
+) {
+  const long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (i >= BATCH * FO * HO * WO * COUT) return;
+  const int co = (int)(i % COUT);
+  long long p = i / COUT;
+  const int wo = (int)(p % WO);
+  p /= WO;
+  const int ho = (int)(p % HO);
+  p /= HO;
+  const int fo = (int)(p % FO);
+  const long long b = p / FO;
+#if HAS_BIAS
+  float acc = ld(bias, co);
+#else
+  float acc = 0.f;
+#endif
+  for (int it = 0; it < KT; it++) {
+    const int fi = fo + it - PT;
+    if (fi < 0 || fi >= F) continue;
+    for (int ih = 0; ih < KH; ih++) {
+      const int hi = ho + ih - PH;
+      if (hi < 0 || hi >= H) continue;
+      for (int iw = 0; iw < KW; iw++) {
+        const int wi = wo + iw - PW;
+        if (wi < 0 || wi >= W) continue;
+        const long long xo = (((b * F + fi) * H + hi) * (long long)W + wi) * CIN;
+        const long long wb = (long long)co * CIN * (KT * KH * KW) + (it * KH + ih) * KW + iw;
+        for (int ci = 0; ci < CIN; ci++) acc += ld(x, xo + ci) * ld(w, wb + (long long)ci * (KT * KH * KW));
+      }
+    }
+  }
+  st(y, i, acc);
+}
+#endif
+
+#if defined(DIT_K_UPSAMPLE)
+// Nearest upsampling of channel-last x [BF, H, W, C] (BF = batch x frames) by S: y [BF, S*H, S*W, C].
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+  const long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (i >= BF * (S * H) * (S * W) * C) return;
+  const long long c = i % C, p = i / C, wo = p % (S * W), ho = (p / (S * W)) % (S * H), bf = p / ((S * W) * (S * H));
+  st(y, i, ld(x, ((bf * H + ho / S) * W + wo / S) * C + c));
+}
 #endif

@@ -171,12 +171,13 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
-typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU, EW_MUL } ew_kind_t;
+typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU, EW_MUL, EW_CLAMP } ew_kind_t;
 
 typedef struct ew_job {
   ew_kind_t kind;
   const dit_tensor_t *a, *b;
   dit_tensor_t *y;
+  float lo, hi; /* EW_CLAMP's bounds */
 } ew_job_t;
 
 static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
@@ -203,6 +204,9 @@ static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
       case EW_GELU:
         /* erfc keeps the negative tail's relative precision, which 1 + erf loses. */
         for (int64_t i = 0; i < n; i++) out[i] = 0.5f * a[i] * erfcf(-a[i] * 0.70710678118654752f);
+        break;
+      case EW_CLAMP:
+        for (int64_t i = 0; i < n; i++) out[i] = a[i] < j->lo ? j->lo : a[i] > j->hi ? j->hi : a[i];
         break;
       case EW_ADD: {
         const float *b = dit_cpu_row_load(j->b->data, j->b->dtype, s, n, tb);
@@ -240,6 +244,18 @@ dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t
 
 dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
   return unary(c, "gelu", EW_GELU, x, y);
+}
+
+dit_status_t dit_cpu_clamp(dit_cpu_t *c, const dit_tensor_t *x, double lo, double hi, dit_tensor_t *y) {
+  static const char *op = "clamp";
+  if (!(lo <= hi)) return DIT_ERR(INVALID_ARGUMENT, "%s: bounds [%g, %g] are empty", op, lo, hi);
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  ew_job_t j = {.kind = EW_CLAMP, .a = x, .y = y, .lo = (float)lo, .hi = (float)hi};
+  dit_pool_parallel_for(dit_cpu_pool(c), dit_tensor_numel(x), DIT_EW_GRAIN, ew_range, &j);
+  return DIT_OK;
 }
 
 static dit_status_t binary(dit_cpu_t *c, const char *op, ew_kind_t kind, const dit_tensor_t *a, const dit_tensor_t *b,

@@ -44,6 +44,17 @@ dit_status_t dit_cpu_mul(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t
 /* y [..., D] = table [V, D] rows at ids [...] (i32 or i64), converted to y's float dtype; an id
  * outside [0, V) is refused naming its position and value. */
 dit_status_t dit_cpu_embedding(dit_cpu_t *c, const dit_tensor_t *ids, const dit_tensor_t *table, dit_tensor_t *y);
+/* y = min(max(x, lo), hi) in fp32 (lo <= hi), rounded once to y's dtype. */
+dit_status_t dit_cpu_clamp(dit_cpu_t *c, const dit_tensor_t *x, double lo, double hi, dit_tensor_t *y);
+/* Convolution (cpu_conv.c) over channel-last x [B, F, H, W, Cin] with w [Cout, Cin, kt, kh, kw] or
+ * [Cout, Cin, kh, kw] (kt = 1) and bias [Cout] (may be NULL): zeros pad pad_t frames before the
+ * first and pad_h, pad_w pixels on both sides; stride 1; y [B, F', H', W', Cout] of base/ops.def's
+ * conv3d. Products accumulate in fp32, rounded once on store. */
+dit_status_t dit_cpu_conv3d(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias, int64_t pad_t,
+                            int64_t pad_h, int64_t pad_w, dit_tensor_t *y);
+/* Nearest-neighbour upsampling (cpu_conv.c) of channel-last x [B, F, H, W, C] by scale along H and
+ * W: y [B, F, scale*H, scale*W, C], equal dtypes, a copy. */
+dit_status_t dit_cpu_upsample(dit_cpu_t *c, const dit_tensor_t *x, int64_t scale, dit_tensor_t *y);
 /* y = x converted to y's dtype (f32, bf16 or f16), rounded to nearest even; equal dims. */
 dit_status_t dit_cpu_cast(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 /* table [1, n, D] + e (viewed as [B, r, D], r = 1 or n) -> out [B, n, D]; or per token,

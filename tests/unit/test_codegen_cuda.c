@@ -185,6 +185,43 @@ static uint32_t check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *wha
   return k.grid[0];
 }
 
+/* The video ops of the VAE decoder: conv3d (causal 3x3x3 with bias, a per-frame Conv2d without,
+ * bf16 and f32), nearest upsampling and clamp, one thread an output element (clamp 8 when the
+ * count allows). */
+static void test_video_ops(dit_cuda_codegen_t *cg) {
+  const uint32_t B = DIT_ABI_BLOCK;
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[5] = {1, 3, 12, 10, 16}, w3[5] = {24, 16, 3, 3, 3}, w2[4] = {8, 16, 3, 3}, bd[1] = {24};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 5, xd);
+  dit_vid_t xw[3] = {x, dit_graph_weight(g, "conv.weight", DIT_BF16, 5, w3), dit_graph_weight(g, "conv.bias", DIT_BF16, 1, bd)};
+  dit_attrs_t ca = {0};
+  dit_attrs_set_int(&ca, "pad_t", 2);
+  dit_attrs_set_int(&ca, "pad_h", 1);
+  dit_attrs_set_int(&ca, "pad_w", 1);
+  dit_graph_op(g, DIT_OP_CONV3D, xw, 3, &ca, DIT_BF16, "conv");
+  CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 3x3x3 causal", B, 0, 0), (3 * 12 * 10 * 24 + B - 1) / B);
+  dit_vid_t xf = dit_graph_input(g, "xf", DIT_F32, 5, xd), xw2[2] = {xf, dit_graph_weight(g, "conv2d.weight", DIT_F32, 4, w2)};
+  dit_attrs_set_int(&ca, "pad_t", 0);
+  dit_graph_op(g, DIT_OP_CONV3D, xw2, 2, &ca, DIT_F32, "conv2d");
+  CHECK_EQ_INT(check_op(cg, g, "conv3d f32 per-frame 3x3, no bias", B, 0, 0), (3 * 12 * 10 * 8 + B - 1) / B);
+  dit_attrs_t ua = {0};
+  dit_attrs_set_int(&ua, "scale", 2);
+  dit_graph_op(g, DIT_OP_UPSAMPLE, &x, 1, &ua, DIT_BF16, "up");
+  CHECK_EQ_INT(check_op(cg, g, "upsample bf16 2x", B, 0, 0), (3 * 24 * 20 * 16 + B - 1) / B);
+  dit_attrs_t la = {0};
+  dit_attrs_set_float(&la, "lo", -1.0);
+  dit_attrs_set_float(&la, "hi", 1.0);
+  dit_graph_op(g, DIT_OP_CLAMP, &x, 1, &la, DIT_BF16, "clamp");
+  CHECK_EQ_INT(check_op(cg, g, "clamp bf16 (8 a thread)", B, 0, 0), (3 * 12 * 10 * 16 / 8 + B - 1) / B);
+  const int64_t od[5] = {1, 1, 3, 3, 3};
+  dit_vid_t xo = dit_graph_input(g, "xo", DIT_F32, 5, od);
+  dit_graph_op(g, DIT_OP_CLAMP, &xo, 1, &la, DIT_F32, "clamp_odd");
+  CHECK_EQ_INT(check_op(cg, g, "clamp f32 (27 elements)", B, 0, 0), 1);
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+}
+
 /* reshape, concat, rope_table and per-head rmsnorm: each form compiles, with the grid its
  * vector width implies. */
 static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
@@ -511,6 +548,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
   test_mmdit_ops(cg);
+  test_video_ops(cg);
   test_mask_ops(cg, target);
   test_sparse_ops(cg, target);
   test_umt5_ops(cg, target);

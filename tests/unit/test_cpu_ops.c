@@ -1015,6 +1015,88 @@ static void test_mmdit_ops(void) {
   check_rope_table(1, 4, 1, 2, DIT_F16);
 }
 
+/* ---- video ops: conv3d, upsample, clamp ------------------------------------------------- */
+
+/* conv3d against the definition in double, over zero-padded input (channel-last x, Conv3d's
+ * weight layout; wr 4: a Conv2d's, kt = 1). */
+static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin, int64_t Cout, int wr, int64_t kt, int64_t kh, int64_t kw,
+                         int64_t pt, int64_t ph, int64_t pw, int with_bias, dit_dtype_t dt) {
+  const int64_t xd[5] = {B, F, H, W, Cin}, wd5[5] = {Cout, Cin, kt, kh, kw}, wd4[4] = {Cout, Cin, kh, kw}, bd[1] = {Cout};
+  tt_t x = tt_rand(dt, 5, xd, -1, 1), w = tt_rand(dt, wr, wr == 5 ? wd5 : wd4, -1, 1), b = tt_rand(dt, 1, bd, -1, 1);
+  const int64_t Fo = F + pt - kt + 1, Ho = H + 2 * ph - kh + 1, Wo = W + 2 * pw - kw + 1, yd[5] = {B, Fo, Ho, Wo, Cout};
+  double *ref = malloc(sizeof(double) * (size_t)numel_of(5, yd));
+  for (int64_t bb = 0; bb < B; bb++)
+    for (int64_t fo = 0; fo < Fo; fo++)
+      for (int64_t ho = 0; ho < Ho; ho++)
+        for (int64_t wo = 0; wo < Wo; wo++)
+          for (int64_t co = 0; co < Cout; co++) {
+            double s = with_bias ? b.v[co] : 0;
+            for (int64_t ci = 0; ci < Cin; ci++)
+              for (int64_t it = 0; it < kt; it++)
+                for (int64_t ih = 0; ih < kh; ih++)
+                  for (int64_t iw = 0; iw < kw; iw++) {
+                    const int64_t fi = fo + it - pt, hi = ho + ih - ph, wi = wo + iw - pw;
+                    if (fi < 0 || fi >= F || hi < 0 || hi >= H || wi < 0 || wi >= W) continue;
+                    s += x.v[(((bb * F + fi) * H + hi) * W + wi) * Cin + ci] * w.v[(((co * Cin + ci) * kt + it) * kh + ih) * kw + iw];
+                  }
+            ref[(((bb * Fo + fo) * Ho + ho) * Wo + wo) * Cout + co] = s;
+          }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, 5, yd);
+    CHECK_OK(dit_cpu_conv3d(&g_cpu[pi], &x.t, &w.t, with_bias ? &b.t : NULL, pt, ph, pw, &y));
+    char what[192];
+    snprintf(what, sizeof what, "conv3d x [%lld,%lld,%lld,%lld,%lld] k %lldx%lldx%lld pad (%lld,%lld,%lld) Cout %lld pool %d", (long long)B,
+             (long long)F, (long long)H, (long long)W, (long long)Cin, (long long)kt, (long long)kh, (long long)kw, (long long)pt,
+             (long long)ph, (long long)pw, (long long)Cout, pi);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&w), tt_free(&b);
+}
+
+static void test_video_ops(void) {
+  /* Causal 3x3x3 with two zero frames in front (more frames of padding than input), odd sizes. */
+  check_conv3d(2, 3, 5, 7, 3, 5, 5, 3, 3, 3, 2, 1, 1, 1, DIT_F32);
+  check_conv3d(1, 1, 4, 3, 4, 2, 5, 3, 3, 3, 2, 1, 1, 1, DIT_BF16);
+  /* The temporal (3, 1, 1) kernel, no bias; a Conv2d per frame; a 1x1x1 without padding. */
+  check_conv3d(1, 4, 2, 3, 6, 4, 5, 3, 1, 1, 2, 0, 0, 0, DIT_F32);
+  check_conv3d(2, 2, 6, 5, 5, 3, 4, 1, 3, 3, 0, 1, 1, 1, DIT_F16);
+  check_conv3d(1, 2, 3, 3, 7, 9, 5, 1, 1, 1, 0, 0, 0, 1, DIT_F32);
+  /* Valid (unpadded) and a kernel wider than tall. */
+  check_conv3d(1, 5, 6, 7, 2, 3, 5, 2, 3, 5, 0, 0, 2, 1, DIT_F32);
+
+  /* upsample: each pixel of x [1, 2, 2, 3, 2] (bf16 bits copied as they are) repeated 2x2. */
+  uint16_t xv[24], yv[216];
+  for (int i = 0; i < 24; i++) xv[i] = (uint16_t)(100 + i);
+  dit_tensor_t xt = {xv, DIT_BF16, 5, {1, 2, 2, 3, 2}}, yt = {yv, DIT_BF16, 5, {1, 2, 4, 6, 2}};
+  for (int pi = 0; pi < 2; pi++) {
+    memset(yv, 0, sizeof yv);
+    CHECK_OK(dit_cpu_upsample(&g_cpu[pi], &xt, 2, &yt));
+    for (int f = 0; f < 2; f++)
+      for (int h = 0; h < 4; h++)
+        for (int w = 0; w < 6; w++)
+          for (int ch = 0; ch < 2; ch++) CHECK_EQ_INT(yv[((f * 4 + h) * 6 + w) * 2 + ch], xv[((f * 2 + h / 2) * 3 + w / 2) * 2 + ch]);
+  }
+  dit_tensor_t y3 = {yv, DIT_BF16, 5, {1, 2, 6, 9, 2}};
+  CHECK_OK(dit_cpu_upsample(&g_cpu[1], &xt, 3, &y3));
+  CHECK_EQ_INT(yv[((1 * 6 + 5) * 9 + 8) * 2 + 1], xv[((1 * 2 + 1) * 3 + 2) * 2 + 1]);
+
+  /* clamp: bounds kept, inside values exact, NaN kept, in every storage type. */
+  static const float cin[6] = {-3.5f, -1.0f, -0.25f, 0.75f, 1.5f, NAN};
+  static const float cwant[6] = {-1.0f, -1.0f, -0.25f, 0.75f, 1.0f, NAN};
+  const dit_dtype_t types[3] = {DIT_F32, DIT_BF16, DIT_F16};
+  for (int k = 0; k < 3; k++) {
+    const int64_t d[1] = {6};
+    dit_tensor_t a = tensor_alloc(types[k], 1, d), o = out_poisoned(types[k], 1, d);
+    for (int i = 0; i < 6; i++) set_elem(&a, i, cin[i]);
+    CHECK_OK(dit_cpu_clamp(&g_cpu[k % 2], &a, -1.0, 1.0, &o));
+    for (int i = 0; i < 5; i++) CHECK(get_elem(&o, i) == cwant[i]);
+    CHECK(isnan(get_elem(&o, 5)));
+    free(a.data), free(o.data);
+  }
+}
+
 /* ---- argument errors --------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -1152,6 +1234,23 @@ static void test_errors(void) {
     CHECK_ERR(dit_cpu_concat(c, &a, &a, 1, &y), INVALID_ARGUMENT, "concat: y has dims [2, 7, 8], expected [2, 6, 8]");
     O(r, DIT_BF16, 2, 6, 7);
     CHECK_ERR(dit_cpu_reshape(c, &a, &r), INVALID_ARGUMENT, "reshape: y bf16 [6, 7] must hold x's 48 elements of bf16 (x [2, 3, 8])");
+  }
+  {
+    T(x, DIT_F32, 5, 1, 2, 4, 4, 3);
+    T(w, DIT_F32, 5, 6, 2, 3, 3, 3);
+    O(y, DIT_F32, 5, 1, 2, 4, 4, 6);
+    CHECK_ERR(dit_cpu_conv3d(c, &x, &w, NULL, 2, 1, 1, &y), INVALID_ARGUMENT,
+              "conv3d: w has dims [6, 2, 3, 3, 3], expected [Cout, 3, kt, kh, kw] or [Cout, 3, kh, kw] for x [1, 2, 4, 4, 3]");
+    T(w3, DIT_F32, 5, 6, 3, 3, 3, 3);
+    CHECK_ERR(dit_cpu_conv3d(c, &x, &w3, NULL, 1, 1, 1, &y), INVALID_ARGUMENT, "conv3d: y has dims [1, 2, 4, 4, 6], expected [1, 1, 4, 4, 6]");
+    CHECK_ERR(dit_cpu_conv3d(c, &x, &w3, NULL, 0, 1, 1, &y), INVALID_ARGUMENT,
+              "conv3d: w [6, 3, 3, 3, 3] with padding (0, 1, 1) does not fit x [1, 2, 4, 4, 3]");
+    T(bias, DIT_F32, 1, 5);
+    CHECK_ERR(dit_cpu_conv3d(c, &x, &w3, &bias, 2, 1, 1, &y), INVALID_ARGUMENT, "conv3d: bias has dims [5], expected [6]");
+    O(u, DIT_F32, 5, 1, 2, 8, 7, 3);
+    CHECK_ERR(dit_cpu_upsample(c, &x, 2, &u), INVALID_ARGUMENT, "upsample: y has dims [1, 2, 8, 7, 3], expected [1, 2, 8, 8, 3]");
+    O(cl, DIT_F32, 5, 1, 2, 4, 4, 3);
+    CHECK_ERR(dit_cpu_clamp(c, &x, 1.0, -1.0, &cl), INVALID_ARGUMENT, "clamp: bounds [1, -1] are empty");
   }
 #undef T
 #undef O
@@ -1402,6 +1501,7 @@ int main(void) {
   test_timestep();
   test_rope();
   test_mmdit_ops();
+  test_video_ops();
   test_errors();
   test_torch();
   bench();

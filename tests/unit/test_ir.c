@@ -323,6 +323,51 @@ static void test_key_bound(void) {
   dit_graph_destroy(g);
 }
 
+/* conv3d, upsample and clamp: output shapes (causal frames, padded and valid sizes, a per-frame
+ * Conv2d weight), the conv's cost, refusals naming the operand and attribute. */
+static void test_video_ops(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[5] = {2, 3, 8, 6, 4}, w5[5] = {5, 4, 3, 3, 3}, w4[4] = {5, 4, 3, 3}, bd[1] = {5}, wbad[5] = {5, 3, 3, 3, 3};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 5, xd);
+  dit_vid_t ins[3] = {x, dit_graph_weight(g, "w", DIT_F32, 5, w5), dit_graph_weight(g, "b", DIT_F32, 1, bd)};
+  dit_attrs_t a = attrs_i("pad_t", 2, "pad_h", 1);
+  dit_attrs_set_int(&a, "pad_w", 1);
+  dit_vid_t y = dit_graph_op(g, DIT_OP_CONV3D, ins, 3, &a, DIT_F32, "causal");
+  const dit_value_t *yv = dit_graph_cvalue(g, y);
+  CHECK(yv && yv->rank == 5 && yv->dims[1] == 3 && yv->dims[2] == 8 && yv->dims[3] == 6 && yv->dims[4] == 5);
+  /* 2 * outputs * Cin * 27 taps + a bias add per output */
+  const double outs = 2.0 * 3 * 8 * 6 * 5;
+  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 2 * outs * 4 * 27 + outs, 0);
+  dit_attrs_t valid = attrs_i("pad_t", 0, "pad_h", 0);
+  dit_attrs_set_int(&valid, "pad_w", 0);
+  dit_vid_t i2[2] = {x, dit_graph_weight(g, "w2", DIT_F32, 4, w4)};
+  yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_CONV3D, i2, 2, &valid, DIT_F32, "per_frame"));
+  CHECK(yv && yv->dims[1] == 3 && yv->dims[2] == 6 && yv->dims[3] == 4 && yv->dims[4] == 5);
+  int rank[2];
+  int64_t dims[2][DIT_MAX_RANK];
+  dit_vid_t bad[2] = {x, dit_graph_weight(g, "wbad", DIT_F32, 5, wbad)};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, bad, 2, &a, 1, rank, dims), INVALID_ARGUMENT,
+            "conv3d: weight 'wbad' [5,3,3,3,3] takes 3 input channels, x 'x' [2,3,8,6,4] has 4");
+  const int64_t wlong[5] = {5, 4, 4, 3, 3};
+  ins[1] = dit_graph_weight(g, "wlong", DIT_F32, 5, wlong);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, ins, 2, &valid, 1, rank, dims), INVALID_ARGUMENT,
+            "conv3d: kernel 4x3x3 with padding (0, 0, 0) does not fit x 'x' [2,3,8,6,4]");
+  dit_attrs_t up = attrs_i("scale", 2, NULL, 0);
+  yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_UPSAMPLE, &x, 1, &up, DIT_F32, "up"));
+  CHECK(yv && yv->dims[1] == 3 && yv->dims[2] == 16 && yv->dims[3] == 12 && yv->dims[4] == 4);
+  CHECK(dit_graph_op(g, DIT_OP_UPSAMPLE, &x, 1, &up, DIT_BF16, "up_bf16") == -1); /* data movement keeps x's dtype */
+  dit_graph_destroy(g);
+  CHECK_OK(dit_graph_create(&g));
+  x = dit_graph_input(g, "x", DIT_F32, 5, xd);
+  dit_attrs_t cl = {0};
+  dit_attrs_set_float(&cl, "lo", 1.0);
+  dit_attrs_set_float(&cl, "hi", -1.0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CLAMP, &x, 1, &cl, 1, rank, dims), INVALID_ARGUMENT,
+            "clamp: attributes lo = 1 and hi = -1: expected lo <= hi");
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_builder_shapes();
   test_shape_errors();
@@ -330,5 +375,6 @@ int main(void) {
   test_cost();
   test_mmdit_ops();
   test_key_bound();
+  test_video_ops();
   return check_summary("test_ir");
 }

@@ -1,0 +1,558 @@
+/* The Wan2.1 VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from
+ * a pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
+ * as WanPipeline does (latents * std + mean per channel), post_quant_conv, the decoder (causal
+ * 3-D convolutions, channel RMS norms, the mid block's single-head attention over each frame's
+ * pixels, residual up blocks with nearest 2x upsampling and, in upsample3d blocks, a temporal
+ * convolution that doubles frames), the output clamped to [-1, 1].
+ *
+ * diffusers decodes latent frame by latent frame, each causal convolution reading the last
+ * CACHE_T = 2 frames of its input from the previous chunks (feat_cache). That is the same
+ * computation as every causal convolution running once over the whole sequence of its input with
+ * two zero frames in front: chunk 0 pads two zero frames, chunk 1 one zero frame and chunk 0's
+ * frame, later chunks the two frames before them. The one exception is each upsample3d's
+ * time_conv: diffusers skips it on chunk 0 (the first frame passes through once) and starts the
+ * later chunks from zeros ("Rep"), so it is a causal convolution over the frames after the first,
+ * its 2C output channels interleaved into two frames each. The graph is built that way, over the
+ * whole video at once (channel-last activations [B, F, H, W, C] throughout).
+ *
+ * WanRMS_norm is F.normalize over channels times sqrt(C) times gamma: x / max(|x|, 1e-12) *
+ * sqrt(C) = x / sqrt(max(mean(x^2), 1e-24 / C)); the rmsnorm op with eps = 1e-24 / C is the same
+ * but for rows whose norm is below 1e-12. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/frontend.h"
+#include "compiler/frontends/blocks.h"
+#include "compiler/frontends/family.h"
+
+/* ---- config ---- */
+
+static const dit_config_field_t kWanVaeFields[] = {
+    {"base_dim", DIT_CF_INT, 0, 1, 4096, 0, NULL},
+    {"decoder_base_dim", DIT_CF_INT, 1, 1, 4096, 0, NULL},
+    {"z_dim", DIT_CF_INT, 0, 1, 1024, 0, NULL},
+    {"dim_mult", DIT_CF_INTS, 0, 1, 64, 4, "[one per resolution]"},
+    {"num_res_blocks", DIT_CF_INT, 0, 0, 64, 0, NULL},
+    {"attn_scales", DIT_CF_FLOATS, 0, 0, 1e9, 16, NULL}, /* the encoder's; the decoder has none */
+    {"temperal_downsample", DIT_CF_BOOLS, 0, 0, 0, 3, "[one per downsampling block]"},
+    {"dropout", DIT_CF_FLOAT, 0, 0, 1, 0, NULL}, /* training only */
+    {"latents_mean", DIT_CF_FLOATS, 0, -1e9, 1e9, 1024, NULL},
+    {"latents_std", DIT_CF_FLOATS, 0, -1e9, 1e9, 1024, NULL},
+    {"is_residual", DIT_CF_BOOL, 0, 0, 0, 0, NULL},
+    {"in_channels", DIT_CF_INT, 0, 1, 64, 0, NULL},
+    {"out_channels", DIT_CF_INT, 0, 1, 64, 0, NULL},
+    {"patch_size", DIT_CF_INT, 1, 1, 64, 0, NULL},
+    {"scale_factor_temporal", DIT_CF_INT, 1, 1, 64, 0, NULL},
+    {"scale_factor_spatial", DIT_CF_INT, 1, 1, 1024, 0, NULL},
+};
+
+/* AutoencoderKLWan's defaults: the Wan2.1 VAE. */
+static const char kWanVaeDefaults[] =
+    "{\"base_dim\":96,\"decoder_base_dim\":null,\"z_dim\":16,\"dim_mult\":[1,2,4,4],\"num_res_blocks\":2,\"attn_scales\":[],"
+    "\"temperal_downsample\":[false,true,true],\"dropout\":0.0,"
+    "\"latents_mean\":[-0.7571,-0.7089,-0.9113,0.1075,-0.1745,0.9653,-0.1517,1.5508,0.4134,-0.0715,0.5517,-0.3632,-0.1922,"
+    "-0.9497,0.2503,-0.2921],"
+    "\"latents_std\":[2.8184,1.4541,2.3275,2.6558,1.2196,1.7708,2.6052,2.0743,3.2687,2.1526,2.8652,1.5579,1.6382,1.1253,"
+    "2.8251,1.9160],"
+    "\"is_residual\":false,\"in_channels\":3,\"out_channels\":3,\"patch_size\":null,\"scale_factor_temporal\":4,"
+    "\"scale_factor_spatial\":8}";
+
+/* Reads a list of numbers of a normalized config into out; its length into *n. */
+static void config_nums(const cJSON *cfg, const char *key, double *out, int64_t cap, int64_t *n) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(cfg, key), *e;
+  *n = 0;
+  cJSON_ArrayForEach(e, a) {
+    if (*n < cap) out[*n] = e->valuedouble;
+    (*n)++;
+  }
+}
+
+static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) {
+  DIT_RETURN_IF(dit_config_read(kWanVaeFields, sizeof kWanVaeFields / sizeof kWanVaeFields[0], kWanVaeDefaults, "AutoencoderKLWan", raw,
+                                &m->config));
+  const cJSON *cfg = m->config;
+  dit_wan_vae_config_t *v = &m->wan_vae;
+  const char *what = raw->what;
+  /* The Wan2.2 VAE (z_dim 48) patchifies its pixels 2x2 and builds residual up blocks: refused by
+   * the fields that say so, before anything else. */
+  if (dit_config_int(cfg, "patch_size"))
+    return DIT_ERR(UNIMPLEMENTED, "%s: field 'patch_size' = %" PRId64 ": the patchified decoder (the Wan2.2 VAE) is not supported yet; "
+                   "expected null", what, dit_config_int(cfg, "patch_size"));
+  if (dit_config_bool(cfg, "is_residual"))
+    return DIT_ERR(UNIMPLEMENTED, "%s: field 'is_residual' = true: residual up blocks (the Wan2.2 VAE) are not supported yet; "
+                   "expected false", what);
+  v->dim = dit_config_int(cfg, "decoder_base_dim");
+  if (!v->dim) v->dim = dit_config_int(cfg, "base_dim");
+  v->z_dim = dit_config_int(cfg, "z_dim");
+  v->num_res_blocks = dit_config_int(cfg, "num_res_blocks");
+  v->out_channels = dit_config_int(cfg, "out_channels");
+  const cJSON *dm = cJSON_GetObjectItemCaseSensitive(cfg, "dim_mult");
+  for (int i = 0; i < 4; i++) v->dim_mult[i] = (int64_t)cJSON_GetArrayItem(dm, i)->valuedouble;
+  const cJSON *td = cJSON_GetObjectItemCaseSensitive(cfg, "temperal_downsample");
+  v->temporal = 1;
+  for (int i = 0; i < 3; i++) {
+    v->temporal_up[i] = cJSON_IsTrue(cJSON_GetArrayItem(td, 2 - i));
+    if (v->temporal_up[i]) v->temporal *= 2;
+  }
+  v->spatial = 8; /* three up blocks of 2x */
+  if (v->z_dim > DIT_WAN_VAE_MAX_Z)
+    return DIT_ERR(UNIMPLEMENTED, "%s: field 'z_dim' = %" PRId64 ": at most %d latent channels are supported", what, v->z_dim,
+                   DIT_WAN_VAE_MAX_Z);
+  int64_t nm, ns;
+  config_nums(cfg, "latents_mean", v->latents_mean, DIT_WAN_VAE_MAX_Z, &nm);
+  config_nums(cfg, "latents_std", v->latents_std, DIT_WAN_VAE_MAX_Z, &ns);
+  if (nm != v->z_dim || ns != v->z_dim)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: field '%s' has %" PRId64 " entries, expected z_dim = %" PRId64, what,
+                   nm != v->z_dim ? "latents_mean" : "latents_std", nm != v->z_dim ? nm : ns, v->z_dim);
+  for (int64_t c = 0; c < v->z_dim; c++)
+    if (!(v->latents_std[c] != 0))
+      return DIT_ERR(INVALID_ARGUMENT, "%s: field 'latents_std' entry %" PRId64 " is 0: the pipeline divides by its inverse", what, c);
+  /* The decoder's widths: dims[i] = dim * dim_mult reversed (the first twice); up blocks after the
+   * first take half the previous width (their upsampler halves it). */
+  for (int i = 0; i < 4; i++)
+    if ((v->dim * v->dim_mult[i]) % 2)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: fields 'base_dim'/'dim_mult': width %" PRId64 " is odd; the upsamplers halve it", what,
+                     v->dim * v->dim_mult[i]);
+  const int64_t tf = dit_config_int(cfg, "scale_factor_temporal"), sf = dit_config_int(cfg, "scale_factor_spatial");
+  if (tf && tf != v->temporal)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'scale_factor_temporal' = %" PRId64 ", but temperal_downsample makes %" PRId64, what, tf,
+                   v->temporal);
+  if (sf && sf != v->spatial)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'scale_factor_spatial' = %" PRId64 ", but the decoder upsamples by %" PRId64, what, sf,
+                   v->spatial);
+  return DIT_OK;
+}
+
+/* ---- the decoder's layout ---- */
+
+/* Up block i: its input and output widths and what follows its residual blocks. */
+typedef struct up_block {
+  int64_t in, out;
+  int up;      /* 0: none (the last block), 2: upsample2d, 3: upsample3d */
+} up_block_t;
+
+static void up_blocks(const dit_wan_vae_config_t *v, up_block_t ub[4]) {
+  int64_t dims[5];
+  dims[0] = v->dim * v->dim_mult[3];
+  for (int i = 0; i < 4; i++) dims[i + 1] = v->dim * v->dim_mult[3 - i];
+  for (int i = 0; i < 4; i++) {
+    ub[i].in = i > 0 ? dims[i] / 2 : dims[i];
+    ub[i].out = dims[i + 1];
+    ub[i].up = i == 3 ? 0 : v->temporal_up[i] ? 3 : 2;
+  }
+}
+
+/* ---- checkpoint ---- */
+
+/* prefix.sub (sub alone for an empty prefix): a Conv3d [out, in, kt, k, k] and its bias. */
+static void expect_conv(dit_expected_t *l, int64_t out, int64_t in, int64_t kt, int64_t k, const char *prefix, const char *sub) {
+  const int64_t w[5] = {out, in, kt, k, k}, b[1] = {out};
+  const char *dot = prefix[0] ? "." : "";
+  dit_expected_add(l, 5, w, "%s%s%s.weight", prefix, dot, sub);
+  dit_expected_add(l, 1, b, "%s%s%s.bias", prefix, dot, sub);
+}
+
+static void expect_gamma(dit_expected_t *l, int64_t c, int images, const char *prefix, const char *sub) {
+  const int64_t g[4] = {c, 1, 1, 1};
+  dit_expected_add(l, images ? 3 : 4, g, "%s.%s.gamma", prefix, sub);
+}
+
+static void expect_resnet(dit_expected_t *l, int64_t in, int64_t out, const char *prefix) {
+  expect_gamma(l, in, 0, prefix, "norm1");
+  expect_conv(l, out, in, 3, 3, prefix, "conv1");
+  expect_gamma(l, out, 0, prefix, "norm2");
+  expect_conv(l, out, out, 3, 3, prefix, "conv2");
+  if (in != out) expect_conv(l, out, in, 1, 1, prefix, "conv_shortcut");
+}
+
+static void wan_vae_expected(const dit_model_t *m, dit_expected_t *l) {
+  const dit_wan_vae_config_t *v = &m->wan_vae;
+  up_block_t ub[4];
+  up_blocks(v, ub);
+  char p[128];
+  expect_conv(l, v->z_dim, v->z_dim, 1, 1, "", "post_quant_conv");
+  expect_conv(l, ub[0].in, v->z_dim, 3, 3, "decoder", "conv_in");
+  const int64_t c = ub[0].in;
+  for (int r = 0; r < 2; r++) {
+    snprintf(p, sizeof p, "decoder.mid_block.resnets.%d", r);
+    expect_resnet(l, c, c, p);
+  }
+  expect_gamma(l, c, 1, "decoder.mid_block.attentions.0", "norm");
+  const int64_t qkv[4] = {3 * c, c, 1, 1}, proj[4] = {c, c, 1, 1}, b3[1] = {3 * c}, b1[1] = {c};
+  dit_expected_add(l, 4, qkv, "decoder.mid_block.attentions.0.to_qkv.weight");
+  dit_expected_add(l, 1, b3, "decoder.mid_block.attentions.0.to_qkv.bias");
+  dit_expected_add(l, 4, proj, "decoder.mid_block.attentions.0.proj.weight");
+  dit_expected_add(l, 1, b1, "decoder.mid_block.attentions.0.proj.bias");
+  for (int i = 0; i < 4; i++) {
+    for (int64_t r = 0; r <= v->num_res_blocks; r++) {
+      snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
+      expect_resnet(l, r ? ub[i].out : ub[i].in, ub[i].out, p);
+    }
+    if (!ub[i].up) continue;
+    const int64_t o = ub[i].out, w[4] = {o / 2, o, 3, 3}, b[1] = {o / 2};
+    dit_expected_add(l, 4, w, "decoder.up_blocks.%d.upsamplers.0.resample.1.weight", i);
+    dit_expected_add(l, 1, b, "decoder.up_blocks.%d.upsamplers.0.resample.1.bias", i);
+    if (ub[i].up == 3) {
+      snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0", i);
+      expect_conv(l, 2 * o, o, 3, 1, p, "time_conv");
+    }
+  }
+  expect_gamma(l, ub[3].out, 0, "decoder", "norm_out");
+  expect_conv(l, v->out_channels, ub[3].out, 3, 3, "decoder", "conv_out");
+}
+
+/* The encoder's tensors: the decode stage does not read them. */
+static const char *const kWanVaeIgnored[] = {"encoder.", "quant_conv.", NULL};
+
+/* ---- variant, shape ---- */
+
+static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
+  (void)vae_what;
+  if (want && strcmp(want, "wan2.1-vae"))
+    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: AutoencoderKLWan compiles as wan2.1-vae (the Wan2.1 VAE decoder)", want);
+  snprintf(m->variant, sizeof m->variant, "wan2.1-vae");
+  m->pipeline.vae.spatial = m->vae_spatial = (int)m->wan_vae.spatial;
+  m->pipeline.vae.temporal = m->vae_temporal = (int)m->wan_vae.temporal;
+  m->pipeline.vae.z_dim = m->wan_vae.z_dim;
+  snprintf(m->pipeline.vae.source, sizeof m->pipeline.vae.source, "config.json");
+  return DIT_OK;
+}
+
+static dit_status_t wan_vae_check_compilable(const dit_model_t *m) {
+  (void)m;
+  return DIT_OK;
+}
+
+static dit_status_t wan_vae_identity(const dit_model_t *m, cJSON **out) {
+  (void)m;
+  *out = NULL; /* the config and the weights are the whole stage */
+  return DIT_OK;
+}
+
+/* --frames, --height, --width in pixels, as the transformer's: latents [B, z_dim, (F-1)/4 + 1, H/8, W/8]. */
+static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
+  const int64_t vt = m->wan_vae.temporal, vs = m->wan_vae.spatial;
+  if (r->frames < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --frames: %s decodes videos (1 for an image)", m->model_class);
+  if (r->frames < 1 || (r->frames - 1) % vt)
+    return DIT_ERR(INVALID_ARGUMENT, "--frames %" PRId64 ": %s decodes frames = %" PRId64 "*k + 1 (e.g. %" PRId64 ")", r->frames,
+                   m->model_class, vt, r->frames < 1 ? 1 : (r->frames - 1) / vt * vt + 1);
+  if (r->height < 1 || r->height % vs)
+    return DIT_ERR(INVALID_ARGUMENT, "--height %" PRId64 ": must be a positive multiple of %" PRId64 " (the VAE's factor)", r->height, vs);
+  if (r->width < 1 || r->width % vs)
+    return DIT_ERR(INVALID_ARGUMENT, "--width %" PRId64 ": must be a positive multiple of %" PRId64 " (the VAE's factor)", r->width, vs);
+  if (r->tp > 1 || r->cp > 1 || r->sp)
+    return DIT_ERR(UNIMPLEMENTED, "%s: the VAE decoder stage runs on one rank (no --tp, --cp or --sp)", m->model_class);
+  out->channels = m->wan_vae.z_dim;
+  out->frames = (r->frames - 1) / vt + 1;
+  out->height = r->height / vs;
+  out->width = r->width / vs;
+  out->tokens = out->frames * out->height * out->width;
+  out->image_len = 0;
+  return DIT_OK;
+}
+
+/* ---- graph ---- */
+
+typedef struct vae_builder {
+  dit_blocks_t *b;
+  dit_graph_t *g;
+  dit_dtype_t dt;
+} vae_builder_t;
+
+/* x's dims (rank 5 activations); false after an earlier builder error (x < 0). */
+static int dims5(const vae_builder_t *v, dit_vid_t x, int64_t d[5]) {
+  const dit_value_t *xv = x >= 0 ? dit_graph_cvalue(v->g, x) : NULL;
+  if (!xv || xv->rank < 1 || xv->rank > 5) return 0;
+  memset(d, 0, 5 * sizeof *d);
+  memcpy(d, xv->dims, (size_t)xv->rank * sizeof *d);
+  return 1;
+}
+
+static dit_vid_t conv(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "pad_t", pad_t);
+  dit_attrs_set_int(&a, "pad_h", pad_s);
+  dit_attrs_set_int(&a, "pad_w", pad_s);
+  const dit_vid_t ins[3] = {x, dit_blocks_weight(v->b, "%s.weight", prefix), dit_blocks_weight(v->b, "%s.bias", prefix)};
+  return dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, name);
+}
+
+/* WanRMS_norm over the channels of x with gamma at key (stored [C, 1, 1(, 1)], read as [C]). */
+static dit_vid_t channel_norm(vae_builder_t *v, dit_vid_t x, const char *key, const char *name) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t c = d[4];
+  dit_attrs_t a = {0};
+  dit_attrs_set_float(&a, "eps", 1e-24 / (double)c);
+  const dit_vid_t ins[2] = {x, dit_graph_weight(v->g, key, v->dt, 1, &c)};
+  return dit_graph_op(v->g, DIT_OP_RMSNORM, ins, 2, &a, v->dt, name);
+}
+
+static dit_vid_t reshape(vae_builder_t *v, dit_vid_t x, int rank, const int64_t *dims, const char *name) {
+  return dit_blocks_reshape(v->b, x, rank, dims, name);
+}
+
+/* WanResidualBlock: norm, SiLU, causal 3x3x3 conv, twice, plus the (1x1x1-projected) input. */
+static dit_vid_t resnet(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t in, int64_t out) {
+  char k[160], n[160];
+  dit_vid_t h = x;
+  if (in != out) {
+    snprintf(k, sizeof k, "%s.conv_shortcut", prefix);
+    h = dit_blocks_linear(v->b, x, k, v->dt, k); /* a 1x1x1 convolution over channel-last pixels */
+  }
+  dit_vid_t t = x;
+  for (int i = 1; i <= 2; i++) {
+    snprintf(k, sizeof k, "%s.norm%d.gamma", prefix, i);
+    snprintf(n, sizeof n, "%s.norm%d", prefix, i);
+    t = channel_norm(v, t, k, n);
+    snprintf(n, sizeof n, "%s.silu%d", prefix, i);
+    t = dit_blocks_unary(v->b, DIT_OP_SILU, t, v->dt, n);
+    snprintf(k, sizeof k, "%s.conv%d", prefix, i);
+    t = conv(v, t, k, 2, 1, k);
+  }
+  snprintf(n, sizeof n, "%s.out", prefix);
+  return dit_blocks_add(v->b, t, h, n);
+}
+
+/* One of to_qkv's three C-row parts (q, k, v) as a linear over the frame's pixels. */
+static dit_vid_t qkv_part(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t c, int part) {
+  static const char *const names[3] = {"q", "k", "v"};
+  char kw[160], kb[160], rw[160], rb[160], n[160];
+  snprintf(kw, sizeof kw, "%s.to_qkv.weight", prefix);
+  snprintf(kb, sizeof kb, "%s.to_qkv.bias", prefix);
+  snprintf(rw, sizeof rw, "%s.to_qkv.weight.%s", prefix, names[part]);
+  snprintf(rb, sizeof rb, "%s.to_qkv.bias.%s", prefix, names[part]);
+  snprintf(n, sizeof n, "%s.%s", prefix, names[part]);
+  const int64_t wd[4] = {3 * c, c, 1, 1}, bd[1] = {3 * c};
+  dit_vid_t ins[3];
+  if (part == 0) {
+    ins[1] = dit_graph_weight_slice(v->g, kw, v->dt, 4, wd, 0, 0, c);
+    ins[2] = dit_graph_weight_slice(v->g, kb, v->dt, 1, bd, 0, 0, c);
+  } else {
+    ins[1] = dit_graph_weight_slice_as(v->g, rw, kw, v->dt, 4, wd, 0, part * c, c);
+    ins[2] = dit_graph_weight_slice_as(v->g, rb, kb, v->dt, 1, bd, 0, part * c, c);
+  }
+  ins[0] = x;
+  return dit_graph_op(v->g, DIT_OP_LINEAR, ins, 3, NULL, v->dt, n);
+}
+
+/* WanAttentionBlock: one head over each frame's H*W pixels, channels as the head dim. */
+static dit_vid_t attention(vae_builder_t *v, dit_vid_t x, const char *prefix) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], C = d[4];
+  char k[160], n[160], nf[160];
+  snprintf(k, sizeof k, "%s.norm.gamma", prefix);
+  snprintf(n, sizeof n, "%s.norm", prefix);
+  snprintf(nf, sizeof nf, "%s.frames", prefix);
+  const int64_t fr[3] = {B * F, H * W, C};
+  dit_vid_t t = reshape(v, channel_norm(v, x, k, n), 3, fr, nf);
+  dit_vid_t q = qkv_part(v, t, prefix, C, 0), kk = qkv_part(v, t, prefix, C, 1), vv = qkv_part(v, t, prefix, C, 2);
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "heads", 1);
+  dit_attrs_set_float(&a, "scale", 1.0 / sqrt((double)C));
+  const dit_vid_t ins[3] = {q, kk, vv};
+  snprintf(n, sizeof n, "%s.attn", prefix);
+  dit_vid_t o = dit_graph_op(v->g, DIT_OP_ATTENTION, ins, 3, &a, v->dt, n);
+  snprintf(k, sizeof k, "%s.proj", prefix);
+  o = dit_blocks_linear(v->b, o, k, v->dt, k);
+  snprintf(n, sizeof n, "%s.video", prefix);
+  o = reshape(v, o, 5, d, n);
+  snprintf(n, sizeof n, "%s.out", prefix);
+  return dit_blocks_add(v->b, o, x, n);
+}
+
+/* Frames [f0, f0 + count) of x [B, F, H, W, C]. */
+static dit_vid_t frames(vae_builder_t *v, dit_vid_t x, int64_t f0, int64_t count, const char *name) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], C = d[4];
+  const int64_t flat[3] = {B, F, H * W * C}, out[5] = {B, count, H, W, C};
+  char n[160];
+  snprintf(n, sizeof n, "%s.flat", name);
+  dit_vid_t t = reshape(v, x, 3, flat, n);
+  t = dit_blocks_slice_tokens(v->b, t, f0, count, v->dt, name);
+  snprintf(n, sizeof n, "%s.video", name);
+  return reshape(v, t, 5, out, n);
+}
+
+/* upsample3d's time_conv: the causal (3, 1, 1) convolution over the frames after the first, each
+ * output frame's two C-channel halves becoming two frames; the first frame passes through. */
+static dit_vid_t time_conv(vae_builder_t *v, dit_vid_t x, const char *prefix) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], C = d[4];
+  if (F == 1) return x; /* one latent frame: diffusers' first chunk only */
+  char n[160], kw[160], kb[160], rw[160], rb[160];
+  snprintf(n, sizeof n, "%s.time_conv.later", prefix);
+  dit_vid_t rest = frames(v, x, 1, F - 1, n);
+  snprintf(kw, sizeof kw, "%s.time_conv.weight", prefix);
+  snprintf(kb, sizeof kb, "%s.time_conv.bias", prefix);
+  snprintf(rw, sizeof rw, "%s.time_conv.weight.second", prefix);
+  snprintf(rb, sizeof rb, "%s.time_conv.bias.second", prefix);
+  const int64_t wd[5] = {2 * C, C, 3, 1, 1}, bd[1] = {2 * C}, half[4] = {B, F - 1, 1, H * W * C};
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "pad_t", 2);
+  dit_attrs_set_int(&a, "pad_h", 0);
+  dit_attrs_set_int(&a, "pad_w", 0);
+  dit_vid_t parts[2];
+  for (int p = 0; p < 2; p++) {
+    dit_vid_t ins[3] = {rest, p ? dit_graph_weight_slice_as(v->g, rw, kw, v->dt, 5, wd, 0, C, C) : dit_graph_weight_slice(v->g, kw, v->dt, 5, wd, 0, 0, C),
+                        p ? dit_graph_weight_slice_as(v->g, rb, kb, v->dt, 1, bd, 0, C, C) : dit_graph_weight_slice(v->g, kb, v->dt, 1, bd, 0, 0, C)};
+    snprintf(n, sizeof n, "%s.time_conv.%d", prefix, p);
+    parts[p] = dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, n);
+    snprintf(n, sizeof n, "%s.time_conv.%d.frames", prefix, p);
+    parts[p] = reshape(v, parts[p], 4, half, n);
+  }
+  /* [B, F-1, 2, HWC]: frame 1 + 2t + j is time_conv output t's half j. */
+  snprintf(n, sizeof n, "%s.time_conv.pairs", prefix);
+  dit_vid_t pairs = dit_blocks_concat(v->b, parts[0], parts[1], 2, n);
+  const int64_t seq[3] = {B, 2 * (F - 1), H * W * C}, first[3] = {B, 1, H * W * C}, out[5] = {B, 2 * F - 1, H, W, C};
+  snprintf(n, sizeof n, "%s.time_conv.seq", prefix);
+  pairs = reshape(v, pairs, 3, seq, n);
+  snprintf(n, sizeof n, "%s.time_conv.first", prefix);
+  dit_vid_t f0 = reshape(v, frames(v, x, 0, 1, n), 3, first, n);
+  snprintf(n, sizeof n, "%s.time_conv.all", prefix);
+  dit_vid_t all = dit_blocks_concat(v->b, f0, pairs, 1, n);
+  snprintf(n, sizeof n, "%s.time_conv.out", prefix);
+  return reshape(v, all, 5, out, n);
+}
+
+/* WanResample's upsampling: (upsample3d: time_conv), then per frame nearest 2x and a 3x3 conv to
+ * half the channels. */
+static dit_vid_t resample(vae_builder_t *v, dit_vid_t x, const char *prefix, int mode) {
+  char k[160], n[160];
+  if (mode == 3) x = time_conv(v, x, prefix);
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "scale", 2);
+  snprintf(n, sizeof n, "%s.upsample", prefix);
+  x = dit_graph_op(v->g, DIT_OP_UPSAMPLE, &x, 1, &a, v->dt, n);
+  snprintf(k, sizeof k, "%s.resample.1", prefix);
+  return conv(v, x, k, 0, 1, k);
+}
+
+/* The de-normalization folded into post_quant_conv (a 1x1x1 convolution, a linear over channels):
+ * W (x * std + mean) + b = (W diag(std)) x + (W mean + b), computed in double from the checkpoint
+ * and stored as constants in the graph's dtype. */
+static dit_status_t post_quant(const dit_model_t *m, vae_builder_t *v, dit_vid_t x, dit_vid_t *out) {
+  const int64_t z = m->wan_vae.z_dim;
+  const dit_st_tensor_t *tw = dit_safetensors_find(m->weights, "post_quant_conv.weight");
+  const dit_st_tensor_t *tb = dit_safetensors_find(m->weights, "post_quant_conv.bias");
+  if (!tw || !tb) return DIT_ERR(INTERNAL, "post_quant_conv vanished from the checkpoint");
+  const size_t nw = (size_t)(z * z), esz = dit_dtype_size(v->dt);
+  float *raw = malloc(sizeof(float) * (nw + (size_t)z) * 2);
+  void *buf = malloc(tw->nbytes + tb->nbytes), *wd = malloc((nw + (size_t)z) * esz);
+  dit_status_t s = raw && buf && wd ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) {
+    /* Checkpoint tensors need not be aligned: copied before conversion. */
+    memcpy(buf, tw->data, tw->nbytes);
+    memcpy((char *)buf + tw->nbytes, tb->data, tb->nbytes);
+    if (dit_convert(raw, DIT_F32, buf, tw->dtype, nw) || dit_convert(raw + nw, DIT_F32, (char *)buf + tw->nbytes, tb->dtype, (size_t)z))
+      s = DIT_ERR(INVALID_ARGUMENT, "post_quant_conv: cannot convert its %s weights", dit_st_dtype_name(tw->dtype));
+  }
+  if (!s) {
+    float *fw = raw + nw + z, *fb = fw + nw;
+    for (int64_t o = 0; o < z; o++) {
+      /* diffusers divides by the fp32 inverse of std: the same factor, rounded as it rounds it. */
+      double acc = raw[nw + o];
+      for (int64_t i = 0; i < z; i++) {
+        const double inv = (double)(float)(1.0 / (double)(float)m->wan_vae.latents_std[i]);
+        fw[o * z + i] = (float)((double)raw[o * z + i] / inv);
+        acc += (double)raw[o * z + i] * (double)(float)m->wan_vae.latents_mean[i];
+      }
+      fb[o] = (float)acc;
+    }
+    if (dit_convert(wd, v->dt, fw, DIT_F32, nw + (size_t)z)) s = DIT_ERR(INTERNAL, "post_quant_conv: conversion to %s", dit_dtype_name(v->dt));
+  }
+  if (!s) {
+    const int64_t wdims[2] = {z, z}, bdims[1] = {z};
+    const dit_vid_t ins[3] = {x, dit_graph_constant(v->g, "post_quant_conv.weight.denormalizing", v->dt, 2, wdims, wd),
+                              dit_graph_constant(v->g, "post_quant_conv.bias.denormalizing", v->dt, 1, bdims, (char *)wd + nw * esz)};
+    *out = dit_graph_op(v->g, DIT_OP_LINEAR, ins, 3, NULL, v->dt, "post_quant_conv");
+  }
+  free(raw);
+  free(buf);
+  free(wd);
+  return s;
+}
+
+static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
+  const dit_wan_vae_config_t *cv = &m->wan_vae;
+  dit_latent_shape_t ls;
+  DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
+  const int64_t B = req->batch, f = ls.frames, h = ls.height, w = ls.width, z = cv->z_dim;
+  vae_builder_t v = {.dt = req->dtype};
+  const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
+  DIT_RETURN_IF(dit_graph_create(&v.g));
+  dit_status_t s = dit_blocks_create(v.g, m->weights, &bo, &v.b);
+  if (s) {
+    dit_graph_destroy(v.g);
+    return s;
+  }
+  const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z};
+  dit_vid_t x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
+  /* Channel-first to channel-last: patchify with 1x1x1 patches is exactly that transpose. */
+  dit_attrs_t pa = {0};
+  dit_attrs_set_int(&pa, "pt", 1);
+  dit_attrs_set_int(&pa, "ph", 1);
+  dit_attrs_set_int(&pa, "pw", 1);
+  x = dit_graph_op(v.g, DIT_OP_PATCHIFY, &x, 1, &pa, v.dt, "latents.channels_last");
+  x = reshape(&v, x, 5, pix, "latents.video");
+  s = post_quant(m, &v, x, &x);
+  if (s) {
+    dit_blocks_destroy(v.b);
+    dit_graph_destroy(v.g);
+    return s;
+  }
+  up_block_t ub[4];
+  up_blocks(cv, ub);
+  x = conv(&v, x, "decoder.conv_in", 2, 1, "decoder.conv_in");
+  x = resnet(&v, x, "decoder.mid_block.resnets.0", ub[0].in, ub[0].in);
+  x = attention(&v, x, "decoder.mid_block.attentions.0");
+  x = resnet(&v, x, "decoder.mid_block.resnets.1", ub[0].in, ub[0].in);
+  char p[128];
+  for (int i = 0; i < 4; i++) {
+    for (int64_t r = 0; r <= cv->num_res_blocks; r++) {
+      snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
+      x = resnet(&v, x, p, r ? ub[i].out : ub[i].in, ub[i].out);
+    }
+    snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0", i);
+    if (ub[i].up) x = resample(&v, x, p, ub[i].up);
+  }
+  x = channel_norm(&v, x, "decoder.norm_out.gamma", "decoder.norm_out");
+  x = dit_blocks_unary(v.b, DIT_OP_SILU, x, v.dt, "decoder.silu_out");
+  x = conv(&v, x, "decoder.conv_out", 2, 1, "decoder.conv_out");
+  /* Back to channel-first [B, 3, F, H, W] (unpatchify with 1x1x1 patches), clamped as diffusers' decode. */
+  int64_t d[5];
+  if (dims5(&v, x, d)) {
+    const int64_t F = d[1], H = d[2], W = d[3], tok[3] = {B, F * H * W, d[4]};
+    x = reshape(&v, x, 3, tok, "sample.tokens");
+    dit_attrs_t ua = pa;
+    dit_attrs_set_int(&ua, "f", F);
+    dit_attrs_set_int(&ua, "h", H);
+    dit_attrs_set_int(&ua, "w", W);
+    x = dit_graph_op(v.g, DIT_OP_UNPATCHIFY, &x, 1, &ua, v.dt, "sample.channels_first");
+  }
+  dit_attrs_t ca = {0};
+  dit_attrs_set_float(&ca, "lo", -1.0);
+  dit_attrs_set_float(&ca, "hi", 1.0);
+  x = dit_graph_op(v.g, DIT_OP_CLAMP, &x, 1, &ca, v.dt, "sample");
+  dit_graph_mark_output(v.g, x, "sample");
+  return dit_blocks_finish(v.b, v.g, "Wan VAE decoder", out);
+}
+
+const dit_family_t dit_family_wan_vae = {
+    .name = "wan_vae",
+    .model_class = "AutoencoderKLWan",
+    .parse_config = wan_vae_parse_config,
+    .expected = wan_vae_expected,
+    .ignored = kWanVaeIgnored,
+    .pick_variant = wan_vae_pick_variant,
+    .check_compilable = wan_vae_check_compilable,
+    .pipeline_identity = wan_vae_identity,
+    .latent_shape = wan_vae_latent_shape,
+    .build_graph = wan_vae_build_graph,
+};
