@@ -26,9 +26,9 @@ import tempfile
 import time
 
 
-def call(a, method, path, body=None, raw=False):
+def call(a, method, path, body=None, raw=False, binary=False):
     c = http.client.HTTPConnection(a.host, a.port, timeout=600)
-    h = {"Content-Type": "application/json"}
+    h = {"Content-Type": "application/octet-stream" if binary else "application/json"}
     if a.token:
         h["Authorization"] = "Bearer " + a.token
     c.request(method, path, body=body, headers=h)
@@ -59,14 +59,14 @@ def cli_run(a, out):
     return float(m.group(2))
 
 
-def served(a, body, ref):
+def served(a, route, body, ref):
     st, s = call(a, "GET", "/status")
     if st != 200 or s["running"] is not None or s["jobs"]["queued"]:
         sys.exit("serve_overhead: the server is not idle (/status %d: %s)" % (st, s.get("jobs") if st == 200 else s))
     t0 = time.monotonic()
-    st, j = call(a, "POST", a.route, body)
+    st, j = call(a, "POST", route, body, binary=not a.json_body)
     if st != 201:
-        sys.exit("serve_overhead: POST %s: %d %s" % (a.route, st, j))
+        sys.exit("serve_overhead: POST %s: %d %s" % (route, st, j))
     st, ev = call(a, "GET", "/v1/jobs/%s/events" % j["id"], raw=True)  # returns at the job's end
     wall = time.monotonic() - t0
     st, j = call(a, "GET", "/v1/jobs/" + j["id"])
@@ -96,6 +96,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("-n", type=int, default=5, help="served requests")
     p.add_argument("--cli-runs", type=int, default=3)
+    p.add_argument("--json-body", action="store_true", help="send the JSON form (base64 inputs) instead of the binary form")
     p.add_argument("--enforce", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("generate_args", nargs="*", help="after --: more options for generate (load options as the server was given)")
     a = p.parse_args()
@@ -104,15 +105,20 @@ def main():
         out = os.path.join(d, "ref.safetensors")
         cli = [cli_run(a, out) for _ in range(a.cli_runs)]
         ref = open(out, "rb").read()
-    req = {"inputs": base64.b64encode(open(a.inputs, "rb").read()).decode(), "seed": a.seed, "steps": a.steps}
-    if a.identity:
-        req["bundle"] = a.identity
-    body = json.dumps(req)
-    runs = [served(a, body, ref) for _ in range(a.n)]
+    if a.json_body:
+        req = {"inputs": base64.b64encode(open(a.inputs, "rb").read()).decode(), "seed": a.seed, "steps": a.steps}
+        if a.identity:
+            req["bundle"] = a.identity
+        body, route = json.dumps(req), a.route
+    else:  # the binary form: the safetensors inputs as the body, the options in the query
+        q = "seed=%d&steps=%d" % (a.seed, a.steps) + ("&bundle=" + a.identity if a.identity else "")
+        body, route = open(a.inputs, "rb").read(), a.route + "?" + q
+    runs = [served(a, route, body, ref) for _ in range(a.n)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     cli_loop = statistics.median(cli)
     overhead = (med["t_end_s"] - cli_loop) / cli_loop
     first_ms = med["t_loop_start_s"] * 1000
+    print("serve_overhead: %s requests" % ("JSON (base64 inputs)" if a.json_body else "binary (safetensors body, options in the query)"))
     print("serve_overhead: %d steps; CLI loop %.6f s (median of %d); served (median of %d): request %.6f s (client %.6f s), "
           "worker loop %.6f s, queued %.3f ms, first step reported at %.3f ms" %
           (a.steps, cli_loop, len(cli), a.n, med["t_end_s"], med["wall_s"], med["loop_s"], med["t_queued_s"] * 1000, med["t_first_step_s"] * 1000))

@@ -12,6 +12,8 @@
 #include "runtime/rng.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <string.h>
 
 /* Multipliers and Weyl key increments of Philox4x32 as published by Salmon et al. (SC'11). */
@@ -166,7 +168,7 @@ static void dit_rng_block(uint64_t seed, uint64_t block, float z[4]) {
   dit_rng_box_muller(x[2], x[3], &z[2], &z[3]);
 }
 
-void dit_rng_normal(uint64_t seed, uint64_t offset, float *out, size_t n) {
+static void rng_normal_serial(uint64_t seed, uint64_t offset, float *out, size_t n) {
   size_t k = 0;
   uint64_t i = offset;
   while (k < n) {
@@ -174,4 +176,44 @@ void dit_rng_normal(uint64_t seed, uint64_t offset, float *out, size_t n) {
     dit_rng_block(seed, i >> 2, z);
     for (unsigned lane = (unsigned)(i & 3); lane < 4 && k < n; lane++, k++, i++) out[k] = z[lane];
   }
+}
+
+typedef struct rng_part {
+  uint64_t seed, offset;
+  float *out;
+  size_t n;
+} rng_part_t;
+
+static void *rng_part_run(void *arg) {
+  const rng_part_t *p = arg;
+  rng_normal_serial(p->seed, p->offset, p->out, p->n);
+  return NULL;
+}
+
+/* Every value depends only on (seed, its index), so parts of the range drawn on threads give the
+ * serial draw's bytes; a video's noise (millions of values) is then a few milliseconds, not tens,
+ * of the time from a served request to its first step. */
+void dit_rng_normal(uint64_t seed, uint64_t offset, float *out, size_t n) {
+  enum { MAX_PARTS = 16, MIN_PART = 1 << 16 };
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t parts = n / MIN_PART;
+  if (parts > (size_t)(cpus > 0 ? cpus : 1)) parts = (size_t)(cpus > 0 ? cpus : 1);
+  if (parts > MAX_PARTS) parts = MAX_PARTS;
+  if (parts < 2) {
+    rng_normal_serial(seed, offset, out, n);
+    return;
+  }
+  rng_part_t p[MAX_PARTS];
+  pthread_t th[MAX_PARTS];
+  int started[MAX_PARTS] = {0};
+  const size_t each = (n + parts - 1) / parts;
+  for (size_t t = 0; t < parts; t++) {
+    const size_t b = t * each, e = b + each < n ? b + each : n;
+    p[t] = (rng_part_t){seed, offset + b, out + b, e - b};
+    started[t] = t > 0 && pthread_create(&th[t], NULL, rng_part_run, &p[t]) == 0;
+    if (t > 0 && !started[t]) rng_part_run(&p[t]); /* no thread: draw it here */
+  }
+  rng_part_run(&p[0]);
+  for (size_t t = 1; t < parts; t++)
+    if (started[t]) pthread_join(th[t], NULL);
 }

@@ -83,6 +83,23 @@ dit_status_t dit_serve_request_parse(const char *body, size_t len, dit_serve_req
   return s;
 }
 
+dit_status_t dit_serve_request_parse_binary(const char *options, size_t options_len, uint8_t *inputs, size_t n_inputs,
+                                            dit_serve_request_t *out) {
+  memset(out, 0, sizeof *out);
+  out->inputs = inputs, out->n_inputs = n_inputs;
+  dit_json_doc_t *doc = NULL;
+  dit_json_t root;
+  dit_status_t s = dit_json_parse(options, options_len, "request options", &doc);
+  if (!s) s = dit_json_root(doc, &root);
+  if (!s && dit_json_has(&root, "inputs"))
+    s = DIT_ERR(INVALID_ARGUMENT, "request: option 'inputs': a binary request's inputs are its body");
+  if (!s) s = parse_options(&root, &out->spec);
+  if (!s) s = dit_safetensors_parse(out->inputs, out->n_inputs, "request body (safetensors)", &out->st);
+  dit_json_doc_free(doc);
+  if (s) dit_serve_request_free(out);
+  return s;
+}
+
 void dit_serve_request_free(dit_serve_request_t *r) {
   dit_safetensors_close(r->st);
   free(r->inputs);

@@ -33,6 +33,12 @@ typedef struct dit_serve_request {
 /* Parses a body of len bytes; every refusal is INVALID_ARGUMENT or OUT_OF_RANGE and names the
  * field. On success the caller owns *out (dit_serve_request_free). */
 dit_status_t dit_serve_request_parse(const char *body, size_t len, dit_serve_request_t *out);
+/* The binary form: the body is the safetensors inputs themselves (no base64, no JSON to scan:
+ * what keeps a video's megabytes of embeddings off the time to the first step), the options a
+ * JSON object `options` (from the URL's query) with the fields of the JSON form but "inputs".
+ * Takes ownership of inputs (malloc'd) whatever the outcome. */
+dit_status_t dit_serve_request_parse_binary(const char *options, size_t options_len, uint8_t *inputs, size_t n_inputs,
+                                            dit_serve_request_t *out);
 void dit_serve_request_free(dit_serve_request_t *r);
 
 /* Strict RFC 4648 base64 (padding required, no whitespace); NULL *out for an invalid text. */

@@ -13,11 +13,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -176,9 +178,45 @@ static unsigned admit(dit_serve_request_t *rq, int bundle, double t0, job_t **ou
   return 0;
 }
 
-static enum MHD_Result create_job(struct MHD_Connection *c, const char *body, size_t n, int video, double t0) {
+/* The URL's query as a JSON object for the binary form's options: numbers where the value is one
+ * (the reader then types and ranges every field as in the JSON form), else strings. */
+typedef struct query_json {
+  dit_strbuf_t b;
+  int n;
+} query_json_t;
+
+static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  (void)kind;
+  query_json_t *q = cls;
+  dit_strbuf_puts(&q->b, q->n++ ? "," : "{");
+  dit_strbuf_json_string(&q->b, key);
+  dit_strbuf_puts(&q->b, ":");
+  char *end = NULL;
+  const double v = value && *value ? strtod(value, &end) : 0;
+  if (value && *value && !*end && isfinite(v) && !strchr(value, 'x') && !strchr(value, 'X')) dit_strbuf_puts(&q->b, value);
+  else dit_strbuf_json_string(&q->b, value ? value : "");
+  return MHD_YES;
+}
+
+/* The request: a JSON body, or (Content-Type application/octet-stream) the safetensors inputs as
+ * the body with the options in the query; *body_owned is taken for the binary form. */
+static dit_status_t parse_request(struct MHD_Connection *c, char **body_owned, size_t n, dit_serve_request_t *rq) {
+  const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+  if (!type || strncasecmp(type, "application/octet-stream", 24)) return dit_serve_request_parse(*body_owned ? *body_owned : "", n, rq);
+  query_json_t q = {0};
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_arg, &q);
+  dit_strbuf_puts(&q.b, q.n ? "}" : "{}");
+  uint8_t *inputs = (uint8_t *)*body_owned;
+  *body_owned = NULL;
+  dit_status_t s = q.b.oom ? (free(inputs), DIT_ERR(RESOURCE_EXHAUSTED, "request: out of memory"))
+                           : dit_serve_request_parse_binary(q.b.p, q.b.len, inputs, n, rq);
+  dit_strbuf_free(&q.b);
+  return s;
+}
+
+static enum MHD_Result create_job(struct MHD_Connection *c, char **body, size_t n, int video, double t0) {
   dit_serve_request_t rq;
-  dit_status_t s = dit_serve_request_parse(body, n, &rq);
+  dit_status_t s = parse_request(c, body, n, &rq);
   if (s) {
     enum MHD_Result ok = reject(c, REJ_BAD_REQUEST, 400, dit_status_message(s));
     dit_status_free(s);
@@ -435,7 +473,7 @@ static enum MHD_Result post_route(struct MHD_Connection *c, const char *url, con
   snprintf(msg, sizeof msg, "the body exceeds --max-body-mb (%zu bytes)", S.max_body);
   if (u->too_large) return reject(c, REJ_TOO_LARGE, 413, msg);
   if (u->body.oom) return respond_error(c, 500, "internal", "out of memory");
-  return create_job(c, u->body.p ? u->body.p : "", u->body.len, video, u->t0);
+  return create_job(c, &u->body.p, u->body.len, video, u->t0);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,

@@ -26,9 +26,9 @@ class Client:
     def __init__(self, port, token):
         self.port, self.token = port, token
 
-    def call(self, method, path, body=None, token=True, raw=False):
+    def call(self, method, path, body=None, token=True, raw=False, binary=False):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/octet-stream" if binary else "application/json"}
         if token and self.token:
             headers["Authorization"] = "Bearer " + (token if isinstance(token, str) else self.token)
         c.request(method, path, body=body, headers=headers)
@@ -197,6 +197,23 @@ def events(cl, inputs, ref):
     return 1
 
 
+def binary_form(cl, inputs, ref):
+    """The binary form (the safetensors inputs as the body, the options in the query) gives the JSON
+    form's result; its options are typed as the JSON form's, a bad one refused naming it."""
+    raw = base64.b64decode(inputs)
+    st, j, _ = cl.call("POST", "/v1/videos?seed=1&steps=3", raw, binary=True)
+    check(st == 201, "binary POST: %d %s" % (st, j))
+    e = wait_final(cl, j["id"])
+    st, data, _ = cl.call("GET", "/v1/jobs/%s/result" % j["id"], raw=True)
+    check(e["state"] == "succeeded" and data == ref, "the binary form's result equals generate --out: %s" % e)
+    for q, field in (("seed=1&steps=zero", "steps"), ("seed=1&stepz=3", "stepz"), ("inputs=x", "inputs")):
+        st, r, _ = cl.call("POST", "/v1/videos?" + q, raw, binary=True)
+        check(st == 400 and field in r["error"]["message"], "binary POST ?%s: %d %s" % (q, st, r))
+    st, r, _ = cl.call("POST", "/v1/videos?seed=1", raw[:-7], binary=True)
+    check(st == 400 and "safetensors" in r["error"]["message"], "binary POST of a cut body: %d %s" % (st, r))
+    return 1
+
+
 def refused_options(cl, inputs):
     """A job whose options generate refuses fails with generate's own message."""
     st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3, step_cache="every:2"))
@@ -281,6 +298,7 @@ def main():
     n += expire(cl, inputs, a.slow_seed)
     n += events(cl, inputs, refs[0])
     n += refused_options(cl, inputs)
+    n += binary_form(cl, inputs, refs[0])
     n += kill_worker(cl, inputs, refs[0])
     n += hang(cl, inputs, refs[0], a.hang_seed)
     st, s, _ = cl.call("GET", "/status")
