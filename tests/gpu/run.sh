@@ -49,7 +49,7 @@
 #      (tests/gpu/pipeline_parity.py; bench: the 50-step Wan2.1-1.3B pipeline against stock and torch.compile),
 #   10. with SERVE=1 (and the bundle of 3 or 3'), `ditrun serve` against the command line's generate loop
 #      (bench/serve_overhead.py --enforce: overhead <= 1% of a 50-step job, request to first step <= 50 ms).
-#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2).
+#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 (but 1a, the probe check) and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -82,7 +82,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 fails=0
 step() { echo; echo "=== $*"; }
-# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2).
+# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
 sec() { [ -z "${CHECKS:-}" ] || [[ ",$CHECKS," == *",$1,"* ]]; }
 check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
 # What the runtime allocates on the device is within the bundle's predicted peak (ditrun's load line).
@@ -356,6 +356,24 @@ for p in tiny-hd64 tiny-hd128; do
   done
 done
 fi
+fi
+
+if [ -z "${SKIP_CHECKS:-}" ] && sec stages; then
+step "1s. pipeline stages (tiny): the UMT5 encoder and the Wan2.1 VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32"
+d=tests/data/umt5_tiny
+read -r L B < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['text_len'], m['batch'])")
+te=$("$BIN/ditc" compile "$d/text_encoder" --text-len "$L" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+rm -f "$W/te.safetensors"
+check "$BIN/ditrun" compare "$te" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
+check "$BIN/ditrun" forward "$te" --inputs "$d/forward_inputs.safetensors" --out "$W/te.safetensors"
+check "$BIN/st_compare" "$W/te.safetensors" "$d/forward_output.safetensors" last_hidden_state 1 0.999
+d=tests/data/wan_vae_tiny
+read -r F H Wd < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'])")
+vb=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$Wd" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+rm -f "$W/vae.safetensors"
+check "$BIN/ditrun" compare "$vb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
+check "$BIN/ditrun" forward "$vb" --inputs "$d/forward_inputs.safetensors" --out "$W/vae.safetensors"
+check "$BIN/st_compare" "$W/vae.safetensors" "$d/forward_output.safetensors" sample 1 0.999
 fi
 
 if [ -z "${NO_13B:-}" ]; then
