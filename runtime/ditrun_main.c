@@ -39,7 +39,7 @@ static const char kUsage[] =
     "                     truncated and padded to N (default: the folder's model_max_length)\n"
     "  frames IN.safetensors [--tensor NAME] --out FILE.mp4|FILE.png [--fps N] [--crf N]\n"
     "                     decoded frames ([B, 3, F, H, W] or [B, 3, H, W], values in [-1, 1])\n"
-    "                     as an H.264 MP4 (yuv420p, --fps default 16, --crf 0..51 default 18)\n"
+    "                     as an H.264 MP4 (yuv420p, --fps default 16, --crf 1..51 default 18)\n"
     "                     or a PNG (a video's frame 0); batch item b >= 1 goes to FILE_b.EXT\n"
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
@@ -1492,7 +1492,7 @@ static int cmd_tokenize(int argc, char **argv) {
  * images (runtime/media.h). */
 static int cmd_frames(int argc, char **argv) {
   const char *in = NULL, *name = NULL, *out = NULL;
-  dit_media_options_t o = {.fps = 0, .crf = -1};
+  dit_media_options_t o = {0}; /* the defaults */
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
@@ -1506,7 +1506,7 @@ static int cmd_frames(int argc, char **argv) {
     } else if (!strcmp(f, "--crf")) {
       int64_t q = 0;
       rc = parse_int(f, v, &q), i++;
-      if (!rc && q > 51) return usage_error("--crf %s: expected 0..51", v);
+      if (!rc && (q < 1 || q > 51)) return usage_error("--crf %s: expected 1..51", v);
       o.crf = (int)q;
     } else if (f[0] == '-') {
       return usage_error("unknown option %s", f);

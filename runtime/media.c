@@ -121,6 +121,7 @@ static dit_status_t pending_open(pending_t *p, int *fd) {
   if (fchmod(*fd, 0644) != 0) {
     const int e = errno;
     close(*fd);
+    *fd = -1;
     return DIT_ERR(IO, "%s: chmod: %s", p->tmp, strerror(e));
   }
   return DIT_OK;
@@ -302,9 +303,9 @@ dit_status_t dit_media_write(const char *path, const dit_tensor_t *frames, const
   frames_view_t v;
   DIT_RETURN_IF(frames_check(path, frames, &v));
   const double fps = o && o->fps != 0 ? o->fps : DIT_MEDIA_DEFAULT_FPS;
-  const int crf = o && o->crf >= 0 ? o->crf : DIT_MEDIA_DEFAULT_CRF;
+  const int crf = o && o->crf ? o->crf : DIT_MEDIA_DEFAULT_CRF;
   if (!(fps >= 0.1 && fps <= 1000)) return DIT_ERR(INVALID_ARGUMENT, "%s: fps %g: expected 0.1..1000", path, fps);
-  if (crf > 51) return DIT_ERR(INVALID_ARGUMENT, "%s: crf %d: expected 0..51", path, crf);
+  if (crf < 1 || crf > 51) return DIT_ERR(INVALID_ARGUMENT, "%s: crf %d: expected 1..51", path, crf);
   const int w = (int)(v.width + (kind == DIT_MEDIA_MP4 && (v.width & 1))), h = (int)(v.height + (kind == DIT_MEDIA_MP4 && (v.height & 1)));
   pending_t *files = calloc((size_t)v.batch, sizeof *files);
   uint8_t *rgb = malloc((size_t)w * (size_t)h * 3);

@@ -28,8 +28,8 @@
 
 typedef struct dit_media_options {
   double fps; /* frames per second of a video; 0: DIT_MEDIA_DEFAULT_FPS */
-  int crf;    /* H.264 constant rate factor 0..51 (lower is better); -1: DIT_MEDIA_DEFAULT_CRF */
-} dit_media_options_t;
+  int crf;    /* H.264 constant rate factor 1..51 (lower is better); 0: DIT_MEDIA_DEFAULT_CRF */
+} dit_media_options_t; /* zero: the defaults */
 
 typedef enum dit_media_kind { DIT_MEDIA_UNKNOWN = 0, DIT_MEDIA_PNG, DIT_MEDIA_MP4 } dit_media_kind_t;
 

@@ -60,6 +60,7 @@ expect_refusal "--out $T/bad/x.gif: expected a .mp4 or .png file name" "$T/in.sa
 expect_refusal "$T/bad/x.png: frames [1, 4, 48, 64]: expected 3 channels (RGB) in dimension 1, found 4" "$T/in.safetensors" --tensor four --out "$T/bad/x.png"
 expect_refusal "$T/bad/no/x.mp4: cannot create a file beside it: No such file or directory" "$T/in.safetensors" --tensor frames --out "$T/bad/no/x.mp4"
 expect_refusal "--fps 0: expected a rate in 0.1..1000" "$T/in.safetensors" --tensor frames --out "$T/bad/x.mp4" --fps 0
+expect_refusal "--crf 0: expected 1..51" "$T/in.safetensors" --tensor frames --out "$T/bad/x.mp4" --crf 0
 expect_refusal "frames needs --out FILE.mp4 or FILE.png" "$T/in.safetensors"
 [ -z "$(ls -A "$T/bad")" ] || { ls -la "$T/bad"; fail "a refusal left files"; }
 

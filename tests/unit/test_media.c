@@ -300,11 +300,11 @@ static void test_refusals(const char *dir) {
   CHECK_OK(dit_file_write_atomic(p, "x", 1));
   check_pathf(under_file, "%s/plain/x.png", dir);
   CHECK_ERR(dit_media_write(under_file, &ok, NULL), IO, "plain/x.png: cannot create a file beside it: Not a directory");
-  dit_media_options_t fps = {.fps = -5, .crf = -1};
+  dit_media_options_t fps = {.fps = -5, .crf = 0};
   check_pathf(p, "%s/x.mp4", dir);
   CHECK_ERR(dit_media_write(p, &ok, &fps), INVALID_ARGUMENT, "fps -5: expected 0.1..1000");
   dit_media_options_t crf = {.fps = 0, .crf = 60};
-  CHECK_ERR(dit_media_write(p, &ok, &crf), INVALID_ARGUMENT, "crf 60: expected 0..51");
+  CHECK_ERR(dit_media_write(p, &ok, &crf), INVALID_ARGUMENT, "crf 60: expected 1..51");
   CHECK_EQ_INT(dir_entries(dir), 1); /* only "plain" */
 }
 
