@@ -1,9 +1,11 @@
 /* PNG and H.264 MP4 writers for decoded frames (media.h). */
 #include "runtime/media.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
-#include <libavutil/opt.h>
+#include <libavutil/macros.h>
 #include <libswscale/swscale.h>
 #include <spng.h>
 
@@ -174,11 +176,69 @@ dit_status_t dit_media_write_png_rgb8(const char *path, const uint8_t *rgb, int 
   return s;
 }
 
+/* ---- FFmpeg, loaded on first use ----
+ * Through dlopen, as the runtime reaches CUDA: ditrun starts and writes PNGs and latents where
+ * FFmpeg's libraries are absent (and the Python wheel does not carry their hundred-odd
+ * dependencies), and MP4 output there says which library it needs. The sonames are the major
+ * versions of the headers built against: the ABI those structures have. */
+
+#define FF_FUNCTIONS(X) \
+  X(AVUTIL, av_d2q) X(AVUTIL, av_dict_free) X(AVUTIL, av_dict_set) X(AVUTIL, av_frame_alloc) \
+  X(AVUTIL, av_frame_free) X(AVUTIL, av_frame_get_buffer) X(AVUTIL, av_frame_make_writable) \
+  X(AVUTIL, av_log_set_level) X(AVUTIL, av_strerror) \
+  X(SWSCALE, sws_freeContext) X(SWSCALE, sws_getCoefficients) X(SWSCALE, sws_getContext) X(SWSCALE, sws_scale) \
+  X(SWSCALE, sws_setColorspaceDetails) \
+  X(AVCODEC, av_packet_alloc) X(AVCODEC, av_packet_free) X(AVCODEC, av_packet_rescale_ts) \
+  X(AVCODEC, avcodec_alloc_context3) X(AVCODEC, avcodec_find_encoder) X(AVCODEC, avcodec_find_encoder_by_name) \
+  X(AVCODEC, avcodec_free_context) X(AVCODEC, avcodec_open2) X(AVCODEC, avcodec_parameters_from_context) \
+  X(AVCODEC, avcodec_receive_packet) X(AVCODEC, avcodec_send_frame) \
+  X(AVFORMAT, av_interleaved_write_frame) X(AVFORMAT, av_write_trailer) \
+  X(AVFORMAT, avformat_alloc_output_context2) X(AVFORMAT, avformat_free_context) \
+  X(AVFORMAT, avformat_new_stream) X(AVFORMAT, avformat_write_header) X(AVFORMAT, avio_closep) \
+  X(AVFORMAT, avio_open)
+
+enum { AVUTIL, SWSCALE, AVCODEC, AVFORMAT, FF_LIBS };
+static const char *const kFFLib[FF_LIBS] = {
+    "libavutil.so." AV_STRINGIFY(LIBAVUTIL_VERSION_MAJOR), "libswscale.so." AV_STRINGIFY(LIBSWSCALE_VERSION_MAJOR),
+    "libavcodec.so." AV_STRINGIFY(LIBAVCODEC_VERSION_MAJOR), "libavformat.so." AV_STRINGIFY(LIBAVFORMAT_VERSION_MAJOR)};
+static const char *const kFFPackage[FF_LIBS] = {
+    "libavutil" AV_STRINGIFY(LIBAVUTIL_VERSION_MAJOR), "libswscale" AV_STRINGIFY(LIBSWSCALE_VERSION_MAJOR),
+    "libavcodec" AV_STRINGIFY(LIBAVCODEC_VERSION_MAJOR), "libavformat" AV_STRINGIFY(LIBAVFORMAT_VERSION_MAJOR)};
+
+static struct {
+#define X(lib, f) __typeof__(&f) f;
+  FF_FUNCTIONS(X)
+#undef X
+} ff;
+static char ff_error[512]; /* why loading failed; empty once loaded */
+static pthread_once_t ff_once = PTHREAD_ONCE_INIT;
+
+static void ff_load_once(void) {
+  void *lib[FF_LIBS];
+  for (int i = 0; i < FF_LIBS; i++)
+    if (!(lib[i] = dlopen(kFFLib[i], RTLD_NOW | RTLD_LOCAL))) {
+      snprintf(ff_error, sizeof ff_error, "MP4 output needs FFmpeg's %s (Debian package %s): %s", kFFLib[i], kFFPackage[i], dlerror());
+      return;
+    }
+#define X(l, f)                                                                                   \
+  if (!(*(void **)&ff.f = dlsym(lib[l], #f))) {                                                   \
+    snprintf(ff_error, sizeof ff_error, "MP4 output: %s has no %s (%s)", kFFLib[l], #f, dlerror()); \
+    return;                                                                                       \
+  }
+  FF_FUNCTIONS(X)
+#undef X
+}
+
+static dit_status_t ff_load(const char *path) {
+  pthread_once(&ff_once, ff_load_once);
+  return ff_error[0] ? DIT_ERR(UNIMPLEMENTED, "%s: %s", path, ff_error) : DIT_OK;
+}
+
 /* ---- H.264 MP4 ---- */
 
 static dit_status_t av_fail(const char *path, const char *what, int e) {
   char buf[AV_ERROR_MAX_STRING_SIZE] = "";
-  av_strerror(e, buf, sizeof buf);
+  ff.av_strerror(e, buf, sizeof buf);
   return DIT_ERR(IO, "%s: %s: %s", path, what, buf);
 }
 
@@ -194,25 +254,25 @@ typedef struct mp4 {
 /* Moves every packet the encoder has ready into the file. */
 static dit_status_t mp4_drain(mp4_t *m, const char *path) {
   int e;
-  while ((e = avcodec_receive_packet(m->cc, m->pkt)) == 0) {
-    av_packet_rescale_ts(m->pkt, m->cc->time_base, m->st->time_base);
+  while ((e = ff.avcodec_receive_packet(m->cc, m->pkt)) == 0) {
+    ff.av_packet_rescale_ts(m->pkt, m->cc->time_base, m->st->time_base);
     m->pkt->stream_index = m->st->index;
-    if ((e = av_interleaved_write_frame(m->oc, m->pkt)) < 0) return av_fail(path, "writing a packet", e);
+    if ((e = ff.av_interleaved_write_frame(m->oc, m->pkt)) < 0) return av_fail(path, "writing a packet", e);
   }
   return e == AVERROR(EAGAIN) || e == AVERROR_EOF ? DIT_OK : av_fail(path, "H.264 encoding", e);
 }
 
 static dit_status_t mp4_open(mp4_t *m, const pending_t *p, int width, int height, double fps, int crf) {
   const char *path = p->final;
-  const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
-  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_H264);
+  const AVCodec *codec = ff.avcodec_find_encoder_by_name("libx264");
+  if (!codec) codec = ff.avcodec_find_encoder(AV_CODEC_ID_H264);
   if (!codec) return DIT_ERR(UNIMPLEMENTED, "%s: this FFmpeg has no H.264 encoder (libavcodec without libx264 or another)", path);
-  int e = avformat_alloc_output_context2(&m->oc, NULL, "mp4", p->tmp);
+  int e = ff.avformat_alloc_output_context2(&m->oc, NULL, "mp4", p->tmp);
   if (e < 0) return av_fail(path, "the mp4 muxer", e);
-  if (!(m->st = avformat_new_stream(m->oc, NULL)) || !(m->cc = avcodec_alloc_context3(codec)) || !(m->frame = av_frame_alloc()) ||
-      !(m->pkt = av_packet_alloc()))
+  if (!(m->st = ff.avformat_new_stream(m->oc, NULL)) || !(m->cc = ff.avcodec_alloc_context3(codec)) || !(m->frame = ff.av_frame_alloc()) ||
+      !(m->pkt = ff.av_packet_alloc()))
     return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the encoder", path);
-  const AVRational rate = av_d2q(fps, 1000000);
+  const AVRational rate = ff.av_d2q(fps, 1000000);
   AVCodecContext *cc = m->cc;
   cc->width = width, cc->height = height, cc->pix_fmt = AV_PIX_FMT_YUV420P;
   cc->time_base = av_inv_q(rate), cc->framerate = rate;
@@ -224,67 +284,68 @@ static dit_status_t mp4_open(mp4_t *m, const pending_t *p, int width, int height
   char q[16];
   snprintf(q, sizeof q, "%d", crf);
   if (!strcmp(codec->name, "libx264")) {
-    av_dict_set(&opts, "crf", q, 0);
-    av_dict_set(&opts, "preset", "medium", 0);
+    ff.av_dict_set(&opts, "crf", q, 0);
+    ff.av_dict_set(&opts, "preset", "medium", 0);
   } else {
     /* Other encoders take no crf: about 0.25 bits a pixel at crf 18, halving every 6 above. */
     cc->bit_rate = (int64_t)(0.25 * pow(2.0, (DIT_MEDIA_DEFAULT_CRF - crf) / 6.0) * width * height * fps);
   }
-  e = avcodec_open2(cc, codec, &opts);
-  av_dict_free(&opts);
+  e = ff.avcodec_open2(cc, codec, &opts);
+  ff.av_dict_free(&opts);
   if (e < 0) return av_fail(path, codec->name, e);
-  if ((e = avcodec_parameters_from_context(m->st->codecpar, cc)) < 0) return av_fail(path, "stream parameters", e);
+  if ((e = ff.avcodec_parameters_from_context(m->st->codecpar, cc)) < 0) return av_fail(path, "stream parameters", e);
   m->st->time_base = cc->time_base;
   m->st->avg_frame_rate = m->st->r_frame_rate = rate;
-  if ((e = avio_open(&m->oc->pb, p->tmp, AVIO_FLAG_WRITE)) < 0) return av_fail(path, p->tmp, e);
+  if ((e = ff.avio_open(&m->oc->pb, p->tmp, AVIO_FLAG_WRITE)) < 0) return av_fail(path, p->tmp, e);
   AVDictionary *mux = NULL;
-  av_dict_set(&mux, "movflags", "+faststart", 0); /* the index first: players start before the whole file arrives */
-  e = avformat_write_header(m->oc, &mux);
-  av_dict_free(&mux);
+  ff.av_dict_set(&mux, "movflags", "+faststart", 0); /* the index first: players start before the whole file arrives */
+  e = ff.avformat_write_header(m->oc, &mux);
+  ff.av_dict_free(&mux);
   if (e < 0) return av_fail(path, "writing the mp4 header", e);
   m->frame->format = cc->pix_fmt, m->frame->width = width, m->frame->height = height;
-  if ((e = av_frame_get_buffer(m->frame, 0)) < 0) return av_fail(path, "a frame buffer", e);
-  m->sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
+  if ((e = ff.av_frame_get_buffer(m->frame, 0)) < 0) return av_fail(path, "a frame buffer", e);
+  m->sws = ff.sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
   if (!m->sws) return DIT_ERR(INTERNAL, "%s: no RGB to yuv420p conversion", path);
-  const int *bt709 = sws_getCoefficients(SWS_CS_ITU709);
-  sws_setColorspaceDetails(m->sws, bt709, 1, bt709, 0, 0, 1 << 16, 1 << 16);
+  const int *bt709 = ff.sws_getCoefficients(SWS_CS_ITU709);
+  ff.sws_setColorspaceDetails(m->sws, bt709, 1, bt709, 0, 0, 1 << 16, 1 << 16);
   return DIT_OK;
 }
 
 static void mp4_close(mp4_t *m) {
-  if (m->oc && m->oc->pb) avio_closep(&m->oc->pb);
-  avformat_free_context(m->oc);
-  avcodec_free_context(&m->cc);
-  av_frame_free(&m->frame);
-  av_packet_free(&m->pkt);
-  sws_freeContext(m->sws);
+  if (m->oc && m->oc->pb) ff.avio_closep(&m->oc->pb);
+  ff.avformat_free_context(m->oc);
+  ff.avcodec_free_context(&m->cc);
+  ff.av_frame_free(&m->frame);
+  ff.av_packet_free(&m->pkt);
+  ff.sws_freeContext(m->sws);
 }
 
 static dit_status_t mp4_write(const pending_t *p, const frames_view_t *v, int64_t b, double fps, int crf, uint8_t *rgb) {
   const char *path = p->final;
   const int w = (int)(v->width + (v->width & 1)), h = (int)(v->height + (v->height & 1));
-  av_log_set_level(AV_LOG_ERROR); /* the encoder's statistics are not ours to print */
+  DIT_RETURN_IF(ff_load(path));
+  ff.av_log_set_level(AV_LOG_ERROR); /* the encoder's statistics are not ours to print */
   mp4_t m = {0};
   dit_status_t s = mp4_open(&m, p, w, h, fps, crf);
   for (int64_t f = 0; !s && f < v->frames; f++) {
     frame_rgb8(v, b, f, w, h, rgb);
-    int e = av_frame_make_writable(m.frame);
+    int e = ff.av_frame_make_writable(m.frame);
     if (e < 0) s = av_fail(path, "a frame buffer", e);
     if (!s) {
       const uint8_t *src[1] = {rgb};
       const int stride[1] = {w * 3};
-      sws_scale(m.sws, src, stride, 0, h, m.frame->data, m.frame->linesize);
+      ff.sws_scale(m.sws, src, stride, 0, h, m.frame->data, m.frame->linesize);
       m.frame->pts = f;
-      if ((e = avcodec_send_frame(m.cc, m.frame)) < 0) s = av_fail(path, "H.264 encoding", e);
+      if ((e = ff.avcodec_send_frame(m.cc, m.frame)) < 0) s = av_fail(path, "H.264 encoding", e);
     }
     if (!s) s = mp4_drain(&m, path);
   }
   if (!s) {
-    const int e = avcodec_send_frame(m.cc, NULL);
+    const int e = ff.avcodec_send_frame(m.cc, NULL);
     s = e < 0 ? av_fail(path, "H.264 encoding", e) : mp4_drain(&m, path);
   }
   if (!s) {
-    const int e = av_write_trailer(m.oc);
+    const int e = ff.av_write_trailer(m.oc);
     if (e < 0) s = av_fail(path, "writing the mp4 index", e);
   }
   mp4_close(&m);

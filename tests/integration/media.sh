@@ -62,6 +62,15 @@ expect_refusal "$T/bad/no/x.mp4: cannot create a file beside it: No such file or
 expect_refusal "--fps 0: expected a rate in 0.1..1000" "$T/in.safetensors" --tensor frames --out "$T/bad/x.mp4" --fps 0
 expect_refusal "--crf 0: expected 1..51" "$T/in.safetensors" --tensor frames --out "$T/bad/x.mp4" --crf 0
 expect_refusal "frames needs --out FILE.mp4 or FILE.png" "$T/in.safetensors"
+# FFmpeg is loaded when an MP4 is written: a host whose libavformat does not load gets a refusal
+# naming it, and PNGs all the same.
+mkdir "$T/noav"
+major=$(pkg-config --modversion libavformat | cut -d. -f1)
+: > "$T/noav/libavformat.so.$major"
+LD_LIBRARY_PATH=$T/noav expect_refusal "$T/bad/x.mp4: MP4 output needs FFmpeg's libavformat.so.$major (Debian package libavformat$major)" \
+  "$T/in.safetensors" --tensor frames --out "$T/bad/x.mp4"
+LD_LIBRARY_PATH=$T/noav "$BIN/ditrun" frames "$T/in.safetensors" --tensor frames --out "$T/noav/x.png" > /dev/null
+[ -s "$T/noav/x.png" ] && [ -s "$T/noav/x_1.png" ] || fail "no PNG written without FFmpeg"
 [ -z "$(ls -A "$T/bad")" ] || { ls -la "$T/bad"; fail "a refusal left files"; }
 
 # Previews on the tiny Wan bundle: 9 frames of 32 x 48 are [1, 16, 3, 4, 6] latents, shown as three
