@@ -99,7 +99,8 @@ static void frame_rgb8(const frames_view_t *v, int64_t b, int64_t f, int out_w, 
       const int64_t sy = y < v->height ? y : v->height - 1;
       for (int x = 0; x < out_w; x++) {
         const int64_t sx = x < v->width ? x : v->width - 1;
-        rgb[((size_t)y * (size_t)out_w + (size_t)x) * 3 + (size_t)c] = dit_media_to_u8(value_at(v->t, base + (size_t)sy * (size_t)v->width + (size_t)sx));
+        const float x_ = value_at(v->t, base + (size_t)sy * (size_t)v->width + (size_t)sx);
+        rgb[((size_t)y * (size_t)out_w + (size_t)x) * 3 + (size_t)c] = dit_media_to_u8(x_);
       }
     }
   }
@@ -304,7 +305,8 @@ static dit_status_t mp4_open(mp4_t *m, const pending_t *p, int width, int height
   if (e < 0) return av_fail(path, "writing the mp4 header", e);
   m->frame->format = cc->pix_fmt, m->frame->width = width, m->frame->height = height;
   if ((e = ff.av_frame_get_buffer(m->frame, 0)) < 0) return av_fail(path, "a frame buffer", e);
-  m->sws = ff.sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
+  m->sws = ff.sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,
+                             SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP, NULL, NULL, NULL);
   if (!m->sws) return DIT_ERR(INTERNAL, "%s: no RGB to yuv420p conversion", path);
   const int *bt709 = ff.sws_getCoefficients(SWS_CS_ITU709);
   ff.sws_setColorspaceDetails(m->sws, bt709, 1, bt709, 0, 0, 1 << 16, 1 << 16);

@@ -30,7 +30,9 @@ static float *make_clip(int batch, int frames, int h, int w) {
         for (int y = 0; y < h; y++)
           for (int i = 0; i < w; i++) {
             const int sq = i >= 4 + 5 * f && i < 16 + 5 * f && y >= 6 + 3 * f && y < 18 + 3 * f;
-            float v = c == 0 ? 0.45f * (2.0f * i / (w - 1) - 1) : c == 1 ? 0.45f * (2.0f * y / (h - 1) - 1) : 0.4f * sinf(0.1f * (i + y) + 0.5f * f);
+            float v = c == 0   ? 0.45f * (2.0f * i / (w - 1) - 1)
+                      : c == 1 ? 0.45f * (2.0f * y / (h - 1) - 1)
+                               : 0.4f * sinf(0.1f * (i + y) + 0.5f * f);
             if (sq) v += b ? -0.5f : 0.5f;
             x[((((size_t)b * 3 + c) * frames + f) * h + y) * w + i] = v;
           }
@@ -283,15 +285,18 @@ static void test_refusals(const char *dir) {
   char p[CHECK_PATH_MAX], nodir[CHECK_PATH_MAX], under_file[CHECK_PATH_MAX];
   check_pathf(p, "%s/x.mp4", dir);
   dit_tensor_t rank3 = {px, DIT_F32, 3, {3, 4, 4}};
-  CHECK_ERR(dit_media_write(p, &rank3, NULL), INVALID_ARGUMENT, "x.mp4: frames: expected [B, 3, F, H, W] (video) or [B, 3, H, W] (image), found rank 3 [3, 4, 4]");
+  CHECK_ERR(dit_media_write(p, &rank3, NULL), INVALID_ARGUMENT,
+            "x.mp4: frames: expected [B, 3, F, H, W] (video) or [B, 3, H, W] (image), found rank 3 [3, 4, 4]");
   dit_tensor_t four = {px, DIT_F32, 4, {1, 4, 4, 4}};
   check_pathf(p, "%s/x.png", dir);
-  CHECK_ERR(dit_media_write(p, &four, NULL), INVALID_ARGUMENT, "x.png: frames [1, 4, 4, 4]: expected 3 channels (RGB) in dimension 1, found 4");
+  CHECK_ERR(dit_media_write(p, &four, NULL), INVALID_ARGUMENT,
+            "x.png: frames [1, 4, 4, 4]: expected 3 channels (RGB) in dimension 1, found 4");
   dit_tensor_t ints = {px, DIT_I32, 4, {1, 3, 4, 4}};
   CHECK_ERR(dit_media_write(p, &ints, NULL), INVALID_ARGUMENT, "expected f32, bf16 or f16 values, found i32");
   dit_tensor_t ok = {px, DIT_F32, 5, {1, 3, 2, 4, 4}};
   check_pathf(p, "%s/x.gif", dir);
-  CHECK_ERR(dit_media_write(p, &ok, NULL), INVALID_ARGUMENT, "x.gif: unknown extension '.gif': expected .mp4 (H.264 video) or .png (image)");
+  CHECK_ERR(dit_media_write(p, &ok, NULL), INVALID_ARGUMENT,
+            "x.gif: unknown extension '.gif': expected .mp4 (H.264 video) or .png (image)");
   check_pathf(p, "%s/noext", dir);
   CHECK_ERR(dit_media_write(p, &ok, NULL), INVALID_ARGUMENT, "unknown extension ''");
   check_pathf(nodir, "%s/missing/x.mp4", dir);
