@@ -44,7 +44,7 @@ PARTS = {
     "a14b": {"variant": "a14b", "guidance": 4.0, "guidance_2": 3.0, "layers": 4},
     "ti2v": {"variant": "ti2v-5b", "guidance": 5.0, "guidance_2": None, "layers": None},
 }
-STEP_RE = re.compile(r"^ditrun: step (\d+)/(\d+)\s+t=(\S+)\s+(?:expert (\S+)\s+)?([0-9.]+)s(?:\s+\((.*)\))?$")
+STEP_RE = re.compile(r"^ditrun: step (\d+)/(\d+)\s+t=(\S+)\s+(?:expert (\S+)\s+)?([0-9.]+)s(?:\s+\((.*)\))?(?:\s+\[elapsed [^]]*\])?$")
 SWAP_RE = re.compile(r"^ditrun: expert swap: (.*)$")
 LOOP_RE = re.compile(r"^ditrun: generate (\d+) steps in ([0-9.]+)s$")
 
@@ -187,7 +187,8 @@ def dry_run(a):
     g = scaled_budget_gib(48, int(15.6 * 2**30), int(5.6 * 2**30), 4, 40)
     assert abs(g - (10 + 38 * 0.1)) < 1e-9, g
     log = ("ditrun: step 1/6  t=999  expert transformer  0.500s\nditrun: step 2/6  t=937  expert transformer  0.400s\n"
-           "ditrun: step 3/6  t=857  expert transformer_2  0.900s  (expert switch 0.092 ms: 0 chunks loaded at the switch)\n"
+           "ditrun: step 3/6  t=857  expert transformer_2  0.900s  (expert switch 0.092 ms: 0 chunks loaded at the switch)"
+           "  [elapsed 1.80s, ETA 1.80s]\n"
            "ditrun: step 4/6  t=750  expert transformer_2  0.400s\n"
            "ditrun: step 5/6  t=600  expert transformer_2  0.400s\nditrun: step 6/6  t=376  expert transformer_2  0.400s\n"
            "ditrun: generate 6 steps in 3.100s\n"
@@ -198,8 +199,8 @@ def dry_run(a):
     assert loop == 3.1 and [s["expert"] for s in steps] == ex and [int(s["t"]) for s in steps] == ts
     sw = around_switch([s["s"] for s in steps], [s["expert"] for s in steps])
     assert sw == {"before": 0.4, "switch": 0.9, "after": 0.4, "step": 3}, sw
-    one, loop1 = parse_ditrun_log("ditrun: step 1/4  t=999  0.250s\nditrun: generate 4 steps in 1.000s\n")
-    assert one[0]["expert"] == "transformer" and loop1 == 1.0
+    one, loop1 = parse_ditrun_log("ditrun: step 1/4  t=999  0.250s  [elapsed 0.25s, ETA 0.75s]\nditrun: generate 4 steps in 1.000s\n")
+    assert one[0]["expert"] == "transformer" and one[0]["s"] == 0.25 and loop1 == 1.0
     for part in PARTS:
         res = new_results(part, 6, PARTS[part]["layers"] or wf.VARIANTS[PARTS[part]["variant"]]["config"]["num_layers"])
         res["dry_run"] = True

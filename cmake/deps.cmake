@@ -33,6 +33,18 @@ add_library(dit::sentencepiece UNKNOWN IMPORTED GLOBAL)
 set_target_properties(dit::sentencepiece PROPERTIES IMPORTED_LOCATION ${SENTENCEPIECE_LIB}
                       INTERFACE_INCLUDE_DIRECTORIES "${SENTENCEPIECE_INCLUDE_DIRS}")
 dit_require_lib(utf8proc utf8proc.h utf8proc libutf8proc-dev)
+# Output files (runtime/media.c): PNG through libspng, H.264 MP4 through FFmpeg's libraries (their
+# headers at build time; the libraries are loaded when an MP4 is written). Not optional as the
+# HTTP server is: writing the result is generate's job and --preview's, and a build without them
+# would refuse --out x.mp4 on some hosts only.
+pkg_check_modules(SPNG IMPORTED_TARGET spng)
+pkg_check_modules(FFMPEG IMPORTED_TARGET libavcodec libavformat libswscale libavutil)
+if(NOT SPNG_FOUND)
+  message(FATAL_ERROR "missing dependency: spng (pkg-config) not found; install the Debian package 'libspng-dev' (scripts/setup.sh installs every dependency)")
+endif()
+if(NOT FFMPEG_FOUND)
+  message(FATAL_ERROR "missing dependency: libavcodec, libavformat, libswscale, libavutil (pkg-config) not found; install the Debian packages 'libavcodec-dev libavformat-dev libswscale-dev libavutil-dev' (scripts/setup.sh installs every dependency)")
+endif()
 
 if(DIT_MLIR)
   set(DIT_LLVM_ROOT /usr/lib/llvm-19 CACHE PATH "LLVM/MLIR 19 installation")

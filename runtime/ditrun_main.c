@@ -20,6 +20,8 @@
 #include "runtime/gen_cli.h"
 #include "runtime/launch/launch_cmd.h"
 #include "runtime/launch/launch_env.h"
+#include "runtime/media.h"
+#include "runtime/preview.h"
 #include "runtime/rng.h"
 #include "runtime/serve/serve.h"
 #include "text/tokenizer.h"
@@ -35,6 +37,10 @@ static const char kUsage[] =
     "                     the input_ids and attention_mask (JSON) of a pipeline's tokenizer folder\n"
     "                     (spiece.model, or CLIP's vocab.json + merges.txt): special tokens added,\n"
     "                     truncated and padded to N (default: the folder's model_max_length)\n"
+    "  frames IN.safetensors [--tensor NAME] --out FILE.mp4|FILE.png [--fps N] [--crf N]\n"
+    "                     decoded frames ([B, 3, F, H, W] or [B, 3, H, W], values in [-1, 1])\n"
+    "                     as an H.264 MP4 (yuv420p, --fps default 16, --crf 1..51 default 18)\n"
+    "                     or a PNG (a video's frame 0); batch item b >= 1 goes to FILE_b.EXT\n"
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
@@ -48,6 +54,7 @@ static const char kUsage[] =
     "                  [--cache-reuse hidden|output]\n"
     "                  [--reuse-ratio R] [--reuse-eps-local E] [--reuse-warmup W]\n"
     "                  [--reuse-report FILE] [--reuse-diagnostic]\n"
+    "                  [--preview DIR] [--preview-every K]\n"
     "                     the denoising loop (defaults: 50 steps, guidance 5, shift 3, unipc);\n"
     "                     reads tensors prompt_embeds, negative_prompt_embeds, init_latents;\n"
     "                     writes latents (fp32)\n"
@@ -84,6 +91,10 @@ static const char kUsage[] =
     "                     E (default 0.2) the local group's relative drift forcing an anchor;\n"
     "                     FILE gets every decision and predicted error (JSON), and with\n"
     "                     --reuse-diagnostic the measured error of every reused state\n"
+    "                     --preview DIR: every K steps (default 1) and after the last, the\n"
+    "                     latents as DIR/step_NNN.png through the bundle's latent-to-RGB map\n"
+    "                     (without one: latent channels 0-2, each scaled by its own range),\n"
+    "                     batch item 0, up to 4 latent frames side by side\n"
     "\n"
     "  calibrate-cache BUNDLE [generate's inputs and options] --profile-out P.json\n"
     "                  [--runs K] [--target-speedup S]\n"
@@ -377,7 +388,8 @@ static int generate_only(const char *f) {
   static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
                                   "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse",
-                                  "--reuse-ratio", "--reuse-eps-local", "--reuse-warmup", "--reuse-report", "--reuse-diagnostic", NULL};
+                                  "--reuse-ratio", "--reuse-eps-local", "--reuse-warmup", "--reuse-report", "--reuse-diagnostic",
+                                  "--preview", "--preview-every", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -399,6 +411,7 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
   a->reuse_ratio = DIT_DITANGO_DEFAULT_RATIO;
   a->reuse_eps_local = DIT_DITANGO_DEFAULT_EPS_LOCAL;
   a->reuse_warmup = DIT_DITANGO_DEFAULT_WARMUP;
+  a->preview_every = 1;
   /* generate's inputs and options: generate (1) and calibrate-cache (2) */
   const int gen = a->generate = !strcmp(cmd, "generate") ? 1 : !strcmp(cmd, "calibrate-cache") ? 2 : 0;
   for (int i = 0; i < argc; i++) {
@@ -420,6 +433,8 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     else if (!strcmp(f, "--step-cache")) str = &a->step_cache;
     else if (!strcmp(f, "--cache-profile")) str = &a->cache_profile;
     else if (!strcmp(f, "--cache-reuse")) str = &a->cache_reuse;
+    else if (!strcmp(f, "--preview")) str = &a->preview;
+    else if (!strcmp(f, "--preview-every")) rc = parse_int(f, v, &a->preview_every), i++;
     else if (!strcmp(f, "--reuse-report")) str = &a->reuse_report, a->reuse_on = 1;
     else if (!strcmp(f, "--reuse-ratio")) rc = parse_num(f, v, &a->reuse_ratio), a->reuse_on = 1, i++;
     else if (!strcmp(f, "--reuse-eps-local")) rc = parse_num(f, v, &a->reuse_eps_local), a->reuse_on = 1, i++;
@@ -469,6 +484,8 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
       i++;
     }
   }
+  if (gen == 2 && a->preview) return usage_error("%s", "--preview is an option of generate; calibrate-cache does not take it");
+  if (a->preview_every < 1 || a->preview_every > 10000) return usage_error("%s", "--preview-every: expected 1..10000");
   if (!a->bundle) return usage_error("%s", "missing BUNDLE");
   if (a->need_out && !a->out) return usage_error("%s", "missing --out");
   return 0;
@@ -571,25 +588,61 @@ static void on_probe_line(void *ctx, int step, double change) {
   g_probe_step = step, g_probe_change = change;
 }
 
+/* generate --preview: where the latents are shown and how often (runtime/preview.h). */
+static struct {
+  const char *dir;
+  int every;
+  const dit_preview_map_t *map;
+  const float *latents;
+  int rank;
+  int64_t dims[DIT_MAX_RANK];
+} g_preview;
+static double g_loop_t0; /* when the loop started, for the elapsed time and the ETA */
+
+/* A duration as a person reads it: 0.42s, 12.3s, 4m05s, 2h07m. */
+static void format_duration(double s, char *out, size_t cap) {
+  if (s < 10) snprintf(out, cap, "%.2fs", s);
+  else if (s < 60) snprintf(out, cap, "%.1fs", s);
+  else if (s < 3600) snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+  else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+static void write_preview(int step, int steps) {
+  if (!g_preview.dir || ((step + 1) % g_preview.every && step + 1 != steps)) return;
+  dit_status_t s = dit_preview_write(g_preview.dir, step + 1, g_preview.map, g_preview.latents, g_preview.rank, g_preview.dims);
+  if (s) {
+    /* The run goes on: a preview is a view of it, not its result. */
+    fprintf(stderr, "ditrun: warning: --preview stopped: %s\n", dit_status_message(s));
+    dit_status_free(s);
+    g_preview.dir = NULL;
+  }
+}
+
 static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   const dit_generate_options_t *g = ctx;
-  char probe[40] = "";
+  char probe[40] = "", elapsed[24], eta[24], progress[80];
   if (g_probe_step == step) snprintf(probe, sizeof probe, "  probe %.4g", g_probe_change);
+  const double spent = dit_now_s() - g_loop_t0;
+  format_duration(spent, elapsed, sizeof elapsed);
+  format_duration(spent / (step + 1) * (steps - step - 1), eta, sizeof eta);
+  snprintf(progress, sizeof progress, "  [elapsed %s, ETA %s]", elapsed, eta);
   if (g->skipped_forwards && g->skipped_forwards[step]) {
-    fprintf(stderr, "ditrun: step %d/%d  t=%g%s%s%s  skipped (step cache: %d forward%s saved)  %.3fs\n", step + 1, steps, t,
+    fprintf(stderr, "ditrun: step %d/%d  t=%g%s%s%s  skipped (step cache: %d forward%s saved)  %.3fs%s\n", step + 1, steps, t,
             g->expert_used ? "  expert " : "", g->expert_used ? (g->expert_used[step] ? "transformer_2" : "transformer") : "", probe,
-            g->skipped_forwards[step], g->skipped_forwards[step] > 1 ? "s" : "", seconds);
-    return;
+            g->skipped_forwards[step], g->skipped_forwards[step] > 1 ? "s" : "", seconds, progress);
+  } else {
+    const dit_runtime_swap_stats_t sw = g_step_rt ? dit_runtime_swap_stats(g_step_rt) : (dit_runtime_swap_stats_t){0};
+    if (g->expert_used && step > 0 && g->expert_used[step] != g->expert_used[step - 1] && sw.switched)
+      fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s%s  %.3fs  (expert switch %.3f ms: %" PRIu64 " chunks loaded at the switch)%s\n",
+              step + 1, steps, t, g->expert_used[step] ? "transformer_2" : "transformer", probe, seconds, sw.switch_ms, sw.chunks_at_switch,
+              progress);
+    else if (g->expert_used)
+      fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s%s  %.3fs%s\n", step + 1, steps, t,
+              g->expert_used[step] ? "transformer_2" : "transformer", probe, seconds, progress);
+    else
+      fprintf(stderr, "ditrun: step %d/%d  t=%g%s  %.3fs%s\n", step + 1, steps, t, probe, seconds, progress);
   }
-  const dit_runtime_swap_stats_t sw = g_step_rt ? dit_runtime_swap_stats(g_step_rt) : (dit_runtime_swap_stats_t){0};
-  if (g->expert_used && step > 0 && g->expert_used[step] != g->expert_used[step - 1] && sw.switched)
-    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s%s  %.3fs  (expert switch %.3f ms: %" PRIu64 " chunks loaded at the switch)\n", step + 1,
-            steps, t, g->expert_used[step] ? "transformer_2" : "transformer", probe, seconds, sw.switch_ms, sw.chunks_at_switch);
-  else if (g->expert_used)
-    fprintf(stderr, "ditrun: step %d/%d  t=%g  expert %s%s  %.3fs\n", step + 1, steps, t,
-            g->expert_used[step] ? "transformer_2" : "transformer", probe, seconds);
-  else
-    fprintf(stderr, "ditrun: step %d/%d  t=%g%s  %.3fs\n", step + 1, steps, t, probe, seconds);
+  write_preview(step, steps);
 }
 
 /* A bundle with a generate section: its schedule and inputs are the pipeline's. Reads the
@@ -828,6 +881,7 @@ void gen_noise(const gen_job_t *j, uint64_t seed) {
 
 dit_status_t gen_run(gen_job_t *j, const run_args_t *a) {
   g_step_rt = j->rt;
+  g_loop_t0 = dit_now_s();
   return dit_runtime_generate(j->rt, &j->g, &j->prompt, a->negative ? &j->neg : NULL, j->latents);
 }
 
@@ -861,6 +915,21 @@ static int wants_help(int argc, char **argv) {
   return 0;
 }
 
+/* --preview DIR: the bundle's latent-to-RGB map (or the fallback) checked against the latents, and
+ * DIR made, before the first step. */
+static dit_status_t preview_setup(const run_args_t *a, const gen_job_t *j) {
+  const dit_preview_map_t *map = dit_preview_map_for(dit_runtime_manifest(j->rt));
+  DIT_RETURN_IF(dit_preview_check(map, j->lat.rank, j->lat.dims));
+  DIT_RETURN_IF_ERROR(dit_mkdirs(a->preview, 0755), "--preview");
+  g_preview.dir = a->preview, g_preview.every = (int)a->preview_every, g_preview.map = map, g_preview.latents = j->latents;
+  g_preview.rank = j->lat.rank;
+  memcpy(g_preview.dims, j->lat.dims, sizeof g_preview.dims);
+  if (!map)
+    fprintf(stderr, "ditrun: note: --preview: the bundle has no latent-to-RGB map; previews show latent channels 0-2, each scaled "
+            "by its own range\n");
+  return DIT_OK;
+}
+
 static int cmd_generate(int argc, char **argv) {
   if (wants_help(argc, argv)) return fputs(kUsage, stdout), 0;
   run_args_t a;
@@ -870,6 +939,7 @@ static int cmd_generate(int argc, char **argv) {
   if ((rc = gen_open(&a, &j))) return rc;
   dit_status_t s = gen_prepare(&a, j);
   if (!s) gen_noise(j, (uint64_t)a.seed);
+  if (!s && a.preview && g_writer) s = preview_setup(&a, j);
   if (!g_writer) j->g.reuse_report = NULL; /* every process decides alike (the same report): rank 0 writes it */
   double t0 = dit_now_s();
   if (!s) s = gen_run(j, &a);
@@ -1417,6 +1487,66 @@ static int cmd_tokenize(int argc, char **argv) {
   return s ? dit_status_report(s, "ditrun") : 0;
 }
 
+/* `ditrun frames IN.safetensors [--tensor NAME] --out FILE.mp4|FILE.png [--fps N] [--crf N]`:
+ * decoded frames (a VAE's output, [B, 3, F, H, W] or [B, 3, H, W] in [-1, 1]) as a video or
+ * images (runtime/media.h). */
+static int cmd_frames(int argc, char **argv) {
+  const char *in = NULL, *name = NULL, *out = NULL;
+  dit_media_options_t o = {0}; /* the defaults */
+  for (int i = 0; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int rc = 0;
+    if (!strcmp(f, "--tensor") || !strcmp(f, "--out")) {
+      if (!v) return usage_error("%s needs a value", f);
+      *(f[2] == 't' ? &name : &out) = v;
+      i++;
+    } else if (!strcmp(f, "--fps")) {
+      rc = parse_num(f, v, &o.fps), i++;
+      if (!rc && !(o.fps >= 0.1 && o.fps <= 1000)) return usage_error("--fps %s: expected a rate in 0.1..1000", v);
+    } else if (!strcmp(f, "--crf")) {
+      int64_t q = 0;
+      rc = parse_int(f, v, &q), i++;
+      if (!rc && (q < 1 || q > 51)) return usage_error("--crf %s: expected 1..51", v);
+      o.crf = (int)q;
+    } else if (f[0] == '-') {
+      return usage_error("unknown option %s", f);
+    } else if (in) {
+      return usage_error("unexpected argument %s", f);
+    } else {
+      in = f;
+    }
+    if (rc) return rc;
+  }
+  if (!in) return usage_error("%s", "frames needs IN.safetensors");
+  if (!out) return usage_error("%s", "frames needs --out FILE.mp4 or FILE.png");
+  if (dit_media_kind_of(out) == DIT_MEDIA_UNKNOWN) return usage_error("--out %s: expected a .mp4 or .png file name", out);
+  dit_safetensors_t *st;
+  dit_status_t s = dit_safetensors_open(in, &st);
+  if (s) return dit_status_report(s, "ditrun");
+  const dit_st_tensor_t *e = NULL;
+  if (name && !(e = dit_safetensors_find(st, name)))
+    s = DIT_ERR(NOT_FOUND, "%s: no tensor named '%s' (--tensor)", in, name);
+  else if (!name && dit_safetensors_count(st) != 1) {
+    char names[300] = "";
+    for (size_t i = 0, o = 0; i < dit_safetensors_count(st) && i <= 8 && o < sizeof names - 8; i++)
+      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", i < 8 ? dit_safetensors_at(st, i)->name : "...");
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: %zu tensors (%s): name the frames with --tensor", in, dit_safetensors_count(st), names);
+  } else if (!name)
+    e = dit_safetensors_at(st, 0);
+  if (!s) {
+    dit_tensor_t t = {(void *)e->data, e->dtype, e->rank, {0}};
+    memcpy(t.dims, e->dims, sizeof t.dims);
+    s = dit_status_annotate(dit_media_write(out, &t, &o), "%s tensor '%s'", in, e->name);
+    const int64_t batch = e->rank >= 1 ? e->dims[0] : 0;
+    for (int64_t b = 0; !s && b < batch; b++) {
+      char path[4096];
+      if (!dit_media_item_path(out, (int)b, path, sizeof path)) printf("wrote %s\n", path);
+    }
+  }
+  dit_safetensors_close(st);
+  return dit_status_report(s, "ditrun");
+}
+
 static int run_command(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -1434,6 +1564,7 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 2, argv + 2);
   if (!strcmp(cmd, "calibrate-cache")) return cmd_calibrate_cache(argc - 2, argv + 2);
   if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+  if (!strcmp(cmd, "frames")) return cmd_frames(argc - 2, argv + 2);
   if (!strcmp(cmd, "serve")) return dit_serve_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "serve-worker")) return dit_serve_worker_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);

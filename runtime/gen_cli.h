@@ -14,6 +14,8 @@
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
   const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse, *reuse_report;
+  const char *preview; /* --preview DIR: generate's latent previews (runtime/preview.h) */
+  int64_t preview_every;
   double reuse_ratio, reuse_eps_local;
   int64_t reuse_warmup;
   int reuse_on, reuse_diagnostic;

@@ -7,9 +7,12 @@
 # headless-only build of chromium (64 MB download against 81 MB, no X11 browser).
 # libsentencepiece-dev, libutf8proc-dev: the tokenizers (text/): SentencePiece models and the Unicode
 # data of CLIP's BPE.
+# libspng-dev, libavcodec-dev, libavformat-dev, libswscale-dev, libavutil-dev: output files
+# (runtime/media.c): PNG, and H.264 MP4 (Debian's libavcodec encodes H.264 through libx264).
 set -euo pipefail
 pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
       libcurl4-openssl-dev libssl-dev libsentencepiece-dev libutf8proc-dev pkg-config libmicrohttpd-dev nginx
+      libspng-dev libavcodec-dev libavformat-dev libswscale-dev libavutil-dev
       python3-numpy python3-venv python3-pip chromium-headless-shell)
 missing=()
 for p in "${pkgs[@]}"; do
