@@ -610,10 +610,49 @@ def render_lossy(res):
     return "\n".join(L)
 
 
+def render_pipeline(res):
+    """The Python package in diffusers pipelines: parity and device-to-host copies, and the 50-step
+    Wan2.1-1.3B pipeline against stock diffusers and torch.compile (tests/gpu/pipeline_parity.py)."""
+    p, b = measured(res, "pipeline_parity.json"), measured(res, "pipeline_bench.json")
+    L = [wrap(f"On {p.get('device', 'the GPU')}, random weights at the published configs ({src('pipeline_parity.json', p)}; "
+              f"{src('pipeline_bench.json', b)}):"), "",
+         "| pipeline | steps | final latents cosine vs stock | device-to-host copies stock / compiled |", "| --- | --- | --- | --- |"]
+    names = {"wan": "WanPipeline (Wan2.1-1.3B config, 2 blocks, 17x256x256)", "flux": "FluxPipeline (FLUX.1-dev config, 2+2 blocks, 256x256)"}
+    for k in ("wan", "flux"):
+        r = need(p, k, "pipeline_parity.json")
+        L.append(f"| {names[k]} | {r['steps']} | {r['cosine']:.6f} | {r['d2h_stock']} / {r['d2h_compiled']} |")
+    w = need(b, "wan", "pipeline_bench.json")
+    t, s, c = w["seconds_compiled"], w["seconds_stock"], w["seconds_torch_compile"]
+    L += ["", wrap(f"WanPipeline, Wan2.1-1.3B whole, 480x832, 81 frames, {w['steps']} steps with CFG, end to end: the compiled "
+                   f"transformer {t:.2f} s, stock {s:.2f} s ({s / t:.2f}x), stock with torch.compile {c:.2f} s ({c / t:.2f}x); "
+                   f"final latents cosine {w['cosine']:.6f} against stock."), ""]
+    return "\n".join(L)
+
+
+SERVE_LINE = re.compile(r"CLI loop ([0-9.]+) s .*?served \(median of (\d+)\): request ([0-9.]+) s.*?queued ([0-9.]+) ms")
+
+
+def render_serve(res):
+    """What `ditrun serve` adds to a 50-step Wan2.1-1.3B job (bench/serve_overhead.py's output)."""
+    L = []
+    for rel, form in (("serve_overhead.txt", "binary requests (safetensors body)"), ("serve_overhead_json_body.txt", "JSON requests (base64 inputs)")):
+        if not os.path.exists(os.path.join(res.dir, rel)):
+            continue
+        text = res.text(os.path.join(res.dir, rel))
+        m, o, f = SERVE_LINE.search(text), re.search(r"overhead over the CLI loop: ([0-9.]+)%", text), \
+            re.search(r"request to first step: ([0-9.]+) ms", text)
+        if not (m and o and f):
+            raise ReportError(f"{rel}: no serve_overhead summary lines")
+        L.append(f"- {form}: {m.group(2)} served 50-step jobs (Wan2.1-1.3B, 480x832, 81 frames, CFG, on an H200) took "
+                 f"{float(m.group(3)):.3f} s against the command line's loop {float(m.group(1)):.3f} s: overhead "
+                 f"{float(o.group(1)):.2f}%; request to first step {float(f.group(1)):.1f} ms ({src(rel)})")
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
 RENDERERS = {"offload": render_offload, "status": render_status}
 # Passages rendered and checked when README.md has them, not yet required of it.
 OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate, "mmdit": render_mmdit,
-            "step_cache": render_step_cache, "lossy": render_lossy}
+            "step_cache": render_step_cache, "lossy": render_lossy, "pipeline": render_pipeline, "serve": render_serve}
 
 # A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"

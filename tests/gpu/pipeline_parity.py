@@ -139,7 +139,9 @@ def main():
     a = ap.parse_args()
     if a.bench:
         a.family, a.layers, a.steps = "wan", 0, 50
-    results, failed = {}, []
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from ceilings import run_info  # noqa: E402
+    results, failed = {"run": run_info(), "device": torch.cuda.get_device_name(0)}, []
     with tempfile.TemporaryDirectory() as work, torch.no_grad():
         for fam in a.family.split(","):
             name, pipe, model, bundle, call = {"wan": wan_case, "flux": flux_case}[fam](a, work)
