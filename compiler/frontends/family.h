@@ -28,7 +28,9 @@ struct dit_family {
   /* Sets m->variant and the VAE factors (m->pipeline.vae, m->vae_spatial, m->vae_temporal);
    * want is --variant or NULL; vae_what names vae/config.json in messages. */
   dit_status_t (*pick_variant)(dit_model_t *m, const char *want, const char *vae_what);
+  /* What the compiler cannot build for this model, refused by name (NULL: everything it reads). */
   dit_status_t (*check_compilable)(const dit_model_t *m);
+  /* The pipeline's part of the bundle identity (NULL: none, the config and weights are all). */
   dit_status_t (*pipeline_identity)(const dit_model_t *m, cJSON **out);
   dit_status_t (*latent_shape)(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out);
   dit_status_t (*build_graph)(const dit_model_t *m, const dit_shape_request_t *r, dit_graph_t **out);

@@ -438,10 +438,13 @@ dit_status_t dit_model_check_compilable(const dit_model_t *m) {
   if (p->n_experts > 1 && !p->index.has_boundary_ratio)
     return DIT_ERR(INVALID_ARGUMENT, "%s/model_index.json: field 'boundary_ratio': missing: two experts need the ratio at which "
                    "transformer_2 takes over", p->dir);
-  return m->fam->check_compilable(m);
+  return m->fam->check_compilable ? m->fam->check_compilable(m) : DIT_OK;
 }
 
-dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) { return m->fam->pipeline_identity(m, out); }
+dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) {
+  *out = NULL;
+  return m->fam->pipeline_identity ? m->fam->pipeline_identity(m, out) : DIT_OK;
+}
 
 dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   if (r->batch < 1 || r->batch > 4096) return DIT_ERR(INVALID_ARGUMENT, "--batch %" PRId64 ": expected 1..4096", r->batch);

@@ -154,16 +154,7 @@ static dit_status_t umt5_pick_variant(dit_model_t *m, const char *want, const ch
   return DIT_OK;
 }
 
-static dit_status_t umt5_check_compilable(const dit_model_t *m) {
-  (void)m;
-  return DIT_OK;
-}
 
-static dit_status_t umt5_pipeline_identity(const dit_model_t *m, cJSON **out) {
-  (void)m;
-  *out = NULL;
-  return DIT_OK;
-}
 
 /* Only tokens: the pixel flags mean nothing to a text encoder and are refused by name. */
 static dit_status_t umt5_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
@@ -310,8 +301,6 @@ const dit_family_t dit_family_umt5 = {
     .parse_config = umt5_parse_config,
     .expected = umt5_expected,
     .pick_variant = umt5_pick_variant,
-    .check_compilable = umt5_check_compilable,
-    .pipeline_identity = umt5_pipeline_identity,
     .latent_shape = umt5_latent_shape,
     .build_graph = umt5_build_graph,
 };

@@ -221,16 +221,7 @@ static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const
   return DIT_OK;
 }
 
-static dit_status_t wan_vae_check_compilable(const dit_model_t *m) {
-  (void)m;
-  return DIT_OK;
-}
 
-static dit_status_t wan_vae_identity(const dit_model_t *m, cJSON **out) {
-  (void)m;
-  *out = NULL; /* the config and the weights are the whole stage */
-  return DIT_OK;
-}
 
 /* --frames, --height, --width in pixels, as the transformer's: latents [B, z_dim, (F-1)/4 + 1, H/8, W/8]. */
 static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
@@ -551,8 +542,6 @@ const dit_family_t dit_family_wan_vae = {
     .expected = wan_vae_expected,
     .ignored = kWanVaeIgnored,
     .pick_variant = wan_vae_pick_variant,
-    .check_compilable = wan_vae_check_compilable,
-    .pipeline_identity = wan_vae_identity,
     .latent_shape = wan_vae_latent_shape,
     .build_graph = wan_vae_build_graph,
 };
