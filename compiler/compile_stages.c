@@ -88,12 +88,13 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
     if (named && !has)
       return DIT_ERR(NOT_FOUND, "--stages %s: the pipeline directory %s has no %s/ folder", o->stages, o->model_dir, kStages[i].folder);
     if (!has || (o->stages && !named)) continue;
-    /* By default a stage this build cannot compile yet (a family or a variant it does not know) is
-     * left out with a note; named in --stages it is an error. Any other fault is one either way. */
+    /* By default a stage this build cannot load or compile (a family or a variant it does not know
+     * yet, a folder that holds only what the transformer's compile reads, such as a VAE config for
+     * its factors) is left out with a note saying why; named in --stages it is an error. */
     dit_model_t *m = NULL;
     dit_status_t s = dit_model_load(dir, NULL, &m);
     if (!s) s = dit_model_check_compilable(m);
-    if (s && !named && dit_status_code(s) == DIT_CODE_UNIMPLEMENTED) {
+    if (s && !named) {
       if (!o->quiet) fprintf(stderr, "ditc: note: stage %s left out: %s\n", kStages[i].folder, dit_status_message(s));
       dit_status_free(s);
       dit_model_free(m);
