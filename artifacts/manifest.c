@@ -164,6 +164,28 @@ static void write_rank_list(jw_t *w, size_t n, const dit_manifest_rank_t *ranks)
   jw_close(w, ']');
 }
 
+static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
+  if (m->n_stages > DIT_MAX_STAGES)
+    return DIT_ERR(INVALID_ARGUMENT, "manifest: stages: %zu entries, expected at most %d", m->n_stages, DIT_MAX_STAGES);
+  if (m->schema_minor < DIT_SCHEMA_MINOR_STAGES)
+    return DIT_ERR(INVALID_ARGUMENT, "manifest: stages need schema minor >= %d, found %d", DIT_SCHEMA_MINOR_STAGES, m->schema_minor);
+  jw_key(w, "stages");
+  jw_open(w, '[', 0);
+  for (size_t i = 0; i < m->n_stages; i++) {
+    const dit_manifest_stage_t *st = &m->stages[i];
+    if (!FIXED_OK(st->role) || !FIXED_OK(st->identity) || !FIXED_OK(st->family) || !FIXED_OK(st->model_class))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: string field not terminated", i);
+    jw_open(w, '{', 0);
+    jw_kstr(w, "role", st->role);
+    jw_kstr(w, "identity", st->identity);
+    jw_kstr(w, "family", st->family);
+    jw_kstr(w, "class", st->model_class);
+    jw_close(w, '}');
+  }
+  jw_close(w, ']');
+  return DIT_OK;
+}
+
 static dit_status_t write_experts(jw_t *w, const dit_manifest_t *m) {
   if (!m->experts || m->n_experts > DIT_MAX_EXPERTS)
     return DIT_ERR(INVALID_ARGUMENT, "manifest: experts: %zu entries, expected at most %d", m->n_experts, DIT_MAX_EXPERTS);
@@ -374,14 +396,21 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
   jw_open(w, '[', 0);
   for (size_t i = 0; i < m->n_blobs; i++) {
     const dit_manifest_blob_t *b = &m->blobs[i];
-    if (!FIXED_OK(b->role) || !FIXED_OK(b->hash) || !FIXED_OK(b->sha256))
+    if (!FIXED_OK(b->role) || !FIXED_OK(b->hash) || !FIXED_OK(b->sha256) || !FIXED_OK(b->name))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: blobs[%zu]: string field not terminated", i);
+    if (!strcmp(b->role, "tokenizer") != !!b->name[0])
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: blobs[%zu]: a name goes with role tokenizer and only there (role %s, name '%s')", i,
+                     b->role, b->name);
+    if (b->name[0] && m->schema_minor < DIT_SCHEMA_MINOR_STAGES)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: tokenizer blobs need schema minor >= %d, found %d", DIT_SCHEMA_MINOR_STAGES,
+                     m->schema_minor);
     jw_open(w, '{', 0);
     jw_kstr(w, "role", b->role);
     jw_kstr(w, "hash", b->hash);
     jw_ku64(w, "size", b->size);
     /* Optional: absent keeps manifests written before the field byte-identical. */
     if (b->sha256[0]) jw_kstr(w, "sha256", b->sha256);
+    if (b->name[0]) jw_kstr(w, "name", b->name);
     jw_close(w, '}');
   }
   jw_close(w, ']');
@@ -449,6 +478,7 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
   }
   if (m->n_experts) DIT_RETURN_IF(write_experts(w, m));
   if (m->generate.present) DIT_RETURN_IF(write_generate(w, m));
+  if (m->n_stages) DIT_RETURN_IF(write_stages(w, m));
   jw_close(w, '}');
   dit_strbuf_put(&w->b, "\n", 1);
   return DIT_OK;
@@ -628,9 +658,35 @@ static dit_status_t parse_io_list(const dit_json_t *io, const char *key, size_t 
   return DIT_OK;
 }
 
+/* A tokenizer blob's file name (schema 1.4): required with role "tokenizer", refused elsewhere; a
+ * plain file name (no path, not hidden) unique among blobs[0..i). */
+static dit_status_t parse_blob_name(const dit_json_t *e, const dit_manifest_t *m, dit_manifest_blob_t *b, size_t i) {
+  const int tok = !strcmp(b->role, "tokenizer");
+  if (tok && m->schema_minor < DIT_SCHEMA_MINOR_STAGES) {
+    dit_json_t pr = at_key(e, "role");
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"tokenizer\" needs schema minor >= %d, found %d.%d",
+                          DIT_SCHEMA_MINOR_STAGES, m->schema_major, m->schema_minor);
+  }
+  if (!dit_json_has(e, "name")) {
+    if (tok) return dit_json_error(e, DIT_CODE_INVALID_ARGUMENT, "a blob of role \"tokenizer\" needs a \"name\" (its file name)");
+    return DIT_OK;
+  }
+  dit_json_t v = at_key(e, "name");
+  if (!tok) return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "only blobs of role \"tokenizer\" have a name, this one is \"%s\"", b->role);
+  DIT_RETURN_IF(dit_json_str_copy(e, "name", b->name, sizeof b->name, false));
+  if (b->name[0] == '.' || strchr(b->name, '/') || strchr(b->name, '\\')) {
+    char q[96];
+    dit_json_quote(b->name, q);
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected a plain file name (no '/', not starting with '.'), found %s", q);
+  }
+  for (size_t j = 0; j < i; j++)
+    if (!strcmp(m->blobs[j].name, b->name)) return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "duplicate of blobs[%zu].name \"%s\"", j, b->name);
+  return DIT_OK;
+}
+
 static dit_status_t parse_blobs(const dit_json_t *root, dit_manifest_t *m, kidx_t **out_index) {
-  static const char *const keys[] = {"role", "hash", "size", "sha256", NULL};
-  static const char *const roles[] = {"plan", "weights", "kernels", NULL};
+  static const char *const keys[] = {"role", "hash", "size", "sha256", "name", NULL};
+  static const char *const roles[] = {"plan", "weights", "kernels", "tokenizer", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "blobs", MF_MAX_BLOBS, &a, &n));
@@ -668,6 +724,7 @@ static dit_status_t parse_blobs(const dit_json_t *root, dit_manifest_t *m, kidx_
       }
       memcpy(b->sha256, sha, DIT_SHA256_HEX);
     }
+    DIT_RETURN_IF(parse_blob_name(&e, m, b, i));
     (*out_index)[i].key = b->hash;
     (*out_index)[i].idx = i;
   }
@@ -1127,11 +1184,45 @@ static dit_status_t check_tree(const dit_json_t *root, const char *key) {
   return DIT_OK;
 }
 
+/* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
+static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
+  static const char *const keys[] = {"role", "identity", "family", "class", NULL};
+  static const char *const roles[] = {"text_encoder", "vae_decoder", NULL};
+  dit_json_t a, e;
+  size_t n;
+  DIT_RETURN_IF(dit_json_array(root, "stages", DIT_MAX_STAGES, &a, &n));
+  if (m->schema_minor < DIT_SCHEMA_MINOR_STAGES)
+    return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_STAGES,
+                          m->schema_major, m->schema_minor);
+  if (!n) return dit_json_error(&a, DIT_CODE_INVALID_ARGUMENT, "expected at least one stage (a bundle without stages has no section)");
+  dit_json_iter_t it;
+  size_t i = 0;
+  dit_json_iter_init(&a, &it);
+  for (; dit_json_iter_next(&it, &e); i++) {
+    dit_manifest_stage_t *st = &m->stages[i];
+    DIT_RETURN_IF(dit_json_expect_object(&e));
+    DIT_RETURN_IF(dit_json_check_keys(&e, keys));
+    int role = 0;
+    DIT_RETURN_IF(dit_json_enum(&e, "role", roles, &role));
+    snprintf(st->role, sizeof st->role, "%s", roles[role]);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(m->stages[j].role, st->role)) {
+        dit_json_t pr = at_key(&e, "role");
+        return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "duplicate of stages[%zu].role \"%s\"", j, st->role);
+      }
+    DIT_RETURN_IF(get_hash(&e, "identity", st->identity));
+    DIT_RETURN_IF(dit_json_str_copy(&e, "family", st->family, sizeof st->family, false));
+    DIT_RETURN_IF(dit_json_str_copy(&e, "class", st->model_class, sizeof st->model_class, false));
+  }
+  m->n_stages = n;
+  return DIT_OK;
+}
+
 static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const top_keys[] = {"format", "schema", "identity", "inputs", "model",
                                          "target", "topology", "shape", "dtype", "io",
                                          "blobs", "weights", "ranks", "memory", "summary",
-                                         "experts", "generate", NULL};
+                                         "experts", "generate", "stages", NULL};
   static const char *const model_keys[] = {"family", "class", "variant", NULL};
   static const char *const target_keys[] = {"arch", "min_driver", NULL};
   static const char *const shape_keys[] = {"batch", "frames", "height", "width",
@@ -1204,6 +1295,7 @@ static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
 
   if (dit_json_has(root, "summary")) DIT_RETURN_IF(check_tree(root, "summary"));
   if (dit_json_has(root, "generate")) DIT_RETURN_IF(parse_generate(root, m));
+  if (dit_json_has(root, "stages")) DIT_RETURN_IF(parse_stages(root, m));
   return DIT_OK;
 }
 
@@ -1275,6 +1367,12 @@ const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, con
   }
   for (size_t i = 0; v && i < n; i++)
     if (v[i].rank == r) return &v[i];
+  return NULL;
+}
+
+const dit_manifest_stage_t *dit_manifest_find_stage(const dit_manifest_t *m, const char *role) {
+  for (size_t i = 0; m && role && i < m->n_stages; i++)
+    if (!strcmp(m->stages[i].role, role)) return &m->stages[i];
   return NULL;
 }
 

@@ -45,8 +45,16 @@
  *                  "sigmas": "one_to_1/n" | "one_to_zero",   the pipeline's initial sigmas
  *                  "dynamic": null | {"base_shift", "max_shift", "base_image_seq_len",
  *                                     "max_image_seq_len", "image_seq_len", "time_shift_type"},
- *                  "shift_terminal": null | x}}
+ *                  "shift_terminal": null | x}},
+ *   "stages": [{"role": "text_encoder" | "vae_decoder",   schema 1.4, optional: the pipeline's
+ *               "identity": "<32 hex>",       other stages, each a bundle of its own published
+ *               "family": "umt5", "class": "UMT5EncoderModel"}, ...]   beside this one (or in
+ *                                             the store), at most one per role
  * }
+ *
+ * A blob of role "tokenizer" (schema 1.4) is a file of the pipeline's tokenizer folder that a
+ * text-encoder bundle carries so it needs nothing else at run time; its "name" (required there,
+ * refused on other roles) is the file's name in that folder: a plain name, unique in the bundle.
  *
  * Without "experts" a bundle is one transformer (schema 1.0, written exactly as before). With
  * it, list[0] is "transformer" (high noise, timesteps >= T) and repeats `ranks` verbatim, so
@@ -68,10 +76,12 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 3
+#define DIT_SCHEMA_MINOR 4
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
 #define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
 #define DIT_SCHEMA_MINOR_REUSE 3 /* the first minor with topology.reuse */
+#define DIT_SCHEMA_MINOR_STAGES 4 /* the first minor with the stages section and tokenizer blobs */
+#define DIT_MAX_STAGES 4
 #define DIT_MAX_EXPERTS 2
 #define DIT_GEN_MAX_CONDITIONS 8
 #define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
@@ -83,7 +93,15 @@ typedef struct dit_manifest_blob {
   char hash[DIT_HASH_HEX];
   uint64_t size;
   char sha256[DIT_SHA256_HEX]; /* lowercase hex SHA-256 of the blob; "" when not listed */
+  char name[64];               /* role "tokenizer": the file's name in the tokenizer folder; else "" */
 } dit_manifest_blob_t;
+
+/* One entry of the stages section. */
+typedef struct dit_manifest_stage {
+  char role[16];               /* "text_encoder" or "vae_decoder" */
+  char identity[DIT_HASH_HEX]; /* the stage's bundle */
+  char family[32], model_class[64];
+} dit_manifest_stage_t;
 
 typedef struct dit_manifest_tensor {
   char *name;
@@ -184,6 +202,8 @@ typedef struct dit_manifest {
   size_t n_experts;
   dit_manifest_expert_t *experts;
   dit_manifest_generate_t generate;
+  size_t n_stages;             /* 0: no stages section */
+  dit_manifest_stage_t stages[DIT_MAX_STAGES];
 } dit_manifest_t;
 
 /* The generate section alone as a tree (what the compile identity hashes). Caller owns *out. */
@@ -214,6 +234,9 @@ const dit_manifest_expert_t *dit_manifest_find_expert(const dit_manifest_t *m, c
 /* The rank entry of world rank r for expert `name` (as dit_manifest_find_expert; NULL or
  * "transformer" is `ranks`); NULL if absent. */
 const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, const char *name, int r);
+
+/* The stage of role `role`; NULL if the bundle has none. */
+const dit_manifest_stage_t *dit_manifest_find_stage(const dit_manifest_t *m, const char *role);
 
 /* Offload residency in whole tensors: of the weights in [lo, hi), a resident prefix wanted up
  * to byte `cut` ends where the first tensor not wholly before `cut` starts (or at hi), so every

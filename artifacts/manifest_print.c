@@ -43,7 +43,10 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
     fputc('\n', f);
   }
   for (size_t i = 0; i < m->n_blobs; i++)
-    fprintf(f, "blob       %-8s %s %12" PRIu64 " bytes\n", m->blobs[i].role, m->blobs[i].hash, m->blobs[i].size);
+    fprintf(f, "blob       %-8s %s %12" PRIu64 " bytes%s%s\n", m->blobs[i].role, m->blobs[i].hash, m->blobs[i].size,
+            m->blobs[i].name[0] ? "  " : "", m->blobs[i].name);
+  for (size_t i = 0; i < m->n_stages; i++)
+    fprintf(f, "stage      %-12s %s (%s, %s)\n", m->stages[i].role, m->stages[i].identity, m->stages[i].family, m->stages[i].model_class);
   for (size_t i = 0; i < m->n_weights; i++)
     fprintf(f, "weights    %s: tp rank %d/%d, %zu tensors\n", m->weights[i].blob, m->weights[i].tp_rank, m->weights[i].tp_size,
            m->weights[i].n_tensors);

@@ -155,8 +155,9 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 
 /* A one-expert bundle without a generate section is written as schema 1.0, byte for byte as
  * before those sections. */
-static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen) {
-  return o->shape.reuse_group ? DIT_SCHEMA_MINOR_REUSE
+static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen, int stages) {
+  return stages ? DIT_SCHEMA_MINOR_STAGES
+         : o->shape.reuse_group ? DIT_SCHEMA_MINOR_REUSE
          : gen->present      ? DIT_SCHEMA_MINOR_GENERATE
          : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS
                                      : 0;
@@ -263,9 +264,24 @@ static dit_status_t check_experts_options(const dit_compile_options_t *o, const 
 /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
 static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_model_t *m,
                                     const dit_latent_shape_t *ls, const char *weights_hash, const char *weights_hash_2,
+                                    const dit_manifest_stage_t *stages, size_t n_stages, const dit_tokenizer_files_t *tok,
                                     cJSON **out) {
   cJSON *in = cJSON_CreateObject();
   if (!in) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  /* Both only when present: bundles without them keep their identity. */
+  if (n_stages) {
+    cJSON *sj = cJSON_AddArrayToObject(in, "stages");
+    for (size_t i = 0; i < n_stages; i++) {
+      cJSON *e = cJSON_CreateObject();
+      cJSON_AddStringToObject(e, "role", stages[i].role);
+      cJSON_AddStringToObject(e, "identity", stages[i].identity);
+      cJSON_AddItemToArray(sj, e);
+    }
+  }
+  if (tok && tok->n) {
+    cJSON *tj = cJSON_AddObjectToObject(in, "tokenizer");
+    for (size_t i = 0; i < tok->n; i++) cJSON_AddStringToObject(tj, tok->name[i], tok->hash[i]);
+  }
   cJSON *model = cJSON_AddObjectToObject(in, "model");
   cJSON_AddStringToObject(model, "class", m->model_class);
   cJSON_AddStringToObject(model, "variant", m->variant);
@@ -341,7 +357,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   char schema[16];
-  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(o, m, &gen));
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(o, m, &gen, n_stages || (tok && tok->n)));
   cJSON_AddStringToObject(in, "schema", schema);
   cJSON *tc = NULL;
   dit_status_t s = dit_toolchain_identity(o->target, &tc);
@@ -450,7 +466,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --target %s: fp8 matmuls need sm_89 or sm_90", o->target);
   if (o->quant == DIT_QUANT_FP8 && tp_of(o) > 1)
     return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --tp %d: tensor-parallel shards are not quantized yet; use --tp 1", tp_of(o));
-  dit_compile_progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL) + (o->quant != DIT_QUANT_NONE)};
+  dit_compile_progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL) + (o->quant != DIT_QUANT_NONE) +
+                                                      (o->tokenizer_dir != NULL)};
   {
     /* Rank groups follow the nodes: the groups that talk most (tensor-parallel, then each
      * Ulysses subgroup) must not straddle a node, so ranks are numbered tp-fastest. */
@@ -477,6 +494,10 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   char weights_hash[33], weights_hash_2[33] = "";
   dit_model_t m2;
   memset(&m2, 0, sizeof m2);
+  dit_manifest_stage_t stages[DIT_MAX_STAGES];
+  size_t n_stages = 0;
+  dit_tokenizer_files_t tok;
+  memset(&tok, 0, sizeof tok);
 
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
   if (!s) s = dit_model_check_compilable(m);
@@ -497,7 +518,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) dit_compile_progress(&pr, "weights content hash %s%s", weights_hash, memo ? " (memo: checkpoint files unchanged, not rehashed)" : "");
   if (!s && experts == 2) s = dit_compile_weights_hash(store, &m2, o->rehash, weights_hash_2, &memo);
   if (!s && experts == 2) dit_compile_progress(&pr, "transformer_2 weights content hash %s", weights_hash_2);
-  if (!s) s = identity_inputs(o, m, &ls, weights_hash, experts == 2 ? weights_hash_2 : NULL, &man.inputs);
+  if (!s) s = dit_compile_stages(o, 0, stages, &n_stages);
+  if (!s && o->tokenizer_dir) s = dit_tokenizer_files_read(o->tokenizer_dir, &tok);
+  if (!s) s = identity_inputs(o, m, &ls, weights_hash, experts == 2 ? weights_hash_2 : NULL, stages, n_stages, &tok, &man.inputs);
   if (!s) s = dit_identity_compute(man.inputs, out->identity);
   if (!s && store && !already_published(o->out_dir, out->identity, &out->path)) {
     s = dit_compile_store_lookup(store, out->identity, o->out_dir, &out->path);
@@ -514,6 +537,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_Delete(man.inputs);
     dit_model_free(m);
     dit_store_close(store);
+    dit_tokenizer_files_free(&tok);
     return s;
   }
   if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
@@ -573,7 +597,19 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   }
   size_t max_steps = 0;
   for (int r = 0; !s && r < nb; r++) max_steps += rb[r].plan->n_steps;
-  if (!s && !(blobs = calloc((2 * (size_t)nb + 2 * max_steps) * (size_t)experts, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s && !(blobs = calloc((2 * (size_t)nb + 2 * max_steps) * (size_t)experts + tok.n, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  /* The tokenizer's files, each a blob named by its file (hashed and verified like the others). */
+  for (size_t i = 0; !s && i < tok.n; i++) {
+    char h[DIT_HASH_HEX];
+    s = dit_bundle_writer_add_blob(w, tok.data[i], tok.size[i], h);
+    if (!s && !strcmp(h, tok.hash[i])) {
+      add_blob_entry(blobs, &n_blobs, "tokenizer", h, tok.size[i]);
+      snprintf(blobs[n_blobs - 1].name, sizeof blobs[n_blobs - 1].name, "%s", tok.name[i]);
+    } else if (!s) {
+      s = DIT_ERR(INTERNAL, "tokenizer file %s: hashed %s when read, %s when written", tok.name[i], tok.hash[i], h);
+    }
+  }
+  if (!s && tok.n) dit_compile_progress(&pr, "tokenizer: %zu files from %s", tok.n, o->tokenizer_dir);
   for (int r = 0; !s && r < nb; r++)
     for (size_t i = 0; i < rb[r].plan->n_steps; i++) {
       const dit_plan_step_t *st = &rb[r].plan->steps[i];
@@ -584,7 +620,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) {
     s = dit_model_generate_contract(m, &ls, &man.generate);
     man.schema_major = DIT_SCHEMA_MAJOR;
-    man.schema_minor = schema_minor(o, m, &man.generate);
+    man.schema_minor = schema_minor(o, m, &man.generate, n_stages || tok.n);
+    man.n_stages = n_stages;
+    memcpy(man.stages, stages, n_stages * sizeof *stages);
     snprintf(man.family, sizeof man.family, "%s", m->family);
     snprintf(man.model_class, sizeof man.model_class, "%s", m->model_class);
     snprintf(man.variant, sizeof man.variant, "%s", m->variant);
@@ -759,6 +797,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   free(rb);
   free(blobs);
   dit_model_free(m);
+  dit_tokenizer_files_free(&tok);
   return s;
 }
 
@@ -781,7 +820,14 @@ dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_in
     dit_model_t m2 = second_expert_view(m);
     s = dit_compile_weights_hash(store, &m2, o->rehash, weights_hash_2, &memo);
   }
-  if (!s) s = identity_inputs(o, m, &ls, weights_hash, two ? weights_hash_2 : NULL, out_inputs);
+  dit_manifest_stage_t stages[DIT_MAX_STAGES];
+  size_t n_stages = 0;
+  dit_tokenizer_files_t tok;
+  memset(&tok, 0, sizeof tok);
+  if (!s) s = dit_compile_stages(o, 1, stages, &n_stages);
+  if (!s && o->tokenizer_dir) s = dit_tokenizer_files_read(o->tokenizer_dir, &tok);
+  if (!s) s = identity_inputs(o, m, &ls, weights_hash, two ? weights_hash_2 : NULL, stages, n_stages, &tok, out_inputs);
+  dit_tokenizer_files_free(&tok);
   if (!s) s = dit_identity_compute(*out_inputs, out_identity);
   if (s) {
     cJSON_Delete(*out_inputs);

@@ -40,6 +40,12 @@ typedef struct dit_compile_options {
   dit_quant_t quant;
   /* --reuse-cache-mb: the state cache's cap in MiB (0: none); it decides shape.reuse_merge. */
   double reuse_cache_mb;
+  /* --stages: a comma-separated list of transformer, text_encoder, vae; NULL: every stage the
+   * pipeline directory has that this build compiles; "": none (compile_stages.c). */
+  const char *stages;
+  /* A text encoder's tokenizer folder: its files travel in the bundle (blobs of role
+   * "tokenizer"). NULL: none. */
+  const char *tokenizer_dir;
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

@@ -38,6 +38,26 @@ typedef struct dit_rank_build {
   cJSON *quant; /* what --quant changed (the manifest summary's "quant"); NULL without it */
 } dit_rank_build_t;
 
+/* ---- the pipeline's stages (compile_stages.c) ---- */
+
+/* Compiles (or with identity_only, only identifies) the pipeline's text encoder and VAE decoder
+ * as o->stages selects, each into its own bundle beside the transformer's, into out[] (at most
+ * DIT_MAX_STAGES) in manifest order. A model directory that is not a pipeline has none. */
+dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_only, dit_manifest_stage_t *out, size_t *n_out);
+
+/* The files of a tokenizer folder a text encoder's bundle carries, read and hashed (the folder
+ * checked by opening it as the runtime will). */
+#define DIT_TOKENIZER_FILES_MAX 4
+typedef struct dit_tokenizer_files {
+  size_t n;
+  const char *name[DIT_TOKENIZER_FILES_MAX];
+  char *data[DIT_TOKENIZER_FILES_MAX];
+  size_t size[DIT_TOKENIZER_FILES_MAX];
+  char hash[DIT_TOKENIZER_FILES_MAX][DIT_HASH_HEX];
+} dit_tokenizer_files_t;
+dit_status_t dit_tokenizer_files_read(const char *dir, dit_tokenizer_files_t *t);
+void dit_tokenizer_files_free(dit_tokenizer_files_t *t);
+
 /* ---- quantization (compile_quant.c) ---- */
 
 /* --quant fp8: every linear of the blocks over token rows with a 2-D checkpoint weight becomes

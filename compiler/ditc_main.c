@@ -66,6 +66,13 @@ static const char kUsage[] =
     "        --cfg-parallel      two lanes of ranks run the conditional and unconditional\n"
     "                            branches of classifier-free guidance at once (cpu)\n"
     "        --variant NAME      model variant for VAE factors (default: from config.json)\n"
+    "        --stages LIST       a pipeline directory's stages to compile: transformer,text_encoder,vae\n"
+    "                            (default: every stage the directory has that this build compiles).\n"
+    "                            Each stage is a bundle of its own at the shape the flags imply (batch\n"
+    "                            1; the text encoder at --text-len with the tokenizer's files, the VAE\n"
+    "                            decoder at --frames/--height/--width), published beside the\n"
+    "                            transformer's, whose manifest names them: ditrun generate --prompt\n"
+    "                            runs them\n"
     "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
     "                            with a store)\n"
     "        --store DIR         content-addressed store to look in first and enter the bundle\n"
@@ -213,6 +220,9 @@ static int cmd_compile(int argc, char **argv, int why) {
     } else if (!strcmp(a, "--target")) {
       if (!val) return usage_error("%s needs a value", a);
       o.target = val, i++;
+    } else if (!strcmp(a, "--stages")) {
+      if (!val || !val[0]) return usage_error("%s needs a value (e.g. transformer,text_encoder,vae)", a);
+      o.stages = val, i++;
     } else if (!strcmp(a, "--variant")) {
       if (!val) return usage_error("%s needs a value", a);
       o.variant = val, i++;

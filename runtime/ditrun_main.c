@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "artifacts/bundle.h"
@@ -20,6 +21,7 @@
 #include "runtime/gen_cli.h"
 #include "runtime/launch/launch_cmd.h"
 #include "runtime/launch/launch_env.h"
+#include "runtime/gen_stages.h"
 #include "runtime/media.h"
 #include "runtime/preview.h"
 #include "runtime/rng.h"
@@ -44,6 +46,12 @@ static const char kUsage[] =
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
+    "  generate BUNDLE --prompt TEXT [--negative-prompt TEXT] ... --out OUT.mp4|OUT.png|OUT.safetensors\n"
+    "                  [--fps N] [--out-latents LATENTS.safetensors]\n"
+    "                     a bundle compiled from a pipeline directory with its stages: the text\n"
+    "                     encoder stage makes the embeddings (WanPipeline's tokenization and\n"
+    "                     zeroed padding rows; the negative prompt \"\" under guidance), the VAE\n"
+    "                     decoder stage the frames (.safetensors: tensor frames; --fps default 16)\n"
     "  generate BUNDLE --prompt-embeds P.safetensors [--negative-embeds N.safetensors]\n"
     "                  [--init-latents X.safetensors | --seed S] [--steps N] [--guidance G]\n"
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
@@ -389,7 +397,7 @@ static int generate_only(const char *f) {
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
                                   "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse",
                                   "--reuse-ratio", "--reuse-eps-local", "--reuse-warmup", "--reuse-report", "--reuse-diagnostic",
-                                  "--preview", "--preview-every", NULL};
+                                  "--preview", "--preview-every", "--prompt", "--negative-prompt", "--out-latents", "--fps", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -426,6 +434,10 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     if (!strcmp(f, "--inputs")) str = &a->inputs;
     else if (!strcmp(f, "--out")) str = &a->out;
     else if (!strcmp(f, "--prompt-embeds")) str = &a->prompt;
+    else if (!strcmp(f, "--prompt")) str = &a->text;
+    else if (!strcmp(f, "--negative-prompt")) str = &a->negative_text;
+    else if (!strcmp(f, "--out-latents")) str = &a->out_latents;
+    else if (!strcmp(f, "--fps")) rc = parse_num(f, v, &a->fps), i++;
     else if (!strcmp(f, "--negative-embeds")) str = &a->negative;
     else if (!strcmp(f, "--init-latents")) str = &a->init;
     else if (!strcmp(f, "--image-latents")) str = &a->image_latents;
@@ -768,9 +780,26 @@ static void print_step_cache(const dit_generate_options_t *g) {
           n && g->hidden_reuse && *g->hidden_reuse ? "; skipped steps ran block 0 and the output head on the block stack's kept residual" : "");
 }
 
+/* A name ending in .safetensors (any case). */
+static int st_name(const char *path) {
+  const size_t n = strlen(path), k = strlen(".safetensors");
+  return n > k && !strcasecmp(path + n - k, ".safetensors");
+}
+
 /* The command line's checks that need no bundle (an exit status, 0 when they pass). */
 int gen_usage(const run_args_t *a, gen_job_t *j) {
-  if (!a->prompt) return usage_error("%s needs --prompt-embeds P.safetensors", a->generate == 2 ? "calibrate-cache" : "generate");
+  if (a->text && a->prompt) return usage_error("%s", "--prompt and --prompt-embeds: give the text or its embeddings, not both");
+  if (a->text && a->negative) return usage_error("%s", "--negative-embeds goes with --prompt-embeds; with --prompt give --negative-prompt TEXT");
+  if (!a->text && (a->negative_text || a->out_latents || a->fps))
+    return usage_error("%s needs --prompt TEXT (the pipeline's stages)", a->negative_text ? "--negative-prompt" : a->out_latents ? "--out-latents" : "--fps");
+  if (a->fps && !(a->fps > 0 && a->fps <= 1000)) return usage_error("%s", "--fps: expected a rate in (0, 1000]");
+  if (a->text && a->out && dit_media_kind_of(a->out) == DIT_MEDIA_UNKNOWN && !st_name(a->out))
+    return usage_error("--out %s: with --prompt, the decoded frames as FILE.mp4, FILE.png or FILE.safetensors (tensor frames)", a->out);
+  if (!a->text && a->out && dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN)
+    return usage_error("--out %s: a video or image comes from the VAE stage, which runs after --prompt TEXT; --prompt-embeds writes "
+                       "latents (FILE.safetensors; ditrun frames writes decoded frames as MP4 or PNG)", a->out);
+  if (!a->prompt && !a->text)
+    return usage_error("%s needs --prompt TEXT or --prompt-embeds P.safetensors", a->generate == 2 ? "calibrate-cache" : "generate");
   if (!!a->init == !!a->have_seed)
     return usage_error("%s needs exactly one of --init-latents and --seed", a->generate == 2 ? "calibrate-cache" : "generate");
   dit_generate_options_t *g = &j->g;
@@ -798,6 +827,74 @@ static int gen_open(const run_args_t *a, gen_job_t **out) {
 }
 
 dit_status_t gen_load(const run_args_t *a, gen_job_t *j) { return load(a, &j->rt); }
+
+/* A runtime's options for a stage bundle: the command line's backend, threads and device. */
+static dit_runtime_options_t stage_runtime_options(const run_args_t *a) {
+  dit_runtime_options_t o;
+  memset(&o, 0, sizeof o);
+  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device;
+  return o;
+}
+
+/* --prompt: the text encoder stage makes the embeddings --prompt-embeds would give, and the
+ * negative prompt's (default "", as WanPipeline encodes it) when guidance is on. */
+static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
+  const char *dir = NULL, *te = NULL;
+  const dit_manifest_t *m = dit_runtime_manifest(j->rt);
+  DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
+  DIT_RETURN_IF(gen_stage_dir(dir, m, "text_encoder", "--prompt", &te));
+  if (a->out && dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
+    const char *vae = NULL; /* refused before any work when the frames cannot be made */
+    DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder", "--prompt", &vae));
+  }
+  const dit_runtime_options_t o = stage_runtime_options(a);
+  const int64_t B = m->shape.batch > 0 ? m->shape.batch : 1;
+  int n = 0;
+  double t0 = dit_now_s();
+  DIT_RETURN_IF_ERROR(gen_encode_prompt(te, &o, a->text, B, &j->prompt, &n), "--prompt: the text encoder stage");
+  int nn = -1;
+  if (j->g.guidance > 1.0 || a->negative_text)
+    DIT_RETURN_IF_ERROR(gen_encode_prompt(te, &o, a->negative_text ? a->negative_text : "", B, &j->neg, &nn), "--negative-prompt: the text encoder stage");
+  if (nn >= 0) fprintf(stderr, "ditrun: text encoder %.2f s (%d and %d tokens of %lld)\n", dit_now_s() - t0, n, nn, (long long)j->prompt.dims[1]);
+  else fprintf(stderr, "ditrun: text encoder %.2f s (%d tokens of %lld)\n", dit_now_s() - t0, n, (long long)j->prompt.dims[1]);
+  if (nn >= 0 && j->g.guidance <= 1.0)
+    fprintf(stderr, "ditrun: note: --guidance %g <= 1: no classifier-free guidance, the negative prompt unused\n", j->g.guidance);
+  return DIT_OK;
+}
+
+/* --prompt's output: the final latents through the VAE decoder stage, written as --out names
+ * (an MP4, a PNG, or the frames tensor in safetensors), and --out-latents. */
+static dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
+  const char *dir = NULL, *vae = NULL;
+  DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
+  DIT_RETURN_IF(gen_stage_dir(dir, dit_runtime_manifest(j->rt), "vae_decoder", "--prompt --out", &vae));
+  const dit_runtime_options_t o = stage_runtime_options(a);
+  dit_tensor_t lat = j->lat, frames;
+  lat.data = j->latents;
+  double t0 = dit_now_s();
+  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, &o, &lat, &frames), "the VAE decoder stage");
+  fprintf(stderr, "ditrun: vae decode %.2f s\n", dit_now_s() - t0);
+  dit_status_t s = DIT_OK;
+  if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
+    dit_media_options_t mo = {.fps = a->fps};
+    s = dit_media_write(a->out, &frames, &mo);
+  } else {
+    dit_st_writer_t *w = NULL;
+    s = dit_st_writer_create(&w);
+    if (!s) s = dit_st_writer_add(w, "frames", frames.dtype, frames.rank, frames.dims, frames.data);
+    if (!s) s = dit_st_writer_write(w, a->out);
+    dit_st_writer_destroy(w);
+  }
+  free(frames.data);
+  if (!s && a->out_latents) {
+    dit_st_writer_t *w = NULL;
+    s = gen_output(j, &w);
+    if (!s) s = dit_st_writer_write(w, a->out_latents);
+    dit_st_writer_destroy(w);
+    if (!s) printf("wrote %s\n", a->out_latents);
+  }
+  return s;
+}
 
 /* Reads the loop's inputs: the experts' guidance, a generate section's arguments, the step
  * cache, the image condition, the embeddings, --init-latents' noise. */
@@ -837,7 +934,10 @@ dit_status_t gen_inputs(const run_args_t *a, gen_job_t *j) {
     g->condition.image_embeds_what = j->ie_what;
     s = read_arg_tensor(a, a->image_embeds, "image_embeds", "--image-embeds", &g->condition.image_embeds);
   }
-  if (!s && !flow) s = read_arg_tensor(a, a->prompt, "prompt_embeds", "--prompt-embeds", &j->prompt);
+  if (!s && flow && a->text)
+    s = DIT_ERR(UNIMPLEMENTED, "--prompt: a %s bundle's text stages are not built yet; use --prompt-embeds", dit_runtime_manifest(j->rt)->model_class);
+  if (!s && !flow && a->text) s = gen_prompt_stage(a, j);
+  else if (!s && !flow) s = read_arg_tensor(a, a->prompt, "prompt_embeds", "--prompt-embeds", &j->prompt);
   if (!s && !flow && a->negative) s = read_arg_tensor(a, a->negative, "negative_prompt_embeds", "--negative-embeds", &j->neg);
   if (!s && !flow && a->negative && g->guidance <= 1.0)
     fprintf(stderr, "ditrun: note: --guidance %g <= 1: no classifier-free guidance, negative embeddings unused\n", g->guidance);
@@ -882,7 +982,7 @@ void gen_noise(const gen_job_t *j, uint64_t seed) {
 dit_status_t gen_run(gen_job_t *j, const run_args_t *a) {
   g_step_rt = j->rt;
   g_loop_t0 = dit_now_s();
-  return dit_runtime_generate(j->rt, &j->g, &j->prompt, a->negative ? &j->neg : NULL, j->latents);
+  return dit_runtime_generate(j->rt, &j->g, &j->prompt, j->neg.data ? &j->neg : NULL, j->latents);
 }
 
 dit_status_t gen_output(gen_job_t *j, dit_st_writer_t **out) {
@@ -957,8 +1057,9 @@ static int cmd_generate(int argc, char **argv) {
       print_memory(j->rt);
     }
     dit_st_writer_t *w = NULL;
-    if (g_writer) s = gen_output(j, &w);
-    if (!s && g_writer) s = dit_st_writer_write(w, a.out);
+    if (g_writer && a.text) s = gen_frames_output(&a, j);
+    else if (g_writer) s = gen_output(j, &w);
+    if (!s && g_writer && !a.text) s = dit_st_writer_write(w, a.out);
     dit_st_writer_destroy(w);
   }
   if (!s && g_writer) printf("wrote %s\n", a.out);

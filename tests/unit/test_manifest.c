@@ -451,7 +451,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.4 is newer than this build's 1.3", "schema.minor", "4");
+  EXPECT(FAILED_PRECONDITION, "schema 1.5 is newer than this build's 1.4", "schema.minor", "5");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -582,7 +582,7 @@ static void test_blobs_and_layout(void) {
          "blobs[1].sha256", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0\"");
   EXPECT(INVALID_ARGUMENT, "field 'blobs[0].sha256': expected a string, found a number",
          "blobs[0].sha256", "5");
-  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].role': expected one of plan, weights, kernels, found \"data\"",
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].role': expected one of plan, weights, kernels, tokenizer, found \"data\"",
          "blobs[0].role", "\"data\"");
   EXPECT(INVALID_ARGUMENT, "field 'blobs[1].hash': expected 32 lowercase hex digits", "blobs[1].hash",
          "\"0123\"");
@@ -854,6 +854,72 @@ static void test_generate(void) {
   g_base = base;
 }
 
+/* The stages section and tokenizer blobs (schema 1.4). */
+static const char kStages[] =
+    "[{\"role\":\"text_encoder\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"umt5\",\"class\":\"UMT5EncoderModel\"},"
+    "{\"role\":\"vae_decoder\",\"identity\":\"fedcba9876543210fedcba9876543210\",\"family\":\"wan_vae\",\"class\":\"AutoencoderKLWan\"}]";
+static const char kTokBlob[] = "{\"role\":\"tokenizer\",\"hash\":\"33333333333333333333333333333333\",\"size\":7,\"name\":\"spiece.model\"}";
+
+static void test_stages(void) {
+  CHECK(strstr(g_base, "\"stages\"") == NULL && strstr(g_base, "\"name\": \"spiece") == NULL);
+  char *t = edited("schema.minor", "4", "stages", kStages, "blobs[9]", kTokBlob, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK_EQ_INT(m->n_stages, 2);
+    const dit_manifest_stage_t *te = dit_manifest_find_stage(m, "text_encoder"), *vae = dit_manifest_find_stage(m, "vae_decoder");
+    CHECK(te && !strcmp(te->identity, "0123456789abcdef0123456789abcdef") && !strcmp(te->family, "umt5") &&
+          !strcmp(te->model_class, "UMT5EncoderModel"));
+    CHECK(vae && !strcmp(vae->family, "wan_vae"));
+    CHECK(dit_manifest_find_stage(m, "image_encoder") == NULL);
+    const dit_manifest_blob_t *tb = dit_manifest_find_blob(m, "33333333333333333333333333333333");
+    CHECK(tb && !strcmp(tb->role, "tokenizer") && !strcmp(tb->name, "spiece.model"));
+    char *a = NULL, *b = NULL;
+    dit_manifest_t *m2 = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &a));
+    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
+    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
+    CHECK(a && b && strcmp(a, b) == 0);
+    CHECK(m2 && m2->n_stages == 2 && !strcmp(m2->stages[1].identity, "fedcba9876543210fedcba9876543210"));
+    /* The writer refuses the section under an older schema, and a name on another role. */
+    m->schema_minor = 3;
+    char *c = NULL;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "tokenizer blobs need schema minor >= 4, found 3");
+    m->n_blobs = 4; /* without the tokenizer blob */
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages need schema minor >= 4, found 3");
+    m->schema_minor = 4;
+    snprintf(m->blobs[0].name, sizeof m->blobs[0].name, "x.json");
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "blobs[0]: a name goes with role tokenizer and only there");
+    free(a);
+    free(b);
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+
+  char *base = g_base;
+  g_base = edited("schema.minor", "4", "stages", kStages, "blobs[9]", kTokBlob, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages': needs schema minor >= 4, found 1.3", "schema.minor", "3", "blobs[4]", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[4].role': role \"tokenizer\" needs schema minor >= 4, found 1.3", "schema.minor", "3");
+  EXPECT(INVALID_ARGUMENT, "field 'stages': expected at least one stage", "stages", "[]");
+  EXPECT(OUT_OF_RANGE, "field 'stages': more than 4 entries", "stages", "[{},{},{},{},{}]");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].role': duplicate of stages[0].role \"text_encoder\"", "stages[1].role", "\"text_encoder\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].role'", "stages[0].role", "\"transformer\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0]': unknown member \"path\"", "stages[0].path", "\"/tmp\"");
+  EXPECT(NOT_FOUND, "field 'stages[1].identity': missing", "stages[1].identity", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].identity'", "stages[1].identity", "\"xyz\"");
+  EXPECT(NOT_FOUND, "field 'stages[0].family': missing", "stages[0].family", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[4]': a blob of role \"tokenizer\" needs a \"name\"", "blobs[4].name", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].name': only blobs of role \"tokenizer\" have a name, this one is \"plan\"", "blobs[0].name",
+         "\"spiece.model\"");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[4].name': expected a plain file name (no '/', not starting with '.'), found \"../x\"",
+         "blobs[4].name", "\"../x\"");
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[5].name': duplicate of blobs[4].name \"spiece.model\"", "blobs[5]",
+         "{\"role\":\"tokenizer\",\"hash\":\"44444444444444444444444444444444\",\"size\":2,\"name\":\"spiece.model\"}");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
 int main(void) {
   test_round_trip();
   test_serializer_errors();
@@ -865,6 +931,7 @@ int main(void) {
   test_ranks();
   test_experts();
   test_generate();
+  test_stages();
   free(g_base);
   return check_summary("test_manifest");
 }

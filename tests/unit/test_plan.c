@@ -347,7 +347,7 @@ static dit_status_t bind_offload(const char *text, uint64_t blob_size) {
   memset(&m, 0, sizeof m);
   dit_manifest_io_t in = {"x", DIT_F32, 1, {1024}}, out = {"y", DIT_F32, 1, {1024}};
   m.io_inputs = &in, m.n_inputs = 1, m.io_outputs = &out, m.n_outputs = 1;
-  dit_manifest_blob_t blob = {"weights", "0123456789abcdef0123456789abcdef", blob_size, ""};
+  dit_manifest_blob_t blob = {"weights", "0123456789abcdef0123456789abcdef", blob_size, "", ""};
   m.blobs = &blob, m.n_blobs = 1;
   dit_manifest_weights_t w;
   memset(&w, 0, sizeof w);

@@ -1,0 +1,165 @@
+/* A pipeline's other stages (the text encoder, the VAE decoder) compiled beside the transformer,
+ * each into a bundle of its own at the shape the transformer's flags imply (batch 1; the text
+ * encoder at --text-len, the decoder at --frames/--height/--width), published in the same place,
+ * so one stage bundle serves every transformer shape that needs it. The transformer's manifest
+ * names them (its stages section) and its identity covers theirs. A text encoder's bundle carries
+ * the pipeline's tokenizer files (tokenizer/), so a bundle needs nothing from the pipeline
+ * directory at run time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "artifacts/identity.h"
+#include "compiler/compile_internal.h"
+#include "text/tokenizer.h"
+
+/* The stages this build compiles, in the order the manifest lists them: the pipeline folder, the
+ * manifest role, the name --stages takes. */
+static const struct {
+  const char *folder, *role;
+} kStages[] = {{"text_encoder", "text_encoder"}, {"vae", "vae_decoder"}};
+#define N_STAGES (sizeof kStages / sizeof kStages[0])
+
+/* --stages LIST: which of kStages it names (bit i); the transformer must be among them. */
+static dit_status_t parse_list(const char *list, unsigned *mask) {
+  *mask = 0;
+  int transformer = 0;
+  const char *p = list;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    int known = n == 11 && !strncmp(p, "transformer", n);
+    transformer |= known;
+    for (size_t i = 0; !known && i < N_STAGES; i++)
+      if (strlen(kStages[i].folder) == n && !strncmp(p, kStages[i].folder, n)) *mask |= 1u << i, known = 1;
+    if (!known)
+      return DIT_ERR(INVALID_ARGUMENT, "--stages %s: unknown stage '%.*s': expected a comma-separated list of transformer, "
+                     "text_encoder, vae", list, (int)n, p);
+    p += n + (p[n] == ',');
+  }
+  if (!transformer)
+    return DIT_ERR(INVALID_ARGUMENT, "--stages %s: the bundle is the transformer's, the stages hang on it: include transformer", list);
+  return DIT_OK;
+}
+
+/* The options of stage i: its folder, batch 1, the shape it takes, no parallelism or offload. */
+static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer,
+                          dit_compile_options_t *so) {
+  memset(so, 0, sizeof *so);
+  so->model_dir = dir;
+  so->target = o->target;
+  so->out_dir = o->out_dir;
+  so->quiet = o->quiet;
+  so->store_dir = o->store_dir;
+  so->rehash = o->rehash;
+  so->dump = o->dump;
+  so->residency = -1;
+  so->chunk_mb = o->chunk_mb;
+  so->stages = ""; /* a stage has no stages of its own */
+  so->tokenizer_dir = tokenizer;
+  so->shape.dtype = o->shape.dtype;
+  so->shape.batch = 1;
+  so->shape.text_len = o->shape.text_len;
+  so->shape.frames = so->shape.height = so->shape.width = -1;
+  if (!strcmp(kStages[i].role, "vae_decoder")) {
+    so->shape.frames = o->shape.frames;
+    so->shape.height = o->shape.height;
+    so->shape.width = o->shape.width;
+  }
+}
+
+dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_only, dit_manifest_stage_t *out, size_t *n_out) {
+  *n_out = 0;
+  if (o->stages && !o->stages[0]) return DIT_OK;
+  unsigned wanted = 0;
+  if (o->stages) DIT_RETURN_IF(parse_list(o->stages, &wanted));
+  char index[4096];
+  DIT_RETURN_IF(dit_path_join(index, sizeof index, o->model_dir, "model_index.json"));
+  const int pipeline = dit_path_exists(index);
+  for (size_t i = 0; i < N_STAGES; i++) {
+    const int named = (wanted >> i) & 1;
+    char dir[4096], tok[4096];
+    DIT_RETURN_IF(dit_path_join(dir, sizeof dir, o->model_dir, kStages[i].folder));
+    DIT_RETURN_IF(dit_path_join(tok, sizeof tok, o->model_dir, "tokenizer"));
+    const int has = pipeline && dit_is_dir(dir);
+    if (named && !pipeline)
+      return DIT_ERR(NOT_FOUND, "--stages %s: %s is not a pipeline directory (no model_index.json), so it has no %s stage", o->stages,
+                     o->model_dir, kStages[i].folder);
+    if (named && !has)
+      return DIT_ERR(NOT_FOUND, "--stages %s: the pipeline directory %s has no %s/ folder", o->stages, o->model_dir, kStages[i].folder);
+    if (!has || (o->stages && !named)) continue;
+    /* By default a stage this build cannot load or compile (a family or a variant it does not know
+     * yet, a folder that holds only what the transformer's compile reads, such as a VAE config for
+     * its factors) is left out with a note saying why; named in --stages it is an error. */
+    dit_model_t *m = NULL;
+    dit_status_t s = dit_model_load(dir, NULL, &m);
+    if (!s) s = dit_model_check_compilable(m);
+    if (s && !named) {
+      if (!o->quiet) fprintf(stderr, "ditc: note: stage %s left out: %s\n", kStages[i].folder, dit_status_message(s));
+      dit_status_free(s);
+      dit_model_free(m);
+      continue;
+    }
+    if (s) {
+      dit_model_free(m);
+      return dit_status_annotate(s, "stage %s", kStages[i].folder);
+    }
+    dit_manifest_stage_t *st = &out[(*n_out)++];
+    snprintf(st->role, sizeof st->role, "%s", kStages[i].role);
+    snprintf(st->family, sizeof st->family, "%s", m->family);
+    snprintf(st->model_class, sizeof st->model_class, "%s", m->model_class);
+    dit_model_free(m);
+    const int text = !strcmp(kStages[i].role, "text_encoder");
+    if (text && !dit_is_dir(tok))
+      return DIT_ERR(NOT_FOUND, "stage %s: %s: missing (the tokenizer of the prompts the text encoder reads)", kStages[i].folder, tok);
+    dit_compile_options_t so;
+    stage_options(o, i, dir, text ? tok : NULL, &so);
+    if (identity_only) {
+      cJSON *in = NULL;
+      s = dit_compile_identity(&so, &in, st->identity);
+      cJSON_Delete(in);
+    } else {
+      dit_compile_result_t r;
+      memset(&r, 0, sizeof r);
+      s = dit_compile(&so, &r);
+      if (!s) memcpy(st->identity, r.identity, DIT_HASH_HEX);
+      if (!s && !o->quiet) fprintf(stderr, "ditc: stage %s: bundle %s %s\n", kStages[i].folder, r.identity, r.path);
+      free(r.path);
+    }
+    if (s) return dit_status_annotate(s, "stage %s (%s)", kStages[i].folder, dir);
+  }
+  return DIT_OK;
+}
+
+/* The tokenizer files a text encoder's bundle carries: the ones dit_tokenizer_open reads. */
+static const char *const kTokenizerFiles[] = {"spiece.model", "tokenizer_config.json", "vocab.json", "merges.txt"};
+#define N_TOK_FILES (sizeof kTokenizerFiles / sizeof kTokenizerFiles[0])
+#define TOK_MAX_BYTES ((size_t)256 << 20)
+
+void dit_tokenizer_files_free(dit_tokenizer_files_t *t) {
+  for (size_t i = 0; i < t->n; i++) free(t->data[i]);
+  memset(t, 0, sizeof *t);
+}
+
+dit_status_t dit_tokenizer_files_read(const char *dir, dit_tokenizer_files_t *t) {
+  memset(t, 0, sizeof *t);
+  /* Opened as the runtime will: a folder it cannot read is refused here, not at run time. */
+  dit_tokenizer_t *tk = NULL;
+  DIT_RETURN_IF_ERROR(dit_tokenizer_open(dir, &tk), "tokenizer");
+  dit_tokenizer_free(tk);
+  for (size_t i = 0; i < N_TOK_FILES; i++) {
+    char p[4096];
+    DIT_RETURN_IF(dit_path_join(p, sizeof p, dir, kTokenizerFiles[i]));
+    if (!dit_path_exists(p)) continue;
+    size_t k = t->n;
+    dit_status_t s = dit_file_read(p, TOK_MAX_BYTES, &t->data[k], &t->size[k]);
+    if (s) {
+      dit_tokenizer_files_free(t);
+      return s;
+    }
+    t->name[k] = kTokenizerFiles[i];
+    dit_hash128_hex(t->data[k], t->size[k], t->hash[k]);
+    t->n++;
+  }
+  return DIT_OK;
+}

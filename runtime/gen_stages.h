@@ -1,0 +1,29 @@
+/* generate's pipeline stages (the stages section of a bundle's manifest): from a prompt to the
+ * embeddings the loop reads (the text encoder's bundle, its tokenizer files and WanPipeline's
+ * post-processing), and from the final latents to frames (the VAE decoder's bundle). Part of the
+ * ditrun executable beside gen_cli.h. */
+#ifndef DIT_RUNTIME_GEN_STAGES_H
+#define DIT_RUNTIME_GEN_STAGES_H
+
+#include "artifacts/manifest.h"
+#include "runtime/ditrun.h"
+
+/* The directory of the bundle's stage of role `role`: beside the bundle's own directory (stage
+ * bundles are published in the same place), else the identity through the bundle sources
+ * (--store). Refused, naming the compile flag that adds it, when the manifest lists none. */
+dit_status_t gen_stage_dir(const char *bundle_dir, const dit_manifest_t *m, const char *role, const char *why,
+                           const char **out_dir);
+
+/* WanPipeline's _get_t5_prompt_embeds for one prompt: cleaned (runs of white space to one space,
+ * trimmed), tokenized to the stage's text length with padding and truncation, encoded, the rows
+ * past the prompt's tokens zeroed; replicated to `batch` items: out is f32 [batch, L, D] (data
+ * malloc'ed). *tokens: the prompt's token count. */
+dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *o, const char *text, int64_t batch,
+                               dit_tensor_t *out, int *tokens);
+
+/* Decodes latents (f32 [B, C, f, h, w], any B: one item at a time through the batch-1 decoder)
+ * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). */
+dit_status_t gen_decode_latents(const char *vae_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
+                                dit_tensor_t *frames);
+
+#endif

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# A whole tiny Wan2.1 pipeline directory (tests/data/wan_pipeline_tiny, make_goldens_wan_pipeline.py)
+# from a prompt to a file: `ditc compile PIPELINE_DIR` compiles the transformer with its text
+# encoder and VAE decoder stages (three bundles, the transformer's manifest naming the other two),
+# and `ditrun generate --prompt` runs tokenizer, text encoder, the 3-step UniPC loop with CFG and
+# the decoder: the frames within 1e-3 max relative error and PSNR >= 45 dB of diffusers' WanPipeline
+# on the same initial latents; the same run to an MP4 (5 frames of 32 x 32) and a PNG; refusals by
+# name (--prompt on a bundle without stages, --stages naming a stage the folder lacks); `ditrun
+# verify` catches a modified tokenizer file in the text encoder's bundle; the store serves the
+# stages as it serves the bundle.
+set -euo pipefail
+BIN=$1/bin
+# shellcheck source=tests/tools/goldens_lib.sh
+. "$(dirname "$0")/../tools/goldens_lib.sh"
+fail() { echo "FAIL: $*"; exit 1; }
+
+d=tests/data/wan_pipeline_tiny
+g=$d/golden.safetensors
+read -r F H W L STEPS G S < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'], m['steps'], m['guidance'], m['shift'])")
+PROMPT=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['prompt'])")
+NEG=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['negative_prompt'])")
+shape=(--frames "$F" --height "$H" --width "$W" --text-len "$L")
+loop=(--init-latents "$g" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc)
+
+# PSNR in dB of tensor `frames` of OURS against REF, peak-to-peak 2 (the decoder's [-1, 1]); fails below MIN.
+psnr() { # ours ref min
+  python3 - "$@" <<'PY'
+import json, math, struct, sys
+def load(p):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+    v = h["frames"]; a, b = v["data_offsets"]
+    assert v["dtype"] == "F32", v
+    return v["shape"], struct.unpack("<%df" % ((b - a) // 4), body[a:b])
+(sa, a), (sb, b) = load(sys.argv[1]), load(sys.argv[2])
+assert sa == sb, (sa, sb)
+mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(b)
+db = math.inf if mse == 0 else 10 * math.log10(4.0 / mse)
+print("frames psnr %.1f dB" % db)
+sys.exit(0 if db >= float(sys.argv[3]) else 1)
+PY
+}
+
+# Compile: three bundles, the transformer's naming the others by role.
+line=$("$BIN/ditc" compile "$d" "${shape[@]}" -o "$T/b" 2>"$T/compile.err" | tail -n1)
+b=${line##* }
+[ "$(ls "$T/b" | wc -l)" = 3 ] || { ls -la "$T/b"; fail "expected three bundles (transformer, text encoder, VAE decoder)"; }
+for x in "$T"/b/*; do "$BIN/ditrun" verify "$x" >/dev/null; done
+"$BIN/ditrun" info "$b" >"$T/info"
+te=$(awk '$1 == "stage" && $2 == "text_encoder" {print $3}' "$T/info")
+vae=$(awk '$1 == "stage" && $2 == "vae_decoder" {print $3}' "$T/info")
+[ -n "$te" ] && [ -d "$T/b/$te" ] && [ -n "$vae" ] && [ -d "$T/b/$vae" ] || { cat "$T/info"; fail "info lacks the stages"; }
+grep -q "^schema     1.4$" "$T/info" || { cat "$T/info"; fail "expected schema 1.4 with stages"; }
+grep -q "(umt5, UMT5EncoderModel)" "$T/info" && grep -q "(wan_vae, AutoencoderKLWan)" "$T/info" || { cat "$T/info"; fail "stage families"; }
+"$BIN/ditrun" info "$T/b/$te" >"$T/te_info"
+grep -q "^input      input_ids  *i32\[1,$L\]$" "$T/te_info" || { cat "$T/te_info"; fail "the text encoder stage is not batch 1 at $L tokens"; }
+grep -q "^blob       tokenizer .* spiece.model$" "$T/te_info" && grep -q "^blob       tokenizer .* tokenizer_config.json$" "$T/te_info" ||
+  { cat "$T/te_info"; fail "the text encoder's bundle lacks the tokenizer files"; }
+"$BIN/ditrun" info "$T/b/$vae" | grep -q "^output     sample  *f32\[1,3,$F,$H,$W\]$" || fail "the VAE stage's shape"
+
+# The prompt to frames against WanPipeline's, the latents too.
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/f.safetensors" \
+  --out-latents "$T/l.safetensors" 2>"$T/gen.err" >/dev/null || { cat "$T/gen.err"; fail "generate --prompt"; }
+grep -q "^ditrun: text encoder [0-9.]* s (16 and 7 tokens of 16)$" "$T/gen.err" || { cat "$T/gen.err"; fail "no text encoder line"; }
+grep -q "^ditrun: vae decode [0-9.]* s$" "$T/gen.err" || { cat "$T/gen.err"; fail "no vae decode line"; }
+"$BIN/st_compare" "$T/l.safetensors" "$g" latents 1e-4
+"$BIN/st_compare" "$T/f.safetensors" "$g" frames 1e-3
+psnr "$T/f.safetensors" "$g" 45
+# The negative prompt matters: the default "" gives other frames.
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" "${loop[@]}" --out "$T/f0.safetensors" 2>/dev/null >/dev/null
+if "$BIN/st_compare" "$T/f0.safetensors" "$g" frames 1e-3 >/dev/null 2>&1; then fail "the negative prompt is ignored"; fi
+
+# The same run to an MP4 (ftyp; the track's 5 samples of 32 x 32) and a PNG (IHDR 32 x 32).
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/v.mp4" --fps 16 2>/dev/null >/dev/null
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/v.png" 2>/dev/null >/dev/null
+python3 - "$T/v.mp4" "$T/v.png" "$F" "$W" "$H" <<'PY'
+import struct, sys
+mp4, png, F, W, H = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+b = open(mp4, "rb").read()
+assert b[4:8] == b"ftyp", b[:12]
+def box(name):
+    i = b.find(name)
+    assert i > 0, name
+    return i + 4
+i = box(b"stsz")  # version/flags, sample_size, sample_count
+count = struct.unpack(">I", b[i + 8:i + 12])[0]
+i = box(b"tkhd")
+v = b[i]
+off = i + 4 + (32 if v == 1 else 20) + 8 + 8 + 36  # times, track, duration; reserved; layer..volume; matrix
+w, h = (x >> 16 for x in struct.unpack(">II", b[off:off + 8]))
+assert (count, w, h) == (F, W, H), ("mp4", count, w, h)
+p = open(png, "rb").read(24)
+assert p[:8] == b"\x89PNG\r\n\x1a\n" and p[12:16] == b"IHDR", p
+assert struct.unpack(">II", p[16:24]) == (W, H), struct.unpack(">II", p[16:24])
+print("mp4: %d frames of %dx%d; png %dx%d" % (count, w, h, W, H))
+PY
+
+# Refusals: --prompt on a bundle without stages (named, with the flag that adds them); --stages
+# naming a stage the folder lacks or does not know; --out by extension.
+bare=$("$BIN/ditc" compile "$d" "${shape[@]}" --stages transformer -o "$T/bare" -q | tail -n1 | cut -d' ' -f3)
+grep -q '"stages"' "$bare/manifest.json" && fail "--stages transformer wrote a stages section"
+grep -q '"minor": 4' "$bare/manifest.json" && fail "a bundle without stages is schema 1.4"
+expect_fail "--prompt: bundle $(basename "$bare") has no text_encoder stage" "$BIN/ditrun" generate "$bare" --prompt "$PROMPT" "${loop[@]}" --out "$T/x.mp4"
+expect_fail "--stages transformer,text_encoder,vae" "$BIN/ditrun" generate "$bare" --prompt "$PROMPT" "${loop[@]}" --out "$T/x.mp4"
+mkdir "$T/novae"
+for x in model_index.json scheduler transformer text_encoder tokenizer; do ln -s "$PWD/$d/$x" "$T/novae/$x"; done
+expect_fail "--stages transformer,vae: the pipeline directory $T/novae has no vae/ folder" "$BIN/ditc" compile "$T/novae" "${shape[@]}" \
+  --stages transformer,vae -o "$T/x"
+expect_fail "--stages transformer,unet: unknown stage 'unet'" "$BIN/ditc" compile "$d" "${shape[@]}" --stages transformer,unet -o "$T/x"
+expect_fail "--stages vae: the bundle is the transformer's" "$BIN/ditc" compile "$d" "${shape[@]}" --stages vae -o "$T/x"
+expect_fail "--stages transformer,text_encoder: tests/data/wan_tiny_a/model is not a pipeline directory" "$BIN/ditc" compile tests/data/wan_tiny_a/model \
+  --frames 9 --height 32 --width 48 --stages transformer,text_encoder -o "$T/x"
+expect_fail "--out $T/x.gif: with --prompt, the decoded frames as FILE.mp4" "$BIN/ditrun" generate "$b" --prompt "$PROMPT" "${loop[@]}" --out "$T/x.gif"
+expect_fail "--out $T/x.mp4: a video or image comes from the VAE stage" "$BIN/ditrun" generate "$b" --prompt-embeds "$g" "${loop[@]}" --out "$T/x.mp4"
+# Without a pipeline's folder (just the transformer) there are no stages, and nothing is said.
+"$BIN/ditc" compile "$d/transformer" "${shape[@]}" -o "$T/plain" -q | tail -n1 | cut -d' ' -f3 >"$T/plain.id"
+[ "$(ls "$T/plain" | wc -l)" = 1 ] || fail "a transformer folder compiled stages"
+
+# A modified tokenizer file: verify names the blob; generate refuses to read it.
+cp -r "$T/b" "$T/mod"
+tok=$(python3 -c "import json,sys; print([x['hash'] for x in json.load(open(sys.argv[1]))['blobs'] if x.get('name') == 'tokenizer_config.json'][0])" "$T/mod/$te/manifest.json")
+python3 - "$T/mod/$te/blobs/$tok" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-2] ^= 0x20
+open(p, "wb").write(bytes(b))
+PY
+expect_fail "blobs/$tok (role tokenizer): content hash mismatch" "$BIN/ditrun" verify "$T/mod/$te"
+expect_fail "content hash mismatch" "$BIN/ditrun" generate "$T/mod/$(basename "$b")" --prompt "$PROMPT" "${loop[@]}" --out "$T/x.png"
+
+# The store: the stages are entered with the bundle and found there by identity.
+"$BIN/ditc" compile "$d" "${shape[@]}" --store "$T/store" -q >/dev/null
+"$BIN/ditrun" generate "$(basename "$b")" --store "$T/store" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" \
+  --out "$T/s.safetensors" 2>"$T/store.err" >/dev/null || { cat "$T/store.err"; fail "generate from the store"; }
+"$BIN/st_compare" "$T/s.safetensors" "$g" frames 1e-3
+echo "pipeline_prompt: ok"
