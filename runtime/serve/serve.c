@@ -366,7 +366,7 @@ static enum MHD_Result preview(struct MHD_Connection *c, const job_t *j) {
     snprintf(msg, sizeof msg, "the preview was dropped: the server keeps the newest %d jobs' results and previews (--keep-results)",
              S.keep_results);
   } else if (j->state > JOB_RUNNING) {
-    snprintf(msg, sizeof msg, "no preview: the job ended %s before its first (after step %d)", kServeStateNames[j->state], first);
+    snprintf(msg, sizeof msg, "no preview: the job ended (%s) before its first (after step %d)", kServeStateNames[j->state], first);
   } else {
     snprintf(msg, sizeof msg, "no preview yet: the first comes after step %d (preview_every %d)", first, j->spec.preview_every);
   }
