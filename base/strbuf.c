@@ -88,6 +88,18 @@ void dit_strbuf_json_string(dit_strbuf_t *b, const char *s) {
   dit_strbuf_put(b, "\"", 1);
 }
 
+void dit_strbuf_base64(dit_strbuf_t *b, const void *p, size_t n) {
+  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const uint8_t *c = p;
+  char group[4];
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (uint32_t)c[i] << 16 | (i + 1 < n ? (uint32_t)c[i + 1] << 8 : 0) | (i + 2 < n ? c[i + 2] : 0);
+    group[0] = k[v >> 18 & 63], group[1] = k[v >> 12 & 63];
+    group[2] = i + 1 < n ? k[v >> 6 & 63] : '=', group[3] = i + 2 < n ? k[v & 63] : '=';
+    dit_strbuf_put(b, group, 4);
+  }
+}
+
 void dit_strbuf_free(dit_strbuf_t *b) {
   free(b->p);
   b->p = NULL;

@@ -17,6 +17,8 @@ void dit_strbuf_printf(dit_strbuf_t *b, const char *fmt, ...) __attribute__((for
 /* A JSON string literal with the escapes cJSON's and serde_json's printers share: quote,
  * backslash, \b \f \n \r \t, \u00XX for other control bytes, every other byte verbatim. */
 void dit_strbuf_json_string(dit_strbuf_t *b, const char *s);
+/* n bytes as RFC 4648 base64 (padded, no line breaks). */
+void dit_strbuf_base64(dit_strbuf_t *b, const void *p, size_t n);
 void dit_strbuf_free(dit_strbuf_t *b);
 
 #endif

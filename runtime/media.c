@@ -166,12 +166,17 @@ static dit_status_t png_write_fd(const pending_t *p, int fd, const uint8_t *rgb,
   return s;
 }
 
-dit_status_t dit_media_write_png_rgb8(const char *path, const uint8_t *rgb, int width, int height) {
+dit_status_t dit_media_encode_png_rgb8(const char *what, const uint8_t *rgb, int width, int height, void **png, size_t *len) {
+  *png = NULL, *len = 0;
   if (width < 1 || height < 1 || width > DIT_MEDIA_MAX_SIDE || height > DIT_MEDIA_MAX_SIDE)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: image %d x %d: expected sides of 1..%d", path, width, height, DIT_MEDIA_MAX_SIDE);
+    return DIT_ERR(INVALID_ARGUMENT, "%s: image %d x %d: expected sides of 1..%d", what, width, height, DIT_MEDIA_MAX_SIDE);
+  return png_encode(what, rgb, width, height, png, len);
+}
+
+dit_status_t dit_media_write_png_rgb8(const char *path, const uint8_t *rgb, int width, int height) {
   void *png;
   size_t len;
-  DIT_RETURN_IF(png_encode(path, rgb, width, height, &png, &len));
+  DIT_RETURN_IF(dit_media_encode_png_rgb8(path, rgb, width, height, &png, &len));
   dit_status_t s = dit_file_write_atomic(path, png, len);
   free(png);
   return s;

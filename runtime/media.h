@@ -46,6 +46,11 @@ dit_status_t dit_media_item_path(const char *path, int b, char *out, size_t cap)
 /* One 8-bit sample from a decoded value, as written to files. */
 uint8_t dit_media_to_u8(float x);
 
+/* An 8-bit RGB image (rows of width * 3 bytes, top first) as PNG bytes in memory (*png malloc'ed,
+ * the caller frees it); `what` names the image in errors. The bytes are those the writer below puts
+ * in its file. */
+dit_status_t dit_media_encode_png_rgb8(const char *what, const uint8_t *rgb, int width, int height, void **png, size_t *len);
+
 /* Writes an 8-bit RGB image (rows of width * 3 bytes, top first) as a PNG, atomically. */
 dit_status_t dit_media_write_png_rgb8(const char *path, const uint8_t *rgb, int width, int height);
 

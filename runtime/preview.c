@@ -78,6 +78,16 @@ dit_status_t dit_preview_image(const dit_preview_map_t *map, const float *latent
   return DIT_OK;
 }
 
+dit_status_t dit_preview_png(const dit_preview_map_t *map, const float *latents, int rank, const int64_t *dims, void **png, size_t *len) {
+  *png = NULL, *len = 0;
+  uint8_t *rgb = NULL;
+  int width, height;
+  dit_status_t s = dit_preview_image(map, latents, rank, dims, &rgb, &width, &height);
+  if (!s) s = dit_media_encode_png_rgb8("preview", rgb, width, height, png, len);
+  free(rgb);
+  return s;
+}
+
 dit_status_t dit_preview_write(const char *dir, int step, const dit_preview_map_t *map, const float *latents, int rank,
                                const int64_t *dims) {
   char name[32], path[4096];

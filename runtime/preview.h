@@ -39,6 +39,10 @@ dit_status_t dit_preview_check(const dit_preview_map_t *map, int rank, const int
 dit_status_t dit_preview_image(const dit_preview_map_t *map, const float *latents, int rank, const int64_t *dims, uint8_t **rgb,
                                int *width, int *height);
 
+/* The preview of latents as PNG bytes in memory (*png malloc'ed, the caller frees it): what the
+ * resident server streams, the same bytes dit_preview_write puts in a file. */
+dit_status_t dit_preview_png(const dit_preview_map_t *map, const float *latents, int rank, const int64_t *dims, void **png, size_t *len);
+
 /* DIR/step_NNN.png (NNN: step, 1-based, at least three digits) of the latents. */
 dit_status_t dit_preview_write(const char *dir, int step, const dit_preview_map_t *map, const float *latents, int rank,
                                const int64_t *dims);

@@ -49,7 +49,7 @@ dit_status_t dit_base64_decode(const char *s, size_t n, uint8_t **out, size_t *o
 
 static dit_status_t parse_options(const dit_json_t *root, dit_serve_spec_t *sp) {
   static const char *const kKeys[] = {"bundle", "steps", "guidance", "guidance_2", "true_cfg", "seed",
-                                      "step_cache", "deadline_ms", "inputs", NULL};
+                                      "step_cache", "deadline_ms", "preview_every", "inputs", NULL};
   DIT_RETURN_IF(dit_json_check_keys(root, kKeys));
   if (dit_json_has(root, "bundle")) DIT_RETURN_IF(dit_json_str_copy(root, "bundle", sp->bundle, sizeof sp->bundle, false));
   if (dit_json_has(root, "steps")) DIT_RETURN_IF(dit_json_i32(root, "steps", 1, DIT_SERVE_MAX_STEPS, &sp->steps));
@@ -64,6 +64,8 @@ static dit_status_t parse_options(const dit_json_t *root, dit_serve_spec_t *sp) 
     return DIT_ERR(INVALID_ARGUMENT, "request: field 'step_cache': 'auto' reads a cache profile file; name the policy (cadence:2, ...)");
   if (dit_json_has(root, "deadline_ms"))
     DIT_RETURN_IF(dit_json_int(root, "deadline_ms", 1, 7 * 24 * 3600 * 1000LL, &sp->deadline_ms));
+  if (dit_json_has(root, "preview_every"))
+    DIT_RETURN_IF(dit_json_i32(root, "preview_every", 1, DIT_SERVE_MAX_STEPS, &sp->preview_every));
   return DIT_OK;
 }
 

@@ -21,6 +21,7 @@ typedef struct dit_serve_spec {
   int64_t seed;         /* the initial noise's seed (default 0) */
   char step_cache[64];  /* generate's --step-cache value; "" off */
   int64_t deadline_ms;  /* budget from receipt, queue and run; 0: none */
+  int preview_every;    /* a latent preview PNG every K steps and after the last (runtime/preview.h); 0: none */
 } dit_serve_spec_t;
 
 typedef struct dit_serve_request {

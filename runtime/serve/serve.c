@@ -104,6 +104,7 @@ static void job_json(dit_strbuf_t *b, const job_t *j) {
   dit_strbuf_printf(b, "{\"id\":\"job-%" PRIu64 "\",\"state\":\"%s\",\"bundle\":", j->id, kServeStateNames[j->state]);
   dit_strbuf_json_string(b, S.info[j->bundle].identity);
   dit_strbuf_printf(b, ",\"step\":%d,\"steps\":%d,\"eta_s\":%.3f", j->step, j->steps, eta);
+  if (j->spec.preview_every) dit_strbuf_printf(b, ",\"preview_every\":%d,\"preview_step\":%d", j->spec.preview_every, j->preview_step);
   /* Where a request's time went, from its receipt: queued until sent to the worker, the loop's
    * start (the first step begins), the first step's report, the end; loop_s is the worker's own
    * time of the denoising loop so far (what generate's loop costs), so t_end_s - loop_s is the
@@ -264,42 +265,70 @@ static enum MHD_Result create_job(struct MHD_Connection *c, char **body, size_t 
 
 typedef struct stream {
   job_t *j;
-  int sent; /* steps sent */
+  int sent;         /* steps sent */
+  int preview_sent; /* the step of the latest preview sent */
   int done;
+  dit_strbuf_t out; /* the event being sent: a preview's exceeds one read's buffer */
+  size_t off;
 } stream_t;
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-  stream_t *st = cls;
-  if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+/* The next event of the job into st->out (S.mu held), waiting up to 5 s for one: each step, the
+ * latest preview once its step was sent (a stream that falls behind skips to the newest), then
+ * the final state. */
+static void next_event(stream_t *st) {
   job_t *j = st->j;
-  pthread_mutex_lock(&S.mu);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += 5;
-  while (j->step <= st->sent && j->state <= JOB_RUNNING)
+  while (j->step <= st->sent && j->preview_step <= st->preview_sent && j->state <= JOB_RUNNING)
     if (pthread_cond_timedwait(&S.cv, &S.mu, &ts)) break;
-  int n;
+  dit_strbuf_t *b = &st->out;
   if (j->step > st->sent) {
     st->sent++;
-    n = snprintf(buf, max, "event: step\ndata: {\"id\":\"job-%" PRIu64 "\",\"step\":%d,\"steps\":%d}\n\n", j->id, st->sent, j->steps);
+    dit_strbuf_printf(b, "event: step\ndata: {\"id\":\"job-%" PRIu64 "\",\"step\":%d,\"steps\":%d}\n\n", j->id, st->sent, j->steps);
+  } else if (j->preview_step > st->preview_sent && j->preview) {
+    st->preview_sent = j->preview_step;
+    dit_strbuf_printf(b, "event: preview\ndata: {\"step\":%d,\"png\":\"", j->preview_step);
+    dit_strbuf_base64(b, j->preview + sizeof(serve_preview_msg_t), j->n_preview - sizeof(serve_preview_msg_t));
+    dit_strbuf_puts(b, "\"}\n\n");
   } else if (j->state > JOB_RUNNING) {
-    dit_strbuf_t b = {0};
-    job_json(&b, j);
-    n = snprintf(buf, max, "event: %s\ndata: %s\n\n", j->state == JOB_SUCCEEDED ? "done" : kServeStateNames[j->state], b.p ? b.p : "{}");
-    dit_strbuf_free(&b);
+    dit_strbuf_printf(b, "event: %s\ndata: ", j->state == JOB_SUCCEEDED ? "done" : kServeStateNames[j->state]);
+    job_json(b, j);
+    dit_strbuf_puts(b, "\n\n");
     st->done = 1;
   } else {
-    n = snprintf(buf, max, ": waiting\n\n"); /* keeps the connection alive */
+    dit_strbuf_puts(b, ": waiting\n\n"); /* keeps the connection alive */
   }
-  pthread_mutex_unlock(&S.mu);
-  return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : (size_t)n >= max ? (ssize_t)max - 1 : n;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  stream_t *st = cls;
+  (void)pos;
+  if (st->off == st->out.len) {
+    if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+    st->out.len = st->off = 0;
+    pthread_mutex_lock(&S.mu);
+    next_event(st);
+    pthread_mutex_unlock(&S.mu);
+    if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  const size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
+  memcpy(buf, st->out.p + st->off, n);
+  st->off += n;
+  return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+  stream_t *st = cls;
+  dit_strbuf_free(&st->out);
+  free(st);
 }
 
 static enum MHD_Result events(struct MHD_Connection *c, job_t *j) {
   stream_t *st = calloc(1, sizeof *st);
   if (!st) return MHD_NO;
   st->j = j;
-  struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, free);
+  struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
   if (!r) return free(st), MHD_NO;
   MHD_add_response_header(r, "Content-Type", "text/event-stream");
   MHD_add_response_header(r, "Cache-Control", "no-store");
@@ -309,6 +338,41 @@ static enum MHD_Result events(struct MHD_Connection *c, job_t *j) {
 }
 
 /* ---- routes ---- */
+
+/* GET /v1/jobs/ID/preview (S.mu held; released here): the job's latest preview PNG. */
+static enum MHD_Result preview(struct MHD_Connection *c, const job_t *j) {
+  char msg[160];
+  unsigned code = 404;
+  const char *name = "no_preview";
+  if (j->preview) {
+    char step[16];
+    snprintf(step, sizeof step, "%d", j->preview_step);
+    struct MHD_Response *r = MHD_create_response_from_buffer(j->n_preview - sizeof(serve_preview_msg_t),
+                                                             j->preview + sizeof(serve_preview_msg_t), MHD_RESPMEM_MUST_COPY);
+    pthread_mutex_unlock(&S.mu);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "image/png");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Preview-Step", step);
+    enum MHD_Result ok = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+  }
+  const int first = j->spec.preview_every < j->steps ? j->spec.preview_every : j->steps;
+  if (!j->spec.preview_every) {
+    snprintf(msg, sizeof msg, "the job asked for no previews (option 'preview_every')");
+  } else if (j->dropped) {
+    code = 410, name = "preview_dropped";
+    snprintf(msg, sizeof msg, "the preview was dropped: the server keeps the newest %d jobs' results and previews (--keep-results)",
+             S.keep_results);
+  } else if (j->state > JOB_RUNNING) {
+    snprintf(msg, sizeof msg, "no preview: the job ended (%s) before its first (after step %d)", kServeStateNames[j->state], first);
+  } else {
+    snprintf(msg, sizeof msg, "no preview yet: the first comes after step %d (preview_every %d)", first, j->spec.preview_every);
+  }
+  pthread_mutex_unlock(&S.mu);
+  return respond_error(c, code, name, msg);
+}
 
 static enum MHD_Result job_route(struct MHD_Connection *c, const char *method, const char *rest) {
   char id[32];
@@ -354,6 +418,7 @@ static enum MHD_Result job_route(struct MHD_Connection *c, const char *method, c
     pthread_mutex_unlock(&S.mu);
     return events(c, j); /* jobs are never freed: the stream may keep j */
   }
+  if (!strcmp(sub, "/preview")) return preview(c, j); /* unlocks */
   if (!strcmp(sub, "/result") && j->state == JOB_SUCCEEDED && !j->result) {
     pthread_mutex_unlock(&S.mu);
     char msg[160];

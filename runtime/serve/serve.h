@@ -29,6 +29,7 @@ typedef enum {
   SERVE_MSG_DONE,      /* worker -> server: the result latents' safetensors bytes */
   SERVE_MSG_FAIL,      /* worker -> server: serve_fail_msg_t, then the message text */
   SERVE_MSG_STOP,      /* server -> worker: an int32 dit_code_t (ABORTED, DEADLINE_EXCEEDED) */
+  SERVE_MSG_PREVIEW,   /* worker -> server: serve_preview_msg_t, then the latents' preview PNG (a job with preview_every) */
 } serve_msg_type_t;
 
 typedef struct serve_msg_hdr {
@@ -59,6 +60,10 @@ typedef struct serve_step_msg {
   double seconds;  /* this step's */
   double loop_s;   /* since the loop began (the last step's: the loop's time, as generate's) */
 } serve_step_msg_t;
+
+typedef struct serve_preview_msg {
+  int step; /* 1-based: the latents after this step */
+} serve_preview_msg_t;
 
 typedef struct serve_fail_msg {
   int code;    /* dit_code_t */

@@ -27,6 +27,10 @@ typedef struct job {
   int cancel;               /* DELETE asked for it */
   uint8_t *inputs, *result; /* inputs until the job runs; result once it succeeded, until retention drops it */
   size_t n_inputs, n_result;
+  uint8_t *preview;         /* the latest preview message's payload (serve_preview_msg_t, then the PNG), until retention drops it */
+  size_t n_preview;
+  int preview_step;         /* the step it shows; 0: none yet */
+  int dropped;              /* retention freed its result and preview */
   char error[600];
   struct job *next;         /* the queue */
 } job_t;
@@ -56,8 +60,8 @@ typedef struct serve_state {
   int n_opts;
   /* options */
   int max_running, max_queued;
-  int keep_results;  /* succeeded jobs' results held; older ones are dropped (their GET answers 410) */
-  int n_held;
+  int keep_results;  /* ended jobs' results and previews held; older ones are dropped (their GET answers 410) */
+  int n_held;        /* ended jobs holding a result or a preview */
   size_t oldest_held; /* no job before this index holds a result */
   double grace_s;
   size_t max_body;

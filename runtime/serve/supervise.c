@@ -23,21 +23,24 @@ static void observe(uint64_t *hist, const double *bounds, double v) {
   hist[i]++;
 }
 
-/* Results are kept for the newest --keep-results succeeded jobs: the server's memory stays bounded
- * by that many results however long it runs (a job's own record is small and stays). */
+/* Results and latest previews are kept for the newest --keep-results ended jobs holding one: the
+ * server's memory stays bounded by that many however long it runs (a job's own record is small
+ * and stays). Only ended jobs count, and they end in queue order, so the walk never reaches the
+ * running job. */
 static void retain_results(void) {
   while (S.n_held > S.keep_results && S.oldest_held < S.n_jobs) {
     job_t *old = S.jobs[S.oldest_held++];
-    if (!old->result) continue;
+    if (!old->result && !old->preview) continue;
     free(old->result);
-    old->result = NULL, old->n_result = 0;
+    free(old->preview);
+    old->result = old->preview = NULL, old->n_result = old->n_preview = 0, old->dropped = 1;
     S.n_held--;
   }
 }
 
 void serve_job_end(job_t *j, job_state_t st, const char *why) {
   j->state = st;
-  if (st == JOB_SUCCEEDED) S.n_held++, retain_results();
+  if (j->result || j->preview) S.n_held++, retain_results();
   snprintf(j->error, sizeof j->error, "%s", why ? why : "");
   j->t_end = dit_now_s();
   free(j->inputs);
@@ -192,6 +195,14 @@ static int on_message(job_t *j, const serve_msg_hdr_t *h, uint8_t *pl, int *recr
     pthread_cond_broadcast(&S.cv);
     return 0;
   }
+  if (h->type == SERVE_MSG_PREVIEW && h->len > sizeof(serve_preview_msg_t)) { /* kept: the latest replaces the one before */
+    serve_preview_msg_t m;
+    memcpy(&m, pl, sizeof m);
+    free(j->preview);
+    j->preview = pl, j->n_preview = h->len, j->preview_step = m.step;
+    pthread_cond_broadcast(&S.cv);
+    return 0;
+  }
   if (h->type == SERVE_MSG_DONE) {
     j->result = pl, j->n_result = h->len;
     serve_job_end(j, JOB_SUCCEEDED, NULL);
@@ -232,7 +243,7 @@ static int follow(job_t *j) {
     const double now = dit_now_s();
     int recreate = 0, ended = 0;
     if (r == 1) S.heartbeat = now, ended = on_message(j, &h, pl, &recreate);
-    if (r == 1 && !(ended && h.type == SERVE_MSG_DONE)) free(pl);
+    if (r == 1 && !(ended && h.type == SERVE_MSG_DONE) && !(h.type == SERVE_MSG_PREVIEW && j->preview == pl)) free(pl);
     serve_expire_queued(now);
     const int want = j->cancel ? DIT_CODE_ABORTED : j->deadline && now >= j->deadline ? DIT_CODE_DEADLINE_EXCEEDED : 0;
     pthread_mutex_unlock(&S.mu);

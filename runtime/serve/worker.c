@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "runtime/gen_cli.h"
+#include "runtime/preview.h"
 #include "runtime/serve/serve.h"
 
 static int write_all(int fd, const void *p, size_t n) {
@@ -77,6 +78,12 @@ typedef struct worker {
   double step_t0, loop_t0;
   long step_ms, hang_seed, slow_seed;
   int64_t seed;
+  /* The running job's previews (preview_every 0: none, and no preview work at all). */
+  int preview_every;
+  const dit_preview_map_t *map;
+  const float *latents;
+  int rank;
+  int64_t dims[DIT_MAX_RANK];
 } worker_t;
 
 /* Reads a stop the server sent for the running job, without waiting. */
@@ -93,6 +100,23 @@ static int worker_should_stop(void *ctx) {
   return w->stop;
 }
 
+/* The latents' preview after `step`, encoded in memory and sent after that step's report. */
+static void send_preview(worker_t *w, int step) {
+  void *png = NULL;
+  size_t len = 0;
+  dit_status_t s = dit_preview_png(w->map, w->latents, w->rank, w->dims, &png, &len);
+  if (s) { /* the job goes on: a preview is a view of it, not its result */
+    fprintf(stderr, "ditrun serve-worker: warning: job %llu: previews stopped: %s\n", (unsigned long long)w->job, dit_status_message(s));
+    dit_status_free(s);
+    w->preview_every = 0;
+    return;
+  }
+  const serve_preview_msg_t m = {step};
+  const int rc = serve_send(w->fd, SERVE_MSG_PREVIEW, w->job, &m, sizeof m, png, len);
+  free(png);
+  if (rc) _exit(3);
+}
+
 static void worker_on_step(void *ctx, int step, int steps, double t, double seconds) {
   worker_t *w = ctx;
   if (w->hang_seed >= 0 && w->seed == w->hang_seed) sleep(3600);
@@ -101,6 +125,7 @@ static void worker_on_step(void *ctx, int step, int steps, double t, double seco
   serve_step_msg_t m = {step + 1, steps, now - w->step_t0, now - w->loop_t0};
   w->step_t0 = now;
   if (w->job && serve_send(w->fd, SERVE_MSG_STEP, w->job, &m, sizeof m, NULL, 0)) _exit(3);
+  if (w->preview_every && w->job && ((step + 1) % w->preview_every == 0 || step + 1 == steps)) send_preview(w, step + 1);
 }
 
 /* generate's arguments for a job: the bundle, the load options, the request's options as the
@@ -142,7 +167,13 @@ static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp,
   j->rt = w->rt[bundle];
   dit_status_t s = gen_inputs(&a, j);
   j->g.on_step = worker_on_step, j->g.ctx = w, j->g.should_stop = worker_should_stop;
-  w->seed = sp->seed, w->stop = 0;
+  w->seed = sp->seed, w->stop = 0, w->preview_every = 0;
+  if (!s && sp->preview_every) { /* checked before the first step, as generate --preview is */
+    w->map = dit_preview_map_for(dit_runtime_manifest(j->rt)), w->latents = j->latents, w->rank = j->lat.rank;
+    memcpy(w->dims, j->lat.dims, sizeof w->dims);
+    s = dit_status_annotate(dit_preview_check(w->map, w->rank, w->dims), "request: field 'preview_every'");
+    w->preview_every = s ? 0 : sp->preview_every;
+  }
   *steps = j->g.steps;
   if (!s) gen_noise(j, (uint64_t)sp->seed);
   w->step_t0 = w->loop_t0 = dit_now_s();
@@ -151,6 +182,7 @@ static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp,
   if (!s) s = gen_output(j, &wr);
   if (!s) s = dit_st_writer_serialize(wr, "result", out, out_n);
   dit_st_writer_destroy(wr);
+  w->preview_every = 0, w->latents = NULL;
   gen_release_inputs(j);
   free(j);
   return s;

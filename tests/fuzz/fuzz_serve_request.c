@@ -27,7 +27,7 @@ static void binary_form(const uint8_t *data, size_t size) {
   uint8_t *copy = malloc(size ? size : 1);
   if (!copy) return;
   memcpy(copy, data, size);
-  static const char kOptions[] = "{\"seed\":3,\"steps\":2}";
+  static const char kOptions[] = "{\"seed\":3,\"steps\":2,\"preview_every\":2}";
   dit_serve_request_t r;
   dit_status_t s = dit_serve_request_parse_binary(kOptions, sizeof kOptions - 1, copy, size, &r);
   if (s) {
@@ -35,7 +35,7 @@ static void binary_form(const uint8_t *data, size_t size) {
     dit_status_free(s);
     return;
   }
-  if (r.spec.seed != 3 || r.spec.steps != 2 || !r.st) abort();
+  if (r.spec.seed != 3 || r.spec.steps != 2 || r.spec.preview_every != 2 || !r.st) abort();
   dit_serve_request_free(&r);
 }
 
@@ -49,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   const dit_serve_spec_t *sp = &r.spec;
-  if (sp->steps < 0 || sp->steps > DIT_SERVE_MAX_STEPS || sp->seed < 0 || sp->deadline_ms < 0 || !r.st ||
+  if (sp->steps < 0 || sp->steps > DIT_SERVE_MAX_STEPS || sp->seed < 0 || sp->deadline_ms < 0 || sp->preview_every < 0 ||
+      sp->preview_every > DIT_SERVE_MAX_STEPS || !r.st ||
       memchr(sp->bundle, 0, sizeof sp->bundle) == NULL || memchr(sp->step_cache, 0, sizeof sp->step_cache) == NULL)
     abort();
   volatile uint8_t sum = 0;

@@ -2,7 +2,8 @@
 # The status page (`/`) rendered in headless Chromium (Debian chromium-headless-shell, from
 # scripts/setup.sh): with one job running and one queued, the DOM Chromium dumps after running the
 # page's script must hold what it filled in from /status (the token from the page's fragment): the
-# queue counts, the running job's step and its progress element, the worker's pid. Without a
+# queue counts, the running job's step and its progress element, the worker's pid, and the running
+# job's latest preview (an image the page fetched from /v1/jobs/ID/preview and decoded). Without a
 # Chromium binary the test says so and skips (exit 77), never passes.
 set -euo pipefail
 BIN=$(cd "$1/bin" && pwd)
@@ -26,7 +27,7 @@ c.request(method, path, body=sys.argv[5] if len(sys.argv) > 5 else None, headers
 print(c.getresponse().read().decode())
 PY
 }
-body=$(python3 -c "import base64, json; print(json.dumps({'steps': 40, 'seed': 1, 'inputs': base64.b64encode(open('$d/generate_inputs.safetensors', 'rb').read()).decode()}))")
+body=$(python3 -c "import base64, json; print(json.dumps({'steps': 40, 'seed': 1, 'preview_every': 2, 'inputs': base64.b64encode(open('$d/generate_inputs.safetensors', 'rb').read()).decode()}))")
 for k in 1 2; do
   r=$(api POST /v1/videos "$body")
   [[ $r == *'"id":"job-'$k'"'* ]] || { echo "POST job-$k: $r"; exit 1; }
@@ -51,8 +52,15 @@ expect '<p id="job">job-1: step [0-9]* of 40</p>' "the running job and its step"
 expect '<progress id="progress" max="40" value="[1-9][0-9]*">' "the progress element filled in"
 expect "<p id=\"worker\">pid $wpid, heartbeat [0-9.]* s ago, started 1 times</p>" "the worker's pid $wpid"
 expect '<p id="err"></p>' "no error on the page"
+# The running job's latest preview (preview_every 2): an <img> whose blob: source is the PNG from
+# /v1/jobs/job-1/preview, decoded to the latents' size times 8 (2 latent frames of 6 x 4 side by side).
+img=$(grep -o '<img id="preview"[^>]*>' "$T/dom.html" || true)
+[ -n "$img" ] || { echo "FAIL: the rendered DOM lacks the preview's <img id=\"preview\">"; fail=1; }
+for want in 'src="blob:' 'alt="job-1 after step [0-9]*"' 'data-step="[1-9][0-9]*"' 'data-width="64"' 'data-height="48"'; do
+  [[ $img =~ $want ]] || { echo "FAIL: the preview image lacks $want: $img"; fail=1; }
+done
 [ $fail = 0 ] || { sed -n '/<body>/,/<script>/p' "$T/dom.html"; exit 1; }
 api DELETE /v1/jobs/job-2 > /dev/null
 api DELETE /v1/jobs/job-1 > /dev/null
 kill "$PID"; wait "$PID" || true; PID=
-echo "serve_page: the page in headless Chromium shows the queue, the running job's progress and the worker's pid"
+echo "serve_page: the page in headless Chromium shows the queue, the running job's progress and preview and the worker's pid"

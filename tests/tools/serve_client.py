@@ -15,6 +15,7 @@ import json
 import os
 import random
 import signal
+import struct
 import sys
 import threading
 import time
@@ -214,6 +215,75 @@ def binary_form(cl, inputs, ref):
     return 1
 
 
+def png_size(data):
+    """(width, height) of a PNG's IHDR; None when the bytes do not start as a PNG."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", data[16:24])
+
+
+def latents_shape(st_bytes):
+    """The shape of the latents in a generate --out safetensors file."""
+    n = struct.unpack("<Q", st_bytes[:8])[0]
+    header = json.loads(st_bytes[8:8 + n])
+    shapes = [v["shape"] for k, v in header.items() if k != "__metadata__"]
+    check(len(shapes) == 1, "one tensor in the result: %s" % list(header))
+    return shapes[0]
+
+
+def sse_events(text):
+    """[(event, data)] of a server-sent event stream."""
+    out = []
+    for block in text.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":") and ": " in line)
+        if "event" in lines:
+            out.append((lines["event"], lines.get("data", "")))
+    return out
+
+
+def previews(cl, inputs, slow_seed, ref, preview_ref):
+    """A job with preview_every=1 over 3 steps (the slow seed: 20 times the test's step delay, so the
+    stream sees each preview): a preview event after each step event, /preview the last one (the
+    bytes generate --preview writes for its step 3, the latents' size times the fallback's upsample),
+    its result byte-identical to generate --out and to the same job without previews; the 404s and
+    a bad preview_every refused naming it."""
+    st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=slow_seed, steps=3, preview_every=1))
+    check(st == 201 and j["preview_every"] == 1 and j["preview_step"] == 0, "POST with previews: %d %s" % (st, j))
+    st, e, _ = cl.call("GET", "/v1/jobs/%s/preview" % j["id"])
+    check(st == 404 and e["error"]["code"] == "no_preview" and "no preview yet" in e["error"]["message"],
+          "a preview before the first: %d %s" % (st, e))
+    st, data, _ = cl.call("GET", "/v1/jobs/%s/events" % j["id"], raw=True)
+    ev = sse_events(data.decode())
+    kinds = [k for k, _ in ev]
+    check(st == 200 and kinds == ["step", "preview"] * 3 + ["done"], "event stream with previews: %s" % kinds)
+    pngs = []
+    for k, (kind, d) in enumerate(ev[1:6:2]):
+        p = json.loads(d)
+        check(p["step"] == k + 1 and sorted(p) == ["png", "step"], "preview event %d: step %s" % (k + 1, p["step"]))
+        pngs.append(base64.b64decode(p["png"], validate=True))
+    shape = latents_shape(ref)  # [B, C, F, h, w]; no bundle has a latent-to-RGB map yet: the fallback's 8x
+    want = (shape[4] * 8 * min(shape[2], 4), shape[3] * 8)
+    check(all(png_size(p) == want for p in pngs), "preview PNGs: %s, expected %s" % ([png_size(p) for p in pngs], want))
+    st, png, _ = cl.call("GET", "/v1/jobs/%s/preview" % j["id"], raw=True)
+    check(st == 200 and png == pngs[-1] and png == preview_ref, "/preview: %d, the last event's PNG and generate --preview's step 3" % st)
+    check(wait_final(cl, j["id"])["preview_step"] == 3, "preview_step after the job")
+    st, with_previews, _ = cl.call("GET", "/v1/jobs/%s/result" % j["id"], raw=True)
+    st2, p, _ = cl.call("POST", "/v1/videos", body(inputs, seed=slow_seed, steps=3))
+    check(st2 == 201 and "preview_step" not in p, "POST without previews: %d %s" % (st2, p))
+    check(wait_final(cl, p["id"])["state"] == "succeeded", "the job without previews")
+    st2, without, _ = cl.call("GET", "/v1/jobs/%s/result" % p["id"], raw=True)
+    check(st == 200 and with_previews == without == ref, "the result with previews equals the one without and generate --out")
+    st, e, _ = cl.call("GET", "/v1/jobs/%s/preview" % p["id"])
+    check(st == 404 and "'preview_every'" in e["error"]["message"], "the preview of a job without previews: %d %s" % (st, e))
+    for bad in (body(inputs, seed=1, preview_every=0), body(inputs, seed=1, preview_every="2"), body(inputs, seed=1, preview_every=1.5)):
+        st, e, _ = cl.call("POST", "/v1/videos", bad)
+        check(st == 400 and "preview_every" in e["error"]["message"], "a bad preview_every: %d %s" % (st, e))
+    st, e, _ = cl.call("POST", "/v1/videos?seed=1&preview_every=0", base64.b64decode(inputs), binary=True)
+    check(st == 400 and "preview_every" in e["error"]["message"], "a bad preview_every in the query: %d %s" % (st, e))
+    print("serve_client: previews: 3 preview events, /preview %dx%d, the result unchanged" % want)
+    return 2
+
+
 def refused_options(cl, inputs):
     """A job whose options generate refuses fails with generate's own message."""
     st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=1, steps=3, step_cache="every:2"))
@@ -229,15 +299,19 @@ def retention(cl, inputs, refs):
     the newer one is served."""
     ids = []
     for seed in (1, 2):
-        st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=seed, steps=3))
+        st, j, _ = cl.call("POST", "/v1/videos", body(inputs, seed=seed, steps=3, preview_every=1))
         check(st == 201, "POST for retention: %d" % st)
         check(wait_final(cl, j["id"])["state"] == "succeeded", "retention job %d" % seed)
         ids.append(j["id"])
     st, e, _ = cl.call("GET", "/v1/jobs/%s/result" % ids[0])
     check(st == 410 and "--keep-results" in json.dumps(e), "the dropped result: %d %s" % (st, e))
+    st, e, _ = cl.call("GET", "/v1/jobs/%s/preview" % ids[0])
+    check(st == 410 and "--keep-results" in json.dumps(e), "the dropped preview: %d %s" % (st, e))
     st, data, _ = cl.call("GET", "/v1/jobs/%s/result" % ids[1], raw=True)
     check(st == 200 and data == refs[1], "the kept result")
-    print("serve_client: retention: the older result dropped (410), the newer served")
+    st, png, _ = cl.call("GET", "/v1/jobs/%s/preview" % ids[1], raw=True)
+    check(st == 200 and png_size(png), "the kept preview: %d" % st)
+    print("serve_client: retention: the older result and preview dropped (410), the newer served")
 
 
 def kill_worker(cl, inputs, ref):
@@ -284,6 +358,8 @@ def main():
     p.add_argument("--max-body", type=int, required=True)
     p.add_argument("--hang-seed", type=int, required=True)
     p.add_argument("--slow-seed", type=int, required=True)
+    p.add_argument("--preview-ref", nargs=2, metavar=("OUT", "PNG"),
+                   help="generate --out and its --preview's step_003.png for --slow-seed, 3 steps")
     p.add_argument("--retention", action="store_true", help="only the --keep-results 1 check")
     a = p.parse_args()
     token = open(a.token_file).read().strip()
@@ -292,11 +368,13 @@ def main():
     refs = [open(r, "rb").read() for r in a.refs]
     if a.retention:
         return retention(cl, inputs, refs)
+    check(a.preview_ref, "--preview-ref is needed but for --retention")
     security(cl, inputs, a.max_body)
     n = load(cl, inputs, refs, a.count, a.threads)
     n += queue_full(cl, inputs, a.max_queued)
     n += expire(cl, inputs, a.slow_seed)
     n += events(cl, inputs, refs[0])
+    n += previews(cl, inputs, a.slow_seed, open(a.preview_ref[0], "rb").read(), open(a.preview_ref[1], "rb").read())
     n += refused_options(cl, inputs)
     n += binary_form(cl, inputs, refs[0])
     n += kill_worker(cl, inputs, refs[0])

@@ -360,6 +360,17 @@ static void test_preview(const char *dir) {
   CHECK(got != NULL);
   CHECK_EQ_INT(w, LW * DIT_PREVIEW_FALLBACK_UPSAMPLE * LF);
   free(got);
+  /* In memory: the file's bytes. */
+  void *png = NULL;
+  size_t len = 0, n = 0;
+  char *file = NULL;
+  CHECK_OK(dit_preview_png(NULL, z, 5, dims, &png, &len));
+  CHECK_OK(dit_file_read(p, 1 << 20, &file, &n));
+  CHECK(png && len == n && len > 8 && !memcmp(png, file, n) && !memcmp(png, "\x89PNG\r\n\x1a\n", 8));
+  free(png);
+  free(file);
+  CHECK_ERR(dit_media_encode_png_rgb8("preview", (const uint8_t *)z, 0, 4, &png, &len), INVALID_ARGUMENT, "preview: image 0 x 4: expected sides of 1..16384");
+  CHECK(png == NULL);
 }
 
 int main(void) {
