@@ -99,6 +99,9 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   # The pipeline stages' tiny goldens (tests/gpu/run.sh 1s).
   c tests/data/umt5_tiny/text_encoder --text-len 16 --batch 2
   c tests/data/wan_vae_tiny/vae --frames 9 --height 32 --width 48
+  python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 1  # UMT5-XXL's blocks (tests/gpu/run.sh TEXT_ENCODER=1)
+  c "$k/umt5" --text-len 512
+  rm -rf "$k/umt5"
   python3 bench/flux_forward.py --write-folder "$k/flux" --layers 1,1 >/dev/null
   for b in 1 2 4 8 12 16; do c "$k/flux" --height 1024 --width 1024 --batch "$b" --text-len 512; done
   c "$k/flux" --height 256 --width 256 --batch 1 --text-len 32  # tests/gpu/pipeline_parity.py's FluxPipeline

@@ -49,6 +49,8 @@
 #      (tests/gpu/pipeline_parity.py; bench: the 50-step Wan2.1-1.3B pipeline against stock and torch.compile),
 #   10. with SERVE=1 (and the bundle of 3 or 3'), `ditrun serve` against the command line's generate loop
 #      (bench/serve_overhead.py --enforce: overhead <= 1% of a 50-step job, request to first step <= 50 ms).
+#   11. with TEXT_ENCODER=1, Wan's UMT5-XXL text encoder stage against transformers (bench/umt5_encode.py;
+#      UMT5_LAYERS blocks, default all 24),
 #      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
@@ -567,6 +569,13 @@ if [ -n "${QWEN:-}" ]; then
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
+fi
+if [ -n "${TEXT_ENCODER:-}" ]; then
+  step "11. the UMT5-XXL text encoder stage (UMT5_LAYERS of 24 blocks at the published widths, 512 tokens) against transformers in bf16"
+  timeout "${TEXT_ENCODER_TIMEOUT:-300}" python3 bench/umt5_encode.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/umt5" --out "$OUT" \
+    --layers "${UMT5_LAYERS:-24}" 2>&1 | grep -v Warning | tee "$OUT/bench_umt5_encode.txt"
+  check test "${PIPESTATUS[0]}" = 0
+  rm -rf "$W/umt5"
 fi
 if [ -n "${PIPELINE:-}" ]; then
   step "9. the Python package in diffusers pipelines: WanPipeline and FluxPipeline with the compiled transformer (parity, no extra device-to-host copies)"
