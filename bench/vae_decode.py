@@ -12,7 +12,7 @@ seed in the transformer's output space; diffusers decodes them de-normalized as 
 (the median of --iters after a warm-up decode of one latent frame) and torch.cuda.max_memory_allocated;
 ditrun's forward time (the best of --iters processes, from `ditrun: forward S` on stderr) and its
 allocation (the `ditrun: memory:` line); PSNR (peak-to-peak 2, the clamped output's range) and
-cosine of ditrun's frames against diffusers'. A side that cannot run (out of memory, refused by
+cosine of ditrun's frames against diffusers' (a cosine below 0.999 fails the run). A side that cannot run (out of memory, refused by
 ditc) gets a row saying why instead of ending the script. Results go to OUT/vae_decode_<res>.json
 and .md, rewritten after each measurement.
 
@@ -262,7 +262,8 @@ def run(a):
                     mse = float(((o - w) ** 2).mean())
                     cos = float(torch.nn.functional.cosine_similarity(o, w, dim=0))
                     res["parity"] = {"psnr_db": psnr_db(mse), "cosine": cos, "max_abs": float((o - w).abs().max()),
-                                     "clamped_share": float((w.abs() >= 1).double().mean())}
+                                     "clamped_share": float((w.abs() >= 1).double().mean()), "parity_ok": cos >= pb.COSINE_MIN}
+                    fails += not res["parity"]["parity_ok"]
                     del o, w
             else:
                 fails += 1
