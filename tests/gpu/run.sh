@@ -21,6 +21,9 @@
 #      exact, fp8, sta, radial, fp8+sta; forward and 50-step generate against exact; torch.compile, sageattention 1.0.6
 #      and torchao FP8 on diffusers as peers; lossy_<res>.json/.md/.png; LOSSY_BUDGET seconds a call, default 540;
 #      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate),
+#   4d. with VAE=480p|720p (comma-separated; 1: both), the Wan2.1 VAE decode at 81 frames (bench/vae_decode.py: the
+#      compiled vae/ stage against diffusers' AutoencoderKLWan.decode in bf16, random weights at the published config:
+#      time, peak memory, PSNR and cosine; vae_decode_<res>.json/.md; VAE_TIMEOUT seconds a resolution, default 600),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
 #      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
 #      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
@@ -456,6 +459,15 @@ if [ -n "${LOSSY:-}" ] && [ -z "${NO_13B:-}" ]; then
   for res in $([ "$LOSSY" = 1 ] && echo 480p 720p || echo "$LOSSY" | tr , ' '); do
     timeout "${LOSSY_TIMEOUT:-600}" python3 bench/lossy.py --res "$res" --model "$W/wan13/model" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
       --work "$W/lossy_$res" --out "$OUT" --budget "${LOSSY_BUDGET:-540}" ${LOSSY_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_lossy_$res.txt"
+    check test "${PIPESTATUS[0]}" = 0
+  done
+fi
+if [ -n "${VAE:-}" ]; then
+  step "4d. Wan2.1 VAE decode, 81 frames: the compiled stage against diffusers' AutoencoderKLWan.decode (bf16)"
+  # One call a resolution, each under its timeout; a side that cannot run gets a row saying why.
+  for res in $([ "$VAE" = 1 ] && echo 480p 720p || echo "$VAE" | tr , ' '); do
+    timeout "${VAE_TIMEOUT:-600}" python3 bench/vae_decode.py --res "$res" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
+      --work "$W/vae_$res" --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
     check test "${PIPESTATUS[0]}" = 0
   done
 fi
