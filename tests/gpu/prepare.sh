@@ -10,7 +10,7 @@ cmake --build build-gpu -j"$(nproc)" --target ditc ditrun ditrun_shared make_tin
 # The commit the binaries are built from, for the results' run records (the tree copied to the
 # GPU host may carry a stale .git); "+" marks uncommitted changes.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!tests/data' 2>/dev/null || echo +)" > build-gpu/bin/commit
-for lib in libcjson.so.1 libxxhash.so.0 libzstd.so.1 libmicrohttpd.so.12 libsentencepiece.so.0 libutf8proc.so.2; do
+for lib in libcjson.so.1 libxxhash.so.0 libzstd.so.1 libmicrohttpd.so.12 libsentencepiece.so.0 libutf8proc.so.2 libspng.so.0; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" build-gpu/bin/
 done
 # The Python package's wheel from this build (tests/gpu/run.sh PIPELINE=...: installed there with
@@ -99,7 +99,7 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   # The pipeline stages' tiny goldens (tests/gpu/run.sh 1s).
   c tests/data/umt5_tiny/text_encoder --text-len 16 --batch 2
   c tests/data/wan_vae_tiny/vae --frames 9 --height 32 --width 48
-  python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 1  # UMT5-XXL's blocks (tests/gpu/run.sh TEXT_ENCODER=1)
+  python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 2  # UMT5-XXL (block 1 on: an fp32 residual stream)'s blocks (tests/gpu/run.sh TEXT_ENCODER=1)
   c "$k/umt5" --text-len 512
   rm -rf "$k/umt5"
   python3 bench/flux_forward.py --write-folder "$k/flux" --layers 1,1 >/dev/null
