@@ -629,6 +629,30 @@ def render_pipeline(res):
     return "\n".join(L)
 
 
+def render_stages(res):
+    """The pipeline stages at the published configs on the GPU: the Wan2.1 VAE decode against
+    diffusers (bench/vae_decode.py) and the UMT5-XXL encoder against transformers (bench/umt5_encode.py)."""
+    L = []
+    for rel in ("vae_decode_480p.json", "vae_decode_720p.json"):
+        if not os.path.exists(os.path.join(res.dir, rel)):
+            continue
+        d = measured(res, rel)
+        o, t, q = need(d, "ditrun", rel), need(d, "diffusers", rel), need(d, "parity", rel)
+        L.append(f"- Wan2.1 VAE decode ({d['res']}, {d['frames']} frames, bf16, random weights at the published config, "
+                 f"{d.get('device', 'GPU')}): the compiled stage {o['ms'] / 1000:.2f} s and {o['peak_gib']:.1f} GiB, diffusers' "
+                 f"AutoencoderKLWan.decode {t['ms'] / 1000:.2f} s and {t['peak_gib']:.1f} GiB ({t['ms'] / o['ms']:.2f}x); "
+                 f"PSNR {q['psnr_db']:.1f} dB, cosine {q['cosine']:.6f} ({src(rel, d)})")
+    rel = "umt5_encode.json"
+    if os.path.exists(os.path.join(res.dir, rel)):
+        d = measured(res, rel)
+        o, t, q = need(d, "ditrun", rel), need(d, "transformers", rel), need(d, "parity", rel)
+        L.append(f"- UMT5-XXL encoder ({d['layers']} of {d['published_layers']} blocks at the published widths), "
+                 f"{d['text_len']} tokens ({d['valid_tokens']} real), bf16, {d.get('device', 'GPU')}: the compiled stage "
+                 f"{o['ms']:.2f} ms, transformers {t['version']} {t['ms']:.2f} ms ({t['ms'] / o['ms']:.2f}x); cosine "
+                 f"{q['cosine']:.6f} over the prompt's rows ({src(rel, d)})")
+    return "\n".join(wrap(x) for x in L) + "\n"
+
+
 SERVE_LINE = re.compile(r"CLI loop ([0-9.]+) s .*?served \(median of (\d+)\): request ([0-9.]+) s.*?queued ([0-9.]+) ms")
 
 
@@ -652,7 +676,8 @@ def render_serve(res):
 RENDERERS = {"offload": render_offload, "status": render_status}
 # Passages rendered and checked when README.md has them, not yet required of it.
 OPTIONAL = {"wan22": render_wan22, "wan22_generate": render_wan22_generate, "mmdit": render_mmdit,
-            "step_cache": render_step_cache, "lossy": render_lossy, "pipeline": render_pipeline, "serve": render_serve}
+            "step_cache": render_step_cache, "lossy": render_lossy, "pipeline": render_pipeline, "serve": render_serve,
+            "stages": render_stages}
 
 # A measured figure: a number followed by a unit of time, memory, rate, a percentage or a ratio.
 FIGURE = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?(?:ms|s|GiB|MiB|GB/s|TFLOP/s|%|x|×)(?![\w/])"

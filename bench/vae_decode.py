@@ -32,6 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from ceilings import run_info  # noqa: E402
 import pipeline_bench as pb  # noqa: E402
 
 # AutoencoderKLWan's class defaults at the pinned diffusers (58eb52c0803e): the published Wan2.1 VAE.
@@ -210,7 +211,7 @@ def run(a):
             return model.decode((latents / inv_std + mean).to(bf16), return_dict=False)[0]
 
     for r in a.res.split(","):
-        res = {"res": r, "latents": latent_shape(r), "config": CONFIG, "frames": FRAMES, "iters": a.iters,
+        res = {"run": run_info(), "res": r, "latents": latent_shape(r), "config": CONFIG, "frames": FRAMES, "iters": a.iters,
                "device": torch.cuda.get_device_name(0), "diffusers": {}, "ditrun": {}, "parity": {}}
         print(lines(res)[0], flush=True)
         latents = torch.randn(latent_shape(r), generator=gen)
