@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ditrun serve on loopback with the tiny Wan model: tests/tools/serve_client.py runs
-# SERVE_REQUESTS (default 200) requests with mixed deadlines and cancels, checks every accepted
+# SERVE_REQUESTS (default 1000) requests with mixed deadlines and cancels, checks every accepted
 # job ends with a reason and every result is byte-identical to ditrun generate --out, 401, 413,
 # 429, 504, the event stream, latent previews (events, /preview: generate --preview's PNG), a
 # worker killed with SIGKILL and a hanging one (test hooks of the worker, runtime/serve/worker.c).
@@ -22,11 +22,11 @@ done
 echo "s3cret-$RANDOM" > "$T/token"
 # Served by identity from the store (--store): no path reaches the server.
 DITRUN_SERVE_TEST_STEP_MS=10 DITRUN_SERVE_TEST_HANG_SEED=999 DITRUN_SERVE_TEST_SLOW_SEED=998 "$BIN/ditrun" serve "$id" --store "$T/store" --listen 127.0.0.1:0 \
-  --token-file "$T/token" --max-queued 16 --max-body-mb 1 --grace-s 1 2> "$T/serve.log" &
+  --token-file "$T/token" --max-queued 16 --max-body-mb 1 --grace-s 1 --keep-results 4096 2> "$T/serve.log" &
 PID=$!
 port=$(server_port "$T/serve.log")
 python3 tests/tools/serve_client.py --port "$port" --token-file "$T/token" --inputs $gi --refs "${refs[@]}" \
-  --count "${SERVE_REQUESTS:-200}" --max-queued 16 --max-body $((1 << 20)) --hang-seed 999 --slow-seed 998 \
+  --count "${SERVE_REQUESTS:-1000}" --max-queued 16 --max-body $((1 << 20)) --hang-seed 999 --slow-seed 998 \
   --preview-ref "$T/ref998.safetensors" "$T/preview998/step_003.png" || { tail -n 30 "$T/serve.log"; exit 1; }
 kill "$PID"; wait "$PID" || true; PID=
 grep -q "signal 15: stopping" "$T/serve.log" || { echo "serve did not stop on SIGTERM"; exit 1; }
