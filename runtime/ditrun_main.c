@@ -867,12 +867,16 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
 static dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   const char *dir = NULL, *vae = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
-  DIT_RETURN_IF(gen_stage_dir(dir, dit_runtime_manifest(j->rt), "vae_decoder", "--prompt --out", &vae));
+  const dit_manifest_t *m = dit_runtime_manifest(j->rt);
+  DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder", "--prompt --out", &vae));
+  /* A decoder in chunks has latent frame 0's bundle beside its later chunks'. */
+  const char *first = NULL;
+  if (dit_manifest_find_stage(m, "vae_decoder_first")) DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder_first", "--prompt --out", &first));
   const dit_runtime_options_t o = stage_runtime_options(a);
   dit_tensor_t lat = j->lat, frames;
   lat.data = j->latents;
   double t0 = dit_now_s();
-  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, &o, &lat, &frames), "the VAE decoder stage");
+  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, &o, &lat, &frames), "the VAE decoder stage");
   fprintf(stderr, "ditrun: vae decode %.2f s\n", dit_now_s() - t0);
   dit_status_t s = DIT_OK;
   if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
