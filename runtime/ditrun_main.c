@@ -354,15 +354,6 @@ static dit_status_t read_arg_tensor(const run_args_t *a, const char *path, const
   return a->request ? copy_tensor(a->request, "(request inputs)", name, flag, t) : read_tensor(path, name, flag, t);
 }
 
-static dit_status_t write_tensor(const char *path, const char *name, const dit_tensor_t *t) {
-  dit_st_writer_t *w;
-  DIT_RETURN_IF(dit_st_writer_create(&w));
-  dit_status_t s = dit_st_writer_add(w, name, t->dtype, t->rank, t->dims, t->data);
-  if (!s) s = dit_st_writer_write(w, path);
-  dit_st_writer_destroy(w);
-  return s;
-}
-
 /* ---- forward / generate ---- */
 
 
@@ -579,11 +570,16 @@ static int cmd_forward(int argc, char **argv) {
   double t0 = dit_now_s();
   if (!s) s = dit_runtime_forward(rt);
   if (!s) fprintf(stderr, "ditrun: forward %.3fs\n", dit_now_s() - t0);
+  /* Every output in one file (the views stay valid until the next forward). */
+  dit_st_writer_t *w = NULL;
+  if (!s && g_writer) s = dit_st_writer_create(&w);
   for (size_t i = 0; !s && i < m->n_outputs; i++) {
     dit_tensor_t y;
     s = dit_runtime_output(rt, m->io_outputs[i].name, &y);
-    if (!s && g_writer) s = write_tensor(a.out, m->io_outputs[i].name, &y);
+    if (!s && w) s = dit_st_writer_add(w, m->io_outputs[i].name, y.dtype, y.rank, y.dims, y.data);
   }
+  if (!s && w) s = dit_st_writer_write(w, a.out);
+  dit_st_writer_destroy(w);
   if (!s && g_writer) printf("wrote %s\n", a.out);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
