@@ -178,8 +178,15 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   k->tmaps[2] = (dit_plan_tmap_t){(uint32_t)n_out + 2, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE};
 }
 
+/* The most dynamic shared memory a block may opt into on an architecture ("80", "86", ...). */
+static uint32_t smem_optin_max(const char *arch) {
+  return !strcmp(arch, "90") ? 227u * 1024 : !strcmp(arch, "80") ? 163u * 1024 : 99u * 1024;
+}
+
 static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_strbuf_t *s, int *has,
-                               dit_plan_kernel_t *k, int sm90, kernel_template_t *tmpl) {
+                               dit_plan_kernel_t *k, const char *arch, kernel_template_t *tmpl) {
+  const int sm90 = !strcmp(arch, "90");
+  const uint32_t smem_max = smem_optin_max(arch);
   const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
   const char *name = dit_op_info(op->kind)->name;
   *has = 1;
@@ -381,7 +388,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
       if (x->dtype != DIT_BF16 || kk->dtype != DIT_BF16 || V(g, op->in[2])->dtype != DIT_BF16 || y->dtype != DIT_BF16)
         return DIT_ERR(UNIMPLEMENTED, "op attention '%s': the GPU kernel takes bf16 q, k, v and output", y->name);
-      if (hd > 256) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " > 256", y->name, hd);
+      if (hd > DIT_ABI_ATTN_MAX_HD)
+        return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " > %d", y->name, hd, DIT_ABI_ATTN_MAX_HD);
       /* A tile schedule (attr tiles): both kernels walk only the listed key tiles. Its query tile is
        * the portable kernel's block and, at head dim 128, the Hopper kernel's work tile. */
       const int tiled = dit_attrs_find(&op->attrs, "tiles") != NULL, biased = dit_attrs_find(&op->attrs, "bias") != NULL;
@@ -403,16 +411,25 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         return DIT_OK;
       }
       int64_t dp = (hd + 15) / 16 * 16;
+      /* Wide heads (the VAE's one head of 384) take fewer warps and keys a tile (see the kernel). */
+      const int wide = hd > DIT_ABI_ATTN_WIDE_HD;
+      if (wide && tiled)
+        return DIT_ERR(UNIMPLEMENTED, "op attention '%s': a tile schedule at head dim %" PRId64 " (tile schedules take head dims up to %d)",
+                       y->name, hd, DIT_ABI_ATTN_WIDE_HD);
+      const int nw = wide ? DIT_ABI_ATTN_WARPS_WIDE : DIT_ABI_ATTN_WARPS, bk = wide ? DIT_ABI_ATTN_BK_WIDE : DIT_ABI_ATTN_BK;
       /* A Q tile of 16 rows per warp, and two buffers each of K and V tiles (see the kernel). */
-      const int bq = 16 * DIT_ABI_ATTN_WARPS;
-      uint32_t smem = (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK) * (dp + 8) * 2);
+      const int bq = 16 * nw;
+      uint32_t smem = (uint32_t)((bq + 4 * bk) * (dp + 8) * 2);
+      if (smem > smem_max)
+        return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " needs %u bytes of shared memory, sm_%s allows %u", y->name, hd,
+                       smem, arch, smem_max);
       dit_strbuf_printf(s, "#define DIT_K_ATTENTION 1\n#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
       if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
       if (biased) dit_strbuf_printf(s, "#define HAS_BIAS 1\n");
       if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
-      set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], 32 * DIT_ABI_ATTN_WARPS, smem);
+      set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], (uint32_t)(32 * nw), smem);
       return DIT_OK;
     }
     case DIT_OP_KEY_BOUND: {
@@ -479,15 +496,25 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       for (int d = 1; d < 5; d++)
         if (x->dims[d] > INT32_MAX / 2 || y->dims[d] > INT32_MAX / 2)
           return DIT_ERR(UNIMPLEMENTED, "op conv3d '%s': dim %d exceeds the kernel's int index", y->name, d);
-      dit_strbuf_printf(s, "#define DIT_K_CONV3D 1\n#define T_X %d\n#define T_W %d\n#define HAS_BIAS %d\n#define BATCH %" PRId64
+      /* bf16 operands with whole 32-channel steps take the tensor-core implicit GEMM; the rest (f32,
+       * the latents' few channels) the direct kernel, one thread an output. */
+      const int mma = x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && x->dims[4] % DIT_ABI_CONV_BK == 0;
+      const int64_t pixels = y->dims[0] * y->dims[1] * y->dims[2] * y->dims[3];
+      if (mma && ((pixels + DIT_ABI_CONV_BM - 1) / DIT_ABI_CONV_BM > INT32_MAX || (y->dims[4] + DIT_ABI_CONV_BN - 1) / DIT_ABI_CONV_BN > 65535))
+        return DIT_ERR(UNIMPLEMENTED, "op conv3d '%s': %" PRId64 " pixels x %" PRId64 " channels exceed the grid", y->name, pixels, y->dims[4]);
+      dit_strbuf_printf(s, "#define DIT_K_CONV3D%s 1\n#define T_X %d\n#define T_W %d\n#define HAS_BIAS %d\n#define BATCH %" PRId64
              "LL\n#define F %" PRId64 "\n#define H %" PRId64 "\n#define W %" PRId64 "\n#define CIN %" PRId64 "\n#define FO %" PRId64
              "\n#define HO %" PRId64 "\n#define WO %" PRId64 "\n#define COUT %" PRId64 "\n#define KT %" PRId64 "\n#define KH %" PRId64
              "\n#define KW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
-          dt_code(x->dtype), dt_code(w->dtype), op->n_in == 3, x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], y->dims[1],
+          mma ? "_MMA" : "", dt_code(x->dtype), dt_code(w->dtype), op->n_in == 3, x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], y->dims[1],
           y->dims[2], y->dims[3], y->dims[4], kt, w->dims[w->rank - 2], w->dims[w->rank - 1], geti(op, "pad_t"), geti(op, "pad_h"),
           geti(op, "pad_w"));
       if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
-      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
+      if (mma)
+        set_launch(k, (uint64_t)((pixels + DIT_ABI_CONV_BM - 1) / DIT_ABI_CONV_BM), (uint32_t)((y->dims[4] + DIT_ABI_CONV_BN - 1) / DIT_ABI_CONV_BN), 1,
+                   DIT_ABI_BLOCK, 0);
+      else
+        set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_UPSAMPLE:
@@ -783,7 +810,7 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   dit_strbuf_t s;
   memset(&s, 0, sizeof s);
   kernel_template_t tmpl = TEMPLATE_COMMON;
-  dit_status_t sp = specialize(g, op, &s, out_has_kernel, launch, !strcmp(cg->arch, "90"), &tmpl);
+  dit_status_t sp = specialize(g, op, &s, out_has_kernel, launch, cg->arch, &tmpl);
   if (!sp && s.oom) sp = DIT_ERR(RESOURCE_EXHAUSTED, "codegen: out of memory");
   if (sp || !*out_has_kernel) {
     free(s.p);

@@ -860,7 +860,7 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
 
 /* --prompt's output: the final latents through the VAE decoder stage, written as --out names
  * (an MP4, a PNG, or the frames tensor in safetensors), and --out-latents. */
-static dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
+dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   const char *dir = NULL, *vae = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
   const dit_manifest_t *m = dit_runtime_manifest(j->rt);

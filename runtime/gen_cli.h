@@ -66,6 +66,9 @@ void gen_noise(const gen_job_t *j, uint64_t seed);
 dit_status_t gen_run(gen_job_t *j, const run_args_t *a);
 /* Builds the latents file generate --out writes: into a writer the caller destroys. */
 dit_status_t gen_output(gen_job_t *j, dit_st_writer_t **out);
+/* --prompt's output after gen_run: the latents through the VAE decoder stage to the file --out
+ * names (FILE.mp4, FILE.png, or FILE.safetensors: tensor frames), and --out-latents. */
+dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j);
 /* Frees what gen_inputs read; j->rt stays loaded. */
 void gen_release_inputs(gen_job_t *j);
 /* A bundle named on the command line (a directory, or an identity in --store) as a directory,

@@ -640,41 +640,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
-#if defined(DIT_K_ATTENTION)
-// Flash attention forward, bf16 in and out, fp32 accumulation, online softmax, optional LSE.
-// A block of NW warps takes 16*NW query rows of one (batch, head); each warp owns 16 rows and
-// runs mma.sync m16n8k16 for S = Q K^T and O += P V, keeping P in registers between the two.
-// K/V tiles of BK keys stream through two shared-memory buffers with cp.async (the next tile
-// loads while this one computes); fragments come from shared memory through ldmatrix (.trans
-// for V). Head dims are padded to DP (a multiple of 16) with zeros; keys past LK are masked.
-// Q [B, SQ, H*HD], K/V [B, LK, H*HD]; VEC (16-byte copies) needs HD and H*HD multiples of 8.
-// HAS_BOUND 1 adds an input bound i32 [B] after v: batch item b's keys end at bound[b] (tiles
-// past it are not loaded, the tile holding it is masked; bound <= 0: zero output, lse -inf).
-// HAS_TILES 1 (with TILES_W, SPARSE_TILE) adds instead an input tiles i32 [ceil(SQ/BQ), TILES_W]
-// after v: block x's row lists its count, then the key tiles of SPARSE_TILE keys it attends,
-// ascending; only their BK-key parts are loaded and computed, in order (all tiles listed: the
-// dense kernel's order).
-// HAS_BIAS 1 adds a last input bias f32 [SQ, LK, HEADS] (after the bound, if any), added to the
-// scaled scores of every batch item (T5's relative position bias).
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
-#ifndef HAS_BOUND
-#define HAS_BOUND 0
-#endif
-#ifndef HAS_TILES
-#define HAS_TILES 0
-#endif
-#define DP (((HD) + 15) / 16 * 16)
-#define NW DIT_ABI_ATTN_WARPS
-#define BQ (16 * NW)
-#define BK DIT_ABI_ATTN_BK
-#define KS (DP + 8)  // row stride in bf16: 16-byte aligned rows that fall on distinct banks
-#define VEC ((HD % 8) == 0 && ((HEADS * HD) % 8) == 0)
-#if HAS_TILES && (BQ != SPARSE_TILE || SPARSE_TILE % BK != 0 || HAS_BOUND)
-#error "attention: a tile schedule needs a query block of one tile, whole key blocks per tile and no bound"
-#endif
-
+#if defined(DIT_K_ATTENTION) || defined(DIT_K_CONV3D_MMA)
+// Tensor-core helpers of the flash attention and the tiled convolution: mma.sync m16n8k16 (bf16
+// in, fp32 accumulation), ldmatrix fragment loads and cp.async copies.
 __device__ __forceinline__ void mma16816(float *c, const u32 *a, const u32 *b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -705,6 +673,54 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes) 
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+#endif
+
+#if defined(DIT_K_ATTENTION)
+// Flash attention forward, bf16 in and out, fp32 accumulation, online softmax, optional LSE.
+// A block of NW warps takes 16*NW query rows of one (batch, head); each warp owns 16 rows and
+// runs mma.sync m16n8k16 for S = Q K^T and O += P V, keeping P in registers between the two.
+// K/V tiles of BK keys stream through two shared-memory buffers with cp.async (the next tile
+// loads while this one computes); fragments come from shared memory through ldmatrix (.trans
+// for V). Head dims are padded to DP (a multiple of 16) with zeros; keys past LK are masked.
+// Q [B, SQ, H*HD], K/V [B, LK, H*HD]; VEC (16-byte copies) needs HD and H*HD multiples of 8.
+// HAS_BOUND 1 adds an input bound i32 [B] after v: batch item b's keys end at bound[b] (tiles
+// past it are not loaded, the tile holding it is masked; bound <= 0: zero output, lse -inf).
+// HAS_TILES 1 (with TILES_W, SPARSE_TILE) adds instead an input tiles i32 [ceil(SQ/BQ), TILES_W]
+// after v: block x's row lists its count, then the key tiles of SPARSE_TILE keys it attends,
+// ascending; only their BK-key parts are loaded and computed, in order (all tiles listed: the
+// dense kernel's order).
+// HAS_BIAS 1 adds a last input bias f32 [SQ, LK, HEADS] (after the bound, if any), added to the
+// scaled scores of every batch item (T5's relative position bias).
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef HAS_BOUND
+#define HAS_BOUND 0
+#endif
+#ifndef HAS_TILES
+#define HAS_TILES 0
+#endif
+#define DP (((HD) + 15) / 16 * 16)
+// Up to ATTN_WIDE_HD a warp keeps its Q fragments in registers; wider heads (the VAE's single
+// head of 384) leave them in shared memory, which also holds fewer warps and keys a tile so the
+// output accumulators fit the registers and the tiles the shared memory.
+#if HD > DIT_ABI_ATTN_MAX_HD
+#error "attention: head dim above ATTN_MAX_HD"
+#endif
+#define QREG (HD <= DIT_ABI_ATTN_WIDE_HD)
+#if QREG
+#define NW DIT_ABI_ATTN_WARPS
+#define BK DIT_ABI_ATTN_BK
+#else
+#define NW DIT_ABI_ATTN_WARPS_WIDE
+#define BK DIT_ABI_ATTN_BK_WIDE
+#endif
+#define BQ (16 * NW)
+#define KS (DP + 8)  // row stride in bf16: 16-byte aligned rows that fall on distinct banks
+#define VEC ((HD % 8) == 0 && ((HEADS * HD) % 8) == 0)
+#if HAS_TILES && (BQ != SPARSE_TILE || SPARSE_TILE % BK != 0 || HAS_BOUND)
+#error "attention: a tile schedule needs a query block of one tile, whole key blocks per tile and no bound"
+#endif
 
 // Copies rows [r0, r0 + ROWS) of a [rows_total, CH] head slice into a [ROWS][KS] tile.
 template <int ROWS>
@@ -767,7 +783,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   load_rows<BK>(sV, vb, KEY0(0), lk, CH);
   cp_commit();
 
+#if QREG
   u32 qa[DP / 16][4];
+#endif
   float o[DP / 8][4];
 #pragma unroll
   for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -785,13 +803,31 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
       cp_wait<0>();
     }
     __syncthreads();
+#if QREG
     if (j == 0) {
 #pragma unroll
       for (int ks = 0; ks < DP / 16; ks++)
         ldsm_x4(qa[ks], &sQ[(warp * 16 + (lane & 15)) * KS + ks * 16 + (lane >> 4) * 8]);
     }
+#endif
     const bf16_t *tK = sK + buf * BK * KS, *tV = sV + buf * BK * KS;
     float s[BK / 8][4];
+#if !QREG
+    // One Q fragment at a time from shared memory, each against every key column tile.
+#pragma unroll
+    for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ks++) {
+      u32 qf[4];
+      ldsm_x4(qf, &sQ[(warp * 16 + (lane & 15)) * KS + ks * 16 + (lane >> 4) * 8]);
+#pragma unroll
+      for (int n = 0; n < BK / 8; n++) {
+        u32 bb[2];
+        ldsm_x2(bb, &tK[(n * 8 + (lane & 7)) * KS + ks * 16 + ((lane >> 3) & 1) * 8]);
+        mma16816(s[n], qf, bb);
+      }
+    }
+#else
 #pragma unroll
     for (int n = 0; n < BK / 8; n++) {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -808,6 +844,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
         mma16816(s[n], qa[DP / 16 - 1], bb);
       }
     }
+#endif
     // Online softmax over this tile (in log2 units); masked keys get -inf.
     float mx_a = m_a, mx_b = m_b;
 #if HAS_BOUND
@@ -972,6 +1009,160 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
     }
   }
   st(y, i, acc);
+}
+#endif
+
+#if defined(DIT_K_CONV3D_MMA)
+// The direct convolution's contract (layouts, zero padding, stride 1) as an implicit GEMM on tensor
+// cores, bf16 x and w: y [M = BATCH*FO*HO*WO pixels, COUT] = A [M, TAPS*CIN] B^T, where pixel m's
+// row of A at tap (it, ih, iw) is x's channel row at (fo + it - PT, ho + ih - PH, wo + iw - PW),
+// zeros outside the video, and B [COUT, TAPS*CIN] reads w [COUT, CIN, TAPS]. A block computes
+// CONV_BM pixels x CONV_BN channels. Each step stages CONV_BK input channels of one tap of both
+// operands in shared memory, double-buffered: A by cp.async (zero-filled outside), B through
+// registers (w's channels of one tap lie TAPS apart), loaded while the previous step computes.
+// Steps run taps fastest, so a channel chunk's weights are reread from cache. 8 warps, 4 along
+// pixels and 2 along channels, each accumulate 32 x 64 outputs in fp32 with mma.sync m16n8k16,
+// their fragments taken by ldmatrix as the attention kernel takes Q and K.
+#define CBM DIT_ABI_CONV_BM
+#define CBN DIT_ABI_CONV_BN
+#define CBK DIT_ABI_CONV_BK
+#define CS (CBK + 8)  // row stride in bf16: 80 bytes, so 8 ldmatrix rows fall on distinct banks
+#define TAPS (KT * KH * KW)
+#define MPIX ((long long)BATCH * FO * HO * WO)
+#define NSTEPS (TAPS * (CIN / CBK))
+#if T_X != DIT_ABI_DT_BF16 || T_W != DIT_ABI_DT_BF16 || CIN % CBK != 0
+#error "conv3d mma: bf16 x and w, CIN a multiple of CONV_BK"
+#endif
+#if CBM != 128 || CBN != 128 || CBK != 32 || DIT_ABI_BLOCK != 256
+#error "conv3d mma: written for 128 x 128 tiles, 32-channel steps and 8 warps"
+#endif
+
+// Two blocks a multiprocessor (at most 128 registers a thread): one block's loads overlap the other's mma.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT) *y, const bf16_t *x, const bf16_t *w
+#if HAS_BIAS
+                                                             , const TY(BIAS) *bias
+#endif
+) {
+  __shared__ __align__(128) bf16_t sA[2][CBM * CS];
+  __shared__ __align__(128) bf16_t sB[2][CBN * CS];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int wm = warp & 3, wn = warp >> 2;
+  const long long m0 = (long long)blockIdx.x * CBM;
+  const int n0 = blockIdx.y * CBN;
+  // A: this thread copies 16-byte segment seg of tile rows ar and ar + 64; their pixels decoded
+  // once, a row past the last pixel given a frame no tap reaches (its row stays zero).
+  const int seg = tid & 3, ar = tid >> 2;
+  int pb[2], pf[2], ph[2], pw[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const long long m = m0 + ar + 64 * r;
+    long long p = m < MPIX ? m : 0;
+    pw[r] = (int)(p % WO);
+    p /= WO;
+    ph[r] = (int)(p % HO);
+    p /= HO;
+    pf[r] = m < MPIX ? (int)(p % FO) : -(1 << 30);
+    pb[r] = (int)(p / FO);
+  }
+  // B: this thread loads 16 channels ((tid & 1) * 16 on) of output channel row br.
+  const int br = tid >> 1, bc = (tid & 1) * 16;
+  const int co_b = n0 + br;
+
+  u32 rb[8];
+  float acc[2][8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+
+  // Step s: tap s % TAPS, input channels (s / TAPS) * CBK on.
+#define STEP_TAP(s) ((s) % TAPS)
+#define STEP_CI(s) (((s) / TAPS) * CBK)
+  auto load_a = [&](int buf, int step) {
+    const int tap = STEP_TAP(step), ci0 = STEP_CI(step);
+    const int it = tap / (KH * KW), ih = (tap / KW) % KH, iw = tap % KW;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int fi = pf[r] + it - PT, hi = ph[r] + ih - PH, wi = pw[r] + iw - PW;
+      const bool in = fi >= 0 && fi < F && hi >= 0 && hi < H && wi >= 0 && wi < W;
+      const bf16_t *src = in ? x + ((((long long)pb[r] * F + fi) * H + hi) * (long long)W + wi) * CIN + ci0 + seg * 8 : x;
+      cp16(&sA[buf][(ar + 64 * r) * CS + seg * 8], src, in ? 16 : 0);
+    }
+  };
+  auto load_b = [&](int step) {
+    const int tap = STEP_TAP(step), ci0 = STEP_CI(step);
+    if (co_b < COUT) {
+      const bf16_t *wp = w + (long long)co_b * CIN * TAPS + (long long)(ci0 + bc) * TAPS + tap;
+#pragma unroll
+      for (int j = 0; j < 8; j++) rb[j] = (u32)wp[(2 * j) * TAPS] | ((u32)wp[(2 * j + 1) * TAPS] << 16);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j++) rb[j] = 0u;
+    }
+  };
+  auto store_b = [&](int buf) {
+    uint4 *dst = (uint4 *)&sB[buf][br * CS + bc];
+    dst[0] = make_uint4(rb[0], rb[1], rb[2], rb[3]);
+    dst[1] = make_uint4(rb[4], rb[5], rb[6], rb[7]);
+  };
+
+  load_a(0, 0);
+  cp_commit();
+  load_b(0);
+  store_b(0);
+  cp_wait<0>();
+  __syncthreads();
+  for (int step = 0; step < NSTEPS; step++) {
+    const int buf = step & 1;
+    const bool more = step + 1 < NSTEPS;
+    if (more) {  // the next step's operands load into the other buffer while this one computes
+      load_a(buf ^ 1, step + 1);
+      cp_commit();
+      load_b(step + 1);
+    }
+    const bf16_t *tA = sA[buf], *tB = sB[buf];
+    u32 af[2][2][4];  // [k16 half][m tile]
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) ldsm_x4(af[ks][mt], &tA[(wm * 32 + mt * 16 + (lane & 15)) * CS + ks * 16 + (lane >> 4) * 8]);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+      u32 bb[4];  // both k16 halves: lanes 0-7, 8-15, 16-23, 24-31 address channels 0, 8, 16, 24
+      ldsm_x4(bb, &tB[(wn * 64 + nt * 8 + (lane & 7)) * CS + (lane >> 3) * 8]);
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) {
+        mma16816(acc[mt][nt], af[0][mt], bb);
+        mma16816(acc[mt][nt], af[1][mt], bb + 2);
+      }
+    }
+    if (more) {
+      store_b(buf ^ 1);
+      cp_wait<0>();
+    }
+    __syncthreads();  // the other buffer is complete, and every warp is done with this one
+  }
+#undef STEP_TAP
+#undef STEP_CI
+  // Accumulator e of tile (mt, nt): row g (+8 for e >= 2), column 2 * t4 + (e & 1).
+#pragma unroll
+  for (int mt = 0; mt < 2; mt++) {
+    const long long ra = m0 + wm * 32 + mt * 16 + g, rbw = ra + 8;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int co = n0 + wn * 64 + nt * 8 + t4 * 2 + e;
+        if (co >= COUT) continue;
+#if HAS_BIAS
+        const float bv = ld(bias, co);
+#else
+        const float bv = 0.f;
+#endif
+        if (ra < MPIX) st(y, ra * COUT + co, acc[mt][nt][e] + bv);
+        if (rbw < MPIX) st(y, rbw * COUT + co, acc[mt][nt][2 + e] + bv);
+      }
+  }
 }
 #endif
 

@@ -47,9 +47,11 @@ dit_status_t dit_base64_decode(const char *s, size_t n, uint8_t **out, size_t *o
   return DIT_OK;
 }
 
+const char *const kDitServeOutputNames[DIT_SERVE_OUT_COUNT + 1] = {"latents", "frames", "png", "mp4", NULL};
+
 static dit_status_t parse_options(const dit_json_t *root, dit_serve_spec_t *sp) {
-  static const char *const kKeys[] = {"bundle", "steps", "guidance", "guidance_2", "true_cfg", "seed",
-                                      "step_cache", "deadline_ms", "preview_every", "inputs", NULL};
+  static const char *const kKeys[] = {"bundle", "steps", "guidance", "guidance_2", "true_cfg", "seed", "step_cache", "deadline_ms",
+                                      "preview_every", "prompt", "negative_prompt", "output", "inputs", NULL};
   DIT_RETURN_IF(dit_json_check_keys(root, kKeys));
   if (dit_json_has(root, "bundle")) DIT_RETURN_IF(dit_json_str_copy(root, "bundle", sp->bundle, sizeof sp->bundle, false));
   if (dit_json_has(root, "steps")) DIT_RETURN_IF(dit_json_i32(root, "steps", 1, DIT_SERVE_MAX_STEPS, &sp->steps));
@@ -66,6 +68,28 @@ static dit_status_t parse_options(const dit_json_t *root, dit_serve_spec_t *sp) 
     DIT_RETURN_IF(dit_json_int(root, "deadline_ms", 1, 7 * 24 * 3600 * 1000LL, &sp->deadline_ms));
   if (dit_json_has(root, "preview_every"))
     DIT_RETURN_IF(dit_json_i32(root, "preview_every", 1, DIT_SERVE_MAX_STEPS, &sp->preview_every));
+  if (dit_json_has(root, "prompt")) DIT_RETURN_IF(dit_json_str_copy(root, "prompt", sp->prompt, sizeof sp->prompt, false));
+  if (dit_json_has(root, "negative_prompt"))
+    DIT_RETURN_IF(dit_json_str_copy(root, "negative_prompt", sp->negative_prompt, sizeof sp->negative_prompt, true));
+  if (dit_json_has(root, "output")) DIT_RETURN_IF(dit_json_enum(root, "output", kDitServeOutputNames, &sp->output));
+  /* generate's rules for --prompt, --negative-prompt and --out (gen_usage), said in the request's terms */
+  if (!sp->prompt[0] && dit_json_has(root, "negative_prompt"))
+    return DIT_ERR(INVALID_ARGUMENT, "request: field 'negative_prompt' goes with 'prompt' (with embeddings, the inputs' "
+                   "negative_prompt_embeds)");
+  if (!sp->prompt[0] && sp->output != DIT_SERVE_OUT_LATENTS)
+    return DIT_ERR(INVALID_ARGUMENT, "request: field 'output' \"%s\": decoded frames come from the VAE stage, which runs after a text "
+                   "'prompt'; embeddings give latents", kDitServeOutputNames[sp->output]);
+  return DIT_OK;
+}
+
+/* A prompt's job reads its embeddings from the text encoder stage: tensors of the inputs that
+ * would give them too are refused (generate's --prompt with --prompt-embeds). */
+static dit_status_t check_prompt_inputs(const dit_serve_request_t *r) {
+  for (size_t i = 0; r->spec.prompt[0] && r->st && i < dit_safetensors_count(r->st); i++) {
+    const char *name = dit_safetensors_at(r->st, i)->name;
+    if (!strcmp(name, "prompt_embeds") || !strcmp(name, "negative_prompt_embeds"))
+      return DIT_ERR(INVALID_ARGUMENT, "request: field 'prompt' and the inputs' tensor '%s': give the text or its embeddings, not both", name);
+  }
   return DIT_OK;
 }
 
@@ -77,9 +101,11 @@ dit_status_t dit_serve_request_parse(const char *body, size_t len, dit_serve_req
   const char *b64 = NULL;
   dit_status_t s = dit_json_root(doc, &root);
   if (!s) s = parse_options(&root, &out->spec);
-  if (!s) s = dit_json_str(&root, "inputs", len, false, &b64);
-  if (!s) s = dit_status_annotate(dit_base64_decode(b64, strlen(b64), &out->inputs, &out->n_inputs), "request: field 'inputs'");
-  if (!s) s = dit_safetensors_parse(out->inputs, out->n_inputs, "request: field 'inputs' (safetensors)", &out->st);
+  const int inputs = !s && (!out->spec.prompt[0] || dit_json_has(&root, "inputs"));
+  if (inputs) s = dit_json_str(&root, "inputs", len, false, &b64);
+  if (inputs && !s) s = dit_status_annotate(dit_base64_decode(b64, strlen(b64), &out->inputs, &out->n_inputs), "request: field 'inputs'");
+  if (inputs && !s) s = dit_safetensors_parse(out->inputs, out->n_inputs, "request: field 'inputs' (safetensors)", &out->st);
+  if (!s) s = check_prompt_inputs(out);
   dit_json_doc_free(doc);
   if (s) dit_serve_request_free(out);
   return s;
@@ -96,7 +122,8 @@ dit_status_t dit_serve_request_parse_binary(const char *options, size_t options_
   if (!s && dit_json_has(&root, "inputs"))
     s = DIT_ERR(INVALID_ARGUMENT, "request: option 'inputs': a binary request's inputs are its body");
   if (!s) s = parse_options(&root, &out->spec);
-  if (!s) s = dit_safetensors_parse(out->inputs, out->n_inputs, "request body (safetensors)", &out->st);
+  if (!s && (n_inputs || !out->spec.prompt[0])) s = dit_safetensors_parse(out->inputs, out->n_inputs, "request body (safetensors)", &out->st);
+  if (!s) s = check_prompt_inputs(out);
   dit_json_doc_free(doc);
   if (s) dit_serve_request_free(out);
   return s;

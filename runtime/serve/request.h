@@ -11,6 +11,15 @@
 #include "base/status.h"
 
 #define DIT_SERVE_MAX_STEPS 10000
+/* A prompt's bytes, bounded: the text encoder's tokens are bounded anyway (its text length), and
+ * a job's spec travels and is kept as plain bytes. */
+#define DIT_SERVE_MAX_PROMPT 4095
+
+/* What a job's result is, as generate --out writes it: the latents (safetensors), or, after a text
+ * prompt, the VAE stage's frames as safetensors (tensor frames), a PNG or an MP4. */
+typedef enum { DIT_SERVE_OUT_LATENTS, DIT_SERVE_OUT_FRAMES, DIT_SERVE_OUT_PNG, DIT_SERVE_OUT_MP4, DIT_SERVE_OUT_COUNT } dit_serve_output_t;
+/* The request's names of the outputs ("latents", "frames", "png", "mp4"), NULL-terminated. */
+extern const char *const kDitServeOutputNames[DIT_SERVE_OUT_COUNT + 1];
 
 /* A job's options: plain data (no pointers), so the server hands it to its worker as bytes. */
 typedef struct dit_serve_spec {
@@ -22,22 +31,25 @@ typedef struct dit_serve_spec {
   char step_cache[64];  /* generate's --step-cache value; "" off */
   int64_t deadline_ms;  /* budget from receipt, queue and run; 0: none */
   int preview_every;    /* a latent preview PNG every K steps and after the last (runtime/preview.h); 0: none */
+  int output;           /* dit_serve_output_t */
+  /* generate's --prompt and --negative-prompt (the bundle's text-encoder stage); "" none. */
+  char prompt[DIT_SERVE_MAX_PROMPT + 1], negative_prompt[DIT_SERVE_MAX_PROMPT + 1];
 } dit_serve_spec_t;
 
 typedef struct dit_serve_request {
   dit_serve_spec_t spec;
-  uint8_t *inputs;      /* the decoded safetensors image (owned) */
+  uint8_t *inputs;      /* the decoded safetensors image (owned); NULL for a prompt without inputs */
   size_t n_inputs;
-  dit_safetensors_t *st; /* parsed over inputs */
+  dit_safetensors_t *st; /* parsed over inputs; NULL when there are none */
 } dit_serve_request_t;
 
-/* Parses a body of len bytes; every refusal is INVALID_ARGUMENT or OUT_OF_RANGE and names the
+/* Parses a body of len bytes ("inputs" optional with a "prompt"); every refusal is INVALID_ARGUMENT or OUT_OF_RANGE and names the
  * field. On success the caller owns *out (dit_serve_request_free). */
 dit_status_t dit_serve_request_parse(const char *body, size_t len, dit_serve_request_t *out);
 /* The binary form: the body is the safetensors inputs themselves (no base64, no JSON to scan:
  * what keeps a video's megabytes of embeddings off the time to the first step), the options a
- * JSON object `options` (from the URL's query) with the fields of the JSON form but "inputs".
- * Takes ownership of inputs (malloc'd) whatever the outcome. */
+ * JSON object `options` (from the URL's query) with the fields of the JSON form but "inputs"; an
+ * empty body with a prompt: no inputs. Takes ownership of inputs (malloc'd) whatever the outcome. */
 dit_status_t dit_serve_request_parse_binary(const char *options, size_t options_len, uint8_t *inputs, size_t n_inputs,
                                             dit_serve_request_t *out);
 void dit_serve_request_free(dit_serve_request_t *r);

@@ -105,6 +105,7 @@ static void job_json(dit_strbuf_t *b, const job_t *j) {
   dit_strbuf_json_string(b, S.info[j->bundle].identity);
   dit_strbuf_printf(b, ",\"step\":%d,\"steps\":%d,\"eta_s\":%.3f", j->step, j->steps, eta);
   if (j->spec.preview_every) dit_strbuf_printf(b, ",\"preview_every\":%d,\"preview_step\":%d", j->spec.preview_every, j->preview_step);
+  if (j->spec.output != DIT_SERVE_OUT_LATENTS) dit_strbuf_printf(b, ",\"output\":\"%s\"", kDitServeOutputNames[j->spec.output]);
   /* Where a request's time went, from its receipt: queued until sent to the worker, the loop's
    * start (the first step begins), the first step's report, the end; loop_s is the worker's own
    * time of the denoising loop so far (what generate's loop costs), so t_end_s - loop_s is the
@@ -147,6 +148,18 @@ static int route(const dit_serve_spec_t *sp, int video, char *msg, size_t cap) {
   return b;
 }
 
+/* Whether bundle b has the stages the request asks for (a prompt: the text encoder; a decoded
+ * output: the VAE decoder); 0, or msg (generate's refusal, naming the compile that adds them). */
+static int stages_refused(const dit_serve_spec_t *sp, int b, char *msg, size_t cap) {
+  const serve_bundle_info_t *in = &S.info[b];
+  if (sp->prompt[0] && in->no_text[0]) return snprintf(msg, cap, "%s", in->no_text), 1;
+  if (sp->output != DIT_SERVE_OUT_LATENTS && in->no_vae[0]) return snprintf(msg, cap, "%s", in->no_vae), 1;
+  if ((sp->output == DIT_SERVE_OUT_PNG || sp->output == DIT_SERVE_OUT_MP4) && in->batch > 1)
+    return snprintf(msg, cap, "field 'output' \"%s\": bundle %s makes %d items a job (batch %d), one file each; ask for \"frames\"",
+                    kDitServeOutputNames[sp->output], in->identity, in->batch, in->batch), 1;
+  return 0;
+}
+
 /* Admits a parsed request (S.mu held): 0 and *out, or an HTTP status and msg. */
 static unsigned admit(dit_serve_request_t *rq, int bundle, double t0, job_t **out, char *msg, size_t cap, int *why) {
   const int steps = rq->spec.steps ? rq->spec.steps : S.info[bundle].default_steps;
@@ -180,7 +193,8 @@ static unsigned admit(dit_serve_request_t *rq, int bundle, double t0, job_t **ou
 }
 
 /* The URL's query as a JSON object for the binary form's options: numbers where the value is one
- * (the reader then types and ranges every field as in the JSON form), else strings. */
+ * (the reader then types and ranges every field as in the JSON form), else strings; the fields
+ * that are text are strings whatever they spell (a prompt "42"). */
 typedef struct query_json {
   dit_strbuf_t b;
   int n;
@@ -192,9 +206,12 @@ static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char 
   dit_strbuf_puts(&q->b, q->n++ ? "," : "{");
   dit_strbuf_json_string(&q->b, key);
   dit_strbuf_puts(&q->b, ":");
+  static const char *const kText[] = {"bundle", "step_cache", "prompt", "negative_prompt", "output", NULL};
+  int text = 0;
+  for (int i = 0; kText[i]; i++) text |= !strcmp(key, kText[i]);
   char *end = NULL;
-  const double v = value && *value ? strtod(value, &end) : 0;
-  if (value && *value && !*end && isfinite(v) && !strchr(value, 'x') && !strchr(value, 'X')) dit_strbuf_puts(&q->b, value);
+  const double v = value && *value && !text ? strtod(value, &end) : 0;
+  if (value && *value && !text && !*end && isfinite(v) && !strchr(value, 'x') && !strchr(value, 'X')) dit_strbuf_puts(&q->b, value);
   else dit_strbuf_json_string(&q->b, value ? value : "");
   return MHD_YES;
 }
@@ -228,7 +245,9 @@ static enum MHD_Result create_job(struct MHD_Connection *c, char **body, size_t 
   job_t *j = NULL;
   pthread_mutex_lock(&S.mu);
   const int bundle = route(&rq.spec, video, msg, sizeof msg);
-  unsigned code = bundle < 0 ? (why = REJ_NO_BUNDLE, 404) : admit(&rq, bundle, t0, &j, msg, sizeof msg, &why);
+  unsigned code = bundle < 0                                        ? (why = REJ_NO_BUNDLE, 404)
+                  : stages_refused(&rq.spec, bundle, msg, sizeof msg) ? (why = REJ_BAD_REQUEST, 400)
+                                                                    : admit(&rq, bundle, t0, &j, msg, sizeof msg, &why);
   const double retry = work_ahead();
   enum MHD_Result ok = MHD_YES;
   if (!code) {
@@ -426,7 +445,9 @@ static enum MHD_Result job_route(struct MHD_Connection *c, const char *method, c
     return respond_error(c, 410, "result_dropped", msg);
   }
   if (!strcmp(sub, "/result") && j->state == JOB_SUCCEEDED) {
-    enum MHD_Result ok = respond(c, 200, "application/octet-stream", j->result, j->n_result);
+    static const char *const kTypes[DIT_SERVE_OUT_COUNT] = {"application/octet-stream", "application/octet-stream", "image/png",
+                                                            "video/mp4"};
+    enum MHD_Result ok = respond(c, 200, kTypes[j->spec.output], j->result, j->n_result);
     pthread_mutex_unlock(&S.mu);
     return ok;
   }

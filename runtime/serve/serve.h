@@ -26,7 +26,7 @@ typedef enum {
   SERVE_MSG_READY = 1, /* worker -> server: serve_bundle_info_t per bundle, after the smoke requests */
   SERVE_MSG_JOB,       /* server -> worker: serve_job_msg_t, then the inputs' safetensors bytes */
   SERVE_MSG_STEP,      /* worker -> server: serve_step_msg_t after each step */
-  SERVE_MSG_DONE,      /* worker -> server: the result latents' safetensors bytes */
+  SERVE_MSG_DONE,      /* worker -> server: the result file's bytes (the spec's output: latents, frames, PNG, MP4) */
   SERVE_MSG_FAIL,      /* worker -> server: serve_fail_msg_t, then the message text */
   SERVE_MSG_STOP,      /* server -> worker: an int32 dit_code_t (ABORTED, DEADLINE_EXCEEDED) */
   SERVE_MSG_PREVIEW,   /* worker -> server: serve_preview_msg_t, then the latents' preview PNG (a job with preview_every) */
@@ -48,6 +48,10 @@ typedef struct serve_bundle_info {
   int video;         /* latents [B, C, f, h, w]: /v1/videos; else /v1/images */
   int default_steps; /* generate's default for this bundle */
   double step_s;     /* the smoke request's time per step */
+  int batch;         /* the latents' batch: a PNG or MP4 result is one item's file */
+  /* Why a request's 'prompt' (the text-encoder stage) or decoded 'output' (the VAE stage) is
+   * refused for this bundle, as generate words it; "" when the stage is there. */
+  char no_text[600], no_vae[600];
 } serve_bundle_info_t;
 
 typedef struct serve_job_msg {

@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/fileio.h"
 #include "runtime/gen_cli.h"
+#include "runtime/gen_stages.h"
 #include "runtime/preview.h"
 #include "runtime/serve/serve.h"
 
@@ -129,16 +131,23 @@ static void worker_on_step(void *ctx, int step, int steps, double t, double seco
 }
 
 /* generate's arguments for a job: the bundle, the load options, the request's options as the
- * command line spells them, its tensors named as files (run_args_t.request reads them). */
-static int job_argv(const worker_t *w, int bundle, const dit_serve_spec_t *sp, const dit_safetensors_t *st, char **argv,
-                    char num[][40]) {
+ * command line spells them, its tensors named as files (run_args_t.request reads them); a decoded
+ * output goes to `out` (a file of the worker's private folder). */
+static int job_argv(const worker_t *w, int bundle, const dit_serve_spec_t *sp, const dit_safetensors_t *st, const char *out,
+                    char **argv, char num[][40]) {
   int n = 0, k = 0;
   argv[n++] = w->dirs[bundle];
   for (int i = 0; i < w->n_opts; i++) argv[n++] = w->opts[i];
-  argv[n++] = "--prompt-embeds", argv[n++] = "inputs";
+  if (sp->prompt[0]) {
+    argv[n++] = "--prompt", argv[n++] = (char *)sp->prompt;
+    if (sp->negative_prompt[0]) argv[n++] = "--negative-prompt", argv[n++] = (char *)sp->negative_prompt;
+  } else {
+    argv[n++] = "--prompt-embeds", argv[n++] = "inputs";
+  }
+  if (out) argv[n++] = "--out", argv[n++] = (char *)out;
   int neg = 0;
   for (size_t i = 0; st && i < dit_safetensors_count(st); i++) neg |= !strncmp(dit_safetensors_at(st, i)->name, "negative_", 9);
-  if (neg) argv[n++] = "--negative-embeds", argv[n++] = "inputs";
+  if (neg && !sp->prompt[0]) argv[n++] = "--negative-embeds", argv[n++] = "inputs";
   if (st && dit_safetensors_find(st, "image_latents")) argv[n++] = "--image-latents", argv[n++] = "inputs";
   if (st && dit_safetensors_find(st, "image_embeds")) argv[n++] = "--image-embeds", argv[n++] = "inputs";
   snprintf(num[k], 40, "%lld", (long long)sp->seed), argv[n++] = "--seed", argv[n++] = num[k++];
@@ -151,17 +160,37 @@ static int job_argv(const worker_t *w, int bundle, const dit_serve_spec_t *sp, c
   return n;
 }
 
-/* Runs one job as generate would; on success *out holds the latents file's bytes. */
+/* A decoded output's file (the spec's output) in a folder of its own: written by generate's
+ * writer, read back as the result's bytes, removed. *dir "" for the latents (no file). */
+static dit_status_t output_file(const dit_serve_spec_t *sp, char dir[4096], char path[4200]) {
+  static const char *const kExt[DIT_SERVE_OUT_COUNT] = {NULL, "safetensors", "png", "mp4"};
+  dir[0] = path[0] = 0;
+  if (sp->output == DIT_SERVE_OUT_LATENTS) return DIT_OK;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, 4096, "%s/ditrun-serve-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    dir[0] = 0;
+    return DIT_ERR(UNAVAILABLE, "%s: cannot make a folder for the job's %s file", tmp && tmp[0] ? tmp : "/tmp",
+                   kDitServeOutputNames[sp->output]);
+  }
+  snprintf(path, 4200, "%s/result.%s", dir, kExt[sp->output]);
+  return DIT_OK;
+}
+
+/* Runs one job as generate would; on success *out holds the bytes of the file generate --out
+ * writes: the latents, or (a prompt's job) the decoded frames as the spec's output names. */
 static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp, const dit_safetensors_t *st, uint8_t **out,
                             size_t *out_n, int *steps) {
-  char *argv[64 + 2 * 16], num[8][40];
-  const int argc = job_argv(w, bundle, sp, st, argv, num);
+  char *argv[64 + 2 * 16], num[8][40], dir[4096], path[4200];
+  DIT_RETURN_IF(output_file(sp, dir, path));
+  const int argc = job_argv(w, bundle, sp, st, path[0] ? path : NULL, argv, num);
   run_args_t a;
   gen_job_t *j = calloc(1, sizeof *j);
-  if (!j) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (parse_run_args(argc, argv, &a, 0, "generate") || gen_usage(&a, j)) {
+  if (!j || parse_run_args(argc, argv, &a, 0, "generate") || gen_usage(&a, j)) {
     free(j);
-    return DIT_ERR(INVALID_ARGUMENT, "the request's options were refused: %s", gen_usage_message());
+    if (dir[0]) dit_status_free(dit_remove_tree(dir));
+    return j ? DIT_ERR(INVALID_ARGUMENT, "the request's options were refused: %s", gen_usage_message())
+             : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
   a.request = st;
   j->rt = w->rt[bundle];
@@ -179,9 +208,12 @@ static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp,
   w->step_t0 = w->loop_t0 = dit_now_s();
   if (!s) s = gen_run(j, &a);
   dit_st_writer_t *wr = NULL;
-  if (!s) s = gen_output(j, &wr);
-  if (!s) s = dit_st_writer_serialize(wr, "result", out, out_n);
+  if (!s && dir[0]) s = gen_frames_output(&a, j);
+  if (!s && dir[0]) s = dit_file_read(path, SERVE_MAX_MSG, (char **)out, out_n);
+  if (!s && !dir[0]) s = gen_output(j, &wr);
+  if (!s && !dir[0]) s = dit_st_writer_serialize(wr, "result", out, out_n);
   dit_st_writer_destroy(wr);
+  if (dir[0]) dit_status_free(dit_remove_tree(dir));
   w->preview_every = 0, w->latents = NULL;
   gen_release_inputs(j);
   free(j);
@@ -239,6 +271,16 @@ static dit_status_t load_bundle(worker_t *w, int i) {
   DIT_RETURN_IF(dit_generate_latents_shape(m, &rank, dims));
   b->video = rank == 5;
   b->default_steps = m->generate.present ? (int)m->generate.default_steps : (int)a.steps;
+  b->batch = (int)dims[0];
+  /* The stages a request may ask for: refused at admission, in generate's words, when absent. */
+  const char *stage = NULL;
+  const char *const roles[2] = {"text_encoder", "vae_decoder"}, *const fields[2] = {"field 'prompt'", "field 'output'"};
+  char *const why[2] = {b->no_text, b->no_vae};
+  for (int r = 0; r < 2; r++) {
+    dit_status_t s = gen_stage_dir(w->dirs[i], m, roles[r], fields[r], &stage);
+    if (s) snprintf(why[r], sizeof b->no_text, "%s", dit_status_message(s));
+    dit_status_free(s);
+  }
   uint8_t *in = NULL, *res = NULL;
   size_t n_in = 0, n_res = 0;
   dit_safetensors_t *st = NULL;
@@ -279,7 +321,8 @@ static void handle_job(worker_t *w, const serve_msg_hdr_t *h, const uint8_t *pl)
   size_t n_res = 0;
   int steps = 0;
   w->job = h->job;
-  dit_status_t s = dit_safetensors_parse(pl + sizeof jm, h->len - sizeof jm, "request inputs", &st);
+  /* a prompt's job may come without inputs */
+  dit_status_t s = h->len == sizeof jm ? DIT_OK : dit_safetensors_parse(pl + sizeof jm, h->len - sizeof jm, "request inputs", &st);
   if (!s) s = run_job(w, jm.bundle, &jm.spec, st, &res, &n_res, &steps);
   if (s ? report_fail(w, h->job, s) : serve_send(w->fd, SERVE_MSG_DONE, h->job, res, n_res, NULL, 0)) _exit(3);
   w->job = 0;

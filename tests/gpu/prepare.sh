@@ -87,8 +87,8 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi
-# The MMDiT families' shapes (tests/gpu/run.sh FLUX=1, HUNYUAN=1, QWEN=1, FLUX_OFFLOAD=1): the
-# tiny pipelines, and one or two blocks at the published widths written by each benchmark's own
+# The MMDiT families' and the Wan2.1 VAE's shapes (tests/gpu/run.sh FLUX=1, HUNYUAN=1, QWEN=1, FLUX_OFFLOAD=1, VAE=...): the
+# tiny pipelines, and one or two blocks at the published widths (the VAE decoder whole) written by each benchmark's own
 # folder writer. Added to the cache (MMDIT=1), after the Wan shapes when WAN13 is also set.
 if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   export DITC_CACHE_DIR=$PWD/.kcache
@@ -99,6 +99,9 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   # The pipeline stages' tiny goldens (tests/gpu/run.sh 1s).
   c tests/data/umt5_tiny/text_encoder --text-len 16 --batch 2
   c tests/data/wan_vae_tiny/vae --frames 9 --height 32 --width 48
+  python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 1  # UMT5-XXL's blocks (tests/gpu/run.sh TEXT_ENCODER=1)
+  c "$k/umt5" --text-len 512
+  rm -rf "$k/umt5"
   python3 bench/flux_forward.py --write-folder "$k/flux" --layers 1,1 >/dev/null
   for b in 1 2 4 8 12 16; do c "$k/flux" --height 1024 --width 1024 --batch "$b" --text-len 512; done
   c "$k/flux" --height 256 --width 256 --batch 1 --text-len 32  # tests/gpu/pipeline_parity.py's FluxPipeline
@@ -111,6 +114,12 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   for f in 129 33; do c "$k/hy" --frames "$f" --height 720 --width 1280 --text-len 256; done
   python3 bench/qwen_forward.py --write-folder "$k/qw" --layers 1 >/dev/null
   c "$k/qw" --height 1328 --width 1328 --text-len 512
+  # The Wan2.1 VAE decoder at the published widths (tests/gpu/run.sh VAE=...), 81 frames at both sizes.
+  python3 bench/vae_decode.py --write-folder "$k/vae" >/dev/null
+  for hw in "480 832" "720 1280"; do
+    read -r h w <<< "$hw"
+    c "$k/vae/vae" --frames 81 --height "$h" --width "$w"
+  done
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi

@@ -21,6 +21,9 @@
 #      exact, fp8, sta, radial, fp8+sta; forward and 50-step generate against exact; torch.compile, sageattention 1.0.6
 #      and torchao FP8 on diffusers as peers; lossy_<res>.json/.md/.png; LOSSY_BUDGET seconds a call, default 540;
 #      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate),
+#   4d. with VAE=480p|720p (comma-separated; 1: both), the Wan2.1 VAE decode at 81 frames (bench/vae_decode.py: the
+#      compiled vae/ stage against diffusers' AutoencoderKLWan.decode in bf16, random weights at the published config:
+#      time, peak memory, PSNR and cosine; vae_decode_<res>.json/.md; VAE_TIMEOUT seconds a resolution, default 600),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
 #      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
 #      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
@@ -49,6 +52,8 @@
 #      (tests/gpu/pipeline_parity.py; bench: the 50-step Wan2.1-1.3B pipeline against stock and torch.compile),
 #   10. with SERVE=1 (and the bundle of 3 or 3'), `ditrun serve` against the command line's generate loop
 #      (bench/serve_overhead.py --enforce: overhead <= 1% of a 50-step job, request to first step <= 50 ms).
+#   11. with TEXT_ENCODER=1, Wan's UMT5-XXL text encoder stage against transformers (bench/umt5_encode.py;
+#      UMT5_LAYERS blocks, default all 24),
 #      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
@@ -457,6 +462,15 @@ if [ -n "${LOSSY:-}" ] && [ -z "${NO_13B:-}" ]; then
     check test "${PIPESTATUS[0]}" = 0
   done
 fi
+if [ -n "${VAE:-}" ]; then
+  step "4d. Wan2.1 VAE decode, 81 frames: the compiled stage against diffusers' AutoencoderKLWan.decode (bf16)"
+  # One call a resolution, each under its timeout; a side that cannot run gets a row saying why.
+  for res in $([ "$VAE" = 1 ] && echo 480p 720p || echo "$VAE" | tr , ' '); do
+    timeout "${VAE_TIMEOUT:-600}" python3 bench/vae_decode.py --res "$res" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
+      --work "$W/vae_$res" --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
+    check test "${PIPESTATUS[0]}" = 0
+  done
+fi
 # The offload experiments, each bounded so that a slow one leaves the others their time;
 # every sweep rewrites its JSON after each point, so one cut short keeps what it measured.
 sweep=(python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --clean --store "$W/store")
@@ -567,6 +581,13 @@ if [ -n "${QWEN:-}" ]; then
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
+fi
+if [ -n "${TEXT_ENCODER:-}" ]; then
+  step "11. the UMT5-XXL text encoder stage (UMT5_LAYERS of 24 blocks at the published widths, 512 tokens) against transformers in bf16"
+  timeout "${TEXT_ENCODER_TIMEOUT:-300}" python3 bench/umt5_encode.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/umt5" --out "$OUT" \
+    --layers "${UMT5_LAYERS:-24}" 2>&1 | grep -v Warning | tee "$OUT/bench_umt5_encode.txt"
+  check test "${PIPESTATUS[0]}" = 0
+  rm -rf "$W/umt5"
 fi
 if [ -n "${PIPELINE:-}" ]; then
   step "9. the Python package in diffusers pipelines: WanPipeline and FluxPipeline with the compiled transformer (parity, no extra device-to-host copies)"

@@ -205,6 +205,13 @@ static void test_video_ops(dit_cuda_codegen_t *cg) {
   dit_attrs_set_int(&ca, "pad_t", 0);
   dit_graph_op(g, DIT_OP_CONV3D, xw2, 2, &ca, DIT_F32, "conv2d");
   CHECK_EQ_INT(check_op(cg, g, "conv3d f32 per-frame 3x3, no bias", B, 0, 0), (3 * 12 * 10 * 8 + B - 1) / B);
+  /* 32 input channels: the tensor-core implicit GEMM, a block 128 pixels x 128 channels. */
+  const int64_t x32d[5] = {1, 3, 12, 10, 32}, w32[5] = {24, 32, 3, 3, 3};
+  dit_vid_t x32 = dit_graph_input(g, "x32", DIT_BF16, 5, x32d);
+  dit_vid_t xw32[3] = {x32, dit_graph_weight(g, "conv32.weight", DIT_BF16, 5, w32), dit_graph_weight(g, "conv32.bias", DIT_BF16, 1, bd)};
+  dit_attrs_set_int(&ca, "pad_t", 2);
+  dit_graph_op(g, DIT_OP_CONV3D, xw32, 3, &ca, DIT_F32, "conv32");
+  CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 32 channels (implicit GEMM), f32 out", B, 0, 0), (3 * 12 * 10 + 127) / 128);
   dit_attrs_t ua = {0};
   dit_attrs_set_int(&ua, "scale", 2);
   dit_graph_op(g, DIT_OP_UPSAMPLE, &x, 1, &ua, DIT_BF16, "up");
@@ -218,6 +225,65 @@ static void test_video_ops(dit_cuda_codegen_t *cg) {
   dit_vid_t xo = dit_graph_input(g, "xo", DIT_F32, 5, od);
   dit_graph_op(g, DIT_OP_CLAMP, &xo, 1, &la, DIT_F32, "clamp_odd");
   CHECK_EQ_INT(check_op(cg, g, "clamp f32 (27 elements)", B, 0, 0), 1);
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+}
+
+/* The Wan2.1 VAE decoder at 480x832 and 81 frames (latents 21 x 60 x 104, 16 channels; decoder
+ * widths 384, 192, 96): every convolution form compiles, the 32-channel multiples on the implicit
+ * GEMM (grid: 128-pixel tiles x 128-channel tiles), the latents' 16 on the direct kernel; and the
+ * mid block's attention, one head of 384 over each frame's pixels (also 720x1280's 90 x 160). */
+static void test_vae_shapes(dit_cuda_codegen_t *cg, const char *target) {
+  static const struct {
+    int64_t f, h, w, cin, cout, kt, kh, pad_t, pad_s;
+    const char *what;
+  } convs[] = {
+      {21, 60, 104, 16, 384, 3, 3, 2, 1, "conv_in"},
+      {21, 60, 104, 384, 384, 3, 3, 2, 1, "mid block conv"},
+      {20, 60, 104, 384, 384, 3, 1, 2, 0, "time_conv half"},
+      {41, 120, 208, 192, 384, 3, 3, 2, 1, "up block 1 first conv"},
+      {81, 240, 416, 384, 192, 0, 3, 0, 1, "resample Conv2d"},
+      {81, 480, 832, 96, 96, 3, 3, 2, 1, "full-resolution conv"},
+      {81, 480, 832, 96, 3, 3, 3, 2, 1, "conv_out"},
+  };
+  const uint32_t B = DIT_ABI_BLOCK;
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+    const int64_t xd[5] = {1, convs[i].f, convs[i].h, convs[i].w, convs[i].cin}, bd[1] = {convs[i].cout};
+    const int64_t w5[5] = {convs[i].cout, convs[i].cin, convs[i].kt, convs[i].kh, convs[i].kh}, w4[4] = {convs[i].cout, convs[i].cin, 3, 3};
+    char name[64], what[128];
+    snprintf(name, sizeof name, "vae.conv%zu", i);
+    dit_vid_t x = dit_graph_input(g, name, DIT_BF16, 5, xd);
+    snprintf(name, sizeof name, "vae.conv%zu.weight", i);
+    dit_vid_t w = convs[i].kt ? dit_graph_weight(g, name, DIT_BF16, 5, w5) : dit_graph_weight(g, name, DIT_BF16, 4, w4);
+    snprintf(name, sizeof name, "vae.conv%zu.bias", i);
+    dit_vid_t ins[3] = {x, w, dit_graph_weight(g, name, DIT_BF16, 1, bd)};
+    dit_attrs_t a = {0};
+    dit_attrs_set_int(&a, "pad_t", convs[i].pad_t);
+    dit_attrs_set_int(&a, "pad_h", convs[i].pad_s);
+    dit_attrs_set_int(&a, "pad_w", convs[i].pad_s);
+    snprintf(name, sizeof name, "vae.conv%zu.out", i);
+    dit_graph_op(g, DIT_OP_CONV3D, ins, 3, &a, DIT_BF16, name);
+    const int64_t pixels = convs[i].f * convs[i].h * convs[i].w;
+    snprintf(what, sizeof what, "VAE %s %lld -> %lld on %s", convs[i].what, (long long)convs[i].cin, (long long)convs[i].cout, target);
+    const int64_t grid = convs[i].cin % DIT_ABI_CONV_BK ? (pixels * convs[i].cout + B - 1) / B : (pixels + DIT_ABI_CONV_BM - 1) / DIT_ABI_CONV_BM;
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), grid);
+  }
+  const int64_t frames[2][2] = {{60, 104}, {90, 160}};
+  for (int r = 0; r < 2; r++) {
+    const int64_t sq = frames[r][0] * frames[r][1];
+    dit_vid_t q = in3(g, "vae.q", DIT_BF16, 21, sq, 384), qkv[3] = {q, q, q};
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", 1);
+    dit_attrs_set_float(&at, "scale", 0.05103103630798288);
+    dit_graph_op(g, DIT_OP_ATTENTION, qkv, 3, &at, DIT_BF16, "vae.attn");
+    char what[96];
+    snprintf(what, sizeof what, "VAE attention hd 384 over %lld pixels on %s", (long long)sq, target);
+    const int bq = 16 * DIT_ABI_ATTN_WARPS_WIDE;
+    CHECK_EQ_INT(check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS_WIDE, (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK_WIDE) * (384 + 8) * 2), 0),
+                 (sq + bq - 1) / bq);
+  }
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }
@@ -545,10 +611,43 @@ static void test_codegen_ops(const char *target, const char *cache) {
       if (!sm90) break; /* one shape is enough for the portable kernel */
     }
   }
+  /* Wide heads: 512 compiles (with the row remainder of 300 queries); past 512, and where the
+   * shared memory a head dim needs exceeds the target's (256 on sm_80), the code generator refuses. */
+  for (int hd = 512; hd <= 520; hd += 8) {
+    dit_vid_t q = in3(g, "qw", DIT_BF16, 2, 300, hd), qkv[3] = {q, q, q};
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", 1);
+    dit_attrs_set_float(&at, "scale", 0.125);
+    dit_graph_op(g, DIT_OP_ATTENTION, qkv, 3, &at, DIT_BF16, "att_wide");
+    if (hd == 512) {
+      const int bq = 16 * DIT_ABI_ATTN_WARPS_WIDE;
+      CHECK_EQ_INT(check_op(cg, g, "attention hd 512", 32 * DIT_ABI_ATTN_WARPS_WIDE, (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK_WIDE) * (512 + 8) * 2), 0),
+                   (300 + bq - 1) / bq);
+    } else {
+      int has = 0;
+      dit_plan_kernel_t k;
+      dit_cuda_module_t m;
+      CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+                "op attention 'att_wide': head dim 520 > 512");
+    }
+  }
+  if (!sm90) {
+    dit_vid_t q = in3(g, "q256", DIT_BF16, 2, 300, 256), qkv[3] = {q, q, q};
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", 1);
+    dit_attrs_set_float(&at, "scale", 0.125);
+    dit_graph_op(g, DIT_OP_ATTENTION, qkv, 3, &at, DIT_BF16, "att256");
+    int has = 0;
+    dit_plan_kernel_t k;
+    dit_cuda_module_t m;
+    CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+              "op attention 'att256': head dim 256 needs 202752 bytes of shared memory, sm_80 allows 166912");
+  }
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
   test_mmdit_ops(cg);
   test_video_ops(cg);
+  if (sm90) test_vae_shapes(cg, target);
   test_mask_ops(cg, target);
   test_sparse_ops(cg, target);
   test_umt5_ops(cg, target);

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""The Wan2.1 VAE decode at 81 frames, 480x832 and 720x1280, on one GPU: the compiled decoder
+stage (`ditc compile` of a vae/ folder, `ditrun forward`) against diffusers'
+AutoencoderKLWan.decode in bf16, same weights and latents.
+
+It makes random weights at the published config (AutoencoderKLWan's class defaults, which are
+Wan-AI/Wan2.1-T2V-*-Diffusers' vae/config.json) with diffusers itself, redrawn at a trained
+model's scale as tests/data/make_goldens_wan_vae.py draws them (so the output is not all clamped),
+cast to bf16 on the GPU, and saves the vae/ folder. Latents [1, 16, 21, H/8, W/8] from a fixed
+seed in the transformer's output space; diffusers decodes them de-normalized as WanPipeline does
+(latents * std + mean), the stage de-normalizes itself. Per resolution: diffusers' decode time
+(the median of --iters after a warm-up decode of one latent frame) and torch.cuda.max_memory_allocated;
+ditrun's forward time (the best of --iters processes, from `ditrun: forward S` on stderr) and its
+allocation (the `ditrun: memory:` line); PSNR (peak-to-peak 2, the clamped output's range) and
+cosine of ditrun's frames against diffusers' (a cosine below 0.999 fails the run). A side that cannot run (out of memory, refused by
+ditc) gets a row saying why instead of ending the script. Results go to OUT/vae_decode_<res>.json
+and .md, rewritten after each measurement.
+
+usage: bench/vae_decode.py --ditc BIN --ditrun BIN --work DIR --out DIR [--res 480p,720p] [--iters 2] [--keep]
+       bench/vae_decode.py --dry-run --out DIR
+       bench/vae_decode.py --write-folder DIR
+           (DIR/vae in the standard library alone, zero weights: the shapes ditc compiles, for
+           filling a kernel cache; compile it with --frames 81 at each resolution)
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import pipeline_bench as pb  # noqa: E402
+
+# AutoencoderKLWan's class defaults at the pinned diffusers (58eb52c0803e): the published Wan2.1 VAE.
+CONFIG = {"attn_scales": [], "base_dim": 96, "decoder_base_dim": None, "dim_mult": [1, 2, 4, 4], "dropout": 0.0,
+          "in_channels": 3, "is_residual": False,
+          "latents_mean": [-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508, 0.4134, -0.0715, 0.5517,
+                           -0.3632, -0.1922, -0.9497, 0.2503, -0.2921],
+          "latents_std": [2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743, 3.2687, 2.1526, 2.8652, 1.5579,
+                          1.6382, 1.1253, 2.8251, 1.916],
+          "num_res_blocks": 2, "out_channels": 3, "patch_size": None, "scale_factor_spatial": 8, "scale_factor_temporal": 4,
+          "temperal_downsample": [False, True, True], "z_dim": 16}
+RESOLUTIONS = {"480p": (480, 832), "720p": (720, 1280)}
+FRAMES = 81
+SEED = 2101
+
+
+def latent_shape(res, frames=FRAMES):
+    """[B, z, latent frames, h, w] of a decode to `frames` frames at resolution `res`."""
+    h, w = RESOLUTIONS[res]
+    return [1, CONFIG["z_dim"], (frames - 1) // CONFIG["scale_factor_temporal"] + 1, h // 8, w // 8]
+
+
+def weight_shapes(cfg):
+    """The decoder's tensors and post_quant_conv (what the stage reads; the encoder is ignored)."""
+    dim, z, nres = cfg.get("decoder_base_dim") or cfg["base_dim"], cfg["z_dim"], cfg["num_res_blocks"]
+    mult, up_t = cfg["dim_mult"], cfg["temperal_downsample"][::-1]
+    dims = [dim * mult[-1]] + [dim * m for m in mult[::-1]]
+    s = {}
+
+    def conv(name, o, i, kt, k):
+        s[name + ".weight"], s[name + ".bias"] = [o, i, kt, k, k], [o]
+
+    def resnet(p, i, o):
+        s[p + ".norm1.gamma"] = [i, 1, 1, 1]
+        conv(p + ".conv1", o, i, 3, 3)
+        s[p + ".norm2.gamma"] = [o, 1, 1, 1]
+        conv(p + ".conv2", o, o, 3, 3)
+        if i != o:
+            conv(p + ".conv_shortcut", o, i, 1, 1)
+
+    conv("post_quant_conv", z, z, 1, 1)
+    conv("decoder.conv_in", dims[0], z, 3, 3)
+    c = dims[0]
+    for r in range(2):
+        resnet(f"decoder.mid_block.resnets.{r}", c, c)
+    a = "decoder.mid_block.attentions.0."
+    s[a + "norm.gamma"] = [c, 1, 1]
+    s[a + "to_qkv.weight"], s[a + "to_qkv.bias"] = [3 * c, c, 1, 1], [3 * c]
+    s[a + "proj.weight"], s[a + "proj.bias"] = [c, c, 1, 1], [c]
+    for i in range(len(mult)):
+        cin, cout = dims[i] // 2 if i else dims[i], dims[i + 1]
+        for r in range(nres + 1):
+            resnet(f"decoder.up_blocks.{i}.resnets.{r}", cout if r else cin, cout)
+        if i < len(mult) - 1:
+            p = f"decoder.up_blocks.{i}.upsamplers.0."
+            if up_t[i]:
+                conv(p + "time_conv", 2 * cout, cout, 3, 1)
+            s[p + "resample.1.weight"], s[p + "resample.1.bias"] = [cout // 2, cout, 3, 3], [cout // 2]
+    s["decoder.norm_out.gamma"] = [dims[-1], 1, 1, 1]
+    conv("decoder.conv_out", cfg["out_channels"], dims[-1], 3, 3)
+    return s
+
+
+def write_folder(path, cfg=CONFIG):
+    """path/vae: config.json and zero bf16 weights. Returns the weights' bytes."""
+    vae = os.path.join(path, "vae")
+    os.makedirs(vae, exist_ok=True)
+    pb.write_json(os.path.join(vae, "config.json"), {"_class_name": "AutoencoderKLWan", "_diffusers_version": "0.40.0.dev0", **cfg})
+    return pb.write_zero_safetensors(os.path.join(vae, "diffusion_pytorch_model.safetensors"), weight_shapes(cfg))
+
+
+def shape_flags(res):
+    h, w = RESOLUTIONS[res]
+    return ["--frames", str(FRAMES), "--height", str(h), "--width", str(w)]
+
+
+def psnr_db(mse):
+    """PSNR of a [-1, 1] signal (peak-to-peak 2)."""
+    return math.inf if mse == 0 else 10 * math.log10(4.0 / mse)
+
+
+def fmt(v, spec, missing="-"):
+    return missing if v is None else format(v, spec)
+
+
+def lines(res):
+    """The results as a markdown table: one row a contender, a failed side saying why."""
+    h, w = RESOLUTIONS[res["res"]]
+    L = [f"Wan2.1 VAE decode, {FRAMES} frames at {w}x{h} (latents {'x'.join(map(str, res['latents']))}), bf16, random weights "
+         f"at the published config", "",
+         "| contender | decode ms | peak GiB | vs diffusers | PSNR dB | cosine |", "|---|---|---|---|---|---|"]
+    d, o, p = res.get("diffusers", {}), res.get("ditrun", {}), res.get("parity", {})
+    for name, e in (("diffusers AutoencoderKLWan.decode", d), ("ditrun (compiled stage)", o)):
+        if e.get("failed"):
+            L.append(f"| {name} | failed: {e['failed'][:160]} | | | | |")
+            continue
+        ratio = d["ms"] / e["ms"] if e.get("ms") and d.get("ms") and e is o else None
+        mine = e is o and p
+        L.append(f"| {name} | {fmt(e.get('ms'), '.1f')} | {fmt(e.get('peak_gib'), '.2f')} | {fmt(ratio, '.2f')}{'x' if ratio else ''} | "
+                 f"{fmt(p.get('psnr_db') if mine else None, '.2f')} | {fmt(p.get('cosine') if mine else None, '.6f')} |")
+    if d.get("peak_gib") is not None or o.get("peak_gib") is not None:
+        L += ["", "peak GiB: diffusers' torch.cuda.max_memory_allocated (tensors only), ditrun's own allocation (its memory line)"]
+    return L
+
+
+def save_res(res, out):
+    path = pb.save(res, out, f"vae_decode_{res['res']}.json")
+    with open(os.path.join(out, f"vae_decode_{res['res']}.md"), "w") as fh:
+        fh.write("\n".join(lines(res)) + "\n")
+    return path
+
+
+def ditrun_line(stderr, prefix):
+    for line in stderr.splitlines():
+        if line.startswith(prefix):
+            return line.split()
+    return None
+
+
+def dry_run(a):
+    """Shapes against diffusers' tiny VAE, the folder writer and the table, with made-up numbers
+    (nothing it writes is a measurement)."""
+    golden = os.path.join(HERE, "..", "tests", "data", "wan_vae_tiny", "vae")
+    if os.path.isdir(golden):
+        cfg = {k: v for k, v in json.load(open(os.path.join(golden, "config.json"))).items() if not k.startswith("_")}
+        want = {k: v for k, v in pb.read_header_shapes(os.path.join(golden, "diffusion_pytorch_model.safetensors")).items()
+                if k.startswith(("decoder.", "post_quant_conv."))}
+        got = weight_shapes(cfg)
+        bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        assert not bad, f"weight_shapes differs from diffusers' tiny AutoencoderKLWan at {bad[:5]}"
+        assert sorted(cfg) == sorted(CONFIG), f"config fields differ from diffusers': {sorted(set(cfg) ^ set(CONFIG))}"
+    else:
+        print(f"note: {os.path.normpath(golden)} is missing: the shapes are not checked against diffusers' tiny VAE")
+    n = pb.param_count(weight_shapes(CONFIG))
+    assert 70e6 < n < 76e6, n  # the decoder's 73.3M of the Wan2.1 VAE's 127M parameters
+    assert latent_shape("480p") == [1, 16, 21, 60, 104] and latent_shape("720p") == [1, 16, 21, 90, 160]
+    os.makedirs(a.out, exist_ok=True)
+    folder = os.path.join(a.out, "folder")
+    nbytes = write_folder(folder)
+    assert nbytes == 2 * n and pb.read_header_shapes(os.path.join(folder, "vae", "diffusion_pytorch_model.safetensors")) == \
+        weight_shapes(CONFIG)
+    assert json.load(open(os.path.join(folder, "vae", "config.json")))["_class_name"] == "AutoencoderKLWan"
+    print(f"Wan2.1 VAE decoder: {n / 1e6:.1f}M parameters; zero-weight folder {nbytes / 1e6:.0f} MB")
+    for r, ok in (("480p", True), ("720p", False)):
+        res = {"res": r, "latents": latent_shape(r), "dry_run": True,
+               "diffusers": {"ms": 30000.0, "peak_gib": 20.0},
+               "ditrun": {"ms": 12000.0, "peak_gib": 40.0} if ok else {"failed": "out of memory: 150.00 GiB needed"},
+               "parity": {"psnr_db": 48.5, "cosine": 0.99995} if ok else {}}
+        for line in lines(res):
+            print(line)
+        save_res(res, a.out)
+    return 0
+
+
+def run(a):
+    import torch  # device only
+    from safetensors.torch import load_file, save_file  # device only
+    from diffusers import AutoencoderKLWan  # device only
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "data"))
+    from make_goldens_wan_vae import redraw_parameters  # device only (imports diffusers)
+
+    dev, bf16, fails = torch.device("cuda"), torch.bfloat16, 0
+    gen = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(SEED)
+    model = AutoencoderKLWan(**CONFIG).eval()
+    redraw_parameters(model, gen)
+    folder, store = os.path.join(a.work, "pipeline"), os.path.join(a.work, "store")
+    model.save_pretrained(os.path.join(folder, "vae"))
+    model = model.to(dev, bf16)
+    z = CONFIG["z_dim"]
+    mean = torch.tensor(CONFIG["latents_mean"], device=dev).view(1, z, 1, 1, 1)
+    inv_std = 1.0 / torch.tensor(CONFIG["latents_std"], device=dev).view(1, z, 1, 1, 1)
+
+    def decode(latents):  # WanPipeline's de-normalization, then the decode
+        with torch.no_grad():
+            return model.decode((latents / inv_std + mean).to(bf16), return_dict=False)[0]
+
+    for r in a.res.split(","):
+        res = {"res": r, "latents": latent_shape(r), "config": CONFIG, "frames": FRAMES, "iters": a.iters,
+               "device": torch.cuda.get_device_name(0), "diffusers": {}, "ditrun": {}, "parity": {}}
+        print(lines(res)[0], flush=True)
+        latents = torch.randn(latent_shape(r), generator=gen)
+        inputs = os.path.join(a.work, f"latents_{r}.safetensors")
+        save_file({"latents": latents}, inputs)
+        # diffusers first, its frames kept on the host; then the model leaves the device for ditrun.
+        ref = None
+        model.to(dev)
+        try:
+            decode(latents[:, :, :1].to(dev))  # warm-up
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            times = []
+            for _ in range(a.iters):
+                t0 = time.perf_counter()
+                ref = decode(latents.to(dev))
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                ref = ref.cpu()
+            res["diffusers"] = {"ms": 1e3 * sorted(times)[len(times) // 2], "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError among them
+            res["diffusers"] = {"failed": str(e).strip().splitlines()[0][:200]}
+            fails += 1
+        save_res(res, a.out)
+        model.to("cpu")
+        torch.cuda.empty_cache()
+        bundle, res["ditc_compile_s"], refused = pb.ditc_compile(a.ditc, os.path.join(folder, "vae"), shape_flags(r) + [
+            "--dtype", "bf16", "--target", "sm_90", "--store", store])
+        if not bundle:
+            res["ditrun"] = {"failed": "ditc compile: " + refused}
+            fails += 1
+        else:
+            out, times = os.path.join(a.work, f"sample_{r}.safetensors"), []
+            for _ in range(a.iters):
+                p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
+                if p.returncode:
+                    res["ditrun"] = {"failed": (p.stderr.strip() or "ditrun forward failed").splitlines()[-1][:300]}
+                    break
+                t, m = ditrun_line(p.stderr, "ditrun: forward "), ditrun_line(p.stderr, "ditrun: memory:")
+                times.append(float(t[2].rstrip("s")))
+                if m:
+                    res["ditrun"]["peak_gib"] = float(m[2]) / 1024
+            if not res["ditrun"].get("failed"):
+                res["ditrun"]["ms"] = 1e3 * min(times)
+                ours = load_file(out)["sample"]
+                if ref is not None:
+                    assert ours.shape == ref.shape, (ours.shape, ref.shape)
+                    o, w = ours.to(dev, torch.float64).flatten(), ref.to(dev, torch.float64).flatten()
+                    mse = float(((o - w) ** 2).mean())
+                    cos = float(torch.nn.functional.cosine_similarity(o, w, dim=0))
+                    res["parity"] = {"psnr_db": psnr_db(mse), "cosine": cos, "max_abs": float((o - w).abs().max()),
+                                     "clamped_share": float((w.abs() >= 1).double().mean()), "parity_ok": cos >= pb.COSINE_MIN}
+                    fails += not res["parity"]["parity_ok"]
+                    del o, w
+            else:
+                fails += 1
+        res["complete"] = True
+        save_res(res, a.out)
+        print("\n".join(lines(res)), flush=True)
+    return 1 if fails else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    pb.add_contender_flags(ap, "where the model, latents and bundle go (removed at the end unless --keep)", "results directory")
+    ap.add_argument("--res", default="480p,720p", help="resolutions, comma-separated: 480p, 720p")
+    ap.add_argument("--iters", type=int, default=2)
+    pb.add_switches(ap, "--keep")
+    ap.add_argument("--dry-run", action="store_true", help="check the shapes, folder writer and table without torch or a GPU")
+    ap.add_argument("--write-folder", metavar="DIR")
+    a = ap.parse_args()
+    for r in a.res.split(","):
+        if r not in RESOLUTIONS:
+            ap.error(f"--res {r}: expected one of {', '.join(RESOLUTIONS)}")
+    if a.iters < 1:
+        ap.error("--iters: expected at least 1")
+    return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"), write_folder=lambda: (
+        f"wrote {a.write_folder}/vae: {write_folder(a.write_folder)} bytes of zero weights"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
