@@ -8,7 +8,7 @@
 # on the same initial latents; the same run to an MP4 (5 frames of 32 x 32) and a PNG; refusals by
 # name (--prompt on a bundle without stages, --stages naming a stage the folder lacks, a --vae-chunk
 # that does not divide the latent frames); --vae-chunk 0 (the whole video in one graph, three
-# bundles) decodes the same frames to fp32 rounding; `ditrun
+# bundles) decodes the same frames to fp32 rounding, at 9 frames too with chunks of 1 and 2; `ditrun
 # verify` catches a modified tokenizer file in the text encoder's bundle; the store serves the
 # stages as it serves the bundle.
 set -euo pipefail
@@ -79,6 +79,16 @@ line=$("$BIN/ditc" compile "$d" "${shape[@]}" --vae-chunk 0 -o "$T/w" 2>/dev/nul
 "$BIN/ditrun" info "${line##* }" | grep -q "vae_decoder_first" && fail "--vae-chunk 0 has a first chunk's stage"
 "$BIN/ditrun" generate "${line##* }" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/fw.safetensors" 2>/dev/null >/dev/null
 "$BIN/st_compare" "$T/fw.safetensors" "$T/f.safetensors" frames 1e-5
+# 9 frames (3 latent frames: two forwards after latent frame 0, the caches carried between them;
+# or one of two latent frames) decode as the whole-video graph does.
+shape9=(--frames 9 --height "$H" --width "$W" --text-len "$L")
+gen9=(--prompt "$PROMPT" --seed 7 --steps 2 --guidance "$G" --shift "$S")
+for chunk in 0 1 2; do
+  line=$("$BIN/ditc" compile "$d" "${shape9[@]}" --vae-chunk $chunk -o "$T/c$chunk" 2>/dev/null | tail -n1)
+  "$BIN/ditrun" generate "${line##* }" "${gen9[@]}" --out "$T/f9_$chunk.safetensors" 2>/dev/null >/dev/null
+done
+"$BIN/st_compare" "$T/f9_1.safetensors" "$T/f9_0.safetensors" frames 1e-5
+"$BIN/st_compare" "$T/f9_2.safetensors" "$T/f9_0.safetensors" frames 1e-5
 expect_fail "--vae-chunk 2: the 1 latent frames after the first (--frames $F) do not split into chunks of that many" "$BIN/ditc" compile \
   "$d" "${shape[@]}" --vae-chunk 2 -o "$T/x"
 # The negative prompt matters: the default "" gives other frames.
