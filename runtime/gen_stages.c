@@ -300,9 +300,9 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   if (!s && first_dir && first.n != 1)
     s = DIT_ERR(FAILED_PRECONDITION, "%s: the first chunk's decoder takes %lld latent frames, expected 1", first_dir, (long long)first.n);
   if (!s && later && (first_dir ? (f - 1) % rest.n : f != rest.n))
-    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes %lld latent frames per forward, which the loop's %lld %s", vae_dir,
-                (long long)rest.n, (long long)(first_dir ? f - 1 : f),
-                first_dir ? "latent frames after the first do not split into" : "latent frames are not (a stage of another shape)");
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes %lld latent frames per forward, the latents have %lld%s", vae_dir,
+                (long long)rest.n, (long long)f, first_dir ? ": the frames after the first do not split into such chunks" : " (a stage of "
+                "another shape)");
   const int64_t chunks = !later ? 0 : first_dir ? (f - 1) / rest.n : 1;
   if (!s) {
     /* The frames' channels and size: any decoder's (the loop's latents fixed them alike). */

@@ -7,7 +7,7 @@
 # negation) decodes each item as batch 1 does; the bundle's input and output; the decode in chunks
 # (--vae-chunk 1 and 2: latent frame 0's graph, then the later chunks', causal caches carried
 # between forwards as `ditrun generate` does, tests/tools/vae_chunks.py) equal to the golden and to
-# the whole-video graph's output to fp32 rounding, and its plan's predicted peak at 81 and 161
+# the whole-video graph's output to fp32 rounding (`ditrun decode` too), and its plan's predicted peak at 81 and 161
 # frames of 480 x 832 (printed) the same for both lengths, the whole video's growing with them;
 # refusals by name (the Wan2.2 VAE's patch_size and is_residual, an unknown field, frames that no
 # latent count decodes to, a mean of the wrong length, a chunk that does not divide the frames); the
@@ -64,7 +64,23 @@ for n in 1 2; do
   python3 tests/tools/vae_chunks.py "$BIN/ditrun" "$first" "$rest" "$d/forward_inputs.safetensors" "$T/c$n.safetensors" "$T"
   "$BIN/st_compare" "$T/c$n.safetensors" "$d/forward_output.safetensors" sample 1e-4
   "$BIN/st_compare" "$T/c$n.safetensors" "$T/whole.safetensors" sample 1e-5
+  # ditrun decode chains the same forwards in one process (generate's decoder): the same frames.
+  "$BIN/ditrun" decode "$rest" --first "$first" --latents "$d/forward_inputs.safetensors" --out "$T/d$n.safetensors" 2>"$T/decode.err" >/dev/null ||
+    { cat "$T/decode.err"; exit 1; }
+  grep -q "^ditrun: vae decode [0-9.]* s$" "$T/decode.err" || { cat "$T/decode.err"; exit 1; }
+  python3 - "$T/d$n.safetensors" "$T/c$n.safetensors" <<'PY'
+import json, struct, sys
+def load(p, name):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+    v = h[name]; a, b = v["data_offsets"]
+    return v["shape"], body[a:b]
+(sa, a), (sb, b) = load(sys.argv[1], "frames"), load(sys.argv[2], "sample")
+assert sa == sb and a == b, "ditrun decode's frames differ from the chained forwards'"
+print("ditrun decode: the chained forwards' frames, %s" % sa)
+PY
 done
+expect_fail "the VAE decoder stage takes 2 latent frames per forward, the latents have 3 (a stage of another shape)" "$BIN/ditrun" decode "$rest" \
+  --latents "$d/forward_inputs.safetensors" --out "$T/x.safetensors"
 # The plans' predicted peaks at 480 x 832: a chunk's does not grow with the video, the whole video's does.
 peak() { # frames flags...
   local fr=$1
