@@ -1187,7 +1187,7 @@ static dit_status_t check_tree(const dit_json_t *root, const char *key) {
 /* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
 static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"role", "identity", "family", "class", NULL};
-  static const char *const roles[] = {"text_encoder", "vae_decoder", NULL};
+  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "stages", DIT_MAX_STAGES, &a, &n));

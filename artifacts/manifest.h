@@ -49,7 +49,9 @@
  *   "stages": [{"role": "text_encoder" | "vae_decoder",   schema 1.4, optional: the pipeline's
  *               "identity": "<32 hex>",       other stages, each a bundle of its own published
  *               "family": "umt5", "class": "UMT5EncoderModel"}, ...]   beside this one (or in
- *                                             the store), at most one per role
+ *                                             the store), at most one per role; role
+ *                                             "vae_decoder_first": latent frame 0's graph of a
+ *                                             VAE decoding in chunks (vae_decoder: the later chunks')
  * }
  *
  * A blob of role "tokenizer" (schema 1.4) is a file of the pipeline's tokenizer folder that a
@@ -98,7 +100,7 @@ typedef struct dit_manifest_blob {
 
 /* One entry of the stages section. */
 typedef struct dit_manifest_stage {
-  char role[16];               /* "text_encoder" or "vae_decoder" */
+  char role[24];               /* "text_encoder", "vae_decoder" or "vae_decoder_first" */
   char identity[DIT_HASH_HEX]; /* the stage's bundle */
   char family[32], model_class[64];
 } dit_manifest_stage_t;

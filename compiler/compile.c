@@ -329,6 +329,12 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON_AddNumberToObject(sa, "dense_layers", (double)sp->dense_layers);
   }
   if (o->quant) cJSON_AddStringToObject(opts, "quant", dit_quant_name(o->quant)); /* absent: bundles keep their identity */
+  if (o->shape.vae_chunk > 0) {
+    /* A decoder in chunks (absent: the whole video, bundles keep their identity). */
+    cJSON *vc = cJSON_AddObjectToObject(opts, "vae_chunk");
+    cJSON_AddNumberToObject(vc, "frames", (double)o->shape.vae_chunk);
+    cJSON_AddBoolToObject(vc, "first", o->shape.vae_first);
+  }
   if (o->offload && strcmp(o->offload, "none")) {
     /* Only what changes the plan: the mode, the chunk size, the residency request and the
      * profile's values (3 significant digits, so equivalent hosts share bundles). */

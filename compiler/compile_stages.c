@@ -14,11 +14,13 @@
 #include "compiler/compile_internal.h"
 #include "text/tokenizer.h"
 
-/* The stages this build compiles, in the order the manifest lists them: the pipeline folder, the
- * manifest role, the name --stages takes. */
+/* The stages this build compiles, in the order the manifest lists them: the pipeline folder (the
+ * name --stages takes), the manifest role. The VAE decodes in chunks (--vae-chunk, default 1 latent
+ * frame as diffusers; 0: one graph over the whole video): its later chunks' graph is the
+ * vae_decoder stage, latent frame 0's the vae_decoder_first stage. */
 static const struct {
   const char *folder, *role;
-} kStages[] = {{"text_encoder", "text_encoder"}, {"vae", "vae_decoder"}};
+} kStages[] = {{"text_encoder", "text_encoder"}, {"vae", "vae_decoder"}, {"vae", "vae_decoder_first"}};
 #define N_STAGES (sizeof kStages / sizeof kStages[0])
 
 /* --stages LIST: which of kStages it names (bit i); the transformer must be among them. */
@@ -30,7 +32,7 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
     size_t n = strcspn(p, ",");
     int known = n == 11 && !strncmp(p, "transformer", n);
     transformer |= known;
-    for (size_t i = 0; !known && i < N_STAGES; i++)
+    for (size_t i = 0; i < N_STAGES; i++)
       if (strlen(kStages[i].folder) == n && !strncmp(p, kStages[i].folder, n)) *mask |= 1u << i, known = 1;
     if (!known)
       return DIT_ERR(INVALID_ARGUMENT, "--stages %s: unknown stage '%.*s': expected a comma-separated list of transformer, "
@@ -41,6 +43,9 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
     return DIT_ERR(INVALID_ARGUMENT, "--stages %s: the bundle is the transformer's, the stages hang on it: include transformer", list);
   return DIT_OK;
 }
+
+/* The VAE's latent frames per chunk: --vae-chunk, else 1. */
+static int64_t vae_chunk(const dit_compile_options_t *o) { return o->shape.vae_chunk < 0 ? 1 : o->shape.vae_chunk; }
 
 /* The options of stage i: its folder, batch 1, the shape it takes, no parallelism or offload. */
 static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer,
@@ -61,10 +66,12 @@ static void stage_options(const dit_compile_options_t *o, size_t i, const char *
   so->shape.batch = 1;
   so->shape.text_len = o->shape.text_len;
   so->shape.frames = so->shape.height = so->shape.width = -1;
-  if (!strcmp(kStages[i].role, "vae_decoder")) {
+  if (!strncmp(kStages[i].role, "vae_decoder", 11)) {
     so->shape.frames = o->shape.frames;
     so->shape.height = o->shape.height;
     so->shape.width = o->shape.width;
+    so->shape.vae_chunk = vae_chunk(o);
+    so->shape.vae_first = !strcmp(kStages[i].role, "vae_decoder_first");
   }
 }
 
@@ -88,6 +95,7 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
     if (named && !has)
       return DIT_ERR(NOT_FOUND, "--stages %s: the pipeline directory %s has no %s/ folder", o->stages, o->model_dir, kStages[i].folder);
     if (!has || (o->stages && !named)) continue;
+    if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o)) continue; /* the whole video in one graph */
     /* By default a stage this build cannot load or compile (a family or a variant it does not know
      * yet, a folder that holds only what the transformer's compile reads, such as a VAE config for
      * its factors) is left out with a note saying why; named in --stages it is an error. */

@@ -73,6 +73,11 @@ static const char kUsage[] =
     "                            decoder at --frames/--height/--width), published beside the\n"
     "                            transformer's, whose manifest names them: ditrun generate --prompt\n"
     "                            runs them\n"
+    "        --vae-chunk N       a pipeline's VAE decoder stage decodes N latent frames per forward,\n"
+    "                            each causal convolution carrying its last input frames to the next\n"
+    "                            (default 1, as diffusers: the peak memory of one chunk); 0: one\n"
+    "                            graph over the whole video. On a vae/ folder alone: the graph of\n"
+    "                            one such chunk (--vae-first: of latent frame 0)\n"
     "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
     "                            with a store)\n"
     "        --store DIR         content-addressed store to look in first and enter the bundle\n"
@@ -120,6 +125,7 @@ static int cmd_compile(int argc, char **argv, int why) {
   o.shape.batch = 1;
   o.shape.text_len = 512;
   o.shape.frames = o.shape.height = o.shape.width = -1;
+  o.shape.vae_chunk = -1; /* a pipeline's default (1); a vae/ folder alone: the whole video */
   o.shape.dtype = DIT_F32;
   o.target = "cpu";
   o.out_dir = "bundles";
@@ -134,6 +140,10 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--width")) rc = parse_i64(a, val, &o.shape.width), i++;
     else if (!strcmp(a, "--batch")) rc = parse_i64(a, val, &o.shape.batch), i++;
     else if (!strcmp(a, "--text-len")) rc = parse_i64(a, val, &o.shape.text_len), i++;
+    else if (!strcmp(a, "--vae-chunk")) {
+      rc = parse_i64(a, val, &o.shape.vae_chunk), i++;
+      if (!rc && o.shape.vae_chunk < 0) return usage_error("--vae-chunk %s: expected a count of latent frames >= 0", val);
+    } else if (!strcmp(a, "--vae-first")) o.shape.vae_first = 1;
     else if (!strcmp(a, "--image-len")) {
       rc = parse_i64(a, val, &o.shape.image_len), i++;
       if (!rc && o.shape.image_len < 1) return usage_error("--image-len %s: expected a positive count", val);
@@ -243,6 +253,7 @@ static int cmd_compile(int argc, char **argv, int why) {
     if (rc) return rc;
   }
   if (!o.model_dir) return usage_error("%s", "compile needs a MODEL_DIR");
+  if (o.shape.vae_first && o.shape.vae_chunk < 1) return usage_error("%s", "--vae-first needs --vae-chunk N with N >= 1");
   if (sparse_extra && !o.shape.sparse.pattern) return usage_error("%s needs --sparse-attn", sparse_extra);
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");

@@ -34,6 +34,12 @@ typedef struct dit_shape_request {
    * adjacent remote groups that share one cached state (0 or 1: one state per group). */
   int reuse_group, reuse_copies, reuse_merge;
   dit_sparse_attn_t sparse;      /* the video self-attention's sparse pattern (pattern 0: dense) */
+  /* A video decoder's chunked form (0: one graph over the whole video): the graph decodes
+   * vae_chunk latent frames, each causal convolution reading the last frames of its input from the
+   * previous chunk (inputs cache.NAME, outputs cache.NAME.next); vae_first: the graph of latent
+   * frame 0 alone, which diffusers decodes as a chunk of its own. */
+  int64_t vae_chunk;
+  int vae_first;
 } dit_shape_request_t;
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };

@@ -18,7 +18,7 @@ gen=(generate "$bundle" --prompt "$PROMPT" --seed 42 --steps 10 --guidance 5 --s
 "$BIN/ditrun" "${gen[@]}" --out "$OUT/fox.mp4" --out-latents "$OUT/latents.safetensors"
 "$BIN/ditrun" "${gen[@]}" --out "$OUT/fox.png"
 echo "pipeline:   $PIPE"
-echo "bundle:     $bundle (stages: text encoder, VAE decoder beside it in $OUT/bundles)"
+echo "bundle:     $bundle (stages: text encoder, VAE decoder in chunks beside it in $OUT/bundles)"
 echo "video:      $OUT/fox.mp4 (9 frames, 64x64, 16 fps)"
 echo "image:      $OUT/fox.png (frame 0)"
 echo "latents:    $OUT/latents.safetensors (tensor 'latents', fp32 [1,16,3,8,8])"

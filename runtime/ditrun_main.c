@@ -43,6 +43,10 @@ static const char kUsage[] =
     "                     decoded frames ([B, 3, F, H, W] or [B, 3, H, W], values in [-1, 1])\n"
     "                     as an H.264 MP4 (yuv420p, --fps default 16, --crf 1..51 default 18)\n"
     "                     or a PNG (a video's frame 0); batch item b >= 1 goes to FILE_b.EXT\n"
+    "  decode VAE_BUNDLE [--first FIRST_BUNDLE] --latents IN.safetensors --out OUT.safetensors\n"
+    "                     a VAE decoder stage's decode of tensor 'latents' ([B, C, f, h, w]) into\n"
+    "                     tensor 'frames', as generate --prompt decodes: with --first, the stage\n"
+    "                     in chunks (FIRST_BUNDLE latent frame 0's, VAE_BUNDLE the later chunks')\n"
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
@@ -354,15 +358,6 @@ static dit_status_t read_arg_tensor(const run_args_t *a, const char *path, const
   return a->request ? copy_tensor(a->request, "(request inputs)", name, flag, t) : read_tensor(path, name, flag, t);
 }
 
-static dit_status_t write_tensor(const char *path, const char *name, const dit_tensor_t *t) {
-  dit_st_writer_t *w;
-  DIT_RETURN_IF(dit_st_writer_create(&w));
-  dit_status_t s = dit_st_writer_add(w, name, t->dtype, t->rank, t->dims, t->data);
-  if (!s) s = dit_st_writer_write(w, path);
-  dit_st_writer_destroy(w);
-  return s;
-}
-
 /* ---- forward / generate ---- */
 
 
@@ -579,11 +574,16 @@ static int cmd_forward(int argc, char **argv) {
   double t0 = dit_now_s();
   if (!s) s = dit_runtime_forward(rt);
   if (!s) fprintf(stderr, "ditrun: forward %.3fs\n", dit_now_s() - t0);
+  /* Every output in one file (the views stay valid until the next forward). */
+  dit_st_writer_t *w = NULL;
+  if (!s && g_writer) s = dit_st_writer_create(&w);
   for (size_t i = 0; !s && i < m->n_outputs; i++) {
     dit_tensor_t y;
     s = dit_runtime_output(rt, m->io_outputs[i].name, &y);
-    if (!s && g_writer) s = write_tensor(a.out, m->io_outputs[i].name, &y);
+    if (!s && w) s = dit_st_writer_add(w, m->io_outputs[i].name, y.dtype, y.rank, y.dims, y.data);
   }
+  if (!s && w) s = dit_st_writer_write(w, a.out);
+  dit_st_writer_destroy(w);
   if (!s && g_writer) printf("wrote %s\n", a.out);
   dit_runtime_destroy(rt);
   return dit_status_report(s, "ditrun");
@@ -867,12 +867,16 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
 dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   const char *dir = NULL, *vae = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
-  DIT_RETURN_IF(gen_stage_dir(dir, dit_runtime_manifest(j->rt), "vae_decoder", "--prompt --out", &vae));
+  const dit_manifest_t *m = dit_runtime_manifest(j->rt);
+  DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder", "--prompt --out", &vae));
+  /* A decoder in chunks has latent frame 0's bundle beside its later chunks'. */
+  const char *first = NULL;
+  if (dit_manifest_find_stage(m, "vae_decoder_first")) DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder_first", "--prompt --out", &first));
   const dit_runtime_options_t o = stage_runtime_options(a);
   dit_tensor_t lat = j->lat, frames;
   lat.data = j->latents;
   double t0 = dit_now_s();
-  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, &o, &lat, &frames), "the VAE decoder stage");
+  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, &o, &lat, &frames), "the VAE decoder stage");
   fprintf(stderr, "ditrun: vae decode %.2f s\n", dit_now_s() - t0);
   dit_status_t s = DIT_OK;
   if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
@@ -1591,6 +1595,53 @@ static int cmd_tokenize(int argc, char **argv) {
 /* `ditrun frames IN.safetensors [--tensor NAME] --out FILE.mp4|FILE.png [--fps N] [--crf N]`:
  * decoded frames (a VAE's output, [B, 3, F, H, W] or [B, 3, H, W] in [-1, 1]) as a video or
  * images (runtime/media.h). */
+/* decode: gen_decode_latents on a latents file, the time on stderr as generate prints it. */
+static int cmd_decode(int argc, char **argv) {
+  const char *vae = NULL, *first = NULL, *in = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(f, "--first") || !strcmp(f, "--latents") || !strcmp(f, "--out")) {
+      if (!v) return usage_error("%s needs a value", f);
+      *(f[2] == 'f' ? &first : f[2] == 'l' ? &in : &out) = v;
+      i++;
+    } else if (f[0] == '-') {
+      return usage_error("unknown option %s", f);
+    } else if (vae) {
+      return usage_error("unexpected argument %s", f);
+    } else {
+      vae = f;
+    }
+  }
+  if (!vae || !in || !out) return usage_error("%s", "decode needs VAE_BUNDLE, --latents IN.safetensors and --out OUT.safetensors");
+  dit_safetensors_t *st = NULL;
+  dit_status_t s = dit_safetensors_open(in, &st);
+  const dit_st_tensor_t *e = s ? NULL : dit_safetensors_find(st, "latents");
+  if (!s && !e) s = DIT_ERR(NOT_FOUND, "--latents %s: no tensor named 'latents'", in);
+  dit_tensor_t lat = {0}, frames = {0};
+  if (!s) {
+    lat = (dit_tensor_t){NULL, DIT_F32, e->rank, {0}};
+    memcpy(lat.dims, e->dims, sizeof lat.dims);
+    lat.data = malloc((size_t)dit_tensor_numel(&lat) * sizeof(float) + 1);
+    if (!lat.data) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    else if (dit_convert(lat.data, DIT_F32, e->data, e->dtype, (size_t)dit_tensor_numel(&lat)))
+      s = DIT_ERR(INVALID_ARGUMENT, "--latents %s: tensor 'latents' is %s, not a float tensor", in, dit_st_dtype_name(e->dtype));
+  }
+  const dit_runtime_options_t o = {0};
+  const double t0 = dit_now_s();
+  if (!s) s = gen_decode_latents(vae, first, &o, &lat, &frames);
+  if (!s) fprintf(stderr, "ditrun: vae decode %.2f s\n", dit_now_s() - t0);
+  dit_st_writer_t *w = NULL;
+  if (!s) s = dit_st_writer_create(&w);
+  if (!s) s = dit_st_writer_add(w, "frames", frames.dtype, frames.rank, frames.dims, frames.data);
+  if (!s) s = dit_st_writer_write(w, out);
+  if (!s) printf("wrote %s\n", out);
+  dit_st_writer_destroy(w);
+  free(frames.data);
+  free(lat.data);
+  dit_safetensors_close(st);
+  return dit_status_report(s, "ditrun");
+}
+
 static int cmd_frames(int argc, char **argv) {
   const char *in = NULL, *name = NULL, *out = NULL;
   dit_media_options_t o = {0}; /* the defaults */
@@ -1666,6 +1717,7 @@ static int run_command(int argc, char **argv) {
   if (!strcmp(cmd, "calibrate-cache")) return cmd_calibrate_cache(argc - 2, argv + 2);
   if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
   if (!strcmp(cmd, "frames")) return cmd_frames(argc - 2, argv + 2);
+  if (!strcmp(cmd, "decode")) return cmd_decode(argc - 2, argv + 2);
   if (!strcmp(cmd, "serve")) return dit_serve_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "serve-worker")) return dit_serve_worker_main(argc - 2, argv + 2);
   if (!strcmp(cmd, "rendezvous-selftest")) return dit_rendezvous_selftest_main(argc - 2, argv + 2);

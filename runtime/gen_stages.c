@@ -140,48 +140,215 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *
   return s;
 }
 
-dit_status_t gen_decode_latents(const char *vae_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
+/* A decoder bundle's io entry `name` (NULL if none). */
+static const dit_manifest_io_t *find_io(const dit_manifest_io_t *io, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(io[i].name, name)) return &io[i];
+  return NULL;
+}
+
+static int is_cache(const dit_manifest_io_t *io) { return !strncmp(io->name, "cache.", 6); }
+
+static dit_tensor_t io_tensor(const dit_manifest_io_t *io, dit_dtype_t dtype, void *data) {
+  dit_tensor_t t = {data, dtype, io->rank, {0}};
+  memcpy(t.dims, io->dims, sizeof t.dims);
+  return t;
+}
+
+/* One decoder bundle: the latent frames it takes per forward, the frames it gives, its largest
+ * cache input (elements) and, while loaded, its runtime. */
+typedef struct decoder {
+  const char *dir;
+  int64_t n, frames;
+  size_t cache;
+  dit_runtime_t *rt;
+  const dit_manifest_t *m;
+} decoder_t;
+
+/* The decoder bundle at dir, checked to take latents of the loop's channels and size (its
+ * manifest alone: the runtime is loaded when it runs). */
+static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, decoder_t *d) {
+  dit_bundle_t *b = NULL;
+  DIT_RETURN_IF(dit_bundle_open(dir, 0, &b));
+  const dit_manifest_t *m = dit_bundle_manifest(b);
+  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "latents"), *out = find_io(m->io_outputs, m->n_outputs, "sample");
+  int same = in && out && in->rank == 5 && lat->rank == 5 && out->rank == 5 && in->dims[0] == 1;
+  for (int k = 1; same && k < 5; k++) same = k == 2 || in->dims[k] == lat->dims[k];
+  dit_status_t s = DIT_OK;
+  if (!same)
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes latents %s, the loop's are [%lld, %lld, %lld, %lld, %lld]: a "
+                "stage bundle of another shape", dir, in && out ? "of its compiled shape" : "(it has no 'latents' input or 'sample' output)",
+                (long long)lat->dims[0], (long long)lat->dims[1], (long long)lat->dims[2], (long long)lat->dims[3],
+                (long long)lat->dims[4]);
+  if (!s) *d = (decoder_t){.dir = dir, .n = in->dims[2], .frames = out->dims[2]};
+  for (size_t i = 0; !s && i < m->n_inputs; i++) {
+    const dit_tensor_t t = io_tensor(&m->io_inputs[i], DIT_F32, NULL);
+    if (is_cache(&m->io_inputs[i]) && (size_t)dit_tensor_numel(&t) > d->cache) d->cache = (size_t)dit_tensor_numel(&t);
+  }
+  dit_bundle_close(b);
+  return s;
+}
+
+static dit_status_t decoder_load(decoder_t *d, const dit_runtime_options_t *o) {
+  if (d->rt) return DIT_OK;
+  DIT_RETURN_IF(dit_runtime_load(d->dir, o, &d->rt));
+  d->m = dit_runtime_manifest(d->rt);
+  return DIT_OK;
+}
+
+static void decoder_unload(decoder_t *d) {
+  dit_runtime_destroy(d->rt);
+  d->rt = NULL;
+  d->m = NULL;
+}
+
+/* The cache outputs of a decoder's latest forward, copied to host memory under their inputs'
+ * names (cache.NAME), so the next decoder loads after this one is gone. */
+typedef struct stash {
+  size_t n;
+  char (*names)[64];
+  dit_tensor_t *t;
+} stash_t;
+
+static void stash_free(stash_t *st) {
+  for (size_t i = 0; i < st->n; i++) free(st->t[i].data);
+  free(st->names);
+  free(st->t);
+  memset(st, 0, sizeof *st);
+}
+
+static dit_status_t stash_caches(decoder_t *d, stash_t *st) {
+  st->names = calloc(d->m->n_outputs + 1, sizeof *st->names);
+  st->t = calloc(d->m->n_outputs + 1, sizeof *st->t);
+  if (!st->names || !st->t) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < d->m->n_outputs; i++) {
+    const char *name = d->m->io_outputs[i].name;
+    const size_t len = strlen(name);
+    if (!is_cache(&d->m->io_outputs[i]) || len < 5 || strcmp(name + len - 5, ".next")) continue;
+    dit_tensor_t y;
+    DIT_RETURN_IF(dit_runtime_output(d->rt, name, &y));
+    void *copy = malloc(dit_tensor_nbytes(&y) + 1);
+    if (!copy) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    memcpy(copy, y.data, dit_tensor_nbytes(&y));
+    snprintf(st->names[st->n], sizeof st->names[0], "%.*s", (int)(len - 5), name);
+    st->t[st->n] = y;
+    st->t[st->n++].data = copy;
+  }
+  return DIT_OK;
+}
+
+/* Sets every cache input of d: from the same-named output (NAME.next) of d's own latest forward
+ * (own; on the device when the backend has device memory), else from the stash, else zeros (the
+ * zero padding before the first frame). */
+static dit_status_t carry_caches(decoder_t *d, int own, const stash_t *st, const float *zeros) {
+  int device = 0;
+  if (own) DIT_RETURN_IF(dit_runtime_join_queue(d->rt, NULL, 1)); /* the forward's outputs are complete */
+  for (size_t i = 0; i < d->m->n_inputs; i++) {
+    const dit_manifest_io_t *in = &d->m->io_inputs[i];
+    if (!is_cache(in)) continue;
+    dit_tensor_t t = io_tensor(in, DIT_F32, (void *)zeros);
+    dit_status_t s = DIT_OK;
+    if (own) {
+      char next[80];
+      snprintf(next, sizeof next, "%s.next", in->name);
+      s = dit_runtime_output_buffer(d->rt, next, &t, &device);
+      if (!s) s = device ? dit_runtime_set_input_device(d->rt, in->name, &t, NULL) : dit_runtime_set_input(d->rt, in->name, &t);
+    } else {
+      for (size_t k = 0; st && k < st->n; k++)
+        if (!strcmp(st->names[k], in->name)) t = st->t[k];
+      s = dit_runtime_set_input(d->rt, in->name, &t);
+    }
+    if (s) return s;
+  }
+  return device ? dit_runtime_join_queue(d->rt, NULL, 0) : DIT_OK;
+}
+
+/* One forward of d over latent frames [t0, t0 + d->n) of item b of lat, its frames written to
+ * frames (f32 [B, C, F, H, W]) from frame f0. buf: room for one chunk of latents. */
+static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t b, int64_t t0, float *buf, dit_tensor_t *frames,
+                                 int64_t f0) {
+  const int64_t z = lat->dims[1], f = lat->dims[2], hw = lat->dims[3] * lat->dims[4];
+  for (int64_t c = 0; c < z; c++)
+    memcpy(buf + c * d->n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(d->n * hw) * sizeof *buf);
+  const dit_tensor_t li = {buf, DIT_F32, 5, {1, z, d->n, lat->dims[3], lat->dims[4]}};
+  dit_tensor_t y = {0};
+  DIT_RETURN_IF(dit_runtime_set_input(d->rt, "latents", &li));
+  DIT_RETURN_IF(dit_runtime_forward(d->rt));
+  DIT_RETURN_IF(dit_runtime_output(d->rt, "sample", &y));
+  const int64_t C = frames->dims[1], F = frames->dims[2], HW = frames->dims[3] * frames->dims[4];
+  if (y.rank != 5 || y.dims[1] != C || y.dims[2] != d->frames || y.dims[3] * y.dims[4] != HW)
+    return DIT_ERR(INTERNAL, "%s: sample of rank %d, not the manifest's", d->dir, y.rank);
+  const size_t esz = dit_dtype_size(y.dtype), plane = (size_t)(d->frames * HW);
+  for (int64_t c = 0; c < C; c++)
+    if (dit_convert((float *)frames->data + ((b * C + c) * F + f0) * HW, DIT_F32, (const char *)y.data + (size_t)c * plane * esz, y.dtype,
+                    plane))
+      return DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
+  return DIT_OK;
+}
+
+dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
                                 dit_tensor_t *frames) {
   memset(frames, 0, sizeof *frames);
-  dit_runtime_t *rt = NULL;
-  DIT_RETURN_IF(dit_runtime_load(vae_dir, o, &rt));
-  const dit_manifest_t *m = dit_runtime_manifest(rt);
-  const dit_manifest_io_t *in = NULL;
-  for (size_t i = 0; i < m->n_inputs; i++)
-    if (!strcmp(m->io_inputs[i].name, "latents")) in = &m->io_inputs[i];
-  dit_status_t s = DIT_OK;
-  int same = in && in->rank == latents->rank && in->dims[0] == 1;
-  for (int d = 1; same && d < in->rank; d++) same = in->dims[d] == latents->dims[d];
-  if (!same)
-    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes latents %s, the loop's are [%lld, %lld, ...] of rank %d: a "
-                "stage bundle of another shape", vae_dir, in ? "of its compiled shape" : "(it has no 'latents' input)",
-                (long long)latents->dims[0], (long long)latents->dims[1], latents->rank);
-  const int64_t B = latents->dims[0];
-  const size_t item = (size_t)(dit_tensor_numel(latents) / B);
-  float *x = NULL;
-  size_t frame_item = 0;
+  decoder_t first = {0}, rest = {0};
+  float *buf = NULL, *zeros = NULL;
+  stash_t st = {0};
+  const int64_t B = latents->dims[0], f = latents->rank == 5 ? latents->dims[2] : 0;
+  dit_status_t s = first_dir ? decoder_open(first_dir, latents, &first) : DIT_OK;
+  /* Latent frame 0 alone needs no later chunk. */
+  const int later = !first_dir || f > 1;
+  if (!s && later) s = decoder_open(vae_dir, latents, &rest);
+  if (!s && first_dir && first.n != 1)
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the first chunk's decoder takes %lld latent frames, expected 1", first_dir, (long long)first.n);
+  if (!s && later && (first_dir ? (f - 1) % rest.n : f != rest.n))
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes %lld latent frames per forward, the latents have %lld%s", vae_dir,
+                (long long)rest.n, (long long)f, first_dir ? ": the frames after the first do not split into such chunks" : " (a stage of "
+                "another shape)");
+  const int64_t chunks = !later ? 0 : first_dir ? (f - 1) / rest.n : 1;
+  if (!s) {
+    /* The frames' channels and size: any decoder's (the loop's latents fixed them alike). */
+    dit_bundle_t *bd = NULL;
+    s = dit_bundle_open(first_dir ? first_dir : vae_dir, 0, &bd);
+    const dit_manifest_t *m = s ? NULL : dit_bundle_manifest(bd);
+    const dit_manifest_io_t *out = m ? find_io(m->io_outputs, m->n_outputs, "sample") : NULL;
+    if (out) *frames = (dit_tensor_t){NULL, DIT_F32, 5, {B, out->dims[1], first.frames + chunks * rest.frames, out->dims[3], out->dims[4]}};
+    else if (!s) s = DIT_ERR(INTERNAL, "%s: the 'sample' output vanished", first_dir ? first_dir : vae_dir);
+    dit_bundle_close(bd);
+  }
+  if (!s) {
+    frames->data = malloc((size_t)dit_tensor_numel(frames) * sizeof(float) + 1);
+    buf = malloc((size_t)(latents->dims[1] * (later ? rest.n : 1) * latents->dims[3] * latents->dims[4]) * sizeof *buf);
+    zeros = calloc((first.cache > rest.cache ? first.cache : rest.cache) + 1, sizeof *zeros);
+    if (!frames->data || !buf || !zeros) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  /* One decoder loaded at a time: latent frame 0's, its caches stashed in host memory, then the
+   * later chunks'. */
   for (int64_t b = 0; !s && b < B; b++) {
-    dit_tensor_t li = *latents, y = {0};
-    li.dims[0] = 1;
-    li.data = (float *)latents->data + (size_t)b * item;
-    s = dit_runtime_set_input(rt, "latents", &li);
-    if (!s) s = dit_runtime_forward(rt);
-    if (!s) s = dit_runtime_output(rt, "sample", &y);
-    if (!s && b == 0) {
-      frame_item = (size_t)dit_tensor_numel(&y);
-      *frames = y;
-      frames->dims[0] = B;
-      frames->dtype = DIT_F32;
-      if (!(x = malloc((size_t)B * frame_item * sizeof *x + 1))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-      frames->data = x;
+    int64_t t = 0, fo = 0;
+    if (first_dir) {
+      decoder_unload(&rest);
+      s = decoder_load(&first, o);
+      if (!s) s = carry_caches(&first, 0, NULL, zeros);
+      if (!s) s = decode_chunk(&first, latents, b, 0, buf, frames, 0);
+      if (!s && later) s = stash_caches(&first, &st);
+      decoder_unload(&first);
+      t = 1, fo = first.frames;
     }
-    if (!s && dit_convert(x + (size_t)b * frame_item, DIT_F32, y.data, y.dtype, frame_item))
-      s = DIT_ERR(INVALID_ARGUMENT, "%s: sample is not a float tensor", vae_dir);
+    if (!s && later) s = decoder_load(&rest, o);
+    if (!s && later && first_dir) s = carry_caches(&rest, 0, &st, zeros);
+    stash_free(&st);
+    for (int64_t k = 0; !s && k < chunks; k++, t += rest.n, fo += rest.frames) {
+      if (k) s = carry_caches(&rest, 1, NULL, zeros);
+      if (!s) s = decode_chunk(&rest, latents, b, t, buf, frames, fo);
+    }
   }
   if (s) {
-    free(x);
+    free(frames->data);
     memset(frames, 0, sizeof *frames);
   }
-  dit_runtime_destroy(rt);
+  stash_free(&st);
+  free(buf);
+  free(zeros);
+  decoder_unload(&first);
+  decoder_unload(&rest);
   return s;
 }

@@ -22,8 +22,11 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *
                                dit_tensor_t *out, int *tokens);
 
 /* Decodes latents (f32 [B, C, f, h, w], any B: one item at a time through the batch-1 decoder)
- * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). */
-dit_status_t gen_decode_latents(const char *vae_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
+ * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). first_dir NULL: vae_dir's bundle
+ * decodes the whole video in one forward; else first_dir's decodes latent frame 0 and vae_dir's
+ * the later frames chunk by chunk, each forward's causal caches (outputs cache.NAME.next) fed to
+ * the next (inputs cache.NAME, zeros before the first). */
+dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
                                 dit_tensor_t *frames);
 
 #endif

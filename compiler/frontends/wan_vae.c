@@ -15,6 +15,15 @@
  * its 2C output channels interleaved into two frames each. The graph is built that way, over the
  * whole video at once (channel-last activations [B, F, H, W, C] throughout).
  *
+ * Or, its peak memory that of a chunk rather than the video's, in chunks as diffusers runs it
+ * (shape request vae_chunk): one graph for latent frame 0 (vae_first), one for each later chunk of
+ * vae_chunk latent frames. Every causal convolution there reads its input's two frames before the
+ * chunk from a graph input cache.NAME ([B, 2, H*W*C], zeros before the first chunk: the zero
+ * padding) and gives its input's last two frames (of the cache and the chunk) as output
+ * cache.NAME.next, which the caller feeds to the next chunk. The first graph's time_convs pass the
+ * frame through and leave their caches alone; the later graphs' read theirs as any causal
+ * convolution (zeros at the first of them: "Rep"), every frame giving two.
+ *
  * WanRMS_norm is F.normalize over channels times sqrt(C) times gamma: x / max(|x|, 1e-12) *
  * sqrt(C) = x / sqrt(max(mean(x^2), 1e-24 / C)); the rmsnorm op with eps = 1e-24 / C is the same
  * but for rows whose norm is below 1e-12. */
@@ -236,8 +245,15 @@ static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_r
     return DIT_ERR(INVALID_ARGUMENT, "--width %" PRId64 ": must be a positive multiple of %" PRId64 " (the VAE's factor)", r->width, vs);
   if (r->tp > 1 || r->cp > 1 || r->sp)
     return DIT_ERR(UNIMPLEMENTED, "%s: the VAE decoder stage runs on one rank (no --tp, --cp or --sp)", m->model_class);
+  const int64_t f = (r->frames - 1) / vt + 1;
+  if (r->vae_chunk > 0 && (f - 1) % r->vae_chunk)
+    return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk %" PRId64 ": the %" PRId64 " latent frames after the first (--frames %" PRId64
+                   ") do not split into chunks of that many; expected a divisor of %" PRId64 " (1 always is)", r->vae_chunk, f - 1,
+                   r->frames, f - 1);
+  if (r->vae_first && r->vae_chunk <= 0) return DIT_ERR(INVALID_ARGUMENT, "the first chunk's graph (vae_first) needs --vae-chunk");
   out->channels = m->wan_vae.z_dim;
-  out->frames = (r->frames - 1) / vt + 1;
+  /* A chunk graph's latents: latent frame 0, or one chunk of the frames after it. */
+  out->frames = r->vae_chunk <= 0 ? f : r->vae_first ? 1 : r->vae_chunk;
   out->height = r->height / vs;
   out->width = r->width / vs;
   out->tokens = out->frames * out->height * out->width;
@@ -251,6 +267,7 @@ typedef struct vae_builder {
   dit_blocks_t *b;
   dit_graph_t *g;
   dit_dtype_t dt;
+  int chunked, first; /* the shape request's vae_chunk > 0 and vae_first */
 } vae_builder_t;
 
 /* x's dims (rank 5 activations); false after an earlier builder error (x < 0). */
@@ -262,7 +279,34 @@ static int dims5(const vae_builder_t *v, dit_vid_t x, int64_t d[5]) {
   return 1;
 }
 
+static dit_vid_t reshape(vae_builder_t *v, dit_vid_t x, int rank, const int64_t *dims, const char *name) {
+  return dit_blocks_reshape(v->b, x, rank, dims, name);
+}
+
+/* A chunk's causal convolution input: the two frames before the chunk (graph input cache.NAME)
+ * then x [B, F, H, W, C]; its last two frames become output cache.NAME.next. */
+static dit_vid_t with_cache(vae_builder_t *v, dit_vid_t x, const char *name) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], C = d[4];
+  const int64_t cd[3] = {B, 2, H * W * C}, flat[3] = {B, F, H * W * C}, out[5] = {B, F + 2, H, W, C};
+  char n[160], k[200];
+  snprintf(n, sizeof n, "cache.%s", name);
+  dit_vid_t c = dit_graph_input(v->g, n, v->dt, 3, cd);
+  snprintf(k, sizeof k, "%s.flat", n);
+  dit_vid_t t = dit_blocks_concat(v->b, c, reshape(v, x, 3, flat, k), 1, n);
+  snprintf(k, sizeof k, "%s.next", n);
+  dit_graph_mark_output(v->g, dit_blocks_slice_tokens(v->b, t, F, 2, v->dt, k), k);
+  snprintf(k, sizeof k, "%s.video", n);
+  return reshape(v, t, 5, out, k);
+}
+
+/* A convolution; a causal one (pad_t 2) in a chunk graph reads its cache instead of zero padding. */
 static dit_vid_t conv(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+  if (v->chunked && pad_t == 2) {
+    x = with_cache(v, x, name);
+    pad_t = 0;
+  }
   dit_attrs_t a = {0};
   dit_attrs_set_int(&a, "pad_t", pad_t);
   dit_attrs_set_int(&a, "pad_h", pad_s);
@@ -280,10 +324,6 @@ static dit_vid_t channel_norm(vae_builder_t *v, dit_vid_t x, const char *key, co
   dit_attrs_set_float(&a, "eps", 1e-24 / (double)c);
   const dit_vid_t ins[2] = {x, dit_graph_weight(v->g, key, v->dt, 1, &c)};
   return dit_graph_op(v->g, DIT_OP_RMSNORM, ins, 2, &a, v->dt, name);
-}
-
-static dit_vid_t reshape(vae_builder_t *v, dit_vid_t x, int rank, const int64_t *dims, const char *name) {
-  return dit_blocks_reshape(v->b, x, rank, dims, name);
 }
 
 /* WanResidualBlock: norm, SiLU, causal 3x3x3 conv, twice, plus the (1x1x1-projected) input. */
@@ -371,22 +411,32 @@ static dit_vid_t frames(vae_builder_t *v, dit_vid_t x, int64_t f0, int64_t count
 }
 
 /* upsample3d's time_conv: the causal (3, 1, 1) convolution over the frames after the first, each
- * output frame's two C-channel halves becoming two frames; the first frame passes through. */
+ * output frame's two C-channel halves becoming two frames; the first frame passes through. In a
+ * later chunk every frame is after the first: the convolution reads its cache. */
 static dit_vid_t time_conv(vae_builder_t *v, dit_vid_t x, const char *prefix) {
   int64_t d[5];
   if (!dims5(v, x, d)) return -1;
   const int64_t B = d[0], F = d[1], H = d[2], W = d[3], C = d[4];
-  if (F == 1) return x; /* one latent frame: diffusers' first chunk only */
+  if (v->first || (!v->chunked && F == 1)) return x; /* one latent frame: diffusers' first chunk only */
+  const int whole = !v->chunked;
+  const int64_t N = whole ? F - 1 : F; /* the frames it convolves */
   char n[160], kw[160], kb[160], rw[160], rb[160];
   snprintf(n, sizeof n, "%s.time_conv.later", prefix);
-  dit_vid_t rest = frames(v, x, 1, F - 1, n);
+  dit_vid_t rest = x;
+  int64_t pad = 2;
+  if (whole) rest = frames(v, x, 1, F - 1, n);
+  else {
+    snprintf(n, sizeof n, "%s.time_conv", prefix);
+    rest = with_cache(v, x, n);
+    pad = 0;
+  }
   snprintf(kw, sizeof kw, "%s.time_conv.weight", prefix);
   snprintf(kb, sizeof kb, "%s.time_conv.bias", prefix);
   snprintf(rw, sizeof rw, "%s.time_conv.weight.second", prefix);
   snprintf(rb, sizeof rb, "%s.time_conv.bias.second", prefix);
-  const int64_t wd[5] = {2 * C, C, 3, 1, 1}, bd[1] = {2 * C}, half[4] = {B, F - 1, 1, H * W * C};
+  const int64_t wd[5] = {2 * C, C, 3, 1, 1}, bd[1] = {2 * C}, half[4] = {B, N, 1, H * W * C};
   dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "pad_t", 2);
+  dit_attrs_set_int(&a, "pad_t", pad);
   dit_attrs_set_int(&a, "pad_h", 0);
   dit_attrs_set_int(&a, "pad_w", 0);
   dit_vid_t parts[2];
@@ -398,12 +448,16 @@ static dit_vid_t time_conv(vae_builder_t *v, dit_vid_t x, const char *prefix) {
     snprintf(n, sizeof n, "%s.time_conv.%d.frames", prefix, p);
     parts[p] = reshape(v, parts[p], 4, half, n);
   }
-  /* [B, F-1, 2, HWC]: frame 1 + 2t + j is time_conv output t's half j. */
+  /* [B, N, 2, HWC]: frame 2t + j (after the first, in the whole video) is output t's half j. */
   snprintf(n, sizeof n, "%s.time_conv.pairs", prefix);
   dit_vid_t pairs = dit_blocks_concat(v->b, parts[0], parts[1], 2, n);
-  const int64_t seq[3] = {B, 2 * (F - 1), H * W * C}, first[3] = {B, 1, H * W * C}, out[5] = {B, 2 * F - 1, H, W, C};
+  const int64_t seq[3] = {B, 2 * N, H * W * C}, first[3] = {B, 1, H * W * C}, out[5] = {B, 2 * N + whole, H, W, C};
   snprintf(n, sizeof n, "%s.time_conv.seq", prefix);
   pairs = reshape(v, pairs, 3, seq, n);
+  if (!whole) {
+    snprintf(n, sizeof n, "%s.time_conv.out", prefix);
+    return reshape(v, pairs, 5, out, n);
+  }
   snprintf(n, sizeof n, "%s.time_conv.first", prefix);
   dit_vid_t f0 = reshape(v, frames(v, x, 0, 1, n), 3, first, n);
   snprintf(n, sizeof n, "%s.time_conv.all", prefix);
@@ -475,7 +529,7 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, f = ls.frames, h = ls.height, w = ls.width, z = cv->z_dim;
-  vae_builder_t v = {.dt = req->dtype};
+  vae_builder_t v = {.dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
   DIT_RETURN_IF(dit_graph_create(&v.g));
   dit_status_t s = dit_blocks_create(v.g, m->weights, &bo, &v.b);

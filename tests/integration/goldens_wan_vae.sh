@@ -4,9 +4,14 @@
 # de-normalization, vae.decode frame by frame with the causal cache, the clamp): 3 latent frames
 # -> 9 frames and 1 latent frame -> 1 frame, each at max relative error <= 1e-4 (max|d| / max|ref|)
 # and PSNR >= 45 dB (peak-to-peak 2: the output's [-1, 1]); batch 2 (the golden latents and their
-# negation) decodes each item as batch 1 does; the bundle's input and output; refusals by name (the Wan2.2 VAE's patch_size and
-# is_residual, an unknown field, frames that no latent count decodes to, a mean of the wrong
-# length); the bf16 sm_90 compile (no GPU needed).
+# negation) decodes each item as batch 1 does; the bundle's input and output; the decode in chunks
+# (--vae-chunk 1 and 2: latent frame 0's graph, then the later chunks', causal caches carried
+# between forwards as `ditrun generate` does, tests/tools/vae_chunks.py) equal to the golden and to
+# the whole-video graph's output to fp32 rounding (`ditrun decode` too), and its plan's predicted peak at 81 and 161
+# frames of 480 x 832 (printed) the same for both lengths, the whole video's growing with them;
+# refusals by name (the Wan2.2 VAE's patch_size and is_residual, an unknown field, frames that no
+# latent count decodes to, a mean of the wrong length, a chunk that does not divide the frames); the
+# bf16 sm_90 compile, the whole video's and the chunks' (no GPU needed).
 set -euo pipefail
 BIN=$1/bin
 # shellcheck source=tests/tools/goldens_lib.sh
@@ -47,6 +52,54 @@ lf=$(( (F - 1) / 4 + 1 ))
 full=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$W" -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" info "$full" | grep -q "^input      latents  *f32\[1,16,$lf,$((H / 8)),$((W / 8))\]$" || { "$BIN/ditrun" info "$full"; exit 1; }
 "$BIN/ditrun" info "$full" | grep -q "^output     sample  *f32\[1,3,$F,$H,$W\]$" || { "$BIN/ditrun" info "$full"; exit 1; }
+
+# In chunks: each chunk length that divides the 2 latent frames after the first.
+"$BIN/ditrun" forward "$full" --inputs "$d/forward_inputs.safetensors" --out "$T/whole.safetensors" 2>/dev/null >/dev/null
+for n in 1 2; do
+  first=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$W" --vae-chunk $n --vae-first -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+  rest=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$W" --vae-chunk $n -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" info "$rest" >"$T/info"
+  grep -q "^input      latents  *f32\[1,16,$n,$((H / 8)),$((W / 8))\]$" "$T/info" || { cat "$T/info"; exit 1; }
+  grep -q "^output     sample  *f32\[1,3,$((4 * n)),$H,$W\]$" "$T/info" || { cat "$T/info"; exit 1; }
+  python3 tests/tools/vae_chunks.py "$BIN/ditrun" "$first" "$rest" "$d/forward_inputs.safetensors" "$T/c$n.safetensors" "$T"
+  "$BIN/st_compare" "$T/c$n.safetensors" "$d/forward_output.safetensors" sample 1e-4
+  "$BIN/st_compare" "$T/c$n.safetensors" "$T/whole.safetensors" sample 1e-5
+  # ditrun decode chains the same forwards in one process (generate's decoder): the same frames.
+  "$BIN/ditrun" decode "$rest" --first "$first" --latents "$d/forward_inputs.safetensors" --out "$T/d$n.safetensors" 2>"$T/decode.err" >/dev/null ||
+    { cat "$T/decode.err"; exit 1; }
+  grep -q "^ditrun: vae decode [0-9.]* s$" "$T/decode.err" || { cat "$T/decode.err"; exit 1; }
+  python3 - "$T/d$n.safetensors" "$T/c$n.safetensors" <<'PY'
+import json, struct, sys
+def load(p, name):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+    v = h[name]; a, b = v["data_offsets"]
+    return v["shape"], body[a:b]
+(sa, a), (sb, b) = load(sys.argv[1], "frames"), load(sys.argv[2], "sample")
+assert sa == sb and a == b, "ditrun decode's frames differ from the chained forwards'"
+print("ditrun decode: the chained forwards' frames, %s" % sa)
+PY
+done
+expect_fail "the VAE decoder stage takes 2 latent frames per forward, the latents have 3 (a stage of another shape)" "$BIN/ditrun" decode "$rest" \
+  --latents "$d/forward_inputs.safetensors" --out "$T/x.safetensors"
+# The plans' predicted peaks at 480 x 832: a chunk's does not grow with the video, the whole video's does.
+peak() { # frames flags...
+  local fr=$1
+  shift
+  local b
+  b=$("$BIN/ditc" compile "$d/vae" --frames "$fr" --height 480 --width 832 "$@" -o "$T/m" -q | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditc" inspect "$b" | sed -n 's/^memory .*predicted peak \([0-9.]*\) MiB$/\1/p'
+}
+python3 - "$(peak 81 --vae-chunk 0)" "$(peak 81 --vae-chunk 1 --vae-first)" "$(peak 81 --vae-chunk 1)" \
+  "$(peak 161 --vae-chunk 0)" "$(peak 161 --vae-chunk 1 --vae-first)" "$(peak 161 --vae-chunk 1)" <<'PY'
+import sys
+w81, f81, r81, w161, f161, r161 = map(float, sys.argv[1:])
+c81, c161 = max(f81, r81), max(f161, r161)
+print("predicted peak at 480x832: 81 frames whole %.1f MiB, in chunks %.1f MiB (%.1fx less); 161 frames whole %.1f MiB, in chunks %.1f MiB"
+      % (w81, c81, w81 / c81, w161, c161))
+assert c81 == c161, "a chunk's peak grows with the video"
+assert w161 > 1.8 * w81, "the whole video's peak does not grow with it"
+assert w81 > 3 * c81, "the chunks save less than expected"
+PY
 
 # Batch 2: the golden latents twice (the second negated) decode to what batch 1 gives each.
 python3 - "$d/forward_inputs.safetensors" "$T/b2.safetensors" <<'PY'
@@ -107,10 +160,19 @@ python3 -c "import json; c=json.load(open('$d/vae/config.json')); c['latents_mea
 expect_fail "field 'latents_mean' has 4 entries, expected z_dim = 16" "$BIN/ditc" "${c[@]}"
 expect_fail "--frames 8: AutoencoderKLWan decodes frames = 4*k + 1 (e.g. 5)" "$BIN/ditc" compile "$d/vae" --frames 8 --height "$H" \
   --width "$W" -o "$T/b"
+expect_fail "--vae-chunk 3: the 2 latent frames after the first (--frames $F) do not split into chunks of that many" "$BIN/ditc" compile \
+  "$d/vae" --frames "$F" --height "$H" --width "$W" --vae-chunk 3 -o "$T/b"
+expect_fail "--vae-first needs --vae-chunk N with N >= 1" "$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$W" --vae-first \
+  -o "$T/b"
 expect_fail "--height 36: must be a positive multiple of 8 (the VAE's factor)" "$BIN/ditc" compile "$d/vae" --frames "$F" --height 36 \
   --width "$W" -o "$T/b"
 
 # The GPU bundle: every kernel compiles under NVRTC for sm_90 (bf16: the attention kernel's type).
 g90=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$W" --dtype bf16 --target sm_90 -o "$T/g" -q | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" verify "$g90" >/dev/null
+for chunk in "--vae-chunk 1 --vae-first" "--vae-chunk 2"; do
+  # shellcheck disable=SC2086 # the flags split on purpose
+  g90=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$W" $chunk --dtype bf16 --target sm_90 -o "$T/g" -q | tail -n1 | cut -d' ' -f3)
+  "$BIN/ditrun" verify "$g90" >/dev/null
+done
 echo "goldens_wan_vae: ok"

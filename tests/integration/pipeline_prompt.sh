@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # A whole tiny Wan2.1 pipeline directory (tests/data/wan_pipeline_tiny, make_goldens_wan_pipeline.py)
 # from a prompt to a file: `ditc compile PIPELINE_DIR` compiles the transformer with its text
-# encoder and VAE decoder stages (three bundles, the transformer's manifest naming the other two),
+# encoder and VAE decoder stages (four bundles: the decoder in chunks of one latent frame, latent
+# frame 0's graph and the later chunks'; the transformer's manifest naming the other three),
 # and `ditrun generate --prompt` runs tokenizer, text encoder, the 3-step UniPC loop with CFG and
 # the decoder: the frames within 1e-3 max relative error and PSNR >= 45 dB of diffusers' WanPipeline
 # on the same initial latents; the same run to an MP4 (5 frames of 32 x 32) and a PNG; refusals by
-# name (--prompt on a bundle without stages, --stages naming a stage the folder lacks); `ditrun
+# name (--prompt on a bundle without stages, --stages naming a stage the folder lacks, a --vae-chunk
+# that does not divide the latent frames); --vae-chunk 0 (the whole video in one graph, three
+# bundles) decodes the same frames to fp32 rounding, at 9 frames too with chunks of 1 and 2; `ditrun
 # verify` catches a modified tokenizer file in the text encoder's bundle; the store serves the
 # stages as it serves the bundle.
 set -euo pipefail
@@ -40,22 +43,27 @@ sys.exit(0 if db >= float(sys.argv[3]) else 1)
 PY
 }
 
-# Compile: three bundles, the transformer's naming the others by role.
+# Compile: four bundles, the transformer's naming the others by role.
 line=$("$BIN/ditc" compile "$d" "${shape[@]}" -o "$T/b" 2>"$T/compile.err" | tail -n1)
 b=${line##* }
-[ "$(ls "$T/b" | wc -l)" = 3 ] || { ls -la "$T/b"; fail "expected three bundles (transformer, text encoder, VAE decoder)"; }
+[ "$(ls "$T/b" | wc -l)" = 4 ] || { ls -la "$T/b"; fail "expected four bundles (transformer, text encoder, VAE decoder's two)"; }
 for x in "$T"/b/*; do "$BIN/ditrun" verify "$x" >/dev/null; done
 "$BIN/ditrun" info "$b" >"$T/info"
 te=$(awk '$1 == "stage" && $2 == "text_encoder" {print $3}' "$T/info")
 vae=$(awk '$1 == "stage" && $2 == "vae_decoder" {print $3}' "$T/info")
-[ -n "$te" ] && [ -d "$T/b/$te" ] && [ -n "$vae" ] && [ -d "$T/b/$vae" ] || { cat "$T/info"; fail "info lacks the stages"; }
+vae0=$(awk '$1 == "stage" && $2 == "vae_decoder_first" {print $3}' "$T/info")
+[ -n "$te" ] && [ -d "$T/b/$te" ] && [ -n "$vae" ] && [ -d "$T/b/$vae" ] && [ -n "$vae0" ] && [ -d "$T/b/$vae0" ] ||
+  { cat "$T/info"; fail "info lacks the stages"; }
 grep -q "^schema     1.4$" "$T/info" || { cat "$T/info"; fail "expected schema 1.4 with stages"; }
 grep -q "(umt5, UMT5EncoderModel)" "$T/info" && grep -q "(wan_vae, AutoencoderKLWan)" "$T/info" || { cat "$T/info"; fail "stage families"; }
 "$BIN/ditrun" info "$T/b/$te" >"$T/te_info"
 grep -q "^input      input_ids  *i32\[1,$L\]$" "$T/te_info" || { cat "$T/te_info"; fail "the text encoder stage is not batch 1 at $L tokens"; }
 grep -q "^blob       tokenizer .* spiece.model$" "$T/te_info" && grep -q "^blob       tokenizer .* tokenizer_config.json$" "$T/te_info" ||
   { cat "$T/te_info"; fail "the text encoder's bundle lacks the tokenizer files"; }
-"$BIN/ditrun" info "$T/b/$vae" | grep -q "^output     sample  *f32\[1,3,$F,$H,$W\]$" || fail "the VAE stage's shape"
+"$BIN/ditrun" info "$T/b/$vae0" | grep -q "^output     sample  *f32\[1,3,1,$H,$W\]$" || fail "the first chunk's VAE stage's shape"
+"$BIN/ditrun" info "$T/b/$vae" >"$T/vae_info"
+grep -q "^input      latents  *f32\[1,16,1,$((H / 8)),$((W / 8))\]$" "$T/vae_info" || { cat "$T/vae_info"; fail "the VAE stage's latents"; }
+grep -q "^output     sample  *f32\[1,3,4,$H,$W\]$" "$T/vae_info" || { cat "$T/vae_info"; fail "the VAE stage's shape"; }
 
 # The prompt to frames against WanPipeline's, the latents too.
 "$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/f.safetensors" \
@@ -65,6 +73,24 @@ grep -q "^ditrun: vae decode [0-9.]* s$" "$T/gen.err" || { cat "$T/gen.err"; fai
 "$BIN/st_compare" "$T/l.safetensors" "$g" latents 1e-4
 "$BIN/st_compare" "$T/f.safetensors" "$g" frames 1e-3
 psnr "$T/f.safetensors" "$g" 45
+# The whole video in one graph: three bundles, the same frames.
+line=$("$BIN/ditc" compile "$d" "${shape[@]}" --vae-chunk 0 -o "$T/w" 2>/dev/null | tail -n1)
+[ "$(ls "$T/w" | wc -l)" = 3 ] || { ls -la "$T/w"; fail "--vae-chunk 0: expected three bundles"; }
+"$BIN/ditrun" info "${line##* }" | grep -q "vae_decoder_first" && fail "--vae-chunk 0 has a first chunk's stage"
+"$BIN/ditrun" generate "${line##* }" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/fw.safetensors" 2>/dev/null >/dev/null
+"$BIN/st_compare" "$T/fw.safetensors" "$T/f.safetensors" frames 1e-5
+# 9 frames (3 latent frames: two forwards after latent frame 0, the caches carried between them;
+# or one of two latent frames) decode as the whole-video graph does.
+shape9=(--frames 9 --height "$H" --width "$W" --text-len "$L")
+gen9=(--prompt "$PROMPT" --seed 7 --steps 2 --guidance "$G" --shift "$S")
+for chunk in 0 1 2; do
+  line=$("$BIN/ditc" compile "$d" "${shape9[@]}" --vae-chunk $chunk -o "$T/c$chunk" 2>/dev/null | tail -n1)
+  "$BIN/ditrun" generate "${line##* }" "${gen9[@]}" --out "$T/f9_$chunk.safetensors" 2>/dev/null >/dev/null
+done
+"$BIN/st_compare" "$T/f9_1.safetensors" "$T/f9_0.safetensors" frames 1e-5
+"$BIN/st_compare" "$T/f9_2.safetensors" "$T/f9_0.safetensors" frames 1e-5
+expect_fail "--vae-chunk 2: the 1 latent frames after the first (--frames $F) do not split into chunks of that many" "$BIN/ditc" compile \
+  "$d" "${shape[@]}" --vae-chunk 2 -o "$T/x"
 # The negative prompt matters: the default "" gives other frames.
 "$BIN/ditrun" generate "$b" --prompt "$PROMPT" "${loop[@]}" --out "$T/f0.safetensors" 2>/dev/null >/dev/null
 if "$BIN/st_compare" "$T/f0.safetensors" "$g" frames 1e-3 >/dev/null 2>&1; then fail "the negative prompt is ignored"; fi
