@@ -119,6 +119,8 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   for hw in "480 832" "720 1280"; do
     read -r h w <<< "$hw"
     c "$k/vae/vae" --frames 81 --height "$h" --width "$w"
+    c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1  # the chunked decode (bench/vae_decode.py's default)
+    c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-first
   done
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"

@@ -20,23 +20,7 @@ BIN=$1/bin
 d=tests/data/wan_vae_tiny
 read -r F H W < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'])")
 
-# PSNR in dB of OURS against REF (tensor `sample`, f32), peak-to-peak 2; fails below MIN.
-psnr() { # ours ref min
-  python3 - "$@" <<'PY'
-import json, math, struct, sys
-def load(p):
-    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
-    v = h["sample"]; a, b = v["data_offsets"]
-    assert v["dtype"] == "F32", v
-    return v["shape"], struct.unpack("<%df" % ((b - a) // 4), body[a:b])
-(sa, a), (sb, b) = load(sys.argv[1]), load(sys.argv[2])
-assert sa == sb, (sa, sb)
-mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(b)
-db = math.inf if mse == 0 else 10 * math.log10(4.0 / mse)
-print("psnr %.1f dB" % db)
-sys.exit(0 if db >= float(sys.argv[3]) else 1)
-PY
-}
+psnr() { python3 tests/tools/psnr.py "$1" "$2" sample "$3"; }  # ours ref min
 
 for case in "$F:" "1:_f1"; do
   frames=${case%%:*}

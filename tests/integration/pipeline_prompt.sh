@@ -25,23 +25,7 @@ NEG=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['negative_p
 shape=(--frames "$F" --height "$H" --width "$W" --text-len "$L")
 loop=(--init-latents "$g" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc)
 
-# PSNR in dB of tensor `frames` of OURS against REF, peak-to-peak 2 (the decoder's [-1, 1]); fails below MIN.
-psnr() { # ours ref min
-  python3 - "$@" <<'PY'
-import json, math, struct, sys
-def load(p):
-    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
-    v = h["frames"]; a, b = v["data_offsets"]
-    assert v["dtype"] == "F32", v
-    return v["shape"], struct.unpack("<%df" % ((b - a) // 4), body[a:b])
-(sa, a), (sb, b) = load(sys.argv[1]), load(sys.argv[2])
-assert sa == sb, (sa, sb)
-mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(b)
-db = math.inf if mse == 0 else 10 * math.log10(4.0 / mse)
-print("frames psnr %.1f dB" % db)
-sys.exit(0 if db >= float(sys.argv[3]) else 1)
-PY
-}
+psnr() { python3 tests/tools/psnr.py "$1" "$2" frames "$3"; }  # ours ref min
 
 # Compile: four bundles, the transformer's naming the others by role.
 line=$("$BIN/ditc" compile "$d" "${shape[@]}" -o "$T/b" 2>"$T/compile.err" | tail -n1)
