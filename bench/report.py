@@ -633,13 +633,15 @@ def render_stages(res):
     """The pipeline stages at the published configs on the GPU: the Wan2.1 VAE decode against
     diffusers (bench/vae_decode.py) and the UMT5-XXL encoder against transformers (bench/umt5_encode.py)."""
     L = []
-    for rel in ("vae_decode_480p.json", "vae_decode_720p.json"):
+    for rel in ("vae_decode_480p.json", "vae_decode_480p_chunked.json", "vae_decode_720p.json", "vae_decode_720p_chunked.json"):
         if not os.path.exists(os.path.join(res.dir, rel)):
             continue
         d = measured(res, rel)
         o, t, q = need(d, "ditrun", rel), need(d, "diffusers", rel), need(d, "parity", rel)
+        how = (f"in chunks of {o['vae_chunk']} latent frame{'s' if o['vae_chunk'] > 1 else ''} (device peak incl. the CUDA "
+               f"context, time incl. loading)" if o.get("vae_chunk") else "one whole-video graph")
         L.append(f"- Wan2.1 VAE decode ({d['res']}, {d['frames']} frames, bf16, random weights at the published config, "
-                 f"{d.get('device', 'GPU')}): the compiled stage {o['ms'] / 1000:.2f} s and {o['peak_gib']:.1f} GiB, diffusers' "
+                 f"{d.get('device', 'GPU')}), {how}: the compiled stage {o['ms'] / 1000:.2f} s and {o['peak_gib']:.1f} GiB, diffusers' "
                  f"AutoencoderKLWan.decode {t['ms'] / 1000:.2f} s and {t['peak_gib']:.1f} GiB ({t['ms'] / o['ms']:.2f}x); "
                  f"PSNR {q['psnr_db']:.1f} dB, cosine {q['cosine']:.6f} ({src(rel, d)})")
     rel = "umt5_encode.json"

@@ -134,7 +134,9 @@ def lines(res):
         L.append(f"| {name} | {fmt(e.get('ms'), '.1f')} | {fmt(e.get('peak_gib'), '.2f')} | {fmt(ratio, '.2f')}{'x' if ratio else ''} | "
                  f"{fmt(p.get('psnr_db') if mine else None, '.2f')} | {fmt(p.get('cosine') if mine else None, '.6f')} |")
     if d.get("peak_gib") is not None or o.get("peak_gib") is not None:
-        L += ["", "peak GiB: diffusers' torch.cuda.max_memory_allocated (tensors only), ditrun's own allocation (its memory line)"]
+        L += ["", "peak GiB: diffusers' torch.cuda.max_memory_allocated (tensors only); ditrun's own allocation (its memory line) "
+              "for one whole-video graph, the device's peak over the process (nvidia-smi, the CUDA context included) for the "
+              "chunked decode, whose time also includes loading its two decoder bundles"]
     return L
 
 
@@ -238,25 +240,44 @@ def run(a):
         save_res(res, a.out)
         model.to("cpu")
         torch.cuda.empty_cache()
-        bundle, res["ditc_compile_s"], refused = pb.ditc_compile(a.ditc, os.path.join(folder, "vae"), shape_flags(r) + [
-            "--dtype", "bf16", "--target", "sm_90", "--store", store])
-        if not bundle:
+        flags = shape_flags(r) + ["--dtype", "bf16", "--target", "sm_90", "--store", store]
+        chunk = ["--vae-chunk", str(a.chunk)] if a.chunk else []
+        bundle, res["ditc_compile_s"], refused = pb.ditc_compile(a.ditc, os.path.join(folder, "vae"), flags + chunk)
+        first = None
+        if bundle and a.chunk:  # the first latent frame's graph, a bundle of its own
+            first, _, refused = pb.ditc_compile(a.ditc, os.path.join(folder, "vae"), flags + chunk + ["--vae-first"])
+        res["ditrun"]["vae_chunk"] = a.chunk
+        if not bundle or (a.chunk and not first):
             res["ditrun"] = {"failed": "ditc compile: " + refused}
             fails += 1
         else:
             out, times = os.path.join(a.work, f"sample_{r}.safetensors"), []
             for _ in range(a.iters):
-                p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
+                if a.chunk:  # chunk by chunk (ditrun decode): the device's peak seen by nvidia-smi
+                    from gpumem import MemPoll, used_mib
+                    base, poll = used_mib(0), MemPoll(gpu=0, every_s=0.02)
+                    poll.start()
+                    p = subprocess.run([a.ditrun, "decode", bundle, "--first", first, "--latents", inputs, "--out", out],
+                                       capture_output=True, text=True)
+                    poll.stop = True
+                    poll.join()
+                    t = ditrun_line(p.stderr, "ditrun: vae decode ")
+                    if not p.returncode:
+                        times.append(float(t[3]))
+                        res["ditrun"]["peak_gib"] = (poll.peak - base) / 1024
+                else:
+                    p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
+                    t, m = ditrun_line(p.stderr, "ditrun: forward "), ditrun_line(p.stderr, "ditrun: memory:")
+                    if not p.returncode:
+                        times.append(float(t[2].rstrip("s")))
+                        if m:
+                            res["ditrun"]["peak_gib"] = float(m[2]) / 1024
                 if p.returncode:
-                    res["ditrun"] = {"failed": (p.stderr.strip() or "ditrun forward failed").splitlines()[-1][:300]}
+                    res["ditrun"] = {"failed": (p.stderr.strip() or "ditrun failed").splitlines()[-1][:300]}
                     break
-                t, m = ditrun_line(p.stderr, "ditrun: forward "), ditrun_line(p.stderr, "ditrun: memory:")
-                times.append(float(t[2].rstrip("s")))
-                if m:
-                    res["ditrun"]["peak_gib"] = float(m[2]) / 1024
             if not res["ditrun"].get("failed"):
                 res["ditrun"]["ms"] = 1e3 * min(times)
-                ours = load_file(out)["sample"]
+                ours = load_file(out)["frames" if a.chunk else "sample"]
                 if ref is not None:
                     assert ours.shape == ref.shape, (ours.shape, ref.shape)
                     o, w = ours.to(dev, torch.float64).flatten(), ref.to(dev, torch.float64).flatten()
@@ -279,6 +300,8 @@ def main():
     pb.add_contender_flags(ap, "where the model, latents and bundle go (removed at the end unless --keep)", "results directory")
     ap.add_argument("--res", default="480p,720p", help="resolutions, comma-separated: 480p, 720p")
     ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=1, help="latent frames a decoder forward takes (ditrun decode); 0: one "
+                    "graph over the whole video (ditrun forward)")
     pb.add_switches(ap, "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the shapes, folder writer and table without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")
