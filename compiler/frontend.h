@@ -112,10 +112,12 @@ typedef struct dit_qwen_config {
   int64_t axes[3]; /* axes_dims_rope: the rotary pairs' split over (frame, row, column) */
 } dit_qwen_config_t;
 
-/* UMT5EncoderModel's config (transformers' UMT5Config), typed: the encoder's fields. */
+/* UMT5EncoderModel's and T5EncoderModel's config (transformers' UMT5Config, T5Config), typed:
+ * the encoder's fields. */
 typedef struct dit_umt5_config {
   int64_t vocab, d_model, d_kv, d_ff, layers, heads, buckets, max_distance;
   double eps;
+  int shared_bias; /* T5: layer 0's relative_attention_bias table is every layer's bias */
 } dit_umt5_config_t;
 /* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 VAE), typed. */
 #define DIT_WAN_VAE_MAX_Z 64

@@ -43,6 +43,7 @@ extern const dit_family_t dit_family_flux;
 extern const dit_family_t dit_family_hunyuan;
 extern const dit_family_t dit_family_qwen;
 extern const dit_family_t dit_family_umt5;
+extern const dit_family_t dit_family_t5;
 
 /* UMT5's bucket of a key `rel` positions after its query (negative: before), as transformers'
  * encoder computes it in fp32: num_buckets / 2 per direction, half of those exact distances,

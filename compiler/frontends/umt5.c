@@ -1,5 +1,6 @@
 /* The UMT5 text encoder of Wan's pipelines: transformers' UMT5EncoderModel (a pipeline's
- * text_encoder/ folder: config.json naming the class in `architectures`, model.safetensors),
+ * text_encoder/ folder: config.json naming the class in `architectures`, model.safetensors), and
+ * the T5 v1.1 encoder of FLUX.1's pipelines (text_encoder_2/: T5EncoderModel, family "t5"),
  * compiled like a transformer for one shape: --batch B and --text-len L. Inputs input_ids and
  * attention_mask, i32 [B, L] (token ids and masks arrive as torch's int64 and are converted with
  * a range check when set; i32 is what the gather and the key bound read on every backend);
@@ -12,6 +13,12 @@
  * bias. The bias of a (query, key) pair is a row of the layer's table [buckets, heads] picked by
  * the bidirectional bucket of key - query, which depends only on L: the bucket indices are a
  * compile-time constant, the table is gathered at run time (op embedding) as [L, L, heads].
+ *
+ * T5 is the same encoder but for that table: only layer 0 has one (transformers' T5Block
+ * has_relative_attention_bias = i == 0) and the bias it makes is passed on to every later layer,
+ * so the graph gathers it once. Its config (T5Config) differs in defaults and model_type "t5".
+ * One file, two family entries: the loader picks a family by its class name alone, and the
+ * bundle's family names which of the two encoders it holds.
  *
  * The padding mask: transformers adds finfo.min to the scores of masked keys, which weighs them
  * exactly zero; Wan's prompts are right-padded, so each item's valid prefix (op key_bound) bounds
@@ -35,7 +42,7 @@
 
 /* ---- config ---- */
 
-/* UMT5Config's fields that shape the encoder, with the range this build accepts. */
+/* UMT5Config's (and T5Config's) fields that shape the encoder, with the range this build accepts. */
 static const dit_config_field_t kUmt5Fields[] = {
     {"vocab_size", DIT_CF_INT, 0, 1, INT32_MAX, 0, NULL},
     {"d_model", DIT_CF_INT, 0, 1, 65536, 0, NULL},
@@ -61,6 +68,15 @@ static const char kUmt5Defaults[] =
     "\"feed_forward_proj\":\"gated-gelu\",\"dense_act_fn\":\"gelu_new\",\"is_gated_act\":true,\"is_decoder\":false,"
     "\"model_type\":\"umt5\"}";
 
+/* T5Config's defaults. transformers derives dense_act_fn and is_gated_act from feed_forward_proj
+ * (T5 v1.1's saved configs may lack them): absent, they are what "gated-gelu", the one value
+ * accepted, implies; feed_forward_proj's own default is "relu", refused by name. */
+static const char kT5Defaults[] =
+    "{\"vocab_size\":32128,\"d_model\":512,\"d_kv\":64,\"d_ff\":2048,\"num_layers\":6,\"num_heads\":8,"
+    "\"relative_attention_num_buckets\":32,\"relative_attention_max_distance\":128,\"layer_norm_epsilon\":1e-6,"
+    "\"feed_forward_proj\":\"relu\",\"dense_act_fn\":\"gelu_new\",\"is_gated_act\":true,\"is_decoder\":false,"
+    "\"model_type\":\"t5\"}";
+
 /* Fields of a saved config that do not change the encoder's forward: the configuration's
  * bookkeeping, the decoder's and the training's settings (dropout is off in inference). */
 static const char *const kUmt5Ignored[] = {
@@ -83,8 +99,9 @@ static dit_status_t umt5_parse_config(dit_model_t *m, const dit_json_t *raw) {
   for (int i = 0; kUmt5Ignored[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(copy, kUmt5Ignored[i]);
   dit_json_t view = *raw;
   view.v = copy;
-  dit_status_t s = dit_config_read(kUmt5Fields, sizeof kUmt5Fields / sizeof kUmt5Fields[0], kUmt5Defaults, "UMT5EncoderModel", &view,
-                                   &m->config);
+  const int t5 = m->fam == &dit_family_t5;
+  dit_status_t s = dit_config_read(kUmt5Fields, sizeof kUmt5Fields / sizeof kUmt5Fields[0], t5 ? kT5Defaults : kUmt5Defaults,
+                                   m->fam->model_class, &view, &m->config);
   cJSON_Delete(copy);
   DIT_RETURN_IF(s);
   const cJSON *cfg = m->config;
@@ -98,8 +115,12 @@ static dit_status_t umt5_parse_config(dit_model_t *m, const dit_json_t *raw) {
   u->buckets = dit_config_int(cfg, "relative_attention_num_buckets");
   u->max_distance = dit_config_int(cfg, "relative_attention_max_distance");
   u->eps = dit_config_num(cfg, "layer_norm_epsilon");
-  DIT_RETURN_IF(str_is(cfg, "model_type", "umt5", raw->what, "UMT5EncoderModel's configuration"));
-  DIT_RETURN_IF(str_is(cfg, "feed_forward_proj", "gated-gelu", raw->what, "the gated-GELU feed-forward of UMT5"));
+  u->shared_bias = t5;
+  char why[96];
+  snprintf(why, sizeof why, "%s's configuration", m->fam->model_class);
+  DIT_RETURN_IF(str_is(cfg, "model_type", m->fam->name, raw->what, why));
+  DIT_RETURN_IF(str_is(cfg, "feed_forward_proj", "gated-gelu", raw->what, t5 ? "the gated-GELU feed-forward of T5 v1.1" :
+                                                                                  "the gated-GELU feed-forward of UMT5"));
   DIT_RETURN_IF(str_is(cfg, "dense_act_fn", "gelu_new", raw->what, "the tanh-approximated GELU gated-gelu implies"));
   if (!dit_config_bool(cfg, "is_gated_act"))
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'is_gated_act' = false: only the gated feed-forward (wi_0, wi_1) is supported", raw->what);
@@ -134,7 +155,8 @@ static void umt5_expected(const dit_model_t *m, dit_expected_t *l) {
     static const char *const qkv[] = {"q", "k", "v"};
     for (int k = 0; k < 3; k++) dit_expected_linear(l, inner, D, 0, "encoder.block.%" PRId64 ".layer.0.SelfAttention.%s", i, qkv[k]);
     dit_expected_linear(l, D, inner, 0, "encoder.block.%" PRId64 ".layer.0.SelfAttention.o", i);
-    dit_expected_add(l, 2, rel, "encoder.block.%" PRId64 ".layer.0.SelfAttention.relative_attention_bias.weight", i);
+    if (!u->shared_bias || i == 0)
+      dit_expected_add(l, 2, rel, "encoder.block.%" PRId64 ".layer.0.SelfAttention.relative_attention_bias.weight", i);
     dit_expected_add(l, 1, w, "encoder.block.%" PRId64 ".layer.0.layer_norm.weight", i);
     dit_expected_linear(l, u->d_ff, D, 0, "encoder.block.%" PRId64 ".layer.1.DenseReluDense.wi_0", i);
     dit_expected_linear(l, u->d_ff, D, 0, "encoder.block.%" PRId64 ".layer.1.DenseReluDense.wi_1", i);
@@ -148,9 +170,9 @@ static void umt5_expected(const dit_model_t *m, dit_expected_t *l) {
 
 static dit_status_t umt5_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
   (void)vae_what;
-  if (want && strcmp(want, "umt5"))
-    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: UMT5EncoderModel has one variant (umt5)", want);
-  snprintf(m->variant, sizeof m->variant, "umt5");
+  if (want && strcmp(want, m->fam->name))
+    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: %s has one variant (%s)", want, m->model_class, m->fam->name);
+  snprintf(m->variant, sizeof m->variant, "%s", m->fam->name);
   return DIT_OK;
 }
 
@@ -194,11 +216,13 @@ static dit_vid_t linear(dit_blocks_t *b, dit_vid_t x, const char *key, dit_dtype
 static dit_status_t umt5_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_umt5_config_t *u = &m->umt5;
   if ((req->tp > 1) || (req->cp > 1) || req->sp)
-    return DIT_ERR(UNIMPLEMENTED, "--tp/--cp/--sp: UMT5EncoderModel compiles for one rank");
+    return DIT_ERR(UNIMPLEMENTED, "--tp/--cp/--sp: %s compiles for one rank", m->model_class);
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, H = u->heads;
-  if (L > 16384) return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": the position bias of UMT5 is [L, L, heads]: at most 16384", L);
+  if (L > 16384)
+    return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": the position bias of %s is [L, L, heads]: at most 16384", L,
+                   m->model_class);
   const dit_dtype_t dt = req->dtype;
   int32_t *buckets = malloc(sizeof *buckets * (size_t)(L * L));
   if (!buckets) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the relative position buckets");
@@ -226,16 +250,20 @@ static dit_status_t umt5_build_graph(const dit_model_t *m, const dit_shape_reque
   dit_vid_t in[2] = {ids, dit_blocks_weight(b, "%s", embed_key(m))};
   dit_vid_t h = dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, dt, "embed_tokens");
   dit_dtype_t rd = dt; /* the residual stream's: fp32 from a bf16 graph's first fp32 wo on */
+  dit_vid_t bias = -1;
   for (int64_t i = 0; i < u->layers; i++) {
     char p[96], n[128], k[160];
     dit_graph_set_block(g, (int32_t)i);
     snprintf(p, sizeof p, "encoder.block.%" PRId64 ".layer", i);
-    /* Self-attention: pre-norm, unscaled scores plus this layer's position bias, keys bounded. */
-    snprintf(k, sizeof k, "%s.0.SelfAttention.relative_attention_bias.weight", p);
-    snprintf(n, sizeof n, "block%" PRId64 ".position_bias", i);
-    in[0] = pos;
-    in[1] = dit_blocks_weight(b, "%s", k);
-    dit_vid_t bias = dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, DIT_F32, n);
+    /* Self-attention: pre-norm, unscaled scores plus the position bias (this layer's, or T5's
+     * from layer 0), keys bounded. */
+    if (!u->shared_bias || i == 0) {
+      snprintf(k, sizeof k, "%s.0.SelfAttention.relative_attention_bias.weight", p);
+      snprintf(n, sizeof n, "block%" PRId64 ".position_bias", i);
+      in[0] = pos;
+      in[1] = dit_blocks_weight(b, "%s", k);
+      bias = dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, DIT_F32, n);
+    }
     snprintf(k, sizeof k, "%s.0.layer_norm.weight", p);
     snprintf(n, sizeof n, "block%" PRId64 ".attn_norm", i);
     dit_vid_t x = dit_blocks_rmsnorm(b, h, k, n);
@@ -291,12 +319,23 @@ static dit_status_t umt5_build_graph(const dit_model_t *m, const dit_shape_reque
   dit_graph_set_block(g, -1);
   h = dit_blocks_rmsnorm(b, h, "encoder.final_layer_norm.weight", "final_layer_norm");
   dit_graph_mark_output(g, h, "last_hidden_state");
-  return dit_blocks_finish(b, g, "UMT5", out);
+  return dit_blocks_finish(b, g, m->model_class, out);
 }
 
 const dit_family_t dit_family_umt5 = {
     .name = "umt5",
     .model_class = "UMT5EncoderModel",
+    .text_encoder = 1,
+    .parse_config = umt5_parse_config,
+    .expected = umt5_expected,
+    .pick_variant = umt5_pick_variant,
+    .latent_shape = umt5_latent_shape,
+    .build_graph = umt5_build_graph,
+};
+
+const dit_family_t dit_family_t5 = {
+    .name = "t5",
+    .model_class = "T5EncoderModel",
     .text_encoder = 1,
     .parse_config = umt5_parse_config,
     .expected = umt5_expected,

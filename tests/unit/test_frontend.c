@@ -1127,9 +1127,9 @@ static void test_qwen_config(void) {
 
 /* ---- UMT5 (transformers' UMT5EncoderModel) ---- */
 
-static dit_status_t umt5_config(const char *fields, dit_model_t *m) {
+static dit_status_t encoder_config(const char *cls, const char *fields, dit_model_t *m) {
   char text[1024];
-  snprintf(text, sizeof text, "{\"architectures\": [\"UMT5EncoderModel\"], \"transformers_version\": \"5.24.0\"%s%s}",
+  snprintf(text, sizeof text, "{\"architectures\": [\"%s\"], \"transformers_version\": \"5.24.0\"%s%s}", cls,
            fields[0] ? ", " : "", fields);
   memset(m, 0, sizeof *m);
   dit_status_t s = dit_model_config_parse(text, strlen(text), "config.json", m);
@@ -1137,6 +1137,8 @@ static dit_status_t umt5_config(const char *fields, dit_model_t *m) {
   m->config = NULL;
   return s;
 }
+
+static dit_status_t umt5_config(const char *fields, dit_model_t *m) { return encoder_config("UMT5EncoderModel", fields, m); }
 
 static void test_umt5_config(const char *data) {
   dit_model_t m;
@@ -1163,9 +1165,9 @@ static void test_umt5_config(const char *data) {
   memset(&m, 0, sizeof m);
   CHECK_ERR(dit_model_config_parse(kTwo, strlen(kTwo), "config.json", &m), INVALID_ARGUMENT,
             "field 'architectures': expected one class name, found 2");
-  static const char kT5[] = "{\"architectures\": [\"T5EncoderModel\"]}";
-  CHECK_ERR(dit_model_config_parse(kT5, strlen(kT5), "config.json", &m), UNIMPLEMENTED,
-            "found \"T5EncoderModel\"; supported families: ");
+  static const char kBert[] = "{\"architectures\": [\"BertModel\"]}";
+  CHECK_ERR(dit_model_config_parse(kBert, strlen(kBert), "config.json", &m), UNIMPLEMENTED,
+            "found \"BertModel\"; supported families: ");
 
   /* Every relative position's bucket of Wan's text length (32 buckets, max distance 128) is the
    * one transformers computed (tests/data/make_goldens_umt5.py). */
@@ -1191,6 +1193,36 @@ static void test_umt5_config(const char *data) {
   free(text);
 }
 
+/* T5EncoderModel (FLUX.1's text_encoder_2): UMT5's encoder with T5Config's defaults, model_type
+ * "t5" and layer 0's position bias shared by every layer. */
+static void test_t5_config(void) {
+  dit_model_t m;
+  /* T5Config's default feed-forward is the original T5's relu, which the encoder does not run. */
+  CHECK_ERR(encoder_config("T5EncoderModel", "", &m), UNIMPLEMENTED,
+            "config.json: field 'feed_forward_proj' = \"relu\": only \"gated-gelu\" is supported (the gated-GELU feed-forward of T5 v1.1)");
+  /* google/t5-v1_1-xxl's config as the hub has it: dense_act_fn and is_gated_act derived. */
+  CHECK_OK(encoder_config("T5EncoderModel",
+                          "\"d_model\": 4096, \"d_ff\": 10240, \"d_kv\": 64, \"num_heads\": 64, \"num_layers\": 24, "
+                          "\"num_decoder_layers\": 24, \"feed_forward_proj\": \"gated-gelu\", \"model_type\": \"t5\", "
+                          "\"output_past\": true, \"tie_word_embeddings\": false, \"is_encoder_decoder\": true",
+                          &m));
+  CHECK(!strcmp(m.family, "t5"));
+  CHECK_EQ_INT(m.umt5.vocab, 32128);
+  CHECK_EQ_INT(m.umt5.d_ff, 10240);
+  CHECK_EQ_INT(m.umt5.layers, 24);
+  CHECK_EQ_INT(m.umt5.buckets, 32);
+  CHECK_EQ_INT(m.umt5.max_distance, 128);
+  CHECK_EQ_INT(m.umt5.shared_bias, 1);
+  CHECK_OK(umt5_config("", &m));
+  CHECK_EQ_INT(m.umt5.shared_bias, 0);
+  CHECK_ERR(encoder_config("T5EncoderModel", "\"feed_forward_proj\": \"gated-gelu\", \"model_type\": \"umt5\"", &m),
+            UNIMPLEMENTED, "field 'model_type' = \"umt5\": only \"t5\" is supported (T5EncoderModel's configuration)");
+  CHECK_ERR(encoder_config("T5EncoderModel", "\"feed_forward_proj\": \"gated-gelu\", \"dense_act_fn\": \"gelu\"", &m),
+            UNIMPLEMENTED, "field 'dense_act_fn' = \"gelu\": only \"gelu_new\"");
+  CHECK_ERR(encoder_config("T5EncoderModel", "\"feed_forward_proj\": \"gated-gelu\", \"n_positions\": 512", &m), UNIMPLEMENTED,
+            "field 'n_positions': not a T5EncoderModel option this build knows");
+}
+
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
   snprintf(g_model, sizeof g_model, "%s/wan_tiny_a/model", data ? data : "data");
@@ -1201,6 +1233,7 @@ int main(void) {
   test_hunyuan_config();
   test_pipeline_dir();
   test_umt5_config(data ? data : "data");
+  test_t5_config();
   test_pipeline_index();
   test_two_experts();
   test_boundary_ratio();
