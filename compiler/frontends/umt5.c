@@ -250,14 +250,20 @@ static dit_status_t umt5_build_graph(const dit_model_t *m, const dit_shape_reque
   dit_vid_t in[2] = {ids, dit_blocks_weight(b, "%s", embed_key(m))};
   dit_vid_t h = dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, dt, "embed_tokens");
   dit_dtype_t rd = dt; /* the residual stream's: fp32 from a bf16 graph's first fp32 wo on */
+  /* T5's one bias, from layer 0's table, belongs to no block: every block reads it. */
   dit_vid_t bias = -1;
+  if (u->shared_bias) {
+    in[0] = pos;
+    in[1] = dit_blocks_weight(b, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    bias = dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, DIT_F32, "position_bias");
+  }
   for (int64_t i = 0; i < u->layers; i++) {
     char p[96], n[128], k[160];
     dit_graph_set_block(g, (int32_t)i);
     snprintf(p, sizeof p, "encoder.block.%" PRId64 ".layer", i);
     /* Self-attention: pre-norm, unscaled scores plus the position bias (this layer's, or T5's
-     * from layer 0), keys bounded. */
-    if (!u->shared_bias || i == 0) {
+     * shared one), keys bounded. */
+    if (!u->shared_bias) {
       snprintf(k, sizeof k, "%s.0.SelfAttention.relative_attention_bias.weight", p);
       snprintf(n, sizeof n, "block%" PRId64 ".position_bias", i);
       in[0] = pos;
