@@ -40,6 +40,9 @@ static void retain_results(void) {
 
 void serve_job_end(job_t *j, job_state_t st, const char *why) {
   j->state = st;
+  /* Not running from the moment it ended: a client that saw the job end (its event stream closes
+   * on this broadcast) and asks /status next must find the server idle. */
+  if (S.running == j) S.running = NULL;
   if (j->result || j->preview) S.n_held++, retain_results();
   snprintf(j->error, sizeof j->error, "%s", why ? why : "");
   j->t_end = dit_now_s();
