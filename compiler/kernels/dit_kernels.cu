@@ -77,8 +77,7 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 
 #if defined(DIT_K_ELEMENTWISE)
 // Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD,
-// _MUL or _CAST.
-// _CAST, _CLAMP (bounds LO and HI; NaN stays NaN as the CPU reference keeps it) or _QUICK_GELU.
+// _MUL, _CAST, _CLAMP (bounds LO and HI; NaN stays NaN as the CPU reference keeps it) or _QUICK_GELU.
 // With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
 __device__ __forceinline__ float ew_apply(float x, float y) {
 #if OPCODE == DIT_ABI_EW_SILU
