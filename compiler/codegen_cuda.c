@@ -194,7 +194,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
     if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
-        !(op->kind == DIT_OP_EMBEDDING && i == 0) &&
+        !(op->kind == DIT_OP_EMBEDDING && i == 0) && !(op->kind == DIT_OP_TOKEN_SELECT && i == 1) &&
         V(g, op->in[i])->dtype != DIT_F32 &&
         V(g, op->in[i])->dtype != DIT_BF16)
       return DIT_ERR(UNIMPLEMENTED, "op %s '%s': operand dtype %s has no GPU kernel", name, y->name,
@@ -204,13 +204,14 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_SILU:
     case DIT_OP_GELU_TANH:
     case DIT_OP_GELU:
+    case DIT_OP_QUICK_GELU:
     case DIT_OP_ADD:
     case DIT_OP_MUL:
     case DIT_OP_CAST:
     case DIT_OP_RESHAPE: /* a device copy: the cast kernel between equal types (the IR keeps x's) */
       dit_strbuf_printf(s, "#define DIT_K_ELEMENTWISE 1\n#define OPCODE %d\n#define N %" PRIu64 "LL\n#define T_A %d\n#define VEC8 %d\n",
           op->kind == DIT_OP_SILU ? DIT_ABI_EW_SILU : op->kind == DIT_OP_GELU_TANH ? DIT_ABI_EW_GELU_TANH
-          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU
+          : op->kind == DIT_OP_GELU ? DIT_ABI_EW_GELU : op->kind == DIT_OP_QUICK_GELU ? DIT_ABI_EW_QUICK_GELU
           : op->kind == DIT_OP_CAST || op->kind == DIT_OP_RESHAPE ? DIT_ABI_EW_CAST
           : op->kind == DIT_OP_MUL ? DIT_ABI_EW_MUL : DIT_ABI_EW_ADD, n,
           dt_code(x->dtype), n % DIT_ABI_VEC == 0);
@@ -450,6 +451,15 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       const dit_value_t *t = V(g, op->in[1]);
       dit_strbuf_printf(s, "#define DIT_K_EMBEDDING 1\n#define T_IDS %s\n#define T_TABLE %d\n#define N %" PRIu64 "LL\n#define ROWS %" PRId64
              "LL\n#define D %" PRId64 "LL\n", x->dtype == DIT_I64 ? "long long" : "int", dt_code(t->dtype), n, t->dims[0], t->dims[1]);
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_TOKEN_SELECT: {
+      /* One thread an output element; each scans its item's ids (T is a text length). */
+      const dit_value_t *ids = V(g, op->in[1]);
+      dit_strbuf_printf(s, "#define DIT_K_TOKEN_SELECT 1\n#define T_X %d\n#define T_IDS %s\n#define N %" PRIu64 "LL\n#define TOKENS %" PRId64
+             "LL\n#define C %" PRId64 "LL\n#define EOS %" PRId64 "\n", dt_code(x->dtype), ids->dtype == DIT_I64 ? "long long" : "int", n,
+          x->dims[1], x->dims[2], geti(op, "eos"));
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }

@@ -119,6 +119,13 @@ typedef struct dit_umt5_config {
   double eps;
   int shared_bias; /* T5: layer 0's relative_attention_bias table is every layer's bias */
 } dit_umt5_config_t;
+/* CLIPTextModel's config (transformers' CLIPTextConfig), typed: the text transformer's fields. */
+typedef struct dit_clip_config {
+  int64_t vocab, hidden, intermediate, layers, heads, positions;
+  int64_t eos; /* the pooled token: -1, the first position of the largest id (eos_token_id 2), else this id's */
+  double eps;
+  int act;     /* the MLP's activation op (dit_op_kind_t): quick_gelu or gelu */
+} dit_clip_config_t;
 /* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 VAE), typed. */
 #define DIT_WAN_VAE_MAX_Z 64
 typedef struct dit_wan_vae_config {
@@ -170,6 +177,7 @@ typedef struct dit_model {
   dit_hunyuan_config_t hunyuan;
   dit_qwen_config_t qwen;
   dit_umt5_config_t umt5;
+  dit_clip_config_t clip;
   dit_wan_vae_config_t wan_vae;
 } dit_model_t;
 

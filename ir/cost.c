@@ -8,6 +8,7 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_SILU: return 4;      /* exp, add, div, mul */
     case DIT_OP_GELU_TANH: return 8;
     case DIT_OP_GELU: return 8;
+    case DIT_OP_QUICK_GELU: return 5; /* mul, exp, add, div, mul */
     case DIT_OP_LAYERNORM: return 7;
     case DIT_OP_ADALN: return 9;
     case DIT_OP_RMSNORM: return 4;
@@ -77,6 +78,11 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       break;
     case DIT_OP_KEY_BOUND:
       c.flops = (double)dit_value_numel(x); /* a test per mask entry, at most */
+      break;
+    case DIT_OP_TOKEN_SELECT:
+      /* A comparison per id; of x only the picked rows are read. */
+      c.flops = (double)dit_value_numel(dit_graph_cvalue(g, op->in[1]));
+      c.bytes -= (double)dit_value_nbytes(x) - (double)dit_value_nbytes(y);
       break;
     case DIT_OP_ADALN:
     case DIT_OP_GATED_ADD: {

@@ -179,6 +179,7 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     case DIT_OP_SILU:
     case DIT_OP_GELU_TANH:
     case DIT_OP_GELU:
+    case DIT_OP_QUICK_GELU:
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     case DIT_OP_CAST:
@@ -573,6 +574,22 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
+    case DIT_OP_TOKEN_SELECT: {
+      const dit_value_t *ids = operand(g, ins, 1);
+      int64_t eos;
+      char b1[96], b2[96];
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      DIT_RETURN_IF(get_i(attrs, op, "eos", &eos, -1));
+      if (ids->dtype != DIT_I32 && ids->dtype != DIT_I64)
+        FAIL("%s: ids '%s' have dtype %s, expected i32 or i64", op, ids->name, dit_dtype_name(ids->dtype));
+      if (ids->rank != 2 || ids->dims[0] != x->dims[0] || ids->dims[1] != x->dims[1])
+        FAIL("%s: ids '%s' %s, expected [%" PRId64 ",%" PRId64 "] as the batch and tokens of x '%s' %s", op, ids->name,
+             dims_str(ids->rank, ids->dims, b1, sizeof b1), x->dims[0], x->dims[1], x->name, dims_str(x->rank, x->dims, b2, sizeof b2));
+      out_rank[0] = 2;
+      out_dims[0][0] = x->dims[0];
+      out_dims[0][1] = x->dims[2];
+      break;
+    }
     case DIT_OP_COUNT:
       FAIL("unknown op kind");
   }
@@ -585,6 +602,7 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
     case DIT_OP_RESHAPE:
     case DIT_OP_CONCAT:
     case DIT_OP_UPSAMPLE:
+    case DIT_OP_TOKEN_SELECT:
     case DIT_OP_ROPE_TABLE: {
       /* Data movement, and a rotation rounded once to its input's type: the dtype is x's. */
       const dit_value_t *x = operand(g, ins, 0);

@@ -360,6 +360,7 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_SILU: return dit_cpu_silu(c, &in[0], &out[0]);
     case DIT_OP_GELU_TANH: return dit_cpu_gelu_tanh(c, &in[0], &out[0]);
     case DIT_OP_GELU: return dit_cpu_gelu(c, &in[0], &out[0]);
+    case DIT_OP_QUICK_GELU: return dit_cpu_quick_gelu(c, &in[0], &out[0]);
     case DIT_OP_CAST: return dit_cpu_cast(c, &in[0], &out[0]);
     case DIT_OP_ADD: return dit_cpu_add(c, &in[0], &in[1], &out[0]);
     case DIT_OP_MUL: return dit_cpu_mul(c, &in[0], &in[1], &out[0]);
@@ -484,6 +485,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       int64_t scale;
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "scale", &scale));
       return dit_cpu_upsample(c, &in[0], scale, &out[0]);
+    }
+    case DIT_OP_TOKEN_SELECT: {
+      int64_t eos;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "eos", &eos));
+      return dit_cpu_token_select(c, &in[0], &in[1], eos, &out[0]);
     }
     case DIT_OP_CLAMP: {
       double lo, hi;

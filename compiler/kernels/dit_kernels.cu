@@ -77,8 +77,7 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 
 #if defined(DIT_K_ELEMENTWISE)
 // Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD,
-// _MUL or _CAST.
-// _CAST or _CLAMP (bounds LO and HI; NaN stays NaN as the CPU reference keeps it).
+// _MUL, _CAST, _CLAMP (bounds LO and HI; NaN stays NaN as the CPU reference keeps it) or _QUICK_GELU.
 // With VEC8 (N a multiple of 8) each thread takes 8 contiguous elements.
 __device__ __forceinline__ float ew_apply(float x, float y) {
 #if OPCODE == DIT_ABI_EW_SILU
@@ -95,6 +94,8 @@ __device__ __forceinline__ float ew_apply(float x, float y) {
   return x;  // the conversion is st's or st8's (round to nearest even into bf16)
 #elif OPCODE == DIT_ABI_EW_CLAMP
   return x < LO ? LO : x > HI ? HI : x;
+#elif OPCODE == DIT_ABI_EW_QUICK_GELU
+  return x * (1.f / (1.f + expf(-1.702f * x)));
 #else
 #error "DIT_K_ELEMENTWISE: unknown OPCODE"
 #endif
@@ -637,6 +638,29 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   if (i >= N) return;
   const long long r = (long long)ids[i / D];
   st(y, i, r >= 0 && r < ROWS ? ld(table, r * D + i % D) : 0.f);
+}
+#endif
+
+#if defined(DIT_K_TOKEN_SELECT)
+// One token row per batch item: y [N / C, C] = x [., TOKENS, C] at the item's first position of
+// its largest id (EOS < 0) or of the id EOS (0 when absent); T_IDS int or long long.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const T_IDS *ids) {
+  const long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (i >= N) return;
+  const long long b = i / C;
+  const T_IDS *row = ids + b * TOKENS;
+  long long pick = 0;
+#if EOS < 0
+  for (long long t = 1; t < TOKENS; t++)
+    if (row[t] > row[pick]) pick = t;
+#else
+  for (long long t = 0; t < TOKENS; t++)
+    if ((long long)row[t] == EOS) {
+      pick = t;
+      break;
+    }
+#endif
+  st(y, i, ld(x, (b * TOKENS + pick) * C + i % C));
 }
 #endif
 

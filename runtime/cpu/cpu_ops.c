@@ -171,7 +171,7 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
-typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU, EW_MUL, EW_CLAMP } ew_kind_t;
+typedef enum ew_kind { EW_SILU, EW_GELU_TANH, EW_ADD, EW_GELU, EW_MUL, EW_CLAMP, EW_QUICK_GELU } ew_kind_t;
 
 typedef struct ew_job {
   ew_kind_t kind;
@@ -204,6 +204,10 @@ static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
       case EW_GELU:
         /* erfc keeps the negative tail's relative precision, which 1 + erf loses. */
         for (int64_t i = 0; i < n; i++) out[i] = 0.5f * a[i] * erfcf(-a[i] * 0.70710678118654752f);
+        break;
+      case EW_QUICK_GELU:
+        /* transformers' input * sigmoid(1.702 * input), the sigmoid as 1 / (1 + e^-z). */
+        for (int64_t i = 0; i < n; i++) out[i] = a[i] * (1.0f / (1.0f + expf(-1.702f * a[i])));
         break;
       case EW_CLAMP:
         for (int64_t i = 0; i < n; i++) out[i] = a[i] < j->lo ? j->lo : a[i] > j->hi ? j->hi : a[i];
@@ -244,6 +248,10 @@ dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t
 
 dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
   return unary(c, "gelu", EW_GELU, x, y);
+}
+
+dit_status_t dit_cpu_quick_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
+  return unary(c, "quick_gelu", EW_QUICK_GELU, x, y);
 }
 
 dit_status_t dit_cpu_clamp(dit_cpu_t *c, const dit_tensor_t *x, double lo, double hi, dit_tensor_t *y) {
@@ -329,6 +337,42 @@ dit_status_t dit_cpu_embedding(dit_cpu_t *c, const dit_tensor_t *ids, const dit_
   embed_job_t j = {.table = table, .y = y, .rows = rows, .D = table->dims[1]};
   dit_pool_parallel_for(dit_cpu_pool(c), n, 64, embed_rows, &j);
   free(rows);
+  return DIT_OK;
+}
+
+/* ---- token select ------------------------------------------------------------------------ */
+
+dit_status_t dit_cpu_token_select(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *ids, int64_t eos, dit_tensor_t *y) {
+  (void)c;
+  static const char *op = "token_select";
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_any(op, "ids", ids));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  if (ids->dtype != DIT_I32 && ids->dtype != DIT_I64)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: ids have dtype %s, expected i32 or i64", op, dit_dtype_name(ids->dtype));
+  if (eos < -1) return DIT_ERR(INVALID_ARGUMENT, "%s: eos = %lld, expected >= -1", op, (long long)eos);
+  const int64_t xd[3] = {-1, -1, -1};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "x", x, 3, xd));
+  const int64_t B = x->dims[0], T = x->dims[1], C = x->dims[2], id[2] = {B, T}, yd[2] = {B, C};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "ids", ids, 2, id));
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "y", y, 2, yd));
+  if (y->dtype != x->dtype) return DIT_ERR(INVALID_ARGUMENT, "%s: y has dtype %s, expected x's %s", op, dit_dtype_name(y->dtype),
+                                            dit_dtype_name(x->dtype));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  const size_t row = (size_t)C * dit_dtype_size(x->dtype);
+  for (int64_t b = 0; b < B; b++) {
+    /* The first position of the largest id (eos -1), else of the id eos; 0 when none is. */
+    int64_t pick = 0, best = INT64_MIN;
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t v = ids->dtype == DIT_I32 ? ((const int32_t *)ids->data)[b * T + t] : ((const int64_t *)ids->data)[b * T + t];
+      if (eos < 0 ? v > best : v == eos) {
+        pick = t;
+        best = v;
+        if (eos >= 0) break;
+      }
+    }
+    memcpy((char *)y->data + (size_t)b * row, (const char *)x->data + (size_t)(b * T + pick) * row, row);
+  }
   return DIT_OK;
 }
 

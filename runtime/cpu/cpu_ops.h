@@ -45,6 +45,11 @@ dit_status_t dit_cpu_mul(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t
  * outside [0, V) is refused naming its position and value. */
 dit_status_t dit_cpu_embedding(dit_cpu_t *c, const dit_tensor_t *ids, const dit_tensor_t *table, dit_tensor_t *y);
 /* y = min(max(x, lo), hi) in fp32 (lo <= hi), rounded once to y's dtype. */
+/* x * sigmoid(1.702 x) (transformers' quick_gelu). */
+dit_status_t dit_cpu_quick_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+/* y [B, C] = x [B, T, C] at one token per item: the first position of the largest id of
+ * ids [B, T] (eos = -1) or of the id eos (0 when absent). */
+dit_status_t dit_cpu_token_select(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *ids, int64_t eos, dit_tensor_t *y);
 dit_status_t dit_cpu_clamp(dit_cpu_t *c, const dit_tensor_t *x, double lo, double hi, dit_tensor_t *y);
 /* Convolution (cpu_conv.c) over channel-last x [B, F, H, W, Cin] with w [Cout, Cin, kt, kh, kw] or
  * [Cout, Cin, kh, kw] (kt = 1) and bias [Cout] (may be NULL): zeros pad pad_t frames before the

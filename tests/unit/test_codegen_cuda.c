@@ -539,6 +539,44 @@ static void test_umt5_ops(dit_cuda_codegen_t *cg, const char *target) {
   dit_graph_destroy(g);
 }
 
+/* CLIP's ops: quick_gelu (8 elements a thread when the count allows, f32 and bf16), token_select
+ * (one thread an output element, i32 and i64 ids, both pooling rules), and the causal score bias
+ * at CLIP-L's 77 tokens and 12 heads of 64 on the portable kernel on every target. */
+static void test_clip_ops(dit_cuda_codegen_t *cg, const char *target) {
+  const uint32_t B = DIT_ABI_BLOCK;
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  dit_vid_t x = in3(g, "x", DIT_BF16, 2, 77, 3072), xo = in3(g, "xo", DIT_F32, 1, 3, 7);
+  dit_graph_op(g, DIT_OP_QUICK_GELU, &x, 1, NULL, DIT_BF16, "quick_gelu");
+  CHECK_EQ_INT(check_op(cg, g, "quick_gelu bf16 (8 a thread)", B, 0, 0), (2 * 77 * 3072 / 8 + B - 1) / B);
+  dit_graph_op(g, DIT_OP_QUICK_GELU, &xo, 1, NULL, DIT_F32, "quick_gelu_odd");
+  CHECK_EQ_INT(check_op(cg, g, "quick_gelu f32 (21 elements)", B, 0, 0), 1);
+  const int64_t idd[2] = {2, 77};
+  dit_vid_t h = in3(g, "h", DIT_BF16, 2, 77, 768);
+  for (int w = 0; w < 4; w++) {
+    dit_vid_t in[2] = {h, dit_graph_input(g, "ids", w & 1 ? DIT_I64 : DIT_I32, 2, idd)};
+    dit_attrs_t ea = {0};
+    dit_attrs_set_int(&ea, "eos", w < 2 ? -1 : 49407);
+    dit_graph_op(g, DIT_OP_TOKEN_SELECT, in, 2, &ea, DIT_BF16, "pooled");
+    char what[64];
+    snprintf(what, sizeof what, "token_select %s ids, eos %s", w & 1 ? "i64" : "i32", w < 2 ? "-1" : "49407");
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), (2 * 768 + B - 1) / B);
+  }
+  const int64_t cd[3] = {77, 77, 12};
+  dit_vid_t q = in3(g, "q", DIT_BF16, 2, 77, 768), mask = dit_graph_input(g, "causal", DIT_F32, 3, cd), ins[4] = {q, q, q, mask};
+  dit_attrs_t at = {0};
+  dit_attrs_set_int(&at, "heads", 12);
+  dit_attrs_set_float(&at, "scale", 0.125);
+  dit_attrs_set_int(&at, "bias", 1);
+  dit_graph_op(g, DIT_OP_ATTENTION, ins, 4, &at, DIT_BF16, "causal_sdpa");
+  char what[64];
+  snprintf(what, sizeof what, "causal attention 12 heads of 64 on %s", target);
+  CHECK_EQ_INT(check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * (64 + 8) * 2), 0),
+               (77 + 16 * DIT_ABI_ATTN_WARPS - 1) / (16 * DIT_ABI_ATTN_WARPS));
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+}
+
 static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_t *cg = NULL;
   dit_status_t s = dit_cuda_codegen_create(target, cache, &cg);
@@ -651,6 +689,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   test_mask_ops(cg, target);
   test_sparse_ops(cg, target);
   test_umt5_ops(cg, target);
+  test_clip_ops(cg, target);
   dit_cuda_codegen_destroy(cg);
 }
 

@@ -1097,6 +1097,49 @@ static void test_video_ops(void) {
   }
 }
 
+/* ---- CLIP's ops: quick_gelu, token_select -------------------------------------------------- */
+
+static void test_clip_ops(void) {
+  /* quick_gelu against x * sigmoid(1.702 x) in double, both tails included, f32 and bf16 out. */
+  const int64_t qd[2] = {3, 41};
+  tt_t x = tt_rand(DIT_F32, 2, qd, -12, 12);
+  double ref[3 * 41];
+  for (int i = 0; i < 3 * 41; i++) ref[i] = x.v[i] / (1.0 + exp(-1.702 * x.v[i]));
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(pi ? DIT_BF16 : DIT_F32, 2, qd);
+    CHECK_OK(dit_cpu_quick_gelu(&g_cpu[pi], &x.t, &y));
+    CHECK(compare(pi ? "quick_gelu bf16" : "quick_gelu f32", &y, ref, pi ? TOL_BF16 : TOL_F32));
+    free(y.data);
+  }
+  tt_free(&x);
+  /* token_select: x [3, 5, 4]; the first of tied largest ids (item 0: 9 at 1 and 3), the last
+   * position (item 1), position 0 (item 2); with eos = 7 its first position, 0 when absent. */
+  const int64_t xd[3] = {3, 5, 4}, yd[2] = {3, 4};
+  tt_t xs = tt_rand(DIT_BF16, 3, xd, -3, 3);
+  static const int64_t ids64[15] = {0, 9, 7, 9, 7, /**/ 1, 2, 3, 4, 5, /**/ 8, 7, 7, 1, 0};
+  int32_t ids32[15];
+  for (int i = 0; i < 15; i++) ids32[i] = (int32_t)ids64[i];
+  static const int64_t want_max[3] = {1, 4, 0}, want_eos[3] = {2, 0, 1};
+  for (int w = 0; w < 4; w++) {
+    dit_tensor_t ids = {w & 1 ? (void *)ids32 : (void *)ids64, w & 1 ? DIT_I32 : DIT_I64, 2, {3, 5}};
+    dit_tensor_t y = out_poisoned(DIT_BF16, 2, yd);
+    CHECK_OK(dit_cpu_token_select(&g_cpu[w & 1], &xs.t, &ids, w < 2 ? -1 : 7, &y));
+    const int64_t *want = w < 2 ? want_max : want_eos;
+    for (int b = 0; b < 3; b++)
+      CHECK(!memcmp((const uint16_t *)y.data + b * 4, (const uint16_t *)xs.t.data + (b * 5 + want[b]) * 4, 4 * sizeof(uint16_t)));
+    free(y.data);
+  }
+  dit_tensor_t ids = {ids32, DIT_I32, 2, {3, 5}}, short_ids = {ids32, DIT_I32, 2, {3, 4}};
+  dit_tensor_t yf = out_poisoned(DIT_F32, 2, yd);
+  CHECK_ERR(dit_cpu_token_select(&g_cpu[0], &xs.t, &ids, -1, &yf), INVALID_ARGUMENT, "token_select: y has dtype f32, expected x's bf16");
+  free(yf.data);
+  dit_tensor_t y = out_poisoned(DIT_BF16, 2, yd);
+  CHECK_ERR(dit_cpu_token_select(&g_cpu[0], &xs.t, &short_ids, -1, &y), INVALID_ARGUMENT, "token_select: ids has dims [3, 4]");
+  CHECK_ERR(dit_cpu_token_select(&g_cpu[0], &xs.t, &ids, -2, &y), INVALID_ARGUMENT, "token_select: eos = -2, expected >= -1");
+  free(y.data);
+  tt_free(&xs);
+}
+
 /* ---- argument errors --------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -1502,6 +1545,7 @@ int main(void) {
   test_rope();
   test_mmdit_ops();
   test_video_ops();
+  test_clip_ops();
   test_errors();
   test_torch();
   bench();

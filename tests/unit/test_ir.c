@@ -270,6 +270,37 @@ static void test_mmdit_ops(void) {
   dit_graph_destroy(g);
 }
 
+/* CLIP's ops: quick_gelu keeps x's shape; token_select [B, T, C] x [B, T] ids -> [B, C] in x's
+ * dtype, refusals naming the operand; its cost reads the picked rows only. */
+static void test_clip_ops(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int rank[2];
+  int64_t dims[2][DIT_MAX_RANK];
+  const int64_t idd[2] = {2, 7}, badd[2] = {2, 6};
+  dit_vid_t x = in3(g, "x", DIT_BF16, 2, 7, 16), ids = dit_graph_input(g, "ids", DIT_I32, 2, idd);
+  dit_vid_t qg = dit_graph_op(g, DIT_OP_QUICK_GELU, &x, 1, NULL, DIT_BF16, "act");
+  CHECK(qg >= 0 && dit_graph_cvalue(g, qg)->rank == 3 && dit_graph_cvalue(g, qg)->dims[2] == 16);
+  dit_attrs_t eos = attrs_i("eos", -1, NULL, 0), neg = attrs_i("eos", -2, NULL, 0);
+  dit_vid_t xi[2] = {x, ids};
+  dit_vid_t y = dit_graph_op(g, DIT_OP_TOKEN_SELECT, xi, 2, &eos, DIT_BF16, "pooled");
+  CHECK(y >= 0 && dit_graph_cvalue(g, y)->rank == 2 && dit_graph_cvalue(g, y)->dims[0] == 2 && dit_graph_cvalue(g, y)->dims[1] == 16);
+  dit_cost_t c = dit_op_cost(g, dit_graph_cop_at(g, 1));
+  CHECK_NEAR(c.flops, 14, 0);
+  CHECK_NEAR(c.bytes, 2.0 * (2 * 16) + 4.0 * 14 + 2.0 * (2 * 16), 0);
+  dit_vid_t bad = dit_graph_input(g, "short_ids", DIT_I64, 2, badd), fids = dit_graph_input(g, "fids", DIT_F32, 2, idd);
+  dit_vid_t xb[2] = {x, bad}, xf[2] = {x, fids};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_TOKEN_SELECT, xb, 2, &eos, 1, rank, dims), INVALID_ARGUMENT,
+            "token_select: ids 'short_ids' [2,6], expected [2,7] as the batch and tokens of x 'x' [2,7,16]");
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_TOKEN_SELECT, xf, 2, &eos, 1, rank, dims), INVALID_ARGUMENT,
+            "token_select: ids 'fids' have dtype f32, expected i32 or i64");
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_TOKEN_SELECT, xi, 2, &neg, 1, rank, dims), INVALID_ARGUMENT,
+            "token_select: attribute eos = -2, expected >= -1");
+  CHECK(dit_graph_op(g, DIT_OP_TOKEN_SELECT, xi, 2, &eos, DIT_F32, "pooled_f32") == -1);
+  CHECK(dit_graph_status(g) && strstr(dit_status_message(dit_graph_status(g)), "token_select: output dtype f32, expected bf16 as operand x 'x'"));
+  dit_graph_destroy(g);
+}
+
 /* key_bound and attention's bound: shapes, the i32 they fix, refusals naming the value, costs. */
 static void test_key_bound(void) {
   dit_graph_t *g;
@@ -375,6 +406,7 @@ int main(void) {
   test_cost();
   test_mmdit_ops();
   test_key_bound();
+  test_clip_ops();
   test_video_ops();
   return check_summary("test_ir");
 }
