@@ -135,27 +135,12 @@ static void clip_expected(const dit_model_t *m, dit_expected_t *l) {
 
 /* ---- variant, shape ---- */
 
-static dit_status_t clip_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
-  (void)vae_what;
-  if (want && strcmp(want, "clip_text"))
-    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: CLIPTextModel has one variant (clip_text)", want);
-  snprintf(m->variant, sizeof m->variant, "clip_text");
-  return DIT_OK;
-}
-
-/* Only tokens: the pixel flags mean nothing to a text encoder and are refused by name. */
+/* Tokens only, at most one per position embedding. */
 static dit_status_t clip_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
-  static const char *const flag[] = {"--frames", "--height", "--width"};
-  const int64_t v[] = {r->frames, r->height, r->width};
-  for (int i = 0; i < 3; i++)
-    if (v[i] >= 0)
-      return DIT_ERR(INVALID_ARGUMENT, "%s %" PRId64 ": %s is a text encoder: its shape is --batch and --text-len alone", flag[i], v[i],
-                     m->model_class);
-  if (r->image_len) return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": %s takes no image tokens", r->image_len, m->model_class);
+  DIT_RETURN_IF(dit_family_text_shape(m, r, out));
   if (r->text_len > m->clip.positions)
     return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": %s has %" PRId64 " position embeddings (max_position_embeddings)",
                    r->text_len, m->model_class, m->clip.positions);
-  memset(out, 0, sizeof *out);
   return DIT_OK;
 }
 
@@ -266,7 +251,7 @@ const dit_family_t dit_family_clip_text = {
     .parse_config = clip_parse_config,
     .expected = clip_expected,
     .ignored = kClipExtraTensors,
-    .pick_variant = clip_pick_variant,
+    .pick_variant = dit_family_one_variant,
     .latent_shape = clip_latent_shape,
     .build_graph = clip_build_graph,
 };

@@ -52,6 +52,13 @@ int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_d
 extern const dit_family_t dit_family_wan_vae;
 extern const dit_family_t dit_family_clip_text;
 
+/* ---- shared hooks of the stage families ---- */
+
+/* pick_variant of a family with one variant, named as the family. */
+dit_status_t dit_family_one_variant(dit_model_t *m, const char *want, const char *vae_what);
+/* latent_shape of a text encoder: tokens only, the pixel and image flags refused by name. */
+dit_status_t dit_family_text_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out);
+
 /* ---- config readers ---- */
 
 /* DIT_CF_BOOLS: exactly count booleans; DIT_CF_FLOATS: at most count numbers in [lo, hi]. */

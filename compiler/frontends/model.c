@@ -17,6 +17,30 @@ static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flu
                                                  &dit_family_umt5, &dit_family_t5, &dit_family_wan_vae, &dit_family_clip_text};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
+/* ---- shared hooks of the stage families ---- */
+
+dit_status_t dit_family_one_variant(dit_model_t *m, const char *want, const char *vae_what) {
+  (void)vae_what;
+  if (want && strcmp(want, m->fam->name))
+    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: %s has one variant (%s)", want, m->model_class, m->fam->name);
+  snprintf(m->variant, sizeof m->variant, "%s", m->fam->name);
+  return DIT_OK;
+}
+
+/* Only tokens: the pixel flags mean nothing to a text encoder and are refused by name. */
+dit_status_t dit_family_text_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
+  static const char *const flag[] = {"--frames", "--height", "--width"};
+  const int64_t v[] = {r->frames, r->height, r->width};
+  for (int i = 0; i < 3; i++)
+    if (v[i] >= 0)
+      return DIT_ERR(INVALID_ARGUMENT, "%s %" PRId64 ": %s is a text encoder: its shape is --batch and --text-len alone", flag[i], v[i],
+                     m->model_class);
+  if (r->image_len)
+    return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": %s takes no image tokens", r->image_len, m->model_class);
+  memset(out, 0, sizeof *out);
+  return DIT_OK;
+}
+
 /* ---- config readers ---- */
 
 static dit_status_t field_check(const dit_config_field_t *f, const dit_json_t *v) {

@@ -168,30 +168,6 @@ static void umt5_expected(const dit_model_t *m, dit_expected_t *l) {
 
 /* ---- variant, shape ---- */
 
-static dit_status_t umt5_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
-  (void)vae_what;
-  if (want && strcmp(want, m->fam->name))
-    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: %s has one variant (%s)", want, m->model_class, m->fam->name);
-  snprintf(m->variant, sizeof m->variant, "%s", m->fam->name);
-  return DIT_OK;
-}
-
-
-
-/* Only tokens: the pixel flags mean nothing to a text encoder and are refused by name. */
-static dit_status_t umt5_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
-  static const char *const flag[] = {"--frames", "--height", "--width"};
-  const int64_t v[] = {r->frames, r->height, r->width};
-  for (int i = 0; i < 3; i++)
-    if (v[i] >= 0)
-      return DIT_ERR(INVALID_ARGUMENT, "%s %" PRId64 ": %s is a text encoder: its shape is --batch and --text-len alone", flag[i], v[i],
-                     m->model_class);
-  if (r->image_len)
-    return DIT_ERR(INVALID_ARGUMENT, "--image-len %" PRId64 ": %s takes no image tokens", r->image_len, m->model_class);
-  memset(out, 0, sizeof *out);
-  return DIT_OK;
-}
-
 /* ---- graph ---- */
 
 int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance) {
@@ -334,8 +310,8 @@ const dit_family_t dit_family_umt5 = {
     .text_encoder = 1,
     .parse_config = umt5_parse_config,
     .expected = umt5_expected,
-    .pick_variant = umt5_pick_variant,
-    .latent_shape = umt5_latent_shape,
+    .pick_variant = dit_family_one_variant,
+    .latent_shape = dit_family_text_shape,
     .build_graph = umt5_build_graph,
 };
 
@@ -345,7 +321,7 @@ const dit_family_t dit_family_t5 = {
     .text_encoder = 1,
     .parse_config = umt5_parse_config,
     .expected = umt5_expected,
-    .pick_variant = umt5_pick_variant,
-    .latent_shape = umt5_latent_shape,
+    .pick_variant = dit_family_one_variant,
+    .latent_shape = dit_family_text_shape,
     .build_graph = umt5_build_graph,
 };
