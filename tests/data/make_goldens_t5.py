@@ -31,7 +31,6 @@ The mask, layer 0's bias table and its sharing with the later layers must each c
 """
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -44,6 +43,10 @@ from safetensors.torch import save_file
 
 import transformers
 from transformers import T5Config, T5EncoderModel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_goldens_umt5 as umt5  # noqa: E402  the same weight draw, token ids and run
+from make_goldens_umt5 import redraw_parameters, rel_change, run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "t5_tiny"
@@ -70,39 +73,8 @@ LENGTHS = [12, 5]
 LONG_LEN, LONG_VALID = 512, 400
 
 
-def redraw_parameters(model, gen):
-    """Draws at a trained T5's scale instead of the default initialisation: embeddings and the
-    position-bias tables of unit scale, linears 1/sqrt(fan_in), norm weights around 1."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("layer_norm.weight"):
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.2)
-            elif name in ("shared.weight", "encoder.embed_tokens.weight") or "relative_attention_bias" in name:
-                p.copy_(torch.randn(p.shape, generator=gen))
-            elif p.ndim == 2:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
-            else:
-                raise RuntimeError(f"no initialisation rule for parameter {name} {tuple(p.shape)}")
-
-
 def tokens(gen, batch, length, valid):
-    """Right-padded ids as the tokenizer makes them: ids >= 2, EOS (1) last, pad (0) after."""
-    ids = torch.zeros((batch, length), dtype=torch.long)
-    mask = torch.zeros((batch, length), dtype=torch.long)
-    for b, n in enumerate(valid):
-        ids[b, : n - 1] = torch.randint(2, TINY["vocab_size"], (n - 1,), generator=gen)
-        ids[b, n - 1] = 1
-        mask[b, :n] = 1
-    return ids, mask
-
-
-def run(model, ids, mask):
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
-def rel_change(a, b):
-    return float((a - b).norm() / b.norm())
+    return umt5.tokens(gen, batch, length, valid, TINY["vocab_size"])
 
 
 def main():

@@ -83,12 +83,12 @@ def redraw_parameters(model, gen):
                 raise RuntimeError(f"no initialisation rule for parameter {name} {tuple(p.shape)}")
 
 
-def tokens(gen, batch, length, valid):
+def tokens(gen, batch, length, valid, vocab=TINY["vocab_size"]):
     """Right-padded ids as the tokenizer makes them: ids >= 2, EOS (1) last, pad (0) after."""
     ids = torch.zeros((batch, length), dtype=torch.long)
     mask = torch.zeros((batch, length), dtype=torch.long)
     for b, n in enumerate(valid):
-        ids[b, : n - 1] = torch.randint(2, TINY["vocab_size"], (n - 1,), generator=gen)
+        ids[b, : n - 1] = torch.randint(2, vocab, (n - 1,), generator=gen)
         ids[b, n - 1] = 1
         mask[b, :n] = 1
     return ids, mask
