@@ -68,16 +68,8 @@ static const char *const kClipIgnored[] = {
 static const char *const kClipExtraTensors[] = {"position_ids", NULL};
 
 static dit_status_t clip_parse_config(dit_model_t *m, const dit_json_t *raw) {
-  /* The reader refuses keys it does not know: read a copy without the ignored ones. */
-  cJSON *copy = cJSON_Duplicate(raw->v, 1);
-  if (!copy) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  for (int i = 0; kClipIgnored[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(copy, kClipIgnored[i]);
-  dit_json_t view = *raw;
-  view.v = copy;
-  dit_status_t s = dit_config_read(kClipFields, sizeof kClipFields / sizeof kClipFields[0], kClipDefaults, "CLIPTextModel", &view,
-                                   &m->config);
-  cJSON_Delete(copy);
-  DIT_RETURN_IF(s);
+  DIT_RETURN_IF(dit_config_read_ignoring(kClipFields, sizeof kClipFields / sizeof kClipFields[0], kClipDefaults, "CLIPTextModel",
+                                         kClipIgnored, raw, &m->config));
   const cJSON *cfg = m->config;
   dit_clip_config_t *c = &m->clip;
   c->vocab = dit_config_int(cfg, "vocab_size");

@@ -79,6 +79,10 @@ typedef struct dit_config_field {
  * with '_' are diffusers' bookkeeping and skipped). Caller owns *out. */
 dit_status_t dit_config_read(const dit_config_field_t *fields, size_t n_fields, const char *defaults, const char *class_name,
                              const dit_json_t *raw, cJSON **out);
+/* dit_config_read of raw without the keys in the NULL-terminated `ignored` (fields of a saved
+ * config that do not change the forward: bookkeeping, training settings, other heads' fields). */
+dit_status_t dit_config_read_ignoring(const dit_config_field_t *fields, size_t n_fields, const char *defaults,
+                                      const char *class_name, const char *const *ignored, const dit_json_t *raw, cJSON **out);
 /* The three rotary axes' widths of field key (a DIT_CF_INTS of count 3), checked to be even and
  * to sum to head_dim (messages name what, the config's path). */
 dit_status_t dit_config_rope_axes(const cJSON *cfg, const char *key, int64_t head_dim, const char *what, int64_t axes[3]);

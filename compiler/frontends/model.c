@@ -81,6 +81,19 @@ static dit_status_t field_check(const dit_config_field_t *f, const dit_json_t *v
   return DIT_OK;
 }
 
+dit_status_t dit_config_read_ignoring(const dit_config_field_t *fields, size_t n_fields, const char *defaults,
+                                      const char *class_name, const char *const *ignored, const dit_json_t *raw, cJSON **out) {
+  /* The reader refuses keys it does not know: read a copy without the ignored ones. */
+  cJSON *copy = cJSON_Duplicate(raw->v, 1);
+  if (!copy) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; ignored[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(copy, ignored[i]);
+  dit_json_t view = *raw;
+  view.v = copy;
+  dit_status_t s = dit_config_read(fields, n_fields, defaults, class_name, &view, out);
+  cJSON_Delete(copy);
+  return s;
+}
+
 dit_status_t dit_config_read(const dit_config_field_t *fields, size_t n_fields, const char *defaults, const char *class_name,
                              const dit_json_t *raw, cJSON **out) {
   *out = NULL;

@@ -93,17 +93,9 @@ static dit_status_t str_is(const cJSON *cfg, const char *key, const char *want, 
 }
 
 static dit_status_t umt5_parse_config(dit_model_t *m, const dit_json_t *raw) {
-  /* The reader refuses keys it does not know: read a copy without the ignored ones. */
-  cJSON *copy = cJSON_Duplicate(raw->v, 1);
-  if (!copy) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  for (int i = 0; kUmt5Ignored[i]; i++) cJSON_DeleteItemFromObjectCaseSensitive(copy, kUmt5Ignored[i]);
-  dit_json_t view = *raw;
-  view.v = copy;
   const int t5 = m->fam == &dit_family_t5;
-  dit_status_t s = dit_config_read(kUmt5Fields, sizeof kUmt5Fields / sizeof kUmt5Fields[0], t5 ? kT5Defaults : kUmt5Defaults,
-                                   m->fam->model_class, &view, &m->config);
-  cJSON_Delete(copy);
-  DIT_RETURN_IF(s);
+  DIT_RETURN_IF(dit_config_read_ignoring(kUmt5Fields, sizeof kUmt5Fields / sizeof kUmt5Fields[0], t5 ? kT5Defaults : kUmt5Defaults,
+                                         m->fam->model_class, kUmt5Ignored, raw, &m->config));
   const cJSON *cfg = m->config;
   dit_umt5_config_t *u = &m->umt5;
   u->vocab = dit_config_int(cfg, "vocab_size");
