@@ -185,9 +185,10 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
       cJSON *tm = k->n_tmaps ? cJSON_AddArrayToObject(ko, "tmaps") : NULL;
       for (int i = 0; tm && i < k->n_tmaps; i++) {
         cJSON *t = cJSON_CreateObject();
-        int64_t box[2] = {k->tmaps[i].box[0], k->tmaps[i].box[1]};
+        int64_t box[DIT_PLAN_TMAP_MAX_RANK];
+        for (uint32_t d = 0; d < k->tmaps[i].rank; d++) box[d] = k->tmaps[i].box[d];
         cJSON_AddNumberToObject(t, "arg", k->tmaps[i].arg);
-        cJSON_AddItemToObject(t, "box", int_array(box, 2));
+        cJSON_AddItemToObject(t, "box", int_array(box, (int)k->tmaps[i].rank));
         cJSON_AddNumberToObject(t, "swizzle", k->tmaps[i].swizzle);
         cJSON_AddItemToArray(tm, t);
       }
@@ -420,7 +421,10 @@ static dit_status_t parse_tmap(const dit_json_t *t, int n_args, dit_plan_tmap_t 
   dit_json_t b, e;
   size_t n = 0;
   DIT_RETURN_IF(dit_json_array(t, "box", 1u << 20, &b, &n));
-  if (n != 2) return dit_json_error(&b, DIT_CODE_INVALID_ARGUMENT, "expected 2 integers (elements of a row, rows), found %zu entries", n);
+  if (n < 2 || n > DIT_PLAN_TMAP_MAX_RANK)
+    return dit_json_error(&b, DIT_CODE_INVALID_ARGUMENT, "expected 2 integers (elements of a row, rows) or 3 to %d (the value's dims), found %zu entries",
+                          DIT_PLAN_TMAP_MAX_RANK, n);
+  m->rank = (uint32_t)n;
   dit_json_iter_t it;
   dit_json_iter_init(&b, &it);
   for (int i = 0; dit_json_iter_next(&it, &e); i++) {

@@ -7,7 +7,7 @@
  *  "steps": [{"op": "<catalog name>", "in": [value indices], "out": [..],
  *             "ints": {"key": n}, "floats": {"key": x}, "block": n,
  *             "kernel": {"cubin", "ptx", "entry", "grid": [3], "block": [3], "smem",
- *                        "tmaps": [{"arg", "box": [2], "swizzle"}] (optional)}}]}
+ *                        "tmaps": [{"arg", "box": [2..5], "swizzle"}] (optional)}}]}
  *
  * Version 2 adds an optional "offload" section: the weight-offload schedule ditc planned for
  * this rank, in numbers only (see dit_plan_offload_t); a plan without it streams nothing.
@@ -76,16 +76,20 @@ typedef struct dit_plan_value {
   uint64_t nbytes; /* derived: product(dims) * dtype size */
 } dit_plan_value_t;
 
-/* A tensor map (the bulk tensor copy engine's descriptor) over one kernel argument, seen as
- * the 2-D row view [prod(dims[:-1]), dims[-1]] of its value. It holds a device address, so
- * the plan keeps only what the runtime needs to encode it at load: which argument, the box
- * {elements of a row, rows} and the swizzle. The extents come from the value itself, so a map
- * never reaches outside its tensor. */
+/* A tensor map (the bulk tensor copy engine's descriptor) over one kernel argument. A 2-entry
+ * box views the value as the 2-D row view [prod(dims[:-1]), dims[-1]] and is {elements of a row,
+ * rows}; a box of 3 to 5 entries, as many as the value's rank, views it in its own dims,
+ * innermost first (a video [B, F, H, W, C] as {C, W, H, F, B}). It holds a device address, so
+ * the plan keeps only what the runtime needs to encode it at load: which argument, the box and
+ * the swizzle. The extents come from the value itself, so a map never reaches outside its
+ * tensor. */
 #define DIT_PLAN_MAX_TMAPS 4
+#define DIT_PLAN_TMAP_MAX_RANK 5
 typedef struct dit_plan_tmap {
   uint32_t arg;     /* index into the pointer arguments (outputs, then inputs) */
-  uint32_t box[2];  /* 1..256 each */
+  uint32_t box[DIT_PLAN_TMAP_MAX_RANK]; /* 1..256 each, innermost first */
   uint32_t swizzle; /* bytes: 0, 32, 64 or 128 */
+  uint32_t rank;    /* entries of box: 2 (the row view) to 5 */
 } dit_plan_tmap_t;
 
 /* A generated kernel for a step (GPU targets): its modules are "kernels" blobs of the bundle,

@@ -18,7 +18,9 @@
 #include "dit_abi.h"
 #include "dit_abi_source.h"
 #include "dit_attn_sm90_source.h"
+#include "dit_conv_sm90_source.h"
 #include "dit_device_source.h"
+#include "dit_sm90_source.h"
 #include "dit_kernel_sources.h"
 #include "dit_sources_hash.h"
 
@@ -139,7 +141,7 @@ static uint64_t blocks_of(uint64_t n) { return (n + DIT_ABI_BLOCK - 1) / DIT_ABI
 
 /* Fills the specialization defines and launch shape; 0 in *has when the runtime runs it. */
 /* Which kernel template a specialization completes. */
-typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1 } kernel_template_t;
+typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 = 2 } kernel_template_t;
 
 /* Multiprocessors of the Hopper parts (H100 SXM, H200): the persistent grid's size. Any size is
  * correct; fewer multiprocessors only queue the extra blocks. */
@@ -173,9 +175,53 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   snprintf(k->entry, sizeof k->entry, "dit_kernel");
   /* q, k, v follow the outputs among the pointer arguments. */
   k->n_tmaps = 3;
-  k->tmaps[0] = (dit_plan_tmap_t){(uint32_t)n_out, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE};
-  k->tmaps[1] = (dit_plan_tmap_t){(uint32_t)n_out + 1, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE};
-  k->tmaps[2] = (dit_plan_tmap_t){(uint32_t)n_out + 2, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE};
+  k->tmaps[0] = (dit_plan_tmap_t){(uint32_t)n_out, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[1] = (dit_plan_tmap_t){(uint32_t)n_out + 1, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[2] = (dit_plan_tmap_t){(uint32_t)n_out + 2, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
+}
+
+/* The Hopper convolution (compiler/kernels/dit_conv_sm90.cu): bf16 x, w and y, input channels a
+ * multiple of 16. Its x and w are read through tensor maps over their own dims, so the padding
+ * is the copy engine's zero fill. 0 when the op does not fit it (the portable kernels take it). */
+static const int kConv90N[] = {8, 16, 32, 64, 96, 128, 160, 176, 192}; /* the wgmma widths it is built for */
+
+static int specialize_conv_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, const dit_value_t *x, const dit_value_t *w, const dit_value_t *y,
+                                const dit_value_t *bias) {
+  const int64_t cin = x->dims[4], cout = y->dims[4];
+  if (x->dtype != DIT_BF16 || w->dtype != DIT_BF16 || y->dtype != DIT_BF16 || cin % 16 != 0 || y->dims[0] * y->dims[1] > 65535)
+    return 0;
+  for (int d = 0; d < 5; d++)
+    if (x->dims[d] > INT32_MAX / 2 || y->dims[d] > INT32_MAX / 2) return 0;
+  int bn = 192;
+  const int nn = (int)(sizeof kConv90N / sizeof kConv90N[0]);
+  if (cout <= 192) {
+    for (int i = nn - 1; i >= 0; i--)
+      if (kConv90N[i] >= cout) bn = kConv90N[i];
+  } else {
+    for (int i = nn - 1; i >= 0 && cout % bn != 0; i--)
+      if (cout % kConv90N[i] == 0 && kConv90N[i] >= 64) bn = kConv90N[i];
+    if (cout % bn != 0) bn = 192; /* the last block's channels past COUT are masked */
+  }
+  const int bk = cin % 64 == 0 ? 64 : cin % 32 == 0 ? 32 : 16;
+  const int pixels = DIT_ABI_CONV90_TILE_W * DIT_ABI_CONV90_TILE_H;
+  const uint32_t stage = (uint32_t)((pixels + bn) * bk * 2);
+  uint32_t st = DIT_ABI_CONV90_SMEM_BUDGET / stage;
+  if (st > DIT_ABI_CONV90_MAX_STAGES) st = DIT_ABI_CONV90_MAX_STAGES;
+  const uint64_t tiles = (uint64_t)((y->dims[3] + DIT_ABI_CONV90_TILE_W - 1) / DIT_ABI_CONV90_TILE_W) *
+                         (uint64_t)((y->dims[2] + DIT_ABI_CONV90_TILE_H - 1) / DIT_ABI_CONV90_TILE_H);
+  if (tiles > INT32_MAX) return 0;
+  dit_strbuf_printf(s, "#define WRANK %d\n#define CBN %d\n#define CBK %d\n#define CST %u\n", w->rank, bn, bk, st);
+  if (bias) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(bias->dtype));
+  k->grid[0] = (uint32_t)tiles, k->grid[1] = (uint32_t)((cout + bn - 1) / bn), k->grid[2] = (uint32_t)(y->dims[0] * y->dims[1]);
+  k->block[0] = 3 * 128, k->block[1] = k->block[2] = 1;
+  k->smem = DIT_ABI_CONV90_SMEM_ALIGN + st * stage + 16 * st;
+  snprintf(k->entry, sizeof k->entry, "dit_kernel");
+  /* x and w follow the one output among the pointer arguments. */
+  k->n_tmaps = 2;
+  k->tmaps[0] = (dit_plan_tmap_t){1, {(uint32_t)bk, DIT_ABI_CONV90_TILE_W, DIT_ABI_CONV90_TILE_H, 1, 1}, (uint32_t)bk * 2, 5};
+  k->tmaps[1] = w->rank == 5 ? (dit_plan_tmap_t){2, {(uint32_t)bk, 1, 1, 1, (uint32_t)bn}, (uint32_t)bk * 2, 5}
+                             : (dit_plan_tmap_t){2, {(uint32_t)bk, 1, 1, (uint32_t)bn}, (uint32_t)bk * 2, 4};
+  return 1;
 }
 
 /* The most dynamic shared memory a block may opt into on an architecture ("80", "86", ...). */
@@ -501,24 +547,28 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       return DIT_OK;
     case DIT_OP_CONV3D: {
       const dit_value_t *w = V(g, op->in[1]);
-      const int64_t kt = w->rank == 5 ? w->dims[2] : 1;
-      /* The kernel indexes frames, rows, columns and channels in int. */
+      const int64_t kt = w->rank == 5 ? w->dims[1] : 1;
+      /* The kernels index frames, rows, columns and channels in int. */
       for (int d = 1; d < 5; d++)
         if (x->dims[d] > INT32_MAX / 2 || y->dims[d] > INT32_MAX / 2)
           return DIT_ERR(UNIMPLEMENTED, "op conv3d '%s': dim %d exceeds the kernel's int index", y->name, d);
+      dit_strbuf_printf(s, "#define HAS_BIAS %d\n#define BATCH %" PRId64 "LL\n#define F %" PRId64 "\n#define H %" PRId64 "\n#define W %" PRId64
+             "\n#define CIN %" PRId64 "\n#define FO %" PRId64 "\n#define HO %" PRId64 "\n#define WO %" PRId64 "\n#define COUT %" PRId64
+             "\n#define KT %" PRId64 "\n#define KH %" PRId64 "\n#define KW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64
+             "\n#define PW %" PRId64 "\n",
+          op->n_in == 3, x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], y->dims[1], y->dims[2], y->dims[3], y->dims[4], kt,
+          w->dims[w->rank - 3], w->dims[w->rank - 2], geti(op, "pad_t"), geti(op, "pad_h"), geti(op, "pad_w"));
+      if (sm90 && specialize_conv_sm90(s, k, x, w, y, op->n_in == 3 ? V(g, op->in[2]) : NULL)) {
+        *tmpl = TEMPLATE_CONV_SM90;
+        return DIT_OK;
+      }
       /* bf16 operands with whole 32-channel steps take the tensor-core implicit GEMM; the rest (f32,
        * the latents' few channels) the direct kernel, one thread an output. */
       const int mma = x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && x->dims[4] % DIT_ABI_CONV_BK == 0;
       const int64_t pixels = y->dims[0] * y->dims[1] * y->dims[2] * y->dims[3];
       if (mma && ((pixels + DIT_ABI_CONV_BM - 1) / DIT_ABI_CONV_BM > INT32_MAX || (y->dims[4] + DIT_ABI_CONV_BN - 1) / DIT_ABI_CONV_BN > 65535))
         return DIT_ERR(UNIMPLEMENTED, "op conv3d '%s': %" PRId64 " pixels x %" PRId64 " channels exceed the grid", y->name, pixels, y->dims[4]);
-      dit_strbuf_printf(s, "#define DIT_K_CONV3D%s 1\n#define T_X %d\n#define T_W %d\n#define HAS_BIAS %d\n#define BATCH %" PRId64
-             "LL\n#define F %" PRId64 "\n#define H %" PRId64 "\n#define W %" PRId64 "\n#define CIN %" PRId64 "\n#define FO %" PRId64
-             "\n#define HO %" PRId64 "\n#define WO %" PRId64 "\n#define COUT %" PRId64 "\n#define KT %" PRId64 "\n#define KH %" PRId64
-             "\n#define KW %" PRId64 "\n#define PT %" PRId64 "\n#define PH %" PRId64 "\n#define PW %" PRId64 "\n",
-          mma ? "_MMA" : "", dt_code(x->dtype), dt_code(w->dtype), op->n_in == 3, x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], y->dims[1],
-          y->dims[2], y->dims[3], y->dims[4], kt, w->dims[w->rank - 2], w->dims[w->rank - 1], geti(op, "pad_t"), geti(op, "pad_h"),
-          geti(op, "pad_w"));
+      dit_strbuf_printf(s, "#define DIT_K_CONV3D%s 1\n#define T_X %d\n#define T_W %d\n", mma ? "_MMA" : "", dt_code(x->dtype), dt_code(w->dtype));
       if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
       if (mma)
         set_launch(k, (uint64_t)((pixels + DIT_ABI_CONV_BM - 1) / DIT_ABI_CONV_BM), (uint32_t)((y->dims[4] + DIT_ABI_CONV_BN - 1) / DIT_ABI_CONV_BN), 1,
@@ -558,8 +608,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
 
 /* What NVRTC compiles every kernel template against: the ABI generated from dit_abi.def (the
  * dit_abi.h this file includes, byte for byte) and the shared device helpers. */
-static const char *const kHeaderNames[] = {"dit_abi.h", "dit_device.cuh"};
-static const char *const kHeaderTexts[] = {dit_abi_source, dit_device_source};
+static const char *const kHeaderNames[] = {"dit_abi.h", "dit_device.cuh", "dit_sm90.cuh"};
+static const char *const kHeaderTexts[] = {dit_abi_source, dit_device_source, dit_sm90_source};
 #define N_HEADERS ((int)(sizeof kHeaderNames / sizeof kHeaderNames[0]))
 
 int dit_cuda_kernel_headers(const char *const **out_names, const char *const **out_texts) {
@@ -838,9 +888,11 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
   free(s.p);
   return DIT_ERR(UNAVAILABLE, "this ditc was built without NVRTC");
 #else
-  const char *body = tmpl == TEMPLATE_ATTN_SM90 ? dit_attn_sm90_source : dit_kernel_source;
-  const size_t body_size = tmpl == TEMPLATE_ATTN_SM90 ? sizeof dit_attn_sm90_source : sizeof dit_kernel_source;
-  const int arch_specific = tmpl == TEMPLATE_ATTN_SM90; /* sm_90a: a cubin and no PTX */
+  const char *body = tmpl == TEMPLATE_ATTN_SM90 ? dit_attn_sm90_source : tmpl == TEMPLATE_CONV_SM90 ? dit_conv_sm90_source : dit_kernel_source;
+  const size_t body_size = tmpl == TEMPLATE_ATTN_SM90   ? sizeof dit_attn_sm90_source
+                           : tmpl == TEMPLATE_CONV_SM90 ? sizeof dit_conv_sm90_source
+                                                        : sizeof dit_kernel_source;
+  const int arch_specific = tmpl != TEMPLATE_COMMON; /* sm_90a: a cubin and no PTX */
   char *src = malloc(s.len + body_size + 1);
   if (!src) {
     free(s.p);

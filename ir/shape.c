@@ -533,11 +533,11 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
         FAIL("%s: operands x '%s' (%s) and w '%s' (%s) must be f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype), w->name,
              dit_dtype_name(w->dtype));
       if (w->rank != 4 && w->rank != 5)
-        FAIL("%s: weight '%s' has rank %d, expected [Cout, Cin, kt, kh, kw] or [Cout, Cin, kh, kw]", op, w->name, w->rank);
-      const int64_t kt = w->rank == 5 ? w->dims[2] : 1, kh = w->dims[w->rank - 2], kw = w->dims[w->rank - 1];
-      if (w->dims[1] != x->dims[4])
+        FAIL("%s: weight '%s' has rank %d, expected [Cout, kt, kh, kw, Cin] or [Cout, kh, kw, Cin]", op, w->name, w->rank);
+      const int64_t kt = w->rank == 5 ? w->dims[1] : 1, kh = w->dims[w->rank - 3], kw = w->dims[w->rank - 2], cin = w->dims[w->rank - 1];
+      if (cin != x->dims[4])
         FAIL("%s: weight '%s' %s takes %" PRId64 " input channels, x '%s' %s has %" PRId64, op, w->name,
-             dims_str(w->rank, w->dims, b1, sizeof b1), w->dims[1], x->name, dims_str(x->rank, x->dims, b2, sizeof b2), x->dims[4]);
+             dims_str(w->rank, w->dims, b1, sizeof b1), cin, x->name, dims_str(x->rank, x->dims, b2, sizeof b2), x->dims[4]);
       if (kt < 1 || kh < 1 || kw < 1) FAIL("%s: weight '%s' has an empty kernel", op, w->name);
       const int64_t f = x->dims[1] + pt - kt + 1, h = x->dims[2] + 2 * ph - kh + 1, wo = x->dims[3] + 2 * pw - kw + 1;
       if (f < 1 || h < 1 || wo < 1)

@@ -993,8 +993,8 @@ static_assert(DIT_LAUNCH_SMEM == DIT_KERNEL_SMEM, "planned dynamic shared memory
 #endif
 
 #if defined(DIT_K_CONV3D)
-// Direct convolution over channel-last video: x [BATCH, F, H, W, CIN], w [COUT, CIN, KT, KH, KW]
-// (Conv3d's layout; a Conv2d's is KT = 1), optional bias [COUT] -> y [BATCH, FO, HO, WO, COUT].
+// Direct convolution over channel-last video: x [BATCH, F, H, W, CIN], channel-last weights
+// w [COUT, KT, KH, KW, CIN] (a Conv2d's is KT = 1), optional bias [COUT] -> y [BATCH, FO, HO, WO, COUT].
 // Zeros pad PT frames before the first and PH, PW pixels on both sides; stride 1. One thread per
 // output element, consecutive threads consecutive output channels of one pixel; fp32 sums.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
@@ -1027,8 +1027,8 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
         const int wi = wo + iw - PW;
         if (wi < 0 || wi >= W) continue;
         const long long xo = (((b * F + fi) * H + hi) * (long long)W + wi) * CIN;
-        const long long wb = (long long)co * CIN * (KT * KH * KW) + (it * KH + ih) * KW + iw;
-        for (int ci = 0; ci < CIN; ci++) acc += ld(x, xo + ci) * ld(w, wb + (long long)ci * (KT * KH * KW));
+        const long long wb = ((((long long)co * KT + it) * KH + ih) * KW + iw) * CIN;
+        for (int ci = 0; ci < CIN; ci++) acc += ld(x, xo + ci) * ld(w, wb + ci);
       }
     }
   }
@@ -1040,13 +1040,13 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 // The direct convolution's contract (layouts, zero padding, stride 1) as an implicit GEMM on tensor
 // cores, bf16 x and w: y [M = BATCH*FO*HO*WO pixels, COUT] = A [M, TAPS*CIN] B^T, where pixel m's
 // row of A at tap (it, ih, iw) is x's channel row at (fo + it - PT, ho + ih - PH, wo + iw - PW),
-// zeros outside the video, and B [COUT, TAPS*CIN] reads w [COUT, CIN, TAPS]. A block computes
+// zeros outside the video, and B [COUT, TAPS*CIN] is w [COUT, TAPS, CIN] itself. A block computes
 // CONV_BM pixels x CONV_BN channels. Each step stages CONV_BK input channels of one tap of both
-// operands in shared memory, double-buffered: A by cp.async (zero-filled outside), B through
-// registers (w's channels of one tap lie TAPS apart), loaded while the previous step computes.
-// Steps run taps fastest, so a channel chunk's weights are reread from cache. 8 warps, 4 along
-// pixels and 2 along channels, each accumulate 32 x 64 outputs in fp32 with mma.sync m16n8k16,
-// their fragments taken by ldmatrix as the attention kernel takes Q and K.
+// operands in shared memory by cp.async (zero-filled outside the video and past COUT),
+// double-buffered: the next step's copies run while this one computes. Steps run taps fastest,
+// so a channel chunk's pixels are reread from cache. 8 warps, 4 along pixels and 2 along
+// channels, each accumulate 32 x 64 outputs in fp32 with mma.sync m16n8k16, their fragments
+// taken by ldmatrix as the attention kernel takes Q and K.
 #define CBM DIT_ABI_CONV_BM
 #define CBN DIT_ABI_CONV_BN
 #define CBK DIT_ABI_CONV_BK
@@ -1088,11 +1088,10 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
     pf[r] = m < MPIX ? (int)(p % FO) : -(1 << 30);
     pb[r] = (int)(p / FO);
   }
-  // B: this thread loads 16 channels ((tid & 1) * 16 on) of output channel row br.
+  // B: this thread copies 16 channels ((tid & 1) * 16 on) of output channel row br.
   const int br = tid >> 1, bc = (tid & 1) * 16;
   const int co_b = n0 + br;
 
-  u32 rb[8];
   float acc[2][8][4];
 #pragma unroll
   for (int mt = 0; mt < 2; mt++)
@@ -1102,7 +1101,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
   // Step s: tap s % TAPS, input channels (s / TAPS) * CBK on.
 #define STEP_TAP(s) ((s) % TAPS)
 #define STEP_CI(s) (((s) / TAPS) * CBK)
-  auto load_a = [&](int buf, int step) {
+  auto load = [&](int buf, int step) {
     const int tap = STEP_TAP(step), ci0 = STEP_CI(step);
     const int it = tap / (KH * KW), ih = (tap / KW) % KH, iw = tap % KW;
 #pragma unroll
@@ -1112,37 +1111,22 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
       const bf16_t *src = in ? x + ((((long long)pb[r] * F + fi) * H + hi) * (long long)W + wi) * CIN + ci0 + seg * 8 : x;
       cp16(&sA[buf][(ar + 64 * r) * CS + seg * 8], src, in ? 16 : 0);
     }
-  };
-  auto load_b = [&](int step) {
-    const int tap = STEP_TAP(step), ci0 = STEP_CI(step);
-    if (co_b < COUT) {
-      const bf16_t *wp = w + (long long)co_b * CIN * TAPS + (long long)(ci0 + bc) * TAPS + tap;
-#pragma unroll
-      for (int j = 0; j < 8; j++) rb[j] = (u32)wp[(2 * j) * TAPS] | ((u32)wp[(2 * j + 1) * TAPS] << 16);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; j++) rb[j] = 0u;
-    }
-  };
-  auto store_b = [&](int buf) {
-    uint4 *dst = (uint4 *)&sB[buf][br * CS + bc];
-    dst[0] = make_uint4(rb[0], rb[1], rb[2], rb[3]);
-    dst[1] = make_uint4(rb[4], rb[5], rb[6], rb[7]);
+    const bool has = co_b < COUT;
+    const bf16_t *wp = has ? w + ((long long)co_b * TAPS + tap) * CIN + ci0 + bc : w;
+    cp16(&sB[buf][br * CS + bc], wp, has ? 16 : 0);
+    cp16(&sB[buf][br * CS + bc + 8], has ? wp + 8 : w, has ? 16 : 0);
   };
 
-  load_a(0, 0);
+  load(0, 0);
   cp_commit();
-  load_b(0);
-  store_b(0);
   cp_wait<0>();
   __syncthreads();
   for (int step = 0; step < NSTEPS; step++) {
     const int buf = step & 1;
     const bool more = step + 1 < NSTEPS;
     if (more) {  // the next step's operands load into the other buffer while this one computes
-      load_a(buf ^ 1, step + 1);
+      load(buf ^ 1, step + 1);
       cp_commit();
-      load_b(step + 1);
     }
     const bf16_t *tA = sA[buf], *tB = sB[buf];
     u32 af[2][2][4];  // [k16 half][m tile]
@@ -1160,10 +1144,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
         mma16816(acc[mt][nt], af[1][mt], bb + 2);
       }
     }
-    if (more) {
-      store_b(buf ^ 1);
-      cp_wait<0>();
-    }
+    if (more) cp_wait<0>();
     __syncthreads();  // the other buffer is complete, and every warp is done with this one
   }
 #undef STEP_TAP

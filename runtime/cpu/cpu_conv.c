@@ -68,11 +68,11 @@ dit_status_t dit_cpu_conv3d(dit_cpu_t *c, const dit_tensor_t *x, const dit_tenso
     return DIT_ERR(INVALID_ARGUMENT, "%s: padding (%lld, %lld, %lld) must not be negative", op, (long long)pad_t, (long long)pad_h,
                    (long long)pad_w);
   if (x->rank != 5) return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, F, H, W, Cin]", op, dit_cpu_dims_str(x, b1));
-  if ((w->rank != 4 && w->rank != 5) || w->dims[1] != x->dims[4])
-    return DIT_ERR(INVALID_ARGUMENT, "%s: w has dims %s, expected [Cout, %lld, kt, kh, kw] or [Cout, %lld, kh, kw] for x %s", op,
+  if ((w->rank != 4 && w->rank != 5) || w->dims[w->rank - 1] != x->dims[4])
+    return DIT_ERR(INVALID_ARGUMENT, "%s: w has dims %s, expected [Cout, kt, kh, kw, %lld] or [Cout, kh, kw, %lld] for x %s", op,
                    dit_cpu_dims_str(w, b1), (long long)x->dims[4], (long long)x->dims[4], dit_cpu_dims_str(x, b2));
   conv_job_t j = {.x = x, .y = y, .F = x->dims[1], .H = x->dims[2], .W = x->dims[3], .Cin = x->dims[4], .Cout = w->dims[0],
-                  .kt = w->rank == 5 ? w->dims[2] : 1, .kh = w->dims[w->rank - 2], .kw = w->dims[w->rank - 1], .pt = pad_t,
+                  .kt = w->rank == 5 ? w->dims[1] : 1, .kh = w->dims[w->rank - 3], .kw = w->dims[w->rank - 2], .pt = pad_t,
                   .ph = pad_h, .pw = pad_w};
   j.Fo = j.F + pad_t - j.kt + 1, j.Ho = j.H + 2 * pad_h - j.kh + 1, j.Wo = j.W + 2 * pad_w - j.kw + 1;
   if (j.kt < 1 || j.kh < 1 || j.kw < 1 || j.Fo < 1 || j.Ho < 1 || j.Wo < 1)
@@ -87,11 +87,11 @@ dit_status_t dit_cpu_conv3d(dit_cpu_t *c, const dit_tensor_t *x, const dit_tenso
   if (rows == 0 || j.Cout == 0) return DIT_OK;
   float *packed = malloc(sizeof(float) * (size_t)(taps * j.Cin * j.Cout + j.Cout));
   if (!packed) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory packing w %s", op, dit_cpu_dims_str(w, b1));
-  /* w[co][ci][tap] -> packed[tap][ci][co]; the bias after it. */
+  /* w[co][tap][ci] -> packed[tap][ci][co]; the bias after it. */
   for (int64_t co = 0; co < j.Cout; co++)
-    for (int64_t ci = 0; ci < j.Cin; ci++)
-      for (int64_t t = 0; t < taps; t++)
-        packed[(t * j.Cin + ci) * j.Cout + co] = dit_cpu_load1(w->data, w->dtype, (co * j.Cin + ci) * taps + t);
+    for (int64_t t = 0; t < taps; t++)
+      for (int64_t ci = 0; ci < j.Cin; ci++)
+        packed[(t * j.Cin + ci) * j.Cout + co] = dit_cpu_load1(w->data, w->dtype, (co * taps + t) * j.Cin + ci);
   j.w = packed;
   if (bias) {
     float *pb = packed + taps * j.Cin * j.Cout;

@@ -972,7 +972,8 @@ static const dit_tensor_t *kernel_arg(const dit_plan_step_t *s, const dit_tensor
   return a < (uint32_t)s->n_out ? &out[a] : &in[a - (uint32_t)s->n_out];
 }
 
-/* Encodes a plan tensor map over its argument's 2-D row view [numel / last dim, last dim]. */
+/* Encodes a plan tensor map over its argument: its 2-D row view [numel / last dim, last dim], or
+ * with a box of the argument's rank its own dims, innermost first. */
 static dit_status_t encode_tmap(cuda_state_t *st, size_t idx, int j, const dit_plan_tmap_t *m, const dit_tensor_t *t) {
   const size_t es = dit_dtype_size(t->dtype);
   CUtensorMapDataType dt;
@@ -980,17 +981,32 @@ static dit_status_t encode_tmap(cuda_state_t *st, size_t idx, int j, const dit_p
   else if (t->dtype == DIT_F16) dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   else if (t->dtype == DIT_F32) dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   else return DIT_ERR(UNIMPLEMENTED, "step %zu: tensor map %d over a %s tensor", idx, j, dit_dtype_name(t->dtype));
-  const uint64_t inner = t->rank > 0 ? (uint64_t)t->dims[t->rank - 1] : 1, all = (uint64_t)dit_tensor_numel(t);
-  cuuint64_t dims[2] = {inner, inner ? all / inner : 0}, strides[1] = {inner * es};
-  cuuint32_t box[2] = {m->box[0], m->box[1]}, estr[2] = {1, 1};
+  const uint32_t rank = m->rank;
+  if (rank < 2 || rank > DIT_PLAN_TMAP_MAX_RANK || (rank > 2 && (int)rank != t->rank))
+    return DIT_ERR(INVALID_ARGUMENT, "step %zu: tensor map %d has a box of %u dims over a tensor of rank %d (expected 2 or %d)", idx, j, rank,
+                   t->rank, t->rank);
+  cuuint64_t dims[DIT_PLAN_TMAP_MAX_RANK], strides[DIT_PLAN_TMAP_MAX_RANK - 1];
+  cuuint32_t box[DIT_PLAN_TMAP_MAX_RANK], estr[DIT_PLAN_TMAP_MAX_RANK];
+  if (rank == 2) {
+    const uint64_t inner = t->rank > 0 ? (uint64_t)t->dims[t->rank - 1] : 1, all = (uint64_t)dit_tensor_numel(t);
+    dims[0] = inner, dims[1] = inner ? all / inner : 0;
+  } else {
+    for (uint32_t d = 0; d < rank; d++) dims[d] = (cuuint64_t)t->dims[t->rank - 1 - (int)d];
+  }
+  uint64_t stride = es;
+  for (uint32_t d = 0; d < rank; d++) {
+    if (d > 0) strides[d - 1] = stride;
+    stride *= dims[d];
+    box[d] = m->box[d], estr[d] = 1;
+  }
   const CUtensorMapSwizzle sw = m->swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : m->swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                 : m->swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE;
   CUtensorMap *tm = &st->tmaps[idx * DIT_PLAN_MAX_TMAPS + (size_t)j];
-  DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuTensorMapEncodeTiled(tm, dt, 2, t->data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+  DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuTensorMapEncodeTiled(tm, dt, rank, t->data, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                                                  sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                                "cuTensorMapEncodeTiled"),
-                      "step %zu: tensor map %d over [%llu, %llu] %s, box [%u, %u], swizzle %u", idx, j, (unsigned long long)dims[1],
-                      (unsigned long long)dims[0], dit_dtype_name(t->dtype), box[1], box[0], m->swizzle);
+                      "step %zu: tensor map %d over %u dims (innermost %llu) of a %s tensor, box [%u, %u, ...], swizzle %u", idx, j, rank,
+                      (unsigned long long)dims[0], dit_dtype_name(t->dtype), box[0], box[1], m->swizzle);
   st->tmap_at[idx * DIT_PLAN_MAX_TMAPS + (size_t)j] = t->data;
   return DIT_OK;
 }

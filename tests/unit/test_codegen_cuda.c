@@ -164,11 +164,13 @@ static dit_vid_t in3(dit_graph_t *g, const char *name, dit_dtype_t t, int64_t a,
   return dit_graph_input(g, name, t, 3, d);
 }
 
-/* Returns the planned grid's x extent (0 when the op did not compile). */
-static uint32_t check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only) {
+/* Returns the planned grid's x extent (0 when the op did not compile); the launch in *out if given. */
+static uint32_t check_op_k(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only,
+                           dit_plan_kernel_t *out) {
   const dit_op_t *op = dit_graph_cop_at(g, dit_graph_num_ops(g) - 1);
   int has = 0;
   dit_plan_kernel_t k;
+  if (out) memset(out, 0, sizeof *out);
   dit_cuda_module_t m;
   memset(&m, 0, sizeof m);
   dit_status_t s = dit_cuda_codegen_op(cg, g, op, &has, &k, &m);
@@ -182,17 +184,31 @@ static uint32_t check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *wha
   CHECK_EQ_INT(k.smem, smem);
   CHECK(m.cubin && m.cubin_size > 0);
   CHECK(cubin_only ? m.ptx == NULL : (m.ptx && m.ptx_size > 0));
+  if (out) *out = k;
   return k.grid[0];
+}
+
+static uint32_t check_op(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only) {
+  return check_op_k(cg, g, what, block, smem, cubin_only, NULL);
+}
+
+/* The Hopper convolution's launch for bn output and bk input channels a step: 3 warpgroups and
+ * as many stages of 128 pixels and bn weight rows as the budget holds (at most 8). */
+static uint32_t conv90_smem(int bn, int bk) {
+  const uint32_t stage = (uint32_t)((128 + bn) * bk * 2);
+  uint32_t st = DIT_ABI_CONV90_SMEM_BUDGET / stage;
+  if (st > DIT_ABI_CONV90_MAX_STAGES) st = DIT_ABI_CONV90_MAX_STAGES;
+  return DIT_ABI_CONV90_SMEM_ALIGN + st * stage + 16 * st;
 }
 
 /* The video ops of the VAE decoder: conv3d (causal 3x3x3 with bias, a per-frame Conv2d without,
  * bf16 and f32), nearest upsampling and clamp, one thread an output element (clamp 8 when the
  * count allows). */
-static void test_video_ops(dit_cuda_codegen_t *cg) {
+static void test_video_ops(dit_cuda_codegen_t *cg, int sm90) {
   const uint32_t B = DIT_ABI_BLOCK;
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
-  const int64_t xd[5] = {1, 3, 12, 10, 16}, w3[5] = {24, 16, 3, 3, 3}, w2[4] = {8, 16, 3, 3}, bd[1] = {24};
+  const int64_t xd[5] = {1, 3, 12, 10, 16}, w3[5] = {24, 3, 3, 3, 16}, w2[4] = {8, 3, 3, 16}, bd[1] = {24};
   dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 5, xd);
   dit_vid_t xw[3] = {x, dit_graph_weight(g, "conv.weight", DIT_BF16, 5, w3), dit_graph_weight(g, "conv.bias", DIT_BF16, 1, bd)};
   dit_attrs_t ca = {0};
@@ -200,13 +216,26 @@ static void test_video_ops(dit_cuda_codegen_t *cg) {
   dit_attrs_set_int(&ca, "pad_h", 1);
   dit_attrs_set_int(&ca, "pad_w", 1);
   dit_graph_op(g, DIT_OP_CONV3D, xw, 3, &ca, DIT_BF16, "conv");
-  CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 3x3x3 causal", B, 0, 0), (3 * 12 * 10 * 24 + B - 1) / B);
+  /* On sm_90 bf16 in and out take the Hopper kernel: 24 channels in one 32-wide block, 16-channel
+   * steps; 2 pixel tiles (10 columns in one 16-wide tile, 12 rows in two of 8) a frame. */
+  if (sm90) {
+    dit_plan_kernel_t k;
+    CHECK_EQ_INT(check_op_k(cg, g, "conv3d bf16 3x3x3 causal (Hopper)", 384, conv90_smem(32, 16), 1, &k), 2);
+    CHECK_EQ_INT(k.grid[1], 1);
+    CHECK_EQ_INT(k.grid[2], 3);
+    CHECK_EQ_INT(k.n_tmaps, 2);
+    CHECK(k.tmaps[0].arg == 1 && k.tmaps[0].rank == 5 && k.tmaps[0].box[0] == 16 && k.tmaps[0].box[1] == 16 && k.tmaps[0].box[2] == 8 &&
+          k.tmaps[0].box[3] == 1 && k.tmaps[0].box[4] == 1 && k.tmaps[0].swizzle == 32);
+    CHECK(k.tmaps[1].arg == 2 && k.tmaps[1].rank == 5 && k.tmaps[1].box[0] == 16 && k.tmaps[1].box[4] == 32 && k.tmaps[1].swizzle == 32);
+  } else {
+    CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 3x3x3 causal", B, 0, 0), (3 * 12 * 10 * 24 + B - 1) / B);
+  }
   dit_vid_t xf = dit_graph_input(g, "xf", DIT_F32, 5, xd), xw2[2] = {xf, dit_graph_weight(g, "conv2d.weight", DIT_F32, 4, w2)};
   dit_attrs_set_int(&ca, "pad_t", 0);
   dit_graph_op(g, DIT_OP_CONV3D, xw2, 2, &ca, DIT_F32, "conv2d");
   CHECK_EQ_INT(check_op(cg, g, "conv3d f32 per-frame 3x3, no bias", B, 0, 0), (3 * 12 * 10 * 8 + B - 1) / B);
   /* 32 input channels: the tensor-core implicit GEMM, a block 128 pixels x 128 channels. */
-  const int64_t x32d[5] = {1, 3, 12, 10, 32}, w32[5] = {24, 32, 3, 3, 3};
+  const int64_t x32d[5] = {1, 3, 12, 10, 32}, w32[5] = {24, 3, 3, 3, 32};
   dit_vid_t x32 = dit_graph_input(g, "x32", DIT_BF16, 5, x32d);
   dit_vid_t xw32[3] = {x32, dit_graph_weight(g, "conv32.weight", DIT_BF16, 5, w32), dit_graph_weight(g, "conv32.bias", DIT_BF16, 1, bd)};
   dit_attrs_set_int(&ca, "pad_t", 2);
@@ -234,24 +263,25 @@ static void test_video_ops(dit_cuda_codegen_t *cg) {
  * GEMM (grid: 128-pixel tiles x 128-channel tiles), the latents' 16 on the direct kernel; and the
  * mid block's attention, one head of 384 over each frame's pixels (also 720x1280's 90 x 160). */
 static void test_vae_shapes(dit_cuda_codegen_t *cg, const char *target) {
+  /* bn, bk: the Hopper kernel's output channels a block and input channels a step. */
   static const struct {
     int64_t f, h, w, cin, cout, kt, kh, pad_t, pad_s;
+    int bn, bk;
     const char *what;
   } convs[] = {
-      {21, 60, 104, 16, 384, 3, 3, 2, 1, "conv_in"},
-      {21, 60, 104, 384, 384, 3, 3, 2, 1, "mid block conv"},
-      {20, 60, 104, 384, 384, 3, 1, 2, 0, "time_conv half"},
-      {41, 120, 208, 192, 384, 3, 3, 2, 1, "up block 1 first conv"},
-      {81, 240, 416, 384, 192, 0, 3, 0, 1, "resample Conv2d"},
-      {81, 480, 832, 96, 96, 3, 3, 2, 1, "full-resolution conv"},
-      {81, 480, 832, 96, 3, 3, 3, 2, 1, "conv_out"},
+      {21, 60, 104, 16, 384, 3, 3, 2, 1, 192, 16, "conv_in"},
+      {21, 60, 104, 384, 384, 3, 3, 2, 1, 192, 64, "mid block conv"},
+      {20, 60, 104, 384, 384, 3, 1, 2, 0, 192, 64, "time_conv half"},
+      {41, 120, 208, 192, 384, 3, 3, 2, 1, 192, 64, "up block 1 first conv"},
+      {81, 240, 416, 384, 192, 0, 3, 0, 1, 192, 64, "resample Conv2d"},
+      {81, 480, 832, 96, 96, 3, 3, 2, 1, 96, 32, "full-resolution conv"},
+      {81, 480, 832, 96, 3, 3, 3, 2, 1, 8, 32, "conv_out"},
   };
-  const uint32_t B = DIT_ABI_BLOCK;
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
   for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
     const int64_t xd[5] = {1, convs[i].f, convs[i].h, convs[i].w, convs[i].cin}, bd[1] = {convs[i].cout};
-    const int64_t w5[5] = {convs[i].cout, convs[i].cin, convs[i].kt, convs[i].kh, convs[i].kh}, w4[4] = {convs[i].cout, convs[i].cin, 3, 3};
+    const int64_t w5[5] = {convs[i].cout, convs[i].kt, convs[i].kh, convs[i].kh, convs[i].cin}, w4[4] = {convs[i].cout, 3, 3, convs[i].cin};
     char name[64], what[128];
     snprintf(name, sizeof name, "vae.conv%zu", i);
     dit_vid_t x = dit_graph_input(g, name, DIT_BF16, 5, xd);
@@ -265,10 +295,13 @@ static void test_vae_shapes(dit_cuda_codegen_t *cg, const char *target) {
     dit_attrs_set_int(&a, "pad_w", convs[i].pad_s);
     snprintf(name, sizeof name, "vae.conv%zu.out", i);
     dit_graph_op(g, DIT_OP_CONV3D, ins, 3, &a, DIT_BF16, name);
-    const int64_t pixels = convs[i].f * convs[i].h * convs[i].w;
     snprintf(what, sizeof what, "VAE %s %lld -> %lld on %s", convs[i].what, (long long)convs[i].cin, (long long)convs[i].cout, target);
-    const int64_t grid = convs[i].cin % DIT_ABI_CONV_BK ? (pixels * convs[i].cout + B - 1) / B : (pixels + DIT_ABI_CONV_BM - 1) / DIT_ABI_CONV_BM;
-    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), grid);
+    dit_plan_kernel_t k;
+    CHECK_EQ_INT(check_op_k(cg, g, what, 384, conv90_smem(convs[i].bn, convs[i].bk), 1, &k), ((convs[i].w + 15) / 16) * ((convs[i].h + 7) / 8));
+    CHECK_EQ_INT(k.grid[1], (convs[i].cout + convs[i].bn - 1) / convs[i].bn);
+    CHECK_EQ_INT(k.grid[2], convs[i].f);
+    CHECK_EQ_INT(k.tmaps[1].rank, convs[i].kt ? 5 : 4);
+    CHECK_EQ_INT(k.tmaps[1].box[k.tmaps[1].rank - 1], convs[i].bn);
   }
   const int64_t frames[2][2] = {{60, 104}, {90, 160}};
   for (int r = 0; r < 2; r++) {
@@ -684,7 +717,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
   test_mmdit_ops(cg);
-  test_video_ops(cg);
+  test_video_ops(cg, sm90);
   if (sm90) test_vae_shapes(cg, target);
   test_mask_ops(cg, target);
   test_sparse_ops(cg, target);

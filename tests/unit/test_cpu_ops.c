@@ -1017,11 +1017,11 @@ static void test_mmdit_ops(void) {
 
 /* ---- video ops: conv3d, upsample, clamp ------------------------------------------------- */
 
-/* conv3d against the definition in double, over zero-padded input (channel-last x, Conv3d's
- * weight layout; wr 4: a Conv2d's, kt = 1). */
+/* conv3d against the definition in double, over zero-padded input (channel-last x and weights
+ * [Cout, kt, kh, kw, Cin]; wr 4: [Cout, kh, kw, Cin], kt = 1). */
 static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin, int64_t Cout, int wr, int64_t kt, int64_t kh, int64_t kw,
                          int64_t pt, int64_t ph, int64_t pw, int with_bias, dit_dtype_t dt) {
-  const int64_t xd[5] = {B, F, H, W, Cin}, wd5[5] = {Cout, Cin, kt, kh, kw}, wd4[4] = {Cout, Cin, kh, kw}, bd[1] = {Cout};
+  const int64_t xd[5] = {B, F, H, W, Cin}, wd5[5] = {Cout, kt, kh, kw, Cin}, wd4[4] = {Cout, kh, kw, Cin}, bd[1] = {Cout};
   tt_t x = tt_rand(dt, 5, xd, -1, 1), w = tt_rand(dt, wr, wr == 5 ? wd5 : wd4, -1, 1), b = tt_rand(dt, 1, bd, -1, 1);
   const int64_t Fo = F + pt - kt + 1, Ho = H + 2 * ph - kh + 1, Wo = W + 2 * pw - kw + 1, yd[5] = {B, Fo, Ho, Wo, Cout};
   double *ref = malloc(sizeof(double) * (size_t)numel_of(5, yd));
@@ -1037,7 +1037,7 @@ static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin
                   for (int64_t iw = 0; iw < kw; iw++) {
                     const int64_t fi = fo + it - pt, hi = ho + ih - ph, wi = wo + iw - pw;
                     if (fi < 0 || fi >= F || hi < 0 || hi >= H || wi < 0 || wi >= W) continue;
-                    s += x.v[(((bb * F + fi) * H + hi) * W + wi) * Cin + ci] * w.v[(((co * Cin + ci) * kt + it) * kh + ih) * kw + iw];
+                    s += x.v[(((bb * F + fi) * H + hi) * W + wi) * Cin + ci] * w.v[(((co * kt + it) * kh + ih) * kw + iw) * Cin + ci];
                   }
             ref[(((bb * Fo + fo) * Ho + ho) * Wo + wo) * Cout + co] = s;
           }
@@ -1280,10 +1280,10 @@ static void test_errors(void) {
   }
   {
     T(x, DIT_F32, 5, 1, 2, 4, 4, 3);
-    T(w, DIT_F32, 5, 6, 2, 3, 3, 3);
+    T(w, DIT_F32, 5, 6, 3, 3, 3, 2);
     O(y, DIT_F32, 5, 1, 2, 4, 4, 6);
     CHECK_ERR(dit_cpu_conv3d(c, &x, &w, NULL, 2, 1, 1, &y), INVALID_ARGUMENT,
-              "conv3d: w has dims [6, 2, 3, 3, 3], expected [Cout, 3, kt, kh, kw] or [Cout, 3, kh, kw] for x [1, 2, 4, 4, 3]");
+              "conv3d: w has dims [6, 3, 3, 3, 2], expected [Cout, kt, kh, kw, 3] or [Cout, kh, kw, 3] for x [1, 2, 4, 4, 3]");
     T(w3, DIT_F32, 5, 6, 3, 3, 3, 3);
     CHECK_ERR(dit_cpu_conv3d(c, &x, &w3, NULL, 1, 1, 1, &y), INVALID_ARGUMENT, "conv3d: y has dims [1, 2, 4, 4, 6], expected [1, 1, 4, 4, 6]");
     CHECK_ERR(dit_cpu_conv3d(c, &x, &w3, NULL, 0, 1, 1, &y), INVALID_ARGUMENT,

@@ -359,7 +359,7 @@ static void test_key_bound(void) {
 static void test_video_ops(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
-  const int64_t xd[5] = {2, 3, 8, 6, 4}, w5[5] = {5, 4, 3, 3, 3}, w4[4] = {5, 4, 3, 3}, bd[1] = {5}, wbad[5] = {5, 3, 3, 3, 3};
+  const int64_t xd[5] = {2, 3, 8, 6, 4}, w5[5] = {5, 3, 3, 3, 4}, w4[4] = {5, 3, 3, 4}, bd[1] = {5}, wbad[5] = {5, 3, 3, 3, 3};
   dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 5, xd);
   dit_vid_t ins[3] = {x, dit_graph_weight(g, "w", DIT_F32, 5, w5), dit_graph_weight(g, "b", DIT_F32, 1, bd)};
   dit_attrs_t a = attrs_i("pad_t", 2, "pad_h", 1);
@@ -380,7 +380,7 @@ static void test_video_ops(void) {
   dit_vid_t bad[2] = {x, dit_graph_weight(g, "wbad", DIT_F32, 5, wbad)};
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, bad, 2, &a, 1, rank, dims), INVALID_ARGUMENT,
             "conv3d: weight 'wbad' [5,3,3,3,3] takes 3 input channels, x 'x' [2,3,8,6,4] has 4");
-  const int64_t wlong[5] = {5, 4, 4, 3, 3};
+  const int64_t wlong[5] = {5, 4, 3, 3, 4};
   ins[1] = dit_graph_weight(g, "wlong", DIT_F32, 5, wlong);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, ins, 2, &valid, 1, rank, dims), INVALID_ARGUMENT,
             "conv3d: kernel 4x3x3 with padding (0, 0, 0) does not fit x 'x' [2,3,8,6,4]");

@@ -125,7 +125,7 @@ static void test_tensor_maps(void) {
   HEAD VALUES_OK ",\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[2]},{\"op\":\"add\",\"in\":[2,1],\"out\":[3]," \
   "\"kernel\":{\"cubin\":\"0123456789abcdef0123456789abcdef\",\"ptx\":\"\",\"entry\":\"dit_kernel\","              \
   "\"grid\":[1,1,1],\"block\":[128,1,1],\"smem\":0" TMAPS "}}]}"
-  const char *ok = KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,128],\"swizzle\":128},{\"arg\":2,\"box\":[8,1],\"swizzle\":0}]");
+  const char *ok = KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,128],\"swizzle\":128},{\"arg\":2,\"box\":[32,16,8,1,1],\"swizzle\":64}]");
   dit_plan_t *p = NULL;
   CHECK_OK(dit_plan_parse(ok, strlen(ok), "plan.json", &p));
   if (p) {
@@ -135,10 +135,13 @@ static void test_tensor_maps(void) {
     CHECK_EQ_INT(k->tmaps[0].box[0], 64);
     CHECK_EQ_INT(k->tmaps[0].box[1], 128);
     CHECK_EQ_INT(k->tmaps[0].swizzle, 128);
+    CHECK_EQ_INT(k->tmaps[0].rank, 2);
     CHECK_EQ_INT(k->tmaps[1].arg, 2);
+    CHECK_EQ_INT(k->tmaps[1].rank, 5);
+    CHECK_EQ_INT(k->tmaps[1].box[2], 8);
     CHECK_EQ_INT(k->ptx[0], 0);
     char *a = print_stable(p);
-    CHECK(a && strstr(a, "\"tmaps\":[{\"arg\":1,\"box\":[64,128],\"swizzle\":128}"));
+    CHECK(a && strstr(a, "\"tmaps\":[{\"arg\":1,\"box\":[64,128],\"swizzle\":128},{\"arg\":2,\"box\":[32,16,8,1,1],\"swizzle\":64}]"));
     free(a);
   }
   dit_plan_free(p);
@@ -150,7 +153,9 @@ static void test_tensor_maps(void) {
   CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[0,8],\"swizzle\":128}]")), OUT_OF_RANGE,
             "field 'steps[1].kernel.tmaps[0].box[0]': expected an integer in [1, 256], found 0");
   CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64],\"swizzle\":128}]")), INVALID_ARGUMENT,
-            "field 'steps[1].kernel.tmaps[0].box': expected 2 integers (elements of a row, rows), found 1 entries");
+            "field 'steps[1].kernel.tmaps[0].box': expected 2 integers (elements of a row, rows) or 3 to 5 (the value's dims), found 1 entries");
+  CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,1,1,1,8,8],\"swizzle\":128}]")), INVALID_ARGUMENT,
+            "field 'steps[1].kernel.tmaps[0].box': expected 2 integers (elements of a row, rows) or 3 to 5 (the value's dims), found 6 entries");
   CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8],\"swizzle\":16}]")), OUT_OF_RANGE,
             "field 'steps[1].kernel.tmaps[0].swizzle': expected 0, 32, 64 or 128 bytes, found 16");
   CHECK_ERR(parse(KSTEP(",\"tmaps\":[{\"arg\":1,\"box\":[64,8]}]")), NOT_FOUND, "field 'steps[1].kernel.tmaps[0].swizzle': missing");
