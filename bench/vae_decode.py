@@ -134,9 +134,11 @@ def lines(res):
         L.append(f"| {name} | {fmt(e.get('ms'), '.1f')} | {fmt(e.get('peak_gib'), '.2f')} | {fmt(ratio, '.2f')}{'x' if ratio else ''} | "
                  f"{fmt(p.get('psnr_db') if mine else None, '.2f')} | {fmt(p.get('cosine') if mine else None, '.6f')} |")
     if d.get("peak_gib") is not None or o.get("peak_gib") is not None:
-        L += ["", "peak GiB: diffusers' torch.cuda.max_memory_allocated (tensors only); ditrun's own allocation (its memory line) "
-              "for one whole-video graph, the device's peak over the process (nvidia-smi, the CUDA context included) for the "
-              "chunked decode, whose time also includes loading its two decoder bundles"]
+        L += ["", "peak GiB: diffusers' torch.cuda.max_memory_allocated (tensors only); ditrun's own allocation (weights, "
+              "activations and caches: its memory line, the larger decoder's for a chunked decode). decode ms: ditrun's without "
+              "loading its bundles" + (f" ({1e3 * o['load_s']:.0f} ms more)" if o.get("load_s") is not None else "")
+              + (f"; the device's peak over the ditrun process (nvidia-smi, the CUDA context included): {o['device_peak_gib']:.2f} GiB"
+                 if o.get("device_peak_gib") is not None else "")]
     return L
 
 
@@ -262,9 +264,11 @@ def run(a):
                     poll.stop = True
                     poll.join()
                     t = ditrun_line(p.stderr, "ditrun: vae decode ")
-                    if not p.returncode:
-                        times.append(float(t[3]))
-                        res["ditrun"]["peak_gib"] = (poll.peak - base) / 1024
+                    if not p.returncode:  # "ditrun: vae decode T s (loading L s, M MiB allocated)"
+                        times.append(float(t[3]) - float(t[6]))  # the decode without its bundles' loading
+                        res["ditrun"]["load_s"] = float(t[6])
+                        res["ditrun"]["peak_gib"] = float(t[8]) / 1024
+                        res["ditrun"]["device_peak_gib"] = (poll.peak - base) / 1024
                 else:
                     p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
                     t, m = ditrun_line(p.stderr, "ditrun: forward "), ditrun_line(p.stderr, "ditrun: memory:")

@@ -875,9 +875,10 @@ dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   const dit_runtime_options_t o = stage_runtime_options(a);
   dit_tensor_t lat = j->lat, frames;
   lat.data = j->latents;
-  double t0 = dit_now_s();
-  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, &o, &lat, &frames), "the VAE decoder stage");
-  fprintf(stderr, "ditrun: vae decode %.2f s\n", dit_now_s() - t0);
+  const double t0 = dit_now_s();
+  gen_decode_stats_t ds;
+  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, &o, &lat, &frames, &ds), "the VAE decoder stage");
+  gen_decode_report(dit_now_s() - t0, &ds);
   dit_status_t s = DIT_OK;
   if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
     dit_media_options_t mo = {.fps = a->fps};
@@ -1628,8 +1629,9 @@ static int cmd_decode(int argc, char **argv) {
   }
   const dit_runtime_options_t o = {0};
   const double t0 = dit_now_s();
-  if (!s) s = gen_decode_latents(vae, first, &o, &lat, &frames);
-  if (!s) fprintf(stderr, "ditrun: vae decode %.2f s\n", dit_now_s() - t0);
+  gen_decode_stats_t ds;
+  if (!s) s = gen_decode_latents(vae, first, &o, &lat, &frames, &ds);
+  if (!s) gen_decode_report(dit_now_s() - t0, &ds);
   dit_st_writer_t *w = NULL;
   if (!s) s = dit_st_writer_create(&w);
   if (!s) s = dit_st_writer_add(w, "frames", frames.dtype, frames.rank, frames.dims, frames.data);

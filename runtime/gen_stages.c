@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "artifacts/bundle.h"
+#include "base/clock.h"
 #include "base/fileio.h"
 #include "runtime/gen_cli.h"
 #include "text/tokenizer.h"
@@ -161,6 +162,8 @@ typedef struct decoder {
   const char *dir;
   int64_t n, frames;
   size_t cache;
+  double load_s;  /* seconds spent loading it */
+  uint64_t alloc; /* the most it allocated while loaded */
   dit_runtime_t *rt;
   const dit_manifest_t *m;
 } decoder_t;
@@ -191,8 +194,13 @@ static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, decod
 
 static dit_status_t decoder_load(decoder_t *d, const dit_runtime_options_t *o) {
   if (d->rt) return DIT_OK;
+  const double t0 = dit_now_s();
   DIT_RETURN_IF(dit_runtime_load(d->dir, o, &d->rt));
+  d->load_s += dit_now_s() - t0;
   d->m = dit_runtime_manifest(d->rt);
+  uint64_t alloc = 0, pred = 0;
+  int rank = 0;
+  if (!dit_runtime_memory(d->rt, &alloc, &pred, &rank) && alloc > d->alloc) d->alloc = alloc;
   return DIT_OK;
 }
 
@@ -286,8 +294,12 @@ static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t 
   return DIT_OK;
 }
 
+void gen_decode_report(double seconds, const gen_decode_stats_t *st) {
+  fprintf(stderr, "ditrun: vae decode %.2f s (loading %.2f s, %.2f MiB allocated)\n", seconds, st->load_s, st->peak_bytes / 1048576.0);
+}
+
 dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
-                                dit_tensor_t *frames) {
+                                dit_tensor_t *frames, gen_decode_stats_t *stats) {
   memset(frames, 0, sizeof *frames);
   decoder_t first = {0}, rest = {0};
   float *buf = NULL, *zeros = NULL;
@@ -348,6 +360,7 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   stash_free(&st);
   free(buf);
   free(zeros);
+  if (stats) *stats = (gen_decode_stats_t){first.load_s + rest.load_s, first.alloc > rest.alloc ? first.alloc : rest.alloc};
   decoder_unload(&first);
   decoder_unload(&rest);
   return s;

@@ -122,6 +122,10 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
     c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1  # the chunked decode (bench/vae_decode.py's default)
     c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-first
   done
+  for chunk in "" "--vae-chunk 1" "--vae-chunk 1 --vae-first"; do  # run.sh 4e: every op against the CPU reference
+    # shellcheck disable=SC2086
+    c "$k/vae/vae" --frames 5 --height 64 --width 64 $chunk
+  done
   rm -rf "$k"
   echo "MLIR kernels cached: $(ls .kcache/kernels/*.launch | wc -l)"
 fi

@@ -467,8 +467,20 @@ if [ -n "${VAE:-}" ]; then
   # One call a resolution, each under its timeout; a side that cannot run gets a row saying why.
   for res in $([ "$VAE" = 1 ] && echo 480p 720p || echo "$VAE" | tr , ' '); do
     timeout "${VAE_TIMEOUT:-600}" python3 bench/vae_decode.py --res "$res" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
-      --work "$W/vae_$res" --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
+      --work "$W/vae_$res" --out "$OUT" ${VAE_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
     check test "${PIPESTATUS[0]}" = 0
+  done
+  step "4e. the Wan2.1 VAE decoder at its published widths, 5 frames at 64x64: every op on the GPU against the CPU reference, whole and in chunks"
+  d=$(ls -d "$W"/vae_*/pipeline/vae | head -n1)  # the random-weight folder the decode above saved
+  python3 -c "import torch, sys; from safetensors.torch import save_file; save_file({'latents': torch.randn(1, 16, 2, 8, 8, generator=torch.Generator().manual_seed(3))}, sys.argv[1])" "$W/vae_cmp.safetensors"
+  for chunk in "" "--vae-chunk 1" "--vae-chunk 1 --vae-first"; do
+    # shellcheck disable=SC2086
+    vb=$("$BIN/ditc" compile "$d" --frames 5 --height 64 --width 64 --dtype bf16 --target sm_90 $chunk -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+    if [ -z "$chunk" ]; then
+      check "$BIN/ditrun" compare "$vb" --inputs "$W/vae_cmp.safetensors" --max-rel 5e-2
+    else  # a chunk graph's inputs: one latent frame and its caches, zeros
+      "$BIN/forward_inputs" "$vb" "$W/vae_cmp_chunk.safetensors" --seed 3 >/dev/null && check "$BIN/ditrun" compare "$vb" --inputs "$W/vae_cmp_chunk.safetensors" --max-rel 5e-2
+    fi
   done
 fi
 # The offload experiments, each bounded so that a slow one leaves the others their time;
