@@ -163,6 +163,7 @@ typedef struct decoder {
   int64_t n, frames;
   size_t cache;
   double load_s;  /* seconds spent loading it */
+  double run_s, carry_s, out_s; /* in its forwards (with their inputs), carrying caches, taking its frames */
   uint64_t alloc; /* the most it allocated while loaded */
   dit_runtime_t *rt;
   const dit_manifest_t *m;
@@ -280,8 +281,11 @@ static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t 
     memcpy(buf + c * d->n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(d->n * hw) * sizeof *buf);
   const dit_tensor_t li = {buf, DIT_F32, 5, {1, z, d->n, lat->dims[3], lat->dims[4]}};
   dit_tensor_t y = {0};
+  const double start = dit_now_s();
   DIT_RETURN_IF(dit_runtime_set_input(d->rt, "latents", &li));
   DIT_RETURN_IF(dit_runtime_forward(d->rt));
+  const double t1 = dit_now_s();
+  d->run_s += t1 - start;
   DIT_RETURN_IF(dit_runtime_output(d->rt, "sample", &y));
   const int64_t C = frames->dims[1], F = frames->dims[2], HW = frames->dims[3] * frames->dims[4];
   if (y.rank != 5 || y.dims[1] != C || y.dims[2] != d->frames || y.dims[3] * y.dims[4] != HW)
@@ -291,11 +295,13 @@ static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t 
     if (dit_convert((float *)frames->data + ((b * C + c) * F + f0) * HW, DIT_F32, (const char *)y.data + (size_t)c * plane * esz, y.dtype,
                     plane))
       return DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
+  d->out_s += dit_now_s() - t1;
   return DIT_OK;
 }
 
 void gen_decode_report(double seconds, const gen_decode_stats_t *st) {
-  fprintf(stderr, "ditrun: vae decode %.2f s (loading %.2f s, %.2f MiB allocated)\n", seconds, st->load_s, st->peak_bytes / 1048576.0);
+  fprintf(stderr, "ditrun: vae decode %.2f s (loading %.2f s, %.2f MiB allocated; forwards %.2f s, caches %.2f s, frames %.2f s)\n", seconds,
+          st->load_s, st->peak_bytes / 1048576.0, st->run_s, st->carry_s, st->out_s);
 }
 
 dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
@@ -349,7 +355,9 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
     if (!s && later && first_dir) s = carry_caches(&rest, 0, &st, zeros);
     stash_free(&st);
     for (int64_t k = 0; !s && k < chunks; k++, t += rest.n, fo += rest.frames) {
+      const double t0 = dit_now_s();
       if (k) s = carry_caches(&rest, 1, NULL, zeros);
+      rest.carry_s += dit_now_s() - t0;
       if (!s) s = decode_chunk(&rest, latents, b, t, buf, frames, fo);
     }
   }
@@ -360,7 +368,9 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   stash_free(&st);
   free(buf);
   free(zeros);
-  if (stats) *stats = (gen_decode_stats_t){first.load_s + rest.load_s, first.alloc > rest.alloc ? first.alloc : rest.alloc};
+  if (stats)
+    *stats = (gen_decode_stats_t){first.load_s + rest.load_s, first.run_s + rest.run_s, first.carry_s + rest.carry_s, first.out_s + rest.out_s,
+                                  first.alloc > rest.alloc ? first.alloc : rest.alloc};
   decoder_unload(&first);
   decoder_unload(&rest);
   return s;

@@ -25,15 +25,19 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *
  * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). first_dir NULL: vae_dir's bundle
  * decodes the whole video in one forward; else first_dir's decodes latent frame 0 and vae_dir's
  * the later frames chunk by chunk, each forward's causal caches (outputs cache.NAME.next) fed to
- * the next (inputs cache.NAME, zeros before the first). *stats (if not NULL): the seconds of that
- * spent loading the decoder bundles and the most a loaded decoder allocated. */
+ * the next (inputs cache.NAME, zeros before the first). *stats (if not NULL): where the time went
+ * and the most a loaded decoder allocated. */
 typedef struct gen_decode_stats {
-  double load_s;
+  double load_s;  /* loading the decoder bundles */
+  double run_s;   /* their forwards, the latents' upload included */
+  double carry_s; /* carrying each forward's caches to the next */
+  double out_s;   /* taking the frames to host memory */
   uint64_t peak_bytes;
 } gen_decode_stats_t;
 dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
                                 dit_tensor_t *frames, gen_decode_stats_t *stats);
-/* The line decode and generate print: "ditrun: vae decode T s (loading L s, M MiB allocated)". */
+/* The line decode and generate print: "ditrun: vae decode T s (loading L s, M MiB allocated; forwards
+ * F s, caches C s, frames O s)". */
 void gen_decode_report(double seconds, const gen_decode_stats_t *stats);
 
 #endif

@@ -467,7 +467,7 @@ if [ -n "${VAE:-}" ]; then
   # One call a resolution, each under its timeout; a side that cannot run gets a row saying why.
   for res in $([ "$VAE" = 1 ] && echo 480p 720p || echo "$VAE" | tr , ' '); do
     timeout "${VAE_TIMEOUT:-600}" python3 bench/vae_decode.py --res "$res" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
-      --work "$W/vae_$res" --out "$OUT" ${VAE_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
+      --work "$W/vae_$res" --out "$OUT" --keep ${VAE_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
     check test "${PIPESTATUS[0]}" = 0
   done
   step "4e. the Wan2.1 VAE decoder at its published widths, 5 frames at 64x64: every op on the GPU against the CPU reference, whole and in chunks"
