@@ -151,6 +151,7 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
     cJSON_AddStringToObject(o, "dtype", dit_dtype_name(v->dtype));
     cJSON_AddItemToObject(o, "shape", int_array(v->dims, v->rank));
     if (v->storage == DIT_STORAGE_ARENA) cJSON_AddNumberToObject(o, "offset", (double)v->offset);
+    if (v->updates >= 0) cJSON_AddNumberToObject(o, "updates", v->updates);
   }
   cJSON *steps = cJSON_AddArrayToObject(root, "steps");
   for (size_t i = 0; steps && i < p->n_steps; i++) {
@@ -295,7 +296,7 @@ static dit_status_t parse_shape(const dit_json_t *o, dit_plan_value_t *v, uint64
 }
 
 static dit_status_t parse_value(const dit_json_t *o, dit_plan_t *p, dit_plan_value_t *v) {
-  static const char *const keys[] = {"name", "storage", "ref", "dtype", "shape", "offset", NULL};
+  static const char *const keys[] = {"name", "storage", "ref", "dtype", "shape", "offset", "updates", NULL};
   DIT_RETURN_IF(dit_json_expect_object(o));
   DIT_RETURN_IF(dit_json_check_keys(o, keys));
   DIT_RETURN_IF(dup_name(o, "name", true, &v->name)); /* diagnostic only: unnamed temps are "" */
@@ -309,6 +310,15 @@ static dit_status_t parse_value(const dit_json_t *o, dit_plan_t *p, dit_plan_val
   uint64_t numel = 0;
   DIT_RETURN_IF(parse_shape(o, v, &numel));
   v->nbytes = numel * dit_dtype_size(v->dtype);
+  v->updates = -1;
+  if (dit_json_has(o, "updates")) {
+    int64_t u = 0;
+    dit_json_t f = member_view(o, "updates");
+    if (v->storage != DIT_STORAGE_OUTPUT)
+      return dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "only outputs update an input in place (this value is %s)", kStorage[storage]);
+    DIT_RETURN_IF(dit_json_int(o, "updates", 0, MAX_VALUES, &u));
+    v->updates = (int32_t)u; /* its input: checked once every value is read (check_updates) */
+  }
   if (v->storage != DIT_STORAGE_ARENA) {
     if (dit_json_has(o, "offset")) {
       dit_json_t f = member_view(o, "offset");
@@ -340,6 +350,20 @@ static dit_status_t parse_values(const dit_json_t *root, dit_plan_t *p) {
   dit_json_iter_t it;
   dit_json_iter_init(&a, &it);
   while (dit_json_iter_next(&it, &o)) DIT_RETURN_IF(parse_value(&o, p, &p->values[p->n_values++]));
+  /* An in-place output names an input of its dtype and size, which no other output updates. */
+  dit_json_iter_init(&a, &it);
+  for (size_t i = 0; dit_json_iter_next(&it, &o); i++) {
+    const dit_plan_value_t *v = &p->values[i];
+    if (v->updates < 0) continue;
+    const dit_plan_value_t *in = (size_t)v->updates < p->n_values ? &p->values[v->updates] : NULL;
+    int taken = 0;
+    for (size_t j = 0; j < i; j++) taken |= p->values[j].updates == v->updates;
+    if (!in || in->storage != DIT_STORAGE_INPUT || in->dtype != v->dtype || in->nbytes != v->nbytes || taken) {
+      dit_json_t f = member_view(&o, "updates");
+      return dit_json_error(&f, DIT_CODE_INVALID_ARGUMENT, "value %d is not an input of this output's dtype and size that no other output updates",
+                            v->updates);
+    }
+  }
   return DIT_OK;
 }
 

@@ -50,7 +50,7 @@
 #include "base/ops.h"
 #include "base/status.h"
 
-#define DIT_PLAN_VERSION 3         /* written; 1 (no offload section) and 2 (no work) are still read */
+#define DIT_PLAN_VERSION 4         /* written; 1 (no offload section), 2 (no work) and 3 (no in-place outputs) are still read */
 #define DIT_PLAN_OFFLOAD_VERSION 2  /* written only with a swap; 1 (no swap) is still written and read */
 #define DIT_PLAN_MAX_SWAP_FORWARDS 100000
 #define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
@@ -74,6 +74,9 @@ typedef struct dit_plan_value {
   int64_t dims[DIT_MAX_RANK];
   uint64_t offset; /* arena values only */
   uint64_t nbytes; /* derived: product(dims) * dtype size */
+  /* Outputs only: the index of the input value this output replaces in place (one buffer for
+   * both; the plan reads the input before it writes the output), else -1. */
+  int32_t updates;
 } dit_plan_value_t;
 
 /* A tensor map (the bulk tensor copy engine's descriptor) over one kernel argument. A 2-entry

@@ -23,6 +23,11 @@ dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_p
     return DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
   }
   p->arena_bytes = arena_bytes;
+  dit_status_t u = dit_graph_check_updates(g);
+  if (u) {
+    dit_plan_free(p);
+    return u;
+  }
   for (dit_vid_t v = 0; v < nv; v++) {
     const dit_value_t *val = dit_graph_cvalue(g, v);
     dit_plan_value_t *pv = &p->values[p->n_values++];
@@ -35,6 +40,7 @@ dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_p
     else if (val->kind == DIT_VALUE_WEIGHT) pv->storage = DIT_STORAGE_WEIGHT;
     else if (val->is_output) pv->storage = DIT_STORAGE_OUTPUT;
     else pv->storage = DIT_STORAGE_ARENA;
+    pv->updates = pv->storage == DIT_STORAGE_OUTPUT ? val->updates : -1;
     if (pv->storage == DIT_STORAGE_ARENA) {
       if (val->offset < 0) {
         dit_plan_free(p);

@@ -79,6 +79,7 @@ static dit_vid_t new_value(dit_graph_t *g, const char *name, const char *ref,
   v->producer = -1;
   v->offset = -1;
   v->slice_dim = -1;
+  v->updates = -1;
   return g->n_values++;
 }
 
@@ -221,6 +222,30 @@ void dit_graph_mark_output(dit_graph_t *g, dit_vid_t v, const char *name) {
   free(g->values[v].ref);
   g->values[v].ref = strdup(name);
   g->values[v].is_output = 1;
+}
+
+void dit_graph_mark_output_updating(dit_graph_t *g, dit_vid_t v, const char *name, dit_vid_t input) {
+  dit_graph_mark_output(g, v, name);
+  if (v < 0 || v >= g->n_values) return;
+  const dit_value_t *in = input >= 0 && input < g->n_values ? &g->values[input] : NULL;
+  if (!in || in->kind != DIT_VALUE_INPUT || in->dtype != g->values[v].dtype || dit_value_nbytes(in) != dit_value_nbytes(&g->values[v])) {
+    set_error(g, DIT_ERR(INVALID_ARGUMENT, "output '%s': updates value %d in place, which is not an input of its dtype and size", name, input));
+    return;
+  }
+  g->values[v].updates = input;
+}
+
+dit_status_t dit_graph_check_updates(const dit_graph_t *g) {
+  for (dit_vid_t v = 0; v < g->n_values; v++) {
+    const dit_value_t *o = &g->values[v];
+    if (o->updates < 0) continue;
+    for (int32_t i = o->producer + 1; i < g->n_ops; i++)
+      for (int k = 0; k < g->ops[i].n_in; k++)
+        if (g->ops[i].in[k] == o->updates)
+          return DIT_ERR(INTERNAL, "output '%s' replaces input '%s' in place, yet op %d ('%s') reads the input after the output's producer", o->ref,
+                         g->values[o->updates].ref, i, g->values[g->ops[i].out[0]].name ? g->values[g->ops[i].out[0]].name : "");
+  }
+  return DIT_OK;
 }
 
 int32_t dit_graph_num_values(const dit_graph_t *g) { return g->n_values; }

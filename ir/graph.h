@@ -23,6 +23,9 @@ typedef struct dit_value {
   char *ref;         /* checkpoint key (weights) or io name (inputs, outputs); may be NULL */
   dit_value_kind_t kind;
   int is_output;     /* returned to the caller under `ref` */
+  /* An output that overwrites graph input `updates` in place (the runtime gives both one buffer:
+   * a decoder's causal cache, read and then replaced by its next state), else -1. */
+  dit_vid_t updates;
   dit_dtype_t dtype;
   int rank;
   int64_t dims[DIT_MAX_RANK];
@@ -85,6 +88,12 @@ dit_status_t dit_graph_op2(dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *
                            const dit_attrs_t *attrs, const dit_dtype_t out_dtypes[2],
                            const char *name, dit_vid_t out_ids[2]);
 void dit_graph_mark_output(dit_graph_t *g, dit_vid_t v, const char *name);
+/* Marks v an output that replaces graph input `input` in place: same dtype and size, and every op
+ * that reads the input comes before v's producer (checked by dit_graph_check_updates once the
+ * graph is scheduled). */
+void dit_graph_mark_output_updating(dit_graph_t *g, dit_vid_t v, const char *name, dit_vid_t input);
+/* Every in-place output's input is read only by ops before the output's producer. */
+dit_status_t dit_graph_check_updates(const dit_graph_t *g);
 /* Ops appended from now on are tagged with this block index (-1 to clear). */
 void dit_graph_set_block(dit_graph_t *g, int32_t block);
 /* The first recorded builder error (borrowed), or OK. */

@@ -108,6 +108,9 @@ dit_status_t dit_runtime_output_device(dit_runtime_t *rt, const char *name, cons
 /* The named output of the latest forward in the runtime's own memory, valid until the next
  * forward (one rank in this process); *device_memory 1 when that is device memory. */
 dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view, int *device_memory);
+/* The input that output `name` replaces in place (they share one buffer: after a forward the
+ * input holds the output), or NULL. */
+const char *dit_runtime_output_updates(const dit_runtime_t *rt, const char *name);
 /* The backend the runtime runs on: "cpu" or "cuda". */
 const char *dit_runtime_backend(const dit_runtime_t *rt);
 /* Orders the runtime's compute queue after the work enqueued on `queue` so far (queue_waits 0),

@@ -169,7 +169,8 @@ static dit_status_t bind_values(rank_rt_t *rt) {
       case DIT_STORAGE_OUTPUT: {
         char what[160];
         snprintf(what, sizeof what, "%s '%s'", v->storage == DIT_STORAGE_INPUT ? "input" : "output", v->ref);
-        DIT_RETURN_IF(rt->be->alloc(rt->be_state, v->nbytes ? v->nbytes : 1, what, &rt->io_buf[i]));
+        /* An output that replaces an input in place takes the input's buffer (bound below). */
+        if (v->updates < 0) DIT_RETURN_IF(rt->be->alloc(rt->be_state, v->nbytes ? v->nbytes : 1, what, &rt->io_buf[i]));
         t->data = rt->io_buf[i];
         if (!rt->be->host_memory && v->storage == DIT_STORAGE_OUTPUT) {
           rt->host_out[i] = malloc(v->nbytes ? v->nbytes : 1);
@@ -179,6 +180,8 @@ static dit_status_t bind_values(rank_rt_t *rt) {
       }
     }
   }
+  for (size_t i = 0; i < p->n_values; i++)
+    if (p->values[i].updates >= 0) rt->bound[i].data = rt->io_buf[p->values[i].updates];
   return DIT_OK;
 }
 
@@ -904,6 +907,16 @@ dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_
   *out_view = k->bound[idx];
   *device_memory = !k->be->host_memory;
   return DIT_OK;
+}
+
+const char *dit_runtime_output_updates(const dit_runtime_t *rt, const char *name) {
+  const rank_rt_t *k = &rt->ranks[0];
+  for (size_t i = 0; i < k->plan->n_values; i++) {
+    const dit_plan_value_t *v = &k->plan->values[i];
+    if (v->storage == DIT_STORAGE_OUTPUT && v->ref && !strcmp(v->ref, name))
+      return v->updates >= 0 ? k->plan->values[v->updates].ref : NULL;
+  }
+  return NULL;
 }
 
 const char *dit_runtime_backend(const dit_runtime_t *rt) { return rt->ranks[0].be->name; }

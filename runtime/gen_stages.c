@@ -260,6 +260,8 @@ static dit_status_t carry_caches(decoder_t *d, int own, const stash_t *st, const
     if (own) {
       char next[80];
       snprintf(next, sizeof next, "%s.next", in->name);
+      const char *upd = dit_runtime_output_updates(d->rt, next);
+      if (upd && !strcmp(upd, in->name)) continue; /* the forward left it in place */
       s = dit_runtime_output_buffer(d->rt, next, &t, &device);
       if (!s) s = device ? dit_runtime_set_input_device(d->rt, in->name, &t, NULL) : dit_runtime_set_input(d->rt, in->name, &t);
     } else {

@@ -297,7 +297,8 @@ static dit_vid_t with_cache(vae_builder_t *v, dit_vid_t x, const char *name) {
   snprintf(k, sizeof k, "%s.flat", n);
   dit_vid_t t = dit_blocks_concat(v->b, c, reshape(v, x, 3, flat, k), 1, n);
   snprintf(k, sizeof k, "%s.next", n);
-  dit_graph_mark_output(v->g, dit_blocks_slice_tokens(v->b, t, F, 2, v->dt, k), k);
+  /* The next state replaces the cache in place: the concat above is its only reader. */
+  dit_graph_mark_output_updating(v->g, dit_blocks_slice_tokens(v->b, t, F, 2, v->dt, k), k, c);
   snprintf(k, sizeof k, "%s.video", n);
   return reshape(v, t, 5, out, k);
 }

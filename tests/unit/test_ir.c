@@ -399,8 +399,30 @@ static void test_video_ops(void) {
   dit_graph_destroy(g);
 }
 
+/* An output replacing an input in place: accepted while every reader of the input precedes its
+ * producer; refused for a value that is not an input of its dtype and size, and once an op
+ * after the producer reads the input. */
+static void test_in_place_outputs(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t d[1] = {4}, d5[1] = {5};
+  dit_vid_t c = dit_graph_input(g, "c", DIT_F32, 1, d), other = dit_graph_input(g, "other", DIT_F32, 1, d5);
+  dit_vid_t n = dit_graph_op(g, DIT_OP_SILU, &c, 1, NULL, DIT_F32, "next");
+  dit_graph_mark_output_updating(g, n, "c.next", c);
+  CHECK_OK(dit_graph_status(g));
+  CHECK_EQ_INT(dit_graph_cvalue(g, n)->updates, c);
+  CHECK_OK(dit_graph_check_updates(g));
+  dit_vid_t late = dit_graph_op(g, DIT_OP_SILU, &c, 1, NULL, DIT_F32, "late");
+  dit_graph_mark_output(g, late, "late");
+  CHECK_ERR(dit_graph_check_updates(g), INTERNAL, "output 'c.next' replaces input 'c' in place, yet op 1 ('late') reads the input after");
+  dit_graph_mark_output_updating(g, late, "late", other);
+  CHECK_ERR(dit_graph_status(g), INVALID_ARGUMENT, "output 'late': updates value 1 in place, which is not an input of its dtype and size");
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_builder_shapes();
+  test_in_place_outputs();
   test_shape_errors();
   test_verify_and_print();
   test_cost();

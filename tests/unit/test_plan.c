@@ -76,8 +76,8 @@ static void test_rejections(void) {
   CHECK_ERR(parse("{"), INVALID_ARGUMENT, "not valid JSON");
   CHECK_ERR(parse("[]"), INVALID_ARGUMENT, "plan.json: expected a JSON object at the top level, found an array");
   CHECK_ERR(parse("{\"format\":\"other\",\"version\":1}"), INVALID_ARGUMENT, "plan.json: field 'format': expected \"ditc-plan\", found \"other\"");
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":4,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
-            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..3, found 4");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":5,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
+            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..4, found 5");
   CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"a\":1,\"a\":2}"),
             INVALID_ARGUMENT, "duplicate key \"a\"");
   /* arena value beyond the arena */
@@ -273,8 +273,8 @@ static void test_field_paths(void) {
   CHECK_ERR(parse(STEPS(K("tmaps", "[{\"arg\":1,\"box\":[64,8],\"swizzle\":0,\"dims\":[1]}]"))), INVALID_ARGUMENT,
             "field 'steps[1].kernel.tmaps[0]': unknown member \"dims\"");
   /* a later version is refused for its version, not for members it may have added */
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":4,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
-            "field 'version': this build reads plan versions 1..3, found 4");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":5,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
+            "field 'version': this build reads plan versions 1..4, found 5");
 #undef K
 #undef ADD
 #undef STEPS
@@ -595,8 +595,36 @@ static void test_work_section(void) {
 #undef W
 }
 
+/* An output that replaces an input in place: kept through a round trip; refused on a value
+ * that is not an output, and when its input is not an input of its dtype and size or is
+ * already taken. */
+static void test_updates(void) {
+#define UP(extra, next)                                                                                                    \
+  "{\"format\":\"ditc-plan\",\"version\":4,\"arena_bytes\":0,\"values\":[{\"name\":\"c\",\"storage\":\"input\",\"ref\":\"c\","  \
+  "\"dtype\":\"bf16\",\"shape\":[2]" extra "},{\"name\":\"n\",\"storage\":\"output\",\"ref\":\"c.next\",\"dtype\":\"bf16\"," \
+  "\"shape\":[2]" next "}],\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[1],\"block\":-1}]}"
+  const char *ok = UP("", ",\"updates\":0");
+  dit_plan_t *p = NULL;
+  CHECK_OK(dit_plan_parse(ok, strlen(ok), "plan.json", &p));
+  if (p) {
+    CHECK_EQ_INT(p->values[0].updates, -1);
+    CHECK_EQ_INT(p->values[1].updates, 0);
+    char *a = print_stable(p);
+    CHECK(a && strstr(a, "\"updates\":0"));
+    free(a);
+  }
+  dit_plan_free(p);
+  CHECK_ERR(parse(UP(",\"updates\":1", "")), INVALID_ARGUMENT, "field 'values[0].updates': only outputs update an input in place (this value is input)");
+  CHECK_ERR(parse(UP("", ",\"updates\":1")), INVALID_ARGUMENT,
+            "field 'values[1].updates': value 1 is not an input of this output's dtype and size that no other output updates");
+  CHECK_ERR(parse(UP("", ",\"updates\":7")), INVALID_ARGUMENT, "value 7 is not an input");
+  CHECK_ERR(parse(UP("", ",\"updates\":-1")), OUT_OF_RANGE, "field 'values[1].updates'");
+#undef UP
+}
+
 int main(void) {
   test_round_trip();
+  test_updates();
   test_work_section();
   test_rejections();
   test_tensor_maps();
