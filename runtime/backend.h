@@ -35,6 +35,8 @@ typedef struct dit_backend_vtable {
   void (*release)(void *state, void *ptr);
   dit_status_t (*upload)(void *state, void *dst, const void *src, size_t bytes);
   dit_status_t (*download)(void *state, void *dst, const void *src, size_t bytes);
+  /* Zeros bytes of backend memory at dst, in order with the steps. */
+  dit_status_t (*zero)(void *state, void *dst, size_t bytes);
   /* On queue 0 (compute, in order with the steps) or 2 (collectives, for backends that have
    * it): height rows of width bytes from src (rows spitch apart) to dst (dpitch apart), both in
    * backend memory. */

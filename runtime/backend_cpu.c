@@ -246,6 +246,12 @@ static dit_status_t cpu_copy(void *state, void *dst, const void *src, size_t byt
   return DIT_OK;
 }
 
+static dit_status_t cpu_zero(void *state, void *dst, size_t bytes) {
+  (void)state;
+  memset(dst, 0, bytes);
+  return DIT_OK;
+}
+
 static dit_status_t cpu_copy2d(void *state, int queue, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                size_t height) {
   if (queue == 2)
@@ -560,6 +566,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .zero = cpu_zero,
     .copy2d = cpu_copy2d,
     .run_step = cpu_run_step,
     .synchronize = cpu_sync,

@@ -33,6 +33,11 @@ typedef struct dit_runtime_options {
                               copy-queue dependencies */
   const char *only_expert; /* a two-expert bundle: prepare only this expert ("transformer" or
                               "transformer_2"; NULL: both), for forwards of one expert */
+  /* A loaded runtime of one rank on the same backend and device whose forwards never overlap
+   * this one's: this one runs in its activation arena when that is large enough, and its
+   * inputs take that runtime's input buffers of the same name, dtype and size (a decoder's
+   * first chunk writing the caches the later chunks' decoder reads). It must outlive this one. */
+  const struct dit_runtime *borrow;
 } dit_runtime_options_t;
 
 /* Opens the bundle with full integrity checks (manifest, identity, every blob's size and
@@ -108,6 +113,8 @@ dit_status_t dit_runtime_output_device(dit_runtime_t *rt, const char *name, cons
 /* The named output of the latest forward in the runtime's own memory, valid until the next
  * forward (one rank in this process); *device_memory 1 when that is device memory. */
 dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view, int *device_memory);
+/* Zeros input `name` in the runtime's memory (in order with its forwards). */
+dit_status_t dit_runtime_zero_input(dit_runtime_t *rt, const char *name);
 /* The input that output `name` replaces in place (they share one buffer: after a forward the
  * input holds the output), or NULL. */
 const char *dit_runtime_output_updates(const dit_runtime_t *rt, const char *name);

@@ -522,7 +522,7 @@ static dit_status_t load(const run_args_t *a, dit_runtime_t **rt) {
    * alone on the device). */
   dit_runtime_options_t o = {a->backend, (int)a->threads, (int)a->device, a->graph, (int)a->devices, a->stage,
                              env.launcher != DIT_LAUNCHER_NONE ? &env : NULL, a->overlap, a->pace_host,
-                             a->generate ? NULL : a->expert ? a->expert : "transformer"};
+                             a->generate ? NULL : a->expert ? a->expert : "transformer", NULL};
   double t0 = dit_now_s();
   const char *dir = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));

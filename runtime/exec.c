@@ -140,7 +140,26 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
   return DIT_OK;
 }
 
-static dit_status_t bind_values(rank_rt_t *rt) {
+/* The buffer of lender's input matching plan input v (name, dtype and size), or NULL. */
+static void *lent_input(const rank_rt_t *lender, const dit_plan_value_t *v) {
+  for (size_t i = 0; lender && i < lender->plan->n_values; i++) {
+    const dit_plan_value_t *u = &lender->plan->values[i];
+    if (u->storage == DIT_STORAGE_INPUT && !strcmp(u->ref, v->ref) && u->dtype == v->dtype && u->nbytes == v->nbytes) return lender->io_buf[i];
+  }
+  return NULL;
+}
+
+/* What a runtime borrowing from lender does not allocate: the arena when lender's is large
+ * enough, and the inputs lender has. */
+static uint64_t lent_bytes(const rank_rt_t *rt, const rank_rt_t *lender) {
+  if (!lender) return 0;
+  uint64_t n = lender->arena && lender->plan->arena_bytes >= rt->plan->arena_bytes ? rt->plan->arena_bytes : 0;
+  for (size_t i = 0; i < rt->plan->n_values; i++)
+    if (rt->plan->values[i].storage == DIT_STORAGE_INPUT && lent_input(lender, &rt->plan->values[i])) n += rt->plan->values[i].nbytes;
+  return n;
+}
+
+static dit_status_t bind_values(rank_rt_t *rt, const rank_rt_t *lender) {
   dit_plan_t *p = rt->plan;
   const dit_manifest_weights_t *lay = rt->layout;
   /* Offloaded weights are rebound by the engine afterwards. */
@@ -169,9 +188,11 @@ static dit_status_t bind_values(rank_rt_t *rt) {
       case DIT_STORAGE_OUTPUT: {
         char what[160];
         snprintf(what, sizeof what, "%s '%s'", v->storage == DIT_STORAGE_INPUT ? "input" : "output", v->ref);
-        /* An output that replaces an input in place takes the input's buffer (bound below). */
-        if (v->updates < 0) DIT_RETURN_IF(rt->be->alloc(rt->be_state, v->nbytes ? v->nbytes : 1, what, &rt->io_buf[i]));
-        t->data = rt->io_buf[i];
+        /* An output that replaces an input in place takes the input's buffer (bound below); an
+         * input the lender has is the lender's. */
+        void *lent = v->storage == DIT_STORAGE_INPUT ? lent_input(lender, v) : NULL;
+        if (v->updates < 0 && !lent) DIT_RETURN_IF(rt->be->alloc(rt->be_state, v->nbytes ? v->nbytes : 1, what, &rt->io_buf[i]));
+        t->data = lent ? lent : rt->io_buf[i];
         if (!rt->be->host_memory && v->storage == DIT_STORAGE_OUTPUT) {
           rt->host_out[i] = malloc(v->nbytes ? v->nbytes : 1);
           if (!rt->host_out[i]) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for %s", what);
@@ -181,7 +202,7 @@ static dit_status_t bind_values(rank_rt_t *rt) {
     }
   }
   for (size_t i = 0; i < p->n_values; i++)
-    if (p->values[i].updates >= 0) rt->bound[i].data = rt->io_buf[p->values[i].updates];
+    if (p->values[i].updates >= 0) rt->bound[i].data = rt->bound[p->values[i].updates].data;
   return DIT_OK;
 }
 
@@ -219,7 +240,7 @@ static dit_status_t prepare_backend(rank_rt_t *rt, const rank_rt_t *stand_in) {
 /* Loads rank `rank` of an opened bundle for expert rt->expert: its plan, weights shard and
  * backend memory. `share` (may be NULL) is expert 0's state of the same rank, whose activation
  * arena this one borrows when large enough: the experts never run at the same time. */
-static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads, rank_rt_t *share) {
+static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int threads, rank_rt_t *share, const rank_rt_t *lender) {
   const char *expert = rt->mexpert ? rt->m->experts[rt->mexpert].name : "transformer";
   const dit_manifest_rank_t *r0 = dit_manifest_expert_rank(rt->m, rt->mexpert ? expert : NULL, rt->rank);
   if (!r0) return DIT_ERR(NOT_FOUND, "manifest.json: field 'ranks': no entry for rank %d of %s", rt->rank, expert);
@@ -244,6 +265,8 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     size_t fr = 0, tot = 0;
     DIT_RETURN_IF(rt->be->memory_info(rt->be_state, &fr, &tot));
     uint64_t need = offload ? planned_bytes(rt->plan, rt->m) : rt->m->peak_bytes;
+    const uint64_t lent = lent_bytes(rt, lender);
+    need = need > lent ? need - lent : 0;
     if (offload && rt->plan->offload.swap.present) {
       /* The pipeline's peak, less what the expert before it holds already. */
       const uint64_t pk = rt->plan->offload.swap.predicted_peak_bytes - dit_offload_overhead(rt->plan);
@@ -262,6 +285,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   rt->host_out = calloc(rt->plan->n_values + 1, sizeof *rt->host_out);
   rt->step_tensors = calloc(DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT, sizeof *rt->step_tensors);
   if (!rt->bound || !rt->io_buf || !rt->host_out || !rt->step_tensors) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!share) share = (rank_rt_t *)lender;
   if (share && share->arena && share->plan->arena_bytes >= rt->plan->arena_bytes) {
     rt->arena = share->arena;
     rt->arena_borrowed = 1;
@@ -272,7 +296,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
     DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev));
     DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
   }
-  DIT_RETURN_IF(bind_values(rt));
+  DIT_RETURN_IF(bind_values(rt, lender));
   /* An expert that swaps in stays in host memory until the one before it has run (loaded
    * alone, it loads as any offloaded plan). */
   const int parked = rt->plan->offload.swap.present && rt->owner->n_experts > 1;
@@ -372,6 +396,16 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
     s = be && be->device_count ? be->device_count(&count) : DIT_ERR(UNIMPLEMENTED, "backend without device enumeration");
     if (!s) s = dit_launch_pick_device(o->launch, count, getenv("CUDA_VISIBLE_DEVICES"), &proc_device);
   }
+  /* A lender: one rank of the same backend (checked against this bundle's once its backend is
+   * picked), in this process. */
+  const rank_rt_t *lender = NULL;
+  if (!s && o && o->borrow) {
+    if (o->borrow->n_ranks != 1 || o->borrow->process || rt->n_ranks != 1 || rt->n_experts != 1)
+      s = DIT_ERR(INVALID_ARGUMENT, "%s: borrowing memory from another runtime takes two bundles of one rank and one expert", bundle_dir);
+    else if (o->borrow->ranks[0].be != pick_backend(backend_name(rt->m, o)) || o->borrow->ranks[0].device != (o ? o->device : 0))
+      s = DIT_ERR(INVALID_ARGUMENT, "%s: the runtime it borrows memory from runs on another backend or device", bundle_dir);
+    else lender = &o->borrow->ranks[0];
+  }
   /* Every expert's ranks, each with its own plan, weights and backend state, from the one
    * verified open of the bundle; communicators are set up once, on the first expert's. */
   for (int e = 0; !s && e < rt->n_experts; e++) {
@@ -388,7 +422,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
       k->stage = o && o->stage_collectives;
       k->bundle = rt->bundle;
       k->m = rt->m;
-      s = rank_load(k, o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0), e ? &rt->expert_ranks[0][r] : NULL);
+      s = rank_load(k, o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0), e ? &rt->expert_ranks[0][r] : NULL, lender);
       if (!s && o && o->graph) {
         if (!k->be->capture_begin || !k->be->capture_end || !k->be->replay)
           s = DIT_ERR(UNAVAILABLE, "--cuda-graph: the %s backend has no graphs", k->be->name);
@@ -506,11 +540,11 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
   DIT_RETURN_IF(dit_exec_check_mask_input(rt->plan, idx, name, src));
   size_t n = (size_t)dit_tensor_numel(src);
   if (v->dtype == DIT_I32 || v->dtype == DIT_I64) {
-    void *buf = rt->be->host_memory ? rt->io_buf[idx] : malloc(v->nbytes + 1);
+    void *buf = rt->be->host_memory ? rt->bound[idx].data : malloc(v->nbytes + 1);
     if (!buf) return DIT_ERR(RESOURCE_EXHAUSTED, "input '%s': out of memory", name);
     dit_status_t s = convert_int_input(name, buf, v->dtype, src, n);
     if (!rt->be->host_memory) {
-      if (!s) s = rt->be->upload(rt->be_state, rt->io_buf[idx], buf, v->nbytes);
+      if (!s) s = rt->be->upload(rt->be_state, rt->bound[idx].data, buf, v->nbytes);
       free(buf);
     }
     return s;
@@ -533,14 +567,16 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
   }
   dit_status_t s = DIT_OK;
   if (rt->be->host_memory) {
-    if (dit_convert(rt->io_buf[idx], v->dtype, from, from_t, n))
+    if (dit_convert(rt->bound[idx].data, v->dtype, from, from_t, n))
       s = DIT_ERR(INVALID_ARGUMENT, "input '%s': cannot convert %s to %s", name, dit_dtype_name(src->dtype), dit_dtype_name(v->dtype));
+  } else if (from_t == v->dtype) { /* nothing to convert: straight from the caller's memory */
+    s = rt->be->upload(rt->be_state, rt->bound[idx].data, from, v->nbytes);
   } else {
     void *tmp = malloc(v->nbytes + 1);
     if (!tmp) s = DIT_ERR(RESOURCE_EXHAUSTED, "input '%s': out of memory", name);
     else if (dit_convert(tmp, v->dtype, from, from_t, n))
       s = DIT_ERR(INVALID_ARGUMENT, "input '%s': cannot convert %s to %s", name, dit_dtype_name(src->dtype), dit_dtype_name(v->dtype));
-    else s = rt->be->upload(rt->be_state, rt->io_buf[idx], tmp, v->nbytes);
+    else s = rt->be->upload(rt->be_state, rt->bound[idx].data, tmp, v->nbytes);
     free(tmp);
   }
   free(stage);
@@ -883,7 +919,7 @@ dit_status_t dit_runtime_set_input_device(dit_runtime_t *rt, const char *name, c
   size_t idx = 0;
   const dit_plan_value_t *v;
   DIT_RETURN_IF(device_input(rt, name, src, &k, &idx, &v));
-  return k->be->external_copy(k->be_state, queue, k->io_buf[idx], src->data, v->nbytes);
+  return k->be->external_copy(k->be_state, queue, k->bound[idx].data, src->data, v->nbytes);
 }
 
 dit_status_t dit_runtime_output_device(dit_runtime_t *rt, const char *name, const dit_tensor_t *dst, void *queue) {
@@ -906,6 +942,17 @@ dit_status_t dit_runtime_output_buffer(dit_runtime_t *rt, const char *name, dit_
   if (!find_io(k, DIT_STORAGE_OUTPUT, name, &idx)) return DIT_ERR(NOT_FOUND, "output '%s': the bundle has no such output", name);
   *out_view = k->bound[idx];
   *device_memory = !k->be->host_memory;
+  return DIT_OK;
+}
+
+dit_status_t dit_runtime_zero_input(dit_runtime_t *rt, const char *name) {
+  for (int r = 0; r < rt->n_ranks; r++) {
+    rank_rt_t *k = &rt->ranks[r];
+    size_t idx;
+    const dit_plan_value_t *v = find_io(k, DIT_STORAGE_INPUT, name, &idx);
+    if (!v) return DIT_ERR(NOT_FOUND, "input '%s': the bundle has no such input", name);
+    DIT_RETURN_IF(k->be->zero(k->be_state, k->bound[idx].data, v->nbytes));
+  }
   return DIT_OK;
 }
 

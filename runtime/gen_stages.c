@@ -211,67 +211,50 @@ static void decoder_unload(decoder_t *d) {
   d->m = NULL;
 }
 
-/* The cache outputs of a decoder's latest forward, copied to host memory under their inputs'
- * names (cache.NAME), so the next decoder loads after this one is gone. */
-typedef struct stash {
-  size_t n;
-  char (*names)[64];
-  dit_tensor_t *t;
-} stash_t;
-
-static void stash_free(stash_t *st) {
-  for (size_t i = 0; i < st->n; i++) free(st->t[i].data);
-  free(st->names);
-  free(st->t);
-  memset(st, 0, sizeof *st);
-}
-
-static dit_status_t stash_caches(decoder_t *d, stash_t *st) {
-  st->names = calloc(d->m->n_outputs + 1, sizeof *st->names);
-  st->t = calloc(d->m->n_outputs + 1, sizeof *st->t);
-  if (!st->names || !st->t) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t i = 0; i < d->m->n_outputs; i++) {
-    const char *name = d->m->io_outputs[i].name;
-    const size_t len = strlen(name);
-    if (!is_cache(&d->m->io_outputs[i]) || len < 5 || strcmp(name + len - 5, ".next")) continue;
-    dit_tensor_t y;
-    DIT_RETURN_IF(dit_runtime_output(d->rt, name, &y));
-    void *copy = malloc(dit_tensor_nbytes(&y) + 1);
-    if (!copy) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    memcpy(copy, y.data, dit_tensor_nbytes(&y));
-    snprintf(st->names[st->n], sizeof st->names[0], "%.*s", (int)(len - 5), name);
-    st->t[st->n] = y;
-    st->t[st->n++].data = copy;
-  }
+/* Zeros every cache input of d: the zero padding before the first frame. */
+static dit_status_t zero_caches(decoder_t *d) {
+  for (size_t i = 0; i < d->m->n_inputs; i++)
+    if (is_cache(&d->m->io_inputs[i])) DIT_RETURN_IF(dit_runtime_zero_input(d->rt, d->m->io_inputs[i].name));
   return DIT_OK;
 }
 
-/* Sets every cache input of d: from the same-named output (NAME.next) of d's own latest forward
- * (own; on the device when the backend has device memory), else from the stash, else zeros (the
- * zero padding before the first frame). */
-static dit_status_t carry_caches(decoder_t *d, int own, const stash_t *st, const float *zeros) {
-  int device = 0;
-  if (own) DIT_RETURN_IF(dit_runtime_join_queue(d->rt, NULL, 1)); /* the forward's outputs are complete */
+/* Makes every cache input of d the same-named output (NAME.next) of d's latest forward: nothing
+ * to do where the output replaced the input in place, else a copy on the device (or in host
+ * memory, on a host backend). */
+static dit_status_t carry_caches(decoder_t *d) {
+  int device = 0, copied = 0;
+  DIT_RETURN_IF(dit_runtime_join_queue(d->rt, NULL, 1)); /* the forward's outputs are complete */
   for (size_t i = 0; i < d->m->n_inputs; i++) {
     const dit_manifest_io_t *in = &d->m->io_inputs[i];
     if (!is_cache(in)) continue;
-    dit_tensor_t t = io_tensor(in, DIT_F32, (void *)zeros);
-    dit_status_t s = DIT_OK;
-    if (own) {
-      char next[80];
-      snprintf(next, sizeof next, "%s.next", in->name);
-      const char *upd = dit_runtime_output_updates(d->rt, next);
-      if (upd && !strcmp(upd, in->name)) continue; /* the forward left it in place */
-      s = dit_runtime_output_buffer(d->rt, next, &t, &device);
-      if (!s) s = device ? dit_runtime_set_input_device(d->rt, in->name, &t, NULL) : dit_runtime_set_input(d->rt, in->name, &t);
-    } else {
-      for (size_t k = 0; st && k < st->n; k++)
-        if (!strcmp(st->names[k], in->name)) t = st->t[k];
-      s = dit_runtime_set_input(d->rt, in->name, &t);
-    }
-    if (s) return s;
+    char next[80];
+    snprintf(next, sizeof next, "%s.next", in->name);
+    const char *upd = dit_runtime_output_updates(d->rt, next);
+    if (upd && !strcmp(upd, in->name)) continue; /* the forward left it in place */
+    dit_tensor_t t;
+    DIT_RETURN_IF(dit_runtime_output_buffer(d->rt, next, &t, &device));
+    DIT_RETURN_IF(device ? dit_runtime_set_input_device(d->rt, in->name, &t, NULL) : dit_runtime_set_input(d->rt, in->name, &t));
+    copied = 1;
   }
-  return device ? dit_runtime_join_queue(d->rt, NULL, 0) : DIT_OK;
+  return copied && device ? dit_runtime_join_queue(d->rt, NULL, 0) : DIT_OK;
+}
+
+/* The first chunk's decoder hands its caches to the later chunks' through their buffers: each of
+ * its cache inputs must be one of theirs. */
+static dit_status_t check_handoff(const char *first_dir, const char *vae_dir) {
+  dit_bundle_t *a = NULL, *b = NULL;
+  dit_status_t s = dit_bundle_open(first_dir, 0, &a);
+  if (!s) s = dit_bundle_open(vae_dir, 0, &b);
+  const dit_manifest_t *fm = s ? NULL : dit_bundle_manifest(a), *rm = s ? NULL : dit_bundle_manifest(b);
+  for (size_t i = 0; !s && i < fm->n_inputs; i++) {
+    const dit_manifest_io_t *in = &fm->io_inputs[i], *r = is_cache(in) ? find_io(rm->io_inputs, rm->n_inputs, in->name) : NULL;
+    if (is_cache(in) && (!r || r->rank != in->rank || memcmp(r->dims, in->dims, sizeof r->dims[0] * (size_t)r->rank)))
+      s = DIT_ERR(FAILED_PRECONDITION, "%s: cache input '%s' of the first chunk's decoder is not one of %s's (a decoder pair of another "
+                  "shape)", first_dir, in->name, vae_dir);
+  }
+  dit_bundle_close(a);
+  dit_bundle_close(b);
+  return s;
 }
 
 /* One forward of d over latent frames [t0, t0 + d->n) of item b of lat, its frames written to
@@ -310,8 +293,7 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
                                 dit_tensor_t *frames, gen_decode_stats_t *stats) {
   memset(frames, 0, sizeof *frames);
   decoder_t first = {0}, rest = {0};
-  float *buf = NULL, *zeros = NULL;
-  stash_t st = {0};
+  float *buf = NULL;
   const int64_t B = latents->dims[0], f = latents->rank == 5 ? latents->dims[2] : 0;
   dit_status_t s = first_dir ? decoder_open(first_dir, latents, &first) : DIT_OK;
   /* Latent frame 0 alone needs no later chunk. */
@@ -323,6 +305,7 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
     s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes %lld latent frames per forward, the latents have %lld%s", vae_dir,
                 (long long)rest.n, (long long)f, first_dir ? ": the frames after the first do not split into such chunks" : " (a stage of "
                 "another shape)");
+  if (!s && first_dir && later) s = check_handoff(first_dir, vae_dir);
   const int64_t chunks = !later ? 0 : first_dir ? (f - 1) / rest.n : 1;
   if (!s) {
     /* The frames' channels and size: any decoder's (the loop's latents fixed them alike). */
@@ -337,28 +320,26 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   if (!s) {
     frames->data = malloc((size_t)dit_tensor_numel(frames) * sizeof(float) + 1);
     buf = malloc((size_t)(latents->dims[1] * (later ? rest.n : 1) * latents->dims[3] * latents->dims[4]) * sizeof *buf);
-    zeros = calloc((first.cache > rest.cache ? first.cache : rest.cache) + 1, sizeof *zeros);
-    if (!frames->data || !buf || !zeros) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    if (!frames->data || !buf) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
-  /* One decoder loaded at a time: latent frame 0's, its caches stashed in host memory, then the
-   * later chunks'. */
+  /* The later chunks' decoder stays loaded; latent frame 0's runs in its arena and writes its
+   * cache buffers (zeros before), so the caches never leave the device. */
+  if (!s && later) s = decoder_load(&rest, o);
   for (int64_t b = 0; !s && b < B; b++) {
     int64_t t = 0, fo = 0;
-    if (first_dir) {
-      decoder_unload(&rest);
-      s = decoder_load(&first, o);
-      if (!s) s = carry_caches(&first, 0, NULL, zeros);
+    if (later) s = zero_caches(&rest);
+    if (!s && first_dir) {
+      dit_runtime_options_t fo_opts = o ? *o : (dit_runtime_options_t){0};
+      fo_opts.borrow = later ? rest.rt : NULL;
+      s = decoder_load(&first, &fo_opts);
+      if (!s) s = zero_caches(&first);
       if (!s) s = decode_chunk(&first, latents, b, 0, buf, frames, 0);
-      if (!s && later) s = stash_caches(&first, &st);
       decoder_unload(&first);
       t = 1, fo = first.frames;
     }
-    if (!s && later) s = decoder_load(&rest, o);
-    if (!s && later && first_dir) s = carry_caches(&rest, 0, &st, zeros);
-    stash_free(&st);
     for (int64_t k = 0; !s && k < chunks; k++, t += rest.n, fo += rest.frames) {
       const double t0 = dit_now_s();
-      if (k) s = carry_caches(&rest, 1, NULL, zeros);
+      if (k) s = carry_caches(&rest); /* the first chunk's caches are zeros or latent frame 0's, in place */
       rest.carry_s += dit_now_s() - t0;
       if (!s) s = decode_chunk(&rest, latents, b, t, buf, frames, fo);
     }
@@ -367,12 +348,10 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
     free(frames->data);
     memset(frames, 0, sizeof *frames);
   }
-  stash_free(&st);
   free(buf);
-  free(zeros);
   if (stats)
     *stats = (gen_decode_stats_t){first.load_s + rest.load_s, first.run_s + rest.run_s, first.carry_s + rest.carry_s, first.out_s + rest.out_s,
-                                  first.alloc > rest.alloc ? first.alloc : rest.alloc};
+                                  first.alloc + rest.alloc}; /* both loaded at once */
   decoder_unload(&first);
   decoder_unload(&rest);
   return s;

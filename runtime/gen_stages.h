@@ -26,7 +26,7 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *
  * decodes the whole video in one forward; else first_dir's decodes latent frame 0 and vae_dir's
  * the later frames chunk by chunk, each forward's causal caches (outputs cache.NAME.next) fed to
  * the next (inputs cache.NAME, zeros before the first). *stats (if not NULL): where the time went
- * and the most a loaded decoder allocated. */
+ * and the most the decoders held at once (latent frame 0's runs beside the later chunks'). */
 typedef struct gen_decode_stats {
   double load_s;  /* loading the decoder bundles */
   double run_s;   /* their forwards, the latents' upload included */

@@ -127,6 +127,7 @@ typedef struct cu_api {
   CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -214,6 +215,7 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuGraphDestroy, "cuGraphDestroy");
   LOAD(a, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   LOAD(a, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  LOAD(a, cuMemsetD8Async, "cuMemsetD8Async");
   LOAD(a, cuEventCreate, "cuEventCreate");
   LOAD(a, cuEventDestroy, "cuEventDestroy_v2");
   LOAD(a, cuEventRecord, "cuEventRecord");
@@ -513,6 +515,12 @@ static dit_status_t cuda_upload(void *p, void *dst, const void *src, size_t byte
   bind(st);
   DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, st->stream), "cuMemcpyHtoDAsync"));
   return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (upload)");
+}
+
+static dit_status_t cuda_zero(void *p, void *dst, size_t bytes) {
+  cuda_state_t *st = p;
+  bind(st);
+  return cu_check(st, st->cu.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes, st->stream), "cuMemsetD8Async");
 }
 
 static dit_status_t cuda_download(void *p, void *dst, const void *src, size_t bytes) {
@@ -1216,6 +1224,7 @@ static const dit_backend_vtable_t kCuda = {
     .release = cuda_release,
     .upload = cuda_upload,
     .download = cuda_download,
+    .zero = cuda_zero,
     .copy2d = cuda_copy2d,
     .run_step = cuda_run_step,
     .synchronize = cuda_sync,
