@@ -598,7 +598,10 @@ static dit_status_t check_dataflow(const dit_plan_t *p, const char *what) {
       else if (written[s->out[k]])
         st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': values[%d] %s written a second time", what, i, k, s->out[k], a);
       written[s->out[k]] = 1;
-      for (int j = 0; j < s->n_in && !st && v->storage == DIT_STORAGE_ARENA; j++) {
+      /* A reshape may be a view: its output exactly its input's bytes (the runtime skips it). */
+      const dit_plan_value_t *x0 = s->n_in ? &p->values[s->in[0]] : NULL;
+      const int view = s->kind == DIT_OP_RESHAPE && x0 && x0->storage == DIT_STORAGE_ARENA && x0->offset == v->offset && x0->nbytes == v->nbytes;
+      for (int j = 0; j < s->n_in && !st && v->storage == DIT_STORAGE_ARENA && !view; j++) {
         const dit_plan_value_t *u = &p->values[s->in[j]];
         if (u->storage == DIT_STORAGE_ARENA && u->offset < v->offset + v->nbytes && v->offset < u->offset + u->nbytes) {
           dit_json_quote(u->name, b);

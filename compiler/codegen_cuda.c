@@ -373,6 +373,16 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (D > DIT_ABI_BLOCK * DIT_ABI_ROWNORM_MAX_CHUNKS)
         return DIT_ERR(UNIMPLEMENTED, "op %s '%s': rows of %" PRId64 " exceed the GPU kernel's %d", name, y->name, D,
                        DIT_ABI_BLOCK * DIT_ABI_ROWNORM_MAX_CHUNKS);
+      /* Short rows (a warp's lanes or fewer) share a block, a power of two of lanes each. */
+      const int64_t lanes = D % DIT_ABI_VEC == 0 ? D / DIT_ABI_VEC : D;
+      if ((mode == DIT_ABI_NORM_RMSNORM || mode == DIT_ABI_NORM_LAYERNORM) && group == D && lanes <= 32) {
+        int seg = 1;
+        while (seg < lanes) seg *= 2;
+        const int64_t per_block = DIT_ABI_BLOCK / seg;
+        dit_strbuf_printf(s, "#define SEG %d\n#define ROWS %" PRId64 "LL\n", seg, rows);
+        set_launch(k, (uint64_t)((rows + per_block - 1) / per_block), 1, 1, DIT_ABI_BLOCK, 0);
+        return DIT_OK;
+      }
       set_launch(k, (uint64_t)rows, 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }

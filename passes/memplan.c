@@ -4,7 +4,9 @@
  * used by compute, so a runtime may overlap it with the compute in between. The attention-state
  * caches (state_cache outputs) persist across forwards: they take the bottom of the arena, one
  * after the other, `copies` times over (a runtime points each branch's forward at its copy), and
- * are never released, so nothing else ever writes there. */
+ * are never released, so nothing else ever writes there. A reshape of a temp into a temp is a
+ * view: its result takes its input's block, which lives until the last reader of either (the
+ * runtime skips a reshape whose input and output coincide). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,12 +39,28 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     for (int k = 0; k < op->n_in; k++) last[op->in[k]] = i;
   }
+  /* Views: root[v] is the temp whose block v shares (itself unless v reshapes a temp). Ops run
+   * in order, so a view's root is known before the view. */
+  dit_vid_t *root = malloc(((size_t)nv + 1) * sizeof *root);
+  if (!root) {
+    free(last);
+    free(live);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
+  }
+  for (dit_vid_t v = 0; v < nv; v++) root[v] = v;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind == DIT_OP_RESHAPE && planned(dit_graph_cvalue(g, op->in[0])) && planned(dit_graph_cvalue(g, op->out[0])))
+      root[op->out[0]] = root[op->in[0]];
+  }
+  for (dit_vid_t v = 0; v < nv; v++)
+    if (root[v] != v && last[v] > last[root[v]]) last[root[v]] = last[v];
   /* A collective may run on a queue of its own, overlapped with the compute after it, until
    * the first compute op that reads its result (through a chain of collectives, which run in
    * order on that queue): its inputs stay alive until then. */
   int32_t *first = malloc(((size_t)nv + 1) * sizeof *first), *until = malloc(((size_t)no + 1) * sizeof *until);
   if (!first || !until) {
-    free(first), free(until), free(last), free(live);
+    free(first), free(until), free(last), free(live), free(root);
     return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
   }
   for (dit_vid_t v = 0; v < nv; v++) first[v] = -1;
@@ -86,6 +104,10 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
     for (int k = 0; k < op->n_out; k++) {
       dit_value_t *val = dit_graph_value(g, op->out[k]);
       if (!planned(val) || val->offset >= 0) continue;
+      if (root[op->out[k]] != op->out[k]) { /* a view: its root's block */
+        val->offset = dit_graph_cvalue(g, root[op->out[k]])->offset;
+        continue;
+      }
       uint64_t size = round_up(dit_value_nbytes(val) ? dit_value_nbytes(val) : 1, DIT_ARENA_ALIGN);
       naive += size;
       /* live[] is sorted by offset: take the first gap that fits. */
@@ -110,6 +132,7 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   }
   r->arena_bytes = arena;
   r->naive_bytes = naive;
+  free(root);
   free(last);
   free(live);
   return DIT_OK;

@@ -252,7 +252,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 // + mod[b, SHIFT_ROW]), RMSNORM (of every GROUP-wide chunk alone when GROUP is defined); for
 // rows split across tensor-parallel ranks, ROWSUMSQ the row's sum of squares (y has one value per
 // row) and RMSNORM_SLICE the RMSNorm of a row slice given the whole row's (all-reduced) sum of
-// squares ss over DIM elements.
+// squares ss over DIM elements. With SEG (RMSNORM without GROUP, LAYERNORM; D / CW <= SEG <= 32, a
+// power of two), a block holds DIT_ABI_BLOCK / SEG rows of ROWS, SEG lanes of a warp each: a
+// short row (a VAE's 96 channels) no longer leaves most of a block idle.
 #define M_LN DIT_ABI_NORM_LAYERNORM
 #define M_ADALN DIT_ABI_NORM_ADALN
 #define M_RMS DIT_ABI_NORM_RMSNORM
@@ -266,7 +268,26 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #else
 #define CW 1
 #endif
+#if defined(SEG)
+static_assert(SEG <= 32 && (SEG & (SEG - 1)) == 0 && D <= SEG * CW && (MODE == M_RMS || MODE == M_LN),
+              "DIT_K_ROWNORM: SEG lanes hold a whole row (RMSNORM or LAYERNORM)");
+#define CHUNKS 1
+#define ROW_THREADS SEG
+#else
 #define CHUNKS ((D / CW + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK)
+#define ROW_THREADS DIT_ABI_BLOCK
+#endif
+// A row's sum: over its SEG lanes (a butterfly inside the segment), or over the block.
+__device__ __forceinline__ float row_sum(float v, float *scratch) {
+#if defined(SEG)
+  (void)scratch;
+#pragma unroll
+  for (int o = SEG / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+#else
+  return block_sum<DIT_ABI_BLOCK>(v, scratch);
+#endif
+}
 #if CHUNKS > DIT_ABI_ROWNORM_MAX_CHUNKS
 #error "DIT_K_ROWNORM: row too long for the registers of one block"
 #endif
@@ -312,13 +333,22 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 ) {
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
+#if defined(SEG)
+  // Lanes of a row past ROWS (the last block's) hold zeros and stay for the warp's shuffles.
+  const long long row0 = (long long)blockIdx.x * (DIT_ABI_BLOCK / SEG) + threadIdx.x / SEG;
+  const bool live = row0 < ROWS;
+  const long long row = live ? row0 : 0;
+  const int tid = live ? (int)(threadIdx.x % SEG) : D;
+#else
   const long long row = blockIdx.x;
+  const int tid = (int)threadIdx.x;
+#endif
   const TY(X) *xr = x + row * D;
   float v[CHUNKS][CW];
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
-    const int d = (threadIdx.x + k * DIT_ABI_BLOCK) * CW;
+    const int d = (tid + k * ROW_THREADS) * CW;
     if (d < D) ldc(xr, d, v[k]);
     else
 #pragma unroll
@@ -350,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   for (int k = 0; k < CHUNKS; k++)
 #pragma unroll
     for (int e = 0; e < CW; e++) ss += v[k][e] * v[k][e];
-  ss = block_sum<DIT_ABI_BLOCK>(ss, scratch);
+  ss = row_sum(ss, scratch);
 #if MODE == M_SUMSQ
   if (threadIdx.x == 0) st(y, row, ss);
   (void)s;
@@ -364,18 +394,18 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   const float mean = 0.f;
   (void)s;
 #else
-  const float mean = block_sum<DIT_ABI_BLOCK>(s, scratch) / (float)D;
+  const float mean = row_sum(s, scratch) / (float)D;
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
-    const int d = (threadIdx.x + k * DIT_ABI_BLOCK) * CW;
+    const int d = (tid + k * ROW_THREADS) * CW;
 #pragma unroll
     for (int e = 0; e < CW; e++) {
       float c = d < D ? v[k][e] - mean : 0.f;
       ss += c * c;
     }
   }
-  const float r = rsqrtf(block_sum<DIT_ABI_BLOCK>(ss, scratch) / (float)D + EPS);
+  const float r = rsqrtf(row_sum(ss, scratch) / (float)D + EPS);
 #endif
 #if MODE == M_ADALN && defined(MOD_TOK)
   // The per-token rows unstored (TOKENS 1): table rows plus this token's rows of e, summed in
@@ -389,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
-    const int d = (threadIdx.x + k * DIT_ABI_BLOCK) * CW;
+    const int d = (tid + k * ROW_THREADS) * CW;
     if (d >= D) continue;
     float o[CW];
 #if MODE == M_RMS || MODE == M_RMS_SLICE

@@ -369,9 +369,10 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
   dit_graph_op(g, DIT_OP_ROPE_TABLE, xc6, 2, &h2, DIT_F32, "rot6");
   CHECK_EQ_INT(check_op(cg, g, "rope_table f32 hd 6", B, 0, 0), (2 * 5 * 12 / 2 + B - 1) / B);
   /* rmsnorm per head: a block a row when a head spans a power of two of lanes (heads of 128 in
-   * rows of 3072, of 8 in rows of 24), else a block a head (heads of 512, of 4 in 8-wide vectors,
-   * of 6 in odd rows) */
-  static const int64_t shapes[][3] = {{3072, 128, 1}, {24, 8, 1}, {2048, 512, 0}, {32, 4, 0}, {18, 6, 0}};
+   * rows of 3072, of 8 in rows of 24), else each head a row of its own (heads of 512: a block
+   * each; heads of 4 in 8-wide vectors and of 6 in odd rows: short rows, 4 and 8 lanes each,
+   * 64 and 32 to a block); column 2: the blocks */
+  static const int64_t shapes[][3] = {{3072, 128, 66}, {24, 8, 66}, {2048, 512, 66 * 4}, {32, 4, (66 * 8 + 63) / 64}, {18, 6, (66 * 3 + 31) / 32}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t D = shapes[i][0], G = shapes[i][1];
     dit_vid_t q = in3(g, "q", DIT_BF16, 2, 33, D);
@@ -383,7 +384,22 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
     dit_graph_op(g, DIT_OP_RMSNORM, qw, 2, &na, DIT_BF16, "qn");
     char what[64];
     snprintf(what, sizeof what, "rmsnorm group %lld of %lld", (long long)G, (long long)D);
-    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), shapes[i][2] ? 66 : 66 * D / G);
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), shapes[i][2]);
+  }
+  /* Short rows share a block: a VAE's channel norm over 96 (12 lanes of 8: 16 rows a block) and
+   * 384 channels (48 lanes: a block a row), a layernorm of 64 (8 lanes: 32 rows a block). */
+  static const int64_t shorts[][3] = {{96, 1000, (1000 + 15) / 16}, {384, 1000, 1000}, {64, 1000, (1000 + 31) / 32}};
+  for (size_t i = 0; i < sizeof shorts / sizeof shorts[0]; i++) {
+    const int64_t D = shorts[i][0];
+    dit_vid_t q = in3(g, "rows", DIT_BF16, 1, shorts[i][1], D);
+    int64_t wd[1] = {D};
+    dit_vid_t w = dit_graph_weight(g, "gamma", DIT_BF16, 1, wd), qw[2] = {q, w};
+    dit_attrs_t na = {0};
+    dit_attrs_set_float(&na, "eps", 1e-6);
+    dit_graph_op(g, i == 2 ? DIT_OP_LAYERNORM : DIT_OP_RMSNORM, qw, i == 2 ? 1 : 2, &na, DIT_BF16, "short");
+    char what[64];
+    snprintf(what, sizeof what, "%s of rows of %lld", i == 2 ? "layernorm" : "rmsnorm", (long long)D);
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), shorts[i][2]);
   }
   /* timestep_embed of `t.to(bf16) * 1000` (premul, round) and of Timesteps(scale 1000) */
   int64_t td[1] = {2};
