@@ -138,7 +138,7 @@ def lines(res):
           "before each MP4, in [0, 1], against diffusers' output_type np frames."]
     for r in res["rows"]:
         if r.get("export_failed"):
-            L.append(f"{r['contender']}: export_to_video failed ({r['export_failed']}): its total has no MP4 written")
+            L.append(f"{r['contender']}: no MP4 written ({r['export_failed']}): its total is without the encode")
     if res.get("phases"):
         L.append("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in res["phases"].items()))
     return L
@@ -176,14 +176,29 @@ def compile_flags(a):
 
 
 def generate_cmd(a, bundle, init, mp4, frames):
+    """The one generate; without an MP4 (mp4 None) --out is the frames file itself."""
+    out = ["--out", mp4, "--out-frames", frames] if mp4 else ["--out", frames]
     return [a.ditrun, "generate", bundle, "--prompt", a.prompt, "--negative-prompt", a.negative_prompt, "--init-latents", init,
             "--steps", str(a.steps), "--guidance", str(GUIDANCE), "--shift", str(SHIFT), "--sampler", "unipc",
-            "--fps", str(FPS), "--out", mp4, "--out-frames", frames]
+            "--fps", str(FPS)] + out
+
+
+def mp4_refusal(a):
+    """Why ditrun cannot write an MP4 here (FFmpeg's libraries are loaded at run time), or None:
+    one frame of zeros through `ditrun frames`, so the long run is not lost at its last step."""
+    probe = os.path.join(a.work, "probe.safetensors")
+    pb.write_zero_safetensors(probe, {"frames": [1, 3, 1, 16, 16]})
+    p = subprocess.run([a.ditrun, "frames", probe, "--out", os.path.join(a.work, "probe.mp4")], capture_output=True, text=True)
+    return (p.stderr.strip() or "ditrun frames failed").splitlines()[0][:300] if p.returncode else None
 
 
 def run_ours(a, res, bundle, init, clock):
     """One `ditrun generate` process: its wall clock and printed stages into the ours row."""
     mp4, frames = os.path.join(a.work, "ours.mp4"), os.path.join(a.work, "ours_frames.safetensors")
+    no_mp4 = mp4_refusal(a)
+    if no_mp4:
+        clock(f"ours: no MP4 on this host ({no_mp4}): the frames file only")
+        mp4 = None
     clock("ours: ditrun generate (one process: text encoder, loop, VAE decode, MP4)")
     t0 = time.perf_counter()
     p = subprocess.run(generate_cmd(a, bundle, init, mp4, frames), capture_output=True, text=True)
@@ -196,7 +211,7 @@ def run_ours(a, res, bundle, init, clock):
     st = ditrun_stages(p.stderr)
     extra = st.pop("out_frames", 0.0)
     set_row(res, OURS, total_s=wall - extra, process_wall_s=wall, out_frames_s=extra, stages=st,
-            mp4_bytes=os.path.getsize(mp4))
+            **({"mp4_bytes": os.path.getsize(mp4)} if mp4 else {"export_failed": no_mp4}))
     clock(f"ours: {wall - extra:.2f} s (process {wall:.2f} s; " + ", ".join(f"{k} {v:.2f}" for k, v in st.items()) + ")")
     return frames
 
@@ -230,31 +245,40 @@ def make_pipeline(a, torch, folder, clock):
     redraw_vae(vae, torch.Generator().manual_seed(SEED + 3))
     vae = vae.to(bf16)
     sched = UniPCMultistepScheduler.from_config(wan22_forward.scheduler_config({"shift": SHIFT}))
-    tok = load_tokenizer(TOKENIZER)
+    tok, why = load_tokenizer(TOKENIZER)
     pipe = WanPipeline(tokenizer=tok, text_encoder=te, vae=vae, scheduler=sched, transformer=tr)
     pipe.set_progress_bar_config(disable=True)
     pipe.save_pretrained(folder, safe_serialization=True)
-    # The tokenizer folder is the SentencePiece files themselves (what the C tokenizer reads).
-    shutil.rmtree(os.path.join(folder, "tokenizer"))
+    # The tokenizer folder is the SentencePiece files themselves (what the C tokenizer reads), named
+    # in model_index.json even where transformers here could not load them (then only the peer fails).
+    shutil.rmtree(os.path.join(folder, "tokenizer"), ignore_errors=True)
     shutil.copytree(TOKENIZER, os.path.join(folder, "tokenizer"))
-    clock("saved the pipeline folder (bf16)")
-    return pipe
+    index = json.load(open(os.path.join(folder, "model_index.json")))
+    index["tokenizer"] = ["transformers", "T5Tokenizer"]
+    pb.write_json(os.path.join(folder, "model_index.json"), index)
+    clock("saved the pipeline folder (bf16)" + (f"; no tokenizer for the peer: {why}" if why else ""))
+    return pipe if tok is not None else why
 
 
 def load_tokenizer(path):
-    """The folder's tokenizer: transformers' fast one (converted from spiece.model), else the
-    SentencePiece one."""
+    """(the folder's tokenizer, None): transformers' fast one (converted from spiece.model), else
+    the SentencePiece one; (None, why) when neither loads."""
     from transformers import AutoTokenizer, T5Tokenizer  # device only
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path), None
     except Exception:  # the conversion needs protobuf
-        return T5Tokenizer.from_pretrained(path)
+        try:
+            return T5Tokenizer.from_pretrained(path), None
+        except Exception as e:  # no sentencepiece package
+            return None, f"transformers cannot load {path}: " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
 def load_pipeline(torch, folder):
     from diffusers import WanPipeline  # device only
-    pipe = WanPipeline.from_pretrained(folder, tokenizer=load_tokenizer(os.path.join(folder, "tokenizer")),
-                                       torch_dtype=torch.bfloat16).to("cuda")
+    tok, why = load_tokenizer(os.path.join(folder, "tokenizer"))
+    if why:
+        raise RuntimeError(why)
+    pipe = WanPipeline.from_pretrained(folder, tokenizer=tok, torch_dtype=torch.bfloat16).to("cuda")
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -349,7 +373,15 @@ def run(a):
     if not folder:
         folder = os.path.join(a.work, "pipeline")
         clock("making the pipeline (random weights at the published configs)")
-        pipe = make_pipeline(a, torch, folder, clock)
+        try:
+            pipe = make_pipeline(a, torch, folder, clock)
+        except Exception as e:  # out of memory, a missing package: both rows say why
+            why = "making the pipeline: " + (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            for name in (OURS, PEER):
+                set_row(res, name, failed=why)
+            save_res(res, a.out)
+            print("\n".join(lines(res)), flush=True)
+            return 1
         res["phases"]["make_s"] = time.perf_counter() - t
     init = a.init_latents
     if not init:
@@ -366,15 +398,19 @@ def run(a):
     if not bundle:
         set_row(res, OURS, failed="ditc compile: " + refused)
     else:
+        t = time.perf_counter()
         frames = run_ours(a, res, bundle, init, clock)
+        res["phases"]["ours_s"] = time.perf_counter() - t
     save_res(res, a.out)
     fails = 0 if frames else 1
     # The peer: the same components, noise and prompt.
     if not a.skip_peer:
         from safetensors.torch import load_file  # device only
         latents = load_file(init)["init_latents"].to("cuda", torch.float32)
-        name = PEER
+        name, t = PEER, time.perf_counter()
         try:
+            if isinstance(pipe, str):  # made without a tokenizer transformers could load
+                raise RuntimeError(pipe)
             if pipe is None:
                 clock("loading the pipeline folder into WanPipeline")
                 pipe = load_pipeline(torch, folder)
@@ -392,6 +428,7 @@ def run(a):
         except Exception as e:  # out of memory, a missing package: the row says why
             set_row(res, name, failed=(str(e).strip().splitlines() or [type(e).__name__])[0][:300])
             fails += 1
+        res["phases"]["peer_s"] = time.perf_counter() - t
     res["complete"] = True
     save_res(res, a.out)
     print("\n".join(lines(res)), flush=True)
