@@ -19,6 +19,11 @@ PEAK_NOTE = "peak GiB: diffusers' from torch's allocator (tensors only), ditrun'
 
 # --- shapes and the zero-weight folder (no torch) ---
 
+# Wan2.1-T2V-1.3B's transformer (WanTransformer3DModel), as published.
+WAN21_1_3B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
+                  text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True,
+                  qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+
 def param_count(shapes, prefix=""):
     return sum(math.prod(v) for k, v in shapes.items() if k.startswith(prefix))
 
@@ -178,6 +183,16 @@ def save(res, out, name):
 
 
 # --- the contests (torch on the device) ---
+
+def redraw_small(torch, model, seed):
+    """Random weights of a trained model's scale in place of diffusers' initialisation (which
+    zero-initializes some projections): normal draws, std 0.02 for matrices and 0.01 for vectors,
+    from a CPU generator seeded `seed` (the same weights on any device)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (0.02 if p.dim() > 1 else 0.01))
+
 
 def run_fields(torch, a):
     """What every measured results dict records of the run itself."""

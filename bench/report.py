@@ -631,7 +631,8 @@ def render_pipeline(res):
 
 def render_stages(res):
     """The pipeline stages at the published configs on the GPU: the Wan2.1 VAE decode against
-    diffusers (bench/vae_decode.py) and the UMT5-XXL encoder against transformers (bench/umt5_encode.py)."""
+    diffusers (bench/vae_decode.py), the UMT5-XXL encoder against transformers (bench/umt5_encode.py)
+    and the whole prompt-to-MP4 run against WanPipeline (bench/e2e_wan.py)."""
     L = []
     for rel in ("vae_decode_480p.json", "vae_decode_480p_chunked.json", "vae_decode_720p.json", "vae_decode_720p_chunked.json"):
         if not os.path.exists(os.path.join(res.dir, rel)):
@@ -652,7 +653,34 @@ def render_stages(res):
                  f"{d['text_len']} tokens ({d['valid_tokens']} real), bf16, {d.get('device', 'GPU')}: the compiled stage "
                  f"{o['ms']:.2f} ms, transformers {t['version']} {t['ms']:.2f} ms ({t['ms'] / o['ms']:.2f}x); cosine "
                  f"{q['cosine']:.6f} over the prompt's rows ({src(rel, d)})")
+    rel = "e2e_wan.json"
+    if os.path.exists(os.path.join(res.dir, rel)):
+        L.append(e2e_sentence(measured(res, rel), rel))
     return "\n".join(wrap(x) for x in L) + "\n"
+
+
+def e2e_sentence(d, rel):
+    """The whole prompt-to-MP4 run (bench/e2e_wan.py): ditrun's cold process against WanPipeline."""
+    rows = {r["contender"]: r for r in need(d, "rows", rel)}
+    o, s = rows.get("ditrun generate (cold process)", {}), need(d, "shape", rel)
+    if not o.get("total_s"):
+        raise ReportError(f"{rel}: ditrun's row has no time: {o.get('failed') or o.get('skipped')}")
+    st = o.get("stages", {})
+    parts = ", ".join(f"{w} {st[k]:.2f} s" for k, w in (("load", "load"), ("text_encoder", "text encoder"), ("denoise", "loop"),
+                                                      ("vae_decode", "VAE decode"), ("encode", "MP4")) if st.get(k) is not None)
+    x = (f"- Prompt to MP4, Wan2.1-T2V-1.3B ({d['layers']} of 30 blocks, UMT5-XXL {d['te_layers']} of 24), {s['frames']} frames at "
+         f"{s['width']}x{s['height']}, {d['steps']} steps with CFG, {d.get('device', 'GPU')}: one cold `ditrun generate` "
+         f"{o['total_s']:.2f} s ({parts})")
+    for name in ("diffusers WanPipeline", "diffusers WanPipeline + torch.compile"):
+        p = rows.get(name, {})
+        if p.get("total_s"):
+            x += f"; {name} (in memory, after a warm-up call) {p['total_s']:.2f} s ({p['total_s'] / o['total_s']:.2f}x)"
+        else:
+            x += f"; {name}: {'failed' if p.get('failed') else 'not run'} ({(p.get('failed') or p.get('skipped') or 'no row')[:80]})"
+    q = o.get("quality") or {}
+    if q.get("cosine") is not None:
+        x += f"; frames against diffusers' PSNR {q['psnr_db']:.1f} dB, cosine {q['cosine']:.6f}"
+    return x + f" ({src(rel, d)})"
 
 
 SERVE_LINE = re.compile(r"CLI loop ([0-9.]+) s .*?served \(median of (\d+)\): request ([0-9.]+) s.*?queued ([0-9.]+) ms")

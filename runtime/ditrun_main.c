@@ -51,11 +51,13 @@ static const char kUsage[] =
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
     "  generate BUNDLE --prompt TEXT [--negative-prompt TEXT] ... --out OUT.mp4|OUT.png|OUT.safetensors\n"
-    "                  [--fps N] [--out-latents LATENTS.safetensors]\n"
+    "                  [--fps N] [--out-latents LATENTS.safetensors] [--out-frames FRAMES.safetensors]\n"
     "                     a bundle compiled from a pipeline directory with its stages: the text\n"
     "                     encoder stage makes the embeddings (WanPipeline's tokenization and\n"
     "                     zeroed padding rows; the negative prompt \"\" under guidance), the VAE\n"
-    "                     decoder stage the frames (.safetensors: tensor frames; --fps default 16)\n"
+    "                     decoder stage the frames (.safetensors: tensor frames; --fps default 16);\n"
+    "                     --out-frames: the same frames as tensor frames (fp32, [-1, 1]) beside\n"
+    "                     an MP4 or PNG, from the one decode\n"
     "  generate BUNDLE --prompt-embeds P.safetensors [--negative-embeds N.safetensors]\n"
     "                  [--init-latents X.safetensors | --seed S] [--steps N] [--guidance G]\n"
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
@@ -392,7 +394,7 @@ static int generate_only(const char *f) {
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
                                   "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse",
                                   "--reuse-ratio", "--reuse-eps-local", "--reuse-warmup", "--reuse-report", "--reuse-diagnostic",
-                                  "--preview", "--preview-every", "--prompt", "--negative-prompt", "--out-latents", "--fps", NULL};
+                                  "--preview", "--preview-every", "--prompt", "--negative-prompt", "--out-latents", "--out-frames", "--fps", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(f, k[i])) return 1;
   return 0;
@@ -432,6 +434,7 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     else if (!strcmp(f, "--prompt")) str = &a->text;
     else if (!strcmp(f, "--negative-prompt")) str = &a->negative_text;
     else if (!strcmp(f, "--out-latents")) str = &a->out_latents;
+    else if (!strcmp(f, "--out-frames")) str = &a->out_frames;
     else if (!strcmp(f, "--fps")) rc = parse_num(f, v, &a->fps), i++;
     else if (!strcmp(f, "--negative-embeds")) str = &a->negative;
     else if (!strcmp(f, "--init-latents")) str = &a->init;
@@ -790,8 +793,11 @@ static int st_name(const char *path) {
 int gen_usage(const run_args_t *a, gen_job_t *j) {
   if (a->text && a->prompt) return usage_error("%s", "--prompt and --prompt-embeds: give the text or its embeddings, not both");
   if (a->text && a->negative) return usage_error("%s", "--negative-embeds goes with --prompt-embeds; with --prompt give --negative-prompt TEXT");
-  if (!a->text && (a->negative_text || a->out_latents || a->fps))
-    return usage_error("%s needs --prompt TEXT (the pipeline's stages)", a->negative_text ? "--negative-prompt" : a->out_latents ? "--out-latents" : "--fps");
+  if (!a->text && (a->negative_text || a->out_latents || a->out_frames || a->fps))
+    return usage_error("%s needs --prompt TEXT (the pipeline's stages)", a->negative_text ? "--negative-prompt" : a->out_latents ? "--out-latents"
+                       : a->out_frames ? "--out-frames" : "--fps");
+  if (a->out_frames && !st_name(a->out_frames))
+    return usage_error("--out-frames %s: the frames tensor goes to FILE.safetensors", a->out_frames);
   if (a->fps && !(a->fps > 0 && a->fps <= 1000)) return usage_error("%s", "--fps: expected a rate in (0, 1000]");
   if (a->text && a->out && dit_media_kind_of(a->out) == DIT_MEDIA_UNKNOWN && !st_name(a->out))
     return usage_error("--out %s: with --prompt, the decoded frames as FILE.mp4, FILE.png or FILE.safetensors (tensor frames)", a->out);
@@ -862,8 +868,19 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
   return DIT_OK;
 }
 
+/* The decoded frames as tensor 'frames' in a safetensors file. */
+static dit_status_t write_frames(const char *path, const dit_tensor_t *frames) {
+  dit_st_writer_t *w = NULL;
+  dit_status_t s = dit_st_writer_create(&w);
+  if (!s) s = dit_st_writer_add(w, "frames", frames->dtype, frames->rank, frames->dims, frames->data);
+  if (!s) s = dit_st_writer_write(w, path);
+  dit_st_writer_destroy(w);
+  return s;
+}
+
 /* --prompt's output: the final latents through the VAE decoder stage, written as --out names
- * (an MP4, a PNG, or the frames tensor in safetensors), and --out-latents. */
+ * (an MP4, a PNG, or the frames tensor in safetensors), --out-frames (the same frames, the one
+ * decode's: a video and its float frames for comparison without a second run) and --out-latents. */
 dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   const char *dir = NULL, *vae = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
@@ -882,13 +899,18 @@ dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   dit_status_t s = DIT_OK;
   if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
     dit_media_options_t mo = {.fps = a->fps};
+    t0 = dit_now_s();
     s = dit_media_write(a->out, &frames, &mo);
+    if (!s) fprintf(stderr, "ditrun: encode %s %.2f s\n", a->out, dit_now_s() - t0);
   } else {
-    dit_st_writer_t *w = NULL;
-    s = dit_st_writer_create(&w);
-    if (!s) s = dit_st_writer_add(w, "frames", frames.dtype, frames.rank, frames.dims, frames.data);
-    if (!s) s = dit_st_writer_write(w, a->out);
-    dit_st_writer_destroy(w);
+    s = write_frames(a->out, &frames);
+  }
+  if (!s && a->out_frames) {
+    /* Timed on its own: the frames file is an extra the video alone would not cost. */
+    t0 = dit_now_s();
+    s = write_frames(a->out_frames, &frames);
+    if (!s) fprintf(stderr, "ditrun: out-frames %.2f s\n", dit_now_s() - t0);
+    if (!s) printf("wrote %s\n", a->out_frames);
   }
   free(frames.data);
   if (!s && a->out_latents) {

@@ -16,8 +16,9 @@ typedef struct run_args {
   const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse, *reuse_report;
   const char *preview; /* --preview DIR: generate's latent previews (runtime/preview.h) */
   /* --prompt TEXT, --negative-prompt TEXT: through the bundle's text-encoder stage; --out is then
-   * the decoded frames (the VAE stage) and --out-latents the latents (runtime/gen_stages.h). */
-  const char *text, *negative_text, *out_latents;
+   * the decoded frames (the VAE stage) and --out-latents the latents (runtime/gen_stages.h);
+   * --out-frames FILE.safetensors the same frames as a float tensor, beside an --out MP4 or PNG. */
+  const char *text, *negative_text, *out_latents, *out_frames;
   double fps;
   int64_t preview_every;
   double reuse_ratio, reuse_eps_local;
@@ -67,7 +68,7 @@ dit_status_t gen_run(gen_job_t *j, const run_args_t *a);
 /* Builds the latents file generate --out writes: into a writer the caller destroys. */
 dit_status_t gen_output(gen_job_t *j, dit_st_writer_t **out);
 /* --prompt's output after gen_run: the latents through the VAE decoder stage to the file --out
- * names (FILE.mp4, FILE.png, or FILE.safetensors: tensor frames), and --out-latents. */
+ * names (FILE.mp4, FILE.png, or FILE.safetensors: tensor frames), --out-frames and --out-latents. */
 dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j);
 /* Frees what gen_inputs read; j->rt stays loaded. */
 void gen_release_inputs(gen_job_t *j);

@@ -34,9 +34,9 @@ from diffusers import (FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransf
 import ditrun  # device only
 from ditrun.diffusers import CompiledTransformer  # device only
 
-WAN_1_3B = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128, in_channels=16, out_channels=16,
-                text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=30, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-                eps=1e-6, rope_max_seq_len=1024)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from pipeline_bench import WAN21_1_3B as WAN_1_3B, redraw_small  # noqa: E402
+
 FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
                 num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
                 axes_dims_rope=(16, 56, 56))
@@ -48,11 +48,7 @@ DEV = torch.device("cuda", 0)
 
 
 def redraw(model, seed):
-    """Random weights of a trained model's scale (diffusers zero-initializes some projections)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (0.02 if p.dim() > 1 else 0.01))
+    redraw_small(torch, model, seed)
 
 
 def cosine(a, b):
@@ -139,7 +135,6 @@ def main():
     a = ap.parse_args()
     if a.bench:
         a.family, a.layers, a.steps = "wan", 0, 50
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
     from ceilings import run_info  # noqa: E402
     results, failed = {"run": run_info(), "device": torch.cuda.get_device_name(0)}, []
     with tempfile.TemporaryDirectory() as work, torch.no_grad():

@@ -114,7 +114,9 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   for f in 129 33; do c "$k/hy" --frames "$f" --height 720 --width 1280 --text-len 256; done
   python3 bench/qwen_forward.py --write-folder "$k/qw" --layers 1 >/dev/null
   c "$k/qw" --height 1328 --width 1328 --text-len 512
-  # The Wan2.1 VAE decoder at the published widths (tests/gpu/run.sh VAE=...), 81 frames at both sizes.
+  # The Wan2.1 VAE decoder at the published widths (tests/gpu/run.sh VAE=...), 81 frames at both sizes. With the
+  # UMT5 blocks above and WAN13's 480x832 transformer, these are every kernel of tests/gpu/run.sh E2E=1's pipeline
+  # (bench/e2e_wan.py: its stages compile at batch 1, the text encoder at 512 tokens, the decoder in chunks of 1).
   python3 bench/vae_decode.py --write-folder "$k/vae" >/dev/null
   for hw in "480 832" "720 1280"; do
     read -r h w <<< "$hw"

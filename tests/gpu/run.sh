@@ -24,6 +24,11 @@
 #   4d. with VAE=480p|720p (comma-separated; 1: both), the Wan2.1 VAE decode at 81 frames (bench/vae_decode.py: the
 #      compiled vae/ stage against diffusers' AutoencoderKLWan.decode in bf16, random weights at the published config:
 #      time, peak memory, PSNR and cosine; vae_decode_<res>.json/.md; VAE_TIMEOUT seconds a resolution, default 600),
+#   4e. with E2E=1, Wan2.1-1.3B from a prompt to an MP4 at 480x832, 81 frames, 50 steps with CFG (bench/e2e_wan.py:
+#      `ditc compile` of a pipeline folder with its stages, then one cold `ditrun generate --prompt` against WanPipeline
+#      on the same components and noise plus export_to_video; per-stage times, PSNR and cosine of the float frames;
+#      e2e_wan.json/.md; E2E_TIMEOUT seconds, default 560; E2E_FLAGS passes options such as --layers N,
+#      --te-layers N, --steps N, --skip-peer or --peer-compile; its kernels: prepare.sh with WAN13 and MMDIT=1),
 #   5. with OFFLOAD=1, the offload sweep (bench/offload/sweep.py) after a calibration; with
 #      CONTENTION=1 on two GPUs the contention case (Ulysses-2, NCCL_P2P_DISABLE=1) and the
 #      host-paced variant; with OFFLOAD_14B=1 Wan2.1-14B at 720p,
@@ -482,6 +487,15 @@ if [ -n "${VAE:-}" ]; then
       "$BIN/forward_inputs" "$vb" "$W/vae_cmp_chunk.safetensors" --seed 3 >/dev/null && check "$BIN/ditrun" compare "$vb" --inputs "$W/vae_cmp_chunk.safetensors" --max-rel 5e-2
     fi
   done
+fi
+if [ -n "${E2E:-}" ]; then
+  step "4e. Wan2.1-1.3B prompt to MP4, 480x832, 81 frames, 50 steps with CFG: one cold ditrun generate against WanPipeline"
+  # The results are rewritten after each measurement: a run cut short by the timeout keeps what it measured.
+  # shellcheck disable=SC2086
+  timeout "${E2E_TIMEOUT:-560}" python3 bench/e2e_wan.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/e2e" --out "$OUT" \
+    ${E2E_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_e2e_wan.txt"
+  check test "${PIPESTATUS[0]}" = 0
+  rm -rf "$W/e2e"
 fi
 # The offload experiments, each bounded so that a slow one leaves the others their time;
 # every sweep rewrites its JSON after each point, so one cut short keeps what it measured.

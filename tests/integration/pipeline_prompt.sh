@@ -5,7 +5,8 @@
 # frame 0's graph and the later chunks'; the transformer's manifest naming the other three),
 # and `ditrun generate --prompt` runs tokenizer, text encoder, the 3-step UniPC loop with CFG and
 # the decoder: the frames within 1e-3 max relative error and PSNR >= 45 dB of diffusers' WanPipeline
-# on the same initial latents; the same run to an MP4 (5 frames of 32 x 32) and a PNG; refusals by
+# on the same initial latents; the same run to an MP4 (5 frames of 32 x 32; with --out-frames its float
+# frames from the same decode) and a PNG; refusals by
 # name (--prompt on a bundle without stages, --stages naming a stage the folder lacks, a --vae-chunk
 # that does not divide the latent frames); --vae-chunk 0 (the whole video in one graph, three
 # bundles) decodes the same frames to fp32 rounding, at 9 frames too with chunks of 1 and 2; `ditrun
@@ -80,7 +81,13 @@ expect_fail "--vae-chunk 2: the 1 latent frames after the first (--frames $F) do
 if "$BIN/st_compare" "$T/f0.safetensors" "$g" frames 1e-3 >/dev/null 2>&1; then fail "the negative prompt is ignored"; fi
 
 # The same run to an MP4 (ftyp; the track's 5 samples of 32 x 32) and a PNG (IHDR 32 x 32).
-"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/v.mp4" --fps 16 2>/dev/null >/dev/null
+# The MP4's run also writes its float frames (--out-frames, from the one decode): the frames of the
+# safetensors run above.
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/v.mp4" --fps 16 \
+  --out-frames "$T/vf.safetensors" 2>"$T/v.err" >/dev/null || { cat "$T/v.err"; fail "generate --out-frames"; }
+grep -q "^ditrun: encode $T/v.mp4 [0-9.]* s$" "$T/v.err" && grep -q "^ditrun: out-frames [0-9.]* s$" "$T/v.err" ||
+  { cat "$T/v.err"; fail "no encode or out-frames line"; }
+"$BIN/st_compare" "$T/vf.safetensors" "$T/f.safetensors" frames 1e-6
 "$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/v.png" 2>/dev/null >/dev/null
 python3 - "$T/v.mp4" "$T/v.png" "$F" "$W" "$H" <<'PY'
 import struct, sys
@@ -120,6 +127,10 @@ expect_fail "--stages vae: the bundle is the transformer's" "$BIN/ditc" compile 
 expect_fail "--stages transformer,text_encoder: tests/data/wan_tiny_a/model is not a pipeline directory" "$BIN/ditc" compile tests/data/wan_tiny_a/model \
   --frames 9 --height 32 --width 48 --stages transformer,text_encoder -o "$T/x"
 expect_fail "--out $T/x.gif: with --prompt, the decoded frames as FILE.mp4" "$BIN/ditrun" generate "$b" --prompt "$PROMPT" "${loop[@]}" --out "$T/x.gif"
+expect_fail "--out-frames $T/x.png: the frames tensor goes to FILE.safetensors" "$BIN/ditrun" generate "$b" --prompt "$PROMPT" "${loop[@]}" \
+  --out "$T/x.mp4" --out-frames "$T/x.png"
+expect_fail "--out-frames needs --prompt TEXT" "$BIN/ditrun" generate "$b" --prompt-embeds "$g" "${loop[@]}" --out "$T/x.safetensors" \
+  --out-frames "$T/y.safetensors"
 expect_fail "--out $T/x.mp4: a video or image comes from the VAE stage" "$BIN/ditrun" generate "$b" --prompt-embeds "$g" "${loop[@]}" --out "$T/x.mp4"
 # Without a pipeline's folder (just the transformer) there are no stages, and nothing is said.
 "$BIN/ditc" compile "$d/transformer" "${shape[@]}" -o "$T/plain" -q | tail -n1 | cut -d' ' -f3 >"$T/plain.id"
