@@ -77,7 +77,7 @@ TOKENIZER = os.path.join(ROOT, "tests", "data", "wan_pipeline_tiny", "tokenizer"
 OURS, PEER, PEER_COMPILE = "ditrun generate (cold process)", "diffusers WanPipeline", "diffusers WanPipeline + torch.compile"
 STAGES = ("load", "text_encoder", "denoise", "vae_decode", "encode")
 STAGE_RE = {"load": r"^ditrun: loaded and verified \S+ in ([0-9.]+)s", "text_encoder": r"^ditrun: text encoder ([0-9.]+) s",
-            "denoise": r"^ditrun: generate \d+ steps in ([0-9.]+)s$", "vae_decode": r"^ditrun: vae decode ([0-9.]+) s$",
+            "denoise": r"^ditrun: generate \d+ steps in ([0-9.]+)s$", "vae_decode": r"^ditrun: vae decode ([0-9.]+) s ",
             "encode": r"^ditrun: encode .* ([0-9.]+) s$", "out_frames": r"^ditrun: out-frames ([0-9.]+) s$"}
 
 

@@ -892,7 +892,7 @@ dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   const dit_runtime_options_t o = stage_runtime_options(a);
   dit_tensor_t lat = j->lat, frames;
   lat.data = j->latents;
-  const double t0 = dit_now_s();
+  double t0 = dit_now_s();
   gen_decode_stats_t ds;
   DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, &o, &lat, &frames, &ds), "the VAE decoder stage");
   gen_decode_report(dit_now_s() - t0, &ds);

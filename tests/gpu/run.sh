@@ -475,7 +475,7 @@ if [ -n "${VAE:-}" ]; then
       --work "$W/vae_$res" --out "$OUT" --keep ${VAE_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
     check test "${PIPESTATUS[0]}" = 0
   done
-  step "4e. the Wan2.1 VAE decoder at its published widths, 5 frames at 64x64: every op on the GPU against the CPU reference, whole and in chunks"
+  step "4d2. the Wan2.1 VAE decoder at its published widths, 5 frames at 64x64: every op on the GPU against the CPU reference, whole and in chunks"
   d=$(ls -d "$W"/vae_*/pipeline/vae | head -n1)  # the random-weight folder the decode above saved
   python3 -c "import torch, sys; from safetensors.torch import save_file; save_file({'latents': torch.randn(1, 16, 2, 8, 8, generator=torch.Generator().manual_seed(3))}, sys.argv[1])" "$W/vae_cmp.safetensors"
   for chunk in "" "--vae-chunk 1" "--vae-chunk 1 --vae-first"; do
