@@ -39,7 +39,8 @@ void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out)
   out->arena = plan->arena_bytes ? plan->arena_bytes : 1;
   for (size_t i = 0; i < plan->n_values; i++) {
     const dit_plan_value_t *v = &plan->values[i];
-    if (v->storage == DIT_STORAGE_INPUT || v->storage == DIT_STORAGE_OUTPUT) out->io += v->nbytes ? v->nbytes : 1;
+    /* An output that replaces an input in place has no buffer of its own. */
+    if (v->storage == DIT_STORAGE_INPUT || (v->storage == DIT_STORAGE_OUTPUT && v->updates < 0)) out->io += v->nbytes ? v->nbytes : 1;
   }
   out->collective_scratch = 2 * dit_plan_collective_buffer_bytes(plan);
   int library_gemm = 0;

@@ -268,7 +268,8 @@ def run(a):
                         times.append(float(t[3]) - float(t[6]))  # the decode without its bundles' loading
                         res["ditrun"]["load_s"] = float(t[6])
                         res["ditrun"]["peak_gib"] = float(t[8]) / 1024
-                        res["ditrun"]["split_s"] = {"forwards": float(t[12]), "caches": float(t[15]), "frames": float(t[18])}
+                        res["ditrun"]["split_s"] = {"forwards": float(t[12]), "caches": float(t[15]), "frames": float(t[18]),
+                                                    "frames_beside_forwards": float(t[20])}
                         res["ditrun"]["device_peak_gib"] = (poll.peak - base) / 1024
                 else:
                     p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)

@@ -2,6 +2,7 @@
 #include "runtime/gen_stages.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,10 +258,40 @@ static dit_status_t check_handoff(const char *first_dir, const char *vae_dir) {
   return s;
 }
 
-/* One forward of d over latent frames [t0, t0 + d->n) of item b of lat, its frames written to
- * frames (f32 [B, C, F, H, W]) from frame f0. buf: room for one chunk of latents. */
-static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t b, int64_t t0, float *buf, dit_tensor_t *frames,
-                                 int64_t f0) {
+/* A chunk's frames taken into the video on a thread of their own while the next chunk's forward
+ * runs: the sample view y (the runtime's host copy, valid until its next download) converted
+ * into frames (f32 [B, C, F, H, W]) of item b from frame f0. */
+typedef struct frames_job {
+  dit_tensor_t y;
+  dit_tensor_t *frames;
+  int64_t b, f0;
+  double seconds;
+  int running;
+  pthread_t th;
+} frames_job_t;
+
+static void *store_frames(void *p) {
+  frames_job_t *j = p;
+  const double t0 = dit_now_s();
+  const int64_t C = j->frames->dims[1], F = j->frames->dims[2], HW = j->frames->dims[3] * j->frames->dims[4];
+  const size_t esz = dit_dtype_size(j->y.dtype), plane = (size_t)(j->y.dims[2] * HW);
+  for (int64_t c = 0; c < C; c++) /* a float sample (checked): the conversion cannot fail */
+    (void)dit_convert((float *)j->frames->data + ((j->b * C + c) * F + j->f0) * HW, DIT_F32, (const char *)j->y.data + (size_t)c * plane * esz,
+                      j->y.dtype, plane);
+  j->seconds += dit_now_s() - t0;
+  return NULL;
+}
+
+/* Waits for the frames job in flight, if any. */
+static void frames_join(frames_job_t *j) {
+  if (j->running) pthread_join(j->th, NULL);
+  j->running = 0;
+}
+
+/* One forward of d over latent frames [t0, t0 + d->n) of item b of lat, its frames stored (by job,
+ * on a thread, or here if none starts) into frames from frame f0. buf: room for one chunk of
+ * latents. */
+static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t b, int64_t t0, float *buf, frames_job_t *job, int64_t f0) {
   const int64_t z = lat->dims[1], f = lat->dims[2], hw = lat->dims[3] * lat->dims[4];
   for (int64_t c = 0; c < z; c++)
     memcpy(buf + c * d->n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(d->n * hw) * sizeof *buf);
@@ -271,22 +302,22 @@ static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t 
   DIT_RETURN_IF(dit_runtime_forward(d->rt));
   const double t1 = dit_now_s();
   d->run_s += t1 - start;
+  frames_join(job); /* the previous chunk's frames are out of the runtime's host copy */
   DIT_RETURN_IF(dit_runtime_output(d->rt, "sample", &y));
-  const int64_t C = frames->dims[1], F = frames->dims[2], HW = frames->dims[3] * frames->dims[4];
-  if (y.rank != 5 || y.dims[1] != C || y.dims[2] != d->frames || y.dims[3] * y.dims[4] != HW)
+  const dit_tensor_t *fr = job->frames;
+  if (y.rank != 5 || y.dims[1] != fr->dims[1] || y.dims[2] != d->frames || y.dims[3] * y.dims[4] != fr->dims[3] * fr->dims[4])
     return DIT_ERR(INTERNAL, "%s: sample of rank %d, not the manifest's", d->dir, y.rank);
-  const size_t esz = dit_dtype_size(y.dtype), plane = (size_t)(d->frames * HW);
-  for (int64_t c = 0; c < C; c++)
-    if (dit_convert((float *)frames->data + ((b * C + c) * F + f0) * HW, DIT_F32, (const char *)y.data + (size_t)c * plane * esz, y.dtype,
-                    plane))
-      return DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
+  if (y.dtype != DIT_F32 && y.dtype != DIT_BF16 && y.dtype != DIT_F16) return DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
   d->out_s += dit_now_s() - t1;
+  job->y = y, job->b = b, job->f0 = f0;
+  job->running = !pthread_create(&job->th, NULL, store_frames, job);
+  if (!job->running) store_frames(job);
   return DIT_OK;
 }
 
 void gen_decode_report(double seconds, const gen_decode_stats_t *st) {
-  fprintf(stderr, "ditrun: vae decode %.2f s (loading %.2f s, %.2f MiB allocated; forwards %.2f s, caches %.2f s, frames %.2f s)\n", seconds,
-          st->load_s, st->peak_bytes / 1048576.0, st->run_s, st->carry_s, st->out_s);
+  fprintf(stderr, "ditrun: vae decode %.2f s (loading %.2f s, %.2f MiB allocated; forwards %.2f s, caches %.2f s, frames %.2f s, %.2f s "
+          "of it beside the forwards)\n", seconds, st->load_s, st->peak_bytes / 1048576.0, st->run_s, st->carry_s, st->out_s, st->store_s);
 }
 
 dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
@@ -294,6 +325,7 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   memset(frames, 0, sizeof *frames);
   decoder_t first = {0}, rest = {0};
   float *buf = NULL;
+  frames_job_t job = {.frames = frames};
   const int64_t B = latents->dims[0], f = latents->rank == 5 ? latents->dims[2] : 0;
   dit_status_t s = first_dir ? decoder_open(first_dir, latents, &first) : DIT_OK;
   /* Latent frame 0 alone needs no later chunk. */
@@ -333,7 +365,8 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
       fo_opts.borrow = later ? rest.rt : NULL;
       s = decoder_load(&first, &fo_opts);
       if (!s) s = zero_caches(&first);
-      if (!s) s = decode_chunk(&first, latents, b, 0, buf, frames, 0);
+      if (!s) s = decode_chunk(&first, latents, b, 0, buf, &job, 0);
+      frames_join(&job); /* its frames are in first's host copy */
       decoder_unload(&first);
       t = 1, fo = first.frames;
     }
@@ -341,9 +374,10 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
       const double t0 = dit_now_s();
       if (k) s = carry_caches(&rest); /* the first chunk's caches are zeros or latent frame 0's, in place */
       rest.carry_s += dit_now_s() - t0;
-      if (!s) s = decode_chunk(&rest, latents, b, t, buf, frames, fo);
+      if (!s) s = decode_chunk(&rest, latents, b, t, buf, &job, fo);
     }
   }
+  frames_join(&job);
   if (s) {
     free(frames->data);
     memset(frames, 0, sizeof *frames);
@@ -351,7 +385,7 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   free(buf);
   if (stats)
     *stats = (gen_decode_stats_t){first.load_s + rest.load_s, first.run_s + rest.run_s, first.carry_s + rest.carry_s, first.out_s + rest.out_s,
-                                  first.alloc + rest.alloc}; /* both loaded at once */
+                                  job.seconds, first.alloc + rest.alloc}; /* both loaded at once */
   decoder_unload(&first);
   decoder_unload(&rest);
   return s;

@@ -31,13 +31,14 @@ typedef struct gen_decode_stats {
   double load_s;  /* loading the decoder bundles */
   double run_s;   /* their forwards, the latents' upload included */
   double carry_s; /* carrying each forward's caches to the next */
-  double out_s;   /* taking the frames to host memory */
+  double out_s;   /* taking each chunk's sample to host memory */
+  double store_s; /* converting them into the video, on a thread beside the next forward */
   uint64_t peak_bytes;
 } gen_decode_stats_t;
 dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
                                 dit_tensor_t *frames, gen_decode_stats_t *stats);
 /* The line decode and generate print: "ditrun: vae decode T s (loading L s, M MiB allocated; forwards
- * F s, caches C s, frames O s)". */
+ * F s, caches C s, frames O s, S s of it beside the forwards)". */
 void gen_decode_report(double seconds, const gen_decode_stats_t *stats);
 
 #endif

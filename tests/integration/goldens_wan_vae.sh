@@ -51,7 +51,7 @@ for n in 1 2; do
   # ditrun decode chains the same forwards in one process (generate's decoder): the same frames.
   "$BIN/ditrun" decode "$rest" --first "$first" --latents "$d/forward_inputs.safetensors" --out "$T/d$n.safetensors" 2>"$T/decode.err" >/dev/null ||
     { cat "$T/decode.err"; exit 1; }
-  grep -q "^ditrun: vae decode [0-9.]* s (loading [0-9.]* s, [0-9.]* MiB allocated; forwards [0-9.]* s, caches [0-9.]* s, frames [0-9.]* s)$" "$T/decode.err" || { cat "$T/decode.err"; exit 1; }
+  grep -q "^ditrun: vae decode [0-9.]* s (loading [0-9.]* s, [0-9.]* MiB allocated; forwards [0-9.]* s, caches [0-9.]* s, frames [0-9.]* s, [0-9.]* s of it beside the forwards)$" "$T/decode.err" || { cat "$T/decode.err"; exit 1; }
   python3 - "$T/d$n.safetensors" "$T/c$n.safetensors" <<'PY'
 import json, struct, sys
 def load(p, name):
