@@ -16,6 +16,10 @@
  *
  *  "work": {"flops": x, "collectives": N, "collective_bytes": N}
  *
+ * Version 4 adds "updates" (optional) to output values: the index of the input value the output
+ * replaces in place (a decoder's causal cache): the runtime gives both one buffer, and the plan
+ * reads the input before it writes the output. Tensor-map boxes may have 3 to 5 entries.
+ *
  *  "offload": {"version": 1, "mode": "layerwise"|"chunked", "chunk_bytes": N,
  *              "head_bytes": N, "tail": [offset, bytes], "overhead_bytes": N,
  *              "predicted_peak_bytes": N, "resident_peak_bytes": N,

@@ -139,6 +139,12 @@ def lines(res):
     for r in res["rows"]:
         if r.get("export_failed"):
             L.append(f"{r['contender']}: no MP4 written ({r['export_failed']}): its total is without the encode")
+    se = res.get("same_embeddings") or {}
+    if se.get("latents_cosine") is not None:
+        L.append(f"the loop alone (ditrun generate from diffusers' own prompt embeddings, the same noise): final latents cosine "
+                 f"{se['latents_cosine']:.6f}, relative L2 {se['latents_rel_l2']:.3e} against diffusers' call")
+    elif se.get("failed"):
+        L.append(f"the loop alone: failed ({se['failed']})")
     if res.get("phases"):
         L.append("phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in res["phases"].items()))
     return L
@@ -314,9 +320,16 @@ def run_peer(a, torch, pipe, init, name, clock):
     seconds.clear()
     clock(f"{name}: timed call ({a.steps} steps) + export_to_video")
     mp4 = os.path.join(a.work, "diffusers.mp4")
+    last = {}
+
+    def keep_last(p, i, t, kw):  # the final latents, for the loop's comparison with the same embeddings
+        if i == a.steps - 1:
+            last["latents"] = kw["latents"].float().cpu()
+        return kw
     t0 = time.perf_counter()
     with torch.no_grad():
-        video = pipe(latents=init.clone(), num_inference_steps=a.steps, **call).frames
+        video = pipe(latents=init.clone(), num_inference_steps=a.steps, callback_on_step_end=keep_last,
+                     callback_on_step_end_tensor_inputs=["latents"], **call).frames
     t_call = time.perf_counter() - t0
     row = {}
     try:
@@ -330,7 +343,32 @@ def run_peer(a, torch, pipe, init, name, clock):
         st["encode"] = total - t_call
     row.update(total_s=total, call_s=t_call, stages=st)
     clock(f"{name}: {total:.2f} s (call {t_call:.2f} s)" + (f"; export failed: {row['export_failed']}" if row.get("export_failed") else ""))
+    row["_latents"] = last.get("latents")
     return row, video[0]
+
+
+def same_embeddings(a, torch, pipe, bundle, init, ref_latents, clock):
+    """The loop alone against diffusers': ditrun generate from diffusers' own prompt embeddings
+    (encode_prompt, CFG's negative too), the same noise, its final latents against the timed
+    call's. What this leaves out of the frames' difference is the text encoders'."""
+    from safetensors.torch import load_file, save_file  # device only
+    clock("same embeddings: ditrun generate from diffusers' prompt embeddings")
+    with torch.no_grad():
+        pe, ne = pipe.encode_prompt(prompt=a.prompt, negative_prompt=a.negative_prompt, do_classifier_free_guidance=True,
+                                    num_videos_per_prompt=1, max_sequence_length=a.text_len, device=torch.device("cuda"))
+    emb, out = os.path.join(a.work, "diffusers_embeds.safetensors"), os.path.join(a.work, "same_embeds_latents.safetensors")
+    save_file({"prompt_embeds": pe.float().cpu().contiguous(), "negative_prompt_embeds": ne.float().cpu().contiguous()}, emb)
+    p = subprocess.run([a.ditrun, "generate", bundle, "--prompt-embeds", emb, "--negative-embeds", emb, "--init-latents", init,
+                        "--steps", str(a.steps), "--guidance", str(GUIDANCE), "--shift", str(SHIFT), "--sampler", "unipc", "--out", out],
+                       capture_output=True, text=True)
+    if p.returncode:
+        return {"failed": (p.stderr.strip() or "ditrun generate failed").splitlines()[-1][:300]}
+    o = load_file(out)["latents"].to("cuda", torch.float64).flatten()
+    w = ref_latents.to("cuda", torch.float64).flatten()
+    cos = float(torch.nn.functional.cosine_similarity(o, w, dim=0))
+    rel = float((o - w).norm() / w.norm())
+    clock(f"same embeddings: final latents cosine {cos:.6f}, relative L2 {rel:.3e}")
+    return {"latents_cosine": cos, "latents_rel_l2": rel}
 
 
 def quality(torch, ours_path, ref):
@@ -415,11 +453,15 @@ def run(a):
                 clock("loading the pipeline folder into WanPipeline")
                 pipe = load_pipeline(torch, folder)
             fields, ref = run_peer(a, torch, pipe, latents, PEER, clock)
+            ref_latents = fields.pop("_latents", None)
             set_row(res, PEER, **fields)
             if frames:
                 q = row(res, OURS)["quality"] = quality(torch, frames, ref)
                 clock(f"quality: PSNR {q.get('psnr_db', math.nan):.2f} dB, cosine {q.get('cosine', math.nan):.6f} (ours against diffusers)")
             save_res(res, a.out)
+            if bundle and ref_latents is not None and not a.skip_same_embeddings:
+                res["same_embeddings"] = same_embeddings(a, torch, pipe, bundle, init, ref_latents, clock)
+                save_res(res, a.out)
             if a.peer_compile:
                 name = PEER_COMPILE
                 pipe.transformer = torch.compile(pipe.transformer)
@@ -483,7 +525,7 @@ def main():
     ap.add_argument("--negative-prompt", default=NEGATIVE)
     ap.add_argument("--pipeline", help="an existing pipeline folder instead of making one")
     ap.add_argument("--init-latents", help="a safetensors file with tensor init_latents instead of drawing them")
-    pb.add_switches(ap, "--skip-peer", "--peer-compile", "--keep")
+    pb.add_switches(ap, "--skip-peer", "--peer-compile", "--keep", "--skip-same-embeddings")
     ap.add_argument("--dry-run", action="store_true", help="the tables with placeholder rows, without torch or a GPU")
     a = ap.parse_args()
     if not 1 <= a.layers <= 30 or not 1 <= a.te_layers <= 24:
