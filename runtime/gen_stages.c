@@ -151,18 +151,11 @@ static const dit_manifest_io_t *find_io(const dit_manifest_io_t *io, size_t n, c
 
 static int is_cache(const dit_manifest_io_t *io) { return !strncmp(io->name, "cache.", 6); }
 
-static dit_tensor_t io_tensor(const dit_manifest_io_t *io, dit_dtype_t dtype, void *data) {
-  dit_tensor_t t = {data, dtype, io->rank, {0}};
-  memcpy(t.dims, io->dims, sizeof t.dims);
-  return t;
-}
-
-/* One decoder bundle: the latent frames it takes per forward, the frames it gives, its largest
- * cache input (elements) and, while loaded, its runtime. */
+/* One decoder bundle: the latent frames it takes per forward, the frames it gives, where its time
+ * went and, while loaded, its runtime. */
 typedef struct decoder {
   const char *dir;
   int64_t n, frames;
-  size_t cache;
   double load_s;  /* seconds spent loading it */
   double run_s, carry_s, out_s; /* in its forwards (with their inputs), carrying caches, taking its frames */
   uint64_t alloc; /* the most it allocated while loaded */
@@ -186,10 +179,6 @@ static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, decod
                 (long long)lat->dims[0], (long long)lat->dims[1], (long long)lat->dims[2], (long long)lat->dims[3],
                 (long long)lat->dims[4]);
   if (!s) *d = (decoder_t){.dir = dir, .n = in->dims[2], .frames = out->dims[2]};
-  for (size_t i = 0; !s && i < m->n_inputs; i++) {
-    const dit_tensor_t t = io_tensor(&m->io_inputs[i], DIT_F32, NULL);
-    if (is_cache(&m->io_inputs[i]) && (size_t)dit_tensor_numel(&t) > d->cache) d->cache = (size_t)dit_tensor_numel(&t);
-  }
   dit_bundle_close(b);
   return s;
 }
