@@ -62,6 +62,23 @@ def load(p, name):
 assert sa == sb and a == b, "ditrun decode's frames differ from the chained forwards'"
 print("ditrun decode: the chained forwards' frames, %s" % sa)
 PY
+  # Latent frame 0's decoder runs in the later chunks' arena and cache buffers (caches updated in
+  # place): the two decoders together hold no more than the later one's peak plus the first's own
+  # inputs and outputs other than the caches.
+  python3 - "$T/decode.err" "$first" "$rest" <<'PY'
+import json, math, re, sys
+alloc = float(re.search(r"([0-9.]+) MiB allocated", open(sys.argv[1]).read()).group(1)) * 2**20
+def man(d): return json.load(open(d + "/manifest.json"))
+fm, rm = man(sys.argv[2]), man(sys.argv[3])
+size = lambda io: math.prod(io["shape"]) * {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4}[io["dtype"]]
+own = sum(size(i) for i in fm["io"]["inputs"] if not i["name"].startswith("cache.")) + \
+      sum(size(o) for o in fm["io"]["outputs"] if not o["name"].startswith("cache."))
+limit = rm["memory"]["peak_bytes"] + fm["memory"]["weight_bytes"] + own
+assert alloc <= limit, f"the decoders hold {alloc:.0f} bytes, more than {limit:.0f}: latent frame 0's decoder did not borrow"
+assert rm["memory"]["peak_bytes"] < rm["memory"]["arena_bytes"] + rm["memory"]["weight_bytes"] + \
+    sum(size(i) for i in rm["io"]["inputs"]) + sum(size(o) for o in rm["io"]["outputs"]), "in-place caches counted twice"
+print(f"decode: {alloc / 2**20:.2f} MiB held, at most {limit / 2**20:.2f}")
+PY
 done
 expect_fail "the VAE decoder stage takes 2 latent frames per forward, the latents have 3 (a stage of another shape)" "$BIN/ditrun" decode "$rest" \
   --latents "$d/forward_inputs.safetensors" --out "$T/x.safetensors"
