@@ -19,6 +19,17 @@ struct dit_blocks {
   int reuse_layers; /* self-attention layers built with attention-state reuse so far */
 };
 
+dit_status_t dit_blocks_begin(const dit_safetensors_t *weights, const dit_blocks_options_t *opts, dit_graph_t **g, dit_blocks_t **b) {
+  *b = NULL;
+  DIT_RETURN_IF(dit_graph_create(g));
+  dit_status_t s = dit_blocks_create(*g, weights, opts, b);
+  if (s) {
+    dit_graph_destroy(*g);
+    *g = NULL;
+  }
+  return s;
+}
+
 dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights, const dit_blocks_options_t *opts,
                                dit_blocks_t **out) {
   *out = NULL;

@@ -48,6 +48,8 @@ typedef struct dit_blocks_options {
 dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights, const dit_blocks_options_t *opts,
                                dit_blocks_t **out);
 void dit_blocks_destroy(dit_blocks_t *b);
+/* A new graph and its builder (the graph destroyed again if the builder is refused). */
+dit_status_t dit_blocks_begin(const dit_safetensors_t *weights, const dit_blocks_options_t *opts, dit_graph_t **g, dit_blocks_t **b);
 dit_graph_t *dit_blocks_graph(const dit_blocks_t *b);
 /* The first error while building, the builder's own or the graph's; the caller owns it. */
 dit_status_t dit_blocks_status(dit_blocks_t *b);

@@ -603,11 +603,5 @@ dit_status_t dit_joint_builder(const dit_model_t *m, const dit_shape_request_t *
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = heads, .head_dim = head_dim, .eps = eps,
                                    .tp = req->tp > 1 ? req->tp : 1, .tp_rank = req->tp_rank, .cp = cp,
                                    .cp_rank = cp > 1 ? req->cp_rank : 0, .cp_mode = cp > 1 ? req->cp_mode : 0};
-  DIT_RETURN_IF(dit_graph_create(g));
-  dit_status_t s = dit_blocks_create(*g, m->weights, &bo, b);
-  if (s) {
-    dit_graph_destroy(*g);
-    *g = NULL;
-  }
-  return s;
+  return dit_blocks_begin(m->weights, &bo, g, b);
 }

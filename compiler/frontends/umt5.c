@@ -200,11 +200,7 @@ static dit_status_t umt5_build_graph(const dit_model_t *m, const dit_shape_reque
   const dit_blocks_options_t bo = {.dtype = dt, .heads = H, .head_dim = u->d_kv, .eps = u->eps, .f32_keys = f32_keys, .tp = 1, .cp = 1};
   dit_graph_t *g;
   dit_blocks_t *b;
-  dit_status_t s = dit_graph_create(&g);
-  if (!s) {
-    s = dit_blocks_create(g, m->weights, &bo, &b);
-    if (s) dit_graph_destroy(g);
-  }
+  dit_status_t s = dit_blocks_begin(m->weights, &bo, &g, &b);
   if (s) {
     free(buckets);
     return s;

@@ -341,8 +341,6 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
   if (req->sp && (tp < 2 || (ntok / cp) % tp))
     return DIT_ERR(INVALID_ARGUMENT, "--sp: needs --tp >= 2 and each context-parallel share of %" PRId64 " tokens divisible by tp %d",
                    ntok / cp, tp);
-  dit_graph_t *g;
-  DIT_RETURN_IF(dit_graph_create(&g));
   const dit_blocks_options_t bo = {.dtype = req->dtype,
                                    .heads = m->wan.heads,
                                    .head_dim = m->wan.head_dim,
@@ -358,12 +356,10 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
                                    .reuse_group = cp > 1 ? req->reuse_group : 0,
                                    .reuse_copies = req->reuse_copies,
                                    .reuse_merge = req->reuse_merge};
-  dit_blocks_t *b = NULL;
-  dit_status_t s = dit_blocks_create(g, m->weights, &bo, &b);
-  if (s) {
-    dit_graph_destroy(g);
-    return s;
-  }
+  dit_graph_t *g;
+  dit_blocks_t *b;
+  dit_status_t s = dit_blocks_begin(m->weights, &bo, &g, &b);
+  if (s) return s;
   const int sp = bo.sp;
   const int64_t tl = ntok / cp, t0 = bo.cp_rank * tl;
   const int64_t B = req->batch, L = req->text_len;

@@ -571,12 +571,8 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
   const int64_t B = req->batch, f = ls.frames, h = ls.height, w = ls.width, z = cv->z_dim;
   vae_builder_t v = {.weights = m->weights, .dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
-  DIT_RETURN_IF(dit_graph_create(&v.g));
-  dit_status_t s = dit_blocks_create(v.g, m->weights, &bo, &v.b);
-  if (s) {
-    dit_graph_destroy(v.g);
-    return s;
-  }
+  dit_status_t s = dit_blocks_begin(m->weights, &bo, &v.g, &v.b);
+  if (s) return s;
   const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z};
   dit_vid_t x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
   /* Channel-first to channel-last: patchify with 1x1x1 patches is exactly that transpose. */
