@@ -25,7 +25,6 @@ The script checks that the causal mask and quick_gelu matter (a backend without 
 that the reloaded folder reproduces the outputs bit for bit.
 """
 
-import json
 import math
 import os
 import shutil
@@ -39,6 +38,10 @@ from safetensors.torch import save_file
 
 import transformers
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_goldens_umt5 as umt5  # noqa: E402  the meta writer and the change measure
+from make_goldens_umt5 import rel_change  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "clip_tiny"
@@ -91,10 +94,6 @@ def run(model, ids):
     with torch.no_grad():
         o = model(input_ids=ids, output_hidden_states=False)
     return o.last_hidden_state, o.pooler_output
-
-
-def rel_change(a, b):
-    return float((a - b).norm() / b.norm())
 
 
 def main():
@@ -162,12 +161,7 @@ def main():
         seed=SEED, prompts=PROMPTS, text_len=TEXT_LEN, batch=2, hidden=TINY["hidden_size"], eos_positions=eos,
         checkpoint_keys=keys, attn_implementation=model.config._attn_implementation,
     )
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    size = sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(out_dir) for n in names)
-    print(f"{NAME}: {size} bytes")
-    assert size <= MAX_FOLDER_BYTES
+    umt5.write_meta(out_dir, NAME, meta, MAX_FOLDER_BYTES)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ The mask, layer 0's bias table and its sharing with the later layers must each c
 (checked), and the model reloaded from the folder reproduces its output bit for bit.
 """
 
-import json
 import os
 import shutil
 import sys
@@ -151,12 +150,7 @@ def main():
         text_len=TEXT_LEN, batch=2, lengths=LENGTHS, long_len=LONG_LEN, long_valid=LONG_VALID,
         d_model=TINY["d_model"], checkpoint_keys=keys, attn_implementation=model.config._attn_implementation,
     )
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    size = sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(out_dir) for n in names)
-    print(f"{NAME}: {size} bytes")
-    assert size <= MAX_FOLDER_BYTES
+    umt5.write_meta(out_dir, NAME, meta, MAX_FOLDER_BYTES)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,16 @@ def rel_change(a, b):
     return float((a - b).norm() / b.norm())
 
 
+def write_meta(out_dir, name, meta, max_bytes):
+    """meta.json beside the goldens, then the folder's size against its budget."""
+    with open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    size = sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(out_dir) for n in names)
+    print(f"{name}: {size} bytes")
+    assert size <= max_bytes
+
+
 def main():
     out_dir = os.path.join(HERE, NAME)
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -169,12 +179,7 @@ def main():
         d_model=TINY["d_model"], checkpoint_keys=keys, attn_implementation=model.config._attn_implementation,
         buckets_rel_from=-(LONG_LEN - 1), buckets=buckets,
     )
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    size = sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(out_dir) for n in names)
-    print(f"{NAME}: {size} bytes")
-    assert size <= MAX_FOLDER_BYTES
+    write_meta(out_dir, NAME, meta, MAX_FOLDER_BYTES)
 
 
 if __name__ == "__main__":
