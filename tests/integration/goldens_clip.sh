@@ -43,16 +43,6 @@ pre=$("$BIN/ditc" compile "$bad" --text-len "$L" --batch "$B" -o "$T/b" -q | tai
 "$BIN/ditrun" forward "$pre" --inputs "$d/forward_inputs.safetensors" --out "$T/p.safetensors" 2>/dev/null >/dev/null
 for o in last_hidden_state pooler_output; do "$BIN/st_compare" "$T/p.safetensors" "$d/forward_output.safetensors" $o 1e-4; done
 
-edit() { # field=json-value ...: a copy of the text encoder with config.json edited
-  rm -rf "$bad" && cp -r "$te" "$bad"
-  python3 - "$bad/config.json" "$@" <<'PY'
-import json, sys
-p = sys.argv[1]; c = json.load(open(p))
-for e in sys.argv[2:]:
-    k, v = e.split("=", 1); c[k] = json.loads(v)
-json.dump(c, open(p, "w"), indent=2)
-PY
-}
 
 # eos_token_id other than 2: the first position of that id. The id at item 0's position 3 is
 # absent from item 1 (checked), which pools its position 0; the expected rows are transformers'
@@ -77,18 +67,18 @@ open(sys.argv[3], "wb").write(struct.pack("<Q", len(j)) + j + raw)
 print(eos)
 PY
 )
-edit "eos_token_id=$eos"
+edit_config "$te" "$bad" "eos_token_id=$eos"
 e=$("$BIN/ditc" compile "$bad" --text-len "$L" --batch "$B" -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 "$BIN/ditrun" forward "$e" --inputs "$d/forward_inputs.safetensors" --out "$T/e.safetensors" 2>/dev/null >/dev/null
 "$BIN/st_compare" "$T/e.safetensors" "$T/eos.safetensors" pooler_output 1e-4
 
 # Refusals by name: config fields the model does not run, shapes it has no positions or pixels
 # for, a missing tensor.
-edit 'hidden_act="relu"'
+edit_config "$te" "$bad" 'hidden_act="relu"'
 expect_fail "field 'hidden_act' = \"relu\": only \"quick_gelu\" and \"gelu\" are supported" "$BIN/ditc" compile "$bad" --text-len 77 -o "$T/b"
-edit 'model_type="clip_vision_model"'
+edit_config "$te" "$bad" 'model_type="clip_vision_model"'
 expect_fail "field 'model_type' = \"clip_vision_model\": only \"clip_text_model\" is supported" "$BIN/ditc" compile "$bad" --text-len 77 -o "$T/b"
-edit 'num_attention_heads=5'
+edit_config "$te" "$bad" 'num_attention_heads=5'
 expect_fail "field 'hidden_size' = 32 is not a multiple of num_attention_heads = 5" "$BIN/ditc" compile "$bad" --text-len 77 -o "$T/b"
 expect_fail "--text-len 78: CLIPTextModel has 77 position embeddings (max_position_embeddings)" "$BIN/ditc" compile "$te" --text-len 78 -o "$T/b"
 expect_fail "--height 64: CLIPTextModel is a text encoder: its shape is --batch and --text-len alone" "$BIN/ditc" compile "$te" \

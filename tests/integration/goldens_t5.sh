@@ -27,37 +27,24 @@ long=$("$BIN/ditc" compile "$te" --text-len "$LL" -o "$T/b" -q | tail -n1 | cut 
 "$BIN/st_compare" "$T/l.safetensors" "$d/forward_output_l512.safetensors" last_hidden_state 1e-4
 
 bad=$T/bad
-edit() { # src field=json-value | -field ...: a copy of the folder src with config.json edited
-  local src=$1
-  shift
-  rm -rf "$bad" && cp -r "$src" "$bad"
-  python3 - "$bad/config.json" "$@" <<'PY'
-import json, sys
-p = sys.argv[1]; c = json.load(open(p))
-for e in sys.argv[2:]:
-    if e.startswith("-"): c.pop(e[1:]); continue
-    k, v = e.split("=", 1); c[k] = json.loads(v)
-json.dump(c, open(p, "w"), indent=2)
-PY
-}
 # T5 v1.1's hub config: dense_act_fn and is_gated_act absent, derived from feed_forward_proj.
-edit "$te" -dense_act_fn -is_gated_act
+edit_config "$te" "$bad" -dense_act_fn -is_gated_act
 same=$("$BIN/ditc" compile "$bad" --text-len "$L" --batch "$B" -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 [ "$same" = "$one" ] || { echo "the config without dense_act_fn/is_gated_act made $same, not $one"; exit 1; }
 
 # Refusals by name: T5Config's default feed-forward (relu), UMT5's model_type, a decoder.
-edit "$te" -feed_forward_proj -dense_act_fn -is_gated_act
+edit_config "$te" "$bad" -feed_forward_proj -dense_act_fn -is_gated_act
 expect_fail "field 'feed_forward_proj' = \"relu\": only \"gated-gelu\" is supported" "$BIN/ditc" compile "$bad" --text-len 16 -o "$T/b"
-edit "$te" 'model_type="umt5"'
+edit_config "$te" "$bad" 'model_type="umt5"'
 expect_fail "field 'model_type' = \"umt5\": only \"t5\" is supported (T5EncoderModel's configuration)" "$BIN/ditc" compile "$bad" \
   --text-len 16 -o "$T/b"
-edit "$te" 'is_decoder=true'
+edit_config "$te" "$bad" 'is_decoder=true'
 expect_fail "field 'is_decoder' = true: only the encoder (bidirectional attention) is supported" "$BIN/ditc" compile "$bad" --text-len 16 -o "$T/b"
 expect_fail "--width 64: T5EncoderModel is a text encoder: its shape is --batch and --text-len alone" "$BIN/ditc" compile "$te" \
   --text-len 16 --width 64 -o "$T/b"
 expect_fail "--variant umt5: T5EncoderModel has one variant (t5)" "$BIN/ditc" compile "$te" --text-len 16 --variant umt5 -o "$T/b"
 # UMT5's checkpoint (a table in every layer) under a T5 config: layer 1's table is not T5's.
-edit tests/data/umt5_tiny/text_encoder 'architectures=["T5EncoderModel"]' 'model_type="t5"'
+edit_config tests/data/umt5_tiny/text_encoder "$bad" 'architectures=["T5EncoderModel"]' 'model_type="t5"'
 expect_fail "unexpected tensor 'encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight'" "$BIN/ditc" compile "$bad" \
   --text-len 16 -o "$T/b"
 # The table moved off layer 0: the one T5 reads is missing.

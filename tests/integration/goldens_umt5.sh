@@ -61,21 +61,11 @@ expect_fail "a mask must be a valid prefix then padding" "$BIN/ditrun" forward "
 
 # Refusals by name: config fields the encoder does not run, pixel flags, a missing tensor.
 bad=$T/bad
-edit() { # field=json-value ...: a copy of the text encoder with config.json edited
-  rm -rf "$bad" && cp -r "$te" "$bad"
-  python3 - "$bad/config.json" "$@" <<'PY'
-import json, sys
-p = sys.argv[1]; c = json.load(open(p))
-for e in sys.argv[2:]:
-    k, v = e.split("=", 1); c[k] = json.loads(v)
-json.dump(c, open(p, "w"), indent=2)
-PY
-}
-edit 'feed_forward_proj="relu"'
+edit_config "$te" "$bad" 'feed_forward_proj="relu"'
 expect_fail "field 'feed_forward_proj' = \"relu\": only \"gated-gelu\" is supported" "$BIN/ditc" compile "$bad" --text-len 16 -o "$T/b"
-edit 'is_decoder=true'
+edit_config "$te" "$bad" 'is_decoder=true'
 expect_fail "field 'is_decoder' = true: only the encoder (bidirectional attention) is supported" "$BIN/ditc" compile "$bad" --text-len 16 -o "$T/b"
-edit 'num_heads=8' 'd_kv=4'
+edit_config "$te" "$bad" 'num_heads=8' 'd_kv=4'
 expect_fail "SelfAttention.relative_attention_bias.weight': shape [32,4], expected [32,8] from config.json" "$BIN/ditc" compile "$bad" \
   --text-len 16 -o "$T/b"
 expect_fail "--height 64: UMT5EncoderModel is a text encoder: its shape is --batch and --text-len alone" "$BIN/ditc" compile "$te" \

@@ -48,6 +48,21 @@ open(out, "wb").write(struct.pack("<Q", len(j)) + j + data)
 PY
 }
 
+# dst: a copy of the folder src with its config.json edited: fields set to JSON values, or removed.
+edit_config() { # src dst [field=json-value | -field]...
+  local src=$1 dst=$2
+  shift 2
+  rm -rf "$dst" && cp -r "$src" "$dst"
+  python3 - "$dst/config.json" "$@" <<'PY'
+import json, sys
+p = sys.argv[1]; c = json.load(open(p))
+for e in sys.argv[2:]:
+    if e.startswith("-"): c.pop(e[1:]); continue
+    k, v = e.split("=", 1); c[k] = json.loads(v)
+json.dump(c, open(p, "w"), indent=2)
+PY
+}
+
 # The command must fail with a message that contains msg.
 expect_fail() { # message, command...
   local msg=$1; shift
