@@ -175,6 +175,9 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
     const dit_manifest_stage_t *st = &m->stages[i];
     if (!FIXED_OK(st->role) || !FIXED_OK(st->identity) || !FIXED_OK(st->family) || !FIXED_OK(st->model_class))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: string field not terminated", i);
+    if (!strcmp(st->role, "vae_decoder_head") && m->schema_minor < DIT_SCHEMA_MINOR_TILES)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: role vae_decoder_head needs schema minor >= %d, found %d", i,
+                     DIT_SCHEMA_MINOR_TILES, m->schema_minor);
     jw_open(w, '{', 0);
     jw_kstr(w, "role", st->role);
     jw_kstr(w, "identity", st->identity);
@@ -381,6 +384,16 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
   jw_open(w, '[', 1);
   for (int i = 0; i < 4; i++) jw_i64(w, m->shape.latent[i]);
   jw_close(w, ']');
+  if (m->shape.tile_count) {
+    if (m->schema_minor < DIT_SCHEMA_MINOR_TILES)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: shape.tile needs schema minor >= %d, found %d", DIT_SCHEMA_MINOR_TILES, m->schema_minor);
+    jw_key(w, "tile");
+    jw_open(w, '{', 1);
+    jw_ki64(w, "count", m->shape.tile_count);
+    jw_ki64(w, "full", m->shape.tile_full);
+    jw_ki64(w, "halo", m->shape.tile_halo);
+    jw_close(w, '}');
+  }
   jw_close(w, '}');
 
   jw_kstr(w, "dtype", dit_dtype_name(m->dtype));
@@ -1184,10 +1197,51 @@ static dit_status_t check_tree(const dit_json_t *root, const char *key) {
   return DIT_OK;
 }
 
+/* The optional shape.tile (schema 1.5): windows that cover the full width exactly, the latent's
+ * width one window's. */
+static dit_status_t parse_tile(const dit_json_t *shape, dit_manifest_t *m) {
+  static const char *const keys[] = {"count", "full", "halo", NULL};
+  dit_json_t t;
+  DIT_RETURN_IF(dit_json_object(shape, "tile", &t));
+  if (m->schema_minor < DIT_SCHEMA_MINOR_TILES)
+    return dit_json_error(&t, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_TILES,
+                          m->schema_major, m->schema_minor);
+  DIT_RETURN_IF(dit_json_check_keys(&t, keys));
+  DIT_RETURN_IF(dit_json_int(&t, "count", 1, 1 << 16, &m->shape.tile_count));
+  DIT_RETURN_IF(dit_json_int(&t, "full", 1, MF_MAX_SAFE, &m->shape.tile_full));
+  DIT_RETURN_IF(dit_json_int(&t, "halo", 0, MF_MAX_SAFE, &m->shape.tile_halo));
+  int64_t o, lo, hi;
+  if (!dit_vae_tile_span(m->shape.tile_count, m->shape.tile_full, m->shape.latent[3], m->shape.tile_halo, 0, &o, &lo, &hi))
+    return dit_json_error(&t, DIT_CODE_INVALID_ARGUMENT, "%" PRId64 " windows of shape.latent's width %" PRId64 " with halo %" PRId64
+                          " do not cover %" PRId64 " columns exactly (expected a window of at least %" PRId64 ")", m->shape.tile_count,
+                          m->shape.latent[3], m->shape.tile_halo, m->shape.tile_full,
+                          dit_vae_tile_window(m->shape.tile_count, m->shape.tile_full, m->shape.tile_halo));
+  return DIT_OK;
+}
+
+int64_t dit_vae_tile_window(int64_t count, int64_t full, int64_t halo) {
+  if (count < 1 || full < 1 || halo < 0 || (count > 1 && count > full - 2 * halo)) return 0;
+  const int64_t w = (full + 2 * halo * (count - 1) + count - 1) / count;
+  return w <= full && (count == 1 || w > 2 * halo) ? w : 0;
+}
+
+int dit_vae_tile_span(int64_t count, int64_t full, int64_t window, int64_t halo, int64_t i, int64_t *offset, int64_t *lo, int64_t *hi) {
+  if (count < 1 || i < 0 || i >= count || window < 1 || window > full || halo < 0 || (count > 1 && window <= 2 * halo) ||
+      count * window - 2 * halo * (count - 1) < full)
+    return 0;
+  /* Evenly spaced offsets step at most window - 2 * halo, so each window's exact part reaches the
+   * next one's. */
+  const int64_t step_num = full - window, den = count > 1 ? count - 1 : 1;
+  *offset = i * step_num / den;
+  *lo = i ? *offset + halo : 0;
+  *hi = i + 1 < count ? (i + 1) * step_num / den + halo : full;
+  return 1;
+}
+
 /* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
 static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"role", "identity", "family", "class", NULL};
-  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", NULL};
+  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "stages", DIT_MAX_STAGES, &a, &n));
@@ -1205,6 +1259,11 @@ static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
     int role = 0;
     DIT_RETURN_IF(dit_json_enum(&e, "role", roles, &role));
     snprintf(st->role, sizeof st->role, "%s", roles[role]);
+    if (!strcmp(st->role, "vae_decoder_head") && m->schema_minor < DIT_SCHEMA_MINOR_TILES) {
+      dit_json_t pr = at_key(&e, "role");
+      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"vae_decoder_head\" needs schema minor >= %d, found %d.%d",
+                            DIT_SCHEMA_MINOR_TILES, m->schema_major, m->schema_minor);
+    }
     for (size_t j = 0; j < i; j++)
       if (!strcmp(m->stages[j].role, st->role)) {
         dit_json_t pr = at_key(&e, "role");
@@ -1226,7 +1285,7 @@ static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const model_keys[] = {"family", "class", "variant", NULL};
   static const char *const target_keys[] = {"arch", "min_driver", NULL};
   static const char *const shape_keys[] = {"batch", "frames", "height", "width",
-                                           "text_len", "latent", NULL};
+                                           "text_len", "latent", "tile", NULL};
   static const char *const io_keys[] = {"inputs", "outputs", NULL};
   static const char *const mem_keys[] = {"arena_bytes", "weight_bytes", "peak_bytes", NULL};
   dit_json_t o, v;
@@ -1270,6 +1329,7 @@ static dit_status_t parse_root(const dit_json_t *root, dit_manifest_t *m) {
   if (nl != 4)
     return dit_json_error(&lat, DIT_CODE_INVALID_ARGUMENT, "expected 4 entries [C, f, h, w], found %zu", nl);
   DIT_RETURN_IF(dit_json_as_int_array(&lat, 4, 0, MF_MAX_SAFE, m->shape.latent, &nl));
+  if (dit_json_has(&o, "tile")) DIT_RETURN_IF(parse_tile(&o, m));
 
   DIT_RETURN_IF(get_dtype(root, "dtype", &m->dtype));
 

@@ -15,7 +15,11 @@
  *                                             groups), L self-attention layers with a state cache
  *                                             slot per remote group, C cache copies (1 or 2)
  *   "shape": {"batch": B, "frames": F, "height": H, "width": W, "text_len": L,
- *             "latent": [C, f, h, w]},
+ *             "latent": [C, f, h, w],
+ *             "tile": {"count": T, "full": W0, "halo": R}},   schema 1.5, optional: a VAE
+ *                                             decoder's tail over one of T windows w wide of
+ *                                             its input's full width W0, the R pixels at each
+ *                                             window's inner edges not exact (dit_vae_tile_span)
  *   "dtype": "f32" | "bf16",
  *   "io": {"inputs": [{"name", "dtype", "shape": [..]}], "outputs": [...]},
  *   "blobs": [{"role": "plan" | "weights" | "kernels", "hash": "<32 hex>", "size": N,
@@ -51,7 +55,9 @@
  *               "family": "umt5", "class": "UMT5EncoderModel"}, ...]   beside this one (or in
  *                                             the store), at most one per role; role
  *                                             "vae_decoder_first": latent frame 0's graph of a
- *                                             VAE decoding in chunks (vae_decoder: the later chunks')
+ *                                             VAE decoding in chunks (vae_decoder: the later chunks');
+ *                                             "vae_decoder_head" (schema 1.5): the full-frame part of
+ *                                             a decoder whose other two run in tiles
  * }
  *
  * A blob of role "tokenizer" (schema 1.4) is a file of the pipeline's tokenizer folder that a
@@ -78,12 +84,13 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 4
+#define DIT_SCHEMA_MINOR 5
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
 #define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
 #define DIT_SCHEMA_MINOR_REUSE 3 /* the first minor with topology.reuse */
 #define DIT_SCHEMA_MINOR_STAGES 4 /* the first minor with the stages section and tokenizer blobs */
-#define DIT_MAX_STAGES 4
+#define DIT_SCHEMA_MINOR_TILES 5  /* the first minor with shape.tile and the vae_decoder_head stage */
+#define DIT_MAX_STAGES 8
 #define DIT_MAX_EXPERTS 2
 #define DIT_GEN_MAX_CONDITIONS 8
 #define DIT_HASH_HEX 33 /* 32 hex digits + NUL */
@@ -100,7 +107,7 @@ typedef struct dit_manifest_blob {
 
 /* One entry of the stages section. */
 typedef struct dit_manifest_stage {
-  char role[24];               /* "text_encoder", "vae_decoder" or "vae_decoder_first" */
+  char role[24];               /* "text_encoder", "vae_decoder", "vae_decoder_first" or "vae_decoder_head" */
   char identity[DIT_HASH_HEX]; /* the stage's bundle */
   char family[32], model_class[64];
 } dit_manifest_stage_t;
@@ -187,6 +194,7 @@ typedef struct dit_manifest {
   struct {
     int64_t batch, frames, height, width, text_len;
     int64_t latent[4]; /* C, f, h, w */
+    int64_t tile_count, tile_full, tile_halo; /* shape.tile (count 0: none) */
   } shape;
   dit_dtype_t dtype;
   size_t n_inputs, n_outputs;
@@ -239,6 +247,18 @@ const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, con
 
 /* The stage of role `role`; NULL if the bundle has none. */
 const dit_manifest_stage_t *dit_manifest_find_stage(const dit_manifest_t *m, const char *role);
+
+/* Window i of `count` windows `window` wide over `full` columns, each with `halo` inexact columns
+ * at its inner edges (an edge at column 0 or `full` is exact): its first column *offset (evenly
+ * spaced, the first at 0, the last ending at `full`) and the columns [*lo, *hi) it gives, which
+ * the windows partition. Returns 0 when the windows cannot cover the width exactly
+ * (count * window - 2 * halo * (count - 1) < full, window > full, window <= 2 * halo, or i out
+ * of range). */
+int dit_vae_tile_span(int64_t count, int64_t full, int64_t window, int64_t halo, int64_t i, int64_t *offset, int64_t *lo, int64_t *hi);
+
+/* The narrowest window with which `count` windows cover `full` columns exactly: 0 when none does
+ * or when more than max(1, full - 2 * halo) windows are asked for (a window needs an exact column). */
+int64_t dit_vae_tile_window(int64_t count, int64_t full, int64_t halo);
 
 /* Offload residency in whole tensors: of the weights in [lo, hi), a resident prefix wanted up
  * to byte `cut` ends where the first tensor not wholly before `cut` starts (or at hi), so every

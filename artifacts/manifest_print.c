@@ -31,6 +31,9 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
   fprintf(f, "shape      batch %" PRId64 ", %" PRId64 " frames %" PRId64 "x%" PRId64 ", text %" PRId64 "; latent ",
          m->shape.batch, m->shape.frames, m->shape.height, m->shape.width, m->shape.text_len);
   print_dims(f, m->shape.latent, 4);
+  if (m->shape.tile_count)
+    fprintf(f, "\ntile       %" PRId64 " window%s %" PRId64 " wide over %" PRId64 " columns, halo %" PRId64, m->shape.tile_count,
+            m->shape.tile_count == 1 ? "" : "s", m->shape.latent[3], m->shape.tile_full, m->shape.tile_halo);
   fprintf(f, "\ndtype      %s\n", dit_dtype_name(m->dtype));
   for (size_t i = 0; i < m->n_inputs; i++) {
     fprintf(f, "input      %-22s %s", m->io_inputs[i].name, dit_dtype_name(m->io_inputs[i].dtype));

@@ -1,6 +1,8 @@
 /* The runtime's allocations for a plan (plan_memory.h). */
 #include "artifacts/plan_memory.h"
 
+#include <string.h>
+
 #include "base/ops.h"
 
 uint64_t dit_plan_collective_buffer_bytes(const dit_plan_t *plan) {
@@ -48,4 +50,20 @@ void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out)
   if (device) out->fp8_scratch = dit_plan_fp8_scratch_bytes(plan, NULL);
   if (device && (library_gemm || out->fp8_scratch)) out->gemm_workspace = DIT_GEMM_WORKSPACE_BYTES;
   out->total = out->arena + out->io + out->collective_scratch + out->gemm_workspace + out->fp8_scratch;
+}
+
+long dit_plan_lent_input(const dit_plan_t *lender, const dit_plan_value_t *v) {
+  for (size_t i = 0; lender && v->storage == DIT_STORAGE_INPUT && i < lender->n_values; i++) {
+    const dit_plan_value_t *u = &lender->values[i];
+    if (u->storage == DIT_STORAGE_INPUT && !strcmp(u->ref, v->ref) && u->dtype == v->dtype && u->nbytes == v->nbytes) return (long)i;
+  }
+  return -1;
+}
+
+uint64_t dit_plan_lent_bytes(const dit_plan_t *plan, const dit_plan_t *lender) {
+  if (!lender) return 0;
+  uint64_t n = lender->arena_bytes >= plan->arena_bytes ? plan->arena_bytes : 0;
+  for (size_t i = 0; i < plan->n_values; i++)
+    if (dit_plan_lent_input(lender, &plan->values[i]) >= 0) n += plan->values[i].nbytes;
+  return n;
 }

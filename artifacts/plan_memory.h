@@ -30,6 +30,15 @@ typedef struct dit_plan_memory {
  * (one whose memory is not the host's). */
 void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out);
 
+/* A runtime may run `plan` in the memory of another running `lender` (one after the other, never
+ * at once): the index in lender's values of the input that serves v, an input of plan (the same
+ * name, dtype and size), else -1. */
+long dit_plan_lent_input(const dit_plan_t *lender, const dit_plan_value_t *v);
+
+/* What such a runtime does not allocate: its arena when lender's is at least as large, and the
+ * inputs lender serves. */
+uint64_t dit_plan_lent_bytes(const dit_plan_t *plan, const dit_plan_t *lender);
+
 /* A device's scratch for linear_fp8 steps, shared by all of them (they run one after another):
  * the e4m3 rows of the largest input (M * K bytes) and, from *scales_offset on, 256-byte aligned,
  * M fp32 row scales. Returns the total bytes, 0 without linear_fp8 steps. */

@@ -75,6 +75,7 @@ NEGATIVE = "blurry, low quality, static, distorted"
 TOKENIZER = os.path.join(ROOT, "tests", "data", "wan_pipeline_tiny", "tokenizer")
 
 OURS, PEER, PEER_COMPILE = "ditrun generate (cold process)", "diffusers WanPipeline", "diffusers WanPipeline + torch.compile"
+PEER_COLD = "diffusers WanPipeline (cold process)"
 STAGES = ("load", "text_encoder", "denoise", "vae_decode", "encode")
 STAGE_RE = {"load": r"^ditrun: loaded and verified \S+ in ([0-9.]+)s", "text_encoder": r"^ditrun: text encoder ([0-9.]+) s",
             "denoise": r"^ditrun: generate \d+ steps in ([0-9.]+)s$", "vae_decode": r"^ditrun: vae decode ([0-9.]+) s ",
@@ -117,24 +118,30 @@ def lines(res):
             f"UMT5-XXL {res['te_layers']} of 24)")
     L = [f"Wan2.1-T2V-1.3B, prompt to MP4, {f} frames at {s['width']}x{s['height']}, {res['steps']} steps with CFG "
          f"{res['guidance']} (UniPC, flow shift {res['shift']}), {res['dtype']}, {what}, {res.get('device', 'GPU')}", "",
-         "| contender | total s | load s | text encoder s | denoise s | VAE decode s | encode MP4 s | vs diffusers | PSNR dB | cosine |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+         "| contender | total s | load s | text encoder s | denoise s | VAE decode s | encode MP4 s | vs diffusers | vs diffusers "
+         "cold | PSNR dB | cosine |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     peer = next((r for r in res["rows"] if r["contender"] == PEER and r.get("total_s")), None)
+    cold = next((r for r in res["rows"] if r["contender"] == PEER_COLD and r.get("total_s")), None)
     for r in res["rows"]:
         why = r.get("failed") or r.get("skipped")
         if why:
-            L.append(f"| {r['contender']} | {'failed' if r.get('failed') else 'skipped'}: {why[:200]} | | | | | | | | |")
+            L.append(f"| {r['contender']} | {'failed' if r.get('failed') else 'skipped'}: {why[:200]} | | | | | | | | | |")
             continue
         st = r.get("stages", {})
         ratio = peer["total_s"] / r["total_s"] if peer and r.get("total_s") else None
+        rc = cold["total_s"] / r["total_s"] if cold and r.get("total_s") else None
         q = r.get("quality", {})
         L.append(f"| {r['contender']} | {fmt(r.get('total_s'), '.2f')} | " + " | ".join(fmt(st.get(k), ".2f") for k in STAGES) +
-                 f" | {fmt(ratio, '.2f')}{'x' if ratio else ''} | {fmt(q.get('psnr_db'), '.2f')} | {fmt(q.get('cosine'), '.6f')} |")
+                 f" | {fmt(ratio, '.2f')}{'x' if ratio else ''} | {fmt(rc, '.2f')}{'x' if rc else ''} | {fmt(q.get('psnr_db'), '.2f')} | "
+                 f"{fmt(q.get('cosine'), '.6f')} |")
     ours = row(res, OURS)
     L += ["", "total: ditrun's process wall clock (cold: bundles loaded and verified) less its --out-frames write"
           + (f" ({ours['out_frames_s']:.2f} s)" if ours.get("out_frames_s") is not None else "")
           + "; diffusers' call + export_to_video after a 2-step warm-up call (its components already in memory: "
-          "no load). PSNR (peak 1) and cosine: the float frames "
+          "no load); diffusers cold: the wall clock of a fresh Python process that imports torch and diffusers, loads the "
+          "pipeline folder (WanPipeline.from_pretrained, .to('cuda')), makes the same call and export_to_video, as ditrun's "
+          "process does (its load column: imports and from_pretrained). PSNR (peak 1) and cosine: the float frames "
           "before each MP4, in [0, 1], against diffusers' output_type np frames."]
     for r in res["rows"]:
         if r.get("export_failed"):
@@ -163,7 +170,7 @@ def new_results(a):
             "latents": latent_shape(a.frames, a.height, a.width), "steps": a.steps, "guidance": GUIDANCE, "shift": SHIFT,
             "fps": FPS, "dtype": a.dtype, "pipeline": a.pipeline, "layers": a.layers, "te_layers": a.te_layers, "prompt": a.prompt, "negative_prompt": a.negative_prompt,
             "phases": {}, "rows": [{"contender": OURS, "skipped": "not run yet"}, {"contender": PEER, "skipped": "not run yet"},
-                                   {"contender": PEER_COMPILE, "skipped": "not run yet"}]}
+                                   {"contender": PEER_COLD, "skipped": "not run yet"}, {"contender": PEER_COMPILE, "skipped": "not run yet"}]}
 
 
 def row(res, name):
@@ -347,6 +354,55 @@ def run_peer(a, torch, pipe, init, name, clock):
     return row, video[0]
 
 
+def cold_child(spec_path):
+    """The peer as a user's script runs it, in a process of its own: import, load the folder, the
+    call, export_to_video; the seconds of each into spec's result file."""
+    t0 = time.perf_counter()
+    spec = json.load(open(spec_path))
+    import torch  # device only
+    from diffusers.utils import export_to_video  # device only
+    from safetensors.torch import load_file  # device only
+    t1 = time.perf_counter()
+    pipe = load_pipeline(torch, spec["folder"])
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    latents = load_file(spec["init"])["init_latents"].to("cuda", torch.float32)
+    with torch.no_grad():
+        video = pipe(latents=latents, num_inference_steps=spec["steps"], **spec["call"]).frames
+    t3 = time.perf_counter()
+    out = {"import_s": t1 - t0, "load_s": t2 - t1, "call_s": t3 - t2}
+    try:
+        export_to_video(list(video[0]), spec["mp4"], fps=FPS)
+        out["export_s"] = time.perf_counter() - t3
+    except Exception as e:  # no imageio/ffmpeg nor OpenCV here
+        out["export_failed"] = str(e).strip().splitlines()[0][:200]
+    json.dump(out, open(spec["result"], "w"))
+    return 0
+
+
+def run_peer_cold(a, folder, init, clock):
+    """cold_child in a fresh process, timed from its start: the row's fields."""
+    spec, result = os.path.join(a.work, "cold_spec.json"), os.path.join(a.work, "cold_result.json")
+    call = dict(prompt=a.prompt, negative_prompt=a.negative_prompt, height=a.height, width=a.width, num_frames=a.frames,
+                guidance_scale=GUIDANCE, max_sequence_length=a.text_len, output_type="np")
+    pb.write_json(spec, {"folder": folder, "init": init, "steps": a.steps, "call": call, "mp4": os.path.join(a.work, "diffusers_cold.mp4"),
+                         "result": result})
+    clock(f"{PEER_COLD}: a fresh process (import, from_pretrained, {a.steps} steps, export_to_video)")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold-child", spec], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode or not os.path.exists(result):
+        return {"failed": (p.stderr.strip() or "the process failed").splitlines()[-1][:300]}
+    r = json.load(open(result))
+    row = {"total_s": wall, "process": r, "stages": {"load": r["import_s"] + r["load_s"], "denoise": r["call_s"]}}
+    if r.get("export_failed"):
+        row["export_failed"] = r["export_failed"]
+    else:
+        row["stages"]["encode"] = r["export_s"]
+    clock(f"{PEER_COLD}: {wall:.2f} s (import {r['import_s']:.2f}, load {r['load_s']:.2f}, call {r['call_s']:.2f})")
+    return row
+
+
 def same_embeddings(a, torch, pipe, bundle, init, ref_latents, clock):
     """The loop alone against diffusers': ditrun generate from diffusers' own prompt embeddings
     (encode_prompt, CFG's negative too), the same noise, its final latents against the timed
@@ -441,7 +497,14 @@ def run(a):
         res["phases"]["ours_s"] = time.perf_counter() - t
     save_res(res, a.out)
     fails = 0 if frames else 1
-    # The peer: the same components, noise and prompt.
+    # The peer: the same components, noise and prompt; first as a script runs it, in a fresh process.
+    if not a.skip_peer and not a.skip_cold:
+        t = time.perf_counter()
+        set_row(res, PEER_COLD, **run_peer_cold(a, folder, init, clock))
+        res["phases"]["peer_cold_s"] = time.perf_counter() - t
+        save_res(res, a.out)
+    elif a.skip_peer or a.skip_cold:
+        set_row(res, PEER_COLD, skipped="--skip-peer" if a.skip_peer else "--skip-cold")
     if not a.skip_peer:
         from safetensors.torch import load_file  # device only
         latents = load_file(init)["init_latents"].to("cuda", torch.float32)
@@ -502,6 +565,7 @@ def dry_run(a):
             stages={"load": 5.0, "text_encoder": 2.0, "denoise": 75.0, "vae_decode": 15.0, "encode": 3.0},
             quality={"psnr_db": 40.0, "cosine": 0.9999})
     set_row(res, PEER, total_s=150.0, call_s=148.0, stages={"text_encoder": 1.0, "denoise": 145.0, "vae_decode": 2.0, "encode": 2.0})
+    set_row(res, PEER_COLD, total_s=170.0, stages={"load": 20.0, "denoise": 148.0, "encode": 2.0})
     set_row(res, PEER_COMPILE, failed="out of memory")
     for line in lines(res):
         print(line)
@@ -510,6 +574,8 @@ def dry_run(a):
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--cold-child":  # run_peer_cold's process
+        return cold_child(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     pb.add_contender_flags(ap, "where the pipeline, bundles and outputs go (removed at the end unless --keep)", "results directory")
     ap.add_argument("--layers", type=int, default=30, help="transformer blocks at the published widths (of 30)")
@@ -525,7 +591,7 @@ def main():
     ap.add_argument("--negative-prompt", default=NEGATIVE)
     ap.add_argument("--pipeline", help="an existing pipeline folder instead of making one")
     ap.add_argument("--init-latents", help="a safetensors file with tensor init_latents instead of drawing them")
-    pb.add_switches(ap, "--skip-peer", "--peer-compile", "--keep", "--skip-same-embeddings")
+    pb.add_switches(ap, "--skip-peer", "--peer-compile", "--keep", "--skip-same-embeddings", "--skip-cold")
     ap.add_argument("--dry-run", action="store_true", help="the tables with placeholder rows, without torch or a GPU")
     a = ap.parse_args()
     if not 1 <= a.layers <= 30 or not 1 <= a.te_layers <= 24:

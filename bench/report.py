@@ -651,6 +651,13 @@ def render_stages(res):
                  f"{d.get('device', 'GPU')}), {how}: the compiled stage {o['ms'] / 1000:.2f} s and {o['peak_gib']:.1f} GiB, diffusers' "
                  f"AutoencoderKLWan.decode {t['ms'] / 1000:.2f} s and {t['peak_gib']:.1f} GiB ({t['ms'] / o['ms']:.2f}x); "
                  f"PSNR {q['psnr_db']:.1f} dB, cosine {q['cosine']:.6f} ({src(rel, d)})")
+        tl = d.get("ditrun_tiled")
+        if tl and tl.get("ms"):
+            tq = need(tl, "parity", rel)
+            L.append(f"- The same decode under `ditc --vae-budget {tl['budget_gib']:g}`: its tail in {tl['tiles']} windows of "
+                     f"{tl['window']} latent columns (halo {tl['halo']}, exact), {tl['ms'] / 1000:.2f} s and {tl['peak_gib']:.2f} GiB, "
+                     f"{t['ms'] / tl['ms']:.2f}x faster than diffusers at {tl['peak_gib'] / t['peak_gib']:.2f} of its peak; PSNR "
+                     f"{tq['psnr_db']:.1f} dB, cosine {tq['cosine']:.6f} ({src(rel, d)})")
     rel = "umt5_encode.json"
     if os.path.exists(os.path.join(res.dir, rel)):
         d = measured(res, rel)
@@ -683,6 +690,10 @@ def e2e_sentence(d, rel):
             x += f"; {name} (in memory, after a warm-up call) {p['total_s']:.2f} s ({p['total_s'] / o['total_s']:.2f}x)"
         else:
             x += f"; {name}: {'failed' if p.get('failed') else 'not run'} ({(p.get('failed') or p.get('skipped') or 'no row')[:80]})"
+    c = rows.get("diffusers WanPipeline (cold process)", {})
+    if c.get("total_s"):
+        x += (f"; diffusers as a script runs it (a fresh process: import, from_pretrained, the call, export) {c['total_s']:.2f} s "
+              f"({c['total_s'] / o['total_s']:.2f}x)")
     q = o.get("quality") or {}
     if q.get("cosine") is not None:
         x += f"; frames against diffusers' PSNR {q['psnr_db']:.1f} dB, cosine {q['cosine']:.6f}"

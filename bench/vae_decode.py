@@ -125,14 +125,18 @@ def lines(res):
          f"at the published config", "",
          "| contender | decode ms | peak GiB | vs diffusers | PSNR dB | cosine |", "|---|---|---|---|---|---|"]
     d, o, p = res.get("diffusers", {}), res.get("ditrun", {}), res.get("parity", {})
-    for name, e in (("diffusers AutoencoderKLWan.decode", d), ("ditrun (compiled stage)", o)):
+    rows = [("diffusers AutoencoderKLWan.decode", d, {}), ("ditrun (compiled stage)", o, p)]
+    tl = res.get("ditrun_tiled")
+    if tl:
+        win = f", {tl['tiles']} windows of {tl['window']} latent columns" if tl.get("tiles") else ""
+        rows.append((f"ditrun, --vae-budget {tl.get('budget_gib')} GiB{win}", tl, tl.get("parity", {})))
+    for name, e, q in rows:
         if e.get("failed"):
             L.append(f"| {name} | failed: {e['failed'][:160]} | | | | |")
             continue
-        ratio = d["ms"] / e["ms"] if e.get("ms") and d.get("ms") and e is o else None
-        mine = e is o and p
+        ratio = d["ms"] / e["ms"] if e.get("ms") and d.get("ms") and e is not d else None
         L.append(f"| {name} | {fmt(e.get('ms'), '.1f')} | {fmt(e.get('peak_gib'), '.2f')} | {fmt(ratio, '.2f')}{'x' if ratio else ''} | "
-                 f"{fmt(p.get('psnr_db') if mine else None, '.2f')} | {fmt(p.get('cosine') if mine else None, '.6f')} |")
+                 f"{fmt(q.get('psnr_db'), '.2f')} | {fmt(q.get('cosine'), '.6f')} |")
     if d.get("peak_gib") is not None or o.get("peak_gib") is not None:
         L += ["", "peak GiB: diffusers' torch.cuda.max_memory_allocated (tensors only); ditrun's own allocation (weights, "
               "activations and caches: its memory line, the larger decoder's for a chunked decode). decode ms: ditrun's without "
@@ -184,11 +188,76 @@ def dry_run(a):
         res = {"res": r, "latents": latent_shape(r), "dry_run": True,
                "diffusers": {"ms": 30000.0, "peak_gib": 20.0},
                "ditrun": {"ms": 12000.0, "peak_gib": 40.0} if ok else {"failed": "out of memory: 150.00 GiB needed"},
-               "parity": {"psnr_db": 48.5, "cosine": 0.99995} if ok else {}}
+               "parity": {"psnr_db": 48.5, "cosine": 0.99995} if ok else {},
+               "ditrun_tiled": {"ms": 14000.0, "peak_gib": 3.0, "budget_gib": 3.4, "tiles": 3, "window": 63, "halo": 7,
+                                "parity": {"psnr_db": 48.5, "cosine": 0.99995}}}
         for line in lines(res):
             print(line)
         save_res(res, a.out)
     return 0
+
+
+def measure(a, folder, flags, extra, inputs, out, ref, dev):
+    """ditrun's decode of the latents in `inputs` with the bundles `ditc` compiles from folder/vae
+    (flags, plus extra for the chunks' graphs: --vae-budget splits the decoder, its head compiled
+    too): the best of --iters, its allocation and split of the time, and its frames against
+    diffusers' (ref). Returns the entry and 1 if it failed or missed the cosine bar, else 0."""
+    import torch  # device only
+    from safetensors.torch import load_file  # device only
+    vae, e = os.path.join(folder, "vae"), {}
+    chunk = ["--vae-chunk", str(a.chunk)] if a.chunk else []
+    tail = ["--vae-part", "tail"] if extra else []
+    bundle, e["ditc_compile_s"], refused = pb.ditc_compile(a.ditc, vae, flags + chunk + tail + extra)
+    first = head = None
+    if bundle and a.chunk:  # the first latent frame's graph, a bundle of its own
+        first, _, refused = pb.ditc_compile(a.ditc, vae, flags + chunk + tail + extra + ["--vae-first"])
+    if first and extra:  # a split decoder's head: whole frames, one latent frame a forward
+        head, _, refused = pb.ditc_compile(a.ditc, vae, flags + ["--vae-chunk", "1", "--vae-part", "head"])
+    if not bundle or (a.chunk and not first) or (extra and not head):
+        return {"failed": "ditc compile: " + refused}, 1
+    if extra:
+        info = subprocess.run([a.ditrun, "info", bundle], capture_output=True, text=True).stdout.split("\n")
+        tile = [x.split() for x in info if x.startswith("tile ")]
+        if tile:
+            e["tiles"], e["window"], e["halo"] = int(tile[0][1]), int(tile[0][3]), int(tile[0][-1])
+    times = []
+    for _ in range(a.iters):
+        if a.chunk:  # chunk by chunk (ditrun decode): the device's peak seen by nvidia-smi
+            from gpumem import MemPoll, used_mib
+            base, poll = used_mib(0), MemPoll(gpu=0, every_s=0.02)
+            poll.start()
+            p = subprocess.run([a.ditrun, "decode", bundle, "--first", first] + (["--head", head] if head else []) +
+                               ["--latents", inputs, "--out", out], capture_output=True, text=True)
+            poll.stop = True
+            poll.join()
+            t = ditrun_line(p.stderr, "ditrun: vae decode ")
+            if not p.returncode:  # "ditrun: vae decode T s (loading L s, M MiB allocated)"
+                times.append(float(t[3]) - float(t[6]))  # the decode without its bundles' loading
+                e["load_s"] = float(t[6])
+                e["peak_gib"] = float(t[8]) / 1024
+                e["split_s"] = {"forwards": float(t[12]), "caches": float(t[15]), "frames": float(t[18]),
+                                "frames_beside_forwards": float(t[20])}
+                e["device_peak_gib"] = (poll.peak - base) / 1024
+        else:
+            p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
+            t, m = ditrun_line(p.stderr, "ditrun: forward "), ditrun_line(p.stderr, "ditrun: memory:")
+            if not p.returncode:
+                times.append(float(t[2].rstrip("s")))
+                if m:
+                    e["peak_gib"] = float(m[2]) / 1024
+        if p.returncode:
+            return {"failed": (p.stderr.strip() or "ditrun failed").splitlines()[-1][:300]}, 1
+    e["ms"] = 1e3 * min(times)
+    ours = load_file(out)["frames" if a.chunk else "sample"]
+    if ref is None:
+        return e, 0
+    assert ours.shape == ref.shape, (ours.shape, ref.shape)
+    o, w = ours.to(dev, torch.float64).flatten(), ref.to(dev, torch.float64).flatten()
+    mse = float(((o - w) ** 2).mean())
+    cos = float(torch.nn.functional.cosine_similarity(o, w, dim=0))
+    e["parity"] = {"psnr_db": psnr_db(mse), "cosine": cos, "max_abs": float((o - w).abs().max()),
+                   "clamped_share": float((w.abs() >= 1).double().mean()), "parity_ok": cos >= pb.COSINE_MIN}
+    return e, int(not e["parity"]["parity_ok"])
 
 
 def run(a):
@@ -243,58 +312,17 @@ def run(a):
         model.to("cpu")
         torch.cuda.empty_cache()
         flags = shape_flags(r) + ["--dtype", "bf16", "--target", "sm_90", "--store", store]
-        chunk = ["--vae-chunk", str(a.chunk)] if a.chunk else []
-        bundle, res["ditc_compile_s"], refused = pb.ditc_compile(a.ditc, os.path.join(folder, "vae"), flags + chunk)
-        first = None
-        if bundle and a.chunk:  # the first latent frame's graph, a bundle of its own
-            first, _, refused = pb.ditc_compile(a.ditc, os.path.join(folder, "vae"), flags + chunk + ["--vae-first"])
+        res["ditrun"], bad = measure(a, folder, flags, [], inputs, os.path.join(a.work, f"sample_{r}.safetensors"), ref, dev)
         res["ditrun"]["vae_chunk"] = a.chunk
-        if not bundle or (a.chunk and not first):
-            res["ditrun"] = {"failed": "ditc compile: " + refused}
-            fails += 1
-        else:
-            out, times = os.path.join(a.work, f"sample_{r}.safetensors"), []
-            for _ in range(a.iters):
-                if a.chunk:  # chunk by chunk (ditrun decode): the device's peak seen by nvidia-smi
-                    from gpumem import MemPoll, used_mib
-                    base, poll = used_mib(0), MemPoll(gpu=0, every_s=0.02)
-                    poll.start()
-                    p = subprocess.run([a.ditrun, "decode", bundle, "--first", first, "--latents", inputs, "--out", out],
-                                       capture_output=True, text=True)
-                    poll.stop = True
-                    poll.join()
-                    t = ditrun_line(p.stderr, "ditrun: vae decode ")
-                    if not p.returncode:  # "ditrun: vae decode T s (loading L s, M MiB allocated)"
-                        times.append(float(t[3]) - float(t[6]))  # the decode without its bundles' loading
-                        res["ditrun"]["load_s"] = float(t[6])
-                        res["ditrun"]["peak_gib"] = float(t[8]) / 1024
-                        res["ditrun"]["split_s"] = {"forwards": float(t[12]), "caches": float(t[15]), "frames": float(t[18]),
-                                                    "frames_beside_forwards": float(t[20])}
-                        res["ditrun"]["device_peak_gib"] = (poll.peak - base) / 1024
-                else:
-                    p = subprocess.run([a.ditrun, "forward", bundle, "--inputs", inputs, "--out", out], capture_output=True, text=True)
-                    t, m = ditrun_line(p.stderr, "ditrun: forward "), ditrun_line(p.stderr, "ditrun: memory:")
-                    if not p.returncode:
-                        times.append(float(t[2].rstrip("s")))
-                        if m:
-                            res["ditrun"]["peak_gib"] = float(m[2]) / 1024
-                if p.returncode:
-                    res["ditrun"] = {"failed": (p.stderr.strip() or "ditrun failed").splitlines()[-1][:300]}
-                    break
-            if not res["ditrun"].get("failed"):
-                res["ditrun"]["ms"] = 1e3 * min(times)
-                ours = load_file(out)["frames" if a.chunk else "sample"]
-                if ref is not None:
-                    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-                    o, w = ours.to(dev, torch.float64).flatten(), ref.to(dev, torch.float64).flatten()
-                    mse = float(((o - w) ** 2).mean())
-                    cos = float(torch.nn.functional.cosine_similarity(o, w, dim=0))
-                    res["parity"] = {"psnr_db": psnr_db(mse), "cosine": cos, "max_abs": float((o - w).abs().max()),
-                                     "clamped_share": float((w.abs() >= 1).double().mean()), "parity_ok": cos >= pb.COSINE_MIN}
-                    fails += not res["parity"]["parity_ok"]
-                    del o, w
-            else:
-                fails += 1
+        res["parity"] = res["ditrun"].pop("parity", {})
+        fails += bad
+        budget = a.budget or (a.budget_share * res["diffusers"]["peak_gib"] if a.budget_share and res["diffusers"].get("peak_gib") else 0)
+        if budget and a.chunk:  # the same decode split into windows that fit the budget
+            budget = math.floor(budget * 100) / 100
+            res["ditrun_tiled"], bad = measure(a, folder, flags, ["--vae-budget", str(budget)], inputs,
+                                               os.path.join(a.work, f"sample_{r}_tiled.safetensors"), ref, dev)
+            res["ditrun_tiled"]["budget_gib"] = budget
+            fails += bad
         res["complete"] = True
         save_res(res, a.out)
         print("\n".join(lines(res)), flush=True)
@@ -308,6 +336,10 @@ def main():
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=1, help="latent frames a decoder forward takes (ditrun decode); 0: one "
                     "graph over the whole video (ditrun forward)")
+    ap.add_argument("--budget", type=float, default=0, help="GiB: also the decode split into the fewest windows whose "
+                    "predicted peak fits (ditc --vae-budget), a row of its own")
+    ap.add_argument("--budget-share", type=float, default=0, help="the same with a budget of this share of diffusers' peak "
+                    "measured in the run (e.g. 0.33)")
     pb.add_switches(ap, "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the shapes, folder writer and table without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")

@@ -155,8 +155,12 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
 
 /* A one-expert bundle without a generate section is written as schema 1.0, byte for byte as
  * before those sections. */
-static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen, int stages) {
-  return stages ? DIT_SCHEMA_MINOR_STAGES
+static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen, int stages,
+                        const dit_manifest_stage_t *list, size_t n_list) {
+  int tiles = o->shape.vae_part != DIT_VAE_WHOLE;
+  for (size_t i = 0; i < n_list; i++) tiles |= !strcmp(list[i].role, "vae_decoder_head");
+  return tiles    ? DIT_SCHEMA_MINOR_TILES
+         : stages ? DIT_SCHEMA_MINOR_STAGES
          : o->shape.reuse_group ? DIT_SCHEMA_MINOR_REUSE
          : gen->present      ? DIT_SCHEMA_MINOR_GENERATE
          : m->pipeline.n_experts > 1 ? DIT_SCHEMA_MINOR_EXPERTS
@@ -334,6 +338,12 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON *vc = cJSON_AddObjectToObject(opts, "vae_chunk");
     cJSON_AddNumberToObject(vc, "frames", (double)o->shape.vae_chunk);
     cJSON_AddBoolToObject(vc, "first", o->shape.vae_first);
+    /* A split decoder's part (absent: the whole decoder, bundles keep their identity). */
+    if (o->shape.vae_part == DIT_VAE_HEAD) cJSON_AddStringToObject(vc, "part", "head");
+    if (o->shape.vae_part == DIT_VAE_TAIL) {
+      cJSON_AddStringToObject(vc, "part", "tail");
+      cJSON_AddNumberToObject(vc, "tiles", (double)o->shape.vae_tiles);
+    }
   }
   if (o->offload && strcmp(o->offload, "none")) {
     /* Only what changes the plan: the mode, the chunk size, the residency request and the
@@ -363,7 +373,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   char schema[16];
-  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(o, m, &gen, n_stages || (tok && tok->n)));
+  snprintf(schema, sizeof schema, "%d.%d", DIT_SCHEMA_MAJOR, schema_minor(o, m, &gen, n_stages || (tok && tok->n), stages, n_stages));
   cJSON_AddStringToObject(in, "schema", schema);
   cJSON *tc = NULL;
   dit_status_t s = dit_toolchain_identity(o->target, &tc);
@@ -446,8 +456,34 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
 
 /* ---- driver ---- */
 
+/* A decoder tail without --vae-tiles takes the fewest that fit --vae-budget: *c is o with them
+ * (and no budget left); *resolved says whether o needed it. */
+static dit_status_t resolve_tail_tiles(const dit_compile_options_t *o, dit_compile_options_t *c, int *resolved) {
+  *resolved = 0;
+  if (o->shape.vae_part != DIT_VAE_TAIL || o->shape.vae_tiles) return DIT_OK;
+  if (!(o->vae_budget_gib > 0))
+    return DIT_ERR(INVALID_ARGUMENT, "--vae-part tail: the windows come from --vae-tiles N or --vae-budget GIB; neither was given");
+  int64_t t = 0;
+  uint64_t peak = 0;
+  DIT_RETURN_IF(dit_compile_vae_tiles(o, 0, &t, &peak));
+  if (!o->quiet)
+    fprintf(stderr, "ditc: --vae-budget %g GiB: %" PRId64 " window%s, a predicted peak of %.1f MiB\n", o->vae_budget_gib, t,
+            t == 1 ? "" : "s", (double)peak / (double)(1ull << 20));
+  *c = *o;
+  c->shape.vae_tiles = t;
+  c->vae_budget_gib = 0;
+  *resolved = 1;
+  return DIT_OK;
+}
+
 dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *out) {
   memset(out, 0, sizeof *out);
+  {
+    dit_compile_options_t c;
+    int resolved = 0;
+    DIT_RETURN_IF(resolve_tail_tiles(o, &c, &resolved));
+    if (resolved) return dit_compile(&c, out);
+  }
   int gpu = strcmp(o->target, "cpu") != 0;
   if (gpu && !dit_cuda_target_supported(o->target))
     return DIT_ERR(INVALID_ARGUMENT, "--target %s: supported targets: cpu, sm_80, sm_86, sm_89, sm_90", o->target);
@@ -626,7 +662,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) {
     s = dit_model_generate_contract(m, &ls, &man.generate);
     man.schema_major = DIT_SCHEMA_MAJOR;
-    man.schema_minor = schema_minor(o, m, &man.generate, n_stages || tok.n);
+    man.schema_minor = schema_minor(o, m, &man.generate, n_stages || tok.n, stages, n_stages);
     man.n_stages = n_stages;
     memcpy(man.stages, stages, n_stages * sizeof *stages);
     snprintf(man.family, sizeof man.family, "%s", m->family);
@@ -661,6 +697,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     man.shape.latent[1] = ls.frames;
     man.shape.latent[2] = ls.height;
     man.shape.latent[3] = ls.width;
+    man.shape.tile_count = ls.tile_count;
+    man.shape.tile_full = ls.tile_full;
+    man.shape.tile_halo = ls.tile_halo;
     man.dtype = o->shape.dtype;
     if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_INPUT, &man.io_inputs, &man.n_inputs);
     if (!s) s = fill_io(rb[0].plan, DIT_STORAGE_OUTPUT, &man.io_outputs, &man.n_outputs);
@@ -809,6 +848,12 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
 
 dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_inputs, char out_identity[33]) {
   *out_inputs = NULL;
+  {
+    dit_compile_options_t c;
+    int resolved = 0;
+    DIT_RETURN_IF(resolve_tail_tiles(o, &c, &resolved));
+    if (resolved) return dit_compile_identity(&c, out_inputs, out_identity);
+  }
   dit_model_t *m = NULL;
   dit_store_t *store = NULL;
   dit_latent_shape_t ls;

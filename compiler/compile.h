@@ -40,6 +40,9 @@ typedef struct dit_compile_options {
   dit_quant_t quant;
   /* --reuse-cache-mb: the state cache's cap in MiB (0: none); it decides shape.reuse_merge. */
   double reuse_cache_mb;
+  /* --vae-budget: the VAE decode's device memory in GiB (0: none); with a budget, a decoder tail
+   * (shape.vae_part) or a pipeline's VAE stage takes the fewest windows that fit. */
+  double vae_budget_gib;
   /* --stages: a comma-separated list of transformer, text_encoder, vae; NULL: every stage the
    * pipeline directory has that this build compiles; "": none (compile_stages.c). */
   const char *stages;

@@ -38,6 +38,14 @@ typedef struct dit_rank_build {
   cJSON *quant; /* what --quant changed (the manifest summary's "quant"); NULL without it */
 } dit_rank_build_t;
 
+/* ---- a VAE decode's tiles (compile_tiles.c) ---- */
+
+/* The fewest windows of a split decoder (o a vae/ folder's options: shape, target, vae_budget_gib)
+ * whose decode's predicted device peak fits the budget, in *tiles, the peak in *peak; with
+ * allow_whole, 0 when the decoder fits unsplit. The head (whole frames) must fit too. Refused,
+ * with the least predicted peak, when no window count fits. */
+dit_status_t dit_compile_vae_tiles(const dit_compile_options_t *o, int allow_whole, int64_t *tiles, uint64_t *peak);
+
 /* ---- the pipeline's stages (compile_stages.c) ---- */
 
 /* Compiles (or with identity_only, only identifies) the pipeline's text encoder and VAE decoder

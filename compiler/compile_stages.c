@@ -20,7 +20,7 @@
  * vae_decoder stage, latent frame 0's the vae_decoder_first stage. */
 static const struct {
   const char *folder, *role;
-} kStages[] = {{"text_encoder", "text_encoder"}, {"vae", "vae_decoder"}, {"vae", "vae_decoder_first"}};
+} kStages[] = {{"text_encoder", "text_encoder"}, {"vae", "vae_decoder"}, {"vae", "vae_decoder_first"}, {"vae", "vae_decoder_head"}};
 #define N_STAGES (sizeof kStages / sizeof kStages[0])
 
 /* --stages LIST: which of kStages it names (bit i); the transformer must be among them. */
@@ -47,8 +47,10 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
 /* The VAE's latent frames per chunk: --vae-chunk, else 1. */
 static int64_t vae_chunk(const dit_compile_options_t *o) { return o->shape.vae_chunk < 0 ? 1 : o->shape.vae_chunk; }
 
-/* The options of stage i: its folder, batch 1, the shape it takes, no parallelism or offload. */
-static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer,
+/* The options of stage i: its folder, batch 1, the shape it takes, no parallelism or offload; a
+ * VAE split for tiles (vae_tiles >= 1) runs its head over whole frames and the chunks' graphs over
+ * that many windows. */
+static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer, int64_t vae_tiles,
                           dit_compile_options_t *so) {
   memset(so, 0, sizeof *so);
   so->model_dir = dir;
@@ -72,7 +74,27 @@ static void stage_options(const dit_compile_options_t *o, size_t i, const char *
     so->shape.width = o->shape.width;
     so->shape.vae_chunk = vae_chunk(o);
     so->shape.vae_first = !strcmp(kStages[i].role, "vae_decoder_first");
+    so->shape.vae_part = !vae_tiles ? DIT_VAE_WHOLE : !strcmp(kStages[i].role, "vae_decoder_head") ? DIT_VAE_HEAD : DIT_VAE_TAIL;
+    so->shape.vae_tiles = so->shape.vae_part == DIT_VAE_TAIL ? vae_tiles : 0;
+    if (so->shape.vae_part == DIT_VAE_HEAD) so->shape.vae_chunk = 1;
   }
+}
+
+/* The windows of the pipeline's VAE decode: --vae-tiles, or the fewest that fit --vae-budget (0
+ * when it fits unsplit), or none. */
+static dit_status_t vae_tiles_of(const dit_compile_options_t *o, const char *dir, int64_t *tiles) {
+  *tiles = o->shape.vae_tiles;
+  if (*tiles || !(o->vae_budget_gib > 0)) return DIT_OK;
+  dit_compile_options_t so;
+  stage_options(o, 1, dir, NULL, 0, &so);
+  so.vae_budget_gib = o->vae_budget_gib;
+  so.variant = NULL;
+  uint64_t peak = 0;
+  DIT_RETURN_IF_ERROR(dit_compile_vae_tiles(&so, 1, tiles, &peak), "stage vae");
+  if (!o->quiet)
+    fprintf(stderr, "ditc: --vae-budget %g GiB: the VAE decode %s %lld window%s, a predicted peak of %.1f MiB\n", o->vae_budget_gib,
+            *tiles ? "split, its tail in" : "unsplit,", (long long)(*tiles ? *tiles : 1), *tiles > 1 ? "s" : "", (double)peak / (double)(1ull << 20));
+  return DIT_OK;
 }
 
 dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_only, dit_manifest_stage_t *out, size_t *n_out) {
@@ -83,6 +105,7 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
   char index[4096];
   DIT_RETURN_IF(dit_path_join(index, sizeof index, o->model_dir, "model_index.json"));
   const int pipeline = dit_path_exists(index);
+  int64_t tiles = -1; /* decided with the first VAE stage */
   for (size_t i = 0; i < N_STAGES; i++) {
     const int named = (wanted >> i) & 1;
     char dir[4096], tok[4096];
@@ -96,6 +119,12 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
       return DIT_ERR(NOT_FOUND, "--stages %s: the pipeline directory %s has no %s/ folder", o->stages, o->model_dir, kStages[i].folder);
     if (!has || (o->stages && !named)) continue;
     if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o)) continue; /* the whole video in one graph */
+    if (!strncmp(kStages[i].role, "vae_decoder", 11) && tiles < 0) {
+      if ((o->shape.vae_tiles || o->vae_budget_gib > 0) && !vae_chunk(o))
+        return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk 0 with --vae-%s: a decoder in windows runs in chunks", o->shape.vae_tiles ? "tiles" : "budget");
+      DIT_RETURN_IF(vae_tiles_of(o, dir, &tiles));
+    }
+    if (!strcmp(kStages[i].role, "vae_decoder_head") && !tiles) continue; /* unsplit */
     /* By default a stage this build cannot load or compile (a family or a variant it does not know
      * yet, a folder that holds only what the transformer's compile reads, such as a VAE config for
      * its factors) is left out with a note saying why; named in --stages it is an error. */
@@ -121,7 +150,7 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
     if (text && !dit_is_dir(tok))
       return DIT_ERR(NOT_FOUND, "stage %s: %s: missing (the tokenizer of the prompts the text encoder reads)", kStages[i].folder, tok);
     dit_compile_options_t so;
-    stage_options(o, i, dir, text ? tok : NULL, &so);
+    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, &so);
     if (identity_only) {
       cJSON *in = NULL;
       s = dit_compile_identity(&so, &in, st->identity);

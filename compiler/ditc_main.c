@@ -78,6 +78,13 @@ static const char kUsage[] =
     "                            (default 1, as diffusers: the peak memory of one chunk); 0: one\n"
     "                            graph over the whole video. On a vae/ folder alone: the graph of\n"
     "                            one such chunk (--vae-first: of latent frame 0)\n"
+    "        --vae-budget GIB    the most device memory the VAE decode may take: ditc splits the\n"
+    "                            decoder into a head over whole frames and a tail over the fewest\n"
+    "                            overlapping column windows whose predicted peak fits (exact: each\n"
+    "                            window's halo covers the tail's receptive field), or refuses\n"
+    "        --vae-tiles N       the same split with N windows, whatever memory it takes\n"
+    "        --vae-part head|tail  on a vae/ folder alone: the head's graph (with --vae-chunk 1)\n"
+    "                            or the tail's (--vae-chunk, --vae-first, --vae-tiles or --vae-budget)\n"
     "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
     "                            with a store)\n"
     "        --store DIR         content-addressed store to look in first and enter the bundle\n"
@@ -144,6 +151,13 @@ static int cmd_compile(int argc, char **argv, int why) {
       rc = parse_i64(a, val, &o.shape.vae_chunk), i++;
       if (!rc && o.shape.vae_chunk < 0) return usage_error("--vae-chunk %s: expected a count of latent frames >= 0", val);
     } else if (!strcmp(a, "--vae-first")) o.shape.vae_first = 1;
+    else if (!strcmp(a, "--vae-tiles")) {
+      rc = parse_i64(a, val, &o.shape.vae_tiles), i++;
+      if (!rc && o.shape.vae_tiles < 1) return usage_error("--vae-tiles %s: expected a count of windows >= 1", val);
+    } else if (!strcmp(a, "--vae-part")) {
+      if (!val || (strcmp(val, "head") && strcmp(val, "tail"))) return usage_error("--vae-part %s: expected head or tail", val ? val : "(missing)");
+      o.shape.vae_part = strcmp(val, "head") ? DIT_VAE_TAIL : DIT_VAE_HEAD, i++;
+    }
     else if (!strcmp(a, "--image-len")) {
       rc = parse_i64(a, val, &o.shape.image_len), i++;
       if (!rc && o.shape.image_len < 1) return usage_error("--image-len %s: expected a positive count", val);
@@ -158,7 +172,7 @@ static int cmd_compile(int argc, char **argv, int why) {
       if (!val) return usage_error("%s needs a value", a);
       o.profile = val, i++;
     } else if (!strcmp(a, "--chunk-mb") || !strcmp(a, "--residency") || !strcmp(a, "--memory-budget") ||
-               !strcmp(a, "--latency-target") || !strcmp(a, "--reuse-cache-mb")) {
+               !strcmp(a, "--latency-target") || !strcmp(a, "--reuse-cache-mb") || !strcmp(a, "--vae-budget")) {
       char *end = NULL;
       double d = val ? strtod(val, &end) : -1;
       if (!val || end == val || *end || !(d >= 0) || !isfinite(d)) return usage_error("%s needs a non-negative number", a);
@@ -167,6 +181,7 @@ static int cmd_compile(int argc, char **argv, int why) {
       else if (!strcmp(a, "--residency")) o.residency = d;
       else if (!strcmp(a, "--memory-budget")) o.memory_budget_gib = d;
       else if (!strcmp(a, "--reuse-cache-mb")) o.reuse_cache_mb = d, cap_given = 1;
+      else if (!strcmp(a, "--vae-budget")) o.vae_budget_gib = d;
       else o.latency_target_ms = d;
       i++;
     }
@@ -254,6 +269,9 @@ static int cmd_compile(int argc, char **argv, int why) {
   }
   if (!o.model_dir) return usage_error("%s", "compile needs a MODEL_DIR");
   if (o.shape.vae_first && o.shape.vae_chunk < 1) return usage_error("%s", "--vae-first needs --vae-chunk N with N >= 1");
+  if (o.shape.vae_part == DIT_VAE_HEAD && (o.shape.vae_tiles || o.vae_budget_gib > 0))
+    return usage_error("%s", "--vae-part head runs over whole frames: --vae-tiles and --vae-budget are the tail's");
+  if (o.shape.vae_tiles && o.vae_budget_gib > 0) return usage_error("%s", "--vae-tiles and --vae-budget: give one (the budget picks the tiles)");
   if (sparse_extra && !o.shape.sparse.pattern) return usage_error("%s needs --sparse-attn", sparse_extra);
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;
   if (o.shape.cp_mode && o.shape.cp < 2) return usage_error("%s", "--cp-mode needs --cp N with N >= 2");

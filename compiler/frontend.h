@@ -40,7 +40,16 @@ typedef struct dit_shape_request {
    * frame 0 alone, which diffusers decodes as a chunk of its own. */
   int64_t vae_chunk;
   int vae_first;
+  /* A decoder split for spatial tiles (DIT_VAE_WHOLE: not split). The head (DIT_VAE_HEAD) runs
+   * the part whose receptive field is the whole frame (up to the mid block's attention and the
+   * up blocks at latent resolution) over full frames, one latent frame per forward; the tail
+   * (DIT_VAE_TAIL) runs the rest over one of vae_tiles overlapping windows of the head's output
+   * width, each window wide enough that its core is exact (see dit_vae_tile_span). */
+  int vae_part;
+  int64_t vae_tiles;
 } dit_shape_request_t;
+
+enum { DIT_VAE_WHOLE = 0, DIT_VAE_HEAD = 1, DIT_VAE_TAIL = 2 };
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };
 
@@ -186,6 +195,9 @@ typedef struct dit_latent_shape {
   int64_t channels, frames, height, width;
   int64_t tokens;    /* image (patch) tokens of one sample */
   int64_t image_len; /* image tokens (encoder_hidden_states_image); 0 for a model without them */
+  /* A decoder tail's windows (DIT_VAE_TAIL; count 0 otherwise): how many, the full width they
+   * cover and the halo each side (in the tail's input pixels; width above is one window's). */
+  int64_t tile_count, tile_full, tile_halo;
 } dit_latent_shape_t;
 
 /* Loads config.json and the checkpoint of model_dir and validates both against the family's

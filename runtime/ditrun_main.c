@@ -43,10 +43,13 @@ static const char kUsage[] =
     "                     decoded frames ([B, 3, F, H, W] or [B, 3, H, W], values in [-1, 1])\n"
     "                     as an H.264 MP4 (yuv420p, --fps default 16, --crf 1..51 default 18)\n"
     "                     or a PNG (a video's frame 0); batch item b >= 1 goes to FILE_b.EXT\n"
-    "  decode VAE_BUNDLE [--first FIRST_BUNDLE] --latents IN.safetensors --out OUT.safetensors\n"
+    "  decode VAE_BUNDLE [--first FIRST_BUNDLE [--head HEAD_BUNDLE]] --latents IN.safetensors\n"
+    "         --out OUT.safetensors\n"
     "                     a VAE decoder stage's decode of tensor 'latents' ([B, C, f, h, w]) into\n"
     "                     tensor 'frames', as generate --prompt decodes: with --first, the stage\n"
-    "                     in chunks (FIRST_BUNDLE latent frame 0's, VAE_BUNDLE the later chunks')\n"
+    "                     in chunks (FIRST_BUNDLE latent frame 0's, VAE_BUNDLE the later chunks');\n"
+    "                     with --head, split for windows (HEAD_BUNDLE over whole frames, then the\n"
+    "                     two tails window by window)\n"
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
@@ -889,12 +892,15 @@ dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   /* A decoder in chunks has latent frame 0's bundle beside its later chunks'. */
   const char *first = NULL;
   if (dit_manifest_find_stage(m, "vae_decoder_first")) DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder_first", "--prompt --out", &first));
+  /* A decoder in windows has its head's bundle beside its tails'. */
+  const char *head = NULL;
+  if (dit_manifest_find_stage(m, "vae_decoder_head")) DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder_head", "--prompt --out", &head));
   const dit_runtime_options_t o = stage_runtime_options(a);
   dit_tensor_t lat = j->lat, frames;
   lat.data = j->latents;
   double t0 = dit_now_s();
   gen_decode_stats_t ds;
-  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, &o, &lat, &frames, &ds), "the VAE decoder stage");
+  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, head, &o, &lat, &frames, &ds), "the VAE decoder stage");
   gen_decode_report(dit_now_s() - t0, &ds);
   dit_status_t s = DIT_OK;
   if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
@@ -1620,12 +1626,12 @@ static int cmd_tokenize(int argc, char **argv) {
  * images (runtime/media.h). */
 /* decode: gen_decode_latents on a latents file, the time on stderr as generate prints it. */
 static int cmd_decode(int argc, char **argv) {
-  const char *vae = NULL, *first = NULL, *in = NULL, *out = NULL;
+  const char *vae = NULL, *first = NULL, *head = NULL, *in = NULL, *out = NULL;
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(f, "--first") || !strcmp(f, "--latents") || !strcmp(f, "--out")) {
+    if (!strcmp(f, "--first") || !strcmp(f, "--latents") || !strcmp(f, "--out") || !strcmp(f, "--head")) {
       if (!v) return usage_error("%s needs a value", f);
-      *(f[2] == 'f' ? &first : f[2] == 'l' ? &in : &out) = v;
+      *(f[2] == 'f' ? &first : f[2] == 'l' ? &in : f[2] == 'h' ? &head : &out) = v;
       i++;
     } else if (f[0] == '-') {
       return usage_error("unknown option %s", f);
@@ -1652,7 +1658,7 @@ static int cmd_decode(int argc, char **argv) {
   const dit_runtime_options_t o = {0};
   const double t0 = dit_now_s();
   gen_decode_stats_t ds;
-  if (!s) s = gen_decode_latents(vae, first, &o, &lat, &frames, &ds);
+  if (!s) s = gen_decode_latents(vae, first, head, &o, &lat, &frames, &ds);
   if (!s) gen_decode_report(dit_now_s() - t0, &ds);
   dit_st_writer_t *w = NULL;
   if (!s) s = dit_st_writer_create(&w);

@@ -142,21 +142,13 @@ static dit_status_t check_fitness(const dit_runtime_t *rt, const dit_runtime_opt
 
 /* The buffer of lender's input matching plan input v (name, dtype and size), or NULL. */
 static void *lent_input(const rank_rt_t *lender, const dit_plan_value_t *v) {
-  for (size_t i = 0; lender && i < lender->plan->n_values; i++) {
-    const dit_plan_value_t *u = &lender->plan->values[i];
-    if (u->storage == DIT_STORAGE_INPUT && !strcmp(u->ref, v->ref) && u->dtype == v->dtype && u->nbytes == v->nbytes) return lender->io_buf[i];
-  }
-  return NULL;
+  const long i = lender ? dit_plan_lent_input(lender->plan, v) : -1;
+  return i >= 0 ? lender->io_buf[i] : NULL;
 }
 
-/* What a runtime borrowing from lender does not allocate: the arena when lender's is large
- * enough, and the inputs lender has. */
+/* What a runtime borrowing from lender does not allocate (dit_plan_lent_bytes). */
 static uint64_t lent_bytes(const rank_rt_t *rt, const rank_rt_t *lender) {
-  if (!lender) return 0;
-  uint64_t n = lender->arena && lender->plan->arena_bytes >= rt->plan->arena_bytes ? rt->plan->arena_bytes : 0;
-  for (size_t i = 0; i < rt->plan->n_values; i++)
-    if (rt->plan->values[i].storage == DIT_STORAGE_INPUT && lent_input(lender, &rt->plan->values[i])) n += rt->plan->values[i].nbytes;
-  return n;
+  return lender ? dit_plan_lent_bytes(rt->plan, lender->plan) : 0;
 }
 
 static dit_status_t bind_values(rank_rt_t *rt, const rank_rt_t *lender) {

@@ -165,20 +165,36 @@ typedef struct decoder {
 
 /* The decoder bundle at dir, checked to take latents of the loop's channels and size (its
  * manifest alone: the runtime is loaded when it runs). */
-static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, decoder_t *d) {
+static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, const char *output, decoder_t *d) {
   dit_bundle_t *b = NULL;
   DIT_RETURN_IF(dit_bundle_open(dir, 0, &b));
   const dit_manifest_t *m = dit_bundle_manifest(b);
-  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "latents"), *out = find_io(m->io_outputs, m->n_outputs, "sample");
+  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "latents"), *out = find_io(m->io_outputs, m->n_outputs, output);
   int same = in && out && in->rank == 5 && lat->rank == 5 && out->rank == 5 && in->dims[0] == 1;
   for (int k = 1; same && k < 5; k++) same = k == 2 || in->dims[k] == lat->dims[k];
   dit_status_t s = DIT_OK;
   if (!same)
     s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes latents %s, the loop's are [%lld, %lld, %lld, %lld, %lld]: a "
-                "stage bundle of another shape", dir, in && out ? "of its compiled shape" : "(it has no 'latents' input or 'sample' output)",
+                "stage bundle of another shape", dir, in && out ? "of its compiled shape" : "(it has no 'latents' input or no output of the expected name)",
                 (long long)lat->dims[0], (long long)lat->dims[1], (long long)lat->dims[2], (long long)lat->dims[3],
                 (long long)lat->dims[4]);
   if (!s) *d = (decoder_t){.dir = dir, .n = in->dims[2], .frames = out->dims[2]};
+  dit_bundle_close(b);
+  return s;
+}
+
+/* A split decoder's tail at dir: input 'hidden' ([1, n, h, window, C], channel-last), output
+ * 'sample' (checked against the head's output by tail_tiles). */
+static dit_status_t tail_open(const char *dir, decoder_t *d) {
+  dit_bundle_t *b = NULL;
+  DIT_RETURN_IF(dit_bundle_open(dir, 0, &b));
+  const dit_manifest_t *m = dit_bundle_manifest(b);
+  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "hidden"), *out = find_io(m->io_outputs, m->n_outputs, "sample");
+  dit_status_t s = DIT_OK;
+  if (!in || !out || in->rank != 5 || out->rank != 5 || in->dims[0] != 1)
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail: expected input 'hidden' [1, n, h, w, C] and output 'sample' [1, C, F, H, W]",
+                dir);
+  else *d = (decoder_t){.dir = dir, .n = in->dims[1], .frames = out->dims[2]};
   dit_bundle_close(b);
   return s;
 }
@@ -249,11 +265,12 @@ static dit_status_t check_handoff(const char *first_dir, const char *vae_dir) {
 
 /* A chunk's frames taken into the video on a thread of their own while the next chunk's forward
  * runs: the sample view y (the runtime's host copy, valid until its next download) converted
- * into frames (f32 [B, C, F, H, W]) of item b from frame f0. */
+ * into frames (f32 [B, C, F, H, W]) of item b from frame f0, columns [lo, hi) of the video from
+ * the sample's columns from lo - x0 (a window's: x0 its first column; a whole frame's: 0). */
 typedef struct frames_job {
   dit_tensor_t y;
   dit_tensor_t *frames;
-  int64_t b, f0;
+  int64_t b, f0, x0, lo, hi;
   double seconds;
   int running;
   pthread_t th;
@@ -262,11 +279,20 @@ typedef struct frames_job {
 static void *store_frames(void *p) {
   frames_job_t *j = p;
   const double t0 = dit_now_s();
-  const int64_t C = j->frames->dims[1], F = j->frames->dims[2], HW = j->frames->dims[3] * j->frames->dims[4];
-  const size_t esz = dit_dtype_size(j->y.dtype), plane = (size_t)(j->y.dims[2] * HW);
-  for (int64_t c = 0; c < C; c++) /* a float sample (checked): the conversion cannot fail */
-    (void)dit_convert((float *)j->frames->data + ((j->b * C + c) * F + j->f0) * HW, DIT_F32, (const char *)j->y.data + (size_t)c * plane * esz,
-                      j->y.dtype, plane);
+  const int64_t C = j->frames->dims[1], F = j->frames->dims[2], H = j->frames->dims[3], W = j->frames->dims[4];
+  const int64_t yf = j->y.dims[2], yw = j->y.dims[4], n = j->hi - j->lo;
+  const size_t esz = dit_dtype_size(j->y.dtype);
+  const char *src = (const char *)j->y.data + (size_t)(j->lo - j->x0) * esz;
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t f = 0; f < yf; f++) {
+      float *dst = (float *)j->frames->data + (((j->b * C + c) * F + j->f0 + f) * H) * W + j->lo;
+      const char *row = src + (size_t)((c * yf + f) * H) * (size_t)yw * esz;
+      if (n == W && yw == W) { /* whole rows: one conversion a frame */
+        (void)dit_convert(dst, DIT_F32, row, j->y.dtype, (size_t)(H * W)); /* a float sample (checked): cannot fail */
+        continue;
+      }
+      for (int64_t y = 0; y < H; y++) (void)dit_convert(dst + y * W, DIT_F32, row + (size_t)(y * yw) * esz, j->y.dtype, (size_t)n);
+    }
   j->seconds += dit_now_s() - t0;
   return NULL;
 }
@@ -277,28 +303,24 @@ static void frames_join(frames_job_t *j) {
   j->running = 0;
 }
 
-/* One forward of d over latent frames [t0, t0 + d->n) of item b of lat, its frames stored (by job,
- * on a thread, or here if none starts) into frames from frame f0. buf: room for one chunk of
- * latents. */
-static dit_status_t decode_chunk(decoder_t *d, const dit_tensor_t *lat, int64_t b, int64_t t0, float *buf, frames_job_t *job, int64_t f0) {
-  const int64_t z = lat->dims[1], f = lat->dims[2], hw = lat->dims[3] * lat->dims[4];
-  for (int64_t c = 0; c < z; c++)
-    memcpy(buf + c * d->n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(d->n * hw) * sizeof *buf);
-  const dit_tensor_t li = {buf, DIT_F32, 5, {1, z, d->n, lat->dims[3], lat->dims[4]}};
+/* One forward of d on input `name` = in, its sample stored (by job, on a thread, or here if none
+ * starts) into frames of item b from frame f0, video columns [lo, hi) from window column x0. */
+static dit_status_t decode_chunk(decoder_t *d, const char *name, const dit_tensor_t *in, int64_t b, frames_job_t *job, int64_t f0,
+                                 int64_t x0, int64_t lo, int64_t hi) {
   dit_tensor_t y = {0};
   const double start = dit_now_s();
-  DIT_RETURN_IF(dit_runtime_set_input(d->rt, "latents", &li));
+  DIT_RETURN_IF(dit_runtime_set_input(d->rt, name, in));
   DIT_RETURN_IF(dit_runtime_forward(d->rt));
   const double t1 = dit_now_s();
   d->run_s += t1 - start;
   frames_join(job); /* the previous chunk's frames are out of the runtime's host copy */
   DIT_RETURN_IF(dit_runtime_output(d->rt, "sample", &y));
   const dit_tensor_t *fr = job->frames;
-  if (y.rank != 5 || y.dims[1] != fr->dims[1] || y.dims[2] != d->frames || y.dims[3] * y.dims[4] != fr->dims[3] * fr->dims[4])
+  if (y.rank != 5 || y.dims[1] != fr->dims[1] || y.dims[2] != d->frames || y.dims[3] != fr->dims[3] || x0 > lo || hi - x0 > y.dims[4])
     return DIT_ERR(INTERNAL, "%s: sample of rank %d, not the manifest's", d->dir, y.rank);
   if (y.dtype != DIT_F32 && y.dtype != DIT_BF16 && y.dtype != DIT_F16) return DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
   d->out_s += dit_now_s() - t1;
-  job->y = y, job->b = b, job->f0 = f0;
+  job->y = y, job->b = b, job->f0 = f0, job->x0 = x0, job->lo = lo, job->hi = hi;
   job->running = !pthread_create(&job->th, NULL, store_frames, job);
   if (!job->running) store_frames(job);
   return DIT_OK;
@@ -309,73 +331,197 @@ void gen_decode_report(double seconds, const gen_decode_stats_t *st) {
           "of it beside the forwards)\n", seconds, st->load_s, st->peak_bytes / 1048576.0, st->run_s, st->carry_s, st->out_s, st->store_s);
 }
 
-dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
-                                dit_tensor_t *frames, gen_decode_stats_t *stats) {
+/* What the chunks' decoders read: latent frames of item b of the latents (channel-first f32), or,
+ * for a split decoder's tail, frames of the head's output (channel-last, the stash: [B, f, h, w,
+ * C] in the head's dtype), columns [x0, x0 + width) of them. */
+typedef struct chunk_source {
+  const dit_tensor_t *latents; /* NULL: the stash */
+  const dit_tensor_t *stash;
+  int64_t x0, width;
+  void *buf; /* room for the largest chunk */
+} chunk_source_t;
+
+/* Frames [t0, t0 + n) of item b of src into src->buf, as the tensor *in. */
+static void gather_chunk(const chunk_source_t *src, int64_t b, int64_t t0, int64_t n, dit_tensor_t *in) {
+  if (src->latents) {
+    const dit_tensor_t *lat = src->latents;
+    const int64_t z = lat->dims[1], f = lat->dims[2], hw = lat->dims[3] * lat->dims[4];
+    float *buf = src->buf;
+    for (int64_t c = 0; c < z; c++)
+      memcpy(buf + c * n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(n * hw) * sizeof *buf);
+    *in = (dit_tensor_t){buf, DIT_F32, 5, {1, z, n, lat->dims[3], lat->dims[4]}};
+    return;
+  }
+  const dit_tensor_t *st = src->stash;
+  const int64_t f = st->dims[1], h = st->dims[2], w = st->dims[3], C = st->dims[4];
+  const size_t px = (size_t)C * dit_dtype_size(st->dtype), row = (size_t)src->width * px;
+  for (int64_t t = 0; t < n; t++)
+    for (int64_t y = 0; y < h; y++)
+      memcpy((char *)src->buf + (size_t)(t * h + y) * row, (const char *)st->data + ((size_t)(((b * f + t0 + t) * h + y) * w + src->x0)) * px, row);
+  *in = (dit_tensor_t){src->buf, st->dtype, 5, {1, n, h, src->width, C}};
+}
+
+/* The head of a split decoder over every latent frame of every item, one frame a forward, its
+ * output `hidden` gathered into *stash ([B, f, h, w, C], malloc'ed). */
+static dit_status_t run_head(decoder_t *hd, const dit_runtime_options_t *o, const dit_tensor_t *lat, dit_tensor_t *stash) {
+  const int64_t B = lat->dims[0], f = lat->dims[2];
+  chunk_source_t src = {.latents = lat, .buf = malloc((size_t)(lat->dims[1] * lat->dims[3] * lat->dims[4]) * sizeof(float))};
+  dit_status_t s = src.buf ? decoder_load(hd, o) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  size_t one = 0;
+  for (int64_t b = 0; !s && b < B; b++) {
+    s = zero_caches(hd);
+    for (int64_t t = 0; !s && t < f; t++) {
+      dit_tensor_t in, y;
+      const double t0 = dit_now_s();
+      if (t) s = carry_caches(hd);
+      hd->carry_s += dit_now_s() - t0;
+      gather_chunk(&src, b, t, 1, &in);
+      const double t1 = dit_now_s();
+      if (!s) s = dit_runtime_set_input(hd->rt, "latents", &in);
+      if (!s) s = dit_runtime_forward(hd->rt);
+      hd->run_s += dit_now_s() - t1;
+      const double t2 = dit_now_s();
+      if (!s) s = dit_runtime_output(hd->rt, "hidden", &y);
+      if (!s && (y.rank != 5 || y.dims[1] != 1 || y.dims[2] != lat->dims[3] || y.dims[3] != lat->dims[4]))
+        s = DIT_ERR(INTERNAL, "%s: output 'hidden' of rank %d, not [1, 1, %lld, %lld, C]", hd->dir, y.rank, (long long)lat->dims[3],
+                    (long long)lat->dims[4]);
+      if (!s && !stash->data) {
+        one = (size_t)dit_tensor_numel(&y) * dit_dtype_size(y.dtype);
+        *stash = (dit_tensor_t){malloc(one * (size_t)(B * f) + 1), y.dtype, 5, {B, f, y.dims[2], y.dims[3], y.dims[4]}};
+        if (!stash->data) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory: the head's output of %lld frames", (long long)(B * f));
+      }
+      if (!s) memcpy((char *)stash->data + (size_t)(b * f + t) * one, y.data, one);
+      hd->out_s += dit_now_s() - t2;
+    }
+  }
+  free(src.buf);
+  decoder_unload(hd);
+  return s;
+}
+
+/* A tail's windows, from its manifest's shape.tile, checked against the head's output. */
+static dit_status_t tail_tiles(const decoder_t *d, const dit_tensor_t *stash, int64_t *count, int64_t *window, int64_t *halo) {
+  dit_bundle_t *bd = NULL;
+  DIT_RETURN_IF(dit_bundle_open(d->dir, 0, &bd));
+  const dit_manifest_t *m = dit_bundle_manifest(bd);
+  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "hidden");
+  dit_status_t s = DIT_OK;
+  if (!m->shape.tile_count || !in || in->rank != 5)
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail (no shape.tile, or no input 'hidden'), yet a head was given", d->dir);
+  else if (m->shape.tile_full != stash->dims[3] || in->dims[2] != stash->dims[2] || in->dims[4] != stash->dims[4])
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the tail's windows cover [%lld, %lld] columns of %lld channels, the head gives [%lld, %lld] of %lld "
+                "(a head of another shape)", d->dir, (long long)in->dims[2], (long long)m->shape.tile_full, (long long)in->dims[4],
+                (long long)stash->dims[2], (long long)stash->dims[3], (long long)stash->dims[4]);
+  *count = m->shape.tile_count, *window = m->shape.latent[3], *halo = m->shape.tile_halo;
+  dit_bundle_close(bd);
+  return s;
+}
+
+dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const char *head_dir, const dit_runtime_options_t *o,
+                                const dit_tensor_t *latents, dit_tensor_t *frames, gen_decode_stats_t *stats) {
   memset(frames, 0, sizeof *frames);
-  decoder_t first = {0}, rest = {0};
-  float *buf = NULL;
+  decoder_t first = {0}, rest = {0}, head = {0};
+  dit_tensor_t stash = {0};
+  chunk_source_t src = {.latents = latents};
   frames_job_t job = {.frames = frames};
   const int64_t B = latents->dims[0], f = latents->rank == 5 ? latents->dims[2] : 0;
-  dit_status_t s = first_dir ? decoder_open(first_dir, latents, &first) : DIT_OK;
+  dit_status_t s = DIT_OK;
+  if (head_dir && !first_dir) s = DIT_ERR(INVALID_ARGUMENT, "a split decoder's head (%s) needs its tail's first chunk's decoder too", head_dir);
+  if (!s && head_dir) {
+    /* The head takes the latents one frame at a time; its output feeds the tails. */
+    s = decoder_open(head_dir, latents, "hidden", &head);
+    if (!s && head.n != 1) s = DIT_ERR(FAILED_PRECONDITION, "%s: the head takes %lld latent frames per forward, expected 1", head_dir, (long long)head.n);
+  }
+  if (!s && head_dir) s = run_head(&head, o, latents, &stash);
+  if (!s && head_dir) src = (chunk_source_t){.stash = &stash};
+  const dit_tensor_t *in0 = head_dir ? &stash : latents;
+  /* The tails check their input against the stash (channel-last) instead of the latents. */
+  if (!s && first_dir) s = head_dir ? tail_open(first_dir, &first) : decoder_open(first_dir, latents, "sample", &first);
   /* Latent frame 0 alone needs no later chunk. */
   const int later = !first_dir || f > 1;
-  if (!s && later) s = decoder_open(vae_dir, latents, &rest);
+  if (!s && later) s = head_dir ? tail_open(vae_dir, &rest) : decoder_open(vae_dir, latents, "sample", &rest);
   if (!s && first_dir && first.n != 1)
     s = DIT_ERR(FAILED_PRECONDITION, "%s: the first chunk's decoder takes %lld latent frames, expected 1", first_dir, (long long)first.n);
   if (!s && later && (first_dir ? (f - 1) % rest.n : f != rest.n))
     s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes %lld latent frames per forward, the latents have %lld%s", vae_dir,
-                (long long)rest.n, (long long)f, first_dir ? ": the frames after the first do not split into such chunks" : " (a stage of "
+                (long long)rest.n, (long long)f, first_dir ? ": the frames after the first do not split into chunks of that many" : " (a stage of "
                 "another shape)");
   if (!s && first_dir && later) s = check_handoff(first_dir, vae_dir);
-  const int64_t chunks = !later ? 0 : first_dir ? (f - 1) / rest.n : 1;
+  int64_t tiles = 1, window = 0, halo = 0;
+  if (!s && head_dir) s = tail_tiles(&first, &stash, &tiles, &window, &halo);
+  const int64_t chunks = s || !later ? 0 : first_dir ? (f - 1) / rest.n : 1;
   if (!s) {
-    /* The frames' channels and size: any decoder's (the loop's latents fixed them alike). */
+    /* The frames' channels and height: any decoder's (the loop's latents fixed them alike); the
+     * width the windows' together. */
     dit_bundle_t *bd = NULL;
     s = dit_bundle_open(first_dir ? first_dir : vae_dir, 0, &bd);
     const dit_manifest_t *m = s ? NULL : dit_bundle_manifest(bd);
     const dit_manifest_io_t *out = m ? find_io(m->io_outputs, m->n_outputs, "sample") : NULL;
-    if (out) *frames = (dit_tensor_t){NULL, DIT_F32, 5, {B, out->dims[1], first.frames + chunks * rest.frames, out->dims[3], out->dims[4]}};
+    if (out) *frames = (dit_tensor_t){NULL, DIT_F32, 5, {B, out->dims[1], first.frames + chunks * rest.frames, out->dims[3],
+                                                          head_dir ? stash.dims[3] * (out->dims[4] / window) : out->dims[4]}};
     else if (!s) s = DIT_ERR(INTERNAL, "%s: the 'sample' output vanished", first_dir ? first_dir : vae_dir);
     dit_bundle_close(bd);
   }
   if (!s) {
     frames->data = malloc((size_t)dit_tensor_numel(frames) * sizeof(float) + 1);
-    buf = malloc((size_t)(latents->dims[1] * (later ? rest.n : 1) * latents->dims[3] * latents->dims[4]) * sizeof *buf);
-    if (!frames->data || !buf) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    const int64_t n = later ? rest.n : 1;
+    src.width = head_dir ? window : 0;
+    src.buf = malloc(head_dir ? (size_t)(n * stash.dims[2] * window * stash.dims[4]) * dit_dtype_size(stash.dtype)
+                              : (size_t)(in0->dims[1] * n * in0->dims[3] * in0->dims[4]) * sizeof(float));
+    if (!frames->data || !src.buf) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
   /* The later chunks' decoder stays loaded; latent frame 0's runs in its arena and writes its
    * cache buffers (zeros before), so the caches never leave the device. */
   if (!s && later) s = decoder_load(&rest, o);
-  for (int64_t b = 0; !s && b < B; b++) {
-    int64_t t = 0, fo = 0;
-    if (later) s = zero_caches(&rest);
-    if (!s && first_dir) {
-      dit_runtime_options_t fo_opts = o ? *o : (dit_runtime_options_t){0};
-      fo_opts.borrow = later ? rest.rt : NULL;
-      s = decoder_load(&first, &fo_opts);
-      if (!s) s = zero_caches(&first);
-      if (!s) s = decode_chunk(&first, latents, b, 0, buf, &job, 0);
-      frames_join(&job); /* its frames are in first's host copy */
-      decoder_unload(&first);
-      t = 1, fo = first.frames;
-    }
-    for (int64_t k = 0; !s && k < chunks; k++, t += rest.n, fo += rest.frames) {
-      const double t0 = dit_now_s();
-      if (k) s = carry_caches(&rest); /* the first chunk's caches are zeros or latent frame 0's, in place */
-      rest.carry_s += dit_now_s() - t0;
-      if (!s) s = decode_chunk(&rest, latents, b, t, buf, &job, fo);
-    }
+  if (!s && first_dir) {
+    dit_runtime_options_t fo_opts = o ? *o : (dit_runtime_options_t){0};
+    fo_opts.borrow = later ? rest.rt : NULL;
+    s = decoder_load(&first, &fo_opts);
   }
+  const char *input = head_dir ? "hidden" : "latents";
+  const int64_t W = frames->dims[4], scale = head_dir && !s ? W / stash.dims[3] : 1; /* video columns per head column */
+  for (int64_t b = 0; !s && b < B; b++)
+    for (int64_t i = 0; !s && i < tiles; i++) {
+      /* Window i: its columns in the head's output, the video's columns it gives. */
+      int64_t x0 = 0, lo = 0, hi = W;
+      if (head_dir && !dit_vae_tile_span(tiles, stash.dims[3], window, halo, i, &x0, &lo, &hi))
+        s = DIT_ERR(INTERNAL, "%s: %lld windows of %lld do not cover %lld columns", vae_dir, (long long)tiles, (long long)window,
+                    (long long)stash.dims[3]);
+      src.x0 = x0;
+      x0 *= scale, lo *= scale, hi *= scale;
+      int64_t t = 0, fo = 0;
+      dit_tensor_t in;
+      if (!s && later) s = zero_caches(&rest);
+      if (!s && first_dir) {
+        s = zero_caches(&first);
+        gather_chunk(&src, b, 0, 1, &in);
+        if (!s) s = decode_chunk(&first, input, &in, b, &job, 0, x0, lo, hi);
+        frames_join(&job); /* its frames are out of first's host copy before the later chunks' */
+        t = 1, fo = first.frames;
+      }
+      for (int64_t k = 0; !s && k < chunks; k++, t += rest.n, fo += rest.frames) {
+        const double t0 = dit_now_s();
+        if (k) s = carry_caches(&rest); /* the first chunk's caches are zeros or latent frame 0's, in place */
+        rest.carry_s += dit_now_s() - t0;
+        gather_chunk(&src, b, t, rest.n, &in);
+        if (!s) s = decode_chunk(&rest, input, &in, b, &job, fo, x0, lo, hi);
+      }
+    }
   frames_join(&job);
   if (s) {
     free(frames->data);
     memset(frames, 0, sizeof *frames);
   }
-  free(buf);
-  if (stats)
-    *stats = (gen_decode_stats_t){first.load_s + rest.load_s, first.run_s + rest.run_s, first.carry_s + rest.carry_s, first.out_s + rest.out_s,
-                                  job.seconds, first.alloc + rest.alloc}; /* both loaded at once */
+  free(src.buf);
+  free(stash.data);
+  if (stats) {
+    const uint64_t tails = first.alloc + rest.alloc; /* both loaded at once; the head before them */
+    *stats = (gen_decode_stats_t){head.load_s + first.load_s + rest.load_s, head.run_s + first.run_s + rest.run_s,
+                                  head.carry_s + first.carry_s + rest.carry_s, head.out_s + first.out_s + rest.out_s, job.seconds,
+                                  head.alloc > tails ? head.alloc : tails};
+  }
   decoder_unload(&first);
   decoder_unload(&rest);
+  decoder_unload(&head);
   return s;
 }

@@ -25,8 +25,12 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *
  * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). first_dir NULL: vae_dir's bundle
  * decodes the whole video in one forward; else first_dir's decodes latent frame 0 and vae_dir's
  * the later frames chunk by chunk, each forward's causal caches (outputs cache.NAME.next) fed to
- * the next (inputs cache.NAME, zeros before the first). *stats (if not NULL): where the time went
- * and the most the decoders held at once (latent frame 0's runs beside the later chunks'). */
+ * the next (inputs cache.NAME, zeros before the first). head_dir (with first_dir): a decoder split
+ * for tiles: head_dir's bundle runs over whole frames, one latent frame a forward, its output kept
+ * in host memory, then the two tails run window by window (their manifests' shape.tile), every
+ * chunk of one window before the next, each window giving the columns it computes exactly.
+ * *stats (if not NULL): where the time went and the most the decoders held at once (latent frame
+ * 0's runs beside the later chunks'; the head before them). */
 typedef struct gen_decode_stats {
   double load_s;  /* loading the decoder bundles */
   double run_s;   /* their forwards, the latents' upload included */
@@ -35,8 +39,8 @@ typedef struct gen_decode_stats {
   double store_s; /* converting them into the video, on a thread beside the next forward */
   uint64_t peak_bytes;
 } gen_decode_stats_t;
-dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const dit_runtime_options_t *o, const dit_tensor_t *latents,
-                                dit_tensor_t *frames, gen_decode_stats_t *stats);
+dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const char *head_dir, const dit_runtime_options_t *o,
+                                const dit_tensor_t *latents, dit_tensor_t *frames, gen_decode_stats_t *stats);
 /* The line decode and generate print: "ditrun: vae decode T s (loading L s, M MiB allocated; forwards
  * F s, caches C s, frames O s, S s of it beside the forwards)". */
 void gen_decode_report(double seconds, const gen_decode_stats_t *stats);

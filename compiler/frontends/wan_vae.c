@@ -154,6 +154,22 @@ static void up_blocks(const dit_wan_vae_config_t *v, up_block_t ub[4]) {
   }
 }
 
+/* The tail of a split decoder (shape request vae_part): up block 0's upsampler onward, over the
+ * head's output at latent resolution. Each 3x3 convolution makes one more column at a window's
+ * edge inexact, each 2x upsampling doubles the inexact columns; in the tail's input pixels, the
+ * halo is that count at the output's resolution over the output's scale, rounded up. */
+static int64_t tail_halo(const dit_wan_vae_config_t *v) {
+  up_block_t ub[4];
+  up_blocks(v, ub);
+  int64_t out_px = 1; /* conv_out */
+  for (int i = 0; i < 4; i++) {
+    const int64_t at_level = (int64_t)1 << (3 - i); /* output pixels per pixel of level i (latent: 0) */
+    if (i > 0) out_px += 2 * (v->num_res_blocks + 1) * at_level; /* up block i's resnets */
+    if (ub[i].up) out_px += at_level / 2;                     /* its upsampler's conv, a level up */
+  }
+  return (out_px + v->spatial - 1) / v->spatial;
+}
+
 /* ---- checkpoint ---- */
 
 /* prefix.sub (sub alone for an empty prefix): a Conv3d [out, in, kt, k, k] and its bias. */
@@ -251,13 +267,31 @@ static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_r
                    ") do not split into chunks of that many; expected a divisor of %" PRId64 " (1 always is)", r->vae_chunk, f - 1,
                    r->frames, f - 1);
   if (r->vae_first && r->vae_chunk <= 0) return DIT_ERR(INVALID_ARGUMENT, "the first chunk's graph (vae_first) needs --vae-chunk");
+  memset(out, 0, sizeof *out);
   out->channels = m->wan_vae.z_dim;
   /* A chunk graph's latents: latent frame 0, or one chunk of the frames after it. */
   out->frames = r->vae_chunk <= 0 ? f : r->vae_first ? 1 : r->vae_chunk;
   out->height = r->height / vs;
   out->width = r->width / vs;
+  if (r->vae_part == DIT_VAE_HEAD && (r->vae_chunk != 1 || r->vae_first))
+    return DIT_ERR(INVALID_ARGUMENT, "--vae-part head: the head decodes one latent frame per forward, the first as the others: expected "
+                   "--vae-chunk 1 without --vae-first, found --vae-chunk %" PRId64 "%s", r->vae_chunk, r->vae_first ? " --vae-first" : "");
+  if (r->vae_part == DIT_VAE_TAIL) {
+    if (r->vae_chunk <= 0) return DIT_ERR(INVALID_ARGUMENT, "--vae-part tail: the tail runs in chunks: expected --vae-chunk N >= 1");
+    up_block_t ub[4];
+    up_blocks(&m->wan_vae, ub);
+    const int64_t halo = tail_halo(&m->wan_vae), window = dit_vae_tile_window(r->vae_tiles, out->width, halo);
+    if (r->vae_tiles < 1 || !window)
+      return DIT_ERR(INVALID_ARGUMENT, "--vae-tiles %" PRId64 ": %" PRId64 " latent columns (--width %" PRId64 ") make at most %" PRId64
+                     " exact windows (each needs more than twice the halo of %" PRId64 " columns); expected 1..that", r->vae_tiles,
+                     out->width, r->width, out->width > 2 * halo + 1 ? out->width - 2 * halo : 1, halo);
+    out->channels = ub[0].out; /* the head's output: up block 0's resnets, channel-last */
+    out->width = window;
+    out->tile_count = r->vae_tiles;
+    out->tile_full = r->width / vs;
+    out->tile_halo = halo;
+  }
   out->tokens = out->frames * out->height * out->width;
-  out->image_len = 0;
   return DIT_OK;
 }
 
@@ -564,6 +598,58 @@ static dit_status_t post_quant(const dit_model_t *m, vae_builder_t *v, dit_vid_t
   return s;
 }
 
+/* The head: latents (channel-first, as the pipeline's) through post_quant_conv, conv_in, the mid
+ * block and up block 0's resnets; x the channel-last latents. */
+static dit_vid_t decoder_head(vae_builder_t *v, const up_block_t ub[4], int64_t num_res_blocks, dit_vid_t x) {
+  x = conv(v, x, "decoder.conv_in", 2, 1, "decoder.conv_in");
+  x = resnet(v, x, "decoder.mid_block.resnets.0", ub[0].in, ub[0].in);
+  x = attention(v, x, "decoder.mid_block.attentions.0");
+  x = resnet(v, x, "decoder.mid_block.resnets.1", ub[0].in, ub[0].in);
+  char p[128];
+  for (int64_t r = 0; r <= num_res_blocks; r++) {
+    snprintf(p, sizeof p, "decoder.up_blocks.0.resnets.%" PRId64, r);
+    x = resnet(v, x, p, r ? ub[0].out : ub[0].in, ub[0].out);
+  }
+  return x;
+}
+
+/* The tail: up block 0's upsampler, the other up blocks, norm_out, conv_out; the sample
+ * channel-first [B, out_channels, F, H, W] and clamped, as diffusers' decode gives it. */
+static dit_vid_t decoder_tail(vae_builder_t *v, const up_block_t ub[4], int64_t num_res_blocks, int64_t B, dit_vid_t x) {
+  char p[128];
+  for (int i = 0; i < 4; i++) {
+    for (int64_t r = i ? 0 : num_res_blocks + 1; r <= num_res_blocks; r++) {
+      snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
+      x = resnet(v, x, p, r ? ub[i].out : ub[i].in, ub[i].out);
+    }
+    snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0", i);
+    if (ub[i].up) x = resample(v, x, p, ub[i].up);
+  }
+  x = channel_norm(v, x, "decoder.norm_out.gamma", "decoder.norm_out");
+  x = dit_blocks_unary(v->b, DIT_OP_SILU, x, v->dt, "decoder.silu_out");
+  x = conv(v, x, "decoder.conv_out", 2, 1, "decoder.conv_out");
+  /* Back to channel-first [B, 3, F, H, W] (unpatchify with 1x1x1 patches), clamped as diffusers' decode. */
+  int64_t d[5];
+  if (dims5(v, x, d)) {
+    const int64_t F = d[1], H = d[2], W = d[3], tok[3] = {B, F * H * W, d[4]};
+    x = reshape(v, x, 3, tok, "sample.tokens");
+    dit_attrs_t ua = {0};
+    dit_attrs_set_int(&ua, "pt", 1);
+    dit_attrs_set_int(&ua, "ph", 1);
+    dit_attrs_set_int(&ua, "pw", 1);
+    dit_attrs_set_int(&ua, "f", F);
+    dit_attrs_set_int(&ua, "h", H);
+    dit_attrs_set_int(&ua, "w", W);
+    x = dit_graph_op(v->g, DIT_OP_UNPATCHIFY, &x, 1, &ua, v->dt, "sample.channels_first");
+  }
+  dit_attrs_t ca = {0};
+  dit_attrs_set_float(&ca, "lo", -1.0);
+  dit_attrs_set_float(&ca, "hi", 1.0);
+  return dit_graph_op(v->g, DIT_OP_CLAMP, &x, 1, &ca, v->dt, "sample");
+}
+
+/* The whole decoder, or its head (output "hidden", channel-last [B, F, h, w, C]) or its tail
+ * (input "hidden", one window of it). */
 static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_wan_vae_config_t *cv = &m->wan_vae;
   dit_latent_shape_t ls;
@@ -573,55 +659,32 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
   dit_status_t s = dit_blocks_begin(m->weights, &bo, &v.g, &v.b);
   if (s) return s;
-  const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z};
-  dit_vid_t x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
-  /* Channel-first to channel-last: patchify with 1x1x1 patches is exactly that transpose. */
-  dit_attrs_t pa = {0};
-  dit_attrs_set_int(&pa, "pt", 1);
-  dit_attrs_set_int(&pa, "ph", 1);
-  dit_attrs_set_int(&pa, "pw", 1);
-  x = dit_graph_op(v.g, DIT_OP_PATCHIFY, &x, 1, &pa, v.dt, "latents.channels_last");
-  x = reshape(&v, x, 5, pix, "latents.video");
-  s = post_quant(m, &v, x, &x);
-  if (s) {
-    dit_blocks_destroy(v.b);
-    dit_graph_destroy(v.g);
-    return s;
-  }
   up_block_t ub[4];
   up_blocks(cv, ub);
-  x = conv(&v, x, "decoder.conv_in", 2, 1, "decoder.conv_in");
-  x = resnet(&v, x, "decoder.mid_block.resnets.0", ub[0].in, ub[0].in);
-  x = attention(&v, x, "decoder.mid_block.attentions.0");
-  x = resnet(&v, x, "decoder.mid_block.resnets.1", ub[0].in, ub[0].in);
-  char p[128];
-  for (int i = 0; i < 4; i++) {
-    for (int64_t r = 0; r <= cv->num_res_blocks; r++) {
-      snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
-      x = resnet(&v, x, p, r ? ub[i].out : ub[i].in, ub[i].out);
+  dit_vid_t x;
+  if (req->vae_part == DIT_VAE_TAIL) {
+    const int64_t hid[5] = {B, f, h, w, ls.channels};
+    x = dit_graph_input(v.g, "hidden", req->dtype, 5, hid);
+  } else {
+    const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z};
+    x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
+    /* Channel-first to channel-last: patchify with 1x1x1 patches is exactly that transpose. */
+    dit_attrs_t pa = {0};
+    dit_attrs_set_int(&pa, "pt", 1);
+    dit_attrs_set_int(&pa, "ph", 1);
+    dit_attrs_set_int(&pa, "pw", 1);
+    x = dit_graph_op(v.g, DIT_OP_PATCHIFY, &x, 1, &pa, v.dt, "latents.channels_last");
+    x = reshape(&v, x, 5, pix, "latents.video");
+    s = post_quant(m, &v, x, &x);
+    if (s) {
+      dit_blocks_destroy(v.b);
+      dit_graph_destroy(v.g);
+      return s;
     }
-    snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0", i);
-    if (ub[i].up) x = resample(&v, x, p, ub[i].up);
+    x = decoder_head(&v, ub, cv->num_res_blocks, x);
   }
-  x = channel_norm(&v, x, "decoder.norm_out.gamma", "decoder.norm_out");
-  x = dit_blocks_unary(v.b, DIT_OP_SILU, x, v.dt, "decoder.silu_out");
-  x = conv(&v, x, "decoder.conv_out", 2, 1, "decoder.conv_out");
-  /* Back to channel-first [B, 3, F, H, W] (unpatchify with 1x1x1 patches), clamped as diffusers' decode. */
-  int64_t d[5];
-  if (dims5(&v, x, d)) {
-    const int64_t F = d[1], H = d[2], W = d[3], tok[3] = {B, F * H * W, d[4]};
-    x = reshape(&v, x, 3, tok, "sample.tokens");
-    dit_attrs_t ua = pa;
-    dit_attrs_set_int(&ua, "f", F);
-    dit_attrs_set_int(&ua, "h", H);
-    dit_attrs_set_int(&ua, "w", W);
-    x = dit_graph_op(v.g, DIT_OP_UNPATCHIFY, &x, 1, &ua, v.dt, "sample.channels_first");
-  }
-  dit_attrs_t ca = {0};
-  dit_attrs_set_float(&ca, "lo", -1.0);
-  dit_attrs_set_float(&ca, "hi", 1.0);
-  x = dit_graph_op(v.g, DIT_OP_CLAMP, &x, 1, &ca, v.dt, "sample");
-  dit_graph_mark_output(v.g, x, "sample");
+  if (req->vae_part == DIT_VAE_HEAD) dit_graph_mark_output(v.g, x, "hidden");
+  else dit_graph_mark_output(v.g, decoder_tail(&v, ub, cv->num_res_blocks, B, x), "sample");
   return dit_blocks_finish(v.b, v.g, "Wan VAE decoder", out);
 }
 

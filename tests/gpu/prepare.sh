@@ -123,6 +123,12 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
     c "$k/vae/vae" --frames 81 --height "$h" --width "$w"
     c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1  # the chunked decode (bench/vae_decode.py's default)
     c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-first
+    # Split for windows (bench/vae_decode.py --budget-share: the tiles a third of diffusers' peak takes, 2 to 5).
+    c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-part head
+    for t in 2 3 4 5; do
+      c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-part tail --vae-tiles $t
+      c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-part tail --vae-tiles $t --vae-first
+    done
   done
   for chunk in "" "--vae-chunk 1" "--vae-chunk 1 --vae-first"; do  # run.sh 4e: every op against the CPU reference
     # shellcheck disable=SC2086

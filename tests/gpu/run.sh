@@ -23,7 +23,9 @@
 #      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate),
 #   4d. with VAE=480p|720p (comma-separated; 1: both), the Wan2.1 VAE decode at 81 frames (bench/vae_decode.py: the
 #      compiled vae/ stage against diffusers' AutoencoderKLWan.decode in bf16, random weights at the published config:
-#      time, peak memory, PSNR and cosine; vae_decode_<res>.json/.md; VAE_TIMEOUT seconds a resolution, default 600),
+#      time, peak memory, PSNR and cosine; vae_decode_<res>.json/.md; VAE_TIMEOUT seconds a resolution, default 600;
+#      VAE_FLAGS passes options such as --budget-share 0.33: also the decoder split into windows under that share of
+#      diffusers' peak),
 #   4e. with E2E=1, Wan2.1-1.3B from a prompt to an MP4 at 480x832, 81 frames, 50 steps with CFG (bench/e2e_wan.py:
 #      `ditc compile` of a pipeline folder with its stages, then one cold `ditrun generate --prompt` against WanPipeline
 #      on the same components and noise plus export_to_video; per-stage times, PSNR and cosine of the float frames;

@@ -11,7 +11,8 @@
 # that does not divide the latent frames); --vae-chunk 0 (the whole video in one graph, three
 # bundles) decodes the same frames to fp32 rounding, at 9 frames too with chunks of 1 and 2; `ditrun
 # verify` catches a modified tokenizer file in the text encoder's bundle; the store serves the
-# stages as it serves the bundle.
+# stages as it serves the bundle; the decoder split for windows (--vae-tiles) decodes the same
+# frames, --vae-budget leaves it whole when it fits.
 set -euo pipefail
 BIN=$1/bin
 # shellcheck source=tests/tools/goldens_lib.sh
@@ -76,6 +77,19 @@ done
 "$BIN/st_compare" "$T/f9_2.safetensors" "$T/f9_0.safetensors" frames 1e-5
 expect_fail "--vae-chunk 2: the 1 latent frames after the first (--frames $F) do not split into chunks of that many" "$BIN/ditc" compile \
   "$d" "${shape[@]}" --vae-chunk 2 -o "$T/x"
+# The decoder split for windows (--vae-tiles 1: the head, then the tail over one window): five
+# bundles, schema 1.5, the same frames byte for byte; --vae-budget keeps it whole when it fits.
+line=$("$BIN/ditc" compile "$d" "${shape[@]}" --vae-tiles 1 -o "$T/s" 2>/dev/null | tail -n1)
+[ "$(ls "$T/s" | wc -l)" = 5 ] || { ls -la "$T/s"; fail "--vae-tiles 1: expected five bundles"; }
+"$BIN/ditrun" info "${line##* }" >"$T/sinfo"
+grep -q "^stage      vae_decoder_head " "$T/sinfo" && grep -q "^schema     1.5$" "$T/sinfo" || { cat "$T/sinfo"; fail "no head stage"; }
+"$BIN/ditrun" generate "${line##* }" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/fs.safetensors" 2>/dev/null >/dev/null
+cmp -s "$T/fs.safetensors" "$T/f.safetensors" || fail "the split decoder's frames differ from the whole decoder's"
+"$BIN/ditc" compile "$d" "${shape[@]}" --vae-budget 1 -o "$T/s1" 2>"$T/s1.err" >/dev/null
+grep -q "^ditc: --vae-budget 1 GiB: the VAE decode unsplit, 1 window, a predicted peak of [0-9.]* MiB$" "$T/s1.err" || { cat "$T/s1.err"; fail "budget"; }
+[ "$(ls "$T/s1" | wc -l)" = 4 ] || fail "--vae-budget 1: the decoder split though it fits"
+expect_fail "--vae-chunk 0 with --vae-tiles: a decoder in windows runs in chunks" "$BIN/ditc" compile "$d" "${shape[@]}" --vae-chunk 0 \
+  --vae-tiles 2 -o "$T/x"
 # The negative prompt matters: the default "" gives other frames.
 "$BIN/ditrun" generate "$b" --prompt "$PROMPT" "${loop[@]}" --out "$T/f0.safetensors" 2>/dev/null >/dev/null
 if "$BIN/st_compare" "$T/f0.safetensors" "$g" frames 1e-3 >/dev/null 2>&1; then fail "the negative prompt is ignored"; fi

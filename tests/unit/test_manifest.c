@@ -451,7 +451,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.5 is newer than this build's 1.4", "schema.minor", "5");
+  EXPECT(FAILED_PRECONDITION, "schema 1.6 is newer than this build's 1.5", "schema.minor", "6");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -902,7 +902,7 @@ static void test_stages(void) {
   EXPECT(INVALID_ARGUMENT, "field 'stages': needs schema minor >= 4, found 1.3", "schema.minor", "3", "blobs[4]", NULL);
   EXPECT(INVALID_ARGUMENT, "field 'blobs[4].role': role \"tokenizer\" needs schema minor >= 4, found 1.3", "schema.minor", "3");
   EXPECT(INVALID_ARGUMENT, "field 'stages': expected at least one stage", "stages", "[]");
-  EXPECT(OUT_OF_RANGE, "field 'stages': more than 4 entries", "stages", "[{},{},{},{},{}]");
+  EXPECT(OUT_OF_RANGE, "field 'stages': more than 8 entries", "stages", "[{},{},{},{},{},{},{},{},{}]");
   EXPECT(INVALID_ARGUMENT, "field 'stages[1].role': duplicate of stages[0].role \"text_encoder\"", "stages[1].role", "\"text_encoder\"");
   EXPECT(INVALID_ARGUMENT, "field 'stages[0].role'", "stages[0].role", "\"transformer\"");
   EXPECT(INVALID_ARGUMENT, "field 'stages[0]': unknown member \"path\"", "stages[0].path", "\"/tmp\"");
@@ -920,7 +920,80 @@ static void test_stages(void) {
   g_base = base;
 }
 
+/* Windows over a width: they partition it, each giving only columns its inner halos leave exact. */
+static void test_tile_span(void) {
+  uint64_t r = 12345;
+  for (int k = 0; k < 20000; k++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t full = 1 + (int64_t)(r >> 33) % 300, halo = (int64_t)(r >> 20) % 12, count = 1 + (int64_t)(r >> 45) % 40;
+    const int64_t window = dit_vae_tile_window(count, full, halo);
+    int64_t o, lo, hi;
+    if (!window) {
+      CHECK(count > 1 && count > full - 2 * halo);
+      continue;
+    }
+    CHECK(window <= full && (count == 1 || window > 2 * halo));
+    CHECK(!dit_vae_tile_span(count, full, window - 1, halo, 0, &o, &lo, &hi) || window - 1 < 1 || count == 1); /* the narrowest */
+    int64_t next = 0;
+    for (int64_t i = 0; i < count; i++) {
+      CHECK(dit_vae_tile_span(count, full, window, halo, i, &o, &lo, &hi));
+      CHECK_EQ_INT(lo, next);
+      CHECK(o >= 0 && o + window <= full && lo < hi);
+      CHECK(lo >= (o ? o + halo : 0) && hi <= (o + window < full ? o + window - halo : full));
+      next = hi;
+    }
+    CHECK_EQ_INT(next, full);
+    CHECK(!dit_vae_tile_span(count, full, window, halo, count, &o, &lo, &hi));
+  }
+}
+
+/* shape.tile and the vae_decoder_head stage (schema 1.5). */
+static const char kHeadStage[] =
+    "[{\"role\":\"vae_decoder_head\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"wan_vae\",\"class\":\"AutoencoderKLWan\"}]";
+
+static void test_tiles(void) {
+  char *t = edited("schema.minor", "5", "shape.latent", "[384, 1, 90, 63]", "shape.tile", "{\"count\": 3, \"full\": 160, \"halo\": 7}",
+                   "stages", kHeadStage, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK(m->shape.tile_count == 3 && m->shape.tile_full == 160 && m->shape.tile_halo == 7 && m->shape.latent[3] == 63);
+    CHECK(dit_manifest_find_stage(m, "vae_decoder_head") != NULL);
+    char *a = NULL, *b = NULL;
+    dit_manifest_t *m2 = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &a));
+    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
+    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
+    CHECK(a && b && strcmp(a, b) == 0);
+    CHECK(m2 && m2->shape.tile_count == 3 && m2->shape.tile_halo == 7);
+    m->schema_minor = 4;
+    char *c = NULL;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "shape.tile needs schema minor >= 5, found 4");
+    m->shape.tile_count = 0;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "role vae_decoder_head needs schema minor >= 5, found 4");
+    free(a);
+    free(b);
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+  char *base = g_base;
+  g_base = edited("schema.minor", "5", "shape.latent", "[384, 1, 90, 63]", "shape.tile", "{\"count\": 3, \"full\": 160, \"halo\": 7}", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'shape.tile': needs schema minor >= 5, found 1.4", "schema.minor", "4");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].role': role \"vae_decoder_head\" needs schema minor >= 5, found 1.4", "schema.minor", "4",
+         "shape.tile", NULL, "stages", kHeadStage);
+  EXPECT(OUT_OF_RANGE, "field 'shape.tile.count'", "shape.tile.count", "0");
+  EXPECT(NOT_FOUND, "field 'shape.tile.halo': missing", "shape.tile.halo", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'shape.tile': unknown member \"offsets\"", "shape.tile.offsets", "[0]");
+  EXPECT(INVALID_ARGUMENT, "field 'shape.tile': 3 windows of shape.latent's width 62 with halo 7 do not cover 160 columns exactly "
+         "(expected a window of at least 63)", "shape.latent", "[384, 1, 90, 62]");
+  EXPECT(INVALID_ARGUMENT, "do not cover 160 columns exactly", "shape.tile.halo", "40");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
 int main(void) {
+  test_tile_span();
   test_round_trip();
   test_serializer_errors();
   test_syntax();
@@ -932,6 +1005,7 @@ int main(void) {
   test_experts();
   test_generate();
   test_stages();
+  test_tiles();
   free(g_base);
   return check_summary("test_manifest");
 }
