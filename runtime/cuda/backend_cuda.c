@@ -13,6 +13,7 @@
 
 #include "artifacts/plan_memory.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/threadpool.h"
 
 /* The step cache's probe (probe_change in backend.h): a grid-stride loop over the elements, each
  * thread's sums in fp32, a warp's added in double through shuffles, and one double atomic add per
@@ -132,6 +133,7 @@ typedef struct cu_api {
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
   CUresult (*cuMemHostUnregister)(void *);
@@ -217,6 +219,7 @@ static dit_status_t load_cu(cu_api_t *a) {
   LOAD(a, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   LOAD(a, cuMemsetD8Async, "cuMemsetD8Async");
   LOAD(a, cuEventCreate, "cuEventCreate");
+  LOAD(a, cuEventSynchronize, "cuEventSynchronize");
   LOAD(a, cuEventDestroy, "cuEventDestroy_v2");
   LOAD(a, cuEventRecord, "cuEventRecord");
   LOAD(a, cuEventQuery, "cuEventQuery");
@@ -510,9 +513,62 @@ static void cuda_release(void *p, void *ptr) {
 /* Uploads and downloads go through the compute stream and wait for it: the stream is
  * non-blocking, so a copy on the legacy stream would not be ordered with its kernels (a
  * pageable upload may still be in flight when cuMemcpyHtoD returns). */
+/* A large upload (a bundle's weights, from a fresh mapping of the file) goes through page-locked
+ * staging buffers: threads copy each chunk of the pageable source into one of UPLOAD_BUFS
+ * buffers (taking the source's page faults in parallel) while the copy engine moves the ones
+ * before it, rather than the driver's pageable path, one thread through its own small buffer. */
+#define UPLOAD_CHUNK ((size_t)32 << 20)
+#define UPLOAD_BUFS 4
+#define UPLOAD_THREADS 8
+
+typedef struct upload_part {
+  char *dst;
+  const char *src;
+} upload_part_t;
+
+static void upload_copy(void *ctx, int64_t begin, int64_t end, int worker) {
+  (void)worker;
+  const upload_part_t *u = ctx;
+  memcpy(u->dst + begin, u->src + begin, (size_t)(end - begin));
+}
+
+/* 0 when the staging buffers cannot be had (the caller takes the plain path). */
+static int upload_staged(cuda_state_t *st, void *dst, const void *src, size_t bytes, dit_status_t *s) {
+  void *buf[UPLOAD_BUFS] = {0};
+  CUevent done[UPLOAD_BUFS] = {0};
+  dit_pool_t *pool = NULL;
+  int ok = !dit_pool_create(UPLOAD_THREADS, &pool);
+  for (int i = 0; ok && i < UPLOAD_BUFS; i++)
+    ok = st->cu.cuMemHostAlloc(&buf[i], UPLOAD_CHUNK, 0) == CUDA_SUCCESS &&
+         st->cu.cuEventCreate(&done[i], CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+  *s = DIT_OK;
+  for (size_t off = 0, k = 0; ok && !*s && off < bytes; k++) {
+    const size_t n = bytes - off < UPLOAD_CHUNK ? bytes - off : UPLOAD_CHUNK, i = k % UPLOAD_BUFS;
+    if (k >= UPLOAD_BUFS) *s = cu_check(st, st->cu.cuEventSynchronize(done[i]), "cuEventSynchronize (upload)");
+    upload_part_t u = {buf[i], (const char *)src + off};
+    if (!*s) dit_pool_parallel_for(pool, (int64_t)n, (int64_t)1 << 20, upload_copy, &u);
+    if (!*s) *s = cu_check(st, st->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst + off, buf[i], n, st->stream), "cuMemcpyHtoDAsync");
+    if (!*s) *s = cu_check(st, st->cu.cuEventRecord(done[i], st->stream), "cuEventRecord (upload)");
+    off += n;
+  }
+  if (ok) {
+    dit_status_t e = cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (upload)");
+    if (!*s) *s = e;
+    else dit_status_free(e);
+  }
+  for (int i = 0; i < UPLOAD_BUFS; i++) {
+    if (buf[i]) st->cu.cuMemFreeHost(buf[i]);
+    if (done[i]) st->cu.cuEventDestroy(done[i]);
+  }
+  dit_pool_destroy(pool);
+  return ok;
+}
+
 static dit_status_t cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
   cuda_state_t *st = p;
   bind(st);
+  dit_status_t s = DIT_OK;
+  if (bytes >= 2 * UPLOAD_CHUNK && upload_staged(st, dst, src, bytes, &s)) return s;
   DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, st->stream), "cuMemcpyHtoDAsync"));
   return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (upload)");
 }
