@@ -690,6 +690,9 @@ def e2e_sentence(d, rel):
             x += f"; {name} (in memory, after a warm-up call) {p['total_s']:.2f} s ({p['total_s'] / o['total_s']:.2f}x)"
         else:
             x += f"; {name}: {'failed' if p.get('failed') else 'not run'} ({(p.get('failed') or p.get('skipped') or 'no row')[:80]})"
+    warm = rows.get("diffusers WanPipeline", {})
+    if (warm.get("stages") or {}).get("denoise") and st.get("denoise"):
+        x += f"; its loop {warm['stages']['denoise'] / st['denoise']:.2f}x faster than diffusers' in-memory one (the transformer's margin)"
     c = rows.get("diffusers WanPipeline (cold process)", {})
     if c.get("total_s"):
         x += (f"; diffusers as a script runs it (a fresh process: import, from_pretrained, the call, export) {c['total_s']:.2f} s "
