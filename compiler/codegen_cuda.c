@@ -587,6 +587,15 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
+    case DIT_OP_GROUPNORM: {
+      const int64_t C = x->dims[x->rank - 1], B = x->dims[0], groups = geti(op, "groups");
+      if (B > 65535) return DIT_ERR(UNIMPLEMENTED, "op groupnorm '%s': batch %" PRId64 " exceeds the grid", y->name, B);
+      dit_strbuf_printf(s, "#define DIT_K_GROUPNORM 1\n#define T_X %d\n#define T_W %d\n#define T_BIAS %d\n#define P %" PRId64
+             "LL\n#define C %" PRId64 "LL\n#define CG %" PRId64 "LL\n#define EPS ((float)%.17g)\n", dt_code(x->dtype),
+          dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype), dit_value_numel(x) / (B * C), C, C / groups, getf(op, "eps"));
+      set_launch(k, (uint64_t)groups, (uint32_t)B, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
     case DIT_OP_UPSAMPLE:
       dit_strbuf_printf(s, "#define DIT_K_UPSAMPLE 1\n#define T_X %d\n#define BF %" PRId64 "LL\n#define H %" PRId64 "LL\n#define W %" PRId64
              "LL\n#define C %" PRId64 "LL\n#define S %" PRId64 "LL\n", dt_code(x->dtype), x->dims[0] * x->dims[1], x->dims[2], x->dims[3],

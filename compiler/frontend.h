@@ -135,6 +135,14 @@ typedef struct dit_clip_config {
   double eps;
   int act;     /* the MLP's activation op (dit_op_kind_t): quick_gelu or gelu */
 } dit_clip_config_t;
+/* AutoencoderKL's config as its decoder stage reads it (FLUX.1's VAE), typed. */
+#define DIT_KL_VAE_LEVELS 4
+typedef struct dit_kl_vae_config {
+  int64_t latent_channels, out_channels, layers_per_block, groups;
+  int64_t widths[DIT_KL_VAE_LEVELS]; /* block_out_channels, the encoder's order (the decoder's reversed) */
+  int64_t spatial;                    /* pixels per latent pixel: 2^(levels - 1) */
+  double scaling_factor, shift_factor;
+} dit_kl_vae_config_t;
 /* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 VAE), typed. */
 #define DIT_WAN_VAE_MAX_Z 64
 typedef struct dit_wan_vae_config {
@@ -188,6 +196,7 @@ typedef struct dit_model {
   dit_umt5_config_t umt5;
   dit_clip_config_t clip;
   dit_wan_vae_config_t wan_vae;
+  dit_kl_vae_config_t kl_vae;
 } dit_model_t;
 
 /* The latent shape a request maps to, [C, f, h, w] before patching. */

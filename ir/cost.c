@@ -10,6 +10,7 @@ static double elem_flops(dit_op_kind_t k) {
     case DIT_OP_GELU: return 8;
     case DIT_OP_QUICK_GELU: return 5; /* mul, exp, add, div, mul */
     case DIT_OP_LAYERNORM: return 7;
+    case DIT_OP_GROUPNORM: return 8; /* two passes over x: sums, then the normalization */
     case DIT_OP_ADALN: return 9;
     case DIT_OP_RMSNORM: return 4;
     case DIT_OP_ROPE: return 3;

@@ -1,5 +1,6 @@
 /* Shape inference: one rule per op kind of base/ops.def; used by the builder and verifier. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -233,6 +234,25 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       }
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
+    case DIT_OP_GROUPNORM: {
+      const dit_value_t *w = operand(g, ins, 1), *b = operand(g, ins, 2);
+      int64_t groups;
+      double eps;
+      char b1[96];
+      if (x->rank < 3) FAIL("%s: operand x '%s' has rank %d, expected [B, ..., C] of rank >= 3", op, x->name, x->rank);
+      if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+      DIT_RETURN_IF(get_i(attrs, op, "groups", &groups, 1));
+      DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "eps", &eps));
+      if (!(eps >= 0) || !isfinite(eps)) FAIL("%s: attribute eps = %g, expected finite and >= 0", op, eps);
+      const int64_t c = x->dims[x->rank - 1];
+      if (c % groups)
+        FAIL("%s: attribute groups = %" PRId64 " does not divide the %" PRId64 " channels of x '%s' %s", op, groups, c, x->name,
+             dims_str(x->rank, x->dims, b1, sizeof b1));
+      if (w->rank != 1 || b->rank != 1 || w->dims[0] != c || b->dims[0] != c)
+        FAIL("%s: affine parameters '%s' and '%s' must be [%" PRId64 "]", op, w->name, b->name, c);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
     case DIT_OP_ADALN: {
       static const char *const keys[] = {"shift", "scale"};
       DIT_RETURN_IF(need_rank(op, "x", x, 3));

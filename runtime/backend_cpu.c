@@ -393,6 +393,13 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       if (group) return dit_cpu_rmsnorm_group(c, &in[0], &in[1], group->i, eps, &out[0]);
       return dit_cpu_rmsnorm(c, &in[0], &in[1], eps, &out[0]);
     }
+    case DIT_OP_GROUPNORM: {
+      int64_t groups;
+      double eps;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "groups", &groups));
+      GETF("eps", eps);
+      return dit_cpu_groupnorm(c, &in[0], &in[1], &in[2], groups, eps, &out[0]);
+    }
     case DIT_OP_ROPE: {
       int heads, f, h, w, td, hd, wd;
       double theta;

@@ -213,6 +213,14 @@ dit_vid_t dit_blocks_layernorm(dit_blocks_t *b, dit_vid_t x, const char *prefix,
   return dit_graph_op(b->g, DIT_OP_LAYERNORM, ins, 3, &a, b->o.dtype, name);
 }
 
+dit_vid_t dit_blocks_groupnorm(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t groups, double eps, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "groups", groups);
+  dit_attrs_set_float(&a, "eps", eps);
+  dit_vid_t ins[3] = {x, dit_blocks_weight(b, "%s.weight", prefix), dit_blocks_weight(b, "%s.bias", prefix)};
+  return dit_graph_op(b->g, DIT_OP_GROUPNORM, ins, 3, &a, b->o.dtype, name);
+}
+
 dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m) {
   const dit_dtype_t dt = b->o.dtype;
   dit_vid_t h = m->parallel ? dit_blocks_linear_col(b, x, m->up, dt, m->up_name) : dit_blocks_linear(b, x, m->up, dt, m->up_name);
@@ -742,24 +750,76 @@ dit_vid_t dit_blocks_token_mean(dit_blocks_t *b, dit_vid_t x, dit_vid_t bound, c
   return dit_graph_op(b->g, DIT_OP_RESHAPE, &m, 1, &r, v->dtype, name);
 }
 
+/* ---- convolutions ---- */
+
+dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const char *name) {
+  const dit_dtype_t dt = b->o.dtype;
+  const dit_st_tensor_t *t = dit_safetensors_find(b->weights, key);
+  /* The family checked its checkpoint; reaching this is a frontend bug, recorded through a bad op. */
+  if (!t || (t->rank != 4 && t->rank != 5) || o0 < 0 || n < 1 || o0 + n > t->dims[0]) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+  const int64_t cin = t->dims[1];
+  int64_t taps = 1, dims[5] = {n};
+  for (int d = 2; d < t->rank; d++) taps *= dims[d - 1] = t->dims[d];
+  dims[t->rank - 1] = cin;
+  const size_t count = (size_t)(n * cin * taps), src_size = t->nbytes / (size_t)(t->dims[0] * cin * taps);
+  float *f = malloc(sizeof(float) * count * 2);
+  void *raw = malloc(count * src_size), *out = malloc(count * dit_dtype_size(dt));
+  dit_vid_t id = -1;
+  if (f && raw && out) {
+    /* Checkpoint tensors need not be aligned: copied before conversion. */
+    memcpy(raw, (const char *)t->data + (size_t)o0 * (size_t)(cin * taps) * src_size, count * src_size);
+    float *cl = f + count;
+    if (!dit_convert(f, DIT_F32, raw, t->dtype, count)) {
+      for (int64_t o = 0; o < n; o++)
+        for (int64_t i = 0; i < cin; i++)
+          for (int64_t k = 0; k < taps; k++) cl[(o * taps + k) * cin + i] = f[(o * cin + i) * taps + k];
+      if (!dit_convert(out, dt, cl, DIT_F32, count)) id = dit_graph_constant(b->g, name, dt, t->rank, dims, out);
+    }
+  }
+  free(f);
+  free(raw);
+  free(out);
+  return id >= 0 ? id : dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+}
+
+
+dit_vid_t dit_blocks_conv(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "pad_t", pad_t);
+  dit_attrs_set_int(&a, "pad_h", pad_s);
+  dit_attrs_set_int(&a, "pad_w", pad_s);
+  char k[200], c[220];
+  snprintf(k, sizeof k, "%s.weight", prefix);
+  snprintf(c, sizeof c, "%s.channels_last", k);
+  const dit_st_tensor_t *t = dit_safetensors_find(b->weights, k);
+  const dit_vid_t ins[3] = {x, dit_blocks_conv_weight(b, k, 0, t ? t->dims[0] : 0, c), dit_blocks_weight(b, "%s.bias", prefix)};
+  return dit_graph_op(b->g, DIT_OP_CONV3D, ins, 3, &a, b->o.dtype, name);
+}
+
 dit_vid_t dit_blocks_unpatchify_channels_first(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
                                                int64_t w, const char *name) {
+  return dit_blocks_unpatchify_channels_first_affine(b, y, patch, f, h, w, 1.0, 0.0, name);
+}
+
+dit_vid_t dit_blocks_unpatchify_channels_first_affine(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
+                                                      int64_t w, double mul, double add, const char *name) {
   const dit_value_t *v = dit_graph_cvalue(b->g, y);
   if (!v) return -1;
   const int64_t N = v->dims[2], P = patch[0] * patch[1] * patch[2], C = N / P, pd[2] = {N, N};
-  float *perm = calloc((size_t)(N * N), sizeof *perm);
+  float *perm = calloc((size_t)(N * (N + 1)), sizeof *perm), *bias = perm ? perm + N * N : NULL;
   if (!perm) {
     if (!b->err) b->err = DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", name);
     return -1;
   }
-  /* Output feature p*C + c (p the flat (it, ih, iw)) is input feature c*P + p. */
+  /* Output feature p*C + c (p the flat (it, ih, iw)) is input feature c*P + p, times mul, plus add. */
   for (int64_t c = 0; c < C; c++)
-    for (int64_t p = 0; p < P; p++) perm[(p * C + c) * N + c * P + p] = 1.0f;
+    for (int64_t p = 0; p < P; p++) perm[(p * C + c) * N + c * P + p] = (float)mul;
+  for (int64_t i = 0; i < N; i++) bias[i] = (float)add;
   char n[192];
-  dit_vid_t pm = constant_from_f32(b, sub(n, sizeof n, name, "permutation"), v->dtype, 2, pd, perm);
+  dit_vid_t ins[3] = {y, constant_from_f32(b, sub(n, sizeof n, name, "permutation"), v->dtype, 2, pd, perm),
+                      add != 0 ? constant_from_f32(b, sub(n, sizeof n, name, "shift"), v->dtype, 1, pd, bias) : -1};
   free(perm);
-  dit_vid_t ins[2] = {y, pm};
-  dit_vid_t yo = dit_graph_op(b->g, DIT_OP_LINEAR, ins, 2, NULL, v->dtype, sub(n, sizeof n, name, "order"));
+  dit_vid_t yo = dit_graph_op(b->g, DIT_OP_LINEAR, ins, add != 0 ? 3 : 2, NULL, v->dtype, sub(n, sizeof n, name, "order"));
   return dit_blocks_unpatchify(b, yo, patch, f, h, w, name);
 }
 

@@ -82,6 +82,9 @@ dit_vid_t dit_blocks_linear_row2(dit_blocks_t *b, dit_vid_t x1, dit_vid_t x2, co
 dit_vid_t dit_blocks_unary(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, dit_dtype_t out_dtype, const char *name);
 /* LayerNorm with prefix.weight and prefix.bias, written in the builder's dtype. */
 dit_vid_t dit_blocks_layernorm(dit_blocks_t *b, dit_vid_t x, const char *prefix, double eps, const char *name);
+/* GroupNorm of channel-last x [B, ..., C] in `groups` groups with prefix.weight and prefix.bias,
+ * written in the builder's dtype. */
+dit_vid_t dit_blocks_groupnorm(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t groups, double eps, const char *name);
 
 /* Two linears around an activation: up (column-parallel when parallel), act, down
  * (row-parallel when parallel, else written as out_dtype). */
@@ -243,6 +246,23 @@ dit_vid_t dit_blocks_unpatchify(dit_blocks_t *b, dit_vid_t y, const int64_t patc
  * product by 1 per output), ops named name.order and name. */
 dit_vid_t dit_blocks_unpatchify_channels_first(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
                                                int64_t w, const char *name);
+/* The same with every element times mul plus add on the way (one linear: the permutation's ones
+ * are mul, its bias add; none when add is 0): a pipeline's de-normalization of packed latents,
+ * x / scaling_factor + shift_factor as x * (1 / scaling_factor) + shift_factor. */
+dit_vid_t dit_blocks_unpatchify_channels_first_affine(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,
+                                                      int64_t w, double mul, double add, const char *name);
+
+/* ---- convolutions ---- */
+
+/* Output channels [o0, o0 + n) of checkpoint convolution weight key (Conv3d [O, I, kt, kh, kw] or
+ * Conv2d [O, I, kh, kw]) as conv3d takes them, channel-last ([n, kt, kh, kw, I] or [n, kh, kw,
+ * I]): a graph constant named name, in the builder's dtype (converted once, as the weights writer
+ * converts a checkpoint weight). */
+dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const char *name);
+/* The checkpoint convolution at prefix (prefix.weight made channel-last, prefix.bias) over
+ * channel-last x [B, F, H, W, C], stride 1, pad_t zero frames before the first and pad_s pixels
+ * on every side; written in the builder's dtype. */
+dit_vid_t dit_blocks_conv(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name);
 
 /* ---- FLUX-style blocks ---- */
 

@@ -14,7 +14,8 @@
 #include "compiler/frontends/pipeline.h"
 
 static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen,
-                                                 &dit_family_umt5, &dit_family_t5, &dit_family_wan_vae, &dit_family_clip_text};
+                                                 &dit_family_umt5, &dit_family_t5, &dit_family_wan_vae, &dit_family_clip_text,
+                                                 &dit_family_kl_vae};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
 /* ---- shared hooks of the stage families ---- */
@@ -489,6 +490,8 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
   /* Every family but a text encoder's maps pixels to latents (-1: the flag left out). */
   if (!m->fam->text_encoder && r->height < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --height");
   if (!m->fam->text_encoder && r->width < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --width");
+  /* Fields a family does not set (a decoder tail's windows, image tokens) are zero, not the caller's stack. */
+  memset(out, 0, sizeof *out);
   return m->fam->latent_shape(m, r, out);
 }
 

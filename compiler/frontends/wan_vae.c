@@ -300,7 +300,6 @@ static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_r
 typedef struct vae_builder {
   dit_blocks_t *b;
   dit_graph_t *g;
-  const dit_safetensors_t *weights;
   dit_dtype_t dt;
   int chunked, first; /* the shape request's vae_chunk > 0 and vae_first */
 } vae_builder_t;
@@ -337,55 +336,13 @@ static dit_vid_t with_cache(vae_builder_t *v, dit_vid_t x, const char *name) {
   return reshape(v, t, 5, out, k);
 }
 
-/* Output channels [o0, o0 + n) of checkpoint convolution weight key (Conv3d [O, I, kt, kh, kw] or
- * Conv2d [O, I, kh, kw]) as conv3d takes them, channel-last ([n, kt, kh, kw, I] or [n, kh, kw,
- * I]): a graph constant named name, in the graph's dtype (converted once, as the weights writer
- * converts a checkpoint weight). */
-static dit_vid_t conv_weight(vae_builder_t *v, const char *key, int64_t o0, int64_t n, const char *name) {
-  const dit_st_tensor_t *t = dit_safetensors_find(v->weights, key);
-  /* The family checked its checkpoint; reaching this is a frontend bug, recorded through a bad op. */
-  if (!t || (t->rank != 4 && t->rank != 5) || o0 < 0 || n < 1 || o0 + n > t->dims[0]) return dit_graph_weight(v->g, key, DIT_F32, -1, NULL);
-  const int64_t cin = t->dims[1];
-  int64_t taps = 1, dims[5] = {n};
-  for (int d = 2; d < t->rank; d++) taps *= dims[d - 1] = t->dims[d];
-  dims[t->rank - 1] = cin;
-  const size_t count = (size_t)(n * cin * taps), src_size = t->nbytes / (size_t)(t->dims[0] * cin * taps);
-  float *f = malloc(sizeof(float) * count * 2);
-  void *raw = malloc(count * src_size), *out = malloc(count * dit_dtype_size(v->dt));
-  dit_vid_t id = -1;
-  if (f && raw && out) {
-    /* Checkpoint tensors need not be aligned: copied before conversion. */
-    memcpy(raw, (const char *)t->data + (size_t)o0 * (size_t)(cin * taps) * src_size, count * src_size);
-    float *cl = f + count;
-    if (!dit_convert(f, DIT_F32, raw, t->dtype, count)) {
-      for (int64_t o = 0; o < n; o++)
-        for (int64_t i = 0; i < cin; i++)
-          for (int64_t k = 0; k < taps; k++) cl[(o * taps + k) * cin + i] = f[(o * cin + i) * taps + k];
-      if (!dit_convert(out, v->dt, cl, DIT_F32, count)) id = dit_graph_constant(v->g, name, v->dt, t->rank, dims, out);
-    }
-  }
-  free(f);
-  free(raw);
-  free(out);
-  return id >= 0 ? id : dit_graph_weight(v->g, key, DIT_F32, -1, NULL);
-}
-
 /* A convolution; a causal one (pad_t 2) in a chunk graph reads its cache instead of zero padding. */
 static dit_vid_t conv(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
   if (v->chunked && pad_t == 2) {
     x = with_cache(v, x, name);
     pad_t = 0;
   }
-  dit_attrs_t a = {0};
-  dit_attrs_set_int(&a, "pad_t", pad_t);
-  dit_attrs_set_int(&a, "pad_h", pad_s);
-  dit_attrs_set_int(&a, "pad_w", pad_s);
-  char k[200], c[220];
-  snprintf(k, sizeof k, "%s.weight", prefix);
-  snprintf(c, sizeof c, "%s.channels_last", k);
-  const dit_st_tensor_t *t = dit_safetensors_find(v->weights, k);
-  const dit_vid_t ins[3] = {x, conv_weight(v, k, 0, t ? t->dims[0] : 0, c), dit_blocks_weight(v->b, "%s.bias", prefix)};
-  return dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, name);
+  return dit_blocks_conv(v->b, x, prefix, pad_t, pad_s, name);
 }
 
 /* WanRMS_norm over the channels of x with gamma at key (stored [C, 1, 1(, 1)], read as [C]). */
@@ -515,7 +472,7 @@ static dit_vid_t time_conv(vae_builder_t *v, dit_vid_t x, const char *prefix) {
   dit_vid_t parts[2];
   for (int p = 0; p < 2; p++) {
     snprintf(n, sizeof n, "%s.channels_last", p ? rw : kw);
-    dit_vid_t ins[3] = {rest, conv_weight(v, kw, p * C, C, n),
+    dit_vid_t ins[3] = {rest, dit_blocks_conv_weight(v->b, kw, p * C, C, n),
                         p ? dit_graph_weight_slice_as(v->g, rb, kb, v->dt, 1, bd, 0, C, C) : dit_graph_weight_slice(v->g, kb, v->dt, 1, bd, 0, 0, C)};
     snprintf(n, sizeof n, "%s.time_conv.%d", prefix, p);
     parts[p] = dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, n);
@@ -655,7 +612,7 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, f = ls.frames, h = ls.height, w = ls.width, z = cv->z_dim;
-  vae_builder_t v = {.weights = m->weights, .dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
+  vae_builder_t v = {.dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
   dit_status_t s = dit_blocks_begin(m->weights, &bo, &v.g, &v.b);
   if (s) return s;

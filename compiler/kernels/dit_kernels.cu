@@ -1201,6 +1201,31 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
 }
 #endif
 
+#if defined(DIT_K_GROUPNORM)
+// GroupNorm of channel-last x [B, P pixels, C]: block (g, b) normalizes group g (channels
+// [g*CG, (g+1)*CG)) of batch item b over its P*CG elements in two passes over x (the mean, then
+// the variance about it), fp32 sums; the third pass writes (x - mean) * rstd * w[c] + bias[c].
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w,
+                                                                       const TY(BIAS) *bias) {
+  __shared__ float scratch[DIT_ABI_BLOCK / 32];
+  const long long n = P * CG, base = (long long)blockIdx.y * P * C + (long long)blockIdx.x * CG;
+  float s = 0.f;
+  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) s += ld(x, base + (e / CG) * C + e % CG);
+  const float mean = block_sum<DIT_ABI_BLOCK>(s, scratch) / (float)n;
+  float q = 0.f;
+  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
+    const float d = ld(x, base + (e / CG) * C + e % CG) - mean;
+    q += d * d;
+  }
+  const float rstd = rsqrtf(block_sum<DIT_ABI_BLOCK>(q, scratch) / (float)n + EPS);
+  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
+    const long long i = base + (e / CG) * C + e % CG;
+    const int c = (int)(blockIdx.x * CG + e % CG);
+    st(y, i, (ld(x, i) - mean) * rstd * ld(w, c) + ld(bias, c));
+  }
+}
+#endif
+
 #if defined(DIT_K_UPSAMPLE)
 // Nearest upsampling of channel-last x [BF, H, W, C] (BF = batch x frames) by S: y [BF, S*H, S*W, C].
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {

@@ -677,6 +677,95 @@ dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const di
   return run_norm(c, op, &j);
 }
 
+/* ---- group norm ---------------------------------------------------------------------------- */
+
+/* Two passes: the statistics of every (item, group), each over its pixels and channels in double,
+ * then the rows (pixels) normalized, each reading its items' statistics. */
+typedef struct group_norm_job {
+  const dit_tensor_t *x;
+  dit_tensor_t *y;
+  int64_t P, C, G; /* pixels per item, channels, groups */
+  double eps;
+  float *w_f32, *b_f32;
+  double *mean, *rstd; /* [B * G] */
+  dit_cpu_scratch_t scratch;
+} group_norm_job_t;
+
+static void group_norm_stats(void *ctx, int64_t begin, int64_t end, int worker) {
+  group_norm_job_t *j = ctx;
+  const int64_t cg = j->C / j->G;
+  float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
+  for (int64_t i = begin; i < end; i++) {
+    const int64_t b = i / j->G, c0 = (i % j->G) * cg;
+    double sum = 0.0, var = 0.0;
+    for (int64_t p = 0; p < j->P; p++) {
+      const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->P + p) * j->C + c0, cg, tmp);
+      for (int64_t c = 0; c < cg; c++) sum += x[c];
+    }
+    const double mean = sum / (double)(j->P * cg);
+    for (int64_t p = 0; p < j->P; p++) {
+      const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->P + p) * j->C + c0, cg, tmp);
+      for (int64_t c = 0; c < cg; c++) var += (x[c] - mean) * (x[c] - mean);
+    }
+    j->mean[i] = mean;
+    j->rstd[i] = 1.0 / sqrt(var / (double)(j->P * cg) + j->eps);
+  }
+}
+
+static void group_norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
+  group_norm_job_t *j = ctx;
+  const int64_t C = j->C, cg = C / j->G;
+  float *tmp = dit_cpu_scratch_get(&j->scratch, worker), *out = tmp + C;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t s0 = r / j->P * j->G;
+    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * C, C, tmp);
+    for (int64_t c = 0; c < C; c++) {
+      const int64_t s = s0 + c / cg;
+      out[c] = (float)((x[c] - j->mean[s]) * j->rstd[s]) * j->w_f32[c] + j->b_f32[c];
+    }
+    dit_cpu_row_store(j->y->data, j->y->dtype, r * C, out, C);
+  }
+}
+
+dit_status_t dit_cpu_groupnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *b, int64_t groups,
+                               double eps, dit_tensor_t *y) {
+  static const char *op = "groupnorm";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "b", b));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  DIT_RETURN_IF(check_eps(op, eps));
+  if (x->rank < 3) return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, ..., C] of rank >= 3", op, dit_cpu_dims_str(x, b1));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  const int64_t C = x->dims[x->rank - 1], want[1] = {C};
+  if (groups < 1 || C % groups)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %lld groups do not divide the channels of x %s", op, (long long)groups, dit_cpu_dims_str(x, b1));
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "b", b, 1, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "b", b));
+  const int64_t B = x->dims[0], P = C > 0 && B > 0 ? dit_tensor_numel(x) / (B * C) : 0;
+  if (!P) return DIT_OK;
+  group_norm_job_t j = {.x = x, .y = y, .P = P, .C = C, .G = groups, .eps = eps};
+  dit_status_t s = widen(op, "w", w, C, &j.w_f32);
+  if (!s) s = widen(op, "b", b, C, &j.b_f32);
+  j.mean = s ? NULL : malloc(sizeof(double) * (size_t)(2 * B * groups));
+  if (!s && !j.mean) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate the statistics of %lld groups", op, (long long)(B * groups));
+  if (!s) s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * C), &j.scratch);
+  if (!s) {
+    j.rstd = j.mean + B * groups;
+    dit_pool_parallel_for(dit_cpu_pool(c), B * groups, 1, group_norm_stats, &j);
+    dit_pool_parallel_for(dit_cpu_pool(c), B * P, 8, group_norm_rows, &j);
+    dit_cpu_scratch_free(&j.scratch);
+  }
+  free(j.mean);
+  free(j.w_f32);
+  free(j.b_f32);
+  return s;
+}
+
 /* ---- gated residual ------------------------------------------------------------------------ */
 
 typedef struct gated_job {

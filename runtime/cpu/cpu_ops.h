@@ -84,6 +84,11 @@ dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tens
  * RMS, w [group] shared by the chunks; group = the last dim is dit_cpu_rmsnorm. */
 dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                                    int64_t group, double eps, dit_tensor_t *y);
+/* GroupNorm of channel-last x [B, ..., C] (rank >= 3): per batch item and group of C / groups
+ * consecutive channels, mean and variance over its pixels and channels in double, then
+ * y = (float)((x - mean) * rsqrt(var + eps)) * w[c] + b[c] in fp32, rounded once on store. */
+dit_status_t dit_cpu_groupnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *b, int64_t groups,
+                               double eps, dit_tensor_t *y);
 /* Wan's 3-D RoPE on x [B, f*h*w, heads*Dh], Dh = t_dim + h_dim + w_dim, token index
  * (it*h + ih)*w + iw. For head-dim pair p (channels 2p, 2p+1) in part P (t, h or w) with
  * local pair index q and part dim d: freq = 1 / theta^(2q/d) (computed in double), angle =

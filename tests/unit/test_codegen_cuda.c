@@ -254,6 +254,22 @@ static void test_video_ops(dit_cuda_codegen_t *cg, int sm90) {
   dit_vid_t xo = dit_graph_input(g, "xo", DIT_F32, 5, od);
   dit_graph_op(g, DIT_OP_CLAMP, &xo, 1, &la, DIT_F32, "clamp_odd");
   CHECK_EQ_INT(check_op(cg, g, "clamp f32 (27 elements)", B, 0, 0), 1);
+  /* groupnorm: a block per (group, batch item), bf16 x with f32 affine parameters and f32 with
+   * bf16 out; 4 groups of 4 channels over 3 x 12 x 10 pixels. */
+  const int64_t cd[1] = {16};
+  dit_attrs_t ga = {0};
+  dit_attrs_set_int(&ga, "groups", 4);
+  dit_attrs_set_float(&ga, "eps", 1e-6);
+  dit_vid_t gx[3] = {x, dit_graph_weight(g, "norm.weight", DIT_F32, 1, cd), dit_graph_weight(g, "norm.bias", DIT_F32, 1, cd)};
+  dit_graph_op(g, DIT_OP_GROUPNORM, gx, 3, &ga, DIT_BF16, "groupnorm");
+  dit_plan_kernel_t gk;
+  CHECK_EQ_INT(check_op_k(cg, g, "groupnorm bf16", B, 0, 0, &gk), 4);
+  CHECK_EQ_INT(gk.grid[1], 1);
+  const int64_t xfd[3] = {2, 77, 16};
+  dit_vid_t gf[3] = {dit_graph_input(g, "xg", DIT_F32, 3, xfd), gx[1], gx[2]};
+  dit_graph_op(g, DIT_OP_GROUPNORM, gf, 3, &ga, DIT_BF16, "groupnorm_f32");
+  CHECK_EQ_INT(check_op_k(cg, g, "groupnorm f32 tokens, batch 2", B, 0, 0, &gk), 4);
+  CHECK_EQ_INT(gk.grid[1], 2);
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }

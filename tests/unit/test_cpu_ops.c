@@ -522,6 +522,39 @@ static void check_layernorm(int rank, const int64_t *dims, int affine, double ep
   tt_free(&x), tt_free(&w), tt_free(&b);
 }
 
+/* groupnorm against the naive loop of its definition: per item and group, the mean and variance
+ * (two passes in double) over every pixel's channels of the group. */
+static void check_groupnorm(int rank, const int64_t *dims, int64_t groups, double eps, double lo, double hi, dit_dtype_t dt) {
+  const int64_t B = dims[0], C = dims[rank - 1], P = numel_of(rank, dims) / (B * C), cg = C / groups, wd[1] = {C};
+  tt_t x = tt_rand(dt, rank, dims, lo, hi), w = tt_rand(dt, 1, wd, -2, 2), b = tt_rand(dt, 1, wd, -1, 1);
+  double *ref = malloc(sizeof(double) * (size_t)(B * P * C));
+  for (int64_t bi = 0; bi < B; bi++)
+    for (int64_t g = 0; g < groups; g++) {
+      double sum = 0, var = 0;
+      for (int64_t p = 0; p < P; p++)
+        for (int64_t c = g * cg; c < (g + 1) * cg; c++) sum += x.v[(bi * P + p) * C + c];
+      const double mean = sum / (double)(P * cg);
+      for (int64_t p = 0; p < P; p++)
+        for (int64_t c = g * cg; c < (g + 1) * cg; c++) var += (x.v[(bi * P + p) * C + c] - mean) * (x.v[(bi * P + p) * C + c] - mean);
+      const double rstd = 1 / sqrt(var / (double)(P * cg) + eps);
+      for (int64_t p = 0; p < P; p++)
+        for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
+          const int64_t i = (bi * P + p) * C + c;
+          ref[i] = (x.v[i] - mean) * rstd * w.v[c] + b.v[c];
+        }
+    }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t y = out_poisoned(dt, rank, dims);
+    CHECK_OK(dit_cpu_groupnorm(&g_cpu[pi], &x.t, &w.t, &b.t, groups, eps, &y));
+    char what[128];
+    snprintf(what, sizeof what, "groupnorm B=%lld P=%lld C=%lld groups=%lld", (long long)B, (long long)P, (long long)C, (long long)groups);
+    CHECK(compare(what, &y, ref, tol_for(dt)));
+    free(y.data);
+  }
+  free(ref);
+  tt_free(&x), tt_free(&w), tt_free(&b);
+}
+
 static void check_adaln(int64_t B, int64_t T, int64_t D, int64_t n, int shift, int scale,
                         dit_dtype_t dt, dit_dtype_t mt) {
   const int64_t xd[3] = {B, T, D}, md[3] = {B, n, D};
@@ -593,6 +626,20 @@ static void test_norms(void) {
     check_rmsnorm(3, r1, 16, 1e-6, 3, dts[i]);
     check_rmsnorm(3, r1, 6, 1e-5, 4e-3, dts[i]);
     check_rmsnorm(1, r3, 1500, 1e-6, 3, dts[i]);
+  }
+}
+
+/* GroupNorm: video [B, F, H, W, C] and tokens [B, P, C], several channels a group, one group, a
+ * channel a group; an offset mean, and a spread so small that eps matters. (Run after the tests
+ * whose random draws were tuned, so their streams stay as they were.) */
+static void test_groupnorm(void) {
+  static const dit_dtype_t dts[3] = {DIT_F32, DIT_BF16, DIT_F16};
+  const int64_t g1[5] = {2, 1, 5, 7, 12}, g2[3] = {3, 33, 8}, g3[4] = {1, 3, 4, 5};
+  for (int i = 0; i < 3; i++) {
+    check_groupnorm(5, g1, 4, 1e-6, 2, 5, dts[i]);
+    check_groupnorm(5, g1, 1, 1e-6, -3, 3, dts[i]);
+    check_groupnorm(3, g2, 8, 1e-6, -1, 2, dts[i]);
+    check_groupnorm(4, g3, 5, 1e-2, 3, 3.004, dts[i]);
   }
 }
 
@@ -1294,6 +1341,13 @@ static void test_errors(void) {
     CHECK_ERR(dit_cpu_upsample(c, &x, 2, &u), INVALID_ARGUMENT, "upsample: y has dims [1, 2, 8, 7, 3], expected [1, 2, 8, 8, 3]");
     O(cl, DIT_F32, 5, 1, 2, 4, 4, 3);
     CHECK_ERR(dit_cpu_clamp(c, &x, 1.0, -1.0, &cl), INVALID_ARGUMENT, "clamp: bounds [1, -1] are empty");
+    T(gw, DIT_F32, 1, 3);
+    T(gb, DIT_F32, 1, 2);
+    CHECK_ERR(dit_cpu_groupnorm(c, &x, &gw, &gw, 2, 1e-6, &cl), INVALID_ARGUMENT, "groupnorm: 2 groups do not divide the channels of x [1, 2, 4, 4, 3]");
+    CHECK_ERR(dit_cpu_groupnorm(c, &x, &gw, &gb, 3, 1e-6, &cl), INVALID_ARGUMENT, "groupnorm: b has dims [2], expected [3]");
+    T(x2, DIT_F32, 2, 4, 3);
+    O(y2, DIT_F32, 2, 4, 3);
+    CHECK_ERR(dit_cpu_groupnorm(c, &x2, &gw, &gw, 1, 1e-6, &y2), INVALID_ARGUMENT, "groupnorm: x has dims [4, 3], expected [B, ..., C] of rank >= 3");
   }
 #undef T
 #undef O
@@ -1546,6 +1600,7 @@ int main(void) {
   test_mmdit_ops();
   test_video_ops();
   test_clip_ops();
+  test_groupnorm();
   test_errors();
   test_torch();
   bench();

@@ -396,6 +396,22 @@ static void test_video_ops(void) {
   dit_attrs_set_float(&cl, "hi", -1.0);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_CLAMP, &x, 1, &cl, 1, rank, dims), INVALID_ARGUMENT,
             "clamp: attributes lo = 1 and hi = -1: expected lo <= hi");
+  /* groupnorm over x [2, 3, 8, 6, 4]: the shape kept; groups that do not divide the channels,
+   * parameters of another width and a missing eps refused by name. */
+  const int64_t c4[1] = {4}, c3[1] = {3};
+  dit_vid_t gn[3] = {x, dit_graph_weight(g, "gn.weight", DIT_F32, 1, c4), dit_graph_weight(g, "gn.bias", DIT_F32, 1, c4)};
+  dit_attrs_t ga = attrs_i("groups", 2, NULL, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM, gn, 3, &ga, 1, rank, dims), INVALID_ARGUMENT, "eps");
+  dit_attrs_set_float(&ga, "eps", 1e-6);
+  yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_GROUPNORM, gn, 3, &ga, DIT_BF16, "gn"));
+  CHECK(yv && yv->rank == 5 && yv->dims[4] == 4 && yv->dims[2] == 8 && yv->dtype == DIT_BF16);
+  dit_attrs_t g3 = attrs_i("groups", 3, NULL, 0);
+  dit_attrs_set_float(&g3, "eps", 1e-6);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM, gn, 3, &g3, 1, rank, dims), INVALID_ARGUMENT,
+            "groupnorm: attribute groups = 3 does not divide the 4 channels of x 'x' [2,3,8,6,4]");
+  gn[2] = dit_graph_weight(g, "gn.bias3", DIT_F32, 1, c3);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM, gn, 3, &ga, 1, rank, dims), INVALID_ARGUMENT,
+            "groupnorm: affine parameters 'gn.weight' and 'gn.bias3' must be [4]");
   dit_graph_destroy(g);
 }
 
