@@ -1,9 +1,12 @@
-/* The Wan2.1 VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from
- * a pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
+/* The Wan VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from a
+ * pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
  * as WanPipeline does (latents * std + mean per channel), post_quant_conv, the decoder (causal
  * 3-D convolutions, channel RMS norms, the mid block's single-head attention over each frame's
- * pixels, residual up blocks with nearest 2x upsampling and, in upsample3d blocks, a temporal
- * convolution that doubles frames), the output clamped to [-1, 1].
+ * pixels, up blocks of residual blocks with nearest 2x upsampling and, in upsample3d blocks, a
+ * temporal convolution that doubles frames), the output clamped to [-1, 1]. The Wan2.2 VAE
+ * (is_residual, variant wan2.2-vae) keeps each up block's width through its upsampler and adds the
+ * block's input, duplicated over the new pixels and frames (DupUp3D), to its output; its decoder
+ * gives patch_size x patch_size pixels per output pixel as channels, unpatchified at the end.
  *
  * diffusers decodes latent frame by latent frame, each causal convolution reading the last
  * CACHE_T = 2 frames of its input from the previous chunks (feat_cache). That is the same
@@ -626,7 +629,6 @@ static dit_vid_t repeat(vae_builder_t *v, dit_vid_t x, int dim, int64_t n, const
   const dit_vid_t half = repeat(v, x, dim, n / 2, k);
   return dit_blocks_concat(v->b, half, half, dim, name);
 }
-
 
 /* A residual up block's shortcut (DupUp3D) from x [B, F, H, W, in] to out channels: each pixel
  * becomes 2x2 (and, when the block doubles frames, each frame two); output channel o at sub-pixel

@@ -36,6 +36,28 @@ grep -q "^model      AutoencoderKLWan (wan2.2-vae, family wan_vae)$" "$T/info" |
 grep -q "^input      latents  *f32\[1,48,3,$((H / 16)),$((W / 16))\]$" "$T/info" || { cat "$T/info"; fail "the latents"; }
 grep -q "^output     sample  *f32\[1,3,$F,$H,$W\]$" "$T/info" || { cat "$T/info"; fail "the sample"; }
 
+# Batch 2: the golden latents twice decode to the golden twice.
+python3 - "$d/forward_inputs.safetensors" "$T/b2.safetensors" <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+v = h["latents"]; a, b = v["data_offsets"]; data = body[a:b] * 2
+hdr = {"latents": {"dtype": "F32", "shape": [2] + v["shape"][1:], "data_offsets": [0, len(data)]}}
+j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+b2=$(c --frames "$F" --height "$H" --width "$W" --batch 2)
+"$BIN/ditrun" forward "$b2" --inputs "$T/b2.safetensors" --out "$T/f2.safetensors" 2>/dev/null >/dev/null
+python3 - "$T/f2.safetensors" "$T/f.safetensors" <<'PY'
+import json, struct, sys
+def load(p):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+    v = h["sample"]; a, b = v["data_offsets"]
+    return v["shape"], body[a:b]
+(s2, y2), (s1, y1) = load(sys.argv[1]), load(sys.argv[2])
+assert s2 == [2] + s1[1:] and y2 == y1 * 2, "batch 2 does not decode each item as batch 1 does"
+print("batch 2: each item the batch-1 decode, bit for bit")
+PY
+
 # In chunks: latent frame 0's graph (the shortcuts keep one of its duplicated frames), then chunks of 1 and 2.
 for n in 1 2; do
   first=$(c --frames "$F" --height "$H" --width "$W" --vae-chunk $n --vae-first)
@@ -78,6 +100,11 @@ for t in 1 2 3 14; do
     { cat "$T/err"; fail "the decode in $t windows"; }
   cmp -s "$T/whole.safetensors" "$T/t$t.safetensors" || fail "$t windows: the frames differ from the unsplit decode's"
   echo "$t window(s) of $win latent columns: the unsplit decode's frames"
+done
+# A budget picks the windows: all of the video's width under a loose one, the narrowest under a tight one.
+for pick in "0.01:1 window," "0.004:14 windows,"; do
+  "$BIN/ditc" compile "$d/vae" "${wide[@]}" --vae-part tail --vae-budget "${pick%%:*}" -o "$T/x" >"$T/out" 2>&1
+  grep -qF "GiB: ${pick#*:} a predicted peak" "$T/out" || { cat "$T/out"; fail "--vae-budget ${pick%%:*} did not take ${pick#*:}"; }
 done
 expect_fail "--vae-tiles 15: 40 latent columns (--width 640) make at most 14 exact windows (each needs more than twice the halo of 13" \
   "$BIN/ditc" compile "$d/vae" "${wide[@]}" --vae-part tail --vae-tiles 15 -o "$T/x"
