@@ -489,6 +489,8 @@ dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_reques
   /* Every family but a text encoder's maps pixels to latents (-1: the flag left out). */
   if (!m->fam->text_encoder && r->height < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --height");
   if (!m->fam->text_encoder && r->width < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --width");
+  /* What a family leaves unset (the transformers' shape.tile) reads as none, not as stack contents. */
+  memset(out, 0, sizeof *out);
   return m->fam->latent_shape(m, r, out);
 }
 
