@@ -143,13 +143,15 @@ typedef struct dit_kl_vae_config {
   int64_t spatial;                    /* pixels per latent pixel: 2^(levels - 1) */
   double scaling_factor, shift_factor;
 } dit_kl_vae_config_t;
-/* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 VAE), typed. */
+/* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 and Wan2.2 VAEs), typed. */
 #define DIT_WAN_VAE_MAX_Z 64
 typedef struct dit_wan_vae_config {
   int64_t dim;                /* the decoder's base width: decoder_base_dim, else base_dim */
   int64_t z_dim, dim_mult[4], num_res_blocks, out_channels;
   int temporal_up[3];         /* the decoder's up blocks that double frames: temperal_downsample reversed */
-  int64_t spatial, temporal;  /* pixels per latent pixel (8) and latent frame (4 after the first) */
+  int residual;               /* is_residual: residual up blocks with a duplicating shortcut (Wan2.2) */
+  int64_t patch;              /* patch_size: the decoder's pixels unpatchified patch x patch (1: none) */
+  int64_t spatial, temporal;  /* pixels per latent pixel (8 * patch) and latent frame (4 after the first) */
   double latents_mean[DIT_WAN_VAE_MAX_Z], latents_std[DIT_WAN_VAE_MAX_Z];
 } dit_wan_vae_config_t;
 

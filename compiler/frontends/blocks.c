@@ -752,22 +752,25 @@ dit_vid_t dit_blocks_token_mean(dit_blocks_t *b, dit_vid_t x, dit_vid_t bound, c
 
 /* ---- convolutions ---- */
 
-dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const char *name) {
+dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const int64_t *rows, const char *name) {
   const dit_dtype_t dt = b->o.dtype;
   const dit_st_tensor_t *t = dit_safetensors_find(b->weights, key);
+  int ok = t && (t->rank == 4 || t->rank == 5) && o0 >= 0 && n >= 1 && o0 + n <= t->dims[0];
+  for (int64_t o = 0; ok && rows && o < n; o++) ok = rows[o] >= 0 && rows[o] < t->dims[0];
   /* The family checked its checkpoint; reaching this is a frontend bug, recorded through a bad op. */
-  if (!t || (t->rank != 4 && t->rank != 5) || o0 < 0 || n < 1 || o0 + n > t->dims[0]) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+  if (!ok) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
   const int64_t cin = t->dims[1];
   int64_t taps = 1, dims[5] = {n};
   for (int d = 2; d < t->rank; d++) taps *= dims[d - 1] = t->dims[d];
   dims[t->rank - 1] = cin;
   const size_t count = (size_t)(n * cin * taps), src_size = t->nbytes / (size_t)(t->dims[0] * cin * taps);
+  const size_t row = (size_t)(cin * taps) * src_size;
   float *f = malloc(sizeof(float) * count * 2);
   void *raw = malloc(count * src_size), *out = malloc(count * dit_dtype_size(dt));
   dit_vid_t id = -1;
   if (f && raw && out) {
     /* Checkpoint tensors need not be aligned: copied before conversion. */
-    memcpy(raw, (const char *)t->data + (size_t)o0 * (size_t)(cin * taps) * src_size, count * src_size);
+    for (int64_t o = 0; o < n; o++) memcpy((char *)raw + (size_t)o * row, (const char *)t->data + (size_t)(rows ? rows[o] : o0 + o) * row, row);
     float *cl = f + count;
     if (!dit_convert(f, DIT_F32, raw, t->dtype, count)) {
       for (int64_t o = 0; o < n; o++)
@@ -782,18 +785,50 @@ dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, i
   return id >= 0 ? id : dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
 }
 
+dit_vid_t dit_blocks_vector_rows(dit_blocks_t *b, const char *key, const int64_t *rows, int64_t n, const char *name) {
+  const dit_st_tensor_t *t = dit_safetensors_find(b->weights, key);
+  int ok = t && t->rank == 1;
+  for (int64_t o = 0; ok && o < n; o++) ok = rows[o] >= 0 && rows[o] < t->dims[0];
+  if (!ok) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+  const size_t esz = t->nbytes / (size_t)t->dims[0];
+  void *raw = malloc((size_t)n * esz), *out = malloc((size_t)n * dit_dtype_size(b->o.dtype));
+  float *f = malloc(sizeof(float) * (size_t)n);
+  dit_vid_t id = -1;
+  if (raw && out && f) {
+    for (int64_t o = 0; o < n; o++) memcpy((char *)raw + (size_t)o * esz, (const char *)t->data + (size_t)rows[o] * esz, esz);
+    if (!dit_convert(f, DIT_F32, raw, t->dtype, (size_t)n) && !dit_convert(out, b->o.dtype, f, DIT_F32, (size_t)n))
+      id = dit_graph_constant(b->g, name, b->o.dtype, 1, &n, out);
+  }
+  free(raw);
+  free(out);
+  free(f);
+  return id >= 0 ? id : dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
+}
 
-dit_vid_t dit_blocks_conv(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+dit_vid_t dit_blocks_conv_rows(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const int64_t *rows,
+                               const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_int(&a, "pad_t", pad_t);
   dit_attrs_set_int(&a, "pad_h", pad_s);
   dit_attrs_set_int(&a, "pad_w", pad_s);
-  char k[200], c[220];
+  char k[200], c[220], kb[200];
   snprintf(k, sizeof k, "%s.weight", prefix);
   snprintf(c, sizeof c, "%s.channels_last", k);
   const dit_st_tensor_t *t = dit_safetensors_find(b->weights, k);
-  const dit_vid_t ins[3] = {x, dit_blocks_conv_weight(b, k, 0, t ? t->dims[0] : 0, c), dit_blocks_weight(b, "%s.bias", prefix)};
+  const int64_t n = t ? t->dims[0] : 0;
+  dit_vid_t ins[3] = {x, dit_blocks_conv_weight(b, k, 0, n, rows, c), -1};
+  if (rows) {
+    snprintf(kb, sizeof kb, "%s.bias", prefix);
+    snprintf(c, sizeof c, "%s.bias.reordered", prefix);
+    ins[2] = dit_blocks_vector_rows(b, kb, rows, n, c);
+  } else {
+    ins[2] = dit_blocks_weight(b, "%s.bias", prefix);
+  }
   return dit_graph_op(b->g, DIT_OP_CONV3D, ins, 3, &a, b->o.dtype, name);
+}
+
+dit_vid_t dit_blocks_conv(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+  return dit_blocks_conv_rows(b, x, prefix, pad_t, pad_s, NULL, name);
 }
 
 dit_vid_t dit_blocks_unpatchify_channels_first(dit_blocks_t *b, dit_vid_t y, const int64_t patch[3], int64_t f, int64_t h,

@@ -255,14 +255,20 @@ dit_vid_t dit_blocks_unpatchify_channels_first_affine(dit_blocks_t *b, dit_vid_t
 /* ---- convolutions ---- */
 
 /* Output channels [o0, o0 + n) of checkpoint convolution weight key (Conv3d [O, I, kt, kh, kw] or
- * Conv2d [O, I, kh, kw]) as conv3d takes them, channel-last ([n, kt, kh, kw, I] or [n, kh, kw,
- * I]): a graph constant named name, in the builder's dtype (converted once, as the weights writer
- * converts a checkpoint weight). */
-dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const char *name);
+ * Conv2d [O, I, kh, kw]), or with rows the checkpoint's channels rows[0..n), as conv3d takes them,
+ * channel-last ([n, kt, kh, kw, I] or [n, kh, kw, I]): a graph constant named name, in the
+ * builder's dtype (converted once, as the weights writer converts a checkpoint weight). */
+dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const int64_t *rows, const char *name);
+
+/* Entries rows[0..n) of checkpoint vector key: a graph constant named name, in the builder's dtype. */
+dit_vid_t dit_blocks_vector_rows(dit_blocks_t *b, const char *key, const int64_t *rows, int64_t n, const char *name);
 /* The checkpoint convolution at prefix (prefix.weight made channel-last, prefix.bias) over
  * channel-last x [B, F, H, W, C], stride 1, pad_t zero frames before the first and pad_s pixels
  * on every side; written in the builder's dtype. */
 dit_vid_t dit_blocks_conv(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name);
+/* The same with its output channels the checkpoint's rows[0..) (weight and bias; NULL: as stored). */
+dit_vid_t dit_blocks_conv_rows(dit_blocks_t *b, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const int64_t *rows,
+                               const char *name);
 
 /* ---- FLUX-style blocks ---- */
 

@@ -1,9 +1,12 @@
-/* The Wan2.1 VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from
- * a pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
+/* The Wan VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from a
+ * pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
  * as WanPipeline does (latents * std + mean per channel), post_quant_conv, the decoder (causal
  * 3-D convolutions, channel RMS norms, the mid block's single-head attention over each frame's
- * pixels, residual up blocks with nearest 2x upsampling and, in upsample3d blocks, a temporal
- * convolution that doubles frames), the output clamped to [-1, 1].
+ * pixels, up blocks of residual blocks with nearest 2x upsampling and, in upsample3d blocks, a
+ * temporal convolution that doubles frames), the output clamped to [-1, 1]. The Wan2.2 VAE
+ * (is_residual, variant wan2.2-vae) keeps each up block's width through its upsampler and adds the
+ * block's input, duplicated over the new pixels and frames (DupUp3D), to its output; its decoder
+ * gives patch_size x patch_size pixels per output pixel as channels, unpatchified at the end.
  *
  * diffusers decodes latent frame by latent frame, each causal convolution reading the last
  * CACHE_T = 2 frames of its input from the previous chunks (feat_cache). That is the same
@@ -85,14 +88,9 @@ static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) 
   const cJSON *cfg = m->config;
   dit_wan_vae_config_t *v = &m->wan_vae;
   const char *what = raw->what;
-  /* The Wan2.2 VAE (z_dim 48) patchifies its pixels 2x2 and builds residual up blocks: refused by
-   * the fields that say so, before anything else. */
-  if (dit_config_int(cfg, "patch_size"))
-    return DIT_ERR(UNIMPLEMENTED, "%s: field 'patch_size' = %" PRId64 ": the patchified decoder (the Wan2.2 VAE) is not supported yet; "
-                   "expected null", what, dit_config_int(cfg, "patch_size"));
-  if (dit_config_bool(cfg, "is_residual"))
-    return DIT_ERR(UNIMPLEMENTED, "%s: field 'is_residual' = true: residual up blocks (the Wan2.2 VAE) are not supported yet; "
-                   "expected false", what);
+  v->residual = dit_config_bool(cfg, "is_residual");
+  v->patch = dit_config_int(cfg, "patch_size");
+  if (!v->patch) v->patch = 1;
   v->dim = dit_config_int(cfg, "decoder_base_dim");
   if (!v->dim) v->dim = dit_config_int(cfg, "base_dim");
   v->z_dim = dit_config_int(cfg, "z_dim");
@@ -106,7 +104,7 @@ static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) 
     v->temporal_up[i] = cJSON_IsTrue(cJSON_GetArrayItem(td, 2 - i));
     if (v->temporal_up[i]) v->temporal *= 2;
   }
-  v->spatial = 8; /* three up blocks of 2x */
+  v->spatial = 8 * v->patch; /* three up blocks of 2x, then the patches */
   if (v->z_dim > DIT_WAN_VAE_MAX_Z)
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'z_dim' = %" PRId64 ": at most %d latent channels are supported", what, v->z_dim,
                    DIT_WAN_VAE_MAX_Z);
@@ -119,12 +117,27 @@ static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) 
   for (int64_t c = 0; c < v->z_dim; c++)
     if (!(v->latents_std[c] != 0))
       return DIT_ERR(INVALID_ARGUMENT, "%s: field 'latents_std' entry %" PRId64 " is 0: the pipeline divides by its inverse", what, c);
-  /* The decoder's widths: dims[i] = dim * dim_mult reversed (the first twice); up blocks after the
-   * first take half the previous width (their upsampler halves it). */
-  for (int i = 0; i < 4; i++)
+  /* The decoder's widths: dims[i] = dim * dim_mult reversed (the first twice); without residual
+   * blocks, up blocks after the first take half the previous width (their upsampler halves it). */
+  for (int i = 0; i < 4 && !v->residual; i++)
     if ((v->dim * v->dim_mult[i]) % 2)
       return DIT_ERR(INVALID_ARGUMENT, "%s: fields 'base_dim'/'dim_mult': width %" PRId64 " is odd; the upsamplers halve it", what,
                      v->dim * v->dim_mult[i]);
+  /* A residual up block's shortcut (DupUp3D) from in to out channels repeats each input channel
+   * over out * factor / in outputs (factor: its 2x2 pixels, times 2 frames when it doubles them);
+   * output channel o reads input channels o * q .. o * q + q - 1, q = in / out, one per group of
+   * the factor's duplicates: q must divide the factor. Up blocks 1 and 2 go from dim_mult[4 - i]
+   * to dim_mult[3 - i] (block 0 keeps its width). */
+  for (int i = 1; i < 3 && v->residual; i++) {
+    const int64_t in = v->dim_mult[4 - i], outw = v->dim_mult[3 - i], factor = 4 * (v->temporal_up[i] ? 2 : 1);
+    if (in % outw || factor % (in / outw))
+      return DIT_ERR(UNIMPLEMENTED, "%s: field 'dim_mult': residual up block %d goes from width %" PRId64 " to %" PRId64 "; its shortcut "
+                     "needs the input width a multiple of the output's by a factor dividing %" PRId64, what, i, v->dim * in, v->dim * outw,
+                     factor);
+  }
+  if (v->out_channels % (v->patch * v->patch))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'out_channels' = %" PRId64 " does not unpatchify with patch_size %" PRId64
+                   ": expected a multiple of %" PRId64, what, v->out_channels, v->patch, v->patch * v->patch);
   const int64_t tf = dit_config_int(cfg, "scale_factor_temporal"), sf = dit_config_int(cfg, "scale_factor_spatial");
   if (tf && tf != v->temporal)
     return DIT_ERR(INVALID_ARGUMENT, "%s: field 'scale_factor_temporal' = %" PRId64 ", but temperal_downsample makes %" PRId64, what, tf,
@@ -140,7 +153,9 @@ static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) 
 /* Up block i: its input and output widths and what follows its residual blocks. */
 typedef struct up_block {
   int64_t in, out;
-  int up;      /* 0: none (the last block), 2: upsample2d, 3: upsample3d */
+  int up;         /* 0: none (the last block), 2: upsample2d, 3: upsample3d */
+  int64_t up_out; /* the upsampler's output width: half the block's (Wan2.1) or all of it (residual) */
+  int shortcut;   /* residual: the block's input duplicated (DupUp3D) and added to its output */
 } up_block_t;
 
 static void up_blocks(const dit_wan_vae_config_t *v, up_block_t ub[4]) {
@@ -148,26 +163,40 @@ static void up_blocks(const dit_wan_vae_config_t *v, up_block_t ub[4]) {
   dims[0] = v->dim * v->dim_mult[3];
   for (int i = 0; i < 4; i++) dims[i + 1] = v->dim * v->dim_mult[3 - i];
   for (int i = 0; i < 4; i++) {
-    ub[i].in = i > 0 ? dims[i] / 2 : dims[i];
+    ub[i].in = i > 0 && !v->residual ? dims[i] / 2 : dims[i];
     ub[i].out = dims[i + 1];
     ub[i].up = i == 3 ? 0 : v->temporal_up[i] ? 3 : 2;
+    ub[i].up_out = v->residual ? ub[i].out : ub[i].out / 2;
+    ub[i].shortcut = v->residual && ub[i].up;
   }
 }
 
-/* The tail of a split decoder (shape request vae_part): up block 0's upsampler onward, over the
- * head's output at latent resolution. Each 3x3 convolution makes one more column at a window's
- * edge inexact, each 2x upsampling doubles the inexact columns; in the tail's input pixels, the
- * halo is that count at the output's resolution over the output's scale, rounded up. */
+/* The upsampler's module: WanResidualUpBlock's `upsampler`, WanUpBlock's `upsamplers.0`. */
+static const char *upsampler_name(const up_block_t *ub) { return ub->shortcut ? "upsampler" : "upsamplers.0"; }
+
+/* The split decoder (shape request vae_part): the head runs over whole frames up to the
+ * latent-resolution blocks, the tail from there over windows of columns. Without residual blocks
+ * the head ends after up block 0's resnets; with them, whose shortcut reads the block's input,
+ * after the mid block (up block 0 in the tail). */
+static int head_resnets(const dit_wan_vae_config_t *v) { return v->residual ? 0 : (int)v->num_res_blocks + 1; }
+
+/* The head's output width: the tail's input channels. */
+static int64_t head_width(const dit_wan_vae_config_t *v, const up_block_t ub[4]) { return head_resnets(v) ? ub[0].out : ub[0].in; }
+
+/* The tail's halo in latent columns. Each 3x3 convolution makes one more column at a window's
+ * edge inexact, each 2x upsampling doubles the inexact columns (the shortcuts' duplication reads
+ * no neighbours); in the tail's input pixels, the halo is that count at the decoder's output
+ * resolution over its 8x, rounded up (unpatchifying maps each column to patch columns alike). */
 static int64_t tail_halo(const dit_wan_vae_config_t *v) {
   up_block_t ub[4];
   up_blocks(v, ub);
   int64_t out_px = 1; /* conv_out */
   for (int i = 0; i < 4; i++) {
     const int64_t at_level = (int64_t)1 << (3 - i); /* output pixels per pixel of level i (latent: 0) */
-    if (i > 0) out_px += 2 * (v->num_res_blocks + 1) * at_level; /* up block i's resnets */
-    if (ub[i].up) out_px += at_level / 2;                     /* its upsampler's conv, a level up */
+    if (i > 0 || !head_resnets(v)) out_px += 2 * (v->num_res_blocks + 1) * at_level; /* up block i's resnets */
+    if (ub[i].up) out_px += at_level / 2;                                            /* its upsampler's conv, a level up */
   }
-  return (out_px + v->spatial - 1) / v->spatial;
+  return (out_px + 7) / 8;
 }
 
 /* ---- checkpoint ---- */
@@ -217,13 +246,11 @@ static void wan_vae_expected(const dit_model_t *m, dit_expected_t *l) {
       expect_resnet(l, r ? ub[i].out : ub[i].in, ub[i].out, p);
     }
     if (!ub[i].up) continue;
-    const int64_t o = ub[i].out, w[4] = {o / 2, o, 3, 3}, b[1] = {o / 2};
-    dit_expected_add(l, 4, w, "decoder.up_blocks.%d.upsamplers.0.resample.1.weight", i);
-    dit_expected_add(l, 1, b, "decoder.up_blocks.%d.upsamplers.0.resample.1.bias", i);
-    if (ub[i].up == 3) {
-      snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0", i);
-      expect_conv(l, 2 * o, o, 3, 1, p, "time_conv");
-    }
+    const int64_t o = ub[i].out, w[4] = {ub[i].up_out, o, 3, 3}, b[1] = {ub[i].up_out};
+    snprintf(p, sizeof p, "decoder.up_blocks.%d.%s", i, upsampler_name(&ub[i]));
+    dit_expected_add(l, 4, w, "%s.resample.1.weight", p);
+    dit_expected_add(l, 1, b, "%s.resample.1.bias", p);
+    if (ub[i].up == 3) expect_conv(l, 2 * o, o, 3, 1, p, "time_conv");
   }
   expect_gamma(l, ub[3].out, 0, "decoder", "norm_out");
   expect_conv(l, v->out_channels, ub[3].out, 3, 3, "decoder", "conv_out");
@@ -236,9 +263,12 @@ static const char *const kWanVaeIgnored[] = {"encoder.", "quant_conv.", NULL};
 
 static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
   (void)vae_what;
-  if (want && strcmp(want, "wan2.1-vae"))
-    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: AutoencoderKLWan compiles as wan2.1-vae (the Wan2.1 VAE decoder)", want);
-  snprintf(m->variant, sizeof m->variant, "wan2.1-vae");
+  /* is_residual marks the Wan2.2 VAE (its patch_size 2 goes with it). */
+  const char *name = m->wan_vae.residual ? "wan2.2-vae" : "wan2.1-vae";
+  if (want && strcmp(want, name))
+    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: this AutoencoderKLWan (is_residual %s) compiles as %s (the %s VAE decoder)", want,
+                   m->wan_vae.residual ? "true" : "false", name, m->wan_vae.residual ? "Wan2.2" : "Wan2.1");
+  snprintf(m->variant, sizeof m->variant, "%s", name);
   m->pipeline.vae.spatial = m->vae_spatial = (int)m->wan_vae.spatial;
   m->pipeline.vae.temporal = m->vae_temporal = (int)m->wan_vae.temporal;
   m->pipeline.vae.z_dim = m->wan_vae.z_dim;
@@ -248,7 +278,8 @@ static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const
 
 
 
-/* --frames, --height, --width in pixels, as the transformer's: latents [B, z_dim, (F-1)/4 + 1, H/8, W/8]. */
+/* --frames, --height, --width in pixels, as the transformer's: latents [B, z_dim, (F-1)/4 + 1, H/s, W/s], s the
+ * spatial factor (8, or 16 for the Wan2.2 VAE). */
 static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   const int64_t vt = m->wan_vae.temporal, vs = m->wan_vae.spatial;
   if (r->frames < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --frames: %s decodes videos (1 for an image)", m->model_class);
@@ -285,7 +316,7 @@ static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_r
       return DIT_ERR(INVALID_ARGUMENT, "--vae-tiles %" PRId64 ": %" PRId64 " latent columns (--width %" PRId64 ") make at most %" PRId64
                      " exact windows (each needs more than twice the halo of %" PRId64 " columns); expected 1..that", r->vae_tiles,
                      out->width, r->width, out->width > 2 * halo + 1 ? out->width - 2 * halo : 1, halo);
-    out->channels = ub[0].out; /* the head's output: up block 0's resnets, channel-last */
+    out->channels = head_width(&m->wan_vae, ub); /* the head's output, channel-last */
     out->width = window;
     out->tile_count = r->vae_tiles;
     out->tile_full = r->width / vs;
@@ -336,13 +367,19 @@ static dit_vid_t with_cache(vae_builder_t *v, dit_vid_t x, const char *name) {
   return reshape(v, t, 5, out, k);
 }
 
-/* A convolution; a causal one (pad_t 2) in a chunk graph reads its cache instead of zero padding. */
-static dit_vid_t conv(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+/* A convolution, with rows its output channels the checkpoint's rows[0..) (NULL: as stored); a
+ * causal one (pad_t 2) in a chunk graph reads its cache instead of zero padding. */
+static dit_vid_t conv_rows(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const int64_t *rows,
+                           const char *name) {
   if (v->chunked && pad_t == 2) {
     x = with_cache(v, x, name);
     pad_t = 0;
   }
-  return dit_blocks_conv(v->b, x, prefix, pad_t, pad_s, name);
+  return dit_blocks_conv_rows(v->b, x, prefix, pad_t, pad_s, rows, name);
+}
+
+static dit_vid_t conv(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t pad_t, int64_t pad_s, const char *name) {
+  return conv_rows(v, x, prefix, pad_t, pad_s, NULL, name);
 }
 
 /* WanRMS_norm over the channels of x with gamma at key (stored [C, 1, 1(, 1)], read as [C]). */
@@ -472,7 +509,7 @@ static dit_vid_t time_conv(vae_builder_t *v, dit_vid_t x, const char *prefix) {
   dit_vid_t parts[2];
   for (int p = 0; p < 2; p++) {
     snprintf(n, sizeof n, "%s.channels_last", p ? rw : kw);
-    dit_vid_t ins[3] = {rest, dit_blocks_conv_weight(v->b, kw, p * C, C, n),
+    dit_vid_t ins[3] = {rest, dit_blocks_conv_weight(v->b, kw, p * C, C, NULL, n),
                         p ? dit_graph_weight_slice_as(v->g, rb, kb, v->dt, 1, bd, 0, C, C) : dit_graph_weight_slice(v->g, kb, v->dt, 1, bd, 0, 0, C)};
     snprintf(n, sizeof n, "%s.time_conv.%d", prefix, p);
     parts[p] = dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, n);
@@ -508,6 +545,102 @@ static dit_vid_t resample(vae_builder_t *v, dit_vid_t x, const char *prefix, int
   x = dit_graph_op(v->g, DIT_OP_UPSAMPLE, &x, 1, &a, v->dt, n);
   snprintf(k, sizeof k, "%s.resample.1", prefix);
   return conv(v, x, k, 0, 1, k);
+}
+
+/* x along dim repeated n times ([.., d, ..] -> [.., n * d, ..], the copies one after another). */
+static dit_vid_t repeat(vae_builder_t *v, dit_vid_t x, int dim, int64_t n, const char *name) {
+  if (n == 1) return x;
+  char k[200];
+  snprintf(k, sizeof k, "%s.%s", name, n % 2 ? "but_one" : "half");
+  if (n % 2) return dit_blocks_concat(v->b, repeat(v, x, dim, n - 1, k), x, dim, name);
+  const dit_vid_t half = repeat(v, x, dim, n / 2, k);
+  return dit_blocks_concat(v->b, half, half, dim, name);
+}
+
+/* A residual up block's shortcut (DupUp3D) from x [B, F, H, W, in] to out channels: each pixel
+ * becomes 2x2 (and, when the block doubles frames, each frame two); output channel o at sub-pixel
+ * s = (t * 2 + i) * 2 + j (frame t, row i, column j of the duplicates) is input channel o * q + s /
+ * (factor / q), q = in / out, factor the duplicates per pixel. With q = 1 that is nearest
+ * upsampling; otherwise the channels, transposed to [q, out], are repeated into a token row of
+ * (s, o) that unpatchify spreads over the duplicates, channel-first, and patchify brings back
+ * channel-last. In latent frame 0's chunk diffusers keeps only the last of frame 0's duplicates
+ * (first_chunk): frame 0 once, every later frame twice. */
+static dit_vid_t dup_up(vae_builder_t *v, dit_vid_t x, int64_t out, int frames2, const char *prefix) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], q = d[4] / out, ft = frames2 ? 2 : 1, factor = 4 * ft;
+  const int64_t F2 = F * ft, up[5] = {B, F2, 2 * H, 2 * W, out};
+  char n[200];
+  dit_vid_t y;
+  if (q == 1) {
+    dit_attrs_t a = {0};
+    dit_attrs_set_int(&a, "scale", 2);
+    snprintf(n, sizeof n, "%s.shortcut.upsample", prefix);
+    y = dit_graph_op(v->g, DIT_OP_UPSAMPLE, &x, 1, &a, v->dt, n);
+    if (frames2) {
+      const int64_t one[4] = {B, F, 1, 4 * H * W * out};
+      snprintf(n, sizeof n, "%s.shortcut.frame", prefix);
+      y = reshape(v, y, 4, one, n);
+      snprintf(n, sizeof n, "%s.shortcut.frame_pairs", prefix);
+      y = dit_blocks_concat(v->b, y, y, 2, n);
+      snprintf(n, sizeof n, "%s.shortcut.frames", prefix);
+      y = reshape(v, y, 5, up, n);
+    }
+  } else {
+    const int64_t N = B * F * H * W, grouped[5] = {N, out, q, 1, 1}, parts[4] = {N, q, 1, out}, row[3] = {B, F * H * W, factor * out};
+    const int64_t tok[3] = {B, F2 * 4 * H * W, out};
+    snprintf(n, sizeof n, "%s.shortcut.grouped", prefix);
+    dit_vid_t t = reshape(v, x, 5, grouped, n);
+    dit_attrs_t pa = {0};
+    dit_attrs_set_int(&pa, "pt", 1);
+    dit_attrs_set_int(&pa, "ph", 1);
+    dit_attrs_set_int(&pa, "pw", 1);
+    snprintf(n, sizeof n, "%s.shortcut.transposed", prefix);
+    t = dit_graph_op(v->g, DIT_OP_PATCHIFY, &t, 1, &pa, v->dt, n);
+    snprintf(n, sizeof n, "%s.shortcut.parts", prefix);
+    t = reshape(v, t, 4, parts, n);
+    snprintf(n, sizeof n, "%s.shortcut.repeat", prefix);
+    t = repeat(v, t, 2, factor / q, n);
+    snprintf(n, sizeof n, "%s.shortcut.rows", prefix);
+    t = reshape(v, t, 3, row, n);
+    dit_attrs_t ua = {0};
+    dit_attrs_set_int(&ua, "pt", ft);
+    dit_attrs_set_int(&ua, "ph", 2);
+    dit_attrs_set_int(&ua, "pw", 2);
+    dit_attrs_set_int(&ua, "f", F);
+    dit_attrs_set_int(&ua, "h", H);
+    dit_attrs_set_int(&ua, "w", W);
+    snprintf(n, sizeof n, "%s.shortcut.spread", prefix);
+    t = dit_graph_op(v->g, DIT_OP_UNPATCHIFY, &t, 1, &ua, v->dt, n);
+    snprintf(n, sizeof n, "%s.shortcut.channels_last", prefix);
+    t = reshape(v, dit_graph_op(v->g, DIT_OP_PATCHIFY, &t, 1, &pa, v->dt, n), 3, tok, n);
+    snprintf(n, sizeof n, "%s.shortcut.video", prefix);
+    y = reshape(v, t, 5, up, n);
+  }
+  if (frames2 && (v->first || !v->chunked)) {
+    snprintf(n, sizeof n, "%s.shortcut.after_first", prefix);
+    y = frames(v, y, 1, F2 - 1, n);
+  }
+  return y;
+}
+
+/* Up block i from its resnet r0 on: resnets, upsampler, and (residual) the shortcut of the block's
+ * input added. */
+static dit_vid_t up_block(vae_builder_t *v, const up_block_t *ub, int i, int64_t r0, int64_t num_res_blocks, dit_vid_t x) {
+  char p[128];
+  const dit_vid_t in = x;
+  for (int64_t r = r0; r <= num_res_blocks; r++) {
+    snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
+    x = resnet(v, x, p, r ? ub->out : ub->in, ub->out);
+  }
+  if (!ub->up) return x;
+  snprintf(p, sizeof p, "decoder.up_blocks.%d.%s", i, upsampler_name(ub));
+  x = resample(v, x, p, ub->up);
+  if (!ub->shortcut) return x;
+  snprintf(p, sizeof p, "decoder.up_blocks.%d", i);
+  const dit_vid_t sc = dup_up(v, in, ub->up_out, ub->up == 3, p);
+  snprintf(p, sizeof p, "decoder.up_blocks.%d.out", i);
+  return dit_blocks_add(v->b, x, sc, p);
 }
 
 /* The de-normalization folded into post_quant_conv (a 1x1x1 convolution, a linear over channels):
@@ -556,44 +689,43 @@ static dit_status_t post_quant(const dit_model_t *m, vae_builder_t *v, dit_vid_t
 }
 
 /* The head: latents (channel-first, as the pipeline's) through post_quant_conv, conv_in, the mid
- * block and up block 0's resnets; x the channel-last latents. */
-static dit_vid_t decoder_head(vae_builder_t *v, const up_block_t ub[4], int64_t num_res_blocks, dit_vid_t x) {
+ * block and up block 0's first head_resnets resnets; x the channel-last latents. */
+static dit_vid_t decoder_head(vae_builder_t *v, const dit_wan_vae_config_t *cv, const up_block_t ub[4], dit_vid_t x) {
   x = conv(v, x, "decoder.conv_in", 2, 1, "decoder.conv_in");
   x = resnet(v, x, "decoder.mid_block.resnets.0", ub[0].in, ub[0].in);
   x = attention(v, x, "decoder.mid_block.attentions.0");
   x = resnet(v, x, "decoder.mid_block.resnets.1", ub[0].in, ub[0].in);
   char p[128];
-  for (int64_t r = 0; r <= num_res_blocks; r++) {
+  for (int64_t r = 0; r < head_resnets(cv); r++) {
     snprintf(p, sizeof p, "decoder.up_blocks.0.resnets.%" PRId64, r);
     x = resnet(v, x, p, r ? ub[0].out : ub[0].in, ub[0].out);
   }
   return x;
 }
 
-/* The tail: up block 0's upsampler, the other up blocks, norm_out, conv_out; the sample
- * channel-first [B, out_channels, F, H, W] and clamped, as diffusers' decode gives it. */
-static dit_vid_t decoder_tail(vae_builder_t *v, const up_block_t ub[4], int64_t num_res_blocks, int64_t B, dit_vid_t x) {
-  char p[128];
-  for (int i = 0; i < 4; i++) {
-    for (int64_t r = i ? 0 : num_res_blocks + 1; r <= num_res_blocks; r++) {
-      snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
-      x = resnet(v, x, p, r ? ub[i].out : ub[i].in, ub[i].out);
-    }
-    snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0", i);
-    if (ub[i].up) x = resample(v, x, p, ub[i].up);
-  }
+/* The tail: the rest of the up blocks, norm_out, conv_out; the sample channel-first [B, 3, F, H,
+ * W] (the decoder's out_channels unpatchified), clamped, as diffusers' decode gives it. */
+static dit_vid_t decoder_tail(vae_builder_t *v, const dit_wan_vae_config_t *cv, const up_block_t ub[4], int64_t B, dit_vid_t x) {
+  for (int i = 0; i < 4; i++) x = up_block(v, &ub[i], i, i ? 0 : head_resnets(cv), cv->num_res_blocks, x);
   x = channel_norm(v, x, "decoder.norm_out.gamma", "decoder.norm_out");
   x = dit_blocks_unary(v->b, DIT_OP_SILU, x, v->dt, "decoder.silu_out");
-  x = conv(v, x, "decoder.conv_out", 2, 1, "decoder.conv_out");
-  /* Back to channel-first [B, 3, F, H, W] (unpatchify with 1x1x1 patches), clamped as diffusers' decode. */
+  /* diffusers' unpatchify reads channel c * p * p + jw * p + jh as pixel (jh, jw) of channel c;
+   * unpatchify here reads a token row as (jh, jw, c): conv_out's rows reordered so. */
+  const int64_t p = cv->patch, c = cv->out_channels / (p * p);
+  int64_t rows[64];
+  for (int64_t jh = 0; jh < p; jh++)
+    for (int64_t jw = 0; jw < p; jw++)
+      for (int64_t k = 0; k < c; k++) rows[(jh * p + jw) * c + k] = k * p * p + jw * p + jh;
+  x = conv_rows(v, x, "decoder.conv_out", 2, 1, p > 1 ? rows : NULL, "decoder.conv_out");
+  /* Back to channel-first [B, c, F, p H, p W] (with 1x1x1 patches: the transpose), clamped as diffusers' decode. */
   int64_t d[5];
   if (dims5(v, x, d)) {
     const int64_t F = d[1], H = d[2], W = d[3], tok[3] = {B, F * H * W, d[4]};
     x = reshape(v, x, 3, tok, "sample.tokens");
     dit_attrs_t ua = {0};
     dit_attrs_set_int(&ua, "pt", 1);
-    dit_attrs_set_int(&ua, "ph", 1);
-    dit_attrs_set_int(&ua, "pw", 1);
+    dit_attrs_set_int(&ua, "ph", p);
+    dit_attrs_set_int(&ua, "pw", p);
     dit_attrs_set_int(&ua, "f", F);
     dit_attrs_set_int(&ua, "h", H);
     dit_attrs_set_int(&ua, "w", W);
@@ -638,10 +770,10 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
       dit_graph_destroy(v.g);
       return s;
     }
-    x = decoder_head(&v, ub, cv->num_res_blocks, x);
+    x = decoder_head(&v, cv, ub, x);
   }
   if (req->vae_part == DIT_VAE_HEAD) dit_graph_mark_output(v.g, x, "hidden");
-  else dit_graph_mark_output(v.g, decoder_tail(&v, ub, cv->num_res_blocks, B, x), "sample");
+  else dit_graph_mark_output(v.g, decoder_tail(&v, cv, ub, B, x), "sample");
   return dit_blocks_finish(v.b, v.g, "Wan VAE decoder", out);
 }
 
