@@ -99,6 +99,8 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   # The pipeline stages' tiny goldens (tests/gpu/run.sh 1s).
   c tests/data/umt5_tiny/text_encoder --text-len 16 --batch 2
   c tests/data/wan_vae_tiny/vae --frames 9 --height 32 --width 48
+  c tests/data/wan22_vae_tiny/vae --frames 9 --height 32 --width 48
+  c tests/data/flux_vae_tiny/vae --height 64 --width 64 --batch 2
   python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 2  # UMT5-XXL (block 1 on: an fp32 residual stream)'s blocks (tests/gpu/run.sh TEXT_ENCODER=1)
   c "$k/umt5" --text-len 512
   rm -rf "$k/umt5"

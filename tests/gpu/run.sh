@@ -371,7 +371,7 @@ fi
 fi
 
 if [ -z "${SKIP_CHECKS:-}" ] && sec stages; then
-step "1s. pipeline stages (tiny): the UMT5 encoder and the Wan2.1 VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32"
+step "1s. pipeline stages (tiny): the UMT5 encoder, the Wan2.1 and Wan2.2 VAE decoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32"
 d=tests/data/umt5_tiny
 read -r L B < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['text_len'], m['batch'])")
 te=$("$BIN/ditc" compile "$d/text_encoder" --text-len "$L" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -386,6 +386,20 @@ rm -f "$W/vae.safetensors"
 check "$BIN/ditrun" compare "$vb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
 check "$BIN/ditrun" forward "$vb" --inputs "$d/forward_inputs.safetensors" --out "$W/vae.safetensors"
 check "$BIN/st_compare" "$W/vae.safetensors" "$d/forward_output.safetensors" sample 1 0.999
+# The Wan2.2 VAE decoder (residual up blocks, patch size 2) and FLUX.1's 2-D VAE (group norms) alike.
+d=tests/data/wan22_vae_tiny
+read -r F H Wd < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'])")
+vb=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$Wd" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+rm -f "$W/vae22.safetensors"
+check "$BIN/ditrun" compare "$vb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
+check "$BIN/ditrun" forward "$vb" --inputs "$d/forward_inputs.safetensors" --out "$W/vae22.safetensors"
+check "$BIN/st_compare" "$W/vae22.safetensors" "$d/forward_output.safetensors" sample 1 0.999
+d=tests/data/flux_vae_tiny
+vb=$("$BIN/ditc" compile "$d/vae" --height 64 --width 64 --batch 2 --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+rm -f "$W/klvae.safetensors"
+check "$BIN/ditrun" compare "$vb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
+check "$BIN/ditrun" forward "$vb" --inputs "$d/forward_inputs.safetensors" --out "$W/klvae.safetensors"
+check "$BIN/st_compare" "$W/klvae.safetensors" "$d/forward_output.safetensors" sample 1 0.999
 fi
 
 if [ -z "${NO_13B:-}" ]; then
