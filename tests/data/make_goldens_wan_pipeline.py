@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Makes tests/data/wan_pipeline_tiny/: a whole tiny Wan2.1 text-to-video pipeline directory and
-what diffusers' WanPipeline makes of a prompt with it.
+what diffusers' WanPipeline makes of a prompt with it; with the argument wan22, the same for
+Wan2.2 TI2V-5B's layout in tests/data/wan22_pipeline_tiny/ (48 latent channels, the Wan2.2 VAE of
+wan22_vae_tiny (spatial factor 16), expand_timesteps: per-token timesteps), 64 x 64.
 
   model_index.json, scheduler/, transformer/, text_encoder/, vae/   WanPipeline.save_pretrained
       of components whose sizes fit each other: a tiny WanTransformer3DModel (16 latent channels,
@@ -19,7 +21,7 @@ what diffusers' WanPipeline makes of a prompt with it.
 
 Not a test dependency (CI reads the committed outputs). Run with torch, transformers (and protobuf
 for its SentencePiece conversion) and the pinned diffusers:
-  PYTHONPATH=/opt/tpy:/tmp/pb:.ref/src python3 tests/data/make_goldens_wan_pipeline.py
+  PYTHONPATH=/opt/tpy:/tmp/pb:.ref/src python3 tests/data/make_goldens_wan_pipeline.py [wan22]
 """
 import json
 import os
@@ -43,17 +45,24 @@ from make_goldens import folder_size, fresh_dir, make_unipc, redraw_parameters  
 from make_goldens_umt5 import TINY as UMT5_TINY  # noqa: E402
 from make_goldens_umt5 import redraw_parameters as redraw_umt5  # noqa: E402
 
-NAME = "wan_pipeline_tiny"
-MAX_FOLDER_BYTES = 1_000_000
+# Per layout: the folder, the VAE golden it takes, latent channels, the VAE's spatial factor,
+# WanPipeline's expand_timesteps, the picture's size.
+# (64 x 64: the Wan2.2 VAE's 16x leaves 4 x 4 latents, 2 x 2 tokens a frame; its frames make the
+# folder larger).
+LAYOUTS = {"wan21": dict(name="wan_pipeline_tiny", vae="wan_vae_tiny", z=16, spatial=8, expand=False, size=32, max_bytes=1_000_000),
+           "wan22": dict(name="wan22_pipeline_tiny", vae="wan22_vae_tiny", z=48, spatial=16, expand=True, size=64, max_bytes=1_200_000)}
+LAYOUT = LAYOUTS[sys.argv[1] if len(sys.argv) > 1 else "wan21"]
+NAME = LAYOUT["name"]
+MAX_FOLDER_BYTES = LAYOUT["max_bytes"]
 SEED = 7301
-FRAMES, HEIGHT, WIDTH = 5, 32, 32
+FRAMES, HEIGHT, WIDTH = 5, LAYOUT["size"], LAYOUT["size"]
 TEXT_LEN = 16
 STEPS, GUIDANCE, SHIFT = 3, 5.0, 3.0
 PROMPT = "A red fox runs   through snow at dawn"
 NEGATIVE = "blurry"
 
 TRANSFORMER = dict(
-    patch_size=[1, 2, 2], num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
+    patch_size=[1, 2, 2], num_attention_heads=2, attention_head_dim=16, in_channels=LAYOUT["z"], out_channels=LAYOUT["z"],
     text_dim=UMT5_TINY["d_model"], freq_dim=32, ffn_dim=64, num_layers=2, cross_attn_norm=True,
     qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None, added_kv_proj_dim=None, rope_max_seq_len=64,
 )
@@ -68,9 +77,10 @@ def main():
     redraw_umt5(te, torch.Generator().manual_seed(SEED + 1))
     tr = WanTransformer3DModel(**TRANSFORMER).eval()
     redraw_parameters(tr, torch.Generator().manual_seed(SEED + 2))
-    vae = AutoencoderKLWan.from_pretrained(os.path.join(HERE, "wan_vae_tiny", "vae")).eval()
+    vae = AutoencoderKLWan.from_pretrained(os.path.join(HERE, LAYOUT["vae"], "vae")).eval()
     assert vae.config.z_dim == TRANSFORMER["in_channels"]
-    pipe = WanPipeline(tokenizer=tok, text_encoder=te, vae=vae, scheduler=make_unipc(SHIFT), transformer=tr)
+    pipe = WanPipeline(tokenizer=tok, text_encoder=te, vae=vae, scheduler=make_unipc(SHIFT), transformer=tr,
+                       expand_timesteps=LAYOUT["expand"])
     pipe.save_pretrained(out, safe_serialization=True)
     # The tokenizer folder is the tokenizer goldens' own files (the SentencePiece model the C
     # tokenizer reads), whatever save_pretrained wrote.
@@ -80,8 +90,9 @@ def main():
     # Everything below runs on the folder as diffusers reads it back.
     pipe = WanPipeline.from_pretrained(out)
     pipe.set_progress_bar_config(disable=True)
-    f, h, w = (FRAMES - 1) // 4 + 1, HEIGHT // 8, WIDTH // 8
-    init = torch.randn((1, 16, f, h, w), generator=torch.Generator().manual_seed(SEED + 3))
+    sp = LAYOUT["spatial"]
+    f, h, w = (FRAMES - 1) // 4 + 1, HEIGHT // sp, WIDTH // sp
+    init = torch.randn((1, LAYOUT["z"], f, h, w), generator=torch.Generator().manual_seed(SEED + 3))
     call = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
                 num_inference_steps=STEPS, guidance_scale=GUIDANCE, max_sequence_length=TEXT_LEN,
                 generator=torch.Generator().manual_seed(SEED + 4))
