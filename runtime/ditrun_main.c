@@ -1051,15 +1051,18 @@ static int wants_help(int argc, char **argv) {
 /* --preview DIR: the bundle's latent-to-RGB map (or the fallback) checked against the latents, and
  * DIR made, before the first step. */
 static dit_status_t preview_setup(const run_args_t *a, const gen_job_t *j) {
-  const dit_preview_map_t *map = dit_preview_map_for(dit_runtime_manifest(j->rt));
+  const char *dir = NULL;
+  DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
+  const dit_runtime_options_t so = stage_runtime_options(a);
+  const dit_preview_map_t *map = gen_preview_map(dir, dit_runtime_manifest(j->rt), &so);
   DIT_RETURN_IF(dit_preview_check(map, j->lat.rank, j->lat.dims));
   DIT_RETURN_IF_ERROR(dit_mkdirs(a->preview, 0755), "--preview");
   g_preview.dir = a->preview, g_preview.every = (int)a->preview_every, g_preview.map = map, g_preview.latents = j->latents;
   g_preview.rank = j->lat.rank;
   memcpy(g_preview.dims, j->lat.dims, sizeof g_preview.dims);
-  if (!map)
-    fprintf(stderr, "ditrun: note: --preview: the bundle has no latent-to-RGB map; previews show latent channels 0-2, each scaled "
-            "by its own range\n");
+  if (!map && !dit_manifest_find_stage(dit_runtime_manifest(j->rt), "vae_decoder"))
+    fprintf(stderr, "ditrun: note: --preview: the bundle has no VAE decoder stage to fit a latent-to-RGB map on; previews show "
+            "latent channels 0-2, each scaled by its own range\n");
   return DIT_OK;
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/gen_stages.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 #include "base/clock.h"
 #include "base/fileio.h"
 #include "runtime/gen_cli.h"
+#include "runtime/preview.h"
+#include "runtime/rng.h"
 #include "text/tokenizer.h"
 
 dit_status_t gen_stage_dir(const char *bundle_dir, const dit_manifest_t *m, const char *role, const char *why,
@@ -524,4 +527,148 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   decoder_unload(&rest);
   decoder_unload(&head);
   return s;
+}
+
+/* ---- the preview's latent-to-RGB map, fitted on the VAE decoder stage ---- */
+
+/* Solves the n x n system a x = b (row-major, overwritten) by Gaussian elimination with partial
+ * pivoting; 0 when it is singular. */
+static int solve(double *a, double *b, int n) {
+  for (int k = 0; k < n; k++) {
+    int p = k;
+    for (int i = k + 1; i < n; i++)
+      if (fabs(a[i * n + k]) > fabs(a[p * n + k])) p = i;
+    if (!(fabs(a[p * n + k]) > 1e-12)) return 0;
+    for (int j = 0; j < n && p != k; j++) {
+      const double t = a[k * n + j];
+      a[k * n + j] = a[p * n + j], a[p * n + j] = t;
+    }
+    const double t = b[k];
+    b[k] = b[p], b[p] = t;
+    for (int i = k + 1; i < n; i++) {
+      const double f = a[i * n + k] / a[k * n + k];
+      for (int j = k; j < n; j++) a[i * n + j] -= f * a[k * n + j];
+      b[i] -= f * b[k];
+    }
+  }
+  for (int k = n - 1; k >= 0; k--) {
+    double s = b[k];
+    for (int j = k + 1; j < n; j++) s -= a[k * n + j] * b[j];
+    b[k] = s / a[k * n + k];
+  }
+  return 1;
+}
+
+/* One fitted map per VAE decoder stage, for the process (the server previews many jobs). */
+static struct {
+  char identity[DIT_HASH_HEX];
+  dit_preview_map_t map;
+  float *matrix;
+  int failed;
+} g_fitted[4];
+static pthread_mutex_t g_fit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Fits rgb = M z + bias by least squares: z the C channels of a latent pixel of frame 0, rgb the
+ * mean of the pixels it decodes to in frame 0, over `draws` decodes of standard normal latents
+ * (the transformer's output space) with the stage itself. */
+static dit_status_t fit_map(const char *vae, const char *first, const char *head, const dit_runtime_options_t *o, int64_t C, int64_t f,
+                            int64_t h, int64_t w, dit_preview_map_t *map, float **matrix) {
+  const int n = (int)C + 1;
+  const int64_t per = h * w, draws = (4 * n + per - 1) / per < 64 ? (4 * n + per - 1) / per : 64;
+  double *ata = calloc((size_t)(n * n), sizeof *ata), *atb = calloc((size_t)(3 * n), sizeof *atb);
+  double *z = malloc((size_t)n * sizeof *z);
+  dit_tensor_t lat = {malloc((size_t)(C * f * per) * sizeof(float)), DIT_F32, 5, {1, C, f, h, w}};
+  dit_status_t s = ata && atb && z && lat.data ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  int up = 0;
+  for (int64_t d = 0; !s && d < draws; d++) {
+    dit_rng_normal(0x5eed + (uint64_t)d, 0, lat.data, (size_t)(C * f * per));
+    dit_tensor_t fr = {0};
+    s = gen_decode_latents(vae, first, head, o, &lat, &fr, NULL);
+    const int64_t H = s ? 0 : fr.dims[3], W = s ? 0 : fr.dims[4], F = s ? 0 : fr.dims[2];
+    if (!s && (fr.dims[1] != 3 || H % h || W % w || H / h != W / w))
+      s = DIT_ERR(FAILED_PRECONDITION, "the VAE decoder gives [%lld, %lld, %lld, %lld] frames of latents %lld x %lld: no preview map",
+                  (long long)fr.dims[1], (long long)F, (long long)H, (long long)W, (long long)h, (long long)w);
+    up = s ? 0 : (int)(H / h);
+    for (int64_t p = 0; !s && p < per; p++) {
+      const int64_t y = p / w, x = p % w;
+      for (int c = 0; c < C; c++) z[c] = ((const float *)lat.data)[(size_t)(c * f) * (size_t)per + (size_t)p]; /* frame 0 */
+      z[C] = 1.0;
+      double rgb[3] = {0, 0, 0};
+      for (int k = 0; k < 3; k++) {
+        for (int dy = 0; dy < up; dy++)
+          for (int dx = 0; dx < up; dx++) rgb[k] += ((const float *)fr.data)[((size_t)k * (size_t)F * (size_t)H + (size_t)(y * up + dy)) * (size_t)W + (size_t)(x * up + dx)];
+        rgb[k] /= (double)(up * up);
+      }
+      for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++) ata[i * n + j] += z[i] * z[j];
+        for (int k = 0; k < 3; k++) atb[k * n + i] += z[i] * rgb[k];
+      }
+    }
+    free(fr.data);
+  }
+  float *m = s ? NULL : malloc((size_t)(3 * C) * sizeof *m);
+  if (!s && !m) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  double *a = s ? NULL : malloc((size_t)(n * n) * sizeof *a);
+  for (int k = 0; !s && k < 3; k++) {
+    memcpy(a, ata, (size_t)(n * n) * sizeof *a);
+    if (!solve(a, atb + k * n, n)) s = DIT_ERR(FAILED_PRECONDITION, "the VAE decoder's response to its latents is singular: no preview map");
+    for (int c = 0; !s && c < C; c++) m[k * C + c] = (float)atb[k * n + c];
+    if (!s) map->bias[k] = (float)atb[k * n + C];
+  }
+  if (!s) {
+    map->channels = (int)C, map->matrix = m, map->upsample = up;
+    *matrix = m;
+  } else {
+    free(m);
+  }
+  free(a);
+  free(ata);
+  free(atb);
+  free(z);
+  free(lat.data);
+  return s;
+}
+
+const dit_preview_map_t *gen_preview_map(const char *bundle_dir, const dit_manifest_t *m, const dit_runtime_options_t *o) {
+  const dit_manifest_stage_t *st = dit_manifest_find_stage(m, "vae_decoder");
+  if (!st) return NULL;
+  pthread_mutex_lock(&g_fit_lock);
+  const dit_preview_map_t *out = NULL;
+  int slot = -1;
+  for (int i = 0; i < 4 && !out; i++)
+    if (!strcmp(g_fitted[i].identity, st->identity)) slot = i, out = g_fitted[i].failed ? NULL : &g_fitted[i].map;
+  if (slot < 0) {
+    for (slot = 0; slot < 3 && g_fitted[slot].identity[0]; slot++) {
+    }
+    free(g_fitted[slot].matrix);
+    memset(&g_fitted[slot], 0, sizeof g_fitted[slot]);
+    snprintf(g_fitted[slot].identity, sizeof g_fitted[slot].identity, "%s", st->identity);
+    const char *vae = NULL, *first = NULL, *head = NULL;
+    const double t0 = dit_now_s();
+    dit_status_t s = gen_stage_dir(bundle_dir, m, "vae_decoder", "--preview", &vae);
+    if (!s && dit_manifest_find_stage(m, "vae_decoder_first")) s = gen_stage_dir(bundle_dir, m, "vae_decoder_first", "--preview", &first);
+    if (!s && dit_manifest_find_stage(m, "vae_decoder_head")) s = gen_stage_dir(bundle_dir, m, "vae_decoder_head", "--preview", &head);
+    /* The latents one forward takes: latent frame 0 alone when the first has a decoder of its own. */
+    dit_bundle_t *b = NULL;
+    if (!s) s = dit_bundle_open(first ? first : head ? head : vae, 0, &b);
+    const dit_manifest_t *vm = b ? dit_bundle_manifest(b) : NULL;
+    const dit_manifest_io_t *in = vm ? find_io(vm->io_inputs, vm->n_inputs, "latents") : NULL;
+    int64_t dims[5] = {0};
+    if (in && in->rank == 5) memcpy(dims, in->dims, sizeof dims);
+    dit_bundle_close(b);
+    if (!s && !dims[1])
+      s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes no [1, C, f, h, w] latents: no preview map", vae);
+    if (!s) s = fit_map(vae, first, head, o, dims[1], first ? 1 : dims[2], dims[3], dims[4], &g_fitted[slot].map, &g_fitted[slot].matrix);
+    if (s) {
+      fprintf(stderr, "ditrun: note: --preview: %s; previews show latent channels 0-2\n", dit_status_message(s));
+      dit_status_free(s);
+      g_fitted[slot].failed = 1;
+    } else {
+      out = &g_fitted[slot].map;
+      fprintf(stderr, "ditrun: preview map fitted on the VAE decoder stage in %.2f s (%lld channels to RGB)\n", dit_now_s() - t0,
+              (long long)dims[1]);
+    }
+  }
+  pthread_mutex_unlock(&g_fit_lock);
+  return out;
 }

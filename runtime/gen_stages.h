@@ -45,4 +45,11 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
  * F s, caches C s, frames O s, S s of it beside the forwards)". */
 void gen_decode_report(double seconds, const gen_decode_stats_t *stats);
 
+/* The bundle's latent-to-RGB map for previews (preview.h): fitted by least squares on its VAE
+ * decoder stage (a few decodes of standard normal latents of latent frame 0: each latent pixel's
+ * channels against the mean of the pixels it decodes to), once per stage for the process; NULL
+ * (the preview's fallback, with a note on stderr) without a VAE stage or when the fit fails. */
+struct dit_preview_map;
+const struct dit_preview_map *gen_preview_map(const char *bundle_dir, const dit_manifest_t *m, const dit_runtime_options_t *o);
+
 #endif

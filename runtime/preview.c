@@ -8,12 +8,6 @@
 #include "base/fileio.h"
 #include "runtime/media.h"
 
-const dit_preview_map_t *dit_preview_map_for(const dit_manifest_t *m) {
-  /* No family's map yet: a bundle's VAE stage brings its own. */
-  (void)m;
-  return NULL;
-}
-
 dit_status_t dit_preview_check(const dit_preview_map_t *map, int rank, const int64_t *dims) {
   if (rank != 4 && rank != 5)
     return DIT_ERR(UNIMPLEMENTED, "--preview: the latents have rank %d; a preview needs [B, C, F, h, w] or [B, C, h, w] (packed token "

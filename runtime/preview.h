@@ -7,9 +7,10 @@
  * preview has the decoded video's size. A video shows up to DIT_PREVIEW_MAX_FRAMES latent frames
  * side by side, evenly spaced from the first to the last.
  *
- * Without a map for the bundle (dit_preview_map_for returns NULL) the preview shows the first
- * three latent channels as red, green and blue, each normalized by its own minimum and maximum
- * over the shown frames (one channel: gray), upsampled by DIT_PREVIEW_FALLBACK_UPSAMPLE. */
+ * The map is fitted on the bundle's own VAE decoder stage (gen_stages.h gen_preview_map). Without
+ * one (map NULL) the preview shows the first three latent channels as red, green and blue, each
+ * normalized by its own minimum and maximum over the shown frames (one channel: gray), upsampled
+ * by DIT_PREVIEW_FALLBACK_UPSAMPLE. */
 #ifndef DIT_RUNTIME_PREVIEW_H
 #define DIT_RUNTIME_PREVIEW_H
 
@@ -27,10 +28,6 @@ typedef struct dit_preview_map {
   float bias[3];
   int upsample;         /* the VAE's spatial factor */
 } dit_preview_map_t;
-
-/* The bundle's latent-to-RGB map, NULL when it has none (the fallback above). The family's
- * stages fill it from what the bundle holds (its VAE's published factors). */
-const dit_preview_map_t *dit_preview_map_for(const dit_manifest_t *m);
 
 /* Checks that latents of this shape can be previewed with map (NULL: the fallback). */
 dit_status_t dit_preview_check(const dit_preview_map_t *map, int rank, const int64_t *dims);

@@ -91,7 +91,7 @@ for b in heads:
     assert b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (144, 32), struct.unpack(">II", b[16:24])
 assert heads[0] != heads[1], "the latents moved between steps 3 and 4, the previews did not"
 PY
-grep -q "^ditrun: note: --preview: the bundle has no latent-to-RGB map" "$T/gen" || { cat "$T/gen"; fail "no note of the fallback map"; }
+grep -q "^ditrun: note: --preview: the bundle has no VAE decoder stage to fit a latent-to-RGB map on" "$T/gen" || { cat "$T/gen"; fail "no note of the fallback map"; }
 [ "$(grep -cE '^ditrun: step [0-9]+/4  t=[0-9.]+  [0-9.]+s  \[elapsed [0-9.]+s, ETA [0-9.]+s\]$' "$T/gen")" = 4 ] ||
   { cat "$T/gen"; fail "expected 4 step lines with the elapsed time and the ETA"; }
 grep -qE '^ditrun: step 4/4 .*ETA 0\.00s\]$' "$T/gen" || { cat "$T/gen"; fail "the last step's ETA is not 0"; }

@@ -77,6 +77,12 @@ done
 "$BIN/st_compare" "$T/f9_2.safetensors" "$T/f9_0.safetensors" frames 1e-5
 expect_fail "--vae-chunk 2: the 1 latent frames after the first (--frames $F) do not split into chunks of that many" "$BIN/ditc" compile \
   "$d" "${shape[@]}" --vae-chunk 2 -o "$T/x"
+# --preview: the latent-to-RGB map fitted on the VAE decoder stage; the last preview follows the
+# decoded frame 0.
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" "${loop[@]}" --out "$T/fp.safetensors" --preview "$T/p" \
+  2>"$T/gen.err" >/dev/null || { cat "$T/gen.err"; fail "--preview"; }
+grep -q "^ditrun: preview map fitted on the VAE decoder stage in [0-9.]* s (16 channels to RGB)$" "$T/gen.err" || { cat "$T/gen.err"; fail "no fitted map"; }
+python3 tests/tools/preview_corr.py "$T/p/step_00$STEPS.png" "$T/fp.safetensors" 8 0.3
 # The decoder split for windows (--vae-tiles 1: the head, then the tail over one window): five
 # bundles, schema 1.5, the same frames byte for byte; --vae-budget keeps it whole when it fits.
 line=$("$BIN/ditc" compile "$d" "${shape[@]}" --vae-tiles 1 -o "$T/s" 2>/dev/null | tail -n1)

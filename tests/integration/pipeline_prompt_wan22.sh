@@ -5,7 +5,7 @@
 # transformer and its UMT5 and Wan2.2 VAE decoder stages, and `ditrun generate --prompt` gives the
 # final latents within 1e-4 and the frames within PSNR 45 dB of diffusers' WanPipeline on the same
 # initial latents; the decoder split for windows (--vae-tiles 1) decodes the same frames, byte
-# for byte; an MP4 of them is written.
+# for byte; an MP4 of them is written; --preview's map, fitted on the VAE stage, follows the decode.
 set -euo pipefail
 BIN=$1/bin
 # shellcheck source=tests/tools/goldens_lib.sh
@@ -38,6 +38,12 @@ python3 tests/tools/psnr.py "$T/f.safetensors" "$g" frames 45
 line=$("$BIN/ditc" compile "$d" "${shape[@]}" --vae-tiles 1 -o "$T/s" 2>/dev/null | tail -n1)
 "$BIN/ditrun" generate "${line##* }" "${gen[@]}" --out "$T/fs.safetensors" 2>"$T/gen.err" >/dev/null || { cat "$T/gen.err"; fail "split"; }
 cmp -s "$T/fs.safetensors" "$T/f.safetensors" || fail "the split decoder's frames differ"
+# --preview: a latent-to-RGB map fitted on the VAE decoder stage; the last preview follows the
+# decoded frame (48 channels to RGB, 4 x 4 latents of 16 x 16 pixels).
+"$BIN/ditrun" generate "$b" "${gen[@]}" --out "$T/fp.safetensors" --preview "$T/p" 2>"$T/gen.err" >/dev/null || { cat "$T/gen.err"; fail "--preview"; }
+grep -q "^ditrun: preview map fitted on the VAE decoder stage in [0-9.]* s (48 channels to RGB)$" "$T/gen.err" || { cat "$T/gen.err"; fail "no fitted map"; }
+[ "$(ls "$T/p")" = "$(printf 'step_001.png\nstep_002.png\nstep_003.png')" ] || { ls "$T/p"; fail "previews"; }
+python3 tests/tools/preview_corr.py "$T/p/step_003.png" "$T/fp.safetensors" 16 0.3
 # An MP4 where FFmpeg's libraries are (CI installs them).
 "$BIN/ditrun" generate "$b" "${gen[@]}" --out "$T/v.mp4" 2>"$T/gen.err" >/dev/null || { cat "$T/gen.err"; fail "generate --out MP4"; }
 head -c 8 "$T/v.mp4" | tail -c 4 | grep -q ftyp || fail "no MP4 written"

@@ -261,7 +261,7 @@ def previews(cl, inputs, slow_seed, ref, preview_ref):
         p = json.loads(d)
         check(p["step"] == k + 1 and sorted(p) == ["png", "step"], "preview event %d: step %s" % (k + 1, p["step"]))
         pngs.append(base64.b64decode(p["png"], validate=True))
-    shape = latents_shape(ref)  # [B, C, F, h, w]; no bundle has a latent-to-RGB map yet: the fallback's 8x
+    shape = latents_shape(ref)  # [B, C, F, h, w]; a bundle without a VAE stage: the fallback's 8x
     want = (shape[4] * 8 * min(shape[2], 4), shape[3] * 8)
     check(all(png_size(p) == want for p in pngs), "preview PNGs: %s, expected %s" % ([png_size(p) for p in pngs], want))
     st, png, _ = cl.call("GET", "/v1/jobs/%s/preview" % j["id"], raw=True)
