@@ -387,6 +387,17 @@ void dit_bundle_hash_stats(uint64_t *out_blobs, uint64_t *out_bytes) {
   *out_bytes = __atomic_load_n(&g_hashed_bytes, __ATOMIC_RELAXED);
 }
 
+/* The content hash of a mapping of blob (at path p) against the manifest's. */
+static dit_status_t check_hash(const char *p, const dit_manifest_blob_t *blob, const dit_mapping_t *map) {
+  char found[DIT_HASH_HEX];
+  dit_status_t s = hash_mapping(map, found);
+  __atomic_add_fetch(&g_hashed_blobs, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&g_hashed_bytes, (uint64_t)map->size, __ATOMIC_RELAXED);
+  if (!s && strcmp(found, blob->hash) != 0)
+    s = DIT_ERR(DATA_LOSS, "%s (role %s): content hash mismatch: expected %s, found %s", p, blob->role, blob->hash, found);
+  return s;
+}
+
 /* Maps blob i, checks its size and, if `verify`, its content hash. */
 static dit_status_t map_checked(const dit_bundle_t *b, const dit_manifest_blob_t *blob, int verify,
                                 dit_mapping_t *out) {
@@ -425,13 +436,7 @@ static dit_status_t map_checked(const dit_bundle_t *b, const dit_manifest_blob_t
     dit_file_unmap(&map);
   }
   if (!s && verify) {
-    char found[DIT_HASH_HEX];
-    s = hash_mapping(&map, found);
-    __atomic_add_fetch(&g_hashed_blobs, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&g_hashed_bytes, (uint64_t)map.size, __ATOMIC_RELAXED);
-    if (!s && strcmp(found, blob->hash) != 0)
-      s = DIT_ERR(DATA_LOSS, "%s (role %s): content hash mismatch: expected %s, found %s", p,
-                  blob->role, blob->hash, found);
+    s = check_hash(p, blob, &map);
     if (s) dit_file_unmap(&map);
   }
   free(p);
@@ -489,7 +494,7 @@ static dit_status_t check_manifest_digest(const char *dir, const char *mpath, co
 dit_status_t dit_bundle_open(const char *dir, unsigned flags, dit_bundle_t **out) {
   *out = NULL;
   if (!dir || !dir[0]) return DIT_ERR(INVALID_ARGUMENT, "bundle: no directory");
-  if (flags & ~(unsigned)DIT_BUNDLE_HASH_BLOBS)
+  if (flags & ~(unsigned)(DIT_BUNDLE_HASH_BLOBS | DIT_BUNDLE_HASH_LATER))
     return DIT_ERR(INVALID_ARGUMENT, "%s: unknown open flags 0x%x", dir, flags);
   dit_bundle_t *b = calloc(1, sizeof *b);
   if (!b) return oom(dir);
@@ -527,7 +532,8 @@ dit_status_t dit_bundle_open(const char *dir, unsigned flags, dit_bundle_t **out
   free(text);
   for (size_t i = 0; !s && i < b->m->n_blobs; i++) {
     dit_mapping_t map;
-    s = map_checked(b, &b->m->blobs[i], (flags & DIT_BUNDLE_HASH_BLOBS) != 0, &map);
+    const int later = (flags & DIT_BUNDLE_HASH_LATER) && !strcmp(b->m->blobs[i].role, "weights");
+    s = map_checked(b, &b->m->blobs[i], (flags & DIT_BUNDLE_HASH_BLOBS) && !later, &map);
     if (!s) dit_file_unmap(&map);
   }
   free(mpath);
@@ -549,6 +555,20 @@ void dit_bundle_close(dit_bundle_t *b) {
 const dit_manifest_t *dit_bundle_manifest(const dit_bundle_t *b) { return b->m; }
 
 const char *dit_bundle_dir(const dit_bundle_t *b) { return b->dir; }
+
+dit_status_t dit_bundle_check_blob(const dit_bundle_t *b, const char *hash, const dit_mapping_t *map) {
+  const dit_manifest_blob_t *blob = b ? dit_manifest_find_blob(b->m, hash) : NULL;
+  if (!blob) return DIT_ERR(NOT_FOUND, "bundle: blob %s is not listed in manifest.json", hash ? hash : "(null)");
+  char rel[64];
+  snprintf(rel, sizeof rel, "blobs/%s", blob->hash);
+  char *p = path2(b->dir, rel);
+  if (!p) return oom(b->dir);
+  dit_status_t s = map->size != blob->size ? DIT_ERR(DATA_LOSS, "%s (role %s): size mismatch: expected %llu bytes, found %zu", p, blob->role,
+                                                     (unsigned long long)blob->size, map->size)
+                                           : check_hash(p, blob, map);
+  free(p);
+  return s;
+}
 
 dit_status_t dit_bundle_map_blob(dit_bundle_t *b, const char *hash, dit_mapping_t *out) {
   out->data = NULL;

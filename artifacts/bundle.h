@@ -55,6 +55,9 @@ typedef struct dit_bundle dit_bundle_t;
 
 enum {
   DIT_BUNDLE_HASH_BLOBS = 1u << 0, /* hash every blob (else size and presence only) */
+  /* With HASH_BLOBS: blobs of role "weights" are left to the caller, who hashes each as it reads
+   * it (dit_bundle_check_blob), so that the hash and the read (a device upload) overlap. */
+  DIT_BUNDLE_HASH_LATER = 1u << 1,
 };
 
 /* Opens and validates a bundle directory: manifest.json parsed and validated, the identity
@@ -71,6 +74,10 @@ const char *dit_bundle_dir(const dit_bundle_t *b);
 /* Maps blob `hash` read-only (checked against its listed size; hashed unless the bundle was
  * opened with DIT_BUNDLE_HASH_BLOBS, which already did). Unmap with dit_file_unmap. */
 dit_status_t dit_bundle_map_blob(dit_bundle_t *b, const char *hash, dit_mapping_t *out);
+
+/* Hashes a mapping of blob `hash` (dit_bundle_map_blob's) and checks it against the manifest:
+ * DATA_LOSS naming the file on a mismatch. Thread-safe: it reads the mapping only. */
+dit_status_t dit_bundle_check_blob(const dit_bundle_t *b, const char *hash, const dit_mapping_t *map);
 
 /* Blobs (and their bytes) whose content hash this process has computed so far, over every
  * bundle opened or mapped: what verification cost. */

@@ -229,6 +229,20 @@ static dit_status_t prepare_backend(rank_rt_t *rt, const rank_rt_t *stand_in) {
   return s;
 }
 
+/* A weights shard's content hash against the manifest's (dit_bundle_check_blob), as a thread runs it. */
+typedef struct weights_check {
+  const dit_bundle_t *bundle;
+  const char *hash;
+  const dit_mapping_t *map;
+  dit_status_t s;
+} weights_check_t;
+
+static void *check_weights(void *p) {
+  weights_check_t *w = p;
+  w->s = dit_bundle_check_blob(w->bundle, w->hash, w->map);
+  return NULL;
+}
+
 /* Loads rank `rank` of an opened bundle for expert rt->expert: its plan, weights shard and
  * backend memory. `share` (may be NULL) is expert 0's state of the same rank, whose activation
  * arena this one borrows when large enough: the experts never run at the same time. */
@@ -284,10 +298,22 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   } else {
     DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->plan->arena_bytes ? rt->plan->arena_bytes : 1, "activation arena", &rt->arena));
   }
+  /* The weights shard was left unhashed at open (DIT_BUNDLE_HASH_LATER): hashed here before
+   * anything reads it, on a thread of its own beside its upload to a device. */
+  weights_check_t wc = {rt->bundle, r0->weights, &rt->weights_map, DIT_OK};
   if (!rt->be->host_memory && !offload) {
-    DIT_RETURN_IF(rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev));
-    DIT_RETURN_IF(rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size));
+    pthread_t th;
+    const int threaded = !pthread_create(&th, NULL, check_weights, &wc);
+    dit_status_t u = rt->be->alloc(rt->be_state, rt->weights_map.size, "weights", &rt->weights_dev);
+    if (!u) u = rt->be->upload(rt->be_state, rt->weights_dev, rt->weights_map.data, rt->weights_map.size);
+    if (threaded) pthread_join(th, NULL);
+    else check_weights(&wc);
+    if (u) dit_status_free(wc.s);
+    DIT_RETURN_IF(u);
+  } else {
+    check_weights(&wc);
   }
+  DIT_RETURN_IF(wc.s);
   DIT_RETURN_IF(bind_values(rt, lender));
   /* An expert that swaps in stays in host memory until the one before it has run (loaded
    * alone, it loads as any offloaded plan). */
@@ -352,7 +378,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   *out = NULL;
   dit_runtime_t *rt = calloc(1, sizeof *rt);
   if (!rt) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  dit_status_t s = dit_bundle_open(bundle_dir, DIT_BUNDLE_HASH_BLOBS, &rt->bundle);
+  dit_status_t s = dit_bundle_open(bundle_dir, DIT_BUNDLE_HASH_BLOBS | DIT_BUNDLE_HASH_LATER, &rt->bundle);
   if (!s) {
     rt->m = dit_bundle_manifest(rt->bundle);
     s = check_fitness(rt, o);

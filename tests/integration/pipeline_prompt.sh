@@ -166,6 +166,17 @@ open(p, "wb").write(bytes(b))
 PY
 expect_fail "blobs/$tok (role tokenizer): content hash mismatch" "$BIN/ditrun" verify "$T/mod/$te"
 expect_fail "content hash mismatch" "$BIN/ditrun" generate "$T/mod/$(basename "$b")" --prompt "$PROMPT" "${loop[@]}" --out "$T/x.png"
+# A damaged weights shard (hashed at load beside its use, not at open) is refused before any step.
+rm -rf "$T/mod" && cp -r "$T/b" "$T/mod"
+wts=$(python3 -c "import json,sys; print([x['hash'] for x in json.load(open(sys.argv[1]))['blobs'] if x['role'] == 'weights'][0])" "$T/mod/$(basename "$b")/manifest.json")
+python3 - "$T/mod/$(basename "$b")/blobs/$wts" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x01
+open(p, "wb").write(bytes(b))
+PY
+expect_fail "blobs/$wts (role weights): content hash mismatch" "$BIN/ditrun" generate "$T/mod/$(basename "$b")" --prompt "$PROMPT" \
+  "${loop[@]}" --out "$T/x.png"
+[ ! -e "$T/x.png" ] || fail "a refused generate left an output"
 
 # The store: the stages are entered with the bundle and found there by identity.
 "$BIN/ditc" compile "$d" "${shape[@]}" --store "$T/store" -q >/dev/null
