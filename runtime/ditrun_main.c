@@ -681,16 +681,9 @@ static dit_status_t flow_prompt_arguments(const run_args_t *a, const dit_manifes
                                           dit_named_tensor_t *args, char names[][96]) {
   const dit_manifest_generate_t *gs = &m->generate;
   const char *dir = NULL, *te[DIT_GEN_MAX_CONDITIONS];
+  const dit_manifest_stage_t *sts[DIT_GEN_MAX_CONDITIONS];
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
-  for (size_t i = 0; i < gs->n_conditions; i++) {
-    const dit_manifest_stage_t *st = dit_manifest_stage_for(m, gs->conditions[i].argument);
-    if (!st)
-      return DIT_ERR(FAILED_PRECONDITION, "--prompt: bundle %s has no text encoder stage making the generate argument '%s' (it was compiled "
-                     "from a transformer folder, or with --stages without its text encoders): compile the pipeline directory with its "
-                     "stages (ditc compile PIPELINE_DIR ..., every stage by default), or give --prompt-embeds", m->identity,
-                     gs->conditions[i].argument);
-    DIT_RETURN_IF(gen_stage_dir(dir, m, st->role, "--prompt", &te[i]));
-  }
+  DIT_RETURN_IF(gen_text_stages(dir, m, "--prompt", sts, te));
   if (a->out && dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
     const char *vae = NULL; /* refused before any work when the image cannot be made */
     DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder", "--prompt", &vae));
@@ -699,7 +692,7 @@ static dit_status_t flow_prompt_arguments(const run_args_t *a, const dit_manifes
   const int64_t B = m->shape.batch > 0 ? m->shape.batch : 1;
   for (int neg = 0; neg <= cfg; neg++)
     for (size_t i = 0; i < gs->n_conditions; i++) {
-      const dit_manifest_stage_t *st = dit_manifest_stage_for(m, gs->conditions[i].argument);
+      const dit_manifest_stage_t *st = sts[i];
       char *nm = names[g->n_args];
       snprintf(nm, 96, "%s%s", neg ? "negative_" : "", gs->conditions[i].argument);
       args[g->n_args].name = nm;

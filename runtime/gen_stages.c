@@ -41,6 +41,24 @@ dit_status_t gen_stage_dir(const char *bundle_dir, const dit_manifest_t *m, cons
   return DIT_OK;
 }
 
+dit_status_t gen_text_stages(const char *bundle_dir, const dit_manifest_t *m, const char *why, const dit_manifest_stage_t **st,
+                             const char **dirs) {
+  const dit_manifest_generate_t *gs = &m->generate;
+  if (!gs->present) {
+    st[0] = dit_manifest_find_stage(m, "text_encoder");
+    return gen_stage_dir(bundle_dir, m, "text_encoder", why, &dirs[0]);
+  }
+  for (size_t i = 0; i < gs->n_conditions; i++) {
+    if (!(st[i] = dit_manifest_stage_for(m, gs->conditions[i].argument)))
+      return DIT_ERR(FAILED_PRECONDITION, "%s: bundle %s has no text encoder stage making the generate argument '%s' (it was compiled "
+                     "from a transformer folder, or with --stages without its text encoders): compile the pipeline directory with its "
+                     "stages (ditc compile PIPELINE_DIR ..., every stage by default), or give the embeddings", why, m->identity,
+                     gs->conditions[i].argument);
+    DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, st[i]->role, why, &dirs[i]));
+  }
+  return DIT_OK;
+}
+
 /* WanPipeline's prompt_clean on ASCII white space: runs become one space, the ends trimmed. (Its
  * ftfy and HTML-unescape passes change only mis-encoded text and entities.) */
 static char *clean_prompt(const char *text) {

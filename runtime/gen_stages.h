@@ -14,6 +14,13 @@
 dit_status_t gen_stage_dir(const char *bundle_dir, const dit_manifest_t *m, const char *role, const char *why,
                            const char **out_dir);
 
+/* The text encoder stages --prompt runs on bundle m: with a generate section, the stage making each
+ * condition's argument (its manifest entry st[i], its directory dirs[i], for condition i), refused
+ * naming the argument when none does; else the text_encoder stage (st[0], dirs[0]). `why` leads
+ * the messages. */
+dit_status_t gen_text_stages(const char *bundle_dir, const dit_manifest_t *m, const char *why, const dit_manifest_stage_t **st,
+                             const char **dirs);
+
 /* One prompt through the text encoder stage at te_dir as its manifest entry st says (NULL: the
  * defaults, WanPipeline's _get_t5_prompt_embeds: output last_hidden_state, padding "zeroed").
  * Tokenized to the stage's text length with padding and truncation; "zeroed": the text cleaned
