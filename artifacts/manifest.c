@@ -178,11 +178,24 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
     if (!strcmp(st->role, "vae_decoder_head") && m->schema_minor < DIT_SCHEMA_MINOR_TILES)
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: role vae_decoder_head needs schema minor >= %d, found %d", i,
                      DIT_SCHEMA_MINOR_TILES, m->schema_minor);
+    if (!FIXED_OK(st->argument) || !FIXED_OK(st->output))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: string field not terminated", i);
+    if ((st->argument[0] || !strcmp(st->role, "text_encoder_2")) && m->schema_minor < DIT_SCHEMA_MINOR_FEEDS)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: %s needs schema minor >= %d, found %d", i,
+                     st->argument[0] ? "argument" : "role text_encoder_2", DIT_SCHEMA_MINOR_FEEDS, m->schema_minor);
+    if (st->argument[0] && (!st->output[0] || strncmp(st->role, "text_encoder", 12)))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: argument %s: %s", i, st->argument,
+                     st->output[0] ? "only a text encoder stage makes a generate argument" : "no output named");
     jw_open(w, '{', 0);
     jw_kstr(w, "role", st->role);
     jw_kstr(w, "identity", st->identity);
     jw_kstr(w, "family", st->family);
     jw_kstr(w, "class", st->model_class);
+    if (st->argument[0]) {
+      jw_kstr(w, "argument", st->argument);
+      jw_kstr(w, "output", st->output);
+      jw_kstr(w, "padding", st->attended ? "attended" : "zeroed");
+    }
     jw_close(w, '}');
   }
   jw_close(w, ']');
@@ -1238,10 +1251,39 @@ int dit_vae_tile_span(int64_t count, int64_t full, int64_t window, int64_t halo,
   return 1;
 }
 
+/* A text encoder stage's optional argument, output and padding (schema 1.6): the three together,
+ * the argument made by no earlier stage. */
+static dit_status_t parse_stage_feed(const dit_json_t *e, const dit_manifest_t *m, size_t i, dit_manifest_stage_t *st,
+                                     const char *const *paddings) {
+  const int n = dit_json_has(e, "argument") + dit_json_has(e, "output") + dit_json_has(e, "padding");
+  if (!n) return DIT_OK;
+  dit_json_t pr = at_key(e, dit_json_has(e, "argument") ? "argument" : dit_json_has(e, "output") ? "output" : "padding");
+  if (m->schema_minor < DIT_SCHEMA_MINOR_FEEDS)
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_FEEDS,
+                          m->schema_major, m->schema_minor);
+  if (n != 3)
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "expected argument, output and padding together (the generate argument the "
+                          "stage makes, from which output, how)");
+  if (strncmp(st->role, "text_encoder", 12))
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"%s\" makes no generate argument (only a text encoder does)", st->role);
+  DIT_RETURN_IF(dit_json_str_copy(e, "argument", st->argument, sizeof st->argument, false));
+  DIT_RETURN_IF(dit_json_str_copy(e, "output", st->output, sizeof st->output, false));
+  int k = 0;
+  DIT_RETURN_IF(dit_json_enum(e, "padding", paddings, &k));
+  st->attended = k == 1;
+  pr = at_key(e, "argument");
+  for (size_t j = 0; j < i; j++)
+    if (!strcmp(m->stages[j].argument, st->argument))
+      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "\"%s\" is made by stages[%zu] too: each argument comes from one stage",
+                            st->argument, j);
+  return DIT_OK;
+}
+
 /* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
 static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
-  static const char *const keys[] = {"role", "identity", "family", "class", NULL};
-  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", NULL};
+  static const char *const keys[] = {"role", "identity", "family", "class", "argument", "output", "padding", NULL};
+  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", "text_encoder_2", NULL};
+  static const char *const paddings[] = {"zeroed", "attended", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "stages", DIT_MAX_STAGES, &a, &n));
@@ -1264,6 +1306,11 @@ static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
       return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"vae_decoder_head\" needs schema minor >= %d, found %d.%d",
                             DIT_SCHEMA_MINOR_TILES, m->schema_major, m->schema_minor);
     }
+    if (!strcmp(st->role, "text_encoder_2") && m->schema_minor < DIT_SCHEMA_MINOR_FEEDS) {
+      dit_json_t pr = at_key(&e, "role");
+      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"text_encoder_2\" needs schema minor >= %d, found %d.%d",
+                            DIT_SCHEMA_MINOR_FEEDS, m->schema_major, m->schema_minor);
+    }
     for (size_t j = 0; j < i; j++)
       if (!strcmp(m->stages[j].role, st->role)) {
         dit_json_t pr = at_key(&e, "role");
@@ -1272,6 +1319,7 @@ static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
     DIT_RETURN_IF(get_hash(&e, "identity", st->identity));
     DIT_RETURN_IF(dit_json_str_copy(&e, "family", st->family, sizeof st->family, false));
     DIT_RETURN_IF(dit_json_str_copy(&e, "class", st->model_class, sizeof st->model_class, false));
+    DIT_RETURN_IF(parse_stage_feed(&e, m, i, st, paddings));
   }
   m->n_stages = n;
   return DIT_OK;
@@ -1427,6 +1475,12 @@ const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, con
   }
   for (size_t i = 0; v && i < n; i++)
     if (v[i].rank == r) return &v[i];
+  return NULL;
+}
+
+const dit_manifest_stage_t *dit_manifest_stage_for(const dit_manifest_t *m, const char *argument) {
+  for (size_t i = 0; m && argument && argument[0] && i < m->n_stages; i++)
+    if (!strcmp(m->stages[i].argument, argument)) return &m->stages[i];
   return NULL;
 }
 

@@ -52,12 +52,27 @@
  *                  "shift_terminal": null | x}},
  *   "stages": [{"role": "text_encoder" | "vae_decoder",   schema 1.4, optional: the pipeline's
  *               "identity": "<32 hex>",       other stages, each a bundle of its own published
- *               "family": "umt5", "class": "UMT5EncoderModel"}, ...]   beside this one (or in
- *                                             the store), at most one per role; role
- *                                             "vae_decoder_first": latent frame 0's graph of a
- *                                             VAE decoding in chunks (vae_decoder: the later chunks');
- *                                             "vae_decoder_head" (schema 1.5): the full-frame part of
- *                                             a decoder whose other two run in tiles
+ *               "family": "umt5", "class": "UMT5EncoderModel",   beside this one (or in the
+ *               "argument": "<name>", "output": "<name>",        store), at most one per role;
+ *               "padding": "zeroed" | "attended"}, ...]          role "vae_decoder_first":
+ *                                             latent frame 0's graph of a VAE decoding in chunks
+ *                                             (vae_decoder: the later chunks' or, for an image, the
+ *                                             whole decode); "vae_decoder_head" (schema 1.5): the
+ *                                             full-frame part of a decoder whose other two run in
+ *                                             tiles; "text_encoder_2" (schema 1.6): a pipeline's
+ *                                             second text encoder (its tokenizer tokenizer_2/).
+ *                                             argument, output, padding (schema 1.6, optional,
+ *                                             the three together, text encoders only): the
+ *                                             generate argument the stage makes (a condition's
+ *                                             argument; each made by one stage at most), from
+ *                                             its output of that name ([1, L, D] or pooled [1, D]),
+ *                                             and how the pipeline encodes: "zeroed" (WanPipeline:
+ *                                             the prompt's white space cleaned, the tokenizer's
+ *                                             mask as attention_mask, the rows past the prompt's
+ *                                             tokens zeroed), "attended" (FluxPipeline: the text
+ *                                             as given, every position attended, every row kept).
+ *                                             Without them a text_encoder stage makes
+ *                                             prompt_embeds from last_hidden_state, "zeroed"
  * }
  *
  * A blob of role "tokenizer" (schema 1.4) is a file of the pipeline's tokenizer folder that a
@@ -84,12 +99,13 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 5
+#define DIT_SCHEMA_MINOR 6
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
 #define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
 #define DIT_SCHEMA_MINOR_REUSE 3 /* the first minor with topology.reuse */
 #define DIT_SCHEMA_MINOR_STAGES 4 /* the first minor with the stages section and tokenizer blobs */
 #define DIT_SCHEMA_MINOR_TILES 5  /* the first minor with shape.tile and the vae_decoder_head stage */
+#define DIT_SCHEMA_MINOR_FEEDS 6  /* the first minor with a stage's argument/output/padding and text_encoder_2 */
 #define DIT_MAX_STAGES 8
 #define DIT_MAX_EXPERTS 2
 #define DIT_GEN_MAX_CONDITIONS 8
@@ -107,9 +123,12 @@ typedef struct dit_manifest_blob {
 
 /* One entry of the stages section. */
 typedef struct dit_manifest_stage {
-  char role[24];               /* "text_encoder", "vae_decoder", "vae_decoder_first" or "vae_decoder_head" */
+  char role[24];               /* "text_encoder", "text_encoder_2", "vae_decoder", "vae_decoder_first" or "vae_decoder_head" */
   char identity[DIT_HASH_HEX]; /* the stage's bundle */
   char family[32], model_class[64];
+  char argument[64];           /* the generate argument a text encoder makes; "": none listed (the defaults) */
+  char output[64];             /* the output it takes (with argument) */
+  int attended;                /* padding "attended" (1) or "zeroed" (0), with argument */
 } dit_manifest_stage_t;
 
 typedef struct dit_manifest_tensor {
@@ -247,6 +266,8 @@ const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, con
 
 /* The stage of role `role`; NULL if the bundle has none. */
 const dit_manifest_stage_t *dit_manifest_find_stage(const dit_manifest_t *m, const char *role);
+/* The text-encoder stage that makes generate argument `argument` (its argument field); NULL if none. */
+const dit_manifest_stage_t *dit_manifest_stage_for(const dit_manifest_t *m, const char *argument);
 
 /* Window i of `count` windows `window` wide over `full` columns, each with `halo` inexact columns
  * at its inner edges (an edge at column 0 or `full` is exact): its first column *offset (evenly

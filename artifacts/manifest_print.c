@@ -48,8 +48,12 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
   for (size_t i = 0; i < m->n_blobs; i++)
     fprintf(f, "blob       %-8s %s %12" PRIu64 " bytes%s%s\n", m->blobs[i].role, m->blobs[i].hash, m->blobs[i].size,
             m->blobs[i].name[0] ? "  " : "", m->blobs[i].name);
-  for (size_t i = 0; i < m->n_stages; i++)
-    fprintf(f, "stage      %-12s %s (%s, %s)\n", m->stages[i].role, m->stages[i].identity, m->stages[i].family, m->stages[i].model_class);
+  for (size_t i = 0; i < m->n_stages; i++) {
+    const dit_manifest_stage_t *st = &m->stages[i];
+    fprintf(f, "stage      %-12s %s (%s, %s)", st->role, st->identity, st->family, st->model_class);
+    if (st->argument[0]) fprintf(f, " -> %s from %s, padding %s", st->argument, st->output, st->attended ? "attended" : "zeroed");
+    fputc('\n', f);
+  }
   for (size_t i = 0; i < m->n_weights; i++)
     fprintf(f, "weights    %s: tp rank %d/%d, %zu tensors\n", m->weights[i].blob, m->weights[i].tp_rank, m->weights[i].tp_size,
            m->weights[i].n_tensors);

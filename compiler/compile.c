@@ -157,9 +157,11 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
  * before those sections. */
 static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen, int stages,
                         const dit_manifest_stage_t *list, size_t n_list) {
-  int tiles = o->shape.vae_part != DIT_VAE_WHOLE;
+  int tiles = o->shape.vae_part != DIT_VAE_WHOLE, feeds = 0;
   for (size_t i = 0; i < n_list; i++) tiles |= !strcmp(list[i].role, "vae_decoder_head");
-  return tiles    ? DIT_SCHEMA_MINOR_TILES
+  for (size_t i = 0; i < n_list; i++) feeds |= list[i].argument[0] || !strcmp(list[i].role, "text_encoder_2");
+  return feeds    ? DIT_SCHEMA_MINOR_FEEDS
+         : tiles  ? DIT_SCHEMA_MINOR_TILES
          : stages ? DIT_SCHEMA_MINOR_STAGES
          : o->shape.reuse_group ? DIT_SCHEMA_MINOR_REUSE
          : gen->present      ? DIT_SCHEMA_MINOR_GENERATE
@@ -279,6 +281,11 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
       cJSON *e = cJSON_CreateObject();
       cJSON_AddStringToObject(e, "role", stages[i].role);
       cJSON_AddStringToObject(e, "identity", stages[i].identity);
+      if (stages[i].argument[0]) { /* only where listed: the stages of bundles without them keep their identity */
+        cJSON_AddStringToObject(e, "argument", stages[i].argument);
+        cJSON_AddStringToObject(e, "output", stages[i].output);
+        cJSON_AddStringToObject(e, "padding", stages[i].attended ? "attended" : "zeroed");
+      }
       cJSON_AddItemToArray(sj, e);
     }
   }
@@ -560,7 +567,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s) dit_compile_progress(&pr, "weights content hash %s%s", weights_hash, memo ? " (memo: checkpoint files unchanged, not rehashed)" : "");
   if (!s && experts == 2) s = dit_compile_weights_hash(store, &m2, o->rehash, weights_hash_2, &memo);
   if (!s && experts == 2) dit_compile_progress(&pr, "transformer_2 weights content hash %s", weights_hash_2);
-  if (!s) s = dit_compile_stages(o, 0, stages, &n_stages);
+  if (!s) s = dit_compile_stages(o, m, 0, stages, &n_stages);
   if (!s && o->tokenizer_dir) s = dit_tokenizer_files_read(o->tokenizer_dir, &tok);
   if (!s) s = identity_inputs(o, m, &ls, weights_hash, experts == 2 ? weights_hash_2 : NULL, stages, n_stages, &tok, &man.inputs);
   if (!s) s = dit_identity_compute(man.inputs, out->identity);
@@ -875,7 +882,7 @@ dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_in
   size_t n_stages = 0;
   dit_tokenizer_files_t tok;
   memset(&tok, 0, sizeof tok);
-  if (!s) s = dit_compile_stages(o, 1, stages, &n_stages);
+  if (!s) s = dit_compile_stages(o, m, 1, stages, &n_stages);
   if (!s && o->tokenizer_dir) s = dit_tokenizer_files_read(o->tokenizer_dir, &tok);
   if (!s) s = identity_inputs(o, m, &ls, weights_hash, two ? weights_hash_2 : NULL, stages, n_stages, &tok, out_inputs);
   dit_tokenizer_files_free(&tok);

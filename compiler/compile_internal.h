@@ -48,10 +48,12 @@ dit_status_t dit_compile_vae_tiles(const dit_compile_options_t *o, int allow_who
 
 /* ---- the pipeline's stages (compile_stages.c) ---- */
 
-/* Compiles (or with identity_only, only identifies) the pipeline's text encoder and VAE decoder
+/* Compiles (or with identity_only, only identifies) the pipeline's text encoders and VAE decoder
  * as o->stages selects, each into its own bundle beside the transformer's, into out[] (at most
- * DIT_MAX_STAGES) in manifest order. A model directory that is not a pipeline has none. */
-dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_only, dit_manifest_stage_t *out, size_t *n_out);
+ * DIT_MAX_STAGES) in manifest order; m is the transformer (its family's text_stages and
+ * image_decoder say how its pipeline runs them). A model directory that is not a pipeline has none. */
+dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_t *m, int identity_only, dit_manifest_stage_t *out,
+                                size_t *n_out);
 
 /* The files of a tokenizer folder a text encoder's bundle carries, read and hashed (the folder
  * checked by opening it as the runtime will). */

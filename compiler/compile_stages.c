@@ -1,10 +1,13 @@
-/* A pipeline's other stages (the text encoder, the VAE decoder) compiled beside the transformer,
- * each into a bundle of its own at the shape the transformer's flags imply (batch 1; the text
- * encoder at --text-len, the decoder at --frames/--height/--width), published in the same place,
+/* A pipeline's other stages (the text encoders, the VAE decoder) compiled beside the transformer,
+ * each into a bundle of its own at the shape the transformer's flags imply (batch 1; a text
+ * encoder at --text-len or, where its pipeline says so, at its tokenizer's model_max_length; the
+ * decoder at --frames/--height/--width), published in the same place,
  * so one stage bundle serves every transformer shape that needs it. The transformer's manifest
  * names them (its stages section) and its identity covers theirs. A text encoder's bundle carries
- * the pipeline's tokenizer files (tokenizer/), so a bundle needs nothing from the pipeline
- * directory at run time. */
+ * the pipeline's tokenizer files (tokenizer/, tokenizer_2/ for text_encoder_2), so a bundle needs
+ * nothing from the pipeline directory at run time; the transformer's family lists which generate
+ * argument each text encoder makes (the manifest's argument, output and padding), so the runtime
+ * needs no family's knowledge to feed the loop. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,16 +15,20 @@
 #include "base/fileio.h"
 #include "artifacts/identity.h"
 #include "compiler/compile_internal.h"
+#include "compiler/frontends/family.h"
 #include "text/tokenizer.h"
 
 /* The stages this build compiles, in the order the manifest lists them: the pipeline folder (the
- * name --stages takes), the manifest role. The VAE decodes in chunks (--vae-chunk, default 1 latent
- * frame as diffusers; 0: one graph over the whole video): its later chunks' graph is the
- * vae_decoder stage, latent frame 0's the vae_decoder_first stage. */
+ * name --stages takes), the manifest role. A video VAE decodes in chunks (--vae-chunk, default 1
+ * latent frame as diffusers; 0: one graph over the whole video): its later chunks' graph is the
+ * vae_decoder stage, latent frame 0's the vae_decoder_first stage; an image VAE (the transformer
+ * family's image_decoder) is one vae_decoder graph over the whole image. */
 static const struct {
   const char *folder, *role;
-} kStages[] = {{"text_encoder", "text_encoder"}, {"vae", "vae_decoder"}, {"vae", "vae_decoder_first"}, {"vae", "vae_decoder_head"}};
+} kStages[] = {{"text_encoder", "text_encoder"}, {"text_encoder_2", "text_encoder_2"}, {"vae", "vae_decoder"},
+               {"vae", "vae_decoder_first"}, {"vae", "vae_decoder_head"}};
 #define N_STAGES (sizeof kStages / sizeof kStages[0])
+#define VAE_STAGE 2 /* kStages' vae_decoder */
 
 /* --stages LIST: which of kStages it names (bit i); the transformer must be among them. */
 static dit_status_t parse_list(const char *list, unsigned *mask) {
@@ -36,7 +43,7 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
       if (strlen(kStages[i].folder) == n && !strncmp(p, kStages[i].folder, n)) *mask |= 1u << i, known = 1;
     if (!known)
       return DIT_ERR(INVALID_ARGUMENT, "--stages %s: unknown stage '%.*s': expected a comma-separated list of transformer, "
-                     "text_encoder, vae", list, (int)n, p);
+                     "text_encoder, text_encoder_2, vae", list, (int)n, p);
     p += n + (p[n] == ',');
   }
   if (!transformer)
@@ -44,14 +51,17 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
   return DIT_OK;
 }
 
-/* The VAE's latent frames per chunk: --vae-chunk, else 1. */
-static int64_t vae_chunk(const dit_compile_options_t *o) { return o->shape.vae_chunk < 0 ? 1 : o->shape.vae_chunk; }
+/* The VAE's latent frames per chunk: --vae-chunk, else 1 (an image decoder: --vae-chunk as given,
+ * which its family refuses, else 0: whole). */
+static int64_t vae_chunk(const dit_compile_options_t *o, int image) {
+  return o->shape.vae_chunk >= 0 ? o->shape.vae_chunk : !image;
+}
 
 /* The options of stage i: its folder, batch 1, the shape it takes, no parallelism or offload; a
  * VAE split for tiles (vae_tiles >= 1) runs its head over whole frames and the chunks' graphs over
- * that many windows. */
-static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer, int64_t vae_tiles,
-                          dit_compile_options_t *so) {
+ * that many windows; a text encoder at text_len tokens. */
+static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer, int64_t vae_tiles, int image,
+                          int64_t text_len, dit_compile_options_t *so) {
   memset(so, 0, sizeof *so);
   so->model_dir = dir;
   so->target = o->target;
@@ -66,13 +76,13 @@ static void stage_options(const dit_compile_options_t *o, size_t i, const char *
   so->tokenizer_dir = tokenizer;
   so->shape.dtype = o->shape.dtype;
   so->shape.batch = 1;
-  so->shape.text_len = o->shape.text_len;
+  so->shape.text_len = text_len;
   so->shape.frames = so->shape.height = so->shape.width = -1;
   if (!strncmp(kStages[i].role, "vae_decoder", 11)) {
     so->shape.frames = o->shape.frames;
     so->shape.height = o->shape.height;
     so->shape.width = o->shape.width;
-    so->shape.vae_chunk = vae_chunk(o);
+    so->shape.vae_chunk = vae_chunk(o, image);
     so->shape.vae_first = !strcmp(kStages[i].role, "vae_decoder_first");
     so->shape.vae_part = !vae_tiles ? DIT_VAE_WHOLE : !strcmp(kStages[i].role, "vae_decoder_head") ? DIT_VAE_HEAD : DIT_VAE_TAIL;
     so->shape.vae_tiles = so->shape.vae_part == DIT_VAE_TAIL ? vae_tiles : 0;
@@ -86,7 +96,7 @@ static dit_status_t vae_tiles_of(const dit_compile_options_t *o, const char *dir
   *tiles = o->shape.vae_tiles;
   if (*tiles || !(o->vae_budget_gib > 0)) return DIT_OK;
   dit_compile_options_t so;
-  stage_options(o, 1, dir, NULL, 0, &so);
+  stage_options(o, VAE_STAGE, dir, NULL, 0, 0, o->shape.text_len, &so);
   so.vae_budget_gib = o->vae_budget_gib;
   so.variant = NULL;
   uint64_t peak = 0;
@@ -97,7 +107,27 @@ static dit_status_t vae_tiles_of(const dit_compile_options_t *o, const char *dir
   return DIT_OK;
 }
 
-dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_only, dit_manifest_stage_t *out, size_t *n_out) {
+/* The transformer family's entry for text stage `role` (NULL: the family lists none, or not this one). */
+static const dit_stage_feed_t *stage_feed(const dit_model_t *m, const char *role) {
+  for (size_t i = 0; m && m->fam && i < m->fam->n_text_stages; i++)
+    if (!strcmp(m->fam->text_stages[i].role, role)) return &m->fam->text_stages[i];
+  return NULL;
+}
+
+/* A text stage's token count: --text-len, or its tokenizer's model_max_length where the pipeline
+ * pads to it (FluxPipeline's CLIP). */
+static dit_status_t stage_text_len(const dit_compile_options_t *o, const dit_stage_feed_t *feed, const char *tok, int64_t *len) {
+  *len = o->shape.text_len;
+  if (!feed || !feed->tokenizer_length) return DIT_OK;
+  dit_tokenizer_t *tk = NULL;
+  DIT_RETURN_IF_ERROR(dit_tokenizer_open(tok, &tk), "stage %s: its tokenizer %s", feed->role, tok);
+  *len = dit_tokenizer_max_length(tk);
+  dit_tokenizer_free(tk);
+  return DIT_OK;
+}
+
+dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_t *tm, int identity_only, dit_manifest_stage_t *out,
+                                size_t *n_out) {
   *n_out = 0;
   if (o->stages && !o->stages[0]) return DIT_OK;
   unsigned wanted = 0;
@@ -105,12 +135,15 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
   char index[4096];
   DIT_RETURN_IF(dit_path_join(index, sizeof index, o->model_dir, "model_index.json"));
   const int pipeline = dit_path_exists(index);
+  const int image = tm && tm->fam && tm->fam->image_decoder;
   int64_t tiles = -1; /* decided with the first VAE stage */
   for (size_t i = 0; i < N_STAGES; i++) {
     const int named = (wanted >> i) & 1;
+    const int text = !strncmp(kStages[i].role, "text_encoder", 12);
+    const dit_stage_feed_t *feed = text ? stage_feed(tm, kStages[i].role) : NULL;
     char dir[4096], tok[4096];
     DIT_RETURN_IF(dit_path_join(dir, sizeof dir, o->model_dir, kStages[i].folder));
-    DIT_RETURN_IF(dit_path_join(tok, sizeof tok, o->model_dir, "tokenizer"));
+    DIT_RETURN_IF(dit_path_join(tok, sizeof tok, o->model_dir, feed ? feed->tokenizer : "tokenizer"));
     const int has = pipeline && dit_is_dir(dir);
     if (named && !pipeline)
       return DIT_ERR(NOT_FOUND, "--stages %s: %s is not a pipeline directory (no model_index.json), so it has no %s stage", o->stages,
@@ -118,11 +151,28 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
     if (named && !has)
       return DIT_ERR(NOT_FOUND, "--stages %s: the pipeline directory %s has no %s/ folder", o->stages, o->model_dir, kStages[i].folder);
     if (!has || (o->stages && !named)) continue;
-    if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o)) continue; /* the whole video in one graph */
+    /* A family that lists its text encoders compiles those alone; without a list, text_encoder alone
+     * (WanPipeline's). */
+    if (text && !feed && ((tm && tm->fam && tm->fam->n_text_stages) || strcmp(kStages[i].role, "text_encoder"))) {
+      if (named)
+        return DIT_ERR(UNIMPLEMENTED, "--stages %s: %s's pipeline feeds no generate argument from a %s stage", o->stages,
+                       tm ? tm->model_class : "the transformer", kStages[i].folder);
+      continue;
+    }
+    if (image && (!strcmp(kStages[i].role, "vae_decoder_first") || !strcmp(kStages[i].role, "vae_decoder_head")))
+      continue; /* an image decodes in one graph */
+    if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o, image)) continue; /* the whole video in one graph */
     if (!strncmp(kStages[i].role, "vae_decoder", 11) && tiles < 0) {
-      if ((o->shape.vae_tiles || o->vae_budget_gib > 0) && !vae_chunk(o))
+      if (image && o->vae_budget_gib > 0)
+        return DIT_ERR(INVALID_ARGUMENT, "--vae-budget %g: %s's pipeline decodes whole images in one graph (no windows to fit a budget)",
+                       o->vae_budget_gib, tm->model_class);
+      if (image && o->shape.vae_tiles)
+        return DIT_ERR(INVALID_ARGUMENT, "--vae-tiles %lld: %s's pipeline decodes whole images in one graph (no windows)",
+                       (long long)o->shape.vae_tiles, tm->model_class);
+      if (!image && (o->shape.vae_tiles || o->vae_budget_gib > 0) && !vae_chunk(o, image))
         return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk 0 with --vae-%s: a decoder in windows runs in chunks", o->shape.vae_tiles ? "tiles" : "budget");
-      DIT_RETURN_IF(vae_tiles_of(o, dir, &tiles));
+      if (image) tiles = 0;
+      else DIT_RETURN_IF(vae_tiles_of(o, dir, &tiles));
     }
     if (!strcmp(kStages[i].role, "vae_decoder_head") && !tiles) continue; /* unsplit */
     /* By default a stage this build cannot load or compile (a family or a variant it does not know
@@ -142,15 +192,22 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, int identity_onl
       return dit_status_annotate(s, "stage %s", kStages[i].folder);
     }
     dit_manifest_stage_t *st = &out[(*n_out)++];
+    memset(st, 0, sizeof *st);
     snprintf(st->role, sizeof st->role, "%s", kStages[i].role);
     snprintf(st->family, sizeof st->family, "%s", m->family);
     snprintf(st->model_class, sizeof st->model_class, "%s", m->model_class);
     dit_model_free(m);
-    const int text = !strcmp(kStages[i].role, "text_encoder");
+    if (feed) {
+      snprintf(st->argument, sizeof st->argument, "%s", feed->argument);
+      snprintf(st->output, sizeof st->output, "%s", feed->output);
+      st->attended = feed->attended;
+    }
     if (text && !dit_is_dir(tok))
       return DIT_ERR(NOT_FOUND, "stage %s: %s: missing (the tokenizer of the prompts the text encoder reads)", kStages[i].folder, tok);
+    int64_t text_len = o->shape.text_len;
+    if (text) DIT_RETURN_IF(stage_text_len(o, feed, tok, &text_len));
     dit_compile_options_t so;
-    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, &so);
+    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, image, text_len, &so);
     if (identity_only) {
       cJSON *in = NULL;
       s = dit_compile_identity(&so, &in, st->identity);

@@ -57,8 +57,10 @@ static const char kUsage[] =
     "                  [--fps N] [--out-latents LATENTS.safetensors] [--out-frames FRAMES.safetensors]\n"
     "                     a bundle compiled from a pipeline directory with its stages: the text\n"
     "                     encoder stage makes the embeddings (WanPipeline's tokenization and\n"
-    "                     zeroed padding rows; the negative prompt \"\" under guidance), the VAE\n"
-    "                     decoder stage the frames (.safetensors: tensor frames; --fps default 16);\n"
+    "                     zeroed padding rows; the negative prompt \"\" under guidance; FLUX.1:\n"
+    "                     CLIP's pooled output and T5's hidden states as FluxPipeline, the\n"
+    "                     negative prompt only with --true-cfg S > 1), the VAE decoder stage\n"
+    "                     the frames or image (.safetensors: tensor frames; --fps default 16);\n"
     "                     --out-frames: the same frames as tensor frames (fp32, [-1, 1]) beside\n"
     "                     an MP4 or PNG, from the one decode\n"
     "  generate BUNDLE --prompt-embeds P.safetensors [--negative-embeds N.safetensors]\n"
@@ -663,6 +665,47 @@ static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   write_preview(step, steps);
 }
 
+/* A runtime's options for a stage bundle: the command line's backend, threads and device. */
+static dit_runtime_options_t stage_runtime_options(const run_args_t *a) {
+  dit_runtime_options_t o;
+  memset(&o, 0, sizeof o);
+  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device;
+  return o;
+}
+
+/* --prompt on a bundle with a generate section: each condition's argument (and, under true CFG,
+ * its negative_ form from --negative-prompt) from the text encoder stage that makes it (the
+ * manifest's stage argument), as its pipeline encodes; refused before any work when a condition
+ * has no such stage, or when --out asks for an image and the bundle has no VAE decoder stage. */
+static dit_status_t flow_prompt_arguments(const run_args_t *a, const dit_manifest_t *m, int cfg, dit_generate_options_t *g,
+                                          dit_named_tensor_t *args, char names[][96]) {
+  const dit_manifest_generate_t *gs = &m->generate;
+  const char *dir = NULL, *te[DIT_GEN_MAX_CONDITIONS];
+  const dit_manifest_stage_t *sts[DIT_GEN_MAX_CONDITIONS];
+  DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
+  DIT_RETURN_IF(gen_text_stages(dir, m, "--prompt", sts, te));
+  if (a->out && dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
+    const char *vae = NULL; /* refused before any work when the image cannot be made */
+    DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder", "--prompt", &vae));
+  }
+  const dit_runtime_options_t o = stage_runtime_options(a);
+  const int64_t B = m->shape.batch > 0 ? m->shape.batch : 1;
+  for (int neg = 0; neg <= cfg; neg++)
+    for (size_t i = 0; i < gs->n_conditions; i++) {
+      const dit_manifest_stage_t *st = sts[i];
+      char *nm = names[g->n_args];
+      snprintf(nm, 96, "%s%s", neg ? "negative_" : "", gs->conditions[i].argument);
+      args[g->n_args].name = nm;
+      int n = 0;
+      const double t0 = dit_now_s();
+      DIT_RETURN_IF_ERROR(gen_encode_prompt(te[i], st, &o, neg ? a->negative_text : a->text, B, &args[g->n_args].t, &n),
+                          "%s: the %s stage", neg ? "--negative-prompt" : "--prompt", st->role);
+      g->n_args++;
+      fprintf(stderr, "ditrun: %s (%s) %.2f s: %d tokens -> %s\n", st->role, st->model_class, dit_now_s() - t0, n, nm);
+    }
+  return DIT_OK;
+}
+
 /* A bundle with a generate section: its schedule and inputs are the pipeline's. Reads the
  * section's arguments from --prompt-embeds, and their negative_ forms from --negative-embeds
  * when true CFG is on. */
@@ -681,13 +724,20 @@ static dit_status_t flow_arguments(const run_args_t *a, const dit_manifest_t *m,
             a->guidance, m->model_class);
   if (!(a->true_cfg >= 1.0)) return DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: expected a scale >= 1 (1: off)", a->true_cfg);
   const int cfg = a->true_cfg > 1.0;
-  if (cfg && !a->negative)
-    return DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: true CFG needs the negative prompt's embeddings (--negative-embeds)", a->true_cfg);
+  if (cfg && !(a->text ? !!a->negative_text : !!a->negative))
+    return DIT_ERR(INVALID_ARGUMENT, "--true-cfg %g: true CFG needs the negative prompt%s", a->true_cfg,
+                   a->text ? " (--negative-prompt TEXT)" : "'s embeddings (--negative-embeds)");
+  /* As the pipeline (FluxPipeline's do_true_cfg): a negative prompt is read only under true CFG. */
+  if (!cfg && a->negative_text)
+    return DIT_ERR(INVALID_ARGUMENT, "--negative-prompt: %s runs no negative branch at --true-cfg 1 (%s): add --true-cfg S > 1 for true "
+                   "classifier-free guidance, or leave the negative prompt out", m->model_class,
+                   gs->guidance_input[0] ? "guidance-distilled, --guidance is embedded in the model" : "no classifier-free guidance");
   if (!cfg && a->negative) fprintf(stderr, "ditrun: note: --true-cfg is 1: no true CFG, negative embeddings unused\n");
   g->guidance = a->have_guidance ? a->guidance : gs->guidance_default;
   g->true_cfg = a->true_cfg;
   if (!a->have_steps) g->steps = (int)gs->default_steps;
   g->args = args;
+  if (a->text) return flow_prompt_arguments(a, m, cfg, g, args, names);
   for (int neg = 0; neg <= cfg; neg++)
     for (size_t i = 0; i < gs->n_conditions; i++) {
       char *nm = names[g->n_args];
@@ -837,14 +887,6 @@ static int gen_open(const run_args_t *a, gen_job_t **out) {
 
 dit_status_t gen_load(const run_args_t *a, gen_job_t *j) { return load(a, &j->rt); }
 
-/* A runtime's options for a stage bundle: the command line's backend, threads and device. */
-static dit_runtime_options_t stage_runtime_options(const run_args_t *a) {
-  dit_runtime_options_t o;
-  memset(&o, 0, sizeof o);
-  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device;
-  return o;
-}
-
 /* --prompt: the text encoder stage makes the embeddings --prompt-embeds would give, and the
  * negative prompt's (default "", as WanPipeline encodes it) when guidance is on. */
 static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
@@ -860,10 +902,10 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
   const int64_t B = m->shape.batch > 0 ? m->shape.batch : 1;
   int n = 0;
   double t0 = dit_now_s();
-  DIT_RETURN_IF_ERROR(gen_encode_prompt(te, &o, a->text, B, &j->prompt, &n), "--prompt: the text encoder stage");
+  DIT_RETURN_IF_ERROR(gen_encode_prompt(te, dit_manifest_find_stage(m, "text_encoder"), &o, a->text, B, &j->prompt, &n), "--prompt: the text encoder stage");
   int nn = -1;
   if (j->g.guidance > 1.0 || a->negative_text)
-    DIT_RETURN_IF_ERROR(gen_encode_prompt(te, &o, a->negative_text ? a->negative_text : "", B, &j->neg, &nn), "--negative-prompt: the text encoder stage");
+    DIT_RETURN_IF_ERROR(gen_encode_prompt(te, dit_manifest_find_stage(m, "text_encoder"), &o, a->negative_text ? a->negative_text : "", B, &j->neg, &nn), "--negative-prompt: the text encoder stage");
   if (nn >= 0) fprintf(stderr, "ditrun: text encoder %.2f s (%d and %d tokens of %lld)\n", dit_now_s() - t0, n, nn, (long long)j->prompt.dims[1]);
   else fprintf(stderr, "ditrun: text encoder %.2f s (%d tokens of %lld)\n", dit_now_s() - t0, n, (long long)j->prompt.dims[1]);
   if (nn >= 0 && j->g.guidance <= 1.0)
@@ -967,8 +1009,6 @@ dit_status_t gen_inputs(const run_args_t *a, gen_job_t *j) {
     g->condition.image_embeds_what = j->ie_what;
     s = read_arg_tensor(a, a->image_embeds, "image_embeds", "--image-embeds", &g->condition.image_embeds);
   }
-  if (!s && flow && a->text)
-    s = DIT_ERR(UNIMPLEMENTED, "--prompt: a %s bundle's text stages are not built yet; use --prompt-embeds", dit_runtime_manifest(j->rt)->model_class);
   if (!s && !flow && a->text) s = gen_prompt_stage(a, j);
   else if (!s && !flow) s = read_arg_tensor(a, a->prompt, "prompt_embeds", "--prompt-embeds", &j->prompt);
   if (!s && !flow && a->negative) s = read_arg_tensor(a, a->negative, "negative_prompt_embeds", "--negative-embeds", &j->neg);

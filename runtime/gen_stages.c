@@ -44,6 +44,24 @@ dit_status_t gen_stage_dir(const char *bundle_dir, const dit_manifest_t *m, cons
   return DIT_OK;
 }
 
+dit_status_t gen_text_stages(const char *bundle_dir, const dit_manifest_t *m, const char *why, const dit_manifest_stage_t **st,
+                             const char **dirs) {
+  const dit_manifest_generate_t *gs = &m->generate;
+  if (!gs->present) {
+    st[0] = dit_manifest_find_stage(m, "text_encoder");
+    return gen_stage_dir(bundle_dir, m, "text_encoder", why, &dirs[0]);
+  }
+  for (size_t i = 0; i < gs->n_conditions; i++) {
+    if (!(st[i] = dit_manifest_stage_for(m, gs->conditions[i].argument)))
+      return DIT_ERR(FAILED_PRECONDITION, "%s: bundle %s has no text encoder stage making the generate argument '%s' (it was compiled "
+                     "from a transformer folder, or with --stages without its text encoders): compile the pipeline directory with its "
+                     "stages (ditc compile PIPELINE_DIR ..., every stage by default), or give the embeddings", why, m->identity,
+                     gs->conditions[i].argument);
+    DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, st[i]->role, why, &dirs[i]));
+  }
+  return DIT_OK;
+}
+
 /* WanPipeline's prompt_clean on ASCII white space: runs become one space, the ends trimmed. (Its
  * ftfy and HTML-unescape passes change only mis-encoded text and entities.) */
 static char *clean_prompt(const char *text) {
@@ -96,13 +114,22 @@ static dit_status_t open_bundle_tokenizer(const char *te_dir, dit_tokenizer_t **
   return s;
 }
 
-dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *o, const char *text, int64_t batch,
-                               dit_tensor_t *out, int *tokens) {
+/* Whether the bundle's manifest has input `name`. */
+static int has_input(const dit_manifest_t *m, const char *name) {
+  for (size_t i = 0; i < m->n_inputs; i++)
+    if (!strcmp(m->io_inputs[i].name, name)) return 1;
+  return 0;
+}
+
+dit_status_t gen_encode_prompt(const char *te_dir, const dit_manifest_stage_t *st, const dit_runtime_options_t *o, const char *text,
+                               int64_t batch, dit_tensor_t *out, int *tokens) {
   memset(out, 0, sizeof *out);
+  const int listed = st && st->argument[0], attended = listed && st->attended;
+  const char *output = listed ? st->output : "last_hidden_state";
   dit_tokenizer_t *tk = NULL;
   dit_runtime_t *rt = NULL;
   int32_t *ids = NULL, *mask = NULL;
-  char *clean = clean_prompt(text);
+  char *clean = attended ? strdup(text) : clean_prompt(text);
   dit_status_t s = clean ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = open_bundle_tokenizer(te_dir, &tk);
   if (!s) s = dit_runtime_load(te_dir, o, &rt);
@@ -120,20 +147,24 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *
   for (int64_t t = 0; !s && t < L; t++) n += mask[t] > 0;
   dit_tensor_t ti = {ids, DIT_I32, 2, {1, L}}, tm = {mask, DIT_I32, 2, {1, L}}, h = {0};
   if (!s) s = dit_runtime_set_input(rt, "input_ids", &ti);
-  if (!s) s = dit_runtime_set_input(rt, "attention_mask", &tm);
+  /* FluxPipeline passes no mask: every position attended, the padding's too. */
+  for (int64_t t = 0; !s && attended && t < L; t++) mask[t] = 1;
+  if (!s && (!attended || has_input(m, "attention_mask"))) s = dit_runtime_set_input(rt, "attention_mask", &tm);
   if (!s) s = dit_runtime_forward(rt);
-  if (!s) s = dit_runtime_output(rt, "last_hidden_state", &h);
-  if (!s && (h.rank != 3 || h.dims[0] != 1 || h.dims[1] != L))
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: last_hidden_state has rank %d, expected [1, %lld, D]", te_dir, h.rank, (long long)L);
+  if (!s) s = dit_runtime_output(rt, output, &h);
+  const int pooled = h.rank == 2;
+  if (!s && (h.dims[0] != 1 || (pooled ? 0 : h.rank != 3 || h.dims[1] != L)))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: output %s has rank %d, expected [1, %lld, D] or [1, D]", te_dir, output, h.rank, (long long)L);
   if (!s) {
-    const size_t row = (size_t)h.dims[2], one = (size_t)L * row;
+    const size_t row = (size_t)h.dims[h.rank - 1], one = pooled ? row : (size_t)L * row;
     float *x = malloc((size_t)batch * one * sizeof *x + 1);
-    if (!x || dit_convert(x, DIT_F32, h.data, h.dtype, one)) s = x ? DIT_ERR(INVALID_ARGUMENT, "%s: last_hidden_state is not a float tensor", te_dir)
-                                                               : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    if (!x || dit_convert(x, DIT_F32, h.data, h.dtype, one))
+      s = x ? DIT_ERR(INVALID_ARGUMENT, "%s: %s is not a float tensor", te_dir, output) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     /* WanPipeline keeps each prompt's own rows and zeros the rest (not the encoder's padded rows). */
-    if (!s) memset(x + (size_t)n * row, 0, (one - (size_t)n * row) * sizeof *x);
+    if (!s && !attended && !pooled) memset(x + (size_t)n * row, 0, (one - (size_t)n * row) * sizeof *x);
     for (int64_t b = 1; !s && b < batch; b++) memcpy(x + (size_t)b * one, x, one * sizeof *x);
     if (s) free(x);
+    else if (pooled) *out = (dit_tensor_t){x, DIT_F32, 2, {batch, (int64_t)row}};
     else *out = (dit_tensor_t){x, DIT_F32, 3, {batch, L, (int64_t)row}};
   }
   if (tokens) *tokens = n;
@@ -420,9 +451,60 @@ static dit_status_t tail_tiles(const decoder_t *d, const dit_tensor_t *stash, in
   return s;
 }
 
+/* An image family's decode: each item of the latents (any rank but 5) through the decoder bundle at
+ * dir (input 'latents' one item of them, output 'sample' [1, C, H, W]) into frames [B, C, H, W]. */
+static dit_status_t decode_images(const char *dir, const dit_runtime_options_t *o, const dit_tensor_t *lat, dit_tensor_t *frames,
+                                  gen_decode_stats_t *stats) {
+  decoder_t d = {.dir = dir};
+  dit_bundle_t *b = NULL;
+  dit_status_t s = dit_bundle_open(dir, 0, &b);
+  const dit_manifest_t *m = s ? NULL : dit_bundle_manifest(b);
+  const dit_manifest_io_t *in = m ? find_io(m->io_inputs, m->n_inputs, "latents") : NULL, *out = m ? find_io(m->io_outputs, m->n_outputs, "sample") : NULL;
+  int same = in && out && out->rank == 4 && out->dims[0] == 1 && in->rank == lat->rank && in->dims[0] == 1;
+  for (int k = 1; same && k < lat->rank; k++) same = in->dims[k] == lat->dims[k];
+  if (!s && !same) {
+    char want[160] = "[";
+    for (int k = 0; k < lat->rank; k++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? ", " : "", k ? (long long)lat->dims[k] : 1LL);
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage does not take one item of the loop's latents (%s]) to an image [1, C, H, W] "
+                "'sample' (%s): a stage bundle of another shape", dir, want, in && out ? "its compiled shape differs" : "no input 'latents' or no output 'sample'");
+  }
+  if (!s) *frames = (dit_tensor_t){NULL, DIT_F32, 4, {lat->dims[0], out->dims[1], out->dims[2], out->dims[3]}};
+  dit_bundle_close(b);
+  const size_t item = s ? 0 : (size_t)(dit_tensor_numel(lat) / lat->dims[0]), img = s ? 0 : (size_t)(dit_tensor_numel(frames) / lat->dims[0]);
+  if (!s && !(frames->data = malloc(img * lat->dims[0] * sizeof(float) + 1))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) s = decoder_load(&d, o);
+  for (int64_t i = 0; !s && i < lat->dims[0]; i++) {
+    dit_tensor_t x = *lat, y;
+    x.data = (float *)lat->data + (size_t)i * item;
+    x.dims[0] = 1;
+    double t0 = dit_now_s();
+    s = dit_runtime_set_input(d.rt, "latents", &x);
+    if (!s) s = dit_runtime_forward(d.rt);
+    const double t1 = dit_now_s();
+    d.run_s += t1 - t0;
+    if (!s) s = dit_runtime_output(d.rt, "sample", &y);
+    if (!s && dit_convert((float *)frames->data + (size_t)i * img, DIT_F32, y.data, y.dtype, img))
+      s = DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
+    d.out_s += dit_now_s() - t1;
+  }
+  if (s) {
+    free(frames->data);
+    memset(frames, 0, sizeof *frames);
+  }
+  if (stats) *stats = (gen_decode_stats_t){d.load_s, d.run_s, 0, d.out_s, 0, d.alloc};
+  decoder_unload(&d);
+  return s;
+}
+
 dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const char *head_dir, const dit_runtime_options_t *o,
                                 const dit_tensor_t *latents, dit_tensor_t *frames, gen_decode_stats_t *stats) {
   memset(frames, 0, sizeof *frames);
+  if (latents->rank != 5) {
+    if (first_dir || head_dir)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: latents of rank %d are an image's: it decodes in one graph, without a first chunk's or a head's "
+                     "decoder", first_dir ? first_dir : head_dir, latents->rank);
+    return decode_images(vae_dir, o, latents, frames, stats);
+  }
   decoder_t first = {0}, rest = {0}, head = {0};
   dit_tensor_t stash = {0};
   chunk_source_t src = {.latents = latents};

@@ -14,15 +14,29 @@
 dit_status_t gen_stage_dir(const char *bundle_dir, const dit_manifest_t *m, const char *role, const char *why,
                            const char **out_dir);
 
-/* WanPipeline's _get_t5_prompt_embeds for one prompt: cleaned (runs of white space to one space,
- * trimmed), tokenized to the stage's text length with padding and truncation, encoded, the rows
- * past the prompt's tokens zeroed; replicated to `batch` items: out is f32 [batch, L, D] (data
- * malloc'ed). *tokens: the prompt's token count. */
-dit_status_t gen_encode_prompt(const char *te_dir, const dit_runtime_options_t *o, const char *text, int64_t batch,
-                               dit_tensor_t *out, int *tokens);
+/* The text encoder stages --prompt runs on bundle m: with a generate section, the stage making each
+ * condition's argument (its manifest entry st[i], its directory dirs[i], for condition i), refused
+ * naming the argument when none does; else the text_encoder stage (st[0], dirs[0]). `why` leads
+ * the messages. */
+dit_status_t gen_text_stages(const char *bundle_dir, const dit_manifest_t *m, const char *why, const dit_manifest_stage_t **st,
+                             const char **dirs);
+
+/* One prompt through the text encoder stage at te_dir as its manifest entry st says (NULL: the
+ * defaults, WanPipeline's _get_t5_prompt_embeds: output last_hidden_state, padding "zeroed").
+ * Tokenized to the stage's text length with padding and truncation; "zeroed": the text cleaned
+ * first (runs of white space to one space, trimmed), the tokenizer's mask as attention_mask, the
+ * rows past the prompt's tokens zeroed after; "attended" (FluxPipeline's): the text as given, a
+ * mask of ones where the stage takes one, every row kept. The output (f32 [1, L, D] or pooled
+ * [1, D]) replicated to `batch` items: out is f32 [batch, L, D] or [batch, D] (data malloc'ed).
+ * *tokens: the prompt's token count. */
+dit_status_t gen_encode_prompt(const char *te_dir, const dit_manifest_stage_t *st, const dit_runtime_options_t *o, const char *text,
+                               int64_t batch, dit_tensor_t *out, int *tokens);
 
 /* Decodes latents (f32 [B, C, f, h, w], any B: one item at a time through the batch-1 decoder)
- * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). first_dir NULL: vae_dir's bundle
+ * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). Latents of another rank (an image
+ * family's, e.g. packed [B, T, C]) go through vae_dir's bundle alone, whose input 'latents' is one
+ * item of them and whose output 'sample' an image [1, 3, H, W]: frames are [B, 3, H, W] (no
+ * first_dir or head_dir). first_dir NULL: vae_dir's bundle
  * decodes the whole video in one forward; else first_dir's decodes latent frame 0 and vae_dir's
  * the later frames chunk by chunk, each forward's causal caches (outputs cache.NAME.next) fed to
  * the next (inputs cache.NAME, zeros before the first). head_dir (with first_dir): a decoder split

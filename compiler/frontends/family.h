@@ -14,6 +14,16 @@
 
 typedef struct dit_expected dit_expected_t;
 
+/* A text encoder of a transformer's pipeline, as its pipeline feeds the loop: the stage's role
+ * (also its folder in the pipeline directory), its tokenizer folder, the generate argument it
+ * makes from which output, whether every position is attended and every row kept (FluxPipeline)
+ * rather than masked and zeroed past the prompt (WanPipeline), and whether it runs at its
+ * tokenizer's model_max_length instead of --text-len. */
+typedef struct dit_stage_feed {
+  const char *role, *tokenizer, *argument, *output;
+  int attended, tokenizer_length;
+} dit_stage_feed_t;
+
 struct dit_family {
   const char *name;        /* the manifest's model.family: "wan", "flux" */
   const char *model_class; /* config.json's _class_name (transformers' configs: architectures[0]) */
@@ -36,6 +46,13 @@ struct dit_family {
   dit_status_t (*build_graph)(const dit_model_t *m, const dit_shape_request_t *r, dit_graph_t **out);
   /* The generate contract (frontend.h); NULL: none in the manifest. */
   dit_status_t (*generate)(const dit_model_t *m, const dit_latent_shape_t *ls, dit_manifest_generate_t *out);
+  /* A transformer's pipeline stages (compile_stages.c): its text encoders (n_text_stages entries;
+   * NULL: one text_encoder from tokenizer/ at --text-len making prompt_embeds as WanPipeline does,
+   * listed without argument fields), and whether its VAE decodes whole images in one graph (no
+   * chunks, no first frame, no windows). */
+  const dit_stage_feed_t *text_stages;
+  size_t n_text_stages;
+  int image_decoder;
 };
 
 extern const dit_family_t dit_family_wan;

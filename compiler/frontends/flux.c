@@ -224,6 +224,14 @@ static dit_status_t flux_generate(const dit_model_t *m, const dit_latent_shape_t
   return dit_flow_schedule_from(&m->pipeline.scheduler, ls->tokens, 0, g);
 }
 
+/* FluxPipeline's encode_prompt: CLIP (text_encoder, tokenizer/, at its tokenizer's 77) gives its
+ * pooled output, T5 (text_encoder_2, tokenizer_2/, at max_sequence_length: --text-len) its last
+ * hidden state; neither is given an attention mask and no row is zeroed. */
+static const dit_stage_feed_t kFluxTextStages[] = {
+    {"text_encoder", "tokenizer", "pooled_prompt_embeds", "pooler_output", 1, 1},
+    {"text_encoder_2", "tokenizer_2", "prompt_embeds", "last_hidden_state", 1, 0},
+};
+
 const dit_family_t dit_family_flux = {
     .name = "flux",
     .model_class = "FluxTransformer2DModel",
@@ -235,4 +243,7 @@ const dit_family_t dit_family_flux = {
     .latent_shape = flux_latent_shape,
     .build_graph = flux_build_graph,
     .generate = flux_generate,
+    .text_stages = kFluxTextStages,
+    .n_text_stages = sizeof kFluxTextStages / sizeof kFluxTextStages[0],
+    .image_decoder = 1,
 };

@@ -277,8 +277,10 @@ static dit_status_t load_bundle(worker_t *w, int i) {
   const char *stage = NULL;
   const char *const roles[2] = {"text_encoder", "vae_decoder"}, *const fields[2] = {"field 'prompt'", "field 'output'"};
   char *const why[2] = {b->no_text, b->no_vae};
+  const dit_manifest_stage_t *text[DIT_GEN_MAX_CONDITIONS];
+  const char *text_dirs[DIT_GEN_MAX_CONDITIONS];
   for (int r = 0; r < 2; r++) {
-    dit_status_t s = gen_stage_dir(w->dirs[i], m, roles[r], fields[r], &stage);
+    dit_status_t s = r ? gen_stage_dir(w->dirs[i], m, roles[r], fields[r], &stage) : gen_text_stages(w->dirs[i], m, fields[r], text, text_dirs);
     if (s) snprintf(why[r], sizeof b->no_text, "%s", dit_status_message(s));
     dit_status_free(s);
   }

@@ -569,9 +569,9 @@ static void test_manifest_damage(void) {
   CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema major 2 is newer");
   put_manifest(orig, 1);
   free(t);
-  t = replace(orig, "\"minor\": 0", "\"minor\": 6");
+  t = replace(orig, "\"minor\": 0", "\"minor\": 7");
   put_manifest(t, 1);
-  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.6 is newer than this build's 1.5");
+  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.7 is newer than this build's 1.6");
   free(t);
 
   /* Edited inputs: the recorded identity no longer matches. */

@@ -451,7 +451,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.6 is newer than this build's 1.5", "schema.minor", "6");
+  EXPECT(FAILED_PRECONDITION, "schema 1.7 is newer than this build's 1.6", "schema.minor", "7");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -992,6 +992,70 @@ static void test_tiles(void) {
   g_base = base;
 }
 
+/* A text encoder's argument, output and padding and the text_encoder_2 role (schema 1.6). */
+static const char kFeedStages[] =
+    "[{\"role\":\"text_encoder\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"clip_text\",\"class\":\"CLIPTextModel\","
+    "\"argument\":\"pooled_prompt_embeds\",\"output\":\"pooler_output\",\"padding\":\"attended\"},"
+    "{\"role\":\"text_encoder_2\",\"identity\":\"fedcba9876543210fedcba9876543210\",\"family\":\"t5\",\"class\":\"T5EncoderModel\","
+    "\"argument\":\"prompt_embeds\",\"output\":\"last_hidden_state\",\"padding\":\"zeroed\"},"
+    "{\"role\":\"vae_decoder\",\"identity\":\"00112233445566778899aabbccddeeff\",\"family\":\"kl_vae\",\"class\":\"AutoencoderKL\"}]";
+
+static void test_feeds(void) {
+  char *t = edited("schema.minor", "6", "stages", kFeedStages, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK_EQ_INT(m->n_stages, 3);
+    const dit_manifest_stage_t *p = dit_manifest_stage_for(m, "pooled_prompt_embeds"), *e = dit_manifest_stage_for(m, "prompt_embeds");
+    CHECK(p && !strcmp(p->role, "text_encoder") && !strcmp(p->output, "pooler_output") && p->attended);
+    CHECK(e && !strcmp(e->role, "text_encoder_2") && !strcmp(e->output, "last_hidden_state") && !e->attended);
+    CHECK(dit_manifest_stage_for(m, "negative_prompt_embeds") == NULL && dit_manifest_stage_for(m, "") == NULL);
+    const dit_manifest_stage_t *v = dit_manifest_find_stage(m, "vae_decoder");
+    CHECK(v && !v->argument[0] && !v->output[0]);
+    char *a = NULL, *b = NULL;
+    dit_manifest_t *m2 = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &a));
+    CHECK(a && strstr(a, "\"padding\": \"attended\"") && strstr(a, "\"padding\": \"zeroed\""));
+    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
+    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
+    CHECK(a && b && strcmp(a, b) == 0);
+    CHECK(m2 && m2->stages[0].attended && !m2->stages[1].attended && !strcmp(m2->stages[0].argument, "pooled_prompt_embeds"));
+    /* The writer refuses the fields under an older schema, and on a stage that is no text encoder. */
+    char *c = NULL;
+    m->schema_minor = 5;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[0]: argument needs schema minor >= 6, found 5");
+    m->stages[0].argument[0] = 0;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[1]: argument needs schema minor >= 6, found 5");
+    m->stages[1].argument[0] = 0;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[1]: role text_encoder_2 needs schema minor >= 6, found 5");
+    m->schema_minor = 6;
+    snprintf(m->stages[2].argument, sizeof m->stages[2].argument, "prompt_embeds");
+    snprintf(m->stages[2].output, sizeof m->stages[2].output, "sample");
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[2]: argument prompt_embeds: only a text encoder stage makes a generate argument");
+    free(a);
+    free(b);
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+  char *base = g_base;
+  g_base = edited("schema.minor", "6", "stages", kFeedStages, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].argument': needs schema minor >= 6, found 1.5", "schema.minor", "5");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].role': role \"text_encoder_2\" needs schema minor >= 6, found 1.5", "schema.minor", "5",
+         "stages[0].argument", NULL, "stages[0].output", NULL, "stages[0].padding", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].argument': expected argument, output and padding together", "stages[0].padding", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].output': expected argument, output and padding together", "stages[1].argument", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].padding'", "stages[0].padding", "\"masked\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].argument': \"pooled_prompt_embeds\" is made by stages[0] too", "stages[1].argument",
+         "\"pooled_prompt_embeds\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].output': must not be empty", "stages[0].output", "\"\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[2].argument': role \"vae_decoder\" makes no generate argument", "stages[2].argument",
+         "\"x\"", "stages[2].output", "\"sample\"", "stages[2].padding", "\"zeroed\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].role': duplicate of stages[0].role \"text_encoder\"", "stages[1].role", "\"text_encoder\"");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
 int main(void) {
   test_tile_span();
   test_round_trip();
@@ -1006,6 +1070,7 @@ int main(void) {
   test_generate();
   test_stages();
   test_tiles();
+  test_feeds();
   free(g_base);
   return check_summary("test_manifest");
 }
