@@ -44,12 +44,14 @@ typedef struct dit_shape_request {
    * the part whose receptive field is the whole frame (up to the mid block's attention and the
    * up blocks at latent resolution) over full frames, one latent frame per forward; the tail
    * (DIT_VAE_TAIL) runs the rest over one of vae_tiles overlapping windows of the head's output
-   * width, each window wide enough that its core is exact (see dit_vae_tile_span). */
+   * width, each window wide enough that its core is exact (see dit_vae_tile_span). The encoder
+   * (DIT_VAE_ENCODER) is the VAE's other half: a video to its normalized latents (image-to-video's
+   * conditioning), one graph over the whole video. */
   int vae_part;
   int64_t vae_tiles;
 } dit_shape_request_t;
 
-enum { DIT_VAE_WHOLE = 0, DIT_VAE_HEAD = 1, DIT_VAE_TAIL = 2 };
+enum { DIT_VAE_WHOLE = 0, DIT_VAE_HEAD = 1, DIT_VAE_TAIL = 2, DIT_VAE_ENCODER = 3 };
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };
 
