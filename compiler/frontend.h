@@ -37,7 +37,8 @@ typedef struct dit_shape_request {
   /* A video decoder's chunked form (0: one graph over the whole video): the graph decodes
    * vae_chunk latent frames, each causal convolution reading the last frames of its input from the
    * previous chunk (inputs cache.NAME, outputs cache.NAME.next); vae_first: the graph of latent
-   * frame 0 alone, which diffusers decodes as a chunk of its own. */
+   * frame 0 alone, which diffusers decodes as a chunk of its own. An encoder's chunk: the video
+   * frames of vae_chunk latent frames (vae_first: frame 0). */
   int64_t vae_chunk;
   int vae_first;
   /* A decoder split for spatial tiles (DIT_VAE_WHOLE: not split). The head (DIT_VAE_HEAD) runs

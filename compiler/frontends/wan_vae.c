@@ -1,4 +1,4 @@
-/* The Wan VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from a
+/* The Wan VAE decoder (and encoder) stage: AutoencoderKLWan's decode as diffusers defines it, compiled from a
  * pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
  * as WanPipeline does (latents * std + mean per channel), post_quant_conv, the decoder (causal
  * 3-D convolutions, channel RMS norms, the mid block's single-head attention over each frame's
@@ -26,6 +26,18 @@
  * cache.NAME.next, which the caller feeds to the next chunk. The first graph's time_convs pass the
  * frame through and leave their caches alone; the later graphs' read theirs as any causal
  * convolution (zeros at the first of them: "Rep"), every frame giving two.
+ *
+ * The encoder (shape request vae_part DIT_VAE_ENCODER: image-to-video's conditioning) is
+ * AutoencoderKLWan.encode as WanImageToVideoPipeline uses it: the video [B, 3, F, H, W] in [-1, 1]
+ * (patchified for Wan2.2), WanEncoder3d (conv_in, down blocks of residual blocks and downsamplers,
+ * the mid block, norm_out, SiLU, conv_out to mu and logvar), quant_conv, the posterior's mean
+ * (retrieve_latents' argmax), normalized as the pipeline does, (mu - mean) * (1 / std), folded into
+ * quant_conv's rows. diffusers encodes frame 0 alone, then 4 frames at a time, with the same
+ * causal caches; each downsample3d's time_conv (stride 2 in time) starts at the second chunk over
+ * the previous chunk's last frame: over the whole video, frame 0 passes through and the frames
+ * after it come from the stride-2 conv of all frames. The graph is that, over the whole video, or
+ * in chunks as diffusers runs them (vae_chunk latent frames = 4 vae_chunk video frames, vae_first
+ * frame 0), the caches as the decoder's, each time_conv's one frame.
  *
  * WanRMS_norm is F.normalize over channels times sqrt(C) times gamma: x / max(|x|, 1e-12) *
  * sqrt(C) = x / sqrt(max(mean(x^2), 1e-24 / C)); the rmsnorm op with eps = 1e-24 / C is the same
@@ -305,9 +317,8 @@ static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_r
   if (r->tp > 1 || r->cp > 1 || r->sp)
     return DIT_ERR(UNIMPLEMENTED, "%s: the VAE %s stage runs on one rank (no --tp, --cp or --sp)", m->model_class,
                    r->vae_part == DIT_VAE_ENCODER ? "encoder" : "decoder");
-  if (r->vae_part == DIT_VAE_ENCODER && (r->vae_chunk > 0 || r->vae_first || r->vae_tiles))
-    return DIT_ERR(UNIMPLEMENTED, "--vae-part encoder: the encoder compiles as one graph over the whole video; --vae-chunk, --vae-first "
-                   "and --vae-tiles are the decoder's");
+  if (r->vae_part == DIT_VAE_ENCODER && r->vae_tiles)
+    return DIT_ERR(UNIMPLEMENTED, "--vae-part encoder: the encoder runs over whole frames; --vae-tiles is the decoder tail's");
   const int64_t f = (r->frames - 1) / vt + 1;
   if (r->vae_chunk > 0 && (f - 1) % r->vae_chunk)
     return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk %" PRId64 ": the %" PRId64 " latent frames after the first (--frames %" PRId64
@@ -886,7 +897,7 @@ static dit_vid_t frame_rows(vae_builder_t *v, dit_vid_t x, const char *name) {
  * then 4 at a time, halved at each downsample3d): frame 0 passes through, and output frame t >= 1
  * reads frames 2t - 2 .. 2t, over the whole video the stride-2 conv of all frames after frame 0. */
 static dit_vid_t downsample(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t c, int temporal) {
-  char k[160], n[200];
+  char k[160], n[240];
   dit_attrs_t a = {0};
   dit_attrs_set_int(&a, "pad_t", 0);
   dit_attrs_set_int(&a, "pad_h", 0);
@@ -901,26 +912,50 @@ static dit_vid_t downsample(vae_builder_t *v, dit_vid_t x, const char *prefix, i
   snprintf(n, sizeof n, "%s.resample.1", prefix);
   x = dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, n);
   int64_t d[5];
-  if (!temporal || !dims5(v, x, d) || d[1] == 1) return x; /* one frame: diffusers' first chunk only */
-  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], out[5] = {B, 1 + (F - 1) / 2, H, W, c};
-  dit_attrs_t t = {0};
-  dit_attrs_set_int(&t, "pad_t", 0);
-  dit_attrs_set_int(&t, "pad_h", 0);
-  dit_attrs_set_int(&t, "pad_w", 0);
-  dit_attrs_set_int(&t, "stride_t", 2);
+  if (!temporal || !dims5(v, x, d)) return x;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], rows[3] = {B, 1, H * W * c};
+  snprintf(n, sizeof n, "%s.frames", prefix);
+  dit_vid_t t = frame_rows(v, x, n), first = -1;
+  if (v->chunked) {
+    /* The previous chunk's last frame (cache.NAME [B, 1, H*W*C]) before the chunk; the chunk's
+     * last frame the next one's. Latent frame 0's graph only sets it. */
+    char cn[180];
+    snprintf(cn, sizeof cn, "cache.%s.time_conv", prefix);
+    const dit_vid_t cache = dit_graph_input(v->g, cn, v->dt, 3, rows);
+    if (!v->first) {
+      snprintf(n, sizeof n, "%s.with_cache", cn);
+      t = dit_blocks_concat(v->b, cache, t, 1, n);
+    }
+    snprintf(n, sizeof n, "%s.next", cn);
+    /* Sliced from the concatenation (when there is one), so that it is written after its read. */
+    dit_graph_mark_output_updating(v->g, dit_blocks_slice_tokens(v->b, t, v->first ? F - 1 : F, 1, v->dt, n), n, cache);
+    if (v->first) return x;
+  } else {
+    if (F == 1) return x; /* one frame: diffusers' first chunk only */
+    snprintf(n, sizeof n, "%s.first_frame", prefix);
+    first = dit_blocks_slice_tokens(v->b, t, 0, 1, v->dt, n);
+  }
+  const int64_t Fin = v->chunked ? F + 1 : F, in[5] = {B, Fin, H, W, c}, later = (Fin - 3) / 2 + 1;
+  snprintf(n, sizeof n, "%s.time_conv.in", prefix);
+  const dit_vid_t tx = reshape(v, t, 5, in, n);
+  dit_attrs_t ta = {0};
+  dit_attrs_set_int(&ta, "pad_t", 0);
+  dit_attrs_set_int(&ta, "pad_h", 0);
+  dit_attrs_set_int(&ta, "pad_w", 0);
+  dit_attrs_set_int(&ta, "stride_t", 2);
   snprintf(k, sizeof k, "%s.time_conv.weight", prefix);
   snprintf(n, sizeof n, "%s.channels_last", k);
-  const dit_vid_t tins[3] = {x, dit_blocks_conv_weight(v->b, k, 0, c, NULL, n), dit_blocks_weight(v->b, "%s.time_conv.bias", prefix)};
+  const dit_vid_t tins[3] = {tx, dit_blocks_conv_weight(v->b, k, 0, c, NULL, n), dit_blocks_weight(v->b, "%s.time_conv.bias", prefix)};
   snprintf(n, sizeof n, "%s.time_conv", prefix);
-  const dit_vid_t later = dit_graph_op(v->g, DIT_OP_CONV3D, tins, 3, &t, v->dt, n);
-  snprintf(n, sizeof n, "%s.first_frame", prefix);
-  const dit_vid_t first = frame_rows(v, frames(v, x, 0, 1, n), n);
+  dit_vid_t y = dit_graph_op(v->g, DIT_OP_CONV3D, tins, 3, &ta, v->dt, n);
+  if (v->chunked) return y;
+  const int64_t out[5] = {B, 1 + later, H, W, c};
   snprintf(n, sizeof n, "%s.time_conv.rows", prefix);
-  const dit_vid_t rest = frame_rows(v, later, n);
-  snprintf(n, sizeof n, "%s.frames", prefix);
-  const dit_vid_t all = dit_blocks_concat(v->b, first, rest, 1, n);
+  y = frame_rows(v, y, n);
+  snprintf(n, sizeof n, "%s.frames_out", prefix);
+  y = dit_blocks_concat(v->b, first, y, 1, n);
   snprintf(n, sizeof n, "%s.out", prefix);
-  return reshape(v, all, 5, out, n);
+  return reshape(v, y, 5, out, n);
 }
 
 /* AvgDown3D from x [B, F, H, W, in] to out channels: each output pixel's ft frames x fs x fs
@@ -1054,10 +1089,12 @@ static dit_status_t encoder_graph(const dit_model_t *m, const dit_shape_request_
   enc_layout_t e = {0};
   DIT_RETURN_IF(encoder_layout(m, &e));
   DIT_RETURN_IF(encoder_check(m, &e));
-  vae_builder_t v = {.dt = req->dtype};
+  vae_builder_t v = {.dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
   DIT_RETURN_IF(dit_blocks_begin(m->weights, &bo, &v.g, &v.b));
-  const int64_t B = req->batch, z = cv->z_dim, vd[5] = {B, e.video_channels, req->frames, req->height, req->width};
+  /* In chunks: frame 0 alone (vae_first), or the frames of vae_chunk latent frames. */
+  const int64_t F = !v.chunked ? req->frames : v.first ? 1 : cv->temporal * req->vae_chunk;
+  const int64_t B = req->batch, z = cv->z_dim, vd[5] = {B, e.video_channels, F, req->height, req->width};
   dit_vid_t x = video_in(&v, dit_graph_input(v.g, "video", req->dtype, 5, vd), cv->patch);
   x = encoder_body(&v, cv, &e, x);
   dit_status_t s = quant_mean(m, &v, x, &x);
