@@ -81,3 +81,26 @@ dit_status_t dit_attrs_get_float(const dit_attrs_t *a, const char *op, const cha
   *out = s->f; /* an integer literal is a valid float */
   return DIT_OK;
 }
+
+/* An optional integer attribute: def when absent. */
+static dit_status_t get_int_or(const dit_attrs_t *a, const char *op, const char *key, int64_t def, int64_t min, int64_t *out) {
+  *out = def;
+  if (dit_attrs_find(a, key)) DIT_RETURN_IF(dit_attrs_get_int(a, op, key, out));
+  if (*out < min)
+    return DIT_ERR(INVALID_ARGUMENT, "op %s: attribute '%s' = %lld, expected >= %lld", op, key, (long long)*out, (long long)min);
+  return DIT_OK;
+}
+
+dit_status_t dit_conv3d_attrs_get(const dit_attrs_t *a, const char *op, dit_conv3d_attrs_t *out) {
+  DIT_RETURN_IF(dit_attrs_get_int(a, op, "pad_t", &out->pad_t));
+  DIT_RETURN_IF(dit_attrs_get_int(a, op, "pad_h", &out->pad_h));
+  DIT_RETURN_IF(dit_attrs_get_int(a, op, "pad_w", &out->pad_w));
+  DIT_RETURN_IF(get_int_or(a, op, "pad_t", out->pad_t, 0, &out->pad_t));
+  DIT_RETURN_IF(get_int_or(a, op, "pad_h", out->pad_h, 0, &out->pad_h));
+  DIT_RETURN_IF(get_int_or(a, op, "pad_w", out->pad_w, 0, &out->pad_w));
+  DIT_RETURN_IF(get_int_or(a, op, "pad_h_after", out->pad_h, 0, &out->pad_h_after));
+  DIT_RETURN_IF(get_int_or(a, op, "pad_w_after", out->pad_w, 0, &out->pad_w_after));
+  DIT_RETURN_IF(get_int_or(a, op, "stride_t", 1, 1, &out->stride_t));
+  DIT_RETURN_IF(get_int_or(a, op, "stride_h", 1, 1, &out->stride_h));
+  return get_int_or(a, op, "stride_w", 1, 1, &out->stride_w);
+}

@@ -58,4 +58,14 @@ dit_status_t dit_attrs_get_int(const dit_attrs_t *a, const char *op, const char 
 dit_status_t dit_attrs_get_float(const dit_attrs_t *a, const char *op, const char *key,
                                  double *out);
 
+/* conv3d's attributes (base/ops.def): the padding before the first frame, row and column, after
+ * the last row and column (absent: as before), and the strides (absent: 1). */
+typedef struct dit_conv3d_attrs {
+  int64_t pad_t, pad_h, pad_w, pad_h_after, pad_w_after;
+  int64_t stride_t, stride_h, stride_w;
+} dit_conv3d_attrs_t;
+
+/* Reads them, checking paddings >= 0 and strides >= 1 (errors name op and the attribute). */
+dit_status_t dit_conv3d_attrs_get(const dit_attrs_t *a, const char *op, dit_conv3d_attrs_t *out);
+
 #endif

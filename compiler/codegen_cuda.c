@@ -568,7 +568,14 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
              "\n#define PW %" PRId64 "\n",
           op->n_in == 3, x->dims[0], x->dims[1], x->dims[2], x->dims[3], x->dims[4], y->dims[1], y->dims[2], y->dims[3], y->dims[4], kt,
           w->dims[w->rank - 3], w->dims[w->rank - 2], geti(op, "pad_t"), geti(op, "pad_h"), geti(op, "pad_w"));
-      if (sm90 && specialize_conv_sm90(s, k, x, w, y, op->n_in == 3 ? V(g, op->in[2]) : NULL)) {
+      /* Strides (a downsampling conv) only where given: the stride-1 kernels' source stays as it was.
+       * The padding after the last row or column needs no define: it only sizes y. */
+      const int64_t st = geti(op, "stride_t"), sh = geti(op, "stride_h"), sw = geti(op, "stride_w");
+      const int strided = st > 1 || sh > 1 || sw > 1;
+      if (strided) dit_strbuf_printf(s, "#define ST %" PRId64 "\n#define SH %" PRId64 "\n#define SW %" PRId64 "\n", st > 1 ? st : 1,
+                                     sh > 1 ? sh : 1, sw > 1 ? sw : 1);
+      /* The Hopper kernel's tensor maps walk unit-stride boxes: strided convolutions take the portable kernels. */
+      if (sm90 && !strided && specialize_conv_sm90(s, k, x, w, y, op->n_in == 3 ? V(g, op->in[2]) : NULL)) {
         *tmpl = TEMPLATE_CONV_SM90;
         return DIT_OK;
       }

@@ -157,7 +157,7 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
  * before those sections. */
 static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen, int stages,
                         const dit_manifest_stage_t *list, size_t n_list) {
-  int tiles = o->shape.vae_part != DIT_VAE_WHOLE, feeds = 0;
+  int tiles = o->shape.vae_part == DIT_VAE_HEAD || o->shape.vae_part == DIT_VAE_TAIL, feeds = 0;
   for (size_t i = 0; i < n_list; i++) tiles |= !strcmp(list[i].role, "vae_decoder_head");
   for (size_t i = 0; i < n_list; i++) feeds |= list[i].argument[0] || !strcmp(list[i].role, "text_encoder_2");
   return feeds    ? DIT_SCHEMA_MINOR_FEEDS
@@ -340,6 +340,8 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON_AddNumberToObject(sa, "dense_layers", (double)sp->dense_layers);
   }
   if (o->quant) cJSON_AddStringToObject(opts, "quant", dit_quant_name(o->quant)); /* absent: bundles keep their identity */
+  /* The VAE's encoder (absent: its decoder, bundles keep their identity). */
+  if (o->shape.vae_part == DIT_VAE_ENCODER) cJSON_AddStringToObject(opts, "vae_part", "encoder");
   if (o->shape.vae_chunk > 0) {
     /* A decoder in chunks (absent: the whole video, bundles keep their identity). */
     cJSON *vc = cJSON_AddObjectToObject(opts, "vae_chunk");

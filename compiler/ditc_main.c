@@ -85,8 +85,10 @@ static const char kUsage[] =
     "                            overlapping column windows whose predicted peak fits (exact: each\n"
     "                            window's halo covers the tail's receptive field), or refuses\n"
     "        --vae-tiles N       the same split with N windows, whatever memory it takes\n"
-    "        --vae-part head|tail  on a vae/ folder alone: the head's graph (with --vae-chunk 1)\n"
-    "                            or the tail's (--vae-chunk, --vae-first, --vae-tiles or --vae-budget)\n"
+    "        --vae-part head|tail|encoder  on a vae/ folder alone: the head's graph (with --vae-chunk 1)\n"
+    "                            or the tail's (--vae-chunk, --vae-first, --vae-tiles or --vae-budget);\n"
+    "                            encoder: the video of --frames at --height x --width to its latents\n"
+    "                            (image-to-video's conditioning), normalized as the pipeline does\n"
     "        -o DIR              parent directory of bundles (default ./bundles, or STORE/bundles\n"
     "                            with a store)\n"
     "        --store DIR         content-addressed store to look in first and enter the bundle\n"
@@ -157,8 +159,9 @@ static int cmd_compile(int argc, char **argv, int why) {
       rc = parse_i64(a, val, &o.shape.vae_tiles), i++;
       if (!rc && o.shape.vae_tiles < 1) return usage_error("--vae-tiles %s: expected a count of windows >= 1", val);
     } else if (!strcmp(a, "--vae-part")) {
-      if (!val || (strcmp(val, "head") && strcmp(val, "tail"))) return usage_error("--vae-part %s: expected head or tail", val ? val : "(missing)");
-      o.shape.vae_part = strcmp(val, "head") ? DIT_VAE_TAIL : DIT_VAE_HEAD, i++;
+      if (!val || (strcmp(val, "head") && strcmp(val, "tail") && strcmp(val, "encoder")))
+        return usage_error("--vae-part %s: expected head, tail or encoder", val ? val : "(missing)");
+      o.shape.vae_part = !strcmp(val, "head") ? DIT_VAE_HEAD : !strcmp(val, "tail") ? DIT_VAE_TAIL : DIT_VAE_ENCODER, i++;
     }
     else if (!strcmp(a, "--image-len")) {
       rc = parse_i64(a, val, &o.shape.image_len), i++;
@@ -273,6 +276,8 @@ static int cmd_compile(int argc, char **argv, int why) {
   if (o.shape.vae_first && o.shape.vae_chunk < 1) return usage_error("%s", "--vae-first needs --vae-chunk N with N >= 1");
   if (o.shape.vae_part == DIT_VAE_HEAD && (o.shape.vae_tiles || o.vae_budget_gib > 0))
     return usage_error("%s", "--vae-part head runs over whole frames: --vae-tiles and --vae-budget are the tail's");
+  if (o.shape.vae_part == DIT_VAE_ENCODER && (o.shape.vae_tiles || o.vae_budget_gib > 0))
+    return usage_error("%s", "--vae-part encoder runs over whole frames: --vae-tiles and --vae-budget are the decoder tail's");
   if (o.shape.vae_tiles && o.vae_budget_gib > 0) return usage_error("%s", "--vae-tiles and --vae-budget: give one (the budget picks the tiles)");
   if (sparse_extra && !o.shape.sparse.pattern) return usage_error("%s needs --sparse-attn", sparse_extra);
   if (o.shape.cp > 1 && !o.shape.cp_mode) o.shape.cp_mode = DIT_CP_GATHER;

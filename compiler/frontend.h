@@ -37,19 +37,22 @@ typedef struct dit_shape_request {
   /* A video decoder's chunked form (0: one graph over the whole video): the graph decodes
    * vae_chunk latent frames, each causal convolution reading the last frames of its input from the
    * previous chunk (inputs cache.NAME, outputs cache.NAME.next); vae_first: the graph of latent
-   * frame 0 alone, which diffusers decodes as a chunk of its own. */
+   * frame 0 alone, which diffusers decodes as a chunk of its own. An encoder's chunk: the video
+   * frames of vae_chunk latent frames (vae_first: frame 0). */
   int64_t vae_chunk;
   int vae_first;
   /* A decoder split for spatial tiles (DIT_VAE_WHOLE: not split). The head (DIT_VAE_HEAD) runs
    * the part whose receptive field is the whole frame (up to the mid block's attention and the
    * up blocks at latent resolution) over full frames, one latent frame per forward; the tail
    * (DIT_VAE_TAIL) runs the rest over one of vae_tiles overlapping windows of the head's output
-   * width, each window wide enough that its core is exact (see dit_vae_tile_span). */
+   * width, each window wide enough that its core is exact (see dit_vae_tile_span). The encoder
+   * (DIT_VAE_ENCODER) is the VAE's other half: a video to its normalized latents (image-to-video's
+   * conditioning), one graph over the whole video. */
   int vae_part;
   int64_t vae_tiles;
 } dit_shape_request_t;
 
-enum { DIT_VAE_WHOLE = 0, DIT_VAE_HEAD = 1, DIT_VAE_TAIL = 2 };
+enum { DIT_VAE_WHOLE = 0, DIT_VAE_HEAD = 1, DIT_VAE_TAIL = 2, DIT_VAE_ENCODER = 3 };
 
 enum { DIT_CP_NONE = 0, DIT_CP_GATHER = 1, DIT_CP_ULYSSES = 2, DIT_CP_RING = 3, DIT_CP_USP = 4 };
 

@@ -543,12 +543,10 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     }
     case DIT_OP_CONV3D: {
       const dit_value_t *w = operand(g, ins, 1);
-      int64_t pt, ph, pw;
+      dit_conv3d_attrs_t ca;
       char b1[96], b2[96];
       DIT_RETURN_IF(need_rank(op, "x", x, 5));
-      DIT_RETURN_IF(get_i(attrs, op, "pad_t", &pt, 0));
-      DIT_RETURN_IF(get_i(attrs, op, "pad_h", &ph, 0));
-      DIT_RETURN_IF(get_i(attrs, op, "pad_w", &pw, 0));
+      DIT_RETURN_IF(dit_conv3d_attrs_get(attrs, op, &ca));
       if (!is_float(x->dtype) || !is_float(w->dtype))
         FAIL("%s: operands x '%s' (%s) and w '%s' (%s) must be f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype), w->name,
              dit_dtype_name(w->dtype));
@@ -559,19 +557,26 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
         FAIL("%s: weight '%s' %s takes %" PRId64 " input channels, x '%s' %s has %" PRId64, op, w->name,
              dims_str(w->rank, w->dims, b1, sizeof b1), cin, x->name, dims_str(x->rank, x->dims, b2, sizeof b2), x->dims[4]);
       if (kt < 1 || kh < 1 || kw < 1) FAIL("%s: weight '%s' has an empty kernel", op, w->name);
-      const int64_t f = x->dims[1] + pt - kt + 1, h = x->dims[2] + 2 * ph - kh + 1, wo = x->dims[3] + 2 * pw - kw + 1;
-      if (f < 1 || h < 1 || wo < 1)
+      /* The padded extents the kernel slides over, by the strides. */
+      const int64_t ft = x->dims[1] + ca.pad_t - kt, ht = x->dims[2] + ca.pad_h + ca.pad_h_after - kh,
+                    wt = x->dims[3] + ca.pad_w + ca.pad_w_after - kw;
+      if (ft < 0 || ht < 0 || wt < 0) {
+        if (ca.pad_h_after != ca.pad_h || ca.pad_w_after != ca.pad_w)
+          FAIL("%s: kernel %" PRId64 "x%" PRId64 "x%" PRId64 " with padding (%" PRId64 ", %" PRId64 "+%" PRId64 ", %" PRId64 "+%" PRId64
+               ") does not fit x '%s' %s", op, kt, kh, kw, ca.pad_t, ca.pad_h, ca.pad_h_after, ca.pad_w, ca.pad_w_after, x->name,
+               dims_str(x->rank, x->dims, b1, sizeof b1));
         FAIL("%s: kernel %" PRId64 "x%" PRId64 "x%" PRId64 " with padding (%" PRId64 ", %" PRId64 ", %" PRId64 ") does not fit x '%s' %s", op,
-             kt, kh, kw, pt, ph, pw, x->name, dims_str(x->rank, x->dims, b1, sizeof b1));
+             kt, kh, kw, ca.pad_t, ca.pad_h, ca.pad_w, x->name, dims_str(x->rank, x->dims, b1, sizeof b1));
+      }
       if (n_in == 3) {
         const dit_value_t *b = operand(g, ins, 2);
         if (b->rank != 1 || b->dims[0] != w->dims[0]) FAIL("%s: bias '%s' must be [%" PRId64 "]", op, b->name, w->dims[0]);
       }
       out_rank[0] = 5;
       out_dims[0][0] = x->dims[0];
-      out_dims[0][1] = f;
-      out_dims[0][2] = h;
-      out_dims[0][3] = wo;
+      out_dims[0][1] = ft / ca.stride_t + 1;
+      out_dims[0][2] = ht / ca.stride_h + 1;
+      out_dims[0][3] = wt / ca.stride_w + 1;
       out_dims[0][4] = w->dims[0];
       break;
     }

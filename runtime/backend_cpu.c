@@ -488,11 +488,9 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       }
       return DIT_OK;
     case DIT_OP_CONV3D: {
-      int64_t pt, ph, pw;
-      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "pad_t", &pt));
-      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "pad_h", &ph));
-      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "pad_w", &pw));
-      return dit_cpu_conv3d(c, &in[0], &in[1], st->n_in > 2 ? &in[2] : NULL, pt, ph, pw, &out[0]);
+      dit_conv3d_attrs_t ca;
+      DIT_RETURN_IF(dit_conv3d_attrs_get(&st->attrs, name, &ca));
+      return dit_cpu_conv3d_ex(c, &in[0], &in[1], st->n_in > 2 ? &in[2] : NULL, &ca, &out[0]);
     }
     case DIT_OP_UPSAMPLE: {
       int64_t scale;

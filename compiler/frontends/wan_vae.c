@@ -1,4 +1,4 @@
-/* The Wan VAE decoder stage: AutoencoderKLWan's decode as diffusers defines it, compiled from a
+/* The Wan VAE decoder (and encoder) stage: AutoencoderKLWan's decode as diffusers defines it, compiled from a
  * pipeline's vae/ folder into one graph: latents in the transformer's output space, de-normalized
  * as WanPipeline does (latents * std + mean per channel), post_quant_conv, the decoder (causal
  * 3-D convolutions, channel RMS norms, the mid block's single-head attention over each frame's
@@ -26,6 +26,18 @@
  * cache.NAME.next, which the caller feeds to the next chunk. The first graph's time_convs pass the
  * frame through and leave their caches alone; the later graphs' read theirs as any causal
  * convolution (zeros at the first of them: "Rep"), every frame giving two.
+ *
+ * The encoder (shape request vae_part DIT_VAE_ENCODER: image-to-video's conditioning) is
+ * AutoencoderKLWan.encode as WanImageToVideoPipeline uses it: the video [B, 3, F, H, W] in [-1, 1]
+ * (patchified for Wan2.2), WanEncoder3d (conv_in, down blocks of residual blocks and downsamplers,
+ * the mid block, norm_out, SiLU, conv_out to mu and logvar), quant_conv, the posterior's mean
+ * (retrieve_latents' argmax), normalized as the pipeline does, (mu - mean) * (1 / std), folded into
+ * quant_conv's rows. diffusers encodes frame 0 alone, then 4 frames at a time, with the same
+ * causal caches; each downsample3d's time_conv (stride 2 in time) starts at the second chunk over
+ * the previous chunk's last frame: over the whole video, frame 0 passes through and the frames
+ * after it come from the stride-2 conv of all frames. The graph is that, over the whole video, or
+ * in chunks as diffusers runs them (vae_chunk latent frames = 4 vae_chunk video frames, vae_first
+ * frame 0), the caches as the decoder's, each time_conv's one frame.
  *
  * WanRMS_norm is F.normalize over channels times sqrt(C) times gamma: x / max(|x|, 1e-12) *
  * sqrt(C) = x / sqrt(max(mean(x^2), 1e-24 / C)); the rmsnorm op with eps = 1e-24 / C is the same
@@ -222,6 +234,27 @@ static void expect_resnet(dit_expected_t *l, int64_t in, int64_t out, const char
   if (in != out) expect_conv(l, out, in, 1, 1, prefix, "conv_shortcut");
 }
 
+/* WanAttentionBlock over c channels. */
+static void expect_attention(dit_expected_t *l, int64_t c, const char *prefix) {
+  expect_gamma(l, c, 1, prefix, "norm");
+  const int64_t qkv[4] = {3 * c, c, 1, 1}, proj[4] = {c, c, 1, 1}, b3[1] = {3 * c}, b1[1] = {c};
+  dit_expected_add(l, 4, qkv, "%s.to_qkv.weight", prefix);
+  dit_expected_add(l, 1, b3, "%s.to_qkv.bias", prefix);
+  dit_expected_add(l, 4, proj, "%s.proj.weight", prefix);
+  dit_expected_add(l, 1, b1, "%s.proj.bias", prefix);
+}
+
+/* WanMidBlock over c channels: resnet, attention, resnet. */
+static void expect_mid(dit_expected_t *l, int64_t c, const char *prefix) {
+  char p[128];
+  for (int r = 0; r < 2; r++) {
+    snprintf(p, sizeof p, "%s.resnets.%d", prefix, r);
+    expect_resnet(l, c, c, p);
+  }
+  snprintf(p, sizeof p, "%s.attentions.0", prefix);
+  expect_attention(l, c, p);
+}
+
 static void wan_vae_expected(const dit_model_t *m, dit_expected_t *l) {
   const dit_wan_vae_config_t *v = &m->wan_vae;
   up_block_t ub[4];
@@ -229,17 +262,7 @@ static void wan_vae_expected(const dit_model_t *m, dit_expected_t *l) {
   char p[128];
   expect_conv(l, v->z_dim, v->z_dim, 1, 1, "", "post_quant_conv");
   expect_conv(l, ub[0].in, v->z_dim, 3, 3, "decoder", "conv_in");
-  const int64_t c = ub[0].in;
-  for (int r = 0; r < 2; r++) {
-    snprintf(p, sizeof p, "decoder.mid_block.resnets.%d", r);
-    expect_resnet(l, c, c, p);
-  }
-  expect_gamma(l, c, 1, "decoder.mid_block.attentions.0", "norm");
-  const int64_t qkv[4] = {3 * c, c, 1, 1}, proj[4] = {c, c, 1, 1}, b3[1] = {3 * c}, b1[1] = {c};
-  dit_expected_add(l, 4, qkv, "decoder.mid_block.attentions.0.to_qkv.weight");
-  dit_expected_add(l, 1, b3, "decoder.mid_block.attentions.0.to_qkv.bias");
-  dit_expected_add(l, 4, proj, "decoder.mid_block.attentions.0.proj.weight");
-  dit_expected_add(l, 1, b1, "decoder.mid_block.attentions.0.proj.bias");
+  expect_mid(l, ub[0].in, "decoder.mid_block");
   for (int i = 0; i < 4; i++) {
     for (int64_t r = 0; r <= v->num_res_blocks; r++) {
       snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%" PRId64, i, r);
@@ -256,7 +279,8 @@ static void wan_vae_expected(const dit_model_t *m, dit_expected_t *l) {
   expect_conv(l, v->out_channels, ub[3].out, 3, 3, "decoder", "conv_out");
 }
 
-/* The encoder's tensors: the decode stage does not read them. */
+/* The encoder's tensors: the decode stage does not read them (the encoder stage checks them itself,
+ * encoder_check). */
 static const char *const kWanVaeIgnored[] = {"encoder.", "quant_conv.", NULL};
 
 /* ---- variant, shape ---- */
@@ -291,7 +315,10 @@ static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_r
   if (r->width < 1 || r->width % vs)
     return DIT_ERR(INVALID_ARGUMENT, "--width %" PRId64 ": must be a positive multiple of %" PRId64 " (the VAE's factor)", r->width, vs);
   if (r->tp > 1 || r->cp > 1 || r->sp)
-    return DIT_ERR(UNIMPLEMENTED, "%s: the VAE decoder stage runs on one rank (no --tp, --cp or --sp)", m->model_class);
+    return DIT_ERR(UNIMPLEMENTED, "%s: the VAE %s stage runs on one rank (no --tp, --cp or --sp)", m->model_class,
+                   r->vae_part == DIT_VAE_ENCODER ? "encoder" : "decoder");
+  if (r->vae_part == DIT_VAE_ENCODER && r->vae_tiles)
+    return DIT_ERR(UNIMPLEMENTED, "--vae-part encoder: the encoder runs over whole frames; --vae-tiles is the decoder tail's");
   const int64_t f = (r->frames - 1) / vt + 1;
   if (r->vae_chunk > 0 && (f - 1) % r->vae_chunk)
     return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk %" PRId64 ": the %" PRId64 " latent frames after the first (--frames %" PRId64
@@ -643,48 +670,66 @@ static dit_vid_t up_block(vae_builder_t *v, const up_block_t *ub, int i, int64_t
   return dit_blocks_add(v->b, x, sc, p);
 }
 
+/* The first n values of checkpoint tensor key (row-major) as f32 into out. */
+static dit_status_t checkpoint_f32(const dit_model_t *m, const char *key, size_t n, float *out) {
+  const dit_st_tensor_t *t = dit_safetensors_find(m->weights, key);
+  if (!t) return DIT_ERR(INTERNAL, "%s vanished from the checkpoint", key);
+  void *buf = malloc(t->nbytes);
+  if (!buf) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  /* Checkpoint tensors need not be aligned: copied before conversion. */
+  memcpy(buf, t->data, t->nbytes);
+  const int bad = dit_convert(out, DIT_F32, buf, t->dtype, n) != 0;
+  free(buf);
+  return bad ? DIT_ERR(INVALID_ARGUMENT, "%s: cannot convert its %s values", key, dit_st_dtype_name(t->dtype)) : DIT_OK;
+}
+
+/* A linear over channel-last x with an f32 weight [n, k] followed by its bias [n] (fw), computed
+ * here, stored as constants wname and bname in the graph's dtype. */
+static dit_status_t linear_constants(vae_builder_t *v, dit_vid_t x, const float *fw, int64_t n, int64_t k, const char *wname,
+                                     const char *bname, const char *name, dit_vid_t *out) {
+  const size_t nw = (size_t)(n * k), esz = dit_dtype_size(v->dt);
+  void *wd = malloc((nw + (size_t)n) * esz);
+  if (!wd) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (dit_convert(wd, v->dt, fw, DIT_F32, nw + (size_t)n)) {
+    free(wd);
+    return DIT_ERR(INTERNAL, "%s: conversion to %s", name, dit_dtype_name(v->dt));
+  }
+  const int64_t wdims[2] = {n, k}, bdims[1] = {n};
+  const dit_vid_t ins[3] = {x, dit_graph_constant(v->g, wname, v->dt, 2, wdims, wd),
+                            dit_graph_constant(v->g, bname, v->dt, 1, bdims, (char *)wd + nw * esz)};
+  *out = dit_graph_op(v->g, DIT_OP_LINEAR, ins, 3, NULL, v->dt, name);
+  free(wd);
+  return DIT_OK;
+}
+
+/* The pipeline's 1 / std per latent channel, rounded as diffusers rounds it (an fp32 tensor's inverse). */
+static double inv_std(const dit_wan_vae_config_t *cv, int64_t c) { return (double)(float)(1.0 / (double)(float)cv->latents_std[c]); }
+
 /* The de-normalization folded into post_quant_conv (a 1x1x1 convolution, a linear over channels):
  * W (x * std + mean) + b = (W diag(std)) x + (W mean + b), computed in double from the checkpoint
  * and stored as constants in the graph's dtype. */
 static dit_status_t post_quant(const dit_model_t *m, vae_builder_t *v, dit_vid_t x, dit_vid_t *out) {
   const int64_t z = m->wan_vae.z_dim;
-  const dit_st_tensor_t *tw = dit_safetensors_find(m->weights, "post_quant_conv.weight");
-  const dit_st_tensor_t *tb = dit_safetensors_find(m->weights, "post_quant_conv.bias");
-  if (!tw || !tb) return DIT_ERR(INTERNAL, "post_quant_conv vanished from the checkpoint");
-  const size_t nw = (size_t)(z * z), esz = dit_dtype_size(v->dt);
+  const size_t nw = (size_t)(z * z);
   float *raw = malloc(sizeof(float) * (nw + (size_t)z) * 2);
-  void *buf = malloc(tw->nbytes + tb->nbytes), *wd = malloc((nw + (size_t)z) * esz);
-  dit_status_t s = raw && buf && wd ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  if (!s) {
-    /* Checkpoint tensors need not be aligned: copied before conversion. */
-    memcpy(buf, tw->data, tw->nbytes);
-    memcpy((char *)buf + tw->nbytes, tb->data, tb->nbytes);
-    if (dit_convert(raw, DIT_F32, buf, tw->dtype, nw) || dit_convert(raw + nw, DIT_F32, (char *)buf + tw->nbytes, tb->dtype, (size_t)z))
-      s = DIT_ERR(INVALID_ARGUMENT, "post_quant_conv: cannot convert its %s weights", dit_st_dtype_name(tw->dtype));
-  }
+  if (!raw) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  dit_status_t s = checkpoint_f32(m, "post_quant_conv.weight", nw, raw);
+  if (!s) s = checkpoint_f32(m, "post_quant_conv.bias", (size_t)z, raw + nw);
   if (!s) {
     float *fw = raw + nw + z, *fb = fw + nw;
     for (int64_t o = 0; o < z; o++) {
       /* diffusers divides by the fp32 inverse of std: the same factor, rounded as it rounds it. */
       double acc = raw[nw + o];
       for (int64_t i = 0; i < z; i++) {
-        const double inv = (double)(float)(1.0 / (double)(float)m->wan_vae.latents_std[i]);
-        fw[o * z + i] = (float)((double)raw[o * z + i] / inv);
+        fw[o * z + i] = (float)((double)raw[o * z + i] / inv_std(&m->wan_vae, i));
         acc += (double)raw[o * z + i] * (double)(float)m->wan_vae.latents_mean[i];
       }
       fb[o] = (float)acc;
     }
-    if (dit_convert(wd, v->dt, fw, DIT_F32, nw + (size_t)z)) s = DIT_ERR(INTERNAL, "post_quant_conv: conversion to %s", dit_dtype_name(v->dt));
-  }
-  if (!s) {
-    const int64_t wdims[2] = {z, z}, bdims[1] = {z};
-    const dit_vid_t ins[3] = {x, dit_graph_constant(v->g, "post_quant_conv.weight.denormalizing", v->dt, 2, wdims, wd),
-                              dit_graph_constant(v->g, "post_quant_conv.bias.denormalizing", v->dt, 1, bdims, (char *)wd + nw * esz)};
-    *out = dit_graph_op(v->g, DIT_OP_LINEAR, ins, 3, NULL, v->dt, "post_quant_conv");
+    s = linear_constants(v, x, fw, z, z, "post_quant_conv.weight.denormalizing", "post_quant_conv.bias.denormalizing", "post_quant_conv",
+                         out);
   }
   free(raw);
-  free(buf);
-  free(wd);
   return s;
 }
 
@@ -737,12 +782,348 @@ static dit_vid_t decoder_tail(vae_builder_t *v, const dit_wan_vae_config_t *cv, 
   return dit_graph_op(v->g, DIT_OP_CLAMP, &x, 1, &ca, v->dt, "sample");
 }
 
+/* ---- the encoder ---- */
+
+/* WanEncoder3d's layout: widths dims[i] = base_dim * [1, dim_mult..][i]; level i goes from
+ * dims[i] to dims[i + 1] through num_res_blocks resnets and (but the last) a downsampler, 2x in
+ * space and, where temperal_downsample says, 2x in time. Wan2.1 lists the levels' modules in one
+ * flat down_blocks (resnets, an attention after each where attn_scales holds the level's scale,
+ * the downsampler); Wan2.2 (is_residual) groups each level as a WanResidualDownBlock whose input,
+ * averaged over each downsampled pixel's 2x2 (x2 frames) inputs and its channels' groups
+ * (AvgDown3D), is added to its output. */
+typedef struct enc_layout {
+  int64_t dims[5], in_channels, video_channels;
+  int temporal[4]; /* level i's downsampler halves frames (downsample3d) */
+  int attn[4];     /* Wan2.1: an attention block after each of level i's resnets */
+} enc_layout_t;
+
+static dit_status_t encoder_layout(const dit_model_t *m, enc_layout_t *e) {
+  const cJSON *cfg = m->config;
+  const dit_wan_vae_config_t *v = &m->wan_vae;
+  const char *what = m->model_class;
+  e->dims[0] = dit_config_int(cfg, "base_dim");
+  for (int i = 0; i < 4; i++) e->dims[i + 1] = e->dims[0] * v->dim_mult[i];
+  e->in_channels = dit_config_int(cfg, "in_channels");
+  double scales[16];
+  int64_t ns;
+  config_nums(cfg, "attn_scales", scales, 16, &ns);
+  double scale = 1.0; /* halved after each downsampler */
+  for (int i = 0; i < 4; i++, scale /= 2) {
+    e->temporal[i] = i < 3 && v->temporal_up[2 - i];
+    e->attn[i] = 0;
+    for (int64_t k = 0; k < ns && k < 16 && !v->residual; k++) e->attn[i] |= scales[k] == scale;
+  }
+  const int64_t pp = v->patch * v->patch;
+  if (e->in_channels % pp)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'in_channels' = %" PRId64 " does not patchify with patch_size %" PRId64 ": expected a multiple "
+                   "of %" PRId64, what, e->in_channels, v->patch, pp);
+  e->video_channels = e->in_channels / pp;
+  /* AvgDown3D averages groups of in * factor / out of the block's input channels (factor: the
+   * inputs per output pixel); diffusers asserts they divide. */
+  for (int i = 0; i < 4 && v->residual; i++) {
+    const int64_t factor = i < 3 ? 4 * (e->temporal[i] ? 2 : 1) : 1;
+    if ((e->dims[i] * factor) % e->dims[i + 1])
+      return DIT_ERR(INVALID_ARGUMENT, "%s: fields 'base_dim'/'dim_mult': residual down block %d goes from width %" PRId64 " to %" PRId64
+                     "; its shortcut averages groups of %" PRId64 " x %" PRId64 " / %" PRId64 " inputs, not a whole number", what, i,
+                     e->dims[i], e->dims[i + 1], e->dims[i], factor, e->dims[i + 1]);
+  }
+  return DIT_OK;
+}
+
+/* Module names of level i: resnet r, the attention after it (attn), the downsampler (r < 0). Wan2.1
+ * numbers its flat list: *k is the next index. */
+static void enc_name(const dit_wan_vae_config_t *v, char *p, size_t cap, int i, int64_t r, int64_t *k) {
+  if (!v->residual) snprintf(p, cap, "encoder.down_blocks.%" PRId64, (*k)++);
+  else if (r >= 0) snprintf(p, cap, "encoder.down_blocks.%d.resnets.%" PRId64, i, r);
+  else snprintf(p, cap, "encoder.down_blocks.%d.downsampler", i);
+}
+
+static void expect_downsampler(dit_expected_t *l, int64_t c, int temporal, const char *prefix) {
+  const int64_t w[4] = {c, c, 3, 3}, b[1] = {c};
+  dit_expected_add(l, 4, w, "%s.resample.1.weight", prefix);
+  dit_expected_add(l, 1, b, "%s.resample.1.bias", prefix);
+  if (temporal) expect_conv(l, c, c, 3, 1, prefix, "time_conv");
+}
+
+static void encoder_expected(const dit_model_t *m, const enc_layout_t *e, dit_expected_t *l) {
+  const dit_wan_vae_config_t *v = &m->wan_vae;
+  const int64_t z2 = 2 * v->z_dim, c = e->dims[4];
+  char p[128];
+  int64_t k = 0;
+  expect_conv(l, e->dims[0], e->in_channels, 3, 3, "encoder", "conv_in");
+  for (int i = 0; i < 4; i++) {
+    for (int64_t r = 0; r < v->num_res_blocks; r++) {
+      enc_name(v, p, sizeof p, i, r, &k);
+      expect_resnet(l, r ? e->dims[i + 1] : e->dims[i], e->dims[i + 1], p);
+      if (e->attn[i]) {
+        enc_name(v, p, sizeof p, i, r, &k);
+        expect_attention(l, e->dims[i + 1], p);
+      }
+    }
+    if (i == 3) continue;
+    enc_name(v, p, sizeof p, i, -1, &k);
+    expect_downsampler(l, e->dims[i + 1], e->temporal[i], p);
+  }
+  expect_mid(l, c, "encoder.mid_block");
+  expect_gamma(l, c, 0, "encoder", "norm_out");
+  expect_conv(l, z2, c, 3, 3, "encoder", "conv_out");
+  expect_conv(l, z2, z2, 1, 1, "", "quant_conv");
+}
+
+/* The encoder's tensors against the config (the family's own check, at load, covers the decoder's
+ * and lets these pass). */
+static dit_status_t encoder_check(const dit_model_t *m, const enc_layout_t *e) {
+  static const char *const ignored[] = {"decoder.", "post_quant_conv.", NULL};
+  dit_expected_t *l;
+  DIT_RETURN_IF(dit_expected_create(&l));
+  encoder_expected(m, e, l);
+  dit_status_t s = dit_expected_check(l, m->weights, m->model_dir, ignored);
+  dit_expected_destroy(l);
+  return s;
+}
+
+/* x [B, F, H, W, C] with frames (dim 1) as rows of H*W*C: [B, F, H*W*C]. */
+static dit_vid_t frame_rows(vae_builder_t *v, dit_vid_t x, const char *name) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t flat[3] = {d[0], d[1], d[2] * d[3] * d[4]};
+  return reshape(v, x, 3, flat, name);
+}
+
+/* WanResample's downsampling: per frame ZeroPad2d((0, 1, 0, 1)) and a stride-2 3x3 conv (output
+ * pixel (i, j) reads input rows 2i .. 2i + 2 and columns 2j .. 2j + 2, zeros past the last); in
+ * downsample3d then time_conv, a (3, 1, 1) conv of stride 2 in time without padding. diffusers
+ * runs it from the second chunk on over the previous chunk's last frame and the chunk (1 frame,
+ * then 4 at a time, halved at each downsample3d): frame 0 passes through, and output frame t >= 1
+ * reads frames 2t - 2 .. 2t, over the whole video the stride-2 conv of all frames after frame 0. */
+static dit_vid_t downsample(vae_builder_t *v, dit_vid_t x, const char *prefix, int64_t c, int temporal) {
+  char k[160], n[240];
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "pad_t", 0);
+  dit_attrs_set_int(&a, "pad_h", 0);
+  dit_attrs_set_int(&a, "pad_w", 0);
+  dit_attrs_set_int(&a, "pad_h_after", 1);
+  dit_attrs_set_int(&a, "pad_w_after", 1);
+  dit_attrs_set_int(&a, "stride_h", 2);
+  dit_attrs_set_int(&a, "stride_w", 2);
+  snprintf(k, sizeof k, "%s.resample.1.weight", prefix);
+  snprintf(n, sizeof n, "%s.channels_last", k);
+  dit_vid_t ins[3] = {x, dit_blocks_conv_weight(v->b, k, 0, c, NULL, n), dit_blocks_weight(v->b, "%s.resample.1.bias", prefix)};
+  snprintf(n, sizeof n, "%s.resample.1", prefix);
+  x = dit_graph_op(v->g, DIT_OP_CONV3D, ins, 3, &a, v->dt, n);
+  int64_t d[5];
+  if (!temporal || !dims5(v, x, d)) return x;
+  const int64_t B = d[0], F = d[1], H = d[2], W = d[3], rows[3] = {B, 1, H * W * c};
+  snprintf(n, sizeof n, "%s.frames", prefix);
+  dit_vid_t t = frame_rows(v, x, n), first = -1;
+  if (v->chunked) {
+    /* The previous chunk's last frame (cache.NAME [B, 1, H*W*C]) before the chunk; the chunk's
+     * last frame the next one's. Latent frame 0's graph only sets it. */
+    char cn[180];
+    snprintf(cn, sizeof cn, "cache.%s.time_conv", prefix);
+    const dit_vid_t cache = dit_graph_input(v->g, cn, v->dt, 3, rows);
+    if (!v->first) {
+      snprintf(n, sizeof n, "%s.with_cache", cn);
+      t = dit_blocks_concat(v->b, cache, t, 1, n);
+    }
+    snprintf(n, sizeof n, "%s.next", cn);
+    /* Sliced from the concatenation (when there is one), so that it is written after its read. */
+    dit_graph_mark_output_updating(v->g, dit_blocks_slice_tokens(v->b, t, v->first ? F - 1 : F, 1, v->dt, n), n, cache);
+    if (v->first) return x;
+  } else {
+    if (F == 1) return x; /* one frame: diffusers' first chunk only */
+    snprintf(n, sizeof n, "%s.first_frame", prefix);
+    first = dit_blocks_slice_tokens(v->b, t, 0, 1, v->dt, n);
+  }
+  const int64_t Fin = v->chunked ? F + 1 : F, in[5] = {B, Fin, H, W, c}, later = (Fin - 3) / 2 + 1;
+  snprintf(n, sizeof n, "%s.time_conv.in", prefix);
+  const dit_vid_t tx = reshape(v, t, 5, in, n);
+  dit_attrs_t ta = {0};
+  dit_attrs_set_int(&ta, "pad_t", 0);
+  dit_attrs_set_int(&ta, "pad_h", 0);
+  dit_attrs_set_int(&ta, "pad_w", 0);
+  dit_attrs_set_int(&ta, "stride_t", 2);
+  snprintf(k, sizeof k, "%s.time_conv.weight", prefix);
+  snprintf(n, sizeof n, "%s.channels_last", k);
+  const dit_vid_t tins[3] = {tx, dit_blocks_conv_weight(v->b, k, 0, c, NULL, n), dit_blocks_weight(v->b, "%s.time_conv.bias", prefix)};
+  snprintf(n, sizeof n, "%s.time_conv", prefix);
+  dit_vid_t y = dit_graph_op(v->g, DIT_OP_CONV3D, tins, 3, &ta, v->dt, n);
+  if (v->chunked) return y;
+  const int64_t out[5] = {B, 1 + later, H, W, c};
+  snprintf(n, sizeof n, "%s.time_conv.rows", prefix);
+  y = frame_rows(v, y, n);
+  snprintf(n, sizeof n, "%s.frames_out", prefix);
+  y = dit_blocks_concat(v->b, first, y, 1, n);
+  snprintf(n, sizeof n, "%s.out", prefix);
+  return reshape(v, y, 5, out, n);
+}
+
+/* AvgDown3D from x [B, F, H, W, in] to out channels: each output pixel's ft frames x fs x fs
+ * pixels (ft - F % ft zero frames in front when ft does not divide F: diffusers pads each chunk,
+ * and the video after frame 0 comes in chunks of even length) give in * factor values, ordered
+ * (channel, frame, row, column); output channel o is the mean of the q = in * factor / out values
+ * from o * q on. That is a convolution of stride (ft, fs, fs) with a constant kernel of 1 / q. */
+static dit_vid_t avg_down(vae_builder_t *v, dit_vid_t x, int64_t out, int64_t ft, int64_t fs, const char *prefix) {
+  int64_t d[5];
+  if (!dims5(v, x, d)) return -1;
+  const int64_t in = d[4], factor = ft * fs * fs, q = in * factor / out;
+  if (factor == 1 && q == 1) return x;
+  const int64_t kd[5] = {out, ft, fs, fs, in}, n = out * factor * in;
+  float *f = calloc((size_t)n, sizeof *f);
+  void *buf = malloc((size_t)n * dit_dtype_size(v->dt));
+  char name[200];
+  dit_vid_t y = -1;
+  if (f && buf) {
+    for (int64_t o = 0; o < out; o++)
+      for (int64_t s = 0; s < factor; s++)
+        for (int64_t c = 0; c < in; c++)
+          if ((c * factor + s) / q == o) f[(o * factor + s) * in + c] = (float)(1.0 / (double)q);
+    if (!dit_convert(buf, v->dt, f, DIT_F32, (size_t)n)) {
+      snprintf(name, sizeof name, "%s.avg_shortcut.weight", prefix);
+      const dit_vid_t ins[2] = {x, dit_graph_constant(v->g, name, v->dt, 5, kd, buf)};
+      dit_attrs_t a = {0};
+      dit_attrs_set_int(&a, "pad_t", (ft - d[1] % ft) % ft);
+      dit_attrs_set_int(&a, "pad_h", 0);
+      dit_attrs_set_int(&a, "pad_w", 0);
+      dit_attrs_set_int(&a, "stride_t", ft);
+      dit_attrs_set_int(&a, "stride_h", fs);
+      dit_attrs_set_int(&a, "stride_w", fs);
+      snprintf(name, sizeof name, "%s.avg_shortcut", prefix);
+      y = dit_graph_op(v->g, DIT_OP_CONV3D, ins, 2, &a, v->dt, name);
+    }
+  }
+  free(f);
+  free(buf);
+  return y;
+}
+
+/* The video [B, c, F, H, W] (channel-first, as the pipeline's) channel-last, patch x patch pixels a
+ * pixel: [B, F, H / p, W / p, c p p], channels ordered as diffusers' patchify, c * p * p + jw * p +
+ * jh (column before row). Patchify gives (c, jh, jw); each c's p x p block, read as a channel-first
+ * [p, 1, p, 1] volume, transposes by patchify with 1x1x1 patches. */
+static dit_vid_t video_in(vae_builder_t *v, dit_vid_t x, int64_t p) {
+  const dit_value_t *xv = dit_graph_cvalue(v->g, x);
+  if (!xv) return -1;
+  const int64_t B = xv->dims[0], c = xv->dims[1], F = xv->dims[2], h = xv->dims[3] / p, w = xv->dims[4] / p;
+  const int64_t pix[5] = {B, F, h, w, c * p * p}, blocks[5] = {B * F * h * w * c, p, 1, p, 1};
+  dit_attrs_t pa = {0};
+  dit_attrs_set_int(&pa, "pt", 1);
+  dit_attrs_set_int(&pa, "ph", p);
+  dit_attrs_set_int(&pa, "pw", p);
+  x = dit_graph_op(v->g, DIT_OP_PATCHIFY, &x, 1, &pa, v->dt, "video.channels_last");
+  if (p > 1) {
+    dit_attrs_t one = {0};
+    dit_attrs_set_int(&one, "pt", 1);
+    dit_attrs_set_int(&one, "ph", 1);
+    dit_attrs_set_int(&one, "pw", 1);
+    x = reshape(v, x, 5, blocks, "video.patches");
+    x = dit_graph_op(v->g, DIT_OP_PATCHIFY, &x, 1, &one, v->dt, "video.patches.column_first");
+  }
+  return reshape(v, x, 5, pix, "video.pixels");
+}
+
+/* conv_in, the down blocks, the mid block, norm_out, SiLU, conv_out: [B, f, h, w, 2 z_dim] (mu, logvar). */
+static dit_vid_t encoder_body(vae_builder_t *v, const dit_wan_vae_config_t *cv, const enc_layout_t *e, dit_vid_t x) {
+  char p[128];
+  int64_t k = 0;
+  x = conv(v, x, "encoder.conv_in", 2, 1, "encoder.conv_in");
+  for (int i = 0; i < 4; i++) {
+    const dit_vid_t in = x;
+    const int64_t out = e->dims[i + 1];
+    for (int64_t r = 0; r < cv->num_res_blocks; r++) {
+      enc_name(cv, p, sizeof p, i, r, &k);
+      x = resnet(v, x, p, r ? out : e->dims[i], out);
+      if (e->attn[i]) {
+        enc_name(cv, p, sizeof p, i, r, &k);
+        x = attention(v, x, p);
+      }
+    }
+    if (i < 3) {
+      enc_name(cv, p, sizeof p, i, -1, &k);
+      x = downsample(v, x, p, out, e->temporal[i]);
+    }
+    if (cv->residual) {
+      snprintf(p, sizeof p, "encoder.down_blocks.%d", i);
+      const dit_vid_t sc = avg_down(v, in, out, e->temporal[i] ? 2 : 1, i < 3 ? 2 : 1, p);
+      snprintf(p, sizeof p, "encoder.down_blocks.%d.out", i);
+      x = dit_blocks_add(v->b, x, sc, p);
+    }
+  }
+  const int64_t c = e->dims[4];
+  x = resnet(v, x, "encoder.mid_block.resnets.0", c, c);
+  x = attention(v, x, "encoder.mid_block.attentions.0");
+  x = resnet(v, x, "encoder.mid_block.resnets.1", c, c);
+  x = channel_norm(v, x, "encoder.norm_out.gamma", "encoder.norm_out");
+  x = dit_blocks_unary(v->b, DIT_OP_SILU, x, v->dt, "encoder.silu_out");
+  return conv(v, x, "encoder.conv_out", 2, 1, "encoder.conv_out");
+}
+
+/* quant_conv's first z_dim rows (the posterior's mean: retrieve_latents' argmax) normalized as the
+ * pipeline does, (mu - mean) * (1 / std), folded into one linear over the 2 z_dim channels:
+ * (W x + b - mean) / std = (diag(1 / std) W) x + (b - mean) / std, in double from the checkpoint. */
+static dit_status_t quant_mean(const dit_model_t *m, vae_builder_t *v, dit_vid_t x, dit_vid_t *out) {
+  const int64_t z = m->wan_vae.z_dim, z2 = 2 * z;
+  const size_t nw = (size_t)(z * z2);
+  float *raw = malloc(sizeof(float) * (nw + (size_t)z) * 2);
+  if (!raw) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  dit_status_t s = checkpoint_f32(m, "quant_conv.weight", nw, raw);
+  if (!s) s = checkpoint_f32(m, "quant_conv.bias", (size_t)z, raw + nw);
+  if (!s) {
+    float *fw = raw + nw + z, *fb = fw + nw;
+    for (int64_t o = 0; o < z; o++) {
+      const double inv = inv_std(&m->wan_vae, o);
+      for (int64_t i = 0; i < z2; i++) fw[o * z2 + i] = (float)((double)raw[o * z2 + i] * inv);
+      fb[o] = (float)(((double)raw[nw + o] - (double)(float)m->wan_vae.latents_mean[o]) * inv);
+    }
+    s = linear_constants(v, x, fw, z, z2, "quant_conv.weight.mean_normalizing", "quant_conv.bias.mean_normalizing", "latents.normalized",
+                         out);
+  }
+  free(raw);
+  return s;
+}
+
+/* The encoder's graph: video [B, in_channels / p^2, F, H, W] in [-1, 1] to latents [B, z_dim,
+ * (F - 1) / 4 + 1, H / s, W / s], normalized. */
+static dit_status_t encoder_graph(const dit_model_t *m, const dit_shape_request_t *req, const dit_latent_shape_t *ls, dit_graph_t **out) {
+  const dit_wan_vae_config_t *cv = &m->wan_vae;
+  enc_layout_t e = {0};
+  DIT_RETURN_IF(encoder_layout(m, &e));
+  DIT_RETURN_IF(encoder_check(m, &e));
+  vae_builder_t v = {.dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
+  const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};
+  DIT_RETURN_IF(dit_blocks_begin(m->weights, &bo, &v.g, &v.b));
+  /* In chunks: frame 0 alone (vae_first), or the frames of vae_chunk latent frames. */
+  const int64_t F = !v.chunked ? req->frames : v.first ? 1 : cv->temporal * req->vae_chunk;
+  const int64_t B = req->batch, z = cv->z_dim, vd[5] = {B, e.video_channels, F, req->height, req->width};
+  dit_vid_t x = video_in(&v, dit_graph_input(v.g, "video", req->dtype, 5, vd), cv->patch);
+  x = encoder_body(&v, cv, &e, x);
+  dit_status_t s = quant_mean(m, &v, x, &x);
+  if (s) {
+    dit_blocks_destroy(v.b);
+    dit_graph_destroy(v.g);
+    return s;
+  }
+  /* Channel-first, as the pipeline's latents: unpatchify with 1x1x1 patches is the transpose. */
+  const int64_t tok[3] = {B, ls->frames * ls->height * ls->width, z};
+  x = reshape(&v, x, 3, tok, "latents.tokens");
+  dit_attrs_t ua = {0};
+  dit_attrs_set_int(&ua, "pt", 1);
+  dit_attrs_set_int(&ua, "ph", 1);
+  dit_attrs_set_int(&ua, "pw", 1);
+  dit_attrs_set_int(&ua, "f", ls->frames);
+  dit_attrs_set_int(&ua, "h", ls->height);
+  dit_attrs_set_int(&ua, "w", ls->width);
+  dit_graph_mark_output(v.g, dit_graph_op(v.g, DIT_OP_UNPATCHIFY, &x, 1, &ua, v.dt, "latents"), "latents");
+  return dit_blocks_finish(v.b, v.g, "Wan VAE encoder", out);
+}
+
 /* The whole decoder, or its head (output "hidden", channel-last [B, F, h, w, C]) or its tail
  * (input "hidden", one window of it). */
 static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_wan_vae_config_t *cv = &m->wan_vae;
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
+  if (req->vae_part == DIT_VAE_ENCODER) return encoder_graph(m, req, &ls, out);
   const int64_t B = req->batch, f = ls.frames, h = ls.height, w = ls.width, z = cv->z_dim;
   vae_builder_t v = {.dt = req->dtype, .chunked = req->vae_chunk > 0, .first = req->vae_chunk > 0 && req->vae_first};
   const dit_blocks_options_t bo = {.dtype = req->dtype, .heads = 1, .head_dim = 1, .eps = 0, .tp = 1, .cp = 1};

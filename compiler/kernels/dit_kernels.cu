@@ -1022,11 +1022,25 @@ static_assert(DIT_LAUNCH_THREADS == DIT_KERNEL_THREADS, "planned block size diff
 static_assert(DIT_LAUNCH_SMEM == DIT_KERNEL_SMEM, "planned dynamic shared memory differs from the kernel's");
 #endif
 
+#if defined(DIT_K_CONV3D) || defined(DIT_K_CONV3D_MMA)
+// Strides along frames, rows and columns (a downsampling convolution); absent: 1.
+#ifndef ST
+#define ST 1
+#endif
+#ifndef SH
+#define SH 1
+#endif
+#ifndef SW
+#define SW 1
+#endif
+#endif
+
 #if defined(DIT_K_CONV3D)
 // Direct convolution over channel-last video: x [BATCH, F, H, W, CIN], channel-last weights
 // w [COUT, KT, KH, KW, CIN] (a Conv2d's is KT = 1), optional bias [COUT] -> y [BATCH, FO, HO, WO, COUT].
-// Zeros pad PT frames before the first and PH, PW pixels on both sides; stride 1. One thread per
-// output element, consecutive threads consecutive output channels of one pixel; fp32 sums.
+// Zeros pad PT frames before the first and PH, PW pixels before the first row and column (after
+// the last: whatever FO, HO, WO reach); strides ST, SH, SW. One thread per output element,
+// consecutive threads consecutive output channels of one pixel; fp32 sums.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
 #if HAS_BIAS
                                                              , const TY(BIAS) *bias
@@ -1048,13 +1062,13 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   float acc = 0.f;
 #endif
   for (int it = 0; it < KT; it++) {
-    const int fi = fo + it - PT;
+    const int fi = fo * ST + it - PT;
     if (fi < 0 || fi >= F) continue;
     for (int ih = 0; ih < KH; ih++) {
-      const int hi = ho + ih - PH;
+      const int hi = ho * SH + ih - PH;
       if (hi < 0 || hi >= H) continue;
       for (int iw = 0; iw < KW; iw++) {
-        const int wi = wo + iw - PW;
+        const int wi = wo * SW + iw - PW;
         if (wi < 0 || wi >= W) continue;
         const long long xo = (((b * F + fi) * H + hi) * (long long)W + wi) * CIN;
         const long long wb = ((((long long)co * KT + it) * KH + ih) * KW + iw) * CIN;
@@ -1067,9 +1081,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 
 #if defined(DIT_K_CONV3D_MMA)
-// The direct convolution's contract (layouts, zero padding, stride 1) as an implicit GEMM on tensor
+// The direct convolution's contract (layouts, zero padding, strides) as an implicit GEMM on tensor
 // cores, bf16 x and w: y [M = BATCH*FO*HO*WO pixels, COUT] = A [M, TAPS*CIN] B^T, where pixel m's
-// row of A at tap (it, ih, iw) is x's channel row at (fo + it - PT, ho + ih - PH, wo + iw - PW),
+// row of A at tap (it, ih, iw) is x's channel row at (fo ST + it - PT, ho SH + ih - PH, wo SW + iw - PW),
 // zeros outside the video, and B [COUT, TAPS*CIN] is w [COUT, TAPS, CIN] itself. A block computes
 // CONV_BM pixels x CONV_BN channels. Each step stages CONV_BK input channels of one tap of both
 // operands in shared memory by cp.async (zero-filled outside the video and past COUT),
@@ -1115,7 +1129,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
     p /= WO;
     ph[r] = (int)(p % HO);
     p /= HO;
-    pf[r] = m < MPIX ? (int)(p % FO) : -(1 << 30);
+    pf[r] = m < MPIX ? (int)(p % FO) : -(1 << 30) / ST;
     pb[r] = (int)(p / FO);
   }
   // B: this thread copies 16 channels ((tid & 1) * 16 on) of output channel row br.
@@ -1136,7 +1150,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK, 2) dit_kernel(TY(OUT
     const int it = tap / (KH * KW), ih = (tap / KW) % KH, iw = tap % KW;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-      const int fi = pf[r] + it - PT, hi = ph[r] + ih - PH, wi = pw[r] + iw - PW;
+      const int fi = pf[r] * ST + it - PT, hi = ph[r] * SH + ih - PH, wi = pw[r] * SW + iw - PW;
       const bool in = fi >= 0 && fi < F && hi >= 0 && hi < H && wi >= 0 && wi < W;
       const bf16_t *src = in ? x + ((((long long)pb[r] * F + fi) * H + hi) * (long long)W + wi) * CIN + ci0 + seg * 8 : x;
       cp16(&sA[buf][(ar + 64 * r) * CS + seg * 8], src, in ? 16 : 0);

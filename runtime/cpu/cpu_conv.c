@@ -1,5 +1,5 @@
 /* The CPU backend's video kernels over channel-last activations [B, F, H, W, C]: the direct
- * convolution (causal temporal padding, symmetric spatial padding, stride 1) and nearest
+ * convolution (causal temporal padding, spatial padding before and after, strides) and nearest
  * upsampling. The convolution packs its weight once per call into fp32 [tap][Cin][Cout], so the
  * innermost loop runs over contiguous output channels of one pixel. */
 #include <stdlib.h>
@@ -12,7 +12,7 @@ typedef struct conv_job {
   dit_tensor_t *y;
   const float *w;    /* packed [kt*kh*kw][Cin][Cout] */
   const float *bias; /* [Cout] or NULL */
-  int64_t F, H, W, Cin, Fo, Ho, Wo, Cout, kt, kh, kw, pt, ph, pw;
+  int64_t F, H, W, Cin, Fo, Ho, Wo, Cout, kt, kh, kw, pt, ph, pw, st, sh, sw;
   dit_cpu_scratch_t scratch; /* per worker: acc [Wo*Cout], an input row [W*Cin] */
 } conv_job_t;
 
@@ -30,16 +30,16 @@ static void conv_rows(void *ctx, int64_t begin, int64_t end, int worker) {
       else memset(a, 0, sizeof(float) * (size_t)Cout);
     }
     for (int64_t it = 0; it < j->kt; it++) {
-      const int64_t fi = fo + it - j->pt;
+      const int64_t fi = fo * j->st + it - j->pt;
       if (fi < 0 || fi >= j->F) continue;
       for (int64_t ih = 0; ih < j->kh; ih++) {
-        const int64_t hi = ho + ih - j->ph;
+        const int64_t hi = ho * j->sh + ih - j->ph;
         if (hi < 0 || hi >= j->H) continue;
         const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, ((b * j->F + fi) * j->H + hi) * j->W * Cin, j->W * Cin, row);
         for (int64_t iw = 0; iw < j->kw; iw++) {
           const float *wt = j->w + ((it * j->kh + ih) * j->kw + iw) * Cin * Cout;
           for (int64_t wo = 0; wo < j->Wo; wo++) {
-            const int64_t wi = wo + iw - j->pw;
+            const int64_t wi = wo * j->sw + iw - j->pw;
             if (wi < 0 || wi >= j->W) continue;
             const float *xp = x + wi * Cin;
             float *a = acc + wo * Cout;
@@ -58,26 +58,37 @@ static void conv_rows(void *ctx, int64_t begin, int64_t end, int worker) {
 
 dit_status_t dit_cpu_conv3d(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias, int64_t pad_t,
                             int64_t pad_h, int64_t pad_w, dit_tensor_t *y) {
+  const dit_conv3d_attrs_t a = {.pad_t = pad_t, .pad_h = pad_h, .pad_w = pad_w, .pad_h_after = pad_h, .pad_w_after = pad_w,
+                                .stride_t = 1, .stride_h = 1, .stride_w = 1};
+  return dit_cpu_conv3d_ex(c, x, w, bias, &a, y);
+}
+
+dit_status_t dit_cpu_conv3d_ex(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                               const dit_conv3d_attrs_t *a, dit_tensor_t *y) {
   static const char *op = "conv3d";
   char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
   DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
   DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
   if (bias) DIT_RETURN_IF(dit_cpu_check_float(op, "bias", bias));
-  if (pad_t < 0 || pad_h < 0 || pad_w < 0)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: padding (%lld, %lld, %lld) must not be negative", op, (long long)pad_t, (long long)pad_h,
-                   (long long)pad_w);
+  if (a->pad_t < 0 || a->pad_h < 0 || a->pad_w < 0 || a->pad_h_after < 0 || a->pad_w_after < 0)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: padding (%lld, %lld, %lld) must not be negative", op, (long long)a->pad_t, (long long)a->pad_h,
+                   (long long)a->pad_w);
+  if (a->stride_t < 1 || a->stride_h < 1 || a->stride_w < 1)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: strides (%lld, %lld, %lld) must be positive", op, (long long)a->stride_t, (long long)a->stride_h,
+                   (long long)a->stride_w);
   if (x->rank != 5) return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, F, H, W, Cin]", op, dit_cpu_dims_str(x, b1));
   if ((w->rank != 4 && w->rank != 5) || w->dims[w->rank - 1] != x->dims[4])
     return DIT_ERR(INVALID_ARGUMENT, "%s: w has dims %s, expected [Cout, kt, kh, kw, %lld] or [Cout, kh, kw, %lld] for x %s", op,
                    dit_cpu_dims_str(w, b1), (long long)x->dims[4], (long long)x->dims[4], dit_cpu_dims_str(x, b2));
   conv_job_t j = {.x = x, .y = y, .F = x->dims[1], .H = x->dims[2], .W = x->dims[3], .Cin = x->dims[4], .Cout = w->dims[0],
-                  .kt = w->rank == 5 ? w->dims[1] : 1, .kh = w->dims[w->rank - 3], .kw = w->dims[w->rank - 2], .pt = pad_t,
-                  .ph = pad_h, .pw = pad_w};
-  j.Fo = j.F + pad_t - j.kt + 1, j.Ho = j.H + 2 * pad_h - j.kh + 1, j.Wo = j.W + 2 * pad_w - j.kw + 1;
-  if (j.kt < 1 || j.kh < 1 || j.kw < 1 || j.Fo < 1 || j.Ho < 1 || j.Wo < 1)
+                  .kt = w->rank == 5 ? w->dims[1] : 1, .kh = w->dims[w->rank - 3], .kw = w->dims[w->rank - 2], .pt = a->pad_t,
+                  .ph = a->pad_h, .pw = a->pad_w, .st = a->stride_t, .sh = a->stride_h, .sw = a->stride_w};
+  const int64_t ft = j.F + a->pad_t - j.kt, ht = j.H + a->pad_h + a->pad_h_after - j.kh, wt = j.W + a->pad_w + a->pad_w_after - j.kw;
+  if (j.kt < 1 || j.kh < 1 || j.kw < 1 || ft < 0 || ht < 0 || wt < 0)
     return DIT_ERR(INVALID_ARGUMENT, "%s: w %s with padding (%lld, %lld, %lld) does not fit x %s", op, dit_cpu_dims_str(w, b1),
-                   (long long)pad_t, (long long)pad_h, (long long)pad_w, dit_cpu_dims_str(x, b2));
+                   (long long)a->pad_t, (long long)a->pad_h, (long long)a->pad_w, dit_cpu_dims_str(x, b2));
+  j.Fo = ft / j.st + 1, j.Ho = ht / j.sh + 1, j.Wo = wt / j.sw + 1;
   const int64_t want[5] = {x->dims[0], j.Fo, j.Ho, j.Wo, j.Cout}, bd[1] = {j.Cout};
   DIT_RETURN_IF(dit_cpu_check_dims(op, "y", y, 5, want));
   if (bias) DIT_RETURN_IF(dit_cpu_check_dims(op, "bias", bias, 1, bd));

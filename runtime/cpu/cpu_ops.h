@@ -5,6 +5,7 @@
 #ifndef DIT_RUNTIME_CPU_CPU_OPS_H
 #define DIT_RUNTIME_CPU_CPU_OPS_H
 
+#include "base/ops.h"
 #include "base/status.h"
 #include "runtime/cpu/threadpool.h"
 #include "runtime/tensor.h"
@@ -57,6 +58,9 @@ dit_status_t dit_cpu_clamp(dit_cpu_t *c, const dit_tensor_t *x, double lo, doubl
  * conv3d. Products accumulate in fp32, rounded once on store. */
 dit_status_t dit_cpu_conv3d(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias, int64_t pad_t,
                             int64_t pad_h, int64_t pad_w, dit_tensor_t *y);
+/* The same with every conv3d attribute: paddings before and after, strides. */
+dit_status_t dit_cpu_conv3d_ex(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                               const dit_conv3d_attrs_t *a, dit_tensor_t *y);
 /* Nearest-neighbour upsampling (cpu_conv.c) of channel-last x [B, F, H, W, C] by scale along H and
  * W: y [B, F, scale*H, scale*W, C], equal dtypes, a copy. */
 dit_status_t dit_cpu_upsample(dit_cpu_t *c, const dit_tensor_t *x, int64_t scale, dit_tensor_t *y);

@@ -1,9 +1,11 @@
 """Decodes latents through a VAE decoder's chunk bundles with `ditrun forward`, one forward per chunk,
 as `ditrun generate` does: latent frame 0 through FIRST, then chunks of the later frames through REST,
 each forward's cache.NAME.next outputs fed to the next forward's cache.NAME inputs (zeros before the
-first). Writes the concatenated frames as tensor `sample` (f32, batch 1).
+first). Writes the concatenated frames as tensor `sample` (f32, batch 1). With IN and OUT_NAME, the
+same for a VAE encoder's chunk bundles: video frame 0 through FIRST, then chunks of REST's frames,
+input tensor IN (`video`), output OUT_NAME (`latents`).
 
-usage: vae_chunks.py DITRUN FIRST REST LATENTS.safetensors OUT.safetensors WORKDIR"""
+usage: vae_chunks.py DITRUN FIRST REST LATENTS.safetensors OUT.safetensors WORKDIR [IN OUT_NAME]"""
 import json
 import os
 import struct
@@ -63,15 +65,16 @@ def frames(shape, data, t0, n):
 
 def main():
     ditrun, first, rest, latents, out_path, work = sys.argv[1:7]
-    shape, lat = load(latents)["latents"]
+    in_name, out_name = sys.argv[7:9] if len(sys.argv) > 8 else ("latents", "sample")
+    shape, lat = load(latents)[in_name]
     assert shape[0] == 1, shape
     ins = {b: inputs_of(ditrun, b) for b in (first, rest)}
-    n = ins[rest]["latents"][2]
+    n = ins[rest][in_name][2]
     caches = {}
     chunks = [(first, 0, 1)] + [(rest, t, n) for t in range(1, shape[2], n)]
     pieces = []
     for i, (bundle, t0, count) in enumerate(chunks):
-        feed = {"latents": frames(shape, lat, t0, count)}
+        feed = {in_name: frames(shape, lat, t0, count)}
         for name, s in ins[bundle].items():
             if name.startswith("cache."):
                 size = 1
@@ -85,7 +88,7 @@ def main():
         for k, v in got.items():
             if k.startswith("cache.") and k.endswith(".next"):
                 caches[k[:-len(".next")]] = v
-        pieces.append(got["sample"])
+        pieces.append(got[out_name])
     c, h, w = pieces[0][0][1], pieces[0][0][3], pieces[0][0][4]
     total = sum(p[0][2] for p in pieces)
     data = []
@@ -93,8 +96,8 @@ def main():
         for s, d in pieces:
             plane = s[2] * h * w
             data += d[ch * plane:(ch + 1) * plane]
-    save(out_path, {"sample": ([1, c, total, h, w], data)})
-    print("%d forwards (latent frame 0, then chunks of %d): %d frames" % (len(chunks), n, total))
+    save(out_path, {out_name: ([1, c, total, h, w], data)})
+    print("%d forwards (frame 0, then chunks of %d): %d frames" % (len(chunks), n, total))
 
 
 main()

@@ -241,6 +241,26 @@ static void test_video_ops(dit_cuda_codegen_t *cg, int sm90) {
   dit_attrs_set_int(&ca, "pad_t", 2);
   dit_graph_op(g, DIT_OP_CONV3D, xw32, 3, &ca, DIT_F32, "conv32");
   CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 32 channels (implicit GEMM), f32 out", B, 0, 0), (3 * 12 * 10 + 127) / 128);
+  /* Strided (downsampling): a per-frame 3x3 after ZeroPad2d((0, 1, 0, 1)) at stride 2 (12x10 ->
+   * 6x5) takes the direct kernel on sm_90 too (the Hopper kernel's boxes are unit-stride); with 32
+   * channels and strides (2, 2, 2) the implicit GEMM (3 causal frames -> 2, 60 pixels a block). */
+  dit_attrs_t da = {0};
+  dit_attrs_set_int(&da, "pad_t", 0);
+  dit_attrs_set_int(&da, "pad_h", 0);
+  dit_attrs_set_int(&da, "pad_w", 0);
+  dit_attrs_set_int(&da, "pad_h_after", 1);
+  dit_attrs_set_int(&da, "pad_w_after", 1);
+  dit_attrs_set_int(&da, "stride_h", 2);
+  dit_attrs_set_int(&da, "stride_w", 2);
+  const int64_t wd[4] = {24, 3, 3, 16};
+  dit_vid_t xwd[3] = {x, dit_graph_weight(g, "down.weight", DIT_BF16, 4, wd), xw[2]};
+  dit_graph_op(g, DIT_OP_CONV3D, xwd, 3, &da, DIT_BF16, "down");
+  CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 3x3 stride 2 (direct)", B, 0, 0), (3 * 6 * 5 * 24 + B - 1) / B);
+  dit_attrs_set_int(&da, "pad_t", 2);
+  dit_attrs_set_int(&da, "stride_t", 2);
+  dit_vid_t xwd32[3] = {x32, xw32[1], xw32[2]};
+  dit_graph_op(g, DIT_OP_CONV3D, xwd32, 3, &da, DIT_BF16, "down32");
+  CHECK_EQ_INT(check_op(cg, g, "conv3d bf16 32 channels stride 2 (implicit GEMM)", B, 0, 0), 1);
   dit_attrs_t ua = {0};
   dit_attrs_set_int(&ua, "scale", 2);
   dit_graph_op(g, DIT_OP_UPSAMPLE, &x, 1, &ua, DIT_BF16, "up");

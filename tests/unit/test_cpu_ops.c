@@ -1065,12 +1065,16 @@ static void test_mmdit_ops(void) {
 /* ---- video ops: conv3d, upsample, clamp ------------------------------------------------- */
 
 /* conv3d against the definition in double, over zero-padded input (channel-last x and weights
- * [Cout, kt, kh, kw, Cin]; wr 4: [Cout, kh, kw, Cin], kt = 1). */
-static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin, int64_t Cout, int wr, int64_t kt, int64_t kh, int64_t kw,
-                         int64_t pt, int64_t ph, int64_t pw, int with_bias, dit_dtype_t dt) {
+ * [Cout, kt, kh, kw, Cin]; wr 4: [Cout, kh, kw, Cin], kt = 1), with paddings before and after and
+ * strides a. */
+static void check_conv3d_ex(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin, int64_t Cout, int wr, int64_t kt, int64_t kh,
+                            int64_t kw, const dit_conv3d_attrs_t *a, int with_bias, dit_dtype_t dt) {
   const int64_t xd[5] = {B, F, H, W, Cin}, wd5[5] = {Cout, kt, kh, kw, Cin}, wd4[4] = {Cout, kh, kw, Cin}, bd[1] = {Cout};
   tt_t x = tt_rand(dt, 5, xd, -1, 1), w = tt_rand(dt, wr, wr == 5 ? wd5 : wd4, -1, 1), b = tt_rand(dt, 1, bd, -1, 1);
-  const int64_t Fo = F + pt - kt + 1, Ho = H + 2 * ph - kh + 1, Wo = W + 2 * pw - kw + 1, yd[5] = {B, Fo, Ho, Wo, Cout};
+  const int64_t pt = a->pad_t, ph = a->pad_h, pw = a->pad_w;
+  const int64_t Fo = (F + pt - kt) / a->stride_t + 1, Ho = (H + ph + a->pad_h_after - kh) / a->stride_h + 1,
+                Wo = (W + pw + a->pad_w_after - kw) / a->stride_w + 1, yd[5] = {B, Fo, Ho, Wo, Cout};
+  const int plain = a->pad_h_after == ph && a->pad_w_after == pw && a->stride_t == 1 && a->stride_h == 1 && a->stride_w == 1;
   double *ref = malloc(sizeof(double) * (size_t)numel_of(5, yd));
   for (int64_t bb = 0; bb < B; bb++)
     for (int64_t fo = 0; fo < Fo; fo++)
@@ -1082,7 +1086,7 @@ static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin
               for (int64_t it = 0; it < kt; it++)
                 for (int64_t ih = 0; ih < kh; ih++)
                   for (int64_t iw = 0; iw < kw; iw++) {
-                    const int64_t fi = fo + it - pt, hi = ho + ih - ph, wi = wo + iw - pw;
+                    const int64_t fi = fo * a->stride_t + it - pt, hi = ho * a->stride_h + ih - ph, wi = wo * a->stride_w + iw - pw;
                     if (fi < 0 || fi >= F || hi < 0 || hi >= H || wi < 0 || wi >= W) continue;
                     s += x.v[(((bb * F + fi) * H + hi) * W + wi) * Cin + ci] * w.v[(((co * kt + it) * kh + ih) * kw + iw) * Cin + ci];
                   }
@@ -1090,16 +1094,26 @@ static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin
           }
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t y = out_poisoned(dt, 5, yd);
-    CHECK_OK(dit_cpu_conv3d(&g_cpu[pi], &x.t, &w.t, with_bias ? &b.t : NULL, pt, ph, pw, &y));
-    char what[192];
-    snprintf(what, sizeof what, "conv3d x [%lld,%lld,%lld,%lld,%lld] k %lldx%lldx%lld pad (%lld,%lld,%lld) Cout %lld pool %d", (long long)B,
-             (long long)F, (long long)H, (long long)W, (long long)Cin, (long long)kt, (long long)kh, (long long)kw, (long long)pt,
-             (long long)ph, (long long)pw, (long long)Cout, pi);
+    /* Symmetric padding and unit strides through the short form too. */
+    if (plain && pi == 0) CHECK_OK(dit_cpu_conv3d(&g_cpu[pi], &x.t, &w.t, with_bias ? &b.t : NULL, pt, ph, pw, &y));
+    else CHECK_OK(dit_cpu_conv3d_ex(&g_cpu[pi], &x.t, &w.t, with_bias ? &b.t : NULL, a, &y));
+    char what[256];
+    snprintf(what, sizeof what, "conv3d x [%lld,%lld,%lld,%lld,%lld] k %lldx%lldx%lld pad (%lld,%lld+%lld,%lld+%lld) stride (%lld,%lld,%lld) "
+             "Cout %lld pool %d", (long long)B, (long long)F, (long long)H, (long long)W, (long long)Cin, (long long)kt, (long long)kh,
+             (long long)kw, (long long)pt, (long long)ph, (long long)a->pad_h_after, (long long)pw, (long long)a->pad_w_after,
+             (long long)a->stride_t, (long long)a->stride_h, (long long)a->stride_w, (long long)Cout, pi);
     CHECK(compare(what, &y, ref, tol_for(dt)));
     free(y.data);
   }
   free(ref);
   tt_free(&x), tt_free(&w), tt_free(&b);
+}
+
+static void check_conv3d(int64_t B, int64_t F, int64_t H, int64_t W, int64_t Cin, int64_t Cout, int wr, int64_t kt, int64_t kh, int64_t kw,
+                         int64_t pt, int64_t ph, int64_t pw, int with_bias, dit_dtype_t dt) {
+  const dit_conv3d_attrs_t a = {.pad_t = pt, .pad_h = ph, .pad_w = pw, .pad_h_after = ph, .pad_w_after = pw, .stride_t = 1, .stride_h = 1,
+                                .stride_w = 1};
+  check_conv3d_ex(B, F, H, W, Cin, Cout, wr, kt, kh, kw, &a, with_bias, dt);
 }
 
 static void test_video_ops(void) {
@@ -1108,6 +1122,16 @@ static void test_video_ops(void) {
   check_conv3d(1, 1, 4, 3, 4, 2, 5, 3, 3, 3, 2, 1, 1, 1, DIT_BF16);
   /* The temporal (3, 1, 1) kernel, no bias; a Conv2d per frame; a 1x1x1 without padding. */
   check_conv3d(1, 4, 2, 3, 6, 4, 5, 3, 1, 1, 2, 0, 0, 0, DIT_F32);
+  /* Downsampling: ZeroPad2d((0, 1, 0, 1)) then a stride-2 3x3 Conv2d per frame (even and odd sizes);
+   * the stride-2 temporal (3, 1, 1) kernel without padding; a strided (2, 2, 2) kernel with a causal
+   * frame in front (an average-pooling shortcut's shape), in bf16. */
+  const dit_conv3d_attrs_t down = {.pad_h_after = 1, .pad_w_after = 1, .stride_t = 1, .stride_h = 2, .stride_w = 2};
+  check_conv3d_ex(2, 2, 6, 8, 3, 5, 4, 1, 3, 3, &down, 1, DIT_F32);
+  check_conv3d_ex(1, 1, 5, 7, 4, 3, 4, 1, 3, 3, &down, 0, DIT_F32);
+  const dit_conv3d_attrs_t time_down = {.stride_t = 2, .stride_h = 1, .stride_w = 1};
+  check_conv3d_ex(1, 9, 2, 3, 4, 4, 5, 3, 1, 1, &time_down, 1, DIT_F32);
+  const dit_conv3d_attrs_t pool = {.pad_t = 1, .stride_t = 2, .stride_h = 2, .stride_w = 2};
+  check_conv3d_ex(2, 5, 4, 6, 8, 4, 5, 2, 2, 2, &pool, 0, DIT_BF16);
   check_conv3d(2, 2, 6, 5, 5, 3, 4, 1, 3, 3, 0, 1, 1, 1, DIT_F16);
   check_conv3d(1, 2, 3, 3, 7, 9, 5, 1, 1, 1, 0, 0, 0, 1, DIT_F32);
   /* Valid (unpadded) and a kernel wider than tall. */
@@ -1337,6 +1361,13 @@ static void test_errors(void) {
               "conv3d: w [6, 3, 3, 3, 3] with padding (0, 1, 1) does not fit x [1, 2, 4, 4, 3]");
     T(bias, DIT_F32, 1, 5);
     CHECK_ERR(dit_cpu_conv3d(c, &x, &w3, &bias, 2, 1, 1, &y), INVALID_ARGUMENT, "conv3d: bias has dims [5], expected [6]");
+    const dit_conv3d_attrs_t zero_stride = {.pad_t = 2, .pad_h = 1, .pad_w = 1, .pad_h_after = 1, .pad_w_after = 1, .stride_t = 1,
+                                            .stride_h = 0, .stride_w = 1};
+    CHECK_ERR(dit_cpu_conv3d_ex(c, &x, &w3, NULL, &zero_stride, &y), INVALID_ARGUMENT, "conv3d: strides (1, 0, 1) must be positive");
+    const dit_conv3d_attrs_t halved = {.pad_t = 2, .pad_h = 0, .pad_w = 0, .pad_h_after = 1, .pad_w_after = 1, .stride_t = 1,
+                                       .stride_h = 2, .stride_w = 2};
+    CHECK_ERR(dit_cpu_conv3d_ex(c, &x, &w3, NULL, &halved, &y), INVALID_ARGUMENT,
+              "conv3d: y has dims [1, 2, 4, 4, 6], expected [1, 2, 2, 2, 6]");
     O(u, DIT_F32, 5, 1, 2, 8, 7, 3);
     CHECK_ERR(dit_cpu_upsample(c, &x, 2, &u), INVALID_ARGUMENT, "upsample: y has dims [1, 2, 8, 7, 3], expected [1, 2, 8, 8, 3]");
     O(cl, DIT_F32, 5, 1, 2, 4, 4, 3);

@@ -384,6 +384,32 @@ static void test_video_ops(void) {
   ins[1] = dit_graph_weight(g, "wlong", DIT_F32, 5, wlong);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, ins, 2, &valid, 1, rank, dims), INVALID_ARGUMENT,
             "conv3d: kernel 4x3x3 with padding (0, 0, 0) does not fit x 'x' [2,3,8,6,4]");
+  /* Downsampling: a padded row and column after the last, stride 2 per frame (8x6 -> 4x3); the
+   * stride-2 temporal kernel (3 frames -> 1); a zero stride and a kernel past the padded input refused. */
+  dit_attrs_t down = attrs_i("pad_t", 2, "pad_h", 0);
+  dit_attrs_set_int(&down, "pad_w", 0);
+  dit_attrs_set_int(&down, "pad_h_after", 1);
+  dit_attrs_set_int(&down, "pad_w_after", 1);
+  dit_attrs_set_int(&down, "stride_h", 2);
+  dit_attrs_set_int(&down, "stride_w", 2);
+  yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_CONV3D, ins, 3, &down, DIT_F32, "down"));
+  CHECK(yv && yv->dims[1] == 2 && yv->dims[2] == 4 && yv->dims[3] == 3 && yv->dims[4] == 5); /* wlong's 4 frames */
+  const int64_t wt[5] = {5, 3, 1, 1, 4};
+  dit_vid_t it[2] = {x, dit_graph_weight(g, "wt", DIT_F32, 5, wt)};
+  dit_attrs_t tdown = valid;
+  dit_attrs_set_int(&tdown, "stride_t", 2);
+  yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_CONV3D, it, 2, &tdown, DIT_F32, "time_down"));
+  CHECK(yv && yv->dims[1] == 1 && yv->dims[2] == 8 && yv->dims[3] == 6);
+  dit_attrs_set_int(&tdown, "stride_t", 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, it, 2, &tdown, 1, rank, dims), INVALID_ARGUMENT,
+            "op conv3d: attribute 'stride_t' = 0, expected >= 1");
+  const int64_t xs[5] = {1, 1, 2, 2, 4};
+  dit_vid_t small[2] = {dit_graph_input(g, "xs", DIT_F32, 5, xs), ins[1]};
+  dit_attrs_t asym = valid;
+  dit_attrs_set_int(&asym, "pad_h_after", 1);
+  dit_attrs_set_int(&asym, "pad_t", 2);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, small, 2, &asym, 1, rank, dims), INVALID_ARGUMENT,
+            "conv3d: kernel 4x3x3 with padding (2, 0+1, 0+0) does not fit x 'xs' [1,1,2,2,4]");
   dit_attrs_t up = attrs_i("scale", 2, NULL, 0);
   yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_UPSAMPLE, &x, 1, &up, DIT_F32, "up"));
   CHECK(yv && yv->dims[1] == 3 && yv->dims[2] == 16 && yv->dims[3] == 12 && yv->dims[4] == 4);
