@@ -101,6 +101,9 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   c tests/data/wan_vae_tiny/vae --frames 9 --height 32 --width 48
   c tests/data/wan22_vae_tiny/vae --frames 9 --height 32 --width 48
   c tests/data/flux_vae_tiny/vae --height 64 --width 64 --batch 2
+  c tests/data/wan_vae_tiny/vae --vae-part encoder --frames 9 --height 32 --width 48
+  c tests/data/wan22_vae_enc_tiny/vae --vae-part encoder --frames 9 --height 32 --width 32
+  c tests/data/flux_pipeline_tiny --height 64 --width 64 --text-len 16  # its stages too
   python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 2  # UMT5-XXL (block 1 on: an fp32 residual stream)'s blocks (tests/gpu/run.sh TEXT_ENCODER=1)
   c "$k/umt5" --text-len 512
   rm -rf "$k/umt5"

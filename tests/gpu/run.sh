@@ -371,7 +371,7 @@ fi
 fi
 
 if [ -z "${SKIP_CHECKS:-}" ] && sec stages; then
-step "1s. pipeline stages (tiny): the UMT5 encoder, the Wan2.1 and Wan2.2 VAE decoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32"
+step "1s. pipeline stages (tiny): the UMT5 encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt"
 d=tests/data/umt5_tiny
 read -r L B < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['text_len'], m['batch'])")
 te=$("$BIN/ditc" compile "$d/text_encoder" --text-len "$L" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -400,6 +400,25 @@ rm -f "$W/klvae.safetensors"
 check "$BIN/ditrun" compare "$vb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
 check "$BIN/ditrun" forward "$vb" --inputs "$d/forward_inputs.safetensors" --out "$W/klvae.safetensors"
 check "$BIN/st_compare" "$W/klvae.safetensors" "$d/forward_output.safetensors" sample 1 0.999
+# The Wan2.1 and Wan2.2 VAE encoders (strided convolutions) alike.
+for d in tests/data/wan_vae_enc_tiny tests/data/wan22_vae_enc_tiny; do
+  read -r F H Wd V < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['vae'])")
+  eb=$("$BIN/ditc" compile "$V" --vae-part encoder --frames "$F" --height "$H" --width "$Wd" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  rm -f "$W/enc.safetensors"
+  check "$BIN/ditrun" compare "$eb" --inputs "$d/encoder_inputs.safetensors" --max-rel 3e-2
+  check "$BIN/ditrun" forward "$eb" --inputs "$d/encoder_inputs.safetensors" --out "$W/enc.safetensors"
+  check "$BIN/st_compare" "$W/enc.safetensors" "$d/encoder_output.safetensors" latents 1 0.999
+done
+# FLUX.1 from a prompt to an image on the GPU (its CLIP, T5 and VAE stages beside the transformer),
+# the final latents and the decoded sample against FluxPipeline's fp32.
+d=tests/data/flux_pipeline_tiny
+read -r H Wd L STEPS G < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['height'], m['width'], m['text_len'], m['steps'], m['guidance'])")
+PROMPT=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['prompt'])")
+line=$("$BIN/ditc" compile "$d" --height "$H" --width "$Wd" --text-len "$L" --dtype bf16 --target sm_90 -o "$W/fp" 2>/dev/null | tail -n1)
+rm -f "$W/flux_img.safetensors" "$W/flux_lat.safetensors"
+check "$BIN/ditrun" generate "${line##* }" --prompt "$PROMPT" --init-latents "$d/golden.safetensors" --steps "$STEPS" --guidance "$G" \
+  --out "$W/flux_img.safetensors" --out-latents "$W/flux_lat.safetensors"
+check "$BIN/st_compare" "$W/flux_lat.safetensors" "$d/golden.safetensors" latents 1 0.999
 fi
 
 if [ -z "${NO_13B:-}" ]; then
