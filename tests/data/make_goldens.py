@@ -317,6 +317,16 @@ def rel_change(a, b):
     return float((a - b).norm() / b.norm())
 
 
+def write_meta(out_dir, meta, max_bytes):
+    """meta.json beside the goldens, then the folder's size against its budget; returns the size."""
+    with open(os.path.join(out_dir, "meta.json"), "w") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.write("\n")
+    size = folder_size(out_dir)
+    assert size <= max_bytes, f"{out_dir}: {size} bytes > {max_bytes}"
+    return size
+
+
 def run_recording(pipe, **call):
     """pipe(**call) to latents with a step callback that records the timesteps it ran: (latents, timesteps)."""
     seen = []
