@@ -73,7 +73,8 @@ CASES = (("", 2, 64, 64), ("_128x96", 1, 128, 96))  # suffix, batch, height, wid
 
 def redraw_parameters(model, gen):
     """make_goldens_wan_vae.py's draw at a trained model's scale, the norm weights as the gains."""
-    wan_vae.redraw_parameters(model, gen, is_gain=lambda name: "norm" in name.split(".")[-2] and name.endswith(".weight"))
+    wan_vae.redraw_parameters(model, gen,
+                              is_gain=lambda name: "norm" in name.split(".")[-2] and name.endswith(".weight"))
 
 
 def unpack_latents(latents, height, width, vae_scale_factor):
