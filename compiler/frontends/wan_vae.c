@@ -371,6 +371,24 @@ static int dims5(const vae_builder_t *v, dit_vid_t x, int64_t d[5]) {
   return 1;
 }
 
+/* PATCHIFY's attributes: pt x ph x pw patches (1 x 1 x 1: the channel-first to channel-last transpose). */
+static dit_attrs_t patch_attrs(int64_t pt, int64_t ph, int64_t pw) {
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "pt", pt);
+  dit_attrs_set_int(&a, "ph", ph);
+  dit_attrs_set_int(&a, "pw", pw);
+  return a;
+}
+
+/* UNPATCHIFY's attributes: pt x ph x pw patches back into a video of f x h x w patches. */
+static dit_attrs_t unpatch_attrs(int64_t pt, int64_t ph, int64_t pw, int64_t f, int64_t h, int64_t w) {
+  dit_attrs_t a = patch_attrs(pt, ph, pw);
+  dit_attrs_set_int(&a, "f", f);
+  dit_attrs_set_int(&a, "h", h);
+  dit_attrs_set_int(&a, "w", w);
+  return a;
+}
+
 static dit_vid_t reshape(vae_builder_t *v, dit_vid_t x, int rank, const int64_t *dims, const char *name) {
   return dit_blocks_reshape(v->b, x, rank, dims, name);
 }
@@ -618,10 +636,7 @@ static dit_vid_t dup_up(vae_builder_t *v, dit_vid_t x, int64_t out, int frames2,
     const int64_t tok[3] = {B, F2 * 4 * H * W, out};
     snprintf(n, sizeof n, "%s.shortcut.grouped", prefix);
     dit_vid_t t = reshape(v, x, 5, grouped, n);
-    dit_attrs_t pa = {0};
-    dit_attrs_set_int(&pa, "pt", 1);
-    dit_attrs_set_int(&pa, "ph", 1);
-    dit_attrs_set_int(&pa, "pw", 1);
+    dit_attrs_t pa = patch_attrs(1, 1, 1);
     snprintf(n, sizeof n, "%s.shortcut.transposed", prefix);
     t = dit_graph_op(v->g, DIT_OP_PATCHIFY, &t, 1, &pa, v->dt, n);
     snprintf(n, sizeof n, "%s.shortcut.parts", prefix);
@@ -630,13 +645,7 @@ static dit_vid_t dup_up(vae_builder_t *v, dit_vid_t x, int64_t out, int frames2,
     t = repeat(v, t, 2, factor / q, n);
     snprintf(n, sizeof n, "%s.shortcut.rows", prefix);
     t = reshape(v, t, 3, row, n);
-    dit_attrs_t ua = {0};
-    dit_attrs_set_int(&ua, "pt", ft);
-    dit_attrs_set_int(&ua, "ph", 2);
-    dit_attrs_set_int(&ua, "pw", 2);
-    dit_attrs_set_int(&ua, "f", F);
-    dit_attrs_set_int(&ua, "h", H);
-    dit_attrs_set_int(&ua, "w", W);
+    dit_attrs_t ua = unpatch_attrs(ft, 2, 2, F, H, W);
     snprintf(n, sizeof n, "%s.shortcut.spread", prefix);
     t = dit_graph_op(v->g, DIT_OP_UNPATCHIFY, &t, 1, &ua, v->dt, n);
     snprintf(n, sizeof n, "%s.shortcut.channels_last", prefix);
@@ -767,13 +776,7 @@ static dit_vid_t decoder_tail(vae_builder_t *v, const dit_wan_vae_config_t *cv, 
   if (dims5(v, x, d)) {
     const int64_t F = d[1], H = d[2], W = d[3], tok[3] = {B, F * H * W, d[4]};
     x = reshape(v, x, 3, tok, "sample.tokens");
-    dit_attrs_t ua = {0};
-    dit_attrs_set_int(&ua, "pt", 1);
-    dit_attrs_set_int(&ua, "ph", p);
-    dit_attrs_set_int(&ua, "pw", p);
-    dit_attrs_set_int(&ua, "f", F);
-    dit_attrs_set_int(&ua, "h", H);
-    dit_attrs_set_int(&ua, "w", W);
+    dit_attrs_t ua = unpatch_attrs(1, p, p, F, H, W);
     x = dit_graph_op(v->g, DIT_OP_UNPATCHIFY, &x, 1, &ua, v->dt, "sample.channels_first");
   }
   dit_attrs_t ca = {0};
@@ -1006,16 +1009,10 @@ static dit_vid_t video_in(vae_builder_t *v, dit_vid_t x, int64_t p) {
   if (!xv) return -1;
   const int64_t B = xv->dims[0], c = xv->dims[1], F = xv->dims[2], h = xv->dims[3] / p, w = xv->dims[4] / p;
   const int64_t pix[5] = {B, F, h, w, c * p * p}, blocks[5] = {B * F * h * w * c, p, 1, p, 1};
-  dit_attrs_t pa = {0};
-  dit_attrs_set_int(&pa, "pt", 1);
-  dit_attrs_set_int(&pa, "ph", p);
-  dit_attrs_set_int(&pa, "pw", p);
+  dit_attrs_t pa = patch_attrs(1, p, p);
   x = dit_graph_op(v->g, DIT_OP_PATCHIFY, &x, 1, &pa, v->dt, "video.channels_last");
   if (p > 1) {
-    dit_attrs_t one = {0};
-    dit_attrs_set_int(&one, "pt", 1);
-    dit_attrs_set_int(&one, "ph", 1);
-    dit_attrs_set_int(&one, "pw", 1);
+    dit_attrs_t one = patch_attrs(1, 1, 1);
     x = reshape(v, x, 5, blocks, "video.patches");
     x = dit_graph_op(v->g, DIT_OP_PATCHIFY, &x, 1, &one, v->dt, "video.patches.column_first");
   }
@@ -1106,13 +1103,7 @@ static dit_status_t encoder_graph(const dit_model_t *m, const dit_shape_request_
   /* Channel-first, as the pipeline's latents: unpatchify with 1x1x1 patches is the transpose. */
   const int64_t tok[3] = {B, ls->frames * ls->height * ls->width, z};
   x = reshape(&v, x, 3, tok, "latents.tokens");
-  dit_attrs_t ua = {0};
-  dit_attrs_set_int(&ua, "pt", 1);
-  dit_attrs_set_int(&ua, "ph", 1);
-  dit_attrs_set_int(&ua, "pw", 1);
-  dit_attrs_set_int(&ua, "f", ls->frames);
-  dit_attrs_set_int(&ua, "h", ls->height);
-  dit_attrs_set_int(&ua, "w", ls->width);
+  dit_attrs_t ua = unpatch_attrs(1, 1, 1, ls->frames, ls->height, ls->width);
   dit_graph_mark_output(v.g, dit_graph_op(v.g, DIT_OP_UNPATCHIFY, &x, 1, &ua, v.dt, "latents"), "latents");
   return dit_blocks_finish(v.b, v.g, "Wan VAE encoder", out);
 }
@@ -1139,10 +1130,7 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
     const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z};
     x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
     /* Channel-first to channel-last: patchify with 1x1x1 patches is exactly that transpose. */
-    dit_attrs_t pa = {0};
-    dit_attrs_set_int(&pa, "pt", 1);
-    dit_attrs_set_int(&pa, "ph", 1);
-    dit_attrs_set_int(&pa, "pw", 1);
+    dit_attrs_t pa = patch_attrs(1, 1, 1);
     x = dit_graph_op(v.g, DIT_OP_PATCHIFY, &x, 1, &pa, v.dt, "latents.channels_last");
     x = reshape(&v, x, 5, pix, "latents.video");
     s = post_quant(m, &v, x, &x);

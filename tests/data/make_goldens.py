@@ -317,6 +317,32 @@ def rel_change(a, b):
     return float((a - b).norm() / b.norm())
 
 
+def dump_meta(out_dir, meta):
+    with open(os.path.join(out_dir, "meta.json"), "w") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.write("\n")
+
+
+def write_meta(out_dir, meta, max_bytes):
+    """meta.json beside the goldens, then the folder's size against its budget; returns the size."""
+    dump_meta(out_dir, meta)
+    size = folder_size(out_dir)
+    assert size <= max_bytes, f"{out_dir}: {size} bytes > {max_bytes}"
+    return size
+
+
+def finish_pipeline_folder(out, name, meta, max_bytes):
+    """A pipeline golden's meta.json, every file of the folder made readable to all (mode 0644), then
+    the folder's size against its budget."""
+    dump_meta(out, meta)
+    for root, _, files in os.walk(out):
+        for file in files:
+            os.chmod(os.path.join(root, file), 0o644)
+    size = folder_size(out)
+    print(f"{name}: {size} bytes")
+    assert size <= max_bytes, f"{name} is {size} bytes, over {max_bytes}"
+
+
 def run_recording(pipe, **call):
     """pipe(**call) to latents with a step callback that records the timesteps it ran: (latents, timesteps)."""
     seen = []

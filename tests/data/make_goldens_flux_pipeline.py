@@ -26,7 +26,6 @@ Not a test dependency (CI reads the committed outputs). Run with torch, transfor
 protobuf for its SentencePiece conversion) and the pinned diffusers:
   PYTHONPATH=/opt/tpy:/tmp/pb:.ref/src python3 tests/data/make_goldens_flux_pipeline.py
 """
-import json
 import os
 import shutil
 import sys
@@ -44,7 +43,7 @@ from transformers import AutoTokenizer, CLIPTextConfig, CLIPTextModel, CLIPToken
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_goldens import FLUX_DEV_SCHEDULER, folder_size, fresh_dir, redraw_parameters  # noqa: E402
+from make_goldens import FLUX_DEV_SCHEDULER, finish_pipeline_folder, fresh_dir, redraw_parameters  # noqa: E402
 from make_goldens_clip import TINY as CLIP_TINY  # noqa: E402
 from make_goldens_clip import redraw_parameters as redraw_clip  # noqa: E402
 from make_goldens_flux import TINY as FLUX_TINY  # noqa: E402
@@ -121,15 +120,7 @@ def main():
                 guidance=GUIDANCE, true_cfg=TRUE_CFG, seed=SEED, clip_input_ids=ids, t5_input_ids=ids2,
                 versions=dict(torch=torch.__version__, transformers=transformers.__version__,
                               diffusers=diffusers.__version__, numpy=np.__version__))
-    with open(os.path.join(out, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
-    for root, _, files in os.walk(out):
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o644)
-    size = folder_size(out)
-    print(f"{NAME}: {size} bytes")
-    assert size <= MAX_FOLDER_BYTES, f"{NAME} is {size} bytes, over {MAX_FOLDER_BYTES}"
+    finish_pipeline_folder(out, NAME, meta, MAX_FOLDER_BYTES)
     return 0
 
 

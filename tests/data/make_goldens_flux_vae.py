@@ -31,10 +31,7 @@ says). After writing, a fresh AutoencoderKL loads the folder and reproduces the 
 Everything is seeded, so a rerun on the same torch build reproduces the files.
 """
 
-import json
-import math
 import os
-import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,7 +43,10 @@ from safetensors.torch import save_file
 import diffusers
 from diffusers import AutoencoderKL
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import fresh_dir, write_meta  # noqa: E402
+import make_goldens_wan_vae as wan_vae  # noqa: E402  the parameter draw
+
 NAME = "flux_vae_tiny"
 MAX_FOLDER_BYTES = 600_000
 SEED = 1159
@@ -72,18 +72,9 @@ CASES = (("", 2, 64, 64), ("_128x96", 1, 128, 96))  # suffix, batch, height, wid
 
 
 def redraw_parameters(model, gen):
-    """Draws at a trained model's scale instead of the defaults (norm weights of ones, zero biases
-    would hide mistakes): norm weights 1 +- 0.2, weights of unit gain over their fan-in, biases 0.1."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name.split(".")[-2] and name.endswith(".weight"):
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.2)
-            elif p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(math.prod(p.shape[1:])))
-            elif name.endswith(".bias"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-            else:
-                raise RuntimeError(f"no initialisation rule for parameter {name} {tuple(p.shape)}")
+    """make_goldens_wan_vae.py's draw at a trained model's scale, the norm weights as the gains."""
+    wan_vae.redraw_parameters(model, gen,
+                              is_gain=lambda name: "norm" in name.split(".")[-2] and name.endswith(".weight"))
 
 
 def unpack_latents(latents, height, width, vae_scale_factor):
@@ -103,10 +94,6 @@ def pipeline_decode(vae, latents, height, width):
         return vae.decode(z, return_dict=False)[0]
 
 
-def folder_size(path):
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
-
-
 def main():
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
@@ -123,9 +110,7 @@ def main():
         vae.decoder.conv_out.weight.mul_(gain)
         vae.decoder.conv_out.bias.mul_(gain)
 
-    out_dir = os.path.join(HERE, NAME)
-    if os.path.isdir(out_dir):
-        shutil.rmtree(out_dir)
+    out_dir = fresh_dir(NAME)
     os.makedirs(os.path.join(out_dir, "vae"))
     vae.save_config(os.path.join(out_dir, "vae"))
     decoder = {k: v.contiguous() for k, v in vae.state_dict().items() if k.startswith("decoder.")}
@@ -159,11 +144,7 @@ def main():
         seed=SEED,
         versions=dict(torch=torch.__version__, numpy=np.__version__, diffusers=diffusers.__version__),
     )
-    with open(os.path.join(out_dir, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
-    size = folder_size(out_dir)
-    assert size <= MAX_FOLDER_BYTES, f"{out_dir}: {size} bytes > {MAX_FOLDER_BYTES}"
+    size = write_meta(out_dir, meta, MAX_FOLDER_BYTES)
     print(f"{NAME}: {size} bytes, {outside:.4f} of the sample outside [-1, 1], range [{float(sample.min()):.3f}, {float(sample.max()):.3f}]")
 
 

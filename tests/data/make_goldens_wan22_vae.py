@@ -28,9 +28,7 @@ The parameters are drawn as tests/data/make_goldens_wan_vae.py draws them; the d
 as there. After writing, the VAE is reloaded from its folder and the outputs are reproduced bit for bit.
 """
 
-import json
 import os
-import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,16 +36,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import save_file
 
 import diffusers
-from diffusers import AutoencoderKLWan
 
-from make_goldens_wan_vae import folder_size, pipeline_decode, redraw_parameters
+from make_goldens_wan_vae import make_decoder_goldens
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "wan22_vae_tiny"
-MAX_FOLDER_BYTES = 600_000
 SEED = 2202
 
 # Wan-AI/Wan2.2-TI2V-5B-Diffusers' latent statistics (48 channels).
@@ -72,51 +66,10 @@ LATENT = (3, 2, 3)  # latent frames, height, width: 9 frames of 32x48 pixels
 
 
 def main():
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED)
-    vae = AutoencoderKLWan(**TINY).eval()
-    redraw_parameters(vae, gen)
-    out_dir = os.path.join(HERE, NAME)
-    if os.path.isdir(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
-    vae.save_pretrained(os.path.join(out_dir, "vae"))
-
-    f, h, w = LATENT
-    cases = {}
-    for suffix, frames in (("", f), ("_f1", 1)):
-        latents = torch.randn((1, TINY["z_dim"], frames, h, w), generator=gen)
-        sample = pipeline_decode(vae, latents)
-        assert sample.shape == (1, 3, 1 + 4 * (frames - 1), 16 * h, 16 * w), sample.shape
-        save_file({"latents": latents.contiguous()}, os.path.join(out_dir, f"forward_inputs{suffix}.safetensors"))
-        save_file({"sample": sample.contiguous()}, os.path.join(out_dir, f"forward_output{suffix}.safetensors"))
-        cases[suffix] = (latents, sample)
-
-    again = AutoencoderKLWan.from_pretrained(os.path.join(out_dir, "vae")).eval()
-    for suffix, (latents, sample) in cases.items():
-        assert torch.equal(pipeline_decode(again, latents), sample), f"reload changed the decode{suffix}"
-
-    sample = cases[""][1]
-    clamped = float((sample.abs() >= 1.0).float().mean())
-    assert 0.0 < clamped < 0.3, f"{clamped:.3f} of the output is clamped"
-    meta = dict(
-        frames=1 + 4 * (f - 1),
-        height=16 * h,
-        width=16 * w,
-        batch=1,
-        latent=[TINY["z_dim"], f, h, w],
-        config={k: v for k, v in TINY.items() if not k.startswith("latents_")},
-        clamped_share=round(clamped, 4),
-        seed=SEED,
-        versions=dict(torch=torch.__version__, numpy=np.__version__, transformers=transformers.__version__,
-                      diffusers=diffusers.__version__),
-    )
-    with open(os.path.join(out_dir, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
-    size = folder_size(out_dir)
-    assert size <= MAX_FOLDER_BYTES, f"{out_dir}: {size} bytes > {MAX_FOLDER_BYTES}"
-    print(f"{NAME}: {size} bytes, clamped share {clamped:.4f}")
+    versions = dict(torch=torch.__version__, numpy=np.__version__, transformers=transformers.__version__,
+                    diffusers=diffusers.__version__)
+    make_decoder_goldens(NAME, TINY, LATENT, SEED, 16, {k: v for k, v in TINY.items() if not k.startswith("latents_")},
+                         versions)
 
 
 if __name__ == "__main__":

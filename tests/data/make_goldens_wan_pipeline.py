@@ -23,7 +23,6 @@ Not a test dependency (CI reads the committed outputs). Run with torch, transfor
 for its SentencePiece conversion) and the pinned diffusers:
   PYTHONPATH=/opt/tpy:/tmp/pb:.ref/src python3 tests/data/make_goldens_wan_pipeline.py [wan22]
 """
-import json
 import os
 import shutil
 import sys
@@ -41,7 +40,7 @@ from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_goldens import folder_size, fresh_dir, make_unipc, redraw_parameters  # noqa: E402
+from make_goldens import finish_pipeline_folder, fresh_dir, make_unipc, redraw_parameters  # noqa: E402
 from make_goldens_umt5 import TINY as UMT5_TINY  # noqa: E402
 from make_goldens_umt5 import redraw_parameters as redraw_umt5  # noqa: E402
 
@@ -116,15 +115,7 @@ def main():
                 input_ids=ids["input_ids"], attention_mask=ids["attention_mask"],
                 versions=dict(torch=torch.__version__, transformers=transformers.__version__,
                               diffusers=diffusers.__version__, numpy=np.__version__))
-    with open(os.path.join(out, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
-    for root, _, files in os.walk(out):
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o644)
-    size = folder_size(out)
-    print(f"{NAME}: {size} bytes")
-    assert size <= MAX_FOLDER_BYTES, f"{NAME} is {size} bytes, over {MAX_FOLDER_BYTES}"
+    finish_pipeline_folder(out, NAME, meta, MAX_FOLDER_BYTES)
     return 0
 
 

@@ -26,10 +26,8 @@ After writing, the VAE is reloaded from its folder and the outputs are reproduce
 Everything is seeded, so a rerun on the same torch build reproduces the files.
 """
 
-import json
 import math
 import os
-import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -41,7 +39,8 @@ from safetensors.torch import save_file
 import diffusers
 from diffusers import AutoencoderKLWan
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from make_goldens import fresh_dir, write_meta
+
 NAME = "wan_vae_tiny"
 MAX_FOLDER_BYTES = 600_000
 SEED = 2101
@@ -50,12 +49,13 @@ TINY = dict(base_dim=4, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=2, tempe
 LATENT = (3, 4, 6)  # latent frames, height, width: 9 frames of 32x48 pixels
 
 
-def redraw_parameters(model, gen):
-    """Draws at a trained model's scale instead of the defaults (gammas of ones, zero biases would
-    hide mistakes): gammas 1 +- 0.2, weights of unit gain over their fan-in, biases 0.1."""
+def redraw_parameters(model, gen, is_gain=lambda name: name.endswith(".gamma")):
+    """Draws at a trained model's scale instead of the defaults (gains of ones, zero biases would
+    hide mistakes): gains (the parameters is_gain names: here the norms' gammas) 1 +- 0.2, weights
+    of unit gain over their fan-in, biases 0.1."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(".gamma"):
+            if is_gain(name):
                 p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.2)
             elif p.ndim >= 2:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(math.prod(p.shape[1:])))
@@ -74,27 +74,22 @@ def pipeline_decode(vae, latents):
         return vae.decode(latents / std + mean, return_dict=False)[0]
 
 
-def folder_size(path):
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
-
-
-def main():
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED)
-    vae = AutoencoderKLWan(**TINY).eval()
+def make_decoder_goldens(name, tiny, latent, seed, spatial, meta_config, versions):
+    """tests/data/<name>/ for AutoencoderKLWan(**tiny) drawn from seed: the decodes of `latent`
+    (frames, height, width) and of one latent frame, `spatial` pixels per latent pixel."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    vae = AutoencoderKLWan(**tiny).eval()
     redraw_parameters(vae, gen)
-    out_dir = os.path.join(HERE, NAME)
-    if os.path.isdir(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
+    out_dir = fresh_dir(name)
     vae.save_pretrained(os.path.join(out_dir, "vae"))
 
-    f, h, w = LATENT
+    f, h, w = latent
     cases = {}
     for suffix, frames in (("", f), ("_f1", 1)):
-        latents = torch.randn((1, TINY["z_dim"], frames, h, w), generator=gen)
+        latents = torch.randn((1, tiny["z_dim"], frames, h, w), generator=gen)
         sample = pipeline_decode(vae, latents)
-        assert sample.shape == (1, 3, 1 + 4 * (frames - 1), 8 * h, 8 * w), sample.shape
+        assert sample.shape == (1, 3, 1 + 4 * (frames - 1), spatial * h, spatial * w), sample.shape
         save_file({"latents": latents.contiguous()}, os.path.join(out_dir, f"forward_inputs{suffix}.safetensors"))
         save_file({"sample": sample.contiguous()}, os.path.join(out_dir, f"forward_output{suffix}.safetensors"))
         cases[suffix] = (latents, sample)
@@ -110,21 +105,22 @@ def main():
     assert 0.0 < clamped < 0.3, f"{clamped:.3f} of the output is clamped"
     meta = dict(
         frames=1 + 4 * (f - 1),
-        height=8 * h,
-        width=8 * w,
+        height=spatial * h,
+        width=spatial * w,
         batch=1,
-        latent=[TINY["z_dim"], f, h, w],
-        config=TINY,
+        latent=[tiny["z_dim"], f, h, w],
+        config=meta_config,
         clamped_share=round(clamped, 4),
-        seed=SEED,
-        versions=dict(torch=torch.__version__, numpy=np.__version__, diffusers=diffusers.__version__),
+        seed=seed,
+        versions=versions,
     )
-    with open(os.path.join(out_dir, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
-    size = folder_size(out_dir)
-    assert size <= MAX_FOLDER_BYTES, f"{out_dir}: {size} bytes > {MAX_FOLDER_BYTES}"
-    print(f"{NAME}: {size} bytes, clamped share {clamped:.4f}")
+    size = write_meta(out_dir, meta, MAX_FOLDER_BYTES)
+    print(f"{name}: {size} bytes, clamped share {clamped:.4f}")
+
+
+def main():
+    versions = dict(torch=torch.__version__, numpy=np.__version__, diffusers=diffusers.__version__)
+    make_decoder_goldens(NAME, TINY, LATENT, SEED, 8, TINY, versions)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,7 @@ the outputs reproduced bit for bit. Everything is seeded.
 """
 
 import hashlib
-import json
 import os
-import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,7 +40,8 @@ import diffusers
 from diffusers import AutoencoderKLWan
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_goldens_wan_vae import folder_size, redraw_parameters  # noqa: E402
+from make_goldens import fresh_dir, write_meta  # noqa: E402
+from make_goldens_wan_vae import redraw_parameters  # noqa: E402
 from make_goldens_wan22_vae import TINY as WAN22_TINY  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,10 +67,7 @@ def sha256(path):
 
 
 def make(name, vae_dir, vae, seed, spatial, width, note):
-    out_dir = os.path.join(HERE, name)
-    if os.path.isdir(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
+    out_dir = fresh_dir(name)
     if vae_dir is None:
         vae_dir = os.path.join(out_dir, "vae")
         vae.save_pretrained(vae_dir)
@@ -102,11 +98,7 @@ def make(name, vae_dir, vae, seed, spatial, width, note):
         seed=seed,
         versions=dict(torch=torch.__version__, numpy=np.__version__, diffusers=diffusers.__version__),
     )
-    with open(os.path.join(out_dir, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=1)
-        fh.write("\n")
-    size = folder_size(out_dir)
-    assert size <= MAX_FOLDER_BYTES, f"{out_dir}: {size} bytes > {MAX_FOLDER_BYTES}"
+    size = write_meta(out_dir, meta, MAX_FOLDER_BYTES)
     print(f"{name}: {size} bytes, latents |max| {meta['latents_abs_max']}")
 
 

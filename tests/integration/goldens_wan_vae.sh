@@ -83,24 +83,7 @@ done
 expect_fail "the VAE decoder stage takes 2 latent frames per forward, the latents have 3 (a stage of another shape)" "$BIN/ditrun" decode "$rest" \
   --latents "$d/forward_inputs.safetensors" --out "$T/x.safetensors"
 # The plans' predicted peaks at 480 x 832: a chunk's does not grow with the video, the whole video's does.
-peak() { # frames flags...
-  local fr=$1
-  shift
-  local b
-  b=$("$BIN/ditc" compile "$d/vae" --frames "$fr" --height 480 --width 832 "$@" -o "$T/m" -q | tail -n1 | cut -d' ' -f3)
-  "$BIN/ditc" inspect "$b" | sed -n 's/^memory .*predicted peak \([0-9.]*\) MiB$/\1/p'
-}
-python3 - "$(peak 81 --vae-chunk 0)" "$(peak 81 --vae-chunk 1 --vae-first)" "$(peak 81 --vae-chunk 1)" \
-  "$(peak 161 --vae-chunk 0)" "$(peak 161 --vae-chunk 1 --vae-first)" "$(peak 161 --vae-chunk 1)" <<'PY'
-import sys
-w81, f81, r81, w161, f161, r161 = map(float, sys.argv[1:])
-c81, c161 = max(f81, r81), max(f161, r161)
-print("predicted peak at 480x832: 81 frames whole %.1f MiB, in chunks %.1f MiB (%.1fx less); 161 frames whole %.1f MiB, in chunks %.1f MiB"
-      % (w81, c81, w81 / c81, w161, c161))
-assert c81 == c161, "a chunk's peak grows with the video"
-assert w161 > 1.8 * w81, "the whole video's peak does not grow with it"
-assert w81 > 3 * c81, "the chunks save less than expected"
-PY
+vae_chunk_peaks "predicted peak" "$d/vae" "--vae-chunk 0" ""
 
 # Batch 2: the golden latents twice (the second negated) decode to what batch 1 gives each.
 python3 - "$d/forward_inputs.safetensors" "$T/b2.safetensors" <<'PY'

@@ -110,22 +110,5 @@ expect_fail "--vae-part encoder runs over whole frames: --vae-tiles and --vae-bu
 expect_fail "--vae-part middle: expected head, tail or encoder" "$BIN/ditc" compile "$d/vae" --vae-part middle --frames 9 -o "$T/b"
 
 # The plans' predicted peaks at 480 x 832 (Wan2.1): a chunk's does not grow with the video, the whole video's does.
-peak() { # frames flags...
-  local fr=$1
-  shift
-  local b
-  b=$("$BIN/ditc" compile tests/data/wan_vae_tiny/vae --vae-part encoder --frames "$fr" --height 480 --width 832 "$@" -o "$T/m" -q | tail -n1 | cut -d' ' -f3)
-  "$BIN/ditc" inspect "$b" | sed -n 's/^memory .*predicted peak \([0-9.]*\) MiB$/\1/p'
-}
-python3 - "$(peak 81)" "$(peak 81 --vae-chunk 1 --vae-first)" "$(peak 81 --vae-chunk 1)" \
-  "$(peak 161)" "$(peak 161 --vae-chunk 1 --vae-first)" "$(peak 161 --vae-chunk 1)" <<'PY'
-import sys
-w81, f81, r81, w161, f161, r161 = map(float, sys.argv[1:])
-c81, c161 = max(f81, r81), max(f161, r161)
-print("encoder's predicted peak at 480x832: 81 frames whole %.1f MiB, in chunks %.1f MiB (%.1fx less); 161 frames whole %.1f MiB, in chunks %.1f MiB"
-      % (w81, c81, w81 / c81, w161, c161))
-assert c81 == c161, "a chunk's peak grows with the video"
-assert w161 > 1.8 * w81, "the whole video's peak does not grow with it"
-assert w81 > 3 * c81, "the chunks save less than expected"
-PY
+vae_chunk_peaks "encoder's predicted peak" tests/data/wan_vae_tiny/vae "" "--vae-part encoder"
 echo "goldens_wan_vae_encoder: ok"

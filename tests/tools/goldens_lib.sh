@@ -82,3 +82,31 @@ bf16_rounds_as_diffusers() { # f32-bundle bf16-bundle exact-inputs golden-inputs
     echo "bf16 at $6 matches fp32: the timestep is not rounded as diffusers rounds it"; exit 1
   fi
 }
+
+# A Wan VAE's plans' predicted peaks at 480 x 832, 81 and 161 frames, whole (with whole-flags) and in
+# chunks of one latent frame (frame 0's graph and the later chunks'; flags go to every compile): a
+# chunk's peak does not grow with the video, the whole video's does. Prints them after `what`.
+vae_chunk_peaks() { # what vae-folder whole-flags flags (both flag strings split into words, may be empty)
+  local what=$1 vae=$2 whole=$3 flags=$4
+  vae_peak() { # frames flags...
+    local fr=$1
+    shift
+    local b
+    # shellcheck disable=SC2086
+    b=$("$BIN/ditc" compile "$vae" $flags --frames "$fr" --height 480 --width 832 "$@" -o "$T/m" -q | tail -n1 | cut -d' ' -f3)
+    "$BIN/ditc" inspect "$b" | sed -n 's/^memory .*predicted peak \([0-9.]*\) MiB$/\1/p'
+  }
+  # shellcheck disable=SC2086
+  python3 - "$what" "$(vae_peak 81 $whole)" "$(vae_peak 81 --vae-chunk 1 --vae-first)" "$(vae_peak 81 --vae-chunk 1)" \
+    "$(vae_peak 161 $whole)" "$(vae_peak 161 --vae-chunk 1 --vae-first)" "$(vae_peak 161 --vae-chunk 1)" <<'PY'
+import sys
+what = sys.argv[1]
+w81, f81, r81, w161, f161, r161 = map(float, sys.argv[2:])
+c81, c161 = max(f81, r81), max(f161, r161)
+print("%s at 480x832: 81 frames whole %.1f MiB, in chunks %.1f MiB (%.1fx less); 161 frames whole %.1f MiB, in chunks %.1f MiB"
+      % (what, w81, c81, w81 / c81, w161, c161))
+assert c81 == c161, "a chunk's peak grows with the video"
+assert w161 > 1.8 * w81, "the whole video's peak does not grow with it"
+assert w81 > 3 * c81, "the chunks save less than expected"
+PY
+}

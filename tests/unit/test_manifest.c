@@ -291,6 +291,23 @@ static char *edited(const char *path, ...) {
     cJSON_free(t_);                                 \
   } while (0)
 
+/* m written, parsed back and written again: the two texts must be the same. Returns the parsed copy (NULL
+ * when a step failed) and, when text is not NULL, the first text; the caller frees both. */
+static dit_manifest_t *round_trip(const dit_manifest_t *m, char **text) {
+  char *a = NULL, *b = NULL;
+  dit_manifest_t *m2 = NULL;
+  CHECK_OK(dit_manifest_to_json(m, &a));
+  if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
+  if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
+  CHECK(a && b && strcmp(a, b) == 0);
+  free(b);
+  if (text)
+    *text = a;
+  else
+    free(a);
+  return m2;
+}
+
 static void test_round_trip(void) {
   dit_manifest_t *m = make_manifest();
   CHECK_OK(dit_identity_compute(m->inputs, m->identity));
@@ -716,20 +733,15 @@ static void test_experts(void) {
     CHECK(r1 && strcmp(r1->weights, m->weights[0].blob) == 0);
     CHECK(dit_manifest_expert_rank(m, "transformer", 1) == &m->ranks[1]);
     /* Round trip: the section is written back and reads the same, byte for byte. */
-    char *a = NULL, *b = NULL;
-    dit_manifest_t *m2 = NULL;
-    CHECK_OK(dit_manifest_to_json(m, &a));
+    char *a = NULL;
+    dit_manifest_t *m2 = round_trip(m, &a);
     CHECK(a && strstr(a, "\"boundary_timestep\": 875"));
-    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
-    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
-    CHECK(a && b && strcmp(a, b) == 0);
     CHECK(m2 && m2->n_experts == 2 && strcmp(m2->experts[1].ranks[3].weights, m->experts[1].ranks[3].weights) == 0);
     /* The writer refuses an experts section under schema 1.0. */
     m->schema_minor = 0;
     char *c = NULL;
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "experts need schema minor >= 1");
     free(a);
-    free(b);
     dit_manifest_free(m2);
   }
   dit_manifest_free(m);
@@ -788,12 +800,7 @@ static void test_generate(void) {
     CHECK(g->n_conditions == 1 && !strcmp(g->conditions[0].argument, "prompt_embeds"));
     CHECK(g->schedule.dynamic && g->schedule.max_image_seq_len == 4096 && g->schedule.has_shift_terminal &&
           g->schedule.shift_terminal == 0.02 && !g->schedule.sigmas_to_zero && !g->schedule.time_shift_linear);
-    char *a = NULL, *b = NULL;
-    dit_manifest_t *m2 = NULL;
-    CHECK_OK(dit_manifest_to_json(m, &a));
-    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
-    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
-    CHECK(a && b && strcmp(a, b) == 0);
+    dit_manifest_t *m2 = round_trip(m, NULL);
     /* The section alone, as the compile identity hashes it. */
     cJSON *j = NULL;
     CHECK_OK(dit_manifest_generate_json(g, &j));
@@ -802,8 +809,6 @@ static void test_generate(void) {
     m->schema_minor = 1;
     char *c = NULL;
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "generate needs schema minor >= 2");
-    free(a);
-    free(b);
     dit_manifest_free(m2);
   }
   dit_manifest_free(m);
@@ -875,12 +880,7 @@ static void test_stages(void) {
     CHECK(dit_manifest_find_stage(m, "image_encoder") == NULL);
     const dit_manifest_blob_t *tb = dit_manifest_find_blob(m, "33333333333333333333333333333333");
     CHECK(tb && !strcmp(tb->role, "tokenizer") && !strcmp(tb->name, "spiece.model"));
-    char *a = NULL, *b = NULL;
-    dit_manifest_t *m2 = NULL;
-    CHECK_OK(dit_manifest_to_json(m, &a));
-    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
-    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
-    CHECK(a && b && strcmp(a, b) == 0);
+    dit_manifest_t *m2 = round_trip(m, NULL);
     CHECK(m2 && m2->n_stages == 2 && !strcmp(m2->stages[1].identity, "fedcba9876543210fedcba9876543210"));
     /* The writer refuses the section under an older schema, and a name on another role. */
     m->schema_minor = 3;
@@ -891,8 +891,6 @@ static void test_stages(void) {
     m->schema_minor = 4;
     snprintf(m->blobs[0].name, sizeof m->blobs[0].name, "x.json");
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "blobs[0]: a name goes with role tokenizer and only there");
-    free(a);
-    free(b);
     dit_manifest_free(m2);
   }
   dit_manifest_free(m);
@@ -960,20 +958,13 @@ static void test_tiles(void) {
   if (m) {
     CHECK(m->shape.tile_count == 3 && m->shape.tile_full == 160 && m->shape.tile_halo == 7 && m->shape.latent[3] == 63);
     CHECK(dit_manifest_find_stage(m, "vae_decoder_head") != NULL);
-    char *a = NULL, *b = NULL;
-    dit_manifest_t *m2 = NULL;
-    CHECK_OK(dit_manifest_to_json(m, &a));
-    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
-    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
-    CHECK(a && b && strcmp(a, b) == 0);
+    dit_manifest_t *m2 = round_trip(m, NULL);
     CHECK(m2 && m2->shape.tile_count == 3 && m2->shape.tile_halo == 7);
     m->schema_minor = 4;
     char *c = NULL;
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "shape.tile needs schema minor >= 5, found 4");
     m->shape.tile_count = 0;
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "role vae_decoder_head needs schema minor >= 5, found 4");
-    free(a);
-    free(b);
     dit_manifest_free(m2);
   }
   dit_manifest_free(m);
@@ -1013,13 +1004,9 @@ static void test_feeds(void) {
     CHECK(dit_manifest_stage_for(m, "negative_prompt_embeds") == NULL && dit_manifest_stage_for(m, "") == NULL);
     const dit_manifest_stage_t *v = dit_manifest_find_stage(m, "vae_decoder");
     CHECK(v && !v->argument[0] && !v->output[0]);
-    char *a = NULL, *b = NULL;
-    dit_manifest_t *m2 = NULL;
-    CHECK_OK(dit_manifest_to_json(m, &a));
+    char *a = NULL;
+    dit_manifest_t *m2 = round_trip(m, &a);
     CHECK(a && strstr(a, "\"padding\": \"attended\"") && strstr(a, "\"padding\": \"zeroed\""));
-    if (a) CHECK_OK(dit_manifest_parse(a, strlen(a), "manifest.json", &m2));
-    if (m2) CHECK_OK(dit_manifest_to_json(m2, &b));
-    CHECK(a && b && strcmp(a, b) == 0);
     CHECK(m2 && m2->stages[0].attended && !m2->stages[1].attended && !strcmp(m2->stages[0].argument, "pooled_prompt_embeds"));
     /* The writer refuses the fields under an older schema, and on a stage that is no text encoder. */
     char *c = NULL;
@@ -1034,7 +1021,6 @@ static void test_feeds(void) {
     snprintf(m->stages[2].output, sizeof m->stages[2].output, "sample");
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[2]: argument prompt_embeds: only a text encoder stage makes a generate argument");
     free(a);
-    free(b);
     dit_manifest_free(m2);
   }
   dit_manifest_free(m);
