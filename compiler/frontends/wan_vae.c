@@ -306,10 +306,11 @@ static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const
  * spatial factor (8, or 16 for the Wan2.2 VAE). */
 static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   const int64_t vt = m->wan_vae.temporal, vs = m->wan_vae.spatial;
-  if (r->frames < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --frames: %s decodes videos (1 for an image)", m->model_class);
+  const char *verb = r->vae_part == DIT_VAE_ENCODER ? "encodes" : "decodes";
+  if (r->frames < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --frames: %s %s videos (1 for an image)", m->model_class, verb);
   if (r->frames < 1 || (r->frames - 1) % vt)
-    return DIT_ERR(INVALID_ARGUMENT, "--frames %" PRId64 ": %s decodes frames = %" PRId64 "*k + 1 (e.g. %" PRId64 ")", r->frames,
-                   m->model_class, vt, r->frames < 1 ? 1 : (r->frames - 1) / vt * vt + 1);
+    return DIT_ERR(INVALID_ARGUMENT, "--frames %" PRId64 ": %s %s frames = %" PRId64 "*k + 1 (e.g. %" PRId64 ")", r->frames,
+                   m->model_class, verb, vt, r->frames < 1 ? 1 : (r->frames - 1) / vt * vt + 1);
   if (r->height < 1 || r->height % vs)
     return DIT_ERR(INVALID_ARGUMENT, "--height %" PRId64 ": must be a positive multiple of %" PRId64 " (the VAE's factor)", r->height, vs);
   if (r->width < 1 || r->width % vs)

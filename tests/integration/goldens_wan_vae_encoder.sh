@@ -107,6 +107,8 @@ expect_fail "--vae-chunk 3: the 2 latent frames after the first (--frames 9) do 
   "$d/vae" --vae-part encoder --frames 9 --height 32 --width 32 --vae-chunk 3 -o "$T/b"
 expect_fail "--vae-part encoder runs over whole frames: --vae-tiles and --vae-budget are the decoder tail's" "$BIN/ditc" compile "$d/vae" \
   --vae-part encoder --frames 9 --height 32 --width 32 --vae-tiles 2 -o "$T/b"
+expect_fail "--frames 8: AutoencoderKLWan encodes frames = 4*k + 1 (e.g. 5)" "$BIN/ditc" compile "$d/vae" --vae-part encoder --frames 8 \
+  --height 32 --width 32 -o "$T/b"
 expect_fail "--vae-part middle: expected head, tail or encoder" "$BIN/ditc" compile "$d/vae" --vae-part middle --frames 9 -o "$T/b"
 
 # The plans' predicted peaks at 480 x 832 (Wan2.1): a chunk's does not grow with the video, the whole video's does.
