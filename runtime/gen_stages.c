@@ -190,6 +190,11 @@ static int is_cache(const dit_manifest_io_t *io) { return !strncmp(io->name, "ca
 typedef struct decoder {
   const char *dir;
   int64_t n, frames;
+  /* From its manifest: its input's and its 'sample' output's shapes (rank 0: none) and, for a
+   * split decoder's tail, its windows (shape.tile; count 0: none; window: shape.latent's width). */
+  int in_rank, out_rank;
+  int64_t in_dims[DIT_MAX_RANK], out_dims[DIT_MAX_RANK];
+  int64_t tile_count, tile_full, tile_halo, tile_window;
   double load_s;  /* seconds spent loading it */
   double run_s, carry_s, out_s; /* in its forwards (with their inputs), carrying caches, taking its frames */
   uint64_t alloc; /* the most it allocated while loaded */
@@ -197,40 +202,44 @@ typedef struct decoder {
   const dit_manifest_t *m;
 } decoder_t;
 
-/* The decoder bundle at dir, checked to take latents of the loop's channels and size (its
- * manifest alone: the runtime is loaded when it runs). */
-static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, const char *output, decoder_t *d) {
+/* The stage bundle at dir: its input `input`, its output `output` and its windows, read from its
+ * manifest alone (the runtime is loaded when it runs). */
+static dit_status_t stage_open(const char *dir, const char *input, const char *output, decoder_t *d) {
   dit_bundle_t *b = NULL;
   DIT_RETURN_IF(dit_bundle_open(dir, 0, &b));
   const dit_manifest_t *m = dit_bundle_manifest(b);
-  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "latents"), *out = find_io(m->io_outputs, m->n_outputs, output);
-  int same = in && out && in->rank == 5 && lat->rank == 5 && out->rank == 5 && in->dims[0] == 1;
-  for (int k = 1; same && k < 5; k++) same = k == 2 || in->dims[k] == lat->dims[k];
-  dit_status_t s = DIT_OK;
-  if (!same)
-    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes latents %s, the loop's are [%lld, %lld, %lld, %lld, %lld]: a "
-                "stage bundle of another shape", dir, in && out ? "of its compiled shape" : "(it has no 'latents' input or no output of the expected name)",
-                (long long)lat->dims[0], (long long)lat->dims[1], (long long)lat->dims[2], (long long)lat->dims[3],
-                (long long)lat->dims[4]);
-  if (!s) *d = (decoder_t){.dir = dir, .n = in->dims[2], .frames = out->dims[2]};
+  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, input), *out = find_io(m->io_outputs, m->n_outputs, output);
+  *d = (decoder_t){.dir = dir, .tile_count = m->shape.tile_count, .tile_full = m->shape.tile_full, .tile_halo = m->shape.tile_halo,
+                   .tile_window = m->shape.latent[3]};
+  if (in) d->in_rank = in->rank, memcpy(d->in_dims, in->dims, sizeof d->in_dims);
+  if (out) d->out_rank = out->rank, memcpy(d->out_dims, out->dims, sizeof d->out_dims);
   dit_bundle_close(b);
-  return s;
+  return DIT_OK;
+}
+
+/* The decoder bundle at dir, checked to take latents of the loop's channels and size. */
+static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, const char *output, decoder_t *d) {
+  DIT_RETURN_IF(stage_open(dir, "latents", output, d));
+  int same = d->in_rank == 5 && lat->rank == 5 && d->out_rank == 5 && d->in_dims[0] == 1;
+  for (int k = 1; same && k < 5; k++) same = k == 2 || d->in_dims[k] == lat->dims[k];
+  if (!same)
+    return DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes latents %s, the loop's are [%lld, %lld, %lld, %lld, %lld]: a "
+                   "stage bundle of another shape", dir, d->in_rank && d->out_rank ? "of its compiled shape" : "(it has no 'latents' input or no output of the expected name)",
+                   (long long)lat->dims[0], (long long)lat->dims[1], (long long)lat->dims[2], (long long)lat->dims[3],
+                   (long long)lat->dims[4]);
+  d->n = d->in_dims[2], d->frames = d->out_dims[2];
+  return DIT_OK;
 }
 
 /* A split decoder's tail at dir: input 'hidden' ([1, n, h, window, C], channel-last), output
  * 'sample' (checked against the head's output by tail_tiles). */
 static dit_status_t tail_open(const char *dir, decoder_t *d) {
-  dit_bundle_t *b = NULL;
-  DIT_RETURN_IF(dit_bundle_open(dir, 0, &b));
-  const dit_manifest_t *m = dit_bundle_manifest(b);
-  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "hidden"), *out = find_io(m->io_outputs, m->n_outputs, "sample");
-  dit_status_t s = DIT_OK;
-  if (!in || !out || in->rank != 5 || out->rank != 5 || in->dims[0] != 1)
-    s = DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail: expected input 'hidden' [1, n, h, w, C] and output 'sample' [1, C, F, H, W]",
-                dir);
-  else *d = (decoder_t){.dir = dir, .n = in->dims[1], .frames = out->dims[2]};
-  dit_bundle_close(b);
-  return s;
+  DIT_RETURN_IF(stage_open(dir, "hidden", "sample", d));
+  if (d->in_rank != 5 || d->out_rank != 5 || d->in_dims[0] != 1)
+    return DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail: expected input 'hidden' [1, n, h, w, C] and output 'sample' [1, C, F, H, W]",
+                   dir);
+  d->n = d->in_dims[1], d->frames = d->out_dims[2];
+  return DIT_OK;
 }
 
 static dit_status_t decoder_load(decoder_t *d, const dit_runtime_options_t *o) {
@@ -433,22 +442,15 @@ static dit_status_t run_head(decoder_t *hd, const dit_runtime_options_t *o, cons
   return s;
 }
 
-/* A tail's windows, from its manifest's shape.tile, checked against the head's output. */
-static dit_status_t tail_tiles(const decoder_t *d, const dit_tensor_t *stash, int64_t *count, int64_t *window, int64_t *halo) {
-  dit_bundle_t *bd = NULL;
-  DIT_RETURN_IF(dit_bundle_open(d->dir, 0, &bd));
-  const dit_manifest_t *m = dit_bundle_manifest(bd);
-  const dit_manifest_io_t *in = find_io(m->io_inputs, m->n_inputs, "hidden");
-  dit_status_t s = DIT_OK;
-  if (!m->shape.tile_count || !in || in->rank != 5)
-    s = DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail (no shape.tile, or no input 'hidden'), yet a head was given", d->dir);
-  else if (m->shape.tile_full != stash->dims[3] || in->dims[2] != stash->dims[2] || in->dims[4] != stash->dims[4])
-    s = DIT_ERR(FAILED_PRECONDITION, "%s: the tail's windows cover [%lld, %lld] columns of %lld channels, the head gives [%lld, %lld] of %lld "
-                "(a head of another shape)", d->dir, (long long)in->dims[2], (long long)m->shape.tile_full, (long long)in->dims[4],
-                (long long)stash->dims[2], (long long)stash->dims[3], (long long)stash->dims[4]);
-  *count = m->shape.tile_count, *window = m->shape.latent[3], *halo = m->shape.tile_halo;
-  dit_bundle_close(bd);
-  return s;
+/* A tail's windows (its manifest's shape.tile), checked against the head's output. */
+static dit_status_t tail_tiles(const decoder_t *d, const dit_tensor_t *stash) {
+  if (!d->tile_count)
+    return DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail (no shape.tile, or no input 'hidden'), yet a head was given", d->dir);
+  if (d->tile_full != stash->dims[3] || d->in_dims[2] != stash->dims[2] || d->in_dims[4] != stash->dims[4])
+    return DIT_ERR(FAILED_PRECONDITION, "%s: the tail's windows cover [%lld, %lld] columns of %lld channels, the head gives [%lld, %lld] of %lld "
+                   "(a head of another shape)", d->dir, (long long)d->in_dims[2], (long long)d->tile_full, (long long)d->in_dims[4],
+                   (long long)stash->dims[2], (long long)stash->dims[3], (long long)stash->dims[4]);
+  return DIT_OK;
 }
 
 /* An image family's decode: each item of the latents (any rank but 5) through the decoder bundle at
@@ -456,20 +458,16 @@ static dit_status_t tail_tiles(const decoder_t *d, const dit_tensor_t *stash, in
 static dit_status_t decode_images(const char *dir, const dit_runtime_options_t *o, const dit_tensor_t *lat, dit_tensor_t *frames,
                                   gen_decode_stats_t *stats) {
   decoder_t d = {.dir = dir};
-  dit_bundle_t *b = NULL;
-  dit_status_t s = dit_bundle_open(dir, 0, &b);
-  const dit_manifest_t *m = s ? NULL : dit_bundle_manifest(b);
-  const dit_manifest_io_t *in = m ? find_io(m->io_inputs, m->n_inputs, "latents") : NULL, *out = m ? find_io(m->io_outputs, m->n_outputs, "sample") : NULL;
-  int same = in && out && out->rank == 4 && out->dims[0] == 1 && in->rank == lat->rank && in->dims[0] == 1;
-  for (int k = 1; same && k < lat->rank; k++) same = in->dims[k] == lat->dims[k];
+  dit_status_t s = stage_open(dir, "latents", "sample", &d);
+  int same = d.in_rank && d.out_rank == 4 && d.out_dims[0] == 1 && d.in_rank == lat->rank && d.in_dims[0] == 1;
+  for (int k = 1; same && k < lat->rank; k++) same = d.in_dims[k] == lat->dims[k];
   if (!s && !same) {
     char want[160] = "[";
     for (int k = 0; k < lat->rank; k++) snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? ", " : "", k ? (long long)lat->dims[k] : 1LL);
     s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage does not take one item of the loop's latents (%s]) to an image [1, C, H, W] "
-                "'sample' (%s): a stage bundle of another shape", dir, want, in && out ? "its compiled shape differs" : "no input 'latents' or no output 'sample'");
+                "'sample' (%s): a stage bundle of another shape", dir, want, d.in_rank && d.out_rank ? "its compiled shape differs" : "no input 'latents' or no output 'sample'");
   }
-  if (!s) *frames = (dit_tensor_t){NULL, DIT_F32, 4, {lat->dims[0], out->dims[1], out->dims[2], out->dims[3]}};
-  dit_bundle_close(b);
+  if (!s) *frames = (dit_tensor_t){NULL, DIT_F32, 4, {lat->dims[0], d.out_dims[1], d.out_dims[2], d.out_dims[3]}};
   const size_t item = s ? 0 : (size_t)(dit_tensor_numel(lat) / lat->dims[0]), img = s ? 0 : (size_t)(dit_tensor_numel(frames) / lat->dims[0]);
   if (!s && !(frames->data = malloc(img * lat->dims[0] * sizeof(float) + 1))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = decoder_load(&d, o);
@@ -532,20 +530,15 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
                 (long long)rest.n, (long long)f, first_dir ? ": the frames after the first do not split into chunks of that many" : " (a stage of "
                 "another shape)");
   if (!s && first_dir && later) s = check_handoff(first_dir, vae_dir);
-  int64_t tiles = 1, window = 0, halo = 0;
-  if (!s && head_dir) s = tail_tiles(&first, &stash, &tiles, &window, &halo);
+  if (!s && head_dir) s = tail_tiles(&first, &stash);
+  const int64_t tiles = head_dir ? first.tile_count : 1, window = first.tile_window, halo = first.tile_halo;
   const int64_t chunks = s || !later ? 0 : first_dir ? (f - 1) / rest.n : 1;
   if (!s) {
     /* The frames' channels and height: any decoder's (the loop's latents fixed them alike); the
      * width the windows' together. */
-    dit_bundle_t *bd = NULL;
-    s = dit_bundle_open(first_dir ? first_dir : vae_dir, 0, &bd);
-    const dit_manifest_t *m = s ? NULL : dit_bundle_manifest(bd);
-    const dit_manifest_io_t *out = m ? find_io(m->io_outputs, m->n_outputs, "sample") : NULL;
-    if (out) *frames = (dit_tensor_t){NULL, DIT_F32, 5, {B, out->dims[1], first.frames + chunks * rest.frames, out->dims[3],
-                                                          head_dir ? stash.dims[3] * (out->dims[4] / window) : out->dims[4]}};
-    else if (!s) s = DIT_ERR(INTERNAL, "%s: the 'sample' output vanished", first_dir ? first_dir : vae_dir);
-    dit_bundle_close(bd);
+    const int64_t *out = first_dir ? first.out_dims : rest.out_dims;
+    *frames = (dit_tensor_t){NULL, DIT_F32, 5, {B, out[1], first.frames + chunks * rest.frames, out[3],
+                                                 head_dir ? stash.dims[3] * (out[4] / window) : out[4]}};
   }
   if (!s) {
     frames->data = malloc((size_t)dit_tensor_numel(frames) * sizeof(float) + 1);
@@ -720,8 +713,8 @@ const dit_preview_map_t *gen_preview_map(const char *bundle_dir, const dit_manif
   for (int i = 0; i < 4 && !out; i++)
     if (!strcmp(g_fitted[i].identity, st->identity)) slot = i, out = g_fitted[i].failed ? NULL : &g_fitted[i].map;
   if (slot < 0) {
-    for (slot = 0; slot < 3 && g_fitted[slot].identity[0]; slot++) {
-    }
+    slot = 0; /* the first free slot, else the last one's map replaced */
+    while (slot < 3 && g_fitted[slot].identity[0]) slot++;
     free(g_fitted[slot].matrix);
     memset(&g_fitted[slot], 0, sizeof g_fitted[slot]);
     snprintf(g_fitted[slot].identity, sizeof g_fitted[slot].identity, "%s", st->identity);
