@@ -131,12 +131,15 @@ typedef struct dit_umt5_config {
   double eps;
   int shared_bias; /* T5: layer 0's relative_attention_bias table is every layer's bias */
 } dit_umt5_config_t;
-/* CLIPTextModel's config (transformers' CLIPTextConfig), typed: the text transformer's fields. */
+/* CLIPTextModel's and CLIPVisionModel's configs (transformers' CLIPTextConfig, CLIPVisionConfig),
+ * typed: the encoder's fields, then each model's own. */
 typedef struct dit_clip_config {
-  int64_t vocab, hidden, intermediate, layers, heads, positions;
-  int64_t eos; /* the pooled token: -1, the first position of the largest id (eos_token_id 2), else this id's */
+  int64_t hidden, intermediate, layers, heads, positions; /* positions: the vision model's 1 + patches */
   double eps;
   int act;     /* the MLP's activation op (dit_op_kind_t): quick_gelu or gelu */
+  int64_t vocab;
+  int64_t eos; /* the pooled token: -1, the first position of the largest id (eos_token_id 2), else this id's */
+  int64_t channels, image, patch; /* the vision model: num_channels, image_size, patch_size */
 } dit_clip_config_t;
 /* AutoencoderKL's config as its decoder stage reads it (FLUX.1's VAE), typed. */
 #define DIT_KL_VAE_LEVELS 4

@@ -27,8 +27,13 @@ typedef struct dit_stage_feed {
 struct dit_family {
   const char *name;        /* the manifest's model.family: "wan", "flux" */
   const char *model_class; /* config.json's _class_name (transformers' configs: architectures[0]) */
+  /* Further classes read as this family (NULL-terminated; NULL: none): a model with a head the
+   * family does not run (CLIPVisionModelWithProjection's projection). */
+  const char *const *other_classes;
   /* 1: a text encoder, whose shape is only --batch and --text-len (no pixels, no latents). */
   int text_encoder;
+  /* 1: an image encoder, whose image size is its config's: --height and --width may be left out. */
+  int image_encoder;
   /* Normalizes raw into m->config (defaults filled) and the family's typed config. */
   dit_status_t (*parse_config)(dit_model_t *m, const dit_json_t *raw);
   /* The tensors m's config calls for in a transformer folder's checkpoint; a tensor containing
@@ -69,6 +74,7 @@ int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_d
 extern const dit_family_t dit_family_wan_vae;
 extern const dit_family_t dit_family_kl_vae;
 extern const dit_family_t dit_family_clip_text;
+extern const dit_family_t dit_family_clip_vision;
 
 /* ---- shared hooks of the stage families ---- */
 

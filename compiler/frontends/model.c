@@ -15,7 +15,7 @@
 
 static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen,
                                                  &dit_family_umt5, &dit_family_t5, &dit_family_wan_vae, &dit_family_clip_text,
-                                                 &dit_family_kl_vae};
+                                                 &dit_family_kl_vae, &dit_family_clip_vision};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
 /* ---- shared hooks of the stage families ---- */
@@ -186,16 +186,22 @@ dit_status_t dit_model_config_parse(const char *text, size_t len, const char *wh
   if (!s) {
     snprintf(m->model_class, sizeof m->model_class, "%s", name);
     m->fam = NULL;
-    for (size_t i = 0; i < N_FAMILIES && !m->fam; i++)
+    for (size_t i = 0; i < N_FAMILIES && !m->fam; i++) {
       if (!strcmp(name, kFamilies[i]->model_class)) m->fam = kFamilies[i];
+      for (const char *const *o = kFamilies[i]->other_classes; o && *o && !m->fam; o++)
+        if (!strcmp(name, *o)) m->fam = kFamilies[i];
+    }
     if (m->fam) {
       snprintf(m->family, sizeof m->family, "%s", m->fam->name);
       s = m->fam->parse_config(m, &root);
     } else {
-      char q[96], known[256] = "";
+      char q[96], known[512] = "";
       dit_json_quote(name, q);
-      for (size_t i = 0; i < N_FAMILIES; i++)
+      for (size_t i = 0; i < N_FAMILIES; i++) {
         snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", kFamilies[i]->model_class);
+        for (const char *const *o = kFamilies[i]->other_classes; o && *o; o++)
+          snprintf(known + strlen(known), sizeof known - strlen(known), ", %s", *o);
+      }
       s = dit_json_error(&cls, DIT_CODE_UNIMPLEMENTED, "found %s; supported families: %s", q, known);
     }
   }
@@ -487,9 +493,11 @@ dit_status_t dit_model_pipeline_identity(const dit_model_t *m, cJSON **out) {
 dit_status_t dit_model_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
   if (r->batch < 1 || r->batch > 4096) return DIT_ERR(INVALID_ARGUMENT, "--batch %" PRId64 ": expected 1..4096", r->batch);
   if (r->text_len < 1 || r->text_len > 65536) return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": expected 1..65536", r->text_len);
-  /* Every family but a text encoder's maps pixels to latents (-1: the flag left out). */
-  if (!m->fam->text_encoder && r->height < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --height");
-  if (!m->fam->text_encoder && r->width < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --width");
+  /* Every family but an encoder's (text, or images of its config's size) maps pixels to latents
+   * (-1: the flag left out). */
+  const int sized = !m->fam->text_encoder && !m->fam->image_encoder;
+  if (sized && r->height < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --height");
+  if (sized && r->width < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --width");
   /* Fields a family does not set (a decoder tail's windows, image tokens) are zero, not the caller's stack. */
   memset(out, 0, sizeof *out);
   return m->fam->latent_shape(m, r, out);
