@@ -371,7 +371,7 @@ fi
 fi
 
 if [ -z "${SKIP_CHECKS:-}" ] && sec stages; then
-step "1s. pipeline stages (tiny): the UMT5 encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt"
+step "1s. pipeline stages (tiny): the UMT5 encoder, Wan2.1-I2V's CLIP image encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt"
 d=tests/data/umt5_tiny
 read -r L B < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['text_len'], m['batch'])")
 te=$("$BIN/ditc" compile "$d/text_encoder" --text-len "$L" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -379,6 +379,14 @@ rm -f "$W/te.safetensors"
 check "$BIN/ditrun" compare "$te" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
 check "$BIN/ditrun" forward "$te" --inputs "$d/forward_inputs.safetensors" --out "$W/te.safetensors"
 check "$BIN/st_compare" "$W/te.safetensors" "$d/forward_output.safetensors" last_hidden_state 1 0.999
+# The CLIP image encoder of Wan2.1-I2V (patchify, class token, unmasked attention): hidden_states[-2].
+d=tests/data/clip_vision_tiny
+B=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['batch'])")
+ie=$("$BIN/ditc" compile "$d/image_encoder" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+rm -f "$W/ie.safetensors"
+check "$BIN/ditrun" compare "$ie" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2
+check "$BIN/ditrun" forward "$ie" --inputs "$d/forward_inputs.safetensors" --out "$W/ie.safetensors"
+check "$BIN/st_compare" "$W/ie.safetensors" "$d/forward_output.safetensors" hidden_states_penultimate 1 0.999
 d=tests/data/wan_vae_tiny
 read -r F H Wd < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'])")
 vb=$("$BIN/ditc" compile "$d/vae" --frames "$F" --height "$H" --width "$Wd" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)

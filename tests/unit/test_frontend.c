@@ -1223,6 +1223,48 @@ static void test_t5_config(void) {
             "field 'n_positions': not a T5EncoderModel option this build knows");
 }
 
+/* CLIPVisionModel (Wan2.1-I2V's image_encoder): CLIPVisionConfig's defaults, the published ViT-H/14's
+ * fields, CLIPVisionModelWithProjection read alike, and its shape: the config's image size. */
+static void test_clip_vision_config(void) {
+  dit_model_t m;
+  CHECK_OK(encoder_config("CLIPVisionModel", "", &m));
+  CHECK(!strcmp(m.family, "clip_vision"));
+  CHECK_EQ_INT(m.clip.hidden, 768);
+  CHECK_EQ_INT(m.clip.positions, 1 + 7 * 7);
+  CHECK_EQ_INT(m.clip.act, DIT_OP_QUICK_GELU);
+  CHECK_OK(encoder_config("CLIPVisionModelWithProjection",
+                          "\"hidden_size\": 1280, \"intermediate_size\": 5120, \"num_hidden_layers\": 32, \"num_attention_heads\": 16, "
+                          "\"patch_size\": 14, \"image_size\": 224, \"hidden_act\": \"gelu\", \"projection_dim\": 1024, "
+                          "\"model_type\": \"clip_vision_model\", \"initializer_factor\": 1.0, \"torch_dtype\": \"float32\"",
+                          &m));
+  CHECK(!strcmp(m.family, "clip_vision"));
+  CHECK(!strcmp(m.model_class, "CLIPVisionModelWithProjection"));
+  CHECK_EQ_INT(m.clip.positions, 257);
+  CHECK_EQ_INT(m.clip.layers, 32);
+  CHECK_EQ_INT(m.clip.patch, 14);
+  CHECK_EQ_INT(m.clip.act, DIT_OP_GELU);
+  /* The shape: --height/--width left out or the config's image size, 257 tokens. */
+  dit_shape_request_t r = {.batch = 1, .frames = -1, .height = -1, .width = -1, .text_len = 512, .dtype = DIT_F32};
+  dit_latent_shape_t ls;
+  CHECK_OK(dit_model_latent_shape(&m, &r, &ls));
+  CHECK_EQ_INT(ls.tokens, 257);
+  r.height = r.width = 224;
+  CHECK_OK(dit_model_latent_shape(&m, &r, &ls));
+  r.width = 448;
+  CHECK_ERR(dit_model_latent_shape(&m, &r, &ls), INVALID_ARGUMENT,
+            "--width 448: CLIPVisionModelWithProjection encodes 224 x 224 images (config image_size): leave --width out or give 224");
+  CHECK_ERR(encoder_config("CLIPVisionModel", "\"image_size\": 230, \"patch_size\": 14", &m), UNIMPLEMENTED,
+            "config.json: field 'image_size' = 230 is not a multiple of patch_size = 14");
+  CHECK_ERR(encoder_config("CLIPVisionModel", "\"vocab_size\": 10", &m), UNIMPLEMENTED,
+            "field 'vocab_size': not a CLIPVisionModel option this build knows");
+  CHECK_ERR(encoder_config("CLIPTextModel", "\"image_size\": 224", &m), UNIMPLEMENTED,
+            "field 'image_size': not a CLIPTextModel option this build knows");
+  static const char kBert[] = "{\"architectures\": [\"BertModel\"]}";
+  memset(&m, 0, sizeof m);
+  CHECK_ERR(dit_model_config_parse(kBert, strlen(kBert), "config.json", &m), UNIMPLEMENTED,
+            "CLIPVisionModel, CLIPVisionModelWithProjection");
+}
+
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
   snprintf(g_model, sizeof g_model, "%s/wan_tiny_a/model", data ? data : "data");
@@ -1234,6 +1276,7 @@ int main(void) {
   test_pipeline_dir();
   test_umt5_config(data ? data : "data");
   test_t5_config();
+  test_clip_vision_config();
   test_pipeline_index();
   test_two_experts();
   test_boundary_ratio();
