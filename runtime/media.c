@@ -400,3 +400,361 @@ dit_status_t dit_media_write(const char *path, const dit_tensor_t *frames, const
   free(rgb);
   return s;
 }
+
+/* ---- input images: PNG through libspng ---- */
+
+void dit_image_free(dit_image_t *im) {
+  if (!im) return;
+  free(im->rgb);
+  *im = (dit_image_t){0};
+}
+
+static dit_status_t image_alloc(const char *what, int width, int height, dit_image_t *out) {
+  *out = (dit_image_t){0};
+  if (width < 1 || height < 1 || width > DIT_MEDIA_MAX_SIDE || height > DIT_MEDIA_MAX_SIDE)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: image %d x %d: expected sides of 1..%d", what, width, height, DIT_MEDIA_MAX_SIDE);
+  const size_t n = (size_t)width * (size_t)height * 3;
+  if (!(out->rgb = malloc(n))) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu bytes for a %d x %d image", what, n, width, height);
+  out->width = width, out->height = height;
+  return DIT_OK;
+}
+
+/* The Orientation tag (0x0112) of an EXIF block (a TIFF header and IFD0, after up to two
+ * "Exif\0\0" as PIL accepts it); -1 where there is none or the block is malformed. */
+static int exif_orientation(const uint8_t *p, size_t n) {
+  for (int i = 0; i < 2 && n >= 6 && !memcmp(p, "Exif\0\0", 6); i++) p += 6, n -= 6;
+  if (n < 8) return -1;
+  const int le = !memcmp(p, "II*\0", 4);
+  if (!le && memcmp(p, "MM\0*", 4)) return -1;
+#define U16(q) (le ? (uint32_t)(q)[0] | (uint32_t)(q)[1] << 8 : (uint32_t)(q)[0] << 8 | (uint32_t)(q)[1])
+#define U32(q) (le ? U16(q) | U16((q) + 2) << 16 : U16(q) << 16 | U16((q) + 2))
+  const uint32_t ifd = U32(p + 4);
+  if (ifd > n || n - ifd < 2) return -1;
+  const uint32_t count = U16(p + ifd);
+  for (uint32_t i = 0; i < count && ifd + 2 + (size_t)(i + 1) * 12 <= n; i++) {
+    const uint8_t *e = p + ifd + 2 + (size_t)i * 12;
+    if (U16(e) != 0x0112 || U32(e + 4) != 1) continue;
+    const uint32_t type = U16(e + 2);
+    if (type == 3) return (int)U16(e + 8);
+    if (type == 4) return U32(e + 8) > 8 ? 0 : (int)U32(e + 8);
+  }
+  return -1;
+#undef U32
+#undef U16
+}
+
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* "Raw profile type exif" text: hex digits (whitespace between them) after its third line. */
+static int raw_profile_orientation(const char *t, size_t n) {
+  const char *end = t + n;
+  for (int lines = 0; t < end && lines < 3; t++) lines += *t == '\n';
+  uint8_t *raw = malloc((size_t)(end - t) / 2 + 1);
+  size_t m = 0;
+  int hi = -1, ok = raw != NULL;
+  for (; ok && t < end; t++) {
+    if (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r' || *t == '\v' || *t == '\f') continue;
+    const int d = hex_digit(*t);
+    if (!(ok = d >= 0)) break;
+    if (hi < 0) hi = d;
+    else raw[m++] = (uint8_t)(hi << 4 | d), hi = -1;
+  }
+  const int o = ok && hi < 0 ? exif_orientation(raw, m) : -1;
+  free(raw);
+  return o;
+}
+
+/* The first tiff:Orientation="D or tiff:Orientation>D of XMP text; -1 where there is none. */
+static int xmp_orientation(const char *t, size_t n) {
+  static const char kTag[] = "tiff:Orientation";
+  const size_t k = sizeof kTag - 1;
+  for (const char *q = t, *end = t + n; (q = memmem(q, (size_t)(end - q), kTag, k)); q++) {
+    const char *v = q + k;
+    if (end - v >= 3 && v[0] == '=' && v[1] == '"' && v[2] >= '0' && v[2] <= '9') return v[2] - '0';
+    if (end - v >= 2 && v[0] == '>' && v[1] >= '0' && v[1] <= '9') return v[1] - '0';
+  }
+  return -1;
+}
+
+/* The orientation PIL's getexif finds: the eXIf chunk's, or without one a "Raw profile type exif"
+ * text's; where that has no Orientation tag, the XMP text's. */
+static int png_orientation(spng_ctx *ctx) {
+  struct spng_exif exif;
+  const int has_exif = !spng_get_exif(ctx, &exif);
+  int o = has_exif ? exif_orientation((const uint8_t *)exif.data, exif.length) : -1;
+  uint32_t n = 0;
+  if (spng_get_text(ctx, NULL, &n) || !n) return o;
+  struct spng_text *text = calloc(n, sizeof *text);
+  if (text && !spng_get_text(ctx, text, &n)) {
+    /* PIL keeps the last text of a keyword. */
+    const struct spng_text *raw = NULL, *xmp = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+      if (!strcmp(text[i].keyword, "Raw profile type exif")) raw = &text[i];
+      if (!strcmp(text[i].keyword, "XML:com.adobe.xmp")) xmp = &text[i];
+    }
+    if (!has_exif && raw) o = raw_profile_orientation(raw->text, raw->length);
+    if (o < 0 && xmp) o = xmp_orientation(xmp->text, xmp->length);
+  }
+  free(text);
+  return o;
+}
+
+/* ImageOps.exif_transpose: orientation 2..8 mirrors or turns the image (5..8 swap its sides). */
+static dit_status_t image_orient(const char *what, int orientation, dit_image_t *im) {
+  if (orientation < 2 || orientation > 8) return DIT_OK;
+  const int w = im->width, h = im->height, swap = orientation >= 5;
+  dit_image_t out;
+  DIT_RETURN_IF(image_alloc(what, swap ? h : w, swap ? w : h, &out));
+  for (int y = 0; y < out.height; y++)
+    for (int x = 0; x < out.width; x++) {
+      int sx = x, sy = y;
+      switch (orientation) {
+        case 2: sx = w - 1 - x; break;                /* FLIP_LEFT_RIGHT */
+        case 3: sx = w - 1 - x, sy = h - 1 - y; break; /* ROTATE_180 */
+        case 4: sy = h - 1 - y; break;                /* FLIP_TOP_BOTTOM */
+        case 5: sx = y, sy = x; break;                /* TRANSPOSE */
+        case 6: sx = y, sy = h - 1 - x; break;        /* ROTATE_270: a quarter turn clockwise */
+        case 7: sx = w - 1 - y, sy = h - 1 - x; break; /* TRANSVERSE */
+        default: sx = w - 1 - y, sy = x; break;       /* 8, ROTATE_90: a quarter turn counterclockwise */
+      }
+      memcpy(out.rgb + ((size_t)y * (size_t)out.width + (size_t)x) * 3, im->rgb + ((size_t)sy * (size_t)w + (size_t)sx) * 3, 3);
+    }
+  dit_image_free(im);
+  *im = out;
+  return DIT_OK;
+}
+
+static dit_status_t spng_fail(const char *what, int e) {
+  if (e == SPNG_ESIGNATURE) return DIT_ERR(INVALID_ARGUMENT, "%s: not a PNG (the file does not start with the PNG signature)", what);
+  if (e == SPNG_IO_EOF || e == SPNG_EOF) return DIT_ERR(INVALID_ARGUMENT, "%s: truncated PNG: the data ends before the image does", what);
+  return DIT_ERR(INVALID_ARGUMENT, "%s: corrupt PNG: %s", what, spng_strerror(e));
+}
+
+dit_status_t dit_image_decode_png(const void *png, size_t len, const char *what, dit_image_t *out) {
+  *out = (dit_image_t){0};
+  spng_ctx *ctx = spng_ctx_new(0);
+  if (!ctx) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the PNG decoder", what);
+  /* Ancillary chunks are kept only up to these sizes: a small file cannot make us hold gigabytes. */
+  int e = spng_set_chunk_limits(ctx, 1 << 26, 1 << 26);
+  if (!e) e = spng_set_png_buffer(ctx, png, len);
+  struct spng_ihdr ihdr;
+  if (!e) e = spng_get_ihdr(ctx, &ihdr);
+  if (e) {
+    spng_ctx_free(ctx);
+    return spng_fail(what, e);
+  }
+  if (ihdr.width > DIT_MEDIA_MAX_SIDE || ihdr.height > DIT_MEDIA_MAX_SIDE) {
+    spng_ctx_free(ctx);
+    return DIT_ERR(OUT_OF_RANGE, "%s: image %u x %u: more than the %d pixels a side allowed", what, ihdr.width, ihdr.height,
+                   DIT_MEDIA_MAX_SIDE);
+  }
+  dit_status_t s = image_alloc(what, (int)ihdr.width, (int)ihdr.height, out);
+  const size_t pixels = (size_t)ihdr.width * ihdr.height;
+  /* PIL reads 16-bit gray as mode I;16, whose conversion to RGB clips at 255; every other 16-bit
+   * kind by its high byte, as libspng's RGB8 does. */
+  const int gray16 = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 16;
+  uint16_t *ga16 = NULL;
+  if (!s && gray16 && !(ga16 = malloc(pixels * 4)))
+    s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu bytes for 16-bit samples", what, pixels * 4);
+  if (!s) {
+    e = gray16 ? spng_decode_image(ctx, ga16, pixels * 4, SPNG_FMT_GA16, 0)
+               : spng_decode_image(ctx, out->rgb, pixels * 3, SPNG_FMT_RGB8, 0);
+    if (e) s = spng_fail(what, e);
+  }
+  for (size_t i = 0; !s && gray16 && i < pixels; i++) memset(out->rgb + i * 3, ga16[i * 2] > 255 ? 255 : ga16[i * 2], 3);
+  free(ga16);
+  if (!s) s = image_orient(what, png_orientation(ctx), out);
+  spng_ctx_free(ctx);
+  if (s) dit_image_free(out);
+  return s;
+}
+
+dit_status_t dit_image_read(const char *path, dit_image_t *out) {
+  *out = (dit_image_t){0};
+  char *data = NULL;
+  size_t n = 0;
+  DIT_RETURN_IF(dit_file_read(path, DIT_MEDIA_MAX_PNG_BYTES, &data, &n));
+  dit_status_t s = dit_image_decode_png(data, n, path, out);
+  free(data);
+  return s;
+}
+
+/* ---- Pillow's resampling (libImaging/Resample.c, 8 bits a sample) ----
+ * Each output sample is a weighted sum over the input samples within the filter's support,
+ * stretched by the downscale factor; the weights of one output sample are normalized to sum to
+ * 1 in double, then rounded to fixed point with 22 fraction bits, and the sum (started at half a
+ * unit) is shifted down and clipped to 0..255. The expressions below are evaluated in the same
+ * order and precision as Pillow's, which is what makes the bytes equal. */
+
+enum { RESAMPLE_BITS = 22 };
+
+static double sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x = x * M_PI;
+  return sin(x) / x;
+}
+
+static double filter_at(dit_resample_t f, double x) {
+  if (f == DIT_RESAMPLE_LANCZOS) return -3.0 <= x && x < 3.0 ? sinc(x) * sinc(x / 3) : 0.0;
+  /* Keys' cubic with a = -0.5 */
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((-0.5 + 2.0) * x - (-0.5 + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * -0.5;
+  return 0.0;
+}
+
+/* One axis's weights: for output i, k[i * ksize ..] applies to inputs first[i] .. first[i] + count[i] - 1. */
+typedef struct axis_weights {
+  int ksize;
+  int *first, *count;
+  int32_t *k;
+} axis_weights_t;
+
+static void axis_free(axis_weights_t *a) {
+  free(a->first), free(a->count), free(a->k);
+  *a = (axis_weights_t){0};
+}
+
+static dit_status_t axis_weights(int in_size, int out_size, dit_resample_t f, axis_weights_t *a) {
+  *a = (axis_weights_t){0};
+  const double scale = (double)in_size / out_size;
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = (f == DIT_RESAMPLE_LANCZOS ? 3.0 : 2.0) * filterscale;
+  a->ksize = (int)ceil(support) * 2 + 1;
+  double *w = malloc((size_t)a->ksize * sizeof *w);
+  a->first = malloc((size_t)out_size * sizeof *a->first);
+  a->count = malloc((size_t)out_size * sizeof *a->count);
+  a->k = calloc((size_t)out_size * (size_t)a->ksize, sizeof *a->k);
+  if (!w || !a->first || !a->count || !a->k) {
+    free(w);
+    axis_free(a);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "image resize: cannot allocate weights for %d -> %d", in_size, out_size);
+  }
+  const double inv_filterscale = 1.0 / filterscale;
+  for (int i = 0; i < out_size; i++) {
+    const double center = (i + 0.5) * scale;
+    int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5); /* truncation, as Pillow */
+    if (lo < 0) lo = 0;
+    if (hi > in_size) hi = in_size;
+    const int n = hi - lo;
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += w[j] = filter_at(f, (j + lo - center + 0.5) * inv_filterscale);
+    for (int j = 0; j < n; j++) {
+      const double v = (sum != 0.0 ? w[j] / sum : w[j]) * (1 << RESAMPLE_BITS);
+      a->k[(size_t)i * (size_t)a->ksize + (size_t)j] = (int32_t)(v < 0 ? -0.5 + v : 0.5 + v);
+    }
+    a->first[i] = lo, a->count[i] = n;
+  }
+  free(w);
+  return DIT_OK;
+}
+
+static uint8_t clip8(int32_t acc) {
+  if (acc < 0) return 0;
+  acc >>= RESAMPLE_BITS;
+  return acc > 255 ? 255 : (uint8_t)acc;
+}
+
+/* Horizontal pass: rows row0 .. row0 + rows - 1 of src (src_w pixels wide) into dst (rows x a->out wide). */
+static void pass_h(const uint8_t *src, int src_w, int row0, int rows, const axis_weights_t *a, int out_w, uint8_t *dst) {
+  for (int y = 0; y < rows; y++) {
+    const uint8_t *line = src + (size_t)(row0 + y) * (size_t)src_w * 3;
+    for (int x = 0; x < out_w; x++) {
+      const int32_t *k = a->k + (size_t)x * (size_t)a->ksize;
+      const uint8_t *p = line + (size_t)a->first[x] * 3;
+      int32_t acc[3] = {1 << (RESAMPLE_BITS - 1), 1 << (RESAMPLE_BITS - 1), 1 << (RESAMPLE_BITS - 1)};
+      for (int j = 0; j < a->count[x]; j++)
+        for (int c = 0; c < 3; c++) acc[c] += p[j * 3 + c] * k[j];
+      for (int c = 0; c < 3; c++) dst[((size_t)y * (size_t)out_w + (size_t)x) * 3 + (size_t)c] = clip8(acc[c]);
+    }
+  }
+}
+
+/* Vertical pass: src (w pixels wide, its row 0 being the input's row base) into dst (out_h x w). */
+static void pass_v(const uint8_t *src, int w, int base, const axis_weights_t *a, int out_h, uint8_t *dst) {
+  const size_t stride = (size_t)w * 3;
+  for (int y = 0; y < out_h; y++) {
+    const int32_t *k = a->k + (size_t)y * (size_t)a->ksize;
+    const uint8_t *top = src + (size_t)(a->first[y] - base) * stride;
+    for (size_t x = 0; x < stride; x++) {
+      int32_t acc = 1 << (RESAMPLE_BITS - 1);
+      for (int j = 0; j < a->count[y]; j++) acc += top[(size_t)j * stride + x] * k[j];
+      dst[(size_t)y * stride + x] = clip8(acc);
+    }
+  }
+}
+
+dit_status_t dit_image_resize(const dit_image_t *in, int width, int height, dit_resample_t filter, dit_image_t *out) {
+  *out = (dit_image_t){0};
+  if (filter != DIT_RESAMPLE_BICUBIC && filter != DIT_RESAMPLE_LANCZOS)
+    return DIT_ERR(INVALID_ARGUMENT, "image resize: unknown filter %d: expected bicubic or lanczos", (int)filter);
+  if (!in->rgb || in->width < 1 || in->height < 1)
+    return DIT_ERR(INVALID_ARGUMENT, "image resize: the input image %d x %d has no pixels", in->width, in->height);
+  DIT_RETURN_IF(image_alloc("image resize", width, height, out));
+  const int W = in->width, H = in->height;
+  if (width == W && height == H) {
+    memcpy(out->rgb, in->rgb, (size_t)width * (size_t)height * 3);
+    return DIT_OK;
+  }
+  axis_weights_t ax = {0}, ay = {0};
+  dit_status_t s = DIT_OK;
+  if (width != W) s = axis_weights(W, width, filter, &ax);
+  if (!s && height != H) s = axis_weights(H, height, filter, &ay);
+  /* Pillow 13 runs the vertical pass first when the height shrinks by more than twice what the
+   * width does (Pillow 12 and earlier: always the horizontal pass first). The horizontal-first
+   * pass makes only the input rows the vertical one reads. */
+  const int vertical_first = height < H && H - height > 2 * (W - width);
+  const int row0 = ay.k ? ay.first[0] : 0, rows = ay.k ? ay.first[height - 1] + ay.count[height - 1] - row0 : H;
+  const size_t tmp_size = vertical_first ? (size_t)W * (size_t)height * 3 : (size_t)width * (size_t)rows * 3;
+  uint8_t *tmp = NULL;
+  if (!s && ax.k && ay.k && !(tmp = malloc(tmp_size)))
+    s = DIT_ERR(RESOURCE_EXHAUSTED, "image resize: cannot allocate %zu bytes between the passes", tmp_size);
+  if (!s) {
+    if (!ay.k) {
+      pass_h(in->rgb, W, 0, H, &ax, width, out->rgb);
+    } else if (!ax.k) {
+      pass_v(in->rgb, W, 0, &ay, height, out->rgb);
+    } else if (vertical_first) {
+      pass_v(in->rgb, W, 0, &ay, height, tmp);
+      pass_h(tmp, W, 0, height, &ax, width, out->rgb);
+    } else {
+      pass_h(in->rgb, W, row0, rows, &ax, width, tmp);
+      pass_v(tmp, width, row0, &ay, height, out->rgb);
+    }
+  }
+  free(tmp);
+  axis_free(&ax), axis_free(&ay);
+  if (s) dit_image_free(out);
+  return s;
+}
+
+/* ---- transformers' center crop and shortest-edge size ---- */
+
+dit_status_t dit_image_center_crop(const dit_image_t *in, int width, int height, dit_image_t *out) {
+  *out = (dit_image_t){0};
+  if (!in->rgb || in->width < 1 || in->height < 1)
+    return DIT_ERR(INVALID_ARGUMENT, "image center crop: the input image %d x %d has no pixels", in->width, in->height);
+  DIT_RETURN_IF(image_alloc("image center crop", width, height, out));
+  /* numpy's floor division of (side - crop) by 2, negative when the crop pads. */
+  const int dx = in->width - width, dy = in->height - height;
+  const int left = dx >= 0 ? dx / 2 : -((-dx + 1) / 2), top = dy >= 0 ? dy / 2 : -((-dy + 1) / 2);
+  memset(out->rgb, 0, (size_t)width * (size_t)height * 3);
+  const int x0 = left < 0 ? -left : 0, x1 = in->width - left < width ? in->width - left : width;
+  for (int y = 0; y < height; y++) {
+    const int sy = y + top;
+    if (sy < 0 || sy >= in->height || x1 <= x0) continue;
+    memcpy(out->rgb + ((size_t)y * (size_t)width + (size_t)x0) * 3, in->rgb + ((size_t)sy * (size_t)in->width + (size_t)(x0 + left)) * 3,
+           (size_t)(x1 - x0) * 3);
+  }
+  return DIT_OK;
+}
+
+void dit_image_shortest_edge_size(int width, int height, int edge, int *out_width, int *out_height) {
+  const int shorter = width <= height ? width : height, longer = width <= height ? height : width;
+  /* Python's int(edge * long / short): a double quotient, truncated. */
+  const int other = (int)((double)((int64_t)edge * longer) / shorter);
+  *out_width = width <= height ? edge : other;
+  *out_height = width <= height ? other : edge;
+}

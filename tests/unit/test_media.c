@@ -1,7 +1,9 @@
 /* runtime/media.c and runtime/preview.c: a synthetic clip (gradients and a moving square, 9
  * frames of 64 x 48) written as H.264 MP4 and PNG and read back with FFmpeg's decoder and
  * libspng: the MP4's frame count, rate, size and PSNR at the default quality, the PNG exactly;
- * the 8-bit mapping; batch file names; odd sizes; refusals that leave no file; previews. */
+ * the 8-bit mapping; batch file names; odd sizes; refusals that leave no file; previews. Input
+ * images against PIL's goldens (tests/data/images, make_goldens_image.py): every PNG kind decoded,
+ * LANCZOS and BICUBIC resizes, transformers' center crop and shortest-edge sizes, byte for byte. */
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -373,6 +375,150 @@ static void test_preview(const char *dir) {
   CHECK(png == NULL);
 }
 
+/* ---- input images against tests/data/images ---- */
+
+static char *read_text(const char *path, size_t *n) {
+  char *t = NULL;
+  dit_status_t s = dit_file_read(path, 1 << 24, &t, n);
+  if (s) {
+    fprintf(stderr, "%s\n", dit_status_message(s));
+    dit_status_free(s);
+    return NULL;
+  }
+  return t;
+}
+
+/* The image INPUT.png of a golden named INPUT[.STEP].rgb, put through STEP. */
+static dit_status_t golden_case(const char *dir, const char *file, int w, int h, dit_image_t *out) {
+  char input[256], path[CHECK_PATH_MAX], step[64] = "";
+  const char *dot = strchr(file, '.');
+  snprintf(input, sizeof input, "%.*s", (int)(dot - file), file);
+  if (strcmp(dot, ".rgb")) snprintf(step, sizeof step, "%.*s", (int)(strrchr(file, '.') - dot - 1), dot + 1);
+  check_pathf(path, "%s/%s.png", dir, input);
+  dit_image_t im;
+  DIT_RETURN_IF(dit_image_read(path, &im));
+  dit_status_t s = DIT_OK;
+  if (!step[0]) {
+    *out = im;
+    return DIT_OK;
+  } else if (!strncmp(step, "lanczos_", 8)) {
+    s = dit_image_resize(&im, w, h, DIT_RESAMPLE_LANCZOS, out);
+  } else if (!strncmp(step, "bicubic_", 8)) {
+    s = dit_image_resize(&im, w, h, DIT_RESAMPLE_BICUBIC, out);
+  } else if (!strncmp(step, "crop_", 5)) {
+    s = dit_image_center_crop(&im, w, h, out);
+  } else if (!strncmp(step, "clip_", 5)) { /* CLIPImageProcessor: shortest edge to w, BICUBIC, centre w x h */
+    int sw, sh;
+    dit_image_t mid;
+    dit_image_shortest_edge_size(im.width, im.height, w, &sw, &sh);
+    s = dit_image_resize(&im, sw, sh, DIT_RESAMPLE_BICUBIC, &mid);
+    if (!s) s = dit_image_center_crop(&mid, w, h, out);
+    dit_image_free(&mid);
+  } else {
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: unknown step '%s'", file, step);
+  }
+  dit_image_free(&im);
+  return s;
+}
+
+static void test_image_goldens(void) {
+  char dir[CHECK_PATH_MAX], path[CHECK_PATH_MAX];
+  check_pathf(dir, "%s/images", getenv("DIT_TEST_DATA") ? getenv("DIT_TEST_DATA") : "data");
+  check_pathf(path, "%s/meta.txt", dir);
+  size_t n = 0;
+  char *meta = read_text(path, &n);
+  CHECK(meta != NULL);
+  int images = 0, sizes = 0;
+  for (char *line = meta, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    char file[128];
+    int a, b, c, d, e;
+    if (sscanf(line, "shortest_edge %d %d %d %d %d", &a, &b, &c, &d, &e) == 5) {
+      int w = 0, h = 0;
+      dit_image_shortest_edge_size(a, b, c, &w, &h);
+      if (w != d || h != e) fprintf(stderr, "shortest edge %d of %d x %d: expected %d x %d, got %d x %d\n", c, a, b, d, e, w, h);
+      CHECK(w == d && h == e);
+      sizes++;
+      continue;
+    }
+    if (line[0] == '#' || sscanf(line, "%127s %d %d", file, &a, &b) != 3) continue;
+    dit_image_t got = {0};
+    CHECK_OK(golden_case(dir, file, a, b, &got));
+    check_pathf(path, "%s/%s", dir, file);
+    size_t wn = 0;
+    char *want = read_text(path, &wn);
+    const int same = want && got.rgb && got.width == a && got.height == b && wn == (size_t)a * b * 3 && !memcmp(got.rgb, want, wn);
+    if (!same) {
+      size_t diff = 0, worst = 0;
+      for (size_t i = 0; want && got.rgb && wn == (size_t)got.width * got.height * 3 && i < wn; i++) {
+        const int dv = abs((int)got.rgb[i] - (uint8_t)want[i]);
+        diff += dv != 0, worst = (size_t)dv > worst ? (size_t)dv : worst;
+      }
+      fprintf(stderr, "%s: got %d x %d, expected %d x %d; %zu bytes differ (by up to %zu)\n", file, got.width, got.height, a, b, diff, worst);
+    }
+    CHECK(same);
+    free(want);
+    dit_image_free(&got);
+    images++;
+  }
+  free(meta);
+  CHECK(images >= 36 && sizes >= 9); /* every case of meta.txt was read */
+}
+
+static void test_image_refusals(const char *tmp) {
+  char data[CHECK_PATH_MAX], p[CHECK_PATH_MAX];
+  check_pathf(data, "%s/images", getenv("DIT_TEST_DATA") ? getenv("DIT_TEST_DATA") : "data");
+  dit_image_t im = {0};
+  check_pathf(p, "%s/absent.png", tmp);
+  CHECK_ERR(dit_image_read(p, &im), NOT_FOUND, "absent.png: cannot open: No such file or directory");
+  check_pathf(p, "%s/meta.txt", data);
+  CHECK_ERR(dit_image_read(p, &im), INVALID_ARGUMENT, "meta.txt: not a PNG (the file does not start with the PNG signature)");
+  check_pathf(p, "%s/refuse_large.png", data);
+  CHECK_ERR(dit_image_read(p, &im), OUT_OF_RANGE, "refuse_large.png: image 16385 x 2: more than the 16384 pixels a side allowed");
+  check_pathf(p, "%s/refuse_crc.png", data);
+  CHECK_ERR(dit_image_read(p, &im), INVALID_ARGUMENT, "refuse_crc.png: corrupt PNG: ");
+  /* Every cut of a PNG is refused as truncated (or, cut inside the signature, as not a PNG). */
+  check_pathf(p, "%s/photo.png", data);
+  size_t n = 0;
+  char *png = read_text(p, &n);
+  CHECK(png && n > 100);
+  int truncated = 0;
+  for (size_t cut = 0; png && cut < n; cut += cut < 64 ? 1 : 97) {
+    dit_status_t s = dit_image_decode_png(png, cut, "cut.png", &im);
+    CHECK(s && im.rgb == NULL);
+    if (s && !strstr(dit_status_message(s), "truncated") && !strstr(dit_status_message(s), "not a PNG"))
+      fprintf(stderr, "cut at %zu: %s\n", cut, dit_status_message(s));
+    truncated += s && strstr(dit_status_message(s), "cut.png: truncated PNG: the data ends before the image does") != NULL;
+    dit_status_free(s);
+  }
+  CHECK(truncated > 20);
+  /* Without its IEND chunk the image is whole: PIL reads it, and so do we. */
+  dit_image_t whole = {0};
+  CHECK_OK(dit_image_decode_png(png, n, "photo.png", &whole));
+  CHECK_OK(dit_image_decode_png(png, n - 12, "no_iend.png", &im));
+  CHECK(whole.rgb && im.rgb && im.width == whole.width && !memcmp(im.rgb, whole.rgb, (size_t)whole.width * whole.height * 3));
+  dit_image_free(&im);
+  dit_image_free(&whole);
+  free(png);
+  /* Sizes and arguments. */
+  uint8_t px[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const dit_image_t two = {2, 2, px};
+  dit_image_t out = {0};
+  CHECK_ERR(dit_image_resize(&two, 0, 5, DIT_RESAMPLE_LANCZOS, &out), INVALID_ARGUMENT, "image resize: image 0 x 5: expected sides of 1..16384");
+  CHECK_ERR(dit_image_resize(&two, 5, 5, (dit_resample_t)9, &out), INVALID_ARGUMENT, "unknown filter 9: expected bicubic or lanczos");
+  CHECK_ERR(dit_image_center_crop(&two, 3, 16385, &out), INVALID_ARGUMENT, "image center crop: image 3 x 16385: expected sides of 1..16384");
+  CHECK(out.rgb == NULL);
+  /* One pixel up to many: every output is that pixel (the weights sum to one). */
+  const dit_image_t one = {1, 1, px};
+  CHECK_OK(dit_image_resize(&one, 7, 3, DIT_RESAMPLE_LANCZOS, &out));
+  int flat = out.rgb != NULL;
+  for (int i = 0; flat && i < 21; i++) flat = !memcmp(out.rgb + i * 3, px, 3);
+  CHECK(flat);
+  dit_image_free(&out);
+  CHECK(out.rgb == NULL && out.width == 0);
+}
+
 int main(void) {
   test_to_u8();
   test_item_paths();
@@ -380,5 +526,7 @@ int main(void) {
   test_odd(check_tmpdir("media_odd"));
   test_refusals(check_tmpdir("media_refusals"));
   test_preview(check_tmpdir("media_preview"));
+  test_image_goldens();
+  test_image_refusals(check_tmpdir("media_images"));
   return check_summary("test_media");
 }
