@@ -175,14 +175,16 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
     const dit_manifest_stage_t *st = &m->stages[i];
     if (!FIXED_OK(st->role) || !FIXED_OK(st->identity) || !FIXED_OK(st->family) || !FIXED_OK(st->model_class))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: string field not terminated", i);
-    if (!strcmp(st->role, "vae_decoder_head") && m->schema_minor < DIT_SCHEMA_MINOR_TILES)
-      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: role vae_decoder_head needs schema minor >= %d, found %d", i,
-                     DIT_SCHEMA_MINOR_TILES, m->schema_minor);
+    const int need = dit_manifest_stage_minor(st->role);
+    if (need < 0) return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: unknown role '%s'", i, st->role);
+    if (m->schema_minor < need)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: role %s needs schema minor >= %d, found %d", i, st->role, need,
+                     m->schema_minor);
     if (!FIXED_OK(st->argument) || !FIXED_OK(st->output))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: string field not terminated", i);
-    if ((st->argument[0] || !strcmp(st->role, "text_encoder_2")) && m->schema_minor < DIT_SCHEMA_MINOR_FEEDS)
-      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: %s needs schema minor >= %d, found %d", i,
-                     st->argument[0] ? "argument" : "role text_encoder_2", DIT_SCHEMA_MINOR_FEEDS, m->schema_minor);
+    if (st->argument[0] && m->schema_minor < DIT_SCHEMA_MINOR_FEEDS)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: argument needs schema minor >= %d, found %d", i, DIT_SCHEMA_MINOR_FEEDS,
+                     m->schema_minor);
     if (st->argument[0] && (!st->output[0] || strncmp(st->role, "text_encoder", 12)))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: argument %s: %s", i, st->argument,
                      st->output[0] ? "only a text encoder stage makes a generate argument" : "no output named");
@@ -424,12 +426,12 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
     const dit_manifest_blob_t *b = &m->blobs[i];
     if (!FIXED_OK(b->role) || !FIXED_OK(b->hash) || !FIXED_OK(b->sha256) || !FIXED_OK(b->name))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: blobs[%zu]: string field not terminated", i);
-    if (!strcmp(b->role, "tokenizer") != !!b->name[0])
-      return DIT_ERR(INVALID_ARGUMENT, "manifest: blobs[%zu]: a name goes with role tokenizer and only there (role %s, name '%s')", i,
-                     b->role, b->name);
-    if (b->name[0] && m->schema_minor < DIT_SCHEMA_MINOR_STAGES)
-      return DIT_ERR(INVALID_ARGUMENT, "manifest: tokenizer blobs need schema minor >= %d, found %d", DIT_SCHEMA_MINOR_STAGES,
-                     m->schema_minor);
+    const int named = dit_manifest_blob_named(b->role);
+    if ((named >= 0) != !!b->name[0])
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: blobs[%zu]: a name goes with roles tokenizer and image_processor and only there "
+                     "(role %s, name '%s')", i, b->role, b->name);
+    if (b->name[0] && m->schema_minor < named)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: %s blobs need schema minor >= %d, found %d", b->role, named, m->schema_minor);
     jw_open(w, '{', 0);
     jw_kstr(w, "role", b->role);
     jw_kstr(w, "hash", b->hash);
@@ -684,21 +686,23 @@ static dit_status_t parse_io_list(const dit_json_t *io, const char *key, size_t 
   return DIT_OK;
 }
 
-/* A tokenizer blob's file name (schema 1.4): required with role "tokenizer", refused elsewhere; a
- * plain file name (no path, not hidden) unique among blobs[0..i). */
+/* A named blob's file name (dit_manifest_blob_named's roles): required with those roles, refused
+ * elsewhere; a plain file name (no path, not hidden) unique among blobs[0..i). */
 static dit_status_t parse_blob_name(const dit_json_t *e, const dit_manifest_t *m, dit_manifest_blob_t *b, size_t i) {
-  const int tok = !strcmp(b->role, "tokenizer");
-  if (tok && m->schema_minor < DIT_SCHEMA_MINOR_STAGES) {
+  const int need = dit_manifest_blob_named(b->role), named = need >= 0;
+  if (named && m->schema_minor < need) {
     dit_json_t pr = at_key(e, "role");
-    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"tokenizer\" needs schema minor >= %d, found %d.%d",
-                          DIT_SCHEMA_MINOR_STAGES, m->schema_major, m->schema_minor);
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"%s\" needs schema minor >= %d, found %d.%d", b->role, need,
+                          m->schema_major, m->schema_minor);
   }
   if (!dit_json_has(e, "name")) {
-    if (tok) return dit_json_error(e, DIT_CODE_INVALID_ARGUMENT, "a blob of role \"tokenizer\" needs a \"name\" (its file name)");
+    if (named) return dit_json_error(e, DIT_CODE_INVALID_ARGUMENT, "a blob of role \"%s\" needs a \"name\" (its file name)", b->role);
     return DIT_OK;
   }
   dit_json_t v = at_key(e, "name");
-  if (!tok) return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "only blobs of role \"tokenizer\" have a name, this one is \"%s\"", b->role);
+  if (!named)
+    return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "only blobs of roles \"tokenizer\" and \"image_processor\" have a name, "
+                          "this one is \"%s\"", b->role);
   DIT_RETURN_IF(dit_json_str_copy(e, "name", b->name, sizeof b->name, false));
   if (b->name[0] == '.' || strchr(b->name, '/') || strchr(b->name, '\\')) {
     char q[96];
@@ -712,7 +716,7 @@ static dit_status_t parse_blob_name(const dit_json_t *e, const dit_manifest_t *m
 
 static dit_status_t parse_blobs(const dit_json_t *root, dit_manifest_t *m, kidx_t **out_index) {
   static const char *const keys[] = {"role", "hash", "size", "sha256", "name", NULL};
-  static const char *const roles[] = {"plan", "weights", "kernels", "tokenizer", NULL};
+  static const char *const roles[] = {"plan", "weights", "kernels", "tokenizer", "image_processor", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "blobs", MF_MAX_BLOBS, &a, &n));
@@ -1282,7 +1286,8 @@ static dit_status_t parse_stage_feed(const dit_json_t *e, const dit_manifest_t *
 /* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
 static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"role", "identity", "family", "class", "argument", "output", "padding", NULL};
-  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", "text_encoder_2", NULL};
+  static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", "text_encoder_2",
+                                      "vae_encoder", "vae_encoder_first", "image_encoder", NULL};
   static const char *const paddings[] = {"zeroed", "attended", NULL};
   dit_json_t a, e;
   size_t n;
@@ -1301,15 +1306,11 @@ static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
     int role = 0;
     DIT_RETURN_IF(dit_json_enum(&e, "role", roles, &role));
     snprintf(st->role, sizeof st->role, "%s", roles[role]);
-    if (!strcmp(st->role, "vae_decoder_head") && m->schema_minor < DIT_SCHEMA_MINOR_TILES) {
+    const int need = dit_manifest_stage_minor(st->role);
+    if (m->schema_minor < need) {
       dit_json_t pr = at_key(&e, "role");
-      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"vae_decoder_head\" needs schema minor >= %d, found %d.%d",
-                            DIT_SCHEMA_MINOR_TILES, m->schema_major, m->schema_minor);
-    }
-    if (!strcmp(st->role, "text_encoder_2") && m->schema_minor < DIT_SCHEMA_MINOR_FEEDS) {
-      dit_json_t pr = at_key(&e, "role");
-      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"text_encoder_2\" needs schema minor >= %d, found %d.%d",
-                            DIT_SCHEMA_MINOR_FEEDS, m->schema_major, m->schema_minor);
+      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"%s\" needs schema minor >= %d, found %d.%d", st->role, need,
+                            m->schema_major, m->schema_minor);
     }
     for (size_t j = 0; j < i; j++)
       if (!strcmp(m->stages[j].role, st->role)) {
@@ -1482,6 +1483,23 @@ const dit_manifest_stage_t *dit_manifest_stage_for(const dit_manifest_t *m, cons
   for (size_t i = 0; m && argument && argument[0] && i < m->n_stages; i++)
     if (!strcmp(m->stages[i].argument, argument)) return &m->stages[i];
   return NULL;
+}
+
+int dit_manifest_stage_minor(const char *role) {
+  static const struct {
+    const char *role;
+    int minor;
+  } k[] = {{"text_encoder", DIT_SCHEMA_MINOR_STAGES},      {"vae_decoder", DIT_SCHEMA_MINOR_STAGES},
+           {"vae_decoder_first", DIT_SCHEMA_MINOR_STAGES}, {"vae_decoder_head", DIT_SCHEMA_MINOR_TILES},
+           {"text_encoder_2", DIT_SCHEMA_MINOR_FEEDS},     {"vae_encoder", DIT_SCHEMA_MINOR_IMAGE},
+           {"vae_encoder_first", DIT_SCHEMA_MINOR_IMAGE},  {"image_encoder", DIT_SCHEMA_MINOR_IMAGE}};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (!strcmp(k[i].role, role)) return k[i].minor;
+  return -1;
+}
+
+int dit_manifest_blob_named(const char *role) {
+  return !strcmp(role, "tokenizer") ? DIT_SCHEMA_MINOR_STAGES : !strcmp(role, "image_processor") ? DIT_SCHEMA_MINOR_IMAGE : -1;
 }
 
 const dit_manifest_stage_t *dit_manifest_find_stage(const dit_manifest_t *m, const char *role) {

@@ -61,6 +61,13 @@
  *                                             full-frame part of a decoder whose other two run in
  *                                             tiles; "text_encoder_2" (schema 1.6): a pipeline's
  *                                             second text encoder (its tokenizer tokenizer_2/).
+ *                                             "vae_encoder", "vae_encoder_first" (schema 1.7):
+ *                                             the VAE encoder of an image-to-video pipeline's
+ *                                             --image (one frame, or the image and zero frames
+ *                                             in chunks, _first frame 0's graph);
+ *                                             "image_encoder" (schema 1.7): its CLIP image
+ *                                             encoder, whose bundle carries the pipeline's
+ *                                             image_processor/preprocessor_config.json.
  *                                             argument, output, padding (schema 1.6, optional,
  *                                             the three together, text encoders only): the
  *                                             generate argument the stage makes (a condition's
@@ -76,8 +83,10 @@
  * }
  *
  * A blob of role "tokenizer" (schema 1.4) is a file of the pipeline's tokenizer folder that a
- * text-encoder bundle carries so it needs nothing else at run time; its "name" (required there,
- * refused on other roles) is the file's name in that folder: a plain name, unique in the bundle.
+ * text-encoder bundle carries so it needs nothing else at run time; one of role "image_processor"
+ * (schema 1.7) the image preprocessor's configuration an image-encoder bundle carries. Their
+ * "name" (required there, refused on other roles) is the file's name in that folder: a plain
+ * name, unique in the bundle.
  *
  * Without "experts" a bundle is one transformer (schema 1.0, written exactly as before). With
  * it, list[0] is "transformer" (high noise, timesteps >= T) and repeats `ranks` verbatim, so
@@ -99,13 +108,14 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 6
+#define DIT_SCHEMA_MINOR 7
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
 #define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
 #define DIT_SCHEMA_MINOR_REUSE 3 /* the first minor with topology.reuse */
 #define DIT_SCHEMA_MINOR_STAGES 4 /* the first minor with the stages section and tokenizer blobs */
 #define DIT_SCHEMA_MINOR_TILES 5  /* the first minor with shape.tile and the vae_decoder_head stage */
 #define DIT_SCHEMA_MINOR_FEEDS 6  /* the first minor with a stage's argument/output/padding and text_encoder_2 */
+#define DIT_SCHEMA_MINOR_IMAGE 7  /* the first minor with the image-to-video stages and image_processor blobs */
 #define DIT_MAX_STAGES 8
 #define DIT_MAX_EXPERTS 2
 #define DIT_GEN_MAX_CONDITIONS 8
@@ -118,12 +128,12 @@ typedef struct dit_manifest_blob {
   char hash[DIT_HASH_HEX];
   uint64_t size;
   char sha256[DIT_SHA256_HEX]; /* lowercase hex SHA-256 of the blob; "" when not listed */
-  char name[64];               /* role "tokenizer": the file's name in the tokenizer folder; else "" */
+  char name[64];               /* a named role (dit_manifest_blob_named): the file's name in its folder; else "" */
 } dit_manifest_blob_t;
 
 /* One entry of the stages section. */
 typedef struct dit_manifest_stage {
-  char role[24];               /* "text_encoder", "text_encoder_2", "vae_decoder", "vae_decoder_first" or "vae_decoder_head" */
+  char role[24];               /* one of dit_manifest_stage_minor's roles */
   char identity[DIT_HASH_HEX]; /* the stage's bundle */
   char family[32], model_class[64];
   char argument[64];           /* the generate argument a text encoder makes; "": none listed (the defaults) */
@@ -266,6 +276,11 @@ const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, con
 
 /* The stage of role `role`; NULL if the bundle has none. */
 const dit_manifest_stage_t *dit_manifest_find_stage(const dit_manifest_t *m, const char *role);
+/* The least schema minor a stage role needs; -1: not a stage role. */
+int dit_manifest_stage_minor(const char *role);
+/* The least schema minor a blob role carrying a file name needs (tokenizer, image_processor); -1:
+ * a role without names. */
+int dit_manifest_blob_named(const char *role);
 /* The text-encoder stage that makes generate argument `argument` (its argument field); NULL if none. */
 const dit_manifest_stage_t *dit_manifest_stage_for(const dit_manifest_t *m, const char *argument);
 

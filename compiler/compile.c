@@ -157,11 +157,14 @@ static char *diagnostics_json(const dit_compile_options_t *o, double seconds) {
  * before those sections. */
 static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, const dit_manifest_generate_t *gen, int stages,
                         const dit_manifest_stage_t *list, size_t n_list) {
-  int tiles = o->shape.vae_part == DIT_VAE_HEAD || o->shape.vae_part == DIT_VAE_TAIL, feeds = 0;
-  for (size_t i = 0; i < n_list; i++) tiles |= !strcmp(list[i].role, "vae_decoder_head");
-  for (size_t i = 0; i < n_list; i++) feeds |= list[i].argument[0] || !strcmp(list[i].role, "text_encoder_2");
-  return feeds    ? DIT_SCHEMA_MINOR_FEEDS
-         : tiles  ? DIT_SCHEMA_MINOR_TILES
+  int need = o->shape.vae_part == DIT_VAE_HEAD || o->shape.vae_part == DIT_VAE_TAIL ? DIT_SCHEMA_MINOR_TILES : 0;
+  if (o->image_processor_dir) need = DIT_SCHEMA_MINOR_IMAGE;
+  for (size_t i = 0; i < n_list; i++) {
+    const int r = dit_manifest_stage_minor(list[i].role), f = list[i].argument[0] ? DIT_SCHEMA_MINOR_FEEDS : 0;
+    need = r > need ? r : need;
+    need = f > need ? f : need;
+  }
+  return need     ? need
          : stages ? DIT_SCHEMA_MINOR_STAGES
          : o->shape.reuse_group ? DIT_SCHEMA_MINOR_REUSE
          : gen->present      ? DIT_SCHEMA_MINOR_GENERATE
@@ -270,7 +273,7 @@ static dit_status_t check_experts_options(const dit_compile_options_t *o, const 
 /* Identity inputs: everything that decides the bundle's bytes, nothing about where. */
 static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_model_t *m,
                                     const dit_latent_shape_t *ls, const char *weights_hash, const char *weights_hash_2,
-                                    const dit_manifest_stage_t *stages, size_t n_stages, const dit_tokenizer_files_t *tok,
+                                    const dit_manifest_stage_t *stages, size_t n_stages, const dit_carried_files_t *tok,
                                     cJSON **out) {
   cJSON *in = cJSON_CreateObject();
   if (!in) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
@@ -290,7 +293,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     }
   }
   if (tok && tok->n) {
-    cJSON *tj = cJSON_AddObjectToObject(in, "tokenizer");
+    cJSON *tj = cJSON_AddObjectToObject(in, tok->role);
     for (size_t i = 0; i < tok->n; i++) cJSON_AddStringToObject(tj, tok->name[i], tok->hash[i]);
   }
   cJSON *model = cJSON_AddObjectToObject(in, "model");
@@ -547,7 +550,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   memset(&m2, 0, sizeof m2);
   dit_manifest_stage_t stages[DIT_MAX_STAGES];
   size_t n_stages = 0;
-  dit_tokenizer_files_t tok;
+  dit_carried_files_t tok;
   memset(&tok, 0, sizeof tok);
 
   dit_status_t s = dit_model_load(o->model_dir, o->variant, &m);
@@ -570,7 +573,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   if (!s && experts == 2) s = dit_compile_weights_hash(store, &m2, o->rehash, weights_hash_2, &memo);
   if (!s && experts == 2) dit_compile_progress(&pr, "transformer_2 weights content hash %s", weights_hash_2);
   if (!s) s = dit_compile_stages(o, m, 0, stages, &n_stages);
-  if (!s && o->tokenizer_dir) s = dit_tokenizer_files_read(o->tokenizer_dir, &tok);
+  if (!s) s = dit_carried_files_read(o, &tok);
   if (!s) s = identity_inputs(o, m, &ls, weights_hash, experts == 2 ? weights_hash_2 : NULL, stages, n_stages, &tok, &man.inputs);
   if (!s) s = dit_identity_compute(man.inputs, out->identity);
   if (!s && store && !already_published(o->out_dir, out->identity, &out->path)) {
@@ -588,7 +591,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_Delete(man.inputs);
     dit_model_free(m);
     dit_store_close(store);
-    dit_tokenizer_files_free(&tok);
+    dit_carried_files_free(&tok);
     return s;
   }
   if (!s && o->explain) dit_compile_explain(store, o->out_dir, man.inputs, out->identity, stderr);
@@ -649,18 +652,18 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   size_t max_steps = 0;
   for (int r = 0; !s && r < nb; r++) max_steps += rb[r].plan->n_steps;
   if (!s && !(blobs = calloc((2 * (size_t)nb + 2 * max_steps) * (size_t)experts + tok.n, sizeof *blobs))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  /* The tokenizer's files, each a blob named by its file (hashed and verified like the others). */
+  /* The carried files, each a blob named by its file (hashed and verified like the others). */
   for (size_t i = 0; !s && i < tok.n; i++) {
     char h[DIT_HASH_HEX];
     s = dit_bundle_writer_add_blob(w, tok.data[i], tok.size[i], h);
     if (!s && !strcmp(h, tok.hash[i])) {
-      add_blob_entry(blobs, &n_blobs, "tokenizer", h, tok.size[i]);
+      add_blob_entry(blobs, &n_blobs, tok.role, h, tok.size[i]);
       snprintf(blobs[n_blobs - 1].name, sizeof blobs[n_blobs - 1].name, "%s", tok.name[i]);
     } else if (!s) {
-      s = DIT_ERR(INTERNAL, "tokenizer file %s: hashed %s when read, %s when written", tok.name[i], tok.hash[i], h);
+      s = DIT_ERR(INTERNAL, "%s file %s: hashed %s when read, %s when written", tok.role, tok.name[i], tok.hash[i], h);
     }
   }
-  if (!s && tok.n) dit_compile_progress(&pr, "tokenizer: %zu files from %s", tok.n, o->tokenizer_dir);
+  if (!s && tok.n) dit_compile_progress(&pr, "%s: %zu file%s from %s", tok.role, tok.n, tok.n > 1 ? "s" : "", tok.dir);
   for (int r = 0; !s && r < nb; r++)
     for (size_t i = 0; i < rb[r].plan->n_steps; i++) {
       const dit_plan_step_t *st = &rb[r].plan->steps[i];
@@ -851,7 +854,7 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
   free(rb);
   free(blobs);
   dit_model_free(m);
-  dit_tokenizer_files_free(&tok);
+  dit_carried_files_free(&tok);
   return s;
 }
 
@@ -882,12 +885,12 @@ dit_status_t dit_compile_identity(const dit_compile_options_t *o, cJSON **out_in
   }
   dit_manifest_stage_t stages[DIT_MAX_STAGES];
   size_t n_stages = 0;
-  dit_tokenizer_files_t tok;
+  dit_carried_files_t tok;
   memset(&tok, 0, sizeof tok);
   if (!s) s = dit_compile_stages(o, m, 1, stages, &n_stages);
-  if (!s && o->tokenizer_dir) s = dit_tokenizer_files_read(o->tokenizer_dir, &tok);
+  if (!s) s = dit_carried_files_read(o, &tok);
   if (!s) s = identity_inputs(o, m, &ls, weights_hash, two ? weights_hash_2 : NULL, stages, n_stages, &tok, out_inputs);
-  dit_tokenizer_files_free(&tok);
+  dit_carried_files_free(&tok);
   if (!s) s = dit_identity_compute(*out_inputs, out_identity);
   if (s) {
     cJSON_Delete(*out_inputs);

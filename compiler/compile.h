@@ -49,6 +49,9 @@ typedef struct dit_compile_options {
   /* A text encoder's tokenizer folder: its files travel in the bundle (blobs of role
    * "tokenizer"). NULL: none. */
   const char *tokenizer_dir;
+  /* An image encoder's image_processor folder: its preprocessor_config.json travels in the
+   * bundle (a blob of role "image_processor"). NULL: none. */
+  const char *image_processor_dir;
 } dit_compile_options_t;
 
 typedef struct dit_compile_result {

@@ -55,18 +55,23 @@ dit_status_t dit_compile_vae_tiles(const dit_compile_options_t *o, int allow_who
 dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_t *m, int identity_only, dit_manifest_stage_t *out,
                                 size_t *n_out);
 
-/* The files of a tokenizer folder a text encoder's bundle carries, read and hashed (the folder
- * checked by opening it as the runtime will). */
-#define DIT_TOKENIZER_FILES_MAX 4
-typedef struct dit_tokenizer_files {
+/* The files a stage's bundle carries so it needs nothing from the pipeline directory at run
+ * time, read and hashed, each a blob of `role` named by its file: a text encoder's tokenizer
+ * files (--tokenizer-dir; the folder checked by opening it as the runtime will) or an image
+ * encoder's preprocessor configuration (the folder of image_processor_dir; the file parsed as
+ * the runtime will). None when the options name neither. */
+#define DIT_CARRIED_FILES_MAX 4
+typedef struct dit_carried_files {
+  const char *role; /* the blobs' role and the identity's key */
+  const char *dir;
   size_t n;
-  const char *name[DIT_TOKENIZER_FILES_MAX];
-  char *data[DIT_TOKENIZER_FILES_MAX];
-  size_t size[DIT_TOKENIZER_FILES_MAX];
-  char hash[DIT_TOKENIZER_FILES_MAX][DIT_HASH_HEX];
-} dit_tokenizer_files_t;
-dit_status_t dit_tokenizer_files_read(const char *dir, dit_tokenizer_files_t *t);
-void dit_tokenizer_files_free(dit_tokenizer_files_t *t);
+  const char *name[DIT_CARRIED_FILES_MAX];
+  char *data[DIT_CARRIED_FILES_MAX];
+  size_t size[DIT_CARRIED_FILES_MAX];
+  char hash[DIT_CARRIED_FILES_MAX][DIT_HASH_HEX];
+} dit_carried_files_t;
+dit_status_t dit_carried_files_read(const dit_compile_options_t *o, dit_carried_files_t *t);
+void dit_carried_files_free(dit_carried_files_t *t);
 
 /* ---- quantization (compile_quant.c) ---- */
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "artifacts/image_processor.h"
 #include "artifacts/identity.h"
 #include "compiler/compile_internal.h"
 #include "compiler/frontends/family.h"
@@ -22,11 +23,16 @@
  * name --stages takes), the manifest role. A video VAE decodes in chunks (--vae-chunk, default 1
  * latent frame as diffusers; 0: one graph over the whole video): its later chunks' graph is the
  * vae_decoder stage, latent frame 0's the vae_decoder_first stage; an image VAE (the transformer
- * family's image_decoder) is one vae_decoder graph over the whole image. */
+ * family's image_decoder) is one vae_decoder graph over the whole image. An image-to-video
+ * pipeline (the family's image_stages) adds the VAE encoder of its --image: over that frame alone
+ * (vae_encoder), or over the image and zero frames in chunks as the decoder (vae_encoder_first
+ * frame 0's graph, vae_encoder the later chunks'), and its image encoder (image_encoder, its
+ * bundle carrying image_processor/'s preprocessing). */
 static const struct {
   const char *folder, *role;
 } kStages[] = {{"text_encoder", "text_encoder"}, {"text_encoder_2", "text_encoder_2"}, {"vae", "vae_decoder"},
-               {"vae", "vae_decoder_first"}, {"vae", "vae_decoder_head"}};
+               {"vae", "vae_decoder_first"}, {"vae", "vae_decoder_head"},   {"vae", "vae_encoder"},
+               {"vae", "vae_encoder_first"}, {"image_encoder", "image_encoder"}};
 #define N_STAGES (sizeof kStages / sizeof kStages[0])
 #define VAE_STAGE 2 /* kStages' vae_decoder */
 
@@ -43,7 +49,7 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
       if (strlen(kStages[i].folder) == n && !strncmp(p, kStages[i].folder, n)) *mask |= 1u << i, known = 1;
     if (!known)
       return DIT_ERR(INVALID_ARGUMENT, "--stages %s: unknown stage '%.*s': expected a comma-separated list of transformer, "
-                     "text_encoder, text_encoder_2, vae", list, (int)n, p);
+                     "text_encoder, text_encoder_2, vae, image_encoder", list, (int)n, p);
     p += n + (p[n] == ',');
   }
   if (!transformer)
@@ -61,7 +67,7 @@ static int64_t vae_chunk(const dit_compile_options_t *o, int image) {
  * VAE split for tiles (vae_tiles >= 1) runs its head over whole frames and the chunks' graphs over
  * that many windows; a text encoder at text_len tokens. */
 static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer, int64_t vae_tiles, int image,
-                          int64_t text_len, dit_compile_options_t *so) {
+                          int64_t text_len, const dit_image_stages_t *is, dit_compile_options_t *so) {
   memset(so, 0, sizeof *so);
   so->model_dir = dir;
   so->target = o->target;
@@ -88,6 +94,14 @@ static void stage_options(const dit_compile_options_t *o, size_t i, const char *
     so->shape.vae_tiles = so->shape.vae_part == DIT_VAE_TAIL ? vae_tiles : 0;
     if (so->shape.vae_part == DIT_VAE_HEAD) so->shape.vae_chunk = 1;
   }
+  if (!strncmp(kStages[i].role, "vae_encoder", 11)) {
+    so->shape.frames = is->vae == DIT_IMAGE_FIRST_FRAME ? 1 : o->shape.frames;
+    so->shape.height = o->shape.height;
+    so->shape.width = o->shape.width;
+    so->shape.vae_part = DIT_VAE_ENCODER;
+    so->shape.vae_chunk = is->vae == DIT_IMAGE_FIRST_FRAME ? 0 : vae_chunk(o, 0);
+    so->shape.vae_first = !strcmp(kStages[i].role, "vae_encoder_first");
+  }
 }
 
 /* The windows of the pipeline's VAE decode: --vae-tiles, or the fewest that fit --vae-budget (0
@@ -96,7 +110,8 @@ static dit_status_t vae_tiles_of(const dit_compile_options_t *o, const char *dir
   *tiles = o->shape.vae_tiles;
   if (*tiles || !(o->vae_budget_gib > 0)) return DIT_OK;
   dit_compile_options_t so;
-  stage_options(o, VAE_STAGE, dir, NULL, 0, 0, o->shape.text_len, &so);
+  const dit_image_stages_t none = {0};
+  stage_options(o, VAE_STAGE, dir, NULL, 0, 0, o->shape.text_len, &none, &so);
   so.vae_budget_gib = o->vae_budget_gib;
   so.variant = NULL;
   uint64_t peak = 0;
@@ -136,6 +151,8 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
   DIT_RETURN_IF(dit_path_join(index, sizeof index, o->model_dir, "model_index.json"));
   const int pipeline = dit_path_exists(index);
   const int image = tm && tm->fam && tm->fam->image_decoder;
+  dit_image_stages_t is = {0};
+  if (tm && tm->fam && tm->fam->image_stages) tm->fam->image_stages(tm, &is);
   int64_t tiles = -1; /* decided with the first VAE stage */
   for (size_t i = 0; i < N_STAGES; i++) {
     const int named = (wanted >> i) & 1;
@@ -159,6 +176,13 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
                        tm ? tm->model_class : "the transformer", kStages[i].folder);
       continue;
     }
+    /* The image stages only where the pipeline encodes an image; frame 0's encoder only in chunks. */
+    const int encoder = !strncmp(kStages[i].role, "vae_encoder", 11), image_encoder = !strcmp(kStages[i].role, "image_encoder");
+    if (image_encoder && named && !is.image_encoder)
+      return DIT_ERR(INVALID_ARGUMENT, "--stages %s: %s's pipeline reads no image embeddings: it has no image_encoder stage", o->stages,
+                     tm ? tm->model_class : "the transformer");
+    if ((encoder && is.vae == DIT_IMAGE_NONE) || (image_encoder && !is.image_encoder)) continue;
+    if (!strcmp(kStages[i].role, "vae_encoder_first") && (is.vae != DIT_IMAGE_VIDEO || !vae_chunk(o, 0))) continue;
     if (image && (!strcmp(kStages[i].role, "vae_decoder_first") || !strcmp(kStages[i].role, "vae_decoder_head")))
       continue; /* an image decodes in one graph */
     if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o, image)) continue; /* the whole video in one graph */
@@ -204,10 +228,15 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
     }
     if (text && !dit_is_dir(tok))
       return DIT_ERR(NOT_FOUND, "stage %s: %s: missing (the tokenizer of the prompts the text encoder reads)", kStages[i].folder, tok);
+    char proc[4096];
+    DIT_RETURN_IF(dit_path_join(proc, sizeof proc, o->model_dir, "image_processor"));
+    if (image_encoder && !dit_is_dir(proc))
+      return DIT_ERR(NOT_FOUND, "stage %s: %s: missing (the preprocessing of the image the image encoder reads)", kStages[i].folder, proc);
     int64_t text_len = o->shape.text_len;
     if (text) DIT_RETURN_IF(stage_text_len(o, feed, tok, &text_len));
     dit_compile_options_t so;
-    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, image, text_len, &so);
+    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, image, text_len, &is, &so);
+    if (image_encoder) so.image_processor_dir = proc;
     if (identity_only) {
       cJSON *in = NULL;
       s = dit_compile_identity(&so, &in, st->identity);
@@ -228,30 +257,40 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
 /* The tokenizer files a text encoder's bundle carries: the ones dit_tokenizer_open reads. */
 static const char *const kTokenizerFiles[] = {"spiece.model", "tokenizer_config.json", "vocab.json", "merges.txt"};
 #define N_TOK_FILES (sizeof kTokenizerFiles / sizeof kTokenizerFiles[0])
-#define TOK_MAX_BYTES ((size_t)256 << 20)
+#define CARRIED_MAX_BYTES ((size_t)256 << 20)
 
-void dit_tokenizer_files_free(dit_tokenizer_files_t *t) {
+void dit_carried_files_free(dit_carried_files_t *t) {
   for (size_t i = 0; i < t->n; i++) free(t->data[i]);
   memset(t, 0, sizeof *t);
 }
 
-dit_status_t dit_tokenizer_files_read(const char *dir, dit_tokenizer_files_t *t) {
+dit_status_t dit_carried_files_read(const dit_compile_options_t *o, dit_carried_files_t *t) {
   memset(t, 0, sizeof *t);
+  const int tok = o->tokenizer_dir != NULL;
+  if (!tok && !o->image_processor_dir) return DIT_OK;
+  const char *const *files = tok ? kTokenizerFiles : (const char *const[]){DIT_IMAGE_PROCESSOR_FILE};
+  const size_t n_files = tok ? N_TOK_FILES : 1;
+  t->role = tok ? "tokenizer" : "image_processor";
+  t->dir = tok ? o->tokenizer_dir : o->image_processor_dir;
   /* Opened as the runtime will: a folder it cannot read is refused here, not at run time. */
-  dit_tokenizer_t *tk = NULL;
-  DIT_RETURN_IF_ERROR(dit_tokenizer_open(dir, &tk), "tokenizer");
-  dit_tokenizer_free(tk);
-  for (size_t i = 0; i < N_TOK_FILES; i++) {
+  if (tok) {
+    dit_tokenizer_t *tk = NULL;
+    DIT_RETURN_IF_ERROR(dit_tokenizer_open(t->dir, &tk), "tokenizer");
+    dit_tokenizer_free(tk);
+  }
+  for (size_t i = 0; i < n_files; i++) {
     char p[4096];
-    DIT_RETURN_IF(dit_path_join(p, sizeof p, dir, kTokenizerFiles[i]));
-    if (!dit_path_exists(p)) continue;
+    DIT_RETURN_IF(dit_path_join(p, sizeof p, t->dir, files[i]));
+    if (tok && !dit_path_exists(p)) continue;
     size_t k = t->n;
-    dit_status_t s = dit_file_read(p, TOK_MAX_BYTES, &t->data[k], &t->size[k]);
+    dit_status_t s = dit_file_read(p, CARRIED_MAX_BYTES, &t->data[k], &t->size[k]);
+    dit_image_processor_t ip;
+    if (!s && !tok) s = dit_image_processor_parse(t->data[k], t->size[k], p, &ip);
     if (s) {
-      dit_tokenizer_files_free(t);
+      dit_carried_files_free(t);
       return s;
     }
-    t->name[k] = kTokenizerFiles[i];
+    t->name[k] = files[i];
     dit_hash128_hex(t->data[k], t->size[k], t->hash[k]);
     t->n++;
   }

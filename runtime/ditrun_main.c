@@ -63,11 +63,15 @@ static const char kUsage[] =
     "                     the frames or image (.safetensors: tensor frames; --fps default 16);\n"
     "                     --out-frames: the same frames as tensor frames (fp32, [-1, 1]) beside\n"
     "                     an MP4 or PNG, from the one decode\n"
+    "                  [--image IMG.png] image-to-video (Wan2.1/2.2 I2V, Wan2.2 TI2V): the\n"
+    "                     picture resized to the video (PIL's LANCZOS), through the VAE encoder\n"
+    "                     stage (and Wan2.1-I2V's CLIP image encoder stage, with its\n"
+    "                     CLIPImageProcessor preprocessing) into the image condition below\n"
     "  generate BUNDLE --prompt-embeds P.safetensors [--negative-embeds N.safetensors]\n"
     "                  [--init-latents X.safetensors | --seed S] [--steps N] [--guidance G]\n"
     "                  [--guidance-2 G2] (two-expert bundles: transformer_2's; default G)\n"
     "                  [--shift S] [--sampler unipc|euler] --out LATENTS.safetensors\n"
-    "                  [--image-latents I.safetensors] [--image-embeds E.safetensors]\n"
+    "                  [--image IMG.png | --image-latents I.safetensors [--image-embeds E.safetensors]]\n"
     "                  [--step-cache off|cadence:N|delta:T|easycache:T|teacache:T|fbcache:T|auto]\n"
     "                  [--cache-warmup W] [--cache-cooldown C] [--cache-profile P.json]\n"
     "                  [--cache-reuse hidden|output]\n"
@@ -395,7 +399,7 @@ static int parse_int(const char *flag, const char *v, int64_t *out) {
 
 /* Options only generate reads; the other commands refuse them rather than ignore them. */
 static int generate_only(const char *f) {
-  static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds",
+  static const char *const k[] = {"--prompt-embeds", "--negative-embeds", "--init-latents", "--image-latents", "--image-embeds", "--image",
                                   "--sampler", "--guidance", "--guidance-2", "--shift", "--seed", "--true-cfg",
                                   "--step-cache", "--cache-warmup", "--cache-cooldown", "--cache-profile", "--cache-reuse",
                                   "--reuse-ratio", "--reuse-eps-local", "--reuse-warmup", "--reuse-report", "--reuse-diagnostic",
@@ -445,6 +449,7 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     else if (!strcmp(f, "--init-latents")) str = &a->init;
     else if (!strcmp(f, "--image-latents")) str = &a->image_latents;
     else if (!strcmp(f, "--image-embeds")) str = &a->image_embeds;
+    else if (!strcmp(f, "--image")) str = &a->image;
     else if (!strcmp(f, "--step-cache")) str = &a->step_cache;
     else if (!strcmp(f, "--cache-profile")) str = &a->cache_profile;
     else if (!strcmp(f, "--cache-reuse")) str = &a->cache_reuse;
@@ -913,6 +918,24 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
   return DIT_OK;
 }
 
+/* --image: the picture through the bundle's VAE encoder (and image encoder) stages into the image
+ * condition. */
+static dit_status_t gen_image_stage(const run_args_t *a, gen_job_t *j) {
+  const char *dir = NULL;
+  DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
+  dit_image_t im = {0};
+  DIT_RETURN_IF_ERROR(dit_image_read(a->image, &im), "--image");
+  const dit_runtime_options_t o = stage_runtime_options(a);
+  dit_generate_options_t *g = &j->g;
+  dit_status_t s = gen_encode_image(dir, dit_runtime_manifest(j->rt), &o, &im, &g->condition.image_latents, &g->condition.image_embeds);
+  dit_image_free(&im);
+  snprintf(j->il_what, sizeof j->il_what, "--image %s", a->image);
+  snprintf(j->ie_what, sizeof j->ie_what, "--image %s", a->image);
+  g->condition.image_latents_what = j->il_what;
+  g->condition.image_embeds_what = j->ie_what;
+  return s;
+}
+
 /* The decoded frames as tensor 'frames' in a safetensors file. */
 static dit_status_t write_frames(const char *path, const dit_tensor_t *frames) {
   dit_st_writer_t *w = NULL;
@@ -999,6 +1022,10 @@ dit_status_t gen_inputs(const run_args_t *a, gen_job_t *j) {
     s = dit_ditango_check(&g->reuse);
   }
   if (!s) s = dit_generate_latents_shape(dit_runtime_manifest(j->rt), &j->lat.rank, j->lat.dims);
+  if (!s && a->image && (a->image_latents || a->image_embeds))
+    s = DIT_ERR(INVALID_ARGUMENT, "--image %s with %s: give the image, or what its stages make of it, not both", a->image,
+                a->image_latents ? "--image-latents" : "--image-embeds");
+  if (!s && a->image) s = gen_image_stage(a, j);
   if (!s && a->image_latents) {
     snprintf(j->il_what, sizeof j->il_what, "--image-latents %s", a->image_latents);
     g->condition.image_latents_what = j->il_what;

@@ -13,7 +13,7 @@
 
 typedef struct run_args {
   const char *bundle, *inputs, *out, *prompt, *negative, *init, *sampler, *backend, *reference, *expert;
-  const char *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse, *reuse_report;
+  const char *image, *image_latents, *image_embeds, *step_cache, *cache_profile, *cache_reuse, *reuse_report;
   const char *preview; /* --preview DIR: generate's latent previews (runtime/preview.h) */
   /* --prompt TEXT, --negative-prompt TEXT: through the bundle's text-encoder stage; --out is then
    * the decoded frames (the VAE stage) and --out-latents the latents (runtime/gen_stages.h);

@@ -9,9 +9,11 @@
 #include <string.h>
 
 #include "artifacts/bundle.h"
+#include "artifacts/image_processor.h"
 #include "base/clock.h"
 #include "base/fileio.h"
 #include "runtime/gen_cli.h"
+#include "runtime/media.h"
 #include "runtime/preview.h"
 #include "runtime/rng.h"
 #include "text/tokenizer.h"
@@ -602,6 +604,225 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
   decoder_unload(&rest);
   decoder_unload(&head);
   return s;
+}
+
+/* ---- image-to-video: the VAE encoder of --image ---- */
+
+/* An encoder bundle at dir: input 'video' [1, 3, n, H, W], output 'latents' [1, C, k, h, w]. */
+static dit_status_t encoder_open(const char *dir, decoder_t *d) {
+  DIT_RETURN_IF(stage_open(dir, "video", "latents", d));
+  if (d->in_rank != 5 || d->out_rank != 5 || d->in_dims[0] != 1 || d->in_dims[1] != 3 || d->out_dims[0] != 1)
+    return DIT_ERR(FAILED_PRECONDITION, "%s: not a VAE encoder stage: expected input 'video' [1, 3, F, H, W] and output 'latents' [1, C, f, h, w]",
+                   dir);
+  d->n = d->in_dims[2], d->frames = d->out_dims[2];
+  return DIT_OK;
+}
+
+dit_status_t gen_encode_video(const char *enc_dir, const char *first_dir, const dit_runtime_options_t *o, int64_t frames,
+                              const float *frame0, dit_tensor_t *latents, double *load_s) {
+  memset(latents, 0, sizeof *latents);
+  decoder_t first = {0}, rest = {0};
+  dit_status_t s = encoder_open(enc_dir, &rest);
+  if (!s && first_dir) s = encoder_open(first_dir, &first);
+  if (!s && first_dir && (first.n != 1 || first.frames != 1 || memcmp(first.in_dims + 3, rest.in_dims + 3, 2 * sizeof first.in_dims[0])))
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: frame 0's encoder takes [%lld, %lld, %lld] frames, expected one of %s's size", first_dir,
+                (long long)first.n, (long long)first.in_dims[3], (long long)first.in_dims[4], enc_dir);
+  if (!s && first_dir) s = check_handoff(first_dir, enc_dir);
+  const int64_t chunks = s ? 0 : first_dir ? (frames - 1) / rest.n : 1;
+  if (!s && (first_dir ? (frames - 1) % rest.n : frames != rest.n))
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE encoder stage takes %lld frames per forward, the video has %lld%s", enc_dir,
+                (long long)rest.n, (long long)frames, first_dir ? " (after frame 0)" : "");
+  const int64_t H = rest.in_dims[3], W = rest.in_dims[4], hw = H * W;
+  float *zeros = s ? NULL : calloc((size_t)(3 * rest.n * hw), sizeof *zeros);
+  if (!s) {
+    *latents = (dit_tensor_t){NULL, DIT_F32, 5, {1, rest.out_dims[1], (first_dir ? 1 : 0) + chunks * rest.frames, rest.out_dims[3], rest.out_dims[4]}};
+    latents->data = malloc((size_t)dit_tensor_numel(latents) * sizeof(float));
+    if (!zeros || !latents->data) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!s) s = decoder_load(&rest, o);
+  if (!s && first_dir) {
+    dit_runtime_options_t fo = o ? *o : (dit_runtime_options_t){0};
+    fo.borrow = rest.rt;
+    s = decoder_load(&first, &fo);
+  }
+  if (!s) s = zero_caches(&rest);
+  if (!s && first_dir) s = zero_caches(&first);
+  /* Frame 0 is the image, every later frame zeros (the pipeline's video_condition); one chunk a
+   * forward, each chunk's latent frames stored at their place (channel-first). */
+  const int64_t C = latents->dims[1], f = latents->dims[2], lhw = latents->dims[3] * latents->dims[4];
+  for (int64_t k = first_dir ? -1 : 0, lf = 0; !s && k < chunks; k++) {
+    decoder_t *d = k < 0 ? &first : &rest;
+    dit_tensor_t in = {zeros, DIT_F32, 5, {1, 3, d->n, H, W}}, y;
+    const int lead = k == (first_dir ? -1 : 0); /* frame 0 leads the first forward */
+    if (lead)
+      for (int c = 0; c < 3; c++) memcpy(zeros + (size_t)(c * d->n * hw), frame0 + (size_t)(c * hw), (size_t)hw * sizeof *zeros);
+    if (k > 0) s = carry_caches(d);
+    const double t0 = dit_now_s();
+    if (!s) s = dit_runtime_set_input(d->rt, "video", &in);
+    if (!s) s = dit_runtime_forward(d->rt);
+    if (!s) s = dit_runtime_output(d->rt, "latents", &y);
+    d->run_s += dit_now_s() - t0;
+    if (lead)
+      for (int c = 0; c < 3; c++) memset(zeros + (size_t)(c * d->n * hw), 0, (size_t)hw * sizeof *zeros);
+    if (!s && (y.rank != 5 || y.dims[1] != C || y.dims[2] != d->frames || y.dims[3] * y.dims[4] != lhw))
+      s = DIT_ERR(INTERNAL, "%s: output 'latents' of rank %d, not the manifest's", d->dir, y.rank);
+    for (int64_t c = 0; !s && c < C; c++)
+      if (dit_convert((float *)latents->data + (size_t)((c * f + lf) * lhw), DIT_F32, (const char *)y.data + (size_t)(c * d->frames * lhw) * dit_dtype_size(y.dtype),
+                      y.dtype, (size_t)(d->frames * lhw)))
+        s = DIT_ERR(INVALID_ARGUMENT, "%s: output 'latents' is %s, not a float tensor", d->dir, dit_dtype_name(y.dtype));
+    lf += d->frames;
+  }
+  if (load_s) *load_s = first.load_s + rest.load_s;
+  decoder_unload(&first);
+  decoder_unload(&rest);
+  free(zeros);
+  if (s) {
+    free(latents->data);
+    memset(latents, 0, sizeof *latents);
+  }
+  return s;
+}
+
+/* The image processor configuration the image encoder's bundle at dir carries, parsed. */
+static dit_status_t bundle_image_processor(const char *dir, dit_image_processor_t *p) {
+  dit_bundle_t *b = NULL;
+  DIT_RETURN_IF(dit_bundle_open(dir, 0, &b));
+  const dit_manifest_t *m = dit_bundle_manifest(b);
+  dit_status_t s = DIT_ERR(FAILED_PRECONDITION, "%s: the image encoder's bundle carries no %s (compiled on its own, not as a "
+                           "pipeline's stage)", dir, DIT_IMAGE_PROCESSOR_FILE);
+  for (size_t i = 0; i < m->n_blobs; i++) {
+    if (strcmp(m->blobs[i].role, "image_processor") || strcmp(m->blobs[i].name, DIT_IMAGE_PROCESSOR_FILE)) continue;
+    dit_status_free(s);
+    dit_mapping_t map;
+    char what[4200];
+    snprintf(what, sizeof what, "%s: %s", dir, DIT_IMAGE_PROCESSOR_FILE);
+    s = dit_bundle_map_blob(b, m->blobs[i].hash, &map);
+    if (!s) {
+      s = dit_image_processor_parse((const char *)map.data, map.size, what, p);
+      dit_file_unmap(&map);
+    }
+    break;
+  }
+  dit_bundle_close(b);
+  return s;
+}
+
+/* The image's pixels as the pipeline's float frame [3, H, W]: x / 255 * 2 - 1 in fp32 (the VAE
+ * processor's pil_to_numpy and normalize). */
+static void frame_of(const dit_image_t *im, float *out) {
+  const size_t hw = (size_t)im->width * (size_t)im->height;
+  for (size_t p = 0; p < hw; p++)
+    for (int c = 0; c < 3; c++) {
+      const float v = (float)im->rgb[p * 3 + c] / 255.0f;
+      out[(size_t)c * hw + p] = 2.0f * v - 1.0f;
+    }
+}
+
+/* The image through the processor p into pixel_values [3, S, S] (data malloc'ed): resize, crop,
+ * rescale, normalize as CLIPImageProcessor (its PIL backend), to the stage's size h x w. */
+static dit_status_t process_image(const dit_image_t *im, const dit_image_processor_t *p, int64_t h, int64_t w, const char *dir,
+                                  float **out) {
+  dit_image_t a = {0}, c = {0};
+  const dit_image_t *x = im;
+  dit_status_t s = DIT_OK;
+  if (p->do_resize) {
+    int rw = p->resize_w, rh = p->resize_h;
+    if (p->shortest_edge) dit_image_shortest_edge_size(im->width, im->height, p->shortest_edge, &rw, &rh);
+    s = dit_image_resize(im, rw, rh, p->resample == 1 ? DIT_RESAMPLE_LANCZOS : DIT_RESAMPLE_BICUBIC, &a);
+    x = &a;
+  }
+  if (!s && p->do_center_crop) {
+    s = dit_image_center_crop(x, p->crop_w, p->crop_h, &c);
+    x = &c;
+  }
+  if (!s && (x->height != h || x->width != w))
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the image processor makes %d x %d pixels, the image encoder takes %lld x %lld", dir, x->width,
+                x->height, (long long)w, (long long)h);
+  float *v = s ? NULL : malloc((size_t)(3 * h * w) * sizeof *v);
+  if (!s && !v) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  for (int64_t i = 0; !s && i < h * w; i++)
+    for (int k = 0; k < 3; k++) {
+      double y = (double)x->rgb[i * 3 + k];
+      if (p->do_rescale) y = (double)(float)(y * p->rescale_factor);
+      if (p->do_normalize) y = ((double)(float)y - (double)(float)p->mean[k]) / (double)(float)p->std[k];
+      v[k * h * w + i] = (float)y;
+    }
+  dit_image_free(&a);
+  dit_image_free(&c);
+  if (s) free(v);
+  else *out = v;
+  return s;
+}
+
+dit_status_t gen_encode_image(const char *bundle_dir, const dit_manifest_t *m, const dit_runtime_options_t *o, const dit_image_t *im,
+                              dit_tensor_t *latents, dit_tensor_t *embeds) {
+  memset(latents, 0, sizeof *latents);
+  memset(embeds, 0, sizeof *embeds);
+  const char *enc = NULL, *first = NULL, *ie = NULL;
+  /* A text-to-video transformer: as many channels in as out, one timestep per item. */
+  const dit_manifest_io_t *hs = find_io(m->io_inputs, m->n_inputs, "hidden_states"), *ts = find_io(m->io_inputs, m->n_inputs, "timestep");
+  const dit_manifest_io_t *out = find_io(m->io_outputs, m->n_outputs, "sample");
+  if (!dit_manifest_find_stage(m, "vae_encoder") && hs && ts && out && hs->rank > 1 && out->rank > 1 && hs->dims[1] == out->dims[1] &&
+      ts->rank == 1)
+    return DIT_ERR(INVALID_ARGUMENT, "--image: bundle %s is text-to-video: its transformer (%s) takes no image condition", m->identity,
+                   m->model_class);
+  DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, "vae_encoder", "--image", &enc));
+  if (dit_manifest_find_stage(m, "vae_encoder_first")) DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, "vae_encoder_first", "--image", &first));
+  if (dit_manifest_find_stage(m, "image_encoder")) DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, "image_encoder", "--image", &ie));
+  const double t0 = dit_now_s();
+  /* The video's frame 0: the image resized to the encoder's frames with PIL's LANCZOS, as the
+   * pipeline's video processor. */
+  decoder_t d;
+  DIT_RETURN_IF(encoder_open(enc, &d));
+  const int64_t H = d.in_dims[3], W = d.in_dims[4];
+  dit_image_t sized = {0};
+  DIT_RETURN_IF_ERROR(dit_image_resize(im, (int)W, (int)H, DIT_RESAMPLE_LANCZOS, &sized), "--image");
+  float *frame0 = malloc((size_t)(3 * H * W) * sizeof *frame0);
+  dit_status_t s = frame0 ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) frame_of(&sized, frame0);
+  dit_image_free(&sized);
+  double load = 0;
+  if (!s) s = gen_encode_video(enc, first, o, first ? m->shape.frames : d.n, frame0, latents, &load);
+  free(frame0);
+  if (s) return dit_status_annotate(s, "--image: the VAE encoder stage");
+  const double t1 = dit_now_s();
+  if (ie) {
+    /* The image encoder's embeddings of the image as given (the pipeline's encode_image). */
+    dit_image_processor_t p;
+    decoder_t e;
+    float *px = NULL;
+    dit_runtime_t *rt = NULL;
+    dit_tensor_t y = {0};
+    s = bundle_image_processor(ie, &p);
+    if (!s) s = stage_open(ie, "pixel_values", "hidden_states_penultimate", &e);
+    if (!s && (e.in_rank != 4 || e.in_dims[0] != 1 || e.in_dims[1] != 3 || e.out_rank != 3))
+      s = DIT_ERR(FAILED_PRECONDITION, "%s: not an image encoder stage: expected input 'pixel_values' [1, 3, S, S] and output "
+                  "'hidden_states_penultimate' [1, n, D]", ie);
+    if (!s) s = process_image(im, &p, e.in_dims[2], e.in_dims[3], ie, &px);
+    if (!s) s = dit_runtime_load(ie, o, &rt);
+    dit_tensor_t in = {px, DIT_F32, 4, {1, 3, e.in_dims[2], e.in_dims[3]}};
+    if (!s) s = dit_runtime_set_input(rt, "pixel_values", &in);
+    if (!s) s = dit_runtime_forward(rt);
+    if (!s) s = dit_runtime_output(rt, "hidden_states_penultimate", &y);
+    if (!s) {
+      *embeds = (dit_tensor_t){malloc((size_t)dit_tensor_numel(&y) * sizeof(float) + 1), DIT_F32, 3, {1, y.dims[1], y.dims[2]}};
+      if (!embeds->data) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+      else if (dit_convert(embeds->data, DIT_F32, y.data, y.dtype, (size_t)dit_tensor_numel(&y)))
+        s = DIT_ERR(INVALID_ARGUMENT, "%s: output 'hidden_states_penultimate' is %s, not a float tensor", ie, dit_dtype_name(y.dtype));
+    }
+    dit_runtime_destroy(rt);
+    free(px);
+    if (s) {
+      free(latents->data);
+      free(embeds->data);
+      memset(latents, 0, sizeof *latents);
+      memset(embeds, 0, sizeof *embeds);
+      return dit_status_annotate(s, "--image: the image encoder stage");
+    }
+  }
+  fprintf(stderr, "ditrun: image encode %.2f s (VAE encoder %.2f s, %.2f s of it loading; image encoder %.2f s)\n", dit_now_s() - t0,
+          t1 - t0, load, ie ? dit_now_s() - t1 : 0.0);
+  return DIT_OK;
 }
 
 /* ---- the preview's latent-to-RGB map, fitted on the VAE decoder stage ---- */

@@ -59,6 +59,26 @@ dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, cons
  * F s, caches C s, frames O s, S s of it beside the forwards)". */
 void gen_decode_report(double seconds, const gen_decode_stats_t *stats);
 
+/* Image-to-video's VAE encoding of its image: frame0 (f32 [3, H, W] in [-1, 1], the encoder's
+ * size) followed by frames - 1 zero frames through the VAE encoder stage at enc_dir (input 'video'
+ * [1, 3, n, H, W], output 'latents' [1, C, k, h, w], normalized), as the pipeline encodes its
+ * video condition: first_dir NULL, enc_dir's bundle takes the whole video (frames = n; one frame
+ * for Wan2.2 TI2V); else first_dir's encodes frame 0 and enc_dir's the later frames n at a time,
+ * the causal caches carried as the decoder's. latents: f32 [1, C, f, h, w] (data malloc'ed);
+ * *load_s (if not NULL): the seconds spent loading the encoders. */
+dit_status_t gen_encode_video(const char *enc_dir, const char *first_dir, const dit_runtime_options_t *o, int64_t frames,
+                              const float *frame0, dit_tensor_t *latents, double *load_s);
+
+/* --image of an image-to-video bundle m (its stages vae_encoder, optionally vae_encoder_first and
+ * image_encoder): the image resized to the video's size (PIL's LANCZOS) and encoded by
+ * gen_encode_video (one frame, or the image and zero frames) into latents, the normalized
+ * image_latents [1, C, f, h, w]; with an image_encoder stage, embeds: its penultimate hidden
+ * states [1, n, D] of the image as its carried preprocessor configuration prepares it (resize,
+ * center crop, rescale, normalize). Both f32, data malloc'ed; embeds empty without the stage. */
+struct dit_image;
+dit_status_t gen_encode_image(const char *bundle_dir, const dit_manifest_t *m, const dit_runtime_options_t *o, const struct dit_image *im,
+                              dit_tensor_t *latents, dit_tensor_t *embeds);
+
 /* The bundle's latent-to-RGB map for previews (preview.h): fitted by least squares on its VAE
  * decoder stage (a few decodes of standard normal latents of latent frame 0: each latent pixel's
  * channels against the mean of the pixels it decodes to), once per stage for the process; NULL

@@ -24,6 +24,16 @@ typedef struct dit_stage_feed {
   int attended, tokenizer_length;
 } dit_stage_feed_t;
 
+/* An image-to-video pipeline's stages: the VAE encoder over the image alone (the first latent
+ * frame held to its encoding: Wan2.2 TI2V) or over the image followed by zero frames (the
+ * encoding a condition concatenated to the latents: Wan2.1/2.2 I2V), and whether an image
+ * encoder's embeddings feed the transformer too (Wan2.1 I2V's CLIP). */
+typedef enum { DIT_IMAGE_NONE, DIT_IMAGE_FIRST_FRAME, DIT_IMAGE_VIDEO } dit_image_vae_t;
+typedef struct dit_image_stages {
+  dit_image_vae_t vae;
+  int image_encoder;
+} dit_image_stages_t;
+
 struct dit_family {
   const char *name;        /* the manifest's model.family: "wan", "flux" */
   const char *model_class; /* config.json's _class_name (transformers' configs: architectures[0]) */
@@ -58,6 +68,8 @@ struct dit_family {
   const dit_stage_feed_t *text_stages;
   size_t n_text_stages;
   int image_decoder;
+  /* What its image-to-video pipeline encodes from generate's --image (NULL: it takes no image). */
+  void (*image_stages)(const dit_model_t *m, dit_image_stages_t *out);
 };
 
 extern const dit_family_t dit_family_wan;

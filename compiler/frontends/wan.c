@@ -515,6 +515,16 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
   return dit_blocks_finish(b, g, "Wan", out);
 }
 
+/* WanImageToVideoPipeline: with expand_timesteps (TI2V) the image's encoding is the first latent
+ * frame; a transformer taking more channels than it gives reads the mask and the encoding of the
+ * image followed by zero frames beside the latents, and image tokens when it has image_dim. */
+static void wan_image_stages(const dit_model_t *m, dit_image_stages_t *out) {
+  out->vae = m->pipeline.index.expand_timesteps ? DIT_IMAGE_FIRST_FRAME
+             : m->wan.in_channels != m->wan.out_channels ? DIT_IMAGE_VIDEO
+                                                         : DIT_IMAGE_NONE;
+  out->image_encoder = out->vae == DIT_IMAGE_VIDEO && m->wan.image_dim > 0;
+}
+
 const dit_family_t dit_family_wan = {
     .name = "wan",
     .model_class = "WanTransformer3DModel",
@@ -526,4 +536,5 @@ const dit_family_t dit_family_wan = {
     .pipeline_identity = wan_pipeline_identity,
     .latent_shape = wan_latent_shape,
     .build_graph = wan_build_graph,
+    .image_stages = wan_image_stages,
 };

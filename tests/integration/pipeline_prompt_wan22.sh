@@ -2,7 +2,8 @@
 # A whole tiny Wan2.2 TI2V-5B-layout pipeline (tests/data/wan22_pipeline_tiny,
 # make_goldens_wan_pipeline.py wan22: 48 latent channels, the Wan2.2 VAE with its 16x spatial
 # factor, per-token timesteps) from a prompt to frames: `ditc compile PIPELINE_DIR` makes the
-# transformer and its UMT5 and Wan2.2 VAE decoder stages, and `ditrun generate --prompt` gives the
+# transformer and its UMT5 and Wan2.2 VAE decoder stages (and the VAE encoder of image-to-video,
+# pipeline_image.sh's), and `ditrun generate --prompt` gives the
 # final latents within 1e-4 and the frames within PSNR 45 dB of diffusers' WanPipeline on the same
 # initial latents; the decoder split for windows (--vae-tiles 1) decodes the same frames, byte
 # for byte; an MP4 of them is written; --preview's map, fitted on the VAE stage, follows the decode.
@@ -22,7 +23,7 @@ gen=(--prompt "$PROMPT" --negative-prompt "$NEG" --init-latents "$g" --steps "$S
 
 line=$("$BIN/ditc" compile "$d" "${shape[@]}" -o "$T/b" 2>/dev/null | tail -n1)
 b=${line##* }
-[ "$(ls "$T/b" | wc -l)" = 4 ] || { ls -la "$T/b"; fail "expected four bundles (transformer, text encoder, VAE decoder's two)"; }
+[ "$(ls "$T/b" | wc -l)" = 5 ] || { ls -la "$T/b"; fail "expected five bundles (transformer, text encoder, VAE decoder's two, VAE encoder)"; }
 "$BIN/ditrun" info "$b" >"$T/info"
 vae=$(awk '$1 == "stage" && $2 == "vae_decoder" {print $3}' "$T/info")
 [ -n "$vae" ] || { cat "$T/info"; fail "no VAE stage"; }

@@ -569,9 +569,12 @@ static void test_manifest_damage(void) {
   CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema major 2 is newer");
   put_manifest(orig, 1);
   free(t);
-  t = replace(orig, "\"minor\": 0", "\"minor\": 7");
+  char newer[32], msg[96];
+  snprintf(newer, sizeof newer, "\"minor\": %d", DIT_SCHEMA_MINOR + 1);
+  snprintf(msg, sizeof msg, "schema 1.%d is newer than this build's 1.%d", DIT_SCHEMA_MINOR + 1, DIT_SCHEMA_MINOR);
+  t = replace(orig, "\"minor\": 0", newer);
   put_manifest(t, 1);
-  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, "schema 1.7 is newer than this build's 1.6");
+  CHECK_ERR(dit_bundle_open(g_work, 0, &b), FAILED_PRECONDITION, msg);
   free(t);
 
   /* Edited inputs: the recorded identity no longer matches. */

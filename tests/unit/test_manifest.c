@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "artifacts/identity.h"
+#include "artifacts/image_processor.h"
 #include "artifacts/manifest.h"
 #include "base/json.h"
 #include "check.h"
@@ -468,7 +469,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.7 is newer than this build's 1.6", "schema.minor", "7");
+  EXPECT(FAILED_PRECONDITION, "schema 1.8 is newer than this build's 1.7", "schema.minor", "8");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -599,7 +600,7 @@ static void test_blobs_and_layout(void) {
          "blobs[1].sha256", "\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0\"");
   EXPECT(INVALID_ARGUMENT, "field 'blobs[0].sha256': expected a string, found a number",
          "blobs[0].sha256", "5");
-  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].role': expected one of plan, weights, kernels, tokenizer, found \"data\"",
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].role': expected one of plan, weights, kernels, tokenizer, image_processor, found \"data\"",
          "blobs[0].role", "\"data\"");
   EXPECT(INVALID_ARGUMENT, "field 'blobs[1].hash': expected 32 lowercase hex digits", "blobs[1].hash",
          "\"0123\"");
@@ -890,7 +891,7 @@ static void test_stages(void) {
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages need schema minor >= 4, found 3");
     m->schema_minor = 4;
     snprintf(m->blobs[0].name, sizeof m->blobs[0].name, "x.json");
-    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "blobs[0]: a name goes with role tokenizer and only there");
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "blobs[0]: a name goes with roles tokenizer and image_processor and only there");
     dit_manifest_free(m2);
   }
   dit_manifest_free(m);
@@ -908,7 +909,7 @@ static void test_stages(void) {
   EXPECT(INVALID_ARGUMENT, "field 'stages[1].identity'", "stages[1].identity", "\"xyz\"");
   EXPECT(NOT_FOUND, "field 'stages[0].family': missing", "stages[0].family", NULL);
   EXPECT(INVALID_ARGUMENT, "field 'blobs[4]': a blob of role \"tokenizer\" needs a \"name\"", "blobs[4].name", NULL);
-  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].name': only blobs of role \"tokenizer\" have a name, this one is \"plan\"", "blobs[0].name",
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[0].name': only blobs of roles \"tokenizer\" and \"image_processor\" have a name, this one is \"plan\"", "blobs[0].name",
          "\"spiece.model\"");
   EXPECT(INVALID_ARGUMENT, "field 'blobs[4].name': expected a plain file name (no '/', not starting with '.'), found \"../x\"",
          "blobs[4].name", "\"../x\"");
@@ -1013,9 +1014,11 @@ static void test_feeds(void) {
     m->schema_minor = 5;
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[0]: argument needs schema minor >= 6, found 5");
     m->stages[0].argument[0] = 0;
-    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[1]: argument needs schema minor >= 6, found 5");
-    m->stages[1].argument[0] = 0;
     CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[1]: role text_encoder_2 needs schema minor >= 6, found 5");
+    m->stages[1].argument[0] = 0;
+    snprintf(m->stages[1].role, sizeof m->stages[1].role, "image_encoder");
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[1]: role image_encoder needs schema minor >= 7, found 5");
+    snprintf(m->stages[1].role, sizeof m->stages[1].role, "text_encoder_2");
     m->schema_minor = 6;
     snprintf(m->stages[2].argument, sizeof m->stages[2].argument, "prompt_embeds");
     snprintf(m->stages[2].output, sizeof m->stages[2].output, "sample");
@@ -1042,6 +1045,83 @@ static void test_feeds(void) {
   g_base = base;
 }
 
+/* The image-to-video stages and the image_processor blob (schema 1.7). */
+static const char kImageStages[] =
+    "[{\"role\":\"vae_encoder\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"wan_vae\",\"class\":\"AutoencoderKLWan\"},"
+    "{\"role\":\"vae_encoder_first\",\"identity\":\"fedcba9876543210fedcba9876543210\",\"family\":\"wan_vae\",\"class\":\"AutoencoderKLWan\"},"
+    "{\"role\":\"image_encoder\",\"identity\":\"00112233445566778899aabbccddeeff\",\"family\":\"clip_vision\",\"class\":\"CLIPVisionModel\"}]";
+static const char kProcBlob[] =
+    "{\"role\":\"image_processor\",\"hash\":\"33333333333333333333333333333333\",\"size\":7,\"name\":\"preprocessor_config.json\"}";
+
+static void test_image_stages(void) {
+  CHECK_EQ_INT(dit_manifest_stage_minor("vae_encoder"), 7);
+  CHECK_EQ_INT(dit_manifest_stage_minor("vae_decoder_head"), 5);
+  CHECK_EQ_INT(dit_manifest_stage_minor("transformer"), -1);
+  CHECK_EQ_INT(dit_manifest_blob_named("image_processor"), 7);
+  CHECK_EQ_INT(dit_manifest_blob_named("weights"), -1);
+  char *t = edited("schema.minor", "7", "stages", kImageStages, "blobs[9]", kProcBlob, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    const dit_manifest_stage_t *ie = dit_manifest_find_stage(m, "image_encoder");
+    CHECK(ie && !strcmp(ie->family, "clip_vision") && dit_manifest_find_stage(m, "vae_encoder_first") != NULL);
+    const dit_manifest_blob_t *pb = dit_manifest_find_blob(m, "33333333333333333333333333333333");
+    CHECK(pb && !strcmp(pb->role, "image_processor") && !strcmp(pb->name, "preprocessor_config.json"));
+    dit_manifest_t *m2 = round_trip(m, NULL);
+    CHECK(m2 && m2->n_stages == 3 && !strcmp(m2->stages[2].role, "image_encoder"));
+    char *c = NULL;
+    m->schema_minor = 6;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "image_processor blobs need schema minor >= 7, found 6");
+    m->n_blobs = 4; /* without it */
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[0]: role vae_encoder needs schema minor >= 7, found 6");
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+  char *base = g_base;
+  g_base = edited("schema.minor", "7", "stages", kImageStages, "blobs[9]", kProcBlob, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[4].role': role \"image_processor\" needs schema minor >= 7, found 1.6", "schema.minor", "6");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].role': role \"vae_encoder\" needs schema minor >= 7, found 1.6", "schema.minor", "6",
+         "blobs[4]", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'blobs[4]': a blob of role \"image_processor\" needs a \"name\"", "blobs[4].name", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[2].role': duplicate of stages[0].role \"vae_encoder\"", "stages[2].role", "\"vae_encoder\"");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
+/* preprocessor_config.json as CLIPImageProcessor saves it, and its refusals. */
+static void test_image_processor(void) {
+  static const char ok[] = "{\"crop_size\":{\"height\":224,\"width\":224},\"do_center_crop\":true,\"do_convert_rgb\":true,"
+                           "\"image_mean\":[0.48145466,0.4578275,0.40821073],\"image_processor_type\":\"CLIPImageProcessor\","
+                           "\"image_std\":[0.26862954,0.26130258,0.27577711],\"resample\":3,\"rescale_factor\":0.00392156862745098,"
+                           "\"size\":{\"shortest_edge\":224}}";
+  dit_image_processor_t p;
+  CHECK_OK(dit_image_processor_parse(ok, strlen(ok), "pc.json", &p));
+  CHECK(p.do_resize && p.do_center_crop && p.do_rescale && p.do_normalize && p.shortest_edge == 224 && p.resample == 3);
+  CHECK(p.crop_h == 224 && p.crop_w == 224 && p.mean[2] == 0.40821073 && p.std[0] == 0.26862954);
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"{\"size\":{\"shortest_edge\":224},\"resample\":2,\"crop_size\":{\"height\":1,\"width\":1}}",
+       "pc.json: field 'resample': expected 1 (LANCZOS) or 3 (BICUBIC)"},
+      {"{\"size\":{\"height\":0,\"width\":3},\"resample\":3}", "field 'size.height'"},
+      {"{\"do_resize\":false,\"do_center_crop\":false,\"do_rescale\":false,\"image_mean\":[0.5,0.5],\"image_std\":[1,1,1]}",
+       "field 'image_mean': expected 3 numbers (one per RGB channel), found 2"},
+      {"{\"do_resize\":false,\"do_center_crop\":false,\"do_rescale\":false,\"image_mean\":[0,0,0],\"image_std\":[1,0,1]}",
+       "field 'image_std[1]'"},
+      {"{\"do_resize\":\"yes\"}", "field 'do_resize': expected a boolean"},
+      {"[1]", "pc.json"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dit_status_t s = dit_image_processor_parse(bad[i].text, strlen(bad[i].text), "pc.json", &p);
+    CHECK(s != DIT_OK);
+    const int named = s && strstr(dit_status_message(s), bad[i].want) != NULL;
+    if (s && !named) fprintf(stderr, "  got: %s\n  want: %s\n", dit_status_message(s), bad[i].want);
+    CHECK(named);
+    dit_status_free(s);
+  }
+}
+
 int main(void) {
   test_tile_span();
   test_round_trip();
@@ -1057,6 +1137,8 @@ int main(void) {
   test_stages();
   test_tiles();
   test_feeds();
+  test_image_stages();
+  test_image_processor();
   free(g_base);
   return check_summary("test_manifest");
 }
