@@ -35,7 +35,10 @@ static uint8_t *fix_crcs(const uint8_t *data, size_t size) {
     if (len > size - at - 12) break;
     const uint32_t crc = crc32_png(c + at + 4, (size_t)len + 4);
     uint8_t *q = c + at + 8 + len;
-    if (be32(q) != crc) q[0] = (uint8_t)(crc >> 24), q[1] = (uint8_t)(crc >> 16), q[2] = (uint8_t)(crc >> 8), q[3] = (uint8_t)crc, changed = 1;
+    if (be32(q) != crc) {
+      for (int i = 0; i < 4; i++) q[i] = (uint8_t)(crc >> (24 - 8 * i));
+      changed = 1;
+    }
     at += (size_t)len + 12;
   }
   if (!changed) free(c);
@@ -78,7 +81,8 @@ static void one(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < n; i++) sum += im.rgb[i];
   if (im.width * im.height <= 4096) {
     dit_image_t again, copy, crop;
-    if (dit_image_decode_png(data, size, "input.png", &again) || again.width != im.width || memcmp(again.rgb, im.rgb, n)) abort();
+    if (dit_image_decode_png(data, size, "input.png", &again) || again.width != im.width || memcmp(again.rgb, im.rgb, n))
+      abort();
     dit_image_free(&again);
     check_resize(&im, 7, 5, DIT_RESAMPLE_LANCZOS);
     check_resize(&im, 2 * im.width, (im.height + 1) / 2, DIT_RESAMPLE_BICUBIC);
