@@ -414,7 +414,8 @@ static dit_status_t image_alloc(const char *what, int width, int height, dit_ima
   if (width < 1 || height < 1 || width > DIT_MEDIA_MAX_SIDE || height > DIT_MEDIA_MAX_SIDE)
     return DIT_ERR(INVALID_ARGUMENT, "%s: image %d x %d: expected sides of 1..%d", what, width, height, DIT_MEDIA_MAX_SIDE);
   const size_t n = (size_t)width * (size_t)height * 3;
-  if (!(out->rgb = malloc(n))) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu bytes for a %d x %d image", what, n, width, height);
+  if (!(out->rgb = malloc(n)))
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu bytes for a %d x %d image", what, n, width, height);
   out->width = width, out->height = height;
   return DIT_OK;
 }
@@ -527,8 +528,10 @@ static dit_status_t image_orient(const char *what, int orientation, dit_image_t 
 }
 
 static dit_status_t spng_fail(const char *what, int e) {
-  if (e == SPNG_ESIGNATURE) return DIT_ERR(INVALID_ARGUMENT, "%s: not a PNG (the file does not start with the PNG signature)", what);
-  if (e == SPNG_IO_EOF || e == SPNG_EOF) return DIT_ERR(INVALID_ARGUMENT, "%s: truncated PNG: the data ends before the image does", what);
+  if (e == SPNG_ESIGNATURE)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: not a PNG (the file does not start with the PNG signature)", what);
+  if (e == SPNG_IO_EOF || e == SPNG_EOF)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: truncated PNG: the data ends before the image does", what);
   return DIT_ERR(INVALID_ARGUMENT, "%s: corrupt PNG: %s", what, spng_strerror(e));
 }
 
@@ -745,8 +748,8 @@ dit_status_t dit_image_center_crop(const dit_image_t *in, int width, int height,
   for (int y = 0; y < height; y++) {
     const int sy = y + top;
     if (sy < 0 || sy >= in->height || x1 <= x0) continue;
-    memcpy(out->rgb + ((size_t)y * (size_t)width + (size_t)x0) * 3, in->rgb + ((size_t)sy * (size_t)in->width + (size_t)(x0 + left)) * 3,
-           (size_t)(x1 - x0) * 3);
+    const uint8_t *from = in->rgb + ((size_t)sy * (size_t)in->width + (size_t)(x0 + left)) * 3;
+    memcpy(out->rgb + ((size_t)y * (size_t)width + (size_t)x0) * 3, from, (size_t)(x1 - x0) * 3);
   }
   return DIT_OK;
 }

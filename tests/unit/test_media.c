@@ -455,7 +455,8 @@ static void test_image_goldens(void) {
         const int dv = abs((int)got.rgb[i] - (uint8_t)want[i]);
         diff += dv != 0, worst = (size_t)dv > worst ? (size_t)dv : worst;
       }
-      fprintf(stderr, "%s: got %d x %d, expected %d x %d; %zu bytes differ (by up to %zu)\n", file, got.width, got.height, a, b, diff, worst);
+      fprintf(stderr, "%s: got %d x %d, expected %d x %d; %zu bytes differ (by up to %zu)\n", file, got.width, got.height, a, b,
+              diff, worst);
     }
     CHECK(same);
     free(want);
@@ -505,9 +506,12 @@ static void test_image_refusals(const char *tmp) {
   uint8_t px[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   const dit_image_t two = {2, 2, px};
   dit_image_t out = {0};
-  CHECK_ERR(dit_image_resize(&two, 0, 5, DIT_RESAMPLE_LANCZOS, &out), INVALID_ARGUMENT, "image resize: image 0 x 5: expected sides of 1..16384");
-  CHECK_ERR(dit_image_resize(&two, 5, 5, (dit_resample_t)9, &out), INVALID_ARGUMENT, "unknown filter 9: expected bicubic or lanczos");
-  CHECK_ERR(dit_image_center_crop(&two, 3, 16385, &out), INVALID_ARGUMENT, "image center crop: image 3 x 16385: expected sides of 1..16384");
+  CHECK_ERR(dit_image_resize(&two, 0, 5, DIT_RESAMPLE_LANCZOS, &out), INVALID_ARGUMENT,
+            "image resize: image 0 x 5: expected sides of 1..16384");
+  CHECK_ERR(dit_image_resize(&two, 5, 5, (dit_resample_t)9, &out), INVALID_ARGUMENT,
+            "unknown filter 9: expected bicubic or lanczos");
+  CHECK_ERR(dit_image_center_crop(&two, 3, 16385, &out), INVALID_ARGUMENT,
+            "image center crop: image 3 x 16385: expected sides of 1..16384");
   CHECK(out.rgb == NULL);
   /* One pixel up to many: every output is that pixel (the weights sum to one). */
   const dit_image_t one = {1, 1, px};
