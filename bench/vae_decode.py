@@ -16,7 +16,13 @@ cosine of ditrun's frames against diffusers' (a cosine below 0.999 fails the run
 ditc) gets a row saying why instead of ending the script. Results go to OUT/vae_decode_<res>.json
 and .md, rewritten after each measurement.
 
-usage: bench/vae_decode.py --ditc BIN --ditrun BIN --work DIR --out DIR [--res 480p,720p] [--iters 2] [--keep]
+--vae wan2.2 measures the Wan2.2 VAE (Wan2.2-TI2V-5B's: 48 channels, 16x, patch 2) at 121 frames of
+704x1280 (--res 704p) instead, and --vae flux FLUX.1's AutoencoderKL at 1024x1024 (--res 1024px,
+one image from the transformer's packed latents [1, 4096, 64], unpacked and de-normalized as
+FluxPipeline does; ditrun forward, one graph): results vae_decode_<vae>_<res>.json/.md. Their
+folders come from diffusers' own classes at the published configs.
+
+usage: bench/vae_decode.py --ditc BIN --ditrun BIN --work DIR --out DIR [--vae wan2.1|wan2.2|flux] [--res 480p,720p] [--iters 2] [--keep]
        bench/vae_decode.py --dry-run --out DIR
        bench/vae_decode.py --write-folder DIR
            (DIR/vae in the standard library alone, zero weights: the shapes ditc compiles, for
@@ -47,12 +53,47 @@ CONFIG = {"attn_scales": [], "base_dim": 96, "decoder_base_dim": None, "dim_mult
 RESOLUTIONS = {"480p": (480, 832), "720p": (720, 1280)}
 FRAMES = 81
 SEED = 2101
+# Wan-AI/Wan2.2-TI2V-5B-Diffusers' vae/config.json (AutoencoderKLWan).
+CONFIG_22 = {"attn_scales": [], "base_dim": 160, "decoder_base_dim": 256, "dim_mult": [1, 2, 4, 4], "dropout": 0.0,
+             "in_channels": 12, "is_residual": True,
+             "latents_mean": [-0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813,
+                              0.0891, 0.157, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108,
+                              -0.2158, 0.2502, -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.123, -0.0313,
+                              -0.1649, 0.0117, 0.0723, -0.2839, -0.2083, -0.052, 0.3748, 0.0152, 0.1957, 0.1433, -0.2944,
+                              0.3573, -0.0548, -0.1681, -0.0667],
+             "latents_std": [0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.499, 0.4818, 0.5013, 0.8158, 1.0344, 0.5894, 1.0901,
+                             0.6885, 0.6165, 0.8454, 0.4978, 0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+                             0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
+                             0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744],
+             "num_res_blocks": 2, "out_channels": 12, "patch_size": 2, "scale_factor_spatial": 16, "scale_factor_temporal": 4,
+             "temperal_downsample": [False, True, True], "z_dim": 48}
+# black-forest-labs/FLUX.1-dev's vae/config.json (AutoencoderKL).
+CONFIG_FLUX = {"act_fn": "silu", "block_out_channels": [128, 256, 512, 512], "down_block_types": ["DownEncoderBlock2D"] * 4,
+               "force_upcast": True, "in_channels": 3, "latent_channels": 16, "latents_mean": None, "latents_std": None,
+               "layers_per_block": 2, "mid_block_add_attention": True, "norm_num_groups": 32, "out_channels": 3,
+               "sample_size": 1024, "scaling_factor": 0.3611, "shift_factor": 0.1159, "up_block_types": ["UpDecoderBlock2D"] * 4,
+               "use_post_quant_conv": False, "use_quant_conv": False}
+# Per VAE: its class, config, resolutions (height, width), frames (0: an image), file tag.
+VAES = {"wan2.1": dict(cls="AutoencoderKLWan", config=CONFIG, res=RESOLUTIONS, frames=FRAMES, tag="", name="Wan2.1 VAE"),
+        "wan2.2": dict(cls="AutoencoderKLWan", config=CONFIG_22, res={"704p": (704, 1280)}, frames=121, tag="wan2.2_",
+                       name="Wan2.2 VAE (TI2V-5B)"),
+        "flux": dict(cls="AutoencoderKL", config=CONFIG_FLUX, res={"1024px": (1024, 1024)}, frames=0, tag="flux_",
+                     name="FLUX.1 VAE")}
 
 
-def latent_shape(res, frames=FRAMES):
-    """[B, z, latent frames, h, w] of a decode to `frames` frames at resolution `res`."""
-    h, w = RESOLUTIONS[res]
-    return [1, CONFIG["z_dim"], (frames - 1) // CONFIG["scale_factor_temporal"] + 1, h // 8, w // 8]
+V = VAES["wan2.1"]  # the VAE measured (--vae)
+
+
+def latent_shape(res, frames=None):
+    """[B, z, latent frames, h, w] of a decode to `frames` frames at resolution `res`; FLUX.1's: the
+    transformer's packed latents [B, (h/16)(w/16), 4 z]."""
+    h, w = V["res"][res]
+    c = V["config"]
+    if not V["frames"]:
+        return [1, (h // 16) * (w // 16), 4 * c["latent_channels"]]
+    f = frames or V["frames"]
+    s = c["scale_factor_spatial"]
+    return [1, c["z_dim"], (f - 1) // c["scale_factor_temporal"] + 1, h // s, w // s]
 
 
 def weight_shapes(cfg):
@@ -96,17 +137,29 @@ def weight_shapes(cfg):
     return s
 
 
-def write_folder(path, cfg=CONFIG):
-    """path/vae: config.json and zero bf16 weights. Returns the weights' bytes."""
+def write_folder(path, cfg=None):
+    """path/vae: config.json and zero bf16 weights. Returns the weights' bytes. The Wan2.1 VAE's
+    from the standard library alone; the others' shapes from diffusers' class (torch needed)."""
+    cfg = cfg or V["config"]
     vae = os.path.join(path, "vae")
     os.makedirs(vae, exist_ok=True)
+    if V is not VAES["wan2.1"]:
+        import torch  # the other VAEs' shapes come from diffusers
+        import diffusers
+        from safetensors.torch import save_file
+        with torch.device("meta"):
+            model = getattr(diffusers, V["cls"])(**cfg)
+        zeros = {k: torch.zeros(v.shape, dtype=torch.bfloat16) for k, v in model.state_dict().items()}
+        save_file(zeros, os.path.join(vae, "diffusion_pytorch_model.safetensors"))
+        pb.write_json(os.path.join(vae, "config.json"), {"_class_name": V["cls"], "_diffusers_version": "0.40.0.dev0", **cfg})
+        return sum(2 * t.numel() for t in zeros.values())
     pb.write_json(os.path.join(vae, "config.json"), {"_class_name": "AutoencoderKLWan", "_diffusers_version": "0.40.0.dev0", **cfg})
     return pb.write_zero_safetensors(os.path.join(vae, "diffusion_pytorch_model.safetensors"), weight_shapes(cfg))
 
 
 def shape_flags(res):
-    h, w = RESOLUTIONS[res]
-    return ["--frames", str(FRAMES), "--height", str(h), "--width", str(w)]
+    h, w = V["res"][res]
+    return (["--frames", str(V["frames"])] if V["frames"] else []) + ["--height", str(h), "--width", str(w)]
 
 
 def psnr_db(mse):
@@ -120,12 +173,13 @@ def fmt(v, spec, missing="-"):
 
 def lines(res):
     """The results as a markdown table: one row a contender, a failed side saying why."""
-    h, w = RESOLUTIONS[res["res"]]
-    L = [f"Wan2.1 VAE decode, {FRAMES} frames at {w}x{h} (latents {'x'.join(map(str, res['latents']))}), bf16, random weights "
+    h, w = V["res"][res["res"]]
+    what = f"{V['frames']} frames at {w}x{h}" if V["frames"] else f"one {w}x{h} image"
+    L = [f"{V['name']} decode, {what} (latents {'x'.join(map(str, res['latents']))}), bf16, random weights "
          f"at the published config", "",
          "| contender | decode ms | peak GiB | vs diffusers | PSNR dB | cosine |", "|---|---|---|---|---|---|"]
     d, o, p = res.get("diffusers", {}), res.get("ditrun", {}), res.get("parity", {})
-    rows = [("diffusers AutoencoderKLWan.decode", d, {}), ("ditrun (compiled stage)", o, p)]
+    rows = [(f"diffusers {V['cls']}.decode", d, {}), ("ditrun (compiled stage)", o, p)]
     tl = res.get("ditrun_tiled")
     if tl:
         win = f", {tl['tiles']} windows of {tl['window']} latent columns" if tl.get("tiles") else ""
@@ -147,8 +201,8 @@ def lines(res):
 
 
 def save_res(res, out):
-    path = pb.save(res, out, f"vae_decode_{res['res']}.json")
-    with open(os.path.join(out, f"vae_decode_{res['res']}.md"), "w") as fh:
+    path = pb.save(res, out, f"vae_decode_{V['tag']}{res['res']}.json")
+    with open(os.path.join(out, f"vae_decode_{V['tag']}{res['res']}.md"), "w") as fh:
         fh.write("\n".join(lines(res)) + "\n")
     return path
 
@@ -263,28 +317,37 @@ def measure(a, folder, flags, extra, inputs, out, ref, dev):
 def run(a):
     import torch  # device only
     from safetensors.torch import load_file, save_file  # device only
-    from diffusers import AutoencoderKLWan  # device only
+    import diffusers  # device only
     sys.path.insert(0, os.path.join(HERE, "..", "tests", "data"))
-    from make_goldens_wan_vae import redraw_parameters  # device only (imports diffusers)
+    if V["frames"]:
+        from make_goldens_wan_vae import redraw_parameters  # device only (imports diffusers)
+    else:
+        from make_goldens_flux_vae import redraw_parameters  # device only
 
     dev, bf16, fails = torch.device("cuda"), torch.bfloat16, 0
     gen = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
-    model = AutoencoderKLWan(**CONFIG).eval()
+    cfg = V["config"]
+    model = getattr(diffusers, V["cls"])(**cfg).eval()
     redraw_parameters(model, gen)
     folder, store = os.path.join(a.work, "pipeline"), os.path.join(a.work, "store")
     model.save_pretrained(os.path.join(folder, "vae"))
     model = model.to(dev, bf16)
-    z = CONFIG["z_dim"]
-    mean = torch.tensor(CONFIG["latents_mean"], device=dev).view(1, z, 1, 1, 1)
-    inv_std = 1.0 / torch.tensor(CONFIG["latents_std"], device=dev).view(1, z, 1, 1, 1)
+    if V["frames"]:
+        z = cfg["z_dim"]
+        mean = torch.tensor(cfg["latents_mean"], device=dev).view(1, z, 1, 1, 1)
+        inv_std = 1.0 / torch.tensor(cfg["latents_std"], device=dev).view(1, z, 1, 1, 1)
 
-    def decode(latents):  # WanPipeline's de-normalization, then the decode
+    def decode(latents):  # the pipeline's de-normalization (FluxPipeline's unpacking first), then the decode
         with torch.no_grad():
-            return model.decode((latents / inv_std + mean).to(bf16), return_dict=False)[0]
+            if V["frames"]:
+                return model.decode((latents / inv_std + mean).to(bf16), return_dict=False)[0]
+            h, w = V["res"][r]
+            x = diffusers.FluxPipeline._unpack_latents(latents, h, w, 8)
+            return model.decode((x / cfg["scaling_factor"] + cfg["shift_factor"]).to(bf16), return_dict=False)[0]
 
     for r in a.res.split(","):
-        res = {"run": run_info(), "res": r, "latents": latent_shape(r), "config": CONFIG, "frames": FRAMES, "iters": a.iters,
+        res = {"run": run_info(), "res": r, "vae": a.vae, "latents": latent_shape(r), "config": cfg, "frames": V["frames"], "iters": a.iters,
                "device": torch.cuda.get_device_name(0), "diffusers": {}, "ditrun": {}, "parity": {}}
         print(lines(res)[0], flush=True)
         latents = torch.randn(latent_shape(r), generator=gen)
@@ -294,7 +357,7 @@ def run(a):
         ref = None
         model.to(dev)
         try:
-            decode(latents[:, :, :1].to(dev))  # warm-up
+            decode((latents[:, :, :1] if V["frames"] else latents).to(dev))  # warm-up
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             times = []
@@ -332,7 +395,8 @@ def run(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     pb.add_contender_flags(ap, "where the model, latents and bundle go (removed at the end unless --keep)", "results directory")
-    ap.add_argument("--res", default="480p,720p", help="resolutions, comma-separated: 480p, 720p")
+    ap.add_argument("--vae", default="wan2.1", choices=sorted(VAES), help="the VAE (default wan2.1)")
+    ap.add_argument("--res", help="resolutions, comma-separated: 480p, 720p (wan2.1, the default both), 704p (wan2.2), 1024px (flux)")
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=1, help="latent frames a decoder forward takes (ditrun decode); 0: one "
                     "graph over the whole video (ditrun forward)")
@@ -344,9 +408,16 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="check the shapes, folder writer and table without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")
     a = ap.parse_args()
+    global V
+    V = VAES[a.vae]
+    a.res = a.res or ",".join(V["res"])
     for r in a.res.split(","):
-        if r not in RESOLUTIONS:
-            ap.error(f"--res {r}: expected one of {', '.join(RESOLUTIONS)}")
+        if r not in V["res"]:
+            ap.error(f"--res {r}: --vae {a.vae} takes {', '.join(V['res'])}")
+    if not V["frames"]:
+        a.chunk = 0  # an image decodes in one graph
+        if a.budget or a.budget_share:
+            ap.error(f"--budget: --vae {a.vae} decodes an image in one graph (no windows)")
     if a.iters < 1:
         ap.error("--iters: expected at least 1")
     return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"), write_folder=lambda: (

@@ -445,8 +445,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
       if (x->dtype != DIT_BF16 || kk->dtype != DIT_BF16 || V(g, op->in[2])->dtype != DIT_BF16 || y->dtype != DIT_BF16)
         return DIT_ERR(UNIMPLEMENTED, "op attention '%s': the GPU kernel takes bf16 q, k, v and output", y->name);
-      if (hd > DIT_ABI_ATTN_MAX_HD)
-        return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " > %d", y->name, hd, DIT_ABI_ATTN_MAX_HD);
+      /* Above ATTN_MAX_HD the output columns split into blocks of ATTN_SPLIT_DV (see the kernel). */
+      const int split = hd > DIT_ABI_ATTN_MAX_HD;
+      if (hd > DIT_ABI_ATTN_SPLIT_MAX_HD || (split && hd % DIT_ABI_ATTN_SPLIT_DV))
+        return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 ": expected at most %d, or a multiple of %d up to %d", y->name, hd,
+                       DIT_ABI_ATTN_MAX_HD, DIT_ABI_ATTN_SPLIT_DV, DIT_ABI_ATTN_SPLIT_MAX_HD);
       /* A tile schedule (attr tiles): both kernels walk only the listed key tiles. Its query tile is
        * the portable kernel's block and, at head dim 128, the Hopper kernel's work tile. */
       const int tiled = dit_attrs_find(&op->attrs, "tiles") != NULL, biased = dit_attrs_find(&op->attrs, "bias") != NULL;
@@ -470,13 +473,15 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       int64_t dp = (hd + 15) / 16 * 16;
       /* Wide heads (the VAE's one head of 384) take fewer warps and keys a tile (see the kernel). */
       const int wide = hd > DIT_ABI_ATTN_WIDE_HD;
-      if (wide && tiled)
+      if ((wide || split) && tiled)
         return DIT_ERR(UNIMPLEMENTED, "op attention '%s': a tile schedule at head dim %" PRId64 " (tile schedules take head dims up to %d)",
                        y->name, hd, DIT_ABI_ATTN_WIDE_HD);
       const int nw = wide ? DIT_ABI_ATTN_WARPS_WIDE : DIT_ABI_ATTN_WARPS, bk = wide ? DIT_ABI_ATTN_BK_WIDE : DIT_ABI_ATTN_BK;
-      /* A Q tile of 16 rows per warp, and two buffers each of K and V tiles (see the kernel). */
+      /* A Q tile of 16 rows per warp, and two buffers each of K and V tiles (V's of the block's
+       * columns; see the kernel). */
       const int bq = 16 * nw;
-      uint32_t smem = (uint32_t)((bq + 4 * bk) * (dp + 8) * 2);
+      const int64_t dv = split ? DIT_ABI_ATTN_SPLIT_DV : dp, nsplit = dp / dv;
+      uint32_t smem = (uint32_t)(((bq + 2 * bk) * (dp + 8) + 2 * bk * (dv + 8)) * 2);
       if (smem > smem_max)
         return DIT_ERR(UNIMPLEMENTED, "op attention '%s': head dim %" PRId64 " needs %u bytes of shared memory, sm_%s allows %u", y->name, hd,
                        smem, arch, smem_max);
@@ -485,8 +490,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
       if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
       if (biased) dit_strbuf_printf(s, "#define HAS_BIAS 1\n");
-      if (x->dims[0] > 65535 || heads > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
-      set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)heads, (uint32_t)x->dims[0], (uint32_t)(32 * nw), smem);
+      if (x->dims[0] > 65535 || heads * nsplit > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
+      set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)(heads * nsplit), (uint32_t)x->dims[0], (uint32_t)(32 * nw), smem);
       return DIT_OK;
     }
     case DIT_OP_KEY_BOUND: {

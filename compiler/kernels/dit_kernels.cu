@@ -757,10 +757,23 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 #define DP (((HD) + 15) / 16 * 16)
 // Up to ATTN_WIDE_HD a warp keeps its Q fragments in registers; wider heads (the VAE's single
 // head of 384) leave them in shared memory, which also holds fewer warps and keys a tile so the
-// output accumulators fit the registers and the tiles the shared memory.
-#if HD > DIT_ABI_ATTN_MAX_HD
-#error "attention: head dim above ATTN_MAX_HD"
+// output accumulators fit the registers and the tiles the shared memory. Above ATTN_MAX_HD (the
+// Wan2.2 VAE's head of 1024) the output columns split into slices of ATTN_SPLIT_DV, a block each
+// (grid y: head * NSPLIT + slice): every block computes the whole scores and softmax, and P V for
+// its slice of V alone, so its accumulators are a slice's.
+#if HD > DIT_ABI_ATTN_SPLIT_MAX_HD
+#error "attention: head dim above ATTN_SPLIT_MAX_HD"
 #endif
+#if HD > DIT_ABI_ATTN_MAX_HD
+#if HD % DIT_ABI_ATTN_SPLIT_DV
+#error "attention: a split head dim must be a multiple of ATTN_SPLIT_DV"
+#endif
+#define DV DIT_ABI_ATTN_SPLIT_DV
+#else
+#define DV DP
+#endif
+#define NSPLIT (DP / DV)
+#define KSV (DV + 8)  // V tiles hold the block's slice of columns
 #define QREG (HD <= DIT_ABI_ATTN_WIDE_HD)
 #if QREG
 #define NW DIT_ABI_ATTN_WARPS
@@ -776,19 +789,20 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 #error "attention: a tile schedule needs a query block of one tile, whole key blocks per tile and no bound"
 #endif
 
-// Copies rows [r0, r0 + ROWS) of a [rows_total, CH] head slice into a [ROWS][KS] tile.
-template <int ROWS>
-__device__ __forceinline__ void load_rows(bf16_t *dst, const bf16_t *src, int r0, int rows_total, long long CH) {
+// Copies rows [r0, r0 + ROWS) of a [rows_total, CH] head slice, its COLS columns from column c0
+// (COLS = DP: all), into a [ROWS][COLS + 8] tile.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void load_rows(bf16_t *dst, const bf16_t *src, int r0, int rows_total, long long CH, int c0) {
 #if VEC
-  for (int c = threadIdx.x; c < ROWS * (DP / 8); c += 32 * NW) {
-    const int r = c / (DP / 8), d = (c % (DP / 8)) * 8;
-    const bool in = r0 + r < rows_total && d < HD;
-    cp16(&dst[r * KS + d], in ? (const void *)&src[(long long)(r0 + r) * CH + d] : (const void *)src, in ? 16 : 0);
+  for (int c = threadIdx.x; c < ROWS * (COLS / 8); c += 32 * NW) {
+    const int r = c / (COLS / 8), d = (c % (COLS / 8)) * 8;
+    const bool in = r0 + r < rows_total && c0 + d < HD;
+    cp16(&dst[r * (COLS + 8) + d], in ? (const void *)&src[(long long)(r0 + r) * CH + c0 + d] : (const void *)src, in ? 16 : 0);
   }
 #else
-  for (int e = threadIdx.x; e < ROWS * DP; e += 32 * NW) {
-    const int r = e / DP, d = e % DP;
-    dst[r * KS + d] = (r0 + r < rows_total && d < HD) ? src[(long long)(r0 + r) * CH + d] : (bf16_t)0;
+  for (int e = threadIdx.x; e < ROWS * COLS; e += 32 * NW) {
+    const int r = e / COLS, d = e % COLS;
+    dst[r * (COLS + 8) + d] = (r0 + r < rows_total && c0 + d < HD) ? src[(long long)(r0 + r) * CH + c0 + d] : (bf16_t)0;
   }
 #endif
 }
@@ -811,9 +825,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16_t *sQ = (bf16_t *)smem_raw;  // [BQ][KS]
   bf16_t *sK = sQ + BQ * KS;        // [2][BK][KS]
-  bf16_t *sV = sK + 2 * BK * KS;    // [2][BK][KS]
+  bf16_t *sV = sK + 2 * BK * KS;    // [2][BK][KSV]
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int q0 = blockIdx.x * BQ, h = blockIdx.y, b = blockIdx.z;
+  const int q0 = blockIdx.x * BQ, h = blockIdx.y / NSPLIT, c0 = (blockIdx.y % NSPLIT) * DV, b = blockIdx.z;
   const long long CH = (long long)HEADS * HD;
   const bf16_t *qb = q + ((long long)b * SQ) * CH + (long long)h * HD;
   const bf16_t *kb = k + ((long long)b * LK) * CH + (long long)h * HD;
@@ -832,25 +846,25 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #define KEY0(j) ((j) * BK)
 #endif
 
-  load_rows<BQ>(sQ, qb, q0, SQ, CH);
-  load_rows<BK>(sK, kb, KEY0(0), lk, CH);
-  load_rows<BK>(sV, vb, KEY0(0), lk, CH);
+  load_rows<BQ, DP>(sQ, qb, q0, SQ, CH, 0);
+  load_rows<BK, DP>(sK, kb, KEY0(0), lk, CH, 0);
+  load_rows<BK, DV>(sV, vb, KEY0(0), lk, CH, c0);
   cp_commit();
 
 #if QREG
   u32 qa[DP / 16][4];
 #endif
-  float o[DP / 8][4];
+  float o[DV / 8][4];
 #pragma unroll
-  for (int n = 0; n < DP / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int n = 0; n < DV / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m_a = -DIT_INF, m_b = -DIT_INF, l_a = 0.f, l_b = 0.f;  // rows g and g+8
   const float sl2 = SCALE * 1.4426950408889634f;                 // scale * log2(e)
 
   for (int j = 0; j < ntiles; j++) {
     const int buf = j & 1, k0 = KEY0(j);
     if (j + 1 < ntiles) {
-      load_rows<BK>(sK + (buf ^ 1) * BK * KS, kb, KEY0(j + 1), lk, CH);
-      load_rows<BK>(sV + (buf ^ 1) * BK * KS, vb, KEY0(j + 1), lk, CH);
+      load_rows<BK, DP>(sK + (buf ^ 1) * BK * KS, kb, KEY0(j + 1), lk, CH, 0);
+      load_rows<BK, DV>(sV + (buf ^ 1) * BK * KSV, vb, KEY0(j + 1), lk, CH, c0);
       cp_commit();
       cp_wait<1>();
     } else {
@@ -864,7 +878,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
         ldsm_x4(qa[ks], &sQ[(warp * 16 + (lane & 15)) * KS + ks * 16 + (lane >> 4) * 8]);
     }
 #endif
-    const bf16_t *tK = sK + buf * BK * KS, *tV = sV + buf * BK * KS;
+    const bf16_t *tK = sK + buf * BK * KS, *tV = sV + buf * BK * KSV;
     float s[BK / 8][4];
 #if !QREG
     // One Q fragment at a time from shared memory, each against every key column tile.
@@ -942,7 +956,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     l_a = l_a * al_a + ps_a;
     l_b = l_b * al_b + ps_b;
 #pragma unroll
-    for (int n = 0; n < DP / 8; n++) {
+    for (int n = 0; n < DV / 8; n++) {
       o[n][0] *= al_a;
       o[n][1] *= al_a;
       o[n][2] *= al_b;
@@ -957,9 +971,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
       pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-      for (int n = 0; n < DP / 8; n += 2) {
+      for (int n = 0; n < DV / 8; n += 2) {
         u32 bb[4];  // n tiles n and n + 1: lanes 16-31 address the columns 8 further on
-        ldsm_x4_t(bb, &tV[(kk * 16 + (lane & 15)) * KS + n * 8 + (lane >> 4) * 8]);
+        ldsm_x4_t(bb, &tV[(kk * 16 + (lane & 15)) * KSV + n * 8 + (lane >> 4) * 8]);
         mma16816(o[n], pa, bb);
         mma16816(o[n + 1], pa, bb + 2);
       }
@@ -983,8 +997,8 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #endif
   bf16_t *ob = out + ((long long)b * SQ) * CH + (long long)h * HD;
 #pragma unroll
-  for (int n = 0; n < DP / 8; n++) {
-    const int d = n * 8 + t4 * 2;
+  for (int n = 0; n < DV / 8; n++) {
+    const int d = c0 + n * 8 + t4 * 2;
     if (d >= HD) continue;
     if (VEC) {
       if (ra < SQ) *(u32 *)&ob[(long long)ra * CH + d] = pack_bf16(o[n][0] * inv_a, o[n][1] * inv_a);
@@ -999,7 +1013,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
     }
   }
 #if HAS_LSE
-  if (t4 == 0) {
+  if (t4 == 0 && c0 == 0) {
     const float ln2 = 0.6931471805599453f;
     if (ra < SQ) lse[((long long)b * HEADS + h) * SQ + ra] = (m_a + log2f(l_a)) * ln2;
     if (rb < SQ) lse[((long long)b * HEADS + h) * SQ + rb] = (m_b + log2f(l_b)) * ln2;
@@ -1012,7 +1026,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 // the kernel was written for.
 #if defined(DIT_K_ATTENTION)
 #define DIT_KERNEL_THREADS (32 * NW)
-#define DIT_KERNEL_SMEM ((BQ + 4 * BK) * KS * 2)
+#define DIT_KERNEL_SMEM (((BQ + 2 * BK) * KS + 2 * BK * KSV) * 2)
 #else
 #define DIT_KERNEL_THREADS DIT_ABI_BLOCK
 #define DIT_KERNEL_SMEM 0

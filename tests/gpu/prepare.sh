@@ -104,6 +104,10 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   c tests/data/wan_vae_tiny/vae --vae-part encoder --frames 9 --height 32 --width 48
   c tests/data/wan22_vae_enc_tiny/vae --vae-part encoder --frames 9 --height 32 --width 32
   c tests/data/flux_pipeline_tiny --height 64 --width 64 --text-len 16  # its stages too
+  c tests/data/clip_vision_tiny/image_encoder --batch "$(python3 -c "import json; print(json.load(open('tests/data/clip_vision_tiny/meta.json'))['batch'])")"
+  # Image-to-video from a PNG: the Wan2.2 TI2V and Wan2.1-I2V pipelines with their encoder stages.
+  c tests/data/wan22_pipeline_tiny --frames 5 --height 64 --width 64 --text-len 16
+  c tests/data/wan21_i2v_pipeline_tiny --frames 5 --height 32 --width 32 --text-len 512 --image-len 5
   python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 2  # UMT5-XXL (block 1 on: an fp32 residual stream)'s blocks (tests/gpu/run.sh TEXT_ENCODER=1)
   c "$k/umt5" --text-len 512
   rm -rf "$k/umt5"
@@ -135,6 +139,17 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
       c "$k/vae/vae" --frames 81 --height "$h" --width "$w" --vae-chunk 1 --vae-part tail --vae-tiles $t --vae-first
     done
   done
+  # The Wan2.2 VAE at 704x1280, 121 frames, and FLUX.1's at 1024x1024 (bench/vae_decode.py --vae wan2.2|flux): their
+  # folders from diffusers' classes, so only where torch and diffusers import (VAE_TORCH_PATH: their PYTHONPATH).
+  if [ -n "${VAE_TORCH_PATH:-}" ]; then
+    PYTHONPATH=$VAE_TORCH_PATH python3 bench/vae_decode.py --vae wan2.2 --write-folder "$k/vae22" >/dev/null
+    c "$k/vae22/vae" --frames 121 --height 704 --width 1280 --vae-chunk 1
+    c "$k/vae22/vae" --frames 121 --height 704 --width 1280 --vae-chunk 1 --vae-first
+    rm -rf "$k/vae22"
+    PYTHONPATH=$VAE_TORCH_PATH python3 bench/vae_decode.py --vae flux --write-folder "$k/vaef" >/dev/null
+    c "$k/vaef/vae" --height 1024 --width 1024
+    rm -rf "$k/vaef"
+  fi
   for chunk in "" "--vae-chunk 1" "--vae-chunk 1 --vae-first"; do  # run.sh 4e: every op against the CPU reference
     # shellcheck disable=SC2086
     c "$k/vae/vae" --frames 5 --height 64 --width 64 $chunk

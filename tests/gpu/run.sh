@@ -21,7 +21,8 @@
 #      exact, fp8, sta, radial, fp8+sta; forward and 50-step generate against exact; torch.compile, sageattention 1.0.6
 #      and torchao FP8 on diffusers as peers; lossy_<res>.json/.md/.png; LOSSY_BUDGET seconds a call, default 540;
 #      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate),
-#   4d. with VAE=480p|720p (comma-separated; 1: both), the Wan2.1 VAE decode at 81 frames (bench/vae_decode.py: the
+#   4d. with VAE=480p|720p|704p|1024px (comma-separated; 1: 480p and 720p), the Wan2.1 VAE decode at 81 frames (704p:
+#      the Wan2.2 VAE's at 121 frames of 704x1280; 1024px: FLUX.1's of one 1024x1024 image) (bench/vae_decode.py: the
 #      compiled vae/ stage against diffusers' AutoencoderKLWan.decode in bf16, random weights at the published config:
 #      time, peak memory, PSNR and cosine; vae_decode_<res>.json/.md; VAE_TIMEOUT seconds a resolution, default 600;
 #      VAE_FLAGS passes options such as --budget-share 0.33: also the decoder split into windows under that share of
@@ -371,7 +372,7 @@ fi
 fi
 
 if [ -z "${SKIP_CHECKS:-}" ] && sec stages; then
-step "1s. pipeline stages (tiny): the UMT5 encoder, Wan2.1-I2V's CLIP image encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt"
+step "1s. pipeline stages (tiny): the UMT5 encoder, Wan2.1-I2V's CLIP image encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt; Wan2.2 TI2V and Wan2.1-I2V from a prompt and a PNG"
 d=tests/data/umt5_tiny
 read -r L B < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['text_len'], m['batch'])")
 te=$("$BIN/ditc" compile "$d/text_encoder" --text-len "$L" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -431,6 +432,26 @@ for tgt in sm_90 cpu; do
 done
 check "$BIN/st_compare" "$W/flux_lat_sm_90.safetensors" "$W/flux_lat_cpu.safetensors" latents 1 0.999
 check "$BIN/st_compare" "$W/flux_lat_sm_90.safetensors" "$d/golden.safetensors" latents 1 0.98
+# Image-to-video from a PNG on the GPU (the VAE encoder stage, and Wan2.1-I2V's CLIP image encoder,
+# beside the transformer): the final latents against the same bf16 pipeline on the CPU reference
+# and, loosely, against WanImageToVideoPipeline's fp32.
+for d in tests/data/wan22_pipeline_tiny tests/data/wan21_i2v_pipeline_tiny; do
+  read -r F H Wd L STEPS G S N < <(python3 -c "import json; m=json.load(open('$d/i2v_meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'], m['steps'], m['guidance'], m['shift'], m['image_len'] or 0)")
+  PROMPT=$(python3 -c "import json; print(json.load(open('$d/i2v_meta.json'))['prompt'])")
+  NEG=$(python3 -c "import json; print(json.load(open('$d/i2v_meta.json'))['negative_prompt'])")
+  n=$(basename "$d")
+  for tgt in sm_90 cpu; do
+    # shellcheck disable=SC2046
+    line=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$Wd" --text-len "$L" $( [ "$N" != 0 ] && echo --image-len "$N" ) \
+      --dtype bf16 --target $tgt -o "$W/i2v_$tgt" 2>/dev/null | tail -n1)
+    rm -f "$W/${n}_lat_$tgt.safetensors"
+    check "$BIN/ditrun" generate "${line##* }" --prompt "$PROMPT" --negative-prompt "$NEG" --image "$d/i2v_image.png" \
+      --init-latents "$d/i2v_golden.safetensors" --steps "$STEPS" --guidance "$G" --shift "$S" --sampler unipc \
+      --out "$W/${n}_frames_$tgt.safetensors" --out-latents "$W/${n}_lat_$tgt.safetensors"
+  done
+  check "$BIN/st_compare" "$W/${n}_lat_sm_90.safetensors" "$W/${n}_lat_cpu.safetensors" latents 1 0.999
+  check "$BIN/st_compare" "$W/${n}_lat_sm_90.safetensors" "$d/i2v_golden.safetensors" latents 1 0.98
+done
 fi
 
 if [ -z "${NO_13B:-}" ]; then
@@ -515,15 +536,19 @@ if [ -n "${LOSSY:-}" ] && [ -z "${NO_13B:-}" ]; then
   done
 fi
 if [ -n "${VAE:-}" ]; then
-  step "4d. Wan2.1 VAE decode, 81 frames: the compiled stage against diffusers' AutoencoderKLWan.decode (bf16)"
+  step "4d. VAE decodes: the compiled stage against diffusers' decode (bf16): Wan2.1's at 81 frames (480p, 720p), Wan2.2's at 121 frames of 704x1280 (704p), FLUX.1's at 1024x1024 (1024px)"
   # One call a resolution, each under its timeout; a side that cannot run gets a row saying why.
   for res in $([ "$VAE" = 1 ] && echo 480p 720p || echo "$VAE" | tr , ' '); do
-    timeout "${VAE_TIMEOUT:-600}" python3 bench/vae_decode.py --res "$res" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
-      --work "$W/vae_$res" --out "$OUT" --keep ${VAE_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
+    vae=$(case $res in 704p) echo wan2.2 ;; 1024px) echo flux ;; *) echo wan2.1 ;; esac)
+    # shellcheck disable=SC2046
+    timeout "${VAE_TIMEOUT:-600}" python3 bench/vae_decode.py --vae "$vae" --res "$res" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
+      --work "$W/vae_$res" --out "$OUT" --keep $([ "$vae" = wan2.1 ] && echo ${VAE_FLAGS:-}) 2>&1 | grep -v Warning | tee "$OUT/bench_vae_decode_$res.txt"
     check test "${PIPESTATUS[0]}" = 0
   done
+  d=$(ls -d "$W"/vae_480p/pipeline/vae "$W"/vae_720p/pipeline/vae 2>/dev/null | head -n1)  # the Wan2.1 folder the decode above saved
+fi
+if [ -n "${VAE:-}" ] && [ -n "$d" ]; then
   step "4d2. the Wan2.1 VAE decoder at its published widths, 5 frames at 64x64: every op on the GPU against the CPU reference, whole and in chunks"
-  d=$(ls -d "$W"/vae_*/pipeline/vae | head -n1)  # the random-weight folder the decode above saved
   python3 -c "import torch, sys; from safetensors.torch import save_file; save_file({'latents': torch.randn(1, 16, 2, 8, 8, generator=torch.Generator().manual_seed(3))}, sys.argv[1])" "$W/vae_cmp.safetensors"
   for chunk in "" "--vae-chunk 1" "--vae-chunk 1 --vae-first"; do
     # shellcheck disable=SC2086

@@ -353,6 +353,28 @@ static void test_vae_shapes(dit_cuda_codegen_t *cg, const char *target) {
     CHECK_EQ_INT(check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS_WIDE, (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK_WIDE) * (384 + 8) * 2), 0),
                  (sq + bq - 1) / bq);
   }
+  /* The Wan2.2 VAE's head of 1024 (704x1280: 44 x 80 latent pixels a frame): its output columns
+   * in four blocks of 256, each with the whole scores; 1000 is refused (not a multiple of 256). */
+  const int64_t sq = 44 * 80;
+  dit_vid_t q = in3(g, "vae22.q", DIT_BF16, 31, sq, 1024), qkv[3] = {q, q, q};
+  dit_attrs_t at = {0};
+  dit_attrs_set_int(&at, "heads", 1);
+  dit_attrs_set_float(&at, "scale", 0.03125);
+  dit_graph_op(g, DIT_OP_ATTENTION, qkv, 3, &at, DIT_BF16, "vae22.attn");
+  const int bq = 16 * DIT_ABI_ATTN_WARPS_WIDE, bk = DIT_ABI_ATTN_BK_WIDE, dv = DIT_ABI_ATTN_SPLIT_DV;
+  dit_plan_kernel_t k;
+  char what[96];
+  snprintf(what, sizeof what, "VAE attention hd 1024 over %lld pixels on %s", (long long)sq, target);
+  CHECK_EQ_INT(check_op_k(cg, g, what, 32 * DIT_ABI_ATTN_WARPS_WIDE, (uint32_t)(((bq + 2 * bk) * (1024 + 8) + 2 * bk * (dv + 8)) * 2), 0, &k),
+               (sq + bq - 1) / bq);
+  CHECK_EQ_INT(k.grid[1], 1024 / dv);
+  dit_vid_t r = in3(g, "vae22.r", DIT_BF16, 1, 64, 1000), rrr[3] = {r, r, r};
+  dit_graph_op(g, DIT_OP_ATTENTION, rrr, 3, &at, DIT_BF16, "vae22.attn1000");
+  int has = 0;
+  dit_cuda_module_t m;
+  memset(&m, 0, sizeof m);
+  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+            "head dim 1000: expected at most 512, or a multiple of 256 up to 1024");
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }
@@ -751,7 +773,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
       dit_plan_kernel_t k;
       dit_cuda_module_t m;
       CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-                "op attention 'att_wide': head dim 520 > 512");
+                "op attention 'att_wide': head dim 520: expected at most 512, or a multiple of 256 up to 1024");
     }
   }
   if (!sm90) {
