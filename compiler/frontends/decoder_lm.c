@@ -158,8 +158,9 @@ static dit_status_t lm_rope(const lm_kind_t *k, const char *m_class, const dit_j
       DIT_RETURN_IF(dit_json_get(&r, type_keys[t], &v));
       rt = cJSON_GetStringValue(v.v);
       if (!one_of(rt, k->rope_types, 2))
-        return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED, "rotary type \"%s\": only %s's unscaled rotary embedding (\"%s\") is supported",
-                              rt ? rt : "", m_class, k->rope_types[0]);
+        return dit_json_error(&v, DIT_CODE_UNIMPLEMENTED,
+                              "rotary type \"%s\": only %s's unscaled rotary embedding (\"%s\") is supported", rt ? rt : "",
+                              m_class, k->rope_types[0]);
     }
     if (dit_json_has(&r, "rope_theta")) DIT_RETURN_IF(dit_json_num(&r, "rope_theta", 1, 1e12, &c->rope_theta));
     if (dit_json_has(&r, "mrope_section")) {
@@ -169,7 +170,8 @@ static dit_status_t lm_rope(const lm_kind_t *k, const char *m_class, const dit_j
       DIT_RETURN_IF(dit_json_as_int_array(&v, 3, 0, 1 << 20, sec, &n));
       const int64_t sum = n == 3 ? sec[0] + sec[1] + sec[2] : -1;
       if (sum != c->head_dim / 2)
-        return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected three sections summing to head_dim / 2 = %" PRId64, c->head_dim / 2);
+        return dit_json_error(&v, DIT_CODE_INVALID_ARGUMENT, "expected three sections summing to head_dim / 2 = %" PRId64,
+                              c->head_dim / 2);
     }
   }
   return DIT_OK;
@@ -181,8 +183,8 @@ static dit_status_t lm_parse_config(dit_model_t *m, const dit_json_t *raw) {
    * older configs repeat them at the top level, which transformers then reads from text_config). */
   dit_json_t src = *raw;
   if (k == &kQwen && dit_json_has(raw, "text_config")) DIT_RETURN_IF(dit_json_object(raw, "text_config", &src));
-  DIT_RETURN_IF(dit_config_read_ignoring(kLmFields, sizeof kLmFields / sizeof kLmFields[0], k->defaults, m->model_class, kLmIgnored,
-                                         &src, &m->config));
+  DIT_RETURN_IF(dit_config_read_ignoring(kLmFields, sizeof kLmFields / sizeof kLmFields[0], k->defaults, m->model_class,
+                                         kLmIgnored, &src, &m->config));
   const cJSON *cfg = m->config;
   dit_decoder_lm_config_t *c = &m->decoder_lm;
   memset(c, 0, sizeof *c);
@@ -203,21 +205,24 @@ static dit_status_t lm_parse_config(dit_model_t *m, const dit_json_t *raw) {
   if (strcmp(act, "silu"))
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'hidden_act' = \"%s\": only \"silu\" (the SwiGLU MLP) is supported", what, act);
   if (c->hidden % c->heads)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'hidden_size' = %" PRId64 " is not a multiple of num_attention_heads = %" PRId64, what,
-                   c->hidden, c->heads);
+    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'hidden_size' = %" PRId64 " is not a multiple of num_attention_heads = %" PRId64,
+                   what, c->hidden, c->heads);
   /* Qwen2.5-VL's attention uses hidden_size / heads whatever head_dim says; Llama's head_dim is its own. */
   c->head_dim = dit_config_int(cfg, "head_dim");
   if (!c->head_dim || k == &kQwen) {
     if (c->head_dim && c->head_dim != c->hidden / c->heads)
-      return DIT_ERR(INVALID_ARGUMENT, "%s: field 'head_dim' = %" PRId64 ": %s's attention heads are hidden_size / num_attention_heads = %" PRId64,
+      return DIT_ERR(INVALID_ARGUMENT,
+                     "%s: field 'head_dim' = %" PRId64 ": %s's attention heads are hidden_size / num_attention_heads = %" PRId64,
                      what, c->head_dim, m->model_class, c->hidden / c->heads);
     c->head_dim = c->hidden / c->heads;
   }
   if (c->head_dim % 2)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: head_dim %" PRId64 " is odd: rotary embeddings rotate pairs of features", what, c->head_dim);
+    return DIT_ERR(INVALID_ARGUMENT, "%s: head_dim %" PRId64 " is odd: rotary embeddings rotate pairs of features", what,
+                   c->head_dim);
   if (c->heads % c->kv_heads)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'num_attention_heads' = %" PRId64 " is not a multiple of num_key_value_heads = %" PRId64,
-                   what, c->heads, c->kv_heads);
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "%s: field 'num_attention_heads' = %" PRId64 " is not a multiple of num_key_value_heads = %" PRId64, what, c->heads,
+                   c->kv_heads);
   if (dit_config_bool(cfg, "use_sliding_window"))
     return DIT_ERR(UNIMPLEMENTED, "%s: field 'use_sliding_window' = true: only full causal attention is supported", what);
   if (dit_config_bool(cfg, "mlp_bias"))
@@ -250,7 +255,8 @@ static dit_status_t lm_parse_config(dit_model_t *m, const dit_json_t *raw) {
   /* hidden_states[index]: entry n + 1 + index, the output of that many layers; the last entry normed. */
   const int64_t entry = c->layers + 1 + k->hidden_index;
   if (entry < 0)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'num_hidden_layers' = %" PRId64 ": %s takes hidden_states[%" PRId64 "], which needs at least %" PRId64
+    return DIT_ERR(INVALID_ARGUMENT,
+                   "%s: field 'num_hidden_layers' = %" PRId64 ": %s takes hidden_states[%" PRId64 "], which needs at least %" PRId64
                    " layers", what, c->layers, k->pipeline, k->hidden_index, -1 - k->hidden_index);
   c->run_layers = entry;
   c->final_norm = entry == c->layers;
@@ -299,7 +305,8 @@ static const char *const kLlamaExtraTensors[] = {"rotary_emb.inv_freq", NULL};
 
 /* x @ key.weight^T (+ key.bias when bias), the weight given (a reordered constant) or the
  * checkpoint's (w < 0). */
-static dit_vid_t lm_linear(dit_blocks_t *b, dit_vid_t x, dit_vid_t w, dit_vid_t bias, const char *key, dit_dtype_t dt, const char *name) {
+static dit_vid_t lm_linear(dit_blocks_t *b, dit_vid_t x, dit_vid_t w, dit_vid_t bias, const char *key, dit_dtype_t dt,
+                           const char *name) {
   dit_vid_t ins[3] = {x, w >= 0 ? w : dit_blocks_weight(b, "%s.weight", key), bias};
   return dit_graph_op(dit_blocks_graph(b), DIT_OP_LINEAR, ins, bias >= 0 ? 3 : 2, NULL, dt, name);
 }
@@ -326,7 +333,8 @@ static dit_vid_t lm_rotated(dit_blocks_t *b, dit_vid_t x, const char *key, int b
 
 /* Key/value heads x [B, L, kv * Dh] repeated for the query heads: [B, L, kv * rep * Dh], kv head g
  * at heads g * rep .. g * rep + rep - 1 (transformers' repeat_kv), built by doubling concatenations. */
-static dit_vid_t lm_repeat_kv(dit_blocks_t *b, dit_vid_t x, int64_t B, int64_t L, int64_t kv, int64_t rep, int64_t Dh, const char *name) {
+static dit_vid_t lm_repeat_kv(dit_blocks_t *b, dit_vid_t x, int64_t B, int64_t L, int64_t kv, int64_t rep, int64_t Dh,
+                              const char *name) {
   if (rep == 1) return x;
   char n[160];
   const int64_t one[5] = {B, L, kv, 1, Dh}, all[3] = {B, L, kv * rep * Dh};
@@ -440,12 +448,14 @@ static dit_vid_t lm_layer(dit_blocks_t *b, const dit_decoder_lm_config_t *c, con
 
 static dit_status_t lm_build_graph(const dit_model_t *m, const dit_shape_request_t *req, dit_graph_t **out) {
   const dit_decoder_lm_config_t *c = &m->decoder_lm;
-  if ((req->tp > 1) || (req->cp > 1) || req->sp) return DIT_ERR(UNIMPLEMENTED, "--tp/--cp/--sp: %s compiles for one rank", m->model_class);
+  if ((req->tp > 1) || (req->cp > 1) || req->sp)
+    return DIT_ERR(UNIMPLEMENTED, "--tp/--cp/--sp: %s compiles for one rank", m->model_class);
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, H = c->heads, Dh = c->head_dim;
   if (L > 16384)
-    return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": the causal mask of %s is [L, L, heads]: at most 16384", L, m->model_class);
+    return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": the causal mask of %s is [L, L, heads]: at most 16384", L,
+                   m->model_class);
   const dit_dtype_t dt = req->dtype;
   float *table, *causal;
   int64_t *rows;

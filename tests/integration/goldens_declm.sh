@@ -54,7 +54,8 @@ h.pop("__metadata__", None)
 j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + body)
 PY
-  expect_fail "input 'attention_mask': batch item 0 has a nonzero at position 1 after a zero at 0" "$BIN/ditrun" forward "$one" --inputs "$T/holes.safetensors" --out "$T/x.safetensors"
+  expect_fail "input 'attention_mask': batch item 0 has a nonzero at position 1 after a zero at 0" "$BIN/ditrun" forward "$one" \
+    --inputs "$T/holes.safetensors" --out "$T/x.safetensors"
 
   # bf16 stays near fp32; the same folder compiles for sm_90.
   b16=$("$BIN/ditc" compile "$te" --text-len "$L" --batch "$B" --dtype bf16 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
