@@ -790,9 +790,8 @@ dit_vid_t dit_blocks_weight_rows(dit_blocks_t *b, const char *key, const int64_t
   int ok = t && t->rank >= 1 && n >= 1;
   for (int64_t o = 0; ok && o < n; o++) ok = rows[o] >= 0 && rows[o] < t->dims[0];
   if (!ok) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
-  int64_t dims[DIT_MAX_RANK], per = 1;
-  for (int d = 0; d < t->rank; d++) per *= d ? (dims[d] = t->dims[d]) : 1;
-  dims[0] = n;
+  int64_t dims[DIT_MAX_RANK] = {n}, per = 1; /* elements per row */
+  for (int d = 1; d < t->rank; d++) per *= dims[d] = t->dims[d];
   const size_t esz = (size_t)t->nbytes / (size_t)t->dims[0], count = (size_t)(n * per);
   void *raw = malloc((size_t)n * esz), *out = malloc(count * dit_dtype_size(b->o.dtype));
   float *f = malloc(sizeof(float) * count);
