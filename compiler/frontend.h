@@ -141,6 +141,15 @@ typedef struct dit_clip_config {
   int64_t eos; /* the pooled token: -1, the first position of the largest id (eos_token_id 2), else this id's */
   int64_t channels, image, patch; /* the vision model: num_channels, image_size, patch_size */
 } dit_clip_config_t;
+/* A decoder-only language model's config as a pipeline's text encoder runs it (transformers'
+ * Qwen2.5-VL text config, LlamaConfig), typed, with the hidden state the pipeline takes. */
+typedef struct dit_decoder_lm_config {
+  int64_t vocab, hidden, intermediate, layers, heads, kv_heads, head_dim;
+  double eps, rope_theta;
+  int qkv_bias, o_bias;  /* q/k/v projections' biases (Qwen2; Llama's attention_bias), o_proj's (Llama's) */
+  int64_t run_layers;    /* the selected hidden state is the output of the first run_layers layers */
+  int final_norm;        /* ... after the final norm (hidden_states[-1]) */
+} dit_decoder_lm_config_t;
 /* AutoencoderKL's config as its decoder stage reads it (FLUX.1's VAE), typed. */
 #define DIT_KL_VAE_LEVELS 4
 typedef struct dit_kl_vae_config {
@@ -203,6 +212,7 @@ typedef struct dit_model {
   dit_qwen_config_t qwen;
   dit_umt5_config_t umt5;
   dit_clip_config_t clip;
+  dit_decoder_lm_config_t decoder_lm;
   dit_wan_vae_config_t wan_vae;
   dit_kl_vae_config_t kl_vae;
 } dit_model_t;

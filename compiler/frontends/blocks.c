@@ -785,19 +785,22 @@ dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, i
   return id >= 0 ? id : dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
 }
 
-dit_vid_t dit_blocks_vector_rows(dit_blocks_t *b, const char *key, const int64_t *rows, int64_t n, const char *name) {
+dit_vid_t dit_blocks_weight_rows(dit_blocks_t *b, const char *key, const int64_t *rows, int64_t n, const char *name) {
   const dit_st_tensor_t *t = dit_safetensors_find(b->weights, key);
-  int ok = t && t->rank == 1;
+  int ok = t && t->rank >= 1 && n >= 1;
   for (int64_t o = 0; ok && o < n; o++) ok = rows[o] >= 0 && rows[o] < t->dims[0];
   if (!ok) return dit_graph_weight(b->g, key, DIT_F32, -1, NULL);
-  const size_t esz = t->nbytes / (size_t)t->dims[0];
-  void *raw = malloc((size_t)n * esz), *out = malloc((size_t)n * dit_dtype_size(b->o.dtype));
-  float *f = malloc(sizeof(float) * (size_t)n);
+  int64_t dims[DIT_MAX_RANK] = {n}, per = 1; /* elements per row */
+  for (int d = 1; d < t->rank; d++) per *= dims[d] = t->dims[d];
+  const size_t esz = (size_t)t->nbytes / (size_t)t->dims[0], count = (size_t)(n * per);
+  void *raw = malloc((size_t)n * esz), *out = malloc(count * dit_dtype_size(b->o.dtype));
+  float *f = malloc(sizeof(float) * count);
   dit_vid_t id = -1;
   if (raw && out && f) {
+    /* Checkpoint tensors need not be aligned: copied before conversion. */
     for (int64_t o = 0; o < n; o++) memcpy((char *)raw + (size_t)o * esz, (const char *)t->data + (size_t)rows[o] * esz, esz);
-    if (!dit_convert(f, DIT_F32, raw, t->dtype, (size_t)n) && !dit_convert(out, b->o.dtype, f, DIT_F32, (size_t)n))
-      id = dit_graph_constant(b->g, name, b->o.dtype, 1, &n, out);
+    if (!dit_convert(f, DIT_F32, raw, t->dtype, count) && !dit_convert(out, b->o.dtype, f, DIT_F32, count))
+      id = dit_graph_constant(b->g, name, b->o.dtype, t->rank, dims, out);
   }
   free(raw);
   free(out);
@@ -820,7 +823,7 @@ dit_vid_t dit_blocks_conv_rows(dit_blocks_t *b, dit_vid_t x, const char *prefix,
   if (rows) {
     snprintf(kb, sizeof kb, "%s.bias", prefix);
     snprintf(c, sizeof c, "%s.bias.reordered", prefix);
-    ins[2] = dit_blocks_vector_rows(b, kb, rows, n, c);
+    ins[2] = dit_blocks_weight_rows(b, kb, rows, n, c);
   } else {
     ins[2] = dit_blocks_weight(b, "%s.bias", prefix);
   }

@@ -260,8 +260,9 @@ dit_vid_t dit_blocks_unpatchify_channels_first_affine(dit_blocks_t *b, dit_vid_t
  * builder's dtype (converted once, as the weights writer converts a checkpoint weight). */
 dit_vid_t dit_blocks_conv_weight(dit_blocks_t *b, const char *key, int64_t o0, int64_t n, const int64_t *rows, const char *name);
 
-/* Entries rows[0..n) of checkpoint vector key: a graph constant named name, in the builder's dtype. */
-dit_vid_t dit_blocks_vector_rows(dit_blocks_t *b, const char *key, const int64_t *rows, int64_t n, const char *name);
+/* Rows rows[0..n) (along dim 0) of checkpoint tensor key: a vector's entries, a linear weight's
+ * output features reordered; a graph constant named name, in the builder's dtype. */
+dit_vid_t dit_blocks_weight_rows(dit_blocks_t *b, const char *key, const int64_t *rows, int64_t n, const char *name);
 /* The checkpoint convolution at prefix (prefix.weight made channel-last, prefix.bias) over
  * channel-last x [B, F, H, W, C], stride 1, pad_t zero frames before the first and pad_s pixels
  * on every side; written in the builder's dtype. */

@@ -87,6 +87,8 @@ extern const dit_family_t dit_family_wan_vae;
 extern const dit_family_t dit_family_kl_vae;
 extern const dit_family_t dit_family_clip_text;
 extern const dit_family_t dit_family_clip_vision;
+extern const dit_family_t dit_family_qwen25vl_text;
+extern const dit_family_t dit_family_llama_text;
 
 /* ---- shared hooks of the stage families ---- */
 

@@ -1265,6 +1265,66 @@ static void test_clip_vision_config(void) {
             "CLIPVisionModel, CLIPVisionModelWithProjection");
 }
 
+/* The decoder-only text encoders: LlamaModel (HunyuanVideo's) with LlamaConfig's defaults and the
+ * published llava-llama-3-8b's fields, Qwen2_5_VLForConditionalGeneration (Qwen-Image's) in the
+ * older layout (the language model's fields at the top level, rope_scaling "mrope"), and the hidden
+ * state each pipeline takes: how many layers are built and whether the final norm is. */
+static void test_decoder_lm_config(void) {
+  dit_model_t m;
+  CHECK_OK(encoder_config("LlamaModel", "", &m));
+  CHECK(!strcmp(m.family, "llama_text"));
+  CHECK_EQ_INT(m.decoder_lm.kv_heads, 32); /* num_key_value_heads null: one per query head */
+  CHECK_EQ_INT(m.decoder_lm.head_dim, 128);
+  CHECK_EQ_INT(m.decoder_lm.run_layers, 30); /* hidden_states[-3] of 32 layers */
+  CHECK_EQ_INT(m.decoder_lm.final_norm, 0);
+  CHECK(m.decoder_lm.rope_theta == 10000.0);
+  CHECK_OK(encoder_config("LlamaModel",
+                          "\"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, "
+                          "\"num_key_value_heads\": 8, \"rope_theta\": 500000.0, \"rope_scaling\": null, \"vocab_size\": 128320, "
+                          "\"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-5, \"pretraining_tp\": 1, \"model_type\": \"llama\", "
+                          "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"torch_dtype\": \"float16\"",
+                          &m));
+  CHECK_EQ_INT(m.decoder_lm.kv_heads, 8);
+  CHECK_EQ_INT(m.decoder_lm.vocab, 128320);
+  CHECK_EQ_INT(m.decoder_lm.qkv_bias, 0);
+  CHECK(m.decoder_lm.rope_theta == 500000.0);
+  CHECK_OK(encoder_config("LlamaModel", "\"head_dim\": 64, \"attention_bias\": true", &m));
+  CHECK_EQ_INT(m.decoder_lm.head_dim, 64); /* Llama's own: q_proj has heads * head_dim outputs */
+  CHECK_EQ_INT(m.decoder_lm.qkv_bias, 1);
+  CHECK_EQ_INT(m.decoder_lm.o_bias, 1);
+  static const char kQwen[] =
+      "\"hidden_size\": 3584, \"intermediate_size\": 18944, \"num_hidden_layers\": 28, \"num_attention_heads\": 28, "
+      "\"num_key_value_heads\": 4, \"rope_theta\": 1000000.0, \"sliding_window\": 32768, \"use_sliding_window\": false, "
+      "\"max_window_layers\": 28, \"model_type\": \"qwen2_5_vl\", \"image_token_id\": 151655, \"vision_config\": {\"depth\": 32}, "
+      "\"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 24]}";
+  CHECK_OK(encoder_config("Qwen2_5_VLForConditionalGeneration", kQwen, &m));
+  CHECK(!strcmp(m.family, "qwen2_5_vl_text"));
+  CHECK_EQ_INT(m.decoder_lm.head_dim, 128);
+  CHECK_EQ_INT(m.decoder_lm.kv_heads, 4);
+  CHECK_EQ_INT(m.decoder_lm.qkv_bias, 1);
+  CHECK_EQ_INT(m.decoder_lm.o_bias, 0);
+  CHECK_EQ_INT(m.decoder_lm.run_layers, 28); /* hidden_states[-1]: every layer, then the norm */
+  CHECK_EQ_INT(m.decoder_lm.final_norm, 1);
+  CHECK(m.decoder_lm.rope_theta == 1000000.0);
+  CHECK_ERR(encoder_config("Qwen2_5_VLForConditionalGeneration",
+                           "\"hidden_size\": 3584, \"num_attention_heads\": 28, \"num_key_value_heads\": 4, "
+                           "\"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [16, 24, 16]}",
+                           &m),
+            INVALID_ARGUMENT, "expected three sections summing to head_dim / 2 = 64");
+  CHECK_ERR(encoder_config("Qwen2_5_VLForConditionalGeneration", "\"text_config\": {\"layer_types\": [\"sliding_attention\"]}", &m),
+            UNIMPLEMENTED, "layer type \"sliding_attention\": only \"full_attention\" is supported");
+  CHECK_ERR(encoder_config("LlamaModel", "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}", &m), UNIMPLEMENTED,
+            "rotary type \"dynamic\": only LlamaModel's unscaled rotary embedding (\"default\") is supported");
+  CHECK_ERR(encoder_config("LlamaModel", "\"num_hidden_layers\": 1", &m), INVALID_ARGUMENT,
+            "HunyuanVideoPipeline takes hidden_states[-3], which needs at least 2 layers");
+  CHECK_ERR(encoder_config("LlamaModel", "\"d_model\": 8", &m), UNIMPLEMENTED, "field 'd_model': not a LlamaModel option this build knows");
+  /* A text encoder's shape is tokens alone. */
+  CHECK_OK(encoder_config("LlamaModel", "", &m));
+  dit_shape_request_t r = {.batch = 1, .frames = 5, .height = -1, .width = -1, .text_len = 256, .dtype = DIT_F32};
+  dit_latent_shape_t ls;
+  CHECK_ERR(dit_model_latent_shape(&m, &r, &ls), INVALID_ARGUMENT, "--frames 5: LlamaModel is a text encoder");
+}
+
 int main(void) {
   const char *data = getenv("DIT_TEST_DATA");
   snprintf(g_model, sizeof g_model, "%s/wan_tiny_a/model", data ? data : "data");
@@ -1277,6 +1337,7 @@ int main(void) {
   test_umt5_config(data ? data : "data");
   test_t5_config();
   test_clip_vision_config();
+  test_decoder_lm_config();
   test_pipeline_index();
   test_two_experts();
   test_boundary_ratio();
