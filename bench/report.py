@@ -658,6 +658,21 @@ def render_stages(res):
                      f"{tl['window']} latent columns (halo {tl['halo']}, exact), {tl['ms'] / 1000:.2f} s and {tl['peak_gib']:.2f} GiB, "
                      f"{t['ms'] / tl['ms']:.2f}x faster than diffusers at {tl['peak_gib'] / t['peak_gib']:.2f} of its peak; PSNR "
                      f"{tq['psnr_db']:.1f} dB, cosine {tq['cosine']:.6f} ({src(rel, d)})")
+    for rel, name, what in (("vae_decode_wan2.2_704p.json", "Wan2.2 VAE (TI2V-5B's)", "AutoencoderKLWan"),
+                            ("vae_decode_flux_1024px.json", "FLUX.1 VAE", "AutoencoderKL")):
+        if not os.path.exists(os.path.join(res.dir, rel)):
+            continue
+        d = measured(res, rel)
+        o, t, q = need(d, "ditrun", rel), need(d, "diffusers", rel), need(d, "parity", rel)
+        if d["frames"]:  # the Wan2.2 VAE: 16 pixels a latent pixel
+            shape = f"{d['frames']} frames at {d['latents'][4] * 16}x{d['latents'][3] * 16}"
+        else:  # FLUX.1's packed latents: 2x2 latent pixels of 8x8 a token
+            side = int(round(d["latents"][1] ** 0.5)) * 16
+            shape = f"one {side}x{side} image"
+        L.append(f"- {name} decode ({shape}, bf16, random weights at the published config, {d.get('device', 'GPU')}): the "
+                 f"compiled stage {o['ms'] / 1000:.2f} s and {o['peak_gib']:.1f} GiB, diffusers' {what}.decode {t['ms'] / 1000:.2f} s "
+                 f"and {t['peak_gib']:.1f} GiB ({t['ms'] / o['ms']:.2f}x); PSNR {q['psnr_db']:.1f} dB, cosine {q['cosine']:.6f} "
+                 f"({src(rel, d)})")
     rel = "umt5_encode.json"
     if os.path.exists(os.path.join(res.dir, rel)):
         d = measured(res, rel)
