@@ -185,6 +185,14 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
     if (st->argument[0] && m->schema_minor < DIT_SCHEMA_MINOR_FEEDS)
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: argument needs schema minor >= %d, found %d", i, DIT_SCHEMA_MINOR_FEEDS,
                      m->schema_minor);
+    if (!FIXED_OK(st->prompt_template) || !FIXED_OK(st->mask_argument))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: string field not terminated", i);
+    if (st->padding < 0 || st->padding > DIT_PADDING_MASKED || st->drop < 0)
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: padding %d or drop %lld out of range", i, st->padding, (long long)st->drop);
+    if ((st->prompt_template[0] || st->drop || st->mask_argument[0] || st->padding == DIT_PADDING_MASKED) &&
+        (!st->argument[0] || m->schema_minor < DIT_SCHEMA_MINOR_IMAGE))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: a template, drop, mask argument or masked padding needs an argument and "
+                     "schema minor >= %d, found %d", i, DIT_SCHEMA_MINOR_IMAGE, m->schema_minor);
     if (st->argument[0] && (!st->output[0] || strncmp(st->role, "text_encoder", 12)))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: argument %s: %s", i, st->argument,
                      st->output[0] ? "only a text encoder stage makes a generate argument" : "no output named");
@@ -196,7 +204,10 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
     if (st->argument[0]) {
       jw_kstr(w, "argument", st->argument);
       jw_kstr(w, "output", st->output);
-      jw_kstr(w, "padding", st->attended ? "attended" : "zeroed");
+      jw_kstr(w, "padding", dit_padding_names[st->padding]);
+      if (st->prompt_template[0]) jw_kstr(w, "template", st->prompt_template);
+      if (st->drop) jw_ki64(w, "drop", st->drop);
+      if (st->mask_argument[0]) jw_kstr(w, "mask_argument", st->mask_argument);
     }
     jw_close(w, '}');
   }
@@ -1274,21 +1285,41 @@ static dit_status_t parse_stage_feed(const dit_json_t *e, const dit_manifest_t *
   DIT_RETURN_IF(dit_json_str_copy(e, "output", st->output, sizeof st->output, false));
   int k = 0;
   DIT_RETURN_IF(dit_json_enum(e, "padding", paddings, &k));
-  st->attended = k == 1;
+  st->padding = k;
+  const int later = dit_json_has(e, "template") || dit_json_has(e, "drop") || dit_json_has(e, "mask_argument") || k == DIT_PADDING_MASKED;
+  if (later && m->schema_minor < DIT_SCHEMA_MINOR_IMAGE) {
+    pr = at_key(e, k == DIT_PADDING_MASKED ? "padding" : dit_json_has(e, "template") ? "template" : dit_json_has(e, "drop") ? "drop" : "mask_argument");
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_IMAGE, m->schema_major,
+                          m->schema_minor);
+  }
+  if (dit_json_has(e, "template")) {
+    DIT_RETURN_IF(dit_json_str_copy(e, "template", st->prompt_template, sizeof st->prompt_template, false));
+    const char *at = strstr(st->prompt_template, "{}");
+    if (!at || strstr(at + 2, "{}")) {
+      pr = at_key(e, "template");
+      return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "expected one \"{}\" where the prompt goes, found %s", at ? "two" : "none");
+    }
+  }
+  if (dit_json_has(e, "drop")) DIT_RETURN_IF(dit_json_int(e, "drop", 0, 1 << 20, &st->drop));
+  if (dit_json_has(e, "mask_argument")) DIT_RETURN_IF(dit_json_str_copy(e, "mask_argument", st->mask_argument, sizeof st->mask_argument, false));
   pr = at_key(e, "argument");
   for (size_t j = 0; j < i; j++)
-    if (!strcmp(m->stages[j].argument, st->argument))
+    if (!strcmp(m->stages[j].argument, st->argument) || !strcmp(m->stages[j].mask_argument, st->argument) ||
+        (st->mask_argument[0] && (!strcmp(m->stages[j].argument, st->mask_argument) || !strcmp(m->stages[j].mask_argument, st->mask_argument))))
       return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "\"%s\" is made by stages[%zu] too: each argument comes from one stage",
-                            st->argument, j);
+                            st->mask_argument[0] && strcmp(m->stages[j].argument, st->argument) && strcmp(m->stages[j].mask_argument, st->argument)
+                                ? st->mask_argument : st->argument, j);
+  if (st->mask_argument[0] && !strcmp(st->mask_argument, st->argument))
+    return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "\"%s\" is the stage's mask_argument too", st->argument);
   return DIT_OK;
 }
 
 /* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
 static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
-  static const char *const keys[] = {"role", "identity", "family", "class", "argument", "output", "padding", NULL};
+  static const char *const keys[] = {"role", "identity", "family", "class", "argument", "output", "padding", "template", "drop",
+                                     "mask_argument", NULL};
   static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", "text_encoder_2",
                                       "vae_encoder", "vae_encoder_first", "image_encoder", NULL};
-  static const char *const paddings[] = {"zeroed", "attended", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "stages", DIT_MAX_STAGES, &a, &n));
@@ -1320,7 +1351,7 @@ static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
     DIT_RETURN_IF(get_hash(&e, "identity", st->identity));
     DIT_RETURN_IF(dit_json_str_copy(&e, "family", st->family, sizeof st->family, false));
     DIT_RETURN_IF(dit_json_str_copy(&e, "class", st->model_class, sizeof st->model_class, false));
-    DIT_RETURN_IF(parse_stage_feed(&e, m, i, st, paddings));
+    DIT_RETURN_IF(parse_stage_feed(&e, m, i, st, dit_padding_names));
   }
   m->n_stages = n;
   return DIT_OK;
@@ -1479,9 +1510,11 @@ const dit_manifest_rank_t *dit_manifest_expert_rank(const dit_manifest_t *m, con
   return NULL;
 }
 
+const char *const dit_padding_names[] = {"zeroed", "attended", "masked", NULL};
+
 const dit_manifest_stage_t *dit_manifest_stage_for(const dit_manifest_t *m, const char *argument) {
   for (size_t i = 0; m && argument && argument[0] && i < m->n_stages; i++)
-    if (!strcmp(m->stages[i].argument, argument)) return &m->stages[i];
+    if (!strcmp(m->stages[i].argument, argument) || !strcmp(m->stages[i].mask_argument, argument)) return &m->stages[i];
   return NULL;
 }
 

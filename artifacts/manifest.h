@@ -54,7 +54,9 @@
  *               "identity": "<32 hex>",       other stages, each a bundle of its own published
  *               "family": "umt5", "class": "UMT5EncoderModel",   beside this one (or in the
  *               "argument": "<name>", "output": "<name>",        store), at most one per role;
- *               "padding": "zeroed" | "attended"}, ...]          role "vae_decoder_first":
+ *               "padding": "zeroed" | "attended" | "masked",     role "vae_decoder_first":
+ *               "template": "...{}...", "drop": n,
+ *               "mask_argument": "<name>"}, ...]
  *                                             latent frame 0's graph of a VAE decoding in chunks
  *                                             (vae_decoder: the later chunks' or, for an image, the
  *                                             whole decode); "vae_decoder_head" (schema 1.5): the
@@ -78,6 +80,14 @@
  *                                             mask as attention_mask, the rows past the prompt's
  *                                             tokens zeroed), "attended" (FluxPipeline: the text
  *                                             as given, every position attended, every row kept).
+ *                                             "masked" (schema 1.7, HunyuanVideoPipeline: the
+ *                                             tokenizer's mask, every row kept). template, drop,
+ *                                             mask_argument (schema 1.7, optional, with
+ *                                             argument): the prompt goes into the template's
+ *                                             "{}" (and is not cleaned), the output's first drop
+ *                                             rows are the template's and go, and the mask of
+ *                                             the rows kept (the tokenizer's, from drop on) is
+ *                                             the generate argument mask_argument.
  *                                             Without them a text_encoder stage makes
  *                                             prompt_embeds from last_hidden_state, "zeroed"
  * }
@@ -138,8 +148,21 @@ typedef struct dit_manifest_stage {
   char family[32], model_class[64];
   char argument[64];           /* the generate argument a text encoder makes; "": none listed (the defaults) */
   char output[64];             /* the output it takes (with argument) */
-  int attended;                /* padding "attended" (1) or "zeroed" (0), with argument */
+  int padding;                 /* DIT_PADDING_*, with argument */
+  /* Schema 1.7, optional, with argument: the pipeline's prompt template ("{}" where the prompt
+   * goes; "": the prompt alone), the token rows it drops from the front of the output (the
+   * template's), and the generate argument that takes the mask of the rows kept ("": none). */
+  char prompt_template[1024];
+  int64_t drop;
+  char mask_argument[64];
 } dit_manifest_stage_t;
+
+/* How a text encoder stage pads (its "padding"): WanPipeline's "zeroed" (the tokenizer's mask
+ * as attention_mask, rows past the prompt zeroed), FluxPipeline's "attended" (no mask: every
+ * position attended, every row kept), HunyuanVideo's "masked" (the tokenizer's mask, every row
+ * kept as encoded). */
+enum { DIT_PADDING_ZEROED = 0, DIT_PADDING_ATTENDED = 1, DIT_PADDING_MASKED = 2 };
+extern const char *const dit_padding_names[]; /* indexed by DIT_PADDING_*, NULL-terminated */
 
 typedef struct dit_manifest_tensor {
   char *name;

@@ -51,7 +51,9 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
   for (size_t i = 0; i < m->n_stages; i++) {
     const dit_manifest_stage_t *st = &m->stages[i];
     fprintf(f, "stage      %-12s %s (%s, %s)", st->role, st->identity, st->family, st->model_class);
-    if (st->argument[0]) fprintf(f, " -> %s from %s, padding %s", st->argument, st->output, st->attended ? "attended" : "zeroed");
+    if (st->argument[0]) fprintf(f, " -> %s from %s, padding %s", st->argument, st->output, dit_padding_names[st->padding]);
+    if (st->mask_argument[0]) fprintf(f, ", its mask %s", st->mask_argument);
+    if (st->prompt_template[0]) fprintf(f, ", a prompt template whose first %lld tokens go", (long long)st->drop);
     fputc('\n', f);
   }
   for (size_t i = 0; i < m->n_weights; i++)

@@ -160,7 +160,8 @@ static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, co
   int need = o->shape.vae_part == DIT_VAE_HEAD || o->shape.vae_part == DIT_VAE_TAIL ? DIT_SCHEMA_MINOR_TILES : 0;
   if (o->image_processor_dir) need = DIT_SCHEMA_MINOR_IMAGE;
   for (size_t i = 0; i < n_list; i++) {
-    const int r = dit_manifest_stage_minor(list[i].role), f = list[i].argument[0] ? DIT_SCHEMA_MINOR_FEEDS : 0;
+    const int later = list[i].prompt_template[0] || list[i].drop || list[i].mask_argument[0] || list[i].padding == DIT_PADDING_MASKED;
+    const int r = dit_manifest_stage_minor(list[i].role), f = later ? DIT_SCHEMA_MINOR_IMAGE : list[i].argument[0] ? DIT_SCHEMA_MINOR_FEEDS : 0;
     need = r > need ? r : need;
     need = f > need ? f : need;
   }
@@ -287,7 +288,10 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
       if (stages[i].argument[0]) { /* only where listed: the stages of bundles without them keep their identity */
         cJSON_AddStringToObject(e, "argument", stages[i].argument);
         cJSON_AddStringToObject(e, "output", stages[i].output);
-        cJSON_AddStringToObject(e, "padding", stages[i].attended ? "attended" : "zeroed");
+        cJSON_AddStringToObject(e, "padding", dit_padding_names[stages[i].padding]);
+        if (stages[i].prompt_template[0]) cJSON_AddStringToObject(e, "template", stages[i].prompt_template);
+        if (stages[i].drop) cJSON_AddNumberToObject(e, "drop", (double)stages[i].drop);
+        if (stages[i].mask_argument[0]) cJSON_AddStringToObject(e, "mask_argument", stages[i].mask_argument);
       }
       cJSON_AddItemToArray(sj, e);
     }

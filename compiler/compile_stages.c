@@ -129,10 +129,11 @@ static const dit_stage_feed_t *stage_feed(const dit_model_t *m, const char *role
   return NULL;
 }
 
-/* A text stage's token count: --text-len, or its tokenizer's model_max_length where the pipeline
+/* A text stage's token count: --text-len (and the template's rows the pipeline drops after the
+ * encoder), or its tokenizer's model_max_length where the pipeline
  * pads to it (FluxPipeline's CLIP). */
 static dit_status_t stage_text_len(const dit_compile_options_t *o, const dit_stage_feed_t *feed, const char *tok, int64_t *len) {
-  *len = o->shape.text_len;
+  *len = o->shape.text_len + (feed ? feed->drop : 0); /* a template's rows go after the encoder */
   if (!feed || !feed->tokenizer_length) return DIT_OK;
   dit_tokenizer_t *tk = NULL;
   DIT_RETURN_IF_ERROR(dit_tokenizer_open(tok, &tk), "stage %s: its tokenizer %s", feed->role, tok);
@@ -224,7 +225,10 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
     if (feed) {
       snprintf(st->argument, sizeof st->argument, "%s", feed->argument);
       snprintf(st->output, sizeof st->output, "%s", feed->output);
-      st->attended = feed->attended;
+      st->padding = feed->padding;
+      if (feed->prompt_template) snprintf(st->prompt_template, sizeof st->prompt_template, "%s", feed->prompt_template);
+      st->drop = feed->drop;
+      if (feed->mask_argument) snprintf(st->mask_argument, sizeof st->mask_argument, "%s", feed->mask_argument);
     }
     if (text && !dit_is_dir(tok))
       return DIT_ERR(NOT_FOUND, "stage %s: %s: missing (the tokenizer of the prompts the text encoder reads)", kStages[i].folder, tok);

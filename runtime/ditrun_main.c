@@ -695,19 +695,41 @@ static dit_status_t flow_prompt_arguments(const run_args_t *a, const dit_manifes
   }
   const dit_runtime_options_t o = stage_runtime_options(a);
   const int64_t B = m->shape.batch > 0 ? m->shape.batch : 1;
-  for (int neg = 0; neg <= cfg; neg++)
-    for (size_t i = 0; i < gs->n_conditions; i++) {
-      const dit_manifest_stage_t *st = sts[i];
-      char *nm = names[g->n_args];
-      snprintf(nm, 96, "%s%s", neg ? "negative_" : "", gs->conditions[i].argument);
-      args[g->n_args].name = nm;
-      int n = 0;
-      const double t0 = dit_now_s();
-      DIT_RETURN_IF_ERROR(gen_encode_prompt(te[i], st, &o, neg ? a->negative_text : a->text, B, &args[g->n_args].t, &n),
-                          "%s: the %s stage", neg ? "--negative-prompt" : "--prompt", st->role);
-      g->n_args++;
-      fprintf(stderr, "ditrun: %s (%s) %.2f s: %d tokens -> %s\n", st->role, st->model_class, dit_now_s() - t0, n, nm);
-    }
+  /* A stage's mask argument comes from the same encode as its embeddings: those first, then the masks. */
+  for (int neg = 0; neg <= cfg; neg++) {
+    dit_tensor_t masks[DIT_GEN_MAX_CONDITIONS] = {{0}};
+    for (int pass = 0; pass < 2; pass++)
+      for (size_t i = 0; i < gs->n_conditions; i++) {
+        const dit_manifest_stage_t *st = sts[i];
+        const int is_mask = !strcmp(st->mask_argument, gs->conditions[i].argument);
+        if (is_mask != pass) continue;
+        char *nm = names[g->n_args];
+        snprintf(nm, 96, "%s%s", neg ? "negative_" : "", gs->conditions[i].argument);
+        args[g->n_args].name = nm;
+        size_t k = 0; /* the condition of the stage's embeddings */
+        while (k < gs->n_conditions && strcmp(gs->conditions[k].argument, st->argument)) k++;
+        if (is_mask) {
+          if (k == gs->n_conditions || !masks[k].data)
+            return DIT_ERR(FAILED_PRECONDITION, "%s: %s comes with the %s stage's %s, which the bundle's generate section does not take",
+                           m->identity, nm, st->role, st->argument);
+          args[g->n_args++].t = masks[k];
+          masks[k].data = NULL;
+          continue;
+        }
+        int n = 0;
+        const double t0 = dit_now_s();
+        dit_status_t s = gen_encode_prompt(te[i], st, &o, neg ? a->negative_text : a->text, B, &args[g->n_args].t,
+                                           st->mask_argument[0] ? &masks[i] : NULL, &n);
+        if (s) {
+          for (size_t q = 0; q < gs->n_conditions; q++) free(masks[q].data);
+          return dit_status_annotate(s, "%s: the %s stage", neg ? "--negative-prompt" : "--prompt", st->role);
+        }
+        g->n_args++;
+        fprintf(stderr, "ditrun: %s (%s) %.2f s: %d tokens -> %s%s%s\n", st->role, st->model_class, dit_now_s() - t0, n, nm,
+                st->mask_argument[0] ? " and its mask " : "", st->mask_argument);
+      }
+    for (size_t q = 0; q < gs->n_conditions; q++) free(masks[q].data);
+  }
   return DIT_OK;
 }
 
@@ -907,10 +929,10 @@ static dit_status_t gen_prompt_stage(const run_args_t *a, gen_job_t *j) {
   const int64_t B = m->shape.batch > 0 ? m->shape.batch : 1;
   int n = 0;
   double t0 = dit_now_s();
-  DIT_RETURN_IF_ERROR(gen_encode_prompt(te, dit_manifest_find_stage(m, "text_encoder"), &o, a->text, B, &j->prompt, &n), "--prompt: the text encoder stage");
+  DIT_RETURN_IF_ERROR(gen_encode_prompt(te, dit_manifest_find_stage(m, "text_encoder"), &o, a->text, B, &j->prompt, NULL, &n), "--prompt: the text encoder stage");
   int nn = -1;
   if (j->g.guidance > 1.0 || a->negative_text)
-    DIT_RETURN_IF_ERROR(gen_encode_prompt(te, dit_manifest_find_stage(m, "text_encoder"), &o, a->negative_text ? a->negative_text : "", B, &j->neg, &nn), "--negative-prompt: the text encoder stage");
+    DIT_RETURN_IF_ERROR(gen_encode_prompt(te, dit_manifest_find_stage(m, "text_encoder"), &o, a->negative_text ? a->negative_text : "", B, &j->neg, NULL, &nn), "--negative-prompt: the text encoder stage");
   if (nn >= 0) fprintf(stderr, "ditrun: text encoder %.2f s (%d and %d tokens of %lld)\n", dit_now_s() - t0, n, nn, (long long)j->prompt.dims[1]);
   else fprintf(stderr, "ditrun: text encoder %.2f s (%d tokens of %lld)\n", dit_now_s() - t0, n, (long long)j->prompt.dims[1]);
   if (nn >= 0 && j->g.guidance <= 1.0)

@@ -123,56 +123,89 @@ static int has_input(const dit_manifest_t *m, const char *name) {
   return 0;
 }
 
+/* The text the tokenizer reads: the prompt in the stage's template, else cleaned as WanPipeline
+ * cleans it (a zeroed stage) or as given. */
+static char *prompt_text(const dit_manifest_stage_t *st, const char *text) {
+  const char *tpl = st ? st->prompt_template : "", *at = tpl[0] ? strstr(tpl, "{}") : NULL;
+  if (!at) return st && st->argument[0] && st->padding != DIT_PADDING_ZEROED ? strdup(text) : clean_prompt(text);
+  const size_t n = strlen(tpl) + strlen(text);
+  char *out = malloc(n);
+  if (out) snprintf(out, n, "%.*s%s%s", (int)(at - tpl), tpl, text, at + 2);
+  return out;
+}
+
 dit_status_t gen_encode_prompt(const char *te_dir, const dit_manifest_stage_t *st, const dit_runtime_options_t *o, const char *text,
-                               int64_t batch, dit_tensor_t *out, int *tokens) {
+                               int64_t batch, dit_tensor_t *out, dit_tensor_t *mask_out, int *tokens) {
   memset(out, 0, sizeof *out);
-  const int listed = st && st->argument[0], attended = listed && st->attended;
+  if (mask_out) memset(mask_out, 0, sizeof *mask_out);
+  const int listed = st && st->argument[0], padding = listed ? st->padding : DIT_PADDING_ZEROED;
+  const int64_t drop = listed ? st->drop : 0;
   const char *output = listed ? st->output : "last_hidden_state";
   dit_tokenizer_t *tk = NULL;
   dit_runtime_t *rt = NULL;
   int32_t *ids = NULL, *mask = NULL;
-  char *clean = attended ? strdup(text) : clean_prompt(text);
-  dit_status_t s = clean ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  char *prompt = prompt_text(listed ? st : NULL, text);
+  dit_status_t s = prompt ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   if (!s) s = open_bundle_tokenizer(te_dir, &tk);
   if (!s) s = dit_runtime_load(te_dir, o, &rt);
   const dit_manifest_t *m = rt ? dit_runtime_manifest(rt) : NULL;
   const int64_t L = m ? m->shape.text_len : 0;
-  if (!s && (L < 1 || L > DIT_TOKENIZER_MAX_LENGTH))
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: text length %lld, expected 1..%d", te_dir, (long long)L, DIT_TOKENIZER_MAX_LENGTH);
+  if (!s && (L < 1 || L > DIT_TOKENIZER_MAX_LENGTH || drop >= L))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: text length %lld, expected 1..%d and more than the template's %lld rows", te_dir, (long long)L,
+                DIT_TOKENIZER_MAX_LENGTH, (long long)drop);
   if (!s) {
     ids = malloc((size_t)L * sizeof *ids);
     mask = malloc((size_t)L * sizeof *mask);
     if (!ids || !mask) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   }
-  if (!s) s = dit_tokenizer_encode(tk, clean, strlen(clean), (int)L, ids, mask);
+  if (!s) s = dit_tokenizer_encode(tk, prompt, strlen(prompt), (int)L, ids, mask);
   int n = 0;
   for (int64_t t = 0; !s && t < L; t++) n += mask[t] > 0;
+  if (!s && n <= drop)
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: the prompt in its template is %d tokens, no more than the template's %lld the pipeline drops", te_dir,
+                n, (long long)drop);
   dit_tensor_t ti = {ids, DIT_I32, 2, {1, L}}, tm = {mask, DIT_I32, 2, {1, L}}, h = {0};
   if (!s) s = dit_runtime_set_input(rt, "input_ids", &ti);
-  /* FluxPipeline passes no mask: every position attended, the padding's too. */
+  /* FluxPipeline passes no mask: every position attended, the padding's too. The others pass the
+   * tokenizer's. */
+  const int attended = padding == DIT_PADDING_ATTENDED;
   for (int64_t t = 0; !s && attended && t < L; t++) mask[t] = 1;
   if (!s && (!attended || has_input(m, "attention_mask"))) s = dit_runtime_set_input(rt, "attention_mask", &tm);
   if (!s) s = dit_runtime_forward(rt);
   if (!s) s = dit_runtime_output(rt, output, &h);
   const int pooled = h.rank == 2;
-  if (!s && (h.dims[0] != 1 || (pooled ? 0 : h.rank != 3 || h.dims[1] != L)))
-    s = DIT_ERR(INVALID_ARGUMENT, "%s: output %s has rank %d, expected [1, %lld, D] or [1, D]", te_dir, output, h.rank, (long long)L);
+  if (!s && (h.dims[0] != 1 || (pooled ? drop : h.rank != 3 || h.dims[1] != L)))
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: output %s has rank %d, expected [1, %lld, D]%s", te_dir, output, h.rank, (long long)L,
+                drop ? "" : " or [1, D]");
+  /* The rows kept: from the template's end; the mask of the prompt's among them. */
+  const int64_t K = L - drop, valid = n - drop;
   if (!s) {
-    const size_t row = (size_t)h.dims[h.rank - 1], one = pooled ? row : (size_t)L * row;
+    const size_t row = (size_t)h.dims[h.rank - 1], one = pooled ? row : (size_t)K * row;
     float *x = malloc((size_t)batch * one * sizeof *x + 1);
-    if (!x || dit_convert(x, DIT_F32, h.data, h.dtype, one))
+    if (!x || dit_convert(x, DIT_F32, (const char *)h.data + (pooled ? 0 : (size_t)drop * row * dit_dtype_size(h.dtype)), h.dtype, one))
       s = x ? DIT_ERR(INVALID_ARGUMENT, "%s: %s is not a float tensor", te_dir, output) : DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-    /* WanPipeline keeps each prompt's own rows and zeros the rest (not the encoder's padded rows). */
-    if (!s && !attended && !pooled) memset(x + (size_t)n * row, 0, (one - (size_t)n * row) * sizeof *x);
+    /* WanPipeline and QwenImagePipeline keep each prompt's own rows and zero the rest (not the
+     * encoder's padded rows). */
+    if (!s && padding == DIT_PADDING_ZEROED && !pooled) memset(x + (size_t)valid * row, 0, (one - (size_t)valid * row) * sizeof *x);
     for (int64_t b = 1; !s && b < batch; b++) memcpy(x + (size_t)b * one, x, one * sizeof *x);
     if (s) free(x);
     else if (pooled) *out = (dit_tensor_t){x, DIT_F32, 2, {batch, (int64_t)row}};
-    else *out = (dit_tensor_t){x, DIT_F32, 3, {batch, L, (int64_t)row}};
+    else *out = (dit_tensor_t){x, DIT_F32, 3, {batch, K, (int64_t)row}};
+  }
+  if (!s && mask_out) {
+    float *mk = malloc((size_t)(batch * K) * sizeof *mk);
+    if (!mk) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+    for (int64_t i = 0; !s && i < batch * K; i++) mk[i] = i % K < valid ? 1.0f : 0.0f;
+    if (!s) *mask_out = (dit_tensor_t){mk, DIT_F32, 2, {batch, K}};
+  }
+  if (s) {
+    free(out->data);
+    memset(out, 0, sizeof *out);
   }
   if (tokens) *tokens = n;
   free(ids);
   free(mask);
-  free(clean);
+  free(prompt);
   dit_tokenizer_free(tk);
   dit_runtime_destroy(rt);
   return s;

@@ -23,14 +23,15 @@ dit_status_t gen_text_stages(const char *bundle_dir, const dit_manifest_t *m, co
 
 /* One prompt through the text encoder stage at te_dir as its manifest entry st says (NULL: the
  * defaults, WanPipeline's _get_t5_prompt_embeds: output last_hidden_state, padding "zeroed").
- * Tokenized to the stage's text length with padding and truncation; "zeroed": the text cleaned
- * first (runs of white space to one space, trimmed), the tokenizer's mask as attention_mask, the
- * rows past the prompt's tokens zeroed after; "attended" (FluxPipeline's): the text as given, a
- * mask of ones where the stage takes one, every row kept. The output (f32 [1, L, D] or pooled
- * [1, D]) replicated to `batch` items: out is f32 [batch, L, D] or [batch, D] (data malloc'ed).
- * *tokens: the prompt's token count. */
+ * The prompt goes into st's template (if any; else "zeroed" cleans it: runs of white space to one
+ * space, trimmed), is tokenized to the stage's text length with padding and truncation and
+ * encoded with the tokenizer's mask as attention_mask ("attended", FluxPipeline's: a mask of ones
+ * where the stage takes one); the template's first st->drop rows go; "zeroed" zeroes the rows past
+ * the prompt's tokens. The output (f32 [1, L - drop, D] or pooled [1, D]) replicated to `batch`
+ * items: out is f32 [batch, L - drop, D] or [batch, D]; mask_out (if not NULL) f32 [batch, L -
+ * drop], 1 on the prompt's rows (data malloc'ed). *tokens: the templated prompt's token count. */
 dit_status_t gen_encode_prompt(const char *te_dir, const dit_manifest_stage_t *st, const dit_runtime_options_t *o, const char *text,
-                               int64_t batch, dit_tensor_t *out, int *tokens);
+                               int64_t batch, dit_tensor_t *out, dit_tensor_t *mask_out, int *tokens);
 
 /* Decodes latents (f32 [B, C, f, h, w], any B: one item at a time through the batch-1 decoder)
  * into frames, f32 [B, 3, F, H, W] in [-1, 1] (data malloc'ed). Latents of another rank (an image

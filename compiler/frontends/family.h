@@ -16,12 +16,17 @@ typedef struct dit_expected dit_expected_t;
 
 /* A text encoder of a transformer's pipeline, as its pipeline feeds the loop: the stage's role
  * (also its folder in the pipeline directory), its tokenizer folder, the generate argument it
- * makes from which output, whether every position is attended and every row kept (FluxPipeline)
- * rather than masked and zeroed past the prompt (WanPipeline), and whether it runs at its
- * tokenizer's model_max_length instead of --text-len. */
+ * makes from which output, how it pads (DIT_PADDING_*: masked and zeroed past the prompt as
+ * WanPipeline, every position attended and every row kept as FluxPipeline, ...), whether it runs
+ * at its tokenizer's model_max_length instead of --text-len, and the pipeline's prompt template
+ * (NULL: none), the rows of it dropped from the output's front (the stage then runs at --text-len
+ * + drop tokens) and the argument taking the kept rows' mask (NULL: none). */
 typedef struct dit_stage_feed {
   const char *role, *tokenizer, *argument, *output;
-  int attended, tokenizer_length;
+  int padding, tokenizer_length;
+  const char *prompt_template;
+  int drop;
+  const char *mask_argument;
 } dit_stage_feed_t;
 
 /* An image-to-video pipeline's stages: the VAE encoder over the image alone (the first latent

@@ -228,8 +228,8 @@ static dit_status_t flux_generate(const dit_model_t *m, const dit_latent_shape_t
  * pooled output, T5 (text_encoder_2, tokenizer_2/, at max_sequence_length: --text-len) its last
  * hidden state; neither is given an attention mask and no row is zeroed. */
 static const dit_stage_feed_t kFluxTextStages[] = {
-    {"text_encoder", "tokenizer", "pooled_prompt_embeds", "pooler_output", 1, 1},
-    {"text_encoder_2", "tokenizer_2", "prompt_embeds", "last_hidden_state", 1, 0},
+    {"text_encoder", "tokenizer", "pooled_prompt_embeds", "pooler_output", DIT_PADDING_ATTENDED, 1, NULL, 0, NULL},
+    {"text_encoder_2", "tokenizer_2", "prompt_embeds", "last_hidden_state", DIT_PADDING_ATTENDED, 0, NULL, 0, NULL},
 };
 
 const dit_family_t dit_family_flux = {

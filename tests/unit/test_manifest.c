@@ -1000,15 +1000,15 @@ static void test_feeds(void) {
   if (m) {
     CHECK_EQ_INT(m->n_stages, 3);
     const dit_manifest_stage_t *p = dit_manifest_stage_for(m, "pooled_prompt_embeds"), *e = dit_manifest_stage_for(m, "prompt_embeds");
-    CHECK(p && !strcmp(p->role, "text_encoder") && !strcmp(p->output, "pooler_output") && p->attended);
-    CHECK(e && !strcmp(e->role, "text_encoder_2") && !strcmp(e->output, "last_hidden_state") && !e->attended);
+    CHECK(p && !strcmp(p->role, "text_encoder") && !strcmp(p->output, "pooler_output") && p->padding == DIT_PADDING_ATTENDED);
+    CHECK(e && !strcmp(e->role, "text_encoder_2") && !strcmp(e->output, "last_hidden_state") && e->padding == DIT_PADDING_ZEROED);
     CHECK(dit_manifest_stage_for(m, "negative_prompt_embeds") == NULL && dit_manifest_stage_for(m, "") == NULL);
     const dit_manifest_stage_t *v = dit_manifest_find_stage(m, "vae_decoder");
     CHECK(v && !v->argument[0] && !v->output[0]);
     char *a = NULL;
     dit_manifest_t *m2 = round_trip(m, &a);
     CHECK(a && strstr(a, "\"padding\": \"attended\"") && strstr(a, "\"padding\": \"zeroed\""));
-    CHECK(m2 && m2->stages[0].attended && !m2->stages[1].attended && !strcmp(m2->stages[0].argument, "pooled_prompt_embeds"));
+    CHECK(m2 && m2->stages[0].padding == DIT_PADDING_ATTENDED && m2->stages[1].padding == DIT_PADDING_ZEROED && !strcmp(m2->stages[0].argument, "pooled_prompt_embeds"));
     /* The writer refuses the fields under an older schema, and on a stage that is no text encoder. */
     char *c = NULL;
     m->schema_minor = 5;
@@ -1089,6 +1089,50 @@ static void test_image_stages(void) {
   g_base = base;
 }
 
+/* A text encoder's prompt template, dropped rows, mask argument and masked padding (schema 1.7). */
+static const char kTemplateStages[] =
+    "[{\"role\":\"text_encoder\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"qwen2_5_vl_text\","
+    "\"class\":\"Qwen2_5_VLForConditionalGeneration\",\"argument\":\"prompt_embeds\",\"output\":\"hidden_states_selected\","
+    "\"padding\":\"zeroed\",\"template\":\"<|im_start|>user\\n{}<|im_end|>\",\"drop\":3,\"mask_argument\":\"prompt_embeds_mask\"},"
+    "{\"role\":\"text_encoder_2\",\"identity\":\"fedcba9876543210fedcba9876543210\",\"family\":\"llama_text\","
+    "\"class\":\"LlamaModel\",\"argument\":\"other_embeds\",\"output\":\"hidden_states_selected\",\"padding\":\"masked\"}]";
+
+static void test_templates(void) {
+  char *t = edited("schema.minor", "7", "stages", kTemplateStages, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    const dit_manifest_stage_t *q = dit_manifest_stage_for(m, "prompt_embeds_mask");
+    CHECK(q && q == dit_manifest_stage_for(m, "prompt_embeds") && q->drop == 3 && !strcmp(q->prompt_template, "<|im_start|>user\n{}<|im_end|>"));
+    CHECK(m->stages[1].padding == DIT_PADDING_MASKED && !m->stages[1].mask_argument[0] && !m->stages[1].drop);
+    dit_manifest_t *m2 = round_trip(m, NULL);
+    CHECK(m2 && m2->stages[0].drop == 3 && !strcmp(m2->stages[0].mask_argument, "prompt_embeds_mask") &&
+          m2->stages[1].padding == DIT_PADDING_MASKED);
+    char *c = NULL;
+    m->schema_minor = 6;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[0]: a template, drop, mask argument or masked padding needs an argument and schema minor >= 7, found 6");
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+  char *base = g_base;
+  g_base = edited("schema.minor", "7", "stages", kTemplateStages, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].template': needs schema minor >= 7, found 1.6", "schema.minor", "6", "stages[1].padding",
+         "\"zeroed\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].padding': needs schema minor >= 7, found 1.6", "schema.minor", "6", "stages[0].template", NULL,
+         "stages[0].drop", NULL, "stages[0].mask_argument", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].template': expected one \"{}\" where the prompt goes, found none", "stages[0].template",
+         "\"<|im_start|>\"");
+  EXPECT(INVALID_ARGUMENT, "found two", "stages[0].template", "\"{}{}\"");
+  EXPECT(OUT_OF_RANGE, "field 'stages[0].drop'", "stages[0].drop", "-1");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].argument': \"prompt_embeds_mask\" is made by stages[0] too", "stages[1].argument",
+         "\"prompt_embeds_mask\"");
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].argument': \"prompt_embeds\" is the stage's mask_argument too", "stages[0].mask_argument",
+         "\"prompt_embeds\"");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
 /* preprocessor_config.json as CLIPImageProcessor saves it, and its refusals. */
 static void test_image_processor(void) {
   static const char ok[] = "{\"crop_size\":{\"height\":224,\"width\":224},\"do_center_crop\":true,\"do_convert_rgb\":true,"
@@ -1139,6 +1183,7 @@ int main(void) {
   test_feeds();
   test_image_stages();
   test_image_processor();
+  test_templates();
   free(g_base);
   return check_summary("test_manifest");
 }
