@@ -60,7 +60,7 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
  * files (--tokenizer-dir; the folder checked by opening it as the runtime will) or an image
  * encoder's preprocessor configuration (the folder of image_processor_dir; the file parsed as
  * the runtime will). None when the options name neither. */
-#define DIT_CARRIED_FILES_MAX 4
+#define DIT_CARRIED_FILES_MAX 5
 typedef struct dit_carried_files {
   const char *role; /* the blobs' role and the identity's key */
   const char *dir;

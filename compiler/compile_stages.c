@@ -259,7 +259,8 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
 }
 
 /* The tokenizer files a text encoder's bundle carries: the ones dit_tokenizer_open reads. */
-static const char *const kTokenizerFiles[] = {"spiece.model", "tokenizer_config.json", "vocab.json", "merges.txt"};
+static const char *const kTokenizerFiles[] = {"spiece.model", "tokenizer_config.json", "vocab.json", "merges.txt",
+                                              "tokenizer.json"};
 #define N_TOK_FILES (sizeof kTokenizerFiles / sizeof kTokenizerFiles[0])
 #define CARRIED_MAX_BYTES ((size_t)256 << 20)
 
