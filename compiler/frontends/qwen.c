@@ -310,6 +310,17 @@ static dit_status_t qwen_generate(const dit_model_t *m, const dit_latent_shape_t
   return dit_flow_schedule_from(&m->pipeline.scheduler, ls->tokens, 0, g);
 }
 
+/* QwenImagePipeline's _get_qwen_prompt_embeds: Qwen2.5-VL (text_encoder, tokenizer/) encodes the
+ * prompt in its template with the tokenizer's mask; its last hidden state without the template's
+ * 34 rows is prompt_embeds, the prompt's rows kept and the rest zero, their mask
+ * prompt_embeds_mask. */
+static const dit_stage_feed_t kQwenTextStages[] = {
+    {"text_encoder", "tokenizer", "prompt_embeds", "hidden_states_selected", DIT_PADDING_ZEROED, 0,
+     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, spatial relationships of "
+     "the objects and background:<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+     34, "prompt_embeds_mask"},
+};
+
 const dit_family_t dit_family_qwen = {
     .name = "qwen",
     .model_class = "QwenImageTransformer2DModel",
@@ -321,4 +332,7 @@ const dit_family_t dit_family_qwen = {
     .latent_shape = qwen_latent_shape,
     .build_graph = qwen_build_graph,
     .generate = qwen_generate,
+    .text_stages = kQwenTextStages,
+    .n_text_stages = sizeof kQwenTextStages / sizeof kQwenTextStages[0],
+    .image_decoder = 1,
 };
