@@ -321,4 +321,5 @@ const dit_family_t dit_family_qwen = {
     .latent_shape = qwen_latent_shape,
     .build_graph = qwen_build_graph,
     .generate = qwen_generate,
+    .image_decoder = 1, /* QwenImagePipeline decodes its one latent frame as an image (AutoencoderKLQwenImage) */
 };

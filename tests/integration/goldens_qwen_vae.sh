@@ -3,8 +3,8 @@
 # a tiny vae/ folder against the pinned diffusers' fp32 CPU decode (tests/data/make_goldens_qwen_vae.py:
 # QwenImagePipeline's unpacking and de-normalization of the transformer's packed latents, then
 # vae.decode's frame 0): two 32x48 images (batch 2) and one 64x32, each at max relative error <= 1e-4
-# and PSNR >= 45 dB; the bundle's input (packed latents) and output (the image); bf16 on the CPU near
-# the golden; refusals by name (AutoencoderKLWan's fields, which this class lacks, and the other way
+# and PSNR >= 45 dB; the bundle's input (packed latents) and output (the image); ditrun decode over a
+# batch; a QwenImagePipeline folder's vae_decoder stage (one graph); bf16 on the CPU near the golden; refusals by name (AutoencoderKLWan's fields, which this class lacks, and the other way
 # round, the statistics' length, a checkpoint that lacks a tensor, sizes that do not pack, frames, the
 # video decoder's chunk, split and encoder flags, another variant); the bf16 sm_90 compile (no GPU
 # needed).
@@ -31,6 +31,29 @@ while read -r sfx B H W; do
 done < <(python3 -c "
 import json
 for c in json.load(open('$d/meta.json'))['cases']: print(c['suffix'] or 'none', c['batch'], c['height'], c['width'])")
+
+# ditrun decode (generate's decoder): the batch-1 stage over each item of the batch-2 latents.
+b=$(compile "$d/vae" --height 32 --width 48)
+"$BIN/ditrun" decode "$b" --latents "$d/forward_inputs.safetensors" --out "$T/d.safetensors" 2>/dev/null >/dev/null
+python3 - "$T/d.safetensors" "$T/dd.safetensors" <<'PY'
+import sys
+raw = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(raw.replace(b'"frames"', b'"sample"', 1))
+PY
+"$BIN/st_compare" "$T/dd.safetensors" "$d/forward_output.safetensors" sample 1e-4
+
+# In a QwenImagePipeline folder the VAE is the pipeline's image decoder: one vae_decoder graph over
+# the whole image, no first chunk's.
+p=$T/pipe
+cp -r tests/data/qwen_tiny "$p" && cp -r "$d/vae" "$p/vae"
+python3 -c "
+import json; f='$p/model_index.json'; c=json.load(open(f)); c['vae']=['diffusers','AutoencoderKLQwenImage']; json.dump(c, open(f,'w'))"
+b=$(compile "$p" --height 32 --width 48 --text-len 8 --stages transformer,vae)
+"$BIN/ditrun" info "$b" >"$T/info"
+grep -q "^stage      vae_decoder  [0-9a-f]* (wan_vae, AutoencoderKLQwenImage)$" "$T/info" || { cat "$T/info"; exit 1; }
+if grep -q "vae_decoder_first" "$T/info"; then cat "$T/info"; echo "FAIL: an image decoder has no first chunk"; exit 1; fi
+expect_fail "--vae-tiles 2: QwenImageTransformer2DModel's pipeline decodes whole images in one graph" "$BIN/ditc" compile "$p" \
+  --height 32 --width 48 --text-len 8 --vae-tiles 2 -o "$T/b"
 
 # bf16 on the CPU: every activation rounded to bf16 through some forty layers, near the fp32 golden
 # (about 2% relative L2).
