@@ -158,11 +158,14 @@ typedef struct dit_kl_vae_config {
   int64_t spatial;                    /* pixels per latent pixel: 2^(levels - 1) */
   double scaling_factor, shift_factor;
 } dit_kl_vae_config_t;
-/* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 and Wan2.2 VAEs), typed. */
+/* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 and Wan2.2 VAEs), typed; also
+ * AutoencoderKLQwenImage's (the Wan2.1 VAE's structure, decoding images). */
 #define DIT_WAN_VAE_MAX_Z 64
 typedef struct dit_wan_vae_config {
   int64_t dim;                /* the decoder's base width: decoder_base_dim, else base_dim */
-  int64_t z_dim, dim_mult[4], num_res_blocks, out_channels;
+  int64_t z_dim, dim_mult[4], num_res_blocks;
+  int64_t in_channels, out_channels; /* the encoder's input, the decoder's output (QwenImage: input_channels, both) */
+  int image;                  /* AutoencoderKLQwenImage: an image decoder fed the transformer's packed latents */
   int temporal_up[3];         /* the decoder's up blocks that double frames: temperal_downsample reversed */
   int residual;               /* is_residual: residual up blocks with a duplicating shortcut (Wan2.2) */
   int64_t patch;              /* patch_size: the decoder's pixels unpatchified patch x patch (1: none) */

@@ -171,6 +171,13 @@ void dit_image_vae_factors(dit_model_t *m);
 dit_status_t dit_packed_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, int64_t in_channels,
                                      dit_latent_shape_t *out);
 
+/* The latents of an image VAE decoder stage (AutoencoderKL of FLUX.1, AutoencoderKLQwenImage) fed
+ * the packed latents its transformer gives: [B, (H/2s)(W/2s), 4 z_dim] for --height and --width
+ * multiples of 2s, s the VAE factor (dit_packed_latent_shape). An image has no frames: --frames other
+ * than 1 and the video decoder's --vae-chunk, --vae-first, --vae-part (the encoder's among them) and
+ * --vae-tiles are refused by name, as is parallelism. */
+dit_status_t dit_image_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, int64_t z_dim, dit_latent_shape_t *out);
+
 /* ---- generate contracts ---- */
 
 /* A pipeline condition: the pipeline argument and the transformer input it feeds. */

@@ -184,22 +184,9 @@ static dit_status_t kl_vae_pick_variant(dit_model_t *m, const char *want, const 
   return DIT_OK;
 }
 
-/* --height, --width in pixels, multiples of 16 (the VAE's 8 times the 2x2 packing): latents packed
- * as the FLUX transformer gives them, [B, (H/16)(W/16), 4 * latent_channels]. An image has no
- * frames: --frames other than 1 and the video decoder's --vae-chunk, --vae-first, --vae-part and
- * --vae-tiles are refused by name. */
+/* --height, --width in pixels: the packed latents the FLUX transformer gives (dit_image_vae_latent_shape). */
 static dit_status_t kl_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
-  if (r->vae_chunk > 0)
-    return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk %" PRId64 ": %s decodes an image, it has no frames to decode in chunks", r->vae_chunk,
-                   m->model_class);
-  if (r->vae_first) return DIT_ERR(INVALID_ARGUMENT, "--vae-first: %s decodes an image, it has no first frame to decode alone", m->model_class);
-  if (r->vae_part != DIT_VAE_WHOLE || r->vae_tiles > 0)
-    return DIT_ERR(UNIMPLEMENTED, "%s: %s decodes the whole image in one graph (no split decoder, no windows)",
-                   r->vae_part != DIT_VAE_WHOLE ? "--vae-part" : "--vae-tiles", m->model_class);
-  if (r->tp > 1 || r->cp > 1 || r->sp)
-    return DIT_ERR(UNIMPLEMENTED, "%s: the VAE decoder stage runs on one rank (no --tp, --cp or --sp)", m->model_class);
-  memset(out, 0, sizeof *out);
-  return dit_packed_latent_shape(m, r, 4 * m->kl_vae.latent_channels, out);
+  return dit_image_vae_latent_shape(m, r, m->kl_vae.latent_channels, out);
 }
 
 /* ---- graph ---- */

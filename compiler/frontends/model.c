@@ -565,6 +565,20 @@ dit_status_t dit_packed_latent_shape(const dit_model_t *m, const dit_shape_reque
   return DIT_OK;
 }
 
+dit_status_t dit_image_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, int64_t z_dim, dit_latent_shape_t *out) {
+  if (r->vae_chunk > 0)
+    return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk %" PRId64 ": %s decodes an image, it has no frames to decode in chunks", r->vae_chunk,
+                   m->model_class);
+  if (r->vae_first) return DIT_ERR(INVALID_ARGUMENT, "--vae-first: %s decodes an image, it has no first frame to decode alone", m->model_class);
+  if (r->vae_part != DIT_VAE_WHOLE || r->vae_tiles > 0)
+    return DIT_ERR(UNIMPLEMENTED, "%s: %s decodes the whole image in one graph (no split decoder, no windows)",
+                   r->vae_part != DIT_VAE_WHOLE ? "--vae-part" : "--vae-tiles", m->model_class);
+  if (r->tp > 1 || r->cp > 1 || r->sp)
+    return DIT_ERR(UNIMPLEMENTED, "%s: the VAE decoder stage runs on one rank (no --tp, --cp or --sp)", m->model_class);
+  memset(out, 0, sizeof *out);
+  return dit_packed_latent_shape(m, r, 4 * z_dim, out);
+}
+
 dit_status_t dit_flow_generate(const dit_model_t *m, const char *pipeline, int default_steps, double timestep_divisor,
                                const dit_generate_condition_t *cond, int n_cond, dit_manifest_generate_t *g) {
   const dit_scheduler_defaults_t *sc = &m->pipeline.scheduler;

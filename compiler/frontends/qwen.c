@@ -334,5 +334,5 @@ const dit_family_t dit_family_qwen = {
     .generate = qwen_generate,
     .text_stages = kQwenTextStages,
     .n_text_stages = sizeof kQwenTextStages / sizeof kQwenTextStages[0],
-    .image_decoder = 1,
+    .image_decoder = 1, /* QwenImagePipeline decodes its one latent frame as an image (AutoencoderKLQwenImage) */
 };

@@ -8,6 +8,13 @@
  * block's input, duplicated over the new pixels and frames (DupUp3D), to its output; its decoder
  * gives patch_size x patch_size pixels per output pixel as channels, unpatchified at the end.
  *
+ * AutoencoderKLQwenImage (variant qwen-image-vae) is the Wan2.1 VAE under another class (its image
+ * channels one field, input_channels) decoding QwenImagePipeline's images: the input is what the
+ * Qwen-Image transformer gives, packed latents [B, (h/2)(w/2), 4 z_dim] (each token's row the
+ * (channel, row, column) of a 2x2 patch of latent pixels, as FLUX's), unpacked (_unpack_latents) to
+ * one latent frame, de-normalized and decoded as above (one frame: the causal caches all zeros); the
+ * output is that frame, the image [B, 3, H, W].
+ *
  * diffusers decodes latent frame by latent frame, each causal convolution reading the last
  * CACHE_T = 2 frames of its input from the previous chunks (feat_cache). That is the same
  * computation as every causal convolution running once over the whole sequence of its input with
@@ -54,17 +61,21 @@
 
 /* ---- config ---- */
 
+/* The fields AutoencoderKLWan and AutoencoderKLQwenImage share. */
+#define WAN_VAE_COMMON_FIELDS                                                                    \
+  {"base_dim", DIT_CF_INT, 0, 1, 4096, 0, NULL},                                                 \
+  {"z_dim", DIT_CF_INT, 0, 1, 1024, 0, NULL},                                                    \
+  {"dim_mult", DIT_CF_INTS, 0, 1, 64, 4, "[one per resolution]"},                                \
+  {"num_res_blocks", DIT_CF_INT, 0, 0, 64, 0, NULL},                                             \
+  {"attn_scales", DIT_CF_FLOATS, 0, 0, 1e9, 16, NULL}, /* the encoder's; the decoder has none */ \
+  {"temperal_downsample", DIT_CF_BOOLS, 0, 0, 0, 3, "[one per downsampling block]"},             \
+  {"dropout", DIT_CF_FLOAT, 0, 0, 1, 0, NULL}, /* training only */                               \
+  {"latents_mean", DIT_CF_FLOATS, 0, -1e9, 1e9, 1024, NULL},                                     \
+  {"latents_std", DIT_CF_FLOATS, 0, -1e9, 1e9, 1024, NULL}
+
 static const dit_config_field_t kWanVaeFields[] = {
-    {"base_dim", DIT_CF_INT, 0, 1, 4096, 0, NULL},
+    WAN_VAE_COMMON_FIELDS,
     {"decoder_base_dim", DIT_CF_INT, 1, 1, 4096, 0, NULL},
-    {"z_dim", DIT_CF_INT, 0, 1, 1024, 0, NULL},
-    {"dim_mult", DIT_CF_INTS, 0, 1, 64, 4, "[one per resolution]"},
-    {"num_res_blocks", DIT_CF_INT, 0, 0, 64, 0, NULL},
-    {"attn_scales", DIT_CF_FLOATS, 0, 0, 1e9, 16, NULL}, /* the encoder's; the decoder has none */
-    {"temperal_downsample", DIT_CF_BOOLS, 0, 0, 0, 3, "[one per downsampling block]"},
-    {"dropout", DIT_CF_FLOAT, 0, 0, 1, 0, NULL}, /* training only */
-    {"latents_mean", DIT_CF_FLOATS, 0, -1e9, 1e9, 1024, NULL},
-    {"latents_std", DIT_CF_FLOATS, 0, -1e9, 1e9, 1024, NULL},
     {"is_residual", DIT_CF_BOOL, 0, 0, 0, 0, NULL},
     {"in_channels", DIT_CF_INT, 0, 1, 64, 0, NULL},
     {"out_channels", DIT_CF_INT, 0, 1, 64, 0, NULL},
@@ -73,16 +84,27 @@ static const dit_config_field_t kWanVaeFields[] = {
     {"scale_factor_spatial", DIT_CF_INT, 1, 1, 1024, 0, NULL},
 };
 
-/* AutoencoderKLWan's defaults: the Wan2.1 VAE. */
+/* AutoencoderKLQwenImage: the Wan2.1 VAE's fields, its image channels (encoder input and decoder
+ * output) one field. */
+static const dit_config_field_t kQwenVaeFields[] = {
+    WAN_VAE_COMMON_FIELDS,
+    {"input_channels", DIT_CF_INT, 0, 1, 64, 0, NULL},
+};
+
+/* Both classes' defaults: the Wan2.1 VAE. */
+#define WAN21_VAE_DEFAULTS                                                                                        \
+  "\"base_dim\":96,\"z_dim\":16,\"dim_mult\":[1,2,4,4],\"num_res_blocks\":2,\"attn_scales\":[],"                  \
+  "\"temperal_downsample\":[false,true,true],\"dropout\":0.0,"                                                    \
+  "\"latents_mean\":[-0.7571,-0.7089,-0.9113,0.1075,-0.1745,0.9653,-0.1517,1.5508,0.4134,-0.0715,0.5517,-0.3632," \
+  "-0.1922,-0.9497,0.2503,-0.2921],"                                                                              \
+  "\"latents_std\":[2.8184,1.4541,2.3275,2.6558,1.2196,1.7708,2.6052,2.0743,3.2687,2.1526,2.8652,1.5579,1.6382,"  \
+  "1.1253,2.8251,1.9160],"
 static const char kWanVaeDefaults[] =
-    "{\"base_dim\":96,\"decoder_base_dim\":null,\"z_dim\":16,\"dim_mult\":[1,2,4,4],\"num_res_blocks\":2,\"attn_scales\":[],"
-    "\"temperal_downsample\":[false,true,true],\"dropout\":0.0,"
-    "\"latents_mean\":[-0.7571,-0.7089,-0.9113,0.1075,-0.1745,0.9653,-0.1517,1.5508,0.4134,-0.0715,0.5517,-0.3632,-0.1922,"
-    "-0.9497,0.2503,-0.2921],"
-    "\"latents_std\":[2.8184,1.4541,2.3275,2.6558,1.2196,1.7708,2.6052,2.0743,3.2687,2.1526,2.8652,1.5579,1.6382,1.1253,"
-    "2.8251,1.9160],"
-    "\"is_residual\":false,\"in_channels\":3,\"out_channels\":3,\"patch_size\":null,\"scale_factor_temporal\":4,"
-    "\"scale_factor_spatial\":8}";
+    "{" WAN21_VAE_DEFAULTS "\"decoder_base_dim\":null,\"is_residual\":false,\"in_channels\":3,\"out_channels\":3,"
+    "\"patch_size\":null,\"scale_factor_temporal\":4,\"scale_factor_spatial\":8}";
+static const char kQwenVaeDefaults[] = "{" WAN21_VAE_DEFAULTS "\"input_channels\":3}";
+
+#define QWEN_VAE_CLASS "AutoencoderKLQwenImage"
 
 /* Reads a list of numbers of a normalized config into out; its length into *n. */
 static void config_nums(const cJSON *cfg, const char *key, double *out, int64_t cap, int64_t *n) {
@@ -95,11 +117,19 @@ static void config_nums(const cJSON *cfg, const char *key, double *out, int64_t 
 }
 
 static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) {
-  DIT_RETURN_IF(dit_config_read(kWanVaeFields, sizeof kWanVaeFields / sizeof kWanVaeFields[0], kWanVaeDefaults, "AutoencoderKLWan", raw,
-                                &m->config));
-  const cJSON *cfg = m->config;
   dit_wan_vae_config_t *v = &m->wan_vae;
+  v->image = !strcmp(m->model_class, QWEN_VAE_CLASS);
+  if (v->image)
+    DIT_RETURN_IF(dit_config_read(kQwenVaeFields, sizeof kQwenVaeFields / sizeof kQwenVaeFields[0], kQwenVaeDefaults, QWEN_VAE_CLASS,
+                                  raw, &m->config));
+  else
+    DIT_RETURN_IF(dit_config_read(kWanVaeFields, sizeof kWanVaeFields / sizeof kWanVaeFields[0], kWanVaeDefaults, "AutoencoderKLWan",
+                                  raw, &m->config));
+  const cJSON *cfg = m->config;
   const char *what = raw->what;
+  /* Fields AutoencoderKLQwenImage lacks read as absent: 0, false, null (its decoder is the Wan2.1 one). */
+  v->in_channels = dit_config_int(cfg, v->image ? "input_channels" : "in_channels");
+  v->out_channels = dit_config_int(cfg, v->image ? "input_channels" : "out_channels");
   v->residual = dit_config_bool(cfg, "is_residual");
   v->patch = dit_config_int(cfg, "patch_size");
   if (!v->patch) v->patch = 1;
@@ -107,7 +137,6 @@ static dit_status_t wan_vae_parse_config(dit_model_t *m, const dit_json_t *raw) 
   if (!v->dim) v->dim = dit_config_int(cfg, "base_dim");
   v->z_dim = dit_config_int(cfg, "z_dim");
   v->num_res_blocks = dit_config_int(cfg, "num_res_blocks");
-  v->out_channels = dit_config_int(cfg, "out_channels");
   const cJSON *dm = cJSON_GetObjectItemCaseSensitive(cfg, "dim_mult");
   for (int i = 0; i < 4; i++) v->dim_mult[i] = (int64_t)cJSON_GetArrayItem(dm, i)->valuedouble;
   const cJSON *td = cJSON_GetObjectItemCaseSensitive(cfg, "temperal_downsample");
@@ -287,14 +316,21 @@ static const char *const kWanVaeIgnored[] = {"encoder.", "quant_conv.", NULL};
 
 static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const char *vae_what) {
   (void)vae_what;
-  /* is_residual marks the Wan2.2 VAE (its patch_size 2 goes with it). */
-  const char *name = m->wan_vae.residual ? "wan2.2-vae" : "wan2.1-vae";
-  if (want && strcmp(want, name))
-    return DIT_ERR(INVALID_ARGUMENT, "--variant %s: this AutoencoderKLWan (is_residual %s) compiles as %s (the %s VAE decoder)", want,
-                   m->wan_vae.residual ? "true" : "false", name, m->wan_vae.residual ? "Wan2.2" : "Wan2.1");
-  snprintf(m->variant, sizeof m->variant, "%s", name);
+  if (m->wan_vae.image) {
+    /* One variant; an image's latent frame decodes to one frame. */
+    if (want && strcmp(want, "qwen-image-vae"))
+      return DIT_ERR(INVALID_ARGUMENT, "--variant %s: %s compiles as qwen-image-vae (Qwen-Image's image decoder)", want, m->model_class);
+    snprintf(m->variant, sizeof m->variant, "qwen-image-vae");
+  } else {
+    /* is_residual marks the Wan2.2 VAE (its patch_size 2 goes with it). */
+    const char *name = m->wan_vae.residual ? "wan2.2-vae" : "wan2.1-vae";
+    if (want && strcmp(want, name))
+      return DIT_ERR(INVALID_ARGUMENT, "--variant %s: this AutoencoderKLWan (is_residual %s) compiles as %s (the %s VAE decoder)", want,
+                     m->wan_vae.residual ? "true" : "false", name, m->wan_vae.residual ? "Wan2.2" : "Wan2.1");
+    snprintf(m->variant, sizeof m->variant, "%s", name);
+  }
   m->pipeline.vae.spatial = m->vae_spatial = (int)m->wan_vae.spatial;
-  m->pipeline.vae.temporal = m->vae_temporal = (int)m->wan_vae.temporal;
+  m->pipeline.vae.temporal = m->vae_temporal = m->wan_vae.image ? 1 : (int)m->wan_vae.temporal;
   m->pipeline.vae.z_dim = m->wan_vae.z_dim;
   snprintf(m->pipeline.vae.source, sizeof m->pipeline.vae.source, "config.json");
   return DIT_OK;
@@ -305,6 +341,8 @@ static dit_status_t wan_vae_pick_variant(dit_model_t *m, const char *want, const
 /* --frames, --height, --width in pixels, as the transformer's: latents [B, z_dim, (F-1)/4 + 1, H/s, W/s], s the
  * spatial factor (8, or 16 for the Wan2.2 VAE). */
 static dit_status_t wan_vae_latent_shape(const dit_model_t *m, const dit_shape_request_t *r, dit_latent_shape_t *out) {
+  /* AutoencoderKLQwenImage: --height and --width alone, the packed latents of QwenImagePipeline. */
+  if (m->wan_vae.image) return dit_image_vae_latent_shape(m, r, m->wan_vae.z_dim, out);
   const int64_t vt = m->wan_vae.temporal, vs = m->wan_vae.spatial;
   const char *verb = r->vae_part == DIT_VAE_ENCODER ? "encodes" : "decodes";
   if (r->frames < 0) return DIT_ERR(INVALID_ARGUMENT, "compile needs --frames: %s %s videos (1 for an image)", m->model_class, verb);
@@ -807,7 +845,7 @@ static dit_status_t encoder_layout(const dit_model_t *m, enc_layout_t *e) {
   const char *what = m->model_class;
   e->dims[0] = dit_config_int(cfg, "base_dim");
   for (int i = 0; i < 4; i++) e->dims[i + 1] = e->dims[0] * v->dim_mult[i];
-  e->in_channels = dit_config_int(cfg, "in_channels");
+  e->in_channels = v->in_channels;
   double scales[16];
   int64_t ns;
   config_nums(cfg, "attn_scales", scales, 16, &ns);
@@ -1128,8 +1166,15 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
     const int64_t hid[5] = {B, f, h, w, ls.channels};
     x = dit_graph_input(v.g, "hidden", req->dtype, 5, hid);
   } else {
-    const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z};
-    x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
+    const int64_t in_dims[5] = {B, z, f, h, w}, pix[5] = {B, f, h, w, z}, packed[3] = {B, ls.tokens, 4 * z}, patch[3] = {1, 2, 2};
+    if (cv->image) {
+      /* QwenImagePipeline's _unpack_latents: each token's row (channel, row, column) of a 2x2 patch
+       * of latent pixels, to [B, z, 1, h, w]. */
+      x = dit_graph_input(v.g, "latents", req->dtype, 3, packed);
+      x = dit_blocks_unpatchify_channels_first(v.b, x, patch, 1, h / 2, w / 2, "latents.unpacked");
+    } else {
+      x = dit_graph_input(v.g, "latents", req->dtype, 5, in_dims);
+    }
     /* Channel-first to channel-last: patchify with 1x1x1 patches is exactly that transpose. */
     dit_attrs_t pa = patch_attrs(1, 1, 1);
     x = dit_graph_op(v.g, DIT_OP_PATCHIFY, &x, 1, &pa, v.dt, "latents.channels_last");
@@ -1142,14 +1187,27 @@ static dit_status_t wan_vae_build_graph(const dit_model_t *m, const dit_shape_re
     }
     x = decoder_head(&v, cv, ub, x);
   }
-  if (req->vae_part == DIT_VAE_HEAD) dit_graph_mark_output(v.g, x, "hidden");
-  else dit_graph_mark_output(v.g, decoder_tail(&v, cv, ub, B, x), "sample");
-  return dit_blocks_finish(v.b, v.g, "Wan VAE decoder", out);
+  if (req->vae_part == DIT_VAE_HEAD) {
+    dit_graph_mark_output(v.g, x, "hidden");
+  } else {
+    x = decoder_tail(&v, cv, ub, B, x);
+    if (cv->image) {
+      /* The pipeline keeps frame 0, the only one: the image [B, 3, H, W]. */
+      const int64_t img[4] = {B, cv->out_channels, h * cv->spatial, w * cv->spatial};
+      x = reshape(&v, x, 4, img, "sample.image");
+    }
+    dit_graph_mark_output(v.g, x, "sample");
+  }
+  return dit_blocks_finish(v.b, v.g, cv->image ? "AutoencoderKLQwenImage decoder" : "Wan VAE decoder", out);
 }
+
+/* Qwen-Image's VAE: the Wan2.1 VAE's modules and forward, decoding the images of QwenImagePipeline. */
+static const char *const kWanVaeOtherClasses[] = {QWEN_VAE_CLASS, NULL};
 
 const dit_family_t dit_family_wan_vae = {
     .name = "wan_vae",
     .model_class = "AutoencoderKLWan",
+    .other_classes = kWanVaeOtherClasses,
     .parse_config = wan_vae_parse_config,
     .expected = wan_vae_expected,
     .ignored = kWanVaeIgnored,
