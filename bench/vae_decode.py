@@ -144,9 +144,11 @@ def write_folder(path, cfg=None):
     vae = os.path.join(path, "vae")
     os.makedirs(vae, exist_ok=True)
     if V is not VAES["wan2.1"]:
-        import torch  # the other VAEs' shapes come from diffusers
-        import diffusers
-        from safetensors.torch import save_file
+        # The other VAEs' shapes come from diffusers' classes: where torch imports (a GPU machine, or
+        # tests/gpu/prepare.sh's VAE_TORCH_PATH), never in CI.
+        import torch  # device only
+        import diffusers  # device only
+        from safetensors.torch import save_file  # device only
         with torch.device("meta"):
             model = getattr(diffusers, V["cls"])(**cfg)
         zeros = {k: torch.zeros(v.shape, dtype=torch.bfloat16) for k, v in model.state_dict().items()}

@@ -21,7 +21,9 @@ for res, lat in (("480p", [1, 16, 21, 60, 104]), ("720p", [1, 16, 21, 90, 160]))
 PY
 # An unknown resolution is refused by name.
 if python3 bench/vae_decode.py --dry-run --out "$T/r" --res 1080p 2> "$T/err.txt"; then echo "--res 1080p accepted"; exit 1; fi
-grep -q "res 1080p: expected one of 480p, 720p" "$T/err.txt"
+grep -q "res 1080p: --vae wan2.1 takes 480p, 720p" "$T/err.txt"
+if python3 bench/vae_decode.py --dry-run --out "$T/r" --vae flux --budget 1 2> "$T/err.txt"; then echo "--budget with the FLUX.1 VAE accepted"; exit 1; fi
+grep -q "budget: --vae flux decodes an image in one graph (no windows)" "$T/err.txt"
 # The zero-weight folder (what tests/gpu/prepare.sh compiles for sm_90) is a vae/ folder ditc takes.
 python3 bench/vae_decode.py --write-folder "$T/f" | grep -q "^wrote $T/f/vae: 146[0-9]* bytes of zero weights$"
 "$BUILD/bin/ditc" compile "$T/f/vae" --frames 1 --height 16 --width 16 -o "$T/b" -q > "$T/compile.txt"
