@@ -108,6 +108,7 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   # Image-to-video from a PNG: the Wan2.2 TI2V and Wan2.1-I2V pipelines with their encoder stages.
   c tests/data/wan22_pipeline_tiny --frames 5 --height 64 --width 64 --text-len 16
   c tests/data/wan21_i2v_pipeline_tiny --frames 5 --height 32 --width 32 --text-len 512 --image-len 5
+  c tests/data/qwen_pipeline_tiny --height 64 --width 48 --text-len 96  # Qwen-Image from a prompt, its stages too
   python3 bench/umt5_encode.py --write-folder "$k/umt5" --layers 2  # UMT5-XXL (block 1 on: an fp32 residual stream)'s blocks (tests/gpu/run.sh TEXT_ENCODER=1)
   c "$k/umt5" --text-len 512
   rm -rf "$k/umt5"

@@ -372,7 +372,7 @@ fi
 fi
 
 if [ -z "${SKIP_CHECKS:-}" ] && sec stages; then
-step "1s. pipeline stages (tiny): the UMT5 encoder, Wan2.1-I2V's CLIP image encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt; Wan2.2 TI2V and Wan2.1-I2V from a prompt and a PNG"
+step "1s. pipeline stages (tiny): the UMT5 encoder, Wan2.1-I2V's CLIP image encoder, the Wan2.1 and Wan2.2 VAE decoders and encoders and FLUX.1's VAE decoder in bf16 on the GPU, every op against the CPU reference, the output against transformers'/diffusers' fp32; FLUX.1 from a prompt; Wan2.2 TI2V and Wan2.1-I2V from a prompt and a PNG; Qwen-Image from a prompt"
 d=tests/data/umt5_tiny
 read -r L B < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['text_len'], m['batch'])")
 te=$("$BIN/ditc" compile "$d/text_encoder" --text-len "$L" --batch "$B" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
@@ -452,6 +452,21 @@ for d in tests/data/wan22_pipeline_tiny tests/data/wan21_i2v_pipeline_tiny; do
   check "$BIN/st_compare" "$W/${n}_lat_sm_90.safetensors" "$W/${n}_lat_cpu.safetensors" latents 1 0.999
   check "$BIN/st_compare" "$W/${n}_lat_sm_90.safetensors" "$d/i2v_golden.safetensors" latents 1 0.98
 done
+# Qwen-Image from a prompt to an image on the GPU (its Qwen2.5-VL text encoder with the pipeline's
+# template, and its VAE): against the same bf16 pipeline on the CPU reference and, loosely,
+# QwenImagePipeline's fp32.
+d=tests/data/qwen_pipeline_tiny
+read -r H Wd L STEPS CFG < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['height'], m['width'], m['text_len'], m['steps'], m['true_cfg'])")
+PROMPT=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['prompt'])")
+NEG=$(python3 -c "import json; print(json.load(open('$d/meta.json'))['negative_prompt'])")
+for tgt in sm_90 cpu; do
+  line=$("$BIN/ditc" compile "$d" --height "$H" --width "$Wd" --text-len "$L" --dtype bf16 --target $tgt -o "$W/qp_$tgt" 2>/dev/null | tail -n1)
+  rm -f "$W/qwen_lat_$tgt.safetensors"
+  check "$BIN/ditrun" generate "${line##* }" --prompt "$PROMPT" --negative-prompt "$NEG" --true-cfg "$CFG" --init-latents "$d/golden.safetensors" \
+    --steps "$STEPS" --out "$W/qwen_img_$tgt.safetensors" --out-latents "$W/qwen_lat_$tgt.safetensors"
+done
+check "$BIN/st_compare" "$W/qwen_lat_sm_90.safetensors" "$W/qwen_lat_cpu.safetensors" latents 1 0.999
+check "$BIN/st_compare" "$W/qwen_lat_sm_90.safetensors" "$d/golden.safetensors" latents 1 0.98
 fi
 
 if [ -z "${NO_13B:-}" ]; then
