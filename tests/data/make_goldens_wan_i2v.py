@@ -32,7 +32,6 @@ pinned diffusers:
   PYTHONPATH=/opt/tpy:/tmp/pb:.ref/src python3 tests/data/make_goldens_wan_i2v.py ti2v|wan21
 """
 import json
-import math
 import os
 import shutil
 import sys
@@ -61,6 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from make_goldens import finish_pipeline_folder, fresh_dir, make_unipc, redraw_parameters  # noqa: E402
 from make_goldens_umt5 import TINY as UMT5_TINY  # noqa: E402
+from make_goldens_clip_vision import redraw_parameters as redraw_clip_vision  # noqa: E402
 from make_goldens_umt5 import redraw_parameters as redraw_umt5  # noqa: E402
 
 SEED = 7411
@@ -85,25 +85,6 @@ def picture(seed):
     return PIL.Image.fromarray(np.clip(img, 0, 255).round().astype(np.uint8), "RGB")
 
 
-def redraw_clip_vision(model, gen):
-    """A trained CLIP's scale: the class embedding of std 0.5, position embeddings 0.2, the patch
-    convolution and linears 1/sqrt(fan_in) with small biases, norm weights around 1."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("class_embedding"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-            elif name.endswith("position_embedding.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
-            elif ("layer_norm" in name or "layrnorm" in name or "layernorm" in name) and name.endswith(".weight"):
-                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.2)
-            elif name.endswith(".bias"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-            elif p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(math.prod(p.shape[1:])))
-            else:
-                raise RuntimeError(f"no initialisation rule for parameter {name} {tuple(p.shape)}")
-
-
 def tiny_wan21(out):
     """A tiny Wan2.1-I2V pipeline saved into out."""
     tok_src = os.path.join(HERE, "tok_t5_tiny")
@@ -112,7 +93,7 @@ def tiny_wan21(out):
     te = UMT5EncoderModel(UMT5Config(**dict(UMT5_TINY, vocab_size=len(tok)))).eval()
     redraw_umt5(te, torch.Generator().manual_seed(SEED + 1))
     clip = CLIPVisionModel(CLIPVisionConfig(**CLIP_TINY)).eval()
-    redraw_clip_vision(clip, torch.Generator().manual_seed(SEED + 5))
+    redraw_clip_vision(clip, torch.Generator().manual_seed(SEED + 5))  # make_goldens_clip_vision.py's draw
     proc = CLIPImageProcessor(size={"shortest_edge": CLIP_TINY["image_size"]},
                               crop_size={"height": CLIP_TINY["image_size"], "width": CLIP_TINY["image_size"]})
     heads, head_dim = 2, 16
