@@ -139,6 +139,28 @@ static void set_launch(dit_plan_kernel_t *k, uint64_t gx, uint32_t gy, uint32_t 
 
 static uint64_t blocks_of(uint64_t n) { return (n + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK; }
 
+/* The sliced groupnorm kernels: a pixel row in whole 8-channel chunks, at most one a thread, and
+ * at most one group a thread for the merge. */
+static int groupnorm_sliced_fits(int64_t channels, int64_t groups) {
+  return channels > 0 && channels % DIT_ABI_VEC == 0 && channels / DIT_ABI_VEC <= DIT_ABI_BLOCK && groups >= 1 && groups <= DIT_ABI_BLOCK;
+}
+
+/* Blocks that fill the largest parts (132 multiprocessors) twice over: with 8 rows of 16-byte
+ * loads in flight a thread (the kernels' GN_UNROLL), two blocks a multiprocessor keep enough bytes
+ * in flight to stream at memory bandwidth. */
+#define GROUPNORM_TARGET_BLOCKS 264
+
+int64_t dit_cuda_groupnorm_slices(int64_t batch, int64_t pixels, int64_t channels, int64_t groups) {
+  if (!groupnorm_sliced_fits(channels, groups) || batch < 1 || batch > 65535 || pixels < 1) return 0;
+  /* Every apply block merges its item's S x G statistics (8 bytes each) from L2 before its
+   * (P / S) x C elements: S^2 <= P C / (16 G) keeps that under an eighth of its bf16 traffic. */
+  int64_t s = (GROUPNORM_TARGET_BLOCKS + batch - 1) / batch;
+  const int64_t cap = (int64_t)sqrt((double)pixels * (double)channels / (16.0 * (double)groups));
+  if (s > cap) s = cap;
+  if (s > pixels) s = pixels;
+  return s < 1 ? 1 : s;
+}
+
 /* Fills the specialization defines and launch shape; 0 in *has when the runtime runs it. */
 /* Which kernel template a specialization completes. */
 typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 = 2 } kernel_template_t;
@@ -606,6 +628,24 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
              "LL\n#define C %" PRId64 "LL\n#define CG %" PRId64 "LL\n#define EPS ((float)%.17g)\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(V(g, op->in[2])->dtype), dit_value_numel(x) / (B * C), C, C / groups, getf(op, "eps"));
       set_launch(k, (uint64_t)groups, (uint32_t)B, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_GROUPNORM_STATS:
+    case DIT_OP_GROUPNORM_APPLY: {
+      /* Both on the slices' grid (S, B); stats [B, S, G, 2] is the stats op's output, the apply's input. */
+      const int apply = op->kind == DIT_OP_GROUPNORM_APPLY;
+      const dit_value_t *st = apply ? V(g, op->in[1]) : y;
+      const int64_t B = x->dims[0], C = x->dims[x->rank - 1], S = st->dims[1], groups = st->dims[2];
+      if (!groupnorm_sliced_fits(C, groups) || B < 1 || B > 65535)
+        return DIT_ERR(UNIMPLEMENTED, "op %s '%s': batch %" PRId64 ", %" PRId64 " channels in %" PRId64 " groups: the kernel needs a batch of "
+                       "1..65535, whole 8-channel chunks up to %d channels and at most %d groups", name, y->name, B, C, groups,
+                       DIT_ABI_BLOCK * DIT_ABI_VEC, DIT_ABI_BLOCK);
+      dit_strbuf_printf(s, "#define DIT_K_GROUPNORM_%s 1\n#define T_X %d\n#define P %" PRId64 "LL\n#define C %" PRId64 "LL\n#define GROUPS %" PRId64
+             "LL\n#define SLICES %" PRId64 "LL\n", apply ? "APPLY" : "STATS", dt_code(x->dtype), dit_value_numel(x) / (B * C), C, groups, S);
+      if (apply)
+        dit_strbuf_printf(s, "#define T_W %d\n#define T_BIAS %d\n#define EPS ((float)%.17g)\n", dt_code(V(g, op->in[2])->dtype),
+                          dt_code(V(g, op->in[3])->dtype), getf(op, "eps"));
+      set_launch(k, (uint64_t)S, (uint32_t)B, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_UPSAMPLE:

@@ -39,6 +39,12 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
                                  int *out_has_kernel, dit_plan_kernel_t *launch,
                                  dit_cuda_module_t *module);
 
+/* The slices S of a GPU target's groupnorm of channel-last x [batch, pixels, channels] with
+ * `groups` groups, lowered to groupnorm_stats and groupnorm_apply (each a grid of S x batch blocks
+ * over pixel slices); 0 where the sliced kernels do not fit the shape (channels not a multiple of
+ * 8 or above 2048, more than 256 groups, a batch past the grid) and the one-kernel form stays. */
+int64_t dit_cuda_groupnorm_slices(int64_t batch, int64_t pixels, int64_t channels, int64_t groups);
+
 /* The headers NVRTC compiles every kernel template against, as include names and NUL-terminated
  * texts (static, owned by ditc): "dit_abi.h", the kernel ABI generated from
  * compiler/kernels/dit_abi.def (the same bytes the code generator includes), and

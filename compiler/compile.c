@@ -450,8 +450,13 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
   DIT_RETURN_IF(dit_model_build_graph(m, req, &rb->g));
   if (o->quant && first && !(rb->quant = cJSON_CreateObject())) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   DIT_RETURN_IF(dit_compile_quantize(m, rb->g, o->quant, rb->quant, p));
-  dit_compile_progress(p, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64 "%s", dit_graph_num_ops(rb->g),
-           dit_graph_num_values(rb->g), ls->channels, ls->frames, ls->height, ls->width, req->tp > 1 ? " (tensor-parallel rank 0)" : "");
+  int split = 0;
+  DIT_RETURN_IF(dit_compile_lower_target(o->target, rb->g, &split));
+  char lowered[64] = "";
+  if (split) snprintf(lowered, sizeof lowered, "; %d groupnorms as stats + apply", split);
+  dit_compile_progress(p, "graph: %d ops, %d values; latent %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64 "%s%s", dit_graph_num_ops(rb->g),
+           dit_graph_num_values(rb->g), ls->channels, ls->frames, ls->height, ls->width, lowered,
+           req->tp > 1 ? " (tensor-parallel rank 0)" : "");
   dit_pass_options_t popt = {first ? o->dump_after : NULL, o->dump};
   DIT_RETURN_IF(dit_passes_run(rb->g, &popt, &rb->pres));
   dit_compile_progress(p, "passes verify,dce,fuse,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed, %d fused",

@@ -82,6 +82,11 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
 
 /* ---- lowering (compile_lower.c) ---- */
 
+/* The ops a target runs in another form, rewritten before the passes: on GPU targets each
+ * groupnorm whose shape the sliced kernels take becomes groupnorm_stats + groupnorm_apply (one
+ * block per group and item would leave most of the device idle); the cpu target keeps the graph.
+ * *split (may be NULL) gets the number of groupnorms split. */
+dit_status_t dit_compile_lower_target(const char *target, dit_graph_t *g, int *split);
 /* The plan of a scheduled, memory-planned graph: one value per graph value (same ids), one
  * step per op in order (step i is op i). Caller owns *out. */
 dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_plan_t **out);

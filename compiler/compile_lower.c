@@ -2,6 +2,7 @@
  * (GPU targets), and, with --offload, each rank's typed offload section from the F* plan. */
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,76 @@
 #include "compiler/codegen_cuda.h"
 #include "compiler/compile_internal.h"
 #include "passes/offload.h"
+
+/* One groupnorm (op i, copied: appending moves the ops) as groupnorm_stats and groupnorm_apply
+ * appended to the graph; the apply takes over its output value, so its readers, name and output
+ * role stay. Sets *done when the shape leaves it as it is. */
+static dit_status_t split_groupnorm(dit_graph_t *g, int32_t i, int *done) {
+  const dit_op_t op = *dit_graph_cop_at(g, i);
+  const dit_value_t *x = dit_graph_cvalue(g, op.in[0]), *y = dit_graph_cvalue(g, op.out[0]);
+  const int64_t B = x->dims[0], C = x->dims[x->rank - 1];
+  const dit_attr_t *ga = dit_attrs_find(&op.attrs, "groups"), *ea = dit_attrs_find(&op.attrs, "eps");
+  if (!ga || !ea) return DIT_ERR(INTERNAL, "lowering: groupnorm '%s' lacks its groups or eps", y->name);
+  const int64_t S = B > 0 && C > 0 ? dit_cuda_groupnorm_slices(B, dit_value_numel(x) / (B * C), C, ga->i) : 0;
+  *done = 0;
+  if (!S) return DIT_OK;
+  dit_attrs_t sa = {0}, aa = {0};
+  if (dit_attrs_set_int(&sa, "groups", ga->i) || dit_attrs_set_int(&sa, "slices", S) || dit_attrs_set_float(&aa, "eps", ea->f))
+    return DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
+  char name[512];
+  snprintf(name, sizeof name, "%s.stats", y->name ? y->name : "groupnorm");
+  const dit_dtype_t dt = y->dtype;
+  dit_graph_set_block(g, op.block);
+  dit_vid_t ins[4] = {op.in[0], dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &op.in[0], 1, &sa, DIT_F32, name), op.in[1], op.in[2]};
+  const dit_vid_t tmp = ins[1] < 0 ? -1 : dit_graph_op(g, DIT_OP_GROUPNORM_APPLY, ins, 4, &aa, dt, name);
+  dit_graph_set_block(g, -1);
+  if (tmp < 0) return dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
+  /* The apply writes the groupnorm's value; its own becomes an orphan that compaction drops. */
+  const int32_t a = dit_graph_num_ops(g) - 1;
+  dit_graph_op_at(g, a)->out[0] = op.out[0];
+  dit_graph_value(g, op.out[0])->producer = a;
+  dit_graph_value(g, tmp)->producer = -1;
+  *done = 1;
+  return DIT_OK;
+}
+
+dit_status_t dit_compile_lower_target(const char *target, dit_graph_t *g, int *split) {
+  if (split) *split = 0;
+  if (!strcmp(target, "cpu")) return DIT_OK;
+  const int32_t n = dit_graph_num_ops(g);
+  uint8_t *keep = malloc(3 * (size_t)n + 1), *was_split = malloc((size_t)n + 1);
+  int32_t *order = malloc((3 * (size_t)n + 1) * sizeof *order);
+  dit_status_t s = keep && was_split && order ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "lowering: out of memory");
+  int32_t count = 0;
+  for (int32_t i = 0; !s && i < n; i++) {
+    int done = 0;
+    if (dit_graph_cop_at(g, i)->kind == DIT_OP_GROUPNORM) s = split_groupnorm(g, i, &done);
+    was_split[i] = (uint8_t)done;
+    count += done;
+  }
+  if (!s && count) {
+    /* Drop the split groupnorms (the appended pairs keep their order at the end), then put each
+     * pair where its groupnorm was. */
+    for (int32_t i = 0; i < n + 2 * count; i++) keep[i] = i >= n || !was_split[i];
+    s = dit_graph_compact(g, keep);
+    int32_t m = 0, dropped = 0, pair = n - count;
+    for (int32_t i = 0; !s && i < n; i++) {
+      if (was_split[i]) {
+        order[m++] = pair++;
+        order[m++] = pair++;
+        dropped++;
+      } else {
+        order[m++] = i - dropped;
+      }
+    }
+    if (!s) s = dit_graph_reorder(g, order);
+  }
+  if (!s && split) *split = count;
+  free(keep);
+  free(was_split);
+  free(order);
+  return s;
+}
 
 dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_plan_t **out) {
   dit_plan_t *p = calloc(1, sizeof *p);

@@ -9,12 +9,13 @@
 #include "passes/passes.h"
 
 /* The plan of the graph req describes, as the compile lowers it. */
-static dit_status_t plan_of(const dit_model_t *m, const dit_shape_request_t *req, dit_plan_t **plan) {
+static dit_status_t plan_of(const dit_model_t *m, const dit_shape_request_t *req, const char *target, dit_plan_t **plan) {
   dit_graph_t *g = NULL;
   dit_pass_result_t pres;
   memset(&pres, 0, sizeof pres);
   const dit_pass_options_t popt = {NULL, NULL};
   dit_status_t s = dit_model_build_graph(m, req, &g);
+  if (!s) s = dit_compile_lower_target(target, g, NULL);
   if (!s) s = dit_passes_run(g, &popt, &pres);
   if (!s) s = dit_compile_lower(g, pres.arena_bytes, plan);
   dit_graph_destroy(g);
@@ -34,12 +35,13 @@ static uint64_t runtime_bytes(const dit_plan_t *plan, int device, const dit_plan
 
 /* The decode's peak with the later chunks' graph of req (vae_first clear) loaded and latent
  * frame 0's borrowing its memory, as the runtime runs them. */
-static dit_status_t pair_peak(const dit_model_t *m, dit_shape_request_t req, int device, uint64_t *peak) {
+static dit_status_t pair_peak(const dit_model_t *m, dit_shape_request_t req, const char *target, uint64_t *peak) {
+  const int device = strcmp(target, "cpu") != 0;
   dit_plan_t *later = NULL, *first = NULL;
   req.vae_first = 0;
-  dit_status_t s = plan_of(m, &req, &later);
+  dit_status_t s = plan_of(m, &req, target, &later);
   req.vae_first = 1;
-  if (!s) s = plan_of(m, &req, &first);
+  if (!s) s = plan_of(m, &req, target, &first);
   if (!s) *peak = runtime_bytes(later, device, NULL) + runtime_bytes(first, device, later);
   dit_plan_free(later);
   dit_plan_free(first);
@@ -59,7 +61,7 @@ dit_status_t dit_compile_vae_tiles(const dit_compile_options_t *o, int allow_who
   dit_status_t s = DIT_OK;
   if (allow_whole) {
     req.vae_part = DIT_VAE_WHOLE;
-    s = pair_peak(m, req, device, &peak);
+    s = pair_peak(m, req, o->target, &peak);
     if (!s && peak <= (uint64_t)(o->vae_budget_gib * (double)(1ull << 30))) {
       *peak_out = peak;
       dit_model_free(m);
@@ -75,7 +77,7 @@ dit_status_t dit_compile_vae_tiles(const dit_compile_options_t *o, int allow_who
     h.vae_chunk = 1;
     h.vae_first = 0;
     dit_plan_t *hp = NULL;
-    s = plan_of(m, &h, &hp);
+    s = plan_of(m, &h, o->target, &hp);
     if (!s) head_peak = runtime_bytes(hp, device, NULL);
     dit_plan_free(hp);
   }
@@ -94,7 +96,7 @@ dit_status_t dit_compile_vae_tiles(const dit_compile_options_t *o, int allow_who
       dit_status_free(e);
       break;
     }
-    s = pair_peak(m, req, device, &peak);
+    s = pair_peak(m, req, o->target, &peak);
     if (s) break;
     if (head_peak > peak) peak = head_peak;
     if (peak < best) best = peak;

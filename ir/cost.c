@@ -77,6 +77,13 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
     case DIT_OP_ROWSUMSQ:
       c.flops = 2.0 * (double)dit_value_numel(x);
       break;
+    case DIT_OP_GROUPNORM_STATS:
+      c.flops = 3.0 * (double)dit_value_numel(x); /* a difference from the shift, its square and two sums */
+      break;
+    case DIT_OP_GROUPNORM_APPLY:
+      /* (x - mean) * rstd * w + b per element; the merge, 4 per slice statistic. */
+      c.flops = 4.0 * (double)dit_value_numel(y) + 4.0 * (double)dit_value_numel(dit_graph_cvalue(g, op->in[1]));
+      break;
     case DIT_OP_KEY_BOUND:
       c.flops = (double)dit_value_numel(x); /* a test per mask entry, at most */
       break;

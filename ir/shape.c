@@ -47,6 +47,38 @@ static const char *dims_str(int rank, const int64_t *dims, char *buf, size_t cap
 
 static int is_float(dit_dtype_t t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
 
+/* groupnorm's x: float [B, ..., C] of rank >= 3 whose channels the groups divide (`what` names
+ * where the group count comes from). */
+static dit_status_t check_groupnorm_x(const char *op, const dit_value_t *x, const char *what, int64_t groups) {
+  char b1[96];
+  if (x->rank < 3) FAIL("%s: operand x '%s' has rank %d, expected [B, ..., C] of rank >= 3", op, x->name, x->rank);
+  if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+  const int64_t c = x->dims[x->rank - 1];
+  if (c % groups)
+    FAIL("%s: %s = %" PRId64 " does not divide the %" PRId64 " channels of x '%s' %s", op, what, groups, c, x->name,
+         dims_str(x->rank, x->dims, b1, sizeof b1));
+  return DIT_OK;
+}
+
+/* The pixels per batch item of groupnorm's x [B, ..., C]: the dims between. */
+static int64_t groupnorm_pixels(const dit_value_t *x) {
+  int64_t p = 1;
+  for (int d = 1; d < x->rank - 1; d++) p *= x->dims[d];
+  return p;
+}
+
+/* groupnorm's weight and bias [C] and its eps (finite, >= 0). */
+static dit_status_t check_groupnorm_affine(const char *op, const dit_value_t *x, const dit_value_t *w, const dit_value_t *b,
+                                           const dit_attrs_t *attrs) {
+  double eps;
+  DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "eps", &eps));
+  if (!(eps >= 0) || !isfinite(eps)) FAIL("%s: attribute eps = %g, expected finite and >= 0", op, eps);
+  const int64_t c = x->dims[x->rank - 1];
+  if (w->rank != 1 || b->rank != 1 || w->dims[0] != c || b->dims[0] != c)
+    FAIL("%s: affine parameters '%s' and '%s' must be [%" PRId64 "]", op, w->name, b->name, c);
+  return DIT_OK;
+}
+
 /* Checks that the row indices `keys` are inside the n rows of a modulation table. */
 static dit_status_t check_mod_rows(const char *op, int64_t rows, const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
   for (int k = 0; k < n_keys; k++) {
@@ -235,21 +267,40 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     case DIT_OP_GROUPNORM: {
-      const dit_value_t *w = operand(g, ins, 1), *b = operand(g, ins, 2);
       int64_t groups;
-      double eps;
-      char b1[96];
-      if (x->rank < 3) FAIL("%s: operand x '%s' has rank %d, expected [B, ..., C] of rank >= 3", op, x->name, x->rank);
-      if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
       DIT_RETURN_IF(get_i(attrs, op, "groups", &groups, 1));
-      DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "eps", &eps));
-      if (!(eps >= 0) || !isfinite(eps)) FAIL("%s: attribute eps = %g, expected finite and >= 0", op, eps);
-      const int64_t c = x->dims[x->rank - 1];
-      if (c % groups)
-        FAIL("%s: attribute groups = %" PRId64 " does not divide the %" PRId64 " channels of x '%s' %s", op, groups, c, x->name,
-             dims_str(x->rank, x->dims, b1, sizeof b1));
-      if (w->rank != 1 || b->rank != 1 || w->dims[0] != c || b->dims[0] != c)
-        FAIL("%s: affine parameters '%s' and '%s' must be [%" PRId64 "]", op, w->name, b->name, c);
+      DIT_RETURN_IF(check_groupnorm_x(op, x, "attribute groups", groups));
+      DIT_RETURN_IF(check_groupnorm_affine(op, x, operand(g, ins, 1), operand(g, ins, 2), attrs));
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      break;
+    }
+    case DIT_OP_GROUPNORM_STATS: {
+      int64_t groups, slices;
+      DIT_RETURN_IF(get_i(attrs, op, "groups", &groups, 1));
+      DIT_RETURN_IF(get_i(attrs, op, "slices", &slices, 1));
+      DIT_RETURN_IF(check_groupnorm_x(op, x, "attribute groups", groups));
+      const int64_t pixels = groupnorm_pixels(x);
+      if (slices > pixels)
+        FAIL("%s: attribute slices = %" PRId64 " exceeds the %" PRId64 " pixels of x '%s' (every slice needs one)", op, slices, pixels,
+             x->name);
+      out_rank[0] = 4;
+      out_dims[0][0] = x->dims[0];
+      out_dims[0][1] = slices;
+      out_dims[0][2] = groups;
+      out_dims[0][3] = 2;
+      break;
+    }
+    case DIT_OP_GROUPNORM_APPLY: {
+      const dit_value_t *st = operand(g, ins, 1);
+      char b1[96];
+      if (st->dtype != DIT_F32 || st->rank != 4 || st->dims[0] != x->dims[0] || st->dims[1] < 1 || st->dims[2] < 1 || st->dims[3] != 2)
+        FAIL("%s: stats '%s' %s %s, expected f32 [%" PRId64 ", S, G, 2]", op, st->name, dit_dtype_name(st->dtype),
+             dims_str(st->rank, st->dims, b1, sizeof b1), x->dims[0]);
+      DIT_RETURN_IF(check_groupnorm_x(op, x, "the groups of stats", st->dims[2]));
+      const int64_t pixels = groupnorm_pixels(x);
+      if (st->dims[1] > pixels)
+        FAIL("%s: stats '%s' has %" PRId64 " slices, more than the %" PRId64 " pixels of x '%s'", op, st->name, st->dims[1], pixels, x->name);
+      DIT_RETURN_IF(check_groupnorm_affine(op, x, operand(g, ins, 2), operand(g, ins, 3), attrs));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
@@ -644,6 +695,10 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
              dit_dtype_name(out_dtypes[1]), dit_dtype_name(x->dtype), x->name);
       return DIT_OK;
     }
+    case DIT_OP_GROUPNORM_STATS:
+      if (n_out >= 1 && out_dtypes[0] != DIT_F32)
+        FAIL("groupnorm_stats: output dtype %s, expected f32", dit_dtype_name(out_dtypes[0]));
+      return DIT_OK;
     case DIT_OP_EMBEDDING:
       if (n_out >= 1 && !is_float(out_dtypes[0]))
         FAIL("embedding: output dtype %s, expected f32, bf16 or f16", dit_dtype_name(out_dtypes[0]));

@@ -400,6 +400,17 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETF("eps", eps);
       return dit_cpu_groupnorm(c, &in[0], &in[1], &in[2], groups, eps, &out[0]);
     }
+    case DIT_OP_GROUPNORM_STATS: {
+      int64_t groups, slices;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "groups", &groups));
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "slices", &slices));
+      return dit_cpu_groupnorm_stats(c, &in[0], groups, slices, &out[0]);
+    }
+    case DIT_OP_GROUPNORM_APPLY: {
+      double eps;
+      GETF("eps", eps);
+      return dit_cpu_groupnorm_apply(c, &in[0], &in[1], &in[2], &in[3], eps, &out[0]);
+    }
     case DIT_OP_ROPE: {
       int heads, f, h, w, td, hd, wd;
       double theta;

@@ -1254,6 +1254,144 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
+#if defined(DIT_K_GROUPNORM_STATS) || defined(DIT_K_GROUPNORM_APPLY)
+// The sliced GroupNorm of channel-last x [B, P pixels, C] (groupnorm_stats, then groupnorm_apply),
+// both launched on a grid (SLICES, B): block (s, b) takes the pixel rows [s*P/SLICES,
+// (s+1)*P/SLICES) of item b, which lie together in memory. GN_LANES threads cover a row, each 8
+// channels (16-byte accesses, a warp reading whole rows), GN_ROWS rows a step, GN_UNROLL steps of
+// loads in flight before they are used. A thread's channels stay the same over the slice.
+#define GN_LANES (C / DIT_ABI_VEC)
+#define GN_ROWS (DIT_ABI_BLOCK / GN_LANES)
+#define GN_UNROLL 8
+static_assert(C % DIT_ABI_VEC == 0 && GN_LANES <= DIT_ABI_BLOCK, "a pixel row is whole 8-channel chunks, at most one per thread");
+static_assert(GROUPS <= DIT_ABI_BLOCK && C % GROUPS == 0, "the groups divide the channels, at most one per thread");
+#define CG (C / GROUPS)
+
+__device__ __forceinline__ long long gn_slice_start(long long s) { return s * P / SLICES; }
+
+// Calls f(row, v) for each of this thread's rows in [p0, p1) of x (item base xb), v its 8 channels
+// from c0, GN_UNROLL rows' loads issued before the first is used.
+template <typename T, typename F>
+__device__ __forceinline__ void gn_rows(const T *xb, long long p0, long long p1, int c0, F f) {
+  long long p = p0 + threadIdx.x / GN_LANES;
+  for (; p + (GN_UNROLL - 1) * GN_ROWS < p1; p += GN_UNROLL * GN_ROWS) {
+    float v[GN_UNROLL][DIT_ABI_VEC];
+#pragma unroll
+    for (int u = 0; u < GN_UNROLL; u++) ld8(xb, (p + u * GN_ROWS) * C + c0, v[u]);
+#pragma unroll
+    for (int u = 0; u < GN_UNROLL; u++) f(p + u * GN_ROWS, v[u]);
+  }
+  for (; p < p1; p += GN_ROWS) {
+    float v[DIT_ABI_VEC];
+    ld8(xb, p * C + c0, v);
+    f(p, v);
+  }
+}
+#endif
+
+#if defined(DIT_K_GROUPNORM_STATS)
+// stats f32 [B, SLICES, GROUPS, 2]: per slice and group the mean and M2 (the sum of squared
+// deviations from it). Each thread sums d = x - shift and d^2 in fp32 for its channels, the
+// shift being the slice's first value of the channel's group: one of the values, so d stays
+// within the spread and the squares do not cancel against the mean's. The block then adds the
+// threads' sums per group in a fixed order (deterministic): mean = shift + sum d / n,
+// M2 = sum d^2 - (sum d)^2 / n.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(float *stats, const TY(X) *x) {
+  __shared__ float red[2][GN_ROWS * C];
+  const int lane = threadIdx.x % GN_LANES, row = threadIdx.x / GN_LANES, c0 = lane * DIT_ABI_VEC;
+  const long long s = blockIdx.x, b = blockIdx.y, p0 = gn_slice_start(s), p1 = gn_slice_start(s + 1);
+  const TY(X) *xb = x + b * P * C;
+  float shift[DIT_ABI_VEC], s1[DIT_ABI_VEC], s2[DIT_ABI_VEC];
+#pragma unroll
+  for (int k = 0; k < DIT_ABI_VEC; k++) shift[k] = ld(xb, p0 * C + (c0 + k) / CG * CG), s1[k] = s2[k] = 0.f;
+  if (row < GN_ROWS) {
+    gn_rows(xb, p0, p1, c0, [&](long long, const float *v) {
+#pragma unroll
+      for (int k = 0; k < DIT_ABI_VEC; k++) {
+        const float d = v[k] - shift[k];
+        s1[k] += d;
+        s2[k] = fmaf(d, d, s2[k]);
+      }
+    });
+#pragma unroll
+    for (int k = 0; k < DIT_ABI_VEC; k++) red[0][row * C + c0 + k] = s1[k], red[1][row * C + c0 + k] = s2[k];
+  }
+  __syncthreads();
+  // A warp a group: its GN_ROWS x CG sums, lane-strided, then across the warp.
+  const int warp = threadIdx.x / 32, wl = threadIdx.x % 32;
+  for (int g = warp; g < GROUPS; g += DIT_ABI_BLOCK / 32) {
+    float a = 0.f, q = 0.f;
+    for (int e = wl; e < GN_ROWS * CG; e += 32) {
+      const int i = e / CG * C + g * CG + e % CG;
+      a += red[0][i];
+      q += red[1][i];
+    }
+    a = warp_sum(a);
+    q = warp_sum(q);
+    if (wl == 0) {
+      const float md = a / (float)((p1 - p0) * CG);
+      float *o = stats + ((b * SLICES + s) * GROUPS + g) * 2;
+      o[0] = ld(xb, p0 * C + g * CG) + md;
+      o[1] = fmaxf(q - a * md, 0.f);
+    }
+  }
+}
+#endif
+
+#if defined(DIT_K_GROUPNORM_APPLY)
+// y = (x - mean) * rstd * w[c] + bias[c] from groupnorm_stats' slices. Each block first merges
+// its item's SLICES x GROUPS statistics (read from L2), GN_TPG threads a group, in a fixed order:
+// the count-weighted mean (of the slices' deviations from slice 0's mean, which keeps the terms
+// small), then M2 = sum of M2_s + n_s (mean_s - mean)^2; then it normalizes its slice's rows.
+#define GN_TPG (DIT_ABI_BLOCK / GROUPS)
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const float *stats, const TY(W) *w,
+                                                                       const TY(BIAS) *bias) {
+  __shared__ float part[DIT_ABI_BLOCK], gmean[GROUPS], grstd[GROUPS];
+  const long long b = blockIdx.y;
+  const float *st = stats + b * SLICES * GROUPS * 2;
+  const int g = threadIdx.x % GROUPS, j = threadIdx.x / GROUPS;
+  const float n = (float)(P * CG), ref = st[g * 2];
+  float a = 0.f;
+  if (j < GN_TPG)
+    for (long long s = j; s < SLICES; s += GN_TPG) a += (float)((gn_slice_start(s + 1) - gn_slice_start(s)) * CG) * (st[(s * GROUPS + g) * 2] - ref);
+  part[threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.x < GROUPS) {
+    float t = 0.f;
+    for (int i = 0; i < GN_TPG; i++) t += part[i * GROUPS + threadIdx.x];
+    gmean[threadIdx.x] = ref + t / n;
+  }
+  __syncthreads();
+  const float mean = gmean[g];
+  float q = 0.f;
+  if (j < GN_TPG)
+    for (long long s = j; s < SLICES; s += GN_TPG) {
+      const float d = st[(s * GROUPS + g) * 2] - mean;
+      q += st[(s * GROUPS + g) * 2 + 1] + (float)((gn_slice_start(s + 1) - gn_slice_start(s)) * CG) * d * d;
+    }
+  part[threadIdx.x] = q;
+  __syncthreads();
+  if (threadIdx.x < GROUPS) {
+    float t = 0.f;
+    for (int i = 0; i < GN_TPG; i++) t += part[i * GROUPS + threadIdx.x];
+    grstd[threadIdx.x] = rsqrtf(t / n + EPS);
+  }
+  __syncthreads();
+  if (threadIdx.x / GN_LANES >= GN_ROWS) return;
+  const int c0 = threadIdx.x % GN_LANES * DIT_ABI_VEC;
+  float m[DIT_ABI_VEC], r[DIT_ABI_VEC], wv[DIT_ABI_VEC], bv[DIT_ABI_VEC];
+#pragma unroll
+  for (int k = 0; k < DIT_ABI_VEC; k++)
+    m[k] = gmean[(c0 + k) / CG], r[k] = grstd[(c0 + k) / CG], wv[k] = ld(w, c0 + k), bv[k] = ld(bias, c0 + k);
+  const long long s = blockIdx.x, base = b * P * C;
+  gn_rows(x + base, gn_slice_start(s), gn_slice_start(s + 1), c0, [&](long long p, float *v) {
+#pragma unroll
+    for (int k = 0; k < DIT_ABI_VEC; k++) v[k] = (v[k] - m[k]) * r[k] * wv[k] + bv[k];
+    st8(y, base + p * C + c0, v);
+  });
+}
+#endif
+
 #if defined(DIT_K_UPSAMPLE)
 // Nearest upsampling of channel-last x [BF, H, W, C] (BF = batch x frames) by S: y [BF, S*H, S*W, C].
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {

@@ -679,37 +679,85 @@ dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const di
 
 /* ---- group norm ---------------------------------------------------------------------------- */
 
-/* Two passes: the statistics of every (item, group), each over its pixels and channels in double,
- * then the rows (pixels) normalized, each reading its items' statistics. */
+/* Two passes: the statistics of every (item, group), each over its pixels and channels in double
+ * (or merged from groupnorm_stats' slices), then the rows (pixels) normalized, each reading its
+ * items' statistics. */
 typedef struct group_norm_job {
   const dit_tensor_t *x;
   dit_tensor_t *y;
   int64_t P, C, G; /* pixels per item, channels, groups */
+  int64_t S;       /* groupnorm_stats: slices of the pixels */
+  float *stats;    /* groupnorm_stats' output, or groupnorm_apply's input [B, S, G, 2] */
   double eps;
   float *w_f32, *b_f32;
   double *mean, *rstd; /* [B * G] */
   dit_cpu_scratch_t scratch;
 } group_norm_job_t;
 
+/* Mean and sum of squared deviations of group c0's channels over pixels [p0, p1) of item b. */
+static void group_norm_moments(const group_norm_job_t *j, int64_t b, int64_t c0, int64_t p0, int64_t p1, float *tmp, double *mean,
+                               double *m2) {
+  const int64_t cg = j->C / j->G;
+  double sum = 0.0, var = 0.0;
+  for (int64_t p = p0; p < p1; p++) {
+    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->P + p) * j->C + c0, cg, tmp);
+    for (int64_t c = 0; c < cg; c++) sum += x[c];
+  }
+  *mean = sum / (double)((p1 - p0) * cg);
+  for (int64_t p = p0; p < p1; p++) {
+    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->P + p) * j->C + c0, cg, tmp);
+    for (int64_t c = 0; c < cg; c++) var += (x[c] - *mean) * (x[c] - *mean);
+  }
+  *m2 = var;
+}
+
 static void group_norm_stats(void *ctx, int64_t begin, int64_t end, int worker) {
   group_norm_job_t *j = ctx;
   const int64_t cg = j->C / j->G;
   float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
   for (int64_t i = begin; i < end; i++) {
-    const int64_t b = i / j->G, c0 = (i % j->G) * cg;
-    double sum = 0.0, var = 0.0;
-    for (int64_t p = 0; p < j->P; p++) {
-      const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->P + p) * j->C + c0, cg, tmp);
-      for (int64_t c = 0; c < cg; c++) sum += x[c];
-    }
-    const double mean = sum / (double)(j->P * cg);
-    for (int64_t p = 0; p < j->P; p++) {
-      const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->P + p) * j->C + c0, cg, tmp);
-      for (int64_t c = 0; c < cg; c++) var += (x[c] - mean) * (x[c] - mean);
-    }
+    double mean, var;
+    group_norm_moments(j, i / j->G, (i % j->G) * cg, 0, j->P, tmp, &mean, &var);
     j->mean[i] = mean;
     j->rstd[i] = 1.0 / sqrt(var / (double)(j->P * cg) + j->eps);
   }
+}
+
+/* Slice s of S over P pixels: [s*P/S, (s+1)*P/S), as groupnorm_stats defines it. */
+static int64_t group_norm_slice_start(int64_t s, int64_t P, int64_t S) { return s * P / S; }
+
+static void group_norm_slices(void *ctx, int64_t begin, int64_t end, int worker) {
+  group_norm_job_t *j = ctx;
+  float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
+  for (int64_t i = begin; i < end; i++) { /* i = (b * S + s) * G + g */
+    const int64_t g = i % j->G, s = i / j->G % j->S, b = i / (j->G * j->S);
+    double mean, m2;
+    group_norm_moments(j, b, g * (j->C / j->G), group_norm_slice_start(s, j->P, j->S), group_norm_slice_start(s + 1, j->P, j->S), tmp,
+                       &mean, &m2);
+    j->stats[2 * i] = (float)mean;
+    j->stats[2 * i + 1] = (float)m2;
+  }
+}
+
+/* Each (item, group)'s statistics from its slices, in double: the count-weighted mean, then the
+ * slices' M2 plus their means' squared deviations from it. */
+static void group_norm_merge(group_norm_job_t *j, int64_t B) {
+  const int64_t cg = j->C / j->G, S = j->S;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t g = 0; g < j->G; g++) {
+      const float *st = j->stats + (b * S * j->G + g) * 2;
+      double mean = 0.0, m2 = 0.0;
+      for (int64_t s = 0; s < S; s++)
+        mean += (double)(group_norm_slice_start(s + 1, j->P, S) - group_norm_slice_start(s, j->P, S)) * st[s * j->G * 2];
+      mean /= (double)j->P; /* each slice's pixels weigh the same number of channels */
+      for (int64_t s = 0; s < S; s++) {
+        const double n = (double)((group_norm_slice_start(s + 1, j->P, S) - group_norm_slice_start(s, j->P, S)) * cg);
+        const double d = st[s * j->G * 2] - mean;
+        m2 += st[s * j->G * 2 + 1] + n * d * d;
+      }
+      j->mean[b * j->G + g] = mean;
+      j->rstd[b * j->G + g] = 1.0 / sqrt(m2 / (double)(j->P * cg) + j->eps);
+    }
 }
 
 static void group_norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
@@ -727,43 +775,102 @@ static void group_norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   }
 }
 
+/* x float [B, ..., C] of rank >= 3 with `groups` dividing C; its pixels per item in *P. */
+static dit_status_t check_group_norm_x(const char *op, const dit_tensor_t *x, int64_t groups, int64_t *P) {
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  if (x->rank < 3) return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, ..., C] of rank >= 3", op, dit_cpu_dims_str(x, b1));
+  const int64_t C = x->dims[x->rank - 1];
+  if (groups < 1 || C % groups)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %lld groups do not divide the channels of x %s", op, (long long)groups, dit_cpu_dims_str(x, b1));
+  *P = 1;
+  for (int d = 1; d < x->rank - 1; d++) *P *= x->dims[d];
+  return DIT_OK;
+}
+
+/* The normalization given x, w, b, y (checked here) and, with j->stats, the slices to merge;
+ * without, the statistics computed from x. */
+static dit_status_t group_norm_run(dit_cpu_t *c, const char *op, group_norm_job_t *j, const dit_tensor_t *w, const dit_tensor_t *b) {
+  const dit_tensor_t *x = j->x;
+  const int64_t C = x->dims[x->rank - 1], want[1] = {C};
+  DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "b", b));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", j->y));
+  DIT_RETURN_IF(check_eps(op, j->eps));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", j->y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "b", b, 1, want));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", j->y, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", j->y, "w", w));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", j->y, "b", b));
+  const int64_t B = x->dims[0];
+  if (!j->P || !B || !C) return DIT_OK;
+  dit_status_t s = widen(op, "w", w, C, &j->w_f32);
+  if (!s) s = widen(op, "b", b, C, &j->b_f32);
+  j->mean = s ? NULL : malloc(sizeof(double) * (size_t)(2 * B * j->G));
+  if (!s && !j->mean) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate the statistics of %lld groups", op, (long long)(B * j->G));
+  if (!s) s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * C), &j->scratch);
+  if (!s) {
+    j->rstd = j->mean + B * j->G;
+    if (j->stats) group_norm_merge(j, B);
+    else dit_pool_parallel_for(dit_cpu_pool(c), B * j->G, 1, group_norm_stats, j);
+    dit_pool_parallel_for(dit_cpu_pool(c), B * j->P, 8, group_norm_rows, j);
+    dit_cpu_scratch_free(&j->scratch);
+  }
+  free(j->mean);
+  free(j->w_f32);
+  free(j->b_f32);
+  return s;
+}
+
 dit_status_t dit_cpu_groupnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *b, int64_t groups,
                                double eps, dit_tensor_t *y) {
   static const char *op = "groupnorm";
+  group_norm_job_t j = {.x = x, .y = y, .G = groups, .eps = eps};
+  DIT_RETURN_IF(check_group_norm_x(op, x, groups, &j.P));
+  j.C = x->dims[x->rank - 1];
+  return group_norm_run(c, op, &j, w, b);
+}
+
+dit_status_t dit_cpu_groupnorm_stats(dit_cpu_t *c, const dit_tensor_t *x, int64_t groups, int64_t slices, dit_tensor_t *stats) {
+  static const char *op = "groupnorm_stats";
   char b1[DIT_CPU_DIMS_BUF];
-  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "b", b));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
-  DIT_RETURN_IF(check_eps(op, eps));
-  if (x->rank < 3) return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [B, ..., C] of rank >= 3", op, dit_cpu_dims_str(x, b1));
-  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
-  const int64_t C = x->dims[x->rank - 1], want[1] = {C};
-  if (groups < 1 || C % groups)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %lld groups do not divide the channels of x %s", op, (long long)groups, dit_cpu_dims_str(x, b1));
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "b", b, 1, want));
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "b", b));
-  const int64_t B = x->dims[0], P = C > 0 && B > 0 ? dit_tensor_numel(x) / (B * C) : 0;
-  if (!P) return DIT_OK;
-  group_norm_job_t j = {.x = x, .y = y, .P = P, .C = C, .G = groups, .eps = eps};
-  dit_status_t s = widen(op, "w", w, C, &j.w_f32);
-  if (!s) s = widen(op, "b", b, C, &j.b_f32);
-  j.mean = s ? NULL : malloc(sizeof(double) * (size_t)(2 * B * groups));
-  if (!s && !j.mean) s = DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate the statistics of %lld groups", op, (long long)(B * groups));
-  if (!s) s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * C), &j.scratch);
-  if (!s) {
-    j.rstd = j.mean + B * groups;
-    dit_pool_parallel_for(dit_cpu_pool(c), B * groups, 1, group_norm_stats, &j);
-    dit_pool_parallel_for(dit_cpu_pool(c), B * P, 8, group_norm_rows, &j);
-    dit_cpu_scratch_free(&j.scratch);
-  }
-  free(j.mean);
-  free(j.w_f32);
-  free(j.b_f32);
-  return s;
+  group_norm_job_t j = {.x = x, .G = groups, .S = slices};
+  DIT_RETURN_IF(check_group_norm_x(op, x, groups, &j.P));
+  j.C = x->dims[x->rank - 1];
+  if (slices < 1 || slices > j.P)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %lld slices of the %lld pixels of x %s, expected 1..%lld", op, (long long)slices, (long long)j.P,
+                   dit_cpu_dims_str(x, b1), (long long)j.P);
+  const int64_t want[4] = {x->dims[0], slices, groups, 2};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "stats", stats, 4, want));
+  if (stats->dtype != DIT_F32) return DIT_ERR(INVALID_ARGUMENT, "%s: stats has dtype %s, expected f32", op, dit_dtype_name(stats->dtype));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "stats", stats, "x", x));
+  if (!dit_tensor_numel(stats)) return DIT_OK;
+  j.stats = stats->data;
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)j.C, &j.scratch));
+  dit_pool_parallel_for(dit_cpu_pool(c), dit_tensor_numel(stats) / 2, 1, group_norm_slices, &j);
+  dit_cpu_scratch_free(&j.scratch);
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_groupnorm_apply(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *stats, const dit_tensor_t *w,
+                                     const dit_tensor_t *b, double eps, dit_tensor_t *y) {
+  static const char *op = "groupnorm_apply";
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  group_norm_job_t j = {.x = x, .y = y, .eps = eps};
+  DIT_RETURN_IF(dit_cpu_check_any(op, "stats", stats));
+  if (stats->dtype != DIT_F32 || stats->rank != 4 || stats->dims[3] != 2)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: stats %s %s, expected f32 [B, S, G, 2]", op, dit_dtype_name(stats->dtype), dit_cpu_dims_str(stats, b1));
+  j.S = stats->dims[1];
+  j.G = stats->dims[2];
+  DIT_RETURN_IF(check_group_norm_x(op, x, j.G, &j.P));
+  j.C = x->dims[x->rank - 1];
+  if (stats->dims[0] != x->dims[0] || j.S < 1 || j.S > j.P)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: stats %s, expected [%lld, 1..%lld slices, %lld, 2] for x %s", op, dit_cpu_dims_str(stats, b1),
+                   (long long)x->dims[0], (long long)j.P, (long long)j.G, dit_cpu_dims_str(x, b2));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "stats", stats));
+  j.stats = stats->data;
+  return group_norm_run(c, op, &j, w, b);
 }
 
 /* ---- gated residual ------------------------------------------------------------------------ */

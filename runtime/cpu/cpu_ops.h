@@ -93,6 +93,14 @@ dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const di
  * y = (float)((x - mean) * rsqrt(var + eps)) * w[c] + b[c] in fp32, rounded once on store. */
 dit_status_t dit_cpu_groupnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *b, int64_t groups,
                                double eps, dit_tensor_t *y);
+/* groupnorm's statistics in S slices of the P pixels (slice s: [s*P/S, (s+1)*P/S)): stats f32
+ * [B, S, G, 2], per item, slice and group the mean of its elements and their sum of squared
+ * deviations from it, each computed in double and rounded once. */
+dit_status_t dit_cpu_groupnorm_stats(dit_cpu_t *c, const dit_tensor_t *x, int64_t groups, int64_t slices, dit_tensor_t *stats);
+/* groupnorm from groupnorm_stats' slices of x: merged in double (the count-weighted mean, then the
+ * slices' M2 plus n_s (mean_s - mean)^2), then normalized as dit_cpu_groupnorm does. */
+dit_status_t dit_cpu_groupnorm_apply(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *stats, const dit_tensor_t *w,
+                                     const dit_tensor_t *b, double eps, dit_tensor_t *y);
 /* Wan's 3-D RoPE on x [B, f*h*w, heads*Dh], Dh = t_dim + h_dim + w_dim, token index
  * (it*h + ih)*w + iw. For head-dim pair p (channels 2p, 2p+1) in part P (t, h or w) with
  * local pair index q and part dim d: freq = 1 / theta^(2q/d) (computed in double), angle =

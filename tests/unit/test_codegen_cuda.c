@@ -201,6 +201,34 @@ static uint32_t conv90_smem(int bn, int bk) {
   return DIT_ABI_CONV90_SMEM_ALIGN + st * stage + 16 * st;
 }
 
+/* groupnorm_stats then groupnorm_apply of x (C channels in `groups`, f32 affine parameters) with
+ * the slices the lowering picks, which must be `slices`: both compile with a block of DIT_ABI_BLOCK
+ * threads on the grid (slices, batch). */
+static void check_groupnorm_sliced(dit_cuda_codegen_t *cg, dit_graph_t *g, dit_vid_t x, int64_t groups, int64_t slices, uint32_t batch,
+                                   const char *what) {
+  const dit_value_t *xv = dit_graph_cvalue(g, x);
+  const int64_t C = xv->dims[xv->rank - 1], pixels = dit_value_numel(xv) / (xv->dims[0] * C), cd[1] = {C};
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(xv->dims[0], pixels, C, groups), slices);
+  char name[160];
+  dit_attrs_t sa = {0}, ea = {0};
+  dit_attrs_set_int(&sa, "groups", groups);
+  dit_attrs_set_int(&sa, "slices", slices);
+  dit_attrs_set_float(&ea, "eps", 1e-6);
+  snprintf(name, sizeof name, "groupnorm_stats %s", what);
+  dit_vid_t ins[4] = {x, dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &x, 1, &sa, DIT_F32, name)};
+  dit_plan_kernel_t k;
+  CHECK_EQ_INT(check_op_k(cg, g, name, DIT_ABI_BLOCK, 0, 0, &k), slices);
+  CHECK_EQ_INT(k.grid[1], batch);
+  snprintf(name, sizeof name, "%s.weight", what);
+  ins[2] = dit_graph_weight(g, name, DIT_F32, 1, cd);
+  snprintf(name, sizeof name, "%s.bias", what);
+  ins[3] = dit_graph_weight(g, name, DIT_F32, 1, cd);
+  snprintf(name, sizeof name, "groupnorm_apply %s", what);
+  dit_graph_op(g, DIT_OP_GROUPNORM_APPLY, ins, 4, &ea, DIT_BF16, name);
+  CHECK_EQ_INT(check_op_k(cg, g, name, DIT_ABI_BLOCK, 0, 0, &k), slices);
+  CHECK_EQ_INT(k.grid[1], batch);
+}
+
 /* The video ops of the VAE decoder: conv3d (causal 3x3x3 with bias, a per-frame Conv2d without,
  * bf16 and f32), nearest upsampling and clamp, one thread an output element (clamp 8 when the
  * count allows). */
@@ -290,6 +318,37 @@ static void test_video_ops(dit_cuda_codegen_t *cg, int sm90) {
   dit_graph_op(g, DIT_OP_GROUPNORM, gf, 3, &ga, DIT_BF16, "groupnorm_f32");
   CHECK_EQ_INT(check_op_k(cg, g, "groupnorm f32 tokens, batch 2", B, 0, 0, &gk), 4);
   CHECK_EQ_INT(gk.grid[1], 2);
+  /* Its sliced form on the grid (slices, batch): the 360 pixels of x above in 9 slices (the
+   * sqrt(P C / 16 G) cap on the merge), f32 tokens, 2048 channels (one row a block step), and 24
+   * groups of 2 channels (10 merging threads a group). */
+  const int64_t wide[3] = {1, 64, 2048}, odd[3] = {2, 40, 48};
+  check_groupnorm_sliced(cg, g, x, 4, 9, 1, "bf16 video");
+  check_groupnorm_sliced(cg, g, gf[0], 4, 4, 2, "f32 tokens, batch 2");
+  check_groupnorm_sliced(cg, g, dit_graph_input(g, "xw", DIT_BF16, 3, wide), 32, 16, 1, "2048 channels");
+  check_groupnorm_sliced(cg, g, dit_graph_input(g, "xo24", DIT_BF16, 3, odd), 24, 2, 2, "24 groups");
+  /* FLUX.1's decoder at 1024x1024: its last stage (128 channels, 2^20 pixels) fills the device
+   * with 264 slices, the 128x128 mid block (512 channels) stops at the merge cap. */
+  const int64_t flux[5] = {1, 1, 1024, 1024, 128};
+  check_groupnorm_sliced(cg, g, dit_graph_input(g, "xflux", DIT_BF16, 5, flux), 32, 264, 1, "FLUX.1 1024x1024 last stage");
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(1, 128 * 128, 512, 32), 128);
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(2, 512 * 512, 256, 32), 132);
+  /* Shapes the sliced kernels do not take keep the one-kernel form (0 slices), and a sliced op of
+   * such a shape is refused by name. */
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(1, 4096, 12, 4), 0);
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(1, 4096, 4096, 32), 0);
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(1, 4096, 1024, 512), 0);
+  CHECK_EQ_INT(dit_cuda_groupnorm_slices(70000, 4096, 128, 32), 0);
+  const int64_t d12[3] = {1, 30, 12};
+  dit_attrs_t sa = {0};
+  dit_attrs_set_int(&sa, "groups", 4);
+  dit_attrs_set_int(&sa, "slices", 2);
+  dit_vid_t x12 = dit_graph_input(g, "x12", DIT_BF16, 3, d12);
+  dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &x12, 1, &sa, DIT_F32, "stats12");
+  int has = 0;
+  dit_plan_kernel_t k12;
+  dit_cuda_module_t m12;
+  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k12, &m12), UNIMPLEMENTED,
+            "op groupnorm_stats 'stats12': batch 1, 12 channels in 4 groups");
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }

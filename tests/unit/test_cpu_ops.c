@@ -522,6 +522,54 @@ static void check_layernorm(int rank, const int64_t *dims, int affine, double ep
   tt_free(&x), tt_free(&w), tt_free(&b);
 }
 
+/* The sliced form of groupnorm: groupnorm_stats against each slice's mean and M2 in double (slices
+ * of floor-divided pixel ranges: one, three and one pixel a slice), and groupnorm_apply of them
+ * equal to groupnorm's result y within fp32 rounding (the statistics pass through f32). */
+static void check_groupnorm_sliced(const tt_t *x, const tt_t *w, const tt_t *b, int64_t P, int64_t groups, double eps,
+                                   const dit_tensor_t *y) {
+  const int64_t B = x->t.dims[0], C = x->t.dims[x->t.rank - 1], cg = C / groups, n = dit_tensor_numel(y);
+  const int64_t counts[3] = {1, P < 3 ? P : 3, P};
+  double *one = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) one[i] = get_elem(y, i);
+  for (int k = 0; k < 3; k++) {
+    const int64_t S = counts[k], sd[4] = {B, S, groups, 2};
+    dit_tensor_t st = out_poisoned(DIT_F32, 4, sd);
+    double *sref = malloc(sizeof(double) * (size_t)(B * S * groups * 2));
+    for (int64_t bi = 0; bi < B; bi++)
+      for (int64_t s = 0; s < S; s++)
+        for (int64_t g = 0; g < groups; g++) {
+          const int64_t p0 = s * P / S, p1 = (s + 1) * P / S;
+          double sum = 0, m2 = 0;
+          for (int64_t p = p0; p < p1; p++)
+            for (int64_t c = g * cg; c < (g + 1) * cg; c++) sum += x->v[(bi * P + p) * C + c];
+          const double mean = sum / (double)((p1 - p0) * cg);
+          for (int64_t p = p0; p < p1; p++)
+            for (int64_t c = g * cg; c < (g + 1) * cg; c++) m2 += (x->v[(bi * P + p) * C + c] - mean) * (x->v[(bi * P + p) * C + c] - mean);
+          sref[((bi * S + s) * groups + g) * 2] = mean;
+          sref[((bi * S + s) * groups + g) * 2 + 1] = m2;
+        }
+    char what[128];
+    snprintf(what, sizeof what, "groupnorm_stats P=%lld C=%lld groups=%lld slices=%lld", (long long)P, (long long)C, (long long)groups,
+             (long long)S);
+    CHECK_OK(dit_cpu_groupnorm_stats(&g_cpu[1], &x->t, groups, S, &st));
+    CHECK(compare(what, &st, sref, 1e-6));
+    dit_tensor_t y2 = out_poisoned(y->dtype, y->rank, y->dims);
+    CHECK_OK(dit_cpu_groupnorm_apply(&g_cpu[1], &x->t, &st, &w->t, &b->t, eps, &y2));
+    snprintf(what, sizeof what, "groupnorm_apply = groupnorm, P=%lld C=%lld groups=%lld slices=%lld", (long long)P, (long long)C,
+             (long long)groups, (long long)S);
+    CHECK(compare(what, &y2, one, y->dtype == DIT_F32 ? 2e-6 : tol_for(y->dtype)));
+    free(y2.data);
+    free(st.data);
+    free(sref);
+  }
+  /* More slices than pixels, and statistics of another grouping, refused by name. */
+  const int64_t bad[4] = {B, P + 1, groups, 2};
+  dit_tensor_t st = out_poisoned(DIT_F32, 4, bad), y2 = out_poisoned(y->dtype, y->rank, y->dims);
+  CHECK_ERR(dit_cpu_groupnorm_stats(&g_cpu[1], &x->t, groups, P + 1, &st), INVALID_ARGUMENT, "slices of the");
+  CHECK_ERR(dit_cpu_groupnorm_apply(&g_cpu[1], &x->t, &st, &w->t, &b->t, eps, &y2), INVALID_ARGUMENT, "groupnorm_apply: stats");
+  free(st.data), free(y2.data), free(one);
+}
+
 /* groupnorm against the naive loop of its definition: per item and group, the mean and variance
  * (two passes in double) over every pixel's channels of the group. */
 static void check_groupnorm(int rank, const int64_t *dims, int64_t groups, double eps, double lo, double hi, dit_dtype_t dt) {
@@ -549,6 +597,7 @@ static void check_groupnorm(int rank, const int64_t *dims, int64_t groups, doubl
     char what[128];
     snprintf(what, sizeof what, "groupnorm B=%lld P=%lld C=%lld groups=%lld", (long long)B, (long long)P, (long long)C, (long long)groups);
     CHECK(compare(what, &y, ref, tol_for(dt)));
+    if (pi == 0) check_groupnorm_sliced(&x, &w, &b, P, groups, eps, &y);
     free(y.data);
   }
   free(ref);

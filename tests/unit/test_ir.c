@@ -438,6 +438,34 @@ static void test_video_ops(void) {
   gn[2] = dit_graph_weight(g, "gn.bias3", DIT_F32, 1, c3);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM, gn, 3, &ga, 1, rank, dims), INVALID_ARGUMENT,
             "groupnorm: affine parameters 'gn.weight' and 'gn.bias3' must be [4]");
+  /* Its sliced form: stats f32 [B, S, G, 2] over the 3 x 8 x 6 = 144 pixels (at most one slice a
+   * pixel, f32 only), and the apply back to x's shape from stats that match x. */
+  dit_attrs_t sa = attrs_i("groups", 2, "slices", 144);
+  const dit_value_t *sv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &x, 1, &sa, DIT_F32, "gn.stats"));
+  CHECK(sv && sv->rank == 4 && sv->dims[0] == 2 && sv->dims[1] == 144 && sv->dims[2] == 2 && sv->dims[3] == 2);
+  CHECK(dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &x, 1, &sa, DIT_BF16, "gn.stats_bf16") == -1);
+  CHECK(dit_graph_status(g) && strstr(dit_status_message(dit_graph_status(g)), "groupnorm_stats: output dtype bf16, expected f32"));
+  dit_graph_destroy(g);
+  CHECK_OK(dit_graph_create(&g));
+  x = dit_graph_input(g, "x", DIT_F32, 5, xd);
+  dit_attrs_set_int(&sa, "slices", 145);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM_STATS, &x, 1, &sa, 1, rank, dims), INVALID_ARGUMENT,
+            "groupnorm_stats: attribute slices = 145 exceeds the 144 pixels of x 'x'");
+  dit_attrs_set_int(&sa, "slices", 3);
+  const dit_vid_t st = dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &x, 1, &sa, DIT_F32, "st");
+  dit_attrs_t ea = {0};
+  dit_attrs_set_float(&ea, "eps", 1e-6);
+  dit_vid_t ap[4] = {x, st, dit_graph_weight(g, "gn.weight", DIT_F32, 1, c4), dit_graph_weight(g, "gn.bias", DIT_F32, 1, c4)};
+  yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_GROUPNORM_APPLY, ap, 4, &ea, DIT_BF16, "gn"));
+  CHECK(yv && yv->rank == 5 && yv->dims[2] == 8 && yv->dims[4] == 4 && yv->dtype == DIT_BF16);
+  const int64_t x3d[5] = {2, 3, 8, 6, 3};
+  ap[0] = dit_graph_input(g, "x3", DIT_F32, 5, x3d);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM_APPLY, ap, 4, &ea, 1, rank, dims), INVALID_ARGUMENT,
+            "groupnorm_apply: the groups of stats = 2 does not divide the 3 channels of x 'x3'");
+  ap[0] = x;
+  ap[1] = x;
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_GROUPNORM_APPLY, ap, 4, &ea, 1, rank, dims), INVALID_ARGUMENT,
+            "groupnorm_apply: stats 'x' f32 [2,3,8,6,4], expected f32 [2, S, G, 2]");
   dit_graph_destroy(g);
 }
 

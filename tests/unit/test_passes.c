@@ -1,9 +1,11 @@
 /* passes/: dead-code elimination and the memory plan's invariants on a real graph. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "artifacts/plan.h"
 #include "check.h"
+#include "compiler/codegen_cuda.h"
 #include "compiler/compile_internal.h"
 #include "compiler/frontend.h"
 #include "passes/passes.h"
@@ -255,7 +257,124 @@ static void test_memplan_views(void) {
   dit_graph_destroy(g);
 }
 
+/* x f32 [2, 6, 5, 16] -> silu -> groupnorm "gn" (4 groups, tagged block 3) -> silu -> output "y",
+ * and a groupnorm of 12 channels (not whole 8-channel chunks: the sliced kernels leave it) -> "z". */
+static dit_graph_t *groupnorm_graph(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[4] = {2, 6, 5, 16}, zd[3] = {2, 7, 12}, c16[1] = {16}, c12[1] = {12};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 4, xd);
+  dit_attrs_t ga = {0};
+  dit_attrs_set_int(&ga, "groups", 4);
+  dit_attrs_set_float(&ga, "eps", 1e-5);
+  dit_vid_t in[3] = {dit_graph_op(g, DIT_OP_SILU, &x, 1, NULL, DIT_F32, "act"), dit_graph_weight(g, "gn.weight", DIT_F32, 1, c16),
+                     dit_graph_weight(g, "gn.bias", DIT_F32, 1, c16)};
+  dit_graph_set_block(g, 3);
+  dit_vid_t gn = dit_graph_op(g, DIT_OP_GROUPNORM, in, 3, &ga, DIT_F32, "gn");
+  dit_graph_set_block(g, -1);
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &gn, 1, NULL, DIT_F32, "y"), "y");
+  dit_vid_t zin[3] = {dit_graph_input(g, "xz", DIT_F32, 3, zd), dit_graph_weight(g, "gz.weight", DIT_F32, 1, c12),
+                      dit_graph_weight(g, "gz.bias", DIT_F32, 1, c12)};
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_GROUPNORM, zin, 3, &ga, DIT_F32, "z"), "z");
+  CHECK_OK(dit_graph_status(g));
+  return g;
+}
+
+/* Runs plan p's steps on the CPU backend, every input and weight filled from its name (so two
+ * plans of one graph get the same operands); returns a copy of output `ref`'s floats. */
+static float *run_on_cpu(const dit_plan_t *p, const char *ref) {
+  const dit_backend_vtable_t *be = dit_backend_cpu();
+  void *st = NULL;
+  CHECK_OK(be->create(NULL, &st));
+  dit_tensor_t *t = calloc(p->n_values, sizeof *t);
+  float *out = NULL;
+  for (size_t v = 0; v < p->n_values; v++) {
+    const dit_plan_value_t *pv = &p->values[v];
+    t[v] = (dit_tensor_t){calloc(1, pv->nbytes + 4), pv->dtype, pv->rank, {0}};
+    memcpy(t[v].dims, pv->dims, sizeof(int64_t) * (size_t)pv->rank);
+    uint32_t h = 2166136261u;
+    for (const char *c = pv->name; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    for (uint64_t i = 0; i < pv->nbytes / 4; i++) ((float *)t[v].data)[i] = (float)((i * 37 + h % 101) % 23) / 7.f + 0.5f;
+  }
+  for (size_t i = 0; i < p->n_steps; i++) {
+    const dit_plan_step_t *s = &p->steps[i];
+    dit_tensor_t in[DIT_PLAN_MAX_IN], o[DIT_PLAN_MAX_OUT];
+    for (int k = 0; k < s->n_in; k++) in[k] = t[s->in[k]];
+    for (int k = 0; k < s->n_out; k++) o[k] = t[s->out[k]];
+    CHECK_OK(be->run_step(st, i, s, in, o));
+  }
+  for (size_t v = 0; v < p->n_values; v++) {
+    if (p->values[v].storage == DIT_STORAGE_OUTPUT && !strcmp(p->values[v].ref, ref)) {
+      out = t[v].data;
+      t[v].data = NULL;
+    }
+    free(t[v].data);
+  }
+  free(t);
+  be->destroy(st);
+  return out;
+}
+
+/* GPU targets run a groupnorm the sliced kernels take as groupnorm_stats + groupnorm_apply in its
+ * place (the apply keeps its value, readers and block; the other groupnorm stays one op); the cpu
+ * target keeps every groupnorm. Both plans survive JSON and give the same outputs on the CPU
+ * backend (the sliced statistics pass through f32: equal within its rounding). */
+static void test_groupnorm_lowering(void) {
+  dit_graph_t *gc = groupnorm_graph(), *gg = groupnorm_graph();
+  int split = -1;
+  CHECK_OK(dit_compile_lower_target("cpu", gc, &split));
+  CHECK_EQ_INT(split, 0);
+  CHECK_EQ_INT(dit_graph_num_ops(gc), 4);
+  CHECK_OK(dit_compile_lower_target("sm_90", gg, &split));
+  CHECK_EQ_INT(split, 1);
+  CHECK_OK(dit_graph_verify(gg));
+  static const dit_op_kind_t kinds[5] = {DIT_OP_SILU, DIT_OP_GROUPNORM_STATS, DIT_OP_GROUPNORM_APPLY, DIT_OP_SILU, DIT_OP_GROUPNORM};
+  CHECK_EQ_INT(dit_graph_num_ops(gg), 5);
+  for (int32_t i = 0; i < dit_graph_num_ops(gg) && i < 5; i++) {
+    const dit_op_t *op = dit_graph_cop_at(gg, i);
+    CHECK_EQ_INT(op->kind, kinds[i]);
+    CHECK_EQ_INT(op->block, i == 1 || i == 2 ? 3 : -1);
+  }
+  const dit_op_t *stats = dit_graph_cop_at(gg, 1), *apply = dit_graph_cop_at(gg, 2), *after = dit_graph_cop_at(gg, 3);
+  const dit_attr_t *sl = dit_attrs_find(&stats->attrs, "slices"), *gr = dit_attrs_find(&stats->attrs, "groups");
+  CHECK(sl && sl->i == dit_cuda_groupnorm_slices(2, 30, 16, 4) && sl->i > 1 && gr && gr->i == 4);
+  CHECK(apply->in[1] == stats->out[0] && apply->in[0] == stats->in[0] && after->in[0] == apply->out[0]);
+  CHECK(!strcmp(dit_graph_cvalue(gg, apply->out[0])->name, "gn"));
+  const dit_attr_t *eps = dit_attrs_find(&apply->attrs, "eps");
+  CHECK(eps && eps->f == 1e-5);
+
+  dit_plan_t *plans[2] = {NULL, NULL};
+  dit_graph_t *gs[2] = {gc, gg};
+  for (int k = 0; k < 2; k++) {
+    dit_pass_result_t r = {0};
+    dit_plan_t *p = NULL;
+    char *text = NULL;
+    CHECK_OK(dit_passes_run(gs[k], &(dit_pass_options_t){0}, &r));
+    CHECK_OK(dit_compile_lower(gs[k], r.arena_bytes, &p));
+    if (p) CHECK_OK(dit_plan_to_json(p, &text));
+    if (text) CHECK_OK(dit_plan_parse(text, strlen(text), "plan.json", &plans[k]));
+    free(text);
+    dit_plan_free(p);
+  }
+  if (plans[0] && plans[1]) {
+    CHECK_EQ_INT(plans[1]->n_steps, plans[0]->n_steps + 1);
+    static const char *const outs[2] = {"y", "z"};
+    for (int o = 0; o < 2; o++) {
+      float *a = run_on_cpu(plans[0], outs[o]), *b = run_on_cpu(plans[1], outs[o]);
+      const int n = o ? 2 * 7 * 12 : 2 * 30 * 16;
+      double worst = 0, big = 0;
+      for (int i = 0; a && b && i < n; i++) worst = fmax(worst, fabs(a[i] - b[i])), big = fmax(big, fabs(a[i]));
+      CHECK(a && b && big > 0.1 && worst <= 1e-5 * big);
+      if (o == 1) CHECK(a && b && !memcmp(a, b, sizeof(float) * (size_t)n)); /* the same single op */
+      free(a), free(b);
+    }
+  }
+  dit_plan_free(plans[0]), dit_plan_free(plans[1]);
+  dit_graph_destroy(gc), dit_graph_destroy(gg);
+}
+
 int main(void) {
+  test_groupnorm_lowering();
   test_dce();
   test_memplan_views();
   test_mmdit_ops_plan();
