@@ -56,6 +56,7 @@ static const char kUsage[] =
     "                     encoder_hidden_states; output sample\n"
     "  generate BUNDLE --prompt TEXT [--negative-prompt TEXT] ... --out OUT.mp4|OUT.png|OUT.safetensors\n"
     "                  [--fps N] [--out-latents LATENTS.safetensors] [--out-frames FRAMES.safetensors]\n"
+    "                     (--out-latents without --out: the latents alone, no decode)\n"
     "                     a bundle compiled from a pipeline directory with its stages: the text\n"
     "                     encoder stage makes the embeddings (WanPipeline's tokenization and\n"
     "                     zeroed padding rows; the negative prompt \"\" under guidance; FLUX.1:\n"
@@ -508,7 +509,8 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
   if (gen == 2 && a->preview) return usage_error("%s", "--preview is an option of generate; calibrate-cache does not take it");
   if (a->preview_every < 1 || a->preview_every > 10000) return usage_error("%s", "--preview-every: expected 1..10000");
   if (!a->bundle) return usage_error("%s", "missing BUNDLE");
-  if (a->need_out && !a->out) return usage_error("%s", "missing --out");
+  /* generate --prompt may stop at the latents: --out-latents alone, no decode. */
+  if (a->need_out && !a->out && !(gen == 1 && a->text && a->out_latents)) return usage_error("%s", "missing --out");
   return 0;
 }
 
@@ -969,10 +971,21 @@ static dit_status_t write_frames(const char *path, const dit_tensor_t *frames) {
   return s;
 }
 
+/* The final latents as tensor 'latents' at path. */
+static dit_status_t write_latents(gen_job_t *j, const char *path) {
+  dit_st_writer_t *w = NULL;
+  dit_status_t s = gen_output(j, &w);
+  if (!s) s = dit_st_writer_write(w, path);
+  dit_st_writer_destroy(w);
+  if (!s) printf("wrote %s\n", path);
+  return s;
+}
+
 /* --prompt's output: the final latents through the VAE decoder stage, written as --out names
  * (an MP4, a PNG, or the frames tensor in safetensors), --out-frames (the same frames, the one
  * decode's: a video and its float frames for comparison without a second run) and --out-latents. */
 dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
+  if (!a->out) return write_latents(j, a->out_latents); /* --out-latents alone: no decode */
   const char *dir = NULL, *vae = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
   const dit_manifest_t *m = dit_runtime_manifest(j->rt);
@@ -1007,13 +1020,7 @@ dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
     if (!s) printf("wrote %s\n", a->out_frames);
   }
   free(frames.data);
-  if (!s && a->out_latents) {
-    dit_st_writer_t *w = NULL;
-    s = gen_output(j, &w);
-    if (!s) s = dit_st_writer_write(w, a->out_latents);
-    dit_st_writer_destroy(w);
-    if (!s) printf("wrote %s\n", a->out_latents);
-  }
+  if (!s && a->out_latents) s = write_latents(j, a->out_latents);
   return s;
 }
 
@@ -1188,7 +1195,7 @@ static int cmd_generate(int argc, char **argv) {
     if (!s && g_writer && !a.text) s = dit_st_writer_write(w, a.out);
     dit_st_writer_destroy(w);
   }
-  if (!s && g_writer) printf("wrote %s\n", a.out);
+  if (!s && g_writer && a.out) printf("wrote %s\n", a.out);
   gen_release(j);
   free(j);
   return dit_status_report(s, "ditrun");

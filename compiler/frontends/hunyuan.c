@@ -387,6 +387,22 @@ static dit_status_t hunyuan_generate(const dit_model_t *m, const dit_latent_shap
   return dit_flow_schedule_from(sc, ls->tokens, 1, g);
 }
 
+/* HunyuanVideoPipeline's encode_prompt: its Llama (text_encoder, tokenizer/) reads the prompt in
+ * DEFAULT_PROMPT_TEMPLATE with the tokenizer's mask, padded to max_sequence_length plus the
+ * template's crop_start (95) tokens; hidden_states[-3] from row 95 on is prompt_embeds, every row
+ * kept, its mask prompt_attention_mask; CLIP (text_encoder_2, tokenizer_2/, at its tokenizer's 77,
+ * no mask) gives pooled_prompt_embeds. */
+static const dit_stage_feed_t kHunyuanTextStages[] = {
+    {"text_encoder", "tokenizer", "prompt_embeds", "hidden_states_selected", DIT_PADDING_MASKED, 0,
+     "<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: 1. The main content and "
+     "theme of the video.2. The color, shape, size, texture, quantity, text, and spatial relationships of the objects.3. Actions, "
+     "events, behaviors temporal relationships, physical movement changes of the objects.4. background environment, light, style and "
+     "atmosphere.5. camera angles, movements, and transitions used in the video:<|eot_id|><|start_header_id|>user<|end_header_id|>"
+     "\n\n{}<|eot_id|>",
+     95, "prompt_attention_mask"},
+    {"text_encoder_2", "tokenizer_2", "pooled_prompt_embeds", "pooler_output", DIT_PADDING_ATTENDED, 1, NULL, 0, NULL},
+};
+
 const dit_family_t dit_family_hunyuan = {
     .name = "hunyuan_video",
     .model_class = HY_CLASS,
@@ -398,4 +414,6 @@ const dit_family_t dit_family_hunyuan = {
     .latent_shape = hunyuan_latent_shape,
     .build_graph = hunyuan_build_graph,
     .generate = hunyuan_generate,
+    .text_stages = kHunyuanTextStages,
+    .n_text_stages = sizeof kHunyuanTextStages / sizeof kHunyuanTextStages[0],
 };
