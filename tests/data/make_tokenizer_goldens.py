@@ -29,9 +29,9 @@ CLIP_DIR = os.path.join(HERE, "tok_clip_tiny")
 N_MERGES = 300
 
 
-def write_json(path, obj):
+def write_json(path, obj, indent=1):
   with open(path, "w", encoding="utf-8") as f:
-    json.dump(obj, f, ensure_ascii=False, indent=1)
+    json.dump(obj, f, ensure_ascii=False, indent=indent)
     f.write("\n")
 
 

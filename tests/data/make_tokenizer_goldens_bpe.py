@@ -22,6 +22,7 @@ transformers 5.24.0 and tokenizers 0.23.3:
 """
 import json
 import os
+import sys
 
 import tokenizers
 import transformers
@@ -29,6 +30,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from make_tokenizer_goldens import encode_all, write_json  # noqa: E402
 QWEN_DIR = os.path.join(HERE, "tok_qwen2_tiny")
 QWEN_JSON_DIR = os.path.join(HERE, "tok_qwen2_json_tiny")
 LLAMA_DIR = os.path.join(HERE, "tok_llama3_tiny")
@@ -48,12 +51,6 @@ LLAMA_ADDED = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token
                "<|reserved_special_token_1|>", "<|reserved_special_token_2|>", "<|reserved_special_token_3|>",
                "<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>", "<|eot_id|>",
                "<image>", "<pad>"]
-
-
-def write_json(path, obj, indent=1):
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(obj, f, ensure_ascii=False, indent=indent)
-    f.write("\n")
 
 
 def train(pattern, nfc):
@@ -128,14 +125,6 @@ def make_llama3():
               "pad_token": "<pad>", "padding_side": "right", "tokenizer_class": "PreTrainedTokenizerFast"})
   write_json(os.path.join(LLAMA_DIR, "special_tokens_map.json"),
              {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<pad>"})
-
-
-def encode_all(tok, prompts, max_length):
-  out = []
-  for p in prompts:
-    e = tok(p, padding="max_length", truncation=True, max_length=max_length)
-    out.append({"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]})
-  return out
 
 
 def main():
