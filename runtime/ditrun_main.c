@@ -746,9 +746,9 @@ static dit_status_t flow_arguments(const run_args_t *a, const dit_manifest_t *m,
     return DIT_ERR(INVALID_ARGUMENT, "%s: a %s bundle samples with its pipeline's scheduler config (flow-match Euler%s); it takes no "
                    "%s", a->have_sampler ? "--sampler" : "--shift", m->model_class, gs->schedule.dynamic ? ", shift from the image size" : "",
                    a->have_sampler ? "--sampler" : "--shift");
-  if (a->have_guidance_2 || a->image_latents || a->image_embeds)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: only Wan bundles take it", a->have_guidance_2 ? "--guidance-2" : a->image_latents ? "--image-latents"
-                   : "--image-embeds");
+  if (a->have_guidance_2 || a->image || a->image_latents || a->image_embeds)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: only Wan bundles take it", a->have_guidance_2 ? "--guidance-2" : a->image ? "--image"
+                   : a->image_latents ? "--image-latents" : "--image-embeds");
   if (a->have_guidance && !gs->guidance_input[0])
     fprintf(stderr, "ditrun: note: --guidance %g ignored: %s has no guidance embedding (true CFG with a negative prompt is --true-cfg)\n",
             a->guidance, m->model_class);

@@ -45,5 +45,8 @@ if "$BIN/ditrun" generate "$b" --prompt "$PROMPT" --negative-prompt "$NEG" --ste
   fail "a negative prompt without --true-cfg accepted"
 fi
 grep -q -- "--negative-prompt: QwenImageTransformer2DModel runs no negative branch at --true-cfg 1" "$T/r.err" || { cat "$T/r.err"; fail "refusal message"; }
+if "$BIN/ditrun" generate "$b" --prompt "$PROMPT" --image tests/data/wan22_pipeline_tiny/i2v_image.png --steps 1 --seed 1 --out "$T/r.png" \
+  2>"$T/r.err"; then fail "--image on an image model accepted"; fi
+grep -q -- "--image: only Wan bundles take it" "$T/r.err" || { cat "$T/r.err"; fail "--image refusal message"; }
 [ ! -e "$T/r.png" ] || fail "a refused generate wrote its output"
 echo "qwen_prompt: ok"
