@@ -14,23 +14,9 @@ BIN=$1/bin
 . "$(dirname "$0")/../tools/goldens_lib.sh"
 
 d=tests/data/qwen_vae_tiny
-psnr() { python3 tests/tools/psnr.py "$1" "$2" sample "$3"; }  # ours ref min
 compile() { "$BIN/ditc" compile "$@" -o "$T/b" -q | tail -n1 | cut -d' ' -f3; }
 
-while read -r sfx B H W; do
-  [ "$sfx" = none ] && sfx=
-  b=$(compile "$d/vae" --height "$H" --width "$W" --batch "$B")
-  "$BIN/ditrun" verify "$b" >/dev/null
-  "$BIN/ditrun" info "$b" >"$T/info"
-  grep -q "^model      AutoencoderKLQwenImage (qwen-image-vae, family wan_vae)$" "$T/info" || { cat "$T/info"; exit 1; }
-  grep -q "^input      latents  *f32\[$B,$(( (H / 16) * (W / 16) )),64\]$" "$T/info" || { cat "$T/info"; exit 1; }
-  grep -q "^output     sample  *f32\[$B,3,$H,$W\]$" "$T/info" || { cat "$T/info"; exit 1; }
-  "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs$sfx.safetensors" --out "$T/f.safetensors" 2>/dev/null >/dev/null
-  "$BIN/st_compare" "$T/f.safetensors" "$d/forward_output$sfx.safetensors" sample 1e-4
-  psnr "$T/f.safetensors" "$d/forward_output$sfx.safetensors" 45
-done < <(python3 -c "
-import json
-for c in json.load(open('$d/meta.json'))['cases']: print(c['suffix'] or 'none', c['batch'], c['height'], c['width'])")
+image_vae_cases "$d" "AutoencoderKLQwenImage (qwen-image-vae, family wan_vae)"
 
 # Qwen-Image's published vae/config.json has no input_channels (the class default, 3): the same decode.
 edit_config "$d/vae" "$T/plain" -input_channels

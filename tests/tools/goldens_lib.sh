@@ -110,3 +110,25 @@ assert w161 > 1.8 * w81, "the whole video's peak does not grow with it"
 assert w81 > 3 * c81, "the chunks save less than expected"
 PY
 }
+
+# An image VAE decoder's golden cases ($1/meta.json's cases: suffix, batch, height, width): each
+# compiled from $1/vae with `compile` (the caller's), verified, its info's model line $2, packed
+# latents in and the image out, its forward within 1e-4 and at >= 45 dB PSNR of the golden. The
+# last case's sample stays at $T/f.safetensors.
+image_vae_cases() { # dir model_line
+  local d=$1 model=$2 sfx B H W b
+  while read -r sfx B H W; do
+    [ "$sfx" = none ] && sfx=
+    b=$(compile "$d/vae" --height "$H" --width "$W" --batch "$B")
+    "$BIN/ditrun" verify "$b" >/dev/null
+    "$BIN/ditrun" info "$b" >"$T/info"
+    grep -q "^model      $model$" "$T/info" || { cat "$T/info"; exit 1; }
+    grep -q "^input      latents  *f32\[$B,$(( (H / 16) * (W / 16) )),64\]$" "$T/info" || { cat "$T/info"; exit 1; }
+    grep -q "^output     sample  *f32\[$B,3,$H,$W\]$" "$T/info" || { cat "$T/info"; exit 1; }
+    "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs$sfx.safetensors" --out "$T/f.safetensors" 2>/dev/null >/dev/null
+    "$BIN/st_compare" "$T/f.safetensors" "$d/forward_output$sfx.safetensors" sample 1e-4
+    python3 tests/tools/psnr.py "$T/f.safetensors" "$d/forward_output$sfx.safetensors" sample 45
+  done < <(python3 -c "
+import json
+for c in json.load(open('$d/meta.json'))['cases']: print(c['suffix'] or 'none', c['batch'], c['height'], c['width'])")
+}
