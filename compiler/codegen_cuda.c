@@ -170,17 +170,22 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 =
 #define SM90_PERSISTENT_CTAS 132
 
 /* The Hopper attention kernel (compiler/kernels/dit_attn_sm90.cu): TMA, wgmma, warp
- * specialization, for head dims 64 and 128. Its launch follows the kernel's own formulas; its
- * Q, K and V are read through tensor maps the runtime encodes at load. */
+ * specialization, for head dims 64 and 128; with fp8 its attention_fp8 form (head dim 128: e4m3
+ * Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
+ * kernel's own formulas; its Q, K and V are read through tensor maps the runtime encodes at load. */
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
-                                      int64_t lk, int n_out) {
-  const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128, st = hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128;
-  const int bn = DIT_ABI_ATT90_BN, bm = DIT_ABI_ATT90_WG_ROWS * ncw, nh = (int)(hd / DIT_ABI_ATT90_BOX_COLS);
-  const int row_bytes = DIT_ABI_ATT90_BOX_COLS * 2; /* one bf16 box row */
+                                      int64_t lk, int n_out, int fp8) {
+  const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
+  const int st = fp8 ? DIT_ABI_ATT90_ST_FP8 : hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128;
+  const int bn = DIT_ABI_ATT90_BN, bm = DIT_ABI_ATT90_WG_ROWS * ncw;
+  /* Tiles are rows of 128-byte boxes: 64 bf16 channels, or all 128 e4m3 ones (fp8's V^T tile,
+   * HD rows of 128 keys, is as large as its K tile). */
+  const int box = fp8 ? 128 : DIT_ABI_ATT90_BOX_COLS, nh = (int)(hd / box), row_bytes = 128;
   /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
    * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
-  const int persist = hd == 128 && lk <= 1024;
+  const int persist = !fp8 && hd == 128 && lk <= 1024;
   const int64_t tiles = (sq + bm - 1) / bm;
+  if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");
   if (persist) dit_strbuf_printf(s, "#define ATT_PERSIST 1\n#define BATCH %" PRId64 "\n", batch);
   /* Alignment slack, Q (twice when persistent), the K and V rings, and 8-byte mbarriers: two full
    * and two empty for Q, and per stage full and empty for K and V (the kernel's ATT_SMEM). */
@@ -195,11 +200,13 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   k->block[0] = (uint32_t)(DIT_ABI_ATT90_WG_THREADS * (ncw + 1)), k->block[1] = k->block[2] = 1;
   k->smem = smem;
   snprintf(k->entry, sizeof k->entry, "dit_kernel");
-  /* q, k, v follow the outputs among the pointer arguments. */
+  /* q, k, v follow the outputs among the pointer arguments (fp8: each with its scales after it). */
+  const uint32_t a = (uint32_t)n_out, vstep = fp8 ? 2 : 1;
   k->n_tmaps = 3;
-  k->tmaps[0] = (dit_plan_tmap_t){(uint32_t)n_out, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
-  k->tmaps[1] = (dit_plan_tmap_t){(uint32_t)n_out + 1, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
-  k->tmaps[2] = (dit_plan_tmap_t){(uint32_t)n_out + 2, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[0] = (dit_plan_tmap_t){a, {(uint32_t)box, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[1] = (dit_plan_tmap_t){a + vstep, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[2] = fp8 ? (dit_plan_tmap_t){a + 2 * vstep, {(uint32_t)bn, (uint32_t)hd}, DIT_ABI_ATT90_SWIZZLE, 2}
+                    : (dit_plan_tmap_t){a + 2, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
 }
 
 /* The Hopper convolution (compiler/kernels/dit_conv_sm90.cu): bf16 x, w and y, input channels a
@@ -488,7 +495,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
             hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
         if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
-        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out);
+        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
       }

@@ -44,6 +44,20 @@
 // adds instead an input tiles i32 [MBLK, TILES_W] after v: work tile mblk's row holds its count,
 // then the key tiles it attends, ascending; the producer loads and the consumers compute only
 // those, in that order (all tiles listed: the dense kernel's order).
+//
+// ATT_FP8 1 (head dim 128, ATT_BN 128) is attention_fp8: e4m3 Q and K with fp32 scales per block
+// of rows (q_scale [B, HEADS, ceil(SQ/64)], k_scale [B, HEADS, ceil(LK/128)]), and V transposed,
+// vt e4m3 [B, HEADS, HD, LKP] (LKP = LK rounded up to 128, zero columns past LK) with one scale a
+// channel (v_scale [B, HEADS, HD]); entry
+//   dit_kernel(out, [lse,] q, q_scale, k, k_scale, vt, v_scale, [tiles,] tmap_q, tmap_k, tmap_vt)
+// with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
+// [B*HEADS*HD, LKP] (box {128 keys, HD rows}). S = Q K^T runs on e4m3 wgmma and is scaled per tile
+// into log2 units before the softmax; P is rounded to e4m3 unscaled (it lies in [0, 1]) and
+// O += P V^T runs on e4m3 wgmma with P from registers. The S accumulators hold keys 2t, 2t+1,
+// 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so vt holds
+// its keys permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for j < 2,
+// else 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
+// The row sums take the unrounded P; the output is O * v_scale / l.
 
 #include "dit_abi.h"
 #include "dit_device.cuh"
@@ -67,7 +81,9 @@
 #define ATT_BN DIT_ABI_ATT90_BN
 #endif
 #ifndef ATT_ST
-#if HD == 64
+#if defined(ATT_FP8) && ATT_FP8
+#define ATT_ST DIT_ABI_ATT90_ST_FP8
+#elif HD == 64
 #define ATT_ST DIT_ABI_ATT90_ST_HD64
 #else
 #define ATT_ST DIT_ABI_ATT90_ST_HD128
@@ -82,12 +98,23 @@
 #ifndef HAS_TILES
 #define HAS_TILES 0
 #endif
+#ifndef ATT_FP8
+#define ATT_FP8 0
+#endif
+#if ATT_FP8 && (HD != 128 || ATT_BN != 128 || HAS_BOUND)
+#error "dit_attn_sm90: fp8 attention takes head dim 128, key tiles of 128 and no bound"
+#endif
 #if ATT_PERSIST && !defined(BATCH)
 #error "dit_attn_sm90: ATT_PERSIST needs BATCH"
 #endif
 #define ATT_BM (DIT_ABI_ATT90_WG_ROWS * ATT_NCW)
 #define ATT_THREADS (DIT_ABI_ATT90_WG_THREADS * (ATT_NCW + 1))
-#define NHALF (HD / DIT_ABI_ATT90_BOX_COLS)  // 64-channel (128-byte) column blocks of a tile
+#if ATT_FP8
+#define BOX_ELTS 128  // one 128-byte box row: all 128 e4m3 channels of a head
+#else
+#define BOX_ELTS DIT_ABI_ATT90_BOX_COLS
+#endif
+#define NHALF (HD / BOX_ELTS)  // 128-byte column blocks of a tile (a K tile's; fp8's V^T tile is HD rows of ATT_BN keys: as many bytes)
 #define NQBUF (ATT_PERSIST ? 2 : 1)
 #define Q_BYTES (NHALF * ATT_BM * 128)
 #define KV_BYTES (NHALF * ATT_BN * 128)
@@ -163,7 +190,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if HAS_LSE
                                                                         float *lse,
 #endif
+#if ATT_FP8
+                                                                        const unsigned char *q, const float *q_scale, const unsigned char *k,
+                                                                        const float *k_scale, const unsigned char *v, const float *v_scale,
+#else
                                                                         const bf16_t *q, const bf16_t *k, const bf16_t *v,
+#endif
 #if HAS_BOUND
                                                                         const int *bound,
 #endif
@@ -213,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         mbar_expect_tx(BAR_FULL_Q(bars, qb), Q_BYTES);
 #pragma unroll
         for (int h = 0; h < NHALF; h++)
-          tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * 128, &tmq, head * HD + h * 64, b * SQ + mblk * ATT_BM,
+          tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * 128, &tmq, head * HD + h * BOX_ELTS, b * SQ + mblk * ATT_BM,
                       BAR_FULL_Q(bars, qb));
 #if HAS_TILES
         const int *trow = tiles + mblk * TILES_W;
@@ -229,12 +261,16 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           mbar_expect_tx(BAR_FULL_K(bars, s), KV_BYTES);
 #pragma unroll
           for (int h = 0; h < NHALF; h++)
-            tma_load_2d(sK + s * KV_BYTES + h * ATT_BN * 128, &tmk, head * HD + h * 64, row, BAR_FULL_K(bars, s));
+            tma_load_2d(sK + s * KV_BYTES + h * ATT_BN * 128, &tmk, head * HD + h * BOX_ELTS, row, BAR_FULL_K(bars, s));
           mbar_wait(BAR_EMPTY_V(bars, s), ph ^ 1u);
           mbar_expect_tx(BAR_FULL_V(bars, s), KV_BYTES);
+#if ATT_FP8
+          tma_load_2d(sV + s * KV_BYTES, &tmv, KEY_TILE(j) * ATT_BN, (b * HEADS + head) * HD, BAR_FULL_V(bars, s));
+#else
 #pragma unroll
           for (int h = 0; h < NHALF; h++)
             tma_load_2d(sV + s * KV_BYTES + h * ATT_BN * 128, &tmv, head * HD + h * 64, row, BAR_FULL_V(bars, s));
+#endif
         }
       }
     }
@@ -243,11 +279,22 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS) : "memory");
     const int cw = wg - 1;
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
+#if ATT_FP8
+    constexpr float sl2 = 1.f;  // fp8: S is scaled into log2 units per tile before the softmax
+    constexpr int NQS = (SQ + 63) / 64, NKS = (LK + ATT_BN - 1) / ATT_BN;
+    float qk_scale;            // q_scale of this warpgroup's rows * scale * log2(e)
+    const float *ks_row;       // k_scale of this work tile's batch item and head
+#else
     const float sl2 = (float)(SCALE) * 1.4426950408889634f;  // scale * log2(e)
+#endif
 
     float s[ATT_BN / 2];  // S accumulators: row g4 / g4+8 of this warp's 16, keys 8i + 2*t4 + {0,1}
     float o[HD / 2];      // O accumulators, same layout over the head dim
+#if ATT_FP8
+    u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
+#else
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
+#endif
 #pragma unroll
     for (int i = 0; i < ATT_BN / 2; i++) s[i] = 0.f;
     float m0, m1, l0, l1;  // raw-score row max, partial row sums (rows g4 and g4+8)
@@ -265,16 +312,29 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
     auto issue_qk = [&](int st) {
       const u64 dk = desc_kmajor(sK + st * KV_BYTES);
+#if ATT_FP8
+      // fp8: k step kk (32 channels) sits at byte 32*kk of the one 128-byte row.
+#pragma unroll
+      for (int kk = 0; kk < HD / 32; kk++) wgmma_ss_e4m3(s, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
+#else
 #pragma unroll
       for (int kk = 0; kk < HD / 16; kk++)
         wgmma_ss(s, dq + (u64)(((kk >> 2) * ATT_BM * 128 + (kk & 3) * 32) >> 4),
                  dk + (u64)(((kk >> 2) * ATT_BN * 128 + (kk & 3) * 32) >> 4), kk > 0);
+#endif
     };
     // O += P V over the tile's keys: k step kk is key rows 16kk..16kk+15 (2048 bytes in).
     auto issue_pv = [&](int st) {
+#if ATT_FP8
+      // fp8: V^T is K-major (HD rows of ATT_BN keys); k step kk is keys 32kk..32kk+31, 32 bytes in.
+      const u64 dvt = desc_kmajor(sV + st * KV_BYTES);
+#pragma unroll
+      for (int kk = 0; kk < ATT_BN / 32; kk++) wgmma_rs_e4m3(o, &p[4 * kk], dvt + (u64)((kk * 32) >> 4));
+#else
       const u64 dv = desc_mnmajor(sV + st * KV_BYTES, ATT_BN * 128);
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 16; kk++) wgmma_rs(o, &p[4 * kk], dv + (u64)((kk * 2048) >> 4));
+#endif
     };
     auto fence_s = [&]() {
 #pragma unroll
@@ -284,7 +344,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #pragma unroll
       for (int i = 0; i < HD / 2; i++) reg_fence(o[i]);
 #pragma unroll
-      for (int i = 0; i < ATT_BN / 4; i++) reg_fence(p[i]);
+      for (int i = 0; i < (int)(sizeof p / sizeof p[0]); i++) reg_fence(p[i]);
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
@@ -301,7 +361,15 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           for (int e = 0; e < 2; e++)
             if (8 * i + e >= lim) s[4 * i + e] = s[4 * i + 2 + e] = -DIT_INF;
       }
+#if ATT_FP8
+      // fp8: the running max is in log2 units (tiles have scales of their own); the tile's raw
+      // max is scaled once and the scale folds into the exponent's fma.
+      const float f = qk_scale * ks_row[j];
+      float mx0 = -DIT_INF, mx1 = -DIT_INF;
+#else
+      const float f = sl2;
       float mx0 = m0, mx1 = m1;
+#endif
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) {
         mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
@@ -316,18 +384,26 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       if (mx0 == -DIT_INF) mx0 = 0.f;
       if (mx1 == -DIT_INF) mx1 = 0.f;
 #endif
+#if ATT_FP8
+      mx0 = fmaxf(m0, mx0 * f);  // every tile holds a valid key: finite
+      mx1 = fmaxf(m1, mx1 * f);
+      al0 = ex2(m0 - mx0);  // 0 on the first tile (m = -inf)
+      al1 = ex2(m1 - mx1);
+      const float ms0 = mx0, ms1 = mx1;
+#else
       al0 = ex2((m0 - mx0) * sl2);  // 0 on the first tile (m = -inf)
       al1 = ex2((m1 - mx1) * sl2);
+      const float ms0 = mx0 * sl2, ms1 = mx1 * sl2;
+#endif
       m0 = mx0;
       m1 = mx1;
-      const float ms0 = mx0 * sl2, ms1 = mx1 * sl2;
       float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) {
-        s[4 * i + 0] = ex2(fmaf(s[4 * i + 0], sl2, -ms0));
-        s[4 * i + 1] = ex2(fmaf(s[4 * i + 1], sl2, -ms0));
-        s[4 * i + 2] = ex2(fmaf(s[4 * i + 2], sl2, -ms1));
-        s[4 * i + 3] = ex2(fmaf(s[4 * i + 3], sl2, -ms1));
+        s[4 * i + 0] = ex2(fmaf(s[4 * i + 0], f, -ms0));
+        s[4 * i + 1] = ex2(fmaf(s[4 * i + 1], f, -ms0));
+        s[4 * i + 2] = ex2(fmaf(s[4 * i + 2], f, -ms1));
+        s[4 * i + 3] = ex2(fmaf(s[4 * i + 3], f, -ms1));
         ps0 += s[4 * i + 0] + s[4 * i + 1];
         ps1 += s[4 * i + 2] + s[4 * i + 3];
       }
@@ -336,6 +412,17 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
     auto convert = [&]() {
+#if ATT_FP8
+      // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
+      // the order the permuted V^T expects (see the header).
+#pragma unroll
+      for (int kk = 0; kk < ATT_BN / 32; kk++) {
+        p[4 * kk + 0] = pack_e4m3x4(s[16 * kk + 0], s[16 * kk + 1], s[16 * kk + 4], s[16 * kk + 5]);
+        p[4 * kk + 1] = pack_e4m3x4(s[16 * kk + 2], s[16 * kk + 3], s[16 * kk + 6], s[16 * kk + 7]);
+        p[4 * kk + 2] = pack_e4m3x4(s[16 * kk + 8], s[16 * kk + 9], s[16 * kk + 12], s[16 * kk + 13]);
+        p[4 * kk + 3] = pack_e4m3x4(s[16 * kk + 10], s[16 * kk + 11], s[16 * kk + 14], s[16 * kk + 15]);
+      }
+#else
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 16; kk++) {
         p[4 * kk + 0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
@@ -343,6 +430,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         p[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
         p[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
       }
+#endif
     };
     // Tensor-core turns: consumer warpgroup cw issues after cw-1 (cyclically) has issued. Every
     // warpgroup has the same number of turns; the very last turn of the last one passes to nobody.
@@ -368,6 +456,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       nt = trow[0];
 #endif
       dq = desc_kmajor(sQ + qb * Q_BYTES + cw * 64 * 128);
+#if ATT_FP8
+      qk_scale = q_scale[((long long)b * HEADS + head) * NQS + min(mblk * ATT_NCW + cw, NQS - 1)] * (float)(SCALE) * 1.4426950408889634f;
+      ks_row = k_scale + ((long long)b * HEADS + head) * NKS;
+#endif
 #pragma unroll
       for (int i = 0; i < HD / 2; i++) o[i] = 0.f;
       m0 = m1 = -DIT_INF;
@@ -451,6 +543,19 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       const int r0 = mblk * ATT_BM + cw * 64 + warp * 16 + g4, r1 = r0 + 8;
       const long long CH = (long long)HEADS * HD;
       bf16_t *ob = out + (long long)b * SQ * CH + (long long)head * HD + 2 * t4;
+#if ATT_FP8
+      {
+        const float *vs = v_scale + ((long long)b * HEADS + head) * HD + 2 * t4;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+          const float v0 = vs[8 * i], v1 = vs[8 * i + 1];
+          o[4 * i + 0] *= v0;
+          o[4 * i + 1] *= v1;
+          o[4 * i + 2] *= v0;
+          o[4 * i + 3] *= v1;
+        }
+      }
+#endif
 #pragma unroll
       for (int i = 0; i < HD / 8; i++) {
         if (r0 < SQ) *(u32 *)&ob[(long long)r0 * CH + 8 * i] = pack_bf16(o[4 * i + 0] * inv0, o[4 * i + 1] * inv0);
