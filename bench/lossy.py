@@ -401,7 +401,8 @@ def run(a):
     shape = ["--frames", str(p["frames"]), "--height", str(height), "--width", str(width), "--text-len", str(p["text_len"]),
              "--dtype", "bf16", "--target", "sm_90"]
     import json  # the model's config: the input shapes
-    cfg = json.load(open(os.path.join(a.model, "transformer", "config.json")))
+    cfg_path = os.path.join(a.model, "config.json")  # a transformer folder, or a pipeline's
+    cfg = json.load(open(cfg_path if os.path.exists(cfg_path) else os.path.join(a.model, "transformer", "config.json")))
     f, h, w = (p["frames"] - 1) // 4 + 1, height // 8, width // 8
     g = torch.Generator().manual_seed(0)
     inputs = os.path.join(a.work, "fwd_inputs.safetensors")

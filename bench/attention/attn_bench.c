@@ -2,14 +2,17 @@
  * and of the portable one (the DIT_K_ATTENTION section of compiler/kernels/dit_kernels.cu).
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
- *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] SHAPE...
+ *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] SHAPE...
  *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
  *
  * Kernels are compiled by NVRTC straight to an sm_90a cubin (--link nvrtc, the default), or to PTX that
  * nvJitLink turns into a cubin (--link nvjitlink, the path ditc takes today) or through LTO IR (--link lto); cubins are cached in --cache keyed by a hash of source and options, so that
  * --compile-only can build them ahead of time on a machine without a GPU. Inputs are uniform random
  * (a hash of index and a per-run seed); the output is poisoned with NaN before every timed launch;
- * sampled query rows are compared with an fp32 reference. One JSON line per shape goes to stdout. */
+ * sampled query rows are compared with an fp32 reference. One JSON line per shape goes to stdout.
+ * --fp8 also runs the kernel's fp8 form (ATT_FP8, head dim 128) on the same inputs quantized as
+ * attn_quant / attn_quant_vt do (attn_ref.cu), against the same fp32 reference of the bf16 inputs:
+ * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -59,6 +62,7 @@ static const char *g_repo = ".", *g_cache = "build-attn/cubin";
 static int g_compile_only = 0, g_iters = 10, g_warmup = 2, g_old = 1, g_samples = 512;
 static unsigned long long g_seed = 0;
 static const char *g_link = "nvrtc";
+static int g_fp8 = 0;
 
 static char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -78,8 +82,9 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 /* The headers the kernel templates include (dit_abi.h generated from dit_abi.def by build.sh). */
-static const char *g_hdr_names[] = {"dit_abi.h", "dit_device.cuh"};
-static const char *g_hdr_texts[2] = {"", ""};
+static const char *g_hdr_names[] = {"dit_abi.h", "dit_device.cuh", "dit_sm90.cuh"};
+static const char *g_hdr_texts[3] = {"", "", ""};
+#define N_HDRS 3
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
@@ -97,7 +102,7 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
   snprintf(ver, sizeof ver, "nvrtc %d.%d|%s|%s|%s", major, minor, opt_arch, link_arch, g_link);
   uint64_t h = fnv1a(14695981039346656037ull, src, strlen(src));
   h = fnv1a(h, ver, strlen(ver));
-  for (int i = 0; i < 2; i++) h = fnv1a(h, g_hdr_texts[i], strlen(g_hdr_texts[i]));
+  for (int i = 0; i < N_HDRS; i++) h = fnv1a(h, g_hdr_texts[i], strlen(g_hdr_texts[i]));
   char path[1024];
   snprintf(path, sizeof path, "%s/%s-%016llx.cubin", g_cache, tag, (unsigned long long)h);
   FILE *f = fopen(path, "rb");
@@ -108,7 +113,7 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, src, "kernel.cu", 2, g_hdr_texts, g_hdr_names) != NVRTC_SUCCESS) exit(1);
+  if (nvrtcCreateProgram(&prog, src, "kernel.cu", N_HDRS, g_hdr_texts, g_hdr_names) != NVRTC_SUCCESS) exit(1);
   /* nvrtc: NVRTC emits the sm_ cubin itself (ptxas in whole-program mode).
    * nvjitlink: compute_ PTX, then nvJitLink to sm_ (ptxas in relocatable mode, which ignores
    * setmaxnreg and serializes wgmma).
@@ -213,12 +218,19 @@ static unsigned ours_smem(const shape_t *s) {
          8u * (4u + 4u * (unsigned)s->st);
 }
 
-static char *specialize(const shape_t *s, const char *body, int old) {
+/* The fp8 form's stages (the kernel's default, DIT_ABI_ATT90_ST_FP8, unless the shape names them). */
+#define FP8_STAGES 4 /* dit_abi.def: ATT90_ST_FP8 */
+static unsigned fp8_smem(const shape_t *s, int st) {
+  return 1024u + 64u * (unsigned)s->ncw * 128u + 2u * (unsigned)st * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
+}
+
+static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   size_t n = strlen(body) + 1024;
   char *src = malloc(n);
   int k = snprintf(src, n,
-                   "%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
-                   old ? "#define DIT_K_ATTENTION 1\n" : "", s->HD, s->H, s->SQ, s->LK, 1.0 / sqrt((double)s->HD));
+                   "%s%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
+                   old ? "#define DIT_K_ATTENTION 1\n" : "", fp8 ? "#define ATT_FP8 1\n" : "", s->HD, s->H, s->SQ, s->LK,
+                   1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
   if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
@@ -237,22 +249,24 @@ static int cmp_float(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static void encode_map(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows) {
+/* A 2-D map over [rows, ch] of bf16 (boxes of 64 channels) or, with u8, of bytes (boxes of 128). */
+static void encode_map_as(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows, int u8) {
   cuuint64_t dims[2] = {(cuuint64_t)ch, (cuuint64_t)rows};
-  cuuint64_t strides[1] = {(cuuint64_t)ch * 2};
-  cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+  cuuint64_t strides[1] = {(cuuint64_t)ch * (u8 ? 1 : 2)};
+  cuuint32_t box[2] = {u8 ? 128 : 64, (cuuint32_t)box_rows};
   cuuint32_t estr[2] = {1, 1};
-  CK(p_cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
+  CK(p_cuTensorMapEncodeTiled(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
+static void encode_map(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows) { encode_map_as(m, base, rows, ch, box_rows, 0); }
 
 typedef struct {
-  CUfunction fill, ref, gather, nonfinite;
+  CUfunction fill, ref, gather, nonfinite, quant_blocks, quant_vt;
 } helpers_t;
 
 typedef struct {
-  double err_out, err_lse;
+  double err_out, err_lse, cosine;
   unsigned long long nonfinite;
 } check_t;
 
@@ -260,15 +274,16 @@ typedef struct {
 static check_t check(helpers_t *hp, const shape_t *s, CUdeviceptr out, CUdeviceptr lse, CUdeviceptr samples, int ns,
                      const float *ref, const float *ref_lse, CUdeviceptr scratch_rows, CUdeviceptr scratch_lse,
                      CUdeviceptr counter) {
-  check_t c = {0, 0, 0};
+  check_t c = {0, 0, 0, 0};
   int H = s->H, SQ = s->SQ, HD = s->HD;
   void *ga[] = {&scratch_rows, &scratch_lse, &out, &lse, &samples, &H, &SQ, &HD};
   CK(p_cuLaunchKernel(hp->gather, ns, 1, 1, 128, 1, 1, 0, 0, ga, NULL));
   float *got = malloc(sizeof(float) * ns * HD), *got_lse = malloc(sizeof(float) * ns);
   CK(p_cuMemcpyDtoH(got, scratch_rows, sizeof(float) * ns * HD));
   CK(p_cuMemcpyDtoH(got_lse, scratch_lse, sizeof(float) * ns));
-  double maxref = 0, maxdiff = 0, maxl = 0;
+  double maxref = 0, maxdiff = 0, maxl = 0, dot = 0, gg = 0, rr = 0;
   for (long i = 0; i < (long)ns * HD; i++) {
+    dot += (double)got[i] * ref[i], gg += (double)got[i] * got[i], rr += (double)ref[i] * ref[i];
     double d = fabs((double)got[i] - ref[i]);
     if (!(d <= maxdiff)) maxdiff = isnan(d) ? INFINITY : d;
     if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
@@ -279,6 +294,7 @@ static check_t check(helpers_t *hp, const shape_t *s, CUdeviceptr out, CUdevicep
   }
   c.err_out = maxref > 0 ? maxdiff / maxref : maxdiff;
   c.err_lse = maxl;
+  c.cosine = gg > 0 && rr > 0 ? dot / sqrt(gg * rr) : 0;
   unsigned long long n = (unsigned long long)s->B * s->SQ * s->H * s->HD, zero = 0;
   CK(p_cuMemcpyHtoD(counter, &zero, 8));
   void *na[] = {&out, &n, &counter};
@@ -326,10 +342,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "--no-old")) g_old = 0;
     else if (!strcmp(argv[i], "--link") && i + 1 < argc) g_link = argv[++i];
+    else if (!strcmp(argv[i], "--fp8")) g_fp8 = 1;
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
     else {
       fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
-                      "[--seed S] [--samples N] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+                      "[--seed S] [--samples N] [--fp8] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
       return 2;
     }
   }
@@ -339,6 +356,8 @@ int main(int argc, char **argv) {
   g_hdr_texts[0] = read_file(path, NULL);
   snprintf(path, sizeof path, "%s/compiler/kernels/dit_device.cuh", g_repo);
   g_hdr_texts[1] = read_file(path, NULL);
+  snprintf(path, sizeof path, "%s/compiler/kernels/dit_sm90.cuh", g_repo);
+  g_hdr_texts[2] = read_file(path, NULL);
   snprintf(path, sizeof path, "%s/compiler/kernels/dit_attn_sm90.cu", g_repo);
   char *ours_src = read_file(path, NULL);
   snprintf(path, sizeof path, "%s/compiler/kernels/dit_kernels.cu", g_repo);
@@ -348,12 +367,17 @@ int main(int argc, char **argv) {
   size_t len;
   char *ref_cubin = compile(ref_src, "90", "ref", &len);
   for (int i = 0; i < nshapes; i++) {
-    char *a = specialize(&shapes[i], ours_src, 0);
+    char *a = specialize(&shapes[i], ours_src, 0, 0);
     char *c = compile(a, "90a", "ours", &len);
     free(a);
     free(c);
+    if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist) {
+      a = specialize(&shapes[i], ours_src, 0, 1);
+      free(compile(a, "90a", "fp8", &len));
+      free(a);
+    }
     if (g_old) {
-      a = specialize(&shapes[i], old_src, 1);
+      a = specialize(&shapes[i], old_src, 1, 0);
       c = compile(a, "90a", "old", &len);
       free(a);
       free(c);
@@ -378,6 +402,8 @@ int main(int argc, char **argv) {
   CK(p_cuModuleGetFunction(&hp.ref, hm, "ref_attn"));
   CK(p_cuModuleGetFunction(&hp.gather, hm, "gather_rows"));
   CK(p_cuModuleGetFunction(&hp.nonfinite, hm, "count_nonfinite"));
+  CK(p_cuModuleGetFunction(&hp.quant_blocks, hm, "quant_blocks"));
+  CK(p_cuModuleGetFunction(&hp.quant_vt, hm, "quant_vt"));
 
   for (int si = 0; si < nshapes; si++) {
     const shape_t *s = &shapes[si];
@@ -442,7 +468,7 @@ int main(int argc, char **argv) {
     CK(p_cuMemFree(scratch));
 
     /* Ours. */
-    char *src = specialize(s, ours_src, 0);
+    char *src = specialize(s, ours_src, 0, 0);
     char *cubin = compile(src, "90a", "ours", &len);
     free(src);
     CUmodule mod = load_module(cubin);
@@ -473,10 +499,51 @@ int main(int argc, char **argv) {
     const double flop = 4.0 * B * H * (double)SQ * LK * HD;
     int ok = c.err_out <= 1e-2 && c.err_lse <= 1e-3 && c.nonfinite == 0;
 
+    /* The fp8 form on the same inputs, quantized on the device. */
+    double fms = 0;
+    check_t fc = {0, 0, 0, 0};
+    const int fp8 = g_fp8 && HD == 128 && !s->persist;
+    if (fp8) {
+      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : FP8_STAGES;
+      CUdeviceptr q8, qs, k8, ks, vt, vs;
+      CK(p_cuMemAlloc(&q8, nq));
+      CK(p_cuMemAlloc(&k8, nk));
+      CK(p_cuMemAlloc(&vt, (size_t)B * H * HD * LP));
+      CK(p_cuMemAlloc(&qs, sizeof(float) * B * H * nqs));
+      CK(p_cuMemAlloc(&ks, sizeof(float) * B * H * nks));
+      CK(p_cuMemAlloc(&vs, sizeof(float) * B * H * HD));
+      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, r128 = 128;
+      void *qa[] = {&q8, &qs, &q, &sq_, &h_, &hd_, &r64};
+      void *ka[] = {&k8, &ks, &k, &lk_, &h_, &hd_, &r128};
+      void *va[] = {&vt, &vs, &v, &lk_, &lp_, &h_, &hd_};
+      CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nqs, H, B, 256, 1, 1, 0, 0, qa, NULL));
+      CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
+      CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
+      src = specialize(s, ours_src, 0, 1);
+      cubin = compile(src, "90a", "fp8", &len);
+      free(src);
+      CUmodule fm = load_module(cubin);
+      free(cubin);
+      CUfunction ff;
+      CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
+      const unsigned fsmem = fp8_smem(s, st);
+      CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
+      CUtensorMap fq, fk, fv;
+      encode_map_as(&fq, q8, B * SQ, CH, (int)bm, 1);
+      encode_map_as(&fk, k8, B * LK, CH, 128, 1);
+      encode_map_as(&fv, vt, B * H * HD, LP, HD, 1);
+      void *fargs[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv};
+      fms = time_kernel(ff, mblk, H, B, threads, fsmem, fargs, out, nq);
+      CK(p_cuCtxSynchronize());
+      fc = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
+      CK(p_cuModuleUnload(fm));
+      p_cuMemFree(q8), p_cuMemFree(k8), p_cuMemFree(vt), p_cuMemFree(qs), p_cuMemFree(ks), p_cuMemFree(vs);
+    }
+
     double oms = 0;
-    check_t oc = {0, 0, 0};
+    check_t oc = {0, 0, 0, 0};
     if (g_old) {
-      src = specialize(s, old_src, 1);
+      src = specialize(s, old_src, 1, 0);
       cubin = compile(src, "90a", "old", &len);
       free(src);
       CUmodule om = load_module(cubin);
@@ -497,6 +564,11 @@ int main(int argc, char **argv) {
            "\"err_out\":%.3e,\"err_lse\":%.3e,\"nonfinite\":%llu,\"samples\":%d,\"ok\":%s",
            devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
+    if (fp8)
+      printf(",\"fp8_ms\":%.4f,\"fp8_tflops\":%.1f,\"fp8_speedup\":%.3f,\"fp8_err_out\":%.3e,\"fp8_err_lse\":%.3e,\"fp8_cosine\":%.6f,"
+             "\"fp8_nonfinite\":%llu,\"fp8_ok\":%s",
+             fms, flop / (fms * 1e-3) / 1e12, ms / fms, fc.err_out, fc.err_lse, fc.cosine, fc.nonfinite,
+             fc.cosine >= 0.995 && fc.nonfinite == 0 ? "true" : "false");
     if (g_old)
       printf(",\"old_ms\":%.4f,\"old_tflops\":%.1f,\"old_err_out\":%.3e,\"old_err_lse\":%.3e,\"old_nonfinite\":%llu", oms,
              flop / (oms * 1e-3) / 1e12, oc.err_out, oc.err_lse, oc.nonfinite);

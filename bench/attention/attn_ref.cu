@@ -91,3 +91,45 @@ extern "C" __global__ void count_nonfinite(const bf16_t *p, unsigned long long n
   for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
   if ((threadIdx.x & 31) == 0 && c) atomicAdd(count, c);
 }
+
+// ---- the fp8 kernel's inputs (ATT_FP8; the scheme of attn_quant and attn_quant_vt) ----
+__device__ unsigned char e4m3(float x) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(0.f), "f"(x));
+  return (unsigned char)(r & 0xff);
+}
+
+// Blocks of `rows` rows x HD channels of one head, grid (ceil(S/rows), H, B), 256 threads:
+// s = amax / 448 (1 if zero), codes e4m3(x / s); x and x8 [B, S, H*HD], xs [B, H, ceil(S/rows)].
+extern "C" __global__ void quant_blocks(unsigned char *x8, float *xs, const bf16_t *x, int S, int H, int HD, int rows) {
+  __shared__ float red[32];
+  const int r0 = blockIdx.x * rows, h = blockIdx.y, b = blockIdx.z, n = min(rows, S - r0) * HD;
+  const long long CH = (long long)H * HD, base = ((long long)b * S + r0) * CH + (long long)h * HD;
+  float m = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(bf2f(x[base + (i / HD) * CH + i % HD])));
+  m = block_reduce(m, true, red);
+  const float s = m > 0.f ? m / 448.f : 1.f;
+  if (threadIdx.x == 0) xs[((long long)b * H + h) * gridDim.x + blockIdx.x] = s;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const long long at = base + (i / HD) * CH + i % HD;
+    x8[at] = e4m3(bf2f(x[at]) / s);
+  }
+}
+
+// V transposed with its keys permuted in 16s as the kernel's P fragments need (pi below), one
+// scale a channel: grid (HD, H, B), 256 threads; v [B, L, H*HD], vt [B, H, HD, LP], vs [B, H, HD].
+extern "C" __global__ void quant_vt(unsigned char *vt, float *vs, const bf16_t *v, int L, int LP, int H, int HD) {
+  __shared__ float red[32];
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const long long CH = (long long)H * HD, base = (long long)b * L * CH + (long long)h * HD + c;
+  float m = 0.f;
+  for (int i = threadIdx.x; i < L; i += blockDim.x) m = fmaxf(m, fabsf(bf2f(v[base + i * CH])));
+  m = block_reduce(m, true, red);
+  const float s = m > 0.f ? m / 448.f : 1.f;
+  const long long row = (((long long)b * H + h) * HD + c) * LP;
+  if (threadIdx.x == 0) vs[((long long)b * H + h) * HD + c] = s;
+  for (int col = threadIdx.x; col < LP; col += blockDim.x) {
+    const int p = col & 15, t = p >> 2, j = p & 3, key = (col & ~15) + (j < 2 ? 2 * t + j : 6 + 2 * t + j);
+    vt[row + col] = key < L ? e4m3(bf2f(v[base + key * CH]) / s) : 0;
+  }
+}

@@ -2,10 +2,12 @@
 """Attention benchmark: the sm_90a kernel (and the portable one) through build-attn/attn_bench,
 against torch SDPA with the cuDNN and flash backends, on the same shapes.
 
-    python3 bench/attention/run.py RESULTS.json [--iters N] [--no-torch] [--no-variants]
+    python3 bench/attention/run.py RESULTS.json [--iters N] [--no-torch] [--no-variants] [--fp8]
     python3 bench/attention/run.py --compile-only        # fill build-attn/cubin (no GPU needed)
 
-TFLOP/s = 4*B*H*SQ*LK*HD / time. Prints a table and writes RESULTS.json (a directory gets
+--fp8 adds the kernel's fp8 form (head dim 128: e4m3 Q, K and V^T with block scales) on the same
+inputs, and SageAttention (`sageattn`: INT8 Q K^T, fp16 P V) as the peer doing the same thing,
+where it is installed. TFLOP/s = 4*B*H*SQ*LK*HD / time. Prints a table and writes RESULTS.json (a directory gets
 attention.json inside it)."""
 import argparse
 import json
@@ -102,6 +104,40 @@ def time_sdpa(backend_name, B, H, SQ, LK, D, iters):
         torch.cuda.empty_cache()
 
 
+def time_sage(B, H, SQ, LK, D, iters):
+    """SageAttention's sageattn on bf16 inputs in (B, H, S, D): median ms, with its version; None where it does not import."""
+    try:
+        import torch
+        import sageattention  # device only
+        from importlib.metadata import version
+    except Exception as e:
+        print(f"sageattention: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return None, None
+    q = torch.randn(B, H, SQ, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, H, LK, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, H, LK, D, device="cuda", dtype=torch.bfloat16)
+    try:
+        for _ in range(2):
+            sageattention.sageattn(q, k, v, tensor_layout="HND", is_causal=False)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            e0.record()
+            sageattention.sageattn(q, k, v, tensor_layout="HND", is_causal=False)
+            e1.record()
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1))
+        return statistics.median(ts), version("sageattention")
+    except Exception as e:
+        print(f"sageattn {B}x{H}x{SQ}x{LK}x{D}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return None, None
+    finally:
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results", nargs="?", default=None)
@@ -112,6 +148,7 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--no-old", action="store_true")
+    ap.add_argument("--fp8", action="store_true", help="also the fp8 form, and sageattn as its peer")
     ap.add_argument("--shapes", default=None, help="comma-separated BxHxSQxLKxHD[:cfg] list replacing the default shapes")
     ap.add_argument("--variants", default=None, help="semicolon-separated BxHxSQxLKxHD:NCW,BN,ST list replacing the default variants")
     a = ap.parse_args()
@@ -119,12 +156,12 @@ def main():
     specs = a.shapes.split(",") if a.shapes else [shape_str(s) + (":" + CFG[s] if s in CFG else "") for s in SHAPES]
     variants = [] if a.no_variants else (a.variants.split(";") if a.variants else VARIANTS)
     if a.compile_only:
-        subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only"] + specs, check=True)
+        subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only"] + (["--fp8"] if a.fp8 else []) + specs, check=True)
         if variants:
             subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only", "--no-old"] + variants, check=True)
         return
 
-    extra = ["--iters", str(a.iters)] + (["--no-old"] if a.no_old else [])
+    extra = ["--iters", str(a.iters)] + (["--no-old"] if a.no_old else []) + (["--fp8"] if a.fp8 else [])
     # Small shapes first, in their own process with a short limit, so a hang costs little.
     small = [sp for sp in specs if int(sp.split(":")[0].split("x")[2]) * int(sp.split(":")[0].split("x")[3]) <= 32760 * 512]
     small += [sp for sp in specs if sp not in small and int(sp.split(":")[0].split("x")[2]) <= 4608]
@@ -147,6 +184,10 @@ def main():
                 ms = time_sdpa(be, B, H, SQ, LK, D, a.iters)
                 r[be + "_ms"] = ms
                 r[be + "_tflops"] = round(flop / (ms * 1e-3) / 1e12, 1) if ms else None
+            if "fp8_ms" in r:
+                ms, ver = time_sage(B, H, SQ, LK, D, a.iters)
+                r["sage_ms"], r["sage_version"] = ms, ver
+                r["sage_tflops"] = round(flop / (ms * 1e-3) / 1e12, 1) if ms else None
 
     hdr = f"{'shape BxHxSQxLKxHD':<24}{'ours':>8}{'cuDNN':>8}{'flash':>8}{'old':>8}{'/cuDNN':>8}{'/flash':>8}  {'err_out':>9} {'err_lse':>9}  ok  cfg"
     print("\nTFLOP/s (4*B*H*SQ*LK*HD / time), median of", a.iters)
@@ -162,6 +203,14 @@ def main():
               f"{ratio(r['tflops'], r.get('cudnn_tflops'))}{ratio(r['tflops'], r.get('flash_tflops'))}"
               f"  {r['err_out']:9.2e} {r['err_lse']:9.2e}  {'ok' if r['ok'] else 'BAD'}  "
               f"{c['ncw']},{c['bn']},{c['st']},{c['persist']} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}")
+    frows = [r for r in rows if "fp8_ms" in r]
+    if frows:
+        print("\nfp8 form (same inputs, quantized as attn_quant / attn_quant_vt), against the bf16 kernel and sageattn")
+        print(f"{'shape BxHxSQxLKxHD':<24}{'fp8':>8}{'bf16':>8}{'sage':>8}{'/bf16':>8}{'/sage':>8}  {'cosine':>9} {'err_out':>9}  ok")
+        for r in frows:
+            shp = f"{r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']}"
+            print(f"{shp:<24}{f(r['fp8_tflops'])}{f(r['tflops'])}{f(r.get('sage_tflops'))}{ratio(r['fp8_tflops'], r['tflops'])}"
+                  f"{ratio(r['fp8_tflops'], r.get('sage_tflops'))}  {r['fp8_cosine']:9.6f} {r['fp8_err_out']:9.2e}  {'ok' if r['fp8_ok'] else 'BAD'}")
     if a.results:
         path = a.results
         if os.path.isdir(path):
@@ -169,7 +218,7 @@ def main():
         with open(path, "w") as fh:
             json.dump({"shapes": rows, "variants": vrows}, fh, indent=1)
         print("wrote", path)
-    bad = [r for r in rows + vrows if not r["ok"]]
+    bad = [r for r in rows + vrows if not r["ok"] or not r.get("fp8_ok", True)]
     sys.exit(1 if bad or not rows else 0)
 
 

@@ -70,6 +70,14 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
     build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
     build/bin/ditc compile "$k/w13/model" --frames "$f" --height 480 --width 832 --text-len 512 --dtype bf16 --target sm_90 --cp 2 --cp-mode ulysses -o "$k" -q >/dev/null
   done
+  # bench/lossy.py's modes (tests/gpu/run.sh LOSSY=480p,720p) at both sizes; its exact 720p bundle too.
+  for hw in "480 832" "720 1280"; do
+    read -r h w <<< "$hw"
+    for m in "" "--quant fp8" "--sparse-attn sta:18,24,24" "--sparse-attn radial" "--quant fp8 --sparse-attn sta:18,24,24"; do
+      # shellcheck disable=SC2086
+      build/bin/ditc compile "$k/w13/model" --frames 81 --height "$h" --width "$w" --text-len 512 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
+    done
+  done
   # tests/gpu/pipeline_parity.py's Wan2.1-1.3B pipeline (its blocks' kernels).
   build/bin/ditc compile "$k/w13/model" --frames 17 --height 256 --width 256 --text-len 32 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
   build/bin/make_tiny_wan --preset wan2.1-14b --layers 1 --dtype bf16 --text-len 512 --out "$k/w14" >/dev/null

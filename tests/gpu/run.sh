@@ -62,6 +62,8 @@
 #      (bench/serve_overhead.py --enforce: overhead <= 1% of a 50-step job, request to first step <= 50 ms).
 #   11. with TEXT_ENCODER=1, Wan's UMT5-XXL text encoder stage against transformers (bench/umt5_encode.py;
 #      UMT5_LAYERS blocks, default all 24),
+#   12. with ATTN=1 (or fp8: also the fp8 form and sageattn), the attention kernels at the DiT shapes against torch SDPA
+#      (bench/attention/gpu.sh into RESULTS_DIR/attention; ATTN_FLAGS passes run.py options such as --no-variants),
 #      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
@@ -694,6 +696,12 @@ if [ -n "${QWEN:-}" ]; then
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
+fi
+if [ -n "${ATTN:-}" ]; then
+  step "12. the attention kernels at the DiT shapes (bench/attention: build-attn from bench/attention/build.sh), with ATTN=fp8 also the fp8 form against the bf16 kernel and sageattn"
+  # shellcheck disable=SC2086
+  timeout "${ATTN_TIMEOUT:-300}" bash bench/attention/gpu.sh "$OUT/attention" $([ "$ATTN" = fp8 ] && echo --fp8) ${ATTN_FLAGS:-}
+  check test "$?" = 0
 fi
 if [ -n "${TEXT_ENCODER:-}" ]; then
   step "11. the UMT5-XXL text encoder stage (UMT5_LAYERS of 24 blocks at the published widths, 512 tokens) against transformers in bf16"
