@@ -227,7 +227,7 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON_AddNumberToObject(q, "attentions", count);
     cJSON_AddNumberToObject(q, "kept", kept);
   }
-  if (!s) dit_compile_progress(pr, "attn quant fp8: %d attentions on e4m3 q, k, v (%d kept exact)", count, kept);
+  if (!s) dit_compile_progress(pr, "attn quant fp8: %d attention%s on e4m3 q, k, v (%d kept exact)", count, count == 1 ? "" : "s", kept);
   free(done);
   free(keep);
   free(order);
