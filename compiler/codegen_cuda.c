@@ -486,8 +486,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     }
     case DIT_OP_ATTENTION_FP8:
       /* attention_fp8 kernel: lead */
-      return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': attention_fp8: the sm_90a kernel is not in this ditc yet (compile for the cpu target)",
-                     y->name);
+      return DIT_ERR(UNIMPLEMENTED,
+                     "op attention_fp8 '%s': attention_fp8: the sm_90a kernel is not in this ditc yet (compile for the cpu target)", y->name);
     case DIT_OP_ATTENTION: {
       const dit_value_t *kk = V(g, op->in[1]);
       int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;

@@ -203,8 +203,9 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     count++;
   }
   if (!s && count == 0)
-    s = DIT_ERR(INVALID_ARGUMENT, "--attn-quant fp8: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key "
-                "bound or score bias", kept);
+    s = DIT_ERR(INVALID_ARGUMENT,
+                "--attn-quant fp8: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
+                kept);
   if (!s) {
     /* Drop the rewritten attentions (the appended fours keep their order at the end), then put
      * each four where its attention was. */

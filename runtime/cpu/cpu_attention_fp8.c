@@ -20,14 +20,16 @@ int64_t dit_attn_vt_key(int64_t col) {
 static dit_status_t check_codes(const char *op, const char *name, const dit_tensor_t *t, int rank, const int64_t *dims) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, name, t));
-  if (t->dtype != DIT_F8E4M3) return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f8e4m3", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
+  if (t->dtype != DIT_F8E4M3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f8e4m3", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
   return dit_cpu_check_dims(op, name, t, rank, dims);
 }
 
 static dit_status_t check_scales(const char *op, const char *name, const dit_tensor_t *t, int rank, const int64_t *dims) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, name, t));
-  if (t->dtype != DIT_F32) return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f32", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
+  if (t->dtype != DIT_F32)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f32", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
   return dit_cpu_check_dims(op, name, t, rank, dims);
 }
 
@@ -37,7 +39,8 @@ static dit_status_t check_x(const char *op, const char *name, const dit_tensor_t
   DIT_RETURN_IF(dit_cpu_check_float(op, name, x));
   if (x->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: %s has dims %s, expected [B, T, heads*Dh]", op, name, dit_cpu_dims_str(x, b1));
   if (heads < 1 || x->dims[2] % heads)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s's last dim %lld is not a positive multiple of heads = %d", op, name, (long long)x->dims[2], heads);
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s's last dim %lld is not a positive multiple of heads = %d", op, name, (long long)x->dims[2],
+                   heads);
   return DIT_OK;
 }
 

@@ -110,6 +110,7 @@ refuse() {
 }
 refuse "--attn-quant fp8 with --target sm_80: fp8 attention is written for sm_90" "${a[@]}" --attn-quant fp8 --target sm_80
 refuse "--attn-quant int4: expected none or fp8" "${a[@]}" --attn-quant int4
+refuse "--attn-quant fp8 with --tp 2: tensor-parallel shards are not quantized yet" "${a[@]}" --attn-quant fp8 --tp 2
 refuse "--attn-quant fp8: none of the graph's" "${args[@]}" --attn-quant fp8
 # For sm_90 the compile gets as far as the fp8 attention kernel, which is not there yet.
 refuse "attention_fp8: the sm_90a kernel" "${a[@]}" --attn-quant fp8 --target sm_90
