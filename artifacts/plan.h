@@ -59,7 +59,7 @@
 #define DIT_PLAN_MAX_SWAP_FORWARDS 100000
 #define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
 #define DIT_PLAN_MAX_YIELDS 63     /* collectives of one block: its compute in at most 64 windows */
-#define DIT_PLAN_MAX_IN 5 /* = DIT_OP_MAX_IN */
+#define DIT_PLAN_MAX_IN 7 /* = DIT_OP_MAX_IN */
 #define DIT_PLAN_MAX_OUT 2
 
 typedef enum dit_storage {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The lossy modes on one GPU: Wan2.1-1.3B (the model folder tests/gpu/run.sh makes) at 480x832 or
 720x1280, 81 frames, compiled exact (bf16), with FP8 GEMMs (--quant fp8), with sliding tile attention
-(--sparse-attn sta:T,H,W), with Radial Attention's mask (radial) and with FP8 and STA together; then
-the peers doing the same on diffusers, in the same call.
+(--sparse-attn sta:T,H,W), with Radial Attention's mask (radial), with FP8 and STA together, with FP8
+attention (fp8attn: --attn-quant fp8), with FP8 GEMMs and attention (fp8all) and with those and STA
+(fp8all+sta); then the peers doing the same on diffusers, in the same call.
 
 Per mode: `ditc compile` (the kernel cache as DITC_CACHE_DIR holds it), the forward's median
 (`ditrun bench`) and its attention share, the forward output's cosine and relative L2 against the
@@ -51,16 +52,19 @@ from step_cache import parse_log, quality, read_f32  # noqa: E402
 STA_PAPER = "18,24,24"
 RES = {"480p": (480, 832), "720p": (720, 1280)}
 WAN = {"frames": 81, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
-MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta")
+MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "fp8all+sta")
 NOTE = ("ditrun rows against the exact bundle; peers against diffusers eager; diffusers eager against ditrun exact. "
         "speedup: over ditrun's exact bf16 forward (peers' own: over diffusers eager). Weights as the model folder holds them.")
 
 
 def mode_flags(mode, sta, dense_layers):
-    """ditc's flags for one of MODE_NAMES."""
+    """ditc's flags for one of MODE_NAMES: fp8 the GEMMs, fp8attn the attention, fp8all both."""
     f = []
-    if "fp8" in mode:
+    first = mode.split("+")[0]
+    if first in ("fp8", "fp8all"):
         f += ["--quant", "fp8"]
+    if first in ("fp8attn", "fp8all"):
+        f += ["--attn-quant", "fp8"]
     if "sta" in mode.split("+"):
         f += ["--sparse-attn", "sta:" + sta]
     if mode == "radial":
@@ -231,6 +235,8 @@ def dry_run(a):
     os.makedirs(a.out, exist_ok=True)
     assert mode_flags("fp8+sta", "1,8,8", 2) == ["--quant", "fp8", "--sparse-attn", "sta:1,8,8", "--sparse-dense-layers", "2"]
     assert mode_flags("exact", STA_PAPER, 2) == [] and mode_flags("radial", STA_PAPER, 0) == ["--sparse-attn", "radial"]
+    assert mode_flags("fp8attn", STA_PAPER, 0) == ["--attn-quant", "fp8"]
+    assert mode_flags("fp8all+sta", "1,8,8", 0) == ["--quant", "fp8", "--attn-quant", "fp8", "--sparse-attn", "sta:1,8,8"]
     ms, split = parse_bench("forward_ms_median 412.5\nsplit_ms gemm 200.0 attention 150.5 other 40.0 (step-synchronized)\n")
     assert ms == 412.5 and split == {"gemm": 200.0, "attention": 150.5, "other": 40.0}, (ms, split)
     b = Budget(1e-9)
@@ -250,8 +256,8 @@ def dry_run(a):
         print(line)
     lines = []
     if a.ditc and a.ditrun and a.model and a.inputs:
-        # The tiny model at 17 frames, 128x128: 5 x 8 x 8 patched tokens, three tiles of 128, so that
-        # a one-frame window is sparse.
+        # The tiny model (head dim 128, which FP8 attention takes) at 17 frames, 128x128: 5 x 8 x 8
+        # patched tokens, three tiles of 128, so that a one-frame window is sparse.
         a.modes, a.work, a.iters = list(MODE_NAMES), a.out, 2
         shape = ["--frames", "17", "--height", "128", "--width", "128", "--text-len", "7", "--dtype", "bf16"]
         exact = pb.ditc_compile(a.ditc, a.model, shape + ["-o", os.path.join(a.out, "b")])[0]

@@ -268,7 +268,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(y->dtype));
   /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
-    if (op->kind != DIT_OP_KEY_BOUND && !(op->kind == DIT_OP_ATTENTION && i == 3) && !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
+    if (op->kind != DIT_OP_KEY_BOUND && op->kind != DIT_OP_ATTENTION_FP8 && !(op->kind == DIT_OP_ATTENTION && i == 3) &&
+        !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
         !(op->kind == DIT_OP_EMBEDDING && i == 0) && !(op->kind == DIT_OP_TOKEN_SELECT && i == 1) &&
         V(g, op->in[i])->dtype != DIT_F32 &&
         V(g, op->in[i])->dtype != DIT_BF16)
@@ -469,6 +470,31 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, (uint64_t)M, 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
+    case DIT_OP_ATTN_QUANT:
+    case DIT_OP_ATTN_QUANT_VT: {
+      /* attention_fp8's operands: e4m3 codes and fp32 scales of q, k (row blocks) and v (channels,
+       * transposed); one block a (b, h, row block), or a (b, h, 32 channels) for v. */
+      const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1];
+      if (op->kind == DIT_OP_ATTN_QUANT) {
+        const int64_t rows = geti(op, "rows"), nblk = (T + rows - 1) / rows;
+        dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT 1\n#define T_X %d\n#define TOKENS %" PRId64 "LL\n#define HEADS %" PRId64
+               "LL\n#define HD %" PRId64 "LL\n#define ROWS %" PRId64 "LL\n#define NBLK %" PRId64 "LL\n", dt_code(x->dtype), T, heads, hd,
+               rows, nblk);
+        set_launch(k, (uint64_t)(x->dims[0] * heads * nblk), 1, 1, DIT_ABI_BLOCK, 0);
+        return DIT_OK;
+      }
+      if (hd % 32)
+        return DIT_ERR(UNIMPLEMENTED, "op attn_quant_vt '%s': head dim %" PRId64 " is not a multiple of 32 (the kernel's channel group)",
+                       y->name, hd);
+      dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT_VT 1\n#define T_X %d\n#define KEYS %" PRId64 "LL\n#define KEYS_PAD %" PRId64
+             "LL\n#define HEADS %" PRId64 "LL\n#define HD %" PRId64 "LL\n", dt_code(x->dtype), T, y->dims[3], heads, hd);
+      set_launch(k, (uint64_t)(x->dims[0] * heads * (hd / 32)), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
+    }
+    case DIT_OP_ATTENTION_FP8:
+      /* attention_fp8 kernel: lead */
+      return DIT_ERR(UNIMPLEMENTED,
+                     "op attention_fp8 '%s': attention_fp8: the sm_90a kernel is not in this ditc yet (compile for the cpu target)", y->name);
     case DIT_OP_ATTENTION: {
       const dit_value_t *kk = V(g, op->in[1]);
       int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;

@@ -347,6 +347,7 @@ static dit_status_t identity_inputs(const dit_compile_options_t *o, const dit_mo
     cJSON_AddNumberToObject(sa, "dense_layers", (double)sp->dense_layers);
   }
   if (o->quant) cJSON_AddStringToObject(opts, "quant", dit_quant_name(o->quant)); /* absent: bundles keep their identity */
+  if (o->attn_quant) cJSON_AddStringToObject(opts, "attn_quant", dit_quant_name(o->attn_quant)); /* likewise */
   /* The VAE's encoder (absent: its decoder, bundles keep their identity). */
   if (o->shape.vae_part == DIT_VAE_ENCODER) cJSON_AddStringToObject(opts, "vae_part", "encoder");
   if (o->shape.vae_chunk > 0) {
@@ -448,8 +449,9 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
   quiet.quiet = 1;
   dit_compile_progress_t *p = first ? pr : &quiet;
   DIT_RETURN_IF(dit_model_build_graph(m, req, &rb->g));
-  if (o->quant && first && !(rb->quant = cJSON_CreateObject())) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if ((o->quant || o->attn_quant) && first && !(rb->quant = cJSON_CreateObject())) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   DIT_RETURN_IF(dit_compile_quantize(m, rb->g, o->quant, rb->quant, p));
+  DIT_RETURN_IF(dit_compile_quantize_attention(rb->g, o->attn_quant, rb->quant, p));
   int split = 0;
   DIT_RETURN_IF(dit_compile_lower_target(o->target, rb->g, &split));
   char lowered[64] = "";
@@ -529,7 +531,13 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --target %s: fp8 matmuls need sm_89 or sm_90", o->target);
   if (o->quant == DIT_QUANT_FP8 && tp_of(o) > 1)
     return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --tp %d: tensor-parallel shards are not quantized yet; use --tp 1", tp_of(o));
+  /* FP8 attention is the Hopper kernel's (wgmma on e4m3); shards would split its heads. */
+  if (o->attn_quant == DIT_QUANT_FP8 && gpu && strcmp(o->target, "sm_90"))
+    return DIT_ERR(UNIMPLEMENTED, "--attn-quant fp8 with --target %s: fp8 attention is written for sm_90 (wgmma on e4m3)", o->target);
+  if (o->attn_quant == DIT_QUANT_FP8 && tp_of(o) > 1)
+    return DIT_ERR(UNIMPLEMENTED, "--attn-quant fp8 with --tp %d: tensor-parallel shards are not quantized yet; use --tp 1", tp_of(o));
   dit_compile_progress_t pr = {.quiet = o->quiet, .total = (gpu ? 8 : 7) + (o->store_dir != NULL) + (o->quant != DIT_QUANT_NONE) +
+                                                      (o->attn_quant != DIT_QUANT_NONE) +
                                                       (o->tokenizer_dir != NULL)};
   {
     /* Rank groups follow the nodes: the groups that talk most (tensor-parallel, then each
@@ -754,7 +762,8 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     cJSON_AddNumberToObject(sum, "arena_bytes_without_reuse", (double)rb[0].pres.naive_bytes);
     cJSON_AddNumberToObject(sum, "tokens", (double)ls.tokens);
     if (rb[0].quant) {
-      cJSON_AddItemToObject(sum, "quant", cJSON_DetachItemFromObject(rb[0].quant, "quant"));
+      if (o->quant) cJSON_AddItemToObject(sum, "quant", cJSON_DetachItemFromObject(rb[0].quant, "quant"));
+      if (o->attn_quant) cJSON_AddItemToObject(sum, "attn_quant", cJSON_DetachItemFromObject(rb[0].quant, "attn_quant"));
     }
     free(pb);
     /* The offload plan adds its section to every rank's plan; then the plans are written. */

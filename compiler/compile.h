@@ -38,6 +38,8 @@ typedef struct dit_compile_options {
   const char *profile;
   /* fp8: the blocks' large linears on e4m3 weights and activations (compile_quant.c). */
   dit_quant_t quant;
+  /* fp8: self-attention at head dim 128 on e4m3 Q, K, V with block scales (compile_quant.c). */
+  dit_quant_t attn_quant;
   /* --reuse-cache-mb: the state cache's cap in MiB (0: none); it decides shape.reuse_merge. */
   double reuse_cache_mb;
   /* --vae-budget: the VAE decode's device memory in GiB (0: none); with a budget, a decoder tail

@@ -117,3 +117,120 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
   if (!s) dit_compile_progress(pr, "quant fp8: %d block linears with e4m3 weights (%.1f MiB) and per-channel scales", n, (double)bytes / (1 << 20));
   return s;
 }
+
+/* --attn-quant fp8 ---------------------------------------------------------------------------- */
+
+/* An attention the fp8 kernel takes: self or joint attention (as many queries as keys), head
+ * dim 128, no key bound and no score bias; a tile schedule stays. Cross-attention to text and
+ * the image embedder's attention keep their exact form. */
+static int attention_quantizable(const dit_graph_t *g, const dit_op_t *op) {
+  if (op->kind != DIT_OP_ATTENTION) return 0;
+  const dit_value_t *q = dit_graph_cvalue(g, op->in[0]), *k = dit_graph_cvalue(g, op->in[1]);
+  const dit_attr_t *ha = dit_attrs_find(&op->attrs, "heads"), *ta = dit_attrs_find(&op->attrs, "tiles");
+  const int tiled = ta && ta->i == 1;
+  return ha && ha->i > 0 && q->rank == 3 && k->rank == 3 && q->dims[1] == k->dims[1] && q->dims[2] == 128 * ha->i &&
+         !dit_attrs_find(&op->attrs, "bias") && op->n_in == 3 + tiled;
+}
+
+/* Attention op i (copied: appending moves the ops) as its four fp8 ops appended to the graph;
+ * attention_fp8 takes over the attention's outputs, so readers, names and output roles stay. */
+static dit_status_t quantize_attention(dit_graph_t *g, int32_t i) {
+  const dit_op_t op = *dit_graph_cop_at(g, i);
+  const dit_value_t *y = dit_graph_cvalue(g, op.out[0]);
+  const char *base = y->name ? y->name : "attention";
+  const int64_t heads = dit_attrs_find(&op.attrs, "heads")->i;
+  dit_attrs_t qa = {0}, ka = {0}, va = {0};
+  if (dit_attrs_set_int(&qa, "heads", heads) || dit_attrs_set_int(&qa, "rows", 64) || dit_attrs_set_int(&ka, "heads", heads) ||
+      dit_attrs_set_int(&ka, "rows", DIT_SPARSE_TILE) || dit_attrs_set_int(&va, "heads", heads))
+    return DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
+  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
+  dit_vid_t q[2], k[2], v[2], o[2] = {-1, -1};
+  char name[512];
+  dit_graph_set_block(g, op.block);
+  dit_status_t s = DIT_OK;
+  snprintf(name, sizeof name, "%s.q8", base);
+  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[0], 1, &qa, qdt, name, q);
+  snprintf(name, sizeof name, "%s.k8", base);
+  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[1], 1, &ka, qdt, name, k);
+  snprintf(name, sizeof name, "%s.vt8", base);
+  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, &op.in[2], 1, &va, qdt, name, v);
+  const dit_vid_t ins[7] = {q[0], q[1], k[0], k[1], v[0], v[1], op.n_in == 4 ? op.in[3] : -1};
+  snprintf(name, sizeof name, "%s.fp8", base);
+  if (!s) {
+    if (op.n_out == 2) s = dit_graph_op2(g, DIT_OP_ATTENTION_FP8, ins, op.n_in + 3, &op.attrs, odt, name, o);
+    else if ((o[0] = dit_graph_op(g, DIT_OP_ATTENTION_FP8, ins, op.n_in + 3, &op.attrs, odt[0], name)) < 0)
+      s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
+  }
+  dit_graph_set_block(g, -1);
+  if (s) return s;
+  const int32_t a = dit_graph_num_ops(g) - 1;
+  for (int r = 0; r < op.n_out; r++) {
+    dit_graph_op_at(g, a)->out[r] = op.out[r];
+    dit_graph_value(g, op.out[r])->producer = a;
+    dit_graph_value(g, o[r])->producer = -1; /* an orphan that compaction drops */
+  }
+  return DIT_OK;
+}
+
+dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr) {
+  if (quant == DIT_QUANT_NONE) return DIT_OK;
+  const int32_t n = dit_graph_num_ops(g);
+  uint8_t *done = calloc((size_t)n + 1, 1), *keep = malloc(5 * (size_t)n + 1);
+  int32_t *order = malloc((5 * (size_t)n + 1) * sizeof *order);
+  dit_status_t s = done && keep && order ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
+  cJSON *names = NULL;
+  if (!s && summary) {
+    cJSON *q = cJSON_AddObjectToObject(summary, "attn_quant");
+    cJSON_AddStringToObject(q, "mode", "fp8");
+    cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no key bound or score bias");
+    cJSON_AddStringToObject(q, "q", "e4m3, one fp32 scale per head and 64 rows: amax / 448");
+    cJSON_AddStringToObject(q, "k", "e4m3, one fp32 scale per head and 128 rows: amax / 448");
+    cJSON_AddStringToObject(q, "v", "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
+    cJSON_AddStringToObject(q, "p", "e4m3 softmax probabilities, unscaled; fp32 row sums and accumulators");
+    names = cJSON_AddArrayToObject(q, "ops");
+  }
+  int32_t count = 0, kept = 0;
+  for (int32_t i = 0; !s && i < n; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind != DIT_OP_ATTENTION) continue;
+    if (!attention_quantizable(g, op)) {
+      kept++;
+      continue;
+    }
+    if (names) cJSON_AddItemToArray(names, cJSON_CreateString(dit_graph_cvalue(g, op->out[0])->name));
+    s = quantize_attention(g, i);
+    done[i] = 1;
+    count++;
+  }
+  if (!s && count == 0)
+    s = DIT_ERR(INVALID_ARGUMENT,
+                "--attn-quant fp8: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
+                kept);
+  if (!s) {
+    /* Drop the rewritten attentions (the appended fours keep their order at the end), then put
+     * each four where its attention was. */
+    for (int32_t i = 0; i < n + 4 * count; i++) keep[i] = i >= n || !done[i];
+    s = dit_graph_compact(g, keep);
+    int32_t m = 0, dropped = 0, next = n - count;
+    for (int32_t i = 0; !s && i < n; i++) {
+      if (done[i]) {
+        for (int r = 0; r < 4; r++) order[m++] = next++;
+        dropped++;
+      } else {
+        order[m++] = i - dropped;
+      }
+    }
+    if (!s) s = dit_graph_reorder(g, order);
+  }
+  if (!s) s = dit_graph_verify(g);
+  if (!s && summary) {
+    cJSON *q = cJSON_GetObjectItem(summary, "attn_quant");
+    cJSON_AddNumberToObject(q, "attentions", count);
+    cJSON_AddNumberToObject(q, "kept", kept);
+  }
+  if (!s) dit_compile_progress(pr, "attn quant fp8: %d attention%s on e4m3 q, k, v (%d kept exact)", count, count == 1 ? "" : "s", kept);
+  free(done);
+  free(keep);
+  free(order);
+  return s;
+}

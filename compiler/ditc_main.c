@@ -29,6 +29,9 @@ static const char kUsage[] =
     "        --quant none|fp8    fp8: the transformer blocks' large linears (attention q/k/v/o, FFN) on\n"
     "                            e4m3 weights (per-channel scales) and activations (per-token scales,\n"
     "                            on the fly), fp32 accumulation; the rest as --dtype says (default none)\n"
+    "        --attn-quant none|fp8  fp8: self-attention at head dim 128 on e4m3 Q, K (a scale per head\n"
+    "                            and 64 query / 128 key rows), V (per channel) and softmax P, fp32\n"
+    "                            accumulation; cpu and sm_90 targets (default none)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --sparse-attn P     sparse video self-attention (Wan): sta:T,H,W (sliding tile windows\n"
     "                            of T frames x H rows x W columns of patched tokens around each\n"
@@ -243,6 +246,10 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--quant")) {
       if (!val) return usage_error("%s needs a value", a);
       if (dit_quant_parse(val, &o.quant)) return usage_error("--quant %s: expected none or fp8", val);
+      i++;
+    } else if (!strcmp(a, "--attn-quant")) {
+      if (!val) return usage_error("%s needs a value", a);
+      if (dit_quant_parse(val, &o.attn_quant)) return usage_error("--attn-quant %s: expected none or fp8", val);
       i++;
     } else if (!strcmp(a, "--dtype")) {
       if (!val) return usage_error("%s needs a value", a);

@@ -33,6 +33,16 @@ static double elem_flops(dit_op_kind_t k) {
   }
 }
 
+/* The share of the key tiles a tile schedule t (a constant) lists for L keys: 1 when unknown. */
+static double schedule_share(const dit_value_t *t, int64_t L) {
+  if (!t->data || t->rank != 2) return 1.0;
+  const int32_t *rows = t->data;
+  const double nk = (double)((L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE);
+  double listed = 0;
+  for (int64_t i = 0; i < t->dims[0]; i++) listed += rows[i * t->dims[1]];
+  return t->dims[0] > 0 && nk > 0 ? listed / ((double)t->dims[0] * nk) : 1.0;
+}
+
 dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
   dit_cost_t c = {0, 0};
   for (int i = 0; i < op->n_in; i++) c.bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->in[i]));
@@ -56,17 +66,21 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
        * most it can be (bounds are known only at run time) */
       c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
       const dit_attr_t *ta = dit_attrs_find(&op->attrs, "tiles");
-      const dit_value_t *t = ta && ta->i == 1 ? dit_graph_cvalue(g, op->in[op->n_in - 1]) : NULL;
-      if (t && t->data && t->rank == 2) {
-        /* A tile schedule: the listed share of the key tiles. */
-        const int32_t *rows = t->data;
-        const double nk = (double)((k->dims[1] + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE);
-        double listed = 0;
-        for (int64_t i = 0; i < t->dims[0]; i++) listed += rows[i * t->dims[1]];
-        if (t->dims[0] > 0 && nk > 0) c.flops *= listed / ((double)t->dims[0] * nk);
-      }
+      if (ta && ta->i == 1) c.flops *= schedule_share(dit_graph_cvalue(g, op->in[op->n_in - 1]), k->dims[1]);
       break;
     }
+    case DIT_OP_ATTENTION_FP8: {
+      /* attention's products at q8's shape; keys are k8's. A schedule thins them as attention's. */
+      const dit_value_t *k = dit_graph_cvalue(g, op->in[2]);
+      c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
+      if (op->n_in == 7) c.flops *= schedule_share(dit_graph_cvalue(g, op->in[6]), k->dims[1]);
+      break;
+    }
+    case DIT_OP_ATTN_QUANT:
+    case DIT_OP_ATTN_QUANT_VT:
+      /* Bandwidth-bound: a max and a division per element (bytes: x read, codes and scales written). */
+      c.flops = 2.0 * (double)dit_value_numel(x);
+      break;
     case DIT_OP_CONV3D: {
       /* Every output element a dot product over Cin * kt * kh * kw taps (padding counted). */
       const dit_value_t *w = dit_graph_cvalue(g, op->in[1]);

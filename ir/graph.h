@@ -43,7 +43,7 @@ typedef struct dit_value {
   void *data;
 } dit_value_t;
 
-#define DIT_OP_MAX_IN 5 /* attention: q, k, v, a key bound and a score bias */
+#define DIT_OP_MAX_IN 7 /* attention_fp8: q8, qs, k8, ks, vt8, vs and a tile schedule */
 #define DIT_OP_MAX_OUT 2
 
 typedef struct dit_op {

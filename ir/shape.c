@@ -47,6 +47,19 @@ static const char *dims_str(int rank, const int64_t *dims, char *buf, size_t cap
 
 static int is_float(dit_dtype_t t) { return t == DIT_F32 || t == DIT_BF16 || t == DIT_F16; }
 
+/* v must be dtype [dims] exactly: the message names the operand, what it is for, and both shapes. */
+static dit_status_t expect_value(const char *op, const char *what, const dit_value_t *v, dit_dtype_t dtype, int rank,
+                                 const int64_t *dims, const char *why) {
+  int ok = v->dtype == dtype && v->rank == rank;
+  for (int i = 0; ok && i < rank; i++) ok = v->dims[i] == dims[i];
+  if (!ok) {
+    char b1[96], b2[96];
+    FAIL("%s: %s '%s' is %s %s, expected %s %s (%s)", op, what, v->name, dit_dtype_name(v->dtype), dims_str(v->rank, v->dims, b1, sizeof b1),
+         dit_dtype_name(dtype), dims_str(rank, dims, b2, sizeof b2), why);
+  }
+  return DIT_OK;
+}
+
 /* groupnorm's x: float [B, ..., C] of rank >= 3 whose channels the groups divide (`what` names
  * where the group count comes from). */
 static dit_status_t check_groupnorm_x(const char *op, const dit_value_t *x, const char *what, int64_t groups) {
@@ -400,6 +413,70 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       }
       break;
     }
+    case DIT_OP_ATTN_QUANT:
+    case DIT_OP_ATTN_QUANT_VT: {
+      int64_t heads, rows = DIT_SPARSE_TILE;
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      if (kind == DIT_OP_ATTN_QUANT) DIT_RETURN_IF(get_i(attrs, op, "rows", &rows, 1));
+      DIT_RETURN_IF(need_rank(op, "x", x, 3));
+      if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+      if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels of x '%s' not divisible by %" PRId64 " heads", op, x->dims[2], x->name, heads);
+      const int64_t B = x->dims[0], T = x->dims[1], Dh = x->dims[2] / heads;
+      out_rank[0] = out_rank[1] = 3;
+      if (kind == DIT_OP_ATTN_QUANT) {
+        copy_shape(x, &out_rank[0], out_dims[0]);
+        const int64_t d1[3] = {B, heads, (T + rows - 1) / rows};
+        memcpy(out_dims[1], d1, sizeof d1);
+      } else {
+        out_rank[0] = 4;
+        const int64_t d0[4] = {B, heads, Dh, (T + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE * DIT_SPARSE_TILE}, d1[3] = {B, heads, Dh};
+        memcpy(out_dims[0], d0, sizeof d0);
+        memcpy(out_dims[1], d1, sizeof d1);
+      }
+      break;
+    }
+    case DIT_OP_ATTENTION_FP8: {
+      int64_t heads;
+      DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
+      double scale;
+      DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "scale", &scale));
+      DIT_RETURN_IF(need_rank(op, "q8", x, 3));
+      if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels of q8 '%s' not divisible by %" PRId64 " heads", op, x->dims[2], x->name, heads);
+      const dit_value_t *k8 = operand(g, ins, 2);
+      DIT_RETURN_IF(need_rank(op, "k8", k8, 3));
+      const int64_t B = x->dims[0], S = x->dims[1], HD = x->dims[2], Dh = HD / heads, L = k8->dims[1];
+      const int64_t Lp = (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE * DIT_SPARSE_TILE;
+      const int64_t qd[3] = {B, S, HD}, kd[3] = {B, L, HD}, qsd[3] = {B, heads, (S + 63) / 64},
+                    ksd[3] = {B, heads, (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE}, vtd[4] = {B, heads, Dh, Lp}, vsd[3] = {B, heads, Dh};
+      DIT_RETURN_IF(expect_value(op, "q8", x, DIT_F8E4M3, 3, qd, "attn_quant's codes of q"));
+      DIT_RETURN_IF(expect_value(op, "qs", operand(g, ins, 1), DIT_F32, 3, qsd, "q's scales per head and 64 rows"));
+      DIT_RETURN_IF(expect_value(op, "k8", k8, DIT_F8E4M3, 3, kd, "attn_quant's codes of k, q's batch and channels"));
+      DIT_RETURN_IF(expect_value(op, "ks", operand(g, ins, 3), DIT_F32, 3, ksd, "k's scales per head and 128 rows"));
+      DIT_RETURN_IF(expect_value(op, "vt8", operand(g, ins, 4), DIT_F8E4M3, 4, vtd, "attn_quant_vt's transposed v, keys padded to 128"));
+      DIT_RETURN_IF(expect_value(op, "vs", operand(g, ins, 5), DIT_F32, 3, vsd, "v's scales per head and channel"));
+      const dit_attr_t *ta = dit_attrs_find(attrs, "tiles");
+      const int tiled = ta && !ta->is_float && ta->i == 1;
+      if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
+      if (tiled != (n_in == 7))
+        FAIL("%s: %d inputs with attribute tiles %s: a seventh input is the tile schedule, present exactly with tiles = 1", op, n_in,
+             tiled ? "= 1" : "absent");
+      if (tiled) {
+        const dit_value_t *t = operand(g, ins, 6);
+        const int64_t nq = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE, nk = Lp / DIT_SPARSE_TILE;
+        char b1[96];
+        if (t->dtype != DIT_I32 || t->rank != 2 || t->dims[0] != nq || t->dims[1] < 2 || t->dims[1] > nk + 1)
+          FAIL("%s: tile schedule '%s' is %s %s, expected i32 [%" PRId64 ", 2..%" PRId64 "] (query tiles of %d tokens, then a count and up to %" PRId64 " key tiles)",
+               op, t->name, dit_dtype_name(t->dtype), dims_str(t->rank, t->dims, b1, sizeof b1), nq, nk + 1, DIT_SPARSE_TILE, nk);
+      }
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      if (n_out == 2) {
+        out_rank[1] = 3;
+        out_dims[1][0] = B;
+        out_dims[1][1] = heads;
+        out_dims[1][2] = S;
+      }
+      break;
+    }
     case DIT_OP_GATED_ADD: {
       static const char *const keys[] = {"gate"};
       DIT_RETURN_IF(need_rank(op, "x", x, 3));
@@ -702,6 +779,17 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
     case DIT_OP_EMBEDDING:
       if (n_out >= 1 && !is_float(out_dtypes[0]))
         FAIL("embedding: output dtype %s, expected f32, bf16 or f16", dit_dtype_name(out_dtypes[0]));
+      return DIT_OK;
+    case DIT_OP_ATTN_QUANT:
+    case DIT_OP_ATTN_QUANT_VT:
+      if (n_out == 2 && (out_dtypes[0] != DIT_F8E4M3 || out_dtypes[1] != DIT_F32))
+        FAIL("%s: output dtypes %s and %s, expected f8e4m3 (the codes) and f32 (the scales)", dit_op_info(kind)->name,
+             dit_dtype_name(out_dtypes[0]), dit_dtype_name(out_dtypes[1]));
+      return DIT_OK;
+    case DIT_OP_ATTENTION_FP8:
+      for (int i = 0; i < n_out; i++)
+        if (!is_float(out_dtypes[i]))
+          FAIL("attention_fp8: output %d dtype %s, expected f32, bf16 or f16", i, dit_dtype_name(out_dtypes[i]));
       return DIT_OK;
     case DIT_OP_KEY_BOUND:
       if (n_out >= 1 && out_dtypes[0] != DIT_I32)

@@ -440,6 +440,23 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       return dit_cpu_attention_bounded(c, &in[0], &in[1], &in[2], st->n_in > 3 ? &in[3] : NULL, heads, scale, &out[0],
                                        st->n_out > 1 ? &out[1] : NULL);
     }
+    case DIT_OP_ATTN_QUANT:
+    case DIT_OP_ATTN_QUANT_VT: {
+      int heads;
+      GETI("heads", heads);
+      if (st->kind == DIT_OP_ATTN_QUANT_VT) return dit_cpu_attn_quant_vt(c, &in[0], heads, &out[0], &out[1]);
+      int64_t rows;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "rows", &rows));
+      return dit_cpu_attn_quant(c, &in[0], heads, rows, &out[0], &out[1]);
+    }
+    case DIT_OP_ATTENTION_FP8: {
+      int heads;
+      double scale;
+      GETI("heads", heads);
+      GETF("scale", scale);
+      return dit_cpu_attention_fp8(c, &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], st->n_in > 6 ? &in[6] : NULL, heads, scale, &out[0],
+                                   st->n_out > 1 ? &out[1] : NULL);
+    }
     case DIT_OP_GATED_ADD: {
       int gate;
       GETI("gate", gate);

@@ -618,11 +618,10 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
-#if defined(DIT_K_QUANT_FP8)
-// The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one block a
-// row of x [M, K]; s[m] = amax / 448 (1 for an all-zero row) and q[m, k] = e4m3(x / s[m]),
-// rounded to nearest even and saturated to +-448 as base/dtype.c's dit_f32_to_e4m3 (the CPU
-// reference) does, bit for bit: the division is IEEE (no fast math).
+#if defined(DIT_K_QUANT_FP8) || defined(DIT_K_ATTN_QUANT) || defined(DIT_K_ATTN_QUANT_VT)
+// The e4m3 encoding of base/dtype.c's dit_f32_to_e4m3 (the CPU reference), bit for bit: rounded
+// to nearest even and saturated to +-448; callers divide by their scale in IEEE fp32 (no fast
+// math), as dit_e4m3_quantize_row does.
 __device__ __forceinline__ unsigned char e4m3_encode(float f) {
   const u32 u = __float_as_uint(f), a = u & 0x7fffffffu;
   const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
@@ -645,6 +644,11 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
   return r;
 }
 
+#endif
+
+#if defined(DIT_K_QUANT_FP8)
+// The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one block a
+// row of x [M, K]; s[m] = amax / 448 (1 for an all-zero row) and q[m, k] = e4m3(x / s[m]).
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long row = blockIdx.x, base = row * K;
@@ -657,6 +661,72 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
   const float scale = amax > 0.f ? amax / 448.f : 1.f;
   for (int k = threadIdx.x; k < K; k += DIT_ABI_BLOCK) q[base + k] = e4m3_encode(ld(x, base + k) / scale);
   if (threadIdx.x == 0) s[row] = scale;
+}
+#endif
+
+#if defined(DIT_K_ATTN_QUANT)
+// attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, x's layout), s [B, HEADS, NBLK]
+// with one scale a head and block of ROWS rows. One block a (b, h, row block), its rows' HD
+// channels read contiguously: amax, then the codes.
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
+  __shared__ float scratch[DIT_ABI_BLOCK / 32];
+  const long long blk = blockIdx.x, r = blk % NBLK, bh = blk / NBLK, h = bh % HEADS, b = bh / HEADS;
+  const long long r0 = r * ROWS, n = (TOKENS - r0 < ROWS ? TOKENS - r0 : ROWS) * HD;
+  const long long base = (b * TOKENS + r0) * (HEADS * HD) + h * HD;
+  float amax = 0.f;
+  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
+    const float a = fabsf(ld(x, base + e / HD * (HEADS * HD) + e % HD));
+    if (a > amax) amax = a; // NaN never compares greater, as on the CPU
+  }
+  amax = block_max(amax, scratch);
+  const float scale = amax > 0.f ? amax / 448.f : 1.f;
+  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
+    const long long i = base + e / HD * (HEADS * HD) + e % HD;
+    q[i] = e4m3_encode(ld(x, i) / scale);
+  }
+  if (threadIdx.x == 0) s[blk] = scale;
+}
+#endif
+
+#if defined(DIT_K_ATTN_QUANT_VT)
+// attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] -> vt [B, HEADS, HD, KEYS_PAD] (e4m3, V
+// transposed, keys permuted within groups of 16 columns for the wgmma fp8 operand) and s [B, HEADS,
+// HD]. One block a (b, h, 32 channels), 8 x 32 threads: the channels' amax over every key, then
+// per 128 columns the codes gathered into shared memory by column and written as 128-byte rows.
+#define VT_CH 32
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *vt, float *s, const TY(X) *v) {
+  static_assert(DIT_ABI_BLOCK == 8 * VT_CH && HD % VT_CH == 0 && KEYS_PAD % 128 == 0, "attn_quant_vt: 8 x 32 threads, whole groups");
+  __shared__ float part[8][VT_CH];
+  __shared__ __align__(16) unsigned char codes[VT_CH][128];
+  const int tx = threadIdx.x % VT_CH, ty = threadIdx.x / VT_CH;
+  const long long g = blockIdx.x % (HD / VT_CH), bh = blockIdx.x / (HD / VT_CH), h = bh % HEADS, b = bh / HEADS;
+  const long long c = g * VT_CH + tx, col_base = (b * KEYS) * (HEADS * HD) + h * HD + c;
+  float amax = 0.f;
+  for (long long key = ty; key < KEYS; key += 8) {
+    const float a = fabsf(ld(v, col_base + key * (HEADS * HD)));
+    if (a > amax) amax = a;
+  }
+  part[ty][tx] = amax;
+  __syncthreads();
+  amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; i++) amax = fmaxf(amax, part[i][tx]);
+  const float scale = amax > 0.f ? amax / 448.f : 1.f;
+  if (ty == 0) s[bh * HD + c] = scale;
+  unsigned char *out = vt + (bh * HD + g * VT_CH) * KEYS_PAD;
+  for (long long t0 = 0; t0 < KEYS_PAD; t0 += 128) {
+    for (int col = ty; col < 128; col += 8) {
+      const int p = col & 15; // column 16g + p holds key 16g + pi(p)
+      const long long key = t0 + (col & ~15) + 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
+      codes[tx][col] = key < KEYS ? e4m3_encode(ld(v, col_base + key * (HEADS * HD)) / scale) : (unsigned char)0;
+    }
+    __syncthreads();
+    for (int w = threadIdx.x; w < VT_CH * 32; w += DIT_ABI_BLOCK) {
+      const int ch = w / 32, word = w % 32;
+      reinterpret_cast<u32 *>(out + ch * KEYS_PAD + t0)[word] = reinterpret_cast<const u32 *>(codes[ch])[word];
+    }
+    __syncthreads();
+  }
 }
 #endif
 

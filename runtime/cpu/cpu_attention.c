@@ -246,7 +246,7 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
   return dit_cpu_attention_bounded(c, q, k, v, NULL, heads, scale, out, lse);
 }
 
-static dit_status_t check_tiles(const char *op, const dit_tensor_t *tiles, int64_t S, int64_t L) {
+dit_status_t dit_cpu_check_tiles(const char *op, const dit_tensor_t *tiles, int64_t S, int64_t L) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, "tiles", tiles));
   const int64_t nq = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE, nk = (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE;
@@ -303,7 +303,7 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
     const int64_t bd[1] = {B};
     DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
   }
-  if (tiles) DIT_RETURN_IF(check_tiles(op, tiles, S, L));
+  if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
   if (bias) {
     const int64_t bd[3] = {S, L, heads};
     DIT_RETURN_IF(dit_cpu_check_any(op, "bias", bias));

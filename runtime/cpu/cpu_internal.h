@@ -33,6 +33,9 @@ dit_status_t dit_cpu_check_same_dims(const char *op, const char *name, const dit
 /* The output's bytes must not overlap the input's: kernels read inputs after writing outputs. */
 dit_status_t dit_cpu_check_no_alias(const char *op, const char *out_name, const dit_tensor_t *out,
                                     const char *in_name, const dit_tensor_t *in);
+/* A tile schedule (attention's attr tiles) for S queries and L keys: i32 [ceil(S/DIT_SPARSE_TILE),
+ * >= 2], each row a count in 1..min(W-1, key tiles) then that many ascending key tiles. */
+dit_status_t dit_cpu_check_tiles(const char *op, const dit_tensor_t *tiles, int64_t S, int64_t L);
 
 /* ---- element and row conversion -------------------------------------------------------- */
 

@@ -141,6 +141,19 @@ dit_status_t dit_cpu_attention_biased(dit_cpu_t *c, const dit_tensor_t *q, const
 dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                      const dit_tensor_t *v, const dit_tensor_t *tiles, int heads, double scale,
                                      dit_tensor_t *out, dit_tensor_t *lse);
+/* FP8 attention (cpu_attention_fp8.c; base/ops.def's attn_quant, attn_quant_vt, attention_fp8).
+ * attn_quant: x [B, S, heads*Dh] -> x8 f8e4m3 (same dims), xs f32 [B, heads, ceil(S/rows)], one
+ * scale per head and block of `rows` rows, as dit_e4m3_quantize_row over the block. */
+dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs);
+/* attn_quant_vt: v [B, L, heads*Dh] -> vt8 f8e4m3 [B, heads, Dh, roundup(L, 128)] (keys permuted
+ * within groups of 16 as base/ops.def says, padding 0x00), vs f32 [B, heads, Dh]. */
+dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vt8, dit_tensor_t *vs);
+/* attention_fp8 over those operands (tiles NULL: all key tiles); lse may be NULL. */
+dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const dit_tensor_t *qs, const dit_tensor_t *k8,
+                                   const dit_tensor_t *ks, const dit_tensor_t *vt8, const dit_tensor_t *vs, const dit_tensor_t *tiles,
+                                   int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse);
+/* The key that column col of vt8 holds (attn_quant_vt's permutation within groups of 16 columns). */
+int64_t dit_attn_vt_key(int64_t col);
 /* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, T, n, D]. */
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
                                const dit_tensor_t *mod, int gate, dit_tensor_t *out);

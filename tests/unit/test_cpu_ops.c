@@ -286,6 +286,175 @@ static void check_attention(int64_t B, int64_t S, int64_t L, int64_t H, int64_t 
   tt_free(&q), tt_free(&k), tt_free(&v);
 }
 
+/* ---- fp8 attention ---------------------------------------------------------------------- */
+
+/* attn_quant's scale and codes of one (b, h, block), recomputed here from their definition. */
+static void check_quant_block(const dit_tensor_t *x, const dit_tensor_t *x8, const dit_tensor_t *xs, int64_t H, int64_t rows, int64_t b,
+                              int64_t h, int64_t r) {
+  const int64_t T = x->dims[1], HD = x->dims[2], Dh = HD / H, nblk = (T + rows - 1) / rows;
+  const int64_t r1 = (r + 1) * rows < T ? (r + 1) * rows : T;
+  float amax = 0.0f;
+  for (int64_t t = r * rows; t < r1; t++)
+    for (int64_t c = 0; c < Dh; c++) amax = fmaxf(amax, fabsf((float)get_elem(x, (b * T + t) * HD + h * Dh + c)));
+  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  CHECK(((const float *)xs->data)[(b * H + h) * nblk + r] == s);
+  int bad = 0;
+  for (int64_t t = r * rows; t < r1; t++)
+    for (int64_t c = 0; c < Dh; c++) {
+      const int64_t i = (b * T + t) * HD + h * Dh + c;
+      bad += ((const uint8_t *)x8->data)[i] != dit_f32_to_e4m3((float)get_elem(x, i) / s);
+    }
+  CHECK_EQ_INT(bad, 0);
+}
+
+/* Blocks of 64 rows over 70 tokens (the last one partial); head 1's first block all zero (scale 1,
+ * codes 0); head 0's last block holds 1e30 (448, 0x7e) beside values that flush to 0 or subnormals. */
+static void test_attn_quant(void) {
+  const int64_t H = 2, Dh = 128, xd[3] = {2, 70, H * Dh};
+  for (int dt = 0; dt < 2; dt++) {
+    const dit_dtype_t xt = dt ? DIT_BF16 : DIT_F32;
+    const int64_t rows = dt ? 128 : 64, nb = (xd[1] + rows - 1) / rows, sd[3] = {2, H, nb};
+    dit_tensor_t x = tensor_alloc(xt, 3, xd), x8 = tensor_alloc(DIT_F8E4M3, 3, xd), xs = tensor_alloc(DIT_F32, 3, sd);
+    for (int64_t i = 0; i < numel_of(3, xd); i++) set_elem(&x, i, rnd(-3, 3));
+    for (int64_t t = 0; t < 64; t++)
+      for (int64_t c = 0; c < Dh; c++) set_elem(&x, t * H * Dh + Dh + c, 0.0);
+    set_elem(&x, 66 * H * Dh + 5, 1e30);
+    for (int c = 0; c < 2; c++) {
+      memset(x8.data, 0xff, (size_t)numel_of(3, xd));
+      CHECK_OK(dit_cpu_attn_quant(&g_cpu[c], &x, (int)H, rows, &x8, &xs));
+      for (int64_t b = 0; b < 2; b++)
+        for (int64_t h = 0; h < H; h++)
+          for (int64_t r = 0; r < nb; r++) check_quant_block(&x, &x8, &xs, H, rows, b, h, r);
+    }
+    if (!dt) {
+      CHECK(((const float *)xs.data)[1 * nb + 0] == 1.0f); /* head 1, block 0: all zero */
+      CHECK_EQ_INT(((const uint8_t *)x8.data)[Dh + 7], 0);
+      CHECK_EQ_INT(((const uint8_t *)x8.data)[66 * H * Dh + 5], 0x7e);
+      CHECK(((const float *)xs.data)[1] == (float)1e30 / 448.0f);
+    }
+    xs.dims[2] = nb + 1;
+    CHECK_ERR(dit_cpu_attn_quant(&g_cpu[0], &x, (int)H, rows, &x8, &xs), INVALID_ARGUMENT, "attn_quant: xs has dims");
+    free(x.data), free(x8.data), free(xs.data);
+  }
+}
+
+/* The key each column of a group of 16 holds (base/ops.def), written out. */
+static const int kVtPerm[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
+
+/* 150 keys: two column tiles, the second holding keys 128..149 then zero padding; channel 3 of
+ * head 1 in batch 1 all zero (scale 1). */
+static void test_attn_quant_vt(void) {
+  const int64_t B = 2, L = 150, H = 2, Dh = 128, Lp = 256, vd[3] = {B, L, H * Dh}, td[4] = {B, H, Dh, Lp}, sd[3] = {B, H, Dh};
+  dit_tensor_t v = tensor_alloc(DIT_BF16, 3, vd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td), vs = tensor_alloc(DIT_F32, 3, sd);
+  for (int64_t i = 0; i < numel_of(3, vd); i++) set_elem(&v, i, rnd(-2, 2));
+  for (int64_t key = 0; key < L; key++) set_elem(&v, (L + key) * H * Dh + Dh + 3, 0.0);
+  for (int64_t col = 0; col < Lp; col++) CHECK_EQ_INT(dit_attn_vt_key(col), col / 16 * 16 + kVtPerm[col % 16]);
+  for (int c = 0; c < 2; c++) {
+    memset(vt8.data, 0xff, (size_t)numel_of(4, td));
+    CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[c], &v, (int)H, &vt8, &vs));
+    int bad = 0;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t ch = 0; ch < Dh; ch++) {
+          float amax = 0.0f;
+          for (int64_t key = 0; key < L; key++) amax = fmaxf(amax, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
+          const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+          bad += ((const float *)vs.data)[(b * H + h) * Dh + ch] != s;
+          for (int64_t col = 0; col < Lp; col++) {
+            const int64_t key = col / 16 * 16 + kVtPerm[col % 16];
+            const uint8_t want = key < L ? dit_f32_to_e4m3((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) / s) : 0;
+            bad += ((const uint8_t *)vt8.data)[((b * H + h) * Dh + ch) * Lp + col] != want;
+          }
+        }
+    CHECK_EQ_INT(bad, 0);
+  }
+  CHECK(((const float *)vs.data)[(1 * H + 1) * Dh + 3] == 1.0f);
+  vt8.dims[3] = L;
+  CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, (int)H, &vt8, &vs), INVALID_ARGUMENT, "attn_quant_vt: vt8 has dims");
+  free(v.data), free(vt8.data), free(vs.data);
+}
+
+/* attention_fp8 against a dense attention in double over the DEQUANTIZED q, k and v (what the
+ * operands hold) whose P is not rounded: what remains is P's e4m3 rounding (and fp32 sums). A P
+ * of the normal range (>= 2^-6) is off by at most 2^-4 of itself, a subnormal one by at most
+ * 2^-10; the output, a P-weighted average of v rows, moves by at most 2^-4 max|v| plus the
+ * subnormals' share, and the errors of many keys mostly cancel: measured max|err| / max|v| 8.3e-3
+ * (1.2e-2 with the schedule) and cosine 0.9998 here. Bounds: max|err| <= 2^-4 max|v|, cosine >=
+ * 0.999; lse, from the unrounded P, within 1e-4. With a schedule the reference masks the unlisted key tiles. */
+static void test_attention_fp8(void) {
+  const int64_t B = 1, S = 200, H = 2, Dh = 128, HD = H * Dh, Lp = 256;
+  const int64_t xd[3] = {B, S, HD}, qsd[3] = {B, H, 4}, ksd[3] = {B, H, 2}, td[4] = {B, H, Dh, Lp}, vsd[3] = {B, H, Dh},
+                ld[3] = {B, H, S}, tsd[2] = {2, 3};
+  const double scale = 1.0 / sqrt((double)Dh);
+  dit_tensor_t q = tensor_alloc(DIT_BF16, 3, xd), k = tensor_alloc(DIT_BF16, 3, xd), v = tensor_alloc(DIT_BF16, 3, xd);
+  for (int64_t i = 0; i < numel_of(3, xd); i++) set_elem(&q, i, rnd(-2, 2)), set_elem(&k, i, rnd(-2, 2)), set_elem(&v, i, rnd(-1, 1));
+  dit_tensor_t q8 = tensor_alloc(DIT_F8E4M3, 3, xd), k8 = tensor_alloc(DIT_F8E4M3, 3, xd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td);
+  dit_tensor_t qs = tensor_alloc(DIT_F32, 3, qsd), ks = tensor_alloc(DIT_F32, 3, ksd), vs = tensor_alloc(DIT_F32, 3, vsd);
+  dit_tensor_t o = tensor_alloc(DIT_F32, 3, xd), o1 = tensor_alloc(DIT_F32, 3, xd), lse = tensor_alloc(DIT_F32, 3, ld);
+  dit_tensor_t tiles = tensor_alloc(DIT_I32, 2, tsd);
+  CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &q, (int)H, 64, &q8, &qs));
+  CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &k, (int)H, 128, &k8, &ks));
+  CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[0], &v, (int)H, &vt8, &vs));
+  /* The dequantized operands, [b, t, h*Dh + c]. */
+  double *dq = malloc(sizeof(double) * (size_t)(3 * S * HD) + 1), *dk = dq + S * HD, *dv = dk + S * HD, *p = malloc(sizeof(double) * S);
+  for (int64_t t = 0; t < S; t++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t c = 0; c < Dh; c++) {
+        const int64_t i = t * HD + h * Dh + c, col = t / 16 * 16;
+        int64_t pos = 0;
+        while (kVtPerm[pos] != t % 16) pos++;
+        dq[i] = get_elem(&q8, i) * ((const float *)qs.data)[h * 4 + t / 64];
+        dk[i] = get_elem(&k8, i) * ((const float *)ks.data)[h * 2 + t / 128];
+        dv[i] = dit_e4m3_to_f32(((const uint8_t *)vt8.data)[(h * Dh + c) * Lp + col + pos]) * ((const float *)vs.data)[h * Dh + c];
+      }
+  const int32_t sched[6] = {1, 1, -1, 2, 0, 1}; /* query tile 0: key tile 1; tile 1: both */
+  memcpy(tiles.data, sched, sizeof sched);
+  for (int tiled = 0; tiled < 2; tiled++) {
+    for (int c = 0; c < 2; c++)
+      CHECK_OK(dit_cpu_attention_fp8(&g_cpu[c], &q8, &qs, &k8, &ks, &vt8, &vs, tiled ? &tiles : NULL, (int)H, scale, c ? &o1 : &o,
+                                     c ? NULL : &lse));
+    CHECK(!memcmp(o.data, o1.data, dit_tensor_nbytes(&o))); /* the thread count changes nothing */
+    double dot = 0, n1 = 0, n2 = 0, maxerr = 0, maxv = 0, maxlse = 0;
+    for (int64_t i = 0; i < S * HD; i++) maxv = fmax(maxv, fabs(dv[i]));
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < S; i++) {
+        double mx = -INFINITY, l = 0;
+        for (int64_t j = 0; j < S; j++) {
+          const int allowed = !tiled || (i < 128 ? j >= 128 : 1);
+          double sc = 0;
+          for (int64_t c = 0; c < Dh; c++) sc += dq[i * HD + h * Dh + c] * dk[j * HD + h * Dh + c];
+          p[j] = allowed ? sc * scale : -INFINITY;
+          mx = fmax(mx, p[j]);
+        }
+        for (int64_t j = 0; j < S; j++) l += (p[j] = exp(p[j] - mx));
+        for (int64_t c = 0; c < Dh; c++) {
+          double r = 0;
+          for (int64_t j = 0; j < S; j++) r += p[j] * dv[j * HD + h * Dh + c];
+          r /= l;
+          const double got = get_elem(&o, i * HD + h * Dh + c);
+          dot += got * r, n1 += got * got, n2 += r * r;
+          maxerr = fmax(maxerr, fabs(got - r));
+        }
+        maxlse = fmax(maxlse, fabs(get_elem(&lse, h * S + i) - (mx + log(l))));
+      }
+    const double cosine = dot / sqrt(n1 * n2);
+    printf("attention_fp8%s: max|err| / max|v| %.3e, cosine %.6f, max lse err %.2e\n", tiled ? " (tiled)" : "", maxerr / maxv, cosine,
+           maxlse);
+    CHECK(maxerr <= maxv / 16);
+    CHECK(maxerr > 1e-5 * maxv); /* P is rounded: not the unrounded result */
+    CHECK(cosine >= 0.999);
+    CHECK(maxlse <= 1e-4);
+  }
+  vs.dims[2] = 64;
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: vs has dims");
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: q8 is bf16");
+  free(dq), free(p);
+  dit_tensor_t *all[] = {&q, &k, &v, &q8, &k8, &vt8, &qs, &ks, &vs, &o, &o1, &lse, &tiles};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->data);
+}
+
 static void test_attention(void) {
   check_attention(1, 1, 1, 1, 8, 1, 1 / sqrt(8.0), 1, DIT_F32);
   check_attention(2, 5, 1, 3, 16, 1, 0.25, 1, DIT_F32);
@@ -1670,6 +1839,9 @@ int main(void) {
   test_linear();
   test_linear_fp8();
   test_attention();
+  test_attn_quant();
+  test_attn_quant_vt();
+  test_attention_fp8();
   test_masks();
   test_umt5_ops();
   test_norms();

@@ -492,6 +492,46 @@ static void test_in_place_outputs(void) {
   dit_graph_destroy(g);
 }
 
+/* FP8 attention's ops: attn_quant's and attn_quant_vt's shapes and fixed dtypes, attention_fp8's
+ * operand checks naming the operand and the expected shape, its cost as attention's. */
+static void test_fp8_attention_ops(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int64_t xd[3] = {1, 200, 256};
+  const dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 3, xd);
+  dit_attrs_t qa = attrs_i("heads", 2, "rows", 64), ka = attrs_i("heads", 2, "rows", 128), va = attrs_i("heads", 2, NULL, 0);
+  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, bad[2] = {DIT_F32, DIT_F32}, odt[2] = {DIT_BF16, DIT_F32};
+  dit_vid_t q[2], k[2], v[2], o[2];
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &x, 1, &qa, qdt, "q8", q));
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &x, 1, &ka, qdt, "k8", k));
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, &x, 1, &va, qdt, "vt8", v));
+  const dit_value_t *qs = dit_graph_cvalue(g, q[1]), *ks = dit_graph_cvalue(g, k[1]), *vt = dit_graph_cvalue(g, v[0]);
+  CHECK(qs->rank == 3 && qs->dims[1] == 2 && qs->dims[2] == 4 && ks->dims[2] == 2);
+  CHECK(vt->rank == 4 && vt->dims[2] == 128 && vt->dims[3] == 256 && dit_graph_cvalue(g, v[1])->dims[2] == 128);
+  CHECK(dit_graph_cvalue(g, q[0])->dims[1] == 200 && dit_graph_cvalue(g, q[0])->dtype == DIT_F8E4M3);
+  CHECK_ERR(dit_check_out_dtypes(g, DIT_OP_ATTN_QUANT, &x, 2, bad), INVALID_ARGUMENT,
+            "attn_quant: output dtypes f32 and f32, expected f8e4m3 (the codes) and f32 (the scales)");
+  dit_attrs_t fa = attrs_i("heads", 2, NULL, 0);
+  dit_attrs_set_float(&fa, "scale", 0.088);
+  dit_vid_t fi[7] = {q[0], q[1], k[0], k[1], v[0], v[1], -1};
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, odt, "o", o));
+  const dit_value_t *lse = dit_graph_cvalue(g, o[1]);
+  CHECK(lse->rank == 3 && lse->dims[1] == 2 && lse->dims[2] == 200);
+  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 4.0 * 200 * 200 * 256, 0);
+  int rank[2];
+  int64_t dims[2][DIT_MAX_RANK];
+  fi[1] = k[1];
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
+            "attention_fp8: qs 'k8.1' is f32 [1,2,2], expected f32 [1,2,4] (q's scales per head and 64 rows)");
+  fi[1] = q[1], fi[4] = x;
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
+            "attention_fp8: vt8 'x' is bf16 [1,200,256], expected f8e4m3 [1,2,128,256]");
+  fi[4] = v[0], fi[6] = x;
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 7, &fa, 1, rank, dims), INVALID_ARGUMENT,
+            "attention_fp8: 7 inputs with attribute tiles absent: a seventh input is the tile schedule");
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_builder_shapes();
   test_in_place_outputs();
@@ -502,5 +542,6 @@ int main(void) {
   test_key_bound();
   test_clip_ops();
   test_video_ops();
+  test_fp8_attention_ops();
   return check_summary("test_ir");
 }

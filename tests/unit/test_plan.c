@@ -205,8 +205,8 @@ static void test_field_paths(void) {
             "field 'steps[1].in[1]': expected a value index in [0, 4), found 0.5");
   CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,\"1\"],\"out\":[3]}]}"), INVALID_ARGUMENT,
             "field 'steps[1].in[1]': expected a number, found a string");
-  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,1,0,0,0,0],\"out\":[3]}]}"), OUT_OF_RANGE,
-            "field 'steps[1].in': more than 5 entries");
+  CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,1,0,0,0,0,0,0],\"out\":[3]}]}"), OUT_OF_RANGE,
+            "field 'steps[1].in': more than 7 entries");
   CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[" STEP0 ",{\"op\":\"add\",\"in\":[2,1],\"out\":[9007199254740993]}]}"), OUT_OF_RANGE,
             "field 'steps[1].out[0]': expected a value index in [0, 4)");
   CHECK_ERR(parse(HEAD VALUES_OK ",\"steps\":[{\"op\":\"attention\",\"in\":[0,0,0],\"out\":[3,3]}]}"), INVALID_ARGUMENT,

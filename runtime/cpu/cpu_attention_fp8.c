@@ -1,0 +1,271 @@
+/* FP8 attention on the CPU: the reference of base/ops.def's attn_quant, attn_quant_vt and
+ * attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 codes decoded
+ * exactly to fp32, fp32 sums, exp2 with log2(e) folded into the scores, P rounded to e4m3 before
+ * the P V product). Deterministic: every sum runs in a fixed order whatever the thread count. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/ops.h"
+#include "runtime/cpu/cpu_internal.h"
+
+#define QROWS 64                /* attention_fp8's query rows per scale */
+#define KTILE DIT_SPARSE_TILE   /* keys per scale and per tile of the schedule */
+
+int64_t dit_attn_vt_key(int64_t col) {
+  const int64_t p = col % 16, t = p / 4, j = p % 4;
+  return col - p + (j < 2 ? 2 * t + j : 6 + 2 * t + j);
+}
+
+static dit_status_t check_codes(const char *op, const char *name, const dit_tensor_t *t, int rank, const int64_t *dims) {
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, name, t));
+  if (t->dtype != DIT_F8E4M3)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f8e4m3", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
+  return dit_cpu_check_dims(op, name, t, rank, dims);
+}
+
+static dit_status_t check_scales(const char *op, const char *name, const dit_tensor_t *t, int rank, const int64_t *dims) {
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, name, t));
+  if (t->dtype != DIT_F32)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f32", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
+  return dit_cpu_check_dims(op, name, t, rank, dims);
+}
+
+/* x [B, T, heads*Dh] float with heads dividing the channels. */
+static dit_status_t check_x(const char *op, const char *name, const dit_tensor_t *x, int heads) {
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_float(op, name, x));
+  if (x->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: %s has dims %s, expected [B, T, heads*Dh]", op, name, dit_cpu_dims_str(x, b1));
+  if (heads < 1 || x->dims[2] % heads)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s's last dim %lld is not a positive multiple of heads = %d", op, name, (long long)x->dims[2],
+                   heads);
+  return DIT_OK;
+}
+
+/* ---- attn_quant ------------------------------------------------------------------------- */
+
+typedef struct quant_job {
+  const dit_tensor_t *x;
+  uint8_t *x8;
+  float *xs;
+  int64_t T, H, Dh, rows, nblk;
+  dit_cpu_scratch_t scratch;
+} quant_job_t;
+
+/* One (b, h, row block): gathered into one fp32 row, quantized as one row, scattered back. */
+static void quant_task(void *ctx, int64_t begin, int64_t end, int worker) {
+  quant_job_t *j = ctx;
+  float *buf = dit_cpu_scratch_get(&j->scratch, worker);
+  uint8_t *codes = (uint8_t *)(buf + j->rows * j->Dh);
+  const int64_t H = j->H, Dh = j->Dh, HD = H * Dh;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t r = t % j->nblk, h = t / j->nblk % H, b = t / j->nblk / H;
+    const int64_t r0 = r * j->rows, n = (j->T - r0 < j->rows ? j->T - r0 : j->rows);
+    for (int64_t i = 0; i < n; i++) {
+      const float *src = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->T + r0 + i) * HD + h * Dh, Dh, buf + i * Dh);
+      if (src != buf + i * Dh) memcpy(buf + i * Dh, src, sizeof(float) * (size_t)Dh);
+    }
+    j->xs[t] = dit_e4m3_quantize_row(buf, n * Dh, codes);
+    for (int64_t i = 0; i < n; i++) memcpy(j->x8 + (b * j->T + r0 + i) * HD + h * Dh, codes + i * Dh, (size_t)Dh);
+  }
+}
+
+dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs) {
+  static const char *op = "attn_quant";
+  DIT_RETURN_IF(check_x(op, "x", x, heads));
+  if (rows < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: rows = %lld, expected >= 1", op, (long long)rows);
+  const int64_t B = x->dims[0], T = x->dims[1], nblk = (T + rows - 1) / rows, sd[3] = {B, heads, nblk};
+  DIT_RETURN_IF(check_codes(op, "x8", x8, 3, x->dims));
+  DIT_RETURN_IF(check_scales(op, "xs", xs, 3, sd));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "x8", x8, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "xs", xs, "x", x));
+  if (B * T == 0) return DIT_OK;
+  quant_job_t j = {.x = x, .x8 = x8->data, .xs = xs->data, .T = T, .H = heads, .Dh = x->dims[2] / heads, .rows = rows, .nblk = nblk};
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)(rows * j.Dh) * 5 + 64, &j.scratch));
+  dit_pool_parallel_for(dit_cpu_pool(c), B * heads * nblk, 1, quant_task, &j);
+  dit_cpu_scratch_free(&j.scratch);
+  return DIT_OK;
+}
+
+/* ---- attn_quant_vt ---------------------------------------------------------------------- */
+
+typedef struct vt_job {
+  const dit_tensor_t *v;
+  uint8_t *vt8;
+  float *vs;
+  int64_t L, Lp, H, Dh;
+  dit_cpu_scratch_t scratch;
+} vt_job_t;
+
+/* One (b, h, channel): the channel's L values as one row, then its vt8 row in column order. */
+static void vt_task(void *ctx, int64_t begin, int64_t end, int worker) {
+  vt_job_t *j = ctx;
+  float *buf = dit_cpu_scratch_get(&j->scratch, worker);
+  uint8_t *codes = (uint8_t *)(buf + j->L);
+  const int64_t H = j->H, Dh = j->Dh, HD = H * Dh;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t ch = t % Dh, h = t / Dh % H, b = t / Dh / H;
+    for (int64_t key = 0; key < j->L; key++) buf[key] = dit_cpu_load1(j->v->data, j->v->dtype, (b * j->L + key) * HD + h * Dh + ch);
+    j->vs[t] = dit_e4m3_quantize_row(buf, j->L, codes);
+    uint8_t *row = j->vt8 + t * j->Lp;
+    for (int64_t col = 0; col < j->Lp; col++) {
+      const int64_t key = dit_attn_vt_key(col);
+      row[col] = key < j->L ? codes[key] : 0;
+    }
+  }
+}
+
+dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vt8, dit_tensor_t *vs) {
+  static const char *op = "attn_quant_vt";
+  DIT_RETURN_IF(check_x(op, "v", v, heads));
+  const int64_t B = v->dims[0], L = v->dims[1], Dh = v->dims[2] / heads, Lp = (L + KTILE - 1) / KTILE * KTILE;
+  const int64_t td[4] = {B, heads, Dh, Lp}, sd[3] = {B, heads, Dh};
+  DIT_RETURN_IF(check_codes(op, "vt8", vt8, 4, td));
+  DIT_RETURN_IF(check_scales(op, "vs", vs, 3, sd));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vt8", vt8, "v", v));
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vs", vs, "v", v));
+  if (B * heads * Dh == 0) return DIT_OK;
+  vt_job_t j = {.v = v, .vt8 = vt8->data, .vs = vs->data, .L = L, .Lp = Lp, .H = heads, .Dh = Dh};
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)L * 5 + 64, &j.scratch));
+  dit_pool_parallel_for(dit_cpu_pool(c), B * heads * Dh, 1, vt_task, &j);
+  dit_cpu_scratch_free(&j.scratch);
+  return DIT_OK;
+}
+
+/* ---- attention_fp8 ---------------------------------------------------------------------- */
+
+typedef struct fp8_job {
+  const uint8_t *q8, *k8, *vt8;
+  const float *qs, *ks, *vs;
+  const dit_tensor_t *out, *lse;
+  const int32_t *tiles; /* schedule rows of tiles_w, or NULL: every key tile */
+  int64_t tiles_w;
+  int64_t B, S, L, Lp, H, Dh;
+  float scale_log2e;
+  float dec[256]; /* every e4m3 code decoded */
+  dit_cpu_scratch_t scratch;
+} fp8_job_t;
+
+/* One (b, h, query tile of KTILE rows): the online softmax over its key tiles. */
+static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
+  fp8_job_t *j = ctx;
+  const int64_t H = j->H, Dh = j->Dh, HD = H * Dh, S = j->S, L = j->L, nqt = (S + KTILE - 1) / KTILE;
+  float *qd = dit_cpu_scratch_get(&j->scratch, worker); /* [KTILE][Dh] decoded queries */
+  float *kt = qd + KTILE * Dh;                          /* [Dh][KTILE] decoded keys, transposed */
+  float *vd = kt + Dh * KTILE;                          /* [KTILE][Dh] decoded values by key */
+  float *o = vd + KTILE * Dh;                           /* [KTILE][Dh] accumulators */
+  float *m = o + KTILE * Dh, *l = m + KTILE, *s = l + KTILE;
+  const float *dec = j->dec;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t qt = t % nqt, h = t / nqt % H, b = t / nqt / H, q0 = qt * KTILE;
+    const int64_t nq = S - q0 < KTILE ? S - q0 : KTILE;
+    for (int64_t i = 0; i < nq; i++) {
+      const uint8_t *src = j->q8 + (b * S + q0 + i) * HD + h * Dh;
+      for (int64_t c = 0; c < Dh; c++) qd[i * Dh + c] = dec[src[c]];
+      m[i] = -INFINITY;
+      l[i] = 0.0f;
+    }
+    memset(o, 0, sizeof(float) * (size_t)(nq * Dh));
+    const int32_t *sched = j->tiles ? j->tiles + qt * j->tiles_w : NULL;
+    const int64_t n_tiles = sched ? sched[0] : j->Lp / KTILE;
+    const float *qs = j->qs + (b * H + h) * ((S + QROWS - 1) / QROWS);
+    for (int64_t e = 0; e < n_tiles; e++) {
+      const int64_t kti = sched ? sched[1 + e] : e, k0 = kti * KTILE, nk = L - k0 < KTILE ? L - k0 : KTILE;
+      for (int64_t key = 0; key < nk; key++) {
+        const uint8_t *src = j->k8 + (b * L + k0 + key) * HD + h * Dh;
+        for (int64_t c = 0; c < Dh; c++) kt[c * KTILE + key] = dec[src[c]];
+      }
+      const uint8_t *vrows = j->vt8 + (b * H + h) * Dh * j->Lp + k0;
+      for (int64_t col = 0; col < KTILE; col++) {
+        const int64_t key = dit_attn_vt_key(col);
+        if (key < nk)
+          for (int64_t c = 0; c < Dh; c++) vd[key * Dh + c] = dec[vrows[c * j->Lp + col]];
+      }
+      const float ks = j->ks[(b * H + h) * (j->Lp / KTILE) + kti];
+      for (int64_t i = 0; i < nq; i++) {
+        for (int64_t key = 0; key < nk; key++) s[key] = 0.0f;
+        const float *qr = qd + i * Dh;
+        for (int64_t c = 0; c < Dh; c++) {
+          const float qv = qr[c], *kr = kt + c * KTILE;
+          for (int64_t key = 0; key < nk; key++) s[key] += qv * kr[key];
+        }
+        const float qsc = qs[(q0 + i) / QROWS];
+        float mx = m[i];
+        for (int64_t key = 0; key < nk; key++) {
+          s[key] = s[key] * qsc * ks * j->scale_log2e;
+          if (s[key] > mx) mx = s[key];
+        }
+        const float alpha = exp2f(m[i] - mx);
+        float sum = 0.0f;
+        float *orow = o + i * Dh;
+        for (int64_t c = 0; c < Dh; c++) orow[c] *= alpha;
+        for (int64_t key = 0; key < nk; key++) {
+          const float p = exp2f(s[key] - mx);
+          sum += p;
+          const float p8 = dec[dit_f32_to_e4m3(p)];
+          if (p8 == 0.0f) continue;
+          const float *vr = vd + key * Dh;
+          for (int64_t c = 0; c < Dh; c++) orow[c] += p8 * vr[c];
+        }
+        l[i] = l[i] * alpha + sum;
+        m[i] = mx;
+      }
+    }
+    const float *vs = j->vs + (b * H + h) * Dh;
+    for (int64_t i = 0; i < nq; i++) {
+      float *orow = o + i * Dh;
+      for (int64_t c = 0; c < Dh; c++) orow[c] = orow[c] * vs[c] / l[i];
+      dit_cpu_row_store(j->out->data, j->out->dtype, (b * S + q0 + i) * HD + h * Dh, orow, Dh);
+      if (j->lse) dit_cpu_store1(j->lse->data, j->lse->dtype, (b * H + h) * S + q0 + i, (m[i] + log2f(l[i])) * 0.69314718055994531f);
+    }
+  }
+}
+
+dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const dit_tensor_t *qs, const dit_tensor_t *k8,
+                                   const dit_tensor_t *ks, const dit_tensor_t *vt8, const dit_tensor_t *vs, const dit_tensor_t *tiles,
+                                   int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse) {
+  static const char *op = "attention_fp8";
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, "q8", q8));
+  if (q8->rank != 3 || heads < 1 || q8->dims[2] % heads)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: q8 has dims %s, expected [B, S, heads*Dh] with heads = %d", op, dit_cpu_dims_str(q8, b1), heads);
+  DIT_RETURN_IF(dit_cpu_check_any(op, "k8", k8));
+  if (k8->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: k8 has dims %s, expected [B, L, heads*Dh]", op, dit_cpu_dims_str(k8, b1));
+  if (!isfinite(scale)) return DIT_ERR(INVALID_ARGUMENT, "%s: scale %g is not finite", op, scale);
+  const int64_t B = q8->dims[0], S = q8->dims[1], HD = q8->dims[2], Dh = HD / heads, L = k8->dims[1];
+  const int64_t Lp = (L + KTILE - 1) / KTILE * KTILE;
+  const int64_t kd[3] = {B, L, HD}, qsd[3] = {B, heads, (S + QROWS - 1) / QROWS}, ksd[3] = {B, heads, Lp / KTILE},
+                vtd[4] = {B, heads, Dh, Lp}, vsd[3] = {B, heads, Dh}, ld[3] = {B, heads, S};
+  DIT_RETURN_IF(check_codes(op, "q8", q8, 3, q8->dims));
+  DIT_RETURN_IF(check_codes(op, "k8", k8, 3, kd));
+  DIT_RETURN_IF(check_codes(op, "vt8", vt8, 4, vtd));
+  DIT_RETURN_IF(check_scales(op, "qs", qs, 3, qsd));
+  DIT_RETURN_IF(check_scales(op, "ks", ks, 3, ksd));
+  DIT_RETURN_IF(check_scales(op, "vs", vs, 3, vsd));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "q8", q8));
+  if (lse) {
+    DIT_RETURN_IF(dit_cpu_check_float(op, "lse", lse));
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "lse", lse, 3, ld));
+  }
+  if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
+  if (L == 0 && B * S > 0) return DIT_ERR(INVALID_ARGUMENT, "%s: k8 has dims %s: no keys to attend to", op, dit_cpu_dims_str(k8, b1));
+  static const char *in_names[7] = {"q8", "qs", "k8", "ks", "vt8", "vs", "tiles"};
+  const dit_tensor_t *ins[7] = {q8, qs, k8, ks, vt8, vs, tiles};
+  for (int i = 0; i < 7; i++) {
+    DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, in_names[i], ins[i]));
+    DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, in_names[i], ins[i]));
+  }
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "out", out));
+  if (B * S == 0) return DIT_OK;
+  fp8_job_t j = {.q8 = q8->data, .k8 = k8->data, .vt8 = vt8->data, .qs = qs->data, .ks = ks->data, .vs = vs->data, .out = out,
+                 .lse = lse, .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
+                 .Lp = Lp, .H = heads, .Dh = Dh, .scale_log2e = (float)(scale * 1.4426950408889634)};
+  for (int i = 0; i < 256; i++) j.dec[i] = dit_e4m3_to_f32((uint8_t)i);
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(4 * KTILE * Dh + 3 * KTILE), &j.scratch));
+  dit_pool_parallel_for(dit_cpu_pool(c), B * heads * ((S + KTILE - 1) / KTILE), 1, fp8_task, &j);
+  dit_cpu_scratch_free(&j.scratch);
+  return DIT_OK;
+}
