@@ -65,6 +65,12 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
         for (int64_t i = 0; i < t->dims[0]; i++) listed += rows[i * t->dims[1]];
         if (t->dims[0] > 0 && nk > 0) c.flops *= listed / ((double)t->dims[0] * nk);
       }
+      const dit_attr_t *ca = dit_attrs_find(&op->attrs, "causal_block");
+      if (ca && ca->i >= 1 && x->dims[1] > 0) {
+        /* A frame-causal mask: block f of nb sees f + 1 blocks, (nb + 1) / 2 of nb on average. */
+        const double nb = (double)((x->dims[1] + ca->i - 1) / ca->i);
+        c.flops *= (nb + 1) / (2 * nb);
+      }
       break;
     }
     case DIT_OP_CONV3D: {
