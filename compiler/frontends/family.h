@@ -90,6 +90,7 @@ extern const dit_family_t dit_family_t5;
 int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance);
 extern const dit_family_t dit_family_wan_vae;
 extern const dit_family_t dit_family_kl_vae;
+extern const dit_family_t dit_family_hunyuan_vae;
 extern const dit_family_t dit_family_clip_text;
 extern const dit_family_t dit_family_clip_vision;
 extern const dit_family_t dit_family_qwen25vl_text;
