@@ -73,6 +73,9 @@ struct dit_family {
   const dit_stage_feed_t *text_stages;
   size_t n_text_stages;
   int image_decoder;
+  /* Its VAE decodes the whole video in one graph (its mid block attends across frames: no chunks,
+   * no first frame's graph, no windows). */
+  int whole_video_decoder;
   /* What its image-to-video pipeline encodes from generate's --image (NULL: it takes no image). */
   void (*image_stages)(const dit_model_t *m, dit_image_stages_t *out);
 };

@@ -69,11 +69,11 @@ TINY = dict(
 CASES = (("", 9, 32, 48), ("_f1", 1, 32, 48))  # suffix, frames, height, width (pixels)
 
 
-def make_vae(seed):
-    """The tiny VAE drawn from seed, decoding whole (no tiling, no framewise decoding)."""
+def make_vae(seed, config=TINY):
+    """A tiny VAE of config drawn from seed, decoding whole (no tiling, no framewise decoding)."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    vae = AutoencoderKLHunyuanVideo(**TINY).eval()
+    vae = AutoencoderKLHunyuanVideo(**config).eval()
     wan_vae.redraw_parameters(vae, gen, is_gain=lambda name: "norm" in name.split(".")[-2] and name.endswith(".weight"))
     vae.use_tiling = False
     vae.use_framewise_decoding = False
