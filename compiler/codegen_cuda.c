@@ -514,8 +514,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (tiled)
         snprintf(tiles_def, sizeof tiles_def, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n",
                  V(g, op->in[op->n_in - 1])->dims[1], DIT_SPARSE_TILE);
-      /* A score bias (T5's relative positions) runs on the portable kernel. */
-      if (sm90 && !biased && (tiled ? hd == 128 : hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX &&
+      /* A score bias (T5's relative positions) runs on the portable kernel, and so does a frame-causal mask. */
+      const int64_t causal = geti(op, "causal_block");
+      /* causal_block on sm_90: lead */
+      if (sm90 && !biased && !causal && (tiled ? hd == 128 : hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX &&
           x->dims[0] * kk->dims[1] < INT32_MAX) {
         dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
@@ -545,6 +547,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
       if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
       if (biased) dit_strbuf_printf(s, "#define HAS_BIAS 1\n");
+      if (causal) dit_strbuf_printf(s, "#define CAUSAL_BLOCK %" PRId64 "\n", causal);
       if (x->dims[0] > 65535 || heads * nsplit > 65535) return DIT_ERR(UNIMPLEMENTED, "op attention '%s': grid too large", y->name);
       set_launch(k, (uint64_t)((x->dims[1] + bq - 1) / bq), (uint32_t)(heads * nsplit), (uint32_t)x->dims[0], (uint32_t)(32 * nw), smem);
       return DIT_OK;

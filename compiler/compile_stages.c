@@ -23,7 +23,8 @@
  * name --stages takes), the manifest role. A video VAE decodes in chunks (--vae-chunk, default 1
  * latent frame as diffusers; 0: one graph over the whole video): its later chunks' graph is the
  * vae_decoder stage, latent frame 0's the vae_decoder_first stage; an image VAE (the transformer
- * family's image_decoder) is one vae_decoder graph over the whole image. An image-to-video
+ * family's image_decoder), or a video VAE whose frames attend to each other (its
+ * whole_video_decoder), is one vae_decoder graph over the whole image or video. An image-to-video
  * pipeline (the family's image_stages) adds the VAE encoder of its --image: over that frame alone
  * (vae_encoder), or over the image and zero frames in chunks as the decoder (vae_encoder_first
  * frame 0's graph, vae_encoder the later chunks'), and its image encoder (image_encoder, its
@@ -57,16 +58,16 @@ static dit_status_t parse_list(const char *list, unsigned *mask) {
   return DIT_OK;
 }
 
-/* The VAE's latent frames per chunk: --vae-chunk, else 1 (an image decoder: --vae-chunk as given,
- * which its family refuses, else 0: whole). */
-static int64_t vae_chunk(const dit_compile_options_t *o, int image) {
-  return o->shape.vae_chunk >= 0 ? o->shape.vae_chunk : !image;
+/* The VAE's latent frames per chunk: --vae-chunk, else 1 (a whole image or video decoder:
+ * --vae-chunk as given, which its family refuses, else 0: whole). */
+static int64_t vae_chunk(const dit_compile_options_t *o, int whole) {
+  return o->shape.vae_chunk >= 0 ? o->shape.vae_chunk : !whole;
 }
 
 /* The options of stage i: its folder, batch 1, the shape it takes, no parallelism or offload; a
  * VAE split for tiles (vae_tiles >= 1) runs its head over whole frames and the chunks' graphs over
  * that many windows; a text encoder at text_len tokens. */
-static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer, int64_t vae_tiles, int image,
+static void stage_options(const dit_compile_options_t *o, size_t i, const char *dir, const char *tokenizer, int64_t vae_tiles, int whole,
                           int64_t text_len, const dit_image_stages_t *is, dit_compile_options_t *so) {
   memset(so, 0, sizeof *so);
   so->model_dir = dir;
@@ -88,7 +89,7 @@ static void stage_options(const dit_compile_options_t *o, size_t i, const char *
     so->shape.frames = o->shape.frames;
     so->shape.height = o->shape.height;
     so->shape.width = o->shape.width;
-    so->shape.vae_chunk = vae_chunk(o, image);
+    so->shape.vae_chunk = vae_chunk(o, whole);
     so->shape.vae_first = !strcmp(kStages[i].role, "vae_decoder_first");
     so->shape.vae_part = !vae_tiles ? DIT_VAE_WHOLE : !strcmp(kStages[i].role, "vae_decoder_head") ? DIT_VAE_HEAD : DIT_VAE_TAIL;
     so->shape.vae_tiles = so->shape.vae_part == DIT_VAE_TAIL ? vae_tiles : 0;
@@ -152,6 +153,9 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
   DIT_RETURN_IF(dit_path_join(index, sizeof index, o->model_dir, "model_index.json"));
   const int pipeline = dit_path_exists(index);
   const int image = tm && tm->fam && tm->fam->image_decoder;
+  /* One graph over the whole image or video: no chunks, no first frame's graph, no windows. */
+  const int whole = image || (tm && tm->fam && tm->fam->whole_video_decoder);
+  const char *what = image ? "images" : "videos";
   dit_image_stages_t is = {0};
   if (tm && tm->fam && tm->fam->image_stages) tm->fam->image_stages(tm, &is);
   int64_t tiles = -1; /* decided with the first VAE stage */
@@ -184,19 +188,19 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
                      tm ? tm->model_class : "the transformer");
     if ((encoder && is.vae == DIT_IMAGE_NONE) || (image_encoder && !is.image_encoder)) continue;
     if (!strcmp(kStages[i].role, "vae_encoder_first") && (is.vae != DIT_IMAGE_VIDEO || !vae_chunk(o, 0))) continue;
-    if (image && (!strcmp(kStages[i].role, "vae_decoder_first") || !strcmp(kStages[i].role, "vae_decoder_head")))
-      continue; /* an image decodes in one graph */
-    if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o, image)) continue; /* the whole video in one graph */
+    if (whole && (!strcmp(kStages[i].role, "vae_decoder_first") || !strcmp(kStages[i].role, "vae_decoder_head")))
+      continue; /* a whole image or video decodes in one graph */
+    if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o, whole)) continue; /* the whole video in one graph */
     if (!strncmp(kStages[i].role, "vae_decoder", 11) && tiles < 0) {
-      if (image && o->vae_budget_gib > 0)
-        return DIT_ERR(INVALID_ARGUMENT, "--vae-budget %g: %s's pipeline decodes whole images in one graph (no windows to fit a budget)",
-                       o->vae_budget_gib, tm->model_class);
-      if (image && o->shape.vae_tiles)
-        return DIT_ERR(INVALID_ARGUMENT, "--vae-tiles %lld: %s's pipeline decodes whole images in one graph (no windows)",
-                       (long long)o->shape.vae_tiles, tm->model_class);
-      if (!image && (o->shape.vae_tiles || o->vae_budget_gib > 0) && !vae_chunk(o, image))
+      if (whole && o->vae_budget_gib > 0)
+        return DIT_ERR(INVALID_ARGUMENT, "--vae-budget %g: %s's pipeline decodes whole %s in one graph (no windows to fit a budget)",
+                       o->vae_budget_gib, tm->model_class, what);
+      if (whole && o->shape.vae_tiles)
+        return DIT_ERR(INVALID_ARGUMENT, "--vae-tiles %lld: %s's pipeline decodes whole %s in one graph (no windows)",
+                       (long long)o->shape.vae_tiles, tm->model_class, what);
+      if (!whole && (o->shape.vae_tiles || o->vae_budget_gib > 0) && !vae_chunk(o, whole))
         return DIT_ERR(INVALID_ARGUMENT, "--vae-chunk 0 with --vae-%s: a decoder in windows runs in chunks", o->shape.vae_tiles ? "tiles" : "budget");
-      if (image) tiles = 0;
+      if (whole) tiles = 0;
       else DIT_RETURN_IF(vae_tiles_of(o, dir, &tiles));
     }
     if (!strcmp(kStages[i].role, "vae_decoder_head") && !tiles) continue; /* unsplit */
@@ -239,7 +243,7 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
     int64_t text_len = o->shape.text_len;
     if (text) DIT_RETURN_IF(stage_text_len(o, feed, tok, &text_len));
     dit_compile_options_t so;
-    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, image, text_len, &is, &so);
+    stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, whole, text_len, &is, &so);
     if (image_encoder) so.image_processor_dir = proc;
     if (identity_only) {
       cJSON *in = NULL;

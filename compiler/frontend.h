@@ -157,6 +157,12 @@ typedef struct dit_kl_vae_config {
   int64_t widths[DIT_KL_VAE_LEVELS]; /* block_out_channels, the encoder's order (the decoder's reversed) */
   int64_t spatial;                    /* pixels per latent pixel: 2^(levels - 1) */
   double scaling_factor, shift_factor;
+  /* AutoencoderKLHunyuanVideo (causal): causal convolutions, a frame-causal mid-block attention,
+   * up block i upsampling by up_t[i] in time and up_s[i] in space (1 or 2 each); temporal frames
+   * per latent frame after the first. */
+  int causal;
+  int up_t[DIT_KL_VAE_LEVELS], up_s[DIT_KL_VAE_LEVELS];
+  int64_t temporal;
 } dit_kl_vae_config_t;
 /* AutoencoderKLWan's config as its decoder stage reads it (the Wan2.1 and Wan2.2 VAEs), typed; also
  * AutoencoderKLQwenImage's (the Wan2.1 VAE's structure, decoding images). */

@@ -67,6 +67,12 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
       const dit_attr_t *ta = dit_attrs_find(&op->attrs, "tiles");
       if (ta && ta->i == 1) c.flops *= schedule_share(dit_graph_cvalue(g, op->in[op->n_in - 1]), k->dims[1]);
+      const dit_attr_t *ca = dit_attrs_find(&op->attrs, "causal_block");
+      if (ca && ca->i >= 1 && x->dims[1] > 0) {
+        /* A frame-causal mask: block f of nb sees f + 1 blocks, (nb + 1) / 2 of nb on average. */
+        const double nb = (double)((x->dims[1] + ca->i - 1) / ca->i);
+        c.flops *= (nb + 1) / (2 * nb);
+      }
       break;
     }
     case DIT_OP_ATTENTION_FP8: {

@@ -375,6 +375,14 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
       if (ba && !biased) FAIL("%s: attribute bias must be 1 (the last input is a score bias) when present", op);
       if (tiled && biased) FAIL("%s: a score bias with a tile schedule is not supported", op);
+      const dit_attr_t *ca = dit_attrs_find(attrs, "causal_block");
+      if (ca && (ca->is_float || ca->i < 1))
+        FAIL("%s: attribute causal_block must be an integer >= 1 (tokens per causal block) when present", op);
+      if (ca && (tiled || biased))
+        FAIL("%s: causal_block with a %s is not supported", op, tiled ? "tile schedule" : "score bias");
+      if (ca && x->dims[1] != k->dims[1])
+        FAIL("%s: causal_block = %" PRId64 " needs self-attention: q '%s' has %" PRId64 " tokens, k '%s' %" PRId64, op, ca->i, x->name,
+             x->dims[1], k->name, k->dims[1]);
       if (biased) {
         if (n_in < 4) FAIL("%s: attribute bias = 1 needs the bias as the last input (%d inputs)", op, n_in);
         const dit_value_t *bias = operand(g, ins, n_in - 1);

@@ -434,6 +434,10 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       if (bias && bias->i == 1)
         return dit_cpu_attention_biased(c, &in[0], &in[1], &in[2], st->n_in > 4 ? &in[3] : NULL, &in[st->n_in - 1], heads, scale,
                                         &out[0], st->n_out > 1 ? &out[1] : NULL);
+      const dit_attr_t *causal = dit_attrs_find(&st->attrs, "causal_block");
+      if (causal && causal->i)
+        return dit_cpu_attention_causal(c, &in[0], &in[1], &in[2], st->n_in > 3 ? &in[3] : NULL, causal->i, heads, scale, &out[0],
+                                        st->n_out > 1 ? &out[1] : NULL);
       if (tiles && tiles->i == 1)
         return dit_cpu_attention_tiled(c, &in[0], &in[1], &in[2], &in[st->n_in - 1], heads, scale, &out[0],
                                        st->n_out > 1 ? &out[1] : NULL);

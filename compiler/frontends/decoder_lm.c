@@ -34,13 +34,12 @@
  * repeated (concatenations of the one head row), as their rotation does not depend on the query head.
  *
  * Masks: transformers' causal mask combined with the padding mask (a key is seen by a query at or
- * after it and when its own mask is 1). The causal part is a constant score bias [L, L, heads] of 0
- * on and below the diagonal and -1e30 above (finite: no kernel's running maximum meets inf - inf),
- * weighing those keys exactly zero as transformers' masked ones; the padding part is the key bound of
- * each item's valid prefix (the pipelines pad on the right; a mask that is not a prefix is refused
- * when set). A padded query row sees the valid keys before it, all of them: transformers computes the
- * same rows (the pipelines drop them afterwards). The bias takes L * L * heads * 4 bytes (28 heads at
- * Qwen-Image's 1058 tokens: 125 MB).
+ * after it and when its own mask is 1). The causal part is attention's causal_block of one token
+ * (never a dense mask: the keys after a query weigh exactly zero, as transformers' masked ones, and
+ * the key blocks past a query block are not read); the padding part is the key bound of each item's
+ * valid prefix (the pipelines pad on the right; a mask that is not a prefix is refused when set). A
+ * padded query row sees the valid keys before it, all of them: transformers computes the same rows
+ * (the pipelines drop them afterwards).
  *
  * Checkpoint names: Qwen2.5-VL's language model under model. (what transformers 5 writes, as the
  * pipelines' checkpoints), model.language_model. or language_model.; Llama's without a prefix
@@ -57,9 +56,6 @@
 #include "compiler/frontend.h"
 #include "compiler/frontends/blocks.h"
 #include "compiler/frontends/family.h"
-
-/* The additive score bias of the keys after their query. */
-#define LM_MASKED (-1e30f)
 
 /* ---- config ---- */
 
@@ -356,19 +352,16 @@ static dit_vid_t lm_repeat_kv(dit_blocks_t *b, dit_vid_t x, int64_t B, int64_t L
 }
 
 /* The constants: the rotary table [L, Dh] of (cos, sin) pairs of positions 0..L-1 in transformers'
- * fp32 arithmetic (inv_freq = 1 / theta^(2j/Dh), angle = position * inv_freq), the causal bias
- * [L, L, heads], and the rows that reorder one projection's output features (heads of Dh); freed by
- * the caller. */
-static dit_status_t lm_constants(const dit_decoder_lm_config_t *c, int64_t L, float **cs, float **causal, int64_t **rows) {
+ * fp32 arithmetic (inv_freq = 1 / theta^(2j/Dh), angle = position * inv_freq), and the rows that
+ * reorder one projection's output features (heads of Dh); freed by the caller. */
+static dit_status_t lm_constants(const dit_decoder_lm_config_t *c, int64_t L, float **cs, int64_t **rows) {
   const int64_t Dh = c->head_dim, H = c->heads, half = Dh / 2;
   *cs = malloc(sizeof **cs * (size_t)(L * Dh));
-  *causal = malloc(sizeof **causal * (size_t)(L * L * H));
   *rows = malloc(sizeof **rows * (size_t)(H * Dh));
-  if (!*cs || !*causal || !*rows) {
+  if (!*cs || !*rows) {
     free(*cs);
-    free(*causal);
     free(*rows);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table and the causal mask");
+    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory for the rotary table");
   }
   for (int64_t j = 0; j < half; j++) {
     const float inv = 1.0f / powf((float)c->rope_theta, (float)(2 * j) / (float)Dh);
@@ -378,9 +371,6 @@ static dit_status_t lm_constants(const dit_decoder_lm_config_t *c, int64_t L, fl
       (*cs)[t * Dh + 2 * j + 1] = sinf(a);
     }
   }
-  for (int64_t q = 0; q < L; q++)
-    for (int64_t k = 0; k < L; k++)
-      for (int64_t h = 0; h < H; h++) (*causal)[(q * L + k) * H + h] = k > q ? LM_MASKED : 0.0f;
   for (int64_t h = 0; h < H; h++)
     for (int64_t j = 0; j < half; j++) {
       (*rows)[h * Dh + 2 * j] = h * Dh + j;
@@ -391,7 +381,7 @@ static dit_status_t lm_constants(const dit_decoder_lm_config_t *c, int64_t L, fl
 
 /* Decoder layer i (checkpoint prefix p) on h [B, L, hidden]. */
 static dit_vid_t lm_layer(dit_blocks_t *b, const dit_decoder_lm_config_t *c, const char *p, int64_t i, int64_t B, int64_t L,
-                          dit_dtype_t dt, dit_vid_t cs, dit_vid_t bound, dit_vid_t causal, const int64_t *rows, dit_vid_t h) {
+                          dit_dtype_t dt, dit_vid_t cs, dit_vid_t bound, const int64_t *rows, dit_vid_t h) {
   dit_graph_t *g = dit_blocks_graph(b);
   char k[160], n[128];
   dit_graph_set_block(g, (int32_t)i);
@@ -415,10 +405,10 @@ static dit_vid_t lm_layer(dit_blocks_t *b, const dit_decoder_lm_config_t *c, con
   dit_attrs_t at = {0};
   dit_attrs_set_int(&at, "heads", c->heads);
   dit_attrs_set_float(&at, "scale", 1.0 / sqrt((double)Dh));
-  dit_attrs_set_int(&at, "bias", 1);
-  dit_vid_t ains[5] = {q, kk, v, bound, causal};
+  dit_attrs_set_int(&at, "causal_block", 1);
+  dit_vid_t ains[4] = {q, kk, v, bound};
   snprintf(n, sizeof n, "layer%" PRId64 ".sdpa", i);
-  dit_vid_t a = dit_graph_op(g, DIT_OP_ATTENTION, ains, 5, &at, dt, n);
+  dit_vid_t a = dit_graph_op(g, DIT_OP_ATTENTION, ains, 4, &at, dt, n);
   snprintf(k, sizeof k, "%slayers.%" PRId64 ".self_attn.o_proj", p, i);
   snprintf(kb, sizeof kb, "%s.bias", k);
   snprintf(n, sizeof n, "layer%" PRId64 ".o_proj", i);
@@ -453,35 +443,29 @@ static dit_status_t lm_build_graph(const dit_model_t *m, const dit_shape_request
   dit_latent_shape_t ls;
   DIT_RETURN_IF(dit_model_latent_shape(m, req, &ls));
   const int64_t B = req->batch, L = req->text_len, H = c->heads, Dh = c->head_dim;
-  if (L > 16384)
-    return DIT_ERR(INVALID_ARGUMENT, "--text-len %" PRId64 ": the causal mask of %s is [L, L, heads]: at most 16384", L,
-                   m->model_class);
   const dit_dtype_t dt = req->dtype;
-  float *table, *causal;
+  float *table;
   int64_t *rows;
-  DIT_RETURN_IF(lm_constants(c, L, &table, &causal, &rows));
+  DIT_RETURN_IF(lm_constants(c, L, &table, &rows));
   const dit_blocks_options_t bo = {.dtype = dt, .heads = H, .head_dim = Dh, .eps = c->eps, .tp = 1, .cp = 1};
   dit_graph_t *g;
   dit_blocks_t *b;
   dit_status_t s = dit_blocks_begin(m->weights, &bo, &g, &b);
   if (s) {
     free(table);
-    free(causal);
     free(rows);
     return s;
   }
   const char *p = lm_prefix(m);
-  const int64_t is[2] = {B, L}, td[2] = {L, Dh}, cd[3] = {L, L, H};
+  const int64_t is[2] = {B, L}, td[2] = {L, Dh};
   dit_vid_t ids = dit_graph_input(g, "input_ids", DIT_I32, 2, is);
   dit_vid_t mask = dit_graph_input(g, "attention_mask", DIT_I32, 2, is);
   dit_vid_t cs = dit_graph_constant(g, "rope.cos_sin", DIT_F32, 2, td, table);
-  dit_vid_t cm = dit_graph_constant(g, "causal_mask", DIT_F32, 3, cd, causal);
   free(table);
-  free(causal);
   dit_vid_t bound = dit_blocks_key_bound(b, mask, 0, "key_bound");
   dit_vid_t in[2] = {ids, dit_blocks_weight(b, "%sembed_tokens.weight", p)};
   dit_vid_t h = dit_graph_op(g, DIT_OP_EMBEDDING, in, 2, NULL, dt, "embed_tokens");
-  for (int64_t i = 0; i < c->run_layers; i++) h = lm_layer(b, c, p, i, B, L, dt, cs, bound, cm, rows, h);
+  for (int64_t i = 0; i < c->run_layers; i++) h = lm_layer(b, c, p, i, B, L, dt, cs, bound, rows, h);
   free(rows);
   dit_graph_set_block(g, -1);
   if (c->final_norm) {

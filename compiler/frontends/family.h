@@ -73,6 +73,9 @@ struct dit_family {
   const dit_stage_feed_t *text_stages;
   size_t n_text_stages;
   int image_decoder;
+  /* Its VAE decodes the whole video in one graph (its mid block attends across frames: no chunks,
+   * no first frame's graph, no windows). */
+  int whole_video_decoder;
   /* What its image-to-video pipeline encodes from generate's --image (NULL: it takes no image). */
   void (*image_stages)(const dit_model_t *m, dit_image_stages_t *out);
 };
@@ -90,6 +93,7 @@ extern const dit_family_t dit_family_t5;
 int32_t dit_umt5_relative_bucket(int64_t rel, int64_t num_buckets, int64_t max_distance);
 extern const dit_family_t dit_family_wan_vae;
 extern const dit_family_t dit_family_kl_vae;
+extern const dit_family_t dit_family_hunyuan_vae;
 extern const dit_family_t dit_family_clip_text;
 extern const dit_family_t dit_family_clip_vision;
 extern const dit_family_t dit_family_qwen25vl_text;

@@ -416,4 +416,5 @@ const dit_family_t dit_family_hunyuan = {
     .generate = hunyuan_generate,
     .text_stages = kHunyuanTextStages,
     .n_text_stages = sizeof kHunyuanTextStages / sizeof kHunyuanTextStages[0],
+    .whole_video_decoder = 1,
 };

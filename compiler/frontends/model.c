@@ -16,7 +16,7 @@
 static const dit_family_t *const kFamilies[] = {&dit_family_wan, &dit_family_flux, &dit_family_hunyuan, &dit_family_qwen,
                                                  &dit_family_umt5, &dit_family_t5, &dit_family_wan_vae, &dit_family_clip_text,
                                                  &dit_family_kl_vae, &dit_family_clip_vision, &dit_family_qwen25vl_text,
-                                                 &dit_family_llama_text};
+                                                 &dit_family_llama_text, &dit_family_hunyuan_vae};
 #define N_FAMILIES (sizeof kFamilies / sizeof kFamilies[0])
 
 /* ---- shared hooks of the stage families ---- */

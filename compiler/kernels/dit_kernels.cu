@@ -815,6 +815,12 @@ template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.as
 // dense kernel's order).
 // HAS_BIAS 1 adds a last input bias f32 [SQ, LK, HEADS] (after the bound, if any), added to the
 // scaled scores of every batch item (T5's relative position bias).
+// CAUSAL_BLOCK n > 0 (self-attention, SQ = LK) masks frame-causally: query i attends key j iff
+// j / n <= i / n. Tiles wholly past the block's last query's limit are not loaded; the tiles
+// straddling a row's limit are masked per key (tile 0 holds key 0, which every row sees).
+#ifndef CAUSAL_BLOCK
+#define CAUSAL_BLOCK 0
+#endif
 #ifndef HAS_BIAS
 #define HAS_BIAS 0
 #endif
@@ -907,12 +913,18 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #else
   const int lk = LK;
 #endif
+#if CAUSAL_BLOCK
+  const int climit = (int)min((long long)lk, ((long long)min(q0 + BQ, SQ) - 1) / CAUSAL_BLOCK * CAUSAL_BLOCK + CAUSAL_BLOCK);
+#define KEYS_END climit
+#else
+#define KEYS_END lk
+#endif
 #if HAS_TILES
   const int *trow = tiles + (long long)blockIdx.x * TILES_W;  // this query tile's key tiles
   const int ntiles = trow[0] * (SPARSE_TILE / BK);
 #define KEY0(j) ((trow[1 + (j) / (SPARSE_TILE / BK)] * (SPARSE_TILE / BK) + (j) % (SPARSE_TILE / BK)) * BK)
 #else
-  const int ntiles = (lk + BK - 1) / BK;
+  const int ntiles = (KEYS_END + BK - 1) / BK;
 #define KEY0(j) ((j) * BK)
 #endif
 
@@ -985,7 +997,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #endif
     // Online softmax over this tile (in log2 units); masked keys get -inf.
     float mx_a = m_a, mx_b = m_b;
-#if HAS_BOUND
+#if CAUSAL_BLOCK
+    const bool tail = true;  // any tile may straddle a row's limit
+#elif HAS_BOUND
     const bool tail = k0 + BK > lk;
 #else
     const bool tail = LK % BK != 0 && k0 + BK > LK;  // only the last tile has keys to mask
@@ -999,6 +1013,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
         const int row = q0 + warp * 16 + g + (e >> 1) * 8;
         const float bv = row < SQ && key < LK ? bias[((long long)row * LK + key) * HEADS + h] * 1.4426950408889634f : 0.f;
         s[n][e] = (!tail || key < lk) ? s[n][e] * sl2 + bv : -DIT_INF;
+#elif CAUSAL_BLOCK
+        const int row = q0 + warp * 16 + g + (e >> 1) * 8;
+        s[n][e] = key < lk && key / CAUSAL_BLOCK <= row / CAUSAL_BLOCK ? s[n][e] * sl2 : -DIT_INF;
 #else
         s[n][e] = (!tail || key < lk) ? s[n][e] * sl2 : -DIT_INF;
 #endif
@@ -1054,6 +1071,7 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
   if (ntiles == 0) cp_wait<0>();  // a bound of 0: the first tiles' (zero-filling) copies
 #endif
 #undef KEY0
+#undef KEYS_END
   // Row sums are spread over the 4 lanes of a row group.
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);

@@ -6,7 +6,11 @@
  * A tile schedule makes each task one query tile that streams only its listed key tiles (the
  * key block is the schedule's tile), in the dense order: a schedule listing every tile gives
  * the dense result bit for bit. A score bias [S, L, H] is added to each block's scaled scores
- * before the softmax. */
+ * before the softmax. A frame-causal attention (causal block n: query i attends key j iff
+ * j / n <= i / n) stops each task's stream after the last key any of its queries sees and gives
+ * the keys past a query's limit -inf scores inside the blocks that straddle it; the first key
+ * block always holds key 0, which every query sees, so each row's running max is finite from the
+ * first block on. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@ typedef struct attn_job {
   const float *bias;    /* [S, L, H] added to the scaled scores, or NULL */
   const int32_t *tiles; /* [ceil(S / DIT_SPARSE_TILE), tiles_w] schedule, or NULL: all key blocks */
   int64_t tiles_w;
+  int64_t causal; /* causal block n (query i sees keys j with j / n <= i / n), or 0: none */
   int64_t B, S, L, H, Dh, ldo;
   int64_t qc;      /* query blocks per task */
   int64_t n_chunk; /* tasks per (b, h) */
@@ -83,7 +88,7 @@ static inline dit_v4_t v4_load(const float *p) {
  * and sum per row, P packed for the P V product, O rescaled then accumulated. */
 static void attn_step(attn_job_t *j, const dit_v4_t *qpack, const float *kpack,
                       const float *vpack, float *stile, dit_v4_t *ppack, float *otile, float *m,
-                      double *l, int64_t nq, int64_t nk, const float *bias) {
+                      double *l, int64_t nq, int64_t nk, const float *bias, int64_t qi0, int64_t k0) {
   const int64_t Dh = j->Dh, ldo = j->ldo, lds = round_up(nk, DIT_GEMM_NR);
   const int64_t n_qpanels = (nq + DIT_GEMM_MR - 1) / DIT_GEMM_MR;
 
@@ -109,8 +114,13 @@ static void attn_step(attn_job_t *j, const dit_v4_t *qpack, const float *kpack,
     /* The score bias of this row's keys (bias points at the block's first query and key). */
     if (bias)
       for (int64_t key = 0; key < nk; key++) sr[key] += bias[(i * j->L + key) * j->H];
-    /* Padded keys must weigh nothing, whatever the sign of scale. */
-    for (int64_t key = nk; key < lds; key++) sr[key] = -INFINITY;
+    /* Padded keys, and keys past this query's causal limit, must weigh nothing whatever the sign of scale. */
+    int64_t valid = nk;
+    if (j->causal) {
+      const int64_t limit = ((qi0 + i) / j->causal + 1) * j->causal - k0;
+      valid = limit < 0 ? 0 : limit < nk ? limit : nk;
+    }
+    for (int64_t key = valid; key < lds; key++) sr[key] = -INFINITY;
     for (int64_t key = 0; key < lds; key += 4) {
       const dit_v4_t x = v4_load(sr + key);
       vmax = v4_select(x > vmax, x, vmax);
@@ -180,9 +190,11 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
 
   int64_t L = j->L;
   if (j->bound) L = j->bound[b] <= 0 ? 0 : j->bound[b] < L ? j->bound[b] : L;
+  /* Key blocks wholly past the chunk's last query's limit are never read. */
+  const int64_t Ls = j->causal && ((q0 + nq - 1) / j->causal + 1) * j->causal < L ? ((q0 + nq - 1) / j->causal + 1) * j->causal : L;
   /* A task of a tiled attention is one query tile (q0 a multiple of the tile). */
   const int32_t *sched = j->tiles ? j->tiles + q0 / DIT_SPARSE_TILE * j->tiles_w : NULL;
-  const int64_t n_blocks = sched ? sched[0] : (L + DIT_ATTN_BK - 1) / DIT_ATTN_BK;
+  const int64_t n_blocks = sched ? sched[0] : (Ls + DIT_ATTN_BK - 1) / DIT_ATTN_BK;
   for (int64_t blk = 0; blk < n_blocks; blk++) {
     const int64_t k0 = (sched ? sched[1 + blk] : blk) * DIT_ATTN_BK;
     const int64_t nk = L - k0 < DIT_ATTN_BK ? L - k0 : DIT_ATTN_BK;
@@ -214,7 +226,7 @@ static void attn_chunk(attn_job_t *j, int64_t b, int64_t h, int64_t q0, int64_t 
       const int64_t nqb = nq - r0 < DIT_ATTN_BQ ? nq - r0 : DIT_ATTN_BQ;
       const float *bias = j->bias ? j->bias + ((q0 + r0) * j->L + k0) * H + h : NULL;
       attn_step(j, qpack + r0 * Dh, kpack, vpack, stile, ppack, otile + r0 * ldo, m + r0, l + r0,
-                nqb, nk, bias);
+                nqb, nk, bias, q0 + r0, k0);
     }
   }
 
@@ -269,8 +281,8 @@ dit_status_t dit_cpu_check_tiles(const char *op, const dit_tensor_t *tiles, int6
 }
 
 static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k, const dit_tensor_t *v,
-                              const dit_tensor_t *bound, const dit_tensor_t *tiles, const dit_tensor_t *bias, int heads,
-                              double scale, dit_tensor_t *out, dit_tensor_t *lse) {
+                              const dit_tensor_t *bound, const dit_tensor_t *tiles, const dit_tensor_t *bias, int64_t causal,
+                              int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse) {
   static const char *op = "attention";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "q", q));
@@ -304,6 +316,9 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
     DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
   }
   if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
+  if (causal < 0 || (causal && (tiles || S != L)))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: causal_block = %lld with %s: expected a positive block over self-attention (S = L) without a "
+                   "tile schedule", op, (long long)causal, tiles ? "a tile schedule" : causal < 0 ? "a negative block" : "S != L");
   if (bias) {
     const int64_t bd[3] = {S, L, heads};
     DIT_RETURN_IF(dit_cpu_check_any(op, "bias", bias));
@@ -332,7 +347,7 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
   attn_job_t j = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .bound = bound ? bound->data : NULL,
                   .bias = bias ? bias->data : NULL,
                   .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
-                  .H = heads, .Dh = HD / heads, .scale = (float)scale};
+                  .causal = causal, .H = heads, .Dh = HD / heads, .scale = (float)scale};
   j.ldo = round_up(j.Dh, DIT_GEMM_NR);
   /* Several query blocks per task amortize K/V packing, unless that starves the pool. */
   const int64_t n_qb = (S + DIT_ATTN_BQ - 1) / DIT_ATTN_BQ;
@@ -374,17 +389,23 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
 dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                        const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
                                        dit_tensor_t *out, dit_tensor_t *lse) {
-  return attention(c, q, k, v, bound, NULL, NULL, heads, scale, out, lse);
+  return attention(c, q, k, v, bound, NULL, NULL, 0, heads, scale, out, lse);
+}
+
+dit_status_t dit_cpu_attention_causal(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k, const dit_tensor_t *v,
+                                      const dit_tensor_t *bound, int64_t causal_block, int heads, double scale, dit_tensor_t *out,
+                                      dit_tensor_t *lse) {
+  return attention(c, q, k, v, bound, NULL, NULL, causal_block, heads, scale, out, lse);
 }
 
 dit_status_t dit_cpu_attention_biased(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                       const dit_tensor_t *v, const dit_tensor_t *bound, const dit_tensor_t *bias, int heads,
                                       double scale, dit_tensor_t *out, dit_tensor_t *lse) {
-  return attention(c, q, k, v, bound, NULL, bias, heads, scale, out, lse);
+  return attention(c, q, k, v, bound, NULL, bias, 0, heads, scale, out, lse);
 }
 
 dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                      const dit_tensor_t *v, const dit_tensor_t *tiles, int heads, double scale,
                                      dit_tensor_t *out, dit_tensor_t *lse) {
-  return attention(c, q, k, v, NULL, tiles, NULL, heads, scale, out, lse);
+  return attention(c, q, k, v, NULL, tiles, NULL, 0, heads, scale, out, lse);
 }

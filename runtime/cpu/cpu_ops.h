@@ -130,6 +130,11 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
 dit_status_t dit_cpu_attention_bounded(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,
                                        const dit_tensor_t *v, const dit_tensor_t *bound, int heads, double scale,
                                        dit_tensor_t *out, dit_tensor_t *lse);
+/* The same with a frame-causal mask over self-attention (S = L): query i attends key j iff
+ * j / causal_block <= i / causal_block (causal_block >= 1; 1 is ordinary causal attention). */
+dit_status_t dit_cpu_attention_causal(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k, const dit_tensor_t *v,
+                                      const dit_tensor_t *bound, int64_t causal_block, int heads, double scale, dit_tensor_t *out,
+                                      dit_tensor_t *lse);
 /* The same with bias f32 [S, L, heads] (NULL: none) added to the scaled scores of every batch
  * item: score(b, h, i, j) = scale * q_i . k_j + bias[i, j, h] (T5's relative position bias). */
 dit_status_t dit_cpu_attention_biased(dit_cpu_t *c, const dit_tensor_t *q, const dit_tensor_t *k,

@@ -705,6 +705,44 @@ static void test_umt5_ops(dit_cuda_codegen_t *cg, const char *target) {
   dit_graph_destroy(g);
 }
 
+/* Frame-causal attention (attr causal_block) on the portable kernel on every target: head dim 64
+ * (which sm_90 would otherwise run on the Hopper kernel) and the VAE's single head of 512 (wide);
+ * the causal module differs from the plain one. A block over cross-attention is refused by name. */
+static void test_causal_attention_ops(dit_cuda_codegen_t *cg, const char *target) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  static const int hds[2] = {64, 512};
+  for (int i = 0; i < 2; i++) {
+    const int hd = hds[i], wide = hd > DIT_ABI_ATTN_WIDE_HD, heads = wide ? 1 : 4;
+    const int nw = wide ? DIT_ABI_ATTN_WARPS_WIDE : DIT_ABI_ATTN_WARPS, bk = wide ? DIT_ABI_ATTN_BK_WIDE : DIT_ABI_ATTN_BK;
+    dit_vid_t q = in3(g, "q", DIT_BF16, 1, 300, heads * hd), kv = in3(g, "kv", DIT_BF16, 1, 300, heads * hd), ins[3] = {q, kv, kv};
+    dit_attrs_t at = {0};
+    dit_attrs_set_int(&at, "heads", heads);
+    dit_attrs_set_float(&at, "scale", 0.125);
+    dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &at, DIT_BF16, "att");
+    size_t n_plain = 0, n_causal = 0;
+    char *plain = module_copy(cg, g, &n_plain);
+    dit_attrs_set_int(&at, "causal_block", 48);
+    dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &at, DIT_BF16, "att_causal");
+    char what[96];
+    snprintf(what, sizeof what, "causal attention hd %d on %s", hd, target);
+    const uint32_t smem = (uint32_t)((16 * nw + 2 * bk) * (hd + 8) * 2 + 2 * bk * (hd + 8) * 2);
+    CHECK_EQ_INT(check_op(cg, g, what, 32 * nw, smem, 0), (300 + 16 * nw - 1) / (16 * nw));
+    char *causal = module_copy(cg, g, &n_causal);
+    CHECK(plain && causal && (n_plain != n_causal || memcmp(plain, causal, n_plain)));
+    free(plain);
+    free(causal);
+  }
+  dit_vid_t q = in3(g, "q2", DIT_BF16, 1, 16, 32), kv = in3(g, "kv2", DIT_BF16, 1, 12, 32), ins[3] = {q, kv, kv};
+  dit_attrs_t at = {0};
+  dit_attrs_set_int(&at, "heads", 1);
+  dit_attrs_set_float(&at, "scale", 1.0);
+  dit_attrs_set_int(&at, "causal_block", 4);
+  CHECK_EQ_INT(dit_graph_op(g, DIT_OP_ATTENTION, ins, 3, &at, DIT_BF16, "att_bad"), -1);
+  CHECK(strstr(dit_status_message(dit_graph_status(g)), "causal_block = 4 needs self-attention") != NULL);
+  dit_graph_destroy(g);
+}
+
 /* CLIP's ops: quick_gelu (8 elements a thread when the count allows, f32 and bf16), token_select
  * (one thread an output element, i32 and i64 ids, both pooling rules), and the causal score bias
  * at CLIP-L's 77 tokens and 12 heads of 64 on the portable kernel on every target. */
@@ -879,6 +917,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   test_mask_ops(cg, target);
   test_sparse_ops(cg, target);
   test_umt5_ops(cg, target);
+  test_causal_attention_ops(cg, target);
   test_clip_ops(cg, target);
   dit_cuda_codegen_destroy(cg);
 }

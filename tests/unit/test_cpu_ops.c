@@ -514,6 +514,73 @@ static void check_biased_attention(int64_t B, int64_t S, int64_t L, int64_t H, i
   tt_free(&q), tt_free(&k), tt_free(&v), tt_free(&bias);
 }
 
+/* Frame-causal attention (causal_block n: query i attends key j iff j / n <= i / n) against a
+ * dense reference whose masked scores are -inf: blocks of n that straddle the 128-key blocks and
+ * the query blocks, a partial last block, n = 1 (ordinary causal attention) and n >= S (no mask).
+ * The keys grow with their index, so the masked keys would dominate if they leaked. */
+static void check_causal_attention(int64_t B, int64_t S, int64_t H, int64_t Dh, int64_t n, dit_dtype_t dt) {
+  const int64_t C = H * Dh, qd[3] = {B, S, C}, ld[3] = {B, H, S};
+  tt_t q = tt_rand(dt, 3, qd, -1, 1), k = tt_rand(dt, 3, qd, -1, 1), v = tt_rand(dt, 3, qd, -1, 1);
+  for (int64_t i = 0; i < B * S * C; i++) {
+    set_elem(&k.t, i, k.v[i] + 2.0 * (double)((i / C) % S) / (double)S * (q.v[i % C] > 0 ? 1 : -1));
+    k.v[i] = get_elem(&k.t, i);
+  }
+  double *ref = malloc(sizeof(double) * (size_t)(B * S * C)), *lref = malloc(sizeof(double) * (size_t)(B * H * S));
+  double *sc = malloc(sizeof(double) * (size_t)S);
+  const double scale = 1 / sqrt((double)Dh);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t s = 0; s < S; s++) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t l = 0; l < S; l++) {
+          double d = 0;
+          for (int64_t e = 0; e < Dh; e++) d += q.v[(b * S + s) * C + h * Dh + e] * k.v[(b * S + l) * C + h * Dh + e];
+          sc[l] = l / n <= s / n ? scale * d : -INFINITY;
+          mx = fmax(mx, sc[l]);
+        }
+        for (int64_t l = 0; l < S; l++) sum += (sc[l] = exp(sc[l] - mx));
+        for (int64_t e = 0; e < Dh; e++) {
+          double a = 0;
+          for (int64_t l = 0; l < S; l++) a += sc[l] * v.v[(b * S + l) * C + h * Dh + e];
+          ref[(b * S + s) * C + h * Dh + e] = a / sum;
+        }
+        lref[(b * H + h) * S + s] = mx + log(sum);
+      }
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t o = out_poisoned(dt, 3, qd), lse = out_poisoned(DIT_F32, 3, ld);
+    CHECK_OK(dit_cpu_attention_causal(&g_cpu[pi], &q.t, &k.t, &v.t, NULL, n, (int)H, scale, &o, &lse));
+    char what[160];
+    snprintf(what, sizeof what, "causal attention B=%lld S=%lld H=%lld Dh=%lld block=%lld pool %d", (long long)B, (long long)S,
+             (long long)H, (long long)Dh, (long long)n, pi);
+    CHECK(compare(what, &o, ref, tol_for(dt)));
+    strncat(what, " (lse)", sizeof what - strlen(what) - 1);
+    CHECK(compare(what, &lse, lref, TOL_F32));
+    free(o.data);
+    free(lse.data);
+  }
+  free(ref);
+  free(lref);
+  free(sc);
+  tt_free(&q), tt_free(&k), tt_free(&v);
+}
+
+static void test_causal_attention(void) {
+  check_causal_attention(1, 300, 1, 16, 96, DIT_F32);  /* frames of 96 tokens across key blocks of 128, a partial last frame */
+  check_causal_attention(2, 200, 2, 8, 1, DIT_F32);    /* ordinary causal attention */
+  check_causal_attention(1, 520, 1, 24, 130, DIT_F32); /* frames just over a key block */
+  check_causal_attention(1, 45, 3, 8, 7, DIT_F32);     /* short frames inside one block */
+  check_causal_attention(1, 40, 1, 8, 64, DIT_F32);    /* one partial frame: no mask */
+  check_causal_attention(1, 190, 2, 16, 48, DIT_BF16);
+  /* A key count other than the queries' is refused. */
+  const int64_t qd[3] = {1, 8, 8}, kd[3] = {1, 9, 8};
+  tt_t q = tt_rand(DIT_F32, 3, qd, -1, 1), k = tt_rand(DIT_F32, 3, kd, -1, 1);
+  dit_tensor_t o = out_poisoned(DIT_F32, 3, qd);
+  CHECK_ERR(dit_cpu_attention_causal(&g_cpu[0], &q.t, &k.t, &k.t, NULL, 4, 1, 1.0, &o, NULL), INVALID_ARGUMENT,
+            "attention: causal_block = 4 with S != L");
+  free(o.data);
+  tt_free(&q), tt_free(&k);
+}
+
 /* The gated feed-forward's product and the embedding gather (token ids, position buckets). */
 static void test_umt5_ops(void) {
   static const int32_t bounds[2] = {300, 77};
@@ -1844,6 +1911,7 @@ int main(void) {
   test_attention_fp8();
   test_masks();
   test_umt5_ops();
+  test_causal_attention();
   test_norms();
   test_elementwise();
   test_patch();
