@@ -391,6 +391,7 @@ static dit_status_t write_manifest(jw_t *w, const dit_manifest_t *m) {
     jw_open(w, '{', 0);
     jw_kstr(w, "mode", "ditango");
     jw_ki64(w, "group", m->topology.reuse_group);
+    if (m->topology.reuse_ulysses > 1) jw_ki64(w, "ulysses", m->topology.reuse_ulysses);
     jw_ki64(w, "layers", m->topology.reuse_layers);
     jw_ki64(w, "copies", m->topology.reuse_copies);
     jw_ki64(w, "merge", m->topology.reuse_merge > 1 ? m->topology.reuse_merge : 1);
@@ -1182,7 +1183,7 @@ static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
                           "cp %d needs a context-parallel mode, found \"none\"", m->topology.cp);
   }
   if (dit_json_has(&o, "reuse")) {
-    static const char *const rkeys[] = {"mode", "group", "layers", "copies", "merge", "cache_bytes", NULL};
+    static const char *const rkeys[] = {"mode", "group", "ulysses", "layers", "copies", "merge", "cache_bytes", NULL};
     static const char *const rmodes[] = {"ditango", NULL};
     dit_json_t r;
     DIT_RETURN_IF(dit_json_object(&o, "reuse", &r));
@@ -1192,22 +1193,37 @@ static dit_status_t parse_topology(const dit_json_t *root, dit_manifest_t *m) {
     DIT_RETURN_IF(dit_json_check_keys(&r, rkeys));
     int rmode = 0;
     DIT_RETURN_IF(dit_json_enum(&r, "mode", rmodes, &rmode));
-    if (mode != 2) {
+    if (mode != 2 && mode != 4) {
       dit_json_t pf = at_key(&o, "cp_mode");
-      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "reuse needs cp_mode \"ring\", found \"%s\"", modes[mode]);
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "reuse needs cp_mode \"ring\" or \"usp\", found \"%s\"", modes[mode]);
     }
+    /* Under usp the groups partition the cp / U ranks of each ring subgroup (U: "ulysses", usp only). */
+    m->topology.reuse_ulysses = 1;
+    if (mode == 4 || dit_json_has(&r, "ulysses")) {
+      DIT_RETURN_IF(dit_json_i32(&r, "ulysses", 2, MF_MAX_WORLD, &m->topology.reuse_ulysses));
+      dit_json_t pf = at_key(&r, "ulysses");
+      if (mode != 4) return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "a Ulysses degree needs cp_mode \"usp\", found \"%s\"", modes[mode]);
+      if (m->topology.cp % m->topology.reuse_ulysses || m->topology.cp / m->topology.reuse_ulysses < 2)
+        return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "expected a divisor of cp %d leaving a ring of >= 2, found %d", m->topology.cp,
+                              m->topology.reuse_ulysses);
+    }
+    const int members = m->topology.cp / m->topology.reuse_ulysses;
     DIT_RETURN_IF(dit_json_i32(&r, "group", 1, MF_MAX_WORLD, &m->topology.reuse_group));
-    if (m->topology.cp % m->topology.reuse_group || m->topology.cp / m->topology.reuse_group < 2) {
+    if (members % m->topology.reuse_group || members / m->topology.reuse_group < 2) {
       dit_json_t pf = at_key(&r, "group");
-      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "expected a divisor of cp %d leaving >= 2 groups, found %d",
-                            m->topology.cp, m->topology.reuse_group);
+      if (mode != 4)
+        return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT, "expected a divisor of cp %d leaving >= 2 groups, found %d", m->topology.cp,
+                              m->topology.reuse_group);
+      return dit_json_error(&pf, DIT_CODE_INVALID_ARGUMENT,
+                            "expected a divisor of the %d ring members (cp %d / ulysses %d) leaving >= 2 groups, found %d", members,
+                            m->topology.cp, m->topology.reuse_ulysses, m->topology.reuse_group);
     }
     DIT_RETURN_IF(dit_json_i32(&r, "layers", 1, 1 << 16, &m->topology.reuse_layers));
     DIT_RETURN_IF(dit_json_i32(&r, "copies", 1, 2, &m->topology.reuse_copies));
     /* merge and cache_bytes came after the first 1.3 bundles: absent, one state per group. */
     m->topology.reuse_merge = 1;
     if (dit_json_has(&r, "merge"))
-      DIT_RETURN_IF(dit_json_i32(&r, "merge", 1, m->topology.cp / m->topology.reuse_group - 1, &m->topology.reuse_merge));
+      DIT_RETURN_IF(dit_json_i32(&r, "merge", 1, members / m->topology.reuse_group - 1, &m->topology.reuse_merge));
     if (dit_json_has(&r, "cache_bytes")) DIT_RETURN_IF(dit_json_u64(&r, "cache_bytes", &m->topology.reuse_cache_bytes));
   }
   return DIT_OK;

@@ -10,9 +10,11 @@
  *   "target": {"arch": "cpu" | "sm_90" | ..., "min_driver": 0},
  *   "topology": {"world": 1, "tp": 1, "cp": 1, "cfg": 1, "cp_mode": "none",
  *                "reuse": {"mode": "ditango", "group": G, "layers": L, "copies": C}},
- *                                             reuse: schema 1.3, optional (cp_mode "ring"):
- *                                             attention-state reuse in groups of G ranks (cp / G
- *                                             groups), L self-attention layers with a state cache
+ *                                             reuse: schema 1.3, optional (cp_mode "ring" or
+ *                                             "usp"): attention-state reuse in groups of G ring
+ *                                             members (cp / G groups; under usp "ulysses": U, and
+ *                                             cp / U / G groups of the ranks sharing a Ulysses
+ *                                             index), L self-attention layers with a state cache
  *                                             slot per remote group, C cache copies (1 or 2)
  *   "shape": {"batch": B, "frames": F, "height": H, "width": W, "text_len": L,
  *             "latent": [C, f, h, w],
@@ -237,7 +239,8 @@ typedef struct dit_manifest {
   struct {
     int world, tp, cp, cfg;
     char cp_mode[16];
-    int reuse_group;  /* attention-state reuse: ranks per group (0: no reuse section) */
+    int reuse_group;  /* attention-state reuse: ring members per group (0: no reuse section) */
+    int reuse_ulysses; /* the Ulysses degree U under usp (1 under ring): the groups partition cp / U ring members */
     int reuse_layers; /* self-attention layers with state-cache slots */
     int reuse_copies; /* state-cache copies: one per branch running through the plan */
     int reuse_merge;  /* adjacent remote groups per cached state (a --reuse-cache-mb cap; 1: one each) */

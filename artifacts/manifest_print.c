@@ -20,14 +20,19 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
   fprintf(f, "target     %s\n", m->arch);
   fprintf(f, "topology   world %d = tp %d x cp %d (%s) x cfg %d\n", m->topology.world, m->topology.tp, m->topology.cp,
          m->topology.cp_mode, m->topology.cfg);
-  if (m->topology.reuse_group && m->topology.reuse_merge > 1)
-    fprintf(f, "reuse      ditango: %d groups of %d ranks, a state cache per layer (%d) and %d adjacent remote groups, %d cop%s, "
-            "%" PRIu64 " bytes\n", m->topology.cp / m->topology.reuse_group, m->topology.reuse_group, m->topology.reuse_layers,
-            m->topology.reuse_merge, m->topology.reuse_copies, m->topology.reuse_copies == 1 ? "y" : "ies", m->topology.reuse_cache_bytes);
-  else if (m->topology.reuse_group)
-    fprintf(f, "reuse      ditango: %d groups of %d ranks, a state cache per layer (%d) and remote group, %d cop%s, %" PRIu64 " bytes\n",
-            m->topology.cp / m->topology.reuse_group, m->topology.reuse_group, m->topology.reuse_layers, m->topology.reuse_copies,
-            m->topology.reuse_copies == 1 ? "y" : "ies", m->topology.reuse_cache_bytes);
+  if (m->topology.reuse_group) {
+    /* Under usp the groups are of ring members (each U ranks after the all-to-all). */
+    const int u = m->topology.reuse_ulysses > 1 ? m->topology.reuse_ulysses : 1;
+    char members[48];
+    if (u > 1) snprintf(members, sizeof members, "ring members (x ulysses %d)", u);
+    else snprintf(members, sizeof members, "ranks");
+    fprintf(f, "reuse      ditango: %d groups of %d %s, a state cache per layer (%d) and ", m->topology.cp / u / m->topology.reuse_group,
+            m->topology.reuse_group, members, m->topology.reuse_layers);
+    if (m->topology.reuse_merge > 1) fprintf(f, "%d adjacent remote groups", m->topology.reuse_merge);
+    else fprintf(f, "remote group");
+    fprintf(f, ", %d cop%s, %" PRIu64 " bytes\n", m->topology.reuse_copies, m->topology.reuse_copies == 1 ? "y" : "ies",
+            m->topology.reuse_cache_bytes);
+  }
   fprintf(f, "shape      batch %" PRId64 ", %" PRId64 " frames %" PRId64 "x%" PRId64 ", text %" PRId64 "; latent ",
          m->shape.batch, m->shape.frames, m->shape.height, m->shape.width, m->shape.text_len);
   print_dims(f, m->shape.latent, 4);

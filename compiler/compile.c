@@ -84,6 +84,12 @@ static int tp_of(const dit_compile_options_t *o) { return o->shape.tp > 1 ? o->s
 
 static int cfg_of(const dit_compile_options_t *o) { return o->cfg_parallel ? 2 : 1; }
 static int cp_of(const dit_compile_options_t *o) { return o->shape.cp > 1 ? o->shape.cp : 1; }
+/* The Ulysses degree under usp (1 otherwise), and the ring members that reuse groups partition:
+ * the cp ranks under ring, the cp / U ranks sharing a Ulysses index under usp. */
+static int ulysses_of(const dit_compile_options_t *o) {
+  return o->shape.cp_mode == DIT_CP_USP && o->shape.ulysses > 1 ? o->shape.ulysses : 1;
+}
+static int ring_members(const dit_compile_options_t *o) { return cp_of(o) / ulysses_of(o); }
 static const char *cp_mode_name(const dit_compile_options_t *o) {
   if (cp_of(o) == 1) return "none";
   switch (o->shape.cp_mode) {
@@ -210,7 +216,7 @@ static dit_status_t reuse_merge_for_cap(const dit_compile_options_t *o, const di
   int slots = 0;
   const uint64_t all = state_cache_bytes(g, &slots);
   dit_graph_destroy(g);
-  const int remote = req.cp / req.reuse_group - 1, layers = slots / remote;
+  const int remote = ring_members(o) / req.reuse_group - 1, layers = slots / remote;
   if (!slots || slots % remote) return DIT_ERR(INTERNAL, "--reuse-cache-mb: %d state caches, expected a multiple of the %d remote groups", slots, remote);
   const uint64_t slot = all / (uint64_t)slots, copies = (uint64_t)req.reuse_copies;
   const uint64_t cap = (uint64_t)(o->reuse_cache_mb * 1048576.0);
@@ -514,17 +520,25 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--target %s with --dtype %s: GPU targets run bf16 (fp32 accumulation); use --dtype bf16",
                    o->target, dit_dtype_name(o->shape.dtype));
   if (o->shape.reuse_group) {
-    const int G = o->shape.reuse_group, cp = cp_of(o);
-    if (cp < 2 || o->shape.cp_mode != DIT_CP_RING)
-      return DIT_ERR(UNIMPLEMENTED, "--reuse ditango: needs --cp N (N >= 2) --cp-mode ring, found --cp %d --cp-mode %s (usp is not supported yet)",
-                     cp, cp_mode_name(o));
-    if (G < 1 || cp % G || cp / G < 2)
+    const int G = o->shape.reuse_group, cp = cp_of(o), u = ulysses_of(o), usp = o->shape.cp_mode == DIT_CP_USP;
+    if (cp < 2 || (o->shape.cp_mode != DIT_CP_RING && !usp))
+      return DIT_ERR(UNIMPLEMENTED, "--reuse ditango: needs --cp N (N >= 2) --cp-mode ring or usp, found --cp %d --cp-mode %s", cp,
+                     cp_mode_name(o));
+    /* usp with a U that does not split cp into a ring: the frontend refuses it by name. */
+    if (!usp && (G < 1 || cp % G || cp / G < 2))
       return DIT_ERR(INVALID_ARGUMENT, "--reuse-group %d: the ranks per reuse group: expected a divisor of --cp %d that leaves >= 2 groups", G, cp);
+    if (usp && u > 1 && cp % u == 0 && cp / u >= 2 && (G < 1 || (cp / u) % G || cp / u / G < 2))
+      return DIT_ERR(INVALID_ARGUMENT,
+                     "--reuse-group %d: the ring members per reuse group: expected a divisor of the %d ring members (--cp %d / --ulysses %d) "
+                     "that leaves >= 2 groups",
+                     G, cp / u, cp, u);
     if (gpu)
       return DIT_ERR(UNIMPLEMENTED, "--reuse ditango --target %s: the state cache and its executor run on the cpu target so far", o->target);
+    /* A reuse group spans G ring members, each with its U Ulysses ranks: G x U consecutive cp ranks. */
     const int world = tp_of(o) * cp * cfg_of(o), k = o->ranks_per_node;
-    if (k > 0 && k < world && k % (tp_of(o) * G))
-      return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: a reuse group of %d (x tp %d) would straddle nodes", k, G, tp_of(o));
+    if (k > 0 && k < world && k % (tp_of(o) * G * u))
+      return DIT_ERR(INVALID_ARGUMENT, "--ranks-per-node %d: a reuse group of %d (x ulysses %d x tp %d) would straddle nodes", k, G, u,
+                     tp_of(o));
   }
   /* FP8 tensor cores start at sm_89; a tensor-parallel shard would need the scales of its slice. */
   if (o->quant == DIT_QUANT_FP8 && gpu && (!strcmp(o->target, "sm_80") || !strcmp(o->target, "sm_86")))
@@ -707,8 +721,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
       /* A state-cache slot per self-attention layer and cached state (remote group, or k merged). */
       int slots = 0;
       const uint64_t bytes = state_cache_bytes(rb[0].g, &slots);
-      const int remote = cp / o->shape.reuse_group - 1, per_layer = (remote - 1) / merge + 1;
+      const int remote = ring_members(o) / o->shape.reuse_group - 1, per_layer = (remote - 1) / merge + 1;
       man.topology.reuse_group = o->shape.reuse_group;
+      man.topology.reuse_ulysses = ulysses_of(o);
       man.topology.reuse_merge = merge;
       man.topology.reuse_layers = slots / per_layer;
       man.topology.reuse_copies = reuse_copies(o);

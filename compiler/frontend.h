@@ -29,7 +29,8 @@ typedef struct dit_shape_request {
   int cp_mode;                   /* DIT_CP_* when cp > 1 */
   int ulysses;                   /* DIT_CP_USP: the Ulysses degree U (ring degree cp / U) */
   int sp;                        /* sequence parallelism inside the tensor-parallel group */
-  /* Attention-state reuse (--reuse ditango, DIT_CP_RING): G ranks per reuse group (0: none), the
+  /* Attention-state reuse (--reuse ditango, DIT_CP_RING or DIT_CP_USP): G ring members (ranks under
+   * ring, each of the cp / U ring positions under usp) per reuse group (0: none), the
    * state cache's copies (2 when both guidance branches run through one plan, else 1), and k: the
    * adjacent remote groups that share one cached state (0 or 1: one state per group). */
   int reuse_group, reuse_copies, reuse_merge;

@@ -114,21 +114,28 @@ static dit_status_t group_members(const rank_rt_t *rt, const dit_plan_step_t *st
   } else {
     DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "n", &n));
   }
-  /* Group 0 is the tensor-parallel group; 1 the whole cp group; with USP, 3 is this rank's
-   * Ulysses subgroup (n consecutive cp ranks) and 4 its ring subgroup (the ranks at the same
-   * place in every Ulysses subgroup). */
+  /* Group 0 is the tensor-parallel group; 1 the whole cp group; 3 n consecutive cp ranks (with
+   * USP this rank's Ulysses subgroup, under ring a reuse group) and 4 its ring subgroup (the ranks
+   * at the same place in every Ulysses subgroup); 5 a reuse group inside the ring subgroup: n
+   * consecutive members of it, cp ranks `stride` (the Ulysses degree) apart. */
   int me_cp = 0;
   while (me_cp < rt->cp && rt->cp_group[me_cp] != rt->rank) me_cp++;
+  int64_t stride = 1;
+  if (group == 5) DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "stride", &stride));
   if (group == 0) {
     if (n != rt->tp) return DIT_ERR(INVALID_ARGUMENT, "%s: group 0 of %lld, this rank's tensor-parallel group has %d", name, (long long)n, rt->tp);
     memcpy(members, rt->tp_group, sizeof(int) * (size_t)n);
   } else {
-    if (n < 1 || n > rt->cp || rt->cp % n || (group != 1 && group != 3 && group != 4) || (group == 1 && n != rt->cp))
-      return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld does not fit this rank's context-parallel group of %d", name,
-                     (long long)group, (long long)n, rt->cp);
+    if (n < 1 || n > rt->cp || rt->cp % n || (group != 1 && group != 3 && group != 4 && group != 5) || (group == 1 && n != rt->cp) ||
+        stride < 1 || rt->cp % (n * stride))
+      return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld of %lld (stride %lld) does not fit this rank's context-parallel group of %d", name,
+                     (long long)group, (long long)n, (long long)stride, rt->cp);
     for (int64_t k = 0; k < n; k++) {
-      const int64_t u = group == 4 ? rt->cp / n : n; /* the Ulysses degree */
-      const int64_t c = group == 1 ? k : group == 3 ? me_cp / u * u + k : k * u + me_cp % u;
+      const int64_t u = group == 4 ? rt->cp / n : group == 5 ? stride : n; /* the Ulysses degree (3: the group's size) */
+      const int64_t c = group == 1   ? k
+                        : group == 3 ? me_cp / u * u + k
+                        : group == 4 ? k * u + me_cp % u
+                                     : (me_cp / (n * u) * n + k) * u + me_cp % u;
       members[k] = rt->cp_group[c];
     }
   }

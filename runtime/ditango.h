@@ -1,6 +1,9 @@
 /* Selective attention-state reuse under context parallelism (DiTango: Algorithm 1 of its §4), the
  * per-step planner. Under `--cp N --cp-mode ring --reuse ditango --reuse-group G` the N key/value
- * partitions of a self-attention layer form m = N / G groups of G ranks in topology order; a rank's
+ * partitions of a self-attention layer form m = N / G groups of G ranks in topology order (under
+ * `--cp-mode usp --ulysses U` the N / U ring members, each a rank holding U ranks' tokens in its
+ * heads / U after the all-to-all, form m = N / U / G groups: the ranks sharing a Ulysses index,
+ * grouped as ring mode groups the ranks, the all-to-alls around it unchanged); a rank's
  * own group (the local group) is always computed; each of the m - 1 remote groups, named by its
  * distance o = 1..m-1 from the rank's group (group (own - o) mod m), has an attention state
  * AS = (OUT, LSE) that a step either computes or takes from the state cache. The group is the unit
@@ -43,8 +46,9 @@
  *
  * The executor side (compiler/frontends/blocks.c reuse_ring, passes/memplan.c, runtime/reuse_exec.c):
  *  - graph: per self-attention layer, ring0 + G-1 ring hops inside the local group (ring_shift over a
- *    subgroup of G consecutive ranks), then per remote distance o: a ring_shift of K/V by o*G ranks
- *    over the cp group, G-1 hops inside the subgroup, the group's state merged by LSE, then a
+ *    subgroup of G consecutive ranks; usp: G consecutive ring members, U ranks apart), then per remote
+ *    distance o: a ring_shift of K/V by o*G members over the cp group (usp: over the ring subgroup of
+ *    the ranks sharing this rank's Ulysses index), G-1 hops inside the subgroup, the group's state merged by LSE, then a
  *    state_cache op (slot = layer * (m-1) + o-1) whose outputs the memory plan keeps at the bottom of
  *    the arena for the whole forward, once per guidance branch running through the plan (OUT in the
  *    activation dtype, LSE fp32: counted in the arena and the predicted peak); the final merges take
@@ -58,8 +62,8 @@
  *    ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| instead (dit_ditango_measured).
  *  - still to come: the CUDA backend (a state_cache copy kernel, statistics by reduction kernels,
  *    NCCL point-to-point for the distance shift instead of the all-gather the in-process ring_shift
- *    uses, cache loads scheduled into the transfers' bubbles on a second stream), usp, two-expert
- *    bundles.
+ *    uses, cache loads scheduled into the transfers' bubbles on a second stream), two-expert bundles,
+ *    joint attention (FLUX.1, Qwen-Image, HunyuanVideo).
  * Under a memory cap (`ditc compile --reuse-cache-mb M`) k adjacent remote groups share one cached
  * state: their states merged by LSE before the cache, the planner's "group" then the merged state
  * (the report's group g covers distances g*k-k+1 .. g*k), decided as one. The memory plan is static

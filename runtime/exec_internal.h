@@ -15,7 +15,7 @@
 #include "runtime/ditrun.h"
 #include "runtime/offload_engine.h"
 
-#define DIT_COLL_GROUPS 5 /* a collective's "group" attribute: 0 tp, 1 cp, 3 Ulysses, 4 ring */
+#define DIT_COLL_GROUPS 6 /* a collective's "group" attribute: 0 tp, 1 cp, 3 Ulysses, 4 ring, 5 reuse group of usp */
 
 typedef struct rank_rt {
   int rank;

@@ -59,8 +59,10 @@ void dit_reuse_free(dit_runtime_t *rt) {
 void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups) {
   const dit_manifest_t *m = rt->m;
   *layers = m->topology.reuse_group ? m->topology.reuse_layers : 0;
-  /* The planner's groups are the cached states per layer: ceil(remote groups / merge). */
-  const int remote = m->topology.reuse_group ? m->topology.cp / m->topology.reuse_group - 1 : 0, k = m->topology.reuse_merge;
+  /* The planner's groups are the cached states per layer: ceil(remote groups / merge), the groups
+   * partitioning the cp / U ring members (U = 1 under ring). */
+  const int u = m->topology.reuse_ulysses > 1 ? m->topology.reuse_ulysses : 1;
+  const int remote = m->topology.reuse_group ? m->topology.cp / u / m->topology.reuse_group - 1 : 0, k = m->topology.reuse_merge;
   *groups = remote ? (remote - 1) / (k > 1 ? k : 1) + 1 : 0;
 }
 

@@ -30,6 +30,13 @@ dit_status_t dit_blocks_begin(const dit_safetensors_t *weights, const dit_blocks
   return s;
 }
 
+/* The ring members that reuse groups partition: the cp ranks under ring, the cp / U Ulysses
+ * subgroups under usp (0 where U does not divide cp). */
+static int reuse_members(const dit_blocks_options_t *o) {
+  if (o->cp_mode != DIT_CP_USP) return o->cp;
+  return o->ulysses > 0 && o->cp % o->ulysses == 0 ? o->cp / o->ulysses : 0;
+}
+
 dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights, const dit_blocks_options_t *opts,
                                dit_blocks_t **out) {
   *out = NULL;
@@ -42,12 +49,13 @@ dit_status_t dit_blocks_create(dit_graph_t *g, const dit_safetensors_t *weights,
   if (opts->heads < 1 || opts->head_dim < 1 || opts->heads % opts->tp)
     return DIT_ERR(INVALID_ARGUMENT, "blocks: %lld heads of width %lld, expected positive and divisible by tp %d",
                    (long long)opts->heads, (long long)opts->head_dim, opts->tp);
-  if (opts->reuse_group && (opts->reuse_group < 1 || opts->cp % opts->reuse_group || opts->cp / opts->reuse_group < 2))
-    return DIT_ERR(INVALID_ARGUMENT, "blocks: reuse groups of %d ranks: expected a divisor of cp %d leaving >= 2 groups",
-                   opts->reuse_group, opts->cp);
-  if (opts->reuse_group && opts->reuse_merge && (opts->reuse_merge < 1 || opts->reuse_merge > opts->cp / opts->reuse_group - 1))
+  const int members = reuse_members(opts);
+  if (opts->reuse_group && (opts->reuse_group < 1 || members < 1 || members % opts->reuse_group || members / opts->reuse_group < 2))
+    return DIT_ERR(INVALID_ARGUMENT, "blocks: reuse groups of %d ring members: expected a divisor of the %d ring members leaving >= 2 groups",
+                   opts->reuse_group, members);
+  if (opts->reuse_group && opts->reuse_merge && (opts->reuse_merge < 1 || opts->reuse_merge > members / opts->reuse_group - 1))
     return DIT_ERR(INVALID_ARGUMENT, "blocks: %d remote reuse groups per cached state: expected 1..%d (the remote groups)", opts->reuse_merge,
-                   opts->cp / opts->reuse_group - 1);
+                   members / opts->reuse_group - 1);
   dit_blocks_t *b = calloc(1, sizeof *b);
   if (!b) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   b->g = g;
@@ -381,10 +389,29 @@ static dit_vid_t cp_collective(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x,
   return cp_collective_in(b, kind, x, heads, reverse, 1, b->o.cp, name);
 }
 
-/* Ring attention with attention-state reuse (DiTango, runtime/ditango.h): the m = cp / G groups of
- * G consecutive ranks; the local group's ring (ring_shift over the group: collective group 3 of
- * n = G) always runs; per remote group at distance o, its K/V come by a shift of o*G ranks over
- * the cp group, ring inside the group. With k = reuse_merge remote groups per cached state, the
+/* A K/V ring_shift of the reuse ring (slot < 0: untagged). Inside a group (distance 0): one member
+ * on around the group, collective group 3 (n = G consecutive cp ranks) under ring, group 5 (n = G
+ * consecutive members of this rank's ring subgroup, `stride` U cp ranks apart) under usp. Between
+ * groups: `distance` members over the ring, group 1 (the cp group) under ring, group 4 (the ring
+ * subgroup, the members sharing this rank's Ulysses index) under usp. */
+static dit_vid_t reuse_shift(dit_blocks_t *b, dit_vid_t x, int64_t distance, int slot, const char *name) {
+  const int usp = b->o.cp_mode == DIT_CP_USP, u = usp ? b->o.ulysses : 1;
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "group", distance ? (usp ? 4 : 1) : (usp ? 5 : 3));
+  dit_attrs_set_int(&a, "n", distance ? b->o.cp / u : b->o.reuse_group);
+  if (!distance && usp) dit_attrs_set_int(&a, "stride", u);
+  if (distance) dit_attrs_set_int(&a, "distance", distance);
+  if (slot >= 0) dit_attrs_set_int(&a, "reuse_slot", slot);
+  const dit_value_t *xv = dit_graph_cvalue(b->g, x);
+  return xv ? dit_graph_op(b->g, DIT_OP_RING_SHIFT, &x, 1, &a, xv->dtype, name) : -1; /* an operand failed: recorded */
+}
+
+/* Ring attention with attention-state reuse (DiTango, runtime/ditango.h) over R ring members (the
+ * cp ranks under ring; under usp the cp / U ranks sharing this rank's Ulysses index, each holding
+ * its heads / U of U ranks' tokens after the all-to-all, which the caller does): the m = R / G
+ * groups of G consecutive members; the local group's ring (reuse_shift inside the group) always
+ * runs; per remote group at distance o, its K/V come by a shift of o*G members over the ring, ring
+ * inside the group. With k = reuse_merge remote groups per cached state, the
  * states of the k adjacent groups at distances j*k+1 .. (j+1)*k (fewer in the last) are merged by
  * LSE and pass through state_cache slot layer * c + j (c = ceil((m - 1) / k) slots per layer; k = 1:
  * slot layer * (m - 1) + o - 1). Every op of a slot carries reuse_slot (the executor skips them
@@ -393,7 +420,7 @@ static dit_vid_t cp_collective(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x,
  * order; k > 1 merges a slot's groups before the running state (other roundings than ring's). */
 static dit_vid_t reuse_ring(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t v, int64_t heads, const char *prefix) {
   char n[192], hn[64];
-  const int cp = b->o.cp, G = b->o.reuse_group, m = cp / G, layer = b->reuse_layers++;
+  const int G = b->o.reuse_group, m = reuse_members(&b->o) / G, layer = b->reuse_layers++;
   const dit_dtype_t dts[2] = {b->o.dtype, DIT_F32};
   if (!dit_graph_cvalue(b->g, q) || !dit_graph_cvalue(b->g, k) || !dit_graph_cvalue(b->g, v)) return -1; /* recorded */
 #define N(s) sub(n, sizeof n, prefix, s)
@@ -408,8 +435,8 @@ static dit_vid_t reuse_ring(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t
   dit_vid_t state[2], ins[3] = {q, k, v};
   op2(b, DIT_OP_ATTENTION, ins, 3, TAGGED(aa, -1, G == 1), dts, N("ring0"), state);
   for (int hop = 1; hop < G; hop++) {
-    ins[1] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[1], 0, 0, 3, G, N("k_ring"));
-    ins[2] = cp_collective_in(b, DIT_OP_RING_SHIFT, ins[2], 0, 0, 3, G, N("v_ring"));
+    ins[1] = reuse_shift(b, ins[1], 0, -1, N("k_ring"));
+    ins[2] = reuse_shift(b, ins[2], 0, -1, N("v_ring"));
     dit_vid_t part[2], mi[4];
     snprintf(hn, sizeof hn, "ring%d", hop);
     op2(b, DIT_OP_ATTENTION, ins, 3, &aa, dts, N(hn), part);
@@ -424,25 +451,16 @@ static dit_vid_t reuse_ring(dit_blocks_t *b, dit_vid_t q, dit_vid_t k, dit_vid_t
     for (int o = first; o <= last; o++) {
       dit_vid_t gs[2], part[2], kv[2] = {k, v};
       for (int i = 0; i < 2; i++) {
-        dit_attrs_t sa = {0};
-        dit_attrs_set_int(&sa, "group", 1);
-        dit_attrs_set_int(&sa, "n", cp);
-        dit_attrs_set_int(&sa, "distance", (int64_t)o * G);
-        dit_attrs_set_int(&sa, "reuse_slot", slot);
         snprintf(hn, sizeof hn, "group%d_%c", o, i ? 'v' : 'k');
-        kv[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &kv[i], 1, &sa, b->o.dtype, N(hn));
+        kv[i] = reuse_shift(b, kv[i], (int64_t)o * G, slot, N(hn));
       }
       dit_vid_t gi[3] = {q, kv[0], kv[1]};
       snprintf(hn, sizeof hn, "group%d_ring0", o);
       op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), gs);
       for (int hop = 1; hop < G; hop++) {
         for (int i = 1; i < 3; i++) {
-          dit_attrs_t sa = {0};
-          dit_attrs_set_int(&sa, "group", 3);
-          dit_attrs_set_int(&sa, "n", G);
-          dit_attrs_set_int(&sa, "reuse_slot", slot);
           snprintf(hn, sizeof hn, "group%d_%c_ring", o, i == 1 ? 'k' : 'v');
-          gi[i] = dit_graph_op(b->g, DIT_OP_RING_SHIFT, &gi[i], 1, &sa, b->o.dtype, N(hn));
+          gi[i] = reuse_shift(b, gi[i], 0, slot, N(hn));
         }
         snprintf(hn, sizeof hn, "group%d_ring%d", o, hop);
         op2(b, DIT_OP_ATTENTION, gi, 3, TAGGED(aa, slot, 0), dts, N(hn), part);
@@ -510,15 +528,14 @@ dit_vid_t dit_blocks_attention_tokens_bounded(dit_blocks_t *b, dit_vid_t q, dit_
      * partition of the keys is merged into the running one by LSE. USP first moves tokens
      * to heads inside each Ulysses subgroup of U ranks, then rings between the subgroups. */
     const int usp = mode == DIT_CP_USP, u = usp ? b->o.ulysses : 1, ring = cp / u;
-    if (b->o.reuse_group && usp) {
-      if (!b->err) b->err = DIT_ERR(UNIMPLEMENTED, "attention '%s': --reuse ditango under --cp-mode usp (supported: ring)", prefix);
-      return -1;
-    }
-    if (b->o.reuse_group) return reuse_ring(b, q, k, v, hl, prefix);
     if (usp) {
       q = cp_collective_in(b, DIT_OP_ALLTOALL, q, hl, 0, 3, u, N("q_heads"));
       k = cp_collective_in(b, DIT_OP_ALLTOALL, k, hl, 0, 3, u, N("k_heads"));
       v = cp_collective_in(b, DIT_OP_ALLTOALL, v, hl, 0, 3, u, N("v_heads"));
+    }
+    if (b->o.reuse_group) {
+      dit_vid_t a = reuse_ring(b, q, k, v, hl / u, prefix);
+      return usp ? cp_collective_in(b, DIT_OP_ALLTOALL, a, hl, 1, 3, u, N("sdpa_tokens")) : a;
     }
     dit_attrs_t aa = {0}, ma = {0};
     sdpa_attrs(b, hl / u, &aa);

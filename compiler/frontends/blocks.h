@@ -37,7 +37,8 @@ typedef struct dit_blocks_options {
   int cp, cp_rank, cp_mode;      /* context-parallel degree (1: none), rank, DIT_CP_* */
   int ulysses;                   /* the Ulysses degree of DIT_CP_USP */
   int sp;                        /* sequence parallelism inside the tensor-parallel group */
-  /* Attention-state reuse (DiTango) under DIT_CP_RING: G ranks per reuse group (0: none), the
+  /* Attention-state reuse (DiTango) under DIT_CP_RING or DIT_CP_USP: G ring members per reuse group
+   * (ranks under ring; under usp the cp / ulysses ring positions; 0: none), the
    * copies of the state cache (one per branch that runs through the plan: 1 or 2), and the remote
    * groups per cached state (0 or 1: one each). */
   int reuse_group, reuse_copies, reuse_merge;

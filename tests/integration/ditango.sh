@@ -8,6 +8,8 @@
 #    byte for byte, and plain ring within fp32 rounding;
 #  - R = 0.5: about half of the remote states recomputed, the same report byte for byte twice,
 #    the final latents close to the exact run's (bound below), the diagnostic errors measured;
+#  - usp (Ulysses 2, the groups over the ring members): the same checks at cp 4 and 8, groups of 1
+#    and 2, a cache cap, processes (4 and 8);
 #  - the memory plan holds the caches (per layer and remote group, o and lse, one copy per branch)
 #    at the bottom of the arena, apart from every other value;
 #  - bad flags refused with the reason.
@@ -145,19 +147,133 @@ grep -qE -- "--reuse-cache-mb 0.001: the state cache needs at least [0-9]+ bytes
   { cat "$T/err"; exit 1; }
 echo "refused: $(cat "$T/err")"
 
-# The memory plan: the caches at the bottom of the arena, copies x (o + lse) per slot, apart from
-# every other arena value; the manifest's peak counts the arena and its reuse section the caches.
-python3 - "$T/b/$(basename "$reuse")" "$T/b/$(basename "$g2c")" "$T/b/$(basename "$k2")" <<'EOF'
+# USP (--cp-mode usp --ulysses 2): after the all-to-all each rank holds half the heads of its
+# Ulysses pair's tokens, and the reuse groups partition the ring members (the cp / 2 ranks sharing a
+# Ulysses index, 2 apart) as ring mode partitions the ranks; the all-to-alls stay around the ring.
+# cp 4 has 2 ring members (groups of 1), cp 8 four (groups of 1 and 2; 16 tokens: --height 64, its
+# inputs the tiny inputs with each latent frame's rows repeated to 8).
+python3 - "$d" "$T/in64.safetensors" <<'EOF'
+import json, struct, sys
+def read(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+t = {**read(sys.argv[1] + "/forward_inputs.safetensors"), **read(sys.argv[1] + "/generate_inputs.safetensors")}
+for k in ("hidden_states", "init_latents"):  # f32 [B, C, f, 6, w] -> [B, C, f, 8, w], row r from r % 6
+    dt, (B, C, f, h, w), raw = t[k]
+    rw = w * 4
+    t[k] = (dt, [B, C, f, 8, w], b"".join(raw[(i * h + r % h) * rw:(i * h + r % h + 1) * rw] for i in range(B * C * f) for r in range(8)))
+head, off, data = {}, 0, b""
+for k, (dt, shape, raw) in t.items():
+    head[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+    off, data = off + len(raw), data + raw
+hb = json.dumps(head).encode()
+hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+EOF
+usp_case() { # cp, height, forward inputs, generate inputs, extra flags...: R = 1 (groups of 1) bit-identical to usp
+  local cp=$1 h=$2 in=$3 gin=$4; shift 4
+  local pu ru
+  pu=$(compile --cp "$cp" --cp-mode usp --ulysses 2 --height "$h" "$@")
+  ru=$(compile --cp "$cp" --cp-mode usp --ulysses 2 --height "$h" --reuse ditango "$@")
+  "$BIN/ditrun" forward "$pu" --inputs "$in" --out "$T/fp.st" 2>/dev/null
+  "$BIN/ditrun" forward "$ru" --inputs "$in" --out "$T/fr.st" 2>/dev/null
+  cmp "$T/fp.st" "$T/fr.st" || { echo "usp forward --cp $cp $*: reuse bundle differs from plain usp"; exit 1; }
+  local gi=(--prompt-embeds "$gin" --negative-embeds "$gin" --init-latents "$gin" --guidance 5 --shift 3)
+  "$BIN/ditrun" generate "$pu" "${gi[@]}" --steps 4 --out "$T/up.st" 2>/dev/null
+  "$BIN/ditrun" generate "$ru" "${gi[@]}" --steps 4 --reuse-ratio 1 --out "$T/ur.st" 2>"$T/ur.log"
+  cmp "$T/up.st" "$T/ur.st" || { echo "usp generate --cp $cp $* --reuse-ratio 1 differs from plain usp"; exit 1; }
+  local n=$((3 * (cp / 2 - 1) * 2)) # layers x remote groups x steps after warm-up
+  grep -q "computed $n of $n remote attention states" "$T/ur.log" || { cat "$T/ur.log"; echo "usp R = 1 did not compute every remote state"; exit 1; }
+  echo "== usp --cp $cp --ulysses 2${*:+ $*}: R = 1 bit-identical to usp"
+}
+usp_case 4 "$H" "$d/forward_inputs.safetensors" "$d/generate_inputs.safetensors"
+usp_case 4 "$H" "$d/forward_inputs.safetensors" "$d/generate_inputs.safetensors" --cfg-parallel
+usp_case 8 64 "$T/in64.safetensors" "$T/in64.safetensors"
+usp_case 8 64 "$T/in64.safetensors" "$T/in64.safetensors" --cfg-parallel
+# cp 8 in groups of 2 ring members (the local pair and one remote pair, each pair's ring over ranks 2
+# apart): another merge order, so the same bundle without the planner byte for byte, usp within fp32
+# rounding (with and without --cfg-parallel); likewise under a 2/3 cache cap, where the 3 remote
+# groups of 1 become 2 cached states per layer.
+gen8=(--prompt-embeds "$T/in64.safetensors" --negative-embeds "$T/in64.safetensors" --init-latents "$T/in64.safetensors"
+      --guidance 5 --shift 3)
+up8=$(compile --cp 8 --cp-mode usp --ulysses 2 --height 64)
+ug2=$(compile --cp 8 --cp-mode usp --ulysses 2 --height 64 --reuse ditango --reuse-group 2)
+ug2c=$(compile --cp 8 --cp-mode usp --ulysses 2 --height 64 --reuse ditango --reuse-group 2 --cfg-parallel)
+u8=$(compile --cp 8 --cp-mode usp --ulysses 2 --height 64 --reuse ditango)
+ufull=$(python3 -c "import json; print(json.load(open('$T/b/$(basename "$u8")/manifest.json'))['topology']['reuse']['cache_bytes'])")
+uk2=$(compile --cp 8 --cp-mode usp --ulysses 2 --height 64 --reuse ditango --reuse-cache-mb "$(python3 -c "print('%.9f' % (($ufull * 2 // 3 + 64) / 1048576))")")
+python3 -c "import json; ru = json.load(open('$T/b/$(basename "$uk2")/manifest.json'))['topology']['reuse']; assert ru['merge'] == 2 and ru['ulysses'] == 2 and ru['cache_bytes'] * 3 == $ufull * 2, ru"
+"$BIN/ditrun" generate "$up8" "${gen8[@]}" --steps 4 --out "$T/up8.st" 2>/dev/null
+for c in "ug2 $ug2" "ug2c $ug2c" "uk2 $uk2"; do
+  read -r b bundle <<<"$c"
+  "$BIN/ditrun" generate "$bundle" "${gen8[@]}" --steps 4 --reuse-ratio 1 --out "$T/${b}a.st" 2>"$T/${b}a.log"
+  "$BIN/ditrun" generate "$bundle" "${gen8[@]}" --steps 4 --out "$T/${b}b.st" 2>/dev/null
+  cmp "$T/${b}a.st" "$T/${b}b.st" || { echo "usp ($b), R = 1: differs from the same bundle without the planner"; exit 1; }
+  "$BIN/st_compare" "$T/${b}a.st" "$T/up8.st" latents 1e-5
+done
+grep -q "computed 12 of 12 remote attention states" "$T/uk2a.log" || { cat "$T/uk2a.log"; echo "usp merged, R = 1: not every state computed"; exit 1; }
+# R = 0.5, 20 steps, cp 4 (one remote ring member per layer) and cp 8 in groups of 2: each twice
+# (reports and latents identical) and as one process per rank (identical to the one-process run),
+# the final latents against exact usp.
+up4=$(compile --cp 4 --cp-mode usp --ulysses 2)
+u4=$(compile --cp 4 --cp-mode usp --ulysses 2 --reuse ditango)
+"$BIN/ditrun" generate "$up4" "${gen[@]}" --steps 20 --out "$T/ux4.st" 2>/dev/null
+"$BIN/ditrun" generate "$up8" "${gen8[@]}" --steps 20 --out "$T/ux8.st" 2>/dev/null
+usp_half() { # name, bundle, cp (= processes), generate inputs...
+  local b=$1 bundle=$2 n=$3 cos; shift 3
+  local half=("$@" --steps 20 --reuse-ratio 0.5 --reuse-eps-local 100)
+  for o in h1 h2; do
+    "$BIN/ditrun" generate "$bundle" "${half[@]}" --reuse-report "$T/$b.$o.json" --out "$T/$b.$o.st" 2>"$T/$o.log" ||
+      { cat "$T/$o.log"; exit 1; }
+  done
+  cmp "$T/$b.h1.json" "$T/$b.h2.json" || { echo "usp --cp $n, R = 0.5: the reports of two runs differ"; exit 1; }
+  cmp "$T/$b.h1.st" "$T/$b.h2.st" || { echo "usp --cp $n, R = 0.5: the latents of two runs differ"; exit 1; }
+  timeout 120 "$BIN/ditrun" launch -n "$n" -- generate "$bundle" "${half[@]}" --reuse-report "$T/$b.p.json" --out "$T/$b.p.st" \
+    >/dev/null 2>"$T/p.log" || { cat "$T/p.log"; echo "usp launch -n $n: failed"; exit 1; }
+  cmp "$T/$b.p.st" "$T/$b.h1.st" || { echo "usp, $n processes, R = 0.5: the latents differ from the one-process run"; exit 1; }
+  cmp "$T/$b.p.json" "$T/$b.h1.json" || { echo "usp, $n processes, R = 0.5: the report differs from the one-process run"; exit 1; }
+  cos=$("$BIN/st_compare" "$T/$b.h1.st" "$T/ux$n.st" latents 1 | sed 's/.*cosine=\([0-9.]*\).*/\1/')
+  python3 - "$T/$b.h1.json" "$cos" "$n" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); cos = float(sys.argv[2])
+ratio = r["computed"] / r["decided"]
+print(f"usp --cp {sys.argv[3]}, R = 0.5: computed {r['computed']} of {r['decided']} ({ratio:.2f}), final-latent cosine {cos:.6f}")
+assert r["groups"] == 1 and len(r["steps"]) == 20, r["groups"]
+dec = [g["decision"] for s in r["steps"] for l in s["layers"] for g in l["groups"]]
+assert dec.count("reuse") > 0 and dec.count("compute") > 0
+assert 0.35 <= ratio <= 0.65, ratio
+assert cos >= 0.995, cos
+EOF
+}
+usp_half u4 "$u4" 4 "${gen[@]}"
+usp_half ug2 "$ug2" 8 "${gen8[@]}"
+echo "== usp: R = 0.5 reproducible, one process per rank identical to one process"
+"$BIN/ditc" inspect "$ug2c" | grep -qF "reuse      ditango: 2 groups of 2 ring members (x ulysses 2), a state cache per layer (3) and remote group, 1 copy" ||
+  { "$BIN/ditc" inspect "$ug2c"; echo "inspect does not show the usp reuse groups"; exit 1; }
+
+# The memory plan: the caches at the bottom of the arena, copies x (o + lse) per slot (layers x
+# remote groups), apart from every other arena value; the manifest's peak counts the arena and its
+# reuse section the caches. A cached state is the ring member's: under usp heads / U heads (of the
+# tiny model's 4, 12 wide) of U ranks' tokens.
+python3 - "$T/b/$(basename "$reuse")" "$T/b/$(basename "$g2c")" "$T/b/$(basename "$k2")" "$T/b/$(basename "$u4")" \
+  "$T/b/$(basename "$ug2c")" "$T/b/$(basename "$uk2")" <<'EOF'
 import json, os, sys
 for bdir in sys.argv[1:]:
     m = json.load(open(os.path.join(bdir, "manifest.json")))
     ru = m["topology"]["reuse"]
-    slots = ru["layers"] * ((m["topology"]["cp"] // ru["group"] - 2) // ru["merge"] + 1)
+    u, cp = ru.get("ulysses", 1), m["topology"]["cp"]
+    assert (u > 1) == (m["topology"]["cp_mode"] == "usp"), ru
+    slots = ru["layers"] * ((cp // u // ru["group"] - 2) // ru["merge"] + 1)
+    _, f, h, w = m["shape"]["latent"]
+    tokens, heads = f * (h // 2) * (w // 2) * u // cp, 4 // u
     for rank in m["ranks"]:
         p = json.load(open(os.path.join(bdir, "blobs", rank["plan"])))
         vals = p["values"]
         caches = [o for s in p["steps"] if s["op"] == "state_cache" for o in s["out"]]
         assert len(caches) == 2 * slots, (len(caches), slots)
+        for o, lse in zip(caches[::2], caches[1::2]):
+            assert vals[o]["shape"][1:] == [tokens, heads * 12] and vals[lse]["shape"][1:] == [heads, tokens], (vals[o], vals[lse])
         def size(v):
             n = 4 if v["dtype"] == "f32" else 2
             for d in v["shape"]: n *= d
@@ -178,8 +294,13 @@ EOF
   { "$BIN/ditc" inspect "$g2c"; echo "inspect does not show the reuse groups"; exit 1; }
 
 # Bad flags, refused with the reason.
-for bad in "--cp 4 --cp-mode gather --reuse ditango:--reuse ditango: needs --cp N (N >= 2) --cp-mode ring, found --cp 4 --cp-mode gather" \
-           "--cp 4 --cp-mode usp --ulysses 2 --reuse ditango:usp is not supported yet" \
+for bad in "--cp 4 --cp-mode gather --reuse ditango:--reuse ditango: needs --cp N (N >= 2) --cp-mode ring or usp, found --cp 4 --cp-mode gather" \
+           "--cp 4 --cp-mode ulysses --reuse ditango:needs --cp N (N >= 2) --cp-mode ring or usp, found --cp 4 --cp-mode ulysses" \
+           "--cp 4 --cp-mode usp --ulysses 2 --reuse ditango --reuse-group 2:--reuse-group 2: the ring members per reuse group: expected a divisor of the 2 ring members (--cp 4 / --ulysses 2) that leaves >= 2 groups" \
+           "--cp 8 --cp-mode usp --ulysses 2 --height 64 --reuse ditango --reuse-group 3:expected a divisor of the 4 ring members (--cp 8 / --ulysses 2)" \
+           "--cp 8 --cp-mode usp --ulysses 2 --height 64 --reuse ditango --reuse-group 2 --ranks-per-node 2:--ranks-per-node 2: a reuse group of 2 (x ulysses 2 x tp 1) would straddle nodes" \
+           "--cp 4 --cp-mode usp --ulysses 4 --reuse ditango:U must be >= 2 and divide cp into a ring of >= 2" \
+           "--cp 4 --cp-mode usp --ulysses 2 --reuse ditango --target sm_90 --dtype bf16:the state cache and its executor run on the cpu target so far" \
            "--cp 4 --cp-mode ring --reuse ditango --reuse-group 3:--reuse-group 3: the ranks per reuse group: expected a divisor of --cp 4 that leaves >= 2 groups" \
            "--cp 4 --cp-mode ring --reuse ditango --reuse-group 4:expected a divisor of --cp 4 that leaves >= 2 groups" \
            "--cp 4 --cp-mode ring --reuse-group 2:--reuse-group needs --reuse ditango" \

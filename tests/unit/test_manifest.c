@@ -519,9 +519,35 @@ static void test_reuse(void) {
   EXPECT(OUT_OF_RANGE, "topology.reuse.merge", "topology.reuse",
          "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 1, \"merge\": 2}");
   EXPECT(INVALID_ARGUMENT, "field 'topology.reuse': needs schema minor >= 3, found 1.2", "schema.minor", "2", "topology.reuse", ok);
-  EXPECT(INVALID_ARGUMENT, "reuse needs cp_mode \"ring\", found \"gather\"", "topology.cp_mode", "\"gather\"", "topology.reuse", ok);
+  EXPECT(INVALID_ARGUMENT, "reuse needs cp_mode \"ring\" or \"usp\", found \"gather\"", "topology.cp_mode", "\"gather\"", "topology.reuse",
+         ok);
+  EXPECT(INVALID_ARGUMENT, "field 'topology.reuse.ulysses': a Ulysses degree needs cp_mode \"usp\", found \"ring\"", "topology.reuse",
+         "{\"mode\": \"ditango\", \"group\": 1, \"ulysses\": 2, \"layers\": 3, \"copies\": 1}");
   EXPECT(INVALID_ARGUMENT, "field 'topology.reuse.group': expected a divisor of cp 2 leaving >= 2 groups, found 2", "topology.reuse",
          "{\"mode\": \"ditango\", \"group\": 2, \"layers\": 3, \"copies\": 1}");
+  /* usp (cp 4, U 2): groups of the 2 ring members sharing a Ulysses index; U recorded and required. */
+  const char *usp = "{\"mode\": \"ditango\", \"group\": 1, \"ulysses\": 2, \"layers\": 3, \"copies\": 2, \"merge\": 1, \"cache_bytes\": 9216}";
+  t = edited("topology.tp", "1", "topology.cp", "4", "topology.cp_mode", "\"usp\"", "topology.reuse", usp, NULL);
+  m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    CHECK_EQ_INT(m->topology.reuse_group, 1);
+    CHECK_EQ_INT(m->topology.reuse_ulysses, 2);
+    char *back = NULL;
+    CHECK_OK(dit_manifest_to_json(m, &back));
+    CHECK(back && strstr(back, "\"group\": 1,\n      \"ulysses\": 2,\n      \"layers\": 3,"));
+    free(back);
+    dit_manifest_free(m);
+  }
+  EXPECT(NOT_FOUND, "field 'topology.reuse.ulysses': missing", "topology.tp", "1", "topology.cp", "4", "topology.cp_mode", "\"usp\"",
+         "topology.reuse", ok);
+  EXPECT(INVALID_ARGUMENT, "field 'topology.reuse.group': expected a divisor of the 2 ring members (cp 4 / ulysses 2) leaving >= 2 groups, found 2",
+         "topology.tp", "1", "topology.cp", "4", "topology.cp_mode", "\"usp\"", "topology.reuse",
+         "{\"mode\": \"ditango\", \"group\": 2, \"ulysses\": 2, \"layers\": 3, \"copies\": 1}");
+  EXPECT(INVALID_ARGUMENT, "field 'topology.reuse.ulysses': expected a divisor of cp 4 leaving a ring of >= 2, found 4", "topology.tp", "1",
+         "topology.cp", "4", "topology.cp_mode", "\"usp\"", "topology.reuse",
+         "{\"mode\": \"ditango\", \"group\": 1, \"ulysses\": 4, \"layers\": 3, \"copies\": 1}");
   EXPECT(OUT_OF_RANGE, "topology.reuse.copies", "topology.reuse", "{\"mode\": \"ditango\", \"group\": 1, \"layers\": 3, \"copies\": 3}");
   EXPECT(INVALID_ARGUMENT, "topology.reuse.mode", "topology.reuse", "{\"mode\": \"other\", \"group\": 1, \"layers\": 3, \"copies\": 1}");
 }
