@@ -379,8 +379,12 @@ def peer_rows(torch, a, inputs, res, out, name, budget):
     else:
         try:
             from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_  # device only
-            quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()))
-            row["route"] = "quantize_(Float8DynamicActivationFloat8WeightConfig(PerRow)), torch.compile"
+            # The bf16 linears of the blocks (Wan keeps some modules in fp32, which PerRow refuses),
+            # as --quant fp8 takes the blocks' linears.
+            def blocks_bf16(mod, fqn):
+                return isinstance(mod, torch.nn.Linear) and fqn.startswith("blocks.") and mod.weight.dtype == torch.bfloat16
+            quantize_(model, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()), filter_fn=blocks_bf16)
+            row["route"] = "quantize_(Float8DynamicActivationFloat8WeightConfig(PerRow)) on the blocks' bf16 linears, torch.compile"
             add(row, fwd(torch.compile(model)), ref)
         except Exception as e:
             row["failed"] = f"{type(e).__name__}: {e}"[:400]

@@ -491,10 +491,21 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, (uint64_t)(x->dims[0] * heads * (hd / 32)), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
-    case DIT_OP_ATTENTION_FP8:
-      /* attention_fp8 kernel: lead */
-      return DIT_ERR(UNIMPLEMENTED,
-                     "op attention_fp8 '%s': attention_fp8: the sm_90a kernel is not in this ditc yet (compile for the cpu target)", y->name);
+    case DIT_OP_ATTENTION_FP8: {
+      /* The Hopper kernel's fp8 form (ditc takes --attn-quant fp8 for sm_90 alone). */
+      const dit_value_t *kk = V(g, op->in[2]);
+      const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
+      if (!sm90 || hd != 128 || y->dtype != DIT_BF16 || x->dims[0] * x->dims[1] >= INT32_MAX || x->dims[0] * kk->dims[1] >= INT32_MAX)
+        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_%s, head dim %" PRId64
+                       ", %s output)", y->name, arch, hd, dit_dtype_name(y->dtype));
+      dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
+             "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n", hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
+      if (op->n_in == 7)
+        dit_strbuf_printf(s, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n", V(g, op->in[6])->dims[1], DIT_SPARSE_TILE);
+      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1);
+      *tmpl = TEMPLATE_ATTN_SM90;
+      return DIT_OK;
+    }
     case DIT_OP_ATTENTION: {
       const dit_value_t *kk = V(g, op->in[1]);
       int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;

@@ -12,6 +12,7 @@ attention.json inside it)."""
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -153,7 +154,7 @@ def main():
     ap.add_argument("--variants", default=None, help="semicolon-separated BxHxSQxLKxHD:NCW,BN,ST list replacing the default variants")
     a = ap.parse_args()
 
-    specs = a.shapes.split(",") if a.shapes else [shape_str(s) + (":" + CFG[s] if s in CFG else "") for s in SHAPES]
+    specs = re.split(r",(?=\d+x)", a.shapes) if a.shapes else [shape_str(s) + (":" + CFG[s] if s in CFG else "") for s in SHAPES]
     variants = [] if a.no_variants else (a.variants.split(";") if a.variants else VARIANTS)
     if a.compile_only:
         subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only"] + (["--fp8"] if a.fp8 else []) + specs, check=True)

@@ -73,7 +73,8 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   # bench/lossy.py's modes (tests/gpu/run.sh LOSSY=480p,720p) at both sizes; its exact 720p bundle too.
   for hw in "480 832" "720 1280"; do
     read -r h w <<< "$hw"
-    for m in "" "--quant fp8" "--sparse-attn sta:18,24,24" "--sparse-attn radial" "--quant fp8 --sparse-attn sta:18,24,24"; do
+    for m in "" "--quant fp8" "--sparse-attn sta:18,24,24" "--sparse-attn radial" "--quant fp8 --sparse-attn sta:18,24,24" "--attn-quant fp8" \
+             "--quant fp8 --attn-quant fp8" "--quant fp8 --attn-quant fp8 --sparse-attn sta:18,24,24"; do
       # shellcheck disable=SC2086
       build/bin/ditc compile "$k/w13/model" --frames 81 --height "$h" --width "$w" --text-len 512 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
     done

@@ -832,7 +832,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   }
   /* FP8 attention's operands ([2, 200, 2 x 128]): attn_quant one block a (b, h, row block) (q:
    * 64 rows, 4 blocks; k: 128 rows, 2), attn_quant_vt one a (b, h, 32 channels); attention_fp8
-   * itself is refused until its kernel exists. */
+   * the Hopper kernel's fp8 form on sm_90, refused on other targets. */
   {
     const dit_vid_t xq = in3(g, "xq", DIT_BF16, 2, 200, 256);
     const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32};
@@ -851,8 +851,15 @@ static void test_codegen_ops(const char *target, const char *cache) {
     const dit_vid_t fi[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
     const dit_dtype_t odt[2] = {DIT_BF16, DIT_F32};
     CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, odt, "attn8", o));
-    CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-              "op attention_fp8 'attn8': attention_fp8: the sm_90a kernel");
+    if (!strcmp(target, "sm_90")) { /* the Hopper kernel's fp8 form: ceil(200 / bm) work tiles a (head, item) */
+      const int ncw = DIT_ABI_ATT90_NCW_HD128, st = DIT_ABI_ATT90_ST_FP8, bm = 64 * ncw;
+      CHECK_EQ_INT(check_op(cg, g, "attention_fp8", (uint32_t)(128 * (ncw + 1)),
+                            (uint32_t)(1024 + bm * 128 + 2 * st * 128 * 128 + 8 * (4 + 4 * st)), 1),
+                   (200 + bm - 1) / bm);
+    } else {
+      CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+                "op attention_fp8 'attn8': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_");
+    }
   }
   /* Attention: at head dims 64 and 128 on sm_90 the Hopper kernel, else the portable one. */
   const int sm90 = !strcmp(target, "sm_90");
