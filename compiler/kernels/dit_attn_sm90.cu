@@ -52,11 +52,12 @@
 //   dit_kernel(out, [lse,] q, q_scale, k, k_scale, vt, v_scale, [tiles,] tmap_q, tmap_k, tmap_vt)
 // with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
 // [B*HEADS*HD, LKP] (box {128 keys, HD rows}). S = Q K^T runs on e4m3 wgmma and is scaled per tile
-// into log2 units before the softmax; P is rounded to e4m3 unscaled (it lies in [0, 1]) and
-// O += P V^T runs on e4m3 wgmma with P from registers. The S accumulators hold keys 2t, 2t+1,
-// 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so vt holds
-// its keys permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for j < 2,
-// else 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
+// into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row sums with it) so the
+// small probabilities of long rows stay out of e4m3's subnormals, rounded to e4m3, and O += P V^T
+// runs on e4m3 wgmma with P from registers. The S accumulators hold keys 2t, 2t+1, 8+2t, 9+2t
+// (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so vt holds its keys
+// permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else
+// 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
 // The row sums take the unrounded P; the output is O * v_scale / l.
 
 #include "dit_abi.h"
@@ -103,6 +104,11 @@
 #endif
 #if ATT_FP8 && (HD != 128 || ATT_BN != 128 || HAS_BOUND)
 #error "dit_attn_sm90: fp8 attention takes head dim 128, key tiles of 128 and no bound"
+#endif
+#if ATT_FP8
+#define P_SHIFT 8.f  // log2 of P's scale before its e4m3 rounding
+#else
+#define P_SHIFT 0.f
 #endif
 #if ATT_PERSIST && !defined(BATCH)
 #error "dit_attn_sm90: ATT_PERSIST needs BATCH"
@@ -389,7 +395,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       mx1 = fmaxf(m1, mx1 * f);
       al0 = ex2(m0 - mx0);  // 0 on the first tile (m = -inf)
       al1 = ex2(m1 - mx1);
-      const float ms0 = mx0, ms1 = mx1;
+      // P is made 2^P_SHIFT times larger (l too, so O / l is unchanged): the small probabilities of
+      // long rows stay out of e4m3's subnormals.
+      const float ms0 = mx0 - P_SHIFT, ms1 = mx1 - P_SHIFT;
 #else
       al0 = ex2((m0 - mx0) * sl2);  // 0 on the first tile (m = -inf)
       al1 = ex2((m1 - mx1) * sl2);
@@ -565,8 +573,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       if (t4 == 0) {
         const float ln2 = 0.6931471805599453f;
         float *lb = lse + ((long long)b * HEADS + head) * SQ;
-        if (r0 < SQ) lb[r0] = (m0 * sl2 + __log2f(l0)) * ln2;
-        if (r1 < SQ) lb[r1] = (m1 * sl2 + __log2f(l1)) * ln2;
+        if (r0 < SQ) lb[r0] = (m0 * sl2 + __log2f(l0) - P_SHIFT) * ln2;
+        if (r1 < SQ) lb[r1] = (m1 * sl2 + __log2f(l1) - P_SHIFT) * ln2;
       }
 #endif
     }

@@ -1,7 +1,7 @@
 /* FP8 attention on the CPU: the reference of base/ops.def's attn_quant, attn_quant_vt and
  * attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 codes decoded
- * exactly to fp32, fp32 sums, exp2 with log2(e) folded into the scores, P rounded to e4m3 before
- * the P V product). Deterministic: every sum runs in a fixed order whatever the thread count. */
+ * exactly to fp32, fp32 sums, exp2 with log2(e) folded into the scores, 2^8 P rounded to e4m3
+ * before the P V product). Deterministic: every sum runs in a fixed order whatever the thread count. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -204,7 +204,7 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t key = 0; key < nk; key++) {
           const float p = exp2f(s[key] - mx);
           sum += p;
-          const float p8 = dec[dit_f32_to_e4m3(p)];
+          const float p8 = dec[dit_f32_to_e4m3(p * 256.0f)] * (1.0f / 256.0f); /* 2^8 P: exact scalings */
           if (p8 == 0.0f) continue;
           const float *vr = vd + key * Dh;
           for (int64_t c = 0; c < Dh; c++) orow[c] += p8 * vr[c];

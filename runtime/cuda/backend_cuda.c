@@ -850,6 +850,11 @@ static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const
     if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
     if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale), "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
     if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale), "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+    /* Fast accumulation (no periodic promotion of the tensor cores' partial sums): measured 1.1 to
+     * 1.3x on Wan2.1-1.3B's linear shapes with outer-vector scales (bench/gemm_fp8.py), within the
+     * fp8 mode's own error. */
+    const int8_t fast = 1;
+    if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
 #else
     (void)x_scale;
     s = DIT_ERR(UNIMPLEMENTED, "linear_fp8: this ditrun was built against cuBLAS %d, before outer-vector fp8 scaling (12.9)", CUBLAS_VERSION);

@@ -20,7 +20,7 @@
 #   4c. with LOSSY=480p|720p (comma-separated; 1: both), the lossy modes of Wan2.1-1.3B at 81 frames (bench/lossy.py:
 #      exact, fp8, sta, radial, fp8+sta; forward and 50-step generate against exact; torch.compile, sageattention 1.0.6
 #      and torchao FP8 on diffusers as peers; lossy_<res>.json/.md/.png; LOSSY_BUDGET seconds a call, default 540;
-#      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate),
+#      LOSSY_FLAGS passes options such as --sta T,H,W or --no-generate, LOSSY_FLAGS_480p / LOSSY_FLAGS_720p one resolution's),
 #   4d. with VAE=480p|720p|704p|1024px (comma-separated; 1: 480p and 720p), the Wan2.1 VAE decode at 81 frames (704p:
 #      the Wan2.2 VAE's at 121 frames of 704x1280; 1024px: FLUX.1's of one 1024x1024 image) (bench/vae_decode.py: the
 #      compiled vae/ stage against diffusers' AutoencoderKLWan.decode in bf16, random weights at the published config:
@@ -64,6 +64,8 @@
 #      UMT5_LAYERS blocks, default all 24),
 #   12. with ATTN=1 (or fp8: also the fp8 form and sageattn), the attention kernels at the DiT shapes against torch SDPA
 #      (bench/attention/gpu.sh into RESULTS_DIR/attention; ATTN_FLAGS passes run.py options such as --no-variants),
+#   13. with GEMM_FP8=1, cuBLASLt's fp8 matmul forms (per-tensor, outer-vector; fast accumulation or not) against bf16 at
+#      Wan2.1-1.3B's linear shapes (bench/gemm_fp8.py: gemm_fp8.json),
 #      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
@@ -144,6 +146,22 @@ for d in tests/data/wan_tiny_*/; do
   check mem_within "$BIN/ditrun" forward "$fp8" --inputs "$d/forward_inputs.safetensors" --out "$W/f8.safetensors"
   check "$BIN/ditrun" forward "$exact" --inputs "$d/forward_inputs.safetensors" --out "$W/fe.safetensors"
   check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
+done
+step "1f. fp8 attention (--attn-quant fp8, alone and with --quant fp8): the Hopper kernel's fp8 form and its quantizers step by step against the CPU reference, the forward against the bf16 bundle's"
+"$BIN/make_tiny_wan" --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$W/hd128" >/dev/null
+for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key tiles, a partial last one at 3072
+  read -r F H Wd <<< "$fhw"
+  fargs=(compile "$W/hd128/model" --frames "$F" --height "$H" --width "$Wd" --text-len 7 --dtype bf16 --target sm_90 -o "$W/b" -q)
+  exact=$("$BIN/ditc" "${fargs[@]}" | tail -n1 | cut -d' ' -f3)
+  "$BIN/forward_inputs" "$exact" "$W/in_hd128.safetensors" --seed 3 --set timestep=500 >/dev/null
+  check "$BIN/ditrun" forward "$exact" --inputs "$W/in_hd128.safetensors" --out "$W/fe.safetensors"
+  for m in "--attn-quant fp8" "--quant fp8 --attn-quant fp8"; do
+    # shellcheck disable=SC2086
+    b=$("$BIN/ditc" "${fargs[@]}" $m | tail -n1 | cut -d' ' -f3)
+    check "$BIN/ditrun" compare "$b" --inputs "$W/in_hd128.safetensors" --max-rel 3e-2
+    check "$BIN/ditrun" forward "$b" --inputs "$W/in_hd128.safetensors" --out "$W/f8.safetensors"
+    check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
+  done
 done
 
 fi
@@ -548,7 +566,7 @@ if [ -n "${LOSSY:-}" ] && [ -z "${NO_13B:-}" ]; then
   # One call a resolution, each under its budget (the rest skipped with a row saying so).
   for res in $([ "$LOSSY" = 1 ] && echo 480p 720p || echo "$LOSSY" | tr , ' '); do
     timeout "${LOSSY_TIMEOUT:-600}" python3 bench/lossy.py --res "$res" --model "$W/wan13/model" --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" \
-      --work "$W/lossy_$res" --out "$OUT" --budget "${LOSSY_BUDGET:-540}" ${LOSSY_FLAGS:-} 2>&1 | grep -v Warning | tee "$OUT/bench_lossy_$res.txt"
+      --work "$W/lossy_$res" --out "$OUT" --budget "${LOSSY_BUDGET:-540}" $(v=LOSSY_FLAGS_$res; echo "${!v:-${LOSSY_FLAGS:-}}") 2>&1 | grep -v Warning | tee "$OUT/bench_lossy_$res.txt"
     check test "${PIPESTATUS[0]}" = 0
   done
 fi
@@ -696,6 +714,11 @@ if [ -n "${QWEN:-}" ]; then
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
+fi
+if [ -n "${GEMM_FP8:-}" ]; then
+  step "13. cuBLASLt's fp8 forms at Wan2.1-1.3B's linear shapes against bf16 (bench/gemm_fp8.py)"
+  timeout 120 python3 bench/gemm_fp8.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench_gemm_fp8.txt"
+  check test "${PIPESTATUS[0]}" = 0
 fi
 if [ -n "${ATTN:-}" ]; then
   step "12. the attention kernels at the DiT shapes (bench/attention: build-attn from bench/attention/build.sh), with ATTN=fp8 also the fp8 form against the bf16 kernel and sageattn"
