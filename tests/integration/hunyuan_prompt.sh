@@ -5,13 +5,15 @@
 # tokenizer; the pipeline's template, its first 95 tokens cropped after hidden_states[-3], every
 # row kept and their mask handed to prompt_attention_mask: padding "masked"), its CLIP
 # (pooled_prompt_embeds, at its tokenizer's 77) and its VAE decoder (AutoencoderKLHunyuanVideo, one
-# graph over the whole video), and `ditrun generate --prompt --out-latents` (no --out: no decode)
+# graph over the whole video of two latent frames), and `ditrun generate --prompt --out-latents` (no --out: no decode)
 # gives HunyuanVideoPipeline's latents within 1e-4 relative on the same initial latents; with --out
 # an MP4 and, through --out-frames, the decoded frames, which after the video processor's
 # postprocess are the pipeline's video within 1e-4 absolute and 80 dB PSNR (the latents agree to
 # about 4e-6 and the tiny decoder's gain is modest: the frames differ by about 4e-6; the bound is
-# 25x that and 40x below one 8-bit level of the written video). --vae-chunk is refused naming the
-# VAE; a bundle compiled without the VAE stage refuses --out naming the stage.
+# 25x that and 40x below one 8-bit level of the written video). At 17 frames (five latent frames)
+# the VAE decodes framewise as diffusers' default: two window graphs, blended by generate and ditrun
+# decode alike, unlike the whole-video graph. --vae-chunk is refused naming the VAE; a bundle
+# compiled without the VAE stage refuses --out naming the stage.
 set -euo pipefail
 BIN=$1/bin
 # shellcheck source=tests/tools/goldens_lib.sh
@@ -49,6 +51,46 @@ grep -q "tokens -> prompt_embeds and its mask prompt_attention_mask$" "$T/gen.er
 python3 tests/tools/video_frames.py "$T/f.safetensors" "$g" frames 1e-4 80
 expect_fail "--vae-chunk: AutoencoderKLHunyuanVideo decodes the whole video in one graph" "$BIN/ditc" compile "$d" --frames "$F" \
   --height "$H" --width "$W" --text-len "$L" --vae-chunk 1 -o "$T/b"
+
+# 17 frames (five latent frames, more than diffusers' four decoded whole): the pipeline's VAE
+# decodes framewise, windows of five latent frames at 0 and of two at 3, each its own stage graph
+# (the window's checked against diffusers' framewise decode by goldens_hunyuan_vae.sh), blended by
+# generate as by ditrun decode on the pipeline's bundle or on the two stage bundles.
+line=$("$BIN/ditc" compile "$d" --frames 17 --height "$H" --width "$W" --text-len "$L" -o "$T/w" 2>"$T/compile.err" | tail -n1) ||
+  { cat "$T/compile.err"; fail "compile at 17 frames"; }
+grep -q "^ditc: stage vae: 5 latent frames decode framewise, in windows of 5 every 3 (the last of 2)$" "$T/compile.err" ||
+  { cat "$T/compile.err"; fail "no framewise note"; }
+b=${line##* }
+"$BIN/ditrun" info "$b" >"$T/winfo"
+grep -q "^schema     1.8$" "$T/winfo" &&
+  grep -q "^stage      vae_decoder  *[0-9a-f]* (hunyuan_vae, AutoencoderKLHunyuanVideo), in windows every 3 latent frames$" "$T/winfo" &&
+  grep -q "^stage      vae_decoder_last [0-9a-f]* (hunyuan_vae, AutoencoderKLHunyuanVideo)$" "$T/winfo" || { cat "$T/winfo"; fail "the window stages"; }
+win=$T/w/$(awk '$1 == "stage" && $2 == "vae_decoder" {print $3}' "$T/winfo")
+last=$T/w/$(awk '$1 == "stage" && $2 == "vae_decoder_last" {print $3}' "$T/winfo")
+"$BIN/ditrun" info "$win" | grep -q "^input      latents  *f32\[1,4,5,6,4\]$" && "$BIN/ditrun" info "$last" | grep -q "^input      latents  *f32\[1,4,2,6,4\]$" ||
+  fail "the window graphs take 5 and 2 latent frames"
+"$BIN/ditrun" generate "$b" --prompt "$PROMPT" --steps 2 --guidance "$G" --seed 5 --out "$T/w.mp4" --out-frames "$T/wf.safetensors" \
+  --out-latents "$T/wl.safetensors" 2>"$T/gen.err" >/dev/null || { cat "$T/gen.err"; fail "generate at 17 frames"; }
+[ -s "$T/w.mp4" ] || fail "no video written at 17 frames"
+"$BIN/ditrun" decode "$b" --latents "$T/wl.safetensors" --out "$T/wd.safetensors" 2>/dev/null >/dev/null
+"$BIN/ditrun" decode "$win" --last "$last" --window-stride 3 --latents "$T/wl.safetensors" --out "$T/ws.safetensors" 2>/dev/null >/dev/null
+whole=$("$BIN/ditc" compile "$d/vae" --frames 17 --height "$H" --width "$W" -o "$T/w" -q | tail -n1 | cut -d' ' -f3)
+"$BIN/ditrun" decode "$whole" --latents "$T/wl.safetensors" --out "$T/wo.safetensors" 2>/dev/null >/dev/null
+python3 - "$T/wf.safetensors" "$T/wd.safetensors" "$T/ws.safetensors" "$T/wo.safetensors" <<'PY'
+import json, struct, sys
+def load(p):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); body = f.read()
+    v = h["frames"]; a, b = v["data_offsets"]
+    return v["shape"], body[a:b]
+(sg, g), (sd, d), (ss, s), (so, o) = map(load, sys.argv[1:])
+assert sg == [1, 3, 17, 48, 32], sg
+assert sd == sg and d == g, "ditrun decode on the pipeline's bundle decodes otherwise than generate"
+assert ss == sg and s == g, "ditrun decode on the stage bundles decodes otherwise than generate"
+assert so == sg and o != g, "the whole-video graph decodes as the windows do: the windows are not in effect"
+print("17 frames: generate's frames are the windows' decode, not the whole video's")
+PY
+expect_fail "a pipeline's bundle decodes with its own stages: give no --first, --head, --last or --window-stride" \
+  "$BIN/ditrun" decode "$b" --window-stride 3 --latents "$T/wl.safetensors" --out "$T/x.safetensors"
 
 # Without the VAE stage --out is refused.
 line=$("$BIN/ditc" compile "$d" --frames "$F" --height "$H" --width "$W" --text-len "$L" --stages transformer,text_encoder,text_encoder_2 \
