@@ -193,6 +193,10 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
         (!st->argument[0] || m->schema_minor < DIT_SCHEMA_MINOR_IMAGE))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: a template, drop, mask argument or masked padding needs an argument and "
                      "schema minor >= %d, found %d", i, DIT_SCHEMA_MINOR_IMAGE, m->schema_minor);
+    if (st->window_stride && (st->window_stride < 0 || strcmp(st->role, "vae_decoder") || m->schema_minor < DIT_SCHEMA_MINOR_WINDOWS))
+      return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: window_stride %lld: expected > 0, on a vae_decoder stage, with schema "
+                     "minor >= %d, found role %s and minor %d", i, (long long)st->window_stride, DIT_SCHEMA_MINOR_WINDOWS, st->role,
+                     m->schema_minor);
     if (st->argument[0] && (!st->output[0] || strncmp(st->role, "text_encoder", 12)))
       return DIT_ERR(INVALID_ARGUMENT, "manifest: stages[%zu]: argument %s: %s", i, st->argument,
                      st->output[0] ? "only a text encoder stage makes a generate argument" : "no output named");
@@ -209,6 +213,7 @@ static dit_status_t write_stages(jw_t *w, const dit_manifest_t *m) {
       if (st->drop) jw_ki64(w, "drop", st->drop);
       if (st->mask_argument[0]) jw_kstr(w, "mask_argument", st->mask_argument);
     }
+    if (st->window_stride) jw_ki64(w, "window_stride", st->window_stride);
     jw_close(w, '}');
   }
   jw_close(w, ']');
@@ -1333,9 +1338,9 @@ static dit_status_t parse_stage_feed(const dit_json_t *e, const dit_manifest_t *
 /* The optional stages section (schema 1.4): 1..DIT_MAX_STAGES entries, each role at most once. */
 static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
   static const char *const keys[] = {"role", "identity", "family", "class", "argument", "output", "padding", "template", "drop",
-                                     "mask_argument", NULL};
+                                     "mask_argument", "window_stride", NULL};
   static const char *const roles[] = {"text_encoder", "vae_decoder", "vae_decoder_first", "vae_decoder_head", "text_encoder_2",
-                                      "vae_encoder", "vae_encoder_first", "image_encoder", NULL};
+                                      "vae_encoder", "vae_encoder_first", "image_encoder", "vae_decoder_last", NULL};
   dit_json_t a, e;
   size_t n;
   DIT_RETURN_IF(dit_json_array(root, "stages", DIT_MAX_STAGES, &a, &n));
@@ -1368,6 +1373,15 @@ static dit_status_t parse_stages(const dit_json_t *root, dit_manifest_t *m) {
     DIT_RETURN_IF(dit_json_str_copy(&e, "family", st->family, sizeof st->family, false));
     DIT_RETURN_IF(dit_json_str_copy(&e, "class", st->model_class, sizeof st->model_class, false));
     DIT_RETURN_IF(parse_stage_feed(&e, m, i, st, dit_padding_names));
+    if (dit_json_has(&e, "window_stride")) {
+      dit_json_t pr = at_key(&e, "window_stride");
+      if (m->schema_minor < DIT_SCHEMA_MINOR_WINDOWS)
+        return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "needs schema minor >= %d, found %d.%d", DIT_SCHEMA_MINOR_WINDOWS,
+                              m->schema_major, m->schema_minor);
+      if (strcmp(st->role, "vae_decoder"))
+        return dit_json_error(&pr, DIT_CODE_INVALID_ARGUMENT, "role \"%s\" decodes no windows (only a vae_decoder stage does)", st->role);
+      DIT_RETURN_IF(dit_json_int(&e, "window_stride", 1, 1 << 20, &st->window_stride));
+    }
   }
   m->n_stages = n;
   return DIT_OK;
@@ -1541,7 +1555,8 @@ int dit_manifest_stage_minor(const char *role) {
   } k[] = {{"text_encoder", DIT_SCHEMA_MINOR_STAGES},      {"vae_decoder", DIT_SCHEMA_MINOR_STAGES},
            {"vae_decoder_first", DIT_SCHEMA_MINOR_STAGES}, {"vae_decoder_head", DIT_SCHEMA_MINOR_TILES},
            {"text_encoder_2", DIT_SCHEMA_MINOR_FEEDS},     {"vae_encoder", DIT_SCHEMA_MINOR_IMAGE},
-           {"vae_encoder_first", DIT_SCHEMA_MINOR_IMAGE},  {"image_encoder", DIT_SCHEMA_MINOR_IMAGE}};
+           {"vae_encoder_first", DIT_SCHEMA_MINOR_IMAGE},  {"image_encoder", DIT_SCHEMA_MINOR_IMAGE},
+           {"vae_decoder_last", DIT_SCHEMA_MINOR_WINDOWS}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
     if (!strcmp(k[i].role, role)) return k[i].minor;
   return -1;

@@ -58,7 +58,8 @@
  *               "argument": "<name>", "output": "<name>",        store), at most one per role;
  *               "padding": "zeroed" | "attended" | "masked",     role "vae_decoder_first":
  *               "template": "...{}...", "drop": n,
- *               "mask_argument": "<name>"}, ...]
+ *               "mask_argument": "<name>",
+ *               "window_stride": s}, ...]
  *                                             latent frame 0's graph of a VAE decoding in chunks
  *                                             (vae_decoder: the later chunks' or, for an image, the
  *                                             whole decode); "vae_decoder_head" (schema 1.5): the
@@ -90,6 +91,19 @@
  *                                             rows are the template's and go, and the mask of
  *                                             the rows kept (the tokenizer's, from drop on) is
  *                                             the generate argument mask_argument.
+ *                                             window_stride (schema 1.8, optional, vae_decoder
+ *                                             only): the pipeline decodes a video of more
+ *                                             latent frames than the stage takes framewise, as
+ *                                             diffusers' AutoencoderKLHunyuanVideo does: windows
+ *                                             of up to the stage's n latent frames starting
+ *                                             every s (0, s, 2s, ...), each decoded alone (a
+ *                                             shorter last window by "vae_decoder_last", schema
+ *                                             1.8), every window's first frame but the first
+ *                                             window's dropped, its first frames blended
+ *                                             linearly with the previous window's last ones
+ *                                             (the window's sample frames beyond s times the
+ *                                             temporal ratio, plus one), s times the ratio
+ *                                             frames kept of each (the first window one more).
  *                                             Without them a text_encoder stage makes
  *                                             prompt_embeds from last_hidden_state, "zeroed"
  * }
@@ -120,7 +134,7 @@
 #include "base/status.h"
 
 #define DIT_SCHEMA_MAJOR 1
-#define DIT_SCHEMA_MINOR 7
+#define DIT_SCHEMA_MINOR 8
 #define DIT_SCHEMA_MINOR_EXPERTS 1 /* the first minor with the experts section */
 #define DIT_SCHEMA_MINOR_GENERATE 2 /* the first minor with the generate section */
 #define DIT_SCHEMA_MINOR_REUSE 3 /* the first minor with topology.reuse */
@@ -128,6 +142,7 @@
 #define DIT_SCHEMA_MINOR_TILES 5  /* the first minor with shape.tile and the vae_decoder_head stage */
 #define DIT_SCHEMA_MINOR_FEEDS 6  /* the first minor with a stage's argument/output/padding and text_encoder_2 */
 #define DIT_SCHEMA_MINOR_IMAGE 7  /* the first minor with the image-to-video stages and image_processor blobs */
+#define DIT_SCHEMA_MINOR_WINDOWS 8 /* the first minor with a VAE decoder stage's window_stride and vae_decoder_last */
 #define DIT_MAX_STAGES 8
 #define DIT_MAX_EXPERTS 2
 #define DIT_GEN_MAX_CONDITIONS 8
@@ -157,6 +172,10 @@ typedef struct dit_manifest_stage {
   char prompt_template[1024];
   int64_t drop;
   char mask_argument[64];
+  /* Schema 1.8, optional, vae_decoder alone: the pipeline decodes more latent frames than the
+   * stage takes in windows of the stage's frames starting every window_stride latent frames
+   * (0: the stage decodes the whole video). */
+  int64_t window_stride;
 } dit_manifest_stage_t;
 
 /* How a text encoder stage pads (its "padding"): WanPipeline's "zeroed" (the tokenizer's mask

@@ -59,6 +59,7 @@ void dit_manifest_print(const dit_manifest_t *m, FILE *f) {
     if (st->argument[0]) fprintf(f, " -> %s from %s, padding %s", st->argument, st->output, dit_padding_names[st->padding]);
     if (st->mask_argument[0]) fprintf(f, ", its mask %s", st->mask_argument);
     if (st->prompt_template[0]) fprintf(f, ", a prompt template whose first %lld tokens go", (long long)st->drop);
+    if (st->window_stride) fprintf(f, ", in windows every %lld latent frames", (long long)st->window_stride);
     fputc('\n', f);
   }
   for (size_t i = 0; i < m->n_weights; i++)

@@ -170,6 +170,7 @@ static int schema_minor(const dit_compile_options_t *o, const dit_model_t *m, co
     const int r = dit_manifest_stage_minor(list[i].role), f = later ? DIT_SCHEMA_MINOR_IMAGE : list[i].argument[0] ? DIT_SCHEMA_MINOR_FEEDS : 0;
     need = r > need ? r : need;
     need = f > need ? f : need;
+    if (list[i].window_stride && need < DIT_SCHEMA_MINOR_WINDOWS) need = DIT_SCHEMA_MINOR_WINDOWS;
   }
   return need     ? need
          : stages ? DIT_SCHEMA_MINOR_STAGES

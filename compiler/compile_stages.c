@@ -28,12 +28,15 @@
  * pipeline (the family's image_stages) adds the VAE encoder of its --image: over that frame alone
  * (vae_encoder), or over the image and zero frames in chunks as the decoder (vae_encoder_first
  * frame 0's graph, vae_encoder the later chunks'), and its image encoder (image_encoder, its
- * bundle carrying image_processor/'s preprocessing). */
+ * bundle carrying image_processor/'s preprocessing). A whole-video decoder whose pipeline decodes
+ * framewise (the family's decode_window) is, for more latent frames than a window holds, the
+ * graph of one window (vae_decoder, its entry's window_stride) and that of the shorter last
+ * window (vae_decoder_last), run one after another and blended by the runtime. */
 static const struct {
   const char *folder, *role;
 } kStages[] = {{"text_encoder", "text_encoder"}, {"text_encoder_2", "text_encoder_2"}, {"vae", "vae_decoder"},
-               {"vae", "vae_decoder_first"}, {"vae", "vae_decoder_head"},   {"vae", "vae_encoder"},
-               {"vae", "vae_encoder_first"}, {"image_encoder", "image_encoder"}};
+               {"vae", "vae_decoder_last"},  {"vae", "vae_decoder_first"},       {"vae", "vae_decoder_head"},
+               {"vae", "vae_encoder"},       {"vae", "vae_encoder_first"},       {"image_encoder", "image_encoder"}};
 #define N_STAGES (sizeof kStages / sizeof kStages[0])
 #define VAE_STAGE 2 /* kStages' vae_decoder */
 
@@ -123,6 +126,32 @@ static dit_status_t vae_tiles_of(const dit_compile_options_t *o, const char *dir
   return DIT_OK;
 }
 
+/* A framewise decode (the family's decode_window, diffusers' use_framewise_decoding): the latent
+ * frames of a window (n), the stride between windows' starts and the last window's frames, or
+ * n = 0 when the video decodes whole (a family without windows, or few enough frames). Windows
+ * start every stride latent frames and take up to n; one of a single frame after the first gives
+ * no frames (its one frame is dropped) and is left out, so the last window has 2..n. */
+typedef struct frame_windows {
+  int64_t n, stride, last;
+} frame_windows_t;
+
+static dit_status_t frame_windows_of(const dit_compile_options_t *o, const dit_model_t *tm, frame_windows_t *w) {
+  memset(w, 0, sizeof *w);
+  const dit_family_t *fam = tm && tm->fam ? tm->fam : NULL;
+  const int64_t vt = tm ? tm->vae_temporal : 0;
+  if (!fam || !fam->whole_video_decoder || !fam->decode_window || vt < 1 || o->shape.frames < 1) return DIT_OK;
+  const int64_t f = (o->shape.frames - 1) / vt + 1, n = fam->decode_window / vt + 1, stride = fam->decode_stride / vt;
+  if (f <= n - 1) return DIT_OK; /* diffusers' rule: more latent frames than decode_window / temporal go framewise */
+  /* Every window but the last takes n frames only when it reaches stride + 2 past the last's start;
+   * consecutive windows share a frame at least (the later one's dropped first). */
+  if (stride < 1 || stride + 2 < n || stride > n - 1)
+    return DIT_ERR(UNIMPLEMENTED, "%s: windows of %lld latent frames every %lld: expected a stride of %lld..%lld (only the last window "
+                   "shorter, consecutive windows overlapping)", tm->model_class, (long long)n, (long long)stride,
+                   (long long)(n - 2 > 1 ? n - 2 : 1), (long long)(n - 1));
+  *w = (frame_windows_t){n, stride, f - (f - 2) / stride * stride};
+  return DIT_OK;
+}
+
 /* The transformer family's entry for text stage `role` (NULL: the family lists none, or not this one). */
 static const dit_stage_feed_t *stage_feed(const dit_model_t *m, const char *role) {
   for (size_t i = 0; m && m->fam && i < m->fam->n_text_stages; i++)
@@ -159,6 +188,8 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
   dit_image_stages_t is = {0};
   if (tm && tm->fam && tm->fam->image_stages) tm->fam->image_stages(tm, &is);
   int64_t tiles = -1; /* decided with the first VAE stage */
+  frame_windows_t fw;
+  DIT_RETURN_IF(frame_windows_of(o, tm, &fw));
   for (size_t i = 0; i < N_STAGES; i++) {
     const int named = (wanted >> i) & 1;
     const int text = !strncmp(kStages[i].role, "text_encoder", 12);
@@ -191,6 +222,8 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
     if (whole && (!strcmp(kStages[i].role, "vae_decoder_first") || !strcmp(kStages[i].role, "vae_decoder_head")))
       continue; /* a whole image or video decodes in one graph */
     if (!strcmp(kStages[i].role, "vae_decoder_first") && !vae_chunk(o, whole)) continue; /* the whole video in one graph */
+    const int last = !strcmp(kStages[i].role, "vae_decoder_last");
+    if (last && (!fw.n || fw.last == fw.n)) continue; /* no window shorter than the others */
     if (!strncmp(kStages[i].role, "vae_decoder", 11) && tiles < 0) {
       if (whole && o->vae_budget_gib > 0)
         return DIT_ERR(INVALID_ARGUMENT, "--vae-budget %g: %s's pipeline decodes whole %s in one graph (no windows to fit a budget)",
@@ -226,6 +259,7 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
     snprintf(st->family, sizeof st->family, "%s", m->family);
     snprintf(st->model_class, sizeof st->model_class, "%s", m->model_class);
     dit_model_free(m);
+    if (fw.n && !strcmp(kStages[i].role, "vae_decoder")) st->window_stride = fw.stride;
     if (feed) {
       snprintf(st->argument, sizeof st->argument, "%s", feed->argument);
       snprintf(st->output, sizeof st->output, "%s", feed->output);
@@ -245,6 +279,11 @@ dit_status_t dit_compile_stages(const dit_compile_options_t *o, const dit_model_
     dit_compile_options_t so;
     stage_options(o, i, dir, text ? tok : NULL, tiles > 0 ? tiles : 0, whole, text_len, &is, &so);
     if (image_encoder) so.image_processor_dir = proc;
+    /* A window's graph decodes its latent frames alone. */
+    if (fw.n && !strncmp(kStages[i].role, "vae_decoder", 11)) so.shape.frames = ((last ? fw.last : fw.n) - 1) * tm->vae_temporal + 1;
+    if (fw.n && !last && !o->quiet && !identity_only)
+      fprintf(stderr, "ditc: stage vae: %lld latent frames decode framewise, in windows of %lld every %lld (the last of %lld)\n",
+              (long long)((o->shape.frames - 1) / tm->vae_temporal + 1), (long long)fw.n, (long long)fw.stride, (long long)fw.last);
     if (identity_only) {
       cJSON *in = NULL;
       s = dit_compile_identity(&so, &in, st->identity);

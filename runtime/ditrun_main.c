@@ -44,13 +44,15 @@ static const char kUsage[] =
     "                     decoded frames ([B, 3, F, H, W] or [B, 3, H, W], values in [-1, 1])\n"
     "                     as an H.264 MP4 (yuv420p, --fps default 16, --crf 1..51 default 18)\n"
     "                     or a PNG (a video's frame 0); batch item b >= 1 goes to FILE_b.EXT\n"
-    "  decode VAE_BUNDLE [--first FIRST_BUNDLE [--head HEAD_BUNDLE]] --latents IN.safetensors\n"
-    "         --out OUT.safetensors\n"
+    "  decode VAE_BUNDLE [--first FIRST_BUNDLE [--head HEAD_BUNDLE]] [--window-stride N\n"
+    "         [--last LAST_BUNDLE]] --latents IN.safetensors --out OUT.safetensors\n"
     "                     a VAE decoder stage's decode of tensor 'latents' ([B, C, f, h, w]) into\n"
     "                     tensor 'frames', as generate --prompt decodes: with --first, the stage\n"
     "                     in chunks (FIRST_BUNDLE latent frame 0's, VAE_BUNDLE the later chunks');\n"
     "                     with --head, split for windows (HEAD_BUNDLE over whole frames, then the\n"
-    "                     two tails window by window)\n"
+    "                     two tails window by window); with --window-stride, framewise (VAE_BUNDLE\n"
+    "                     a window's, LAST_BUNDLE the shorter last one's, blended). VAE_BUNDLE a\n"
+    "                     pipeline's bundle: its own decoder stages, as generate decodes\n"
     "  forward BUNDLE --inputs IN.safetensors --out OUT.safetensors [--expert transformer_2]\n"
     "                     one transformer forward; inputs named hidden_states, timestep,\n"
     "                     encoder_hidden_states; output sample\n"
@@ -986,22 +988,16 @@ static dit_status_t write_latents(gen_job_t *j, const char *path) {
  * decode's: a video and its float frames for comparison without a second run) and --out-latents. */
 dit_status_t gen_frames_output(const run_args_t *a, gen_job_t *j) {
   if (!a->out) return write_latents(j, a->out_latents); /* --out-latents alone: no decode */
-  const char *dir = NULL, *vae = NULL;
+  const char *dir = NULL;
   DIT_RETURN_IF(gen_resolve_bundle(a->bundle, &dir));
-  const dit_manifest_t *m = dit_runtime_manifest(j->rt);
-  DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder", "--prompt --out", &vae));
-  /* A decoder in chunks has latent frame 0's bundle beside its later chunks'. */
-  const char *first = NULL;
-  if (dit_manifest_find_stage(m, "vae_decoder_first")) DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder_first", "--prompt --out", &first));
-  /* A decoder in windows has its head's bundle beside its tails'. */
-  const char *head = NULL;
-  if (dit_manifest_find_stage(m, "vae_decoder_head")) DIT_RETURN_IF(gen_stage_dir(dir, m, "vae_decoder_head", "--prompt --out", &head));
+  gen_decoders_t dec;
+  DIT_RETURN_IF(gen_decoder_stages(dir, dit_runtime_manifest(j->rt), "--prompt --out", &dec));
   const dit_runtime_options_t o = stage_runtime_options(a);
   dit_tensor_t lat = j->lat, frames;
   lat.data = j->latents;
   double t0 = dit_now_s();
   gen_decode_stats_t ds;
-  DIT_RETURN_IF_ERROR(gen_decode_latents(vae, first, head, &o, &lat, &frames, &ds), "the VAE decoder stage");
+  DIT_RETURN_IF_ERROR(gen_decode_latents(&dec, &o, &lat, &frames, &ds), "the VAE decoder stage");
   gen_decode_report(dit_now_s() - t0, &ds);
   dit_status_t s = DIT_OK;
   if (dit_media_kind_of(a->out) != DIT_MEDIA_UNKNOWN) {
@@ -1726,14 +1722,41 @@ static int cmd_tokenize(int argc, char **argv) {
 /* `ditrun frames IN.safetensors [--tensor NAME] --out FILE.mp4|FILE.png [--fps N] [--crf N]`:
  * decoded frames (a VAE's output, [B, 3, F, H, W] or [B, 3, H, W] in [-1, 1]) as a video or
  * images (runtime/media.h). */
+/* decode's stages: a pipeline's bundle (one with a vae_decoder stage) names its own, as generate
+ * decodes (then none may be given); a decoder stage's bundle takes the flags' (`staged`). */
+static dit_status_t decode_stages(const char *bundle, int staged, gen_decoders_t *dec) {
+  dit_bundle_t *b = NULL;
+  DIT_RETURN_IF(dit_bundle_open(bundle, 0, &b));
+  const dit_manifest_t *m = dit_bundle_manifest(b);
+  dit_status_t s = DIT_OK;
+  if (dit_manifest_find_stage(m, "vae_decoder") && staged)
+    s = DIT_ERR(INVALID_ARGUMENT, "%s: a pipeline's bundle decodes with its own stages: give no --first, --head, --last or "
+                "--window-stride (or give the vae_decoder stage's bundle)", bundle);
+  else if (dit_manifest_find_stage(m, "vae_decoder"))
+    s = gen_decoder_stages(bundle, m, "decode", dec);
+  dit_bundle_close(b);
+  return s;
+}
+
 /* decode: gen_decode_latents on a latents file, the time on stderr as generate prints it. */
 static int cmd_decode(int argc, char **argv) {
-  const char *vae = NULL, *first = NULL, *head = NULL, *in = NULL, *out = NULL;
+  const char *vae = NULL, *in = NULL, *out = NULL;
+  gen_decoders_t dec = {0};
+  int staged = 0; /* --first, --head, --last or --window-stride given */
   for (int i = 0; i < argc; i++) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(f, "--first") || !strcmp(f, "--latents") || !strcmp(f, "--out") || !strcmp(f, "--head")) {
+    const char **dst = !strcmp(f, "--first") ? &dec.first_dir : !strcmp(f, "--head") ? &dec.head_dir : !strcmp(f, "--last") ? &dec.last_dir
+                       : !strcmp(f, "--latents") ? &in : !strcmp(f, "--out") ? &out : NULL;
+    if (dst || !strcmp(f, "--window-stride")) {
       if (!v) return usage_error("%s needs a value", f);
-      *(f[2] == 'f' ? &first : f[2] == 'l' ? &in : f[2] == 'h' ? &head : &out) = v;
+      double n = 0;
+      const int rc = dst ? 0 : parse_num(f, v, &n);
+      if (rc) return rc;
+      if (!dst && !(n >= 1 && n <= 1 << 20 && n == (double)(int64_t)n))
+        return usage_error("--window-stride %s: expected a count of latent frames >= 1", v);
+      if (dst) *dst = v;
+      else dec.stride = (int64_t)n;
+      staged |= dst != &in && dst != &out;
       i++;
     } else if (f[0] == '-') {
       return usage_error("unknown option %s", f);
@@ -1744,8 +1767,10 @@ static int cmd_decode(int argc, char **argv) {
     }
   }
   if (!vae || !in || !out) return usage_error("%s", "decode needs VAE_BUNDLE, --latents IN.safetensors and --out OUT.safetensors");
+  dec.vae_dir = vae;
+  dit_status_t s = decode_stages(vae, staged, &dec);
   dit_safetensors_t *st = NULL;
-  dit_status_t s = dit_safetensors_open(in, &st);
+  if (!s) s = dit_safetensors_open(in, &st);
   const dit_st_tensor_t *e = s ? NULL : dit_safetensors_find(st, "latents");
   if (!s && !e) s = DIT_ERR(NOT_FOUND, "--latents %s: no tensor named 'latents'", in);
   dit_tensor_t lat = {0}, frames = {0};
@@ -1760,7 +1785,7 @@ static int cmd_decode(int argc, char **argv) {
   const dit_runtime_options_t o = {0};
   const double t0 = dit_now_s();
   gen_decode_stats_t ds;
-  if (!s) s = gen_decode_latents(vae, first, head, &o, &lat, &frames, &ds);
+  if (!s) s = gen_decode_latents(&dec, &o, &lat, &frames, &ds);
   if (!s) gen_decode_report(dit_now_s() - t0, &ds);
   dit_st_writer_t *w = NULL;
   if (!s) s = dit_st_writer_create(&w);

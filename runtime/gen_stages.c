@@ -419,15 +419,18 @@ typedef struct chunk_source {
   void *buf; /* room for the largest chunk */
 } chunk_source_t;
 
+/* Frames [t0, t0 + n) of item b of the latents lat (f32 [B, C, f, h, w]) into buf, as *in. */
+static void latent_frames(const dit_tensor_t *lat, int64_t b, int64_t t0, int64_t n, float *buf, dit_tensor_t *in) {
+  const int64_t z = lat->dims[1], f = lat->dims[2], hw = lat->dims[3] * lat->dims[4];
+  for (int64_t c = 0; c < z; c++)
+    memcpy(buf + c * n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(n * hw) * sizeof *buf);
+  *in = (dit_tensor_t){buf, DIT_F32, 5, {1, z, n, lat->dims[3], lat->dims[4]}};
+}
+
 /* Frames [t0, t0 + n) of item b of src into src->buf, as the tensor *in. */
 static void gather_chunk(const chunk_source_t *src, int64_t b, int64_t t0, int64_t n, dit_tensor_t *in) {
   if (src->latents) {
-    const dit_tensor_t *lat = src->latents;
-    const int64_t z = lat->dims[1], f = lat->dims[2], hw = lat->dims[3] * lat->dims[4];
-    float *buf = src->buf;
-    for (int64_t c = 0; c < z; c++)
-      memcpy(buf + c * n * hw, (const float *)lat->data + ((b * z + c) * f + t0) * hw, (size_t)(n * hw) * sizeof *buf);
-    *in = (dit_tensor_t){buf, DIT_F32, 5, {1, z, n, lat->dims[3], lat->dims[4]}};
+    latent_frames(src->latents, b, t0, n, src->buf, in);
     return;
   }
   const dit_tensor_t *st = src->stash;
@@ -529,9 +532,128 @@ static dit_status_t decode_images(const char *dir, const dit_runtime_options_t *
   return s;
 }
 
-dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const char *head_dir, const dit_runtime_options_t *o,
-                                const dit_tensor_t *latents, dit_tensor_t *frames, gen_decode_stats_t *stats) {
+dit_status_t gen_decoder_stages(const char *bundle_dir, const dit_manifest_t *m, const char *why, gen_decoders_t *out) {
+  memset(out, 0, sizeof *out);
+  DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, "vae_decoder", why, &out->vae_dir));
+  out->stride = dit_manifest_find_stage(m, "vae_decoder")->window_stride;
+  /* A decoder in chunks has latent frame 0's bundle beside its later chunks'; one in spatial
+   * windows its head's beside its tails'; one framewise its last window's beside the others'. */
+  static const char *const roles[] = {"vae_decoder_first", "vae_decoder_head", "vae_decoder_last"};
+  const char **dirs[] = {&out->first_dir, &out->head_dir, &out->last_dir};
+  for (int i = 0; i < 3; i++)
+    if (dit_manifest_find_stage(m, roles[i])) DIT_RETURN_IF(gen_stage_dir(bundle_dir, m, roles[i], why, dirs[i]));
+  return DIT_OK;
+}
+
+/* A framewise decode (diffusers' _temporal_tiled_decode): latent windows [k * stride, k * stride
+ * + n) (the last one shorter: last's graph) decoded one after another; window k > 0 gives its
+ * frames after its first, of which the first `blend` are blended with the previous window's last
+ * ones (blend_t: a[-e + x] * (1 - x / e) + b[x] * x / e, e = min(blend, both windows' frames)),
+ * in place as diffusers blends them; the first window gives S + 1 frames, the others S (S = stride
+ * * temporal), the video cropped to (f - 1) * temporal + 1. A later window of one latent frame
+ * gives nothing (its one frame is dropped) and is not run. */
+static dit_status_t decode_windows(const gen_decoders_t *dec, const dit_runtime_options_t *o, const dit_tensor_t *lat, dit_tensor_t *frames,
+                                   gen_decode_stats_t *stats) {
+  decoder_t win = {0}, last = {0};
+  const int64_t B = lat->dims[0], f = lat->dims[2], stride = dec->stride;
+  dit_status_t s = decoder_open(dec->vae_dir, lat, "sample", &win);
+  const int64_t n = win.n, T = win.frames, r = n > 1 ? (T - 1) / (n - 1) : 0, S = stride * r, blend = T - 1 - S;
+  if (!s && (n < 2 || r < 1 || (T - 1) % (n - 1) || stride >= n || blend < 0))
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: a window of %lld latent frames decoding to %lld frames does not take windows every %lld latent "
+                "frames (expected 2+ frames a window, a stride below them and (n - 1) * temporal + 1 frames)", dec->vae_dir, (long long)n,
+                (long long)T, (long long)stride);
+  if (!s && f < n)
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: latents of %lld frames: the framewise decoder's windows take %lld, the video has fewer (a "
+                "stage of another shape: %lld or fewer latent frames decode in one graph)", dec->vae_dir, (long long)f, (long long)n,
+                (long long)(n - 1));
+  const int64_t windows = s ? 0 : 1 + (f - 2) / stride, tail = s ? 0 : f - (windows - 1) * stride; /* the last window's frames */
+  if (!s && tail != n && !dec->last_dir)
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: latents of %lld frames end in a window of %lld latent frames, and no last window's decoder "
+                "(vae_decoder_last) was given", dec->vae_dir, (long long)f, (long long)tail);
+  if (!s && tail != n) s = decoder_open(dec->last_dir, lat, "sample", &last);
+  if (!s && tail != n && (last.n != tail || last.frames != (tail - 1) * r + 1))
+    s = DIT_ERR(FAILED_PRECONDITION, "%s: the last window's decoder takes %lld latent frames to %lld, the latents' last window has %lld "
+                "(a stage of another shape)", dec->last_dir, (long long)last.n, (long long)last.frames, (long long)tail);
+  const int64_t C = win.out_dims[1], H = win.out_dims[3], W = win.out_dims[4], hw = H * W, F = (f - 1) * r + 1;
+  float *buf = NULL, *prev = NULL, *cur = NULL;
+  if (!s) {
+    *frames = (dit_tensor_t){malloc((size_t)(B * C * F * hw) * sizeof(float) + 1), DIT_F32, 5, {B, C, F, H, W}};
+    buf = malloc((size_t)(lat->dims[1] * n * lat->dims[3] * lat->dims[4]) * sizeof *buf);
+    prev = malloc((size_t)(C * T * hw) * sizeof *prev);
+    cur = malloc((size_t)(C * T * hw) * sizeof *cur);
+    if (!frames->data || !buf || !prev || !cur) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (!s) s = decoder_load(&win, o);
+  /* The last window runs in the full windows' arena: the decode's peak is a full window's. */
+  if (!s && tail != n) {
+    dit_runtime_options_t lo = o ? *o : (dit_runtime_options_t){0};
+    lo.borrow = win.rt;
+    s = decoder_load(&last, &lo);
+  }
+  int64_t prev_t = 0; /* the previous window's frames after its drop (the first's: all) */
+  for (int64_t b = 0; !s && b < B; b++)
+    for (int64_t k = 0; !s && k < windows; k++) {
+      decoder_t *d = k + 1 == windows && tail != n ? &last : &win;
+      const int64_t cnt = k + 1 == windows ? tail : n, tk = d->frames, drop = k > 0, got = tk - drop;
+      dit_tensor_t in, y = {0};
+      latent_frames(lat, b, k * stride, cnt, buf, &in);
+      const double t0 = dit_now_s();
+      s = dit_runtime_set_input(d->rt, "latents", &in);
+      if (!s) s = dit_runtime_forward(d->rt);
+      const double t1 = dit_now_s();
+      d->run_s += t1 - t0;
+      if (!s) s = dit_runtime_output(d->rt, "sample", &y);
+      if (!s && (y.rank != 5 || y.dims[1] != C || y.dims[2] != tk || y.dims[3] != H || y.dims[4] != W))
+        s = DIT_ERR(INTERNAL, "%s: sample of rank %d, not the manifest's", d->dir, y.rank);
+      if (!s && dit_convert(cur, DIT_F32, (const char *)y.data, y.dtype, (size_t)(C * tk * hw)))
+        s = DIT_ERR(INVALID_ARGUMENT, "the VAE decoder's sample is %s, not a float tensor", dit_dtype_name(y.dtype));
+      if (s) break;
+      /* Blended in place, kept, and the window becomes the next one's previous. */
+      int64_t e = k ? blend : 0; /* blend_t's blend_extent */
+      if (e > prev_t) e = prev_t;
+      if (e > got) e = got;
+      const int64_t keep = k ? (S < got ? S : got) : (S + 1 < got ? S + 1 : got), at = k ? k * S + 1 : 0;
+      for (int64_t c = 0; c < C; c++) {
+        float *wc = cur + (size_t)(c * tk + drop) * (size_t)hw;
+        const float *pc = prev + (size_t)(c * T + prev_t - e) * (size_t)hw;
+        for (int64_t x = 0; x < e; x++) {
+          const float wa = (float)(1.0 - (double)x / (double)e), wb = (float)((double)x / (double)e);
+          for (int64_t p = 0; p < hw; p++) wc[x * hw + p] = pc[x * hw + p] * wa + wc[x * hw + p] * wb;
+        }
+        const int64_t n_out = at + keep > F ? F - at : keep;
+        if (n_out > 0)
+          memcpy((float *)frames->data + (size_t)(((b * C + c) * F + at) * hw), wc, (size_t)(n_out * hw) * sizeof(float));
+        /* prev holds this window's frames after the drop, channel c at c * T frames. */
+        memcpy(prev + (size_t)(c * T) * (size_t)hw, wc, (size_t)(got * hw) * sizeof(float));
+      }
+      prev_t = got;
+      d->out_s += dit_now_s() - t1;
+    }
+  if (s) {
+    free(frames->data);
+    memset(frames, 0, sizeof *frames);
+  }
+  free(buf);
+  free(prev);
+  free(cur);
+  if (stats)
+    *stats = (gen_decode_stats_t){win.load_s + last.load_s, win.run_s + last.run_s, 0, win.out_s + last.out_s, 0, win.alloc + last.alloc};
+  decoder_unload(&last);
+  decoder_unload(&win);
+  return s;
+}
+
+dit_status_t gen_decode_latents(const gen_decoders_t *dec, const dit_runtime_options_t *o, const dit_tensor_t *latents, dit_tensor_t *frames,
+                                gen_decode_stats_t *stats) {
+  const char *vae_dir = dec->vae_dir, *first_dir = dec->first_dir, *head_dir = dec->head_dir;
   memset(frames, 0, sizeof *frames);
+  if (dec->stride < 0 || (dec->stride && (first_dir || head_dir || latents->rank != 5)))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: a framewise decode (windows every %lld latent frames) takes video latents [B, C, f, h, w] and "
+                   "no first chunk's or head's decoder", vae_dir, (long long)dec->stride);
+  if (dec->last_dir && !dec->stride)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: a last window's decoder without a window stride (the vae_decoder stage's window_stride)",
+                   dec->last_dir);
+  if (dec->stride) return decode_windows(dec, o, latents, frames, stats);
   if (latents->rank != 5) {
     if (first_dir || head_dir)
       return DIT_ERR(INVALID_ARGUMENT, "%s: latents of rank %d are an image's: it decodes in one graph, without a first chunk's or a head's "
@@ -900,8 +1022,8 @@ static pthread_mutex_t g_fit_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Fits rgb = M z + bias by least squares: z the C channels of a latent pixel of frame 0, rgb the
  * mean of the pixels it decodes to in frame 0, over `draws` decodes of standard normal latents
  * (the transformer's output space) with the stage itself. */
-static dit_status_t fit_map(const char *vae, const char *first, const char *head, const dit_runtime_options_t *o, int64_t C, int64_t f,
-                            int64_t h, int64_t w, dit_preview_map_t *map, float **matrix) {
+static dit_status_t fit_map(const gen_decoders_t *dec, const dit_runtime_options_t *o, int64_t C, int64_t f, int64_t h, int64_t w,
+                            dit_preview_map_t *map, float **matrix) {
   const int n = (int)C + 1;
   const int64_t per = h * w, draws = (4 * n + per - 1) / per < 64 ? (4 * n + per - 1) / per : 64;
   double *ata = calloc((size_t)(n * n), sizeof *ata), *atb = calloc((size_t)(3 * n), sizeof *atb);
@@ -912,7 +1034,7 @@ static dit_status_t fit_map(const char *vae, const char *first, const char *head
   for (int64_t d = 0; !s && d < draws; d++) {
     dit_rng_normal(0x5eed + (uint64_t)d, 0, lat.data, (size_t)(C * f * per));
     dit_tensor_t fr = {0};
-    s = gen_decode_latents(vae, first, head, o, &lat, &fr, NULL);
+    s = gen_decode_latents(dec, o, &lat, &fr, NULL);
     const int64_t H = s ? 0 : fr.dims[3], W = s ? 0 : fr.dims[4], F = s ? 0 : fr.dims[2];
     if (!s && (fr.dims[1] != 3 || H % h || W % w || H / h != W / w))
       s = DIT_ERR(FAILED_PRECONDITION, "the VAE decoder gives [%lld, %lld, %lld, %lld] frames of latents %lld x %lld: no preview map",
@@ -972,12 +1094,13 @@ const dit_preview_map_t *gen_preview_map(const char *bundle_dir, const dit_manif
     free(g_fitted[slot].matrix);
     memset(&g_fitted[slot], 0, sizeof g_fitted[slot]);
     snprintf(g_fitted[slot].identity, sizeof g_fitted[slot].identity, "%s", st->identity);
-    const char *vae = NULL, *first = NULL, *head = NULL;
+    gen_decoders_t dec;
     const double t0 = dit_now_s();
-    dit_status_t s = gen_stage_dir(bundle_dir, m, "vae_decoder", "--preview", &vae);
-    if (!s && dit_manifest_find_stage(m, "vae_decoder_first")) s = gen_stage_dir(bundle_dir, m, "vae_decoder_first", "--preview", &first);
-    if (!s && dit_manifest_find_stage(m, "vae_decoder_head")) s = gen_stage_dir(bundle_dir, m, "vae_decoder_head", "--preview", &head);
-    /* The latents one forward takes: latent frame 0 alone when the first has a decoder of its own. */
+    dit_status_t s = gen_decoder_stages(bundle_dir, m, "--preview", &dec);
+    const char *vae = dec.vae_dir, *first = dec.first_dir, *head = dec.head_dir;
+    /* The latents one forward takes: latent frame 0 alone when the first has a decoder of its own;
+     * a framewise decoder's window decoded as a whole video. */
+    dec.last_dir = NULL, dec.stride = 0;
     dit_bundle_t *b = NULL;
     if (!s) s = dit_bundle_open(first ? first : head ? head : vae, 0, &b);
     const dit_manifest_t *vm = b ? dit_bundle_manifest(b) : NULL;
@@ -987,7 +1110,7 @@ const dit_preview_map_t *gen_preview_map(const char *bundle_dir, const dit_manif
     dit_bundle_close(b);
     if (!s && !dims[1])
       s = DIT_ERR(FAILED_PRECONDITION, "%s: the VAE decoder stage takes no [1, C, f, h, w] latents: no preview map", vae);
-    if (!s) s = fit_map(vae, first, head, o, dims[1], first ? 1 : dims[2], dims[3], dims[4], &g_fitted[slot].map, &g_fitted[slot].matrix);
+    if (!s) s = fit_map(&dec, o, dims[1], first ? 1 : dims[2], dims[3], dims[4], &g_fitted[slot].map, &g_fitted[slot].matrix);
     if (s) {
       fprintf(stderr, "ditrun: note: --preview: %s; previews show latent channels 0-2\n", dit_status_message(s));
       dit_status_free(s);

@@ -44,8 +44,13 @@ dit_status_t gen_encode_prompt(const char *te_dir, const dit_manifest_stage_t *s
  * for tiles: head_dir's bundle runs over whole frames, one latent frame a forward, its output kept
  * in host memory, then the two tails run window by window (their manifests' shape.tile), every
  * chunk of one window before the next, each window giving the columns it computes exactly.
+ * stride > 0 (the vae_decoder stage's window_stride): a framewise decode as diffusers'
+ * AutoencoderKLHunyuanVideo's default: vae_dir's bundle decodes a window of its n latent frames
+ * starting every stride latent frames, last_dir's a shorter last window, one after another; each
+ * window's first frame but the first window's is dropped, its first frames blended with the
+ * previous window's last ones, stride * temporal frames kept of each (the first window one more).
  * *stats (if not NULL): where the time went and the most the decoders held at once (latent frame
- * 0's runs beside the later chunks'; the head before them). */
+ * 0's runs beside the later chunks'; the head before them; the last window in the others' arena). */
 typedef struct gen_decode_stats {
   double load_s;  /* loading the decoder bundles */
   double run_s;   /* their forwards, the latents' upload included */
@@ -54,8 +59,17 @@ typedef struct gen_decode_stats {
   double store_s; /* converting them into the video, on a thread beside the next forward */
   uint64_t peak_bytes;
 } gen_decode_stats_t;
-dit_status_t gen_decode_latents(const char *vae_dir, const char *first_dir, const char *head_dir, const dit_runtime_options_t *o,
-                                const dit_tensor_t *latents, dit_tensor_t *frames, gen_decode_stats_t *stats);
+/* A pipeline bundle's VAE decoder stages, as gen_decode_latents takes them: vae_dir always, the
+ * others NULL where the bundle has none (stride 0: no windows). */
+typedef struct gen_decoders {
+  const char *vae_dir, *first_dir, *head_dir, *last_dir;
+  int64_t stride;
+} gen_decoders_t;
+/* The decoder stages of the bundle at bundle_dir (manifest m): vae_decoder (refused, naming `why`,
+ * when absent) and the vae_decoder_first, _head and _last it has. */
+dit_status_t gen_decoder_stages(const char *bundle_dir, const dit_manifest_t *m, const char *why, gen_decoders_t *out);
+dit_status_t gen_decode_latents(const gen_decoders_t *dec, const dit_runtime_options_t *o, const dit_tensor_t *latents, dit_tensor_t *frames,
+                                gen_decode_stats_t *stats);
 /* The line decode and generate print: "ditrun: vae decode T s (loading L s, M MiB allocated; forwards
  * F s, caches C s, frames O s, S s of it beside the forwards)". */
 void gen_decode_report(double seconds, const gen_decode_stats_t *stats);

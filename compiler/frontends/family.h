@@ -74,8 +74,14 @@ struct dit_family {
   size_t n_text_stages;
   int image_decoder;
   /* Its VAE decodes the whole video in one graph (its mid block attends across frames: no chunks,
-   * no first frame's graph, no windows). */
+   * no first frame's graph, no spatial windows). */
   int whole_video_decoder;
+  /* With whole_video_decoder: the pipeline's VAE decodes framewise, as diffusers' default
+   * (tile_sample_min_num_frames, tile_sample_stride_num_frames in video frames): a video of more
+   * than decode_window / temporal latent frames in windows of decode_window / temporal + 1 latent
+   * frames every decode_stride / temporal, each window one graph (manifest.h window_stride). 0:
+   * the whole video in one graph at any length. */
+  int64_t decode_window, decode_stride;
   /* What its image-to-video pipeline encodes from generate's --image (NULL: it takes no image). */
   void (*image_stages)(const dit_model_t *m, dit_image_stages_t *out);
 };

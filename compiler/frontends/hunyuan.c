@@ -417,4 +417,8 @@ const dit_family_t dit_family_hunyuan = {
     .text_stages = kHunyuanTextStages,
     .n_text_stages = sizeof kHunyuanTextStages / sizeof kHunyuanTextStages[0],
     .whole_video_decoder = 1,
+    /* AutoencoderKLHunyuanVideo's use_framewise_decoding, on by default and in the pipeline: windows
+     * of 16 + 1 frames every 12. */
+    .decode_window = 16,
+    .decode_stride = 12,
 };

@@ -15,7 +15,9 @@ with it.
   golden.safetensors  init_latents (passed as latents=); latents: the final latents
                       (output_type "latent"); prompt_embeds, prompt_attention_mask,
                       pooled_prompt_embeds (encode_prompt's) for diagnosis; frames: the pipeline's
-                      video (output_type "pt": vae.decode of latents / scaling_factor, whole, then
+                      video (output_type "pt": vae.decode of latents / scaling_factor with the VAE's
+                      default framewise decoding, 17 frames being five latent frames, more than
+                      its four: windows of five latent frames at 0 and of two at 3, blended; then
                       the video processor's postprocess to [0, 1]) [1, F, 3, H, W]
   meta.json           the call's arguments and the versions
 
@@ -47,13 +49,13 @@ from make_goldens_declm import LLAMA  # noqa: E402
 from make_goldens_declm import redraw_parameters as redraw_lm  # noqa: E402
 from make_goldens_hunyuan import SCHEDULER, TINY  # noqa: E402
 from make_goldens_hunyuan_vae import TINY as VAE_TINY  # noqa: E402
-from make_goldens_hunyuan_vae import load_decoder, make_vae, save_decoder, scale_conv_out  # noqa: E402
+from make_goldens_hunyuan_vae import load_decoder, make_vae, pipeline_decode, save_decoder, scale_conv_out  # noqa: E402
 
 NAME = "hunyuan_pipeline_tiny"
 MAX_FOLDER_BYTES = 700_000
 VAE = dict(VAE_TINY, block_out_channels=[4, 4, 4, 4], norm_num_groups=2, latent_channels=TINY["in_channels"])
 SEED = 6607
-FRAMES, HEIGHT, WIDTH = 5, 48, 32
+FRAMES, HEIGHT, WIDTH = 17, 16, 16  # five latent frames (framewise decoding), one token a frame: the folder stays small
 TEXT_LEN = 256  # max_sequence_length, the pipeline's default (the tiny tokenizer makes the template far longer than its 95 cropped tokens)
 STEPS, GUIDANCE = 3, 6.0
 PROMPT = "A kite rises over a windy beach"
@@ -90,6 +92,7 @@ def main():
         shutil.copytree(src, os.path.join(out, name))
 
     pipe = HunyuanVideoPipeline.from_pretrained(out, vae=load_decoder(os.path.join(out, "vae")))
+    pipe.vae.use_framewise_decoding = True  # AutoencoderKLHunyuanVideo's default, as the pipeline loads it
     pipe.set_progress_bar_config(disable=True)
     with torch.no_grad():
         latents = pipe(latents=init.clone(), output_type="latent", **call).frames
@@ -97,6 +100,8 @@ def main():
         pe, ppe, pm = pipe.encode_prompt(PROMPT, max_sequence_length=TEXT_LEN)
     assert torch.equal(latents, probe), "the saved pipeline's latents differ"
     assert frames.shape == (1, FRAMES, 3, HEIGHT, WIDTH), frames.shape
+    # The windows change the decode (the whole video's in one graph differs): the golden tests them.
+    assert not torch.allclose(pipeline_decode(pipe.vae, latents, framewise=True), pipeline_decode(pipe.vae, latents), atol=1e-3)
     valid = int(pm.sum())
     print(f"{NAME}: latents {tuple(latents.shape)}; prompt rows {valid} of {pm.shape[1]}")
     assert 0 < valid < TEXT_LEN, "the prompt must leave padded rows in max_sequence_length (the masked padding is tested)"

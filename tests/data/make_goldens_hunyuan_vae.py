@@ -23,6 +23,12 @@ It rewrites tests/data/hunyuan_vae_tiny/ (deleted first, so a rerun leaves nothi
                                     tiling or framewise decoding (not clamped: the video processor
                                     does that);
   forward_inputs_f1.safetensors, forward_output_f1.safetensors   one latent frame (an image);
+  forward_inputs_f25.safetensors, forward_output_f25.safetensors   a 25-frame 16x16 video (seven
+                                    latent frames) decoded as the pipeline does by default:
+                                    framewise (use_framewise_decoding on, more than
+                                    tile_sample_min_num_frames / 4 = 4 latent frames), windows of
+                                    five latent frames at 0 and 3 (and one frame at 6, whose one
+                                    decoded frame is dropped), blended over four frames;
   meta.json                         shapes, the config, versions.
 
 The decoder's parameters are redrawn at a trained model's scale (make_goldens_wan_vae.py's draw),
@@ -66,7 +72,8 @@ TINY = dict(
     temporal_compression_ratio=4,
     mid_block_add_attention=True,
 )
-CASES = (("", 9, 32, 48), ("_f1", 1, 32, 48))  # suffix, frames, height, width (pixels)
+CASES = (("", 9, 32, 48), ("_f1", 1, 32, 48), ("_f25", 25, 16, 16))  # suffix, frames, height, width (pixels)
+FRAMEWISE = ("_f25",)  # the cases decoded with diffusers' default framewise decoding
 
 
 def make_vae(seed, config=TINY):
@@ -80,10 +87,15 @@ def make_vae(seed, config=TINY):
     return vae, gen
 
 
-def pipeline_decode(vae, latents):
-    """What HunyuanVideoPipeline does after sampling: latents / scaling_factor, decode, the sample."""
-    with torch.no_grad():
-        return vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
+def pipeline_decode(vae, latents, framewise=False):
+    """What HunyuanVideoPipeline does after sampling: latents / scaling_factor, decode, the sample;
+    framewise: with the VAE's default framewise decoding (only the window loop differs)."""
+    vae.use_framewise_decoding = framewise
+    try:
+        with torch.no_grad():
+            return vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
+    finally:
+        vae.use_framewise_decoding = False
 
 
 def scale_conv_out(vae, latents):
@@ -123,7 +135,9 @@ def main():
     save_decoder(vae, os.path.join(out_dir, "vae"))
     outputs = {}
     for suffix, f, h, w in CASES:
-        sample = pipeline_decode(vae, cases[suffix])
+        sample = pipeline_decode(vae, cases[suffix], suffix in FRAMEWISE)
+        if suffix in FRAMEWISE:  # the windows do change the decode (GroupNorm's statistics span a window's frames)
+            assert not torch.allclose(sample, pipeline_decode(vae, cases[suffix]), atol=1e-3), "framewise decode equals the whole one"
         assert sample.shape == (1, 3, f, h, w), sample.shape
         save_file({"latents": cases[suffix].contiguous()}, os.path.join(out_dir, f"forward_inputs{suffix}.safetensors"))
         save_file({"sample": sample.contiguous()}, os.path.join(out_dir, f"forward_output{suffix}.safetensors"))
@@ -131,12 +145,12 @@ def main():
 
     again = load_decoder(os.path.join(out_dir, "vae"))
     for suffix, *_ in CASES:
-        assert torch.equal(pipeline_decode(again, cases[suffix]), outputs[suffix]), f"reload changed the decode{suffix}"
+        assert torch.equal(pipeline_decode(again, cases[suffix], suffix in FRAMEWISE), outputs[suffix]), f"reload changed the decode{suffix}"
 
     sample = outputs[""]
     outside = float((sample.abs() > 1.0).float().mean())
     meta = dict(
-        cases=[dict(suffix=x, frames=f, height=h, width=w, latents=list(cases[x].shape)) for x, f, h, w in CASES],
+        cases=[dict(suffix=x, frames=f, height=h, width=w, latents=list(cases[x].shape), framewise=x in FRAMEWISE) for x, f, h, w in CASES],
         config=TINY,
         conv_out_gain=gain,
         outside_unit_share=round(outside, 4),

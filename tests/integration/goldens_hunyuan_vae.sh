@@ -8,7 +8,9 @@
 # transformer's latents) and output; the attention's causal block of one frame's pixels; a
 # checkpoint with the encoder's tensors decodes alike; refusals by name (config fields the decoder
 # does not build, an unknown field, a missing tensor, frame counts and sizes, chunk and split
-# flags); the bf16 sm_90 compile (no GPU needed).
+# flags); the pipeline's default framewise decode of a 25-frame video (seven latent frames: windows
+# of five every three, blended) by ditrun decode against diffusers' at the same bounds, its
+# predicted peak a window's, below the whole video's; the bf16 sm_90 compile (no GPU needed).
 set -euo pipefail
 BIN=$1/bin
 # shellcheck source=tests/tools/goldens_lib.sh
@@ -30,6 +32,53 @@ for c in "none 9 3" "_f1 1 1"; do
   "$BIN/st_compare" "$T/f.safetensors" "$d/forward_output$sfx.safetensors" sample 1e-4
   python3 tests/tools/psnr.py "$T/f.safetensors" "$d/forward_output$sfx.safetensors" sample 45
 done
+
+# The pipeline's default decode of more than four latent frames, framewise: a 25-frame video's
+# seven latent frames in windows of five at 0 and 3 (the one frame at 6 gives nothing), each through
+# its own graph (the window's 17 frames, the last window's 4 latent frames' 13), blended over four
+# frames by ditrun decode as generate decodes, against diffusers' framewise decode.
+d25=(--height 16 --width 16)
+win=$(compile "$d/vae" --frames 17 "${d25[@]}")
+last=$(compile "$d/vae" --frames 13 "${d25[@]}")
+whole=$(compile "$d/vae" --frames 25 "${d25[@]}")
+as_sample() { # decode's tensor 'frames' renamed 'sample' (same length: the header keeps its size)
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+raw = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", raw[:8])[0]
+open(sys.argv[2], "wb").write(raw[:8] + raw[8:8 + n].replace(b'"frames"', b'"sample"') + raw[8 + n:])
+PY
+}
+"$BIN/ditrun" decode "$win" --last "$last" --window-stride 3 --latents "$d/forward_inputs_f25.safetensors" --out "$T/w25.safetensors" \
+  2>"$T/decode.err" >/dev/null || { cat "$T/decode.err"; exit 1; }
+as_sample "$T/w25.safetensors" "$T/s25.safetensors"
+"$BIN/st_compare" "$T/s25.safetensors" "$d/forward_output_f25.safetensors" sample 1e-4
+python3 tests/tools/psnr.py "$T/s25.safetensors" "$d/forward_output_f25.safetensors" sample 45
+# The whole-video graph of the same latents is not the pipeline's decode (GroupNorm spans the frames it sees).
+"$BIN/ditrun" forward "$whole" --inputs "$d/forward_inputs_f25.safetensors" --out "$T/o25.safetensors" 2>/dev/null >/dev/null
+if "$BIN/st_compare" "$T/o25.safetensors" "$d/forward_output_f25.safetensors" sample 1e-2 >/dev/null 2>&1; then
+  echo "FAIL: the whole-video decode matches the framewise golden: the golden does not test the windows"; exit 1
+fi
+# The decode's predicted peak is a window's (the last window runs in its arena), not the whole
+# video's: at 25 frames and at the published 129 (33 latent frames; the same window graph).
+peak() { "$BIN/ditrun" info "$1" | sed -n 's/^memory .*predicted peak \([0-9.]*\) MiB$/\1/p'; }
+pw=$(peak "$win") pl=$(peak "$last") po=$(peak "$whole") p129=$(peak "$(compile "$d/vae" --frames 129 "${d25[@]}")")
+python3 -c "import sys; w, l, o, o129 = map(float, sys.argv[1:]); assert l <= w < o * 0.85 and w < o129 / 4, (w, l, o, o129)
+print('predicted peak: window %.2f MiB, last %.2f; whole video %.2f (25 frames), %.2f (129)' % (w, l, o, o129))" "$pw" "$pl" "$po" "$p129"
+# Refusals by name: a video ending in a shorter window without its graph, a last window's graph of
+# another length, windows with a first chunk's graph, too few latent frames for a window.
+expect_fail "latents of 7 frames end in a window of 4 latent frames, and no last window's decoder (vae_decoder_last) was given" \
+  "$BIN/ditrun" decode "$win" --window-stride 3 --latents "$d/forward_inputs_f25.safetensors" --out "$T/x.safetensors"
+expect_fail "the last window's decoder takes 5 latent frames to 17, the latents' last window has 4" \
+  "$BIN/ditrun" decode "$win" --last "$win" --window-stride 3 --latents "$d/forward_inputs_f25.safetensors" --out "$T/x.safetensors"
+expect_fail "a framewise decode (windows every 3 latent frames) takes video latents [B, C, f, h, w] and no first chunk's or head's decoder" \
+  "$BIN/ditrun" decode "$win" --first "$last" --window-stride 3 --latents "$d/forward_inputs_f25.safetensors" --out "$T/x.safetensors"
+expect_fail "a last window's decoder without a window stride" \
+  "$BIN/ditrun" decode "$win" --last "$last" --latents "$d/forward_inputs_f25.safetensors" --out "$T/x.safetensors"
+expect_fail "--window-stride 0: expected a count of latent frames >= 1" \
+  "$BIN/ditrun" decode "$win" --window-stride 0 --latents "$d/forward_inputs_f25.safetensors" --out "$T/x.safetensors"
+b3=$(compile "$d/vae" --frames 13 --height 32 --width 48)
+expect_fail "latents of 3 frames: the framewise decoder's windows take 4" \
+  "$BIN/ditrun" decode "$b3" --window-stride 2 --latents "$d/forward_inputs.safetensors" --out "$T/x.safetensors"
 
 # The mid block's attention over the three latent frames is frame-causal: one frame's 24 pixels a block.
 "$BIN/ditc" compile "$d/vae" --frames 9 --height 32 --width 48 -o "$T/ir" --dump-ir >"$T/graph" 2>&1

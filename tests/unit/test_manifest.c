@@ -469,7 +469,7 @@ static void test_syntax(void) {
 static void test_schema(void) {
   EXPECT(FAILED_PRECONDITION, "schema major 2 is newer than this build's 1", "schema.major", "2");
   EXPECT(FAILED_PRECONDITION, "schema major 0 is older than this build's 1", "schema.major", "0");
-  EXPECT(FAILED_PRECONDITION, "schema 1.8 is newer than this build's 1.7", "schema.minor", "8");
+  EXPECT(FAILED_PRECONDITION, "schema 1.9 is newer than this build's 1.8", "schema.minor", "9");
   /* A newer major is reported even when the rest no longer looks like schema 1. */
   EXPECT(FAILED_PRECONDITION, "schema major 7", "schema.major", "7", "blobs", NULL, "weights",
          "{\"new\":1}", "surprise", "1");
@@ -1115,6 +1115,45 @@ static void test_image_stages(void) {
   g_base = base;
 }
 
+/* A VAE decoder framewise in windows: vae_decoder's window_stride and vae_decoder_last (schema 1.8). */
+static const char kWindowStages[] =
+    "[{\"role\":\"vae_decoder\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"hunyuan_vae\","
+    "\"class\":\"AutoencoderKLHunyuanVideo\",\"window_stride\":3},"
+    "{\"role\":\"vae_decoder_last\",\"identity\":\"fedcba9876543210fedcba9876543210\",\"family\":\"hunyuan_vae\","
+    "\"class\":\"AutoencoderKLHunyuanVideo\"}]";
+
+static void test_window_stages(void) {
+  CHECK_EQ_INT(dit_manifest_stage_minor("vae_decoder_last"), 8);
+  char *t = edited("schema.minor", "8", "stages", kWindowStages, NULL);
+  dit_manifest_t *m = NULL;
+  CHECK_OK(dit_manifest_parse(t, strlen(t), "manifest.json", &m));
+  cJSON_free(t);
+  if (m) {
+    const dit_manifest_stage_t *v = dit_manifest_find_stage(m, "vae_decoder"), *l = dit_manifest_find_stage(m, "vae_decoder_last");
+    CHECK(v && v->window_stride == 3 && l && l->window_stride == 0);
+    dit_manifest_t *m2 = round_trip(m, NULL);
+    CHECK(m2 && m2->n_stages == 2 && m2->stages[0].window_stride == 3);
+    char *c = NULL;
+    m->schema_minor = 7;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "stages[0]: window_stride 3: expected > 0, on a vae_decoder stage, with "
+              "schema minor >= 8, found role vae_decoder and minor 7");
+    m->schema_minor = 8;
+    m->stages[1].window_stride = 2;
+    CHECK_ERR(dit_manifest_to_json(m, &c), INVALID_ARGUMENT, "found role vae_decoder_last and minor 8");
+    dit_manifest_free(m2);
+  }
+  dit_manifest_free(m);
+  char *base = g_base;
+  g_base = edited("schema.minor", "8", "stages", kWindowStages, NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[0].window_stride': needs schema minor >= 8, found 1.7", "schema.minor", "7", "stages[1]", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].role': role \"vae_decoder_last\" needs schema minor >= 8, found 1.7", "schema.minor", "7",
+         "stages[0].window_stride", NULL);
+  EXPECT(INVALID_ARGUMENT, "field 'stages[1].window_stride': role \"vae_decoder_last\" decodes no windows", "stages[1].window_stride", "3");
+  EXPECT(OUT_OF_RANGE, "field 'stages[0].window_stride': expected an integer in [1, 1048576], found 0", "stages[0].window_stride", "0");
+  cJSON_free(g_base);
+  g_base = base;
+}
+
 /* A text encoder's prompt template, dropped rows, mask argument and masked padding (schema 1.7). */
 static const char kTemplateStages[] =
     "[{\"role\":\"text_encoder\",\"identity\":\"0123456789abcdef0123456789abcdef\",\"family\":\"qwen2_5_vl_text\","
@@ -1208,6 +1247,7 @@ int main(void) {
   test_tiles();
   test_feeds();
   test_image_stages();
+  test_window_stages();
   test_image_processor();
   test_templates();
   free(g_base);
