@@ -44,7 +44,8 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
     cJSON_AddStringToObject(q, "mode", "fp8");
     cJSON_AddStringToObject(q, "weights", "e4m3, one fp32 scale per output channel: amax / 448");
     cJSON_AddStringToObject(q, "activations", "e4m3, one fp32 scale per token row: amax / 448, on the fly");
-    cJSON_AddStringToObject(q, "accumulate", "fp32, scaled by token scale * channel scale, then bias and activation");
+    cJSON_AddStringToObject(q, "accumulate", "fp32 on the CPU, cuBLASLt fast accumulation on GPUs; scaled by token scale * channel scale, "
+                                              "then bias and activation");
     cJSON_AddStringToObject(q, "kept", "norms, modulation, time and text embedders, patch embed, output head, attention");
     names = cJSON_AddArrayToObject(q, "ops");
   }
@@ -186,7 +187,7 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON_AddStringToObject(q, "q", "e4m3, one fp32 scale per head and 64 rows: amax / 448");
     cJSON_AddStringToObject(q, "k", "e4m3, one fp32 scale per head and 128 rows: amax / 448");
     cJSON_AddStringToObject(q, "v", "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
-    cJSON_AddStringToObject(q, "p", "e4m3 softmax probabilities, unscaled; fp32 row sums and accumulators");
+    cJSON_AddStringToObject(q, "p", "e4m3 softmax probabilities scaled by 2^8; fp32 row sums and accumulators");
     names = cJSON_AddArrayToObject(q, "ops");
   }
   int32_t count = 0, kept = 0;

@@ -73,6 +73,23 @@ def run_bench(bench, cache, specs, extra, timeout):
     return rows
 
 
+def timed_ms(torch, fn, iters):
+    """Median milliseconds of fn over iters CUDA-event-timed calls, after two warm ones."""
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    return statistics.median(ts)
+
+
 def time_sdpa(backend_name, B, H, SQ, LK, D, iters):
     import torch
     import torch.nn.functional as F
@@ -84,19 +101,7 @@ def time_sdpa(backend_name, B, H, SQ, LK, D, iters):
     v = torch.randn(B, H, LK, D, device="cuda", dtype=torch.bfloat16)
     try:
         with sdpa_kernel(backend):
-            for _ in range(2):
-                F.scaled_dot_product_attention(q, k, v)
-            torch.cuda.synchronize()
-            ts = []
-            for _ in range(iters):
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-                e0.record()
-                F.scaled_dot_product_attention(q, k, v)
-                e1.record()
-                e1.synchronize()
-                ts.append(e0.elapsed_time(e1))
-        return statistics.median(ts)
+            return timed_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v), iters)
     except Exception as e:  # backend not available for this shape
         print(f"sdpa {backend_name} {B}x{H}x{SQ}x{LK}x{D}: {type(e).__name__}: {str(e)[:200]}", flush=True)
         return None
@@ -118,19 +123,7 @@ def time_sage(B, H, SQ, LK, D, iters):
     k = torch.randn(B, H, LK, D, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(B, H, LK, D, device="cuda", dtype=torch.bfloat16)
     try:
-        for _ in range(2):
-            sageattention.sageattn(q, k, v, tensor_layout="HND", is_causal=False)
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(iters):
-            e0 = torch.cuda.Event(enable_timing=True)
-            e1 = torch.cuda.Event(enable_timing=True)
-            e0.record()
-            sageattention.sageattn(q, k, v, tensor_layout="HND", is_causal=False)
-            e1.record()
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1))
-        return statistics.median(ts), version("sageattention")
+        return timed_ms(torch, lambda: sageattention.sageattn(q, k, v, tensor_layout="HND", is_causal=False), iters), version("sageattention")
     except Exception as e:
         print(f"sageattn {B}x{H}x{SQ}x{LK}x{D}: {type(e).__name__}: {str(e)[:200]}", flush=True)
         return None, None
