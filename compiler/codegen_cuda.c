@@ -525,9 +525,9 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (tiled)
         snprintf(tiles_def, sizeof tiles_def, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n",
                  V(g, op->in[op->n_in - 1])->dims[1], DIT_SPARSE_TILE);
-      /* A score bias (T5's relative positions) runs on the portable kernel, and so does a frame-causal mask. */
+      /* A score bias (T5's relative positions) runs on the portable kernel, and so does a frame-causal
+       * mask (the Hopper kernel has no per-query key limit yet). */
       const int64_t causal = geti(op, "causal_block");
-      /* causal_block on sm_90: lead */
       if (sm90 && !biased && !causal && (tiled ? hd == 128 : hd == 64 || hd == 128) && x->dims[0] * x->dims[1] < INT32_MAX &&
           x->dims[0] * kk->dims[1] < INT32_MAX) {
         dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
