@@ -103,10 +103,12 @@ float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) {
     const float a = fabsf(x[i]);
     if (a > amax) amax = a; /* NaN never compares greater: it stays NaN in its own code */
   }
-  const float scale = amax > 0.0f ? amax / DIT_E4M3_MAX : 1.0f;
+  const float scale = dit_e4m3_scale(amax);
   for (int64_t i = 0; i < n; i++) q[i] = dit_f32_to_e4m3(x[i] / scale);
   return scale;
 }
+
+float dit_e4m3_scale(float amax) { return amax > 0.0f ? amax / DIT_E4M3_MAX : 1.0f; }
 
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n) {
   if (dt > DIT_F16 || st > DIT_F16) return -1;

@@ -58,6 +58,9 @@ uint8_t dit_f32_to_e4m3(float f);
  * channel), the CPU reference and the CUDA kernels (per token): scale = amax / 448 (1 for an
  * all-zero row), q[i] = e4m3(x[i] / scale). Returns the scale. */
 float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q);
+/* The scale of that quantization for values whose largest magnitude is amax: amax / 448, 1 when
+ * amax is 0 (an all-zero row). */
+float dit_e4m3_scale(float amax);
 /* Converts n elements between any two float dtypes (f32, bf16, f16). Returns -1 if either
  * dtype is not a float type. src and dst must not overlap unless the dtypes are equal. */
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n);

@@ -471,10 +471,12 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       return DIT_OK;
     }
     case DIT_OP_ATTN_QUANT:
-    case DIT_OP_ATTN_QUANT_VT: {
+    case DIT_OP_ATTN_QUANT_VT:
+    case DIT_OP_ATTN_VMAX: {
       /* attention_fp8's operands: e4m3 codes and fp32 scales of q, k (row blocks) and v (channels,
-       * transposed); one block a (b, h, row block), or a (b, h, 32 channels) for v. */
-      const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1];
+       * transposed); one block a (b, h, row block), for v's maxima one a (b, h, 32 channels, split)
+       * and for its codes one a (b, h, 32 channels, 128-key column tile). */
+      const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1], B = x->dims[0];
       if (op->kind == DIT_OP_ATTN_QUANT) {
         const int64_t rows = geti(op, "rows"), nblk = (T + rows - 1) / rows;
         dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT 1\n#define T_X %d\n#define TOKENS %" PRId64 "LL\n#define HEADS %" PRId64
@@ -484,11 +486,20 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         return DIT_OK;
       }
       if (hd % 32)
-        return DIT_ERR(UNIMPLEMENTED, "op attn_quant_vt '%s': head dim %" PRId64 " is not a multiple of 32 (the kernel's channel group)",
+        return DIT_ERR(UNIMPLEMENTED, "op %s '%s': head dim %" PRId64 " is not a multiple of 32 (the kernel's channel group)", name,
                        y->name, hd);
-      dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT_VT 1\n#define T_X %d\n#define KEYS %" PRId64 "LL\n#define KEYS_PAD %" PRId64
-             "LL\n#define HEADS %" PRId64 "LL\n#define HD %" PRId64 "LL\n", dt_code(x->dtype), T, y->dims[3], heads, hd);
-      set_launch(k, (uint64_t)(x->dims[0] * heads * (hd / 32)), 1, 1, DIT_ABI_BLOCK, 0);
+      /* The splits: attn_vmax's output [B, H, S, Dh], attn_quant_vt's second input. */
+      const int vmax = op->kind == DIT_OP_ATTN_VMAX;
+      const int64_t splits = (vmax ? y : V(g, op->in[1]))->dims[2], parts = vmax ? splits : y->dims[3] / DIT_SPARSE_TILE;
+      const int64_t blocks = B * heads * (hd / 32) * parts;
+      if (blocks > INT32_MAX)
+        return DIT_ERR(UNIMPLEMENTED, "op %s '%s': %" PRId64 " blocks, more than a grid holds", name, y->name, blocks);
+      dit_strbuf_printf(s, "#define DIT_K_%s 1\n#define T_X %d\n#define KEYS %" PRId64 "LL\n#define HEADS %" PRId64
+             "LL\n#define HD %" PRId64 "LL\n#define SPLITS %" PRId64 "LL\n", vmax ? "ATTN_VMAX" : "ATTN_QUANT_VT", dt_code(x->dtype),
+             T, heads, hd, splits);
+      if (vmax) dit_strbuf_printf(s, "#define SPLIT_KEYS %" PRId64 "LL\n", (T + splits - 1) / splits);
+      else dit_strbuf_printf(s, "#define KEYS_PAD %" PRId64 "LL\n", y->dims[3]);
+      set_launch(k, (uint64_t)blocks, 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_ATTENTION_FP8: {

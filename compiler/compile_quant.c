@@ -133,19 +133,38 @@ static int attention_quantizable(const dit_graph_t *g, const dit_op_t *op) {
          !dit_attrs_find(&op->attrs, "bias") && op->n_in == 3 + tiled;
 }
 
-/* Attention op i (copied: appending moves the ops) as its four fp8 ops appended to the graph;
+/* attn_vmax's splits for v [B, L, heads*Dh]. attn_vmax runs a block per (item, head, 32 channels,
+ * split), attn_quant_vt one per (item, head, 32 channels, 128-key tile), so the codes' pass is
+ * wide already; with one split the maxima's pass would run on B*heads*Dh/32 blocks alone, each
+ * walking all L keys (48 blocks for 132 multiprocessors at Wan2.1-1.3B). Enough splits for 4
+ * blocks on each of the Hopper parts' 132 multiprocessors keep loads in flight on every one; at
+ * least 128 keys a split (at most L/128 splits) keep a block's work above its start-up and the
+ * splits' maxima that every attn_quant_vt block merges (S a channel) small beside its tile.
+ * Wan2.1-1.3B at 480p (B 1, 12 heads, 32760 keys): 11 splits of 2979 keys, 528 blocks. */
+#define VMAX_TARGET_BLOCKS (4 * 132)
+static int64_t vmax_splits(int64_t batch, int64_t heads, int64_t hd, int64_t keys) {
+  const int64_t groups = batch * heads * ((hd + 31) / 32), cap = keys / DIT_SPARSE_TILE;
+  int64_t s = groups > 0 ? (VMAX_TARGET_BLOCKS + groups - 1) / groups : 1;
+  if (s > cap) s = cap;
+  return s < 1 ? 1 : s;
+}
+
+/* Attention op i (copied: appending moves the ops) as its five fp8 ops appended to the graph;
  * attention_fp8 takes over the attention's outputs, so readers, names and output roles stay. */
 static dit_status_t quantize_attention(dit_graph_t *g, int32_t i) {
   const dit_op_t op = *dit_graph_cop_at(g, i);
   const dit_value_t *y = dit_graph_cvalue(g, op.out[0]);
   const char *base = y->name ? y->name : "attention";
   const int64_t heads = dit_attrs_find(&op.attrs, "heads")->i;
-  dit_attrs_t qa = {0}, ka = {0}, va = {0};
+  const dit_value_t *v = dit_graph_cvalue(g, op.in[2]);
+  const int64_t splits = vmax_splits(v->dims[0], heads, v->dims[2] / heads, v->dims[1]);
+  dit_attrs_t qa = {0}, ka = {0}, va = {0}, ma = {0};
   if (dit_attrs_set_int(&qa, "heads", heads) || dit_attrs_set_int(&qa, "rows", 64) || dit_attrs_set_int(&ka, "heads", heads) ||
-      dit_attrs_set_int(&ka, "rows", DIT_SPARSE_TILE) || dit_attrs_set_int(&va, "heads", heads))
+      dit_attrs_set_int(&ka, "rows", DIT_SPARSE_TILE) || dit_attrs_set_int(&va, "heads", heads) || dit_attrs_set_int(&ma, "heads", heads) ||
+      dit_attrs_set_int(&ma, "splits", splits))
     return DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
   const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
-  dit_vid_t q[2], k[2], v[2], o[2] = {-1, -1};
+  dit_vid_t q[2], k[2], vt[2], vin[2] = {op.in[2], -1}, o[2] = {-1, -1};
   char name[512];
   dit_graph_set_block(g, op.block);
   dit_status_t s = DIT_OK;
@@ -153,9 +172,12 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i) {
   if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[0], 1, &qa, qdt, name, q);
   snprintf(name, sizeof name, "%s.k8", base);
   if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[1], 1, &ka, qdt, name, k);
+  snprintf(name, sizeof name, "%s.vmax", base);
+  if (!s && (vin[1] = dit_graph_op(g, DIT_OP_ATTN_VMAX, &op.in[2], 1, &ma, DIT_F32, name)) < 0)
+    s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
   snprintf(name, sizeof name, "%s.vt8", base);
-  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, &op.in[2], 1, &va, qdt, name, v);
-  const dit_vid_t ins[7] = {q[0], q[1], k[0], k[1], v[0], v[1], op.n_in == 4 ? op.in[3] : -1};
+  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vin, 2, &va, qdt, name, vt);
+  const dit_vid_t ins[7] = {q[0], q[1], k[0], k[1], vt[0], vt[1], op.n_in == 4 ? op.in[3] : -1};
   snprintf(name, sizeof name, "%s.fp8", base);
   if (!s) {
     if (op.n_out == 2) s = dit_graph_op2(g, DIT_OP_ATTENTION_FP8, ins, op.n_in + 3, &op.attrs, odt, name, o);
@@ -176,8 +198,8 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i) {
 dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr) {
   if (quant == DIT_QUANT_NONE) return DIT_OK;
   const int32_t n = dit_graph_num_ops(g);
-  uint8_t *done = calloc((size_t)n + 1, 1), *keep = malloc(5 * (size_t)n + 1);
-  int32_t *order = malloc((5 * (size_t)n + 1) * sizeof *order);
+  uint8_t *done = calloc((size_t)n + 1, 1), *keep = malloc(6 * (size_t)n + 1);
+  int32_t *order = malloc((6 * (size_t)n + 1) * sizeof *order);
   dit_status_t s = done && keep && order ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
   cJSON *names = NULL;
   if (!s && summary) {
@@ -208,14 +230,14 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
                 "--attn-quant fp8: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
                 kept);
   if (!s) {
-    /* Drop the rewritten attentions (the appended fours keep their order at the end), then put
-     * each four where its attention was. */
-    for (int32_t i = 0; i < n + 4 * count; i++) keep[i] = i >= n || !done[i];
+    /* Drop the rewritten attentions (the appended fives keep their order at the end), then put
+     * each five where its attention was. */
+    for (int32_t i = 0; i < n + 5 * count; i++) keep[i] = i >= n || !done[i];
     s = dit_graph_compact(g, keep);
     int32_t m = 0, dropped = 0, next = n - count;
     for (int32_t i = 0; !s && i < n; i++) {
       if (done[i]) {
-        for (int r = 0; r < 4; r++) order[m++] = next++;
+        for (int r = 0; r < 5; r++) order[m++] = next++;
         dropped++;
       } else {
         order[m++] = i - dropped;

@@ -422,7 +422,8 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       break;
     }
     case DIT_OP_ATTN_QUANT:
-    case DIT_OP_ATTN_QUANT_VT: {
+    case DIT_OP_ATTN_QUANT_VT:
+    case DIT_OP_ATTN_VMAX: {
       int64_t heads, rows = DIT_SPARSE_TILE;
       DIT_RETURN_IF(get_i(attrs, op, "heads", &heads, 1));
       if (kind == DIT_OP_ATTN_QUANT) DIT_RETURN_IF(get_i(attrs, op, "rows", &rows, 1));
@@ -430,6 +431,23 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
       if (x->dims[2] % heads) FAIL("%s: %" PRId64 " channels of x '%s' not divisible by %" PRId64 " heads", op, x->dims[2], x->name, heads);
       const int64_t B = x->dims[0], T = x->dims[1], Dh = x->dims[2] / heads;
+      if (kind == DIT_OP_ATTN_VMAX) {
+        int64_t splits;
+        DIT_RETURN_IF(get_i(attrs, op, "splits", &splits, 1));
+        if (splits > (T > 1 ? T : 1))
+          FAIL("%s: attribute splits = %" PRId64 " exceeds the %" PRId64 " keys of x '%s' (every split needs one)", op, splits, T, x->name);
+        out_rank[0] = 4;
+        const int64_t d0[4] = {B, heads, splits, Dh};
+        memcpy(out_dims[0], d0, sizeof d0);
+        break;
+      }
+      if (kind == DIT_OP_ATTN_QUANT_VT) {
+        /* vmax: attn_vmax of x, any number of splits. */
+        const dit_value_t *m = operand(g, ins, 1);
+        const int64_t md[4] = {B, heads, m->rank == 4 ? m->dims[2] : 1, Dh};
+        DIT_RETURN_IF(expect_value(op, "vmax", m, DIT_F32, 4, md, "attn_vmax's maxima of x per head, split and channel"));
+        if (md[2] < 1) FAIL("%s: vmax '%s' has no splits, expected at least one", op, m->name);
+      }
       out_rank[0] = out_rank[1] = 3;
       if (kind == DIT_OP_ATTN_QUANT) {
         copy_shape(x, &out_rank[0], out_dims[0]);
@@ -793,6 +811,9 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
       if (n_out == 2 && (out_dtypes[0] != DIT_F8E4M3 || out_dtypes[1] != DIT_F32))
         FAIL("%s: output dtypes %s and %s, expected f8e4m3 (the codes) and f32 (the scales)", dit_op_info(kind)->name,
              dit_dtype_name(out_dtypes[0]), dit_dtype_name(out_dtypes[1]));
+      return DIT_OK;
+    case DIT_OP_ATTN_VMAX:
+      if (n_out >= 1 && out_dtypes[0] != DIT_F32) FAIL("attn_vmax: output dtype %s, expected f32", dit_dtype_name(out_dtypes[0]));
       return DIT_OK;
     case DIT_OP_ATTENTION_FP8:
       for (int i = 0; i < n_out; i++)

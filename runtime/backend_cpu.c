@@ -445,10 +445,12 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
                                        st->n_out > 1 ? &out[1] : NULL);
     }
     case DIT_OP_ATTN_QUANT:
-    case DIT_OP_ATTN_QUANT_VT: {
+    case DIT_OP_ATTN_QUANT_VT:
+    case DIT_OP_ATTN_VMAX: {
       int heads;
       GETI("heads", heads);
-      if (st->kind == DIT_OP_ATTN_QUANT_VT) return dit_cpu_attn_quant_vt(c, &in[0], heads, &out[0], &out[1]);
+      if (st->kind == DIT_OP_ATTN_VMAX) return dit_cpu_attn_vmax(c, &in[0], heads, &out[0]);
+      if (st->kind == DIT_OP_ATTN_QUANT_VT) return dit_cpu_attn_quant_vt(c, &in[0], &in[1], heads, &out[0], &out[1]);
       int64_t rows;
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "rows", &rows));
       return dit_cpu_attn_quant(c, &in[0], heads, rows, &out[0], &out[1]);

@@ -1459,7 +1459,8 @@ static int cmd_bench(int argc, char **argv) {
   if (!s && !a.no_split) s = dit_runtime_forward_profiled(rt, per_kind, per_step);
   for (int k = 0; !s && k < DIT_OP_COUNT; k++) {
     /* FP8 attention's operand quantizers count as attention: they exist only for it. */
-    const int attn = k == DIT_OP_ATTENTION || k == DIT_OP_ATTENTION_FP8 || k == DIT_OP_ATTN_QUANT || k == DIT_OP_ATTN_QUANT_VT;
+    const int attn = k == DIT_OP_ATTENTION || k == DIT_OP_ATTENTION_FP8 || k == DIT_OP_ATTN_QUANT || k == DIT_OP_ATTN_QUANT_VT ||
+                     k == DIT_OP_ATTN_VMAX;
     split[k == DIT_OP_LINEAR || k == DIT_OP_LINEAR_FP8 ? 0 : attn ? 1 : dit_op_is_collective((dit_op_kind_t)k) ? 3 : 2] += per_kind[k];
     total += per_kind[k];
   }

@@ -688,44 +688,79 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 }
 #endif
 
-#if defined(DIT_K_ATTN_QUANT_VT)
-// attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] -> vt [B, HEADS, HD, KEYS_PAD] (e4m3, V
-// transposed, keys permuted within groups of 16 columns for the wgmma fp8 operand) and s [B, HEADS,
-// HD]. One block a (b, h, 32 channels), 8 x 32 threads: the channels' amax over every key, then
-// per 128 columns the codes gathered into shared memory by column and written as 128-byte rows.
+#if defined(DIT_K_ATTN_VMAX) || defined(DIT_K_ATTN_QUANT_VT)
+// Both passes over V [B, KEYS, HEADS*HD] take 32 channels of one head a block, 8 x 32 threads:
+// consecutive threads on consecutive channels of a key row (coalesced), the 8 rows on 8 keys.
 #define VT_CH 32
-extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *vt, float *s, const TY(X) *v) {
-  static_assert(DIT_ABI_BLOCK == 8 * VT_CH && HD % VT_CH == 0 && KEYS_PAD % 128 == 0, "attn_quant_vt: 8 x 32 threads, whole groups");
-  __shared__ float part[8][VT_CH];
-  __shared__ __align__(16) unsigned char codes[VT_CH][128];
+#define VT_ROWS (DIT_ABI_BLOCK / VT_CH)
+#endif
+
+#if defined(DIT_K_ATTN_VMAX)
+// attn_vmax (base/ops.def): m [B, HEADS, SPLITS, HD], the channels' largest |v| over each split of
+// SPLIT_KEYS keys. One block a (b, h, 32 channels, split); VMAX_UNROLL loads in flight a thread.
+#define VMAX_UNROLL 4
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(float *m, const TY(X) *v) {
+  static_assert(DIT_ABI_BLOCK == VT_ROWS * VT_CH && HD % VT_CH == 0, "attn_vmax: 8 x 32 threads, whole groups");
+  __shared__ float part[VT_ROWS][VT_CH];
   const int tx = threadIdx.x % VT_CH, ty = threadIdx.x / VT_CH;
-  const long long g = blockIdx.x % (HD / VT_CH), bh = blockIdx.x / (HD / VT_CH), h = bh % HEADS, b = bh / HEADS;
-  const long long c = g * VT_CH + tx, col_base = (b * KEYS) * (HEADS * HD) + h * HD + c;
+  const long long sp = blockIdx.x % SPLITS, blk = blockIdx.x / SPLITS, g = blk % (HD / VT_CH), bh = blk / (HD / VT_CH);
+  const long long h = bh % HEADS, b = bh / HEADS, c = g * VT_CH + tx;
+  const long long k0 = sp * SPLIT_KEYS, k1 = k0 + SPLIT_KEYS < KEYS ? k0 + SPLIT_KEYS : KEYS;
+  const TY(X) *col = v + (b * KEYS) * (HEADS * HD) + h * HD + c;
   float amax = 0.f;
-  for (long long key = ty; key < KEYS; key += 8) {
-    const float a = fabsf(ld(v, col_base + key * (HEADS * HD)));
+  long long key = k0 + ty;
+  for (; key + (VMAX_UNROLL - 1) * VT_ROWS < k1; key += VMAX_UNROLL * VT_ROWS) {
+    float a[VMAX_UNROLL];
+#pragma unroll
+    for (int u = 0; u < VMAX_UNROLL; u++) a[u] = fabsf(ld(col, (key + u * VT_ROWS) * (HEADS * HD)));
+#pragma unroll
+    for (int u = 0; u < VMAX_UNROLL; u++)
+      if (a[u] > amax) amax = a[u]; // NaN never compares greater, as on the CPU
+  }
+  for (; key < k1; key += VT_ROWS) {
+    const float a = fabsf(ld(col, key * (HEADS * HD)));
     if (a > amax) amax = a;
   }
   part[ty][tx] = amax;
   __syncthreads();
-  amax = 0.f;
+  if (ty == 0) {
 #pragma unroll
-  for (int i = 0; i < 8; i++) amax = fmaxf(amax, part[i][tx]);
+    for (int i = 1; i < VT_ROWS; i++) amax = fmaxf(amax, part[i][tx]);
+    m[(bh * SPLITS + sp) * HD + c] = amax;
+  }
+}
+#endif
+
+#if defined(DIT_K_ATTN_QUANT_VT)
+// attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] and its maxima m [B, HEADS, SPLITS, HD] ->
+// vt [B, HEADS, HD, KEYS_PAD] (e4m3, V transposed, keys permuted within groups of 16 columns for
+// the wgmma fp8 operand) and s [B, HEADS, HD]. One block a (b, h, 32 channels, 128-key column
+// tile): each thread its channel's scale from the splits' maxima (fmaxf in split order, as the
+// CPU), the tile's codes gathered into shared memory by column (rows padded a word against bank
+// conflicts), then written as 128-byte rows; the blocks of tile 0 write the scales.
+#define VT_TILES (KEYS_PAD > 0 ? KEYS_PAD / 128 : 1) // no keys: no blocks, but a valid modulus
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *vt, float *s, const TY(X) *v, const float *m) {
+  static_assert(DIT_ABI_BLOCK == VT_ROWS * VT_CH && HD % VT_CH == 0 && KEYS_PAD % 128 == 0, "attn_quant_vt: 8 x 32 threads, whole groups");
+  __shared__ __align__(16) unsigned char codes[VT_CH][128 + 4];
+  const int tx = threadIdx.x % VT_CH, ty = threadIdx.x / VT_CH;
+  const long long t = blockIdx.x % VT_TILES, blk = blockIdx.x / VT_TILES, g = blk % (HD / VT_CH), bh = blk / (HD / VT_CH);
+  const long long h = bh % HEADS, b = bh / HEADS, c = g * VT_CH + tx, t0 = t * 128;
+  float amax = 0.f;
+  for (int sp = 0; sp < SPLITS; sp++) amax = fmaxf(amax, m[(bh * SPLITS + sp) * HD + c]);
   const float scale = amax > 0.f ? amax / 448.f : 1.f;
-  if (ty == 0) s[bh * HD + c] = scale;
-  unsigned char *out = vt + (bh * HD + g * VT_CH) * KEYS_PAD;
-  for (long long t0 = 0; t0 < KEYS_PAD; t0 += 128) {
-    for (int col = ty; col < 128; col += 8) {
-      const int p = col & 15; // column 16g + p holds key 16g + pi(p)
-      const long long key = t0 + (col & ~15) + 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
-      codes[tx][col] = key < KEYS ? e4m3_encode(ld(v, col_base + key * (HEADS * HD)) / scale) : (unsigned char)0;
-    }
-    __syncthreads();
-    for (int w = threadIdx.x; w < VT_CH * 32; w += DIT_ABI_BLOCK) {
-      const int ch = w / 32, word = w % 32;
-      reinterpret_cast<u32 *>(out + ch * KEYS_PAD + t0)[word] = reinterpret_cast<const u32 *>(codes[ch])[word];
-    }
-    __syncthreads();
+  if (t == 0 && ty == 0) s[bh * HD + c] = scale;
+  const TY(X) *col = v + (b * KEYS) * (HEADS * HD) + h * HD + c;
+#pragma unroll
+  for (int i = 0; i < 128 / VT_ROWS; i++) {
+    const int cc = ty + i * VT_ROWS, p = cc & 15; // column 16g + p holds key 16g + pi(p)
+    const long long key = t0 + (cc & ~15) + 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
+    codes[tx][cc] = key < KEYS ? e4m3_encode(ld(col, key * (HEADS * HD)) / scale) : (unsigned char)0;
+  }
+  __syncthreads();
+  unsigned char *out = vt + (bh * HD + g * VT_CH) * KEYS_PAD + t0;
+  for (int w = threadIdx.x; w < VT_CH * 32; w += DIT_ABI_BLOCK) {
+    const int ch = w / 32, word = w % 32;
+    reinterpret_cast<u32 *>(out + ch * KEYS_PAD)[word] = reinterpret_cast<const u32 *>(codes[ch])[word];
   }
 }
 #endif

@@ -1,5 +1,5 @@
-/* FP8 attention on the CPU: the reference of base/ops.def's attn_quant, attn_quant_vt and
- * attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 codes decoded
+/* FP8 attention on the CPU: the reference of base/ops.def's attn_quant, attn_vmax, attn_quant_vt
+ * and attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 codes decoded
  * exactly to fp32, fp32 sums, exp2 with log2(e) folded into the scores, 2^8 P rounded to e4m3
  * before the P V product). Deterministic: every sum runs in a fixed order whatever the thread count. */
 #include <math.h>
@@ -89,26 +89,78 @@ dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, 
   return DIT_OK;
 }
 
-/* ---- attn_quant_vt ---------------------------------------------------------------------- */
+/* ---- attn_vmax, attn_quant_vt ------------------------------------------------------------ */
 
 typedef struct vt_job {
   const dit_tensor_t *v;
+  const float *vmax; /* attn_quant_vt: [B, H, S, Dh] */
+  float *out;        /* attn_vmax: [B, H, S, Dh] */
   uint8_t *vt8;
   float *vs;
-  int64_t L, Lp, H, Dh;
+  int64_t L, Lp, H, Dh, S;
   dit_cpu_scratch_t scratch;
 } vt_job_t;
 
-/* One (b, h, channel): the channel's L values as one row, then its vt8 row in column order. */
-static void vt_task(void *ctx, int64_t begin, int64_t end, int worker) {
+/* One (b, h, split): the split's key rows of head h read whole, their channels' largest magnitudes. */
+static void vmax_task(void *ctx, int64_t begin, int64_t end, int worker) {
   vt_job_t *j = ctx;
   float *buf = dit_cpu_scratch_get(&j->scratch, worker);
-  uint8_t *codes = (uint8_t *)(buf + j->L);
+  const int64_t H = j->H, Dh = j->Dh, HD = H * Dh, n = (j->L + j->S - 1) / j->S;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t s = t % j->S, h = t / j->S % H, b = t / j->S / H, k1 = (s + 1) * n < j->L ? (s + 1) * n : j->L;
+    float *m = j->out + t * Dh;
+    for (int64_t c = 0; c < Dh; c++) m[c] = 0.0f;
+    for (int64_t key = s * n; key < k1; key++) {
+      const float *row = dit_cpu_row_load(j->v->data, j->v->dtype, (b * j->L + key) * HD + h * Dh, Dh, buf);
+      for (int64_t c = 0; c < Dh; c++) {
+        const float a = fabsf(row[c]);
+        if (a > m[c]) m[c] = a; /* NaN never compares greater, as in dit_e4m3_quantize_row */
+      }
+    }
+  }
+}
+
+/* x [B, L, heads*Dh] as v, its f32 maxima [B, heads, S, Dh]. */
+static dit_status_t check_vmax(const char *op, const dit_tensor_t *v, int heads, const dit_tensor_t *vmax) {
+  char b1[DIT_CPU_DIMS_BUF];
+  DIT_RETURN_IF(dit_cpu_check_any(op, "vmax", vmax));
+  if (vmax->dtype != DIT_F32 || vmax->rank != 4 || vmax->dims[2] < 1)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: vmax is %s %s, expected f32 [B, heads, splits >= 1, Dh]", op, dit_dtype_name(vmax->dtype),
+                   dit_cpu_dims_str(vmax, b1));
+  const int64_t md[4] = {v->dims[0], heads, -1, v->dims[2] / heads};
+  return dit_cpu_check_dims(op, "vmax", vmax, 4, md);
+}
+
+dit_status_t dit_cpu_attn_vmax(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vmax) {
+  static const char *op = "attn_vmax";
+  DIT_RETURN_IF(check_x(op, "v", v, heads));
+  DIT_RETURN_IF(check_vmax(op, v, heads, vmax));
+  const int64_t B = v->dims[0], L = v->dims[1], Dh = v->dims[2] / heads, S = vmax->dims[2];
+  if (S > (L > 1 ? L : 1))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: vmax has %lld splits, more than the %lld keys of v", op, (long long)S, (long long)L);
+  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vmax", vmax, "v", v));
+  if (B * heads * Dh == 0) return DIT_OK;
+  vt_job_t j = {.v = v, .out = vmax->data, .L = L, .H = heads, .Dh = Dh, .S = S};
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)Dh * 4 + 64, &j.scratch));
+  dit_pool_parallel_for(dit_cpu_pool(c), B * heads * S, 1, vmax_task, &j);
+  dit_cpu_scratch_free(&j.scratch);
+  return DIT_OK;
+}
+
+/* One (b, h, channel): the scale from the splits' maxima (fmaxf in split order, as the kernel),
+ * the channel's L codes, then its vt8 row in column order. */
+static void vt_task(void *ctx, int64_t begin, int64_t end, int worker) {
+  vt_job_t *j = ctx;
+  uint8_t *codes = (uint8_t *)dit_cpu_scratch_get(&j->scratch, worker);
   const int64_t H = j->H, Dh = j->Dh, HD = H * Dh;
   for (int64_t t = begin; t < end; t++) {
-    const int64_t ch = t % Dh, h = t / Dh % H, b = t / Dh / H;
-    for (int64_t key = 0; key < j->L; key++) buf[key] = dit_cpu_load1(j->v->data, j->v->dtype, (b * j->L + key) * HD + h * Dh + ch);
-    j->vs[t] = dit_e4m3_quantize_row(buf, j->L, codes);
+    const int64_t ch = t % Dh, bh = t / Dh, h = bh % H, b = bh / H;
+    float amax = 0.0f;
+    for (int64_t s = 0; s < j->S; s++) amax = fmaxf(amax, j->vmax[(bh * j->S + s) * Dh + ch]);
+    const float scale = dit_e4m3_scale(amax);
+    for (int64_t key = 0; key < j->L; key++)
+      codes[key] = dit_f32_to_e4m3(dit_cpu_load1(j->v->data, j->v->dtype, (b * j->L + key) * HD + h * Dh + ch) / scale);
+    j->vs[t] = scale;
     uint8_t *row = j->vt8 + t * j->Lp;
     for (int64_t col = 0; col < j->Lp; col++) {
       const int64_t key = dit_attn_vt_key(col);
@@ -117,9 +169,11 @@ static void vt_task(void *ctx, int64_t begin, int64_t end, int worker) {
   }
 }
 
-dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vt8, dit_tensor_t *vs) {
+dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, const dit_tensor_t *vmax, int heads, dit_tensor_t *vt8,
+                                   dit_tensor_t *vs) {
   static const char *op = "attn_quant_vt";
   DIT_RETURN_IF(check_x(op, "v", v, heads));
+  DIT_RETURN_IF(check_vmax(op, v, heads, vmax));
   const int64_t B = v->dims[0], L = v->dims[1], Dh = v->dims[2] / heads, Lp = (L + KTILE - 1) / KTILE * KTILE;
   const int64_t td[4] = {B, heads, Dh, Lp}, sd[3] = {B, heads, Dh};
   DIT_RETURN_IF(check_codes(op, "vt8", vt8, 4, td));
@@ -127,8 +181,8 @@ dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, int head
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vt8", vt8, "v", v));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vs", vs, "v", v));
   if (B * heads * Dh == 0) return DIT_OK;
-  vt_job_t j = {.v = v, .vt8 = vt8->data, .vs = vs->data, .L = L, .Lp = Lp, .H = heads, .Dh = Dh};
-  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)L * 5 + 64, &j.scratch));
+  vt_job_t j = {.v = v, .vmax = vmax->data, .vt8 = vt8->data, .vs = vs->data, .L = L, .Lp = Lp, .H = heads, .Dh = Dh, .S = vmax->dims[2]};
+  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)L + 64, &j.scratch));
   dit_pool_parallel_for(dit_cpu_pool(c), B * heads * Dh, 1, vt_task, &j);
   dit_cpu_scratch_free(&j.scratch);
   return DIT_OK;

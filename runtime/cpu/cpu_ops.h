@@ -150,9 +150,14 @@ dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const 
  * attn_quant: x [B, S, heads*Dh] -> x8 f8e4m3 (same dims), xs f32 [B, heads, ceil(S/rows)], one
  * scale per head and block of `rows` rows, as dit_e4m3_quantize_row over the block. */
 dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs);
-/* attn_quant_vt: v [B, L, heads*Dh] -> vt8 f8e4m3 [B, heads, Dh, roundup(L, 128)] (keys permuted
- * within groups of 16 as base/ops.def says, padding 0x00), vs f32 [B, heads, Dh]. */
-dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vt8, dit_tensor_t *vs);
+/* attn_vmax: v [B, L, heads*Dh] -> vmax f32 [B, heads, S, Dh] (S from vmax's dims, 1..max(L, 1)),
+ * the channels' largest magnitudes over each split of ceil(L / S) keys. */
+dit_status_t dit_cpu_attn_vmax(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vmax);
+/* attn_quant_vt: v [B, L, heads*Dh] and its attn_vmax maxima (any splits) -> vt8 f8e4m3 [B, heads,
+ * Dh, roundup(L, 128)] (keys permuted within groups of 16 as base/ops.def says, padding 0x00), vs
+ * f32 [B, heads, Dh]. */
+dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, const dit_tensor_t *vmax, int heads, dit_tensor_t *vt8,
+                                   dit_tensor_t *vs);
 /* attention_fp8 over those operands (tiles NULL: all key tiles); lse may be NULL. */
 dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const dit_tensor_t *qs, const dit_tensor_t *k8,
                                    const dit_tensor_t *ks, const dit_tensor_t *vt8, const dit_tensor_t *vs, const dit_tensor_t *tiles,

@@ -59,12 +59,12 @@ if "$BIN/ditc" compile "${args[@]}" --quant int3 2>"$T/err"; then echo "--quant 
 grep -q -- "--quant int3: expected none or fp8" "$T/err" || { cat "$T/err"; exit 1; }
 
 # --attn-quant fp8 on the tiny Wan model at head dim 128 (17 frames at 128x128: 320 tokens, three
-# key tiles, the last partial): its self-attention becomes attn_quant (q, k), attn_quant_vt and
-# attention_fp8; the cross-attention (7 text keys) stays. Forward against the bf16 bundle of the
-# same pattern: measured max relative error 7.9e-3 and cosine 0.99998 (attention alone, dense or
-# sta:1,8,8), 3.9e-2 and 0.99954 with --quant fp8 too. Bounds: 3e-2 and 0.9995 for the attention
-# alone (P, Q, K and V each rounded to 3 mantissa bits in one op of the block), fp8.sh's 6e-2 and
-# 0.999 above with the linears.
+# key tiles, the last partial): its self-attention becomes attn_quant (q, k), attn_vmax,
+# attn_quant_vt and attention_fp8; the cross-attention (7 text keys) stays. Forward against the
+# bf16 bundle of the same pattern: measured max relative error 7.9e-3 and cosine 0.99998
+# (attention alone, dense or sta:1,8,8), 3.9e-2 and 0.99954 with --quant fp8 too. Bounds: 3e-2 and
+# 0.9995 for the attention alone (P, Q, K and V each rounded to 3 mantissa bits in one op of the
+# block), fp8.sh's 6e-2 and 0.999 above with the linears.
 "$BIN/make_tiny_wan" --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$T/hd128" >/dev/null
 a=("$T/hd128/model" --frames 17 --height 128 --width 128 --text-len 7 --dtype bf16 -o "$T/b" -q)
 bundle() { "$BIN/ditc" compile "${a[@]}" "$@" | tail -n 1 | cut -d' ' -f3; }
@@ -93,7 +93,11 @@ plan = [b["hash"] for b in m["blobs"] if b["role"] == "plan"][0]
 steps = json.load(open(d + "/blobs/" + plan))["steps"]
 ops = [s["op"] for s in steps]
 fp8 = [s for s in steps if s["op"] == "attention_fp8"]
-assert ops.count("attn_quant") == 2 and ops.count("attn_quant_vt") == 1 and len(fp8) == 1 and ops.count("attention") == 1, ops
+assert ops.count("attn_quant") == 2 and ops.count("attn_vmax") == 1 and ops.count("attn_quant_vt") == 1 and len(fp8) == 1 \
+    and ops.count("attention") == 1, ops
+# 2 heads of 4 channel groups would take 66 splits for 528 blocks; 320 keys cap them at 320 / 128.
+vmax, vt = [[s for s in steps if s["op"] == k][0] for k in ("attn_vmax", "attn_quant_vt")]
+assert vmax["ints"] == {"heads": 2, "splits": 2} and vt["in"] == vmax["in"] + vmax["out"], (vmax, vt)
 assert len(fp8[0]["in"]) == (7 if name.endswith("sta") else 6), fp8
 PY
   run "$b" "$T/$name.safetensors"

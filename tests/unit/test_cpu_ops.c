@@ -341,36 +341,93 @@ static void test_attn_quant(void) {
 /* The key each column of a group of 16 holds (base/ops.def), written out. */
 static const int kVtPerm[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
 
+/* attn_vmax over 150 keys in 1, 4 (38 keys a split, the last 36), 150 and 100 splits (2 keys a
+ * split: splits 75..99 hold none, 0), against the definition; a NaN never counts. Too many
+ * splits and a wrong vmax shape are refused. */
+static void test_attn_vmax(void) {
+  const int64_t B = 2, L = 150, H = 2, Dh = 64, vd[3] = {B, L, H * Dh};
+  dit_tensor_t v = tensor_alloc(DIT_F32, 3, vd);
+  for (int64_t i = 0; i < numel_of(3, vd); i++) set_elem(&v, i, rnd(-2, 2));
+  set_elem(&v, (L + 40) * H * Dh + 5, NAN); /* batch 1, key 40, head 0, channel 5 */
+  const int64_t splits[4] = {1, 4, 150, 100};
+  for (int i = 0; i < 4; i++) {
+    const int64_t S = splits[i], n = (L + S - 1) / S, md[4] = {B, H, S, Dh};
+    dit_tensor_t m = tensor_alloc(DIT_F32, 4, md);
+    for (int c = 0; c < 2; c++) {
+      memset(m.data, 0xff, dit_tensor_nbytes(&m));
+      CHECK_OK(dit_cpu_attn_vmax(&g_cpu[c], &v, (int)H, &m));
+      int bad = 0;
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+          for (int64_t sp = 0; sp < S; sp++)
+            for (int64_t ch = 0; ch < Dh; ch++) {
+              float want = 0.0f;
+              for (int64_t key = sp * n; key < L && key < (sp + 1) * n; key++)
+                want = fmaxf(want, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
+              bad += ((const float *)m.data)[((b * H + h) * S + sp) * Dh + ch] != want;
+            }
+      CHECK_EQ_INT(bad, 0);
+    }
+    if (S == 100) CHECK(((const float *)m.data)[((1 * H + 1) * S + 99) * Dh + 7] == 0.0f);
+    free(m.data);
+  }
+  const int64_t md[4] = {B, H, L + 1, Dh};
+  dit_tensor_t m = tensor_alloc(DIT_F32, 4, md);
+  CHECK_ERR(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m), INVALID_ARGUMENT, "attn_vmax: vmax has 151 splits, more than the 150 keys of v");
+  m.dims[2] = 3, m.dims[3] = Dh + 1;
+  CHECK_ERR(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m), INVALID_ARGUMENT, "attn_vmax: vmax has dims");
+  free(m.data), free(v.data);
+}
+
 /* 150 keys: two column tiles, the second holding keys 128..149 then zero padding; channel 3 of
- * head 1 in batch 1 all zero (scale 1). */
+ * head 1 in batch 1 all zero (scale 1). The maxima from 1, 3 and 150 splits give the same codes and
+ * scales: the one-pass rule's. */
 static void test_attn_quant_vt(void) {
   const int64_t B = 2, L = 150, H = 2, Dh = 128, Lp = 256, vd[3] = {B, L, H * Dh}, td[4] = {B, H, Dh, Lp}, sd[3] = {B, H, Dh};
   dit_tensor_t v = tensor_alloc(DIT_BF16, 3, vd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td), vs = tensor_alloc(DIT_F32, 3, sd);
   for (int64_t i = 0; i < numel_of(3, vd); i++) set_elem(&v, i, rnd(-2, 2));
   for (int64_t key = 0; key < L; key++) set_elem(&v, (L + key) * H * Dh + Dh + 3, 0.0);
   for (int64_t col = 0; col < Lp; col++) CHECK_EQ_INT(dit_attn_vt_key(col), col / 16 * 16 + kVtPerm[col % 16]);
-  for (int c = 0; c < 2; c++) {
-    memset(vt8.data, 0xff, (size_t)numel_of(4, td));
-    CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[c], &v, (int)H, &vt8, &vs));
-    int bad = 0;
-    for (int64_t b = 0; b < B; b++)
-      for (int64_t h = 0; h < H; h++)
-        for (int64_t ch = 0; ch < Dh; ch++) {
-          float amax = 0.0f;
-          for (int64_t key = 0; key < L; key++) amax = fmaxf(amax, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
-          const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
-          bad += ((const float *)vs.data)[(b * H + h) * Dh + ch] != s;
-          for (int64_t col = 0; col < Lp; col++) {
-            const int64_t key = col / 16 * 16 + kVtPerm[col % 16];
-            const uint8_t want = key < L ? dit_f32_to_e4m3((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) / s) : 0;
-            bad += ((const uint8_t *)vt8.data)[((b * H + h) * Dh + ch) * Lp + col] != want;
+  const int64_t splits[3] = {1, 3, 150};
+  for (int i = 0; i < 3; i++) {
+    const int64_t md[4] = {B, H, splits[i], Dh};
+    dit_tensor_t m = tensor_alloc(DIT_F32, 4, md);
+    CHECK_OK(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m));
+    for (int c = 0; c < 2; c++) {
+      memset(vt8.data, 0xff, (size_t)numel_of(4, td));
+      memset(vs.data, 0xff, dit_tensor_nbytes(&vs));
+      CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[c], &v, &m, (int)H, &vt8, &vs));
+      int bad = 0;
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+          for (int64_t ch = 0; ch < Dh; ch++) {
+            float amax = 0.0f;
+            for (int64_t key = 0; key < L; key++) amax = fmaxf(amax, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
+            const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+            bad += ((const float *)vs.data)[(b * H + h) * Dh + ch] != s;
+            for (int64_t col = 0; col < Lp; col++) {
+              const int64_t key = col / 16 * 16 + kVtPerm[col % 16];
+              const uint8_t want = key < L ? dit_f32_to_e4m3((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) / s) : 0;
+              bad += ((const uint8_t *)vt8.data)[((b * H + h) * Dh + ch) * Lp + col] != want;
+            }
           }
-        }
-    CHECK_EQ_INT(bad, 0);
+      CHECK_EQ_INT(bad, 0);
+      CHECK(((const float *)vs.data)[(1 * H + 1) * Dh + 3] == 1.0f);
+    }
+    if (i == 2) {
+      m.dims[1] = 1;
+      CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT,
+                "attn_quant_vt: vmax has dims [2, 1, 150, 128], expected [2, 2, *, 128]");
+      m.dtype = DIT_BF16;
+      CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT,
+                "attn_quant_vt: vmax is bf16 [2, 1, 150, 128], expected f32 [B, heads, splits >= 1, Dh]");
+      m.dtype = DIT_F32, m.dims[1] = H;
+      vt8.dims[3] = L;
+      CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT, "attn_quant_vt: vt8 has dims");
+      vt8.dims[3] = Lp;
+    }
+    free(m.data);
   }
-  CHECK(((const float *)vs.data)[(1 * H + 1) * Dh + 3] == 1.0f);
-  vt8.dims[3] = L;
-  CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, (int)H, &vt8, &vs), INVALID_ARGUMENT, "attn_quant_vt: vt8 has dims");
   free(v.data), free(vt8.data), free(vs.data);
 }
 
@@ -394,7 +451,11 @@ static void test_attention_fp8(void) {
   dit_tensor_t tiles = tensor_alloc(DIT_I32, 2, tsd);
   CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &q, (int)H, 64, &q8, &qs));
   CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &k, (int)H, 128, &k8, &ks));
-  CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[0], &v, (int)H, &vt8, &vs));
+  const int64_t md[4] = {B, H, 2, Dh};
+  dit_tensor_t vm = tensor_alloc(DIT_F32, 4, md);
+  CHECK_OK(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &vm));
+  CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &vm, (int)H, &vt8, &vs));
+  free(vm.data);
   /* The dequantized operands, [b, t, h*Dh + c]. */
   double *dq = malloc(sizeof(double) * (size_t)(3 * S * HD) + 1), *dk = dq + S * HD, *dv = dk + S * HD, *p = malloc(sizeof(double) * S);
   for (int64_t t = 0; t < S; t++)
@@ -1907,6 +1968,7 @@ int main(void) {
   test_linear_fp8();
   test_attention();
   test_attn_quant();
+  test_attn_vmax();
   test_attn_quant_vt();
   test_attention_fp8();
   test_masks();

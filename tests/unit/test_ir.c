@@ -492,8 +492,9 @@ static void test_in_place_outputs(void) {
   dit_graph_destroy(g);
 }
 
-/* FP8 attention's ops: attn_quant's and attn_quant_vt's shapes and fixed dtypes, attention_fp8's
- * operand checks naming the operand and the expected shape, its cost as attention's. */
+/* FP8 attention's ops: attn_quant's, attn_vmax's and attn_quant_vt's shapes and fixed dtypes
+ * (the splits at most the keys, vmax any splits of v's shape), attention_fp8's operand checks
+ * naming the operand and the expected shape, its cost as attention's. */
 static void test_fp8_attention_ops(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
@@ -504,7 +505,25 @@ static void test_fp8_attention_ops(void) {
   dit_vid_t q[2], k[2], v[2], o[2];
   CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &x, 1, &qa, qdt, "q8", q));
   CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &x, 1, &ka, qdt, "k8", k));
-  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, &x, 1, &va, qdt, "vt8", v));
+  dit_attrs_t ma = attrs_i("heads", 2, "splits", 200);
+  const dit_vid_t m = dit_graph_op(g, DIT_OP_ATTN_VMAX, &x, 1, &ma, DIT_F32, "vmax");
+  const dit_value_t *mv = dit_graph_cvalue(g, m);
+  CHECK(mv->rank == 4 && mv->dims[0] == 1 && mv->dims[1] == 2 && mv->dims[2] == 200 && mv->dims[3] == 128 && mv->dtype == DIT_F32);
+  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 200.0 * 256, 0);
+  int rank[2];
+  int64_t dims[2][DIT_MAX_RANK];
+  dit_attrs_set_int(&ma, "splits", 201);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTN_VMAX, &x, 1, &ma, 1, rank, dims), INVALID_ARGUMENT,
+            "attn_vmax: attribute splits = 201 exceeds the 200 keys of x 'x' (every split needs one)");
+  CHECK_ERR(dit_check_out_dtypes(g, DIT_OP_ATTN_VMAX, &x, 1, odt), INVALID_ARGUMENT, "attn_vmax: output dtype bf16, expected f32");
+  dit_vid_t vi[2] = {x, x};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTN_QUANT_VT, vi, 2, &va, 2, rank, dims), INVALID_ARGUMENT,
+            "attn_quant_vt: vmax 'x' is bf16 [1,200,256], expected f32 [1,2,1,128] (attn_vmax's maxima of x per head, split and channel)");
+  CHECK_ERR(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, &x, 1, &va, qdt, "vt8_one", v), INVALID_ARGUMENT,
+            "op attn_quant_vt 'vt8_one': 1 inputs, expected 2..2");
+  vi[1] = m;
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vi, 2, &va, qdt, "vt8", v));
+  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 200.0 * 256 + 200.0 * 256, 0);
   const dit_value_t *qs = dit_graph_cvalue(g, q[1]), *ks = dit_graph_cvalue(g, k[1]), *vt = dit_graph_cvalue(g, v[0]);
   CHECK(qs->rank == 3 && qs->dims[1] == 2 && qs->dims[2] == 4 && ks->dims[2] == 2);
   CHECK(vt->rank == 4 && vt->dims[2] == 128 && vt->dims[3] == 256 && dit_graph_cvalue(g, v[1])->dims[2] == 128);
@@ -518,8 +537,6 @@ static void test_fp8_attention_ops(void) {
   const dit_value_t *lse = dit_graph_cvalue(g, o[1]);
   CHECK(lse->rank == 3 && lse->dims[1] == 2 && lse->dims[2] == 200);
   CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 4.0 * 200 * 200 * 256, 0);
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
   fi[1] = k[1];
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
             "attention_fp8: qs 'k8.1' is f32 [1,2,2], expected f32 [1,2,4] (q's scales per head and 64 rows)");
