@@ -68,7 +68,8 @@ def plan_other_bytes(plan):
     return total
 
 
-def _timed_ms(torch, fn, iters, warmup=3):
+def timed_ms(torch, fn, iters, warmup=3):
+    """Median milliseconds of fn over iters CUDA-event-timed calls, after warmup calls."""
     for _ in range(warmup):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -90,7 +91,7 @@ def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
     with torch.no_grad():
         a = torch.randn(SQUARE, SQUARE, device=dev, dtype=bf)
         b = torch.randn(SQUARE, SQUARE, device=dev, dtype=bf)
-        ms = _timed_ms(torch, lambda: torch.matmul(a, b), iters)
+        ms = timed_ms(torch, lambda: torch.matmul(a, b), iters)
         c["gemm_square"] = {"m": SQUARE, "n": SQUARE, "k": SQUARE, "ms": ms,
                             "tflops": gemm_flops(SQUARE, SQUARE, SQUARE) / (ms * 1e-3) / 1e12}
         del a, b
@@ -98,7 +99,7 @@ def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
         for (m, n, k), count in sorted(plan_gemms(plan).items()):
             x = torch.randn(m, k, device=dev, dtype=bf)
             w = torch.randn(k, n, device=dev, dtype=bf)
-            ms = _timed_ms(torch, lambda: torch.matmul(x, w), iters)
+            ms = timed_ms(torch, lambda: torch.matmul(x, w), iters)
             fl = gemm_flops(m, n, k)
             shapes.append({"m": m, "n": n, "k": k, "count": count, "ms": ms, "tflops": fl / (ms * 1e-3) / 1e12})
             total_ms += ms * count
@@ -107,7 +108,7 @@ def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
                                   "tflops": total_fl / (total_ms * 1e-3) / 1e12 if total_ms else None}
         src = torch.empty(copy_bytes, device=dev, dtype=torch.uint8)
         dst = torch.empty_like(src)
-        ms = _timed_ms(torch, lambda: dst.copy_(src), iters)
+        ms = timed_ms(torch, lambda: dst.copy_(src), iters)
         c["copy_d2d"] = {"bytes": copy_bytes, "ms": ms, "gbs": 2 * copy_bytes / (ms * 1e-3) / 1e9,
                          "counts": "bytes read plus bytes written"}
         del src, dst
@@ -120,12 +121,12 @@ def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
             backend = "cudnn"
             try:
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    ms = _timed_ms(torch, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), iters)
+                    ms = timed_ms(torch, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), iters)
             except RuntimeError:
                 # cuDNN has no kernel for some shapes (a head 4096 wide: HunyuanVideo's masked mean):
                 # torch's own choice there.
                 backend = "default"
-                ms = _timed_ms(torch, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), iters)
+                ms = timed_ms(torch, lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), iters)
             fl = attention_flops(bb, h, sq, sk, d)
             shapes.append({"b": bb, "heads": h, "sq": sq, "sk": sk, "d": d, "count": count, "ms": ms,
                            "tflops": fl / (ms * 1e-3) / 1e12, "backend": backend})

@@ -9,29 +9,13 @@ usage: bench/gemm_fp8.py [--out DIR] [--iters N]
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ceilings import run_info  # noqa: E402
+from ceilings import run_info, timed_ms  # noqa: E402
 
 # (M, K, N): attention q/k/v/o, FFN up, FFN down.
 SHAPES = [(32760, 1536, 1536), (32760, 1536, 8960), (32760, 8960, 1536)]
-
-
-def timed(torch, fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    return statistics.median(ts)
 
 
 def main():
@@ -47,7 +31,7 @@ def main():
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         flop = 2.0 * M * N * K
-        r = {"M": M, "K": K, "N": N, "bf16_ms": timed(torch, lambda: x @ w.t(), a.iters)}
+        r = {"M": M, "K": K, "N": N, "bf16_ms": timed_ms(torch, lambda: x @ w.t(), a.iters)}
         x8, w8 = x.to(f8), w.to(f8)
         one = torch.ones((), device="cuda")
         sx, sw = torch.ones(M, 1, device="cuda"), torch.ones(1, N, device="cuda")
@@ -55,7 +39,7 @@ def main():
             for fast in (False, True):
                 key = f"{name}{'_fast' if fast else ''}_ms"
                 try:
-                    r[key] = timed(torch, lambda: torch._scaled_mm(x8, w8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                    r[key] = timed_ms(torch, lambda: torch._scaled_mm(x8, w8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
                                                                    use_fast_accum=fast), a.iters)
                 except Exception as e:  # a form this torch/cuBLASLt does not take
                     r[key] = None

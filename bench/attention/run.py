@@ -13,11 +13,12 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from ceilings import timed_ms  # noqa: E402
 
 # (B, H, SQ, LK, HD)
 SHAPES = [
@@ -71,23 +72,6 @@ def run_bench(bench, cache, specs, extra, timeout):
     if rc != 0:
         print(f"attn_bench exited with {rc}", flush=True)
     return rows
-
-
-def timed_ms(torch, fn, iters):
-    """Median milliseconds of fn over iters CUDA-event-timed calls, after two warm ones."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    return statistics.median(ts)
 
 
 def time_sdpa(backend_name, B, H, SQ, LK, D, iters):
