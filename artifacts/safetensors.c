@@ -32,9 +32,9 @@ static const struct {
 } kStDtypes[] = {
     {"F32", DIT_F32}, {"BF16", DIT_BF16}, {"F16", DIT_F16}, {"I64", DIT_I64}, {"I32", DIT_I32},
     {"U8", DIT_U8}, {"BOOL", DIT_U8}, /* masks: torch writes bool tensors as BOOL, one byte each */
-    {"F8_E4M3", DIT_F8E4M3},
+    {"F8_E4M3", DIT_F8E4M3}, {"I8", DIT_I8},
 };
-#define DIT_ST_SUPPORTED "F32, BF16, F16, I64, I32, U8, BOOL, F8_E4M3"
+#define DIT_ST_SUPPORTED "F32, BF16, F16, I64, I32, U8, BOOL, F8_E4M3, I8"
 
 struct dit_safetensors {
   dit_st_tensor_t *tensors; /* sorted by name once loading finishes; names owned */
@@ -202,7 +202,7 @@ static dit_status_t check_metadata(const dit_json_t *meta) {
 static dit_status_t parse_entry(const dit_json_t *e, const uint8_t *base, uint64_t data_size,
                                 dit_st_tensor_t *t) {
   static const char *const keys[] = {"dtype", "shape", "data_offsets", NULL};
-  static const char *const dtypes[] = {"F32", "BF16", "F16", "I64", "I32", "U8", "BOOL", "F8_E4M3", NULL};
+  static const char *const dtypes[] = {"F32", "BF16", "F16", "I64", "I32", "U8", "BOOL", "F8_E4M3", "I8", NULL};
   DIT_RETURN_IF(dit_json_expect_object(e));
   DIT_RETURN_IF(dit_json_check_keys(e, keys));
   int k = 0;

@@ -9,6 +9,7 @@ static const struct {
 } kDtypes[DIT_DTYPE_COUNT] = {
     [DIT_F32] = {"f32", 4}, [DIT_BF16] = {"bf16", 2}, [DIT_F16] = {"f16", 2},
     [DIT_I64] = {"i64", 8}, [DIT_I32] = {"i32", 4}, [DIT_U8] = {"u8", 1}, [DIT_F8E4M3] = {"f8e4m3", 1},
+    [DIT_I8] = {"i8", 1},
 };
 
 size_t dit_dtype_size(dit_dtype_t t) {
@@ -110,6 +111,20 @@ float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) {
 
 float dit_e4m3_scale(float amax) { return amax > 0.0f ? amax / DIT_E4M3_MAX : 1.0f; }
 
+float dit_i8_quantize_row(const float *x, int64_t n, int8_t *q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    if (a > amax) amax = a; /* NaN never compares greater */
+  }
+  const float scale = amax > 0.0f ? amax / DIT_I8_MAX : 1.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float r = rintf(x[i] / scale); /* the current rounding mode: to nearest, ties to even */
+    q[i] = (int8_t)(r != r ? 0.0f : r > DIT_I8_MAX ? DIT_I8_MAX : r < -DIT_I8_MAX ? -DIT_I8_MAX : r);
+  }
+  return scale;
+}
+
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n) {
   if (dt > DIT_F16 || st > DIT_F16) return -1;
   if (dt == st) {
@@ -156,6 +171,7 @@ int dit_dtype_nonzero(const void *data, dit_dtype_t t, size_t i) {
       return v != 0;
     }
     case DIT_U8:
+    case DIT_I8:
       return ((const uint8_t *)data)[i] != 0;
     case DIT_F8E4M3:
       return (((const uint8_t *)data)[i] & 0x7fu) != 0;

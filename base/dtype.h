@@ -19,12 +19,15 @@ typedef enum dit_dtype {
   /* OCP FP8 E4M3 (bias 7, no infinities, S.1111.111 is NaN, largest finite +-448): weights of the
    * fp8 linears, each row with an fp32 scale beside it; only linear_fp8 reads it. */
   DIT_F8E4M3 = 6,
+  /* Signed bytes: the int8 codes of attention's Q and K under --attn-quant int8, each block of
+   * rows with an fp32 scale beside it; only attention_fp8 reads them. */
+  DIT_I8 = 7,
   DIT_DTYPE_COUNT
 } dit_dtype_t;
 
 /* 0 for an unknown dtype. */
 size_t dit_dtype_size(dit_dtype_t t);
-/* Our short names: "f32", "bf16", "f16", "i64", "i32", "u8", "f8e4m3". */
+/* Our short names: "f32", "bf16", "f16", "i64", "i32", "u8", "f8e4m3", "i8". */
 const char *dit_dtype_name(dit_dtype_t t);
 /* Accepts our short names; returns 0 on success, -1 if unknown. */
 int dit_dtype_parse(const char *name, dit_dtype_t *out);
@@ -61,6 +64,11 @@ float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q);
 /* The scale of that quantization for values whose largest magnitude is amax: amax / 448, 1 when
  * amax is 0 (an all-zero row). */
 float dit_e4m3_scale(float amax);
+/* The int8 quantization of n values (one block of attention_fp8's Q or K under --attn-quant int8):
+ * scale = amax / 127 (1 for an all-zero block), q[i] = x[i] / scale in IEEE fp32 rounded to the
+ * nearest integer, ties to even, clamped to [-127, 127]; NaN becomes 0. Returns the scale. */
+#define DIT_I8_MAX 127.0f
+float dit_i8_quantize_row(const float *x, int64_t n, int8_t *q);
 /* Converts n elements between any two float dtypes (f32, bf16, f16). Returns -1 if either
  * dtype is not a float type. src and dst must not overlap unless the dtypes are equal. */
 int dit_convert(void *dst, dit_dtype_t dt, const void *src, dit_dtype_t st, size_t n);

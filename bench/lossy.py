@@ -3,7 +3,8 @@
 720x1280, 81 frames, compiled exact (bf16), with FP8 GEMMs (--quant fp8), with sliding tile attention
 (--sparse-attn sta:T,H,W), with Radial Attention's mask (radial), with FP8 and STA together, with FP8
 attention (fp8attn: --attn-quant fp8), with FP8 GEMMs and attention (fp8all) and with those and STA
-(fp8all+sta); then the peers doing the same on diffusers, in the same call.
+(fp8all+sta), and the same with SageAttention2's int8 Q K^T (int8attn: --attn-quant int8; int8all,
+int8all+sta, int8all+radial); then the peers doing the same on diffusers, in the same call.
 
 Per mode: `ditc compile` (the kernel cache as DITC_CACHE_DIR holds it), the forward's median
 (`ditrun bench`) and its attention share, the forward output's cosine and relative L2 against the
@@ -52,24 +53,27 @@ from step_cache import parse_log, quality, read_f32  # noqa: E402
 STA_PAPER = "18,24,24"
 RES = {"480p": (480, 832), "720p": (720, 1280)}
 WAN = {"frames": 81, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
-MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "fp8all+sta")
+MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "fp8all+sta", "int8attn", "int8all", "int8all+sta",
+              "int8all+radial")
 NOTE = ("ditrun rows against the exact bundle; peers against diffusers eager; diffusers eager against ditrun exact. "
         "speedup: over ditrun's exact bf16 forward (peers' own: over diffusers eager). Weights as the model folder holds them.")
 
 
 def mode_flags(mode, sta, dense_layers):
-    """ditc's flags for one of MODE_NAMES: fp8 the GEMMs, fp8attn the attention, fp8all both."""
+    """ditc's flags for one of MODE_NAMES: fp8 the GEMMs, fp8attn (int8attn) the attention, fp8all
+    (int8all) both; +sta, +radial (or radial alone) the sparse pattern."""
     f = []
-    first = mode.split("+")[0]
-    if first in ("fp8", "fp8all"):
+    parts = mode.split("+")
+    first = parts[0]
+    if first in ("fp8", "fp8all", "int8all"):
         f += ["--quant", "fp8"]
-    if first in ("fp8attn", "fp8all"):
-        f += ["--attn-quant", "fp8"]
-    if "sta" in mode.split("+"):
+    if first in ("fp8attn", "fp8all", "int8attn", "int8all"):
+        f += ["--attn-quant", "int8" if first.startswith("int8") else "fp8"]
+    if "sta" in parts:
         f += ["--sparse-attn", "sta:" + sta]
-    if mode == "radial":
+    if "radial" in parts:
         f += ["--sparse-attn", "radial"]
-    if dense_layers and ("sta" in mode.split("+") or mode == "radial"):
+    if dense_layers and ("sta" in parts or "radial" in parts):
         f += ["--sparse-dense-layers", str(dense_layers)]
     return f
 
@@ -237,6 +241,9 @@ def dry_run(a):
     assert mode_flags("exact", STA_PAPER, 2) == [] and mode_flags("radial", STA_PAPER, 0) == ["--sparse-attn", "radial"]
     assert mode_flags("fp8attn", STA_PAPER, 0) == ["--attn-quant", "fp8"]
     assert mode_flags("fp8all+sta", "1,8,8", 0) == ["--quant", "fp8", "--attn-quant", "fp8", "--sparse-attn", "sta:1,8,8"]
+    assert mode_flags("int8attn", STA_PAPER, 0) == ["--attn-quant", "int8"]
+    assert mode_flags("int8all+radial", STA_PAPER, 3) == ["--quant", "fp8", "--attn-quant", "int8", "--sparse-attn", "radial",
+                                                           "--sparse-dense-layers", "3"]
     ms, split = parse_bench("forward_ms_median 412.5\nsplit_ms gemm 200.0 attention 150.5 other 40.0 (step-synchronized)\n")
     assert ms == 412.5 and split == {"gemm": 200.0, "attention": 150.5, "other": 40.0}, (ms, split)
     b = Budget(1e-9)

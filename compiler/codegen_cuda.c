@@ -480,8 +480,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (op->kind == DIT_OP_ATTN_QUANT) {
         const int64_t rows = geti(op, "rows"), nblk = (T + rows - 1) / rows;
         dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT 1\n#define T_X %d\n#define TOKENS %" PRId64 "LL\n#define HEADS %" PRId64
-               "LL\n#define HD %" PRId64 "LL\n#define ROWS %" PRId64 "LL\n#define NBLK %" PRId64 "LL\n", dt_code(x->dtype), T, heads, hd,
-               rows, nblk);
+               "LL\n#define HD %" PRId64 "LL\n#define ROWS %" PRId64 "LL\n#define NBLK %" PRId64 "LL\n#define CODES_I8 %d\n", dt_code(x->dtype), T,
+               heads, hd, rows, nblk, y->dtype == DIT_I8);
         set_launch(k, (uint64_t)(x->dims[0] * heads * nblk), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }
@@ -513,6 +513,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n", hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
       if (op->n_in == 7)
         dit_strbuf_printf(s, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n", V(g, op->in[6])->dims[1], DIT_SPARSE_TILE);
+      if (x->dtype == DIT_I8) dit_strbuf_printf(s, "#define ATT_QK_I8 1\n"); /* int8 Q K^T (--attn-quant int8) */
       specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1);
       *tmpl = TEMPLATE_ATTN_SM90;
       return DIT_OK;
@@ -580,7 +581,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           [DIT_F32] = {"unsigned int", "(((v) & 0x7fffffffu) != 0)"}, [DIT_BF16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},
           [DIT_F16] = {"unsigned short", "(((v) & 0x7fffu) != 0)"},   [DIT_I64] = {"long long", "((v) != 0)"},
           [DIT_I32] = {"int", "((v) != 0)"},                              [DIT_U8] = {"unsigned char", "((v) != 0)"},
-          [DIT_F8E4M3] = {"unsigned char", "(((v) & 0x7fu) != 0)"},
+          [DIT_F8E4M3] = {"unsigned char", "(((v) & 0x7fu) != 0)"},    [DIT_I8] = {"signed char", "((v) != 0)"},
       };
       if (y->dtype != DIT_I32) return DIT_ERR(UNIMPLEMENTED, "op key_bound '%s': output dtype %s, expected i32", y->name, dit_dtype_name(y->dtype));
       dit_strbuf_printf(s, "#define DIT_K_KEY_BOUND 1\n#define MASK_T %s\n#define MASK_NZ(v) %s\n#define BATCH %" PRId64 "LL\n#define MASK_LEN %" PRId64

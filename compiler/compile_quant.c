@@ -8,11 +8,12 @@
 #include "base/strbuf.h"
 #include "compiler/compile_internal.h"
 
-const char *dit_quant_name(dit_quant_t q) { return q == DIT_QUANT_FP8 ? "fp8" : "none"; }
+const char *dit_quant_name(dit_quant_t q) { return q == DIT_QUANT_FP8 ? "fp8" : q == DIT_QUANT_INT8 ? "int8" : "none"; }
 
 int dit_quant_parse(const char *name, dit_quant_t *out) {
   if (!strcmp(name, "none")) *out = DIT_QUANT_NONE;
   else if (!strcmp(name, "fp8")) *out = DIT_QUANT_FP8;
+  else if (!strcmp(name, "int8")) *out = DIT_QUANT_INT8;
   else return -1;
   return 0;
 }
@@ -151,7 +152,7 @@ static int64_t vmax_splits(int64_t batch, int64_t heads, int64_t hd, int64_t key
 
 /* Attention op i (copied: appending moves the ops) as its five fp8 ops appended to the graph;
  * attention_fp8 takes over the attention's outputs, so readers, names and output roles stay. */
-static dit_status_t quantize_attention(dit_graph_t *g, int32_t i) {
+static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t quant) {
   const dit_op_t op = *dit_graph_cop_at(g, i);
   const dit_value_t *y = dit_graph_cvalue(g, op.out[0]);
   const char *base = y->name ? y->name : "attention";
@@ -163,15 +164,15 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i) {
       dit_attrs_set_int(&ka, "rows", DIT_SPARSE_TILE) || dit_attrs_set_int(&va, "heads", heads) || dit_attrs_set_int(&ma, "heads", heads) ||
       dit_attrs_set_int(&ma, "splits", splits))
     return DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
-  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
+  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, qkdt[2] = {quant == DIT_QUANT_INT8 ? DIT_I8 : DIT_F8E4M3, DIT_F32}, odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
   dit_vid_t q[2], k[2], vt[2], vin[2] = {op.in[2], -1}, o[2] = {-1, -1};
   char name[512];
   dit_graph_set_block(g, op.block);
   dit_status_t s = DIT_OK;
   snprintf(name, sizeof name, "%s.q8", base);
-  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[0], 1, &qa, qdt, name, q);
+  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[0], 1, &qa, qkdt, name, q);
   snprintf(name, sizeof name, "%s.k8", base);
-  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[1], 1, &ka, qdt, name, k);
+  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[1], 1, &ka, qkdt, name, k);
   snprintf(name, sizeof name, "%s.vmax", base);
   if (!s && (vin[1] = dit_graph_op(g, DIT_OP_ATTN_VMAX, &op.in[2], 1, &ma, DIT_F32, name)) < 0)
     s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
@@ -203,11 +204,12 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
   dit_status_t s = done && keep && order ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
   cJSON *names = NULL;
   if (!s && summary) {
+    const int i8 = quant == DIT_QUANT_INT8;
     cJSON *q = cJSON_AddObjectToObject(summary, "attn_quant");
-    cJSON_AddStringToObject(q, "mode", "fp8");
+    cJSON_AddStringToObject(q, "mode", dit_quant_name(quant));
     cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no key bound or score bias");
-    cJSON_AddStringToObject(q, "q", "e4m3, one fp32 scale per head and 64 rows: amax / 448");
-    cJSON_AddStringToObject(q, "k", "e4m3, one fp32 scale per head and 128 rows: amax / 448");
+    cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 448");
+    cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and 128 rows: amax / 127" : "e4m3, one fp32 scale per head and 128 rows: amax / 448");
     cJSON_AddStringToObject(q, "v", "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
     cJSON_AddStringToObject(q, "p", "e4m3 softmax probabilities scaled by 2^8; fp32 row sums and accumulators");
     names = cJSON_AddArrayToObject(q, "ops");
@@ -221,14 +223,14 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
       continue;
     }
     if (names) cJSON_AddItemToArray(names, cJSON_CreateString(dit_graph_cvalue(g, op->out[0])->name));
-    s = quantize_attention(g, i);
+    s = quantize_attention(g, i, quant);
     done[i] = 1;
     count++;
   }
   if (!s && count == 0)
     s = DIT_ERR(INVALID_ARGUMENT,
-                "--attn-quant fp8: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
-                kept);
+                "--attn-quant %s: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
+                dit_quant_name(quant), kept);
   if (!s) {
     /* Drop the rewritten attentions (the appended fives keep their order at the end), then put
      * each five where its attention was. */
@@ -251,7 +253,9 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON_AddNumberToObject(q, "attentions", count);
     cJSON_AddNumberToObject(q, "kept", kept);
   }
-  if (!s) dit_compile_progress(pr, "attn quant fp8: %d attention%s on e4m3 q, k, v (%d kept exact)", count, count == 1 ? "" : "s", kept);
+  if (!s)
+    dit_compile_progress(pr, "attn quant %s: %d attention%s on %s q, k and e4m3 v (%d kept exact)", dit_quant_name(quant), count, count == 1 ? "" : "s",
+                         quant == DIT_QUANT_INT8 ? "int8" : "e4m3", kept);
   free(done);
   free(keep);
   free(order);

@@ -474,9 +474,11 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       const int64_t Lp = (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE * DIT_SPARSE_TILE;
       const int64_t qd[3] = {B, S, HD}, kd[3] = {B, L, HD}, qsd[3] = {B, heads, (S + 63) / 64},
                     ksd[3] = {B, heads, (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE}, vtd[4] = {B, heads, Dh, Lp}, vsd[3] = {B, heads, Dh};
-      DIT_RETURN_IF(expect_value(op, "q8", x, DIT_F8E4M3, 3, qd, "attn_quant's codes of q"));
+      /* Q and K: both e4m3 or both int8 (the codes' dtype is q8's). */
+      const dit_dtype_t qk = x->dtype == DIT_I8 ? DIT_I8 : DIT_F8E4M3;
+      DIT_RETURN_IF(expect_value(op, "q8", x, qk, 3, qd, "attn_quant's codes of q"));
       DIT_RETURN_IF(expect_value(op, "qs", operand(g, ins, 1), DIT_F32, 3, qsd, "q's scales per head and 64 rows"));
-      DIT_RETURN_IF(expect_value(op, "k8", k8, DIT_F8E4M3, 3, kd, "attn_quant's codes of k, q's batch and channels"));
+      DIT_RETURN_IF(expect_value(op, "k8", k8, qk, 3, kd, "attn_quant's codes of k, q8's dtype, batch and channels"));
       DIT_RETURN_IF(expect_value(op, "ks", operand(g, ins, 3), DIT_F32, 3, ksd, "k's scales per head and 128 rows"));
       DIT_RETURN_IF(expect_value(op, "vt8", operand(g, ins, 4), DIT_F8E4M3, 4, vtd, "attn_quant_vt's transposed v, keys padded to 128"));
       DIT_RETURN_IF(expect_value(op, "vs", operand(g, ins, 5), DIT_F32, 3, vsd, "v's scales per head and channel"));
@@ -807,10 +809,14 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
         FAIL("embedding: output dtype %s, expected f32, bf16 or f16", dit_dtype_name(out_dtypes[0]));
       return DIT_OK;
     case DIT_OP_ATTN_QUANT:
+      if (n_out == 2 && ((out_dtypes[0] != DIT_F8E4M3 && out_dtypes[0] != DIT_I8) || out_dtypes[1] != DIT_F32))
+        FAIL("attn_quant: output dtypes %s and %s, expected f8e4m3 or i8 (the codes) and f32 (the scales)", dit_dtype_name(out_dtypes[0]),
+             dit_dtype_name(out_dtypes[1]));
+      return DIT_OK;
     case DIT_OP_ATTN_QUANT_VT:
       if (n_out == 2 && (out_dtypes[0] != DIT_F8E4M3 || out_dtypes[1] != DIT_F32))
-        FAIL("%s: output dtypes %s and %s, expected f8e4m3 (the codes) and f32 (the scales)", dit_op_info(kind)->name,
-             dit_dtype_name(out_dtypes[0]), dit_dtype_name(out_dtypes[1]));
+        FAIL("attn_quant_vt: output dtypes %s and %s, expected f8e4m3 (the codes) and f32 (the scales)", dit_dtype_name(out_dtypes[0]),
+             dit_dtype_name(out_dtypes[1]));
       return DIT_OK;
     case DIT_OP_ATTN_VMAX:
       if (n_out >= 1 && out_dtypes[0] != DIT_F32) FAIL("attn_vmax: output dtype %s, expected f32", dit_dtype_name(out_dtypes[0]));

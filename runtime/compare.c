@@ -11,10 +11,10 @@
 #include "runtime/compare.h"
 
 /* Values as fp32 for the metrics: floats converted, integers (key bounds) as their values, e4m3
- * codes (fp8 attention's operands) decoded. */
+ * and int8 codes (fp8 attention's operands) decoded. */
 static dit_status_t to_f32(const void *src, dit_dtype_t t, size_t n, float *dst) {
-  if (t == DIT_F8E4M3) {
-    for (size_t i = 0; i < n; i++) dst[i] = dit_e4m3_to_f32(((const uint8_t *)src)[i]);
+  if (t == DIT_F8E4M3 || t == DIT_I8) {
+    for (size_t i = 0; i < n; i++) dst[i] = t == DIT_I8 ? (float)((const int8_t *)src)[i] : dit_e4m3_to_f32(((const uint8_t *)src)[i]);
     return DIT_OK;
   }
   if (t == DIT_I32 || t == DIT_I64) {

@@ -524,6 +524,8 @@ static dit_status_t convert_int_input(const char *name, void *dst, dit_dtype_t d
       x = ((const int32_t *)src->data)[i];
     } else if (src->dtype == DIT_U8) {
       x = ((const uint8_t *)src->data)[i];
+    } else if (src->dtype == DIT_I8) {
+      x = ((const int8_t *)src->data)[i];
     } else {
       float f;
       if (dit_convert(&f, DIT_F32, (const char *)src->data + i * dit_dtype_size(src->dtype), src->dtype, 1))
@@ -570,7 +572,7 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
   void *stage = NULL;
   const void *from = src->data;
   dit_dtype_t from_t = src->dtype;
-  if (src->dtype == DIT_I64 || src->dtype == DIT_I32 || src->dtype == DIT_U8) {
+  if (src->dtype == DIT_I64 || src->dtype == DIT_I32 || src->dtype == DIT_U8 || src->dtype == DIT_I8) {
     /* Timesteps arrive as integers from diffusers' schedulers, masks as integers or bools; the
      * model reads floats. */
     float *f = malloc(n * sizeof *f + 1);
@@ -578,6 +580,7 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
     for (size_t i = 0; i < n; i++)
       f[i] = src->dtype == DIT_I64 ? (float)((const int64_t *)src->data)[i]
              : src->dtype == DIT_I32 ? (float)((const int32_t *)src->data)[i]
+             : src->dtype == DIT_I8  ? (float)((const int8_t *)src->data)[i]
                                      : (float)((const uint8_t *)src->data)[i];
     stage = f;
     from = f;

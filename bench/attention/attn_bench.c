@@ -12,7 +12,8 @@
  * sampled query rows are compared with an fp32 reference. One JSON line per shape goes to stdout.
  * --fp8 also runs the kernel's fp8 form (ATT_FP8, head dim 128) on the same inputs quantized as
  * attn_quant / attn_quant_vt do (attn_ref.cu), against the same fp32 reference of the bf16 inputs:
- * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel). */
+ * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel); then the same with int8 Q
+ * and K (ATT_QK_I8, --attn-quant int8): int8_ms, int8_cosine, int8_speedup and so on. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -224,12 +225,13 @@ static unsigned fp8_smem(const shape_t *s, int st) {
   return 1024u + 64u * (unsigned)s->ncw * 128u + 2u * (unsigned)st * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
 }
 
+/* fp8: 0 the bf16 kernel, 1 its fp8 form, 2 the fp8 form with int8 Q K^T. */
 static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   size_t n = strlen(body) + 1024;
   char *src = malloc(n);
   int k = snprintf(src, n,
                    "%s%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
-                   old ? "#define DIT_K_ATTENTION 1\n" : "", fp8 ? "#define ATT_FP8 1\n" : "", s->HD, s->H, s->SQ, s->LK,
+                   old ? "#define DIT_K_ATTENTION 1\n" : "", fp8 == 2 ? "#define ATT_FP8 1\n#define ATT_QK_I8 1\n" : fp8 ? "#define ATT_FP8 1\n" : "", s->HD, s->H, s->SQ, s->LK,
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
@@ -372,9 +374,11 @@ int main(int argc, char **argv) {
     free(a);
     free(c);
     if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist) {
-      a = specialize(&shapes[i], ours_src, 0, 1);
-      free(compile(a, "90a", "fp8", &len));
-      free(a);
+      for (int form = 1; form <= 2; form++) {
+        a = specialize(&shapes[i], ours_src, 0, form);
+        free(compile(a, "90a", form == 2 ? "int8" : "fp8", &len));
+        free(a);
+      }
     }
     if (g_old) {
       a = specialize(&shapes[i], old_src, 1, 0);
@@ -499,11 +503,12 @@ int main(int argc, char **argv) {
     const double flop = 4.0 * B * H * (double)SQ * LK * HD;
     int ok = c.err_out <= 1e-2 && c.err_lse <= 1e-3 && c.nonfinite == 0;
 
-    /* The fp8 form on the same inputs, quantized on the device. */
-    double fms = 0;
-    check_t fc = {0, 0, 0, 0};
+    /* The fp8 form on the same inputs, quantized on the device: e4m3 Q, K (form 0), then int8 Q, K
+     * with the int8 Q K^T (form 1, ATT_QK_I8); V^T and P e4m3 in both. */
+    double fms[2] = {0, 0};
+    check_t fc[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
     const int fp8 = g_fp8 && HD == 128 && !s->persist;
-    if (fp8) {
+    for (int form = 0; fp8 && form < 2; form++) {
       const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : FP8_STAGES;
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
@@ -512,15 +517,15 @@ int main(int argc, char **argv) {
       CK(p_cuMemAlloc(&qs, sizeof(float) * B * H * nqs));
       CK(p_cuMemAlloc(&ks, sizeof(float) * B * H * nks));
       CK(p_cuMemAlloc(&vs, sizeof(float) * B * H * HD));
-      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, r128 = 128;
-      void *qa[] = {&q8, &qs, &q, &sq_, &h_, &hd_, &r64};
-      void *ka[] = {&k8, &ks, &k, &lk_, &h_, &hd_, &r128};
+      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, r128 = 128, i8 = form;
+      void *qa[] = {&q8, &qs, &q, &sq_, &h_, &hd_, &r64, &i8};
+      void *ka[] = {&k8, &ks, &k, &lk_, &h_, &hd_, &r128, &i8};
       void *va[] = {&vt, &vs, &v, &lk_, &lp_, &h_, &hd_};
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nqs, H, B, 256, 1, 1, 0, 0, qa, NULL));
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
       CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
-      src = specialize(s, ours_src, 0, 1);
-      cubin = compile(src, "90a", "fp8", &len);
+      src = specialize(s, ours_src, 0, 1 + form);
+      cubin = compile(src, "90a", form ? "int8" : "fp8", &len);
       free(src);
       CUmodule fm = load_module(cubin);
       free(cubin);
@@ -533,9 +538,9 @@ int main(int argc, char **argv) {
       encode_map_as(&fk, k8, B * LK, CH, 128, 1);
       encode_map_as(&fv, vt, B * H * HD, LP, HD, 1);
       void *fargs[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv};
-      fms = time_kernel(ff, mblk, H, B, threads, fsmem, fargs, out, nq);
+      fms[form] = time_kernel(ff, mblk, H, B, threads, fsmem, fargs, out, nq);
       CK(p_cuCtxSynchronize());
-      fc = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
+      fc[form] = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
       CK(p_cuModuleUnload(fm));
       p_cuMemFree(q8), p_cuMemFree(k8), p_cuMemFree(vt), p_cuMemFree(qs), p_cuMemFree(ks), p_cuMemFree(vs);
     }
@@ -564,11 +569,13 @@ int main(int argc, char **argv) {
            "\"err_out\":%.3e,\"err_lse\":%.3e,\"nonfinite\":%llu,\"samples\":%d,\"ok\":%s",
            devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
-    if (fp8)
-      printf(",\"fp8_ms\":%.4f,\"fp8_tflops\":%.1f,\"fp8_speedup\":%.3f,\"fp8_err_out\":%.3e,\"fp8_err_lse\":%.3e,\"fp8_cosine\":%.6f,"
-             "\"fp8_nonfinite\":%llu,\"fp8_ok\":%s",
-             fms, flop / (fms * 1e-3) / 1e12, ms / fms, fc.err_out, fc.err_lse, fc.cosine, fc.nonfinite,
-             fc.cosine >= 0.995 && fc.nonfinite == 0 ? "true" : "false");
+    for (int form = 0; fp8 && form < 2; form++) {
+      const char *p = form ? "int8" : "fp8";
+      printf(",\"%s_ms\":%.4f,\"%s_tflops\":%.1f,\"%s_speedup\":%.3f,\"%s_err_out\":%.3e,\"%s_err_lse\":%.3e,\"%s_cosine\":%.6f,"
+             "\"%s_nonfinite\":%llu,\"%s_ok\":%s",
+             p, fms[form], p, flop / (fms[form] * 1e-3) / 1e12, p, ms / fms[form], p, fc[form].err_out, p, fc[form].err_lse, p,
+             fc[form].cosine, p, fc[form].nonfinite, p, fc[form].cosine >= 0.995 && fc[form].nonfinite == 0 ? "true" : "false");
+    }
     if (g_old)
       printf(",\"old_ms\":%.4f,\"old_tflops\":%.1f,\"old_err_out\":%.3e,\"old_err_lse\":%.3e,\"old_nonfinite\":%llu", oms,
              flop / (oms * 1e-3) / 1e12, oc.err_out, oc.err_lse, oc.nonfinite);

@@ -100,19 +100,20 @@ __device__ unsigned char e4m3(float x) {
 }
 
 // Blocks of `rows` rows x HD channels of one head, grid (ceil(S/rows), H, B), 256 threads:
-// s = amax / 448 (1 if zero), codes e4m3(x / s); x and x8 [B, S, H*HD], xs [B, H, ceil(S/rows)].
-extern "C" __global__ void quant_blocks(unsigned char *x8, float *xs, const bf16_t *x, int S, int H, int HD, int rows) {
+// s = amax / 448 (1 if zero), codes e4m3(x / s); with i8, s = amax / 127 and codes rint(x / s)
+// (the int8 Q K^T form); x and x8 [B, S, H*HD], xs [B, H, ceil(S/rows)].
+extern "C" __global__ void quant_blocks(unsigned char *x8, float *xs, const bf16_t *x, int S, int H, int HD, int rows, int i8) {
   __shared__ float red[32];
   const int r0 = blockIdx.x * rows, h = blockIdx.y, b = blockIdx.z, n = min(rows, S - r0) * HD;
   const long long CH = (long long)H * HD, base = ((long long)b * S + r0) * CH + (long long)h * HD;
   float m = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(bf2f(x[base + (i / HD) * CH + i % HD])));
   m = block_reduce(m, true, red);
-  const float s = m > 0.f ? m / 448.f : 1.f;
+  const float s = m > 0.f ? m / (i8 ? 127.f : 448.f) : 1.f;
   if (threadIdx.x == 0) xs[((long long)b * H + h) * gridDim.x + blockIdx.x] = s;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const long long at = base + (i / HD) * CH + i % HD;
-    x8[at] = e4m3(bf2f(x[at]) / s);
+    x8[at] = i8 ? (unsigned char)(signed char)max(-127, min(127, __float2int_rn(bf2f(x[at]) / s))) : e4m3(bf2f(x[at]) / s);
   }
 }
 

@@ -12,3 +12,11 @@ if ! build-attn/attn_bench --compile-only >/dev/null 2>&1; then
   sh bench/attention/build.sh || exit 1
 fi
 PYTHONUNBUFFERED=1 python3 bench/attention/run.py "$OUT/attention.json" "$@" 2>&1 | tee "$OUT/run.log"
+# ATTN_NCU=SHAPE: Nsight Compute's view of our kernels at one shape (bf16, then the fp8 and int8
+# forms): throughput of each pipe, issue activity and warp stalls, to see what bounds them.
+if [ -n "${ATTN_NCU:-}" ] && command -v ncu >/dev/null 2>&1; then
+  timeout 240 ncu --clock-control none -k regex:dit_kernel --launch-count 3 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats \
+    build-attn/attn_bench --repo . --cache build-attn/cubin --iters 1 --warmup 0 --no-old --fp8 "$ATTN_NCU" > "$OUT/ncu.txt" 2>&1
+  echo "ncu: rc $? ($OUT/ncu.txt)"
+fi

@@ -5,7 +5,7 @@ against torch SDPA with the cuDNN and flash backends, on the same shapes.
     python3 bench/attention/run.py RESULTS.json [--iters N] [--no-torch] [--no-variants] [--fp8]
     python3 bench/attention/run.py --compile-only        # fill build-attn/cubin (no GPU needed)
 
---fp8 adds the kernel's fp8 form (head dim 128: e4m3 Q, K and V^T with block scales) on the same
+--fp8 adds the kernel's fp8 forms (head dim 128: e4m3 Q, K and V^T with block scales; then int8 Q, K) on the same
 inputs, and SageAttention (`sageattn`: INT8 Q K^T, fp16 P V) as the peer doing the same thing,
 where it is installed. TFLOP/s = 4*B*H*SQ*LK*HD / time. Prints a table and writes RESULTS.json (a directory gets
 attention.json inside it)."""
@@ -181,14 +181,17 @@ def main():
               f"{ratio(r['tflops'], r.get('cudnn_tflops'))}{ratio(r['tflops'], r.get('flash_tflops'))}"
               f"  {r['err_out']:9.2e} {r['err_lse']:9.2e}  {'ok' if r['ok'] else 'BAD'}  "
               f"{c['ncw']},{c['bn']},{c['st']},{c['persist']} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}")
-    frows = [r for r in rows if "fp8_ms" in r]
-    if frows:
-        print("\nfp8 form (same inputs, quantized as attn_quant / attn_quant_vt), against the bf16 kernel and sageattn")
-        print(f"{'shape BxHxSQxLKxHD':<24}{'fp8':>8}{'bf16':>8}{'sage':>8}{'/bf16':>8}{'/sage':>8}  {'cosine':>9} {'err_out':>9}  ok")
+    for form, what in (("fp8", "e4m3 Q, K"), ("int8", "int8 Q, K (--attn-quant int8)")):
+        frows = [r for r in rows if form + "_ms" in r]
+        if not frows:
+            continue
+        print(f"\n{form} form ({what}; same inputs, quantized as attn_quant / attn_quant_vt), against the bf16 kernel and sageattn")
+        print(f"{'shape BxHxSQxLKxHD':<24}{form:>8}{'bf16':>8}{'sage':>8}{'/bf16':>8}{'/sage':>8}  {'cosine':>9} {'err_out':>9}  ok")
         for r in frows:
             shp = f"{r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']}"
-            print(f"{shp:<24}{f(r['fp8_tflops'])}{f(r['tflops'])}{f(r.get('sage_tflops'))}{ratio(r['fp8_tflops'], r['tflops'])}"
-                  f"{ratio(r['fp8_tflops'], r.get('sage_tflops'))}  {r['fp8_cosine']:9.6f} {r['fp8_err_out']:9.2e}  {'ok' if r['fp8_ok'] else 'BAD'}")
+            t = r[form + "_tflops"]
+            print(f"{shp:<24}{f(t)}{f(r['tflops'])}{f(r.get('sage_tflops'))}{ratio(t, r['tflops'])}"
+                  f"{ratio(t, r.get('sage_tflops'))}  {r[form + '_cosine']:9.6f} {r[form + '_err_out']:9.2e}  {'ok' if r[form + '_ok'] else 'BAD'}")
     if a.results:
         path = a.results
         if os.path.isdir(path):
@@ -196,7 +199,7 @@ def main():
         with open(path, "w") as fh:
             json.dump({"shapes": rows, "variants": vrows}, fh, indent=1)
         print("wrote", path)
-    bad = [r for r in rows + vrows if not r["ok"] or not r.get("fp8_ok", True)]
+    bad = [r for r in rows + vrows if not r["ok"] or not r.get("fp8_ok", True) or not r.get("int8_ok", True)]
     sys.exit(1 if bad or not rows else 0)
 
 

@@ -59,6 +59,13 @@
 // permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else
 // 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
 // The row sums take the unrounded P; the output is O * v_scale / l.
+//
+// ATT_QK_I8 1 (with ATT_FP8) takes Q and K as int8 codes (--attn-quant int8, SageAttention2's
+// split): S = Q K^T runs on s8 wgmma into exact int32 sums, P V stays e4m3. The sums (|S| <=
+// 128 * 127^2 < 2^22) become floats by one integer add, S + 0x4B400000 read as a float being
+// 1.5 * 2^23 + S exactly; the offset comes out of the tile max exactly and folds into the
+// exponent's fma with the tile scale f, rounded once (at most f/2: half a step of S, far below the
+// int8 codes' own rounding).
 
 #include "dit_abi.h"
 #include "dit_device.cuh"
@@ -105,6 +112,13 @@
 #if ATT_FP8 && (HD != 128 || ATT_BN != 128 || HAS_BOUND)
 #error "dit_attn_sm90: fp8 attention takes head dim 128, key tiles of 128 and no bound"
 #endif
+#ifndef ATT_QK_I8
+#define ATT_QK_I8 0
+#endif
+#if ATT_QK_I8 && !ATT_FP8
+#error "dit_attn_sm90: int8 Q K^T is a form of the fp8 kernel"
+#endif
+#define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
 #if ATT_FP8
 #define P_SHIFT 8.f  // log2 of P's scale before its e4m3 rounding
 #else
@@ -295,6 +309,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
 
     float s[ATT_BN / 2];  // S accumulators: row g4 / g4+8 of this warp's 16, keys 8i + 2*t4 + {0,1}
+#if ATT_QK_I8
+    int si[ATT_BN / 2];   // int8 Q K^T's exact sums, same layout
+#endif
     float o[HD / 2];      // O accumulators, same layout over the head dim
 #if ATT_FP8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
@@ -321,7 +338,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if ATT_FP8
       // fp8: k step kk (32 channels) sits at byte 32*kk of the one 128-byte row.
 #pragma unroll
-      for (int kk = 0; kk < HD / 32; kk++) wgmma_ss_e4m3(s, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
+      for (int kk = 0; kk < HD / 32; kk++)
+#if ATT_QK_I8
+        wgmma_ss_s8(si, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
+#else
+        wgmma_ss_e4m3(s, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
+#endif
 #else
 #pragma unroll
       for (int kk = 0; kk < HD / 16; kk++)
@@ -344,7 +366,14 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     auto fence_s = [&]() {
 #pragma unroll
-      for (int i = 0; i < ATT_BN / 2; i++) reg_fence(s[i]);
+      for (int i = 0; i < ATT_BN / 2; i++) {
+#if ATT_QK_I8
+        reg_fence(si[i]);
+        s[i] = __int_as_float(si[i] + 0x4B400000);  // I2F_OFFSET + S, exactly
+#else
+        reg_fence(s[i]);
+#endif
+      }
     };
     auto fence_op = [&]() {
 #pragma unroll
@@ -391,13 +420,22 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       if (mx1 == -DIT_INF) mx1 = 0.f;
 #endif
 #if ATT_FP8
+#if ATT_QK_I8
+      mx0 = fmaxf(m0, (mx0 - I2F_OFFSET) * f);  // every tile holds a valid key: finite
+      mx1 = fmaxf(m1, (mx1 - I2F_OFFSET) * f);
+#else
       mx0 = fmaxf(m0, mx0 * f);  // every tile holds a valid key: finite
       mx1 = fmaxf(m1, mx1 * f);
+#endif
       al0 = ex2(m0 - mx0);  // 0 on the first tile (m = -inf)
       al1 = ex2(m1 - mx1);
       // P is made 2^P_SHIFT times larger (l too, so O / l is unchanged): the small probabilities of
       // long rows stay out of e4m3's subnormals.
+#if ATT_QK_I8
+      const float ms0 = fmaf(I2F_OFFSET, f, mx0 - P_SHIFT), ms1 = fmaf(I2F_OFFSET, f, mx1 - P_SHIFT);  // the offset out with the max
+#else
       const float ms0 = mx0 - P_SHIFT, ms1 = mx1 - P_SHIFT;
+#endif
 #else
       al0 = ex2((m0 - mx0) * sl2);  // 0 on the first tile (m = -inf)
       al1 = ex2((m1 - mx1) * sl2);

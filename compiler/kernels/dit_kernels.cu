@@ -665,9 +665,10 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 #endif
 
 #if defined(DIT_K_ATTN_QUANT)
-// attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, x's layout), s [B, HEADS, NBLK]
-// with one scale a head and block of ROWS rows. One block a (b, h, row block), its rows' HD
-// channels read contiguously: amax, then the codes.
+// attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, or int8 with CODES_I8; x's
+// layout), s [B, HEADS, NBLK] with one scale a head and block of ROWS rows. One block a (b, h, row
+// block), its rows' HD channels read contiguously: amax, then the codes. int8 is
+// dit_i8_quantize_row's rule: rint(x / s) clamped to +-127 (NaN 0: cvt.rni gives 0).
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long blk = blockIdx.x, r = blk % NBLK, bh = blk / NBLK, h = bh % HEADS, b = bh / HEADS;
@@ -679,10 +680,14 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
     if (a > amax) amax = a; // NaN never compares greater, as on the CPU
   }
   amax = block_max(amax, scratch);
-  const float scale = amax > 0.f ? amax / 448.f : 1.f;
+  const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
   for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;
+#if CODES_I8
+    q[i] = (unsigned char)(signed char)max(-127, min(127, __float2int_rn(ld(x, i) / scale)));
+#else
     q[i] = e4m3_encode(ld(x, i) / scale);
+#endif
   }
   if (threadIdx.x == 0) s[blk] = scale;
 }

@@ -1,7 +1,8 @@
 /* FP8 attention on the CPU: the reference of base/ops.def's attn_quant, attn_vmax, attn_quant_vt
- * and attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 codes decoded
- * exactly to fp32, fp32 sums, exp2 with log2(e) folded into the scores, 2^8 P rounded to e4m3
- * before the P V product). Deterministic: every sum runs in a fixed order whatever the thread count. */
+ * and attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 or int8 codes
+ * decoded exactly to fp32, fp32 sums (exact integers for int8), exp2 with log2(e) folded into the
+ * scores, 2^8 P rounded to e4m3 before the P V product). Deterministic: every sum runs in a fixed
+ * order whatever the thread count. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,11 +18,13 @@ int64_t dit_attn_vt_key(int64_t col) {
   return col - p + (j < 2 ? 2 * t + j : 6 + 2 * t + j);
 }
 
-static dit_status_t check_codes(const char *op, const char *name, const dit_tensor_t *t, int rank, const int64_t *dims) {
+/* Codes of dtype `want`: f8e4m3, or i8 where that is allowed too (want = DIT_I8 accepts either). */
+static dit_status_t check_codes(const char *op, const char *name, const dit_tensor_t *t, dit_dtype_t want, int rank, const int64_t *dims) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, name, t));
-  if (t->dtype != DIT_F8E4M3)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f8e4m3", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1));
+  if (t->dtype != DIT_F8E4M3 && (want != DIT_I8 || t->dtype != DIT_I8))
+    return DIT_ERR(INVALID_ARGUMENT, "%s: %s is %s %s, expected f8e4m3%s", op, name, dit_dtype_name(t->dtype), dit_cpu_dims_str(t, b1),
+                   want == DIT_I8 ? " or i8" : "");
   return dit_cpu_check_dims(op, name, t, rank, dims);
 }
 
@@ -49,6 +52,7 @@ static dit_status_t check_x(const char *op, const char *name, const dit_tensor_t
 typedef struct quant_job {
   const dit_tensor_t *x;
   uint8_t *x8;
+  int int8; /* i8 codes, else e4m3 */
   float *xs;
   int64_t T, H, Dh, rows, nblk;
   dit_cpu_scratch_t scratch;
@@ -67,7 +71,7 @@ static void quant_task(void *ctx, int64_t begin, int64_t end, int worker) {
       const float *src = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->T + r0 + i) * HD + h * Dh, Dh, buf + i * Dh);
       if (src != buf + i * Dh) memcpy(buf + i * Dh, src, sizeof(float) * (size_t)Dh);
     }
-    j->xs[t] = dit_e4m3_quantize_row(buf, n * Dh, codes);
+    j->xs[t] = j->int8 ? dit_i8_quantize_row(buf, n * Dh, (int8_t *)codes) : dit_e4m3_quantize_row(buf, n * Dh, codes);
     for (int64_t i = 0; i < n; i++) memcpy(j->x8 + (b * j->T + r0 + i) * HD + h * Dh, codes + i * Dh, (size_t)Dh);
   }
 }
@@ -77,12 +81,12 @@ dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, 
   DIT_RETURN_IF(check_x(op, "x", x, heads));
   if (rows < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: rows = %lld, expected >= 1", op, (long long)rows);
   const int64_t B = x->dims[0], T = x->dims[1], nblk = (T + rows - 1) / rows, sd[3] = {B, heads, nblk};
-  DIT_RETURN_IF(check_codes(op, "x8", x8, 3, x->dims));
+  DIT_RETURN_IF(check_codes(op, "x8", x8, DIT_I8, 3, x->dims));
   DIT_RETURN_IF(check_scales(op, "xs", xs, 3, sd));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "x8", x8, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "xs", xs, "x", x));
   if (B * T == 0) return DIT_OK;
-  quant_job_t j = {.x = x, .x8 = x8->data, .xs = xs->data, .T = T, .H = heads, .Dh = x->dims[2] / heads, .rows = rows, .nblk = nblk};
+  quant_job_t j = {.x = x, .x8 = x8->data, .int8 = x8->dtype == DIT_I8, .xs = xs->data, .T = T, .H = heads, .Dh = x->dims[2] / heads, .rows = rows, .nblk = nblk};
   DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)(rows * j.Dh) * 5 + 64, &j.scratch));
   dit_pool_parallel_for(dit_cpu_pool(c), B * heads * nblk, 1, quant_task, &j);
   dit_cpu_scratch_free(&j.scratch);
@@ -176,7 +180,7 @@ dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, const di
   DIT_RETURN_IF(check_vmax(op, v, heads, vmax));
   const int64_t B = v->dims[0], L = v->dims[1], Dh = v->dims[2] / heads, Lp = (L + KTILE - 1) / KTILE * KTILE;
   const int64_t td[4] = {B, heads, Dh, Lp}, sd[3] = {B, heads, Dh};
-  DIT_RETURN_IF(check_codes(op, "vt8", vt8, 4, td));
+  DIT_RETURN_IF(check_codes(op, "vt8", vt8, DIT_F8E4M3, 4, td));
   DIT_RETURN_IF(check_scales(op, "vs", vs, 3, sd));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vt8", vt8, "v", v));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "vs", vs, "v", v));
@@ -198,7 +202,8 @@ typedef struct fp8_job {
   int64_t tiles_w;
   int64_t B, S, L, Lp, H, Dh;
   float scale_log2e;
-  float dec[256]; /* every e4m3 code decoded */
+  float dec[256];   /* every e4m3 code decoded: P's and V's */
+  float qkdec[256]; /* Q's and K's codes decoded: e4m3's, or each byte as a signed integer */
   dit_cpu_scratch_t scratch;
 } fp8_job_t;
 
@@ -211,13 +216,13 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
   float *vd = kt + Dh * KTILE;                          /* [KTILE][Dh] decoded values by key */
   float *o = vd + KTILE * Dh;                           /* [KTILE][Dh] accumulators */
   float *m = o + KTILE * Dh, *l = m + KTILE, *s = l + KTILE;
-  const float *dec = j->dec;
+  const float *dec = j->dec, *qkdec = j->qkdec;
   for (int64_t t = begin; t < end; t++) {
     const int64_t qt = t % nqt, h = t / nqt % H, b = t / nqt / H, q0 = qt * KTILE;
     const int64_t nq = S - q0 < KTILE ? S - q0 : KTILE;
     for (int64_t i = 0; i < nq; i++) {
       const uint8_t *src = j->q8 + (b * S + q0 + i) * HD + h * Dh;
-      for (int64_t c = 0; c < Dh; c++) qd[i * Dh + c] = dec[src[c]];
+      for (int64_t c = 0; c < Dh; c++) qd[i * Dh + c] = qkdec[src[c]];
       m[i] = -INFINITY;
       l[i] = 0.0f;
     }
@@ -229,7 +234,7 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
       const int64_t kti = sched ? sched[1 + e] : e, k0 = kti * KTILE, nk = L - k0 < KTILE ? L - k0 : KTILE;
       for (int64_t key = 0; key < nk; key++) {
         const uint8_t *src = j->k8 + (b * L + k0 + key) * HD + h * Dh;
-        for (int64_t c = 0; c < Dh; c++) kt[c * KTILE + key] = dec[src[c]];
+        for (int64_t c = 0; c < Dh; c++) kt[c * KTILE + key] = qkdec[src[c]];
       }
       const uint8_t *vrows = j->vt8 + (b * H + h) * Dh * j->Lp + k0;
       for (int64_t col = 0; col < KTILE; col++) {
@@ -292,9 +297,11 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   const int64_t Lp = (L + KTILE - 1) / KTILE * KTILE;
   const int64_t kd[3] = {B, L, HD}, qsd[3] = {B, heads, (S + QROWS - 1) / QROWS}, ksd[3] = {B, heads, Lp / KTILE},
                 vtd[4] = {B, heads, Dh, Lp}, vsd[3] = {B, heads, Dh}, ld[3] = {B, heads, S};
-  DIT_RETURN_IF(check_codes(op, "q8", q8, 3, q8->dims));
-  DIT_RETURN_IF(check_codes(op, "k8", k8, 3, kd));
-  DIT_RETURN_IF(check_codes(op, "vt8", vt8, 4, vtd));
+  DIT_RETURN_IF(check_codes(op, "q8", q8, DIT_I8, 3, q8->dims));
+  DIT_RETURN_IF(check_codes(op, "k8", k8, q8->dtype, 3, kd));
+  if (k8->dtype != q8->dtype)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: k8 is %s, expected q8's dtype %s", op, dit_dtype_name(k8->dtype), dit_dtype_name(q8->dtype));
+  DIT_RETURN_IF(check_codes(op, "vt8", vt8, DIT_F8E4M3, 4, vtd));
   DIT_RETURN_IF(check_scales(op, "qs", qs, 3, qsd));
   DIT_RETURN_IF(check_scales(op, "ks", ks, 3, ksd));
   DIT_RETURN_IF(check_scales(op, "vs", vs, 3, vsd));
@@ -317,7 +324,10 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   fp8_job_t j = {.q8 = q8->data, .k8 = k8->data, .vt8 = vt8->data, .qs = qs->data, .ks = ks->data, .vs = vs->data, .out = out,
                  .lse = lse, .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
                  .Lp = Lp, .H = heads, .Dh = Dh, .scale_log2e = (float)(scale * 1.4426950408889634)};
-  for (int i = 0; i < 256; i++) j.dec[i] = dit_e4m3_to_f32((uint8_t)i);
+  for (int i = 0; i < 256; i++) {
+    j.dec[i] = dit_e4m3_to_f32((uint8_t)i);
+    j.qkdec[i] = q8->dtype == DIT_I8 ? (float)(int8_t)(uint8_t)i : j.dec[i];
+  }
   DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(4 * KTILE * Dh + 3 * KTILE), &j.scratch));
   dit_pool_parallel_for(dit_cpu_pool(c), B * heads * ((S + KTILE - 1) / KTILE), 1, fp8_task, &j);
   dit_cpu_scratch_free(&j.scratch);

@@ -147,8 +147,9 @@ dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const 
                                      const dit_tensor_t *v, const dit_tensor_t *tiles, int heads, double scale,
                                      dit_tensor_t *out, dit_tensor_t *lse);
 /* FP8 attention (cpu_attention_fp8.c; base/ops.def's attn_quant, attn_quant_vt, attention_fp8).
- * attn_quant: x [B, S, heads*Dh] -> x8 f8e4m3 (same dims), xs f32 [B, heads, ceil(S/rows)], one
- * scale per head and block of `rows` rows, as dit_e4m3_quantize_row over the block. */
+ * attn_quant: x [B, S, heads*Dh] -> x8 f8e4m3 or i8 (x8's dtype; same dims), xs f32 [B, heads,
+ * ceil(S/rows)], one scale per head and block of `rows` rows, as dit_e4m3_quantize_row or
+ * dit_i8_quantize_row over the block. */
 dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs);
 /* attn_vmax: v [B, L, heads*Dh] -> vmax f32 [B, heads, S, Dh] (S from vmax's dims, 1..max(L, 1)),
  * the channels' largest magnitudes over each split of ceil(L / S) keys. */

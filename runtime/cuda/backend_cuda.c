@@ -1049,7 +1049,7 @@ static dit_status_t encode_tmap(cuda_state_t *st, size_t idx, int j, const dit_p
   if (t->dtype == DIT_BF16) dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   else if (t->dtype == DIT_F16) dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   else if (t->dtype == DIT_F32) dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  else if (t->dtype == DIT_F8E4M3) dt = CU_TENSOR_MAP_DATA_TYPE_UINT8; /* fp8 attention's operands: bytes to the copy engine */
+  else if (t->dtype == DIT_F8E4M3 || t->dtype == DIT_I8) dt = CU_TENSOR_MAP_DATA_TYPE_UINT8; /* fp8 attention's operands: bytes to the copy engine */
   else return DIT_ERR(UNIMPLEMENTED, "step %zu: tensor map %d over a %s tensor", idx, j, dit_dtype_name(t->dtype));
   const uint32_t rank = m->rank;
   if (rank < 2 || rank > DIT_PLAN_TMAP_MAX_RANK || (rank > 2 && (int)rank != t->rank))

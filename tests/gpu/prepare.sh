@@ -56,7 +56,7 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   build/bin/make_tiny_wan --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$k/fa" >/dev/null
   for fhw in "13 256 320" "29 256 384"; do
     read -r f h w <<< "$fhw"
-    for m in "" "--attn-quant fp8" "--quant fp8 --attn-quant fp8"; do
+    for m in "" "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8"; do
       # shellcheck disable=SC2086
       build/bin/ditc compile "$k/fa/model" --frames "$f" --height "$h" --width "$w" --text-len 7 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
     done
@@ -83,7 +83,8 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   for hw in "480 832" "720 1280"; do
     read -r h w <<< "$hw"
     for m in "" "--quant fp8" "--sparse-attn sta:18,24,24" "--sparse-attn radial" "--quant fp8 --sparse-attn sta:18,24,24" "--attn-quant fp8" \
-             "--quant fp8 --attn-quant fp8" "--quant fp8 --attn-quant fp8 --sparse-attn sta:18,24,24"; do
+             "--quant fp8 --attn-quant fp8" "--quant fp8 --attn-quant fp8 --sparse-attn sta:18,24,24" "--attn-quant int8" \
+             "--quant fp8 --attn-quant int8" "--quant fp8 --attn-quant int8 --sparse-attn sta:18,24,24" "--quant fp8 --attn-quant int8 --sparse-attn radial"; do
       # shellcheck disable=SC2086
       build/bin/ditc compile "$k/w13/model" --frames 81 --height "$h" --width "$w" --text-len 512 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
     done

@@ -106,6 +106,19 @@ static void test_e4m3(void) {
   CHECK(dit_e4m3_quantize_row(zeros, 2, q) == 1.0f);
   CHECK_EQ_INT(q[0], 0x00);
   CHECK_EQ_INT(q[1], 0x80);
+  /* int8: scale amax / 127, ties to even, NaN to 0; the largest magnitude lands on +-127. */
+  const float xi[7] = {-127.0f, 2.5f, 3.5f, -2.5f, NAN, 0.49f, 126.5f};
+  int8_t qi[7];
+  CHECK(dit_i8_quantize_row(xi, 7, qi) == 1.0f);
+  const int8_t want[7] = {-127, 2, 4, -2, 0, 0, 126};
+  CHECK(!memcmp(qi, want, sizeof want));
+  const float big[3] = {254.0f, -127.0f, 1e30f};
+  CHECK(dit_i8_quantize_row(big, 2, qi) == 2.0f);
+  CHECK_EQ_INT(qi[0], 127);
+  CHECK_EQ_INT(qi[1], -64); /* -63.5: tie to even */
+  CHECK(dit_i8_quantize_row(big, 3, qi) == 1e30f / 127.0f && qi[2] == 127 && qi[0] == 0);
+  CHECK(dit_i8_quantize_row(zeros, 2, qi) == 1.0f && qi[0] == 0 && qi[1] == 0);
+  CHECK(dit_dtype_size(DIT_I8) == 1 && !strcmp(dit_dtype_name(DIT_I8), "i8"));
 }
 
 static void test_ops(void) {

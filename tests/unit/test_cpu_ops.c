@@ -69,6 +69,7 @@ static double get_elem(const dit_tensor_t *t, int64_t i) {
     case DIT_I64: return (double)((const int64_t *)t->data)[i];
     case DIT_I32: return (double)((const int32_t *)t->data)[i];
     case DIT_F8E4M3: return dit_e4m3_to_f32(((const uint8_t *)t->data)[i]);
+    case DIT_I8: return ((const int8_t *)t->data)[i];
     default: return NAN;
   }
 }
@@ -82,6 +83,7 @@ static void set_elem(dit_tensor_t *t, int64_t i, double v) {
     case DIT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
     case DIT_U8: ((uint8_t *)t->data)[i] = v != 0; break; /* a bool */
     case DIT_F8E4M3: ((uint8_t *)t->data)[i] = dit_f32_to_e4m3((float)v); break;
+    case DIT_I8: ((int8_t *)t->data)[i] = (int8_t)v; break;
     default: break;
   }
 }
@@ -296,25 +298,29 @@ static void check_quant_block(const dit_tensor_t *x, const dit_tensor_t *x8, con
   float amax = 0.0f;
   for (int64_t t = r * rows; t < r1; t++)
     for (int64_t c = 0; c < Dh; c++) amax = fmaxf(amax, fabsf((float)get_elem(x, (b * T + t) * HD + h * Dh + c)));
-  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const int i8 = x8->dtype == DIT_I8;
+  const float s = amax > 0.0f ? amax / (i8 ? 127.0f : 448.0f) : 1.0f;
   CHECK(((const float *)xs->data)[(b * H + h) * nblk + r] == s);
   int bad = 0;
   for (int64_t t = r * rows; t < r1; t++)
     for (int64_t c = 0; c < Dh; c++) {
       const int64_t i = (b * T + t) * HD + h * Dh + c;
-      bad += ((const uint8_t *)x8->data)[i] != dit_f32_to_e4m3((float)get_elem(x, i) / s);
+      const float y = (float)get_elem(x, i) / s;
+      bad += i8 ? ((const int8_t *)x8->data)[i] != (int8_t)fmaxf(-127.0f, fminf(127.0f, rintf(y)))
+                : ((const uint8_t *)x8->data)[i] != dit_f32_to_e4m3(y);
     }
   CHECK_EQ_INT(bad, 0);
 }
 
 /* Blocks of 64 rows over 70 tokens (the last one partial); head 1's first block all zero (scale 1,
- * codes 0); head 0's last block holds 1e30 (448, 0x7e) beside values that flush to 0 or subnormals. */
+ * codes 0); head 0's last block holds 1e30 (448, 0x7e; int8 127) beside values that flush to 0 or
+ * subnormals. e4m3 and int8 codes. */
 static void test_attn_quant(void) {
   const int64_t H = 2, Dh = 128, xd[3] = {2, 70, H * Dh};
-  for (int dt = 0; dt < 2; dt++) {
-    const dit_dtype_t xt = dt ? DIT_BF16 : DIT_F32;
-    const int64_t rows = dt ? 128 : 64, nb = (xd[1] + rows - 1) / rows, sd[3] = {2, H, nb};
-    dit_tensor_t x = tensor_alloc(xt, 3, xd), x8 = tensor_alloc(DIT_F8E4M3, 3, xd), xs = tensor_alloc(DIT_F32, 3, sd);
+  for (int dt = 0; dt < 4; dt++) {
+    const dit_dtype_t xt = dt & 1 ? DIT_BF16 : DIT_F32, ct = dt & 2 ? DIT_I8 : DIT_F8E4M3;
+    const int64_t rows = dt & 1 ? 128 : 64, nb = (xd[1] + rows - 1) / rows, sd[3] = {2, H, nb};
+    dit_tensor_t x = tensor_alloc(xt, 3, xd), x8 = tensor_alloc(ct, 3, xd), xs = tensor_alloc(DIT_F32, 3, sd);
     for (int64_t i = 0; i < numel_of(3, xd); i++) set_elem(&x, i, rnd(-3, 3));
     for (int64_t t = 0; t < 64; t++)
       for (int64_t c = 0; c < Dh; c++) set_elem(&x, t * H * Dh + Dh + c, 0.0);
@@ -326,11 +332,11 @@ static void test_attn_quant(void) {
         for (int64_t h = 0; h < H; h++)
           for (int64_t r = 0; r < nb; r++) check_quant_block(&x, &x8, &xs, H, rows, b, h, r);
     }
-    if (!dt) {
+    if (!(dt & 1)) {
       CHECK(((const float *)xs.data)[1 * nb + 0] == 1.0f); /* head 1, block 0: all zero */
       CHECK_EQ_INT(((const uint8_t *)x8.data)[Dh + 7], 0);
-      CHECK_EQ_INT(((const uint8_t *)x8.data)[66 * H * Dh + 5], 0x7e);
-      CHECK(((const float *)xs.data)[1] == (float)1e30 / 448.0f);
+      CHECK_EQ_INT(((const uint8_t *)x8.data)[66 * H * Dh + 5], ct == DIT_I8 ? 127 : 0x7e);
+      CHECK(((const float *)xs.data)[1] == (float)1e30 / (ct == DIT_I8 ? 127.0f : 448.0f));
     }
     xs.dims[2] = nb + 1;
     CHECK_ERR(dit_cpu_attn_quant(&g_cpu[0], &x, (int)H, rows, &x8, &xs), INVALID_ARGUMENT, "attn_quant: xs has dims");
@@ -438,14 +444,14 @@ static void test_attn_quant_vt(void) {
  * subnormals' share, and the errors of many keys mostly cancel: measured max|err| / max|v| 8.3e-3
  * (1.2e-2 with the schedule) and cosine 0.9998 here. Bounds: max|err| <= 2^-4 max|v|, cosine >=
  * 0.999; lse, from the unrounded P, within 1e-4. With a schedule the reference masks the unlisted key tiles. */
-static void test_attention_fp8(void) {
+static void check_attention_fp8(dit_dtype_t codes) {
   const int64_t B = 1, S = 200, H = 2, Dh = 128, HD = H * Dh, Lp = 256;
   const int64_t xd[3] = {B, S, HD}, qsd[3] = {B, H, 4}, ksd[3] = {B, H, 2}, td[4] = {B, H, Dh, Lp}, vsd[3] = {B, H, Dh},
                 ld[3] = {B, H, S}, tsd[2] = {2, 3};
   const double scale = 1.0 / sqrt((double)Dh);
   dit_tensor_t q = tensor_alloc(DIT_BF16, 3, xd), k = tensor_alloc(DIT_BF16, 3, xd), v = tensor_alloc(DIT_BF16, 3, xd);
   for (int64_t i = 0; i < numel_of(3, xd); i++) set_elem(&q, i, rnd(-2, 2)), set_elem(&k, i, rnd(-2, 2)), set_elem(&v, i, rnd(-1, 1));
-  dit_tensor_t q8 = tensor_alloc(DIT_F8E4M3, 3, xd), k8 = tensor_alloc(DIT_F8E4M3, 3, xd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td);
+  dit_tensor_t q8 = tensor_alloc(codes, 3, xd), k8 = tensor_alloc(codes, 3, xd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td);
   dit_tensor_t qs = tensor_alloc(DIT_F32, 3, qsd), ks = tensor_alloc(DIT_F32, 3, ksd), vs = tensor_alloc(DIT_F32, 3, vsd);
   dit_tensor_t o = tensor_alloc(DIT_F32, 3, xd), o1 = tensor_alloc(DIT_F32, 3, xd), lse = tensor_alloc(DIT_F32, 3, ld);
   dit_tensor_t tiles = tensor_alloc(DIT_I32, 2, tsd);
@@ -499,8 +505,8 @@ static void test_attention_fp8(void) {
         maxlse = fmax(maxlse, fabs(get_elem(&lse, h * S + i) - (mx + log(l))));
       }
     const double cosine = dot / sqrt(n1 * n2);
-    printf("attention_fp8%s: max|err| / max|v| %.3e, cosine %.6f, max lse err %.2e\n", tiled ? " (tiled)" : "", maxerr / maxv, cosine,
-           maxlse);
+    printf("attention_fp8 (%s q, k)%s: max|err| / max|v| %.3e, cosine %.6f, max lse err %.2e\n", dit_dtype_name(codes),
+           tiled ? " (tiled)" : "", maxerr / maxv, cosine, maxlse);
     CHECK(maxerr <= maxv / 16);
     CHECK(maxerr > 1e-5 * maxv); /* P is rounded: not the unrounded result */
     CHECK(cosine >= 0.999);
@@ -511,9 +517,18 @@ static void test_attention_fp8(void) {
             "attention_fp8: vs has dims");
   CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: q8 is bf16");
+  vs.dims[2] = Dh;
+  k8.dtype = codes == DIT_I8 ? DIT_F8E4M3 : DIT_I8; /* q and k codes of two kinds */
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+            codes == DIT_I8 ? "attention_fp8: k8 is f8e4m3, expected q8's dtype i8" : "attention_fp8: k8 is i8 [1, 200, 256], expected f8e4m3");
   free(dq), free(p);
   dit_tensor_t *all[] = {&q, &k, &v, &q8, &k8, &vt8, &qs, &ks, &vs, &o, &o1, &lse, &tiles};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->data);
+}
+
+static void test_attention_fp8(void) {
+  check_attention_fp8(DIT_F8E4M3);
+  check_attention_fp8(DIT_I8);
 }
 
 static void test_attention(void) {

@@ -529,7 +529,7 @@ static void test_fp8_attention_ops(void) {
   CHECK(vt->rank == 4 && vt->dims[2] == 128 && vt->dims[3] == 256 && dit_graph_cvalue(g, v[1])->dims[2] == 128);
   CHECK(dit_graph_cvalue(g, q[0])->dims[1] == 200 && dit_graph_cvalue(g, q[0])->dtype == DIT_F8E4M3);
   CHECK_ERR(dit_check_out_dtypes(g, DIT_OP_ATTN_QUANT, &x, 2, bad), INVALID_ARGUMENT,
-            "attn_quant: output dtypes f32 and f32, expected f8e4m3 (the codes) and f32 (the scales)");
+            "attn_quant: output dtypes f32 and f32, expected f8e4m3 or i8 (the codes) and f32 (the scales)");
   dit_attrs_t fa = attrs_i("heads", 2, NULL, 0);
   dit_attrs_set_float(&fa, "scale", 0.088);
   dit_vid_t fi[7] = {q[0], q[1], k[0], k[1], v[0], v[1], -1};

@@ -560,7 +560,7 @@ static void test_entry_errors(void) {
   CHECK_ERR(parse_header(T("{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}"), 8),
             INVALID_ARGUMENT,
             "bad.safetensors: header: field 'blocks.0.x.dtype': expected one of F32, BF16, F16, "
-            "I64, I32, U8, BOOL, F8_E4M3, found \"F64\"");
+            "I64, I32, U8, BOOL, F8_E4M3, I8, found \"F64\"");
   CHECK_ERR(parse_header(T("{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}"), 4),
             INVALID_ARGUMENT, "found \"f32\"");
   CHECK_ERR(parse_header(T("{\"dtype\":\"F32\",\"shape\":{},\"data_offsets\":[0,4]}"), 4),
