@@ -34,7 +34,7 @@ Results: OUT/lossy_<res>.json rewritten after every row, OUT/lossy_<res>.md, OUT
 
 usage: bench/lossy.py --res 480p|720p --model DIR --ditc BIN --ditrun BIN --work DIR --out DIR
            [--modes exact,fp8,...] [--sta T,H,W] [--sparse-dense-layers L] [--steps 50] [--budget 540]
-           [--no-peer] [--no-generate] [--keep]
+           [--no-peer | --peers compile,sage,torchao] [--no-generate] [--keep]
        bench/lossy.py --dry-run --out DIR [--ditc BIN --ditrun BIN --model DIR --inputs I.safetensors]
 """
 import argparse
@@ -53,6 +53,7 @@ from step_cache import parse_log, quality, read_f32  # noqa: E402
 STA_PAPER = "18,24,24"
 RES = {"480p": (480, 832), "720p": (720, 1280)}
 WAN = {"frames": 81, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
+PEERS = ("compile", "sage", "torchao")
 MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "fp8all+sta", "int8attn", "int8all", "int8all+sta",
               "int8all+radial")
 NOTE = ("ditrun rows against the exact bundle; peers against diffusers eager; diffusers eager against ditrun exact. "
@@ -342,7 +343,9 @@ def peer_rows(torch, a, inputs, res, out, name, budget):
     if ref is None:
         return
     eager_ms[0] = rows[-1]["forward_ms"]
-    if budget.spent():
+    if "compile" not in a.peers:
+        pass
+    elif budget.spent():
         rows.append(budget.row("torch.compile", "exact"))
     else:
         add({"contender": "torch.compile", "mode": "exact", "version": tv}, fwd(torch.compile(model)), ref)
@@ -350,7 +353,9 @@ def peer_rows(torch, a, inputs, res, out, name, budget):
     # sageattention 1.0.6: diffusers' own backend when it accepts the version, else 1.0.6's sageattn
     # in place of the Wan processor's dispatch for the unmasked attentions.
     row = {"contender": "sageattention", "mode": "attention", "version": version_of("sageattention") or "absent"}
-    if budget.spent():
+    if "sage" not in a.peers:
+        pass
+    elif budget.spent():
         rows.append(budget.row("sageattention", "attention"))
     elif row["version"] == "absent":
         row["failed"] = "sageattention is not installed (pip install sageattention==1.0.6)"
@@ -378,7 +383,9 @@ def peer_rows(torch, a, inputs, res, out, name, budget):
                 model.set_attention_backend("native")
     # torchao FP8 last: it quantizes the model in place.
     row = {"contender": "torchao", "mode": "fp8", "version": version_of("torchao") or "absent"}
-    if budget.spent():
+    if "torchao" not in a.peers:
+        pass
+    elif budget.spent():
         rows.append(budget.row("torchao", "fp8"))
     elif row["version"] == "absent":
         row["failed"] = "torchao is not installed (pip install torchao)"
@@ -455,8 +462,13 @@ def main():
     ap.add_argument("--iters", type=int, default=5, help="timed forwards (median)")
     ap.add_argument("--budget", type=float, help="seconds for the call; what is left after them is skipped")
     ap.add_argument("--inputs", help="--dry-run: the tiny model's generate inputs (prompt_embeds, negative_prompt_embeds)")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated of " + ", ".join(PEERS) + " (diffusers eager always runs: "
+                    "the others are measured against it)")
     pb.add_switches(ap, "--no-peer", "--no-generate", "--keep", "--dry-run")
     a = ap.parse_args()
+    a.peers = [p for p in a.peers.split(",") if p]
+    if any(p not in PEERS for p in a.peers):
+        ap.error(f"--peers: expected {', '.join(PEERS)}, found {[p for p in a.peers if p not in PEERS][0]}")
     a.modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in a.modes if m not in MODE_NAMES]
     if bad:
