@@ -612,14 +612,17 @@ def render_lossy(res):
     if os.path.exists(os.path.join(res.dir, ATTN_FP8)):
         d = measured(res, ATTN_FP8)
         rows = [r for r in need(d, "shapes", ATTN_FP8) if "fp8_ms" in r]
-        L += [wrap(f"The attention kernel alone ({src(ATTN_FP8, d)}): its fp8 form on the same inputs quantized as attn_quant and "
-                   "attn_quant_vt do, against its bf16 form and SageAttention's sageattn; cosine of sampled output rows against an "
-                   "fp32 reference of the bf16 inputs:"), "",
-              "| B x H x S x L x D | bf16 ms | fp8 ms | fp8 speedup | sageattn ms | fp8 cosine |", "| --- | --- | --- | --- | --- | --- |"]
+        i8 = all("int8_ms" in r for r in rows)  # the int8 Q K^T form, where the run had it
+        L += [wrap(f"The attention kernel alone ({src(ATTN_FP8, d)}): its fp8 form (e4m3 Q, K" + ("; then int8 Q, K" if i8 else "") +
+                   ") on the same inputs quantized as attn_quant and attn_quant_vt do, against its bf16 form and SageAttention's "
+                   "sageattn; cosine of sampled output rows against an fp32 reference of the bf16 inputs:"), "",
+              "| B x H x S x L x D | bf16 ms | fp8 ms | fp8 speedup | " + ("int8 ms | int8 speedup | " if i8 else "") +
+              "sageattn ms | fp8 cosine |" + (" int8 cosine |" if i8 else ""), "| --- " * (8 if i8 else 6) + "|"]
         for r in rows:
             sage = f"{r['sage_ms']:.2f} ({r.get('sage_version') or '-'})" if r.get("sage_ms") else "-"
-            L.append(f"| {r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']} | {r['ms']:.2f} | {r['fp8_ms']:.2f} | {r['fp8_speedup']:.2f}x | "
-                     f"{sage} | {r['fp8_cosine']:.6f} |")
+            L.append(f"| {r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']} | {r['ms']:.2f} | {r['fp8_ms']:.2f} | {r['fp8_speedup']:.2f}x | " +
+                     (f"{r['int8_ms']:.2f} | {r['int8_speedup']:.2f}x | " if i8 else "") + f"{sage} | {r['fp8_cosine']:.6f} |" +
+                     (f" {r['int8_cosine']:.6f} |" if i8 else ""))
         L.append("")
     return "\n".join(L)
 
