@@ -722,7 +722,7 @@ if [ -n "${GEMM_FP8:-}" ]; then
   timeout 120 python3 bench/gemm_fp8.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench_gemm_fp8.txt"
   check test "${PIPESTATUS[0]}" = 0
 fi
-if [ -n "${ATTN:-}" ]; then
+if [ -n "${ATTN:-}${ATTN_NCU_ONLY:-}" ]; then
   step "12. the attention kernels at the DiT shapes (bench/attention: build-attn from bench/attention/build.sh), with ATTN=fp8 also the fp8 form against the bf16 kernel and sageattn"
   # shellcheck disable=SC2086
   timeout "${ATTN_TIMEOUT:-300}" bash bench/attention/gpu.sh "$OUT/attention" $([ "$ATTN" = fp8 ] && echo --fp8) ${ATTN_FLAGS:-}
