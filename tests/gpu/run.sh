@@ -725,7 +725,7 @@ fi
 if [ -n "${ATTN:-}${ATTN_NCU_ONLY:-}" ]; then
   step "12. the attention kernels at the DiT shapes (bench/attention: build-attn from bench/attention/build.sh), with ATTN=fp8 also the fp8 form against the bf16 kernel and sageattn"
   # shellcheck disable=SC2086
-  timeout "${ATTN_TIMEOUT:-300}" bash bench/attention/gpu.sh "$OUT/attention" $([ "$ATTN" = fp8 ] && echo --fp8) ${ATTN_FLAGS:-}
+  timeout "${ATTN_TIMEOUT:-300}" bash bench/attention/gpu.sh "$OUT/attention" $([ "${ATTN:-}" = fp8 ] && echo --fp8) ${ATTN_FLAGS:-}
   check test "$?" = 0
 fi
 if [ -n "${TEXT_ENCODER:-}" ]; then
