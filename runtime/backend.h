@@ -97,6 +97,14 @@ typedef struct dit_backend_vtable {
    * of dt) are in backend memory; only the two sums come back. */
   dit_status_t (*probe_change)(void *state, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
                                int update_prev, double sums[2]);
+  /* Optional: attention-state reuse's statistics (runtime/reuse_exec.c: a local state's drift from
+   * its anchor copy, a state's norm, a reused state's measured error), on queue 0 in order with the
+   * steps. Over n elements of x (dtype dt: f32, bf16 or f16) and ref (f32 or dt; NULL: zeros), each
+   * read as a double: sums[0] = sum (x - ref)^2 and sums[1] = sum x^2, then ref = x (exact: ref is
+   * f32 or x's dtype) when update_ref. x and ref are in backend memory; only the two sums come back.
+   * The CPU backend adds the terms in element order; a device adds per-thread sums in its own order. */
+  dit_status_t (*sum_sq_diff)(void *state, const void *x, dit_dtype_t dt, void *ref, dit_dtype_t ref_dt, size_t n, int update_ref,
+                              double sums[2]);
   /* Optional, both or neither (device backends): work on a queue the caller owns (a CUstream of
    * the backend's context for CUDA). external_copy copies bytes between two addresses of
    * backend memory on it; external_join makes the compute queue wait for the work enqueued on
@@ -115,7 +123,8 @@ const dit_backend_vtable_t *dit_backend_cpu(void);
 /* The CUDA backend: the driver API and cuBLASLt are loaded with dlopen on first use, so the
  * same binary runs (CPU only) where they are absent. */
 const dit_backend_vtable_t *dit_backend_cuda(void);
-/* The PTX text of the CUDA backend's probe kernel (loaded on first use; a test assembles it). */
+/* The PTX text of the CUDA backend's probe and reuse statistics kernels (probe_change, sum_sq_diff:
+ * loaded on first use; a test assembles it). */
 const char *dit_cuda_probe_ptx(void);
 
 #endif

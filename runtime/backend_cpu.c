@@ -594,6 +594,24 @@ static dit_status_t cpu_probe_change(void *state, const void *x, const void *bas
   return DIT_OK;
 }
 
+static dit_status_t cpu_sum_sq_diff(void *state, const void *x, dit_dtype_t dt, void *ref, dit_dtype_t ref_dt, size_t n, int update_ref,
+                                    double sums[2]) {
+  (void)state;
+  if (dt != DIT_F32 && dt != DIT_BF16 && dt != DIT_F16)
+    return DIT_ERR(INVALID_ARGUMENT, "sum_sq_diff: expected x of dtype f32, bf16 or f16, found %s", dit_dtype_name(dt));
+  if (ref && ref_dt != DIT_F32 && ref_dt != dt)
+    return DIT_ERR(INVALID_ARGUMENT, "sum_sq_diff: expected a reference of dtype f32 or %s (x's), found %s", dit_dtype_name(dt),
+                   dit_dtype_name(ref_dt));
+  double diff = 0, norm = 0;
+  for (size_t j = 0; j < n; j++) {
+    const double v = probe_load(x, dt, j), d = v - (ref ? probe_load(ref, ref_dt, j) : 0.0);
+    diff += d * d, norm += v * v;
+    if (ref && update_ref) probe_round((float)v, ref_dt, ref, j); /* exact: v is a value of dt */
+  }
+  sums[0] = diff, sums[1] = norm;
+  return DIT_OK;
+}
+
 static const dit_backend_vtable_t kCpuBackend = {
     .abi_version = DIT_BACKEND_ABI_VERSION,
     .name = "cpu",
@@ -617,6 +635,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .call = cpu_call,
     .query = cpu_query,
     .probe_change = cpu_probe_change,
+    .sum_sq_diff = cpu_sum_sq_diff,
 };
 
 const dit_backend_vtable_t *dit_backend_cpu(void) { return &kCpuBackend; }

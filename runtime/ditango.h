@@ -56,14 +56,15 @@
  *  - runtime: a step's decisions are made before its forwards (runtime/generate.c) from the drift
  *    predicted one step ahead; a REUSE slot's steps are all skipped (no transfer on either end, no
  *    compute, no cache write), so the merge reads the state cached at t_c. The local drift is
- *    measured where the local state is made against a host copy taken at the layer's anchor; at
- *    anchors the norms and the LSE weights are gathered after the forward. In diagnostic mode a
+ *    measured where the local state is made against an fp32 copy taken at the layer's anchor, kept
+ *    in backend memory (the backend's sum_sq_diff: the state is read where it lies); at anchors the
+ *    norms are gathered the same way and the LSE rows downloaded for the weights after the forward. In diagnostic mode a
  *    reused slot's steps run but its cache write does not: the executor measures
  *    ||OUT_fresh - OUT_cached|| / ||OUT_fresh|| instead (dit_ditango_measured).
- *  - still to come: the CUDA backend (a state_cache copy kernel, statistics by reduction kernels,
- *    NCCL point-to-point for the distance shift instead of the all-gather the in-process ring_shift
- *    uses, cache loads scheduled into the transfers' bubbles on a second stream), two-expert bundles,
- *    joint attention (FLUX.1, Qwen-Image, HunyuanVideo).
+ *  - the CUDA backend runs state_cache as device copies and the statistics as reduction kernels
+ *    (runtime/cuda/backend_cuda.c). Still to come: NCCL point-to-point for the distance shift instead
+ *    of the all-gather the in-process ring_shift uses, cache loads scheduled into the transfers'
+ *    bubbles on a second stream, two-expert bundles, joint attention (FLUX.1, Qwen-Image, HunyuanVideo).
  * Under a memory cap (`ditc compile --reuse-cache-mb M`) k adjacent remote groups share one cached
  * state: their states merged by LSE before the cache, the planner's "group" then the merged state
  * (the report's group g covers distances g*k-k+1 .. g*k), decided as one. The memory plan is static

@@ -190,7 +190,8 @@ void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups);
  * anchor[layer] 1 gathers the layer's anchor statistics. diagnostic: reused slots are computed too,
  * but not stored, and their relative error against the cached state measured. The step's forwards
  * take the cache copies in turn (the conditional branch the first, the unconditional the second).
- * CPU backend, ranks as threads of one process, one-transformer bundles; refused otherwise. */
+ * Backends with sum_sq_diff (cpu, cuda), one-transformer bundles without --cuda-graph; refused
+ * otherwise. The first call allocates the anchor copies (dit_runtime_reuse_bytes). */
 dit_status_t dit_runtime_reuse_begin(dit_runtime_t *rt, const uint8_t *compute, const uint8_t *anchor, int diagnostic);
 /* What the step's forwards measured, summed over every rank and forward (caller's arrays): drift
  * [layers] = ||OUT_loc - its anchor copy|| (at an anchor: from the previous anchor's copy), local_norm [layers] = ||OUT_loc|| (at
@@ -202,6 +203,11 @@ typedef struct dit_reuse_stats {
   double *group_norm, *group_weight, *error;
 } dit_reuse_stats_t;
 dit_status_t dit_runtime_reuse_end(dit_runtime_t *rt, dit_reuse_stats_t *out);
+/* The most backend memory one rank holds for reuse beyond its plan: the fp32 anchor copies of the
+ * local states (layers x cache copies x the local OUT's elements x 4 bytes), allocated by the first
+ * dit_runtime_reuse_begin; 0 before. The manifest's predicted peak does not hold them (the compiler
+ * plans the arena, the runtime these); dit_runtime_memory's prediction adds them. */
+uint64_t dit_runtime_reuse_bytes(const dit_runtime_t *rt);
 
 typedef struct dit_named_tensor {
   const char *name;

@@ -525,9 +525,15 @@ static int g_launched = 0;
 static void print_memory(const dit_runtime_t *rt) {
   uint64_t alloc = 0, pred = 0;
   int mr = 0;
-  if (!dit_runtime_memory(rt, &alloc, &pred, &mr))
-    fprintf(stderr, "ditrun: memory: %.2f MiB allocated, %.2f MiB predicted (rank %d; %" PRIu64 " bytes %s)\n", alloc / 1048576.0, pred / 1048576.0,
-            mr, alloc <= pred ? pred - alloc : alloc - pred, alloc <= pred ? "within the prediction" : "OVER the prediction");
+  if (!dit_runtime_memory(rt, &alloc, &pred, &mr)) {
+    /* Reuse's anchor copies are the runtime's, beyond the manifest's peak: named apart. */
+    const uint64_t rb = dit_runtime_reuse_bytes(rt);
+    char extra[96] = "";
+    if (rb) snprintf(extra, sizeof extra, ", of which %.2f MiB reuse anchor copies beyond the manifest's peak", rb / 1048576.0);
+    fprintf(stderr, "ditrun: memory: %.2f MiB allocated, %.2f MiB predicted%s (rank %d; %" PRIu64 " bytes %s)\n", alloc / 1048576.0,
+            pred / 1048576.0, extra, mr, alloc <= pred ? pred - alloc : alloc - pred,
+            alloc <= pred ? "within the prediction" : "OVER the prediction");
+  }
 }
 
 /* Loads the bundle (every expert of a two-expert one) and selects --expert. */
@@ -1175,9 +1181,11 @@ static int cmd_generate(int argc, char **argv) {
   if (!s) {
     fprintf(stderr, "ditrun: generate %d steps in %.3fs\n", j->g.steps, dit_now_s() - t0);
     if (j->skipped) print_step_cache(&j->g);
-    if (j->g.reuse_on)
+    if (j->g.reuse_on) {
       fprintf(stderr, "ditrun: reuse ditango R %g: computed %" PRId64 " of %" PRId64 " remote attention states after %d warm-up steps\n",
               j->g.reuse.ratio, j->reuse_counts[0], j->reuse_counts[1], j->g.reuse.warmup);
+      print_memory(j->rt); /* again, with the anchor copies the first step allocated */
+    }
     const dit_runtime_swap_stats_t sw = dit_runtime_swap_stats(j->rt);
     if (sw.switched) {
       fprintf(stderr, "ditrun: expert swap: %.2f MiB of transformer_2's resident set, %" PRIu64 " chunks loaded over %d forwards before "

@@ -734,7 +734,13 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   DIT_RETURN_IF(swap_target(rt, &incoming, &per_block));
   dit_reuse_forward_begin(rt);
   for (size_t i = 0; i < p->n_steps; i++) {
-    if (dit_reuse_skip(rt, i)) continue;
+    int skip = 0;
+    dit_status_t rs = dit_reuse_skip(rt, i, &skip);
+    if (rs) {
+      rank_failed(rt, comm, rs);
+      return dit_status_annotate(rs, "step %zu", i);
+    }
+    if (skip) continue;
     if ((long)i == rt->fail_step) {
       if (rt->fail_die) _exit(3);
       dit_status_t f = DIT_ERR(INTERNAL, "injected failure (DIT_FAIL_STEP=%d:%zu)", rt->rank, i);
@@ -769,7 +775,7 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   }
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
   dit_status_t s = rt->be->synchronize(rt->be_state);
-  if (!s) dit_reuse_forward_end(rt);
+  if (!s) s = dit_reuse_forward_end(rt);
   dit_exec_collectives_settled(rt);
   rank_failed(rt, comm, s); /* a queued collective may have failed: the others must not wait for it */
   return rt->owner->nccl ? dit_exec_nccl_after_sync(rt->owner, s) : s;
@@ -1036,6 +1042,7 @@ dit_status_t dit_runtime_memory(const dit_runtime_t *rt, uint64_t *allocated, ui
       if (!r->be->allocated_bytes) return DIT_ERR(UNIMPLEMENTED, "the %s backend does not count its allocations", r->be->name);
       p += rank_predicted(rt, r);
     }
+    p += dit_reuse_rank_bytes(&rt->ranks[i]); /* reuse's anchor copies, beyond the manifest's peak */
     /* The most it held at once (an expert swap allocates and releases while it runs). */
     uint64_t a = rank_current(rt, i);
     if (rt->mem_peak && rt->mem_peak[i] > a) a = rt->mem_peak[i];

@@ -154,9 +154,11 @@ dit_status_t dit_exec_nccl_after_sync(dit_runtime_t *rt, dit_status_t s);
  * after_step gathers the statistics of step i; forward_end the anchor weights; forward_done (once
  * per forward, after every rank) counts the forward; free releases it all. */
 void dit_reuse_forward_begin(rank_rt_t *rt);
-int dit_reuse_skip(rank_rt_t *rt, size_t i);
+dit_status_t dit_reuse_skip(rank_rt_t *rt, size_t i, int *skip);
 dit_status_t dit_reuse_after_step(rank_rt_t *rt, size_t i);
-void dit_reuse_forward_end(rank_rt_t *rt);
+dit_status_t dit_reuse_forward_end(rank_rt_t *rt);
+/* The bytes of the rank's anchor copies (backend memory the plan's peak does not hold). */
+uint64_t dit_reuse_rank_bytes(const rank_rt_t *rt);
 void dit_reuse_forward_done(dit_runtime_t *rt);
 void dit_reuse_free(dit_runtime_t *rt);
 

@@ -4,7 +4,9 @@
  * and the LSE weights), summed over the ranks in rank order: the ranks of this process, or with one
  * rank per process every rank's numbers gathered over the processes' collectives and summed in the
  * same order, so every process and the one-process run get the same bits and take the same
- * decisions. Host-memory backends only so far: the statistics read the values where they lie. */
+ * decisions. The sums over a state run where it lies (the backend's sum_sq_diff: the drift against
+ * an fp32 anchor copy allocated in backend memory, the norms, the measured errors); the LSE rows
+ * (heads x tokens floats per group, at anchor layers only) are downloaded and weighted here. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +19,10 @@ struct dit_reuse_rank {
   int32_t *local_of;   /* per plan step: the layer whose local state it makes, -1 none */
   size_t *cache_step;  /* per slot: its state_cache step */
   size_t *local_step;  /* per layer: the step making its local state */
-  float **anchor;      /* per layer and copy: OUT_loc at the layer's last anchor (NULL: none yet) */
-  float **lse;         /* per layer: this forward's local LSE, kept at anchors for the weights */
+  void **anchor;       /* per layer and copy: OUT_loc at the layer's last anchor, fp32 in backend memory (zeros: none yet) */
+  uint64_t anchor_bytes; /* their sum, allocated through the backend */
+  float **lse;         /* per layer: this forward's local LSE, downloaded at anchors for the weights */
+  float *cache_lse;    /* the remote groups' LSEs of one layer, downloaded at its anchor */
   double *drift_sq, *local_sq, *rows; /* per layer */
   double *group_sq, *wsum, *err_num, *err_den; /* per slot */
 };
@@ -31,17 +35,14 @@ struct dit_reuse {
   uint8_t *compute, *anchor;
 };
 
-static double load(const void *p, dit_dtype_t dt, size_t j) {
-  return dt == DIT_F32 ? ((const float *)p)[j] : dit_bf16_to_f32(((const uint16_t *)p)[j]);
-}
-
 void dit_reuse_rank_free(rank_rt_t *rt) {
   struct dit_reuse_rank *r = rt->reuse;
   if (!r) return;
   const int layers = rt->owner->reuse ? rt->owner->reuse->layers : 0, copies = rt->owner->reuse ? rt->owner->reuse->copies : 0;
-  for (int i = 0; r->anchor && i < layers * copies; i++) free(r->anchor[i]);
+  for (int i = 0; r->anchor && i < layers * copies; i++)
+    if (r->anchor[i]) rt->be->release(rt->be_state, r->anchor[i]);
   for (int i = 0; r->lse && i < layers; i++) free(r->lse[i]);
-  free(r->slot_of), free(r->local_of), free(r->cache_step), free(r->local_step), free(r->anchor), free(r->lse);
+  free(r->slot_of), free(r->local_of), free(r->cache_step), free(r->local_step), free(r->anchor), free(r->lse), free(r->cache_lse);
   free(r->drift_sq), free(r->local_sq), free(r->rows), free(r->group_sq), free(r->wsum), free(r->err_num), free(r->err_den);
   free(r);
   rt->reuse = NULL;
@@ -109,6 +110,27 @@ static dit_status_t rank_setup(rank_rt_t *rt, struct dit_reuse *g) {
   if (p->arena_bytes < g->region * (uint64_t)g->copies)
     return DIT_ERR(INVALID_ARGUMENT, "reuse: arena of %llu bytes, the %d cache copies need %llu", (unsigned long long)p->arena_bytes,
                    g->copies, (unsigned long long)(g->region * (uint64_t)g->copies));
+  /* The anchor copies (zeros until the layer's first anchor: the drift before it is not read) and
+   * the host rows of the LSEs. */
+  size_t rows = 0;
+  for (size_t l = 0; l < L; l++) {
+    const dit_plan_step_t *st = &p->steps[r->local_step[l]];
+    const size_t bytes = (size_t)dit_tensor_numel(&rt->bound[st->out[0]]) * sizeof(float);
+    const size_t nl = (size_t)dit_tensor_numel(&rt->bound[st->out[1]]);
+    for (int c = 0; c < g->copies; c++) {
+      void **a = &r->anchor[l * (size_t)g->copies + (size_t)c];
+      DIT_RETURN_IF_ERROR(rt->be->alloc(rt->be_state, bytes, "a reuse anchor copy", a), "reuse: layer %zu's anchor copy", l);
+      r->anchor_bytes += bytes;
+      DIT_RETURN_IF(rt->be->zero(rt->be_state, *a, bytes));
+    }
+    if (!(r->lse[l] = malloc(nl * sizeof(float)))) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
+    if (nl > rows) rows = nl;
+  }
+  for (int s = 0; s < g->slots; s++) {
+    const size_t nl = (size_t)dit_tensor_numel(&rt->bound[p->steps[r->cache_step[s]].out[1]]);
+    if (nl > rows) rows = nl;
+  }
+  if (!(r->cache_lse = malloc((size_t)g->groups * rows * sizeof(float)))) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
   return DIT_OK;
 }
 
@@ -131,9 +153,13 @@ static dit_status_t setup(dit_runtime_t *rt) {
   dit_runtime_reuse_shape(rt, &layers, &groups);
   if (!layers) return DIT_ERR(INVALID_ARGUMENT, "reuse: the bundle was compiled without --reuse ditango");
   if (rt->n_experts > 1) return DIT_ERR(UNIMPLEMENTED, "reuse: a two-expert bundle (the experts share one arena)");
-  for (int i = 0; i < rt->n_ranks; i++)
-    if (!rt->ranks[i].be->host_memory)
-      return DIT_ERR(UNIMPLEMENTED, "reuse: the %s backend (the statistics read host memory: the cpu backend so far)", rt->ranks[i].be->name);
+  for (int i = 0; i < rt->n_ranks; i++) {
+    if (!rt->ranks[i].be->sum_sq_diff)
+      return DIT_ERR(UNIMPLEMENTED, "reuse: the %s backend has no sum_sq_diff operation (the drift, norms and errors the planner reads)",
+                     rt->ranks[i].be->name);
+    if (rt->ranks[i].graph)
+      return DIT_ERR(UNIMPLEMENTED, "reuse: --cuda-graph (a replayed forward cannot leave out a reused group's steps)");
+  }
   struct dit_reuse *g = calloc(1, sizeof *g);
   if (!g) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
   rt->reuse = g;
@@ -185,23 +211,23 @@ void dit_reuse_forward_begin(rank_rt_t *rt) {
 
 /* Whether plan step i runs: a reused slot's steps do not (in diagnostic mode all but the cache
  * write, where the fresh state's distance from the cached one is measured instead). */
-int dit_reuse_skip(rank_rt_t *rt, size_t i) {
+dit_status_t dit_reuse_skip(rank_rt_t *rt, size_t i, int *skip) {
+  *skip = 0;
   const struct dit_reuse *g = rt->owner->reuse;
-  if (!g || !g->active) return 0;
+  if (!g || !g->active) return DIT_OK;
   const int32_t slot = rt->reuse->slot_of[i];
-  if (slot < 0 || g->compute[slot]) return 0;
+  if (slot < 0 || g->compute[slot]) return DIT_OK;
   const dit_plan_step_t *st = &rt->plan->steps[i];
-  if (!g->diagnostic) return 1;
-  if (st->kind != DIT_OP_STATE_CACHE) return 0;
+  if (g->diagnostic && st->kind != DIT_OP_STATE_CACHE) return DIT_OK;
+  *skip = 1;
+  if (!g->diagnostic) return DIT_OK;
   const dit_tensor_t *fresh = &rt->bound[st->in[0]], *cached = &rt->bound[st->out[0]];
-  const size_t n = (size_t)dit_tensor_numel(fresh);
-  double num = 0, den = 0;
-  for (size_t j = 0; j < n; j++) {
-    const double a = load(fresh->data, fresh->dtype, j), d = a - load(cached->data, cached->dtype, j);
-    num += d * d, den += a * a;
-  }
-  rt->reuse->err_num[slot] += num, rt->reuse->err_den[slot] += den;
-  return 1;
+  double sums[2];
+  DIT_RETURN_IF_ERROR(rt->be->sum_sq_diff(rt->be_state, fresh->data, fresh->dtype, cached->data, cached->dtype,
+                                          (size_t)dit_tensor_numel(fresh), 0, sums),
+                      "reuse: slot %d's measured error", (int)slot);
+  rt->reuse->err_num[slot] += sums[0], rt->reuse->err_den[slot] += sums[1];
+  return DIT_OK;
 }
 
 /* After plan step i ran: the local state's drift (and at an anchor its new copy), or a fresh cache's norm. */
@@ -213,62 +239,69 @@ dit_status_t dit_reuse_after_step(rank_rt_t *rt, size_t i) {
   const int32_t layer = r->local_of[i];
   if (layer >= 0) {
     const dit_tensor_t *o = &rt->bound[st->out[0]], *lse = &rt->bound[st->out[1]];
-    const size_t n = (size_t)dit_tensor_numel(o), nl = (size_t)dit_tensor_numel(lse);
-    float **a = &r->anchor[(size_t)layer * (size_t)g->copies + (size_t)(g->forwards % g->copies)];
-    if (!*a && !(*a = calloc(n, sizeof **a))) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory for an anchor copy");
-    double drift = 0, norm = 0;
-    for (size_t j = 0; j < n; j++) {
-      const double x = load(o->data, o->dtype, j), d = x - (*a)[j];
-      drift += d * d, norm += x * x;
-    }
-    r->drift_sq[layer] += drift;
+    void *a = r->anchor[(size_t)layer * (size_t)g->copies + (size_t)(g->forwards % g->copies)];
+    double sums[2]; /* the drift from the copy in effect, then at an anchor the copy refreshed */
+    DIT_RETURN_IF_ERROR(rt->be->sum_sq_diff(rt->be_state, o->data, o->dtype, a, DIT_F32, (size_t)dit_tensor_numel(o), g->anchor[layer],
+                                            sums),
+                        "reuse: layer %d's local drift", (int)layer);
+    r->drift_sq[layer] += sums[0];
     if (g->anchor[layer]) {
-      r->local_sq[layer] += norm;
-      for (size_t j = 0; j < n; j++) (*a)[j] = (float)load(o->data, o->dtype, j);
-      if (!r->lse[layer] && !(r->lse[layer] = malloc(nl * sizeof(float)))) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");
-      memcpy(r->lse[layer], lse->data, nl * sizeof(float));
+      r->local_sq[layer] += sums[1];
+      DIT_RETURN_IF_ERROR(rt->be->download(rt->be_state, r->lse[layer], lse->data, (size_t)dit_tensor_numel(lse) * sizeof(float)),
+                          "reuse: layer %d's local LSE", (int)layer);
     }
   }
   const int32_t slot = st->kind == DIT_OP_STATE_CACHE ? r->slot_of[i] : -1;
   if (slot >= 0 && g->anchor[slot / g->groups]) {
     const dit_tensor_t *o = &rt->bound[st->out[0]];
-    const size_t n = (size_t)dit_tensor_numel(o);
-    double norm = 0;
-    for (size_t j = 0; j < n; j++) {
-      const double x = load(o->data, o->dtype, j);
-      norm += x * x;
-    }
-    r->group_sq[slot] += norm;
+    double sums[2];
+    DIT_RETURN_IF_ERROR(rt->be->sum_sq_diff(rt->be_state, o->data, o->dtype, NULL, DIT_F32, (size_t)dit_tensor_numel(o), 0, sums),
+                        "reuse: slot %d's norm", (int)slot);
+    r->group_sq[slot] += sums[1];
   }
   return DIT_OK;
 }
 
 /* After a forward: at anchor layers, every group's share of the softmax mass per (batch, head,
  * query) row, w = e^LSE_G / (e^LSE_loc + sum e^LSE_G'), summed over the rows. */
-void dit_reuse_forward_end(rank_rt_t *rt) {
+dit_status_t dit_reuse_forward_end(rank_rt_t *rt) {
   const struct dit_reuse *g = rt->owner->reuse;
-  if (!g || !g->active) return;
+  if (!g || !g->active) return DIT_OK;
   struct dit_reuse_rank *r = rt->reuse;
+  const int G = g->groups;
   for (int l = 0; l < g->layers; l++) {
-    if (!g->anchor[l] || !r->lse[l]) continue;
-    const float *cache_lse[64];
-    const int G = g->groups < 64 ? g->groups : 64;
-    size_t rows = 0;
+    if (!g->anchor[l]) continue;
+    /* Every group's LSE has the local state's rows (the merges take them side by side). */
+    const size_t rows = (size_t)dit_tensor_numel(&rt->bound[rt->plan->steps[r->local_step[l]].out[1]]);
     for (int k = 0; k < G; k++) {
-      const dit_plan_step_t *st = &rt->plan->steps[r->cache_step[l * g->groups + k]];
-      cache_lse[k] = rt->bound[st->out[1]].data;
-      rows = (size_t)dit_tensor_numel(&rt->bound[st->out[1]]);
+      const dit_tensor_t *t = &rt->bound[rt->plan->steps[r->cache_step[l * G + k]].out[1]];
+      if ((size_t)dit_tensor_numel(t) != rows)
+        return DIT_ERR(INVALID_ARGUMENT, "reuse: layer %d group %d: an LSE of %lld rows, the local state's has %zu", l, k,
+                       (long long)dit_tensor_numel(t), rows);
+      DIT_RETURN_IF_ERROR(rt->be->download(rt->be_state, r->cache_lse + (size_t)k * rows, t->data, rows * sizeof(float)),
+                          "reuse: layer %d group %d's LSE", l, k);
     }
+    const float *lse = r->lse[l], *cl = r->cache_lse;
     for (size_t j = 0; j < rows; j++) {
-      double m = r->lse[l][j], den = 0;
-      for (int k = 0; k < G; k++) m = cache_lse[k][j] > m ? cache_lse[k][j] : m;
+      double m = lse[j], den = 0;
+      for (int k = 0; k < G; k++) m = cl[(size_t)k * rows + j] > m ? cl[(size_t)k * rows + j] : m;
       if (!isfinite(m)) continue; /* a row with no keys at all */
-      den = exp(r->lse[l][j] - m);
-      for (int k = 0; k < G; k++) den += exp(cache_lse[k][j] - m);
-      for (int k = 0; k < G; k++) r->wsum[l * g->groups + k] += exp(cache_lse[k][j] - m) / den;
+      den = exp(lse[j] - m);
+      for (int k = 0; k < G; k++) den += exp(cl[(size_t)k * rows + j] - m);
+      for (int k = 0; k < G; k++) r->wsum[l * G + k] += exp(cl[(size_t)k * rows + j] - m) / den;
     }
     r->rows[l] += (double)rows;
   }
+  return DIT_OK;
+}
+
+uint64_t dit_reuse_rank_bytes(const rank_rt_t *rt) { return rt->reuse ? rt->reuse->anchor_bytes : 0; }
+
+uint64_t dit_runtime_reuse_bytes(const dit_runtime_t *rt) {
+  uint64_t most = 0;
+  for (int i = 0; rt->reuse && i < rt->n_ranks; i++)
+    if (dit_reuse_rank_bytes(&rt->ranks[i]) > most) most = dit_reuse_rank_bytes(&rt->ranks[i]);
+  return most;
 }
 
 void dit_reuse_forward_done(dit_runtime_t *rt) {

@@ -77,12 +77,55 @@ static const char kProbePtx[] =
     PROBE_REDUCE("%fd1") PROBE_REDUCE("%fd2")
     "  and.b32 %r13, %r5, 31;\n  setp.eq.u32 %p10, %r13, 0;\n"
     "  @%p10 red.global.add.f64 [%rd4], %fd1;\n  @%p10 red.global.add.f64 [%rd4+8], %fd2;\n"
+    "  ret;\n}\n"
+    /* Reuse's statistics (sum_sq_diff in backend.h), in the same module: the same grid-stride loop
+     * and warp reduction, each thread's sums in double. x's dtype p_xdt and ref's p_rdt: 0 f32,
+     * 1 bf16, 2 f16 (ref f32 or x's dtype, so the refresh stores x's f32 value or its 16 bits). */
+    ".visible .entry dit_sum_sq_diff(.param .u64 p_x, .param .u64 p_ref, .param .u64 p_sums, .param .u64 p_n,\n"
+    "                                .param .u32 p_xdt, .param .u32 p_rdt, .param .u32 p_update)\n"
+    "{\n"
+    "  .reg .pred %p<16>;\n  .reg .b16 %h<4>;\n  .reg .b32 %r<24>;\n  .reg .f32 %f<8>;\n"
+    "  .reg .b64 %rd<16>;\n  .reg .f64 %fd<12>;\n"
+    "  ld.param.u64 %rd1, [p_x];\n  ld.param.u64 %rd2, [p_ref];\n  ld.param.u64 %rd4, [p_sums];\n  ld.param.u64 %rd5, [p_n];\n"
+    "  ld.param.u32 %r1, [p_xdt];\n  ld.param.u32 %r15, [p_rdt];\n  ld.param.u32 %r2, [p_update];\n"
+    "  setp.ne.u64 %p1, %rd2, 0;\n  setp.ne.u32 %p2, %r2, 0;\n"
+    "  setp.eq.u32 %p3, %r1, 0;\n  setp.eq.u32 %p4, %r1, 1;\n  setp.eq.u32 %p6, %r1, 2;\n"
+    "  setp.eq.u32 %p11, %r15, 0;\n  setp.eq.u32 %p12, %r15, 1;\n  setp.eq.u32 %p13, %r15, 2;\n"
+    "  and.pred %p8, %p2, %p11;\n  and.pred %p9, %p2, !%p11;\n"
+    "  cvta.to.global.u64 %rd1, %rd1;\n  cvta.to.global.u64 %rd2, %rd2;\n  cvta.to.global.u64 %rd4, %rd4;\n"
+    "  selp.u32 %r7, 2, 1, %p3;\n  selp.u32 %r14, 2, 1, %p11;\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
+    "  mul.wide.u32 %rd7, %r3, %r4;\n  cvt.u64.u32 %rd8, %r5;\n  add.u64 %rd7, %rd7, %rd8;\n"
+    "  mov.u32 %r6, %nctaid.x;\n  mul.wide.u32 %rd9, %r6, %r4;\n"
+    "  mov.f64 %fd1, 0d0000000000000000;\n  mov.f64 %fd2, 0d0000000000000000;\n"
+    "$SLOOP:\n"
+    "  setp.ge.u64 %p5, %rd7, %rd5;\n  @%p5 bra $SEND;\n"
+    "  shl.b64 %rd10, %rd7, %r7;\n  add.u64 %rd11, %rd1, %rd10;\n"
+    "  @%p3 ld.global.nc.f32 %f3, [%rd11];\n  @!%p3 ld.global.nc.b16 %h1, [%rd11];\n"
+    "  @%p4 cvt.u32.u16 %r8, %h1;\n  @%p4 shl.b32 %r8, %r8, 16;\n  @%p4 mov.b32 %f3, %r8;\n"
+    "  @%p6 cvt.f32.f16 %f3, %h1;\n"
+    "  cvt.f64.f32 %fd3, %f3;\n  mov.f64 %fd4, 0d0000000000000000;\n"
+    "  @!%p1 bra $SNOREF;\n"
+    "  shl.b64 %rd12, %rd7, %r14;\n  add.u64 %rd13, %rd2, %rd12;\n"
+    "  @%p11 ld.global.f32 %f4, [%rd13];\n  @!%p11 ld.global.b16 %h2, [%rd13];\n"
+    "  @%p12 cvt.u32.u16 %r9, %h2;\n  @%p12 shl.b32 %r9, %r9, 16;\n  @%p12 mov.b32 %f4, %r9;\n"
+    "  @%p13 cvt.f32.f16 %f4, %h2;\n"
+    "  cvt.f64.f32 %fd4, %f4;\n"
+    "  @%p8 st.global.f32 [%rd13], %f3;\n  @%p9 st.global.b16 [%rd13], %h1;\n"
+    "$SNOREF:\n"
+    "  sub.rn.f64 %fd5, %fd3, %fd4;\n  mul.rn.f64 %fd5, %fd5, %fd5;\n  add.rn.f64 %fd1, %fd1, %fd5;\n"
+    "  mul.rn.f64 %fd6, %fd3, %fd3;\n  add.rn.f64 %fd2, %fd2, %fd6;\n"
+    "  add.u64 %rd7, %rd7, %rd9;\n  bra.uni $SLOOP;\n"
+    "$SEND:\n"
+    PROBE_REDUCE("%fd1") PROBE_REDUCE("%fd2")
+    "  and.b32 %r13, %r5, 31;\n  setp.eq.u32 %p10, %r13, 0;\n"
+    "  @%p10 red.global.add.f64 [%rd4], %fd1;\n  @%p10 red.global.add.f64 [%rd4+8], %fd2;\n"
     "  ret;\n}\n";
 #undef PROBE_SHFL
 #undef PROBE_REDUCE
 #undef PROBE_LOAD
 
-/* The probe kernel's source, for a test that assembles it (it is loaded on first use). */
+/* The probe and statistics kernels' source, for a test that assembles it (it is loaded on first use). */
 const char *dit_cuda_probe_ptx(void) { return kProbePtx; }
 
 #if DIT_HAVE_CUDA_HEADERS
@@ -323,8 +366,8 @@ typedef struct cuda_state {
   const void *pinned_src;
   CUmodule copy_mod; /* the strided copy kernel below (none: copies on the copy engines) */
   CUfunction copy_fn;
-  CUmodule probe_mod; /* the probe kernel, loaded on first use, and its two sums */
-  CUfunction probe_fn;
+  CUmodule probe_mod; /* the probe and statistics kernels, loaded on first use, and their two sums */
+  CUfunction probe_fn, stats_fn;
   CUdeviceptr probe_sums;
   CUevent ext_ev;    /* orders a caller's stream with the compute stream, created on first use */
 } cuda_state_t;
@@ -620,30 +663,59 @@ static dit_status_t cuda_copy2d(void *p, int queue, void *dst, size_t dpitch, co
   return cu_check(st, st->cu.cuMemcpy2DAsync(&c, q), "cuMemcpy2DAsync");
 }
 
-static dit_status_t cuda_probe_change(void *p, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
-                                      int update_prev, double sums[2]) {
-  cuda_state_t *st = p;
-  bind(st);
-  const unsigned code = dt == DIT_F32 ? 0 : dt == DIT_BF16 ? 1 : dt == DIT_F16 ? 2 : 3;
-  if (code == 3) return DIT_ERR(INVALID_ARGUMENT, "probe: expected a value of dtype f32, bf16 or f16, found %s", dit_dtype_name(dt));
+/* The probe module's kernels and their sums buffer, zeroed on the compute stream. */
+static dit_status_t probe_ready(cuda_state_t *st) {
   if (!st->probe_mod) {
     DIT_RETURN_IF(cu_check(st, st->cu.cuModuleLoadData(&st->probe_mod, kProbePtx), "cuModuleLoadData (probe kernel)"));
     DIT_RETURN_IF(cu_check(st, st->cu.cuModuleGetFunction(&st->probe_fn, st->probe_mod, "dit_probe_change"),
                            "cuModuleGetFunction (probe kernel)"));
+    DIT_RETURN_IF(cu_check(st, st->cu.cuModuleGetFunction(&st->stats_fn, st->probe_mod, "dit_sum_sq_diff"),
+                           "cuModuleGetFunction (statistics kernel)"));
   }
   if (!st->probe_sums) DIT_RETURN_IF(cu_check(st, st->cu.cuMemAlloc(&st->probe_sums, 2 * sizeof(double)), "cuMemAlloc (probe sums)"));
   static const double zero[2] = {0, 0};
-  DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyHtoDAsync(st->probe_sums, zero, sizeof zero, st->stream), "cuMemcpyHtoDAsync (probe sums)"));
+  return cu_check(st, st->cu.cuMemcpyHtoDAsync(st->probe_sums, zero, sizeof zero, st->stream), "cuMemcpyHtoDAsync (probe sums)");
+}
+
+/* Launches a probe-module kernel over n elements (enough warps to fill the device several times
+ * over; each thread loops over the rest) and brings its two sums back. */
+static dit_status_t probe_launch(cuda_state_t *st, CUfunction fn, void **args, size_t n, const char *what, double sums[2]) {
+  const unsigned long long blocks = (n + 255) / 256;
+  DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuLaunchKernel(fn, blocks > 2048 ? 2048 : blocks ? (unsigned)blocks : 1, 1, 1, 256, 1, 1, 0,
+                                                         st->stream, args, NULL), "cuLaunchKernel"), "%s", what);
+  DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize"), "%s", what);
+  return dit_status_annotate(cu_check(st, st->cu.cuMemcpyDtoH(sums, st->probe_sums, 2 * sizeof(double)), "cuMemcpyDtoH"), "%s", what);
+}
+
+static unsigned dtype_code(dit_dtype_t dt) { return dt == DIT_F32 ? 0 : dt == DIT_BF16 ? 1 : dt == DIT_F16 ? 2 : 3; }
+
+static dit_status_t cuda_probe_change(void *p, const void *x, const void *base, void *prev, dit_dtype_t dt, size_t n,
+                                      int update_prev, double sums[2]) {
+  cuda_state_t *st = p;
+  bind(st);
+  const unsigned code = dtype_code(dt);
+  if (code == 3) return DIT_ERR(INVALID_ARGUMENT, "probe: expected a value of dtype f32, bf16 or f16, found %s", dit_dtype_name(dt));
+  DIT_RETURN_IF(probe_ready(st));
   unsigned long long nn = n;
   unsigned upd = update_prev != 0;
   void *args[] = {&x, &base, &prev, &st->probe_sums, &nn, (void *)&code, &upd};
-  /* Enough warps to fill the device several times over; each thread loops over the rest. */
-  const unsigned long long blocks = (n + 255) / 256;
-  DIT_RETURN_IF(cu_check(st, st->cu.cuLaunchKernel(st->probe_fn, blocks > 2048 ? 2048 : blocks ? (unsigned)blocks : 1, 1, 1, 256, 1, 1, 0,
-                                                   st->stream, args, NULL),
-                         "cuLaunchKernel (probe)"));
-  DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (probe)"));
-  return cu_check(st, st->cu.cuMemcpyDtoH(sums, st->probe_sums, 2 * sizeof(double)), "cuMemcpyDtoH (probe sums)");
+  return probe_launch(st, st->probe_fn, args, n, "probe", sums);
+}
+
+static dit_status_t cuda_sum_sq_diff(void *p, const void *x, dit_dtype_t dt, void *ref, dit_dtype_t ref_dt, size_t n, int update_ref,
+                                     double sums[2]) {
+  cuda_state_t *st = p;
+  bind(st);
+  const unsigned code = dtype_code(dt), rcode = ref ? dtype_code(ref_dt) : 0;
+  if (code == 3) return DIT_ERR(INVALID_ARGUMENT, "sum_sq_diff: expected x of dtype f32, bf16 or f16, found %s", dit_dtype_name(dt));
+  if (ref && ref_dt != DIT_F32 && ref_dt != dt)
+    return DIT_ERR(INVALID_ARGUMENT, "sum_sq_diff: expected a reference of dtype f32 or %s (x's), found %s", dit_dtype_name(dt),
+                   dit_dtype_name(ref_dt));
+  DIT_RETURN_IF(probe_ready(st));
+  unsigned long long nn = n;
+  unsigned upd = ref && update_ref;
+  void *args[] = {&x, &ref, &st->probe_sums, &nn, (void *)&code, (void *)&rcode, &upd};
+  return probe_launch(st, st->stats_fn, args, n, "reuse statistics", sums);
 }
 
 static dit_status_t cuda_sync(void *p) {
@@ -1137,6 +1209,8 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
       }
     } else if (dit_op_is_collective(s->kind)) {
       continue; /* the executor's communicator runs them */
+    } else if (s->kind == DIT_OP_STATE_CACHE) {
+      continue; /* device copies (run_step) */
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,
@@ -1185,6 +1259,16 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
                                                      k->smem, st->stream, args, NULL),
                            "cuLaunchKernel (fp8 activations)"));
     return run_gemm(st, idx, (const void *)(uintptr_t)st->fp8, &in[1], s->n_in > 3 ? &in[3] : NULL, in[2].data, &out[0]);
+  }
+  if (s->kind == DIT_OP_STATE_CACHE && !s->has_kernel) { /* the executor decides whether it runs; running, it stores the fresh state */
+    for (int k = 0; k < 2; k++) {
+      if (in[k].dtype != out[k].dtype || dit_tensor_nbytes(&in[k]) != dit_tensor_nbytes(&out[k]))
+        return DIT_ERR(INVALID_ARGUMENT, "state_cache: operand %d and its cache differ in dtype or size", k);
+      DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)out[k].data, (CUdeviceptr)(uintptr_t)in[k].data,
+                                                          dit_tensor_nbytes(&in[k]), st->stream),
+                             "cuMemcpyDtoDAsync (state_cache)"));
+    }
+    return DIT_OK;
   }
   if (s->has_kernel) {
     CUdeviceptr ptrs[DIT_PLAN_MAX_IN + DIT_PLAN_MAX_OUT];
@@ -1304,6 +1388,7 @@ static const dit_backend_vtable_t kCuda = {
     .device_count = cuda_device_count,
     .query = cuda_query,
     .probe_change = cuda_probe_change,
+    .sum_sq_diff = cuda_sum_sq_diff,
     .external_copy = cuda_external_copy,
     .external_join = cuda_external_join,
 };

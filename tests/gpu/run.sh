@@ -6,7 +6,8 @@
 #      through multi-rank GPU bundles (ranks as threads of one process, and one process per rank
 #      with NCCL); the Hopper attention kernel op by op against the CPU reference, and its and the
 #      portable kernel's sparse (tile schedule) forms against the CPU backend; the step cache's
-#      probe kernel against the host's computation (tests/tools/probe_check.c),
+#      probe kernel against the host's computation (tests/tools/probe_check.c); attention-state reuse
+#      (--reuse ditango: R = 1 bit-identical to the bundle without reuse, R = 0.5 near the CPU backend's run),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count,
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
@@ -66,7 +67,7 @@
 #      (bench/attention/gpu.sh into RESULTS_DIR/attention; ATTN_FLAGS passes run.py options such as --no-variants),
 #   13. with GEMM_FP8=1, cuBLASLt's fp8 matmul forms (per-tensor, outer-vector; fast accumulation or not) against bf16 at
 #      Wan2.1-1.3B's linear shapes (bench/gemm_fp8.py: gemm_fp8.json),
-#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
+#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe ditango 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 (but 1a, the probe check) and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -99,7 +100,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 fails=0
 step() { echo; echo "=== $*"; }
-# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 probe 1b 1c 1e wan22 1g 1d 1d2 stages).
+# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 probe ditango 1b 1c 1e wan22 1g 1d 1d2 stages).
 sec() { [ -z "${CHECKS:-}" ] || [[ ",$CHECKS," == *",$1,"* ]]; }
 check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
 # What the runtime allocates on the device is within the bundle's predicted peak (ditrun's load line).
@@ -182,6 +183,51 @@ ga=(--prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps 1
 grep "^ditrun: step cache" "$W/ghlog"
 check grep -q "kept residual$" "$W/ghlog"
 check "$BIN/st_compare" "$W/gh.safetensors" "$W/gx.safetensors" latents 1 0.99
+
+fi
+if [ -z "${SKIP_CHECKS:-}" ] && sec ditango; then
+step "1r. attention-state reuse (--reuse ditango) on the GPU, tiny Wan model (tests/integration/ditango.sh's flags): R = 1 bit-identical to the same bundle without reuse options; R = 0.5 (also diagnostic) against the CPU backend's run of the same bundle"
+d=tests/data/wan_tiny_b
+gi=$d/generate_inputs.safetensors
+ga=(--prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --guidance 5 --shift 3)
+for top in "--cp 2 --cp-mode ring" "--cp 4 --cp-mode usp --ulysses 2"; do
+  echo "-- $top --reuse ditango"
+  # shellcheck disable=SC2086
+  rb=$("$BIN/ditc" compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 $top --reuse ditango -o "$W/b" -q 2>"$W/rclog" | tail -n1 | cut -d' ' -f3)
+  [ -d "$rb" ] || { cat "$W/rclog"; echo "FAIL: compile $top --reuse ditango"; fails=$((fails+1)); continue; }
+  world=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['topology']['world'])" "$rb/manifest.json")
+  dev=1; [ "$ngpu" -ge "$world" ] && dev=$world  # ranks share the one GPU unless each has its own
+  rm -f "$W/rx.safetensors" "$W/r1.safetensors" "$W/rh.safetensors" "$W/rc.safetensors" "$W/rd.safetensors"
+  check "$BIN/ditrun" generate "$rb" --devices "$dev" "${ga[@]}" --steps 4 --out "$W/rx.safetensors"
+  check "$BIN/ditrun" generate "$rb" --devices "$dev" "${ga[@]}" --steps 4 --reuse-ratio 1 --out "$W/r1.safetensors"
+  check cmp "$W/rx.safetensors" "$W/r1.safetensors"
+  rh=(--steps 20 --reuse-ratio 0.5 --reuse-eps-local 100)
+  check "$BIN/ditrun" generate "$rb" --devices "$dev" "${ga[@]}" "${rh[@]}" --reuse-report "$W/rh.json" --out "$W/rh.safetensors" 2>"$W/rhlog"
+  grep "^ditrun: reuse\|^ditrun: memory" "$W/rhlog"
+  # The anchor copies are named in the memory line and held within the prediction.
+  check bash -c "grep '^ditrun: memory:' '$W/rhlog' | tail -n 1 | grep -q 'reuse anchor copies.*within the prediction'"
+  check "$BIN/ditrun" generate "$rb" --backend cpu "${ga[@]}" "${rh[@]}" --reuse-report "$W/rc.json" --out "$W/rc.safetensors"
+  # The decisions may differ where a statistic lands at a threshold (bf16 kernels on the GPU, the
+  # device's summation order): the latents agree to cosine 0.999 and both reports are printed.
+  check "$BIN/st_compare" "$W/rh.safetensors" "$W/rc.safetensors" latents 1 0.999
+  check "$BIN/ditrun" generate "$rb" --devices "$dev" "${ga[@]}" "${rh[@]}" --reuse-diagnostic --reuse-report "$W/rd.json" --out "$W/rd.safetensors"
+  check python3 - "$W/rh.json" "$W/rc.json" "$W/rd.json" <<'PY'
+import json, sys
+def load(p):
+    r = json.load(open(p))
+    assert r["format"] == "ditango-report" and len(r["steps"]) == 20, p
+    dec = [g["decision"] for s in r["steps"] for l in s["layers"] for g in l["groups"]]
+    return r, dec
+(g, gd), (c, cd), (d, dd) = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+same = sum(a == b for a, b in zip(gd, cd))
+print(f"gpu: computed {g['computed']} of {g['decided']} ({gd.count('reuse')} reused); cpu: computed {c['computed']} of {c['decided']} "
+      f"({cd.count('reuse')} reused); {same} of {len(gd)} decisions alike")
+assert 0.35 <= g["computed"] / g["decided"] <= 0.65 and gd.count("reuse") > 0, (g["computed"], g["decided"])
+errs = [x["error"] for s in d["steps"] for l in s["layers"] for x in l["groups"] if x["decision"] == "reuse"]
+print(f"diagnostic: {len(errs)} reused states measured on the GPU, relative errors {min(errs):.3g} .. {max(errs):.3g}")
+assert errs and all(e is not None and 0 < e < 2 for e in errs)
+PY
+done
 
 fi
 if [ -z "${SKIP_CHECKS:-}" ]; then

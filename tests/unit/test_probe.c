@@ -1,7 +1,8 @@
 /* The step cache's probe kernel: the CPU backend's probe_change on synthetic f32, bf16 and f16 data
- * (with and without a base; prev kept or not) against the sums written out here in double; and the
- * CUDA backend's PTX assembled by ptxas for sm_90 where ptxas is present (skipped, saying so, where
- * it is not). */
+ * (with and without a base; prev kept or not) against the sums written out here in double; reuse's
+ * statistics (sum_sq_diff: against an fp32 anchor refreshed or not, against a reference of x's
+ * dtype, against none) likewise, bit for bit in element order; and the CUDA backend's PTX (both
+ * kernels) assembled by ptxas for sm_90 where ptxas is present (skipped, saying so, where it is not). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,63 @@ static void test_cpu(dit_dtype_t dt) {
   be->destroy(st);
 }
 
-/* ptxas accepts the CUDA probe kernel for sm_90. */
+static double value(const void *p, dit_dtype_t dt, size_t j) {
+  if (dt == DIT_F32) return ((const float *)p)[j];
+  const uint16_t h = ((const uint16_t *)p)[j];
+  return dt == DIT_BF16 ? dit_bf16_to_f32(h) : dit_f16_to_f32(h);
+}
+
+static void test_sum_sq_diff(dit_dtype_t dt) {
+  const dit_backend_vtable_t *be = dit_backend_cpu();
+  void *st = NULL;
+  const dit_backend_config_t cfg = {.threads = 1};
+  CHECK_OK(be->create(&cfg, &st));
+  enum { N = 5003 };
+  const size_t es = dit_dtype_size(dt);
+  char *x = malloc(N * es), *same = malloc(N * es);
+  float *anchor = malloc(N * sizeof *anchor);
+  for (size_t j = 0; j < N; j++) {
+    store(x, dt, j, sinf((float)j * 0.37f) * 3.0f);
+    store(same, dt, j, sinf((float)j * 0.37f + 0.05f) * 3.0f);
+    anchor[j] = cosf((float)j * 0.11f);
+  }
+  /* Against the fp32 anchor: the sums in element order, then the anchor refreshed to x exactly. */
+  double d = 0, m = 0;
+  for (size_t j = 0; j < N; j++) {
+    const double v = value(x, dt, j), e = v - anchor[j];
+    d += e * e, m += v * v;
+  }
+  double sums[2] = {0, 0};
+  CHECK_OK(be->sum_sq_diff(st, x, dt, anchor, DIT_F32, N, 0, sums));
+  CHECK(sums[0] == d && sums[1] == m);
+  CHECK(anchor[7] == cosf(7 * 0.11f)); /* not refreshed */
+  CHECK_OK(be->sum_sq_diff(st, x, dt, anchor, DIT_F32, N, 1, sums));
+  CHECK(sums[0] == d && sums[1] == m);
+  int refreshed = 1;
+  for (size_t j = 0; j < N; j++) refreshed &= anchor[j] == (float)value(x, dt, j);
+  CHECK(refreshed);
+  CHECK_OK(be->sum_sq_diff(st, x, dt, anchor, DIT_F32, N, 0, sums));
+  CHECK(sums[0] == 0 && sums[1] == m);
+  /* Against a reference of x's dtype (a cached state), and against none (a norm). */
+  d = 0;
+  for (size_t j = 0; j < N; j++) {
+    const double e = value(x, dt, j) - value(same, dt, j);
+    d += e * e;
+  }
+  CHECK_OK(be->sum_sq_diff(st, x, dt, same, dt, N, 0, sums));
+  CHECK(sums[0] == d && sums[1] == m && d > 0);
+  CHECK_OK(be->sum_sq_diff(st, x, dt, NULL, DIT_F32, N, 0, sums));
+  CHECK(sums[0] == m && sums[1] == m);
+  CHECK_ERR(be->sum_sq_diff(st, x, DIT_I32, NULL, DIT_F32, N, 0, sums), INVALID_ARGUMENT,
+            "expected x of dtype f32, bf16 or f16, found i32");
+  if (dt != DIT_F32)
+    CHECK_ERR(be->sum_sq_diff(st, x, dt, same, dt == DIT_BF16 ? DIT_F16 : DIT_BF16, N, 0, sums), INVALID_ARGUMENT,
+              "expected a reference of dtype f32 or");
+  free(x), free(same), free(anchor);
+  be->destroy(st);
+}
+
+/* ptxas accepts the CUDA probe module (the probe and the statistics kernels) for sm_90. */
 static void test_ptx(void) {
   const char *ptxas = "/usr/local/cuda/bin/ptxas";
   if (access(ptxas, X_OK)) {
@@ -90,6 +147,9 @@ int main(void) {
   test_cpu(DIT_F32);
   test_cpu(DIT_BF16);
   test_cpu(DIT_F16);
+  test_sum_sq_diff(DIT_F32);
+  test_sum_sq_diff(DIT_BF16);
+  test_sum_sq_diff(DIT_F16);
   test_ptx();
   return check_summary("test_probe");
 }
