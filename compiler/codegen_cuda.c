@@ -724,6 +724,9 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
+    case DIT_OP_STATE_CACHE: /* device copies the executor makes (or skips) */
+      *has = 0;
+      return DIT_OK;
     default:
       if (dit_op_is_collective(op->kind)) {
         *has = 0; /* collectives: the runtime's communicator */

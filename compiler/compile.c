@@ -533,8 +533,6 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
                      "--reuse-group %d: the ring members per reuse group: expected a divisor of the %d ring members (--cp %d / --ulysses %d) "
                      "that leaves >= 2 groups",
                      G, cp / u, cp, u);
-    if (gpu)
-      return DIT_ERR(UNIMPLEMENTED, "--reuse ditango --target %s: the state cache and its executor run on the cpu target so far", o->target);
     /* A reuse group spans G ring members, each with its U Ulysses ranks: G x U consecutive cp ranks. */
     const int world = tp_of(o) * cp * cfg_of(o), k = o->ranks_per_node;
     if (k > 0 && k < world && k % (tp_of(o) * G * u))
