@@ -3,8 +3,10 @@
 720x1280, 81 frames, compiled exact (bf16), with FP8 GEMMs (--quant fp8), with sliding tile attention
 (--sparse-attn sta:T,H,W), with Radial Attention's mask (radial), with FP8 and STA together, with FP8
 attention (fp8attn: --attn-quant fp8), with FP8 GEMMs and attention (fp8all) and with those and STA
-(fp8all+sta), and the same with SageAttention2's int8 Q K^T (int8attn: --attn-quant int8; int8all,
-int8all+sta, int8all+radial); then the peers doing the same on diffusers, in the same call.
+(fp8all+sta), with int8 Q K^T and bf16 P V (int8attn: --attn-quant int8, SageAttention's first split;
+int8all, int8all+sta, int8all+radial with FP8 GEMMs) and with int8 Q K^T and e4m3 P V (int8fp8attn:
+--attn-quant int8fp8, its second; int8fp8all, int8fp8all+sta); then the peers doing the same on
+diffusers, in the same call.
 
 Per mode: `ditc compile` (the kernel cache as DITC_CACHE_DIR holds it), the forward's median
 (`ditrun bench`) and its attention share, the forward output's cosine and relative L2 against the
@@ -55,7 +57,9 @@ RES = {"480p": (480, 832), "720p": (720, 1280)}
 WAN = {"frames": 81, "text_len": 512, "steps": 50, "guidance": 5.0, "shift": 3.0}
 PEERS = ("compile", "sage", "torchao")
 MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "fp8all+sta", "int8attn", "int8all", "int8all+sta",
-              "int8all+radial")
+              "int8all+radial", "int8fp8attn", "int8fp8all", "int8fp8all+sta")
+# A mode's first part: its --attn-quant (the part before "attn" or "all"), and FP8 GEMMs for "all".
+ATTN_QUANT = {"fp8attn": "fp8", "fp8all": "fp8", "int8attn": "int8", "int8all": "int8", "int8fp8attn": "int8fp8", "int8fp8all": "int8fp8"}
 NOTE = ("ditrun rows against the exact bundle; peers against diffusers eager; diffusers eager against ditrun exact. "
         "speedup: over ditrun's exact bf16 forward (peers' own: over diffusers eager). Weights as the model folder holds them.")
 
@@ -66,10 +70,10 @@ def mode_flags(mode, sta, dense_layers):
     f = []
     parts = mode.split("+")
     first = parts[0]
-    if first in ("fp8", "fp8all", "int8all"):
+    if first == "fp8" or first.endswith("all"):
         f += ["--quant", "fp8"]
-    if first in ("fp8attn", "fp8all", "int8attn", "int8all"):
-        f += ["--attn-quant", "int8" if first.startswith("int8") else "fp8"]
+    if first in ATTN_QUANT:
+        f += ["--attn-quant", ATTN_QUANT[first]]
     if "sta" in parts:
         f += ["--sparse-attn", "sta:" + sta]
     if "radial" in parts:
@@ -243,6 +247,7 @@ def dry_run(a):
     assert mode_flags("fp8attn", STA_PAPER, 0) == ["--attn-quant", "fp8"]
     assert mode_flags("fp8all+sta", "1,8,8", 0) == ["--quant", "fp8", "--attn-quant", "fp8", "--sparse-attn", "sta:1,8,8"]
     assert mode_flags("int8attn", STA_PAPER, 0) == ["--attn-quant", "int8"]
+    assert mode_flags("int8fp8all+sta", "1,8,8", 0) == ["--quant", "fp8", "--attn-quant", "int8fp8", "--sparse-attn", "sta:1,8,8"]
     assert mode_flags("int8all+radial", STA_PAPER, 3) == ["--quant", "fp8", "--attn-quant", "int8", "--sparse-attn", "radial",
                                                            "--sparse-dense-layers", "3"]
     ms, split = parse_bench("forward_ms_median 412.5\nsplit_ms gemm 200.0 attention 150.5 other 40.0 (step-synchronized)\n")

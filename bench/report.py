@@ -612,17 +612,19 @@ def render_lossy(res):
     if os.path.exists(os.path.join(res.dir, ATTN_FP8)):
         d = measured(res, ATTN_FP8)
         rows = [r for r in need(d, "shapes", ATTN_FP8) if "fp8_ms" in r]
-        i8 = all("int8_ms" in r for r in rows)  # the int8 Q K^T form, where the run had it
-        L += [wrap(f"The attention kernel alone ({src(ATTN_FP8, d)}): its fp8 form (e4m3 Q, K" + ("; then int8 Q, K" if i8 else "") +
-                   ") on the same inputs quantized as attn_quant and attn_quant_vt do, against its bf16 form and SageAttention's "
+        # The 8-bit forms the run had: e4m3 Q, K, P, V; int8 Q, K with e4m3 P, V; int8 Q, K with bf16 P, V.
+        forms = [f for f in ("fp8", "int8fp8", "int8") if all(f + "_ms" in r for r in rows)]
+        what = {"fp8": "fp8 (e4m3 Q, K, P, V)", "int8fp8": "int8fp8 (int8 Q, K; e4m3 P, V)", "int8": "int8 (int8 Q, K; bf16 P, V)"}
+        L += [wrap(f"The attention kernel alone ({src(ATTN_FP8, d)}): its 8-bit forms, " + ", ".join(what[f] for f in forms) +
+                   ", on the same inputs quantized as attn_quant and attn_quant_vt do, against its bf16 form and SageAttention's "
                    "sageattn; cosine of sampled output rows against an fp32 reference of the bf16 inputs:"), "",
-              "| B x H x S x L x D | bf16 ms | fp8 ms | fp8 speedup | " + ("int8 ms | int8 speedup | " if i8 else "") +
-              "sageattn ms | fp8 cosine |" + (" int8 cosine |" if i8 else ""), "| --- " * (8 if i8 else 6) + "|"]
+              "| B x H x S x L x D | bf16 ms | " + "".join(f"{f} ms | {f} speedup | " for f in forms) + "sageattn ms | " +
+              "".join(f"{f} cosine | " for f in forms).rstrip(" "), "| --- " * (3 + 3 * len(forms)) + "|"]
         for r in rows:
             sage = f"{r['sage_ms']:.2f} ({r.get('sage_version') or '-'})" if r.get("sage_ms") else "-"
-            L.append(f"| {r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']} | {r['ms']:.2f} | {r['fp8_ms']:.2f} | {r['fp8_speedup']:.2f}x | " +
-                     (f"{r['int8_ms']:.2f} | {r['int8_speedup']:.2f}x | " if i8 else "") + f"{sage} | {r['fp8_cosine']:.6f} |" +
-                     (f" {r['int8_cosine']:.6f} |" if i8 else ""))
+            L.append(f"| {r['B']}x{r['H']}x{r['SQ']}x{r['LK']}x{r['HD']} | {r['ms']:.2f} | " +
+                     "".join(f"{r[f + '_ms']:.2f} | {r[f + '_speedup']:.2f}x | " for f in forms) + f"{sage} | " +
+                     "".join(f"{r[f + '_cosine']:.6f} | " for f in forms).rstrip(" "))
         L.append("")
     return "\n".join(L)
 

@@ -174,22 +174,25 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 =
  * Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
  * kernel's own formulas; its Q, K and V are read through tensor maps the runtime encodes at load. */
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
-                                      int64_t lk, int n_out, int fp8) {
+                                      int64_t lk, int n_out, int fp8, int pv_bf16) {
   const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
   const int st = fp8 ? DIT_ABI_ATT90_ST_FP8 : hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128;
   const int bn = DIT_ABI_ATT90_BN, bm = DIT_ABI_ATT90_WG_ROWS * ncw;
   /* Tiles are rows of 128-byte boxes: 64 bf16 channels, or all 128 e4m3 ones (fp8's V^T tile,
    * HD rows of 128 keys, is as large as its K tile). */
   const int box = fp8 ? 128 : DIT_ABI_ATT90_BOX_COLS, nh = (int)(hd / box), row_bytes = 128;
+  /* V's tile: fp8's V^T (as many bytes as K's), or bf16 V in 64-channel boxes (ATT_PV_BF16). */
+  const int nh_v = fp8 && !pv_bf16 ? nh : (int)(hd / DIT_ABI_ATT90_BOX_COLS);
   /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
    * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
   const int persist = !fp8 && hd == 128 && lk <= 1024;
   const int64_t tiles = (sq + bm - 1) / bm;
   if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");
+  if (pv_bf16) dit_strbuf_printf(s, "#define ATT_PV_BF16 1\n");
   if (persist) dit_strbuf_printf(s, "#define ATT_PERSIST 1\n#define BATCH %" PRId64 "\n", batch);
   /* Alignment slack, Q (twice when persistent), the K and V rings, and 8-byte mbarriers: two full
    * and two empty for Q, and per stage full and empty for K and V (the kernel's ATT_SMEM). */
-  const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes + 2 * st * nh * bn * row_bytes +
+  const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes + st * (nh + nh_v) * bn * row_bytes +
                                    8 * (4 + 4 * st));
   if (persist) {
     const int64_t all = tiles * heads * batch;
@@ -205,8 +208,8 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   k->n_tmaps = 3;
   k->tmaps[0] = (dit_plan_tmap_t){a, {(uint32_t)box, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
   k->tmaps[1] = (dit_plan_tmap_t){a + vstep, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
-  k->tmaps[2] = fp8 ? (dit_plan_tmap_t){a + 2 * vstep, {(uint32_t)bn, (uint32_t)hd}, DIT_ABI_ATT90_SWIZZLE, 2}
-                    : (dit_plan_tmap_t){a + 2, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[2] = fp8 && !pv_bf16 ? (dit_plan_tmap_t){a + 2 * vstep, {(uint32_t)bn, (uint32_t)hd}, DIT_ABI_ATT90_SWIZZLE, 2}
+                                : (dit_plan_tmap_t){a + 2 * vstep, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
 }
 
 /* The Hopper convolution (compiler/kernels/dit_conv_sm90.cu): bf16 x, w and y, input channels a
@@ -511,10 +514,16 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                        ", %s output)", y->name, arch, hd, dit_dtype_name(y->dtype));
       dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n", hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
-      if (op->n_in == 7)
-        dit_strbuf_printf(s, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n", V(g, op->in[6])->dims[1], DIT_SPARSE_TILE);
-      if (x->dtype == DIT_I8) dit_strbuf_printf(s, "#define ATT_QK_I8 1\n"); /* int8 Q K^T (--attn-quant int8) */
-      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1);
+      if (dit_attrs_find(&op->attrs, "tiles"))
+        dit_strbuf_printf(s, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n", V(g, op->in[op->n_in - 1])->dims[1],
+                          DIT_SPARSE_TILE);
+      if (x->dtype == DIT_I8) dit_strbuf_printf(s, "#define ATT_QK_I8 1\n"); /* int8 Q K^T */
+      /* v itself (bf16) rather than e4m3 V^T: P V in bf16 (--attn-quant int8). */
+      const dit_value_t *v4 = V(g, op->in[4]);
+      const int pv_bf16 = v4->dtype != DIT_F8E4M3;
+      if (pv_bf16 && v4->dtype != DIT_BF16)
+        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': v is %s, the sm_90a kernel takes bf16", y->name, dit_dtype_name(v4->dtype));
+      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16);
       *tmpl = TEMPLATE_ATTN_SM90;
       return DIT_OK;
     }
@@ -546,7 +555,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
             hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
         if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
-        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0);
+        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0, 0);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
       }

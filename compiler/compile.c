@@ -544,8 +544,9 @@ dit_status_t dit_compile(const dit_compile_options_t *o, dit_compile_result_t *o
     return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --target %s: fp8 matmuls need sm_89 or sm_90", o->target);
   if (o->quant == DIT_QUANT_FP8 && tp_of(o) > 1)
     return DIT_ERR(UNIMPLEMENTED, "--quant fp8 with --tp %d: tensor-parallel shards are not quantized yet; use --tp 1", tp_of(o));
-  if (o->quant == DIT_QUANT_INT8)
-    return DIT_ERR(INVALID_ARGUMENT, "--quant int8: the GEMMs take none or fp8 (int8 is an --attn-quant mode)");
+  if (o->quant != DIT_QUANT_NONE && o->quant != DIT_QUANT_FP8)
+    return DIT_ERR(INVALID_ARGUMENT, "--quant %s: the GEMMs take none or fp8 (%s is an --attn-quant mode)", dit_quant_name(o->quant),
+                   dit_quant_name(o->quant));
   /* FP8 attention is the Hopper kernel's (wgmma on e4m3 and s8); shards would split its heads. */
   if (o->attn_quant != DIT_QUANT_NONE && gpu && strcmp(o->target, "sm_90"))
     return DIT_ERR(UNIMPLEMENTED, "--attn-quant %s with --target %s: fp8 attention is written for sm_90 (wgmma on e4m3 and s8)",

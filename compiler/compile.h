@@ -7,11 +7,11 @@
 #include "base/status.h"
 #include "compiler/frontend.h"
 
-/* Lossy modes of the GEMMs (--quant: none, fp8) and of attention (--attn-quant: none, fp8, int8 =
- * int8 Q K^T with fp8 P V). */
-typedef enum dit_quant { DIT_QUANT_NONE = 0, DIT_QUANT_FP8 = 1, DIT_QUANT_INT8 = 2 } dit_quant_t;
+/* Lossy modes of the GEMMs (--quant: none, fp8) and of attention (--attn-quant: none; fp8: e4m3 Q,
+ * K, P and V; int8: int8 Q K^T, bf16 P V; int8fp8: int8 Q K^T, e4m3 P V). */
+typedef enum dit_quant { DIT_QUANT_NONE = 0, DIT_QUANT_FP8 = 1, DIT_QUANT_INT8 = 2, DIT_QUANT_INT8FP8 = 3 } dit_quant_t;
 const char *dit_quant_name(dit_quant_t q);
-/* "none", "fp8" or "int8"; returns -1 for anything else. */
+/* "none", "fp8", "int8" or "int8fp8"; returns -1 for anything else. */
 int dit_quant_parse(const char *name, dit_quant_t *out);
 
 typedef struct dit_compile_options {

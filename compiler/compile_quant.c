@@ -8,12 +8,15 @@
 #include "base/strbuf.h"
 #include "compiler/compile_internal.h"
 
-const char *dit_quant_name(dit_quant_t q) { return q == DIT_QUANT_FP8 ? "fp8" : q == DIT_QUANT_INT8 ? "int8" : "none"; }
+const char *dit_quant_name(dit_quant_t q) {
+  return q == DIT_QUANT_FP8 ? "fp8" : q == DIT_QUANT_INT8 ? "int8" : q == DIT_QUANT_INT8FP8 ? "int8fp8" : "none";
+}
 
 int dit_quant_parse(const char *name, dit_quant_t *out) {
   if (!strcmp(name, "none")) *out = DIT_QUANT_NONE;
   else if (!strcmp(name, "fp8")) *out = DIT_QUANT_FP8;
   else if (!strcmp(name, "int8")) *out = DIT_QUANT_INT8;
+  else if (!strcmp(name, "int8fp8")) *out = DIT_QUANT_INT8FP8;
   else return -1;
   return 0;
 }
@@ -150,7 +153,11 @@ static int64_t vmax_splits(int64_t batch, int64_t heads, int64_t hd, int64_t key
   return s < 1 ? 1 : s;
 }
 
-/* Attention op i (copied: appending moves the ops) as its five fp8 ops appended to the graph;
+/* The ops an attention becomes: Q's and K's quantizers, with fp8 P V V's maxima and its e4m3 V^T,
+ * and attention_fp8. */
+static int ops_per_attention(dit_quant_t quant) { return quant == DIT_QUANT_INT8 ? 3 : 5; }
+
+/* Attention op i (copied: appending moves the ops) as its fp8 ops appended to the graph;
  * attention_fp8 takes over the attention's outputs, so readers, names and output roles stay. */
 static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t quant) {
   const dit_op_t op = *dit_graph_cop_at(g, i);
@@ -159,13 +166,15 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
   const int64_t heads = dit_attrs_find(&op.attrs, "heads")->i;
   const dit_value_t *v = dit_graph_cvalue(g, op.in[2]);
   const int64_t splits = vmax_splits(v->dims[0], heads, v->dims[2] / heads, v->dims[1]);
+  const int pv8 = quant != DIT_QUANT_INT8; /* P and V in e4m3 (else v itself, P bf16) */
   dit_attrs_t qa = {0}, ka = {0}, va = {0}, ma = {0};
   if (dit_attrs_set_int(&qa, "heads", heads) || dit_attrs_set_int(&qa, "rows", 64) || dit_attrs_set_int(&ka, "heads", heads) ||
       dit_attrs_set_int(&ka, "rows", DIT_SPARSE_TILE) || dit_attrs_set_int(&va, "heads", heads) || dit_attrs_set_int(&ma, "heads", heads) ||
       dit_attrs_set_int(&ma, "splits", splits))
     return DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
-  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, qkdt[2] = {quant == DIT_QUANT_INT8 ? DIT_I8 : DIT_F8E4M3, DIT_F32}, odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
-  dit_vid_t q[2], k[2], vt[2], vin[2] = {op.in[2], -1}, o[2] = {-1, -1};
+  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, qkdt[2] = {quant == DIT_QUANT_FP8 ? DIT_F8E4M3 : DIT_I8, DIT_F32},
+                    odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
+  dit_vid_t q[2], k[2], vt[2] = {op.in[2], -1}, vin[2] = {op.in[2], -1}, o[2] = {-1, -1};
   char name[512];
   dit_graph_set_block(g, op.block);
   dit_status_t s = DIT_OK;
@@ -173,16 +182,21 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
   if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[0], 1, &qa, qkdt, name, q);
   snprintf(name, sizeof name, "%s.k8", base);
   if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &op.in[1], 1, &ka, qkdt, name, k);
-  snprintf(name, sizeof name, "%s.vmax", base);
-  if (!s && (vin[1] = dit_graph_op(g, DIT_OP_ATTN_VMAX, &op.in[2], 1, &ma, DIT_F32, name)) < 0)
-    s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
-  snprintf(name, sizeof name, "%s.vt8", base);
-  if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vin, 2, &va, qdt, name, vt);
-  const dit_vid_t ins[7] = {q[0], q[1], k[0], k[1], vt[0], vt[1], op.n_in == 4 ? op.in[3] : -1};
+  if (pv8) {
+    snprintf(name, sizeof name, "%s.vmax", base);
+    if (!s && (vin[1] = dit_graph_op(g, DIT_OP_ATTN_VMAX, &op.in[2], 1, &ma, DIT_F32, name)) < 0)
+      s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
+    snprintf(name, sizeof name, "%s.vt8", base);
+    if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vin, 2, &va, qdt, name, vt);
+  }
+  /* q8, qs, k8, ks, then vt8, vs or v, then the tile schedule if any. */
+  dit_vid_t ins[7] = {q[0], q[1], k[0], k[1], vt[0], vt[1], -1};
+  int n_in = pv8 ? 6 : 5;
+  if (op.n_in == 4) ins[n_in++] = op.in[3];
   snprintf(name, sizeof name, "%s.fp8", base);
   if (!s) {
-    if (op.n_out == 2) s = dit_graph_op2(g, DIT_OP_ATTENTION_FP8, ins, op.n_in + 3, &op.attrs, odt, name, o);
-    else if ((o[0] = dit_graph_op(g, DIT_OP_ATTENTION_FP8, ins, op.n_in + 3, &op.attrs, odt[0], name)) < 0)
+    if (op.n_out == 2) s = dit_graph_op2(g, DIT_OP_ATTENTION_FP8, ins, n_in, &op.attrs, odt, name, o);
+    else if ((o[0] = dit_graph_op(g, DIT_OP_ATTENTION_FP8, ins, n_in, &op.attrs, odt[0], name)) < 0)
       s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
   }
   dit_graph_set_block(g, -1);
@@ -199,19 +213,22 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
 dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr) {
   if (quant == DIT_QUANT_NONE) return DIT_OK;
   const int32_t n = dit_graph_num_ops(g);
-  uint8_t *done = calloc((size_t)n + 1, 1), *keep = malloc(6 * (size_t)n + 1);
-  int32_t *order = malloc((6 * (size_t)n + 1) * sizeof *order);
+  const int per = ops_per_attention(quant);
+  uint8_t *done = calloc((size_t)n + 1, 1), *keep = malloc((size_t)(per + 1) * (size_t)n + 1);
+  int32_t *order = malloc(((size_t)(per + 1) * (size_t)n + 1) * sizeof *order);
   dit_status_t s = done && keep && order ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
   cJSON *names = NULL;
   if (!s && summary) {
-    const int i8 = quant == DIT_QUANT_INT8;
+    const int i8 = quant == DIT_QUANT_INT8 || quant == DIT_QUANT_INT8FP8;
     cJSON *q = cJSON_AddObjectToObject(summary, "attn_quant");
     cJSON_AddStringToObject(q, "mode", dit_quant_name(quant));
     cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no key bound or score bias");
     cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 448");
     cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and 128 rows: amax / 127" : "e4m3, one fp32 scale per head and 128 rows: amax / 448");
-    cJSON_AddStringToObject(q, "v", "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
-    cJSON_AddStringToObject(q, "p", "e4m3 softmax probabilities scaled by 2^8; fp32 row sums and accumulators");
+    cJSON_AddStringToObject(q, "v", quant == DIT_QUANT_INT8 ? "as --dtype says (bf16 on GPUs)"
+                                                             : "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
+    cJSON_AddStringToObject(q, "p", quant == DIT_QUANT_INT8 ? "bf16 softmax probabilities; fp32 row sums and accumulators"
+                                                             : "e4m3 softmax probabilities scaled by 2^8; fp32 row sums and accumulators");
     names = cJSON_AddArrayToObject(q, "ops");
   }
   int32_t count = 0, kept = 0;
@@ -232,14 +249,14 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
                 "--attn-quant %s: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
                 dit_quant_name(quant), kept);
   if (!s) {
-    /* Drop the rewritten attentions (the appended fives keep their order at the end), then put
-     * each five where its attention was. */
-    for (int32_t i = 0; i < n + 5 * count; i++) keep[i] = i >= n || !done[i];
+    /* Drop the rewritten attentions (the appended groups keep their order at the end), then put
+     * each group where its attention was. */
+    for (int32_t i = 0; i < n + per * count; i++) keep[i] = i >= n || !done[i];
     s = dit_graph_compact(g, keep);
     int32_t m = 0, dropped = 0, next = n - count;
     for (int32_t i = 0; !s && i < n; i++) {
       if (done[i]) {
-        for (int r = 0; r < 5; r++) order[m++] = next++;
+        for (int r = 0; r < per; r++) order[m++] = next++;
         dropped++;
       } else {
         order[m++] = i - dropped;
@@ -254,8 +271,8 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON_AddNumberToObject(q, "kept", kept);
   }
   if (!s)
-    dit_compile_progress(pr, "attn quant %s: %d attention%s on %s q, k and e4m3 v (%d kept exact)", dit_quant_name(quant), count, count == 1 ? "" : "s",
-                         quant == DIT_QUANT_INT8 ? "int8" : "e4m3", kept);
+    dit_compile_progress(pr, "attn quant %s: %d attention%s on %s q, k and %s v (%d kept exact)", dit_quant_name(quant), count,
+                         count == 1 ? "" : "s", quant == DIT_QUANT_FP8 ? "e4m3" : "int8", quant == DIT_QUANT_INT8 ? "unquantized" : "e4m3", kept);
   free(done);
   free(keep);
   free(order);

@@ -29,10 +29,11 @@ static const char kUsage[] =
     "        --quant none|fp8    fp8: the transformer blocks' large linears (attention q/k/v/o, FFN) on\n"
     "                            e4m3 weights (per-channel scales) and activations (per-token scales,\n"
     "                            on the fly), fp32 accumulation; the rest as --dtype says (default none)\n"
-    "        --attn-quant none|fp8|int8  fp8: self-attention at head dim 128 on e4m3 Q, K (a scale per\n"
-    "                            head and 64 query / 128 key rows), V (per channel) and softmax P, fp32\n"
-    "                            accumulation; int8: the same with int8 Q, K (amax / 127 scales) and\n"
-    "                            an exact integer Q K^T; cpu and sm_90 targets (default none)\n"
+    "        --attn-quant none|fp8|int8|int8fp8  self-attention at head dim 128 on 8-bit operands, fp32\n"
+    "                            accumulation. fp8: e4m3 Q, K (a scale per head and 64 query / 128 key\n"
+    "                            rows), V (per channel) and softmax P; int8: int8 Q, K (amax / 127) with\n"
+    "                            an exact integer Q K^T, P V in bf16; int8fp8: int8 Q, K, e4m3 P, V;\n"
+    "                            cpu and sm_90 targets (default none)\n"
     "        --target T          cpu, or sm_80 .. sm_90 (default cpu)\n"
     "        --sparse-attn P     sparse video self-attention (Wan): sta:T,H,W (sliding tile windows\n"
     "                            of T frames x H rows x W columns of patched tokens around each\n"
@@ -247,11 +248,12 @@ static int cmd_compile(int argc, char **argv, int why) {
     else if (!strcmp(a, "--sparse-dense-steps")) rc = parse_i64(a, val, &o.shape.sparse.dense_steps), i++, sparse_extra = a;
     else if (!strcmp(a, "--quant")) {
       if (!val) return usage_error("%s needs a value", a);
-      if (dit_quant_parse(val, &o.quant) || o.quant == DIT_QUANT_INT8) return usage_error("--quant %s: expected none or fp8", val);
+      if (dit_quant_parse(val, &o.quant) || (o.quant != DIT_QUANT_NONE && o.quant != DIT_QUANT_FP8))
+        return usage_error("--quant %s: expected none or fp8", val);
       i++;
     } else if (!strcmp(a, "--attn-quant")) {
       if (!val) return usage_error("%s needs a value", a);
-      if (dit_quant_parse(val, &o.attn_quant)) return usage_error("--attn-quant %s: expected none, fp8 or int8", val);
+      if (dit_quant_parse(val, &o.attn_quant)) return usage_error("--attn-quant %s: expected none, fp8, int8 or int8fp8", val);
       i++;
     } else if (!strcmp(a, "--dtype")) {
       if (!val) return usage_error("%s needs a value", a);

@@ -79,7 +79,7 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       /* attention's products at q8's shape; keys are k8's. A schedule thins them as attention's. */
       const dit_value_t *k = dit_graph_cvalue(g, op->in[2]);
       c.flops = 4.0 * (double)x->dims[0] * (double)x->dims[1] * (double)k->dims[1] * (double)x->dims[2];
-      if (op->n_in == 7) c.flops *= schedule_share(dit_graph_cvalue(g, op->in[6]), k->dims[1]);
+      if (dit_attrs_find(&op->attrs, "tiles")) c.flops *= schedule_share(dit_graph_cvalue(g, op->in[op->n_in - 1]), k->dims[1]);
       break;
     }
     case DIT_OP_ATTN_QUANT:

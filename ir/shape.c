@@ -480,16 +480,27 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       DIT_RETURN_IF(expect_value(op, "qs", operand(g, ins, 1), DIT_F32, 3, qsd, "q's scales per head and 64 rows"));
       DIT_RETURN_IF(expect_value(op, "k8", k8, qk, 3, kd, "attn_quant's codes of k, q8's dtype, batch and channels"));
       DIT_RETURN_IF(expect_value(op, "ks", operand(g, ins, 3), DIT_F32, 3, ksd, "k's scales per head and 128 rows"));
-      DIT_RETURN_IF(expect_value(op, "vt8", operand(g, ins, 4), DIT_F8E4M3, 4, vtd, "attn_quant_vt's transposed v, keys padded to 128"));
-      DIT_RETURN_IF(expect_value(op, "vs", operand(g, ins, 5), DIT_F32, 3, vsd, "v's scales per head and channel"));
+      /* V: e4m3 V^T and its scales (fp8 P V), or the float v itself (bf16 P V). */
+      const dit_value_t *v4 = operand(g, ins, 4);
+      const int pv8 = v4->dtype == DIT_F8E4M3, nv = pv8 ? 2 : 1;
+      if (pv8) {
+        DIT_RETURN_IF(expect_value(op, "vt8", v4, DIT_F8E4M3, 4, vtd, "attn_quant_vt's transposed v, keys padded to 128"));
+        if (n_in < 6) FAIL("%s: vt8 '%s' without its scales vs (6 or 7 inputs), found %d inputs", op, v4->name, n_in);
+        DIT_RETURN_IF(expect_value(op, "vs", operand(g, ins, 5), DIT_F32, 3, vsd, "v's scales per head and channel"));
+      } else if (!is_float(v4->dtype) || v4->rank != 3 || v4->dims[0] != B || v4->dims[1] != L || v4->dims[2] != HD) {
+        char b1[96];
+        FAIL("%s: v '%s' is %s %s, expected f8e4m3 [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] (attn_quant_vt's) or a float "
+             "[%" PRId64 ",%" PRId64 ",%" PRId64 "] (k8's batch, keys and channels)", op, v4->name, dit_dtype_name(v4->dtype),
+             dims_str(v4->rank, v4->dims, b1, sizeof b1), B, heads, Dh, Lp, B, L, HD);
+      }
       const dit_attr_t *ta = dit_attrs_find(attrs, "tiles");
       const int tiled = ta && !ta->is_float && ta->i == 1;
       if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
-      if (tiled != (n_in == 7))
-        FAIL("%s: %d inputs with attribute tiles %s: a seventh input is the tile schedule, present exactly with tiles = 1", op, n_in,
-             tiled ? "= 1" : "absent");
+      if (n_in != 4 + nv + tiled)
+        FAIL("%s: %d inputs with %s and attribute tiles %s: expected %d (a tile schedule last, present exactly with tiles = 1)", op, n_in,
+             pv8 ? "vt8, vs" : "v", tiled ? "= 1" : "absent", 4 + nv + tiled);
       if (tiled) {
-        const dit_value_t *t = operand(g, ins, 6);
+        const dit_value_t *t = operand(g, ins, 4 + nv);
         const int64_t nq = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE, nk = Lp / DIT_SPARSE_TILE;
         char b1[96];
         if (t->dtype != DIT_I32 || t->rank != 2 || t->dims[0] != nq || t->dims[1] < 2 || t->dims[1] > nk + 1)

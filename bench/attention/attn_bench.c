@@ -13,7 +13,8 @@
  * --fp8 also runs the kernel's fp8 form (ATT_FP8, head dim 128) on the same inputs quantized as
  * attn_quant / attn_quant_vt do (attn_ref.cu), against the same fp32 reference of the bf16 inputs:
  * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel); then the same with int8 Q
- * and K (ATT_QK_I8, --attn-quant int8): int8_ms, int8_cosine, int8_speedup and so on. */
+ * and K (ATT_QK_I8, --attn-quant int8fp8: int8fp8_ms, ...) and with int8 Q K^T and bf16 P V over v
+ * itself (ATT_PV_BF16, --attn-quant int8: int8_ms, int8_cosine, int8_speedup and so on). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -221,17 +222,22 @@ static unsigned ours_smem(const shape_t *s) {
 
 /* The fp8 form's stages (the kernel's default, DIT_ABI_ATT90_ST_FP8, unless the shape names them). */
 #define FP8_STAGES 4 /* dit_abi.def: ATT90_ST_FP8 */
-static unsigned fp8_smem(const shape_t *s, int st) {
-  return 1024u + 64u * (unsigned)s->ncw * 128u + 2u * (unsigned)st * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
+static unsigned fp8_smem(const shape_t *s, int st, int pv_bf16) {
+  /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes), then the barriers. */
+  return 1024u + 64u * (unsigned)s->ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
 }
+#define N_FORMS 3
+static const char *const kForms[N_FORMS] = {"fp8", "int8fp8", "int8"}; /* e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V */
 
-/* fp8: 0 the bf16 kernel, 1 its fp8 form, 2 the fp8 form with int8 Q K^T. */
+/* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]. */
 static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   size_t n = strlen(body) + 1024;
   char *src = malloc(n);
   int k = snprintf(src, n,
                    "%s%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
-                   old ? "#define DIT_K_ATTENTION 1\n" : "", fp8 == 2 ? "#define ATT_FP8 1\n#define ATT_QK_I8 1\n" : fp8 ? "#define ATT_FP8 1\n" : "", s->HD, s->H, s->SQ, s->LK,
+                   old ? "#define DIT_K_ATTENTION 1\n" : "",
+                   fp8 == 3 ? "#define ATT_FP8 1\n#define ATT_QK_I8 1\n#define ATT_PV_BF16 1\n"
+                   : fp8 == 2 ? "#define ATT_FP8 1\n#define ATT_QK_I8 1\n" : fp8 ? "#define ATT_FP8 1\n" : "", s->HD, s->H, s->SQ, s->LK,
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
@@ -374,9 +380,9 @@ int main(int argc, char **argv) {
     free(a);
     free(c);
     if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist) {
-      for (int form = 1; form <= 2; form++) {
-        a = specialize(&shapes[i], ours_src, 0, form);
-        free(compile(a, "90a", form == 2 ? "int8" : "fp8", &len));
+      for (int form = 0; form < N_FORMS; form++) {
+        a = specialize(&shapes[i], ours_src, 0, 1 + form);
+        free(compile(a, "90a", kForms[form], &len));
         free(a);
       }
     }
@@ -503,12 +509,15 @@ int main(int argc, char **argv) {
     const double flop = 4.0 * B * H * (double)SQ * LK * HD;
     int ok = c.err_out <= 1e-2 && c.err_lse <= 1e-3 && c.nonfinite == 0;
 
-    /* The fp8 form on the same inputs, quantized on the device: e4m3 Q, K (form 0), then int8 Q, K
-     * with the int8 Q K^T (form 1, ATT_QK_I8); V^T and P e4m3 in both. */
-    double fms[2] = {0, 0};
-    check_t fc[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    /* The 8-bit forms on the same inputs, quantized on the device: e4m3 Q, K (fp8), int8 Q, K with
+     * the int8 Q K^T (int8fp8, ATT_QK_I8), V^T and P e4m3 in both; then int8 Q K^T with bf16 P V
+     * over v itself (int8, ATT_PV_BF16). */
+    double fms[N_FORMS] = {0};
+    check_t fc[N_FORMS] = {{0, 0, 0, 0}};
     const int fp8 = g_fp8 && HD == 128 && !s->persist;
-    for (int form = 0; fp8 && form < 2; form++) {
+    for (int form = 0; fp8 && form < N_FORMS; form++) {
+      int i8 = form > 0;
+      const int pv_bf16 = form == 2;
       const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : FP8_STAGES;
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
@@ -517,27 +526,29 @@ int main(int argc, char **argv) {
       CK(p_cuMemAlloc(&qs, sizeof(float) * B * H * nqs));
       CK(p_cuMemAlloc(&ks, sizeof(float) * B * H * nks));
       CK(p_cuMemAlloc(&vs, sizeof(float) * B * H * HD));
-      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, r128 = 128, i8 = form;
+      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, r128 = 128;
       void *qa[] = {&q8, &qs, &q, &sq_, &h_, &hd_, &r64, &i8};
       void *ka[] = {&k8, &ks, &k, &lk_, &h_, &hd_, &r128, &i8};
       void *va[] = {&vt, &vs, &v, &lk_, &lp_, &h_, &hd_};
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nqs, H, B, 256, 1, 1, 0, 0, qa, NULL));
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
-      CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
+      if (!pv_bf16) CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
       src = specialize(s, ours_src, 0, 1 + form);
-      cubin = compile(src, "90a", form ? "int8" : "fp8", &len);
+      cubin = compile(src, "90a", kForms[form], &len);
       free(src);
       CUmodule fm = load_module(cubin);
       free(cubin);
       CUfunction ff;
       CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
-      const unsigned fsmem = fp8_smem(s, st);
+      const unsigned fsmem = fp8_smem(s, st, pv_bf16);
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
       encode_map_as(&fq, q8, B * SQ, CH, (int)bm, 1);
       encode_map_as(&fk, k8, B * LK, CH, 128, 1);
-      encode_map_as(&fv, vt, B * H * HD, LP, HD, 1);
-      void *fargs[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv};
+      if (pv_bf16) encode_map(&fv, v, B * LK, CH, 128);
+      else encode_map_as(&fv, vt, B * H * HD, LP, HD, 1);
+      void *fargs8[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv}, *fargs16[] = {&out, &lse, &q8, &qs, &k8, &ks, &v, &fq, &fk, &fv};
+      void **fargs = pv_bf16 ? fargs16 : fargs8;
       fms[form] = time_kernel(ff, mblk, H, B, threads, fsmem, fargs, out, nq);
       CK(p_cuCtxSynchronize());
       fc[form] = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
@@ -569,8 +580,8 @@ int main(int argc, char **argv) {
            "\"err_out\":%.3e,\"err_lse\":%.3e,\"nonfinite\":%llu,\"samples\":%d,\"ok\":%s",
            devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
-    for (int form = 0; fp8 && form < 2; form++) {
-      const char *p = form ? "int8" : "fp8";
+    for (int form = 0; fp8 && form < N_FORMS; form++) {
+      const char *p = kForms[form];
       printf(",\"%s_ms\":%.4f,\"%s_tflops\":%.1f,\"%s_speedup\":%.3f,\"%s_err_out\":%.3e,\"%s_err_lse\":%.3e,\"%s_cosine\":%.6f,"
              "\"%s_nonfinite\":%llu,\"%s_ok\":%s",
              p, fms[form], p, flop / (fms[form] * 1e-3) / 1e12, p, ms / fms[form], p, fc[form].err_out, p, fc[form].err_lse, p,

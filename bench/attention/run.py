@@ -181,7 +181,8 @@ def main():
               f"{ratio(r['tflops'], r.get('cudnn_tflops'))}{ratio(r['tflops'], r.get('flash_tflops'))}"
               f"  {r['err_out']:9.2e} {r['err_lse']:9.2e}  {'ok' if r['ok'] else 'BAD'}  "
               f"{c['ncw']},{c['bn']},{c['st']},{c['persist']} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}")
-    for form, what in (("fp8", "e4m3 Q, K"), ("int8", "int8 Q, K (--attn-quant int8)")):
+    for form, what in (("fp8", "e4m3 Q, K, P, V"), ("int8fp8", "int8 Q, K, e4m3 P, V: --attn-quant int8fp8"),
+                       ("int8", "int8 Q, K, bf16 P, V: --attn-quant int8")):
         frows = [r for r in rows if form + "_ms" in r]
         if not frows:
             continue
@@ -199,7 +200,7 @@ def main():
         with open(path, "w") as fh:
             json.dump({"shapes": rows, "variants": vrows}, fh, indent=1)
         print("wrote", path)
-    bad = [r for r in rows + vrows if not r["ok"] or not r.get("fp8_ok", True) or not r.get("int8_ok", True)]
+    bad = [r for r in rows + vrows if not r["ok"] or not all(r.get(f + "_ok", True) for f in ("fp8", "int8fp8", "int8"))]
     sys.exit(1 if bad or not rows else 0)
 
 

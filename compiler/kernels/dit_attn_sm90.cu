@@ -66,6 +66,11 @@
 // 1.5 * 2^23 + S exactly; the offset comes out of the tile max exactly and folds into the
 // exponent's fma with the tile scale f, rounded once (at most f/2: half a step of S, far below the
 // int8 codes' own rounding).
+//
+// ATT_PV_BF16 1 (with ATT_FP8: --attn-quant int8, SageAttention's first split) keeps P V in bf16:
+// V is the bf16 tensor itself (the bf16 kernel's map and tiles), P is rounded to bf16 unshifted and
+// O needs no channel scales; only Q K^T runs on 8-bit operands. Entry
+//   dit_kernel(out, [lse,] q, q_scale, k, k_scale, v, [tiles,] tmap_q, tmap_k, tmap_v).
 
 #include "dit_abi.h"
 #include "dit_device.cuh"
@@ -118,8 +123,15 @@
 #if ATT_QK_I8 && !ATT_FP8
 #error "dit_attn_sm90: int8 Q K^T is a form of the fp8 kernel"
 #endif
+#ifndef ATT_PV_BF16
+#define ATT_PV_BF16 0
+#endif
+#if ATT_PV_BF16 && !ATT_FP8
+#error "dit_attn_sm90: bf16 P V is a form of the fp8 kernel"
+#endif
+#define PV8 (ATT_FP8 && !ATT_PV_BF16)  // P and V^T e4m3, V's channel scales in the epilogue
 #define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
-#if ATT_FP8
+#if ATT_FP8 && !ATT_PV_BF16
 #define P_SHIFT 8.f  // log2 of P's scale before its e4m3 rounding
 #else
 #define P_SHIFT 0.f
@@ -134,11 +146,14 @@
 #else
 #define BOX_ELTS DIT_ABI_ATT90_BOX_COLS
 #endif
-#define NHALF (HD / BOX_ELTS)  // 128-byte column blocks of a tile (a K tile's; fp8's V^T tile is HD rows of ATT_BN keys: as many bytes)
+#define NHALF (HD / BOX_ELTS)  // 128-byte column blocks of a Q or K tile
+// ... and of a V tile: bf16 V's 64-channel boxes, or fp8's one V^T tile (HD rows of ATT_BN keys: a K tile's bytes)
+#define NHALF_V (PV8 ? NHALF : HD / DIT_ABI_ATT90_BOX_COLS)
 #define NQBUF (ATT_PERSIST ? 2 : 1)
 #define Q_BYTES (NHALF * ATT_BM * 128)
-#define KV_BYTES (NHALF * ATT_BN * 128)
-#define BAR_OFF (NQBUF * Q_BYTES + 2 * ATT_ST * KV_BYTES)
+#define K_BYTES (NHALF * ATT_BN * 128)
+#define V_BYTES (NHALF_V * ATT_BN * 128)
+#define BAR_OFF (NQBUF * Q_BYTES + ATT_ST * (K_BYTES + V_BYTES))
 #define ATT_SMEM (DIT_ABI_ATT90_SMEM_ALIGN + BAR_OFF + 8 * (4 + 4 * ATT_ST))
 #define NTILES ((LK + ATT_BN - 1) / ATT_BN)
 #define MBLK ((SQ + ATT_BM - 1) / ATT_BM)
@@ -210,9 +225,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if HAS_LSE
                                                                         float *lse,
 #endif
-#if ATT_FP8
+#if PV8
                                                                         const unsigned char *q, const float *q_scale, const unsigned char *k,
                                                                         const float *k_scale, const unsigned char *v, const float *v_scale,
+#elif ATT_FP8
+                                                                        const unsigned char *q, const float *q_scale, const unsigned char *k,
+                                                                        const float *k_scale, const bf16_t *v,
 #else
                                                                         const bf16_t *q, const bf16_t *k, const bf16_t *v,
 #endif
@@ -228,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
   (void)q, (void)k, (void)v;
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-  const u32 sQ = base, sK = base + NQBUF * Q_BYTES, sV = sK + ATT_ST * KV_BYTES, bars = base + BAR_OFF;
+  const u32 sQ = base, sK = base + NQBUF * Q_BYTES, sV = sK + ATT_ST * K_BYTES, bars = base + BAR_OFF;
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -278,18 +296,18 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           const u32 ph = (u32)(g / ATT_ST) & 1u;
           const int row = b * LK + KEY_TILE(j) * ATT_BN;
           mbar_wait(BAR_EMPTY_K(bars, s), ph ^ 1u);
-          mbar_expect_tx(BAR_FULL_K(bars, s), KV_BYTES);
+          mbar_expect_tx(BAR_FULL_K(bars, s), K_BYTES);
 #pragma unroll
           for (int h = 0; h < NHALF; h++)
-            tma_load_2d(sK + s * KV_BYTES + h * ATT_BN * 128, &tmk, head * HD + h * BOX_ELTS, row, BAR_FULL_K(bars, s));
+            tma_load_2d(sK + s * K_BYTES + h * ATT_BN * 128, &tmk, head * HD + h * BOX_ELTS, row, BAR_FULL_K(bars, s));
           mbar_wait(BAR_EMPTY_V(bars, s), ph ^ 1u);
-          mbar_expect_tx(BAR_FULL_V(bars, s), KV_BYTES);
-#if ATT_FP8
-          tma_load_2d(sV + s * KV_BYTES, &tmv, KEY_TILE(j) * ATT_BN, (b * HEADS + head) * HD, BAR_FULL_V(bars, s));
+          mbar_expect_tx(BAR_FULL_V(bars, s), V_BYTES);
+#if PV8
+          tma_load_2d(sV + s * V_BYTES, &tmv, KEY_TILE(j) * ATT_BN, (b * HEADS + head) * HD, BAR_FULL_V(bars, s));
 #else
 #pragma unroll
-          for (int h = 0; h < NHALF; h++)
-            tma_load_2d(sV + s * KV_BYTES + h * ATT_BN * 128, &tmv, head * HD + h * 64, row, BAR_FULL_V(bars, s));
+          for (int h = 0; h < NHALF_V; h++)
+            tma_load_2d(sV + s * V_BYTES + h * ATT_BN * 128, &tmv, head * HD + h * 64, row, BAR_FULL_V(bars, s));
 #endif
         }
       }
@@ -313,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     int si[ATT_BN / 2];   // int8 Q K^T's exact sums, same layout
 #endif
     float o[HD / 2];      // O accumulators, same layout over the head dim
-#if ATT_FP8
+#if PV8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
 #else
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
@@ -334,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 
     // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
     auto issue_qk = [&](int st) {
-      const u64 dk = desc_kmajor(sK + st * KV_BYTES);
+      const u64 dk = desc_kmajor(sK + st * K_BYTES);
 #if ATT_FP8
       // fp8: k step kk (32 channels) sits at byte 32*kk of the one 128-byte row.
 #pragma unroll
@@ -353,13 +371,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     // O += P V over the tile's keys: k step kk is key rows 16kk..16kk+15 (2048 bytes in).
     auto issue_pv = [&](int st) {
-#if ATT_FP8
+#if PV8
       // fp8: V^T is K-major (HD rows of ATT_BN keys); k step kk is keys 32kk..32kk+31, 32 bytes in.
-      const u64 dvt = desc_kmajor(sV + st * KV_BYTES);
+      const u64 dvt = desc_kmajor(sV + st * V_BYTES);
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 32; kk++) wgmma_rs_e4m3(o, &p[4 * kk], dvt + (u64)((kk * 32) >> 4));
 #else
-      const u64 dv = desc_mnmajor(sV + st * KV_BYTES, ATT_BN * 128);
+      const u64 dv = desc_mnmajor(sV + st * V_BYTES, ATT_BN * 128);
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 16; kk++) wgmma_rs(o, &p[4 * kk], dv + (u64)((kk * 2048) >> 4));
 #endif
@@ -458,7 +476,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
     auto convert = [&]() {
-#if ATT_FP8
+#if PV8
       // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
       // the order the permuted V^T expects (see the header).
 #pragma unroll
@@ -477,6 +495,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         p[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
       }
 #endif
+    };
+    // The softmax overlaps the P V product in flight only if the wait for that product stays after
+    // it; a scheduler free to hoist the wait (it drags the V slot's release along) serializes the
+    // two. A shared store of the row sums (into the alignment slack past the barriers, never read)
+    // is ordered before the wait and depends on every exponential.
+    auto hold_softmax = [&]() {
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bars + 8u * (4u + 4u * ATT_ST)), "f"(l0 + l1) : "memory");
     };
     // Tensor-core turns: consumer warpgroup cw issues after cw-1 (cyclically) has issued. Every
     // warpgroup has the same number of turns; the very last turn of the last one passes to nobody.
@@ -550,6 +575,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         }
         float a0, a1;
         softmax(KEY_TILE(j), a0, a1);
+        hold_softmax();
         wgmma_wait<0>();
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, pst));
@@ -589,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       const int r0 = mblk * ATT_BM + cw * 64 + warp * 16 + g4, r1 = r0 + 8;
       const long long CH = (long long)HEADS * HD;
       bf16_t *ob = out + (long long)b * SQ * CH + (long long)head * HD + 2 * t4;
-#if ATT_FP8
+#if PV8
       {
         const float *vs = v_scale + ((long long)b * HEADS + head) * HD + 2 * t4;
 #pragma unroll

@@ -195,7 +195,8 @@ dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, const di
 /* ---- attention_fp8 ---------------------------------------------------------------------- */
 
 typedef struct fp8_job {
-  const uint8_t *q8, *k8, *vt8;
+  const uint8_t *q8, *k8, *vt8; /* vt8 NULL: V is v itself (bf16 P V) */
+  const dit_tensor_t *v;
   const float *qs, *ks, *vs;
   const dit_tensor_t *out, *lse;
   const int32_t *tiles; /* schedule rows of tiles_w, or NULL: every key tile */
@@ -236,11 +237,18 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         const uint8_t *src = j->k8 + (b * L + k0 + key) * HD + h * Dh;
         for (int64_t c = 0; c < Dh; c++) kt[c * KTILE + key] = qkdec[src[c]];
       }
-      const uint8_t *vrows = j->vt8 + (b * H + h) * Dh * j->Lp + k0;
-      for (int64_t col = 0; col < KTILE; col++) {
-        const int64_t key = dit_attn_vt_key(col);
-        if (key < nk)
-          for (int64_t c = 0; c < Dh; c++) vd[key * Dh + c] = dec[vrows[c * j->Lp + col]];
+      if (j->vt8) {
+        const uint8_t *vrows = j->vt8 + (b * H + h) * Dh * j->Lp + k0;
+        for (int64_t col = 0; col < KTILE; col++) {
+          const int64_t key = dit_attn_vt_key(col);
+          if (key < nk)
+            for (int64_t c = 0; c < Dh; c++) vd[key * Dh + c] = dec[vrows[c * j->Lp + col]];
+        }
+      } else {
+        for (int64_t key = 0; key < nk; key++) {
+          const float *src = dit_cpu_row_load(j->v->data, j->v->dtype, (b * L + k0 + key) * HD + h * Dh, Dh, vd + key * Dh);
+          if (src != vd + key * Dh) memcpy(vd + key * Dh, src, sizeof(float) * (size_t)Dh);
+        }
       }
       const float ks = j->ks[(b * H + h) * (j->Lp / KTILE) + kti];
       for (int64_t i = 0; i < nq; i++) {
@@ -263,7 +271,8 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t key = 0; key < nk; key++) {
           const float p = exp2f(s[key] - mx);
           sum += p;
-          const float p8 = dec[dit_f32_to_e4m3(p * 256.0f)] * (1.0f / 256.0f); /* 2^8 P: exact scalings */
+          /* e4m3 of 2^8 P (exact scalings), or bf16 P */
+          const float p8 = j->vt8 ? dec[dit_f32_to_e4m3(p * 256.0f)] * (1.0f / 256.0f) : dit_bf16_to_f32(dit_f32_to_bf16(p));
           if (p8 == 0.0f) continue;
           const float *vr = vd + key * Dh;
           for (int64_t c = 0; c < Dh; c++) orow[c] += p8 * vr[c];
@@ -272,10 +281,10 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         m[i] = mx;
       }
     }
-    const float *vs = j->vs + (b * H + h) * Dh;
+    const float *vs = j->vs ? j->vs + (b * H + h) * Dh : NULL;
     for (int64_t i = 0; i < nq; i++) {
       float *orow = o + i * Dh;
-      for (int64_t c = 0; c < Dh; c++) orow[c] = orow[c] * vs[c] / l[i];
+      for (int64_t c = 0; c < Dh; c++) orow[c] = (vs ? orow[c] * vs[c] : orow[c]) / l[i];
       dit_cpu_row_store(j->out->data, j->out->dtype, (b * S + q0 + i) * HD + h * Dh, orow, Dh);
       if (j->lse) dit_cpu_store1(j->lse->data, j->lse->dtype, (b * H + h) * S + q0 + i, (m[i] + log2f(l[i])) * 0.69314718055994531f);
     }
@@ -301,10 +310,15 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   DIT_RETURN_IF(check_codes(op, "k8", k8, q8->dtype, 3, kd));
   if (k8->dtype != q8->dtype)
     return DIT_ERR(INVALID_ARGUMENT, "%s: k8 is %s, expected q8's dtype %s", op, dit_dtype_name(k8->dtype), dit_dtype_name(q8->dtype));
-  DIT_RETURN_IF(check_codes(op, "vt8", vt8, DIT_F8E4M3, 4, vtd));
+  if (vs) { /* e4m3 V^T and its scales */
+    DIT_RETURN_IF(check_codes(op, "vt8", vt8, DIT_F8E4M3, 4, vtd));
+    DIT_RETURN_IF(check_scales(op, "vs", vs, 3, vsd));
+  } else { /* v itself */
+    DIT_RETURN_IF(dit_cpu_check_float(op, "v", vt8));
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "v", vt8, 3, kd));
+  }
   DIT_RETURN_IF(check_scales(op, "qs", qs, 3, qsd));
   DIT_RETURN_IF(check_scales(op, "ks", ks, 3, ksd));
-  DIT_RETURN_IF(check_scales(op, "vs", vs, 3, vsd));
   DIT_RETURN_IF(dit_cpu_check_float(op, "out", out));
   DIT_RETURN_IF(dit_cpu_check_same_dims(op, "out", out, "q8", q8));
   if (lse) {
@@ -313,7 +327,7 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   }
   if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
   if (L == 0 && B * S > 0) return DIT_ERR(INVALID_ARGUMENT, "%s: k8 has dims %s: no keys to attend to", op, dit_cpu_dims_str(k8, b1));
-  static const char *in_names[7] = {"q8", "qs", "k8", "ks", "vt8", "vs", "tiles"};
+  const char *in_names[7] = {"q8", "qs", "k8", "ks", vs ? "vt8" : "v", "vs", "tiles"};
   const dit_tensor_t *ins[7] = {q8, qs, k8, ks, vt8, vs, tiles};
   for (int i = 0; i < 7; i++) {
     DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, in_names[i], ins[i]));
@@ -321,7 +335,8 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   }
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, "out", out));
   if (B * S == 0) return DIT_OK;
-  fp8_job_t j = {.q8 = q8->data, .k8 = k8->data, .vt8 = vt8->data, .qs = qs->data, .ks = ks->data, .vs = vs->data, .out = out,
+  fp8_job_t j = {.q8 = q8->data, .k8 = k8->data, .vt8 = vs ? vt8->data : NULL, .v = vt8, .qs = qs->data, .ks = ks->data,
+                 .vs = vs ? vs->data : NULL, .out = out,
                  .lse = lse, .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
                  .Lp = Lp, .H = heads, .Dh = Dh, .scale_log2e = (float)(scale * 1.4426950408889634)};
   for (int i = 0; i < 256; i++) {

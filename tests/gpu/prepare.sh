@@ -56,7 +56,7 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   build/bin/make_tiny_wan --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$k/fa" >/dev/null
   for fhw in "13 256 320" "29 256 384"; do
     read -r f h w <<< "$fhw"
-    for m in "" "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8"; do
+    for m in "" "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8" "--attn-quant int8fp8"; do
       # shellcheck disable=SC2086
       build/bin/ditc compile "$k/fa/model" --frames "$f" --height "$h" --width "$w" --text-len 7 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
     done

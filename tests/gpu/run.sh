@@ -148,7 +148,7 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" forward "$exact" --inputs "$d/forward_inputs.safetensors" --out "$W/fe.safetensors"
   check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
 done
-step "1f. fp8 attention (--attn-quant fp8 and int8, alone and with --quant fp8): the Hopper kernel's fp8 and int8-QK forms and their quantizers step by step against the CPU reference, the forward against the bf16 bundle's"
+step "1f. 8-bit attention (--attn-quant fp8, int8 and int8fp8, alone and with --quant fp8): the Hopper kernel's fp8, int8-QK with bf16 P V and int8-QK with fp8 P V forms and their quantizers step by step against the CPU reference, the forward against the bf16 bundle's"
 "$BIN/make_tiny_wan" --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$W/hd128" >/dev/null
 for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key tiles, a partial last one at 3072
   read -r F H Wd <<< "$fhw"
@@ -156,7 +156,7 @@ for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key ti
   exact=$("$BIN/ditc" "${fargs[@]}" | tail -n1 | cut -d' ' -f3)
   "$BIN/forward_inputs" "$exact" "$W/in_hd128.safetensors" --seed 3 --set timestep=500 >/dev/null
   check "$BIN/ditrun" forward "$exact" --inputs "$W/in_hd128.safetensors" --out "$W/fe.safetensors"
-  for m in "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8"; do
+  for m in "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8" "--attn-quant int8fp8"; do
     # shellcheck disable=SC2086
     b=$("$BIN/ditc" "${fargs[@]}" $m | tail -n1 | cut -d' ' -f3)
     # attention_fp8 against the CPU's: the approximate exp2 moves a few P across an e4m3 rounding

@@ -21,7 +21,7 @@ d = json.load(open(sys.argv[1]))
 assert d["dry_run"] is True and d["tiny"] is True
 rows = {r["mode"]: r for r in d["part"]["rows"]}
 assert list(rows) == ["exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "fp8all+sta", "int8attn", "int8all", "int8all+sta",
-                      "int8all+radial"], list(rows)
+                      "int8all+radial", "int8fp8attn", "int8fp8all", "int8fp8all+sta"], list(rows)
 assert all(not r.get("failed") for r in rows.values()), rows
 assert rows["fp8"]["flags"] == ["--quant", "fp8"] and rows["fp8+sta"]["flags"] == ["--quant", "fp8", "--sparse-attn", "sta:1,8,8"]
 assert rows["fp8attn"]["flags"] == ["--attn-quant", "fp8"] and rows["fp8all+sta"]["flags"] == ["--quant", "fp8", "--attn-quant", "fp8",
@@ -36,6 +36,7 @@ for m in list(rows)[1:]:  # lossy: moved from the exact result, but not far (fp8
 assert rows["fp8"]["forward"]["cosine"] >= 0.999, rows["fp8"]
 assert rows["fp8attn"]["forward"]["cosine"] >= 0.9995 and rows["fp8all"]["forward"]["cosine"] >= 0.999, rows  # fp8.sh's bounds
 assert rows["int8attn"]["forward"]["cosine"] >= 0.9995 and rows["int8all"]["forward"]["cosine"] >= 0.999, rows
+assert rows["int8fp8attn"]["flags"] == ["--attn-quant", "int8fp8"] and rows["int8fp8attn"]["forward"]["cosine"] >= 0.9995, rows
 assert rows["int8all+radial"]["flags"] == ["--quant", "fp8", "--attn-quant", "int8", "--sparse-attn", "radial"], rows["int8all+radial"]
 print("bench_lossy: rows check out")
 PY

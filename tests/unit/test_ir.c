@@ -540,12 +540,17 @@ static void test_fp8_attention_ops(void) {
   fi[1] = k[1];
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
             "attention_fp8: qs 'k8.1' is f32 [1,2,2], expected f32 [1,2,4] (q's scales per head and 64 rows)");
-  fi[1] = q[1], fi[4] = x;
+  fi[1] = q[1], fi[4] = x; /* v itself: bf16 P V, five inputs */
+  CHECK_OK(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 5, &fa, 1, rank, dims));
+  CHECK(rank[0] == 3 && dims[0][1] == 200 && dims[0][2] == 256);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
-            "attention_fp8: vt8 'x' is bf16 [1,200,256], expected f8e4m3 [1,2,128,256]");
+            "attention_fp8: 6 inputs with v and attribute tiles absent: expected 5");
+  fi[4] = q[1];
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 5, &fa, 1, rank, dims), INVALID_ARGUMENT,
+            "attention_fp8: v 'q8.1' is f32 [1,2,4], expected f8e4m3 [1,2,128,256] (attn_quant_vt's) or a float [1,200,256]");
   fi[4] = v[0], fi[6] = x;
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 7, &fa, 1, rank, dims), INVALID_ARGUMENT,
-            "attention_fp8: 7 inputs with attribute tiles absent: a seventh input is the tile schedule");
+            "attention_fp8: 7 inputs with vt8, vs and attribute tiles absent: expected 6");
   dit_graph_destroy(g);
 }
 
