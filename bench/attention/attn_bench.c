@@ -3,7 +3,8 @@
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
  *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] SHAPE...
- *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
+ *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
+ *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns)
  *
  * Kernels are compiled by NVRTC straight to an sm_90a cubin (--link nvrtc, the default), or to PTX that
  * nvJitLink turns into a cubin (--link nvjitlink, the path ditc takes today) or through LTO IR (--link lto); cubins are cached in --cache keyed by a hash of source and options, so that
@@ -196,7 +197,7 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
 }
 
 typedef struct {
-  int B, H, SQ, LK, HD, ncw, bn, st, persist, cfg_given;
+  int B, H, SQ, LK, HD, ncw, bn, st, persist, sched, cfg_given;
 } shape_t;
 
 static int parse_shape(const char *s, shape_t *sh) {
@@ -205,9 +206,10 @@ static int parse_shape(const char *s, shape_t *sh) {
   sh->ncw = sh->HD == 64 ? 3 : 2;
   sh->bn = 128;
   sh->st = sh->HD == 64 ? 4 : 2;
+  sh->sched = 1;
   const char *c = strchr(s, ':');
   if (c) {
-    if (sscanf(c + 1, "%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist) < 3) return -1;
+    if (sscanf(c + 1, "%d,%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist, &sh->sched) < 3) return -1;
     sh->cfg_given = 1;
   }
   return 0;
@@ -242,6 +244,7 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
   if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
+  if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
   memcpy(src + k, body, strlen(body) + 1);
   return src;
 }
@@ -575,10 +578,10 @@ int main(int argc, char **argv) {
       oc = check(&hp, s, oout, olse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
       CK(p_cuModuleUnload(om));
     }
-    printf("{\"device\":\"%s\",\"B\":%d,\"H\":%d,\"SQ\":%d,\"LK\":%d,\"HD\":%d,\"cfg\":{\"ncw\":%d,\"bm\":%u,\"bn\":%d,\"st\":%d,\"persist\":%d,"
+    printf("{\"device\":\"%s\",\"B\":%d,\"H\":%d,\"SQ\":%d,\"LK\":%d,\"HD\":%d,\"cfg\":{\"ncw\":%d,\"bm\":%u,\"bn\":%d,\"st\":%d,\"persist\":%d,\"sched\":%d,"
            "\"threads\":%u,\"smem\":%u,\"grid\":[%u,%u,%u]},\"regs\":%d,\"local_bytes\":%d,\"static_smem\":%d,\"ms\":%.4f,\"tflops\":%.1f,"
            "\"err_out\":%.3e,\"err_lse\":%.3e,\"nonfinite\":%llu,\"samples\":%d,\"ok\":%s",
-           devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
+           devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, s->sched, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
     for (int form = 0; fp8 && form < N_FORMS; form++) {
       const char *p = kForms[form];

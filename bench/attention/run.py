@@ -34,8 +34,9 @@ SHAPES = [
 ]
 # Tile configuration per shape where it differs from the kernel's default (NCW,BN,ST,PERSIST).
 CFG = {(1, 12, 32760, 512, 128): "2,128,2,1"}
-# Tile variants of the sm_90a kernel (NCW consumer warpgroups, BN keys per tile, ST stages),
-# timed on some shapes to pick the defaults.
+# Tile variants of the sm_90a kernel (NCW consumer warpgroups, BN keys per tile, ST stages,
+# PERSIST, and SCHED 0: the consumer warpgroups issue as they are ready, not in turns), timed on
+# some shapes to pick the defaults; with --fp8 the 8-bit forms too (ST stages for them as well).
 VARIANTS = [
     "1x12x32760x512x128:2,128,2,0",
     "1x24x4608x4608x128:2,128,2,1",
@@ -43,6 +44,9 @@ VARIANTS = [
     "1x12x32760x32760x128:2,176,2,0",
     "1x24x4608x4608x64:3,128,4,1",
     "1x12x32760x32760x64:3,128,2,0",
+    "1x12x32760x32760x128:2,128,2,0,0",
+    "1x12x32760x32760x128:2,128,3,0,1",
+    "1x12x32760x32760x128:2,128,3,0,0",
 ]
 
 
@@ -136,7 +140,8 @@ def main():
     if a.compile_only:
         subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only"] + (["--fp8"] if a.fp8 else []) + specs, check=True)
         if variants:
-            subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only", "--no-old"] + variants, check=True)
+            subprocess.run([a.bench, "--repo", ROOT, "--cache", a.cache, "--compile-only", "--no-old"] + (["--fp8"] if a.fp8 else []) + variants,
+                           check=True)
         return
 
     extra = ["--iters", str(a.iters)] + (["--no-old"] if a.no_old else []) + (["--fp8"] if a.fp8 else [])
@@ -147,7 +152,7 @@ def main():
     rows = run_bench(a.bench, a.cache, small, extra, 40)
     if len(rows) == len(small):
         rows += run_bench(a.bench, a.cache, big, extra, 150)
-        vrows = run_bench(a.bench, a.cache, variants, ["--iters", str(a.iters), "--no-old"], 60) if variants else []
+        vrows = run_bench(a.bench, a.cache, variants, ["--iters", str(a.iters), "--no-old"] + (["--fp8"] if a.fp8 else []), 60) if variants else []
     else:
         print("small shapes failed: skipping the large ones", flush=True)
         vrows = []
@@ -180,7 +185,7 @@ def main():
         print(f"{shp:<24}{f(r['tflops'])}{f(r.get('cudnn_tflops'))}{f(r.get('flash_tflops'))}{f(r.get('old_tflops'))}"
               f"{ratio(r['tflops'], r.get('cudnn_tflops'))}{ratio(r['tflops'], r.get('flash_tflops'))}"
               f"  {r['err_out']:9.2e} {r['err_lse']:9.2e}  {'ok' if r['ok'] else 'BAD'}  "
-              f"{c['ncw']},{c['bn']},{c['st']},{c['persist']} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}")
+              f"{c['ncw']},{c['bn']},{c['st']},{c['persist']},{c.get('sched', 1)} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}")
     for form, what in (("fp8", "e4m3 Q, K, P, V"), ("int8fp8", "int8 Q, K, e4m3 P, V: --attn-quant int8fp8"),
                        ("int8", "int8 Q, K, bf16 P, V: --attn-quant int8")):
         frows = [r for r in rows if form + "_ms" in r]

@@ -105,6 +105,9 @@
 #ifndef ATT_PERSIST
 #define ATT_PERSIST 0
 #endif
+#ifndef ATT_SCHED
+#define ATT_SCHED 1  // consumer warpgroups take turns at the tensor cores (0: they issue as they are ready)
+#endif
 #ifndef HAS_BOUND
 #define HAS_BOUND 0
 #endif
@@ -506,12 +509,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // Tensor-core turns: consumer warpgroup cw issues after cw-1 (cyclically) has issued. Every
     // warpgroup has the same number of turns; the very last turn of the last one passes to nobody.
     auto sched_wait = [&]() {
-      if (ATT_NCW > 1) named_sync(SCHED_BAR(cw), 256);
+      if (ATT_NCW > 1 && ATT_SCHED) named_sync(SCHED_BAR(cw), 256);
     };
     auto sched_pass = [&]() {
-      if (ATT_NCW > 1) named_arrive(SCHED_BAR((cw + 1) % ATT_NCW), 256);
+      if (ATT_NCW > 1 && ATT_SCHED) named_arrive(SCHED_BAR((cw + 1) % ATT_NCW), 256);
     };
-    if (ATT_NCW > 1 && cw == ATT_NCW - 1 && TILE_FIRST < TILE_COUNT) named_arrive(SCHED_BAR(0), 256);  // warpgroup 0 goes first
+    if (ATT_NCW > 1 && ATT_SCHED && cw == ATT_NCW - 1 && TILE_FIRST < TILE_COUNT) named_arrive(SCHED_BAR(0), 256);  // warpgroup 0 goes first
 
     int g = 0;  // K/V tiles consumed so far
     for (int t = TILE_FIRST, tc = 0; t < TILE_COUNT; t += TILE_STRIDE, tc++) {
