@@ -223,32 +223,41 @@ static void test_linear(void) {
 
 /* ---- attention -------------------------------------------------------------------------- */
 
-static void attention_ref(const tt_t *q, const tt_t *k, const tt_t *v, int64_t B, int64_t S,
-                          int64_t L, int64_t H, int64_t Dh, double scale, double *out, double *lse) {
+/* Dense attention in double. Optional: bounds[b] keys of item b (clamped to L), a score bias
+ * [S, L, H] added to scale * q.k, and frame-causal blocks of `causal` (query i sees key j iff
+ * j / causal <= i / causal; 0: none). lse may be NULL. */
+static void attention_ref_masked(const tt_t *q, const tt_t *k, const tt_t *v, int64_t B, int64_t S, int64_t L, int64_t H, int64_t Dh,
+                                 double scale, const int32_t *bounds, const double *bias, int64_t causal, double *out, double *lse) {
   double *sc = malloc(sizeof(double) * (size_t)L);
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t s = 0; s < S; s++) {
+        const int64_t lb = bounds ? (bounds[b] < L ? bounds[b] : L) : L;
         const double *qr = q->v + ((b * S + s) * H + h) * Dh;
         double mx = -INFINITY;
-        for (int64_t l = 0; l < L; l++) {
+        for (int64_t l = 0; l < lb; l++) {
           const double *kr = k->v + ((b * L + l) * H + h) * Dh;
           double d = 0;
           for (int64_t e = 0; e < Dh; e++) d += qr[e] * kr[e];
-          sc[l] = d * scale;
+          sc[l] = causal && l / causal > s / causal ? -INFINITY : bias ? d * scale + bias[(s * L + l) * H + h] : d * scale;
           mx = fmax(mx, sc[l]);
         }
         double sum = 0;
-        for (int64_t l = 0; l < L; l++) sum += (sc[l] = exp(sc[l] - mx));
+        for (int64_t l = 0; l < lb; l++) sum += (sc[l] = exp(sc[l] - mx));
         double *o = out + ((b * S + s) * H + h) * Dh;
         for (int64_t e = 0; e < Dh; e++) {
           double a = 0;
-          for (int64_t l = 0; l < L; l++) a += sc[l] * v->v[((b * L + l) * H + h) * Dh + e];
+          for (int64_t l = 0; l < lb; l++) a += sc[l] * v->v[((b * L + l) * H + h) * Dh + e];
           o[e] = a / sum;
         }
-        lse[(b * H + h) * S + s] = mx + log(sum);
+        if (lse) lse[(b * H + h) * S + s] = mx + log(sum);
       }
   free(sc);
+}
+
+static void attention_ref(const tt_t *q, const tt_t *k, const tt_t *v, int64_t B, int64_t S,
+                          int64_t L, int64_t H, int64_t Dh, double scale, double *out, double *lse) {
+  attention_ref_masked(q, k, v, B, S, L, H, Dh, scale, NULL, NULL, 0, out, lse);
 }
 
 static void check_attention(int64_t B, int64_t S, int64_t L, int64_t H, int64_t Dh, double amp,
@@ -563,25 +572,8 @@ static void check_biased_attention(int64_t B, int64_t S, int64_t L, int64_t H, i
     set_elem(&bias.t, i, bias.v[i]);
     bias.v[i] = get_elem(&bias.t, i);
   }
-  double *ref = malloc(sizeof(double) * (size_t)(B * S * C)), *sc = malloc(sizeof(double) * (size_t)L);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t s = 0; s < S; s++) {
-        const int64_t lb = bounds ? (bounds[b] < L ? bounds[b] : L) : L;
-        double mx = -INFINITY, sum = 0;
-        for (int64_t l = 0; l < lb; l++) {
-          double d = 0;
-          for (int64_t e = 0; e < Dh; e++) d += q.v[(b * S + s) * C + h * Dh + e] * k.v[(b * L + l) * C + h * Dh + e];
-          sc[l] = scale * d + bias.v[(s * L + l) * H + h];
-          mx = fmax(mx, sc[l]);
-        }
-        for (int64_t l = 0; l < lb; l++) sum += (sc[l] = exp(sc[l] - mx));
-        for (int64_t e = 0; e < Dh; e++) {
-          double a = 0;
-          for (int64_t l = 0; l < lb; l++) a += sc[l] * v.v[(b * L + l) * C + h * Dh + e];
-          ref[(b * S + s) * C + h * Dh + e] = a / sum;
-        }
-      }
+  double *ref = malloc(sizeof(double) * (size_t)(B * S * C));
+  attention_ref_masked(&q, &k, &v, B, S, L, H, Dh, scale, bounds, bias.v, 0, ref, NULL);
   dit_tensor_t bt = {(void *)bounds, DIT_I32, 1, {B}};
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t o = out_poisoned(dt, 3, qd);
@@ -593,7 +585,6 @@ static void check_biased_attention(int64_t B, int64_t S, int64_t L, int64_t H, i
     free(o.data);
   }
   free(ref);
-  free(sc);
   tt_free(&q), tt_free(&k), tt_free(&v), tt_free(&bias);
 }
 
@@ -609,26 +600,8 @@ static void check_causal_attention(int64_t B, int64_t S, int64_t H, int64_t Dh, 
     k.v[i] = get_elem(&k.t, i);
   }
   double *ref = malloc(sizeof(double) * (size_t)(B * S * C)), *lref = malloc(sizeof(double) * (size_t)(B * H * S));
-  double *sc = malloc(sizeof(double) * (size_t)S);
   const double scale = 1 / sqrt((double)Dh);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t s = 0; s < S; s++) {
-        double mx = -INFINITY, sum = 0;
-        for (int64_t l = 0; l < S; l++) {
-          double d = 0;
-          for (int64_t e = 0; e < Dh; e++) d += q.v[(b * S + s) * C + h * Dh + e] * k.v[(b * S + l) * C + h * Dh + e];
-          sc[l] = l / n <= s / n ? scale * d : -INFINITY;
-          mx = fmax(mx, sc[l]);
-        }
-        for (int64_t l = 0; l < S; l++) sum += (sc[l] = exp(sc[l] - mx));
-        for (int64_t e = 0; e < Dh; e++) {
-          double a = 0;
-          for (int64_t l = 0; l < S; l++) a += sc[l] * v.v[(b * S + l) * C + h * Dh + e];
-          ref[(b * S + s) * C + h * Dh + e] = a / sum;
-        }
-        lref[(b * H + h) * S + s] = mx + log(sum);
-      }
+  attention_ref_masked(&q, &k, &v, B, S, S, H, Dh, scale, NULL, NULL, n, ref, lref);
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t o = out_poisoned(dt, 3, qd), lse = out_poisoned(DIT_F32, 3, ld);
     CHECK_OK(dit_cpu_attention_causal(&g_cpu[pi], &q.t, &k.t, &v.t, NULL, n, (int)H, scale, &o, &lse));
@@ -643,7 +616,6 @@ static void check_causal_attention(int64_t B, int64_t S, int64_t H, int64_t Dh, 
   }
   free(ref);
   free(lref);
-  free(sc);
   tt_free(&q), tt_free(&k), tt_free(&v);
 }
 
