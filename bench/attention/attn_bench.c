@@ -2,7 +2,7 @@
  * and of the portable one (the DIT_K_ATTENTION section of compiler/kernels/dit_kernels.cu).
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
- *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] SHAPE...
+ *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N] SHAPE...
  *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
  *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns)
  *
@@ -15,7 +15,9 @@
  * attn_quant / attn_quant_vt do (attn_ref.cu), against the same fp32 reference of the bf16 inputs:
  * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel); then the same with int8 Q
  * and K (ATT_QK_I8, --attn-quant int8fp8: int8fp8_ms, ...) and with int8 Q K^T and bf16 P V over v
- * itself (ATT_PV_BF16, --attn-quant int8: int8_ms, int8_cosine, int8_speedup and so on). */
+ * itself (ATT_PV_BF16, --attn-quant int8: int8_ms, int8_cosine, int8_speedup and so on).
+ * --sustained N also times N launches of the bf16 kernel back to back (sustained_ms: no pause between
+ * them, the clock a model's forward holds) beside the median of separately started ones. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -62,7 +64,7 @@ static void load_driver(void) {
 }
 
 static const char *g_repo = ".", *g_cache = "build-attn/cubin";
-static int g_compile_only = 0, g_iters = 10, g_warmup = 2, g_old = 1, g_samples = 512;
+static int g_compile_only = 0, g_iters = 10, g_warmup = 2, g_old = 1, g_samples = 512, g_sustained = 0;
 static unsigned long long g_seed = 0;
 static const char *g_link = "nvrtc";
 static int g_fp8 = 0;
@@ -339,6 +341,23 @@ static double time_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   return med;
 }
 
+/* The mean time of n launches back to back (no memset or host wait between them): the clock the
+ * chip holds under sustained load, as inside a model's forward, rather than after a pause. */
+static double time_sustained(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem, void **args, int n) {
+  CUevent e0, e1;
+  float ms = 0.f;
+  CK(p_cuEventCreate(&e0, CU_EVENT_DEFAULT));
+  CK(p_cuEventCreate(&e1, CU_EVENT_DEFAULT));
+  CK(p_cuEventRecord(e0, 0));
+  for (int it = 0; it < n; it++) CK(p_cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, 0, args, NULL));
+  CK(p_cuEventRecord(e1, 0));
+  CK(p_cuEventSynchronize(e1));
+  CK(p_cuEventElapsedTime(&ms, e0, e1));
+  p_cuEventDestroy(e0);
+  p_cuEventDestroy(e1);
+  return ms / n;
+}
+
 int main(int argc, char **argv) {
   shape_t shapes[64];
   int nshapes = 0;
@@ -354,10 +373,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-old")) g_old = 0;
     else if (!strcmp(argv[i], "--link") && i + 1 < argc) g_link = argv[++i];
     else if (!strcmp(argv[i], "--fp8")) g_fp8 = 1;
+    else if (!strcmp(argv[i], "--sustained") && i + 1 < argc) g_sustained = atoi(argv[++i]);
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
     else {
       fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
-                      "[--seed S] [--samples N] [--fp8] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+                      "[--seed S] [--samples N] [--fp8] [--sustained N] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
       return 2;
     }
   }
@@ -507,6 +527,7 @@ int main(int argc, char **argv) {
       gx = (unsigned)nsm < tiles ? (unsigned)nsm : tiles, gy = gz = 1;
     }
     double ms = time_kernel(f, gx, gy, gz, threads, smem, args, out, nq);
+    const double sus_ms = g_sustained > 0 ? time_sustained(f, gx, gy, gz, threads, smem, args, g_sustained) : 0.0;
     CK(p_cuCtxSynchronize());
     check_t c = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
     const double flop = 4.0 * B * H * (double)SQ * LK * HD;
@@ -590,6 +611,7 @@ int main(int argc, char **argv) {
              p, fms[form], p, flop / (fms[form] * 1e-3) / 1e12, p, ms / fms[form], p, fc[form].err_out, p, fc[form].err_lse, p,
              fc[form].cosine, p, fc[form].nonfinite, p, fc[form].cosine >= 0.995 && fc[form].nonfinite == 0 ? "true" : "false");
     }
+    if (sus_ms > 0) printf(",\"sustained_ms\":%.4f,\"sustained_tflops\":%.1f", sus_ms, flop / (sus_ms * 1e-3) / 1e12);
     if (g_old)
       printf(",\"old_ms\":%.4f,\"old_tflops\":%.1f,\"old_err_out\":%.3e,\"old_err_lse\":%.3e,\"old_nonfinite\":%llu", oms,
              flop / (oms * 1e-3) / 1e12, oc.err_out, oc.err_lse, oc.nonfinite);

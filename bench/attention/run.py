@@ -2,7 +2,7 @@
 """Attention benchmark: the sm_90a kernel (and the portable one) through build-attn/attn_bench,
 against torch SDPA with the cuDNN and flash backends, on the same shapes.
 
-    python3 bench/attention/run.py RESULTS.json [--iters N] [--no-torch] [--no-variants] [--fp8]
+    python3 bench/attention/run.py RESULTS.json [--iters N] [--no-torch] [--no-variants] [--fp8] [--sustained N]
     python3 bench/attention/run.py --compile-only        # fill build-attn/cubin (no GPU needed)
 
 --fp8 adds the kernel's fp8 forms (head dim 128: e4m3 Q, K and V^T with block scales; then int8 Q, K) on the same
@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--no-old", action="store_true")
     ap.add_argument("--fp8", action="store_true", help="also the fp8 form, and sageattn as its peer")
+    ap.add_argument("--sustained", type=int, default=0, help="also time N launches back to back (the clock under sustained load)")
     ap.add_argument("--shapes", default=None, help="comma-separated BxHxSQxLKxHD[:cfg] list replacing the default shapes")
     ap.add_argument("--variants", default=None, help="semicolon-separated BxHxSQxLKxHD:NCW,BN,ST list replacing the default variants")
     a = ap.parse_args()
@@ -144,7 +145,8 @@ def main():
                            check=True)
         return
 
-    extra = ["--iters", str(a.iters)] + (["--no-old"] if a.no_old else []) + (["--fp8"] if a.fp8 else [])
+    sus = ["--sustained", str(a.sustained)] if a.sustained else []
+    extra = ["--iters", str(a.iters)] + (["--no-old"] if a.no_old else []) + (["--fp8"] if a.fp8 else []) + sus
     # Small shapes first, in their own process with a short limit, so a hang costs little.
     small = [sp for sp in specs if int(sp.split(":")[0].split("x")[2]) * int(sp.split(":")[0].split("x")[3]) <= 32760 * 512]
     small += [sp for sp in specs if sp not in small and int(sp.split(":")[0].split("x")[2]) <= 4608]
@@ -152,7 +154,7 @@ def main():
     rows = run_bench(a.bench, a.cache, small, extra, 40)
     if len(rows) == len(small):
         rows += run_bench(a.bench, a.cache, big, extra, 150)
-        vrows = run_bench(a.bench, a.cache, variants, ["--iters", str(a.iters), "--no-old"] + (["--fp8"] if a.fp8 else []), 60) if variants else []
+        vrows = run_bench(a.bench, a.cache, variants, ["--iters", str(a.iters), "--no-old"] + (["--fp8"] if a.fp8 else []) + sus, 60) if variants else []
     else:
         print("small shapes failed: skipping the large ones", flush=True)
         vrows = []
@@ -185,7 +187,8 @@ def main():
         print(f"{shp:<24}{f(r['tflops'])}{f(r.get('cudnn_tflops'))}{f(r.get('flash_tflops'))}{f(r.get('old_tflops'))}"
               f"{ratio(r['tflops'], r.get('cudnn_tflops'))}{ratio(r['tflops'], r.get('flash_tflops'))}"
               f"  {r['err_out']:9.2e} {r['err_lse']:9.2e}  {'ok' if r['ok'] else 'BAD'}  "
-              f"{c['ncw']},{c['bn']},{c['st']},{c['persist']},{c.get('sched', 1)} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}")
+              f"{c['ncw']},{c['bn']},{c['st']},{c['persist']},{c.get('sched', 1)} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}"
+              + (f" sustained={r['sustained_tflops']:.1f}" if "sustained_tflops" in r else ""))
     for form, what in (("fp8", "e4m3 Q, K, P, V"), ("int8fp8", "int8 Q, K, e4m3 P, V: --attn-quant int8fp8"),
                        ("int8", "int8 Q, K, bf16 P, V: --attn-quant int8")):
         frows = [r for r in rows if form + "_ms" in r]
