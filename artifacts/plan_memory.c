@@ -11,7 +11,10 @@ uint64_t dit_plan_collective_buffer_bytes(const dit_plan_t *plan) {
     const dit_plan_step_t *st = &plan->steps[i];
     if (!dit_op_is_collective(st->kind)) continue;
     const dit_attr_t *na = dit_attrs_find(&st->attrs, "n");
-    /* A group size outside [1, 64] is refused by the executor; 64 bounds the buffer then. */
+    /* A group size outside [1, 64] is refused by the executor; 64 bounds the buffer then.
+     * ring_shift counts n blocks too, though its point-to-point exchange needs one block at
+     * most (none when its input and output are apart): kept, so the plan's predicted peak and
+     * its recorded figures stay as they were. */
     const uint64_t n = st->kind == DIT_OP_ALLREDUCE ? 1 : na && na->i > 0 && na->i <= 64 ? (uint64_t)na->i : 64;
     const uint64_t b = plan->values[st->in[0]].nbytes, o = plan->values[st->out[0]].nbytes;
     if (n * b > need) need = n * b;

@@ -18,15 +18,17 @@
  * staged through host memory when the backend's memory is not the host's and there is no NCCL
  * (or when asked to, which checks that path on the CPU). */
 
-typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL } comm_kind_t;
+typedef enum { COMM_ALLREDUCE, COMM_ALLGATHER, COMM_ALLTOALL, COMM_SHIFT } comm_kind_t;
 
-static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype);
+static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype,
+                              int distance);
 
 /* Runs one communicator call on backend-memory buffers: recv = f(send). For ALLREDUCE, send
  * is recv (in place, `bytes` of dtype); ALLGATHER takes `bytes` and gives n * bytes; ALLTOALL
- * exchanges n chunks of `bytes`. */
+ * exchanges n chunks of `bytes`; SHIFT sends `bytes` to the member `distance` places on and
+ * receives `bytes` from the one `distance` places back (send and recv apart). */
 static dit_status_t host_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind, const int *members, int n, void *send, void *recv,
-                              size_t bytes, dit_dtype_t dtype);
+                              size_t bytes, dit_dtype_t dtype, int distance);
 
 /* One communicator call's arguments, kept for the collective queue that runs it later. */
 typedef struct coll_job {
@@ -37,36 +39,37 @@ typedef struct coll_job {
   void *send, *recv;
   size_t bytes;
   dit_dtype_t dtype;
+  int distance;
 } coll_job_t;
 
 static dit_status_t run_job(void *p) {
   coll_job_t *j = p;
-  return host_call(j->rt, j->comm, j->kind, j->members, j->n, j->send, j->recv, j->bytes, j->dtype);
+  return host_call(j->rt, j->comm, j->kind, j->members, j->n, j->send, j->recv, j->bytes, j->dtype, j->distance);
 }
 
 static dit_status_t comm_call(rank_rt_t *rt, dit_comm_t *comm, int group, comm_kind_t kind, const int *members, int n, void *send,
-                              void *recv, size_t bytes, dit_dtype_t dtype) {
+                              void *recv, size_t bytes, dit_dtype_t dtype, int distance) {
   if (rt->owner->nccl && n > 1) {
     int me = 0;
     while (me < n && members[me] != rt->rank) me++;
-    return nccl_call(rt, group, me, kind, send, recv, bytes, dtype);
+    return nccl_call(rt, group, me, kind, send, recv, bytes, dtype, distance);
   }
   if (rt->coll_queue && n > 1) {
     /* Overlapped (host-memory backends): the call runs on the collective queue, after the
      * copies enqueued there before it. One job per collective step of the plan. */
     coll_job_t *j = &rt->coll_jobs[rt->coll_step];
-    *j = (coll_job_t){rt, comm, kind, {0}, n, send, recv, bytes, dtype};
+    *j = (coll_job_t){rt, comm, kind, {0}, n, send, recv, bytes, dtype, distance};
     memcpy(j->members, members, sizeof(int) * (size_t)n);
     return rt->be->call(rt->be_state, rt->coll_queue, run_job, j);
   }
-  return host_call(rt, comm, kind, members, n, send, recv, bytes, dtype);
+  return host_call(rt, comm, kind, members, n, send, recv, bytes, dtype, distance);
 }
 
 /* The communicator call on the calling thread (staged through host memory where needed). */
 static dit_status_t host_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind, const int *members, int n, void *send, void *recv,
-                              size_t bytes, dit_dtype_t dtype) {
-  const size_t in = kind == COMM_ALLREDUCE ? bytes : kind == COMM_ALLGATHER ? bytes : (size_t)n * bytes;
-  const size_t out = kind == COMM_ALLREDUCE ? bytes : (size_t)n * bytes;
+                              size_t bytes, dit_dtype_t dtype, int distance) {
+  const size_t in = kind == COMM_ALLTOALL ? (size_t)n * bytes : bytes;
+  const size_t out = kind == COMM_ALLREDUCE || kind == COMM_SHIFT ? bytes : (size_t)n * bytes;
   const int staged = !rt->be->host_memory || rt->stage;
   void *hs = send, *hr = recv;
   if (staged) {
@@ -86,11 +89,14 @@ static dit_status_t host_call(rank_rt_t *rt, dit_comm_t *comm, comm_kind_t kind,
   } else if (rt->tcomm) {
     s = kind == COMM_ALLREDUCE   ? dit_tcomm_allreduce_sum(rt->tcomm, members, n, hr, bytes / dit_dtype_size(dtype), dtype)
         : kind == COMM_ALLGATHER ? dit_tcomm_allgather(rt->tcomm, members, n, hs, bytes, hr)
+        : kind == COMM_SHIFT     ? dit_tcomm_shift(rt->tcomm, members, n, distance, hs, hr, bytes)
                                  : dit_tcomm_alltoall(rt->tcomm, members, n, hs, hr, bytes);
   } else if (kind == COMM_ALLREDUCE) {
     s = dit_comm_allreduce_sum(comm, rt->rank, members, n, hr, bytes / dit_dtype_size(dtype), dtype);
   } else if (kind == COMM_ALLGATHER) {
     s = dit_comm_allgather(comm, rt->rank, members, n, hs, bytes, hr);
+  } else if (kind == COMM_SHIFT) {
+    s = dit_comm_shift(comm, rt->rank, members, n, distance, hs, hr, bytes);
   } else {
     s = dit_comm_alltoall(comm, rt->rank, members, n, hs, hr, bytes);
   }
@@ -247,10 +253,14 @@ static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_p
   if (st->kind == DIT_OP_ALLREDUCE) {
     if (dit_tensor_numel(x) != dit_tensor_numel(y)) return DIT_ERR(INVALID_ARGUMENT, "allreduce: input and output differ in size");
     DIT_RETURN_IF(copy2d(rt, y->data, bytes, x->data, bytes, bytes, 1));
-    return comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype);
+    return comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, y->data, y->data, bytes, y->dtype, 0);
   }
   if (x->rank != 3 || y->rank != 3) return DIT_ERR(INVALID_ARGUMENT, "%s: operands are not [B, T, C]", name);
-  if ((size_t)n * bytes > rt->coll_cap) return DIT_ERR(INTERNAL, "%s: collective scratch of %zu bytes is short", name, rt->coll_cap);
+  /* The plan sizes the scratch for n * bytes of every collective but allreduce
+   * (dit_plan_collective_buffer_bytes); ring_shift uses at most bytes of it now, the rest is
+   * slack the plan format keeps. */
+  const size_t scratch = (st->kind == DIT_OP_RING_SHIFT ? 1 : (size_t)n) * bytes;
+  if (scratch > rt->coll_cap) return DIT_ERR(INTERNAL, "%s: collective scratch of %zu bytes is short of %zu", name, rt->coll_cap, scratch);
   uint8_t *send = rt->coll_send, *recv = rt->coll_recv, *yd = y->data;
   const uint8_t *xd = x->data;
   const size_t B = (size_t)x->dims[0], T = (size_t)x->dims[1], row = (size_t)x->dims[2] * es;
@@ -258,18 +268,22 @@ static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_p
     case DIT_OP_REDUCE_SCATTER: { /* the group's sum (fp32, group order), then this member's token share */
       const size_t Tl = T / (size_t)n;
       DIT_RETURN_IF(copy2d(rt, recv, bytes, xd, bytes, bytes, 1));
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLREDUCE, members, n, recv, recv, bytes, x->dtype, 0));
       return copy2d(rt, yd, Tl * row, recv + (size_t)me * Tl * row, T * row, Tl * row, B);
     }
-    case DIT_OP_RING_SHIFT: { /* every member's block, then the one `distance` members back (the previous one) */
+    case DIT_OP_RING_SHIFT: { /* the block of the member `distance` places back (the previous one), point to point */
       const dit_attr_t *da = dit_attrs_find(&st->attrs, "distance");
       const int d = da ? (int)da->i : 1;
       if (d < 1 || d >= n) return DIT_ERR(INVALID_ARGUMENT, "ring_shift: distance %d: expected 1..%d", d, n - 1);
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
-      return copy2d(rt, yd, bytes, recv + (size_t)((me + n - d) % n) * bytes, bytes, bytes, 1);
+      if (dit_tensor_nbytes(y) != bytes) return DIT_ERR(INVALID_ARGUMENT, "ring_shift: output of %zu bytes, input of %zu", dit_tensor_nbytes(y), bytes);
+      /* x and y are whole contiguous blocks: the exchange writes y directly unless they share
+       * memory (a communicator's send and receive must not overlap), then it lands in scratch. */
+      const int apart = xd + bytes <= yd || yd + bytes <= xd;
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_SHIFT, members, n, (void *)xd, apart ? yd : recv, bytes, x->dtype, d));
+      return apart ? DIT_OK : copy2d(rt, yd, bytes, recv, bytes, bytes, 1);
     }
     case DIT_OP_ALLGATHER: /* recv = [member][B][T][C] -> y[b][member*T + t][c] */
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLGATHER, members, n, (void *)xd, recv, bytes, x->dtype, 0));
       for (int p = 0; p < n; p++) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * T * row, (size_t)n * T * row, recv + (size_t)p * bytes, T * row, T * row, B));
       return DIT_OK;
     case DIT_OP_ALLTOALL: {
@@ -288,7 +302,7 @@ static dit_status_t collective_body(rank_rt_t *rt, dit_comm_t *comm, const dit_p
         if (reverse) DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, Tl * seg, xd + (size_t)p * Tl * seg, T * seg, Tl * seg, B));
         else DIT_RETURN_IF(copy2d(rt, send + (size_t)p * chunk, seg, xd + (size_t)p * seg, row, seg, B * Tl));
       }
-      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, sbuf, rbuf, chunk, x->dtype));
+      DIT_RETURN_IF(comm_call(rt, comm, group, COMM_ALLTOALL, members, n, sbuf, rbuf, chunk, x->dtype, 0));
       for (int p = 0; p < n && rbuf == recv; p++) {
         if (p == me) continue;
         if (reverse) DIT_RETURN_IF(copy2d(rt, yd + (size_t)p * seg, yrow, recv + (size_t)p * chunk, seg, seg, B * Tl));
@@ -355,7 +369,8 @@ dit_status_t dit_exec_nccl_after_sync(dit_runtime_t *rt, dit_status_t s) {
   return a ? a : s;
 }
 
-static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype) {
+static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind, void *send, void *recv, size_t bytes, dit_dtype_t dtype,
+                              int distance) {
   dit_runtime_t *o = rt->owner;
   pthread_rwlock_rdlock(&o->nlock);
   dit_ncomm_t *c = group >= 0 && group < DIT_COLL_GROUPS ? rt->ngroup[group] : NULL;
@@ -366,6 +381,7 @@ static dit_status_t nccl_call(rank_rt_t *rt, int group, int me, comm_kind_t kind
     void *q = rt->be->native_queue(rt->be_state, rt->coll_queue);
     s = kind == COMM_ALLREDUCE   ? dit_ncomm_allreduce_sum(c, recv, bytes / dit_dtype_size(dtype), dtype, q)
         : kind == COMM_ALLGATHER ? dit_ncomm_allgather(c, send, recv, bytes, q)
+        : kind == COMM_SHIFT     ? dit_ncomm_shift(c, send, recv, bytes, me, distance, q)
                                  : dit_ncomm_alltoall(c, send, recv, bytes, me, q);
   }
   pthread_rwlock_unlock(&o->nlock);

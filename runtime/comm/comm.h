@@ -18,7 +18,7 @@ typedef struct dit_comm dit_comm_t;
  * that never arrives makes the others fail with DEADLINE_EXCEEDED naming the group and the
  * missing ranks); 0 = no limit. A group that timed out fails every later call at once (its
  * missing rank may still come); other groups are unaffected. Members that disagree (collective,
- * sizes, dtype, root) or whose buffers overlap one another's all get INVALID_ARGUMENT, and no
+ * sizes, dtype, root, distance) or whose buffers overlap one another's all get INVALID_ARGUMENT, and no
  * buffer changes. The caller owns *out. */
 dit_status_t dit_comm_create_local(int world, int timeout_ms, dit_comm_t **out);
 void dit_comm_destroy(dit_comm_t *c);
@@ -43,6 +43,12 @@ dit_status_t dit_comm_alltoall(dit_comm_t *c, int rank, const int *group, int n,
 /* Copies root's buf (bytes) to every member's buf. root is a world rank in the group. */
 dit_status_t dit_comm_broadcast(dit_comm_t *c, int rank, const int *group, int n, int root,
                                 void *buf, size_t bytes);
+/* Point-to-point around the group: the member at place i sends send (bytes) to the member at
+ * place (i + distance) % n and receives into recv what the member at (i - distance + n) % n
+ * sent, in one call. distance is in 0..n-1 (0 copies send to recv) and the same on every
+ * member; send and recv must not overlap. Moves bytes, not n * bytes, per member. */
+dit_status_t dit_comm_shift(dit_comm_t *c, int rank, const int *group, int n, int distance,
+                            const void *send, void *recv, size_t bytes);
 dit_status_t dit_comm_barrier(dit_comm_t *c, int rank, const int *group, int n);
 
 #endif

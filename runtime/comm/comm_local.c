@@ -29,19 +29,21 @@ typedef enum dit_comm_op {
   DIT_COMM_ALLTOALL,
   DIT_COMM_BROADCAST,
   DIT_COMM_BARRIER,
+  DIT_COMM_SHIFT,
 } dit_comm_op_t;
 
 static const char *const kOpNames[] = {"allreduce_sum", "allgather", "alltoall", "broadcast",
-                                       "barrier"};
-/* What `size` means for each collective, for messages about sizes that differ. */
-static const char *const kSizeNames[] = {"count", "bytes", "chunk_bytes", "bytes", "size"};
+                                       "barrier",       "shift"};
+/* What `size` and `param` mean for each collective, for messages about values that differ. */
+static const char *const kSizeNames[] = {"count", "bytes", "chunk_bytes", "bytes", "size", "bytes"};
+static const char *const kParamNames[] = {"dtype", "", "", "root", "", "distance"};
 
 /* One member's request. Published at arrival; the other members read it (and the memory it
  * points to) until the collective's last step, which is why no member returns before it. */
 typedef struct dit_comm_slot {
   dit_comm_op_t op;
-  size_t size;        /* count (allreduce), bytes (allgather, broadcast), chunk (alltoall) */
-  int param;          /* dtype (allreduce), root (broadcast) */
+  size_t size;        /* count (allreduce), bytes (allgather, broadcast, shift), chunk (alltoall) */
+  int param;          /* dtype (allreduce), root (broadcast), distance (shift) */
   const void *src;    /* what the others read from this member */
   size_t src_len;
   void *dst;          /* what this member writes */
@@ -360,8 +362,7 @@ static void judge(dit_comm_group_t *g) {
   }
   if (code == DIT_CODE_OK && (!same_size || !same_param)) {
     code = DIT_CODE_INVALID_ARGUMENT;
-    const char *what = !same_size ? kSizeNames[s[0].op]
-                       : s[0].op == DIT_COMM_ALLREDUCE ? "dtype" : "root";
+    const char *what = !same_size ? kSizeNames[s[0].op] : kParamNames[s[0].op];
     dit_strbuf_printf(&b, "members disagree on %s:", what);
     for (int i = 0; i < g->n; i++) {
       dit_strbuf_printf(&b, "%s rank %d ", i ? "," : "", g->members[i]);
@@ -527,7 +528,8 @@ static void run(dit_comm_call_t *k, dit_comm_group_t *g) {
   const dit_comm_slot_t *me = &s[k->idx];
   /* Every member takes the same branches (sizes are agreed), so all reach the same steps. */
   if (me->op == DIT_COMM_BARRIER || me->size == 0 || g->n == 1) {
-    if ((me->op == DIT_COMM_ALLGATHER || me->op == DIT_COMM_ALLTOALL) && me->size)
+    if ((me->op == DIT_COMM_ALLGATHER || me->op == DIT_COMM_ALLTOALL || me->op == DIT_COMM_SHIFT) &&
+        me->size)
       memcpy(me->dst, me->src, me->size);
     return;
   }
@@ -561,6 +563,9 @@ static void run(dit_comm_call_t *k, dit_comm_group_t *g) {
     case DIT_COMM_BROADCAST:
       for (int j = 0; j < g->n; j++)
         if (g->members[j] == me->param && j != k->idx) memcpy(me->dst, s[j].src, me->size);
+      break;
+    case DIT_COMM_SHIFT: /* from the member `distance` places back, around the group */
+      memcpy(me->dst, s[(k->idx + g->n - me->param) % g->n].src, me->size);
       break;
     case DIT_COMM_BARRIER:
       break;
@@ -689,5 +694,28 @@ dit_status_t dit_comm_broadcast(dit_comm_t *c, int rank, const int *group, int n
 dit_status_t dit_comm_barrier(dit_comm_t *c, int rank, const int *group, int n) {
   dit_comm_call_t k = {.c = c, .rank = rank, .group = group, .n = n, .op = DIT_COMM_BARRIER};
   k.req.op = k.op;
+  return collective(&k);
+}
+
+dit_status_t dit_comm_shift(dit_comm_t *c, int rank, const int *group, int n, int distance,
+                            const void *send, void *recv, size_t bytes) {
+  dit_comm_call_t k = {.c = c, .rank = rank, .group = group, .n = n, .op = DIT_COMM_SHIFT};
+  k.req.op = k.op;
+  k.req.size = bytes;
+  k.req.param = distance;
+  if (distance < 0 || distance >= (n > 0 ? n : 1))
+    mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "distance %d is not in 0..%d", distance,
+             n > 0 ? n - 1 : 0);
+  else if (bytes && (!send || !recv))
+    mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "%s is NULL for %zu bytes", send ? "recv" : "send",
+             bytes);
+  else if (overlaps(send, bytes, recv, bytes))
+    mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "send and recv overlap");
+  else {
+    k.req.src = send;
+    k.req.src_len = bytes;
+    k.req.dst = recv;
+    k.req.dst_len = bytes;
+  }
   return collective(&k);
 }

@@ -154,6 +154,23 @@ dit_status_t dit_ncomm_alltoall(dit_ncomm_t *c, const void *send, void *recv, si
   return e;
 }
 
+dit_status_t dit_ncomm_shift(dit_ncomm_t *c, const void *send, void *recv, size_t bytes, int me, int distance, void *stream) {
+  const int n = c->size;
+  if (n < 1 || me < 0 || me >= n || distance < 0 || distance >= n)
+    return DIT_ERR(INVALID_ARGUMENT, "NCCL shift: rank %d, distance %d in a communicator of %d (expected 0..%d)", me, distance, n, n - 1);
+  /* One send and one receive in one group, also when both go to one peer (2 * distance == n):
+   * NCCL matches them by direction, so neither waits for the other. */
+  DIT_RETURN_IF(check(N.group_start(), c->comm, "ncclGroupStart"));
+  dit_status_t s = check(N.send(send, bytes, NCCL_UINT8, (me + distance) % n, c->comm, stream), c->comm, "ncclSend");
+  if (!s) s = check(N.recv(recv, bytes, NCCL_UINT8, (me + n - distance) % n, c->comm, stream), c->comm, "ncclRecv");
+  dit_status_t e = check(N.group_end(), c->comm, "ncclGroupEnd");
+  if (s) {
+    dit_status_free(e);
+    return s;
+  }
+  return e;
+}
+
 dit_status_t dit_ncomm_async_error(dit_ncomm_t *c) {
   nccl_result_t r = 0;
   DIT_RETURN_IF(check(N.async_error(c->comm, &r), c->comm, "ncclCommGetAsyncError"));

@@ -41,6 +41,10 @@ dit_status_t dit_ncomm_allgather(dit_ncomm_t *c, const void *send, void *recv, s
  * rank `skip`'s chunk (the caller's own, which it places itself) is not exchanged (-1: none). */
 dit_status_t dit_ncomm_alltoall(dit_ncomm_t *c, const void *send, void *recv, size_t chunk_bytes, int skip, void *stream);
 
+/* Rank `me` of c sends send (bytes) to rank (me + distance) % size and receives recv (bytes)
+ * from rank (me - distance + size) % size: one send and one receive in one NCCL group. */
+dit_status_t dit_ncomm_shift(dit_ncomm_t *c, const void *send, void *recv, size_t bytes, int me, int distance, void *stream);
+
 /* OK, or the asynchronous error NCCL recorded for c (a peer that vanished, a transport that
  * broke). Safe from another thread while collectives run. */
 dit_status_t dit_ncomm_async_error(dit_ncomm_t *c);

@@ -28,9 +28,12 @@ struct dit_tcomm {
   int aborted; /* atomic: this rank failed; collectives in flight return */
 };
 
+/* kind: 0 for the whole-buffer exchanges, 1 + distance for a shift, so members that disagree
+ * on the distance fail where they meet instead of moving the wrong bytes. */
 typedef struct wire_header {
   uint32_t magic, seq;
   uint64_t bytes;
+  uint32_t kind, reserved;
 } wire_header_t;
 
 dit_status_t dit_tcomm_status(dit_tcomm_t *c) { return dit_rendezvous_status(c->rdzv); }
@@ -214,6 +217,7 @@ typedef struct xfer {
   const char *send;
   char *recv;
   size_t slen, rlen, sdone, rdone;
+  uint32_t kind; /* the header's kind, sent and expected */
   wire_header_t sh, rh;
   size_t shdone, rhdone;
 } xfer_t;
@@ -240,22 +244,26 @@ static dit_status_t exchange(dit_tcomm_t *c, xfer_t *x, int m) {
 
 static dit_status_t exchange_once(dit_tcomm_t *c, xfer_t *x, int m) {
   for (int i = 0; i < m; i++) {
-    x[i].sh = (wire_header_t){TCOMM_MAGIC, c->seq[x[i].peer]++, (uint64_t)x[i].slen};
+    x[i].sh = (wire_header_t){TCOMM_MAGIC, c->seq[x[i].peer]++, (uint64_t)x[i].slen, x[i].kind, 0};
     x[i].sdone = x[i].rdone = x[i].shdone = x[i].rhdone = 0;
   }
   const long long deadline = c->timeout_ms > 0 ? dit_now_ms() + c->timeout_ms : 0;
   struct pollfd q[TCOMM_MAX_WORLD];
+  /* A peer's header that disagrees with this call: it fails once every peer has this call's
+   * header too, so each member that disagrees sees it rather than a closed connection. */
+  dit_status_t bad = DIT_OK;
   for (;;) {
     int active = 0;
     for (int i = 0; i < m; i++) {
       short ev = 0;
-      if (x[i].shdone < sizeof x[i].sh || x[i].sdone < x[i].slen) ev |= POLLOUT;
-      if (x[i].rhdone < sizeof x[i].rh || x[i].rdone < x[i].rlen) ev |= POLLIN;
+      if (x[i].shdone < sizeof x[i].sh || (!bad && x[i].sdone < x[i].slen)) ev |= POLLOUT;
+      if (!bad && (x[i].rhdone < sizeof x[i].rh || x[i].rdone < x[i].rlen)) ev |= POLLIN;
       q[i] = (struct pollfd){c->fd[x[i].peer], ev, 0};
       active += ev != 0;
     }
-    if (!active) return DIT_OK;
+    if (!active) return bad;
     long long left = deadline ? deadline - dit_now_ms() : 1000;
+    if (bad && deadline && left <= 0) return bad;
     if (deadline && left <= 0) {
       char who[256] = "";
       size_t w = 0;
@@ -263,21 +271,28 @@ static dit_status_t exchange_once(dit_tcomm_t *c, xfer_t *x, int m) {
         if (q[i].events) w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", x[i].peer);
       return DIT_ERR(DEADLINE_EXCEEDED, "tcp collectives: rank %d waited %d ms for ranks %s", c->rank, c->timeout_ms, who);
     }
-    if (poll(q, (nfds_t)m, (int)(left > 100 ? 100 : left)) < 0 && errno != EINTR)
+    if (poll(q, (nfds_t)m, (int)(left > 100 ? 100 : left)) < 0 && errno != EINTR) {
+      dit_status_free(bad);
       return DIT_ERR(INTERNAL, "tcp collectives: poll: %s", strerror(errno));
+    }
+    if (bad && __atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE)) return bad;
     if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
       return DIT_ERR(ABORTED, "tcp collectives: rank %d stopped its collectives (it failed)", c->rank);
     for (int i = 0; i < m; i++) {
       xfer_t *t = &x[i];
-      if (q[i].revents & (POLLERR | POLLHUP | POLLNVAL) && !(q[i].revents & POLLIN))
+      if (q[i].revents & (POLLERR | POLLHUP | POLLNVAL) && !(q[i].revents & POLLIN)) {
+        if (bad) return bad;
         return DIT_ERR(ABORTED, "tcp collectives: rank %d's connection to rank %d closed", c->rank, t->peer);
+      }
       if (q[i].revents & POLLOUT) {
         const int hdr = t->shdone < sizeof t->sh;
         const char *p = hdr ? (const char *)&t->sh + t->shdone : t->send + t->sdone;
         size_t n = hdr ? sizeof t->sh - t->shdone : t->slen - t->sdone;
         ssize_t k = send(q[i].fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno != EAGAIN && errno != EINTR)
+        if (k < 0 && errno != EAGAIN && errno != EINTR) {
+          if (bad) return bad;
           return DIT_ERR(ABORTED, "tcp collectives: rank %d sending to rank %d: %s", c->rank, t->peer, strerror(errno));
+        }
         if (k > 0) *(hdr ? &t->shdone : &t->sdone) += (size_t)k;
       }
       if (q[i].revents & POLLIN) {
@@ -291,9 +306,14 @@ static dit_status_t exchange_once(dit_tcomm_t *c, xfer_t *x, int m) {
         if (k > 0) *(hdr ? &t->rhdone : &t->rdone) += (size_t)k;
         if (hdr && t->rhdone == sizeof t->rh) {
           const uint32_t want = c->seq[t->peer] - 1;
-          if (t->rh.magic != TCOMM_MAGIC || t->rh.seq != want || t->rh.bytes != (uint64_t)t->rlen)
-            return DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank %d sent call %u of %llu bytes, rank %d expected call %u of %zu bytes",
-                           t->peer, t->rh.seq, (unsigned long long)t->rh.bytes, c->rank, want, t->rlen);
+          if (t->rh.magic == TCOMM_MAGIC && t->rh.seq == want && t->rh.kind != t->kind)
+            bad = DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank %d's call %u is %s of distance %d, rank %d's %s of distance %d",
+                          t->peer, want, t->rh.kind ? "a shift" : "not a shift", (int)t->rh.kind - 1, c->rank,
+                          t->kind ? "a shift" : "not a shift", (int)t->kind - 1);
+          else if (t->rh.magic != TCOMM_MAGIC || t->rh.seq != want || t->rh.bytes != (uint64_t)t->rlen)
+            bad = DIT_ERR(INVALID_ARGUMENT, "tcp collectives: rank %d sent call %u of %llu bytes, rank %d expected call %u of %zu bytes",
+                          t->peer, t->rh.seq, (unsigned long long)t->rh.bytes, c->rank, want, t->rlen);
+          if (bad) break; /* no more of any peer's bytes */
         }
       }
     }
@@ -371,5 +391,30 @@ dit_status_t dit_tcomm_broadcast(dit_tcomm_t *c, const int *group, int n, int ro
     else if (group[i] == root) x[m++] = (xfer_t){.peer = root, .recv = buf, .rlen = bytes};
     else x[m++] = (xfer_t){.peer = group[i]}; /* an empty message keeps every pair's calls in step */
   }
+  return exchange(c, x, m);
+}
+
+dit_status_t dit_tcomm_shift(dit_tcomm_t *c, const int *group, int n, int distance, const void *send, void *recv, size_t bytes) {
+  dit_status_t s = DIT_OK;
+  const int me = member_index(c, group, n, &s);
+  if (me < 0) return s;
+  if (distance < 0 || distance >= n)
+    return DIT_ERR(INVALID_ARGUMENT, "tcp collectives: shift distance %d is not in 0..%d (group of %d)", distance, n - 1, n);
+  if (bytes && (!send || !recv)) return DIT_ERR(INVALID_ARGUMENT, "tcp collectives: shift %s is NULL for %zu bytes", send ? "recv" : "send", bytes);
+  if (bytes && (const char *)send < (const char *)recv + bytes && (const char *)recv < (const char *)send + bytes)
+    return DIT_ERR(INVALID_ARGUMENT, "tcp collectives: shift send and recv overlap");
+  const int to = group[(me + distance) % n], from = group[(me + n - distance) % n];
+  if (to == c->rank) { /* distance 0 */
+    if (bytes) memcpy(recv, send, bytes);
+    return DIT_OK;
+  }
+  /* Both directions move at once (exchange polls every connection), so no order of the pairs
+   * can deadlock; with 2 * distance == n both go to one peer, one transfer each way. */
+  const uint32_t kind = 1u + (uint32_t)distance;
+  xfer_t x[2];
+  int m = 0;
+  x[m++] = (xfer_t){.peer = to, .send = send, .slen = bytes, .kind = kind};
+  if (from == to) x[0].recv = recv, x[0].rlen = bytes;
+  else x[m++] = (xfer_t){.peer = from, .recv = recv, .rlen = bytes, .kind = kind};
   return exchange(c, x, m);
 }

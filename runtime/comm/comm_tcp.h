@@ -28,6 +28,12 @@ void dit_tcomm_destroy(dit_tcomm_t *c);
  * sizes; a member whose size differs, or that closes its connection, fails the call. */
 dit_status_t dit_tcomm_allgather(dit_tcomm_t *c, const int *group, int n, const void *send, size_t bytes, void *recv);
 dit_status_t dit_tcomm_alltoall(dit_tcomm_t *c, const int *group, int n, const void *send, void *recv, size_t chunk_bytes);
+/* Member i sends send (bytes) to member (i + distance) % n and receives into recv from member
+ * (i - distance + n) % n: one transfer each way, not the group's. distance in 0..n-1, the same
+ * on every member: members whose distance or bytes differ fail the call where they exchange
+ * (nothing of the other's lands in recv), the others on the deadline. send and recv must not
+ * overlap. */
+dit_status_t dit_tcomm_shift(dit_tcomm_t *c, const int *group, int n, int distance, const void *send, void *recv, size_t bytes);
 dit_status_t dit_tcomm_allreduce_sum(dit_tcomm_t *c, const int *group, int n, void *buf, size_t count, dit_dtype_t dtype);
 /* The launch's liveness: OK while no rank has failed, else ABORTED naming it (the caller owns
  * the status). report_failure tells every other rank that this one failed. */

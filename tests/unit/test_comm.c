@@ -1,7 +1,7 @@
-/* Pins the in-process communicator: every collective against a serial reference for 1 to 8
- * ranks, bit-identical reductions in group order, concurrent groups of tp x cp meshes,
- * back-to-back generations, timeouts naming the missing rank, abort, and mismatched calls
- * failing on every member. */
+/* Pins the in-process communicator: every collective (and the shift at every distance)
+ * against a serial reference for 1 to 8 ranks, bit-identical reductions in group order,
+ * concurrent groups of tp x cp meshes, back-to-back generations, timeouts naming the missing
+ * rank, abort, and mismatched calls failing on every member. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -199,6 +199,23 @@ static void check_broadcast(ref_ctx_t *x, int rank, size_t bytes, int root, uint
   free(buf);
 }
 
+/* Every distance around the group: the block of the member `d` places back in group order,
+ * and the caller's own send untouched. */
+static void check_shift(ref_ctx_t *x, int rank, size_t bytes, int d, uint64_t seed) {
+  const int n = x->world, me = idx_of(x->group, n, rank), from = x->group[(me + n - d) % n];
+  uint8_t *send = malloc(bytes + 1), *recv = malloc(bytes + 2);
+  for (size_t i = 0; i < bytes; i++) send[i] = byte_at(seed, rank, i);
+  memset(recv, 0xee, bytes + 2);
+  expect_ok(dit_comm_shift(x->c, rank, x->group, n, d, send, recv, bytes), "shift", rank);
+  int bad = 0;
+  for (size_t i = 0; i < bytes; i++) bad += recv[i] != byte_at(seed, from, i) || send[i] != byte_at(seed, rank, i);
+  bad += recv[bytes] != 0xee || recv[bytes + 1] != 0xee;
+  tcheck(!bad, "shift world %d distance %d bytes %zu at rank %d (from rank %d): %d bytes wrong", n, d,
+         bytes, rank, from, bad);
+  free(send);
+  free(recv);
+}
+
 static void ref_rank(void *ctx, int rank) {
   ref_ctx_t *x = ctx;
   uint64_t seed = 1;
@@ -211,6 +228,7 @@ static void ref_rank(void *ctx, int rank) {
       check_alltoall(x, rank, sz, in_place, seed++);
     }
     for (int r = 0; r < x->world; r++) check_broadcast(x, rank, sz, r, seed++);
+    for (int d = 0; d < x->world; d++) check_shift(x, rank, sz, d, seed++);
   }
   /* Nobody leaves a barrier before everyone has entered it. */
   for (int round = 0; round < 8; round++) {
@@ -456,6 +474,32 @@ static void test_timeout(void) {
   dit_comm_destroy(x.c);
 }
 
+/* A shift whose member never comes: the others time out naming the group and the missing
+ * rank, and nothing arrives in their buffers. */
+static void shift_timeout_rank(void *ctx, int rank) {
+  fail_ctx_t *x = ctx;
+  static const int g[] = {3, 1, 0, 2};
+  if (rank == 0) return; /* never arrives */
+  uint8_t send[32], recv[32];
+  memset(send, rank, sizeof send);
+  memset(recv, 0xcd, sizeof recv);
+  expect_err(dit_comm_shift(x->c, rank, g, 4, 1, send, recv, sizeof send), DIT_CODE_DEADLINE_EXCEEDED,
+             "shift on group {3,1,0,2}", "shift timeout", rank);
+  int changed = 0;
+  for (size_t i = 0; i < sizeof recv; i++) changed += recv[i] != 0xcd;
+  tcheck(!changed, "shift timeout at rank %d changed %d bytes of recv", rank, changed);
+}
+
+static void test_shift_timeout(void) {
+  fail_ctx_t x = {.timeout_ms = 100};
+  CHECK_OK(dit_comm_create_local(4, x.timeout_ms, &x.c));
+  run_ranks(4, shift_timeout_rank, &x);
+  static const int g[] = {3, 1, 0, 2};
+  uint8_t a[4] = {0}, b[4] = {0};
+  CHECK_ERR(dit_comm_shift(x.c, 0, g, 4, 1, a, b, 4), DEADLINE_EXCEEDED, "rank 0 did not arrive");
+  dit_comm_destroy(x.c);
+}
+
 static void abort_rank(void *ctx, int rank) {
   fail_ctx_t *x = ctx;
   static const int g[] = {0, 1, 2, 3}, g01[] = {0, 1};
@@ -512,6 +556,10 @@ enum {
   MM_NULL_BUF,
   MM_SHARED_BUF,
   MM_BAD_DTYPE,
+  MM_SHIFT_DISTANCE,
+  MM_SHIFT_BYTES,
+  MM_SHIFT_RANGE,
+  MM_SHIFT_OVERLAP,
   MM_KINDS
 };
 static const char *const kMismatchNeedle[] = {
@@ -524,6 +572,10 @@ static const char *const kMismatchNeedle[] = {
     "rank 1: buf is NULL",
     "overlaps",
     "rank 2: dtype f16",
+    "shift on group {0,1,2,3} at rank %d: members disagree on distance: rank 0 1, rank 1 3, rank 2 1, rank 3 1",
+    "members disagree on bytes: rank 0 16, rank 1 16, rank 2 16, rank 3 12",
+    "rank 2: distance 4 is not in 0..3",
+    "rank 0: send and recv overlap",
 };
 
 static float shared_buf[16];
@@ -567,8 +619,22 @@ static void mismatch_rank(void *ctx, int rank) {
     case MM_BAD_DTYPE:
       s = dit_comm_allreduce_sum(x->c, rank, g, 4, buf, 4, rank == 2 ? DIT_F16 : DIT_F32);
       break;
+    case MM_SHIFT_DISTANCE:
+      s = dit_comm_shift(x->c, rank, g, 4, rank == 1 ? 3 : 1, buf, recv, 16);
+      break;
+    case MM_SHIFT_BYTES:
+      s = dit_comm_shift(x->c, rank, g, 4, 2, buf, recv, rank == 3 ? 12 : 16);
+      break;
+    case MM_SHIFT_RANGE:
+      s = dit_comm_shift(x->c, rank, g, 4, rank == 2 ? 4 : 1, buf, recv, 16);
+      break;
+    case MM_SHIFT_OVERLAP: /* rank 0 shifts within its own buffer */
+      s = dit_comm_shift(x->c, rank, g, 4, 1, buf, rank == 0 ? (uint8_t *)buf + 8 : recv, 16);
+      break;
   }
-  expect_err(s, DIT_CODE_INVALID_ARGUMENT, kMismatchNeedle[x->kind], "mismatch", rank);
+  char needle[200];
+  snprintf(needle, sizeof needle, kMismatchNeedle[x->kind], rank);
+  expect_err(s, DIT_CODE_INVALID_ARGUMENT, needle, "mismatch", rank);
   int changed = 0;
   for (int i = 0; i < 64; i++) changed += buf[i] != (float)(rank + i);
   for (size_t i = 0; i < sizeof recv; i++) changed += recv[i] != 0xab;
@@ -619,6 +685,15 @@ static void test_local_args(void) {
   CHECK_ERR(dit_comm_allgather(c, 1, g1, 1, NULL, 4, b), INVALID_ARGUMENT, "send is NULL");
   CHECK_OK(dit_comm_allgather(c, 1, g1, 1, NULL, 0, NULL));
   CHECK_OK(dit_comm_broadcast(c, 1, g1, 1, 1, b, 4));
+  /* A shift in a group of one is a copy, at distance 0 only, between buffers apart. */
+  uint8_t d[4] = {9, 8, 7, 6};
+  CHECK_OK(dit_comm_shift(c, 1, g1, 1, 0, d, b, 4));
+  CHECK(memcmp(b, d, 4) == 0);
+  CHECK_ERR(dit_comm_shift(c, 1, g1, 1, 1, d, b, 4), INVALID_ARGUMENT, "distance 1 is not in 0..0");
+  CHECK_ERR(dit_comm_shift(c, 1, g1, 1, -1, d, b, 4), INVALID_ARGUMENT, "distance -1");
+  CHECK_ERR(dit_comm_shift(c, 1, g1, 1, 0, d, d + 1, 2), INVALID_ARGUMENT, "send and recv overlap");
+  CHECK_ERR(dit_comm_shift(c, 1, g1, 1, 0, NULL, b, 4), INVALID_ARGUMENT, "send is NULL");
+  CHECK_OK(dit_comm_shift(c, 1, g1, 1, 0, NULL, NULL, 0));
   dit_comm_destroy(c);
   dit_comm_destroy(NULL);
   CHECK_EQ_INT(dit_comm_world(NULL), 0);
@@ -633,6 +708,7 @@ int main(void) {
   test_alternating();
   test_mismatch();
   test_timeout();
+  test_shift_timeout();
   test_abort();
   return check_summary("test_comm");
 }

@@ -1,5 +1,6 @@
 /* The TCP mesh of one process per rank on loopback: three forked ranks build the mesh and
- * run collectives (sums and gathers give the expected values), while the test, acting as a
+ * run collectives (sums, gathers and shifts at every distance give the expected values, a
+ * shift whose members disagree on the distance fails where they meet), while the test, acting as a
  * port scanner, finds the ranks' listening sockets and sends each stray connections (garbage,
  * no MAC, a wrong secret, a replayed nonce, the other channel's proof, silence): every stray is
  * refused and logged, the collectives give the same values, and the ranks are not delayed.
@@ -31,10 +32,55 @@
 #define LATE_MS 700
 
 typedef struct result {
-  int code, sums_ok, gather_ok, not_cloexec;
+  int code, sums_ok, gather_ok, shift_ok, not_cloexec;
+  int mm_code, mm_unchanged; /* the shift whose members disagree on the distance */
+  char mm_msg[300];
   long setup_ms;
   char msg[600];
 } result_t;
+
+static uint8_t pattern(int rank, int distance, size_t i) { return (uint8_t)(rank * 37 + distance * 11 + i * 7 + (i >> 8)); }
+
+/* Shifts at every distance and odd sizes over the world (group order {1, 2, 0}) and a pair
+ * {2, 0} (one peer both ways); then members that disagree on the distance (ranks 0 and 1 meet
+ * that disagree see it), which leaves the mesh out of step, so it comes last. */
+static void shift_checks(dit_tcomm_t *c, int rank, result_t *res) {
+  static const size_t sizes[] = {0, 1, 7, 1001, 70001};
+  static const int g[WORLD] = {1, 2, 0}, pair[2] = {2, 0};
+  const int me = rank == 1 ? 0 : rank == 2 ? 1 : 2;
+  uint8_t *send = malloc(70001), *recv = malloc(70001 + 1);
+  res->shift_ok = send && recv;
+  for (int d = 0; d < WORLD && res->shift_ok; d++)
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes && res->shift_ok; k++) {
+      for (size_t i = 0; i < sizes[k]; i++) send[i] = pattern(rank, d, i);
+      memset(recv, 0xee, sizes[k] + 1);
+      dit_status_t s = dit_tcomm_shift(c, g, WORLD, d, send, recv, sizes[k]);
+      const int from = g[(me + WORLD - d) % WORLD];
+      res->shift_ok &= !s && recv[sizes[k]] == 0xee;
+      for (size_t i = 0; i < sizes[k] && res->shift_ok; i++) res->shift_ok &= recv[i] == pattern(from, d, i);
+      if (s) snprintf(res->msg, sizeof res->msg, "shift distance %d: %s", d, dit_status_message(s));
+      dit_status_free(s);
+    }
+  if (rank != 1 && res->shift_ok) {
+    for (size_t i = 0; i < 333; i++) send[i] = pattern(rank, 9, i);
+    dit_status_t s = dit_tcomm_shift(c, pair, 2, 1, send, recv, 333);
+    for (size_t i = 0; i < 333 && !s && res->shift_ok; i++) res->shift_ok &= recv[i] == pattern(2 - rank, 9, i);
+    res->shift_ok &= !s;
+    dit_status_free(s);
+  }
+  if (res->shift_ok) {
+    memset(recv, 0xcd, 64);
+    dit_status_t s = dit_tcomm_shift(c, g, WORLD, rank == 2 ? 2 : 1, send, recv, 64);
+    res->mm_code = (int)dit_status_code(s);
+    snprintf(res->mm_msg, sizeof res->mm_msg, "%s", dit_status_message(s));
+    dit_status_free(s);
+    res->mm_unchanged = 1;
+    for (int i = 0; i < 64; i++) res->mm_unchanged &= recv[i] == 0xcd;
+    poll(NULL, 0, 300); /* the mesh stays open until every member has read its peers' headers */
+  }
+  free(send);
+  free(recv);
+}
 
 static void run_rank(int rank, int port, const char *secret, const char *log, int out_fd) {
   result_t res;
@@ -67,6 +113,7 @@ static void run_rank(int rank, int port, const char *secret, const char *log, in
     res.gather_ok = !s;
     for (int k = 0; k < WORLD && !s; k++) res.gather_ok &= all[4 * k] == k && all[4 * k + 3] == k + 30;
     dit_status_free(s);
+    shift_checks(c, rank, &res);
     dit_tcomm_destroy(c);
   }
   ssize_t w = write(out_fd, &res, sizeof res);
@@ -256,8 +303,22 @@ static void test_mesh_with_strays(void) {
     if (res[r].code) fprintf(stderr, "rank %d: %s\n", r, res[r].msg);
     CHECK(res[r].sums_ok);
     CHECK(res[r].gather_ok);
+    CHECK(res[r].shift_ok);
     CHECK_EQ_INT(res[r].not_cloexec, 0);
   }
+  /* Group {1, 2, 0}, rank 2 at distance 2, the others at 1: ranks 1 and 2 each send to the
+   * other, ranks 0 and 2 each expect the other's block; every pair that disagrees sees the
+   * other's distance in its header and refuses before a byte lands. Rank 1 may get rank 0's
+   * block (that pair agrees) before it hears from rank 2. */
+  CHECK(res[0].mm_unchanged);
+  CHECK(res[2].mm_unchanged);
+  for (int r = 0; r < WORLD; r++) {
+    CHECK_EQ_INT(res[r].mm_code, DIT_CODE_INVALID_ARGUMENT);
+    CHECK(strstr(res[r].mm_msg, "is a shift of distance"));
+    if (res[r].mm_code != DIT_CODE_INVALID_ARGUMENT) fprintf(stderr, "rank %d: %s\n", r, res[r].mm_msg);
+  }
+  CHECK(strstr(res[1].mm_msg, "rank 2's call") && strstr(res[1].mm_msg, "of distance 2, rank 1's a shift of distance 1"));
+  CHECK(strstr(res[0].mm_msg, "rank 2's call") && strstr(res[0].mm_msg, "of distance 2, rank 0's a shift of distance 1"));
   /* Not delayed: the late ranks finish setting up at once. */
   CHECK(res[0].setup_ms < LATE_MS + 1500);
   CHECK(res[1].setup_ms < 1500);
