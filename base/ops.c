@@ -91,6 +91,15 @@ static dit_status_t get_int_or(const dit_attrs_t *a, const char *op, const char 
   return DIT_OK;
 }
 
+dit_status_t dit_token_group_get(const dit_attrs_t *a, const char *op, dit_token_group_t *out) {
+  DIT_RETURN_IF(get_int_or(a, op, "token_group", 1, 1, &out->group));
+  DIT_RETURN_IF(get_int_or(a, op, "token_offset", 0, 0, &out->offset));
+  if (out->offset >= out->group)
+    return DIT_ERR(INVALID_ARGUMENT, "op %s: attribute 'token_offset' = %lld, expected below token_group %lld", op, (long long)out->offset,
+                   (long long)out->group);
+  return DIT_OK;
+}
+
 dit_status_t dit_conv3d_attrs_get(const dit_attrs_t *a, const char *op, dit_conv3d_attrs_t *out) {
   DIT_RETURN_IF(dit_attrs_get_int(a, op, "pad_t", &out->pad_t));
   DIT_RETURN_IF(dit_attrs_get_int(a, op, "pad_h", &out->pad_h));

@@ -58,6 +58,16 @@ dit_status_t dit_attrs_get_int(const dit_attrs_t *a, const char *op, const char 
 dit_status_t dit_attrs_get_float(const dit_attrs_t *a, const char *op, const char *key,
                                  double *out);
 
+/* adaln's and gated_add's per-token rows shared by runs of tokens (attrs token_group k and
+ * token_offset o, optional: 1 and 0): token t reads row (t + o) / k of ceil((T + o) / k). The
+ * getter checks k >= 1 and 0 <= o < k. */
+typedef struct dit_token_group {
+  int64_t group, offset;
+} dit_token_group_t;
+dit_status_t dit_token_group_get(const dit_attrs_t *a, const char *op, dit_token_group_t *out);
+static inline int64_t dit_token_group_rows(dit_token_group_t tg, int64_t tokens) { return (tokens + tg.offset + tg.group - 1) / tg.group; }
+static inline int64_t dit_token_group_row(dit_token_group_t tg, int64_t t) { return (t + tg.offset) / tg.group; }
+
 /* conv3d's attributes (base/ops.def): the padding before the first frame, row and column, after
  * the last row and column (absent: as before), and the strides (absent: 1). */
 typedef struct dit_conv3d_attrs {

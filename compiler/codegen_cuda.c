@@ -127,6 +127,14 @@ static double getf(const dit_op_t *op, const char *k) {
   return a ? a->f : 0;
 }
 
+/* A per-token form whose e has fewer rows than x has tokens: the rows runs of tokens share
+ * (the kernels' E_ROW; the attrs were checked with the shapes). */
+static void token_group_defines(dit_strbuf_t *s, const dit_op_t *op, const dit_value_t *x, const dit_value_t *e) {
+  if (e->dims[1] == x->dims[1]) return;
+  dit_strbuf_printf(s, "#define TOK_T %" PRId64 "LL\n#define TOK_R %" PRId64 "LL\n#define TOK_GROUP %" PRId64 "LL\n#define TOK_OFF %" PRId64 "LL\n",
+                    x->dims[1], e->dims[1], geti(op, "token_group"), geti(op, "token_offset"));
+}
+
 static void set_launch(dit_plan_kernel_t *k, uint64_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem) {
   k->grid[0] = (uint32_t)(gx ? gx : 1);
   k->grid[1] = gy;
@@ -308,6 +316,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
             dt_code(e->dtype), e->dims[2] / x->dims[2]);
         dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS 1\n#define D %" PRId64 "\n#define NROWS %" PRId64
                "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", x->dims[0] * x->dims[1], x->dims[2], mod->dims[1], geti(op, "gate"), vec);
+        token_group_defines(s, op, x, e);
         set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }
@@ -390,6 +399,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         dit_strbuf_printf(s, "#define MOD_TOK 1\n#define T_TABLE %d\n#define T_E %d\n#define ROWS_E %" PRId64 "\n#define TOKENS 1\n"
                "#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64 "\n#define SCALE_ROW %" PRId64 "\n",
             dt_code(tab->dtype), dt_code(e->dtype), e->dims[2] / D, tab->dims[1], geti(op, "shift"), geti(op, "scale"));
+        token_group_defines(s, op, x, e);
       } else if (mode == DIT_ABI_NORM_ADALN) {
         const dit_value_t *mod = V(g, op->in[1]);
         /* A per-token table [B, T, n, D]: every row its own batch row (TOKENS 1). */
@@ -614,6 +624,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
+    case DIT_OP_TOKEN_ROWS:
+      dit_strbuf_printf(s, "#define DIT_K_TOKEN_ROWS 1\n#define T_X %d\n#define ROWS %" PRIu64 "LL\n#define GROUP %" PRId64 "LL\n",
+          dt_code(x->dtype), n, geti(op, "group"));
+      set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
+      return DIT_OK;
     case DIT_OP_SLICE_TOKENS:
       dit_strbuf_printf(s, "#define DIT_K_SLICE_TOKENS 1\n#define T_X %d\n#define BATCH %" PRId64 "LL\n#define TOKENS %" PRId64
              "LL\n#define C %" PRId64 "LL\n#define T0 %" PRId64 "LL\n#define COUNT %" PRId64 "LL\n",

@@ -118,6 +118,9 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       c.flops = (double)dit_value_numel(dit_graph_cvalue(g, op->in[1]));
       c.bytes -= (double)dit_value_nbytes(x) - (double)dit_value_nbytes(y);
       break;
+    case DIT_OP_TOKEN_ROWS: /* of x only the rows' first tokens are read */
+      c.bytes -= (double)dit_value_nbytes(x) - (double)dit_value_nbytes(y);
+      break;
     case DIT_OP_ADALN:
     case DIT_OP_GATED_ADD: {
       c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);

@@ -120,8 +120,9 @@ static dit_status_t check_mod(const char *op, const dit_value_t *x, const dit_va
   return check_mod_rows(op, mod->dims[mod->rank - 2], attrs, keys, n_keys);
 }
 
-/* The fused per-token form: table [1, n, D] and e [B, T, r*D] (r = 1 or n) of x [B, T, D],
- * the operands mod_table with per_token = 1 would have summed. */
+/* The fused per-token form: table [1, n, D] and e [B, R, r*D] (r = 1 or n) of x [B, T, D],
+ * the operands mod_table with per_token = 1 would have summed, R = T or, with attrs token_group
+ * and token_offset, the rows that runs of tokens share. */
 static dit_status_t check_mod_tok(const char *op, const dit_value_t *x, const dit_value_t *table, const dit_value_t *e,
                                   const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
   DIT_RETURN_IF(need_rank(op, "table", table, 3));
@@ -130,9 +131,13 @@ static dit_status_t check_mod_tok(const char *op, const dit_value_t *x, const di
   if (table->dims[0] != 1 || table->dims[2] != d)
     FAIL("%s: table '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [1,n,%" PRId64 "]", op, table->name, table->dims[0],
          table->dims[1], table->dims[2], d);
-  if (e->dims[0] != x->dims[0] || e->dims[1] != x->dims[1] || (e->dims[2] != d && e->dims[2] != n * d))
-    FAIL("%s: per-token e '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 ",%" PRId64 " or %" PRId64 "]",
-         op, e->name, e->dims[0], e->dims[1], e->dims[2], x->dims[0], x->dims[1], d, n * d);
+  dit_token_group_t tg;
+  DIT_RETURN_IF(dit_token_group_get(attrs, op, &tg));
+  const int64_t rows = dit_token_group_rows(tg, x->dims[1]);
+  if (e->dims[0] != x->dims[0] || e->dims[1] != rows || (e->dims[2] != d && e->dims[2] != n * d))
+    FAIL("%s: per-token e '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 ",%" PRId64 " or %" PRId64
+         "] (%" PRId64 " tokens, %" PRId64 " a row from offset %" PRId64 ")",
+         op, e->name, e->dims[0], e->dims[1], e->dims[2], x->dims[0], rows, d, n * d, x->dims[1], tg.group, tg.offset);
   return check_mod_rows(op, n, attrs, keys, n_keys);
 }
 
@@ -548,6 +553,15 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
+    case DIT_OP_TOKEN_ROWS: {
+      int64_t group;
+      DIT_RETURN_IF(need_rank(op, "x", x, 2));
+      DIT_RETURN_IF(get_i(attrs, op, "group", &group, 1));
+      if (x->dims[1] % group) FAIL("%s: group %" PRId64 " does not divide the %" PRId64 " tokens of '%s'", op, group, x->dims[1], x->name);
+      copy_shape(x, &out_rank[0], out_dims[0]);
+      out_dims[0][1] = x->dims[1] / group;
+      break;
+    }
     case DIT_OP_SLICE_TOKENS: {
       int64_t t0, count;
       DIT_RETURN_IF(need_rank(op, "x", x, 3));
@@ -795,6 +809,7 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
     case DIT_OP_CONCAT:
     case DIT_OP_UPSAMPLE:
     case DIT_OP_TOKEN_SELECT:
+    case DIT_OP_TOKEN_ROWS:
     case DIT_OP_ROPE_TABLE: {
       /* Data movement, and a rotation rounded once to its input's type: the dtype is x's. */
       const dit_value_t *x = operand(g, ins, 0);

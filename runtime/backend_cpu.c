@@ -383,7 +383,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETF("eps", eps);
       GETI("shift", shift);
       GETI("scale", scale);
-      if (st->n_in == 3) return dit_cpu_adaln_tok(c, &in[0], &in[1], &in[2], eps, shift, scale, &out[0]);
+      if (st->n_in == 3) {
+        dit_token_group_t tg;
+        DIT_RETURN_IF(dit_token_group_get(&st->attrs, name, &tg));
+        return dit_cpu_adaln_tok(c, &in[0], &in[1], &in[2], tg, eps, shift, scale, &out[0]);
+      }
       return dit_cpu_adaln(c, &in[0], &in[1], eps, shift, scale, &out[0]);
     }
     case DIT_OP_RMSNORM: {
@@ -468,7 +472,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_GATED_ADD: {
       int gate;
       GETI("gate", gate);
-      if (st->n_in == 4) return dit_cpu_gated_add_tok(c, &in[0], &in[1], &in[2], &in[3], gate, &out[0]);
+      if (st->n_in == 4) {
+        dit_token_group_t tg;
+        DIT_RETURN_IF(dit_token_group_get(&st->attrs, name, &tg));
+        return dit_cpu_gated_add_tok(c, &in[0], &in[1], &in[2], &in[3], tg, gate, &out[0]);
+      }
       return dit_cpu_gated_add(c, &in[0], &in[1], &in[2], gate, &out[0]);
     }
     case DIT_OP_ROWSUMSQ: return dit_cpu_rowsumsq(c, &in[0], &out[0]);
@@ -478,6 +486,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETF("eps", eps);
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "dim", &dim));
       return dit_cpu_rmsnorm_slice(c, &in[0], &in[1], &in[2], eps, dim, &out[0]);
+    }
+    case DIT_OP_TOKEN_ROWS: {
+      int64_t group;
+      DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "group", &group));
+      return dit_cpu_token_rows(&in[0], group, &out[0]);
     }
     case DIT_OP_SLICE_TOKENS: {
       int64_t t0, count;

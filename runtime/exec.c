@@ -508,6 +508,30 @@ dit_status_t dit_exec_check_mask_input(const dit_plan_t *plan, size_t value, con
   return DIT_OK;
 }
 
+/* A token_rows step reads one value of every run of `group` tokens (a latent frame's timestep),
+ * so a run whose values differ would be cut to its first silently; it is refused here, on the
+ * host, naming the item, the token and the run. */
+dit_status_t dit_exec_check_rows_input(const dit_plan_t *plan, size_t value, const char *name, const dit_tensor_t *src) {
+  int64_t group = 0;
+  for (size_t i = 0; i < plan->n_steps && !group; i++)
+    if (plan->steps[i].kind == DIT_OP_TOKEN_ROWS && plan->steps[i].in[0] == (int32_t)value)
+      DIT_RETURN_IF(dit_attrs_get_int(&plan->steps[i].attrs, "token_rows", "group", &group));
+  if (group <= 1 || src->rank != 2) return DIT_OK;
+  const size_t es = dit_dtype_size(src->dtype);
+  const char *d = src->data;
+  for (int64_t b = 0; b < src->dims[0]; b++)
+    for (int64_t t = 0; t < src->dims[1]; t++) {
+      const int64_t first = t - t % group;
+      if (memcmp(d + ((size_t)(b * src->dims[1] + t)) * es, d + ((size_t)(b * src->dims[1] + first)) * es, es))
+        return DIT_ERR(INVALID_ARGUMENT,
+                       "input '%s': batch item %" PRId64 ", token %" PRId64 " differs from token %" PRId64 ", the first of its run of %" PRId64
+                       " (tokens %" PRId64 "..%" PRId64 ", one latent frame); this bundle reads one value a run, as diffusers' pipelines "
+                       "give every token of a frame the same timestep",
+                       name, b, t, first, group, first, first + group - 1);
+    }
+  return DIT_OK;
+}
+
 /* n elements of src into dst of integer dtype dt (i32 or i64): integers, or floats holding
  * integers, in dt's range. */
 static dit_status_t convert_int_input(const char *name, void *dst, dit_dtype_t dt, const dit_tensor_t *src, size_t n) {
@@ -558,6 +582,7 @@ static dit_status_t rank_set_input(rank_rt_t *rt, const char *name, const dit_te
   if (!v) return DIT_ERR(NOT_FOUND, "input '%s': the bundle has no such input", name);
   DIT_RETURN_IF(check_shape(v, "input", name, src));
   DIT_RETURN_IF(dit_exec_check_mask_input(rt->plan, idx, name, src));
+  DIT_RETURN_IF(dit_exec_check_rows_input(rt->plan, idx, name, src));
   size_t n = (size_t)dit_tensor_numel(src);
   if (v->dtype == DIT_I32 || v->dtype == DIT_I64) {
     void *buf = rt->be->host_memory ? rt->bound[idx].data : malloc(v->nbytes + 1);

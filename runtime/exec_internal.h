@@ -121,6 +121,9 @@ typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *ar
  * refuses (INVALID_ARGUMENT, naming the input, the batch item and the position) a row with a
  * nonzero after a zero, which the bound would silently ignore. */
 dit_status_t dit_exec_check_mask_input(const dit_plan_t *plan, size_t value, const char *name, const dit_tensor_t *src);
+/* Likewise, when a token_rows step reads it (per-token timesteps [B, T] read once a latent frame),
+ * refuses a run of `group` tokens whose values are not all the first's, naming item and token. */
+dit_status_t dit_exec_check_rows_input(const dit_plan_t *plan, size_t value, const char *name, const dit_tensor_t *src);
 
 /* fn on every rank of this process, one thread each (directly when there is one); the first
  * failure for a rank's own reason wins over the ABORTED ones it caused elsewhere. */

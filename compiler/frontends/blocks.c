@@ -239,12 +239,20 @@ dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m
 
 /* ---- modulation ---- */
 
-dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, int per_token, const char *name) {
+dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, const dit_token_group_t *rows,
+                                       const char *name) {
   /* Per token, a [B, T, n, D] table would be written and read again by every block (2 GB
    * each at 27280 tokens of Wan2.2 TI2V-5B): adaln and gated_add add the rows they use. */
-  if (per_token) return (dit_blocks_mod_t){table, e};
+  if (rows) return (dit_blocks_mod_t){table, e, *rows};
   dit_vid_t in[2] = {table, e};
-  return (dit_blocks_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, NULL, DIT_F32, name), -1};
+  return (dit_blocks_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, NULL, DIT_F32, name), -1, {1, 0}};
+}
+
+/* A per-token form's grouping attrs, when its rows are shared. */
+static void mod_rows_attrs(dit_blocks_mod_t mod, dit_attrs_t *a) {
+  if (mod.e < 0 || mod.rows.group <= 1) return;
+  dit_attrs_set_int(a, "token_group", mod.rows.group);
+  dit_attrs_set_int(a, "token_offset", mod.rows.offset);
 }
 
 dit_vid_t dit_blocks_adaln(dit_blocks_t *b, dit_vid_t x, dit_blocks_mod_t mod, int shift, int scale, const char *name) {
@@ -252,6 +260,7 @@ dit_vid_t dit_blocks_adaln(dit_blocks_t *b, dit_vid_t x, dit_blocks_mod_t mod, i
   dit_attrs_set_float(&a, "eps", b->o.eps);
   dit_attrs_set_int(&a, "shift", shift);
   dit_attrs_set_int(&a, "scale", scale);
+  mod_rows_attrs(mod, &a);
   dit_vid_t ins[3] = {x, mod.table, mod.e};
   return dit_graph_op(b->g, DIT_OP_ADALN, ins, mod.e < 0 ? 2 : 3, &a, b->o.dtype, name);
 }
@@ -260,6 +269,7 @@ dit_vid_t dit_blocks_gated_add(dit_blocks_t *b, dit_vid_t x, dit_vid_t y, dit_bl
                                const char *name) {
   dit_attrs_t a = {0};
   dit_attrs_set_int(&a, "gate", gate);
+  mod_rows_attrs(mod, &a);
   dit_vid_t ins[4] = {x, y, mod.table, mod.e};
   return dit_graph_op(b->g, DIT_OP_GATED_ADD, ins, mod.e < 0 ? 3 : 4, &a, b->o.dtype, name);
 }
@@ -268,7 +278,7 @@ dit_blocks_mod_t dit_blocks_mod_rows(dit_blocks_t *b, dit_vid_t temb_silu, const
   char nm[256];
   snprintf(nm, sizeof nm, "%s.linear", name);
   dit_vid_t e = dit_blocks_linear(b, temb_silu, prefix, b->o.dtype, nm);
-  return (dit_blocks_mod_t){dit_blocks_rows(b, e, n, name), -1};
+  return (dit_blocks_mod_t){dit_blocks_rows(b, e, n, name), -1, {1, 0}};
 }
 
 /* ---- attention ---- */

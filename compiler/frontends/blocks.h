@@ -102,11 +102,15 @@ dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m
 
 /* Adaptive-norm modulation of one stream: per batch item a [B, n, D] table summed from the
  * stored table and the conditioning projection (e < 0), or per token the two unsummed
- * operands that adaln and gated_add add where they read a row. */
+ * operands that adaln and gated_add add where they read a row, e's rows shared by runs of
+ * tokens as rows says (token_group 0 or 1: a row per token). */
 typedef struct dit_blocks_mod {
   dit_vid_t table, e;
+  dit_token_group_t rows;
 } dit_blocks_mod_t;
-dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, int per_token, const char *name);
+/* rows NULL: per batch item; else per token, e [B, R, r*D] with R = dit_token_group_rows(*rows, T). */
+dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, const dit_token_group_t *rows,
+                                       const char *name);
 /* LayerNorm without affine, then x * (1 + row scale) + row shift of the modulation. */
 dit_vid_t dit_blocks_adaln(dit_blocks_t *b, dit_vid_t x, dit_blocks_mod_t mod, int shift, int scale, const char *name);
 /* x + y * row gate of the modulation. */

@@ -388,21 +388,29 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
   const int64_t s0 = t0 + (sp ? req->tp_rank * (tl / tp) : 0), sn = sp ? tl / tp : tl;
   if (sliced) hs = dit_blocks_slice_tokens(b, hs, s0, sn, dt, "tokens");
 
+  /* Per token, one timestep a latent frame: diffusers' pipelines give all tokens of a frame the
+   * same (the conditioning frame's 0, the others t), so the time embedding and the modulation
+   * rows are made once a frame (token_rows: each frame's first token) and every token reads its
+   * frame's row; the runtime refuses a timestep input that varies within a frame. A rank embeds
+   * the frames its tokens [s0, s0 + sn) touch, the first of them from token offset s0 mod hw. */
+  dit_token_group_t rows = {1, 0};
+  dit_vid_t tf = t;
+  if (per_token) {
+    dit_attrs_t ta = {0};
+    dit_attrs_set_int(&ta, "group", h * w);
+    tf = dit_graph_op(g, DIT_OP_TOKEN_ROWS, &t, 1, &ta, DIT_F32, "timestep.frames");
+    rows.group = h * w;
+  }
   /* Time embedding in fp32 (time_embedder is kept in fp32), cast like encoder states. */
-  dit_vid_t te = dit_blocks_sinusoid(b, t, m->wan.freq_dim, 1, 0.0, "time.sinusoid");
-  if (per_token && sliced) te = dit_blocks_slice_tokens(b, te, s0, sn, DIT_F32, "time.sinusoid.tokens");
+  dit_vid_t te = dit_blocks_sinusoid(b, tf, m->wan.freq_dim, 1, 0.0, "time.sinusoid");
+  if (per_token && sliced) {
+    const int64_t f0 = s0 / rows.group, f1 = (s0 + sn - 1) / rows.group;
+    te = dit_blocks_slice_tokens(b, te, f0, f1 - f0 + 1, DIT_F32, "time.sinusoid.frames");
+    rows.offset = s0 - f0 * rows.group;
+  }
   te = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_1", DIT_F32, "time.linear_1");
   te = dit_blocks_unary(b, DIT_OP_SILU, te, DIT_F32, "time.silu");
-  /* Per token the embedder runs on every token's row, a GEMM worth a library (fp32 x fp32 ->
-   * fp32 only): linear_2 writes fp32 and a cast rounds it once to temb's dtype, the bytes a
-   * direct bf16 store gives. Per-batch graphs keep the direct store (a few rows). */
-  dit_vid_t temb;
-  if (per_token && dt != DIT_F32) {
-    temb = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_2", DIT_F32, "temb.f32");
-    temb = dit_blocks_unary(b, DIT_OP_CAST, temb, dt, "temb");
-  } else {
-    temb = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
-  }
+  dit_vid_t temb = dit_blocks_linear(b, te, "condition_embedder.time_embedder.linear_2", dt, "temb");
   dit_vid_t tact = dit_blocks_unary(b, DIT_OP_SILU, temb, dt, "temb.silu");
   dit_vid_t tproj = dit_blocks_linear(b, tact, "condition_embedder.time_proj", dt, "timestep_proj");
 
@@ -458,8 +466,8 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
     dit_graph_set_block(g, (int32_t)i);
 #define NAME(s) (snprintf(n, sizeof n, "blocks.%" PRId64 ".%s", i, s), n)
 #define KEY(buf, s) (snprintf(buf, sizeof buf, "blocks.%" PRId64 ".%s", i, s), buf)
-    dit_blocks_mod_t mod = dit_blocks_modulation(b, dit_blocks_weight(b, "%s", KEY(k, "scale_shift_table")), tproj, per_token,
-                                                 NAME("mod"));
+    dit_blocks_mod_t mod = dit_blocks_modulation(b, dit_blocks_weight(b, "%s", KEY(k, "scale_shift_table")), tproj,
+                                                 per_token ? &rows : NULL, NAME("mod"));
 
     dit_vid_t n1 = dit_blocks_sp_gather(b, dit_blocks_adaln(b, hs, mod, 0, 1, NAME("norm1")), NAME("norm1.all_tokens"));
     const dit_blocks_attn_keys_t self = {KEY(kq, "attn1.to_q"), KEY(kk, "attn1.to_k"), KEY(kv, "attn1.to_v"),
@@ -505,7 +513,7 @@ static dit_status_t wan_build_graph(const dit_model_t *m, const dit_shape_reques
 #undef KEY
   }
   dit_graph_set_block(g, -1);
-  dit_blocks_mod_t mod = dit_blocks_modulation(b, dit_blocks_weight(b, "scale_shift_table"), temb, per_token, "out.mod");
+  dit_blocks_mod_t mod = dit_blocks_modulation(b, dit_blocks_weight(b, "scale_shift_table"), temb, per_token ? &rows : NULL, "out.mod");
   dit_vid_t no = dit_blocks_adaln(b, hs, mod, 0, 1, "norm_out");
   dit_vid_t y = dit_blocks_linear(b, no, "proj_out", dt, "proj_out");
   y = dit_blocks_sp_gather(b, y, "proj_out.tp_tokens");

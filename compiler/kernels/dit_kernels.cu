@@ -16,6 +16,14 @@ __device__ __forceinline__ float ld(const bf16_t *p, long long i) { return bf2f(
 __device__ __forceinline__ void st(float *p, long long i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(bf16_t *p, long long i, float v) { p[i] = f2bf(v); }
 
+// The per-token forms' row of e for token row b of [BATCH * TOK_T] (MOD_TOK): its own, or with
+// TOK_GROUP the row its run of tokens shares, (t + TOK_OFF) / TOK_GROUP of the item's TOK_R.
+#if defined(TOK_GROUP)
+#define E_ROW(b) ((b) / TOK_T * TOK_R + ((b) % TOK_T + TOK_OFF) / TOK_GROUP)
+#else
+#define E_ROW(b) (b)
+#endif
+
 // Eight contiguous elements through one or two 16-byte accesses (i a multiple of 8).
 __device__ __forceinline__ void ld8(const bf16_t *p, long long i, float *v) {
   uint4 u = *(const uint4 *)(p + i);
@@ -143,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   ld8(x, i, vx);
   ld8(y, i, vy);
   ld8(table, (long long)GATE * D + d, vt);
-  ld8(e, (b * ROWS_E + ge) * D + d, ve);
+  ld8(e, (E_ROW(b) * ROWS_E + ge) * D + d, ve);
 #pragma unroll
   for (int k = 0; k < DIT_ABI_VEC; k++) {
     const float g = vt[k] + ve[k];
@@ -154,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   if (i >= (long long)BATCH * TOKENS * D) return;
   const int d = (int)(i % D);
   const long long b = i / ((long long)TOKENS * D);
-  const float g = ld(table, (long long)GATE * D + d) + ld(e, (b * ROWS_E + ge) * D + d);
+  const float g = ld(table, (long long)GATE * D + d) + ld(e, (E_ROW(b) * ROWS_E + ge) * D + d);
   st(out, i, ld(x, i) + ld(y, i) * g);
 #endif
 }
@@ -410,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #if MODE == M_ADALN && defined(MOD_TOK)
   // The per-token rows unstored (TOKENS 1): table rows plus this token's rows of e, summed in
   // fp32 as mod_table stores them.
-  const long long b = row / TOKENS;
+  const long long b = E_ROW(row / TOKENS);
   const TY(TABLE) *tsh = table + (long long)SHIFT_ROW * D, *tsc = table + (long long)SCALE_ROW * D;
   const TY(E) *esh = emb + (b * ROWS_E + (ROWS_E == 1 ? 0 : SHIFT_ROW)) * D, *esc = emb + (b * ROWS_E + (ROWS_E == 1 ? 0 : SCALE_ROW)) * D;
 #elif MODE == M_ADALN
@@ -505,6 +513,14 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(int *y, c
   int n = 0;
   while (n < MASK_LEN && MASK_NZ(row[n])) n++;
   y[b] = OFFSET + n;
+}
+#endif
+
+#if defined(DIT_K_TOKEN_ROWS)
+// The first of every run of GROUP tokens: y [ROWS] = x[r * GROUP] (x [B, T] flat, GROUP divides T).
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
+  const long long r = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
+  if (r < ROWS) st(y, r, ld(x, r * GROUP));
 }
 #endif
 

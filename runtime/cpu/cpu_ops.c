@@ -457,10 +457,12 @@ typedef struct norm_job {
   int shift, scale;
   double eps;
   float *w_f32, *b_f32; /* affine parameters widened once, or NULL */
-  /* The unstored per-token table: tab_f32 [n, D] (widened once) + rows of e [rows, r_e*D]. */
+  /* The unstored per-token table: tab_f32 [n, D] (widened once) + rows of e [B, rows_e, r_e*D],
+   * token t of an item reading row dit_token_group_row(tg, t). */
   const dit_tensor_t *e;
   float *tab_f32;
-  int64_t r_e;
+  int64_t r_e, rows_e;
+  dit_token_group_t tg;
   dit_cpu_scratch_t scratch;
 } norm_job_t;
 
@@ -495,7 +497,7 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
       } else if (j->kind == NORM_ADALN && j->tab_f32) {
         /* mod_table's fp32 sums, kept in arrays so the expression below is the stored form's. */
         float *sc = t2 + D, *sh = sc + D;
-        const int64_t eb = r * j->r_e * D;
+        const int64_t eb = ((r / j->T) * j->rows_e + dit_token_group_row(j->tg, r % j->T)) * j->r_e * D;
         const float *es = dit_cpu_row_load(j->e->data, j->e->dtype, eb + (j->r_e == 1 ? 0 : j->scale) * D, D, t1);
         for (int64_t d = 0; d < D; d++) sc[d] = j->tab_f32[j->scale * D + d] + es[d];
         es = dit_cpu_row_load(j->e->data, j->e->dtype, eb + (j->r_e == 1 ? 0 : j->shift) * D, D, t1);
@@ -613,7 +615,7 @@ dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor
 /* Checks the fused per-token operands of x [B, T, D]: table [1, n, D], e [B, T, r*D] with
  * r = 1 or n; sets n and r. */
 static dit_status_t check_tok(const char *op, const dit_tensor_t *x, const dit_tensor_t *table, const dit_tensor_t *e,
-                              int64_t *n, int64_t *r) {
+                              dit_token_group_t tg, int64_t *n, int64_t *r) {
   char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "table", table));
   DIT_RETURN_IF(dit_cpu_check_float(op, "e", e));
@@ -621,20 +623,24 @@ static dit_status_t check_tok(const char *op, const dit_tensor_t *x, const dit_t
   if (table->rank != 3 || table->dims[0] != 1 || table->dims[2] != D)
     return DIT_ERR(INVALID_ARGUMENT, "%s: table has dims %s, expected [1, n, %lld]", op, dit_cpu_dims_str(table, b1), (long long)D);
   *n = table->dims[1];
-  if (e->rank != 3 || e->dims[0] != x->dims[0] || e->dims[1] != x->dims[1] || (e->dims[2] != D && e->dims[2] != *n * D))
+  if (tg.group < 1 || tg.offset < 0 || tg.offset >= tg.group)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: token group %lld from offset %lld, expected a group >= 1 and an offset below it", op,
+                   (long long)tg.group, (long long)tg.offset);
+  const int64_t rows = dit_token_group_rows(tg, x->dims[1]);
+  if (e->rank != 3 || e->dims[0] != x->dims[0] || e->dims[1] != rows || (e->dims[2] != D && e->dims[2] != *n * D))
     return DIT_ERR(INVALID_ARGUMENT, "%s: e has dims %s, expected [%lld, %lld, %lld or %lld] for x %s", op, dit_cpu_dims_str(e, b1),
-                   (long long)x->dims[0], (long long)x->dims[1], (long long)D, (long long)(*n * D), dit_cpu_dims_str(x, b2));
+                   (long long)x->dims[0], (long long)rows, (long long)D, (long long)(*n * D), dit_cpu_dims_str(x, b2));
   *r = e->dims[2] == D ? 1 : *n;
   return DIT_OK;
 }
 
 dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *table,
-                               const dit_tensor_t *e, double eps, int shift, int scale, dit_tensor_t *y) {
+                               const dit_tensor_t *e, dit_token_group_t tg, double eps, int shift, int scale, dit_tensor_t *y) {
   static const char *op = "adaln";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(check_adaln_xy(op, x, y, eps));
   int64_t n, r;
-  DIT_RETURN_IF(check_tok(op, x, table, e, &n, &r));
+  DIT_RETURN_IF(check_tok(op, x, table, e, tg, &n, &r));
   if (shift < 0 || shift >= n || scale < 0 || scale >= n)
     return DIT_ERR(INVALID_ARGUMENT, "%s: shift %d / scale %d out of range for table %s (n = %lld)", op, shift, scale,
                    dit_cpu_dims_str(table, b1), (long long)n);
@@ -642,7 +648,7 @@ dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "table", table));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "e", e));
   norm_job_t j = {.kind = NORM_ADALN, .x = x, .e = e, .y = y, .D = x->dims[2], .T = x->dims[1], .n_mod = n,
-                  .per_token = 1, .shift = shift, .scale = scale, .eps = eps, .r_e = r};
+                  .per_token = 1, .shift = shift, .scale = scale, .eps = eps, .r_e = r, .rows_e = e->dims[1], .tg = tg};
   DIT_RETURN_IF(widen(op, "table", table, n * x->dims[2], &j.tab_f32));
   return run_norm(c, op, &j);
 }
@@ -881,9 +887,10 @@ typedef struct gated_job {
   int64_t T, D, n;
   int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
   int gate;
-  const dit_tensor_t *e; /* with tab_f32: the unstored per-token gate tab_f32[gate] + e */
+  const dit_tensor_t *e; /* with tab_f32: the unstored per-token gate tab_f32[gate] + e (rows as norm_job's) */
   const float *tab_f32;
-  int64_t r_e;
+  int64_t r_e, rows_e;
+  dit_token_group_t tg;
 } gated_job_t;
 
 static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
@@ -897,7 +904,8 @@ static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
       const float *y = dit_cpu_row_load(j->y->data, j->y->dtype, r * j->D + s, n, ty);
       const float *g;
       if (j->tab_f32) {
-        const float *es = dit_cpu_row_load(j->e->data, j->e->dtype, (r * j->r_e + (j->r_e == 1 ? 0 : j->gate)) * j->D + s, n, tg);
+        const int64_t er = (r / j->T) * j->rows_e + dit_token_group_row(j->tg, r % j->T);
+        const float *es = dit_cpu_row_load(j->e->data, j->e->dtype, (er * j->r_e + (j->r_e == 1 ? 0 : j->gate)) * j->D + s, n, tg);
         for (int64_t i = 0; i < n; i++) tt[i] = j->tab_f32[j->gate * j->D + s + i] + es[i];
         g = tt;
       } else {
@@ -945,13 +953,13 @@ dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
 }
 
 dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
-                                   const dit_tensor_t *table, const dit_tensor_t *e, int gate,
+                                   const dit_tensor_t *table, const dit_tensor_t *e, dit_token_group_t tg, int gate,
                                    dit_tensor_t *out) {
   static const char *op = "gated_add";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(check_gated_xy(op, x, y, out));
   int64_t n, r;
-  DIT_RETURN_IF(check_tok(op, x, table, e, &n, &r));
+  DIT_RETURN_IF(check_tok(op, x, table, e, tg, &n, &r));
   if (gate < 0 || gate >= n)
     return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for table %s (n = %lld)", op, gate, dit_cpu_dims_str(table, b1),
                    (long long)n);
@@ -960,10 +968,23 @@ dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const di
   float *tab;
   DIT_RETURN_IF(widen(op, "table", table, n * x->dims[2], &tab));
   gated_job_t j = {.x = x, .y = y, .out = out, .T = x->dims[1], .D = x->dims[2], .n = n, .per_token = 1, .gate = gate,
-                   .e = e, .tab_f32 = tab, .r_e = r};
+                   .e = e, .tab_f32 = tab, .r_e = r, .rows_e = e->dims[1], .tg = tg};
   const int64_t grain = j.D > 0 ? (DIT_EW_GRAIN + j.D - 1) / j.D : 1;
   dit_pool_parallel_for(dit_cpu_pool(c), x->dims[0] * j.T, grain, gated_rows, &j);
   free(tab);
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_token_rows(const dit_tensor_t *x, int64_t group, dit_tensor_t *y) {
+  static const char *op = "token_rows";
+  char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
+  if (x->rank != 2 || group < 1 || x->dims[1] % group || y->rank != 2 || y->dtype != x->dtype || y->dims[0] != x->dims[0] ||
+      y->dims[1] != x->dims[1] / group)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: x %s and y %s of group %lld, expected [B, T] and [B, T / group] of one dtype", op,
+                   dit_cpu_dims_str(x, b1), dit_cpu_dims_str(y, b2), (long long)group);
+  const size_t es = dit_dtype_size(x->dtype);
+  const int64_t rows = y->dims[0] * y->dims[1];
+  for (int64_t r = 0; r < rows; r++) memcpy((char *)y->data + (size_t)r * es, (const char *)x->data + (size_t)(r * group) * es, es);
   return DIT_OK;
 }
 

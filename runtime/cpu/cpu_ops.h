@@ -77,10 +77,11 @@ dit_status_t dit_cpu_layernorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_te
  * y = LN(x) * (1 + mod[:, scale]) + mod[:, shift]. */
 dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
                            double eps, int shift, int scale, dit_tensor_t *y);
-/* adaln with the per-token table unstored: mod[b, t, i] = table[0, i] + e[b, t, r?i:0] in fp32
- * (mod_table's sums, bit for bit), table [1, n, D], e [B, T, r*D] with r = 1 or n. */
+/* adaln with the per-token table unstored: mod[b, t, i] = table[0, i] + e[b, row, r?i:0] in fp32
+ * (mod_table's sums, bit for bit), table [1, n, D], e [B, R, r*D] with r = 1 or n, token t reading
+ * row dit_token_group_row(tg, t) of R = dit_token_group_rows(tg, T) (tg {1, 0}: its own). */
 dit_status_t dit_cpu_adaln_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *table,
-                               const dit_tensor_t *e, double eps, int shift, int scale, dit_tensor_t *y);
+                               const dit_tensor_t *e, dit_token_group_t tg, double eps, int shift, int scale, dit_tensor_t *y);
 /* y = x * rsqrt(mean(x^2) + eps) * w over the last dim. */
 dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                              double eps, dit_tensor_t *y);
@@ -169,11 +170,13 @@ int64_t dit_attn_vt_key(int64_t col);
 /* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, T, n, D]. */
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
                                const dit_tensor_t *mod, int gate, dit_tensor_t *out);
-/* gated_add with the per-token gate table[0, gate] + e[b, t, r?gate:0] formed in fp32 as
- * dit_cpu_adaln_tok forms its rows. */
+/* gated_add with the per-token gate table[0, gate] + e[b, row, r?gate:0] formed in fp32 as
+ * dit_cpu_adaln_tok forms its rows (and picks them). */
 dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
-                                   const dit_tensor_t *table, const dit_tensor_t *e, int gate,
+                                   const dit_tensor_t *table, const dit_tensor_t *e, dit_token_group_t tg, int gate,
                                    dit_tensor_t *out);
+/* The first of every run of `group` tokens: x [B, T] -> y [B, T / group] (group divides T). */
+dit_status_t dit_cpu_token_rows(const dit_tensor_t *x, int64_t group, dit_tensor_t *y);
 
 /* Tensor-parallel row pieces (cpu_shard.c): y [..., 1] = sum of x^2 over the last dim (fp32
  * out); y = x * rsqrt(sumsq / dim + eps) * w for a row slice x [..., C] whose whole row of dim

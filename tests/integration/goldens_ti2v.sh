@@ -6,8 +6,9 @@
 # not); other timestep shapes refused naming the accepted ones; bf16 within bf16.sh's
 # tolerances; every topology equal to one rank (<= 1e-5, as topologies.sh); the text-to-video
 # generate (the pipeline's timestep broadcast over the tokens) against diffusers; the bf16
-# sm_90 compile (no GPU needed); the time embedder's fp32 GEMMs on cuBLASLt from 64 rows, its
-# linear_2 cast to bf16 by a kernel; and the bare transformer folder keeps its [B] timestep.
+# sm_90 compile (no GPU needed); the time embedder and the modulation rows made once a latent
+# frame, a timestep varying within a frame refused; and the bare transformer folder keeps its [B]
+# timestep.
 set -euo pipefail
 BIN=$1/bin
 T=$(mktemp -d)
@@ -116,31 +117,43 @@ for top in "" "--cp 2 --cp-mode ring --tp 2" "--tp 2 --sp"; do
   "$BIN/ditrun" verify "$G90" >/dev/null
 done
 
-# The per-token time embedder on 64 rows or more: its two fp32 GEMMs are cuBLASLt's (no
-# kernel), linear_2 writes fp32 and a generated cast kernel rounds it to bf16; below 64 rows
-# the small kernel stays. A per-batch (Wan2.1) bundle has no cast.
-embedder_steps() { # bundle, expected "lib" or "kernel" for the two GEMMs
-  python3 - "$1" "$2" <<'PY'
+# One timestep a latent frame: a token_rows step reads the timestep input's first token of every
+# frame, the time embedder runs on those rows (no cast: a direct bf16 store), every per-token
+# adaln and gated_add reads e's frame rows (token_group = the frame's tokens), and a timestep that
+# varies within a frame is refused on the host, naming the item and the token.
+frame_rows() { # bundle, batch
+  python3 - "$1" "$2" "$N" <<'PY'
 import json, sys
-b, want = sys.argv[1], sys.argv[2]
+b, batch, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 m = json.load(open(b + "/manifest.json"))
 plan = json.load(open(b + "/blobs/" + [x["hash"] for x in m["blobs"] if x["role"] == "plan"][0]))
-name = lambda s: plan["values"][s["out"][0]]["name"]
+vals = plan["values"]
+name = lambda s: vals[s["out"][0]]["name"]
 by = {name(s): s for s in plan["steps"]}
-for n in ("time.linear_1", "temb.f32"):
-    s = by[n]
-    assert s["op"] == "linear" and plan["values"][s["out"][0]]["dtype"] == "f32", s
-    assert ("kernel" in s) == (want == "kernel"), (n, want, s)
-c = by["temb"]
-assert c["op"] == "cast" and "kernel" in c and plan["values"][c["out"][0]]["dtype"] == "bf16", c
-assert plan["values"][c["in"][0]]["name"] == "temb.f32", c
+tr = by["timestep.frames"]
+assert tr["op"] == "token_rows" and vals[tr["in"][0]]["name"] == "timestep", tr
+group = tr["ints"]["group"]
+frames = tokens // group
+assert frames * group == tokens and vals[tr["out"][0]]["shape"] == [batch, frames], tr
+assert vals[by["time.linear_1"]["in"][0]]["shape"][1] == frames, by["time.linear_1"]
+assert not [s for s in plan["steps"] if s["op"] == "cast"], "a cast in the per-frame embedder"
+tok = [s for s in plan["steps"] if s["op"] in ("adaln", "gated_add") and len(s["in"]) == (3 if s["op"] == "adaln" else 4)]
+assert tok and all(s["ints"]["token_group"] == group and s["ints"]["token_offset"] == 0 for s in tok), tok[:2]
+print(group)
 PY
 }
-small=$("$BIN/ditc" "${c[@]}" --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
-embedder_steps "$small" kernel  # 2 x 18 rows
-big=$("$BIN/ditc" compile "$d" --frames "$F" --height $((2 * H)) --width "$W" --batch "$B" --text-len "$L" -o "$T/b" -q \
-  --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)
-embedder_steps "$big" lib       # 2 x 36 rows
+FR=$(frame_rows "$one" "$B")
+frame_rows "$("$BIN/ditc" "${c[@]}" --dtype bf16 --target sm_90 | tail -n1 | cut -d' ' -f3)" "$B" >/dev/null
+odd=("${all_t[@]}")
+odd[$((FR + 1))]=$T1  # item 0, the second token of its second frame
+retime "$T/in_odd.safetensors" "[$B,$N]" "${odd[@]}"
+if "$BIN/ditrun" forward "$one" --inputs "$T/in_odd.safetensors" --out "$T/f_odd.safetensors" 2> "$T/odd.err"; then
+  echo "a timestep varying within a latent frame was accepted"; exit 1
+fi
+grep -q "input 'timestep': batch item 0, token $((FR + 1)) differs from token $FR, the first of its run of $FR" "$T/odd.err" \
+  || { cat "$T/odd.err"; exit 1; }
+[ ! -e "$T/f_odd.safetensors" ] || { echo "a refused forward left an output"; exit 1; }
+
 w21=$("$BIN/ditc" compile tests/data/wan_tiny_b/model --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 \
   --target sm_90 -o "$T/b" -q | tail -n1 | cut -d' ' -f3)
 python3 - "$w21" <<'PY'

@@ -52,6 +52,7 @@ static int same_bytes(const dit_tensor_t *a, const dit_tensor_t *b) {
 }
 
 enum { B = 2, T = 5, N = 6, D = 24 };
+static const dit_token_group_t ONE_ROW = {1, 0}; /* a row of e per token */
 
 static dit_cpu_t g_cpu;
 
@@ -247,15 +248,15 @@ static void test_fused_cpu(void) {
       CHECK_OK(dit_cpu_mod_table(&g_cpu, &table, &e, &mod));
       for (int sh = 0; sh < N; sh += 3) {
         CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, sh, sh + 1, &y));
-        CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, 1e-6, sh, sh + 1, &yf));
+        CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, ONE_ROW, 1e-6, sh, sh + 1, &yf));
         CHECK(same_bytes(&y, &yf));
         CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, sh + 2, &y));
-        CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, sh + 2, &yf));
+        CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, ONE_ROW, sh + 2, &yf));
         CHECK(same_bytes(&y, &yf));
       }
       /* The rows really are per token and per row: another e changes the result. */
       ((float *)table.data)[1 * D + 3] += 1.0f;
-      CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, 1e-6, 0, 1, &yf));
+      CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, ONE_ROW, 1e-6, 0, 1, &yf));
       CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, 0, 1, &y));
       CHECK(!same_bytes(&y, &yf));
       free(x.data), free(yv.data), free(table.data), free(e32.data), free(mod.data), free(y.data), free(yf.data), free(eb);
@@ -263,13 +264,95 @@ static void test_fused_cpu(void) {
   /* Mismatched operands are refused, naming them. */
   const int64_t xd[3] = {B, T, D}, td[3] = {1, N, D}, ed[3] = {B, T + 1, N * D}, e2[3] = {B, T, 2 * D}, tb[2] = {N, D};
   dit_tensor_t x = f32(3, xd, 1), table = f32(3, td, 1), e = f32(3, ed, 1), ew = f32(3, e2, 1), t2 = f32(2, tb, 1), y = f32(3, xd, 0);
-  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "adaln: e has dims [2, 6, 144], expected [2, 5, 24 or 144]");
-  CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &x, &table, &ew, 2, &y), INVALID_ARGUMENT, "gated_add: e has dims [2, 5, 48]");
-  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &t2, &e, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "adaln: table has dims [6, 24], expected [1, n, 24]");
+  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, ONE_ROW, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "adaln: e has dims [2, 6, 144], expected [2, 5, 24 or 144]");
+  CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &x, &table, &ew, ONE_ROW, 2, &y), INVALID_ARGUMENT, "gated_add: e has dims [2, 5, 48]");
+  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &t2, &e, ONE_ROW, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "adaln: table has dims [6, 24], expected [1, n, 24]");
   dit_tensor_t ee = f32(3, (const int64_t[3]){B, T, N * D}, 1);
-  CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &x, &table, &ee, N, &y), INVALID_ARGUMENT, "gated_add: gate 6 out of range");
-  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &ee, 1e-6, N, 1, &y), INVALID_ARGUMENT, "adaln: shift 6 / scale 1 out of range");
+  CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &x, &table, &ee, ONE_ROW, N, &y), INVALID_ARGUMENT, "gated_add: gate 6 out of range");
+  CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &ee, ONE_ROW, 1e-6, N, 1, &y), INVALID_ARGUMENT, "adaln: shift 6 / scale 1 out of range");
   free(x.data), free(table.data), free(e.data), free(ew.data), free(t2.data), free(y.data), free(ee.data);
+}
+
+/* Rows shared by runs of tokens (token_group k from token_offset o): adaln and gated_add given
+ * e's R rows give the bytes of the same ops given e expanded to a row per token; token_rows picks
+ * each run's first token; and the shape rules and the CPU refuse an e of any other row count. */
+static void test_grouped_rows(void) {
+  enum { TG = 12, K = 4, O = 1, R = (TG + O + K - 1) / K };
+  const dit_token_group_t tg = {K, O};
+  CHECK_EQ_INT((int)dit_token_group_rows(tg, TG), R);
+  CHECK_EQ_INT((int)dit_token_group_row(tg, 2), 0);
+  CHECK_EQ_INT((int)dit_token_group_row(tg, 3), 1);
+  CHECK_EQ_INT((int)dit_token_group_row(tg, TG - 1), R - 1);
+  for (int r = 1; r <= N; r += N - 1) {
+    const int64_t xd[3] = {B, TG, D}, td[3] = {1, N, D}, eg[3] = {B, R, r * D}, ex[3] = {B, TG, r * D};
+    dit_tensor_t x = f32(3, xd, 1), yv = f32(3, xd, 1), table = f32(3, td, 1), e = f32(3, eg, 1), e_all = f32(3, ex, 0);
+    dit_tensor_t y = f32(3, xd, 0), yg = f32(3, xd, 0);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < TG; t++)
+        memcpy((float *)e_all.data + (b * TG + t) * r * D, (const float *)e.data + (b * R + dit_token_group_row(tg, t)) * r * D,
+               sizeof(float) * (size_t)(r * D));
+    CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e_all, ONE_ROW, 1e-6, 0, 1, &y));
+    CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, tg, 1e-6, 0, 1, &yg));
+    CHECK(same_bytes(&y, &yg));
+    CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e_all, ONE_ROW, 2 % r, &y));
+    CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, tg, 2 % r, &yg));
+    CHECK(same_bytes(&y, &yg));
+    /* Row 1 of item 1 feeds tokens 3..6 only: changing it changes those tokens and no other. */
+    CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, tg, 1e-6, 0, 1, &y));
+    ((float *)e.data)[(1 * R + 1) * r * D] += 0.5f;
+    CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, tg, 1e-6, 0, 1, &yg));
+    for (int64_t t = 0; t < TG; t++) {
+      const int changed = memcmp((float *)y.data + (TG + t) * D, (float *)yg.data + (TG + t) * D, sizeof(float) * D) != 0;
+      CHECK_EQ_INT(changed, t >= 3 && t <= 6);
+    }
+    /* The full-row e of the ungrouped form is not the grouped form's. */
+    CHECK_ERR(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e_all, tg, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "expected [2, 4, ");
+    CHECK_ERR(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, (dit_token_group_t){K, K}, 0, &y), INVALID_ARGUMENT,
+              "token group 4 from offset 4");
+    free(x.data), free(yv.data), free(table.data), free(e.data), free(e_all.data), free(y.data), free(yg.data);
+  }
+  /* token_rows: the first of every run. */
+  const int64_t td[2] = {B, TG}, rd[2] = {B, TG / K}, bad[2] = {B, TG / K + 1};
+  dit_tensor_t t = f32(2, td, 1), rows = f32(2, rd, 0), wrong = f32(2, bad, 0);
+  CHECK_OK(dit_cpu_token_rows(&t, K, &rows));
+  for (int64_t i = 0; i < B * TG / K; i++) CHECK(((float *)rows.data)[i] == ((float *)t.data)[i * K]);
+  CHECK_ERR(dit_cpu_token_rows(&t, K, &wrong), INVALID_ARGUMENT, "token_rows: x [2, 12] and y [2, 4] of group 4");
+  CHECK_ERR(dit_cpu_token_rows(&t, 5, &rows), INVALID_ARGUMENT, "of group 5");
+  free(t.data), free(rows.data), free(wrong.data);
+
+  /* The shape rules: e of R rows with the attrs; any other count, an offset not below the group,
+   * and a group not dividing token_rows' tokens are refused. */
+  for (int rows_e = R - 1; rows_e <= R; rows_e++)
+    for (int off = O; off <= K; off += K - O) {
+      dit_graph_t *g;
+      CHECK_OK(dit_graph_create(&g));
+      const int64_t xd[3] = {B, TG, D}, tb[3] = {1, N, D}, ed[3] = {B, rows_e, N * D};
+      dit_vid_t in[4] = {dit_graph_input(g, "x", DIT_F32, 3, xd), dit_graph_input(g, "y", DIT_F32, 3, xd),
+                         dit_graph_weight(g, "table", DIT_F32, 3, tb), dit_graph_input(g, "e", DIT_F32, 3, ed)};
+      dit_attrs_t ga = {0};
+      dit_attrs_set_int(&ga, "gate", 2);
+      dit_attrs_set_int(&ga, "token_group", K);
+      dit_attrs_set_int(&ga, "token_offset", off);
+      dit_vid_t y = dit_graph_op(g, DIT_OP_GATED_ADD, in, 4, &ga, DIT_F32, "gated");
+      dit_status_t st = dit_graph_status(g);
+      if (rows_e == R && off == O) {
+        CHECK(st == DIT_OK && y >= 0);
+      } else if (off != O) {
+        CHECK(st && strstr(dit_status_message(st), "'token_offset' = 4, expected below token_group 4"));
+      } else {
+        CHECK(st && strstr(dit_status_message(st), "gated_add: per-token e 'e' is [2,3,144], expected [2,4,24 or 144] (12 tokens, 4 a row from offset 1)"));
+      }
+      dit_graph_destroy(g);
+    }
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  dit_vid_t ti = dit_graph_input(g, "timestep", DIT_F32, 2, td);
+  dit_attrs_t ra = {0};
+  dit_attrs_set_int(&ra, "group", 5);
+  dit_graph_op(g, DIT_OP_TOKEN_ROWS, &ti, 1, &ra, DIT_F32, "frames");
+  dit_status_t st = dit_graph_status(g);
+  CHECK(st && strstr(dit_status_message(st), "token_rows: group 5 does not divide the 12 tokens of 'timestep'"));
+  dit_graph_destroy(g);
 }
 
 /* Every per-token specialization compiles for sm_90 through NVRTC (and MLIR where the gated
@@ -463,6 +546,7 @@ int main(void) {
   test_adaln_gated();
   test_shapes();
   test_fused_cpu();
+  test_grouped_rows();
   test_cast_values();
   test_cast_after_linear();
   test_cast_shape();
