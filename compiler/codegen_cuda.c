@@ -269,6 +269,51 @@ static uint32_t smem_optin_max(const char *arch) {
   return !strcmp(arch, "90") ? 227u * 1024 : !strcmp(arch, "80") ? 163u * 1024 : 99u * 1024;
 }
 
+/* Wan's rope grid and (cos, sin) table (the kernels' wan_rope_cs): x holds COUNT tokens from T0. */
+static void wan_rope_defines(dit_strbuf_t *s, const dit_op_t *op, const dit_value_t *x) {
+  const int64_t f = geti(op, "f"), h = geti(op, "h"), w = geti(op, "w"), td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
+  dit_strbuf_printf(s, "#define GF %" PRId64 "\n#define GH %" PRId64 "\n#define GW %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
+                    "\n#define WD %" PRId64 "\n#define T0 %" PRId64 "LL\n#define COUNT %" PRId64 "LL\n",
+                    f, h, w, td, hd, wd, geti(op, "t0"), x->dims[1]);
+  rope_table(s, f, h, w, td, hd, wd, getf(op, "theta"));
+}
+
+/* rope and rope_table on their own: a pair a thread (Wan's), or four pairs a thread through
+ * 16-byte accesses when the head dim allows (the table's). */
+static dit_status_t specialize_rope(const dit_graph_t *g, const dit_op_t *op, dit_strbuf_t *s, dit_plan_kernel_t *k) {
+  const dit_value_t *x = V(g, op->in[0]);
+  const uint64_t n = (uint64_t)dit_value_numel(V(g, op->out[0]));
+  if (op->kind == DIT_OP_ROPE) {
+    dit_strbuf_printf(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define HEADS %" PRId64 "\n", dt_code(x->dtype),
+                      x->dims[0], geti(op, "heads"));
+    wan_rope_defines(s, op, x);
+    set_launch(k, blocks_of(n / 2), 1, 1, DIT_ABI_BLOCK, 0);
+    return DIT_OK;
+  }
+  const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
+  const int vec = hd % DIT_ABI_VEC == 0;
+  dit_strbuf_printf(s, "#define DIT_K_ROPE_TABLE 1\n#define T_X %d\n#define N %" PRIu64 "LL\n#define TOKENS %" PRId64
+                    "LL\n#define C %" PRId64 "LL\n#define HD %" PRId64 "LL\n#define VEC8 %d\n", dt_code(x->dtype), n, x->dims[1], x->dims[2],
+                    hd, vec);
+  set_launch(k, blocks_of(n / (vec ? DIT_ABI_VEC : 2)), 1, 1, DIT_ABI_BLOCK, 0);
+  return DIT_OK;
+}
+
+/* A rope's rotation defines for the row norm that folds it in (DIT_K_ROWNORM's NORM_ROPE): x's
+ * token rows of ROPE_C channels in heads of ROPE_HD; Wan's table (NORM_ROPE 1) or the cs input's
+ * RT_TOKENS rows (NORM_ROPE 2). */
+static void rope_defines(dit_strbuf_t *s, const dit_graph_t *g, const dit_op_t *op) {
+  const dit_value_t *x = V(g, op->in[0]);
+  if (op->kind == DIT_OP_ROPE) {
+    const int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
+    dit_strbuf_printf(s, "#define NORM_ROPE 1\n#define ROPE_C %" PRId64 "LL\n#define ROPE_HD %" PRId64 "\n", x->dims[2], td + hd + wd);
+    wan_rope_defines(s, op, x);
+  } else {
+    dit_strbuf_printf(s, "#define NORM_ROPE 2\n#define ROPE_C %" PRId64 "LL\n#define ROPE_HD %" PRId64 "\n#define RT_TOKENS %" PRId64 "LL\n",
+                      x->dims[2], x->dims[2] / geti(op, "heads"), x->dims[1]);
+  }
+}
+
 static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_strbuf_t *s, int *has,
                                dit_plan_kernel_t *k, const char *arch, kernel_template_t *tmpl) {
   const int sm90 = !strcmp(arch, "90");
@@ -365,16 +410,27 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
           geti(op, "ph"), geti(op, "pw"));
       set_launch(k, blocks_of(n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
+    case DIT_OP_ROPE:
+    case DIT_OP_ROPE_TABLE:
+      /* With the Q/K norm folded in, the RMSNorm kernel rotates what it stores. */
+      if (op->n_in == (op->kind == DIT_OP_ROPE ? 1 : 2)) return specialize_rope(g, op, s, k);
+      /* fall through */
     case DIT_OP_LAYERNORM:
     case DIT_OP_ADALN:
     case DIT_OP_RMSNORM:
     case DIT_OP_ROWSUMSQ:
     case DIT_OP_RMSNORM_SLICE: {
       int64_t D = x->dims[x->rank - 1], rows = dit_value_numel(x) / D;
+      const int rope = op->kind == DIT_OP_ROPE || op->kind == DIT_OP_ROPE_TABLE;
       int mode = op->kind == DIT_OP_LAYERNORM ? DIT_ABI_NORM_LAYERNORM : op->kind == DIT_OP_ADALN ? DIT_ABI_NORM_ADALN
-                 : op->kind == DIT_OP_RMSNORM ? DIT_ABI_NORM_RMSNORM : op->kind == DIT_OP_ROWSUMSQ ? DIT_ABI_NORM_ROWSUMSQ
+                 : op->kind == DIT_OP_RMSNORM || rope ? DIT_ABI_NORM_RMSNORM : op->kind == DIT_OP_ROWSUMSQ ? DIT_ABI_NORM_ROWSUMSQ
                  : DIT_ABI_NORM_RMSNORM_SLICE;
-      const int64_t group = mode == DIT_ABI_NORM_RMSNORM && dit_attrs_find(&op->attrs, "group") ? geti(op, "group") : D;
+      const char *group_key = rope ? "norm_group" : "group";
+      const int64_t group = mode == DIT_ABI_NORM_RMSNORM && dit_attrs_find(&op->attrs, group_key) ? geti(op, group_key) : D;
+      /* A pair to rotate must lie in one normalized chunk (it shares its RMS). */
+      if (rope && group % 2)
+        return DIT_ERR(UNIMPLEMENTED, "op %s '%s': norm_group %" PRId64 " is odd; the GPU kernel rotates pairs of one group", name, y->name,
+                       group);
       if (group != D) {
         /* Per head: a block normalizes a whole row when the threads holding one group are a
          * power of two of consecutive lanes (a warp butterfly sums it); else each group is a row. */
@@ -388,7 +444,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         }
       }
       dit_strbuf_printf(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
-             "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, "eps"), D % DIT_ABI_VEC == 0);
+             "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, rope ? "norm_eps" : "eps"), D % DIT_ABI_VEC == 0);
+      if (rope) rope_defines(s, g, op);
       if (mode == DIT_ABI_NORM_LAYERNORM) {
         dit_strbuf_printf(s, "#define AFFINE %d\n", op->n_in == 3);
         if (op->n_in == 3)
@@ -408,7 +465,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                "\n#define SCALE_ROW %" PRId64 "\n",
             dt_code(mod->dtype), per_token ? (int64_t)1 : x->dims[1], mod->dims[mod->rank - 2], geti(op, "shift"), geti(op, "scale"));
       } else if (mode == DIT_ABI_NORM_RMSNORM) {
-        dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[1])->dtype));
+        dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[op->n_in - 1])->dtype)); /* a rope's: its last input */
       } else if (mode == DIT_ABI_NORM_RMSNORM_SLICE) {
         dit_strbuf_printf(s, "#define T_SS %d\n#define T_W %d\n#define DIM %" PRId64 "\n", dt_code(V(g, op->in[1])->dtype),
                           dt_code(V(g, op->in[2])->dtype), geti(op, "dim"));
@@ -427,17 +484,6 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         return DIT_OK;
       }
       set_launch(k, (uint64_t)rows, 1, 1, DIT_ABI_BLOCK, 0);
-      return DIT_OK;
-    }
-    case DIT_OP_ROPE: {
-      int64_t td = geti(op, "t_dim"), hd = geti(op, "h_dim"), wd = geti(op, "w_dim");
-      dit_strbuf_printf(s, "#define DIT_K_ROPE 1\n#define T_X %d\n#define BATCH %" PRId64 "\n#define GF %" PRId64 "\n#define GH %" PRId64
-             "\n#define GW %" PRId64 "\n#define HEADS %" PRId64 "\n#define TD %" PRId64 "\n#define HDIM %" PRId64
-             "\n#define WD %" PRId64 "\n#define T0 %" PRId64 "LL\n#define COUNT %" PRId64 "LL\n",
-          dt_code(x->dtype), x->dims[0], geti(op, "f"), geti(op, "h"), geti(op, "w"), geti(op, "heads"), td, hd, wd, geti(op, "t0"),
-          x->dims[1]);
-      rope_table(s, geti(op, "f"), geti(op, "h"), geti(op, "w"), td, hd, wd, getf(op, "theta"));
-      set_launch(k, blocks_of(n / 2), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_LINEAR: {
@@ -647,16 +693,6 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       dit_strbuf_printf(s, "#define DIT_K_CONCAT 1\n#define T_X %d\n#define OUTER %" PRId64 "LL\n#define IA %" PRId64
              "LL\n#define IB %" PRId64 "LL\n#define VEC8 %d\n", dt_code(x->dtype), outer, ia, ib, vec);
       set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
-      return DIT_OK;
-    }
-    case DIT_OP_ROPE_TABLE: {
-      const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
-      /* Eight elements (four pairs) a thread when the head dim allows, else one pair. */
-      const int vec = hd % DIT_ABI_VEC == 0;
-      dit_strbuf_printf(s, "#define DIT_K_ROPE_TABLE 1\n#define T_X %d\n#define N %" PRIu64 "LL\n#define TOKENS %" PRId64
-             "LL\n#define C %" PRId64 "LL\n#define HD %" PRId64 "LL\n#define VEC8 %d\n", dt_code(x->dtype), n, x->dims[1], x->dims[2],
-          hd, vec);
-      set_launch(k, blocks_of(n / (vec ? DIT_ABI_VEC : 2)), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_CLAMP:

@@ -136,6 +136,13 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       }
       break;
     }
+    case DIT_OP_ROPE:
+    case DIT_OP_ROPE_TABLE:
+      /* With the Q/K RMSNorm folded in (its weight the extra input) the norm's arithmetic comes
+       * along; the bytes stay one read of x and one write of y (plus the weight, the table). */
+      c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);
+      if (op->n_in == (op->kind == DIT_OP_ROPE ? 2 : 3)) c.flops += elem_flops(DIT_OP_RMSNORM) * (double)dit_value_numel(y);
+      break;
     default:
       c.flops = elem_flops(op->kind) * (double)dit_value_numel(y);
       break;

@@ -141,6 +141,30 @@ static dit_status_t check_mod_tok(const char *op, const dit_value_t *x, const di
   return check_mod_rows(op, n, attrs, keys, n_keys);
 }
 
+/* rmsnorm's weight for the rows of x: [G] with G the attribute group_key when it is given (one
+ * RMS per G-wide chunk of a row: a head; G must divide the last dim), else [D], the whole row. */
+static dit_status_t check_rms_weight(const char *op, const dit_value_t *x, const dit_value_t *w, const dit_attrs_t *attrs,
+                                     const char *group_key) {
+  const int64_t d = x->dims[x->rank - 1];
+  int64_t group = d;
+  if (dit_attrs_find(attrs, group_key)) {
+    DIT_RETURN_IF(get_i(attrs, op, group_key, &group, 1));
+    if (d % group)
+      FAIL("%s: attribute %s = %" PRId64 " does not divide the last dim %" PRId64 " of '%s'", op, group_key, group, d, x->name);
+  }
+  if (w->rank != 1 || w->dims[0] != group) FAIL("%s: weight '%s' must be [%" PRId64 "]", op, w->name, group);
+  return DIT_OK;
+}
+
+/* A rope's folded RMSNorm: its weight (last input) and attributes norm_eps and norm_group. */
+static dit_status_t check_rope_norm(const char *op, const dit_value_t *x, const dit_value_t *w, const dit_attrs_t *attrs) {
+  double eps;
+  DIT_RETURN_IF(dit_attrs_get_float(attrs, op, "norm_eps", &eps));
+  if (!(eps >= 0) || !isfinite(eps)) FAIL("%s: attribute norm_eps = %g, expected finite and >= 0", op, eps);
+  if (!is_float(w->dtype)) FAIL("%s: norm weight '%s' has dtype %s, expected f32, bf16 or f16", op, w->name, dit_dtype_name(w->dtype));
+  return check_rms_weight(op, x, w, attrs, "norm_group");
+}
+
 dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins,
                               int n_in, const dit_attrs_t *attrs, int n_out,
                               int out_rank[DIT_OP_MAX_OUT],
@@ -330,20 +354,11 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
-    case DIT_OP_RMSNORM: {
-      const dit_value_t *w = operand(g, ins, 1);
+    case DIT_OP_RMSNORM:
       if (x->rank < 1) FAIL("%s: operand x '%s' has rank 0, expected [..., D]", op, x->name);
-      /* Per head: G-wide chunks of the row, each with its own RMS and the one weight [G]. */
-      const int64_t d = x->dims[x->rank - 1];
-      int64_t group = d;
-      if (dit_attrs_find(attrs, "group")) {
-        DIT_RETURN_IF(get_i(attrs, op, "group", &group, 1));
-        if (d % group) FAIL("%s: attribute group = %" PRId64 " does not divide the last dim %" PRId64 " of '%s'", op, group, d, x->name);
-      }
-      if (w->rank != 1 || w->dims[0] != group) FAIL("%s: weight '%s' must be [%" PRId64 "]", op, w->name, group);
+      DIT_RETURN_IF(check_rms_weight(op, x, operand(g, ins, 1), attrs, "group"));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
-    }
     case DIT_OP_ROPE: {
       int64_t heads, f, h, w, td, hd, wd;
       DIT_RETURN_IF(need_rank(op, "x", x, 3));
@@ -361,6 +376,7 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       if ((td | hd | wd) & 1) FAIL("%s: rope parts %" PRId64 "/%" PRId64 "/%" PRId64 " must be even", op, td, hd, wd);
       if (x->dims[2] != heads * (td + hd + wd))
         FAIL("%s: channels %" PRId64 " != heads %" PRId64 " x head dim %" PRId64, op, x->dims[2], heads, td + hd + wd);
+      if (n_in == 2) DIT_RETURN_IF(check_rope_norm(op, x, operand(g, ins, 1), attrs));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }
@@ -695,6 +711,7 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       if (cs->dims[0] != x->dims[1] || cs->dims[1] != dh)
         FAIL("%s: table '%s' is [%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 "] (tokens of '%s', head dim)", op, cs->name,
              cs->dims[0], cs->dims[1], x->dims[1], dh, x->name);
+      if (n_in == 3) DIT_RETURN_IF(check_rope_norm(op, x, operand(g, ins, 2), attrs));
       copy_shape(x, &out_rank[0], out_dims[0]);
       break;
     }

@@ -282,6 +282,19 @@ static dit_status_t cpu_sync(void *state) {
   } while (0)
 #define GETF(key, var) DIT_RETURN_IF(dit_attrs_get_float(&st->attrs, name, key, &var))
 
+/* A rope step's folded RMSNorm (base/ops.def) when it has `n_in` inputs, the weight last: norm_eps,
+ * and norm_group or the whole row. With fewer inputs the step has none and norm is left unset. */
+static dit_status_t rope_norm(const dit_plan_step_t *st, const char *name, const dit_tensor_t *in, int n_in,
+                              dit_cpu_rope_norm_t *norm) {
+  if (st->n_in != n_in) return DIT_OK;
+  const dit_tensor_t *x = &in[0];
+  DIT_RETURN_IF(dit_attrs_get_float(&st->attrs, name, "norm_eps", &norm->eps));
+  const dit_attr_t *group = dit_attrs_find(&st->attrs, "norm_group");
+  norm->w = &in[n_in - 1];
+  norm->group = group ? group->i : x->rank >= 1 ? x->dims[x->rank - 1] : 1;
+  return DIT_OK;
+}
+
 static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_t *st,
                                  const dit_tensor_t *in, dit_tensor_t *out) {
   (void)index;
@@ -427,7 +440,9 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETI("w_dim", wd);
       GETF("theta", theta);
       const dit_attr_t *t0 = dit_attrs_find(&st->attrs, "t0");
-      return dit_cpu_rope(c, &in[0], heads, f, h, w, td, hd, wd, theta, t0 ? t0->i : 0, &out[0]);
+      dit_cpu_rope_norm_t norm;
+      DIT_RETURN_IF(rope_norm(st, name, in, 2, &norm));
+      return dit_cpu_rope_normed(c, &in[0], st->n_in == 2 ? &norm : NULL, heads, f, h, w, td, hd, wd, theta, t0 ? t0->i : 0, &out[0]);
     }
     case DIT_OP_ATTENTION: {
       int heads;
@@ -522,7 +537,9 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_ROPE_TABLE: {
       int64_t heads;
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "heads", &heads));
-      return dit_cpu_rope_table(c, &in[0], &in[1], heads, &out[0]);
+      dit_cpu_rope_norm_t norm;
+      DIT_RETURN_IF(rope_norm(st, name, in, 3, &norm));
+      return dit_cpu_rope_table_normed(c, &in[0], &in[1], st->n_in == 3 ? &norm : NULL, heads, &out[0]);
     }
     case DIT_OP_ATTN_MERGE: {
       int heads;

@@ -53,6 +53,11 @@ __device__ __forceinline__ void st8(float *p, long long i, const float *v) {
 
 static_assert(DIT_ABI_VEC == 8, "ld8 and st8 move eight elements");
 
+// v as storage of type T holds it: rounded to nearest even into bf16, unchanged in fp32.
+template <typename T> __device__ __forceinline__ float as_stored(float v);
+template <> __device__ __forceinline__ float as_stored<float>(float v) { return v; }
+template <> __device__ __forceinline__ float as_stored<bf16_t>(float v) { return bf2f(f2bf(v)); }
+
 template <int DT> struct storage;
 template <> struct storage<DIT_ABI_DT_F32> { typedef float t; };
 template <> struct storage<DIT_ABI_DT_BF16> { typedef bf16_t t; };
@@ -254,6 +259,22 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
+#if defined(DIT_K_ROPE) || (defined(DIT_K_ROWNORM) && NORM_ROPE == 1)
+// Wan's 3-D rotary embedding. ditc computes the (cos, sin) of every (part, position, pair) in
+// double, rounded to float as the CPU reference does, into ROPE_TABLE: t part first (GF
+// positions x TD/2 pairs), then h (GH x HDIM/2), then w (GW x WD/2).
+__device__ const float2 rope_tab[] = {ROPE_TABLE};
+// The (cos, sin) of pair p of a head at token tok of the GF x GH x GW grid.
+__device__ __forceinline__ float2 wan_rope_cs(long long tok, int p) {
+  const int it = (int)(tok / (GH * GW)), ih = (int)((tok / GW) % GH), iw = (int)(tok % GW);
+  int t;
+  if (p < TD / 2) t = it * (TD / 2) + p;
+  else if (p < (TD + HDIM) / 2) t = GF * (TD / 2) + ih * (HDIM / 2) + (p - TD / 2);
+  else t = GF * (TD / 2) + GH * (HDIM / 2) + iw * (WD / 2) + (p - (TD + HDIM) / 2);
+  return rope_tab[t];
+}
+#endif
+
 #if defined(DIT_K_ROWNORM)
 // One block per row of D elements, held in registers (8 contiguous per chunk with VEC8).
 // MODE (DIT_ABI_NORM_*) LAYERNORM (AFFINE 0/1), ADALN (layernorm, then *(1 + mod[b, SCALE_ROW])
@@ -263,6 +284,13 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 // squares ss over DIM elements. With SEG (RMSNORM without GROUP, LAYERNORM; D / CW <= SEG <= 32, a
 // power of two), a block holds DIT_ABI_BLOCK / SEG rows of ROWS, SEG lanes of a warp each: a
 // short row (a VAE's 96 channels) no longer leaves most of a block idle.
+// With NORM_ROPE (RMSNORM; the IR's rope or rope_table with the Q/K norm folded in) the normalized
+// values are rounded to y's type, as storing them did, and rotated before the one store: pairs
+// (2j, 2j+1) of every ROPE_HD-wide head of x's ROPE_C-wide token rows, by Wan's table (NORM_ROPE 1:
+// COUNT tokens from T0 of the grid) or by the cs input, fp32 [RT_TOKENS, ROPE_HD] (NORM_ROPE 2).
+// A pair never straddles two threads' chunks with VEC8 (chunks start at multiples of 8); without
+// it a thread reads its partner element of x again and normalizes it alike (GROUP, when it is a
+// row, is even, so both share the RMS).
 #define M_LN DIT_ABI_NORM_LAYERNORM
 #define M_ADALN DIT_ABI_NORM_ADALN
 #define M_RMS DIT_ABI_NORM_RMSNORM
@@ -327,6 +355,49 @@ __device__ __forceinline__ void stc(bf16_t *p, long long i, const float *v) {
   p[i] = f2bf(v[0]);
 #endif
 }
+#if defined(NORM_ROPE)
+static_assert(MODE == M_RMS && ROPE_HD % 2 == 0 && ROPE_C % ROPE_HD == 0 && D % 2 == 0,
+              "DIT_K_ROWNORM: NORM_ROPE rotates even-wide heads of an RMSNORM's rows");
+// The pair (x0, x1) at element gi (even) of x rotated by its (cos, sin), as rope_table does.
+__device__ __forceinline__ void rope_pair(float x0, float x1, long long gi, const float *cs, float *y0, float *y1) {
+  const long long tokrow = gi / ROPE_C;
+  const int j = (int)(gi % ROPE_C % ROPE_HD);
+#if NORM_ROPE == 1
+  (void)cs;
+  const float2 t = wan_rope_cs(T0 + tokrow % COUNT, j / 2);
+#else
+  const float2 t = *(const float2 *)(cs + tokrow % RT_TOKENS * ROPE_HD + j);
+#endif
+  *y0 = x0 * t.x - x1 * t.y;
+  *y1 = x1 * t.x + x0 * t.y;
+}
+// The CW normalized values o (elements d.. of the row xr, gi.. of x, normalized by rk) rounded as
+// y stores them, then rotated.
+__device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(W) *w, float rk, long long gi, int d, const float *cs) {
+#if VEC8
+  (void)xr, (void)w, (void)rk, (void)d;
+#pragma unroll
+  for (int e = 0; e < CW; e += 2) rope_pair(as_stored<TY(OUT)>(o[e]), as_stored<TY(OUT)>(o[e + 1]), gi + e, cs, &o[e], &o[e + 1]);
+#else
+  // The partner element d ^ 1, normalized as the thread holding it does.
+  const int dp = d ^ 1;
+#if defined(GROUP)
+  const float wp = ld(w, dp % GROUP);
+#else
+  const float wp = ld(w, dp);
+#endif
+  const float a = as_stored<TY(OUT)>(o[0]), b = as_stored<TY(OUT)>(ld(xr, dp) * rk * wp);
+  float y0, y1;
+  if (d & 1) {
+    rope_pair(b, a, gi - 1, cs, &y0, &y1);
+    o[0] = y1;
+  } else {
+    rope_pair(a, b, gi, cs, &y0, &y1);
+    o[0] = y0;
+  }
+#endif
+}
+#endif
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x
 #if MODE == M_LN && AFFINE
                                                              , const TY(W) *w, const TY(BIAS) *bias
@@ -334,6 +405,8 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
                                                              , const TY(TABLE) *table, const TY(E) *emb
 #elif MODE == M_ADALN
                                                              , const TY(MOD) *mod
+#elif MODE == M_RMS && NORM_ROPE == 2
+                                                             , const float *cs, const TY(W) *w
 #elif MODE == M_RMS
                                                              , const TY(W) *w
 #elif MODE == M_RMS_SLICE
@@ -341,6 +414,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 ) {
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
+#if NORM_ROPE == 1
+  const float *cs = nullptr;  // Wan's rotation comes from rope_tab
+#endif
 #if defined(SEG)
   // Lanes of a row past ROWS (the last block's) hold zeros and stay for the warp's shuffles.
   const long long row0 = (long long)blockIdx.x * (DIT_ABI_BLOCK / SEG) + threadIdx.x / SEG;
@@ -441,6 +517,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = v[k][e] * rk * wv[e];
+#if defined(NORM_ROPE)
+    rope_normed(o, xr, w, rk, row * (long long)D + d, d, cs);
+#endif
 #else
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = (v[k][e] - mean) * r;
@@ -476,26 +555,16 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 
 #if defined(DIT_K_ROPE)
-// Wan's 3-D rotary embedding. ditc computes the (cos, sin) of every (part, position, pair) in
-// double, rounded to float as the CPU reference does, into ROPE_TABLE: t part first (GF
-// positions x TD/2 pairs), then h (GH x HDIM/2), then w (GW x WD/2). x holds COUNT tokens
-// starting at token T0 of the grid (a context-parallel rank's share; all of them otherwise).
-// One thread rotates one pair; consecutive threads take consecutive pairs of a head, so loads
-// and stores coalesce.
-__device__ const float2 rope_tab[] = {ROPE_TABLE};
+// Wan's 3-D rotary embedding by rope_tab (above). x holds COUNT tokens starting at token T0 of
+// the grid (a context-parallel rank's share; all of them otherwise). One thread rotates one pair;
+// consecutive threads take consecutive pairs of a head, so loads and stores coalesce.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x) {
   const int HD = TD + HDIM + WD, PAIRS = HD / 2;
   long long i = (long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x;
   const long long total = (long long)BATCH * COUNT * HEADS * PAIRS;
   if (i >= total) return;
   const int p = (int)(i % PAIRS);
-  const long long tok = T0 + (i / ((long long)PAIRS * HEADS)) % COUNT;
-  const int it = (int)(tok / (GH * GW)), ih = (int)((tok / GW) % GH), iw = (int)(tok % GW);
-  int t;
-  if (p < TD / 2) t = it * (TD / 2) + p;
-  else if (p < (TD + HDIM) / 2) t = GF * (TD / 2) + ih * (HDIM / 2) + (p - TD / 2);
-  else t = GF * (TD / 2) + GH * (HDIM / 2) + iw * (WD / 2) + (p - (TD + HDIM) / 2);
-  const float2 cs = rope_tab[t];
+  const float2 cs = wan_rope_cs(T0 + (i / ((long long)PAIRS * HEADS)) % COUNT, p);
   const long long e = (i / PAIRS) * HD + 2 * p;
   const float x0 = ld(x, e), x1 = ld(x, e + 1);
   st(y, e, x0 * cs.x - x1 * cs.y);

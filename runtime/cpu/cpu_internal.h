@@ -59,6 +59,15 @@ static inline void dit_cpu_store1(void *base, dit_dtype_t dt, int64_t i, float v
   }
 }
 
+/* v rounded to dt's precision as storing it would (f32: unchanged), back in fp32. */
+static inline float dit_cpu_round1(dit_dtype_t dt, float v) {
+  switch (dt) {
+    case DIT_BF16: return dit_bf16_to_f32(dit_f32_to_bf16(v));
+    case DIT_F16: return dit_f16_to_f32(dit_f32_to_f16(v));
+    default: return v;
+  }
+}
+
 /* Returns n fp32 values starting at element `off` of base: a pointer into base itself for
  * f32 storage, else tmp (n floats) filled by conversion. */
 const float *dit_cpu_row_load(const void *base, dit_dtype_t dt, int64_t off, int64_t n, float *tmp);

@@ -445,6 +445,17 @@ dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const di
 
 /* ---- norms --------------------------------------------------------------------------------- */
 
+/* RMSNorm of a row of D: each G-wide chunk (G = D: the whole row) by its own RMS, in double,
+ * times the weight w [G] in fp32. rmsnorm's arithmetic, and that of the ropes that fold it in. */
+static void rms_row(const float *x, int64_t D, int64_t G, const float *w, double eps, float *out) {
+  for (int64_t g0 = 0; g0 < D; g0 += G) {
+    double ss = 0.0;
+    for (int64_t d = g0; d < g0 + G; d++) ss += (double)x[d] * x[d];
+    const double inv = 1.0 / sqrt(ss / (double)G + eps);
+    for (int64_t d = g0; d < g0 + G; d++) out[d] = (float)(x[d] * inv) * w[d - g0];
+  }
+}
+
 typedef enum norm_kind { NORM_LAYER, NORM_ADALN, NORM_RMS } norm_kind_t;
 
 typedef struct norm_job {
@@ -475,12 +486,7 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   for (int64_t r = begin; r < end; r++) {
     const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * D, D, tmp);
     if (j->kind == NORM_RMS) {
-      for (int64_t g0 = 0; g0 < D; g0 += j->G) {
-        double ss = 0.0;
-        for (int64_t d = g0; d < g0 + j->G; d++) ss += (double)x[d] * x[d];
-        const double inv = 1.0 / sqrt(ss / (double)j->G + j->eps);
-        for (int64_t d = g0; d < g0 + j->G; d++) out[d] = (float)(x[d] * inv) * j->w_f32[d - g0];
-      }
+      rms_row(x, D, j->G, j->w_f32, j->eps, out);
     } else {
       double sum = 0.0;
       for (int64_t d = 0; d < D; d++) sum += x[d];
@@ -660,25 +666,32 @@ dit_status_t dit_cpu_rmsnorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tens
   return dit_cpu_rmsnorm_group(c, x, w, ok ? x->dims[x->rank - 1] : 1, eps, y);
 }
 
-dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
-                                   int64_t group, double eps, dit_tensor_t *y) {
-  static const char *op = "rmsnorm";
+/* rmsnorm's operands beyond x and y: w float [group], group dividing x's last dim, eps; w not
+ * aliasing y. Checked alike for rmsnorm and for the ropes that fold it in. */
+static dit_status_t check_rms(const char *op, const dit_tensor_t *x, const dit_tensor_t *w, int64_t group, double eps,
+                              const dit_tensor_t *y) {
   char b1[DIT_CPU_DIMS_BUF];
-  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
   DIT_RETURN_IF(dit_cpu_check_float(op, "w", w));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
   DIT_RETURN_IF(check_eps(op, eps));
-  if (x->rank < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: x has rank 0, expected [..., D]", op);
-  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
   const int64_t D = x->dims[x->rank - 1];
   if (group < 1 || D % group)
     return DIT_ERR(INVALID_ARGUMENT, "%s: group %lld does not divide the last dim of x %s", op, (long long)group,
                    dit_cpu_dims_str(x, b1));
   const int64_t want[1] = {group};
   DIT_RETURN_IF(dit_cpu_check_dims(op, "w", w, 1, want));
+  return dit_cpu_check_no_alias(op, "y", y, "w", w);
+}
+
+dit_status_t dit_cpu_rmsnorm_group(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
+                                   int64_t group, double eps, dit_tensor_t *y) {
+  static const char *op = "rmsnorm";
+  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
+  if (x->rank < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: x has rank 0, expected [..., D]", op);
+  DIT_RETURN_IF(dit_cpu_check_same_dims(op, "y", y, "x", x));
+  DIT_RETURN_IF(check_rms(op, x, w, group, eps, y));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
-  norm_job_t j = {.kind = NORM_RMS, .x = x, .w = w, .y = y, .D = D, .G = group, .eps = eps};
+  norm_job_t j = {.kind = NORM_RMS, .x = x, .w = w, .y = y, .D = x->dims[x->rank - 1], .G = group, .eps = eps};
   DIT_RETURN_IF(widen(op, "w", w, group, &j.w_f32));
   return run_norm(c, op, &j);
 }
@@ -999,9 +1012,38 @@ static void rotate_pairs(const float *x, const float *cs, int64_t n, float *out)
   }
 }
 
+/* A rope's folded RMSNorm (base/ops.def): the weight widened to fp32, its group and eps; w_f32
+ * NULL when the rope has none. */
+typedef struct rope_norm {
+  float *w_f32;
+  int64_t G;
+  double eps;
+} rope_norm_t;
+
+/* Checks a rope's folded norm against x and y and widens its weight; none: an empty rope_norm_t. */
+static dit_status_t rope_norm_prepare(const char *op, const dit_cpu_rope_norm_t *norm, const dit_tensor_t *x, const dit_tensor_t *y,
+                                      rope_norm_t *out) {
+  *out = (rope_norm_t){0};
+  if (!norm) return DIT_OK;
+  DIT_RETURN_IF(check_rms(op, x, norm->w, norm->group, norm->eps, y));
+  out->G = norm->group;
+  out->eps = norm->eps;
+  return widen(op, "w", norm->w, norm->group, &out->w_f32);
+}
+
+/* The row of HD the rope rotates: x itself, or with a folded norm x normalized as rmsnorm does
+ * and rounded to y's dtype as rmsnorm's stored output was, in out. */
+static const float *rope_input(const rope_norm_t *n, const float *x, int64_t HD, dit_dtype_t dt, float *out) {
+  if (!n->w_f32) return x;
+  rms_row(x, HD, n->G, n->w_f32, n->eps, out);
+  for (int64_t d = 0; d < HD; d++) out[d] = dit_cpu_round1(dt, out[d]);
+  return out;
+}
+
 typedef struct rope_job {
   const dit_tensor_t *x;
   dit_tensor_t *y;
+  rope_norm_t norm;
   int64_t ntok, heads, Dh;
   int64_t t0, count; /* this tensor holds tokens [t0, t0 + count) of the f*h*w grid */
   int f, h, w, pairs[3];
@@ -1013,11 +1055,11 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   rope_job_t *j = ctx;
   const int64_t HD = j->heads * j->Dh;
   float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
-  float *out = tmp + HD;
+  float *out = tmp + HD, *normed = out + HD;
   for (int64_t r = begin; r < end; r++) {
     const int64_t tok = j->t0 + r % j->count;
     const int64_t pos[3] = {tok / ((int64_t)j->h * j->w), (tok / j->w) % j->h, tok % j->w};
-    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp);
+    const float *x = rope_input(&j->norm, dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp), HD, j->y->dtype, normed);
     for (int64_t hd = 0; hd < j->heads; hd++) {
       const float *xh = x + hd * j->Dh;
       float *oh = out + hd * j->Dh;
@@ -1031,6 +1073,11 @@ static void rope_rows(void *ctx, int64_t begin, int64_t end, int worker) {
 
 dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
                           int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y) {
+  return dit_cpu_rope_normed(c, x, NULL, heads, f, h, w, t_dim, h_dim, w_dim, theta, t0, y);
+}
+
+dit_status_t dit_cpu_rope_normed(dit_cpu_t *c, const dit_tensor_t *x, const dit_cpu_rope_norm_t *norm, int heads, int f, int h,
+                                 int w, int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y) {
   static const char *op = "rope";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
@@ -1062,11 +1109,15 @@ dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f,
 
   rope_job_t j = {.x = x, .y = y, .ntok = ntok, .heads = heads, .Dh = Dh, .t0 = t0, .count = x->dims[1], .f = f, .h = h, .w = w,
                   .pairs = {t_dim / 2, h_dim / 2, w_dim / 2}};
+  DIT_RETURN_IF(rope_norm_prepare(op, norm, x, y, &j.norm));
   const int extent[3] = {f, h, w};
   size_t total = 0;
   for (int p = 0; p < 3; p++) total += (size_t)extent[p] * (size_t)j.pairs[p] * 2;
   float *tab = malloc(sizeof(float) * (total ? total : 1));
-  if (!tab) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu floats of tables", op, total);
+  if (!tab) {
+    free(j.norm.w_f32);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate %zu floats of tables", op, total);
+  }
   /* Frequencies, angles and cos/sin in double, each rounded once to float at the end. */
   float *dst = tab;
   const int dims[3] = {t_dim, h_dim, w_dim};
@@ -1080,12 +1131,13 @@ dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f,
         *dst++ = (float)sin(ang);
       }
   }
-  dit_status_t s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * heads * Dh), &j.scratch);
+  dit_status_t s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(3 * heads * Dh), &j.scratch);
   if (!s) {
     dit_pool_parallel_for(dit_cpu_pool(c), rows, 16, rope_rows, &j);
     dit_cpu_scratch_free(&j.scratch);
   }
   free(tab);
+  free(j.norm.w_f32);
   return s;
 }
 
@@ -1094,6 +1146,7 @@ dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f,
 typedef struct rope_table_job {
   const dit_tensor_t *x, *cs;
   dit_tensor_t *y;
+  rope_norm_t norm;
   int64_t T, heads, Dh;
   dit_cpu_scratch_t scratch;
 } rope_table_job_t;
@@ -1102,9 +1155,9 @@ static void rope_table_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   rope_table_job_t *j = ctx;
   const int64_t HD = j->heads * j->Dh;
   float *tmp = dit_cpu_scratch_get(&j->scratch, worker);
-  float *out = tmp + HD;
+  float *out = tmp + HD, *normed = out + HD;
   for (int64_t r = begin; r < end; r++) {
-    const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp);
+    const float *x = rope_input(&j->norm, dit_cpu_row_load(j->x->data, j->x->dtype, r * HD, HD, tmp), HD, j->y->dtype, normed);
     const float *cs = (const float *)j->cs->data + (r % j->T) * j->Dh;
     for (int64_t hd = 0; hd < j->heads; hd++) rotate_pairs(x + hd * j->Dh, cs, j->Dh / 2, out + hd * j->Dh);
     dit_cpu_row_store(j->y->data, j->y->dtype, r * HD, out, HD);
@@ -1113,6 +1166,11 @@ static void rope_table_rows(void *ctx, int64_t begin, int64_t end, int worker) {
 
 dit_status_t dit_cpu_rope_table(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *cs, int64_t heads,
                                 dit_tensor_t *y) {
+  return dit_cpu_rope_table_normed(c, x, cs, NULL, heads, y);
+}
+
+dit_status_t dit_cpu_rope_table_normed(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *cs, const dit_cpu_rope_norm_t *norm,
+                                       int64_t heads, dit_tensor_t *y) {
   static const char *op = "rope_table";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
@@ -1131,10 +1189,14 @@ dit_status_t dit_cpu_rope_table(dit_cpu_t *c, const dit_tensor_t *x, const dit_t
   const int64_t rows = x->dims[0] * T;
   if (rows == 0 || Dh == 0) return DIT_OK;
   rope_table_job_t j = {.x = x, .cs = cs, .y = y, .T = T, .heads = heads, .Dh = Dh};
-  DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(2 * x->dims[2]), &j.scratch));
-  dit_pool_parallel_for(dit_cpu_pool(c), rows, 16, rope_table_rows, &j);
-  dit_cpu_scratch_free(&j.scratch);
-  return DIT_OK;
+  DIT_RETURN_IF(rope_norm_prepare(op, norm, x, y, &j.norm));
+  dit_status_t s = dit_cpu_scratch_alloc(op, c, sizeof(float) * (size_t)(3 * x->dims[2]), &j.scratch);
+  if (!s) {
+    dit_pool_parallel_for(dit_cpu_pool(c), rows, 16, rope_table_rows, &j);
+    dit_cpu_scratch_free(&j.scratch);
+  }
+  free(j.norm.w_f32);
+  return s;
 }
 
 /* ---- reshape and concat -------------------------------------------------------------------- */

@@ -109,11 +109,26 @@ dit_status_t dit_cpu_groupnorm_apply(dit_cpu_t *c, const dit_tensor_t *x, const 
  * out[2p+1] = x0*sin + x1*cos. */
 dit_status_t dit_cpu_rope(dit_cpu_t *c, const dit_tensor_t *x, int heads, int f, int h, int w,
                           int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y);
+/* The RMSNorm a rope folds in (base/ops.def): w [group] with group dividing x's last dim (the
+ * last dim itself: one RMS per row), eps. */
+typedef struct dit_cpu_rope_norm {
+  const dit_tensor_t *w;
+  int64_t group;
+  double eps;
+} dit_cpu_rope_norm_t;
+/* dit_cpu_rope of round(rmsnorm(x)) when norm is given: each row normalized by dit_cpu_rmsnorm's
+ * arithmetic and rounded to y's dtype before it rotates, so the result equals dit_cpu_rmsnorm_group
+ * into a tensor of y's dtype followed by dit_cpu_rope, bit for bit; norm NULL: dit_cpu_rope. */
+dit_status_t dit_cpu_rope_normed(dit_cpu_t *c, const dit_tensor_t *x, const dit_cpu_rope_norm_t *norm, int heads, int f, int h,
+                                 int w, int t_dim, int h_dim, int w_dim, double theta, int64_t t0, dit_tensor_t *y);
 /* Rotary embedding from a table: x [B, T, heads*Dh], cs f32 [T, Dh] holding (cos, sin) pairs;
  * per head y[2j] = x[2j]*cos_j - x[2j+1]*sin_j, y[2j+1] = x[2j+1]*cos_j + x[2j]*sin_j in fp32,
  * rounded once on store. */
 dit_status_t dit_cpu_rope_table(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *cs, int64_t heads,
                                 dit_tensor_t *y);
+/* dit_cpu_rope_table with a folded norm, as dit_cpu_rope_normed; norm NULL: dit_cpu_rope_table. */
+dit_status_t dit_cpu_rope_table_normed(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *cs, const dit_cpu_rope_norm_t *norm,
+                                       int64_t heads, dit_tensor_t *y);
 /* y = x's elements in y's dims: equal counts and dtypes (any dtype), a copy. */
 dit_status_t dit_cpu_reshape(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 /* y = a ++ b along dim: equal ranks and dtypes (any dtype), all other dims equal. */

@@ -229,6 +229,72 @@ static void check_groupnorm_sliced(dit_cuda_codegen_t *cg, dit_graph_t *g, dit_v
   CHECK_EQ_INT(k.grid[1], batch);
 }
 
+/* The ropes with the Q/K norm folded in: the RMSNorm kernel rotating what it stores, at Wan's
+ * whole-row norm (a block a row of 40 heads; short rows sharing a block, 8-wide and odd; a
+ * context-parallel share of the tokens) and the MMDiTs' per-head norm (heads of 128 in a row; of
+ * 512 each a row; of 6 in odd rows). Column 6: the blocks. An odd group has no kernel. */
+static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const uint32_t B = DIT_ABI_BLOCK;
+  /* Wan: batch, heads, head dim (t, h, w parts), t0 (-1: all 24 tokens of the 2x3x4 grid), dtype */
+  static const struct { int64_t batch, heads, td, hd, wd, t0; dit_dtype_t dt; uint32_t blocks; } wan[] = {
+      {1, 40, 44, 42, 42, -1, DIT_BF16, 24}, {2, 2, 44, 42, 42, -1, DIT_BF16, 6}, {1, 3, 2, 2, 2, -1, DIT_F32, 3},
+      {1, 2, 44, 42, 42, 6, DIT_BF16, 2}};
+  for (size_t i = 0; i < sizeof wan / sizeof wan[0]; i++) {
+    const int64_t C = wan[i].heads * (wan[i].td + wan[i].hd + wan[i].wd), wd[1] = {C};
+    dit_vid_t x = in3(g, "wq", wan[i].dt, wan[i].batch, wan[i].t0 < 0 ? 24 : 12, C);
+    dit_vid_t xw[2] = {x, dit_graph_weight(g, "attn1.norm_q.weight", wan[i].dt, 1, wd)};
+    dit_attrs_t ra = {0};
+    static const char *const keys[] = {"f", "h", "w"};
+    static const int64_t grid[] = {2, 3, 4};
+    for (int k = 0; k < 3; k++) dit_attrs_set_int(&ra, keys[k], grid[k]);
+    dit_attrs_set_int(&ra, "heads", wan[i].heads);
+    dit_attrs_set_int(&ra, "t_dim", wan[i].td);
+    dit_attrs_set_int(&ra, "h_dim", wan[i].hd);
+    dit_attrs_set_int(&ra, "w_dim", wan[i].wd);
+    if (wan[i].t0 >= 0) dit_attrs_set_int(&ra, "t0", wan[i].t0);
+    dit_attrs_set_float(&ra, "theta", 10000);
+    dit_attrs_set_float(&ra, "norm_eps", 1e-6);
+    dit_graph_op(g, DIT_OP_ROPE, xw, 2, &ra, wan[i].dt, "wq_rot");
+    char what[96];
+    snprintf(what, sizeof what, "rope with its norm, %lld heads of %lld, %s", (long long)wan[i].heads, (long long)(C / wan[i].heads),
+             dit_dtype_name(wan[i].dt));
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), wan[i].blocks);
+  }
+  /* MMDiT: batch, tokens, channels, heads, group, dtype */
+  static const struct { int64_t batch, tokens, C, heads, group; dit_dtype_t dt; uint32_t blocks; } mm[] = {
+      {1, 377, 3072, 24, 128, DIT_BF16, 377}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4}, {2, 5, 12, 2, 6, DIT_F32, 1},
+      {1, 9, 256, 2, 0, DIT_BF16, 2}};
+  for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+    const int64_t G = mm[i].group ? mm[i].group : mm[i].C, wd[1] = {G}, cd[2] = {mm[i].tokens, mm[i].C / mm[i].heads};
+    dit_vid_t xcw[3] = {in3(g, "fq", mm[i].dt, mm[i].batch, mm[i].tokens, mm[i].C), dit_graph_input(g, "pe", DIT_F32, 2, cd),
+                        dit_graph_weight(g, "norm_q.weight", mm[i].dt, 1, wd)};
+    dit_attrs_t ta = {0};
+    dit_attrs_set_int(&ta, "heads", mm[i].heads);
+    if (mm[i].group) dit_attrs_set_int(&ta, "norm_group", G);
+    dit_attrs_set_float(&ta, "norm_eps", 1e-6);
+    dit_graph_op(g, DIT_OP_ROPE_TABLE, xcw, 3, &ta, mm[i].dt, "fq_rot");
+    char what[96];
+    snprintf(what, sizeof what, "rope_table with its norm, group %lld of %lld, %s", (long long)G, (long long)mm[i].C, dit_dtype_name(mm[i].dt));
+    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), mm[i].blocks);
+  }
+  int64_t wd3[1] = {3}, cd6[2] = {5, 6};
+  dit_vid_t xc3[3] = {in3(g, "oq", DIT_F32, 1, 5, 12), dit_graph_input(g, "pe6", DIT_F32, 2, cd6), dit_graph_weight(g, "w3", DIT_F32, 1, wd3)};
+  dit_attrs_t t3 = {0};
+  dit_attrs_set_int(&t3, "heads", 2);
+  dit_attrs_set_int(&t3, "norm_group", 3);
+  dit_attrs_set_float(&t3, "norm_eps", 1e-6);
+  dit_graph_op(g, DIT_OP_ROPE_TABLE, xc3, 3, &t3, DIT_F32, "odd_group");
+  int has = 0;
+  dit_plan_kernel_t k;
+  dit_cuda_module_t m;
+  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
+            "op rope_table 'odd_group': norm_group 3 is odd");
+  CHECK_OK(dit_graph_status(g));
+  dit_graph_destroy(g);
+}
+
 /* The video ops of the VAE decoder: conv3d (causal 3x3x3 with bias, a per-frame Conv2d without,
  * bf16 and f32), nearest upsampling and clamp, one thread an output element (clamp 8 when the
  * count allows). */
@@ -924,6 +990,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
   test_mmdit_ops(cg);
+  test_norm_rope_ops(cg);
   test_video_ops(cg, sm90);
   if (sm90) test_vae_shapes(cg, target);
   test_mask_ops(cg, target);

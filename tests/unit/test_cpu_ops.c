@@ -1350,6 +1350,58 @@ static void check_rope_table(int64_t B, int64_t T, int64_t heads, int64_t Dh, di
   tt_free(&x), tt_free(&cs);
 }
 
+/* The ropes with the Q/K rmsnorm folded in (table 0: Wan's rope, 1: rope_table) against the two
+ * ops they replace, the norm's output stored in dt: equal bits, on both pools. group 0: the whole
+ * row (Wan), 16: a head (the MMDiTs), 8: half a head. */
+static void check_rope_normed(int table, int64_t group, dit_dtype_t dt) {
+  const int heads = 3, f = 2, h = 3, w = 2, td = 8, hd = 4, wd = 4;
+  const int64_t Dh = td + hd + wd, T = (int64_t)f * h * w, D = heads * Dh, G = group ? group : D;
+  const int64_t xd[3] = {2, T, D}, cd[2] = {T, Dh}, wdims[1] = {G};
+  tt_t x = tt_rand(dt, 3, xd, -3, 3), nw = tt_rand(dt, 1, wdims, 0.5, 1.5), cs = tt_rand(DIT_F32, 2, cd, -1, 1);
+  const dit_cpu_rope_norm_t norm = {&nw.t, G, 1e-6};
+  char what[96];
+  snprintf(what, sizeof what, "%s with its norm, group %lld, %s", table ? "rope_table" : "rope", (long long)G, dit_dtype_name(dt));
+  for (int pi = 0; pi < 2; pi++) {
+    dit_tensor_t mid = out_poisoned(dt, 3, xd), apart = out_poisoned(dt, 3, xd), fused = out_poisoned(dt, 3, xd);
+    dit_tensor_t plain = out_poisoned(dt, 3, xd);
+    CHECK_OK(dit_cpu_rmsnorm_group(&g_cpu[pi], &x.t, &nw.t, G, 1e-6, &mid));
+    if (table) {
+      CHECK_OK(dit_cpu_rope_table(&g_cpu[pi], &mid, &cs.t, heads, &apart));
+      CHECK_OK(dit_cpu_rope_table_normed(&g_cpu[pi], &x.t, &cs.t, &norm, heads, &fused));
+      CHECK_OK(dit_cpu_rope_table_normed(&g_cpu[pi], &x.t, &cs.t, NULL, heads, &plain));
+    } else {
+      CHECK_OK(dit_cpu_rope(&g_cpu[pi], &mid, heads, f, h, w, td, hd, wd, 10000, 0, &apart));
+      CHECK_OK(dit_cpu_rope_normed(&g_cpu[pi], &x.t, &norm, heads, f, h, w, td, hd, wd, 10000, 0, &fused));
+      CHECK_OK(dit_cpu_rope_normed(&g_cpu[pi], &x.t, NULL, heads, f, h, w, td, hd, wd, 10000, 0, &plain));
+    }
+    const size_t bytes = dit_tensor_nbytes(&fused);
+    if (memcmp(apart.data, fused.data, bytes)) {
+      fprintf(stderr, "%s: differs from rmsnorm then the rope\n", what);
+      CHECK(0);
+    }
+    CHECK(memcmp(plain.data, fused.data, bytes)); /* the norm did something */
+    free(mid.data), free(apart.data), free(fused.data), free(plain.data);
+  }
+  /* A weight of the wrong length is refused by rmsnorm's rule, naming the op. */
+  dit_tensor_t y = out_poisoned(dt, 3, xd), bad = nw.t;
+  bad.dims[0] = G + 1;
+  const dit_cpu_rope_norm_t wrong = {&bad, G, 1e-6};
+  char want[96];
+  snprintf(want, sizeof want, "%s: w has dims [%lld], expected [%lld]", table ? "rope_table" : "rope", (long long)(G + 1), (long long)G);
+  if (table) CHECK_ERR(dit_cpu_rope_table_normed(&g_cpu[0], &x.t, &cs.t, &wrong, heads, &y), INVALID_ARGUMENT, want);
+  else CHECK_ERR(dit_cpu_rope_normed(&g_cpu[0], &x.t, &wrong, heads, f, h, w, td, hd, wd, 10000, 0, &y), INVALID_ARGUMENT, want);
+  free(y.data);
+  tt_free(&x), tt_free(&nw), tt_free(&cs);
+}
+
+static void test_rope_normed(void) {
+  static const dit_dtype_t dts[3] = {DIT_F32, DIT_BF16, DIT_F16};
+  static const int64_t groups[3] = {0, 16, 8};
+  for (int table = 0; table < 2; table++)
+    for (int d = 0; d < 3; d++)
+      for (int gi = 0; gi < 3; gi++) check_rope_normed(table, groups[gi], dts[d]);
+}
+
 /* The MMDiT ops on values worked out by hand, then rope_table at random shapes. */
 static void test_mmdit_ops(void) {
   dit_cpu_t *c = &g_cpu[1];
@@ -1974,6 +2026,7 @@ int main(void) {
   test_timestep();
   test_rope();
   test_mmdit_ops();
+  test_rope_normed();
   test_video_ops();
   test_clip_ops();
   test_groupnorm();

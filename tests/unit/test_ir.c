@@ -251,6 +251,55 @@ static void test_mmdit_ops(void) {
   dit_attrs_t n0 = attrs_i("group", 0, NULL, 0);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_RMSNORM, qw, 2, &n0, 1, rank, dims), INVALID_ARGUMENT, "attribute group = 0, expected >= 1");
   dit_graph_mark_output(g, qn, "qn");
+
+  /* The ropes with the norm folded in: the weight last, [G] with norm_group = G, else [D]. */
+  int64_t cd7[2] = {7, 16};
+  dit_vid_t cs7 = dit_graph_input(g, "cs7", DIT_F32, 2, cd7), xcw[3] = {q, cs7, wh}, xcf[3] = {q, cs7, wf};
+  dit_attrs_t ta = attrs_i("heads", 4, "norm_group", 16);
+  dit_attrs_set_float(&ta, "norm_eps", 1e-6);
+  dit_vid_t rq = dit_graph_op(g, DIT_OP_ROPE_TABLE, xcw, 3, &ta, DIT_BF16, "rq");
+  CHECK(rq >= 0 && dit_graph_cvalue(g, rq)->dims[2] == 64);
+  dit_graph_mark_output(g, rq, "rq");
+  /* Cost: the norm's 4 and the rotation's 3 flops an element; x read once (bf16), the table, the
+   * weight, y written once. */
+  const dit_cost_t rc = dit_op_cost(g, dit_graph_cop_at(g, dit_graph_cvalue(g, rq)->producer));
+  CHECK_NEAR(rc.flops, 7 * 7 * 64, 0);
+  CHECK_NEAR(rc.bytes, 7 * 64 * 2 + 7 * 16 * 4 + 16 * 2 + 7 * 64 * 2, 0);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xcf, 3, &ta, 1, rank, dims), INVALID_ARGUMENT,
+            "rope_table: weight 'full' must be [16]");
+  dit_attrs_t tw = attrs_i("heads", 4, NULL, 0);
+  dit_attrs_set_float(&tw, "norm_eps", 1e-6);
+  CHECK_OK(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xcf, 3, &tw, 1, rank, dims));
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xcw, 3, &tw, 1, rank, dims), INVALID_ARGUMENT,
+            "rope_table: weight 'norm_q.weight' must be [64]");
+  dit_attrs_t t24 = attrs_i("heads", 4, "norm_group", 24);
+  dit_attrs_set_float(&t24, "norm_eps", 1e-6);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xcw, 3, &t24, 1, rank, dims), INVALID_ARGUMENT,
+            "rope_table: attribute norm_group = 24 does not divide the last dim 64 of 'q'");
+  dit_attrs_t tn = attrs_i("heads", 4, "norm_group", 16);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xcw, 3, &tn, 1, rank, dims), INVALID_ARGUMENT,
+            "op rope_table: missing float attribute 'norm_eps'");
+  dit_attrs_set_float(&tn, "norm_eps", -1);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xcw, 3, &tn, 1, rank, dims), INVALID_ARGUMENT,
+            "rope_table: attribute norm_eps = -1, expected finite and >= 0");
+  dit_vid_t wi = dit_graph_weight(g, "int_w", DIT_I32, 1, w16), xci[3] = {q, cs7, wi};
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE_TABLE, xci, 3, &ta, 1, rank, dims), INVALID_ARGUMENT,
+            "rope_table: norm weight 'int_w' has dtype i32, expected f32, bf16 or f16");
+  /* Wan's rope over 7 tokens (a 1x7x1 grid), 4 heads of 8+4+4, its whole-row norm [64] */
+  dit_attrs_t wa = {0};
+  static const char *const wkeys[] = {"heads", "f", "h", "w", "t_dim", "h_dim", "w_dim"};
+  static const int64_t wvals[] = {4, 1, 7, 1, 8, 4, 4};
+  for (int i = 0; i < 7; i++) dit_attrs_set_int(&wa, wkeys[i], wvals[i]);
+  dit_attrs_set_float(&wa, "theta", 10000);
+  dit_attrs_set_float(&wa, "norm_eps", 1e-6);
+  dit_vid_t xw1[2] = {q, wf}, xw2[2] = {q, wh};
+  dit_vid_t wq = dit_graph_op(g, DIT_OP_ROPE, xw1, 2, &wa, DIT_BF16, "wq");
+  CHECK(wq >= 0);
+  dit_graph_mark_output(g, wq, "wq");
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE, xw2, 2, &wa, 1, rank, dims), INVALID_ARGUMENT, "rope: weight 'norm_q.weight' must be [64]");
+  dit_attrs_set_int(&wa, "norm_group", 48);
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE, xw2, 2, &wa, 1, rank, dims), INVALID_ARGUMENT,
+            "rope: attribute norm_group = 48 does not divide the last dim 64 of 'q'");
   CHECK_OK(dit_graph_verify(g));
   dit_graph_destroy(g);
 

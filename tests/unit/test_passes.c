@@ -75,16 +75,24 @@ static void test_memplan_on_wan(void) {
   dit_pass_result_t r;
   CHECK_OK(dit_passes_run(g, &po, &r));
   CHECK(r.arena_bytes > 0);
-  /* Every GELU (3 FFNs and the text embedder) is folded into the linear that feeds it. */
-  CHECK_EQ_INT(r.fused_ops, 4);
-  int gelus = 0, acts = 0;
+  /* Every GELU (3 FFNs and the text embedder) is folded into the linear that feeds it, and the
+   * self-attention's Q and K norms (3 blocks) into their ropes; cross-attention's norms stay. */
+  CHECK_EQ_INT(r.fused_ops, 4 + 6);
+  int gelus = 0, acts = 0, normed_ropes = 0, ropes = 0, rmsnorms = 0;
   for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     gelus += op->kind == DIT_OP_GELU_TANH;
     acts += op->kind == DIT_OP_LINEAR && dit_attrs_find(&op->attrs, "act") != NULL;
+    ropes += op->kind == DIT_OP_ROPE;
+    normed_ropes += op->kind == DIT_OP_ROPE && op->n_in == 2 && dit_attrs_find(&op->attrs, "norm_eps") &&
+                    !dit_attrs_find(&op->attrs, "norm_group");
+    rmsnorms += op->kind == DIT_OP_RMSNORM;
   }
   CHECK_EQ_INT(gelus, 0);
   CHECK_EQ_INT(acts, 4);
+  CHECK_EQ_INT(ropes, 6);
+  CHECK_EQ_INT(normed_ropes, 6);
+  CHECK_EQ_INT(rmsnorms, 6);
   CHECK(r.arena_bytes * 3 < r.naive_bytes); /* reuse across blocks */
   check_memplan(g, r.arena_bytes);
   /* Graph outputs, inputs and weights are not placed in the arena. */
@@ -143,8 +151,9 @@ static dit_vid_t in3(dit_graph_t *g, const char *name, int64_t a, int64_t b, int
   return dit_graph_input(g, name, DIT_F32, 3, d);
 }
 
-/* reshape, concat, per-head rmsnorm and rope_table through the passes, the plan's JSON and back,
- * and the CPU backend's steps: the attributes survive and every step runs its kernel. */
+/* reshape, concat, per-head rmsnorm and rope_table through the passes (the norm folded into the
+ * rope), the plan's JSON and back, and the CPU backend's steps: the attributes survive, every step
+ * runs its kernel, and the fused step equals the norm and the rope run apart, bit for bit. */
 static void test_mmdit_ops_plan(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
@@ -171,7 +180,8 @@ static void test_mmdit_ops_plan(void) {
   dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_CONCAT, rj, 2, &c2, DIT_F32, "feat"), "feat");
   dit_pass_result_t r = {0};
   CHECK_OK(dit_passes_run(g, &(dit_pass_options_t){0}, &r));
-  CHECK_EQ_INT(dit_graph_num_ops(g), 5);
+  CHECK_EQ_INT(r.fused_ops, 1);
+  CHECK_EQ_INT(dit_graph_num_ops(g), 4);
   dit_plan_t *p = NULL, *q = NULL;
   char *text = NULL, *again = NULL;
   CHECK_OK(dit_compile_lower(g, r.arena_bytes, &p));
@@ -180,11 +190,14 @@ static void test_mmdit_ops_plan(void) {
   if (q) CHECK_OK(dit_plan_to_json(q, &again));
   CHECK(text && again && !strcmp(text, again));
   if (!q) goto done;
-  static const dit_op_kind_t kinds[5] = {DIT_OP_RESHAPE, DIT_OP_CONCAT, DIT_OP_RMSNORM, DIT_OP_ROPE_TABLE, DIT_OP_CONCAT};
-  CHECK_EQ_INT(q->n_steps, 5);
-  for (size_t i = 0; i < q->n_steps && i < 5; i++) CHECK_EQ_INT(q->steps[i].kind, kinds[i]);
-  const dit_attr_t *grp = dit_attrs_find(&q->steps[2].attrs, "group"), *d2 = dit_attrs_find(&q->steps[0].attrs, "d2");
+  static const dit_op_kind_t kinds[4] = {DIT_OP_RESHAPE, DIT_OP_CONCAT, DIT_OP_ROPE_TABLE, DIT_OP_CONCAT};
+  CHECK_EQ_INT(q->n_steps, 4);
+  if (q->n_steps != 4) goto done;
+  for (size_t i = 0; i < 4; i++) CHECK_EQ_INT(q->steps[i].kind, kinds[i]);
+  const dit_attr_t *grp = dit_attrs_find(&q->steps[2].attrs, "norm_group"), *d2 = dit_attrs_find(&q->steps[0].attrs, "d2");
+  const dit_attr_t *eps = dit_attrs_find(&q->steps[2].attrs, "norm_eps");
   CHECK(grp && !grp->is_float && grp->i == 8 && d2 && d2->i == 8);
+  CHECK(eps && eps->is_float && eps->f == 1e-6 && q->steps[2].n_in == 3);
 
   /* Every step on the CPU backend, each value in a buffer of its own. */
   const dit_backend_vtable_t *be = dit_backend_cpu();
@@ -203,19 +216,20 @@ static void test_mmdit_ops_plan(void) {
     for (int k = 0; k < s->n_out; k++) out[k] = t[s->out[k]];
     CHECK_OK(be->run_step(st, i, s, in, out));
   }
-  /* The same chain through the kernels directly: equal bytes. */
-  const dit_plan_step_t *s1 = &q->steps[1], *s2 = &q->steps[2], *s3 = &q->steps[3], *s4 = &q->steps[4];
+  /* The same chain through the kernels directly, the norm and the rope apart: equal bytes. */
+  const dit_plan_step_t *s1 = &q->steps[1], *s2 = &q->steps[2], *s3 = &q->steps[3];
   dit_cpu_t cpu = {0};
-  dit_tensor_t j = t[s1->out[0]], n = t[s2->out[0]], o = t[s3->out[0]], f = t[s4->out[0]];
+  dit_tensor_t j = t[s1->out[0]], n = t[s1->out[0]], o = t[s2->out[0]], f = t[s3->out[0]];
   j.data = malloc(q->values[s1->out[0]].nbytes);
-  n.data = malloc(q->values[s2->out[0]].nbytes);
-  o.data = malloc(q->values[s3->out[0]].nbytes);
-  f.data = malloc(q->values[s4->out[0]].nbytes);
+  n.data = malloc(q->values[s1->out[0]].nbytes);
+  o.data = malloc(q->values[s2->out[0]].nbytes);
+  f.data = malloc(q->values[s3->out[0]].nbytes);
   CHECK_OK(dit_cpu_concat(&cpu, &t[s1->in[0]], &t[s1->in[1]], 1, &j));
-  CHECK_OK(dit_cpu_rmsnorm_group(&cpu, &j, &t[s2->in[1]], 8, 1e-6, &n));
-  CHECK_OK(dit_cpu_rope_table(&cpu, &n, &t[s3->in[1]], 2, &o));
+  CHECK_OK(dit_cpu_rmsnorm_group(&cpu, &j, &t[s2->in[2]], 8, 1e-6, &n));
+  CHECK_OK(dit_cpu_rope_table(&cpu, &n, &t[s2->in[1]], 2, &o));
+  CHECK(!memcmp(o.data, t[s2->out[0]].data, q->values[s2->out[0]].nbytes));
   CHECK_OK(dit_cpu_concat(&cpu, &o, &j, 2, &f));
-  CHECK(!memcmp(f.data, t[s4->out[0]].data, q->values[s4->out[0]].nbytes));
+  CHECK(!memcmp(f.data, t[s3->out[0]].data, q->values[s3->out[0]].nbytes));
   CHECK(!memcmp(t[q->steps[0].in[0]].data, t[q->steps[0].out[0]].data, 2 * 24 * 4));
   free(j.data), free(n.data), free(o.data), free(f.data);
   for (size_t v = 0; v < q->n_values; v++) free(t[v].data);
@@ -225,6 +239,79 @@ done:
   free(text), free(again);
   dit_plan_free(p), dit_plan_free(q);
   dit_graph_destroy(g);
+}
+
+/* x -> rmsnorm (group 0: the whole row) -> rope (Wan's, 3-D) or rope_table (the MMDiTs'); the norm
+ * in norm_dt, the rope in dt. extra_use: the norm's output also feeds an add (1) or is a graph
+ * output (2). */
+static dit_graph_t *norm_rope_graph(int table, int64_t group, dit_dtype_t dt, dit_dtype_t norm_dt, int extra_use) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int64_t xd[3] = {2, 8, 32}, wd[1] = {group ? group : 32}, cd[2] = {8, 16};
+  dit_vid_t x = dit_graph_input(g, "x", dt, 3, xd), xw[2] = {x, dit_graph_weight(g, "norm_q.weight", dt, 1, wd)};
+  dit_attrs_t na = {0}, ra = {0};
+  dit_attrs_set_float(&na, "eps", 1e-6);
+  if (group) dit_attrs_set_int(&na, "group", group);
+  dit_vid_t qn = dit_graph_op(g, DIT_OP_RMSNORM, xw, 2, &na, norm_dt, "qn");
+  dit_attrs_set_int(&ra, "heads", 2);
+  dit_vid_t q;
+  if (table) {
+    dit_vid_t qc[2] = {qn, dit_graph_input(g, "cs", DIT_F32, 2, cd)};
+    q = dit_graph_op(g, DIT_OP_ROPE_TABLE, qc, 2, &ra, norm_dt, "q");
+  } else {
+    static const char *const keys[] = {"f", "h", "w", "t_dim", "h_dim", "w_dim"};
+    static const int64_t vals[] = {2, 2, 2, 8, 4, 4};
+    for (int i = 0; i < 6; i++) dit_attrs_set_int(&ra, keys[i], vals[i]);
+    dit_attrs_set_float(&ra, "theta", 10000);
+    q = dit_graph_op(g, DIT_OP_ROPE, &qn, 1, &ra, dt, "q");
+  }
+  dit_graph_mark_output(g, q, "q");
+  dit_vid_t qq[2] = {qn, qn};
+  if (extra_use == 1) dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_ADD, qq, 2, NULL, norm_dt, "twice"), "twice");
+  if (extra_use == 2) dit_graph_mark_output(g, qn, "qn");
+  CHECK_OK(dit_graph_verify(g));
+  return g;
+}
+
+/* The fuse pass folds a Q/K rmsnorm into the rope after it: Wan's whole-row norm into rope, a
+ * per-head norm into rope_table; not when the normalized value is read again, is an output, or
+ * is stored in another dtype than the rope's. */
+static void test_fuse_norm_rope(void) {
+  for (int table = 0; table < 2; table++) {
+    dit_graph_t *g = norm_rope_graph(table, table ? 16 : 0, DIT_BF16, DIT_BF16, 0);
+    dit_pass_result_t r = {0};
+    CHECK_OK(dit_pass_fuse(g, &r));
+    CHECK_EQ_INT(r.fused_ops, 1);
+    CHECK_EQ_INT(dit_graph_num_ops(g), 1);
+    const dit_op_t *op = dit_graph_cop_at(g, 0);
+    CHECK_EQ_INT(op->kind, table ? DIT_OP_ROPE_TABLE : DIT_OP_ROPE);
+    CHECK_EQ_INT(op->n_in, table ? 3 : 2);
+    CHECK(!strcmp(dit_graph_cvalue(g, op->in[0])->name, "x"));
+    CHECK(!strcmp(dit_graph_cvalue(g, op->in[op->n_in - 1])->name, "norm_q.weight"));
+    if (table) CHECK(!strcmp(dit_graph_cvalue(g, op->in[1])->name, "cs"));
+    const dit_attr_t *eps = dit_attrs_find(&op->attrs, "norm_eps"), *grp = dit_attrs_find(&op->attrs, "norm_group");
+    CHECK(eps && eps->is_float && eps->f == 1e-6);
+    CHECK(table ? grp && grp->i == 16 : grp == NULL);
+    for (int32_t v = 0; v < dit_graph_num_values(g); v++) CHECK(strcmp(dit_graph_cvalue(g, v)->name, "qn"));
+    CHECK_OK(dit_graph_verify(g));
+    /* Already fused: nothing more to fold. */
+    r = (dit_pass_result_t){0};
+    CHECK_OK(dit_pass_fuse(g, &r));
+    CHECK_EQ_INT(r.fused_ops, 0);
+    dit_graph_destroy(g);
+  }
+  /* Two readers, a graph output, an f32 norm before a bf16 rope: left alone. */
+  static const struct { int table, extra; dit_dtype_t norm_dt; int ops; } keep[] = {
+      {0, 1, DIT_BF16, 3}, {1, 1, DIT_BF16, 3}, {0, 2, DIT_BF16, 2}, {1, 2, DIT_BF16, 2}, {0, 0, DIT_F32, 2}};
+  for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+    dit_graph_t *g = norm_rope_graph(keep[i].table, keep[i].table ? 16 : 0, DIT_BF16, keep[i].norm_dt, keep[i].extra);
+    dit_pass_result_t r = {0};
+    CHECK_OK(dit_pass_fuse(g, &r));
+    CHECK_EQ_INT(r.fused_ops, 0);
+    CHECK_EQ_INT(dit_graph_num_ops(g), keep[i].ops);
+    CHECK_EQ_INT(dit_graph_cop_at(g, 0)->kind, DIT_OP_RMSNORM);
+    dit_graph_destroy(g);
+  }
 }
 
 /* A reshape of a temp is a view: it shares its input's block, which stays alive until the view's
@@ -378,6 +465,7 @@ int main(void) {
   test_dce();
   test_memplan_views();
   test_mmdit_ops_plan();
+  test_fuse_norm_rope();
   test_memplan_on_wan();
   test_schedule_collectives();
   return check_summary("test_passes");
