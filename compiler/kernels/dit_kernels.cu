@@ -356,28 +356,53 @@ __device__ __forceinline__ void stc(bf16_t *p, long long i, const float *v) {
 #endif
 }
 #if defined(NORM_ROPE)
-static_assert(MODE == M_RMS && ROPE_HD % 2 == 0 && ROPE_C % ROPE_HD == 0 && D % 2 == 0,
-              "DIT_K_ROWNORM: NORM_ROPE rotates even-wide heads of an RMSNORM's rows");
-// The pair (x0, x1) at element gi (even) of x rotated by its (cos, sin), as rope_table does.
-__device__ __forceinline__ void rope_pair(float x0, float x1, long long gi, const float *cs, float *y0, float *y1) {
-  const long long tokrow = gi / ROPE_C;
-  const int j = (int)(gi % ROPE_C % ROPE_HD);
+static_assert(MODE == M_RMS && ROPE_HD % 2 == 0 && ROPE_C % ROPE_HD == 0 && D % 2 == 0 && ROPE_C % D == 0,
+              "DIT_K_ROWNORM: NORM_ROPE rotates even-wide heads of an RMSNORM's rows, a token's row or a part of it");
+// A row's rotation, found once a row (a row is one token's, or with GROUP a part of it from column
+// c0): the rows of Wan's table parts at its grid position (NORM_ROPE 1) or its row of cs
+// (NORM_ROPE 2), as (cos, sin) pairs.
+struct rope_row {
+  int c0;
+#if NORM_ROPE == 1
+  const float2 *t, *h, *w;
+#else
+  const float2 *cs;
+#endif
+};
+__device__ __forceinline__ rope_row rope_row_at(long long row, const float *cs) {
+  rope_row r;
+  const long long tokrow = row / (ROPE_C / D);
+  r.c0 = (int)(row % (ROPE_C / D)) * D;
 #if NORM_ROPE == 1
   (void)cs;
-  const float2 t = wan_rope_cs(T0 + tokrow % COUNT, j / 2);
+  const long long tok = T0 + tokrow % COUNT;
+  const int it = (int)(tok / (GH * GW)), ih = (int)((tok / GW) % GH), iw = (int)(tok % GW);
+  r.t = rope_tab + it * (TD / 2);
+  r.h = rope_tab + GF * (TD / 2) + ih * (HDIM / 2);
+  r.w = rope_tab + GF * (TD / 2) + GH * (HDIM / 2) + iw * (WD / 2);
 #else
-  const float2 t = *(const float2 *)(cs + tokrow % RT_TOKENS * ROPE_HD + j);
+  r.cs = (const float2 *)(cs + tokrow % RT_TOKENS * ROPE_HD);
+#endif
+  return r;
+}
+// The pair (x0, x1) at column d (even) of the row rotated by its (cos, sin), as rope_table does.
+__device__ __forceinline__ void rope_pair(float x0, float x1, int d, const rope_row &rr, float *y0, float *y1) {
+  const int p = (rr.c0 + d) % ROPE_HD / 2;  // the pair within its head
+#if NORM_ROPE == 1
+  const float2 t = p < TD / 2 ? rr.t[p] : p < (TD + HDIM) / 2 ? rr.h[p - TD / 2] : rr.w[p - (TD + HDIM) / 2];
+#else
+  const float2 t = rr.cs[p];
 #endif
   *y0 = x0 * t.x - x1 * t.y;
   *y1 = x1 * t.x + x0 * t.y;
 }
-// The CW normalized values o (elements d.. of the row xr, gi.. of x, normalized by rk) rounded as
-// y stores them, then rotated.
-__device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(W) *w, float rk, long long gi, int d, const float *cs) {
+// The CW normalized values o (columns d.. of the row xr, normalized by rk) rounded as y stores
+// them, then rotated.
+__device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(W) *w, float rk, int d, const rope_row &rr) {
 #if VEC8
-  (void)xr, (void)w, (void)rk, (void)d;
+  (void)xr, (void)w, (void)rk;
 #pragma unroll
-  for (int e = 0; e < CW; e += 2) rope_pair(as_stored<TY(OUT)>(o[e]), as_stored<TY(OUT)>(o[e + 1]), gi + e, cs, &o[e], &o[e + 1]);
+  for (int e = 0; e < CW; e += 2) rope_pair(as_stored<TY(OUT)>(o[e]), as_stored<TY(OUT)>(o[e + 1]), d + e, rr, &o[e], &o[e + 1]);
 #else
   // The partner element d ^ 1, normalized as the thread holding it does.
   const int dp = d ^ 1;
@@ -389,10 +414,10 @@ __device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(
   const float a = as_stored<TY(OUT)>(o[0]), b = as_stored<TY(OUT)>(ld(xr, dp) * rk * wp);
   float y0, y1;
   if (d & 1) {
-    rope_pair(b, a, gi - 1, cs, &y0, &y1);
+    rope_pair(b, a, d - 1, rr, &y0, &y1);
     o[0] = y1;
   } else {
-    rope_pair(a, b, gi, cs, &y0, &y1);
+    rope_pair(a, b, d, rr, &y0, &y1);
     o[0] = y0;
   }
 #endif
@@ -501,6 +526,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   const long long b = row / TOKENS;
   const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
 #endif
+#if defined(NORM_ROPE)
+  const rope_row rr = rope_row_at(row, cs);
+#endif
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
     const int d = (tid + k * ROW_THREADS) * CW;
@@ -518,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = v[k][e] * rk * wv[e];
 #if defined(NORM_ROPE)
-    rope_normed(o, xr, w, rk, row * (long long)D + d, d, cs);
+    rope_normed(o, xr, w, rk, d, rr);
 #endif
 #else
 #pragma unroll
