@@ -483,7 +483,17 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         set_launch(k, (uint64_t)((rows + per_block - 1) / per_block), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }
-      set_launch(k, (uint64_t)rows, 1, 1, DIT_ABI_BLOCK, 0);
+      /* A block a row: the most whole warps up to a block that divide the row's chunks, so that no
+       * thread idles in the last (3072 channels: 384 chunks of 8, 192 threads twice, not 256 and
+       * then half of them); else a full block. */
+      int rb = DIT_ABI_BLOCK;
+      for (int t = DIT_ABI_BLOCK; t >= 64; t -= 32)
+        if (lanes % t == 0 && lanes / t <= DIT_ABI_ROWNORM_MAX_CHUNKS) {
+          rb = t;
+          break;
+        }
+      if (rb != DIT_ABI_BLOCK) dit_strbuf_printf(s, "#define ROW_BLOCK %d\n", rb);
+      set_launch(k, (uint64_t)rows, 1, 1, (uint32_t)rb, 0);
       return DIT_OK;
     }
     case DIT_OP_LINEAR: {

@@ -304,14 +304,20 @@ __device__ __forceinline__ float2 wan_rope_cs(long long tok, int p) {
 #else
 #define CW 1
 #endif
+// ROW_BLOCK (optional, a multiple of 32 up to DIT_ABI_BLOCK): the block of a row, chosen so that
+// its threads divide the row's chunks and none idles in the last one.
+#ifndef ROW_BLOCK
+#define ROW_BLOCK DIT_ABI_BLOCK
+#endif
+static_assert(ROW_BLOCK % 32 == 0 && ROW_BLOCK <= DIT_ABI_BLOCK, "DIT_K_ROWNORM: ROW_BLOCK is whole warps, at most a block");
 #if defined(SEG)
-static_assert(SEG <= 32 && (SEG & (SEG - 1)) == 0 && D <= SEG * CW && (MODE == M_RMS || MODE == M_LN),
+static_assert(SEG <= 32 && (SEG & (SEG - 1)) == 0 && D <= SEG * CW && (MODE == M_RMS || MODE == M_LN) && ROW_BLOCK == DIT_ABI_BLOCK,
               "DIT_K_ROWNORM: SEG lanes hold a whole row (RMSNORM or LAYERNORM)");
 #define CHUNKS 1
 #define ROW_THREADS SEG
 #else
-#define CHUNKS ((D / CW + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK)
-#define ROW_THREADS DIT_ABI_BLOCK
+#define CHUNKS ((D / CW + ROW_BLOCK - 1) / ROW_BLOCK)
+#define ROW_THREADS ROW_BLOCK
 #endif
 // A row's sum: over its SEG lanes (a butterfly inside the segment), or over the block.
 __device__ __forceinline__ float row_sum(float v, float *scratch) {
@@ -321,7 +327,7 @@ __device__ __forceinline__ float row_sum(float v, float *scratch) {
   for (int o = SEG / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 #else
-  return block_sum<DIT_ABI_BLOCK>(v, scratch);
+  return block_sum<ROW_BLOCK>(v, scratch);
 #endif
 }
 #if CHUNKS > DIT_ABI_ROWNORM_MAX_CHUNKS
@@ -1268,6 +1274,9 @@ extern "C" __global__ void __launch_bounds__(32 * NW) dit_kernel(bf16_t *out,
 #if defined(DIT_K_ATTENTION)
 #define DIT_KERNEL_THREADS (32 * NW)
 #define DIT_KERNEL_SMEM (((BQ + 2 * BK) * KS + 2 * BK * KSV) * 2)
+#elif defined(DIT_K_ROWNORM)
+#define DIT_KERNEL_THREADS ROW_BLOCK
+#define DIT_KERNEL_SMEM 0
 #else
 #define DIT_KERNEL_THREADS DIT_ABI_BLOCK
 #define DIT_KERNEL_SMEM 0

@@ -238,9 +238,11 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
   CHECK_OK(dit_graph_create(&g));
   const uint32_t B = DIT_ABI_BLOCK;
   /* Wan: batch, heads, head dim (t, h, w parts), t0 (-1: all 24 tokens of the 2x3x4 grid), dtype */
-  static const struct { int64_t batch, heads, td, hd, wd, t0; dit_dtype_t dt; uint32_t blocks; } wan[] = {
-      {1, 40, 44, 42, 42, -1, DIT_BF16, 24}, {2, 2, 44, 42, 42, -1, DIT_BF16, 6}, {1, 3, 2, 2, 2, -1, DIT_F32, 3},
-      {1, 2, 44, 42, 42, 6, DIT_BF16, 2}};
+  /* ... the grid, and the block: a row of 5120 (640 chunks of 8) takes 160 threads, 4 chunks each;
+   * rows of a warp or less share a full block. */
+  static const struct { int64_t batch, heads, td, hd, wd, t0; dit_dtype_t dt; uint32_t blocks, block; } wan[] = {
+      {1, 40, 44, 42, 42, -1, DIT_BF16, 24, 160}, {2, 2, 44, 42, 42, -1, DIT_BF16, 6, B}, {1, 3, 2, 2, 2, -1, DIT_F32, 3, B},
+      {1, 2, 44, 42, 42, 6, DIT_BF16, 2, B}};
   for (size_t i = 0; i < sizeof wan / sizeof wan[0]; i++) {
     const int64_t C = wan[i].heads * (wan[i].td + wan[i].hd + wan[i].wd), wd[1] = {C};
     dit_vid_t x = in3(g, "wq", wan[i].dt, wan[i].batch, wan[i].t0 < 0 ? 24 : 12, C);
@@ -260,12 +262,13 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
     char what[96];
     snprintf(what, sizeof what, "rope with its norm, %lld heads of %lld, %s", (long long)wan[i].heads, (long long)(C / wan[i].heads),
              dit_dtype_name(wan[i].dt));
-    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), wan[i].blocks);
+    CHECK_EQ_INT(check_op(cg, g, what, wan[i].block, 0, 0), wan[i].blocks);
   }
-  /* MMDiT: batch, tokens, channels, heads, group, dtype */
-  static const struct { int64_t batch, tokens, C, heads, group; dit_dtype_t dt; uint32_t blocks; } mm[] = {
-      {1, 377, 3072, 24, 128, DIT_BF16, 377}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4}, {2, 5, 12, 2, 6, DIT_F32, 1},
-      {1, 9, 256, 2, 0, DIT_BF16, 2}};
+  /* MMDiT: batch, tokens, channels, heads, group, dtype, the grid and the block (rows of 3072: 192
+   * threads twice; heads of 512 as rows of their own: 64 threads) */
+  static const struct { int64_t batch, tokens, C, heads, group; dit_dtype_t dt; uint32_t blocks, block; } mm[] = {
+      {1, 377, 3072, 24, 128, DIT_BF16, 377, 192}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4, 64}, {2, 5, 12, 2, 6, DIT_F32, 1, B},
+      {1, 9, 256, 2, 0, DIT_BF16, 2, B}};
   for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
     const int64_t G = mm[i].group ? mm[i].group : mm[i].C, wd[1] = {G}, cd[2] = {mm[i].tokens, mm[i].C / mm[i].heads};
     dit_vid_t xcw[3] = {in3(g, "fq", mm[i].dt, mm[i].batch, mm[i].tokens, mm[i].C), dit_graph_input(g, "pe", DIT_F32, 2, cd),
@@ -277,7 +280,7 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
     dit_graph_op(g, DIT_OP_ROPE_TABLE, xcw, 3, &ta, mm[i].dt, "fq_rot");
     char what[96];
     snprintf(what, sizeof what, "rope_table with its norm, group %lld of %lld, %s", (long long)G, (long long)mm[i].C, dit_dtype_name(mm[i].dt));
-    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), mm[i].blocks);
+    CHECK_EQ_INT(check_op(cg, g, what, mm[i].block, 0, 0), mm[i].blocks);
   }
   int64_t wd3[1] = {3}, cd6[2] = {5, 6};
   dit_vid_t xc3[3] = {in3(g, "oq", DIT_F32, 1, 5, 12), dit_graph_input(g, "pe6", DIT_F32, 2, cd6), dit_graph_weight(g, "w3", DIT_F32, 1, wd3)};
@@ -554,8 +557,9 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
   /* rmsnorm per head: a block a row when a head spans a power of two of lanes (heads of 128 in
    * rows of 3072, of 8 in rows of 24), else each head a row of its own (heads of 512: a block
    * each; heads of 4 in 8-wide vectors and of 6 in odd rows: short rows, 4 and 8 lanes each,
-   * 64 and 32 to a block); column 2: the blocks */
-  static const int64_t shapes[][3] = {{3072, 128, 66}, {24, 8, 66}, {2048, 512, 66 * 4}, {32, 4, (66 * 8 + 63) / 64}, {18, 6, (66 * 3 + 31) / 32}};
+   * 64 and 32 to a block); column 2: the blocks, 3: their threads (rows of 3072: 192, twice; of 512: 64) */
+  static const int64_t shapes[][4] = {{3072, 128, 66, 192}, {24, 8, 66, B}, {2048, 512, 66 * 4, 64}, {32, 4, (66 * 8 + 63) / 64, B},
+                                      {18, 6, (66 * 3 + 31) / 32, B}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t D = shapes[i][0], G = shapes[i][1];
     dit_vid_t q = in3(g, "q", DIT_BF16, 2, 33, D);
@@ -567,7 +571,7 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
     dit_graph_op(g, DIT_OP_RMSNORM, qw, 2, &na, DIT_BF16, "qn");
     char what[64];
     snprintf(what, sizeof what, "rmsnorm group %lld of %lld", (long long)G, (long long)D);
-    CHECK_EQ_INT(check_op(cg, g, what, B, 0, 0), shapes[i][2]);
+    CHECK_EQ_INT(check_op(cg, g, what, (uint32_t)shapes[i][3], 0, 0), shapes[i][2]);
   }
   /* Short rows share a block: a VAE's channel norm over 96 (12 lanes of 8: 16 rows a block) and
    * 384 channels (48 lanes: a block a row), a layernorm of 64 (8 lanes: 32 rows a block). */
