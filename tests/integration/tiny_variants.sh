@@ -86,7 +86,8 @@ for v in t2v-a14b ti2v i2v-a14b i2v-wan21; do
   b=$(bundle "$T/$v/model" --frames "$F" --height "$H" --width "$W" --text-len "$L" --batch 2 $X)
   ONE[$v]=$b
   "$BIN/ditrun" verify "$b" >/dev/null
-  "$BIN/forward_inputs" "$b" "$T/in_$v.safetensors" --seed 3
+  # TI2V reads one timestep a latent frame (6 tokens at 9x64x96: 3 frames of 2x3 patches).
+  "$BIN/forward_inputs" "$b" "$T/in_$v.safetensors" --seed 3 --runs timestep=6
   experts=(transformer); [ "$v" = t2v-a14b ] || [ "$v" = i2v-a14b ] && experts=(transformer transformer_2)
   for e in "${experts[@]}"; do
     "$BIN/ditrun" forward "$b" --expert "$e" --inputs "$T/in_$v.safetensors" --out "$T/f_${v}_$e.safetensors" >/dev/null 2>&1

@@ -1,7 +1,9 @@
-/* forward_inputs BUNDLE_DIR OUT.safetensors [--seed S] [--set NAME=VALUE]...: writes an input
- * file for the bundle's forward, every input of its manifest at its shape and dtype, filled
- * with deterministic values in [-1, 1) from the seed, or with VALUE everywhere for a --set
- * name (e.g. a timestep). For tests that need inputs of a shape no committed file has. */
+/* forward_inputs BUNDLE_DIR OUT.safetensors [--seed S] [--set NAME=VALUE]... [--runs NAME=K]...:
+ * writes an input file for the bundle's forward, every input of its manifest at its shape and
+ * dtype, filled with deterministic values in [-1, 1) from the seed, or with VALUE everywhere for
+ * a --set name (e.g. a timestep); a --runs name repeats each value over runs of K elements (a
+ * latent frame's tokens sharing one timestep). For tests that need inputs of a shape no committed
+ * file has. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,7 @@ static int fail(dit_status_t s) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: forward_inputs BUNDLE_DIR OUT.safetensors [--seed S] [--set NAME=VALUE]...\n");
+    fprintf(stderr, "usage: forward_inputs BUNDLE_DIR OUT.safetensors [--seed S] [--set NAME=VALUE]... [--runs NAME=K]...\n");
     return 2;
   }
   uint64_t state = 1;
@@ -36,13 +38,21 @@ int main(int argc, char **argv) {
     size_t n = 1;
     for (int d = 0; d < io->rank; d++) n *= (size_t)io->dims[d];
     const char *set = NULL;
+    size_t run = 1;
     for (int i = 3; i + 1 < argc; i += 2)
-      if (!strcmp(argv[i], "--set") && !strncmp(argv[i + 1], io->name, strlen(io->name)) && argv[i + 1][strlen(io->name)] == '=')
-        set = argv[i + 1] + strlen(io->name) + 1;
+      if (!strncmp(argv[i + 1], io->name, strlen(io->name)) && argv[i + 1][strlen(io->name)] == '=') {
+        if (!strcmp(argv[i], "--set")) set = argv[i + 1] + strlen(io->name) + 1;
+        if (!strcmp(argv[i], "--runs")) run = strtoull(argv[i + 1] + strlen(io->name) + 1, NULL, 10);
+      }
+    if (run < 1) run = 1;
     float *f = malloc((n + 1) * sizeof *f);
     void *out = malloc((n + 1) * 8);
     if (!f || !out) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
     for (size_t i = 0; !s && i < n; i++) {
+      if (i % run) {
+        f[i] = f[i - 1];
+        continue;
+      }
       state ^= state << 13, state ^= state >> 7, state ^= state << 17; /* xorshift64 */
       f[i] = set ? strtof(set, NULL) : (float)((double)(state >> 11) / 4503599627370496.0 - 1.0);
     }

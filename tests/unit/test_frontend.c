@@ -104,7 +104,7 @@ static void test_weights_hash_sharding(void) {
   dit_model_free(m);
 }
 
-static void check_temb(const dit_graph_t *g, int per_token, dit_dtype_t dt);
+static void check_temb(const dit_graph_t *g, dit_dtype_t dt);
 
 static void test_bf16_policy(void) {
   dit_model_t *m = NULL;
@@ -124,7 +124,7 @@ static void test_bf16_policy(void) {
     checked++;
   }
   CHECK_EQ_INT(checked, 69);
-  check_temb(g, 0, DIT_BF16);
+  check_temb(g, DIT_BF16);
   dit_graph_destroy(g);
   r.dtype = DIT_F16;
   CHECK_ERR(dit_model_build_graph(m, &r, &g), UNIMPLEMENTED, "--dtype f16");
@@ -653,24 +653,20 @@ static const dit_value_t *input_named(const dit_graph_t *g, const char *name) {
 
 static const dit_op_t *op_named(const dit_graph_t *g, const char *name);
 
-/* temb's producer: per token in bf16, time_embedder.linear_2 writes fp32 (a GEMM cuBLASLt has)
- * and a cast rounds it to bf16; otherwise linear_2 stores temb's dtype itself. */
-static void check_temb(const dit_graph_t *g, int per_token, dit_dtype_t dt) {
-  const dit_op_t *temb = op_named(g, "temb"), *f32 = op_named(g, "temb.f32");
+/* temb's producer: time_embedder.linear_2 stores temb's dtype itself (per token too: its rows are
+ * the latent frames', a few). */
+static void check_temb(const dit_graph_t *g, dit_dtype_t dt) {
+  const dit_op_t *temb = op_named(g, "temb");
   CHECK(temb && dit_graph_cvalue(g, temb->out[0])->dtype == dt);
   if (!temb) return;
-  if (per_token && dt != DIT_F32) {
-    CHECK(temb->kind == DIT_OP_CAST && f32 && f32->kind == DIT_OP_LINEAR && temb->in[0] == f32->out[0]);
-    CHECK(f32 && dit_graph_cvalue(g, f32->out[0])->dtype == DIT_F32);
-  } else {
-    CHECK(temb->kind == DIT_OP_LINEAR && f32 == NULL);
-  }
+  CHECK(temb->kind == DIT_OP_LINEAR && op_named(g, "temb.f32") == NULL);
 }
 
-/* expand_timesteps: timestep [B, tokens], embedded per token; no per-token table is stored:
- * every block's adaln and gated_add read its scale_shift_table and timestep_proj ([B, T, 6D])
- * themselves, the output norm the table and temb ([B, T, D]); a context-parallel rank embeds
- * the timesteps of its own tokens only. */
+/* expand_timesteps: timestep [B, tokens], embedded once a latent frame (token_rows: each frame's
+ * first token); no per-token table is stored: every block's adaln and gated_add read its
+ * scale_shift_table and timestep_proj ([B, R, 6D], R frames) themselves, the output norm the
+ * table and temb ([B, R, D]), each token its frame's row (attrs token_group, token_offset); a
+ * context-parallel rank embeds the frames of its own tokens only. */
 static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_t *req) {
   dit_shape_request_t r = *req;
   const int64_t D = m->wan.heads * m->wan.head_dim;
@@ -682,8 +678,16 @@ static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_
     const int64_t tokens = 18, local = tokens / cp;
     const dit_value_t *t = input_named(g, "timestep");
     CHECK(t && t->rank == 2 && t->dims[0] == r.batch && t->dims[1] == tokens);
-    const dit_op_t *sl = op_named(g, "time.sinusoid.tokens");
-    CHECK(cp == 1 ? sl == NULL : sl != NULL && dit_attrs_find(&sl->attrs, "t0")->i == local);
+    const dit_op_t *fr = op_named(g, "timestep.frames");
+    CHECK(fr && fr->kind == DIT_OP_TOKEN_ROWS && dit_graph_cvalue(g, fr->in[0]) == t);
+    if (!fr) continue;
+    const int64_t hw = dit_attrs_find(&fr->attrs, "group")->i, s0 = (cp - 1) * local, f0 = s0 / hw, f1 = (s0 + local - 1) / hw;
+    const int64_t rows = f1 - f0 + 1, offset = s0 - f0 * hw;
+    CHECK(hw > 1 && tokens % hw == 0 && dit_graph_cvalue(g, fr->out[0])->dims[1] == tokens / hw);
+    const dit_op_t *sl = op_named(g, "time.sinusoid.frames");
+    CHECK(cp == 1 ? sl == NULL
+                  : sl != NULL && dit_attrs_find(&sl->attrs, "t0")->i == f0 && dit_attrs_find(&sl->attrs, "count")->i == rows);
+    CHECK(cp == 1 || offset != 0); /* rank 1 starts inside a frame: the offset is exercised */
     CHECK(op_named(g, "blocks.1.mod") == NULL && op_named(g, "out.mod") == NULL);
     for (int32_t i = 0; i < dit_graph_num_ops(g); i++) CHECK(dit_graph_cop_at(g, i)->kind != DIT_OP_MOD_TABLE);
     const dit_op_t *tp = op_named(g, "timestep_proj"), *temb = op_named(g, "temb");
@@ -703,16 +707,18 @@ static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_
       const dit_value_t *tab = dit_graph_cvalue(g, op->in[op->n_in - 2]), *e = dit_graph_cvalue(g, op->in[op->n_in - 1]);
       CHECK(tab->rank == 3 && tab->dims[0] == 1 && tab->dims[1] == uses[u].rows && tab->dims[2] == D);
       CHECK(op->in[op->n_in - 1] == uses[u].e->out[0]);
-      CHECK(e->rank == 3 && e->dims[1] == local && e->dims[2] == (uses[u].rows == 6 ? 6 * D : D));
+      CHECK(e->rank == 3 && e->dims[1] == rows && e->dims[2] == (uses[u].rows == 6 ? 6 * D : D));
+      const dit_attr_t *kg = dit_attrs_find(&op->attrs, "token_group"), *ko = dit_attrs_find(&op->attrs, "token_offset");
+      CHECK(kg && kg->i == hw && ko && ko->i == offset);
     }
-    check_temb(g, 1, r.dtype);
+    check_temb(g, r.dtype);
     dit_graph_destroy(g);
   }
   r = *req;
   r.dtype = DIT_BF16;
   dit_graph_t *g = NULL;
   CHECK_OK(dit_model_build_graph(m, &r, &g));
-  if (g) check_temb(g, 1, DIT_BF16);
+  if (g) check_temb(g, DIT_BF16);
   dit_graph_destroy(g);
 }
 
