@@ -602,6 +602,14 @@ static size_t mul_or_max(size_t a, size_t b) {
   return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
 }
 
+/* A call's buffers once its arguments passed their checks. */
+static void set_buffers(dit_comm_call_t *k, const void *src, size_t src_len, void *dst, size_t dst_len) {
+  k->req.src = src;
+  k->req.src_len = src_len;
+  k->req.dst = dst;
+  k->req.dst_len = dst_len;
+}
+
 dit_status_t dit_comm_allreduce_sum(dit_comm_t *c, int rank, const int *group, int n, void *buf,
                                     size_t count, dit_dtype_t dtype) {
   dit_comm_call_t k = {.c = c, .rank = rank, .group = group, .n = n, .op = DIT_COMM_ALLREDUCE};
@@ -620,10 +628,8 @@ dit_status_t dit_comm_allreduce_sum(dit_comm_t *c, int rank, const int *group, i
     else if ((uintptr_t)buf % es)
       mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "buf %p is not aligned to %s", buf,
                dit_dtype_name(dtype));
-    else {
-      k.req.src = k.req.dst = buf;
-      k.req.src_len = k.req.dst_len = bytes;
-    }
+    else
+      set_buffers(&k, buf, bytes, buf, bytes);
   }
   return collective(&k);
 }
@@ -639,12 +645,8 @@ dit_status_t dit_comm_allgather(dit_comm_t *c, int rank, const int *group, int n
   else if (bytes && (!send || !recv))
     mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "%s is NULL for %zu bytes", send ? "recv" : "send",
              bytes);
-  else {
-    k.req.src = send;
-    k.req.src_len = bytes;
-    k.req.dst = recv;
-    k.req.dst_len = total;
-  }
+  else
+    set_buffers(&k, send, bytes, recv, total);
   return collective(&k);
 }
 
@@ -660,12 +662,8 @@ dit_status_t dit_comm_alltoall(dit_comm_t *c, int rank, const int *group, int n,
   else if (chunk_bytes && (!send || !recv))
     mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "%s is NULL for %d chunks of %zu bytes",
              send ? "recv" : "send", n, chunk_bytes);
-  else {
-    k.req.src = send;
-    k.req.src_len = total;
-    k.req.dst = recv;
-    k.req.dst_len = total;
-  }
+  else
+    set_buffers(&k, send, total, recv, total);
   return collective(&k);
 }
 
@@ -711,11 +709,7 @@ dit_status_t dit_comm_shift(dit_comm_t *c, int rank, const int *group, int n, in
              bytes);
   else if (overlaps(send, bytes, recv, bytes))
     mark_bad(&k, DIT_CODE_INVALID_ARGUMENT, "send and recv overlap");
-  else {
-    k.req.src = send;
-    k.req.src_len = bytes;
-    k.req.dst = recv;
-    k.req.dst_len = bytes;
-  }
+  else
+    set_buffers(&k, send, bytes, recv, bytes);
   return collective(&k);
 }

@@ -164,6 +164,15 @@ static dit_vid_t in3(dit_graph_t *g, const char *name, dit_dtype_t t, int64_t a,
   return dit_graph_input(g, name, t, 3, d);
 }
 
+/* The code generator refuses g's last op (UNIMPLEMENTED), saying msg. */
+static void check_refused(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *msg) {
+  int has = 0;
+  dit_plan_kernel_t k;
+  dit_cuda_module_t m;
+  memset(&m, 0, sizeof m);
+  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED, msg);
+}
+
 /* Returns the planned grid's x extent (0 when the op did not compile); the launch in *out if given. */
 static uint32_t check_op_k(dit_cuda_codegen_t *cg, dit_graph_t *g, const char *what, uint32_t block, uint32_t smem, int cubin_only,
                            dit_plan_kernel_t *out) {
@@ -289,11 +298,7 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
   dit_attrs_set_int(&t3, "norm_group", 3);
   dit_attrs_set_float(&t3, "norm_eps", 1e-6);
   dit_graph_op(g, DIT_OP_ROPE_TABLE, xc3, 3, &t3, DIT_F32, "odd_group");
-  int has = 0;
-  dit_plan_kernel_t k;
-  dit_cuda_module_t m;
-  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-            "op rope_table 'odd_group': norm_group 3 is odd");
+  check_refused(cg, g, "op rope_table 'odd_group': norm_group 3 is odd");
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }
@@ -413,11 +418,7 @@ static void test_video_ops(dit_cuda_codegen_t *cg, int sm90) {
   dit_attrs_set_int(&sa, "slices", 2);
   dit_vid_t x12 = dit_graph_input(g, "x12", DIT_BF16, 3, d12);
   dit_graph_op(g, DIT_OP_GROUPNORM_STATS, &x12, 1, &sa, DIT_F32, "stats12");
-  int has = 0;
-  dit_plan_kernel_t k12;
-  dit_cuda_module_t m12;
-  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k12, &m12), UNIMPLEMENTED,
-            "op groupnorm_stats 'stats12': batch 1, 12 channels in 4 groups");
+  check_refused(cg, g, "op groupnorm_stats 'stats12': batch 1, 12 channels in 4 groups");
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }
@@ -498,11 +499,7 @@ static void test_vae_shapes(dit_cuda_codegen_t *cg, const char *target) {
   CHECK_EQ_INT(k.grid[1], 1024 / dv);
   dit_vid_t r = in3(g, "vae22.r", DIT_BF16, 1, 64, 1000), rrr[3] = {r, r, r};
   dit_graph_op(g, DIT_OP_ATTENTION, rrr, 3, &at, DIT_BF16, "vae22.attn1000");
-  int has = 0;
-  dit_cuda_module_t m;
-  memset(&m, 0, sizeof m);
-  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-            "head dim 1000: expected at most 512, or a multiple of 256 up to 1024");
+  check_refused(cg, g, "head dim 1000: expected at most 512, or a multiple of 256 up to 1024");
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
 }
@@ -881,11 +878,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
   check_op(cg, g, "linear (small, gelu)", DIT_ABI_BLOCK, 0, 0);
   dit_attrs_set_int(&act, "act", 7);
   dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin7");
-  int has = 0;
-  dit_plan_kernel_t k;
-  dit_cuda_module_t m;
-  CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-            "activation 7");
+  check_refused(cg, g, "activation 7");
   /* linear_fp8: the activation quantizer, one block a row of x ([2, 100, 64]: 200 rows). */
   {
     int64_t w8d[2] = {48, 64}, nd[1] = {48};
@@ -897,8 +890,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
     int64_t odd[2] = {40, 64}, od[1] = {40};
     dit_vid_t wo = dit_graph_weight(g, "wo", DIT_F8E4M3, 2, odd), so = dit_graph_weight(g, "wo.scale", DIT_F32, 1, od), lo[3] = {x, wo, so};
     dit_graph_op(g, DIT_OP_LINEAR_FP8, lo, 3, NULL, DIT_BF16, "lin8_odd");
-    CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-              "op linear_fp8 'lin8_odd': K = 64 and N = 40 must be multiples of 16");
+    check_refused(cg, g, "op linear_fp8 'lin8_odd': K = 64 and N = 40 must be multiples of 16");
   }
   /* FP8 attention's operands ([2, 200, 2 x 128]): attn_quant one block a (b, h, row block) (q:
    * 64 rows, 4 blocks; k: 128 rows, 2), attn_vmax one a (b, h, 32 channels, split) (3 splits of 67
@@ -932,8 +924,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
                             (uint32_t)(1024 + bm * 128 + 2 * st * 128 * 128 + 8 * (4 + 4 * st)), 1),
                    (200 + bm - 1) / bm);
     } else {
-      CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-                "op attention_fp8 'attn8': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_");
+      check_refused(cg, g, "op attention_fp8 'attn8': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_");
     }
   }
   /* Attention: at head dims 64 and 128 on sm_90 the Hopper kernel, else the portable one. */
@@ -972,11 +963,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
       CHECK_EQ_INT(check_op(cg, g, "attention hd 512", 32 * DIT_ABI_ATTN_WARPS_WIDE, (uint32_t)((bq + 4 * DIT_ABI_ATTN_BK_WIDE) * (512 + 8) * 2), 0),
                    (300 + bq - 1) / bq);
     } else {
-      int has = 0;
-      dit_plan_kernel_t k;
-      dit_cuda_module_t m;
-      CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-                "op attention 'att_wide': head dim 520: expected at most 512, or a multiple of 256 up to 1024");
+      check_refused(cg, g, "op attention 'att_wide': head dim 520: expected at most 512, or a multiple of 256 up to 1024");
     }
   }
   if (!sm90) {
@@ -985,11 +972,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
     dit_attrs_set_int(&at, "heads", 1);
     dit_attrs_set_float(&at, "scale", 0.125);
     dit_graph_op(g, DIT_OP_ATTENTION, qkv, 3, &at, DIT_BF16, "att256");
-    int has = 0;
-    dit_plan_kernel_t k;
-    dit_cuda_module_t m;
-    CHECK_ERR(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m), UNIMPLEMENTED,
-              "op attention 'att256': head dim 256 needs 202752 bytes of shared memory, sm_80 allows 166912");
+    check_refused(cg, g, "op attention 'att256': head dim 256 needs 202752 bytes of shared memory, sm_80 allows 166912");
   }
   CHECK_OK(dit_graph_status(g));
   dit_graph_destroy(g);
