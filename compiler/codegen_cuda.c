@@ -501,7 +501,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
       /* bf16 products through cuBLASLt: the bias (its epilogue) in the output's dtype: bf16, or
        * fp32 for the partial sums of row-parallel layers, all-reduced in fp32. fp32 products with
-       * many rows (the per-token time embedder) too, in true fp32 (no TF32), fp32 out: cuBLASLt
+       * many rows (an fp32 layer over many tokens) too, in true fp32 (no TF32), fp32 out: cuBLASLt
        * has no fp32 x fp32 -> bf16, so such a layer writes fp32 and a cast op follows. */
       const int bf16_lib = x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && (y->dtype == DIT_BF16 || y->dtype == DIT_F32);
       const int f32_lib = x->dtype == DIT_F32 && w->dtype == DIT_F32 && y->dtype == DIT_F32;

@@ -4,8 +4,8 @@
  * own (bit for bit); the refusals of mismatched operands; and, where NVRTC is present, the GPU
  * specializations of every per-token form compiling for sm_90. The unstored form (adaln and
  * gated_add reading the table and e themselves) against mod_table then the stored form, bit for
- * bit, its refusals and its kernels. Also the cast op that lets the
- * per-token time embedder run as fp32 GEMMs: its rounding (ties to even), that an fp32 linear
+ * bit, its refusals and its kernels. Also the cast op that lets an
+ * fp32 layer over many rows run as an fp32 library GEMM: its rounding (ties to even), that an fp32 linear
  * then a cast gives the bytes of a linear storing bf16 itself, its shape rule, its kernel, and
  * the code generator's choice of cuBLASLt for fp32 linears with many rows. */
 #include <math.h>
@@ -446,8 +446,8 @@ static void test_cast_values(void) {
   free(x.data), free(back.data), free(x2.data);
 }
 
-/* The per-token time embedder's linear_2 as the frontend now builds it (fp32 out, then a cast
- * to bf16) gives the bytes of the linear storing bf16 itself: one rounding of the same fp32
+/* An fp32 linear writing fp32, then a cast to bf16 (the form a library GEMM over many rows
+ * takes) gives the bytes of the linear storing bf16 itself: one rounding of the same fp32
  * sums. Large enough for the thread pool to split both. */
 static void test_cast_after_linear(void) {
   enum { M = 300, K = 96, NN = 80 };
