@@ -181,20 +181,55 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 =
  * specialization, for head dims 64 and 128; with fp8 its attention_fp8 form (head dim 128: e4m3
  * Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
  * kernel's own formulas; its Q, K and V are read through tensor maps the runtime encodes at load. */
+/* Keys per K/V tile. The bf16 form at head dim 128 over long keys takes a wide tile, 176 or 192
+ * keys, whichever pads the keys less (176 on a tie): fewer tiles carry less of the per-tile
+ * softmax and barrier work. Timed back to back on an H200 against 128: 27280 keys 635 -> 655
+ * TFLOP/s at 176, 75600 keys 633 -> 649 at 192, 32760 keys 633 -> 638 at 192. The 8-bit forms, tile
+ * schedules (a sparse tile is 128 keys), head dim 64 and the persistent short-key form keep 128;
+ * the persistent form's second Q buffer leaves no room for wider K and V stages. */
+int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist) {
+  if (fp8 || tiled || persist || hd != 128) return DIT_ABI_ATT90_BN;
+  const int64_t pad176 = (lk + 175) / 176 * 176 - lk, pad192 = (lk + 191) / 192 * 192 - lk;
+  return pad192 < pad176 ? 192 : 176;
+}
+
+/* The tail split: `tiles` work tiles run one a multiprocessor at a time over `sms`, so a last
+ * wave of rem = tiles % sms leaves the rest idle. Splitting those rem tiles' keys into k parts
+ * (merged by the last part to finish) runs them as ceil(rem k / sms) waves of 1/k: the k in 1..4
+ * (each part at least two key tiles) with the shortest tail, counting each split a twentieth of a
+ * wave for its merge and its extra prologues. 1 when no split pays. */
+#define ATT90_SPLIT_MAX 4
+int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail) {
+  const int64_t rem = tiles % sms;
+  int best = 1;
+  double best_t = rem ? 1.0 : 0.0;
+  for (int kk = 2; rem && kk <= ATT90_SPLIT_MAX && key_tiles >= 2 * kk; kk++) {
+    const double t = (double)((rem * kk + sms - 1) / sms) / kk + 0.05;
+    if (t < best_t - 1e-9) best = kk, best_t = t;
+  }
+  *tail = best > 1 ? rem : 0;
+  return best;
+}
+
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
-                                      int64_t lk, int n_out, int fp8, int pv_bf16) {
+                                      int64_t lk, int n_out, int fp8, int pv_bf16, int tiled, int bounded) {
   const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
   const int st = fp8 ? DIT_ABI_ATT90_ST_FP8 : hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128;
-  const int bn = DIT_ABI_ATT90_BN, bm = DIT_ABI_ATT90_WG_ROWS * ncw;
+  /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
+   * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
+  const int persist = !fp8 && hd == 128 && lk <= 1024;
+  const int bn = dit_cuda_att90_keys_per_tile(hd, lk, fp8, tiled, persist), bm = DIT_ABI_ATT90_WG_ROWS * ncw;
   /* Tiles are rows of 128-byte boxes: 64 bf16 channels, or all 128 e4m3 ones (fp8's V^T tile,
    * HD rows of 128 keys, is as large as its K tile). */
   const int box = fp8 ? 128 : DIT_ABI_ATT90_BOX_COLS, nh = (int)(hd / box), row_bytes = 128;
   /* V's tile: fp8's V^T (as many bytes as K's), or bf16 V in 64-channel boxes (ATT_PV_BF16). */
   const int nh_v = fp8 && !pv_bf16 ? nh : (int)(hd / DIT_ABI_ATT90_BOX_COLS);
-  /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
-   * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
-  const int persist = !fp8 && hd == 128 && lk <= 1024;
   const int64_t tiles = (sq + bm - 1) / bm;
+  if (bn != DIT_ABI_ATT90_BN) dit_strbuf_printf(s, "#define ATT_BN %d\n", bn);
+  int64_t tail = 0;
+  const int split = fp8 || tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, SM90_PERSISTENT_CTAS, &tail);
+  if (split > 1)
+    dit_strbuf_printf(s, "#define ATT_SPLIT %d\n#define ATT_TAIL %" PRId64 "\n#define BATCH %" PRId64 "\n", split, tail, batch);
   if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");
   if (pv_bf16) dit_strbuf_printf(s, "#define ATT_PV_BF16 1\n");
   if (persist) dit_strbuf_printf(s, "#define ATT_PERSIST 1\n#define BATCH %" PRId64 "\n", batch);
@@ -205,6 +240,8 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   if (persist) {
     const int64_t all = tiles * heads * batch;
     k->grid[0] = (uint32_t)(all < SM90_PERSISTENT_CTAS ? all : SM90_PERSISTENT_CTAS), k->grid[1] = 1, k->grid[2] = 1;
+  } else if (split > 1) {
+    k->grid[0] = (uint32_t)(tiles * heads * batch + tail * (split - 1)), k->grid[1] = 1, k->grid[2] = 1;
   } else {
     k->grid[0] = (uint32_t)tiles, k->grid[1] = (uint32_t)heads, k->grid[2] = (uint32_t)batch;
   }
@@ -589,7 +626,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       const int pv_bf16 = v4->dtype != DIT_F8E4M3;
       if (pv_bf16 && v4->dtype != DIT_BF16)
         return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': v is %s, the sm_90a kernel takes bf16", y->name, dit_dtype_name(v4->dtype));
-      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16);
+      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16,
+                                dit_attrs_find(&op->attrs, "tiles") != NULL, 0);
       *tmpl = TEMPLATE_ATTN_SM90;
       return DIT_OK;
     }
@@ -621,7 +659,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
             hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
         if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
-        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0, 0);
+        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0, 0, tiled, bounded);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
       }

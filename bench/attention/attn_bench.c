@@ -3,8 +3,10 @@
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
  *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N] SHAPE...
- *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
- *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns)
+ *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED[,SPLIT]]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
+ *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns;
+ *   SPLIT k: the tiles of the last partial wave over 132 multiprocessors in k key parts, as ditc
+ *   plans with ATT_SPLIT)
  *
  * Kernels are compiled by NVRTC straight to an sm_90a cubin (--link nvrtc, the default), or to PTX that
  * nvJitLink turns into a cubin (--link nvjitlink, the path ditc takes today) or through LTO IR (--link lto); cubins are cached in --cache keyed by a hash of source and options, so that
@@ -199,8 +201,10 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
 }
 
 typedef struct {
-  int B, H, SQ, LK, HD, ncw, bn, st, persist, sched, cfg_given;
+  int B, H, SQ, LK, HD, ncw, bn, st, persist, sched, split, cfg_given;
 } shape_t;
+
+#define SPLIT_SMS 132 /* the multiprocessors ditc plans the tail split for (codegen_cuda.c) */
 
 static int parse_shape(const char *s, shape_t *sh) {
   memset(sh, 0, sizeof *sh);
@@ -211,7 +215,7 @@ static int parse_shape(const char *s, shape_t *sh) {
   sh->sched = 1;
   const char *c = strchr(s, ':');
   if (c) {
-    if (sscanf(c + 1, "%d,%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist, &sh->sched) < 3) return -1;
+    if (sscanf(c + 1, "%d,%d,%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist, &sh->sched, &sh->split) < 3) return -1;
     sh->cfg_given = 1;
   }
   return 0;
@@ -247,6 +251,11 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
   if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
   if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
+  if (!old && !fp8 && s->split > 1) {
+    const int tiles = (s->SQ + 64 * s->ncw - 1) / (64 * s->ncw) * s->H * s->B;
+    k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", s->split,
+                  tiles % SPLIT_SMS ? tiles % SPLIT_SMS : SPLIT_SMS, s->B);
+  }
   memcpy(src + k, body, strlen(body) + 1);
   return src;
 }
@@ -525,6 +534,9 @@ int main(int argc, char **argv) {
     if (s->persist) { /* persistent: one CTA per multiprocessor, at most one per tile */
       const unsigned tiles = mblk * (unsigned)H * (unsigned)B;
       gx = (unsigned)nsm < tiles ? (unsigned)nsm : tiles, gy = gz = 1;
+    } else if (s->split > 1) { /* a 1-D grid: whole tiles, then the tail's tiles in parts */
+      const unsigned tiles = mblk * (unsigned)H * (unsigned)B, tail = tiles % SPLIT_SMS ? tiles % SPLIT_SMS : SPLIT_SMS;
+      gx = tiles + tail * (unsigned)(s->split - 1), gy = gz = 1;
     }
     double ms = time_kernel(f, gx, gy, gz, threads, smem, args, out, nq);
     const double sus_ms = g_sustained > 0 ? time_sustained(f, gx, gy, gz, threads, smem, args, g_sustained) : 0.0;
@@ -599,10 +611,10 @@ int main(int argc, char **argv) {
       oc = check(&hp, s, oout, olse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
       CK(p_cuModuleUnload(om));
     }
-    printf("{\"device\":\"%s\",\"B\":%d,\"H\":%d,\"SQ\":%d,\"LK\":%d,\"HD\":%d,\"cfg\":{\"ncw\":%d,\"bm\":%u,\"bn\":%d,\"st\":%d,\"persist\":%d,\"sched\":%d,"
+    printf("{\"device\":\"%s\",\"B\":%d,\"H\":%d,\"SQ\":%d,\"LK\":%d,\"HD\":%d,\"cfg\":{\"ncw\":%d,\"bm\":%u,\"bn\":%d,\"st\":%d,\"persist\":%d,\"sched\":%d,\"split\":%d,"
            "\"threads\":%u,\"smem\":%u,\"grid\":[%u,%u,%u]},\"regs\":%d,\"local_bytes\":%d,\"static_smem\":%d,\"ms\":%.4f,\"tflops\":%.1f,"
            "\"err_out\":%.3e,\"err_lse\":%.3e,\"nonfinite\":%llu,\"samples\":%d,\"ok\":%s",
-           devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, s->sched, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
+           devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, s->sched, s->split, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
     for (int form = 0; fp8 && form < N_FORMS; form++) {
       const char *p = kForms[form];

@@ -187,7 +187,7 @@ def main():
         print(f"{shp:<24}{f(r['tflops'])}{f(r.get('cudnn_tflops'))}{f(r.get('flash_tflops'))}{f(r.get('old_tflops'))}"
               f"{ratio(r['tflops'], r.get('cudnn_tflops'))}{ratio(r['tflops'], r.get('flash_tflops'))}"
               f"  {r['err_out']:9.2e} {r['err_lse']:9.2e}  {'ok' if r['ok'] else 'BAD'}  "
-              f"{c['ncw']},{c['bn']},{c['st']},{c['persist']},{c.get('sched', 1)} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}"
+              f"{c['ncw']},{c['bn']},{c['st']},{c['persist']},{c.get('sched', 1)},{c.get('split', 0)} regs={r['regs']} lmem={r['local_bytes']} smem={c['smem']}"
               + (f" sustained={r['sustained_tflops']:.1f}" if "sustained_tflops" in r else ""))
     for form, what in (("fp8", "e4m3 Q, K, P, V"), ("int8fp8", "int8 Q, K, e4m3 P, V: --attn-quant int8fp8"),
                        ("int8", "int8 Q, K, bf16 P, V: --attn-quant int8")):

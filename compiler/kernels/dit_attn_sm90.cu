@@ -67,6 +67,16 @@
 // exponent's fma with the tile scale f, rounded once (at most f/2: half a step of S, far below the
 // int8 codes' own rounding).
 //
+// ATT_SPLIT k with ATT_TAIL T (and BATCH; the bf16 form without bound, tile schedule or
+// persistence) splits the last T work tiles' keys into k parts: the grid is 1-D, the first
+// MBLK*HEADS*BATCH - T blocks take whole tiles (m-block fastest, then head, then batch) and the
+// last T*k blocks a part each, the key tiles [part*NTILES/k, (part+1)*NTILES/k). A part stores
+// its unnormalized O, row maxima and row sums in a workspace of the module, then counts itself in;
+// the last part of a tile to arrive merges the others into its own and stores the tile, and
+// resets the count for the next launch. So a last wave that would leave most multiprocessors idle
+// (3072 tiles on 132: a 24th wave of 36) runs as k shorter ones. The workspace belongs to the
+// loaded module: launches of one module must not overlap (a stream's do not).
+//
 // ATT_PV_BF16 1 (with ATT_FP8: --attn-quant int8, SageAttention's first split) keeps P V in bf16:
 // V is the bf16 tensor itself (the bf16 kernel's map and tiles), P is rounded to bf16 unshifted and
 // O needs no channel scales; only Q K^T runs on 8-bit operands. Entry
@@ -181,9 +191,18 @@
 #if HAS_TILES && (ATT_BM != SPARSE_TILE || ATT_BN != SPARSE_TILE || HAS_BOUND)
 #error "dit_attn_sm90: a tile schedule needs work and key tiles of SPARSE_TILE rows and no bound"
 #endif
-// The key tile a work tile streams j-th: its schedule's j-th entry, or j.
+#ifndef ATT_SPLIT
+#define ATT_SPLIT 0
+#endif
+#if ATT_SPLIT && (ATT_SPLIT < 2 || !defined(ATT_TAIL) || !defined(BATCH) || ATT_FP8 || HAS_BOUND || HAS_TILES || ATT_PERSIST || \
+                  NTILES < ATT_SPLIT || ATT_TAIL < 1 || ATT_TAIL > MBLK * HEADS * BATCH)
+#error "dit_attn_sm90: ATT_SPLIT (at least 2, at most the key tiles) needs ATT_TAIL (1 to all work tiles) and BATCH, in the bf16 form without bound, tile schedule or persistence"
+#endif
+// The key tile a work tile streams j-th: its schedule's j-th entry, or j (from its part's first, j0).
 #if HAS_TILES
 #define KEY_TILE(j) trow[1 + (j)]
+#elif ATT_SPLIT
+#define KEY_TILE(j) (j0 + (j))
 #else
 #define KEY_TILE(j) (j)
 #endif
@@ -211,8 +230,31 @@ static_assert(DIT_LAUNCH_SMEM == ATT_SMEM, "dit_attn_sm90: planned dynamic share
 #define TILE_FIRST 0
 #define TILE_STRIDE 1
 #endif
+#if ATT_SPLIT
+#define WORK_MAIN (MBLK * HEADS * BATCH - ATT_TAIL)  // blocks taking whole tiles
+#define NCT (DIT_ABI_ATT90_WG_THREADS * ATT_NCW)       // consumer threads
+#define SLOT_ROWS (HD / 2 + 4)                         // a consumer thread's O accumulators, m0, m1, l0, l1
+#define MERGE_BAR (1 + ATT_NCW)                        // named barrier of the consumers, past the turns' ones
+__device__ float att_part[ATT_TAIL * ATT_SPLIT * SLOT_ROWS * NCT];  // [tail tile][part][row][consumer thread]
+__device__ unsigned att_arrived[ATT_TAIL];                          // parts stored, per tail tile
+// This block's work tile, and its part (-1: the whole tile).
+__device__ __forceinline__ int split_tile() {
+  const int x = (int)blockIdx.x;
+  return x < WORK_MAIN ? x : WORK_MAIN + (x - WORK_MAIN) / ATT_SPLIT;
+}
+__device__ __forceinline__ int split_part() {
+  const int x = (int)blockIdx.x;
+  return x < WORK_MAIN ? -1 : (x - WORK_MAIN) % ATT_SPLIT;
+}
+#endif
 __device__ __forceinline__ void tile_coords(int t, int &mblk, int &head, int &b) {
-#if ATT_PERSIST
+#if ATT_SPLIT
+  (void)t;
+  const int w = split_tile();
+  mblk = w % MBLK;
+  head = (w / MBLK) % HEADS;
+  b = w / (MBLK * HEADS);
+#elif ATT_PERSIST
   mblk = t % MBLK;
   head = (t / MBLK) % HEADS;
   b = t / (MBLK * HEADS);
@@ -291,6 +333,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if HAS_TILES
         const int *trow = tiles + mblk * TILES_W;
         const int nt = trow[0];
+#elif ATT_SPLIT
+        const int part = split_part(), j0 = part < 0 ? 0 : part * NTILES / ATT_SPLIT;
+        const int nt = part < 0 ? NTILES : (part + 1) * NTILES / ATT_SPLIT - j0;
 #else
         const int nt = ITEM_TILES(ITEM_KEYS(b));
 #endif
@@ -349,6 +394,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     constexpr int lk = LK;
     int nt;              // this work tile's listed key tiles
     const int *trow;     // and its schedule row
+#elif ATT_SPLIT
+    constexpr int lk = LK;
+    const int part = split_part(), j0 = part < 0 ? 0 : part * NTILES / ATT_SPLIT;  // this block's key tiles: j0, j0 + 1, ...
+    const int nt = part < 0 ? NTILES : (part + 1) * NTILES / ATT_SPLIT - j0;
 #else
     constexpr int lk = LK, nt = NTILES;
 #endif
@@ -610,6 +659,49 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
       l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
       l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#if ATT_SPLIT
+      if (part >= 0) {
+        // A part: store its state (each consumer thread its own column of the slot, so every
+        // part's thread ct holds the same fragment), count it in, and leave unless it is the last
+        // to arrive; the last merges the others' states into its own (rows g4, g4 + 8: maxima
+        // m, sums l relative to them, O likewise) before the usual epilogue.
+        __shared__ unsigned arrived;
+        const int ct = cw * DIT_ABI_ATT90_WG_THREADS + tid, tile = split_tile() - WORK_MAIN;
+        float *mine = att_part + (size_t)(tile * ATT_SPLIT + part) * SLOT_ROWS * NCT + ct;
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) mine[i * NCT] = o[i];
+        mine[(HD / 2 + 0) * NCT] = m0;
+        mine[(HD / 2 + 1) * NCT] = m1;
+        mine[(HD / 2 + 2) * NCT] = l0;
+        mine[(HD / 2 + 3) * NCT] = l1;
+        __threadfence();
+        named_sync(MERGE_BAR, NCT);
+        if (ct == 0) arrived = atomicAdd(&att_arrived[tile], 1u);
+        named_sync(MERGE_BAR, NCT);
+        if (arrived != ATT_SPLIT - 1) return;
+        __threadfence();
+        for (int q = 0; q < ATT_SPLIT; q++) {
+          if (q == part) continue;
+          const float *th = att_part + (size_t)(tile * ATT_SPLIT + q) * SLOT_ROWS * NCT + ct;
+          const float pm0 = __ldcg(th + (HD / 2 + 0) * NCT), pm1 = __ldcg(th + (HD / 2 + 1) * NCT);
+          const float pl0 = __ldcg(th + (HD / 2 + 2) * NCT), pl1 = __ldcg(th + (HD / 2 + 3) * NCT);
+          const float n0 = fmaxf(m0, pm0), n1 = fmaxf(m1, pm1);
+          const float a0 = ex2((m0 - n0) * sl2), b0 = ex2((pm0 - n0) * sl2), a1 = ex2((m1 - n1) * sl2), b1 = ex2((pm1 - n1) * sl2);
+#pragma unroll
+          for (int i = 0; i < HD / 8; i++) {
+            o[4 * i + 0] = o[4 * i + 0] * a0 + __ldcg(th + (4 * i + 0) * NCT) * b0;
+            o[4 * i + 1] = o[4 * i + 1] * a0 + __ldcg(th + (4 * i + 1) * NCT) * b0;
+            o[4 * i + 2] = o[4 * i + 2] * a1 + __ldcg(th + (4 * i + 2) * NCT) * b1;
+            o[4 * i + 3] = o[4 * i + 3] * a1 + __ldcg(th + (4 * i + 3) * NCT) * b1;
+          }
+          l0 = l0 * a0 + pl0 * b0;
+          l1 = l1 * a1 + pl1 * b1;
+          m0 = n0;
+          m1 = n1;
+        }
+        if (ct == 0) att_arrived[tile] = 0u;  // every part has arrived: ready for the next launch
+      }
+#endif
 #if HAS_BOUND
       const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;  // no keys: zeros
 #else

@@ -655,9 +655,9 @@ static void test_mask_ops(dit_cuda_codegen_t *cg, const char *target) {
     if (hopper) {
       const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
       const int st = hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128, nh = (int)hd / 64, bm = 64 * ncw;
-      const int persist = hd == 128 && lk <= 1024;
+      const int persist = hd == 128 && lk <= 1024, bn = hd == 128 && !persist ? 192 : 128; /* 1100 keys: 192 pads 52, 176 pads 132 */
       check_op(cg, g, what, (uint32_t)(128 * (ncw + 1)),
-               (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * 128 * 128 + 8 * (4 + 4 * st)), 1);
+               (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * bn * 128 + 8 * (4 + 4 * st)), 1);
     } else {
       check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * (hd + 8) * 2), 0);
     }
@@ -941,9 +941,13 @@ static void test_codegen_ops(const char *target, const char *cache) {
       if (sm90) {
         const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
         const int st = hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128, nh = hd / 64, bm = 64 * ncw;
-        const int persist = hd == 128 && lk <= 1024;
-        check_op(cg, g, what, (uint32_t)(128 * (ncw + 1)),
-                 (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * 128 * 128 + 8 * (4 + 4 * st)), 1);
+        const int persist = hd == 128 && lk <= 1024, bn = hd == 128 && !persist ? 192 : 128; /* 1100 keys: 192 pads 52 */
+        const uint32_t grid = check_op(cg, g, what, (uint32_t)(128 * (ncw + 1)),
+                                       (uint32_t)(1024 + (persist ? 2 : 1) * nh * bm * 128 + 2 * st * nh * bn * 128 + 8 * (4 + 4 * st)), 1);
+        /* 1100 keys: every work tile split (hd 128: 12 tiles, 6 key tiles, 3 parts; hd 64: 8 tiles
+         * of 192 queries, 9 key tiles, 4 parts) on a 1-D grid; 77 keys: one key tile, no split (hd
+         * 128: the persistent grid of all 12 tiles). */
+        CHECK_EQ_INT(grid, lk == 77 ? (hd == 64 ? 2u : 12u) : hd == 128 ? 12u * 3u : 8u * 4u);
       } else {
         check_op(cg, g, what, 32 * DIT_ABI_ATTN_WARPS, (uint32_t)((16 * DIT_ABI_ATTN_WARPS + 4 * DIT_ABI_ATTN_BK) * (hd + 8) * 2), 0);
       }
@@ -988,8 +992,35 @@ static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_destroy(cg);
 }
 
+/* The Hopper attention's keys per tile: the bf16 form at head dim 128 over long keys takes 176 or
+ * 192, whichever pads the keys less (176 on a tie); every other form keeps the ABI's 128. */
+static void test_att90_keys_per_tile(void) {
+  static const int64_t lk_bn[][2] = {{27280, 176}, {75600, 192}, {32760, 192}, {4608, 192}, {1100, 192}, {3168, 176}, {1056, 176}};
+  for (size_t i = 0; i < sizeof lk_bn / sizeof lk_bn[0]; i++) CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, lk_bn[i][0], 0, 0, 0), lk_bn[i][1]);
+  CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(64, 27280, 0, 0, 0), DIT_ABI_ATT90_BN);
+  CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 27280, 1, 0, 0), DIT_ABI_ATT90_BN);
+  CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 27280, 0, 1, 0), DIT_ABI_ATT90_BN);
+  CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 512, 0, 0, 1), DIT_ABI_ATT90_BN);
+}
+
+/* The Hopper attention's tail split: the last partial wave's tiles (tiles % 132) split into the
+ * key parts that shorten it most, each part two key tiles or more; none when the wave is full,
+ * nearly full, or the keys are few. */
+static void test_att90_split(void) {
+  /* tiles, key tiles, parts, tail: Wan2.1-1.3B 480p, FLUX.1 1024^2, TI2V-5B 704p, A14B 720p, ... */
+  static const int64_t cases[][4] = {{3072, 187, 3, 36}, {864, 24, 3, 72}, {5136, 155, 1, 0}, {23640, 394, 4, 12},
+                                     {264, 50, 1, 0},    {20, 8, 4, 20},   {20, 3, 1, 0},     {36, 5, 2, 36}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int64_t tail = -1;
+    CHECK_EQ_INT(dit_cuda_att90_split(cases[i][0], cases[i][1], 132, &tail), cases[i][2]);
+    CHECK_EQ_INT(tail, cases[i][3]);
+  }
+}
+
 int main(void) {
   test_macros_match_table();
+  test_att90_keys_per_tile();
+  test_att90_split();
   test_nvrtc_text_matches_table();
   test_device_helpers_shared();
 #if DIT_HAVE_NVRTC
