@@ -367,10 +367,21 @@ static_assert(MODE == M_RMS && ROPE_HD % 2 == 0 && ROPE_C % ROPE_HD == 0 && D % 
 // A row's rotation, found once a row (a row is one token's, or with GROUP a part of it from column
 // c0): the rows of Wan's table parts at its grid position (NORM_ROPE 1) or its row of cs
 // (NORM_ROPE 2), as (cos, sin) pairs.
+// With one token a block (NORM_ROPE 1 without SEG) the block first stages the token's ROPE_HD / 2
+// pairs in shared memory, so each thread reads its pairs with a few wide loads there instead of one
+// scattered global load a pair over the table's three parts.
+#if NORM_ROPE == 1 && !defined(SEG)
+#define ROPE_STAGED 1
+#else
+#define ROPE_STAGED 0
+#endif
 struct rope_row {
   int c0;
 #if NORM_ROPE == 1
   const float2 *t, *h, *w;
+#if ROPE_STAGED
+  const float2 *sh;
+#endif
 #else
   const float2 *cs;
 #endif
@@ -391,11 +402,19 @@ __device__ __forceinline__ rope_row rope_row_at(long long row, const float *cs) 
 #endif
   return r;
 }
+#if NORM_ROPE == 1
+// The (cos, sin) of pair p of a head at the row's grid position, from the table's parts.
+__device__ __forceinline__ float2 rope_lookup(const rope_row &rr, int p) {
+  return p < TD / 2 ? rr.t[p] : p < (TD + HDIM) / 2 ? rr.h[p - TD / 2] : rr.w[p - (TD + HDIM) / 2];
+}
+#endif
 // The pair (x0, x1) at column d (even) of the row rotated by its (cos, sin), as rope_table does.
 __device__ __forceinline__ void rope_pair(float x0, float x1, int d, const rope_row &rr, float *y0, float *y1) {
   const int p = (rr.c0 + d) % ROPE_HD / 2;  // the pair within its head
-#if NORM_ROPE == 1
-  const float2 t = p < TD / 2 ? rr.t[p] : p < (TD + HDIM) / 2 ? rr.h[p - TD / 2] : rr.w[p - (TD + HDIM) / 2];
+#if ROPE_STAGED
+  const float2 t = rr.sh[p];
+#elif NORM_ROPE == 1
+  const float2 t = rope_lookup(rr, p);
 #else
   const float2 t = rr.cs[p];
 #endif
@@ -459,6 +478,17 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   const int tid = (int)threadIdx.x;
 #endif
   const TY(X) *xr = x + row * D;
+#if defined(NORM_ROPE)
+#if ROPE_STAGED
+  __shared__ float2 rope_sh[ROPE_HD / 2];
+  rope_row rr = rope_row_at(row, cs);
+  for (int p = (int)threadIdx.x; p < ROPE_HD / 2; p += ROW_THREADS) rope_sh[p] = rope_lookup(rr, p);
+  __syncthreads();
+  rr.sh = rope_sh;
+#else
+  const rope_row rr = rope_row_at(row, cs);
+#endif
+#endif
   float v[CHUNKS][CW];
   float s = 0.f;
 #pragma unroll
@@ -531,9 +561,6 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #elif MODE == M_ADALN
   const long long b = row / TOKENS;
   const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
-#endif
-#if defined(NORM_ROPE)
-  const rope_row rr = rope_row_at(row, cs);
 #endif
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
