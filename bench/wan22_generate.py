@@ -18,12 +18,21 @@ pipelines on the same models, inputs and scheduler, in one run.
                first-frame mask (no VAE encoding); a ditrun without --image-latents is recorded
                as a refusal.
 
+  --part a14b-swap  Wan2.2-T2V-A14B whole (both experts of 40 blocks, random weights written by
+               make_tiny_wan at the published config into --scratch, host memory by default, then
+               deleted once compiled): a 4-step generate without CFG across the 0.875 boundary
+               (t = 999, 900 | 750, 500), first with both experts resident, then compiled with
+               --offload chunked --memory-budget G (--budget-gib, default 48) so that transformer_2
+               waits in host memory and streams in during the high-noise steps. Peak device memory,
+               the steps around the switch and the swap's cost; the two runs' latents must be
+               identical. Parity against diffusers is --part a14b's (fewer blocks, the same kernels).
+
 Results: OUT/wan22_generate_<part>.json. Models come from bench/wan22_forward.py's
 make_pipeline (diffusers' default initialisation, bf16). --dry-run checks the schedule, the
 expert per step, the budget scaling and the summaries without torch or a GPU.
 
-usage: bench/wan22_generate.py --part a14b|ti2v --ditc BIN --ditrun BIN --work DIR --out DIR
-           [--layers N] [--steps 6] [--budget-gib 48] [--keep]
+usage: bench/wan22_generate.py --part a14b|ti2v|a14b-swap --ditc BIN --ditrun BIN --work DIR --out DIR
+           [--layers N] [--steps 6] [--budget-gib 48] [--scratch DIR] [--keep]
        bench/wan22_generate.py --dry-run --out DIR
 """
 import argparse
@@ -215,6 +224,16 @@ def dry_run(a):
         for line in summary(res):
             print(line)
         save(res, a.out)
+    ts4 = flow_unipc_timesteps(SWAP_STEPS, 3.0)
+    assert ts4 == [999, 900, 750, 500] and experts_per_step(ts4, 0.875) == ["transformer"] * 2 + ["transformer_2"] * 2, ts4
+    sw4 = {"res": {"step_s": [10.0, 10.0, 10.2, 10.0], "loop_s": 40.2, "peak_gib": 40.0, "predicted_peak_bytes": 44 * 2**30,
+                   "around_switch": {"before": 10.0, "switch": 10.2, "after": 10.0, "step": 3}}}
+    swr = {"part": "a14b-swap", "steps": 4, "published_layers": 40, "width": 1280, "height": 720, "frames": 81,
+           "timesteps": ts4, "budget_gib": 48.0, "identical": True,
+           "resident": dict(sw4["res"], step_s=[10.0, 10.0, 10.0, 10.0], peak_gib=66.0),
+           "budget": dict(sw4["res"], swap="x")}
+    assert abs(swap_cost(swr["budget"], swr["resident"]) - 0.2 / 30) < 1e-12
+    assert any("+0.7%" in line for line in swap_summary(swr)), swap_summary(swr)
     r = new_results("a14b", 6, 4)
     r["ditrun"] = {"refused": "ditrun: error: unknown option --image-latents"}
     r["budget"] = {"budget_gib": 48.0, "budget_gib_compiled": g, "refused": "ditc: error: UNIMPLEMENTED: two experts"}
@@ -410,9 +429,116 @@ def run_part(a):
     return 1 if fails else 0
 
 
+SWAP_STEPS = 4
+SWAP_BYTES = 58e9  # the experts' weights, with room to spare
+
+
+def swap_summary(res):
+    L = [f"a14b-swap: {res['steps']} steps without CFG, both experts of {res['published_layers']} blocks, "
+         f"{res['width']}x{res['height']}, {res['frames']} frames; timesteps {res['timesteps']}"]
+    for key, what in (("resident", "both experts resident"), ("budget", f"--memory-budget {res['budget_gib']:g} GiB")):
+        r = res.get(key)
+        if not r:
+            continue
+        if r.get("failed") or r.get("refused"):
+            L.append(f"{what}: {'refused' if r.get('refused') else 'failed'}: {(r.get('refused') or r.get('failed'))[:300]}")
+            continue
+        sw = r.get("around_switch") or {}
+        L.append(f"{what}: predicted peak {r['predicted_peak_bytes'] / 2**30:.2f} GiB, measured peak {r['peak_gib']:.2f} GiB; "
+                 f"steps {' / '.join(f'{x:.3f}' for x in r['step_s'])} s (switch at step {sw.get('step')}); loop {r['loop_s']:.2f} s")
+    b, r = res.get("budget") or {}, res.get("resident") or {}
+    cost = swap_cost(b, r) if b.get("step_s") and r.get("step_s") else None
+    if cost is not None:
+        L.append(f"the swap's cost: the three steps around the switch take {100 * cost:+.1f}% against the resident "
+                 f"bundle's same steps; latents identical: {res.get('identical')}; ditrun: {b.get('swap') or '-'}")
+    return L
+
+
+def run_swap(a):
+    """--part a14b-swap (see the header)."""
+    import torch  # device only
+    from safetensors.torch import load_file  # device only
+
+    v = wf.VARIANTS["a14b"]
+    res = {"part": a.part, "variant": "a14b", "published_layers": v["config"]["num_layers"], "frames": v["frames"],
+           "height": v["height"], "width": v["width"], "text_len": v["text_len"], "steps": SWAP_STEPS,
+           "timesteps": flow_unipc_timesteps(SWAP_STEPS, v["shift"]), "budget_gib": a.budget_gib or 48.0,
+           "weights": "random, make_tiny_wan --preset wan2.2-a14b (the published config)",
+           "run": run_info(), "device": torch.cuda.get_device_name(0),
+           "peak_method": "nvidia-smi used MiB over the baseline (whole process)"}
+    res["experts_expected"] = experts_per_step(res["timesteps"], v["boundary_ratio"])
+    scratch = a.scratch or "/dev/shm/ditc_a14b_swap"
+    work, store = os.path.join(a.work, "gen_a14b_swap"), os.path.join(a.work, "gen_a14b_swap", "store")
+    os.makedirs(work, exist_ok=True)
+    make = os.path.join(os.path.dirname(os.path.abspath(a.ditc)), "make_tiny_wan")
+    # The two experts' checkpoint and then the bundle's blobs: 57 GB each, 2 x 14.3e9 bf16 parameters.
+    import shutil
+
+    for where in (os.path.dirname(scratch.rstrip("/")) or "/", work):
+        free = shutil.disk_usage(where).free
+        if free < SWAP_BYTES:
+            res["failed"] = f"{where}: {free / 1e9:.1f} GB free; the experts take {SWAP_BYTES / 1e9:.0f} GB there"
+            print(res["failed"], flush=True)
+            save(res, a.out)
+            return 1
+    t0 = time.perf_counter()
+    subprocess.run(["rm", "-rf", scratch])
+    r = subprocess.run([make, "--variant", "t2v-a14b", "--preset", "wan2.2-a14b", "--dtype", "bf16", "--text-len",
+                        str(v["text_len"]), "--out", scratch], capture_output=True, text=True)
+    res["make_s"] = time.perf_counter() - t0
+    print(f"make_tiny_wan: {res['make_s']:.1f} s, rc {r.returncode}", flush=True)
+    if r.returncode:
+        res["failed"] = r.stderr.strip()[-600:]
+        save(res, a.out)
+        return 1
+    embeds = os.path.join(work, "embeds.safetensors")
+    subprocess.run(["cp", os.path.join(scratch, "embeds.safetensors"), embeds])
+    bundles = {}
+    for key, extra in (("resident", []), ("budget", ["--offload", "chunked", "--memory-budget", f"{res['budget_gib']:g}"])):
+        b, dt, refused = wf.compile_bundle(a.ditc, os.path.join(scratch, "model"), v, os.path.join(work, "bundles"),
+                                           ["--store", store] + extra)
+        res[key] = {"ditc_compile_s": dt}
+        print(f"ditc compile ({key}): {dt:.1f} s{'' if b else ': ' + refused}", flush=True)
+        if not b:
+            res[key]["refused"] = refused
+        else:
+            bundles[key] = b
+            res[key]["predicted_peak_bytes"] = json.load(open(os.path.join(b, "manifest.json")))["memory"]["peak_bytes"]
+        save(res, a.out)
+    subprocess.run(["rm", "-rf", scratch])  # the checkpoint: host memory back for the idle expert
+    fails, lat = 0, {}
+    for key, b in bundles.items():
+        out = os.path.join(work, f"latents_{key}.safetensors")
+        cmd = [a.ditrun, "generate", b, "--prompt-embeds", embeds, "--seed", "7", "--steps", str(SWAP_STEPS),
+               "--guidance", "1", "--guidance-2", "1", "--out", out]
+        r, run = run_ditrun(cmd, os.path.join(a.out, f"wan22_generate_a14b-swap_{key}.log"))
+        res[key].update(run)
+        print(r.stderr.strip()[-1500:], flush=True)
+        if r.returncode:
+            res[key]["failed"] = r.stderr.strip()[-600:]
+            fails += 1
+        else:
+            res[key]["around_switch"] = around_switch(run["step_s"], run["experts"])
+            res[key]["experts_agree"] = run["experts"] == res["experts_expected"]
+            fails += not res[key]["experts_agree"]
+            lat[key] = load_file(out)["latents"]
+        save(res, a.out)
+    if len(lat) == 2:
+        res["identical"] = bool(torch.equal(lat["resident"], lat["budget"]))
+        fails += not res["identical"]
+        cost = swap_cost(res["budget"], res["resident"])
+        res["swap_cost"] = cost
+    res["complete"] = True
+    save(res, a.out)
+    for line in swap_summary(res):
+        print(line)
+    return 1 if fails or len(lat) < 2 else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=sorted(PARTS))
+    ap.add_argument("--part", choices=sorted(PARTS) + ["a14b-swap"])
+    ap.add_argument("--scratch", help="a14b-swap: where make_tiny_wan writes the checkpoint (default /dev/shm/ditc_a14b_swap)")
     pb.add_contender_flags(ap)
     ap.add_argument("--layers", type=int, help="blocks per expert (default: 4 for a14b, all 30 for ti2v)")
     ap.add_argument("--steps", type=int, default=6)
@@ -420,8 +546,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic without torch or a GPU")
     a = ap.parse_args()
-    return pb.dispatch(ap, a, dry_run, run_part, ("part", "ditc", "ditrun", "work", "out"),
-                       scratch=lambda a: os.path.join(a.work, "gen_" + a.part))
+    return pb.dispatch(ap, a, dry_run, run_swap if a.part == "a14b-swap" else run_part, ("part", "ditc", "ditrun", "work", "out"),
+                       scratch=lambda a: os.path.join(a.work, "gen_" + a.part.replace("-", "_")))
 
 
 if __name__ == "__main__":

@@ -42,9 +42,10 @@
 #      overlaps NCCL collectives with compute by default).
 #   7. with WAN22=a14b|ti2v|all, Wan2.2 forwards at the published sizes against diffusers eager
 #      and torch.compile (bench/wan22_forward.py: A14B's two experts with WAN22_LAYERS blocks at
-#      the real widths, TI2V-5B whole); with WAN22_GENERATE=a14b|ti2v|1 (1: both) the Wan2.2
+#      the real widths, WAN22_EXPERT=transformer|transformer_2 for one of them, TI2V-5B whole); with WAN22_GENERATE=a14b|ti2v|1 (1: both) the Wan2.2
 #      generates against diffusers' pipelines (bench/wan22_generate.py; A14B also under
-#      --memory-budget WAN22_BUDGET_GIB, default 48). Each is bounded by timeout and writes
+#      --memory-budget WAN22_BUDGET_GIB, default 48); with WAN22_SWAP=1 A14B whole (random weights
+#      by make_tiny_wan) both experts resident and under that budget (7c). Each is bounded by timeout and writes
 #      wan22_*.json into RESULTS_DIR; run them alone with SKIP_CHECKS=1 NO_OPCHECK=1 NO_FORWARD=1.
 #   8. with FLUX=1, the tiny FLUX.1 pipelines' GPU bundles op by op against the CPU reference and
 #      their forward goldens and generates; then FLUX.1-dev at 1024x1024 (bench/flux_forward.py:
@@ -694,7 +695,8 @@ if [ -n "${WAN22:-}" ]; then
     case "$WAN22" in all|"$v"|"${v%-5b}") ;; *) continue ;; esac
     step "7. Wan2.2 $v forward at the published size: ditrun against diffusers eager and torch.compile, parity"
     timeout "${WAN22_TIMEOUT:-480}" python3 bench/wan22_forward.py --variant "$v" "${w22[@]}" \
-      ${WAN22_LAYERS:+--layers "$WAN22_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning | tee "$OUT/bench_wan22_forward_$v.txt"
+      ${WAN22_LAYERS:+--layers "$WAN22_LAYERS"} ${WAN22_EXPERT:+--expert "$WAN22_EXPERT"} ${NO_COMPILE:+--no-compile} 2>&1 \
+      | grep -v Warning | tee "$OUT/bench_wan22_forward_$v.txt"
     rc=${PIPESTATUS[0]}
     check test "$rc" = 0
   done
@@ -709,6 +711,13 @@ if [ -n "${WAN22_GENERATE:-}" ]; then
     rc=${PIPESTATUS[0]}
     check test "$rc" = 0
   done
+fi
+if [ -n "${WAN22_SWAP:-}" ]; then
+  step "7c. Wan2.2-A14B whole (2 x 40 blocks, random weights): a 4-step generate across the boundary with both experts resident and under --memory-budget WAN22_BUDGET_GIB (default 48), peak memory and the steps around the switch"
+  timeout "${WAN22_SWAP_TIMEOUT:-540}" python3 bench/wan22_generate.py --part a14b-swap "${w22[@]}" --budget-gib "${WAN22_BUDGET_GIB:-48}" 2>&1 \
+    | grep -v Warning | tee "$OUT/bench_wan22_generate_a14b-swap.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
 fi
 # A tiny pipeline: every op on the GPU against the CPU reference, and the GPU's bf16 forward
 # against the CPU's (the bf16 graphs round t as diffusers does in bf16; key bounds from padded masks).
