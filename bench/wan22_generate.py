@@ -495,8 +495,11 @@ def run_swap(a):
     subprocess.run(["cp", os.path.join(scratch, "embeds.safetensors"), embeds])
     bundles = {}
     for key, extra in (("resident", []), ("budget", ["--offload", "chunked", "--memory-budget", f"{res['budget_gib']:g}"])):
-        b, dt, refused = wf.compile_bundle(a.ditc, os.path.join(scratch, "model"), v, os.path.join(work, "bundles"),
-                                           ["--store", store] + extra)
+        # Into the store's own bundle folder: the two bundles' blobs are links to one copy.
+        b, dt, refused = pb.ditc_compile(a.ditc, os.path.join(scratch, "model"),
+                                         ["--frames", str(v["frames"]), "--height", str(v["height"]), "--width", str(v["width"]),
+                                          "--text-len", str(v["text_len"]), "--dtype", "bf16", "--target", "sm_90", "--store", store]
+                                         + extra)
         res[key] = {"ditc_compile_s": dt}
         print(f"ditc compile ({key}): {dt:.1f} s{'' if b else ': ' + refused}", flush=True)
         if not b:
