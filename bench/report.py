@@ -456,7 +456,49 @@ def render_wan22_generate(res):
         elif b:
             s += ". The `--memory-budget` run failed"
         L.append(s + ".")
+    if os.path.exists(os.path.join(res.dir, "wan22_generate_a14b-swap.json")):
+        L.append(swap_sentence(res))
     return "\n".join(wrap(x) for x in L) + "\n"
+
+
+SWAP_MEMORY_RE = re.compile(r"^ditrun: memory: ([0-9.]+) MiB allocated, ([0-9.]+) MiB predicted", re.M)
+
+
+def swap_sentence(res):
+    """Wan2.2-A14B whole, both experts resident and under a memory budget (bench/wan22_generate.py
+    --part a14b-swap): the runtime's memory lines come from the run's committed ditrun logs."""
+    rel = "wan22_generate_a14b-swap.json"
+    d = measured(res, rel)
+    head = (f"- Wan2.2-A14B whole (both experts, {d['published_layers']} blocks each, random weights at the published config), "
+            f"{d['width']}x{d['height']}, {d['frames']} frames, {d['steps']} UniPC steps without CFG across the boundary "
+            f"({src(rel, d)}): ")
+    parts = []
+    for key, what in (("resident", "both experts resident"), ("budget", f"under `--memory-budget {d['budget_gib']:g}`")):
+        r = d.get(key) or {}
+        if not r.get("step_s"):
+            parts.append(f"{what}: no run")
+            continue
+        log = os.path.join(res.dir, f"wan22_generate_a14b-swap_{key}.log")
+        mem = SWAP_MEMORY_RE.findall(open(log).read()) if os.path.exists(log) else []
+        m = f"{float(mem[-1][1]) / 1024:.2f} GiB predicted and allocated by the runtime, " if mem and mem[-1][0] == mem[-1][1] else ""
+        w = r.get("around_switch") or {}
+        parts.append(f"{what}: {m}peak {r['peak_gib']:.2f} GiB (nvidia-smi, whole process), steps "
+                     + " / ".join(f"{x:.2f}" for x in r["step_s"]) + f" s (`transformer_2` from step {w.get('step')})")
+    s = head + "; ".join(parts)
+    b, r = d.get("budget") or {}, d.get("resident") or {}
+    if b.get("step_s") and r.get("step_s") and b.get("around_switch"):
+        i = b["around_switch"]["step"] - 1
+        idx = [j for j in (i - 1, i, i + 1) if 0 <= j < min(len(b["step_s"]), len(r["step_s"]))]
+        s += (f". The three steps around the switch take {100 * (sum(b['step_s'][j] for j in idx) / sum(r['step_s'][j] for j in idx) - 1):+.1f}% "
+              f"against the resident run's")
+    if b.get("swap"):
+        s += f"; ditrun: {b['swap']}"
+    pv = d.get("budget_vs_resident")
+    if pv:
+        s += f"; final latents against the resident run's: cosine {pv['cosine']:.6f}"
+    elif "identical" in d:
+        s += f"; final latents {'identical to' if d['identical'] else 'not bit-identical to'} the resident run's (no cosine recorded)"
+    return s + "."
 
 
 def forward_sentence(e, where):
