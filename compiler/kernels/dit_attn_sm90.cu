@@ -72,8 +72,8 @@
 // MBLK*HEADS*BATCH - T blocks take whole tiles (m-block fastest, then head, then batch) and the
 // last T*k blocks a part each, the key tiles [part*NTILES/k, (part+1)*NTILES/k). A part stores
 // its unnormalized O, row maxima and row sums in a workspace of the module, then counts itself in;
-// the last part of a tile to arrive merges the others into its own and stores the tile, and
-// resets the count for the next launch. So a last wave that would leave most multiprocessors idle
+// the last part of a tile to arrive merges them all in part order (the same bits whichever came
+// last) and stores the tile, and resets the count for the next launch. So a last wave that would leave most multiprocessors idle
 // (3072 tiles on 132: a 24th wave of 36) runs as k shorter ones. The workspace belongs to the
 // loaded module: launches of one module must not overlap (a stream's do not).
 //
@@ -663,8 +663,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       if (part >= 0) {
         // A part: store its state (each consumer thread its own column of the slot, so every
         // part's thread ct holds the same fragment), count it in, and leave unless it is the last
-        // to arrive; the last merges the others' states into its own (rows g4, g4 + 8: maxima
-        // m, sums l relative to them, O likewise) before the usual epilogue.
+        // to arrive; the last merges the parts' states (rows g4, g4 + 8: maxima m, sums l
+        // relative to them, O likewise) before the usual epilogue.
         __shared__ unsigned arrived;
         const int ct = cw * DIT_ABI_ATT90_WG_THREADS + tid, tile = split_tile() - WORK_MAIN;
         float *mine = att_part + (size_t)(tile * ATT_SPLIT + part) * SLOT_ROWS * NCT + ct;
@@ -680,8 +680,14 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         named_sync(MERGE_BAR, NCT);
         if (arrived != ATT_SPLIT - 1) return;
         __threadfence();
-        for (int q = 0; q < ATT_SPLIT; q++) {
-          if (q == part) continue;
+        // Merged in part order from the workspace (its own part too), so the result does not depend
+        // on which part came last: the same bits on every run.
+        const float *first = att_part + (size_t)(tile * ATT_SPLIT) * SLOT_ROWS * NCT + ct;
+#pragma unroll
+        for (int i = 0; i < HD / 2; i++) o[i] = __ldcg(first + i * NCT);
+        m0 = __ldcg(first + (HD / 2 + 0) * NCT), m1 = __ldcg(first + (HD / 2 + 1) * NCT);
+        l0 = __ldcg(first + (HD / 2 + 2) * NCT), l1 = __ldcg(first + (HD / 2 + 3) * NCT);
+        for (int q = 1; q < ATT_SPLIT; q++) {
           const float *th = att_part + (size_t)(tile * ATT_SPLIT + q) * SLOT_ROWS * NCT + ct;
           const float pm0 = __ldcg(th + (HD / 2 + 0) * NCT), pm1 = __ldcg(th + (HD / 2 + 1) * NCT);
           const float pl0 = __ldcg(th + (HD / 2 + 2) * NCT), pl1 = __ldcg(th + (HD / 2 + 3) * NCT);
