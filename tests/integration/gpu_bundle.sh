@@ -99,8 +99,12 @@ for s in att:
     assert [t["arg"] for t in k["tmaps"]] == [n_out, n_out + 1, n_out + 2], k["tmaps"]
     assert all(t["swizzle"] == 128 and t["box"][0] == 64 for t in k["tmaps"]), k["tmaps"]
     assert k["block"][0] == (384 if hd == 128 else 512), k
-persistent = [s["kernel"]["grid"][1] == 1 for s in att]
-assert persistent == ([False, True] if hd == 128 else [False, False]), persistent
+# Self-attention over 1280 tokens: 20 work tiles (head dim 128: 10 m-blocks of 128 queries x 2
+# heads; 7 key tiles of 192) in 3 key parts, or 14 (head dim 64: 7 m-blocks of 192; 10 key tiles
+# of 128) in 4, on a 1-D grid, all a last partial wave; cross-attention: the persistent grid of
+# its 20 tiles at head dim 128, one key tile and no split at head dim 64.
+grids = [s["kernel"]["grid"] for s in att]
+assert grids == ([[60, 1, 1], [20, 1, 1]] if hd == 128 else [[56, 1, 1], [7, 2, 1]]), grids
 print("hopper attention, head dim %d: %s" % (hd, ", ".join("grid %s smem %d" % (s["kernel"]["grid"], s["kernel"]["smem"]) for s in att)))
 PY
   gen=(--prompt-embeds "$T/$p/embeds.safetensors" --negative-embeds "$T/$p/embeds.safetensors" --seed 3 --steps 2)
