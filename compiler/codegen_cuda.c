@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/fileio.h"
 #include "base/strbuf.h"
+#include "compiler/att90_tiles.h"
 #include "compiler/codegen_mlir.h"
 #include "dit_abi.h"
 #include "dit_abi_source.h"
@@ -181,36 +182,6 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 =
  * specialization, for head dims 64 and 128; with fp8 its attention_fp8 form (head dim 128: e4m3
  * Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
  * kernel's own formulas; its Q, K and V are read through tensor maps the runtime encodes at load. */
-/* Keys per K/V tile. The bf16 form at head dim 128 over long keys takes a wide tile, 176 or 192
- * keys, whichever pads the keys less (176 on a tie): fewer tiles carry less of the per-tile
- * softmax and barrier work. Timed back to back on an H200 against 128: 27280 keys 635 -> 655
- * TFLOP/s at 176, 75600 keys 633 -> 649 at 192, 32760 keys 633 -> 638 at 192. The 8-bit forms, tile
- * schedules (a sparse tile is 128 keys), head dim 64 and the persistent short-key form keep 128;
- * the persistent form's second Q buffer leaves no room for wider K and V stages. */
-int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist) {
-  if (fp8 || tiled || persist || hd != 128) return DIT_ABI_ATT90_BN;
-  const int64_t pad176 = (lk + 175) / 176 * 176 - lk, pad192 = (lk + 191) / 192 * 192 - lk;
-  return pad192 < pad176 ? 192 : 176;
-}
-
-/* The tail split: `tiles` work tiles run one a multiprocessor at a time over `sms`, so a last
- * wave of rem = tiles % sms leaves the rest idle. Splitting those rem tiles' keys into k parts
- * (merged by the last part to finish) runs them as ceil(rem k / sms) waves of 1/k: the k in 1..4
- * (each part at least two key tiles) with the shortest tail, counting each split a twentieth of a
- * wave for its merge and its extra prologues. 1 when no split pays. */
-#define ATT90_SPLIT_MAX 4
-int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail) {
-  const int64_t rem = tiles % sms;
-  int best = 1;
-  double best_t = rem ? 1.0 : 0.0;
-  for (int kk = 2; rem && kk <= ATT90_SPLIT_MAX && key_tiles >= 2 * kk; kk++) {
-    const double t = (double)((rem * kk + sms - 1) / sms) / kk + 0.05;
-    if (t < best_t - 1e-9) best = kk, best_t = t;
-  }
-  *tail = best > 1 ? rem : 0;
-  return best;
-}
-
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
                                       int64_t lk, int n_out, int fp8, int pv_bf16, int tiled, int bounded) {
   const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
@@ -227,7 +198,7 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   const int64_t tiles = (sq + bm - 1) / bm;
   if (bn != DIT_ABI_ATT90_BN) dit_strbuf_printf(s, "#define ATT_BN %d\n", bn);
   int64_t tail = 0;
-  const int split = fp8 || tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, SM90_PERSISTENT_CTAS, &tail);
+  const int split = fp8 || tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, DIT_ATT90_SMS, &tail);
   if (split > 1)
     dit_strbuf_printf(s, "#define ATT_SPLIT %d\n#define ATT_TAIL %" PRId64 "\n#define BATCH %" PRId64 "\n", split, tail, batch);
   if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");

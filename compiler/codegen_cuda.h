@@ -45,15 +45,6 @@ dit_status_t dit_cuda_codegen_op(dit_cuda_codegen_t *cg, const dit_graph_t *g, c
  * 8 or above 2048, more than 256 groups, a batch past the grid) and the one-kernel form stays. */
 int64_t dit_cuda_groupnorm_slices(int64_t batch, int64_t pixels, int64_t channels, int64_t groups);
 
-/* Keys per K/V tile of the sm_90a attention kernel at head dim hd over lk keys: 128, or for the
- * bf16 form at head dim 128 over long keys 176 or 192, whichever pads lk less. fp8 is the 8-bit
- * forms, tiled a tile schedule, persist the persistent short-key form. */
-int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist);
-
-/* The sm_90a attention's tail split over `sms` multiprocessors: the number of key parts (1: none)
- * the last partial wave's work tiles are split into, and in *tail how many tiles that is. */
-int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail);
-
 /* The headers NVRTC compiles every kernel template against, as include names and NUL-terminated
  * texts (static, owned by ditc): "dit_abi.h", the kernel ABI generated from
  * compiler/kernels/dit_abi.def (the same bytes the code generator includes), and

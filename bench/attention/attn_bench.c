@@ -33,6 +33,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "compiler/att90_tiles.h"
+#include "dit_abi.h"
+
 #define CK(x)                                                                        \
   do {                                                                               \
     CUresult r_ = (x);                                                               \
@@ -204,19 +207,23 @@ typedef struct {
   int B, H, SQ, LK, HD, ncw, bn, st, persist, sched, split, cfg_given;
 } shape_t;
 
-#define SPLIT_SMS 132 /* the multiprocessors ditc plans the tail split for (codegen_cuda.c) */
+#define SPLIT_SMS DIT_ATT90_SMS /* the multiprocessors ditc plans the tail split for */
 
 static int parse_shape(const char *s, shape_t *sh) {
   memset(sh, 0, sizeof *sh);
   if (sscanf(s, "%dx%dx%dx%dx%d", &sh->B, &sh->H, &sh->SQ, &sh->LK, &sh->HD) != 5) return -1;
   sh->ncw = sh->HD == 64 ? 3 : 2;
-  sh->bn = 128;
   sh->st = sh->HD == 64 ? 4 : 2;
   sh->sched = 1;
   const char *c = strchr(s, ':');
   if (c) {
     if (sscanf(c + 1, "%d,%d,%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist, &sh->sched, &sh->split) < 3) return -1;
     sh->cfg_given = 1;
+  } else { /* what ditc plans for the bf16 kernel: its key tiles and its split of a last partial wave */
+    int64_t tail = 0;
+    sh->bn = dit_cuda_att90_keys_per_tile(sh->HD, sh->LK, 0, 0, 0);
+    const int64_t tiles = (int64_t)(sh->SQ + 64 * sh->ncw - 1) / (64 * sh->ncw) * sh->H * sh->B;
+    sh->split = dit_cuda_att90_split(tiles, (sh->LK + sh->bn - 1) / sh->bn, SPLIT_SMS, &tail);
   }
   return 0;
 }
@@ -229,7 +236,7 @@ static unsigned ours_smem(const shape_t *s) {
 }
 
 /* The fp8 form's stages (the kernel's default, DIT_ABI_ATT90_ST_FP8, unless the shape names them). */
-#define FP8_STAGES 4 /* dit_abi.def: ATT90_ST_FP8 */
+#define FP8_STAGES DIT_ABI_ATT90_ST_FP8
 static unsigned fp8_smem(const shape_t *s, int st, int pv_bf16) {
   /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes), then the barriers. */
   return 1024u + 64u * (unsigned)s->ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
@@ -249,6 +256,8 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
+  else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* the 8-bit forms keep the kernel's key tiles */
+    k += snprintf(src + k, n - k, "#define ATT_BN %d\n", s->bn);
   if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
   if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
   if (!old && !fp8 && s->split > 1) {
@@ -411,7 +420,7 @@ int main(int argc, char **argv) {
     char *c = compile(a, "90a", "ours", &len);
     free(a);
     free(c);
-    if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist && shapes[i].bn == 128) {
+    if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
       for (int form = 0; form < N_FORMS; form++) {
         a = specialize(&shapes[i], ours_src, 0, 1 + form);
         free(compile(a, "90a", kForms[form], &len));
@@ -550,7 +559,8 @@ int main(int argc, char **argv) {
      * over v itself (int8, ATT_PV_BF16). */
     double fms[N_FORMS] = {0};
     check_t fc[N_FORMS] = {{0, 0, 0, 0}};
-    const int fp8 = g_fp8 && HD == 128 && !s->persist && s->bn == 128; /* the 8-bit forms take key tiles of 128 */
+    /* the 8-bit forms take key tiles of 128: beside the bf16 kernel as ditc plans it, or as named */
+    const int fp8 = g_fp8 && HD == 128 && !s->persist && (!s->cfg_given || s->bn == 128);
     for (int form = 0; fp8 && form < N_FORMS; form++) {
       int i8 = form > 0;
       const int pv_bf16 = form == 2;

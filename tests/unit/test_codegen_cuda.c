@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "compiler/att90_tiles.h"
 #include "compiler/codegen_cuda.h"
 #include "dit_abi.h"
 #include "dit_attn_sm90_source.h"

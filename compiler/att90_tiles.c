@@ -1,0 +1,33 @@
+#include "compiler/att90_tiles.h"
+
+#include "dit_abi.h"
+
+/* The bf16 form at head dim 128 over long keys takes a wide tile, 176 or 192 keys, whichever pads
+ * the keys less (176 on a tie): fewer tiles carry less of the per-tile softmax and barrier work.
+ * Timed back to back on an H200 against 128: 27280 keys 635 -> 655 TFLOP/s at 176, 75600 keys
+ * 633 -> 649 at 192, 32760 keys 633 -> 638 at 192. The 8-bit forms, tile schedules (a sparse tile
+ * is 128 keys), head dim 64 and the persistent short-key form keep 128; the persistent form's
+ * second Q buffer leaves no room for wider K and V stages. */
+int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist) {
+  if (fp8 || tiled || persist || hd != 128) return DIT_ABI_ATT90_BN;
+  const int64_t pad176 = (lk + 175) / 176 * 176 - lk, pad192 = (lk + 191) / 192 * 192 - lk;
+  return pad192 < pad176 ? 192 : 176;
+}
+
+/* `tiles` work tiles run one a multiprocessor at a time over `sms`, so a last wave of
+ * rem = tiles % sms leaves the rest idle. Splitting those rem tiles' keys into k parts (merged by
+ * the last part to finish) runs them as ceil(rem k / sms) waves of 1/k: the k in 1..4 (each part
+ * at least two key tiles) with the shortest tail, counting each split a twentieth of a wave for
+ * its merge and its extra prologues. 1 when no split pays. */
+#define ATT90_SPLIT_MAX 4
+int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail) {
+  const int64_t rem = tiles % sms;
+  int best = 1;
+  double best_t = rem ? 1.0 : 0.0;
+  for (int kk = 2; rem && kk <= ATT90_SPLIT_MAX && key_tiles >= 2 * kk; kk++) {
+    const double t = (double)((rem * kk + sms - 1) / sms) / kk + 0.05;
+    if (t < best_t - 1e-9) best = kk, best_t = t;
+  }
+  *tail = best > 1 ? rem : 0;
+  return best;
+}

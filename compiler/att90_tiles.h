@@ -1,0 +1,23 @@
+/* The Hopper attention kernel's (compiler/kernels/dit_attn_sm90.cu) tiling choices that follow
+ * from the shape alone: keys per K/V tile, and the split of a last partial wave. Plain C over the
+ * kernel ABI, shared by the code generator and bench/attention's attn_bench, so that the
+ * benchmark times the kernels ditc plans. */
+#ifndef DIT_COMPILER_ATT90_TILES_H
+#define DIT_COMPILER_ATT90_TILES_H
+
+#include <stdint.h>
+
+/* The multiprocessors the split is planned for (H100 SXM, H200). */
+#define DIT_ATT90_SMS 132
+
+/* Keys per K/V tile at head dim hd over lk keys: 128, or for the bf16 form at head dim 128 over
+ * long keys 176 or 192, whichever pads lk less. fp8 is the 8-bit forms, tiled a tile schedule,
+ * persist the persistent short-key form. */
+int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist);
+
+/* The number of key parts (1: none) the last partial wave's work tiles are split into, of
+ * `tiles` work tiles over `sms` multiprocessors with key_tiles key tiles each, and in *tail how
+ * many tiles that is. */
+int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail);
+
+#endif
