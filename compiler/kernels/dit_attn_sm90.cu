@@ -73,9 +73,10 @@
 // last T*k blocks a part each, the key tiles [part*NTILES/k, (part+1)*NTILES/k). A part stores
 // its unnormalized O, row maxima and row sums in a workspace of the module, then counts itself in;
 // the last part of a tile to arrive merges them all in part order (the same bits whichever came
-// last) and stores the tile, and resets the count for the next launch. So a last wave that would leave most multiprocessors idle
-// (3072 tiles on 132: a 24th wave of 36) runs as k shorter ones. The workspace belongs to the
-// loaded module: launches of one module must not overlap (a stream's do not).
+// last), stores the tile and resets the count for the next launch. So a last wave that would
+// leave most multiprocessors idle (3072 tiles on 132: a 24th wave of 36) runs as k shorter ones.
+// The workspace belongs to the loaded module: launches of one module must not overlap (a
+// stream's do not).
 //
 // ATT_PV_BF16 1 (with ATT_FP8: --attn-quant int8, SageAttention's first split) keeps P V in bf16:
 // V is the bf16 tensor itself (the bf16 kernel's map and tiles), P is rounded to bf16 unshifted and
@@ -687,8 +688,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         for (int i = 0; i < HD / 2; i++) o[i] = __ldcg(first + i * NCT);
         m0 = __ldcg(first + (HD / 2 + 0) * NCT), m1 = __ldcg(first + (HD / 2 + 1) * NCT);
         l0 = __ldcg(first + (HD / 2 + 2) * NCT), l1 = __ldcg(first + (HD / 2 + 3) * NCT);
-        for (int q = 1; q < ATT_SPLIT; q++) {
-          const float *th = att_part + (size_t)(tile * ATT_SPLIT + q) * SLOT_ROWS * NCT + ct;
+        for (int pq = 1; pq < ATT_SPLIT; pq++) {
+          const float *th = att_part + (size_t)(tile * ATT_SPLIT + pq) * SLOT_ROWS * NCT + ct;
           const float pm0 = __ldcg(th + (HD / 2 + 0) * NCT), pm1 = __ldcg(th + (HD / 2 + 1) * NCT);
           const float pl0 = __ldcg(th + (HD / 2 + 2) * NCT), pl1 = __ldcg(th + (HD / 2 + 3) * NCT);
           const float n0 = fmaxf(m0, pm0), n1 = fmaxf(m1, pm1);
