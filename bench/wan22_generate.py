@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -479,8 +480,6 @@ def run_swap(a):
     os.makedirs(work, exist_ok=True)
     make = os.path.join(os.path.dirname(os.path.abspath(a.ditc)), "make_tiny_wan")
     # The two experts' checkpoint and then the bundle's blobs: 57 GB each, 2 x 14.3e9 bf16 parameters.
-    import shutil
-
     for where in (os.path.dirname(scratch.rstrip("/")) or "/", work):
         free = shutil.disk_usage(where).free
         if free < SWAP_BYTES:

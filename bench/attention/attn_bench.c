@@ -204,7 +204,7 @@ static char *compile(const char *src, const char *arch, const char *tag, size_t 
 }
 
 typedef struct {
-  int B, H, SQ, LK, HD, ncw, bn, st, persist, sched, split, cfg_given;
+  int B, H, SQ, LK, HD, ncw, bn, st, persist, sched, split, tail, cfg_given; /* tail: the split's work tiles */
 } shape_t;
 
 #define SPLIT_SMS DIT_ATT90_SMS /* the multiprocessors ditc plans the tail split for */
@@ -219,12 +219,15 @@ static int parse_shape(const char *s, shape_t *sh) {
   if (c) {
     if (sscanf(c + 1, "%d,%d,%d,%d,%d,%d", &sh->ncw, &sh->bn, &sh->st, &sh->persist, &sh->sched, &sh->split) < 3) return -1;
     sh->cfg_given = 1;
-  } else { /* what ditc plans for the bf16 kernel: its key tiles and its split of a last partial wave */
+  }
+  const int64_t tiles = (int64_t)(sh->SQ + 64 * sh->ncw - 1) / (64 * sh->ncw) * sh->H * sh->B;
+  if (!c) { /* what ditc plans for the bf16 kernel: its key tiles and its split of a last partial wave */
     int64_t tail = 0;
     sh->bn = dit_cuda_att90_keys_per_tile(sh->HD, sh->LK, 0, 0, 0);
-    const int64_t tiles = (int64_t)(sh->SQ + 64 * sh->ncw - 1) / (64 * sh->ncw) * sh->H * sh->B;
     sh->split = dit_cuda_att90_split(tiles, (sh->LK + sh->bn - 1) / sh->bn, SPLIT_SMS, &tail);
   }
+  /* A split the shape names takes the last partial wave, or the last whole one. */
+  if (sh->split > 1) sh->tail = (int)(tiles % SPLIT_SMS ? tiles % SPLIT_SMS : SPLIT_SMS);
   return 0;
 }
 
@@ -260,11 +263,8 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
     k += snprintf(src + k, n - k, "#define ATT_BN %d\n", s->bn);
   if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
   if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
-  if (!old && !fp8 && s->split > 1) {
-    const int tiles = (s->SQ + 64 * s->ncw - 1) / (64 * s->ncw) * s->H * s->B;
-    k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", s->split,
-                  tiles % SPLIT_SMS ? tiles % SPLIT_SMS : SPLIT_SMS, s->B);
-  }
+  if (!old && !fp8 && s->split > 1)
+    k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", s->split, s->tail, s->B);
   memcpy(src + k, body, strlen(body) + 1);
   return src;
 }
@@ -544,8 +544,7 @@ int main(int argc, char **argv) {
       const unsigned tiles = mblk * (unsigned)H * (unsigned)B;
       gx = (unsigned)nsm < tiles ? (unsigned)nsm : tiles, gy = gz = 1;
     } else if (s->split > 1) { /* a 1-D grid: whole tiles, then the tail's tiles in parts */
-      const unsigned tiles = mblk * (unsigned)H * (unsigned)B, tail = tiles % SPLIT_SMS ? tiles % SPLIT_SMS : SPLIT_SMS;
-      gx = tiles + tail * (unsigned)(s->split - 1), gy = gz = 1;
+      gx = mblk * (unsigned)H * (unsigned)B + (unsigned)(s->tail * (s->split - 1)), gy = gz = 1;
     }
     double ms = time_kernel(f, gx, gy, gz, threads, smem, args, out, nq);
     const double sus_ms = g_sustained > 0 ? time_sustained(f, gx, gy, gz, threads, smem, args, g_sustained) : 0.0;
