@@ -374,6 +374,23 @@ def blocks_phrase(d):
             else f"all {d['layers']} blocks")
 
 
+def wan22_expert_text(v, d, e, rel):
+    """One expert's forward of a wan22_forward results file: time against diffusers eager and
+    torch.compile, parity, peak memory."""
+    who = f"`{e['name']}` at timestep {e['timestep']}" if len(d["experts"]) > 1 or v == "a14b" else \
+        f"timestep {e['timestep']} (first frame's tokens at 0)"
+    if e.get("failed") or not e.get("ditrun_ms"):
+        return f"{who}: ditrun failed"
+    p = need(e, "parity", rel)
+    s = (f"{who}: {e['ditrun_ms']:.1f} ms per forward against diffusers' {e['eager_ms']:.1f} ms eager "
+         f"({e['eager_ms'] / e['ditrun_ms']:.2f}x)")
+    if e.get("compiled_ms"):
+        s += f" and {e['compiled_ms']:.1f} ms under torch.compile ({e['compiled_ms'] / e['ditrun_ms']:.2f}x)"
+    return s + (f", output cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak "
+                f"{e['ditrun_peak_gib']:.2f} GiB (nvidia-smi, whole process) against {e['eager_peak_gib']:.2f} GiB "
+                f"(torch's allocator)")
+
+
 def render_wan22(res):
     """One paragraph per variant: each expert's forward against diffusers eager and
     torch.compile, parity, peak memory."""
@@ -382,27 +399,19 @@ def render_wan22(res):
     for v in ("a14b", "ti2v-5b"):
         rel = f"wan22_forward_{v}.json"
         d = measured(res, rel)
-        parts = []
-        for e in need(d, "experts", rel):
-            who = f"`{e['name']}` at timestep {e['timestep']}" if len(d["experts"]) > 1 or v == "a14b" else \
-                f"timestep {e['timestep']} (first frame's tokens at 0)"
-            if e.get("failed") or not e.get("ditrun_ms"):
-                parts.append(f"{who}: ditrun failed")
-                continue
-            p = need(e, "parity", rel)
-            s = (f"{who}: {e['ditrun_ms']:.1f} ms per forward against diffusers' {e['eager_ms']:.1f} ms eager "
-                 f"({e['eager_ms'] / e['ditrun_ms']:.2f}x)")
-            if e.get("compiled_ms"):
-                s += f" and {e['compiled_ms']:.1f} ms under torch.compile ({e['compiled_ms'] / e['ditrun_ms']:.2f}x)"
-            s += (f", output cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak "
-                  f"{e['ditrun_peak_gib']:.2f} GiB (nvidia-smi, whole process) against {e['eager_peak_gib']:.2f} GiB "
-                  f"(torch's allocator)")
-            parts.append(s)
+        parts = [wan22_expert_text(v, d, e, rel) for e in need(d, "experts", rel)]
         lat = d["latent"]
         L.append(f"- {names[v]}, {blocks_phrase(d)} at the published widths, {d['width']}x{d['height']}, {d['frames']} frames "
                  f"(latents {lat[0]}x{lat[1]}x{lat[2]}x{lat[3]}, {d['tokens']} tokens), text {d['text_len']}, random weights "
                  f"by diffusers' default initialisation ({src(rel, d)}, one run): " + "; ".join(parts) + "."
                  + ("" if d.get("complete") else " The run stopped before its end."))
+        # An expert measured again in a later run of its own (bench/wan22_forward.py --expert NAME).
+        for name in ("transformer", "transformer_2"):
+            rel2 = f"wan22_forward_{v}_{name}.json"
+            if os.path.exists(os.path.join(res.dir, rel2)):
+                d2 = measured(res, rel2)
+                L[-1] += f" In a later run ({src(rel2, d2)}): " + "; ".join(
+                    wan22_expert_text(v, d2, e, rel2) for e in need(d2, "experts", rel2)) + "."
         # A later run whose forwards prepare only the expert they run (the run above held both).
         rel1 = f"wan22_forward_{v}_one_expert.json"
         if os.path.exists(os.path.join(res.dir, rel1)):
