@@ -1,7 +1,8 @@
 """The installed ditrun package on the CPU with numpy: the tiny Wan golden forward matches
 diffusers (max relative error <= 1e-4, as the command line's golden test), by path and by store
-identity; the signature is the bundle's; bad shapes, dtypes and names and a missing input raise
-ditrun.Error with the library's code and message.
+identity; graph=False gives the default's bytes and graph=True is refused on the CPU; the
+signature is the bundle's; bad shapes, dtypes and names and a missing input raise ditrun.Error
+with the library's code and message.
 
     python3 -P python/test_ditrun.py DATA_DIR WORK_DIR    (-P: the installed package, not the source)
 """
@@ -79,6 +80,23 @@ by_id = ditrun.Bundle(bundle.identity, store=store)
 assert by_id.identity == bundle.identity
 assert np.array_equal(by_id.forward(**inputs)["sample"], out["sample"])
 by_id.close()
+
+# graph: None (the default: a graph where one applies, none on the CPU), False (never), True
+# (refused on the CPU backend, naming why).
+off = ditrun.Bundle(bundle.identity, store=store, graph=False)
+assert np.array_equal(off.forward(**inputs)["sample"], out["sample"]), "graph=False changed the output"
+off.close()
+try:
+    ditrun.Bundle(bundle.identity, store=store, graph=True)
+    raise AssertionError("graph=True opened on the cpu backend")
+except ditrun.Error as e:
+    assert e.code_name == "UNAVAILABLE" and "--cuda-graph: the cpu backend has no graphs" in e.message, e
+    print("refused as expected:", e)
+try:
+    ditrun.Bundle(bundle.identity, store=store, graph="on")
+    raise AssertionError("graph='on' accepted")
+except ValueError as e:
+    assert "graph='on'" in str(e), e
 
 hs = inputs["hidden_states"]
 expect_error("INVALID_ARGUMENT", "input 'hidden_states': shape [1,4,3,4,5], the bundle expects [1,4,3,4,6]",

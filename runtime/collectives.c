@@ -208,8 +208,9 @@ void dit_exec_collectives_settled(rank_rt_t *rt) {
 
 dit_status_t dit_exec_collectives_setup(dit_runtime_t *rt, const dit_runtime_options_t *o) {
   if (!o || o->overlap_collectives < 0 || rt->m->topology.world < 2) return DIT_OK;
-  /* By default collectives overlap where they run through NCCL, outside a captured graph. */
-  if (!o->overlap_collectives && (!rt->nccl || o->graph)) return DIT_OK;
+  /* By default collectives overlap where they run through NCCL, outside a captured graph (the
+   * ranks' graphs are resolved by now). */
+  if (!o->overlap_collectives && (!rt->nccl || rt->ranks[0].graph)) return DIT_OK;
   for (int r = 0; r < rt->n_ranks; r++) {
     rank_rt_t *k = &rt->ranks[r];
     int used[DIT_COLL_GROUPS] = {0}, any = 0;

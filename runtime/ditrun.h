@@ -20,7 +20,12 @@ typedef struct dit_runtime_options {
   const char *backend; /* "cpu", "cuda", or NULL for the bundle's target */
   int threads;         /* CPU threads, <= 0: all online CPUs */
   int device;          /* GPU ordinal */
-  int graph;           /* capture the forward once as a device graph and replay it (CUDA) */
+  int graph;           /* capture the forward once as a device graph (CUDA) and replay it:
+                          0 auto (where a graph applies: one rank in a process of its own, a
+                          backend with graphs, no offload engine, no attention-state reuse;
+                          silently none elsewhere, nor after a capture that failed), 1 on
+                          (refused, naming why, where it cannot be used), -1 off (every
+                          forward step by step) */
   int devices;         /* ranks of a multi-rank bundle round-robin over GPUs device ..
                           device + devices - 1 (<= 1: all on device) */
   int stage_collectives; /* collectives through host copies even on host-memory backends (a
@@ -190,8 +195,9 @@ void dit_runtime_reuse_shape(const dit_runtime_t *rt, int *layers, int *groups);
  * anchor[layer] 1 gathers the layer's anchor statistics. diagnostic: reused slots are computed too,
  * but not stored, and their relative error against the cached state measured. The step's forwards
  * take the cache copies in turn (the conditional branch the first, the unconditional the second).
- * Backends with sum_sq_diff (cpu, cuda), one-transformer bundles without --cuda-graph; refused
- * otherwise. The first call allocates the anchor copies (dit_runtime_reuse_bytes). */
+ * Backends with sum_sq_diff (cpu, cuda), one-transformer bundles, refused otherwise and under
+ * graph = 1; a graph the runtime chose itself (graph = 0) is dropped, the forwards from then on
+ * step by step. The first call allocates the anchor copies (dit_runtime_reuse_bytes). */
 dit_status_t dit_runtime_reuse_begin(dit_runtime_t *rt, const uint8_t *compute, const uint8_t *anchor, int diagnostic);
 /* What the step's forwards measured, summed over every rank and forward (caller's arrays): drift
  * [layers] = ||OUT_loc - its anchor copy|| (at an anchor: from the previous anchor's copy), local_norm [layers] = ||OUT_loc|| (at

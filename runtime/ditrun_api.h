@@ -116,7 +116,10 @@ typedef struct ditrun_open_options {
   const char *backend; /* "cpu", "cuda", or NULL for the bundle's target */
   int device;          /* GPU ordinal */
   int threads;         /* CPU threads; <= 0: all online CPUs */
-  int graph;           /* CUDA: capture the forward once as a graph and replay it */
+  int graph;           /* capture the forward once as a CUDA graph and replay it: 0 auto (the
+                          default: where a graph applies, i.e. one rank, a GPU backend, no
+                          offload streaming, no attention-state reuse; none elsewhere, without
+                          an error), 1 on (an error where a graph cannot be used), -1 off */
   const char *store;   /* a local store directory or remote store URL: path_or_id is then an
                           identity; NULL: path_or_id is a bundle directory or .ditb archive */
   const char *cache;   /* local store receiving pulls and archives (NULL: the runtime's
@@ -126,7 +129,7 @@ typedef struct ditrun_open_options {
                           loaded (ditrun_bundle_select_expert switches) */
 } ditrun_open_options;
 
-/* Defaults: the bundle's backend, device 0, all CPUs, no graph, no store. */
+/* Defaults: the bundle's backend, device 0, all CPUs, a graph where it applies (graph 0), no store. */
 void ditrun_open_options_init(ditrun_open_options *o);
 
 /* Opens and fully verifies a bundle (every blob's size and hash), checks it fits this process,

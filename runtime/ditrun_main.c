@@ -155,6 +155,7 @@ static const char kUsage[] =
     "\n"
     "  serve BUNDLE|ID... [--listen 127.0.0.1:8088] [--max-running 1] [--max-queued 16]\n"
     "                  [--token-file F] [--max-body-mb 64] [--grace-s 5]\n"
+    "                  [--cuda-graph | --no-cuda-graph]\n"
     "                     a resident HTTP server running generate on the bundles, loaded\n"
     "                     once in a worker process (README: Resident serving); its\n"
     "                     --token-file is the bearer token clients must send\n"
@@ -179,6 +180,12 @@ static const char kUsage[] =
     "  --offload-pace host|stream  how chunked prefetch yields to collectives: copy-queue\n"
     "                     dependencies (stream, the default) or the host pausing the copies\n"
     "                     until it sees the collective done (host)\n"
+    "  --cuda-graph       capture the forward once as a CUDA graph and replay it; refused,\n"
+    "                     naming why, where a graph cannot be used. The default (also for\n"
+    "                     serve) is a graph where it applies: one rank, a GPU backend, no\n"
+    "                     offload streaming, no attention reuse; step by step elsewhere, and\n"
+    "                     in calibrate (it measures the forward offloaded runs make)\n"
+    "  --no-cuda-graph    every forward step by step, never a graph\n"
     "\n"
     "BUNDLE is a bundle directory, a .ditb archive (ditc pack), or with --store an identity.\n"
     "options for every command, anywhere on the line:\n"
@@ -481,6 +488,7 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     else if (!strcmp(f, "--accumulate")) a->accumulate = 1;
     else if (!strcmp(f, "--devices")) rc = parse_int(f, v, &a->devices), i++;
     else if (!strcmp(f, "--cuda-graph")) a->graph = 1;
+    else if (!strcmp(f, "--no-cuda-graph")) a->graph = -1;
     else if (!strcmp(f, "--overlap-collectives")) a->overlap = 1;
     else if (!strcmp(f, "--no-overlap-collectives")) a->overlap = -1;
     else if (!strcmp(f, "--offload-pace")) {
@@ -685,7 +693,7 @@ static void on_step(void *ctx, int step, int steps, double t, double seconds) {
 static dit_runtime_options_t stage_runtime_options(const run_args_t *a) {
   dit_runtime_options_t o;
   memset(&o, 0, sizeof o);
-  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device;
+  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device, o.graph = a->graph;
   return o;
 }
 
@@ -1455,8 +1463,9 @@ static int cmd_bench(int argc, char **argv) {
   dit_offload_stats_t os;
   if (!s && dit_runtime_offload_stats(rt, &os)) {
     double stall = 0, host = 0;
-    dit_status_t b = a.graph ? NULL : dit_runtime_offload_breakdown(rt, &stall, &host);
-    if (a.graph) printf("offload %s: stalls are not timed inside a replayed CUDA graph (run without --cuda-graph)\n", os.mode);
+    /* Only a forced graph replays an offloaded forward: auto runs offload step by step. */
+    dit_status_t b = a.graph > 0 ? NULL : dit_runtime_offload_breakdown(rt, &stall, &host);
+    if (a.graph > 0) printf("offload %s: stalls are not timed inside a replayed CUDA graph (run without --cuda-graph)\n", os.mode);
     else if (!b) printf("offload %s: prefetch_stall_ms %.3f engine_host_ms %.3f streamed_mib %.1f (last forward)\n", os.mode, stall, host,
                    os.streamed_bytes / 1048576.0);
     else printf("offload %s: no breakdown (%s)\n", os.mode, dit_status_message(b));
@@ -1586,6 +1595,9 @@ static int cmd_calibrate(int argc, char **argv) {
   free(rest);
   if (rc) return rc;
   if (!a.inputs || !profile) return usage_error("%s", "calibrate needs --inputs IN.safetensors and --profile-out PROFILE.json");
+  /* The profile rates the forwards the offload planner plans, which run step by step (no graph
+   * with offload streaming): measured so unless --cuda-graph asks otherwise. */
+  if (!a.graph) a.graph = -1;
   if (!second != !second_inputs) return usage_error("%s", "--second BUNDLE and --second-inputs IN.safetensors go together");
   if (!(chunk_mb * (1 << 20) >= 4096)) return usage_error("%s", "--chunk-mb: at least 4 KiB (0.004)");
   const int iters = a.steps == 50 ? 5 : (int)(a.steps < 1 ? 1 : a.steps);

@@ -243,6 +243,41 @@ static void *check_weights(void *p) {
   return NULL;
 }
 
+/* An expert that swaps in stays in host memory until the one before it has run (loaded alone,
+ * it loads as any offloaded plan). */
+static int rank_parked(const rank_rt_t *rt) { return rt->plan->offload.swap.present && rt->owner->n_experts > 1; }
+
+dit_status_t dit_exec_graph_decide(int option, const dit_graph_facts_t *f, int *on) {
+  *on = 0;
+  if (option < 0) return DIT_OK;
+  if (option == 0) {
+    /* Auto also keeps offload's engine and a launched process's collectives out of graphs: the
+     * engine loads the next forward's first block behind this one (a graph must leave no copy in
+     * flight), and collectives with other processes run between steps. */
+    *on = f->ranks == 1 && !f->launched && f->backend_graphs && !f->offload && !f->parked && !f->reuse && !f->profile;
+    return DIT_OK;
+  }
+  if (f->ranks > 1) return DIT_ERR(UNIMPLEMENTED, "--cuda-graph: graphs of multi-rank runs are not built (collectives run between steps)");
+  if (f->parked)
+    return DIT_ERR(UNIMPLEMENTED, "--cuda-graph: a bundle with an expert swap changes its weights' memory at the switch; run it without graphs");
+  if (!f->backend_graphs) return DIT_ERR(UNAVAILABLE, "--cuda-graph: the %s backend has no graphs", f->backend);
+  if (f->reuse) return DIT_ERR(UNIMPLEMENTED, "reuse: --cuda-graph (a replayed forward cannot leave out a reused group's steps)");
+  *on = !f->profile;
+  return DIT_OK;
+}
+
+dit_status_t dit_exec_graph_resolve(rank_rt_t *k, int reuse) {
+  const dit_runtime_t *o = k->owner;
+  const dit_graph_facts_t f = {.ranks = o->n_ranks, .launched = o->process, .backend = k->be->name,
+                               .backend_graphs = k->be->capture_begin && k->be->capture_end && k->be->replay,
+                               .offload = dit_offload_planned(k->plan), .parked = rank_parked(k), .reuse = reuse,
+                               .profile = k->profile != NULL};
+  int on = 0;
+  DIT_RETURN_IF(dit_exec_graph_decide(o->graph_option, &f, &on));
+  k->graph = !on ? 0 : k->graph ? k->graph : 1;
+  return DIT_OK;
+}
+
 /* Loads rank `rank` of an opened bundle for expert rt->expert: its plan, weights shard and
  * backend memory. `share` (may be NULL) is expert 0's state of the same rank, whose activation
  * arena this one borrows when large enough: the experts never run at the same time. */
@@ -266,6 +301,7 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   dit_backend_config_t cfg = {threads, rt->device, rt->m->arch, rt->m->min_driver};
   DIT_RETURN_IF(rt->be->create(&cfg, &rt->be_state));
   const int offload = dit_offload_planned(rt->plan);
+  DIT_RETURN_IF(dit_exec_graph_resolve(rt, 0)); /* a refused --cuda-graph before the big allocations */
   if (rt->be->memory_info) {
     /* Predicted peak against what the device has free, before the big allocations. */
     size_t fr = 0, tot = 0;
@@ -315,19 +351,15 @@ static dit_status_t rank_load(rank_rt_t *rt, const dit_runtime_options_t *o, int
   }
   DIT_RETURN_IF(wc.s);
   DIT_RETURN_IF(bind_values(rt, lender));
-  /* An expert that swaps in stays in host memory until the one before it has run (loaded
-   * alone, it loads as any offloaded plan). */
-  const int parked = rt->plan->offload.swap.present && rt->owner->n_experts > 1;
+  const int parked = rank_parked(rt);
   if (offload)
     DIT_RETURN_IF(dit_offload_engine_create_parked(rt->m, rt->plan, rt->layout, rt->be, rt->be_state, rt->weights_map.data,
                                                    rt->weights_map.size, rt->bound, parked, &rt->offload));
-  if (offload && parked && o && o->graph)
-    return DIT_ERR(UNIMPLEMENTED, "--cuda-graph: a bundle with an expert swap changes its weights' memory at the switch; run it without graphs");
   if (offload && o && o->offload_pace_host) DIT_RETURN_IF(dit_offload_engine_pace_host(rt->offload));
-  /* A captured graph must leave no copy in flight; DIT_OFFLOAD_ACROSS=0 turns the cross-forward
-   * load of block 0 off, to compare. */
+  /* A captured graph (--cuda-graph) must leave no copy in flight; DIT_OFFLOAD_ACROSS=0 turns the
+   * cross-forward load of block 0 off, to compare. */
   const char *across = getenv("DIT_OFFLOAD_ACROSS");
-  if (offload && ((o && o->graph) || (across && !strcmp(across, "0")))) dit_offload_engine_across_forwards(rt->offload, 0);
+  if (offload && (rt->graph || (across && !strcmp(across, "0")))) dit_offload_engine_across_forwards(rt->offload, 0);
   if (rt->be->prepare) DIT_RETURN_IF(prepare_backend(rt, parked ? share : NULL));
   DIT_RETURN_IF(dit_exec_alloc_collective_scratch(rt));
   /* Rank = ((cfg lane * cp) + cp rank) * tp + tp rank: a tensor-parallel group is tp
@@ -399,8 +431,7 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
   }
   if (!s && rt->process) s = dit_tcomm_create(o->launch, 60000, &rt->tcomm);
   if (!s && rt->n_ranks > 1) s = dit_comm_create_local(rt->n_ranks, 600000, &rt->comm);
-  if (!s && o && o->graph && rt->n_ranks > 1)
-    s = DIT_ERR(UNIMPLEMENTED, "--cuda-graph: graphs of multi-rank runs are not built (collectives run between steps)");
+  rt->graph_option = o ? o->graph : 0;
   /* The CPU threads are shared out between the ranks. */
   int threads = o && o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int per_rank = rt->n_ranks > 0 && threads / rt->n_ranks > 0 ? threads / rt->n_ranks : 1;
@@ -441,11 +472,6 @@ dit_status_t dit_runtime_load(const char *bundle_dir, const dit_runtime_options_
       k->bundle = rt->bundle;
       k->m = rt->m;
       s = rank_load(k, o, rt->n_ranks > 1 ? per_rank : (o ? o->threads : 0), e ? &rt->expert_ranks[0][r] : NULL, lender);
-      if (!s && o && o->graph) {
-        if (!k->be->capture_begin || !k->be->capture_end || !k->be->replay)
-          s = DIT_ERR(UNAVAILABLE, "--cuda-graph: the %s backend has no graphs", k->be->name);
-        else k->graph = 1;
-      }
     }
     if (!s && e == 0) s = dit_exec_nccl_setup(rt, o);
     for (int r = 0; !s && e > 0 && r < rt->n_ranks; r++) {
@@ -693,19 +719,28 @@ static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
 
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm);
 
+/* Records the forward's steps as a graph (nothing runs while capturing). */
+static dit_status_t capture_forward(rank_rt_t *rt, dit_comm_t *comm) {
+  DIT_RETURN_IF(rt->be->capture_begin(rt->be_state));
+  dit_status_t s = rank_forward_steps(rt, comm);
+  dit_status_t e = rt->be->capture_end(rt->be_state);
+  if (s) {
+    dit_status_free(e);
+    return dit_status_annotate(s, "capturing the forward");
+  }
+  return e;
+}
+
 static dit_status_t rank_forward(rank_rt_t *rt, dit_comm_t *comm) {
   if (rt->profile) return rank_forward_steps(rt, comm); /* step by step, never a graph */
   if (rt->graph == 1) {
-    /* Record once; every forward, the first too, replays the graph. */
-    DIT_RETURN_IF(rt->be->capture_begin(rt->be_state));
-    dit_status_t s = rank_forward_steps(rt, comm);
-    dit_status_t e = rt->be->capture_end(rt->be_state);
-    if (s) {
-      dit_status_free(e);
-      return dit_status_annotate(s, "capturing the forward");
-    }
-    DIT_RETURN_IF(e);
-    rt->graph = 2;
+    /* Record once; every forward, the first too, replays the graph. A capture that fails under
+     * auto leaves this forward and the later ones step by step: the graph was the runtime's
+     * choice, and nothing ran while capturing. */
+    dit_status_t s = capture_forward(rt, comm);
+    if (s && rt->owner->graph_option > 0) return s;
+    rt->graph = s ? 0 : 2;
+    dit_status_free(s);
   }
   if (rt->graph == 2) {
     DIT_RETURN_IF(rt->be->replay(rt->be_state));

@@ -36,7 +36,7 @@ typedef struct rank_rt {
   int tp;
   int cp_group[64];          /* world ranks of this rank's context-parallel group */
   int cp;
-  int graph;                 /* 1: capture the forward as a graph; 2: captured */
+  int graph;                 /* 0: step by step; 1: capture the next forward as a graph; 2: captured */
   dit_offload_engine_t *offload; /* streams block weights when the bundle plans it */
   int stage;                 /* collectives through host copies (always on device memory) */
   char *stage_buf;           /* their host staging */
@@ -87,6 +87,7 @@ struct dit_runtime {
   dit_runtime_swap_stats_t swap_stats; /* rank 0's, of the latest switch */
   dit_comm_t *comm;          /* NULL for one rank */
   int process;               /* 1: this process runs only ranks[0], one rank of a launch */
+  int graph_option;          /* the options' graph: 1 on, -1 off, 0 auto (dit_exec_graph_decide) */
   dit_tcomm_t *tcomm;        /* then: its collectives with the other processes */
   /* NCCL collectives: enqueued under the read lock; a failure (a rank's step, a peer that
    * died, an asynchronous NCCL error) aborts every communicator under the write lock. */
@@ -116,6 +117,30 @@ struct dit_runtime {
 };
 
 typedef dit_status_t (*dit_rank_fn)(dit_runtime_t *rt, rank_rt_t *rank, void *arg);
+
+/* What decides whether a rank's forward is captured once as a device graph and replayed. */
+typedef struct dit_graph_facts {
+  int ranks;          /* ranks in this process */
+  int launched;       /* this process is one rank of a launched multi-process world */
+  const char *backend; /* the backend's name */
+  int backend_graphs; /* it implements capture_begin, capture_end and replay */
+  int offload;        /* an offload engine streams weights (copies across forwards) */
+  int parked;         /* an expert swap parks the incoming expert's weights in host memory */
+  int reuse;          /* attention-state reuse leaves steps out of forwards */
+  int profile;        /* a profiled forward: each step timed on its own */
+} dit_graph_facts_t;
+
+/* The graph option (1 on, -1 off, 0 auto) against the facts: *on = 1 where the forward is
+ * captured. Auto takes a graph exactly where one applies: one rank in this process and no
+ * launched world, a backend with graphs, no offload engine, no parked expert swap, no reuse, no
+ * profiling; elsewhere no graph, without an error. On refuses what a graph cannot run (several
+ * ranks, a parked swap, a backend without graphs, reuse), naming it; a profiled forward still
+ * runs step by step. Off: no graph. Pure, for the unit test. */
+dit_status_t dit_exec_graph_decide(int option, const dit_graph_facts_t *f, int *on);
+/* Rank k's facts (reuse: attention-state reuse is about to run) through dit_exec_graph_decide,
+ * into k->graph: 0 where no graph applies (a graph captured already is left unused), else 1
+ * unless captured already. */
+dit_status_t dit_exec_graph_resolve(rank_rt_t *k, int reuse);
 
 /* Setting input `value` of plan to src: when a key_bound step reads it (a text mask [B, L]),
  * refuses (INVALID_ARGUMENT, naming the input, the batch item and the position) a row with a

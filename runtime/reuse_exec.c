@@ -157,8 +157,9 @@ static dit_status_t setup(dit_runtime_t *rt) {
     if (!rt->ranks[i].be->sum_sq_diff)
       return DIT_ERR(UNIMPLEMENTED, "reuse: the %s backend has no sum_sq_diff operation (the drift, norms and errors the planner reads)",
                      rt->ranks[i].be->name);
-    if (rt->ranks[i].graph)
-      return DIT_ERR(UNIMPLEMENTED, "reuse: --cuda-graph (a replayed forward cannot leave out a reused group's steps)");
+    /* A replayed forward cannot leave out a reused group's steps: refused under --cuda-graph, a
+     * graph the runtime chose itself is dropped. */
+    DIT_RETURN_IF(dit_exec_graph_resolve(&rt->ranks[i], 1));
   }
   struct dit_reuse *g = calloc(1, sizeof *g);
   if (!g) return DIT_ERR(RESOURCE_EXHAUSTED, "reuse: out of memory");

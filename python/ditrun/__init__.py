@@ -57,6 +57,8 @@ def compile(model_dir, out=None, *, open=True, quiet=False, **options):
     returns the bundle (a ditrun.Bundle, or its path with open=False). options are ditc's
     compile options by name: height=480, width=832, frames=81, batch=2, text_len=512,
     dtype="bf16", target="sm_90", offload="chunked", cfg_parallel=True, store=..., ...
+    except device, graph and threads, which open the bundle (ditrun.Bundle's: graph=None, the
+    default, a CUDA graph where it applies; True or False to ask for it or not).
     ditc's progress goes to this process's stderr as it runs."""
     cmd = [tool_path("ditc"), "compile", os.fspath(model_dir)]
     if out is not None:

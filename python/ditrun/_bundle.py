@@ -73,9 +73,13 @@ def _device_arg(device, backend):
 class Bundle:
     """A compiled bundle (a directory, a .ditb archive, or an identity in `store`), opened with
     full verification. device: None (the bundle's target), "cpu", "cuda", "cuda:N" or an ordinal;
-    expert: for a two-expert bundle, the one to load ("transformer" or "transformer_2")."""
+    expert: for a two-expert bundle, the one to load ("transformer" or "transformer_2"); graph:
+    None (the default) captures the forward once as a CUDA graph and replays it where a graph
+    applies (one rank, a GPU backend, no offload streaming), True asks for it (ditrun.Error where
+    it cannot be used: the CPU backend, several ranks, ...), False runs every forward step by
+    step."""
 
-    def __init__(self, path_or_id, store=None, device=None, *, backend=None, threads=0, graph=False, cache=None,
+    def __init__(self, path_or_id, store=None, device=None, *, backend=None, threads=0, graph=None, cache=None,
                  expert=None):
         self._handle = None
         lib = _capi.lib()
@@ -83,7 +87,10 @@ class Bundle:
         o = _capi.OpenOptions()
         lib.ditrun_open_options_init(ctypes.byref(o))
         enc = lambda s: os.fsencode(s) if s is not None else None  # noqa: E731
-        o.backend, o.device, o.threads, o.graph = enc(backend), ordinal, int(threads), int(bool(graph))
+        if graph not in (None, True, False):
+            raise ValueError("graph=%r: expected None (a graph where it applies), True or False" % (graph,))
+        o.backend, o.device, o.threads = enc(backend), ordinal, int(threads)
+        o.graph = 0 if graph is None else 1 if graph else -1  # the library's auto, on, off
         o.store, o.cache, o.expert = enc(store), enc(cache), enc(expert)
         handle = ctypes.c_void_p()
         _check(lib.ditrun_bundle_open(os.fsencode(str(path_or_id)), ctypes.byref(o), ctypes.byref(handle)))

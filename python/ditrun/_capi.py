@@ -24,6 +24,7 @@ class Tensor(ctypes.Structure):
 
 
 class OpenOptions(ctypes.Structure):
+    # ditrun_open_options; graph: 0 auto (a CUDA graph where it applies), 1 on, -1 off.
     _fields_ = [("size", ctypes.c_size_t), ("backend", ctypes.c_char_p), ("device", ctypes.c_int),
                 ("threads", ctypes.c_int), ("graph", ctypes.c_int), ("store", ctypes.c_char_p),
                 ("cache", ctypes.c_char_p), ("expert", ctypes.c_char_p)]

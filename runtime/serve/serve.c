@@ -579,8 +579,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static const char kServeUsage[] =
     "usage: ditrun serve BUNDLE|ID... [--store DIR] [--listen ADDR:PORT] [--max-running 1] [--max-queued 16]\n"
     "                    [--token-file F] [--max-body-mb 64] [--grace-s 5] [--keep-results 256] [--backend B]\n"
-    "                    [--threads N] [--device D] [--devices K]\n"
-    "  serves generate over HTTP with the bundles loaded once (README: Resident serving)\n";
+    "                    [--threads N] [--device D] [--devices K] [--cuda-graph | --no-cuda-graph]\n"
+    "  serves generate over HTTP with the bundles loaded once (README: Resident serving); a CUDA graph\n"
+    "  by default where it applies (one rank, a GPU backend, no offload streaming), as generate\n";
 
 static int serve_usage(const char *what, const char *arg) {
   fprintf(stderr, "ditrun serve: error: ");
@@ -626,7 +627,10 @@ static int int_opt(const char *f, const char *v, long lo, long hi, long *out) {
   return 0;
 }
 
-/* Options of serve; load options (--backend, --threads, --device, --devices) go to the worker as given: a
+#define SERVE_MAX_OPTS 16
+
+/* Options of serve; load options (--backend, --threads, --device, --devices, --cuda-graph, --no-cuda-graph)
+ * go to the worker as given (at most SERVE_MAX_OPTS words): a
  * multi-rank bundle is one worker holding all its ranks, as generate runs them (threads of one
  * process; --devices spreads them over GPUs). */
 static int parse_serve(int argc, char **argv, struct sockaddr_in *sa, char **opts, const char **bundles, int *nb) {
@@ -643,7 +647,11 @@ static int parse_serve(int argc, char **argv, struct sockaddr_in *sa, char **opt
     else if (!strcmp(f, "--grace-s")) rc = int_opt(f, val, 0, 3600, &v), S.grace_s = (double)v, i++;
     else if (!strcmp(f, "--backend") || !strcmp(f, "--threads") || !strcmp(f, "--device") || !strcmp(f, "--devices")) {
       if (!val) return serve_usage("%s needs a value", f);
+      if (S.n_opts + 2 > SERVE_MAX_OPTS) return serve_usage("%s: too many load options", f);
       opts[S.n_opts++] = argv[i], opts[S.n_opts++] = argv[++i];
+    } else if (!strcmp(f, "--cuda-graph") || !strcmp(f, "--no-cuda-graph")) {
+      if (S.n_opts + 1 > SERVE_MAX_OPTS) return serve_usage("%s: too many load options", f);
+      opts[S.n_opts++] = argv[i];
     } else if (f[0] == '-') rc = serve_usage("unknown option %s", f);
     else if (*nb == SERVE_MAX_BUNDLES) rc = serve_usage("at most 8 bundles, found %s more", f);
     else bundles[(*nb)++] = f;
@@ -665,7 +673,7 @@ static int load_token(void) {
 int dit_serve_main(int argc, char **argv) {
   struct sockaddr_in sa = {0};
   parse_listen("127.0.0.1:8088", &sa);
-  static char *opts[16];
+  static char *opts[SERVE_MAX_OPTS];
   const char *bundles[SERVE_MAX_BUNDLES];
   int nb = 0, rc = parse_serve(argc, argv, &sa, opts, bundles, &nb);
   if (!rc) rc = load_token();

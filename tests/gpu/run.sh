@@ -267,17 +267,28 @@ fi
 fi
 if [ -z "${SKIP_CHECKS:-}" ] || [ -n "${OFFLOAD_CHECKS:-}" ]; then
 if sec 1c; then
-step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes"
+step "1c. offload on the GPU: weights streamed into slots on the copy stream give the resident bytes; the resident forward's default CUDA graph gives those of --no-cuda-graph and --cuda-graph"
 d=tests/data/wan_tiny_b
 c=(compile "$d/model" --frames 5 --height 48 --width 32 --batch 2 --text-len 5 --dtype bf16 --target sm_90 -o "$W/b" -q)
 none=$("$BIN/ditc" "${c[@]}" | tail -n1 | cut -d' ' -f3)
 check "$BIN/ditrun" forward "$none" --inputs "$d/forward_inputs.safetensors" --out "$W/o_none.safetensors"
+# The resident bundle's default forward replays a CUDA graph: the bytes of step by step
+# (--no-cuda-graph) and of the forced graph.
+rm -f "$W/o_nograph.safetensors" "$W/o_graph.safetensors"
+check "$BIN/ditrun" forward "$none" --no-cuda-graph --inputs "$d/forward_inputs.safetensors" --out "$W/o_nograph.safetensors"
+check cmp "$W/o_none.safetensors" "$W/o_nograph.safetensors"
+check "$BIN/ditrun" forward "$none" --cuda-graph --inputs "$d/forward_inputs.safetensors" --out "$W/o_graph.safetensors"
+check cmp "$W/o_none.safetensors" "$W/o_graph.safetensors"
 for mode in "layerwise" "chunked --chunk-mb 0.01" "chunked --chunk-mb 0.004 --residency 0.5"; do
   # shellcheck disable=SC2086
   b=$("$BIN/ditc" "${c[@]}" --offload $mode | tail -n1 | cut -d' ' -f3)
+  rm -f "$W/o_off.safetensors" "$W/o_offng.safetensors"
   check "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs.safetensors" --out "$W/o_off.safetensors"
   check cmp "$W/o_none.safetensors" "$W/o_off.safetensors"
   check "$BIN/ditrun" bench "$b" --inputs "$d/forward_inputs.safetensors" --steps 3 --cuda-graph
+  # The default (auto: no graph with offload streaming) against --no-cuda-graph: the same bytes.
+  check "$BIN/ditrun" forward "$b" --no-cuda-graph --inputs "$d/forward_inputs.safetensors" --out "$W/o_offng.safetensors"
+  check cmp "$W/o_off.safetensors" "$W/o_offng.safetensors"
 done
 
 # Four blocks: a forward ends by loading the next forward's block 0 (generate's later forwards
