@@ -345,7 +345,7 @@ def run_variant(a, name):
         torch.cuda.empty_cache()
         out = os.path.join(work, f"ditrun_{ename}.safetensors")
         extra = ["--expert", ename] if len(v["experts"]) > 1 else []
-        r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, extra=extra, graph=False, heuristic=True,
+        r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, extra=extra, graph=True, heuristic=True,
                                      warmup=1)
         e.update(r)
         if failed:

@@ -183,9 +183,10 @@ static const char kUsage[] =
     "  --cuda-graph       capture the forward once as a CUDA graph and replay it; refused,\n"
     "                     naming why, where a graph cannot be used. The default (also for\n"
     "                     serve) is a graph where it applies: one rank, a GPU backend, no\n"
-    "                     offload streaming, no attention reuse; step by step elsewhere, and\n"
-    "                     in calibrate (it measures the forward offloaded runs make)\n"
-    "  --no-cuda-graph    every forward step by step, never a graph\n"
+    "                     offload streaming, no attention reuse; step by step elsewhere, in\n"
+    "                     calibrate (it measures the forward offloaded runs make) and in the\n"
+    "                     stage bundles (text encoders, VAE)\n"
+    "  --no-cuda-graph    every transformer forward step by step, never a graph\n"
     "\n"
     "BUNDLE is a bundle directory, a .ditb archive (ditc pack), or with --store an identity.\n"
     "options for every command, anywhere on the line:\n"
@@ -689,11 +690,13 @@ static void on_step(void *ctx, int step, int steps, double t, double seconds) {
   write_preview(step, steps);
 }
 
-/* A runtime's options for a stage bundle: the command line's backend, threads and device. */
+/* A runtime's options for a stage bundle: the command line's backend, threads and device. Stages
+ * run step by step: graphs were measured for the transformer's forward only (the graph flags are
+ * the transformer's). */
 static dit_runtime_options_t stage_runtime_options(const run_args_t *a) {
   dit_runtime_options_t o;
   memset(&o, 0, sizeof o);
-  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device, o.graph = a->graph;
+  o.backend = a->backend, o.threads = (int)a->threads, o.device = (int)a->device, o.graph = -1;
   return o;
 }
 
@@ -1803,7 +1806,7 @@ static int cmd_decode(int argc, char **argv) {
     else if (dit_convert(lat.data, DIT_F32, e->data, e->dtype, (size_t)dit_tensor_numel(&lat)))
       s = DIT_ERR(INVALID_ARGUMENT, "--latents %s: tensor 'latents' is %s, not a float tensor", in, dit_st_dtype_name(e->dtype));
   }
-  const dit_runtime_options_t o = {0};
+  const dit_runtime_options_t o = {.graph = -1}; /* a stage: step by step, as stage_runtime_options */
   const double t0 = dit_now_s();
   gen_decode_stats_t ds;
   if (!s) s = gen_decode_latents(&dec, &o, &lat, &frames, &ds);
