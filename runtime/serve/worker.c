@@ -198,7 +198,8 @@ static dit_status_t run_job(worker_t *w, int bundle, const dit_serve_spec_t *sp,
   j->g.on_step = worker_on_step, j->g.ctx = w, j->g.should_stop = worker_should_stop;
   w->seed = sp->seed, w->stop = 0, w->preview_every = 0;
   if (!s && sp->preview_every) { /* checked before the first step, as generate --preview is */
-    const dit_runtime_options_t so = {.backend = a.backend, .threads = (int)a.threads, .device = (int)a.device, .graph = a.graph};
+    /* The preview map is a stage: step by step, as ditrun's stage bundles. */
+    const dit_runtime_options_t so = {.backend = a.backend, .threads = (int)a.threads, .device = (int)a.device, .graph = -1};
     w->map = gen_preview_map(w->dirs[bundle], dit_runtime_manifest(j->rt), &so), w->latents = j->latents, w->rank = j->lat.rank;
     memcpy(w->dims, j->lat.dims, sizeof w->dims);
     s = dit_status_annotate(dit_preview_check(w->map, w->rank, w->dims), "request: field 'preview_every'");
