@@ -113,3 +113,17 @@ dit_status_t dit_conv3d_attrs_get(const dit_attrs_t *a, const char *op, dit_conv
   DIT_RETURN_IF(get_int_or(a, op, "stride_h", 1, 1, &out->stride_h));
   return get_int_or(a, op, "stride_w", 1, 1, &out->stride_w);
 }
+
+int dit_norm_residual(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, dit_op_kind_t *residual) {
+  if (kind != DIT_OP_LAYERNORM && kind != DIT_OP_ADALN) return 0;
+  const dit_attr_t *a = dit_attrs_find(attrs, "res_at");
+  if (!a) return 0;
+  /* The norm's own operands: layernorm's x or x, w, b; adaln's x, mod or x, table, e. The
+   * residual's after x: y, then nothing, a mod, or a table and e. */
+  const int64_t at = a->is_float ? -1 : a->i, extra = n_in - at;
+  if (extra == 0) return 0; /* the norm's own operands alone: the part its consumers split off */
+  const int own_ok = kind == DIT_OP_LAYERNORM ? at == 1 || at == 3 : at == 2 || at == 3;
+  if (!own_ok || extra < 1 || extra > 3) return -1;
+  if (residual) *residual = extra == 1 ? DIT_OP_ADD : DIT_OP_GATED_ADD;
+  return (int)at;
+}

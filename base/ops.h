@@ -68,6 +68,13 @@ dit_status_t dit_token_group_get(const dit_attrs_t *a, const char *op, dit_token
 static inline int64_t dit_token_group_rows(dit_token_group_t tg, int64_t tokens) { return (tokens + tg.offset + tg.group - 1) / tg.group; }
 static inline int64_t dit_token_group_row(dit_token_group_t tg, int64_t t) { return (t + tg.offset) / tg.group; }
 
+/* A layernorm or adaln with its residual add folded in (base/ops.def, attr res_at): the
+ * residual's operands are x and in[at..n_in), the norm's own are its x and in[1..at). Returns
+ * at (>= 1), 0 when the op has none (or only its own n_in = at operands: the norm part split
+ * off), or -1 when res_at does not fit the op's inputs; *residual
+ * (may be NULL) gets the residual's kind, DIT_OP_ADD (one operand from at) or DIT_OP_GATED_ADD. */
+int dit_norm_residual(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, dit_op_kind_t *residual);
+
 /* conv3d's attributes (base/ops.def): the padding before the first frame, row and column, after
  * the last row and column (absent: as before), and the strides (absent: 1). */
 typedef struct dit_conv3d_attrs {

@@ -45,6 +45,24 @@ static double schedule_share(const dit_value_t *t, int64_t L) {
 
 dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
   dit_cost_t c = {0, 0};
+  dit_op_kind_t res_kind;
+  const int res_at = dit_norm_residual(op->kind, &op->attrs, op->n_in, &res_kind);
+  if (res_at > 0 && op->n_out == 2) {
+    /* A folded residual add: the residual's cost and the norm's, less the norm's read of the
+     * sum (it normalizes what it has just formed). */
+    dit_op_t res = *op, norm = *op;
+    res.kind = res_kind;
+    res.n_in = 1 + op->n_in - res_at;
+    for (int i = res_at; i < op->n_in; i++) res.in[1 + i - res_at] = op->in[i];
+    res.out[0] = op->out[1];
+    res.n_out = norm.n_out = 1;
+    norm.n_in = res_at;
+    norm.in[0] = op->out[1];
+    const dit_cost_t a = dit_op_cost(g, &res), b = dit_op_cost(g, &norm);
+    c.flops = a.flops + b.flops;
+    c.bytes = a.bytes + b.bytes - (double)dit_value_nbytes(dit_graph_cvalue(g, op->out[1]));
+    return c;
+  }
   for (int i = 0; i < op->n_in; i++) c.bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->in[i]));
   for (int i = 0; i < op->n_out; i++) c.bytes += (double)dit_value_nbytes(dit_graph_cvalue(g, op->out[i]));
   const dit_value_t *x = dit_graph_cvalue(g, op->in[0]);

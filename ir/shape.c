@@ -176,6 +176,22 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     if (!operand(g, ins, i)) FAIL("%s: operand %d is not a value", op, i);
   const dit_value_t *x = operand(g, ins, 0);
   memset(out_dims, 0, sizeof(int64_t) * DIT_OP_MAX_OUT * DIT_MAX_RANK);
+  dit_op_kind_t res_kind;
+  const int res_at = dit_norm_residual(kind, attrs, n_in, &res_kind);
+  if (res_at < 0) FAIL("%s: attribute res_at does not fit its %d operands (base/ops.def)", op, n_in);
+  if (res_at > 0) {
+    /* The residual's shapes (its sum s has x's), then the norm's of s. */
+    if (n_out != 2) FAIL("%s: a folded residual add has two outputs (the norm and the sum), found %d", op, n_out);
+    dit_vid_t res_ins[DIT_OP_MAX_IN] = {ins[0]};
+    for (int i = res_at; i < n_in; i++) res_ins[1 + i - res_at] = ins[i];
+    int r_rank[DIT_OP_MAX_OUT];
+    int64_t r_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
+    DIT_RETURN_IF(dit_infer_shapes(g, res_kind, res_ins, 1 + n_in - res_at, attrs, 1, r_rank, r_dims));
+    DIT_RETURN_IF(dit_infer_shapes(g, kind, ins, res_at, attrs, 1, out_rank, out_dims));
+    out_rank[1] = r_rank[0];
+    memcpy(out_dims[1], r_dims[0], sizeof r_dims[0]);
+    return DIT_OK;
+  }
   switch (kind) {
     case DIT_OP_PATCHIFY: {
       int64_t pt, ph, pw;
@@ -841,6 +857,15 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
       if (n_out == 2 && (out_dtypes[0] != x->dtype || out_dtypes[1] != DIT_F32))
         FAIL("state_cache: output dtypes %s and %s, expected %s (as o '%s') and f32", dit_dtype_name(out_dtypes[0]),
              dit_dtype_name(out_dtypes[1]), dit_dtype_name(x->dtype), x->name);
+      return DIT_OK;
+    }
+    case DIT_OP_LAYERNORM:
+    case DIT_OP_ADALN: {
+      /* A folded residual's sum is stored as x is. */
+      const dit_value_t *x = operand(g, ins, 0);
+      if (n_out == 2 && out_dtypes[1] != x->dtype)
+        FAIL("%s: the residual sum's dtype %s, expected %s as operand x '%s'", dit_op_info(kind)->name, dit_dtype_name(out_dtypes[1]),
+             dit_dtype_name(x->dtype), x->name);
       return DIT_OK;
     }
     case DIT_OP_GROUPNORM_STATS:

@@ -1,7 +1,9 @@
 /* Fusion: an activation folded into the GEMM that feeds it, so the product is activated in
  * fp32 and stored once (a matrix library epilogue on GPUs) instead of written, read back and
- * written again; and the Q/K RMSNorm folded into the rotary embedding that follows it, so Q and
- * K are read once and written once (base/ops.def: rope, rope_table). */
+ * written again; the Q/K RMSNorm folded into the rotary embedding that follows it, so Q and
+ * K are read once and written once (base/ops.def: rope, rope_table); and a residual add folded
+ * into the norm that reads its sum, so the sum is written once and never read back for the norm
+ * (base/ops.def: layernorm's res_at). */
 #include <stdlib.h>
 
 #include "passes/passes.h"
@@ -26,6 +28,44 @@ static int32_t fold_norm_into_rope(dit_graph_t *g, int32_t i, const int32_t *use
   rope->in[0] = norm->in[0];
   rope->in[rope->n_in++] = norm->in[1];
   return n;
+}
+
+/* Folds the add or gated_add producing norm op i's x into the norm (base/ops.def: res_at) when
+ * the norm is the sum's first reader, in the same block, and the sum is stored as the residual's
+ * x is; the norm then writes the sum as its second output. first[v] is the first op reading v.
+ * Returns the residual's op index, or -1. */
+static int32_t fold_residual_into_norm(dit_graph_t *g, int32_t i, const int32_t *first) {
+  dit_op_t *norm = dit_graph_op_at(g, i);
+  if ((norm->kind != DIT_OP_LAYERNORM && norm->kind != DIT_OP_ADALN) || norm->n_out != 1 || dit_attrs_find(&norm->attrs, "res_at"))
+    return -1;
+  const dit_vid_t sum = norm->in[0];
+  const dit_value_t *s = dit_graph_cvalue(g, sum);
+  if (s->kind != DIT_VALUE_TEMP || s->producer < 0 || first[sum] != i) return -1;
+  const int32_t ri = s->producer;
+  const dit_op_t *res = dit_graph_cop_at(g, ri);
+  if ((res->kind != DIT_OP_ADD && res->kind != DIT_OP_GATED_ADD) || res->n_out != 1 || res->block != norm->block) return -1;
+  if (dit_graph_cvalue(g, res->in[0])->dtype != s->dtype || norm->n_in + res->n_in - 1 > DIT_OP_MAX_IN) return -1;
+  /* The residual's attributes join the norm's: gate, and its token grouping, which a per-token
+   * adaln (three operands) already has and must share. */
+  dit_attrs_t attrs = norm->attrs;
+  static const char *const keys[] = {"gate", "token_group", "token_offset"};
+  const int norm_tok = norm->kind == DIT_OP_ADALN && norm->n_in == 3;
+  for (int k = 0; k < 3; k++) {
+    const dit_attr_t *a = dit_attrs_find(&res->attrs, keys[k]);
+    if (k > 0 && norm_tok) {
+      const dit_attr_t *b = dit_attrs_find(&norm->attrs, keys[k]);
+      const int64_t def = k == 1 ? 1 : 0, va = a ? a->i : def, vb = b ? b->i : def;
+      if (res->n_in == 4 && va != vb) return -1;
+      continue;
+    }
+    if (a && dit_attrs_set_int(&attrs, keys[k], a->i)) return -1;
+  }
+  if (dit_attrs_set_int(&attrs, "res_at", norm->n_in)) return -1;
+  norm->attrs = attrs;
+  for (int k = 1; k < res->n_in; k++) norm->in[norm->n_in++] = res->in[k];
+  norm->in[0] = res->in[0];
+  norm->out[norm->n_out++] = sum;
+  return ri;
 }
 
 dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
@@ -67,6 +107,31 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
     keep[n] = 0;
     fused++;
   }
+  /* Residual adds into the norms that read their sums first (after the folds above, which
+   * change no norm's x). */
+  int32_t *first = malloc(((size_t)nv + 1) * sizeof *first);
+  if (!first) {
+    free(uses);
+    free(keep);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "fuse: out of memory");
+  }
+  for (int32_t v = 0; v < nv; v++) first[v] = -1;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (!keep[i]) continue;
+    for (int k = 0; k < op->n_in; k++)
+      if (first[op->in[k]] < 0) first[op->in[k]] = i;
+  }
+  for (int32_t i = 0; i < no; i++) {
+    if (!keep[i]) continue;
+    const int32_t n = fold_residual_into_norm(g, i, first);
+    if (n < 0) continue;
+    /* The norm now makes the sum; the residual op goes. */
+    dit_graph_value(g, dit_graph_cop_at(g, i)->out[1])->producer = i;
+    keep[n] = 0;
+    fused++;
+  }
+  free(first);
   dit_status_t s = DIT_OK;
   if (fused) {
     /* The orphaned intermediates need a producer for compaction to drop them cleanly. */

@@ -300,6 +300,27 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
   (void)index;
   dit_cpu_t *c = &((cpu_state_t *)state)->cpu;
   const char *name = dit_op_info(st->kind)->name;
+  dit_op_kind_t res_kind;
+  const int res_at = dit_norm_residual(st->kind, &st->attrs, st->n_in, &res_kind);
+  if (res_at < 0) return DIT_ERR(INVALID_ARGUMENT, "%s: attribute res_at does not fit its %d operands", name, st->n_in);
+  if (res_at > 0) {
+    /* A folded residual add: the residual into the second output, then the norm of that sum,
+     * exactly the two ops it replaces. */
+    if (st->n_out != 2) return DIT_ERR(INVALID_ARGUMENT, "%s: a folded residual add has two outputs, found %d", name, st->n_out);
+    dit_plan_step_t part = *st;
+    dit_tensor_t ops[DIT_PLAN_MAX_IN];
+    part.kind = res_kind;
+    part.n_in = 1 + st->n_in - res_at;
+    part.n_out = 1;
+    ops[0] = in[0];
+    for (int i = res_at; i < st->n_in; i++) ops[1 + i - res_at] = in[i];
+    DIT_RETURN_IF(cpu_run_step(state, index, &part, ops, &out[1]));
+    part = *st;
+    part.n_in = res_at;
+    part.n_out = 1;
+    for (int i = 0; i < res_at; i++) ops[i] = i ? in[i] : out[1];
+    return cpu_run_step(state, index, &part, ops, &out[0]);
+  }
   switch (st->kind) {
     case DIT_OP_PATCHIFY: {
       int pt, ph, pw;

@@ -80,7 +80,14 @@ static int from_latent(const struct dit_plan *p, const int32_t *producer, size_t
   return memo[v];
 }
 
-/* fbcache's site: h_in, the first input of block 0's first residual add (add, gated_add) that is
+/* The sum a residual add step makes from its first input: an add's or gated_add's result, or the
+ * second output of a norm with the residual folded in (base/ops.def: res_at); -1 for other steps. */
+static int32_t residual_sum(const dit_plan_step_t *st) {
+  if (st->kind == DIT_OP_ADD || st->kind == DIT_OP_GATED_ADD) return st->out[0];
+  return dit_norm_residual(st->kind, &st->attrs, st->n_in, NULL) > 0 && st->n_out == 2 ? st->out[1] : -1;
+}
+
+/* fbcache's site: h_in, the first input of block 0's first residual add (residual_sum) that is
  * made before block 0 from the latent input; h_out, the end of the chain of residual adds in block
  * 0 that starts from it (FLUX's double-stream block 0: the image stream); the plan stops at h_out's
  * step, and h_in is held before block 0's first step (its arena bytes may be reused within it). */
@@ -103,7 +110,7 @@ static dit_status_t find_fb_site(const struct dit_plan *p, const char *latent_in
     if (st->block != 0) continue;
     if (first == p->n_steps) first = k;
     const int32_t src = st->in[0];
-    if ((st->kind == DIT_OP_ADD || st->kind == DIT_OP_GATED_ADD) && latent < p->n_values &&
+    if (residual_sum(st) >= 0 && latent < p->n_values &&
         (producer[src] < 0 || p->steps[producer[src]].block != 0) && from_latent(p, producer, (size_t)src, latent, memo))
       h = (size_t)src;
   }
@@ -115,8 +122,8 @@ static dit_status_t find_fb_site(const struct dit_plan *p, const char *latent_in
   }
   site->base = h, site->hold = first;
   for (size_t k = first, cur = h; k < p->n_steps && p->steps[k].block == 0; k++)
-    if ((p->steps[k].kind == DIT_OP_ADD || p->steps[k].kind == DIT_OP_GATED_ADD) && (size_t)p->steps[k].in[0] == cur)
-      cur = (size_t)p->steps[k].out[0], site->value = cur, site->stop = k;
+    if (residual_sum(&p->steps[k]) >= 0 && (size_t)p->steps[k].in[0] == cur)
+      cur = (size_t)residual_sum(&p->steps[k]), site->value = cur, site->stop = k;
   free(producer);
   return DIT_OK;
 }

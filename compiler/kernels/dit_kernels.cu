@@ -448,7 +448,17 @@ __device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(
 #endif
 }
 #endif
-extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x
+#if !defined(RES)
+#define RES 0
+#endif
+#if RES && (defined(SEG) || (MODE != M_LN && MODE != M_ADALN))
+#error "DIT_K_ROWNORM: RES folds a residual into layernorm or adaln, a block a row"
+#endif
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y,
+#if RES
+                                                             TY(X) *sum,
+#endif
+                                                             const TY(X) *x
 #if MODE == M_LN && AFFINE
                                                              , const TY(W) *w, const TY(BIAS) *bias
 #elif MODE == M_ADALN && defined(MOD_TOK)
@@ -461,6 +471,14 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
                                                              , const TY(W) *w
 #elif MODE == M_RMS_SLICE
                                                              , const TY(SS) *ss, const TY(W) *w
+#endif
+#if RES
+                                                             , const TY(RY) *ry
+#endif
+#if RES == 2
+                                                             , const TY(RMOD) *rmod
+#elif RES == 3
+                                                             , const TY(RTABLE) *rtab, const TY(RE) *re
 #endif
 ) {
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
@@ -521,6 +539,47 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
     ldc(bias, d, cb[k]);
 #endif
   }
+#if RES
+  // The folded residual (RES 1: x + y; 2: x + y * mod's GATE row; 3: x + y * (table's GATE row +
+  // e's, per token)), rounded to x's type as the residual op stored it, stored, and normalized.
+  {
+#if RES == 2
+    const TY(RMOD) *gm = rmod + ((row / R_TOKENS) * R_NROWS + GATE) * D;
+#elif RES == 3
+    const TY(RTABLE) *gt = rtab + (long long)GATE * D;
+    const TY(RE) *ge = re + (E_ROW(row) * R_ROWS_E + (R_ROWS_E == 1 ? 0 : GATE)) * D;
+#endif
+    float vy[CHUNKS][CW];
+#pragma unroll
+    for (int k = 0; k < CHUNKS; k++) {
+      const int d = (tid + k * ROW_THREADS) * CW;
+      if (d < D) ldc(ry + row * D, d, vy[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < CHUNKS; k++) {
+      const int d = (tid + k * ROW_THREADS) * CW;
+      if (d >= D) continue;
+#if RES == 1
+#pragma unroll
+      for (int e = 0; e < CW; e++) v[k][e] = as_stored<TY(X)>(v[k][e] + vy[k][e]);
+#else
+      float g[CW];
+#if RES == 2
+      ldc(gm, d, g);
+#else
+      float t[CW];
+      ldc(gt, d, g);
+      ldc(ge, d, t);
+#pragma unroll
+      for (int e = 0; e < CW; e++) g[e] = g[e] + t[e];
+#endif
+#pragma unroll
+      for (int e = 0; e < CW; e++) v[k][e] = as_stored<TY(X)>(v[k][e] + vy[k][e] * g[e]);
+#endif
+      stc(sum + row * D, d, v[k]);
+    }
+  }
+#endif
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++)

@@ -75,10 +75,12 @@ static void test_memplan_on_wan(void) {
   dit_pass_result_t r;
   CHECK_OK(dit_passes_run(g, &po, &r));
   CHECK(r.arena_bytes > 0);
-  /* Every GELU (3 FFNs and the text embedder) is folded into the linear that feeds it, and the
-   * self-attention's Q and K norms (3 blocks) into their ropes; cross-attention's norms stay. */
-  CHECK_EQ_INT(r.fused_ops, 4 + 6);
-  int gelus = 0, acts = 0, normed_ropes = 0, ropes = 0, rmsnorms = 0;
+  /* Every GELU (3 FFNs and the text embedder) is folded into the linear that feeds it, the
+   * self-attention's Q and K norms (3 blocks) into their ropes (cross-attention's norms stay),
+   * and in each block the attention's and the cross-attention's residual adds into norm2 and
+   * norm3; the FFN's residual, read by the next block, stays. */
+  CHECK_EQ_INT(r.fused_ops, 4 + 6 + 6);
+  int gelus = 0, acts = 0, normed_ropes = 0, ropes = 0, rmsnorms = 0, res_norms = 0, residuals = 0;
   for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     gelus += op->kind == DIT_OP_GELU_TANH;
@@ -87,7 +89,11 @@ static void test_memplan_on_wan(void) {
     normed_ropes += op->kind == DIT_OP_ROPE && op->n_in == 2 && dit_attrs_find(&op->attrs, "norm_eps") &&
                     !dit_attrs_find(&op->attrs, "norm_group");
     rmsnorms += op->kind == DIT_OP_RMSNORM;
+    res_norms += dit_norm_residual(op->kind, &op->attrs, op->n_in, NULL) > 0 && op->n_out == 2;
+    residuals += op->kind == DIT_OP_ADD || op->kind == DIT_OP_GATED_ADD;
   }
+  CHECK_EQ_INT(res_norms, 6);
+  CHECK_EQ_INT(residuals, 3);
   CHECK_EQ_INT(gelus, 0);
   CHECK_EQ_INT(acts, 4);
   CHECK_EQ_INT(ropes, 6);
@@ -314,6 +320,106 @@ static void test_fuse_norm_rope(void) {
   }
 }
 
+/* x [1, 6, 16] plus y, gated by mod's row 2 (gated) or not, then normalized: a layernorm with
+ * w and b, or an adaln by mod's rows 0 and 1 (per_token: by a table and e, e's rows shared by
+ * runs of tok_norm tokens, the gate's by runs of tok_res when gated per token). between: a
+ * silu reads the sum between the residual and the norm; block: the norm is a block later. The
+ * sum is the graph's output "h" beside the norm's "n". */
+typedef struct res_case {
+  int gated, adaln, per_token, tok_res, tok_norm, between, block;
+} res_case_t;
+static dit_graph_t *residual_norm_graph(res_case_t c) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[3] = {1, 6, 16}, md[3] = {1, 6, 16}, wd[1] = {16}, td[3] = {1, 6, 16};
+  const int64_t erd[3] = {1, c.tok_res ? (6 + c.tok_res - 1) / c.tok_res : 6, 6 * 16};
+  const int64_t end[3] = {1, c.tok_norm ? (6 + c.tok_norm - 1) / c.tok_norm : 6, 6 * 16};
+  dit_vid_t x = dit_graph_input(g, "x", DIT_BF16, 3, xd), y = dit_graph_input(g, "y", DIT_BF16, 3, xd);
+  dit_vid_t mod = dit_graph_input(g, "mod", DIT_F32, 3, md), table = dit_graph_weight(g, "table", DIT_F32, 3, td);
+  dit_vid_t e = dit_graph_input(g, "e", DIT_F32, 3, erd);
+  dit_vid_t e2 = c.tok_norm == c.tok_res ? e : dit_graph_input(g, "e2", DIT_F32, 3, end);
+  dit_attrs_t ra = {0};
+  dit_attrs_set_int(&ra, "gate", 2);
+  if (c.per_token) dit_attrs_set_int(&ra, "token_group", c.tok_res);
+  dit_vid_t ri[4] = {x, y, c.per_token ? table : mod, e};
+  const int rn = !c.gated ? 2 : c.per_token ? 4 : 3;
+  dit_vid_t h = dit_graph_op(g, c.gated ? DIT_OP_GATED_ADD : DIT_OP_ADD, ri, rn, c.gated ? &ra : NULL, DIT_BF16, "h");
+  if (c.between) dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &h, 1, NULL, DIT_BF16, "between"), "b");
+  dit_attrs_t na = {0};
+  dit_attrs_set_float(&na, "eps", 1e-6);
+  dit_vid_t n;
+  if (c.adaln) {
+    dit_attrs_set_int(&na, "shift", 0);
+    dit_attrs_set_int(&na, "scale", 1);
+    if (c.per_token) dit_attrs_set_int(&na, "token_group", c.tok_norm);
+    dit_vid_t ni[3] = {h, c.per_token ? table : mod, e2};
+    n = dit_graph_op(g, DIT_OP_ADALN, ni, c.per_token ? 3 : 2, &na, DIT_BF16, "n");
+  } else {
+    dit_vid_t ni[3] = {h, dit_graph_weight(g, "w", DIT_F32, 1, wd), dit_graph_weight(g, "b", DIT_F32, 1, wd)};
+    n = dit_graph_op(g, DIT_OP_LAYERNORM, ni, 3, &na, DIT_BF16, "n");
+  }
+  if (c.block) dit_graph_op_at(g, dit_graph_num_ops(g) - 1)->block = 1;
+  dit_graph_mark_output(g, n, "n");
+  dit_graph_mark_output(g, h, "h");
+  CHECK_OK(dit_graph_verify(g));
+  return g;
+}
+
+/* The residual add folds into the norm that reads its sum first: one op with two outputs, the
+ * residual's operands after the norm's own (res_at), its attributes joined; it verifies, and its
+ * cost is the two ops' less the sum's second read. A reader in between, another block or per-
+ * token rows grouped differently keep the two ops. */
+static void test_fuse_residual_norm(void) {
+  static const res_case_t fold[] = {{1, 1, 0, 0, 0, 0, 0}, {0, 1, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0},
+                                    {1, 1, 1, 3, 3, 0, 0}, {1, 0, 1, 2, 0, 0, 0}, {0, 1, 1, 0, 2, 0, 0}, {1, 1, 1, 1, 1, 0, 0}};
+  for (size_t i = 0; i < sizeof fold / sizeof fold[0]; i++) {
+    const res_case_t c = fold[i];
+    dit_graph_t *g = residual_norm_graph(c);
+    dit_cost_t before = dit_graph_cost(g, NULL, 0);
+    const dit_vid_t h = dit_graph_cop_at(g, 0)->out[0];
+    const uint64_t hbytes = dit_value_nbytes(dit_graph_cvalue(g, h));
+    dit_pass_result_t r = {0};
+    CHECK_OK(dit_pass_fuse(g, &r));
+    CHECK_EQ_INT(r.fused_ops, 1);
+    CHECK_EQ_INT(dit_graph_num_ops(g), 1);
+    const dit_op_t *op = dit_graph_cop_at(g, 0);
+    const int own = c.adaln ? (c.per_token ? 3 : 2) : 3, res = !c.gated ? 1 : c.per_token ? 3 : 2;
+    CHECK_EQ_INT(op->kind, c.adaln ? DIT_OP_ADALN : DIT_OP_LAYERNORM);
+    CHECK_EQ_INT(op->n_in, own + res);
+    CHECK_EQ_INT(op->n_out, 2);
+    dit_op_kind_t rk;
+    CHECK_EQ_INT(dit_norm_residual(op->kind, &op->attrs, op->n_in, &rk), own);
+    CHECK_EQ_INT(rk, c.gated ? DIT_OP_GATED_ADD : DIT_OP_ADD);
+    CHECK(!strcmp(dit_graph_cvalue(g, op->in[0])->name, "x") && !strcmp(dit_graph_cvalue(g, op->in[own])->name, "y"));
+    CHECK(!strcmp(dit_graph_cvalue(g, op->out[0])->name, "n") && !strcmp(dit_graph_cvalue(g, op->out[1])->name, "h"));
+    CHECK_EQ_INT(dit_graph_cvalue(g, op->out[1])->producer, 0);
+    const dit_attr_t *gate = dit_attrs_find(&op->attrs, "gate"), *tg = dit_attrs_find(&op->attrs, "token_group");
+    CHECK(c.gated ? gate && gate->i == 2 : gate == NULL);
+    CHECK(c.per_token ? tg && tg->i == (c.gated ? c.tok_res : c.tok_norm) : tg == NULL);
+    CHECK_OK(dit_graph_verify(g));
+    dit_cost_t after = dit_graph_cost(g, NULL, 0);
+    CHECK(after.flops == before.flops && after.bytes == before.bytes - (double)hbytes);
+    dit_graph_destroy(g);
+  }
+  static const res_case_t keep[] = {{1, 1, 0, 0, 0, 1, 0}, {1, 0, 0, 0, 0, 0, 1}, {1, 1, 1, 2, 3, 0, 0}};
+  for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+    dit_graph_t *g = residual_norm_graph(keep[i]);
+    const int ops = dit_graph_num_ops(g);
+    dit_pass_result_t r = {0};
+    CHECK_OK(dit_pass_fuse(g, &r));
+    CHECK_EQ_INT(r.fused_ops, 0);
+    CHECK_EQ_INT(dit_graph_num_ops(g), ops);
+    dit_graph_destroy(g);
+  }
+  /* res_at that does not fit the operands is refused by name. */
+  dit_attrs_t a = {0};
+  dit_attrs_set_int(&a, "res_at", 2);
+  CHECK_EQ_INT(dit_norm_residual(DIT_OP_LAYERNORM, &a, 4, NULL), -1);
+  CHECK_EQ_INT(dit_norm_residual(DIT_OP_ADALN, &a, 6, NULL), -1);
+  CHECK_EQ_INT(dit_norm_residual(DIT_OP_ADALN, &a, 3, NULL), 2);
+  CHECK_EQ_INT(dit_norm_residual(DIT_OP_RMSNORM, &a, 3, NULL), 0);
+}
+
 /* A reshape of a temp is a view: it shares its input's block, which stays alive until the view's
  * last reader, so a temp made in between does not take those bytes; a reshape of a graph input
  * gets a block of its own. */
@@ -466,6 +572,7 @@ int main(void) {
   test_memplan_views();
   test_mmdit_ops_plan();
   test_fuse_norm_rope();
+  test_fuse_residual_norm();
   test_memplan_on_wan();
   test_schedule_collectives();
   return check_summary("test_passes");
