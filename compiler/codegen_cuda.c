@@ -518,12 +518,13 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       }
       /* A block a row: the most whole warps up to a block that divide the row's chunks, so that no
        * thread idles in the last (3072 channels: 384 chunks of 8, 192 threads twice, not 256 and
-       * then half of them); else a full block. adaln takes at most 128 threads, more chunks
-       * each, so more of its modulation loads (issued after the sums) are in flight at once
-       * (H200, 27280 x 3072 bf16: per-token adaln 137 -> 128 us, with the attention's residual
-       * folded in 218 -> 197 us; layernorm is fastest at 192). */
+       * then half of them); else a full block. adaln and rmsnorm take at most 128 threads,
+       * more chunks each, so more of the loads that follow the sums (the modulation's rows, the
+       * rotation's pairs) are in flight at once (H200, 27280 x 3072 bf16: per-token adaln 137 ->
+       * 128 us, with the attention's residual folded in 218 -> 197 us; rmsnorm + rope 144 ->
+       * 135 us; layernorm is fastest at 192). */
       int rb = DIT_ABI_BLOCK;
-      const int most = mode == DIT_ABI_NORM_ADALN ? 128 : DIT_ABI_BLOCK;
+      const int most = mode == DIT_ABI_NORM_ADALN || mode == DIT_ABI_NORM_RMSNORM ? 128 : DIT_ABI_BLOCK;
       for (int t = most; t >= 64; t -= 32)
         if (lanes % t == 0 && lanes / t <= DIT_ABI_ROWNORM_MAX_CHUNKS) {
           rb = t;

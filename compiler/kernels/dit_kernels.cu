@@ -38,12 +38,20 @@ __device__ __forceinline__ void ld8(const float *p, long long i, float *v) {
   float4 a = *(const float4 *)(p + i), b = *(const float4 *)(p + i + 4);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
+// Two floats as packed bf16 (lo in the low half): one cvt.rn.bf16x2, which rounds every non-NaN
+// value to nearest even exactly as f2bf; a NaN keeps f2bf's quieted payload (the CPU
+// reference's). The conversion was a dozen integer operations an element, which kept row kernels
+// that store two rows (a norm with its residual folded in) from their bandwidth.
+__device__ __forceinline__ u32 bf16x2(float lo, float hi) {
+  if (lo != lo || hi != hi) return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16);
+  return pack_bf16(lo, hi);
+}
 __device__ __forceinline__ void st8(bf16_t *p, long long i, const float *v) {
   uint4 u;
-  u.x = (u32)f2bf(v[0]) | ((u32)f2bf(v[1]) << 16);
-  u.y = (u32)f2bf(v[2]) | ((u32)f2bf(v[3]) << 16);
-  u.z = (u32)f2bf(v[4]) | ((u32)f2bf(v[5]) << 16);
-  u.w = (u32)f2bf(v[6]) | ((u32)f2bf(v[7]) << 16);
+  u.x = bf16x2(v[0], v[1]);
+  u.y = bf16x2(v[2], v[3]);
+  u.z = bf16x2(v[4], v[5]);
+  u.w = bf16x2(v[6], v[7]);
   *(uint4 *)(p + i) = u;
 }
 __device__ __forceinline__ void st8(float *p, long long i, const float *v) {
@@ -56,7 +64,7 @@ static_assert(DIT_ABI_VEC == 8, "ld8 and st8 move eight elements");
 // v as storage of type T holds it: rounded to nearest even into bf16, unchanged in fp32.
 template <typename T> __device__ __forceinline__ float as_stored(float v);
 template <> __device__ __forceinline__ float as_stored<float>(float v) { return v; }
-template <> __device__ __forceinline__ float as_stored<bf16_t>(float v) { return bf2f(f2bf(v)); }
+template <> __device__ __forceinline__ float as_stored<bf16_t>(float v) { return __uint_as_float(bf16x2(v, 0.f) << 16); }
 
 template <int DT> struct storage;
 template <> struct storage<DIT_ABI_DT_F32> { typedef float t; };

@@ -248,10 +248,10 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
   CHECK_OK(dit_graph_create(&g));
   const uint32_t B = DIT_ABI_BLOCK;
   /* Wan: batch, heads, head dim (t, h, w parts), t0 (-1: all 24 tokens of the 2x3x4 grid), dtype */
-  /* ... the grid, and the block: a row of 5120 (640 chunks of 8) takes 160 threads, 4 chunks each;
-   * rows of a warp or less share a full block. */
+  /* ... the grid, and the block: a row of 5120 (640 chunks of 8) takes 128 threads (a norm's
+   * most), 5 chunks each; rows of a warp or less share a full block. */
   static const struct { int64_t batch, heads, td, hd, wd, t0; dit_dtype_t dt; uint32_t blocks, block; } wan[] = {
-      {1, 40, 44, 42, 42, -1, DIT_BF16, 24, 160}, {2, 2, 44, 42, 42, -1, DIT_BF16, 6, B}, {1, 3, 2, 2, 2, -1, DIT_F32, 3, B},
+      {1, 40, 44, 42, 42, -1, DIT_BF16, 24, 128}, {2, 2, 44, 42, 42, -1, DIT_BF16, 6, B}, {1, 3, 2, 2, 2, -1, DIT_F32, 3, B},
       {1, 2, 44, 42, 42, 6, DIT_BF16, 2, B}};
   for (size_t i = 0; i < sizeof wan / sizeof wan[0]; i++) {
     const int64_t C = wan[i].heads * (wan[i].td + wan[i].hd + wan[i].wd), wd[1] = {C};
@@ -274,10 +274,10 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
              dit_dtype_name(wan[i].dt));
     CHECK_EQ_INT(check_op(cg, g, what, wan[i].block, 0, 0), wan[i].blocks);
   }
-  /* MMDiT: batch, tokens, channels, heads, group, dtype, the grid and the block (rows of 3072: 192
-   * threads twice; heads of 512 as rows of their own: 64 threads) */
+  /* MMDiT: batch, tokens, channels, heads, group, dtype, the grid and the block (rows of 3072: 128
+   * threads three times; heads of 512 as rows of their own: 64 threads) */
   static const struct { int64_t batch, tokens, C, heads, group; dit_dtype_t dt; uint32_t blocks, block; } mm[] = {
-      {1, 377, 3072, 24, 128, DIT_BF16, 377, 192}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4, 64}, {2, 5, 12, 2, 6, DIT_F32, 1, B},
+      {1, 377, 3072, 24, 128, DIT_BF16, 377, 128}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4, 64}, {2, 5, 12, 2, 6, DIT_F32, 1, B},
       {1, 9, 256, 2, 0, DIT_BF16, 2, B}};
   for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
     const int64_t G = mm[i].group ? mm[i].group : mm[i].C, wd[1] = {G}, cd[2] = {mm[i].tokens, mm[i].C / mm[i].heads};
@@ -555,8 +555,8 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
   /* rmsnorm per head: a block a row when a head spans a power of two of lanes (heads of 128 in
    * rows of 3072, of 8 in rows of 24), else each head a row of its own (heads of 512: a block
    * each; heads of 4 in 8-wide vectors and of 6 in odd rows: short rows, 4 and 8 lanes each,
-   * 64 and 32 to a block); column 2: the blocks, 3: their threads (rows of 3072: 192, twice; of 512: 64) */
-  static const int64_t shapes[][4] = {{3072, 128, 66, 192}, {24, 8, 66, B}, {2048, 512, 66 * 4, 64}, {32, 4, (66 * 8 + 63) / 64, B},
+   * 64 and 32 to a block); column 2: the blocks, 3: their threads (rows of 3072: 128, three times; of 512: 64) */
+  static const int64_t shapes[][4] = {{3072, 128, 66, 128}, {24, 8, 66, B}, {2048, 512, 66 * 4, 64}, {32, 4, (66 * 8 + 63) / 64, B},
                                       {18, 6, (66 * 3 + 31) / 32, B}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t D = shapes[i][0], G = shapes[i][1];
