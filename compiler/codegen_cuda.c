@@ -951,8 +951,9 @@ static int mlir_spec(const dit_graph_t *g, const dit_op_t *op, dit_mlir_ew_spec_
   const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
   *reason = NULL;
   memset(e, 0, sizeof *e);
-  /* The unstored per-token gate (four operands) stays on the NVRTC kernel. */
-  if (op->kind == DIT_OP_GATED_ADD && op->n_in == 4) return 0;
+  /* The unstored per-token gate (four operands) stays on the NVRTC kernel, as does every op with
+   * more operands than an elementwise spec holds (a norm with its residual folded in). */
+  if ((op->kind == DIT_OP_GATED_ADD && op->n_in == 4) || op->n_in > DIT_MLIR_EW_MAX_IN) return 0;
   e->n = dit_value_numel(y);
   e->out_dtype = y->dtype;
   for (int i = 0; i < op->n_in; i++) {
