@@ -137,6 +137,46 @@ def measure(torch, plan, heads, iters=10, copy_bytes=1 << 30):
     return c
 
 
+def kernel_class(name):
+    """A CUDA kernel's class by its name: "gemm" (cuBLAS, cuBLASLt, CUTLASS), "attention" (flash,
+    cuDNN and memory-efficient attention) or "other" (Triton's fused kernels, copies, the rest)."""
+    n = name.lower()
+    if any(w in n for w in ("flash", "fmha", "attention", "attn", "sdpa")):
+        return "attention"
+    if any(w in n for w in ("gemm", "nvjet", "xmma", "cutlass", "matmul", "sm90_", "sm80_", "triton_tem_")):
+        return "gemm"
+    return "other"
+
+
+def kernel_split(torch, fn, top=6):
+    """Device milliseconds of one call of fn by kernel class (torch.profiler), and its `top` most
+    expensive kernels: where a torch contender spends its forward, in the same conditions as ours
+    (after warm-up, back to back), to set beside our own split."""
+    from torch.profiler import ProfilerActivity, profile  # device only
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    split, kernels = {"gemm": 0.0, "attention": 0.0, "other": 0.0}, {}
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        ms = ev.device_time_total / 1e3 if hasattr(ev, "device_time_total") else ev.cuda_time_total / 1e3
+        split[kernel_class(ev.name)] += ms
+        k = kernels.setdefault(ev.name, [0, 0.0])
+        k[0] += 1
+        k[1] += ms
+    worst = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"split_ms": split, "top": [{"name": n[:160], "count": c, "ms": ms} for n, (c, ms) in worst]}
+
+
+def split_lines(who, ks):
+    """The printed kernel split of a torch contender."""
+    s = ks["split_ms"]
+    L = [f"{who} kernels: GEMMs {s['gemm']:.1f} ms, attention {s['attention']:.1f} ms, other {s['other']:.1f} ms"]
+    L += [f"  {k['count']:4d} x {k['ms'] / k['count']:8.3f} ms  {k['name'][:110]}" for k in ks["top"]]
+    return L
+
+
 def versus(split_ms, plan, heads, c):
     """Ours against the ceilings: for GEMMs and attention the ceiling's time at the plan's shapes
     over ours (1.0 = as fast as the ceiling), for the other ops their achieved bandwidth over the

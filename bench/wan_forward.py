@@ -136,6 +136,10 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
             res["compiled_ms"] = 1e3 * timed(torch, lambda: cmodel(**kwargs, return_dict=False), iters, warmup)
             res["compiled_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             print(f"torch.compile: {res['compiled_ms']:.1f} ms (compile {res['compile_s']:.0f} s)", flush=True)
+            if os.environ.get("DIT_BENCH_KERNEL_SPLIT", "1") != "0":
+                ks = ceilings.kernel_split(torch, lambda: cmodel(**kwargs, return_dict=False))
+                res["compiled_kernels"] = ks
+                print("\n".join(ceilings.split_lines("torch.compile", ks)), flush=True)
     return ref, res
 
 

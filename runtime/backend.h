@@ -10,7 +10,7 @@
 #include "base/status.h"
 #include "runtime/tensor.h"
 
-#define DIT_BACKEND_ABI_VERSION 1
+#define DIT_BACKEND_ABI_VERSION 2
 
 typedef struct dit_backend_config {
   int threads; /* CPU worker threads; <= 0: all online CPUs */
@@ -111,6 +111,11 @@ typedef struct dit_backend_vtable {
    * `queue` so far (queue_waits 0), or `queue` wait for the compute queue's (1). */
   dit_status_t (*external_copy)(void *state, void *queue, void *dst, const void *src, size_t bytes);
   dit_status_t (*external_join)(void *state, void *queue, int queue_waits);
+  /* Optional (backends whose queues are host threads): stops the queues before teardown, when a
+   * failed run may have left work queued behind a wait that nothing will satisfy. The work
+   * running finishes, the rest is dropped; afterwards nothing touches backend memory, so it
+   * may be released. Only destroy may follow. */
+  void (*quiesce)(void *state);
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',

@@ -64,7 +64,7 @@ static void *queue_thread(void *arg) {
   pthread_mutex_lock(&sh->mu);
   for (;;) {
     while (!q->n && !q->stop) pthread_cond_wait(&sh->cv, &sh->mu);
-    if (!q->n) break;
+    if (q->stop) break; /* what is still queued is dropped (quiesce) */
     cq_item_t it = q->items[q->head];
     if (it.kind == CQ_WAIT) {
       while (sh->completed[it.ev] < it.target && !q->stop) pthread_cond_wait(&sh->cv, &sh->mu);
@@ -204,17 +204,23 @@ static dit_status_t cpu_create(const dit_backend_config_t *cfg, void **out) {
   return DIT_OK;
 }
 
-static void cpu_destroy(void *state) {
+/* Stops the queue threads: the copy or call each is running finishes, what is queued behind it
+ * is dropped, and nothing reads or writes backend memory afterwards. */
+static void cpu_quiesce(void *state) {
   cpu_state_t *st = state;
-  if (!st) return;
   pthread_mutex_lock(&st->sh.mu);
   for (int k = 1; k < 3; k++) st->q[k].stop = 1;
   pthread_cond_broadcast(&st->sh.cv);
   pthread_mutex_unlock(&st->sh.mu);
-  for (int k = 1; k < 3; k++) {
-    if (st->q[k].started) pthread_join(st->q[k].thread, NULL);
-    free(st->q[k].items);
-  }
+  for (int k = 1; k < 3; k++)
+    if (st->q[k].started) pthread_join(st->q[k].thread, NULL), st->q[k].started = 0;
+}
+
+static void cpu_destroy(void *state) {
+  cpu_state_t *st = state;
+  if (!st) return;
+  cpu_quiesce(st);
+  for (int k = 1; k < 3; k++) free(st->q[k].items);
   dit_status_free(st->sh.failed);
   pthread_mutex_destroy(&st->sh.mu);
   pthread_cond_destroy(&st->sh.cv);
@@ -671,6 +677,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .host_memory = 1,
     .create = cpu_create,
     .destroy = cpu_destroy,
+    .quiesce = cpu_quiesce,
     .alloc = cpu_alloc,
     .allocated_bytes = cpu_allocated_bytes,
     .release = cpu_release,

@@ -21,6 +21,7 @@ const dit_manifest_t *dit_runtime_manifest(const dit_runtime_t *rt) { return rt-
 static void rank_destroy(rank_rt_t *rt) {
   if (!rt) return;
   if (rt->be_state) {
+    if (rt->be->quiesce) rt->be->quiesce(rt->be_state); /* a failed run may have left copies queued */
     dit_offload_engine_destroy(rt->offload);
     if (rt->coll_send) rt->be->release(rt->be_state, rt->coll_send);
     if (rt->coll_recv) rt->be->release(rt->be_state, rt->coll_recv);
