@@ -65,6 +65,8 @@ typedef struct dit_token_group {
   int64_t group, offset;
 } dit_token_group_t;
 dit_status_t dit_token_group_get(const dit_attrs_t *a, const char *op, dit_token_group_t *out);
+/* Every token its own row. */
+#define DIT_TOKEN_GROUP_NONE ((dit_token_group_t){1, 0})
 static inline int64_t dit_token_group_rows(dit_token_group_t tg, int64_t tokens) { return (tokens + tg.offset + tg.group - 1) / tg.group; }
 static inline int64_t dit_token_group_row(dit_token_group_t tg, int64_t t) { return (t + tg.offset) / tg.group; }
 

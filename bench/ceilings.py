@@ -232,3 +232,26 @@ def run_info():
     except OSError:
         pass
     return info
+
+
+def self_test():
+    """The pure-python parts a GPU run relies on, checked without one: kernel classes by name and
+    the printed split."""
+    want = {"nvjet_tst_256x128_64x4_2x1_v_bz_coopB_TNT": "gemm",
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64": "gemm",
+            "cutlass3x_sm90_tensorop_gemm": "gemm", "triton_tem_fused_addmm_0": "gemm",
+            "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>": "attention",
+            "cudnn_generated_fort_native_sdpa_sm90_flash_fprop": "attention",
+            "triton_poi_fused_add_mul_native_layer_norm_0": "other", "void at::native::elementwise_kernel<128, 4>": "other"}
+    for name, cls in want.items():
+        assert kernel_class(name) == cls, (name, kernel_class(name), cls)
+    L = split_lines("x", {"split_ms": {"gemm": 1.0, "attention": 2.0, "other": 3.5}, "top": [{"name": "k", "count": 2, "ms": 4.0}]})
+    assert L[0] == "x kernels: GEMMs 1.0 ms, attention 2.0 ms, other 3.5 ms" and "2.000 ms" in L[1], L
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--self-test"]:
+        sys.exit("usage: ceilings.py --self-test (the module is imported by the benchmarks)")
+    self_test()
+    print("ceilings: self-test passed")

@@ -136,6 +136,14 @@ static void token_group_defines(dit_strbuf_t *s, const dit_op_t *op, const dit_v
                     x->dims[1], e->dims[1], geti(op, "token_group"), geti(op, "token_offset"));
 }
 
+/* A stored per-token table [B, R, n, D] whose R rows runs of tokens share: the kernels read its
+ * rows through E_ROW when `flag` is defined. */
+static void mod_group_defines(dit_strbuf_t *s, const dit_op_t *op, const dit_value_t *x, const dit_value_t *mod, const char *flag) {
+  if (mod->rank != 4 || mod->dims[1] == x->dims[1]) return;
+  token_group_defines(s, op, x, mod);
+  dit_strbuf_printf(s, "#define %s 1\n", flag);
+}
+
 static void set_launch(dit_plan_kernel_t *k, uint64_t gx, uint32_t gy, uint32_t gz, uint32_t block, uint32_t smem) {
   k->grid[0] = (uint32_t)(gx ? gx : 1);
   k->grid[1] = gy;
@@ -317,9 +325,10 @@ static dit_status_t residual_defines(const dit_graph_t *g, const dit_op_t *op, i
   const dit_value_t *m = V(g, op->in[res_at + 1]);
   dit_strbuf_printf(s, "#define GATE %" PRId64 "\n", geti(op, "gate"));
   if (gates == 1) {
-    /* A per-token table [B, T, n, D]: every row its own batch row. */
+    /* A per-token table [B, R, n, D]: every row its own batch row, or its run's. */
     dit_strbuf_printf(s, "#define T_RMOD %d\n#define R_TOKENS %" PRId64 "LL\n#define R_NROWS %" PRId64 "LL\n", dt_code(m->dtype),
                       m->rank == 4 ? (int64_t)1 : x->dims[1], m->dims[m->rank - 2]);
+    mod_group_defines(s, op, x, m, "R_MOD_GROUPED");
     return DIT_OK;
   }
   const dit_value_t *e = V(g, op->in[res_at + 2]);
@@ -397,11 +406,13 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       }
       dit_strbuf_printf(s, "#define DIT_K_GATED_ADD 1\n#define T_X %d\n#define T_Y %d\n#define T_MOD %d\n", dt_code(x->dtype),
           dt_code(V(g, op->in[1])->dtype), dt_code(mod->dtype));
-      /* A per-token table [B, T, n, D] is the per-batch form with B*T batch rows of one token. */
+      /* A per-token table [B, T, n, D] is the per-batch form with B*T batch rows of one token
+       * (each reading its run's row of [B, R, n, D]). */
       const int per_token = mod->rank == 4;
       dit_strbuf_printf(s, "#define BATCH %" PRId64 "\n#define TOKENS %" PRId64 "\n#define D %" PRId64 "\n#define NROWS %" PRId64
              "\n#define GATE %" PRId64 "\n#define VEC8 %d\n", per_token ? x->dims[0] * x->dims[1] : x->dims[0],
              per_token ? (int64_t)1 : x->dims[1], x->dims[2], mod->dims[mod->rank - 2], geti(op, "gate"), vec);
+      mod_group_defines(s, op, x, mod, "MOD_GROUPED");
       set_launch(k, blocks_of(vec ? n / DIT_ABI_VEC : n), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
@@ -492,11 +503,12 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         if (res_at <= 0 || op->n_in - res_at != 3) token_group_defines(s, op, x, e); /* else the residual's, the same */
       } else if (mode == DIT_ABI_NORM_ADALN) {
         const dit_value_t *mod = V(g, op->in[1]);
-        /* A per-token table [B, T, n, D]: every row its own batch row (TOKENS 1). */
+        /* A per-token table [B, R, n, D]: every row its own batch row (TOKENS 1), or its run's. */
         const int per_token = mod->rank == 4;
         dit_strbuf_printf(s, "#define T_MOD %d\n#define TOKENS %" PRId64 "\n#define NROWS %" PRId64 "\n#define SHIFT_ROW %" PRId64
                "\n#define SCALE_ROW %" PRId64 "\n",
             dt_code(mod->dtype), per_token ? (int64_t)1 : x->dims[1], mod->dims[mod->rank - 2], geti(op, "shift"), geti(op, "scale"));
+        mod_group_defines(s, op, x, mod, "MOD_GROUPED");
       } else if (mode == DIT_ABI_NORM_RMSNORM) {
         dit_strbuf_printf(s, "#define T_W %d\n", dt_code(V(g, op->in[op->n_in - 1])->dtype)); /* a rope's: its last input */
       } else if (mode == DIT_ABI_NORM_RMSNORM_SLICE) {
@@ -951,9 +963,12 @@ static int mlir_spec(const dit_graph_t *g, const dit_op_t *op, dit_mlir_ew_spec_
   const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
   *reason = NULL;
   memset(e, 0, sizeof *e);
-  /* The unstored per-token gate (four operands) stays on the NVRTC kernel, as does every op with
-   * more operands than an elementwise spec holds (a norm with its residual folded in). */
-  if ((op->kind == DIT_OP_GATED_ADD && op->n_in == 4) || op->n_in > DIT_MLIR_EW_MAX_IN) return 0;
+  /* The per-token gate unstored (four operands) or with rows that runs of tokens share stays on
+   * the NVRTC kernel, as does every op with more operands than an elementwise spec holds (a norm
+   * with its residual folded in). */
+  if (op->kind == DIT_OP_GATED_ADD && (op->n_in == 4 || (V(g, op->in[2])->rank == 4 && V(g, op->in[2])->dims[1] != x->dims[1])))
+    return 0;
+  if (op->n_in > DIT_MLIR_EW_MAX_IN) return 0;
   e->n = dit_value_numel(y);
   e->out_dtype = y->dtype;
   for (int i = 0; i < op->n_in; i++) {

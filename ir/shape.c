@@ -103,14 +103,20 @@ static dit_status_t check_mod_rows(const char *op, int64_t rows, const dit_attrs
   return DIT_OK;
 }
 
-/* Checks that mod is [B, n, D] (one table per batch item) or [B, T, n, D] (one per token of
- * x [B, T, D]) with the row indices `keys` inside n. */
+/* Checks that mod is [B, n, D] (one table per batch item) or [B, R, n, D] (per token of x
+ * [B, T, D]: R = T, or with attrs token_group and token_offset the rows runs of tokens share) with
+ * the row indices `keys` inside n. */
 static dit_status_t check_mod(const char *op, const dit_value_t *x, const dit_value_t *mod,
                               const dit_attrs_t *attrs, const char *const *keys, int n_keys) {
   if (mod->rank == 4) {
-    if (mod->dims[0] != x->dims[0] || mod->dims[1] != x->dims[1] || mod->dims[3] != x->dims[x->rank - 1])
-      FAIL("%s: per-token mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 ",n,%" PRId64 "]",
-           op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], mod->dims[3], x->dims[0], x->dims[1], x->dims[x->rank - 1]);
+    dit_token_group_t tg;
+    DIT_RETURN_IF(dit_token_group_get(attrs, op, &tg));
+    const int64_t rows = dit_token_group_rows(tg, x->dims[1]);
+    if (mod->dims[0] != x->dims[0] || mod->dims[1] != rows || mod->dims[3] != x->dims[x->rank - 1])
+      FAIL("%s: per-token mod '%s' is [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "], expected [%" PRId64 ",%" PRId64 ",n,%" PRId64
+           "] (%" PRId64 " tokens, %" PRId64 " a row from offset %" PRId64 ")",
+           op, mod->name, mod->dims[0], mod->dims[1], mod->dims[2], mod->dims[3], x->dims[0], rows, x->dims[x->rank - 1], x->dims[1],
+           tg.group, tg.offset);
   } else {
     DIT_RETURN_IF(need_rank(op, "mod", mod, 3));
     if (mod->dims[0] != x->dims[0] || mod->dims[2] != x->dims[x->rank - 1])

@@ -30,10 +30,27 @@ static int32_t fold_norm_into_rope(dit_graph_t *g, int32_t i, const int32_t *use
   return n;
 }
 
+/* Whether an adaln or gated_add reads its modulation per token (table and e unstored, or a
+ * stored [B, R, n, D]): then its attrs token_group and token_offset pick the rows. */
+static int reads_token_rows(const dit_graph_t *g, const dit_op_t *op) {
+  const int mod = op->kind == DIT_OP_ADALN ? 1 : op->kind == DIT_OP_GATED_ADD ? 2 : -1;
+  if (mod < 0 || op->n_in <= mod) return 0;
+  return op->n_in == mod + 2 || dit_graph_cvalue(g, op->in[mod])->rank == 4;
+}
+
+static int reads_no_weight(const dit_graph_t *g, const dit_op_t *op) {
+  for (int k = 0; k < op->n_in; k++)
+    if (dit_graph_cvalue(g, op->in[k])->kind == DIT_VALUE_WEIGHT) return 0;
+  return 1;
+}
+
 /* Folds the add or gated_add producing norm op i's x into the norm (base/ops.def: res_at) when
- * the norm is the sum's first reader, in the same block, and the sum is stored as the residual's
- * x is; the norm then writes the sum as its second output. first[v] is the first op reading v.
- * Returns the residual's op index, or -1. */
+ * the norm is the sum's first reader and the sum is stored as the residual's x is; the norm then
+ * writes the sum as its second output. first[v] is the first op reading v. The two are in one
+ * block, or the residual ends block b >= 1 and the norm begins block b + 1 and the residual reads
+ * no weight: block b's weights are not needed in block b + 1 (offload may have evicted them),
+ * and block 0's last residual, the step cache's probe site, stays a step of block 0. Returns the
+ * residual's op index, or -1. */
 static int32_t fold_residual_into_norm(dit_graph_t *g, int32_t i, const int32_t *first) {
   dit_op_t *norm = dit_graph_op_at(g, i);
   if ((norm->kind != DIT_OP_LAYERNORM && norm->kind != DIT_OP_ADALN) || norm->n_out != 1 || dit_attrs_find(&norm->attrs, "res_at"))
@@ -43,19 +60,20 @@ static int32_t fold_residual_into_norm(dit_graph_t *g, int32_t i, const int32_t 
   if (s->kind != DIT_VALUE_TEMP || s->producer < 0 || first[sum] != i) return -1;
   const int32_t ri = s->producer;
   const dit_op_t *res = dit_graph_cop_at(g, ri);
-  if ((res->kind != DIT_OP_ADD && res->kind != DIT_OP_GATED_ADD) || res->n_out != 1 || res->block != norm->block) return -1;
+  if ((res->kind != DIT_OP_ADD && res->kind != DIT_OP_GATED_ADD) || res->n_out != 1) return -1;
+  if (res->block != norm->block && !(res->block >= 1 && norm->block == res->block + 1 && reads_no_weight(g, res))) return -1;
   if (dit_graph_cvalue(g, res->in[0])->dtype != s->dtype || norm->n_in + res->n_in - 1 > DIT_OP_MAX_IN) return -1;
-  /* The residual's attributes join the norm's: gate, and its token grouping, which a per-token
-   * adaln (three operands) already has and must share. */
+  /* The residual's attributes join the norm's: gate, and its token grouping, which a norm that
+   * reads its modulation per token already has and must share when the residual does too. */
   dit_attrs_t attrs = norm->attrs;
   static const char *const keys[] = {"gate", "token_group", "token_offset"};
-  const int norm_tok = norm->kind == DIT_OP_ADALN && norm->n_in == 3;
+  const int norm_tok = reads_token_rows(g, norm), res_tok = reads_token_rows(g, res);
   for (int k = 0; k < 3; k++) {
     const dit_attr_t *a = dit_attrs_find(&res->attrs, keys[k]);
     if (k > 0 && norm_tok) {
       const dit_attr_t *b = dit_attrs_find(&norm->attrs, keys[k]);
       const int64_t def = k == 1 ? 1 : 0, va = a ? a->i : def, vb = b ? b->i : def;
-      if (res->n_in == 4 && va != vb) return -1;
+      if (res_tok && va != vb) return -1;
       continue;
     }
     if (a && dit_attrs_set_int(&attrs, keys[k], a->i)) return -1;

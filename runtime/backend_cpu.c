@@ -423,12 +423,10 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       GETF("eps", eps);
       GETI("shift", shift);
       GETI("scale", scale);
-      if (st->n_in == 3) {
-        dit_token_group_t tg;
-        DIT_RETURN_IF(dit_token_group_get(&st->attrs, name, &tg));
-        return dit_cpu_adaln_tok(c, &in[0], &in[1], &in[2], tg, eps, shift, scale, &out[0]);
-      }
-      return dit_cpu_adaln(c, &in[0], &in[1], eps, shift, scale, &out[0]);
+      dit_token_group_t tg;
+      DIT_RETURN_IF(dit_token_group_get(&st->attrs, name, &tg));
+      if (st->n_in == 3) return dit_cpu_adaln_tok(c, &in[0], &in[1], &in[2], tg, eps, shift, scale, &out[0]);
+      return dit_cpu_adaln(c, &in[0], &in[1], tg, eps, shift, scale, &out[0]);
     }
     case DIT_OP_RMSNORM: {
       double eps;
@@ -514,12 +512,10 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_GATED_ADD: {
       int gate;
       GETI("gate", gate);
-      if (st->n_in == 4) {
-        dit_token_group_t tg;
-        DIT_RETURN_IF(dit_token_group_get(&st->attrs, name, &tg));
-        return dit_cpu_gated_add_tok(c, &in[0], &in[1], &in[2], &in[3], tg, gate, &out[0]);
-      }
-      return dit_cpu_gated_add(c, &in[0], &in[1], &in[2], gate, &out[0]);
+      dit_token_group_t tg;
+      DIT_RETURN_IF(dit_token_group_get(&st->attrs, name, &tg));
+      if (st->n_in == 4) return dit_cpu_gated_add_tok(c, &in[0], &in[1], &in[2], &in[3], tg, gate, &out[0]);
+      return dit_cpu_gated_add(c, &in[0], &in[1], &in[2], tg, gate, &out[0]);
     }
     case DIT_OP_ROWSUMSQ: return dit_cpu_rowsumsq(c, &in[0], &out[0]);
     case DIT_OP_RMSNORM_SLICE: {

@@ -241,16 +241,20 @@ dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m
 
 dit_blocks_mod_t dit_blocks_modulation(dit_blocks_t *b, dit_vid_t table, dit_vid_t e, const dit_token_group_t *rows,
                                        const char *name) {
-  /* Per token, a [B, T, n, D] table would be written and read again by every block (2 GB
-   * each at 27280 tokens of Wan2.2 TI2V-5B): adaln and gated_add add the rows they use. */
-  if (rows) return (dit_blocks_mod_t){table, e, *rows};
+  /* A row per token, a [B, T, n, D] table would be written and read again by every block (2 GB
+   * each at 27280 tokens of Wan2.2 TI2V-5B): adaln and gated_add add the rows they use. Rows that
+   * runs of tokens share (a latent frame's) are few: the table is formed once, [B, R, n, D], and
+   * read as the per-batch one is, without the table's and e's second read per element. */
+  if (rows && rows->group <= 1) return (dit_blocks_mod_t){table, e, *rows};
   dit_vid_t in[2] = {table, e};
-  return (dit_blocks_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, NULL, DIT_F32, name), -1, {1, 0}};
+  dit_attrs_t a = {0};
+  if (rows) dit_attrs_set_int(&a, "per_token", 1);
+  return (dit_blocks_mod_t){dit_graph_op(b->g, DIT_OP_MOD_TABLE, in, 2, &a, DIT_F32, name), -1, rows ? *rows : (dit_token_group_t){1, 0}};
 }
 
 /* A per-token form's grouping attrs, when its rows are shared. */
 static void mod_rows_attrs(dit_blocks_mod_t mod, dit_attrs_t *a) {
-  if (mod.e < 0 || mod.rows.group <= 1) return;
+  if (mod.rows.group <= 1) return;
   dit_attrs_set_int(a, "token_group", mod.rows.group);
   dit_attrs_set_int(a, "token_offset", mod.rows.offset);
 }

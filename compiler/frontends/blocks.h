@@ -100,10 +100,10 @@ dit_vid_t dit_blocks_mlp(dit_blocks_t *b, dit_vid_t x, const dit_blocks_mlp_t *m
 
 /* ---- modulation ---- */
 
-/* Adaptive-norm modulation of one stream: per batch item a [B, n, D] table summed from the
- * stored table and the conditioning projection (e < 0), or per token the two unsummed
- * operands that adaln and gated_add add where they read a row, e's rows shared by runs of
- * tokens as rows says (token_group 0 or 1: a row per token). */
+/* Adaptive-norm modulation of one stream: a table summed from the stored table and the
+ * conditioning projection (e < 0), [B, n, D] per batch item or [B, R, n, D] with R rows that runs
+ * of tokens share as rows says; or, with a row per token (rows.group 1), the two unsummed operands
+ * that adaln and gated_add add where they read a row. */
 typedef struct dit_blocks_mod {
   dit_vid_t table, e;
   dit_token_group_t rows;

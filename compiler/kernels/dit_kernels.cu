@@ -23,6 +23,18 @@ __device__ __forceinline__ void st(bf16_t *p, long long i, float v) { p[i] = f2b
 #else
 #define E_ROW(b) (b)
 #endif
+// A stored per-token table's row for token row b: its own, or with MOD_GROUPED (R_MOD_GROUPED
+// for a folded residual's gate) its run's, as E_ROW picks e's.
+#if defined(MOD_GROUPED)
+#define MOD_ROW(b) E_ROW(b)
+#else
+#define MOD_ROW(b) (b)
+#endif
+#if defined(R_MOD_GROUPED)
+#define R_MOD_ROW(b) E_ROW(b)
+#else
+#define R_MOD_ROW(b) (b)
+#endif
 
 // Eight contiguous elements through one or two 16-byte accesses (i a multiple of 8).
 __device__ __forceinline__ void ld8(const bf16_t *p, long long i, float *v) {
@@ -192,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   float vx[DIT_ABI_VEC], vy[DIT_ABI_VEC], vg[DIT_ABI_VEC];
   ld8(x, i, vx);
   ld8(y, i, vy);
-  ld8(mod, (b * NROWS + GATE) * D + d, vg);
+  ld8(mod, (MOD_ROW(b) * NROWS + GATE) * D + d, vg);
 #pragma unroll
   for (int k = 0; k < DIT_ABI_VEC; k++) vx[k] = vx[k] + vy[k] * vg[k];
   st8(out, i, vx);
@@ -200,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   if (i >= (long long)BATCH * TOKENS * D) return;
   const int d = (int)(i % D);
   const long long b = i / ((long long)TOKENS * D);
-  st(out, i, ld(x, i) + ld(y, i) * ld(mod, (b * NROWS + GATE) * D + d));
+  st(out, i, ld(x, i) + ld(y, i) * ld(mod, (MOD_ROW(b) * NROWS + GATE) * D + d));
 #endif
 }
 #endif
@@ -552,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   // e's, per token)), rounded to x's type as the residual op stored it, stored, and normalized.
   {
 #if RES == 2
-    const TY(RMOD) *gm = rmod + ((row / R_TOKENS) * R_NROWS + GATE) * D;
+    const TY(RMOD) *gm = rmod + (R_MOD_ROW(row / R_TOKENS) * R_NROWS + GATE) * D;
 #elif RES == 3
     const TY(RTABLE) *gt = rtab + (long long)GATE * D;
     const TY(RE) *ge = re + (E_ROW(row) * R_ROWS_E + (R_ROWS_E == 1 ? 0 : GATE)) * D;
@@ -651,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   const TY(TABLE) *tsh = table + (long long)SHIFT_ROW * D, *tsc = table + (long long)SCALE_ROW * D;
   const TY(E) *esh = emb + (b * ROWS_E + (ROWS_E == 1 ? 0 : SHIFT_ROW)) * D, *esc = emb + (b * ROWS_E + (ROWS_E == 1 ? 0 : SCALE_ROW)) * D;
 #elif MODE == M_ADALN
-  const long long b = row / TOKENS;
+  const long long b = MOD_ROW(row / TOKENS);
   const TY(MOD) *sh = mod + (b * NROWS + SHIFT_ROW) * D, *sc = mod + (b * NROWS + SCALE_ROW) * D;
 #endif
 #pragma unroll

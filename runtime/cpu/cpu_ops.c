@@ -464,7 +464,7 @@ typedef struct norm_job {
   dit_tensor_t *y;
   int64_t D, T, n_mod;
   int64_t G;     /* NORM_RMS: normalized chunks of a row (D for the whole row) */
-  int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
+  int per_token; /* mod [B, rows_e, n, D] (token rows picked by tg) rather than [B, n, D] */
   int shift, scale;
   double eps;
   float *w_f32, *b_f32; /* affine parameters widened once, or NULL */
@@ -510,7 +510,8 @@ static void norm_rows(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t d = 0; d < D; d++) sh[d] = j->tab_f32[j->shift * D + d] + es[d];
         for (int64_t d = 0; d < D; d++) out[d] = out[d] * (1.0f + sc[d]) + sh[d];
       } else if (j->kind == NORM_ADALN) {
-        const int64_t b = j->per_token ? r : r / j->T, base = b * j->n_mod * D;
+        const int64_t b = j->per_token ? (r / j->T) * j->rows_e + dit_token_group_row(j->tg, r % j->T) : r / j->T,
+                      base = b * j->n_mod * D;
         const float *scale = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->scale * D, D, t1);
         const float *shift = dit_cpu_row_load(j->mod->data, j->mod->dtype, base + j->shift * D, D, t2);
         for (int64_t d = 0; d < D; d++) out[d] = out[d] * (1.0f + scale[d]) + shift[d];
@@ -598,23 +599,41 @@ static dit_status_t check_adaln_xy(const char *op, const dit_tensor_t *x, const 
   return dit_cpu_check_same_dims(op, "y", y, "x", x);
 }
 
-dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
+static dit_status_t check_token_group(const char *op, dit_token_group_t tg) {
+  if (tg.group < 1 || tg.offset < 0 || tg.offset >= tg.group)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: token group %lld from offset %lld, expected a group >= 1 and an offset below it", op,
+                   (long long)tg.group, (long long)tg.offset);
+  return DIT_OK;
+}
+
+/* A stored modulation of x [B, T, D]: float [B, n, D], or per token [B, R, n, D] with R the rows
+ * of tg; sets its n. */
+static dit_status_t check_mod(const char *op, const dit_tensor_t *x, const dit_tensor_t *mod, dit_token_group_t tg, int64_t *n) {
+  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
+  const int per_token = mod->rank == 4;
+  if (per_token) DIT_RETURN_IF(check_token_group(op, tg));
+  const int64_t rows = per_token ? dit_token_group_rows(tg, x->dims[1]) : -1;
+  const int64_t want[4] = {x->dims[0], per_token ? rows : -1, per_token ? -1 : x->dims[2], x->dims[2]};
+  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
+  *n = mod->dims[mod->rank - 2];
+  return DIT_OK;
+}
+
+dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod, dit_token_group_t tg,
                            double eps, int shift, int scale, dit_tensor_t *y) {
   static const char *op = "adaln";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(check_adaln_xy(op, x, y, eps));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
+  int64_t n;
+  DIT_RETURN_IF(check_mod(op, x, mod, tg, &n));
   const int per_token = mod->rank == 4;
-  const int64_t want[4] = {x->dims[0], per_token ? x->dims[1] : -1, per_token ? -1 : x->dims[2], x->dims[2]};
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
-  const int64_t n = mod->dims[mod->rank - 2];
   if (shift < 0 || shift >= n || scale < 0 || scale >= n)
     return DIT_ERR(INVALID_ARGUMENT, "%s: shift %d / scale %d out of range for mod %s (n = %lld)", op,
                    shift, scale, dit_cpu_dims_str(mod, b1), (long long)n);
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "mod", mod));
-  norm_job_t j = {.kind = NORM_ADALN, .x = x, .mod = mod, .y = y, .D = x->dims[2],
-                  .T = x->dims[1], .n_mod = n, .per_token = per_token, .shift = shift, .scale = scale, .eps = eps};
+  norm_job_t j = {.kind = NORM_ADALN, .x = x, .mod = mod, .y = y, .D = x->dims[2], .T = x->dims[1], .n_mod = n,
+                  .per_token = per_token, .shift = shift, .scale = scale, .eps = eps, .rows_e = mod->dims[1], .tg = tg};
   return run_norm(c, op, &j);
 }
 
@@ -629,9 +648,7 @@ static dit_status_t check_tok(const char *op, const dit_tensor_t *x, const dit_t
   if (table->rank != 3 || table->dims[0] != 1 || table->dims[2] != D)
     return DIT_ERR(INVALID_ARGUMENT, "%s: table has dims %s, expected [1, n, %lld]", op, dit_cpu_dims_str(table, b1), (long long)D);
   *n = table->dims[1];
-  if (tg.group < 1 || tg.offset < 0 || tg.offset >= tg.group)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: token group %lld from offset %lld, expected a group >= 1 and an offset below it", op,
-                   (long long)tg.group, (long long)tg.offset);
+  DIT_RETURN_IF(check_token_group(op, tg));
   const int64_t rows = dit_token_group_rows(tg, x->dims[1]);
   if (e->rank != 3 || e->dims[0] != x->dims[0] || e->dims[1] != rows || (e->dims[2] != D && e->dims[2] != *n * D))
     return DIT_ERR(INVALID_ARGUMENT, "%s: e has dims %s, expected [%lld, %lld, %lld or %lld] for x %s", op, dit_cpu_dims_str(e, b1),
@@ -898,7 +915,7 @@ typedef struct gated_job {
   const dit_tensor_t *x, *y, *mod;
   dit_tensor_t *out;
   int64_t T, D, n;
-  int per_token; /* mod [B, T, n, D] rather than [B, n, D] */
+  int per_token; /* mod [B, rows_e, n, D] (token rows picked by tg) rather than [B, n, D] */
   int gate;
   const dit_tensor_t *e; /* with tab_f32: the unstored per-token gate tab_f32[gate] + e (rows as norm_job's) */
   const float *tab_f32;
@@ -910,7 +927,7 @@ static void gated_rows(void *ctx, int64_t begin, int64_t end, int worker) {
   gated_job_t *j = ctx;
   float tx[DIT_EW_CHUNK], ty[DIT_EW_CHUNK], tg[DIT_EW_CHUNK], tt[DIT_EW_CHUNK], o[DIT_EW_CHUNK];
   for (int64_t r = begin; r < end; r++) {
-    const int64_t b = j->per_token ? r : r / j->T;
+    const int64_t b = j->per_token ? (r / j->T) * j->rows_e + dit_token_group_row(j->tg, r % j->T) : r / j->T;
     for (int64_t s = 0; s < j->D; s += DIT_EW_CHUNK) {
       const int64_t n = j->D - s < DIT_EW_CHUNK ? j->D - s : DIT_EW_CHUNK;
       const float *x = dit_cpu_row_load(j->x->data, j->x->dtype, r * j->D + s, n, tx);
@@ -945,21 +962,18 @@ static dit_status_t check_gated_xy(const char *op, const dit_tensor_t *x, const 
 }
 
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
-                               const dit_tensor_t *mod, int gate, dit_tensor_t *out) {
+                               const dit_tensor_t *mod, dit_token_group_t tg, int gate, dit_tensor_t *out) {
   static const char *op = "gated_add";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(check_gated_xy(op, x, y, out));
-  DIT_RETURN_IF(dit_cpu_check_float(op, "mod", mod));
-  const int per_token = mod->rank == 4;
-  const int64_t want[4] = {x->dims[0], per_token ? x->dims[1] : -1, per_token ? -1 : x->dims[2], x->dims[2]};
-  DIT_RETURN_IF(dit_cpu_check_dims(op, "mod", mod, per_token ? 4 : 3, want));
-  const int64_t n_mod = mod->dims[mod->rank - 2];
+  int64_t n_mod;
+  DIT_RETURN_IF(check_mod(op, x, mod, tg, &n_mod));
   if (gate < 0 || gate >= n_mod)
     return DIT_ERR(INVALID_ARGUMENT, "%s: gate %d out of range for mod %s (n = %lld)", op, gate,
                    dit_cpu_dims_str(mod, b1), (long long)n_mod);
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, "mod", mod));
-  gated_job_t j = {.x = x, .y = y, .mod = mod, .out = out, .T = x->dims[1], .D = x->dims[2],
-                   .n = n_mod, .per_token = per_token, .gate = gate};
+  gated_job_t j = {.x = x, .y = y, .mod = mod, .out = out, .T = x->dims[1], .D = x->dims[2], .n = n_mod,
+                   .per_token = mod->rank == 4, .gate = gate, .rows_e = mod->dims[1], .tg = tg};
   const int64_t grain = j.D > 0 ? (DIT_EW_GRAIN + j.D - 1) / j.D : 1;
   dit_pool_parallel_for(dit_cpu_pool(c), x->dims[0] * j.T, grain, gated_rows, &j);
   return DIT_OK;

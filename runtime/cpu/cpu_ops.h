@@ -73,9 +73,10 @@ dit_status_t dit_cpu_mod_table(dit_cpu_t *c, const dit_tensor_t *table, const di
 /* LayerNorm over the last dim; w and b may be NULL (both or neither). */
 dit_status_t dit_cpu_layernorm(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                                const dit_tensor_t *b, double eps, dit_tensor_t *y);
-/* x [B, T, D]; mod [B, n, D] or per token [B, T, n, D]:
- * y = LN(x) * (1 + mod[:, scale]) + mod[:, shift]. */
-dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod,
+/* x [B, T, D]; mod [B, n, D] or per token [B, R, n, D], token t reading row
+ * dit_token_group_row(tg, t) of R = dit_token_group_rows(tg, T) (tg {1, 0}: its own, R = T):
+ * y = LN(x) * (1 + mod[:, scale]) + mod[:, shift]. tg is not read for a per-batch mod. */
+dit_status_t dit_cpu_adaln(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *mod, dit_token_group_t tg,
                            double eps, int shift, int scale, dit_tensor_t *y);
 /* adaln with the per-token table unstored: mod[b, t, i] = table[0, i] + e[b, row, r?i:0] in fp32
  * (mod_table's sums, bit for bit), table [1, n, D], e [B, R, r*D] with r = 1 or n, token t reading
@@ -182,9 +183,10 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
                                    int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse);
 /* The key that column col of vt8 holds (attn_quant_vt's permutation within groups of 16 columns). */
 int64_t dit_attn_vt_key(int64_t col);
-/* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, T, n, D]. */
+/* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, R, n, D]
+ * (rows picked by tg as dit_cpu_adaln picks them). */
 dit_status_t dit_cpu_gated_add(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,
-                               const dit_tensor_t *mod, int gate, dit_tensor_t *out);
+                               const dit_tensor_t *mod, dit_token_group_t tg, int gate, dit_tensor_t *out);
 /* gated_add with the per-token gate table[0, gate] + e[b, row, r?gate:0] formed in fp32 as
  * dit_cpu_adaln_tok forms its rows (and picks them). */
 dit_status_t dit_cpu_gated_add_tok(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *y,

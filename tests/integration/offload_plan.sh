@@ -78,11 +78,12 @@ def offload(d):  # the summary's digest, with the blocks of rank 0's typed plan 
     return dict(m["summary"]["offload"], blocks=json.load(open(d + "/blobs/" + m["ranks"][0]["plan"]))["offload"]["blocks"])
 a, s = (offload(d) for d in sys.argv[1:3])
 assert s["profile"]["step_overhead_us"] == 250 and a["profile"]["step_overhead_us"] == 0
-# T_comp grows by the block's plan steps x 0.25 ms: a whole number of steps, the same for
-# every block of this model
+# T_comp grows by the block's plan steps x 0.25 ms: a whole number of steps, within one of every
+# other block's (a block whose last residual add the next block's first norm makes has one less)
 d = [bs["t_comp_ms"] - ba["t_comp_ms"] for ba, bs in zip(a["blocks"], s["blocks"])]
-k = d[0] / 0.25
-assert k >= 10 and abs(k - round(k)) < 1e-6 and all(abs(x - d[0]) < 1e-9 for x in d), d
+ks = [x / 0.25 for x in d]
+k = ks[0]
+assert all(x >= 10 and abs(x - round(x)) < 1e-6 for x in ks) and max(ks) - min(ks) <= 1 + 1e-6, d
 assert all(b["t_coll_ms"] == 0 and b["yield_steps"] == [] for b in s["blocks"])  # no collectives in a one-rank plan
 print("step overhead: %d steps a block, +%.2f ms each" % (round(k), d[0]))
 PY

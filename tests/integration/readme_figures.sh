@@ -79,17 +79,5 @@ assert 0 < r["vs_ceiling"]["attention"] and 0 < r["vs_ceiling"]["other_bandwidth
 EOF
 grep -q "of the bf16 GEMM ceiling measured in this run" "$T/fw.txt"
 # A torch contender's kernels by class, by name.
-python3 - <<'EOF'
-import sys
-sys.path.insert(0, "bench")
-from ceilings import kernel_class, split_lines
-want = {"nvjet_tst_256x128_64x4_2x1_v_bz_coopB_TNT": "gemm", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64": "gemm",
-        "cutlass3x_sm90_tensorop_gemm": "gemm", "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>": "attention",
-        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop": "attention", "triton_poi_fused_add_mul_native_layer_norm_0": "other",
-        "void at::native::elementwise_kernel<128, 4>": "other"}
-for name, cls in want.items():
-    assert kernel_class(name) == cls, (name, kernel_class(name), cls)
-L = split_lines("x", {"split_ms": {"gemm": 1.0, "attention": 2.0, "other": 3.5}, "top": [{"name": "k", "count": 2, "ms": 4.0}]})
-assert L[0] == "x kernels: GEMMs 1.0 ms, attention 2.0 ms, other 3.5 ms" and "2.000 ms" in L[1], L
-EOF
+python3 bench/ceilings.py --self-test
 echo "readme figures: README.md matches bench/results; changes on either side are caught"

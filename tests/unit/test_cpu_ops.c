@@ -908,7 +908,7 @@ static void check_adaln(int64_t B, int64_t T, int64_t D, int64_t n, int shift, i
   }
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t y = out_poisoned(dt, 3, xd);
-    CHECK_OK(dit_cpu_adaln(&g_cpu[pi], &x.t, &mod.t, 1e-6, shift, scale, &y));
+    CHECK_OK(dit_cpu_adaln(&g_cpu[pi], &x.t, &mod.t, DIT_TOKEN_GROUP_NONE, 1e-6, shift, scale, &y));
     char what[128];
     snprintf(what, sizeof what, "adaln B=%lld T=%lld D=%lld shift=%d scale=%d", (long long)B, (long long)T,
              (long long)D, shift, scale);
@@ -1070,7 +1070,7 @@ static void check_gated_add(int64_t B, int64_t T, int64_t D, int64_t n, int gate
       ref[r * D + d] = x.v[r * D + d] + y.v[r * D + d] * mod.v[((r / T) * n + gate) * D + d];
   for (int pi = 0; pi < 2; pi++) {
     dit_tensor_t o = out_poisoned(dt, 3, xd);
-    CHECK_OK(dit_cpu_gated_add(&g_cpu[pi], &x.t, &y.t, &mod.t, gate, &o));
+    CHECK_OK(dit_cpu_gated_add(&g_cpu[pi], &x.t, &y.t, &mod.t, DIT_TOKEN_GROUP_NONE, gate, &o));
     char what[96];
     snprintf(what, sizeof what, "gated_add B=%lld T=%lld D=%lld", (long long)B, (long long)T, (long long)D);
     CHECK(compare(what, &o, ref, tol_for(dt)));
@@ -1672,11 +1672,11 @@ static void test_errors(void) {
     T(mod, DIT_F32, 3, 2, 6, 8);
     T(modbad, DIT_F32, 3, 1, 6, 8);
     O(y, DIT_F32, 3, 2, 5, 8);
-    CHECK_ERR(dit_cpu_adaln(c, &x, &mod, 1e-6, 0, 6, &y), INVALID_ARGUMENT,
+    CHECK_ERR(dit_cpu_adaln(c, &x, &mod, DIT_TOKEN_GROUP_NONE, 1e-6, 0, 6, &y), INVALID_ARGUMENT,
               "adaln: shift 0 / scale 6 out of range for mod [2, 6, 8]");
-    CHECK_ERR(dit_cpu_adaln(c, &x, &modbad, 1e-6, 0, 1, &y), INVALID_ARGUMENT,
+    CHECK_ERR(dit_cpu_adaln(c, &x, &modbad, DIT_TOKEN_GROUP_NONE, 1e-6, 0, 1, &y), INVALID_ARGUMENT,
               "adaln: mod has dims [1, 6, 8], expected [2, *, 8]");
-    CHECK_ERR(dit_cpu_gated_add(c, &x, &x, &mod, 7, &y), INVALID_ARGUMENT, "gated_add: gate 7 out of range");
+    CHECK_ERR(dit_cpu_gated_add(c, &x, &x, &mod, DIT_TOKEN_GROUP_NONE, 7, &y), INVALID_ARGUMENT, "gated_add: gate 7 out of range");
     T(tab, DIT_F32, 3, 1, 6, 8);
     T(e, DIT_F32, 2, 2, 40);
     O(o, DIT_F32, 3, 2, 6, 8);
@@ -1871,7 +1871,7 @@ static void test_torch(void) {
     CHECK_OK(dit_cpu_silu(c, x, &y));
     check_vs_torch("torch silu", &y, "silu.y", TOL_F32);
     if ((mod = ref_get("adaln.mod"))) {
-      CHECK_OK(dit_cpu_adaln(c, x, mod, 1e-6, 0, 1, &y));
+      CHECK_OK(dit_cpu_adaln(c, x, mod, DIT_TOKEN_GROUP_NONE, 1e-6, 0, 1, &y));
       check_vs_torch("diffusers-style adaln", &y, "adaln.y", TOL_F32);
     }
     free(y.data);

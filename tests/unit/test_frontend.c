@@ -663,10 +663,10 @@ static void check_temb(const dit_graph_t *g, dit_dtype_t dt) {
 }
 
 /* expand_timesteps: timestep [B, tokens], embedded once a latent frame (token_rows: each frame's
- * first token); no per-token table is stored: every block's adaln and gated_add read its
- * scale_shift_table and timestep_proj ([B, R, 6D], R frames) themselves, the output norm the
- * table and temb ([B, R, D]), each token its frame's row (attrs token_group, token_offset); a
- * context-parallel rank embeds the frames of its own tokens only. */
+ * first token); each block's table is stored once a frame (mod_table per_token: scale_shift_table
+ * plus timestep_proj [B, R, 6D] -> [B, R, 6, D], R frames), the output norm's from the table and
+ * temb ([B, R, 2, D]); adaln and gated_add read each token's frame row (attrs token_group,
+ * token_offset); a context-parallel rank embeds the frames of its own tokens only. */
 static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_t *req) {
   dit_shape_request_t r = *req;
   const int64_t D = m->wan.heads * m->wan.head_dim;
@@ -688,26 +688,34 @@ static void check_per_token_graph(const dit_model_t *m, const dit_shape_request_
     CHECK(cp == 1 ? sl == NULL
                   : sl != NULL && dit_attrs_find(&sl->attrs, "t0")->i == f0 && dit_attrs_find(&sl->attrs, "count")->i == rows);
     CHECK(cp == 1 || offset != 0); /* rank 1 starts inside a frame: the offset is exercised */
-    CHECK(op_named(g, "blocks.1.mod") == NULL && op_named(g, "out.mod") == NULL);
-    for (int32_t i = 0; i < dit_graph_num_ops(g); i++) CHECK(dit_graph_cop_at(g, i)->kind != DIT_OP_MOD_TABLE);
     const dit_op_t *tp = op_named(g, "timestep_proj"), *temb = op_named(g, "temb");
+    const struct {
+      const char *table;
+      int64_t n;
+      const dit_op_t *e;
+    } tables[] = {{"blocks.1.mod", 6, tp}, {"out.mod", 2, temb}};
+    for (size_t k = 0; k < 2; k++) {
+      const dit_op_t *mt = op_named(g, tables[k].table);
+      CHECK(mt && mt->kind == DIT_OP_MOD_TABLE && tables[k].e && mt->in[1] == tables[k].e->out[0]);
+      if (!mt) continue;
+      const dit_attr_t *pt = dit_attrs_find(&mt->attrs, "per_token");
+      const dit_value_t *y = dit_graph_cvalue(g, mt->out[0]);
+      CHECK(pt && pt->i == 1 && y->rank == 4 && y->dims[0] == r.batch && y->dims[1] == rows && y->dims[2] == tables[k].n &&
+            y->dims[3] == D);
+    }
     const struct {
       const char *name;
       dit_op_kind_t kind;
       int n_in;
-      int64_t rows;
-      const dit_op_t *e;
-    } uses[] = {{"blocks.1.norm1", DIT_OP_ADALN, 3, 6, tp}, {"blocks.1.attn1.residual", DIT_OP_GATED_ADD, 4, 6, tp},
-                {"blocks.1.norm3", DIT_OP_ADALN, 3, 6, tp}, {"blocks.1.ffn.residual", DIT_OP_GATED_ADD, 4, 6, tp},
-                {"norm_out", DIT_OP_ADALN, 3, 2, temb}};
+      const char *table;
+    } uses[] = {{"blocks.1.norm1", DIT_OP_ADALN, 2, "blocks.1.mod"}, {"blocks.1.attn1.residual", DIT_OP_GATED_ADD, 3, "blocks.1.mod"},
+                {"blocks.1.norm3", DIT_OP_ADALN, 2, "blocks.1.mod"}, {"blocks.1.ffn.residual", DIT_OP_GATED_ADD, 3, "blocks.1.mod"},
+                {"norm_out", DIT_OP_ADALN, 2, "out.mod"}};
     for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++) {
-      const dit_op_t *op = op_named(g, uses[u].name);
-      CHECK(op && op->kind == uses[u].kind && op->n_in == uses[u].n_in && uses[u].e);
-      if (!op || op->n_in != uses[u].n_in || !uses[u].e) continue;
-      const dit_value_t *tab = dit_graph_cvalue(g, op->in[op->n_in - 2]), *e = dit_graph_cvalue(g, op->in[op->n_in - 1]);
-      CHECK(tab->rank == 3 && tab->dims[0] == 1 && tab->dims[1] == uses[u].rows && tab->dims[2] == D);
-      CHECK(op->in[op->n_in - 1] == uses[u].e->out[0]);
-      CHECK(e->rank == 3 && e->dims[1] == rows && e->dims[2] == (uses[u].rows == 6 ? 6 * D : D));
+      const dit_op_t *op = op_named(g, uses[u].name), *mt = op_named(g, uses[u].table);
+      CHECK(op && mt && op->kind == uses[u].kind && op->n_in == uses[u].n_in);
+      if (!op || !mt || op->n_in != uses[u].n_in) continue;
+      CHECK(op->in[op->n_in - 1] == mt->out[0]);
       const dit_attr_t *kg = dit_attrs_find(&op->attrs, "token_group"), *ko = dit_attrs_find(&op->attrs, "token_offset");
       CHECK(kg && kg->i == hw && ko && ko->i == offset);
     }

@@ -18,6 +18,7 @@
 #include "compiler/codegen_cuda.h"
 #include "base/dtype.h"
 #include "ir/graph.h"
+#include "passes/passes.h"
 #include "runtime/cpu/cpu_ops.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -107,7 +108,7 @@ static void test_mod_table(void) {
 static void test_adaln_gated(void) {
   const int64_t xd[3] = {B, T, D}, md[4] = {B, T, N, D}, xf[3] = {B * T, 1, D}, mf[3] = {B * T, N, D};
   dit_tensor_t x = f32(3, xd, 1), yv = f32(3, xd, 1), mod = f32(4, md, 1), y = f32(3, xd, 0), yb = f32(3, xd, 0);
-  CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, 3, 4, &y));
+  CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, DIT_TOKEN_GROUP_NONE, 1e-6, 3, 4, &y));
   double *ref = malloc(sizeof(double) * B * T * D);
   const float *xv = x.data, *mv = mod.data, *yy = yv.data;
   for (int bt = 0; bt < B * T; bt++) {
@@ -123,24 +124,24 @@ static void test_adaln_gated(void) {
   dit_tensor_t x1 = x, m1 = mod, y1 = yb;
   x1.rank = m1.rank = y1.rank = 3;
   memcpy(x1.dims, xf, sizeof xf), memcpy(y1.dims, xf, sizeof xf), memcpy(m1.dims, mf, sizeof mf);
-  CHECK_OK(dit_cpu_adaln(&g_cpu, &x1, &m1, 1e-6, 3, 4, &y1));
+  CHECK_OK(dit_cpu_adaln(&g_cpu, &x1, &m1, DIT_TOKEN_GROUP_NONE, 1e-6, 3, 4, &y1));
   CHECK(same_bytes(&y, &y1));
 
-  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, 5, &y));
+  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, DIT_TOKEN_GROUP_NONE, 5, &y));
   for (int bt = 0; bt < B * T; bt++)
     for (int d = 0; d < D; d++) ref[bt * D + d] = (double)xv[bt * D + d] + (double)yy[bt * D + d] * mv[(bt * N + 5) * D + d];
   CHECK(max_rel(&y, ref) <= 1e-6);
   dit_tensor_t v1 = yv;
   memcpy(v1.dims, xf, sizeof xf);
-  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x1, &v1, &m1, 5, &y1));
+  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x1, &v1, &m1, DIT_TOKEN_GROUP_NONE, 5, &y1));
   CHECK(same_bytes(&y, &y1));
 
   /* A per-token table for another token count is refused, naming the operand. */
   const int64_t bad[4] = {B, T + 1, N, D};
   dit_tensor_t mb = f32(4, bad, 1);
-  CHECK_ERR(dit_cpu_adaln(&g_cpu, &x, &mb, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "mod");
-  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mb, 2, &y), INVALID_ARGUMENT, "mod");
-  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, N, &y), INVALID_ARGUMENT, "gate 6 out of range");
+  CHECK_ERR(dit_cpu_adaln(&g_cpu, &x, &mb, DIT_TOKEN_GROUP_NONE, 1e-6, 0, 1, &y), INVALID_ARGUMENT, "mod");
+  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mb, DIT_TOKEN_GROUP_NONE, 2, &y), INVALID_ARGUMENT, "mod");
+  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, DIT_TOKEN_GROUP_NONE, N, &y), INVALID_ARGUMENT, "gate 6 out of range");
   free(mb.data), free(ref), free(x.data), free(yv.data), free(mod.data), free(y.data), free(yb.data);
 }
 
@@ -247,17 +248,17 @@ static void test_fused_cpu(void) {
       }
       CHECK_OK(dit_cpu_mod_table(&g_cpu, &table, &e, &mod));
       for (int sh = 0; sh < N; sh += 3) {
-        CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, sh, sh + 1, &y));
+        CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, DIT_TOKEN_GROUP_NONE, 1e-6, sh, sh + 1, &y));
         CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, ONE_ROW, 1e-6, sh, sh + 1, &yf));
         CHECK(same_bytes(&y, &yf));
-        CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, sh + 2, &y));
+        CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, DIT_TOKEN_GROUP_NONE, sh + 2, &y));
         CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, ONE_ROW, sh + 2, &yf));
         CHECK(same_bytes(&y, &yf));
       }
       /* The rows really are per token and per row: another e changes the result. */
       ((float *)table.data)[1 * D + 3] += 1.0f;
       CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, ONE_ROW, 1e-6, 0, 1, &yf));
-      CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, 1e-6, 0, 1, &y));
+      CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, DIT_TOKEN_GROUP_NONE, 1e-6, 0, 1, &y));
       CHECK(!same_bytes(&y, &yf));
       free(x.data), free(yv.data), free(table.data), free(e32.data), free(mod.data), free(y.data), free(yf.data), free(eb);
     }
@@ -353,6 +354,83 @@ static void test_grouped_rows(void) {
   dit_status_t st = dit_graph_status(g);
   CHECK(st && strstr(dit_status_message(st), "token_rows: group 5 does not divide the 12 tokens of 'timestep'"));
   dit_graph_destroy(g);
+}
+
+/* The stored form with shared rows: mod_table per token over e's R rows gives [B, R, n, D], and
+ * adaln and gated_add reading it through the token group give the unstored form's bytes; its
+ * shape rule takes R rows and refuses T; and where NVRTC is present, its kernels (adaln,
+ * gated_add, and a layernorm with the gated residual folded in) compile for sm_90. */
+static void test_grouped_stored(void) {
+  enum { TG = 12, K = 4, O = 1, R = (TG + O + K - 1) / K };
+  const dit_token_group_t tg = {K, O};
+  const int64_t xd[3] = {B, TG, D}, td[3] = {1, N, D}, eg[3] = {B, R, N * D}, md[4] = {B, R, N, D};
+  dit_tensor_t x = f32(3, xd, 1), yv = f32(3, xd, 1), table = f32(3, td, 1), e = f32(3, eg, 1), mod = f32(4, md, 0);
+  dit_tensor_t y = f32(3, xd, 0), ys = f32(3, xd, 0);
+  CHECK_OK(dit_cpu_mod_table(&g_cpu, &table, &e, &mod));
+  CHECK_OK(dit_cpu_adaln_tok(&g_cpu, &x, &table, &e, tg, 1e-6, 3, 4, &y));
+  CHECK_OK(dit_cpu_adaln(&g_cpu, &x, &mod, tg, 1e-6, 3, 4, &ys));
+  CHECK(same_bytes(&y, &ys));
+  CHECK_OK(dit_cpu_gated_add_tok(&g_cpu, &x, &yv, &table, &e, tg, 5, &y));
+  CHECK_OK(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, tg, 5, &ys));
+  CHECK(same_bytes(&y, &ys));
+  /* Read as a row per token, R rows are too few. */
+  CHECK_ERR(dit_cpu_adaln(&g_cpu, &x, &mod, ONE_ROW, 1e-6, 3, 4, &ys), INVALID_ARGUMENT, "mod");
+  CHECK_ERR(dit_cpu_gated_add(&g_cpu, &x, &yv, &mod, (dit_token_group_t){K, K}, 5, &ys), INVALID_ARGUMENT, "token group 4 from offset 4");
+  free(x.data), free(yv.data), free(table.data), free(e.data), free(mod.data), free(y.data), free(ys.data);
+
+  for (int rows = R; rows <= TG; rows += TG - R) {
+    dit_graph_t *g;
+    CHECK_OK(dit_graph_create(&g));
+    const int64_t gd[4] = {B, rows, N, D}, wd[1] = {D};
+    dit_vid_t xv = dit_graph_input(g, "x", DIT_BF16, 3, xd), yi = dit_graph_input(g, "y", DIT_BF16, 3, xd);
+    dit_vid_t m = dit_graph_input(g, "mod", DIT_F32, 4, gd);
+    dit_attrs_t ga = {0}, aa = {0}, la = {0};
+    dit_attrs_set_int(&ga, "gate", 2);
+    dit_attrs_set_int(&ga, "token_group", K);
+    dit_attrs_set_int(&ga, "token_offset", O);
+    aa = ga;
+    dit_attrs_set_float(&aa, "eps", 1e-6);
+    dit_attrs_set_int(&aa, "shift", 0);
+    dit_attrs_set_int(&aa, "scale", 1);
+    dit_attrs_set_float(&la, "eps", 1e-6);
+    dit_vid_t ai[2] = {xv, m}, gi[3] = {xv, yi, m};
+    dit_vid_t a = dit_graph_op(g, DIT_OP_ADALN, ai, 2, &aa, DIT_BF16, "adaln");
+    dit_vid_t h = dit_graph_op(g, DIT_OP_GATED_ADD, gi, 3, &ga, DIT_BF16, "gated");
+    dit_vid_t li[3] = {h, dit_graph_weight(g, "w", DIT_F32, 1, wd), dit_graph_weight(g, "b", DIT_F32, 1, wd)};
+    dit_vid_t n = dit_graph_op(g, DIT_OP_LAYERNORM, li, 3, &la, DIT_BF16, "ln");
+    dit_status_t st = dit_graph_status(g);
+    if (rows == TG) {
+      CHECK(st && strstr(dit_status_message(st), "adaln: per-token mod 'mod' is [2,12,6,24], expected [2,4,n,24] (12 tokens, 4 a row from offset 1)"));
+      dit_graph_destroy(g);
+      continue;
+    }
+    CHECK(st == DIT_OK);
+    dit_graph_mark_output(g, a, "a");
+    dit_graph_mark_output(g, n, "n");
+    dit_graph_mark_output(g, h, "h");
+    dit_pass_result_t pr = {0};
+    CHECK_OK(dit_pass_fuse(g, &pr));
+    CHECK_EQ_INT(pr.fused_ops, 1);
+    const dit_attr_t *kg = dit_attrs_find(&dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)->attrs, "token_group");
+    CHECK(kg && kg->i == K);
+#if DIT_HAVE_NVRTC
+    dit_cuda_codegen_t *cg = NULL;
+    CHECK_OK(dit_cuda_codegen_create("sm_90", check_tmpdir("per_token_grouped_codegen"), &cg));
+    for (int32_t i = 0; cg && i < dit_graph_num_ops(g); i++) {
+      const dit_op_t *op = dit_graph_cop_at(g, i);
+      int has = 0;
+      dit_plan_kernel_t k;
+      dit_cuda_module_t cm;
+      memset(&cm, 0, sizeof cm);
+      dit_status_t s = dit_cuda_codegen_op(cg, g, op, &has, &k, &cm);
+      if (s) fprintf(stderr, "%s: %s\n", dit_op_info(op->kind)->name, dit_status_message(s));
+      CHECK(s == DIT_OK && has == 1 && cm.cubin && cm.cubin_size > 0);
+      dit_status_free(s);
+    }
+    dit_cuda_codegen_destroy(cg);
+#endif
+    dit_graph_destroy(g);
+  }
 }
 
 /* Every per-token specialization compiles for sm_90 through NVRTC (and MLIR where the gated
@@ -547,6 +625,7 @@ int main(void) {
   test_shapes();
   test_fused_cpu();
   test_grouped_rows();
+  test_grouped_stored();
   test_cast_values();
   test_cast_after_linear();
   test_cast_shape();
