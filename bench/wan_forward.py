@@ -166,6 +166,9 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     # The GEMM algorithms as cuBLASLt's heuristic ranks them first, against the ones timed at load.
     heur = subprocess.run(bench_cmd, capture_output=True, text=True,
                           env=dict(os.environ, DIT_CUDA_GEMM="heuristic")) if heuristic else None
+    # And with 32 of the heuristic's candidates timed at load rather than 8 (DIT_BENCH_GEMM_WIDE=1).
+    wide = subprocess.run(bench_cmd, capture_output=True, text=True, env=dict(os.environ, DIT_CUDA_GEMM_CANDIDATES="32")) \
+        if os.environ.get("DIT_BENCH_GEMM_WIDE") == "1" else None
     poll.stop = True
     poll.join()
     if gr is not None:
@@ -189,6 +192,15 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
             res["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
         elif k == "steps" and len(v) >= 4 and v[2] == "ms":  # bench -v: steps grouped by op and shapes
             res.setdefault("step_groups", []).append({"count": int(v[0]), "ms": float(v[1]), "what": " ".join(v[3:])})
+    for line in (wide.stdout if wide is not None else "").splitlines():
+        if line.startswith("forward_ms_median"):
+            res["ditrun_wide_gemm_ms"] = float(line.split()[1])
+        elif line.startswith("split_ms") and "gemm" in line.split():
+            v = line.split()
+            res["ditrun_wide_gemm_split_ms"] = float(v[v.index("gemm") + 1])
+    if wide is not None:
+        print(f"with 32 cuBLASLt candidates timed: {res.get('ditrun_wide_gemm_ms', 0):.1f} ms "
+              f"(GEMMs {res.get('ditrun_wide_gemm_split_ms', 0):.1f} ms)", flush=True)
     for line in (heur.stdout if heur is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_heuristic_gemm_ms"] = float(line.split()[1])

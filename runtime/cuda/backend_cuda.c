@@ -4,8 +4,9 @@
  * symbol tables, so ditrun starts on machines without them and says so.
  *
  * Environment: DIT_CUDA_GEMM=heuristic keeps cuBLASLt's first heuristic choice instead of
- * timing candidates (to compare); DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times
- * on stderr. */
+ * timing candidates (to compare); DIT_CUDA_GEMM_CANDIDATES=N times the heuristic's first N
+ * (default 8, at most 64); DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times on
+ * stderr. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,6 +324,7 @@ typedef struct gemm_choice {
 
 /* Candidates timed per distinct GEMM: warm launches, then timed launches whose median counts. */
 #define GEMM_CANDIDATES 8
+#define GEMM_CANDIDATES_MAX 64
 #define GEMM_WARM 2
 #define GEMM_REPS 5
 #define GEMM_MARGIN 0.03 /* a candidate replaces the heuristic's first when this much faster */
@@ -1021,9 +1023,11 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
   const char *mode = getenv("DIT_CUDA_GEMM"), *verbose = getenv("DIT_CUDA_GEMM_VERBOSE");
   const int tune = !(mode && !strcmp(mode, "heuristic")) && x->data && w->data && y->data;
   const int loud = verbose && *verbose && strcmp(verbose, "0");
-  cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
+  cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES_MAX];
+  const char *wide = getenv("DIT_CUDA_GEMM_CANDIDATES");
+  const long want = wide && *wide ? strtol(wide, NULL, 10) : GEMM_CANDIDATES;
   int n = 0;
-  DIT_RETURN_IF(gemm_candidates(st, g, key->align, tune ? GEMM_CANDIDATES : 1, res, &n));
+  DIT_RETURN_IF(gemm_candidates(st, g, key->align, !tune ? 1 : want < 1 ? 1 : want > GEMM_CANDIDATES_MAX ? GEMM_CANDIDATES_MAX : (int)want, res, &n));
   if (n < 1)
     return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (%s x %s -> %s, %s bias, epilogue %d, %u-byte aligned)",
                    (long long)key->m, (long long)key->n, (long long)key->k, dit_dtype_name((dit_dtype_t)key->tx),
