@@ -127,3 +127,15 @@ int dit_norm_residual(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, di
   if (residual) *residual = extra == 1 ? DIT_OP_ADD : DIT_OP_GATED_ADD;
   return (int)at;
 }
+
+int dit_linear_operands(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, int *bias, int *acc) {
+  /* linear: x, w, [bias], [c]; linear_fp8: x, w, w_scale, [bias]. */
+  const int fp8 = kind == DIT_OP_LINEAR_FP8;
+  const dit_attr_t *a = fp8 ? NULL : dit_attrs_find(attrs, "acc");
+  const int has_acc = a && !a->is_float && a->i != 0, own = 2 + fp8 + has_acc;
+  *bias = *acc = -1;
+  if ((kind != DIT_OP_LINEAR && !fp8) || (a && (a->is_float || a->i < 0 || a->i > 1)) || n_in < own || n_in > own + 1) return -1;
+  if (n_in == own + 1) *bias = 2 + fp8;
+  if (has_acc) *acc = n_in - 1;
+  return 0;
+}

@@ -553,20 +553,25 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
        * fp32 for the partial sums of row-parallel layers, all-reduced in fp32. fp32 products with
        * many rows (an fp32 layer over many tokens) too, in true fp32 (no TF32), fp32 out: cuBLASLt
        * has no fp32 x fp32 -> bf16, so such a layer writes fp32 and a cast op follows. */
+      int bi, ai;
+      if (dit_linear_operands(op->kind, &op->attrs, op->n_in, &bi, &ai))
+        return DIT_ERR(INVALID_ARGUMENT, "op linear '%s': %d operands do not fit attribute acc", y->name, op->n_in);
       const int bf16_lib = x->dtype == DIT_BF16 && w->dtype == DIT_BF16 && (y->dtype == DIT_BF16 || y->dtype == DIT_F32);
       const int f32_lib = x->dtype == DIT_F32 && w->dtype == DIT_F32 && y->dtype == DIT_F32;
-      int lib = M >= 64 && (bf16_lib || f32_lib) && (op->n_in < 3 || V(g, op->in[2])->dtype == y->dtype);
+      int lib = M >= 64 && (bf16_lib || f32_lib) && (bi < 0 || V(g, op->in[bi])->dtype == y->dtype) &&
+                (ai < 0 || V(g, op->in[ai])->dtype == y->dtype);
       if (lib) {
-        *has = 0; /* cuBLASLt at run time, with the bias as its epilogue */
+        *has = 0; /* cuBLASLt at run time, with the bias as its epilogue and c as its C (beta = 1) */
         return DIT_OK;
       }
       /* The IR's act attribute: absent, or 1 for gelu_tanh (passes/fuse.c). */
       const int64_t act = geti(op, "act");
       if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
       dit_strbuf_printf(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
-             "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n#define ACT %d\n",
-          dt_code(x->dtype), dt_code(w->dtype), M, N, K, op->n_in == 3, act ? DIT_ABI_ACT_GELU_TANH : DIT_ABI_ACT_NONE);
-      if (op->n_in == 3) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[2])->dtype));
+             "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n#define HAS_ACC %d\n#define ACT %d\n",
+          dt_code(x->dtype), dt_code(w->dtype), M, N, K, bi >= 0, ai >= 0, act ? DIT_ABI_ACT_GELU_TANH : DIT_ABI_ACT_NONE);
+      if (bi >= 0) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[bi])->dtype));
+      if (ai >= 0) dit_strbuf_printf(s, "#define T_ACC %d\n", dt_code(V(g, op->in[ai])->dtype));
       set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }

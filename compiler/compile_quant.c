@@ -27,7 +27,7 @@ int dit_quant_parse(const char *name, dit_quant_t *out) {
  * Everything outside the blocks (embedders, patch embed, the head) and every norm and
  * modulation stays as it is. */
 static int quantizable(const dit_graph_t *g, const dit_op_t *op, const int32_t *uses) {
-  if (op->kind != DIT_OP_LINEAR || op->block < 0) return 0;
+  if (op->kind != DIT_OP_LINEAR || op->block < 0 || dit_attrs_find(&op->attrs, "acc")) return 0;
   const dit_value_t *x = dit_graph_cvalue(g, op->in[0]), *w = dit_graph_cvalue(g, op->in[1]);
   return x->rank >= 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1 &&
          w->dims[0] % 16 == 0 && w->dims[1] % 16 == 0;

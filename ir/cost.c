@@ -73,8 +73,9 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       const dit_value_t *w = dit_graph_cvalue(g, op->in[1]);
       double m = (double)dit_value_numel(x) / (double)x->dims[x->rank - 1];
       double k = (double)x->dims[x->rank - 1], n = (double)w->dims[0];
-      const int bias = op->n_in == (op->kind == DIT_OP_LINEAR_FP8 ? 4 : 3);
-      c.flops = 2 * m * n * k + (bias ? m * n : 0);
+      int bias, acc;
+      dit_linear_operands(op->kind, &op->attrs, op->n_in, &bias, &acc);
+      c.flops = 2 * m * n * k + (bias >= 0 ? m * n : 0) + (acc >= 0 ? m * n : 0);
       if (dit_attrs_find(&op->attrs, "act")) c.flops += elem_flops(DIT_OP_GELU_TANH) * m * n;
       break;
     }

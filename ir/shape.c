@@ -254,13 +254,25 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
                dit_dtype_name(ws->dtype), ws->rank);
         if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
       }
-      if (n_in == 3 + fp8) {
-        const dit_value_t *b = operand(g, ins, 2 + fp8);
+      int bi, ai;
+      if (dit_linear_operands(kind, attrs, n_in, &bi, &ai))
+        FAIL("%s: %d operands do not fit attribute acc (x, w%s, an optional bias%s)", op, n_in, fp8 ? ", w_scale" : "",
+             fp8 ? "" : ", and c when acc = 1");
+      if (bi >= 0) {
+        const dit_value_t *b = operand(g, ins, bi);
         if (b->rank != 1 || b->dims[0] != w->dims[0])
           FAIL("%s: bias '%s' must be [%" PRId64 "]", op, b->name, w->dims[0]);
       }
       copy_shape(x, &out_rank[0], out_dims[0]);
       out_dims[0][x->rank - 1] = w->dims[0];
+      if (ai >= 0) {
+        const dit_value_t *c = operand(g, ins, ai);
+        if (dit_attrs_find(attrs, "act")) FAIL("%s: attributes act and acc together (the sum would be activated)", op);
+        int same = c->rank == out_rank[0];
+        for (int i = 0; same && i < c->rank; i++) same = c->dims[i] == out_dims[0][i];
+        if (!same) FAIL("%s: accumulated input '%s' must have the output's shape (x's leading dims, then N = %" PRId64 ")", op, c->name,
+                        w->dims[0]);
+      }
       break;
     }
     case DIT_OP_TIMESTEP_EMBED: {

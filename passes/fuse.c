@@ -1,10 +1,14 @@
 /* Fusion: an activation folded into the GEMM that feeds it, so the product is activated in
  * fp32 and stored once (a matrix library epilogue on GPUs) instead of written, read back and
  * written again; the Q/K RMSNorm folded into the rotary embedding that follows it, so Q and
- * K are read once and written once (base/ops.def: rope, rope_table); and a residual add folded
- * into the norm that reads its sum, so the sum is written once and never read back for the norm
- * (base/ops.def: layernorm's res_at). */
+ * K are read once and written once (base/ops.def: rope, rope_table); a linear over a concat of
+ * features split into two products, the second accumulating onto the first (base/ops.def:
+ * linear's acc), so the concat is never written; and a residual add folded into the norm that
+ * reads its sum, so the sum is written once and never read back for the norm (base/ops.def:
+ * layernorm's res_at). */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes/passes.h"
 
@@ -86,6 +90,64 @@ static int32_t fold_residual_into_norm(dit_graph_t *g, int32_t i, const int32_t 
   return ri;
 }
 
+/* Splits linear op i over a concat of its x along the features (the single-stream blocks' attention
+ * and MLP outputs side by side) into two products over the weight's two column blocks, the second
+ * accumulating onto the first (attr acc: a GEMM with beta = 1), so the joined features are never
+ * written and read back. The concat's op becomes the first product (with the bias), its value the
+ * first product's output. Needs a plain 2-D checkpoint weight that nothing else reads and a concat
+ * nothing else reads; an activated linear stays (its activation is of the whole sum). Returns 1
+ * when it split. */
+static int split_concat_linear(dit_graph_t *g, int32_t i, const int32_t *uses) {
+  dit_op_t *lin = dit_graph_op_at(g, i);
+  if (lin->kind != DIT_OP_LINEAR || lin->n_in > 3 || dit_attrs_find(&lin->attrs, "act") || dit_attrs_find(&lin->attrs, "acc")) return 0;
+  const dit_vid_t xv = lin->in[0], wv = lin->in[1];
+  const dit_value_t *x = dit_graph_cvalue(g, xv), *w = dit_graph_cvalue(g, wv);
+  if (x->kind != DIT_VALUE_TEMP || x->is_output || uses[xv] != 1 || x->producer < 0) return 0;
+  if (w->kind != DIT_VALUE_WEIGHT || w->data || w->slice_dim >= 0 || w->rank != 2 || uses[wv] != 1) return 0;
+  const int32_t ci = x->producer;
+  const dit_op_t *cat = dit_graph_cop_at(g, ci);
+  const dit_attr_t *dim = dit_attrs_find(&cat->attrs, "dim");
+  if (cat->kind != DIT_OP_CONCAT || cat->n_out != 1 || !dim || dim->i != x->rank - 1) return 0;
+  const dit_vid_t a = cat->in[0], b = cat->in[1];
+  const int64_t ka = dit_graph_cvalue(g, a)->dims[x->rank - 1], kb = dit_graph_cvalue(g, b)->dims[x->rank - 1];
+  const dit_vid_t lin_out = lin->out[0];
+  const dit_value_t *y = dit_graph_cvalue(g, lin_out);
+  if (ka < 1 || kb < 1 || w->dims[1] != ka + kb) return 0;
+  const char *key = w->src ? w->src : w->ref;
+  char r1[256], r2[256];
+  if (!key || snprintf(r1, sizeof r1, "%s[:%lld]", w->ref, (long long)ka) >= (int)sizeof r1 ||
+      snprintf(r2, sizeof r2, "%s[%lld:]", w->ref, (long long)ka) >= (int)sizeof r2)
+    return 0;
+  const dit_dtype_t wdt = w->dtype, ydt = y->dtype;
+  int64_t wdims[2] = {w->dims[0], w->dims[1]}, ydims[DIT_MAX_RANK];
+  const int yrank = y->rank;
+  memcpy(ydims, y->dims, sizeof ydims);
+  char keybuf[256];
+  if (snprintf(keybuf, sizeof keybuf, "%s", key) >= (int)sizeof keybuf) return 0;
+  /* New values may move the value array: no value pointers are held past here. */
+  const dit_vid_t w1 = dit_graph_weight_slice_as(g, r1, keybuf, wdt, 2, wdims, 1, 0, ka);
+  const dit_vid_t w2 = dit_graph_weight_slice_as(g, r2, keybuf, wdt, 2, wdims, 1, ka, kb);
+  if (w1 < 0 || w2 < 0) return 0;
+  dit_value_t *part = dit_graph_value(g, xv);
+  char pname[256];
+  snprintf(pname, sizeof pname, "%s.part", dit_graph_cvalue(g, lin_out)->name ? dit_graph_cvalue(g, lin_out)->name : "linear");
+  char *nm = strdup(pname);
+  if (!nm) return 0;
+  free(part->name);
+  part->name = nm;
+  part->dtype = ydt, part->rank = yrank;
+  memcpy(part->dims, ydims, sizeof ydims);
+  lin = dit_graph_op_at(g, i);
+  dit_op_t *first = dit_graph_op_at(g, ci);
+  first->kind = DIT_OP_LINEAR;
+  memset(&first->attrs, 0, sizeof first->attrs);
+  first->in[0] = a, first->in[1] = w1, first->n_in = 2;
+  if (lin->n_in == 3) first->in[first->n_in++] = lin->in[2];
+  lin->in[0] = b, lin->in[1] = w2, lin->in[2] = xv, lin->n_in = 3;
+  dit_attrs_set_int(&lin->attrs, "acc", 1);
+  return 1;
+}
+
 dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
   int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
   int32_t *uses = calloc((size_t)nv + 1, sizeof *uses);
@@ -107,7 +169,9 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
     dit_value_t *mid = dit_graph_value(g, act->in[0]);
     if (mid->kind != DIT_VALUE_TEMP || mid->is_output || uses[act->in[0]] != 1) continue;
     dit_op_t *lin = dit_graph_op_at(g, mid->producer);
-    if ((lin->kind != DIT_OP_LINEAR && lin->kind != DIT_OP_LINEAR_FP8) || dit_attrs_find(&lin->attrs, "act")) continue;
+    if ((lin->kind != DIT_OP_LINEAR && lin->kind != DIT_OP_LINEAR_FP8) || dit_attrs_find(&lin->attrs, "act") ||
+        dit_attrs_find(&lin->attrs, "acc"))
+      continue;
     if (dit_attrs_set_int(&lin->attrs, "act", 1)) continue;
     /* The linear now produces the activation's result directly. */
     dit_value_t *out = dit_graph_value(g, act->out[0]);
@@ -125,6 +189,9 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
     keep[n] = 0;
     fused++;
   }
+  for (int32_t i = 0; i < no; i++)
+    if (keep[i]) fused += split_concat_linear(g, i, uses);
+  nv = dit_graph_num_values(g); /* the splits made weight slices */
   /* Residual adds into the norms that read their sums first (after the folds above, which
    * change no norm's x). */
   int32_t *first = malloc(((size_t)nv + 1) * sizeof *first);

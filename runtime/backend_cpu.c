@@ -346,7 +346,11 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       return dit_cpu_unpatchify(c, &in[0], pt, ph, pw, f, h, w, &out[0]);
     }
     case DIT_OP_LINEAR: {
-      const dit_tensor_t *bias = st->n_in > 2 ? &in[2] : NULL;
+      int bi, ai;
+      if (dit_linear_operands(st->kind, &st->attrs, st->n_in, &bi, &ai))
+        return DIT_ERR(INVALID_ARGUMENT, "linear: %d operands do not fit attribute acc", st->n_in);
+      const dit_tensor_t *bias = bi >= 0 ? &in[bi] : NULL;
+      if (ai >= 0) return dit_cpu_linear_acc(c, &in[0], &in[1], bias, &in[ai], &out[0]);
       if (!dit_attrs_find(&st->attrs, "act")) return dit_cpu_linear(c, &in[0], &in[1], bias, &out[0]);
       int act;
       GETI("act", act);

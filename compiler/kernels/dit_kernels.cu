@@ -838,11 +838,14 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 
 #if defined(DIT_K_LINEAR_SMALL)
-// y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]): one warp per output, for tiny M or dtype mixes
+// y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) (+ c[m, n]): one warp per output, for tiny M or dtype mixes
 // the matrix library does not take.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
 #if HAS_BIAS
                                                              , const TY(BIAS) *bias
+#endif
+#if HAS_ACC
+                                                             , const TY(ACC) *c
 #endif
 ) {
   const long long o = ((long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x) >> 5;
@@ -854,6 +857,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
   acc = warp_sum(acc);
 #if HAS_BIAS
   acc += ld(bias, n);
+#endif
+#if HAS_ACC
+  acc += ld(c, o);
 #endif
 #if ACT == DIT_ABI_ACT_GELU_TANH
   acc = gelu_tanh(acc);

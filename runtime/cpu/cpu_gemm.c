@@ -61,7 +61,7 @@ void dit_gemm_micro(int64_t kc, const dit_v4_t *a, const float *b, float *c, int
 /* ---- linear ----------------------------------------------------------------------------- */
 
 typedef struct linear_job {
-  const dit_tensor_t *x, *w, *bias, *y;
+  const dit_tensor_t *x, *w, *bias, *acc, *y; /* acc: added after the bias, or NULL */
   int64_t M, N, K;
   int64_t mc, nc, kc;   /* blocking chosen for this call */
   int64_t tiles_n;      /* tiles along N; task t covers tile (t / tiles_n, t % tiles_n) */
@@ -121,6 +121,10 @@ static void linear_tile(linear_job_t *j, int64_t m0, int64_t n0, int worker) {
     float *cr = ctile + i * ldc;
     if (j->bias_f32)
       for (int64_t n = 0; n < nb; n++) cr[n] += j->bias_f32[n0 + n];
+    if (j->acc) {
+      const float *ar = dit_cpu_row_load(j->acc->data, j->acc->dtype, (m0 + i) * j->N + n0, nb, row);
+      for (int64_t n = 0; n < nb; n++) cr[n] += ar[n];
+    }
     dit_cpu_row_store(j->y->data, j->y->dtype, (m0 + i) * j->N + n0, cr, nb);
   }
 }
@@ -133,6 +137,11 @@ static void linear_task(void *ctx, int64_t begin, int64_t end, int worker) {
 
 dit_status_t dit_cpu_linear(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                             const dit_tensor_t *bias, dit_tensor_t *y) {
+  return dit_cpu_linear_acc(c, x, w, bias, NULL, y);
+}
+
+dit_status_t dit_cpu_linear_acc(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                                const dit_tensor_t *acc, dit_tensor_t *y) {
   static const char *op = "linear";
   char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
@@ -161,11 +170,16 @@ dit_status_t dit_cpu_linear(dit_cpu_t *c, const dit_tensor_t *x, const dit_tenso
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "w", w));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "bias", bias));
+  if (acc) {
+    DIT_RETURN_IF(dit_cpu_check_float(op, "c", acc));
+    DIT_RETURN_IF(dit_cpu_check_same_dims(op, "c", acc, "y", y));
+    DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "c", acc));
+  }
 
   const int64_t M = K > 0 ? dit_tensor_numel(x) / K : dit_tensor_numel(y) / (N > 0 ? N : 1);
   if (M == 0 || N == 0) return DIT_OK;
 
-  linear_job_t j = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K};
+  linear_job_t j = {.x = x, .w = w, .bias = bias, .acc = acc, .y = y, .M = M, .N = N, .K = K};
   j.kc = K < DIT_GEMM_KC ? (K > 0 ? K : 1) : DIT_GEMM_KC;
   j.mc = M < DIT_GEMM_MC ? round_up(M, DIT_GEMM_MR) : DIT_GEMM_MC;
   j.nc = N < DIT_GEMM_NC ? round_up(N, DIT_GEMM_NR) : DIT_GEMM_NC;

@@ -18,6 +18,10 @@ typedef struct dit_cpu {
  * multiplying to K; bias may be NULL. */
 dit_status_t dit_cpu_linear(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w,
                             const dit_tensor_t *bias, dit_tensor_t *y);
+/* linear plus c (y's dims) added to each fp32 sum after the bias, rounded once: y = x w^T + bias
+ * + c, a GEMM with beta = 1. c may not alias y. */
+dit_status_t dit_cpu_linear_acc(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
+                                const dit_tensor_t *acc, dit_tensor_t *y);
 /* The fp8 linear of base/ops.def: each row of x quantized to e4m3 with scale amax / 448, decoded
  * and multiplied with the decoded e4m3 w [N, K] in fp32; y = acc * x_scale[row] * w_scale[col]
  * (+ bias), then gelu_tanh when act = 1, rounded once to y's dtype. */

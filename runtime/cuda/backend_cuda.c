@@ -1217,7 +1217,13 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
       continue; /* device copies (run_step) */
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
-      DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], s->n_in > 2 ? &bound[s->in[2]] : NULL,
+      int bi, ai;
+      if (dit_linear_operands(s->kind, &s->attrs, s->n_in, &bi, &ai))
+        return DIT_ERR(INVALID_ARGUMENT, "step %zu (linear): %d operands do not fit attribute acc", i, s->n_in);
+      if (ai >= 0 && (bound[s->in[ai]].dtype != bound[s->out[0]].dtype || bound[s->in[ai]].data == bound[s->out[0]].data))
+        return DIT_ERR(UNIMPLEMENTED, "step %zu (linear '%s'): the accumulated input must have the output's dtype and its own memory", i,
+                       plan->values[s->out[0]].name);
+      DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], bi >= 0 ? &bound[s->in[bi]] : NULL,
                                     &bound[s->out[0]], act ? (int)act->i : 0, NULL, NULL, plan->values[s->out[0]].name, &st->gemms[i]),
                           "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
     } else {
@@ -1228,10 +1234,11 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   return DIT_OK;
 }
 
-/* cuBLASLt's Y = X W^T of step idx, with the operand addresses of this call: B (X, or the fp8
- * scratch) and the bias and weight scales where they moved since the GEMM was described. */
+/* cuBLASLt's Y = X W^T (+ C: beta = 1, when c is not NULL) of step idx, with the operand
+ * addresses of this call: B (X, or the fp8 scratch) and the bias and weight scales where they
+ * moved since the GEMM was described. C has Y's layout. */
 static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const dit_tensor_t *w, const dit_tensor_t *bias,
-                             const void *w_scale, dit_tensor_t *y) {
+                             const void *w_scale, const void *c, dit_tensor_t *y) {
   gemm_t *g = &st->gemms[idx];
   if (bias && bias->data != g->bias_at) { /* the bias moved since the GEMM was described */
     const void *bp = bias->data;
@@ -1245,8 +1252,8 @@ static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const 
     g->a_scale_at = w_scale;
   }
   const float one = 1.f, zero = 0.f;
-  return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, b, g->b, &zero, y->data, g->c, y->data, g->c, &g->algo,
-                                (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream),
+  return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, b, g->b, c ? &one : &zero, c ? c : y->data, g->c, y->data,
+                                g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream),
                   "cublasLtMatmul");
 }
 
@@ -1262,7 +1269,7 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
     DIT_RETURN_IF(cu_check(st, st->cu.cuLaunchKernel(st->funcs[idx], k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2],
                                                      k->smem, st->stream, args, NULL),
                            "cuLaunchKernel (fp8 activations)"));
-    return run_gemm(st, idx, (const void *)(uintptr_t)st->fp8, &in[1], s->n_in > 3 ? &in[3] : NULL, in[2].data, &out[0]);
+    return run_gemm(st, idx, (const void *)(uintptr_t)st->fp8, &in[1], s->n_in > 3 ? &in[3] : NULL, in[2].data, NULL, &out[0]);
   }
   if (s->kind == DIT_OP_STATE_CACHE && !s->has_kernel) { /* the executor decides whether it runs; running, it stores the fresh state */
     for (int k = 0; k < 2; k++) {
@@ -1290,7 +1297,10 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
                                               k->block[2], k->smem, st->stream, args, NULL),
                     "cuLaunchKernel");
   }
-  return run_gemm(st, idx, in[0].data, &in[1], s->n_in > 2 ? &in[2] : NULL, NULL, &out[0]);
+  int bi, ai;
+  if (dit_linear_operands(s->kind, &s->attrs, s->n_in, &bi, &ai))
+    return DIT_ERR(INVALID_ARGUMENT, "cuda backend: step %zu (linear): %d operands do not fit attribute acc", idx, s->n_in);
+  return run_gemm(st, idx, in[0].data, &in[1], bi >= 0 ? &in[bi] : NULL, NULL, ai >= 0 ? in[ai].data : NULL, &out[0]);
 }
 
 /* A whole forward as one CUDA graph: kernel launches and cuBLASLt calls recorded from the

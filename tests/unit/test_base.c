@@ -125,7 +125,23 @@ static void test_ops(void) {
   dit_op_kind_t k;
   CHECK(dit_op_kind_parse("attention", &k) == 0 && k == DIT_OP_ATTENTION);
   CHECK(dit_op_kind_parse("conv", &k) == -1);
-  CHECK(dit_op_info(DIT_OP_LINEAR)->min_inputs == 2 && dit_op_info(DIT_OP_LINEAR)->max_inputs == 3);
+  CHECK(dit_op_info(DIT_OP_LINEAR)->min_inputs == 2 && dit_op_info(DIT_OP_LINEAR)->max_inputs == 4);
+  /* A linear's operands: x, w, [bias], [c with acc = 1]; linear_fp8's: x, w, w_scale, [bias]. */
+  {
+    dit_attrs_t la = {0};
+    int bi, ai;
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 2, &bi, &ai) == 0 && bi == -1 && ai == -1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 3, &bi, &ai) == 0 && bi == 2 && ai == -1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 4, &bi, &ai) == -1);
+    dit_attrs_set_int(&la, "acc", 1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 3, &bi, &ai) == 0 && bi == -1 && ai == 2);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 4, &bi, &ai) == 0 && bi == 2 && ai == 3);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 2, &bi, &ai) == -1);
+    dit_attrs_set_int(&la, "acc", 2);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 3, &bi, &ai) == -1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR_FP8, &la, 4, &bi, &ai) == 0 && bi == 3 && ai == -1);
+    CHECK(dit_linear_operands(DIT_OP_ADD, &la, 2, &bi, &ai) == -1);
+  }
   CHECK(dit_op_info(DIT_OP_COUNT) == NULL);
   dit_attrs_t a = {0};
   CHECK(dit_attrs_set_int(&a, "heads", 12) == 0);

@@ -877,6 +877,15 @@ static void test_codegen_ops(const char *target, const char *cache) {
   dit_attrs_set_int(&act, "act", 1);
   dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin");
   check_op(cg, g, "linear (small, gelu)", DIT_ABI_BLOCK, 0, 0);
+  /* The small kernel with an accumulated input (acc: a bias and then c [1, 3, 32]). */
+  {
+    int64_t bd[1] = {32};
+    dit_attrs_t acc = {0};
+    dit_attrs_set_int(&acc, "acc", 1);
+    dit_vid_t c = in3(g, "c", DIT_BF16, 1, 3, 32), la[4] = {small, lw, dit_graph_weight(g, "lb", DIT_F32, 1, bd), c};
+    dit_graph_op(g, DIT_OP_LINEAR, la, 4, &acc, DIT_BF16, "lin_acc");
+    check_op(cg, g, "linear (small, bias and acc)", DIT_ABI_BLOCK, 0, 0);
+  }
   dit_attrs_set_int(&act, "act", 7);
   dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin7");
   check_refused(cg, g, "activation 7");

@@ -432,6 +432,104 @@ static void test_fuse_residual_norm(void) {
 /* A reshape of a temp is a view: it shares its input's block, which stays alive until the view's
  * last reader, so a temp made in between does not take those bytes; a reshape of a graph input
  * gets a block of its own. */
+/* a [1, 6, 16] ++ b [1, 6, 48] along the features into a linear (w [8, 64], bias), or (kind 1)
+ * along the tokens, or (2) with w read by a second linear, or (3) with an activation. */
+static dit_graph_t *concat_linear_graph(int kind) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t ad[3] = {1, 6, 16}, bd[3] = {1, 6, kind == 1 ? 16 : 48}, wd[2] = {8, kind == 1 ? 16 : 64}, nd[1] = {8};
+  dit_vid_t a = dit_graph_input(g, "a", DIT_F32, 3, ad), b = dit_graph_input(g, "b", DIT_F32, 3, bd);
+  dit_attrs_t ca = {0}, la = {0};
+  dit_attrs_set_int(&ca, "dim", kind == 1 ? 1 : 2);
+  if (kind == 3) dit_attrs_set_int(&la, "act", 1);
+  dit_vid_t ci[2] = {a, b};
+  dit_vid_t x = dit_graph_op(g, DIT_OP_CONCAT, ci, 2, &ca, DIT_F32, "proj.in");
+  dit_vid_t w = dit_graph_weight(g, "proj.weight", DIT_F32, 2, wd), li[3] = {x, w, dit_graph_weight(g, "proj.bias", DIT_F32, 1, nd)};
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_LINEAR, li, 3, &la, DIT_F32, "proj"), "y");
+  if (kind == 2) {
+    dit_vid_t o[2] = {dit_graph_input(g, "o", DIT_F32, 3, (const int64_t[3]){1, 2, 64}), w};
+    dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_LINEAR, o, 2, NULL, DIT_F32, "other"), "z");
+  }
+  CHECK_OK(dit_graph_verify(g));
+  return g;
+}
+
+/* A linear over features joined by a concat splits into two products over the weight's column
+ * blocks, the second accumulating onto the first (acc): the concat is gone, the whole weight too
+ * (two slices of it instead), it verifies, and on the CPU the two products give the one's sums
+ * to fp32 rounding. Joined tokens, a weight read elsewhere and an activated linear stay. */
+static void test_fuse_concat_linear(void) {
+  dit_graph_t *g = concat_linear_graph(0);
+  const dit_cost_t before = dit_graph_cost(g, NULL, 0);
+  dit_pass_result_t r = {0};
+  CHECK_OK(dit_pass_fuse(g, &r));
+  CHECK_EQ_INT(r.fused_ops, 1);
+  CHECK_EQ_INT(dit_graph_num_ops(g), 2);
+  const dit_op_t *p1 = dit_graph_cop_at(g, 0), *p2 = dit_graph_cop_at(g, 1);
+  CHECK(p1->kind == DIT_OP_LINEAR && p1->n_in == 3 && p2->kind == DIT_OP_LINEAR && p2->n_in == 3);
+  const dit_attr_t *acc = dit_attrs_find(&p2->attrs, "acc");
+  CHECK(acc && acc->i == 1 && dit_attrs_find(&p1->attrs, "acc") == NULL && p2->in[2] == p1->out[0]);
+  const dit_value_t *part = dit_graph_cvalue(g, p1->out[0]), *w1 = dit_graph_cvalue(g, p1->in[1]), *w2 = dit_graph_cvalue(g, p2->in[1]);
+  CHECK(!strcmp(part->name, "proj.part") && part->rank == 3 && part->dims[2] == 8 && part->producer == 0);
+  CHECK(!strcmp(dit_graph_cvalue(g, p1->in[0])->name, "a") && !strcmp(dit_graph_cvalue(g, p2->in[0])->name, "b"));
+  CHECK(!strcmp(dit_graph_cvalue(g, p1->in[2])->name, "proj.bias"));
+  CHECK(w1->slice_dim == 1 && w1->slice_start == 0 && w1->dims[0] == 8 && w1->dims[1] == 16 && !strcmp(w1->src, "proj.weight"));
+  CHECK(w2->slice_dim == 1 && w2->slice_start == 16 && w2->dims[1] == 48 && !strcmp(w2->src, "proj.weight") && strcmp(w1->ref, w2->ref));
+  for (int32_t v = 0; v < dit_graph_num_values(g); v++) CHECK(dit_graph_cvalue(g, v)->slice_dim >= 0 || strcmp(dit_graph_cvalue(g, v)->name, "proj.weight"));
+  CHECK_OK(dit_graph_verify(g));
+  const dit_cost_t after = dit_graph_cost(g, NULL, 0);
+  CHECK(after.flops == before.flops + 6 * 8 && after.bytes < before.bytes);
+
+  /* The CPU: one product over the joined features against the two. */
+  dit_cpu_t cpu = {0};
+  CHECK_OK(dit_pool_create(2, &cpu.pool));
+  float av[6 * 16], bv[6 * 48], wv[8 * 64], w1v[8 * 16], w2v[8 * 48], biasv[8], xv[6 * 64], y[6 * 8], y1[6 * 8], y2[6 * 8];
+  uint64_t seed = 7;
+  float *fill[4] = {av, bv, wv, biasv};
+  const int counts[4] = {6 * 16, 6 * 48, 8 * 64, 8};
+  for (int t = 0; t < 4; t++)
+    for (int i = 0; i < counts[t]; i++) seed = seed * 6364136223846793005ull + 1, fill[t][i] = (float)((seed >> 40) % 2001) / 1000.f - 1.f;
+  for (int m = 0; m < 6; m++) memcpy(xv + m * 64, av + m * 16, 16 * sizeof(float)), memcpy(xv + m * 64 + 16, bv + m * 48, 48 * sizeof(float));
+  for (int n = 0; n < 8; n++) memcpy(w1v + n * 16, wv + n * 64, 16 * sizeof(float)), memcpy(w2v + n * 48, wv + n * 64 + 16, 48 * sizeof(float));
+  const dit_tensor_t tx = {.data = xv, .dtype = DIT_F32, .rank = 2, .dims = {6, 64}}, tw = {.data = wv, .dtype = DIT_F32, .rank = 2, .dims = {8, 64}},
+                     ta = {.data = av, .dtype = DIT_F32, .rank = 2, .dims = {6, 16}}, tb = {.data = bv, .dtype = DIT_F32, .rank = 2, .dims = {6, 48}},
+                     tw1 = {.data = w1v, .dtype = DIT_F32, .rank = 2, .dims = {8, 16}}, tw2 = {.data = w2v, .dtype = DIT_F32, .rank = 2, .dims = {8, 48}},
+                     tbias = {.data = biasv, .dtype = DIT_F32, .rank = 1, .dims = {8}};
+  dit_tensor_t ty = {.data = y, .dtype = DIT_F32, .rank = 2, .dims = {6, 8}}, ty1 = ty, ty2 = ty;
+  ty1.data = y1, ty2.data = y2;
+  CHECK_OK(dit_cpu_linear(&cpu, &tx, &tw, &tbias, &ty));
+  CHECK_OK(dit_cpu_linear(&cpu, &ta, &tw1, &tbias, &ty1));
+  CHECK_OK(dit_cpu_linear_acc(&cpu, &tb, &tw2, NULL, &ty1, &ty2));
+  for (int i = 0; i < 6 * 8; i++) CHECK(fabsf(y[i] - y2[i]) <= 1e-5f * (1.f + fabsf(y[i])));
+  CHECK_ERR(dit_cpu_linear_acc(&cpu, &tb, &tw2, NULL, &ty2, &ty2), INVALID_ARGUMENT, "alias");
+  dit_tensor_t bad = ty1;
+  bad.dims[1] = 4;
+  CHECK_ERR(dit_cpu_linear_acc(&cpu, &tb, &tw2, NULL, &bad, &ty2), INVALID_ARGUMENT, "c");
+  dit_pool_destroy(cpu.pool);
+  dit_graph_destroy(g);
+
+  for (int kind = 1; kind <= 3; kind++) {
+    g = concat_linear_graph(kind);
+    const int ops = dit_graph_num_ops(g);
+    dit_pass_result_t k = {0};
+    CHECK_OK(dit_pass_fuse(g, &k));
+    CHECK_EQ_INT(dit_graph_num_ops(g), ops);
+    CHECK_EQ_INT(dit_graph_cop_at(g, 0)->kind, DIT_OP_CONCAT);
+    dit_graph_destroy(g);
+  }
+
+  /* The shape rules: c must have the output's shape, acc no act. */
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[2] = {6, 16}, wd[2] = {8, 16}, cd[2] = {6, 4};
+  dit_attrs_t aa = {0};
+  dit_attrs_set_int(&aa, "acc", 1);
+  dit_vid_t li[3] = {dit_graph_input(g, "x", DIT_F32, 2, xd), dit_graph_weight(g, "w", DIT_F32, 2, wd), dit_graph_input(g, "c", DIT_F32, 2, cd)};
+  dit_graph_op(g, DIT_OP_LINEAR, li, 3, &aa, DIT_F32, "bad");
+  dit_status_t st = dit_graph_status(g);
+  CHECK(st && strstr(dit_status_message(st), "linear: accumulated input 'c' must have the output's shape"));
+  dit_graph_destroy(g);
+}
+
 static void test_memplan_views(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
@@ -582,6 +680,7 @@ int main(void) {
   test_mmdit_ops_plan();
   test_fuse_norm_rope();
   test_fuse_residual_norm();
+  test_fuse_concat_linear();
   test_memplan_on_wan();
   test_schedule_collectives();
   return check_summary("test_passes");
