@@ -562,6 +562,25 @@ static int cmp_io(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : 1;
 }
 
+int dit_plan_step_is_view(const dit_plan_t *p, const dit_plan_step_t *s) {
+  if ((s->kind != DIT_OP_RESHAPE && s->kind != DIT_OP_CONCAT) || s->n_out != 1 || s->n_in < 1) return 0;
+  const dit_plan_value_t *y = &p->values[s->out[0]];
+  if (y->storage != DIT_STORAGE_ARENA) return 0;
+  uint64_t at = y->offset;
+  for (int k = 0; k < s->n_in; k++) {
+    const dit_plan_value_t *x = &p->values[s->in[k]];
+    if (x->storage != DIT_STORAGE_ARENA || x->offset != at) return 0;
+    at += x->nbytes;
+  }
+  if (at != y->offset + y->nbytes) return 0;
+  if (s->kind == DIT_OP_RESHAPE) return s->n_in == 1;
+  const dit_attr_t *dim = dit_attrs_find(&s->attrs, "dim");
+  if (!dim || dim->is_float || dim->i < 0 || dim->i >= y->rank) return 0;
+  for (int64_t d = 0; d < dim->i; d++)
+    if (y->dims[d] != 1) return 0;
+  return 1;
+}
+
 /* Dataflow: temps written once before being read; inputs and weights never written;
  * outputs written exactly once; an op's outputs do not overlap its arena inputs; no io name
  * bound twice. */
@@ -598,9 +617,8 @@ static dit_status_t check_dataflow(const dit_plan_t *p, const char *what) {
       else if (written[s->out[k]])
         st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': values[%d] %s written a second time", what, i, k, s->out[k], a);
       written[s->out[k]] = 1;
-      /* A reshape may be a view: its output exactly its input's bytes (the runtime skips it). */
-      const dit_plan_value_t *x0 = s->n_in ? &p->values[s->in[0]] : NULL;
-      const int view = s->kind == DIT_OP_RESHAPE && x0 && x0->storage == DIT_STORAGE_ARENA && x0->offset == v->offset && x0->nbytes == v->nbytes;
+      /* A reshape or concat may be a view: its output exactly its inputs' bytes (the runtime skips it). */
+      const int view = dit_plan_step_is_view(p, s);
       for (int j = 0; j < s->n_in && !st && v->storage == DIT_STORAGE_ARENA && !view; j++) {
         const dit_plan_value_t *u = &p->values[s->in[j]];
         if (u->storage == DIT_STORAGE_ARENA && u->offset < v->offset + v->nbytes && v->offset < u->offset + u->nbytes) {

@@ -6,7 +6,9 @@
  * after the other, `copies` times over (a runtime points each branch's forward at its copy), and
  * are never released, so nothing else ever writes there. A reshape of a temp into a temp is a
  * view: its result takes its input's block, which lives until the last reader of either (the
- * runtime skips a reshape whose input and output coincide). */
+ * runtime skips a reshape whose input and output coincide). A concat whose parts are contiguous
+ * runs of its output is one too, the other way round: its parts are written into its block, which
+ * the first part to be made takes and which lives until the last reader of any of the three. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,43 @@ typedef struct block {
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 static int planned(const dit_value_t *v) { return v->kind == DIT_VALUE_TEMP && !v->is_output; }
+
+/* The concats whose parts can be written where the concat would put them, so the concat is a
+ * view (artifacts/plan.h: dit_plan_step_is_view; the runtime skips it): the joined dim has only
+ * ones before it (each part one contiguous run of the output), every part a planned temp of its
+ * own (no view, no other concat's part or host, no state cache) that a compute op makes, and the
+ * first part's bytes a multiple of DIT_ARENA_ALIGN (the second part starts aligned). Sets host[v]
+ * and part_at[v] of each part, -1 elsewhere. */
+static void concat_hosts(const dit_graph_t *g, const dit_vid_t *root, dit_vid_t *host, uint64_t *part_at) {
+  const int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
+  uint8_t *busy = calloc((size_t)nv + 1, 1); /* a view's root, or a host */
+  for (dit_vid_t v = 0; v < nv; v++) host[v] = -1, part_at[v] = 0;
+  if (!busy) return; /* no concat in place: the plan is still valid */
+  for (dit_vid_t v = 0; v < nv; v++)
+    if (root[v] != v) busy[root[v]] = 1;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind != DIT_OP_CONCAT || op->n_in != 2 || op->n_out != 1) continue;
+    const dit_vid_t y = op->out[0], a = op->in[0], b = op->in[1];
+    const dit_value_t *yv = dit_graph_cvalue(g, y);
+    const dit_attr_t *dim = dit_attrs_find(&op->attrs, "dim");
+    if (!planned(yv) || root[y] != y || busy[y] || host[y] >= 0 || !dim || dim->i < 0 || dim->i >= yv->rank || a == b) continue;
+    int ok = dit_value_nbytes(dit_graph_cvalue(g, a)) % DIT_ARENA_ALIGN == 0;
+    for (int64_t d = 0; ok && d < dim->i; d++) ok = yv->dims[d] == 1;
+    for (int k = 0; ok && k < 2; k++) {
+      const dit_vid_t u = op->in[k];
+      const dit_value_t *uv = dit_graph_cvalue(g, u);
+      const dit_op_t *by = uv->producer >= 0 ? dit_graph_cop_at(g, uv->producer) : NULL;
+      ok = planned(uv) && root[u] == u && !busy[u] && host[u] < 0 && by && !dit_op_is_collective(by->kind) &&
+           by->kind != DIT_OP_STATE_CACHE && by->kind != DIT_OP_CONCAT;
+    }
+    if (!ok) continue;
+    host[a] = host[b] = y;
+    part_at[b] = dit_value_nbytes(dit_graph_cvalue(g, a));
+    busy[y] = 1;
+  }
+  free(busy);
+}
 
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
@@ -55,6 +94,17 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   }
   for (dit_vid_t v = 0; v < nv; v++)
     if (root[v] != v && last[v] > last[root[v]]) last[root[v]] = last[v];
+  /* Concats in place: host[v] is the concat output whose block part v is written into, at
+   * part_at[v] bytes (-1: none). */
+  dit_vid_t *host = malloc(((size_t)nv + 1) * sizeof *host);
+  uint64_t *part_at = malloc(((size_t)nv + 1) * sizeof *part_at);
+  if (!host || !part_at) {
+    free(host), free(part_at), free(last), free(live), free(root);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
+  }
+  concat_hosts(g, root, host, part_at);
+  for (dit_vid_t v = 0; v < nv; v++)
+    if (host[v] >= 0 && last[v] > last[host[v]]) last[host[v]] = last[v];
   /* A collective may run on a queue of its own, overlapped with the compute after it, until
    * the first compute op that reads its result (through a chain of collectives, which run in
    * order on that queue): its inputs stay alive until then. */
@@ -108,7 +158,14 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
         val->offset = dit_graph_cvalue(g, root[op->out[k]])->offset;
         continue;
       }
-      uint64_t size = round_up(dit_value_nbytes(val) ? dit_value_nbytes(val) : 1, DIT_ARENA_ALIGN);
+      /* A concat's part: its host's block, taken by its first part. */
+      const dit_vid_t b = host[op->out[k]] >= 0 ? host[op->out[k]] : op->out[k];
+      dit_value_t *bval = dit_graph_value(g, b);
+      if (b != op->out[k] && bval->offset >= 0) {
+        val->offset = bval->offset + (int64_t)part_at[op->out[k]];
+        continue;
+      }
+      uint64_t size = round_up(dit_value_nbytes(bval) ? dit_value_nbytes(bval) : 1, DIT_ARENA_ALIGN);
       naive += size;
       /* live[] is sorted by offset: take the first gap that fits. */
       uint64_t off = 0;
@@ -119,9 +176,10 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
         if (end > off) off = end;
       }
       memmove(&live[pos + 1], &live[pos], (size_t)(n_live - pos) * sizeof *live);
-      live[pos] = (block_t){off, size, op->out[k]};
+      live[pos] = (block_t){off, size, b};
       n_live++;
-      val->offset = (int64_t)off;
+      bval->offset = (int64_t)off;
+      if (b != op->out[k]) val->offset = (int64_t)(off + part_at[op->out[k]]);
       if (off + size > arena) arena = off + size;
     }
     /* Release everything whose last reader (or, if unread, producer) is this op. */
@@ -132,6 +190,8 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   }
   r->arena_bytes = arena;
   r->naive_bytes = naive;
+  free(host);
+  free(part_at);
   free(root);
   free(last);
   free(live);
