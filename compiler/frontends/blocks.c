@@ -203,11 +203,12 @@ dit_vid_t dit_blocks_linear_row2(dit_blocks_t *b, dit_vid_t x1, dit_vid_t x2, co
   snprintf(n1, sizeof n1, "%s.partial1", name);
   dit_vid_t in1[3] = {x1, w1, bias};
   dit_vid_t a = dit_graph_op(b->g, DIT_OP_LINEAR, in1, rank0 && bias >= 0 ? 3 : 2, NULL, DIT_F32, n1);
-  snprintf(n1, sizeof n1, "%s.partial2", name);
-  dit_vid_t in2[2] = {x2, w2};
-  dit_vid_t c = dit_graph_op(b->g, DIT_OP_LINEAR, in2, 2, NULL, DIT_F32, n1);
+  /* The second product accumulates onto the first (linear's acc): this rank's partial sum. */
   snprintf(n1, sizeof n1, "%s.partial", name);
-  return row_sum(b, dit_blocks_add(b, a, c, n1), name);
+  dit_vid_t in2[3] = {x2, w2, a};
+  dit_attrs_t acc = {0};
+  dit_attrs_set_int(&acc, "acc", 1);
+  return row_sum(b, dit_graph_op(b->g, DIT_OP_LINEAR, in2, 3, &acc, DIT_F32, n1), name);
 }
 
 dit_vid_t dit_blocks_unary(dit_blocks_t *b, dit_op_kind_t kind, dit_vid_t x, dit_dtype_t out_dtype, const char *name) {
