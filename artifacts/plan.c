@@ -563,9 +563,16 @@ static int cmp_io(const void *a, const void *b) {
 }
 
 int dit_plan_step_is_view(const dit_plan_t *p, const dit_plan_step_t *s) {
-  if ((s->kind != DIT_OP_RESHAPE && s->kind != DIT_OP_CONCAT) || s->n_out != 1 || s->n_in < 1) return 0;
+  if ((s->kind != DIT_OP_RESHAPE && s->kind != DIT_OP_CONCAT && s->kind != DIT_OP_SLICE_TOKENS) || s->n_out != 1 || s->n_in < 1) return 0;
   const dit_plan_value_t *y = &p->values[s->out[0]];
   if (y->storage != DIT_STORAGE_ARENA) return 0;
+  if (s->kind == DIT_OP_SLICE_TOKENS) { /* one item: tokens [t0, t0 + count) are one run of x's bytes */
+    const dit_plan_value_t *x = &p->values[s->in[0]];
+    const dit_attr_t *t0 = dit_attrs_find(&s->attrs, "t0");
+    if (x->storage != DIT_STORAGE_ARENA || x->rank != 3 || x->dims[0] != 1 || x->dims[1] < 1 || !t0 || t0->is_float || t0->i < 0) return 0;
+    const uint64_t row = x->nbytes / (uint64_t)x->dims[1];
+    return y->offset == x->offset + (uint64_t)t0->i * row && y->dtype == x->dtype && y->offset + y->nbytes <= x->offset + x->nbytes;
+  }
   uint64_t at = y->offset;
   for (int k = 0; k < s->n_in; k++) {
     const dit_plan_value_t *x = &p->values[s->in[k]];

@@ -194,9 +194,9 @@ typedef struct dit_plan {
 } dit_plan_t;
 
 /* 1 when step s only names bytes its inputs already hold (the memory plan made it a view; the
- * runtime skips it): a reshape whose output is its input's bytes, or a concat whose output has
- * nothing but ones before the joined dim and whose inputs lie side by side, in order, exactly
- * over it. */
+ * runtime skips it): a reshape whose output is its input's bytes, a slice of one item's tokens
+ * that lies over them, or a concat whose output has nothing but ones before the joined dim and
+ * whose inputs lie side by side, in order, exactly over it. */
 int dit_plan_step_is_view(const dit_plan_t *p, const dit_plan_step_t *s);
 
 /* Deterministic JSON (caller frees). */

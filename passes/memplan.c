@@ -6,7 +6,8 @@
  * after the other, `copies` times over (a runtime points each branch's forward at its copy), and
  * are never released, so nothing else ever writes there. A reshape of a temp into a temp is a
  * view: its result takes its input's block, which lives until the last reader of either (the
- * runtime skips a reshape whose input and output coincide). A concat whose parts are contiguous
+ * runtime skips a reshape whose input and output coincide); so are slices of the tokens that split
+ * a one-item temp whole, each at its bytes of the block. A concat whose parts are contiguous
  * runs of its output is one too, the other way round: its parts are written into its block, which
  * the first part to be made takes and which lives until the last reader of any of the three. */
 #include <stdlib.h>
@@ -60,6 +61,59 @@ static void concat_hosts(const dit_graph_t *g, const dit_vid_t *root, dit_vid_t 
   free(busy);
 }
 
+/* The temps that slices of the tokens split whole: one item ([1, T, C]), read by nothing but
+ * slice_tokens ops (at most SPLIT_MAX) whose ranges are disjoint and cover all T tokens, each
+ * starting at a multiple of DIT_ARENA_ALIGN bytes. Each slice is then a view of its bytes (the
+ * runtime skips it), and the block, which lives as long as any slice, holds nothing unread.
+ * Returns a flag per value (NULL: out of memory). */
+#define SPLIT_MAX 4
+static uint8_t *split_views(const dit_graph_t *g) {
+  const int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
+  uint8_t *ok = calloc((size_t)nv + 1, 1);
+  int64_t (*rg)[SPLIT_MAX][2] = malloc(((size_t)nv + 1) * sizeof *rg);
+  int *n = calloc((size_t)nv + 1, sizeof *n);
+  if (!ok || !rg || !n) {
+    free(ok), free(rg), free(n);
+    return NULL;
+  }
+  for (dit_vid_t v = 0; v < nv; v++) {
+    const dit_value_t *val = dit_graph_cvalue(g, v);
+    ok[v] = planned(val) && val->rank == 3 && val->dims[0] == 1 && val->dims[1] > 0;
+  }
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    for (int k = 0; k < op->n_in; k++) {
+      const dit_vid_t x = op->in[k];
+      if (!ok[x]) continue;
+      const dit_value_t *xv = dit_graph_cvalue(g, x);
+      const dit_attr_t *t0 = dit_attrs_find(&op->attrs, "t0"), *cnt = dit_attrs_find(&op->attrs, "count");
+      const uint64_t row = dit_value_nbytes(xv) / (uint64_t)xv->dims[1];
+      if (op->kind != DIT_OP_SLICE_TOKENS || !t0 || !cnt || n[x] == SPLIT_MAX || ((uint64_t)t0->i * row) % DIT_ARENA_ALIGN) {
+        ok[x] = 0;
+        continue;
+      }
+      rg[x][n[x]][0] = t0->i, rg[x][n[x]][1] = t0->i + cnt->i;
+      n[x]++;
+    }
+  }
+  for (dit_vid_t v = 0; v < nv; v++) {
+    if (!ok[v] || !n[v]) {
+      ok[v] = 0;
+      continue;
+    }
+    int64_t covered = 0;
+    for (int a = 0; a < n[v]; a++) {
+      covered += rg[v][a][1] - rg[v][a][0];
+      for (int b = 0; b < a; b++)
+        if (rg[v][a][0] < rg[v][b][1] && rg[v][b][0] < rg[v][a][1]) ok[v] = 0;
+    }
+    if (covered != dit_graph_cvalue(g, v)->dims[1]) ok[v] = 0;
+  }
+  free(rg);
+  free(n);
+  return ok;
+}
+
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
   int32_t *last = malloc(((size_t)nv + 1) * sizeof *last);
@@ -86,12 +140,25 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
     free(live);
     return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
   }
-  for (dit_vid_t v = 0; v < nv; v++) root[v] = v;
+  uint64_t *view_at = malloc(((size_t)nv + 1) * sizeof *view_at); /* a view's bytes into its root's block */
+  uint8_t *split = split_views(g);
+  if (!view_at || !split) {
+    free(view_at), free(split), free(root), free(last), free(live);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
+  }
+  for (dit_vid_t v = 0; v < nv; v++) root[v] = v, view_at[v] = 0;
   for (int32_t i = 0; i < no; i++) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
-    if (op->kind == DIT_OP_RESHAPE && planned(dit_graph_cvalue(g, op->in[0])) && planned(dit_graph_cvalue(g, op->out[0])))
-      root[op->out[0]] = root[op->in[0]];
+    const dit_vid_t x = op->in[0], y = op->out[0];
+    if (op->kind == DIT_OP_RESHAPE && planned(dit_graph_cvalue(g, x)) && planned(dit_graph_cvalue(g, y))) {
+      root[y] = root[x], view_at[y] = view_at[x];
+    } else if (op->kind == DIT_OP_SLICE_TOKENS && split[x] && planned(dit_graph_cvalue(g, y))) {
+      const dit_value_t *xv = dit_graph_cvalue(g, x);
+      root[y] = root[x];
+      view_at[y] = view_at[x] + (uint64_t)dit_attrs_find(&op->attrs, "t0")->i * (dit_value_nbytes(xv) / (uint64_t)xv->dims[1]);
+    }
   }
+  free(split);
   for (dit_vid_t v = 0; v < nv; v++)
     if (root[v] != v && last[v] > last[root[v]]) last[root[v]] = last[v];
   /* Concats in place: host[v] is the concat output whose block part v is written into, at
@@ -154,8 +221,8 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
     for (int k = 0; k < op->n_out; k++) {
       dit_value_t *val = dit_graph_value(g, op->out[k]);
       if (!planned(val) || val->offset >= 0) continue;
-      if (root[op->out[k]] != op->out[k]) { /* a view: its root's block */
-        val->offset = dit_graph_cvalue(g, root[op->out[k]])->offset;
+      if (root[op->out[k]] != op->out[k]) { /* a view: bytes of its root's block */
+        val->offset = dit_graph_cvalue(g, root[op->out[k]])->offset + (int64_t)view_at[op->out[k]];
         continue;
       }
       /* A concat's part: its host's block, taken by its first part. */
@@ -192,6 +259,7 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   r->naive_bytes = naive;
   free(host);
   free(part_at);
+  free(view_at);
   free(root);
   free(last);
   free(live);

@@ -557,7 +557,7 @@ static void test_memplan_views(void) {
   dit_graph_destroy(g);
 }
 
-/* A concat along the tokens of [1, 8, 16] and [1, 4, 16] (silu of inputs) is a view: its parts
+/* Token views. A concat along the tokens of [1, 8, 16] and [1, 4, 16] (silu of inputs) is a view: its parts
  * are written side by side into its block and the plan reads it as one (dit_plan_step_is_view);
  * with two batch items the parts are not contiguous runs and each has its own block; a first
  * part whose bytes are not a multiple of the arena alignment keeps its own block too. */
@@ -594,6 +594,48 @@ static void test_memplan_concat_views(void) {
       dit_plan_t *back = NULL;
       CHECK_OK(dit_plan_to_json(p, &json));
       CHECK_OK(dit_plan_parse(json, strlen(json), "concat views", &back)); /* the validator takes the view */
+      free(json);
+      dit_plan_free(back);
+    }
+    dit_plan_free(p);
+    dit_graph_destroy(g);
+  }
+  /* Slices of the tokens that split a one-item temp whole ([1, 8, 16]: tokens [0, 4) and [4, 8))
+   * are views at their bytes; one slice alone (half the block unread), or two items, are not. */
+  for (int c = 0; c < 3; c++) {
+    dit_graph_t *g;
+    CHECK_OK(dit_graph_create(&g));
+    const int64_t xd[3] = {c == 2 ? 2 : 1, 8, 16};
+    dit_vid_t xi = dit_graph_input(g, "x", DIT_F32, 3, xd);
+    dit_vid_t x = dit_graph_op(g, DIT_OP_SILU, &xi, 1, NULL, DIT_F32, "x.act"), parts[2] = {-1, -1};
+    for (int k = 0; k < (c == 1 ? 1 : 2); k++) {
+      dit_attrs_t sa = {0};
+      dit_attrs_set_int(&sa, "t0", 4 * k);
+      dit_attrs_set_int(&sa, "count", 4);
+      parts[k] = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &x, 1, &sa, DIT_F32, k ? "hi" : "lo");
+      dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &parts[k], 1, NULL, DIT_F32, k ? "z1" : "z0"), k ? "z1" : "z0");
+    }
+    CHECK_OK(dit_graph_verify(g));
+    dit_pass_result_t r = {0};
+    CHECK_OK(dit_pass_memplan(g, &r));
+    const dit_value_t *vx = dit_graph_cvalue(g, x), *lo = dit_graph_cvalue(g, parts[0]);
+    const int64_t row = 16 * 4;
+    if (c == 0) {
+      CHECK(lo->offset == vx->offset && dit_graph_cvalue(g, parts[1])->offset == vx->offset + 4 * row);
+      CHECK_EQ_INT(r.arena_bytes, 8 * row);
+    } else {
+      CHECK(lo->offset >= vx->offset + (int64_t)dit_value_nbytes(vx) || lo->offset + (int64_t)dit_value_nbytes(lo) <= vx->offset);
+    }
+    dit_plan_t *p = NULL;
+    CHECK_OK(dit_compile_lower(g, r.arena_bytes, &p));
+    int views = 0;
+    for (size_t i = 0; p && i < p->n_steps; i++) views += dit_plan_step_is_view(p, &p->steps[i]);
+    CHECK_EQ_INT(views, c == 0 ? 2 : 0);
+    if (p) {
+      char *json = NULL;
+      dit_plan_t *back = NULL;
+      CHECK_OK(dit_plan_to_json(p, &json));
+      CHECK_OK(dit_plan_parse(json, strlen(json), "slice views", &back));
       free(json);
       dit_plan_free(back);
     }
