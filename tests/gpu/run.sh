@@ -738,20 +738,27 @@ if [ -n "${WAN22_SWAP:-}" ]; then
 fi
 # A tiny pipeline: every op on the GPU against the CPU reference, and the GPU's bf16 forward
 # against the CPU's (the bf16 graphs round t as diffusers does in bf16; key bounds from padded masks).
-tiny_gpu_checks() { # name folder shape-flags...
+tiny_gpu_checks() { # name folder shape-flags... (TINY_INPUTS: the folder's inputs file, default forward_inputs)
   local name=$1 d=$2; shift 2
-  local gb cb
+  local gb cb in="$d/${TINY_INPUTS:-forward_inputs}.safetensors"
   gb=$("$BIN/ditc" compile "$d" "$@" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-  check "$BIN/ditrun" compare "$gb" --inputs "$d/forward_inputs.safetensors" --max-rel 3e-2 > "$OUT/compare_$name.txt"
+  check "$BIN/ditrun" compare "$gb" --inputs "$in" --max-rel 3e-2 > "$OUT/compare_$name.txt"
   tail -n 4 "$OUT/compare_$name.txt"
   cb=$("$BIN/ditc" compile "$d" "$@" --dtype bf16 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
-  check "$BIN/ditrun" forward "$gb" --inputs "$d/forward_inputs.safetensors" --out "$W/${name}_gpu.safetensors"
-  check "$BIN/ditrun" forward "$cb" --inputs "$d/forward_inputs.safetensors" --out "$W/${name}_cpu.safetensors"
+  check "$BIN/ditrun" forward "$gb" --inputs "$in" --out "$W/${name}_gpu.safetensors"
+  check "$BIN/ditrun" forward "$cb" --inputs "$in" --out "$W/${name}_cpu.safetensors"
   check "$BIN/st_compare" "$W/${name}_gpu.safetensors" "$W/${name}_cpu.safetensors" sample 3e-2 0.9995
+}
+# The tiny MMDiT checks at batch 2 and at batch 1 (one item: the joint attention's concats and
+# slices are views of one block there).
+tiny_gpu_checks_b21() { # name folder shape-flags...
+  local name=$1 d=$2; shift 2
+  tiny_gpu_checks "$name" "$d" "$@" --batch 2
+  TINY_INPUTS=forward_inputs_b1 tiny_gpu_checks "${name}_b1" "$d" "$@" --batch 1
 }
 if [ -n "${FLUX:-}" ]; then
   step "8. FLUX.1 tiny pipelines on the GPU: op by op against the CPU, forward against the CPU's"
-  for v in dev schnell; do tiny_gpu_checks "flux_$v" "tests/data/flux_${v}_tiny" --height 64 --width 64 --batch 2 --text-len 8; done
+  for v in dev schnell; do tiny_gpu_checks_b21 "flux_$v" "tests/data/flux_${v}_tiny" --height 64 --width 64 --text-len 8; done
   [ -n "${NO_BENCH:-}" ] || {
   step "8b. FLUX.1-dev 1024x1024: ditrun against diffusers eager and torch.compile, parity, 4-step generate"
   timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
@@ -773,7 +780,7 @@ if [ -n "${FLUX_OFFLOAD:-}" ]; then
 fi
 if [ -n "${HUNYUAN:-}" ]; then
   step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
-  tiny_gpu_checks hunyuan tests/data/hunyuan_video_tiny --frames 5 --height 48 --width 32 --batch 2 --text-len 8
+  tiny_gpu_checks_b21 hunyuan tests/data/hunyuan_video_tiny --frames 5 --height 48 --width 32 --text-len 8
   [ -n "${NO_BENCH:-}" ] || timeout "${HUNYUAN_TIMEOUT:-520}" python3 bench/hunyuan_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/hunyuan" \
     --out "$OUT" ${HUNYUAN_LAYERS:+--layers "$HUNYUAN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_hunyuan_forward.txt"
@@ -782,7 +789,7 @@ if [ -n "${HUNYUAN:-}" ]; then
 fi
 if [ -n "${QWEN:-}" ]; then
   step "8d. Qwen-Image: the tiny pipeline on the GPU; 1328x1328 against diffusers eager and torch.compile, parity, a 4-step generate with true CFG"
-  tiny_gpu_checks qwen tests/data/qwen_tiny --height 48 --width 80 --batch 2 --text-len 8
+  tiny_gpu_checks_b21 qwen tests/data/qwen_tiny --height 48 --width 80 --text-len 8
   [ -n "${NO_BENCH:-}" ] || timeout "${QWEN_TIMEOUT:-520}" python3 bench/qwen_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/qwen" \
     --out "$OUT" ${QWEN_LAYERS:+--layers "$QWEN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_qwen_forward.txt"
