@@ -3,9 +3,10 @@
  * written again; the Q/K RMSNorm folded into the rotary embedding that follows it, so Q and
  * K are read once and written once (base/ops.def: rope, rope_table); a linear over a concat of
  * features split into two products, the second accumulating onto the first (base/ops.def:
- * linear's acc), so the concat is never written; and a residual add folded into the norm that
- * reads its sum, so the sum is written once and never read back for the norm (base/ops.def:
- * layernorm's res_at). */
+ * linear's acc), so the concat is never written; a residual add folded into the linear that makes
+ * its other operand (acc again), so the product is never written; and a residual add folded into
+ * the norm that reads its sum, so the sum is written once and never read back for the norm
+ * (base/ops.def: layernorm's res_at). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,37 @@ static int split_concat_linear(dit_graph_t *g, int32_t i, const int32_t *uses) {
   return 1;
 }
 
+/* Folds add op i into the linear that makes one of its operands (a residual add after a layer's
+ * output projection: x + linear(h)): the linear takes the other operand as its accumulated input
+ * (attr acc: a GEMM's C with beta = 1) and makes the sum itself, so its product is never written
+ * and read back. Needs the product to be a temp only the add reads, a linear without act or acc,
+ * one dtype for the product, the other operand and the sum, and the other operand made before the
+ * linear runs. Returns 1 when it folded (op i is then dead). */
+static int fold_add_into_linear(dit_graph_t *g, int32_t i, const int32_t *uses) {
+  const dit_op_t *add = dit_graph_cop_at(g, i);
+  if (add->kind != DIT_OP_ADD || add->n_in != 2 || add->n_out != 1 || add->in[0] == add->in[1]) return 0;
+  const dit_value_t *sum = dit_graph_cvalue(g, add->out[0]);
+  for (int k = 1; k >= 0; k--) {
+    const dit_vid_t pv = add->in[k], cv = add->in[1 - k];
+    const dit_value_t *prod = dit_graph_cvalue(g, pv), *c = dit_graph_cvalue(g, cv);
+    if (prod->kind != DIT_VALUE_TEMP || prod->is_output || uses[pv] != 1 || prod->producer < 0) continue;
+    const int32_t j = prod->producer;
+    dit_op_t *lin = dit_graph_op_at(g, j);
+    if (lin->kind != DIT_OP_LINEAR || lin->n_in > 3 || lin->n_out != 1 || dit_attrs_find(&lin->attrs, "act") ||
+        dit_attrs_find(&lin->attrs, "acc"))
+      continue;
+    if (prod->dtype != sum->dtype || c->dtype != sum->dtype || (c->producer >= j && c->kind == DIT_VALUE_TEMP)) continue;
+    if (dit_attrs_set_int(&lin->attrs, "acc", 1)) continue;
+    lin->in[lin->n_in++] = cv;
+    /* The linear now makes the sum; the product has no producer left. */
+    lin->out[0] = add->out[0];
+    dit_graph_value(g, add->out[0])->producer = j;
+    dit_graph_value(g, pv)->producer = -1;
+    return 1;
+  }
+  return 0;
+}
+
 dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
   int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
   int32_t *uses = calloc((size_t)nv + 1, sizeof *uses);
@@ -191,6 +223,8 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
   }
   for (int32_t i = 0; i < no; i++)
     if (keep[i]) fused += split_concat_linear(g, i, uses);
+  for (int32_t i = 0; i < no; i++)
+    if (keep[i] && fold_add_into_linear(g, i, uses)) keep[i] = 0, fused++;
   nv = dit_graph_num_values(g); /* the splits made weight slices */
   /* Residual adds into the norms that read their sums first (after the folds above, which
    * change no norm's x). */

@@ -118,8 +118,9 @@ for top in "" "--cp 2 --cp-mode ring --tp 2" "--tp 2 --sp"; do
 done
 
 # One timestep a latent frame: a token_rows step reads the timestep input's first token of every
-# frame, the time embedder runs on those rows (no cast: a direct bf16 store), every per-token
-# adaln and gated_add reads e's frame rows (token_group = the frame's tokens), and a timestep that
+# frame, the time embedder runs on those rows (no cast: a direct bf16 store), each block's table is
+# stored once a frame and every step that reads one reads its frame's row (token_group = the
+# frame's tokens), and a timestep that
 # varies within a frame is refused on the host, naming the item and the token.
 frame_rows() { # bundle, batch
   python3 - "$1" "$2" "$N" <<'PY'
@@ -137,8 +138,12 @@ frames = tokens // group
 assert frames * group == tokens and vals[tr["out"][0]]["shape"] == [batch, frames], tr
 assert vals[by["time.linear_1"]["in"][0]]["shape"][1] == frames, by["time.linear_1"]
 assert not [s for s in plan["steps"] if s["op"] == "cast"], "a cast in the per-frame embedder"
-tok = [s for s in plan["steps"] if s["op"] in ("adaln", "gated_add") and len(s["in"]) == (3 if s["op"] == "adaln" else 4)]
-assert tok and all(s["ints"]["token_group"] == group and s["ints"]["token_offset"] == 0 for s in tok), tok[:2]
+# The stored per-frame tables [B, frames, n, D] and every step that reads one.
+tables = {i for i, v in enumerate(vals) if len(v["shape"]) == 4 and v["shape"][:2] == [batch, frames]}
+assert tables and all(by[vals[i]["name"]]["op"] == "mod_table" for i in tables), sorted(tables)[:3]
+tok = [s for s in plan["steps"] if s["op"] != "mod_table" and tables & set(s["in"])]
+assert tok and all(s["op"] in ("adaln", "gated_add", "layernorm") for s in tok), [s["op"] for s in tok]
+assert all(s["ints"]["token_group"] == group and s["ints"]["token_offset"] == 0 for s in tok), tok[:2]
 print(group)
 PY
 }
