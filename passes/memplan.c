@@ -132,8 +132,34 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     for (int k = 0; k < op->n_in; k++) last[op->in[k]] = i;
   }
-  /* Views: root[v] is the temp whose block v shares (itself unless v reshapes a temp). Ops run
-   * in order, so a view's root is known before the view. */
+  /* A collective may run on a queue of its own, overlapped with the compute after it, until
+   * the first compute op that reads its result (through a chain of collectives, which run in
+   * order on that queue): its inputs stay alive until then (and with them, below, the blocks of
+   * views and concat parts among them). */
+  int32_t *first = malloc(((size_t)nv + 1) * sizeof *first), *until = malloc(((size_t)no + 1) * sizeof *until);
+  if (!first || !until) {
+    free(first), free(until), free(last), free(live);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
+  }
+  for (dit_vid_t v = 0; v < nv; v++) first[v] = -1;
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    for (int k = 0; k < op->n_in; k++)
+      if (first[op->in[k]] < 0) first[op->in[k]] = i;
+  }
+  for (int32_t i = no - 1; i >= 0; i--) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (!dit_op_is_collective(op->kind)) continue;
+    const int32_t j = first[op->out[0]];
+    until[i] = j < 0 ? i : dit_op_is_collective(dit_graph_cop_at(g, j)->kind) ? until[j] : j;
+    for (int k = 0; k < op->n_in; k++)
+      if (last[op->in[k]] < until[i]) last[op->in[k]] = until[i];
+  }
+  free(first);
+  free(until);
+  /* Views: root[v] is the temp whose block v shares (itself unless v reshapes a temp or is a slice
+   * of one split whole), view_at[v] where in it. Ops run in order, so a view's root is known before
+   * the view. */
   dit_vid_t *root = malloc(((size_t)nv + 1) * sizeof *root);
   if (!root) {
     free(last);
@@ -166,36 +192,12 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   dit_vid_t *host = malloc(((size_t)nv + 1) * sizeof *host);
   uint64_t *part_at = malloc(((size_t)nv + 1) * sizeof *part_at);
   if (!host || !part_at) {
-    free(host), free(part_at), free(last), free(live), free(root);
+    free(host), free(part_at), free(view_at), free(last), free(live), free(root);
     return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
   }
   concat_hosts(g, root, host, part_at);
   for (dit_vid_t v = 0; v < nv; v++)
     if (host[v] >= 0 && last[v] > last[host[v]]) last[host[v]] = last[v];
-  /* A collective may run on a queue of its own, overlapped with the compute after it, until
-   * the first compute op that reads its result (through a chain of collectives, which run in
-   * order on that queue): its inputs stay alive until then. */
-  int32_t *first = malloc(((size_t)nv + 1) * sizeof *first), *until = malloc(((size_t)no + 1) * sizeof *until);
-  if (!first || !until) {
-    free(first), free(until), free(last), free(live), free(root);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
-  }
-  for (dit_vid_t v = 0; v < nv; v++) first[v] = -1;
-  for (int32_t i = 0; i < no; i++) {
-    const dit_op_t *op = dit_graph_cop_at(g, i);
-    for (int k = 0; k < op->n_in; k++)
-      if (first[op->in[k]] < 0) first[op->in[k]] = i;
-  }
-  for (int32_t i = no - 1; i >= 0; i--) {
-    const dit_op_t *op = dit_graph_cop_at(g, i);
-    if (!dit_op_is_collective(op->kind)) continue;
-    const int32_t j = first[op->out[0]];
-    until[i] = j < 0 ? i : dit_op_is_collective(dit_graph_cop_at(g, j)->kind) ? until[j] : j;
-    for (int k = 0; k < op->n_in; k++)
-      if (last[op->in[k]] < until[i]) last[op->in[k]] = until[i];
-  }
-  free(first);
-  free(until);
   int n_live = 0;
   uint64_t arena = 0, naive = 0, states = 0;
   int64_t copies = 1;
