@@ -161,10 +161,9 @@ static void test_schedule_collectives(void) {
   x = dit_graph_input(g, "x", DIT_F32, 3, xs);
   q = dit_graph_op(g, DIT_OP_SILU, &x, 1, NULL, DIT_F32, "q");
   dit_attrs_t ra = {0};
-  dit_attrs_set_int(&ra, "rank", 3);
-  dit_attrs_set_int(&ra, "d0", 2);
-  dit_attrs_set_int(&ra, "d1", 4);
-  dit_attrs_set_int(&ra, "d2", 16);
+  static const char *const rkeys[4] = {"rank", "d0", "d1", "d2"};
+  static const int64_t rvals[4] = {3, 2, 4, 16}; /* [1, 8, 16] viewed as [2, 4, 16] */
+  for (int i = 0; i < 4; i++) dit_attrs_set_int(&ra, rkeys[i], rvals[i]);
   dit_vid_t qv = dit_graph_op(g, DIT_OP_RESHAPE, &q, 1, &ra, DIT_F32, "qv");
   qa = dit_graph_op(g, DIT_OP_ALLGATHER, &qv, 1, &a, DIT_F32, "qa");
   k = dit_graph_op(g, DIT_OP_GELU_TANH, &x, 1, NULL, DIT_F32, "k");
