@@ -602,6 +602,7 @@ static dit_status_t check_dataflow(const dit_plan_t *p, const char *what) {
   char a[96], b[96];
   for (size_t i = 0; i < p->n_steps && !st; i++) {
     const dit_plan_step_t *s = &p->steps[i];
+    const int view = dit_plan_step_is_view(p, s); /* its output is exactly its inputs' bytes: the runtime skips it */
     for (int k = 0; k < s->n_in && !st; k++) {
       const dit_plan_value_t *v = &p->values[s->in[k]];
       int ready = v->storage == DIT_STORAGE_INPUT || v->storage == DIT_STORAGE_WEIGHT || written[s->in[k]];
@@ -624,8 +625,6 @@ static dit_status_t check_dataflow(const dit_plan_t *p, const char *what) {
       else if (written[s->out[k]])
         st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': values[%d] %s written a second time", what, i, k, s->out[k], a);
       written[s->out[k]] = 1;
-      /* A reshape or concat may be a view: its output exactly its inputs' bytes (the runtime skips it). */
-      const int view = dit_plan_step_is_view(p, s);
       for (int j = 0; j < s->n_in && !st && v->storage == DIT_STORAGE_ARENA && !view; j++) {
         const dit_plan_value_t *u = &p->values[s->in[j]];
         if (u->storage == DIT_STORAGE_ARENA && u->offset < v->offset + v->nbytes && v->offset < u->offset + u->nbytes) {

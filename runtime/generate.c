@@ -80,22 +80,20 @@ static int from_latent(const struct dit_plan *p, const int32_t *producer, size_t
   return memo[v];
 }
 
-/* The sum a residual add step makes: an add's or gated_add's result, the second output of a norm
- * with the residual folded in (base/ops.def: res_at), or an accumulating linear's result (acc);
- * -1 for other steps. */
-static int32_t residual_sum(const dit_plan_step_t *st) {
+/* The sum a residual add step makes, and in *src the residual stream it adds onto: an add's or
+ * gated_add's result (its first input), the second output of a norm with the residual folded in
+ * (base/ops.def: res_at; its first input), or an accumulating linear's result (acc; its
+ * accumulated input); -1 for other steps. */
+static int32_t residual_sum(const dit_plan_step_t *st, int32_t *src) {
   int bi, ai;
+  *src = st->in[0];
   if (st->kind == DIT_OP_ADD || st->kind == DIT_OP_GATED_ADD) return st->out[0];
-  if (st->kind == DIT_OP_LINEAR) return !dit_linear_operands(st->kind, &st->attrs, st->n_in, &bi, &ai) && ai >= 0 ? st->out[0] : -1;
+  if (st->kind == DIT_OP_LINEAR) {
+    if (dit_linear_operands(st->kind, &st->attrs, st->n_in, &bi, &ai) || ai < 0) return -1;
+    *src = st->in[ai];
+    return st->out[0];
+  }
   return dit_norm_residual(st->kind, &st->attrs, st->n_in, NULL) > 0 && st->n_out == 2 ? st->out[1] : -1;
-}
-
-/* The residual stream a residual add step (residual_sum >= 0) adds onto: its first input, or an
- * accumulating linear's accumulated one. */
-static int32_t residual_source(const dit_plan_step_t *st) {
-  int bi, ai;
-  if (st->kind == DIT_OP_LINEAR && !dit_linear_operands(st->kind, &st->attrs, st->n_in, &bi, &ai) && ai >= 0) return st->in[ai];
-  return st->in[0];
 }
 
 /* fbcache's site: h_in, the first input of block 0's first residual add (residual_sum) that is
@@ -120,8 +118,8 @@ static dit_status_t find_fb_site(const struct dit_plan *p, const char *latent_in
     const dit_plan_step_t *st = &p->steps[k];
     if (st->block != 0) continue;
     if (first == p->n_steps) first = k;
-    const int32_t src = residual_source(st);
-    if (residual_sum(st) >= 0 && latent < p->n_values &&
+    int32_t src;
+    if (residual_sum(st, &src) >= 0 && latent < p->n_values &&
         (producer[src] < 0 || p->steps[producer[src]].block != 0) && from_latent(p, producer, (size_t)src, latent, memo))
       h = (size_t)src;
   }
@@ -132,9 +130,11 @@ static dit_status_t find_fb_site(const struct dit_plan *p, const char *latent_in
                    latent_input);
   }
   site->base = h, site->hold = first;
-  for (size_t k = first, cur = h; k < p->n_steps && p->steps[k].block == 0; k++)
-    if (residual_sum(&p->steps[k]) >= 0 && (size_t)residual_source(&p->steps[k]) == cur)
-      cur = (size_t)residual_sum(&p->steps[k]), site->value = cur, site->stop = k;
+  for (size_t k = first, cur = h; k < p->n_steps && p->steps[k].block == 0; k++) {
+    int32_t src;
+    const int32_t sum = residual_sum(&p->steps[k], &src);
+    if (sum >= 0 && (size_t)src == cur) cur = (size_t)sum, site->value = cur, site->stop = k;
+  }
   free(producer);
   return DIT_OK;
 }

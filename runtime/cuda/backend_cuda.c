@@ -1025,9 +1025,11 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
   const int loud = verbose && *verbose && strcmp(verbose, "0");
   cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES_MAX];
   const char *wide = getenv("DIT_CUDA_GEMM_CANDIDATES");
-  const long want = wide && *wide ? strtol(wide, NULL, 10) : GEMM_CANDIDATES;
+  long want = wide && *wide ? strtol(wide, NULL, 10) : GEMM_CANDIDATES;
+  if (want < 1 || !tune) want = 1;
+  if (want > GEMM_CANDIDATES_MAX) want = GEMM_CANDIDATES_MAX;
   int n = 0;
-  DIT_RETURN_IF(gemm_candidates(st, g, key->align, !tune ? 1 : want < 1 ? 1 : want > GEMM_CANDIDATES_MAX ? GEMM_CANDIDATES_MAX : (int)want, res, &n));
+  DIT_RETURN_IF(gemm_candidates(st, g, key->align, (int)want, res, &n));
   if (n < 1)
     return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (%s x %s -> %s, %s bias, epilogue %d, %u-byte aligned)",
                    (long long)key->m, (long long)key->n, (long long)key->k, dit_dtype_name((dit_dtype_t)key->tx),
