@@ -742,6 +742,7 @@ tiny_gpu_checks() { # name folder shape-flags... (TINY_INPUTS: the folder's inpu
   local name=$1 d=$2; shift 2
   local gb cb in="$d/${TINY_INPUTS:-forward_inputs}.safetensors"
   gb=$("$BIN/ditc" compile "$d" "$@" --dtype bf16 --target sm_90 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+  if [ -z "$gb" ]; then check false "ditc compile $d $* for sm_90 made no bundle"; return; fi
   check "$BIN/ditrun" compare "$gb" --inputs "$in" --max-rel 3e-2 > "$OUT/compare_$name.txt"
   tail -n 4 "$OUT/compare_$name.txt"
   cb=$("$BIN/ditc" compile "$d" "$@" --dtype bf16 -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
