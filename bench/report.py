@@ -519,8 +519,12 @@ def forward_sentence(e, where):
     if e.get("compiled_ms"):
         # Truncated to three decimals: rounding would show 1.0995x as the 1.1x it falls short of.
         s += f" and {e['compiled_ms']:.1f} ms under torch.compile ({math.floor(e['compiled_ms'] / e['ditrun_ms'] * 1000) / 1000:.3f}x)"
+    # The runtime's own device allocations (tensors, arena, workspace: what torch's allocator
+    # counts on diffusers' side) beside the whole process, which adds the CUDA context.
+    mine = (f", of which ditrun's device allocations {e['runtime_allocated_mib'] / 1024:.2f} GiB"
+            if e.get("runtime_allocated_mib") else "")
     return s + (f", cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak {e['ditrun_peak_gib']:.2f} GiB "
-                f"(nvidia-smi, whole process) against {e['eager_peak_gib']:.2f} GiB (torch's allocator)")
+                f"(nvidia-smi, whole process{mine}) against {e['eager_peak_gib']:.2f} GiB (torch's allocator)")
 
 
 def generate_sentence(g, what):
@@ -549,7 +553,9 @@ def render_mmdit(res):
             continue
         d = measured(res, rel)
         lay = d["layers"]
-        blocks = f"{lay[0]} double and {lay[1]} single blocks" if isinstance(lay, list) else f"{lay} blocks"
+        published = d.get("config", {}).get("num_layers")
+        blocks = (f"{lay[0]} double and {lay[1]} single blocks" if isinstance(lay, list)
+                  else f"{lay} of {published} blocks" if published and published != lay else f"{lay} blocks")
         shape = f"{d['width']}x{d['height']}" + (f", {d['frames']} frames" if d.get("frames") else "")
         parts = [("ditrun failed" if e.get("failed") else forward_sentence(e, rel)) for e in d["forwards"]]
         g = d.get("generate")
