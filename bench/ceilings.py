@@ -9,6 +9,7 @@ a dry run checks it without torch or a GPU; only measure() needs torch with CUDA
 import datetime
 import os
 import subprocess
+import sys
 
 DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4}
 SQUARE = 8192
@@ -173,6 +174,35 @@ def kernel_split(torch, fn, top=6):
     return {"split_ms": split, "top": [{"name": n[:160], "count": c, "ms": ms} for n, (c, ms) in worst]}
 
 
+def ours_kernel_split(torch, bundle, inputs, top=8):
+    """ditrun's forward of `bundle` on `inputs` (a safetensors file) in this process, through the
+    Python package over libditrun ($DITRUN_LIBRARY), under torch.profiler: the cuBLASLt kernels
+    our GEMMs run, by name, to set beside a torch contender's. Our own kernels are all named
+    dit_kernel (NVRTC), so only the GEMMs' class is told apart by name here. None, with the
+    reason printed, where the package does not load."""
+    try:
+        try:
+            import ditrun
+        except ImportError:  # no wheel installed: the package from this tree
+            sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+            import ditrun
+    except (ImportError, OSError) as e:
+        print(f"ditrun kernels: not profiled ({type(e).__name__}: {e})", flush=True)
+        return None
+    from safetensors.torch import load_file  # device only
+    tensors = load_file(inputs, device="cuda")
+    try:
+        with ditrun.Bundle(bundle, device="cuda") as b:
+            names = {spec.name for spec in b.inputs}
+            kw = {k: v for k, v in tensors.items() if k in names}
+            b.forward(**kw)
+            torch.cuda.synchronize()
+            return kernel_split(torch, lambda: b.forward(**kw), top)
+    except (OSError, ditrun.Error) as e:  # no libditrun, or the library refused
+        print(f"ditrun kernels: not profiled ({type(e).__name__}: {e})", flush=True)
+        return None
+
+
 def split_lines(who, ks):
     """The printed kernel split of a torch contender."""
     s = ks["split_ms"]
@@ -255,7 +285,6 @@ def self_test():
 
 
 if __name__ == "__main__":
-    import sys
     if sys.argv[1:] != ["--self-test"]:
         sys.exit("usage: ceilings.py --self-test (the module is imported by the benchmarks)")
     self_test()

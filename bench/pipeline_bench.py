@@ -230,6 +230,11 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
     model.to("cpu")
     torch.cuda.empty_cache()
     r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, graph=False, heuristic=False, warmup=1)
+    if not failed and os.environ.get("DIT_BENCH_KERNEL_SPLIT", "1") != "0":
+        ks = ceilings.ours_kernel_split(torch, bundle, inputs)
+        if ks:
+            r["ditrun_kernels"] = ks
+            print("\n".join(ceilings.split_lines("ditrun", ks)), flush=True)
     model.to(torch.device("cuda"))
     e.update(r)
     if failed:

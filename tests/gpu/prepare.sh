@@ -10,6 +10,9 @@ cmake --build build-gpu -j"$(nproc)" --target ditc ditrun ditrun_shared make_tin
 # The commit the binaries are built from, for the results' run records (the tree copied to the
 # GPU host may carry a stale .git); "+" marks uncommitted changes.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!tests/data' 2>/dev/null || echo +)" > build-gpu/bin/commit
+# libditrun beside them: the benchmarks profile its forward in their own process (bench/ceilings.py
+# ours_kernel_split, through python/ditrun).
+cp -L build-gpu/lib/libditrun.so.1 build-gpu/bin/
 for lib in libcjson.so.1 libxxhash.so.0 libzstd.so.1 libmicrohttpd.so.12 libsentencepiece.so.0 libutf8proc.so.2 libspng.so.0; do
   cp -L "/usr/lib/x86_64-linux-gnu/$lib" build-gpu/bin/
 done

@@ -88,6 +88,9 @@ if ! ldconfig -p | grep -q libnccl.so.2 && [ ! -e /usr/local/cuda/lib/libnccl.so
 fi
 export NCCL_NVLS_ENABLE=0
 export PYTHONPATH="$PWD/.ref/src:${PYTHONPATH:-}"
+# libditrun for the benchmarks' in-process profile of ditrun's kernels (python/ditrun where no
+# wheel is installed; an installed wheel uses its own copy).
+[ -e "$BIN/libditrun.so.1" ] && DITRUN_LIBRARY="$(cd "$BIN" && pwd)/libditrun.so.1" && export DITRUN_LIBRARY
 W0=$(mktemp -d); export DITC_CACHE_DIR=$W0/cache
 # This host has no MLIR: its MLIR-path kernels come from a codegen cache made where MLIR is
 # (.kcache, carried with the call: tests/gpu/prepare.sh fills it for the shapes used here).
