@@ -753,16 +753,24 @@ tiny_gpu_checks() { # name folder shape-flags... (TINY_INPUTS: the folder's inpu
   check "$BIN/ditrun" forward "$cb" --inputs "$in" --out "$W/${name}_cpu.safetensors"
   check "$BIN/st_compare" "$W/${name}_gpu.safetensors" "$W/${name}_cpu.safetensors" sample 3e-2 0.9995
 }
-# The tiny MMDiT checks at batch 2 and at batch 1 (one item: the joint attention's concats and
-# slices are views of one block there).
-tiny_gpu_checks_b21() { # name folder shape-flags...
-  local name=$1 d=$2; shift 2
-  tiny_gpu_checks "$name" "$d" "$@" --batch 2
-  TINY_INPUTS=forward_inputs_b1 tiny_gpu_checks "${name}_b1" "$d" "$@" --batch 1
+# The tiny MMDiT checks of TINY_MMDIT (topologies.sh) whose name starts with $1, at each of
+# TINY_MMDIT_BATCHES (batch 1: one item, the joint attention's concats and slices are views of
+# one block there; its inputs are the folder's forward_inputs_b1).
+tiny_mmdit_checks() {
+  local entry name d flags b
+  for entry in "${TINY_MMDIT[@]}"; do
+    read -r name d flags <<< "$entry"
+    [[ $name == "$1"* ]] || continue
+    for b in "${TINY_MMDIT_BATCHES[@]}"; do
+      # shellcheck disable=SC2086
+      if [ "$b" = 1 ]; then TINY_INPUTS=forward_inputs_b1 tiny_gpu_checks "${name}_b1" "$d" $flags --batch 1
+      else tiny_gpu_checks "$name" "$d" $flags --batch "$b"; fi
+    done
+  done
 }
 if [ -n "${FLUX:-}" ]; then
   step "8. FLUX.1 tiny pipelines on the GPU: op by op against the CPU, forward against the CPU's"
-  for v in dev schnell; do tiny_gpu_checks_b21 "flux_$v" "tests/data/flux_${v}_tiny" --height 64 --width 64 --text-len 8; done
+  tiny_mmdit_checks flux
   [ -n "${NO_BENCH:-}" ] || {
   step "8b. FLUX.1-dev 1024x1024: ditrun against diffusers eager and torch.compile, parity, 4-step generate"
   timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
@@ -784,7 +792,7 @@ if [ -n "${FLUX_OFFLOAD:-}" ]; then
 fi
 if [ -n "${HUNYUAN:-}" ]; then
   step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
-  tiny_gpu_checks_b21 hunyuan tests/data/hunyuan_video_tiny --frames 5 --height 48 --width 32 --text-len 8
+  tiny_mmdit_checks hunyuan
   [ -n "${NO_BENCH:-}" ] || timeout "${HUNYUAN_TIMEOUT:-520}" python3 bench/hunyuan_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/hunyuan" \
     --out "$OUT" ${HUNYUAN_LAYERS:+--layers "$HUNYUAN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_hunyuan_forward.txt"
@@ -793,7 +801,7 @@ if [ -n "${HUNYUAN:-}" ]; then
 fi
 if [ -n "${QWEN:-}" ]; then
   step "8d. Qwen-Image: the tiny pipeline on the GPU; 1328x1328 against diffusers eager and torch.compile, parity, a 4-step generate with true CFG"
-  tiny_gpu_checks_b21 qwen tests/data/qwen_tiny --height 48 --width 80 --text-len 8
+  tiny_mmdit_checks qwen
   [ -n "${NO_BENCH:-}" ] || timeout "${QWEN_TIMEOUT:-520}" python3 bench/qwen_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/qwen" \
     --out "$OUT" ${QWEN_LAYERS:+--layers "$QWEN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_qwen_forward.txt"
