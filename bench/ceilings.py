@@ -182,10 +182,10 @@ def ours_kernel_split(torch, bundle, inputs, top=8):
     reason printed, where the package does not load."""
     try:
         try:
-            import ditrun
+            import ditrun  # device only
         except ImportError:  # no wheel installed: the package from this tree
             sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-            import ditrun
+            import ditrun  # device only
     except (ImportError, OSError) as e:
         print(f"ditrun kernels: not profiled ({type(e).__name__}: {e})", flush=True)
         return None
