@@ -53,8 +53,8 @@
 // with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
 // [B*HEADS*HD, LKP] (box {128 keys, HD rows}). S = Q K^T runs on e4m3 wgmma and is scaled per tile
 // into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row sums with it) so the
-// small probabilities of long rows stay out of e4m3's subnormals, rounded to e4m3, and O += P V^T
-// runs on e4m3 wgmma with P from registers. The S accumulators hold keys 2t, 2t+1, 8+2t, 9+2t
+// small probabilities of long rows stay out of e4m3's subnormals, rounded to e4m3, and each tile's P V^T
+// runs on e4m3 wgmma with P from registers into accumulators of its own, added to O in fp32. The S accumulators hold keys 2t, 2t+1, 8+2t, 9+2t
 // (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so vt holds its keys
 // permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else
 // 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
@@ -382,6 +382,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     float o[HD / 2];      // O accumulators, same layout over the head dim
 #if PV8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
+    float pt[HD / 2];     // one key tile's P V^T, added to o in fp32 (add_pv)
 #else
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
 #endif
@@ -428,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       // fp8: V^T is K-major (HD rows of ATT_BN keys); k step kk is keys 32kk..32kk+31, 32 bytes in.
       const u64 dvt = desc_kmajor(sV + st * V_BYTES);
 #pragma unroll
-      for (int kk = 0; kk < ATT_BN / 32; kk++) wgmma_rs_e4m3(o, &p[4 * kk], dvt + (u64)((kk * 32) >> 4));
+      for (int kk = 0; kk < ATT_BN / 32; kk++) wgmma_rs_e4m3(pt, &p[4 * kk], dvt + (u64)((kk * 32) >> 4), kk > 0);
 #else
       const u64 dv = desc_mnmajor(sV + st * V_BYTES, ATT_BN * 128);
 #pragma unroll
@@ -449,8 +450,23 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     auto fence_op = [&]() {
 #pragma unroll
       for (int i = 0; i < HD / 2; i++) reg_fence(o[i]);
+#if PV8
+#pragma unroll
+      for (int i = 0; i < HD / 2; i++) reg_fence(pt[i]);
+#endif
 #pragma unroll
       for (int i = 0; i < (int)(sizeof p / sizeof p[0]); i++) reg_fence(p[i]);
+    };
+    // fp8 P V: the tensor cores accumulate e4m3 products with fewer bits than fp32 (about 14), so
+    // a product accumulated in place over every key tile of a long row loses its late terms
+    // against the grown sum (measured: the error against the CPU reference grew with the keys).
+    // Each tile's product (4 steps of 32 keys) gets accumulators of its own and is added here in
+    // fp32, as DeepSeek-V3's fp8 GEMMs and SageAttention2's fp8 P V promote theirs.
+    auto add_pv = [&]() {
+#if PV8
+#pragma unroll
+      for (int i = 0; i < HD / 2; i++) o[i] += pt[i];
+#endif
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
@@ -632,6 +648,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         wgmma_wait<0>();
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, pst));
+        add_pv();
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
           o[4 * i + 0] *= a0;
@@ -652,6 +669,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         wgmma_wait<0>();
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, st));
+        add_pv();
       }
       g += nt;
 
