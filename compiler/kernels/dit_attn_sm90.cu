@@ -53,11 +53,12 @@
 // with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
 // [B*HEADS*HD, LKP] (box {128 keys, HD rows}). S = Q K^T runs on e4m3 wgmma and is scaled per tile
 // into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row sums with it) so the
-// small probabilities of long rows stay out of e4m3's subnormals, rounded to e4m3, and each tile's P V^T
-// runs on e4m3 wgmma with P from registers into accumulators of its own, added to O in fp32. The S accumulators hold keys 2t, 2t+1, 8+2t, 9+2t
-// (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so vt holds its keys
-// permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else
-// 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
+// small probabilities of long rows stay out of e4m3's subnormals, rounded to e4m3, and each key
+// tile's P V^T runs on e4m3 wgmma with P from registers into accumulators of its own, added to O
+// in fp32. The S accumulators hold keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where
+// the fp8 A fragment wants 4t..4t+3, so vt holds its keys permuted to match: column 16g + p is
+// key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else 6 + 2t + j (attn_quant_vt writes it so);
+// P V sums over keys, so no shuffle is needed.
 // The row sums take the unrounded P; the output is O * v_scale / l.
 //
 // ATT_QK_I8 1 (with ATT_FP8) takes Q and K as int8 codes (--attn-quant int8, SageAttention2's
