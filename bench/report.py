@@ -563,17 +563,33 @@ def render_mmdit(res):
                  f"{d.get('text_valid', d['text_len'])} valid), random weights by diffusers ({src(rel, d)}): " + "; ".join(parts)
                  + (f"; {generate_sentence(g, '4-step generate' + (' at ' + str(g['frames']) + ' frames' if g.get('frames') else ''))}"
                     if g else "") + ".")
-    rel = "offload/flux_batches.json"
-    if os.path.exists(os.path.join(res.dir, rel)):
-        o = res.json(rel)
-        pts = {(p["batch"], p["mode"]): p for p in o["points"]}
-        above = [b for b in o["batches"] if o.get("crossover_measured") and b >= o["crossover_measured"]]
-        rows = [f"batch {b} {pts[(b, 'chunked')]['ms'] / pts[(b, 'none')]['ms']:.3f}x at "
-                f"{100 * (1 - pts[(b, 'chunked')]['peak_mib'] / pts[(b, 'none')]['peak_mib']):.0f}% less peak memory" for b in above]
-        L.append(f"- FLUX.1-dev offload (chunked, nothing resident, against no offload; {src(rel, o)}, fewer blocks at the "
-                 f"published widths): chunked comes within 3% of no offload from batch {o['crossover_measured']} "
-                 f"(predicted by F_block >= F*: batch {o['crossover_predicted']}); above it " + ", ".join(rows) + ".")
+    # ChunkFlow's offload experiments: FLUX.1-dev over batch sizes, HunyuanVideo at 720p over frame counts.
+    for rel, name, axis in (("offload/flux_batches.json", "FLUX.1-dev", "batches"),
+                            ("offload/hunyuan_frames.json", "HunyuanVideo 1280x720", "frames")):
+        if os.path.exists(os.path.join(res.dir, rel)):
+            L.append(offload_sweep_text(res, rel, name, axis))
     return "\n".join(wrap(x) for x in L) + "\n"
+
+
+def offload_sweep_text(res, rel, name, axis):
+    """One offload sweep of bench/offload/sweep.py over batch sizes or frame counts: where chunked
+    offload with nothing resident comes within 3% of no offload, measured and predicted, and its
+    time and peak memory from there on."""
+    o = res.json(rel)
+    key, what = ("batch", "batch size") if axis == "batches" else ("frames", "frame count")
+    at = (lambda b: f"batch {b}") if axis == "batches" else (lambda b: f"{b} frames")
+    pts = {(p[key], p["mode"]): p for p in o["points"]}
+    head = f"- {name} offload (chunked, nothing resident, against no offload; {src(rel, o)}, fewer blocks at the published widths): "
+    if not o.get("crossover_measured"):
+        return (head + f"chunked stays more than 3% slower than no offload at every {what} measured "
+                f"({', '.join(str(b) for b in o[axis])}; predicted crossover: {o.get('crossover_predicted')}).")
+
+    def row(b):
+        c, n = pts[(b, "chunked")], pts[(b, "none")]
+        return f"{at(b)} {c['ms'] / n['ms']:.3f}x at {100 * (1 - c['peak_mib'] / n['peak_mib']):.0f}% less peak memory"
+    rows = [row(b) for b in o[axis] if b >= o["crossover_measured"]]
+    return (head + f"chunked comes within 3% of no offload from {at(o['crossover_measured'])} (predicted by F_block >= F*: "
+            f"{at(o['crossover_predicted'])}); above it " + ", ".join(rows) + ".")
 
 
 def reuse_of(r):

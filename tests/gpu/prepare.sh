@@ -144,7 +144,8 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   for b in 1 2 4 8 12 16; do c "$k/flux" --height 1024 --width 1024 --batch "$b" --text-len 512; done
   c "$k/flux" --height 256 --width 256 --batch 1 --text-len 32  # tests/gpu/pipeline_parity.py's FluxPipeline
   python3 bench/hunyuan_forward.py --write-folder "$k/hy" --layers 1,1 >/dev/null
-  for f in 129 33; do c "$k/hy" --frames "$f" --height 720 --width 1280 --text-len 256; done
+  # run.sh 8c's forward (129) and generate (33) frames; 8f's offload sweep over frame counts (offload adds no kernels).
+  for f in 129 33 1 9 17 65; do c "$k/hy" --frames "$f" --height 720 --width 1280 --text-len 256; done
   python3 bench/qwen_forward.py --write-folder "$k/qw" --layers 1 >/dev/null
   c "$k/qw" --height 1328 --width 1328 --text-len 512
   # The Wan2.1 VAE decoder at the published widths (tests/gpu/run.sh VAE=...), 81 frames at both sizes. With the

@@ -54,6 +54,9 @@
 #   8e. with FLUX_OFFLOAD=1, FLUX.1-dev (zero weights, FLUX_OFFLOAD_LAYERS blocks at the published widths) over
 #      batch sizes 1..16 without offload and chunked (bench/offload/sweep.py --batches: offload_flux.json).
 #      NO_BENCH=1 keeps only the tiny pipelines' checks of 8, 8c and 8d.
+#   8f. with HUNYUAN_OFFLOAD=1, HunyuanVideo (zero weights, HUNYUAN_OFFLOAD_LAYERS D,S blocks at the published widths,
+#      default 2,4) at 1280x720 over frame counts HUNYUAN_OFFLOAD_FRAMES (default 1,9,17,33,65,129) without offload
+#      and chunked (bench/offload/sweep.py --frames: offload_hunyuan.json).
 #   8c. with HUNYUAN=1, the tiny HunyuanVideo pipeline (padded text masks) op by op on the GPU, then 1280x720, 129 frames
 #      (bench/hunyuan_forward.py: HUNYUAN_LAYERS D,S blocks) and a 4-step generate at 33 frames (hunyuan_forward.json).
 #   8d. with QWEN=1, the tiny Qwen-Image pipeline op by op on the GPU, then 1328x1328 (bench/qwen_forward.py: QWEN_LAYERS
@@ -789,6 +792,17 @@ if [ -n "${FLUX_OFFLOAD:-}" ]; then
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
   cp "$W/fluxoff/offload.json" "$OUT/offload_flux.json" 2>/dev/null
+fi
+if [ -n "${HUNYUAN_OFFLOAD:-}" ]; then
+  step "8f. HunyuanVideo offload over frame counts at 1280x720 (ChunkFlow's experiment): HUNYUAN_OFFLOAD_LAYERS D,S blocks at the published widths"
+  python3 bench/hunyuan_forward.py --write-folder "$W/hyz" --layers "${HUNYUAN_OFFLOAD_LAYERS:-2,4}" >/dev/null
+  timeout "${HUNYUAN_OFFLOAD_TIMEOUT:-420}" python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/hyz" \
+    --out "$W/hyoff" --frames "${HUNYUAN_OFFLOAD_FRAMES:-1,9,17,33,65,129}" --height 720 --width 1280 --text-len 256 \
+    --modes none,chunked --no-residency --no-chunks --iters 3 --warmup 1 --store "$W/hystore" --clean 2>&1 | tee "$OUT/bench_hunyuan_offload.txt"
+  rc=${PIPESTATUS[0]}
+  check test "$rc" = 0
+  cp "$W/hyoff/offload.json" "$OUT/offload_hunyuan.json" 2>/dev/null
+  rm -rf "$W/hyz" "$W/hystore"
 fi
 if [ -n "${HUNYUAN:-}" ]; then
   step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
