@@ -783,26 +783,28 @@ if [ -n "${FLUX:-}" ]; then
   check test "$rc" = 0
   }
 fi
+# ChunkFlow's offload experiment: a zero-weight folder from bench script $2's --write-folder with
+# $3 blocks at the published widths, no offload against chunked with nothing resident over the
+# sweep flags that follow (bench/offload/sweep.py), at most $4 seconds; offload_$1.json.
+offload_sweep() {
+  local name=$1 writer=$2 layers=$3 limit=$4; shift 4
+  python3 "$writer" --write-folder "$W/${name}z" --layers "$layers" >/dev/null
+  timeout "$limit" python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/${name}z" --out "$W/${name}off" \
+    "$@" --modes none,chunked --no-residency --no-chunks --iters 3 --warmup 1 --store "$W/${name}store" --clean 2>&1 \
+    | tee "$OUT/bench_${name}_offload.txt"
+  check test "${PIPESTATUS[0]}" = 0
+  cp "$W/${name}off/offload.json" "$OUT/offload_${name}.json" 2>/dev/null
+  rm -rf "$W/${name}z" "$W/${name}store"
+}
 if [ -n "${FLUX_OFFLOAD:-}" ]; then
   step "8e. FLUX.1-dev offload over batch sizes (ChunkFlow's experiment): FLUX_OFFLOAD_LAYERS D,S blocks at the published widths"
-  python3 bench/flux_forward.py --write-folder "$W/fluxz" --layers "${FLUX_OFFLOAD_LAYERS:-4,8}" >/dev/null
-  timeout "${FLUX_OFFLOAD_TIMEOUT:-300}" python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/fluxz" \
-    --out "$W/fluxoff" --batches "${FLUX_OFFLOAD_BATCHES:-1,2,4,8,12,16}" --height 1024 --width 1024 --text-len 512 \
-    --modes none,chunked --no-residency --no-chunks --iters 3 --warmup 1 --store "$W/fluxstore" --clean 2>&1 | tee "$OUT/bench_flux_offload.txt"
-  rc=${PIPESTATUS[0]}
-  check test "$rc" = 0
-  cp "$W/fluxoff/offload.json" "$OUT/offload_flux.json" 2>/dev/null
+  offload_sweep flux bench/flux_forward.py "${FLUX_OFFLOAD_LAYERS:-4,8}" "${FLUX_OFFLOAD_TIMEOUT:-300}" \
+    --batches "${FLUX_OFFLOAD_BATCHES:-1,2,4,8,12,16}" --height 1024 --width 1024 --text-len 512
 fi
 if [ -n "${HUNYUAN_OFFLOAD:-}" ]; then
   step "8f. HunyuanVideo offload over frame counts at 1280x720 (ChunkFlow's experiment): HUNYUAN_OFFLOAD_LAYERS D,S blocks at the published widths"
-  python3 bench/hunyuan_forward.py --write-folder "$W/hyz" --layers "${HUNYUAN_OFFLOAD_LAYERS:-2,4}" >/dev/null
-  timeout "${HUNYUAN_OFFLOAD_TIMEOUT:-420}" python3 bench/offload/sweep.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --model "$W/hyz" \
-    --out "$W/hyoff" --frames "${HUNYUAN_OFFLOAD_FRAMES:-1,9,17,33,65,129}" --height 720 --width 1280 --text-len 256 \
-    --modes none,chunked --no-residency --no-chunks --iters 3 --warmup 1 --store "$W/hystore" --clean 2>&1 | tee "$OUT/bench_hunyuan_offload.txt"
-  rc=${PIPESTATUS[0]}
-  check test "$rc" = 0
-  cp "$W/hyoff/offload.json" "$OUT/offload_hunyuan.json" 2>/dev/null
-  rm -rf "$W/hyz" "$W/hystore"
+  offload_sweep hunyuan bench/hunyuan_forward.py "${HUNYUAN_OFFLOAD_LAYERS:-2,4}" "${HUNYUAN_OFFLOAD_TIMEOUT:-420}" \
+    --frames "${HUNYUAN_OFFLOAD_FRAMES:-1,9,17,33,65,129}" --height 720 --width 1280 --text-len 256
 fi
 if [ -n "${HUNYUAN:-}" ]; then
   step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
