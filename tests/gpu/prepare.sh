@@ -5,6 +5,7 @@
 # binaries (they find them through their $ORIGIN run path).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/gpu/topologies.sh  # the topologies and tiny pipelines the checks compile
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDIT_MLIR=OFF >/dev/null
 cmake --build build-gpu -j"$(nproc)" --target ditc ditrun ditrun_shared make_tiny_wan st_compare probe_check step_cache_check forward_inputs >/dev/null
 # The commit the binaries are built from, for the results' run records (the tree copied to the
@@ -47,7 +48,6 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   d=tests/data/wan21_i2v_tiny
   read -r F H W L N GB < <(python3 -c "import json; m=json.load(open('$d/meta.json')); print(m['frames'], m['height'], m['width'], m['text_len'], m['image_tokens'], m['generate_batch'])")
   build/bin/ditc compile "$d/model" --frames "$F" --height "$H" --width "$W" --batch "$GB" --text-len "$L" --image-len "$N" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  . tests/gpu/topologies.sh
   d=tests/data/wan_tiny_b
   for top in "${TINY_TOPOLOGIES[@]}"; do
     # shellcheck disable=SC2086
@@ -118,7 +118,6 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   k=$(mktemp -d)
   c() { build/bin/ditc compile "$@" --dtype bf16 --target sm_90 -o "$k" -q >/dev/null; }
   # tests/gpu/run.sh 8, 8c, 8d: the tiny MMDiTs at each batch they are checked at.
-  . tests/gpu/topologies.sh
   for entry in "${TINY_MMDIT[@]}"; do
     read -r _ d flags <<< "$entry"
     # shellcheck disable=SC2086
@@ -187,7 +186,6 @@ fi
 if [ -d .kcache/kernels ] && [ -n "${MMDIT:-}" ]; then
   v=$(mktemp -d)
   cp -r .kcache "$v/cache"
-  . tests/gpu/topologies.sh
   for entry in "${TINY_MMDIT[@]}"; do
     read -r _ d flags <<< "$entry"
     for b in "${TINY_MMDIT_BATCHES[@]}"; do
