@@ -84,8 +84,8 @@ def mode_flags(mode, sta, dense_layers):
 
 
 def parse_bench(text):
-    """(median ms, split ms dict) from `ditrun bench`'s stdout."""
-    ms, split = None, {}
+    """(median ms, split ms dict, ms by op kind dict) from `ditrun bench`'s stdout."""
+    ms, split, by_op = None, {}, {}
     for line in text.splitlines():
         k, *v = line.split()
         if k == "forward_ms_median":
@@ -93,7 +93,9 @@ def parse_bench(text):
         elif k == "split_ms":
             v = v[:v.index("(step-synchronized")] if "(step-synchronized" in v else v
             split = {v[i]: float(v[i + 1]) for i in range(0, len(v) - 1, 2)}
-    return ms, split
+        elif k == "by_op_ms":
+            by_op = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
+    return ms, split, by_op
 
 
 def table(part):
@@ -161,7 +163,7 @@ def ditrun_forwards(a, shape, inputs, res, out, name, budget):
             write_results(res, out, name)
             continue
         bundles[mode] = bundle
-        row["forward_ms"], split = parse_bench(bench.stdout)
+        row["forward_ms"], split, row["by_op_ms"] = parse_bench(bench.stdout)
         row["attention_ms"], row["split_ms"] = split.get("attention"), split
         sample = read_f32(fout, "sample")
         if exact is None and mode == "exact":
@@ -250,8 +252,10 @@ def dry_run(a):
     assert mode_flags("int8fp8all+sta", "1,8,8", 0) == ["--quant", "fp8", "--attn-quant", "int8fp8", "--sparse-attn", "sta:1,8,8"]
     assert mode_flags("int8all+radial", STA_PAPER, 3) == ["--quant", "fp8", "--attn-quant", "int8", "--sparse-attn", "radial",
                                                            "--sparse-dense-layers", "3"]
-    ms, split = parse_bench("forward_ms_median 412.5\nsplit_ms gemm 200.0 attention 150.5 other 40.0 (step-synchronized)\n")
+    ms, split, by_op = parse_bench("forward_ms_median 412.5\nsplit_ms gemm 200.0 attention 150.5 other 40.0 (step-synchronized)\n"
+                                   "by_op_ms linear=200.000 attention_fp8=140.250 attn_quant=10.250\n")
     assert ms == 412.5 and split == {"gemm": 200.0, "attention": 150.5, "other": 40.0}, (ms, split)
+    assert by_op == {"linear": 200.0, "attention_fp8": 140.25, "attn_quant": 10.25}, by_op
     b = Budget(1e-9)
     time.sleep(0.01)
     assert b.spent() and not Budget(None).spent() and "budget" in b.row("ditrun", "radial")["skipped"]

@@ -244,8 +244,16 @@ static unsigned fp8_smem(const shape_t *s, int st, int pv_bf16) {
   /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes), then the barriers. */
   return 1024u + 64u * (unsigned)s->ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
 }
+/* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
 #define N_FORMS 3
-static const char *const kForms[N_FORMS] = {"fp8", "int8fp8", "int8"}; /* e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V */
+static const struct {
+  const char *name, *defines;
+  int i8, pv_bf16;
+} kForms[N_FORMS] = {
+    {"fp8", "#define ATT_FP8 1\n", 0, 0},
+    {"int8fp8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n", 1, 0},
+    {"int8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n#define ATT_PV_BF16 1\n", 1, 1},
+};
 
 /* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]. */
 static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
@@ -254,8 +262,7 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   int k = snprintf(src, n,
                    "%s%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
                    old ? "#define DIT_K_ATTENTION 1\n" : "",
-                   fp8 == 3 ? "#define ATT_FP8 1\n#define ATT_QK_I8 1\n#define ATT_PV_BF16 1\n"
-                   : fp8 == 2 ? "#define ATT_FP8 1\n#define ATT_QK_I8 1\n" : fp8 ? "#define ATT_FP8 1\n" : "", s->HD, s->H, s->SQ, s->LK,
+                   fp8 ? kForms[fp8 - 1].defines : "", s->HD, s->H, s->SQ, s->LK,
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
@@ -423,7 +430,7 @@ int main(int argc, char **argv) {
     if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
       for (int form = 0; form < N_FORMS; form++) {
         a = specialize(&shapes[i], ours_src, 0, 1 + form);
-        free(compile(a, "90a", kForms[form], &len));
+        free(compile(a, "90a", kForms[form].name, &len));
         free(a);
       }
     }
@@ -561,8 +568,8 @@ int main(int argc, char **argv) {
     /* the 8-bit forms take key tiles of 128: beside the bf16 kernel as ditc plans it, or as named */
     const int fp8 = g_fp8 && HD == 128 && !s->persist && (!s->cfg_given || s->bn == 128);
     for (int form = 0; fp8 && form < N_FORMS; form++) {
-      int i8 = form > 0;
-      const int pv_bf16 = form == 2;
+      int i8 = kForms[form].i8;
+      const int pv_bf16 = kForms[form].pv_bf16;
       const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : FP8_STAGES;
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
@@ -579,7 +586,7 @@ int main(int argc, char **argv) {
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
       if (!pv_bf16) CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
       src = specialize(s, ours_src, 0, 1 + form);
-      cubin = compile(src, "90a", kForms[form], &len);
+      cubin = compile(src, "90a", kForms[form].name, &len);
       free(src);
       CUmodule fm = load_module(cubin);
       free(cubin);
@@ -626,7 +633,7 @@ int main(int argc, char **argv) {
            devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, s->sched, s->split, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
     for (int form = 0; fp8 && form < N_FORMS; form++) {
-      const char *p = kForms[form];
+      const char *p = kForms[form].name;
       printf(",\"%s_ms\":%.4f,\"%s_tflops\":%.1f,\"%s_speedup\":%.3f,\"%s_err_out\":%.3e,\"%s_err_lse\":%.3e,\"%s_cosine\":%.6f,"
              "\"%s_nonfinite\":%llu,\"%s_ok\":%s",
              p, fms[form], p, flop / (fms[form] * 1e-3) / 1e12, p, ms / fms[form], p, fc[form].err_out, p, fc[form].err_lse, p,

@@ -59,7 +59,8 @@
 // the fp8 A fragment wants 4t..4t+3, so vt holds its keys permuted to match: column 16g + p is
 // key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else 6 + 2t + j (attn_quant_vt writes it so);
 // P V sums over keys, so no shuffle is needed.
-// The row sums take the unrounded P; the output is O * v_scale / l.
+// The row sums take the unrounded P; the output is O * v_scale / l. O is rescaled one tile late,
+// in the fma that adds the tile's product: O_j = O_{j-1} * alpha_j + P_j V_j.
 //
 // ATT_QK_I8 1 (with ATT_FP8) takes Q and K as int8 codes (--attn-quant int8, SageAttention2's
 // split): S = Q K^T runs on s8 wgmma into exact int32 sums, P V stays e4m3. The sums (|S| <=
@@ -384,6 +385,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if PV8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
     float pt[HD / 2];     // one key tile's P V^T, added to o in fp32 (add_pv)
+    float pa0, pa1;       // the rescale factors o has not taken yet
 #else
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
 #endif
@@ -463,10 +465,17 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // against the grown sum (measured: the error against the CPU reference grew with the keys).
     // Each tile's product (4 steps of 32 keys) gets accumulators of its own and is added here in
     // fp32, as DeepSeek-V3's fp8 GEMMs and SageAttention2's fp8 P V promote theirs.
+    // O is rescaled here too, one tile late: o (relative to the max before the last) takes the
+    // factor of the last tile's softmax in the fma that adds the product (relative to that max).
     auto add_pv = [&]() {
 #if PV8
 #pragma unroll
-      for (int i = 0; i < HD / 2; i++) o[i] += pt[i];
+      for (int i = 0; i < HD / 8; i++) {
+        o[4 * i + 0] = fmaf(o[4 * i + 0], pa0, pt[4 * i + 0]);
+        o[4 * i + 1] = fmaf(o[4 * i + 1], pa0, pt[4 * i + 1]);
+        o[4 * i + 2] = fmaf(o[4 * i + 2], pa1, pt[4 * i + 2]);
+        o[4 * i + 3] = fmaf(o[4 * i + 3], pa1, pt[4 * i + 3]);
+      }
 #endif
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
@@ -623,6 +632,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         }
         float a0, a1;
         softmax(KEY_TILE(0), a0, a1);
+#if PV8
+        pa0 = a0, pa1 = a1;  // 0: o is 0 and takes the first product as it is
+#endif
         convert();
       }
       for (int j = 1; j < nt; j++) {
@@ -649,7 +661,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         wgmma_wait<0>();
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, pst));
+#if PV8
         add_pv();
+        pa0 = a0, pa1 = a1;
+#else
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
           o[4 * i + 0] *= a0;
@@ -657,6 +672,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           o[4 * i + 2] *= a1;
           o[4 * i + 3] *= a1;
         }
+#endif
         convert();
       }
       {

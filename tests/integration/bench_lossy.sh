@@ -26,6 +26,7 @@ assert all(not r.get("failed") for r in rows.values()), rows
 assert rows["fp8"]["flags"] == ["--quant", "fp8"] and rows["fp8+sta"]["flags"] == ["--quant", "fp8", "--sparse-attn", "sta:1,8,8"]
 assert rows["fp8attn"]["flags"] == ["--attn-quant", "fp8"] and rows["fp8all+sta"]["flags"] == ["--quant", "fp8", "--attn-quant", "fp8",
                                                                                           "--sparse-attn", "sta:1,8,8"]
+assert rows["fp8attn"]["by_op_ms"].get("attention_fp8", 0) > 0 and rows["fp8attn"]["by_op_ms"].get("attn_quant", 0) > 0, rows["fp8attn"]
 e = rows["exact"]
 assert e["forward"]["cosine"] > 0.999999 and e["generate"]["quality"]["psnr_db"] == float("inf"), e
 for m in list(rows)[1:]:  # lossy: moved from the exact result, but not far (fp8.sh's bound for the forward)
