@@ -245,7 +245,7 @@ static unsigned fp8_smem(const shape_t *s, int st, int pv_bf16) {
   return 1024u + 64u * (unsigned)s->ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
 }
 /* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
-#define N_FORMS 3
+#define N_FORMS 6
 static const struct {
   const char *name, *defines;
   int i8, pv_bf16;
@@ -253,6 +253,9 @@ static const struct {
     {"fp8", "#define ATT_FP8 1\n", 0, 0},
     {"int8fp8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n", 1, 0},
     {"int8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n#define ATT_PV_BF16 1\n", 1, 1},
+    {"fp8p1", "#define ATT_FP8 1\n#define ATT_EXP_POLY 1\n", 0, 0},
+    {"fp8p2", "#define ATT_FP8 1\n#define ATT_EXP_POLY 2\n", 0, 0},
+    {"fp8p3", "#define ATT_FP8 1\n#define ATT_EXP_POLY 3\n", 0, 0},
 };
 
 /* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]. */

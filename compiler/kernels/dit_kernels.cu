@@ -882,6 +882,24 @@ __device__ __forceinline__ unsigned char e4m3_encode(float f) {
   return sign | (unsigned char)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
 }
 
+// Eight values over scale as e4m3 codes (e4m3_encode's), the first in the lowest byte.
+__device__ __forceinline__ uint2 e4m3_encode8(const float *v, float scale) {
+  u32 w[2] = {0u, 0u};
+#pragma unroll
+  for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)e4m3_encode(v[k] / scale) << (8 * (k & 3));
+  return make_uint2(w[0], w[1]);
+}
+
+// The largest |v| of eight, NaN never counting (it never compares greater, as on the CPU).
+__device__ __forceinline__ float amax8(const float *v, float amax) {
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float a = fabsf(v[k]);
+    if (a > amax) amax = a;
+  }
+  return amax;
+}
+
 __device__ __forceinline__ float block_max(float v, float *scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -898,18 +916,24 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 
 #if defined(DIT_K_QUANT_FP8)
 // The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one block a
-// row of x [M, K]; s[m] = amax / 448 (1 for an all-zero row) and q[m, k] = e4m3(x / s[m]).
+// row of x [M, K]; s[m] = amax / 448 (1 for an all-zero row) and q[m, k] = e4m3(x / s[m]). Eight
+// elements an access (16 bytes of bf16 in, 8 bytes of codes out); the second pass reads the row
+// again from the cache.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
+  static_assert(K % 8 == 0, "quant_fp8: rows of whole 8-element vectors (ditc asks K % 16 == 0)");
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long row = blockIdx.x, base = row * K;
-  float amax = 0.f;
-  for (int k = threadIdx.x; k < K; k += DIT_ABI_BLOCK) {
-    const float a = fabsf(ld(x, base + k));
-    if (a > amax) amax = a; // NaN never compares greater, as on the CPU
+  float amax = 0.f, v[8];
+  for (int k = 8 * threadIdx.x; k < K; k += 8 * DIT_ABI_BLOCK) {
+    ld8(x, base + k, v);
+    amax = amax8(v, amax);
   }
   amax = block_max(amax, scratch);
   const float scale = amax > 0.f ? amax / 448.f : 1.f;
-  for (int k = threadIdx.x; k < K; k += DIT_ABI_BLOCK) q[base + k] = e4m3_encode(ld(x, base + k) / scale);
+  for (int k = 8 * threadIdx.x; k < K; k += 8 * DIT_ABI_BLOCK) {
+    ld8(x, base + k, v);
+    *(uint2 *)(q + base + k) = e4m3_encode8(v, scale);
+  }
   if (threadIdx.x == 0) s[row] = scale;
 }
 #endif
@@ -917,26 +941,32 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 #if defined(DIT_K_ATTN_QUANT)
 // attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, or int8 with CODES_I8; x's
 // layout), s [B, HEADS, NBLK] with one scale a head and block of ROWS rows. One block a (b, h, row
-// block), its rows' HD channels read contiguously: amax, then the codes. int8 is
-// dit_i8_quantize_row's rule: rint(x / s) clamped to +-127 (NaN 0: cvt.rni gives 0).
+// block), its rows' HD channels read contiguously eight at a time: amax, then the codes (the
+// second pass from the cache). int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127
+// (NaN 0: cvt.rni gives 0).
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
+  static_assert(HD % 8 == 0, "attn_quant: heads of whole 8-element vectors");
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long blk = blockIdx.x, r = blk % NBLK, bh = blk / NBLK, h = bh % HEADS, b = bh / HEADS;
   const long long r0 = r * ROWS, n = (TOKENS - r0 < ROWS ? TOKENS - r0 : ROWS) * HD;
   const long long base = (b * TOKENS + r0) * (HEADS * HD) + h * HD;
-  float amax = 0.f;
-  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
-    const float a = fabsf(ld(x, base + e / HD * (HEADS * HD) + e % HD));
-    if (a > amax) amax = a; // NaN never compares greater, as on the CPU
+  float amax = 0.f, v[8];
+  for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
+    ld8(x, base + e / HD * (HEADS * HD) + e % HD, v);
+    amax = amax8(v, amax);
   }
   amax = block_max(amax, scratch);
   const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
-  for (long long e = threadIdx.x; e < n; e += DIT_ABI_BLOCK) {
+  for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;
+    ld8(x, i, v);
 #if CODES_I8
-    q[i] = (unsigned char)(signed char)max(-127, min(127, __float2int_rn(ld(x, i) / scale)));
+    u32 w[2] = {0u, 0u};
+#pragma unroll
+    for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)(unsigned char)(signed char)max(-127, min(127, __float2int_rn(v[k] / scale))) << (8 * (k & 3));
+    *(uint2 *)(q + i) = make_uint2(w[0], w[1]);
 #else
-    q[i] = e4m3_encode(ld(x, i) / scale);
+    *(uint2 *)(q + i) = e4m3_encode8(v, scale);
 #endif
   }
   if (threadIdx.x == 0) s[blk] = scale;
