@@ -2,7 +2,8 @@
  * and of the portable one (the DIT_K_ATTENTION section of compiler/kernels/dit_kernels.cu).
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
- *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N] SHAPE...
+ *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N]
+ *              [--define NAME=VALUE]... SHAPE...
  *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED[,SPLIT]]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
  *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns;
  *   SPLIT k: the tiles of the last partial wave over 132 multiprocessors in k key parts, as ditc
@@ -18,6 +19,8 @@
  * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel); then the same with int8 Q
  * and K (ATT_QK_I8, --attn-quant int8fp8: int8fp8_ms, ...) and with int8 Q K^T and bf16 P V over v
  * itself (ATT_PV_BF16, --attn-quant int8: int8_ms, int8_cosine, int8_speedup and so on).
+ * --define NAME=VALUE (repeatable) adds #define NAME VALUE to every form of our Hopper kernel (not to
+ * the portable one or the reference), to time a variant such as ATT_TREE=1 against a run without.
  * --sustained N also times N launches of the bf16 kernel back to back (sustained_ms: no pause between
  * them, the clock a model's forward holds) beside the median of separately started ones. */
 #define _GNU_SOURCE
@@ -73,6 +76,9 @@ static int g_compile_only = 0, g_iters = 10, g_warmup = 2, g_old = 1, g_samples 
 static unsigned long long g_seed = 0;
 static const char *g_link = "nvrtc";
 static int g_fp8 = 0;
+#define MAX_DEFINES 16
+static const char *g_defines[MAX_DEFINES]; /* NAME=VALUE, from --define */
+static int g_ndefines = 0;
 
 static char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -261,6 +267,7 @@ static const struct {
 /* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]. */
 static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   size_t n = strlen(body) + 1024;
+  for (int d = 0; d < g_ndefines; d++) n += strlen(g_defines[d]) + 16;
   char *src = malloc(n);
   int k = snprintf(src, n,
                    "%s%s#define HD %d\n#define HEADS %d\n#define SQ %d\n#define LK %d\n#define SCALE ((float)%.17g)\n#define HAS_LSE 1\n",
@@ -271,6 +278,10 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
   else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* the 8-bit forms keep the kernel's key tiles */
     k += snprintf(src + k, n - k, "#define ATT_BN %d\n", s->bn);
+  for (int d = 0; !old && d < g_ndefines; d++) {
+    const char *eq = strchr(g_defines[d], '=');
+    k += snprintf(src + k, n - k, "#define %.*s %s\n", (int)(eq - g_defines[d]), g_defines[d], eq + 1);
+  }
   if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
   if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
   if (!old && !fp8 && s->split > 1)
@@ -401,11 +412,20 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-old")) g_old = 0;
     else if (!strcmp(argv[i], "--link") && i + 1 < argc) g_link = argv[++i];
     else if (!strcmp(argv[i], "--fp8")) g_fp8 = 1;
+    else if (!strcmp(argv[i], "--define") && i + 1 < argc) {
+      const char *d = argv[++i], *eq = strchr(d, '=');
+      if (!eq || eq == d || strspn(d, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != (size_t)(eq - d) ||
+          g_ndefines == MAX_DEFINES) {
+        fprintf(stderr, "attn_bench: --define %s: expected NAME=VALUE (at most %d)\n", d, MAX_DEFINES);
+        return 2;
+      }
+      g_defines[g_ndefines++] = d;
+    }
     else if (!strcmp(argv[i], "--sustained") && i + 1 < argc) g_sustained = atoi(argv[++i]);
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
     else {
       fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
-                      "[--seed S] [--samples N] [--fp8] [--sustained N] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
       return 2;
     }
   }
