@@ -590,8 +590,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       const int64_t act = geti(op, "act");
       if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
       if (M > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': %" PRId64 " rows, more than a grid holds", y->name, M);
-      dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define K %" PRId64 "\n", dt_code(x->dtype), K);
-      set_launch(k, (uint64_t)M, 1, 1, DIT_ABI_BLOCK, 0);
+      dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define M %" PRId64 "LL\n#define K %" PRId64 "\n", dt_code(x->dtype), M, K);
+      set_launch(k, (uint64_t)(M + DIT_ABI_BLOCK / 32 - 1) / (DIT_ABI_BLOCK / 32), 1, 1, DIT_ABI_BLOCK, 0); /* a warp a row */
       return DIT_OK;
     }
     case DIT_OP_ATTN_QUANT:

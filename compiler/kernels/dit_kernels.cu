@@ -915,26 +915,29 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 #endif
 
 #if defined(DIT_K_QUANT_FP8)
-// The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one block a
-// row of x [M, K]; s[m] = amax / 448 (1 for an all-zero row) and q[m, k] = e4m3(x / s[m]). Eight
-// elements an access (16 bytes of bf16 in, 8 bytes of codes out); the second pass reads the row
-// again from the cache.
+// The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one warp a
+// row of x [M, K] (DIT_ABI_BLOCK / 32 rows a block: a row of Wan's 1536 channels is too little
+// work for a block of its own); s[m] = amax / 448 (1 for an all-zero row) and q[m, k] =
+// e4m3(x / s[m]). Eight elements an access (16 bytes of bf16 in, 8 bytes of codes out); the
+// second pass reads the row again from the cache.
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   static_assert(K % 8 == 0, "quant_fp8: rows of whole 8-element vectors (ditc asks K % 16 == 0)");
-  __shared__ float scratch[DIT_ABI_BLOCK / 32];
-  const long long row = blockIdx.x, base = row * K;
+  const int lane = threadIdx.x & 31;
+  const long long row = (long long)blockIdx.x * (DIT_ABI_BLOCK / 32) + (threadIdx.x >> 5), base = row * K;
+  if (row >= M) return;  // the whole warp
   float amax = 0.f, v[8];
-  for (int k = 8 * threadIdx.x; k < K; k += 8 * DIT_ABI_BLOCK) {
+  for (int k = 8 * lane; k < K; k += 8 * 32) {
     ld8(x, base + k, v);
     amax = amax8(v, amax);
   }
-  amax = block_max(amax, scratch);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float scale = amax > 0.f ? amax / 448.f : 1.f;
-  for (int k = 8 * threadIdx.x; k < K; k += 8 * DIT_ABI_BLOCK) {
+  for (int k = 8 * lane; k < K; k += 8 * 32) {
     ld8(x, base + k, v);
     *(uint2 *)(q + base + k) = e4m3_encode8(v, scale);
   }
-  if (threadIdx.x == 0) s[row] = scale;
+  if (lane == 0) s[row] = scale;
 }
 #endif
 
