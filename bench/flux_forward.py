@@ -209,6 +209,11 @@ def run(a):
     if not a.no_ceilings and res["forwards"] and res["forwards"][0].get("split_ms"):
         plan = load_plan(bundles[int(a.batches.split(",")[0])])
         pb.measure_ceilings(torch, res, res["forwards"][:1], plan, CONFIG["num_attention_heads"])
+    if a.lossy:
+        b0 = int(a.batches.split(",")[0])
+        pb.lossy_modes(torch, a, model, folder, ["--height", str(HEIGHT), "--width", str(WIDTH), "--batch", str(b0), "--text-len",
+                                                 str(TEXT_LEN)], os.path.join(a.work, f"inputs_b{b0}.safetensors"), "lossy_flux",
+                       f"FLUX.1-dev, {layers[0]} of 19 double and {layers[1]} of 38 single blocks, {WIDTH}x{HEIGHT}, batch {b0}")
     return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
@@ -218,6 +223,7 @@ def main():
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--layers", help="D,S: double and single blocks (default: the published 19,38)")
     ap.add_argument("--iters", type=int, default=5)
+    pb.add_lossy_flag(ap)
     pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep", "--dry-run")
     ap.add_argument("--write-folder", metavar="DIR")
     a = ap.parse_args()

@@ -328,6 +328,9 @@ def run(a):
         print(lines(res)[-1], flush=True)
     if not a.no_ceilings and e.get("split_ms"):
         pb.measure_ceilings(torch, res, [e], load_plan(bundles["forward"]), CONFIG["num_attention_heads"])
+    if a.lossy:
+        pb.lossy_modes(torch, a, model, folder, shape_flags(FRAMES), inputs, "lossy_hunyuan",
+                       f"HunyuanVideo, {layers[0]} of 20 double and {layers[1]} of 40 single blocks, {WIDTH}x{HEIGHT}, {FRAMES} frames")
     return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
@@ -337,6 +340,7 @@ def main():
     ap.add_argument("--layers", help="D,S: double and single blocks (default: as many as fit one call; see estimate_s)")
     ap.add_argument("--gen-frames", type=int, default=GEN_FRAMES, help="frames of the generate (4k + 1)")
     ap.add_argument("--iters", type=int, default=3)
+    pb.add_lossy_flag(ap)
     pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic and the folder writer without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")

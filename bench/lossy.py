@@ -62,6 +62,9 @@ MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "
 ATTN_QUANT = {"fp8attn": "fp8", "fp8all": "fp8", "int8attn": "int8", "int8all": "int8", "int8fp8attn": "int8fp8", "int8fp8all": "int8fp8"}
 NOTE = ("ditrun rows against the exact bundle; peers against diffusers eager; diffusers eager against ditrun exact. "
         "speedup: over ditrun's exact bf16 forward (peers' own: over diffusers eager). Weights as the model folder holds them.")
+FAMILY_NOTE = ("ditrun rows against the exact bundle of the same pipeline folder on the same inputs; speedup: over that bundle's "
+               "forward. Forward only (no peers, no generate): the family's forward benchmark with --lossy. Weights as the folder "
+               "holds them (random at the published config).")
 
 
 def mode_flags(mode, sta, dense_layers):
@@ -178,6 +181,28 @@ def ditrun_forwards(a, shape, inputs, res, out, name, budget):
     return bundles
 
 
+def family_modes(ditc, ditrun, folder, shape, inputs, work, out, name, title, device, modes, iters=5, sta=STA_PAPER):
+    """Another family's lossy modes, forward only (the MMDiT forward benchmarks' --lossy MODES): each
+    mode of `modes` compiled from the pipeline folder at `shape` (ditc's flags), its forward timed
+    and measured against the exact bundle's on `inputs`, into OUT/<name>.json and .md as bench/lossy.py
+    writes Wan's. A mode the compiler refuses (FP8 attention takes head dim 128) has a row saying
+    why. Returns the results."""
+    modes = ["exact"] + [m for m in modes if m and m != "exact"]
+    bad = [m for m in modes if m not in MODE_NAMES]
+    if bad:
+        raise ValueError(f"--lossy: expected modes of {', '.join(MODE_NAMES)}, found {bad[0]}")
+    os.makedirs(work, exist_ok=True)
+    a = argparse.Namespace(ditc=ditc, ditrun=ditrun, model=folder, modes=modes, sta=sta, sparse_dense_layers=0, work=work, iters=iters)
+    res = {"run": run_info(), "note": FAMILY_NOTE, "device": device, "part": {"title": title, "rows": []}}
+    if any("sta" in m.split("+") for m in modes):
+        res["sta"], res["sta_source"] = sta, "STA paper: 3x3x3 tiles of 6x8x8"
+    ditrun_forwards(a, shape, inputs, res, out, name, Budget(None))
+    res["complete"] = True
+    for line in write_results(res, out, name):
+        print(line)
+    return res
+
+
 def ditrun_generates(a, bundles, gen_args, res, out, name, budget):
     """Each compiled mode's generate from the same noise, the exact one first: loop seconds and the
     final latents against the exact run's, on the mode's row."""
@@ -289,6 +314,16 @@ def dry_run(a):
                str(WAN["guidance"]), "--shift", str(WAN["shift"])]
         ditrun_generates(a, bundles, gen, res, a.out, name, budget)
         lines = write_results(res, a.out, name)
+        # Another family through family_modes: the tiny FLUX.1-dev pipeline (head dim 16: the FP8
+        # attention modes are refused, and say so), its inputs made for its exact bundle.
+        flux = os.path.join(HERE, "..", "tests", "data", "flux_dev_tiny")
+        fshape = ["--height", "64", "--width", "64", "--text-len", "8", "--dtype", "bf16"]
+        fexact = pb.ditc_compile(a.ditc, flux, fshape + ["-o", os.path.join(a.out, "fb")])[0]
+        finputs = os.path.join(a.out, "flux_inputs.safetensors")
+        subprocess.run([fi, fexact, finputs, "--seed", "3", "--set", "timestep=0.5", "--set", "guidance=3.5"], check=True,
+                       capture_output=True)
+        family_modes(a.ditc, a.ditrun, flux, fshape, finputs, os.path.join(a.out, "flux"), a.out, "lossy_flux_dry",
+                     "tiny FLUX.1-dev, 64x64 (CPU)", "CPU", ["fp8", "fp8attn"], iters=2)
     for line in lines:
         print(line)
     return 0

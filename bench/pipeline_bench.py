@@ -268,6 +268,17 @@ def generate_contest(torch, a, model, args, gout, want, gres):
     return 0 if gres["parity_ok"] else 1
 
 
+def lossy_modes(torch, a, model, folder, shape, inputs, name, title):
+    """--lossy MODES: bench/lossy.py's modes of this pipeline folder at `shape` (ditc's shape flags,
+    sm_90 bf16) on the forward's inputs, against its exact bundle (OUT/<name>.json), the diffusers
+    model off the device meanwhile."""
+    import lossy
+    model.to("cpu")
+    torch.cuda.empty_cache()
+    lossy.family_modes(a.ditc, a.ditrun, folder, list(shape) + ["--dtype", "bf16", "--target", "sm_90"], inputs,
+                       os.path.join(a.work, "lossy"), a.out, name, title, torch.cuda.get_device_name(0), a.lossy.split(","), a.iters)
+
+
 def measure_ceilings(torch, res, entries, plan, heads, named=False):
     """The ceilings of bench/ceilings.py on plan, and each measured entry against them (printed,
     under its name when `named`)."""
@@ -301,6 +312,11 @@ def add_contender_flags(ap, work_help=None, out_help=None):
     ap.add_argument("--ditrun")
     ap.add_argument("--work", help=work_help)
     ap.add_argument("--out", help=out_help)
+
+
+def add_lossy_flag(ap):
+    ap.add_argument("--lossy", metavar="MODES", help="also bench/lossy.py's modes (comma-separated, e.g. fp8,fp8attn,fp8all) "
+                    "against the exact bundle, forward only: lossy_<family>.json")
 
 
 def add_switches(ap, *names):

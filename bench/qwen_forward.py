@@ -285,6 +285,9 @@ def run(a):
         print(lines(res)[-1], flush=True)
     if not a.no_ceilings and e.get("split_ms"):
         pb.measure_ceilings(torch, res, [e], load_plan(bundle), CONFIG["num_attention_heads"])
+    if a.lossy:
+        pb.lossy_modes(torch, a, model, folder, shape_flags(), inputs, "lossy_qwen",
+                       f"Qwen-Image, {layers} of 60 blocks, {WIDTH}x{HEIGHT}")
     return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
@@ -293,6 +296,7 @@ def main():
     pb.add_contender_flags(ap, "where the model and bundle go (removed at the end unless --keep)", "results directory")
     ap.add_argument("--layers", type=int, help="blocks (default: as many as fit one call and the disk; see estimate_s)")
     ap.add_argument("--iters", type=int, default=3)
+    pb.add_lossy_flag(ap)
     pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic and the folder writer without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")

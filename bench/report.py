@@ -654,7 +654,8 @@ def render_step_cache(res):
 
 # The lossy-mode runs (bench/lossy.py), one a resolution, the peers in the same call.
 LOSSY_RUNS = ["lossy_480p_exact.json", "lossy_480p.json", "lossy_480p_fp8modes.json", "lossy_480p_int8.json",
-              "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json"]
+              "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json", "lossy_hunyuan.json",
+              "lossy_qwen.json"]
 # The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8).
 ATTN_FP8 = "attention_fp8.json"
 
@@ -685,8 +686,8 @@ def render_lossy(res):
             L.append(f"| {r['contender']} | {r['mode']} | {r.get('version') or '-'} | {need(r, 'forward_ms', rel):.1f} | "
                      f"{f(r.get('speedup'), '{:.2f}x')} | {f(r.get('attention_speedup'), '{:.2f}x')} | {q['cosine']:.6f} | "
                      f"{f(g.get('cosine'), '{:.6f}')} | {psnr or '-'} |")
-        if any(r.get("contender") == "ditrun" and not r.get("generate") and not (r.get("failed") or r.get("skipped"))
-               for r in need(part, "rows", rel)):
+        if "steps" in part and any(r.get("contender") == "ditrun" and not r.get("generate") and not (r.get("failed") or r.get("skipped"))
+                                   for r in need(part, "rows", rel)):  # a forward-only part (--lossy's) has no steps
             notes.append("- final cosine and PSNR '-' on a ditrun row: its 50-step generate did not run in this call (the call's "
                          "time budget, or --no-generate)")
         L += [""] + ([wrap(n) for n in notes] + [""] if notes else []) + [wrap(need(d, "note", rel)), ""]

@@ -50,7 +50,8 @@
 #   8. with FLUX=1, the tiny FLUX.1 pipelines' GPU bundles op by op against the CPU reference and
 #      their forward goldens and generates; then FLUX.1-dev at 1024x1024 (bench/flux_forward.py:
 #      batches FLUX_BATCHES, default 1,4; FLUX_LAYERS D,S for fewer blocks) against diffusers eager
-#      and torch.compile, and a 4-step generate against FluxPipeline (flux_forward.json).
+#      and torch.compile, and a 4-step generate against FluxPipeline (flux_forward.json); FLUX_LOSSY=fp8,fp8attn,...
+#      (likewise HUNYUAN_LOSSY, QWEN_LOSSY in 8c, 8d) adds bench/lossy.py's modes against the exact bundle (lossy_flux.json).
 #   8e. with FLUX_OFFLOAD=1, FLUX.1-dev (zero weights, FLUX_OFFLOAD_LAYERS blocks at the published widths) over
 #      batch sizes 1..16 without offload and chunked (bench/offload/sweep.py --batches: offload_flux.json).
 #      NO_BENCH=1 keeps only the tiny pipelines' checks of 8, 8c and 8d.
@@ -777,7 +778,7 @@ if [ -n "${FLUX:-}" ]; then
   [ -n "${NO_BENCH:-}" ] || {
   step "8b. FLUX.1-dev 1024x1024: ditrun against diffusers eager and torch.compile, parity, 4-step generate"
   timeout "${FLUX_TIMEOUT:-540}" python3 bench/flux_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/flux" --out "$OUT" \
-    --batches "${FLUX_BATCHES:-1,4}" ${FLUX_LAYERS:+--layers "$FLUX_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    --batches "${FLUX_BATCHES:-1,4}" ${FLUX_LAYERS:+--layers "$FLUX_LAYERS"} ${FLUX_LOSSY:+--lossy "$FLUX_LOSSY"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_flux_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
@@ -810,7 +811,7 @@ if [ -n "${HUNYUAN:-}" ]; then
   step "8c. HunyuanVideo: the tiny pipeline on the GPU; 1280x720, 129 frames against diffusers eager and torch.compile, parity, a 4-step generate at 33 frames"
   tiny_mmdit_checks hunyuan
   [ -n "${NO_BENCH:-}" ] || timeout "${HUNYUAN_TIMEOUT:-520}" python3 bench/hunyuan_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/hunyuan" \
-    --out "$OUT" ${HUNYUAN_LAYERS:+--layers "$HUNYUAN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    --out "$OUT" ${HUNYUAN_LAYERS:+--layers "$HUNYUAN_LAYERS"} ${HUNYUAN_LOSSY:+--lossy "$HUNYUAN_LOSSY"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_hunyuan_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0
@@ -819,7 +820,7 @@ if [ -n "${QWEN:-}" ]; then
   step "8d. Qwen-Image: the tiny pipeline on the GPU; 1328x1328 against diffusers eager and torch.compile, parity, a 4-step generate with true CFG"
   tiny_mmdit_checks qwen
   [ -n "${NO_BENCH:-}" ] || timeout "${QWEN_TIMEOUT:-520}" python3 bench/qwen_forward.py --ditc "$BIN/ditc" --ditrun "$BIN/ditrun" --work "$W/qwen" \
-    --out "$OUT" ${QWEN_LAYERS:+--layers "$QWEN_LAYERS"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
+    --out "$OUT" ${QWEN_LAYERS:+--layers "$QWEN_LAYERS"} ${QWEN_LOSSY:+--lossy "$QWEN_LOSSY"} ${NO_COMPILE:+--no-compile} 2>&1 | grep -v Warning \
     | tee "$OUT/bench_qwen_forward.txt"
   rc=${PIPESTATUS[0]}
   check test "$rc" = 0

@@ -3,7 +3,8 @@
 # parsing, budget and table without torch, then compiles the tiny Wan model in every mode with the
 # real ditc (17 frames at 128x128: three tiles of 128 tokens, so sta:1,8,8 is sparse) and runs the
 # ditrun half on the CPU: each mode's forward against the exact one and a 3-step CFG generate from
-# one seed; the README passage renders from those results; the GPU script's syntax. $1: the build.
+# one seed; then the tiny FLUX.1-dev pipeline's modes as the MMDiT benchmarks' --lossy runs them;
+# the README passage renders from those results; the GPU script's syntax. $1: the build.
 set -euo pipefail
 BUILD=${1:-build}
 T=$(mktemp -d)
@@ -41,10 +42,28 @@ assert rows["int8fp8attn"]["flags"] == ["--attn-quant", "int8fp8"] and rows["int
 assert rows["int8all+radial"]["flags"] == ["--quant", "fp8", "--attn-quant", "int8", "--sparse-attn", "radial"], rows["int8all+radial"]
 print("bench_lossy: rows check out")
 PY
+# Another family's modes (the MMDiT benchmarks' --lossy): the tiny FLUX.1-dev pipeline on the CPU,
+# FP8 GEMMs measured against its exact bundle, FP8 attention refused (head dim 16) with the reason.
+python3 - "$T/r/lossy_flux_dry.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["mode"]: r for r in d["part"]["rows"]}
+assert list(rows) == ["exact", "fp8", "fp8attn"] and d["complete"] is True, list(rows)
+assert rows["exact"]["forward"]["cosine"] > 0.999999 and rows["exact"]["forward_ms"] > 0, rows["exact"]
+f = rows["fp8"]["forward"]
+assert 0.99 < f["cosine"] < 0.999999 and rows["fp8"]["flags"] == ["--quant", "fp8"] and rows["fp8"]["speedup"] > 0, rows["fp8"]
+assert "head dim 128" in rows["fp8attn"]["failed"] and "forward" not in rows["fp8attn"], rows["fp8attn"]
+print("bench_lossy: another family's rows check out")
+PY
 # The README passage from the same results (a dry run's: --allow-dry-run), named as a 480p run.
 cp "$T/r/lossy_dry.json" "$T/r/lossy_480p.json"
+cp "$T/r/lossy_flux_dry.json" "$T/r/lossy_flux.json"
 python3 bench/report.py --render lossy --results "$T/r" --allow-dry-run > "$T/passage.md"
 grep -q "^| ditrun | sta | " "$T/passage.md" || { cat "$T/passage.md"; exit 1; }
+tr '\n' ' ' < "$T/passage.md" | tr -s ' ' > "$T/passage1.txt"
+grep -q "tiny FLUX.1-dev, 64x64 (CPU) on CPU" "$T/passage1.txt" && grep -q "^| ditrun | fp8 | " "$T/passage.md" &&
+  grep -q -- "- ditrun fp8attn: .*head dim 128 and no key bound" "$T/passage1.txt" &&
+  ! grep -q "its 50-step generate did not run.*tiny FLUX" "$T/passage1.txt" || { cat "$T/passage.md"; echo "the FLUX modes' passage"; exit 1; }
 if python3 bench/report.py --render lossy --results "$T/r" > /dev/null 2>&1; then echo "a dry run's results rendered as measured"; exit 1; fi
 bash -n tests/gpu/run.sh
 echo "bench_lossy: ok"
