@@ -635,7 +635,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                        ", %s output)", y->name, arch, hd, dit_dtype_name(y->dtype));
       dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n", hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);
-      if (dit_attrs_find(&op->attrs, "tiles"))
+      const int tiled = dit_attrs_find(&op->attrs, "tiles") != NULL;
+      if (tiled)
         dit_strbuf_printf(s, "#define HAS_TILES 1\n#define TILES_W %" PRId64 "\n#define SPARSE_TILE %d\n", V(g, op->in[op->n_in - 1])->dims[1],
                           DIT_SPARSE_TILE);
       if (x->dtype == DIT_I8) dit_strbuf_printf(s, "#define ATT_QK_I8 1\n"); /* int8 Q K^T */
@@ -644,8 +645,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       const int pv_bf16 = v4->dtype != DIT_F8E4M3;
       if (pv_bf16 && v4->dtype != DIT_BF16)
         return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': v is %s, the sm_90a kernel takes bf16", y->name, dit_dtype_name(v4->dtype));
-      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16,
-                                dit_attrs_find(&op->attrs, "tiles") != NULL, 0);
+      /* A key bound (a text mask) after V's operands, where no tile schedule is. */
+      const int bounded = !tiled && op->n_in == (pv_bf16 ? 6 : 7);
+      if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
+      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16, tiled, bounded);
       *tmpl = TEMPLATE_ATTN_SM90;
       return DIT_OK;
     }

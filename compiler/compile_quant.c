@@ -126,15 +126,15 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
 /* --attn-quant fp8 ---------------------------------------------------------------------------- */
 
 /* An attention the fp8 kernel takes: self or joint attention (as many queries as keys), head
- * dim 128, no key bound and no score bias; a tile schedule stays. Cross-attention to text and
- * the image embedder's attention keep their exact form. */
+ * dim 128, no score bias and no frame-causal mask; a tile schedule or a key bound (a text mask)
+ * stays, as attention_fp8's last input. Cross-attention to text and the image embedder's
+ * attention keep their exact form. */
 static int attention_quantizable(const dit_graph_t *g, const dit_op_t *op) {
   if (op->kind != DIT_OP_ATTENTION) return 0;
   const dit_value_t *q = dit_graph_cvalue(g, op->in[0]), *k = dit_graph_cvalue(g, op->in[1]);
-  const dit_attr_t *ha = dit_attrs_find(&op->attrs, "heads"), *ta = dit_attrs_find(&op->attrs, "tiles");
-  const int tiled = ta && ta->i == 1;
+  const dit_attr_t *ha = dit_attrs_find(&op->attrs, "heads"), *ca = dit_attrs_find(&op->attrs, "causal_block");
   return ha && ha->i > 0 && q->rank == 3 && k->rank == 3 && q->dims[1] == k->dims[1] && q->dims[2] == 128 * ha->i &&
-         !dit_attrs_find(&op->attrs, "bias") && op->n_in == 3 + tiled;
+         !dit_attrs_find(&op->attrs, "bias") && !(ca && ca->i) && (op->n_in == 3 || op->n_in == 4);
 }
 
 /* attn_vmax's splits for v [B, L, heads*Dh]. attn_vmax runs a block per (item, head, 32 channels,
@@ -189,7 +189,7 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
     snprintf(name, sizeof name, "%s.vt8", base);
     if (!s) s = dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vin, 2, &va, qdt, name, vt);
   }
-  /* q8, qs, k8, ks, then vt8, vs or v, then the tile schedule if any. */
+  /* q8, qs, k8, ks, then vt8, vs or v, then the tile schedule or the key bound if any. */
   dit_vid_t ins[7] = {q[0], q[1], k[0], k[1], vt[0], vt[1], -1};
   int n_in = pv8 ? 6 : 5;
   if (op.n_in == 4) ins[n_in++] = op.in[3];
@@ -222,7 +222,7 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     const int i8 = quant == DIT_QUANT_INT8 || quant == DIT_QUANT_INT8FP8;
     cJSON *q = cJSON_AddObjectToObject(summary, "attn_quant");
     cJSON_AddStringToObject(q, "mode", dit_quant_name(quant));
-    cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no key bound or score bias");
+    cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no score bias or frame-causal mask");
     cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 448");
     cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and 128 rows: amax / 127" : "e4m3, one fp32 scale per head and 128 rows: amax / 448");
     cJSON_AddStringToObject(q, "v", quant == DIT_QUANT_INT8 ? "as --dtype says (bf16 on GPUs)"
@@ -246,7 +246,7 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
   }
   if (!s && count == 0)
     s = DIT_ERR(INVALID_ARGUMENT,
-                "--attn-quant %s: none of the graph's %d attentions has as many queries as keys, head dim 128 and no key bound or score bias",
+                "--attn-quant %s: none of the graph's %d attentions has as many queries as keys, head dim 128, no score bias and no frame-causal mask",
                 dit_quant_name(quant), kept);
   if (!s) {
     /* Drop the rewritten attentions (the appended groups keep their order at the end), then put

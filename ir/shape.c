@@ -551,9 +551,18 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
       const dit_attr_t *ta = dit_attrs_find(attrs, "tiles");
       const int tiled = ta && !ta->is_float && ta->i == 1;
       if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
-      if (n_in != 4 + nv + tiled)
-        FAIL("%s: %d inputs with %s and attribute tiles %s: expected %d (a tile schedule last, present exactly with tiles = 1)", op, n_in,
-             pv8 ? "vt8, vs" : "v", tiled ? "= 1" : "absent", 4 + nv + tiled);
+      /* Then a tile schedule (exactly with tiles = 1) or a key bound i32 [B] (without), or nothing. */
+      const int bounded = !tiled && n_in == 5 + nv;
+      if (n_in != 4 + nv + tiled + bounded)
+        FAIL("%s: %d inputs with %s and attribute tiles %s: expected %d (a tile schedule last, present exactly with tiles = 1)%s", op, n_in,
+             pv8 ? "vt8, vs" : "v", tiled ? "= 1" : "absent", 4 + nv + tiled, tiled ? "" : " or one more (a key bound)");
+      if (bounded) {
+        const dit_value_t *bd = operand(g, ins, 4 + nv);
+        char b1[96];
+        if (bd->dtype != DIT_I32 || bd->rank != 1 || bd->dims[0] != B)
+          FAIL("%s: key bound '%s' is %s %s, expected i32 [%" PRId64 "] (one bound a batch item)", op, bd->name, dit_dtype_name(bd->dtype),
+               dims_str(bd->rank, bd->dims, b1, sizeof b1), B);
+      }
       if (tiled) {
         const dit_value_t *t = operand(g, ins, 4 + nv);
         const int64_t nq = (S + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE, nk = Lp / DIT_SPARSE_TILE;

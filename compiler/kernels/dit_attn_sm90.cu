@@ -45,7 +45,7 @@
 // then the key tiles it attends, ascending; the producer loads and the consumers compute only
 // those, in that order (all tiles listed: the dense kernel's order).
 //
-// ATT_FP8 1 (head dim 128, ATT_BN 128) is attention_fp8: e4m3 Q and K with fp32 scales per block
+// ATT_FP8 1 (head dim 128, ATT_BN 128; a tile schedule or a bound as above) is attention_fp8: e4m3 Q and K with fp32 scales per block
 // of rows (q_scale [B, HEADS, ceil(SQ/64)], k_scale [B, HEADS, ceil(LK/128)]), and V transposed,
 // vt e4m3 [B, HEADS, HD, LKP] (LKP = LK rounded up to 128, zero columns past LK) with one scale a
 // channel (v_scale [B, HEADS, HD]); entry
@@ -130,8 +130,8 @@
 #ifndef ATT_FP8
 #define ATT_FP8 0
 #endif
-#if ATT_FP8 && (HD != 128 || ATT_BN != 128 || HAS_BOUND)
-#error "dit_attn_sm90: fp8 attention takes head dim 128, key tiles of 128 and no bound"
+#if ATT_FP8 && (HD != 128 || ATT_BN != 128)
+#error "dit_attn_sm90: fp8 attention takes head dim 128 and key tiles of 128"
 #endif
 #ifndef ATT_QK_I8
 #define ATT_QK_I8 0
@@ -550,10 +550,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
 #if ATT_FP8
 #if ATT_QK_I8
-      mx0 = fmaxf(m0, (mx0 - I2F_OFFSET) * f);  // every tile holds a valid key: finite
+      mx0 = fmaxf(m0, (mx0 - I2F_OFFSET) * f);  // a valid key, or a bound of 0's max of 0: finite
       mx1 = fmaxf(m1, (mx1 - I2F_OFFSET) * f);
 #else
-      mx0 = fmaxf(m0, mx0 * f);  // every tile holds a valid key: finite
+      mx0 = fmaxf(m0, mx0 * f);  // a valid key, or a bound of 0's max of 0: finite
       mx1 = fmaxf(m1, mx1 * f);
 #endif
       al0 = ex2(m0 - mx0);  // 0 on the first tile (m = -inf)

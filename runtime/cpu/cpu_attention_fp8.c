@@ -200,6 +200,7 @@ typedef struct fp8_job {
   const float *qs, *ks, *vs;
   const dit_tensor_t *out, *lse;
   const int32_t *tiles; /* schedule rows of tiles_w, or NULL: every key tile */
+  const int32_t *bound; /* [B]: item b's keys end at bound[b] (clamped to [0, L]), or NULL: all keys */
   int64_t tiles_w;
   int64_t B, S, L, Lp, H, Dh;
   float scale_log2e;
@@ -211,7 +212,7 @@ typedef struct fp8_job {
 /* One (b, h, query tile of KTILE rows): the online softmax over its key tiles. */
 static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
   fp8_job_t *j = ctx;
-  const int64_t H = j->H, Dh = j->Dh, HD = H * Dh, S = j->S, L = j->L, nqt = (S + KTILE - 1) / KTILE;
+  const int64_t H = j->H, Dh = j->Dh, HD = H * Dh, S = j->S, nqt = (S + KTILE - 1) / KTILE;
   float *qd = dit_cpu_scratch_get(&j->scratch, worker); /* [KTILE][Dh] decoded queries */
   float *kt = qd + KTILE * Dh;                          /* [Dh][KTILE] decoded keys, transposed */
   float *vd = kt + Dh * KTILE;                          /* [KTILE][Dh] decoded values by key */
@@ -221,6 +222,8 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
   for (int64_t t = begin; t < end; t++) {
     const int64_t qt = t % nqt, h = t / nqt % H, b = t / nqt / H, q0 = qt * KTILE;
     const int64_t nq = S - q0 < KTILE ? S - q0 : KTILE;
+    /* The item's keys: past a bound they are excluded, their tiles never read. */
+    const int64_t L = !j->bound ? j->L : j->bound[b] <= 0 ? 0 : j->bound[b] < j->L ? j->bound[b] : j->L;
     for (int64_t i = 0; i < nq; i++) {
       const uint8_t *src = j->q8 + (b * S + q0 + i) * HD + h * Dh;
       for (int64_t c = 0; c < Dh; c++) qd[i * Dh + c] = qkdec[src[c]];
@@ -229,12 +232,12 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
     }
     memset(o, 0, sizeof(float) * (size_t)(nq * Dh));
     const int32_t *sched = j->tiles ? j->tiles + qt * j->tiles_w : NULL;
-    const int64_t n_tiles = sched ? sched[0] : j->Lp / KTILE;
+    const int64_t n_tiles = sched ? sched[0] : (L + KTILE - 1) / KTILE;
     const float *qs = j->qs + (b * H + h) * ((S + QROWS - 1) / QROWS);
     for (int64_t e = 0; e < n_tiles; e++) {
       const int64_t kti = sched ? sched[1 + e] : e, k0 = kti * KTILE, nk = L - k0 < KTILE ? L - k0 : KTILE;
       for (int64_t key = 0; key < nk; key++) {
-        const uint8_t *src = j->k8 + (b * L + k0 + key) * HD + h * Dh;
+        const uint8_t *src = j->k8 + (b * j->L + k0 + key) * HD + h * Dh;
         for (int64_t c = 0; c < Dh; c++) kt[c * KTILE + key] = qkdec[src[c]];
       }
       if (j->vt8) {
@@ -246,7 +249,7 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         }
       } else {
         for (int64_t key = 0; key < nk; key++) {
-          const float *src = dit_cpu_row_load(j->v->data, j->v->dtype, (b * L + k0 + key) * HD + h * Dh, Dh, vd + key * Dh);
+          const float *src = dit_cpu_row_load(j->v->data, j->v->dtype, (b * j->L + k0 + key) * HD + h * Dh, Dh, vd + key * Dh);
           if (src != vd + key * Dh) memcpy(vd + key * Dh, src, sizeof(float) * (size_t)Dh);
         }
       }
@@ -284,7 +287,9 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
     const float *vs = j->vs ? j->vs + (b * H + h) * Dh : NULL;
     for (int64_t i = 0; i < nq; i++) {
       float *orow = o + i * Dh;
-      for (int64_t c = 0; c < Dh; c++) orow[c] = (vs ? orow[c] * vs[c] : orow[c]) / l[i];
+      /* No keys (a bound of 0): a zero output, and lse = -inf (m) + log2(0). */
+      const float inv = L ? 1.0f / l[i] : 0.0f;
+      for (int64_t c = 0; c < Dh; c++) orow[c] = L ? (vs ? orow[c] * vs[c] : orow[c]) / l[i] : orow[c] * inv;
       dit_cpu_row_store(j->out->data, j->out->dtype, (b * S + q0 + i) * HD + h * Dh, orow, Dh);
       if (j->lse) dit_cpu_store1(j->lse->data, j->lse->dtype, (b * H + h) * S + q0 + i, (m[i] + log2f(l[i])) * 0.69314718055994531f);
     }
@@ -293,7 +298,7 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
 
 dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const dit_tensor_t *qs, const dit_tensor_t *k8,
                                    const dit_tensor_t *ks, const dit_tensor_t *vt8, const dit_tensor_t *vs, const dit_tensor_t *tiles,
-                                   int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse) {
+                                   const dit_tensor_t *bound, int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse) {
   static const char *op = "attention_fp8";
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, "q8", q8));
@@ -326,10 +331,18 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
     DIT_RETURN_IF(dit_cpu_check_dims(op, "lse", lse, 3, ld));
   }
   if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
+  if (bound) {
+    if (tiles) return DIT_ERR(INVALID_ARGUMENT, "%s: a key bound with a tile schedule: expected one or the other", op);
+    DIT_RETURN_IF(dit_cpu_check_any(op, "bound", bound));
+    if (bound->dtype != DIT_I32)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: bound has dtype %s, expected i32", op, dit_dtype_name(bound->dtype));
+    const int64_t bd[1] = {B};
+    DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
+  }
   if (L == 0 && B * S > 0) return DIT_ERR(INVALID_ARGUMENT, "%s: k8 has dims %s: no keys to attend to", op, dit_cpu_dims_str(k8, b1));
-  const char *in_names[7] = {"q8", "qs", "k8", "ks", vs ? "vt8" : "v", "vs", "tiles"};
-  const dit_tensor_t *ins[7] = {q8, qs, k8, ks, vt8, vs, tiles};
-  for (int i = 0; i < 7; i++) {
+  const char *in_names[8] = {"q8", "qs", "k8", "ks", vs ? "vt8" : "v", "vs", "tiles", "bound"};
+  const dit_tensor_t *ins[8] = {q8, qs, k8, ks, vt8, vs, tiles, bound};
+  for (int i = 0; i < 8; i++) {
     DIT_RETURN_IF(dit_cpu_check_no_alias(op, "out", out, in_names[i], ins[i]));
     DIT_RETURN_IF(dit_cpu_check_no_alias(op, "lse", lse, in_names[i], ins[i]));
   }
@@ -337,7 +350,8 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   if (B * S == 0) return DIT_OK;
   fp8_job_t j = {.q8 = q8->data, .k8 = k8->data, .vt8 = vs ? vt8->data : NULL, .v = vt8, .qs = qs->data, .ks = ks->data,
                  .vs = vs ? vs->data : NULL, .out = out,
-                 .lse = lse, .tiles = tiles ? tiles->data : NULL, .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
+                 .lse = lse, .tiles = tiles ? tiles->data : NULL, .bound = bound ? bound->data : NULL,
+                 .tiles_w = tiles ? tiles->dims[1] : 0, .B = B, .S = S, .L = L,
                  .Lp = Lp, .H = heads, .Dh = Dh, .scale_log2e = (float)(scale * 1.4426950408889634)};
   for (int i = 0; i < 256; i++) {
     j.dec[i] = dit_e4m3_to_f32((uint8_t)i);

@@ -62,7 +62,7 @@ python3 bench/report.py --render lossy --results "$T/r" --allow-dry-run > "$T/pa
 grep -q "^| ditrun | sta | " "$T/passage.md" || { cat "$T/passage.md"; exit 1; }
 tr '\n' ' ' < "$T/passage.md" | tr -s ' ' > "$T/passage1.txt"
 grep -q "tiny FLUX.1-dev, 64x64 (CPU) on CPU" "$T/passage1.txt" && grep -q "^| ditrun | fp8 | " "$T/passage.md" &&
-  grep -q -- "- ditrun fp8attn: .*head dim 128 and no key bound" "$T/passage1.txt" &&
+  grep -q -- "- ditrun fp8attn: .*head dim 128, no score bias" "$T/passage1.txt" &&
   ! grep -q "its 50-step generate did not run.*tiny FLUX" "$T/passage1.txt" || { cat "$T/passage.md"; echo "the FLUX modes' passage"; exit 1; }
 if python3 bench/report.py --render lossy --results "$T/r" > /dev/null 2>&1; then echo "a dry run's results rendered as measured"; exit 1; fi
 bash -n tests/gpu/run.sh

@@ -465,7 +465,7 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
   dit_tensor_t q8 = tensor_alloc(codes, 3, xd), k8 = tensor_alloc(codes, 3, xd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td);
   dit_tensor_t qs = tensor_alloc(DIT_F32, 3, qsd), ks = tensor_alloc(DIT_F32, 3, ksd), vs = tensor_alloc(DIT_F32, 3, vsd);
   dit_tensor_t o = tensor_alloc(DIT_F32, 3, xd), o1 = tensor_alloc(DIT_F32, 3, xd), lse = tensor_alloc(DIT_F32, 3, ld);
-  dit_tensor_t tiles = tensor_alloc(DIT_I32, 2, tsd);
+  dit_tensor_t tiles = tensor_alloc(DIT_I32, 2, tsd), bound = tensor_alloc(DIT_I32, 1, &B);
   CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &q, (int)H, 64, &q8, &qs));
   CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &k, (int)H, 128, &k8, &ks));
   const int64_t md[4] = {B, H, 2, Dh};
@@ -488,10 +488,13 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
       }
   const int32_t sched[6] = {1, 1, -1, 2, 0, 1}; /* query tile 0: key tile 1; tile 1: both */
   memcpy(tiles.data, sched, sizeof sched);
-  for (int tiled = 0; tiled < 2; tiled++) {
+  /* Every key, the schedule, then a key bound inside the second key tile (150: its keys 150..199 excluded). */
+  ((int32_t *)bound.data)[0] = 150;
+  for (int mode = 0; mode < 3; mode++) {
+    const int tiled = mode == 1, bounded = mode == 2;
     for (int c = 0; c < 2; c++)
-      CHECK_OK(dit_cpu_attention_fp8(&g_cpu[c], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, tiled ? &tiles : NULL, (int)H,
-                                     scale, c ? &o1 : &o, c ? NULL : &lse));
+      CHECK_OK(dit_cpu_attention_fp8(&g_cpu[c], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, tiled ? &tiles : NULL,
+                                     bounded ? &bound : NULL, (int)H, scale, c ? &o1 : &o, c ? NULL : &lse));
     CHECK(!memcmp(o.data, o1.data, dit_tensor_nbytes(&o))); /* the thread count changes nothing */
     double dot = 0, n1 = 0, n2 = 0, maxerr = 0, maxv = 0, maxlse = 0;
     for (int64_t i = 0; i < S * HD; i++) maxv = fmax(maxv, fabs(dv[i]));
@@ -499,7 +502,7 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
       for (int64_t i = 0; i < S; i++) {
         double mx = -INFINITY, l = 0;
         for (int64_t j = 0; j < S; j++) {
-          const int allowed = !tiled || (i < 128 ? j >= 128 : 1);
+          const int allowed = tiled ? (i < 128 ? j >= 128 : 1) : bounded ? j < 150 : 1;
           double sc = 0;
           for (int64_t c = 0; c < Dh; c++) sc += dq[i * HD + h * Dh + c] * dk[j * HD + h * Dh + c];
           p[j] = allowed ? sc * scale : -INFINITY;
@@ -518,26 +521,41 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
       }
     const double cosine = dot / sqrt(n1 * n2);
     printf("attention_fp8 (%s q, k; %s P V)%s: max|err| / max|v| %.3e, cosine %.6f, max lse err %.2e\n", dit_dtype_name(codes),
-           pv8 ? "e4m3" : "bf16", tiled ? " (tiled)" : "", maxerr / maxv, cosine, maxlse);
+           pv8 ? "e4m3" : "bf16", tiled ? " (tiled)" : bounded ? " (key bound 150)" : "", maxerr / maxv, cosine, maxlse);
     CHECK(maxerr <= maxv / (pv8 ? 16 : 128));
     CHECK(maxerr > 1e-6 * maxv); /* P is rounded: not the unrounded result */
     CHECK(cosine >= (pv8 ? 0.999 : 0.99999));
     CHECK(maxlse <= 1e-4);
   }
+  /* A bound of 0 (or below): no keys, a zero output and lse -inf; one past L: every key, as without. */
+  ((int32_t *)bound.data)[0] = 0;
+  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, &bound, (int)H, scale, &o, &lse));
+  for (int64_t i = 0; i < S * HD; i++) CHECK(get_elem(&o, i) == 0.0);
+  for (int64_t i = 0; i < H * S; i++) CHECK(isinf(get_elem(&lse, i)) && get_elem(&lse, i) < 0);
+  ((int32_t *)bound.data)[0] = 1000;
+  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, &bound, (int)H, scale, &o, NULL));
+  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, NULL, (int)H, scale, &o1, NULL));
+  CHECK(!memcmp(o.data, o1.data, dit_tensor_nbytes(&o)));
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, &tiles, &bound, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: a key bound with a tile schedule: expected one or the other");
+  bound.dtype = DIT_F32;
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, &bound, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: bound has dtype f32, expected i32");
+  bound.dtype = DIT_I32;
   vs.dims[2] = 64;
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: vs has dims");
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: q8 is bf16");
   vs.dims[2] = Dh;
   k8.dtype = codes == DIT_I8 ? DIT_F8E4M3 : DIT_I8; /* q and k codes of two kinds */
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
             codes == DIT_I8 ? "attention_fp8: k8 is f8e4m3, expected q8's dtype i8" : "attention_fp8: k8 is i8 [1, 200, 256], expected f8e4m3");
   k8.dtype = codes;
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vs, NULL, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: v has dims [1, 2, 128], expected [1, 200, 256]"); /* v itself: k8's dims */
   free(dq), free(p);
-  dit_tensor_t *all[] = {&q, &k, &v, &q8, &k8, &vt8, &qs, &ks, &vs, &o, &o1, &lse, &tiles};
+  dit_tensor_t *all[] = {&q, &k, &v, &q8, &k8, &vt8, &qs, &ks, &vs, &o, &o1, &lse, &tiles, &bound};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->data);
 }
 

@@ -592,14 +592,25 @@ static void test_fp8_attention_ops(void) {
   fi[1] = q[1], fi[4] = x; /* v itself: bf16 P V, five inputs */
   CHECK_OK(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 5, &fa, 1, rank, dims));
   CHECK(rank[0] == 3 && dims[0][1] == 200 && dims[0][2] == 256);
+  /* One more input without tiles is a key bound: i32 [B]. */
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
-            "attention_fp8: 6 inputs with v and attribute tiles absent: expected 5");
+            "attention_fp8: key bound 'vt8.1' is f32 [1,2,128], expected i32 [1] (one bound a batch item)");
+  const int64_t bdim[1] = {1};
+  const dit_vid_t bound = dit_graph_input(g, "bound", DIT_I32, 1, bdim);
+  fi[5] = bound, fi[6] = bound;
+  CHECK_OK(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims));
+  CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 7, &fa, 1, rank, dims), INVALID_ARGUMENT,
+            "attention_fp8: 7 inputs with v and attribute tiles absent: expected 5 (a tile schedule last, present exactly with tiles = 1) "
+            "or one more (a key bound)");
+  fi[5] = v[1];
   fi[4] = q[1];
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 5, &fa, 1, rank, dims), INVALID_ARGUMENT,
             "attention_fp8: v 'q8.1' is f32 [1,2,4], expected f8e4m3 [1,2,128,256] (attn_quant_vt's) or a float [1,200,256]");
   fi[4] = v[0], fi[6] = x;
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 7, &fa, 1, rank, dims), INVALID_ARGUMENT,
-            "attention_fp8: 7 inputs with vt8, vs and attribute tiles absent: expected 6");
+            "attention_fp8: key bound 'x' is bf16 [1,200,256], expected i32 [1] (one bound a batch item)");
+  fi[6] = bound;
+  CHECK_OK(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 7, &fa, 1, rank, dims));
   dit_graph_destroy(g);
 }
 
