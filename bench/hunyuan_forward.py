@@ -334,6 +334,33 @@ def run(a):
     return pb.finish(res, lambda r: save_res(r, a.out), lines, fails)
 
 
+# --write-random's check shape: one frame of 64x64, 16 text tokens of which 10 valid (a key bound).
+CHECK_SHAPE = {"frames": 1, "height": 64, "width": 64, "text_len": 16, "text_valid": 10}
+
+
+def write_random(path, layers):
+    """A pipeline folder with random weights (diffusers' initialisation, seed 0) at the published
+    widths and `layers`, and path/inputs.safetensors at CHECK_SHAPE with a padded text mask: what
+    the GPU script's op-by-op check of attention over a key bound compiles and runs (device only)."""
+    import torch  # device only
+    from safetensors.torch import save_file  # device only
+    from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline, HunyuanVideoTransformer3DModel  # device only
+
+    pb.make_pipeline(torch, HunyuanVideoTransformer3DModel, model_config(layers), HunyuanVideoPipeline, path, text_encoder=None,
+                     tokenizer=None, vae=None, scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), text_encoder_2=None,
+                     tokenizer_2=None)
+    c = CHECK_SHAPE
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, CONFIG["in_channels"], (c["frames"] - 1) // VAE_TEMPORAL + 1, c["height"] // VAE_SPATIAL, c["width"] // VAE_SPATIAL,
+                    generator=g)
+    save_file({"hidden_states": x, "timestep": torch.tensor([FWD_T]),
+               "encoder_hidden_states": torch.randn(1, c["text_len"], CONFIG["text_embed_dim"], generator=g),
+               "encoder_attention_mask": (torch.arange(c["text_len"]) < c["text_valid"]).float()[None],
+               "pooled_projections": torch.randn(1, CONFIG["pooled_projection_dim"], generator=g),
+               "guidance": torch.tensor([GUIDANCE * 1000])}, os.path.join(path, "inputs.safetensors"))
+    return f"wrote {path}: random weights, {layers[0]}+{layers[1]} blocks, and inputs.safetensors at {c}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     pb.add_contender_flags(ap, "where the model and bundles go (removed at the end unless --keep)", "results directory")
@@ -344,6 +371,7 @@ def main():
     pb.add_switches(ap, "--no-compile", "--no-generate", "--no-ceilings", "--keep")
     ap.add_argument("--dry-run", action="store_true", help="check the arithmetic and the folder writer without torch or a GPU")
     ap.add_argument("--write-folder", metavar="DIR")
+    ap.add_argument("--write-random", metavar="DIR", help="a random-weight folder and inputs at CHECK_SHAPE (torch, device only)")
     a = ap.parse_args()
     try:
         layers = parse_layers(a.layers) if a.layers else None
@@ -351,6 +379,9 @@ def main():
         ap.error(str(err))
     if a.gen_frames < 1 or (a.gen_frames - 1) % VAE_TEMPORAL:
         ap.error(f"--gen-frames {a.gen_frames}: expected {VAE_TEMPORAL}k + 1 frames")
+    if a.write_random:
+        print(write_random(a.write_random, layers or (1, 1)))
+        return 0
     return pb.dispatch(ap, a, dry_run, run, ("ditc", "ditrun", "work", "out"), write_folder=lambda: (
         f"wrote {a.write_folder}: {write_folder(a.write_folder, layers or (1, 1))} bytes of zero weights"))
 

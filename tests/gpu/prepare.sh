@@ -64,6 +64,13 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
       build/bin/ditc compile "$k/fa/model" --frames "$f" --height "$h" --width "$w" --text-len 7 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
     done
   done
+  # ... and its key-bound check's: HunyuanVideo, 1+1 blocks at the published widths (zero weights here: the kernels follow
+  # the shapes; run.sh makes random ones).
+  python3 bench/hunyuan_forward.py --write-folder "$k/hy" --layers 1,1 >/dev/null
+  for m in fp8 int8 int8fp8; do
+    build/bin/ditc compile "$k/hy" --frames 1 --height 64 --width 64 --text-len 16 --dtype bf16 --target sm_90 --attn-quant $m -o "$k" -q >/dev/null
+  done
+  rm -rf "$k/hy"
   for p in tiny-hd64 tiny-hd128; do
     build/bin/make_tiny_wan --preset "$p" --dtype bf16 --text-len 7 --out "$k/$p" >/dev/null
     build/bin/ditc compile "$k/$p/model" --frames 13 --height 256 --width 320 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null

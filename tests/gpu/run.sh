@@ -174,6 +174,16 @@ for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key ti
     check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
   done
 done
+step "1f. 8-bit attention over a text mask's key bound: HunyuanVideo, 1+1 blocks at the published widths (random weights; head dim 128), one frame of 64x64, 16 text tokens of which 10 valid, every op on the GPU against the CPU reference"
+if python3 bench/hunyuan_forward.py --write-random "$W/hy128" --layers 1,1; then
+  for m in fp8 int8 int8fp8; do
+    b=$("$BIN/ditc" compile "$W/hy128" --frames 1 --height 64 --width 64 --text-len 16 --dtype bf16 --target sm_90 --attn-quant $m -o "$W/b" -q | tail -n1 | cut -d' ' -f3)
+    check "$BIN/ditrun" compare "$b" --inputs "$W/hy128/inputs.safetensors" --max-rel 6e-2
+  done
+else
+  check false "HunyuanVideo's random-weight folder"
+fi
+rm -rf "$W/hy128"
 
 fi
 fi
