@@ -900,9 +900,14 @@ __device__ __forceinline__ float amax8(const float *v, float amax) {
   return amax;
 }
 
-__device__ __forceinline__ float block_max(float v, float *scratch) {
+__device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+  v = warp_max(v);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
@@ -930,8 +935,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
     ld8(x, base + k, v);
     amax = amax8(v, amax);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  amax = warp_max(amax);
   const float scale = amax > 0.f ? amax / 448.f : 1.f;
   for (int k = 8 * lane; k < K; k += 8 * 32) {
     ld8(x, base + k, v);

@@ -258,6 +258,13 @@ dit_status_t dit_cpu_attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_te
   return dit_cpu_attention_bounded(c, q, k, v, NULL, heads, scale, out, lse);
 }
 
+dit_status_t dit_cpu_check_bound(const char *op, const dit_tensor_t *bound, int64_t B) {
+  DIT_RETURN_IF(dit_cpu_check_any(op, "bound", bound));
+  if (bound->dtype != DIT_I32) return DIT_ERR(INVALID_ARGUMENT, "%s: bound has dtype %s, expected i32", op, dit_dtype_name(bound->dtype));
+  const int64_t bd[1] = {B};
+  return dit_cpu_check_dims(op, "bound", bound, 1, bd);
+}
+
 dit_status_t dit_cpu_check_tiles(const char *op, const dit_tensor_t *tiles, int64_t S, int64_t L) {
   char b1[DIT_CPU_DIMS_BUF];
   DIT_RETURN_IF(dit_cpu_check_any(op, "tiles", tiles));
@@ -308,13 +315,7 @@ static dit_status_t attention(dit_cpu_t *c, const dit_tensor_t *q, const dit_ten
     const int64_t ld[3] = {B, heads, S};
     DIT_RETURN_IF(dit_cpu_check_dims(op, "lse", lse, 3, ld));
   }
-  if (bound) {
-    DIT_RETURN_IF(dit_cpu_check_any(op, "bound", bound));
-    if (bound->dtype != DIT_I32)
-      return DIT_ERR(INVALID_ARGUMENT, "%s: bound has dtype %s, expected i32", op, dit_dtype_name(bound->dtype));
-    const int64_t bd[1] = {B};
-    DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
-  }
+  if (bound) DIT_RETURN_IF(dit_cpu_check_bound(op, bound, B));
   if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
   if (causal < 0 || (causal && (tiles || S != L)))
     return DIT_ERR(INVALID_ARGUMENT, "%s: causal_block = %lld with %s: expected a positive block over self-attention (S = L) without a "

@@ -288,8 +288,7 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
     for (int64_t i = 0; i < nq; i++) {
       float *orow = o + i * Dh;
       /* No keys (a bound of 0): a zero output, and lse = -inf (m) + log2(0). */
-      const float inv = L ? 1.0f / l[i] : 0.0f;
-      for (int64_t c = 0; c < Dh; c++) orow[c] = L ? (vs ? orow[c] * vs[c] : orow[c]) / l[i] : orow[c] * inv;
+      for (int64_t c = 0; c < Dh; c++) orow[c] = L ? (vs ? orow[c] * vs[c] : orow[c]) / l[i] : 0.0f;
       dit_cpu_row_store(j->out->data, j->out->dtype, (b * S + q0 + i) * HD + h * Dh, orow, Dh);
       if (j->lse) dit_cpu_store1(j->lse->data, j->lse->dtype, (b * H + h) * S + q0 + i, (m[i] + log2f(l[i])) * 0.69314718055994531f);
     }
@@ -333,11 +332,7 @@ dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const d
   if (tiles) DIT_RETURN_IF(dit_cpu_check_tiles(op, tiles, S, L));
   if (bound) {
     if (tiles) return DIT_ERR(INVALID_ARGUMENT, "%s: a key bound with a tile schedule: expected one or the other", op);
-    DIT_RETURN_IF(dit_cpu_check_any(op, "bound", bound));
-    if (bound->dtype != DIT_I32)
-      return DIT_ERR(INVALID_ARGUMENT, "%s: bound has dtype %s, expected i32", op, dit_dtype_name(bound->dtype));
-    const int64_t bd[1] = {B};
-    DIT_RETURN_IF(dit_cpu_check_dims(op, "bound", bound, 1, bd));
+    DIT_RETURN_IF(dit_cpu_check_bound(op, bound, B));
   }
   if (L == 0 && B * S > 0) return DIT_ERR(INVALID_ARGUMENT, "%s: k8 has dims %s: no keys to attend to", op, dit_cpu_dims_str(k8, b1));
   const char *in_names[8] = {"q8", "qs", "k8", "ks", vs ? "vt8" : "v", "vs", "tiles", "bound"};

@@ -36,6 +36,8 @@ dit_status_t dit_cpu_check_no_alias(const char *op, const char *out_name, const 
 /* A tile schedule (attention's attr tiles) for S queries and L keys: i32 [ceil(S/DIT_SPARSE_TILE),
  * >= 2], each row a count in 1..min(W-1, key tiles) then that many ascending key tiles. */
 dit_status_t dit_cpu_check_tiles(const char *op, const dit_tensor_t *tiles, int64_t S, int64_t L);
+/* A key bound (attention's, attention_fp8's) for B batch items: i32 [B]. */
+dit_status_t dit_cpu_check_bound(const char *op, const dit_tensor_t *bound, int64_t B);
 
 /* ---- element and row conversion -------------------------------------------------------- */
 
