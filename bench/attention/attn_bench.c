@@ -20,7 +20,7 @@
  * and K (ATT_QK_I8, --attn-quant int8fp8: int8fp8_ms, ...) and with int8 Q K^T and bf16 P V over v
  * itself (ATT_PV_BF16, --attn-quant int8: int8_ms, int8_cosine, int8_speedup and so on).
  * --define NAME=VALUE (repeatable) adds #define NAME VALUE to every form of our Hopper kernel (not to
- * the portable one or the reference), to time a variant such as ATT_TREE=1 against a run without.
+ * the portable one or the reference), to time a variant such as ATT_SCHED=0 against a run without.
  * --sustained N also times N launches of the bf16 kernel back to back (sustained_ms: no pause between
  * them, the clock a model's forward holds) beside the median of separately started ones. */
 #define _GNU_SOURCE
@@ -251,7 +251,7 @@ static unsigned fp8_smem(const shape_t *s, int st, int pv_bf16) {
   return 1024u + 64u * (unsigned)s->ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
 }
 /* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
-#define N_FORMS 6
+#define N_FORMS 3
 static const struct {
   const char *name, *defines;
   int i8, pv_bf16;
@@ -259,9 +259,6 @@ static const struct {
     {"fp8", "#define ATT_FP8 1\n", 0, 0},
     {"int8fp8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n", 1, 0},
     {"int8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n#define ATT_PV_BF16 1\n", 1, 1},
-    {"fp8p1", "#define ATT_FP8 1\n#define ATT_EXP_POLY 1\n", 0, 0},
-    {"fp8p2", "#define ATT_FP8 1\n#define ATT_EXP_POLY 2\n", 0, 0},
-    {"fp8p3", "#define ATT_FP8 1\n#define ATT_EXP_POLY 3\n", 0, 0},
 };
 
 /* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]. */

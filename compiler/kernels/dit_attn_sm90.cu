@@ -145,33 +145,6 @@
 #if ATT_PV_BF16 && !ATT_FP8
 #error "dit_attn_sm90: bf16 P V is a form of the fp8 kernel"
 #endif
-// ATT_EXP_POLY k (with ATT_FP8, 0..8): of every 8 groups of 4 exponentials of a softmax, the
-// first k run on the FMA units (ex2_poly) beside the special-function unit's.
-#ifndef ATT_EXP_POLY
-#define ATT_EXP_POLY 0
-#endif
-#if ATT_EXP_POLY && (!ATT_FP8 || ATT_EXP_POLY > 8)
-#error "dit_attn_sm90: ATT_EXP_POLY is 0..8 groups in 8, a form of the fp8 kernel"
-#endif
-
-// ATT_TREE 1: a tile's row maxima and row sums in four running partials a row rather than one,
-// so their chains of dependent instructions are a quarter as long (the maxima are the same; the
-// sums add in another order).
-#ifndef ATT_TREE
-#define ATT_TREE 0
-#endif
-#define RED_LANES (ATT_TREE ? 4 : 1)
-
-// 2^x on the FMA units for x <= 8: x = n + f with n = rint(x) (added to 1.5 * 2^23, x's integer
-// part lands in the low mantissa bits), 2^f on [-1/2, 1/2] by a degree-3 polynomial (relative
-// error below 7.5e-5, far below e4m3's rounding), n added into the exponent bits. x below -120
-// gives about 2^-120 (0 once rounded to e4m3).
-__device__ __forceinline__ float ex2_poly(float x) {
-  x = fmaxf(x, -120.f);
-  const float t = x + 12582912.f, f = x - (t - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(5.517153321e-02f, f, 2.426111119e-01f), f, 6.932610105e-01f), f, 9.999280748e-01f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
 #define PV8 (ATT_FP8 && !ATT_PV_BF16)  // P and V^T e4m3, V's channel scales in the epilogue
 #define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
 #if ATT_FP8 && !ATT_PV_BF16
@@ -524,21 +497,16 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       // fp8: the running max is in log2 units (tiles have scales of their own); the tile's raw
       // max is scaled once and the scale folds into the exponent's fma.
       const float f = qk_scale * ks_row[j];
-      float x0[RED_LANES], x1[RED_LANES];
+      float mx0 = -DIT_INF, mx1 = -DIT_INF;
 #else
       const float f = sl2;
-      float x0[RED_LANES] = {m0}, x1[RED_LANES] = {m1};
+      float mx0 = m0, mx1 = m1;
 #endif
 #pragma unroll
-      for (int k = ATT_FP8 ? 0 : 1; k < RED_LANES; k++) x0[k] = x1[k] = -DIT_INF;
-#pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) {
-        x0[i % RED_LANES] = fmaxf(x0[i % RED_LANES], fmaxf(s[4 * i], s[4 * i + 1]));
-        x1[i % RED_LANES] = fmaxf(x1[i % RED_LANES], fmaxf(s[4 * i + 2], s[4 * i + 3]));
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
       }
-#pragma unroll
-      for (int k = 1; k < RED_LANES; k++) x0[0] = fmaxf(x0[0], x0[k]), x1[0] = fmaxf(x1[0], x1[k]);
-      float mx0 = x0[0], mx1 = x1[0];
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -572,29 +540,18 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
       m0 = mx0;
       m1 = mx1;
-      float ps0[RED_LANES], ps1[RED_LANES];
-#pragma unroll
-      for (int k = 0; k < RED_LANES; k++) ps0[k] = ps1[k] = 0.f;
+      float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) {
-        if ((i & 7) < ATT_EXP_POLY) {
-          s[4 * i + 0] = ex2_poly(fmaf(s[4 * i + 0], f, -ms0));
-          s[4 * i + 1] = ex2_poly(fmaf(s[4 * i + 1], f, -ms0));
-          s[4 * i + 2] = ex2_poly(fmaf(s[4 * i + 2], f, -ms1));
-          s[4 * i + 3] = ex2_poly(fmaf(s[4 * i + 3], f, -ms1));
-        } else {
-          s[4 * i + 0] = ex2(fmaf(s[4 * i + 0], f, -ms0));
-          s[4 * i + 1] = ex2(fmaf(s[4 * i + 1], f, -ms0));
-          s[4 * i + 2] = ex2(fmaf(s[4 * i + 2], f, -ms1));
-          s[4 * i + 3] = ex2(fmaf(s[4 * i + 3], f, -ms1));
-        }
-        ps0[i % RED_LANES] += s[4 * i + 0] + s[4 * i + 1];
-        ps1[i % RED_LANES] += s[4 * i + 2] + s[4 * i + 3];
+        s[4 * i + 0] = ex2(fmaf(s[4 * i + 0], f, -ms0));
+        s[4 * i + 1] = ex2(fmaf(s[4 * i + 1], f, -ms0));
+        s[4 * i + 2] = ex2(fmaf(s[4 * i + 2], f, -ms1));
+        s[4 * i + 3] = ex2(fmaf(s[4 * i + 3], f, -ms1));
+        ps0 += s[4 * i + 0] + s[4 * i + 1];
+        ps1 += s[4 * i + 2] + s[4 * i + 3];
       }
-#pragma unroll
-      for (int k = 1; k < RED_LANES; k++) ps0[0] += ps0[k], ps1[0] += ps1[k];
-      l0 = l0 * al0 + ps0[0];
-      l1 = l1 * al1 + ps1[0];
+      l0 = l0 * al0 + ps0;
+      l1 = l1 * al1 + ps1;
     };
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
     auto convert = [&]() {
