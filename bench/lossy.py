@@ -61,7 +61,8 @@ MODE_NAMES = ("exact", "fp8", "sta", "radial", "fp8+sta", "fp8attn", "fp8all", "
 # A mode's first part: its --attn-quant (the part before "attn" or "all"), and FP8 GEMMs for "all".
 ATTN_QUANT = {"fp8attn": "fp8", "fp8all": "fp8", "int8attn": "int8", "int8all": "int8", "int8fp8attn": "int8fp8", "int8fp8all": "int8fp8"}
 NOTE = ("ditrun rows against the exact bundle; peers against diffusers eager; diffusers eager against ditrun exact. "
-        "speedup: over ditrun's exact bf16 forward (peers' own: over diffusers eager). Weights as the model folder holds them.")
+        "speedup: over ditrun's exact bf16 forward, the peers' too (speedup_over_eager in the JSON: over diffusers eager). "
+        "Weights as the model folder holds them.")
 FAMILY_NOTE = ("ditrun rows against the exact bundle of the same pipeline folder on the same inputs; speedup: over that bundle's "
                "forward. Forward only (no peers, no generate): the family's forward benchmark with --lossy. Weights as the folder "
                "holds them (random at the published config).")

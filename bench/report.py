@@ -565,7 +565,8 @@ def render_mmdit(res):
                     if g else "") + ".")
     # ChunkFlow's offload experiments: FLUX.1-dev over batch sizes, HunyuanVideo at 720p over frame counts.
     for rel, name, axis in (("offload/flux_batches.json", "FLUX.1-dev", "batches"),
-                            ("offload/hunyuan_frames.json", "HunyuanVideo 1280x720", "frames")):
+                            ("offload/hunyuan_frames.json", "HunyuanVideo 1280x720", "frames"),
+                            ("offload/hunyuan_frames_30_blocks.json", "HunyuanVideo 1280x720", "frames")):
         if os.path.exists(os.path.join(res.dir, rel)):
             L.append(offload_sweep_text(res, rel, name, axis))
     return "\n".join(wrap(x) for x in L) + "\n"
@@ -579,7 +580,10 @@ def offload_sweep_text(res, rel, name, axis):
     key, what = ("batch", "batch size") if axis == "batches" else ("frames", "frame count")
     at = (lambda b: f"batch {b}") if axis == "batches" else (lambda b: f"{b} frames")
     pts = {(p[key], p["mode"]): p for p in o["points"]}
-    head = f"- {name} offload (chunked, nothing resident, against no offload; {src(rel, o)}, fewer blocks at the published widths): "
+    bl = o.get("blocks") or {}
+    blocks = (f"{bl['num_layers']} double- and {bl['num_single_layers']} single-stream blocks" if "num_single_layers" in bl
+              else f"{bl['num_layers']} blocks" if "num_layers" in bl else "fewer blocks")
+    head = f"- {name} offload (chunked, nothing resident, against no offload; {src(rel, o)}, {blocks} at the published widths): "
     if not o.get("crossover_measured"):
         return (head + f"chunked stays more than 3% slower than no offload at every {what} measured "
                 f"({', '.join(str(b) for b in o[axis])}; predicted crossover: {o.get('crossover_predicted')}).")

@@ -129,6 +129,16 @@ def predicted(r):
             "f_star_gflop": of["f_star_per_block"] / 1e9, "f_block_gflop": r["summary"]["flops_per_block"] / 1e9}
 
 
+def model_blocks(model):
+    """The transformer's block counts as its config.json gives them (a pipeline folder's transformer/
+    or the transformer folder itself): the sweeps run models cut to fewer blocks at the published widths."""
+    for path in (os.path.join(model, "transformer", "config.json"), os.path.join(model, "config.json")):
+        if os.path.exists(path):
+            cfg = json.load(open(path))
+            return {k: cfg[k] for k in ("num_layers", "num_single_layers") if k in cfg}
+    return {}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ditc", required=True)
@@ -164,7 +174,7 @@ def main():
     extra = a.extra.split()
     modes = a.modes.split(",")
     res = {"axis": s.axis, s.axis if s.axis == "frames" else "batches": frames, "shape": [a.height, a.width], "extra": a.extra, "run_flags": a.run_flags, "modes": modes, "points": [],
-           "run": run_info()}
+           "run": run_info(), "blocks": model_blocks(a.model)}
     profile = a.profile
     if a.calibrate:
         # The middle shape rates the forward; the smallest separates the per-step cost (and,
