@@ -566,6 +566,7 @@ def render_mmdit(res):
     # ChunkFlow's offload experiments: FLUX.1-dev over batch sizes, HunyuanVideo at 720p over frame counts.
     for rel, name, axis in (("offload/flux_batches.json", "FLUX.1-dev", "batches"),
                             ("offload/hunyuan_frames.json", "HunyuanVideo 1280x720", "frames"),
+                            ("offload/flux_batches_30_blocks.json", "FLUX.1-dev", "batches"),
                             ("offload/hunyuan_frames_30_blocks.json", "HunyuanVideo 1280x720", "frames")):
         if os.path.exists(os.path.join(res.dir, rel)):
             L.append(offload_sweep_text(res, rel, name, axis))
