@@ -21,16 +21,29 @@ int dit_quant_parse(const char *name, dit_quant_t *out) {
   return 0;
 }
 
+/* Products over at most FP8_SMALL_ROWS token rows with more than FP8_SMALL_MAX_K inputs stay
+ * bf16: cuBLASLt has no fp8 kernel with a scale per row and per column for them on Hopper (its
+ * heuristic answers CUBLAS_STATUS_NOT_SUPPORTED; seen for HunyuanVideo's text-stream FFN, 256
+ * rows by K 12288, while K 3072 at 256 rows and K 12288 at 512 rows run). Such products are a
+ * negligible part of a forward. */
+#define FP8_SMALL_ROWS 256
+#define FP8_SMALL_MAX_K 4096
+#define QSTR_(x) #x
+#define QSTR(x) QSTR_(x)
+
 /* A large linear of the blocks: inside a block, over token rows ([B, T, K]: modulation linears
  * inside blocks take one row per batch item), with a whole 2-D checkpoint weight that no other
- * op reads, K and N multiples of 16 (what fp8 matmuls take; the same ops on every target).
- * Everything outside the blocks (embedders, patch embed, the head) and every norm and
- * modulation stays as it is. */
+ * op reads, K and N multiples of 16 (what fp8 matmuls take), not a small product with a long K
+ * (above); the same ops on every target. Everything outside the blocks (embedders, patch embed,
+ * the head) and every norm and modulation stays as it is. */
 static int quantizable(const dit_graph_t *g, const dit_op_t *op, const int32_t *uses) {
   if (op->kind != DIT_OP_LINEAR || op->block < 0 || dit_attrs_find(&op->attrs, "acc")) return 0;
   const dit_value_t *x = dit_graph_cvalue(g, op->in[0]), *w = dit_graph_cvalue(g, op->in[1]);
-  return x->rank >= 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1 &&
-         w->dims[0] % 16 == 0 && w->dims[1] % 16 == 0;
+  if (!(x->rank >= 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1 &&
+        w->dims[0] % 16 == 0 && w->dims[1] % 16 == 0))
+    return 0;
+  const int64_t k = w->dims[1], rows = dit_value_numel(x) / k;
+  return !(rows <= FP8_SMALL_ROWS && k > FP8_SMALL_MAX_K);
 }
 
 dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr) {
@@ -50,7 +63,9 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
     cJSON_AddStringToObject(q, "activations", "e4m3, one fp32 scale per token row: amax / 448, on the fly");
     cJSON_AddStringToObject(q, "accumulate", "fp32 on the CPU, cuBLASLt fast accumulation on GPUs; scaled by token scale * channel scale, "
                                               "then bias and activation");
-    cJSON_AddStringToObject(q, "kept", "norms, modulation, time and text embedders, patch embed, output head, attention");
+    cJSON_AddStringToObject(q, "kept", "norms, modulation, time and text embedders, patch embed, output head, attention, "
+                                       "products over at most " QSTR(FP8_SMALL_ROWS) " token rows with more than " QSTR(FP8_SMALL_MAX_K)
+                                       " inputs");
     names = cJSON_AddArrayToObject(q, "ops");
   }
   dit_status_t s = DIT_OK;

@@ -3,7 +3,7 @@
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
  *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N]
- *              [--define NAME=VALUE]... SHAPE...
+ *              [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--forms LIST] SHAPE...
  *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED[,SPLIT]]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
  *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns;
  *   SPLIT k: the tiles of the last partial wave over 132 multiprocessors in k key parts, as ditc
@@ -21,6 +21,9 @@
  * itself (ATT_PV_BF16, --attn-quant int8: int8_ms, int8_cosine, int8_speedup and so on).
  * --define NAME=VALUE (repeatable) adds #define NAME VALUE to every form of our Hopper kernel (not to
  * the portable one or the reference), to time a variant such as ATT_SCHED=0 against a run without.
+ * --fp8-cfg NCW,BN,ST gives the 8-bit forms NCW consumer warpgroups (64 query rows each), key tiles
+ * of BN and ST stages where the shape names no configuration (the bf16 kernel keeps its own);
+ * --forms picks some of them (comma-separated names: fp8, int8fp8, int8; default all).
  * --sustained N also times N launches of the bf16 kernel back to back (sustained_ms: no pause between
  * them, the clock a model's forward holds) beside the median of separately started ones. */
 #define _GNU_SOURCE
@@ -79,6 +82,8 @@ static int g_fp8 = 0;
 #define MAX_DEFINES 16
 static const char *g_defines[MAX_DEFINES]; /* NAME=VALUE, from --define */
 static int g_ndefines = 0;
+static int g_fp8_ncw = 0, g_fp8_bn = 0, g_fp8_st = 0; /* --fp8-cfg (0: the kernel's defaults) */
+static unsigned g_forms = ~0u;                        /* --forms: bit f selects kForms[f] */
 
 static char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -246,9 +251,9 @@ static unsigned ours_smem(const shape_t *s) {
 
 /* The fp8 form's stages (the kernel's default, DIT_ABI_ATT90_ST_FP8, unless the shape names them). */
 #define FP8_STAGES DIT_ABI_ATT90_ST_FP8
-static unsigned fp8_smem(const shape_t *s, int st, int pv_bf16) {
+static unsigned fp8_smem(int ncw, int bn, int st, int pv_bf16) {
   /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes), then the barriers. */
-  return 1024u + 64u * (unsigned)s->ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * 128u * 128u + 8u * (4u + 4u * (unsigned)st);
+  return 1024u + 64u * (unsigned)ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * (unsigned)bn * 128u + 8u * (4u + 4u * (unsigned)st);
 }
 /* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
 #define N_FORMS 3
@@ -273,6 +278,8 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
+  else if (!old && fp8 && g_fp8_ncw)
+    k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", g_fp8_ncw, g_fp8_bn, g_fp8_st);
   else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* the 8-bit forms keep the kernel's key tiles */
     k += snprintf(src + k, n - k, "#define ATT_BN %d\n", s->bn);
   for (int d = 0; !old && d < g_ndefines; d++) {
@@ -419,10 +426,29 @@ int main(int argc, char **argv) {
       g_defines[g_ndefines++] = d;
     }
     else if (!strcmp(argv[i], "--sustained") && i + 1 < argc) g_sustained = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--fp8-cfg") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%d,%d,%d", &g_fp8_ncw, &g_fp8_bn, &g_fp8_st) != 3 || g_fp8_ncw < 1 || g_fp8_bn < 16 || g_fp8_st < 1) {
+        fprintf(stderr, "attn_bench: --fp8-cfg %s: expected NCW,BN,ST (positive; BN at least 16)\n", argv[i]);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--forms") && i + 1 < argc) {
+      g_forms = 0;
+      char *list = strdup(argv[++i]);
+      for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+        int f = 0;
+        while (f < N_FORMS && strcmp(t, kForms[f].name)) f++;
+        if (f == N_FORMS) {
+          fprintf(stderr, "attn_bench: --forms: unknown form '%s' (expected fp8, int8fp8 or int8)\n", t);
+          return 2;
+        }
+        g_forms |= 1u << f;
+      }
+      free(list);
+    }
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
     else {
       fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
-                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--forms LIST] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
       return 2;
     }
   }
@@ -449,6 +475,7 @@ int main(int argc, char **argv) {
     free(c);
     if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
       for (int form = 0; form < N_FORMS; form++) {
+        if (!(g_forms >> form & 1)) continue;
         a = specialize(&shapes[i], ours_src, 0, 1 + form);
         free(compile(a, "90a", kForms[form].name, &len));
         free(a);
@@ -588,9 +615,10 @@ int main(int argc, char **argv) {
     /* the 8-bit forms take key tiles of 128: beside the bf16 kernel as ditc plans it, or as named */
     const int fp8 = g_fp8 && HD == 128 && !s->persist && (!s->cfg_given || s->bn == 128);
     for (int form = 0; fp8 && form < N_FORMS; form++) {
+      if (!(g_forms >> form & 1)) continue;
       int i8 = kForms[form].i8;
       const int pv_bf16 = kForms[form].pv_bf16;
-      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : FP8_STAGES;
+      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : g_fp8_ncw ? g_fp8_st : FP8_STAGES;
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
       CK(p_cuMemAlloc(&k8, nk));
@@ -612,16 +640,17 @@ int main(int argc, char **argv) {
       free(cubin);
       CUfunction ff;
       CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
-      const unsigned fsmem = fp8_smem(s, st, pv_bf16);
+      const int fncw = !s->cfg_given && g_fp8_ncw ? g_fp8_ncw : s->ncw, fbn = !s->cfg_given && g_fp8_ncw ? g_fp8_bn : 128;
+      const unsigned fsmem = fp8_smem(fncw, fbn, st, pv_bf16), fbm = 64u * (unsigned)fncw;
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
-      encode_map_as(&fq, q8, B * SQ, CH, (int)bm, 1);
+      encode_map_as(&fq, q8, B * SQ, CH, (int)fbm, 1);
       encode_map_as(&fk, k8, B * LK, CH, 128, 1);
       if (pv_bf16) encode_map(&fv, v, B * LK, CH, 128);
       else encode_map_as(&fv, vt, B * H * HD, LP, HD, 1);
       void *fargs8[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv}, *fargs16[] = {&out, &lse, &q8, &qs, &k8, &ks, &v, &fq, &fk, &fv};
       void **fargs = pv_bf16 ? fargs16 : fargs8;
-      fms[form] = time_kernel(ff, mblk, H, B, threads, fsmem, fargs, out, nq);
+      fms[form] = time_kernel(ff, (unsigned)((SQ + fbm - 1) / fbm), H, B, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq);
       CK(p_cuCtxSynchronize());
       fc[form] = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
       CK(p_cuModuleUnload(fm));
@@ -653,6 +682,7 @@ int main(int argc, char **argv) {
            devname, B, H, SQ, LK, HD, s->ncw, bm, s->bn, s->st, s->persist, s->sched, s->split, threads, smem, gx, gy, gz, regs, lmem, smem_static, ms,
            flop / (ms * 1e-3) / 1e12, c.err_out, c.err_lse, c.nonfinite, ns, ok ? "true" : "false");
     for (int form = 0; fp8 && form < N_FORMS; form++) {
+      if (!(g_forms >> form & 1)) continue;
       const char *p = kForms[form].name;
       printf(",\"%s_ms\":%.4f,\"%s_tflops\":%.1f,\"%s_speedup\":%.3f,\"%s_err_out\":%.3e,\"%s_err_lse\":%.3e,\"%s_cosine\":%.6f,"
              "\"%s_nonfinite\":%llu,\"%s_ok\":%s",

@@ -956,9 +956,12 @@ static dit_status_t gemm_candidates(cuda_state_t *st, const gemm_t *g, uint32_t 
   for (size_t i = 0; !s && i < sizeof aligns / sizeof aligns[0]; i++)
     s = lt_check(st->lt.pref_set(pref, aligns[i], &align, sizeof align), "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   int found = 0;
-  if (!s)
-    s = lt_check(st->lt.heuristic(st->lt_handle, g->desc, g->a, g->b, g->c, g->c, pref, want, res, &found),
-                 "cublasLtMatmulAlgoGetHeuristic");
+  if (!s) {
+    /* NOT_SUPPORTED: no algorithm for this configuration, which the caller reports with the shape. */
+    const cublasStatus_t r = st->lt.heuristic(st->lt_handle, g->desc, g->a, g->b, g->c, g->c, pref, want, res, &found);
+    if (r == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+    else s = lt_check(r, "cublasLtMatmulAlgoGetHeuristic");
+  }
   st->lt.pref_destroy(pref);
   DIT_RETURN_IF(s);
   int n = 0;
@@ -1031,10 +1034,11 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
   int n = 0;
   DIT_RETURN_IF(gemm_candidates(st, g, key->align, (int)want, res, &n));
   if (n < 1)
-    return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (%s x %s -> %s, %s bias, epilogue %d, %u-byte aligned)",
+    return DIT_ERR(UNIMPLEMENTED, "cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (%s x %s -> %s, %s bias, epilogue %d, %u-byte aligned%s)",
                    (long long)key->m, (long long)key->n, (long long)key->k, dit_dtype_name((dit_dtype_t)key->tx),
                    dit_dtype_name((dit_dtype_t)key->tw), dit_dtype_name((dit_dtype_t)key->ty),
-                   key->tbias < 0 ? "no" : dit_dtype_name((dit_dtype_t)key->tbias), key->epilogue, key->align);
+                   key->tbias < 0 ? "no" : dit_dtype_name((dit_dtype_t)key->tbias), key->epilogue, key->align,
+                   key->tx == DIT_F8E4M3 ? ", a scale per row and per column" : "");
   int best = 0;
   float best_ms = 0, first_ms = -1;
   if (tune && n > 1) {
