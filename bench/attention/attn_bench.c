@@ -255,6 +255,14 @@ static unsigned fp8_smem(int ncw, int bn, int st, int pv_bf16) {
   /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes), then the barriers. */
   return 1024u + 64u * (unsigned)ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * (unsigned)bn * 128u + 8u * (4u + 4u * (unsigned)st);
 }
+/* The 8-bit forms' consumer warpgroups, key tiles and stages: the shape's configuration, else
+ * --fp8-cfg's, else the bf16 kernel's warpgroups with the kernel's fp8 defaults. */
+static void fp8_cfg(const shape_t *s, int *ncw, int *bn, int *st) {
+  const int named = !s->cfg_given && g_fp8_ncw;
+  *ncw = named ? g_fp8_ncw : s->ncw;
+  *bn = named ? g_fp8_bn : 128;
+  *st = s->cfg_given ? s->st : named ? g_fp8_st : FP8_STAGES;
+}
 /* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
 #define N_FORMS 3
 static const struct {
@@ -278,8 +286,11 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
-  else if (!old && fp8 && g_fp8_ncw)
-    k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", g_fp8_ncw, g_fp8_bn, g_fp8_st);
+  else if (!old && fp8 && g_fp8_ncw) {
+    int ncw, bn, st;
+    fp8_cfg(s, &ncw, &bn, &st);
+    k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", ncw, bn, st);
+  }
   else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* the 8-bit forms keep the kernel's key tiles */
     k += snprintf(src + k, n - k, "#define ATT_BN %d\n", s->bn);
   for (int d = 0; !old && d < g_ndefines; d++) {
@@ -618,7 +629,9 @@ int main(int argc, char **argv) {
       if (!(g_forms >> form & 1)) continue;
       int i8 = kForms[form].i8;
       const int pv_bf16 = kForms[form].pv_bf16;
-      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128, st = s->cfg_given ? s->st : g_fp8_ncw ? g_fp8_st : FP8_STAGES;
+      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128;
+      int fncw, fbn, st;
+      fp8_cfg(s, &fncw, &fbn, &st);
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
       CK(p_cuMemAlloc(&k8, nk));
@@ -640,7 +653,6 @@ int main(int argc, char **argv) {
       free(cubin);
       CUfunction ff;
       CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
-      const int fncw = !s->cfg_given && g_fp8_ncw ? g_fp8_ncw : s->ncw, fbn = !s->cfg_given && g_fp8_ncw ? g_fp8_bn : 128;
       const unsigned fsmem = fp8_smem(fncw, fbn, st, pv_bf16), fbm = 64u * (unsigned)fncw;
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
