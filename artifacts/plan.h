@@ -60,7 +60,7 @@
 #define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
 #define DIT_PLAN_MAX_YIELDS 63     /* collectives of one block: its compute in at most 64 windows */
 #define DIT_PLAN_MAX_IN 7 /* = DIT_OP_MAX_IN */
-#define DIT_PLAN_MAX_OUT 2
+#define DIT_PLAN_MAX_OUT 3 /* = DIT_OP_MAX_OUT */
 
 typedef enum dit_storage {
   DIT_STORAGE_ARENA = 0,

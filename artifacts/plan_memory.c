@@ -23,22 +23,6 @@ uint64_t dit_plan_collective_buffer_bytes(const dit_plan_t *plan) {
   return need;
 }
 
-uint64_t dit_plan_fp8_scratch_bytes(const dit_plan_t *plan, uint64_t *scales_offset) {
-  uint64_t q = 0, rows = 0;
-  for (size_t i = 0; i < plan->n_steps; i++) {
-    const dit_plan_step_t *st = &plan->steps[i];
-    if (st->kind != DIT_OP_LINEAR_FP8) continue;
-    const dit_plan_value_t *x = &plan->values[st->in[0]];
-    const uint64_t k = x->rank > 0 && x->dims[x->rank - 1] > 0 ? (uint64_t)x->dims[x->rank - 1] : 1;
-    const uint64_t n = x->nbytes / dit_dtype_size(x->dtype); /* x's elements: one e4m3 byte each */
-    if (n > q) q = n;
-    if (n / k > rows) rows = n / k;
-  }
-  const uint64_t off = (q + 255) / 256 * 256;
-  if (scales_offset) *scales_offset = off;
-  return q ? off + 4 * rows : 0;
-}
-
 void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out) {
   *out = (dit_plan_memory_t){0};
   out->arena = plan->arena_bytes ? plan->arena_bytes : 1;
@@ -50,9 +34,8 @@ void dit_plan_memory(const dit_plan_t *plan, int device, dit_plan_memory_t *out)
   out->collective_scratch = 2 * dit_plan_collective_buffer_bytes(plan);
   int library_gemm = 0;
   for (size_t i = 0; i < plan->n_steps && !library_gemm; i++) library_gemm = !plan->steps[i].has_kernel;
-  if (device) out->fp8_scratch = dit_plan_fp8_scratch_bytes(plan, NULL);
-  if (device && (library_gemm || out->fp8_scratch)) out->gemm_workspace = DIT_GEMM_WORKSPACE_BYTES;
-  out->total = out->arena + out->io + out->collective_scratch + out->gemm_workspace + out->fp8_scratch;
+  if (device && library_gemm) out->gemm_workspace = DIT_GEMM_WORKSPACE_BYTES;
+  out->total = out->arena + out->io + out->collective_scratch + out->gemm_workspace;
 }
 
 long dit_plan_lent_input(const dit_plan_t *lender, const dit_plan_value_t *v) {

@@ -21,7 +21,6 @@ typedef struct dit_plan_memory {
   uint64_t io;                 /* every input and output value (a 0-byte value takes 1) */
   uint64_t collective_scratch; /* send and receive buffers for the plan's collectives */
   uint64_t gemm_workspace;     /* DIT_GEMM_WORKSPACE_BYTES on a device with a library GEMM */
-  uint64_t fp8_scratch;        /* on a device: the quantized activations of the largest linear_fp8 */
   uint64_t total;              /* the sum: what the runtime allocates besides weights */
 } dit_plan_memory_t;
 
@@ -38,11 +37,6 @@ long dit_plan_lent_input(const dit_plan_t *lender, const dit_plan_value_t *v);
 /* What such a runtime does not allocate: its arena when lender's is at least as large, and the
  * inputs lender serves. */
 uint64_t dit_plan_lent_bytes(const dit_plan_t *plan, const dit_plan_t *lender);
-
-/* A device's scratch for linear_fp8 steps, shared by all of them (they run one after another):
- * the e4m3 rows of the largest input (M * K bytes) and, from *scales_offset on, 256-byte aligned,
- * M fp32 row scales. Returns the total bytes, 0 without linear_fp8 steps. */
-uint64_t dit_plan_fp8_scratch_bytes(const dit_plan_t *plan, uint64_t *scales_offset);
 
 /* Bytes of each of the two collective buffers: the largest of, over every collective, its
  * input times the group size (all-reduce: once) and its output. 0 without collectives. */

@@ -128,9 +128,17 @@ int dit_norm_residual(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, di
   return (int)at;
 }
 
+int dit_norm_quant(dit_op_kind_t kind, const dit_attrs_t *attrs) {
+  if (kind != DIT_OP_LAYERNORM && kind != DIT_OP_ADALN) return 0; /* a folded residual's attrs are the norm's */
+  const dit_attr_t *a = dit_attrs_find(attrs, "quant");
+  if (!a) return 0;
+  if (a->is_float || (a->i != 0 && a->i != 1)) return -1;
+  return (int)a->i;
+}
+
 int dit_linear_operands(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, int *bias, int *acc) {
-  /* linear: x, w, [bias], [c]; linear_fp8: x, w, w_scale, [bias]. */
-  const int fp8 = kind == DIT_OP_LINEAR_FP8;
+  /* linear: x, w, [bias], [c]; linear_fp8: xq, xs, w, w_scale, [bias]. */
+  const int fp8 = kind == DIT_OP_LINEAR_FP8 ? 2 : 0;
   const dit_attr_t *a = fp8 ? NULL : dit_attrs_find(attrs, "acc");
   const int has_acc = a && !a->is_float && a->i != 0, own = 2 + fp8 + has_acc;
   *bias = *acc = -1;

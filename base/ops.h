@@ -77,6 +77,10 @@ static inline int64_t dit_token_group_row(dit_token_group_t tg, int64_t t) { ret
  * (may be NULL) gets the residual's kind, DIT_OP_ADD (one operand from at) or DIT_OP_GATED_ADD. */
 int dit_norm_residual(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, dit_op_kind_t *residual);
 
+/* Whether a layernorm or adaln carries the row quantizer of an fp8 linear (attr quant, base/ops.def):
+ * 1 if so, 0 if not (other ops: always 0), -1 when the attribute is not 0 or 1. */
+int dit_norm_quant(dit_op_kind_t kind, const dit_attrs_t *attrs);
+
 /* A linear's operands (base/ops.def): the index of its bias and of its accumulated input c (attr
  * acc), each -1 when absent; 0 when n_in fits, -1 when it does not. */
 int dit_linear_operands(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, int *bias, int *acc);

@@ -360,11 +360,13 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
   const dit_value_t *x = V(g, op->in[0]), *y = V(g, op->out[0]);
   const char *name = dit_op_info(op->kind)->name;
   *has = 1;
-  dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(y->dtype));
+  /* A norm with the row quantizer folded in rounds its rows to x's type before quantizing them. */
+  const int norm_quant = dit_norm_quant(op->kind, &op->attrs) == 1;
+  dit_strbuf_printf(s, "#define T_OUT %d\n", dt_code(norm_quant ? x->dtype : y->dtype));
   /* Float operands are f32 or bf16; key_bound's mask may be any dtype, attention's bound is i32. */
   for (int i = 0; i < op->n_in; i++)
     if (op->kind != DIT_OP_KEY_BOUND && op->kind != DIT_OP_ATTENTION_FP8 && !(op->kind == DIT_OP_ATTENTION && i == 3) &&
-        !(op->kind == DIT_OP_LINEAR_FP8 && i == 1) &&
+        op->kind != DIT_OP_LINEAR_FP8 &&
         !(op->kind == DIT_OP_EMBEDDING && i == 0) && !(op->kind == DIT_OP_TOKEN_SELECT && i == 1) &&
         V(g, op->in[i])->dtype != DIT_F32 &&
         V(g, op->in[i])->dtype != DIT_BF16)
@@ -486,6 +488,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       }
       dit_strbuf_printf(s, "#define DIT_K_ROWNORM 1\n#define MODE %d\n#define T_X %d\n#define D %" PRId64 "\n#define EPS ((float)%.17g)\n"
              "#define VEC8 %d\n", mode, dt_code(x->dtype), D, getf(op, rope ? "norm_eps" : "eps"), D % DIT_ABI_VEC == 0);
+      if (norm_quant) {
+        if (group != D) return DIT_ERR(UNIMPLEMENTED, "op %s '%s': a folded row quantizer takes whole rows", name, y->name);
+        dit_strbuf_printf(s, "#define QUANT 1\n");
+      }
       if (rope) rope_defines(s, g, op);
       /* A folded residual add (res_at): the norm's own operands end where the residual's begin. */
       const int res_at = dit_norm_residual(op->kind, &op->attrs, op->n_in, NULL), own = res_at > 0 ? res_at : op->n_in;
@@ -520,7 +526,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                        DIT_ABI_BLOCK * DIT_ABI_ROWNORM_MAX_CHUNKS);
       /* Short rows (a warp's lanes or fewer) share a block, a power of two of lanes each. */
       const int64_t lanes = D % DIT_ABI_VEC == 0 ? D / DIT_ABI_VEC : D;
-      if ((mode == DIT_ABI_NORM_RMSNORM || mode == DIT_ABI_NORM_LAYERNORM) && group == D && lanes <= 32 && res_at <= 0) {
+      if ((mode == DIT_ABI_NORM_RMSNORM || mode == DIT_ABI_NORM_LAYERNORM) && group == D && lanes <= 32 && res_at <= 0 && !norm_quant) {
         int seg = 1;
         while (seg < lanes) seg *= 2;
         const int64_t per_block = DIT_ABI_BLOCK / seg;
@@ -576,22 +582,20 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       return DIT_OK;
     }
     case DIT_OP_LINEAR_FP8: {
-      /* The step's kernel quantizes x's rows into the runtime's fp8 scratch (e4m3 rows and their
-       * scales); cuBLASLt then multiplies e4m3 x e4m3 in fp32 with outer-vector scaling (row
-       * scales of x, channel scales of w) and the bias/GELU epilogue, writing bf16. */
-      const dit_value_t *w = V(g, op->in[1]);
-      const int64_t K = x->dims[x->rank - 1], M = dit_value_numel(x) / K, N = w->dims[0];
-      if (x->dtype != DIT_BF16 || y->dtype != DIT_BF16 || (op->n_in == 4 && V(g, op->in[3])->dtype != DIT_BF16))
-        return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': the GPU path takes bf16 x, bias and output, found x %s, y %s", y->name,
-                       dit_dtype_name(x->dtype), dit_dtype_name(y->dtype));
+      /* cuBLASLt multiplies the e4m3 rows (attn_quant's codes, or a norm's with the quantizer
+       * folded in) by the e4m3 weight in fp32 with outer-vector scaling (row scales of x, channel
+       * scales of w) and the bias/GELU epilogue, writing bf16: no kernel of ours. */
+      const dit_value_t *w = V(g, op->in[2]);
+      const int64_t K = x->dims[x->rank - 1], N = w->dims[0];
+      if (y->dtype != DIT_BF16 || (op->n_in == 5 && V(g, op->in[4])->dtype != DIT_BF16))
+        return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': the GPU path takes bf16 bias and output, found y %s", y->name,
+                       dit_dtype_name(y->dtype));
       if (K % 16 || N % 16)
         return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': K = %" PRId64 " and N = %" PRId64 " must be multiples of 16 (fp8 matmul)", y->name,
                        K, N);
       const int64_t act = geti(op, "act");
       if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
-      if (M > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op linear_fp8 '%s': %" PRId64 " rows, more than a grid holds", y->name, M);
-      dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define M %" PRId64 "LL\n#define K %" PRId64 "\n", dt_code(x->dtype), M, K);
-      set_launch(k, (uint64_t)(M + DIT_ABI_BLOCK / 32 - 1) / (DIT_ABI_BLOCK / 32), 1, 1, DIT_ABI_BLOCK, 0); /* a warp a row */
+      *has = 0;
       return DIT_OK;
     }
     case DIT_OP_ATTN_QUANT:
@@ -601,6 +605,16 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
        * transposed); one block a (b, h, row block), for v's maxima one a (b, h, 32 channels, split)
        * and for its codes one a (b, h, 32 channels, 128-key column tile). */
       const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1], B = x->dims[0];
+      if (op->kind == DIT_OP_ATTN_QUANT && heads == 1 && geti(op, "rows") == 1 && y->dtype == DIT_F8E4M3) {
+        /* Token rows (an fp8 linear's quantizer): a warp a row, rows of whole 8-element vectors. */
+        const int64_t M = B * T;
+        if (hd % 8) return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': rows of %" PRId64 " channels, not whole 8-element vectors", y->name, hd);
+        if (M > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': %" PRId64 " rows, more than a grid holds", y->name, M);
+        dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define M %" PRId64 "LL\n#define K %" PRId64 "\n", dt_code(x->dtype), M,
+                          hd);
+        set_launch(k, (uint64_t)(M + DIT_ABI_BLOCK / 32 - 1) / (DIT_ABI_BLOCK / 32), 1, 1, DIT_ABI_BLOCK, 0); /* a warp a row */
+        return DIT_OK;
+      }
       if (op->kind == DIT_OP_ATTN_QUANT) {
         const int64_t rows = geti(op, "rows"), nblk = (T + rows - 1) / rows;
         dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT 1\n#define T_X %d\n#define TOKENS %" PRId64 "LL\n#define HEADS %" PRId64

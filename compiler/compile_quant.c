@@ -35,11 +35,12 @@ int dit_quant_parse(const char *name, dit_quant_t *out) {
  * inside blocks take one row per batch item), with a whole 2-D checkpoint weight that no other
  * op reads, K and N multiples of 16 (what fp8 matmuls take), not a small product with a long K
  * (above); the same ops on every target. Everything outside the blocks (embedders, patch embed,
- * the head) and every norm and modulation stays as it is. */
+ * the head) and every norm and modulation stays as it is. Token rows [B, T, K]: their quantizer is
+ * attn_quant with heads 1 and rows 1. */
 static int quantizable(const dit_graph_t *g, const dit_op_t *op, const int32_t *uses) {
   if (op->kind != DIT_OP_LINEAR || op->block < 0 || dit_attrs_find(&op->attrs, "acc")) return 0;
   const dit_value_t *x = dit_graph_cvalue(g, op->in[0]), *w = dit_graph_cvalue(g, op->in[1]);
-  if (!(x->rank >= 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1 &&
+  if (!(x->rank == 3 && w->kind == DIT_VALUE_WEIGHT && !w->data && w->rank == 2 && w->slice_dim < 0 && uses[op->in[1]] == 1 &&
         w->dims[0] % 16 == 0 && w->dims[1] % 16 == 0))
     return 0;
   const int64_t k = w->dims[1], rows = dit_value_numel(x) / k;
@@ -50,7 +51,18 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
   if (quant == DIT_QUANT_NONE) return DIT_OK;
   const int32_t nv = dit_graph_num_values(g), no = dit_graph_num_ops(g);
   int32_t *uses = calloc((size_t)nv + 1, sizeof *uses);
-  if (!uses) return DIT_ERR(RESOURCE_EXHAUSTED, "quantize: out of memory");
+  /* Per value read by a quantized linear: its quantizer's codes and scales. Per op: the first of
+   * the quantizers of its outputs (after[no]: of graph inputs), chained through next_q by their
+   * index past no; the final order. */
+  dit_vid_t(*rows_q)[2] = malloc(((size_t)nv + 1) * sizeof *rows_q);
+  int32_t *after = malloc(((size_t)no + 2) * sizeof *after), *next_q = malloc(((size_t)no + 1) * sizeof *next_q);
+  int32_t *order = malloc(((size_t)2 * no + 1) * sizeof *order);
+  if (!uses || !rows_q || !after || !next_q || !order) {
+    free(uses), free(rows_q), free(after), free(next_q), free(order);
+    return DIT_ERR(RESOURCE_EXHAUSTED, "quantize: out of memory");
+  }
+  for (int32_t v = 0; v < nv; v++) rows_q[v][0] = rows_q[v][1] = -1;
+  for (int32_t i = 0; i <= no; i++) after[i] = -1;
   for (int32_t i = 0; i < no; i++) {
     const dit_op_t *op = dit_graph_cop_at(g, i);
     for (int k = 0; k < op->n_in; k++) uses[op->in[k]]++;
@@ -60,7 +72,8 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
   if (q) {
     cJSON_AddStringToObject(q, "mode", "fp8");
     cJSON_AddStringToObject(q, "weights", "e4m3, one fp32 scale per output channel: amax / 448");
-    cJSON_AddStringToObject(q, "activations", "e4m3, one fp32 scale per token row: amax / 448, on the fly");
+    cJSON_AddStringToObject(q, "activations", "e4m3, one fp32 scale per token row: amax / 448, on the fly (one quantizer for every "
+                                              "linear that reads the rows, folded into the norm that makes them where there is one)");
     cJSON_AddStringToObject(q, "accumulate", "fp32 on the CPU, cuBLASLt fast accumulation on GPUs; scaled by token scale * channel scale, "
                                               "then bias and activation");
     cJSON_AddStringToObject(q, "kept", "norms, modulation, time and text embedders, patch embed, output head, attention, "
@@ -73,7 +86,7 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
   uint8_t *rowq = NULL;
   void *raw = NULL;
   size_t cap = 0;
-  int n = 0;
+  int n = 0, nq = 0;
   uint64_t bytes = 0;
   for (int32_t i = 0; !s && i < no; i++) {
     dit_op_t *op = dit_graph_op_at(g, i);
@@ -119,22 +132,60 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
       s = DIT_ERR(INTERNAL, "quantize: cannot add the scales of '%s': %s", key, dit_status_message(dit_graph_status(g)));
       break;
     }
-    op = dit_graph_op_at(g, i); /* adding a value may move the tables */
+    /* The rows of x: one quantizer for all the linears that read them (Q, K and V share one; the
+     * blocks' cross-attention K and V, one for the text), just after the op making them, in its
+     * block (a graph input's first). */
+    const dit_vid_t xv = dit_graph_cop_at(g, i)->in[0];
+    if (rows_q[xv][0] < 0) {
+      const dit_op_t *lin = dit_graph_cop_at(g, i);
+      const dit_value_t *xval = dit_graph_cvalue(g, xv);
+      const int32_t prod = xval->producer >= 0 && xval->producer < no ? xval->producer : no;
+      dit_attrs_t qa = {0};
+      const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32};
+      char qname[512];
+      snprintf(qname, sizeof qname, "%s.rows8", xval->name ? xval->name : dit_graph_cvalue(g, lin->out[0])->name);
+      if (dit_attrs_set_int(&qa, "heads", 1) || dit_attrs_set_int(&qa, "rows", 1)) {
+        s = DIT_ERR(RESOURCE_EXHAUSTED, "quantize: out of memory");
+        break;
+      }
+      dit_graph_set_block(g, prod < no ? dit_graph_cop_at(g, prod)->block : -1);
+      s = dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xv, 1, &qa, qdt, qname, rows_q[xv]);
+      dit_graph_set_block(g, -1);
+      if (s) break;
+      next_q[nq] = after[prod];
+      after[prod] = no + nq++;
+    }
+    op = dit_graph_op_at(g, i); /* adding values and ops may move the tables */
     w = dit_graph_value(g, op->in[1]);
     w->dtype = DIT_F8E4M3;
+    const dit_vid_t wv = op->in[1], bv = op->n_in == 3 ? op->in[2] : -1;
     op->kind = DIT_OP_LINEAR_FP8;
-    if (op->n_in == 3) op->in[3] = op->in[2];
-    op->in[2] = sv;
-    op->n_in++;
+    op->in[0] = rows_q[xv][0], op->in[1] = rows_q[xv][1], op->in[2] = wv, op->in[3] = sv, op->n_in = 4;
+    if (bv >= 0) op->in[op->n_in++] = bv;
     bytes += (uint64_t)(rows * cols);
     n++;
     if (names) cJSON_AddItemToArray(names, cJSON_CreateString(dit_graph_cvalue(g, op->out[0])->name));
   }
   free(raw);
   free(uses);
+  free(rows_q);
+  /* The graph inputs' quantizers first, then each op followed by its outputs'. */
+  int32_t placed = 0;
+  for (int32_t q = after[no]; !s && q >= 0; q = next_q[q - no]) order[placed++] = q;
+  for (int32_t i = 0; !s && i < no; i++) {
+    order[placed++] = i;
+    for (int32_t q = after[i]; q >= 0; q = next_q[q - no]) order[placed++] = q;
+  }
+  if (!s && placed != no + nq) s = DIT_ERR(INTERNAL, "quantize: %d ops ordered of %d", placed, no + nq);
+  if (!s) s = dit_graph_reorder(g, order);
+  free(after);
+  free(next_q);
+  free(order);
   if (!s) s = dit_graph_verify(g);
   if (!s && n == 0) s = DIT_ERR(INVALID_ARGUMENT, "--quant fp8: the graph has no linear of the transformer blocks to quantize");
-  if (!s) dit_compile_progress(pr, "quant fp8: %d block linears with e4m3 weights (%.1f MiB) and per-channel scales", n, (double)bytes / (1 << 20));
+  if (!s)
+    dit_compile_progress(pr, "quant fp8: %d block linears with e4m3 weights (%.1f MiB) and per-channel scales, %d row quantizers", n,
+                         (double)bytes / (1 << 20), nq);
   return s;
 }
 

@@ -70,7 +70,7 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
   switch (op->kind) {
     case DIT_OP_LINEAR:
     case DIT_OP_LINEAR_FP8: {
-      const dit_value_t *w = dit_graph_cvalue(g, op->in[1]);
+      const dit_value_t *w = dit_graph_cvalue(g, op->in[op->kind == DIT_OP_LINEAR_FP8 ? 2 : 1]);
       double m = (double)dit_value_numel(x) / (double)x->dims[x->rank - 1];
       double k = (double)x->dims[x->rank - 1], n = (double)w->dims[0];
       int bias, acc;

@@ -44,7 +44,7 @@ typedef struct dit_value {
 } dit_value_t;
 
 #define DIT_OP_MAX_IN 7 /* attention_fp8: q8, qs, k8, ks, vt8, vs and a tile schedule */
-#define DIT_OP_MAX_OUT 2
+#define DIT_OP_MAX_OUT 3 /* layernorm and adaln with a residual and a row quantizer folded in: codes, sum, scales */
 
 typedef struct dit_op {
   dit_op_kind_t kind;

@@ -171,10 +171,32 @@ static dit_status_t check_rope_norm(const char *op, const dit_value_t *x, const 
   return check_rms_weight(op, x, w, attrs, "norm_group");
 }
 
+static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_in, const dit_attrs_t *attrs,
+                               int n_out, int out_rank[DIT_OP_MAX_OUT], int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]);
+
 dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins,
                               int n_in, const dit_attrs_t *attrs, int n_out,
                               int out_rank[DIT_OP_MAX_OUT],
                               int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]) {
+  const int quant = dit_norm_quant(kind, attrs);
+  const char *op = dit_op_info(kind) ? dit_op_info(kind)->name : "op";
+  if (quant < 0) FAIL("%s: attribute quant must be 0 or 1, on layernorm or adaln (base/ops.def)", op);
+  if (!quant) return infer_core(g, kind, ins, n_in, attrs, n_out, out_rank, out_dims);
+  /* A folded row quantizer: the norm's outputs, then the row scales [B, 1, T]. */
+  if (n_out < 2) FAIL("%s: a folded row quantizer adds the row scales as the last output; found %d outputs", op, n_out);
+  DIT_RETURN_IF(infer_core(g, kind, ins, n_in, attrs, n_out - 1, out_rank, out_dims));
+  if (n_in < 1 || !operand(g, ins, 0)) FAIL("%s: operand 0 is not a value", op);
+  const dit_value_t *x = operand(g, ins, 0);
+  if (x->rank != 3) FAIL("%s: a folded row quantizer takes x [B, T, D]; '%s' has rank %d", op, x->name, x->rank);
+  out_rank[n_out - 1] = 3;
+  out_dims[n_out - 1][0] = x->dims[0];
+  out_dims[n_out - 1][1] = 1;
+  out_dims[n_out - 1][2] = x->dims[1];
+  return DIT_OK;
+}
+
+static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const dit_vid_t *ins, int n_in, const dit_attrs_t *attrs,
+                               int n_out, int out_rank[DIT_OP_MAX_OUT], int64_t out_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK]) {
   const dit_op_info_t *info = dit_op_info(kind);
   if (!info) FAIL("unknown op kind %d", (int)kind);
   const char *op = info->name;
@@ -192,8 +214,8 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     for (int i = res_at; i < n_in; i++) res_ins[1 + i - res_at] = ins[i];
     int r_rank[DIT_OP_MAX_OUT];
     int64_t r_dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
-    DIT_RETURN_IF(dit_infer_shapes(g, res_kind, res_ins, 1 + n_in - res_at, attrs, 1, r_rank, r_dims));
-    DIT_RETURN_IF(dit_infer_shapes(g, kind, ins, res_at, attrs, 1, out_rank, out_dims));
+    DIT_RETURN_IF(infer_core(g, res_kind, res_ins, 1 + n_in - res_at, attrs, 1, r_rank, r_dims));
+    DIT_RETURN_IF(infer_core(g, kind, ins, res_at, attrs, 1, out_rank, out_dims));
     out_rank[1] = r_rank[0];
     memcpy(out_dims[1], r_dims[0], sizeof r_dims[0]);
     return DIT_OK;
@@ -237,26 +259,32 @@ dit_status_t dit_infer_shapes(const dit_graph_t *g, dit_op_kind_t kind, const di
     }
     case DIT_OP_LINEAR:
     case DIT_OP_LINEAR_FP8: {
-      const dit_value_t *w = operand(g, ins, 1);
+      const int fp8 = kind == DIT_OP_LINEAR_FP8; /* xq, xs, w, w_scale, [bias] */
+      if (n_in < 2 + 2 * fp8) FAIL("%s: %d operands, expected at least %d", op, n_in, 2 + 2 * fp8);
+      const dit_value_t *w = operand(g, ins, 1 + fp8);
       if (x->rank < 1 || w->rank < 2) FAIL("%s: x rank %d, w rank %d; expected >= 1 and >= 2", op, x->rank, w->rank);
       int64_t k = 1;
       for (int i = 1; i < w->rank; i++) k *= w->dims[i];
       if (k != x->dims[x->rank - 1])
         FAIL("%s: weight '%s' has K = %" PRId64 ", input '%s' has %" PRId64, op, w->name, k,
              x->name, x->dims[x->rank - 1]);
-      const int fp8 = kind == DIT_OP_LINEAR_FP8; /* the scales sit between w and bias */
       if (fp8) {
-        const dit_value_t *ws = operand(g, ins, 2);
+        const dit_value_t *xs = operand(g, ins, 1), *ws = operand(g, ins, 3);
         if (w->dtype != DIT_F8E4M3 || w->rank != 2)
           FAIL("%s: weight '%s' is %s of rank %d, expected f8e4m3 [N, K]", op, w->name, dit_dtype_name(w->dtype), w->rank);
         if (ws->dtype != DIT_F32 || ws->rank != 1 || ws->dims[0] != w->dims[0])
           FAIL("%s: weight scales '%s' must be f32 [%" PRId64 "], found %s of rank %d", op, ws->name, w->dims[0],
                dit_dtype_name(ws->dtype), ws->rank);
-        if (!is_float(x->dtype)) FAIL("%s: operand x '%s' has dtype %s, expected f32, bf16 or f16", op, x->name, dit_dtype_name(x->dtype));
+        if (x->dtype != DIT_F8E4M3 || x->rank != 3)
+          FAIL("%s: operand xq '%s' is %s of rank %d, expected f8e4m3 [B, T, K] (attn_quant's codes)", op, x->name,
+               dit_dtype_name(x->dtype), x->rank);
+        if (xs->dtype != DIT_F32 || xs->rank != 3 || xs->dims[0] != x->dims[0] || xs->dims[1] != 1 || xs->dims[2] != x->dims[1])
+          FAIL("%s: row scales '%s' must be f32 [%" PRId64 ", 1, %" PRId64 "], found %s of rank %d", op, xs->name, x->dims[0],
+               x->dims[1], dit_dtype_name(xs->dtype), xs->rank);
       }
       int bi, ai;
       if (dit_linear_operands(kind, attrs, n_in, &bi, &ai))
-        FAIL("%s: %d operands do not fit attribute acc (x, w%s, an optional bias%s)", op, n_in, fp8 ? ", w_scale" : "",
+        FAIL("%s: %d operands do not fit attribute acc (%s, an optional bias%s)", op, n_in, fp8 ? "xq, xs, w, w_scale" : "x, w",
              fp8 ? "" : ", and c when acc = 1");
       if (bi >= 0) {
         const dit_value_t *b = operand(g, ins, bi);
@@ -888,11 +916,15 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
     }
     case DIT_OP_LAYERNORM:
     case DIT_OP_ADALN: {
-      /* A folded residual's sum is stored as x is. */
+      /* A folded residual's sum is stored as x is; a folded row quantizer (e4m3 first output)
+       * writes fp32 row scales last. */
       const dit_value_t *x = operand(g, ins, 0);
-      if (n_out == 2 && out_dtypes[1] != x->dtype)
-        FAIL("%s: the residual sum's dtype %s, expected %s as operand x '%s'", dit_op_info(kind)->name, dit_dtype_name(out_dtypes[1]),
+      const int quant = n_out >= 1 && out_dtypes[0] == DIT_F8E4M3, sum = quant ? (n_out == 3 ? 1 : -1) : (n_out == 2 ? 1 : -1);
+      if (sum > 0 && out_dtypes[sum] != x->dtype)
+        FAIL("%s: the residual sum's dtype %s, expected %s as operand x '%s'", dit_op_info(kind)->name, dit_dtype_name(out_dtypes[sum]),
              dit_dtype_name(x->dtype), x->name);
+      if (quant && (n_out < 2 || out_dtypes[n_out - 1] != DIT_F32))
+        FAIL("%s: e4m3 codes need fp32 row scales as the last output", dit_op_info(kind)->name);
       return DIT_OK;
     }
     case DIT_OP_GROUPNORM_STATS:

@@ -6,7 +6,9 @@
  * linear's acc), so the concat is never written; a residual add folded into the linear that makes
  * its other operand (acc again), so the product is never written; and a residual add folded into
  * the norm that reads its sum, so the sum is written once and never read back for the norm
- * (base/ops.def: layernorm's res_at). */
+ * (base/ops.def: layernorm's res_at); and the row quantizer of fp8 linears folded into the norm
+ * that makes their rows, so the rows are written once, as e4m3 codes, and never read back
+ * (base/ops.def: layernorm's quant). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +91,34 @@ static int32_t fold_residual_into_norm(dit_graph_t *g, int32_t i, const int32_t 
   norm->in[0] = res->in[0];
   norm->out[norm->n_out++] = sum;
   return ri;
+}
+
+/* Folds attn_quant op i with heads 1 and rows 1 (the row quantizer of fp8 linears) into the
+ * layernorm or adaln making its x when x is that norm's first output, a temporary nothing else
+ * reads, stored in the norm's x dtype (the fused norm rounds its rows to that dtype before
+ * quantizing them, as storing them did). The norm then writes the codes as its first output and
+ * the row scales as its last (base/ops.def). Returns the norm's op index, or -1. */
+static int32_t fold_quant_into_norm(dit_graph_t *g, int32_t i, const int32_t *uses) {
+  const dit_op_t *aq = dit_graph_cop_at(g, i);
+  if (aq->kind != DIT_OP_ATTN_QUANT || aq->n_in != 1 || aq->n_out != 2) return -1;
+  const dit_attr_t *h = dit_attrs_find(&aq->attrs, "heads"), *r = dit_attrs_find(&aq->attrs, "rows");
+  if (!h || !r || h->i != 1 || r->i != 1 || dit_graph_cvalue(g, aq->out[0])->dtype != DIT_F8E4M3) return -1;
+  const dit_vid_t yv = aq->in[0];
+  const dit_value_t *y = dit_graph_cvalue(g, yv);
+  if (y->kind != DIT_VALUE_TEMP || y->is_output || uses[yv] != 1 || y->producer < 0 || y->rank != 3) return -1;
+  const int32_t n = y->producer;
+  dit_op_t *norm = dit_graph_op_at(g, n);
+  if ((norm->kind != DIT_OP_LAYERNORM && norm->kind != DIT_OP_ADALN) || norm->out[0] != yv || dit_attrs_find(&norm->attrs, "quant") ||
+      norm->n_out >= DIT_OP_MAX_OUT || dit_graph_cvalue(g, norm->in[0])->dtype != y->dtype)
+    return -1;
+  if (dit_attrs_set_int(&norm->attrs, "quant", 1)) return -1;
+  const dit_vid_t codes = aq->out[0], scales = aq->out[1];
+  norm->out[0] = codes;
+  norm->out[norm->n_out++] = scales;
+  dit_graph_value(g, codes)->producer = n;
+  dit_graph_value(g, scales)->producer = n;
+  dit_graph_value(g, yv)->producer = -1;
+  return n;
 }
 
 /* Splits linear op i over a concat of its x along the features (the single-stream blocks' attention
@@ -251,6 +281,13 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r) {
     fused++;
   }
   free(first);
+  /* Row quantizers into the norms making their rows (after the residual folds: a norm that took
+   * its residual still makes the same rows). */
+  for (int32_t i = 0; i < no; i++) {
+    if (!keep[i] || fold_quant_into_norm(g, i, uses) < 0) continue;
+    keep[i] = 0;
+    fused++;
+  }
   dit_status_t s = DIT_OK;
   if (fused) {
     /* The orphaned intermediates need a producer for compaction to drop them cleanly. */

@@ -306,6 +306,25 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
   (void)index;
   dit_cpu_t *c = &((cpu_state_t *)state)->cpu;
   const char *name = dit_op_info(st->kind)->name;
+  const int quant = dit_norm_quant(st->kind, &st->attrs);
+  if (quant < 0) return DIT_ERR(INVALID_ARGUMENT, "%s: attribute quant must be 0 or 1", name);
+  if (quant) {
+    /* A folded row quantizer: the norm's rows (and a folded residual's sum) into a temporary of
+     * x's dtype, then attn_quant with heads 1 and rows 1 of the rows: exactly the ops it replaces. */
+    if (st->n_out < 2 || in[0].rank != 3 || out[0].rank != 3)
+      return DIT_ERR(INVALID_ARGUMENT, "%s: a folded row quantizer needs x [B, T, D] and the codes, then the row scales", name);
+    dit_plan_step_t part = *st;
+    if (dit_attrs_set_int(&part.attrs, "quant", 0)) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: attributes full", name);
+    part.n_out = st->n_out - 1;
+    dit_tensor_t outs[DIT_PLAN_MAX_OUT];
+    for (int k = 0; k < part.n_out; k++) outs[k] = out[k];
+    outs[0].dtype = in[0].dtype;
+    if (!(outs[0].data = malloc(dit_tensor_nbytes(&outs[0]) + 1))) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the rows", name);
+    dit_status_t s = cpu_run_step(state, index, &part, in, outs);
+    if (!s) s = dit_cpu_attn_quant(c, &outs[0], 1, 1, &out[0], &out[st->n_out - 1]);
+    free(outs[0].data);
+    return s;
+  }
   dit_op_kind_t res_kind;
   const int res_at = dit_norm_residual(st->kind, &st->attrs, st->n_in, &res_kind);
   if (res_at < 0) return DIT_ERR(INVALID_ARGUMENT, "%s: attribute res_at does not fit its %d operands", name, st->n_in);
@@ -373,7 +392,7 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
     case DIT_OP_LINEAR_FP8: {
       int act = 0;
       if (dit_attrs_find(&st->attrs, "act")) GETI("act", act);
-      return dit_cpu_linear_fp8(c, &in[0], &in[1], &in[2], st->n_in > 3 ? &in[3] : NULL, act, &out[0]);
+      return dit_cpu_linear_fp8(c, &in[0], &in[1], &in[2], &in[3], st->n_in > 4 ? &in[4] : NULL, act, &out[0]);
     }
     case DIT_OP_TIMESTEP_EMBED: {
       int flip;

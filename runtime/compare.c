@@ -50,7 +50,8 @@ dit_status_t dit_runtime_compare(dit_runtime_t *test, dit_runtime_t *ref, int ac
       if (!s) s = to_f32(rb, val->dtype, n, fb);
       if (s) break;
       const dit_parity_t m = dit_parity_f32(fa, fb, n);
-      dit_step_diff_t d = {i, dit_op_info(st->kind)->name, val->name, m.max_rel, m.cosine, n, m.rel_l2};
+      const double step = val->dtype == DIT_F8E4M3 ? 32.0 / 448.0 : val->dtype == DIT_I8 ? 1.0 / 127.0 : 0.0;
+      dit_step_diff_t d = {i, dit_op_info(st->kind)->name, val->name, m.max_rel, m.cosine, n, m.rel_l2, step};
       if (report) report(ctx, &d);
       if (!accumulate) s = dit_runtime_write_value(test, v, rb);
     }

@@ -14,6 +14,10 @@ typedef struct dit_step_diff {
   double cosine;   /* NaN on a non-finite mismatch */
   size_t elements;
   double rel_l2;   /* ||test - ref|| / ||ref|| */
+  /* For 8-bit codes (e4m3, int8), the largest step of their grid relative to its largest value
+   * (e4m3: 32 / 448, int8: 1 / 127), else 0: codes from two backends may sit one step apart where
+   * a row's last bit moved a value, or its scale, across a rounding boundary. */
+  double code_step;
 } dit_step_diff_t;
 
 /* Both runtimes must hold the same plan with the same inputs set. With accumulate = 0 each

@@ -295,6 +295,60 @@ __device__ __forceinline__ float2 wan_rope_cs(long long tok, int p) {
 }
 #endif
 
+#if defined(DIT_K_QUANT_FP8) || defined(DIT_K_ATTN_QUANT) || defined(DIT_K_ATTN_QUANT_VT) || (defined(DIT_K_ROWNORM) && defined(QUANT))
+// The e4m3 encoding of base/dtype.c's dit_f32_to_e4m3 (the CPU reference), bit for bit: rounded
+// to nearest even and saturated to +-448; callers divide by their scale in IEEE fp32 (no fast
+// math), as dit_e4m3_quantize_row does.
+__device__ __forceinline__ unsigned char e4m3_encode(float f) {
+  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu;
+  const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
+  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu;
+  if (a < 0x3c800000u) return sign | (unsigned char)rintf(__uint_as_float(a) * 512.f);
+  const u32 r = a + 0x7ffffu + ((a >> 20) & 1u);
+  return sign | (unsigned char)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
+}
+
+// Eight values over scale as e4m3 codes (e4m3_encode's), the first in the lowest byte.
+__device__ __forceinline__ uint2 e4m3_encode8(const float *v, float scale) {
+  u32 w[2] = {0u, 0u};
+#pragma unroll
+  for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)e4m3_encode(v[k] / scale) << (8 * (k & 3));
+  return make_uint2(w[0], w[1]);
+}
+
+// The largest |v| of eight, NaN never counting (it never compares greater, as on the CPU).
+__device__ __forceinline__ float amax8(const float *v, float amax) {
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    const float a = fabsf(v[k]);
+    if (a > amax) amax = a;
+  }
+  return amax;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The largest of the block's v (blockDim.x == BLOCK, a multiple of 32; v >= 0); every thread gets it.
+template <int BLOCK>
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+  v = warp_max(v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = 0.f;
+#pragma unroll
+  for (int i = 0; i < BLOCK / 32; i++) r = fmaxf(r, scratch[i]);
+  __syncthreads();
+  return r;
+}
+
+#endif
+
 #if defined(DIT_K_ROWNORM)
 // One block per row of D elements, held in registers (8 contiguous per chunk with VEC8).
 // MODE (DIT_ABI_NORM_*) LAYERNORM (AFFINE 0/1), ADALN (layernorm, then *(1 + mod[b, SCALE_ROW])
@@ -311,6 +365,10 @@ __device__ __forceinline__ float2 wan_rope_cs(long long tok, int p) {
 // A pair never straddles two threads' chunks with VEC8 (chunks start at multiples of 8); without
 // it a thread reads its partner element of x again and normalizes it alike (GROUP, when it is a
 // row, is even, so both share the RMS).
+// With QUANT (LAYERNORM or ADALN, a block a row: the row quantizer of fp8 linears folded in) the
+// normalized row, rounded to T_OUT (x's type) as storing it would, stays in registers: its largest
+// magnitude over the block gives the scale s = amax / 448 (1 for a zero row), y gets the e4m3 codes
+// of row / s and ys[row] = s (attn_quant with heads 1 and rows 1 of the stored row, bit for bit).
 #define M_LN DIT_ABI_NORM_LAYERNORM
 #define M_ADALN DIT_ABI_NORM_ADALN
 #define M_RMS DIT_ABI_NORM_RMSNORM
@@ -474,9 +532,23 @@ __device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(
 #if RES && (defined(SEG) || (MODE != M_LN && MODE != M_ADALN))
 #error "DIT_K_ROWNORM: RES folds a residual into layernorm or adaln, a block a row"
 #endif
-extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y,
+#if !defined(QUANT)
+#define QUANT 0
+#endif
+#if QUANT && (defined(SEG) || (MODE != M_LN && MODE != M_ADALN))
+#error "DIT_K_ROWNORM: QUANT folds the row quantizer into layernorm or adaln, a block a row"
+#endif
+extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
+#if QUANT
+                                                             unsigned char *y,
+#else
+                                                             TY(OUT) *y,
+#endif
 #if RES
                                                              TY(X) *sum,
+#endif
+#if QUANT
+                                                             float *ys,
 #endif
                                                              const TY(X) *x
 #if MODE == M_LN && AFFINE
@@ -708,8 +780,36 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
     for (int e = 0; e < CW; e++) o[e] = o[e] * (1.f + scv[e]) + shv[e];
 #endif
 #endif
+#if QUANT
+#pragma unroll
+    for (int e = 0; e < CW; e++) v[k][e] = as_stored<TY(OUT)>(o[e]);  // x's chunk is no longer needed
+#else
     stc(y + row * D, d, o);
+#endif
   }
+#if QUANT
+  float amax = 0.f;
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++)  // chunks past D hold zeros
+#pragma unroll
+    for (int e = 0; e < CW; e++) {
+      const float a = fabsf(v[k][e]);
+      if (a > amax) amax = a;  // NaN never counts, as in amax8
+    }
+  amax = block_max<ROW_BLOCK>(amax, scratch);
+  const float qs = amax > 0.f ? amax / 448.f : 1.f;
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int d = (tid + k * ROW_THREADS) * CW;
+    if (d >= D) continue;
+#if VEC8
+    *(uint2 *)(y + row * D + d) = e4m3_encode8(v[k], qs);
+#else
+    y[row * D + d] = e4m3_encode(v[k][0] / qs);
+#endif
+  }
+  if (tid == 0) ys[row] = qs;
+#endif
 }
 #endif
 
@@ -868,60 +968,10 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 }
 #endif
 
-#if defined(DIT_K_QUANT_FP8) || defined(DIT_K_ATTN_QUANT) || defined(DIT_K_ATTN_QUANT_VT)
-// The e4m3 encoding of base/dtype.c's dit_f32_to_e4m3 (the CPU reference), bit for bit: rounded
-// to nearest even and saturated to +-448; callers divide by their scale in IEEE fp32 (no fast
-// math), as dit_e4m3_quantize_row does.
-__device__ __forceinline__ unsigned char e4m3_encode(float f) {
-  const u32 u = __float_as_uint(f), a = u & 0x7fffffffu;
-  const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
-  if (a > 0x7f800000u) return sign | 0x7fu;
-  if (a >= 0x43e00000u) return sign | 0x7eu;
-  if (a < 0x3c800000u) return sign | (unsigned char)rintf(__uint_as_float(a) * 512.f);
-  const u32 r = a + 0x7ffffu + ((a >> 20) & 1u);
-  return sign | (unsigned char)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
-}
-
-// Eight values over scale as e4m3 codes (e4m3_encode's), the first in the lowest byte.
-__device__ __forceinline__ uint2 e4m3_encode8(const float *v, float scale) {
-  u32 w[2] = {0u, 0u};
-#pragma unroll
-  for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)e4m3_encode(v[k] / scale) << (8 * (k & 3));
-  return make_uint2(w[0], w[1]);
-}
-
-// The largest |v| of eight, NaN never counting (it never compares greater, as on the CPU).
-__device__ __forceinline__ float amax8(const float *v, float amax) {
-#pragma unroll
-  for (int k = 0; k < 8; k++) {
-    const float a = fabsf(v[k]);
-    if (a > amax) amax = a;
-  }
-  return amax;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float block_max(float v, float *scratch) {
-  v = warp_max(v);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float r = 0.f;
-#pragma unroll
-  for (int i = 0; i < DIT_ABI_BLOCK / 32; i++) r = fmaxf(r, scratch[i]);
-  return r;
-}
-
-#endif
 
 #if defined(DIT_K_QUANT_FP8)
-// The activations of a linear_fp8, quantized per row for the fp8 matmul that follows: one warp a
-// row of x [M, K] (DIT_ABI_BLOCK / 32 rows a block: a row of Wan's 1536 channels is too little
+// attn_quant with heads 1 and rows 1: the rows of fp8 linears' x, quantized for the fp8 matmul
+// that follows (where no norm makes them with the quantizer folded in): one warp a row of x [M, K] (DIT_ABI_BLOCK / 32 rows a block: a row of Wan's 1536 channels is too little
 // work for a block of its own); s[m] = amax / 448 (1 for an all-zero row) and q[m, k] =
 // e4m3(x / s[m]). Eight elements an access (16 bytes of bf16 in, 8 bytes of codes out); the
 // second pass reads the row again from the cache.
@@ -962,7 +1012,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
     ld8(x, base + e / HD * (HEADS * HD) + e % HD, v);
     amax = amax8(v, amax);
   }
-  amax = block_max(amax, scratch);
+  amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
   const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;

@@ -219,11 +219,10 @@ dit_status_t dit_cpu_linear_acc(dit_cpu_t *c, const dit_tensor_t *x, const dit_t
 /* The quantized operands decoded to fp32 (exact: every e4m3 value is an fp32 value), so the
  * fp32 GEMM above computes the accumulation; scales, bias and act follow it, as in the device's
  * epilogue. */
-dit_status_t dit_cpu_linear_fp8(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *w_scale,
-                                const dit_tensor_t *bias, int act, dit_tensor_t *y) {
+dit_status_t dit_cpu_linear_fp8(dit_cpu_t *c, const dit_tensor_t *xq, const dit_tensor_t *xs, const dit_tensor_t *w,
+                                const dit_tensor_t *w_scale, const dit_tensor_t *bias, int act, dit_tensor_t *y) {
   static const char *op = "linear_fp8";
   char b1[DIT_CPU_DIMS_BUF], b2[DIT_CPU_DIMS_BUF];
-  DIT_RETURN_IF(dit_cpu_check_float(op, "x", x));
   DIT_RETURN_IF(dit_cpu_check_float(op, "y", y));
   if (bias) DIT_RETURN_IF(dit_cpu_check_float(op, "bias", bias));
   if (w->dtype != DIT_F8E4M3 || w->rank != 2)
@@ -235,49 +234,41 @@ dit_status_t dit_cpu_linear_fp8(dit_cpu_t *c, const dit_tensor_t *x, const dit_t
   if (bias && (bias->rank != 1 || bias->dims[0] != N))
     return DIT_ERR(INVALID_ARGUMENT, "%s: bias has dims %s, expected [%lld]", op, dit_cpu_dims_str(bias, b1), (long long)N);
   if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "%s: activation %d (known: 1 = gelu_tanh)", op, act);
-  if (x->rank < 1 || x->dims[x->rank - 1] != K)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: x has dims %s, expected [..., K = %lld]", op, dit_cpu_dims_str(x, b1), (long long)K);
-  int ok = y->rank == x->rank && y->dims[y->rank - 1] == N;
-  for (int i = 0; ok && i < x->rank - 1; i++) ok = y->dims[i] == x->dims[i];
+  if (xq->dtype != DIT_F8E4M3 || xq->rank != 3 || xq->dims[2] != K)
+    return DIT_ERR(INVALID_ARGUMENT, "%s: xq is %s %s, expected f8e4m3 [B, T, K = %lld]", op, dit_dtype_name(xq->dtype),
+                   dit_cpu_dims_str(xq, b1), (long long)K);
+  if (xs->dtype != DIT_F32 || xs->rank != 3 || xs->dims[0] != xq->dims[0] || xs->dims[1] != 1 || xs->dims[2] != xq->dims[1])
+    return DIT_ERR(INVALID_ARGUMENT, "%s: xs is %s %s, expected f32 [%lld, 1, %lld]", op, dit_dtype_name(xs->dtype), dit_cpu_dims_str(xs, b1),
+                   (long long)xq->dims[0], (long long)xq->dims[1]);
+  int ok = y->rank == 3 && y->dims[2] == N && y->dims[0] == xq->dims[0] && y->dims[1] == xq->dims[1];
   if (!ok)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: y has dims %s, expected x's leading dims of %s with last dim N = %lld", op,
-                   dit_cpu_dims_str(y, b1), dit_cpu_dims_str(x, b2), (long long)N);
-  DIT_RETURN_IF(dit_cpu_check_no_alias(op, "y", y, "x", x));
-  const int64_t M = dit_tensor_numel(y) / (N > 0 ? N : 1);
+    return DIT_ERR(INVALID_ARGUMENT, "%s: y has dims %s, expected xq's leading dims of %s with last dim N = %lld", op,
+                   dit_cpu_dims_str(y, b1), dit_cpu_dims_str(xq, b2), (long long)N);
+  const int64_t M = xq->dims[0] * xq->dims[1];
   if (M == 0 || N == 0) return DIT_OK;
-  /* Decoded x, decoded w, the fp32 sums, the row scales and one row (of K or N). */
-  const int64_t wide = K > N ? K : N;
-  float *xq = malloc(sizeof(float) * (size_t)(M * K + N * K + M * N + M + wide));
-  uint8_t *q = malloc((size_t)K + 1);
-  if (!xq || !q) {
-    free(xq);
-    free(q);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate the decoded operands (M %lld, N %lld, K %lld)", op, (long long)M,
-                   (long long)N, (long long)K);
-  }
-  float *wd = xq + M * K, *acc = wd + N * K, *xs = acc + M * N, *row = xs + M;
-  for (int64_t m = 0; m < M; m++) {
-    const float *xr = dit_cpu_row_load(x->data, x->dtype, m * K, K, row);
-    xs[m] = dit_e4m3_quantize_row(xr, K, q);
-    for (int64_t k = 0; k < K; k++) xq[m * K + k] = dit_e4m3_to_f32(q[k]);
-  }
+  /* Decoded x, decoded w, the fp32 sums and one row (of N). */
+  float *xd = malloc(sizeof(float) * (size_t)(M * K + N * K + M * N + N));
+  if (!xd)
+    return DIT_ERR(RESOURCE_EXHAUSTED, "%s: cannot allocate the decoded operands (M %lld, N %lld, K %lld)", op, (long long)M, (long long)N,
+                   (long long)K);
+  float *wd = xd + M * K, *acc = wd + N * K, *row = acc + M * N;
+  for (int64_t i = 0; i < M * K; i++) xd[i] = dit_e4m3_to_f32(((const uint8_t *)xq->data)[i]);
   for (int64_t i = 0; i < N * K; i++) wd[i] = dit_e4m3_to_f32(((const uint8_t *)w->data)[i]);
-  dit_tensor_t xt = *x, wt = *w, at = *y;
-  xt.data = xq, xt.dtype = DIT_F32;
+  dit_tensor_t xt = *xq, wt = *w, at = *y;
+  xt.data = xd, xt.dtype = DIT_F32;
   wt.data = wd, wt.dtype = DIT_F32;
   at.data = acc, at.dtype = DIT_F32;
   dit_status_t s = dit_cpu_linear(c, &xt, &wt, NULL, &at);
   if (!s) {
-    const float *ws = w_scale->data;
+    const float *ws = w_scale->data, *rs = xs->data;
     const float *bf = bias ? dit_cpu_row_load(bias->data, bias->dtype, 0, N, row) : NULL;
     for (int64_t m = 0; m < M; m++) {
       float *a = acc + m * N;
-      for (int64_t n = 0; n < N; n++) a[n] = a[n] * xs[m] * ws[n] + (bf ? bf[n] : 0.0f);
+      for (int64_t n = 0; n < N; n++) a[n] = a[n] * rs[m] * ws[n] + (bf ? bf[n] : 0.0f);
       if (!act) dit_cpu_row_store(y->data, y->dtype, m * N, a, N);
     }
     if (act) s = dit_cpu_gelu_tanh(c, &at, y);
   }
-  free(q);
-  free(xq);
+  free(xd);
   return s;
 }

@@ -22,11 +22,11 @@ dit_status_t dit_cpu_linear(dit_cpu_t *c, const dit_tensor_t *x, const dit_tenso
  * + c, a GEMM with beta = 1. c may not alias y. */
 dit_status_t dit_cpu_linear_acc(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
                                 const dit_tensor_t *acc, dit_tensor_t *y);
-/* The fp8 linear of base/ops.def: each row of x quantized to e4m3 with scale amax / 448, decoded
- * and multiplied with the decoded e4m3 w [N, K] in fp32; y = acc * x_scale[row] * w_scale[col]
- * (+ bias), then gelu_tanh when act = 1, rounded once to y's dtype. */
-dit_status_t dit_cpu_linear_fp8(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *w_scale,
-                                const dit_tensor_t *bias, int act, dit_tensor_t *y);
+/* The fp8 linear of base/ops.def over quantized rows: xq e4m3 [B, T, K] and their scales xs f32
+ * [B, 1, T] (attn_quant with heads 1 and rows 1), decoded and multiplied with the decoded e4m3 w
+ * [N, K] in fp32; y = acc * xs[row] * w_scale[col] (+ bias), then act (1: gelu_tanh). */
+dit_status_t dit_cpu_linear_fp8(dit_cpu_t *c, const dit_tensor_t *xq, const dit_tensor_t *xs, const dit_tensor_t *w,
+                                const dit_tensor_t *w_scale, const dit_tensor_t *bias, int act, dit_tensor_t *y);
 /* x [B, C, F, H, W] -> y [B, (F/pt)(H/ph)(W/pw), C*pt*ph*pw]; row order (c, it, ih, iw). */
 dit_status_t dit_cpu_patchify(dit_cpu_t *c, const dit_tensor_t *x, int pt, int ph, int pw,
                               dit_tensor_t *y);

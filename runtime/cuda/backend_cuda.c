@@ -306,6 +306,7 @@ typedef struct gemm {
   cublasLtMatmulAlgo_t algo;
   const void *bias_at; /* the bias address the description holds (operands may move: an expert swap) */
   const void *a_scale_at; /* linear_fp8: the weight's channel scales the description holds */
+  const void *b_scale_at; /* linear_fp8: x's row scales the description holds */
 } gemm_t;
 
 /* What makes two GEMMs the same problem for cuBLASLt: identical ones (every block's q, k, v,
@@ -344,9 +345,6 @@ typedef struct cuda_state {
   cublasLtHandle_t lt_handle;
   CUdeviceptr workspace;
   size_t workspace_size;
-  /* linear_fp8's quantized activations (e4m3 rows, then fp32 row scales at fp8_scales), shared
-   * by its steps: dit_plan_fp8_scratch_bytes. */
-  CUdeviceptr fp8, fp8_scales;
   uint64_t allocated; /* bytes requested through cuda_alloc (allocated_bytes) */
   loaded_module_t *mods;
   size_t n_mods;
@@ -468,7 +466,6 @@ static void cuda_destroy(void *p) {
     if (st->graph) st->cu.cuGraphDestroy(st->graph);
     for (size_t i = 0; i < st->n_mods; i++) st->cu.cuModuleUnload(st->mods[i].mod);
     if (st->workspace) st->cu.cuMemFree(st->workspace);
-    if (st->fp8) st->cu.cuMemFree(st->fp8);
     if (st->lt_handle) st->lt.destroy(st->lt_handle);
     if (st->stream) st->cu.cuStreamDestroy(st->stream);
     if (st->copy_stream) st->cu.cuStreamDestroy(st->copy_stream);
@@ -920,6 +917,7 @@ static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const
 #if DIT_LT_OUTER_VEC
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     g->a_scale_at = w_scale;
+    g->b_scale_at = x_scale;
     s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
     if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
     if (!s) s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale), "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
@@ -1174,15 +1172,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   st->tmap_at = calloc((plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS, sizeof *st->tmap_at);
   if (!st->funcs || !st->gemms || !st->tmaps || !st->tmap_at) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   int need_lt = 0;
-  for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel || plan->steps[i].kind == DIT_OP_LINEAR_FP8;
-  uint64_t fp8_scales_off = 0;
-  const uint64_t fp8_bytes = dit_plan_fp8_scratch_bytes(plan, &fp8_scales_off);
-  if (fp8_bytes) {
-    void *f8;
-    DIT_RETURN_IF(cuda_alloc(st, fp8_bytes, "fp8 activations", &f8));
-    st->fp8 = (CUdeviceptr)(uintptr_t)f8;
-    st->fp8_scales = st->fp8 + fp8_scales_off;
-  }
+  for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel;
   if (need_lt) {
     DIT_RETURN_IF(load_lt(&st->lt));
     DIT_RETURN_IF(lt_check(st->lt.create(&st->lt_handle), "cublasLtCreate"));
@@ -1208,19 +1198,16 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
       for (int k = 0; k < s->n_out; k++) outs[k] = bound[s->out[k]];
       for (int j = 0; j < s->kernel.n_tmaps; j++)
         DIT_RETURN_IF(encode_tmap(st, i, j, &s->kernel.tmaps[j], kernel_arg(s, ins, outs, s->kernel.tmaps[j].arg)));
-      if (s->kind == DIT_OP_LINEAR_FP8) { /* the kernel quantizes x; cuBLASLt multiplies its rows */
-        const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
-        dit_tensor_t xq = bound[s->in[0]];
-        xq.data = (void *)(uintptr_t)st->fp8, xq.dtype = DIT_F8E4M3;
-        DIT_RETURN_IF_ERROR(plan_gemm(st, &xq, &bound[s->in[1]], s->n_in > 3 ? &bound[s->in[3]] : NULL, &bound[s->out[0]], act ? (int)act->i : 0,
-                                      bound[s->in[2]].data, (const void *)(uintptr_t)st->fp8_scales, plan->values[s->out[0]].name,
-                                      &st->gemms[i]),
-                            "step %zu (linear_fp8 '%s')", i, plan->values[s->out[0]].name);
-      }
     } else if (dit_op_is_collective(s->kind)) {
       continue; /* the executor's communicator runs them */
     } else if (s->kind == DIT_OP_STATE_CACHE) {
       continue; /* device copies (run_step) */
+    } else if (s->kind == DIT_OP_LINEAR_FP8) { /* e4m3 rows and their scales (in 0, 1) by the e4m3 weight (2, 3) */
+      const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
+      DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[2]], s->n_in > 4 ? &bound[s->in[4]] : NULL, &bound[s->out[0]],
+                                    act ? (int)act->i : 0, bound[s->in[3]].data, bound[s->in[1]].data, plan->values[s->out[0]].name,
+                                    &st->gemms[i]),
+                          "step %zu (linear_fp8 '%s')", i, plan->values[s->out[0]].name);
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       int bi, ai;
@@ -1241,10 +1228,10 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
 }
 
 /* cuBLASLt's Y = X W^T (+ C: beta = 1, when c is not NULL) of step idx, with the operand
- * addresses of this call: B (X, or the fp8 scratch) and the bias and weight scales where they
- * moved since the GEMM was described. C has Y's layout. */
+ * addresses of this call: B (X, or its e4m3 codes) and the bias and the weight's and x's scales
+ * where they moved since the GEMM was described. C has Y's layout. */
 static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const dit_tensor_t *w, const dit_tensor_t *bias,
-                             const void *w_scale, const void *c, dit_tensor_t *y) {
+                             const void *w_scale, const void *x_scale, const void *c, dit_tensor_t *y) {
   gemm_t *g = &st->gemms[idx];
   if (bias && bias->data != g->bias_at) { /* the bias moved since the GEMM was described */
     const void *bp = bias->data;
@@ -1257,6 +1244,11 @@ static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const 
                            "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
     g->a_scale_at = w_scale;
   }
+  if (x_scale && x_scale != g->b_scale_at) {
+    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale),
+                           "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
+    g->b_scale_at = x_scale;
+  }
   const float one = 1.f, zero = 0.f;
   return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, b, g->b, c ? &one : &zero, c ? c : y->data, g->c, y->data,
                                 g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream),
@@ -1268,15 +1260,8 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
   cuda_state_t *st = p;
   bind(st);
   if (idx >= st->n_steps) return DIT_ERR(INTERNAL, "cuda backend: step %zu of a plan of %zu", idx, st->n_steps);
-  if (s->kind == DIT_OP_LINEAR_FP8) { /* the quantizer kernel (q, scales, x), then the fp8 GEMM */
-    CUdeviceptr q = st->fp8, sc = st->fp8_scales, x = (CUdeviceptr)(uintptr_t)in[0].data;
-    void *args[3] = {&q, &sc, &x};
-    const dit_plan_kernel_t *k = &s->kernel;
-    DIT_RETURN_IF(cu_check(st, st->cu.cuLaunchKernel(st->funcs[idx], k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2],
-                                                     k->smem, st->stream, args, NULL),
-                           "cuLaunchKernel (fp8 activations)"));
-    return run_gemm(st, idx, (const void *)(uintptr_t)st->fp8, &in[1], s->n_in > 3 ? &in[3] : NULL, in[2].data, NULL, &out[0]);
-  }
+  if (s->kind == DIT_OP_LINEAR_FP8) /* the rows' codes and scales by the weight's */
+    return run_gemm(st, idx, in[0].data, &in[2], s->n_in > 4 ? &in[4] : NULL, in[3].data, in[1].data, NULL, &out[0]);
   if (s->kind == DIT_OP_STATE_CACHE && !s->has_kernel) { /* the executor decides whether it runs; running, it stores the fresh state */
     for (int k = 0; k < 2; k++) {
       if (in[k].dtype != out[k].dtype || dit_tensor_nbytes(&in[k]) != dit_tensor_nbytes(&out[k]))
@@ -1306,7 +1291,7 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
   int bi, ai;
   if (dit_linear_operands(s->kind, &s->attrs, s->n_in, &bi, &ai))
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: step %zu (linear): %d operands do not fit attribute acc", idx, s->n_in);
-  return run_gemm(st, idx, in[0].data, &in[1], bi >= 0 ? &in[bi] : NULL, NULL, ai >= 0 ? in[ai].data : NULL, &out[0]);
+  return run_gemm(st, idx, in[0].data, &in[1], bi >= 0 ? &in[bi] : NULL, NULL, NULL, ai >= 0 ? in[ai].data : NULL, &out[0]);
 }
 
 /* A whole forward as one CUDA graph: kernel launches and cuBLASLt calls recorded from the

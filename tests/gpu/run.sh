@@ -72,7 +72,7 @@
 #      (bench/attention/gpu.sh into RESULTS_DIR/attention; ATTN_FLAGS passes run.py options such as --no-variants),
 #   13. with GEMM_FP8=1, cuBLASLt's fp8 matmul forms (per-tensor, outer-vector; fast accumulation or not) against bf16 at
 #      Wan2.1-1.3B's linear shapes (bench/gemm_fp8.py: gemm_fp8.json),
-#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 probe ditango 1b 1c 1e wan22 1g 1d 1d2 stages).
+#      CHECKS=a,b,... runs only those sections of 1 (keys: tiny fp8 fp8attn probe ditango 1b 1c 1e wan22 1g 1d 1d2 stages).
 #      NO_FORWARD=1 skips 3 (and 4, which needs its bundle); NO_13B=1 skips 2 and 3 (no 1.3B model);
 #      NO_OPCHECK=1 skips the op-by-op comparison of 2 (the model is still made); SKIP_CHECKS=1
 #      skips 1 (but 1a, the probe check) and that comparison, for runs that only time (OFFLOAD_CHECKS=1 keeps 1c).
@@ -108,7 +108,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 fails=0
 step() { echo; echo "=== $*"; }
-# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 probe ditango 1b 1c 1e wan22 1g 1d 1d2 stages).
+# With CHECKS=a,b,... only those sections of 1 run (keys: tiny fp8 fp8attn probe ditango 1b 1c 1e wan22 1g 1d 1d2 stages).
 sec() { [ -z "${CHECKS:-}" ] || [[ ",$CHECKS," == *",$1,"* ]]; }
 check() { if "$@"; then echo "PASS: $*" | cut -c1-160; else echo "FAIL: $*" | cut -c1-160; fails=$((fails+1)); fi; }
 # What the runtime allocates on the device is within the bundle's predicted peak (ditrun's load line).
@@ -156,6 +156,8 @@ for d in tests/data/wan_tiny_*/; do
   check "$BIN/ditrun" forward "$exact" --inputs "$d/forward_inputs.safetensors" --out "$W/fe.safetensors"
   check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
 done
+fi
+if sec fp8attn; then
 step "1f. 8-bit attention (--attn-quant fp8, int8 and int8fp8, alone and with --quant fp8): the Hopper kernel's fp8, int8-QK with bf16 P V and int8-QK with fp8 P V forms and their quantizers step by step against the CPU reference, the forward against the bf16 bundle's"
 "$BIN/make_tiny_wan" --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$W/hd128" >/dev/null
 for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key tiles, a partial last one at 3072

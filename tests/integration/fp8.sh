@@ -42,16 +42,30 @@ PY
   "$BIN/ditrun" generate "$fp8" --prompt-embeds "$gi" --negative-embeds "$gi" --init-latents "$gi" --steps 2 --out "$T/g.safetensors" 2>/dev/null
   python3 -c "import json,struct,sys; f=open('$T/g.safetensors','rb'); n=struct.unpack('<Q', f.read(8))[0]; h=json.loads(f.read(n)); assert 'latents' in h, h"
 done
-# For sm_90 every linear_fp8 step gets its activation quantizer from NVRTC (the product is
-# cuBLASLt's at run time); the CPU backend runs that plan to the CPU bundle's output.
+# For sm_90 every linear_fp8 step is cuBLASLt's at run time (no kernel) over rows quantized once
+# for all the linears that read them: by the norm that makes them where there is one (each
+# block's two adalns and its cross-attention layernorm, with their folded residuals: codes, sum,
+# row scales out), else by an attn_quant with heads 1 and rows 1 just after their producer (each
+# block's attention outputs and GELU'd FFN rows, and once, before the blocks, the text that every
+# block's cross-attention K and V read). The CPU backend runs that plan to the CPU bundle's output.
 line=$("$BIN/ditc" compile "${args[@]}" --quant fp8 --target sm_90 | tail -n 1)
 g8=${line##* }
 python3 - "$g8" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1] + "/manifest.json"))
 plan = [b["hash"] for b in m["blobs"] if b["role"] == "plan"][0]
-steps = [s for s in json.load(open(sys.argv[1] + "/blobs/" + plan))["steps"] if s["op"] == "linear_fp8"]
-assert len(steps) == len(m["summary"]["quant"]["ops"]) and all(s["kernel"]["source"] == "nvrtc" for s in steps), steps[:1]
+steps = json.load(open(sys.argv[1] + "/blobs/" + plan))["steps"]
+lin = [s for s in steps if s["op"] == "linear_fp8"]
+assert len(lin) == len(m["summary"]["quant"]["ops"]) and not any("kernel" in s for s in lin), lin[:1]
+maker = {o: s for s in steps for o in s["out"]}
+rows = {s["in"][0] for s in lin}
+norms = [maker[v] for v in rows if maker[v]["op"] in ("layernorm", "adaln")]
+quants = [maker[v] for v in rows if maker[v]["op"] == "attn_quant"]
+layers = m["inputs"]["model"]["config"]["num_layers"]
+assert len(norms) == 3 * layers and len(quants) == 3 * layers + 1 and len(rows) == len(norms) + len(quants), (len(norms), len(quants), len(rows))
+assert all(s["ints"]["quant"] == 1 and "kernel" in s and len(s["out"]) in (2, 3) for s in norms), norms[:1]
+assert all(s["ints"]["heads"] == 1 and s["ints"]["rows"] == 1 and s["kernel"]["source"] == "nvrtc" for s in quants), quants[:1]
+assert sorted(s["block"] for s in quants) == [-1] + sorted(b for b in range(layers) for _ in range(3)), [s["block"] for s in quants]
 PY
 "$BIN/ditrun" forward "$g8" --backend cpu --inputs "$d/forward_inputs.safetensors" --out "$T/g.safetensors" 2>/dev/null
 "$BIN/st_compare" "$T/g.safetensors" "$T/f.safetensors" sample 1e-6 0.999999
@@ -113,7 +127,9 @@ steps = json.load(open(d + "/blobs/" + plan))["steps"]
 ops = [s["op"] for s in steps]
 fp8 = [s for s in steps if s["op"] == "attention_fp8"]
 pv8 = mode != "int8"  # int8: P V in bf16 over v itself, no V quantizers
-assert ops.count("attn_quant") == 2 and ops.count("attn_vmax") == pv8 and ops.count("attn_quant_vt") == pv8 and len(fp8) == 1 \
+# the attention's Q and K quantizers (fp8all adds the fp8 linears' row quantizers: heads 1, rows 1)
+attn_q = [s for s in steps if s["op"] == "attn_quant" and s["ints"]["heads"] != 1]
+assert len(attn_q) == 2 and ops.count("attn_vmax") == pv8 and ops.count("attn_quant_vt") == pv8 and len(fp8) == 1 \
     and ops.count("attention") == 1, ops
 if pv8:
     # 2 heads of 4 channel groups would take 66 splits for 528 blocks; 320 keys cap them at 320 / 128.

@@ -126,7 +126,7 @@ static void test_ops(void) {
   CHECK(dit_op_kind_parse("attention", &k) == 0 && k == DIT_OP_ATTENTION);
   CHECK(dit_op_kind_parse("conv", &k) == -1);
   CHECK(dit_op_info(DIT_OP_LINEAR)->min_inputs == 2 && dit_op_info(DIT_OP_LINEAR)->max_inputs == 4);
-  /* A linear's operands: x, w, [bias], [c with acc = 1]; linear_fp8's: x, w, w_scale, [bias]. */
+  /* A linear's operands: x, w, [bias], [c with acc = 1]; linear_fp8's: xq, xs, w, w_scale, [bias]. */
   {
     dit_attrs_t la = {0};
     int bi, ai;
@@ -139,8 +139,20 @@ static void test_ops(void) {
     CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 2, &bi, &ai) == -1);
     dit_attrs_set_int(&la, "acc", 2);
     CHECK(dit_linear_operands(DIT_OP_LINEAR, &la, 3, &bi, &ai) == -1);
-    CHECK(dit_linear_operands(DIT_OP_LINEAR_FP8, &la, 4, &bi, &ai) == 0 && bi == 3 && ai == -1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR_FP8, &la, 4, &bi, &ai) == 0 && bi == -1 && ai == -1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR_FP8, &la, 5, &bi, &ai) == 0 && bi == 4 && ai == -1);
+    CHECK(dit_linear_operands(DIT_OP_LINEAR_FP8, &la, 3, &bi, &ai) == -1);
     CHECK(dit_linear_operands(DIT_OP_ADD, &la, 2, &bi, &ai) == -1);
+  }
+  /* A norm's folded row quantizer: attr quant 0 or 1 on layernorm and adaln only. */
+  {
+    dit_attrs_t qa = {0};
+    CHECK(dit_norm_quant(DIT_OP_ADALN, &qa) == 0);
+    dit_attrs_set_int(&qa, "quant", 1);
+    CHECK(dit_norm_quant(DIT_OP_ADALN, &qa) == 1 && dit_norm_quant(DIT_OP_LAYERNORM, &qa) == 1);
+    CHECK(dit_norm_quant(DIT_OP_GATED_ADD, &qa) == 0);
+    dit_attrs_set_int(&qa, "quant", 2);
+    CHECK(dit_norm_quant(DIT_OP_LAYERNORM, &qa) == -1);
   }
   CHECK(dit_op_info(DIT_OP_COUNT) == NULL);
   dit_attrs_t a = {0};

@@ -889,17 +889,39 @@ static void test_codegen_ops(const char *target, const char *cache) {
   dit_attrs_set_int(&act, "act", 7);
   dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin7");
   check_refused(cg, g, "activation 7");
-  /* linear_fp8: the activation quantizer, one warp a row of x ([2, 100, 64]: 200 rows). */
+  /* fp8 linears: their rows' quantizer, attn_quant with heads 1 and rows 1, one warp a row of x
+   * ([2, 100, 64]: 200 rows); the same folded into a layernorm (a block a row, codes and row
+   * scales out); linear_fp8 over the codes, a cuBLASLt GEMM (no kernel); N not a multiple of 16
+   * refused. */
   {
+    const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32};
+    dit_attrs_t ra = {0}, lq = {0};
+    dit_attrs_set_int(&ra, "heads", 1), dit_attrs_set_int(&ra, "rows", 1);
+    dit_vid_t xr[2], lr[2];
+    CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &x, 1, &ra, qdt, "x_rows8", xr));
+    CHECK_EQ_INT(check_op(cg, g, "attn_quant (token rows)", DIT_ABI_BLOCK, 0, 0), (200 + DIT_ABI_BLOCK / 32 - 1) / (DIT_ABI_BLOCK / 32));
+    dit_attrs_set_float(&lq, "eps", 1e-6), dit_attrs_set_int(&lq, "quant", 1);
+    CHECK_OK(dit_graph_op2(g, DIT_OP_LAYERNORM, &x, 1, &lq, qdt, "ln_rows8", lr));
+    CHECK_EQ_INT(dit_graph_cvalue(g, lr[1])->rank, 3);
+    CHECK_EQ_INT(dit_graph_cvalue(g, lr[1])->dims[2], 100);
+    CHECK_EQ_INT(check_op(cg, g, "layernorm with the row quantizer", DIT_ABI_BLOCK, 0, 0), 200);
     int64_t w8d[2] = {48, 64}, nd[1] = {48};
     dit_vid_t w8 = dit_graph_weight(g, "w8", DIT_F8E4M3, 2, w8d), ws = dit_graph_weight(g, "w8.scale", DIT_F32, 1, nd),
-              b8 = dit_graph_weight(g, "b8", DIT_BF16, 1, nd), l8[4] = {x, w8, ws, b8};
+              b8 = dit_graph_weight(g, "b8", DIT_BF16, 1, nd), l8[5] = {xr[0], xr[1], w8, ws, b8};
     dit_attrs_set_int(&act, "act", 1);
-    dit_graph_op(g, DIT_OP_LINEAR_FP8, l8, 4, &act, DIT_BF16, "lin8");
-    CHECK_EQ_INT(check_op(cg, g, "linear_fp8 (quantizer)", DIT_ABI_BLOCK, 0, 0), (200 + DIT_ABI_BLOCK / 32 - 1) / (DIT_ABI_BLOCK / 32));
+    dit_graph_op(g, DIT_OP_LINEAR_FP8, l8, 5, &act, DIT_BF16, "lin8");
+    {
+      int has = 1;
+      dit_plan_kernel_t k;
+      dit_cuda_module_t m;
+      memset(&m, 0, sizeof m);
+      CHECK_OK(dit_cuda_codegen_op(cg, g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1), &has, &k, &m));
+      CHECK_EQ_INT(has, 0);
+    }
     int64_t odd[2] = {40, 64}, od[1] = {40};
-    dit_vid_t wo = dit_graph_weight(g, "wo", DIT_F8E4M3, 2, odd), so = dit_graph_weight(g, "wo.scale", DIT_F32, 1, od), lo[3] = {x, wo, so};
-    dit_graph_op(g, DIT_OP_LINEAR_FP8, lo, 3, NULL, DIT_BF16, "lin8_odd");
+    dit_vid_t wo = dit_graph_weight(g, "wo", DIT_F8E4M3, 2, odd), so = dit_graph_weight(g, "wo.scale", DIT_F32, 1, od),
+              lo[4] = {lr[0], lr[1], wo, so};
+    dit_graph_op(g, DIT_OP_LINEAR_FP8, lo, 4, NULL, DIT_BF16, "lin8_odd");
     check_refused(cg, g, "op linear_fp8 'lin8_odd': K = 64 and N = 40 must be multiples of 16");
   }
   /* FP8 attention's operands ([2, 200, 2 x 128]): attn_quant one block a (b, h, row block) (q:

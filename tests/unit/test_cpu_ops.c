@@ -1010,32 +1010,42 @@ static void test_groupnorm(void) {
  * be 0.8, not 0.79643: the rounding of the activations is what is checked. */
 static double gelu_d(double x);
 static void test_linear_fp8(void) {
-  const int64_t xd[2] = {2, 3}, wd[2] = {2, 3}, nd[1] = {2};
-  dit_tensor_t x = tensor_alloc(DIT_F32, 2, xd), w = tensor_alloc(DIT_F8E4M3, 2, wd), ws = tensor_alloc(DIT_F32, 1, nd),
-               b = tensor_alloc(DIT_BF16, 1, nd), y = tensor_alloc(DIT_F32, 2, xd);
-  y.dims[1] = 2;
+  const int64_t xd[3] = {1, 2, 3}, sd[3] = {1, 1, 2}, wd[2] = {2, 3}, nd[1] = {2}, yd[3] = {1, 2, 2};
+  dit_tensor_t x = tensor_alloc(DIT_F32, 3, xd), xq = tensor_alloc(DIT_F8E4M3, 3, xd), xs = tensor_alloc(DIT_F32, 3, sd),
+               w = tensor_alloc(DIT_F8E4M3, 2, wd), ws = tensor_alloc(DIT_F32, 1, nd), b = tensor_alloc(DIT_BF16, 1, nd),
+               y = tensor_alloc(DIT_F32, 3, yd);
   static const double xv[6] = {1, -2, 0.5, 0.1, 0.2, 0.3}, wv[6] = {1, 0.5, -2, 0.25, 3, 1.5};
   for (int i = 0; i < 6; i++) set_elem(&x, i, xv[i]), set_elem(&w, i, wv[i]);
   set_elem(&ws, 0, 0.5), set_elem(&ws, 1, 2);
   set_elem(&b, 0, 1), set_elem(&b, 1, -1);
+  /* The rows' quantizer: attn_quant with heads 1 and rows 1. */
+  CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &x, 1, 1, &xq, &xs));
+  CHECK_NEAR(get_elem(&xs, 0), 2.0 / 448, 1e-9);
+  CHECK_NEAR(get_elem(&xs, 1), 0.3 / 448, 1e-9);
+  static const double codes[6] = {224, -448, 112, 144, 288, 448};
+  for (int i = 0; i < 6; i++) CHECK_NEAR(get_elem(&xq, i), codes[i], 0);
   const double want[4] = {-224 * (2.0 / 448) * 0.5 + 1, -1120 * (2.0 / 448) * 2 - 1, -608 * (0.3 / 448) * 0.5 + 1,
                           1572 * (0.3 / 448) * 2 - 1};
   for (int c = 0; c < 2; c++) {
-    CHECK_OK(dit_cpu_linear_fp8(&g_cpu[c], &x, &w, &ws, &b, 0, &y));
+    CHECK_OK(dit_cpu_linear_fp8(&g_cpu[c], &xq, &xs, &w, &ws, &b, 0, &y));
     for (int i = 0; i < 4; i++) CHECK_NEAR(get_elem(&y, i), want[i], 2e-6 * (1 + fabs(want[i])));
-    CHECK_OK(dit_cpu_linear_fp8(&g_cpu[c], &x, &w, &ws, &b, 1, &y)); /* gelu_tanh after the bias */
+    CHECK_OK(dit_cpu_linear_fp8(&g_cpu[c], &xq, &xs, &w, &ws, &b, 1, &y)); /* gelu_tanh after the bias */
     for (int i = 0; i < 4; i++) CHECK_NEAR(get_elem(&y, i), gelu_d(want[i]), 2e-6 * (1 + fabs(want[i])));
   }
-  CHECK_OK(dit_cpu_linear_fp8(&g_cpu[0], &x, &w, &ws, NULL, 0, &y));
+  CHECK_OK(dit_cpu_linear_fp8(&g_cpu[0], &xq, &xs, &w, &ws, NULL, 0, &y));
   CHECK_NEAR(get_elem(&y, 2), -608 * (0.3 / 448) * 0.5, 1e-6);
-  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &x, &ws, NULL, 0, &y), INVALID_ARGUMENT,
-            "linear_fp8: w is f32 [2, 3], expected f8e4m3 [N, K]");
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &xq, &xs, &ws, &ws, NULL, 0, &y), INVALID_ARGUMENT,
+            "linear_fp8: w is f32 [2], expected f8e4m3 [N, K]");
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &xs, &w, &ws, NULL, 0, &y), INVALID_ARGUMENT,
+            "linear_fp8: xq is f32 [1, 2, 3], expected f8e4m3 [B, T, K = 3]");
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &xq, &ws, &w, &ws, NULL, 0, &y), INVALID_ARGUMENT,
+            "linear_fp8: xs is f32 [2], expected f32 [1, 1, 2]");
   ws.dims[0] = 3;
-  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &w, &ws, NULL, 0, &y), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &xq, &xs, &w, &ws, NULL, 0, &y), INVALID_ARGUMENT,
             "linear_fp8: w_scale is f32 [3], expected f32 [2]");
   ws.dims[0] = 2;
-  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &x, &w, &ws, NULL, 2, &y), UNIMPLEMENTED, "activation 2");
-  free(x.data), free(w.data), free(ws.data), free(b.data), free(y.data);
+  CHECK_ERR(dit_cpu_linear_fp8(&g_cpu[0], &xq, &xs, &w, &ws, NULL, 2, &y), UNIMPLEMENTED, "activation 2");
+  free(x.data), free(xq.data), free(xs.data), free(w.data), free(ws.data), free(b.data), free(y.data);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------ */

@@ -71,8 +71,8 @@ static void test_shape_errors(void) {
   int64_t vals[] = {2, 1, 3, 3, 2, 2, 2};
   for (int i = 0; i < 7; i++) dit_attrs_set_int(&ra, keys[i], vals[i]);
   dit_attrs_set_float(&ra, "theta", 10000);
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
+  int rank[DIT_OP_MAX_OUT];
+  int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ROPE, &x, 1, &ra, 1, rank, dims), INVALID_ARGUMENT, "10 tokens from 0, grid has 9");
   /* missing attribute */
   dit_attrs_t none = {0};
@@ -152,8 +152,8 @@ static void test_cost(void) {
 static void test_mmdit_ops(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
+  int rank[DIT_OP_MAX_OUT];
+  int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   /* reshape: a modulation output [B, n*D] viewed as [B, n, D] */
   int64_t ms[2] = {2, 6 * 16};
   dit_vid_t m = dit_graph_input(g, "mod", DIT_BF16, 2, ms);
@@ -324,8 +324,8 @@ static void test_mmdit_ops(void) {
 static void test_clip_ops(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
+  int rank[DIT_OP_MAX_OUT];
+  int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   const int64_t idd[2] = {2, 7}, badd[2] = {2, 6};
   dit_vid_t x = in3(g, "x", DIT_BF16, 2, 7, 16), ids = dit_graph_input(g, "ids", DIT_I32, 2, idd);
   dit_vid_t qg = dit_graph_op(g, DIT_OP_QUICK_GELU, &x, 1, NULL, DIT_BF16, "act");
@@ -354,8 +354,8 @@ static void test_clip_ops(void) {
 static void test_key_bound(void) {
   dit_graph_t *g;
   CHECK_OK(dit_graph_create(&g));
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
+  int rank[DIT_OP_MAX_OUT];
+  int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   int64_t md[2] = {3, 7};
   dit_vid_t mask = dit_graph_input(g, "encoder_attention_mask", DIT_I64, 2, md);
   dit_attrs_t off = attrs_i("offset", 12, NULL, 0);
@@ -424,8 +424,8 @@ static void test_video_ops(void) {
   dit_vid_t i2[2] = {x, dit_graph_weight(g, "w2", DIT_F32, 4, w4)};
   yv = dit_graph_cvalue(g, dit_graph_op(g, DIT_OP_CONV3D, i2, 2, &valid, DIT_F32, "per_frame"));
   CHECK(yv && yv->dims[1] == 3 && yv->dims[2] == 6 && yv->dims[3] == 4 && yv->dims[4] == 5);
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
+  int rank[DIT_OP_MAX_OUT];
+  int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   dit_vid_t bad[2] = {x, dit_graph_weight(g, "wbad", DIT_F32, 5, wbad)};
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_CONV3D, bad, 2, &a, 1, rank, dims), INVALID_ARGUMENT,
             "conv3d: weight 'wbad' [5,3,3,3,3] takes 3 input channels, x 'x' [2,3,8,6,4] has 4");
@@ -559,8 +559,8 @@ static void test_fp8_attention_ops(void) {
   const dit_value_t *mv = dit_graph_cvalue(g, m);
   CHECK(mv->rank == 4 && mv->dims[0] == 1 && mv->dims[1] == 2 && mv->dims[2] == 200 && mv->dims[3] == 128 && mv->dtype == DIT_F32);
   CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 200.0 * 256, 0);
-  int rank[2];
-  int64_t dims[2][DIT_MAX_RANK];
+  int rank[DIT_OP_MAX_OUT];
+  int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   dit_attrs_set_int(&ma, "splits", 201);
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTN_VMAX, &x, 1, &ma, 1, rank, dims), INVALID_ARGUMENT,
             "attn_vmax: attribute splits = 201 exceeds the 200 keys of x 'x' (every split needs one)");

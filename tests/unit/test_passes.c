@@ -453,6 +453,68 @@ static void test_fuse_residual_norm(void) {
   CHECK_EQ_INT(dit_norm_residual(DIT_OP_RMSNORM, &a, 3, NULL), 0);
 }
 
+/* x + y, layernorm'd (w, b), then the row quantizer of two fp8 linears (attn_quant with heads 1
+ * and rows 1); with `other`, a silu reads the normalized rows too. */
+static dit_graph_t *quant_norm_graph(int other) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[3] = {1, 6, 16}, wd[1] = {16}, w8d[2] = {16, 16};
+  dit_vid_t xy[2] = {dit_graph_input(g, "x", DIT_BF16, 3, xd), dit_graph_input(g, "y", DIT_BF16, 3, xd)};
+  dit_vid_t h = dit_graph_op(g, DIT_OP_ADD, xy, 2, NULL, DIT_BF16, "h");
+  dit_attrs_t na = {0}, qa = {0};
+  dit_attrs_set_float(&na, "eps", 1e-6);
+  dit_vid_t ni[3] = {h, dit_graph_weight(g, "w", DIT_F32, 1, wd), dit_graph_weight(g, "b", DIT_F32, 1, wd)};
+  dit_vid_t n = dit_graph_op(g, DIT_OP_LAYERNORM, ni, 3, &na, DIT_BF16, "n");
+  if (other) dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &n, 1, NULL, DIT_BF16, "other"), "o");
+  dit_attrs_set_int(&qa, "heads", 1), dit_attrs_set_int(&qa, "rows", 1);
+  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32};
+  dit_vid_t q[2];
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &n, 1, &qa, qdt, "n.rows8", q));
+  for (int i = 0; i < 2; i++) {
+    char wn[16], sn[16], yn[16];
+    snprintf(wn, sizeof wn, "w8_%d", i), snprintf(sn, sizeof sn, "s8_%d", i), snprintf(yn, sizeof yn, "y%d", i);
+    dit_vid_t li[4] = {q[0], q[1], dit_graph_weight(g, wn, DIT_F8E4M3, 2, w8d), dit_graph_weight(g, sn, DIT_F32, 1, wd)};
+    dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_LINEAR_FP8, li, 4, NULL, DIT_BF16, yn), yn);
+  }
+  dit_graph_mark_output(g, h, "h");
+  CHECK_OK(dit_graph_verify(g));
+  return g;
+}
+
+/* The row quantizer of fp8 linears folds into the norm making its rows (after the residual fold):
+ * one op, codes first, the sum, the row scales [B, 1, T] last; both linears read the codes. Kept
+ * when the rows have another reader. */
+static void test_fuse_quant_norm(void) {
+  dit_graph_t *g = quant_norm_graph(0);
+  dit_pass_result_t r = {0};
+  CHECK_OK(dit_pass_fuse(g, &r));
+  CHECK_EQ_INT(r.fused_ops, 2); /* the residual, then the quantizer */
+  CHECK_EQ_INT(dit_graph_num_ops(g), 3);
+  const dit_op_t *op = dit_graph_cop_at(g, 0);
+  CHECK_EQ_INT(op->kind, DIT_OP_LAYERNORM);
+  CHECK_EQ_INT(op->n_out, 3);
+  CHECK_EQ_INT(dit_norm_quant(op->kind, &op->attrs), 1);
+  const dit_value_t *codes = dit_graph_cvalue(g, op->out[0]), *sc = dit_graph_cvalue(g, op->out[2]);
+  CHECK(codes->dtype == DIT_F8E4M3 && sc->dtype == DIT_F32 && sc->rank == 3 && sc->dims[1] == 1 && sc->dims[2] == 6);
+  CHECK(!strcmp(dit_graph_cvalue(g, op->out[1])->name, "h"));
+  for (int i = 1; i < 3; i++) {
+    const dit_op_t *l = dit_graph_cop_at(g, i);
+    CHECK(l->kind == DIT_OP_LINEAR_FP8 && l->in[0] == op->out[0] && l->in[1] == op->out[2]);
+  }
+  CHECK_OK(dit_graph_verify(g));
+  dit_graph_destroy(g);
+  g = quant_norm_graph(1);
+  CHECK_OK(dit_pass_fuse(g, &r));
+  int quantizers = 0;
+  for (int i = 0; i < dit_graph_num_ops(g); i++) {
+    quantizers += dit_graph_cop_at(g, i)->kind == DIT_OP_ATTN_QUANT;
+    CHECK_EQ_INT(dit_norm_quant(dit_graph_cop_at(g, i)->kind, &dit_graph_cop_at(g, i)->attrs), 0);
+  }
+  CHECK_EQ_INT(quantizers, 1);
+  CHECK_OK(dit_graph_verify(g));
+  dit_graph_destroy(g);
+}
+
 /* A reshape of a temp is a view: it shares its input's block, which stays alive until the view's
  * last reader, so a temp made in between does not take those bytes; a reshape of a graph input
  * gets a block of its own. */
@@ -832,6 +894,7 @@ int main(void) {
   test_mmdit_ops_plan();
   test_fuse_norm_rope();
   test_fuse_residual_norm();
+  test_fuse_quant_norm();
   test_fuse_concat_linear();
   test_fuse_add_linear();
   test_memplan_on_wan();
