@@ -104,12 +104,13 @@ float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) {
     const float a = fabsf(x[i]);
     if (a > amax) amax = a; /* NaN never compares greater: it stays NaN in its own code */
   }
-  const float scale = dit_e4m3_scale(amax);
-  for (int64_t i = 0; i < n; i++) q[i] = dit_f32_to_e4m3(x[i] / scale);
-  return scale;
+  const float inv = dit_e4m3_inv(amax);
+  for (int64_t i = 0; i < n; i++) q[i] = dit_f32_to_e4m3(x[i] * inv);
+  return dit_e4m3_scale(amax);
 }
 
 float dit_e4m3_scale(float amax) { return amax > 0.0f ? amax / DIT_E4M3_MAX : 1.0f; }
+float dit_e4m3_inv(float amax) { return amax > 0.0f ? DIT_E4M3_MAX / amax : 1.0f; }
 
 float dit_i8_quantize_row(const float *x, int64_t n, int8_t *q) {
   float amax = 0.0f;

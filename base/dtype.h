@@ -59,11 +59,14 @@ uint8_t dit_f32_to_e4m3(float f);
 
 /* The fp8 quantization of one row of n values, shared by the weights writer (per output
  * channel), the CPU reference and the CUDA kernels (per token): scale = amax / 448 (1 for an
- * all-zero row), q[i] = e4m3(x[i] / scale). Returns the scale. */
+ * all-zero row), q[i] = e4m3(x[i] * inv) with inv = 448 / amax (1 for an all-zero row), one IEEE
+ * fp32 product a value (a multiply where a division would cost a kernel several instructions an
+ * element). Returns the scale. */
 float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q);
 /* The scale of that quantization for values whose largest magnitude is amax: amax / 448, 1 when
- * amax is 0 (an all-zero row). */
+ * amax is 0 (an all-zero row); and the factor that makes the codes: 448 / amax, 1 likewise. */
 float dit_e4m3_scale(float amax);
+float dit_e4m3_inv(float amax);
 /* The int8 quantization of n values (one block of attention_fp8's Q or K under --attn-quant int8):
  * scale = amax / 127 (1 for an all-zero block), q[i] = x[i] / scale in IEEE fp32 rounded to the
  * nearest integer, ties to even, clamped to [-127, 127]; NaN becomes 0. Returns the scale. */

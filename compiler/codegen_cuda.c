@@ -606,13 +606,18 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
        * and for its codes one a (b, h, 32 channels, 128-key column tile). */
       const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1], B = x->dims[0];
       if (op->kind == DIT_OP_ATTN_QUANT && heads == 1 && geti(op, "rows") == 1 && y->dtype == DIT_F8E4M3) {
-        /* Token rows (an fp8 linear's quantizer): a warp a row, rows of whole 8-element vectors. */
+        /* Token rows (an fp8 linear's quantizer), held in registers: a warp a row up to 2048
+         * channels (at most 8 vectors of eight a lane), a block a row beyond (the FFN's 8960: 5 a
+         * thread). Rows of whole 8-element vectors. */
         const int64_t M = B * T;
         if (hd % 8) return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': rows of %" PRId64 " channels, not whole 8-element vectors", y->name, hd);
         if (M > INT32_MAX) return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': %" PRId64 " rows, more than a grid holds", y->name, M);
-        dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define M %" PRId64 "LL\n#define K %" PRId64 "\n", dt_code(x->dtype), M,
-                          hd);
-        set_launch(k, (uint64_t)(M + DIT_ABI_BLOCK / 32 - 1) / (DIT_ABI_BLOCK / 32), 1, 1, DIT_ABI_BLOCK, 0); /* a warp a row */
+        if (hd > 8 * DIT_ABI_BLOCK * 8)
+          return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': rows of %" PRId64 " channels exceed the kernel's %d", y->name, hd, 8 * DIT_ABI_BLOCK * 8);
+        const int qt = hd <= 2048 ? 32 : DIT_ABI_BLOCK;
+        dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define M %" PRId64 "LL\n#define K %" PRId64 "\n#define QT %d\n",
+                          dt_code(x->dtype), M, hd, qt);
+        set_launch(k, (uint64_t)(M + DIT_ABI_BLOCK / qt - 1) / (DIT_ABI_BLOCK / qt), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }
       if (op->kind == DIT_OP_ATTN_QUANT) {

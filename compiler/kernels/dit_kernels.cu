@@ -296,9 +296,19 @@ __device__ __forceinline__ float2 wan_rope_cs(long long tok, int p) {
 #endif
 
 #if defined(DIT_K_QUANT_FP8) || defined(DIT_K_ATTN_QUANT) || defined(DIT_K_ATTN_QUANT_VT) || (defined(DIT_K_ROWNORM) && defined(QUANT))
-// The e4m3 encoding of base/dtype.c's dit_f32_to_e4m3 (the CPU reference), bit for bit: rounded
-// to nearest even and saturated to +-448; callers divide by their scale in IEEE fp32 (no fast
-// math), as dit_e4m3_quantize_row does.
+// The e4m3 codes of two floats, lo in the low byte, as base/dtype.c's dit_f32_to_e4m3 (the CPU
+// reference) makes them: rounded to nearest even and saturated to +-448; a NaN becomes a NaN code.
+// From sm_89 the hardware conversion (the same codes on every finite float and infinity: checked
+// over all 2^32 of them on an H200), before it the same rule in integer arithmetic. Callers scale
+// by inv = 448 / amax in one IEEE fp32 product (no fast math), as dit_e4m3_quantize_row does.
+#if __CUDA_ARCH__ >= 890
+__device__ __forceinline__ u32 e4m3x2(float lo, float hi) {
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned char e4m3_encode(float f) { return (unsigned char)e4m3x2(f, 0.f); }
+#else
 __device__ __forceinline__ unsigned char e4m3_encode(float f) {
   const u32 u = __float_as_uint(f), a = u & 0x7fffffffu;
   const unsigned char sign = (unsigned char)((u >> 24) & 0x80u);
@@ -308,13 +318,13 @@ __device__ __forceinline__ unsigned char e4m3_encode(float f) {
   const u32 r = a + 0x7ffffu + ((a >> 20) & 1u);
   return sign | (unsigned char)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
 }
+__device__ __forceinline__ u32 e4m3x2(float lo, float hi) { return (u32)e4m3_encode(lo) | (u32)e4m3_encode(hi) << 8; }
+#endif
 
-// Eight values over scale as e4m3 codes (e4m3_encode's), the first in the lowest byte.
-__device__ __forceinline__ uint2 e4m3_encode8(const float *v, float scale) {
-  u32 w[2] = {0u, 0u};
-#pragma unroll
-  for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)e4m3_encode(v[k] / scale) << (8 * (k & 3));
-  return make_uint2(w[0], w[1]);
+// Eight values times inv as e4m3 codes, the first in the lowest byte.
+__device__ __forceinline__ uint2 e4m3_encode8(const float *v, float inv) {
+  return make_uint2(e4m3x2(v[0] * inv, v[1] * inv) | e4m3x2(v[2] * inv, v[3] * inv) << 16,
+                    e4m3x2(v[4] * inv, v[5] * inv) | e4m3x2(v[6] * inv, v[7] * inv) << 16);
 }
 
 // The largest |v| of eight, NaN never counting (it never compares greater, as on the CPU).
@@ -368,7 +378,7 @@ __device__ __forceinline__ float block_max(float v, float *scratch) {
 // With QUANT (LAYERNORM or ADALN, a block a row: the row quantizer of fp8 linears folded in) the
 // normalized row, rounded to T_OUT (x's type) as storing it would, stays in registers: its largest
 // magnitude over the block gives the scale s = amax / 448 (1 for a zero row), y gets the e4m3 codes
-// of row / s and ys[row] = s (attn_quant with heads 1 and rows 1 of the stored row, bit for bit).
+// of row * (448 / amax) and ys[row] = s (attn_quant with heads 1 and rows 1 of the stored row, bit for bit).
 #define M_LN DIT_ABI_NORM_LAYERNORM
 #define M_ADALN DIT_ABI_NORM_ADALN
 #define M_RMS DIT_ABI_NORM_RMSNORM
@@ -797,15 +807,15 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
       if (a > amax) amax = a;  // NaN never counts, as in amax8
     }
   amax = block_max<ROW_BLOCK>(amax, scratch);
-  const float qs = amax > 0.f ? amax / 448.f : 1.f;
+  const float qs = amax > 0.f ? amax / 448.f : 1.f, qi = amax > 0.f ? 448.f / amax : 1.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
     const int d = (tid + k * ROW_THREADS) * CW;
     if (d >= D) continue;
 #if VEC8
-    *(uint2 *)(y + row * D + d) = e4m3_encode8(v[k], qs);
+    *(uint2 *)(y + row * D + d) = e4m3_encode8(v[k], qi);
 #else
-    y[row * D + d] = e4m3_encode(v[k][0] / qs);
+    y[row * D + d] = e4m3_encode(v[k][0] * qi);
 #endif
   }
   if (tid == 0) ys[row] = qs;
@@ -970,28 +980,49 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 
 
 #if defined(DIT_K_QUANT_FP8)
-// attn_quant with heads 1 and rows 1: the rows of fp8 linears' x, quantized for the fp8 matmul
-// that follows (where no norm makes them with the quantizer folded in): one warp a row of x [M, K] (DIT_ABI_BLOCK / 32 rows a block: a row of Wan's 1536 channels is too little
-// work for a block of its own); s[m] = amax / 448 (1 for an all-zero row) and q[m, k] =
-// e4m3(x / s[m]). Eight elements an access (16 bytes of bf16 in, 8 bytes of codes out); the
-// second pass reads the row again from the cache.
+// attn_quant with heads 1 and rows 1: the rows of fp8 linears' x [M, K], quantized for the fp8
+// matmul that follows (where no norm makes them with the quantizer folded in): s[m] = amax / 448
+// (1 for an all-zero row), q[m, k] = e4m3(x * (448 / amax)). QT threads a row (a warp, or with
+// QT = DIT_ABI_BLOCK a block for long rows: the FFN's 8960 channels), each holding its QV vectors
+// of eight in registers: every load of the row is issued before the first is needed, and the row is
+// read once (16 bytes of bf16 in, 8 bytes of codes out an access).
+#ifndef QT
+#define QT 32
+#endif
+#define QV ((K / 8 + QT - 1) / QT)
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   static_assert(K % 8 == 0, "quant_fp8: rows of whole 8-element vectors (ditc asks K % 16 == 0)");
-  const int lane = threadIdx.x & 31;
-  const long long row = (long long)blockIdx.x * (DIT_ABI_BLOCK / 32) + (threadIdx.x >> 5), base = row * K;
+  static_assert(QT == 32 || QT == DIT_ABI_BLOCK, "quant_fp8: a warp or a block a row");
+  const int t = threadIdx.x % QT;
+  const long long row = (long long)blockIdx.x * (DIT_ABI_BLOCK / QT) + threadIdx.x / QT, base = row * K;
+#if QT == 32
   if (row >= M) return;  // the whole warp
-  float amax = 0.f, v[8];
-  for (int k = 8 * lane; k < K; k += 8 * 32) {
-    ld8(x, base + k, v);
-    amax = amax8(v, amax);
+#else
+  __shared__ float scratch[DIT_ABI_BLOCK / 32];
+#endif
+  float v[QV][8], amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < QV; i++) {
+    const int k = 8 * (t + i * QT);
+    if (k < K) ld8(x, base + k, v[i]);
+    else
+#pragma unroll
+      for (int e = 0; e < 8; e++) v[i][e] = 0.f;
   }
+#pragma unroll
+  for (int i = 0; i < QV; i++) amax = amax8(v[i], amax);
+#if QT == 32
   amax = warp_max(amax);
-  const float scale = amax > 0.f ? amax / 448.f : 1.f;
-  for (int k = 8 * lane; k < K; k += 8 * 32) {
-    ld8(x, base + k, v);
-    *(uint2 *)(q + base + k) = e4m3_encode8(v, scale);
+#else
+  amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
+#endif
+  const float inv = amax > 0.f ? 448.f / amax : 1.f;
+#pragma unroll
+  for (int i = 0; i < QV; i++) {
+    const int k = 8 * (t + i * QT);
+    if (k < K) *(uint2 *)(q + base + k) = e4m3_encode8(v[i], inv);
   }
-  if (lane == 0) s[row] = scale;
+  if (t == 0) s[row] = amax > 0.f ? amax / 448.f : 1.f;
 }
 #endif
 
@@ -1014,6 +1045,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
   }
   amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
   const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
+#if !CODES_I8
+  const float inv = amax > 0.f ? 448.f / amax : 1.f;
+#endif
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;
     ld8(x, i, v);
@@ -1023,7 +1057,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
     for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)(unsigned char)(signed char)max(-127, min(127, __float2int_rn(v[k] / scale))) << (8 * (k & 3));
     *(uint2 *)(q + i) = make_uint2(w[0], w[1]);
 #else
-    *(uint2 *)(q + i) = e4m3_encode8(v, scale);
+    *(uint2 *)(q + i) = e4m3_encode8(v, inv);
 #endif
   }
   if (threadIdx.x == 0) s[blk] = scale;
@@ -1089,14 +1123,14 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
   const long long h = bh % HEADS, b = bh / HEADS, c = g * VT_CH + tx, t0 = t * 128;
   float amax = 0.f;
   for (int sp = 0; sp < SPLITS; sp++) amax = fmaxf(amax, m[(bh * SPLITS + sp) * HD + c]);
-  const float scale = amax > 0.f ? amax / 448.f : 1.f;
+  const float scale = amax > 0.f ? amax / 448.f : 1.f, inv = amax > 0.f ? 448.f / amax : 1.f;
   if (t == 0 && ty == 0) s[bh * HD + c] = scale;
   const TY(X) *col = v + (b * KEYS) * (HEADS * HD) + h * HD + c;
 #pragma unroll
   for (int i = 0; i < 128 / VT_ROWS; i++) {
     const int cc = ty + i * VT_ROWS, p = cc & 15; // column 16g + p holds key 16g + pi(p)
     const long long key = t0 + (cc & ~15) + 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
-    codes[tx][cc] = key < KEYS ? e4m3_encode(ld(col, key * (HEADS * HD)) / scale) : (unsigned char)0;
+    codes[tx][cc] = key < KEYS ? e4m3_encode(ld(col, key * (HEADS * HD)) * inv) : (unsigned char)0;
   }
   __syncthreads();
   unsigned char *out = vt + (bh * HD + g * VT_CH) * KEYS_PAD + t0;

@@ -161,9 +161,9 @@ static void vt_task(void *ctx, int64_t begin, int64_t end, int worker) {
     const int64_t ch = t % Dh, bh = t / Dh, h = bh % H, b = bh / H;
     float amax = 0.0f;
     for (int64_t s = 0; s < j->S; s++) amax = fmaxf(amax, j->vmax[(bh * j->S + s) * Dh + ch]);
-    const float scale = dit_e4m3_scale(amax);
+    const float scale = dit_e4m3_scale(amax), inv = dit_e4m3_inv(amax);
     for (int64_t key = 0; key < j->L; key++)
-      codes[key] = dit_f32_to_e4m3(dit_cpu_load1(j->v->data, j->v->dtype, (b * j->L + key) * HD + h * Dh + ch) / scale);
+      codes[key] = dit_f32_to_e4m3(dit_cpu_load1(j->v->data, j->v->dtype, (b * j->L + key) * HD + h * Dh + ch) * inv);
     j->vs[t] = scale;
     uint8_t *row = j->vt8 + t * j->Lp;
     for (int64_t col = 0; col < j->Lp; col++) {

@@ -418,11 +418,11 @@ static void test_attn_quant_vt(void) {
           for (int64_t ch = 0; ch < Dh; ch++) {
             float amax = 0.0f;
             for (int64_t key = 0; key < L; key++) amax = fmaxf(amax, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
-            const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+            const float s = amax > 0.0f ? amax / 448.0f : 1.0f, inv = amax > 0.0f ? 448.0f / amax : 1.0f;
             bad += ((const float *)vs.data)[(b * H + h) * Dh + ch] != s;
             for (int64_t col = 0; col < Lp; col++) {
               const int64_t key = col / 16 * 16 + kVtPerm[col % 16];
-              const uint8_t want = key < L ? dit_f32_to_e4m3((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) / s) : 0;
+              const uint8_t want = key < L ? dit_f32_to_e4m3((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) * inv) : 0;
               bad += ((const uint8_t *)vt8.data)[((b * H + h) * Dh + ch) * Lp + col] != want;
             }
           }
