@@ -88,25 +88,40 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanhf(k0 * (x + k1 * x * x * x)));
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+struct red_add {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct red_max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+// A warp's butterfly reduction by op; every lane gets the result.
+template <typename Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-
-// Sum over the block (blockDim.x == BLOCK, a multiple of 32); every thread gets the result.
-template <int BLOCK>
-__device__ __forceinline__ float block_sum(float v, float *scratch) {
-  v = warp_sum(v);
+// The block's reduction by op from 0 (blockDim.x == BLOCK, a multiple of 32): the warps' results
+// in warp order; every thread gets it, and scratch is free again when it returns.
+template <int BLOCK, typename Op>
+__device__ __forceinline__ float block_reduce(float v, float *scratch, Op op) {
+  v = warp_reduce(v, op);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   float r = 0.f;
 #pragma unroll
-  for (int i = 0; i < BLOCK / 32; i++) r += scratch[i];
+  for (int i = 0; i < BLOCK / 32; i++) r = op(r, scratch[i]);
   __syncthreads();
   return r;
 }
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, red_add()); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, red_max()); }
+// Sum over the block; the largest of the block's v (v >= 0).
+template <int BLOCK>
+__device__ __forceinline__ float block_sum(float v, float *scratch) { return block_reduce<BLOCK>(v, scratch, red_add()); }
+template <int BLOCK>
+__device__ __forceinline__ float block_max(float v, float *scratch) { return block_reduce<BLOCK>(v, scratch, red_max()); }
 
 #if defined(DIT_K_ELEMENTWISE)
 // Unary and binary elementwise ops over N elements: OPCODE DIT_ABI_EW_SILU, _GELU_TANH, _GELU, _ADD,
@@ -337,25 +352,6 @@ __device__ __forceinline__ float amax8(const float *v, float amax) {
   return amax;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// The largest of the block's v (blockDim.x == BLOCK, a multiple of 32; v >= 0); every thread gets it.
-template <int BLOCK>
-__device__ __forceinline__ float block_max(float v, float *scratch) {
-  v = warp_max(v);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float r = 0.f;
-#pragma unroll
-  for (int i = 0; i < BLOCK / 32; i++) r = fmaxf(r, scratch[i]);
-  __syncthreads();
-  return r;
-}
 
 #endif
 
