@@ -136,6 +136,11 @@ int dit_norm_quant(dit_op_kind_t kind, const dit_attrs_t *attrs) {
   return (int)a->i;
 }
 
+int dit_attn_quant_rows(dit_op_kind_t kind, const dit_attrs_t *attrs) {
+  const dit_attr_t *h = dit_attrs_find(attrs, "heads"), *r = dit_attrs_find(attrs, "rows");
+  return kind == DIT_OP_ATTN_QUANT && h && r && !h->is_float && !r->is_float && h->i == 1 && r->i == 1;
+}
+
 int dit_linear_operands(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, int *bias, int *acc) {
   /* linear: x, w, [bias], [c]; linear_fp8: xq, xs, w, w_scale, [bias]. */
   const int fp8 = kind == DIT_OP_LINEAR_FP8 ? 2 : 0;

@@ -81,6 +81,9 @@ int dit_norm_residual(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, di
  * 1 if so, 0 if not (other ops: always 0), -1 when the attribute is not 0 or 1. */
 int dit_norm_quant(dit_op_kind_t kind, const dit_attrs_t *attrs);
 
+/* Whether op kind with attrs is the row quantizer of fp8 linears: attn_quant with heads 1 and rows 1. */
+int dit_attn_quant_rows(dit_op_kind_t kind, const dit_attrs_t *attrs);
+
 /* A linear's operands (base/ops.def): the index of its bias and of its accumulated input c (attr
  * acc), each -1 when absent; 0 when n_in fits, -1 when it does not. */
 int dit_linear_operands(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, int *bias, int *acc);

@@ -605,7 +605,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
        * transposed); one block a (b, h, row block), for v's maxima one a (b, h, 32 channels, split)
        * and for its codes one a (b, h, 32 channels, 128-key column tile). */
       const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1], B = x->dims[0];
-      if (op->kind == DIT_OP_ATTN_QUANT && heads == 1 && geti(op, "rows") == 1 && y->dtype == DIT_F8E4M3) {
+      if (dit_attn_quant_rows(op->kind, &op->attrs) && y->dtype == DIT_F8E4M3) {
         /* Token rows (an fp8 linear's quantizer), held in registers: a warp a row up to 2048
          * channels (at most 8 vectors of eight a lane), a block a row beyond (the FFN's 8960: 5 a
          * thread). Rows of whole 8-element vectors. */

@@ -100,9 +100,8 @@ static int32_t fold_residual_into_norm(dit_graph_t *g, int32_t i, const int32_t 
  * the row scales as its last (base/ops.def). Returns the norm's op index, or -1. */
 static int32_t fold_quant_into_norm(dit_graph_t *g, int32_t i, const int32_t *uses) {
   const dit_op_t *aq = dit_graph_cop_at(g, i);
-  if (aq->kind != DIT_OP_ATTN_QUANT || aq->n_in != 1 || aq->n_out != 2) return -1;
-  const dit_attr_t *h = dit_attrs_find(&aq->attrs, "heads"), *r = dit_attrs_find(&aq->attrs, "rows");
-  if (!h || !r || h->i != 1 || r->i != 1 || dit_graph_cvalue(g, aq->out[0])->dtype != DIT_F8E4M3) return -1;
+  if (!dit_attn_quant_rows(aq->kind, &aq->attrs) || aq->n_in != 1 || aq->n_out != 2 || dit_graph_cvalue(g, aq->out[0])->dtype != DIT_F8E4M3)
+    return -1;
   const dit_vid_t yv = aq->in[0];
   const dit_value_t *y = dit_graph_cvalue(g, yv);
   if (y->kind != DIT_VALUE_TEMP || y->is_output || uses[yv] != 1 || y->producer < 0 || y->rank != 3) return -1;

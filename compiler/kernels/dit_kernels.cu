@@ -342,10 +342,11 @@ __device__ __forceinline__ uint2 e4m3_encode8(const float *v, float inv) {
                     e4m3x2(v[4] * inv, v[5] * inv) | e4m3x2(v[6] * inv, v[7] * inv) << 16);
 }
 
-// The largest |v| of eight, NaN never counting (it never compares greater, as on the CPU).
-__device__ __forceinline__ float amax8(const float *v, float amax) {
+// The largest |v| of N (eight by default), NaN never counting (it never compares greater, as on the CPU).
+template <int N = 8>
+__device__ __forceinline__ float amax_of(const float *v, float amax) {
 #pragma unroll
-  for (int k = 0; k < 8; k++) {
+  for (int k = 0; k < N; k++) {
     const float a = fabsf(v[k]);
     if (a > amax) amax = a;
   }
@@ -796,12 +797,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
 #if QUANT
   float amax = 0.f;
 #pragma unroll
-  for (int k = 0; k < CHUNKS; k++)  // chunks past D hold zeros
-#pragma unroll
-    for (int e = 0; e < CW; e++) {
-      const float a = fabsf(v[k][e]);
-      if (a > amax) amax = a;  // NaN never counts, as in amax8
-    }
+  for (int k = 0; k < CHUNKS; k++) amax = amax_of<CW>(v[k], amax);  // chunks past D hold zeros
   amax = block_max<ROW_BLOCK>(amax, scratch);
   const float qs = amax > 0.f ? amax / 448.f : 1.f, qi = amax > 0.f ? 448.f / amax : 1.f;
 #pragma unroll
@@ -1006,7 +1002,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
       for (int e = 0; e < 8; e++) v[i][e] = 0.f;
   }
 #pragma unroll
-  for (int i = 0; i < QV; i++) amax = amax8(v[i], amax);
+  for (int i = 0; i < QV; i++) amax = amax_of(v[i], amax);
 #if QT == 32
   amax = warp_max(amax);
 #else
@@ -1037,7 +1033,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
   float amax = 0.f, v[8];
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     ld8(x, base + e / HD * (HEADS * HD) + e % HD, v);
-    amax = amax8(v, amax);
+    amax = amax_of(v, amax);
   }
   amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
   const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;

@@ -1230,25 +1230,23 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
 /* cuBLASLt's Y = X W^T (+ C: beta = 1, when c is not NULL) of step idx, with the operand
  * addresses of this call: B (X, or its e4m3 codes) and the bias and the weight's and x's scales
  * where they moved since the GEMM was described. C has Y's layout. */
+/* Points the GEMM's description attribute attr at p when p (not NULL) differs from *held, the
+ * address it holds (an operand moved since the GEMM was described: an expert swap). */
+static dit_status_t repoint(cuda_state_t *st, gemm_t *g, cublasLtMatmulDescAttributes_t attr, const void **held, const void *p,
+                            const char *what) {
+  if (!p || p == *held) return DIT_OK;
+  DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, attr, &p, sizeof p), what));
+  *held = p;
+  return DIT_OK;
+}
+
 static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const dit_tensor_t *w, const dit_tensor_t *bias,
                              const void *w_scale, const void *x_scale, const void *c, dit_tensor_t *y) {
   gemm_t *g = &st->gemms[idx];
-  if (bias && bias->data != g->bias_at) { /* the bias moved since the GEMM was described */
-    const void *bp = bias->data;
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
-                           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
-    g->bias_at = bp;
-  }
-  if (w_scale && w_scale != g->a_scale_at) {
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale),
-                           "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
-    g->a_scale_at = w_scale;
-  }
-  if (x_scale && x_scale != g->b_scale_at) {
-    DIT_RETURN_IF(lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale),
-                           "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
-    g->b_scale_at = x_scale;
-  }
+  DIT_RETURN_IF(repoint(st, g, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias_at, bias ? bias->data : NULL,
+                        "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"));
+  DIT_RETURN_IF(repoint(st, g, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->a_scale_at, w_scale, "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
+  DIT_RETURN_IF(repoint(st, g, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->b_scale_at, x_scale, "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
   const float one = 1.f, zero = 0.f;
   return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, b, g->b, c ? &one : &zero, c ? c : y->data, g->c, y->data,
                                 g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream),
