@@ -206,16 +206,18 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   const int64_t tiles = (sq + bm - 1) / bm;
   if (bn != DIT_ABI_ATT90_BN) dit_strbuf_printf(s, "#define ATT_BN %d\n", bn);
   int64_t tail = 0;
-  const int split = fp8 || tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, DIT_ATT90_SMS, &tail);
+  const int split = tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, DIT_ATT90_SMS, &tail);
   if (split > 1)
     dit_strbuf_printf(s, "#define ATT_SPLIT %d\n#define ATT_TAIL %" PRId64 "\n#define BATCH %" PRId64 "\n", split, tail, batch);
   if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");
   if (pv_bf16) dit_strbuf_printf(s, "#define ATT_PV_BF16 1\n");
   if (persist) dit_strbuf_printf(s, "#define ATT_PERSIST 1\n#define BATCH %" PRId64 "\n", batch);
-  /* Alignment slack, Q (twice when persistent), the K and V rings, and 8-byte mbarriers: two full
-   * and two empty for Q, and per stage full and empty for K and V (the kernel's ATT_SMEM). */
-  const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes + st * (nh + nh_v) * bn * row_bytes +
-                                   8 * (4 + 4 * st));
+  /* Alignment slack, Q (twice when persistent), the K and V rings (e4m3 V^T stages each with its
+   * rows of ones), and 8-byte mbarriers: two full and two empty for Q, and per stage full and empty
+   * for K and V (the kernel's ATT_SMEM). */
+  const int ones = fp8 && !pv_bf16 ? DIT_ABI_ATT90_FP8_ONES : 0;
+  const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes +
+                                   st * ((nh + nh_v) * bn * row_bytes + ones) + 8 * (4 + 4 * st));
   if (persist) {
     const int64_t all = tiles * heads * batch;
     k->grid[0] = (uint32_t)(all < SM90_PERSISTENT_CTAS ? all : SM90_PERSISTENT_CTAS), k->grid[1] = 1, k->grid[2] = 1;

@@ -251,9 +251,18 @@ static unsigned ours_smem(const shape_t *s) {
 
 /* The fp8 form's stages (the kernel's default, DIT_ABI_ATT90_ST_FP8, unless the shape names them). */
 #define FP8_STAGES DIT_ABI_ATT90_ST_FP8
+/* The integer value --define gives NAME, else dflt. */
+static int define_value(const char *name, int dflt) {
+  const size_t n = strlen(name);
+  for (int d = 0; d < g_ndefines; d++)
+    if (!strncmp(g_defines[d], name, n) && g_defines[d][n] == '=') return atoi(g_defines[d] + n + 1);
+  return dflt;
+}
 static unsigned fp8_smem(int ncw, int bn, int st, int pv_bf16) {
-  /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes), then the barriers. */
-  return 1024u + 64u * (unsigned)ncw * 128u + (unsigned)st * (pv_bf16 ? 3u : 2u) * (unsigned)bn * 128u + 8u * (4u + 4u * (unsigned)st);
+  /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes; fp8 V^T with its rows of
+   * ones unless --define ATT_LSUM_MMA=0), then the barriers. */
+  const unsigned ones = !pv_bf16 && define_value("ATT_LSUM_MMA", 1) ? DIT_ABI_ATT90_FP8_ONES : 0u;
+  return 1024u + 64u * (unsigned)ncw * 128u + (unsigned)st * ((pv_bf16 ? 3u : 2u) * (unsigned)bn * 128u + ones) + 8u * (4u + 4u * (unsigned)st);
 }
 /* The 8-bit forms' consumer warpgroups, key tiles and stages: the shape's configuration, else
  * --fp8-cfg's, else the bf16 kernel's warpgroups with the kernel's fp8 defaults. */

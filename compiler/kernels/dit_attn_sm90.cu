@@ -59,8 +59,13 @@
 // the fp8 A fragment wants 4t..4t+3, so vt holds its keys permuted to match: column 16g + p is
 // key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else 6 + 2t + j (attn_quant_vt writes it so);
 // P V sums over keys, so no shuffle is needed.
-// The row sums take the unrounded P; the output is O * v_scale / l. O is rescaled one tile late,
-// in the fma that adds the tile's product: O_j = O_{j-1} * alpha_j + P_j V_j.
+// The row sums are the rounded P's, made by the same products: each V^T stage in shared memory is
+// followed by 8 rows of e4m3 ones (written once), so P V^T runs as 64 x 136 and its columns 128..135
+// hold every row's sum, in each lane of the row; the sums the output is divided by are those of the
+// weights it was made with (and the ALUs are spared an add a probability: the softmax, exposed
+// between the warpgroups' products, is the kernel's critical path). The output is O * v_scale / l.
+// O and l are rescaled one tile late, in the fma that adds the tile's product:
+// O_j = O_{j-1} * alpha_j + P_j V_j.
 //
 // ATT_QK_I8 1 (with ATT_FP8) takes Q and K as int8 codes (--attn-quant int8, SageAttention2's
 // split): S = Q K^T runs on s8 wgmma into exact int32 sums, P V stays e4m3. The sums (|S| <=
@@ -69,11 +74,11 @@
 // exponent's fma with the tile scale f, rounded once (at most f/2: half a step of S, far below the
 // int8 codes' own rounding).
 //
-// ATT_SPLIT k with ATT_TAIL T (and BATCH; the bf16 form without bound, tile schedule or
-// persistence) splits the last T work tiles' keys into k parts: the grid is 1-D, the first
-// MBLK*HEADS*BATCH - T blocks take whole tiles (m-block fastest, then head, then batch) and the
-// last T*k blocks a part each, the key tiles [part*NTILES/k, (part+1)*NTILES/k). A part stores
-// its unnormalized O, row maxima and row sums in a workspace of the module, then counts itself in;
+// ATT_SPLIT k with ATT_TAIL T (and BATCH; without bound, tile schedule or persistence) splits the
+// last T work tiles' keys into k parts: the grid is 1-D, the first MBLK*HEADS*BATCH - T blocks
+// take whole tiles (m-block fastest, then head, then batch) and the last T*k blocks a part each,
+// the key tiles [part*NTILES/k, (part+1)*NTILES/k). A part stores its unnormalized O, row maxima
+// and row sums in a workspace of the module, then counts itself in;
 // the last part of a tile to arrive merges them all in part order (the same bits whichever came
 // last), stores the tile and resets the count for the next launch. So a last wave that would
 // leave most multiprocessors idle (3072 tiles on 132: a 24th wave of 36) runs as k shorter ones.
@@ -146,6 +151,12 @@
 #error "dit_attn_sm90: bf16 P V is a form of the fp8 kernel"
 #endif
 #define PV8 (ATT_FP8 && !ATT_PV_BF16)  // P and V^T e4m3, V's channel scales in the epilogue
+// With e4m3 P V^T, P's row sums come from the tensor cores (ATT_LSUM_MMA 0: from the ALUs, as in
+// the other forms; for comparison).
+#ifndef ATT_LSUM_MMA
+#define ATT_LSUM_MMA 1
+#endif
+#define LSUM (PV8 && ATT_LSUM_MMA)
 #define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
 #if ATT_FP8 && !ATT_PV_BF16
 #define P_SHIFT 8.f  // log2 of P's scale before its e4m3 rounding
@@ -169,7 +180,10 @@
 #define Q_BYTES (NHALF * ATT_BM * 128)
 #define K_BYTES (NHALF * ATT_BN * 128)
 #define V_BYTES (NHALF_V * ATT_BN * 128)
-#define BAR_OFF (NQBUF * Q_BYTES + ATT_ST * (K_BYTES + V_BYTES))
+// LSUM: each V^T stage is followed by 8 rows of e4m3 ones, B rows 128..135 of the P V^T product,
+// whose columns 128..135 are then P's row sums.
+#define V_STAGE (V_BYTES + (LSUM ? DIT_ABI_ATT90_FP8_ONES : 0))
+#define BAR_OFF (NQBUF * Q_BYTES + ATT_ST * (K_BYTES + V_STAGE))
 #define ATT_SMEM (DIT_ABI_ATT90_SMEM_ALIGN + BAR_OFF + 8 * (4 + 4 * ATT_ST))
 #define NTILES ((LK + ATT_BN - 1) / ATT_BN)
 #define MBLK ((SQ + ATT_BM - 1) / ATT_BM)
@@ -197,9 +211,9 @@
 #ifndef ATT_SPLIT
 #define ATT_SPLIT 0
 #endif
-#if ATT_SPLIT && (ATT_SPLIT < 2 || !defined(ATT_TAIL) || !defined(BATCH) || ATT_FP8 || HAS_BOUND || HAS_TILES || ATT_PERSIST || \
-                  NTILES < ATT_SPLIT || ATT_TAIL < 1 || ATT_TAIL > MBLK * HEADS * BATCH)
-#error "dit_attn_sm90: ATT_SPLIT (at least 2, at most the key tiles) needs ATT_TAIL (1 to all work tiles) and BATCH, in the bf16 form without bound, tile schedule or persistence"
+#if ATT_SPLIT && (ATT_SPLIT < 2 || !defined(ATT_TAIL) || !defined(BATCH) || HAS_BOUND || HAS_TILES || ATT_PERSIST || NTILES < ATT_SPLIT || \
+                  ATT_TAIL < 1 || ATT_TAIL > MBLK * HEADS * BATCH)
+#error "dit_attn_sm90: ATT_SPLIT (at least 2, at most the key tiles) needs ATT_TAIL (1 to all work tiles) and BATCH, without bound, tile schedule or persistence"
 #endif
 // The key tile a work tile streams j-th: its schedule's j-th entry, or j (from its part's first, j0).
 #if HAS_TILES
@@ -295,6 +309,16 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
   extern __shared__ unsigned char smem_raw[];
   const u32 base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
   const u32 sQ = base, sK = base + NQBUF * Q_BYTES, sV = sK + ATT_ST * K_BYTES, bars = base + BAR_OFF;
+#if LSUM
+  // The rows of ones (written once, read by the tensor cores: made visible to the async proxy
+  // before the barrier).
+  constexpr int ONES_WORDS = DIT_ABI_ATT90_FP8_ONES / 4;
+  for (int i = threadIdx.x; i < ATT_ST * ONES_WORDS; i += ATT_THREADS)
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sV + (i / ONES_WORDS) * V_STAGE + V_BYTES + 4 * (i % ONES_WORDS)),
+                 "r"(0x38383838u)  // four e4m3 1.0
+                 : "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -354,11 +378,11 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           mbar_wait(BAR_EMPTY_V(bars, s), ph ^ 1u);
           mbar_expect_tx(BAR_FULL_V(bars, s), V_BYTES);
 #if PV8
-          tma_load_2d(sV + s * V_BYTES, &tmv, KEY_TILE(j) * ATT_BN, (b * HEADS + head) * HD, BAR_FULL_V(bars, s));
+          tma_load_2d(sV + s * V_STAGE, &tmv, KEY_TILE(j) * ATT_BN, (b * HEADS + head) * HD, BAR_FULL_V(bars, s));
 #else
 #pragma unroll
           for (int h = 0; h < NHALF_V; h++)
-            tma_load_2d(sV + s * V_BYTES + h * ATT_BN * 128, &tmv, head * HD + h * 64, row, BAR_FULL_V(bars, s));
+            tma_load_2d(sV + s * V_STAGE + h * ATT_BN * 128, &tmv, head * HD + h * 64, row, BAR_FULL_V(bars, s));
 #endif
         }
       }
@@ -384,7 +408,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     float o[HD / 2];      // O accumulators, same layout over the head dim
 #if PV8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
-    float pt[HD / 2];     // one key tile's P V^T, added to o in fp32 (add_pv)
+#if LSUM
+    unsigned short pq[ATT_BN / 4];  // the next P as e4m3 pairs, while P V^T reads p
+#endif
+    float pt[HD / 2 + 4 * LSUM];  // one key tile's P V^T (and row sums), added to o in fp32 (add_pv)
     float pa0, pa1;       // the rescale factors o has not taken yet
 #else
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
@@ -430,11 +457,16 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     auto issue_pv = [&](int st) {
 #if PV8
       // fp8: V^T is K-major (HD rows of ATT_BN keys); k step kk is keys 32kk..32kk+31, 32 bytes in.
-      const u64 dvt = desc_kmajor(sV + st * V_BYTES);
+      const u64 dvt = desc_kmajor(sV + st * V_STAGE);
 #pragma unroll
-      for (int kk = 0; kk < ATT_BN / 32; kk++) wgmma_rs_e4m3(pt, &p[4 * kk], dvt + (u64)((kk * 32) >> 4), kk > 0);
+      for (int kk = 0; kk < ATT_BN / 32; kk++)
+#if LSUM
+        wgmma_rs_e4m3_n136(pt, &p[4 * kk], dvt + (u64)((kk * 32) >> 4), kk > 0);
 #else
-      const u64 dv = desc_mnmajor(sV + st * V_BYTES, ATT_BN * 128);
+        wgmma_rs_e4m3(pt, &p[4 * kk], dvt + (u64)((kk * 32) >> 4), kk > 0);
+#endif
+#else
+      const u64 dv = desc_mnmajor(sV + st * V_STAGE, ATT_BN * 128);
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 16; kk++) wgmma_rs(o, &p[4 * kk], dv + (u64)((kk * 2048) >> 4));
 #endif
@@ -455,7 +487,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       for (int i = 0; i < HD / 2; i++) reg_fence(o[i]);
 #if PV8
 #pragma unroll
-      for (int i = 0; i < HD / 2; i++) reg_fence(pt[i]);
+      for (int i = 0; i < (int)(sizeof pt / sizeof pt[0]); i++) reg_fence(pt[i]);
 #endif
 #pragma unroll
       for (int i = 0; i < (int)(sizeof p / sizeof p[0]); i++) reg_fence(p[i]);
@@ -476,6 +508,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         o[4 * i + 2] = fmaf(o[4 * i + 2], pa1, pt[4 * i + 2]);
         o[4 * i + 3] = fmaf(o[4 * i + 3], pa1, pt[4 * i + 3]);
       }
+#if LSUM
+      l0 = fmaf(l0, pa0, pt[HD / 2]);  // the whole row's sum, in every lane of the row
+      l1 = fmaf(l1, pa1, pt[HD / 2 + 2]);
+#endif
 #endif
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
@@ -540,47 +576,73 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
       m0 = mx0;
       m1 = mx1;
-      float ps0 = 0.f, ps1 = 0.f;
+      float ps0 = 0.f, ps1 = 0.f;  // the row sums (LSUM: made by P V^T instead)
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) {
         s[4 * i + 0] = ex2(fmaf(s[4 * i + 0], f, -ms0));
         s[4 * i + 1] = ex2(fmaf(s[4 * i + 1], f, -ms0));
         s[4 * i + 2] = ex2(fmaf(s[4 * i + 2], f, -ms1));
         s[4 * i + 3] = ex2(fmaf(s[4 * i + 3], f, -ms1));
-        ps0 += s[4 * i + 0] + s[4 * i + 1];
-        ps1 += s[4 * i + 2] + s[4 * i + 3];
+        if (!LSUM) {
+          ps0 += s[4 * i + 0] + s[4 * i + 1];
+          ps1 += s[4 * i + 2] + s[4 * i + 3];
+        }
       }
-      l0 = l0 * al0 + ps0;
-      l1 = l1 * al1 + ps1;
+      if (!LSUM) {
+        l0 = l0 * al0 + ps0;
+        l1 = l1 * al1 + ps1;
+      }
     };
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
-    auto convert = [&]() {
+    auto convert = [&](u32 *dst) {
 #if PV8
       // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
       // the order the permuted V^T expects (see the header).
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 32; kk++) {
-        p[4 * kk + 0] = pack_e4m3x4(s[16 * kk + 0], s[16 * kk + 1], s[16 * kk + 4], s[16 * kk + 5]);
-        p[4 * kk + 1] = pack_e4m3x4(s[16 * kk + 2], s[16 * kk + 3], s[16 * kk + 6], s[16 * kk + 7]);
-        p[4 * kk + 2] = pack_e4m3x4(s[16 * kk + 8], s[16 * kk + 9], s[16 * kk + 12], s[16 * kk + 13]);
-        p[4 * kk + 3] = pack_e4m3x4(s[16 * kk + 10], s[16 * kk + 11], s[16 * kk + 14], s[16 * kk + 15]);
+        dst[4 * kk + 0] = pack_e4m3x4(s[16 * kk + 0], s[16 * kk + 1], s[16 * kk + 4], s[16 * kk + 5]);
+        dst[4 * kk + 1] = pack_e4m3x4(s[16 * kk + 2], s[16 * kk + 3], s[16 * kk + 6], s[16 * kk + 7]);
+        dst[4 * kk + 2] = pack_e4m3x4(s[16 * kk + 8], s[16 * kk + 9], s[16 * kk + 12], s[16 * kk + 13]);
+        dst[4 * kk + 3] = pack_e4m3x4(s[16 * kk + 10], s[16 * kk + 11], s[16 * kk + 14], s[16 * kk + 15]);
       }
 #else
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 16; kk++) {
-        p[4 * kk + 0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-        p[4 * kk + 1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-        p[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-        p[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+        dst[4 * kk + 0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        dst[4 * kk + 1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        dst[4 * kk + 2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        dst[4 * kk + 3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
       }
 #endif
     };
+#if LSUM
+    // P as e4m3 pairs (convert's, in its order), into pq: P V_{j-1} still reads p while P_j is made,
+    // and a register of p written before the wait for it would serialize the products (ptxas
+    // orders every wgmma after it), so pq is packed into p after the wait.
+    auto convert_halves = [&](unsigned short *h) {
+#pragma unroll
+      for (int kk = 0; kk < ATT_BN / 32; kk++) {
+        h[8 * kk + 0] = e4m3x2(s[16 * kk + 0], s[16 * kk + 1]), h[8 * kk + 1] = e4m3x2(s[16 * kk + 4], s[16 * kk + 5]);
+        h[8 * kk + 2] = e4m3x2(s[16 * kk + 2], s[16 * kk + 3]), h[8 * kk + 3] = e4m3x2(s[16 * kk + 6], s[16 * kk + 7]);
+        h[8 * kk + 4] = e4m3x2(s[16 * kk + 8], s[16 * kk + 9]), h[8 * kk + 5] = e4m3x2(s[16 * kk + 12], s[16 * kk + 13]);
+        h[8 * kk + 6] = e4m3x2(s[16 * kk + 10], s[16 * kk + 11]), h[8 * kk + 7] = e4m3x2(s[16 * kk + 14], s[16 * kk + 15]);
+      }
+    };
+#endif
     // The softmax overlaps the P V product in flight only if the wait for that product stays after
     // it; a scheduler free to hoist the wait (it drags the V slot's release along) serializes the
-    // two. A shared store of the row sums (into the alignment slack past the barriers, never read)
-    // is ordered before the wait and depends on every exponential.
+    // two. A shared store (into the alignment slack past the barriers, never read) of the row sums,
+    // or with LSUM of the xor of P's codes, is ordered before the wait and depends on every
+    // exponential.
     auto hold_softmax = [&]() {
+#if LSUM
+      unsigned short x = 0;
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 4; i++) x ^= pq[i];
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(bars + 8u * (4u + 4u * ATT_ST)), "h"(x) : "memory");
+#else
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(bars + 8u * (4u + 4u * ATT_ST)), "f"(l0 + l1) : "memory");
+#endif
     };
     // Tensor-core turns: consumer warpgroup cw issues after cw-1 (cyclically) has issued. Every
     // warpgroup has the same number of turns; the very last turn of the last one passes to nobody.
@@ -635,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if PV8
         pa0 = a0, pa1 = a1;  // 0: o is 0 and takes the first product as it is
 #endif
-        convert();
+        convert(p);
       }
       for (int j = 1; j < nt; j++) {
         const int gj = g + j, st = gj % ATT_ST, pst = (gj - 1) % ATT_ST;
@@ -657,6 +719,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         }
         float a0, a1;
         softmax(KEY_TILE(j), a0, a1);
+#if LSUM
+        convert_halves(pq);
+#endif
         hold_softmax();
         wgmma_wait<0>();
         fence_op();
@@ -673,7 +738,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           o[4 * i + 3] *= a1;
         }
 #endif
-        convert();
+#if LSUM
+#pragma unroll
+        for (int i = 0; i < ATT_BN / 8; i++) asm("mov.b32 %0, {%1, %2};\n" : "=r"(p[i]) : "h"(pq[2 * i]), "h"(pq[2 * i + 1]));
+#else
+        convert(p);
+#endif
       }
       {
         const int gl = g + nt - 1, st = gl % ATT_ST;
@@ -690,11 +760,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       }
       g += nt;
 
+#if !LSUM
       // Epilogue: row sums are spread over the 4 lanes of a row group.
       l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
       l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
       l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
       l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#endif
 #if ATT_SPLIT
       if (part >= 0) {
         // A part: store its state (each consumer thread its own column of the slot, so every

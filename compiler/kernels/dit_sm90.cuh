@@ -198,6 +198,16 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[64], const u32 *a, u64 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+// D[64 x 136] (+)= A[64 x 32] * B[32 x 136], A in registers, B K-major in shared memory: the fp8
+// P V^T with eight more B rows (of ones, in the attention kernel: columns 128..135 of D are P's row sums).
+__device__ __forceinline__ void wgmma_rs_e4m3_n136(float (&d)[68], const u32 *a, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
 // ---- int8 wgmma, exact int32 accumulate: both operands K-major, as fp8's ----
 // D[64 x 128] (+)= A[64 x 32] * B[32 x 128] over signed bytes, A and B K-major in shared memory.
 __device__ __forceinline__ void wgmma_ss_s8(int (&d)[64], u64 da, u64 db, int acc) {
@@ -208,6 +218,12 @@ __device__ __forceinline__ void wgmma_ss_s8(int (&d)[64], u64 da, u64 db, int ac
       : "l"(da), "l"(db), "r"(acc));
 }
 
+// Two floats as e4m3 codes (round to nearest even, saturating), x0 in the low byte.
+__device__ __forceinline__ unsigned short e4m3x2(float x0, float x1) {
+  unsigned short h;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(h) : "f"(x1), "f"(x0));
+  return h;
+}
 // Four floats as e4m3 codes (round to nearest even, saturating), x0 in the lowest byte.
 __device__ __forceinline__ u32 pack_e4m3x4(float x0, float x1, float x2, float x3) {
   unsigned short lo, hi;

@@ -273,9 +273,10 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t c = 0; c < Dh; c++) orow[c] *= alpha;
         for (int64_t key = 0; key < nk; key++) {
           const float p = exp2f(s[key] - mx);
-          sum += p;
-          /* e4m3 of 2^8 P (exact scalings), or bf16 P */
+          /* e4m3 of 2^8 P (exact scalings), whose sums the kernel's P V^T makes; or bf16 P, with the
+           * unrounded P's sums */
           const float p8 = j->vt8 ? dec[dit_f32_to_e4m3(p * 256.0f)] * (1.0f / 256.0f) : dit_bf16_to_f32(dit_f32_to_bf16(p));
+          sum += j->vt8 ? p8 : p;
           if (p8 == 0.0f) continue;
           const float *vr = vd + key * Dh;
           for (int64_t c = 0; c < Dh; c++) orow[c] += p8 * vr[c];

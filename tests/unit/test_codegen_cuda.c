@@ -950,10 +950,11 @@ static void test_codegen_ops(const char *target, const char *cache) {
     const dit_vid_t fi[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
     const dit_dtype_t odt[2] = {DIT_BF16, DIT_F32};
     CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, odt, "attn8", o));
-    if (!strcmp(target, "sm_90")) { /* the Hopper kernel's fp8 form: ceil(200 / bm) work tiles a (head, item) */
+    if (!strcmp(target, "sm_90")) { /* the Hopper kernel's fp8 form: ceil(200 / bm) work tiles a (head, item);
+                                      * each V^T stage with its rows of ones */
       const int ncw = DIT_ABI_ATT90_NCW_HD128, st = DIT_ABI_ATT90_ST_FP8, bm = 64 * ncw;
       CHECK_EQ_INT(check_op(cg, g, "attention_fp8", (uint32_t)(128 * (ncw + 1)),
-                            (uint32_t)(1024 + bm * 128 + 2 * st * 128 * 128 + 8 * (4 + 4 * st)), 1),
+                            (uint32_t)(1024 + bm * 128 + st * (2 * 128 * 128 + DIT_ABI_ATT90_FP8_ONES) + 8 * (4 + 4 * st)), 1),
                    (200 + bm - 1) / bm);
     } else {
       check_refused(cg, g, "op attention_fp8 'attn8': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_");

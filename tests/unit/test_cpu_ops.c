@@ -452,9 +452,11 @@ static void test_attn_quant_vt(void) {
  * 2^-10; the output, a P-weighted average of v rows, moves by at most 2^-4 max|v| plus the
  * subnormals' share, and the errors of many keys mostly cancel: measured max|err| / max|v| 8.3e-3
  * (1.2e-2 with the schedule) and cosine 0.9998 here. Bounds: max|err| <= 2^-4 max|v|, cosine >=
- * 0.999; lse, from the unrounded P, within 1e-4. With a schedule the reference masks the unlisted key tiles. */
+ * 0.999. The row sums are the rounded P's (as the kernel's P V^T makes them), so lse, against the
+ * unrounded P's, is off by at most -log(1 - 2^-4) < 0.0645 (measured 1.4e-2). With a schedule the
+ * reference masks the unlisted key tiles. */
 /* pv8 0: V is v itself and P rounds to bf16 (2^-9 of itself at most): bounds max|err| <= max|v| /
- * 128 and cosine >= 0.99999. */
+ * 128 and cosine >= 0.99999; the row sums are the unrounded P's, lse within 1e-4. */
 static void check_attention_fp8(dit_dtype_t codes, int pv8) {
   const int64_t B = 1, S = 200, H = 2, Dh = 128, HD = H * Dh, Lp = 256;
   const int64_t xd[3] = {B, S, HD}, qsd[3] = {B, H, 4}, ksd[3] = {B, H, 2}, td[4] = {B, H, Dh, Lp}, vsd[3] = {B, H, Dh},
@@ -525,7 +527,7 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
     CHECK(maxerr <= maxv / (pv8 ? 16 : 128));
     CHECK(maxerr > 1e-6 * maxv); /* P is rounded: not the unrounded result */
     CHECK(cosine >= (pv8 ? 0.999 : 0.99999));
-    CHECK(maxlse <= 1e-4);
+    CHECK(maxlse <= (pv8 ? 0.0645 : 1e-4));
   }
   /* A bound of 0 (or below): no keys, a zero output and lse -inf; one past L: every key, as without. */
   ((int32_t *)bound.data)[0] = 0;
