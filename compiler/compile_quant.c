@@ -294,7 +294,8 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON_AddStringToObject(q, "v", quant == DIT_QUANT_INT8 ? "as --dtype says (bf16 on GPUs)"
                                                              : "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
     cJSON_AddStringToObject(q, "p", quant == DIT_QUANT_INT8 ? "bf16 softmax probabilities; fp32 row sums and accumulators"
-                                                             : "e4m3 softmax probabilities scaled by 2^8; fp32 row sums and accumulators");
+                                                             : "e4m3 softmax probabilities scaled by 2^8; fp32 row sums (of the e4m3 "
+                                                               "probabilities) and accumulators");
     names = cJSON_AddArrayToObject(q, "ops");
   }
   int32_t count = 0, kept = 0;
