@@ -14,6 +14,12 @@ int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int
   return pad192 < pad176 ? 192 : 176;
 }
 
+/* The fp8 form's wide tiles: 64 x 192 S accumulators a warpgroup leave no registers for a second
+ * O, so P V^T accumulates in place (the kernel's ATT_PROMOTE 0) with the row sums' product apart;
+ * timed back to back on an H200 against 128 keys with promotion: 1x12x32760 keys 8.24-8.29 ->
+ * 7.48-7.52 ms, 1x24x4608 0.384-0.389 -> 0.353-0.356 ms (224: 7.49 and 0.376; 160: 7.76 and 0.360). */
+int dit_cuda_att90_fp8_key_tile(int pv8, int tiled) { return pv8 && !tiled ? 192 : DIT_ABI_ATT90_BN; }
+
 /* `tiles` work tiles run one a multiprocessor at a time over `sms`, so a last wave of
  * rem = tiles % sms leaves the rest idle. Splitting those rem tiles' keys into k parts (merged by
  * the last part to finish) runs them as ceil(rem k / sms) waves of 1/k: the k in 1..4 (each part

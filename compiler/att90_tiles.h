@@ -15,6 +15,11 @@
  * persist the persistent short-key form. */
 int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist);
 
+/* Keys per tile of attention_fp8 (its attribute key_tile: the k scales' rows too): 192 with e4m3
+ * P V^T (pv8) without a tile schedule, else 128 (a schedule's tiles; bf16 P V keeps the 8-bit
+ * forms' tiles of 128). */
+int dit_cuda_att90_fp8_key_tile(int pv8, int tiled);
+
 /* The number of key parts (1: none) the last partial wave's work tiles are split into, of
  * `tiles` work tiles over `sms` multiprocessors with key_tiles key tiles each, and in *tail how
  * many tiles that is. */

@@ -191,13 +191,15 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 =
  * Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
  * kernel's own formulas; its Q, K and V are read through tensor maps the runtime encodes at load. */
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
-                                      int64_t lk, int n_out, int fp8, int pv_bf16, int tiled, int bounded) {
+                                      int64_t lk, int n_out, int fp8, int pv_bf16, int tiled, int bounded, int key_tile) {
   const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
-  const int st = fp8 ? DIT_ABI_ATT90_ST_FP8 : hd == 64 ? DIT_ABI_ATT90_ST_HD64 : DIT_ABI_ATT90_ST_HD128;
   /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
    * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
   const int persist = !fp8 && hd == 128 && lk <= 1024;
-  const int bn = dit_cuda_att90_keys_per_tile(hd, lk, fp8, tiled, persist), bm = DIT_ABI_ATT90_WG_ROWS * ncw;
+  /* fp8: the op's own key tiles (its k scales' rows) */
+  const int bn = fp8 ? key_tile : dit_cuda_att90_keys_per_tile(hd, lk, fp8, tiled, persist), bm = DIT_ABI_ATT90_WG_ROWS * ncw;
+  const int st = fp8 ? (bn > DIT_ABI_ATT90_BN ? DIT_ABI_ATT90_ST_FP8_WIDE : DIT_ABI_ATT90_ST_FP8) : hd == 64 ? DIT_ABI_ATT90_ST_HD64
+                                                                                                             : DIT_ABI_ATT90_ST_HD128;
   /* Tiles are rows of 128-byte boxes: 64 bf16 channels, or all 128 e4m3 ones (fp8's V^T tile,
    * HD rows of 128 keys, is as large as its K tile). */
   const int box = fp8 ? 128 : DIT_ABI_ATT90_BOX_COLS, nh = (int)(hd / box), row_bytes = 128;
@@ -215,7 +217,7 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   /* Alignment slack, Q (twice when persistent), the K and V rings (e4m3 V^T stages each with its
    * rows of ones), and 8-byte mbarriers: two full and two empty for Q, and per stage full and empty
    * for K and V (the kernel's ATT_SMEM). */
-  const int ones = fp8 && !pv_bf16 ? DIT_ABI_ATT90_FP8_ONES : 0;
+  const int ones = fp8 && !pv_bf16 ? DIT_ABI_ATT90_FP8_ONES_ROWS * bn : 0;
   const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes +
                                    st * ((nh + nh_v) * bn * row_bytes + ones) + 8 * (4 + 4 * st));
   if (persist) {
@@ -234,7 +236,9 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   k->n_tmaps = 3;
   k->tmaps[0] = (dit_plan_tmap_t){a, {(uint32_t)box, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
   k->tmaps[1] = (dit_plan_tmap_t){a + vstep, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
-  k->tmaps[2] = fp8 && !pv_bf16 ? (dit_plan_tmap_t){a + 2 * vstep, {(uint32_t)bn, (uint32_t)hd}, DIT_ABI_ATT90_SWIZZLE, 2}
+  /* fp8's V^T tile in column blocks of vb keys, each its own box swizzled by its width (the kernel's VB) */
+  const uint32_t vb = bn % 128 == 0 ? 128 : bn % 64 == 0 ? 64 : 32;
+  k->tmaps[2] = fp8 && !pv_bf16 ? (dit_plan_tmap_t){a + 2 * vstep, {vb, (uint32_t)hd}, vb, 2}
                                 : (dit_plan_tmap_t){a + 2 * vstep, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
 }
 
@@ -669,7 +673,11 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       /* A key bound (a text mask) after V's operands, where no tile schedule is. */
       const int bounded = !tiled && op->n_in == (pv_bf16 ? 6 : 7);
       if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
-      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16, tiled, bounded);
+      const dit_attr_t *kta = dit_attrs_find(&op->attrs, "key_tile");
+      const int key_tile = kta ? (int)kta->i : DIT_SPARSE_TILE;
+      if (key_tile != 128 && key_tile != 160 && key_tile != 192 && key_tile != 224)
+        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': key_tile %d, the sm_90a kernel takes 128, 160, 192 or 224", y->name, key_tile);
+      specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16, tiled, bounded, key_tile);
       *tmpl = TEMPLATE_ATTN_SM90;
       return DIT_OK;
     }
@@ -701,7 +709,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
                "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n%s",
             hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2, tiles_def);
         if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
-        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0, 0, tiled, bounded);
+        specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 0, 0, tiled, bounded, 0);
         *tmpl = TEMPLATE_ATTN_SM90;
         return DIT_OK;
       }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/strbuf.h"
+#include "compiler/att90_tiles.h"
 #include "compiler/compile_internal.h"
 
 const char *dit_quant_name(dit_quant_t q) {
@@ -233,10 +234,12 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
   const dit_value_t *v = dit_graph_cvalue(g, op.in[2]);
   const int64_t splits = vmax_splits(v->dims[0], heads, v->dims[2] / heads, v->dims[1]);
   const int pv8 = quant != DIT_QUANT_INT8; /* P and V in e4m3 (else v itself, P bf16) */
-  dit_attrs_t qa = {0}, ka = {0}, va = {0}, ma = {0};
+  /* keys per tile of the online softmax and per scale of k (a tile schedule's are 128) */
+  const int64_t kt = dit_cuda_att90_fp8_key_tile(pv8, dit_attrs_find(&op.attrs, "tiles") != NULL);
+  dit_attrs_t qa = {0}, ka = {0}, va = {0}, ma = {0}, fa = op.attrs;
   if (dit_attrs_set_int(&qa, "heads", heads) || dit_attrs_set_int(&qa, "rows", 64) || dit_attrs_set_int(&ka, "heads", heads) ||
-      dit_attrs_set_int(&ka, "rows", DIT_SPARSE_TILE) || dit_attrs_set_int(&va, "heads", heads) || dit_attrs_set_int(&ma, "heads", heads) ||
-      dit_attrs_set_int(&ma, "splits", splits))
+      dit_attrs_set_int(&ka, "rows", kt) || dit_attrs_set_int(&va, "heads", heads) || dit_attrs_set_int(&ma, "heads", heads) ||
+      dit_attrs_set_int(&ma, "splits", splits) || dit_attrs_set_int(&fa, "key_tile", kt))
     return DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
   const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, qkdt[2] = {quant == DIT_QUANT_FP8 ? DIT_F8E4M3 : DIT_I8, DIT_F32},
                     odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
@@ -261,8 +264,8 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
   if (op.n_in == 4) ins[n_in++] = op.in[3];
   snprintf(name, sizeof name, "%s.fp8", base);
   if (!s) {
-    if (op.n_out == 2) s = dit_graph_op2(g, DIT_OP_ATTENTION_FP8, ins, n_in, &op.attrs, odt, name, o);
-    else if ((o[0] = dit_graph_op(g, DIT_OP_ATTENTION_FP8, ins, n_in, &op.attrs, odt[0], name)) < 0)
+    if (op.n_out == 2) s = dit_graph_op2(g, DIT_OP_ATTENTION_FP8, ins, n_in, &fa, odt, name, o);
+    else if ((o[0] = dit_graph_op(g, DIT_OP_ATTENTION_FP8, ins, n_in, &fa, odt[0], name)) < 0)
       s = dit_status_make(dit_status_code(dit_graph_status(g)), "%s", dit_status_message(dit_graph_status(g)));
   }
   dit_graph_set_block(g, -1);
@@ -290,9 +293,11 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON_AddStringToObject(q, "mode", dit_quant_name(quant));
     cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no score bias or frame-causal mask");
     cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 448");
-    cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and 128 rows: amax / 127" : "e4m3, one fp32 scale per head and 128 rows: amax / 448");
+    cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 127"
+                                       : "e4m3, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 448");
     cJSON_AddStringToObject(q, "v", quant == DIT_QUANT_INT8 ? "as --dtype says (bf16 on GPUs)"
-                                                             : "e4m3, transposed, one fp32 scale per head and channel: amax / 448");
+                                                             : "e4m3 of v less its channel mean, transposed, one fp32 scale per head "
+                                                               "and channel: max |v - mean| / 448");
     cJSON_AddStringToObject(q, "p", quant == DIT_QUANT_INT8 ? "bf16 softmax probabilities; fp32 row sums and accumulators"
                                                              : "e4m3 softmax probabilities scaled by 2^8; fp32 row sums (of the e4m3 "
                                                                "probabilities) and accumulators");

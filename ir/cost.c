@@ -106,11 +106,12 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       c.flops = 2.0 * (double)dit_value_numel(x);
       break;
     case DIT_OP_ATTN_VMAX:
-      c.flops = (double)dit_value_numel(x); /* a max per element of v */
+      c.flops = 3.0 * (double)dit_value_numel(x); /* a max, a min and an add per element of v */
       break;
     case DIT_OP_ATTN_QUANT_VT:
-      /* A division per element of v and a max per split maximum (the channels' scales). */
-      c.flops = (double)dit_value_numel(x) + (double)dit_value_numel(dit_graph_cvalue(g, op->in[1]));
+      /* A subtraction and a product per element of v, and an op per split statistic (the channels'
+       * means and scales). */
+      c.flops = 2.0 * (double)dit_value_numel(x) + (double)dit_value_numel(dit_graph_cvalue(g, op->in[1]));
       break;
     case DIT_OP_CONV3D: {
       /* Every output element a dot product over Cin * kt * kh * kw taps (padding counted). */

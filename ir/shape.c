@@ -519,16 +519,16 @@ static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const d
         DIT_RETURN_IF(get_i(attrs, op, "splits", &splits, 1));
         if (splits > (T > 1 ? T : 1))
           FAIL("%s: attribute splits = %" PRId64 " exceeds the %" PRId64 " keys of x '%s' (every split needs one)", op, splits, T, x->name);
-        out_rank[0] = 4;
-        const int64_t d0[4] = {B, heads, splits, Dh};
+        out_rank[0] = 5;
+        const int64_t d0[5] = {B, heads, splits, 3, Dh};
         memcpy(out_dims[0], d0, sizeof d0);
         break;
       }
       if (kind == DIT_OP_ATTN_QUANT_VT) {
         /* vmax: attn_vmax of x, any number of splits. */
         const dit_value_t *m = operand(g, ins, 1);
-        const int64_t md[4] = {B, heads, m->rank == 4 ? m->dims[2] : 1, Dh};
-        DIT_RETURN_IF(expect_value(op, "vmax", m, DIT_F32, 4, md, "attn_vmax's maxima of x per head, split and channel"));
+        const int64_t md[5] = {B, heads, m->rank == 5 ? m->dims[2] : 1, 3, Dh};
+        DIT_RETURN_IF(expect_value(op, "vmax", m, DIT_F32, 5, md, "attn_vmax's largest, smallest and sum of x per head, split and channel"));
         if (md[2] < 1) FAIL("%s: vmax '%s' has no splits, expected at least one", op, m->name);
       }
       out_rank[0] = out_rank[1] = 3;
@@ -537,8 +537,8 @@ static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const d
         const int64_t d1[3] = {B, heads, (T + rows - 1) / rows};
         memcpy(out_dims[1], d1, sizeof d1);
       } else {
-        out_rank[0] = 4;
-        const int64_t d0[4] = {B, heads, Dh, (T + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE * DIT_SPARSE_TILE}, d1[3] = {B, heads, Dh};
+        out_rank[0] = out_rank[1] = 4;
+        const int64_t d0[4] = {B, heads, Dh, (T + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE * DIT_SPARSE_TILE}, d1[4] = {B, heads, 2, Dh};
         memcpy(out_dims[0], d0, sizeof d0);
         memcpy(out_dims[1], d1, sizeof d1);
       }
@@ -555,21 +555,26 @@ static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const d
       DIT_RETURN_IF(need_rank(op, "k8", k8, 3));
       const int64_t B = x->dims[0], S = x->dims[1], HD = x->dims[2], Dh = HD / heads, L = k8->dims[1];
       const int64_t Lp = (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE * DIT_SPARSE_TILE;
-      const int64_t qd[3] = {B, S, HD}, kd[3] = {B, L, HD}, qsd[3] = {B, heads, (S + 63) / 64},
-                    ksd[3] = {B, heads, (L + DIT_SPARSE_TILE - 1) / DIT_SPARSE_TILE}, vtd[4] = {B, heads, Dh, Lp}, vsd[3] = {B, heads, Dh};
+      /* key_tile: keys per tile of the online softmax and per scale of k (128 unless set). */
+      const dit_attr_t *kta = dit_attrs_find(attrs, "key_tile");
+      const int64_t kt = kta ? kta->i : DIT_SPARSE_TILE;
+      if (kta && (kta->is_float || kt < 32 || kt > 256 || kt % 32))
+        FAIL("%s: attribute key_tile must be a multiple of 32 in 32..256", op);
+      const int64_t qd[3] = {B, S, HD}, kd[3] = {B, L, HD}, qsd[3] = {B, heads, (S + 63) / 64}, ksd[3] = {B, heads, (L + kt - 1) / kt},
+                    vtd[4] = {B, heads, Dh, Lp}, vsd[4] = {B, heads, 2, Dh};
       /* Q and K: both e4m3 or both int8 (the codes' dtype is q8's). */
       const dit_dtype_t qk = x->dtype == DIT_I8 ? DIT_I8 : DIT_F8E4M3;
       DIT_RETURN_IF(expect_value(op, "q8", x, qk, 3, qd, "attn_quant's codes of q"));
       DIT_RETURN_IF(expect_value(op, "qs", operand(g, ins, 1), DIT_F32, 3, qsd, "q's scales per head and 64 rows"));
       DIT_RETURN_IF(expect_value(op, "k8", k8, qk, 3, kd, "attn_quant's codes of k, q8's dtype, batch and channels"));
-      DIT_RETURN_IF(expect_value(op, "ks", operand(g, ins, 3), DIT_F32, 3, ksd, "k's scales per head and 128 rows"));
+      DIT_RETURN_IF(expect_value(op, "ks", operand(g, ins, 3), DIT_F32, 3, ksd, "k's scales per head and key_tile rows"));
       /* V: e4m3 V^T and its scales (fp8 P V), or the float v itself (bf16 P V). */
       const dit_value_t *v4 = operand(g, ins, 4);
       const int pv8 = v4->dtype == DIT_F8E4M3, nv = pv8 ? 2 : 1;
       if (pv8) {
         DIT_RETURN_IF(expect_value(op, "vt8", v4, DIT_F8E4M3, 4, vtd, "attn_quant_vt's transposed v, keys padded to 128"));
         if (n_in < 6) FAIL("%s: vt8 '%s' without its scales vs (6 or 7 inputs), found %d inputs", op, v4->name, n_in);
-        DIT_RETURN_IF(expect_value(op, "vs", operand(g, ins, 5), DIT_F32, 3, vsd, "v's scales per head and channel"));
+        DIT_RETURN_IF(expect_value(op, "vs", operand(g, ins, 5), DIT_F32, 4, vsd, "v's scales and means per head and channel"));
       } else if (!is_float(v4->dtype) || v4->rank != 3 || v4->dims[0] != B || v4->dims[1] != L || v4->dims[2] != HD) {
         char b1[96];
         FAIL("%s: v '%s' is %s %s, expected f8e4m3 [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] (attn_quant_vt's) or a float "
@@ -579,6 +584,7 @@ static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const d
       const dit_attr_t *ta = dit_attrs_find(attrs, "tiles");
       const int tiled = ta && !ta->is_float && ta->i == 1;
       if (ta && !tiled) FAIL("%s: attribute tiles must be 1 (the last input is a tile schedule) when present", op);
+      if (tiled && kt != DIT_SPARSE_TILE) FAIL("%s: attribute key_tile = %" PRId64 " with a tile schedule, expected %d", op, kt, DIT_SPARSE_TILE);
       /* Then a tile schedule (exactly with tiles = 1) or a key bound i32 [B] (without), or nothing. */
       const int bounded = !tiled && n_in == 5 + nv;
       if (n_in != 4 + nv + tiled + bounded)
@@ -942,7 +948,7 @@ dit_status_t dit_check_out_dtypes(const dit_graph_t *g, dit_op_kind_t kind, cons
       return DIT_OK;
     case DIT_OP_ATTN_QUANT_VT:
       if (n_out == 2 && (out_dtypes[0] != DIT_F8E4M3 || out_dtypes[1] != DIT_F32))
-        FAIL("attn_quant_vt: output dtypes %s and %s, expected f8e4m3 (the codes) and f32 (the scales)", dit_dtype_name(out_dtypes[0]),
+        FAIL("attn_quant_vt: output dtypes %s and %s, expected f8e4m3 (the codes) and f32 (the scales and means)", dit_dtype_name(out_dtypes[0]),
              dit_dtype_name(out_dtypes[1]));
       return DIT_OK;
     case DIT_OP_ATTN_VMAX:

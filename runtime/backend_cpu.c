@@ -530,8 +530,10 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       /* V as e4m3 V^T with its scales, or v itself; then a tile schedule (attr tiles) or a key bound. */
       const int pv8 = st->n_in > 4 && in[4].dtype == DIT_F8E4M3, extra = st->n_in > 4 + (pv8 ? 2 : 1);
       const int tiled = extra && dit_attrs_find(&st->attrs, "tiles") != NULL;
+      const dit_attr_t *kt = dit_attrs_find(&st->attrs, "key_tile");
       return dit_cpu_attention_fp8(c, &in[0], &in[1], &in[2], &in[3], &in[4], pv8 ? &in[5] : NULL, tiled ? &in[st->n_in - 1] : NULL,
-                                   extra && !tiled ? &in[st->n_in - 1] : NULL, heads, scale, &out[0], st->n_out > 1 ? &out[1] : NULL);
+                                   extra && !tiled ? &in[st->n_in - 1] : NULL, heads, scale, kt ? kt->i : DIT_SPARSE_TILE, &out[0],
+                                   st->n_out > 1 ? &out[1] : NULL);
     }
     case DIT_OP_GATED_ADD: {
       int gate;

@@ -3,7 +3,7 @@
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
  *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N]
- *              [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--forms LIST] SHAPE...
+ *              [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--forms LIST] [--v-offset X] [--no-v-center] SHAPE...
  *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED[,SPLIT]]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
  *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns;
  *   SPLIT k: the tiles of the last partial wave over 132 multiprocessors in k key parts, as ditc
@@ -24,6 +24,9 @@
  * --fp8-cfg NCW,BN,ST gives the 8-bit forms NCW consumer warpgroups (64 query rows each), key tiles
  * of BN and ST stages where the shape names no configuration (the bf16 kernel keeps its own);
  * --forms picks some of them (comma-separated names: fp8, int8fp8, int8; default all).
+ * --v-offset X adds X * ((c % 5) - 1) to V's channel c (channel means of -X to 3X; default 0), for
+ * the accuracy of the 8-bit forms' P V over values that do not average to zero; --no-v-center
+ * quantizes V itself (means of 0) instead of V less its channel means, as attn_quant_vt does.
  * --sustained N also times N launches of the bf16 kernel back to back (sustained_ms: no pause between
  * them, the clock a model's forward holds) beside the median of separately started ones. */
 #define _GNU_SOURCE
@@ -79,6 +82,8 @@ static int g_compile_only = 0, g_iters = 10, g_warmup = 2, g_old = 1, g_samples 
 static unsigned long long g_seed = 0;
 static const char *g_link = "nvrtc";
 static int g_fp8 = 0;
+static float g_v_offset = 0.f; /* --v-offset X: V's channel c offset by X * ((c % 5) - 1) */
+static int g_v_center = 1;     /* --no-v-center: V^T of v itself (means of 0), not of v less its means */
 #define MAX_DEFINES 16
 static const char *g_defines[MAX_DEFINES]; /* NAME=VALUE, from --define */
 static int g_ndefines = 0;
@@ -261,16 +266,17 @@ static int define_value(const char *name, int dflt) {
 static unsigned fp8_smem(int ncw, int bn, int st, int pv_bf16) {
   /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes; fp8 V^T with its rows of
    * ones unless --define ATT_LSUM_MMA=0), then the barriers. */
-  const unsigned ones = !pv_bf16 && define_value("ATT_LSUM_MMA", 1) ? DIT_ABI_ATT90_FP8_ONES : 0u;
+  const unsigned ones = !pv_bf16 && define_value("ATT_LSUM_MMA", 1) ? DIT_ABI_ATT90_FP8_ONES_ROWS * (unsigned)bn : 0u;
   return 1024u + 64u * (unsigned)ncw * 128u + (unsigned)st * ((pv_bf16 ? 3u : 2u) * (unsigned)bn * 128u + ones) + 8u * (4u + 4u * (unsigned)st);
 }
 /* The 8-bit forms' consumer warpgroups, key tiles and stages: the shape's configuration, else
- * --fp8-cfg's, else the bf16 kernel's warpgroups with the kernel's fp8 defaults. */
-static void fp8_cfg(const shape_t *s, int *ncw, int *bn, int *st) {
+ * --fp8-cfg's, else the bf16 kernel's warpgroups with the key tiles ditc gives attention_fp8 and
+ * the kernel's stages for them. */
+static void fp8_cfg(const shape_t *s, int pv_bf16, int *ncw, int *bn, int *st) {
   const int named = !s->cfg_given && g_fp8_ncw;
   *ncw = named ? g_fp8_ncw : s->ncw;
-  *bn = named ? g_fp8_bn : 128;
-  *st = s->cfg_given ? s->st : named ? g_fp8_st : FP8_STAGES;
+  *bn = named ? g_fp8_bn : s->cfg_given ? s->bn : dit_cuda_att90_fp8_key_tile(!pv_bf16, 0);
+  *st = s->cfg_given ? s->st : named ? g_fp8_st : *bn > DIT_ABI_ATT90_BN ? DIT_ABI_ATT90_ST_FP8_WIDE : FP8_STAGES;
 }
 /* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
 #define N_FORMS 3
@@ -295,12 +301,12 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
                    1.0 / sqrt((double)s->HD));
   if (!old && s->cfg_given)
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
-  else if (!old && fp8 && g_fp8_ncw) {
+  else if (!old && fp8) {
     int ncw, bn, st;
-    fp8_cfg(s, &ncw, &bn, &st);
+    fp8_cfg(s, kForms[fp8 - 1].pv_bf16, &ncw, &bn, &st);
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", ncw, bn, st);
   }
-  else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* the 8-bit forms keep the kernel's key tiles */
+  else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* (the 8-bit forms: fp8_cfg above) */
     k += snprintf(src + k, n - k, "#define ATT_BN %d\n", s->bn);
   for (int d = 0; !old && d < g_ndefines; d++) {
     const char *eq = strchr(g_defines[d], '=');
@@ -326,14 +332,19 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* A 2-D map over [rows, ch] of bf16 (boxes of 64 channels) or, with u8, of bytes (boxes of 128). */
-static void encode_map_as(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows, int u8) {
+/* A 2-D map of rows x ch elements (bf16, or bytes with u8), boxes of box_bytes bytes (their
+ * swizzle) by box_rows rows. */
+static void encode_map_box(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows, int u8, int box_bytes) {
   cuuint64_t dims[2] = {(cuuint64_t)ch, (cuuint64_t)rows};
   cuuint64_t strides[1] = {(cuuint64_t)ch * (u8 ? 1 : 2)};
-  cuuint32_t box[2] = {u8 ? 128 : 64, (cuuint32_t)box_rows};
+  cuuint32_t box[2] = {(cuuint32_t)(u8 ? box_bytes : box_bytes / 2), (cuuint32_t)box_rows};
   cuuint32_t estr[2] = {1, 1};
+  const CUtensorMapSwizzle sw = box_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : box_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_32B;
   CK(p_cuTensorMapEncodeTiled(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+static void encode_map_as(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows, int u8) {
+  encode_map_box(m, base, rows, ch, box_rows, u8, 128);
 }
 static void encode_map(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows) { encode_map_as(m, base, rows, ch, box_rows, 0); }
 
@@ -436,6 +447,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-old")) g_old = 0;
     else if (!strcmp(argv[i], "--link") && i + 1 < argc) g_link = argv[++i];
     else if (!strcmp(argv[i], "--fp8")) g_fp8 = 1;
+    else if (!strcmp(argv[i], "--v-offset") && i + 1 < argc) g_v_offset = (float)atof(argv[++i]);
+    else if (!strcmp(argv[i], "--no-v-center")) g_v_center = 0;
     else if (!strcmp(argv[i], "--define") && i + 1 < argc) {
       const char *d = argv[++i], *eq = strchr(d, '=');
       if (!eq || eq == d || strspn(d, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != (size_t)(eq - d) ||
@@ -468,7 +481,7 @@ int main(int argc, char **argv) {
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
     else {
       fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
-                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--forms LIST] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--forms LIST] [--v-offset X] [--no-v-center] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
       return 2;
     }
   }
@@ -546,11 +559,12 @@ int main(int argc, char **argv) {
     }
     const unsigned long long seed = g_seed + 0x1234567ull * (unsigned long long)(si + 1);
     {
-      float amp_qk = 2.0f, amp_v = 1.0f;
+      float amp_qk = 2.0f, amp_v = 1.0f, off0 = 0.f, off_v = g_v_offset;
+      int ch = H * HD;
       unsigned long long sq = seed, sk = seed ^ 0xabcdefull, sv = seed ^ 0x5555aaaaull;
-      void *a1[] = {&q, (void *)&nq, &sq, &amp_qk};
-      void *a2[] = {&k, (void *)&nk, &sk, &amp_qk};
-      void *a3[] = {&v, (void *)&nk, &sv, &amp_v};
+      void *a1[] = {&q, (void *)&nq, &sq, &amp_qk, &off0, &ch};
+      void *a2[] = {&k, (void *)&nk, &sk, &amp_qk, &off0, &ch};
+      void *a3[] = {&v, (void *)&nk, &sv, &amp_v, &off_v, &ch};
       CK(p_cuLaunchKernel(hp.fill, 2048, 1, 1, 256, 1, 1, 0, 0, a1, NULL));
       CK(p_cuLaunchKernel(hp.fill, 2048, 1, 1, 256, 1, 1, 0, 0, a2, NULL));
       CK(p_cuLaunchKernel(hp.fill, 2048, 1, 1, 256, 1, 1, 0, 0, a3, NULL));
@@ -632,26 +646,29 @@ int main(int argc, char **argv) {
      * over v itself (int8, ATT_PV_BF16). */
     double fms[N_FORMS] = {0};
     check_t fc[N_FORMS] = {{0, 0, 0, 0}};
-    /* the 8-bit forms take key tiles of 128: beside the bf16 kernel as ditc plans it, or as named */
+    /* the 8-bit forms beside the bf16 kernel as ditc plans it (a shape naming its tiles: 128 keys only) */
     const int fp8 = g_fp8 && HD == 128 && !s->persist && (!s->cfg_given || s->bn == 128);
     for (int form = 0; fp8 && form < N_FORMS; form++) {
       if (!(g_forms >> form & 1)) continue;
       int i8 = kForms[form].i8;
       const int pv_bf16 = kForms[form].pv_bf16;
-      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + 127) / 128;
       int fncw, fbn, st;
-      fp8_cfg(s, &fncw, &fbn, &st);
+      fp8_cfg(s, pv_bf16, &fncw, &fbn, &st);
+      /* K's scales a key tile; V^T's tiles in column blocks of vb keys (the kernel's VB) */
+      const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + fbn - 1) / fbn;
+      const int vb = fbn % 128 == 0 ? 128 : fbn % 64 == 0 ? 64 : 32;
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
       CK(p_cuMemAlloc(&k8, nk));
       CK(p_cuMemAlloc(&vt, (size_t)B * H * HD * LP));
       CK(p_cuMemAlloc(&qs, sizeof(float) * B * H * nqs));
       CK(p_cuMemAlloc(&ks, sizeof(float) * B * H * nks));
-      CK(p_cuMemAlloc(&vs, sizeof(float) * B * H * HD));
-      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, r128 = 128;
+      CK(p_cuMemAlloc(&vs, sizeof(float) * B * H * HD * 2)); /* scales, then means */
+      int sq_ = SQ, lk_ = LK, lp_ = LP, h_ = H, hd_ = HD, r64 = 64, rk = fbn;
       void *qa[] = {&q8, &qs, &q, &sq_, &h_, &hd_, &r64, &i8};
-      void *ka[] = {&k8, &ks, &k, &lk_, &h_, &hd_, &r128, &i8};
-      void *va[] = {&vt, &vs, &v, &lk_, &lp_, &h_, &hd_};
+      void *ka[] = {&k8, &ks, &k, &lk_, &h_, &hd_, &rk, &i8};
+      int center_ = g_v_center;
+      void *va[] = {&vt, &vs, &v, &lk_, &lp_, &h_, &hd_, &center_};
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nqs, H, B, 256, 1, 1, 0, 0, qa, NULL));
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
       if (!pv_bf16) CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
@@ -666,9 +683,9 @@ int main(int argc, char **argv) {
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
       encode_map_as(&fq, q8, B * SQ, CH, (int)fbm, 1);
-      encode_map_as(&fk, k8, B * LK, CH, 128, 1);
-      if (pv_bf16) encode_map(&fv, v, B * LK, CH, 128);
-      else encode_map_as(&fv, vt, B * H * HD, LP, HD, 1);
+      encode_map_as(&fk, k8, B * LK, CH, fbn, 1);
+      if (pv_bf16) encode_map(&fv, v, B * LK, CH, fbn);
+      else encode_map_box(&fv, vt, B * H * HD, LP, HD, 1, vb);
       void *fargs8[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv}, *fargs16[] = {&out, &lse, &q8, &qs, &k8, &ks, &v, &fq, &fk, &fv};
       void **fargs = pv_bf16 ? fargs16 : fargs8;
       fms[form] = time_kernel(ff, (unsigned)((SQ + fbm - 1) / fbm), H, B, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq);

@@ -5,7 +5,8 @@
 #include "dit_device.cuh"
 
 // Uniform values in [-amp, amp) from a hash of (index, seed).
-extern "C" __global__ void fill_bf16(bf16_t *p, unsigned long long n, unsigned long long seed, float amp) {
+// Uniform in [-amp, amp), plus off * ((c % 5) - 1) in channel c = i % ch (channel means of -off to 3 off).
+extern "C" __global__ void fill_bf16(bf16_t *p, unsigned long long n, unsigned long long seed, float amp, float off, int ch) {
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     unsigned long long x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
@@ -15,7 +16,7 @@ extern "C" __global__ void fill_bf16(bf16_t *p, unsigned long long n, unsigned l
     x *= 0xc4ceb9fe1a85ec53ull;
     x ^= x >> 33;
     const float u = (float)(x >> 40) * (1.f / 16777216.f);
-    p[i] = f2bf((2.f * u - 1.f) * amp);
+    p[i] = f2bf((2.f * u - 1.f) * amp + off * (float)((int)(i % (unsigned long long)ch) % 5 - 1));
   }
 }
 
@@ -119,18 +120,25 @@ extern "C" __global__ void quant_blocks(unsigned char *x8, float *xs, const bf16
 
 // V transposed with its keys permuted in 16s as the kernel's P fragments need (pi below), one
 // scale a channel: grid (HD, H, B), 256 threads; v [B, L, H*HD], vt [B, H, HD, LP], vs [B, H, HD].
-extern "C" __global__ void quant_vt(unsigned char *vt, float *vs, const bf16_t *v, int L, int LP, int H, int HD) {
+// V less its channel mean (as attn_quant_vt; center 0: means of 0): vs [B, H, 2, HD], the scales
+// then the means.
+extern "C" __global__ void quant_vt(unsigned char *vt, float *vs, const bf16_t *v, int L, int LP, int H, int HD, int center) {
   __shared__ float red[32];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const long long CH = (long long)H * HD, base = (long long)b * L * CH + (long long)h * HD + c;
+  float mu = 0.f;
+  if (center) {
+    for (int i = threadIdx.x; i < L; i += blockDim.x) mu += bf2f(v[base + i * CH]);
+    mu = block_reduce(mu, false, red) / (float)L;
+  }
   float m = 0.f;
-  for (int i = threadIdx.x; i < L; i += blockDim.x) m = fmaxf(m, fabsf(bf2f(v[base + i * CH])));
+  for (int i = threadIdx.x; i < L; i += blockDim.x) m = fmaxf(m, fabsf(bf2f(v[base + i * CH]) - mu));
   m = block_reduce(m, true, red);
   const float s = m > 0.f ? m / 448.f : 1.f;
   const long long row = (((long long)b * H + h) * HD + c) * LP;
-  if (threadIdx.x == 0) vs[((long long)b * H + h) * HD + c] = s;
+  if (threadIdx.x == 0) vs[((long long)b * H + h) * HD * 2 + c] = s, vs[((long long)b * H + h) * HD * 2 + HD + c] = mu;
   for (int col = threadIdx.x; col < LP; col += blockDim.x) {
     const int p = col & 15, t = p >> 2, j = p & 3, key = (col & ~15) + (j < 2 ? 2 * t + j : 6 + 2 * t + j);
-    vt[row + col] = key < L ? e4m3(bf2f(v[base + key * CH]) / s) : 0;
+    vt[row + col] = key < L ? e4m3((bf2f(v[base + key * CH]) - mu) / s) : 0;
   }
 }

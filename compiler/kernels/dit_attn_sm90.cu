@@ -45,27 +45,34 @@
 // then the key tiles it attends, ascending; the producer loads and the consumers compute only
 // those, in that order (all tiles listed: the dense kernel's order).
 //
-// ATT_FP8 1 (head dim 128, ATT_BN 128; a tile schedule or a bound as above) is attention_fp8: e4m3 Q and K with fp32 scales per block
-// of rows (q_scale [B, HEADS, ceil(SQ/64)], k_scale [B, HEADS, ceil(LK/128)]), and V transposed,
-// vt e4m3 [B, HEADS, HD, LKP] (LKP = LK rounded up to 128, zero columns past LK) with one scale a
-// channel (v_scale [B, HEADS, HD]); entry
+// ATT_FP8 1 (head dim 128, ATT_BN 128, 160, 192 or 224; a tile schedule (ATT_BN 128) or a bound as
+// above) is attention_fp8: e4m3 Q and K with fp32 scales per block of rows (q_scale [B, HEADS,
+// ceil(SQ/64)], k_scale [B, HEADS, ceil(LK/ATT_BN)]: a key tile's), and V less its channel means,
+// transposed, vt e4m3 [B, HEADS, HD, LKP] (LKP = LK rounded up to 128, zero columns past LK; a wide
+// last tile reads past LKP, the copy engine's zero fill) with one scale and one mean a channel
+// (v_scale [B, HEADS, 2, HD]); entry
 //   dit_kernel(out, [lse,] q, q_scale, k, k_scale, vt, v_scale, [tiles,] tmap_q, tmap_k, tmap_vt)
 // with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
-// [B*HEADS*HD, LKP] (box {128 keys, HD rows}). S = Q K^T runs on e4m3 wgmma and is scaled per tile
-// into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row sums with it) so the
-// small probabilities of long rows stay out of e4m3's subnormals, rounded to e4m3, and each key
-// tile's P V^T runs on e4m3 wgmma with P from registers into accumulators of its own, added to O
-// in fp32. The S accumulators hold keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where
-// the fp8 A fragment wants 4t..4t+3, so vt holds its keys permuted to match: column 16g + p is
-// key 16g + pi(p), pi(4t + j) = 2t + j for j < 2, else 6 + 2t + j (attn_quant_vt writes it so);
-// P V sums over keys, so no shuffle is needed.
-// The row sums are the rounded P's, made by the same products: each V^T stage in shared memory is
-// followed by 8 rows of e4m3 ones (written once), so P V^T runs as 64 x 136 and its columns 128..135
-// hold every row's sum, in each lane of the row; the sums the output is divided by are those of the
-// weights it was made with (and the ALUs are spared an add a probability: the softmax, exposed
-// between the warpgroups' products, is the kernel's critical path). The output is O * v_scale / l.
-// O and l are rescaled one tile late, in the fma that adds the tile's product:
-// O_j = O_{j-1} * alpha_j + P_j V_j.
+// [B*HEADS*HD, LKP] (box {VB keys, HD rows}, swizzled VB bytes). S = Q K^T runs on e4m3 wgmma and
+// is scaled per tile into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row
+// sums with it) so the small probabilities of long rows stay out of e4m3's subnormals, rounded to
+// e4m3, and each key tile's P V^T runs on e4m3 wgmma with P from registers. The S accumulators hold
+// keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so
+// vt holds its keys permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for
+// j < 2, else 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
+// The row sums are the rounded P's, made by the same products: each V^T column block in shared
+// memory is followed by 8 rows of e4m3 ones (written once); the sums the output is divided by are
+// those of the weights it was made with (and the ALUs are spared an add a probability: the
+// softmax, exposed between the warpgroups' products, is the kernel's critical path).
+// At 128 keys a tile (PROMOTE) P V^T runs as 64 x 136 into accumulators of its own (columns
+// 128..135: every row's sum, in each lane of the row), added to O in fp32, O and l rescaled one
+// tile late in the fma that adds the tile's product: O_j = O_{j-1} * alpha_j + P_j V_j. The wider
+// tiles' S accumulators leave no registers for that: P V^T accumulates into O in place (rescaled
+// after each product, before the next), which V's centring keeps accurate (its products sum values
+// that average to zero: without it an offset channel of a long row loses its late tiles' terms in
+// the tensor cores' narrow accumulation, measured 38% off at 32760 keys), and the row sums'
+// product runs apart, 64 x 8 into accumulators of their own, added to l in fp32 a tile. The output
+// is O * v_scale[0] / l + v_scale[1].
 //
 // ATT_QK_I8 1 (with ATT_FP8) takes Q and K as int8 codes (--attn-quant int8, SageAttention2's
 // split): S = Q K^T runs on s8 wgmma into exact int32 sums, P V stays e4m3. The sums (|S| <=
@@ -113,7 +120,7 @@
 #endif
 #ifndef ATT_ST
 #if defined(ATT_FP8) && ATT_FP8
-#define ATT_ST DIT_ABI_ATT90_ST_FP8
+#define ATT_ST (ATT_BN > 128 ? DIT_ABI_ATT90_ST_FP8_WIDE : DIT_ABI_ATT90_ST_FP8)
 #elif HD == 64
 #define ATT_ST DIT_ABI_ATT90_ST_HD64
 #else
@@ -135,8 +142,8 @@
 #ifndef ATT_FP8
 #define ATT_FP8 0
 #endif
-#if ATT_FP8 && (HD != 128 || ATT_BN != 128)
-#error "dit_attn_sm90: fp8 attention takes head dim 128 and key tiles of 128"
+#if ATT_FP8 && (HD != 128 || (ATT_BN != 128 && ATT_BN != 160 && ATT_BN != 192 && ATT_BN != 224))
+#error "dit_attn_sm90: fp8 attention takes head dim 128 and key tiles of 128, 160, 192 or 224"
 #endif
 #ifndef ATT_QK_I8
 #define ATT_QK_I8 0
@@ -157,6 +164,17 @@
 #define ATT_LSUM_MMA 1
 #endif
 #define LSUM (PV8 && ATT_LSUM_MMA)
+// e4m3 P V^T accumulates each key tile's product in accumulators of its own, added to O in fp32
+// (ATT_PROMOTE 1, the default at 128 keys a tile), or into O in place (0: the wider key tiles,
+// whose S accumulators leave no registers for a second O).
+#ifndef ATT_PROMOTE
+#define ATT_PROMOTE (ATT_BN == 128)
+#endif
+#define PROMOTE (PV8 && ATT_PROMOTE)
+// In place, the row sums' product runs apart (64 x 8 over the ones) into accumulators of their
+// own, added to l in fp32 a tile: a sum grown over many tiles would lose the late tiles' small
+// terms in the tensor cores' accumulation (measured at 32760 keys: 50% of an output row off).
+#define LSEP (LSUM && !PROMOTE)
 #define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
 #if ATT_FP8 && !ATT_PV_BF16
 #define P_SHIFT 8.f  // log2 of P's scale before its e4m3 rounding
@@ -180,9 +198,17 @@
 #define Q_BYTES (NHALF * ATT_BM * 128)
 #define K_BYTES (NHALF * ATT_BN * 128)
 #define V_BYTES (NHALF_V * ATT_BN * 128)
-// LSUM: each V^T stage is followed by 8 rows of e4m3 ones, B rows 128..135 of the P V^T product,
-// whose columns 128..135 are then P's row sums.
-#define V_STAGE (V_BYTES + (LSUM ? DIT_ABI_ATT90_FP8_ONES : 0))
+// fp8's V^T stage is column blocks of VB keys (the widest of 128, 64 and 32 that divides ATT_BN),
+// each HD rows of VB bytes swizzled by VB bytes; with LSUM each block is followed by
+// DIT_ABI_ATT90_FP8_ONES_ROWS rows of e4m3 ones, B rows 128..135 of the P V^T product (or the
+// B of a product of their own, LSEP), whose columns 128..135 are then P's row sums.
+#if PV8
+#define VB (ATT_BN % 128 == 0 ? 128 : ATT_BN % 64 == 0 ? 64 : 32)
+#define VROWS (HD + (LSUM ? DIT_ABI_ATT90_FP8_ONES_ROWS : 0))
+#define V_STAGE (VROWS * ATT_BN)
+#else
+#define V_STAGE V_BYTES
+#endif
 #define BAR_OFF (NQBUF * Q_BYTES + ATT_ST * (K_BYTES + V_STAGE))
 #define ATT_SMEM (DIT_ABI_ATT90_SMEM_ALIGN + BAR_OFF + 8 * (4 + 4 * ATT_ST))
 #define NTILES ((LK + ATT_BN - 1) / ATT_BN)
@@ -312,11 +338,14 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if LSUM
   // The rows of ones (written once, read by the tensor cores: made visible to the async proxy
   // before the barrier).
-  constexpr int ONES_WORDS = DIT_ABI_ATT90_FP8_ONES / 4;
-  for (int i = threadIdx.x; i < ATT_ST * ONES_WORDS; i += ATT_THREADS)
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sV + (i / ONES_WORDS) * V_STAGE + V_BYTES + 4 * (i % ONES_WORDS)),
+  constexpr int BLOCK_WORDS = DIT_ABI_ATT90_FP8_ONES_ROWS * VB / 4, ONES_WORDS = BLOCK_WORDS * (ATT_BN / VB);
+  for (int i = threadIdx.x; i < ATT_ST * ONES_WORDS; i += ATT_THREADS) {
+    const int w = i % ONES_WORDS;
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sV + (i / ONES_WORDS) * V_STAGE + (w / BLOCK_WORDS) * VROWS * VB + HD * VB +
+                                                  4 * (w % BLOCK_WORDS)),
                  "r"(0x38383838u)  // four e4m3 1.0
                  : "memory");
+  }
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 
@@ -378,7 +407,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           mbar_wait(BAR_EMPTY_V(bars, s), ph ^ 1u);
           mbar_expect_tx(BAR_FULL_V(bars, s), V_BYTES);
 #if PV8
-          tma_load_2d(sV + s * V_STAGE, &tmv, KEY_TILE(j) * ATT_BN, (b * HEADS + head) * HD, BAR_FULL_V(bars, s));
+#pragma unroll
+          for (int h = 0; h < ATT_BN / VB; h++)
+            tma_load_2d(sV + s * V_STAGE + h * VROWS * VB, &tmv, KEY_TILE(j) * ATT_BN + h * VB, (b * HEADS + head) * HD,
+                        BAR_FULL_V(bars, s));
 #else
 #pragma unroll
           for (int h = 0; h < NHALF_V; h++)
@@ -411,8 +443,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if LSUM
     unsigned short pq[ATT_BN / 4];  // the next P as e4m3 pairs, while P V^T reads p
 #endif
+#if LSEP
+    float lt[4];  // one key tile's row sums (in each lane of the row: lt[0] row g4, lt[2] row g4 + 8)
+#endif
+#if PROMOTE
     float pt[HD / 2 + 4 * LSUM];  // one key tile's P V^T (and row sums), added to o in fp32 (add_pv)
     float pa0, pa1;       // the rescale factors o has not taken yet
+#endif
 #else
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
 #endif
@@ -435,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
 
     // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
-    auto issue_qk = [&](int st) {
+    auto issue_qk = [&](float (&s)[ATT_BN / 2], int st) {
       const u64 dk = desc_kmajor(sK + st * K_BYTES);
 #if ATT_FP8
       // fp8: k step kk (32 channels) sits at byte 32*kk of the one 128-byte row.
@@ -456,22 +493,29 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // O += P V over the tile's keys: k step kk is key rows 16kk..16kk+15 (2048 bytes in).
     auto issue_pv = [&](int st) {
 #if PV8
-      // fp8: V^T is K-major (HD rows of ATT_BN keys); k step kk is keys 32kk..32kk+31, 32 bytes in.
-      const u64 dvt = desc_kmajor(sV + st * V_STAGE);
+      // fp8: V^T is K-major (HD rows of ATT_BN keys in blocks of VB); k step kk is keys
+      // 32kk..32kk+31, in block 32kk / VB at byte 32kk % VB.
 #pragma unroll
-      for (int kk = 0; kk < ATT_BN / 32; kk++)
-#if LSUM
-        wgmma_rs_e4m3_n136(pt, &p[4 * kk], dvt + (u64)((kk * 32) >> 4), kk > 0);
+      for (int kk = 0; kk < ATT_BN / 32; kk++) {
+        const u64 dvt = desc_kmajor_sw<VB>(sV + st * V_STAGE + (kk * 32 / VB) * VROWS * VB) + (u64)(((kk * 32) % VB) >> 4);
+#if PROMOTE && LSUM
+        wgmma_rs_e4m3_n136(pt, &p[4 * kk], dvt, kk > 0);
+#elif PROMOTE
+        wgmma_rs_e4m3(pt, &p[4 * kk], dvt, kk > 0);
+#elif LSEP
+        wgmma_rs_e4m3(o, &p[4 * kk], dvt, 1);
+        wgmma_rs_e4m3(lt, &p[4 * kk], dvt + (u64)((HD * VB) >> 4), kk > 0);  // the ones after the block's HD rows
 #else
-        wgmma_rs_e4m3(pt, &p[4 * kk], dvt + (u64)((kk * 32) >> 4), kk > 0);
+        wgmma_rs_e4m3(o, &p[4 * kk], dvt, 1);
 #endif
+      }
 #else
       const u64 dv = desc_mnmajor(sV + st * V_STAGE, ATT_BN * 128);
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 16; kk++) wgmma_rs(o, &p[4 * kk], dv + (u64)((kk * 2048) >> 4));
 #endif
     };
-    auto fence_s = [&]() {
+    auto fence_s = [&](float (&s)[ATT_BN / 2]) {
 #pragma unroll
       for (int i = 0; i < ATT_BN / 2; i++) {
 #if ATT_QK_I8
@@ -485,9 +529,13 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     auto fence_op = [&]() {
 #pragma unroll
       for (int i = 0; i < HD / 2; i++) reg_fence(o[i]);
-#if PV8
+#if PROMOTE
 #pragma unroll
       for (int i = 0; i < (int)(sizeof pt / sizeof pt[0]); i++) reg_fence(pt[i]);
+#endif
+#if LSEP
+#pragma unroll
+      for (int i = 0; i < 4; i++) reg_fence(lt[i]);
 #endif
 #pragma unroll
       for (int i = 0; i < (int)(sizeof p / sizeof p[0]); i++) reg_fence(p[i]);
@@ -500,7 +548,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // O is rescaled here too, one tile late: o (relative to the max before the last) takes the
     // factor of the last tile's softmax in the fma that adds the product (relative to that max).
     auto add_pv = [&]() {
-#if PV8
+#if PROMOTE
 #pragma unroll
       for (int i = 0; i < HD / 8; i++) {
         o[4 * i + 0] = fmaf(o[4 * i + 0], pa0, pt[4 * i + 0]);
@@ -516,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
-    auto softmax = [&](int j, float &al0, float &al1) {
+    auto softmax = [&](float (&s)[ATT_BN / 2], int j, float &al0, float &al1) {
 #if HAS_BOUND
       if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
 #else
@@ -594,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       }
     };
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
-    auto convert = [&](u32 *dst) {
+    auto convert = [&](const float (&s)[ATT_BN / 2], u32 *dst) {
 #if PV8
       // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
       // the order the permuted V^T expects (see the header).
@@ -619,7 +667,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // P as e4m3 pairs (convert's, in its order), into pq: P V_{j-1} still reads p while P_j is made,
     // and a register of p written before the wait for it would serialize the products (ptxas
     // orders every wgmma after it), so pq is packed into p after the wait.
-    auto convert_halves = [&](unsigned short *h) {
+    auto convert_halves = [&](const float (&s)[ATT_BN / 2], unsigned short *h) {
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 32; kk++) {
         h[8 * kk + 0] = e4m3x2(s[16 * kk + 0], s[16 * kk + 1]), h[8 * kk + 1] = e4m3x2(s[16 * kk + 4], s[16 * kk + 5]);
@@ -683,21 +731,21 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         mbar_wait(BAR_FULL_K(bars, st), (u32)(g / ATT_ST) & 1u);
         sched_wait();
         wgmma_fence();
-        issue_qk(st);
+        issue_qk(s, st);
         wgmma_commit();
         sched_pass();
         wgmma_wait<0>();
-        fence_s();
+        fence_s(s);
         if (lane == 0) {
           mbar_arrive(BAR_EMPTY_K(bars, st));
           if (nt == 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));
         }
         float a0, a1;
-        softmax(KEY_TILE(0), a0, a1);
-#if PV8
+        softmax(s, KEY_TILE(0), a0, a1);
+#if PROMOTE
         pa0 = a0, pa1 = a1;  // 0: o is 0 and takes the first product as it is
 #endif
-        convert(p);
+        convert(s, p);
       }
       for (int j = 1; j < nt; j++) {
         const int gj = g + j, st = gj % ATT_ST, pst = (gj - 1) % ATT_ST;
@@ -706,27 +754,27 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         mbar_wait(BAR_FULL_K(bars, st), ph);
         sched_wait();
         wgmma_fence();
-        issue_qk(st);  // S_j = Q K_j^T
+        issue_qk(s, st);  // S_j = Q K_j^T
         wgmma_commit();
         issue_pv(pst);  // O += P_{j-1} V_{j-1}
         wgmma_commit();
         sched_pass();
         wgmma_wait<1>();  // S_j ready; P V still running
-        fence_s();
+        fence_s(s);
         if (lane == 0) {
           mbar_arrive(BAR_EMPTY_K(bars, st));
           if (j == nt - 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));  // Q no longer read
         }
         float a0, a1;
-        softmax(KEY_TILE(j), a0, a1);
+        softmax(s, KEY_TILE(j), a0, a1);
 #if LSUM
-        convert_halves(pq);
+        convert_halves(s, pq);
 #endif
         hold_softmax();
         wgmma_wait<0>();
         fence_op();
         if (lane == 0) mbar_arrive(BAR_EMPTY_V(bars, pst));
-#if PV8
+#if PROMOTE
         add_pv();
         pa0 = a0, pa1 = a1;
 #else
@@ -737,12 +785,15 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           o[4 * i + 2] *= a1;
           o[4 * i + 3] *= a1;
         }
+#if LSEP
+        l0 = (l0 + lt[0]) * a0, l1 = (l1 + lt[2]) * a1;
+#endif
 #endif
 #if LSUM
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++) asm("mov.b32 %0, {%1, %2};\n" : "=r"(p[i]) : "h"(pq[2 * i]), "h"(pq[2 * i + 1]));
 #else
-        convert(p);
+        convert(s, p);
 #endif
       }
       {
@@ -759,6 +810,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         add_pv();
       }
       g += nt;
+#if LSEP
+      l0 += lt[0], l1 += lt[2];
+#endif
 
 #if !LSUM
       // Epilogue: row sums are spread over the 4 lanes of a row group.
@@ -826,7 +880,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       bf16_t *ob = out + (long long)b * SQ * CH + (long long)head * HD + 2 * t4;
 #if PV8
       {
-        const float *vs = v_scale + ((long long)b * HEADS + head) * HD + 2 * t4;
+        const float *vs = v_scale + ((long long)b * HEADS + head) * 2 * HD + 2 * t4;  // the scales (then the means)
 #pragma unroll
         for (int i = 0; i < HD / 8; i++) {
           const float v0 = vs[8 * i], v1 = vs[8 * i + 1];
@@ -837,11 +891,25 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         }
       }
 #endif
+#if PV8
+      {
+        // the means back (none where no key was attended: zeros)
+        const float *vm = v_scale + (((long long)b * HEADS + head) * 2 + 1) * HD + 2 * t4;
+        const float c0 = l0 > 0.f ? 1.f : 0.f, c1 = l1 > 0.f ? 1.f : 0.f;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) {
+          const float m0v = vm[8 * i], m1v = vm[8 * i + 1];
+          if (r0 < SQ) *(u32 *)&ob[(long long)r0 * CH + 8 * i] = pack_bf16(fmaf(o[4 * i + 0], inv0, m0v * c0), fmaf(o[4 * i + 1], inv0, m1v * c0));
+          if (r1 < SQ) *(u32 *)&ob[(long long)r1 * CH + 8 * i] = pack_bf16(fmaf(o[4 * i + 2], inv1, m0v * c1), fmaf(o[4 * i + 3], inv1, m1v * c1));
+        }
+      }
+#else
 #pragma unroll
       for (int i = 0; i < HD / 8; i++) {
         if (r0 < SQ) *(u32 *)&ob[(long long)r0 * CH + 8 * i] = pack_bf16(o[4 * i + 0] * inv0, o[4 * i + 1] * inv0);
         if (r1 < SQ) *(u32 *)&ob[(long long)r1 * CH + 8 * i] = pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
       }
+#endif
 #if HAS_LSE
       if (t4 == 0) {
         const float ln2 = 0.6931471805599453f;

@@ -1064,48 +1064,52 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 #endif
 
 #if defined(DIT_K_ATTN_VMAX)
-// attn_vmax (base/ops.def): m [B, HEADS, SPLITS, HD], the channels' largest |v| over each split of
-// SPLIT_KEYS keys. One block a (b, h, 32 channels, split); VMAX_UNROLL loads in flight a thread.
+// attn_vmax (base/ops.def): m [B, HEADS, SPLITS, 3, HD], the channels' largest and smallest v and
+// their sums (finite values) over each split of SPLIT_KEYS keys. One block a (b, h, 32 channels,
+// split); VMAX_UNROLL loads in flight a thread.
 #define VMAX_UNROLL 4
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(float *m, const TY(X) *v) {
   static_assert(DIT_ABI_BLOCK == VT_ROWS * VT_CH && HD % VT_CH == 0, "attn_vmax: 8 x 32 threads, whole groups");
-  __shared__ float part[VT_ROWS][VT_CH];
+  __shared__ float part[3][VT_ROWS][VT_CH];
   const int tx = threadIdx.x % VT_CH, ty = threadIdx.x / VT_CH;
   const long long sp = blockIdx.x % SPLITS, blk = blockIdx.x / SPLITS, g = blk % (HD / VT_CH), bh = blk / (HD / VT_CH);
   const long long h = bh % HEADS, b = bh / HEADS, c = g * VT_CH + tx;
   const long long k0 = sp * SPLIT_KEYS, k1 = k0 + SPLIT_KEYS < KEYS ? k0 + SPLIT_KEYS : KEYS;
   const TY(X) *col = v + (b * KEYS) * (HEADS * HD) + h * HD + c;
-  float amax = 0.f;
+  float mx = -DIT_INF, mn = DIT_INF, sum = 0.f;
+  auto take = [&](float x) {
+    if (x > mx) mx = x; // NaN never counts, as on the CPU
+    if (x < mn) mn = x;
+    if (isfinite(x)) sum += x;
+  };
   long long key = k0 + ty;
   for (; key + (VMAX_UNROLL - 1) * VT_ROWS < k1; key += VMAX_UNROLL * VT_ROWS) {
     float a[VMAX_UNROLL];
 #pragma unroll
-    for (int u = 0; u < VMAX_UNROLL; u++) a[u] = fabsf(ld(col, (key + u * VT_ROWS) * (HEADS * HD)));
+    for (int u = 0; u < VMAX_UNROLL; u++) a[u] = ld(col, (key + u * VT_ROWS) * (HEADS * HD));
 #pragma unroll
-    for (int u = 0; u < VMAX_UNROLL; u++)
-      if (a[u] > amax) amax = a[u]; // NaN never compares greater, as on the CPU
+    for (int u = 0; u < VMAX_UNROLL; u++) take(a[u]);
   }
-  for (; key < k1; key += VT_ROWS) {
-    const float a = fabsf(ld(col, key * (HEADS * HD)));
-    if (a > amax) amax = a;
-  }
-  part[ty][tx] = amax;
+  for (; key < k1; key += VT_ROWS) take(ld(col, key * (HEADS * HD)));
+  part[0][ty][tx] = mx, part[1][ty][tx] = mn, part[2][ty][tx] = sum;
   __syncthreads();
   if (ty == 0) {
 #pragma unroll
-    for (int i = 1; i < VT_ROWS; i++) amax = fmaxf(amax, part[i][tx]);
-    m[(bh * SPLITS + sp) * HD + c] = amax;
+    for (int i = 1; i < VT_ROWS; i++) mx = fmaxf(mx, part[0][i][tx]), mn = fminf(mn, part[1][i][tx]), sum += part[2][i][tx];
+    float *o = m + (bh * SPLITS + sp) * 3 * HD + c;
+    o[0] = mx, o[HD] = mn, o[2 * HD] = sum;
   }
 }
 #endif
 
 #if defined(DIT_K_ATTN_QUANT_VT)
-// attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] and its maxima m [B, HEADS, SPLITS, HD] ->
-// vt [B, HEADS, HD, KEYS_PAD] (e4m3, V transposed, keys permuted within groups of 16 columns for
-// the wgmma fp8 operand) and s [B, HEADS, HD]. One block a (b, h, 32 channels, 128-key column
-// tile): each thread its channel's scale from the splits' maxima (fmaxf in split order, as the
-// CPU), the tile's codes gathered into shared memory by column (rows padded a word against bank
-// conflicts), then written as 128-byte rows; the blocks of tile 0 write the scales.
+// attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] and its statistics m [B, HEADS, SPLITS, 3,
+// HD] -> vt [B, HEADS, HD, KEYS_PAD] (e4m3 of v less its channel mean, V transposed, keys permuted
+// within groups of 16 columns for the wgmma fp8 operand) and s [B, HEADS, 2, HD] (the scales, then
+// the means). One block a (b, h, 32 channels, 128-key column tile): each thread its channel's mean
+// and scale from the splits' statistics (merged in split order, as the CPU), the tile's codes
+// gathered into shared memory by column (rows padded a word against bank conflicts), then written
+// as 128-byte rows; the blocks of tile 0 write the scales and means.
 #define VT_TILES (KEYS_PAD > 0 ? KEYS_PAD / 128 : 1) // no keys: no blocks, but a valid modulus
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *vt, float *s, const TY(X) *v, const float *m) {
   static_assert(DIT_ABI_BLOCK == VT_ROWS * VT_CH && HD % VT_CH == 0 && KEYS_PAD % 128 == 0, "attn_quant_vt: 8 x 32 threads, whole groups");
@@ -1113,16 +1117,20 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
   const int tx = threadIdx.x % VT_CH, ty = threadIdx.x / VT_CH;
   const long long t = blockIdx.x % VT_TILES, blk = blockIdx.x / VT_TILES, g = blk % (HD / VT_CH), bh = blk / (HD / VT_CH);
   const long long h = bh % HEADS, b = bh / HEADS, c = g * VT_CH + tx, t0 = t * 128;
-  float amax = 0.f;
-  for (int sp = 0; sp < SPLITS; sp++) amax = fmaxf(amax, m[(bh * SPLITS + sp) * HD + c]);
+  float mx = -DIT_INF, mn = DIT_INF, sum = 0.f;
+  for (int sp = 0; sp < SPLITS; sp++) {
+    const float *st = m + (bh * SPLITS + sp) * 3 * HD + c;
+    mx = fmaxf(mx, st[0]), mn = fminf(mn, st[HD]), sum += st[2 * HD];
+  }
+  const float mean = KEYS > 0 ? sum / (float)KEYS : 0.f, amax = fmaxf(mx - mean, mean - mn);
   const float scale = amax > 0.f ? amax / 448.f : 1.f, inv = amax > 0.f ? 448.f / amax : 1.f;
-  if (t == 0 && ty == 0) s[bh * HD + c] = scale;
+  if (t == 0 && ty == 0) s[bh * 2 * HD + c] = scale, s[bh * 2 * HD + HD + c] = mean;
   const TY(X) *col = v + (b * KEYS) * (HEADS * HD) + h * HD + c;
 #pragma unroll
   for (int i = 0; i < 128 / VT_ROWS; i++) {
     const int cc = ty + i * VT_ROWS, p = cc & 15; // column 16g + p holds key 16g + pi(p)
     const long long key = t0 + (cc & ~15) + 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
-    codes[tx][cc] = key < KEYS ? e4m3_encode(ld(col, key * (HEADS * HD)) * inv) : (unsigned char)0;
+    codes[tx][cc] = key < KEYS ? e4m3_encode((ld(col, key * (HEADS * HD)) - mean) * inv) : (unsigned char)0;
   }
   __syncthreads();
   unsigned char *out = vt + (bh * HD + g * VT_CH) * KEYS_PAD + t0;

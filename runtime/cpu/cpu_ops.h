@@ -185,7 +185,8 @@ dit_status_t dit_cpu_attn_quant_vt(dit_cpu_t *c, const dit_tensor_t *v, const di
  * runs on bf16 P. */
 dit_status_t dit_cpu_attention_fp8(dit_cpu_t *c, const dit_tensor_t *q8, const dit_tensor_t *qs, const dit_tensor_t *k8,
                                    const dit_tensor_t *ks, const dit_tensor_t *vt8, const dit_tensor_t *vs, const dit_tensor_t *tiles,
-                                   const dit_tensor_t *bound, int heads, double scale, dit_tensor_t *out, dit_tensor_t *lse);
+                                   const dit_tensor_t *bound, int heads, double scale, int64_t key_tile, dit_tensor_t *out,
+                                   dit_tensor_t *lse);
 /* The key that column col of vt8 holds (attn_quant_vt's permutation within groups of 16 columns). */
 int64_t dit_attn_vt_key(int64_t col);
 /* out = x + y * mod[:, gate]; x, y, out [B, T, D], mod [B, n, D] or per token [B, R, n, D]

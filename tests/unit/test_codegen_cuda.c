@@ -954,8 +954,24 @@ static void test_codegen_ops(const char *target, const char *cache) {
                                       * each V^T stage with its rows of ones */
       const int ncw = DIT_ABI_ATT90_NCW_HD128, st = DIT_ABI_ATT90_ST_FP8, bm = 64 * ncw;
       CHECK_EQ_INT(check_op(cg, g, "attention_fp8", (uint32_t)(128 * (ncw + 1)),
-                            (uint32_t)(1024 + bm * 128 + st * (2 * 128 * 128 + DIT_ABI_ATT90_FP8_ONES) + 8 * (4 + 4 * st)), 1),
+                            (uint32_t)(1024 + bm * 128 + st * (2 * 128 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 128) + 8 * (4 + 4 * st)), 1),
                    (200 + bm - 1) / bm);
+      /* key tiles of 192 (k's scales a tile): fewer, wider stages, V^T in blocks of 64 keys with
+       * their rows of ones; 160 is built too, 100 refused */
+      dit_attrs_set_int(&ka, "rows", 192);
+      CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xq, 1, &ka, qdt, "xk8w", k8));
+      const dit_vid_t fw[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
+      dit_attrs_set_int(&fa, "key_tile", 192);
+      CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fw, 6, &fa, odt, "attn8w", o));
+      const int sw = DIT_ABI_ATT90_ST_FP8_WIDE;
+      CHECK_EQ_INT(check_op(cg, g, "attention_fp8 (192 keys a tile)", (uint32_t)(128 * (ncw + 1)),
+                            (uint32_t)(1024 + bm * 128 + sw * (2 * 192 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 192) + 8 * (4 + 4 * sw)), 1),
+                   (200 + bm - 1) / bm);
+      dit_attrs_set_int(&ka, "rows", 96), dit_attrs_set_int(&fa, "key_tile", 96);
+      CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xq, 1, &ka, qdt, "xk8n", k8));
+      const dit_vid_t fn[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
+      CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fn, 6, &fa, odt, "attn8n", o));
+      check_refused(cg, g, "op attention_fp8 'attn8n': key_tile 96, the sm_90a kernel takes 128, 160, 192 or 224");
     } else {
       check_refused(cg, g, "op attention_fp8 'attn8': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_");
     }
@@ -1034,6 +1050,10 @@ static void test_att90_keys_per_tile(void) {
   CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 27280, 1, 0, 0), DIT_ABI_ATT90_BN);
   CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 27280, 0, 1, 0), DIT_ABI_ATT90_BN);
   CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 512, 0, 0, 1), DIT_ABI_ATT90_BN);
+  /* attention_fp8's: 192 with e4m3 P V^T, 128 with a tile schedule or bf16 P V */
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 0), 192);
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 1), DIT_ABI_ATT90_BN);
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(0, 0), DIT_ABI_ATT90_BN);
 }
 
 /* The Hopper attention's tail split: the last partial wave's tiles (tiles % 132) split into the

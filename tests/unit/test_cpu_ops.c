@@ -357,17 +357,19 @@ static void test_attn_quant(void) {
 static const int kVtPerm[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
 
 /* attn_vmax over 150 keys in 1, 4 (38 keys a split, the last 36), 150 and 100 splits (2 keys a
- * split: splits 75..99 hold none, 0), against the definition; a NaN never counts. Too many
- * splits and a wrong vmax shape are refused. */
+ * split: splits 75..99 hold none: -inf, inf and 0), against the definition (the sums in key
+ * order); a NaN and an infinity count in neither the extremes nor the sum (the infinity in the
+ * largest). Too many splits and a wrong vmax shape are refused. */
 static void test_attn_vmax(void) {
   const int64_t B = 2, L = 150, H = 2, Dh = 64, vd[3] = {B, L, H * Dh};
   dit_tensor_t v = tensor_alloc(DIT_F32, 3, vd);
   for (int64_t i = 0; i < numel_of(3, vd); i++) set_elem(&v, i, rnd(-2, 2));
-  set_elem(&v, (L + 40) * H * Dh + 5, NAN); /* batch 1, key 40, head 0, channel 5 */
+  set_elem(&v, (L + 40) * H * Dh + 5, NAN);      /* batch 1, key 40, head 0, channel 5 */
+  set_elem(&v, (L + 41) * H * Dh + 6, INFINITY); /* batch 1, key 41, head 0, channel 6 */
   const int64_t splits[4] = {1, 4, 150, 100};
   for (int i = 0; i < 4; i++) {
-    const int64_t S = splits[i], n = (L + S - 1) / S, md[4] = {B, H, S, Dh};
-    dit_tensor_t m = tensor_alloc(DIT_F32, 4, md);
+    const int64_t S = splits[i], n = (L + S - 1) / S, md[5] = {B, H, S, 3, Dh};
+    dit_tensor_t m = tensor_alloc(DIT_F32, 5, md);
     for (int c = 0; c < 2; c++) {
       memset(m.data, 0xff, dit_tensor_nbytes(&m));
       CHECK_OK(dit_cpu_attn_vmax(&g_cpu[c], &v, (int)H, &m));
@@ -376,37 +378,51 @@ static void test_attn_vmax(void) {
         for (int64_t h = 0; h < H; h++)
           for (int64_t sp = 0; sp < S; sp++)
             for (int64_t ch = 0; ch < Dh; ch++) {
-              float want = 0.0f;
-              for (int64_t key = sp * n; key < L && key < (sp + 1) * n; key++)
-                want = fmaxf(want, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
-              bad += ((const float *)m.data)[((b * H + h) * S + sp) * Dh + ch] != want;
+              float mx = -INFINITY, mn = INFINITY, sum = 0.0f;
+              for (int64_t key = sp * n; key < L && key < (sp + 1) * n; key++) {
+                const float x = (float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch);
+                if (isnan(x)) continue;
+                mx = fmaxf(mx, x), mn = fminf(mn, x);
+                if (isfinite(x)) sum += x;
+              }
+              const float *got = (const float *)m.data + ((b * H + h) * S + sp) * 3 * Dh + ch;
+              bad += got[0] != mx || got[Dh] != mn || got[2 * Dh] != sum;
             }
       CHECK_EQ_INT(bad, 0);
     }
-    if (S == 100) CHECK(((const float *)m.data)[((1 * H + 1) * S + 99) * Dh + 7] == 0.0f);
+    if (S == 100) {
+      const float *e = (const float *)m.data + ((1 * H + 1) * S + 99) * 3 * Dh + 7;
+      CHECK(isinf(e[0]) && e[0] < 0 && isinf(e[Dh]) && e[Dh] > 0 && e[2 * Dh] == 0.0f);
+    }
     free(m.data);
   }
-  const int64_t md[4] = {B, H, L + 1, Dh};
-  dit_tensor_t m = tensor_alloc(DIT_F32, 4, md);
+  const int64_t md[5] = {B, H, L + 1, 3, Dh};
+  dit_tensor_t m = tensor_alloc(DIT_F32, 5, md);
   CHECK_ERR(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m), INVALID_ARGUMENT, "attn_vmax: vmax has 151 splits, more than the 150 keys of v");
-  m.dims[2] = 3, m.dims[3] = Dh + 1;
+  m.dims[2] = 3, m.dims[4] = Dh + 1;
   CHECK_ERR(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m), INVALID_ARGUMENT, "attn_vmax: vmax has dims");
+  m.rank = 4, m.dims[3] = Dh;
+  CHECK_ERR(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m), INVALID_ARGUMENT,
+            "attn_vmax: vmax is f32 [2, 2, 3, 64], expected f32 [B, heads, splits >= 1, 3, Dh]");
   free(m.data), free(v.data);
 }
 
 /* 150 keys: two column tiles, the second holding keys 128..149 then zero padding; channel 3 of
- * head 1 in batch 1 all zero (scale 1). The maxima from 1, 3 and 150 splits give the same codes and
- * scales: the one-pass rule's. */
+ * head 1 in batch 1 all zero (scale 1, mean 0), channel 4 of head 0 offset by 40. From 1, 3 and 150
+ * splits: each channel's mean within 1e-6 of the exact one (the splits only reorder its sum), and
+ * the scale and codes exactly the rule's around that mean. */
 static void test_attn_quant_vt(void) {
-  const int64_t B = 2, L = 150, H = 2, Dh = 128, Lp = 256, vd[3] = {B, L, H * Dh}, td[4] = {B, H, Dh, Lp}, sd[3] = {B, H, Dh};
-  dit_tensor_t v = tensor_alloc(DIT_BF16, 3, vd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td), vs = tensor_alloc(DIT_F32, 3, sd);
+  const int64_t B = 2, L = 150, H = 2, Dh = 128, Lp = 256, vd[3] = {B, L, H * Dh}, td[4] = {B, H, Dh, Lp}, sd[4] = {B, H, 2, Dh};
+  dit_tensor_t v = tensor_alloc(DIT_BF16, 3, vd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td), vs = tensor_alloc(DIT_F32, 4, sd);
   for (int64_t i = 0; i < numel_of(3, vd); i++) set_elem(&v, i, rnd(-2, 2));
   for (int64_t key = 0; key < L; key++) set_elem(&v, (L + key) * H * Dh + Dh + 3, 0.0);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t key = 0; key < L; key++) set_elem(&v, (b * L + key) * H * Dh + 4, 40.0 + (double)((key * 37 + b * 11) % 101) / 50.0 - 1.0);
   for (int64_t col = 0; col < Lp; col++) CHECK_EQ_INT(dit_attn_vt_key(col), col / 16 * 16 + kVtPerm[col % 16]);
   const int64_t splits[3] = {1, 3, 150};
   for (int i = 0; i < 3; i++) {
-    const int64_t md[4] = {B, H, splits[i], Dh};
-    dit_tensor_t m = tensor_alloc(DIT_F32, 4, md);
+    const int64_t md[5] = {B, H, splits[i], 3, Dh};
+    dit_tensor_t m = tensor_alloc(DIT_F32, 5, md);
     CHECK_OK(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &m));
     for (int c = 0; c < 2; c++) {
       memset(vt8.data, 0xff, (size_t)numel_of(4, td));
@@ -416,30 +432,43 @@ static void test_attn_quant_vt(void) {
       for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
           for (int64_t ch = 0; ch < Dh; ch++) {
+            const float mean = ((const float *)vs.data)[((b * H + h) * 2 + 1) * Dh + ch];
+            double exact = 0;
+            for (int64_t key = 0; key < L; key++) exact += get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch);
+            exact /= (double)L;
+            bad += fabs(mean - exact) > 1e-6 * fmax(1.0, fabs(exact));
             float amax = 0.0f;
-            for (int64_t key = 0; key < L; key++) amax = fmaxf(amax, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch)));
+            for (int64_t key = 0; key < L; key++)
+              amax = fmaxf(amax, fabsf((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) - mean));
             const float s = amax > 0.0f ? amax / 448.0f : 1.0f, inv = amax > 0.0f ? 448.0f / amax : 1.0f;
-            bad += ((const float *)vs.data)[(b * H + h) * Dh + ch] != s;
+            bad += ((const float *)vs.data)[(b * H + h) * 2 * Dh + ch] != s;
             for (int64_t col = 0; col < Lp; col++) {
               const int64_t key = col / 16 * 16 + kVtPerm[col % 16];
-              const uint8_t want = key < L ? dit_f32_to_e4m3((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) * inv) : 0;
+              const uint8_t want =
+                  key < L ? dit_f32_to_e4m3(((float)get_elem(&v, (b * L + key) * H * Dh + h * Dh + ch) - mean) * inv) : 0;
               bad += ((const uint8_t *)vt8.data)[((b * H + h) * Dh + ch) * Lp + col] != want;
             }
           }
       CHECK_EQ_INT(bad, 0);
-      CHECK(((const float *)vs.data)[(1 * H + 1) * Dh + 3] == 1.0f);
+      CHECK(((const float *)vs.data)[(1 * H + 1) * 2 * Dh + 3] == 1.0f);
+      CHECK(((const float *)vs.data)[((1 * H + 1) * 2 + 1) * Dh + 3] == 0.0f);
+      CHECK(fabs(((const float *)vs.data)[Dh + 4] - 40.0) < 0.2); /* batch 0, head 0: the offset is the mean */
+      CHECK(((const float *)vs.data)[4] < 1.01f / 448.0f * 2);    /* and the scale that of the spread, not of 40 */
     }
     if (i == 2) {
       m.dims[1] = 1;
       CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT,
-                "attn_quant_vt: vmax has dims [2, 1, 150, 128], expected [2, 2, *, 128]");
+                "attn_quant_vt: vmax has dims [2, 1, 150, 3, 128], expected [2, 2, *, 3, 128]");
       m.dtype = DIT_BF16;
       CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT,
-                "attn_quant_vt: vmax is bf16 [2, 1, 150, 128], expected f32 [B, heads, splits >= 1, Dh]");
+                "attn_quant_vt: vmax is bf16 [2, 1, 150, 3, 128], expected f32 [B, heads, splits >= 1, 3, Dh]");
       m.dtype = DIT_F32, m.dims[1] = H;
       vt8.dims[3] = L;
       CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT, "attn_quant_vt: vt8 has dims");
       vt8.dims[3] = Lp;
+      vs.dims[2] = 1;
+      CHECK_ERR(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &m, (int)H, &vt8, &vs), INVALID_ARGUMENT, "attn_quant_vt: vs has dims");
+      vs.dims[2] = 2;
     }
     free(m.data);
   }
@@ -456,22 +485,25 @@ static void test_attn_quant_vt(void) {
  * unrounded P's, is off by at most -log(1 - 2^-4) < 0.0645 (measured 1.4e-2). With a schedule the
  * reference masks the unlisted key tiles. */
 /* pv8 0: V is v itself and P rounds to bf16 (2^-9 of itself at most): bounds max|err| <= max|v| /
- * 128 and cosine >= 0.99999; the row sums are the unrounded P's, lse within 1e-4. */
-static void check_attention_fp8(dit_dtype_t codes, int pv8) {
+ * 128 and cosine >= 0.99999; the row sums are the unrounded P's, lse within 1e-4. kt: keys per
+ * tile and per scale of k (128, or 192: one tile and part of another; the schedule only at 128). */
+static void check_attention_fp8(dit_dtype_t codes, int pv8, int64_t kt) {
   const int64_t B = 1, S = 200, H = 2, Dh = 128, HD = H * Dh, Lp = 256;
-  const int64_t xd[3] = {B, S, HD}, qsd[3] = {B, H, 4}, ksd[3] = {B, H, 2}, td[4] = {B, H, Dh, Lp}, vsd[3] = {B, H, Dh},
+  const int64_t xd[3] = {B, S, HD}, qsd[3] = {B, H, 4}, ksd[3] = {B, H, 2}, td[4] = {B, H, Dh, Lp}, vsd[4] = {B, H, 2, Dh},
                 ld[3] = {B, H, S}, tsd[2] = {2, 3};
   const double scale = 1.0 / sqrt((double)Dh);
   dit_tensor_t q = tensor_alloc(DIT_BF16, 3, xd), k = tensor_alloc(DIT_BF16, 3, xd), v = tensor_alloc(DIT_BF16, 3, xd);
-  for (int64_t i = 0; i < numel_of(3, xd); i++) set_elem(&q, i, rnd(-2, 2)), set_elem(&k, i, rnd(-2, 2)), set_elem(&v, i, rnd(-1, 1));
+  /* v: every fourth channel offset by 1.5 (V^T holds v less its channel means) */
+  for (int64_t i = 0; i < numel_of(3, xd); i++)
+    set_elem(&q, i, rnd(-2, 2)), set_elem(&k, i, rnd(-2, 2)), set_elem(&v, i, rnd(-1, 1) + (i % 4 == 1 ? 1.5 : 0.0));
   dit_tensor_t q8 = tensor_alloc(codes, 3, xd), k8 = tensor_alloc(codes, 3, xd), vt8 = tensor_alloc(DIT_F8E4M3, 4, td);
-  dit_tensor_t qs = tensor_alloc(DIT_F32, 3, qsd), ks = tensor_alloc(DIT_F32, 3, ksd), vs = tensor_alloc(DIT_F32, 3, vsd);
+  dit_tensor_t qs = tensor_alloc(DIT_F32, 3, qsd), ks = tensor_alloc(DIT_F32, 3, ksd), vs = tensor_alloc(DIT_F32, 4, vsd);
   dit_tensor_t o = tensor_alloc(DIT_F32, 3, xd), o1 = tensor_alloc(DIT_F32, 3, xd), lse = tensor_alloc(DIT_F32, 3, ld);
   dit_tensor_t tiles = tensor_alloc(DIT_I32, 2, tsd), bound = tensor_alloc(DIT_I32, 1, &B);
   CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &q, (int)H, 64, &q8, &qs));
-  CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &k, (int)H, 128, &k8, &ks));
-  const int64_t md[4] = {B, H, 2, Dh};
-  dit_tensor_t vm = tensor_alloc(DIT_F32, 4, md);
+  CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &k, (int)H, kt, &k8, &ks));
+  const int64_t md[5] = {B, H, 2, 3, Dh};
+  dit_tensor_t vm = tensor_alloc(DIT_F32, 5, md);
   CHECK_OK(dit_cpu_attn_vmax(&g_cpu[0], &v, (int)H, &vm));
   CHECK_OK(dit_cpu_attn_quant_vt(&g_cpu[0], &v, &vm, (int)H, &vt8, &vs));
   free(vm.data);
@@ -484,8 +516,9 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
         int64_t pos = 0;
         while (kVtPerm[pos] != t % 16) pos++;
         dq[i] = get_elem(&q8, i) * ((const float *)qs.data)[h * 4 + t / 64];
-        dk[i] = get_elem(&k8, i) * ((const float *)ks.data)[h * 2 + t / 128];
-        dv[i] = pv8 ? dit_e4m3_to_f32(((const uint8_t *)vt8.data)[(h * Dh + c) * Lp + col + pos]) * ((const float *)vs.data)[h * Dh + c]
+        dk[i] = get_elem(&k8, i) * ((const float *)ks.data)[h * 2 + t / kt];
+        dv[i] = pv8 ? dit_e4m3_to_f32(((const uint8_t *)vt8.data)[(h * Dh + c) * Lp + col + pos]) * ((const float *)vs.data)[h * 2 * Dh + c] +
+                          ((const float *)vs.data)[(h * 2 + 1) * Dh + c]
                     : get_elem(&v, i);
       }
   const int32_t sched[6] = {1, 1, -1, 2, 0, 1}; /* query tile 0: key tile 1; tile 1: both */
@@ -494,9 +527,10 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
   ((int32_t *)bound.data)[0] = 150;
   for (int mode = 0; mode < 3; mode++) {
     const int tiled = mode == 1, bounded = mode == 2;
+    if (tiled && kt != 128) continue;
     for (int c = 0; c < 2; c++)
       CHECK_OK(dit_cpu_attention_fp8(&g_cpu[c], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, tiled ? &tiles : NULL,
-                                     bounded ? &bound : NULL, (int)H, scale, c ? &o1 : &o, c ? NULL : &lse));
+                                     bounded ? &bound : NULL, (int)H, scale, kt, c ? &o1 : &o, c ? NULL : &lse));
     CHECK(!memcmp(o.data, o1.data, dit_tensor_nbytes(&o))); /* the thread count changes nothing */
     double dot = 0, n1 = 0, n2 = 0, maxerr = 0, maxv = 0, maxlse = 0;
     for (int64_t i = 0; i < S * HD; i++) maxv = fmax(maxv, fabs(dv[i]));
@@ -522,8 +556,9 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
         maxlse = fmax(maxlse, fabs(get_elem(&lse, h * S + i) - (mx + log(l))));
       }
     const double cosine = dot / sqrt(n1 * n2);
-    printf("attention_fp8 (%s q, k; %s P V)%s: max|err| / max|v| %.3e, cosine %.6f, max lse err %.2e\n", dit_dtype_name(codes),
-           pv8 ? "e4m3" : "bf16", tiled ? " (tiled)" : bounded ? " (key bound 150)" : "", maxerr / maxv, cosine, maxlse);
+    printf("attention_fp8 (%s q, k; %s P V; key tiles of %lld)%s: max|err| / max|v| %.3e, cosine %.6f, max lse err %.2e\n",
+           dit_dtype_name(codes), pv8 ? "e4m3" : "bf16", (long long)kt, tiled ? " (tiled)" : bounded ? " (key bound 150)" : "",
+           maxerr / maxv, cosine, maxlse);
     CHECK(maxerr <= maxv / (pv8 ? 16 : 128));
     CHECK(maxerr > 1e-6 * maxv); /* P is rounded: not the unrounded result */
     CHECK(cosine >= (pv8 ? 0.999 : 0.99999));
@@ -531,40 +566,46 @@ static void check_attention_fp8(dit_dtype_t codes, int pv8) {
   }
   /* A bound of 0 (or below): no keys, a zero output and lse -inf; one past L: every key, as without. */
   ((int32_t *)bound.data)[0] = 0;
-  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, &bound, (int)H, scale, &o, &lse));
+  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, &bound, (int)H, scale, kt, &o, &lse));
   for (int64_t i = 0; i < S * HD; i++) CHECK(get_elem(&o, i) == 0.0);
   for (int64_t i = 0; i < H * S; i++) CHECK(isinf(get_elem(&lse, i)) && get_elem(&lse, i) < 0);
   ((int32_t *)bound.data)[0] = 1000;
-  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, &bound, (int)H, scale, &o, NULL));
-  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, NULL, (int)H, scale, &o1, NULL));
+  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, &bound, (int)H, scale, kt, &o, NULL));
+  CHECK_OK(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, pv8 ? &vt8 : &v, pv8 ? &vs : NULL, NULL, NULL, (int)H, scale, kt, &o1, NULL));
   CHECK(!memcmp(o.data, o1.data, dit_tensor_nbytes(&o)));
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, &tiles, &bound, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, &tiles, &bound, (int)H, scale, 128, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: a key bound with a tile schedule: expected one or the other");
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, &tiles, NULL, (int)H, scale, 192, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: key_tile 192 with a tile schedule, expected the schedule's 128");
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, 100, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: key_tile 100, expected a multiple of 32 in 32..256");
   bound.dtype = DIT_F32;
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, &bound, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, &bound, (int)H, scale, kt, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: bound has dtype f32, expected i32");
   bound.dtype = DIT_I32;
-  vs.dims[2] = 64;
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  vs.dims[3] = 64;
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, kt, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: vs has dims");
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, kt, &o, NULL), INVALID_ARGUMENT,
             "attention_fp8: q8 is bf16");
-  vs.dims[2] = Dh;
+  vs.dims[3] = Dh;
   k8.dtype = codes == DIT_I8 ? DIT_F8E4M3 : DIT_I8; /* q and k codes of two kinds */
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vt8, &vs, NULL, NULL, (int)H, scale, kt, &o, NULL), INVALID_ARGUMENT,
             codes == DIT_I8 ? "attention_fp8: k8 is f8e4m3, expected q8's dtype i8" : "attention_fp8: k8 is i8 [1, 200, 256], expected f8e4m3");
   k8.dtype = codes;
-  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vs, NULL, NULL, NULL, (int)H, scale, &o, NULL), INVALID_ARGUMENT,
-            "attention_fp8: v has dims [1, 2, 128], expected [1, 200, 256]"); /* v itself: k8's dims */
+  CHECK_ERR(dit_cpu_attention_fp8(&g_cpu[0], &q8, &qs, &k8, &ks, &vs, NULL, NULL, NULL, (int)H, scale, kt, &o, NULL), INVALID_ARGUMENT,
+            "attention_fp8: v has dims [1, 2, 2, 128], expected [1, 200, 256]"); /* v itself: k8's dims */
   free(dq), free(p);
   dit_tensor_t *all[] = {&q, &k, &v, &q8, &k8, &vt8, &qs, &ks, &vs, &o, &o1, &lse, &tiles, &bound};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]->data);
 }
 
 static void test_attention_fp8(void) {
-  check_attention_fp8(DIT_F8E4M3, 1);
-  check_attention_fp8(DIT_I8, 1);
-  check_attention_fp8(DIT_I8, 0);
+  check_attention_fp8(DIT_F8E4M3, 1, 128);
+  check_attention_fp8(DIT_F8E4M3, 1, 192);
+  check_attention_fp8(DIT_I8, 1, 128);
+  check_attention_fp8(DIT_I8, 1, 192);
+  check_attention_fp8(DIT_I8, 0, 128);
 }
 
 static void test_attention(void) {

@@ -557,8 +557,9 @@ static void test_fp8_attention_ops(void) {
   dit_attrs_t ma = attrs_i("heads", 2, "splits", 200);
   const dit_vid_t m = dit_graph_op(g, DIT_OP_ATTN_VMAX, &x, 1, &ma, DIT_F32, "vmax");
   const dit_value_t *mv = dit_graph_cvalue(g, m);
-  CHECK(mv->rank == 4 && mv->dims[0] == 1 && mv->dims[1] == 2 && mv->dims[2] == 200 && mv->dims[3] == 128 && mv->dtype == DIT_F32);
-  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 200.0 * 256, 0);
+  CHECK(mv->rank == 5 && mv->dims[0] == 1 && mv->dims[1] == 2 && mv->dims[2] == 200 && mv->dims[3] == 3 && mv->dims[4] == 128 &&
+        mv->dtype == DIT_F32);
+  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 3.0 * 200 * 256, 0);
   int rank[DIT_OP_MAX_OUT];
   int64_t dims[DIT_OP_MAX_OUT][DIT_MAX_RANK];
   dit_attrs_set_int(&ma, "splits", 201);
@@ -567,15 +568,17 @@ static void test_fp8_attention_ops(void) {
   CHECK_ERR(dit_check_out_dtypes(g, DIT_OP_ATTN_VMAX, &x, 1, odt), INVALID_ARGUMENT, "attn_vmax: output dtype bf16, expected f32");
   dit_vid_t vi[2] = {x, x};
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTN_QUANT_VT, vi, 2, &va, 2, rank, dims), INVALID_ARGUMENT,
-            "attn_quant_vt: vmax 'x' is bf16 [1,200,256], expected f32 [1,2,1,128] (attn_vmax's maxima of x per head, split and channel)");
+            "attn_quant_vt: vmax 'x' is bf16 [1,200,256], expected f32 [1,2,1,3,128] (attn_vmax's largest, smallest and sum of x per "
+            "head, split and channel)");
   CHECK_ERR(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, &x, 1, &va, qdt, "vt8_one", v), INVALID_ARGUMENT,
             "op attn_quant_vt 'vt8_one': 1 inputs, expected 2..2");
   vi[1] = m;
   CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vi, 2, &va, qdt, "vt8", v));
-  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 200.0 * 256 + 200.0 * 256, 0);
+  CHECK_NEAR(dit_op_cost(g, dit_graph_cop_at(g, dit_graph_num_ops(g) - 1)).flops, 2.0 * 200 * 256 + 200.0 * 3 * 256, 0);
   const dit_value_t *qs = dit_graph_cvalue(g, q[1]), *ks = dit_graph_cvalue(g, k[1]), *vt = dit_graph_cvalue(g, v[0]);
   CHECK(qs->rank == 3 && qs->dims[1] == 2 && qs->dims[2] == 4 && ks->dims[2] == 2);
-  CHECK(vt->rank == 4 && vt->dims[2] == 128 && vt->dims[3] == 256 && dit_graph_cvalue(g, v[1])->dims[2] == 128);
+  const dit_value_t *vsv = dit_graph_cvalue(g, v[1]);
+  CHECK(vt->rank == 4 && vt->dims[2] == 128 && vt->dims[3] == 256 && vsv->rank == 4 && vsv->dims[2] == 2 && vsv->dims[3] == 128);
   CHECK(dit_graph_cvalue(g, q[0])->dims[1] == 200 && dit_graph_cvalue(g, q[0])->dtype == DIT_F8E4M3);
   CHECK_ERR(dit_check_out_dtypes(g, DIT_OP_ATTN_QUANT, &x, 2, bad), INVALID_ARGUMENT,
             "attn_quant: output dtypes f32 and f32, expected f8e4m3 or i8 (the codes) and f32 (the scales)");
@@ -594,7 +597,7 @@ static void test_fp8_attention_ops(void) {
   CHECK(rank[0] == 3 && dims[0][1] == 200 && dims[0][2] == 256);
   /* One more input without tiles is a key bound: i32 [B]. */
   CHECK_ERR(dit_infer_shapes(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, 1, rank, dims), INVALID_ARGUMENT,
-            "attention_fp8: key bound 'vt8.1' is f32 [1,2,128], expected i32 [1] (one bound a batch item)");
+            "attention_fp8: key bound 'vt8.1' is f32 [1,2,2,128], expected i32 [1] (one bound a batch item)");
   const int64_t bdim[1] = {1};
   const dit_vid_t bound = dit_graph_input(g, "bound", DIT_I32, 1, bdim);
   fi[5] = bound, fi[6] = bound;
