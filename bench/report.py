@@ -659,10 +659,11 @@ def render_step_cache(res):
 
 # The lossy-mode runs (bench/lossy.py), one a resolution, the peers in the same call.
 LOSSY_RUNS = ["lossy_480p_exact.json", "lossy_480p.json", "lossy_480p_fp8modes.json", "lossy_480p_fp8rows.json", "lossy_480p_fp8lsum.json",
-              "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
+              "lossy_480p_fp8kt192.json", "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
               "lossy_hunyuan.json", "lossy_qwen.json"]
-# The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8).
-ATTN_FP8 = "attention_fp8.json"
+# The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8),
+# one table a run.
+ATTN_FP8_RUNS = ["attention_fp8.json", "attention_fp8_kt192.json"]
 
 
 def render_lossy(res):
@@ -696,13 +697,15 @@ def render_lossy(res):
             notes.append("- final cosine and PSNR '-' on a ditrun row: its 50-step generate did not run in this call (the call's "
                          "time budget, or --no-generate)")
         L += [""] + ([wrap(n) for n in notes] + [""] if notes else []) + [wrap(need(d, "note", rel)), ""]
-    if os.path.exists(os.path.join(res.dir, ATTN_FP8)):
-        d = measured(res, ATTN_FP8)
-        rows = [r for r in need(d, "shapes", ATTN_FP8) if "fp8_ms" in r]
+    for arel in ATTN_FP8_RUNS:
+        if not os.path.exists(os.path.join(res.dir, arel)):
+            continue
+        d = measured(res, arel)
+        rows = [r for r in need(d, "shapes", arel) if "fp8_ms" in r]
         # The 8-bit forms the run had: e4m3 Q, K, P, V; int8 Q, K with e4m3 P, V; int8 Q, K with bf16 P, V.
         forms = [f for f in ("fp8", "int8fp8", "int8") if all(f + "_ms" in r for r in rows)]
         what = {"fp8": "fp8 (e4m3 Q, K, P, V)", "int8fp8": "int8fp8 (int8 Q, K; e4m3 P, V)", "int8": "int8 (int8 Q, K; bf16 P, V)"}
-        L += [wrap(f"The attention kernel alone ({src(ATTN_FP8, d)}): its 8-bit forms, " + ", ".join(what[f] for f in forms) +
+        L += [wrap(f"The attention kernel alone ({src(arel, d)}): its 8-bit forms, " + ", ".join(what[f] for f in forms) +
                    ", on the same inputs quantized as attn_quant and attn_quant_vt do, against its bf16 form and SageAttention's "
                    "sageattn; cosine of sampled output rows against an fp32 reference of the bf16 inputs:"), "",
               "| B x H x S x L x D | bf16 ms | " + "".join(f"{f} ms | {f} speedup | " for f in forms) + "sageattn ms | " +
