@@ -472,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
 
     // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
-    auto issue_qk = [&](float (&s)[ATT_BN / 2], int st) {
+    auto issue_qk = [&](int st) {
       const u64 dk = desc_kmajor(sK + st * K_BYTES);
 #if ATT_FP8
       // fp8: k step kk (32 channels) sits at byte 32*kk of the one 128-byte row.
@@ -515,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       for (int kk = 0; kk < ATT_BN / 16; kk++) wgmma_rs(o, &p[4 * kk], dv + (u64)((kk * 2048) >> 4));
 #endif
     };
-    auto fence_s = [&](float (&s)[ATT_BN / 2]) {
+    auto fence_s = [&]() {
 #pragma unroll
       for (int i = 0; i < ATT_BN / 2; i++) {
 #if ATT_QK_I8
@@ -564,7 +564,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
-    auto softmax = [&](float (&s)[ATT_BN / 2], int j, float &al0, float &al1) {
+    auto softmax = [&](int j, float &al0, float &al1) {
 #if HAS_BOUND
       if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
 #else
@@ -642,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       }
     };
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
-    auto convert = [&](const float (&s)[ATT_BN / 2], u32 *dst) {
+    auto convert = [&](u32 *dst) {
 #if PV8
       // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
       // the order the permuted V^T expects (see the header).
@@ -667,7 +667,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // P as e4m3 pairs (convert's, in its order), into pq: P V_{j-1} still reads p while P_j is made,
     // and a register of p written before the wait for it would serialize the products (ptxas
     // orders every wgmma after it), so pq is packed into p after the wait.
-    auto convert_halves = [&](const float (&s)[ATT_BN / 2], unsigned short *h) {
+    auto convert_halves = [&](unsigned short *h) {
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 32; kk++) {
         h[8 * kk + 0] = e4m3x2(s[16 * kk + 0], s[16 * kk + 1]), h[8 * kk + 1] = e4m3x2(s[16 * kk + 4], s[16 * kk + 5]);
@@ -731,21 +731,21 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         mbar_wait(BAR_FULL_K(bars, st), (u32)(g / ATT_ST) & 1u);
         sched_wait();
         wgmma_fence();
-        issue_qk(s, st);
+        issue_qk(st);
         wgmma_commit();
         sched_pass();
         wgmma_wait<0>();
-        fence_s(s);
+        fence_s();
         if (lane == 0) {
           mbar_arrive(BAR_EMPTY_K(bars, st));
           if (nt == 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));
         }
         float a0, a1;
-        softmax(s, KEY_TILE(0), a0, a1);
+        softmax(KEY_TILE(0), a0, a1);
 #if PROMOTE
         pa0 = a0, pa1 = a1;  // 0: o is 0 and takes the first product as it is
 #endif
-        convert(s, p);
+        convert(p);
       }
       for (int j = 1; j < nt; j++) {
         const int gj = g + j, st = gj % ATT_ST, pst = (gj - 1) % ATT_ST;
@@ -754,21 +754,21 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         mbar_wait(BAR_FULL_K(bars, st), ph);
         sched_wait();
         wgmma_fence();
-        issue_qk(s, st);  // S_j = Q K_j^T
+        issue_qk(st);  // S_j = Q K_j^T
         wgmma_commit();
         issue_pv(pst);  // O += P_{j-1} V_{j-1}
         wgmma_commit();
         sched_pass();
         wgmma_wait<1>();  // S_j ready; P V still running
-        fence_s(s);
+        fence_s();
         if (lane == 0) {
           mbar_arrive(BAR_EMPTY_K(bars, st));
           if (j == nt - 1) mbar_arrive(BAR_EMPTY_Q(bars, qb));  // Q no longer read
         }
         float a0, a1;
-        softmax(s, KEY_TILE(j), a0, a1);
+        softmax(KEY_TILE(j), a0, a1);
 #if LSUM
-        convert_halves(s, pq);
+        convert_halves(pq);
 #endif
         hold_softmax();
         wgmma_wait<0>();
@@ -793,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++) asm("mov.b32 %0, {%1, %2};\n" : "=r"(p[i]) : "h"(pq[2 * i]), "h"(pq[2 * i + 1]));
 #else
-        convert(s, p);
+        convert(p);
 #endif
       }
       {
