@@ -20,6 +20,8 @@ int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int
  * 7.48-7.52 ms, 1x24x4608 0.384-0.389 -> 0.353-0.356 ms (224: 7.49 and 0.376; 160: 7.76 and 0.360). */
 int dit_cuda_att90_fp8_key_tile(int pv8, int tiled) { return pv8 && !tiled ? 192 : DIT_ABI_ATT90_BN; }
 
+int dit_cuda_att90_vt_block(int bn) { return bn % 128 == 0 ? 128 : bn % 64 == 0 ? 64 : 32; }
+
 /* `tiles` work tiles run one a multiprocessor at a time over `sms`, so a last wave of
  * rem = tiles % sms leaves the rest idle. Splitting those rem tiles' keys into k parts (merged by
  * the last part to finish) runs them as ceil(rem k / sms) waves of 1/k: the k in 1..4 (each part

@@ -20,6 +20,10 @@ int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int
  * forms' tiles of 128). */
 int dit_cuda_att90_fp8_key_tile(int pv8, int tiled);
 
+/* Keys a column block of the fp8 form's V^T tile of bn keys (the kernel's VB): the widest of 128,
+ * 64 and 32 dividing bn; one tensor-map box each, swizzled by its width in bytes. */
+int dit_cuda_att90_vt_block(int bn);
+
 /* The number of key parts (1: none) the last partial wave's work tiles are split into, of
  * `tiles` work tiles over `sms` multiprocessors with key_tiles key tiles each, and in *tail how
  * many tiles that is. */

@@ -237,7 +237,7 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   k->tmaps[0] = (dit_plan_tmap_t){a, {(uint32_t)box, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
   k->tmaps[1] = (dit_plan_tmap_t){a + vstep, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
   /* fp8's V^T tile in column blocks of vb keys, each its own box swizzled by its width (the kernel's VB) */
-  const uint32_t vb = bn % 128 == 0 ? 128 : bn % 64 == 0 ? 64 : 32;
+  const uint32_t vb = (uint32_t)dit_cuda_att90_vt_block(bn);
   k->tmaps[2] = fp8 && !pv_bf16 ? (dit_plan_tmap_t){a + 2 * vstep, {vb, (uint32_t)hd}, vb, 2}
                                 : (dit_plan_tmap_t){a + 2 * vstep, {DIT_ABI_ATT90_BOX_COLS, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
 }

@@ -656,7 +656,7 @@ int main(int argc, char **argv) {
       fp8_cfg(s, pv_bf16, &fncw, &fbn, &st);
       /* K's scales a key tile; V^T's tiles in column blocks of vb keys (the kernel's VB) */
       const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + fbn - 1) / fbn;
-      const int vb = fbn % 128 == 0 ? 128 : fbn % 64 == 0 ? 64 : 32;
+      const int vb = dit_cuda_att90_vt_block(fbn);
       CUdeviceptr q8, qs, k8, ks, vt, vs;
       CK(p_cuMemAlloc(&q8, nq));
       CK(p_cuMemAlloc(&k8, nk));
