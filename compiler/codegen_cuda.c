@@ -540,6 +540,16 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         set_launch(k, (uint64_t)((rows + per_block - 1) / per_block), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }
+      /* Token rows of whole warps of chunks: a warp a row (SEG 32, its sums butterflies) while the
+       * row's chunks held at once (x's, and the folded residual's y) stay within 16 of eight a lane. */
+      const int arrays = 1 + (res_at > 0);
+      if ((mode == DIT_ABI_NORM_RMSNORM || mode == DIT_ABI_NORM_LAYERNORM || mode == DIT_ABI_NORM_ADALN) && D % DIT_ABI_VEC == 0 &&
+          lanes > 32 && lanes % 32 == 0 && arrays * (lanes / 32) <= 16) {
+        const int64_t per_block = DIT_ABI_BLOCK / 32;
+        dit_strbuf_printf(s, "#define SEG 32\n#define ROWS %" PRId64 "LL\n", rows);
+        set_launch(k, (uint64_t)((rows + per_block - 1) / per_block), 1, 1, DIT_ABI_BLOCK, 0);
+        return DIT_OK;
+      }
       /* A block a row: the most whole warps up to a block that divide the row's chunks, so that no
        * thread idles in the last (3072 channels: 384 chunks of 8, 192 threads twice, not 256 and
        * then half of them); else a full block. adaln and rmsnorm take at most 128 threads,

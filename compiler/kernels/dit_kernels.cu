@@ -362,9 +362,10 @@ __device__ __forceinline__ float amax_of(const float *v, float amax) {
 // + mod[b, SHIFT_ROW]), RMSNORM (of every GROUP-wide chunk alone when GROUP is defined); for
 // rows split across tensor-parallel ranks, ROWSUMSQ the row's sum of squares (y has one value per
 // row) and RMSNORM_SLICE the RMSNorm of a row slice given the whole row's (all-reduced) sum of
-// squares ss over DIM elements. With SEG (RMSNORM without GROUP, LAYERNORM; D / CW <= SEG <= 32, a
-// power of two), a block holds DIT_ABI_BLOCK / SEG rows of ROWS, SEG lanes of a warp each: a
-// short row (a VAE's 96 channels) no longer leaves most of a block idle.
+// squares ss over DIM elements. With SEG (a power of two up to 32), a block holds DIT_ABI_BLOCK /
+// SEG rows of ROWS, SEG lanes of a warp each, its sums warp butterflies: a short row (a VAE's 96
+// channels, one chunk a lane) no longer leaves most of a block idle, and a DiT's token rows (SEG
+// 32, a warp a row, several chunks a lane) need no shared memory or block barrier.
 // With NORM_ROPE (RMSNORM; the IR's rope or rope_table with the Q/K norm folded in) the normalized
 // values are rounded to y's type, as storing them did, and rotated before the one store: pairs
 // (2j, 2j+1) of every ROPE_HD-wide head of x's ROPE_C-wide token rows, by Wan's table (NORM_ROPE 1:
@@ -396,9 +397,9 @@ __device__ __forceinline__ float amax_of(const float *v, float amax) {
 #endif
 static_assert(ROW_BLOCK % 32 == 0 && ROW_BLOCK <= DIT_ABI_BLOCK, "DIT_K_ROWNORM: ROW_BLOCK is whole warps, at most a block");
 #if defined(SEG)
-static_assert(SEG <= 32 && (SEG & (SEG - 1)) == 0 && D <= SEG * CW && (MODE == M_RMS || MODE == M_LN) && ROW_BLOCK == DIT_ABI_BLOCK,
-              "DIT_K_ROWNORM: SEG lanes hold a whole row (RMSNORM or LAYERNORM)");
-#define CHUNKS 1
+static_assert(SEG <= 32 && (SEG & (SEG - 1)) == 0 && MODE != M_SUMSQ && MODE != M_RMS_SLICE && ROW_BLOCK == DIT_ABI_BLOCK,
+              "DIT_K_ROWNORM: SEG lanes of a warp a row (not ROWSUMSQ or RMSNORM_SLICE)");
+#define CHUNKS ((D / CW + SEG - 1) / SEG)
 #define ROW_THREADS SEG
 #else
 #define CHUNKS ((D / CW + ROW_BLOCK - 1) / ROW_BLOCK)
@@ -413,6 +414,17 @@ __device__ __forceinline__ float row_sum(float v, float *scratch) {
   return v;
 #else
   return block_sum<ROW_BLOCK>(v, scratch);
+#endif
+}
+// A row's largest value, likewise.
+__device__ __forceinline__ float row_max(float v, float *scratch) {
+#if defined(SEG)
+  (void)scratch;
+#pragma unroll
+  for (int o = SEG / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+#else
+  return block_max<ROW_BLOCK>(v, scratch);
 #endif
 }
 #if CHUNKS > DIT_ABI_ROWNORM_MAX_CHUNKS
@@ -536,14 +548,14 @@ __device__ __forceinline__ void rope_normed(float *o, const TY(X) *xr, const TY(
 #if !defined(RES)
 #define RES 0
 #endif
-#if RES && (defined(SEG) || (MODE != M_LN && MODE != M_ADALN))
-#error "DIT_K_ROWNORM: RES folds a residual into layernorm or adaln, a block a row"
+#if RES && MODE != M_LN && MODE != M_ADALN
+#error "DIT_K_ROWNORM: RES folds a residual into layernorm or adaln"
 #endif
 #if !defined(QUANT)
 #define QUANT 0
 #endif
-#if QUANT && (defined(SEG) || (MODE != M_LN && MODE != M_ADALN))
-#error "DIT_K_ROWNORM: QUANT folds the row quantizer into layernorm or adaln, a block a row"
+#if QUANT && MODE != M_LN && MODE != M_ADALN
+#error "DIT_K_ROWNORM: QUANT folds the row quantizer into layernorm or adaln"
 #endif
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
 #if QUANT
@@ -619,23 +631,34 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
   __syncthreads();
   rr.sh = rope_sh;
 #endif
+  // A warp a row (SEG with several chunks a lane) loads them where they are used instead: held
+  // for every chunk they would cost the registers that keep more rows in flight.
+#if defined(SEG) && CHUNKS > 1
+#define W_AT_USE 1
+#define W_CHUNKS 1
+#define W_CHUNK(k) 0
+#else
+#define W_AT_USE 0
+#define W_CHUNKS CHUNKS
+#define W_CHUNK(k) (k)
+#endif
 #if MODE == M_RMS || MODE == M_RMS_SLICE || (MODE == M_LN && AFFINE)
-  float ca[CHUNKS][CW];
+  float ca[W_CHUNKS][CW];
 #endif
 #if MODE == M_LN && AFFINE
-  float cb[CHUNKS][CW];
+  float cb[W_CHUNKS][CW];
 #endif
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
     const int d = (tid + k * ROW_THREADS) * CW;
-    if (d >= D) continue;
+    if (d >= D || W_AT_USE) continue;
 #if (MODE == M_RMS || MODE == M_RMS_SLICE) && defined(GROUP)
-    ldc(w, d % GROUP, ca[k]);
+    ldc(w, d % GROUP, ca[W_CHUNK(k)]);
 #elif MODE == M_RMS || MODE == M_RMS_SLICE
-    ldc(w, d, ca[k]);
+    ldc(w, d, ca[W_CHUNK(k)]);
 #elif MODE == M_LN && AFFINE
-    ldc(w, d, ca[k]);
-    ldc(bias, d, cb[k]);
+    ldc(w, d, ca[W_CHUNK(k)]);
+    ldc(bias, d, cb[W_CHUNK(k)]);
 #endif
   }
 #if RES
@@ -688,7 +711,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
   // Per head: every GROUP-wide chunk of the row has its own RMS and shares the weight [GROUP]. The
   // GROUP / CW threads holding a chunk are consecutive lanes of one warp, so a butterfly over them
   // sums it; lanes past D hold zeros and only take part in the shuffles.
-  static_assert(GROUP % CW == 0 && GROUP / CW <= 32 && ((GROUP / CW) & (GROUP / CW - 1)) == 0 && D % GROUP == 0,
+  static_assert(GROUP % CW == 0 && GROUP / CW <= 32 && GROUP / CW <= ROW_THREADS && ((GROUP / CW) & (GROUP / CW - 1)) == 0 && D % GROUP == 0,
                 "DIT_K_ROWNORM: GROUP must divide D and span a power of two of lanes up to a warp");
   float r[CHUNKS];
 #pragma unroll
@@ -756,8 +779,15 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
 #else
     const float rk = r;
 #endif
+#if W_AT_USE
+#if defined(GROUP)
+    ldc(w, d % GROUP, ca[0]);
+#else
+    ldc(w, d, ca[0]);
+#endif
+#endif
 #pragma unroll
-    for (int e = 0; e < CW; e++) o[e] = v[k][e] * rk * ca[k][e];
+    for (int e = 0; e < CW; e++) o[e] = v[k][e] * rk * ca[W_CHUNK(k)][e];
 #if defined(NORM_ROPE)
     rope_normed(o, xr, w, rk, d, rr);
 #endif
@@ -765,8 +795,12 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
 #pragma unroll
     for (int e = 0; e < CW; e++) o[e] = (v[k][e] - mean) * r;
 #if MODE == M_LN && AFFINE
+#if W_AT_USE
+    ldc(w, d, ca[0]);
+    ldc(bias, d, cb[0]);
+#endif
 #pragma unroll
-    for (int e = 0; e < CW; e++) o[e] = o[e] * ca[k][e] + cb[k][e];
+    for (int e = 0; e < CW; e++) o[e] = o[e] * ca[W_CHUNK(k)][e] + cb[W_CHUNK(k)][e];
 #elif MODE == M_ADALN && defined(MOD_TOK)
     float shv[CW], scv[CW], etv[CW];
     ldc(tsh, d, shv);
@@ -798,7 +832,7 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
   float amax = 0.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) amax = amax_of<CW>(v[k], amax);  // chunks past D hold zeros
-  amax = block_max<ROW_BLOCK>(amax, scratch);
+  amax = row_max(amax, scratch);
   const float qs = amax > 0.f ? amax / 448.f : 1.f, qi = amax > 0.f ? 448.f / amax : 1.f;
 #pragma unroll
   for (int k = 0; k < CHUNKS; k++) {
@@ -1021,37 +1055,65 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 #if defined(DIT_K_ATTN_QUANT)
 // attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, or int8 with CODES_I8; x's
 // layout), s [B, HEADS, NBLK] with one scale a head and block of ROWS rows. One block a (b, h, row
-// block), its rows' HD channels read contiguously eight at a time: amax, then the codes (the
-// second pass from the cache). int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127
-// (NaN 0: cvt.rni gives 0).
+// block), its rows' HD channels read contiguously eight at a time. Up to AQ_REG vectors a thread
+// (every block of Q's 64 rows and K's key tiles at head dim 128) stay in registers: every load is
+// in flight at once and x is read once; larger blocks read it again for the codes (from the cache).
+// int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127 (NaN 0: cvt.rni gives 0).
+#define AQ_REG 16
+#define AQ_V ((ROWS * HD / 8 + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK)  // vectors a thread
+__device__ __forceinline__ uint2 attn_codes8(const float *v, float scale, float inv) {
+#if CODES_I8
+  (void)inv;
+  u32 w[2] = {0u, 0u};
+#pragma unroll
+  for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)(unsigned char)(signed char)max(-127, min(127, __float2int_rn(v[k] / scale))) << (8 * (k & 3));
+  return make_uint2(w[0], w[1]);
+#else
+  (void)scale;
+  return e4m3_encode8(v, inv);
+#endif
+}
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   static_assert(HD % 8 == 0, "attn_quant: heads of whole 8-element vectors");
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long blk = blockIdx.x, r = blk % NBLK, bh = blk / NBLK, h = bh % HEADS, b = bh / HEADS;
   const long long r0 = r * ROWS, n = (TOKENS - r0 < ROWS ? TOKENS - r0 : ROWS) * HD;
   const long long base = (b * TOKENS + r0) * (HEADS * HD) + h * HD;
-  float amax = 0.f, v[8];
+  float amax = 0.f;
+#if AQ_V <= AQ_REG
+  float v[AQ_V][8];
+#pragma unroll
+  for (int i = 0; i < AQ_V; i++) {
+    const long long e = 8 * (threadIdx.x + (long long)i * DIT_ABI_BLOCK);
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[i][k] = 0.f;
+    if (e < n) ld8(x, base + e / HD * (HEADS * HD) + e % HD, v[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < AQ_V; i++) amax = amax_of(v[i], amax);
+#else
+  float v[8];
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     ld8(x, base + e / HD * (HEADS * HD) + e % HD, v);
     amax = amax_of(v, amax);
   }
+#endif
   amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
   const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
-#if !CODES_I8
   const float inv = amax > 0.f ? 448.f / amax : 1.f;
-#endif
+#if AQ_V <= AQ_REG
+#pragma unroll
+  for (int i = 0; i < AQ_V; i++) {
+    const long long e = 8 * (threadIdx.x + (long long)i * DIT_ABI_BLOCK);
+    if (e < n) *(uint2 *)(q + base + e / HD * (HEADS * HD) + e % HD) = attn_codes8(v[i], scale, inv);
+  }
+#else
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;
     ld8(x, i, v);
-#if CODES_I8
-    u32 w[2] = {0u, 0u};
-#pragma unroll
-    for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)(unsigned char)(signed char)max(-127, min(127, __float2int_rn(v[k] / scale))) << (8 * (k & 3));
-    *(uint2 *)(q + i) = make_uint2(w[0], w[1]);
-#else
-    *(uint2 *)(q + i) = e4m3_encode8(v, inv);
-#endif
+    *(uint2 *)(q + i) = attn_codes8(v, scale, inv);
   }
+#endif
   if (threadIdx.x == 0) s[blk] = scale;
 }
 #endif
