@@ -364,8 +364,8 @@ __device__ __forceinline__ float amax_of(const float *v, float amax) {
 // row) and RMSNORM_SLICE the RMSNorm of a row slice given the whole row's (all-reduced) sum of
 // squares ss over DIM elements. With SEG (a power of two up to 32), a block holds DIT_ABI_BLOCK /
 // SEG rows of ROWS, SEG lanes of a warp each, its sums warp butterflies: a short row (a VAE's 96
-// channels, one chunk a lane) no longer leaves most of a block idle, and a DiT's token rows (SEG
-// 32, a warp a row, several chunks a lane) need no shared memory or block barrier.
+// channels, one chunk a lane) no longer leaves most of a block idle, and a layernorm's token rows
+// (SEG 32, a warp a row, several chunks a lane) need no shared memory or block barrier.
 // With NORM_ROPE (RMSNORM; the IR's rope or rope_table with the Q/K norm folded in) the normalized
 // values are rounded to y's type, as storing them did, and rotated before the one store: pairs
 // (2j, 2j+1) of every ROPE_HD-wide head of x's ROPE_C-wide token rows, by Wan's table (NORM_ROPE 1:
@@ -631,8 +631,8 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(
   __syncthreads();
   rr.sh = rope_sh;
 #endif
-  // A warp a row (SEG with several chunks a lane) loads them where they are used instead: held
-  // for every chunk they would cost the registers that keep more rows in flight.
+  // A warp a row (SEG with several chunks a lane) loads the weight and bias where they are used
+  // instead: held for every chunk they would cost the registers that keep more rows in flight.
 #if defined(SEG) && CHUNKS > 1
 #define W_AT_USE 1
 #define W_CHUNKS 1
@@ -1055,65 +1055,37 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 #if defined(DIT_K_ATTN_QUANT)
 // attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, or int8 with CODES_I8; x's
 // layout), s [B, HEADS, NBLK] with one scale a head and block of ROWS rows. One block a (b, h, row
-// block), its rows' HD channels read contiguously eight at a time. Up to AQ_REG vectors a thread
-// (every block of Q's 64 rows and K's key tiles at head dim 128) stay in registers: every load is
-// in flight at once and x is read once; larger blocks read it again for the codes (from the cache).
-// int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127 (NaN 0: cvt.rni gives 0).
-#define AQ_REG 16
-#define AQ_V ((ROWS * HD / 8 + DIT_ABI_BLOCK - 1) / DIT_ABI_BLOCK)  // vectors a thread
-__device__ __forceinline__ uint2 attn_codes8(const float *v, float scale, float inv) {
-#if CODES_I8
-  (void)inv;
-  u32 w[2] = {0u, 0u};
-#pragma unroll
-  for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)(unsigned char)(signed char)max(-127, min(127, __float2int_rn(v[k] / scale))) << (8 * (k & 3));
-  return make_uint2(w[0], w[1]);
-#else
-  (void)scale;
-  return e4m3_encode8(v, inv);
-#endif
-}
+// block), its rows' HD channels read contiguously eight at a time: amax, then the codes (the
+// second pass from the cache). int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127
+// (NaN 0: cvt.rni gives 0).
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   static_assert(HD % 8 == 0, "attn_quant: heads of whole 8-element vectors");
   __shared__ float scratch[DIT_ABI_BLOCK / 32];
   const long long blk = blockIdx.x, r = blk % NBLK, bh = blk / NBLK, h = bh % HEADS, b = bh / HEADS;
   const long long r0 = r * ROWS, n = (TOKENS - r0 < ROWS ? TOKENS - r0 : ROWS) * HD;
   const long long base = (b * TOKENS + r0) * (HEADS * HD) + h * HD;
-  float amax = 0.f;
-#if AQ_V <= AQ_REG
-  float v[AQ_V][8];
-#pragma unroll
-  for (int i = 0; i < AQ_V; i++) {
-    const long long e = 8 * (threadIdx.x + (long long)i * DIT_ABI_BLOCK);
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[i][k] = 0.f;
-    if (e < n) ld8(x, base + e / HD * (HEADS * HD) + e % HD, v[i]);
-  }
-#pragma unroll
-  for (int i = 0; i < AQ_V; i++) amax = amax_of(v[i], amax);
-#else
-  float v[8];
+  float amax = 0.f, v[8];
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     ld8(x, base + e / HD * (HEADS * HD) + e % HD, v);
     amax = amax_of(v, amax);
   }
-#endif
   amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
   const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
+#if !CODES_I8
   const float inv = amax > 0.f ? 448.f / amax : 1.f;
-#if AQ_V <= AQ_REG
-#pragma unroll
-  for (int i = 0; i < AQ_V; i++) {
-    const long long e = 8 * (threadIdx.x + (long long)i * DIT_ABI_BLOCK);
-    if (e < n) *(uint2 *)(q + base + e / HD * (HEADS * HD) + e % HD) = attn_codes8(v[i], scale, inv);
-  }
-#else
+#endif
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;
     ld8(x, i, v);
-    *(uint2 *)(q + i) = attn_codes8(v, scale, inv);
-  }
+#if CODES_I8
+    u32 w[2] = {0u, 0u};
+#pragma unroll
+    for (int k = 0; k < 8; k++) w[k >> 2] |= (u32)(unsigned char)(signed char)max(-127, min(127, __float2int_rn(v[k] / scale))) << (8 * (k & 3));
+    *(uint2 *)(q + i) = make_uint2(w[0], w[1]);
+#else
+    *(uint2 *)(q + i) = e4m3_encode8(v, inv);
 #endif
+  }
   if (threadIdx.x == 0) s[blk] = scale;
 }
 #endif

@@ -274,10 +274,10 @@ static void test_norm_rope_ops(dit_cuda_codegen_t *cg) {
              dit_dtype_name(wan[i].dt));
     CHECK_EQ_INT(check_op(cg, g, what, wan[i].block, 0, 0), wan[i].blocks);
   }
-  /* MMDiT: batch, tokens, channels, heads, group, dtype, the grid and the block (rows of 3072 and
-   * heads of 512 as rows of their own: a warp a row, 8 to a block) */
+  /* MMDiT: batch, tokens, channels, heads, group, dtype, the grid and the block (rows of 3072: 128
+   * threads three times; heads of 512 as rows of their own: 64 threads) */
   static const struct { int64_t batch, tokens, C, heads, group; dit_dtype_t dt; uint32_t blocks, block; } mm[] = {
-      {1, 377, 3072, 24, 128, DIT_BF16, (377 + 7) / 8, B}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4 / 8, B}, {2, 5, 12, 2, 6, DIT_F32, 1, B},
+      {1, 377, 3072, 24, 128, DIT_BF16, 377, 128}, {2, 33, 2048, 4, 512, DIT_BF16, 2 * 33 * 4, 64}, {2, 5, 12, 2, 6, DIT_F32, 1, B},
       {1, 9, 256, 2, 0, DIT_BF16, 2, B}};
   for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
     const int64_t G = mm[i].group ? mm[i].group : mm[i].C, wd[1] = {G}, cd[2] = {mm[i].tokens, mm[i].C / mm[i].heads};
@@ -552,11 +552,11 @@ static void test_mmdit_ops(dit_cuda_codegen_t *cg) {
   dit_vid_t x6 = in3(g, "x6", DIT_F32, 2, 5, 12), cs6 = dit_graph_input(g, "cs6", DIT_F32, 2, cd6), xc6[2] = {x6, cs6};
   dit_graph_op(g, DIT_OP_ROPE_TABLE, xc6, 2, &h2, DIT_F32, "rot6");
   CHECK_EQ_INT(check_op(cg, g, "rope_table f32 hd 6", B, 0, 0), (2 * 5 * 12 / 2 + B - 1) / B);
-  /* rmsnorm per head: a row at once when a head spans a power of two of lanes (heads of 128 in
-   * rows of 3072: a warp a row, 8 to a block; of 8 in rows of 24: a block a row), else each head a
-   * row of its own (heads of 512: a warp each; heads of 4 in 8-wide vectors and of 6 in odd rows:
-   * short rows, 4 and 8 lanes each, 64 and 32 to a block); column 2: the blocks, 3: their threads */
-  static const int64_t shapes[][4] = {{3072, 128, (66 + 7) / 8, B}, {24, 8, 66, B}, {2048, 512, 66 * 4 / 8, B}, {32, 4, (66 * 8 + 63) / 64, B},
+  /* rmsnorm per head: a block a row when a head spans a power of two of lanes (heads of 128 in
+   * rows of 3072, of 8 in rows of 24), else each head a row of its own (heads of 512: a block
+   * each; heads of 4 in 8-wide vectors and of 6 in odd rows: short rows, 4 and 8 lanes each,
+   * 64 and 32 to a block); column 2: the blocks, 3: their threads (rows of 3072: 128, three times; of 512: 64) */
+  static const int64_t shapes[][4] = {{3072, 128, 66, 128}, {24, 8, 66, B}, {2048, 512, 66 * 4, 64}, {32, 4, (66 * 8 + 63) / 64, B},
                                       {18, 6, (66 * 3 + 31) / 32, B}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t D = shapes[i][0], G = shapes[i][1];
@@ -905,6 +905,15 @@ static void test_codegen_ops(const char *target, const char *cache) {
     CHECK_EQ_INT(dit_graph_cvalue(g, lr[1])->rank, 3);
     CHECK_EQ_INT(dit_graph_cvalue(g, lr[1])->dims[2], 100);
     CHECK_EQ_INT(check_op(cg, g, "layernorm with the row quantizer", DIT_ABI_BLOCK, 0, 0), 200);
+    /* Token rows of 1536 (192 lanes of 8): a warp a row, 8 rows a block, with and without the
+     * quantizer; rows of 8192 (32 chunks a lane) keep a block a row. */
+    dit_vid_t wide = in3(g, "wide", DIT_BF16, 2, 33, 1536), wr[2], huge = in3(g, "huge", DIT_BF16, 1, 5, 8192);
+    dit_graph_op(g, DIT_OP_LAYERNORM, &wide, 1, &a, DIT_BF16, "ln_wide");
+    CHECK_EQ_INT(check_op(cg, g, "layernorm of 1536", DIT_ABI_BLOCK, 0, 0), (66 + 7) / 8);
+    CHECK_OK(dit_graph_op2(g, DIT_OP_LAYERNORM, &wide, 1, &lq, qdt, "ln_wide8", wr));
+    CHECK_EQ_INT(check_op(cg, g, "layernorm of 1536 with the row quantizer", DIT_ABI_BLOCK, 0, 0), (66 + 7) / 8);
+    dit_graph_op(g, DIT_OP_LAYERNORM, &huge, 1, &a, DIT_BF16, "ln_huge");
+    CHECK_EQ_INT(check_op(cg, g, "layernorm of 8192", DIT_ABI_BLOCK, 0, 0), 5);
     int64_t w8d[2] = {48, 64}, nd[1] = {48};
     dit_vid_t w8 = dit_graph_weight(g, "w8", DIT_F8E4M3, 2, w8d), ws = dit_graph_weight(g, "w8.scale", DIT_F32, 1, nd),
               b8 = dit_graph_weight(g, "b8", DIT_BF16, 1, nd), l8[5] = {xr[0], xr[1], w8, ws, b8};
