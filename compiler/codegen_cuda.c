@@ -622,7 +622,7 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
     case DIT_OP_ATTN_VMAX: {
       /* attention_fp8's operands: e4m3 codes and fp32 scales of q, k (row blocks) and v (channels,
        * transposed); one block a (b, h, row block), for v's maxima one a (b, h, 32 channels, split)
-       * and for its codes one a (b, h, 32 channels, 128-key column tile). */
+       * and for its codes one a (b, h, 128-key column tile). */
       const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads, T = x->dims[1], B = x->dims[0];
       if (dit_attn_quant_rows(op->kind, &op->attrs) && y->dtype == DIT_F8E4M3) {
         /* Token rows (an fp8 linear's quantizer), held in registers: a warp a row up to 2048
@@ -653,7 +653,10 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       /* The splits: attn_vmax's output [B, H, S, Dh], attn_quant_vt's second input. */
       const int vmax = op->kind == DIT_OP_ATTN_VMAX;
       const int64_t splits = (vmax ? y : V(g, op->in[1]))->dims[2], parts = vmax ? splits : y->dims[3] / DIT_SPARSE_TILE;
-      const int64_t blocks = B * heads * (hd / 32) * parts;
+      /* attn_quant_vt: a thread a channel's statistics. */
+      if (!vmax && hd > DIT_ABI_BLOCK)
+        return DIT_ERR(UNIMPLEMENTED, "op %s '%s': head dim %" PRId64 " exceeds the kernel's %d", name, y->name, hd, DIT_ABI_BLOCK);
+      const int64_t blocks = B * heads * (vmax ? hd / 32 : 1) * parts;
       if (blocks > INT32_MAX)
         return DIT_ERR(UNIMPLEMENTED, "op %s '%s': %" PRId64 " blocks, more than a grid holds", name, y->name, blocks);
       dit_strbuf_printf(s, "#define DIT_K_%s 1\n#define T_X %d\n#define KEYS %" PRId64 "LL\n#define HEADS %" PRId64

@@ -1090,17 +1090,13 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 }
 #endif
 
-#if defined(DIT_K_ATTN_VMAX) || defined(DIT_K_ATTN_QUANT_VT)
-// Both passes over V [B, KEYS, HEADS*HD] take 32 channels of one head a block, 8 x 32 threads:
-// consecutive threads on consecutive channels of a key row (coalesced), the 8 rows on 8 keys.
-#define VT_CH 32
-#define VT_ROWS (DIT_ABI_BLOCK / VT_CH)
-#endif
-
 #if defined(DIT_K_ATTN_VMAX)
 // attn_vmax (base/ops.def): m [B, HEADS, SPLITS, 3, HD], the channels' largest and smallest v and
 // their sums (finite values) over each split of SPLIT_KEYS keys. One block a (b, h, 32 channels,
-// split); VMAX_UNROLL loads in flight a thread.
+// split), 8 x 32 threads: consecutive threads on consecutive channels of a key row (coalesced),
+// the 8 rows on 8 keys; VMAX_UNROLL loads in flight a thread.
+#define VT_CH 32
+#define VT_ROWS (DIT_ABI_BLOCK / VT_CH)
 #define VMAX_UNROLL 4
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(float *m, const TY(X) *v) {
   static_assert(DIT_ABI_BLOCK == VT_ROWS * VT_CH && HD % VT_CH == 0, "attn_vmax: 8 x 32 threads, whole groups");
@@ -1140,35 +1136,49 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(float *m,
 // attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] and its statistics m [B, HEADS, SPLITS, 3,
 // HD] -> vt [B, HEADS, HD, KEYS_PAD] (e4m3 of v less its channel mean, V transposed, keys permuted
 // within groups of 16 columns for the wgmma fp8 operand) and s [B, HEADS, 2, HD] (the scales, then
-// the means). One block a (b, h, 32 channels, 128-key column tile): each thread its channel's mean
-// and scale from the splits' statistics (merged in split order, as the CPU), the tile's codes
-// gathered into shared memory by column (rows padded a word against bank conflicts), then written
-// as 128-byte rows; the blocks of tile 0 write the scales and means.
+// the means). One block a (b, h, 128-key column tile) over the head's channels: the channels'
+// means and scales from the splits' statistics (merged in split order, as the CPU) into shared
+// memory; the tile read as 16-byte vectors of eight channels, a thread one key (consecutive
+// threads on consecutive keys: each code byte of a warp's store lands in one row of words, no
+// bank conflict), its codes gathered by column into shared memory (rows padded a word), then
+// written as 128-byte rows; the blocks of tile 0 write the scales and means. (A block a 32-channel
+// group with a 2-byte load an element ran at a quarter of the bandwidth.)
 #define VT_TILES (KEYS_PAD > 0 ? KEYS_PAD / 128 : 1) // no keys: no blocks, but a valid modulus
+#define VT_VECS (HD / 8)                             // 8-channel vectors of a key row
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *vt, float *s, const TY(X) *v, const float *m) {
-  static_assert(DIT_ABI_BLOCK == VT_ROWS * VT_CH && HD % VT_CH == 0 && KEYS_PAD % 128 == 0, "attn_quant_vt: 8 x 32 threads, whole groups");
-  __shared__ __align__(16) unsigned char codes[VT_CH][128 + 4];
-  const int tx = threadIdx.x % VT_CH, ty = threadIdx.x / VT_CH;
-  const long long t = blockIdx.x % VT_TILES, blk = blockIdx.x / VT_TILES, g = blk % (HD / VT_CH), bh = blk / (HD / VT_CH);
-  const long long h = bh % HEADS, b = bh / HEADS, c = g * VT_CH + tx, t0 = t * 128;
-  float mx = -DIT_INF, mn = DIT_INF, sum = 0.f;
-  for (int sp = 0; sp < SPLITS; sp++) {
-    const float *st = m + (bh * SPLITS + sp) * 3 * HD + c;
-    mx = fmaxf(mx, st[0]), mn = fminf(mn, st[HD]), sum += st[2 * HD];
-  }
-  const float mean = KEYS > 0 ? sum / (float)KEYS : 0.f, amax = fmaxf(mx - mean, mean - mn);
-  const float scale = amax > 0.f ? amax / 448.f : 1.f, inv = amax > 0.f ? 448.f / amax : 1.f;
-  if (t == 0 && ty == 0) s[bh * 2 * HD + c] = scale, s[bh * 2 * HD + HD + c] = mean;
-  const TY(X) *col = v + (b * KEYS) * (HEADS * HD) + h * HD + c;
-#pragma unroll
-  for (int i = 0; i < 128 / VT_ROWS; i++) {
-    const int cc = ty + i * VT_ROWS, p = cc & 15; // column 16g + p holds key 16g + pi(p)
-    const long long key = t0 + (cc & ~15) + 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1);
-    codes[tx][cc] = key < KEYS ? e4m3_encode((ld(col, key * (HEADS * HD)) - mean) * inv) : (unsigned char)0;
+  static_assert(DIT_ABI_BLOCK % 128 == 0 && HD % 8 == 0 && HD <= DIT_ABI_BLOCK && KEYS_PAD % 128 == 0,
+                "attn_quant_vt: a thread a key of 128, whole 8-channel vectors, a thread a channel's statistics");
+  __shared__ __align__(16) unsigned char codes[HD][128 + 4];
+  __shared__ float c_mean[HD], c_inv[HD];
+  const int tid = threadIdx.x;
+  const long long t = blockIdx.x % VT_TILES, bh = blockIdx.x / VT_TILES, h = bh % HEADS, b = bh / HEADS, t0 = t * 128;
+  if (tid < HD) {
+    float mx = -DIT_INF, mn = DIT_INF, sum = 0.f;
+    for (int sp = 0; sp < SPLITS; sp++) {
+      const float *st = m + (bh * SPLITS + sp) * 3 * HD + tid;
+      mx = fmaxf(mx, st[0]), mn = fminf(mn, st[HD]), sum += st[2 * HD];
+    }
+    const float mean = KEYS > 0 ? sum / (float)KEYS : 0.f, amax = fmaxf(mx - mean, mean - mn);
+    c_mean[tid] = mean, c_inv[tid] = amax > 0.f ? 448.f / amax : 1.f;
+    if (t == 0) s[bh * 2 * HD + tid] = amax > 0.f ? amax / 448.f : 1.f, s[bh * 2 * HD + HD + tid] = mean;
   }
   __syncthreads();
-  unsigned char *out = vt + (bh * HD + g * VT_CH) * KEYS_PAD + t0;
-  for (int w = threadIdx.x; w < VT_CH * 32; w += DIT_ABI_BLOCK) {
+  const int kk = tid % 128;                                                            // this thread's key in the tile
+  const int col = (kk & ~15) | ((kk & 7) >> 1) << 2 | ((kk >> 3) & 1) << 1 | (kk & 1); // its column: key 16g + pi(p) at 16g + p
+  const long long key = t0 + kk;
+  const TY(X) *row = v + (b * KEYS + key) * (HEADS * HD) + h * HD;
+  for (int q = tid / 128; q < VT_VECS; q += DIT_ABI_BLOCK / 128) {
+    float x[8] = {0.f};
+    if (key < KEYS) ld8(row, 8 * q, x);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int c = 8 * q + j;
+      codes[c][col] = key < KEYS ? e4m3_encode((x[j] - c_mean[c]) * c_inv[c]) : (unsigned char)0;
+    }
+  }
+  __syncthreads();
+  unsigned char *out = vt + bh * HD * KEYS_PAD + t0;
+  for (int w = tid; w < HD * 32; w += DIT_ABI_BLOCK) {
     const int ch = w / 32, word = w % 32;
     reinterpret_cast<u32 *>(out + ch * KEYS_PAD)[word] = reinterpret_cast<const u32 *>(codes[ch])[word];
   }

@@ -935,8 +935,8 @@ static void test_codegen_ops(const char *target, const char *cache) {
   }
   /* FP8 attention's operands ([2, 200, 2 x 128]): attn_quant one block a (b, h, row block) (q:
    * 64 rows, 4 blocks; k: 128 rows, 2), attn_vmax one a (b, h, 32 channels, split) (3 splits of 67
-   * keys: 2 x 2 x 4 x 3), attn_quant_vt one a (b, h, 32 channels, 128-key column tile) (2 tiles, the
-   * second partial: 2 x 2 x 4 x 2); attention_fp8 the Hopper kernel's fp8 form on sm_90, refused on
+   * keys: 2 x 2 x 4 x 3), attn_quant_vt one a (b, h, 128-key column tile) (2 tiles, the second
+   * partial: 2 x 2 x 2); attention_fp8 the Hopper kernel's fp8 form on sm_90, refused on
    * other targets. */
   {
     const dit_vid_t xq = in3(g, "xq", DIT_BF16, 2, 200, 256);
@@ -955,7 +955,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
     const dit_vid_t vin[2] = {xq, dit_graph_op(g, DIT_OP_ATTN_VMAX, &xq, 1, &ma, DIT_F32, "xvmax")};
     CHECK_EQ_INT(check_op(cg, g, "attn_vmax", DIT_ABI_BLOCK, 0, 0), 48);
     CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vin, 2, &va, qdt, "xvt8", v8));
-    CHECK_EQ_INT(check_op(cg, g, "attn_quant_vt", DIT_ABI_BLOCK, 0, 0), 32);
+    CHECK_EQ_INT(check_op(cg, g, "attn_quant_vt", DIT_ABI_BLOCK, 0, 0), 8);
     const dit_vid_t fi[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
     const dit_dtype_t odt[2] = {DIT_BF16, DIT_F32};
     CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, odt, "attn8", o));
