@@ -956,6 +956,17 @@ static void test_codegen_ops(const char *target, const char *cache) {
     CHECK_EQ_INT(check_op(cg, g, "attn_vmax", DIT_ABI_BLOCK, 0, 0), 48);
     CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, vin, 2, &va, qdt, "xvt8", v8));
     CHECK_EQ_INT(check_op(cg, g, "attn_quant_vt", DIT_ABI_BLOCK, 0, 0), 8);
+    { /* a thread a channel's statistics: one head of 512 channels is refused, its maxima still built */
+      const dit_vid_t xw = in3(g, "xw", DIT_BF16, 1, 200, 512);
+      dit_attrs_t wa = {0}, wm = {0};
+      dit_attrs_set_int(&wa, "heads", 1);
+      dit_attrs_set_int(&wm, "heads", 1), dit_attrs_set_int(&wm, "splits", 2);
+      dit_vid_t w8[2];
+      const dit_vid_t win[2] = {xw, dit_graph_op(g, DIT_OP_ATTN_VMAX, &xw, 1, &wm, DIT_F32, "xwvmax")};
+      CHECK_EQ_INT(check_op(cg, g, "attn_vmax (512 channels)", DIT_ABI_BLOCK, 0, 0), 32);
+      CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, win, 2, &wa, qdt, "xwvt8", w8));
+      check_refused(cg, g, "op attn_quant_vt 'xwvt8': head dim 512 exceeds the kernel's 256");
+    }
     const dit_vid_t fi[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
     const dit_dtype_t odt[2] = {DIT_BF16, DIT_F32};
     CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fi, 6, &fa, odt, "attn8", o));
