@@ -1136,14 +1136,13 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(float *m,
 // attn_quant_vt (base/ops.def): v [B, KEYS, HEADS*HD] and its statistics m [B, HEADS, SPLITS, 3,
 // HD] -> vt [B, HEADS, HD, KEYS_PAD] (e4m3 of v less its channel mean, V transposed, keys permuted
 // within groups of 16 columns for the wgmma fp8 operand) and s [B, HEADS, 2, HD] (the scales, then
-// the means). One block a (b, h, 128-key column tile) over the head's channels: the tile read as
-// 16-byte vectors of eight channels, a thread one key, every load of a thread issued at once and in
-// flight while the channels' means and scales are merged from the splits' statistics (in split
-// order, as the CPU) into shared memory; the codes gathered by column into shared memory
-// (consecutive threads on consecutive keys: each code byte of a warp's store lands in one row of
-// words, no bank conflict; rows padded a word), then written as 128-byte rows; the blocks of tile
-// 0 write the scales and means. (A block a 32-channel group with a 2-byte load an element ran at a
-// quarter of the bandwidth.)
+// the means). One block a (b, h, 128-key column tile) over the head's channels: the channels'
+// means and scales from the splits' statistics (merged in split order, as the CPU) into shared
+// memory; the tile read as 16-byte vectors of eight channels, a thread one key (consecutive
+// threads on consecutive keys: each code byte of a warp's store lands in one row of words, no
+// bank conflict), its codes gathered by column into shared memory (rows padded a word), then
+// written as 128-byte rows; the blocks of tile 0 write the scales and means. (A block a 32-channel
+// group with a 2-byte load an element ran at a quarter of the bandwidth.)
 #define VT_TILES (KEYS_PAD > 0 ? KEYS_PAD / 128 : 1) // no keys: no blocks, but a valid modulus
 #define VT_VECS (HD / 8)                             // 8-channel vectors of a key row
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *vt, float *s, const TY(X) *v, const float *m) {
@@ -1153,19 +1152,6 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
   __shared__ float c_mean[HD], c_inv[HD];
   const int tid = threadIdx.x;
   const long long t = blockIdx.x % VT_TILES, bh = blockIdx.x / VT_TILES, h = bh % HEADS, b = bh / HEADS, t0 = t * 128;
-  const int kk = tid % 128;                                                            // this thread's key in the tile
-  const int col = (kk & ~15) | ((kk & 7) >> 1) << 2 | ((kk >> 3) & 1) << 1 | (kk & 1); // its column: key 16g + pi(p) at 16g + p
-  const long long key = t0 + kk;
-  const TY(X) *row = v + (b * KEYS + key) * (HEADS * HD) + h * HD;
-  // The thread's vectors q0, q0 + VT_STEP, ...: loaded first, in flight while the statistics are merged.
-  constexpr int VT_STEP = DIT_ABI_BLOCK / 128, VT_PER = (VT_VECS + VT_STEP - 1) / VT_STEP;
-  const int q0 = tid / 128;
-  float x[VT_PER][8];
-#pragma unroll
-  for (int i = 0; i < VT_PER; i++) {
-    const int q = q0 + i * VT_STEP;
-    if (key < KEYS && q < VT_VECS) ld8(row, 8 * q, x[i]);
-  }
   if (tid < HD) {
     float mx = -DIT_INF, mn = DIT_INF, sum = 0.f;
     for (int sp = 0; sp < SPLITS; sp++) {
@@ -1177,15 +1163,17 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
     if (t == 0) s[bh * 2 * HD + tid] = amax > 0.f ? amax / 448.f : 1.f, s[bh * 2 * HD + HD + tid] = mean;
   }
   __syncthreads();
+  const int kk = tid % 128;                                                            // this thread's key in the tile
+  const int col = (kk & ~15) | ((kk & 7) >> 1) << 2 | ((kk >> 3) & 1) << 1 | (kk & 1); // its column: key 16g + pi(p) at 16g + p
+  const long long key = t0 + kk;
+  const TY(X) *row = v + (b * KEYS + key) * (HEADS * HD) + h * HD;
+  for (int q = tid / 128; q < VT_VECS; q += DIT_ABI_BLOCK / 128) {
+    float x[8] = {0.f};
+    if (key < KEYS) ld8(row, 8 * q, x);
 #pragma unroll
-  for (int i = 0; i < VT_PER; i++) {
-    const int q = q0 + i * VT_STEP;
-    if (q < VT_VECS) {
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int c = 8 * q + j;
-        codes[c][col] = key < KEYS ? e4m3_encode((x[i][j] - c_mean[c]) * c_inv[c]) : (unsigned char)0;
-      }
+    for (int j = 0; j < 8; j++) {
+      const int c = 8 * q + j;
+      codes[c][col] = key < KEYS ? e4m3_encode((x[j] - c_mean[c]) * c_inv[c]) : (unsigned char)0;
     }
   }
   __syncthreads();
