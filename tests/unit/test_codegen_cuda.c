@@ -987,6 +987,22 @@ static void test_codegen_ops(const char *target, const char *cache) {
       CHECK_EQ_INT(check_op(cg, g, "attention_fp8 (192 keys a tile)", (uint32_t)(128 * (ncw + 1)),
                             (uint32_t)(1024 + bm * 128 + sw * (2 * 192 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 192) + 8 * (4 + 4 * sw)), 1),
                    (200 + bm - 1) / bm);
+      { /* 1100 keys, 6 key tiles of 192: where the bf16 form splits its last wave's 8 work tiles in 3
+         * parts (a 1-D grid of 24), the fp8 form keeps its grid of whole tiles (2 a head and item) */
+        const dit_vid_t xl = in3(g, "xl", DIT_BF16, 2, 1100, 256);
+        dit_vid_t l8[2], lv8[2];
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xl, 1, &ka, qdt, "xl8", l8));
+        const dit_vid_t lvin[2] = {xl, dit_graph_op(g, DIT_OP_ATTN_VMAX, &xl, 1, &ma, DIT_F32, "xlvmax")};
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, lvin, 2, &va, qdt, "xlvt8", lv8));
+        const dit_vid_t fl[6] = {q8[0], q8[1], l8[0], l8[1], lv8[0], lv8[1]};
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fl, 6, &fa, odt, "attn8l", o));
+        dit_plan_kernel_t lk;
+        check_op_k(cg, g, "attention_fp8 (1100 keys)", (uint32_t)(128 * (ncw + 1)),
+                   (uint32_t)(1024 + bm * 128 + sw * (2 * 192 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 192) + 8 * (4 + 4 * sw)), 1, &lk);
+        CHECK_EQ_INT(lk.grid[0], (200 + bm - 1) / bm);
+        CHECK_EQ_INT(lk.grid[1], 2);
+        CHECK_EQ_INT(lk.grid[2], 2);
+      }
       dit_attrs_set_int(&ka, "rows", 96), dit_attrs_set_int(&fa, "key_tile", 96);
       CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xq, 1, &ka, qdt, "xk8n", k8));
       const dit_vid_t fn[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
