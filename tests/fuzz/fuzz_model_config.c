@@ -11,6 +11,7 @@
 
 #include "artifacts/identity.h"
 #include "compiler/frontend.h"
+#include "compiler/frontends/family.h"
 
 static void expect(int ok, const char *what) {
   if (!ok) {
@@ -38,12 +39,12 @@ static void model_config(const char *text, size_t len) {
   if (!m) return;
   const int accepted = !refused(dit_model_config_parse(text, len, "config.json", m), "config.json");
   if (accepted && strcmp(m->family, "wan")) {
-    /* The other families: a known one, whose normalized config always canonicalizes. */
-    static const char *const known[][2] = {{"flux", "FluxTransformer2DModel"}, {"hunyuan_video", "HunyuanVideoTransformer3DModel"},
-                                           {"qwen", "QwenImageTransformer2DModel"}};
-    int ok = 0;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(m->family, known[i][0]) && !strcmp(m->model_class, known[i][1]);
-    expect(ok, "an unknown family");
+    /* The other families (the MMDiTs and the stages' encoders and VAEs): the registered one the
+     * class names, whose normalized config always canonicalizes. */
+    expect(m->fam && !strcmp(m->family, m->fam->name), "a family other than the class's");
+    int ok = !strcmp(m->model_class, m->fam->model_class);
+    for (const char *const *o = m->fam->other_classes; o && *o; o++) ok |= !strcmp(m->model_class, *o);
+    expect(ok, "a class its family does not name");
     char hex[33];
     expect(!dit_identity_compute(m->config, hex), "the normalized config has no identity");
   } else if (accepted) {
