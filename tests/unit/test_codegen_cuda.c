@@ -1003,6 +1003,22 @@ static void test_codegen_ops(const char *target, const char *cache) {
         CHECK_EQ_INT(lk.grid[1], 2);
         CHECK_EQ_INT(lk.grid[2], 2);
       }
+      { /* key tiles of 224 (a plan may carry them; ditc's own choice is 192): the same three
+         * stages, V^T in blocks of 32 keys (a box and swizzle of 32 bytes) with their rows of ones */
+        dit_vid_t k224[2];
+        dit_attrs_set_int(&ka, "rows", 224);
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xq, 1, &ka, qdt, "xk8x", k224));
+        const dit_vid_t fx[6] = {q8[0], q8[1], k224[0], k224[1], v8[0], v8[1]};
+        dit_attrs_set_int(&fa, "key_tile", 224);
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fx, 6, &fa, odt, "attn8x", o));
+        dit_plan_kernel_t xk;
+        check_op_k(cg, g, "attention_fp8 (224 keys a tile)", (uint32_t)(128 * (ncw + 1)),
+                   (uint32_t)(1024 + bm * 128 + sw * (2 * 224 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 224) + 8 * (4 + 4 * sw)), 1, &xk);
+        CHECK_EQ_INT(xk.tmaps[2].box[0], 32);
+        CHECK_EQ_INT(xk.tmaps[2].box[1], 128);
+        CHECK_EQ_INT(xk.tmaps[2].swizzle, 32);
+        CHECK_EQ_INT(xk.tmaps[1].box[1], 224);
+      }
       dit_attrs_set_int(&ka, "rows", 96), dit_attrs_set_int(&fa, "key_tile", 96);
       CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xq, 1, &ka, qdt, "xk8n", k8));
       const dit_vid_t fn[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
