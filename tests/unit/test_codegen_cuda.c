@@ -849,6 +849,13 @@ static void test_clip_ops(dit_cuda_codegen_t *cg, const char *target) {
   dit_graph_destroy(g);
 }
 
+/* The fp8 attention's dynamic shared memory as the kernel lays it out: alignment slack, Q (bm rows
+ * of 128 bytes), st stages of K and V^T (bn keys of 128 bytes each) with V^T's rows of ones, and
+ * the mbarriers. */
+static uint32_t att90_fp8_smem(int bm, int bn, int st) {
+  return (uint32_t)(1024 + bm * 128 + st * (2 * bn * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * bn) + 8 * (4 + 4 * st));
+}
+
 static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_t *cg = NULL;
   dit_status_t s = dit_cuda_codegen_create(target, cache, &cg);
@@ -974,7 +981,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
                                       * each V^T stage with its rows of ones */
       const int ncw = DIT_ABI_ATT90_NCW_HD128, st = DIT_ABI_ATT90_ST_FP8, bm = 64 * ncw;
       CHECK_EQ_INT(check_op(cg, g, "attention_fp8", (uint32_t)(128 * (ncw + 1)),
-                            (uint32_t)(1024 + bm * 128 + st * (2 * 128 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 128) + 8 * (4 + 4 * st)), 1),
+                            att90_fp8_smem(bm, 128, st), 1),
                    (200 + bm - 1) / bm);
       /* key tiles of 192 (k's scales a tile): fewer, wider stages, V^T in blocks of 64 keys with
        * their rows of ones; 160 is built too, 100 refused */
@@ -985,7 +992,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
       CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fw, 6, &fa, odt, "attn8w", o));
       const int sw = DIT_ABI_ATT90_ST_FP8_WIDE;
       CHECK_EQ_INT(check_op(cg, g, "attention_fp8 (192 keys a tile)", (uint32_t)(128 * (ncw + 1)),
-                            (uint32_t)(1024 + bm * 128 + sw * (2 * 192 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 192) + 8 * (4 + 4 * sw)), 1),
+                            att90_fp8_smem(bm, 192, sw), 1),
                    (200 + bm - 1) / bm);
       { /* 1100 keys, 6 key tiles of 192: where the bf16 form splits its last wave's 8 work tiles in 3
          * parts (a 1-D grid of 24), the fp8 form keeps its grid of whole tiles (2 a head and item) */
@@ -998,7 +1005,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
         CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fl, 6, &fa, odt, "attn8l", o));
         dit_plan_kernel_t lk;
         check_op_k(cg, g, "attention_fp8 (1100 keys)", (uint32_t)(128 * (ncw + 1)),
-                   (uint32_t)(1024 + bm * 128 + sw * (2 * 192 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 192) + 8 * (4 + 4 * sw)), 1, &lk);
+                   att90_fp8_smem(bm, 192, sw), 1, &lk);
         CHECK_EQ_INT(lk.grid[0], (200 + bm - 1) / bm);
         CHECK_EQ_INT(lk.grid[1], 2);
         CHECK_EQ_INT(lk.grid[2], 2);
@@ -1013,7 +1020,7 @@ static void test_codegen_ops(const char *target, const char *cache) {
         CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fx, 6, &fa, odt, "attn8x", o));
         dit_plan_kernel_t xk;
         check_op_k(cg, g, "attention_fp8 (224 keys a tile)", (uint32_t)(128 * (ncw + 1)),
-                   (uint32_t)(1024 + bm * 128 + sw * (2 * 224 * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * 224) + 8 * (4 + 4 * sw)), 1, &xk);
+                   att90_fp8_smem(bm, 224, sw), 1, &xk);
         CHECK_EQ_INT(xk.tmaps[2].box[0], 32);
         CHECK_EQ_INT(xk.tmaps[2].box[1], 128);
         CHECK_EQ_INT(xk.tmaps[2].swizzle, 32);
