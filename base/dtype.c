@@ -98,6 +98,13 @@ uint8_t dit_f32_to_e4m3(float f) {
   return sign | (uint8_t)((((r >> 23) - 120u) << 3) | ((r >> 20) & 7u));
 }
 
+uint8_t dit_e4m3_exp2_lin(float x) {
+  float y = (x + (7.0f + DIT_E4M3_LIN_SHIFT / 8)) * (1.0f / 16);
+  if (!(y > 0.0f)) y = 0.0f; /* NaN too */
+  if (y > 1.0f) y = 1.0f;
+  return (uint8_t)nearbyintf(y * 128.0f);
+}
+
 float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; i++) {

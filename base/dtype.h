@@ -56,6 +56,14 @@ uint16_t dit_f32_to_f16(float f);
 #define DIT_E4M3_MAX 448.0f
 float dit_e4m3_to_f32(uint8_t q);
 uint8_t dit_f32_to_e4m3(float f);
+/* e4m3's code of 2^x (x <= 8.75) without an exponential, as the fp8 attention makes its
+ * probabilities: the code of 2^x is 8 (x + 7) read as exponent and mantissa, so rounding that to an
+ * integer interpolates 2^x linearly between powers of two (0 to 0.086 octaves high, most at an
+ * octave's middle). The code is 8 (x + 7) + DIT_E4M3_LIN_SHIFT, which centres that, rounded to
+ * nearest even; 0 under x = -7 (and for NaN). Computed as y = (x + 7 + shift / 8) / 16 clamped to
+ * [0, 1], code = 128 y: the kernel's two fmas. */
+#define DIT_E4M3_LIN_SHIFT (-0.34f)
+uint8_t dit_e4m3_exp2_lin(float x);
 
 /* The fp8 quantization of one row of n values, shared by the weights writer (per output
  * channel), the CPU reference and the CUDA kernels (per token): scale = amax / 448 (1 for an

@@ -299,7 +299,8 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
                                                              : "e4m3 of v less its channel mean, transposed, one fp32 scale per head "
                                                                "and channel: max |v - mean| / 448");
     cJSON_AddStringToObject(q, "p", quant == DIT_QUANT_INT8 ? "bf16 softmax probabilities; fp32 row sums and accumulators"
-                                                             : "e4m3 softmax probabilities scaled by 2^8; fp32 row sums (of the e4m3 "
+                                                             : "e4m3 softmax probabilities scaled by 2^8, interpolated linearly between "
+                                                               "powers of two (no exponential); fp32 row sums (of the e4m3 "
                                                                "probabilities) and accumulators");
     names = cJSON_AddArrayToObject(q, "ops");
   }

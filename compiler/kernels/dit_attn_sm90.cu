@@ -55,8 +55,8 @@
 // with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
 // [B*HEADS*HD, LKP] (box {VB keys, HD rows}, swizzled VB bytes). S = Q K^T runs on e4m3 wgmma and
 // is scaled per tile into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row
-// sums with it) so the small probabilities of long rows stay out of e4m3's subnormals, rounded to
-// e4m3, and each key tile's P V^T runs on e4m3 wgmma with P from registers. The S accumulators hold
+// sums with it) so the small probabilities of long rows stay out of e4m3's subnormals, made e4m3
+// codes (EXPLIN below), and each key tile's P V^T runs on e4m3 wgmma with P from registers. The S accumulators hold
 // keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so
 // vt holds its keys permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for
 // j < 2, else 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
@@ -175,6 +175,23 @@
 // own, added to l in fp32 a tile: a sum grown over many tiles would lose the late tiles' small
 // terms in the tensor cores' accumulation (measured at 32760 keys: 50% of an output row off).
 #define LSEP (LSUM && !PROMOTE)
+// With e4m3 P and its row sums made by the tensor cores (LSUM), P's codes come without an
+// exponential (ATT_EXP_LIN 1, the default, base/dtype.h's dit_e4m3_exp2_lin on the CPU; 0, exact
+// exponentials rounded, only to time against): e4m3's code of 2^x is 8 (x + 7)
+// read as exponent and mantissa, so the linear interpolation of 2^x between powers of two, whose
+// 3 mantissa bits are all e4m3 keeps, is that code rounded to an integer. Two fmas a probability:
+// the first saturates y = (8 (x + 7) + LIN_SHIFT) / 128 to [0, 1] (probabilities under 2^-7
+// become 0, masked keys' -inf too), the second adds 128 y to 2^23, whose last place is 1, so the
+// rounded code is the float's low byte; four such bytes shifted together are an A fragment quad.
+// The interpolation lies 0 to 0.086 octaves above 2^x (most at the middle of an octave);
+// LIN_SHIFT (-0.34 of a code) centres that, and the output divides by the same codes' sums, so
+// what is left is an error of about 3% a probability beside the rounding's 3.5%. The sm_90
+// exponential unit (8 cycles a warp's 32 results) was the softmax's bottleneck; it is not used.
+#ifndef ATT_EXP_LIN
+#define ATT_EXP_LIN 1
+#endif
+#define EXPLIN (LSUM && ATT_EXP_LIN)
+#define LIN_SHIFT (-0.34f)
 #define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
 #if ATT_FP8 && !ATT_PV_BF16
 #define P_SHIFT 8.f  // log2 of P's scale before its e4m3 rounding
@@ -440,7 +457,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     float o[HD / 2];      // O accumulators, same layout over the head dim
 #if PV8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
-#if LSUM
+#if EXPLIN
+    u32 pq[ATT_BN / 8];  // the next P's quads but their last codes (lin3), while P V^T reads p
+#elif LSUM
     unsigned short pq[ATT_BN / 4];  // the next P as e4m3 pairs, while P V^T reads p
 #endif
 #if LSEP
@@ -624,6 +643,16 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
       m0 = mx0;
       m1 = mx1;
+#if EXPLIN
+      // s_e becomes a float whose low byte is e4m3's code of 2^(s f - ms) (see EXPLIN).
+      const float fl = f * (1.f / 16), c0 = (7.f + LIN_SHIFT / 8 - ms0) * (1.f / 16), c1 = (7.f + LIN_SHIFT / 8 - ms1) * (1.f / 16);
+#pragma unroll
+      for (int e = 0; e < ATT_BN / 2; e++) {
+        float y;
+        asm("fma.rn.sat.f32 %0, %1, %2, %3;\n" : "=f"(y) : "f"(s[e]), "f"(fl), "f"((e & 2) ? c1 : c0));
+        s[e] = fmaf(y, 128.f, 8388608.f);
+      }
+#else
       float ps0 = 0.f, ps1 = 0.f;  // the row sums (LSUM: made by P V^T instead)
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) {
@@ -640,10 +669,23 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         l0 = l0 * al0 + ps0;
         l1 = l1 * al1 + ps1;
       }
+#endif
     };
+#if EXPLIN
+    // The codes softmax left in s as A fragment quads (convert's order): lin3 puts the low bytes of
+    // a quad's first three in bytes 0..2 (byte 3 is 2^23's 0x4b), lin4 the fourth's in byte 3.
+    auto lin_key = [&](int kk, int h) { return 16 * kk + 8 * (h >> 1) + 2 * (h & 1); };  // keys k, k+1, k+4, k+5
+    auto lin3 = [&](int k) { return __float_as_uint(s[k]) + (__float_as_uint(s[k + 1]) << 8) + (__float_as_uint(s[k + 4]) << 16); };
+    auto lin4 = [&](u32 x, int k) { return __byte_perm(x, __float_as_uint(s[k + 5]), 0x4210); };
+#endif
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
     auto convert = [&](u32 *dst) {
-#if PV8
+#if EXPLIN
+#pragma unroll
+      for (int kk = 0; kk < ATT_BN / 32; kk++)
+#pragma unroll
+        for (int h = 0; h < 4; h++) dst[4 * kk + h] = lin4(lin3(lin_key(kk, h)), lin_key(kk, h));
+#elif PV8
       // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
       // the order the permuted V^T expects (see the header).
 #pragma unroll
@@ -683,7 +725,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // or with LSUM of the xor of P's codes, is ordered before the wait and depends on every
     // exponential.
     auto hold_softmax = [&]() {
-#if LSUM
+#if EXPLIN
+      u32 x = 0;
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 8; i++) x ^= pq[i] ^ __float_as_uint(s[lin_key(i / 4, i % 4) + 5]);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(bars + 8u * (4u + 4u * ATT_ST)), "r"(x) : "memory");
+#elif LSUM
       unsigned short x = 0;
 #pragma unroll
       for (int i = 0; i < ATT_BN / 4; i++) x ^= pq[i];
@@ -767,7 +814,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         }
         float a0, a1;
         softmax(KEY_TILE(j), a0, a1);
-#if LSUM
+#if EXPLIN
+#pragma unroll
+        for (int i = 0; i < ATT_BN / 8; i++) pq[i] = lin3(lin_key(i / 4, i % 4));
+#elif LSUM
         convert_halves(pq);
 #endif
         hold_softmax();
@@ -789,7 +839,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         l0 = (l0 + lt[0]) * a0, l1 = (l1 + lt[2]) * a1;
 #endif
 #endif
-#if LSUM
+#if EXPLIN
+#pragma unroll
+        for (int i = 0; i < ATT_BN / 8; i++) p[i] = lin4(pq[i], lin_key(i / 4, i % 4));
+#elif LSUM
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++) asm("mov.b32 %0, {%1, %2};\n" : "=r"(p[i]) : "h"(pq[2 * i]), "h"(pq[2 * i + 1]));
 #else

@@ -1,8 +1,8 @@
 /* FP8 attention on the CPU: the reference of base/ops.def's attn_quant, attn_vmax, attn_quant_vt
  * and attention_fp8, the operands and the arithmetic the Hopper kernel uses (e4m3 or int8 codes
  * decoded exactly to fp32, fp32 sums (exact integers for int8), exp2 with log2(e) folded into the
- * scores, 2^8 P rounded to e4m3 before the P V product). Deterministic: every sum runs in a fixed
- * order whatever the thread count. */
+ * scores, 2^8 P as e4m3 codes interpolated without an exponential (dit_e4m3_exp2_lin) before the
+ * P V product). Deterministic: every sum runs in a fixed order whatever the thread count. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -287,9 +287,9 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         for (int64_t c = 0; c < Dh; c++) orow[c] *= alpha;
         for (int64_t key = 0; key < nk; key++) {
           const float p = exp2f(s[key] - mx);
-          /* e4m3 of 2^8 P (exact scalings), whose sums the kernel's P V^T makes; or bf16 P, with the
-           * unrounded P's sums */
-          const float p8 = j->vt8 ? dec[dit_f32_to_e4m3(p * 256.0f)] * (1.0f / 256.0f) : dit_bf16_to_f32(dit_f32_to_bf16(p));
+          /* e4m3 of 2^8 P made without an exponential (dit_e4m3_exp2_lin), whose sums the kernel's
+           * P V^T makes; or bf16 P, with the unrounded P's sums */
+          const float p8 = j->vt8 ? dec[dit_e4m3_exp2_lin(s[key] - mx + 8.0f)] * (1.0f / 256.0f) : dit_bf16_to_f32(dit_f32_to_bf16(p));
           sum += j->vt8 ? p8 : p;
           if (p8 == 0.0f) continue;
           const float *vr = vd + key * Dh;

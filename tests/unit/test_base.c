@@ -51,6 +51,29 @@ static void test_dtype(void) {
   CHECK(dit_convert(back, DIT_F32, mid, DIT_I64, 3) == -1);
 }
 
+/* The fp8 attention's probability codes: powers of two exact (their codes centred by the shift
+ * round back), the interpolation within 7.5% of 2^x over the normal range, never decreasing,
+ * 0 below 2^-7, for -inf and NaN. */
+static void test_e4m3_exp2_lin(void) {
+  for (int k = -6; k <= 8; k++) CHECK_EQ_INT(dit_e4m3_exp2_lin((float)k), 8 * (k + 7));
+  CHECK_EQ_INT(dit_e4m3_exp2_lin(0.5f), 60); /* 1.5 for sqrt(2): the interpolation's most */
+  CHECK_EQ_INT(dit_e4m3_exp2_lin(-7.01f), 0);
+  CHECK_EQ_INT(dit_e4m3_exp2_lin(-INFINITY), 0);
+  CHECK_EQ_INT(dit_e4m3_exp2_lin(NAN), 0);
+  CHECK_EQ_INT(dit_e4m3_exp2_lin(8.75f), 0x7e);
+  int bad_ratio = 0, bad_order = 0, prev = 0;
+  for (int i = 0; i <= 148000; i++) {
+    const float x = -6.0f + (float)i * 1e-4f;
+    const int c = dit_e4m3_exp2_lin(x);
+    const double r = dit_e4m3_to_f32((uint8_t)c) / exp2((double)x);
+    bad_ratio += r < 0.925 || r > 1.08;
+    bad_order += c < prev;
+    prev = c;
+  }
+  CHECK_EQ_INT(bad_ratio, 0);
+  CHECK_EQ_INT(bad_order, 0);
+}
+
 /* E4M3, checked against values computed independently in double: every code decodes to
  * (-1)^s * 2^(e-7) * (1 + m/8) (e = 0: 2^-6 * m/8), 0x7f/0xff are NaN, every other code encodes
  * back to itself, and each midpoint between neighbours rounds to the even code. */
@@ -202,6 +225,7 @@ int main(void) {
   test_status();
   test_dtype();
   test_e4m3();
+  test_e4m3_exp2_lin();
   test_ops();
   test_fileio();
   return check_summary("test_base");

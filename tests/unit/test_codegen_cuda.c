@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
 #include "check.h"
 #include "compiler/att90_tiles.h"
 #include "compiler/codegen_cuda.h"
@@ -86,6 +87,10 @@ static void test_device_helpers_shared(void) {
   CHECK_EQ_INT(count(dit_attn_sm90_source, "cvt.rn.bf16x2"), 0);
   CHECK(strstr(dit_kernel_source, "#include \"dit_abi.h\"") && strstr(dit_kernel_source, "#include \"dit_device.cuh\""));
   CHECK(strstr(dit_attn_sm90_source, "#include \"dit_abi.h\"") && strstr(dit_attn_sm90_source, "#include \"dit_device.cuh\""));
+  /* The fp8 kernel's probability codes centre their interpolation as the CPU reference does. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+  CHECK_EQ_INT(count(dit_attn_sm90_source, "#define LIN_SHIFT " STR(DIT_E4M3_LIN_SHIFT) "\n"), 1);
 }
 
 #if DIT_HAVE_NVRTC
