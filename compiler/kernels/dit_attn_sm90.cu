@@ -56,14 +56,15 @@
 // [B*HEADS*HD, LKP] (box {VB keys, HD rows}, swizzled VB bytes). S = Q K^T runs on e4m3 wgmma and
 // is scaled per tile into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row
 // sums with it) so the small probabilities of long rows stay out of e4m3's subnormals, made e4m3
-// codes (EXPLIN below), and each key tile's P V^T runs on e4m3 wgmma with P from registers. The S accumulators hold
-// keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment wants 4t..4t+3, so
-// vt holds its keys permuted to match: column 16g + p is key 16g + pi(p), pi(4t + j) = 2t + j for
-// j < 2, else 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys, so no shuffle is needed.
-// The row sums are the rounded P's, made by the same products: each V^T column block in shared
-// memory is followed by 8 rows of e4m3 ones (written once); the sums the output is divided by are
-// those of the weights it was made with (and the ALUs are spared an add a probability: the
-// softmax, exposed between the warpgroups' products, is the kernel's critical path).
+// codes (EXPLIN below), and each key tile's P V^T runs on e4m3 wgmma with P from registers. The S
+// accumulators hold keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment
+// wants 4t..4t+3, so vt holds its keys permuted to match: column 16g + p is key 16g + pi(p),
+// pi(4t + j) = 2t + j for j < 2, else 6 + 2t + j (attn_quant_vt writes it so); P V sums over keys,
+// so no shuffle is needed. The row sums are the rounded P's, made by the same products: each V^T
+// column block in shared memory is followed by 8 rows of e4m3 ones (written once); the sums the
+// output is divided by are those of the weights it was made with (and the ALUs are spared an add a
+// probability: the softmax, exposed between the warpgroups' products, is the kernel's critical
+// path).
 // At 128 keys a tile (PROMOTE) P V^T runs as 64 x 136 into accumulators of its own (columns
 // 128..135: every row's sum, in each lane of the row), added to O in fp32, O and l rescaled one
 // tile late in the fma that adds the tile's product: O_j = O_{j-1} * alpha_j + P_j V_j. The wider
@@ -177,15 +178,15 @@
 #define LSEP (LSUM && !PROMOTE)
 // With e4m3 P and its row sums made by the tensor cores (LSUM), P's codes come without an
 // exponential (ATT_EXP_LIN 1, the default, base/dtype.h's dit_e4m3_exp2_lin on the CPU; 0, exact
-// exponentials rounded, only to time against): e4m3's code of 2^x is 8 (x + 7)
-// read as exponent and mantissa, so the linear interpolation of 2^x between powers of two, whose
-// 3 mantissa bits are all e4m3 keeps, is that code rounded to an integer. Two fmas a probability:
-// the first saturates y = (8 (x + 7) + LIN_SHIFT) / 128 to [0, 1] (probabilities under 2^-7
-// become 0, masked keys' -inf too), the second adds 128 y to 2^23, whose last place is 1, so the
-// rounded code is the float's low byte; four such bytes shifted together are an A fragment quad.
+// exponentials rounded, only to time against): e4m3's code of 2^x is 8 (x + 7) read as exponent
+// and mantissa, so the linear interpolation of 2^x between powers of two, whose 3 mantissa bits
+// are all e4m3 keeps, is that code rounded to an integer. Two fmas a probability: the first
+// saturates y = (8 (x + 7) + LIN_SHIFT) / 128 to [0, 1] (probabilities under 2^-7 become 0, masked
+// keys' -inf too), the second adds 128 y to 2^23, whose last place is 1, so the rounded code is the
+// float's low byte; four such bytes shifted together are an A fragment quad.
 // The interpolation lies 0 to 0.086 octaves above 2^x (most at the middle of an octave);
 // LIN_SHIFT (-0.34 of a code) centres that, and the output divides by the same codes' sums, so
-// what is left is an error of about 3% a probability beside the rounding's 3.5%. The sm_90
+// what is left is an error about as large as e4m3's rounding (a few % a probability). The sm_90
 // exponential unit (8 cycles a warp's 32 results) was the softmax's bottleneck; it is not used.
 #ifndef ATT_EXP_LIN
 #define ATT_EXP_LIN 1
