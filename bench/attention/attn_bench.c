@@ -3,7 +3,7 @@
  *
  *   attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old]
  *              [--seed S] [--samples N] [--link nvrtc|nvjitlink|lto] [--fp8] [--sustained N]
- *              [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--fp8-split] [--forms LIST] [--v-offset X] [--no-v-center] SHAPE...
+ *              [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--fp8-split] [--fp8-persist] [--forms LIST] [--v-offset X] [--no-v-center] SHAPE...
  *   SHAPE = BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST[,SCHED[,SPLIT]]]]   e.g. 1x12x32760x32760x128 or 1x12x32760x512x128:2,128,2,1
  *   (SCHED 0: the consumer warpgroups issue to the tensor cores as they are ready, not in turns;
  *   SPLIT k: the tiles of the last partial wave over 132 multiprocessors in k key parts, as ditc
@@ -25,7 +25,8 @@
  * of BN and ST stages where the shape names no configuration (the bf16 kernel keeps its own);
  * --forms picks some of them (comma-separated names: fp8, int8fp8, int8; default all).
  * --fp8-split launches the 8-bit forms with the split of a last partial wave the bf16 kernel gets
- * (dit_cuda_att90_split over their own work and key tiles; ditc plans none for them), to time it.
+ * (dit_cuda_att90_split over their own work and key tiles; ditc plans none for them), to time it;
+ * --fp8-persist launches them persistent (ATT_PERSIST: a block a multiprocessor, Q double-buffered).
  * --v-offset X adds X * ((c % 5) - 1) to V's channel c (channel means of -X to 3X; default 0), for
  * the accuracy of the 8-bit forms' P V over values that do not average to zero; --no-v-center
  * quantizes V itself (means of 0) instead of V less its channel means, as attn_quant_vt does.
@@ -90,7 +91,7 @@ static int g_v_center = 1;     /* --no-v-center: V^T of v itself (means of 0), n
 static const char *g_defines[MAX_DEFINES]; /* NAME=VALUE, from --define */
 static int g_ndefines = 0;
 static int g_fp8_ncw = 0, g_fp8_bn = 0, g_fp8_st = 0; /* --fp8-cfg (0: the kernel's defaults) */
-static int g_fp8_split = 0;                           /* --fp8-split */
+static int g_fp8_split = 0, g_fp8_persist = 0;       /* --fp8-split, --fp8-persist */
 static int g_fsplit = 1, g_ftail = 0;                 /* the 8-bit form being built: its split and tail */
 static unsigned g_forms = ~0u;                        /* --forms: bit f selects kForms[f] */
 
@@ -320,6 +321,7 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
   if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
   if (!old && !fp8 && s->split > 1)
     k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", s->split, s->tail, s->B);
+  if (!old && fp8 && g_fp8_persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
   if (!old && fp8 && g_fsplit > 1)
     k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", g_fsplit, g_ftail, s->B);
   memcpy(src + k, body, strlen(body) + 1);
@@ -466,6 +468,7 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--sustained") && i + 1 < argc) g_sustained = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fp8-split")) g_fp8_split = 1;
+    else if (!strcmp(argv[i], "--fp8-persist")) g_fp8_persist = 1;
     else if (!strcmp(argv[i], "--fp8-cfg") && i + 1 < argc) {
       if (sscanf(argv[++i], "%d,%d,%d", &g_fp8_ncw, &g_fp8_bn, &g_fp8_st) != 3 || g_fp8_ncw < 1 || g_fp8_bn < 16 || g_fp8_st < 1) {
         fprintf(stderr, "attn_bench: --fp8-cfg %s: expected NCW,BN,ST (positive; BN at least 16)\n", argv[i]);
@@ -488,7 +491,7 @@ int main(int argc, char **argv) {
     else if (nshapes < 64 && parse_shape(argv[i], &shapes[nshapes]) == 0) nshapes++;
     else {
       fprintf(stderr, "usage: attn_bench [--repo DIR] [--cache DIR] [--compile-only] [--iters N] [--warmup N] [--no-old] "
-                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--fp8-split] [--forms LIST] [--v-offset X] [--no-v-center] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
+                      "[--seed S] [--samples N] [--fp8] [--sustained N] [--define NAME=VALUE]... [--fp8-cfg NCW,BN,ST] [--fp8-split] [--fp8-persist] [--forms LIST] [--v-offset X] [--no-v-center] BxHxSQxLKxHD[:NCW,BN,ST[,PERSIST]]...\n");
       return 2;
     }
   }
@@ -682,7 +685,7 @@ int main(int argc, char **argv) {
       if (!pv_bf16) CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
       const unsigned fmblk = (unsigned)((SQ + 64 * fncw - 1) / (64 * fncw)), ftiles = fmblk * (unsigned)H * (unsigned)B;
       g_fsplit = 1, g_ftail = 0;
-      if (g_fp8_split) {
+      if (g_fp8_split && !g_fp8_persist) {
         int64_t tail = 0;
         g_fsplit = dit_cuda_att90_split(ftiles, (LK + fbn - 1) / fbn, SPLIT_SMS, &tail);
         g_ftail = (int)tail;
@@ -695,7 +698,7 @@ int main(int argc, char **argv) {
       free(cubin);
       CUfunction ff;
       CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
-      const unsigned fsmem = fp8_smem(fncw, fbn, st, pv_bf16), fbm = 64u * (unsigned)fncw;
+      const unsigned fbm = 64u * (unsigned)fncw, fsmem = fp8_smem(fncw, fbn, st, pv_bf16) + (g_fp8_persist ? fbm * 128u : 0u);
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
       encode_map_as(&fq, q8, B * SQ, CH, (int)fbm, 1);
@@ -704,7 +707,8 @@ int main(int argc, char **argv) {
       else encode_map_box(&fv, vt, B * H * HD, LP, HD, 1, vb);
       void *fargs8[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv}, *fargs16[] = {&out, &lse, &q8, &qs, &k8, &ks, &v, &fq, &fk, &fv};
       void **fargs = pv_bf16 ? fargs16 : fargs8;
-      fms[form] = g_fsplit > 1 ? time_kernel(ff, ftiles + (unsigned)(g_ftail * (g_fsplit - 1)), 1, 1, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq)
+      fms[form] = g_fp8_persist ? time_kernel(ff, (unsigned)nsm < ftiles ? (unsigned)nsm : ftiles, 1, 1, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq)
+                  : g_fsplit > 1 ? time_kernel(ff, ftiles + (unsigned)(g_ftail * (g_fsplit - 1)), 1, 1, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq)
                                : time_kernel(ff, fmblk, H, B, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq);
       CK(p_cuCtxSynchronize());
       fc[form] = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
