@@ -92,7 +92,6 @@ static const char *g_defines[MAX_DEFINES]; /* NAME=VALUE, from --define */
 static int g_ndefines = 0;
 static int g_fp8_ncw = 0, g_fp8_bn = 0, g_fp8_st = 0; /* --fp8-cfg (0: the kernel's defaults) */
 static int g_fp8_split = 0, g_fp8_persist = 0;       /* --fp8-split, --fp8-persist */
-static int g_fsplit = 1, g_ftail = 0;                 /* the 8-bit form being built: its split and tail */
 static unsigned g_forms = ~0u;                        /* --forms: bit f selects kForms[f] */
 
 static char *read_file(const char *path, size_t *len) {
@@ -294,8 +293,14 @@ static const struct {
     {"int8", "#define ATT_FP8 1\n#define ATT_QK_I8 1\n#define ATT_PV_BF16 1\n", 1, 1},
 };
 
-/* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]. */
-static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
+/* How a kernel form is launched: persistent, or its last partial wave split into `split` key parts
+ * (the last `tail` work tiles), or neither. */
+typedef struct {
+  int persist, split, tail;
+} launch_t;
+
+/* fp8: 0 the bf16 kernel, 1 + f the 8-bit form kForms[f]; l: its launch (ignored for the old kernel). */
+static char *specialize(const shape_t *s, const char *body, int old, int fp8, const launch_t *l) {
   size_t n = strlen(body) + 1024;
   for (int d = 0; d < g_ndefines; d++) n += strlen(g_defines[d]) + 16;
   char *src = malloc(n);
@@ -317,15 +322,39 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8) {
     const char *eq = strchr(g_defines[d], '=');
     k += snprintf(src + k, n - k, "#define %.*s %s\n", (int)(eq - g_defines[d]), g_defines[d], eq + 1);
   }
-  if (!old && s->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
+  if (!old && l->persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
   if (!old && !s->sched) k += snprintf(src + k, n - k, "#define ATT_SCHED 0\n");
-  if (!old && !fp8 && s->split > 1)
-    k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", s->split, s->tail, s->B);
-  if (!old && fp8 && g_fp8_persist) k += snprintf(src + k, n - k, "#define ATT_PERSIST 1\n#define BATCH %d\n", s->B);
-  if (!old && fp8 && g_fsplit > 1)
-    k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", g_fsplit, g_ftail, s->B);
+  if (!old && l->split > 1)
+    k += snprintf(src + k, n - k, "#define ATT_SPLIT %d\n#define ATT_TAIL %d\n#define BATCH %d\n", l->split, l->tail, s->B);
   memcpy(src + k, body, strlen(body) + 1);
   return src;
+}
+
+/* The bf16 kernel's launch: the shape's (ditc's split unless it names a configuration). */
+static launch_t bf16_launch(const shape_t *s) { return (launch_t){s->persist, s->split, s->tail}; }
+
+/* An 8-bit form's launch: as ditc plans it (whole tiles), or --fp8-persist's, or --fp8-split's split
+ * over its own work and key tiles. */
+static launch_t fp8_launch(const shape_t *s, int pv_bf16) {
+  int ncw, bn, st;
+  fp8_cfg(s, pv_bf16, &ncw, &bn, &st);
+  launch_t l = {g_fp8_persist, 1, 0};
+  if (g_fp8_split && !g_fp8_persist) {
+    const int64_t tiles = (int64_t)(s->SQ + 64 * ncw - 1) / (64 * ncw) * s->H * s->B;
+    int64_t tail = 0;
+    l.split = dit_cuda_att90_split(tiles, (s->LK + bn - 1) / bn, SPLIT_SMS, &tail);
+    l.tail = (int)tail;
+  }
+  return l;
+}
+
+/* The grid of a launch over mblk x heads x batch work tiles: persistent, one block a multiprocessor
+ * (at most one a tile); split, a 1-D grid of the whole tiles, then the tail's tiles in parts. */
+static void launch_grid(const launch_t *l, unsigned mblk, unsigned heads, unsigned batch, int nsm, unsigned g[3]) {
+  const unsigned tiles = mblk * heads * batch;
+  if (l->persist) g[0] = (unsigned)nsm < tiles ? (unsigned)nsm : tiles, g[1] = g[2] = 1;
+  else if (l->split > 1) g[0] = tiles + (unsigned)(l->tail * (l->split - 1)), g[1] = g[2] = 1;
+  else g[0] = mblk, g[1] = heads, g[2] = batch;
 }
 
 static CUmodule load_module(const char *cubin) {
@@ -512,20 +541,22 @@ int main(int argc, char **argv) {
   size_t len;
   char *ref_cubin = compile(ref_src, "90", "ref", &len);
   for (int i = 0; i < nshapes; i++) {
-    char *a = specialize(&shapes[i], ours_src, 0, 0);
+    const launch_t bl = bf16_launch(&shapes[i]);
+    char *a = specialize(&shapes[i], ours_src, 0, 0, &bl);
     char *c = compile(a, "90a", "ours", &len);
     free(a);
     free(c);
     if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
       for (int form = 0; form < N_FORMS; form++) {
         if (!(g_forms >> form & 1)) continue;
-        a = specialize(&shapes[i], ours_src, 0, 1 + form);
+        const launch_t fl = fp8_launch(&shapes[i], kForms[form].pv_bf16);
+        a = specialize(&shapes[i], ours_src, 0, 1 + form, &fl);
         free(compile(a, "90a", kForms[form].name, &len));
         free(a);
       }
     }
     if (g_old) {
-      a = specialize(&shapes[i], old_src, 1, 0);
+      a = specialize(&shapes[i], old_src, 1, 0, &bl);
       c = compile(a, "90a", "old", &len);
       free(a);
       free(c);
@@ -617,7 +648,8 @@ int main(int argc, char **argv) {
     CK(p_cuMemFree(scratch));
 
     /* Ours. */
-    char *src = specialize(s, ours_src, 0, 0);
+    const launch_t bl = bf16_launch(s);
+    char *src = specialize(s, ours_src, 0, 0, &bl);
     char *cubin = compile(src, "90a", "ours", &len);
     free(src);
     CUmodule mod = load_module(cubin);
@@ -636,14 +668,9 @@ int main(int argc, char **argv) {
     encode_map(&tk, k, B * LK, CH, s->bn);
     encode_map(&tv, v, B * LK, CH, s->bn);
     void *args[] = {&out, &lse, &q, &k, &v, &tq, &tk, &tv};
-    const unsigned mblk = (unsigned)((SQ + bm - 1) / bm);
-    unsigned gx = mblk, gy = (unsigned)H, gz = (unsigned)B;
-    if (s->persist) { /* persistent: one CTA per multiprocessor, at most one per tile */
-      const unsigned tiles = mblk * (unsigned)H * (unsigned)B;
-      gx = (unsigned)nsm < tiles ? (unsigned)nsm : tiles, gy = gz = 1;
-    } else if (s->split > 1) { /* a 1-D grid: whole tiles, then the tail's tiles in parts */
-      gx = mblk * (unsigned)H * (unsigned)B + (unsigned)(s->tail * (s->split - 1)), gy = gz = 1;
-    }
+    unsigned grid[3];
+    launch_grid(&bl, (unsigned)((SQ + bm - 1) / bm), (unsigned)H, (unsigned)B, nsm, grid);
+    const unsigned gx = grid[0], gy = grid[1], gz = grid[2];
     double ms = time_kernel(f, gx, gy, gz, threads, smem, args, out, nq);
     const double sus_ms = g_sustained > 0 ? time_sustained(f, gx, gy, gz, threads, smem, args, g_sustained) : 0.0;
     CK(p_cuCtxSynchronize());
@@ -683,22 +710,16 @@ int main(int argc, char **argv) {
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nqs, H, B, 256, 1, 1, 0, 0, qa, NULL));
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
       if (!pv_bf16) CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
-      const unsigned fmblk = (unsigned)((SQ + 64 * fncw - 1) / (64 * fncw)), ftiles = fmblk * (unsigned)H * (unsigned)B;
-      g_fsplit = 1, g_ftail = 0;
-      if (g_fp8_split && !g_fp8_persist) {
-        int64_t tail = 0;
-        g_fsplit = dit_cuda_att90_split(ftiles, (LK + fbn - 1) / fbn, SPLIT_SMS, &tail);
-        g_ftail = (int)tail;
-      }
-      fsplit[form] = g_fsplit;
-      src = specialize(s, ours_src, 0, 1 + form);
+      const launch_t fl = fp8_launch(s, pv_bf16);
+      fsplit[form] = fl.split;
+      src = specialize(s, ours_src, 0, 1 + form, &fl);
       cubin = compile(src, "90a", kForms[form].name, &len);
       free(src);
       CUmodule fm = load_module(cubin);
       free(cubin);
       CUfunction ff;
       CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
-      const unsigned fbm = 64u * (unsigned)fncw, fsmem = fp8_smem(fncw, fbn, st, pv_bf16) + (g_fp8_persist ? fbm * 128u : 0u);
+      const unsigned fbm = 64u * (unsigned)fncw, fsmem = fp8_smem(fncw, fbn, st, pv_bf16) + (fl.persist ? fbm * 128u : 0u);
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
       encode_map_as(&fq, q8, B * SQ, CH, (int)fbm, 1);
@@ -707,9 +728,9 @@ int main(int argc, char **argv) {
       else encode_map_box(&fv, vt, B * H * HD, LP, HD, 1, vb);
       void *fargs8[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv}, *fargs16[] = {&out, &lse, &q8, &qs, &k8, &ks, &v, &fq, &fk, &fv};
       void **fargs = pv_bf16 ? fargs16 : fargs8;
-      fms[form] = g_fp8_persist ? time_kernel(ff, (unsigned)nsm < ftiles ? (unsigned)nsm : ftiles, 1, 1, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq)
-                  : g_fsplit > 1 ? time_kernel(ff, ftiles + (unsigned)(g_ftail * (g_fsplit - 1)), 1, 1, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq)
-                               : time_kernel(ff, fmblk, H, B, 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq);
+      unsigned fgrid[3];
+      launch_grid(&fl, (unsigned)((SQ + fbm - 1) / fbm), (unsigned)H, (unsigned)B, nsm, fgrid);
+      fms[form] = time_kernel(ff, fgrid[0], fgrid[1], fgrid[2], 128u * (unsigned)(fncw + 1), fsmem, fargs, out, nq);
       CK(p_cuCtxSynchronize());
       fc[form] = check(&hp, s, out, lse, dsamp, ns, ref, rlse, rows, rows_lse, counter);
       CK(p_cuModuleUnload(fm));
@@ -719,7 +740,7 @@ int main(int argc, char **argv) {
     double oms = 0;
     check_t oc = {0, 0, 0, 0};
     if (g_old) {
-      src = specialize(s, old_src, 1, 0);
+      src = specialize(s, old_src, 1, 0, &bl);
       cubin = compile(src, "90a", "old", &len);
       free(src);
       CUmodule om = load_module(cubin);
