@@ -286,11 +286,17 @@ static void fp8_task(void *ctx, int64_t begin, int64_t end, int worker) {
         float *orow = o + i * Dh;
         for (int64_t c = 0; c < Dh; c++) orow[c] *= alpha;
         for (int64_t key = 0; key < nk; key++) {
-          const float p = exp2f(s[key] - mx);
           /* e4m3 of 2^8 P made without an exponential (dit_e4m3_exp2_lin), whose sums the kernel's
            * P V^T makes; or bf16 P, with the unrounded P's sums */
-          const float p8 = j->vt8 ? dec[dit_e4m3_exp2_lin(s[key] - mx + 8.0f)] * (1.0f / 256.0f) : dit_bf16_to_f32(dit_f32_to_bf16(p));
-          sum += j->vt8 ? p8 : p;
+          float p8;
+          if (j->vt8) {
+            p8 = dec[dit_e4m3_exp2_lin(s[key] - mx + 8.0f)] * (1.0f / 256.0f);
+            sum += p8;
+          } else {
+            const float p = exp2f(s[key] - mx);
+            p8 = dit_bf16_to_f32(dit_f32_to_bf16(p));
+            sum += p;
+          }
           if (p8 == 0.0f) continue;
           const float *vr = vd + key * Dh;
           for (int64_t c = 0; c < Dh; c++) orow[c] += p8 * vr[c];
