@@ -675,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if EXPLIN
     // The codes softmax left in s as A fragment quads (convert's order): lin3 puts the low bytes of
     // a quad's first three in bytes 0..2 (byte 3 is 2^23's 0x4b), lin4 the fourth's in byte 3.
-    auto lin_key = [&](int kk, int h) { return 16 * kk + 8 * (h >> 1) + 2 * (h & 1); };  // keys k, k+1, k+4, k+5
+    auto lin_key = [&](int i) { return 16 * (i >> 2) + 8 * ((i >> 1) & 1) + 2 * (i & 1); };  // quad i: keys k, k+1, k+4, k+5
     auto lin3 = [&](int k) { return __float_as_uint(s[k]) + (__float_as_uint(s[k + 1]) << 8) + (__float_as_uint(s[k + 4]) << 16); };
     auto lin4 = [&](u32 x, int k) { return __byte_perm(x, __float_as_uint(s[k + 5]), 0x4210); };
 #endif
@@ -683,9 +683,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     auto convert = [&](u32 *dst) {
 #if EXPLIN
 #pragma unroll
-      for (int kk = 0; kk < ATT_BN / 32; kk++)
-#pragma unroll
-        for (int h = 0; h < 4; h++) dst[4 * kk + h] = lin4(lin3(lin_key(kk, h)), lin_key(kk, h));
+      for (int i = 0; i < ATT_BN / 8; i++) dst[i] = lin4(lin3(lin_key(i)), lin_key(i));
 #elif PV8
       // k step kk (keys 32kk..32kk+31): per row, the accumulators of 8-key groups 4kk..4kk+3 in
       // the order the permuted V^T expects (see the header).
@@ -729,7 +727,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #if EXPLIN
       u32 x = 0;
 #pragma unroll
-      for (int i = 0; i < ATT_BN / 8; i++) x ^= pq[i] ^ __float_as_uint(s[lin_key(i / 4, i % 4) + 5]);
+      for (int i = 0; i < ATT_BN / 8; i++) x ^= pq[i] ^ __float_as_uint(s[lin_key(i) + 5]);
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(bars + 8u * (4u + 4u * ATT_ST)), "r"(x) : "memory");
 #elif LSUM
       unsigned short x = 0;
@@ -817,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         softmax(KEY_TILE(j), a0, a1);
 #if EXPLIN
 #pragma unroll
-        for (int i = 0; i < ATT_BN / 8; i++) pq[i] = lin3(lin_key(i / 4, i % 4));
+        for (int i = 0; i < ATT_BN / 8; i++) pq[i] = lin3(lin_key(i));
 #elif LSUM
         convert_halves(pq);
 #endif
@@ -842,7 +840,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
 #if EXPLIN
 #pragma unroll
-        for (int i = 0; i < ATT_BN / 8; i++) p[i] = lin4(pq[i], lin_key(i / 4, i % 4));
+        for (int i = 0; i < ATT_BN / 8; i++) p[i] = lin4(pq[i], lin_key(i));
 #elif LSUM
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++) asm("mov.b32 %0, {%1, %2};\n" : "=r"(p[i]) : "h"(pq[2 * i]), "h"(pq[2 * i + 1]));
