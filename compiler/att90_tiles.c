@@ -26,9 +26,16 @@ int dit_cuda_att90_vt_block(int bn) { return bn % 128 == 0 ? 128 : bn % 64 == 0 
  * rem = tiles % sms leaves the rest idle. Splitting those rem tiles' keys into k parts (merged by
  * the last part to finish) runs them as ceil(rem k / sms) waves of 1/k: the k in 1..4 (each part
  * at least two key tiles) with the shortest tail, counting each split a twentieth of a wave for
- * its merge and its extra prologues. 1 when no split pays. */
+ * its merge and its extra prologues. 1 when no split pays.
+ * The fp8 form's split form costs more than that model says: timed on an H200 (192 keys a tile)
+ * it was 1.6-1.9% slower where it saved under 1% of the launch (2x12x32760, 40x75600) and 2%
+ * slower where its parts were 8 key tiles (24x4608), and 2% faster at 1x12x32760 (2.6% saved,
+ * parts of 57 key tiles). So it splits only when the tail saves at least FP8_SPLIT_MIN_SAVED of
+ * the whole launch with parts of at least FP8_SPLIT_MIN_PART key tiles. */
 #define ATT90_SPLIT_MAX 4
-int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail) {
+#define FP8_SPLIT_MIN_SAVED 0.015
+#define FP8_SPLIT_MIN_PART 32
+int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int fp8, int64_t *tail) {
   const int64_t rem = tiles % sms;
   int best = 1;
   double best_t = rem ? 1.0 : 0.0;
@@ -36,6 +43,8 @@ int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tai
     const double t = (double)((rem * kk + sms - 1) / sms) / kk + 0.05;
     if (t < best_t - 1e-9) best = kk, best_t = t;
   }
+  const double waves = (double)((tiles + sms - 1) / sms);
+  if (fp8 && best > 1 && ((1.0 - best_t) / waves < FP8_SPLIT_MIN_SAVED || key_tiles / best < FP8_SPLIT_MIN_PART)) best = 1;
   *tail = best > 1 ? rem : 0;
   return best;
 }

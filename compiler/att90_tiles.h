@@ -26,8 +26,7 @@ int dit_cuda_att90_vt_block(int bn);
 
 /* The number of key parts (1: none) the last partial wave's work tiles are split into, of
  * `tiles` work tiles over `sms` multiprocessors with key_tiles key tiles each, and in *tail how
- * many tiles that is. The bf16 form's model: the fp8 forms were as fast or faster unsplit and
- * keep whole tiles (the code generator and attn_bench launch them so). */
-int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int64_t *tail);
+ * many tiles that is. fp8: the 8-bit forms' stricter rule (a split only where it saves much). */
+int dit_cuda_att90_split(int64_t tiles, int64_t key_tiles, int sms, int fp8, int64_t *tail);
 
 #endif

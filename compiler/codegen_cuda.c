@@ -207,10 +207,9 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   const int nh_v = fp8 && !pv_bf16 ? nh : (int)(hd / DIT_ABI_ATT90_BOX_COLS);
   const int64_t tiles = (sq + bm - 1) / bm;
   if (bn != DIT_ABI_ATT90_BN) dit_strbuf_printf(s, "#define ATT_BN %d\n", bn);
-  /* The split of a last partial wave pays for the bf16 form only: the fp8 form timed with and
-   * without it (192 keys a tile, bench/attention) was as fast or 1.6-1.9% faster without. */
+  /* The split of a last partial wave (the fp8 form's only where it saves much: att90_tiles.c). */
   int64_t tail = 0;
-  const int split = tiled || bounded || persist || fp8 ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, DIT_ATT90_SMS, &tail);
+  const int split = tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, DIT_ATT90_SMS, fp8, &tail);
   if (split > 1)
     dit_strbuf_printf(s, "#define ATT_SPLIT %d\n#define ATT_TAIL %" PRId64 "\n#define BATCH %" PRId64 "\n", split, tail, batch);
   if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");
@@ -638,6 +637,17 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
         const int qt = hd <= 2048 ? 32 : DIT_ABI_BLOCK;
         dit_strbuf_printf(s, "#define DIT_K_QUANT_FP8 1\n#define T_X %d\n#define M %" PRId64 "LL\n#define K %" PRId64 "\n#define QT %d\n",
                           dt_code(x->dtype), M, hd, qt);
+        /* act(x + bias): a linear's epilogue moved into its rows' quantizer */
+        const int64_t act = geti(op, "act");
+        if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
+        if (act) dit_strbuf_printf(s, "#define ACT DIT_ABI_ACT_GELU_TANH\n");
+        if (op->n_in > 1) {
+          const dit_value_t *b = V(g, op->in[1]);
+          if (b->dtype != DIT_BF16 && b->dtype != DIT_F32)
+            return DIT_ERR(UNIMPLEMENTED, "op attn_quant '%s': bias '%s' is %s, the kernel takes bf16 or f32", y->name, b->name,
+                           dit_dtype_name(b->dtype));
+          dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(b->dtype));
+        }
         set_launch(k, (uint64_t)(M + DIT_ABI_BLOCK / qt - 1) / (DIT_ABI_BLOCK / qt), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }

@@ -102,8 +102,9 @@ dit_cost_t dit_op_cost(const dit_graph_t *g, const dit_op_t *op) {
       break;
     }
     case DIT_OP_ATTN_QUANT:
-      /* Bandwidth-bound: a max and a division per element (bytes: x read, codes and scales written). */
-      c.flops = 2.0 * (double)dit_value_numel(x);
+      /* Bandwidth-bound: a max and a division per element (bytes: x read, codes and scales written),
+       * and a token row's bias and activation where it has them. */
+      c.flops = (2.0 + (op->n_in > 1) + (dit_attrs_find(&op->attrs, "act") ? elem_flops(DIT_OP_GELU_TANH) : 0.0)) * (double)dit_value_numel(x);
       break;
     case DIT_OP_ATTN_VMAX:
       c.flops = 3.0 * (double)dit_value_numel(x); /* a max, a min and an add per element of v */

@@ -531,6 +531,20 @@ static dit_status_t infer_core(const dit_graph_t *g, dit_op_kind_t kind, const d
         DIT_RETURN_IF(expect_value(op, "vmax", m, DIT_F32, 5, md, "attn_vmax's largest, smallest and sum of x per head, split and channel"));
         if (md[2] < 1) FAIL("%s: vmax '%s' has no splits, expected at least one", op, m->name);
       }
+      if (kind == DIT_OP_ATTN_QUANT) {
+        /* Token rows may quantize act(x + bias): bias [C] float, act 0 or 1 (gelu_tanh). */
+        const dit_attr_t *act = dit_attrs_find(attrs, "act");
+        const int token_rows = heads == 1 && rows == 1;
+        if (act && (act->is_float || act->i < 0 || act->i > 1))
+          FAIL("%s: attribute act must be 0 or 1 (gelu_tanh)", op);
+        if ((act || n_in > 1) && !token_rows)
+          FAIL("%s: a bias or act needs token rows (heads = 1, rows = 1), found heads = %" PRId64 ", rows = %" PRId64, op, heads, rows);
+        if (n_in > 1) {
+          const dit_value_t *b = operand(g, ins, 1);
+          if (b->rank != 1 || b->dims[0] != x->dims[2] || !is_float(b->dtype))
+            FAIL("%s: bias '%s' must be float [%" PRId64 "]", op, b->name, x->dims[2]);
+        }
+      }
       out_rank[0] = out_rank[1] = 3;
       if (kind == DIT_OP_ATTN_QUANT) {
         copy_shape(x, &out_rank[0], out_dims[0]);

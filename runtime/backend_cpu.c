@@ -520,6 +520,12 @@ static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_
       if (st->kind == DIT_OP_ATTN_QUANT_VT) return dit_cpu_attn_quant_vt(c, &in[0], &in[1], heads, &out[0], &out[1]);
       int64_t rows;
       DIT_RETURN_IF(dit_attrs_get_int(&st->attrs, name, "rows", &rows));
+      const dit_attr_t *act = dit_attrs_find(&st->attrs, "act");
+      if (act || st->n_in > 1) { /* token rows as act(x + bias) */
+        if (heads != 1 || rows != 1)
+          return DIT_ERR(INVALID_ARGUMENT, "%s: a bias or act needs heads = 1 and rows = 1, found %d and %lld", name, heads, (long long)rows);
+        return dit_cpu_attn_quant_act(c, &in[0], st->n_in > 1 ? &in[1] : NULL, act ? (int)act->i : 0, &out[0], &out[1]);
+      }
       return dit_cpu_attn_quant(c, &in[0], heads, rows, &out[0], &out[1]);
     }
     case DIT_OP_ATTENTION_FP8: {

@@ -24,8 +24,8 @@
  * --fp8-cfg NCW,BN,ST gives the 8-bit forms NCW consumer warpgroups (64 query rows each), key tiles
  * of BN and ST stages where the shape names no configuration (the bf16 kernel keeps its own);
  * --forms picks some of them (comma-separated names: fp8, int8fp8, int8; default all).
- * --fp8-split launches the 8-bit forms with the split of a last partial wave the bf16 kernel gets
- * (dit_cuda_att90_split over their own work and key tiles; ditc plans none for them), to time it;
+ * --fp8-split launches the 8-bit forms with the split of a last partial wave by the bf16 kernel's rule
+ * (dit_cuda_att90_split over their own work and key tiles; ditc splits them by a stricter one), to time it;
  * --fp8-persist launches them persistent (ATT_PERSIST: a block a multiprocessor, Q double-buffered).
  * --v-offset X adds X * ((c % 5) - 1) to V's channel c (channel means of -X to 3X; default 0), for
  * the accuracy of the 8-bit forms' P V over values that do not average to zero; --no-v-center
@@ -244,7 +244,7 @@ static int parse_shape(const char *s, shape_t *sh) {
   if (!c) { /* what ditc plans for the bf16 kernel: its key tiles and its split of a last partial wave */
     int64_t tail = 0;
     sh->bn = dit_cuda_att90_keys_per_tile(sh->HD, sh->LK, 0, 0, 0);
-    sh->split = dit_cuda_att90_split(tiles, (sh->LK + sh->bn - 1) / sh->bn, SPLIT_SMS, &tail);
+    sh->split = dit_cuda_att90_split(tiles, (sh->LK + sh->bn - 1) / sh->bn, SPLIT_SMS, 0, &tail);
   }
   /* A split the shape names takes the last partial wave, or the last whole one. */
   if (sh->split > 1) sh->tail = (int)(tiles % SPLIT_SMS ? tiles % SPLIT_SMS : SPLIT_SMS);
@@ -333,16 +333,16 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8, co
 /* The bf16 kernel's launch: the shape's (ditc's split unless it names a configuration). */
 static launch_t bf16_launch(const shape_t *s) { return (launch_t){s->persist, s->split, s->tail}; }
 
-/* An 8-bit form's launch: as ditc plans it (whole tiles), or --fp8-persist's, or --fp8-split's split
- * over its own work and key tiles. */
+/* An 8-bit form's launch: as ditc plans it (its split rule), or --fp8-persist's, or --fp8-split's: the
+ * bf16 form's split rule over its own work and key tiles. */
 static launch_t fp8_launch(const shape_t *s, int pv_bf16) {
   int ncw, bn, st;
   fp8_cfg(s, pv_bf16, &ncw, &bn, &st);
   launch_t l = {g_fp8_persist, 1, 0};
-  if (g_fp8_split && !g_fp8_persist) {
+  if (!g_fp8_persist) {
     const int64_t tiles = (int64_t)(s->SQ + 64 * ncw - 1) / (64 * ncw) * s->H * s->B;
     int64_t tail = 0;
-    l.split = dit_cuda_att90_split(tiles, (s->LK + bn - 1) / bn, SPLIT_SMS, &tail);
+    l.split = dit_cuda_att90_split(tiles, (s->LK + bn - 1) / bn, SPLIT_SMS, !g_fp8_split, &tail);
     l.tail = (int)tail;
   }
   return l;

@@ -61,6 +61,8 @@ typedef struct quant_job {
   int int8; /* i8 codes, else e4m3 */
   float *xs;
   int64_t T, H, Dh, rows, nblk;
+  const float *bias; /* token rows: act(x + bias) quantized (NULL: no bias) */
+  int act;
   dit_cpu_scratch_t scratch;
 } quant_job_t;
 
@@ -77,12 +79,18 @@ static void quant_task(void *ctx, int64_t begin, int64_t end, int worker) {
       const float *src = dit_cpu_row_load(j->x->data, j->x->dtype, (b * j->T + r0 + i) * HD + h * Dh, Dh, buf + i * Dh);
       if (src != buf + i * Dh) memcpy(buf + i * Dh, src, sizeof(float) * (size_t)Dh);
     }
+    if (j->bias || j->act)
+      for (int64_t e = 0; e < n * Dh; e++) {
+        const float v = j->bias ? buf[e] + j->bias[e % Dh] : buf[e];
+        buf[e] = j->act ? dit_cpu_gelu_tanh1(v) : v;
+      }
     j->xs[t] = j->int8 ? dit_i8_quantize_row(buf, n * Dh, (int8_t *)codes) : dit_e4m3_quantize_row(buf, n * Dh, codes);
     for (int64_t i = 0; i < n; i++) memcpy(j->x8 + (b * j->T + r0 + i) * HD + h * Dh, codes + i * Dh, (size_t)Dh);
   }
 }
 
-dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs) {
+static dit_status_t attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, const float *bias, int act, dit_tensor_t *x8,
+                               dit_tensor_t *xs) {
   static const char *op = "attn_quant";
   DIT_RETURN_IF(check_x(op, "x", x, heads));
   if (rows < 1) return DIT_ERR(INVALID_ARGUMENT, "%s: rows = %lld, expected >= 1", op, (long long)rows);
@@ -92,11 +100,34 @@ dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, 
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "x8", x8, "x", x));
   DIT_RETURN_IF(dit_cpu_check_no_alias(op, "xs", xs, "x", x));
   if (B * T == 0) return DIT_OK;
-  quant_job_t j = {.x = x, .x8 = x8->data, .int8 = x8->dtype == DIT_I8, .xs = xs->data, .T = T, .H = heads, .Dh = x->dims[2] / heads, .rows = rows, .nblk = nblk};
+  quant_job_t j = {.x = x, .x8 = x8->data, .int8 = x8->dtype == DIT_I8, .xs = xs->data, .T = T, .H = heads, .Dh = x->dims[2] / heads,
+                   .rows = rows, .nblk = nblk, .bias = bias, .act = act};
   DIT_RETURN_IF(dit_cpu_scratch_alloc(op, c, (size_t)(rows * j.Dh) * 5 + 64, &j.scratch));
   dit_pool_parallel_for(dit_cpu_pool(c), B * heads * nblk, 1, quant_task, &j);
   dit_cpu_scratch_free(&j.scratch);
   return DIT_OK;
+}
+
+dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs) {
+  return attn_quant(c, x, heads, rows, NULL, 0, x8, xs);
+}
+
+dit_status_t dit_cpu_attn_quant_act(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *bias, int act, dit_tensor_t *x8,
+                                    dit_tensor_t *xs) {
+  static const char *op = "attn_quant";
+  char b1[DIT_CPU_DIMS_BUF];
+  if (act != 0 && act != 1) return DIT_ERR(INVALID_ARGUMENT, "%s: act = %d, expected 0 or 1 (gelu_tanh)", op, act);
+  if (!bias) return attn_quant(c, x, 1, 1, NULL, act, x8, xs);
+  DIT_RETURN_IF(check_x(op, "x", x, 1));
+  DIT_RETURN_IF(dit_cpu_check_float(op, "bias", bias));
+  if (bias->rank != 1 || bias->dims[0] != x->dims[2])
+    return DIT_ERR(INVALID_ARGUMENT, "%s: bias has dims %s, expected [%lld]", op, dit_cpu_dims_str(bias, b1), (long long)x->dims[2]);
+  float *b = malloc(sizeof(float) * (size_t)x->dims[2] + 1);
+  if (!b) return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the bias", op);
+  dit_status_t s = dit_convert(b, DIT_F32, bias->data, bias->dtype, (size_t)x->dims[2]) ? DIT_ERR(INVALID_ARGUMENT, "%s: bias dtype", op) : DIT_OK;
+  if (!s) s = attn_quant(c, x, 1, 1, b, act, x8, xs);
+  free(b);
+  return s;
 }
 
 /* ---- attn_vmax, attn_quant_vt ------------------------------------------------------------ */

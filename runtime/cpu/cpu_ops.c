@@ -190,17 +190,9 @@ static void ew_range(void *ctx, int64_t begin, int64_t end, int worker) {
       case EW_SILU:
         for (int64_t i = 0; i < n; i++) out[i] = a[i] / (1.0f + expf(-a[i]));
         break;
-      case EW_GELU_TANH: {
-        /* 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)): the same function, without the
-         * cancellation of 1 + tanh u that flushes the negative tail to zero in fp32. */
-        const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
-        for (int64_t i = 0; i < n; i++) {
-          const float x = a[i];
-          const float u = k0 * (x + 0.044715f * x * x * x);
-          out[i] = x / (1.0f + expf(-2.0f * u));
-        }
+      case EW_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) out[i] = dit_cpu_gelu_tanh1(a[i]);
         break;
-      }
       case EW_GELU:
         /* erfc keeps the negative tail's relative precision, which 1 + erf loses. */
         for (int64_t i = 0; i < n; i++) out[i] = 0.5f * a[i] * erfcf(-a[i] * 0.70710678118654752f);
@@ -240,6 +232,14 @@ static dit_status_t unary(dit_cpu_t *c, const char *op, ew_kind_t kind, const di
 
 dit_status_t dit_cpu_silu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {
   return unary(c, "silu", EW_SILU, x, y);
+}
+
+/* 0.5 x (1 + tanh u) written as x / (1 + e^(-2u)): the same function, without the cancellation of
+ * 1 + tanh u that flushes the negative tail to zero in fp32. */
+float dit_cpu_gelu_tanh1(float x) {
+  const float k0 = 0.7978845608028654f; /* sqrt(2/pi) */
+  const float u = k0 * (x + 0.044715f * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));
 }
 
 dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y) {

@@ -40,6 +40,8 @@ dit_status_t dit_cpu_timestep_embed(dit_cpu_t *c, const dit_tensor_t *t, int fli
                                     double max_period, double scale, dit_tensor_t *out);
 dit_status_t dit_cpu_silu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_gelu_tanh(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
+/* The tanh-approximated GELU of one fp32 value, as gelu_tanh computes each element. */
+float dit_cpu_gelu_tanh1(float x);
 /* Exact GELU: 0.5 x (1 + erf(x / sqrt 2)). */
 dit_status_t dit_cpu_gelu(dit_cpu_t *c, const dit_tensor_t *x, dit_tensor_t *y);
 dit_status_t dit_cpu_add(dit_cpu_t *c, const dit_tensor_t *a, const dit_tensor_t *b,
@@ -172,6 +174,10 @@ dit_status_t dit_cpu_attention_tiled(dit_cpu_t *c, const dit_tensor_t *q, const 
  * ceil(S/rows)], one scale per head and block of `rows` rows, as dit_e4m3_quantize_row or
  * dit_i8_quantize_row over the block. */
 dit_status_t dit_cpu_attn_quant(dit_cpu_t *c, const dit_tensor_t *x, int heads, int64_t rows, dit_tensor_t *x8, dit_tensor_t *xs);
+/* attn_quant of token rows (heads 1, rows 1) over act(x + bias): bias [C] float or NULL, act 0 or
+ * 1 (gelu_tanh, as dit_cpu_gelu_tanh1), each element in fp32 before the row is quantized. */
+dit_status_t dit_cpu_attn_quant_act(dit_cpu_t *c, const dit_tensor_t *x, const dit_tensor_t *bias, int act, dit_tensor_t *x8,
+                                    dit_tensor_t *xs);
 /* attn_vmax: v [B, L, heads*Dh] -> vmax f32 [B, heads, S, Dh] (S from vmax's dims, 1..max(L, 1)),
  * the channels' largest magnitudes over each split of ceil(L / S) keys. */
 dit_status_t dit_cpu_attn_vmax(dit_cpu_t *c, const dit_tensor_t *v, int heads, dit_tensor_t *vmax);

@@ -353,6 +353,34 @@ static void test_attn_quant(void) {
   }
 }
 
+/* Token rows as act(x + bias) (attn_quant with heads 1, rows 1, a bf16 bias and act 1): the same
+ * codes and scales as the plain quantizer over the rows made by hand with gelu_tanh; without a bias
+ * act alone; a bias of the wrong length is refused. */
+static void test_attn_quant_act(void) {
+  const int64_t xd[3] = {2, 5, 48}, bd[1] = {48}, sd[3] = {2, 1, 5};
+  dit_tensor_t x = tensor_alloc(DIT_BF16, 3, xd), bias = tensor_alloc(DIT_BF16, 1, bd), y = tensor_alloc(DIT_F32, 3, xd);
+  dit_tensor_t a8 = tensor_alloc(DIT_F8E4M3, 3, xd), as = tensor_alloc(DIT_F32, 3, sd);
+  dit_tensor_t r8 = tensor_alloc(DIT_F8E4M3, 3, xd), rs = tensor_alloc(DIT_F32, 3, sd);
+  for (int64_t i = 0; i < numel_of(3, xd); i++) set_elem(&x, i, rnd(-6, 6));
+  for (int64_t c = 0; c < bd[0]; c++) set_elem(&bias, c, rnd(-1, 1));
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    for (int64_t i = 0; i < numel_of(3, xd); i++) {
+      const float v = (float)get_elem(&x, i) + (with_bias ? (float)get_elem(&bias, i % bd[0]) : 0.0f);
+      set_elem(&y, i, dit_cpu_gelu_tanh1(v));
+    }
+    CHECK_OK(dit_cpu_attn_quant_act(&g_cpu[1], &x, with_bias ? &bias : NULL, 1, &a8, &as));
+    CHECK_OK(dit_cpu_attn_quant(&g_cpu[0], &y, 1, 1, &r8, &rs));
+    CHECK(!memcmp(a8.data, r8.data, (size_t)numel_of(3, xd)));
+    CHECK(!memcmp(as.data, rs.data, sizeof(float) * 10));
+  }
+  CHECK(dit_cpu_gelu_tanh1(-30.0f) == 0.0f && dit_cpu_gelu_tanh1(30.0f) == 30.0f);
+  CHECK(fabsf(dit_cpu_gelu_tanh1(1.0f) - 0.841192f) < 1e-5f);
+  bias.dims[0] = 47;
+  CHECK_ERR(dit_cpu_attn_quant_act(&g_cpu[0], &x, &bias, 1, &a8, &as), INVALID_ARGUMENT, "attn_quant: bias has dims");
+  CHECK_ERR(dit_cpu_attn_quant_act(&g_cpu[0], &x, NULL, 2, &a8, &as), INVALID_ARGUMENT, "act = 2");
+  free(x.data), free(bias.data), free(y.data), free(a8.data), free(as.data), free(r8.data), free(rs.data);
+}
+
 /* The key each column of a group of 16 holds (base/ops.def), written out. */
 static const int kVtPerm[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
 
@@ -2085,6 +2113,7 @@ int main(void) {
   test_linear_fp8();
   test_attention();
   test_attn_quant();
+  test_attn_quant_act();
   test_attn_vmax();
   test_attn_quant_vt();
   test_attention_fp8();

@@ -515,6 +515,57 @@ static void test_fuse_quant_norm(void) {
   dit_graph_destroy(g);
 }
 
+/* xq, xs -> linear_fp8 (w8, s8, bias) -> gelu_tanh -> the row quantizer -> linear_fp8: the FFN of an
+ * fp8 block. With `other`, a silu reads the activation too. */
+static dit_graph_t *act_quant_graph(int other) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  const int64_t xd[3] = {1, 6, 16}, sd[3] = {1, 1, 6}, nd[1] = {32}, wud[2] = {32, 16}, wdd[2] = {16, 32}, kd[1] = {16};
+  dit_vid_t li[5] = {dit_graph_input(g, "xq", DIT_F8E4M3, 3, xd), dit_graph_input(g, "xs", DIT_F32, 3, sd),
+                     dit_graph_weight(g, "wu", DIT_F8E4M3, 2, wud), dit_graph_weight(g, "su", DIT_F32, 1, nd),
+                     dit_graph_weight(g, "bu", DIT_BF16, 1, nd)};
+  dit_vid_t y = dit_graph_op(g, DIT_OP_LINEAR_FP8, li, 5, NULL, DIT_BF16, "up");
+  dit_vid_t h = dit_graph_op(g, DIT_OP_GELU_TANH, &y, 1, NULL, DIT_BF16, "h");
+  if (other) dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &h, 1, NULL, DIT_BF16, "other"), "o");
+  dit_attrs_t qa = {0};
+  dit_attrs_set_int(&qa, "heads", 1), dit_attrs_set_int(&qa, "rows", 1);
+  const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32};
+  dit_vid_t q[2];
+  CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &h, 1, &qa, qdt, "h.rows8", q));
+  dit_vid_t di[4] = {q[0], q[1], dit_graph_weight(g, "wd", DIT_F8E4M3, 2, wdd), dit_graph_weight(g, "sd", DIT_F32, 1, kd)};
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_LINEAR_FP8, di, 4, NULL, DIT_BF16, "down"), "down");
+  CHECK_OK(dit_graph_verify(g));
+  return g;
+}
+
+/* An fp8 linear's GELU and bias move into the quantizer of its rows (attn_quant act 1, the bias its
+ * second operand) and the matmul keeps no epilogue; with another reader of the activation the GELU
+ * goes into the matmul's epilogue as before, with its bias. */
+static void test_fuse_act_quant(void) {
+  dit_graph_t *g = act_quant_graph(0);
+  dit_pass_result_t r = {0};
+  CHECK_OK(dit_pass_fuse(g, &r));
+  CHECK_EQ_INT(r.fused_ops, 1);
+  CHECK_EQ_INT(dit_graph_num_ops(g), 3);
+  const dit_op_t *up = dit_graph_cop_at(g, 0), *aq = dit_graph_cop_at(g, 1);
+  CHECK(up->kind == DIT_OP_LINEAR_FP8 && up->n_in == 4 && !dit_attrs_find(&up->attrs, "act"));
+  CHECK(aq->kind == DIT_OP_ATTN_QUANT && aq->n_in == 2 && aq->in[0] == up->out[0]);
+  CHECK(!strcmp(dit_graph_cvalue(g, aq->in[1])->name, "bu"));
+  const dit_attr_t *act = dit_attrs_find(&aq->attrs, "act");
+  CHECK(act && act->i == 1);
+  CHECK_OK(dit_graph_verify(g));
+  dit_graph_destroy(g);
+  g = act_quant_graph(1);
+  CHECK_OK(dit_pass_fuse(g, &r));
+  for (int i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    if (op->kind == DIT_OP_ATTN_QUANT) CHECK(op->n_in == 1 && !dit_attrs_find(&op->attrs, "act"));
+    if (i == 0) CHECK(op->kind == DIT_OP_LINEAR_FP8 && op->n_in == 5 && dit_attrs_find(&op->attrs, "act"));
+  }
+  CHECK_OK(dit_graph_verify(g));
+  dit_graph_destroy(g);
+}
+
 /* A reshape of a temp is a view: it shares its input's block, which stays alive until the view's
  * last reader, so a temp made in between does not take those bytes; a reshape of a graph input
  * gets a block of its own. */
@@ -895,6 +946,7 @@ int main(void) {
   test_fuse_norm_rope();
   test_fuse_residual_norm();
   test_fuse_quant_norm();
+  test_fuse_act_quant();
   test_fuse_concat_linear();
   test_fuse_add_linear();
   test_memplan_on_wan();
