@@ -211,8 +211,8 @@ static int fold_add_into_linear(dit_graph_t *g, int32_t i, const int32_t *uses) 
   return 0;
 }
 
-/* Moves the GELU op reading fp8 linear op j's output, and the linear's bias, into the row
- * quantizer that alone reads the activation (base/ops.def: attn_quant's act and bias), so the
+/* Moves the GELU op whose output row quantizer op i alone reads, and the bias of the fp8 linear
+ * making the GELU's input, into that quantizer (base/ops.def: attn_quant's act and bias), so the
  * matmul runs without an epilogue (cuBLASLt's fp8 GELU and bias epilogue cost an H200 more than
  * the quantizer's pass gains in arithmetic: 0.65 against 0.54 ms for Wan2.1-1.3B's FFN at 32760
  * tokens). Needs the linear's output and the activation to be temporaries nothing else reads, in
