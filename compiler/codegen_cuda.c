@@ -187,12 +187,13 @@ typedef enum { TEMPLATE_COMMON = 0, TEMPLATE_ATTN_SM90 = 1, TEMPLATE_CONV_SM90 =
 #define SM90_PERSISTENT_CTAS 132
 
 /* The Hopper attention kernel (compiler/kernels/dit_attn_sm90.cu): TMA, wgmma, warp
- * specialization, for head dims 64 and 128; with fp8 its attention_fp8 form (head dim 128: e4m3
- * Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
+ * specialization, for head dims 64 and 128; with fp8 its attention_fp8 form (head dim 64 or 128:
+ * e4m3 Q, K and V^T, whose tensor maps are the step's inputs 0, 2 and 4). Its launch follows the
  * kernel's own formulas; its Q, K and V are read through tensor maps the runtime encodes at load. */
 static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int64_t batch, int64_t heads, int64_t hd, int64_t sq,
                                       int64_t lk, int n_out, int fp8, int pv_bf16, int tiled, int bounded, int key_tile) {
-  const int ncw = hd == 64 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
+  /* fp8 keeps two consumer warpgroups at either head dim (their S, P and O fill the registers) */
+  const int ncw = hd == 64 && !fp8 ? DIT_ABI_ATT90_NCW_HD64 : DIT_ABI_ATT90_NCW_HD128;
   /* Short keys (cross-attention): a persistent grid overlaps each tile's stores with the next
    * tile's loads; measured 1.16x on 32760 queries x 512 keys, and no gain on long keys. */
   const int persist = !fp8 && hd == 128 && lk <= 1024;
@@ -200,11 +201,11 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   const int bn = fp8 ? key_tile : dit_cuda_att90_keys_per_tile(hd, lk, fp8, tiled, persist), bm = DIT_ABI_ATT90_WG_ROWS * ncw;
   const int st = fp8 ? (bn > DIT_ABI_ATT90_BN ? DIT_ABI_ATT90_ST_FP8_WIDE : DIT_ABI_ATT90_ST_FP8) : hd == 64 ? DIT_ABI_ATT90_ST_HD64
                                                                                                              : DIT_ABI_ATT90_ST_HD128;
-  /* Tiles are rows of 128-byte boxes: 64 bf16 channels, or all 128 e4m3 ones (fp8's V^T tile,
-   * HD rows of 128 keys, is as large as its K tile). */
-  const int box = fp8 ? 128 : DIT_ABI_ATT90_BOX_COLS, nh = (int)(hd / box), row_bytes = 128;
-  /* V's tile: fp8's V^T (as many bytes as K's), or bf16 V in 64-channel boxes (ATT_PV_BF16). */
-  const int nh_v = fp8 && !pv_bf16 ? nh : (int)(hd / DIT_ABI_ATT90_BOX_COLS);
+  /* Q and K tiles are rows of boxes, each row its swizzle: 64 bf16 channels (128 bytes), or all
+   * the head's 8-bit codes (hd bytes: 128 or 64). */
+  const int box = fp8 ? (int)hd : DIT_ABI_ATT90_BOX_COLS, nh = (int)(hd / box), row_bytes = fp8 ? (int)hd : 128;
+  /* V's tile: fp8's V^T (hd rows of bn keys), or bf16 V in 64-channel boxes (ATT_PV_BF16). */
+  const int v_bytes = fp8 && !pv_bf16 ? (int)hd * bn : (int)(hd / DIT_ABI_ATT90_BOX_COLS) * bn * 128;
   const int64_t tiles = (sq + bm - 1) / bm;
   if (bn != DIT_ABI_ATT90_BN) dit_strbuf_printf(s, "#define ATT_BN %d\n", bn);
   /* The split of a last partial wave (the fp8 form's only where it saves much: att90_tiles.c). */
@@ -220,7 +221,7 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
    * for K and V (the kernel's ATT_SMEM). */
   const int ones = fp8 && !pv_bf16 ? DIT_ABI_ATT90_FP8_ONES_ROWS * bn : 0;
   const uint32_t smem = (uint32_t)(DIT_ABI_ATT90_SMEM_ALIGN + (persist ? 2 : 1) * nh * bm * row_bytes +
-                                   st * ((nh + nh_v) * bn * row_bytes + ones) + 8 * (4 + 4 * st));
+                                   st * (nh * bn * row_bytes + v_bytes + ones) + 8 * (4 + 4 * st));
   if (persist) {
     const int64_t all = tiles * heads * batch;
     k->grid[0] = (uint32_t)(all < SM90_PERSISTENT_CTAS ? all : SM90_PERSISTENT_CTAS), k->grid[1] = 1, k->grid[2] = 1;
@@ -235,8 +236,8 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   /* q, k, v follow the outputs among the pointer arguments (fp8: each with its scales after it). */
   const uint32_t a = (uint32_t)n_out, vstep = fp8 ? 2 : 1;
   k->n_tmaps = 3;
-  k->tmaps[0] = (dit_plan_tmap_t){a, {(uint32_t)box, (uint32_t)bm}, DIT_ABI_ATT90_SWIZZLE, 2};
-  k->tmaps[1] = (dit_plan_tmap_t){a + vstep, {(uint32_t)box, (uint32_t)bn}, DIT_ABI_ATT90_SWIZZLE, 2};
+  k->tmaps[0] = (dit_plan_tmap_t){a, {(uint32_t)box, (uint32_t)bm}, (uint32_t)row_bytes, 2};
+  k->tmaps[1] = (dit_plan_tmap_t){a + vstep, {(uint32_t)box, (uint32_t)bn}, (uint32_t)row_bytes, 2};
   /* fp8's V^T tile in column blocks of vb keys, each its own box swizzled by its width (the kernel's VB) */
   const uint32_t vb = (uint32_t)dit_cuda_att90_vt_block(bn);
   k->tmaps[2] = fp8 && !pv_bf16 ? (dit_plan_tmap_t){a + 2 * vstep, {vb, (uint32_t)hd}, vb, 2}
@@ -593,12 +594,14 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       /* The IR's act attribute: absent, or 1 for gelu_tanh (passes/fuse.c). */
       const int64_t act = geti(op, "act");
       if (act != 0 && act != 1) return DIT_ERR(UNIMPLEMENTED, "op linear '%s': activation %" PRId64 " (known: 1 = gelu_tanh)", y->name, act);
-      dit_strbuf_printf(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "\n#define N %" PRId64
-             "\n#define K %" PRId64 "\n#define HAS_BIAS %d\n#define HAS_ACC %d\n#define ACT %d\n",
-          dt_code(x->dtype), dt_code(w->dtype), M, N, K, bi >= 0, ai >= 0, act ? DIT_ABI_ACT_GELU_TANH : DIT_ABI_ACT_NONE);
+      /* A warp a row of w for up to 8 rows of x (the kernel's LS_MB), 16-byte vectors when K allows. */
+      const int64_t mb = M < 8 ? M : 8, chunks = (M + mb - 1) / mb;
+      dit_strbuf_printf(s, "#define DIT_K_LINEAR_SMALL 1\n#define T_X %d\n#define T_W %d\n#define M %" PRId64 "LL\n#define N %" PRId64
+             "LL\n#define K %" PRId64 "LL\n#define HAS_BIAS %d\n#define HAS_ACC %d\n#define ACT %d\n#define VEC8 %d\n",
+          dt_code(x->dtype), dt_code(w->dtype), M, N, K, bi >= 0, ai >= 0, act ? DIT_ABI_ACT_GELU_TANH : DIT_ABI_ACT_NONE, K % DIT_ABI_VEC == 0);
       if (bi >= 0) dit_strbuf_printf(s, "#define T_BIAS %d\n", dt_code(V(g, op->in[bi])->dtype));
       if (ai >= 0) dit_strbuf_printf(s, "#define T_ACC %d\n", dt_code(V(g, op->in[ai])->dtype));
-      set_launch(k, blocks_of((uint64_t)(M * N) * 32), 1, 1, DIT_ABI_BLOCK, 0);
+      set_launch(k, blocks_of((uint64_t)(N * chunks) * 32), 1, 1, DIT_ABI_BLOCK, 0);
       return DIT_OK;
     }
     case DIT_OP_LINEAR_FP8: {
@@ -683,8 +686,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       /* The Hopper kernel's fp8 form (ditc takes --attn-quant fp8 for sm_90 alone). */
       const dit_value_t *kk = V(g, op->in[2]);
       const int64_t heads = geti(op, "heads"), hd = x->dims[2] / heads;
-      if (!sm90 || hd != 128 || y->dtype != DIT_BF16 || x->dims[0] * x->dims[1] >= INT32_MAX || x->dims[0] * kk->dims[1] >= INT32_MAX)
-        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_%s, head dim %" PRId64
+      if (!sm90 || (hd != 64 && hd != 128) || y->dtype != DIT_BF16 || x->dims[0] * x->dims[1] >= INT32_MAX || x->dims[0] * kk->dims[1] >= INT32_MAX)
+        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': the sm_90a kernel takes head dim 64 or 128 and a bf16 output (found sm_%s, head dim %" PRId64
                        ", %s output)", y->name, arch, hd, dit_dtype_name(y->dtype));
       dit_strbuf_printf(s, "#define HD %" PRId64 "\n#define HEADS %" PRId64 "\n#define SQ %" PRId64 "\n#define LK %" PRId64
              "\n#define SCALE ((float)%.17g)\n#define HAS_LSE %d\n", hd, heads, x->dims[1], kk->dims[1], getf(op, "scale"), op->n_out == 2);

@@ -80,8 +80,8 @@ void dit_carried_files_free(dit_carried_files_t *t);
  * *summary (mode, rule, the op names) when summary is not NULL. */
 dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr);
 
-/* --attn-quant fp8: every attention with as many queries as keys, head dim 128 and no key bound
- * or score bias (a tile schedule stays) becomes attn_quant (q, rows 64), attn_quant (k, rows 128),
+/* --attn-quant fp8: every attention with as many queries as keys, head dim 64 or 128 and no
+ * score bias (a tile schedule or a key bound stays) becomes attn_quant (q, rows 64), attn_quant (k, rows 128),
  * attn_vmax and attn_quant_vt (v) and attention_fp8 in its place; refuses a graph with none. Fills
  * *summary's "attn_quant" when summary is not NULL. */
 dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, cJSON *summary, dit_compile_progress_t *pr);

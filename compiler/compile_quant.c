@@ -193,14 +193,14 @@ dit_status_t dit_compile_quantize(const dit_model_t *m, dit_graph_t *g, dit_quan
 /* --attn-quant fp8 ---------------------------------------------------------------------------- */
 
 /* An attention the fp8 kernel takes: self or joint attention (as many queries as keys), head
- * dim 128, no score bias and no frame-causal mask; a tile schedule or a key bound (a text mask)
+ * dim 64 or 128, no score bias and no frame-causal mask; a tile schedule or a key bound (a text mask)
  * stays, as attention_fp8's last input. Cross-attention to text and the image embedder's
  * attention keep their exact form. */
 static int attention_quantizable(const dit_graph_t *g, const dit_op_t *op) {
   if (op->kind != DIT_OP_ATTENTION) return 0;
   const dit_value_t *q = dit_graph_cvalue(g, op->in[0]), *k = dit_graph_cvalue(g, op->in[1]);
   const dit_attr_t *ha = dit_attrs_find(&op->attrs, "heads"), *ca = dit_attrs_find(&op->attrs, "causal_block");
-  return ha && ha->i > 0 && q->rank == 3 && k->rank == 3 && q->dims[1] == k->dims[1] && q->dims[2] == 128 * ha->i &&
+  return ha && ha->i > 0 && q->rank == 3 && k->rank == 3 && q->dims[1] == k->dims[1] && (q->dims[2] == 128 * ha->i || q->dims[2] == 64 * ha->i) &&
          !dit_attrs_find(&op->attrs, "bias") && !(ca && ca->i) && (op->n_in == 3 || op->n_in == 4);
 }
 
@@ -291,7 +291,7 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     const int i8 = quant == DIT_QUANT_INT8 || quant == DIT_QUANT_INT8FP8;
     cJSON *q = cJSON_AddObjectToObject(summary, "attn_quant");
     cJSON_AddStringToObject(q, "mode", dit_quant_name(quant));
-    cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 128, no score bias or frame-causal mask");
+    cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 64 or 128, no score bias or frame-causal mask");
     cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 448");
     cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 127"
                                        : "e4m3, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 448");
@@ -319,7 +319,7 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
   }
   if (!s && count == 0)
     s = DIT_ERR(INVALID_ARGUMENT,
-                "--attn-quant %s: none of the graph's %d attentions has as many queries as keys, head dim 128, no score bias and no frame-causal mask",
+                "--attn-quant %s: none of the graph's %d attentions has as many queries as keys, head dim 64 or 128, no score bias and no frame-causal mask",
                 dit_quant_name(quant), kept);
   if (!s) {
     /* Drop the rewritten attentions (the appended groups keep their order at the end), then put

@@ -14,7 +14,7 @@
  * --compile-only can build them ahead of time on a machine without a GPU. Inputs are uniform random
  * (a hash of index and a per-run seed); the output is poisoned with NaN before every timed launch;
  * sampled query rows are compared with an fp32 reference. One JSON line per shape goes to stdout.
- * --fp8 also runs the kernel's fp8 form (ATT_FP8, head dim 128) on the same inputs quantized as
+ * --fp8 also runs the kernel's fp8 form (ATT_FP8, head dim 64 or 128) on the same inputs quantized as
  * attn_quant / attn_quant_vt do (attn_ref.cu), against the same fp32 reference of the bf16 inputs:
  * fp8_ms, fp8_err_out, fp8_cosine and fp8_speedup (over the bf16 kernel); then the same with int8 Q
  * and K (ATT_QK_I8, --attn-quant int8fp8: int8fp8_ms, ...) and with int8 Q K^T and bf16 P V over v
@@ -267,18 +267,19 @@ static int define_value(const char *name, int dflt) {
     if (!strncmp(g_defines[d], name, n) && g_defines[d][n] == '=') return atoi(g_defines[d] + n + 1);
   return dflt;
 }
-static unsigned fp8_smem(int ncw, int bn, int st, int pv_bf16) {
-  /* Q, then per stage a K tile and a V tile (bf16 V: two 64-channel boxes; fp8 V^T with its rows of
-   * ones unless --define ATT_LSUM_MMA=0), then the barriers. */
+static unsigned fp8_smem(int hd, int ncw, int bn, int st, int pv_bf16) {
+  /* Q, then per stage a K tile and a V tile (bf16 V: 64-channel boxes; fp8 V^T with its rows of
+   * ones unless --define ATT_LSUM_MMA=0), then the barriers; Q and K rows of hd bytes. */
   const unsigned ones = !pv_bf16 && define_value("ATT_LSUM_MMA", 1) ? DIT_ABI_ATT90_FP8_ONES_ROWS * (unsigned)bn : 0u;
-  return 1024u + 64u * (unsigned)ncw * 128u + (unsigned)st * ((pv_bf16 ? 3u : 2u) * (unsigned)bn * 128u + ones) + 8u * (4u + 4u * (unsigned)st);
+  const unsigned v = pv_bf16 ? (unsigned)hd / 64u * (unsigned)bn * 128u : (unsigned)hd * (unsigned)bn;
+  return 1024u + 64u * (unsigned)ncw * (unsigned)hd + (unsigned)st * ((unsigned)bn * (unsigned)hd + v + ones) + 8u * (4u + 4u * (unsigned)st);
 }
 /* The 8-bit forms' consumer warpgroups, key tiles and stages: the shape's configuration, else
- * --fp8-cfg's, else the bf16 kernel's warpgroups with the key tiles ditc gives attention_fp8 and
- * the kernel's stages for them. */
+ * --fp8-cfg's, else ditc's: two warpgroups (at either head dim) with the key tiles it gives
+ * attention_fp8 and the kernel's stages for them. */
 static void fp8_cfg(const shape_t *s, int pv_bf16, int *ncw, int *bn, int *st) {
   const int named = !s->cfg_given && g_fp8_ncw;
-  *ncw = named ? g_fp8_ncw : s->ncw;
+  *ncw = named ? g_fp8_ncw : s->cfg_given ? s->ncw : DIT_ABI_ATT90_NCW_HD128;
   *bn = named ? g_fp8_bn : s->cfg_given ? s->bn : dit_cuda_att90_fp8_key_tile(!pv_bf16, 0);
   *st = s->cfg_given ? s->st : named ? g_fp8_st : *bn > DIT_ABI_ATT90_BN ? DIT_ABI_ATT90_ST_FP8_WIDE : FP8_STAGES;
 }
@@ -546,7 +547,7 @@ int main(int argc, char **argv) {
     char *c = compile(a, "90a", "ours", &len);
     free(a);
     free(c);
-    if (g_fp8 && shapes[i].HD == 128 && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
+    if (g_fp8 && (shapes[i].HD == 64 || shapes[i].HD == 128) && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
       for (int form = 0; form < N_FORMS; form++) {
         if (!(g_forms >> form & 1)) continue;
         const launch_t fl = fp8_launch(&shapes[i], kForms[form].pv_bf16);
@@ -685,7 +686,7 @@ int main(int argc, char **argv) {
     int fsplit[N_FORMS] = {0};
     check_t fc[N_FORMS] = {{0, 0, 0, 0}};
     /* the 8-bit forms beside the bf16 kernel as ditc plans it (a shape naming its tiles: 128 keys only) */
-    const int fp8 = g_fp8 && HD == 128 && !s->persist && (!s->cfg_given || s->bn == 128);
+    const int fp8 = g_fp8 && (HD == 64 || HD == 128) && !s->persist && (!s->cfg_given || s->bn == 128);
     for (int form = 0; fp8 && form < N_FORMS; form++) {
       if (!(g_forms >> form & 1)) continue;
       int i8 = kForms[form].i8;
@@ -719,11 +720,11 @@ int main(int argc, char **argv) {
       free(cubin);
       CUfunction ff;
       CK(p_cuModuleGetFunction(&ff, fm, "dit_kernel"));
-      const unsigned fbm = 64u * (unsigned)fncw, fsmem = fp8_smem(fncw, fbn, st, pv_bf16) + (fl.persist ? fbm * 128u : 0u);
+      const unsigned fbm = 64u * (unsigned)fncw, fsmem = fp8_smem(HD, fncw, fbn, st, pv_bf16) + (fl.persist ? fbm * (unsigned)HD : 0u);
       CK(p_cuFuncSetAttribute(ff, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)fsmem));
       CUtensorMap fq, fk, fv;
-      encode_map_as(&fq, q8, B * SQ, CH, (int)fbm, 1);
-      encode_map_as(&fk, k8, B * LK, CH, fbn, 1);
+      encode_map_box(&fq, q8, B * SQ, CH, (int)fbm, 1, HD); /* a head's codes a box row, swizzled by its bytes */
+      encode_map_box(&fk, k8, B * LK, CH, fbn, 1, HD);
       if (pv_bf16) encode_map(&fv, v, B * LK, CH, fbn);
       else encode_map_box(&fv, vt, B * H * HD, LP, HD, 1, vb);
       void *fargs8[] = {&out, &lse, &q8, &qs, &k8, &ks, &vt, &vs, &fq, &fk, &fv}, *fargs16[] = {&out, &lse, &q8, &qs, &k8, &ks, &v, &fq, &fk, &fv};

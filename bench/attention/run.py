@@ -5,7 +5,7 @@ against torch SDPA with the cuDNN and flash backends, on the same shapes.
     python3 bench/attention/run.py RESULTS.json [--iters N] [--no-torch] [--no-variants] [--fp8] [--sustained N]
     python3 bench/attention/run.py --compile-only        # fill build-attn/cubin (no GPU needed)
 
---fp8 adds the kernel's fp8 forms (head dim 128: e4m3 Q, K and V^T with block scales; then int8 Q, K) on the same
+--fp8 adds the kernel's fp8 forms (head dims 64 and 128: e4m3 Q, K and V^T with block scales; then int8 Q, K) on the same
 inputs, and SageAttention (`sageattn`: INT8 Q K^T, fp16 P V) as the peer doing the same thing,
 where it is installed. TFLOP/s = 4*B*H*SQ*LK*HD / time. Prints a table and writes RESULTS.json (a directory gets
 attention.json inside it)."""

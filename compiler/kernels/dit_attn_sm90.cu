@@ -45,14 +45,14 @@
 // then the key tiles it attends, ascending; the producer loads and the consumers compute only
 // those, in that order (all tiles listed: the dense kernel's order).
 //
-// ATT_FP8 1 (head dim 128, ATT_BN 128, 160, 192 or 224; a tile schedule (ATT_BN 128) or a bound as
+// ATT_FP8 1 (ATT_BN 128, 160, 192 or 224; a tile schedule (ATT_BN 128) or a bound as
 // above) is attention_fp8: e4m3 Q and K with fp32 scales per block of rows (q_scale [B, HEADS,
 // ceil(SQ/64)], k_scale [B, HEADS, ceil(LK/ATT_BN)]: a key tile's), and V less its channel means,
 // transposed, vt e4m3 [B, HEADS, HD, LKP] (LKP = LK rounded up to 128, zero columns past LK; a wide
 // last tile reads past LKP, the copy engine's zero fill) with one scale and one mean a channel
 // (v_scale [B, HEADS, 2, HD]); entry
 //   dit_kernel(out, [lse,] q, q_scale, k, k_scale, vt, v_scale, [tiles,] tmap_q, tmap_k, tmap_vt)
-// with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {128, rows}) and
+// with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {HD, rows}, swizzled HD bytes) and
 // [B*HEADS*HD, LKP] (box {VB keys, HD rows}, swizzled VB bytes). S = Q K^T runs on e4m3 wgmma and
 // is scaled per tile into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row
 // sums with it) so the small probabilities of long rows stay out of e4m3's subnormals, made e4m3
@@ -65,8 +65,8 @@
 // output is divided by are those of the weights it was made with (and the ALUs are spared an add a
 // probability: the softmax, exposed between the warpgroups' products, is the kernel's critical
 // path).
-// At 128 keys a tile (PROMOTE) P V^T runs as 64 x 136 into accumulators of its own (columns
-// 128..135: every row's sum, in each lane of the row), added to O in fp32, O and l rescaled one
+// At 128 keys a tile (PROMOTE) P V^T runs as 64 x (HD + 8) into accumulators of its own (columns
+// HD..HD+7: every row's sum, in each lane of the row), added to O in fp32, O and l rescaled one
 // tile late in the fma that adds the tile's product: O_j = O_{j-1} * alpha_j + P_j V_j. The wider
 // tiles' S accumulators leave no registers for that: P V^T accumulates into O in place (rescaled
 // after each product, before the next), which V's centring keeps accurate (its products sum values
@@ -110,7 +110,7 @@
 #error "dit_attn_sm90: the descriptors and fragments below assume 128-byte swizzled 64-channel boxes and 64-row warpgroups"
 #endif
 #ifndef ATT_NCW
-#if HD == 64
+#if HD == 64 && !(defined(ATT_FP8) && ATT_FP8)  // fp8's registers hold two warpgroups' S, P and O
 #define ATT_NCW DIT_ABI_ATT90_NCW_HD64
 #else
 #define ATT_NCW DIT_ABI_ATT90_NCW_HD128
@@ -143,8 +143,8 @@
 #ifndef ATT_FP8
 #define ATT_FP8 0
 #endif
-#if ATT_FP8 && (HD != 128 || (ATT_BN != 128 && ATT_BN != 160 && ATT_BN != 192 && ATT_BN != 224))
-#error "dit_attn_sm90: fp8 attention takes head dim 128 and key tiles of 128, 160, 192 or 224"
+#if ATT_FP8 && (ATT_BN != 128 && ATT_BN != 160 && ATT_BN != 192 && ATT_BN != 224)
+#error "dit_attn_sm90: fp8 attention takes key tiles of 128, 160, 192 or 224"
 #endif
 #ifndef ATT_QK_I8
 #define ATT_QK_I8 0
@@ -205,21 +205,24 @@
 #define ATT_BM (DIT_ABI_ATT90_WG_ROWS * ATT_NCW)
 #define ATT_THREADS (DIT_ABI_ATT90_WG_THREADS * (ATT_NCW + 1))
 #if ATT_FP8
-#define BOX_ELTS 128  // one 128-byte box row: all 128 e4m3 channels of a head
+#define BOX_ELTS HD  // one box row of HD bytes: all the e4m3 (or int8) channels of a head
 #else
 #define BOX_ELTS DIT_ABI_ATT90_BOX_COLS
 #endif
-#define NHALF (HD / BOX_ELTS)  // 128-byte column blocks of a Q or K tile
-// ... and of a V tile: bf16 V's 64-channel boxes, or fp8's one V^T tile (HD rows of ATT_BN keys: a K tile's bytes)
-#define NHALF_V (PV8 ? NHALF : HD / DIT_ABI_ATT90_BOX_COLS)
+// Bytes of a Q or K box row, which are its swizzle: 128 (bf16's 64 channels, or 128 codes), or 64
+// (the codes of head dim 64, in the 64-byte swizzle's atoms of 8 rows).
+#define QK_ROW (ATT_FP8 ? HD : 128)
+#define NHALF (HD / BOX_ELTS)  // column blocks of a Q or K tile
+// ... and bf16 V's 64-channel boxes
+#define NHALF_V (HD / DIT_ABI_ATT90_BOX_COLS)
 #define NQBUF (ATT_PERSIST ? 2 : 1)
-#define Q_BYTES (NHALF * ATT_BM * 128)
-#define K_BYTES (NHALF * ATT_BN * 128)
-#define V_BYTES (NHALF_V * ATT_BN * 128)
+#define Q_BYTES (NHALF * ATT_BM * QK_ROW)
+#define K_BYTES (NHALF * ATT_BN * QK_ROW)
+#define V_BYTES (PV8 ? HD * ATT_BN : NHALF_V * ATT_BN * 128)  // fp8's V^T tile: HD rows of ATT_BN keys
 // fp8's V^T stage is column blocks of VB keys (the widest of 128, 64 and 32 that divides ATT_BN),
 // each HD rows of VB bytes swizzled by VB bytes; with LSUM each block is followed by
-// DIT_ABI_ATT90_FP8_ONES_ROWS rows of e4m3 ones, B rows 128..135 of the P V^T product (or the
-// B of a product of their own, LSEP), whose columns 128..135 are then P's row sums.
+// DIT_ABI_ATT90_FP8_ONES_ROWS rows of e4m3 ones, B rows HD..HD+7 of the P V^T product (or the
+// B of a product of their own, LSEP), whose columns HD..HD+7 are then P's row sums.
 #if PV8
 #define VB (ATT_BN % 128 == 0 ? 128 : ATT_BN % 64 == 0 ? 64 : 32)
 #define VROWS (HD + (LSUM ? DIT_ABI_ATT90_FP8_ONES_ROWS : 0))
@@ -402,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         mbar_expect_tx(BAR_FULL_Q(bars, qb), Q_BYTES);
 #pragma unroll
         for (int h = 0; h < NHALF; h++)
-          tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * 128, &tmq, head * HD + h * BOX_ELTS, b * SQ + mblk * ATT_BM,
+          tma_load_2d(sQ + qb * Q_BYTES + h * ATT_BM * QK_ROW, &tmq, head * HD + h * BOX_ELTS, b * SQ + mblk * ATT_BM,
                       BAR_FULL_Q(bars, qb));
 #if HAS_TILES
         const int *trow = tiles + mblk * TILES_W;
@@ -421,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
           mbar_expect_tx(BAR_FULL_K(bars, s), K_BYTES);
 #pragma unroll
           for (int h = 0; h < NHALF; h++)
-            tma_load_2d(sK + s * K_BYTES + h * ATT_BN * 128, &tmk, head * HD + h * BOX_ELTS, row, BAR_FULL_K(bars, s));
+            tma_load_2d(sK + s * K_BYTES + h * ATT_BN * QK_ROW, &tmk, head * HD + h * BOX_ELTS, row, BAR_FULL_K(bars, s));
           mbar_wait(BAR_EMPTY_V(bars, s), ph ^ 1u);
           mbar_expect_tx(BAR_FULL_V(bars, s), V_BYTES);
 #if PV8
@@ -493,9 +496,9 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 
     // S = Q K^T over the head dim: k step kk sits at byte 32*(kk%4) of 64-channel block kk/4.
     auto issue_qk = [&](int st) {
-      const u64 dk = desc_kmajor(sK + st * K_BYTES);
+      const u64 dk = desc_kmajor_sw<QK_ROW>(sK + st * K_BYTES);
 #if ATT_FP8
-      // fp8: k step kk (32 channels) sits at byte 32*kk of the one 128-byte row.
+      // fp8: k step kk (32 channels) sits at byte 32*kk of the one HD-byte row.
 #pragma unroll
       for (int kk = 0; kk < HD / 32; kk++)
 #if ATT_QK_I8
@@ -518,10 +521,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #pragma unroll
       for (int kk = 0; kk < ATT_BN / 32; kk++) {
         const u64 dvt = desc_kmajor_sw<VB>(sV + st * V_STAGE + (kk * 32 / VB) * VROWS * VB) + (u64)(((kk * 32) % VB) >> 4);
-#if PROMOTE && LSUM
-        wgmma_rs_e4m3_n136(pt, &p[4 * kk], dvt, kk > 0);
-#elif PROMOTE
-        wgmma_rs_e4m3(pt, &p[4 * kk], dvt, kk > 0);
+#if PROMOTE
+        wgmma_rs_e4m3(pt, &p[4 * kk], dvt, kk > 0);  // HD (+ 8 sums with LSUM) columns
 #elif LSEP
         wgmma_rs_e4m3(o, &p[4 * kk], dvt, 1);
         wgmma_rs_e4m3(lt, &p[4 * kk], dvt + (u64)((HD * VB) >> 4), kk > 0);  // the ones after the block's HD rows
@@ -761,7 +762,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       trow = tiles + mblk * TILES_W;
       nt = trow[0];
 #endif
-      dq = desc_kmajor(sQ + qb * Q_BYTES + cw * 64 * 128);
+      dq = desc_kmajor_sw<QK_ROW>(sQ + qb * Q_BYTES + cw * 64 * QK_ROW);
 #if ATT_FP8
       qk_scale = q_scale[((long long)b * HEADS + head) * NQS + min(mblk * ATT_NCW + cw, NQS - 1)] * (float)(SCALE) * 1.4426950408889634f;
       ks_row = k_scale + ((long long)b * HEADS + head) * NKS;

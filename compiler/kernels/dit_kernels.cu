@@ -974,8 +974,14 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 #endif
 
 #if defined(DIT_K_LINEAR_SMALL)
-// y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) (+ c[m, n]): one warp per output, for tiny M or dtype mixes
-// the matrix library does not take.
+// y[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) (+ c[m, n]) for tiny M (a modulation's or an
+// embedding's rows; and dtype mixes the matrix library does not take). Bound by reading w: a warp
+// takes one row n of w for up to LS_MB rows of x at once, so w is read once for them; with VEC8 (K
+// a multiple of 8) as 16-byte vectors, LS_CH of them in flight a lane before the first is used (x,
+// small and read by every warp, comes from the caches).
+#define LS_MB (M < 8 ? M : 8)
+#define LS_MCH ((M + LS_MB - 1) / LS_MB)
+#define LS_CH 8
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *y, const TY(X) *x, const TY(W) *w
 #if HAS_BIAS
                                                              , const TY(BIAS) *bias
@@ -986,21 +992,54 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(TY(OUT) *
 ) {
   const long long o = ((long long)blockIdx.x * DIT_ABI_BLOCK + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
-  if (o >= (long long)M * N) return;
-  const long long m = o / N, n = o % N;
-  float acc = 0.f;
-  for (int k = lane; k < K; k += 32) acc += ld(x, m * K + k) * ld(w, n * K + k);
-  acc = warp_sum(acc);
+  if (o >= (long long)N * LS_MCH) return;
+  const long long n = o % N, m0 = o / N * LS_MB;
+  float acc[LS_MB];
+#pragma unroll
+  for (int i = 0; i < LS_MB; i++) acc[i] = 0.f;
+#if VEC8
+  for (long long k0 = 8 * lane; k0 < K; k0 += 8 * 32 * LS_CH) {
+    float wv[LS_CH][8];
+#pragma unroll
+    for (int u = 0; u < LS_CH; u++)
+      if (k0 + 256 * u < K) ld8(w, n * K + k0 + 256 * u, wv[u]);
+#pragma unroll
+    for (int i = 0; i < LS_MB; i++) {
+      if (m0 + i >= M) break;
+#pragma unroll
+      for (int u = 0; u < LS_CH; u++) {
+        if (k0 + 256 * u >= K) break;
+        float xv[8];
+        ld8(x, (m0 + i) * K + k0 + 256 * u, xv);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[i] = fmaf(xv[e], wv[u][e], acc[i]);
+      }
+    }
+  }
+#else
+  for (int k = lane; k < K; k += 32) {
+    const float wk = ld(w, n * K + k);
+#pragma unroll
+    for (int i = 0; i < LS_MB; i++)
+      if (m0 + i < M) acc[i] = fmaf(ld(x, (m0 + i) * K + k), wk, acc[i]);
+  }
+#endif
+#pragma unroll
+  for (int i = 0; i < LS_MB; i++) {
+    if (m0 + i >= M) break;
+    float v = warp_sum(acc[i]);
+    const long long out = (m0 + i) * N + n;
 #if HAS_BIAS
-  acc += ld(bias, n);
+    v += ld(bias, n);
 #endif
 #if HAS_ACC
-  acc += ld(c, o);
+    v += ld(c, out);
 #endif
 #if ACT == DIT_ABI_ACT_GELU_TANH
-  acc = gelu_tanh(acc);
+    v = gelu_tanh(v);
 #endif
-  if (lane == 0) st(y, o, acc);
+    if (lane == 0) st(y, out, v);
+  }
 }
 #endif
 

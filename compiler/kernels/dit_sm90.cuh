@@ -225,6 +225,25 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[64], const u32 *a, u64 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+// D[64 x 64] (+)= A[64 x 32] * B[32 x 64], A in registers, B K-major in shared memory (head dim 64).
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[32], const u32 *a, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// D[64 x 72] (+)= A[64 x 32] * B[32 x 72], A in registers, B K-major in shared memory: head dim 64's
+// P V^T with eight more B rows (of ones: columns 64..71 of D are P's row sums).
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[36], const u32 *a, u64 db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
 // D[64 x 8] (+)= A[64 x 32] * B[32 x 8], A in registers, B K-major in shared memory (the fp8 P's row
 // sums over eight B rows of ones, in accumulators of their own).
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[4], const u32 *a, u64 db, int acc) {
@@ -237,7 +256,7 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[4], const u32 *a, u64 d
 
 // D[64 x 136] (+)= A[64 x 32] * B[32 x 136], A in registers, B K-major in shared memory: the fp8
 // P V^T with eight more B rows (of ones, in the attention kernel: columns 128..135 of D are P's row sums).
-__device__ __forceinline__ void wgmma_rs_e4m3_n136(float (&d)[68], const u32 *a, u64 db, int acc) {
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[68], const u32 *a, u64 db, int acc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"

@@ -55,13 +55,15 @@ if [ -x build/bin/ditc ] && [ -n "${WAN13:-}" ]; then
   done
   build/bin/make_tiny_wan --preset tiny --layers 4 --dtype bf16 --text-len 7 --out "$k/m4" >/dev/null
   build/bin/ditc compile "$k/m4/model" --frames 9 --height 32 --width 48 --text-len 7 --dtype bf16 --target sm_90 -o "$k" -q >/dev/null
-  # tests/gpu/run.sh 1f's fp8 attention bundles.
-  build/bin/make_tiny_wan --preset tiny-hd128 --dtype bf16 --text-len 7 --out "$k/fa" >/dev/null
-  for fhw in "13 256 320" "29 256 384"; do
-    read -r f h w <<< "$fhw"
-    for m in "" "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8" "--attn-quant int8fp8"; do
-      # shellcheck disable=SC2086
-      build/bin/ditc compile "$k/fa/model" --frames "$f" --height "$h" --width "$w" --text-len 7 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
+  # tests/gpu/run.sh 1f's fp8 attention bundles, at head dims 128 and 64.
+  for hd in 128 64; do
+    build/bin/make_tiny_wan --preset tiny-hd$hd --dtype bf16 --text-len 7 --out "$k/fa$hd" >/dev/null
+    for fhw in "13 256 320" "29 256 384"; do
+      read -r f h w <<< "$fhw"
+      for m in "" "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8" "--attn-quant int8fp8"; do
+        # shellcheck disable=SC2086
+        build/bin/ditc compile "$k/fa$hd/model" --frames "$f" --height "$h" --width "$w" --text-len 7 --dtype bf16 --target sm_90 $m -o "$k" -q >/dev/null
+      done
     done
   done
   # ... and its key-bound check's: HunyuanVideo, 1+1 blocks at the published widths (zero weights here: the kernels follow

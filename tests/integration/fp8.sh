@@ -190,4 +190,23 @@ fp8 = [s for s in json.load(open(d + "/blobs/" + plan))["steps"] if s["op"] == "
 assert len(fp8) == 1 and fp8[0].get("kernel"), fp8
 PY
 done
+# Head dim 64 (tiny-hd64: two heads of 64), the same rewrite: the forward within the attention-alone
+# bounds against its bf16 bundle, and for sm_90 the kernel's form of 64-byte Q and K rows compiles.
+"$BIN/make_tiny_wan" --preset tiny-hd64 --dtype bf16 --text-len 7 --out "$T/hd64" >/dev/null
+a64=("$T/hd64/model" --frames 17 --height 128 --width 128 --text-len 7 --dtype bf16 -o "$T/b" -q)
+p64=$("$BIN/ditc" compile "${a64[@]}" | tail -n 1 | cut -d' ' -f3)
+f64=$("$BIN/ditc" compile "${a64[@]}" --attn-quant fp8 | tail -n 1 | cut -d' ' -f3)
+"$BIN/forward_inputs" "$p64" "$T/in64.safetensors" --seed 3 --set timestep=500 >/dev/null
+for b in "$p64" "$f64"; do "$BIN/ditrun" forward "$b" --inputs "$T/in64.safetensors" --out "$T/${b##*/}.safetensors" 2>/dev/null; done
+"$BIN/st_compare" "$T/${f64##*/}.safetensors" "$T/${p64##*/}.safetensors" sample 3e-2 0.9995
+s64=$("$BIN/ditc" compile "${a64[@]}" --attn-quant fp8 --target sm_90 | tail -n 1 | cut -d' ' -f3)
+python3 - "$s64" <<'PY'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+assert m["summary"]["attn_quant"]["ops"] == ["blocks.0.attn1.sdpa"], m["summary"]["attn_quant"]
+plan = [b["hash"] for b in m["blobs"] if b["role"] == "plan"][0]
+fp8 = [s for s in json.load(open(d + "/blobs/" + plan))["steps"] if s["op"] == "attention_fp8"]
+assert len(fp8) == 1 and fp8[0].get("kernel"), fp8
+PY
 echo "fp8: ok"

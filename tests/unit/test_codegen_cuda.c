@@ -857,9 +857,10 @@ static void test_clip_ops(dit_cuda_codegen_t *cg, const char *target) {
 /* The fp8 attention's dynamic shared memory as the kernel lays it out: alignment slack, Q (bm rows
  * of 128 bytes), st stages of K and V^T (bn keys of 128 bytes each) with V^T's rows of ones, and
  * the mbarriers. */
-static uint32_t att90_fp8_smem(int bm, int bn, int st) {
-  return (uint32_t)(1024 + bm * 128 + st * (2 * bn * 128 + DIT_ABI_ATT90_FP8_ONES_ROWS * bn) + 8 * (4 + 4 * st));
+static uint32_t att90_fp8_smem_hd(int hd, int bm, int bn, int st) {
+  return (uint32_t)(1024 + bm * hd + st * (2 * bn * hd + DIT_ABI_ATT90_FP8_ONES_ROWS * bn) + 8 * (4 + 4 * st));
 }
+static uint32_t att90_fp8_smem(int bm, int bn, int st) { return att90_fp8_smem_hd(128, bm, bn, st); }
 
 static void test_codegen_ops(const char *target, const char *cache) {
   dit_cuda_codegen_t *cg = NULL;
@@ -888,7 +889,17 @@ static void test_codegen_ops(const char *target, const char *cache) {
   dit_attrs_t act = {0};
   dit_attrs_set_int(&act, "act", 1);
   dit_graph_op(g, DIT_OP_LINEAR, li, 2, &act, DIT_BF16, "lin");
-  check_op(cg, g, "linear (small, gelu)", DIT_ABI_BLOCK, 0, 0);
+  /* a warp a row of w for all 3 rows of x: 32 warps */
+  CHECK_EQ_INT(check_op(cg, g, "linear (small, gelu)", DIT_ABI_BLOCK, 0, 0), 32 * 32 / DIT_ABI_BLOCK);
+  { /* 10 rows of x: two chunks of up to 8 (80 warps); K of 24 in 16-byte vectors, K of 20 by elements */
+    for (int64_t kk = 24; kk >= 20; kk -= 4) {
+      int64_t wd2[2] = {40, kk};
+      dit_vid_t x10 = in3(g, kk == 24 ? "x10" : "x10s", DIT_BF16, 2, 5, kk), w10 = dit_graph_weight(g, kk == 24 ? "w10" : "w10s", DIT_BF16, 2, wd2);
+      dit_vid_t xi[2] = {x10, w10};
+      dit_graph_op(g, DIT_OP_LINEAR, xi, 2, NULL, DIT_BF16, kk == 24 ? "lin10" : "lin10s");
+      CHECK_EQ_INT(check_op(cg, g, kk == 24 ? "linear (small, 10 rows)" : "linear (small, K 20)", DIT_ABI_BLOCK, 0, 0), 80 * 32 / DIT_ABI_BLOCK);
+    }
+  }
   /* The small kernel with an accumulated input (acc: a bias and then c [1, 3, 32]). */
   {
     int64_t bd[1] = {32};
@@ -1041,13 +1052,41 @@ static void test_codegen_ops(const char *target, const char *cache) {
         CHECK_EQ_INT(xk.tmaps[2].swizzle, 32);
         CHECK_EQ_INT(xk.tmaps[1].box[1], 224);
       }
+      { /* head dim 64 (two heads of 64 in 128 channels): the same two consumer warpgroups, Q and K
+         * tiles of 64-byte rows in the 64-byte swizzle, V^T tiles of 64 rows; key tiles of 128 (P
+         * V^T as 64 x 72 with the sums) and of 192 (in place, the sums apart) */
+        const dit_vid_t xh = in3(g, "xh", DIT_BF16, 2, 200, 128);
+        dit_vid_t h8[2], hk8[2], hv8[2];
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xh, 1, &qa, qdt, "xh8", h8));
+        const dit_vid_t hvin[2] = {xh, dit_graph_op(g, DIT_OP_ATTN_VMAX, &xh, 1, &ma, DIT_F32, "xhvmax")};
+        CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT_VT, hvin, 2, &va, qdt, "xhvt8", hv8));
+        for (int bn = 128; bn <= 192; bn += 64) {
+          char name[32];
+          dit_attrs_set_int(&ka, "rows", bn), dit_attrs_set_int(&fa, "key_tile", bn);
+          snprintf(name, sizeof name, "xhk8_%d", bn);
+          CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xh, 1, &ka, qdt, name, hk8));
+          const dit_vid_t fh[6] = {h8[0], h8[1], hk8[0], hk8[1], hv8[0], hv8[1]};
+          snprintf(name, sizeof name, "attn8h_%d", bn);
+          CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fh, 6, &fa, odt, name, o));
+          dit_plan_kernel_t hk;
+          check_op_k(cg, g, bn == 128 ? "attention_fp8 (head dim 64)" : "attention_fp8 (head dim 64, 192 keys a tile)",
+                     (uint32_t)(128 * (ncw + 1)), att90_fp8_smem_hd(64, bm, bn, bn == 128 ? st : sw), 1, &hk);
+          CHECK_EQ_INT(hk.grid[0], (200 + bm - 1) / bm);
+          CHECK_EQ_INT(hk.tmaps[0].box[0], 64);
+          CHECK_EQ_INT(hk.tmaps[0].swizzle, 64);
+          CHECK_EQ_INT(hk.tmaps[1].box[0], 64);
+          CHECK_EQ_INT(hk.tmaps[1].box[1], bn);
+          CHECK_EQ_INT(hk.tmaps[1].swizzle, 64);
+          CHECK_EQ_INT(hk.tmaps[2].box[1], 64);
+        }
+      }
       dit_attrs_set_int(&ka, "rows", 96), dit_attrs_set_int(&fa, "key_tile", 96);
       CHECK_OK(dit_graph_op2(g, DIT_OP_ATTN_QUANT, &xq, 1, &ka, qdt, "xk8n", k8));
       const dit_vid_t fn[6] = {q8[0], q8[1], k8[0], k8[1], v8[0], v8[1]};
       CHECK_OK(dit_graph_op2(g, DIT_OP_ATTENTION_FP8, fn, 6, &fa, odt, "attn8n", o));
       check_refused(cg, g, "op attention_fp8 'attn8n': key_tile 96, the sm_90a kernel takes 128, 160, 192 or 224");
     } else {
-      check_refused(cg, g, "op attention_fp8 'attn8': the sm_90a kernel takes head dim 128 and a bf16 output (found sm_");
+      check_refused(cg, g, "op attention_fp8 'attn8': the sm_90a kernel takes head dim 64 or 128 and a bf16 output (found sm_");
     }
   }
   /* Attention: at head dims 64 and 128 on sm_90 the Hopper kernel, else the portable one. */
