@@ -547,6 +547,13 @@ def render_mmdit(res):
     L.append(f"- FLUX.1-dev, {blocks}, {d['width']}x{d['height']} ({d['tokens']} image and {d['text_len']} text tokens), random "
              f"weights by diffusers ({src(rel, d)}): " + "; ".join(parts)
              + (f"; {generate_sentence(g, '4-step generate (guidance 3.5)')}" if g else "") + ".")
+    # Later forward-only runs (one batch size a call, every contender in it).
+    for rel in FLUX_FORWARD_RUNS:
+        if os.path.exists(os.path.join(res.dir, rel)):
+            d = measured(res, rel)
+            L.append(f"- FLUX.1-dev forward, later ({src(rel, d)}): " +
+                     "; ".join(f"batch {e['batch']}: " + ("ditrun failed" if e.get("failed") else forward_sentence(e, rel))
+                               for e in d["forwards"]) + ".")
     for rel, name in (("hunyuan_forward.json", "HunyuanVideo"), ("qwen_forward.json", "Qwen-Image")):
         if not os.path.exists(os.path.join(res.dir, rel)):
             L.append(f"- {name}: not measured on a GPU yet (no `bench/results/{rel}`).")
@@ -659,8 +666,11 @@ def render_step_cache(res):
 
 # The lossy-mode runs (bench/lossy.py), one a resolution, the peers in the same call.
 LOSSY_RUNS = ["lossy_480p_exact.json", "lossy_480p.json", "lossy_480p_fp8modes.json", "lossy_480p_fp8rows.json", "lossy_480p_fp8lsum.json",
-              "lossy_480p_fp8kt192.json", "lossy_480p_rows_warp.json", "lossy_480p_fp8all_torchao.json", "lossy_480p_fp8ffn.json", "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
+              "lossy_480p_fp8kt192.json", "lossy_480p_rows_warp.json", "lossy_480p_fp8all_torchao.json", "lossy_480p_fp8ffn.json",
+              "lossy_480p_fp8all_generate.json", "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
               "lossy_hunyuan.json", "lossy_qwen.json"]
+# FLUX.1-dev forwards measured after flux_forward.json, a batch size a call (bench/flux_forward.py --no-generate).
+FLUX_FORWARD_RUNS = ["flux_forward_batch1.json", "flux_forward_batch4.json"]
 # The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8),
 # one table a run.
 ATTN_FP8_RUNS = ["attention_fp8.json", "attention_fp8_kt192.json"]
