@@ -369,7 +369,6 @@ static int cmp_float(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* A 2-D map over [rows, ch] of bf16 (boxes of 64 channels) or, with u8, of bytes (boxes of 128). */
 /* A 2-D map of rows x ch elements (bf16, or bytes with u8), boxes of box_bytes bytes (their
  * swizzle) by box_rows rows. */
 static void encode_map_box(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows, int u8, int box_bytes) {
@@ -381,10 +380,8 @@ static void encode_map_box(CUtensorMap *m, CUdeviceptr base, int rows, int ch, i
   CK(p_cuTensorMapEncodeTiled(m, u8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
-static void encode_map_as(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows, int u8) {
-  encode_map_box(m, base, rows, ch, box_rows, u8, 128);
-}
-static void encode_map(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows) { encode_map_as(m, base, rows, ch, box_rows, 0); }
+/* bf16 in boxes of 64 channels (128 bytes). */
+static void encode_map(CUtensorMap *m, CUdeviceptr base, int rows, int ch, int box_rows) { encode_map_box(m, base, rows, ch, box_rows, 0, 128); }
 
 typedef struct {
   CUfunction fill, ref, gather, nonfinite, quant_blocks, quant_vt;
