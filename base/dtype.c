@@ -105,16 +105,18 @@ uint8_t dit_e4m3_exp2_lin(float x) {
   return (uint8_t)nearbyintf(y * 128.0f);
 }
 
-float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) {
+float dit_e4m3_quantize_to(const float *x, int64_t n, uint8_t *q, float max) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; i++) {
     const float a = fabsf(x[i]);
     if (a > amax) amax = a; /* NaN never compares greater: it stays NaN in its own code */
   }
-  const float inv = dit_e4m3_inv(amax);
+  const float inv = amax > 0.0f ? max / amax : 1.0f;
   for (int64_t i = 0; i < n; i++) q[i] = dit_f32_to_e4m3(x[i] * inv);
-  return dit_e4m3_scale(amax);
+  return amax > 0.0f ? amax / max : 1.0f;
 }
+
+float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q) { return dit_e4m3_quantize_to(x, n, q, DIT_E4M3_MAX); }
 
 float dit_e4m3_scale(float amax) { return amax > 0.0f ? amax / DIT_E4M3_MAX : 1.0f; }
 float dit_e4m3_inv(float amax) { return amax > 0.0f ? DIT_E4M3_MAX / amax : 1.0f; }

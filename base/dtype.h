@@ -71,6 +71,14 @@ uint8_t dit_e4m3_exp2_lin(float x);
  * fp32 product a value (a multiply where a division would cost a kernel several instructions an
  * element). Returns the scale. */
 float dit_e4m3_quantize_row(const float *x, int64_t n, uint8_t *q);
+/* The same with amax mapped to the code magnitude max instead of 448: scale = amax / max, q[i] =
+ * e4m3(x[i] * (max / amax)) (attention's Q and K blocks: DIT_ATTN_QK_E4M3_MAX). */
+float dit_e4m3_quantize_to(const float *x, int64_t n, uint8_t *q, float max);
+/* The code magnitude attention's e4m3 Q and K blocks map their amax to (attn_quant, base/ops.def):
+ * small enough that Q K^T's every partial sum fits in f16 (head dim <= 128: 128 * 16^2 = 32768 <
+ * 65504), where the Hopper kernel accumulates it; values under amax / 1024 become subnormal codes,
+ * whose absolute step (amax / 8192) is far below the large values' own rounding. */
+#define DIT_ATTN_QK_E4M3_MAX 16.0f
 /* The scale of that quantization for values whose largest magnitude is amax: amax / 448, 1 when
  * amax is 0 (an all-zero row); and the factor that makes the codes: 448 / amax, 1 likewise. */
 float dit_e4m3_scale(float amax);

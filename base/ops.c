@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "base/dtype.h"
+
 static const dit_op_info_t kOps[DIT_OP_COUNT] = {
 #define DIT_OP(E, name, a, b, c, d) [DIT_OP_##E] = {name, a, b, c, d},
 #include "base/ops.def"
@@ -140,6 +142,8 @@ int dit_attn_quant_rows(dit_op_kind_t kind, const dit_attrs_t *attrs) {
   const dit_attr_t *h = dit_attrs_find(attrs, "heads"), *r = dit_attrs_find(attrs, "rows");
   return kind == DIT_OP_ATTN_QUANT && h && r && !h->is_float && !r->is_float && h->i == 1 && r->i == 1;
 }
+
+float dit_attn_quant_e4m3_max(int64_t heads, int64_t rows) { return heads == 1 && rows == 1 ? DIT_E4M3_MAX : DIT_ATTN_QK_E4M3_MAX; }
 
 int dit_linear_operands(dit_op_kind_t kind, const dit_attrs_t *attrs, int n_in, int *bias, int *acc) {
   /* linear: x, w, [bias], [c]; linear_fp8: xq, xs, w, w_scale, [bias]. */

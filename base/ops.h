@@ -83,6 +83,9 @@ int dit_norm_quant(dit_op_kind_t kind, const dit_attrs_t *attrs);
 
 /* Whether op kind with attrs is the row quantizer of fp8 linears: attn_quant with heads 1 and rows 1. */
 int dit_attn_quant_rows(dit_op_kind_t kind, const dit_attrs_t *attrs);
+/* The e4m3 code magnitude attn_quant maps a block's amax to: 448 for token rows (heads 1, rows 1:
+ * an fp8 linear's), DIT_ATTN_QK_E4M3_MAX for attention's Q and K blocks. */
+float dit_attn_quant_e4m3_max(int64_t heads, int64_t rows);
 
 /* A linear's operands (base/ops.def): the index of its bias and of its accumulated input c (attr
  * acc), each -1 when absent; 0 when n_in fits, -1 when it does not. */

@@ -667,7 +667,7 @@ def render_step_cache(res):
 # The lossy-mode runs (bench/lossy.py), one a resolution, the peers in the same call.
 LOSSY_RUNS = ["lossy_480p_exact.json", "lossy_480p.json", "lossy_480p_fp8modes.json", "lossy_480p_fp8rows.json", "lossy_480p_fp8lsum.json",
               "lossy_480p_fp8kt192.json", "lossy_480p_rows_warp.json", "lossy_480p_fp8all_torchao.json", "lossy_480p_fp8ffn.json",
-              "lossy_480p_fp8all_generate.json", "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
+              "lossy_480p_fp8all_generate.json", "lossy_480p_s16.json", "lossy_480p_s16_generate.json", "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
               "lossy_hunyuan.json", "lossy_qwen.json"]
 # FLUX.1-dev forwards measured after flux_forward.json, a batch size a call (bench/flux_forward.py --no-generate).
 FLUX_FORWARD_RUNS = ["flux_forward_batch1.json", "flux_forward_batch4.json"]

@@ -16,9 +16,12 @@ int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int
 
 /* The fp8 form's wide tiles: 64 x 192 S accumulators a warpgroup leave no registers for a second
  * O, so P V^T accumulates in place (the kernel's ATT_PROMOTE 0) with the row sums' product apart;
- * timed back to back on an H200 against 128 keys with promotion: 1x12x32760 keys 8.24-8.29 ->
- * 7.48-7.52 ms, 1x24x4608 0.384-0.389 -> 0.353-0.356 ms (224: 7.49 and 0.376; 160: 7.76 and 0.360). */
-int dit_cuda_att90_fp8_key_tile(int pv8, int tiled) { return pv8 && !tiled ? 192 : DIT_ABI_ATT90_BN; }
+ * timed back to back on an H200 against 128 keys with promotion (fp32 scores): 1x12x32760 keys
+ * 8.24-8.29 -> 7.48-7.52 ms, 1x24x4608 0.384-0.389 -> 0.353-0.356 ms (224: 7.49 and 0.376; 160:
+ * 7.76 and 0.360). With e4m3 Q K^T in f16 (half the registers) 256 keys, 3 stages: 1x12x32760x128
+ * 5.09-5.23 -> 4.82-5.02 ms, x64 3.59-3.60 -> 3.23-3.29, 1x24x4608 0.254-0.259 -> 0.252-0.262
+ * (bench/results/attn_fp8_s16.txt); int8 Q K^T's int32 sums keep 192. */
+int dit_cuda_att90_fp8_key_tile(int pv8, int tiled, int qk_e4m3) { return pv8 && !tiled ? (qk_e4m3 ? 256 : 192) : DIT_ABI_ATT90_BN; }
 
 int dit_cuda_att90_vt_block(int bn) { return bn % 128 == 0 ? 128 : bn % 64 == 0 ? 64 : 32; }
 

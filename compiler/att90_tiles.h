@@ -15,10 +15,10 @@
  * persist the persistent short-key form. */
 int dit_cuda_att90_keys_per_tile(int64_t hd, int64_t lk, int fp8, int tiled, int persist);
 
-/* Keys per tile of attention_fp8 (its attribute key_tile: the k scales' rows too): 192 with e4m3
- * P V^T (pv8) without a tile schedule, else 128 (a schedule's tiles; bf16 P V keeps the 8-bit
- * forms' tiles of 128). */
-int dit_cuda_att90_fp8_key_tile(int pv8, int tiled);
+/* Keys per tile of attention_fp8 (its attribute key_tile: the k scales' rows too): with e4m3
+ * P V^T (pv8) and no tile schedule 256 over e4m3 Q and K (qk_e4m3: scores in f16), 192 over int8
+ * ones; else 128 (a schedule's tiles; bf16 P V keeps the 8-bit forms' tiles of 128). */
+int dit_cuda_att90_fp8_key_tile(int pv8, int tiled, int qk_e4m3);
 
 /* Keys a column block of the fp8 form's V^T tile of bn keys (the kernel's VB): the widest of 128,
  * 64 and 32 dividing bn; one tensor-map box each, swizzled by its width in bytes. */

@@ -213,6 +213,8 @@ static void specialize_attention_sm90(dit_strbuf_t *s, dit_plan_kernel_t *k, int
   const int split = tiled || bounded || persist ? 1 : dit_cuda_att90_split(tiles * heads * batch, (lk + bn - 1) / bn, DIT_ATT90_SMS, fp8, &tail);
   if (split > 1)
     dit_strbuf_printf(s, "#define ATT_SPLIT %d\n#define ATT_TAIL %" PRId64 "\n#define BATCH %" PRId64 "\n", split, tail, batch);
+  /* e4m3 Q K^T accumulates in f16 (the kernel's S16), safe for the Q and K codes attn_quant makes */
+  _Static_assert(DIT_ABI_ATT_QK_E4M3_MAX == (int)DIT_ATTN_QK_E4M3_MAX, "attention's Q/K code bound differs between the ABI table and base");
   if (fp8) dit_strbuf_printf(s, "#define ATT_FP8 1\n");
   if (pv_bf16) dit_strbuf_printf(s, "#define ATT_PV_BF16 1\n");
   if (persist) dit_strbuf_printf(s, "#define ATT_PERSIST 1\n#define BATCH %" PRId64 "\n", batch);
@@ -657,8 +659,8 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (op->kind == DIT_OP_ATTN_QUANT) {
         const int64_t rows = geti(op, "rows"), nblk = (T + rows - 1) / rows;
         dit_strbuf_printf(s, "#define DIT_K_ATTN_QUANT 1\n#define T_X %d\n#define TOKENS %" PRId64 "LL\n#define HEADS %" PRId64
-               "LL\n#define HD %" PRId64 "LL\n#define ROWS %" PRId64 "LL\n#define NBLK %" PRId64 "LL\n#define CODES_I8 %d\n", dt_code(x->dtype), T,
-               heads, hd, rows, nblk, y->dtype == DIT_I8);
+               "LL\n#define HD %" PRId64 "LL\n#define ROWS %" PRId64 "LL\n#define NBLK %" PRId64 "LL\n#define CODES_I8 %d\n#define CODE_MAX %.1ff\n",
+               dt_code(x->dtype), T, heads, hd, rows, nblk, y->dtype == DIT_I8, (double)dit_attn_quant_e4m3_max(heads, rows));
         set_launch(k, (uint64_t)(x->dims[0] * heads * nblk), 1, 1, DIT_ABI_BLOCK, 0);
         return DIT_OK;
       }
@@ -706,8 +708,9 @@ static dit_status_t specialize(const dit_graph_t *g, const dit_op_t *op, dit_str
       if (bounded) dit_strbuf_printf(s, "#define HAS_BOUND 1\n");
       const dit_attr_t *kta = dit_attrs_find(&op->attrs, "key_tile");
       const int key_tile = kta ? (int)kta->i : DIT_SPARSE_TILE;
-      if (key_tile != 128 && key_tile != 160 && key_tile != 192 && key_tile != 224)
-        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': key_tile %d, the sm_90a kernel takes 128, 160, 192 or 224", y->name, key_tile);
+      if (key_tile != 128 && key_tile != 160 && key_tile != 192 && key_tile != 224 && (key_tile != 256 || x->dtype == DIT_I8))
+        return DIT_ERR(UNIMPLEMENTED, "op attention_fp8 '%s': key_tile %d, the sm_90a kernel takes 128, 160, 192 or 224 (or 256 over e4m3 Q and K)",
+                       y->name, key_tile);
       specialize_attention_sm90(s, k, x->dims[0], heads, hd, x->dims[1], kk->dims[1], op->n_out, 1, pv_bf16, tiled, bounded, key_tile);
       *tmpl = TEMPLATE_ATTN_SM90;
       return DIT_OK;

@@ -235,7 +235,7 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
   const int64_t splits = vmax_splits(v->dims[0], heads, v->dims[2] / heads, v->dims[1]);
   const int pv8 = quant != DIT_QUANT_INT8; /* P and V in e4m3 (else v itself, P bf16) */
   /* keys per tile of the online softmax and per scale of k (a tile schedule's are 128) */
-  const int64_t kt = dit_cuda_att90_fp8_key_tile(pv8, dit_attrs_find(&op.attrs, "tiles") != NULL);
+  const int64_t kt = dit_cuda_att90_fp8_key_tile(pv8, dit_attrs_find(&op.attrs, "tiles") != NULL, quant == DIT_QUANT_FP8);
   dit_attrs_t qa = {0}, ka = {0}, va = {0}, ma = {0}, fa = op.attrs;
   if (dit_attrs_set_int(&qa, "heads", heads) || dit_attrs_set_int(&qa, "rows", 64) || dit_attrs_set_int(&ka, "heads", heads) ||
       dit_attrs_set_int(&ka, "rows", kt) || dit_attrs_set_int(&va, "heads", heads) || dit_attrs_set_int(&ma, "heads", heads) ||
@@ -292,9 +292,9 @@ dit_status_t dit_compile_quantize_attention(dit_graph_t *g, dit_quant_t quant, c
     cJSON *q = cJSON_AddObjectToObject(summary, "attn_quant");
     cJSON_AddStringToObject(q, "mode", dit_quant_name(quant));
     cJSON_AddStringToObject(q, "rule", "attentions with as many queries as keys, head dim 64 or 128, no score bias or frame-causal mask");
-    cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 448");
+    cJSON_AddStringToObject(q, "q", i8 ? "int8, one fp32 scale per head and 64 rows: amax / 127" : "e4m3, one fp32 scale per head and 64 rows: amax / 16 (Q K^T's sums fit f16)");
     cJSON_AddStringToObject(q, "k", i8 ? "int8, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 127"
-                                       : "e4m3, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 448");
+                                       : "e4m3, one fp32 scale per head and key tile (attention_fp8's key_tile rows): amax / 16");
     cJSON_AddStringToObject(q, "v", quant == DIT_QUANT_INT8 ? "as --dtype says (bf16 on GPUs)"
                                                              : "e4m3 of v less its channel mean, transposed, one fp32 scale per head "
                                                                "and channel: max |v - mean| / 448");

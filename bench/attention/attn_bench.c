@@ -277,10 +277,10 @@ static unsigned fp8_smem(int hd, int ncw, int bn, int st, int pv_bf16) {
 /* The 8-bit forms' consumer warpgroups, key tiles and stages: the shape's configuration, else
  * --fp8-cfg's, else ditc's: two warpgroups (at either head dim) with the key tiles it gives
  * attention_fp8 and the kernel's stages for them. */
-static void fp8_cfg(const shape_t *s, int pv_bf16, int *ncw, int *bn, int *st) {
+static void fp8_cfg(const shape_t *s, int i8, int pv_bf16, int *ncw, int *bn, int *st) {
   const int named = !s->cfg_given && g_fp8_ncw;
   *ncw = named ? g_fp8_ncw : s->cfg_given ? s->ncw : DIT_ABI_ATT90_NCW_HD128;
-  *bn = named ? g_fp8_bn : s->cfg_given ? s->bn : dit_cuda_att90_fp8_key_tile(!pv_bf16, 0);
+  *bn = named ? g_fp8_bn : s->cfg_given ? s->bn : dit_cuda_att90_fp8_key_tile(!pv_bf16, 0, !i8);
   *st = s->cfg_given ? s->st : named ? g_fp8_st : *bn > DIT_ABI_ATT90_BN ? DIT_ABI_ATT90_ST_FP8_WIDE : FP8_STAGES;
 }
 /* The 8-bit forms: e4m3 Q K; int8 Q K, e4m3 P V; int8 Q K, bf16 P V. */
@@ -314,7 +314,7 @@ static char *specialize(const shape_t *s, const char *body, int old, int fp8, co
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", s->ncw, s->bn, s->st);
   else if (!old && fp8) {
     int ncw, bn, st;
-    fp8_cfg(s, kForms[fp8 - 1].pv_bf16, &ncw, &bn, &st);
+    fp8_cfg(s, kForms[fp8 - 1].i8, kForms[fp8 - 1].pv_bf16, &ncw, &bn, &st);
     k += snprintf(src + k, n - k, "#define ATT_NCW %d\n#define ATT_BN %d\n#define ATT_ST %d\n", ncw, bn, st);
   }
   else if (!old && !fp8 && s->bn != DIT_ABI_ATT90_BN) /* (the 8-bit forms: fp8_cfg above) */
@@ -336,9 +336,9 @@ static launch_t bf16_launch(const shape_t *s) { return (launch_t){s->persist, s-
 
 /* An 8-bit form's launch: as ditc plans it (its split rule), or --fp8-persist's, or --fp8-split's: the
  * bf16 form's split rule over its own work and key tiles. */
-static launch_t fp8_launch(const shape_t *s, int pv_bf16) {
+static launch_t fp8_launch(const shape_t *s, int i8, int pv_bf16) {
   int ncw, bn, st;
-  fp8_cfg(s, pv_bf16, &ncw, &bn, &st);
+  fp8_cfg(s, i8, pv_bf16, &ncw, &bn, &st);
   launch_t l = {g_fp8_persist, 1, 0};
   if (!g_fp8_persist) {
     const int64_t tiles = (int64_t)(s->SQ + 64 * ncw - 1) / (64 * ncw) * s->H * s->B;
@@ -547,7 +547,7 @@ int main(int argc, char **argv) {
     if (g_fp8 && (shapes[i].HD == 64 || shapes[i].HD == 128) && !shapes[i].persist && (!shapes[i].cfg_given || shapes[i].bn == 128)) {
       for (int form = 0; form < N_FORMS; form++) {
         if (!(g_forms >> form & 1)) continue;
-        const launch_t fl = fp8_launch(&shapes[i], kForms[form].pv_bf16);
+        const launch_t fl = fp8_launch(&shapes[i], kForms[form].i8, kForms[form].pv_bf16);
         a = specialize(&shapes[i], ours_src, 0, 1 + form, &fl);
         free(compile(a, "90a", kForms[form].name, &len));
         free(a);
@@ -689,7 +689,7 @@ int main(int argc, char **argv) {
       int i8 = kForms[form].i8;
       const int pv_bf16 = kForms[form].pv_bf16;
       int fncw, fbn, st;
-      fp8_cfg(s, pv_bf16, &fncw, &fbn, &st);
+      fp8_cfg(s, i8, pv_bf16, &fncw, &fbn, &st);
       /* K's scales a key tile; V^T's tiles in column blocks of vb keys (the kernel's VB) */
       const int LP = (LK + 127) / 128 * 128, nqs = (SQ + 63) / 64, nks = (LK + fbn - 1) / fbn;
       const int vb = dit_cuda_att90_vt_block(fbn);
@@ -708,7 +708,7 @@ int main(int argc, char **argv) {
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nqs, H, B, 256, 1, 1, 0, 0, qa, NULL));
       CK(p_cuLaunchKernel(hp.quant_blocks, (unsigned)nks, H, B, 256, 1, 1, 0, 0, ka, NULL));
       if (!pv_bf16) CK(p_cuLaunchKernel(hp.quant_vt, HD, H, B, 256, 1, 1, 0, 0, va, NULL));
-      const launch_t fl = fp8_launch(s, pv_bf16);
+      const launch_t fl = fp8_launch(s, i8, pv_bf16);
       fsplit[form] = fl.split;
       src = specialize(s, ours_src, 0, 1 + form, &fl);
       cubin = compile(src, "90a", kForms[form].name, &len);

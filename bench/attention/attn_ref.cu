@@ -2,6 +2,7 @@
 // gather of the kernel's rows at those samples, and a count of non-finite outputs.
 
 // The kernels' own storage type and bf16 conversions, so the reference rounds as they do.
+#include "dit_abi.h"
 #include "dit_device.cuh"
 
 // Uniform values in [-amp, amp) from a hash of (index, seed).
@@ -101,7 +102,7 @@ __device__ unsigned char e4m3(float x) {
 }
 
 // Blocks of `rows` rows x HD channels of one head, grid (ceil(S/rows), H, B), 256 threads:
-// s = amax / 448 (1 if zero), codes e4m3(x / s); with i8, s = amax / 127 and codes rint(x / s)
+// s = amax / DIT_ABI_ATT_QK_E4M3_MAX (16; 1 if zero), codes e4m3(x / s); with i8, s = amax / 127 and codes rint(x / s)
 // (the int8 Q K^T form); x and x8 [B, S, H*HD], xs [B, H, ceil(S/rows)].
 extern "C" __global__ void quant_blocks(unsigned char *x8, float *xs, const bf16_t *x, int S, int H, int HD, int rows, int i8) {
   __shared__ float red[32];
@@ -110,7 +111,7 @@ extern "C" __global__ void quant_blocks(unsigned char *x8, float *xs, const bf16
   float m = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(bf2f(x[base + (i / HD) * CH + i % HD])));
   m = block_reduce(m, true, red);
-  const float s = m > 0.f ? m / (i8 ? 127.f : 448.f) : 1.f;
+  const float s = m > 0.f ? m / (i8 ? 127.f : (float)DIT_ABI_ATT_QK_E4M3_MAX) : 1.f;
   if (threadIdx.x == 0) xs[((long long)b * H + h) * gridDim.x + blockIdx.x] = s;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const long long at = base + (i / HD) * CH + i % HD;

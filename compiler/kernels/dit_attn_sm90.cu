@@ -45,7 +45,7 @@
 // then the key tiles it attends, ascending; the producer loads and the consumers compute only
 // those, in that order (all tiles listed: the dense kernel's order).
 //
-// ATT_FP8 1 (ATT_BN 128, 160, 192 or 224; a tile schedule (ATT_BN 128) or a bound as
+// ATT_FP8 1 (ATT_BN 128, 160, 192, 224 or 256; a tile schedule (ATT_BN 128) or a bound as
 // above) is attention_fp8: e4m3 Q and K with fp32 scales per block of rows (q_scale [B, HEADS,
 // ceil(SQ/64)], k_scale [B, HEADS, ceil(LK/ATT_BN)]: a key tile's), and V less its channel means,
 // transposed, vt e4m3 [B, HEADS, HD, LKP] (LKP = LK rounded up to 128, zero columns past LK; a wide
@@ -53,8 +53,9 @@
 // (v_scale [B, HEADS, 2, HD]); entry
 //   dit_kernel(out, [lse,] q, q_scale, k, k_scale, vt, v_scale, [tiles,] tmap_q, tmap_k, tmap_vt)
 // with maps over the row views [B*SQ, HEADS*HD] and [B*LK, HEADS*HD] (u8, box {HD, rows}, swizzled HD bytes) and
-// [B*HEADS*HD, LKP] (box {VB keys, HD rows}, swizzled VB bytes). S = Q K^T runs on e4m3 wgmma and
-// is scaled per tile into log2 units before the softmax; P, in [0, 1], is scaled by 2^8 (the row
+// [B*HEADS*HD, LKP] (box {VB keys, HD rows}, swizzled VB bytes). S = Q K^T runs on e4m3 wgmma
+// (accumulated in f16: S16 below) and is scaled per tile into log2 units in the softmax; P, in
+// [0, 1], is scaled by 2^8 (the row
 // sums with it) so the small probabilities of long rows stay out of e4m3's subnormals, made e4m3
 // codes (EXPLIN below), and each key tile's P V^T runs on e4m3 wgmma with P from registers. The S
 // accumulators hold keys 2t, 2t+1, 8+2t, 9+2t (t = lane % 4) of every 16 where the fp8 A fragment
@@ -143,8 +144,8 @@
 #ifndef ATT_FP8
 #define ATT_FP8 0
 #endif
-#if ATT_FP8 && (ATT_BN != 128 && ATT_BN != 160 && ATT_BN != 192 && ATT_BN != 224)
-#error "dit_attn_sm90: fp8 attention takes key tiles of 128, 160, 192 or 224"
+#if ATT_FP8 && (ATT_BN != 128 && ATT_BN != 160 && ATT_BN != 192 && ATT_BN != 224 && ATT_BN != 256)
+#error "dit_attn_sm90: fp8 attention takes key tiles of 128, 160, 192, 224 or 256 (f16 scores)"
 #endif
 #ifndef ATT_QK_I8
 #define ATT_QK_I8 0
@@ -192,6 +193,22 @@
 #define ATT_EXP_LIN 1
 #endif
 #define EXPLIN (LSUM && ATT_EXP_LIN)
+// With EXPLIN (e4m3 Q K^T), S accumulates in f16 (ATT_S16 1, the default; 0: fp32, to time
+// against): the softmax runs on f16 pairs, a max, two fmas and a quarter of a byte permute a pair of
+// probabilities where fp32 takes a max, two fmas and most of a byte shuffle each, and S takes half
+// the registers (measured on an H200: 19% off the kernel at Wan2.1's 32760 tokens, 13% at FLUX.1's
+// 4608, 20% at head dim 64). The codes' 2^23 becomes f16's 2^10 (its unit in the last place at
+// 1024 is 1, so the code is again the low byte). f16 holds every partial sum: Q's and K's codes
+// are at most DIT_ABI_ATT_QK_E4M3_MAX (16) in magnitude (attn_quant), so |S| <= HD * 16^2 = 32768
+// < 65504. Rounding S to f16 moves a logit by at most 2^-11 of itself, and the f16 scale and offset
+// of the code's fma a code by a few hundredths: both far below e4m3's own rounding of Q, K and P.
+#ifndef ATT_S16
+#define ATT_S16 1
+#endif
+#define S16 (EXPLIN && !ATT_QK_I8 && ATT_S16)
+#if ATT_FP8 && ATT_BN == 256 && !S16
+#error "dit_attn_sm90: fp8 attention's 256-key tiles need f16 scores (their fp32 accumulators leave no registers)"
+#endif
 #define LIN_SHIFT (-0.34f)
 #define I2F_OFFSET 12582912.f  // 1.5 * 2^23: int32 sums below 2^22 in magnitude, as floats, exactly (ATT_QK_I8)
 #if ATT_FP8 && !ATT_PV_BF16
@@ -454,14 +471,19 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     const float sl2 = (float)(SCALE) * 1.4426950408889634f;  // scale * log2(e)
 #endif
 
+#if S16
+    u32 s[ATT_BN / 4];  // S accumulators as f16 pairs: s[2i] row g4, s[2i + 1] row g4+8, keys 8i + 2*t4 + {0,1}
+#else
     float s[ATT_BN / 2];  // S accumulators: row g4 / g4+8 of this warp's 16, keys 8i + 2*t4 + {0,1}
+#endif
 #if ATT_QK_I8
     int si[ATT_BN / 2];   // int8 Q K^T's exact sums, same layout
 #endif
     float o[HD / 2];      // O accumulators, same layout over the head dim
 #if PV8
     u32 p[ATT_BN / 8];    // P as e4m3 quads: the A fragments of P V^T
-#if EXPLIN
+#if S16
+#elif EXPLIN
     u32 pq[ATT_BN / 8];  // the next P's quads but their last codes (lin3), while P V^T reads p
 #elif LSUM
     unsigned short pq[ATT_BN / 4];  // the next P as e4m3 pairs, while P V^T reads p
@@ -477,7 +499,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     u32 p[ATT_BN / 4];    // P as bf16 pairs: the A fragments of P V
 #endif
 #pragma unroll
-    for (int i = 0; i < ATT_BN / 2; i++) s[i] = 0.f;
+    for (int i = 0; i < (int)(sizeof s / sizeof s[0]); i++) s[i] = 0;
     float m0, m1, l0, l1;  // raw-score row max, partial row sums (rows g4 and g4+8)
     u64 dq;
 #if HAS_BOUND
@@ -503,6 +525,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       for (int kk = 0; kk < HD / 32; kk++)
 #if ATT_QK_I8
         wgmma_ss_s8(si, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
+#elif S16
+        wgmma_ss_e4m3_f16(s, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
 #else
         wgmma_ss_e4m3(s, dq + (u64)((kk * 32) >> 4), dk + (u64)((kk * 32) >> 4), kk > 0);
 #endif
@@ -538,7 +562,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     auto fence_s = [&]() {
 #pragma unroll
-      for (int i = 0; i < ATT_BN / 2; i++) {
+      for (int i = 0; i < (int)(sizeof s / sizeof s[0]); i++) {
 #if ATT_QK_I8
         reg_fence(si[i]);
         s[i] = __int_as_float(si[i] + 0x4B400000);  // I2F_OFFSET + S, exactly
@@ -585,6 +609,54 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
     // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
     // max); returns the factors that rescale the old O and row sums.
+#if S16
+    // (S16: the same, on f16 pairs; s_e becomes f16 1024 + 128 y, whose low byte is the code.)
+    auto softmax = [&](int j, float &al0, float &al1) {
+#if HAS_BOUND
+      if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
+#else
+      if ((LK % ATT_BN) != 0 && j == NTILES - 1) {
+#endif
+        const int lim = lk - j * ATT_BN - 2 * t4;  // key 8i + 2*t4 + e is valid iff 8i + e < lim
+#pragma unroll
+        for (int i = 0; i < ATT_BN / 8; i++)
+#pragma unroll
+          for (int e = 0; e < 2; e++)
+            if (8 * i + e >= lim) {
+              const u32 keep = e ? 0x0000ffffu : 0xffff0000u, ninf = e ? 0xfc000000u : 0x0000fc00u;  // f16 -inf
+              s[2 * i] = (s[2 * i] & keep) | ninf;
+              s[2 * i + 1] = (s[2 * i + 1] & keep) | ninf;
+            }
+      }
+      const float f = qk_scale * ks_row[j];
+      u32 x0 = s[0], x1 = s[1];
+#pragma unroll
+      for (int i = 1; i < ATT_BN / 8; i++) x0 = hmax2(x0, s[2 * i]), x1 = hmax2(x1, s[2 * i + 1]);
+      u32 r = hmax2(__byte_perm(x0, x1, 0x5410), __byte_perm(x0, x1, 0x7632));  // (row g4's max, row g4+8's)
+      r = hmax2(r, __shfl_xor_sync(0xffffffffu, r, 1));
+      r = hmax2(r, __shfl_xor_sync(0xffffffffu, r, 2));
+      float mx0 = h2_lo(r), mx1 = h2_hi(r);
+#if HAS_BOUND
+      if (mx0 == -DIT_INF) mx0 = 0.f;
+      if (mx1 == -DIT_INF) mx1 = 0.f;
+#endif
+      mx0 = fmaxf(m0, mx0 * f);
+      mx1 = fmaxf(m1, mx1 * f);
+      al0 = ex2(m0 - mx0);
+      al1 = ex2(m1 - mx1);
+      const float ms0 = mx0 - P_SHIFT, ms1 = mx1 - P_SHIFT;
+      m0 = mx0;
+      m1 = mx1;
+      const float fl = f * (1.f / 16);
+      const u32 fl2 = f2_to_h2(fl, fl), c0 = f2_to_h2((7.f + LIN_SHIFT / 8 - ms0) * (1.f / 16), (7.f + LIN_SHIFT / 8 - ms0) * (1.f / 16)),
+                c1 = f2_to_h2((7.f + LIN_SHIFT / 8 - ms1) * (1.f / 16), (7.f + LIN_SHIFT / 8 - ms1) * (1.f / 16));
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 8; i++) {
+        s[2 * i] = hfma2(hfma2_sat(s[2 * i], fl2, c0), 0x58005800u, 0x64006400u);  // f16 (128, 128), (1024, 1024)
+        s[2 * i + 1] = hfma2(hfma2_sat(s[2 * i + 1], fl2, c1), 0x58005800u, 0x64006400u);
+      }
+    };
+#else
     auto softmax = [&](int j, float &al0, float &al1) {
 #if HAS_BOUND
       if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
@@ -673,16 +745,27 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       }
 #endif
     };
+#endif
 #if EXPLIN
-    // The codes softmax left in s as A fragment quads (convert's order): lin3 puts the low bytes of
-    // a quad's first three in bytes 0..2 (byte 3 is 2^23's 0x4b), lin4 the fourth's in byte 3.
-    auto lin_key = [&](int i) { return 16 * (i >> 2) + 8 * ((i >> 1) & 1) + 2 * (i & 1); };  // quad i: keys k, k+1, k+4, k+5
+    // The codes softmax left in s as A fragment quads (convert's order), quad i of keys k, k+1, k+4
+    // and k+5 (k = lin_key(i), in fp32's numbering of the accumulators).
+    auto lin_key = [&](int i) { return 16 * (i >> 2) + 8 * ((i >> 1) & 1) + 2 * (i & 1); };
+#if S16
+    // f16 pairs k/2 and k/2 + 2: their halves' low bytes.
+    auto quad16 = [&](int i) { return __byte_perm(s[lin_key(i) / 2], s[lin_key(i) / 2 + 2], 0x6420); };
+#else
+    // lin3 puts the low bytes of a quad's first three in bytes 0..2 (byte 3 is 2^23's 0x4b), lin4
+    // the fourth's in byte 3.
     auto lin3 = [&](int k) { return __float_as_uint(s[k]) + (__float_as_uint(s[k + 1]) << 8) + (__float_as_uint(s[k + 4]) << 16); };
     auto lin4 = [&](u32 x, int k) { return __byte_perm(x, __float_as_uint(s[k + 5]), 0x4210); };
 #endif
+#endif
     // The S accumulators of keys 16kk..16kk+15 are exactly the A fragment of k step kk.
     auto convert = [&](u32 *dst) {
-#if EXPLIN
+#if S16
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 8; i++) dst[i] = quad16(i);
+#elif EXPLIN
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) dst[i] = lin4(lin3(lin_key(i)), lin_key(i));
 #elif PV8
@@ -725,7 +808,12 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     // or with LSUM of the xor of P's codes, is ordered before the wait and depends on every
     // exponential.
     auto hold_softmax = [&]() {
-#if EXPLIN
+#if S16
+      u32 x = 0;
+#pragma unroll
+      for (int i = 0; i < ATT_BN / 4; i++) x ^= s[i];
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(bars + 8u * (4u + 4u * ATT_ST)), "r"(x) : "memory");
+#elif EXPLIN
       u32 x = 0;
 #pragma unroll
       for (int i = 0; i < ATT_BN / 8; i++) x ^= pq[i] ^ __float_as_uint(s[lin_key(i) + 5]);
@@ -814,7 +902,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         }
         float a0, a1;
         softmax(KEY_TILE(j), a0, a1);
-#if EXPLIN
+#if S16
+#elif EXPLIN
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++) pq[i] = lin3(lin_key(i));
 #elif LSUM
@@ -839,7 +928,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         l0 = (l0 + lt[0]) * a0, l1 = (l1 + lt[2]) * a1;
 #endif
 #endif
-#if EXPLIN
+#if S16
+#pragma unroll
+        for (int i = 0; i < ATT_BN / 8; i++) p[i] = quad16(i);
+#elif EXPLIN
 #pragma unroll
         for (int i = 0; i < ATT_BN / 8; i++) p[i] = lin4(pq[i], lin_key(i));
 #elif LSUM

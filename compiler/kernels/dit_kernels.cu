@@ -1131,7 +1131,8 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
 // attn_quant (base/ops.def): x [B, TOKENS, HEADS*HD] -> q (e4m3, or int8 with CODES_I8; x's
 // layout), s [B, HEADS, NBLK] with one scale a head and block of ROWS rows. One block a (b, h, row
 // block), its rows' HD channels read contiguously eight at a time: amax, then the codes (the
-// second pass from the cache). int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127
+// second pass from the cache). e4m3 maps amax to CODE_MAX (dit_attn_quant_e4m3_max: 16 for
+// attention's Q and K); int8 is dit_i8_quantize_row's rule: rint(x / s) clamped to +-127
 // (NaN 0: cvt.rni gives 0).
 extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned char *q, float *s, const TY(X) *x) {
   static_assert(HD % 8 == 0, "attn_quant: heads of whole 8-element vectors");
@@ -1145,9 +1146,9 @@ extern "C" __global__ void __launch_bounds__(DIT_ABI_BLOCK) dit_kernel(unsigned 
     amax = amax_of(v, amax);
   }
   amax = block_max<DIT_ABI_BLOCK>(amax, scratch);
-  const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : 448.f) : 1.f;
+  const float scale = amax > 0.f ? amax / (CODES_I8 ? 127.f : CODE_MAX) : 1.f;
 #if !CODES_I8
-  const float inv = amax > 0.f ? 448.f / amax : 1.f;
+  const float inv = amax > 0.f ? CODE_MAX / amax : 1.f;
 #endif
   for (long long e = 8 * threadIdx.x; e < n; e += 8 * DIT_ABI_BLOCK) {
     const long long i = base + e / HD * (HEADS * HD) + e % HD;

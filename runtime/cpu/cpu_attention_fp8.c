@@ -84,7 +84,8 @@ static void quant_task(void *ctx, int64_t begin, int64_t end, int worker) {
         const float v = j->bias ? buf[e] + j->bias[e % Dh] : buf[e];
         buf[e] = j->act ? dit_cpu_gelu_tanh1(v) : v;
       }
-    j->xs[t] = j->int8 ? dit_i8_quantize_row(buf, n * Dh, (int8_t *)codes) : dit_e4m3_quantize_row(buf, n * Dh, codes);
+    j->xs[t] = j->int8 ? dit_i8_quantize_row(buf, n * Dh, (int8_t *)codes)
+                       : dit_e4m3_quantize_to(buf, n * Dh, codes, dit_attn_quant_e4m3_max(H, j->rows));
     for (int64_t i = 0; i < n; i++) memcpy(j->x8 + (b * j->T + r0 + i) * HD + h * Dh, codes + i * Dh, (size_t)Dh);
   }
 }

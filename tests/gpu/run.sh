@@ -158,7 +158,7 @@ for d in tests/data/wan_tiny_*/; do
 done
 fi
 if sec fp8attn; then
-step "1f. 8-bit attention (--attn-quant fp8, int8 and int8fp8, alone and with --quant fp8): the Hopper kernel's fp8, int8-QK with bf16 P V and int8-QK with fp8 P V forms and their quantizers step by step against the CPU reference, the forward against the bf16 bundle's"
+step "1f. 8-bit attention (--attn-quant fp8, int8 and int8fp8, alone and with --quant fp8): the Hopper kernel's fp8 (also over a sparse tile schedule), int8-QK with bf16 P V and int8-QK with fp8 P V forms and their quantizers step by step against the CPU reference, the forward against the bf16 bundle's"
 for hd in 128 64; do  # the kernel's Q and K rows of 128 and of 64 bytes
 "$BIN/make_tiny_wan" --preset tiny-hd$hd --dtype bf16 --text-len 7 --out "$W/hd$hd" >/dev/null
 for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key tiles, a partial last one at 3072
@@ -167,12 +167,16 @@ for fhw in "13 256 320" "29 256 384"; do  # 1280 and 3072 tokens: several key ti
   exact=$("$BIN/ditc" "${fargs[@]}" | tail -n1 | cut -d' ' -f3)
   "$BIN/forward_inputs" "$exact" "$W/in_hd$hd.safetensors" --seed 3 --set timestep=500 >/dev/null
   check "$BIN/ditrun" forward "$exact" --inputs "$W/in_hd$hd.safetensors" --out "$W/fe.safetensors"
-  for m in "--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8" "--attn-quant int8fp8"; do
+  ms=("--attn-quant fp8" "--quant fp8 --attn-quant fp8" "--attn-quant int8" "--quant fp8 --attn-quant int8" "--attn-quant int8fp8")
+  # the fp8 form over a tile schedule too (128-key tiles; head dim 128)
+  [ "$hd" = 128 ] && ms+=("--attn-quant fp8 --sparse-attn sta:1,8,10")
+  for m in "${ms[@]}"; do
     # shellcheck disable=SC2086
     b=$("$BIN/ditc" "${fargs[@]}" $m | tail -n1 | cut -d' ' -f3)
     # attention_fp8 against the CPU's: the approximate exp2 moves a few P across an e4m3 rounding
     # boundary (measured 4.6e-2 at most, cosine 0.99992, at 3072 tokens).
     check "$BIN/ditrun" compare "$b" --inputs "$W/in_hd$hd.safetensors" --max-rel 6e-2
+    [[ "$m" == *sparse* ]] && continue  # sparse: not the dense forward
     check "$BIN/ditrun" forward "$b" --inputs "$W/in_hd$hd.safetensors" --out "$W/f8.safetensors"
     check "$BIN/st_compare" "$W/f8.safetensors" "$W/fe.safetensors" sample 6e-2 0.999
   done

@@ -125,6 +125,10 @@ static void test_e4m3(void) {
   CHECK_EQ_INT(q[0], 0x00);
   CHECK_EQ_INT(q[1], 0xfe);
   CHECK(dit_e4m3_to_f32(q[2]) == 224.0f && dit_e4m3_to_f32(q[3]) == 112.0f);
+  /* Mapped to 16 (attention's Q and K blocks): the largest on +-16 (0xd8), the rest in proportion. */
+  CHECK(dit_e4m3_quantize_to(row, 4, q, 16.0f) == 3.0f / 16.0f);
+  CHECK_EQ_INT(q[1], 0xd8);
+  CHECK(dit_e4m3_to_f32(q[2]) == 8.0f && dit_e4m3_to_f32(q[3]) == 4.0f);
   const float zeros[2] = {0.0f, -0.0f};
   CHECK(dit_e4m3_quantize_row(zeros, 2, q) == 1.0f);
   CHECK_EQ_INT(q[0], 0x00);

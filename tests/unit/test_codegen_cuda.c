@@ -1164,9 +1164,10 @@ static void test_att90_keys_per_tile(void) {
   CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 27280, 0, 1, 0), DIT_ABI_ATT90_BN);
   CHECK_EQ_INT(dit_cuda_att90_keys_per_tile(128, 512, 0, 0, 1), DIT_ABI_ATT90_BN);
   /* attention_fp8's: 192 with e4m3 P V^T, 128 with a tile schedule or bf16 P V */
-  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 0), 192);
-  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 1), DIT_ABI_ATT90_BN);
-  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(0, 0), DIT_ABI_ATT90_BN);
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 0, 1), 256);
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 0, 0), 192);
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(1, 1, 1), DIT_ABI_ATT90_BN);
+  CHECK_EQ_INT(dit_cuda_att90_fp8_key_tile(0, 0, 0), DIT_ABI_ATT90_BN);
 }
 
 /* The Hopper attention's tail split: the last partial wave's tiles (tiles % 132) split into the
