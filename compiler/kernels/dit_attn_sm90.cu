@@ -607,11 +607,8 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
 #endif
 #endif
     };
-    // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
-    // max); returns the factors that rescale the old O and row sums.
-#if S16
-    // (S16: the same, on f16 pairs; s_e becomes f16 1024 + 128 y, whose low byte is the code.)
-    auto softmax = [&](int j, float &al0, float &al1) {
+    // masked(i, e) for each key 8i + 2*t4 + e of key tile j past the keys (of the partial last tile).
+    auto mask_tail = [&](int j, auto &&masked) {
 #if HAS_BOUND
       if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
 #else
@@ -622,12 +619,19 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
         for (int i = 0; i < ATT_BN / 8; i++)
 #pragma unroll
           for (int e = 0; e < 2; e++)
-            if (8 * i + e >= lim) {
-              const u32 keep = e ? 0x0000ffffu : 0xffff0000u, ninf = e ? 0xfc000000u : 0x0000fc00u;  // f16 -inf
-              s[2 * i] = (s[2 * i] & keep) | ninf;
-              s[2 * i + 1] = (s[2 * i + 1] & keep) | ninf;
-            }
+            if (8 * i + e >= lim) masked(i, e);
       }
+    };
+    // Online softmax of key tile j (its index in the keys, KEY_TILE of its turn) in place in s (probabilities relative to the new running
+    // max); returns the factors that rescale the old O and row sums.
+#if S16
+    // (S16: the same, on f16 pairs; s_e becomes f16 1024 + 128 y, whose low byte is the code.)
+    auto softmax = [&](int j, float &al0, float &al1) {
+      mask_tail(j, [&](int i, int e) {
+        const u32 keep = e ? 0x0000ffffu : 0xffff0000u, ninf = e ? 0xfc000000u : 0x0000fc00u;  // f16 -inf
+        s[2 * i] = (s[2 * i] & keep) | ninf;
+        s[2 * i + 1] = (s[2 * i + 1] & keep) | ninf;
+      });
       const float f = qk_scale * ks_row[j];
       u32 x0 = s[0], x1 = s[1];
 #pragma unroll
@@ -658,18 +662,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
     };
 #else
     auto softmax = [&](int j, float &al0, float &al1) {
-#if HAS_BOUND
-      if (j == nt - 1 && lk - j * ATT_BN < ATT_BN) {
-#else
-      if ((LK % ATT_BN) != 0 && j == NTILES - 1) {
-#endif
-        const int lim = lk - j * ATT_BN - 2 * t4;  // key 8i + 2*t4 + e is valid iff 8i + e < lim
-#pragma unroll
-        for (int i = 0; i < ATT_BN / 8; i++)
-#pragma unroll
-          for (int e = 0; e < 2; e++)
-            if (8 * i + e >= lim) s[4 * i + e] = s[4 * i + 2 + e] = -DIT_INF;
-      }
+      mask_tail(j, [&](int i, int e) { s[4 * i + e] = s[4 * i + 2 + e] = -DIT_INF; });
 #if ATT_FP8
       // fp8: the running max is in log2 units (tiles have scales of their own); the tile's raw
       // max is scaled once and the scale folds into the exponent's fma.
