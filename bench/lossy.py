@@ -263,8 +263,9 @@ def plot(res, out, name):
     ax.legend(fontsize=8)
     path = os.path.join(out, name + ".png")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path + ".tmp", dpi=120, format="png")  # whole or not at all: a call cut short keeps no empty file
     plt.close(fig)
+    os.replace(path + ".tmp", path)
     return [path]
 
 
