@@ -781,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS, 1) dit_kernel(bf16_t *
       }
 #endif
     };
-#if LSUM
+#if LSUM && !EXPLIN
     // P as e4m3 pairs (convert's, in its order), into pq: P V_{j-1} still reads p while P_j is made,
     // and a register of p written before the wait for it would serialize the products (ptxas
     // orders every wgmma after it), so pq is packed into p after the wait.
