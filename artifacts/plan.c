@@ -172,7 +172,6 @@ dit_status_t dit_plan_to_json(const dit_plan_t *p, char **out_text) {
       else cJSON_AddNumberToObject(ints, at->key, (double)at->i);
     }
     cJSON_AddNumberToObject(o, "block", s->block);
-    if (s->queue) cJSON_AddNumberToObject(o, "queue", s->queue);
     if (s->has_kernel) {
       const dit_plan_kernel_t *k = &s->kernel;
       cJSON *ko = cJSON_AddObjectToObject(o, "kernel");
@@ -508,7 +507,7 @@ static dit_status_t parse_kernel(const dit_json_t *o, dit_plan_step_t *s) {
 }
 
 static dit_status_t parse_step(const dit_json_t *o, size_t n_values, dit_plan_step_t *s) {
-  static const char *const keys[] = {"op", "in", "out", "ints", "floats", "block", "queue", "kernel", NULL};
+  static const char *const keys[] = {"op", "in", "out", "ints", "floats", "block", "kernel", NULL};
   DIT_RETURN_IF(dit_json_expect_object(o));
   DIT_RETURN_IF(dit_json_check_keys(o, keys));
   dit_json_t op;
@@ -534,8 +533,6 @@ static dit_status_t parse_step(const dit_json_t *o, size_t n_values, dit_plan_st
     DIT_RETURN_IF(dit_json_i32(o, "block", -1, MAX_BLOCK, &b));
     s->block = b;
   }
-  s->queue = 0;
-  if (dit_json_has(o, "queue")) DIT_RETURN_IF(dit_json_i32(o, "queue", 0, 1, &s->queue));
   return DIT_OK;
 }
 
@@ -660,97 +657,6 @@ static dit_status_t check_dataflow(const dit_plan_t *p, const char *what) {
   }
   free(io);
   free(written);
-  return st;
-}
-
-typedef struct span {
-  uint64_t lo, hi;
-} span_t;
-
-static int cmp_span(const void *a, const void *b) {
-  const span_t *x = a, *y = b;
-  return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
-/* The conditioning queue (version 5): its steps come first and run beside the compute queue's,
- * which waits only where it reads their results. So they must read nothing the compute queue
- * writes (only weights, inputs no output replaces, and each other's results), write only the
- * arena, and no byte they read or write may be one a compute step writes. */
-static dit_status_t check_conditioning(const dit_plan_t *p, int64_t version, const char *what) {
-  size_t n = 0;
-  while (n < p->n_steps && p->steps[n].queue) n++;
-  if (n == 0) {
-    for (size_t i = 0; i < p->n_steps; i++)
-      if (p->steps[i].queue) return DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].queue': the conditioning queue's steps come first", what, i);
-    return DIT_OK;
-  }
-  if (version < 5)
-    return DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[0].queue': a version %" PRId64 " plan has no conditioning queue (version 5 and later)",
-                   what, version);
-  uint8_t *mine = calloc(p->n_values + 1, 1); /* 1: written by the conditioning queue; 2: its span listed */
-  span_t *sp = malloc((p->n_values + 1) * sizeof *sp);
-  dit_status_t st = mine && sp ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", what);
-  size_t n_sp = 0;
-  char a[96];
-  for (size_t i = 0; i < p->n_steps && !st; i++) {
-    const dit_plan_step_t *s = &p->steps[i];
-    if (i >= n) {
-      if (s->queue) st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].queue': the conditioning queue's steps come first", what, i);
-      continue;
-    }
-    if (dit_op_is_collective(s->kind) || s->kind == DIT_OP_STATE_CACHE) {
-      st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].queue': a %s step runs on the compute queue", what, i, dit_op_info(s->kind)->name);
-      break;
-    }
-    for (int k = 0; k < s->n_in + s->n_out && !st; k++) {
-      const int32_t x = k < s->n_in ? s->in[k] : s->out[k - s->n_in];
-      const dit_plan_value_t *v = &p->values[x];
-      dit_json_quote(v->name, a);
-      if (k >= s->n_in && v->storage != DIT_STORAGE_ARENA)
-        st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': the conditioning queue writes the arena only, found %s %s", what, i,
-                     k - s->n_in, dit_storage_name(v->storage), a);
-      else if (k < s->n_in && v->storage == DIT_STORAGE_ARENA && !(mine[x] & 1))
-        st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].in[%d]': the conditioning queue reads %s, which it does not write", what, i, k, a);
-      for (size_t u = 0; u < p->n_values && !st && k < s->n_in && v->storage == DIT_STORAGE_INPUT; u++)
-        if (p->values[u].updates == x)
-          st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].in[%d]': the conditioning queue reads input %s, which output values[%zu] replaces",
-                       what, i, k, a, u);
-      if (k >= s->n_in) mine[x] |= 1;
-      if (v->storage == DIT_STORAGE_ARENA && v->nbytes && !(mine[x] & 2)) sp[n_sp++] = (span_t){v->offset, v->offset + v->nbytes};
-      mine[x] |= 2; /* its span listed once */
-    }
-  }
-  if (!st && n_sp) {
-    qsort(sp, n_sp, sizeof *sp, cmp_span);
-    size_t m = 0; /* merged, disjoint, ascending */
-    for (size_t j = 0; j < n_sp; j++) {
-      if (m && sp[j].lo <= sp[m - 1].hi) {
-        if (sp[j].hi > sp[m - 1].hi) sp[m - 1].hi = sp[j].hi;
-      } else {
-        sp[m++] = sp[j];
-      }
-    }
-    for (size_t i = n; i < p->n_steps && !st; i++) {
-      const dit_plan_step_t *s = &p->steps[i];
-      for (int k = 0; k < s->n_out && !st; k++) {
-        const dit_plan_value_t *v = &p->values[s->out[k]];
-        if (v->storage != DIT_STORAGE_ARENA || !v->nbytes) continue;
-        size_t lo = 0, hi = m; /* the first merged span ending after v starts */
-        while (lo < hi) {
-          const size_t mid = (lo + hi) / 2;
-          if (sp[mid].hi <= v->offset) lo = mid + 1;
-          else hi = mid;
-        }
-        if (lo < m && sp[lo].lo < v->offset + v->nbytes) {
-          dit_json_quote(v->name, a);
-          st = DIT_ERR(INVALID_ARGUMENT, "%s: field 'steps[%zu].out[%d]': %s shares arena bytes [%" PRIu64 ", %" PRIu64
-                       ") with the conditioning queue, which runs beside it",
-                       what, i, k, a, sp[lo].lo, sp[lo].hi);
-        }
-      }
-    }
-  }
-  free(mine), free(sp);
   return st;
 }
 
@@ -1098,7 +1004,6 @@ dit_status_t dit_plan_parse(const char *text, size_t len, const char *what, dit_
   if (!st) st = parse_values(&root, p);
   if (!st) st = parse_steps(&root, p);
   if (!st) st = check_dataflow(p, root.what);
-  if (!st) st = check_conditioning(p, version, root.what);
   if (!st && dit_json_has(&root, "offload")) {
     if (version < 2) {
       f = member_view(&root, "offload");

@@ -19,9 +19,6 @@
  * Version 4 adds "updates" (optional) to output values: the index of the input value the output
  * replaces in place (a decoder's causal cache): the runtime gives both one buffer, and the plan
  * reads the input before it writes the output. Tensor-map boxes may have 3 to 5 entries.
- * Version 5 adds "queue" (optional, 0 or 1) to steps: 1 puts a step on the conditioning queue,
- * beside the compute queue (passes/conditioning.c); such steps come first, read only weights,
- * inputs and each other's results, and share no arena byte with what the compute steps write.
  *
  *  "offload": {"version": 1, "mode": "layerwise"|"chunked", "chunk_bytes": N,
  *              "head_bytes": N, "tail": [offset, bytes], "overhead_bytes": N,
@@ -57,7 +54,7 @@
 #include "base/ops.h"
 #include "base/status.h"
 
-#define DIT_PLAN_VERSION 5 /* written; 1 (no offload section), 2 (no work), 3 (no in-place outputs) and 4 (no queues) are still read */
+#define DIT_PLAN_VERSION 4         /* written; 1 (no offload section), 2 (no work) and 3 (no in-place outputs) are still read */
 #define DIT_PLAN_OFFLOAD_VERSION 2  /* written only with a swap; 1 (no swap) is still written and read */
 #define DIT_PLAN_MAX_SWAP_FORWARDS 100000
 #define DIT_PLAN_MAX_OFFLOAD_BLOCKS 4096
@@ -124,7 +121,6 @@ typedef struct dit_plan_step {
   int32_t out[DIT_PLAN_MAX_OUT];
   dit_attrs_t attrs;
   int32_t block;
-  int32_t queue;            /* 0: the compute queue; 1: the conditioning queue (version 5) */
   int has_kernel;           /* else the backend runs the op itself (e.g. a library GEMM) */
   dit_plan_kernel_t kernel;
 } dit_plan_step_t;

@@ -145,8 +145,8 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
 
 def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, heuristic=True, warmup=None):
     """ditrun in its own processes: one forward writing `out`, `bench` (median and split; a CUDA
-    graph where ditrun takes one by default), the same with every step on the compute queue, and
-    optionally step by step (--no-cuda-graph) and with cuBLASLt's first heuristic GEMMs; peak
+    graph where ditrun takes one by default), and optionally the same step by step
+    (--no-cuda-graph) and with cuBLASLt's first heuristic GEMMs; peak
     device memory by nvidia-smi over the baseline taken here. Returns (results, failure text or
     None)."""
     from gpumem import MemPoll, used_mib
@@ -169,9 +169,6 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     # And with 32 of the heuristic's candidates timed at load rather than 8 (DIT_BENCH_GEMM_WIDE=1).
     wide = subprocess.run(bench_cmd, capture_output=True, text=True, env=dict(os.environ, DIT_CUDA_GEMM_CANDIDATES="32")) \
         if os.environ.get("DIT_BENCH_GEMM_WIDE") == "1" else None
-    # And every step on the compute queue: what the conditioning queue gains (DIT_BENCH_COND=0 leaves it out).
-    serial = subprocess.run(bench_cmd, capture_output=True, text=True, env=dict(os.environ, DIT_CONDITIONING_QUEUE="0")) \
-        if os.environ.get("DIT_BENCH_COND", "1") != "0" else None
     poll.stop = True
     poll.join()
     if gr is not None:
@@ -204,10 +201,6 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     if wide is not None:
         print(f"with 32 cuBLASLt candidates timed: {res.get('ditrun_wide_gemm_ms', 0):.1f} ms "
               f"(GEMMs {res.get('ditrun_wide_gemm_split_ms', 0):.1f} ms)", flush=True)
-    for line in (serial.stdout if serial is not None else "").splitlines():
-        if line.startswith("forward_ms_median"):
-            res["ditrun_one_queue_ms"] = float(line.split()[1])
-            print(f"every step on the compute queue (DIT_CONDITIONING_QUEUE=0): {res['ditrun_one_queue_ms']:.1f} ms", flush=True)
     for line in (heur.stdout if heur is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_heuristic_gemm_ms"] = float(line.split()[1])

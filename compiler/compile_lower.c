@@ -136,7 +136,6 @@ dit_status_t dit_compile_lower(const dit_graph_t *g, uint64_t arena_bytes, dit_p
     memcpy(s->out, op->out, sizeof(int32_t) * (size_t)op->n_out);
     s->attrs = op->attrs;
     s->block = op->block;
-    s->queue = op->queue;
   }
   *out = p;
   return DIT_OK;

@@ -13,7 +13,7 @@ static dit_status_t plan_of(const dit_model_t *m, const dit_shape_request_t *req
   dit_graph_t *g = NULL;
   dit_pass_result_t pres;
   memset(&pres, 0, sizeof pres);
-  const dit_pass_options_t popt = {NULL, NULL, 0};
+  const dit_pass_options_t popt = {NULL, NULL};
   dit_status_t s = dit_model_build_graph(m, req, &g);
   if (!s) s = dit_compile_lower_target(target, g, NULL);
   if (!s) s = dit_passes_run(g, &popt, &pres);

@@ -443,13 +443,12 @@ void dit_graph_print(const dit_graph_t *g, FILE *f) {
     print_type(val, f);
     fputc('\n', f);
   }
-  int32_t block = -2, queue = 0;
+  int32_t block = -2;
   for (int32_t i = 0; i < g->n_ops; i++) {
     const dit_op_t *op = &g->ops[i];
-    if (op->block != block || op->queue != queue) {
-      block = op->block, queue = op->queue;
-      if (queue) fprintf(f, "  // conditioning queue\n");
-      else if (block >= 0) fprintf(f, "  // block %d\n", block);
+    if (op->block != block) {
+      block = op->block;
+      if (block >= 0) fprintf(f, "  // block %d\n", block);
       else fprintf(f, "  // outside blocks\n");
     }
     fputs("  ", f);

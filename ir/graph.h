@@ -53,8 +53,6 @@ typedef struct dit_op {
   dit_vid_t out[DIT_OP_MAX_OUT];
   dit_attrs_t attrs;
   int32_t block; /* transformer block index, -1 outside the blocks */
-  /* 0: the compute queue; 1: the conditioning queue (passes/conditioning.c), beside it */
-  int32_t queue;
 } dit_op_t;
 
 typedef struct dit_graph dit_graph_t;

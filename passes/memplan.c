@@ -9,8 +9,7 @@
  * runtime skips a reshape whose input and output coincide); so are slices of the tokens that split
  * a one-item temp whole, each at its bytes of the block. A concat whose parts are contiguous
  * runs of its output is one too, the other way round: its parts are written into its block, which
- * the first part to be made takes and which lives until the last reader of any of the three.
- * The conditioning queue's temps live for the whole forward (passes/conditioning.c). */
+ * the first part to be made takes and which lives until the last reader of any of the three. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +51,7 @@ static void concat_hosts(const dit_graph_t *g, const dit_vid_t *root, dit_vid_t 
       const dit_value_t *uv = dit_graph_cvalue(g, u);
       const dit_op_t *by = uv->producer >= 0 ? dit_graph_cop_at(g, uv->producer) : NULL;
       ok = planned(uv) && root[u] == u && !busy[u] && host[u] < 0 && by && !dit_op_is_collective(by->kind) &&
-           by->kind != DIT_OP_STATE_CACHE && by->kind != DIT_OP_CONCAT && by->queue == op->queue;
+           by->kind != DIT_OP_STATE_CACHE && by->kind != DIT_OP_CONCAT;
     }
     if (!ok) continue;
     host[a] = host[b] = y;
@@ -158,15 +157,6 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   }
   free(first);
   free(until);
-  /* The conditioning queue's temps (passes/conditioning.c) live for the whole forward: that
-   * queue runs beside this one, so nothing this queue writes may take their bytes. Its ops come
-   * first, so their blocks are placed before any other. */
-  for (int32_t i = 0; i < no; i++) {
-    const dit_op_t *op = dit_graph_cop_at(g, i);
-    if (!op->queue) continue;
-    for (int k = 0; k < op->n_in; k++) last[op->in[k]] = no;
-    for (int k = 0; k < op->n_out; k++) last[op->out[k]] = no;
-  }
   /* Views: root[v] is the temp whose block v shares (itself unless v reshapes a temp or is a slice
    * of one split whole), view_at[v] where in it. Ops run in order, so a view's root is known before
    * the view. */

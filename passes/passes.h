@@ -14,9 +14,6 @@
 typedef struct dit_pass_options {
   const char *dump_after; /* pass name, "all", or NULL */
   FILE *dump;             /* where dumps go (stderr if NULL) */
-  /* Runs the conditioning pass (a plan without weight offload: the ops it moves read their
-   * weights before any block runs). */
-  int conditioning_queue;
 } dit_pass_options_t;
 
 typedef struct dit_pass_result {
@@ -24,14 +21,13 @@ typedef struct dit_pass_result {
   uint64_t naive_bytes;   /* sum of all planned values: what no reuse would take */
   int32_t removed_ops;    /* by dead-code elimination */
   int32_t fused_ops;      /* ops folded into their producers */
-  int32_t conditioning_ops; /* ops on the conditioning queue */
 } dit_pass_result_t;
 
 /* Pass names in pipeline order, NULL-terminated. */
 const char *const *dit_pass_names(void);
 
-/* Runs verify -> dce -> fuse -> schedule -> conditioning (when asked for) -> memplan -> verify. An
- * unknown dump_after name is an error listing the known ones. */
+/* Runs verify -> dce -> fuse -> memplan -> verify. An unknown dump_after name is an error listing the
+ * known ones. */
 dit_status_t dit_passes_run(dit_graph_t *g, const dit_pass_options_t *opts,
                             dit_pass_result_t *out);
 
@@ -45,10 +41,6 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r);
 /* Orders the ops so every collective directly follows the chain producing its input
  * (passes/schedule.c); graphs without collectives keep their order. */
 dit_status_t dit_pass_schedule(dit_graph_t *g, dit_pass_result_t *r);
-/* Moves the ops that read only weights, small inputs and each other's results (the timestep's
- * embeddings and every block's modulation) in front of the others, on the conditioning queue
- * (op->queue = 1; passes/conditioning.c). */
-dit_status_t dit_pass_conditioning(dit_graph_t *g, dit_pass_result_t *r);
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r);
 
 #endif

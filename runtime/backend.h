@@ -72,7 +72,7 @@ typedef struct dit_backend_vtable {
   dit_status_t (*wait)(void *state, int queue, int ev);
   dit_status_t (*pin_host)(void *state, const void *ptr, size_t bytes, const void **pinned);
   /* Optional: milliseconds between the most recent marks of two events, once both completed
-   * (after synchronize). Events in [DIT_BACKEND_TIMED_EVENTS, DIT_BACKEND_COND_EVENTS) carry times. */
+   * (after synchronize). Events from DIT_BACKEND_TIMED_EVENTS up carry times. */
   dit_status_t (*elapsed_ms)(void *state, int ev_a, int ev_b, double *ms);
   /* Optional, both or neither (device backends whose collectives a device library runs):
    * native_queue makes the backend's device current on the calling thread and returns queue 0
@@ -80,11 +80,6 @@ typedef struct dit_backend_vtable {
    * gives the number of devices this process sees. */
   void *(*native_queue)(void *state, int queue);
   dit_status_t (*device_count)(int *count);
-  /* Optional (device backends): the queue the steps run on from now, 0 (compute) or
-   * DIT_BACKEND_QUEUE_COND (the conditioning queue: plan steps of queue 1, beside compute, for
-   * which the executor marks events there and waits for them on queue 0; mark and wait take
-   * that queue too). Without it every step runs on queue 0 in plan order. */
-  dit_status_t (*select_queue)(void *state, int queue);
   /* Optional: runs fn(arg) on queue 2 in order with that queue's copies, marks and waits (a
    * collective's communicator call, overlapped with compute); a failure comes out of the next
    * synchronize. mark and wait take queue 2 on backends that have this or native_queue. */
@@ -124,12 +119,10 @@ typedef struct dit_backend_vtable {
 } dit_backend_vtable_t;
 
 /* Event numbers: [0, COLL) the offload engine's, [COLL, TIMED) the overlapped collectives',
- * [TIMED, COND) timed ones, [COND, MAX) the conditioning queue's. */
-#define DIT_BACKEND_MAX_EVENTS 1280
+ * [TIMED, MAX) timed ones. */
+#define DIT_BACKEND_MAX_EVENTS 1024
 #define DIT_BACKEND_COLL_EVENTS 384
 #define DIT_BACKEND_TIMED_EVENTS 512
-#define DIT_BACKEND_COND_EVENTS 1024
-#define DIT_BACKEND_QUEUE_COND 3
 
 const dit_backend_vtable_t *dit_backend_cpu(void);
 /* The CUDA backend: the driver API and cuBLASLt are loaded with dlopen on first use, so the

@@ -3,10 +3,7 @@
  * streaming) and the collective queue (2) are threads of their own, so their work overlaps
  * compute as a GPU's copy engine and communication kernels do. Events are shared by the
  * queues. DIT_CPU_COPY_DELAY_US=N delays every queued copy or call by N microseconds: it widens
- * the windows in which a missing dependency between the queues would show, for tests. The
- * conditioning queue (3) is deferred as far as it may be: its steps run on the caller's thread
- * only when queue 0 waits for one of its marks (or at synchronize), so a compute step that reads
- * its results without waiting, or a byte both queues use, shows as a wrong result. */
+ * the windows in which a missing dependency between the queues would show, for tests. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -48,19 +45,8 @@ typedef struct work_queue {
   size_t cap, head, n;
 } work_queue_t;
 
-/* A deferred step (index, step NULL: a mark of event ev) of the conditioning queue. */
-typedef struct cond_item {
-  size_t index;
-  const dit_plan_step_t *step;
-  int ev;
-  dit_tensor_t in[DIT_PLAN_MAX_IN], out[DIT_PLAN_MAX_OUT];
-} cond_item_t;
-
 typedef struct cpu_state {
   dit_cpu_t cpu;
-  int on_cond;        /* steps go to the conditioning queue (select_queue) */
-  cond_item_t *cond;  /* its deferred items: [cond_done, n_cond) still to run */
-  size_t n_cond, cap_cond, cond_done;
   float *scratch; /* fp32 product of a linear with a fused activation */
   size_t scratch_n;
   cq_shared_t sh;
@@ -143,35 +129,8 @@ static dit_status_t cpu_call(void *state, int queue, dit_status_t (*fn)(void *),
   return cq_push(&((cpu_state_t *)state)->q[2], (cq_item_t){.kind = CQ_CALL, .fn = fn, .arg = arg});
 }
 
-static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_t *st, const dit_tensor_t *in, dit_tensor_t *out);
-
-/* Runs the conditioning queue's deferred items up to the last mark of ev still pending (ev < 0:
- * all of them). */
-static dit_status_t cond_flush(cpu_state_t *st, int ev) {
-  size_t end = st->cond_done;
-  for (size_t i = st->cond_done; i < st->n_cond; i++)
-    if (ev < 0 || (!st->cond[i].step && st->cond[i].ev == ev)) end = i + 1;
-  for (; st->cond_done < end; st->cond_done++) {
-    cond_item_t *it = &st->cond[st->cond_done];
-    if (it->step) DIT_RETURN_IF_ERROR(cpu_run_step(st, it->index, it->step, it->in, it->out), "conditioning step %zu", it->index);
-  }
-  if (st->cond_done == st->n_cond) st->n_cond = st->cond_done = 0;
-  return DIT_OK;
-}
-
-static dit_status_t cond_push(cpu_state_t *st, cond_item_t it) {
-  if (st->n_cond == st->cap_cond) {
-    size_t cap = st->cap_cond ? 2 * st->cap_cond : 64;
-    cond_item_t *n = realloc(st->cond, cap * sizeof *n);
-    if (!n) return DIT_ERR(RESOURCE_EXHAUSTED, "cpu backend: conditioning queue out of memory");
-    st->cond = n, st->cap_cond = cap;
-  }
-  st->cond[st->n_cond++] = it;
-  return DIT_OK;
-}
-
 static dit_status_t check_event(int queue, int ev) {
-  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || queue < 0 || queue > DIT_BACKEND_QUEUE_COND)
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || queue < 0 || queue > 2)
     return DIT_ERR(INVALID_ARGUMENT, "cpu backend: event %d on queue %d", ev, queue);
   return DIT_OK;
 }
@@ -180,9 +139,8 @@ static dit_status_t cpu_mark(void *state, int queue, int ev) {
   cpu_state_t *st = state;
   cq_shared_t *sh = &st->sh;
   DIT_RETURN_IF(check_event(queue, ev));
-  if (queue == DIT_BACKEND_QUEUE_COND) return cond_push(st, (cond_item_t){.ev = ev});
-  if (queue && queue != DIT_BACKEND_QUEUE_COND) return cq_push(&st->q[queue], (cq_item_t){.kind = CQ_MARK, .ev = ev});
-  /* Compute (and the conditioning queue, the same thread) is synchronous: everything before this mark has already run. */
+  if (queue) return cq_push(&st->q[queue], (cq_item_t){.kind = CQ_MARK, .ev = ev});
+  /* Compute is synchronous: everything before this mark has already run. */
   pthread_mutex_lock(&sh->mu);
   sh->completed[ev] = ++sh->recorded[ev];
   sh->when[ev] = dit_now_s();
@@ -195,20 +153,11 @@ static dit_status_t cpu_wait(void *state, int queue, int ev) {
   cpu_state_t *st = state;
   cq_shared_t *sh = &st->sh;
   DIT_RETURN_IF(check_event(queue, ev));
-  if (queue == DIT_BACKEND_QUEUE_COND) return DIT_OK; /* what queue 0 holds has run */
-  if (queue == 0) DIT_RETURN_IF(cond_flush(st, ev)); /* a wait for the conditioning queue's mark runs its steps up to it */
-  if (queue && queue != DIT_BACKEND_QUEUE_COND) return cq_push(&st->q[queue], (cq_item_t){.kind = CQ_WAIT, .ev = ev});
+  if (queue) return cq_push(&st->q[queue], (cq_item_t){.kind = CQ_WAIT, .ev = ev});
   pthread_mutex_lock(&sh->mu);
   const uint64_t target = sh->recorded[ev];
   while (sh->completed[ev] < target) pthread_cond_wait(&sh->cv, &sh->mu);
   pthread_mutex_unlock(&sh->mu);
-  return DIT_OK;
-}
-
-static dit_status_t cpu_select_queue(void *state, int queue) {
-  if (queue != 0 && queue != DIT_BACKEND_QUEUE_COND)
-    return DIT_ERR(INVALID_ARGUMENT, "cpu backend: steps run on queue 0 or %d, not %d", DIT_BACKEND_QUEUE_COND, queue);
-  ((cpu_state_t *)state)->on_cond = queue != 0;
   return DIT_OK;
 }
 
@@ -277,7 +226,6 @@ static void cpu_destroy(void *state) {
   pthread_cond_destroy(&st->sh.cv);
   dit_pool_destroy(st->cpu.pool);
   free(st->scratch);
-  free(st->cond);
   free(st);
 }
 
@@ -324,7 +272,6 @@ static dit_status_t cpu_copy2d(void *state, int queue, void *dst, size_t dpitch,
 static dit_status_t cpu_sync(void *state) {
   cpu_state_t *st = state;
   cq_shared_t *sh = &st->sh;
-  DIT_RETURN_IF(cond_flush(st, -1));
   pthread_mutex_lock(&sh->mu);
   while (st->q[1].n || st->q[2].n) pthread_cond_wait(&sh->cv, &sh->mu);
   dit_status_t s = sh->failed;
@@ -352,16 +299,6 @@ static dit_status_t rope_norm(const dit_plan_step_t *st, const char *name, const
   norm->w = &in[n_in - 1];
   norm->group = group ? group->i : x->rank >= 1 ? x->dims[x->rank - 1] : 1;
   return DIT_OK;
-}
-
-/* A step of the conditioning queue waits in its list (cond_flush runs it). */
-static dit_status_t cpu_queue_step(void *state, size_t index, const dit_plan_step_t *st, const dit_tensor_t *in, dit_tensor_t *out) {
-  cpu_state_t *c = state;
-  if (!c->on_cond) return cpu_run_step(state, index, st, in, out);
-  cond_item_t it = {.index = index, .step = st};
-  memcpy(it.in, in, (size_t)st->n_in * sizeof *in);
-  memcpy(it.out, out, (size_t)st->n_out * sizeof *out);
-  return cond_push(c, it);
 }
 
 static dit_status_t cpu_run_step(void *state, size_t index, const dit_plan_step_t *st,
@@ -776,7 +713,7 @@ static const dit_backend_vtable_t kCpuBackend = {
     .download = cpu_copy,
     .zero = cpu_zero,
     .copy2d = cpu_copy2d,
-    .run_step = cpu_queue_step,
+    .run_step = cpu_run_step,
     .synchronize = cpu_sync,
     .copy_enqueue = cpu_copy_enqueue,
     .mark = cpu_mark,
@@ -785,7 +722,6 @@ static const dit_backend_vtable_t kCpuBackend = {
     .elapsed_ms = cpu_elapsed_ms,
     .call = cpu_call,
     .query = cpu_query,
-    .select_queue = cpu_select_queue,
     .probe_change = cpu_probe_change,
     .sum_sq_diff = cpu_sum_sq_diff,
 };

@@ -33,8 +33,6 @@ static void rank_destroy(rank_rt_t *rt) {
     rt->be->destroy(rt->be_state);
   }
   free(rt->stage_buf);
-  free(rt->cond_wait);
-  free(rt->cond_mark);
   free(rt->pending);
   free(rt->coll_jobs);
   if (rt->host_out)
@@ -722,90 +720,6 @@ static dit_status_t rank_step(rank_rt_t *rt, dit_comm_t *comm, size_t i) {
 
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm);
 
-/* Event slots of the conditioning queue: the fork (queue 0 -> it), the join (it -> queue 0), and
- * the marks queue 0 waits for. */
-#define COND_FORK DIT_BACKEND_COND_EVENTS
-#define COND_JOIN (DIT_BACKEND_COND_EVENTS + 1)
-#define COND_FIRST (DIT_BACKEND_COND_EVENTS + 2)
-#define COND_SLOTS (DIT_BACKEND_MAX_EVENTS - COND_FIRST)
-
-/* Where the conditioning queue marks and queue 0 waits: a mark after each conditioning step a
- * compute step reads (with more such steps than slots, after the last of each run of them, so a
- * wait may cover more than it needs), and before each compute step a wait for the latest mark
- * covering what it reads, unless an earlier wait covered it. DIT_CONDITIONING_QUEUE=0 or a
- * backend without queues keep every step on queue 0, in plan order. */
-static dit_status_t cond_setup(rank_rt_t *rt) {
-  const dit_plan_t *p = rt->plan;
-  rt->cond_set = 1;
-  size_t n = 0;
-  while (n < p->n_steps && p->steps[n].queue) n++;
-  const char *env = getenv("DIT_CONDITIONING_QUEUE");
-  if (!n || n == p->n_steps || !rt->be->select_queue || !rt->be->mark || !rt->be->wait || (env && !strcmp(env, "0"))) return DIT_OK;
-  int32_t *prod = malloc((p->n_values + 1) * sizeof *prod), *rank_of = calloc(n + 1, sizeof *rank_of);
-  rt->cond_wait = malloc((p->n_steps + 1) * sizeof *rt->cond_wait);
-  rt->cond_mark = malloc((p->n_steps + 1) * sizeof *rt->cond_mark);
-  if (!prod || !rank_of || !rt->cond_wait || !rt->cond_mark) {
-    free(prod), free(rank_of);
-    return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
-  }
-  for (size_t v = 0; v < p->n_values; v++) prod[v] = -1;
-  for (size_t i = 0; i < p->n_steps; i++) {
-    rt->cond_wait[i] = rt->cond_mark[i] = -1;
-    for (int k = 0; k < p->steps[i].n_out; k++) prod[p->steps[i].out[k]] = (int32_t)i;
-  }
-  /* The conditioning steps compute steps read, numbered in order (rank_of: 1-based, 0: none). */
-  size_t read = 0;
-  for (size_t i = n; i < p->n_steps; i++)
-    for (int k = 0; k < p->steps[i].n_in; k++) {
-      const int32_t j = prod[p->steps[i].in[k]];
-      if (j >= 0 && (size_t)j < n && !rank_of[j]) rank_of[j] = -1;
-    }
-  for (size_t j = 0; j < n; j++)
-    if (rank_of[j]) rank_of[j] = (int32_t)++read;
-  /* Mark r (1-based) goes to slot (r - 1) * COND_SLOTS / read; a slot's mark after its last step. */
-  for (size_t j = 0; j < n; j++)
-    if (rank_of[j]) rt->cond_mark[j] = COND_FIRST + (int32_t)((uint64_t)(rank_of[j] - 1) * COND_SLOTS / read);
-  for (size_t j = 0; j + 1 < n; j++) {
-    size_t k = j + 1; /* the next marked step: the same slot moves the mark there */
-    while (k < n && rt->cond_mark[k] < 0) k++;
-    if (rt->cond_mark[j] >= 0 && k < n && rt->cond_mark[k] == rt->cond_mark[j]) rt->cond_mark[j] = -1;
-  }
-  int32_t covered = -1;
-  for (size_t i = n; i < p->n_steps; i++) {
-    int32_t need = -1;
-    for (int k = 0; k < p->steps[i].n_in; k++) {
-      int32_t j = prod[p->steps[i].in[k]];
-      if (j < 0 || (size_t)j >= n) continue;
-      while (rt->cond_mark[j] < 0) j++; /* its slot's mark, at or after it */
-      if (rt->cond_mark[j] > need) need = rt->cond_mark[j];
-    }
-    if (need > covered) rt->cond_wait[i] = covered = need;
-  }
-  free(prod), free(rank_of);
-  rt->cond_n = n;
-  return DIT_OK;
-}
-
-/* Before step i: into the conditioning queue at the first step (behind what queue 0 holds), out
- * of it after its last, and queue 0's wait for the marks step i reads behind. */
-static dit_status_t cond_before(rank_rt_t *rt, size_t i) {
-  if (i == 0) {
-    DIT_RETURN_IF(rt->be->mark(rt->be_state, 0, COND_FORK));
-    DIT_RETURN_IF(rt->be->wait(rt->be_state, DIT_BACKEND_QUEUE_COND, COND_FORK));
-    DIT_RETURN_IF(rt->be->select_queue(rt->be_state, DIT_BACKEND_QUEUE_COND));
-  }
-  if (i == rt->cond_n) {
-    DIT_RETURN_IF(rt->be->mark(rt->be_state, DIT_BACKEND_QUEUE_COND, COND_JOIN));
-    DIT_RETURN_IF(rt->be->select_queue(rt->be_state, 0));
-  }
-  return rt->cond_wait[i] >= 0 ? rt->be->wait(rt->be_state, 0, rt->cond_wait[i]) : DIT_OK;
-}
-
-/* After step i (run or skipped): the conditioning queue's mark. */
-static dit_status_t cond_after(rank_rt_t *rt, size_t i) {
-  return rt->cond_mark[i] >= 0 ? rt->be->mark(rt->be_state, DIT_BACKEND_QUEUE_COND, rt->cond_mark[i]) : DIT_OK;
-}
-
 /* Records the forward's steps as a graph (nothing runs while capturing). */
 static dit_status_t capture_forward(rank_rt_t *rt, dit_comm_t *comm) {
   DIT_RETURN_IF(rt->be->capture_begin(rt->be_state));
@@ -874,17 +788,7 @@ static dit_status_t swap_target(rank_rt_t *rt, rank_rt_t **out, uint32_t *per_bl
   return DIT_OK;
 }
 
-static dit_status_t forward_steps(rank_rt_t *rt, dit_comm_t *comm, int cond);
-
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
-  dit_status_t s = rt->cond_set ? DIT_OK : cond_setup(rt);
-  const int cond = rt->cond_n && !rt->profile; /* a profiled forward times each step alone, in plan order */
-  if (!s) s = forward_steps(rt, comm, cond);
-  if (s && cond) dit_status_free(rt->be->select_queue(rt->be_state, 0)); /* a failure may leave it on the conditioning queue */
-  return s;
-}
-
-static dit_status_t forward_steps(rank_rt_t *rt, dit_comm_t *comm, int cond) {
   const dit_plan_t *p = rt->plan;
   rank_rt_t *incoming = NULL;
   uint32_t per_block = 0;
@@ -892,9 +796,7 @@ static dit_status_t forward_steps(rank_rt_t *rt, dit_comm_t *comm, int cond) {
   dit_reuse_forward_begin(rt);
   for (size_t i = 0; i < p->n_steps; i++) {
     int skip = 0;
-    dit_status_t rs = cond ? cond_before(rt, i) : DIT_OK;
-    if (!rs) rs = dit_reuse_skip(rt, i, &skip);
-    if (!rs && skip && cond) rs = cond_after(rt, i);
+    dit_status_t rs = dit_reuse_skip(rt, i, &skip);
     if (rs) {
       rank_failed(rt, comm, rs);
       return dit_status_annotate(rs, "step %zu", i);
@@ -915,7 +817,6 @@ static dit_status_t forward_steps(rank_rt_t *rt, dit_comm_t *comm, int cond) {
       rt->profile[p->steps[i].kind] += dt;
       if (rt->profile_steps) rt->profile_steps[i] += dt;
     }
-    if (!s && cond) s = cond_after(rt, i);
     if (!s && rt->reuse) s = dit_reuse_after_step(rt, i);
     if (!s && rt->offload) s = dit_offload_after_step(rt->offload, i, dit_exec_collective_done_event(rt, &p->steps[i]));
     if (!s && incoming && p->steps[i].block >= 0 && (i + 1 == p->n_steps || p->steps[i + 1].block != p->steps[i].block)) {
@@ -933,7 +834,6 @@ static dit_status_t forward_steps(rank_rt_t *rt, dit_comm_t *comm, int cond) {
       return s;
     }
   }
-  if (cond) DIT_RETURN_IF(rt->be->wait(rt->be_state, 0, COND_JOIN)); /* a graph joins every queue it forked */
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
   dit_status_t s = rt->be->synchronize(rt->be_state);
   if (!s) s = dit_reuse_forward_end(rt);

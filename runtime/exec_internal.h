@@ -66,12 +66,6 @@ typedef struct rank_rt {
   size_t coll_step;
   struct coll_job *coll_jobs;
   struct dit_reuse_rank *reuse; /* attention-state reuse: this rank's step tags and statistics (reuse_exec.c) */
-  /* The conditioning queue (the plan's leading steps of queue 1, beside compute): how many of
-   * them run there (0: none, or every step on queue 0), and per step the event queue 0 waits
-   * for before it, or the conditioning queue marks after it (-1: none). Set on the first forward. */
-  size_t cond_n;
-  int cond_set;
-  int32_t *cond_wait, *cond_mark;
 } rank_rt_t;
 
 struct dit_runtime {

@@ -245,7 +245,7 @@ dit_status_t dit_offload_engine_create_parked(const dit_manifest_t *m, const dit
   }
   e->stats.blocks = e->n;
   e->wrap = 1;
-  e->timed = be->elapsed_ms && DIT_BACKEND_TIMED_EVENTS + 2 * e->n <= DIT_BACKEND_COND_EVENTS;
+  e->timed = be->elapsed_ms && DIT_BACKEND_TIMED_EVENTS + 2 * e->n <= DIT_BACKEND_MAX_EVENTS;
   e->stats.chunk_bytes = e->chunked ? e->chunk : 0;
   e->stats.slot_bytes = 2 * slot;
   e->stats.total_weight_bytes = host_size;

@@ -307,7 +307,6 @@ typedef struct gemm {
   const void *bias_at; /* the bias address the description holds (operands may move: an expert swap) */
   const void *a_scale_at; /* linear_fp8: the weight's channel scales the description holds */
   const void *b_scale_at; /* linear_fp8: x's row scales the description holds */
-  int no_workspace; /* a conditioning queue's GEMM: it runs beside the others, which share the workspace */
 } gemm_t;
 
 /* What makes two GEMMs the same problem for cuBLASLt: identical ones (every block's q, k, v,
@@ -317,7 +316,6 @@ typedef struct gemm_key {
   int tx, tw, ty, tbias; /* dit dtypes; tbias -1 without a bias */
   int epilogue;
   uint32_t align; /* the operands' common pointer alignment, at most 256 bytes */
-  int no_workspace;
 } gemm_key_t;
 
 typedef struct gemm_choice {
@@ -342,9 +340,7 @@ typedef struct cuda_state {
   lt_api_t lt;
   CUdevice dev;
   CUcontext ctx;
-  CUstream stream;   /* queue 0, compute */
-  CUstream run;      /* the queue steps run on: stream, or cond_stream (select_queue) */
-  CUstream cond_stream; /* the conditioning queue, created on first use */
+  CUstream stream;
   int cc_major, cc_minor;
   cublasLtHandle_t lt_handle;
   CUdeviceptr workspace;
@@ -472,7 +468,6 @@ static void cuda_destroy(void *p) {
     if (st->workspace) st->cu.cuMemFree(st->workspace);
     if (st->lt_handle) st->lt.destroy(st->lt_handle);
     if (st->stream) st->cu.cuStreamDestroy(st->stream);
-    if (st->cond_stream) st->cu.cuStreamDestroy(st->cond_stream);
     if (st->copy_stream) st->cu.cuStreamDestroy(st->copy_stream);
     if (st->coll_stream) st->cu.cuStreamDestroy(st->coll_stream);
     for (int i = 0; i < DIT_BACKEND_MAX_EVENTS; i++)
@@ -520,7 +515,6 @@ static dit_status_t cuda_create(const dit_backend_config_t *cfg, void **out) {
   if (!s) s = cu_check(st, st->cu.cuDevicePrimaryCtxRetain(&st->ctx, st->dev), "cuDevicePrimaryCtxRetain");
   if (!s) s = cu_check(st, st->cu.cuCtxSetCurrent(st->ctx), "cuCtxSetCurrent");
   if (!s) s = cu_check(st, st->cu.cuStreamCreate(&st->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  st->run = st->stream;
   /* DIT_CUDA_COPY=engines: device copies on the copy engines (cuMemcpy2DAsync), to compare. */
   const char *ce = getenv("DIT_CUDA_COPY");
   if (!s && !(ce && !strcmp(ce, "engines"))) s = cu_check(st, st->cu.cuModuleLoadData(&st->copy_mod, kCopyPtx), "cuModuleLoadData (copy kernel)");
@@ -728,8 +722,6 @@ static dit_status_t cuda_sync(void *p) {
   bind(st);
   if (st->copy_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->copy_stream), "cuStreamSynchronize (weight copies)"));
   if (st->coll_stream) DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->coll_stream), "cuStreamSynchronize (collectives)"));
-  if (st->cond_stream)
-    DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->cond_stream), "cuStreamSynchronize (a conditioning step of this forward failed)"));
   return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (a kernel or GEMM of this forward failed)");
 }
 
@@ -741,8 +733,7 @@ static dit_status_t copy_stream(cuda_state_t *st, CUstream *out) {
   return DIT_OK;
 }
 
-/* Queue 0 is the compute stream, 1 the copy stream, 2 the collective stream, 3 the
- * conditioning stream. */
+/* Queue 0 is the compute stream, 1 the copy stream, 2 the collective stream. */
 static dit_status_t queue_stream(cuda_state_t *st, int queue, CUstream *out) {
   if (queue == 0) *out = st->stream;
   else if (queue == 1) return copy_stream(st, out);
@@ -750,10 +741,6 @@ static dit_status_t queue_stream(cuda_state_t *st, int queue, CUstream *out) {
     if (!st->coll_stream)
       DIT_RETURN_IF(cu_check(st, st->cu.cuStreamCreate(&st->coll_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate (collectives)"));
     *out = st->coll_stream;
-  } else if (queue == DIT_BACKEND_QUEUE_COND) {
-    if (!st->cond_stream)
-      DIT_RETURN_IF(cu_check(st, st->cu.cuStreamCreate(&st->cond_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate (conditioning)"));
-    *out = st->cond_stream;
   } else {
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: no queue %d", queue);
   }
@@ -771,11 +758,11 @@ static dit_status_t cuda_copy_enqueue(void *p, void *dst, const void *src, size_
 }
 
 static dit_status_t queue_event(cuda_state_t *st, int queue, int ev, CUstream *s, CUevent *e) {
-  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || queue < 0 || queue > DIT_BACKEND_QUEUE_COND)
+  if (ev < 0 || ev >= DIT_BACKEND_MAX_EVENTS || queue < 0 || queue > 2)
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: event %d on queue %d", ev, queue);
-  const int timed = ev >= DIT_BACKEND_TIMED_EVENTS && ev < DIT_BACKEND_COND_EVENTS;
   if (!st->events[ev])
-    DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->events[ev], timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING), "cuEventCreate"));
+    DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->events[ev], ev >= DIT_BACKEND_TIMED_EVENTS ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING),
+                           "cuEventCreate"));
   *e = st->events[ev];
   return queue_stream(st, queue, s);
 }
@@ -798,18 +785,10 @@ static dit_status_t cuda_wait(void *p, int queue, int ev) {
   return cu_check(st, st->cu.cuStreamWaitEvent(s, e, 0), "cuStreamWaitEvent");
 }
 
-static dit_status_t cuda_select_queue(void *p, int queue) {
-  cuda_state_t *st = p;
-  if (queue == 0) st->run = st->stream;
-  else if (queue == DIT_BACKEND_QUEUE_COND) return queue_stream(st, queue, &st->run);
-  else return DIT_ERR(INVALID_ARGUMENT, "cuda backend: steps run on queue 0 or %d, not %d", DIT_BACKEND_QUEUE_COND, queue);
-  return DIT_OK;
-}
-
 static dit_status_t cuda_elapsed_ms(void *p, int a, int b, double *ms) {
   cuda_state_t *st = p;
   bind(st);
-  if (a < DIT_BACKEND_TIMED_EVENTS || b < DIT_BACKEND_TIMED_EVENTS || a >= DIT_BACKEND_COND_EVENTS || b >= DIT_BACKEND_COND_EVENTS ||
+  if (a < DIT_BACKEND_TIMED_EVENTS || b < DIT_BACKEND_TIMED_EVENTS || a >= DIT_BACKEND_MAX_EVENTS || b >= DIT_BACKEND_MAX_EVENTS ||
       !st->events[a] || !st->events[b])
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: events %d and %d are not recorded timing events", a, b);
   float f = 0;
@@ -907,7 +886,7 @@ static uint32_t ptr_align(const void *p) {
 
 static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
   return a->m == b->m && a->n == b->n && a->k == b->k && a->tx == b->tx && a->tw == b->tw && a->ty == b->ty && a->tbias == b->tbias &&
-         a->epilogue == b->epilogue && a->align == b->align && a->no_workspace == b->no_workspace;
+         a->epilogue == b->epilogue && a->align == b->align;
 }
 
 /* Describes Y = X W^T (+ bias, GELU) to cuBLASLt in g; on failure releases what it made.
@@ -966,7 +945,7 @@ static dit_status_t gemm_candidates(cuda_state_t *st, const gemm_t *g, uint32_t 
   *out_n = 0;
   cublasLtMatmulPreference_t pref = NULL;
   DIT_RETURN_IF(lt_check(st->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate"));
-  const uint64_t ws = g->no_workspace ? 0 : st->workspace_size;
+  const uint64_t ws = st->workspace_size;
   dit_status_t s = lt_check(st->lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
                             "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
   /* Only algorithms that work at the operands' actual alignment (cuBLASLt assumes 256 bytes). */
@@ -985,7 +964,7 @@ static dit_status_t gemm_candidates(cuda_state_t *st, const gemm_t *g, uint32_t 
   DIT_RETURN_IF(s);
   int n = 0;
   for (int i = 0; i < found && i < want; i++)
-    if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws) res[n++] = res[i];
+    if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= st->workspace_size) res[n++] = res[i];
   *out_n = n;
   return DIT_OK;
 }
@@ -1098,8 +1077,7 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
 /* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M).
  * The algorithm comes from st->choices when an identical GEMM was set up before. */
 static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, int no_workspace, const char *what,
-                              gemm_t *g) {
+                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, const char *what, gemm_t *g) {
   const int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
   if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
   /* lt_type knows bf16, fp32 and (x and w of a scaled fp8 product) e4m3: anything else would be
@@ -1118,9 +1096,8 @@ static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit
   if (aw < align) align = aw;
   if (ay < align) align = ay;
   if (align > 256) align = 256;
-  const gemm_key_t key = {M, N, K, (int)x->dtype, (int)w->dtype, (int)y->dtype, bias ? (int)bias->dtype : -1, (int)ep, align, no_workspace};
+  const gemm_key_t key = {M, N, K, (int)x->dtype, (int)w->dtype, (int)y->dtype, bias ? (int)bias->dtype : -1, (int)ep, align};
   DIT_RETURN_IF(gemm_describe(st, x, w, bias, y, ep, M, N, K, w_scale, x_scale, g));
-  g->no_workspace = no_workspace;
   for (size_t i = 0; i < st->n_choices; i++)
     if (gemm_key_eq(&st->choices[i].key, &key)) {
       g->algo = st->choices[i].algo;
@@ -1228,8 +1205,8 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
     } else if (s->kind == DIT_OP_LINEAR_FP8) { /* e4m3 rows and their scales (in 0, 1) by the e4m3 weight (2, 3) */
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[2]], s->n_in > 4 ? &bound[s->in[4]] : NULL, &bound[s->out[0]],
-                                    act ? (int)act->i : 0, bound[s->in[3]].data, bound[s->in[1]].data, s->queue != 0,
-                                    plan->values[s->out[0]].name, &st->gemms[i]),
+                                    act ? (int)act->i : 0, bound[s->in[3]].data, bound[s->in[1]].data, plan->values[s->out[0]].name,
+                                    &st->gemms[i]),
                           "step %zu (linear_fp8 '%s')", i, plan->values[s->out[0]].name);
     } else if (s->kind == DIT_OP_LINEAR) {
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
@@ -1240,8 +1217,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
         return DIT_ERR(UNIMPLEMENTED, "step %zu (linear '%s'): the accumulated input must have the output's dtype and its own memory", i,
                        plan->values[s->out[0]].name);
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], bi >= 0 ? &bound[s->in[bi]] : NULL,
-                                    &bound[s->out[0]], act ? (int)act->i : 0, NULL, NULL, s->queue != 0, plan->values[s->out[0]].name,
-                                    &st->gemms[i]),
+                                    &bound[s->out[0]], act ? (int)act->i : 0, NULL, NULL, plan->values[s->out[0]].name, &st->gemms[i]),
                           "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
     } else {
       return DIT_ERR(UNIMPLEMENTED, "step %zu (%s): no kernel in the bundle and no library implementation", i,
@@ -1273,8 +1249,7 @@ static dit_status_t run_gemm(cuda_state_t *st, size_t idx, const void *b, const 
   DIT_RETURN_IF(repoint(st, g, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->b_scale_at, x_scale, "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
   const float one = 1.f, zero = 0.f;
   return lt_check(st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, b, g->b, c ? &one : &zero, c ? c : y->data, g->c, y->data,
-                                g->c, &g->algo, g->no_workspace ? NULL : (void *)(uintptr_t)st->workspace,
-                                g->no_workspace ? 0 : st->workspace_size, (cudaStream_t)st->run),
+                                g->c, &g->algo, (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream),
                   "cublasLtMatmul");
 }
 
@@ -1290,7 +1265,7 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
       if (in[k].dtype != out[k].dtype || dit_tensor_nbytes(&in[k]) != dit_tensor_nbytes(&out[k]))
         return DIT_ERR(INVALID_ARGUMENT, "state_cache: operand %d and its cache differ in dtype or size", k);
       DIT_RETURN_IF(cu_check(st, st->cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)out[k].data, (CUdeviceptr)(uintptr_t)in[k].data,
-                                                          dit_tensor_nbytes(&in[k]), st->run),
+                                                          dit_tensor_nbytes(&in[k]), st->stream),
                              "cuMemcpyDtoDAsync (state_cache)"));
     }
     return DIT_OK;
@@ -1308,7 +1283,7 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
       args[n++] = &st->tmaps[idx * DIT_PLAN_MAX_TMAPS + (size_t)j];
     }
     return cu_check(st, st->cu.cuLaunchKernel(st->funcs[idx], k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
-                                              k->block[2], k->smem, st->run, args, NULL),
+                                              k->block[2], k->smem, st->stream, args, NULL),
                     "cuLaunchKernel");
   }
   int bi, ai;
@@ -1415,7 +1390,6 @@ static const dit_backend_vtable_t kCuda = {
     .native_queue = cuda_native_queue,
     .device_count = cuda_device_count,
     .query = cuda_query,
-    .select_queue = cuda_select_queue,
     .probe_change = cuda_probe_change,
     .sum_sq_diff = cuda_sum_sq_diff,
     .external_copy = cuda_external_copy,

@@ -937,76 +937,7 @@ static void test_groupnorm_lowering(void) {
   dit_graph_destroy(gc), dit_graph_destroy(gg);
 }
 
-/* The conditioning pass on FLUX.1 (one double, two single blocks): the timestep, guidance and
- * pooled-text embeddings and every block's modulation on the conditioning queue, in front, outside
- * the blocks; they read nothing the compute queue makes, memplan gives no compute result a byte of
- * theirs, and the plan parser (which checks both again) takes the lowered plan. Off, nothing moves. */
-static void test_conditioning_on_flux(void) {
-  const char *data = getenv("DIT_TEST_DATA");
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/flux_dev_tiny/transformer", data ? data : "data");
-  dit_model_t *m;
-  CHECK_OK(dit_model_load(dir, NULL, &m));
-  if (!m) return;
-  dit_shape_request_t req = {.batch = 1, .frames = 1, .height = 64, .width = 64, .text_len = 8, .dtype = DIT_F32};
-  for (int on = 0; on < 2; on++) {
-    dit_graph_t *g;
-    CHECK_OK(dit_model_build_graph(m, &req, &g));
-    if (!g) continue;
-    dit_pass_result_t r;
-    CHECK_OK(dit_passes_run(g, &(dit_pass_options_t){.conditioning_queue = on}, &r));
-    const int32_t no = dit_graph_num_ops(g), nv = dit_graph_num_values(g);
-    int32_t n = 0, mods = 0, mods_cond = 0, later = 0, reads_compute = 0, in_block = 0;
-    while (n < no && dit_graph_cop_at(g, n)->queue) n++;
-    uint8_t *cond = calloc((size_t)nv + 1, 1);
-    for (int32_t i = 0; i < no; i++) {
-      const dit_op_t *op = dit_graph_cop_at(g, i);
-      const char *name = dit_graph_cvalue(g, op->out[0])->name;
-      const int is_mod = op->kind == DIT_OP_LINEAR && strstr(name, ".mod.linear") != NULL;
-      mods += is_mod, mods_cond += is_mod && op->queue;
-      later += i >= n && op->queue;
-      in_block += op->queue && op->block >= 0;
-      for (int k = 0; op->queue && k < op->n_in; k++) {
-        const int32_t pr = dit_graph_cvalue(g, op->in[k])->producer;
-        reads_compute += pr >= 0 && !dit_graph_cop_at(g, pr)->queue;
-      }
-      for (int k = 0; op->queue && k < op->n_out; k++) cond[op->out[k]] = 1;
-      for (int k = 0; op->queue && k < op->n_in; k++) cond[op->in[k]] = 1;
-    }
-    CHECK_EQ_INT(r.conditioning_ops, on ? n : 0);
-    CHECK_EQ_INT(mods, 2 + 2 + 1); /* the double block's two streams, each single block, the output norm */
-    CHECK_EQ_INT(mods_cond, on ? mods : 0);
-    CHECK_EQ_INT(later, 0);
-    CHECK_EQ_INT(in_block, 0);
-    CHECK_EQ_INT(reads_compute, 0);
-    int overlaps = 0;
-    for (int32_t i = n; i < no; i++) {
-      const dit_op_t *op = dit_graph_cop_at(g, i);
-      for (int k = 0; k < op->n_out; k++) {
-        const dit_value_t *y = dit_graph_cvalue(g, op->out[k]);
-        if (y->offset < 0) continue;
-        for (dit_vid_t v = 0; v < nv; v++) {
-          const dit_value_t *c = dit_graph_cvalue(g, v);
-          overlaps += cond[v] && c->offset >= 0 && c->offset < y->offset + (int64_t)dit_value_nbytes(y) &&
-                      y->offset < c->offset + (int64_t)dit_value_nbytes(c);
-        }
-      }
-    }
-    CHECK_EQ_INT(overlaps, 0);
-    dit_plan_t *p = NULL, *q = NULL;
-    char *text = NULL;
-    CHECK_OK(dit_compile_lower(g, r.arena_bytes, &p));
-    if (p) CHECK_OK(dit_plan_to_json(p, &text));
-    if (text) CHECK_OK(dit_plan_parse(text, strlen(text), "plan.json", &q));
-    if (q) CHECK_EQ_INT(q->steps[0].queue, on);
-    dit_plan_free(p), dit_plan_free(q), free(text), free(cond);
-    dit_graph_destroy(g);
-  }
-  dit_model_free(m);
-}
-
 int main(void) {
-  test_conditioning_on_flux();
   test_groupnorm_lowering();
   test_dce();
   test_memplan_views();

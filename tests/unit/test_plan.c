@@ -76,8 +76,8 @@ static void test_rejections(void) {
   CHECK_ERR(parse("{"), INVALID_ARGUMENT, "not valid JSON");
   CHECK_ERR(parse("[]"), INVALID_ARGUMENT, "plan.json: expected a JSON object at the top level, found an array");
   CHECK_ERR(parse("{\"format\":\"other\",\"version\":1}"), INVALID_ARGUMENT, "plan.json: field 'format': expected \"ditc-plan\", found \"other\"");
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":6,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
-            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..5, found 6");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":5,\"arena_bytes\":0,\"values\":[],\"steps\":[]}"),
+            FAILED_PRECONDITION, "field 'version': this build reads plan versions 1..4, found 5");
   CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":1,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"a\":1,\"a\":2}"),
             INVALID_ARGUMENT, "duplicate key \"a\"");
   /* arena value beyond the arena */
@@ -115,67 +115,6 @@ static void test_rejections(void) {
                   "{\"name\":\"b\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":8}],"
                   "\"steps\":[{\"op\":\"silu\",\"in\":[0],\"out\":[1]},{\"op\":\"silu\",\"in\":[1],\"out\":[2]}]}"),
             INVALID_ARGUMENT, "field 'steps[1].out[0]': output \"b\" overlaps input \"a\" (in[0]) in the arena");
-}
-
-/* The conditioning queue: its steps first, reading only weights, inputs no output replaces and
- * each other's results, writing only the arena, and sharing no arena byte with what compute
- * steps write; the queue round-trips through the writer. */
-static void test_conditioning_queue(void) {
-#define CQ_HEAD(V) "{\"format\":\"ditc-plan\",\"version\":" V ",\"arena_bytes\":1024,"
-#define CQ_VALUES                                                                                        \
-  "\"values\":[{\"name\":\"t\",\"storage\":\"input\",\"ref\":\"t\",\"dtype\":\"f32\",\"shape\":[4]},"     \
-  "{\"name\":\"x\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[4]},"                   \
-  "{\"name\":\"m\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":0},"                   \
-  "{\"name\":\"h\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":256},"                 \
-  "{\"name\":\"y\",\"storage\":\"output\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[4]}]"
-#define CQ(V, S0, S1, S2) CQ_HEAD(V) CQ_VALUES ",\"steps\":[" S0 "," S1 "," S2 "]}"
-#define SILU(IN, OUT, Q) "{\"op\":\"silu\",\"in\":[" IN "],\"out\":[" OUT "]" Q "}"
-#define ADD2(A, B, OUT, Q) "{\"op\":\"add\",\"in\":[" A "," B "],\"out\":[" OUT "]" Q "}"
-  const char *ok = CQ("5", SILU("0", "2", ",\"queue\":1"), SILU("1", "3", ""), ADD2("3", "2", "4", ""));
-  dit_plan_t *p = NULL;
-  CHECK_OK(dit_plan_parse(ok, strlen(ok), "plan.json", &p));
-  if (p) {
-    CHECK_EQ_INT(p->steps[0].queue, 1);
-    CHECK_EQ_INT(p->steps[1].queue, 0);
-    char *text = NULL;
-    CHECK_OK(dit_plan_to_json(p, &text));
-    dit_plan_t *q = NULL;
-    if (text) CHECK_OK(dit_plan_parse(text, strlen(text), "plan.json", &q));
-    if (q) CHECK_EQ_INT(q->steps[0].queue, 1);
-    CHECK(text && strstr(text, "\"queue\":1") && !strstr(text, "\"queue\":0"));
-    dit_plan_free(q);
-    free(text);
-    dit_plan_free(p);
-  }
-  CHECK_ERR(parse(CQ("4", SILU("0", "2", ",\"queue\":1"), SILU("1", "3", ""), ADD2("3", "2", "4", ""))), INVALID_ARGUMENT,
-            "field 'steps[0].queue': a version 4 plan has no conditioning queue (version 5 and later)");
-  CHECK_ERR(parse(CQ("5", SILU("1", "3", ""), SILU("0", "2", ",\"queue\":1"), ADD2("3", "2", "4", ""))), INVALID_ARGUMENT,
-            "field 'steps[1].queue': the conditioning queue's steps come first");
-  CHECK_ERR(parse(CQ("5", SILU("0", "2", ",\"queue\":1"), SILU("1", "3", ",\"queue\":2"), ADD2("3", "2", "4", ""))), OUT_OF_RANGE,
-            "field 'steps[1].queue': expected an integer in [0, 1], found 2");
-  CHECK_ERR(parse(CQ("5", SILU("0", "3", ",\"queue\":1"), SILU("3", "2", ",\"queue\":1"), ADD2("3", "2", "4", ",\"queue\":1"))),
-            INVALID_ARGUMENT, "field 'steps[2].out[0]': the conditioning queue writes the arena only, found output \"y\"");
-  /* a compute step writing bytes the conditioning queue holds: h over m */
-  CHECK_ERR(parse(CQ_HEAD("5") "\"values\":[{\"name\":\"t\",\"storage\":\"input\",\"ref\":\"t\",\"dtype\":\"f32\",\"shape\":[4]},"
-                  "{\"name\":\"x\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[4]},"
-                  "{\"name\":\"m\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":0},"
-                  "{\"name\":\"h\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":8},"
-                  "{\"name\":\"y\",\"storage\":\"output\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[4]}],"
-                  "\"steps\":[" SILU("0", "2", ",\"queue\":1") "," SILU("1", "3", "") "," ADD2("3", "2", "4", "") "]}"),
-            INVALID_ARGUMENT, "field 'steps[1].out[0]': \"h\" shares arena bytes [0, 16) with the conditioning queue, which runs beside it");
-  /* an input an output replaces in place */
-  CHECK_ERR(parse(CQ_HEAD("5") "\"values\":[{\"name\":\"t\",\"storage\":\"input\",\"ref\":\"t\",\"dtype\":\"f32\",\"shape\":[4]},"
-                  "{\"name\":\"x\",\"storage\":\"input\",\"ref\":\"x\",\"dtype\":\"f32\",\"shape\":[4]},"
-                  "{\"name\":\"m\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":0},"
-                  "{\"name\":\"h\",\"storage\":\"arena\",\"dtype\":\"f32\",\"shape\":[4],\"offset\":256},"
-                  "{\"name\":\"y\",\"storage\":\"output\",\"ref\":\"y\",\"dtype\":\"f32\",\"shape\":[4],\"updates\":0}],"
-                  "\"steps\":[" SILU("0", "2", ",\"queue\":1") "," SILU("1", "3", "") "," ADD2("3", "2", "4", "") "]}"),
-            INVALID_ARGUMENT, "field 'steps[0].in[0]': the conditioning queue reads input \"t\", which output values[4] replaces");
-#undef CQ_HEAD
-#undef CQ_VALUES
-#undef CQ
-#undef SILU
-#undef ADD2
 }
 
 /* Tensor maps of a kernel: parsed, printed back, and refused when they could mislead a
@@ -334,8 +273,8 @@ static void test_field_paths(void) {
   CHECK_ERR(parse(STEPS(K("tmaps", "[{\"arg\":1,\"box\":[64,8],\"swizzle\":0,\"dims\":[1]}]"))), INVALID_ARGUMENT,
             "field 'steps[1].kernel.tmaps[0]': unknown member \"dims\"");
   /* a later version is refused for its version, not for members it may have added */
-  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":6,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
-            "field 'version': this build reads plan versions 1..5, found 6");
+  CHECK_ERR(parse("{\"format\":\"ditc-plan\",\"version\":5,\"arena_bytes\":0,\"values\":[],\"steps\":[],\"new\":1}"), FAILED_PRECONDITION,
+            "field 'version': this build reads plan versions 1..4, found 5");
 #undef K
 #undef ADD
 #undef STEPS
@@ -689,7 +628,6 @@ int main(void) {
   test_work_section();
   test_rejections();
   test_tensor_maps();
-  test_conditioning_queue();
   test_field_paths();
   test_bindings();
   test_offload_section();
