@@ -18,6 +18,20 @@ def used_mib(gpu=None):
     return v[gpu] if gpu < len(v) else 0
 
 
+_START = []
+
+
+def mark_start():
+    """Remembers the device memory in use before this process touched the GPU: the baseline of
+    process_peak_gib. Call it first thing, before anything initialises CUDA."""
+    _START[:] = [used_mib(0)]
+
+
+def process_start_mib():
+    """What mark_start saw, or None when it was not called."""
+    return _START[0] if _START else None
+
+
 class MemPoll(threading.Thread):
     """The peak of used_mib(gpu) until .stop is set."""
 

@@ -14,7 +14,8 @@ import time
 import ceilings
 
 COSINE_MIN = 0.999
-PEAK_NOTE = "peak GiB: diffusers' from torch's allocator (tensors only), ditrun's from nvidia-smi (whole process)"
+PEAK_NOTE = ("peak GiB: diffusers' from torch's allocator (tensors only; its whole process by nvidia-smi in the JSON's "
+             "eager_process_peak_gib), ditrun's from nvidia-smi (whole process)")
 
 
 # --- shapes and the zero-weight folder (no torch) ---
@@ -341,6 +342,8 @@ def dispatch(ap, a, dry_run, run, required, scratch=None, write_folder=None, che
     if check:
         check()
     os.makedirs(a.work, exist_ok=True)
+    import gpumem  # noqa: E402 (the device's use before this process touches it: diffusers' whole-process peak)
+    gpumem.mark_start()
     try:
         return run(a)
     finally:

@@ -117,15 +117,28 @@ def timed(torch, fn, iters, warmup=2):
 def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2):
     """Diffusers eager (its output, fp32, is the parity reference) and, unless use_compile is
     false, the same model under torch.compile: median ms, compile seconds, peak GiB."""
+    from gpumem import MemPoll, process_start_mib
+
     res = {}
+    start = process_start_mib()
     with torch.no_grad():
         def eager():
             return model(**kwargs, return_dict=False)[0]
         torch.cuda.reset_peak_memory_stats()
+        # The whole process as nvidia-smi sees it, as ditrun's peak is taken, where the bench noted
+        # the device's use before this process touched it (gpumem.mark_start).
+        poll = MemPoll(gpu=0, every_s=0.02) if start is not None else None
+        if poll:
+            poll.start()
         ref = eager().float()
         res["eager_ms"] = 1e3 * timed(torch, eager, iters, warmup)
         res["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        print(f"diffusers eager: {res['eager_ms']:.1f} ms, peak {res['eager_peak_gib']:.2f} GiB", flush=True)
+        if poll:
+            poll.stop = True
+            poll.join()
+            res["eager_process_peak_gib"] = (poll.peak - start) / 1024
+        proc = f", {res['eager_process_peak_gib']:.2f} GiB whole process" if poll else ""
+        print(f"diffusers eager: {res['eager_ms']:.1f} ms, peak {res['eager_peak_gib']:.2f} GiB (torch's allocator{proc})", flush=True)
         if use_compile:
             cmodel = torch.compile(model)
             t0 = time.perf_counter()
