@@ -124,9 +124,11 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
     with torch.no_grad():
         def eager():
             return model(**kwargs, return_dict=False)[0]
-        torch.cuda.reset_peak_memory_stats()
         # The whole process as nvidia-smi sees it, as ditrun's peak is taken, where the bench noted
-        # the device's use before this process touched it (gpumem.mark_start).
+        # the device's use before this process touched it (gpumem.mark_start): the allocator's cache
+        # emptied first, so what it holds is what this forward takes, not what making the model left.
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
         poll = MemPoll(gpu=0, every_s=0.02) if start is not None else None
         if poll:
             poll.start()
