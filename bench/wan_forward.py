@@ -127,18 +127,21 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
         # The whole process as nvidia-smi sees it, as ditrun's peak is taken, where the bench noted
         # the device's use before this process touched it (gpumem.mark_start): the allocator's cache
         # emptied first, so what it holds is what this forward takes, not what making the model left.
+        # The poll runs through the first forward only: nvidia-smi's queries slow a forward that the
+        # host paces, so the timed ones run without it.
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         poll = MemPoll(gpu=0, every_s=0.02) if start is not None else None
         if poll:
             poll.start()
         ref = eager().float()
-        res["eager_ms"] = 1e3 * timed(torch, eager, iters, warmup)
-        res["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.synchronize()
         if poll:
             poll.stop = True
             poll.join()
             res["eager_process_peak_gib"] = (poll.peak - start) / 1024
+        res["eager_ms"] = 1e3 * timed(torch, eager, iters, warmup)
+        res["eager_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         proc = f", {res['eager_process_peak_gib']:.2f} GiB whole process" if poll else ""
         print(f"diffusers eager: {res['eager_ms']:.1f} ms, peak {res['eager_peak_gib']:.2f} GiB (torch's allocator{proc})", flush=True)
         if use_compile:
