@@ -557,7 +557,8 @@ def render_mmdit(res):
             L.append(f"- FLUX.1-dev forward, later ({src(rel, d)}): " +
                      "; ".join(f"batch {e['batch']}: " + ("ditrun failed" if e.get("failed") else forward_sentence(e, rel))
                                for e in d["forwards"]) + ".")
-    for rel, name in (("hunyuan_forward.json", "HunyuanVideo"), ("qwen_forward.json", "Qwen-Image")):
+    for rel, name in (("hunyuan_forward.json", "HunyuanVideo"), ("qwen_forward.json", "Qwen-Image"),
+                      ("qwen_forward_memory.json", "Qwen-Image forward, later")):
         if not os.path.exists(os.path.join(res.dir, rel)):
             L.append(f"- {name}: not measured on a GPU yet (no `bench/results/{rel}`).")
             continue
@@ -672,8 +673,9 @@ LOSSY_RUNS = ["lossy_480p_exact.json", "lossy_480p.json", "lossy_480p_fp8modes.j
               "lossy_480p_fp8kt192.json", "lossy_480p_rows_warp.json", "lossy_480p_fp8all_torchao.json", "lossy_480p_fp8ffn.json",
               "lossy_480p_fp8all_generate.json", "lossy_480p_s16.json", "lossy_480p_s16_generate.json", "lossy_480p_int8.json", "lossy_480p_int8_generate.json", "lossy_720p.json", "lossy_720p_int8.json", "lossy_flux.json",
               "lossy_hunyuan.json", "lossy_qwen.json"]
-# FLUX.1-dev forwards measured after flux_forward.json, a batch size a call (bench/flux_forward.py --no-generate).
-FLUX_FORWARD_RUNS = ["flux_forward_batch1.json", "flux_forward_batch4.json"]
+# FLUX.1-dev forwards measured after flux_forward.json, a batch size a call (bench/flux_forward.py --no-generate; the
+# memory run also --no-compile: diffusers' whole-process peak beside ditrun's).
+FLUX_FORWARD_RUNS = ["flux_forward_batch1.json", "flux_forward_batch4.json", "flux_forward_memory.json"]
 # The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8),
 # one table a run.
 ATTN_FP8_RUNS = ["attention_fp8.json", "attention_fp8_kt192.json"]
