@@ -22,8 +22,9 @@ _START = []
 
 
 def mark_start():
-    """Remembers the device memory in use before this process touched the GPU: the baseline of
-    process_peak_gib. Call it first thing, before anything initialises CUDA."""
+    """Remembers the device memory in use before this process touched the GPU: the baseline of a
+    whole-process peak taken in this process (wan_forward.diffusers_contenders' eager_process_peak_gib).
+    Call it before anything initialises CUDA."""
     _START[:] = [used_mib(0)]
 
 
