@@ -242,6 +242,12 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
         e["failed"] = failed
         return 1
     e["parity"] = parity(torch, load_file(out)["sample"], ref)
+    if e.get("ditrun_groups_out"):  # DIT_BENCH_LINEAR_GROUPS=1: the same bundle, linear groups batched
+        e["groups_parity"] = parity(torch, load_file(e.pop("ditrun_groups_out"))["sample"], ref)
+        c = e.get("compiled_ms")
+        print(f"{label}linear groups batched: {e.get('ditrun_groups_ms', 0):.1f} ms against {e['ditrun_ms']:.1f} member by member"
+              + (f" (torch.compile {c:.1f}: {c / e['ditrun_groups_ms']:.3f}x)" if c and e.get("ditrun_groups_ms") else "")
+              + f"; cosine {e['groups_parity']['cosine']:.6f} to diffusers eager", flush=True)
     summary(e)
     print(f"{label}parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 {e['parity']['rel_l2']:.3e}",
           flush=True)

@@ -187,6 +187,19 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     # And with 32 of the heuristic's candidates timed at load rather than 8 (DIT_BENCH_GEMM_WIDE=1).
     wide = subprocess.run(bench_cmd, capture_output=True, text=True, env=dict(os.environ, DIT_CUDA_GEMM_CANDIDATES="32")) \
         if os.environ.get("DIT_BENCH_GEMM_WIDE") == "1" else None
+    # And with each linear group (an attention's q, k, v) as one strided-batched GEMM (DIT_BENCH_LINEAR_GROUPS=1):
+    # its own forward (for the caller's parity) and bench.
+    groups = None
+    if os.environ.get("DIT_BENCH_LINEAR_GROUPS") == "1":
+        genv = dict(os.environ, DIT_CUDA_LINEAR_GROUPS="batched")
+        gout = out.replace(".safetensors", "") + "_groups.safetensors"
+        gfw = subprocess.run([ditrun, "forward", bundle, "--inputs", inputs, "--out", gout] + extra, capture_output=True, text=True, env=genv)
+        groups = subprocess.run(bench_cmd, capture_output=True, text=True, env=genv)
+        if gfw.returncode or groups.returncode:
+            print("ditrun with batched linear groups failed:", (gfw.stderr or groups.stderr).strip()[-400:], flush=True)
+            groups = None
+        else:
+            res["ditrun_groups_out"] = gout
     poll.stop = True
     poll.join()
     if gr is not None:
@@ -219,6 +232,9 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     if wide is not None:
         print(f"with 32 cuBLASLt candidates timed: {res.get('ditrun_wide_gemm_ms', 0):.1f} ms "
               f"(GEMMs {res.get('ditrun_wide_gemm_split_ms', 0):.1f} ms)", flush=True)
+    for line in (groups.stdout if groups is not None else "").splitlines():
+        if line.startswith("forward_ms_median"):
+            res["ditrun_groups_ms"] = float(line.split()[1])
     for line in (heur.stdout if heur is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_heuristic_gemm_ms"] = float(line.split()[1])

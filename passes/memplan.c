@@ -9,7 +9,9 @@
  * runtime skips a reshape whose input and output coincide); so are slices of the tokens that split
  * a one-item temp whole, each at its bytes of the block. A concat whose parts are contiguous
  * runs of its output is one too, the other way round: its parts are written into its block, which
- * the first part to be made takes and which lives until the last reader of any of the three. */
+ * the first part to be made takes and which lives until the last reader of any of the three. A
+ * linear group's outputs (passes/group.c) are placed together when its first member runs, one
+ * after another at one stride, each then released after its own last reader. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +61,32 @@ static void concat_hosts(const dit_graph_t *g, const dit_vid_t *root, dit_vid_t 
     busy[y] = 1;
   }
   free(busy);
+}
+
+/* Linear groups (attrs group_size = G, group_at = 0 .. G - 1 on G consecutive ops i .. i + G - 1):
+ * grouped[y0] = G for the first member's output y0 when every member's output is a planned temp of
+ * its own (no view, no concat's part) of y0's size. The first member then takes one gap of G
+ * strides (each output rounded up to DIT_ARENA_ALIGN) and places every member's output in it, one
+ * stride apart, each part released after its own last reader as a block of its own would be. A
+ * group not of that form is left alone: its outputs are placed one by one. */
+static void linear_groups(const dit_graph_t *g, const dit_vid_t *root, const dit_vid_t *host, int64_t *grouped) {
+  const int32_t no = dit_graph_num_ops(g);
+  for (int32_t i = 0; i < no; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    const dit_attr_t *n = dit_attrs_find(&op->attrs, "group_size"), *at = dit_attrs_find(&op->attrs, "group_at");
+    if (!n || !at || at->i != 0 || n->i < 2 || n->i > no - i) continue;
+    const dit_vid_t y0 = op->out[0];
+    int ok = 1;
+    for (int64_t m = 0; ok && m < n->i; m++) {
+      const dit_op_t *mo = dit_graph_cop_at(g, i + (int32_t)m);
+      const dit_attr_t *mn = dit_attrs_find(&mo->attrs, "group_size"), *mat = dit_attrs_find(&mo->attrs, "group_at");
+      const dit_vid_t y = mo->out[0];
+      const dit_value_t *yv = dit_graph_cvalue(g, y);
+      ok = mo->n_out == 1 && mn && mat && mn->i == n->i && mat->i == m && planned(yv) && root[y] == y && host[y] < 0 &&
+           dit_value_nbytes(yv) > 0 && dit_value_nbytes(yv) == dit_value_nbytes(dit_graph_cvalue(g, y0));
+    }
+    if (ok) grouped[y0] = n->i;
+  }
 }
 
 /* The temps that slices of the tokens split whole: one item ([1, T, C]), read by nothing but
@@ -191,11 +219,13 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
    * part_at[v] bytes (-1: none). */
   dit_vid_t *host = malloc(((size_t)nv + 1) * sizeof *host);
   uint64_t *part_at = malloc(((size_t)nv + 1) * sizeof *part_at);
-  if (!host || !part_at) {
-    free(host), free(part_at), free(view_at), free(last), free(live), free(root);
+  int64_t *grouped = calloc((size_t)nv + 1, sizeof *grouped);
+  if (!host || !part_at || !grouped) {
+    free(host), free(part_at), free(grouped), free(view_at), free(last), free(live), free(root);
     return DIT_ERR(RESOURCE_EXHAUSTED, "memplan: out of memory");
   }
   concat_hosts(g, root, host, part_at);
+  linear_groups(g, root, host, grouped);
   for (dit_vid_t v = 0; v < nv; v++)
     if (host[v] >= 0 && last[v] > last[host[v]]) last[host[v]] = last[v];
   int n_live = 0;
@@ -234,7 +264,9 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
         val->offset = bval->offset + (int64_t)part_at[op->out[k]];
         continue;
       }
-      uint64_t size = round_up(dit_value_nbytes(bval) ? dit_value_nbytes(bval) : 1, DIT_ARENA_ALIGN);
+      const uint64_t one = round_up(dit_value_nbytes(bval) ? dit_value_nbytes(bval) : 1, DIT_ARENA_ALIGN);
+      const int64_t parts = b == op->out[k] && grouped[b] ? grouped[b] : 1; /* a linear group's outputs, one after another */
+      const uint64_t size = one * (uint64_t)parts;
       naive += size;
       /* live[] is sorted by offset: take the first gap that fits. */
       uint64_t off = 0;
@@ -244,9 +276,13 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
         uint64_t end = live[pos].off + live[pos].size;
         if (end > off) off = end;
       }
-      memmove(&live[pos + 1], &live[pos], (size_t)(n_live - pos) * sizeof *live);
-      live[pos] = (block_t){off, size, b};
-      n_live++;
+      memmove(&live[pos + parts], &live[pos], (size_t)(n_live - pos) * sizeof *live);
+      for (int64_t m = 0; m < parts; m++) { /* a group member's part lives as its own block */
+        const dit_vid_t part = m ? dit_graph_cop_at(g, i + (int32_t)m)->out[0] : b;
+        live[pos + m] = (block_t){off + (uint64_t)m * one, one, part};
+        dit_graph_value(g, part)->offset = (int64_t)(off + (uint64_t)m * one);
+      }
+      n_live += (int)parts;
       bval->offset = (int64_t)off;
       if (b != op->out[k]) val->offset = (int64_t)(off + part_at[op->out[k]]);
       if (off + size > arena) arena = off + size;
@@ -261,6 +297,7 @@ dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r) {
   r->naive_bytes = naive;
   free(host);
   free(part_at);
+  free(grouped);
   free(view_at);
   free(root);
   free(last);

@@ -21,12 +21,13 @@ typedef struct dit_pass_result {
   uint64_t naive_bytes;   /* sum of all planned values: what no reuse would take */
   int32_t removed_ops;    /* by dead-code elimination */
   int32_t fused_ops;      /* ops folded into their producers */
+  int32_t grouped_ops;    /* linears in groups (passes/group.c) */
 } dit_pass_result_t;
 
 /* Pass names in pipeline order, NULL-terminated. */
 const char *const *dit_pass_names(void);
 
-/* Runs verify -> dce -> fuse -> memplan -> verify. An unknown dump_after name is an error listing the
+/* Runs verify -> dce -> fuse -> schedule -> group -> memplan -> verify. An unknown dump_after name is an error listing the
  * known ones. */
 dit_status_t dit_passes_run(dit_graph_t *g, const dit_pass_options_t *opts,
                             dit_pass_result_t *out);
@@ -41,6 +42,9 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r);
 /* Orders the ops so every collective directly follows the chain producing its input
  * (passes/schedule.c); graphs without collectives keep their order. */
 dit_status_t dit_pass_schedule(dit_graph_t *g, dit_pass_result_t *r);
+/* Marks runs of consecutive linears that read one x through weights of one shape as groups
+ * (attrs group_size, group_at), whose outputs the memory plan lays out at one stride (passes/group.c). */
+dit_status_t dit_pass_group(dit_graph_t *g, dit_pass_result_t *r);
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r);
 
 #endif

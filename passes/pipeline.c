@@ -18,6 +18,7 @@ static const struct {
     {"dce", dit_pass_dce},
     {"fuse", dit_pass_fuse},
     {"schedule", dit_pass_schedule},
+    {"group", dit_pass_group},
     {"memplan", dit_pass_memplan},
 };
 #define N_PASSES (sizeof kPasses / sizeof kPasses[0])
@@ -38,7 +39,7 @@ dit_status_t dit_passes_run(dit_graph_t *g, const dit_pass_options_t *opts,
     int known = 0;
     for (size_t i = 0; i < N_PASSES; i++) known |= strcmp(dump, kPasses[i].name) == 0;
     if (!known)
-      return DIT_ERR(INVALID_ARGUMENT, "--dump-after=%s: unknown pass (passes: verify, dce, fuse, schedule, memplan, all)", dump);
+      return DIT_ERR(INVALID_ARGUMENT, "--dump-after=%s: unknown pass (passes: verify, dce, fuse, schedule, group, memplan, all)", dump);
   }
   for (size_t i = 0; i < N_PASSES; i++) {
     DIT_RETURN_IF_ERROR(kPasses[i].run(g, out), "pass %s", kPasses[i].name);

@@ -196,6 +196,7 @@ typedef struct lt_api {
   cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *, size_t);
   cublasStatus_t (*layout_create)(cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t, int64_t);
   cublasStatus_t (*layout_destroy)(cublasLtMatrixLayout_t);
+  cublasStatus_t (*layout_set)(cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, const void *, size_t);
   cublasStatus_t (*pref_create)(cublasLtMatmulPreference_t *);
   cublasStatus_t (*pref_destroy)(cublasLtMatmulPreference_t);
   cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t);
@@ -289,6 +290,7 @@ static dit_status_t load_lt(lt_api_t *a) {
   LOAD(a, desc_set, "cublasLtMatmulDescSetAttribute");
   LOAD(a, layout_create, "cublasLtMatrixLayoutCreate");
   LOAD(a, layout_destroy, "cublasLtMatrixLayoutDestroy");
+  LOAD(a, layout_set, "cublasLtMatrixLayoutSetAttribute");
   LOAD(a, pref_create, "cublasLtMatmulPreferenceCreate");
   LOAD(a, pref_destroy, "cublasLtMatmulPreferenceDestroy");
   LOAD(a, pref_set, "cublasLtMatmulPreferenceSetAttribute");
@@ -316,7 +318,15 @@ typedef struct gemm_key {
   int tx, tw, ty, tbias; /* dit dtypes; tbias -1 without a bias */
   int epilogue;
   uint32_t align; /* the operands' common pointer alignment, at most 256 bytes */
+  int batch;      /* products in one strided-batched call (a linear group); 1: one */
 } gemm_key_t;
+
+/* A linear group (passes/group.c) as one strided-batched GEMM over one X: product i takes
+ * W + i * w_stride, bias + i * bias_stride and writes Y + i * y_stride (strides in elements). */
+typedef struct gemm_batch {
+  int count;
+  int64_t w_stride, bias_stride, y_stride;
+} gemm_batch_t;
 
 typedef struct gemm_choice {
   gemm_key_t key;
@@ -355,6 +365,8 @@ typedef struct cuda_state {
   const void **tmap_at; /* the addresses they were encoded for */
   gemm_t *gemms;     /* per step */
   size_t n_steps;
+  int *group_len;    /* per step: G where the step's GEMM makes its whole linear group, else 0 */
+  size_t group_next, group_left; /* the next member a group's first step made, and how many are left */
   gemm_choice_t *choices; /* per distinct GEMM */
   size_t n_choices;
   CUevent tune_ev[GEMM_REPS + 1]; /* timing events of the GEMM tuning, created on first use */
@@ -481,6 +493,7 @@ static void cuda_destroy(void *p) {
     st->cu.cuDevicePrimaryCtxRelease(st->dev);
   }
   free(st->gemms);
+  free(st->group_len);
   free(st->choices);
   free(st->funcs);
   free(st->tmaps);
@@ -886,7 +899,7 @@ static uint32_t ptr_align(const void *p) {
 
 static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
   return a->m == b->m && a->n == b->n && a->k == b->k && a->tx == b->tx && a->tw == b->tw && a->ty == b->ty && a->tbias == b->tbias &&
-         a->epilogue == b->epilogue && a->align == b->align;
+         a->epilogue == b->epilogue && a->align == b->align && a->batch == b->batch;
 }
 
 /* Describes Y = X W^T (+ bias, GELU) to cuBLASLt in g; on failure releases what it made.
@@ -896,7 +909,7 @@ static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
  * epilogue. */
 static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
                                   const dit_tensor_t *y, cublasLtEpilogue_t ep, int64_t M, int64_t N, int64_t K, const void *w_scale,
-                                  const void *x_scale, gemm_t *g) {
+                                  const void *x_scale, const gemm_batch_t *batch, gemm_t *g) {
   memset(g, 0, sizeof *g);
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   dit_status_t s = lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -935,6 +948,22 @@ static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const
   if (!s) s = lt_check(st->lt.layout_create(&g->a, lt_type(w->dtype), (uint64_t)K, (uint64_t)N, K), "cublasLtMatrixLayoutCreate(A = W)");
   if (!s) s = lt_check(st->lt.layout_create(&g->b, lt_type(x->dtype), (uint64_t)K, (uint64_t)M, K), "cublasLtMatrixLayoutCreate(B = X)");
   if (!s) s = lt_check(st->lt.layout_create(&g->c, lt_type(y->dtype), (uint64_t)N, (uint64_t)M, N), "cublasLtMatrixLayoutCreate(C = Y)");
+  if (!s && batch && batch->count > 1) {
+    /* Every product reads the same X: its batch stride stays 0. */
+    const int32_t count = batch->count;
+    const cublasLtMatrixLayout_t lays[3] = {g->a, g->b, g->c};
+    const int64_t strides[3] = {batch->w_stride, 0, batch->y_stride};
+    for (int i = 0; !s && i < 3; i++) {
+      s = lt_check(st->lt.layout_set(lays[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                   "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+      if (!s)
+        s = lt_check(st->lt.layout_set(lays[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i], sizeof strides[i]),
+                     "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+    }
+    if (!s && bias)
+      s = lt_check(st->lt.desc_set(g->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &batch->bias_stride, sizeof batch->bias_stride),
+                   "cublasLtMatmulDescSetAttribute(BIAS_BATCH_STRIDE)");
+  }
   if (s) gemm_release(st, g);
   return s;
 }
@@ -1077,7 +1106,8 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
 /* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M).
  * The algorithm comes from st->choices when an identical GEMM was set up before. */
 static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, const char *what, gemm_t *g) {
+                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, const gemm_batch_t *batch,
+                              const char *what, gemm_t *g) {
   const int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
   if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
   /* lt_type knows bf16, fp32 and (x and w of a scaled fp8 product) e4m3: anything else would be
@@ -1095,9 +1125,16 @@ static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit
   const uint32_t aw = ptr_align(w->data), ay = ptr_align(y->data);
   if (aw < align) align = aw;
   if (ay < align) align = ay;
+  const int count = batch && batch->count > 1 ? batch->count : 1;
+  if (count > 1) { /* every product's operands start at the first's alignment or a stride's, whichever is less */
+    const uint32_t aws = ptr_align((const void *)(uintptr_t)(batch->w_stride * (int64_t)dit_dtype_size(w->dtype)));
+    const uint32_t ays = ptr_align((const void *)(uintptr_t)(batch->y_stride * (int64_t)dit_dtype_size(y->dtype)));
+    if (aws < align) align = aws;
+    if (ays < align) align = ays;
+  }
   if (align > 256) align = 256;
-  const gemm_key_t key = {M, N, K, (int)x->dtype, (int)w->dtype, (int)y->dtype, bias ? (int)bias->dtype : -1, (int)ep, align};
-  DIT_RETURN_IF(gemm_describe(st, x, w, bias, y, ep, M, N, K, w_scale, x_scale, g));
+  const gemm_key_t key = {M, N, K, (int)x->dtype, (int)w->dtype, (int)y->dtype, bias ? (int)bias->dtype : -1, (int)ep, align, count};
+  DIT_RETURN_IF(gemm_describe(st, x, w, bias, y, ep, M, N, K, w_scale, x_scale, batch, g));
   for (size_t i = 0; i < st->n_choices; i++)
     if (gemm_key_eq(&st->choices[i].key, &key)) {
       g->algo = st->choices[i].algo;
@@ -1161,6 +1198,61 @@ static dit_status_t encode_tmap(cuda_state_t *st, size_t idx, int j, const dit_p
   return DIT_OK;
 }
 
+/* Linear groups (passes/group.c) run as one strided-batched GEMM each when
+ * DIT_CUDA_LINEAR_GROUPS=batched, else member by member (the default). */
+static int groups_batched(void) {
+  const char *v = getenv("DIT_CUDA_LINEAR_GROUPS");
+  return v && !strcmp(v, "batched");
+}
+
+static int64_t attr_int(const dit_plan_step_t *s, const char *key) {
+  const dit_attr_t *a = dit_attrs_find(&s->attrs, key);
+  return a && !a->is_float ? a->i : -1;
+}
+
+static int same_tensor_shape(const dit_tensor_t *a, const dit_tensor_t *b) {
+  return a->dtype == b->dtype && a->rank == b->rank && !memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]);
+}
+
+/* The byte distance from a to b when it is a positive multiple of the element size (and so a
+ * stride in elements), else 0. */
+static int64_t elem_stride(const dit_tensor_t *a, const dit_tensor_t *b) {
+  const int64_t d = (int64_t)((uintptr_t)b->data - (uintptr_t)a->data), es = (int64_t)dit_dtype_size(a->dtype);
+  return (uintptr_t)b->data > (uintptr_t)a->data && es > 0 && d % es == 0 ? d / es : 0;
+}
+
+/* Whether plan step i begins a linear group the backend can make in one strided-batched GEMM:
+ * steps i .. i + G - 1 are library linears (no kernel, no activation, no accumulated input)
+ * marked members 0 .. G - 1, over one x, with weights, biases and outputs of one shape each,
+ * at one stride apart in memory, as bound (the weight layout and the memory plan put them so;
+ * without offload nothing moves them). Sets *b. Anything else runs member by member. */
+static int linear_group(const dit_plan_t *plan, size_t i, const dit_tensor_t *bound, gemm_batch_t *b) {
+  const dit_plan_step_t *s = &plan->steps[i];
+  const int64_t G = attr_int(s, "group_size");
+  int bi, ai;
+  if (plan->offload.mode != DIT_PLAN_OFFLOAD_NONE || s->kind != DIT_OP_LINEAR || s->has_kernel || G < 2 || G > 16 ||
+      attr_int(s, "group_at") != 0 || i + (size_t)G > plan->n_steps || dit_attrs_find(&s->attrs, "act") ||
+      dit_linear_operands(s->kind, &s->attrs, s->n_in, &bi, &ai) || ai >= 0 || s->n_out != 1)
+    return 0;
+  int64_t ws = 0, bs = 0, ys = 0;
+  for (int64_t m = 1; m < G; m++) {
+    const dit_plan_step_t *t = &plan->steps[i + (size_t)m];
+    if (t->kind != DIT_OP_LINEAR || t->has_kernel || attr_int(t, "group_size") != G || attr_int(t, "group_at") != m || t->n_in != s->n_in ||
+        t->n_out != 1 || t->in[0] != s->in[0] || dit_attrs_find(&t->attrs, "act") || dit_attrs_find(&t->attrs, "acc"))
+      return 0;
+    for (int k = 1; k < s->n_in; k++)
+      if (!same_tensor_shape(&bound[s->in[k]], &bound[t->in[k]])) return 0;
+    if (!same_tensor_shape(&bound[s->out[0]], &bound[t->out[0]])) return 0;
+    const int64_t w = elem_stride(&bound[s->in[1]], &bound[t->in[1]]), y = elem_stride(&bound[s->out[0]], &bound[t->out[0]]);
+    const int64_t c = bi >= 0 ? elem_stride(&bound[s->in[bi]], &bound[t->in[bi]]) : 0;
+    if (m == 1) ws = w, ys = y, bs = c;
+    if (!w || !y || (bi >= 0 && !c) || w != m * ws || y != m * ys || c != m * bs) return 0;
+  }
+  if (ys < dit_tensor_numel(&bound[s->out[0]])) return 0; /* the outputs must not overlap */
+  *b = (gemm_batch_t){(int)G, ws, bs, ys};
+  return 1;
+}
+
 static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tensor_t *bound, dit_blob_loader_fn load,
                                  void *ctx) {
   cuda_state_t *st = p;
@@ -1168,9 +1260,12 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   st->n_steps = plan->n_steps;
   st->funcs = calloc(plan->n_steps + 1, sizeof *st->funcs);
   st->gemms = calloc(plan->n_steps + 1, sizeof *st->gemms);
+  st->group_len = calloc(plan->n_steps + 1, sizeof *st->group_len);
+  st->group_left = 0;
   st->tmaps = aligned_alloc(64, (plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS * sizeof *st->tmaps);
   st->tmap_at = calloc((plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS, sizeof *st->tmap_at);
-  if (!st->funcs || !st->gemms || !st->tmaps || !st->tmap_at) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  if (!st->funcs || !st->gemms || !st->group_len || !st->tmaps || !st->tmap_at) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  const int batched = groups_batched();
   int need_lt = 0;
   for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel;
   if (need_lt) {
@@ -1205,7 +1300,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
     } else if (s->kind == DIT_OP_LINEAR_FP8) { /* e4m3 rows and their scales (in 0, 1) by the e4m3 weight (2, 3) */
       const dit_attr_t *act = dit_attrs_find(&s->attrs, "act");
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[2]], s->n_in > 4 ? &bound[s->in[4]] : NULL, &bound[s->out[0]],
-                                    act ? (int)act->i : 0, bound[s->in[3]].data, bound[s->in[1]].data, plan->values[s->out[0]].name,
+                                    act ? (int)act->i : 0, bound[s->in[3]].data, bound[s->in[1]].data, NULL, plan->values[s->out[0]].name,
                                     &st->gemms[i]),
                           "step %zu (linear_fp8 '%s')", i, plan->values[s->out[0]].name);
     } else if (s->kind == DIT_OP_LINEAR) {
@@ -1216,9 +1311,13 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
       if (ai >= 0 && (bound[s->in[ai]].dtype != bound[s->out[0]].dtype || bound[s->in[ai]].data == bound[s->out[0]].data))
         return DIT_ERR(UNIMPLEMENTED, "step %zu (linear '%s'): the accumulated input must have the output's dtype and its own memory", i,
                        plan->values[s->out[0]].name);
-      DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], bi >= 0 ? &bound[s->in[bi]] : NULL,
-                                    &bound[s->out[0]], act ? (int)act->i : 0, NULL, NULL, plan->values[s->out[0]].name, &st->gemms[i]),
-                          "step %zu (linear '%s')", i, plan->values[s->out[0]].name);
+      /* A group's first step may make the whole group; every member keeps a GEMM of its own for
+       * a run that does not follow it. */
+      gemm_batch_t batch = {1, 0, 0, 0};
+      if (batched && linear_group(plan, i, bound, &batch)) st->group_len[i] = batch.count;
+      DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], bi >= 0 ? &bound[s->in[bi]] : NULL, &bound[s->out[0]],
+                                    act ? (int)act->i : 0, NULL, NULL, &batch, plan->values[s->out[0]].name, &st->gemms[i]),
+                          "step %zu (linear '%s'%s)", i, plan->values[s->out[0]].name, batch.count > 1 ? ", its group as one batch" : "");
     } else {
       return DIT_ERR(UNIMPLEMENTED, "step %zu (%s): no kernel in the bundle and no library implementation", i,
                      dit_op_info(s->kind)->name);
@@ -1258,6 +1357,12 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
   cuda_state_t *st = p;
   bind(st);
   if (idx >= st->n_steps) return DIT_ERR(INTERNAL, "cuda backend: step %zu of a plan of %zu", idx, st->n_steps);
+  /* A member its group's first step made just before: nothing to do. */
+  if (st->group_left && idx == st->group_next) {
+    st->group_next++, st->group_left--;
+    return DIT_OK;
+  }
+  st->group_left = 0;
   if (s->kind == DIT_OP_LINEAR_FP8) /* the rows' codes and scales by the weight's */
     return run_gemm(st, idx, in[0].data, &in[2], s->n_in > 4 ? &in[4] : NULL, in[3].data, in[1].data, NULL, &out[0]);
   if (s->kind == DIT_OP_STATE_CACHE && !s->has_kernel) { /* the executor decides whether it runs; running, it stores the fresh state */
@@ -1289,7 +1394,9 @@ static dit_status_t cuda_run_step(void *p, size_t idx, const dit_plan_step_t *s,
   int bi, ai;
   if (dit_linear_operands(s->kind, &s->attrs, s->n_in, &bi, &ai))
     return DIT_ERR(INVALID_ARGUMENT, "cuda backend: step %zu (linear): %d operands do not fit attribute acc", idx, s->n_in);
-  return run_gemm(st, idx, in[0].data, &in[1], bi >= 0 ? &in[bi] : NULL, NULL, NULL, ai >= 0 ? in[ai].data : NULL, &out[0]);
+  DIT_RETURN_IF(run_gemm(st, idx, in[0].data, &in[1], bi >= 0 ? &in[bi] : NULL, NULL, NULL, ai >= 0 ? in[ai].data : NULL, &out[0]));
+  if (st->group_len[idx] > 1) st->group_next = idx + 1, st->group_left = (size_t)st->group_len[idx] - 1;
+  return DIT_OK;
 }
 
 /* A whole forward as one CUDA graph: kernel launches and cuBLASLt calls recorded from the

@@ -9,7 +9,8 @@
 #      probe kernel against the host's computation (tests/tools/probe_check.c); attention-state reuse
 #      (--reuse ditango: R = 1 bit-identical to the bundle without reuse, R = 0.5 near the CPU backend's run),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
-#      at an odd token count,
+#      at an odd token count, also with each linear group as one strided-batched GEMM
+#      (DIT_CUDA_LINEAR_GROUPS=batched, as in 1d),
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
@@ -452,6 +453,8 @@ PY
     echo "-- $p, $F frames ${H}x$Wd"
     check "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" --max-rel 3e-2
     "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" | grep -E "^attention"
+    # Each linear group (q, k, v; the cross-attention's k, v) as one strided-batched cuBLASLt GEMM.
+    check env DIT_CUDA_LINEAR_GROUPS=batched "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" --max-rel 3e-2
     # Three times, the same bits: at 1280 tokens the self-attention's tiles are a last partial wave
     # whose key parts merge in a fixed order, whichever finishes last (cuBLASLt's first heuristic
     # algorithms: GEMMs chosen by timing may differ from one process to the next).
@@ -596,6 +599,7 @@ PY
 check mem_within "$BIN/ditrun" forward "$small" --inputs "$W/in_small.safetensors" --out "$W/o_small.safetensors"
 if [ -z "${NO_OPCHECK:-}${SKIP_CHECKS:-}" ]; then
   check "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --max-rel 3e-2 -v > "$OUT/compare_1.3b.txt"
+  check env DIT_CUDA_LINEAR_GROUPS=batched "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --max-rel 3e-2
   tail -n 16 "$OUT/compare_1.3b.txt"
   "$BIN/ditrun" compare "$small" --inputs "$W/in_small.safetensors" --threads 16 --accumulate | tail -n 16 | tee "$OUT/compare_1.3b_accumulated.txt"
 fi

@@ -105,6 +105,26 @@ static void test_memplan_on_wan(void) {
   CHECK_EQ_INT(rmsnorms, 6);
   CHECK(r.arena_bytes * 3 < r.naive_bytes); /* reuse across blocks */
   check_memplan(g, r.arena_bytes);
+  /* Linear groups: each block's self-attention q, k, v and its cross-attention's k, v (over the
+   * text), their outputs one stride apart; the output projections and FFNs stay alone. */
+  CHECK_EQ_INT(r.grouped_ops, 3 * 3 + 3 * 2);
+  int heads = 0, members = 0;
+  for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, i);
+    const dit_attr_t *n = dit_attrs_find(&op->attrs, "group_size"), *at = dit_attrs_find(&op->attrs, "group_at");
+    CHECK((n == NULL) == (at == NULL));
+    if (!n || at->i != 0) continue;
+    heads++;
+    const dit_value_t *y0 = dit_graph_cvalue(g, op->out[0]);
+    const int64_t stride = ((int64_t)dit_value_nbytes(y0) + DIT_ARENA_ALIGN - 1) / DIT_ARENA_ALIGN * DIT_ARENA_ALIGN;
+    for (int64_t m = 0; m < n->i; m++, members++) {
+      const dit_op_t *mo = dit_graph_cop_at(g, i + (int32_t)m);
+      CHECK(mo->kind == DIT_OP_LINEAR && mo->in[0] == op->in[0] && dit_attrs_find(&mo->attrs, "group_at")->i == m);
+      CHECK(dit_graph_cvalue(g, mo->out[0])->offset == y0->offset + m * stride);
+    }
+  }
+  CHECK_EQ_INT(heads, 6);
+  CHECK_EQ_INT(members, 15);
   /* Graph outputs, inputs and weights are not placed in the arena. */
   for (int32_t v = 0; v < dit_graph_num_values(g); v++) {
     const dit_value_t *val = dit_graph_cvalue(g, v);
@@ -937,6 +957,60 @@ static void test_groupnorm_lowering(void) {
   dit_graph_destroy(gc), dit_graph_destroy(gg);
 }
 
+/* Linear groups over x [1, 8, 16]: a and b (weights [16, 16] and biases) group, then c's
+ * weight is wider and d's output is reshaped (a view), so each stays alone, and e and f group
+ * again (no biases); g (another x) and h (an activation) never join. The memory plan puts a
+ * group's outputs one 512-byte stride apart. */
+static void test_group_linears(void) {
+  dit_graph_t *g;
+  CHECK_OK(dit_graph_create(&g));
+  int64_t xs[3] = {1, 8, 16}, ws[2] = {16, 16}, wide[2] = {32, 16}, bs[1] = {16};
+  const dit_vid_t x = dit_graph_input(g, "x", DIT_F32, 3, xs), x2 = dit_graph_input(g, "x2", DIT_F32, 3, xs);
+  const char *names[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  dit_vid_t y[8];
+  for (int i = 0; i < 8; i++) {
+    char wk[16], bk[16];
+    snprintf(wk, sizeof wk, "%s.weight", names[i]);
+    snprintf(bk, sizeof bk, "%s.bias", names[i]);
+    dit_vid_t in[3] = {i == 6 ? x2 : x, dit_graph_weight(g, wk, DIT_F32, 2, i == 2 ? wide : ws), -1};
+    const int nb = i < 4 ? 1 : 0;
+    if (nb) in[2] = dit_graph_weight(g, bk, DIT_F32, 1, i == 2 ? wide : bs);
+    dit_attrs_t at = {0};
+    if (i == 7) dit_attrs_set_int(&at, "act", 1);
+    y[i] = dit_graph_op(g, DIT_OP_LINEAR, in, 2 + nb, &at, DIT_F32, names[i]);
+  }
+  dit_attrs_t ra = {0};
+  dit_attrs_set_int(&ra, "rank", 2);
+  dit_attrs_set_int(&ra, "d0", 8);
+  dit_attrs_set_int(&ra, "d1", 16);
+  const dit_vid_t view = dit_graph_op(g, DIT_OP_RESHAPE, &y[3], 1, &ra, DIT_F32, "d.view");
+  dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &y[2], 1, NULL, DIT_F32, "c.act"), "c");
+  dit_vid_t sum = y[0];
+  for (int i = 1; i < 8; i++) {
+    if (i == 2 || i == 3) continue;
+    const dit_vid_t two[2] = {sum, y[i]};
+    sum = dit_graph_op(g, DIT_OP_ADD, two, 2, NULL, DIT_F32, "sum");
+  }
+  dit_graph_mark_output(g, sum, "out");
+  dit_graph_mark_output(g, view, "view");
+  CHECK_OK(dit_graph_verify(g));
+  dit_pass_result_t r = {0};
+  CHECK_OK(dit_pass_group(g, &r));
+  CHECK_EQ_INT(r.grouped_ops, 4);
+  static const int size[8] = {2, 2, 0, 0, 2, 2, 0, 0}, at[8] = {0, 1, 0, 0, 0, 1, 0, 0};
+  for (int i = 0; i < 8; i++) {
+    const dit_op_t *op = dit_graph_cop_at(g, dit_graph_cvalue(g, y[i])->producer);
+    const dit_attr_t *n = dit_attrs_find(&op->attrs, "group_size"), *a = dit_attrs_find(&op->attrs, "group_at");
+    CHECK_EQ_INT(n ? (int)n->i : 0, size[i]);
+    CHECK_EQ_INT(a ? (int)a->i : 0, at[i]);
+  }
+  CHECK_OK(dit_pass_memplan(g, &r));
+  CHECK_OK(dit_graph_verify(g));
+  CHECK(dit_graph_cvalue(g, y[1])->offset == dit_graph_cvalue(g, y[0])->offset + 512);
+  CHECK(dit_graph_cvalue(g, y[5])->offset == dit_graph_cvalue(g, y[4])->offset + 512);
+  dit_graph_destroy(g);
+}
+
 int main(void) {
   test_groupnorm_lowering();
   test_dce();
@@ -950,6 +1024,7 @@ int main(void) {
   test_fuse_concat_linear();
   test_fuse_add_linear();
   test_memplan_on_wan();
+  test_group_linears();
   test_schedule_collectives();
   return check_summary("test_passes");
 }
