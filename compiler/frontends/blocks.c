@@ -200,12 +200,14 @@ dit_vid_t dit_blocks_linear_row2(dit_blocks_t *b, dit_vid_t x1, dit_vid_t x2, co
   snprintf(ref, sizeof ref, "%s[%lld:]", kw, (long long)split);
   dit_vid_t w2 = dit_graph_weight_slice_as(b->g, ref, kw, weight_dtype(b, kw), 2, wt->dims, 1, split + b->o.tp_rank * p2, p2);
   dit_vid_t bias = !rank0 ? -1 : bt ? dit_graph_weight(b->g, kb, DIT_F32, bt->rank, bt->dims) : -1;
+  /* The wider part first, with the bias; the shorter accumulates (as passes/fuse.c splits it). */
+  const int wide2 = p2 > p1;
   snprintf(n1, sizeof n1, "%s.partial1", name);
-  dit_vid_t in1[3] = {x1, w1, bias};
+  dit_vid_t in1[3] = {wide2 ? x2 : x1, wide2 ? w2 : w1, bias};
   dit_vid_t a = dit_graph_op(b->g, DIT_OP_LINEAR, in1, rank0 && bias >= 0 ? 3 : 2, NULL, DIT_F32, n1);
   /* The second product accumulates onto the first (linear's acc): this rank's partial sum. */
   snprintf(n1, sizeof n1, "%s.partial", name);
-  dit_vid_t in2[3] = {x2, w2, a};
+  dit_vid_t in2[3] = {wide2 ? x1 : x2, wide2 ? w1 : w2, a};
   dit_attrs_t acc = {0};
   dit_attrs_set_int(&acc, "acc", 1);
   return row_sum(b, dit_graph_op(b->g, DIT_OP_LINEAR, in2, 3, &acc, DIT_F32, n1), name);
