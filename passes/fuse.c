@@ -130,9 +130,9 @@ static int32_t fold_quant_into_norm(dit_graph_t *g, int32_t i, const int32_t *us
  * attention's 3072) goes first, so the accumulating product is the short one: on an H200 at
  * batch 4, cuBLASLt's accumulating kernels took 1.91-2.11 ms for FLUX.1-dev's 12288-wide part,
  * where bias-only products of about that size (the double blocks' FFN down projections) took
- * about 1.8 ms (bench/results/bench_flux_kernels_4_8.txt, bench_flux_forward_batch4.txt). Needs a plain 2-D checkpoint weight that nothing else reads and a concat
- * nothing else reads; an activated linear stays (its activation is of the whole sum). Returns 1
- * when it split. */
+ * about 1.8 ms (bench/results/bench_flux_kernels_4_8.txt, bench_flux_forward_batch4.txt).
+ * Needs a plain 2-D checkpoint weight that nothing else reads and a concat nothing else reads;
+ * an activated linear stays (its activation is of the whole sum). Returns 1 when it split. */
 static int split_concat_linear(dit_graph_t *g, int32_t i, const int32_t *uses) {
   dit_op_t *lin = dit_graph_op_at(g, i);
   if (lin->kind != DIT_OP_LINEAR || lin->n_in > 3 || dit_attrs_find(&lin->attrs, "act") || dit_attrs_find(&lin->attrs, "acc")) return 0;

@@ -1,11 +1,11 @@
 /* Linear groups: runs of consecutive linears that read one x through checkpoint weights of one
  * shape (an attention's q, k and v projections, or k and v of a cross-attention) are marked as a
- * group: attr group_size = G on each member and group_at = its place, 0 .. G - 1. The memory plan then
- * puts the members' outputs one after another at one stride, so a backend may run the group as
- * one batched matrix product (runtime/cuda: a strided-batched cuBLASLt GEMM, the weights and
- * biases being laid out at one stride too, in execution order); any backend may also run each
- * member on its own. Values, ops and results are unchanged. Runs after schedule, which fixes
- * the op order the runs are taken from. */
+ * group: attr group_size = G on each member and group_at = its place, 0 .. G - 1. The memory
+ * plan then puts the members' outputs one after another at one stride, so a backend may run the
+ * group as one batched matrix product (runtime/linear_group.h; the CUDA backend's strided-batched
+ * cuBLASLt GEMM, the weight layout putting the weights and biases at one stride too, in
+ * execution order); any backend may also run each member on its own. Values, ops and results
+ * are unchanged. Runs after schedule, which fixes the op order the runs are taken from. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -27,8 +27,8 @@ typedef struct dit_pass_result {
 /* Pass names in pipeline order, NULL-terminated. */
 const char *const *dit_pass_names(void);
 
-/* Runs verify -> dce -> fuse -> schedule -> group -> memplan -> verify. An unknown dump_after name is an error listing the
- * known ones. */
+/* Runs verify -> dce -> fuse -> schedule -> group -> memplan -> verify. An unknown dump_after
+ * name is an error listing the known ones. */
 dit_status_t dit_passes_run(dit_graph_t *g, const dit_pass_options_t *opts,
                             dit_pass_result_t *out);
 
@@ -43,7 +43,8 @@ dit_status_t dit_pass_fuse(dit_graph_t *g, dit_pass_result_t *r);
  * (passes/schedule.c); graphs without collectives keep their order. */
 dit_status_t dit_pass_schedule(dit_graph_t *g, dit_pass_result_t *r);
 /* Marks runs of consecutive linears that read one x through weights of one shape as groups
- * (attrs group_size, group_at), whose outputs the memory plan lays out at one stride (passes/group.c). */
+ * (attrs group_size, group_at), whose outputs the memory plan lays out at one stride
+ * (passes/group.c). */
 dit_status_t dit_pass_group(dit_graph_t *g, dit_pass_result_t *r);
 dit_status_t dit_pass_memplan(dit_graph_t *g, dit_pass_result_t *r);
 

@@ -15,6 +15,7 @@
 #include "artifacts/plan_memory.h"
 #include "runtime/backend.h"
 #include "runtime/cpu/threadpool.h"
+#include "runtime/linear_group.h"
 
 /* The step cache's probe (probe_change in backend.h): a grid-stride loop over the elements, each
  * thread's sums in fp32, a warp's added in double through shuffles, and one double atomic add per
@@ -320,13 +321,6 @@ typedef struct gemm_key {
   uint32_t align; /* the operands' common pointer alignment, at most 256 bytes */
   int batch;      /* products in one strided-batched call (a linear group); 1: one */
 } gemm_key_t;
-
-/* A linear group (passes/group.c) as one strided-batched GEMM over one X: product i takes
- * W + i * w_stride, bias + i * bias_stride and writes Y + i * y_stride (strides in elements). */
-typedef struct gemm_batch {
-  int count;
-  int64_t w_stride, bias_stride, y_stride;
-} gemm_batch_t;
 
 typedef struct gemm_choice {
   gemm_key_t key;
@@ -909,7 +903,7 @@ static int gemm_key_eq(const gemm_key_t *a, const gemm_key_t *b) {
  * epilogue. */
 static dit_status_t gemm_describe(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
                                   const dit_tensor_t *y, cublasLtEpilogue_t ep, int64_t M, int64_t N, int64_t K, const void *w_scale,
-                                  const void *x_scale, const gemm_batch_t *batch, gemm_t *g) {
+                                  const void *x_scale, const dit_linear_batch_t *batch, gemm_t *g) {
   memset(g, 0, sizeof *g);
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   dit_status_t s = lt_check(st->lt.desc_create(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -1106,7 +1100,7 @@ static dit_status_t gemm_choose(cuda_state_t *st, const gemm_t *g, const gemm_ke
 /* Y[M,N] = X[M,K] W[N,K]^T (+ bias) seen column-major: Y^T (N x M) = W (K x N)^T X^T (K x M).
  * The algorithm comes from st->choices when an identical GEMM was set up before. */
 static dit_status_t plan_gemm(cuda_state_t *st, const dit_tensor_t *x, const dit_tensor_t *w, const dit_tensor_t *bias,
-                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, const gemm_batch_t *batch,
+                              const dit_tensor_t *y, int act, const void *w_scale, const void *x_scale, const dit_linear_batch_t *batch,
                               const char *what, gemm_t *g) {
   const int64_t K = x->dims[x->rank - 1], M = dit_tensor_numel(x) / K, N = w->dims[0];
   if (act && act != 1) return DIT_ERR(UNIMPLEMENTED, "linear: activation %d has no cuBLASLt epilogue", act);
@@ -1205,54 +1199,6 @@ static int groups_batched(void) {
   return v && !strcmp(v, "batched");
 }
 
-static int64_t attr_int(const dit_plan_step_t *s, const char *key) {
-  const dit_attr_t *a = dit_attrs_find(&s->attrs, key);
-  return a && !a->is_float ? a->i : -1;
-}
-
-static int same_tensor_shape(const dit_tensor_t *a, const dit_tensor_t *b) {
-  return a->dtype == b->dtype && a->rank == b->rank && !memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]);
-}
-
-/* The byte distance from a to b when it is a positive multiple of the element size (and so a
- * stride in elements), else 0. */
-static int64_t elem_stride(const dit_tensor_t *a, const dit_tensor_t *b) {
-  const int64_t d = (int64_t)((uintptr_t)b->data - (uintptr_t)a->data), es = (int64_t)dit_dtype_size(a->dtype);
-  return (uintptr_t)b->data > (uintptr_t)a->data && es > 0 && d % es == 0 ? d / es : 0;
-}
-
-/* Whether plan step i begins a linear group the backend can make in one strided-batched GEMM:
- * steps i .. i + G - 1 are library linears (no kernel, no activation, no accumulated input)
- * marked members 0 .. G - 1, over one x, with weights, biases and outputs of one shape each,
- * at one stride apart in memory, as bound (the weight layout and the memory plan put them so;
- * without offload nothing moves them). Sets *b. Anything else runs member by member. */
-static int linear_group(const dit_plan_t *plan, size_t i, const dit_tensor_t *bound, gemm_batch_t *b) {
-  const dit_plan_step_t *s = &plan->steps[i];
-  const int64_t G = attr_int(s, "group_size");
-  int bi, ai;
-  if (plan->offload.mode != DIT_PLAN_OFFLOAD_NONE || s->kind != DIT_OP_LINEAR || s->has_kernel || G < 2 || G > 16 ||
-      attr_int(s, "group_at") != 0 || i + (size_t)G > plan->n_steps || dit_attrs_find(&s->attrs, "act") ||
-      dit_linear_operands(s->kind, &s->attrs, s->n_in, &bi, &ai) || ai >= 0 || s->n_out != 1)
-    return 0;
-  int64_t ws = 0, bs = 0, ys = 0;
-  for (int64_t m = 1; m < G; m++) {
-    const dit_plan_step_t *t = &plan->steps[i + (size_t)m];
-    if (t->kind != DIT_OP_LINEAR || t->has_kernel || attr_int(t, "group_size") != G || attr_int(t, "group_at") != m || t->n_in != s->n_in ||
-        t->n_out != 1 || t->in[0] != s->in[0] || dit_attrs_find(&t->attrs, "act") || dit_attrs_find(&t->attrs, "acc"))
-      return 0;
-    for (int k = 1; k < s->n_in; k++)
-      if (!same_tensor_shape(&bound[s->in[k]], &bound[t->in[k]])) return 0;
-    if (!same_tensor_shape(&bound[s->out[0]], &bound[t->out[0]])) return 0;
-    const int64_t w = elem_stride(&bound[s->in[1]], &bound[t->in[1]]), y = elem_stride(&bound[s->out[0]], &bound[t->out[0]]);
-    const int64_t c = bi >= 0 ? elem_stride(&bound[s->in[bi]], &bound[t->in[bi]]) : 0;
-    if (m == 1) ws = w, ys = y, bs = c;
-    if (!w || !y || (bi >= 0 && !c) || w != m * ws || y != m * ys || c != m * bs) return 0;
-  }
-  if (ys < dit_tensor_numel(&bound[s->out[0]])) return 0; /* the outputs must not overlap */
-  *b = (gemm_batch_t){(int)G, ws, bs, ys};
-  return 1;
-}
-
 static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tensor_t *bound, dit_blob_loader_fn load,
                                  void *ctx) {
   cuda_state_t *st = p;
@@ -1313,8 +1259,8 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
                        plan->values[s->out[0]].name);
       /* A group's first step may make the whole group; every member keeps a GEMM of its own for
        * a run that does not follow it. */
-      gemm_batch_t batch = {1, 0, 0, 0};
-      if (batched && linear_group(plan, i, bound, &batch)) st->group_len[i] = batch.count;
+      dit_linear_batch_t batch = {1, 0, 0, 0};
+      if (batched && dit_linear_group(plan, i, bound, &batch)) st->group_len[i] = batch.count;
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], bi >= 0 ? &bound[s->in[bi]] : NULL, &bound[s->out[0]],
                                     act ? (int)act->i : 0, NULL, NULL, &batch, plan->values[s->out[0]].name, &st->gemms[i]),
                           "step %zu (linear '%s'%s)", i, plan->values[s->out[0]].name, batch.count > 1 ? ", its group as one batch" : "");
