@@ -468,9 +468,9 @@ static dit_status_t build_rank(const dit_compile_options_t *o, const dit_model_t
            req->tp > 1 ? " (tensor-parallel rank 0)" : "");
   dit_pass_options_t popt = {first ? o->dump_after : NULL, o->dump};
   DIT_RETURN_IF(dit_passes_run(rb->g, &popt, &rb->pres));
-  dit_compile_progress(p, "passes verify,dce,fuse,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed, %d fused",
-           (double)rb->pres.arena_bytes / (1 << 20), (double)rb->pres.naive_bytes / (1 << 20), rb->pres.removed_ops,
-           rb->pres.fused_ops);
+  dit_compile_progress(p, "passes verify,dce,fuse,schedule,group,memplan: arena %.2f MiB (%.2f MiB without reuse), %d ops removed, "
+           "%d fused, %d linears in groups", (double)rb->pres.arena_bytes / (1 << 20), (double)rb->pres.naive_bytes / (1 << 20),
+           rb->pres.removed_ops, rb->pres.fused_ops, rb->pres.grouped_ops);
   if (first && o->dump_ir) dit_graph_print(rb->g, o->dump ? o->dump : stdout);
   DIT_RETURN_IF(dit_compile_lower(rb->g, rb->pres.arena_bytes, &rb->plan));
   /* Context-parallel ranks of one tensor-parallel shard use the same weights: written once. */
