@@ -196,7 +196,7 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
         gfw = subprocess.run([ditrun, "forward", bundle, "--inputs", inputs, "--out", gout] + extra, capture_output=True, text=True, env=genv)
         groups = subprocess.run(bench_cmd, capture_output=True, text=True, env=genv)
         if gfw.returncode or groups.returncode:
-            print("ditrun with batched linear groups failed:", (gfw.stderr or groups.stderr).strip()[-400:], flush=True)
+            print("ditrun with batched linear groups failed:", (gfw if gfw.returncode else groups).stderr.strip()[-400:], flush=True)
             groups = None
         else:
             res["ditrun_groups_out"] = gout
