@@ -526,8 +526,12 @@ def forward_sentence(e, where):
     # Diffusers' whole process by the same measure as ditrun's, where the run took it.
     theirs = (f"{e['eager_process_peak_gib']:.2f} GiB (nvidia-smi, whole process; {e['eager_peak_gib']:.2f} GiB in torch's allocator)"
               if e.get("eager_process_peak_gib") else f"{e['eager_peak_gib']:.2f} GiB (torch's allocator)")
+    # The same bundle again with each linear group as one batched GEMM (DIT_BENCH_LINEAR_GROUPS=1), where the run took it.
+    g = e.get("groups_parity")
+    groups = (f"; with linear groups batched (DIT_CUDA_LINEAR_GROUPS=batched) {e['ditrun_groups_ms']:.1f} ms, cosine {g['cosine']:.5f}"
+              if g and e.get("ditrun_groups_ms") else "")
     return s + (f", cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak {e['ditrun_peak_gib']:.2f} GiB "
-                f"(nvidia-smi, whole process{mine}) against {theirs}")
+                f"(nvidia-smi, whole process{mine}) against {theirs}{groups}")
 
 
 def generate_sentence(g, what):

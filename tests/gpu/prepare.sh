@@ -151,11 +151,17 @@ if [ -x build/bin/ditc ] && [ -n "${MMDIT:-}" ]; then
   python3 bench/flux_forward.py --write-folder "$k/flux" --layers 1,1 >/dev/null
   for b in 1 2 4 8 12 16; do c "$k/flux" --height 1024 --width 1024 --batch "$b" --text-len 512; done
   c "$k/flux" --height 256 --width 256 --batch 1 --text-len 32  # tests/gpu/pipeline_parity.py's FluxPipeline
+  # The forward benchmarks' --lossy fp8,fp8attn,fp8all (run.sh FLUX_LOSSY, HUNYUAN_LOSSY, QWEN_LOSSY) at each family's shape.
+  # shellcheck disable=SC2086
+  lossy() { for m in "--quant fp8" "--attn-quant fp8" "--quant fp8 --attn-quant fp8"; do c "$@" $m; done; }
+  lossy "$k/flux" --height 1024 --width 1024 --batch 1 --text-len 512
   python3 bench/hunyuan_forward.py --write-folder "$k/hy" --layers 1,1 >/dev/null
   # run.sh 8c's forward (129) and generate (33) frames; 8f's offload sweep over frame counts (offload adds no kernels).
   for f in 129 33 1 9 17 65; do c "$k/hy" --frames "$f" --height 720 --width 1280 --text-len 256; done
+  lossy "$k/hy" --frames 129 --height 720 --width 1280 --text-len 256
   python3 bench/qwen_forward.py --write-folder "$k/qw" --layers 1 >/dev/null
   c "$k/qw" --height 1328 --width 1328 --text-len 512
+  lossy "$k/qw" --height 1328 --width 1328 --text-len 512
   # The Wan2.1 VAE decoder at the published widths (tests/gpu/run.sh VAE=...), 81 frames at both sizes. With the
   # UMT5 blocks above and WAN13's 480x832 transformer, these are every kernel of tests/gpu/run.sh E2E=1's pipeline
   # (bench/e2e_wan.py: its stages compile at batch 1, the text encoder at 512 tokens, the decoder in chunks of 1).
