@@ -5,9 +5,9 @@ usage: bench/kernel_timeline.py --bundle DIR --inputs FILE [--ditrun BIN] [--for
 
 1. `--forwards` consecutive forwards of the bundle (after one warm-up) in this process through the
    Python package over libditrun ($DITRUN_LIBRARY), under torch.profiler: every kernel by start time.
-   Each kernel name's median duration in each fifth of the profiled time, and each forward's sum, show
-   whether the same kernels run slower later in a forward (the clock a long run of back-to-back work
-   holds) rather than slower everywhere.
+   Each kernel name's median duration in each fifth of the profiled time shows whether the same
+   kernels run slower later in a run (the clock a long run of back-to-back work holds) rather than
+   slower everywhere.
 2. `ditrun bench --steps SUSTAIN` while nvidia-smi samples the SM clock, power draw, temperature and
    the active clock-limiting reasons every 100 ms: the clock and power under this load.
 One JSON object (--out) with both; a summary on stdout. Device only (torch, a GPU)."""
@@ -17,8 +17,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 FIFTHS = 5
 
 
@@ -62,29 +62,13 @@ def by_fifth(evs):
     return sorted(rows, key=lambda r: -r["total_us"])
 
 
-def sample_clocks(ditrun, bundle, inputs, steps):
-    """nvidia-smi samples every 100 ms while `ditrun bench` runs `steps` forwards."""
-    q = "timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
-    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits", "-lms", "100"],
-                           stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    t0 = time.time()
-    r = subprocess.run([ditrun, "bench", bundle, "--inputs", inputs, "--steps", str(steps), "--warmup", "1"], capture_output=True, text=True)
-    t1 = time.time()
-    time.sleep(0.3)
-    smi.terminate()
-    out = smi.communicate()[0]
-    rows = []
-    for line in out.splitlines():
-        f = [x.strip() for x in line.split(",")]
-        if len(f) == 5:
-            try:
-                rows.append({"sm_mhz": float(f[1]), "power_w": float(f[2]), "temp_c": float(f[3]), "reasons": f[4]})
-            except ValueError:
-                continue
+def sustained_clocks(ditrun, bundle, inputs, steps):
+    """`ditrun bench --steps STEPS` under gpumem.ClockPoll: its forward median and the clock summary."""
+    from gpumem import ClockPoll
+    with ClockPoll() as cp:
+        r = subprocess.run([ditrun, "bench", bundle, "--inputs", inputs, "--steps", str(steps), "--warmup", "1"], capture_output=True, text=True)
     ms = next((float(x.split()[1]) for x in r.stdout.splitlines() if x.startswith("forward_ms_median")), None)
-    return {"bench_s": t1 - t0, "forward_ms_median": ms, "samples": rows, "bench_rc": r.returncode,
-            "bench_err": r.stderr.strip()[-300:] if r.returncode else ""}
+    return {"forward_ms_median": ms, "clocks": cp.summary(), "bench_rc": r.returncode, "bench_err": r.stderr.strip()[-300:] if r.returncode else ""}
 
 
 def main():
@@ -105,14 +89,9 @@ def main():
     for r in res["by_fifth"][:12]:
         print(f"  {r['total_us'] / 1e3:9.2f} ms  " + " ".join("-" if m is None else f"{m:8.1f}" for m in r["median_us"]) + f"  {r['name'][:70]}")
     if a.sustain:
-        c = res["clocks"] = sample_clocks(a.ditrun, a.bundle, a.inputs, a.sustain)
-        s = c["samples"]
-        busy = [x for x in s if x["power_w"] > 200] or s
-        if busy:
-            print(f"ditrun bench, {a.sustain} forwards ({c['forward_ms_median']} ms median): {len(busy)} samples under load, SM clock "
-                  f"{min(x['sm_mhz'] for x in busy):.0f}-{max(x['sm_mhz'] for x in busy):.0f} MHz (median "
-                  f"{statistics.median(x['sm_mhz'] for x in busy):.0f}), power median {statistics.median(x['power_w'] for x in busy):.0f} W, "
-                  f"temperature up to {max(x['temp_c'] for x in busy):.0f} C, limiting reasons {sorted({x['reasons'] for x in busy})}")
+        from gpumem import clock_line
+        c = res["sustained"] = sustained_clocks(a.ditrun, a.bundle, a.inputs, a.sustain)
+        print(clock_line(f"ditrun bench, {a.sustain} forwards ({c['forward_ms_median']} ms median)", c["clocks"]))
     if a.out:
         with open(a.out, "w") as fh:
             json.dump(res, fh, indent=1)

@@ -530,8 +530,12 @@ def forward_sentence(e, where):
     g = e.get("groups_parity")
     groups = (f"; with linear groups batched (DIT_CUDA_LINEAR_GROUPS=batched) {e['ditrun_groups_ms']:.1f} ms, cosine {g['cosine']:.5f}"
               if g and e.get("ditrun_groups_ms") else "")
+    # The clocks each side's sustained forwards held (DIT_BENCH_CLOCKS=1), where the run took them.
+    c, t = e.get("ditrun_clocks"), e.get("compiled_clocks")
+    clocks = (f"; SM clock over sustained forwards {c['sm_mhz']:.0f} MHz at {c['power_w']:.0f} W (ditrun) against {t['sm_mhz']:.0f} MHz "
+              f"at {t['power_w']:.0f} W (torch.compile)" if c and t else "")
     return s + (f", cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak {e['ditrun_peak_gib']:.2f} GiB "
-                f"(nvidia-smi, whole process{mine}) against {theirs}{groups}")
+                f"(nvidia-smi, whole process{mine}) against {theirs}{groups}{clocks}")
 
 
 def generate_sentence(g, what):

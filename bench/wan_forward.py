@@ -154,6 +154,14 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
             res["compiled_ms"] = 1e3 * timed(torch, lambda: cmodel(**kwargs, return_dict=False), iters, warmup)
             res["compiled_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             print(f"torch.compile: {res['compiled_ms']:.1f} ms (compile {res['compile_s']:.0f} s)", flush=True)
+            if os.environ.get("DIT_BENCH_CLOCKS") == "1":  # the clock its sustained forwards hold, after the timed ones
+                from gpumem import ClockPoll, clock_line
+                with ClockPoll() as cp:
+                    for _ in range(max(10, int(3000 / res["compiled_ms"]))):
+                        cmodel(**kwargs, return_dict=False)
+                    torch.cuda.synchronize()
+                res["compiled_clocks"] = cp.summary()
+                print(clock_line("torch.compile, sustained", res["compiled_clocks"]), flush=True)
             if os.environ.get("DIT_BENCH_KERNEL_SPLIT", "1") != "0":
                 ks = ceilings.kernel_split(torch, lambda: cmodel(**kwargs, return_dict=False))
                 res["compiled_kernels"] = ks
@@ -235,6 +243,13 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     for line in (groups.stdout if groups is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_groups_ms"] = float(line.split()[1])
+    if os.environ.get("DIT_BENCH_CLOCKS") == "1" and res.get("ditrun_ms"):  # the clock ditrun's sustained forwards hold
+        from gpumem import ClockPoll, clock_line
+        with ClockPoll() as cp:
+            subprocess.run([ditrun, "bench", bundle, "--inputs", inputs, "--steps", str(max(10, int(3000 / res["ditrun_ms"])))] + wu + extra,
+                           capture_output=True, text=True)
+        res["ditrun_clocks"] = cp.summary()
+        print(clock_line("ditrun, sustained", res["ditrun_clocks"]), flush=True)
     for line in (heur.stdout if heur is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_heuristic_gemm_ms"] = float(line.split()[1])
