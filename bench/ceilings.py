@@ -218,6 +218,95 @@ def split_lines(who, ks):
     return L
 
 
+def parse_bench(stdout):
+    """`ditrun bench [-v]`'s lines: ditrun_ms (the median), split_ms and by_op_ms, and -v's
+    step_groups ({count, ms, what})."""
+    res = {}
+    for line in stdout.splitlines():
+        k, *v = line.split() or [""]
+        if k == "forward_ms_median":
+            res["ditrun_ms"] = float(v[0])
+        elif k == "split_ms":
+            cut = [i for i, x in enumerate(v) if x.startswith("(")]
+            pairs = v[:cut[0]] if cut else v
+            res["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
+        elif k == "by_op_ms":
+            res["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
+        elif k == "steps" and len(v) >= 4 and v[2] == "ms":  # bench -v: steps grouped by op and shapes
+            res.setdefault("step_groups", []).append({"count": int(v[0]), "ms": float(v[1]), "what": " ".join(v[3:])})
+    return res
+
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def op_shapes(torch, fn):
+    """Device milliseconds of one call of fn by aten op and input shapes (torch.profiler with
+    record_shapes): the GEMMs and the attention of a torch contender's forward, shape by shape,
+    in the same conditions as the whole forward (back to back, after warm-up)."""
+    from torch.profiler import ProfilerActivity, profile  # device only
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = []
+    for ev in prof.key_averages(group_by_input_shape=True):
+        if ev.key not in GEMM_OPS and "attention" not in ev.key:
+            continue
+        us = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+        if us > 0:
+            rows.append({"op": ev.key, "shapes": [list(x) for x in ev.input_shapes], "count": ev.count, "ms": us / 1e3})
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
+def torch_gemm_mkn(row):
+    """(M, K, N) of a profiled aten mm/addmm (x [M, K] times w [K, N]; addmm's bias first), else None."""
+    sh = [x for x in row["shapes"] if x]
+    if row["op"] not in ("aten::mm", "aten::addmm") or len(sh) < 2:
+        return None
+    x, w = sh[-2], sh[-1]
+    return (x[0], x[1], w[1]) if len(x) == 2 and len(w) == 2 and x[1] == w[0] else None
+
+
+def ours_gemm_mkn(what):
+    """(M, K, N) of one of `ditrun bench -v`'s step groups, "linear bf16[B,T,K] bf16[N,K]", else None."""
+    parts = what.split()
+    if parts[0] != "linear" or len(parts) < 3:
+        return None
+    x = [int(v) for v in parts[1][parts[1].index("[") + 1:-1].split(",")]
+    w = [int(v) for v in parts[2][parts[2].index("[") + 1:-1].split(",")]
+    m = 1
+    for v in x[:-1]:
+        m *= v
+    return (m, x[-1], w[0])
+
+
+def by_shape_lines(ours_groups, torch_rows):
+    """Ours (steps timed in flight) against a torch contender's (profiled), GEMM by GEMM shape:
+    the count and milliseconds of each, and which is faster where both run the shape."""
+    mine, theirs = {}, {}
+    for g in ours_groups:
+        k = ours_gemm_mkn(g["what"])
+        if k:
+            c = mine.setdefault(k, [0, 0.0])
+            c[0] += g["count"]
+            c[1] += g["ms"]
+    for r in torch_rows:
+        k = torch_gemm_mkn(r)
+        if k:
+            c = theirs.setdefault(k, [0, 0.0])
+            c[0] += r["count"]
+            c[1] += r["ms"]
+    keys = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, [0, 0])[1], theirs.get(k, [0, 0])[1]))
+    L = ["GEMMs by shape (M x K -> N): ours in flight (count, ms) | torch (count, ms) | ours per call / theirs"]
+    for k in keys:
+        a, b = mine.get(k), theirs.get(k)
+        ratio = f"{(a[1] / a[0]) / (b[1] / b[0]):.3f}" if a and b and a[0] and b[0] else "-"
+        L.append(f"  {k[0]:6d} x {k[1]:5d} -> {k[2]:5d}  " + (f"{a[0]:4d} {a[1]:9.3f}" if a else f"{'-':>14}") + " | "
+                 + (f"{b[0]:4d} {b[1]:9.3f}" if b else f"{'-':>14}") + f" | {ratio}")
+    L.append(f"  total: ours {sum(v[1] for v in mine.values()):.1f} ms, torch {sum(v[1] for v in theirs.values()):.1f} ms")
+    return L
+
+
 def versus(split_ms, plan, heads, c):
     """Ours against the ceilings: for GEMMs and attention the ceiling's time at the plan's shapes
     over ours (1.0 = as fast as the ceiling), for the other ops their achieved bandwidth over the
@@ -291,6 +380,19 @@ def self_test():
     assert L[0] == "x kernels: GEMMs 1.0 ms, attention 2.0 ms, other 3.5 ms" and "2.000 ms" in L[1], L
     L = split_lines("ditrun", {"split_ms": {"gemm": 1.0, "other": 5.5}, "top": []})
     assert L == ["ditrun kernels: GEMMs 1.0 ms, its own kernels (attention among them) 5.5 ms"], L
+    r = parse_bench("forward_ms_median 12.5\nsplit_ms gemm 2.0 attention 1.5 other 4.0 collectives 0.000 (in-flight total 7.500)\n"
+                    "by_op_ms linear=2.000 attention=1.500\nsteps    38     81.331 ms  linear bf16[4,4608,3072] bf16[12288,3072]\n")
+    assert r["ditrun_ms"] == 12.5 and r["split_ms"] == {"gemm": 2.0, "attention": 1.5, "other": 4.0, "collectives": 0.0}, r
+    assert r["by_op_ms"] == {"linear": 2.0, "attention": 1.5} and r["step_groups"][0]["what"].endswith("bf16[12288,3072]"), r
+    assert ours_gemm_mkn("linear bf16[4,4608,3072] bf16[12288,3072]") == (18432, 3072, 12288)
+    assert ours_gemm_mkn("attention bf16[4,4608,3072] bf16[4,4608,3072]") is None
+    assert torch_gemm_mkn({"op": "aten::addmm", "shapes": [[12288], [18432, 3072], [3072, 12288], [], []]}) == (18432, 3072, 12288)
+    assert torch_gemm_mkn({"op": "aten::mm", "shapes": [[512, 3072], [3072, 64]]}) == (512, 3072, 64)
+    assert torch_gemm_mkn({"op": "aten::_scaled_dot_product_cudnn_attention", "shapes": [[1, 2, 3, 4]]}) is None
+    L = by_shape_lines([{"count": 2, "ms": 4.0, "what": "linear bf16[1,512,3072] bf16[64,3072]"}],
+                       [{"op": "aten::mm", "shapes": [[512, 3072], [3072, 64]], "count": 2, "ms": 5.0},
+                        {"op": "aten::mm", "shapes": [[8, 16], [16, 32]], "count": 1, "ms": 0.5}])
+    assert L[1].split()[-1] == "0.800" and L[2].split()[-1] == "-" and L[-1] == "  total: ours 4.0 ms, torch 5.5 ms", L
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import pipeline_bench as pb  # noqa: E402
+import ceilings  # noqa: E402
 from ceilings import run_info  # noqa: E402
 from step_cache import parse_log, quality, read_f32  # noqa: E402
 
@@ -89,17 +90,8 @@ def mode_flags(mode, sta, dense_layers):
 
 def parse_bench(text):
     """(median ms, split ms dict, ms by op kind dict) from `ditrun bench`'s stdout."""
-    ms, split, by_op = None, {}, {}
-    for line in text.splitlines():
-        k, *v = line.split()
-        if k == "forward_ms_median":
-            ms = float(v[0])
-        elif k == "split_ms":
-            v = v[:v.index("(step-synchronized")] if "(step-synchronized" in v else v
-            split = {v[i]: float(v[i + 1]) for i in range(0, len(v) - 1, 2)}
-        elif k == "by_op_ms":
-            by_op = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
-    return ms, split, by_op
+    r = ceilings.parse_bench(text)
+    return r.get("ditrun_ms"), r.get("split_ms", {}), r.get("by_op_ms", {})
 
 
 def table(part):

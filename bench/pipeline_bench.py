@@ -230,7 +230,8 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
     torch._dynamo.reset()
     model.to("cpu")
     torch.cuda.empty_cache()
-    r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, graph=False, heuristic=False, warmup=1)
+    r, failed = ditrun_contender(a.ditrun, bundle, inputs, out, a.iters, graph=False, warmup=1,
+                                 heuristic=os.environ.get("DIT_BENCH_GEMM_HEURISTIC") == "1")
     if not failed and os.environ.get("DIT_BENCH_KERNEL_SPLIT", "1") != "0":
         ks = ceilings.ours_kernel_split(torch, bundle, inputs)
         if ks:
@@ -248,11 +249,21 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
         print(f"{label}linear groups batched: {e.get('ditrun_groups_ms', 0):.1f} ms against {e['ditrun_ms']:.1f} member by member"
               + (f" (torch.compile {c:.1f}: {c / e['ditrun_groups_ms']:.3f}x)" if c and e.get("ditrun_groups_ms") else "")
               + f"; cosine {e['groups_parity']['cosine']:.6f} to diffusers eager", flush=True)
+    if e.get("ditrun_heuristic_gemm_ms"):  # DIT_BENCH_GEMM_HEURISTIC=1: cuBLASLt's first choices, untimed
+        print(f"{label}GEMMs as cuBLASLt's heuristic ranks them first: {e['ditrun_heuristic_gemm_ms']:.1f} ms (GEMMs "
+              f"{e.get('ditrun_heuristic_gemm_split_ms', 0):.1f} ms step-synchronized) against {e['ditrun_ms']:.1f} timed at load",
+              flush=True)
     summary(e)
     print(f"{label}parity vs diffusers eager: cosine {e['parity']['cosine']:.6f}, relative L2 {e['parity']['rel_l2']:.3e}",
           flush=True)
     for sg in e.get("step_groups", [])[:14]:
         print(f"  {sg['count']:4d} steps {sg['ms']:9.3f} ms  {sg['what']}")
+    if e.get("in_flight_step_groups") and e.get("compiled_by_shape"):  # DIT_BENCH_SHAPES=1
+        print("\n".join(ceilings.by_shape_lines(e["in_flight_step_groups"], e["compiled_by_shape"])), flush=True)
+        att = sum(g["ms"] for g in e["in_flight_step_groups"] if g["what"].startswith("attention"))
+        their = sum(r["ms"] for r in e["compiled_by_shape"] if "attention" in r["op"])
+        print(f"attention: ours in flight {att:.1f} ms, torch.compile's {their:.1f} ms; in-flight split {e.get('in_flight_split_ms')}",
+              flush=True)
     return 0 if e["parity_ok"] else 1
 
 

@@ -162,6 +162,8 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
                     torch.cuda.synchronize()
                 res["compiled_clocks"] = cp.summary()
                 print(clock_line("torch.compile, sustained", res["compiled_clocks"]), flush=True)
+            if os.environ.get("DIT_BENCH_SHAPES") == "1":  # its GEMMs and attention shape by shape, profiled
+                res["compiled_by_shape"] = ceilings.op_shapes(torch, lambda: cmodel(**kwargs, return_dict=False))
             if os.environ.get("DIT_BENCH_KERNEL_SPLIT", "1") != "0":
                 ks = ceilings.kernel_split(torch, lambda: cmodel(**kwargs, return_dict=False))
                 res["compiled_kernels"] = ks
@@ -220,17 +222,15 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     if fw.returncode or bench.returncode:
         print(fw.stdout, bench.stdout)
         return res, (fw.stderr.strip() or bench.stderr.strip())[-600:] or "ditrun failed"
-    for line in bench.stdout.splitlines():
-        k, *v = line.split()
-        if k == "forward_ms_median":
-            res["ditrun_ms"] = float(v[0])
-        elif k == "split_ms":
-            pairs = v[:v.index("(step-synchronized")] if "(step-synchronized" in v else v
-            res["split_ms"] = {pairs[i]: float(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
-        elif k == "by_op_ms":
-            res["by_op_ms"] = {kv.split("=")[0]: float(kv.split("=")[1]) for kv in v}
-        elif k == "steps" and len(v) >= 4 and v[2] == "ms":  # bench -v: steps grouped by op and shapes
-            res.setdefault("step_groups", []).append({"count": int(v[0]), "ms": float(v[1]), "what": " ".join(v[3:])})
+    res.update(ceilings.parse_bench(bench.stdout))
+    if os.environ.get("DIT_BENCH_SHAPES") == "1":  # the split with the steps back to back, each timed by events around it
+        fl = subprocess.run(bench_cmd[:bench_cmd.index("--steps")] + ["--steps", "1", "--warmup", "2", "--split-in-flight", "-v"] + extra,
+                            capture_output=True, text=True)
+        if fl.returncode:
+            print("ditrun bench --split-in-flight failed:", fl.stderr.strip()[-400:], flush=True)
+        else:
+            r = ceilings.parse_bench(fl.stdout)
+            res["in_flight_split_ms"], res["in_flight_step_groups"] = r.get("split_ms"), r.get("step_groups", [])
     for line in (wide.stdout if wide is not None else "").splitlines():
         if line.startswith("forward_ms_median"):
             res["ditrun_wide_gemm_ms"] = float(line.split()[1])

@@ -98,6 +98,12 @@ dit_status_t dit_runtime_forward(dit_runtime_t *rt);
  * it: the time split of a forward, multi-rank bundles included. step_seconds, when not NULL,
  * gets each step's time (one entry per step of the first rank's plan, dit_runtime_plan). */
 dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, double *step_seconds);
+/* The same split with the steps run back to back as in a forward: each step's time is the
+ * device time between events marked before and after it on the compute queue (the queue drained
+ * every few hundred steps to read them), so a step takes what it takes among its neighbours.
+ * Refused for a bundle that streams weights (the offload engine's stall timing holds those
+ * events). */
+dit_status_t dit_runtime_forward_profiled_in_flight(dit_runtime_t *rt, double *seconds, double *step_seconds);
 /* How a multi-rank run's collectives travel: "NCCL", "in-process", "TCP between processes", ... */
 const char *dit_runtime_collectives(const dit_runtime_t *rt);
 /* A view of the named output in the runtime's memory, valid until the next forward. */

@@ -788,8 +788,29 @@ static dit_status_t swap_target(rank_rt_t *rt, rank_rt_t **out, uint32_t *per_bl
   return DIT_OK;
 }
 
+/* In-flight step timing (rank_rt_t.profile_in_flight): event EV_FIRST marked before the first
+ * step of a window, EV_FIRST + 1 + j after its j-th step; at the window's end the queue is
+ * drained and the times read, and the next window starts after that drain. */
+enum { EV_FIRST = DIT_BACKEND_TIMED_EVENTS, EV_WINDOW = DIT_BACKEND_MAX_EVENTS - DIT_BACKEND_TIMED_EVENTS - 1 };
+
+static dit_status_t in_flight_flush(rank_rt_t *rt, const size_t *win, int *n) {
+  if (!*n) return DIT_OK;
+  DIT_RETURN_IF(rt->be->synchronize(rt->be_state));
+  for (int j = 0; j < *n; j++) {
+    double ms = 0;
+    DIT_RETURN_IF(rt->be->elapsed_ms(rt->be_state, EV_FIRST + j, EV_FIRST + 1 + j, &ms));
+    rt->profile[rt->plan->steps[win[j]].kind] += ms / 1e3;
+    if (rt->profile_steps) rt->profile_steps[win[j]] += ms / 1e3;
+  }
+  *n = 0;
+  return DIT_OK;
+}
+
 static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
   const dit_plan_t *p = rt->plan;
+  const int in_flight = rt->profile && rt->profile_in_flight;
+  size_t win[EV_WINDOW];
+  int n_win = 0;
   rank_rt_t *incoming = NULL;
   uint32_t per_block = 0;
   DIT_RETURN_IF(swap_target(rt, &incoming, &per_block));
@@ -810,8 +831,13 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
     }
     dit_status_t s = rt->offload ? dit_offload_before_step(rt->offload, i) : DIT_OK;
     const double t0 = rt->profile ? dit_now_s() : 0;
+    if (!s && in_flight && !n_win) s = rt->be->mark(rt->be_state, 0, EV_FIRST);
     if (!s) s = rank_step(rt, comm, i);
-    if (!s && rt->profile) { /* each step drained before the next, timed by kind */
+    if (!s && in_flight) {
+      win[n_win] = i;
+      s = rt->be->mark(rt->be_state, 0, EV_FIRST + 1 + n_win++);
+      if (!s && n_win == EV_WINDOW) s = in_flight_flush(rt, win, &n_win);
+    } else if (!s && rt->profile) { /* each step drained before the next, timed by kind */
       s = rt->be->synchronize(rt->be_state);
       const double dt = dit_now_s() - t0;
       rt->profile[p->steps[i].kind] += dt;
@@ -835,7 +861,8 @@ static dit_status_t rank_forward_steps(rank_rt_t *rt, dit_comm_t *comm) {
     }
   }
   if (rt->graph == 1) return DIT_OK; /* nothing runs while capturing */
-  dit_status_t s = rt->be->synchronize(rt->be_state);
+  dit_status_t s = in_flight ? in_flight_flush(rt, win, &n_win) : DIT_OK;
+  if (!s) s = rt->be->synchronize(rt->be_state);
   if (!s) s = dit_reuse_forward_end(rt);
   dit_exec_collectives_settled(rt);
   rank_failed(rt, comm, s); /* a queued collective may have failed: the others must not wait for it */
@@ -901,10 +928,20 @@ static dit_status_t rank_forward_job(dit_runtime_t *rt, rank_rt_t *k, void *arg)
   return rank_forward(k, rt->n_ranks > 1 ? rt->comm : NULL);
 }
 
-dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, double *step_seconds) {
+static dit_status_t forward_profiled(dit_runtime_t *rt, int in_flight, double *seconds, double *step_seconds) {
   dit_status_t s = DIT_OK;
-  for (int r = 0; !s && r < rt->n_ranks; r++)
+  for (int r = 0; !s && r < rt->n_ranks; r++) {
+    rank_rt_t *k = &rt->ranks[r];
+    if (in_flight && k->offload)
+      return DIT_ERR(FAILED_PRECONDITION, "in-flight step times: the bundle streams weights, and its offload engine's stall timing holds the "
+                     "timed events; time its steps one by one instead");
+    if (in_flight && (!k->be->mark || !k->be->elapsed_ms))
+      return DIT_ERR(UNIMPLEMENTED, "in-flight step times: the %s backend has no timed events", k->be->name);
+  }
+  for (int r = 0; !s && r < rt->n_ranks; r++) {
+    rt->ranks[r].profile_in_flight = in_flight;
     if (!(rt->ranks[r].profile = calloc(DIT_OP_COUNT, sizeof(double)))) s = DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  }
   if (!s && step_seconds) {
     memset(step_seconds, 0, rt->ranks[0].plan->n_steps * sizeof *step_seconds);
     rt->ranks[0].profile_steps = step_seconds;
@@ -915,8 +952,17 @@ dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, do
   for (int r = 0; r < rt->n_ranks; r++) {
     free(rt->ranks[r].profile);
     rt->ranks[r].profile = NULL;
+    rt->ranks[r].profile_in_flight = 0;
   }
   return s;
+}
+
+dit_status_t dit_runtime_forward_profiled(dit_runtime_t *rt, double *seconds, double *step_seconds) {
+  return forward_profiled(rt, 0, seconds, step_seconds);
+}
+
+dit_status_t dit_runtime_forward_profiled_in_flight(dit_runtime_t *rt, double *seconds, double *step_seconds) {
+  return forward_profiled(rt, 1, seconds, step_seconds);
 }
 
 dit_status_t dit_runtime_forward(dit_runtime_t *rt) {

@@ -47,6 +47,7 @@ typedef struct rank_rt {
   int device;                /* GPU ordinal */
   double *profile;           /* per op kind, seconds of a profiled forward (NULL: not profiling) */
   double *profile_steps;     /* per plan step, seconds of a profiled forward (NULL: not asked) */
+  int profile_in_flight;     /* ... its steps timed by device events, not drained one by one */
   long fail_step;            /* DIT_FAIL_STEP: the step at which this rank fails, or -1 */
   int fail_die;              /* ... by exiting on the spot */
   struct dit_runtime *owner;

@@ -28,7 +28,7 @@ typedef struct run_args {
   double guidance, guidance_2, shift, max_rel, true_cfg;
   int have_guidance, have_shift, have_sampler, have_true_cfg, have_steps;
   int have_guidance_2, have_seed, have_cache_warmup, have_cache_cooldown, accumulate, verbose, need_out, graph, stage, overlap,
-      pace_host, no_split, generate; /* generate: 1 generate, 2 calibrate-cache */
+      pace_host, no_split, split_in_flight, generate; /* generate: 1 generate, 2 calibrate-cache */
   /* A served job's tensors (the request's safetensors): read in place of the files that
    * --prompt-embeds, --negative-embeds, --image-latents and --image-embeds name. */
   const dit_safetensors_t *request;

@@ -152,6 +152,11 @@ if "$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" --s
 grep -q "expected the first bundle's .* (another shape of the same model)" "$T/err" && [ ! -e "$T/px.json" ] || { cat "$T/err"; exit 1; }
 if "$BIN/ditrun" calibrate "$b" --inputs "$d/forward_inputs.safetensors" --profile-out "$T/p2.json" 2>"$T/err"; then echo "calibrated an offload bundle"; exit 1; fi
 grep -q "compiled without --offload" "$T/err" && [ ! -e "$T/p2.json" ] || { cat "$T/err"; exit 1; }
+# Timing an offloaded forward's steps in flight is refused: the engine's stall timing holds those events.
+if "$BIN/ditrun" bench "$b" --inputs "$d/forward_inputs.safetensors" --steps 1 --split-in-flight >/dev/null 2>"$T/err"; then
+  echo "timed an offloaded forward in flight"; exit 1
+fi
+grep -q "in-flight step times: the bundle streams weights" "$T/err" || { cat "$T/err"; exit 1; }
 set +e; "$BIN/ditrun" calibrate "$plain" --inputs "$d/forward_inputs.safetensors" 2>"$T/err"; rc=$?; set -e
 [ $rc = 2 ] && grep -q "profile-out" "$T/err" || { echo "rc $rc"; cat "$T/err"; exit 1; }
 # The prefetch stall is measured on the compute queue's timeline: with every copy slowed, a

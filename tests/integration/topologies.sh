@@ -95,6 +95,21 @@ done
 awk '/^split_ms/ { for (i = 1; i < NF; i++) if ($i == "collectives") c = $(i + 1) } END { exit !(c > 0) }' "$T/bench" &&
   grep -q "^by_op_ms.* allgather=" "$T/bench" || { cat "$T/bench"; echo "no collectives in the multi-rank split"; exit 1; }
 echo "multi-rank bench: $(grep ^split_ms "$T/bench")"
+# The same split with the steps back to back, each timed by the events marked around it: the
+# collectives still show, and -v's groups add up to the split's total.
+"$BIN/ditrun" bench "$P" --inputs "$d/forward_inputs.safetensors" --steps 2 --split-in-flight -v 2>/dev/null >"$T/bench_if"
+python3 - "$T/bench_if" <<'PY' || { cat "$T/bench_if"; echo "in-flight split inconsistent"; exit 1; }
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+v = next(x for x in lines if x.startswith("split_ms")).split()
+assert "(in-flight" in v, v
+split = {v[i]: float(v[i + 1]) for i in range(1, 9, 2)}
+total = float(v[-1].rstrip(")"))
+groups = [float(x.split()[2]) for x in lines if x.startswith("steps ")]
+assert split["collectives"] > 0 and total > 0, v
+assert abs(sum(split.values()) - total) < 0.01 and abs(sum(groups) - total) < 0.001 * len(groups) + 0.01, (split, total, sum(groups))
+PY
+echo "multi-rank bench, in flight: $(grep ^split_ms "$T/bench_if")"
 # A rank that fails mid-forward stops the others (threads of one process) with its own error,
 # with collectives in order or overlapped; nothing is written.
 for ovl in "" "--overlap-collectives"; do
