@@ -534,6 +534,8 @@ def forward_sentence(e, where):
     c, t = e.get("ditrun_clocks"), e.get("compiled_clocks")
     clocks = (f"; SM clock over sustained forwards {c['sm_mhz']:.0f} MHz at {c['power_w']:.0f} W (ditrun) against {t['sm_mhz']:.0f} MHz "
               f"at {t['power_w']:.0f} W (torch.compile)" if c and t else "")
+    if clocks and all(any(int(r, 16) & 0x4 for r in x.get("reasons", [])) for x in (c, t)):
+        clocks += ", both held down by the software power cap (nvidia-smi's clock-limiting reasons)"
     return s + (f", cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak {e['ditrun_peak_gib']:.2f} GiB "
                 f"(nvidia-smi, whole process{mine}) against {theirs}{groups}{clocks}")
 
@@ -683,7 +685,7 @@ LOSSY_RUNS = ["lossy_480p_exact.json", "lossy_480p.json", "lossy_480p_fp8modes.j
               "lossy_hunyuan.json", "lossy_qwen.json"]
 # FLUX.1-dev forwards measured after flux_forward.json, a batch size a call (bench/flux_forward.py --no-generate; the
 # memory run also --no-compile: diffusers' whole-process peak beside ditrun's).
-FLUX_FORWARD_RUNS = ["flux_forward_batch1.json", "flux_forward_batch4.json", "flux_forward_memory.json"]
+FLUX_FORWARD_RUNS = ["flux_forward_batch1.json", "flux_forward_batch4.json", "flux_forward_memory.json", "flux_forward_clocks_b4.json"]
 # The attention kernel's fp8 form against its bf16 form and SageAttention (bench/attention/run.py --fp8),
 # one table a run.
 ATTN_FP8_RUNS = ["attention_fp8.json", "attention_fp8_kt192.json"]
