@@ -243,12 +243,13 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
         e["failed"] = failed
         return 1
     e["parity"] = parity(torch, load_file(out)["sample"], ref)
-    if e.get("ditrun_groups_out"):  # DIT_BENCH_LINEAR_GROUPS=1: the same bundle, linear groups batched
-        e["groups_parity"] = parity(torch, load_file(e.pop("ditrun_groups_out"))["sample"], ref)
-        c = e.get("compiled_ms")
-        print(f"{label}linear groups batched: {e.get('ditrun_groups_ms', 0):.1f} ms against {e['ditrun_ms']:.1f} member by member"
-              + (f" (torch.compile {c:.1f}: {c / e['ditrun_groups_ms']:.3f}x)" if c and e.get("ditrun_groups_ms") else "")
-              + f"; cosine {e['groups_parity']['cosine']:.6f} to diffusers eager", flush=True)
+    for name, what in (("groups", "linear groups batched"), ("tune_random", "GEMMs timed at load on random activations")):
+        if e.get(f"ditrun_{name}_out"):  # wan_forward.VARIANTS: the same bundle under a runtime setting
+            e[f"{name}_parity"] = parity(torch, load_file(e.pop(f"ditrun_{name}_out"))["sample"], ref)
+            c, ms = e.get("compiled_ms"), e.get(f"ditrun_{name}_ms")
+            print(f"{label}{what}: {ms or 0:.1f} ms against {e['ditrun_ms']:.1f} by default"
+                  + (f" (torch.compile {c:.1f}: {c / ms:.3f}x)" if c and ms else "")
+                  + f"; cosine {e[f'{name}_parity']['cosine']:.6f} to diffusers eager", flush=True)
     if e.get("ditrun_heuristic_gemm_ms"):  # DIT_BENCH_GEMM_HEURISTIC=1: cuBLASLt's first choices, untimed
         print(f"{label}GEMMs as cuBLASLt's heuristic ranks them first: {e['ditrun_heuristic_gemm_ms']:.1f} ms (GEMMs "
               f"{e.get('ditrun_heuristic_gemm_split_ms', 0):.1f} ms step-synchronized) against {e['ditrun_ms']:.1f} timed at load",

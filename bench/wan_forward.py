@@ -171,6 +171,11 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
     return ref, res
 
 
+# ditrun_contender's variants: (name, the switch that asks for it, the runtime setting it runs under).
+VARIANTS = (("groups", "DIT_BENCH_LINEAR_GROUPS", {"DIT_CUDA_LINEAR_GROUPS": "batched"}),
+            ("tune_random", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random"}))
+
+
 def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, heuristic=True, warmup=None):
     """ditrun in its own processes: one forward writing `out`, `bench` (median and split; a CUDA
     graph where ditrun takes one by default), and optionally the same step by step
@@ -197,19 +202,22 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     # And with 32 of the heuristic's candidates timed at load rather than 8 (DIT_BENCH_GEMM_WIDE=1).
     wide = subprocess.run(bench_cmd, capture_output=True, text=True, env=dict(os.environ, DIT_CUDA_GEMM_CANDIDATES="32")) \
         if os.environ.get("DIT_BENCH_GEMM_WIDE") == "1" else None
-    # And with each linear group (an attention's q, k, v) as one strided-batched GEMM (DIT_BENCH_LINEAR_GROUPS=1):
-    # its own forward (for the caller's parity) and bench.
-    groups = None
-    if os.environ.get("DIT_BENCH_LINEAR_GROUPS") == "1":
-        genv = dict(os.environ, DIT_CUDA_LINEAR_GROUPS="batched")
-        gout = out.replace(".safetensors", "") + "_groups.safetensors"
-        gfw = subprocess.run([ditrun, "forward", bundle, "--inputs", inputs, "--out", gout] + extra, capture_output=True, text=True, env=genv)
-        groups = subprocess.run(bench_cmd, capture_output=True, text=True, env=genv)
-        if gfw.returncode or groups.returncode:
-            print("ditrun with batched linear groups failed:", (gfw if gfw.returncode else groups).stderr.strip()[-400:], flush=True)
-            groups = None
+    # Variants of the same bundle under a runtime setting, each with its own forward (for the caller's parity)
+    # and bench: each linear group (an attention's q, k, v) as one strided-batched GEMM (DIT_BENCH_LINEAR_GROUPS=1);
+    # the GEMM candidates timed at load on random activations (DIT_BENCH_GEMM_TUNE_DATA=1).
+    variants = {}
+    for name, switch, setting in VARIANTS:
+        if os.environ.get(switch) != "1":
+            continue
+        venv = dict(os.environ, **setting)
+        vout = out.replace(".safetensors", "") + f"_{name}.safetensors"
+        vfw = subprocess.run([ditrun, "forward", bundle, "--inputs", inputs, "--out", vout] + extra, capture_output=True, text=True, env=venv)
+        vb = subprocess.run(bench_cmd, capture_output=True, text=True, env=venv)
+        if vfw.returncode or vb.returncode:
+            print(f"ditrun with {setting} failed:", (vfw if vfw.returncode else vb).stderr.strip()[-400:], flush=True)
         else:
-            res["ditrun_groups_out"] = gout
+            variants[name] = vb
+            res[f"ditrun_{name}_out"] = vout
     poll.stop = True
     poll.join()
     if gr is not None:
@@ -240,9 +248,8 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     if wide is not None:
         print(f"with 32 cuBLASLt candidates timed: {res.get('ditrun_wide_gemm_ms', 0):.1f} ms "
               f"(GEMMs {res.get('ditrun_wide_gemm_split_ms', 0):.1f} ms)", flush=True)
-    for line in (groups.stdout if groups is not None else "").splitlines():
-        if line.startswith("forward_ms_median"):
-            res["ditrun_groups_ms"] = float(line.split()[1])
+    for name, vb in variants.items():
+        res[f"ditrun_{name}_ms"] = ceilings.parse_bench(vb.stdout).get("ditrun_ms")
     if os.environ.get("DIT_BENCH_CLOCKS") == "1" and res.get("ditrun_ms"):  # the clock ditrun's sustained forwards hold
         from gpumem import ClockPoll, clock_line
         with ClockPoll() as cp:

@@ -5,8 +5,8 @@
  *
  * Environment: DIT_CUDA_GEMM=heuristic keeps cuBLASLt's first heuristic choice instead of
  * timing candidates (to compare); DIT_CUDA_GEMM_CANDIDATES=N times the heuristic's first N
- * (default 8, at most 64); DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times on
- * stderr. */
+ * (default 8, at most 64); DIT_CUDA_GEMM_TUNE_DATA=random times them on random activations
+ * (cuda_prepare); DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times on stderr. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +122,27 @@ static const char kProbePtx[] =
     PROBE_REDUCE("%fd1") PROBE_REDUCE("%fd2")
     "  and.b32 %r13, %r5, 31;\n  setp.eq.u32 %p10, %r13, 0;\n"
     "  @%p10 red.global.add.f64 [%rd4], %fd1;\n  @%p10 red.global.add.f64 [%rd4+8], %fd2;\n"
+    "  ret;\n}\n"
+    /* GEMM timing's operand data (DIT_CUDA_GEMM_TUNE_DATA=random): n bf16 values, each from a
+     * hash of its index: a random sign and 7 mantissa bits, magnitude in [0.5, 2) (exponent 126
+     * or 127 by one more hash bit), so a candidate is timed on operands that switch like an
+     * activation's rather than on an arena's zeros. */
+    ".visible .entry dit_fill_bf16(.param .u64 p_x, .param .u64 p_n)\n"
+    "{\n"
+    "  .reg .pred %p<2>;\n  .reg .b16 %h<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<10>;\n"
+    "  ld.param.u64 %rd1, [p_x];\n  ld.param.u64 %rd2, [p_n];\n  cvta.to.global.u64 %rd1, %rd1;\n"
+    "  mov.u32 %r1, %ctaid.x;\n  mov.u32 %r2, %ntid.x;\n  mov.u32 %r3, %tid.x;\n"
+    "  mul.wide.u32 %rd3, %r1, %r2;\n  cvt.u64.u32 %rd4, %r3;\n  add.u64 %rd3, %rd3, %rd4;\n"
+    "  mov.u32 %r4, %nctaid.x;\n  mul.wide.u32 %rd5, %r4, %r2;\n"
+    "$FLOOP:\n"
+    "  setp.ge.u64 %p1, %rd3, %rd2;\n  @%p1 bra $FEND;\n"
+    "  cvt.u32.u64 %r5, %rd3;\n  shr.u64 %rd6, %rd3, 32;\n  cvt.u32.u64 %r6, %rd6;\n  xor.b32 %r5, %r5, %r6;\n"
+    "  mul.lo.u32 %r5, %r5, 0x9E3779B1;\n  shr.u32 %r7, %r5, 15;\n  xor.b32 %r5, %r5, %r7;\n"
+    "  mul.lo.u32 %r5, %r5, 0x85EBCA77;\n  shr.u32 %r7, %r5, 13;\n  xor.b32 %r5, %r5, %r7;\n"
+    "  and.b32 %r5, %r5, 0x80FF;\n  or.b32 %r5, %r5, 0x3F00;\n  cvt.u16.u32 %h1, %r5;\n"
+    "  shl.b64 %rd7, %rd3, 1;\n  add.u64 %rd8, %rd1, %rd7;\n  st.global.b16 [%rd8], %h1;\n"
+    "  add.u64 %rd3, %rd3, %rd5;\n  bra.uni $FLOOP;\n"
+    "$FEND:\n"
     "  ret;\n}\n";
 #undef PROBE_SHFL
 #undef PROBE_REDUCE
@@ -373,7 +394,7 @@ typedef struct cuda_state {
   CUmodule copy_mod; /* the strided copy kernel below (none: copies on the copy engines) */
   CUfunction copy_fn;
   CUmodule probe_mod; /* the probe and statistics kernels, loaded on first use, and their two sums */
-  CUfunction probe_fn, stats_fn;
+  CUfunction probe_fn, stats_fn, fill_fn;
   CUdeviceptr probe_sums;
   CUevent ext_ev;    /* orders a caller's stream with the compute stream, created on first use */
 } cuda_state_t;
@@ -677,6 +698,7 @@ static dit_status_t probe_ready(cuda_state_t *st) {
                            "cuModuleGetFunction (probe kernel)"));
     DIT_RETURN_IF(cu_check(st, st->cu.cuModuleGetFunction(&st->stats_fn, st->probe_mod, "dit_sum_sq_diff"),
                            "cuModuleGetFunction (statistics kernel)"));
+    DIT_RETURN_IF(cu_check(st, st->cu.cuModuleGetFunction(&st->fill_fn, st->probe_mod, "dit_fill_bf16"), "cuModuleGetFunction (fill kernel)"));
   }
   if (!st->probe_sums) DIT_RETURN_IF(cu_check(st, st->cu.cuMemAlloc(&st->probe_sums, 2 * sizeof(double)), "cuMemAlloc (probe sums)"));
   static const double zero[2] = {0, 0};
@@ -691,6 +713,17 @@ static dit_status_t probe_launch(cuda_state_t *st, CUfunction fn, void **args, s
                                                          st->stream, args, NULL), "cuLaunchKernel"), "%s", what);
   DIT_RETURN_IF_ERROR(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize"), "%s", what);
   return dit_status_annotate(cu_check(st, st->cu.cuMemcpyDtoH(sums, st->probe_sums, 2 * sizeof(double)), "cuMemcpyDtoH"), "%s", what);
+}
+
+/* n bf16 values of hashed random bits at x, on the compute stream (dit_fill_bf16). */
+static dit_status_t fill_random_bf16(cuda_state_t *st, void *x, size_t n) {
+  DIT_RETURN_IF(probe_ready(st));
+  unsigned long long nn = n;
+  void *args[] = {&x, &nn};
+  const unsigned long long blocks = (n + 255) / 256;
+  return cu_check(st, st->cu.cuLaunchKernel(st->fill_fn, blocks > 2048 ? 2048 : blocks ? (unsigned)blocks : 1, 1, 1, 256, 1, 1, 0, st->stream,
+                                            args, NULL),
+                  "cuLaunchKernel (fill)");
 }
 
 static unsigned dtype_code(dit_dtype_t dt) { return dt == DIT_F32 ? 0 : dt == DIT_BF16 ? 1 : dt == DIT_F16 ? 2 : 3; }
@@ -1212,6 +1245,12 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   st->tmap_at = calloc((plan->n_steps + 1) * DIT_PLAN_MAX_TMAPS, sizeof *st->tmap_at);
   if (!st->funcs || !st->gemms || !st->group_len || !st->tmaps || !st->tmap_at) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
   const int batched = groups_batched();
+  /* DIT_CUDA_GEMM_TUNE_DATA=random: a GEMM whose x is an activation (arena memory, which holds
+   * nothing yet at load) has it filled with random bf16 values before its candidates are timed,
+   * which then draw the power real operands draw; by default they are timed on what the arena
+   * holds (zeros on a fresh allocation). */
+  const char *tune_data = getenv("DIT_CUDA_GEMM_TUNE_DATA");
+  const int fill = tune_data && !strcmp(tune_data, "random");
   int need_lt = 0;
   for (size_t i = 0; i < plan->n_steps; i++) need_lt |= !plan->steps[i].has_kernel;
   if (need_lt) {
@@ -1261,6 +1300,10 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
        * a run that does not follow it. */
       dit_linear_batch_t batch = {1, 0, 0, 0};
       if (batched && dit_linear_group(plan, i, bound, &batch)) st->group_len[i] = batch.count;
+      const dit_tensor_t *x = &bound[s->in[0]];
+      if (fill && plan->values[s->in[0]].storage == DIT_STORAGE_ARENA && x->dtype == DIT_BF16 && x->data)
+        DIT_RETURN_IF_ERROR(fill_random_bf16(st, x->data, (size_t)dit_tensor_numel(x)), "step %zu (linear '%s'): filling its input for GEMM timing",
+                            i, plan->values[s->out[0]].name);
       DIT_RETURN_IF_ERROR(plan_gemm(st, &bound[s->in[0]], &bound[s->in[1]], bi >= 0 ? &bound[s->in[bi]] : NULL, &bound[s->out[0]],
                                     act ? (int)act->i : 0, NULL, NULL, &batch, plan->values[s->out[0]].name, &st->gemms[i]),
                           "step %zu (linear '%s'%s)", i, plan->values[s->out[0]].name, batch.count > 1 ? ", its group as one batch" : "");
