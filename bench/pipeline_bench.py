@@ -243,7 +243,8 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
         e["failed"] = failed
         return 1
     e["parity"] = parity(torch, load_file(out)["sample"], ref)
-    for name, what in (("groups", "linear groups batched"), ("tune_random", "GEMMs timed at load on random activations")):
+    for name, what in (("groups", "linear groups batched"), ("tune_random", "GEMMs timed at load on random activations"),
+                       ("tune_sustained", "GEMMs timed at load on random activations after 50 ms of warm launches each")):
         if e.get(f"ditrun_{name}_out"):  # wan_forward.VARIANTS: the same bundle under a runtime setting
             e[f"{name}_parity"] = parity(torch, load_file(e.pop(f"ditrun_{name}_out"))["sample"], ref)
             c, ms = e.get("compiled_ms"), e.get(f"ditrun_{name}_ms")

@@ -173,7 +173,8 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
 
 # ditrun_contender's variants: (name, the switch that asks for it, the runtime setting it runs under).
 VARIANTS = (("groups", "DIT_BENCH_LINEAR_GROUPS", {"DIT_CUDA_LINEAR_GROUPS": "batched"}),
-            ("tune_random", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random"}))
+            ("tune_random", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random"}),
+            ("tune_sustained", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random", "DIT_CUDA_GEMM_TUNE_MS": "50"}))
 
 
 def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, heuristic=True, warmup=None):
@@ -204,7 +205,8 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
         if os.environ.get("DIT_BENCH_GEMM_WIDE") == "1" else None
     # Variants of the same bundle under a runtime setting, each with its own forward (for the caller's parity)
     # and bench: each linear group (an attention's q, k, v) as one strided-batched GEMM (DIT_BENCH_LINEAR_GROUPS=1);
-    # the GEMM candidates timed at load on random activations (DIT_BENCH_GEMM_TUNE_DATA=1).
+    # the GEMM candidates timed at load on random activations, from a cool start and after 50 ms of warm launches
+    # each (both with DIT_BENCH_GEMM_TUNE_DATA=1).
     variants = {}
     for name, switch, setting in VARIANTS:
         if os.environ.get(switch) != "1":

@@ -6,7 +6,8 @@
  * Environment: DIT_CUDA_GEMM=heuristic keeps cuBLASLt's first heuristic choice instead of
  * timing candidates (to compare); DIT_CUDA_GEMM_CANDIDATES=N times the heuristic's first N
  * (default 8, at most 64); DIT_CUDA_GEMM_TUNE_DATA=random times them on random activations
- * (cuda_prepare); DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times on stderr. */
+ * (cuda_prepare) and DIT_CUDA_GEMM_TUNE_MS=T after T ms of warm launches each (gemm_tune_ms);
+ * DIT_CUDA_GEMM_VERBOSE=1 reports each GEMM's choice and times on stderr. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1030,21 +1031,50 @@ static int cmp_float(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The milliseconds of device work a GEMM candidate runs before it is timed:
+ * DIT_CUDA_GEMM_TUNE_MS (default 0: GEMM_WARM launches). Long enough, the device reaches the
+ * clock a sustained forward holds under its power limit, where a candidate that draws more power
+ * for its speed runs slower than it does from a cool start. */
+static double gemm_tune_ms(void) {
+  const char *v = getenv("DIT_CUDA_GEMM_TUNE_MS");
+  const double ms = v && *v ? strtod(v, NULL) : 0;
+  return ms > 0 && ms <= 10000 ? ms : 0;
+}
+
+/* One launch of algo on the GEMM's operands (y = w x, beta 0) on the compute stream. */
+static cublasStatus_t gemm_launch(cuda_state_t *st, const gemm_t *g, const cublasLtMatmulAlgo_t *algo, const dit_tensor_t *x,
+                                  const dit_tensor_t *w, const dit_tensor_t *y) {
+  const float one = 1.f, zero = 0.f;
+  return st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, x->data, g->b, &zero, y->data, g->c, y->data, g->c, algo,
+                       (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream);
+}
+
 /* Median milliseconds of GEMM_REPS launches of algo on the GEMM's real operands, after
- * GEMM_WARM warm launches; *ok = 0 when cuBLASLt refuses the algorithm for these operands (the
- * candidate is skipped). A device fault is an error: it leaves the context unusable. */
+ * GEMM_WARM warm launches (or as many as fill gemm_tune_ms()); *ok = 0 when cuBLASLt refuses
+ * the algorithm for these operands (the candidate is skipped). A device fault is an error: it
+ * leaves the context unusable. */
 static dit_status_t gemm_time(cuda_state_t *st, const gemm_t *g, const cublasLtMatmulAlgo_t *algo, const dit_tensor_t *x,
                               const dit_tensor_t *w, const dit_tensor_t *y, float *out_ms, int *ok) {
-  const float one = 1.f, zero = 0.f;
   *ok = 0;
   for (int i = 0; i <= GEMM_REPS; i++)
     if (!st->tune_ev[i]) DIT_RETURN_IF(cu_check(st, st->cu.cuEventCreate(&st->tune_ev[i], CU_EVENT_DEFAULT), "cuEventCreate (GEMM timing)"));
-  for (int i = 0; i < GEMM_WARM + GEMM_REPS; i++) {
-    const int timed = i - GEMM_WARM;
+  long warm = GEMM_WARM;
+  const double tune_ms = gemm_tune_ms();
+  if (tune_ms > 0) { /* one launch timed, then as many as fill tune_ms */
+    float one_ms = 0;
+    DIT_RETURN_IF(cu_check(st, st->cu.cuEventRecord(st->tune_ev[0], st->stream), "cuEventRecord (GEMM timing)"));
+    if (gemm_launch(st, g, algo, x, w, y) != CUBLAS_STATUS_SUCCESS)
+      return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (GEMM timing)");
+    DIT_RETURN_IF(cu_check(st, st->cu.cuEventRecord(st->tune_ev[1], st->stream), "cuEventRecord (GEMM timing)"));
+    DIT_RETURN_IF(cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (GEMM timing: a candidate failed on the device)"));
+    DIT_RETURN_IF(cu_check(st, st->cu.cuEventElapsedTime(&one_ms, st->tune_ev[0], st->tune_ev[1]), "cuEventElapsedTime (GEMM timing)"));
+    const double n = one_ms > 0 ? tune_ms / one_ms : GEMM_WARM;
+    warm = n < GEMM_WARM ? GEMM_WARM : n > 100000 ? 100000 : (long)n;
+  }
+  for (long i = 0; i < warm + GEMM_REPS; i++) {
+    const long timed = i - warm;
     if (timed >= 0) DIT_RETURN_IF(cu_check(st, st->cu.cuEventRecord(st->tune_ev[timed], st->stream), "cuEventRecord (GEMM timing)"));
-    const cublasStatus_t r = st->lt.matmul(st->lt_handle, g->desc, &one, w->data, g->a, x->data, g->b, &zero, y->data, g->c, y->data, g->c, algo,
-                                           (void *)(uintptr_t)st->workspace, st->workspace_size, (cudaStream_t)st->stream);
-    if (r != CUBLAS_STATUS_SUCCESS) {
+    if (gemm_launch(st, g, algo, x, w, y) != CUBLAS_STATUS_SUCCESS) {
       /* Whatever was enqueued must finish before the next candidate is timed. */
       return cu_check(st, st->cu.cuStreamSynchronize(st->stream), "cuStreamSynchronize (GEMM timing)");
     }
