@@ -524,6 +524,8 @@ int parse_run_args(int argc, char **argv, run_args_t *a, int need_out, const cha
     }
   }
   if (gen == 2 && a->preview) return usage_error("%s", "--preview is an option of generate; calibrate-cache does not take it");
+  if (a->split_in_flight && strcmp(cmd, "bench")) return usage_error("--split-in-flight is an option of bench; %s does not take it", cmd);
+  if (a->split_in_flight && a->no_split) return usage_error("%s", "--split-in-flight times the split that --no-split leaves out: give one");
   if (a->preview_every < 1 || a->preview_every > 10000) return usage_error("%s", "--preview-every: expected 1..10000");
   if (!a->bundle) return usage_error("%s", "missing BUNDLE");
   /* generate --prompt may stop at the latents: --out-latents alone, no decode. */

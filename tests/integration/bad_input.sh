@@ -156,6 +156,8 @@ expect_fail "diffusion_pytorch_model.safetensors" "$BIN/ditc" compile "$T/m" --f
 expect_fail "missing --out" "$BIN/ditrun" forward "$B" --inputs "$IN"
 expect_fail "--image-latents is an option of generate; forward does not take it" "$BIN/ditrun" forward "$B" --inputs "$IN" --image-latents "$IN" --out "$T/o.safetensors"
 expect_fail "--seed is an option of generate; bench does not take it" "$BIN/ditrun" bench "$B" --inputs "$IN" --seed 3
+expect_fail "--split-in-flight is an option of bench; forward does not take it" "$BIN/ditrun" forward "$B" --inputs "$IN" --out "$T/x.safetensors" --split-in-flight
+expect_fail "--split-in-flight times the split that --no-split leaves out" "$BIN/ditrun" bench "$B" --inputs "$IN" --no-split --split-in-flight
 expect_fail "--inputs is an option of forward" "$BIN/ditrun" generate "$B" --inputs "$IN" --out "$T/o.safetensors"
 expect_fail "input 'hidden_states': shape [2,6,2,6,4], the bundle expects [1,4,3,4,6]" \
   "$BIN/ditrun" forward "$B" --inputs tests/data/wan_tiny_b/forward_inputs.safetensors --out "$T/o.safetensors"
