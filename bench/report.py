@@ -536,6 +536,9 @@ def forward_sentence(e, where):
               f"at {t['power_w']:.0f} W (torch.compile)" if c and t else "")
     if clocks and all(any(int(r, 16) & 0x4 for r in x.get("reasons", [])) for x in (c, t)):
         clocks += ", both held down by the software power cap (nvidia-smi's clock-limiting reasons)"
+    if clocks and e.get("compiled_ms"):  # power times the timed forward: the energy a forward draws
+        clocks += (f"; about {c['power_w'] * e['ditrun_ms'] / 1e3:.0f} J a forward against "
+                   f"{t['power_w'] * e['compiled_ms'] / 1e3:.0f} J (median power times forward time)")
     return s + (f", cosine {p['cosine']:.5f} to diffusers eager (relative L2 {p['rel_l2']:.1e}), peak {e['ditrun_peak_gib']:.2f} GiB "
                 f"(nvidia-smi, whole process{mine}) against {theirs}{groups}{clocks}")
 
