@@ -10,7 +10,7 @@
 #      (--reuse ditango: R = 1 bit-identical to the bundle without reuse, R = 0.5 near the CPU backend's run),
 #   2. every op of the Wan2.1-1.3B config on the GPU against the CPU reference, step by step,
 #      at an odd token count, also with each linear group as one strided-batched GEMM
-#      (DIT_CUDA_LINEAR_GROUPS=batched, as in 1d),
+#      (DIT_CUDA_LINEAR_GROUPS=batched, as in 1d; 1d also with the GEMMs timed on random activations),
 #   3. Wan2.1-1.3B at 480x832, 81 frames: parity against diffusers and the forward benchmark
 #      against diffusers eager and torch.compile, GEMMs against cuBLAS (bench/wan_forward.py),
 #   4. with GENERATE=1, a 50-step generate with CFG against diffusers' loop (bench/wan_generate.py),
@@ -455,6 +455,9 @@ PY
     "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" | grep -E "^attention"
     # Each linear group (q, k, v; the cross-attention's k, v) as one strided-batched cuBLASLt GEMM.
     check env DIT_CUDA_LINEAR_GROUPS=batched "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" --max-rel 3e-2
+    # GEMMs timed at load on random activations (the fill writes only arena memory, which every
+    # forward overwrites before it reads), after warm launches.
+    check env DIT_CUDA_GEMM_TUNE_DATA=random DIT_CUDA_GEMM_TUNE_MS=5 "$BIN/ditrun" compare "$hb" --inputs "$W/hin.safetensors" --max-rel 3e-2
     # Three times, the same bits: at 1280 tokens the self-attention's tiles are a last partial wave
     # whose key parts merge in a fixed order, whichever finishes last (cuBLASLt's first heuristic
     # algorithms: GEMMs chosen by timing may differ from one process to the next).
