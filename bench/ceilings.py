@@ -250,7 +250,10 @@ def op_shapes(torch, fn):
         torch.cuda.synchronize()
     rows = []
     for ev in prof.key_averages(group_by_input_shape=True):
-        if ev.key not in GEMM_OPS and "attention" not in ev.key:
+        # The backend's attention op (aten::_scaled_dot_product_cudnn_attention and the like), not
+        # aten::scaled_dot_product_attention around it, whose time would count twice, nor
+        # inductor's fused kernels, some named after the attention op they were fused beside.
+        if ev.key not in GEMM_OPS and not (ev.key.startswith("aten::_") and "attention" in ev.key):
             continue
         us = ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
         if us > 0:
