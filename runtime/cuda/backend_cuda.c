@@ -127,7 +127,7 @@ static const char kProbePtx[] =
     /* GEMM timing's operand data (DIT_CUDA_GEMM_TUNE_DATA=random): n bf16 values, each from a
      * hash of its index: a random sign and 7 mantissa bits, magnitude in [0.5, 2) (exponent 126
      * or 127 by one more hash bit), so a candidate is timed on operands that switch like an
-     * activation's rather than on an arena's zeros. */
+     * activation's rather than on what a fresh arena holds (in practice zeros). */
     ".visible .entry dit_fill_bf16(.param .u64 p_x, .param .u64 p_n)\n"
     "{\n"
     "  .reg .pred %p<2>;\n  .reg .b16 %h<2>;\n  .reg .b32 %r<10>;\n  .reg .b64 %rd<10>;\n"
@@ -1278,7 +1278,7 @@ static dit_status_t cuda_prepare(void *p, const dit_plan_t *plan, const dit_tens
   /* DIT_CUDA_GEMM_TUNE_DATA=random: a GEMM whose x is an activation (arena memory, which holds
    * nothing yet at load) has it filled with random bf16 values before its candidates are timed,
    * which then draw the power real operands draw; by default they are timed on what the arena
-   * holds (zeros on a fresh allocation). */
+   * holds (a fresh allocation: in practice zeros). */
   const char *tune_data = getenv("DIT_CUDA_GEMM_TUNE_DATA");
   const int fill = tune_data && !strcmp(tune_data, "random");
   int need_lt = 0;
