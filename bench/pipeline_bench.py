@@ -221,7 +221,7 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
     the model off the device while ditrun runs: fills e, returns 1 when ditrun failed or missed the
     parity, else 0."""
     from safetensors.torch import load_file  # device only
-    from wan_forward import diffusers_contenders, ditrun_contender, parity
+    from wan_forward import VARIANTS, diffusers_contenders, ditrun_contender, parity
 
     kw = make_kwargs()
     ref, r = diffusers_contenders(torch, model, kw, a.iters, use_compile=not a.no_compile, warmup=1)
@@ -243,9 +243,8 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
         e["failed"] = failed
         return 1
     e["parity"] = parity(torch, load_file(out)["sample"], ref)
-    for name, what in (("groups", "linear groups batched"), ("tune_random", "GEMMs timed at load on random activations"),
-                       ("tune_sustained", "GEMMs timed at load on random activations after 50 ms of warm launches each")):
-        if e.get(f"ditrun_{name}_out"):  # wan_forward.VARIANTS: the same bundle under a runtime setting
+    for name, _, _, what in VARIANTS:
+        if e.get(f"ditrun_{name}_out"):  # the same bundle under a runtime setting
             e[f"{name}_parity"] = parity(torch, load_file(e.pop(f"ditrun_{name}_out"))["sample"], ref)
             c, ms = e.get("compiled_ms"), e.get(f"ditrun_{name}_ms")
             print(f"{label}{what}: {ms or 0:.1f} ms against {e['ditrun_ms']:.1f} by default"

@@ -171,10 +171,12 @@ def diffusers_contenders(torch, model, kwargs, iters, use_compile=True, warmup=2
     return ref, res
 
 
-# ditrun_contender's variants: (name, the switch that asks for it, the runtime setting it runs under).
-VARIANTS = (("groups", "DIT_BENCH_LINEAR_GROUPS", {"DIT_CUDA_LINEAR_GROUPS": "batched"}),
-            ("tune_random", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random"}),
-            ("tune_sustained", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random", "DIT_CUDA_GEMM_TUNE_MS": "50"}))
+# ditrun_contender's variants: (name, the switch that asks for it, the runtime setting it runs under, what it is).
+VARIANTS = (("groups", "DIT_BENCH_LINEAR_GROUPS", {"DIT_CUDA_LINEAR_GROUPS": "batched"}, "linear groups batched"),
+            ("tune_random", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random"},
+             "GEMMs timed at load on random activations"),
+            ("tune_sustained", "DIT_BENCH_GEMM_TUNE_DATA", {"DIT_CUDA_GEMM_TUNE_DATA": "random", "DIT_CUDA_GEMM_TUNE_MS": "50"},
+             "GEMMs timed at load on random activations after 50 ms of warm launches each"))
 
 
 def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, heuristic=True, warmup=None):
@@ -208,7 +210,7 @@ def ditrun_contender(ditrun, bundle, inputs, out, iters, extra=(), graph=True, h
     # the GEMM candidates timed at load on random activations, from a cool start and after 50 ms of warm launches
     # each (both with DIT_BENCH_GEMM_TUNE_DATA=1).
     variants = {}
-    for name, switch, setting in VARIANTS:
+    for name, switch, setting, _ in VARIANTS:
         if os.environ.get(switch) != "1":
             continue
         venv = dict(os.environ, **setting)
