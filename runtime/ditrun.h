@@ -108,6 +108,11 @@ dit_status_t dit_runtime_forward_profiled_in_flight(dit_runtime_t *rt, double *s
 const char *dit_runtime_collectives(const dit_runtime_t *rt);
 /* A view of the named output in the runtime's memory, valid until the next forward. */
 dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_t *out_view);
+/* 1 when dit_runtime_output's views are host copies that a forward leaves alone (a backend with
+ * device memory, or ranks in other processes): such a view stays valid until the next
+ * dit_runtime_output call. 0 when they are the runtime's own memory (the CPU backend's), which
+ * the next forward overwrites. */
+int dit_runtime_output_is_copy(const dit_runtime_t *rt);
 
 /* A caller's device memory and queue (a CUstream of the runtime's context, for CUDA), for an
  * embedding caller that keeps its tensors on the device: one rank in this process, a backend

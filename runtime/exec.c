@@ -976,6 +976,8 @@ dit_status_t dit_runtime_output(dit_runtime_t *rt, const char *name, dit_tensor_
   return dit_runtime_output_lane(rt, 0, name, out_view);
 }
 
+int dit_runtime_output_is_copy(const dit_runtime_t *rt) { return rt->process || !rt->ranks[0].be->host_memory; }
+
 dit_status_t dit_runtime_output_lane(dit_runtime_t *rt, int lane, const char *name, dit_tensor_t *out_view) {
   if (lane < 0 || lane >= rt->m->topology.cfg)
     return DIT_ERR(OUT_OF_RANGE, "cfg lane %d: the bundle has %d", lane, rt->m->topology.cfg);

@@ -342,7 +342,8 @@ static dit_status_t check_handoff(const char *first_dir, const char *vae_dir) {
 }
 
 /* A chunk's frames taken into the video on a thread of their own while the next chunk's forward
- * runs: the sample view y (the runtime's host copy, valid until its next download) converted
+ * runs where the sample view y is a host copy that a forward leaves alone (a GPU's; on the CPU
+ * the view is the runtime's own memory, so they are taken before the next forward): y converted
  * into frames (f32 [B, C, F, H, W]) of item b from frame f0, columns [lo, hi) of the video from
  * the sample's columns from lo - x0 (a window's: x0 its first column; a whole frame's: 0). */
 typedef struct frames_job {
@@ -388,10 +389,11 @@ static dit_status_t decode_chunk(decoder_t *d, const char *name, const dit_tenso
   dit_tensor_t y = {0};
   const double start = dit_now_s();
   DIT_RETURN_IF(dit_runtime_set_input(d->rt, name, in));
+  if (!dit_runtime_output_is_copy(d->rt)) frames_join(job); /* the forward writes where the view points */
   DIT_RETURN_IF(dit_runtime_forward(d->rt));
   const double t1 = dit_now_s();
   d->run_s += t1 - start;
-  frames_join(job); /* the previous chunk's frames are out of the runtime's host copy */
+  frames_join(job); /* the previous chunk's frames are out of the view before the next one is taken */
   DIT_RETURN_IF(dit_runtime_output(d->rt, "sample", &y));
   const dit_tensor_t *fr = job->frames;
   if (y.rank != 5 || y.dims[1] != fr->dims[1] || y.dims[2] != d->frames || y.dims[3] != fr->dims[3] || x0 > lo || hi - x0 > y.dims[4])
