@@ -142,6 +142,10 @@ static void describe(int status, char *buf, size_t n) {
 
 static int failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
+/* How long the launch waits, after a rank stopped because another failed, for the failed rank to
+ * end by itself before it stops the ranks left (at most the grace period). */
+#define PEER_WAIT_MS 2000
+
 #define N_VARS 9
 
 /* environ without the variables the launch sets, then those, for rank i (their text lives
@@ -242,8 +246,8 @@ int dit_launch_main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, &old_term);
 
   pid_t parent = getpid();
-  int first_failed = -1, stopping = 0, live = 0;
-  int64_t kill_at = 0;
+  int first_failed = -1, stopping = 0, live = 0, termed = 1; /* termed: the ranks left have had SIGTERM */
+  int64_t kill_at = 0, term_at = 0;
   for (int r = 0; r < n; r++) kids[r].err_fd = -1;
   for (int r = 0; r < n && !stopping; r++) {
     int errp[2];
@@ -304,7 +308,8 @@ int dit_launch_main(int argc, char **argv) {
       if (kids[r].err_fd >= 0) who[np] = r, p[np++] = (struct pollfd){kids[r].err_fd, POLLIN, 0};
     /* A signal landing between the checks and poll is caught by the pipe; the cap only
      * bounds how late SIGKILL can be. */
-    int wait_ms = stopping ? (int)(kill_at - dit_now_ms() > 0 ? kill_at - dit_now_ms() : 0) : 1000;
+    const int64_t next = termed ? kill_at : term_at;
+    int wait_ms = stopping ? (int)(next - dit_now_ms() > 0 ? next - dit_now_ms() : 0) : 1000;
     poll(p, (nfds_t)np, wait_ms > 1000 ? 1000 : wait_ms);
     char drain[64];
     while (read(g_sig_pipe[0], drain, sizeof drain) > 0) {
@@ -322,16 +327,25 @@ int dit_launch_main(int argc, char **argv) {
         char how[96];
         describe(st, how, sizeof how);
         first_failed = r;
-        fprintf(stderr, "ditrun launch: rank %d (pid %d) %s; stopping the other ranks\n", r, (int)kids[r].pid, how);
+        /* A rank that stopped because another failed ends first when the failed one is slow to
+         * (it told the others, then tears down): that one is given PEER_WAIT_MS to end by itself,
+         * so that it is named as the cause rather than stopped. */
+        const int peer = WIFEXITED(st) && WEXITSTATUS(st) == DIT_EXIT_PEER_FAILED;
+        fprintf(stderr, "ditrun launch: rank %d (pid %d) %s; stopping the other ranks%s\n", r, (int)kids[r].pid, how,
+                peer ? " (the failed one first given time to end)" : "");
+        stopping = 1, termed = 0, term_at = dit_now_ms() + (peer ? (grace_ms < PEER_WAIT_MS ? grace_ms : PEER_WAIT_MS) : 0);
+        kill_at = term_at + grace_ms;
       }
-      if (failed(st) && !stopping) stopping = 1, kill_at = dit_now_ms() + grace_ms;
-      if (stopping && first_failed == r)
-        for (int o = 0; o < n; o++)
-          if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
     }
-    if (g_stop_signal && !stopping) {
+    if (stopping && !termed && dit_now_ms() >= term_at) {
+      termed = 1;
+      for (int o = 0; o < n; o++)
+        if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
+    }
+    if (g_stop_signal && (!stopping || !termed)) { /* also cuts short the wait for a failed rank */
       fprintf(stderr, "ditrun launch: %s; stopping the ranks\n", strsignal(g_stop_signal));
-      stopping = 1, kill_at = dit_now_ms() + grace_ms, first_failed = -2;
+      if (!stopping) first_failed = -2;
+      stopping = 1, termed = 1, kill_at = dit_now_ms() + grace_ms;
       for (int o = 0; o < n; o++)
         if (kids[o].pid > 0 && !kids[o].reaped) kill(kids[o].pid, SIGTERM);
     }
@@ -400,7 +414,7 @@ static void selftest_on_failure(void *ctx, int failed_rank, const char *why) {
 }
 
 int dit_rendezvous_selftest_main(int argc, char **argv) {
-  long fail_rank = -1, hold_ms = -1, timeout_ms = 10000, late_ms = 0;
+  long fail_rank = -1, hold_ms = -1, timeout_ms = 10000, late_ms = 0, exit_after_ms = 0;
   int die = 0;
   for (int i = 0; i < argc; i += 2) { /* every option takes a value */
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -409,6 +423,7 @@ int dit_rendezvous_selftest_main(int argc, char **argv) {
     else if (!strcmp(f, "--hold-ms")) bad = parse_count(v, 0, 3600000, &hold_ms);
     else if (!strcmp(f, "--timeout-ms")) bad = parse_count(v, 1, 3600000, &timeout_ms);
     else if (!strcmp(f, "--late-ms")) bad = parse_count(v, 0, 3600000, &late_ms);
+    else if (!strcmp(f, "--exit-after-ms")) bad = parse_count(v, 0, 3600000, &exit_after_ms);
     else if (!strcmp(f, "--fail-how")) {
       bad = !v || (strcmp(v, "report") && strcmp(v, "exit"));
       die = v && !strcmp(v, "exit");
@@ -438,6 +453,7 @@ int dit_rendezvous_selftest_main(int argc, char **argv) {
   if (e.rank == fail_rank) {
     fprintf(stderr, "rendezvous-selftest: rank %d fails on purpose\n", e.rank);
     if (!die) dit_rendezvous_report_failure(r, "rendezvous-selftest: failing on purpose");
+    if (exit_after_ms) poll(NULL, 0, (int)exit_after_ms); /* a slow teardown: the others end first */
     _exit(3); /* no clean close: a crash, as far as the other ranks can tell */
   }
   for (int64_t end = dit_now_ms() + hold_ms; !atomic_load(&g_heard_failure) && dit_now_ms() < end;) poll(NULL, 0, 10);

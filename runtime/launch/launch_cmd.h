@@ -21,10 +21,10 @@ extern "C" {
 int dit_launch_main(int argc, char **argv);
 
 /* argv holds what follows "rendezvous-selftest": [--fail-rank R] [--fail-how report|exit]
- * [--hold-ms MS] [--timeout-ms MS] [--late-ms MS] [--tag ANY]. Every rank but 0 waits
- * --late-ms before it starts (so a test can reach rank 0 first). Meets the other ranks, prints
- * "rank I of N: payload P" on stdout; rank R then fails (reports it, or just exits) with
- * status 3, and the others wait up to MS (default 0, 10000 with --fail-rank) to hear of a
+ * [--exit-after-ms MS] [--hold-ms MS] [--timeout-ms MS] [--late-ms MS] [--tag ANY]. Every rank
+ * but 0 waits --late-ms before it starts (so a test can reach rank 0 first). Meets the other
+ * ranks, prints "rank I of N: payload P" on stdout; rank R then fails (reports it, or just
+ * exits) with status 3, --exit-after-ms after that, and the others wait up to MS (default 0, 10000 with --fail-rank) to hear of a
  * failure, exiting DIT_EXIT_PEER_FAILED with its message if they do. */
 int dit_rendezvous_selftest_main(int argc, char **argv);
 

@@ -75,6 +75,18 @@ for how in report exit; do
   if pgrep -f -- "--tag $TAG" >/dev/null; then fail "fail-how $how: ranks left running"; pgrep -af -- "--tag $TAG"; fi
   echo "ok: rank 1 failing ($how) stopped the launch in $dt ms: $(grep 'launch: error' "$T/err")"
 done
+# The failed rank slow to end after telling the others (a GPU rank tearing down): they end
+# first, and the launch still names it rather than stopping it.
+timeout 30 "$BIN/ditrun" launch -n 3 -- rendezvous-selftest --fail-rank 1 --fail-how report --exit-after-ms 700 --hold-ms 20000 \
+  --timeout-ms 5000 --tag "$TAG" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 1 ] || { fail "slow failed rank: exit $rc (expected 1)"; cat "$T/err"; }
+if grep -q "ditrun launch: rank [02] (pid [0-9]*) exited with status 86; stopping the other ranks (the failed one first given time to end)" "$T/err" &&
+  grep -q "ditrun launch: error: rank 1 of 3 failed: exited with status 3" "$T/err"; then
+  echo "ok: a failed rank slow to end is named: $(grep 'launch: error' "$T/err")"
+else
+  fail "slow failed rank not named"; cat "$T/err"
+fi
 
 # --- the secret: one rank with another fails the job naming it; none is refused at start
 port=$(pick_port)
