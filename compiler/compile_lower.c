@@ -438,8 +438,9 @@ dit_status_t dit_compile_offload_experts(const dit_compile_options_t *o, dit_ran
   DIT_RETURN_IF(offload_request(o, &req, &hw));
   int n = 0;
   DIT_RETURN_IF(check_blocks(o, rb, &n));
-  dit_offload_block_t *bl = calloc(2 * ((size_t)n + 1), sizeof *bl), *bl2 = bl + n + 1;
+  dit_offload_block_t *bl = calloc(2 * ((size_t)n + 1), sizeof *bl);
   if (!bl) return DIT_ERR(RESOURCE_EXHAUSTED, "out of memory");
+  dit_offload_block_t *bl2 = bl + n + 1;
   dit_plan_memory_t m0, m1;
   dit_plan_memory(rb[0].plan, gpu, &m0);
   dit_plan_memory(rb[nb].plan, gpu, &m1);

@@ -243,7 +243,7 @@ static dit_status_t quantize_attention(dit_graph_t *g, int32_t i, dit_quant_t qu
     return DIT_ERR(RESOURCE_EXHAUSTED, "attn quant: out of memory");
   const dit_dtype_t qdt[2] = {DIT_F8E4M3, DIT_F32}, qkdt[2] = {quant == DIT_QUANT_FP8 ? DIT_F8E4M3 : DIT_I8, DIT_F32},
                     odt[2] = {y->dtype, op.n_out > 1 ? dit_graph_cvalue(g, op.out[1])->dtype : DIT_F32};
-  dit_vid_t q[2], k[2], vt[2] = {op.in[2], -1}, vin[2] = {op.in[2], -1}, o[2] = {-1, -1};
+  dit_vid_t q[2] = {-1, -1}, k[2] = {-1, -1}, vt[2] = {op.in[2], -1}, vin[2] = {op.in[2], -1}, o[2] = {-1, -1};
   char name[512];
   dit_graph_set_block(g, op.block);
   dit_status_t s = DIT_OK;
