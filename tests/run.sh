@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command on a fresh machine: install what the build needs, then build and run every test
-# twice: an optimized build, and one under AddressSanitizer + UndefinedBehaviorSanitizer. First,
+# twice: an optimized build, and one under AddressSanitizer + UndefinedBehaviorSanitizer; then
+# the tests that run threads over shared data (label "threads") under ThreadSanitizer. First,
 # a runtime built without the store (-DDIT_STORE=OFF) shows it links neither libcurl nor OpenSSL
 # and refuses what needs the store.
 set -euo pipefail
@@ -21,3 +22,16 @@ for variant in release asan; do
   echo "== $variant tests" >&2
   ctest --test-dir "$dir" --output-on-failure -j"$jobs"
 done
+# ThreadSanitizer: every report fails the run, whatever the test made of its process's exit.
+dir=build-test-tsan
+echo "== tsan build" >&2
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDIT_TSAN=ON >/dev/null
+cmake --build "$dir" -j"$jobs" >/dev/null
+echo "== tsan tests (label threads)" >&2
+rm -rf "$dir/tsan-reports" && mkdir -p "$dir/tsan-reports"
+TSAN_OPTIONS="log_path=$PWD/$dir/tsan-reports/report second_deadlock_stack=1" ctest --test-dir "$dir" --output-on-failure -j"$jobs" -L threads
+if compgen -G "$dir/tsan-reports/report*" >/dev/null; then
+  cat "$dir"/tsan-reports/report* >&2
+  echo "ThreadSanitizer reported the above" >&2
+  exit 1
+fi
