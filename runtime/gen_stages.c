@@ -252,6 +252,16 @@ static dit_status_t stage_open(const char *dir, const char *input, const char *o
   return DIT_OK;
 }
 
+/* d's frames a forward: n in (its input's dim), its output's dim 2 out; a manifest edited to none
+ * is refused here, before any chunk count divides by them. */
+static dit_status_t stage_frames(decoder_t *d, int64_t n) {
+  d->n = n, d->frames = d->out_dims[2];
+  if (d->n < 1 || d->frames < 1)
+    return DIT_ERR(FAILED_PRECONDITION, "%s: a stage that takes %lld frames a forward and gives %lld (expected at least 1 each)", d->dir,
+                   (long long)d->n, (long long)d->frames);
+  return DIT_OK;
+}
+
 /* The decoder bundle at dir, checked to take latents of the loop's channels and size. */
 static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, const char *output, decoder_t *d) {
   DIT_RETURN_IF(stage_open(dir, "latents", output, d));
@@ -262,8 +272,7 @@ static dit_status_t decoder_open(const char *dir, const dit_tensor_t *lat, const
                    "stage bundle of another shape", dir, d->in_rank && d->out_rank ? "of its compiled shape" : "(it has no 'latents' input or no output of the expected name)",
                    (long long)lat->dims[0], (long long)lat->dims[1], (long long)lat->dims[2], (long long)lat->dims[3],
                    (long long)lat->dims[4]);
-  d->n = d->in_dims[2], d->frames = d->out_dims[2];
-  return DIT_OK;
+  return stage_frames(d, d->in_dims[2]);
 }
 
 /* A split decoder's tail at dir: input 'hidden' ([1, n, h, window, C], channel-last), output
@@ -273,8 +282,7 @@ static dit_status_t tail_open(const char *dir, decoder_t *d) {
   if (d->in_rank != 5 || d->out_rank != 5 || d->in_dims[0] != 1)
     return DIT_ERR(FAILED_PRECONDITION, "%s: not a split decoder's tail: expected input 'hidden' [1, n, h, w, C] and output 'sample' [1, C, F, H, W]",
                    dir);
-  d->n = d->in_dims[1], d->frames = d->out_dims[2];
-  return DIT_OK;
+  return stage_frames(d, d->in_dims[1]);
 }
 
 static dit_status_t decoder_load(decoder_t *d, const dit_runtime_options_t *o) {
@@ -771,8 +779,7 @@ static dit_status_t encoder_open(const char *dir, decoder_t *d) {
   if (d->in_rank != 5 || d->out_rank != 5 || d->in_dims[0] != 1 || d->in_dims[1] != 3 || d->out_dims[0] != 1)
     return DIT_ERR(FAILED_PRECONDITION, "%s: not a VAE encoder stage: expected input 'video' [1, 3, F, H, W] and output 'latents' [1, C, f, h, w]",
                    dir);
-  d->n = d->in_dims[2], d->frames = d->out_dims[2];
-  return DIT_OK;
+  return stage_frames(d, d->in_dims[2]);
 }
 
 dit_status_t gen_encode_video(const char *enc_dir, const char *first_dir, const dit_runtime_options_t *o, int64_t frames,

@@ -82,6 +82,16 @@ PY
 done
 expect_fail "the VAE decoder stage takes 2 latent frames per forward, the latents have 3 (a stage of another shape)" "$BIN/ditrun" decode "$rest" \
   --latents "$d/forward_inputs.safetensors" --out "$T/x.safetensors"
+# A stage manifest edited to take no frames a forward is refused, not divided by.
+cp -r "$rest" "$T/zero" && python3 - "$T/zero/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+next(i for i in m["io"]["inputs"] if i["name"] == "latents")["shape"][2] = 0
+json.dump(m, open(sys.argv[1], "w"))
+PY
+"$BIN/redigest" "$T/zero"
+expect_fail "zero: a stage that takes 0 frames a forward and gives" "$BIN/ditrun" decode "$T/zero" --first "$first" --latents "$d/forward_inputs.safetensors" \
+  --out "$T/x.safetensors"
 # The plans' predicted peaks at 480 x 832: a chunk's does not grow with the video, the whole video's does.
 vae_chunk_peaks "predicted peak" "$d/vae" "--vae-chunk 0" ""
 
