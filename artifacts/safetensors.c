@@ -945,6 +945,7 @@ dit_status_t dit_st_writer_write(dit_st_writer_t *w, const char *path) {
   size_t *sizes = parts ? malloc((w->n + 1) * sizeof *sizes) : NULL;
   if (!sizes || w->n + 1 > INT_MAX) {
     free(parts);
+    free(sizes);
     free(b.p);
     return DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for the header of %zu tensors", path, w->n);
   }

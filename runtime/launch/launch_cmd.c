@@ -232,6 +232,9 @@ int dit_launch_main(int argc, char **argv) {
   child_t *kids = calloc((size_t)n, sizeof *kids);
   if (!child_argv || !kids || pipe2(g_sig_pipe, O_CLOEXEC | O_NONBLOCK)) {
     fprintf(stderr, "ditrun launch: error: out of resources: %s\n", strerror(errno));
+    free(child_argv);
+    free(kids);
+    close(listen_fd);
     return 1;
   }
   child_argv[0] = "ditrun";
