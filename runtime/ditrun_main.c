@@ -1820,7 +1820,7 @@ static int cmd_decode(int argc, char **argv) {
   const dit_runtime_options_t o = {.graph = -1}; /* a stage: step by step, as stage_runtime_options */
   const double t0 = dit_now_s();
   gen_decode_stats_t ds;
-  if (!s) s = gen_decode_latents(&dec, &o, &lat, &frames, &ds);
+  if (!s) s = dit_status_annotate(gen_decode_latents(&dec, &o, &lat, &frames, &ds), "--latents %s", in);
   if (!s) gen_decode_report(dit_now_s() - t0, &ds);
   dit_st_writer_t *w = NULL;
   if (!s) s = dit_st_writer_create(&w);

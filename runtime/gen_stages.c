@@ -657,6 +657,10 @@ dit_status_t gen_decode_latents(const gen_decoders_t *dec, const dit_runtime_opt
                                 gen_decode_stats_t *stats) {
   const char *vae_dir = dec->vae_dir, *first_dir = dec->first_dir, *head_dir = dec->head_dir;
   memset(frames, 0, sizeof *frames);
+  for (int k = 0; k < latents->rank; k++)
+    if (latents->dims[k] < 1)
+      return DIT_ERR(INVALID_ARGUMENT, "latents of rank %d with %lld in dim %d: nothing to decode (every dim at least 1)", latents->rank,
+                     (long long)latents->dims[k], k);
   if (dec->stride < 0 || (dec->stride && (first_dir || head_dir || latents->rank != 5)))
     return DIT_ERR(INVALID_ARGUMENT, "%s: a framewise decode (windows every %lld latent frames) takes video latents [B, C, f, h, w] and "
                    "no first chunk's or head's decoder", vae_dir, (long long)dec->stride);

@@ -41,6 +41,12 @@ PY
 b=$(compile "$full" --height 128 --width 96)
 "$BIN/ditrun" forward "$b" --inputs "$d/forward_inputs_128x96.safetensors" --out "$T/w.safetensors" 2>/dev/null >/dev/null
 "$BIN/st_compare" "$T/w.safetensors" "$T/last.safetensors" sample 0
+# Latents without an item are refused by name (a division by the batch before), nothing written.
+python3 -c "import json, struct; h = json.dumps({'latents': {'dtype': 'F32', 'shape': [0, 16, 192], 'data_offsets': [0, 0]}}).encode()
+h += b' ' * (-len(h) % 8); open('$T/z.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h)"
+expect_fail "--latents $T/z.safetensors: latents of rank 3 with 0 in dim 0: nothing to decode" "$BIN/ditrun" decode "$b" --latents "$T/z.safetensors" \
+  --out "$T/z_out.safetensors"
+[ ! -e "$T/z_out.safetensors" ] || { echo "FAIL: a refused decode wrote $T/z_out.safetensors"; exit 1; }
 
 # bf16 on the CPU: every activation rounded to bf16, near the fp32 golden.
 b=$(compile "$d/vae" --height 64 --width 64 --batch 2 --dtype bf16)
