@@ -394,8 +394,8 @@ static int parse_num(const char *flag, const char *v, double *out) {
   char *end;
   errno = 0;
   double d = strtod(v, &end);
-  if (errno || end == v || *end) {
-    fprintf(stderr, "ditrun: error: %s %s: expected a number\n", flag, v);
+  if (errno || end == v || *end || !isfinite(d)) {
+    fprintf(stderr, "ditrun: error: %s %s: expected a finite number\n", flag, v);
     return 2;
   }
   *out = d;

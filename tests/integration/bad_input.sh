@@ -165,6 +165,9 @@ expect_fail "no tensor named 'prompt_embeds'" "$BIN/ditrun" generate "$B" --prom
 expect_fail "needs exactly one of --init-latents and --seed" "$BIN/ditrun" generate "$B" --prompt-embeds "$IN" --out "$T/o.safetensors"
 expect_fail "--sampler ddim" "$BIN/ditrun" generate "$B" --prompt-embeds tests/data/wan_tiny_a/generate_inputs.safetensors --seed 1 --sampler ddim --out "$T/o.safetensors"
 expect_fail "negative prompt embeddings" "$BIN/ditrun" generate "$B" --prompt-embeds tests/data/wan_tiny_a/generate_inputs.safetensors --seed 1 --steps 2 --guidance 5 --out "$T/o.safetensors"
+for v in nan inf -inf; do
+  expect_fail "--guidance $v: expected a finite number" "$BIN/ditrun" generate "$B" --prompt-embeds tests/data/wan_tiny_a/generate_inputs.safetensors --seed 1 --guidance $v --out "$T/o.safetensors"
+done
 [ ! -e "$T/o.safetensors" ] || { echo "FAIL: a refused run wrote output"; fails=$((fails+1)); }
 
 # --- ditrun: damaged bundles (each on a fresh copy)
