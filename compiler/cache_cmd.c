@@ -108,7 +108,7 @@ static int parse_duration(const char *s, int64_t *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return 0;
+  if (errno || end == s || !(v >= 0)) return 0; /* NaN too */
   double mul = 1;
   switch (*end) {
     case 's': end++; break;
@@ -118,7 +118,7 @@ static int parse_duration(const char *s, int64_t *out) {
     case 'w': mul = 604800, end++; break;
     default: break;
   }
-  if (*end || v * mul > 9e15) return 0;
+  if (*end || !(v * mul <= 9e15)) return 0;
   *out = (int64_t)(v * mul);
   return 1;
 }

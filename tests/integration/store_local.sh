@@ -114,6 +114,10 @@ if "$BIN/ditc" cache rm "$ID2" --store "$S" 2> /dev/null; then fail "rm of a mis
 "$BIN/ditc" cache gc --store "$S" --max-age 1d | grep -q "removed 0 entries" || fail "gc --max-age 1d"
 "$BIN/ditc" cache gc --store "$S" --max-size 1K | grep -q "0 entries, 0 blobs" || fail "gc --max-size"
 if "$BIN/ditc" cache gc --store "$S" --max-size lots 2> /dev/null; then fail "bad size accepted"; fi
+for age in nan inf -1d 1y; do
+  if "$BIN/ditc" cache gc --store "$S" --max-age "$age" 2> "$T/age.err"; then fail "gc --max-age $age accepted"; fi
+  grep -q "max-age $age: expected a duration" "$T/age.err" || { cat "$T/age.err"; fail "gc --max-age $age message"; }
+done
 if "$BIN/ditc" cache ls 2> "$T/nostore.err"; then fail "ls without a store"; fi
 grep -q "DITC_STORE" "$T/nostore.err" || fail "no-store message"
 # --- A two-expert bundle through the store and an archive: every blob of both experts travels,
