@@ -247,7 +247,8 @@ def forward_contest(torch, a, model, make_kwargs, bundle, inputs, out, e, label=
         if e.get(f"ditrun_{name}_out"):  # the same bundle under a runtime setting
             e[f"{name}_parity"] = parity(torch, load_file(e.pop(f"ditrun_{name}_out"))["sample"], ref)
             c, ms = e.get("compiled_ms"), e.get(f"ditrun_{name}_ms")
-            print(f"{label}{what}: {ms or 0:.1f} ms against {e['ditrun_ms']:.1f} by default"
+            again = f", {e['ditrun_again_ms']:.1f} again after the variants" if e.get("ditrun_again_ms") else ""
+            print(f"{label}{what}: {ms or 0:.1f} ms against {e['ditrun_ms']:.1f} by default{again}"
                   + (f" (torch.compile {c:.1f}: {c / ms:.3f}x)" if c and ms else "")
                   + f"; cosine {e[f'{name}_parity']['cosine']:.6f} to diffusers eager", flush=True)
     if e.get("ditrun_heuristic_gemm_ms"):  # DIT_BENCH_GEMM_HEURISTIC=1: cuBLASLt's first choices, untimed
