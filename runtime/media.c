@@ -376,7 +376,9 @@ dit_status_t dit_media_write(const char *path, const dit_tensor_t *frames, const
   if (crf < 1 || crf > 51) return DIT_ERR(INVALID_ARGUMENT, "%s: crf %d: expected 1..51", path, crf);
   const int w = (int)(v.width + (kind == DIT_MEDIA_MP4 && (v.width & 1))), h = (int)(v.height + (kind == DIT_MEDIA_MP4 && (v.height & 1)));
   pending_t *files = calloc((size_t)v.batch, sizeof *files);
-  uint8_t *rgb = malloc((size_t)w * (size_t)h * 3);
+  /* swscale's vector loads read a few bytes past the last row it is given (valgrind: 4 bytes):
+   * the rows are followed by FFmpeg's input padding, never read as pixels. */
+  uint8_t *rgb = malloc((size_t)w * (size_t)h * 3 + AV_INPUT_BUFFER_PADDING_SIZE);
   dit_status_t s = files && rgb ? DIT_OK : DIT_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for %lld x %lld frames", path,
                                                     (long long)v.height, (long long)v.width);
   for (int64_t b = 0; !s && b < v.batch; b++) {
