@@ -9,11 +9,13 @@
 # data of CLIP's BPE.
 # libspng-dev, libavcodec-dev, libavformat-dev, libswscale-dev, libavutil-dev: output files
 # (runtime/media.c): PNG, and H.264 MP4 (Debian's libavcodec encodes H.264 through libx264).
+# valgrind: memcheck over the tests whose buffers those uninstrumented libraries read
+# (tests/tools/valgrind_run.sh), where AddressSanitizer sees nothing.
 set -euo pipefail
 pkgs=(build-essential cmake clang python3 libxxhash-dev libzstd-dev libcjson-dev libmlir-19-dev llvm-19-dev
       libcurl4-openssl-dev libssl-dev libsentencepiece-dev libutf8proc-dev pkg-config libmicrohttpd-dev nginx
       libspng-dev libavcodec-dev libavformat-dev libswscale-dev libavutil-dev
-      python3-numpy python3-venv python3-pip chromium-headless-shell)
+      python3-numpy python3-venv python3-pip chromium-headless-shell valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command on a fresh machine: install what the build needs, then build and run every test
 # twice: an optimized build, and one under AddressSanitizer + UndefinedBehaviorSanitizer; then
-# the tests that run threads over shared data (label "threads") under ThreadSanitizer. First,
+# three of them under valgrind's memcheck (the uninstrumented libraries' side) and the tests that
+# run threads over shared data (label "threads") under ThreadSanitizer. First,
 # a runtime built without the store (-DDIT_STORE=OFF) shows it links neither libcurl nor OpenSSL
 # and refuses what needs the store.
 set -euo pipefail
@@ -22,6 +23,10 @@ for variant in release asan; do
   echo "== $variant tests" >&2
   ctest --test-dir "$dir" --output-on-failure -j"$jobs"
 done
+# memcheck on the optimized build where AddressSanitizer is blind: the tests whose ditrun hands our
+# buffers to uninstrumented libraries (FFmpeg, libspng, SentencePiece).
+echo "== valgrind (third-party libraries on our buffers)" >&2
+tests/tools/valgrind_run.sh build-test-release tiny_pipeline media pipeline_image
 # ThreadSanitizer: every report fails the run, whatever the test made of its process's exit.
 dir=build-test-tsan
 echo "== tsan build" >&2
