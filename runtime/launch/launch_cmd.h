@@ -16,7 +16,9 @@ extern "C" {
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT; without
  * --port a free port, also given as DIT_RDZV_PORT; with it, the rendezvous takes P + 1).
  * Each child's stderr lines come out prefixed "[rank i] ". When a child fails the others get
- * SIGTERM, then SIGKILL after the grace period (default 3000 ms). Returns the exit status:
+ * SIGTERM, then SIGKILL after the grace period (default 3000 ms); when the first to end stopped
+ * because another failed (DIT_EXIT_PEER_FAILED), the others are first given up to 2 s (at most
+ * the grace period) to end by themselves, so that the failed one is named. Returns the exit status:
  * 0 when every rank succeeded, 1 naming the first rank that failed and how, 2 on bad usage. */
 int dit_launch_main(int argc, char **argv);
 
