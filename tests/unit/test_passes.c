@@ -799,17 +799,18 @@ static void test_memplan_concat_views(void) {
     dit_graph_destroy(g);
   }
   /* Slices of the tokens that split a one-item temp whole ([1, 8, 16]: tokens [0, 4) and [4, 8))
-   * are views at their bytes; one slice alone (half the block unread), or two items, are not. */
-  for (int c = 0; c < 3; c++) {
+   * are views at their bytes; one slice alone (half the block unread), two items, or two slices
+   * whose counts add up to the tokens but overlap ([1, 16, 16]: [0, 8) and [4, 12)), are not. */
+  for (int c = 0; c < 4; c++) {
     dit_graph_t *g;
     CHECK_OK(dit_graph_create(&g));
-    const int64_t xd[3] = {c == 2 ? 2 : 1, 8, 16};
+    const int64_t xd[3] = {c == 2 ? 2 : 1, c == 3 ? 16 : 8, 16};
     dit_vid_t xi = dit_graph_input(g, "x", DIT_F32, 3, xd);
     dit_vid_t x = dit_graph_op(g, DIT_OP_SILU, &xi, 1, NULL, DIT_F32, "x.act"), parts[2] = {-1, -1};
     for (int k = 0; k < (c == 1 ? 1 : 2); k++) {
       dit_attrs_t sa = {0};
       dit_attrs_set_int(&sa, "t0", 4 * k);
-      dit_attrs_set_int(&sa, "count", 4);
+      dit_attrs_set_int(&sa, "count", c == 3 ? 8 : 4);
       parts[k] = dit_graph_op(g, DIT_OP_SLICE_TOKENS, &x, 1, &sa, DIT_F32, k ? "hi" : "lo");
       dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &parts[k], 1, NULL, DIT_F32, k ? "z1" : "z0"), k ? "z1" : "z0");
     }
