@@ -43,8 +43,10 @@ typedef struct dit_serve_request {
   dit_safetensors_t *st; /* parsed over inputs; NULL when there are none */
 } dit_serve_request_t;
 
-/* Parses a body of len bytes ("inputs" optional with a "prompt"); every refusal is INVALID_ARGUMENT or OUT_OF_RANGE and names the
- * field. On success the caller owns *out (dit_serve_request_free). */
+/* Parses a body of len bytes ("inputs" optional with a "prompt"); every refusal names the field:
+ * INVALID_ARGUMENT or OUT_OF_RANGE for the JSON, the safetensors reader's code (DATA_LOSS for a
+ * truncated image) for the inputs, RESOURCE_EXHAUSTED out of memory. On success the caller owns
+ * *out (dit_serve_request_free). */
 dit_status_t dit_serve_request_parse(const char *body, size_t len, dit_serve_request_t *out);
 /* The binary form: the body is the safetensors inputs themselves (no base64, no JSON to scan:
  * what keeps a video's megabytes of embeddings off the time to the first step), the options a
