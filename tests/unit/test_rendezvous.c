@@ -4,7 +4,8 @@
  * watcher fire, and a clean close does not. Only the job's own ranks get in: stray
  * connections (silent, garbage, no MAC, a wrong MAC, a right MAC over a replayed nonce, a
  * flood) are refused and logged while the ranks meet as usual, a rank with another secret
- * fails at once naming the secret, rank 0 listens on its own address only, and every socket
+ * fails at once naming the secret, a peer that answers for rank 0 without proving the secret is
+ * refused, rank 0 listens on its own address only, and every socket
  * is close-on-exec. Every wait is bounded. */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -550,6 +551,32 @@ static void test_bind(void) {
   CHECK_EQ_INT(b.reached_other, 0);
 }
 
+/* The connecting side's check of the acceptor: a peer that sends a challenge and then a proof it
+ * could not have made (not knowing the secret: a MAC of random bytes, or the secret's MAC over
+ * another nonce than the connector's) is refused, naming the peer and the secret's variable. The peer's frames are queued on a socket
+ * pair before the handshake reads them; the hello it sends goes unread into the pair's buffer. */
+static void test_impostor_acceptor(void) {
+  dit_launch_env_t e;
+  launch_env_fill(&e, 1, 2, 1, SECRET);
+  for (int c = 0; c < 2; c++) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    unsigned char nonce[DIT_RDZV_NONCE_BYTES], mac[DIT_RDZV_MAC_BYTES], cn[DIT_RDZV_NONCE_BYTES] = {0};
+    for (int i = 0; i < DIT_RDZV_NONCE_BYTES; i++) nonce[i] = (unsigned char)(rand() & 0xff);
+    const int64_t end = dit_now_ms() + 1000;
+    CHECK_EQ_INT(dit_rdzv_send(sv[1], DIT_RDZV_CHALLENGE, DIT_RDZV_CHANNEL_RENDEZVOUS, 0, nonce, sizeof nonce, end), 0);
+    if (c == 0) { /* a MAC of random bytes */
+      for (int i = 0; i < DIT_RDZV_MAC_BYTES; i++) mac[i] = (unsigned char)(rand() & 0xff);
+    } else { /* the job's secret over a nonce of its own choosing, not the connector's */
+      dit_rdzv_proof_mac((const unsigned char *)SECRET, strlen(SECRET), DIT_RDZV_CHANNEL_RENDEZVOUS, nonce, cn, 0, 1, 2, mac);
+    }
+    CHECK_EQ_INT(dit_rdzv_send(sv[1], DIT_RDZV_PROOF, 0, 0, mac, sizeof mac, end), 0);
+    CHECK_ERR(dit_rdzv_handshake(sv[0], DIT_RDZV_CHANNEL_RENDEZVOUS, &e, PAYLOAD, 0, "rank 0 at test", end), FAILED_PRECONDITION,
+              "rank 1: rank 0 at test did not prove that it knows the job secret");
+    close(sv[0]), close(sv[1]);
+  }
+}
+
 static void test_bad_arguments(void) {
   dit_launch_env_t e;
   memset(&e, 0, sizeof e);
@@ -582,6 +609,7 @@ static void test_bad_arguments(void) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   test_bad_arguments();
+  test_impostor_acceptor();
   test_meet();
   test_missing_rank();
   test_world_mismatch();
