@@ -1013,6 +1013,35 @@ static void test_group_linears(void) {
   dit_graph_destroy(g);
 }
 
+/* x -> linear (w, b) -> y -> gelu_tanh -> h: the GELU becomes the linear's epilogue (act 1), y
+ * is no longer made; with another reader of y (a silu), y must stay the product itself, so the
+ * GELU stays an op of its own. */
+static void test_fuse_gelu_linear(void) {
+  for (int other = 0; other < 2; other++) {
+    dit_graph_t *g;
+    CHECK_OK(dit_graph_create(&g));
+    const int64_t xd[3] = {1, 6, 16}, wd[2] = {32, 16}, bd[1] = {32};
+    dit_vid_t li[3] = {dit_graph_input(g, "x", DIT_F32, 3, xd), dit_graph_weight(g, "w", DIT_F32, 2, wd),
+                       dit_graph_weight(g, "b", DIT_F32, 1, bd)};
+    dit_vid_t y = dit_graph_op(g, DIT_OP_LINEAR, li, 3, NULL, DIT_F32, "y");
+    dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_GELU_TANH, &y, 1, NULL, DIT_F32, "h"), "h");
+    if (other) dit_graph_mark_output(g, dit_graph_op(g, DIT_OP_SILU, &y, 1, NULL, DIT_F32, "o"), "o");
+    CHECK_OK(dit_graph_verify(g));
+    dit_pass_result_t r = {0};
+    CHECK_OK(dit_pass_fuse(g, &r));
+    CHECK_OK(dit_graph_verify(g));
+    int gelus = 0, acts = 0;
+    for (int32_t i = 0; i < dit_graph_num_ops(g); i++) {
+      const dit_op_t *op = dit_graph_cop_at(g, i);
+      gelus += op->kind == DIT_OP_GELU_TANH;
+      acts += op->kind == DIT_OP_LINEAR && dit_attrs_find(&op->attrs, "act") != NULL;
+    }
+    CHECK_EQ_INT(gelus, other);
+    CHECK_EQ_INT(acts, 1 - other);
+    dit_graph_destroy(g);
+  }
+}
+
 int main(void) {
   test_groupnorm_lowering();
   test_dce();
@@ -1023,6 +1052,7 @@ int main(void) {
   test_fuse_residual_norm();
   test_fuse_quant_norm();
   test_fuse_act_quant();
+  test_fuse_gelu_linear();
   test_fuse_concat_linear();
   test_fuse_add_linear();
   test_memplan_on_wan();
