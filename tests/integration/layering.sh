@@ -49,4 +49,4 @@ for f in "$BUILD/bin/ditrun" "$BUILD/lib/libditrun.so"; do
   hit=$(grep -E '^lib(MLIR|LLVM|nvrtc|nvJitLink|cuda|cudart|cublas|cublasLt|nccl)[.-]' <<<"$needed" || true)
   [ -z "$hit" ] || fail "$(basename "$f") needs $(echo $hit): the runtime loads these with dlopen"
 done
-echo "layering: $checked includes in 8 folders follow the dependency rule; ditrun and libditrun need no code generator or GPU library"
+echo "layering: $checked includes in ${#allowed[@]} folders follow the dependency rule; ditrun and libditrun need no code generator or GPU library"

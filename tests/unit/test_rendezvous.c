@@ -5,8 +5,8 @@
  * connections (silent, garbage, no MAC, a wrong MAC, a right MAC over a replayed nonce, a
  * flood) are refused and logged while the ranks meet as usual, a rank with another secret
  * fails at once naming the secret, a peer that answers for rank 0 without proving the secret is
- * refused, rank 0 listens on its own address only, and every socket
- * is close-on-exec. Every wait is bounded. */
+ * refused, rank 0 listens on its own address only, and every socket is close-on-exec. Every wait
+ * is bounded. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -553,8 +553,9 @@ static void test_bind(void) {
 
 /* The connecting side's check of the acceptor: a peer that sends a challenge and then a proof it
  * could not have made (not knowing the secret: a MAC of random bytes, or the secret's MAC over
- * another nonce than the connector's) is refused, naming the peer and the secret's variable. The peer's frames are queued on a socket
- * pair before the handshake reads them; the hello it sends goes unread into the pair's buffer. */
+ * another nonce than the connector's) is refused, naming the peer. The peer's frames are queued on
+ * a socket pair before the handshake reads them; the hello it sends goes unread into the pair's
+ * buffer. */
 static void test_impostor_acceptor(void) {
   dit_launch_env_t e;
   launch_env_fill(&e, 1, 2, 1, SECRET);
